@@ -1,0 +1,36 @@
+"""Diagnosis: what killed a component, and which crash patterns repeat across its attempts.
+
+Headless and pure (no textual/rich, no clock); :func:`read_host_evidence` is the only function
+that touches the host, best effort.
+"""
+
+from __future__ import annotations
+
+from .engine import diagnose, find_step, normalize_signal
+from .host import parse_kernel_log, parse_memory_events, read_host_evidence
+from .model import CATEGORIES, Diagnosis, HostEvidence
+from .normalize import normalize, strip_prefixes
+from .offline import clean_line, diagnose_command, diagnose_file, format_human, read_tail
+from .patterns import AttemptRecord, Flag, detect_attempt_patterns
+
+__all__ = [
+    "CATEGORIES",
+    "AttemptRecord",
+    "Diagnosis",
+    "Flag",
+    "HostEvidence",
+    "clean_line",
+    "detect_attempt_patterns",
+    "diagnose",
+    "diagnose_command",
+    "diagnose_file",
+    "find_step",
+    "format_human",
+    "normalize",
+    "normalize_signal",
+    "parse_kernel_log",
+    "parse_memory_events",
+    "read_host_evidence",
+    "read_tail",
+    "strip_prefixes",
+]

@@ -1,0 +1,76 @@
+"""Readiness and liveness probes: http (2xx), tcp (connect), file (exists).
+
+Log-regex readiness is matched on the log path itself (see component.py). Every probe is a
+coroutine returning ``(ok, detail)`` and never raises for a failed check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from urllib.parse import urlsplit
+
+from .config import parse_hostport
+
+_SSL = ssl.create_default_context()
+_SSL.check_hostname = False
+_SSL.verify_mode = ssl.CERT_NONE  # health endpoints are local; a self-signed cert is not a failure
+
+
+async def check_http(url: str, timeout: float) -> tuple[bool, str]:
+    u = urlsplit(url)
+    host = u.hostname or "127.0.0.1"
+    port = u.port or (443 if u.scheme == "https" else 80)
+    path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    writer = None
+
+    async def talk() -> bytes:
+        nonlocal writer
+        reader, writer = await asyncio.open_connection(host, port, ssl=_SSL if u.scheme == "https" else None)
+        hosthdr = u.netloc.rsplit("@", 1)[-1]
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {hosthdr}\r\nUser-Agent: rlsup-probe\r\n"
+                     f"Accept: */*\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        return await reader.readline()
+
+    try:
+        status_line = await asyncio.wait_for(talk(), timeout)
+    except (TimeoutError, asyncio.TimeoutError):
+        return False, f"GET {url}: no answer within {timeout:g}s"
+    except OSError as e:
+        return False, f"GET {url}: {e.strerror or e}"
+    finally:
+        if writer is not None:
+            writer.close()
+    parts = status_line.decode("latin-1").split()
+    if len(parts) >= 2 and parts[1].isdigit():
+        code = int(parts[1])
+        return 200 <= code < 300, f"GET {url}: HTTP {code}"
+    return False, f"GET {url}: not an HTTP answer"
+
+
+async def check_tcp(target: str, timeout: float) -> tuple[bool, str]:
+    host, port = parse_hostport(target)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        writer.close()
+        return True, f"tcp {target}: open"
+    except (TimeoutError, asyncio.TimeoutError):
+        return False, f"tcp {target}: no answer within {timeout:g}s"
+    except OSError as e:
+        return False, f"tcp {target}: {e.strerror or e}"
+
+
+async def check_file(path: str) -> tuple[bool, str]:
+    return (True, f"file {path} exists") if os.path.exists(path) else (False, f"file {path} does not exist")
+
+
+async def check(kind: str, target: str, timeout: float) -> tuple[bool, str]:
+    if kind == "http":
+        return await check_http(target, timeout)
+    if kind == "tcp":
+        return await check_tcp(target, timeout)
+    if kind == "file":
+        return await check_file(target)
+    raise ValueError(f"not a polled probe: {kind}")

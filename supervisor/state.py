@@ -1,0 +1,107 @@
+"""The run's state as a pure reducer over events: ``apply(state, event) -> state``.
+
+The supervisor and every client run the same reducer, so a client that has a snapshot and the
+events after it sees exactly what the supervisor sees. The state has the shape of
+``rlsup status --json`` (CONTRACT.md); times are absolute, :func:`view` derives ages.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+STATES = ("pending", "starting", "running", "backoff", "stopping", "stopped", "completed", "fatal")
+FINAL = frozenset({"stopped", "completed", "fatal"})
+ACTIVE = frozenset({"pending", "starting", "running", "backoff", "stopping"})
+MAX_FLAGS = 20
+
+
+def new_component() -> dict[str, Any]:
+    return {
+        "state": "pending", "pid": None, "attempt": 0, "restarts": 0, "started_at": None,
+        "ready_at": None, "step": None, "total": None, "rate": None, "eta_s": None, "metrics": {},
+        "metric": None, "series": [], "last_exit": None, "flags": [], "checkpoint": None,
+        "waiting_for": [], "reason": None, "next_start_at": None, "resume": None,
+    }
+
+
+def initial(run: dict[str, Any], components: list[str]) -> dict[str, Any]:
+    return {"run": dict(run), "components": {n: new_component() for n in components}, "gpus": [],
+            "host": None, "gpu_backend": None, "gpu_reason": None, "seq": 0}
+
+
+def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
+    """Fold one event into ``state`` (in place, for speed) and return it."""
+    kind = e.get("kind")
+    state["seq"] = max(state.get("seq", 0), e.get("seq", 0))
+    if kind == "run_started":
+        state["run"].update({k: e[k] for k in ("name", "run_dir", "config", "pid", "host", "version")
+                             if k in e})
+        state["run"]["started_at"] = e.get("ts")
+        state["run"]["ended_at"] = None
+        for n in e.get("components", []):
+            state["components"].setdefault(n, new_component())
+        return state
+    if kind == "run_ended":
+        state["run"]["ended_at"] = e.get("ts")
+        state["run"]["exit_code"] = e.get("exit_code")
+        state["run"]["end_reason"] = e.get("reason")
+        return state
+    if kind == "gpu":
+        state["gpus"] = e.get("gpus", [])
+        state["host"] = e.get("host")
+        state["gpu_backend"] = e.get("backend")
+        state["gpu_reason"] = e.get("reason")
+        return state
+    name = e.get("component")
+    if name is None:
+        return state
+    c = state["components"].setdefault(name, new_component())
+    if kind == "pending":
+        c.update(state="pending", waiting_for=e.get("waiting_for", []), next_start_at=None)
+    elif kind == "started":
+        c.update(state="starting", pid=e.get("pid"), attempt=e.get("attempt", c["attempt"] + 1),
+                 started_at=e.get("ts"), ready_at=None, waiting_for=[], reason=None, next_start_at=None,
+                 resume=e.get("resume"))
+        if e.get("resume"):
+            c["step"] = e["resume"].get("step")
+    elif kind == "ready":
+        c.update(state="running", ready_at=e.get("ts"))
+    elif kind == "exited":
+        c["last_exit"] = {k: e.get(k) for k in ("exit_code", "signal", "uptime_s", "step", "diagnosis")}
+        c["last_exit"]["ts"] = e.get("ts")
+        c["pid"] = None
+    elif kind == "restart_scheduled":
+        c.update(state="backoff", restarts=c["restarts"] + 1, reason=e.get("reason"),
+                 next_start_at=(e.get("ts") or 0) + (e.get("delay_s") or 0))
+    elif kind == "completed":
+        c.update(state="completed", pid=None)
+    elif kind == "fatal":
+        c.update(state="fatal", pid=None, reason=e.get("reason"))
+    elif kind == "stopping":
+        c.update(state="stopping")
+    elif kind == "stopped":
+        c.update(state="stopped", pid=None, next_start_at=None)
+    elif kind == "flag":
+        flags = [f for f in c["flags"] if f.get("type") != e.get("type")]
+        flags.append({k: e.get(k) for k in ("type", "message", "evidence", "action", "ts")})
+        c["flags"] = flags[-MAX_FLAGS:]
+    elif kind == "flag_cleared":
+        c["flags"] = [f for f in c["flags"] if f.get("type") != e.get("type")]
+    elif kind == "progress":
+        for k in ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint"):
+            if k in e:
+                c[k] = e[k]
+    return state
+
+
+def view(state: dict[str, Any], now: float) -> dict[str, Any]:
+    """A copy with derived ages (``uptime_s``), as ``rlsup status --json`` prints it."""
+    out = copy.deepcopy(state)
+    for c in out["components"].values():
+        live = c["state"] in ("starting", "running", "stopping") and c.get("started_at")
+        c["uptime_s"] = round(now - c["started_at"], 3) if live else None
+    run = out["run"]
+    if run.get("started_at"):
+        run["uptime_s"] = round((run.get("ended_at") or now) - run["started_at"], 3)
+    return out

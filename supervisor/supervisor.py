@@ -1,0 +1,463 @@
+"""The run: the single authority over every component, the journal and the state.
+
+Everything happens on one asyncio loop: child exits (SIGCHLD), output (add_reader), probes,
+timers, commands. Threads (log writers, the GPU sampler) only hand results to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal as signal_mod
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import state as state_mod
+from .component import Component
+from .config import Config
+from .events import is_lifecycle
+from .journal import Journal, write_json_atomic
+from .policy import Decision
+from .process import (
+    ENV_COMPONENT,
+    ProcessTree,
+    find_marked,
+    ppid_map_children,
+    set_child_subreaper,
+    terminate_processes,
+)
+from .rundir import RunLock, RunPaths
+
+VERSION = "0.1.0"
+TICK_S = 1.0
+TREE_REFRESH_S = 5.0
+STATE_WRITE_MIN_S = 0.5
+PROGRESS_FLUSH_S = 0.25
+
+Subscriber = Callable[[dict[str, Any]], None]
+
+
+class Supervisor:
+    def __init__(self, cfg: Config, *, clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 gpu_sampler: Any = None):
+        self.cfg = cfg
+        self.paths = RunPaths(Path(cfg.run_dir))
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.gpu_sampler = gpu_sampler
+        self.components: dict[str, Component] = {}
+        self.subscribers: list[Subscriber] = []
+        self.line_listeners: list[Callable[[Component], None]] = []
+        self.state: dict[str, Any] = {}
+        self.exit_code = 0
+        self.end_reason = ""
+        self.lock = RunLock(self.paths)
+        self.journal: Journal | None = None
+        self._waiters: dict[int, asyncio.Future[int]] = {}
+        self._ended = asyncio.Event()
+        self._shutting_down = False
+        self._stopped_by_user = False
+        self._progress_pending: set[str] = set()
+        self._state_dirty = False
+        self._state_written_at = 0.0
+        self._state_timer: asyncio.TimerHandle | None = None
+        self._last_tree_refresh = 0.0
+        self._stall_flagged: dict[str, float] = {}
+        self._gpu_thread: Any = None
+        self._leftovers: dict[str, Any] | None = None
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ lifecycle of the run
+
+    def prepare(self) -> list[str]:
+        """Create the run dir, take the lock, end leftovers of a supervisor that died.
+
+        Returns human-readable notes about what was found. Raises rundir.LockHeld if a live
+        supervisor owns the run dir.
+        """
+        self.paths.create()
+        self.lock.acquire({"config": self.cfg.source, "name": self.cfg.name, "version": VERSION})
+        notes = []
+        prev = self.lock.previous
+        left = find_marked(str(self.paths.root))
+        if left:
+            by = f"supervisor pid {prev.get('pid')}" if prev else "an earlier supervisor"
+            desc = ", ".join(f"{_env_of(p)} pid {p.pid}" for p in left)
+            notes.append(f"found {len(left)} process(es) left by {by} that is gone: {desc}; ending them")
+            survivors = terminate_processes(left, signal_mod.SIGTERM, 10.0)
+            self._leftovers = {"pids": [p.pid for p in left], "by": by, "survivors": [p.pid for p in survivors],
+                               "action": "ended them (SIGTERM, then SIGKILL after 10 s)"}
+            if survivors:
+                notes.append(f"could not end: {', '.join(str(p.pid) for p in survivors)}")
+        else:
+            self._leftovers = None
+        return notes
+
+    async def run(self) -> int:
+        """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
+        self.loop = asyncio.get_running_loop()
+        set_child_subreaper()
+        self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
+        self.journal = Journal(self.paths.events)
+        names = self.cfg.topo_order()
+        self.state = state_mod.initial({}, names)
+        for n in names:
+            self.components[n] = Component(n, self.cfg.components[n], self)
+        self.emit("run_started", None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
+                  pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names)
+        if self._leftovers:
+            self.emit("leftovers", None, **self._leftovers)
+        self._start_gpu_sampler()
+        for c in self.components.values():
+            c.task = asyncio.ensure_future(c.main())
+            c.task.add_done_callback(self._task_died)
+        ticker = asyncio.ensure_future(self._ticker())
+        try:
+            await self._ended.wait()
+            await self._shutdown()
+        finally:
+            ticker.cancel()
+            self._finish()
+        return self.exit_code
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    def request_shutdown(self, reason: str, by_user: bool = True) -> None:
+        if self._ended.is_set():
+            return
+        self._stopped_by_user = by_user
+        self.end_reason = reason
+        self.exit_code = 0 if by_user else self.exit_code
+        self._ended.set()
+
+    async def _shutdown(self) -> None:
+        """Stop components in reverse dependency order; each wave waits for the previous one."""
+        self._shutting_down = True
+        remaining = [n for n in reversed(self.cfg.topo_order())]
+        while remaining:
+            wave = [n for n in remaining
+                    if not any(d in remaining for d in self.cfg.dependents(n))]
+            for n in wave:
+                c = self.components[n]
+                if c.state not in state_mod.FINAL:
+                    c.request_stop("shutdown")
+            for n in wave:
+                await self._wait_final(self.components[n])
+                remaining.remove(n)
+        for c in self.components.values():
+            await c._await_cleanups()
+        # Last safety net: nothing marked with this run dir may outlive the run.
+        left = await self.loop.run_in_executor(None, find_marked, str(self.paths.root))
+        if left:
+            await self.loop.run_in_executor(None, terminate_processes, left, signal_mod.SIGKILL, 1.0)
+        self.emit("run_ended", None, exit_code=self.exit_code, reason=self.end_reason)
+
+    async def _wait_final(self, c: Component) -> None:
+        while c.state not in state_mod.FINAL and not (c.state == "pending" and c._want == "stop"):
+            await asyncio.sleep(0.02)
+        while c.tree is not None or c._cleanups:
+            await asyncio.sleep(0.02)
+
+    def _finish(self) -> None:
+        if self._gpu_thread is not None:
+            self._gpu_thread.stop()
+        for c in self.components.values():
+            if c.task is not None:
+                c.task.cancel()
+            c.close()
+        self._write_state(force=True)
+        if self.journal is not None:
+            self.journal.close()
+        try:
+            self.loop.remove_signal_handler(signal_mod.SIGCHLD)
+        except (ValueError, RuntimeError):
+            pass
+        self.lock.release()
+
+    def _task_died(self, t: asyncio.Task[None]) -> None:
+        if t.cancelled() or self._ended.is_set():
+            return
+        exc = t.exception()
+        if exc is not None:
+            # A bug in rlsup must not leave the children unsupervised silently.
+            import traceback
+
+            msg = "".join(traceback.format_exception(exc)).rstrip()
+            print(f"rlsup: internal error, shutting the run down:\n{msg}", file=sys.stderr)
+            self.exit_code = 1
+            self.request_shutdown(f"internal error: {exc!r}", by_user=False)
+
+    # ------------------------------------------------------------------ events
+
+    def emit(self, kind: str, component: str | None, **fields: Any) -> dict[str, Any]:
+        e: dict[str, Any] = {"ts": round(self.clock(), 6), "seq": 0, "kind": kind, "component": component}
+        e.update(fields)
+        lifecycle = is_lifecycle(kind)
+        if lifecycle and self.journal is not None:
+            self.journal.last_seq += 1
+            e["seq"] = self.journal.last_seq
+            self.journal.append(e, sync=kind != "command")
+        else:
+            e["seq"] = self.journal.last_seq if self.journal else 0
+        state_mod.apply(self.state, e)
+        for s in list(self.subscribers):
+            try:
+                s(e)
+            except Exception as exc:  # a broken client must not break supervision
+                print(f"rlsup: subscriber failed: {exc!r}", file=sys.stderr)
+        if lifecycle:
+            self._mark_state_dirty()
+        return e
+
+    def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    # ------------------------------------------------------------------ children
+
+    def watch_exit(self, pid: int | None) -> asyncio.Future[int]:
+        fut: asyncio.Future[int] = self.loop.create_future()
+        if pid is not None:
+            self._waiters[pid] = fut
+            self._reap()  # it may have exited already
+        return fut
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            fut = self._waiters.pop(pid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(status)
+            # else: an orphan re-parented to us (we are its subreaper); reaping it is all we owe it
+
+    def refresh_tree(self, name: str, tree: ProcessTree) -> None:
+        tree.refresh()
+        self._adopt_orphans({name: tree})
+
+    def _adopt_orphans(self, trees: dict[str, ProcessTree]) -> None:
+        """Orphans re-parented to us carry the marker of the component they came from."""
+        import psutil
+
+        roots = {c.tree.pid for c in self.components.values() if c.tree is not None}
+        try:
+            kids = psutil.Process().children()
+        except psutil.Error:
+            return
+        for p in kids:
+            if p.pid in roots:
+                continue
+            try:
+                comp = p.environ().get(ENV_COMPONENT)
+            except (psutil.Error, OSError):
+                continue
+            if comp in trees:
+                trees[comp].adopt([p])
+                trees[comp].refresh()
+
+    def diagnose(self, c: Component, tree: ProcessTree, status: int) -> dict[str, Any]:
+        from .diagnosis import diagnose, read_host_evidence
+
+        host = read_host_evidence(tree.pid) if tree.exit_signal == "SIGKILL" else None
+        d = diagnose(c.tail(1000), exit_code=tree.exit_code, signal=tree.exit_signal, step=c.progress.step,
+                     pid=tree.pid, host=host)
+        return d.to_dict()
+
+    def after_exit(self, c: Component, d: Decision, diag: dict[str, Any]) -> Decision:
+        """The policy's decision, possibly overridden by crash patterns (repeated error, step crash)."""
+        return d
+
+    def resume_for(self, c: Component) -> dict[str, Any] | None:
+        return None
+
+    # ------------------------------------------------------------------ dependencies and run end
+
+    def deps_status(self, c: Component) -> tuple[bool, list[str], str | None]:
+        waiting = []
+        for dep, cond in c.cfg.depends_on.items():
+            d = self.components[dep]
+            st = d.state
+            if st == "fatal" and cond != "started" or (st == "fatal" and d.attempt == 0):
+                return False, [], f"dependency {dep} is fatal; {c.name} never started"
+            if cond == "completed":
+                ok = st == "completed"
+            elif cond == "ready":
+                ok = st == "running"
+            else:
+                ok = st in ("starting", "running")
+            if not ok:
+                waiting.append(f"{dep} ({cond}; now {st})")
+        return not waiting, waiting, None
+
+    def component_changed(self, c: Component) -> None:
+        for other in self.components.values():
+            if other is not c:
+                other.poke()
+        self._check_end()
+
+    def _check_end(self) -> None:
+        if self._shutting_down or self._ended.is_set():
+            return
+        for n, c in self.components.items():
+            if c.cfg.exit_on_end and c.state in ("completed", "fatal"):
+                self.exit_code = 0 if c.state == "completed" else 1
+                self.end_reason = f"{n} {c.state} (exit_on_end)"
+                self._ended.set()
+                return
+        states = [c.state for c in self.components.values()]
+        if any(s in state_mod.ACTIVE for s in states):
+            return
+        if all(s == "stopped" for s in states):
+            return  # everything stopped by hand: stay, a start command may follow
+        fatal = [n for n, c in self.components.items() if c.state == "fatal"]
+        self.exit_code = 1 if fatal else 0
+        self.end_reason = f"{', '.join(fatal)} fatal" if fatal else "every component completed"
+        self._ended.set()
+
+    # ------------------------------------------------------------------ output, progress, state
+
+    def lines_added(self, c: Component) -> None:
+        for fn in self.line_listeners:
+            fn(c)
+
+    def progress_dirty(self, c: Component) -> None:
+        if not self._progress_pending:
+            self.loop.call_later(PROGRESS_FLUSH_S, self._flush_progress)
+        self._progress_pending.add(c.name)
+
+    def _flush_progress(self) -> None:
+        names, self._progress_pending = self._progress_pending, set()
+        for n in names:
+            c = self.components[n]
+            self.emit("progress", n, **c.progress_event())
+        self._mark_state_dirty()
+
+    def _mark_state_dirty(self) -> None:
+        self._state_dirty = True
+        if self._state_timer is None:
+            delay = max(0.0, STATE_WRITE_MIN_S - (time.monotonic() - self._state_written_at))
+            self._state_timer = self.loop.call_later(delay, self._write_state)
+
+    def _write_state(self, force: bool = False) -> None:
+        self._state_timer = None
+        if not self._state_dirty and not force:
+            return
+        self._state_dirty = False
+        self._state_written_at = time.monotonic()
+        try:
+            write_json_atomic(self.paths.state, self.snapshot_state())
+        except OSError:
+            pass  # disk trouble is flagged by the log writers; state.json catches up later
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return state_mod.view(self.state, self.clock())
+
+    # ------------------------------------------------------------------ periodic work
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = self.clock()
+            self._reap()  # safety net for a coalesced or missed SIGCHLD
+            if time.monotonic() - self._last_tree_refresh >= TREE_REFRESH_S:
+                self._last_tree_refresh = time.monotonic()
+                live = {n: c.tree for n, c in self.components.items() if c.tree is not None and not c.tree.exited}
+                if live:
+                    children = ppid_map_children()
+                    for t in live.values():
+                        t.refresh(children)
+            self._check_stalls(now)
+
+    def _check_stalls(self, now: float) -> None:
+        for n, c in self.components.items():
+            p = c.cfg.progress
+            if not p or not p.stall_after or c.state != "running":
+                self._stall_flagged.pop(n, None)
+                continue
+            since = max(x for x in (c.progress.last_change_at, c.ready_at, c.started_at) if x is not None)
+            if now - since < p.stall_after:
+                if n in self._stall_flagged:
+                    del self._stall_flagged[n]
+                    self.emit("flag_cleared", n, type="stall", message=f"progress again at step {c.progress.step}")
+                continue
+            if self._stall_flagged.get(n) == since:
+                continue
+            self._stall_flagged[n] = since
+            last = c.tail(1)
+            deps = [f"{d} is {self.components[d].state}" for d in c.cfg.depends_on]
+            msg = (f"no new step for {now - since:.0f}s (last step {c.progress.step}, stall_after "
+                   f"{p.stall_after:g}s)")
+            evidence = [f"last line: {last[0]}" if last else "no output yet"] + deps
+            self.emit("flag", n, type="stall", message=msg, evidence=evidence, action="none (watching)")
+
+    def _start_gpu_sampler(self) -> None:
+        if self.gpu_sampler is None:
+            return
+        from .gpu import SamplerThread
+
+        def post(sample: Any) -> None:
+            self.threadsafe(self._gpu_sample, sample)
+
+        self._gpu_thread = SamplerThread(self.gpu_sampler, post, interval=1.0)
+        self._gpu_thread.start()
+
+    def _gpu_sample(self, sample: Any) -> None:
+        d = sample.to_dict()
+        self.emit("gpu", None, **{k: d.get(k) for k in ("gpus", "host", "backend", "reason")})
+
+    # ------------------------------------------------------------------ commands
+
+    def command(self, cmd: str, name: str | None = None, by: str = "user", **args: Any) -> dict[str, Any]:
+        """Act on a command from a client; the answer says what was done or why not."""
+        if cmd == "stop_all":
+            self.emit("command", None, command=cmd, by=by)
+            self.request_shutdown(f"stopped by {by}")
+            return {"ok": True, "message": "stopping every component in reverse dependency order"}
+        if name not in self.components:
+            return {"ok": False, "error": f"no component {name!r}; components: {', '.join(self.components)}"}
+        c = self.components[name]
+        self.emit("command", name, command=cmd, by=by, **args)
+        if cmd == "stop":
+            if c.state in state_mod.FINAL:
+                return {"ok": False, "error": f"{name} is already {c.state}"}
+            c.request_stop(by)
+            return {"ok": True, "message": f"stopping {name}"}
+        if cmd == "start":
+            if c.state not in state_mod.FINAL:
+                return {"ok": False, "error": f"{name} is {c.state}, not stopped"}
+            c.request_start()
+            return {"ok": True, "message": f"starting {name}"}
+        if cmd == "restart":
+            c.request_restart(by)
+            return {"ok": True, "message": f"restarting {name}"}
+        if cmd == "signal":
+            sig = str(args.get("signal", "SIGTERM")).upper()
+            signum = getattr(signal_mod, sig if sig.startswith("SIG") else "SIG" + sig, None)
+            if not isinstance(signum, int) or c.tree is None:
+                return {"ok": False, "error": f"cannot signal {name} ({'unknown signal' if c.tree else 'not running'})"}
+            c.tree.send(signum)
+            return {"ok": True, "message": f"sent {sig} to {name}'s process tree"}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+
+def _env_of(p: Any) -> str:
+    try:
+        return str(p.environ().get(ENV_COMPONENT, "?"))
+    except Exception:
+        return "?"
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, default=str)

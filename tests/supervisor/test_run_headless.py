@@ -1,0 +1,312 @@
+"""The core supervisor against real child processes, through `rlsup up --headless`."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from conftest import free_port, kinds, pid_alive, wait_for, write_config
+
+
+def test_restart_backoff_then_give_up(tmp_path, headless):
+    cfg = write_config(tmp_path, r"""
+        components:
+          worker:
+            command: ["{py}", "{scripts}/crash.py", "--code", "3"]
+            restart: {max_restarts: 2, backoff: {initial: 0.2, factor: 2, jitter: 0}}
+            progress: {pattern: 'Step (?P<step>\d+)/(?P<total>\d+)'}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 1
+    ev = h.events()
+    assert [k for k in kinds(ev, "worker") if k != "command"] == [
+        "started", "ready", "exited", "restart_scheduled",
+        "started", "ready", "exited", "restart_scheduled",
+        "started", "ready", "exited", "fatal",
+    ]
+    delays = [e["delay_s"] for e in ev if e["kind"] == "restart_scheduled"]
+    assert delays == [0.2, 0.4]
+    attempts = [e["attempt"] for e in ev if e["kind"] == "started"]
+    assert attempts == [1, 2, 3]
+    exits = [e for e in ev if e["kind"] == "exited"]
+    assert all(e["exit_code"] == 3 and e["signal"] is None for e in exits)
+    assert exits[0]["step"] == 3  # last step seen from "Step 3/3"
+    fatal = [e for e in ev if e["kind"] == "fatal"][0]
+    assert "gave up after 2 restarts" in fatal["reason"]
+    assert ev[-1]["kind"] == "run_ended" and ev[-1]["exit_code"] == 1
+    # Journal seq strictly increasing.
+    seqs = [e["seq"] for e in ev]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def test_on_failure_recovers_and_completes(tmp_path, headless):
+    cfg = write_config(tmp_path, f"""
+        components:
+          worker:
+            command: ["{{py}}", "{{scripts}}/crash.py", "--count", "{tmp_path}/n", "--fail-times", "2"]
+            restart: {{backoff: {{initial: 0.1, jitter: 0}}}}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 0
+    ev = h.events()
+    assert [e["exit_code"] for e in ev if e["kind"] == "exited"] == [1, 1, 0]
+    assert kinds(ev, "worker")[-1] == "completed"
+    assert "every component completed" in h.output
+
+
+def test_policy_never_is_fatal_at_first_failure(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        components:
+          once:
+            command: ["{py}", "{scripts}/crash.py", "--code", "7"]
+            restart: {policy: never}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 1
+    ev = h.events()
+    assert kinds(ev, "once").count("started") == 1
+    assert "restart policy is never" in [e for e in ev if e["kind"] == "fatal"][0]["reason"]
+
+
+def test_success_exit_codes(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        components:
+          w:
+            command: ["{py}", "{scripts}/crash.py", "--code", "42"]
+            restart: {success_exit_codes: [0, 42]}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 0
+    assert kinds(h.events(), "w")[-1] == "completed"
+
+
+def test_missing_command_is_fatal_without_restart_loop(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        components:
+          w:
+            command: definitely-not-a-command-xyz --flag
+    """)
+    h = headless(cfg)
+    assert h.wait() == 1
+    ev = h.events()
+    fatal = [e for e in ev if e["kind"] == "fatal"]
+    assert fatal and "command not found" in fatal[0]["reason"]
+    assert kinds(ev, "w").count("started") == 1
+
+
+def test_readiness_gates_dependents(tmp_path, headless):
+    port = free_port()
+    cfg = write_config(tmp_path, f"""
+        components:
+          server:
+            command: ["{{py}}", "-c", "import time,subprocess,sys; time.sleep(1.0); subprocess.run([sys.executable, '{{scripts}}/http_server.py', '{port}', '{tmp_path}/down'])"]
+            ready: {{http: "http://127.0.0.1:{port}/health", timeout: 20, interval: 0.1}}
+          client:
+            command: ["{{py}}", "{{scripts}}/crash.py", "--code", "0"]
+            depends_on: {{server: ready}}
+            exit_on_end: true
+    """)
+    h = headless(cfg)
+    assert h.wait() == 0
+    ev = h.events()
+    ready = next(e for e in ev if e["kind"] == "ready" and e["component"] == "server")
+    started = next(e for e in ev if e["kind"] == "started" and e["component"] == "client")
+    assert started["ts"] >= ready["ts"]
+    assert ready["ts"] - next(e for e in ev if e["kind"] == "started")["ts"] >= 0.9
+    # Ordered shutdown: the server was stopped by the shutdown, after the client completed.
+    assert [e for e in ev if e["component"] == "server"][-1]["kind"] == "stopped"
+
+
+def test_readiness_timeout_is_a_failed_start(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        components:
+          slow:
+            command: ["{py}", "-c", "import time; print('never ready', flush=True); time.sleep(60)"]
+            ready: {log: "Server started", timeout: 0.5}
+            restart: {max_restarts: 1, backoff: {initial: 0.1}}
+            stop: {timeout: 2}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 1
+    ev = h.events()
+    assert kinds(ev, "slow").count("started") == 2
+    assert "not ready within 0.5s" in [e for e in ev if e["kind"] == "fatal"][0]["reason"]
+
+
+def test_ready_by_log_line(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        components:
+          a:
+            command: ["{py}", "-c", "import time; time.sleep(0.3); print('Uvicorn running on port 1', flush=True); time.sleep(30)"]
+            ready: {log: "Uvicorn running on", timeout: 10}
+          b:
+            command: ["{py}", "-c", "print('b ran')"]
+            depends_on: {a: ready}
+            exit_on_end: true
+    """)
+    h = headless(cfg)
+    assert h.wait() == 0
+    ev = h.events()
+    assert next(e for e in ev if e["kind"] == "ready" and e["component"] == "a")["probe"].startswith("log")
+
+
+def test_liveness_failure_restarts(tmp_path, headless):
+    port = free_port()
+    down = tmp_path / "down"
+    cfg = write_config(tmp_path, f"""
+        components:
+          server:
+            command: ["{{py}}", "{{scripts}}/http_server.py", "{port}", "{down}"]
+            ready: {{http: "http://127.0.0.1:{port}/health", timeout: 10, interval: 0.1}}
+            alive: {{http: "http://127.0.0.1:{port}/health", interval: 0.2, failures: 2}}
+            restart: {{backoff: {{initial: 0.1}}}}
+            stop: {{timeout: 3}}
+    """)
+    h = headless(cfg)
+    h.wait_event(lambda e: e["kind"] == "ready", what="ready")
+    down.write_text("x")
+    h.wait_event(lambda e: e["kind"] == "flag" and e["type"] == "liveness_failed", what="liveness flag")
+    down.unlink()
+    h.wait_event(lambda e: e["kind"] == "started" and e["attempt"] == 2, what="second attempt")
+    h.wait_event(lambda e: e["kind"] == "ready" and e["seq"] > 5, what="ready again")
+    h.terminate()
+    assert h.wait() == 0
+    ev = h.events()
+    first_exit = next(e for e in ev if e["kind"] == "exited")
+    assert first_exit["signal"] == "SIGTERM"
+    rs = next(e for e in ev if e["kind"] == "restart_scheduled")
+    assert "liveness probe failed 2 times" in rs["reason"]
+
+
+def test_tree_kill_sigterm_ignoring_child_and_setsid_grandchild(tmp_path, headless):
+    pidfile = tmp_path / "pids"
+    cfg = write_config(tmp_path, f"""
+        components:
+          tree:
+            command: ["{{py}}", "{{scripts}}/tree.py", "{pidfile}"]
+            stop: {{timeout: 1}}
+    """)
+    h = headless(cfg)
+    wait_for(pidfile.exists, what="tree pids")
+    pids = [int(x) for x in pidfile.read_text().split()]
+    assert all(pid_alive(p) for p in pids)
+    t0 = time.monotonic()
+    h.terminate(signal.SIGTERM)
+    assert h.wait(30) == 0
+    elapsed = time.monotonic() - t0
+    wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=5, what="tree gone")
+    assert elapsed >= 0.9  # SIGTERM was ignored, SIGKILL came after stop.timeout
+    ev = h.events()
+    assert [e for e in ev if e["kind"] == "exited"][0]["signal"] == "SIGKILL"
+
+
+def test_leftover_descendants_are_ended_before_restart(tmp_path, headless):
+    """The root exits but leaves a setsid grandchild; the next attempt starts only once it is gone."""
+    pidfile = tmp_path / "orphan"
+    script = tmp_path / "leaver.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'], start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'a').write(str(g.pid) + '\\n')\n"
+        "time.sleep(0.5)\n"
+        "sys.exit(1)\n")
+    cfg = write_config(tmp_path, f"""
+        components:
+          w:
+            command: ["{{py}}", "{script}"]
+            restart: {{max_restarts: 1, backoff: {{initial: 0.1}}}}
+            stop: {{timeout: 1}}
+    """)
+    h = headless(cfg)
+    assert h.wait(30) == 1
+    orphans = [int(x) for x in pidfile.read_text().split()]
+    assert len(orphans) == 2
+    assert not any(pid_alive(p) for p in orphans)
+
+
+def test_sigterm_to_supervisor_leaves_no_process(tmp_path, headless):
+    port = free_port()
+    cfg = write_config(tmp_path, f"""
+        components:
+          server:
+            command: ["{{py}}", "{{scripts}}/http_server.py", "{port}", "{tmp_path}/down"]
+            ready: {{tcp: "127.0.0.1:{port}", timeout: 10, interval: 0.1}}
+          a:
+            command: ["{{py}}", "-c", "import time; time.sleep(300)"]
+            depends_on: {{server: ready}}
+          b:
+            command: sh -c 'sleep 300 & sleep 300'
+            depends_on: [a]
+    """)
+    h = headless(cfg)
+    h.wait_event(lambda e: e["kind"] == "started" and e["component"] == "b", what="b started")
+    time.sleep(0.3)
+    pids = [e["pid"] for e in h.events() if e["kind"] == "started"]
+    h.terminate()
+    assert h.wait(30) == 0
+    assert not any(pid_alive(p) for p in pids)
+    import psutil
+    marked = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("RLSUP_RUN_DIR") == str(h.run_dir):
+                marked.append(p)
+        except psutil.Error:
+            pass
+    assert marked == []
+    ev = h.events()
+    # reverse dependency order: b stopped before a, a before server
+    stopped = [e["component"] for e in ev if e["kind"] == "stopped"]
+    assert stopped == ["b", "a", "server"]
+
+
+def test_exit_on_end_stops_the_rest(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        components:
+          forever:
+            command: ["{py}", "-c", "import time; time.sleep(300)"]
+          trainer:
+            command: ["{py}", "{scripts}/crash.py", "--code", "0"]
+            depends_on: [forever]
+            exit_on_end: true
+    """)
+    h = headless(cfg)
+    assert h.wait() == 0
+    ev = h.events()
+    assert [e["kind"] for e in ev if e["component"] == "forever"][-1] == "stopped"
+
+
+def test_second_supervisor_on_same_run_dir_is_refused(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        components:
+          forever:
+            command: ["{py}", "-c", "import time; time.sleep(300)"]
+    """)
+    h1 = headless(cfg)
+    h1.wait_event(lambda e: e["kind"] == "started", what="started")
+    h2 = headless(cfg)
+    assert h2.wait() == 1
+    assert "owned by a live supervisor" in h2.output
+    assert kinds(h1.events()).count("run_started") == 1
+
+
+def test_leftovers_of_a_dead_supervisor_are_ended(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        components:
+          forever:
+            command: ["{py}", "-c", "import time; time.sleep(300)"]
+    """)
+    h1 = headless(cfg)
+    pid = h1.wait_event(lambda e: e["kind"] == "started", what="started")["pid"]
+    h1.terminate(signal.SIGKILL)
+    h1.wait()
+    assert pid_alive(pid)  # the supervisor died hard; its child lives on
+    h2 = headless(cfg)
+    e = h2.wait_event(lambda e: e["kind"] == "leftovers", what="leftovers event")
+    assert pid in e["pids"]
+    assert e["by"].startswith("supervisor pid")
+    wait_for(lambda: not pid_alive(pid), timeout=15, what="leftover ended")
+    h2.wait_event(lambda e: e["kind"] == "started" and e["pid"] != pid, what="a fresh start")
+    h2.terminate()
+    assert h2.wait() == 0
+    assert "found 1 process(es) left by supervisor pid" in h2.output
