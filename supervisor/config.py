@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 Path_ = tuple[str | int, ...]
 Condition = Literal["started", "ready", "completed"]
@@ -177,8 +185,8 @@ def _scalar_to_str(v: Any) -> Any:
 
 
 class Component(_Model):
+    shell: bool = False  # before `command`: its validator reads it
     command: str | list[str]
-    shell: bool = False
     cwd: str | None = None
     env: dict[str, str] = {}
     gpus: list[int] | None = None
@@ -212,9 +220,14 @@ class Component(_Model):
 
     @field_validator("command")
     @classmethod
-    def _non_empty(cls, v: str | list[str]) -> str | list[str]:
+    def _non_empty(cls, v: str | list[str], info: ValidationInfo) -> str | list[str]:
         if (isinstance(v, str) and not v.strip()) or (isinstance(v, list) and not v):
             raise ValueError("command is empty")
+        if isinstance(v, str) and not info.data.get("shell"):
+            try:
+                shlex.split(v)
+            except ValueError as e:
+                raise ValueError(f"cannot split command like a shell would: {e}") from None
         return v
 
     def argv(self) -> list[str]:
@@ -549,7 +562,7 @@ def _pydantic_problems(e: ValidationError, doc: _Doc, file: str) -> list[Problem
             line, col = doc.pos(loc[:-1])
             out.append(Problem(file, line, col, loc[:-1], f"missing required key {loc[-1]!r}"))
             continue
-        if "input" in err and etype not in ("model_type",) and not isinstance(err["input"], dict | list):
+        if "input" in err and etype not in ("model_type", "value_error") and not isinstance(err["input"], dict | list):
             msg += f" (got {err['input']!r})"
         line, col = doc.pos(loc)
         out.append(Problem(file, line, col, loc, msg))
@@ -573,12 +586,6 @@ def _semantic_problems(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
         base: Path_ = ("components", n)
         if not NAME_RE.match(n):
             yield at(base, f"component name {n!r} must be letters, digits, '-', '_' or '.'", key=True)
-        try:
-            argv = c.argv()
-            if not argv:
-                yield at(base + ("command",), "command is empty")
-        except ValueError as e:
-            yield at(base + ("command",), f"cannot split command like a shell would: {e}")
         for dep in c.depends_on:
             if dep not in cfg.components:
                 close = difflib.get_close_matches(dep, names, n=1)

@@ -7,17 +7,17 @@ output, and the scan stays in C.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .presets import dict_number, number, parse_dict
+from .presets import safe_name as metric_name
+
 # How many observations per chunk get full metric extraction; a flood of step lines in one
 # chunk keeps only the newest ones (gauges are latest-wins; ~64 KiB is milliseconds of output).
 MAX_OBS_PER_CHUNK = 64
-_NAME_RE = re.compile(r"[^A-Za-z0-9_]+")
-_NUM_RE = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 
 
 def preset_names() -> tuple[str, ...]:
@@ -26,8 +26,6 @@ def preset_names() -> tuple[str, ...]:
     return tuple(PRESETS)
 
 
-def metric_name(raw: str) -> str:
-    return _NAME_RE.sub("_", raw).strip("_").lower()
 
 
 @dataclass(frozen=True)
@@ -81,19 +79,16 @@ class ProgressMatcher:
         step = total = None
         metrics: dict[str, float] = {}
         if ex.kind == "pydict":
-            try:
-                d = ast.literal_eval(m.group("dict"))
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                return None
-            if not isinstance(d, dict):
+            d = parse_dict(m.group("dict"))
+            if d is None:
                 return None
             for k, v in d.items():
-                if isinstance(v, bool) or not isinstance(v, int | float):
+                if k in ("step", "global_step") and isinstance(v, int) and not isinstance(v, bool):
+                    step = v
                     continue
-                if k in ("step", "global_step"):
-                    step = int(v)
-                else:
-                    metrics[metric_name(str(k))] = float(v)
+                f = dict_number(v)
+                if f is not None:
+                    metrics[metric_name(str(k))] = f
         else:
             for k, v in m.groupdict().items():
                 if v is None:
@@ -102,16 +97,15 @@ class ProgressMatcher:
                     step = int(float(v))
                 elif k == "total":
                     total = int(float(v))
-                elif _NUM_RE.match(v):
-                    metrics[metric_name(k)] = float(v)
+                elif (f := number(v)) is not None:
+                    metrics[metric_name(k)] = f
         if ex.keys is not None:
             end = text.find("\n", m.end())
             rest = text[m.end(): end if end >= 0 else len(text)]
             for km in ex.keys.finditer(rest):
-                try:
-                    metrics[metric_name(km.group(1))] = float(km.group(2))
-                except (ValueError, IndexError):
-                    continue
+                f = number(km.group("value"))
+                if f is not None:
+                    metrics[metric_name(km.group("key"))] = f
         if step is None and total is None and not metrics:
             return None
         return Observation(step, total, metrics)

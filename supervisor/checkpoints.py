@@ -1,0 +1,545 @@
+"""Latest-complete-checkpoint discovery for the checkpoint layouts of common RL stacks.
+
+Pure library: it only reads the file system (``os.scandir``/``stat``/small marker files) and never
+writes, so the supervisor can call it on every restart. Nothing here raises for a missing or odd
+directory; what could not be trusted is reported in ``Discovery.skipped`` and ``Discovery.problems``.
+
+A checkpoint counts as *complete* when
+
+* its name is not a temporary name (``*.tmp``, ``tmp-*``, ``*.partial`` ...),
+* it is not empty and holds no temporary file (unless a completion marker vouches for it),
+* the layout's completion marker is there where the layout has one, and
+* nothing in it was modified within ``settle_s`` seconds of ``now`` (a writer may still be busy).
+
+Layouts (what each framework really writes; sources are the upstream files named below):
+
+``prime-rl``
+    ``<output_dir>/checkpoints/step_{N}/`` (PrimeIntellect-ai/prime-rl src/prime_rl/utils/utils.py
+    ``get_ckpt_dir``/``get_step_path``). Inside: ``trainer/`` written by torch.distributed.checkpoint
+    (``.metadata`` is written last by DCP), ``orchestrator/progress.pt``, and a ``STABLE`` file touched
+    after a finished save (src/prime_rl/trainer/ckpt.py ``save_stateful``/``WeightCheckpointManager``,
+    utils.py ``get_stable_ckpt_steps``). Some versions name the per-component last files explicitly
+    (``CKPT_COMPLETE_MARKERS = {"trainer": ".metadata", "orchestrator": "progress.pt"}``).
+    rlsup's own reference trainer writes the same ``step_{N}`` shape with a marker written last.
+``verl``
+    ``<default_local_dir>/global_step_{N}/{actor,critic,...}`` then ``data.pt`` (dataloader state),
+    then ``<default_local_dir>/latest_checkpointed_iteration.txt`` holding N, written last "for atomic
+    usage" (volcengine/verl verl/trainer/ppo/ray_trainer.py ``_save_checkpoint``;
+    verl/utils/checkpoint/checkpoint_manager.py ``find_latest_ckpt_path``). With ``async_save`` the
+    tracker is not written; ``data.pt`` is then the in-directory marker.
+``hf`` (Transformers Trainer / TRL)
+    ``<output_dir>/checkpoint-{N}/`` with ``trainer_state.json`` written after model, optimizer,
+    scheduler and RNG state (huggingface/transformers src/transformers/trainer.py ``_save_checkpoint``);
+    transformers 4.35-4.36 staged saves in ``tmp-checkpoint-{N}`` and renamed.
+``areal``
+    ``{fileroot}/checkpoints/{user}/{experiment}/{trial}/`` holds ``recover_info/`` (``step_info.json``
+    with the 0-based ``global_step`` of the recover point, plus saver/evaluator/stats_logger/checkpoint
+    ``_info.json`` and ``dataloader_info.pkl``) and one folder per model name (``default``, ``actor``
+    ...) containing ``recover_checkpoint/`` (overwritten in place by every recover dump) and the
+    weight-only periodic saves ``epoch{E}epochstep{S}globalstep{G}/`` (inclusionAI/AReaL
+    areal/utils/recover.py ``RecoverInfo.dump``/``RecoverHandler.recover_info_path``,
+    areal/utils/saver.py ``get_save_root``/``get_model_save_path``/``get_recover_checkpoint_path``).
+    ``latest`` is the recover point from ``step_info.json`` (what AReaL itself resumes from), even if a
+    newer weight-only ``globalstep`` folder exists; those are listed in ``checkpoints`` for ``find``.
+``glob``
+    Any entry under the root whose name (or relative path, if the pattern contains ``/``) fully matches
+    ``step_pattern``; the step is the named group ``step`` or else the first group.
+``auto``
+    ``step_pattern`` given -> ``glob``; else the first of areal, verl, hf, prime-rl whose signature is
+    present. Nothing recognisable (for example a run that has not saved yet) -> ``layout`` None.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+LAYOUTS = ("auto", "areal", "prime-rl", "verl", "hf", "glob")
+
+# Files that say "this checkpoint finished" in some stack; any one of them at the top of a checkpoint
+# directory is accepted. STABLE is prime-rl's; the rest are common conventions (and candidates for
+# rlsup's reference trainer, whose marker name is not fixed yet -- pass `markers=` to add one).
+GENERIC_MARKERS = (
+    "STABLE",
+    "COMPLETE",
+    "COMPLETED",
+    "DONE",
+    "_SUCCESS",
+    ".complete",
+    ".completed",
+    ".done",
+    ".finished",
+    "complete",
+    "done",
+)
+
+_TEMP_SUFFIXES = (".tmp", ".temp", ".partial", ".part", ".incomplete", ".inprogress", ".writing", "~")
+_TEMP_PREFIXES = ("tmp-", "tmp_", "tmp.", ".tmp", "temp-", "temp_", ".~")
+
+_PRIME_RE = re.compile(r"step_(\d+)")
+_VERL_RE = re.compile(r"global_step_(\d+)")
+_HF_RE = re.compile(r"checkpoint-(\d+)")
+_AREAL_RE = re.compile(r"epoch(\d+)epochstep(\d+)globalstep(\d+)")
+
+_VERL_TRACKER = "latest_checkpointed_iteration.txt"
+_VERL_MARKER = "data.pt"
+_HF_MARKER = "trainer_state.json"
+# prime-rl component sub-checkpoints and the file each writes last.
+_PRIME_COMPONENT_MARKERS = {"trainer": (".metadata", "STABLE"), "orchestrator": ("progress.pt", "STABLE")}
+_AREAL_RECOVER_FILES = (
+    "step_info.json",
+    "saver_info.json",
+    "evaluator_info.json",
+    "stats_logger_info.json",
+    "checkpoint_info.json",
+    "dataloader_info.pkl",
+)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One complete checkpoint: its step, absolute path, concrete layout and newest mtime in it."""
+
+    step: int
+    path: str
+    layout: str
+    mtime: float
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Result of one scan. ``checkpoints`` holds complete ones only, ascending by step."""
+
+    latest: Checkpoint | None
+    layout: str | None
+    checkpoints: tuple[Checkpoint, ...]
+    skipped: tuple[tuple[str, str], ...]
+    problems: tuple[str, ...]
+
+
+def is_temp_name(name: str) -> bool:
+    """True for names writers use while a file or directory is not finished yet."""
+    low = name.lower()
+    return low.endswith(_TEMP_SUFFIXES) or low.startswith(_TEMP_PREFIXES) or ".tmp." in low
+
+
+# ---------------------------------------------------------------------------------------------
+# small file-system helpers (never raise)
+
+
+@dataclass(frozen=True)
+class _TreeInfo:
+    newest: float  # newest mtime of the entry and everything below it
+    files: int  # regular files below (0 -> empty)
+    temp: str | None  # first temporary-named entry found below, relative path
+
+
+def _tree_info(path: Path) -> _TreeInfo:
+    try:
+        st = path.stat()
+    except OSError:
+        return _TreeInfo(0.0, 0, None)
+    if not path.is_dir():
+        return _TreeInfo(st.st_mtime, 1 if st.st_size > 0 else 0, None)
+    newest, files, temp = st.st_mtime, 0, None
+    stack = [path]
+    while stack:
+        d = stack.pop()
+        try:
+            it = os.scandir(d)
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                try:
+                    est = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                newest = max(newest, est.st_mtime)
+                if temp is None and is_temp_name(e.name):
+                    temp = os.path.relpath(e.path, path)
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(Path(e.path))
+                else:
+                    files += 1
+    return _TreeInfo(newest, files, temp)
+
+
+def _listdir(path: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _age_reason(newest: float, now: float, settle_s: float) -> str | None:
+    age = now - newest
+    if age < 0:
+        return f"still being written: modified {-age:.1f} s in the future (clock skew?)"
+    if age < settle_s:
+        return f"still being written: modified {age:.1f} s ago"
+    return None
+
+
+class _Scan:
+    """Accumulates the outcome of one discover() call."""
+
+    def __init__(self, layout: str, now: float, settle_s: float, markers: Sequence[str]) -> None:
+        self.layout = layout
+        self.now = now
+        self.settle_s = settle_s
+        self.markers = tuple(markers)
+        self.found: dict[int, Checkpoint] = {}
+        self.skipped: list[tuple[str, str]] = []
+        self.problems: list[str] = []
+
+    def skip(self, path: Path, reason: str) -> None:
+        self.skipped.append((str(path), reason))
+
+    def add(self, step: int, path: Path, newest: float) -> None:
+        prev = self.found.get(step)
+        if prev is None or newest > prev.mtime:
+            self.found[step] = Checkpoint(step, str(path), self.layout, newest)
+
+    def marker_in(self, path: Path) -> str | None:
+        if not path.is_dir():
+            return None
+        for name in self.markers:
+            if (path / name).is_file():
+                return name
+        return None
+
+    def accept(
+        self,
+        step: int,
+        path: Path,
+        *,
+        marker: str | None,
+        require_marker: str | None = None,
+    ) -> bool:
+        """Apply the common completeness rules; ``require_marker`` names what is missing, if any."""
+        if is_temp_name(path.name):
+            self.skip(path, f"temporary name {path.name!r}: still being written")
+            return False
+        info = _tree_info(path)
+        if info.files == 0:
+            self.skip(path, "empty" + (" directory" if path.is_dir() else " file"))
+            return False
+        if require_marker is not None:
+            self.skip(path, f"no completion marker: {require_marker}")
+            return False
+        if marker is None and info.temp is not None:
+            self.skip(path, f"contains temporary file {info.temp!r}: still being written")
+            return False
+        reason = _age_reason(info.newest, self.now, self.settle_s)
+        if reason is not None:
+            self.skip(path, reason)
+            return False
+        self.add(step, path, info.newest)
+        return True
+
+    def result(self, latest: Checkpoint | None = None, *, use_newest: bool = True) -> Discovery:
+        cks = tuple(self.found[s] for s in sorted(self.found))
+        if latest is None and use_newest and cks:
+            latest = cks[-1]
+        return Discovery(latest, self.layout, cks, tuple(self.skipped), tuple(self.problems))
+
+
+# ---------------------------------------------------------------------------------------------
+# layouts
+
+
+def _steps_in(root: Path, regex: re.Pattern[str], group: int = 1) -> list[tuple[int, Path]]:
+    """(step, path) for entries of ``root`` whose name is ``regex`` possibly wrapped in a temp name."""
+    out = []
+    for e in _listdir(root):
+        m = regex.search(e.name)
+        if m is None:
+            continue
+        # exact name, or the exact name inside a temporary name (tmp-checkpoint-5, step_5.tmp)
+        core = m.group(0)
+        if e.name != core and not (is_temp_name(e.name) and core in e.name):
+            continue
+        out.append((int(m.group(group)), Path(e.path)))
+    return out
+
+
+def _scan_prime(root: Path, scan: _Scan) -> Discovery:
+    base = root
+    if not _steps_in(root, _PRIME_RE) and (root / "checkpoints").is_dir():
+        base = root / "checkpoints"
+    entries = _steps_in(base, _PRIME_RE)
+    marks = {p: scan.marker_in(p) for _, p in entries}
+    # Once any checkpoint here carries a marker, the writer uses markers: one without is unfinished.
+    uses_markers = any(marks.values())
+    for step, path in entries:
+        marker = marks[path]
+        missing = None
+        if marker is None and path.is_dir():
+            comps = [c for c in _PRIME_COMPONENT_MARKERS if (path / c).is_dir()]
+            for comp in comps:
+                names = _PRIME_COMPONENT_MARKERS[comp]
+                if not any((path / comp / n).is_file() for n in names):
+                    missing = f"{comp}/{names[0]} missing"
+                    break
+            if missing is None and comps:
+                marker = f"{comps[0]}/{_PRIME_COMPONENT_MARKERS[comps[0]][0]}"
+            elif missing is None and uses_markers:
+                missing = f"none of {', '.join(scan.markers[:3])}... (other checkpoints here have one)"
+        scan.accept(step, path, marker=marker, require_marker=missing)
+    return scan.result()
+
+
+def _read_verl_tracker(path: Path) -> int:
+    text = path.read_text(encoding="utf-8", errors="strict")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return int(first)  # ValueError on garbage or empty
+
+
+def _scan_verl(root: Path, scan: _Scan) -> Discovery:
+    entries = _steps_in(root, _VERL_RE)
+    tracker_path = root / _VERL_TRACKER
+    tracked: int | None = None
+    if tracker_path.is_file():
+        try:
+            tracked = _read_verl_tracker(tracker_path)
+        except (OSError, ValueError, IndexError, UnicodeDecodeError) as exc:
+            scan.problems.append(
+                f"{_VERL_TRACKER} is corrupt ({_short(exc)}); not trusted; falling back to the "
+                f"directory scan (global_step_N counts only with {_VERL_MARKER}, written after the "
+                "model shards, and settled)"
+            )
+        else:
+            if not any(s == tracked for s, p in entries if not is_temp_name(p.name)):
+                scan.problems.append(
+                    f"{_VERL_TRACKER} names step {tracked} but global_step_{tracked} is missing"
+                )
+    for step, path in entries:
+        marker = _VERL_MARKER if (path / _VERL_MARKER).is_file() else None
+        if tracked is not None and step > tracked and not is_temp_name(path.name):
+            scan.skip(path, f"newer than {_VERL_TRACKER} ({tracked}): still being written or abandoned")
+            continue
+        if tracked is not None:
+            # The tracker is written after the whole step directory: it vouches for steps <= it.
+            scan.accept(step, path, marker=marker or _VERL_TRACKER)
+        else:
+            scan.accept(
+                step, path, marker=marker, require_marker=None if marker else f"{_VERL_MARKER} missing"
+            )
+    return scan.result()
+
+
+def _scan_hf(root: Path, scan: _Scan) -> Discovery:
+    for step, path in _steps_in(root, _HF_RE):
+        state = path / _HF_MARKER
+        if is_temp_name(path.name) or not state.is_file():
+            scan.accept(
+                step,
+                path,
+                marker=None,
+                require_marker=None if is_temp_name(path.name) else f"{_HF_MARKER} missing",
+            )
+            continue
+        try:
+            data = json.loads(state.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            rel = f"{path.name}/{_HF_MARKER}"
+            scan.problems.append(
+                f"{rel} is corrupt ({_short(exc)}); not trusted; {path.name} skipped, older "
+                "checkpoints are independent and still used"
+            )
+            scan.skip(path, f"{_HF_MARKER} is corrupt")
+            continue
+        gs = data.get("global_step")
+        if isinstance(gs, int) and gs != step:
+            scan.problems.append(f"{path.name}/{_HF_MARKER} says global_step {gs}; using the name's {step}")
+        scan.accept(step, path, marker=_HF_MARKER)
+    return scan.result()
+
+
+def _areal_roots(root: Path) -> tuple[Path, list[Path]]:
+    """(save_root holding recover_info, folders to scan for epoch*globalstep* saves)."""
+    if (root / "recover_info").is_dir() or not (root.parent / "recover_info").is_dir():
+        save_root = root
+        folders = [root] + [Path(e.path) for e in _listdir(root) if e.is_dir() and e.name != "recover_info"]
+    else:  # root is a model-name folder such as .../trial/default
+        save_root = root.parent
+        folders = [root]
+    return save_root, folders
+
+
+def _scan_areal(root: Path, scan: _Scan) -> Discovery:
+    save_root, folders = _areal_roots(root)
+    for folder in folders:
+        for step, path in _steps_in(folder, _AREAL_RE, group=3):
+            scan.accept(step, path, marker=None)
+
+    info_dir = save_root / "recover_info"
+    step_info = info_dir / "step_info.json"
+    if not step_info.exists():
+        return scan.result()
+    fallback = (
+        "falling back to the newest settled epoch*globalstep* folder (weights only, no optimizer state)"
+    )
+    try:
+        data = json.loads(step_info.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("global_step"), int):
+            raise ValueError("no integer global_step")
+    except (OSError, ValueError) as exc:
+        scan.problems.append(
+            f"recover_info/step_info.json is corrupt ({_short(exc)}); not trusted; {fallback}"
+        )
+        return scan.result()
+    g = data["global_step"]
+    if g < 0 or (isinstance(data.get("epoch"), int) and data["epoch"] < 0):
+        scan.problems.append(
+            f"recover_info/step_info.json has global_step {g}: not a recover point; {fallback}"
+        )
+        return scan.result()
+    missing = [n for n in _AREAL_RECOVER_FILES if not (info_dir / n).is_file()]
+    recover_ckpts = [
+        Path(e.path) / "recover_checkpoint"
+        for e in _listdir(save_root)
+        if e.is_dir() and (Path(e.path) / "recover_checkpoint").is_dir()
+    ]
+    newest = max([_tree_info(info_dir).newest] + [_tree_info(p).newest for p in recover_ckpts])
+    reason = _age_reason(newest, scan.now, scan.settle_s)
+    if missing:
+        scan.skip(info_dir, f"recover point {g} incomplete: {', '.join(missing)} missing")
+        scan.problems.append(f"recover_info lacks {', '.join(missing)}; not trusted; {fallback}")
+        return scan.result()
+    if reason is not None:
+        scan.skip(info_dir, f"recover point {g} {reason}")
+        scan.problems.append(f"recover_info is {reason}; {fallback}")
+        return scan.result()
+    if recover_ckpts:
+        path = next((p for p in recover_ckpts if p.parent.name in ("default", "actor")), recover_ckpts[0])
+    elif g in scan.found:
+        path = Path(scan.found[g].path)
+    else:
+        path = info_dir
+    latest = Checkpoint(g, str(path), "areal", newest)
+    scan.found[g] = latest
+    return scan.result(latest)
+
+
+def _scan_glob(root: Path, scan: _Scan, pattern: str) -> Discovery:
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        scan.problems.append(f"step_pattern {pattern!r} is not a valid regex ({exc})")
+        return scan.result()
+    group: str | int = "step" if "step" in rx.groupindex else 1
+    if rx.groups < 1:
+        scan.problems.append(f"step_pattern {pattern!r} has no group for the step")
+        return scan.result()
+    depth = pattern.count("/")
+    candidates: list[tuple[int, Path]] = []
+    level = [root]
+    for _ in range(depth):
+        level = [Path(e.path) for d in level for e in _listdir(d) if e.is_dir()]
+    for d in level:
+        for e in _listdir(d):
+            rel = Path(e.path).relative_to(root).as_posix()
+            m = rx.fullmatch(rel)
+            if m is None or m.group(group) is None:
+                continue
+            try:
+                candidates.append((int(m.group(group)), Path(e.path)))
+            except ValueError:
+                scan.problems.append(f"{rel}: step group {m.group(group)!r} is not an integer")
+    marks = {p: scan.marker_in(p) for _, p in candidates}
+    uses_markers = any(marks.values())
+    for step, path in candidates:
+        missing = None
+        if uses_markers and marks[path] is None and path.is_dir():
+            missing = "none (other checkpoints here have one)"
+        scan.accept(step, path, marker=marks[path], require_marker=missing)
+    return scan.result()
+
+
+def _detect(root: Path) -> str | None:
+    names = [e.name for e in _listdir(root)]
+    if (root / "recover_info" / "step_info.json").exists() or (root.parent / "recover_info").is_dir():
+        return "areal"
+    if any(_AREAL_RE.fullmatch(n) for n in names) or any(
+        _AREAL_RE.fullmatch(e.name) for d in _listdir(root) if d.is_dir() for e in _listdir(Path(d.path))
+    ):
+        return "areal"
+    if _VERL_TRACKER in names or _steps_in(root, _VERL_RE):
+        return "verl"
+    if _steps_in(root, _HF_RE):
+        return "hf"
+    if _steps_in(root, _PRIME_RE) or _steps_in(root / "checkpoints", _PRIME_RE):
+        return "prime-rl"
+    return None
+
+
+def discover(
+    root: str | Path,
+    layout: str = "auto",
+    *,
+    step_pattern: str | None = None,
+    now: float | None = None,
+    settle_s: float = 5.0,
+    markers: Iterable[str] = (),
+) -> Discovery:
+    """Scan ``root`` for complete checkpoints of ``layout``; never raises for file-system state.
+
+    ``now`` defaults to ``time.time()``; anything modified within ``settle_s`` of it is skipped.
+    ``markers`` adds completion-marker file names to the known set (prime-rl and glob layouts).
+    Raises ValueError only for a bad ``layout`` or ``glob`` without ``step_pattern``.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown checkpoint layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+    if layout == "glob" and not step_pattern:
+        raise ValueError("layout 'glob' needs step_pattern (a regex with a 'step' group or one group)")
+    now = time.time() if now is None else now
+    path = Path(root).expanduser().absolute()
+    concrete: str | None = layout
+    if layout == "auto":
+        concrete = "glob" if step_pattern else (_detect(path) if path.is_dir() else None)
+    if not path.exists():
+        return Discovery(None, concrete, (), (), ())
+    if not path.is_dir():
+        return Discovery(None, concrete, (), (), (f"{path} is not a directory",))
+    if concrete is None:
+        return Discovery(None, None, (), (), ())
+    scan = _Scan(concrete, now, settle_s, tuple(markers) + GENERIC_MARKERS)
+    if concrete == "prime-rl":
+        return _scan_prime(path, scan)
+    if concrete == "verl":
+        return _scan_verl(path, scan)
+    if concrete == "hf":
+        return _scan_hf(path, scan)
+    if concrete == "areal":
+        return _scan_areal(path, scan)
+    return _scan_glob(path, scan, step_pattern or "")
+
+
+def find(
+    root: str | Path, layout: str = "auto", *, step: int | None = None, **kw: object
+) -> Checkpoint | None:
+    """The latest complete checkpoint, or the complete one at exactly ``step``; None if there is none."""
+    found = discover(root, layout, **kw)  # type: ignore[arg-type]
+    if step is None:
+        return found.latest
+    return next((c for c in found.checkpoints if c.step == step), None)
+
+
+def resume_args(template: Sequence[str], ckpt: Checkpoint) -> list[str]:
+    """``template`` with ``{step}`` and ``{checkpoint}`` replaced; other braces are left alone."""
+    return [a.replace("{step}", str(ckpt.step)).replace("{checkpoint}", ckpt.path) for a in template]

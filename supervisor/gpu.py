@@ -1,0 +1,730 @@
+"""GPU and host sampling: the one hardened boundary around NVML.
+
+Promises of this module:
+
+* Importing it never imports ``pynvml``; only :class:`NvmlSampler` does, lazily, on its first sample.
+* ``sample()`` never raises for anything NVML does. A failed query becomes ``None`` (shown as N/A),
+  a failed initialisation becomes a sample with ``backend="none"`` and a ``reason`` a human can act
+  on ("no NVIDIA driver found (libnvidia-ml.so.1 not loadable)"). "No GPU" is a value, not an error.
+* Samples are frozen dataclasses with a JSON-able :meth:`GpuSample.to_dict` (what ``rlsup status
+  --json`` puts under ``"gpus"``/``"host"``) and a matching :meth:`GpuSample.from_dict` for clients.
+* :func:`attribute`, :func:`foreign_holders` and :func:`held_by` are pure functions of a sample and
+  the supervisor's process trees, so GPU hygiene (issue 7) is testable with :class:`FakeSampler`.
+
+GPU indices are NVML indices (PCI bus order). A component's configured ``gpus`` only match them when
+its children enumerate devices the same way, i.e. with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+ENV_VAR = "RLSUP_GPU_SAMPLER"
+_MIB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding a GPU context; ``used_mb`` is None where NVML cannot tell (e.g. WDDM, MIG)."""
+
+    pid: int
+    used_mb: float | None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU at one instant. Every measurement is None when NVML could not provide it."""
+
+    index: int
+    name: str
+    uuid: str | None
+    util_pct: float | None
+    mem_used_mb: float | None
+    mem_total_mb: float | None
+    temp_c: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def mem_pct(self) -> float | None:
+        if self.mem_used_mb is None or not self.mem_total_mb:
+            return None
+        return 100.0 * self.mem_used_mb / self.mem_total_mb
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """Host CPU and RAM; ``mem_used_mb`` is total minus available (what htop/nvitop call used)."""
+
+    cpu_pct: float
+    cpu_count: int
+    mem_used_mb: float
+    mem_total_mb: float
+    load1: float
+
+    @property
+    def mem_pct(self) -> float:
+        return 100.0 * self.mem_used_mb / self.mem_total_mb if self.mem_total_mb else 0.0
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One sampling tick: every GPU (possibly none, then ``reason`` says why) plus host stats."""
+
+    ts: float
+    backend: str  # "nvml" | "fake" | "none"
+    gpus: tuple[GpuInfo, ...]
+    reason: str | None
+    host: HostInfo
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form; lists instead of tuples, keys named as the dataclass fields."""
+        return {
+            "ts": self.ts,
+            "backend": self.backend,
+            "reason": self.reason,
+            "gpus": [
+                {
+                    "index": g.index,
+                    "name": g.name,
+                    "uuid": g.uuid,
+                    "util_pct": g.util_pct,
+                    "mem_used_mb": g.mem_used_mb,
+                    "mem_total_mb": g.mem_total_mb,
+                    "temp_c": g.temp_c,
+                    "power_w": g.power_w,
+                    "power_limit_w": g.power_limit_w,
+                    "processes": [{"pid": p.pid, "used_mb": p.used_mb} for p in g.processes],
+                }
+                for g in self.gpus
+            ],
+            "host": {
+                "cpu_pct": self.host.cpu_pct,
+                "cpu_count": self.host.cpu_count,
+                "mem_used_mb": self.host.mem_used_mb,
+                "mem_total_mb": self.host.mem_total_mb,
+                "load1": self.host.load1,
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GpuSample:
+        """Inverse of :meth:`to_dict` (clients rebuild samples from the socket's JSON)."""
+        gpus = tuple(
+            GpuInfo(
+                **{k: v for k, v in g.items() if k != "processes"},
+                processes=tuple(GpuProcess(int(p["pid"]), p.get("used_mb")) for p in g.get("processes", ())),
+            )
+            for g in d.get("gpus", ())
+        )
+        return cls(
+            ts=float(d["ts"]),
+            backend=str(d["backend"]),
+            gpus=gpus,
+            reason=d.get("reason"),
+            host=HostInfo(**d["host"]),
+        )
+
+
+class GpuSampler(Protocol):
+    def sample(self) -> GpuSample: ...
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------------------------------------- host
+
+
+class HostStats:
+    """Host CPU/RAM/load. CPU percent is busy time since the previous call (psutil's interval=None
+    semantics), computed from our own ``cpu_times`` baseline so that other callers of
+    ``psutil.cpu_percent`` in the process cannot shorten our measuring window. Primed on creation."""
+
+    def __init__(self) -> None:
+        self._last = self._busy_total()
+
+    @staticmethod
+    def _busy_total() -> tuple[float, float]:
+        t = psutil.cpu_times()
+        total = sum(t)
+        # Linux counts guest time inside user/nice already; psutil subtracts it the same way.
+        total -= getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)
+        idle = t.idle + getattr(t, "iowait", 0.0)
+        return total - idle, total
+
+    def cpu_pct(self) -> float:
+        busy, total = self._busy_total()
+        last_busy, last_total = self._last
+        self._last = (busy, total)
+        d_total = total - last_total
+        if d_total <= 0:
+            return 0.0
+        return round(min(100.0, max(0.0, 100.0 * (busy - last_busy) / d_total)), 1)
+
+    def read(self) -> HostInfo:
+        vm = psutil.virtual_memory()
+        try:
+            load1 = os.getloadavg()[0]
+        except (OSError, AttributeError):  # not every platform has a load average
+            load1 = 0.0
+        return HostInfo(
+            cpu_pct=self.cpu_pct(),
+            cpu_count=psutil.cpu_count() or 1,
+            mem_used_mb=(vm.total - vm.available) / _MIB,
+            mem_total_mb=vm.total / _MIB,
+            load1=load1,
+        )
+
+
+# ---------------------------------------------------------------------------------------------- none
+
+
+class NoneSampler:
+    """No GPU backend: every sample has ``backend="none"``, no GPUs, ``reason``, and real host stats."""
+
+    def __init__(
+        self, reason: str = "GPU sampling disabled", *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.reason = reason
+        self._clock = clock
+        self._host = HostStats()
+
+    def sample(self) -> GpuSample:
+        return GpuSample(
+            ts=self._clock(), backend="none", gpus=(), reason=self.reason, host=self._host.read()
+        )
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------- nvml
+
+
+def nvml_failure_reason(exc: BaseException) -> str:
+    """Turn an NVML initialisation failure into a sentence that says what to do about it."""
+    if isinstance(exc, ImportError):
+        return "nvidia-ml-py (pynvml) is not installed"
+    name = type(exc).__name__
+    reasons = {
+        "NVMLError_LibraryNotFound": "no NVIDIA driver found (libnvidia-ml.so.1 not loadable)",
+        "NVMLError_DriverNotLoaded": "NVIDIA driver not loaded (kernel module missing?)",
+        "NVMLError_NoPermission": "no permission to access the NVIDIA driver (/dev/nvidia*)",
+        "NVMLError_LibRmVersionMismatch": "NVIDIA driver/library version mismatch (reload the driver or reboot)",
+        "NVMLError_FunctionNotFound": "NVIDIA driver too old for this nvidia-ml-py",
+        "NVMLError_GpuIsLost": "a GPU fell off the bus (GPU is lost)",
+    }
+    if name in reasons:
+        return reasons[name]
+    return f"NVML unavailable: {name.removeprefix('NVMLError_') or 'error'}: {exc}"
+
+
+class NvmlSampler:
+    """Samples GPUs through NVML. ``nvmlInit`` runs on the first sample, not on construction.
+
+    If initialisation fails the sample says ``backend="none"`` with :func:`nvml_failure_reason`; it is
+    retried at most every ``retry_init_s`` seconds (a driver can be loaded later, but the failed probe
+    should not cost a dlopen per tick). After a successful init every individual query that fails
+    (NotSupported on consumer cards, NoPermission for power, a lost GPU, ...) becomes None.
+    Thread-safe: one lock around sample() and close().
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.time, retry_init_s: float = 60.0) -> None:
+        self._clock = clock
+        self._retry_init_s = retry_init_s
+        self._host = HostStats()
+        self._lock = threading.Lock()
+        self._nvml: Any = None  # the pynvml module once initialised
+        self._init_failed_at: float | None = None
+        self.reason: str | None = None  # why the last init failed, if it did
+        self._handles: dict[int, Any] = {}
+
+    # -- lifecycle
+
+    def _ensure_init(self) -> bool:
+        if self._nvml is not None:
+            return True
+        now = time.monotonic()
+        if self._init_failed_at is not None and now - self._init_failed_at < self._retry_init_s:
+            return False
+        try:
+            import pynvml  # lazy: the headless core must import without it
+
+            pynvml.nvmlInit()
+        except Exception as exc:  # the boundary: nothing NVML does may escape
+            self.reason = nvml_failure_reason(exc)
+            self._init_failed_at = now
+            log.debug("NVML init failed: %r", exc)
+            return False
+        self._nvml = pynvml
+        self._init_failed_at = None
+        self.reason = None
+        self._handles.clear()
+        return True
+
+    def probe(self) -> str | None:
+        """Initialise now; return None when NVML works, else the reason it does not."""
+        with self._lock:
+            self._init_failed_at = None
+            return None if self._ensure_init() else self.reason
+
+    def close(self) -> None:
+        with self._lock:
+            if self._nvml is not None:
+                try:
+                    self._nvml.nvmlShutdown()
+                except Exception:  # shutting down a broken driver is not worth an error
+                    pass
+            self._nvml = None
+            self._handles.clear()
+
+    # -- queries
+
+    def _q(self, fn_name: str, *args: Any) -> Any:
+        """Call one NVML function; any failure is None (N/A). Uninitialized means the library went
+        away under us (e.g. someone called nvmlShutdown), so the next sample re-initialises."""
+        nv = self._nvml
+        try:
+            return getattr(nv, fn_name)(*args)
+        except Exception as exc:
+            if type(exc).__name__ == "NVMLError_Uninitialized":
+                self._nvml = None
+            return None
+
+    def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
+        nv = self._nvml
+        merged: dict[int, float | None] = {}
+        for fn, fallback in (
+            ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
+            ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
+        ):
+            try:
+                procs = getattr(nv, fn)(handle)
+            except Exception as exc:
+                # nvidia-ml-py 12+ calls the _v3 symbol, which drivers before 510 lack.
+                procs = (
+                    self._q(fallback, handle) if type(exc).__name__ == "NVMLError_FunctionNotFound" else None
+                )
+            for p in procs or ():
+                pid = getattr(p, "pid", None)
+                if pid is None:
+                    continue
+                used = getattr(p, "usedGpuMemory", None)
+                mb = used / _MIB if isinstance(used, (int, float)) else None
+                # A process with both a compute and a graphics context is listed twice; keep the
+                # larger figure rather than summing, since both report the same allocation.
+                prev = merged.get(int(pid))
+                merged[int(pid)] = mb if prev is None else (prev if mb is None else max(prev, mb))
+        return tuple(GpuProcess(pid, mb) for pid, mb in sorted(merged.items()))
+
+    def _gpu(self, index: int) -> GpuInfo:
+        handle = self._handles.get(index)
+        if handle is None:
+            handle = self._q("nvmlDeviceGetHandleByIndex", index)
+            if handle is None:
+                return GpuInfo(index, "N/A", None, None, None, None, None, None, None, ())
+            self._handles[index] = handle
+        nv = self._nvml
+        name = self._q("nvmlDeviceGetName", handle)
+        uuid = self._q("nvmlDeviceGetUUID", handle)
+        util = self._q("nvmlDeviceGetUtilizationRates", handle)
+        mem = self._q("nvmlDeviceGetMemoryInfo", handle)
+        temp = self._q("nvmlDeviceGetTemperature", handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        power = self._q("nvmlDeviceGetPowerUsage", handle)
+        limit = self._q("nvmlDeviceGetEnforcedPowerLimit", handle)
+        if limit is None:
+            limit = self._q("nvmlDeviceGetPowerManagementLimit", handle)
+        return GpuInfo(
+            index=index,
+            name=_text(name) or "N/A",
+            uuid=_text(uuid),
+            util_pct=_num(getattr(util, "gpu", None)),
+            mem_used_mb=_num(getattr(mem, "used", None), _MIB),
+            mem_total_mb=_num(getattr(mem, "total", None), _MIB),
+            temp_c=_num(temp),
+            power_w=_num(power, 1000.0),
+            power_limit_w=_num(limit, 1000.0),
+            processes=self._processes(handle),
+        )
+
+    def sample(self) -> GpuSample:
+        with self._lock:
+            ts = self._clock()
+            host = self._host.read()
+            if not self._ensure_init():
+                return GpuSample(ts=ts, backend="none", gpus=(), reason=self.reason, host=host)
+            count = self._q("nvmlDeviceGetCount")
+            if count is None:
+                return GpuSample(
+                    ts=ts, backend="nvml", gpus=(), reason="NVML could not count GPUs", host=host
+                )
+            gpus = tuple(self._gpu(i) for i in range(int(count)))
+            reason = None if gpus else "NVML reports no GPUs"
+            return GpuSample(ts=ts, backend="nvml", gpus=gpus, reason=reason, host=host)
+
+
+def _text(v: Any) -> str | None:
+    if v is None:
+        return None
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def _num(v: Any, divisor: float = 1.0) -> float | None:
+    # NVML signals "not available" with all-ones integers in some structs.
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v in (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF):
+        return None
+    return float(v) / divisor
+
+
+# ---------------------------------------------------------------------------------------------- fake
+
+
+# name, memory (MiB as NVML reports it), power limit (W)
+_MODELS: dict[str, tuple[str, float, float]] = {
+    "H100": ("NVIDIA H100 80GB HBM3", 81559.0, 700.0),
+    "H200": ("NVIDIA H200", 143771.0, 700.0),
+    "A100": ("NVIDIA A100-SXM4-80GB", 81920.0, 400.0),
+    "A40": ("NVIDIA A40", 46068.0, 300.0),
+    "A10": ("NVIDIA A10", 23028.0, 150.0),
+    "L4": ("NVIDIA L4", 23034.0, 72.0),
+    "L40S": ("NVIDIA L40S", 46068.0, 350.0),
+    "4090": ("NVIDIA GeForce RTX 4090", 24564.0, 450.0),
+}
+_SPEC_RE = re.compile(
+    r"^\s*(?:(\d+)\s*[xX]\s*(?=\S))?"  # optional count: "8x"
+    r"(\d+|\d*[A-Za-z][A-Za-z-]*\d[A-Za-z0-9-]*)?\s*$",  # a count alone, or a name holding a digit
+)
+_MAX_FAKE_GPUS = 256
+
+# Fixed host figures so snapshot tests of the fake backend are byte-stable.
+FAKE_HOST = HostInfo(
+    cpu_pct=23.5, cpu_count=64, mem_used_mb=131072.0, mem_total_mb=2 * 1024 * 1024.0, load1=7.25
+)
+
+
+@dataclass
+class _FakeGpu:
+    util_pct: float | None = 0.0
+    mem_used_mb: float | None = None  # None: base + sum of processes
+    processes: list[GpuProcess] = field(default_factory=list)
+
+
+class FakeSampler:
+    """Deterministic GPUs for tests, demos and snapshots. Nothing varies unless you set it.
+
+    ``mem_used_mb`` defaults to a small driver overhead plus the processes' memory, temperature and
+    power follow utilisation linearly. Host stats are :data:`FAKE_HOST` unless ``real_host=True``.
+    Setters are thread-safe, so a test can change processes while a :class:`SamplerThread` runs.
+    """
+
+    BASE_MEM_MB = 512.0
+
+    def __init__(
+        self,
+        count: int = 1,
+        model: str = "H100",
+        *,
+        util_pct: float | Sequence[float | None] = 0.0,
+        mem_used_mb: float | Sequence[float | None] | None = None,
+        processes: Mapping[int, Iterable[GpuProcess]] | None = None,
+        clock: Callable[[], float] = time.time,
+        real_host: bool = False,
+        host: HostInfo = FAKE_HOST,
+    ) -> None:
+        if count < 0:
+            raise ValueError("count must be >= 0")
+        key = model.upper()
+        self.name, self.mem_total_mb, self.power_limit_w = _MODELS.get(
+            key, (f"NVIDIA {model}", 24576.0, 300.0)
+        )
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._host_stats = HostStats() if real_host else None
+        self._host = host
+        self._gpus = [
+            _FakeGpu(util_pct=_pick(util_pct, i), mem_used_mb=_pick(mem_used_mb, i)) for i in range(count)
+        ]
+        for idx, procs in (processes or {}).items():
+            self._gpus[idx].processes = list(procs)
+
+    @classmethod
+    def from_spec(cls, spec: str, **kwargs: Any) -> FakeSampler:
+        """``"8xH100"``, ``"2"`` (two H100s), ``"A40"`` (one), ``"1x4090"``, ``"0"`` (no GPUs).
+
+        A bare number is always a count. A model is a known key or a letters-and-digits GPU name
+        ("B200", "RTX6000"); anything else raises ValueError so typos do not become fake GPUs.
+        """
+        m = _SPEC_RE.match(spec)
+        if not m:
+            raise ValueError(f"bad fake GPU spec {spec!r}: expected e.g. '8xH100', '2' or 'A40'")
+        count_s, model = m.group(1), m.group(2)
+        if count_s is None and model is not None and model.isdigit():
+            count_s, model = model, None
+        if (count_s is None and model is None) or (
+            model is not None and model.isdigit() and model not in _MODELS
+        ):
+            raise ValueError(f"bad fake GPU spec {spec!r}: expected e.g. '8xH100', '2' or 'A40'")
+        count = int(count_s) if count_s is not None else 1
+        if count > _MAX_FAKE_GPUS:
+            raise ValueError(
+                f"bad fake GPU spec {spec!r}: at most {_MAX_FAKE_GPUS} GPUs (a model: '1x{count}')"
+            )
+        return cls(count, model or "H100", **kwargs)
+
+    @property
+    def count(self) -> int:
+        return len(self._gpus)
+
+    def set_util(self, index: int, pct: float | None) -> None:
+        with self._lock:
+            self._gpus[index].util_pct = pct
+
+    def set_mem_used(self, index: int, mb: float | None) -> None:
+        with self._lock:
+            self._gpus[index].mem_used_mb = mb
+
+    def set_processes(self, index: int, processes: Iterable[GpuProcess]) -> None:
+        with self._lock:
+            self._gpus[index].processes = list(processes)
+
+    def sample(self) -> GpuSample:
+        with self._lock:
+            gpus = tuple(self._info(i, g) for i, g in enumerate(self._gpus))
+        host = self._host_stats.read() if self._host_stats is not None else self._host
+        return GpuSample(
+            ts=self._clock(),
+            backend="fake",
+            gpus=gpus,
+            reason=None if gpus else "fake backend with no GPUs",
+            host=host,
+        )
+
+    def _info(self, index: int, g: _FakeGpu) -> GpuInfo:
+        mem = g.mem_used_mb
+        if mem is None:
+            mem = (self.BASE_MEM_MB + sum(p.used_mb or 0.0 for p in g.processes)) if g.processes else 0.0
+        util = g.util_pct
+        return GpuInfo(
+            index=index,
+            name=self.name,
+            uuid=f"GPU-fake-{index:04d}",
+            util_pct=util,
+            mem_used_mb=min(mem, self.mem_total_mb),
+            mem_total_mb=self.mem_total_mb,
+            temp_c=None if util is None else round(30.0 + 0.5 * util, 1),
+            power_w=None if util is None else round(self.power_limit_w * (0.1 + 0.9 * util / 100.0), 1),
+            power_limit_w=self.power_limit_w,
+            processes=tuple(sorted(g.processes, key=lambda p: p.pid)),
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def _pick(v: float | Sequence[float | None] | None, i: int) -> float | None:
+    if v is None or isinstance(v, (int, float)):
+        return None if v is None else float(v)
+    return v[i] if i < len(v) else None
+
+
+# ----------------------------------------------------------------------------------------- factory
+
+
+def make_sampler(spec: str | None = None) -> GpuSampler:
+    """Build the sampler a spec names.
+
+    ``None``/``"auto"``: ``$RLSUP_GPU_SAMPLER`` if set, else NVML if it initialises, else a
+    :class:`NoneSampler` carrying the reason NVML gave. ``"nvml"``: NVML without fallback (its samples
+    carry the reason instead). ``"none"``. ``"fake:8xH100"`` / ``"fake:2"`` / ``"fake"``: FakeSampler.
+    An unknown spec raises ValueError (a usage error, reported before anything starts).
+    """
+    if spec is None or spec.strip().lower() == "auto":
+        env = os.environ.get(ENV_VAR, "").strip()
+        if env and env.lower() != "auto":
+            try:
+                return make_sampler(env)
+            except ValueError as exc:
+                raise ValueError(f"{ENV_VAR}: {exc}") from None
+        nvml = NvmlSampler()
+        reason = nvml.probe()
+        if reason is None:
+            return nvml
+        nvml.close()
+        return NoneSampler(reason)
+    kind, _, arg = spec.strip().partition(":")
+    kind = kind.lower()
+    if kind == "nvml" and not arg:
+        return NvmlSampler()
+    if kind == "none":
+        return NoneSampler(arg or "GPU sampling disabled")
+    if kind == "fake":
+        return FakeSampler.from_spec(arg or "1")
+    raise ValueError(f"unknown GPU sampler {spec!r}: expected auto, nvml, none, or fake[:NxMODEL]")
+
+
+# ------------------------------------------------------------------------------------- attribution
+
+
+def attribute(
+    sample: GpuSample,
+    trees: Mapping[str, Collection[int]],
+    assigned: Mapping[str, Sequence[int]],
+) -> dict[int, list[str]]:
+    """GPU index -> names of the components using it.
+
+    A component uses a GPU when one of its processes (``trees[name]``: every pid of its process tree)
+    holds memory there, or when its config assigns the GPU (``assigned[name]``: its ``gpus``). The
+    second matters in containers, where NVML reports host pids that never match the tree. Keys are
+    every GPU of the sample plus every assigned index; names keep the order components appear in
+    ``assigned`` then ``trees`` (config order) and are not repeated.
+    """
+    order = list(dict.fromkeys([*assigned, *trees]))
+    users: dict[int, set[str]] = {g.index: set() for g in sample.gpus}
+    for name, indices in assigned.items():
+        for i in indices:
+            users.setdefault(int(i), set()).add(name)
+    pid_owner = _pid_owner(trees)
+    for g in sample.gpus:
+        for p in g.processes:
+            owner = pid_owner.get(p.pid)
+            if owner is not None:
+                users[g.index].add(owner)
+    return {i: [n for n in order if n in names] for i, names in sorted(users.items())}
+
+
+def _pid_owner(trees: Mapping[str, Collection[int]]) -> dict[int, str]:
+    owner: dict[int, str] = {}
+    for name, pids in trees.items():
+        for pid in pids:
+            owner.setdefault(int(pid), name)
+    return owner
+
+
+def held_by(sample: GpuSample, pids: Collection[int]) -> dict[int, list[GpuProcess]]:
+    """GPU index -> those of ``pids`` that still hold a context there (GPUs with none are left out).
+    Restart hygiene waits until this is empty for the previous attempt's pids."""
+    wanted = set(pids)
+    out: dict[int, list[GpuProcess]] = {}
+    for g in sample.gpus:
+        hit = [p for p in g.processes if p.pid in wanted]
+        if hit:
+            out[g.index] = hit
+    return out
+
+
+def foreign_holders_by_gpu(
+    sample: GpuSample, trees: Mapping[str, Collection[int]], indices: Collection[int]
+) -> dict[int, list[GpuProcess]]:
+    """GPU index (of ``indices``) -> processes there that belong to no tree of this run."""
+    ours = set(_pid_owner(trees))
+    wanted = set(indices)
+    out: dict[int, list[GpuProcess]] = {}
+    for g in sample.gpus:
+        if g.index in wanted:
+            hit = [p for p in g.processes if p.pid not in ours]
+            if hit:
+                out[g.index] = hit
+    return out
+
+
+def foreign_holders(
+    sample: GpuSample, trees: Mapping[str, Collection[int]], indices: Collection[int]
+) -> list[GpuProcess]:
+    """Processes on GPUs ``indices`` that are in none of the run's process trees (issue 7: report them,
+    never kill them). One entry per pid, ordered by pid; a pid on several of those GPUs gets the sum
+    of its memory (None only when no GPU reported a figure)."""
+    total: dict[int, float | None] = {}
+    for procs in foreign_holders_by_gpu(sample, trees, indices).values():
+        for p in procs:
+            prev = total.get(p.pid)
+            if p.pid not in total:
+                total[p.pid] = p.used_mb
+            elif p.used_mb is not None:
+                total[p.pid] = p.used_mb + (prev or 0.0)
+    return [GpuProcess(pid, mb) for pid, mb in sorted(total.items())]
+
+
+# ------------------------------------------------------------------------------------------ thread
+
+
+class SamplerThread:
+    """Calls ``sampler.sample()`` every ``interval`` seconds on a daemon thread and hands each sample to
+    ``callback`` (the supervisor wraps ``loop.call_soon_threadsafe``). The first sample is taken at
+    once. A sample or callback that raises is logged and counted, and the next tick comes as usual.
+    :meth:`stop` wakes the thread through an Event, so it returns promptly; the sampler is closed on
+    the thread that used it when ``close_sampler`` is true. A wedged NVML call cannot hang shutdown:
+    stop() gives up after ``timeout`` and the daemon thread dies with the process."""
+
+    def __init__(
+        self,
+        sampler: GpuSampler,
+        callback: Callable[[GpuSample], None],
+        interval: float = 1.0,
+        *,
+        close_sampler: bool = True,
+        name: str = "rlsup-gpu-sampler",
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be > 0")
+        self.sampler = sampler
+        self.callback = callback
+        self.interval = interval
+        self._close_sampler = close_sampler
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.errors = 0
+        self.last_error: BaseException | None = None
+
+    def start(self) -> SamplerThread:
+        self._thread.start()
+        return self
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 2.0) -> bool:
+        """Ask the thread to finish and join it; True when it has ended within ``timeout``."""
+        self._stop.set()
+        if self._thread.ident is None:  # never started
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            next_at = time.monotonic()
+            while not self._stop.is_set():
+                try:
+                    s = self.sampler.sample()
+                    self.callback(s)
+                except Exception as exc:  # one bad tick must not end sampling for the run
+                    self.errors += 1
+                    self.last_error = exc
+                    log.warning("GPU sample failed: %r", exc)
+                # Fixed-rate schedule; after a slow tick, skip ahead instead of bursting.
+                next_at += self.interval
+                now = time.monotonic()
+                if next_at < now:
+                    next_at = now + self.interval
+                self._stop.wait(next_at - now)
+        finally:
+            if self._close_sampler:
+                try:
+                    self.sampler.close()
+                except Exception as exc:
+                    log.warning("closing GPU sampler failed: %r", exc)

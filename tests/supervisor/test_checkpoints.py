@@ -1,0 +1,418 @@
+"""Checkpoint discovery against real directory trees built the way each framework writes them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rlsup.supervisor.checkpoints import (
+    LAYOUTS,
+    Checkpoint,
+    discover,
+    find,
+    is_temp_name,
+    resume_args,
+)
+
+NOW = 1_700_000_000.0
+OLD = NOW - 3600.0
+
+
+_ROOT: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _test_root(tmp_path: Path):
+    _ROOT[:] = [tmp_path]
+    yield
+    _ROOT.clear()
+
+
+def write(path: Path, data: str | bytes = "x", mtime: float = OLD) -> Path:
+    """Write a file with the given mtime; its new parent folders get the old mtime, as on a settled disk."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data)
+    os.utime(path, (mtime, mtime))
+    parent = path.parent
+    while _ROOT and parent != _ROOT[0] and _ROOT[0] in parent.parents:
+        os.utime(parent, (OLD, OLD))
+        parent = parent.parent
+    return path
+
+
+def age_tree(root: Path, mtime: float = OLD) -> None:
+    """Give every entry under root (directories included) the same old mtime."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.utime(os.path.join(dirpath, name), (mtime, mtime))
+    os.utime(root, (mtime, mtime))
+
+
+def steps(d) -> list[int]:
+    return [c.step for c in d.checkpoints]
+
+
+def skipped_names(d) -> dict[str, str]:
+    return {Path(p).name: reason for p, reason in d.skipped}
+
+
+# ---------------------------------------------------------------------------------------------
+# prime-rl (and rlsup's reference trainer, which writes the same step_{N} shape)
+
+
+def prime_step(ckpts: Path, n: int, *, stable: bool = True, orch: bool = True) -> Path:
+    d = ckpts / f"step_{n}"
+    write(d / "trainer" / "__0_0.distcp", b"\0" * 64)
+    write(d / "trainer" / ".metadata", b"meta")
+    if orch:
+        write(d / "orchestrator" / "progress.pt", b"p")
+    if stable:
+        write(d / "STABLE", "")
+    return d
+
+
+def test_prime_rl_latest_complete_skips_half_written(tmp_path: Path) -> None:
+    out = tmp_path / "outputs"
+    ck = out / "checkpoints"
+    prime_step(ck, 10)
+    prime_step(ck, 20)
+    # step 30: DCP shards written, .metadata (written last by DCP) and STABLE not yet
+    write(ck / "step_30" / "trainer" / "__0_0.distcp", b"\0" * 64)
+    # step 40: complete files but still settling (fresh mtime)
+    fresh = prime_step(ck, 40)
+    write(fresh / "STABLE", "", mtime=NOW - 1.2)
+    (ck / "step_50").mkdir()  # empty
+    age_tree(ck / "step_50")
+    age_tree(ck / "step_30")
+
+    d = discover(out, "prime-rl", now=NOW)  # output dir: checkpoints/ is found below it
+    assert d.layout == "prime-rl"
+    assert steps(d) == [10, 20]
+    assert d.latest is not None and d.latest.step == 20
+    assert d.latest.path == str((ck / "step_20").absolute())
+    assert d.latest.layout == "prime-rl"
+    sk = skipped_names(d)
+    assert sk["step_30"].startswith("no completion marker")
+    assert "trainer/.metadata missing" in sk["step_30"]
+    assert sk["step_40"] == "still being written: modified 1.2 s ago"
+    assert sk["step_50"] == "empty directory"
+    assert d.problems == ()
+
+
+def test_prime_rl_component_markers_without_stable(tmp_path: Path) -> None:
+    ck = tmp_path / "checkpoints"
+    prime_step(ck, 5, stable=False)  # trainer/.metadata + orchestrator/progress.pt
+    d5 = prime_step(ck, 6, stable=False)
+    (d5 / "orchestrator" / "progress.pt").unlink()  # orchestrator not finished
+    age_tree(d5)
+    d = discover(ck, "prime-rl", now=NOW)
+    assert steps(d) == [5]
+    assert "orchestrator/progress.pt missing" in skipped_names(d)["step_6"]
+
+
+def test_reference_stack_marker_or_settled(tmp_path: Path) -> None:
+    """rlsup's trainer: files + a marker written last; unknown marker names need non-empty + settled."""
+    ck = tmp_path / "run" / "checkpoints"
+    write(ck / "step_1" / "model.pt", b"m")  # no marker anywhere in the tree: settled is enough
+    d = discover(tmp_path / "run", now=NOW)
+    assert d.layout == "prime-rl" and steps(d) == [1]
+
+    # Once any checkpoint carries a marker, one without it is an interrupted save.
+    write(ck / "step_2" / "model.pt", b"m")
+    write(ck / "step_2" / "COMPLETE", "")
+    write(ck / "step_3" / "model.pt", b"m")  # writer died before its marker
+    d = discover(ck, now=NOW)
+    assert steps(d) == [2]
+    sk = skipped_names(d)
+    assert sk["step_3"].startswith("no completion marker")
+    assert sk["step_1"].startswith("no completion marker")  # same rule: markers are in use here
+
+
+def test_marker_convention_rejects_old_unmarked_only_when_markers_in_use(tmp_path: Path) -> None:
+    ck = tmp_path / "checkpoints"
+    write(ck / "step_2" / "model.pt", b"m")
+    write(ck / "step_2" / "DONE", "")
+    write(ck / "step_3" / "model.pt", b"m")
+    d = discover(ck, now=NOW)
+    assert steps(d) == [2]
+    assert skipped_names(d)["step_3"].startswith("no completion marker")
+
+
+def test_custom_marker_and_temp_file_inside(tmp_path: Path) -> None:
+    ck = tmp_path / "checkpoints"
+    write(ck / "step_7" / "weights.bin", b"w")
+    write(ck / "step_7" / "weights.bin.tmp", b"w")  # rename has not happened yet
+    d = discover(ck, now=NOW)
+    assert steps(d) == []
+    assert "temporary file 'weights.bin.tmp'" in skipped_names(d)["step_7"]
+    write(ck / "step_8" / "weights.bin", b"w")
+    write(ck / "step_8" / "ckpt.ok", "")
+    d = discover(ck, now=NOW, markers=["ckpt.ok"])
+    assert steps(d) == [8]  # markers now in use: step_7 lacks one and has a temp file
+    assert d.latest is not None and d.latest.step == 8
+
+
+# ---------------------------------------------------------------------------------------------
+# verl
+
+
+def verl_step(root: Path, n: int, *, data: bool = True) -> Path:
+    d = root / f"global_step_{n}"
+    write(d / "actor" / "model_world_size_1_rank_0.pt", b"\0" * 32)
+    write(d / "actor" / "huggingface" / "config.json", "{}")
+    if data:
+        write(d / "data.pt", b"d")
+    return d
+
+
+def test_verl_tracker_is_trusted_and_newer_dirs_skipped(tmp_path: Path) -> None:
+    verl_step(tmp_path, 100)
+    verl_step(tmp_path, 200)
+    verl_step(tmp_path, 300, data=False)  # in progress: actor saved, data.pt and tracker not yet
+    write(tmp_path / "latest_checkpointed_iteration.txt", "200")
+    d = discover(tmp_path, now=NOW)
+    assert d.layout == "verl"
+    assert steps(d) == [100, 200]
+    assert d.latest is not None and d.latest.step == 200
+    assert "newer than latest_checkpointed_iteration.txt (200)" in skipped_names(d)["global_step_300"]
+    assert d.problems == ()
+
+
+def test_verl_corrupt_tracker_falls_back_to_data_pt_scan(tmp_path: Path) -> None:
+    verl_step(tmp_path, 100)
+    verl_step(tmp_path, 200)
+    verl_step(tmp_path, 300, data=False)
+    write(tmp_path / "latest_checkpointed_iteration.txt", "\x00\x00garbage")
+    d = discover(tmp_path, "verl", now=NOW)
+    assert steps(d) == [100, 200]
+    assert len(d.problems) == 1
+    p = d.problems[0]
+    assert p.startswith("latest_checkpointed_iteration.txt is corrupt (")
+    assert "not trusted" in p and "falling back to the directory scan" in p
+    assert skipped_names(d)["global_step_300"] == "no completion marker: data.pt missing"
+
+
+def test_verl_tracker_names_missing_dir(tmp_path: Path) -> None:
+    verl_step(tmp_path, 100)
+    write(tmp_path / "latest_checkpointed_iteration.txt", "150\n")
+    d = discover(tmp_path, "verl", now=NOW)
+    assert steps(d) == [100]
+    assert d.problems == ("latest_checkpointed_iteration.txt names step 150 but global_step_150 is missing",)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face Trainer / TRL
+
+
+def hf_step(root: Path, n: int, *, state: str | None = None) -> Path:
+    d = root / f"checkpoint-{n}"
+    write(d / "model.safetensors", b"\0" * 32)
+    write(d / "optimizer.pt", b"o")
+    write(d / "trainer_state.json", state if state is not None else json.dumps({"global_step": n}))
+    return d
+
+
+def test_hf_marker_temp_name_and_corrupt_state(tmp_path: Path) -> None:
+    hf_step(tmp_path, 500)
+    hf_step(tmp_path, 1000)
+    hf_step(tmp_path, 1500, state='{"global_step": 15')  # truncated JSON
+    d2000 = tmp_path / "checkpoint-2000"  # model written, trainer_state.json (last) not yet
+    write(d2000 / "model.safetensors", b"\0")
+    hf_step(tmp_path, 2500).rename(tmp_path / "tmp-checkpoint-2500")  # transformers 4.35 staging
+    d = discover(tmp_path, now=NOW)
+    assert d.layout == "hf"
+    assert steps(d) == [500, 1000]
+    assert d.latest is not None and d.latest.step == 1000
+    sk = skipped_names(d)
+    assert sk["checkpoint-1500"] == "trainer_state.json is corrupt"
+    assert sk["checkpoint-2000"] == "no completion marker: trainer_state.json missing"
+    assert sk["tmp-checkpoint-2500"].startswith("temporary name")
+    assert len(d.problems) == 1 and d.problems[0].startswith(
+        "checkpoint-1500/trainer_state.json is corrupt ("
+    )
+
+
+def test_settling_uses_injected_now(tmp_path: Path) -> None:
+    d = hf_step(tmp_path, 10)
+    write(d / "trainer_state.json", "{}", mtime=NOW - 4.0)
+    assert steps(discover(tmp_path, now=NOW, settle_s=5.0)) == []
+    assert (
+        skipped_names(discover(tmp_path, now=NOW))["checkpoint-10"]
+        == "still being written: modified 4.0 s ago"
+    )
+    assert steps(discover(tmp_path, now=NOW + 2.0, settle_s=5.0)) == [10]
+    assert steps(discover(tmp_path, now=NOW, settle_s=3.0)) == [10]
+
+
+# ---------------------------------------------------------------------------------------------
+# AReaL
+
+
+def areal_tree(tmp_path: Path, global_step: int | None = 7, step_info: str | None = None) -> Path:
+    root = tmp_path / "checkpoints" / "user" / "gsm8k-grpo" / "trial0"
+    for g in (3, 7, 9):  # weight-only periodic saves (HF format)
+        write(root / "default" / f"epoch0epochstep{g}globalstep{g}" / "model.safetensors", b"w")
+        write(root / "default" / f"epoch0epochstep{g}globalstep{g}" / "config.json", "{}")
+    write(root / "default" / "recover_checkpoint" / "model.safetensors", b"w")
+    write(root / "default" / "recover_checkpoint" / "optim.pt", b"o")
+    info = root / "recover_info"
+    if step_info is None:
+        step_info = json.dumps({"epoch": 0, "epoch_step": global_step, "global_step": global_step})
+    write(info / "step_info.json", step_info)
+    for name in ("saver_info.json", "evaluator_info.json", "stats_logger_info.json", "checkpoint_info.json"):
+        write(info / name, "{}")
+    write(info / "dataloader_info.pkl", b"\x80")
+    age_tree(root)
+    return root
+
+
+def test_areal_recover_point_is_latest(tmp_path: Path) -> None:
+    root = areal_tree(tmp_path)
+    d = discover(root, now=NOW)
+    assert d.layout == "areal"
+    assert d.latest is not None and d.latest.step == 7
+    assert d.latest.path == str(root / "default" / "recover_checkpoint")
+    assert steps(d) == [3, 7, 9]  # weight-only saves stay findable
+    assert find(root, step=9, now=NOW).path.endswith("epoch0epochstep9globalstep9")  # type: ignore[union-attr]
+    # pointing at the model-name folder finds recover_info one level up
+    assert discover(root / "default", now=NOW).latest.step == 7  # type: ignore[union-attr]
+
+
+def test_areal_corrupt_recover_file_not_trusted(tmp_path: Path) -> None:
+    root = areal_tree(tmp_path, step_info='{"epoch": 0, "global_st')
+    d = discover(root, "areal", now=NOW)
+    assert len(d.problems) == 1
+    p = d.problems[0]
+    assert p.startswith("recover_info/step_info.json is corrupt (") and "not trusted" in p
+    assert "weights only" in p
+    assert d.latest is not None and d.latest.step == 9
+    assert d.latest.path.endswith("epoch0epochstep9globalstep9")
+
+
+def test_areal_recover_info_being_written(tmp_path: Path) -> None:
+    root = areal_tree(tmp_path)
+    (root / "recover_info" / "dataloader_info.pkl").unlink()
+    d = discover(root, "areal", now=NOW)
+    assert any("dataloader_info.pkl missing" in r for _, r in d.skipped)
+    assert d.latest is not None and d.latest.step == 9  # fell back, and said so
+    assert any("falling back" in p for p in d.problems)
+    # recover_checkpoint rewritten in place 0.5 s ago: the recover point is not settled
+    root2 = areal_tree(tmp_path / "b")
+    write(root2 / "default" / "recover_checkpoint" / "optim.pt", b"o2", mtime=NOW - 0.5)
+    d2 = discover(root2, "areal", now=NOW)
+    assert "still being written: modified 0.5 s ago" in dict(d2.skipped).get(str(root2 / "recover_info"), "")
+
+
+# ---------------------------------------------------------------------------------------------
+# glob, auto, edge cases, find, resume_args
+
+
+def test_glob_named_group_files_and_dirs(tmp_path: Path) -> None:
+    write(tmp_path / "model_step100.pt", b"w")
+    write(tmp_path / "model_step200.pt", b"w")
+    write(tmp_path / "model_step300.pt.partial", b"w")
+    write(tmp_path / "model_step400.pt", b"")  # empty file
+    write(tmp_path / "notes.txt", "n")
+    d = discover(tmp_path, "glob", step_pattern=r"model_step(?P<step>\d+)\.pt(\.partial)?", now=NOW)
+    assert d.layout == "glob"
+    assert steps(d) == [100, 200]
+    assert skipped_names(d)["model_step300.pt.partial"].startswith("temporary name")
+    assert skipped_names(d)["model_step400.pt"] == "empty file"
+
+
+def test_glob_first_group_and_nested_pattern(tmp_path: Path) -> None:
+    write(tmp_path / "run1" / "iter_0000050" / "w.pt", b"w")
+    write(tmp_path / "run1" / "iter_0000100" / "w.pt", b"w")
+    d = discover(tmp_path, step_pattern=r"run1/iter_(\d+)", now=NOW)  # auto + pattern -> glob
+    assert d.layout == "glob"
+    assert steps(d) == [50, 100]
+
+
+def test_glob_bad_pattern_reported(tmp_path: Path) -> None:
+    d = discover(tmp_path, "glob", step_pattern="step_(", now=NOW)
+    assert d.latest is None and "not a valid regex" in d.problems[0]
+    with pytest.raises(ValueError):
+        discover(tmp_path, "glob")
+    with pytest.raises(ValueError):
+        discover(tmp_path, "megatron")
+
+
+def test_auto_detection(tmp_path: Path) -> None:
+    verl_step(tmp_path / "v", 1)
+    hf_step(tmp_path / "h", 1)
+    prime_step(tmp_path / "p" / "checkpoints", 1)
+    areal_tree(tmp_path / "a")
+    (tmp_path / "empty").mkdir()
+    assert discover(tmp_path / "v", now=NOW).layout == "verl"
+    assert discover(tmp_path / "h", now=NOW).layout == "hf"
+    assert discover(tmp_path / "p", now=NOW).layout == "prime-rl"
+    assert (
+        discover(tmp_path / "a" / "checkpoints" / "user" / "gsm8k-grpo" / "trial0", now=NOW).layout == "areal"
+    )
+    e = discover(tmp_path / "empty", now=NOW)
+    assert e.layout is None and e.latest is None and e.problems == ()
+    assert set(LAYOUTS) == {"auto", "areal", "prime-rl", "verl", "hf", "glob"}
+
+
+def test_nonexistent_root_and_file_root(tmp_path: Path) -> None:
+    d = discover(tmp_path / "nope", now=NOW)
+    assert d.latest is None and d.checkpoints == () and d.layout is None
+    assert discover(tmp_path / "nope", "hf").layout == "hf"
+    f = write(tmp_path / "file", "x")
+    assert "not a directory" in discover(f, "hf").problems[0]
+    assert find(tmp_path / "nope") is None
+
+
+def test_find_latest_or_exact_step(tmp_path: Path) -> None:
+    for n in (10, 20, 30):
+        hf_step(tmp_path, n)
+    assert find(tmp_path, now=NOW).step == 30  # type: ignore[union-attr]
+    assert find(tmp_path, "hf", step=20, now=NOW).path == str(tmp_path / "checkpoint-20")  # type: ignore[union-attr]
+    assert find(tmp_path, step=25, now=NOW) is None
+    write(tmp_path / "checkpoint-30" / "trainer_state.json", "{}", mtime=NOW)  # settling again
+    assert find(tmp_path, step=30, now=NOW) is None
+
+
+def test_default_now_is_wall_clock(tmp_path: Path) -> None:
+    d = tmp_path / "checkpoint-1"
+    d.mkdir()
+    (d / "trainer_state.json").write_text("{}")  # written just now
+    assert find(tmp_path) is None
+    assert find(tmp_path, settle_s=0.0) is not None
+
+
+def test_resume_args_substitution() -> None:
+    ck = Checkpoint(step=1869, path="/runs/x/checkpoints/step_1869", layout="prime-rl", mtime=OLD)
+    tpl = ["--resume-step", "{step}", "--ckpt={checkpoint}", "--extra", '{"k": 1}', "s{step}-{step}"]
+    assert resume_args(tpl, ck) == [
+        "--resume-step",
+        "1869",
+        "--ckpt=/runs/x/checkpoints/step_1869",
+        "--extra",
+        '{"k": 1}',
+        "s1869-1869",
+    ]
+    assert tpl[1] == "{step}"  # template untouched
+    assert resume_args([], ck) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "temp"),
+    [
+        ("step_5.tmp", True),
+        ("tmp-checkpoint-5", True),
+        ("weights.partial", True),
+        ("a.tmp.1234", True),
+        ("model.safetensors", False),
+        ("checkpoint-5", False),
+        ("template.json", False),
+    ],
+)
+def test_temp_names(name: str, temp: bool) -> None:
+    assert is_temp_name(name) is temp
