@@ -277,6 +277,27 @@ class Supervisor:
 
     def after_exit(self, c: Component, d: Decision, diag: dict[str, Any]) -> Decision:
         """The policy's decision, possibly overridden by crash patterns (repeated error, step crash)."""
+        from .diagnosis import AttemptRecord, Diagnosis, detect_attempt_patterns
+
+        tree_exit = c.last_exit_info
+        now = self.clock()
+        resumed = (self.state["components"][c.name].get("resume") or {}).get("step")
+        c.history.append(AttemptRecord(
+            attempt=c.attempt, started_at=c.started_at or now, ended_at=now, ready=c.ready_at is not None,
+            exit_code=tree_exit[0], signal=tree_exit[1], step=c.progress.step, resumed_step=resumed,
+            diagnosis=Diagnosis.from_dict(diag)))
+        del c.history[:-20]
+        flags = detect_attempt_patterns(c.history, total=c.progress.total)
+        fatal = None
+        for f in flags:
+            action = ("stopped automatic restarts (state fatal); fix the cause, then `rlsup start " + c.name + "`"
+                      if f.fatal and d.action == "restart" else
+                      ("restarting with backoff" if d.action == "restart" else d.action))
+            self.emit("flag", c.name, type=f.type, message=f.message, evidence=list(f.evidence), action=action)
+            if f.fatal and fatal is None:
+                fatal = f
+        if fatal is not None and d.action == "restart":
+            return Decision("fatal", reason=f"{fatal.type}: {fatal.message}")
         return d
 
     def resume_for(self, c: Component) -> dict[str, Any] | None:

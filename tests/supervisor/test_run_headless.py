@@ -14,12 +14,11 @@ def test_restart_backoff_then_give_up(tmp_path, headless):
           worker:
             command: ["{py}", "{scripts}/crash.py", "--code", "3"]
             restart: {max_restarts: 2, backoff: {initial: 0.2, factor: 2, jitter: 0}}
-            progress: {pattern: 'Step (?P<step>\d+)/(?P<total>\d+)'}
     """)
     h = headless(cfg)
     assert h.wait() == 1
     ev = h.events()
-    assert [k for k in kinds(ev, "worker") if k != "command"] == [
+    assert [k for k in kinds(ev, "worker") if k not in ("command", "flag")] == [
         "started", "ready", "exited", "restart_scheduled",
         "started", "ready", "exited", "restart_scheduled",
         "started", "ready", "exited", "fatal",
@@ -30,7 +29,7 @@ def test_restart_backoff_then_give_up(tmp_path, headless):
     assert attempts == [1, 2, 3]
     exits = [e for e in ev if e["kind"] == "exited"]
     assert all(e["exit_code"] == 3 and e["signal"] is None for e in exits)
-    assert exits[0]["step"] == 3  # last step seen from "Step 3/3"
+    assert exits[0]["step"] is None  # no progress configured
     fatal = [e for e in ev if e["kind"] == "fatal"][0]
     assert "gave up after 2 restarts" in fatal["reason"]
     assert ev[-1]["kind"] == "run_ended" and ev[-1]["exit_code"] == 1
@@ -310,3 +309,45 @@ def test_leftovers_of_a_dead_supervisor_are_ended(tmp_path, headless):
     h2.terminate()
     assert h2.wait() == 0
     assert "found 1 process(es) left by supervisor pid" in h2.output
+
+
+def test_same_exception_twice_is_fatal_with_flag(tmp_path, headless):
+    script = tmp_path / "launcher.py"
+    script.write_text("import argparse\n"
+                      "args = argparse.ArgumentParser().parse_args([])\n"
+                      "print('Step 1/10', flush=True)\n"
+                      "print(args.model_id)\n")
+    cfg = write_config(tmp_path, f"""
+        components:
+          trainer:
+            command: ["{{py}}", "{script}"]
+            restart: {{backoff: {{initial: 0.1}}}}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 1
+    ev = h.events()
+    assert kinds(ev, "trainer").count("started") == 2  # not ten: a deterministic bug is not retried forever
+    exited = [e for e in ev if e["kind"] == "exited"][0]
+    assert exited["diagnosis"]["category"] == "python_exception"
+    assert exited["diagnosis"]["exception"].startswith("AttributeError: 'Namespace' object has no attribute 'model_id'")
+    assert exited["diagnosis"]["location"].endswith("launcher.py:4")
+    flag = next(e for e in ev if e["kind"] == "flag" and e["type"] == "repeated_error")
+    assert "stopped automatic restarts" in flag["action"]
+    assert "repeated_error" in next(e for e in ev if e["kind"] == "fatal")["reason"]
+
+
+def test_dying_at_the_same_step_twice_is_a_step_crash(tmp_path, headless):
+    cfg = write_config(tmp_path, r"""
+        components:
+          worker:
+            command: ["{py}", "{scripts}/crash.py", "--code", "3", "--lines", "57"]
+            restart: {backoff: {initial: 0.1}}
+            progress: {pattern: 'Step (?P<step>\d+)/(?P<total>\d+)', total: 100}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 1
+    ev = h.events()
+    assert [e["step"] for e in ev if e["kind"] == "exited"] == [57, 57]  # last step seen, per attempt
+    flag = next(e for e in ev if e["kind"] == "flag" and e["type"] == "step_crash")
+    assert "57" in flag["message"]
+    assert kinds(ev, "worker")[-1] == "fatal"

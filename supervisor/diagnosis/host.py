@@ -1,0 +1,120 @@
+"""Host evidence: did the kernel's OOM killer take the process?
+
+:func:`parse_kernel_log` is a pure function of text (testable without root);
+:func:`read_host_evidence` reads /dev/kmsg or ``dmesg`` and the cgroup v2 ``memory.events``
+best-effort and never raises.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from .model import HostEvidence
+
+# "Out of memory: Killed process 25315 (python3) total-vm:..." (global and cgroup OOM),
+# "oom-kill:constraint=...,task=python,pid=7899,uid=0", "oom_reaper: reaped process 25315 (python3)"
+_KILLED = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+)")
+_OOM_KILL = re.compile(r"oom-kill:.*?\bpid=(?P<pid>\d+)")
+_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+)")
+# /dev/kmsg records are "prio,seq,usec,flags;message"
+_KMSG_HEADER = re.compile(r"^\d+,\d+,\d+,[^;]*;")
+
+
+def parse_kernel_log(text: str, pids: Iterable[int] | None = None) -> HostEvidence:
+    """OOM-killer lines from kernel log text (dmesg output or /dev/kmsg records).
+
+    With ``pids`` only lines naming one of them count; without, every OOM kill does.
+    """
+    wanted = set(pids) if pids is not None else None
+    lines: list[str] = []
+    killed: set[int] = set()
+    for raw in text.splitlines():
+        line = _KMSG_HEADER.sub("", raw).strip()
+        for pat in (_KILLED, _OOM_KILL, _REAPED):
+            m = pat.search(line)
+            if not m:
+                continue
+            p = int(m.group("pid"))
+            if wanted is not None and p not in wanted:
+                break
+            if pat is not _REAPED:
+                killed.add(p)
+            lines.append(line)
+            break
+    return HostEvidence(tuple(lines[-12:]), frozenset(killed), None)
+
+
+def parse_memory_events(text: str) -> int | None:
+    """The ``oom_kill`` counter of a cgroup v2 memory.events file."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "oom_kill":
+            try:
+                return int(parts[1])
+            except ValueError:
+                return None
+    return None
+
+
+def _read_kmsg(max_bytes: int = 4 << 20) -> str | None:
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    chunks: list[str] = []
+    total = 0
+    try:
+        while total < max_bytes:
+            try:
+                rec = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError:
+                # EPIPE when a record was overwritten under us: keep reading.
+                continue
+            if not rec:
+                break
+            total += len(rec)
+            chunks.append(rec.decode("utf-8", "replace"))
+    finally:
+        os.close(fd)
+    return "".join(chunks) if chunks else None
+
+
+def _read_dmesg() -> str | None:
+    try:
+        r = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=3, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout if r.returncode == 0 and r.stdout else None
+
+
+def _cgroup_memory_events() -> int | None:
+    try:
+        cg = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None
+    for line in cg.splitlines():
+        if line.startswith("0::"):
+            rel = line[3:].strip().lstrip("/")
+            path = Path("/sys/fs/cgroup") / rel / "memory.events"
+            try:
+                return parse_memory_events(path.read_text())
+            except OSError:
+                return None
+    return None
+
+
+def read_host_evidence(pid: int | None, *, extra_pids: Iterable[int] = ()) -> HostEvidence:
+    """Best effort; returns empty evidence when nothing is readable. Never raises."""
+    try:
+        pids = {p for p in (pid, *extra_pids) if p is not None} or None
+        text = _read_kmsg() or _read_dmesg() or ""
+        ev = parse_kernel_log(text, pids) if text else HostEvidence()
+        return HostEvidence(ev.kernel_lines, ev.oom_killed_pids, _cgroup_memory_events())
+    except Exception:  # noqa: BLE001 - evidence is optional; a diagnosis must never fail on it
+        return HostEvidence()

@@ -1,0 +1,93 @@
+"""Value types of the diagnosis engine: what an exit was, and what the host saw."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CATEGORIES: tuple[str, ...] = (
+    "cuda_oom",
+    "host_oom",
+    "killed",
+    "segfault",
+    "nccl_timeout",
+    "nccl_error",
+    "distributed_timeout",
+    "connection_refused",
+    "inference_engine_dead",
+    "inference_memory_config",
+    "watchdog_timeout",
+    "cuda_error",
+    "fatal_python_error",
+    "disk_full",
+    "port_in_use",
+    "python_exception",
+    "unknown",
+    "none",
+)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What killed a component, as far as its exit status and log tail tell.
+
+    ``category`` is one of :data:`CATEGORIES`; ``location`` is ``file:line`` of the innermost frame
+    in the user's own code (never site-packages, the standard library or torch) or None.
+    """
+
+    category: str
+    summary: str
+    exception: str | None = None
+    location: str | None = None
+    step: int | None = None
+    evidence: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "category": self.category,
+            "summary": self.summary,
+            "exception": self.exception,
+            "location": self.location,
+            "step": self.step,
+            "evidence": list(self.evidence),
+        }
+
+    @property
+    def exception_type(self) -> str | None:
+        """The exception's type as printed (``torch.OutOfMemoryError``), without its message."""
+        if not self.exception:
+            return None
+        head = self.exception.split(":", 1)[0].strip()
+        return head or None
+
+    def signature(self) -> tuple[str, str | None, str | None]:
+        """(category, exception type, location): equal signatures on consecutive attempts mean
+        the same deterministic failure."""
+        return (self.category, self.exception_type, self.location)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Diagnosis:
+        return cls(
+            category=str(data.get("category") or "unknown"),
+            summary=str(data.get("summary") or ""),
+            exception=data.get("exception"),
+            location=data.get("location"),
+            step=data.get("step"),
+            evidence=tuple(data.get("evidence") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class HostEvidence:
+    """What the host (kernel, cgroup) says about a process's death.
+
+    ``oom_killed_pids``: pids the kernel OOM killer named; ``kernel_lines``: those kernel lines;
+    ``cgroup_oom_kills``: the cgroup v2 ``memory.events`` oom_kill counter, None when unreadable.
+    """
+
+    kernel_lines: tuple[str, ...] = ()
+    oom_killed_pids: frozenset[int] = field(default_factory=frozenset)
+    cgroup_oom_kills: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.kernel_lines and self.cgroup_oom_kills is None

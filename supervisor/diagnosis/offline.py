@@ -1,0 +1,77 @@
+"""`rlsup diagnose FILE... [--json]`: the exit diagnosis engine on saved logs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from pathlib import Path
+from typing import TextIO
+
+from .engine import diagnose
+from .model import Diagnosis
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(?:\x07|\x1b\\)")
+
+
+def clean_line(raw: str) -> str:
+    """ANSI escapes removed and ``\\r`` progress redraws folded to the last one."""
+    line = _ANSI.sub("", raw.rstrip("\n"))
+    if "\r" in line:
+        parts = [p for p in line.split("\r") if p.strip()]
+        line = parts[-1] if parts else ""
+    return line
+
+
+def read_tail(path: str | Path, tail_lines: int = 2000) -> list[str]:
+    """The last ``tail_lines`` lines of a file, cleaned. Raises OSError when unreadable."""
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
+        return [clean_line(x) for x in deque(fh, maxlen=tail_lines)]
+
+
+def diagnose_file(path: str | Path, *, tail_lines: int = 2000) -> Diagnosis:
+    """Diagnose a saved log offline (only the log is known: no exit code, no host evidence)."""
+    return diagnose(read_tail(path, tail_lines))
+
+
+def format_human(path: str, d: Diagnosis) -> str:
+    out = [f"{path}: {d.category}", f"  {d.summary}"]
+    if d.exception:
+        out.append(f"  exception: {d.exception[:300]}")
+    if d.location:
+        out.append(f"  location:  {d.location}")
+    if d.step is not None:
+        out.append(f"  step:      {d.step}")
+    if d.evidence:
+        out.append("  evidence:")
+        out.extend(f"    | {e[:300]}" for e in d.evidence)
+    return "\n".join(out)
+
+
+def diagnose_command(paths: list[str], as_json: bool, out: TextIO, err: TextIO | None = None) -> int:
+    """Body of ``rlsup diagnose``. Returns 0, or 2 when a file could not be read
+    (``FILE: reason`` on ``err``, default ``out``); readable files are still diagnosed."""
+    err = err if err is not None else out
+    results: dict[str, dict] = {}
+    human: list[str] = []
+    rc = 0
+    for p in paths:
+        try:
+            d = diagnose_file(p)
+        except OSError as exc:
+            print(f"{p}: {exc.strerror or exc}", file=err)
+            rc = 2
+            continue
+        results[p] = d.to_dict()
+        human.append(format_human(p, d))
+    if as_json:
+        if len(paths) == 1:
+            if results:
+                json.dump(next(iter(results.values())), out, indent=2)
+                out.write("\n")
+        else:
+            json.dump(results, out, indent=2)
+            out.write("\n")
+    else:
+        out.write("\n\n".join(human) + ("\n" if human else ""))
+    return rc

@@ -1,0 +1,166 @@
+"""Patterns across attempts of one component: pure functions of the attempt history.
+
+Time comes only from the records' own timestamps, so tests are exact. The caller calls
+:func:`detect_attempt_patterns` after each exit; flags describe the latest attempt's situation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .model import Diagnosis
+
+# Categories that say nothing about the program itself; never a repeated_error.
+_NO_SIGNATURE = {"unknown", "none", "killed"}
+# Categories that repeat because something *else* is wrong (a dead dependency, a peer rank): worth
+# a flag, but restarting may well succeed once the other side is back, so not fatal by default.
+_TRANSIENT = {"connection_refused", "nccl_timeout", "distributed_timeout", "watchdog_timeout",
+              "inference_engine_dead", "host_oom"}
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    attempt: int
+    started_at: float
+    ended_at: float
+    ready: bool
+    exit_code: int | None
+    signal: str | None
+    step: int | None
+    resumed_step: int | None
+    diagnosis: Diagnosis
+
+    @property
+    def uptime_s(self) -> float:
+        return max(0.0, self.ended_at - self.started_at)
+
+    @property
+    def failed(self) -> bool:
+        return self.signal is not None or (self.exit_code is not None and self.exit_code != 0)
+
+
+@dataclass(frozen=True)
+class Flag:
+    type: str  # repeated_error | crash_loop | step_crash | false_success
+    message: str
+    evidence: tuple[str, ...]
+    fatal: bool  # the default action is to stop automatic restarts
+
+
+def detect_attempt_patterns(
+    history: Sequence[AttemptRecord],
+    *,
+    total: int | None,
+    crash_loop_uptime_s: float = 30.0,
+    crash_loop_count: int = 3,
+    repeat_count: int = 2,
+    step_window: int = 2,
+) -> list[Flag]:
+    """Flags for the latest attempt of ``history`` (oldest first). Empty history, no flags."""
+    if not history:
+        return []
+    flags: list[Flag] = []
+    for f in (
+        _repeated_error(history, repeat_count),
+        _step_crash(history, step_window, repeat_count),
+        _crash_loop(history, crash_loop_uptime_s, crash_loop_count),
+        _false_success(history, total),
+    ):
+        if f is not None:
+            flags.append(f)
+    return flags
+
+
+def _describe(d: Diagnosis) -> str:
+    what = d.exception_type or d.category
+    if d.location:
+        path, _, line = d.location.rpartition(":")
+        what += f" at {os.path.basename(path)}:{line}" if path else f" at {d.location}"
+    return what
+
+
+def _repeated_error(history: Sequence[AttemptRecord], need: int) -> Flag | None:
+    last = history[-1]
+    d = last.diagnosis
+    if not last.failed or d.category in _NO_SIGNATURE:
+        return None
+    sig = d.signature()
+    run = 0
+    for rec in reversed(history):
+        if rec.failed and rec.diagnosis.signature() == sig:
+            run += 1
+        else:
+            break
+    if run < need:
+        return None
+    fatal = d.category not in _TRANSIENT
+    msg = f"{_describe(d)} on {run} consecutive attempts"
+    if fatal:
+        msg += "; a deterministic failure, automatic restarts stopped"
+    evidence = (d.summary, *d.evidence)
+    return Flag("repeated_error", msg, tuple(evidence[:12]), fatal)
+
+
+def _crash_loop(history: Sequence[AttemptRecord], uptime_s: float, need: int) -> Flag | None:
+    loop: list[AttemptRecord] = []
+    for rec in reversed(history):
+        if not rec.ready or rec.uptime_s < uptime_s:
+            loop.append(rec)
+        else:
+            break
+    if len(loop) < need:
+        return None
+    loop.reverse()
+    starts = [r.started_at for r in loop]
+    period = (starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) > 1 else loop[-1].uptime_s
+    never_ready = all(not r.ready for r in loop)
+    why = "before becoming ready" if never_ready else f"within {uptime_s:g} s of starting"
+    msg = (f"{len(loop)} consecutive attempts died {why} (restarting every ~{period:.0f} s); "
+           f"latest: {loop[-1].diagnosis.summary}")
+    evidence = tuple(
+        f"attempt {r.attempt}: up {r.uptime_s:.1f} s, {_exit_text(r)}, {r.diagnosis.category}" for r in loop[-6:]
+    )
+    return Flag("crash_loop", msg, evidence, False)
+
+
+def _step_crash(history: Sequence[AttemptRecord], window: int, need: int) -> Flag | None:
+    last = history[-1]
+    if not last.failed or last.step is None:
+        return None
+    run: list[AttemptRecord] = []
+    for rec in reversed(history):
+        if rec.failed and rec.step is not None and abs(rec.step - last.step) <= window:
+            run.append(rec)
+        else:
+            break
+    if len(run) < need:
+        return None
+    steps = sorted({r.step for r in run if r.step is not None})
+    at = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    resumed = [r.resumed_step for r in run if r.resumed_step is not None]
+    msg = f"crashed at {at} on {len(run)} consecutive attempts"
+    if resumed:
+        msg += f" (resumed from step {resumed[0] if len(set(resumed)) == 1 else ', '.join(map(str, resumed))})"
+    msg += f"; {_describe(last.diagnosis)}; automatic restarts stopped"
+    evidence = (f"last lines before step {last.step}:", *last.diagnosis.evidence)
+    return Flag("step_crash", msg, tuple(evidence[:12]), True)
+
+
+def _false_success(history: Sequence[AttemptRecord], total: int | None) -> Flag | None:
+    last = history[-1]
+    if total is None or last.signal is not None or last.exit_code != 0:
+        return None
+    # Steps may be counted from 0 or 1: the last step of a 0-based run is total - 1.
+    if last.step is not None and last.step >= total - 1:
+        return None
+    seen = "no step" if last.step is None else f"step {last.step}"
+    msg = f"exited 0 at {seen} of {total}: not finished, treated as a failure"
+    return Flag("false_success", msg, (last.diagnosis.summary, *last.diagnosis.evidence)[:12], False)
+
+
+def _exit_text(r: AttemptRecord) -> str:
+    if r.signal:
+        return r.signal
+    return f"exit {r.exit_code}" if r.exit_code is not None else "exit ?"

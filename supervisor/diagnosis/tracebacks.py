@@ -1,0 +1,344 @@
+"""Find Python tracebacks (chained ones grouped), faulthandler stacks and torchelastic blocks.
+
+Works on prefix-stripped :class:`Line` objects, one stream (rank/process) at a time, so that the
+tracebacks of several ranks printed at once are not spliced together.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .normalize import Line
+
+TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):\s*$")
+STACK_START = re.compile(
+    r"^(?:Stack|Current thread 0x[0-9a-f]+|Thread 0x[0-9a-f]+) \(most recent call first\):\s*$"
+)
+FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+)(?:,?\s*in\s*(?P<func>.*))?$')
+# A Python traceback frame (a faulthandler stack writes "line N in f", without the comma).
+TB_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in ')
+CHAIN_CAUSE = re.compile(
+    r"^\s*(?:The above exception was the direct cause of the following exception:"
+    r"|During handling of the above exception, another exception occurred:)\s*$"
+)
+# "ValueError: msg", "torch.OutOfMemoryError: msg", "ray.exceptions.RayTaskError(OutOfMemoryError): ..",
+# "NotImplementedError", "safetensors_rust.SafetensorError: .."
+EXCEPTION_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*(?:\([\w.]+\))?)(?::(?P<msg>.*))?$"
+)
+
+_EXC_NAME = re.compile(
+    r"(?:Error|Exception|Exit|Interrupt|Iteration|Warning|Fault|Failure|Failed|Timeout|Dead|Abort)"
+    r"(?:\([\w.]+\))?$"
+)
+
+
+def _looks_like_exception(typ: str) -> bool:
+    """"ValueError", "ray.exceptions.RayTaskError(OSError)", "torch.OutOfMemoryError" - but not
+    "Message" (logging's own error report) or "File"."""
+    return bool(_EXC_NAME.search(typ)) or ("." in typ.split("(", 1)[0] and typ[:1].isalpha())
+
+
+# Frames from these places are library code, not the user's.
+_LIBRARY_PATH = re.compile(
+    r"(?:site-packages/|dist-packages/|/lib/python\d+(?:\.\d+)?/|^<|/torch/|\\lib\\|"
+    r"\.pyx$|^python/ray/|/ray/_private/|uvloop/|/bin/[^/]+$)"
+)
+
+
+def is_user_frame(path: str) -> bool:
+    return not _LIBRARY_PATH.search(path)
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    func: str | None
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class Exc:
+    """One exception of a traceback: its frames (outermost first) and the ``Type: message`` line."""
+
+    type: str
+    message: str
+    frames: list[Frame]
+    start: int  # index of the "Traceback" line
+    end: int  # index of the exception line
+    stream: str
+    exception_line: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+    def user_location(self) -> str | None:
+        for fr in reversed(self.frames):
+            if is_user_frame(fr.file):
+                return fr.location
+        return None
+
+    def funcs(self) -> set[str]:
+        return {f.func or "" for f in self.frames}
+
+
+@dataclass
+class Chain:
+    """Exceptions linked by "direct cause" / "during handling" in the order printed."""
+
+    excs: list[Exc] = field(default_factory=list)
+
+    @property
+    def start(self) -> int:
+        return self.excs[0].start
+
+    @property
+    def end(self) -> int:
+        return self.excs[-1].end
+
+
+@dataclass
+class FatalStack:
+    """A faulthandler dump: "Fatal Python error: X" followed by "most recent call first" frames."""
+
+    kind: str  # "Segmentation fault", "Aborted", ...
+    frames: list[Frame]  # most recent first
+    index: int
+    lines: list[str]
+
+    def user_location(self) -> str | None:
+        for fr in self.frames:
+            if is_user_frame(fr.file):
+                return fr.location
+        return None
+
+
+@dataclass
+class ElasticFailure:
+    """The "Root Cause (first observed failure)" entry of a torchelastic ChildFailedError block."""
+
+    rank: int | None
+    local_rank: int | None
+    exitcode: int | None
+    pid: int | None
+    signal: str | None
+    traceback: str | None
+    index: int
+    lines: list[str]
+
+
+def _indent(s: str) -> int:
+    return len(s) - len(s.lstrip(" "))
+
+
+def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | None, int]:
+    """Parse a traceback whose "Traceback ..." header is lines[i] (or, when ``header`` is False,
+    whose first frame is lines[i]: a tail that begins mid-traceback). Returns (exception, next)."""
+    start = lines[i].index
+    stream = lines[i].stream
+    frames: list[Frame] = []
+    frame_indent: int | None = None
+    j = i + 1 if header else i
+    n = len(lines)
+    after_frame = 0  # lines seen since the last frame line
+    while j < n:
+        text = lines[j].text
+        m = FRAME.match(text)
+        if m:
+            frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
+            if frame_indent is None:
+                frame_indent = len(m.group("indent"))
+            after_frame = 0
+            j += 1
+            continue
+        if not text.strip():
+            j += 1
+            if not frames:
+                continue
+            # Blank lines inside a traceback are rare; tolerate one.
+            continue
+        if frames:
+            ind = _indent(text)
+            deeper = ind > (frame_indent or 0)
+            if frame_indent == 0 and after_frame == 0:
+                deeper = True  # unindented paste: the line after a frame is its source line
+            if deeper:
+                after_frame += 1
+                j += 1
+                continue
+            em = EXCEPTION_LINE.match(text.strip())
+            if em and _looks_like_exception(em.group("type")):
+                typ = em.group("type")
+                msg = (em.group("msg") or "").strip()
+                return Exc(typ, msg, frames, start, lines[j].index, stream, text.strip()), j + 1
+            # Something that isn't an exception line: give up on this traceback.
+            return None, j
+        # Text before any frame (e.g. "  <stack trace unavailable>")
+        j += 1
+        if j - i > 5:
+            return None, j
+    return None, j
+
+
+def find_chains(lines: list[Line]) -> list[Chain]:
+    """Every traceback in the tail, grouped into chains, parsed per stream."""
+    by_stream: dict[str, list[Line]] = {}
+    for ln in lines:
+        by_stream.setdefault(ln.stream, []).append(ln)
+    chains: list[Chain] = []
+    for stream_lines in by_stream.values():
+        chains.extend(_chains_in(stream_lines))
+    chains.sort(key=lambda c: c.end)
+    return chains
+
+
+def _chains_in(lines: list[Line]) -> list[Chain]:
+    chains: list[Chain] = []
+    current: Chain | None = None
+    linked = False  # the previous exception said "the above ... following exception"
+    i = 0
+    n = len(lines)
+    while i < n:
+        text = lines[i].text
+        if CHAIN_CAUSE.match(text):
+            linked = current is not None
+            i += 1
+            continue
+        is_header = bool(TRACEBACK_START.search(text))
+        if is_header or TB_FRAME.match(text):
+            exc, nxt = _parse_one(lines, i, header=is_header)
+            if exc is not None:
+                if linked and current is not None:
+                    current.excs.append(exc)
+                else:
+                    current = Chain([exc])
+                    chains.append(current)
+            linked = False
+            i = max(nxt, i + 1)
+            continue
+        if text.strip():
+            linked = linked and False
+        i += 1
+    return chains
+
+
+_FATAL = re.compile(r"Fatal Python error: (?P<kind>[^\n]+?)\s*$")
+_STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def find_fatal_stacks(lines: list[Line]) -> list[FatalStack]:
+    out: list[FatalStack] = []
+    n = len(lines)
+    for i, ln in enumerate(lines):
+        m = _FATAL.search(ln.text)
+        if not m:
+            continue
+        frames: list[Frame] = []
+        shown = [ln.text.strip()]
+        j = i + 1
+        # The current thread's stack comes first; stop at the next thread or a blank after frames.
+        seen_header = 0
+        while j < n and j < i + 60:
+            t = lines[j].text
+            if STACK_START.match(t.strip()):
+                seen_header += 1
+                if seen_header > 1 and frames:
+                    break
+                j += 1
+                continue
+            fm = _STACK_FRAME.match(t)
+            if fm:
+                frames.append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
+                if len(shown) < 6:
+                    shown.append(t.strip())
+            elif not t.strip():
+                if frames:
+                    break
+            elif frames:
+                break
+            j += 1
+        out.append(FatalStack(m.group("kind"), frames, ln.index, shown))
+    return out
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
+_FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<val>.*)$")
+_RANK = re.compile(r"(?P<rank>-?\d+)(?: \(local_rank: (?P<local>\d+)\))?")
+_EXITCODE = re.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+_SIGNAL_TB = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
+
+
+# torchelastic's agent log: "failed (exitcode: -9) local_rank: 5 (pid: 2630) of binary: ..."
+_AGENT_FAILED = re.compile(
+    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)"
+)
+
+
+def find_elastic_failures(lines: list[Line]) -> list[ElasticFailure]:
+    """The root-cause entry of each torchelastic "FAILED" block (the first failing rank), and the
+    agent's one-line "failed (exitcode: N)" reports (a block may be cut off the tail)."""
+    out: list[ElasticFailure] = []
+    n = len(lines)
+    for i, ln in enumerate(lines):
+        am = _AGENT_FAILED.search(ln.text)
+        if am:
+            code = int(am.group("code"))
+            out.append(ElasticFailure(None, int(am.group("local")), code, int(am.group("pid")),
+                                      signal_name(-code) if code < 0 else None, None, ln.index,
+                                      [ln.text[am.start():].strip()]))
+            continue
+        if not _ROOT_CAUSE.search(ln.text):
+            continue
+        rank = local = code = pid = None
+        sig = tb = None
+        shown = [ln.text.strip()]
+        j = i + 1
+        while j < n and j < i + 40:
+            t = lines[j].text
+            if t.strip().startswith("===") or (t.strip().startswith("[") and t.strip().endswith("]:") and rank is not None):
+                break
+            fm = _FIELD.match(t)
+            if fm:
+                key, val = fm.group("key"), fm.group("val").strip()
+                shown.append(t.strip())
+                if key == "rank":
+                    rm = _RANK.match(val)
+                    if rm:
+                        rank = int(rm.group("rank"))
+                        local = int(rm.group("local")) if rm.group("local") else None
+                elif key == "exitcode":
+                    em = _EXITCODE.match(val)
+                    if em:
+                        code = int(em.group("code"))
+                        pid = int(em.group("pid")) if em.group("pid") else pid
+                elif key == "traceback":
+                    sm = _SIGNAL_TB.search(val)
+                    if sm:
+                        sig = sm.group("name")
+                        pid = int(sm.group("pid"))
+                    elif "To enable traceback" not in val:
+                        tb = val
+            elif t.strip().startswith("[") and t.strip().endswith("]:"):
+                shown.append(t.strip())
+            j += 1
+        if sig is None and code is not None and code < 0:
+            sig = signal_name(-code)
+        out.append(ElasticFailure(rank, local, code, pid, sig, tb, ln.index, shown))
+    return out
+
+
+_SIGNAL_NAMES = {
+    1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+    9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 14: "SIGALRM",
+    15: "SIGTERM",
+}
+
+
+def signal_name(num: int) -> str:
+    return _SIGNAL_NAMES.get(num, f"SIG{num}")

@@ -1,0 +1,43 @@
+"""The reducer: the same events give the same state on every side."""
+
+from __future__ import annotations
+
+from rlsup.supervisor.state import apply, initial, view
+
+
+def ev(seq, kind, comp=None, ts=None, **kw):
+    return {"seq": seq, "ts": ts if ts is not None else float(seq), "kind": kind, "component": comp, **kw}
+
+
+def test_lifecycle_sequence():
+    s = initial({}, ["a"])
+    for e in [
+        ev(1, "run_started", name="r", components=["a"]),
+        ev(2, "started", "a", pid=10, attempt=1, resume=None),
+        ev(3, "ready", "a", probe="none"),
+        ev(4, "progress", "a", step=5, total=10, rate=1.0, eta_s=5.0),
+        ev(5, "exited", "a", exit_code=1, signal=None, uptime_s=3.0, step=5, diagnosis={"category": "unknown"}),
+        ev(6, "restart_scheduled", "a", delay_s=2.0, attempt=2, reason="exited with code 1"),
+    ]:
+        apply(s, e)
+    a = s["components"]["a"]
+    assert a["state"] == "backoff" and a["restarts"] == 1 and a["pid"] is None
+    assert a["last_exit"]["exit_code"] == 1 and a["step"] == 5 and a["next_start_at"] == 8.0
+    apply(s, ev(7, "started", "a", pid=11, attempt=2, resume={"step": 3, "checkpoint": "/c"}))
+    assert a["state"] == "starting" and a["step"] == 3 and a["attempt"] == 2
+    apply(s, ev(8, "flag", "a", type="stall", message="m", evidence=[], action="none"))
+    apply(s, ev(9, "flag", "a", type="stall", message="m2", evidence=[], action="none"))
+    assert [f["message"] for f in a["flags"]] == ["m2"]
+    apply(s, ev(10, "flag_cleared", "a", type="stall"))
+    assert a["flags"] == []
+    apply(s, ev(11, "fatal", "a", reason="gave up"))
+    assert a["state"] == "fatal" and a["reason"] == "gave up" and s["seq"] == 11
+
+
+def test_view_derives_uptime():
+    s = initial({}, ["a"])
+    apply(s, ev(1, "run_started", ts=100.0, components=["a"]))
+    apply(s, ev(2, "started", "a", ts=110.0, pid=1, attempt=1))
+    v = view(s, now=115.0)
+    assert v["components"]["a"]["uptime_s"] == 5.0 and v["run"]["uptime_s"] == 15.0
+    assert "uptime_s" not in s["components"]["a"]  # the state itself is untouched
