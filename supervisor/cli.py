@@ -14,6 +14,7 @@ from typing import Any
 from .config import Config, ConfigError, load_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROGRESS_EVERY_S = 5.0
 
 DESCRIPTION = """\
 rlsup supervises the processes of an RL post-training run (inference server, orchestrator,
@@ -151,9 +152,17 @@ def run_headless(cfg: Config, *, show_logs: bool = False, gpu: str | None = None
         print(f"rlsup: {n}", flush=True)
     width = max(12, *(len(n) for n in cfg.components))
 
+    last_progress: dict[str, float] = {}
+
     def printer(e: dict[str, Any]) -> None:
-        if e["kind"] in ("progress", "gpu"):
+        if e["kind"] == "gpu":
             return
+        if e["kind"] == "progress":
+            # One progress line per component every few seconds: enough to see learning happen.
+            comp = e["component"]
+            if e.get("step") is None or e["ts"] - last_progress.get(comp, 0.0) < PROGRESS_EVERY_S:
+                return
+            last_progress[comp] = e["ts"]
         print(human(e, width=width), flush=True)
 
     sup.subscribers.append(printer)

@@ -110,6 +110,7 @@ class Component:
         return True
 
     def request_restart(self, by: str) -> None:
+        self.sup.follow_restart(self)
         if self.state in ("starting", "running"):
             self._restart_requested = True
             self._want = "stop"
@@ -152,6 +153,7 @@ class Component:
                 self.state = "backoff"
                 self.sup.emit("restart_scheduled", self.name, delay_s=delay, attempt=self.attempt + 1,
                               reason=reason)
+                self.sup.follow_restart(self)
                 await self._sleep_interruptible(delay)
                 continue
             if action == "complete":

@@ -71,6 +71,13 @@ def describe(e: dict[str, Any]) -> str:
         return f"flag {e.get('type')} cleared: {e.get('message', '')}"
     if k == "leftovers":
         return f"found {len(e.get('pids', []))} process(es) left by a previous supervisor: {e.get('action')}"
+    if k == "progress":
+        total = f"/{e['total']}" if e.get("total") else ""
+        rate = f", {e['rate']:.2f} step/s" if e.get("rate") else ""
+        eta = f", ETA {_fmt_dur(e['eta_s'])}" if e.get("eta_s") is not None else ""
+        metrics = e.get("metrics") or {}
+        shown = " ".join(f"{k} {v:.4g}" for k, v in list(metrics.items())[:4])
+        return f"step {e.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")
     if k == "command":
         return f"command {e.get('command')} from {e.get('by', 'user')}"
     return k or "?"

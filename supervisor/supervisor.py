@@ -301,7 +301,20 @@ class Supervisor:
         return d
 
     def resume_for(self, c: Component) -> dict[str, Any] | None:
-        return None
+        """Where the next attempt resumes: the latest complete checkpoint, or None (a plain start)."""
+        r = c.cfg.resume
+        if r is None:
+            return None
+        from .checkpoints import discover, resume_args
+
+        found = discover(r.checkpoints, r.layout, step_pattern=r.step_pattern)
+        for problem in found.problems:
+            self.emit("flag", c.name, type="checkpoint_problem", message=problem, evidence=[r.checkpoints],
+                      action="not trusted; resuming from the newest checkpoint that is complete")
+        ck = found.latest
+        if ck is None:
+            return None
+        return {"step": ck.step, "checkpoint": ck.path, "args": resume_args(r.args, ck)}
 
     # ------------------------------------------------------------------ dependencies and run end
 
@@ -321,6 +334,12 @@ class Supervisor:
             if not ok:
                 waiting.append(f"{dep} ({cond}; now {st})")
         return not waiting, waiting, None
+
+    def follow_restart(self, c: Component) -> None:
+        """Restart the components that asked (``restart_with``) to follow ``c``'s restarts."""
+        for other in self.components.values():
+            if c.name in other.cfg.restart_with and other.state in ("starting", "running"):
+                other.request_restart(f"restart_with {c.name}")
 
     def component_changed(self, c: Component) -> None:
         for other in self.components.values():

@@ -66,6 +66,8 @@ class Headless:
         e = dict(os.environ)
         e.update(env or {})
         e.setdefault("RLSUP_GPU_SAMPLER", "none")
+        # As in an activated venv (the README's commands): `python` is the interpreter running the tests.
+        e["PATH"] = os.path.dirname(PY) + os.pathsep + e.get("PATH", "")
         self.proc = subprocess.Popen(
             [PY, "-m", "rlsup.supervisor.cli", "up", str(config), "--headless", "--run-dir", str(run_dir), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e, cwd=config.parent,

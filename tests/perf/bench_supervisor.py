@@ -106,7 +106,7 @@ def exit_latency(tmp: Path, count: int) -> list[float]:
             break
         time.sleep(0.005)
     ev = [e for e in events(run_dir) if e["kind"] == "exited"]
-    return [1000 * (e["ts"] - s) for e, s in zip(ev, stamps)]
+    return [1000 * (e["ts"] - s) for e, s in zip(ev, stamps, strict=False)]
 
 
 def main() -> None:

@@ -351,3 +351,29 @@ def test_dying_at_the_same_step_twice_is_a_step_crash(tmp_path, headless):
     flag = next(e for e in ev if e["kind"] == "flag" and e["type"] == "step_crash")
     assert "57" in flag["message"]
     assert kinds(ev, "worker")[-1] == "fatal"
+
+
+def test_restart_with_follows_a_dependency_restart(tmp_path, headless):
+    cfg = write_config(tmp_path, f"""
+        components:
+          server:
+            command: ["{{py}}", "{{scripts}}/crash.py", "--count", "{tmp_path}/n", "--fail-times", "1", "--sleep", "1"]
+            restart: {{policy: on-failure, backoff: {{initial: 0.2}}}}
+          follower:
+            command: ["{{py}}", "-c", "import time; time.sleep(300)"]
+            depends_on: [server]
+            restart_with: [server]
+            stop: {{timeout: 2}}
+          bystander:
+            command: ["{{py}}", "-c", "import time; time.sleep(300)"]
+            depends_on: [server]
+    """)
+    h = headless(cfg)
+    h.wait_event(lambda e: e["kind"] == "completed" and e["component"] == "server", what="server completed")
+    ev = h.events()
+    assert kinds(ev, "follower").count("started") == 2  # restarted along with the server
+    assert kinds(ev, "bystander").count("started") == 1  # dependents are left alone by default
+    stopping = next(e for e in ev if e["kind"] == "stopping" and e["component"] == "follower")
+    assert stopping["by"] == "restart_with server"
+    h.terminate()
+    assert h.wait() == 0

@@ -1,0 +1,72 @@
+"""Atomic publication of files and directories: write to a temp name, fsync, rename.
+
+A reader that looks up the final name sees either nothing or the complete content, never a torn
+write, because ``rename`` within one filesystem is atomic and the data is on disk before it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``path`` so that readers see the old content or the new, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode())
+
+
+def temp_dir_for(final: Path) -> Path:
+    """A fresh, empty sibling of ``final`` to fill before ``publish_dir`` (hidden: ``.NAME.tmp-PID``)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def fsync_tree(directory: Path) -> None:
+    for p in directory.iterdir():
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    fsync_dir(directory)
+
+
+def publish_dir(tmp: Path, final: Path) -> None:
+    """Move the filled ``tmp`` dir to ``final`` atomically, replacing an existing ``final``.
+
+    Replacing is two renames (old out of the way, new in): a reader sees the old dir, then briefly
+    none, then the new one — never a partial one.
+    """
+    fsync_tree(tmp)
+    trash = None
+    if final.exists():
+        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
+        if trash.exists():
+            shutil.rmtree(trash)
+        os.rename(final, trash)
+    os.rename(tmp, final)
+    fsync_dir(final.parent)
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)

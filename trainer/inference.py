@@ -1,0 +1,273 @@
+"""Inference server: an OpenAI-compatible HTTP subset serving the tiny policy.
+
+    python -m rlsup.trainer.inference --port 8731 --weights-dir OUT/weights
+
+Endpoints: ``POST /v1/completions`` (``prompt`` str or list, ``n``, ``max_tokens``, ``temperature``,
+``logprobs``; choices ordered prompt-major, ``index = prompt_i * n + j``, as OpenAI and vLLM do),
+``GET /v1/models``, ``GET /health`` (200 once weights are loaded, 503 before) and ``POST
+/update_weights_from_disk`` with ``{"model_path": DIR}`` (SGLang's path) to swap in published
+weights without a restart.  Handler threads enqueue requests; one worker thread drains the queue
+and generates for everything pending in one batch.  Responses carry an extra ``weights_step``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import torch
+
+from rlsup.trainer import steplog
+from rlsup.trainer import weights as weights_mod
+from rlsup.trainer.chaos import Chaos
+from rlsup.trainer.policy import VOCAB, Policy, PolicyConfig, decode, encode, generate, load_weights
+
+
+class _Job:
+    def __init__(self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float) -> None:
+        self.prompts, self.n, self.max_tokens, self.temperature = prompts, n, max_tokens, temperature
+        self.done = threading.Event()
+        self.result: tuple | None = None
+        self.error: Exception | None = None
+
+
+class Engine:
+    """Holds the policy and batches generation for concurrent requests on one worker thread."""
+
+    def __init__(self, seed: int, total: int) -> None:
+        self.policy: Policy | None = None
+        self.step = 0
+        self.total = total
+        self.lock = threading.Lock()  # policy swap vs. generation
+        self.jobs: queue.Queue[_Job] = queue.Queue()
+        self.generator = torch.Generator().manual_seed(seed)
+        self.stats = {"requests": 0, "completions": 0, "tokens": 0, "batches": 0}
+        self.reported = dict(self.stats)
+        threading.Thread(target=self._worker, name="batcher", daemon=True).start()
+
+    def set_policy(self, policy: Policy, step: int, total: int | None = None) -> None:
+        with self.lock:
+            self.policy = policy.eval()
+            self.step = step
+            if total:
+                self.total = total
+
+    def submit(self, job: _Job) -> _Job:
+        self.jobs.put(job)
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job
+
+    def _worker(self) -> None:
+        while True:
+            batch = [self.jobs.get()]
+            while True:  # take everything already waiting: that is the batch
+                try:
+                    batch.append(self.jobs.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                self._run(batch)
+            except Exception as exc:  # report to every waiting request, keep serving
+                for job in batch:
+                    job.error = exc
+            for job in batch:
+                job.done.set()
+
+    def _run(self, batch: list[_Job]) -> None:
+        rows: list[list[int]] = []
+        temps: list[float] = []
+        for job in batch:
+            for p in job.prompts:
+                rows.extend([p] * job.n)
+                temps.extend([job.temperature] * job.n)
+        max_tokens = max(job.max_tokens for job in batch)
+        with self.lock:
+            ids, lps, tops = generate(self.policy, rows, max_tokens, temps, self.generator)
+            step = self.step
+        at = 0
+        for job in batch:
+            count = len(job.prompts) * job.n
+            job.result = (
+                [r[: job.max_tokens] for r in ids[at : at + count]],
+                [r[: job.max_tokens] for r in lps[at : at + count]],
+                [r[: job.max_tokens] for r in tops[at : at + count]],
+                step,
+            )
+            at += count
+        self.stats["batches"] += 1
+        self.stats["requests"] += len(batch)
+        self.stats["completions"] += len(rows)
+        self.stats["tokens"] += len(rows) * max_tokens
+
+
+def _completion_response(engine: Engine, model: str, body: dict) -> dict:
+    prompt = body.get("prompt", "")
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    if not prompts or not all(isinstance(p, str) for p in prompts):
+        raise ValueError("prompt must be a string or a non-empty list of strings")
+    n = int(body.get("n") or 1)
+    max_tokens = int(body.get("max_tokens") or 16)
+    temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+    top_k = body.get("logprobs")
+    if n < 1 or max_tokens < 1 or temperature < 0:
+        raise ValueError("n and max_tokens must be >= 1 and temperature >= 0")
+    job = engine.submit(_Job([encode(p) for p in prompts], n, max_tokens, temperature))
+    ids, lps, tops, step = job.result
+    choices = []
+    for index, (row_ids, row_lps, row_top) in enumerate(zip(ids, lps, tops, strict=True)):
+        text = decode(row_ids)
+        logprobs = None
+        if top_k is not None:
+            logprobs = {
+                "tokens": [VOCAB[i] for i in row_ids],
+                "token_logprobs": row_lps,
+                "top_logprobs": [{VOCAB[i]: lp for i, lp in alts[: int(top_k)]} for alts in row_top]
+                if int(top_k) > 0 else None,
+                "text_offset": list(range(len(row_ids))),
+            }
+        choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": "length"})
+    prompt_tokens = sum(len(p) for p in prompts)
+    completion_tokens = sum(len(r) for r in ids)
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex[:16]}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+        "weights_step": step,
+    }
+
+
+def make_handler(engine: Engine, model: str):
+    started = int(time.time())
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args) -> None:  # per-request access logs would drown the step lines
+            pass
+
+        def _send(self, code: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, code: int, message: str) -> None:
+            self._send(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                if engine.policy is None:
+                    self._error(503, "weights not loaded yet")
+                else:
+                    self._send(200, {"status": "ok", "weights_step": engine.step, **engine.stats})
+            elif self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [
+                    {"id": model, "object": "model", "created": started, "owned_by": "rlsup"}]})
+            else:
+                self._error(404, f"no route {self.path}")
+
+        def do_POST(self) -> None:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except (ValueError, json.JSONDecodeError) as exc:
+                self._error(400, f"bad JSON body: {exc}")
+                return
+            if self.path == "/v1/completions":
+                if engine.policy is None:
+                    self._error(503, "weights not loaded yet")
+                    return
+                try:
+                    self._send(200, _completion_response(engine, model, body))
+                except ValueError as exc:
+                    self._error(400, str(exc))
+            elif self.path == "/update_weights_from_disk":
+                path = body.get("model_path")
+                try:
+                    message = update_from_disk(engine, Path(path))
+                except Exception as exc:
+                    self._send(400, {"success": False, "message": f"failed to load {path}: {exc}"})
+                    return
+                self._send(200, {"success": True, "message": message})
+            else:
+                self._error(404, f"no route {self.path}")
+
+    return Handler
+
+
+def update_from_disk(engine: Engine, path: Path) -> str:
+    """Load a published weights dir into ``engine`` and log the ``Step N/T`` line for it."""
+    t0 = time.perf_counter()
+    policy = load_weights(path)
+    meta = weights_mod.read_meta(path)
+    engine.set_policy(policy, int(meta["step"]), int(meta.get("total") or 0))
+    load_ms = (time.perf_counter() - t0) * 1000
+    # Request stats since the previous update: what the server did with the weights it replaced.
+    s, prev = dict(engine.stats), engine.reported
+    engine.reported = s
+    batches = s["batches"] - prev["batches"]
+    steplog.log_step(engine.step, engine.total, {
+        "requests": s["requests"] - prev["requests"],
+        "completions": s["completions"] - prev["completions"],
+        "batches": batches,
+        "requests_per_batch": (s["requests"] - prev["requests"]) / batches if batches else 0.0,
+        "load_ms": load_ms,
+    })
+    return f"loaded weights step {engine.step} from {path}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8731)
+    ap.add_argument("--weights-dir", type=Path, required=True,
+                    help="where the trainer publishes weights; the latest there is loaded at start")
+    ap.add_argument("--model-name", default="rlsup-tiny")
+    ap.add_argument("--seed", type=int, default=0, help="init seed when nothing is published yet; sampling seed")
+    ap.add_argument("--total-steps", type=int, default=0, help="T in the Step N/T lines until weights say it")
+    ap.add_argument("--chaos", default=None, help="die@30s: die 30 s after start")
+    ap.add_argument("--chaos-dir", type=Path, default=None, help="default: WEIGHTS_DIR/../chaos")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+
+    try:
+        chaos = Chaos(args.chaos, args.chaos_dir or args.weights_dir.parent / "chaos", "inference")
+    except ValueError as exc:
+        ap.error(str(exc))
+    engine = Engine(args.seed, args.total_steps)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, args.model_name))
+    server.daemon_threads = True
+    steplog.log(f"Listening on http://{args.host}:{args.port} (model {args.model_name})")
+    chaos.start_timers()
+
+    found = weights_mod.latest(args.weights_dir)
+    if found is not None and (found[1] / weights_mod.MARKER).exists():
+        steplog.log(update_from_disk(engine, found[1]))
+    else:
+        torch.manual_seed(args.seed)  # the trainer initialises with the same seed: same step-0 policy
+        engine.set_policy(Policy(PolicyConfig()), 0)
+        steplog.log(f"No published weights in {args.weights_dir}; serving the initial policy (seed {args.seed})")
+    steplog.log("Ready")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""Orchestrator: samples the task through the inference server, scores, writes rollouts.
+
+    python -m rlsup.trainer.orchestrator --server http://127.0.0.1:8731 --out OUT --steps 200
+
+Talks to the server only through the OpenAI completions API (so it works against vLLM or SGLang
+too), computes group-relative advantages and publishes ``OUT/rollouts/step_{N}/`` atomically.
+Async level K: rollouts for step N are generated only once the trainer has published weights
+step >= N - 1 - K (``OUT/weights/latest.json``); K = 0 is fully on-policy.
+
+Restarts and trainer resumes: it continues after the newest published rollout step and never
+rewrites one.  A trainer resumed from checkpoint R re-reads the kept rollouts R+1.., and since the
+trainer is deterministic given its rollouts it recomputes the very weights those rollouts were
+sampled from, so they stay as on-policy as they were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from rlsup.trainer import grpo, rollouts, steplog, task
+from rlsup.trainer import weights as weights_mod
+from rlsup.trainer.chaos import Chaos
+
+
+class ServerDown(Exception):
+    pass
+
+
+def http_json(url: str, payload: dict | None = None, timeout: float = 60.0) -> dict:
+    """GET (``payload`` None) or POST JSON; raises ``ServerDown`` when the server can't be reached."""
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500:
+            raise ServerDown(f"HTTP {exc.code} from {url}") from exc
+        raise
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+        raise ServerDown(f"{url}: {getattr(exc, 'reason', exc)}") from exc
+
+
+def call_with_retry(url: str, payload: dict | None, what: str, give_up_after: float) -> dict:
+    """Retry while the server is unreachable, logging each failure; raise after ``give_up_after`` s."""
+    start = time.monotonic()
+    delay = 0.5
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return http_json(url, payload)
+        except ServerDown as exc:
+            waited = time.monotonic() - start
+            if waited > give_up_after:
+                raise ServerDown(f"{what}: inference server unreachable for {waited:.0f}s: {exc}") from exc
+            steplog.log(f"{what}: inference server not reachable (attempt {attempt}): {exc}; retrying in {delay:.1f}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def wait_for_weights(weights_dir: Path, needed: int) -> int:
+    """Block until the published weights step is >= ``needed``; return it."""
+    last_log = 0.0
+    delay = 0.02
+    while True:
+        found = weights_mod.latest(weights_dir)
+        current = found[0] if found else 0
+        if current >= needed:
+            return current
+        if time.monotonic() - last_log > 5:
+            steplog.log(f"Waiting for trainer weights step {needed} (published: {current})")
+            last_log = time.monotonic()
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", required=True, help="base URL of an OpenAI-compatible server")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch-size", type=int, default=64, help="prompts per step")
+    ap.add_argument("--group-size", type=int, default=16, help="completions per prompt")
+    ap.add_argument("--max-tokens", type=int, default=1)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--async-level", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default=None, help="model name; default: the first from /v1/models")
+    ap.add_argument("--give-up-after", type=float, default=300.0,
+                    help="seconds the server may stay unreachable before this process fails")
+    ap.add_argument("--chaos", default=None, help="crash@N,hang@N,oom@N,exit0@N,slow@N")
+    args = ap.parse_args(argv)
+    base = args.server.rstrip("/")
+    try:
+        chaos = Chaos(args.chaos, args.out / "chaos", "orchestrator")
+    except ValueError as exc:
+        ap.error(str(exc))
+
+    models = call_with_retry(f"{base}/v1/models", None, "startup", args.give_up_after)
+    model = args.model or models["data"][0]["id"]
+    done = rollouts.published_steps(args.out)
+    step = (done[-1] + 1) if done else 1
+    steplog.log(f"Orchestrator: model {model} at {base}; starting at step {step}/{args.steps}, "
+                f"async level {args.async_level}")
+    while step <= args.steps:
+        chaos.step(step)
+        t0 = time.monotonic()
+        policy_step = wait_for_weights(args.out / "weights", step - 1 - args.async_level)
+        wait_s = time.monotonic() - t0
+        problems = task.problems_for_step(args.seed, step, args.batch_size)
+        t1 = time.monotonic()
+        resp = call_with_retry(f"{base}/v1/completions", {
+            "model": model, "prompt": [p.prompt for p in problems], "n": args.group_size,
+            "max_tokens": args.max_tokens, "temperature": args.temperature, "logprobs": 0,
+        }, f"step {step}", args.give_up_after)
+        gen_s = time.monotonic() - t1
+        choices = sorted(resp["choices"], key=lambda c: c["index"])
+        g = args.group_size
+        rewards = [[task.reward(choices[i * g + j]["text"], p.answer) for j in range(g)]
+                   for i, p in enumerate(problems)]
+        advantages = grpo.group_advantages(rewards)
+        samples = []
+        for i, p in enumerate(problems):
+            for j in range(g):
+                c = choices[i * g + j]
+                lp = c["logprobs"] or {}
+                samples.append(rollouts.Sample(
+                    prompt=p.prompt, completion=c["text"], tokens=lp.get("tokens", []),
+                    logprobs=lp.get("token_logprobs", []), reward=rewards[i][j],
+                    advantage=advantages[i][j], group=i))
+        sampled_with = resp.get("weights_step", policy_step)
+        rollouts.write_step(args.out, step, samples, {
+            "temperature": args.temperature, "weights_step": sampled_with, "model": model})
+        flat = [r for group in rewards for r in group]
+        tokens = resp.get("usage", {}).get("completion_tokens", 0)
+        steplog.log_step(step, args.steps, {
+            "reward": sum(flat) / len(flat),
+            "solved_groups": sum(1 for grp in rewards if max(grp) > 0) / len(rewards),
+            "weights_step": sampled_with,
+            "off_policy": step - 1 - sampled_with,
+            "wait_s": wait_s,
+            "gen_s": gen_s,
+            "tokens_per_s": tokens / gen_s if gen_s > 0 else 0.0,
+        })
+        step += 1
+    steplog.log(f"Orchestrator finished: {args.steps} steps of rollouts written")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,171 @@
+"""Trainer: GRPO updates on the orchestrator's rollouts; publishes weights and checkpoints.
+
+    python -m rlsup.trainer.train --out OUT --steps 200 --server http://127.0.0.1:8731
+
+For each step N it waits for ``OUT/rollouts/step_N`` (logging ``Waiting for training batch to
+arrive`` every few seconds), does a clipped policy-gradient update, publishes ``OUT/weights/step_N``,
+tells the server (``POST /update_weights_from_disk``), then updates ``OUT/weights/latest.json``.
+Every ``--ckpt-every`` steps (and at the last) it writes ``OUT/checkpoints/step_N`` (see
+``checkpoint``); ``--resume-step N`` continues from it bit-identically on CPU given the same
+rollouts, which the orchestrator keeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from rlsup.trainer import checkpoint, grpo, rollouts, steplog
+from rlsup.trainer import weights as weights_mod
+from rlsup.trainer.chaos import Chaos
+from rlsup.trainer.orchestrator import ServerDown, http_json
+from rlsup.trainer.policy import Policy, PolicyConfig, encode, sequence_logprobs
+
+WAIT_LOG_EVERY_S = 5.0
+
+
+def wait_for_batch(out: Path, step: int) -> tuple[list[rollouts.Sample], dict]:
+    """Block until step ``step``'s rollouts are published; log the wait every few seconds."""
+    last_log = None
+    delay = 0.02
+    while True:
+        found = rollouts.read_step(out, step)
+        if found is not None:
+            return found
+        now = time.monotonic()
+        if last_log is None or now - last_log >= WAIT_LOG_EVERY_S:
+            steplog.log("Waiting for training batch to arrive")
+            last_log = now
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+
+
+def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[rollouts.Sample],
+               temperature: float, minibatches: int, clip_eps: float) -> dict[str, float]:
+    """One GRPO update over ``samples`` in ``minibatches`` shuffled optimizer steps (torch RNG)."""
+    prompts = [encode(s.prompt) for s in samples]
+    completions = [encode(s.completion) for s in samples]
+    old = []
+    for s, c in zip(samples, completions, strict=True):
+        if len(s.logprobs) != len(c):
+            raise ValueError(f"sample {s.prompt!r}: {len(s.logprobs)} logprobs for {len(c)} tokens")
+        old.append(s.logprobs)
+    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+    totals = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "approx_kl": 0.0}
+    policy.train()
+    chunks = [c.tolist() for c in torch.randperm(len(samples)).chunk(minibatches)]
+    for chunk in chunks:
+        logp, entropy, rows = sequence_logprobs(
+            policy, [prompts[i] for i in chunk], [completions[i] for i in chunk], temperature)
+        old_lp = torch.tensor([lp for i in chunk for lp in old[i]], dtype=torch.float32)
+        loss, stats = grpo.policy_loss(logp, old_lp, adv[chunk][rows], clip_eps)
+        optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        optimizer.step()
+        totals["loss"] += loss.item()
+        totals["entropy"] += entropy.mean().item()
+        totals["grad_norm"] += float(grad_norm)
+        totals["clip_frac"] += stats["clip_frac"]
+        totals["approx_kl"] += stats["approx_kl"]
+    return {k: v / len(chunks) for k, v in totals.items()}
+
+
+def notify_server(server: str | None, path: Path, tries: int = 3) -> bool:
+    """POST ``/update_weights_from_disk``; False (logged) if the server is down — it loads
+    ``latest.json`` when it comes back."""
+    if not server:
+        return False
+    for attempt in range(1, tries + 1):
+        try:
+            http_json(f"{server.rstrip('/')}/update_weights_from_disk", {"model_path": str(path)})
+            return True
+        except ServerDown as exc:
+            if attempt == tries:
+                steplog.warn(f"could not update inference server weights ({exc}); continuing")
+                return False
+            time.sleep(0.5 * attempt)
+    return False
+
+
+def publish(args: argparse.Namespace, step: int, policy: Policy) -> None:
+    path = weights_mod.publish(args.out / "weights", step, args.steps, policy)
+    notify_server(args.server, path)
+    weights_mod.mark_latest(args.out / "weights", step, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--server", default=None, help="inference server base URL to push weights to")
+    ap.add_argument("--lr", type=float, default=5e-3)
+    ap.add_argument("--minibatches", type=int, default=2)
+    ap.add_argument("--clip-eps", type=float, default=0.2)
+    ap.add_argument("--ckpt-every", type=int, default=10)
+    ap.add_argument("--keep-ckpts", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resume-step", type=int, default=None)
+    ap.add_argument("--chaos", default=None, help="crash@N,hang@N,oom@N,exit0@N,slow@N")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
+    except ValueError as exc:
+        ap.error(str(exc))
+
+    def make_optimizer(p: Policy) -> torch.optim.Optimizer:
+        return torch.optim.Adam(p.parameters(), lr=args.lr)
+
+    if args.resume_step is not None:
+        policy, optimizer, state = checkpoint.load(args.out, args.resume_step, make_optimizer)
+        start = state["next_step"]
+        steplog.log(f"Resumed from {checkpoint.checkpoint_dir(args.out, args.resume_step)}; next step {start}")
+    else:
+        if done := checkpoint.complete_steps(args.out):
+            steplog.warn(f"starting from scratch although {args.out}/checkpoints has step_{done[-1]}; "
+                         f"pass --resume-step {done[-1]} to continue that run")
+        torch.manual_seed(args.seed)  # same seed as the server's initial policy
+        random.seed(args.seed)
+        policy = Policy(PolicyConfig())
+        optimizer = make_optimizer(policy)
+        start = 1
+    publish(args, start - 1, policy)
+
+    for step in range(start, args.steps + 1):
+        chaos.step(step)
+        t0 = time.monotonic()
+        samples, meta = wait_for_batch(args.out, step)
+        wait_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        stats = train_step(policy, optimizer, samples, float(meta.get("temperature", 1.0)),
+                           args.minibatches, args.clip_eps)
+        train_s = time.monotonic() - t1
+        publish(args, step, policy)
+        if step % args.ckpt_every == 0 or step == args.steps:
+            checkpoint.save(args.out, step, policy, optimizer, vars_for_checkpoint(args), args.keep_ckpts)
+        steplog.log_step(step, args.steps, {
+            "reward": sum(s.reward for s in samples) / len(samples),
+            "loss": stats["loss"],
+            "entropy": stats["entropy"],
+            "grad_norm": stats["grad_norm"],
+            "clip_frac": stats["clip_frac"],
+            "off_policy": step - 1 - int(meta.get("weights_step", step - 1)),
+            "wait_s": wait_s,
+            "train_s": train_s,
+        })
+    steplog.log(f"Training finished: {args.steps} steps")
+    return 0
+
+
+def vars_for_checkpoint(args: argparse.Namespace) -> dict:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
