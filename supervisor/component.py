@@ -11,9 +11,7 @@ import asyncio
 import os
 import re
 import signal as signal_mod
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import probes
@@ -555,9 +553,3 @@ class Component:
 def pipe_closed(pipes: list[_Pipe], tree: ProcessTree) -> bool:
     return all(p.closed for p in pipes if p.tree is tree)
 
-
-def log_path(root: Path, name: str) -> Path:
-    return root / "logs" / f"{name}.log"
-
-
-Callback = Callable[[], None]

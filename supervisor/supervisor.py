@@ -7,7 +7,6 @@ timers, commands. Threads (log writers, the GPU sampler) only hand results to th
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import signal as signal_mod
@@ -498,6 +497,3 @@ def _env_of(p: Any) -> str:
     except Exception:
         return "?"
 
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, default=str)
