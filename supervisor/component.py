@@ -82,6 +82,7 @@ class Component:
         self.task: asyncio.Task[None] | None = None
         self.history: list[Any] = []  # diagnosis.AttemptRecord of recent attempts
         self.last_exit_info: tuple[int | None, str | None] = (None, None)
+        self.resume_step: int | None = None  # one-shot: `rlsup resume NAME --step N`
 
     # ------------------------------------------------------------------ commands
 
@@ -371,7 +372,7 @@ class Component:
             self.sup.emit("stopping", self.name, by=by, signal=self.cfg.stop.signal)
         self.sup.refresh_tree(self.name, tree)
         tree.send(sig)
-        tree.term_sent_at = self.sup.clock()  # type: ignore[attr-defined]
+        tree.term_sent_at = self.sup.clock()
         self.sup.loop.call_later(self.cfg.stop.timeout, self._kill_if_alive, tree)
 
     def _kill_if_alive(self, tree: ProcessTree) -> None:
@@ -412,7 +413,7 @@ class Component:
         self.sup.refresh_tree(self.name, tree)
         left = [p for p in tree.alive() if p.pid != tree.pid]
         if left:
-            term_at = getattr(tree, "term_sent_at", None)
+            term_at = tree.term_sent_at
             if term_at is None:
                 tree.send(getattr(signal_mod, self.cfg.stop.signal))
                 term_at = self.sup.clock()

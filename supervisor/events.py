@@ -79,7 +79,9 @@ def describe(e: dict[str, Any]) -> str:
         shown = " ".join(f"{k} {v:.4g}" for k, v in list(metrics.items())[:4])
         return f"step {e.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")
     if k == "command":
-        return f"command {e.get('command')} from {e.get('by', 'user')}"
+        via = f" via {e['client']}" if e.get("client") else ""
+        step = f" --step {e['step']}" if e.get("step") is not None else ""
+        return f"command {e.get('command')}{step} from {e.get('by', 'user')}{via}"
     return k or "?"
 
 

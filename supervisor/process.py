@@ -84,6 +84,7 @@ class ProcessTree:
         self.exit_code: int | None = None
         self.exit_signal: str | None = None
         self.exited = False
+        self.term_sent_at: float | None = None  # when stop began (supervisor clock): SIGKILL deadline
 
     def spawn(self) -> int:
         """Start the root process; returns the read end of its output pipe (non-blocking).

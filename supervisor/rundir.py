@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,3 +130,24 @@ def owner_alive(owner: dict[str, Any] | None) -> bool:
         return psutil.pid_exists(int(owner["pid"]))
     except (ValueError, TypeError):
         return False
+
+
+SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes on Linux, NUL included
+
+
+@contextlib.contextmanager
+def sock_address(path: Path) -> Iterator[str]:
+    """An address for ``bind``/``connect`` that works for run dirs with very long paths.
+
+    A unix socket path is limited to 107 bytes; longer ones go through ``/proc/self/fd/N``
+    of an ``O_PATH`` descriptor of the directory (Linux), held open for the call.
+    """
+    s = str(path)
+    if len(os.fsencode(s)) <= SUN_PATH_MAX:
+        yield s
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)

@@ -44,12 +44,14 @@ Subscriber = Callable[[dict[str, Any]], None]
 
 class Supervisor:
     def __init__(self, cfg: Config, *, clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 gpu_sampler: Any = None):
+                 gpu_sampler: Any = None, serve: bool = True):
         self.cfg = cfg
         self.paths = RunPaths(Path(cfg.run_dir))
         self.clock = clock
         self.rng = rng or random.Random()
         self.gpu_sampler = gpu_sampler
+        self.serve = serve
+        self.server: Any = None  # server.ControlServer while the run is live
         self.components: dict[str, Component] = {}
         self.subscribers: list[Subscriber] = []
         self.line_listeners: list[Callable[[Component], None]] = []
@@ -108,6 +110,11 @@ class Supervisor:
         self.state = state_mod.initial({}, names)
         for n in names:
             self.components[n] = Component(n, self.cfg.components[n], self)
+        if self.serve:
+            from .server import ControlServer
+
+            self.server = ControlServer(self, self.paths.sock)
+            await self.server.start()
         self.emit("run_started", None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                   pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names)
         if self._leftovers:
@@ -122,6 +129,10 @@ class Supervisor:
             await self._shutdown()
         finally:
             ticker.cancel()
+            if self.server is not None:
+                # Let clients see run_ended before the socket goes away.
+                await asyncio.sleep(0.1)
+                await self.server.close()
             self._finish()
         return self.exit_code
 
@@ -311,6 +322,15 @@ class Supervisor:
             self.emit("flag", c.name, type="checkpoint_problem", message=problem, evidence=[r.checkpoints],
                       action="not trusted; resuming from the newest checkpoint that is complete")
         ck = found.latest
+        want, c.resume_step = c.resume_step, None
+        if want is not None:
+            ck = next((x for x in found.checkpoints if x.step == want), None)
+            if ck is None:
+                steps = ", ".join(str(x.step) for x in found.checkpoints) or "none"
+                self.emit("flag", c.name, type="checkpoint_problem", message=f"no complete checkpoint at step {want}",
+                          evidence=[f"complete checkpoints in {r.checkpoints}: {steps}"],
+                          action="started from the latest complete checkpoint instead")
+                ck = found.latest
         if ck is None:
             return None
         return {"step": ck.step, "checkpoint": ck.path, "args": resume_args(r.args, ck)}
@@ -454,20 +474,25 @@ class Supervisor:
 
     def _gpu_sample(self, sample: Any) -> None:
         d = sample.to_dict()
+        owners = {pid: n for n, c in self.components.items() if c.tree is not None for pid in c.tree.members}
+        for g in d.get("gpus") or []:
+            for p in g.get("processes") or []:
+                p["component"] = owners.get(p["pid"])
         self.emit("gpu", None, **{k: d.get(k) for k in ("gpus", "host", "backend", "reason")})
 
     # ------------------------------------------------------------------ commands
 
-    def command(self, cmd: str, name: str | None = None, by: str = "user", **args: Any) -> dict[str, Any]:
+    def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
+                **args: Any) -> dict[str, Any]:
         """Act on a command from a client; the answer says what was done or why not."""
         if cmd == "stop_all":
-            self.emit("command", None, command=cmd, by=by)
-            self.request_shutdown(f"stopped by {by}")
+            self.emit("command", None, command=cmd, by=by, client=client)
+            self.request_shutdown(f"stopped by {by}" + (f" ({client})" if client else ""))
             return {"ok": True, "message": "stopping every component in reverse dependency order"}
         if name not in self.components:
             return {"ok": False, "error": f"no component {name!r}; components: {', '.join(self.components)}"}
         c = self.components[name]
-        self.emit("command", name, command=cmd, by=by, **args)
+        self.emit("command", name, command=cmd, by=by, client=client, **args)
         if cmd == "stop":
             if c.state in state_mod.FINAL:
                 return {"ok": False, "error": f"{name} is already {c.state}"}
@@ -481,6 +506,27 @@ class Supervisor:
         if cmd == "restart":
             c.request_restart(by)
             return {"ok": True, "message": f"restarting {name}"}
+        if cmd == "resume":
+            if c.cfg.resume is None:
+                return {"ok": False, "error": f"{name} has no `resume` section in the config"}
+            step = args.get("step")
+            from .checkpoints import discover
+
+            r = c.cfg.resume
+            found = discover(r.checkpoints, r.layout, step_pattern=r.step_pattern)
+            if step is not None:
+                ck = next((x for x in found.checkpoints if x.step == int(step)), None)
+                if ck is None:
+                    steps = ", ".join(str(x.step) for x in found.checkpoints) or "none"
+                    return {"ok": False, "error": f"no complete checkpoint at step {step} in {r.checkpoints} "
+                                                  f"(complete: {steps})"}
+            else:
+                ck = found.latest
+                if ck is None:
+                    return {"ok": False, "error": f"no complete checkpoint yet in {r.checkpoints}"}
+            c.resume_step = ck.step
+            c.request_restart(by)
+            return {"ok": True, "message": f"restarting {name} from step {ck.step} ({ck.path})"}
         if cmd == "signal":
             sig = str(args.get("signal", "SIGTERM")).upper()
             signum = getattr(signal_mod, sig if sig.startswith("SIG") else "SIG" + sig, None)

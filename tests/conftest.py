@@ -139,3 +139,84 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(") ")[-1][0] != "Z"
     except OSError:
         return False
+
+
+def cli_env(extra: dict | None = None) -> dict:
+    """The environment of an `rlsup` command run as a user would (venv on PATH, no GPU sampling)."""
+    e = dict(os.environ)
+    e.setdefault("RLSUP_GPU_SAMPLER", "none")
+    e["PATH"] = os.path.dirname(PY) + os.pathsep + e.get("PATH", "")
+    e.pop("RLSUP_RUN_DIR", None)
+    e.update(extra or {})
+    return e
+
+
+def rlsup(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 60.0,
+          check: bool = False) -> subprocess.CompletedProcess:
+    """Run the real `rlsup` CLI (as `python -m rlsup.supervisor.cli`) and capture its output."""
+    r = subprocess.run([PY, "-m", "rlsup.supervisor.cli", *args], capture_output=True, text=True, cwd=cwd,
+                       env=cli_env(env), timeout=timeout, stdin=subprocess.DEVNULL)
+    if check and r.returncode != 0:
+        raise AssertionError(f"rlsup {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+class Daemon:
+    """A supervisor started with `rlsup up CONFIG -d`; torn down with `rlsup down` (then by force)."""
+
+    def __init__(self, config: Path, run_dir: Path, env: dict | None = None):
+        self.config = config
+        self.run_dir = run_dir
+        self.env = env
+        self.up = rlsup("up", str(config), "-d", "--run-dir", str(run_dir), cwd=config.parent, env=env)
+        if self.up.returncode != 0:
+            raise AssertionError(f"rlsup up -d failed ({self.up.returncode}):\n{self.up.stdout}\n{self.up.stderr}")
+
+    @property
+    def sock(self) -> Path:
+        return self.run_dir / "rlsup.sock"
+
+    @property
+    def pid(self) -> int:
+        return int(json.loads((self.run_dir / "rlsup.lock").read_text())["pid"])
+
+    def cli(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return rlsup(*args, "--run-dir", str(self.run_dir), cwd=self.config.parent, env=self.env, **kw)
+
+    def events(self) -> list[dict]:
+        return read_events(self.run_dir)
+
+    def wait_event(self, pred, timeout: float = 20.0, what: str = "event") -> dict:
+        return wait_for(lambda: next((e for e in self.events() if pred(e)), None), timeout, what=what)
+
+    def kill_everything(self) -> None:
+        from rlsup.supervisor.process import find_marked, terminate_processes
+
+        try:
+            pid = self.pid
+        except (OSError, ValueError, KeyError):
+            pid = None
+        if pid and pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        terminate_processes(find_marked(str(self.run_dir)), signal.SIGKILL, 2.0)
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    started: list[Daemon] = []
+
+    def start(config: Path, run_dir: Path | None = None, env: dict | None = None) -> Daemon:
+        d = Daemon(config, run_dir or tmp_path / "run", env)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        from rlsup.supervisor.rundir import RunPaths, is_locked
+
+        if is_locked(RunPaths(d.run_dir)):
+            d.cli("down", timeout=60)
+        d.kill_everything()

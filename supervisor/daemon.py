@@ -1,0 +1,124 @@
+"""Starting the supervisor as a daemon, and finding the run a client command means.
+
+The daemon is ``rlsup up CONFIG --headless`` in its own session (``setsid``) with stdin from
+/dev/null and stdout/stderr appended to ``<run_dir>/supervisor.log``: it has no controlling
+terminal, so closing the terminal, tmux or an SSH connection sends it nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .client import Client, NotRunning
+from .rundir import RunPaths, is_locked, read_owner
+
+DAEMON_LOG = "supervisor.log"
+READY_TIMEOUT_S = 60.0
+
+
+class NoRun(Exception):
+    """No live supervisor for the run a client command asked about (exit 1)."""
+
+
+class AmbiguousRun(Exception):
+    """Several live runs and no ``--run-dir`` to choose (exit 2)."""
+
+
+def live_runs(base: Path) -> list[Path]:
+    if not base.is_dir():
+        return []
+    return sorted(d for d in base.iterdir() if d.is_dir() and is_locked(RunPaths(d)))
+
+
+def resolve_run_dir(arg: str | None, *, cwd: Path | None = None) -> Path:
+    """The run dir a client command talks to: ``--run-dir``, else ``$RLSUP_RUN_DIR``, else the
+    single live run under ``./runs``."""
+    if arg:
+        return Path(arg).expanduser().absolute()
+    env = os.environ.get("RLSUP_RUN_DIR")
+    if env:
+        return Path(env)
+    base = (cwd or Path.cwd()) / "runs"
+    runs = live_runs(base)
+    if not runs:
+        raise NoRun(f"no supervisor is running under {display_path(base)}; start one with `rlsup up CONFIG`, "
+                    "or pass --run-dir DIR")
+    if len(runs) > 1:
+        names = "\n".join(f"  --run-dir {display_path(r)}" for r in runs)
+        raise AmbiguousRun(f"{len(runs)} runs are live under {display_path(base)}; choose one:\n{names}")
+    return runs[0]
+
+
+def require_live(run_dir: Path) -> RunPaths:
+    paths = RunPaths(run_dir)
+    if not is_locked(paths):
+        hint = "" if paths.events.exists() else " (not a run directory)"
+        raise NoRun(f"no supervisor is running for {display_path(run_dir)}{hint}; "
+                    f"start it with `rlsup up CONFIG`")
+    return paths
+
+
+def display_path(p: Path) -> str:
+    """``p`` relative to the working directory when it is below it (shorter to copy)."""
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
+def spawn(config: str, run_dir: Path, extra: list[str]) -> subprocess.Popen[bytes]:
+    paths = RunPaths(run_dir)
+    paths.create()
+    log = os.open(paths.root / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    argv = [sys.executable, "-m", "rlsup.supervisor.cli", "up", str(Path(config).absolute()),
+            "--run-dir", str(run_dir), "--headless", "--daemon-child", *extra]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                close_fds=True, env=env)
+    finally:
+        os.close(log)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float = READY_TIMEOUT_S) -> str | None:
+    """Wait until the daemon answers on its socket. None when it does; else why not."""
+    paths = RunPaths(run_dir)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            if is_locked(paths):
+                return None  # lost a start race: another supervisor owns the run; attach to it
+            return f"the supervisor exited with code {proc.returncode} before it was ready"
+        if paths.sock.exists() and asyncio.run(_answers(paths.sock)):
+            return None
+        time.sleep(0.05)
+    return f"the supervisor did not answer on {paths.sock} within {timeout:g}s"
+
+
+async def _answers(sock: Path) -> bool:
+    try:
+        c = await Client.open_unix(sock, name="up", timeout=2.0)
+    except (NotRunning, OSError, asyncio.TimeoutError):
+        return False
+    await c.close()
+    return True
+
+
+def log_tail(run_dir: Path, n: int = 20) -> list[str]:
+    try:
+        with open(Path(run_dir) / DAEMON_LOG, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            return f.read().decode("utf-8", "replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
+def owner_desc(run_dir: Path) -> str:
+    o = read_owner(RunPaths(run_dir)) or {}
+    return f"pid {o.get('pid', '?')} on {o.get('host', '?')}"

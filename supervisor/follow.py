@@ -1,0 +1,71 @@
+"""Text followers of a live run: ``rlsup events -f``, ``rlsup logs -f``, ``rlsup down`` and the
+plain-terminal attach. Each is a :class:`~rlsup.supervisor.client.SessionListener` that prints."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from .events import human, is_lifecycle
+
+
+class Printer:
+    """Prints lifecycle events (and optionally log lines) as they arrive; tracks the run's end."""
+
+    def __init__(self, *, out: TextIO = sys.stdout, events: bool = True, logs: set[str] | None = None,
+                 all_logs: bool = False, prefix_logs: bool = True, replay: bool = False,
+                 log_file_hint: dict[str, str] | None = None):
+        self.out = out
+        self.events = events
+        self.logs = logs or set()
+        self.all_logs = all_logs
+        self.prefix_logs = prefix_logs
+        self.replay = replay  # print the events of the first snapshot too
+        self.width = 12
+        self.log_file_hint = log_file_hint or {}
+        self.ended: dict[str, Any] | None = None
+        self.status = ""
+
+    def _w(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def on_connection(self, status: str, detail: str) -> None:
+        prev, self.status = self.status, status
+        if status == "reconnecting" and prev != "reconnecting":
+            self._w(f"rlsup: connection lost ({detail or 'link down'}); reconnecting...\n")
+        elif status == "attached" and prev == "reconnecting":
+            self._w("rlsup: reconnected\n")
+
+    def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
+        names = list(snapshot.get("state", {}).get("components", {}))
+        self.width = max([12, *(len(n) for n in names)])
+        if resumed or not self.replay:
+            return
+        for e in snapshot.get("events", []):
+            self._event(e)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        self._event(event)
+
+    def _event(self, e: dict[str, Any]) -> None:
+        if e.get("kind") == "run_ended":
+            self.ended = e
+        if self.events and is_lifecycle(e.get("kind", "")):
+            self._w(human(e, width=self.width) + "\n")
+
+    def _wants(self, component: str) -> bool:
+        return self.all_logs or component in self.logs
+
+    def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
+        if not self._wants(component):
+            return
+        if self.prefix_logs:
+            self._w("".join(f"{component:<{self.width}} | {line}\n" for line in lines))
+        else:
+            self._w("".join(line + "\n" for line in lines))
+
+    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
+        if self._wants(component):
+            where = self.log_file_hint.get(component, "the log file")
+            self._w(f"[rlsup: {to_seq - from_seq} lines of {component} not shown here; they are in {where}]\n")

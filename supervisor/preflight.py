@@ -1,0 +1,837 @@
+"""Preflight: everything that would make a run fail early, found before anything starts.
+
+:func:`run_checks` looks at a loaded :class:`~rlsup.supervisor.config.Config` and returns every
+problem at once as :class:`Finding` objects (``error`` stops a run, ``warning`` does not, ``info``
+only reports, e.g. a GPU's free memory). ``fast=True`` is the set ``rlsup up`` runs before starting:
+no subprocesses and no NVML, only the file system, sockets and ``$PATH``. The full set adds the GPU
+checks (through a :mod:`~rlsup.supervisor.gpu` sampler, injectable for tests) and spawns each
+component's interpreter to see whether ``python -m MODULE`` can import MODULE; ``smoke=True`` also
+runs every component's ``smoke:`` command with a timeout.
+
+Promises: checks never raise for anything they inspect (a failed check is a finding); nothing is left
+behind (probe files are removed, smoke process groups are killed); relative paths resolve the way
+the supervisor resolves them (component ``cwd`` against the current directory, executables with a
+``/`` against the component's ``cwd``, bare names on the component's ``PATH``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shlex
+import shutil
+import signal as signal_mod
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .config import Component, Config, Path_, _load_yaml, parse_hostport
+from .process import ENV_COMPONENT, ENV_RUN_DIR, signal_name
+
+Severity = Literal["error", "warning", "info"]
+GB = 1e9
+SMOKE_TAIL_LINES = 200  # what the diagnosis engine reads
+SMOKE_SHOW_LINES = 8  # what the finding shows
+MODULE_CHECK_TIMEOUT_S = 30.0
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "::", ""}
+_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+# Run in the component's interpreter, cwd and environment; sys.path[0] is the cwd, as for `python -m`.
+_FIND_SPEC = (
+    "import importlib.util,sys\n"
+    "try:\n"
+    "    s = importlib.util.find_spec(sys.argv[1])\n"
+    "except ModuleNotFoundError:\n"
+    "    s = None\n"
+    "sys.exit(0 if s is not None else 3)\n"
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or, for ``info``, one fact worth showing) found by a check.
+
+    ``check`` is a short id (command, cwd, writable, disk, port, gpu, env, env_file, smoke);
+    ``component`` is None for run-wide findings; ``where`` is ``FILE:LINE`` of the config key
+    the finding is about when the YAML has it.
+    """
+
+    severity: Severity
+    check: str
+    component: str | None
+    message: str
+    fix: str
+    where: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def exit_code(findings: Iterable[Finding]) -> int:
+    """0 when nothing is an error (warnings allowed), else 1 (the CLI's EXIT_FAILED)."""
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
+def count(findings: Iterable[Finding]) -> tuple[int, int]:
+    """(errors, warnings)."""
+    fs = list(findings)
+    return sum(f.severity == "error" for f in fs), sum(f.severity == "warning" for f in fs)
+
+
+def format_findings(findings: Sequence[Finding], *, config_path: str, source: str | None = None) -> str:
+    """A human listing: errors, then warnings, then info; each problem with its fix; last line
+    ``N errors, M warnings``. ``where`` paths in ``source`` (the config's resolved path, by default
+    ``config_path`` resolved) are shown as ``config_path``, the name the user typed."""
+    if source is None:
+        source = str(Path(config_path).resolve())
+    lines: list[str] = []
+    for f in sorted(findings, key=_sort_key):
+        where = f.where
+        if where and source and where.startswith(source + ":"):
+            where = config_path + where[len(source):]
+        head = f"{where}: " if where else ""
+        who = f"{f.component}: " if f.component else ""
+        msg_lines = f.message.splitlines() or [""]
+        lines.append(f"{head}{f.severity} [{f.check}] {who}{msg_lines[0]}")
+        lines.extend(f"    {m}" for m in msg_lines[1:])
+        if f.fix and f.severity != "info":
+            lines.append(f"    fix: {f.fix}")
+    n_err, n_warn = count(findings)
+    lines.append(f"{n_err} error{'s' if n_err != 1 else ''}, {n_warn} warning{'s' if n_warn != 1 else ''}")
+    return "\n".join(lines)
+
+
+def _sort_key(f: Finding) -> tuple[int, int]:
+    """Errors, warnings, info; within each, in config order (run-wide findings last)."""
+    line = f.where.rsplit(":", 1)[-1] if f.where else ""
+    return _ORDER.get(f.severity, 3), int(line) if line.isdigit() else 1 << 30
+
+
+# --------------------------------------------------------------------------------------------- driver
+
+
+def run_checks(
+    cfg: Config,
+    *,
+    smoke: bool = False,
+    fast: bool = False,
+    gpu_sampler: Any = None,
+    min_free_gb: float = 5.0,
+    smoke_timeout: float = 60.0,
+    on_progress: Callable[[str], None] | None = None,
+) -> list[Finding]:
+    """Every check that applies to ``cfg``; see the module docstring for fast/full/smoke.
+
+    ``gpu_sampler``: anything with ``sample()`` (a :class:`~rlsup.supervisor.gpu.FakeSampler` in
+    tests); None builds one with ``make_sampler()`` (honours ``RLSUP_GPU_SAMPLER``) and closes it.
+    """
+    ctx = _Ctx(cfg, on_progress or (lambda _msg: None))
+    ctx.progress("checking commands, directories, ports and environment")
+    _check_env_file(ctx)
+    for name, comp in cfg.components.items():
+        _check_cwd(ctx, name, comp)
+        _check_command(ctx, name, comp)
+        _check_shell_vars(ctx, name, comp)
+    _check_outputs(ctx, min_free_gb)
+    _check_ports(ctx)
+    if not fast:
+        _check_modules(ctx)
+        _check_gpus(ctx, gpu_sampler)
+    if smoke:
+        _run_smokes(ctx, smoke_timeout)
+    return ctx.findings
+
+
+class _Ctx:
+    def __init__(self, cfg: Config, progress: Callable[[str], None]):
+        self.cfg = cfg
+        self.progress = progress
+        self.findings: list[Finding] = []
+        self.modules: list[tuple[str, str, str, str | None]] = []  # (component, interpreter, module, cwd)
+        self._doc: Any = None
+        try:
+            if cfg.source:
+                self._doc = _load_yaml(Path(cfg.source).read_text(encoding="utf-8"), cfg.source)
+        except Exception:  # positions are a nicety; the config was already validated
+            self._doc = None
+
+    def where(self, path: Path_) -> str | None:
+        """``FILE:LINE`` of the deepest key of ``path`` the YAML has (None for keys it lacks)."""
+        if self._doc is None:
+            return None
+        p = tuple(path)
+        while p:
+            pos = self._doc.key_marks.get(p) or self._doc.marks.get(p)
+            if pos is not None:
+                return f"{self.cfg.source}:{pos[0]}"
+            p = p[:-1]
+        return None
+
+    def add(self, severity: Severity, check: str, component: str | None, message: str, fix: str,
+            path: Path_ | None = None) -> None:
+        self.findings.append(Finding(severity, check, component, message, fix,
+                                     self.where(path) if path is not None else None))
+
+    def env_for(self, name: str, comp: Component) -> dict[str, str]:
+        """The environment the supervisor gives ``name`` (component.py ``_env``), minus the attempt."""
+        env = dict(os.environ)
+        env.update(self.cfg.file_env)
+        env.update(self.cfg.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.update(comp.env)
+        if comp.gpus is not None:
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in comp.gpus)
+        env[ENV_RUN_DIR] = self.cfg.run_dir
+        env[ENV_COMPONENT] = name
+        env["RLSUP_NAME"] = self.cfg.name
+        return env
+
+
+# ------------------------------------------------------------------------------------------ env_file
+
+
+def _check_env_file(ctx: _Ctx) -> None:
+    ef = ctx.cfg.env_file
+    if not ef:
+        return
+    p = Path(ef)
+    if not p.is_absolute():
+        # Same resolution as load_config: next to the config if it is there, else the current dir.
+        near = Path(ctx.cfg.source).parent / p if ctx.cfg.source else p
+        p = near if near.exists() else p
+    try:
+        with open(p, "rb") as fh:
+            fh.read(1)
+    except OSError as e:
+        ctx.add("error", "env_file", None, f"env_file {str(p)!r} is not readable: {e.strerror or e}",
+                "create it, fix its path (relative paths are looked up next to the config), or make it "
+                "readable by this user", ("env_file",))
+
+
+# ----------------------------------------------------------------------------------------------- cwd
+
+
+def _cwd_ok(comp: Component) -> bool:
+    return comp.cwd is None or os.path.isdir(comp.cwd)
+
+
+def _check_cwd(ctx: _Ctx, name: str, comp: Component) -> None:
+    if comp.cwd is None:
+        return
+    path = ("components", name, "cwd")
+    absolute = os.path.abspath(comp.cwd)
+    if not os.path.exists(comp.cwd):
+        ctx.add("error", "cwd", name, f"working directory {absolute} does not exist",
+                f"create it (mkdir -p {shlex.quote(absolute)}) or fix `cwd:` (relative paths are "
+                f"relative to where rlsup runs: {os.getcwd()})", path)
+    elif not os.path.isdir(comp.cwd):
+        ctx.add("error", "cwd", name, f"working directory {absolute} is not a directory",
+                "point `cwd:` at a directory", path)
+    elif not os.access(comp.cwd, os.X_OK):
+        ctx.add("error", "cwd", name, f"working directory {absolute} cannot be entered (no search permission)",
+                f"chmod u+x {shlex.quote(absolute)}, or run as its owner", path)
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+_SHELL_WORDS = {
+    "cd", "export", "exec", "set", "unset", "source", ".", "eval", "if", "for", "while", "until", "case",
+    "{", "(", "!", "true", "false", "echo", "printf", "test", "[", "[[", "trap", "wait", "ulimit",
+    "umask", "sleep", "read", "exit", "return", "time", "command", "env", "nohup",
+}
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PY_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+_PY_OPTS_WITH_ARG = {"-W", "-X", "-Q"}
+
+
+def _resolve_executable(exe: str, env: dict[str, str], cwd: str | None) -> tuple[str | None, str]:
+    """(absolute path or None, why not). Mirrors execvpe under subprocess: a name with ``/`` is a
+    path (relative to ``cwd``), a bare name is searched on the child's PATH."""
+    if "/" in exe:
+        p = exe if os.path.isabs(exe) else os.path.join(cwd or os.getcwd(), exe)
+        if not os.path.exists(p):
+            return None, f"{os.path.abspath(p)} does not exist"
+        if os.path.isdir(p):
+            return None, f"{os.path.abspath(p)} is a directory"
+        if not os.access(p, os.X_OK):
+            return None, f"{os.path.abspath(p)} is not executable"
+        return os.path.abspath(p), ""
+    path = env.get("PATH", os.defpath)
+    found = shutil.which(exe, path=path)
+    if found is None:
+        return None, f"{exe!r} is not on PATH ({path})"
+    return found, ""
+
+
+def _first_shell_word(cmd: str) -> str | None:
+    """The program a ``sh -c`` line runs first, when that is simple to tell; else None."""
+    try:
+        words = shlex.split(cmd, comments=True)
+    except ValueError:
+        return None
+    for w in words:
+        if _ASSIGN.match(w):
+            continue
+        if w in _SHELL_WORDS or any(ch in w for ch in "$`|&;<>()*?"):
+            return None
+        return w
+    return None
+
+
+def _python_target(argv: list[str]) -> tuple[str, str] | None:
+    """For ``python [opts] -m MOD`` -> ("module", MOD); ``python [opts] FILE`` -> ("script", FILE)."""
+    if not argv or not _PY_NAME.match(os.path.basename(argv[0])):
+        return None
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m" and i + 1 < len(argv):
+            return ("module", argv[i + 1])
+        if a.startswith("-m") and len(a) > 2:
+            return ("module", a[2:])
+        if a == "-c" or a.startswith("-c") or a == "-":
+            return None
+        if a in _PY_OPTS_WITH_ARG:
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        return ("script", a)
+    return None
+
+
+def _check_command(ctx: _Ctx, name: str, comp: Component) -> None:
+    path = ("components", name, "command")
+    env = ctx.env_for(name, comp)
+    if comp.shell:
+        cmd = comp.command if isinstance(comp.command, str) else shlex.join(comp.command)
+        exe = _first_shell_word(cmd)
+        if exe is None:
+            return  # a compound shell line: the smoke run is the way to test it
+        words = shlex.split(cmd, comments=True)
+        argv = words[next(i for i, w in enumerate(words) if not _ASSIGN.match(w)):]
+    else:
+        argv = comp.argv()
+        exe = argv[0]
+    if not _cwd_ok(comp) and "/" in exe:
+        return  # already an error; resolving a relative path against it would only repeat it
+    found, why = _resolve_executable(exe, env, comp.cwd)
+    if found is None:
+        ctx.add("error", "command", name, f"command cannot be run: {why}",
+                "install it (or activate the environment that has it before rlsup), fix the spelling, "
+                "or give its full path; component env may set PATH", path)
+        return
+    target = _python_target(argv)
+    if target is None:
+        return
+    kind, what = target
+    if kind == "script":
+        if not _cwd_ok(comp) and not os.path.isabs(what):
+            return
+        p = what if os.path.isabs(what) else os.path.join(comp.cwd or os.getcwd(), what)
+        if not os.path.isfile(p):
+            ctx.add("error", "command", name, f"python script {os.path.abspath(p)} does not exist",
+                    "fix the script path (relative to the component's cwd) or set `cwd:`", path)
+    else:
+        ctx.modules.append((name, found, what, comp.cwd))
+
+
+def _check_modules(ctx: _Ctx) -> None:
+    """``python -m MOD``: is MOD importable by that interpreter, in that cwd and environment?"""
+    if not ctx.modules:
+        return
+    ctx.progress(f"checking {len(ctx.modules)} python module(s) in their interpreters")
+    running: list[tuple[str, str, str, subprocess.Popen[bytes] | None, str]] = []
+    for name, interp, mod, cwd in ctx.modules:
+        comp = ctx.cfg.components[name]
+        try:
+            proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                [interp, "-c", _FIND_SPEC, mod], cwd=cwd, env=ctx.env_for(name, comp),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                start_new_session=True)
+            err = ""
+        except OSError as e:
+            proc, err = None, e.strerror or str(e)
+        running.append((name, interp, mod, proc, err))
+    deadline = time.monotonic() + MODULE_CHECK_TIMEOUT_S
+    for name, interp, mod, proc, err in running:
+        path = ("components", name, "command")
+        if proc is None:
+            ctx.add("error", "command", name, f"cannot start {interp}: {err}", "fix the interpreter", path)
+            continue
+        try:
+            _, stderr = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            ctx.add("warning", "command", name,
+                    f"could not tell within {MODULE_CHECK_TIMEOUT_S:g}s whether {interp} can import {mod!r} "
+                    "(importing its parent package is slow)",
+                    f"run `{interp} -c 'import {mod}'` by hand, or use `rlsup check --smoke`", path)
+            continue
+        if proc.returncode == 0:
+            continue
+        tail = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
+        if proc.returncode == 3:
+            ctx.add("error", "command", name, f"module {mod!r} is not importable by {interp}",
+                    f"install it into that environment ({interp} -m pip install ...), put the component's "
+                    "cwd or PYTHONPATH where the package is, or run rlsup from the right virtualenv", path)
+        else:
+            last = tail[-1] if tail else f"exit code {proc.returncode}"
+            ctx.add("error", "command", name,
+                    f"looking up module {mod!r} in {interp} failed: {last}",
+                    "importing its parent package raises; run "
+                    f"`{interp} -c 'import {mod}'` to see the traceback", path)
+
+
+# -------------------------------------------------------------------------------------- shell vars
+
+_SHVAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_SQUOTED = re.compile(r"'[^']*'")
+_ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
+_LOOPVAR = re.compile(r"\b(?:for|read|select)\s+(?:-\w+\s+)*([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _unset_shell_vars(cmd: str, env: dict[str, str]) -> list[str]:
+    """Variables a ``sh -c`` line expands without a default, that neither env nor the line sets."""
+    text = _SQUOTED.sub("", cmd)  # single quotes do not expand
+    assigned = set(_ASSIGNED.findall(text)) | set(_LOOPVAR.findall(text))
+    out: list[str] = []
+    for m in _SHVAR.finditer(text):
+        var = m.group(1) or m.group(3)
+        mod = m.group(2) or ""
+        if mod[:1] in ("-", "=", "+", "?") or mod[:2] in (":-", ":=", ":+", ":?"):
+            continue  # has a default (or an explicit error message of its own)
+        if var in env or var in assigned or var in out:
+            continue
+        out.append(var)
+    return out
+
+
+def _check_shell_vars(ctx: _Ctx, name: str, comp: Component) -> None:
+    env = ctx.env_for(name, comp)
+    for key, value in (("command", comp.command), ("smoke", comp.smoke)):
+        if value is None:
+            continue
+        path = ("components", name, key)
+        if comp.shell:
+            cmd = value if isinstance(value, str) else shlex.join(value)
+            for var in _unset_shell_vars(cmd, env):
+                ctx.add("warning", "env", name,
+                        f"`{key}` uses ${var} (run by sh -c) but {var} is not set in its environment",
+                        f"export {var} before rlsup, add it to `env:`/env_file, or write ${{{var}:-default}}",
+                        path)
+        else:
+            try:
+                words = shlex.split(value) if isinstance(value, str) else list(value)
+            except ValueError:
+                continue  # an unsplittable smoke command is reported when it is run
+            literal = sorted({m.group(1) or m.group(3) for w in words for m in _SHVAR.finditer(w)})
+            for var in literal:
+                ctx.add("warning", "env", name,
+                        f"`{key}` contains ${var}, which is passed literally: it runs without a shell",
+                        f"write ${{{var}}} (rlsup expands it when loading the config) or set `shell: true`",
+                        path)
+
+
+# ------------------------------------------------------------------------------ writable dirs, disk
+
+
+@dataclass
+class _Out:
+    label: str
+    path: str
+    yaml_path: Path_ | None
+    component: str | None
+
+
+def _output_dirs(cfg: Config) -> list[_Out]:
+    outs = [_Out("run dir", cfg.run_dir, ("run_dir",), None)]
+    for name, comp in cfg.components.items():
+        if comp.resume is not None:
+            outs.append(_Out("checkpoint dir", comp.resume.checkpoints,
+                             ("components", name, "resume", "checkpoints"), name))
+        for i, w in enumerate(comp.watch):
+            p = w.path
+            glob_at = min((p.find(ch) for ch in "*?[" if ch in p), default=-1)
+            if glob_at >= 0:
+                p = os.path.dirname(p[:glob_at]) or "."
+            outs.append(_Out("watched path", p, ("components", name, "watch", i, "path"), name))
+    return outs
+
+
+def _nearest_existing(path: str) -> str:
+    p = os.path.abspath(path)
+    while not os.path.lexists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return p
+
+
+def _round_trip(directory: str) -> str | None:
+    """Create, write, fsync, re-read and delete a probe file in ``directory``; None, or what failed."""
+    probe = os.path.join(directory, f".rlsup-check-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    data = b"rlsup preflight " + uuid.uuid4().hex.encode()
+    step = "create a file"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            step = "write"
+            os.write(fd, data)
+            step = "fsync"
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        step = "read back"
+        with open(probe, "rb") as fh:
+            back = fh.read()
+        if back != data:
+            return f"read back {len(back)} bytes that differ from the {len(data)} written"
+        return None
+    except OSError as e:
+        return f"cannot {step} in {directory}: {e.strerror or e}" + (
+            " (read-only file system)" if e.errno == errno.EROFS else "")
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+
+
+def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
+    by_fs: dict[int, tuple[str, list[str]]] = {}
+    tested: dict[str, str | None] = {}
+    for out in _output_dirs(ctx.cfg):
+        target = os.path.abspath(out.path)
+        anchor = _nearest_existing(target)
+        if anchor == target and os.path.exists(target) and not os.path.isdir(target):
+            ctx.add("error", "writable", out.component, f"{out.label} {target} exists and is not a directory",
+                    "move the file away or point the config elsewhere", out.yaml_path)
+            continue
+        if not os.path.isdir(anchor):
+            ctx.add("error", "writable", out.component,
+                    f"{out.label} {target} cannot be created: {anchor} is a file, not a directory",
+                    "move the file away or point the config elsewhere", out.yaml_path)
+            continue
+        if anchor not in tested:
+            tested[anchor] = _round_trip(anchor)
+        failed = tested[anchor]
+        later = "" if anchor == target else f" (it does not exist yet; it will be created under {anchor})"
+        if failed:
+            ctx.add("error", "writable", out.component, f"{out.label} {target} is not writable{later}: {failed}",
+                    f"make {anchor} writable for this user (uid {os.geteuid()}), mount it read-write, "
+                    "or point the config elsewhere", out.yaml_path)
+            continue
+        try:
+            dev = os.stat(anchor).st_dev
+        except OSError:
+            continue
+        by_fs.setdefault(dev, (anchor, []))[1].append(f"{out.label}" + (f" of {out.component}" if out.component else ""))
+    for anchor, users in by_fs.values():
+        try:
+            free = shutil.disk_usage(anchor).free
+        except OSError as e:
+            ctx.add("warning", "disk", None, f"cannot read free space of {anchor}: {e.strerror or e}", "check the mount")
+            continue
+        if free < min_free_gb * GB:
+            ctx.add("error", "disk", None,
+                    f"only {free / GB:.1f} GB free on the file system of {anchor} "
+                    f"(needs {min_free_gb:g} GB; holds the {', '.join(users)})",
+                    "free space (old checkpoints, caches), or point the run dir/checkpoints at a larger volume")
+
+
+# --------------------------------------------------------------------------------------------- ports
+
+
+def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
+    """(host, port) of every local http/tcp probe -> [(component, yaml path)]."""
+    from urllib.parse import urlsplit
+
+    out: dict[tuple[str, int], list[tuple[str, Path_]]] = {}
+    for name, comp in cfg.components.items():
+        for kind, probe in (("ready", comp.ready), ("alive", comp.alive)):
+            if probe is None:
+                continue
+            host: str | None = None
+            port: int | None = None
+            if probe.http is not None:
+                u = urlsplit(probe.http)
+                host = u.hostname or "127.0.0.1"
+                try:
+                    port = u.port or (443 if u.scheme == "https" else 80)
+                except ValueError:
+                    continue
+                path: Path_ = ("components", name, kind, "http")
+            elif probe.tcp is not None:
+                host, port = parse_hostport(probe.tcp)
+                path = ("components", name, kind, "tcp")
+            else:
+                continue
+            if host not in LOCAL_HOSTS and host != socket.gethostname():
+                continue  # another machine's port is not ours to test
+            key = ("::1" if host in ("::1", "::") else "127.0.0.1", port)
+            if not any(n == name for n, _ in out.get(key, [])):
+                out.setdefault(key, []).append((name, path))
+    return out
+
+
+def port_holder(port: int, run_dir: str | None = None) -> str | None:
+    """``pid N (name: cmdline)`` of a process listening on ``port`` when psutil can see it, else
+    None; with ``run_dir``, says so when the holder is a process of that run (its marker env)."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return None
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            try:
+                p = psutil.Process(c.pid)
+                text = f"pid {c.pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
+            except psutil.Error:
+                return f"pid {c.pid}"
+            if run_dir is not None:
+                try:
+                    env = p.environ()
+                except (psutil.Error, OSError):
+                    env = {}
+                if env.get(ENV_RUN_DIR) == run_dir:
+                    text += f", component {env.get(ENV_COMPONENT, '?')} of this run"
+            return text
+    return None
+
+
+def _bind_error(host: str, port: int) -> OSError | None:
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM)
+    except OSError:
+        return None  # no IPv6 here: nothing can hold it either
+    try:
+        # Servers set SO_REUSEADDR, so a TIME_WAIT leftover does not stop them; only a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        return None
+    except OSError as e:
+        return e
+    finally:
+        s.close()
+
+
+def _check_ports(ctx: _Ctx) -> None:
+    for (host, port), users in _probe_ports(ctx.cfg).items():
+        err = _bind_error(host, port)
+        if err is None:
+            continue
+        names = ", ".join(n for n, _ in users)
+        if err.errno == errno.EADDRINUSE:
+            holder = port_holder(port, ctx.cfg.run_dir)
+            who = f"held by {holder}" if holder else "held by a process this user cannot see"
+            ctx.add("error", "port", users[0][0],
+                    f"port {port} on {host} (probed by {names}) is already in use: {who}",
+                    "stop that process (a leftover of an earlier run? `rlsup down`), or change the port "
+                    "in the command and the probe", users[0][1])
+        else:
+            ctx.add("warning", "port", users[0][0],
+                    f"cannot test port {port} on {host} (probed by {names}): {err.strerror or err}",
+                    "ports below 1024 need root; use a higher port", users[0][1])
+
+
+# ---------------------------------------------------------------------------------------------- GPUs
+
+
+def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
+    wanted = {n: c.gpus for n, c in ctx.cfg.components.items() if c.gpus}
+    if not wanted:
+        return
+    ctx.progress("checking GPUs")
+    own = sampler is None
+    if own:
+        from .gpu import make_sampler
+
+        try:
+            sampler = make_sampler()
+        except ValueError as e:
+            ctx.add("warning", "gpu", None, f"cannot build a GPU sampler: {e}",
+                    "fix RLSUP_GPU_SAMPLER (auto, nvml, none, fake:2xH100)")
+            return
+    reason = ""
+    try:
+        sample = sampler.sample()
+    except Exception as e:  # the sampler promises not to raise; a third-party one might
+        sample = None
+        reason = f"sampling GPUs failed: {e}"
+    finally:
+        if own:
+            sampler.close()
+    if sample is None or (sample.backend == "none" and not sample.gpus):
+        reason = reason if sample is None else (sample.reason or "no GPU backend")
+        for name in wanted:
+            ctx.add("warning", "gpu", name,
+                    f"names GPUs {wanted[name]} but no GPU can be seen here: {reason}",
+                    "run this check on the GPU machine; if it is one, install the NVIDIA driver / start the "
+                    "container with GPUs (--gpus all)", ("components", name, "gpus"))
+        return
+    gpus = {g.index: g for g in sample.gpus}
+    have = ", ".join(str(i) for i in sorted(gpus)) or "none"
+    for name, indices in wanted.items():
+        path = ("components", name, "gpus")
+        for i in indices:
+            g = gpus.get(i)
+            if g is None:
+                ctx.add("error", "gpu", name,
+                        f"GPU {i} does not exist: this machine has {len(gpus)} GPU(s) (indices {have})",
+                        "fix `gpus:` (NVML indices, PCI bus order as in nvidia-smi)", path)
+                continue
+            free_txt = _gpu_free_text(g)
+            ctx.add("info", "gpu", name, f"GPU {i} {g.name}: {free_txt}", "", path)
+            holders = list(g.processes)
+            used = g.mem_used_mb or 0.0
+            busy = bool(holders) or (g.mem_total_mb and used > 0.1 * g.mem_total_mb)
+            if busy:
+                who = ", ".join(_pid_text(p.pid, p.used_mb) for p in holders) or "processes NVML does not list"
+                ctx.add("warning", "gpu", name,
+                        f"GPU {i} is already in use ({used / 1024:.1f} GiB used) by {who}",
+                        "stop those processes (leftovers of an earlier attempt?) or pick another GPU", path)
+    # Overlaps: two components assigned the same GPU.
+    names = list(wanted)
+    for a_i, a in enumerate(names):
+        for b in names[a_i + 1:]:
+            shared = sorted(set(wanted[a]) & set(wanted[b]))
+            if shared:
+                ctx.add("warning", "gpu", b,
+                        f"shares GPU {', '.join(map(str, shared))} with {a}",
+                        "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
+                        "or give each component its own GPUs", ("components", b, "gpus"))
+
+
+def _gpu_free_text(g: Any) -> str:
+    if g.mem_total_mb is None or g.mem_used_mb is None:
+        return "free memory unknown (NVML did not report it)"
+    free = (g.mem_total_mb - g.mem_used_mb) / 1024
+    return f"{free:.1f} of {g.mem_total_mb / 1024:.1f} GiB free"
+
+
+def _pid_text(pid: int, used_mb: float | None) -> str:
+    import psutil
+
+    try:
+        name = psutil.Process(pid).name()
+    except psutil.Error:
+        name = "?"
+    mem = f", {used_mb / 1024:.1f} GiB" if used_mb else ""
+    return f"pid {pid} ({name}{mem})"
+
+
+# --------------------------------------------------------------------------------------------- smoke
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig in (signal_mod.SIGTERM, signal_mod.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass
+        try:
+            proc.wait(2.0 if sig == signal_mod.SIGTERM else 5.0)
+            # The leader is gone; members that ignored SIGTERM still get the SIGKILL.
+            if sig == signal_mod.SIGTERM:
+                try:
+                    os.killpg(proc.pid, signal_mod.SIGKILL)
+                except OSError:
+                    pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def smoke_argv(comp: Component) -> list[str]:
+    """The argv of ``comp.smoke``, built exactly like the component's own command (Component.argv)."""
+    assert comp.smoke is not None
+    return comp.model_copy(update={"command": comp.smoke}).argv()
+
+
+def _run_smokes(ctx: _Ctx, timeout: float) -> None:
+    from .diagnosis import clean_line, diagnose
+
+    for name, comp in ctx.cfg.components.items():
+        if comp.smoke is None:
+            continue
+        path = ("components", name, "smoke")
+        if not _cwd_ok(comp):
+            ctx.add("error", "smoke", name, "smoke command not run: its working directory does not exist",
+                    "fix `cwd:` first", path)
+            continue
+        try:
+            argv = smoke_argv(comp)
+        except ValueError as e:
+            ctx.add("error", "smoke", name, f"smoke command cannot be split like a shell would: {e}",
+                    "fix its quoting, or give it as a list", path)
+            continue
+        shown = comp.smoke if isinstance(comp.smoke, str) else shlex.join(comp.smoke)
+        ctx.progress(f"smoke {name}: {shown} (timeout {timeout:g}s)")
+        env = ctx.env_for(name, comp)
+        env["RLSUP_SMOKE"] = "1"
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, cwd=comp.cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            ctx.add("error", "smoke", name, f"smoke command cannot start: {argv[0]!r}: {e.strerror or e}",
+                    "fix the smoke command (same PATH and cwd as the component)", path)
+            continue
+        timed_out = False
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            try:
+                out, _ = proc.communicate(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                # A descendant left the group and still holds the pipe; give up on the rest of its output.
+                proc.kill()
+                out = b""
+        dt = time.monotonic() - t0
+        lines = [clean_line(x) for x in out.decode("utf-8", "replace").splitlines()][-SMOKE_TAIL_LINES:]
+        shown_lines = [x for x in lines if x.strip()][-SMOKE_SHOW_LINES:]
+        tail = "\n".join(f"| {x[:300]}" for x in shown_lines)
+        if timed_out:
+            ctx.progress(f"smoke {name}: timed out after {timeout:g}s")
+            ctx.add("error", "smoke", name,
+                    f"smoke command did not finish within {timeout:g}s (its process group was killed)"
+                    + (f"; last lines:\n{tail}" if tail else "; it printed nothing"),
+                    "a smoke command must exit by itself (e.g. --max-steps 1 --dry-run); if it is just slow, "
+                    "raise the timeout", path)
+            continue
+        rc = proc.returncode
+        if rc == 0:
+            ctx.progress(f"smoke {name}: ok ({dt:.1f}s)")
+            continue
+        ctx.progress(f"smoke {name}: failed (exit {rc})")
+        code: int | None = rc
+        sig: str | None = None
+        if rc < 0:  # Popen's "killed by signal -rc"
+            code, sig = None, signal_name(-rc)
+        d = diagnose(lines, exit_code=code, signal=sig)
+        parts = [f"smoke command failed ({'signal ' + sig if sig else f'exit code {rc}'}, after {dt:.1f}s): "
+                 f"{d.summary}"]
+        if d.exception:
+            parts.append(f"exception: {d.exception[:300]}")
+        if d.location:
+            parts.append(f"location: {d.location}")
+        if tail:
+            parts.append("last lines:\n" + tail)
+        fix = (f"fix {d.location} and run `rlsup check --smoke` again" if d.location
+               else "run the smoke command by hand in the component's cwd to see the whole output")
+        ctx.add("error", "smoke", name, "\n".join(parts), fix, path)

@@ -1,0 +1,82 @@
+"""The control protocol spoken on ``<run_dir>/rlsup.sock`` (and relayed unchanged over SSH).
+
+Newline-delimited JSON, one object per line, UTF-8. A client opens with ``hello``; every request
+carries an ``id`` that its reply echoes. After ``subscribe`` the server also pushes messages
+without an ``id`` (they carry ``type``) on the same connection.
+
+Requests (client -> server)::
+
+    {"id": 1, "op": "hello", "version": 1, "client": "tui"}
+    {"id": 2, "op": "snapshot", "lines": 200}
+    {"id": 3, "op": "subscribe", "lines": 1000, "since": 41, "log_from": {"trainer": 5120}}
+    {"id": 4, "op": "logs", "component": "trainer", "from_seq": 100, "limit": 5000}
+    {"id": 5, "op": "events", "since": 0, "limit": 1000}
+    {"id": 6, "op": "command", "command": "restart", "component": "trainer", "args": {}}
+    {"id": 7, "op": "ping"}
+
+Replies: ``{"id": N, "ok": true, ...}`` or ``{"id": N, "ok": false, "error": "..."}``.
+
+``hello`` answers ``{"version", "server": {"pid", "host", "name", "run_dir", "config", "rlsup"}}``;
+a version other than :data:`VERSION` is refused with an error naming both versions.
+
+``snapshot`` / ``subscribe`` answer ``{"state": <status JSON>, "logs": {NAME: {"seq", "lines"}},
+"events": [...lifecycle events...], "seq": <last journal seq>}``. ``logs[NAME].seq`` is the sequence
+number of the first line given. ``events`` are the lifecycle events after ``since`` (when given;
+otherwise the most recent ones), read from the journal, so a client that reconnects loses none.
+``log_from`` asks for each component's lines from that sequence number on, so a reconnecting client
+continues where it stopped (lines that left the ring come as a ``gap``).
+
+Pushes after ``subscribe``::
+
+    {"type": "event", "event": {...}}                    lifecycle: never dropped, in seq order;
+                                                         gauges (kind progress/gpu): latest wins
+    {"type": "logs", "component": C, "seq": S, "lines": [...]}   lines S, S+1, ... of C's stream
+    {"type": "gap", "component": C, "from_seq": A, "to_seq": B}   lines A..B-1 were not sent
+                                                         (client too slow); refill with ``logs``
+                                                         (what left the ring is on disk only)
+
+Commands: ``start``, ``stop``, ``restart``, ``resume`` (``args.step`` optional), ``signal``
+(``args.signal``), ``stop_all``. Their reply says what was done (``message``) or why not (``error``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+VERSION = 1
+MAX_REQUEST_BYTES = 1 << 20  # one request line; larger ones are refused and skipped
+STREAM_LIMIT = 64 << 20  # client side: the largest message accepted (a big snapshot)
+OPS = ("hello", "snapshot", "subscribe", "logs", "events", "command", "ping")
+COMMANDS = ("start", "stop", "restart", "resume", "signal", "stop_all")
+
+
+class ProtocolError(Exception):
+    """A message that is not a JSON object, or one the peer cannot accept."""
+
+
+class VersionMismatch(ProtocolError):
+    pass
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    return json.dumps(msg, separators=(",", ":"), ensure_ascii=False, default=str).encode() + b"\n"
+
+
+def decode(line: bytes | str) -> dict[str, Any]:
+    """One message from one line; raises :class:`ProtocolError` with a reason a peer can read."""
+    try:
+        msg = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"not JSON: {e}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"expected a JSON object, got {type(msg).__name__}")
+    return msg
+
+
+def error(req_id: Any, message: str, **extra: Any) -> dict[str, Any]:
+    return {"id": req_id, "ok": False, "error": message, **extra}
+
+
+def ok(req_id: Any, **fields: Any) -> dict[str, Any]:
+    return {"id": req_id, "ok": True, **fields}

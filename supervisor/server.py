@@ -1,0 +1,319 @@
+"""The control socket: snapshots, the event stream and commands for every client of a run.
+
+Runs on the supervisor's loop and never waits on a client. Writes go to the transport's buffer
+without awaiting a drain; how much a client may fall behind is decided per kind of data:
+
+- lifecycle events are always queued (a client hopelessly far behind is disconnected, and
+  catches up from the journal by ``seq`` when it reconnects);
+- log lines are *pulled* from each component's ring on a 20 Hz flush, only while the client's
+  buffer is below :data:`HIGH_WATER`; lines that left the ring meanwhile become a ``gap``;
+- gauges (progress, gpu) keep only the latest value per component until the next flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import protocol
+from .events import is_lifecycle
+from .journal import read_events
+from .rundir import sock_address
+
+if TYPE_CHECKING:
+    from .component import Component
+    from .supervisor import Supervisor
+
+FLUSH_S = 0.05
+HIGH_WATER = 1 << 20  # bytes queued to a client above which no more log lines are sent to it
+DROP_CLIENT_BYTES = 256 << 20  # lifecycle backlog at which a client is given up on
+MAX_LINES_PER_PUSH = 5000
+MAX_SNAPSHOT_LINES = 100_000
+RECENT_EVENTS = 20_000
+READ_CHUNK = 1 << 16
+
+
+class Conn:
+    """One connected client."""
+
+    def __init__(self, server: ControlServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.transport = writer.transport
+        self.hello = False
+        self.name = "?"
+        self.subscribed = False
+        self.log_next: dict[str, int] = {}
+        self.gauges: dict[tuple[str, str | None], dict[str, Any]] = {}
+        self.closed = False
+
+    @property
+    def buffered(self) -> int:
+        return self.transport.get_write_buffer_size()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        self.transport.write(protocol.encode(msg))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    async def serve(self) -> None:
+        buf = b""
+        discarding = False
+        try:
+            while not self.closed:
+                chunk = await self.reader.read(READ_CHUNK)
+                if not chunk:
+                    break
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl], buf[nl + 1:]
+                    if discarding:
+                        discarding = False  # the tail of an oversized message
+                        continue
+                    if line.strip():
+                        await self.handle(line)
+                if len(buf) > protocol.MAX_REQUEST_BYTES:
+                    if not discarding:
+                        self.send(protocol.error(None, f"message larger than {protocol.MAX_REQUEST_BYTES} "
+                                                       "bytes; ignored"))
+                    discarding, buf = True, b""
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.server.drop(self)
+
+    async def handle(self, line: bytes) -> None:
+        try:
+            msg = protocol.decode(line)
+        except protocol.ProtocolError as e:
+            self.send(protocol.error(None, str(e)))
+            return
+        rid = msg.get("id")
+        op = msg.get("op")
+        try:
+            if op == "hello":
+                self.send(self.server.op_hello(self, rid, msg))
+            elif not self.hello:
+                self.send(protocol.error(rid, "say hello first: {\"op\": \"hello\", \"version\": "
+                                              f"{protocol.VERSION}}}"))
+            elif op == "ping":
+                self.send(protocol.ok(rid))
+            elif op == "snapshot":
+                self.send(await self.server.op_snapshot(rid, msg, None))
+            elif op == "subscribe":
+                self.send(await self.server.op_snapshot(rid, msg, self))
+            elif op == "logs":
+                self.send(self.server.op_logs(rid, msg))
+            elif op == "events":
+                self.send(await self.server.op_events(rid, msg))
+            elif op == "command":
+                self.send(self.server.op_command(self, rid, msg))
+            else:
+                self.send(protocol.error(rid, f"unknown op {op!r}; ops: {', '.join(protocol.OPS)}"))
+        except (KeyError, TypeError, ValueError) as e:
+            self.send(protocol.error(rid, f"bad {op} request: {e!r}"))
+
+
+class ControlServer:
+    def __init__(self, sup: Supervisor, path: Path):
+        self.sup = sup
+        self.path = path
+        self.conns: set[Conn] = set()
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
+        self._dirty_logs: set[str] = set()
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Listen on the run's socket (mode 0600); the caller holds the run lock, so a leftover
+        socket file belongs to a dead supervisor and is replaced."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # no window in which the socket is reachable by others
+        try:
+            with sock_address(self.path) as addr:
+                sock.bind(addr)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self._server = await asyncio.start_unix_server(self._accept, sock=sock)
+        self.sup.subscribers.append(self._on_event)
+        self.sup.line_listeners.append(self._on_lines)
+
+    async def close(self) -> None:
+        for c in list(self.conns):
+            c.close()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Conn(self, reader, writer)
+        self.conns.add(conn)
+        await conn.serve()
+
+    def drop(self, conn: Conn) -> None:
+        conn.close()
+        self.conns.discard(conn)
+
+    # ------------------------------------------------------------------ from the supervisor
+
+    def _on_event(self, e: dict[str, Any]) -> None:
+        kind = e.get("kind", "")
+        if is_lifecycle(kind):
+            self.recent.append(e)
+            msg = {"type": "event", "event": e}
+            for c in self.conns:
+                if c.subscribed:
+                    c.send(msg)
+                    if c.buffered > DROP_CLIENT_BYTES:
+                        print(f"rlsup: client {c.name} is {c.buffered >> 20} MiB behind; disconnecting it "
+                              "(it resyncs from the journal when it reconnects)", file=sys.stderr)
+                        c.close()
+        else:
+            key = (kind, e.get("component"))
+            for c in self.conns:
+                if c.subscribed:
+                    c.gauges[key] = e
+            self._schedule()
+
+    def _on_lines(self, comp: Component) -> None:
+        self._dirty_logs.add(comp.name)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._flush_handle is None and self.conns:
+            self._flush_handle = asyncio.get_running_loop().call_later(FLUSH_S, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        dirty, self._dirty_logs = self._dirty_logs, set()
+        behind = False
+        for c in list(self.conns):
+            if not c.subscribed or c.closed:
+                continue
+            if c.gauges:
+                gauges, c.gauges = c.gauges, {}
+                for e in gauges.values():
+                    c.send({"type": "event", "event": e})
+            for name in (dirty | {n for n in c.log_next if self._has_more(c, n)}):
+                if c.buffered >= HIGH_WATER:
+                    behind = True
+                    break
+                self._send_lines(c, name)
+            if any(self._has_more(c, n) for n in c.log_next):
+                behind = True
+        if behind:
+            self._schedule()  # come back for clients that were too full this time
+
+    def _has_more(self, c: Conn, name: str) -> bool:
+        comp = self.sup.components.get(name)
+        return comp is not None and c.log_next.get(name, 0) < comp.ring.next_seq
+
+    def _send_lines(self, c: Conn, name: str) -> None:
+        comp = self.sup.components.get(name)
+        if comp is None:
+            return
+        ring = comp.ring
+        want = c.log_next.get(name, ring.next_seq)
+        if want < ring.first_seq:
+            c.send({"type": "gap", "component": name, "from_seq": want, "to_seq": ring.first_seq})
+            want = ring.first_seq
+        start, lines = ring.since(want, MAX_LINES_PER_PUSH)
+        if lines:
+            c.send({"type": "logs", "component": name, "seq": start, "lines": lines})
+        c.log_next[name] = start + len(lines)
+
+    # ------------------------------------------------------------------ requests
+
+    def op_hello(self, conn: Conn, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        v = msg.get("version")
+        if v != protocol.VERSION:
+            return protocol.error(rid, f"protocol version mismatch: client speaks {v}, this supervisor speaks "
+                                       f"{protocol.VERSION}; use the same rlsup version on both ends")
+        conn.hello = True
+        conn.name = str(msg.get("client", "?"))[:64]
+        run = self.sup.state.get("run", {})
+        from .supervisor import VERSION as RLSUP_VERSION
+
+        return protocol.ok(rid, version=protocol.VERSION, server={
+            "pid": os.getpid(), "host": run.get("host") or socket.gethostname(), "name": self.sup.cfg.name,
+            "run_dir": str(self.sup.paths.root), "config": self.sup.cfg.source, "rlsup": RLSUP_VERSION})
+
+    async def op_snapshot(self, rid: Any, msg: dict[str, Any], sub: Conn | None) -> dict[str, Any]:
+        n = max(0, min(int(msg.get("lines") or 0), MAX_SNAPSHOT_LINES))
+        since = msg.get("since")
+        log_from = msg.get("log_from") or {}
+        logs: dict[str, dict[str, Any]] = {}
+        for name, comp in self.sup.components.items():
+            ring = comp.ring
+            if name in log_from:
+                start = max(int(log_from[name]), ring.first_seq)
+                start, lines = ring.since(start)
+            else:
+                start, lines = ring.tail(n) if n else (ring.next_seq, [])
+            logs[name] = {"seq": start, "lines": lines}
+            if sub is not None:
+                sub.log_next[name] = start + len(lines)
+        events = await self._events_since(int(since) if since is not None else None, 1000 if since is None else None)
+        if sub is not None:
+            sub.subscribed = True
+        return protocol.ok(rid, state=self.sup.snapshot_state(), logs=logs, events=events,
+                           seq=self.sup.journal.last_seq if self.sup.journal else 0)
+
+    async def _events_since(self, since: int | None, limit: int | None) -> list[dict[str, Any]]:
+        if since is None:
+            out = list(self.recent)
+            return out[-limit:] if limit else out
+        if self.recent and self.recent[0]["seq"] <= since + 1:
+            out = [e for e in self.recent if e["seq"] > since]
+        else:  # older than what we keep in memory: the journal has it
+            path = self.sup.paths.events
+            out = await asyncio.get_running_loop().run_in_executor(None, lambda: list(read_events(path, since)))
+        return out[-limit:] if limit else out
+
+    def op_logs(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        name = msg["component"]
+        comp = self.sup.components.get(name)
+        if comp is None:
+            return protocol.error(rid, f"no component {name!r}")
+        limit = max(1, min(int(msg.get("limit") or MAX_LINES_PER_PUSH), MAX_SNAPSHOT_LINES))
+        want = int(msg.get("from_seq", 0))
+        start, lines = comp.ring.since(want, limit)
+        return protocol.ok(rid, component=name, seq=start, lines=lines, first_seq=comp.ring.first_seq,
+                           next_seq=comp.ring.next_seq, file=str(self.sup.paths.log(name)))
+
+    async def op_events(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        limit = max(1, min(int(msg.get("limit") or 1000), RECENT_EVENTS))
+        return protocol.ok(rid, events=await self._events_since(int(msg.get("since") or 0), limit))
+
+    def op_command(self, conn: Conn, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        cmd = msg.get("command")
+        if cmd not in protocol.COMMANDS:
+            return protocol.error(rid, f"unknown command {cmd!r}; commands: {', '.join(protocol.COMMANDS)}")
+        args = msg.get("args") or {}
+        if not isinstance(args, dict):
+            return protocol.error(rid, "args must be an object")
+        args = {k: args[k] for k in ("step", "signal") if args.get(k) is not None}
+        reply = self.sup.command(cmd, msg.get("component"), by="user", client=f"rlsup {conn.name}", **args)
+        return {"id": rid, **reply}
