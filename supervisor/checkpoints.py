@@ -9,7 +9,19 @@ A checkpoint counts as *complete* when
 * its name is not a temporary name (``*.tmp``, ``tmp-*``, ``*.partial`` ...),
 * it is not empty and holds no temporary file (unless a completion marker vouches for it),
 * the layout's completion marker is there where the layout has one, and
-* nothing in it was modified within ``settle_s`` seconds of ``now`` (a writer may still be busy).
+* it is *settled*: either an explicit completion marker vouches for it -- prime-rl's ``STABLE`` (or
+  another known marker file) at its top, a valid HF ``trainer_state.json``, verl's
+  ``latest_checkpointed_iteration.txt`` naming it or a later step, AReaL's ``recover_info`` files all
+  written after ``recover_checkpoint`` -- or, where nothing vouches for it (the ``glob`` layout, an
+  unmarked ``step_N``, verl's in-directory ``data.pt``, prime-rl per-component files, AReaL's
+  weight-only saves), nothing in it was modified within ``settle_s`` seconds of ``now``.
+
+A marker is written last by its writer, so it is authoritative: a checkpoint whose marker is there
+is used at once (a trainer that crashes right after saving resumes from that save, not the one
+before). The age rule is only the fallback for checkpoints nothing vouches for. A marker file that is
+itself unreadable (a half-written ``trainer_state.json``, tracker or ``step_info.json``) is
+reported in ``problems`` and not trusted -- unless it was modified within ``settle_s``, in which
+case it is taken to be mid-write and only listed in ``skipped``.
 
 Layouts (what each framework really writes; sources are the upstream files named below):
 
@@ -80,6 +92,8 @@ GENERIC_MARKERS = (
 
 _TEMP_SUFFIXES = (".tmp", ".temp", ".partial", ".part", ".incomplete", ".inprogress", ".writing", "~")
 _TEMP_PREFIXES = ("tmp-", "tmp_", "tmp.", ".tmp", "temp-", "temp_", ".~")
+# Infixes of staging names such as rlsup's trainer's ``.step_5.tmp-1234`` (trainer/atomic.py).
+_TEMP_INFIXES = (".tmp.", ".tmp-", ".old-")
 
 _PRIME_RE = re.compile(r"step_(\d+)")
 _VERL_RE = re.compile(r"global_step_(\d+)")
@@ -125,7 +139,7 @@ class Discovery:
 def is_temp_name(name: str) -> bool:
     """True for names writers use while a file or directory is not finished yet."""
     low = name.lower()
-    return low.endswith(_TEMP_SUFFIXES) or low.startswith(_TEMP_PREFIXES) or ".tmp." in low
+    return low.endswith(_TEMP_SUFFIXES) or low.startswith(_TEMP_PREFIXES) or any(i in low for i in _TEMP_INFIXES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +182,13 @@ def _tree_info(path: Path) -> _TreeInfo:
                 else:
                     files += 1
     return _TreeInfo(newest, files, temp)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _listdir(path: Path) -> list[os.DirEntry[str]]:
@@ -227,8 +248,14 @@ class _Scan:
         *,
         marker: str | None,
         require_marker: str | None = None,
+        trusted: bool = False,
     ) -> bool:
-        """Apply the common completeness rules; ``require_marker`` names what is missing, if any."""
+        """Apply the common completeness rules; ``require_marker`` names what is missing, if any.
+
+        ``marker`` is whatever says the content is whole (it lifts the temp-file-inside rule);
+        ``trusted`` says it is an explicit completion marker written last, which also lifts the
+        age rule.
+        """
         if is_temp_name(path.name):
             self.skip(path, f"temporary name {path.name!r}: still being written")
             return False
@@ -242,12 +269,19 @@ class _Scan:
         if marker is None and info.temp is not None:
             self.skip(path, f"contains temporary file {info.temp!r}: still being written")
             return False
-        reason = _age_reason(info.newest, self.now, self.settle_s)
+        reason = None if trusted else _age_reason(info.newest, self.now, self.settle_s)
         if reason is not None:
             self.skip(path, reason)
             return False
         self.add(step, path, info.newest)
         return True
+
+    def fresh(self, path: Path) -> bool:
+        """True when ``path`` was modified within ``settle_s``: a marker file possibly mid-write."""
+        try:
+            return _age_reason(path.stat().st_mtime, self.now, self.settle_s) is not None
+        except OSError:
+            return False
 
     def result(self, latest: Checkpoint | None = None, *, use_newest: bool = True) -> Discovery:
         cks = tuple(self.found[s] for s in sorted(self.found))
@@ -285,6 +319,9 @@ def _scan_prime(root: Path, scan: _Scan) -> Discovery:
     uses_markers = any(marks.values())
     for step, path in entries:
         marker = marks[path]
+        # Only a top-level marker (STABLE ...) is written after everything: per-component last files
+        # say that component is done, not that another one will not still appear.
+        trusted = marker is not None
         missing = None
         if marker is None and path.is_dir():
             comps = [c for c in _PRIME_COMPONENT_MARKERS if (path / c).is_dir()]
@@ -297,7 +334,7 @@ def _scan_prime(root: Path, scan: _Scan) -> Discovery:
                 marker = f"{comps[0]}/{_PRIME_COMPONENT_MARKERS[comps[0]][0]}"
             elif missing is None and uses_markers:
                 missing = f"none of {', '.join(scan.markers[:3])}... (other checkpoints here have one)"
-        scan.accept(step, path, marker=marker, require_marker=missing)
+        scan.accept(step, path, marker=marker, require_marker=missing, trusted=trusted)
     return scan.result()
 
 
@@ -315,11 +352,14 @@ def _scan_verl(root: Path, scan: _Scan) -> Discovery:
         try:
             tracked = _read_verl_tracker(tracker_path)
         except (OSError, ValueError, IndexError, UnicodeDecodeError) as exc:
-            scan.problems.append(
-                f"{_VERL_TRACKER} is corrupt ({_short(exc)}); not trusted; falling back to the "
-                f"directory scan (global_step_N counts only with {_VERL_MARKER}, written after the "
-                "model shards, and settled)"
-            )
+            if scan.fresh(tracker_path):  # verl rewrites it in place: empty for a moment
+                scan.skip(tracker_path, f"unreadable and modified just now ({_short(exc)}): being written")
+            else:
+                scan.problems.append(
+                    f"{_VERL_TRACKER} is corrupt ({_short(exc)}); not trusted; falling back to the "
+                    f"directory scan (global_step_N counts only with {_VERL_MARKER}, written after the "
+                    "model shards, and settled)"
+                )
         else:
             if not any(s == tracked for s, p in entries if not is_temp_name(p.name)):
                 scan.problems.append(
@@ -332,7 +372,7 @@ def _scan_verl(root: Path, scan: _Scan) -> Discovery:
             continue
         if tracked is not None:
             # The tracker is written after the whole step directory: it vouches for steps <= it.
-            scan.accept(step, path, marker=marker or _VERL_TRACKER)
+            scan.accept(step, path, marker=marker or _VERL_TRACKER, trusted=True)
         else:
             scan.accept(
                 step, path, marker=marker, require_marker=None if marker else f"{_VERL_MARKER} missing"
@@ -357,6 +397,9 @@ def _scan_hf(root: Path, scan: _Scan) -> Discovery:
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as exc:
             rel = f"{path.name}/{_HF_MARKER}"
+            if scan.fresh(state):  # save_to_json writes in place: truncated for a moment
+                scan.skip(path, f"{_HF_MARKER} unreadable and modified just now: still being written")
+                continue
             scan.problems.append(
                 f"{rel} is corrupt ({_short(exc)}); not trusted; {path.name} skipped, older "
                 "checkpoints are independent and still used"
@@ -366,7 +409,7 @@ def _scan_hf(root: Path, scan: _Scan) -> Discovery:
         gs = data.get("global_step")
         if isinstance(gs, int) and gs != step:
             scan.problems.append(f"{path.name}/{_HF_MARKER} says global_step {gs}; using the name's {step}")
-        scan.accept(step, path, marker=_HF_MARKER)
+        scan.accept(step, path, marker=_HF_MARKER, trusted=True)
     return scan.result()
 
 
@@ -399,9 +442,13 @@ def _scan_areal(root: Path, scan: _Scan) -> Discovery:
         if not isinstance(data, dict) or not isinstance(data.get("global_step"), int):
             raise ValueError("no integer global_step")
     except (OSError, ValueError) as exc:
-        scan.problems.append(
-            f"recover_info/step_info.json is corrupt ({_short(exc)}); not trusted; {fallback}"
-        )
+        if scan.fresh(step_info):  # RecoverInfo.dump rewrites it in place
+            scan.skip(info_dir, f"step_info.json unreadable and modified just now ({_short(exc)})")
+            scan.problems.append(f"recover_info is being rewritten; not trusted yet; {fallback}")
+        else:
+            scan.problems.append(
+                f"recover_info/step_info.json is corrupt ({_short(exc)}); not trusted; {fallback}"
+            )
         return scan.result()
     g = data["global_step"]
     if g < 0 or (isinstance(data.get("epoch"), int) and data["epoch"] < 0):
@@ -415,8 +462,15 @@ def _scan_areal(root: Path, scan: _Scan) -> Discovery:
         for e in _listdir(save_root)
         if e.is_dir() and (Path(e.path) / "recover_checkpoint").is_dir()
     ]
-    newest = max([_tree_info(info_dir).newest] + [_tree_info(p).newest for p in recover_ckpts])
-    reason = _age_reason(newest, scan.now, scan.settle_s)
+    ckpt_newest = max((_tree_info(p).newest for p in recover_ckpts), default=0.0)
+    newest = max(_tree_info(info_dir).newest, ckpt_newest)
+    # RecoverHandler.dump saves every recover_checkpoint first and then RecoverInfo.dump writes
+    # step_info.json ... dataloader_info.pkl: when all of those are at least as new as the newest
+    # checkpoint file, this dump finished and step_info names what recover_checkpoint holds. Otherwise
+    # (a dump in progress, or mtimes lost by a copy) only the age rule can tell.
+    info_oldest = min((_mtime(info_dir / n) for n in _AREAL_RECOVER_FILES), default=0.0)
+    ordered = bool(recover_ckpts) and not missing and info_oldest >= ckpt_newest
+    reason = None if ordered else _age_reason(newest, scan.now, scan.settle_s)
     if missing:
         scan.skip(info_dir, f"recover point {g} incomplete: {', '.join(missing)} missing")
         scan.problems.append(f"recover_info lacks {', '.join(missing)}; not trusted; {fallback}")
@@ -467,7 +521,7 @@ def _scan_glob(root: Path, scan: _Scan, pattern: str) -> Discovery:
         missing = None
         if uses_markers and marks[path] is None and path.is_dir():
             missing = "none (other checkpoints here have one)"
-        scan.accept(step, path, marker=marks[path], require_marker=missing)
+        scan.accept(step, path, marker=marks[path], require_marker=missing, trusted=marks[path] is not None)
     return scan.result()
 
 
@@ -491,15 +545,16 @@ def _detect(root: Path) -> str | None:
 def discover(
     root: str | Path,
     layout: str = "auto",
-    *,
     step_pattern: str | None = None,
+    *,
     now: float | None = None,
     settle_s: float = 5.0,
     markers: Iterable[str] = (),
 ) -> Discovery:
     """Scan ``root`` for complete checkpoints of ``layout``; never raises for file-system state.
 
-    ``now`` defaults to ``time.time()``; anything modified within ``settle_s`` of it is skipped.
+    ``now`` defaults to ``time.time()``; a checkpoint no completion marker vouches for is skipped
+    while anything in it was modified within ``settle_s`` of it (see the module docstring).
     ``markers`` adds completion-marker file names to the known set (prime-rl and glob layouts).
     Raises ValueError only for a bad ``layout`` or ``glob`` without ``step_pattern``.
     """
@@ -530,6 +585,10 @@ def discover(
     return _scan_glob(path, scan, step_pattern or "")
 
 
+# The name the supervisor's side of issue 6 uses for a scan result.
+Found = Discovery
+
+
 def find(
     root: str | Path, layout: str = "auto", *, step: int | None = None, **kw: object
 ) -> Checkpoint | None:
@@ -538,6 +597,24 @@ def find(
     if step is None:
         return found.latest
     return next((c for c in found.checkpoints if c.step == step), None)
+
+
+def list_checkpoints(
+    root: str | Path, layout: str = "auto", step_pattern: str | None = None, **kw: object
+) -> list[Checkpoint]:
+    """Every complete checkpoint under ``root``, ascending by step (what ``rlsup resume --step`` offers).
+
+    For AReaL this includes the weight-only ``epoch*globalstep*`` saves besides the recover point.
+    ``kw`` passes ``now``, ``settle_s`` and ``markers`` on to :func:`discover`.
+    """
+    return list(discover(root, layout, step_pattern, **kw).checkpoints)  # type: ignore[arg-type]
+
+
+def find_step(
+    root: str | Path, layout: str, step: int, step_pattern: str | None = None, **kw: object
+) -> Checkpoint | None:
+    """The complete checkpoint at exactly ``step`` (``rlsup resume NAME --step N``), or None."""
+    return next((c for c in list_checkpoints(root, layout, step_pattern, **kw) if c.step == step), None)
 
 
 def resume_args(template: Sequence[str], ckpt: Checkpoint) -> list[str]:

@@ -11,9 +11,13 @@ import pytest
 from rlsup.supervisor.checkpoints import (
     LAYOUTS,
     Checkpoint,
+    Discovery,
+    Found,
     discover,
     find,
+    find_step,
     is_temp_name,
+    list_checkpoints,
     resume_args,
 )
 
@@ -84,23 +88,27 @@ def test_prime_rl_latest_complete_skips_half_written(tmp_path: Path) -> None:
     prime_step(ck, 20)
     # step 30: DCP shards written, .metadata (written last by DCP) and STABLE not yet
     write(ck / "step_30" / "trainer" / "__0_0.distcp", b"\0" * 64)
-    # step 40: complete files but still settling (fresh mtime)
+    # step 40: STABLE written 1.2 s ago: the marker is written last, so it counts at once
     fresh = prime_step(ck, 40)
     write(fresh / "STABLE", "", mtime=NOW - 1.2)
+    # step 45: trainer part written 0.1 s ago, no STABLE yet; a per-component last file does not
+    # vouch for the whole step (another component may still be saving): the age rule decides
+    write(ck / "step_45" / "trainer" / ".metadata", b"meta", mtime=NOW - 0.1)
     (ck / "step_50").mkdir()  # empty
     age_tree(ck / "step_50")
     age_tree(ck / "step_30")
 
     d = discover(out, "prime-rl", now=NOW)  # output dir: checkpoints/ is found below it
     assert d.layout == "prime-rl"
-    assert steps(d) == [10, 20]
-    assert d.latest is not None and d.latest.step == 20
-    assert d.latest.path == str((ck / "step_20").absolute())
+    assert steps(d) == [10, 20, 40]
+    assert d.latest is not None and d.latest.step == 40
+    assert d.latest.path == str((ck / "step_40").absolute())
     assert d.latest.layout == "prime-rl"
+    assert d.latest.mtime == NOW - 1.2
     sk = skipped_names(d)
     assert sk["step_30"].startswith("no completion marker")
     assert "trainer/.metadata missing" in sk["step_30"]
-    assert sk["step_40"] == "still being written: modified 1.2 s ago"
+    assert sk["step_45"] == "still being written: modified 0.1 s ago"
     assert sk["step_50"] == "empty directory"
     assert d.problems == ()
 
@@ -238,16 +246,30 @@ def test_hf_marker_temp_name_and_corrupt_state(tmp_path: Path) -> None:
     )
 
 
-def test_settling_uses_injected_now(tmp_path: Path) -> None:
+def test_hf_marker_counts_at_once_and_half_written_state_is_not_a_problem(tmp_path: Path) -> None:
     d = hf_step(tmp_path, 10)
-    write(d / "trainer_state.json", "{}", mtime=NOW - 4.0)
+    write(d / "trainer_state.json", "{}", mtime=NOW - 0.2)  # written last, just now
+    assert steps(discover(tmp_path, now=NOW)) == [10]
+    # save_to_json mid-write: truncated and fresh -> skipped quietly, the older one is used
+    hf_step(tmp_path, 20, state='{"global_st')
+    os.utime(tmp_path / "checkpoint-20" / "trainer_state.json", (NOW - 0.1, NOW - 0.1))
+    d2 = discover(tmp_path, now=NOW)
+    assert steps(d2) == [10] and d2.problems == ()
+    assert "modified just now" in skipped_names(d2)["checkpoint-20"]
+    # the same file left like that (the trainer died mid-write) is a corrupt marker: reported
+    d3 = discover(tmp_path, now=NOW + 60)
+    assert steps(d3) == [10] and d3.problems[0].startswith("checkpoint-20/trainer_state.json is corrupt")
+
+
+def test_settling_uses_injected_now(tmp_path: Path) -> None:
+    """Only where nothing vouches for a checkpoint (no marker anywhere) does the age rule decide."""
+    write(tmp_path / "step_10" / "model.pt", b"m", mtime=NOW - 4.0)
     assert steps(discover(tmp_path, now=NOW, settle_s=5.0)) == []
-    assert (
-        skipped_names(discover(tmp_path, now=NOW))["checkpoint-10"]
-        == "still being written: modified 4.0 s ago"
-    )
+    assert skipped_names(discover(tmp_path, now=NOW))["step_10"] == "still being written: modified 4.0 s ago"
     assert steps(discover(tmp_path, now=NOW + 2.0, settle_s=5.0)) == [10]
     assert steps(discover(tmp_path, now=NOW, settle_s=3.0)) == [10]
+    d = discover(tmp_path, now=NOW - 10.0)
+    assert "in the future" in skipped_names(d)["step_10"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,16 +397,19 @@ def test_find_latest_or_exact_step(tmp_path: Path) -> None:
     assert find(tmp_path, now=NOW).step == 30  # type: ignore[union-attr]
     assert find(tmp_path, "hf", step=20, now=NOW).path == str(tmp_path / "checkpoint-20")  # type: ignore[union-attr]
     assert find(tmp_path, step=25, now=NOW) is None
-    write(tmp_path / "checkpoint-30" / "trainer_state.json", "{}", mtime=NOW)  # settling again
+    (tmp_path / "checkpoint-30" / "trainer_state.json").unlink()  # being rewritten
     assert find(tmp_path, step=30, now=NOW) is None
+    assert find(tmp_path, now=NOW).step == 20  # type: ignore[union-attr]
 
 
 def test_default_now_is_wall_clock(tmp_path: Path) -> None:
-    d = tmp_path / "checkpoint-1"
+    d = tmp_path / "step_1"
     d.mkdir()
-    (d / "trainer_state.json").write_text("{}")  # written just now
+    (d / "model.pt").write_bytes(b"m")  # written just now, no marker
     assert find(tmp_path) is None
     assert find(tmp_path, settle_s=0.0) is not None
+    (d / "STABLE").write_text("")  # the marker vouches for it at once
+    assert find(tmp_path).step == 1  # type: ignore[union-attr]
 
 
 def test_resume_args_substitution() -> None:
@@ -412,7 +437,139 @@ def test_resume_args_substitution() -> None:
         ("model.safetensors", False),
         ("checkpoint-5", False),
         ("template.json", False),
+        (".step_6.tmp-4242", True),
+        (".step_6.old-4242", True),
     ],
 )
 def test_temp_names(name: str, temp: bool) -> None:
     assert is_temp_name(name) is temp
+
+
+# ---------------------------------------------------------------------------------------------
+# completion markers are authoritative; the age rule only for what nothing vouches for
+
+
+def test_reference_trainer_checkpoint_is_accepted_at_once(tmp_path: Path) -> None:
+    """The demo trainer's real writer (trainer/checkpoint.py): staged in .step_N.tmp-PID, STABLE last,
+    renamed. A crash right after save must resume from that save, so no settle delay applies."""
+    torch = pytest.importorskip("torch")
+    from rlsup.trainer import checkpoint as ref
+    from rlsup.trainer.policy import Policy
+
+    policy = Policy()
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    out = tmp_path / "out"
+    ref.save(out, 2, policy, opt, {"steps": 4})
+    ref.save(out, 4, policy, opt, {"steps": 4})
+    # a save interrupted before its rename: the staging dir is left behind
+    stale = out / "checkpoints" / f".step_6.tmp-{os.getpid()}"
+    stale.mkdir()
+    (stale / "model.pt").write_bytes(b"half")
+    d = discover(out)  # wall clock: written milliseconds ago
+    assert d.layout == "prime-rl"
+    assert steps(d) == [2, 4] and d.latest is not None and d.latest.step == 4
+    assert d.latest.path == str(ref.checkpoint_dir(out, 4).absolute())
+    assert skipped_names(d)[stale.name].startswith("temporary name")
+    assert d.problems == ()
+    assert [c.step for c in list_checkpoints(out, "prime-rl")] == ref.complete_steps(out)
+
+
+def test_verl_tracker_vouches_at_once_but_data_pt_alone_settles(tmp_path: Path) -> None:
+    verl_step(tmp_path, 100)
+    d200 = verl_step(tmp_path, 200)
+    write(d200 / "data.pt", b"d", mtime=NOW - 0.3)
+    write(tmp_path / "latest_checkpointed_iteration.txt", "200", mtime=NOW - 0.2)
+    assert steps(discover(tmp_path, now=NOW)) == [100, 200]
+    # async_save: no tracker, data.pt is only an in-directory hint -> the age rule decides
+    (tmp_path / "latest_checkpointed_iteration.txt").unlink()
+    d = discover(tmp_path, "verl", now=NOW)
+    assert steps(d) == [100]
+    assert skipped_names(d)["global_step_200"] == "still being written: modified 0.3 s ago"
+    assert steps(discover(tmp_path, "verl", now=NOW + 10)) == [100, 200]
+
+
+def test_verl_tracker_mid_rewrite_is_not_a_problem(tmp_path: Path) -> None:
+    verl_step(tmp_path, 100)
+    verl_step(tmp_path, 200)
+    write(tmp_path / "latest_checkpointed_iteration.txt", "", mtime=NOW - 0.05)  # open("w") truncated it
+    d = discover(tmp_path, "verl", now=NOW)
+    assert d.problems == ()
+    assert "modified just now" in skipped_names(d)["latest_checkpointed_iteration.txt"]
+    assert steps(d) == [100, 200]  # the directory scan still finds the settled ones
+
+
+def test_areal_finished_dump_is_accepted_at_once(tmp_path: Path) -> None:
+    root = areal_tree(tmp_path)
+    # a dump that finished 0.2 s ago: checkpoint files first, then step_info ... dataloader_info last
+    write(root / "default" / "recover_checkpoint" / "optim.pt", b"o2", mtime=NOW - 0.4)
+    write(root / "recover_info" / "step_info.json", json.dumps({"epoch": 0, "global_step": 8}), mtime=NOW - 0.3)
+    for name in ("saver_info.json", "evaluator_info.json", "stats_logger_info.json", "checkpoint_info.json"):
+        write(root / "recover_info" / name, "{}", mtime=NOW - 0.25)
+    write(root / "recover_info" / "dataloader_info.pkl", b"\x80", mtime=NOW - 0.2)
+    d = discover(root, now=NOW)
+    assert d.latest is not None and d.latest.step == 8 and d.problems == ()
+    assert d.latest.path == str(root / "default" / "recover_checkpoint")
+
+
+def test_areal_half_rewritten_recover_info_is_not_trusted(tmp_path: Path) -> None:
+    root = areal_tree(tmp_path)
+    write(root / "default" / "recover_checkpoint" / "optim.pt", b"o2", mtime=NOW - 0.4)
+    # step_info already names the new point, dataloader_info.pkl is still the old dump's
+    write(root / "recover_info" / "step_info.json", json.dumps({"epoch": 0, "global_step": 8}), mtime=NOW - 0.3)
+    d = discover(root, now=NOW)
+    assert d.latest is not None and d.latest.step == 9  # newest weight-only save, said so
+    assert any("still being written" in r for _, r in d.skipped)
+    assert any("falling back" in p for p in d.problems)
+
+
+def test_areal_step_info_mid_write_and_left_corrupt(tmp_path: Path) -> None:
+    root = areal_tree(tmp_path)
+    write(root / "recover_info" / "step_info.json", '{"epo', mtime=NOW - 0.1)
+    d = discover(root, now=NOW)
+    assert d.problems and d.problems[0].startswith("recover_info is being rewritten")
+    assert d.latest is not None and d.latest.step == 9
+    later = discover(root, now=NOW + 60)  # nobody finished it: a corrupt recover file
+    assert later.problems[0].startswith("recover_info/step_info.json is corrupt")
+    assert later.latest is not None and later.latest.step == 9
+
+
+def test_areal_weight_only_saves_half_written(tmp_path: Path) -> None:
+    root = areal_tree(tmp_path, step_info="[]")  # a JSON list: corrupt
+    (root / "default" / "epoch0epochstep11globalstep11").mkdir()  # empty
+    write(root / "default" / "epoch0epochstep12globalstep12" / "model.safetensors", b"w", mtime=NOW - 1)
+    d = discover(root, "areal", now=NOW)
+    assert steps(d) == [3, 7, 9]
+    sk = skipped_names(d)
+    assert sk["epoch0epochstep11globalstep11"] == "empty directory"
+    assert sk["epoch0epochstep12globalstep12"] == "still being written: modified 1.0 s ago"
+    assert d.problems[0].startswith("recover_info/step_info.json is corrupt (no integer global_step)")
+
+
+def test_glob_marker_vouches_unmarked_settles(tmp_path: Path) -> None:
+    write(tmp_path / "ckpt_0005" / "w.pt", b"w", mtime=NOW - 0.5)
+    write(tmp_path / "ckpt_0005" / "DONE", "", mtime=NOW - 0.5)
+    write(tmp_path / "ckpt_0003" / "w.pt", b"w")
+    d = discover(tmp_path, "glob", r"ckpt_(?P<step>\d+)", now=NOW)  # step_pattern positionally
+    assert steps(d) == [5]  # marker in use: the unmarked ckpt_0003 is an interrupted save
+    write(tmp_path / "files" / "model_7.pt", b"w", mtime=NOW - 0.5)
+    write(tmp_path / "files" / "model_6.pt", b"w")
+    d2 = discover(tmp_path / "files", "glob", r"model_(\d+)\.pt", now=NOW)
+    assert steps(d2) == [6]
+    assert skipped_names(d2)["model_7.pt"] == "still being written: modified 0.5 s ago"
+
+
+def test_list_checkpoints_and_find_step(tmp_path: Path) -> None:
+    for n in (10, 20, 30):
+        hf_step(tmp_path, n)
+    write(tmp_path / "checkpoint-40" / "model.safetensors", b"w")  # no trainer_state.json
+    cks = list_checkpoints(tmp_path, "auto", now=NOW)
+    assert [c.step for c in cks] == [10, 20, 30] and all(isinstance(c, Checkpoint) for c in cks)
+    assert find_step(tmp_path, "hf", 20, now=NOW).path == str(tmp_path / "checkpoint-20")  # type: ignore[union-attr]
+    assert find_step(tmp_path, "hf", 40, now=NOW) is None
+    assert find_step(tmp_path, "auto", 25) is None
+    assert list_checkpoints(tmp_path / "missing", "hf") == []
+    write(tmp_path / "g" / "it_3" / "w", b"w")
+    assert find_step(tmp_path / "g", "glob", 3, r"it_(\d+)", now=NOW).step == 3  # type: ignore[union-attr]
+    assert Found is Discovery
+    found = discover(tmp_path, "hf", None, now=NOW)
+    assert found.latest is not None and found.latest.step == 30
