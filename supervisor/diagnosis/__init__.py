@@ -6,8 +6,16 @@ that touches the host, best effort.
 
 from __future__ import annotations
 
+from .dependency import (
+    CONNECTION_CATEGORIES,
+    DependencyFlag,
+    DependencyWatch,
+    connection_errors,
+    dependency_down,
+)
 from .engine import diagnose, find_step, normalize_signal
 from .host import parse_kernel_log, parse_memory_events, read_host_evidence
+from .memory import MemoryGrowthDetector, fit_growth
 from .model import CATEGORIES, Diagnosis, HostEvidence
 from .normalize import normalize, strip_prefixes
 from .offline import clean_line, diagnose_command, diagnose_file, format_human, read_tail
@@ -15,6 +23,13 @@ from .patterns import AttemptRecord, Flag, detect_attempt_patterns
 
 __all__ = [
     "CATEGORIES",
+    "CONNECTION_CATEGORIES",
+    "DependencyFlag",
+    "DependencyWatch",
+    "MemoryGrowthDetector",
+    "connection_errors",
+    "dependency_down",
+    "fit_growth",
     "AttemptRecord",
     "Diagnosis",
     "Flag",

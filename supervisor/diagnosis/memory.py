@@ -1,0 +1,159 @@
+"""memory_growth: a component's host RSS or GPU memory climbing steadily with its steps.
+
+Pure: the caller feeds samples (time, step, megabytes) and gets a :class:`~.patterns.Flag` once
+per episode. A leak shows as memory that grows *linearly with steps*: the detector fits a
+least-squares line of memory against step over a sliding time window and flags when the fit is
+good (r² high), the slope is positive, most consecutive samples go up or stay, the most recent
+third of the window still climbs at half the overall rate or more, and the total growth is large
+both in absolute (MB) and relative terms. A one-off jump (a cache warming up,
+a bigger batch) fits a line badly and is not flagged.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .patterns import Flag
+
+_KINDS = {"rss": "host RSS", "gpu": "GPU memory"}
+
+
+@dataclass(frozen=True)
+class _Sample:
+    ts: float
+    step: int
+    mb: float
+
+
+@dataclass(frozen=True)
+class Fit:
+    slope: float  # MB per step
+    r2: float
+    growth_mb: float  # fitted growth from the first to the last step of the window
+    rising_fraction: float  # share of consecutive samples that did not go down
+
+
+def fit_growth(points: list[tuple[float, float]]) -> Fit | None:
+    """Least-squares fit of ``y`` (MB) against ``x`` (step); None when x does not vary."""
+    n = len(points)
+    if n < 2:
+        return None
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    if sxx == 0:
+        return None
+    sxy = sum((p[0] - mx) * (p[1] - my) for p in points)
+    syy = sum((p[1] - my) ** 2 for p in points)
+    slope = sxy / sxx
+    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
+    xs = [p[0] for p in points]
+    growth = slope * (max(xs) - min(xs))
+    # Small dips (allocator noise) are tolerated: "not down" means within 1 % of the previous.
+    rising = sum(1 for a, b in zip(points, points[1:], strict=False) if b[1] >= a[1] * 0.99) / (n - 1)
+    return Fit(slope, r2, growth, rising)
+
+
+class MemoryGrowthDetector:
+    """Watches one component's memory over steps; flags a steady climb once per episode.
+
+    ``observe`` is called with each new sample (typically once per step or per GPU sample);
+    samples older than ``window_s`` (by their own ``ts``) are dropped. An episode ends when the
+    memory falls back below the level at which it was flagged minus half the growth (the
+    process restarted or freed it), or on :meth:`reset` (call it when a new attempt starts).
+    ``rss_limit_mb``/``gpu_limit_mb`` (host RAM, GPU total) let the message say when the
+    limit will be hit at the current rate.
+    """
+
+    def __init__(self, *, min_samples: int = 8, min_growth_mb: float = 512.0, min_fraction: float = 0.2,
+                 window_s: float = 3600.0, min_r2: float = 0.8, min_rising: float = 0.7,
+                 max_samples: int = 512, rss_limit_mb: float | None = None, gpu_limit_mb: float | None = None):
+        self.min_samples = min_samples
+        self.min_growth_mb = min_growth_mb
+        self.min_fraction = min_fraction
+        self.window_s = window_s
+        self.min_r2 = min_r2
+        self.min_rising = min_rising
+        self.limits = {"rss": rss_limit_mb, "gpu": gpu_limit_mb}
+        self._series: dict[str, deque[_Sample]] = {k: deque(maxlen=max_samples) for k in _KINDS}
+        # kind -> memory level when flagged (the episode is open while this is set)
+        self._flagged: dict[str, float] = {}
+
+    def reset(self) -> None:
+        """Forget every sample and open episode (a new attempt of the component)."""
+        for s in self._series.values():
+            s.clear()
+        self._flagged.clear()
+
+    def observe(self, ts: float, step: int | None, rss_mb: float | None, gpu_mb: float | None = None) -> Flag | None:
+        """Add one sample; a ``memory_growth`` flag the first time growth qualifies, else None."""
+        if step is None:
+            return None
+        out: Flag | None = None
+        for kind, mb in (("rss", rss_mb), ("gpu", gpu_mb)):
+            if mb is None:
+                continue
+            flag = self._observe_one(kind, ts, int(step), float(mb))
+            if out is None:
+                out = flag
+        return out
+
+    def _observe_one(self, kind: str, ts: float, step: int, mb: float) -> Flag | None:
+        series = self._series[kind]
+        if series and step < series[-1].step:
+            # Resumed from an earlier checkpoint: a new process, a new baseline.
+            series.clear()
+            self._flagged.pop(kind, None)
+        if series and step == series[-1].step:
+            series[-1] = _Sample(ts, step, max(mb, series[-1].mb))
+        else:
+            series.append(_Sample(ts, step, mb))
+        while series and series[0].ts < ts - self.window_s:
+            series.popleft()
+        if kind in self._flagged:
+            peak = self._flagged[kind]
+            base = series[0].mb if series else peak
+            if mb < peak - max(self.min_growth_mb, (peak - base)) / 2:
+                # Memory came back down: the episode is over, and this is the new baseline.
+                del self._flagged[kind]
+                while len(series) > 1:
+                    series.popleft()
+            return None
+        if len(series) < self.min_samples:
+            return None
+        pts = [(float(s.step), s.mb) for s in series]
+        fit = fit_growth(pts)
+        if fit is None or fit.slope <= 0:
+            return None
+        first = min(s.mb for s in list(series)[: max(1, len(series) // 4)])
+        observed = mb - first
+        growth = min(fit.growth_mb, observed)
+        if (fit.r2 < self.min_r2 or fit.rising_fraction < self.min_rising or growth < self.min_growth_mb
+                or first <= 0 or growth / first < self.min_fraction):
+            return None
+        # Still growing at the end: a cache that filled and then plateaued is not a leak.
+        recent = fit_growth([(float(s.step), s.mb) for s in list(series)[-max(3, len(series) // 3):]])
+        if recent is None or recent.slope < 0.5 * fit.slope:
+            return None
+        self._flagged[kind] = mb
+        return self._flag(kind, list(series), fit, first)
+
+    def _flag(self, kind: str, series: list[_Sample], fit: Fit, first: float) -> Flag:
+        a, b = series[0], series[-1]
+        what = _KINDS[kind]
+        msg = (f"{what} grew steadily from {_mb(first)} to {_mb(b.mb)} over steps {a.step}-{b.step} "
+               f"(+{fit.slope:.1f} MB/step, r²={fit.r2:.2f}, {b.ts - a.ts:.0f} s)")
+        limit = self.limits.get(kind)
+        if limit and fit.slope > 0 and b.mb < limit:
+            steps_left = (limit - b.mb) / fit.slope
+            msg += f"; at this rate it reaches the {_mb(limit)} limit in ~{steps_left:.0f} steps"
+        msg += "; likely a leak (tensors kept across steps, growing caches or lists)"
+        n = len(series)
+        picks = sorted({round(i * (n - 1) / 5) for i in range(6)})
+        evidence = tuple(f"step {series[i].step}: {what} {_mb(series[i].mb)}" for i in picks)
+        return Flag("memory_growth", msg, evidence, False)
+
+
+def _mb(mb: float) -> str:
+    return f"{mb / 1024:.1f} GiB" if abs(mb) >= 1024 else f"{mb:.0f} MB"

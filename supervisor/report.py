@@ -1,0 +1,680 @@
+"""``rlsup report``: a Markdown incident report of a run, from what the run left on disk.
+
+Reads only files (``events.jsonl``, ``state.json``, the logs, the config named in the journal), so
+it works on a live run and on one whose supervisor died long ago. The output is deterministic
+given ``now`` (times in UTC) and passes through :mod:`.redact` as a whole: no secret from the
+environment, the config's ``env``/``env_file`` or a ``--token``-style argument appears in it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import state as state_mod
+from .events import describe
+from .journal import read_events
+from .redact import Redactor, secret_values
+from .rundir import RunPaths, is_locked
+
+MAX_TIMELINE = 200
+MAX_EVIDENCE = 14
+LOG_TAIL_LINES = 12
+
+# What to do next, per diagnosis category or flag type. The first line that applies is enough to
+# start; {name} is the component, {loc} the failing location.
+NEXT_STEPS: dict[str, str] = {
+    "cuda_oom": "GPU out of memory: lower the batch / micro-batch size or sequence length, enable "
+                "gradient checkpointing, or lower the inference engine's memory fraction "
+                "(vLLM `--gpu-memory-utilization`, SGLang `--mem-fraction-static`) if it shares the GPU.",
+    "host_oom": "Host out of memory: lower dataloader workers / rollout buffer sizes, or give the job more RAM; "
+                "check the memory figures below and any `memory_growth` flag for a leak.",
+    "killed": "Killed by a signal nobody in the run sent: check the kernel log (`dmesg`), the job scheduler "
+              "(preemption, time limit) and the container's memory limit.",
+    "segfault": "Native crash: note the library in the stack, check CUDA / driver / library versions match; "
+                "rerun once to see whether it is deterministic.",
+    "nccl_timeout": "Collective timeout: usually another rank died or stalled first; look for that rank's own "
+                    "error above. Raise the NCCL timeout only if a step is legitimately slow.",
+    "nccl_error": "NCCL error: check the network interface (`NCCL_SOCKET_IFNAME`), `NCCL_DEBUG=INFO` output "
+                  "and that every rank sees the same GPUs.",
+    "distributed_timeout": "Rendezvous / store timeout: a peer never arrived; check that every node started "
+                           "and can reach MASTER_ADDR:MASTER_PORT.",
+    "connection_refused": "Connection refused: the service {name} talks to was down; check its dependency's "
+                          "state and log first (restart the dependency, not {name}).",
+    "inference_engine_dead": "The inference engine died: read the engine's own log for the root cause "
+                             "(often an OOM or a bad model config), then restart the inference component.",
+    "inference_memory_config": "Inference memory config: raise `--gpu-memory-utilization` / "
+                               "`--mem-fraction-static` or lower `--max-model-len` / max tokens.",
+    "watchdog_timeout": "Watchdog timeout: a worker hung; look for a stuck collective or a dead peer just "
+                        "before it.",
+    "cuda_error": "CUDA error: rerun with `CUDA_LAUNCH_BLOCKING=1` to get the failing kernel; an illegal "
+                  "address is usually an indexing bug, an Xid a hardware/driver problem.",
+    "fatal_python_error": "The interpreter aborted: the lines before the abort name the C++ exception; check "
+                          "library versions.",
+    "disk_full": "Disk full: free space under the checkpoint / output directories (old checkpoints), then "
+                 "`rlsup resume {name}`.",
+    "port_in_use": "Port in use: a process from an earlier run still holds it (`ss -ltnp`); end it or change "
+                   "the port.",
+    "python_exception": "Fix the exception{at}, then `rlsup start {name}` (or `rlsup resume {name}`).",
+    "unknown": "No failure text in the log: read the end of `logs/{name}.log`; the process may have exited "
+               "without printing why.",
+    "repeated_error": "The same error on consecutive attempts is a deterministic bug: fix the code{at}, then "
+                      "`rlsup start {name}`; restarting will not help.",
+    "step_crash": "Crashes at the same step: inspect the data/batch at that step, or resume from an earlier "
+                  "checkpoint with `rlsup resume {name} --step N`.",
+    "crash_loop": "{name} dies within seconds of starting: run its command by hand to see the startup error "
+                  "(missing module, bad argument, wrong environment).",
+    "stall": "{name} stopped making progress: check what it waits on (its dependencies) and `rlsup logs {name}`.",
+    "dependency_down": "Bring the dependency back first; {name} recovers once it can connect.",
+    "memory_growth": "Memory grows with steps: look for tensors kept across steps (losses appended without "
+                     "`.item()`/`.detach()`), growing caches or lists.",
+    "false_success": "{name} exited 0 before its last step: check for an early `return`/`break` or a data "
+                     "source that ran out.",
+    "disk_full_flag": "Free disk space, then resume.",
+}
+
+
+@dataclass
+class Attempt:
+    component: str
+    attempt: int
+    started: dict[str, Any] | None = None
+    ready_ts: float | None = None
+    exited: dict[str, Any] | None = None
+    outcome: dict[str, Any] | None = None  # completed / fatal / stopped / restart_scheduled after the exit
+    flags: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        e = self.exited
+        if e is None:
+            return False
+        if (self.outcome or {}).get("kind") == "stopped":
+            return False
+        return bool(e.get("signal")) or (e.get("exit_code") not in (0, None))
+
+    @property
+    def diagnosis(self) -> dict[str, Any]:
+        return (self.exited or {}).get("diagnosis") or {}
+
+
+def build_report(run_dir: Path | str, *, now: float | None = None, env: Mapping[str, str] | None = None,
+                 config_path: Path | str | None = None) -> str:
+    """The Markdown incident report of the run in ``run_dir``.
+
+    ``now`` (default: the clock) only matters for a run still going; ``env`` (default: this
+    process's environment) and the run's config (``config_path``, default the one named in the
+    journal, if it is still readable) supply the secret values to mask. Raises
+    ``FileNotFoundError`` when ``run_dir`` holds neither a journal nor a state file.
+    """
+    paths = RunPaths(Path(run_dir))
+    if not paths.events.exists() and not paths.state.exists():
+        raise FileNotFoundError(f"no events.jsonl or state.json in {paths.root}: not a run directory")
+    now = time.time() if now is None else now
+    events = list(read_events(paths.events))
+    snap = _read_json(paths.state) or {}
+    st = _reduce(events, snap)
+    run = st["run"]
+    cfg_path = Path(config_path) if config_path else (Path(run["config"]) if run.get("config") else None)
+    cfg = _read_config(cfg_path)
+    secrets = secret_values(dict(os.environ if env is None else env)) | _config_secrets(cfg, cfg_path)
+    red = Redactor(secrets)
+    attempts = _attempts(events)
+    md = _render(paths, events, st, snap, attempts, cfg, cfg_path, now)
+    return red.redact_text(md)
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _reduce(events: list[dict[str, Any]], snap: dict[str, Any]) -> dict[str, Any]:
+    """State from the journal; state.json supplies what the journal lacks (gauges, checkpoint)."""
+    st = state_mod.initial(dict(snap.get("run") or {}), list((snap.get("components") or {}).keys()))
+    for e in events:
+        state_mod.apply(st, e)
+    for name, c in (snap.get("components") or {}).items():
+        mine = st["components"].setdefault(name, state_mod.new_component())
+        for k in ("step", "total", "rate", "eta_s", "metrics", "checkpoint"):
+            if c.get(k) is not None and (mine.get(k) in (None, {}) or k in ("checkpoint", "metrics")):
+                mine[k] = c[k]
+        if not events:
+            mine.update({k: v for k, v in c.items() if k in mine})
+    st["gpus"] = snap.get("gpus") or []
+    st["host"] = snap.get("host")
+    return st
+
+
+def _read_config(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        import yaml
+
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except Exception:  # an unreadable or broken config only costs us secrets and checkpoint lookups
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _config_secrets(cfg: dict[str, Any] | None, cfg_path: Path | None) -> set[str]:
+    if not cfg:
+        return set()
+    envs: dict[str, str] = {}
+    for scope in [cfg, *((cfg.get("components") or {}).values())]:
+        if isinstance(scope, dict) and isinstance(scope.get("env"), dict):
+            envs.update({str(k): str(v) for k, v in scope["env"].items() if v is not None})
+    ef = cfg.get("env_file")
+    if isinstance(ef, str) and cfg_path is not None:
+        from .config import parse_env_file
+
+        p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
+        try:
+            envs.update(parse_env_file(p))
+        except Exception:
+            pass
+    return secret_values(envs)
+
+
+def _attempts(events: list[dict[str, Any]]) -> dict[str, list[Attempt]]:
+    out: dict[str, list[Attempt]] = {}
+    cur: dict[str, Attempt] = {}
+    for e in events:
+        name = e.get("component")
+        if not name:
+            continue
+        k = e.get("kind")
+        if k == "started":
+            a = Attempt(name, int(e.get("attempt") or len(out.get(name, [])) + 1), started=e)
+            out.setdefault(name, []).append(a)
+            cur[name] = a
+            continue
+        a = cur.get(name)
+        if a is None:
+            continue
+        if k == "ready":
+            a.ready_ts = e.get("ts")
+        elif k == "exited":
+            a.exited = e
+        elif k in ("completed", "fatal", "stopped", "restart_scheduled") and a.exited is not None and a.outcome is None:
+            a.outcome = e
+        elif k == "flag":
+            a.flags.append(e)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- formatting
+
+
+def _utc(ts: float | None, full: bool = False) -> str:
+    if ts is None:
+        return "?"
+    fmt = "%Y-%m-%d %H:%M:%S UTC" if full else "%H:%M:%S"
+    return time.strftime(fmt, time.gmtime(ts))
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "?"
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def _cell(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def _code(lines: list[str] | tuple[str, ...]) -> list[str]:
+    body = [str(x).replace("```", "'''") for x in lines]
+    return ["```", *body, "```"]
+
+
+def _short_loc(loc: str | None) -> str | None:
+    if not loc:
+        return None
+    path, _, line = loc.rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else loc
+
+
+def _exit_text(e: dict[str, Any] | None) -> str:
+    if e is None:
+        return "running"
+    if e.get("signal"):
+        return f"killed by {e['signal']}"
+    return f"exit {e.get('exit_code')}"
+
+
+def _what(d: dict[str, Any]) -> str:
+    """'AttributeError at train.py:12' / 'cuda_oom' for one diagnosis."""
+    exc = d.get("exception")
+    what = exc.split(":", 1)[0].strip() if exc else (d.get("category") or "unknown failure")
+    loc = _short_loc(d.get("location"))
+    return f"{what} at {loc}" if loc else what
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def _failure_text(a: Attempt) -> str:
+    """How one attempt failed, in a few words: 'AttributeError at train.py:12', 'SIGKILL'."""
+    d = a.diagnosis
+    e = a.exited or {}
+    if d.get("exception") or d.get("location"):
+        return _what(d)
+    if e.get("signal") and d.get("category") in (None, "killed", "unknown"):
+        return str(e["signal"])
+    if d.get("category") in (None, "unknown"):
+        return f"no recognised error (exit {e.get('exit_code')})"
+    return str(d.get("category"))
+
+
+def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any]) -> str | None:
+    failed = [a for a in atts if a.failed]
+    if not failed:
+        return None
+    sigs = Counter(_failure_text(a) for a in failed)
+    verb = "was killed" if all(a.exited and a.exited.get("signal") for a in failed) else "crashed"
+    prep = "by" if verb == "was killed" else "with"
+    if len(sigs) == 1:
+        same = f"{prep} the same " if len(failed) > 1 else f"{prep} "
+        text = f"{name} {verb} {_times(len(failed))} {same}{_failure_text(failed[-1])}"
+    else:
+        top = ", ".join(_failure_text(a) for a in failed[-3:])
+        text = f"{name} {verb} {_times(len(failed))} ({len(sigs)} different failures; latest: {top})"
+    if all(a.ready_ts is None for a in failed) and len(failed) > 1:
+        text += ", each time before becoming ready"
+    state = cstate.get("state")
+    if state == "fatal":
+        reason = str(cstate.get("reason") or "")
+        kind = reason.split(":", 1)[0] if ":" in reason[:40] else reason
+        text += "; stopped restarting" + (f" ({kind[:100]})" if kind else "")
+    elif not atts[-1].failed:
+        text += "; recovered" + (f" ({state})" if state in ("completed", "running") else "")
+    elif state:
+        text += f"; now {state}"
+    return text
+
+
+def _summary(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> str:
+    parts = []
+    for name, atts in attempts.items():
+        s = _component_summary(name, atts, st["components"].get(name, {}))
+        if s:
+            parts.append(s)
+    never = [n for n, c in st["components"].items()
+             if c.get("state") == "fatal" and not attempts.get(n)]
+    if never:
+        parts.append(f"{', '.join(never)} never started (a dependency was fatal)")
+    run = st["run"]
+    if run.get("ended_at"):
+        end = f"the run ended: {run.get('end_reason') or '?'} (exit code {run.get('exit_code')})"
+    else:
+        end = "the run is still going"
+    if not parts:
+        return f"No component failed; {end}."
+    text = "; ".join(parts) + f"; {end}."
+    return text[0].upper() + text[1:]
+
+
+def _render(paths: RunPaths, events: list[dict[str, Any]], st: dict[str, Any], snap: dict[str, Any],
+            attempts: dict[str, list[Attempt]], cfg: dict[str, Any] | None, cfg_path: Path | None,
+            now: float) -> str:
+    run = st["run"]
+    name = run.get("name") or paths.root.name
+    out: list[str] = [f"# Incident report: {name}", ""]
+    started_at = run.get("started_at") or (events[0].get("ts") if events else None)
+    ended_at = run.get("ended_at")
+    live = ended_at is None and is_locked(paths)
+    if ended_at is not None:
+        status = (f"**ended** {_utc(ended_at, True)}: {run.get('end_reason') or '?'}, "
+                  f"exit code {run.get('exit_code')}")
+        dur = ended_at - started_at if started_at else None
+    elif live:
+        status = f"**running** (report taken {_utc(now, True)})"
+        dur = now - started_at if started_at else None
+    else:
+        last = events[-1].get("ts") if events else None
+        status = (f"**supervisor gone** without ending the run (last event {_utc(last, True)}); "
+                  f"`rlsup up` on the config resumes supervision")
+        dur = last - started_at if started_at and last else None
+    out += [
+        f"- Status: {status}",
+        f"- Started: {_utc(started_at, True)}; duration {_dur(dur)}",
+        f"- Run dir: `{paths.root}`" + (f"; config `{run.get('config')}`" if run.get("config") else ""),
+        f"- Host: {run.get('host') or '?'}; supervisor pid {run.get('pid') or '?'}; rlsup {run.get('version') or '?'}",
+        "",
+        "## Summary",
+        "",
+        _summary(st, attempts),
+        "",
+    ]
+    out += _components_table(st, attempts)
+    out += _flags_section(events)
+    out += _attempts_section(paths, st, attempts)
+    out += _resources_section(st, attempts)
+    out += _checkpoints_section(st, attempts, cfg, cfg_path, paths)
+    out += _next_steps(st, attempts, events)
+    out += _timeline(events, started_at)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _components_table(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:
+    out = ["## Components", "", "| component | state | attempts | failures | step | last exit |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for n, c in st["components"].items():
+        atts = attempts.get(n, [])
+        step = c.get("step")
+        total = c.get("total")
+        stp = "-" if step is None else (f"{step}/{total}" if total else str(step))
+        last = atts[-1].exited if atts else None
+        lx = "-" if last is None else f"{_exit_text(last)} after {_dur(last.get('uptime_s'))}"
+        out.append(f"| {n} | {c.get('state')} | {len(atts)} | {sum(a.failed for a in atts)} | {stp} | {_cell(lx)} |")
+    return out + [""]
+
+
+def _flags_section(events: list[dict[str, Any]]) -> list[str]:
+    flags = [e for e in events if e.get("kind") == "flag"]
+    if not flags:
+        return ["## Flags", "", "None raised.", ""]
+    out = ["## Flags", ""]
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for f in flags:
+        groups.setdefault((f.get("component"), f.get("type")), []).append(f)
+    # One entry per (component, type): the latest, which says the most; earlier ones counted.
+    for (comp, ftype), fs in groups.items():
+        f = fs[-1]
+        out.append(f"### {ftype} on {comp or 'run'} at {_utc(f.get('ts'))}")
+        out.append("")
+        if len(fs) > 1:
+            out.append(f"_Raised {len(fs)} times, first at {_utc(fs[0].get('ts'))}; the latest:_")
+            out.append("")
+        out.append(str(f.get("message") or ""))
+        out.append("")
+        if f.get("action"):
+            out.append(f"Action: {f['action']}")
+            out.append("")
+        ev = [str(x) for x in (f.get("evidence") or [])][:MAX_EVIDENCE]
+        if ev:
+            out += _code(ev) + [""]
+    cleared = [e for e in events if e.get("kind") == "flag_cleared"]
+    for e in cleared:
+        out.append(f"- {_utc(e.get('ts'))} {e.get('component')}: {e.get('type')} cleared ({e.get('message', '')})")
+    if cleared:
+        out.append("")
+    return out
+
+
+def _attempts_section(paths: RunPaths, st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:
+    out = ["## Attempts", ""]
+    for name, atts in attempts.items():
+        c = st["components"].get(name, {})
+        out += [f"### {name} ({c.get('state')})", ""]
+        cmd = (atts[0].started or {}).get("command")
+        if cmd:
+            out += [f"Command: `{shlex.join(cmd) if isinstance(cmd, list) else cmd}`", ""]
+        out += ["| # | started | ready | ended | uptime | exit | step | diagnosis |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for a in atts:
+            s = a.started or {}
+            e = a.exited
+            res = s.get("resume")
+            num = f"{a.attempt}" + (f" (resumed @ step {res.get('step')})" if res else "")
+            d = a.diagnosis
+            diag = "-" if not e else ("ok" if d.get("category") == "none" else f"{d.get('category')}: {d.get('summary')}")
+            step = "-" if not e or e.get("step") is None else e.get("step")
+            out.append(f"| {_cell(num)} | {_utc(s.get('ts'))} | {_utc(a.ready_ts) if a.ready_ts else '-'} | "
+                       f"{_utc(e.get('ts')) if e else '-'} | {_dur(e.get('uptime_s')) if e else '-'} | "
+                       f"{_exit_text(e)} | {step} | {_cell(diag)} |")
+        out.append("")
+        out += _failure_details(paths, name, atts)
+    if len(out) == 2:
+        out += ["No component was started.", ""]
+    return out
+
+
+def _failure_details(paths: RunPaths, name: str, atts: list[Attempt]) -> list[str]:
+    """Each failed attempt's exit and diagnosis; runs of the same failure collapse to one line."""
+    out: list[str] = []
+    prev: Attempt | None = None
+    same_run: list[int] = []
+
+    def flush_same() -> None:
+        if same_run and prev is not None:
+            nums = f"{same_run[0]}" if len(same_run) == 1 else f"{same_run[0]}-{same_run[-1]}"
+            word = "Attempt" if len(same_run) == 1 else "Attempts"
+            out.extend([f"**{word} {nums}**: the same failure as attempt {prev.attempt} ({_failure_text(prev)}).", ""])
+            same_run.clear()
+
+    for a in atts:
+        if not a.failed:
+            continue
+        if prev is not None and _same_failure(prev, a):
+            same_run.append(a.attempt)
+            continue
+        flush_same()
+        prev = a
+        d = a.diagnosis
+        out.append(f"**Attempt {a.attempt}**: {_exit_text(a.exited)} after "
+                   f"{_dur((a.exited or {}).get('uptime_s'))}"
+                   + (f" at step {a.exited.get('step')}" if (a.exited or {}).get("step") is not None else ""))
+        out.append("")
+        out.append(f"- Category: `{d.get('category')}`")
+        if d.get("summary"):
+            out.append(f"- Summary: {d['summary']}")
+        if d.get("exception"):
+            out.append(f"- Exception: `{_cell(d['exception'])}`")
+        if d.get("location"):
+            out.append(f"- Location: `{d['location']}`")
+        outcome = a.outcome or {}
+        if outcome:
+            out.append(f"- Then: {describe(outcome)}")
+        res = (a.exited or {}).get("resources")
+        if res:
+            out.append(f"- Resources at exit: {_resources_text(res)}")
+        out.append("")
+        ev = list(d.get("evidence") or [])[-MAX_EVIDENCE:]
+        if not ev:
+            ev = _log_tail(paths, name) if a is atts[-1] else []
+            if ev:
+                out.append(f"No failure text was recognised; the last lines of `logs/{name}.log`:")
+                out.append("")
+        if ev:
+            out += _code(ev) + [""]
+    flush_same()
+    return out
+
+
+def _same_failure(a: Attempt, b: Attempt) -> bool:
+    """Same category, exception and location, and the same last evidence line: the log tail of a
+    crash loop accumulates, so whole evidence lists differ while the failure does not."""
+    da, db = a.diagnosis, b.diagnosis
+    key = ("category", "exception", "location")
+    if any(da.get(k) != db.get(k) for k in key):
+        return False
+    ea, eb = list(da.get("evidence") or []), list(db.get("evidence") or [])
+    return (ea[-1] if ea else None) == (eb[-1] if eb else None) and _exit_text(a.exited) == _exit_text(b.exited)
+
+
+def _log_tail(paths: RunPaths, name: str) -> list[str]:
+    try:
+        with open(paths.log(name), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    return [ln for ln in lines if ln.strip()][-LOG_TAIL_LINES:]
+
+
+def _num(v: Any) -> str:
+    return f"{v:.2f}" if isinstance(v, float) else "?" if v is None else str(v)
+
+
+def _resources_text(res: Mapping[str, Any]) -> str:
+    parts = []
+    for k, v in res.items():
+        if isinstance(v, float):
+            v = f"{v:.1f}"
+        if isinstance(v, (dict, list)):
+            v = json.dumps(v, default=str)[:200]
+        parts.append(f"{k} {v}")
+    return ", ".join(parts)
+
+
+def _resources_section(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:
+    out = ["## Resources", ""]
+    per_crash = [(a, a.exited["resources"]) for atts in attempts.values() for a in atts
+                 if a.failed and a.exited and a.exited.get("resources")]
+    if per_crash:
+        out += ["Around each crash (from the `exited` events):", ""]
+        for a, res in per_crash:
+            out.append(f"- {a.component} attempt {a.attempt} at {_utc(a.exited.get('ts'))}: {_resources_text(res)}")
+        out.append("")
+    host = st.get("host") or {}
+    gpus = st.get("gpus") or []
+    if not host and not gpus:
+        out += ["No resource figures were recorded (state.json has no host or GPU sample).", ""]
+        return out
+    out += ["Last sample in state.json (the end of the run, not the moment of each crash):", ""]
+    if host:
+        mem = (f"{host.get('mem_used_mb', 0) / 1024:.1f} / {host.get('mem_total_mb', 0) / 1024:.1f} GiB"
+               if host.get("mem_total_mb") else "?")
+        out.append(f"- Host: CPU {host.get('cpu_pct', '?')}% of {host.get('cpu_count', '?')} cores, memory {mem}, "
+                   f"load {_num(host.get('load1'))}")
+    for g in gpus:
+        used, tot = g.get("mem_used_mb"), g.get("mem_total_mb")
+        mem = f"{used / 1024:.1f} / {tot / 1024:.1f} GiB" if used is not None and tot else "?"
+        procs = ", ".join(f"pid {p.get('pid')} {p.get('used_mb', 0) / 1024:.1f} GiB" for p in g.get("processes") or [])
+        out.append(f"- GPU {g.get('index')} {g.get('name') or ''}: util {g.get('util_pct', '?')}%, memory {mem}"
+                   + (f", {g.get('temp_c')} °C" if g.get("temp_c") is not None else "")
+                   + (f"; processes: {procs}" if procs else ""))
+    return out + [""]
+
+
+def _checkpoints_section(st: dict[str, Any], attempts: dict[str, list[Attempt]], cfg: dict[str, Any] | None,
+                         cfg_path: Path | None, paths: RunPaths) -> list[str]:
+    rows = []
+    comps_cfg = (cfg or {}).get("components") or {}
+    for n, c in st["components"].items():
+        ck = c.get("checkpoint")
+        resumes = [a.started.get("resume") for a in attempts.get(n, []) if a.started and a.started.get("resume")]
+        found = _discover(comps_cfg.get(n), paths)
+        if ck:
+            rows.append(f"- {n}: {ck if isinstance(ck, str) else json.dumps(ck, default=str)}")
+        elif found:
+            rows.append(f"- {n}: step {found[0]} at `{found[1]}` (found on disk)")
+        elif resumes:
+            r = resumes[-1]
+            rows.append(f"- {n}: last resumed from step {r.get('step')} (`{r.get('checkpoint')}`)")
+        elif isinstance(comps_cfg.get(n), dict) and comps_cfg[n].get("resume"):
+            rows.append(f"- {n}: none found")
+        if resumes and (ck or found):
+            r = resumes[-1]
+            rows.append(f"  - last resumed from step {r.get('step')} (`{r.get('checkpoint')}`)")
+    if not rows:
+        return []
+    return ["## Latest checkpoints", "", *rows, ""]
+
+
+def _discover(ccfg: Any, paths: RunPaths) -> tuple[int, str] | None:
+    """The newest complete checkpoint of a component whose config has ``resume``; read-only."""
+    if not isinstance(ccfg, dict) or not isinstance(ccfg.get("resume"), dict):
+        return None
+    r = ccfg["resume"]
+    root = r.get("checkpoints")
+    if not isinstance(root, str):
+        return None
+    root = root.replace("${RLSUP_RUN_DIR}", str(paths.root))
+    if "${" in root:
+        return None
+    try:
+        from .checkpoints import discover
+
+        found = discover(root, r.get("layout") or "auto", step_pattern=r.get("step_pattern"))
+    except Exception:
+        return None
+    if found.latest is None:
+        return None
+    return found.latest.step, found.latest.path
+
+
+def _next_steps(st: dict[str, Any], attempts: dict[str, list[Attempt]], events: list[dict[str, Any]]) -> list[str]:
+    items: list[str] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(key: str, name: str, loc: str | None) -> None:
+        if (key, name) in seen or key not in NEXT_STEPS:
+            return
+        seen.add((key, name))
+        at = f" at `{loc}`" if loc else ""
+        atts = attempts.get(name) or []
+        recovered = bool(atts) and not atts[-1].failed and st["components"].get(name, {}).get("state") != "fatal"
+        pre = "recovered by restarting; to keep it from recurring: " if recovered else ""
+        items.append(f"- **{name}** ({key}): {pre}" + NEXT_STEPS[key].format(name=name, at=at, loc=loc or "?"))
+
+    for f in events:
+        if f.get("kind") == "flag" and f.get("component"):
+            loc = None
+            atts = attempts.get(f["component"]) or []
+            if atts:
+                loc = atts[-1].diagnosis.get("location")
+            add(str(f.get("type")), f["component"], loc)
+    # A flag's advice covers the category's generic one (a repeated AttributeError needs one fix).
+    covered = {"repeated_error": {"python_exception", "unknown"}, "step_crash": {"python_exception"},
+               "crash_loop": {"unknown"}}
+    for name, atts in attempts.items():
+        skip = set().union(*(covered.get(k, set()) for k, n in seen if n == name))
+        for a in atts:
+            if a.failed:
+                d = a.diagnosis
+                cat = str(d.get("category") or "unknown")
+                if cat not in skip:
+                    add(cat, name, d.get("location"))
+    fatal = [n for n, c in st["components"].items() if c.get("state") == "fatal"]
+    if not items and not fatal:
+        return ["## Next steps", "", "Nothing failed that needs action.", ""]
+    out = ["## Next steps", "", *items]
+    for n in fatal:
+        if not attempts.get(n):
+            continue
+        out.append(f"- `rlsup start {n}` once the cause is fixed (it is fatal: rlsup will not restart it by itself).")
+    return out + [""]
+
+
+def _timeline(events: list[dict[str, Any]], t0: float | None) -> list[str]:
+    rows = [e for e in events if e.get("kind") not in ("progress", "gpu")]
+    out = ["## Timeline", "", "| time (UTC) | +s | component | event |", "| --- | --- | --- | --- |"]
+    shown = rows
+    cut = 0
+    if len(rows) > MAX_TIMELINE:
+        head = MAX_TIMELINE // 5
+        cut = len(rows) - MAX_TIMELINE
+        shown = rows[:head] + [{}] + rows[head + cut:]
+    for e in shown:
+        if not e:
+            out.append(f"| ... | | | {cut} more events in events.jsonl |")
+            continue
+        ts = e.get("ts")
+        rel = f"{ts - t0:.1f}" if ts is not None and t0 is not None else ""
+        out.append(f"| {_utc(ts)} | {rel} | {e.get('component') or 'rlsup'} | {_cell(describe(e))} |")
+    return out + [""]
