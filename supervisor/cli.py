@@ -147,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
                  "the remote host; you rarely run it by hand.")
     del br
 
+    rep = sub.add_parser(
+        "report", help="write a Markdown incident report of a run", formatter_class=_formatter,
+        description="A Markdown incident report of the run: summary, components, flags with evidence, every "
+                    "attempt with its exit, diagnosis and evidence lines, resource figures, latest checkpoints, "
+                    "suggested next steps and the timeline. Works on live and finished runs; secret values "
+                    "(variables named *KEY*, *TOKEN*, *SECRET*, *PASSWORD*) are masked.",
+        epilog="Without --run-dir: the live run under ./runs, else the most recently active run dir there.")
+    rep.add_argument("--run-dir", metavar="DIR", help="the run's directory")
+    rep.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
     check = sub.add_parser(
         "check", help="validate a config and report every problem", formatter_class=_formatter,
         description=textwrap.dedent("""\
@@ -665,10 +675,42 @@ async def _probe(connect: Any) -> None:
     await client.close()
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .daemon import AmbiguousRun, NoRun, display_path, resolve_run_dir
+    from .journal import write_atomic
+    from .report import build_report
+
+    try:
+        run_dir = resolve_run_dir(args.run_dir)
+    except AmbiguousRun as e:
+        print(f"rlsup: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except NoRun:
+        runs = sorted((p for p in (Path.cwd() / "runs").glob("*/events.jsonl")), key=lambda p: p.stat().st_mtime)
+        if not runs:
+            print("rlsup: no run directory under ./runs; pass --run-dir DIR", file=sys.stderr)
+            return EXIT_FAILED
+        run_dir = runs[-1].parent
+        print(f"rlsup: reporting on {display_path(run_dir)} (most recently active)", file=sys.stderr)
+    try:
+        text = build_report(run_dir)
+    except FileNotFoundError as e:
+        print(f"rlsup: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.output:
+        write_atomic(Path(args.output), text.encode())
+        print(f"rlsup: report written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
 COMMANDS = {
     "up": cmd_up, "check": cmd_check, "diagnose": cmd_diagnose, "status": cmd_status, "start": cmd_start,
     "stop": cmd_stop, "restart": cmd_restart, "resume": cmd_resume, "logs": cmd_logs, "events": cmd_events,
-    "down": cmd_down, "bridge": cmd_bridge, "attach": cmd_attach,
+    "down": cmd_down, "bridge": cmd_bridge, "attach": cmd_attach, "report": cmd_report,
 }
 
 

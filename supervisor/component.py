@@ -83,6 +83,8 @@ class Component:
         self.history: list[Any] = []  # diagnosis.AttemptRecord of recent attempts
         self.last_exit_info: tuple[int | None, str | None] = (None, None)
         self.resume_step: int | None = None  # one-shot: `rlsup resume NAME --step N`
+        self.watch_info: dict[str, dict[str, Any]] = {}  # watch path -> {step, mtime}
+        self.checkpoint_info: dict[str, Any] | None = None  # latest complete checkpoint
 
     # ------------------------------------------------------------------ commands
 
@@ -515,6 +517,10 @@ class Component:
             self._ready_evt.set()
         self.sup.lines_added(self)
 
+    def progress_changed(self) -> None:
+        """Something in the progress event changed (step, metrics, watches, checkpoint)."""
+        self._progress_changed()
+
     def _progress_changed(self) -> None:
         if not self._progress_dirty:
             self._progress_dirty = True
@@ -523,7 +529,10 @@ class Component:
     def progress_event(self) -> dict[str, Any]:
         self._progress_dirty = False
         metric = self.cfg.progress.metric if self.cfg.progress else None
-        return self.progress.snapshot(self.sup.clock(), metric)
+        snap = self.progress.snapshot(self.sup.clock(), metric)
+        snap["checkpoint"] = self.checkpoint_info
+        snap["watch"] = dict(self.watch_info)
+        return snap
 
     # ------------------------------------------------------------------ disk trouble (from the writer thread)
 

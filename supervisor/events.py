@@ -12,7 +12,7 @@ from typing import Any
 
 LIFECYCLE = frozenset({
     "run_started", "run_ended", "pending", "started", "ready", "exited", "restart_scheduled",
-    "completed", "fatal", "stopping", "stopped", "flag", "flag_cleared", "leftovers", "command",
+    "completed", "fatal", "stopping", "stopped", "flag", "flag_cleared", "leftovers", "command", "cleaned",
 })
 GAUGES = frozenset({"progress", "gpu"})
 
@@ -78,6 +78,9 @@ def describe(e: dict[str, Any]) -> str:
         metrics = e.get("metrics") or {}
         shown = " ".join(f"{k} {v:.4g}" for k, v in list(metrics.items())[:4])
         return f"step {e.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")
+    if k == "cleaned":
+        paths = e.get("paths") or []
+        return f"removed {len(paths)} artefact(s) of steps after {e.get('step')} before resuming: " + ", ".join(paths[:5]) + (" ..." if len(paths) > 5 else "")
     if k == "command":
         via = f" via {e['client']}" if e.get("client") else ""
         step = f" --step {e['step']}" if e.get("step") is not None else ""

@@ -21,7 +21,7 @@ def new_component() -> dict[str, Any]:
         "state": "pending", "pid": None, "attempt": 0, "restarts": 0, "started_at": None,
         "ready_at": None, "step": None, "total": None, "rate": None, "eta_s": None, "metrics": {},
         "metric": None, "series": [], "last_exit": None, "flags": [], "checkpoint": None,
-        "waiting_for": [], "reason": None, "next_start_at": None, "resume": None,
+        "waiting_for": [], "reason": None, "next_start_at": None, "resume": None, "watch": {},
     }
 
 
@@ -89,7 +89,7 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
     elif kind == "flag_cleared":
         c["flags"] = [f for f in c["flags"] if f.get("type") != e.get("type")]
     elif kind == "progress":
-        for k in ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint"):
+        for k in ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch"):
             if k in e:
                 c[k] = e[k]
     return state

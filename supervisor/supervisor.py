@@ -51,6 +51,15 @@ class Supervisor:
         self.rng = rng or random.Random()
         self.gpu_sampler = gpu_sampler
         self.serve = serve
+        from .redact import Redactor, secret_values
+
+        env = {**os.environ, **cfg.file_env, **cfg.env}
+        for comp in cfg.components.values():
+            env.update(comp.env)
+        # Secrets (values of *KEY*, *TOKEN*, *SECRET*, *PASSWORD* variables) never reach an event.
+        self.redactor = Redactor(secret_values(env))
+        self.notifier: Any = None
+        self.watches: Any = None
         self.server: Any = None  # server.ControlServer while the run is live
         self.components: dict[str, Component] = {}
         self.subscribers: list[Subscriber] = []
@@ -110,6 +119,11 @@ class Supervisor:
         self.state = state_mod.initial({}, names)
         for n in names:
             self.components[n] = Component(n, self.cfg.components[n], self)
+        if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
+            from .notify import Notifier
+
+            self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
+                                     redactor=self.redactor)
         if self.serve:
             from .server import ControlServer
 
@@ -120,6 +134,10 @@ class Supervisor:
         if self._leftovers:
             self.emit("leftovers", None, **self._leftovers)
         self._start_gpu_sampler()
+        from .watches import Watches
+
+        self.watches = Watches(self)
+        self.watches.start()
         for c in self.components.values():
             c.task = asyncio.ensure_future(c.main())
             c.task.add_done_callback(self._task_died)
@@ -179,11 +197,15 @@ class Supervisor:
     def _finish(self) -> None:
         if self._gpu_thread is not None:
             self._gpu_thread.stop()
+        if self.watches is not None:
+            self.watches.stop()
         for c in self.components.values():
             if c.task is not None:
                 c.task.cancel()
             c.close()
         self._write_state(force=True)
+        if self.notifier is not None:
+            self.notifier.close(5.0)
         if self.journal is not None:
             self.journal.close()
         try:
@@ -211,6 +233,8 @@ class Supervisor:
         e: dict[str, Any] = {"ts": round(self.clock(), 6), "seq": 0, "kind": kind, "component": component}
         e.update(fields)
         lifecycle = is_lifecycle(kind)
+        if lifecycle:
+            e = self.redactor.redact_obj(e)
         if lifecycle and self.journal is not None:
             self.journal.last_seq += 1
             e["seq"] = self.journal.last_seq
@@ -225,6 +249,8 @@ class Supervisor:
                 print(f"rlsup: subscriber failed: {exc!r}", file=sys.stderr)
         if lifecycle:
             self._mark_state_dirty()
+            if self.notifier is not None:
+                self.notifier.handle(e)
         return e
 
     def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -333,7 +359,32 @@ class Supervisor:
                 ck = found.latest
         if ck is None:
             return None
+        if r.clean:
+            self._clean_future(c, ck.step)
         return {"step": ck.step, "checkpoint": ck.path, "args": resume_args(r.args, ck)}
+
+    def _clean_future(self, c: Component, step: int) -> None:
+        """``resume.clean``: delete artefacts of steps after the one resumed from, each path journaled."""
+        from .artifacts import CleanRefused, clean_after
+
+        r = c.cfg.resume
+        assert r is not None
+        base = Path(c.cfg.cwd or os.getcwd())
+        roots = [self.paths.root, base, Path(r.checkpoints)] + [Path(w.path) for w in c.cfg.watch]
+        try:
+            deleted = clean_after(r.clean, step, base=base, allowed_roots=[p.absolute() for p in roots])
+        except CleanRefused as e:
+            self.emit("flag", c.name, type="clean_refused",
+                      message=f"resume.clean refused {len(e.refused)} path(s) outside the run's directories",
+                      evidence=[f"{p}: {why}" for p, why in e.refused][:20],
+                      action="deleted nothing that was refused; resuming anyway")
+            deleted = list(e.deleted)
+        except OSError as e:
+            self.emit("flag", c.name, type="clean_refused", message=f"resume.clean failed: {e}", evidence=[],
+                      action="resuming anyway")
+            return
+        if deleted:
+            self.emit("cleaned", c.name, step=step, paths=[str(p) for p in deleted])
 
     # ------------------------------------------------------------------ dependencies and run end
 
@@ -459,6 +510,10 @@ class Supervisor:
             msg = (f"no new step for {now - since:.0f}s (last step {c.progress.step}, stall_after "
                    f"{p.stall_after:g}s)")
             evidence = [f"last line: {last[0]}" if last else "no output yet"] + deps
+            for owner in [c] + [self.components[d] for d in c.cfg.depends_on]:
+                for path, w in owner.watch_info.items():
+                    age = f", written {now - w['mtime']:.0f}s ago" if w.get("mtime") else ""
+                    evidence.append(f"newest in {path} ({owner.name}): step {w.get('step')}{age}")
             self.emit("flag", n, type="stall", message=msg, evidence=evidence, action="none (watching)")
 
     def _start_gpu_sampler(self) -> None:

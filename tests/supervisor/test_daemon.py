@@ -187,3 +187,25 @@ def test_help_teaches():
     for cmd in ("up", "attach", "status", "logs", "events", "restart", "resume", "down", "bridge"):
         assert cmd in top
     assert sys.executable
+
+
+def test_up_refuses_a_broken_config_unless_told(tmp_path):
+    cfg = write_config(tmp_path, """
+        name: broken
+        components:
+          a:
+            command: definitely-not-a-command-xyz --flag
+          b:
+            command: ["{py}", "-c", "pass"]
+            cwd: /nonexistent/dir
+    """)
+    run_dir = tmp_path / "run"
+    for mode in (["-d"], ["--headless"]):
+        r = rlsup("up", str(cfg), *mode, "--run-dir", str(run_dir), cwd=tmp_path)
+        assert r.returncode == 1
+        assert "definitely-not-a-command-xyz" in r.stderr and "/nonexistent/dir" in r.stderr
+        assert "--skip-checks" in r.stderr
+        assert not (run_dir / "events.jsonl").exists()  # nothing was started
+    r = rlsup("up", str(cfg), "--headless", "--skip-checks", "--run-dir", str(run_dir), cwd=tmp_path)
+    assert r.returncode == 1  # it ran, and the missing command was fatal
+    assert any(e["kind"] == "fatal" for e in read_events(run_dir))

@@ -1,0 +1,85 @@
+"""Live artefact and checkpoint watches for every component (``watch:`` entries, ``resume.checkpoints``).
+
+Each directory is watched by an :class:`~rlsup.supervisor.artifacts.ArtifactWatch` thread (inotify,
+no polling); changes hop to the supervisor's loop, which records them on the component and folds
+them into its next progress event: ``watch: {path: {step, mtime}}`` and ``checkpoint: {step, path,
+mtime}`` (the latest *complete* checkpoint, re-discovered on each change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .component import Component
+    from .supervisor import Supervisor
+
+CHECKPOINT_NAMES = r"(?:step_|global_step_|checkpoint-|globalstep)(?P<step>\d+)"
+
+
+class Watches:
+    def __init__(self, sup: Supervisor):
+        self.sup = sup
+        self._threads: list[Any] = []
+
+    def start(self) -> None:
+        try:
+            from .artifacts import ArtifactWatch
+        except ImportError as e:  # watchfiles missing: say so once, supervise without watches
+            print(f"rlsup: artefact watches disabled ({e})", file=sys.stderr)
+            return
+        for c in self.sup.components.values():
+            for w in c.cfg.watch:
+                self._add(ArtifactWatch, c, w.path, w.pattern, kind="watch")
+            if c.cfg.resume is not None:
+                self._add(ArtifactWatch, c, c.cfg.resume.checkpoints, CHECKPOINT_NAMES, kind="checkpoint")
+
+    def _add(self, cls: Any, c: Component, path: str, pattern: str, *, kind: str) -> None:
+        sup = self.sup
+
+        def on_change(step: int | None, mtime: float | None) -> None:
+            sup.threadsafe(self._changed, c, kind, path, step, mtime)
+
+        try:
+            watch = cls(path, pattern, on_change)
+            watch.start()
+        except Exception as e:  # a broken watch must not stop supervision
+            print(f"rlsup: cannot watch {path} for {c.name}: {e}", file=sys.stderr)
+            return
+        self._threads.append(watch)
+
+    def _changed(self, c: Component, kind: str, path: str, step: int | None, mtime: float | None) -> None:
+        if kind == "watch":
+            c.watch_info[path] = {"step": step, "mtime": mtime}
+            c.progress_changed()
+        else:
+            asyncio.ensure_future(self._rediscover(c))
+
+    async def _rediscover(self, c: Component) -> None:
+        r = c.cfg.resume
+        if r is None:
+            return
+        from .checkpoints import discover
+
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.run_in_executor(None, lambda: discover(r.checkpoints, r.layout,
+                                                                      step_pattern=r.step_pattern))
+        except (OSError, ValueError):
+            return
+        if found.skipped:  # something still settling: look again once it may have settled
+            loop.call_later(6.0, lambda: asyncio.ensure_future(self._rediscover(c)))
+        ck = found.latest
+        info = {"step": ck.step, "path": ck.path, "mtime": ck.mtime} if ck else None
+        if info != c.checkpoint_info:
+            c.checkpoint_info = info
+            c.progress_changed()
+
+    def stop(self) -> None:
+        for w in self._threads:
+            with contextlib.suppress(Exception):
+                w.stop()
+        self._threads.clear()
