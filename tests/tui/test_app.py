@@ -1,0 +1,306 @@
+"""Pilot tests: keys send the right commands through the session, confirmations gate them, search
+finds and highlights, q detaches without stopping anything, the log path is batched."""
+
+from __future__ import annotations
+
+import fake
+import pytest
+from fake import run_async
+from rich.segment import Segment
+
+from rlsup.tui import actions
+from rlsup.tui.app import MainScreen
+from rlsup.tui.screens import ConfirmScreen, FlagsScreen, HelpScreen, TimelineScreen
+from rlsup.tui.widgets.log_pane import LogPane
+
+SIZE = (120, 40)
+
+
+async def started(pilot) -> MainScreen:
+    await pilot.pause()
+    await pilot.pause(0.1)
+    screen = pilot.app.main
+    assert list(screen.panes) == fake.COMPONENTS
+    return screen
+
+
+def notes(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+@pytest.mark.parametrize(("key", "command"), [("r", "restart"), ("u", "resume"), ("s", "stop")])
+@run_async
+async def test_command_keys_ask_then_send(key, command):
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("3")
+        await pilot.press(key)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "trainer" in app.screen.question
+        assert app.session.commands == []  # nothing before the answer
+        await pilot.press("y")
+        await pilot.pause()
+        assert app.session.commands == [(command, "trainer", {})]
+        assert isinstance(app.screen, MainScreen)
+
+
+@pytest.mark.parametrize("key", ["r", "u", "s", "Q"])
+@run_async
+async def test_no_sends_nothing(key):
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("2", key)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press(key, "escape")
+        await pilot.pause()
+        assert app.session.commands == []
+        assert isinstance(app.screen, MainScreen)
+
+
+@run_async
+async def test_start_on_a_stopped_component_does_not_ask():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        app.session.event("stopped", "orchestrator", by="user")
+        await pilot.press("2", "s")
+        await pilot.pause()
+        assert app.session.commands == [("start", "orchestrator", {})]
+
+
+@run_async
+async def test_selection_keys():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        assert screen.selected_name() == "inference"
+        await pilot.press("tab")
+        assert screen.selected_name() == "orchestrator"
+        await pilot.press("tab", "tab")
+        assert screen.selected_name() == "inference"  # wraps
+        await pilot.press("shift+tab")
+        assert screen.selected_name() == "trainer"
+        await pilot.press("9")  # no 9th component: selection stays
+        assert screen.selected_name() == "trainer"
+        assert screen.panes["trainer"].has_class("selected")
+        assert not screen.panes["inference"].has_class("selected")
+
+
+@run_async
+async def test_q_detaches_without_stopping():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_value == 0
+    assert app.session.commands == []
+    assert app.session.closed
+    assert app.exit_message == "training continues; re-attach with: rlsup attach --run-dir runs/demo"
+
+
+@run_async
+async def test_Q_stops_everything_after_confirming():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("Q")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await pilot.pause()
+        await pilot.pause()
+    assert app.session.commands == [("stop_all", None, {})]
+    assert app.return_value == 0
+    assert "stopping every component" in app.exit_message
+
+
+@run_async
+async def test_refused_command_shows_the_error_and_stays():
+    app = fake.make_app(fake.normal_run(), replies={"stop_all": {"ok": False, "error": "supervisor is busy"},
+                                                    "restart": {"ok": False, "error": "trainer is stopping"}})
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("3", "r", "y")
+        await pilot.pause()
+        await pilot.press("Q", "y")
+        await pilot.pause()
+        assert app.is_running
+        assert "trainer is stopping" in notes(app)
+        assert "supervisor is busy" in notes(app)
+
+
+@run_async
+async def test_search_finds_highlights_and_steps():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        await pilot.press("3", "slash")
+        await pilot.press(*"STEP   1")  # case-insensitive; matches steps 10..19
+        await pilot.press("enter")
+        await pilot.pause()
+        view = screen.panes["trainer"].view
+        assert view.query == "step   1"
+        assert view.lines[view.current].startswith("[train] step   19")  # newest match first
+        assert not view.follow
+        await pilot.press("N")
+        assert view.lines[view.current].startswith("[train] step   18")
+        await pilot.press("n", "n")
+        assert view.lines[view.current].startswith("[train] step   10")  # wrapped to the oldest
+        # the match is on screen and painted with the match style
+        row = view.current - int(view.scroll_y)
+        assert 0 <= row < view.size.height
+        strip = view.render_line(row)
+        match_style = view.get_component_rich_style("log-view--match")
+        hits = [s.text for s in strip if isinstance(s, Segment) and s.style and match_style.bgcolor == s.style.bgcolor]
+        assert hits == ["step   1"]
+        assert "/step   1" in screen.panes["trainer"].title.content
+
+
+@run_async
+async def test_search_without_match_says_so():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        await pilot.press("slash", *"nothing-like-this", "enter")
+        await pilot.pause()
+        assert screen.panes["inference"].view.current is None
+        assert any("not found" in m for m in notes(app))
+
+
+@run_async
+async def test_follow_and_new_lines_marker():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        pane: LogPane = screen.panes["inference"]
+        await pilot.press("f")
+        assert not pane.view.follow
+        app.session.logs("inference", [f"late line {i}" for i in range(25)], seq=40)
+        await pilot.pause(0.15)
+        assert pane.view.below >= 25
+        assert f"{pane.view.below:,} new lines" in str(pane.title.content)
+        await pilot.press("f")
+        await pilot.pause(0.1)
+        assert pane.view.follow and pane.view.below == 0
+        assert "follow" in str(pane.title.content)
+
+
+@run_async
+async def test_zoom_shows_only_the_selected_pane():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        await pilot.press("2", "z")
+        await pilot.pause()
+        assert [n for n, p in screen.panes.items() if p.display] == ["orchestrator"]
+        assert not screen.query_one("#top").display
+        await pilot.press("z")
+        await pilot.pause()
+        assert all(p.display for p in screen.panes.values())
+
+
+@run_async
+async def test_timeline_flags_and_help_screens():
+    app = fake.make_app(fake.crash_loop_run())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("e")
+        assert isinstance(app.screen, TimelineScreen)
+        kinds = [e["kind"] for e in app.screen.events]
+        assert kinds.count("exited") == 5 and "restart_scheduled" in kinds and "flag" in kinds
+        await pilot.press("escape", "3", "v")
+        assert isinstance(app.screen, FlagsScreen)
+        assert {f["type"] for _, f in app.screen.flags} == {"crash_loop", "repeated_error", "step_crash"}
+        await pilot.press("escape", "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+def test_help_and_footer_come_from_one_table():
+    rows = dict(actions.help_rows())
+    for k in actions.KEYS:
+        assert k.label in rows
+    bound = {b.action for b in MainScreen.BINDINGS}
+    assert bound == {k.action for k in actions.KEYS}
+    for k in actions.KEYS:
+        name = k.action.split("(")[0]
+        assert callable(getattr(MainScreen, f"action_{name}", None)), name
+
+
+@run_async
+async def test_log_lines_are_flushed_in_batches_not_per_line():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        view = screen.panes["trainer"].view
+        before_writes, before_lines, before_flushes = view.writes, len(view.lines), screen.flushes
+        for i in range(10_000):  # one callback per line: the worst case for the view
+            app.listener.on_logs("trainer", 40 + i, [f"line {i}"])
+        await pilot.pause(0.2)
+        assert len(view.lines) == before_lines + 10_000
+        assert view.lines[-1] == "line 9999"
+        writes = view.writes - before_writes
+        assert 1 <= writes <= screen.flushes - before_flushes
+        assert writes <= 5  # one per tick: 10k callbacks arrived between two ticks
+
+
+@run_async
+async def test_control_characters_and_gaps_are_made_safe():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        app.session.logs("inference", ["\x1b[31mred\x1b[0m\tbell\x07", "wide 日本語 ok"], seq=40)
+        app.listener.on_gap("inference", 42, 1042)
+        await pilot.pause(0.15)
+        lines = screen.panes["inference"].view.lines
+        assert "\x1b" not in lines[-3] and "\x07" not in lines[-3] and "\t" not in lines[-3]
+        assert lines[-2] == "wide 日本語 ok"
+        assert "1,000 lines not shown" in lines[-1]
+
+
+@run_async
+async def test_long_lines_are_cut_with_a_marker():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        view = screen.panes["inference"].view
+        app.session.logs("inference", ["x" * 500, "日本" * 200], seq=40)
+        await pilot.pause(0.15)
+        h = view.size.height
+        for row in (h - 2, h - 1):
+            text = "".join(s.text for s in view.render_line(row))
+            assert text.endswith("…")
+            assert view.render_line(row).cell_length == view.scrollable_content_region.width
+
+
+@run_async
+async def test_connection_state_reaches_the_header():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        header = screen.query_one("#header")
+        assert "attached" in str(header.render())
+        app.listener.on_connection("reconnecting", "connection lost")
+        await pilot.pause(0.15)
+        assert "reconnecting (connection lost)" in str(header.render())
+
+
+@run_async
+async def test_events_fold_into_the_state_like_the_supervisor():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        app.session.event("exited", "trainer", exit_code=1, signal=None, uptime_s=10.0, step=120,
+                          diagnosis={"category": "cuda_oom", "summary": "CUDA out of memory"})
+        app.session.event("restart_scheduled", "trainer", delay_s=2.0, attempt=2, reason="exit code 1")
+        app.session.event("started", "trainer", pid=999, attempt=2, resume={"step": 120, "checkpoint": "c"})
+        await pilot.pause(0.15)
+        c = app.model.state["components"]["trainer"]
+        assert (c["state"], c["pid"], c["attempt"], c["restarts"]) == ("starting", 999, 2, 1)
+        table = str(app.main.query_one("#table").render().columns[-2]._cells)
+        assert "CUDA out of memory" in table

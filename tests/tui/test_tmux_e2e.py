@@ -1,0 +1,125 @@
+"""End to end: `rlsup up CONFIG` in a real tmux session, driven with send-keys and read with
+capture-pane. Restart a component from the TUI, see it restart, detach with q (training keeps
+running), then `rlsup down`."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from tests.conftest import PY, cli_env, read_events, rlsup, wait_for, write_config
+
+CONFIG = """
+name: tmuxe2e
+components:
+  ticker:
+    command: ["{py}", "-u", "-c", "import time\\nfor i in range(1, 100000):\\n    print(f'Step {i}/100000 | reward {i/1e5}', flush=True)\\n    time.sleep(0.1)"]
+    progress: {preset: rlsup}
+  sleeper:
+    command: ["{py}", "-u", "-c", "import time\\nprint('sleeper up', flush=True)\\ntime.sleep(1000)"]
+    depends_on: [ticker]
+"""
+
+
+def _cli_has_up_with_tui() -> bool:
+    r = subprocess.run([PY, "-m", "rlsup.supervisor.cli", "up", "--help"], capture_output=True, text=True)
+    return r.returncode == 0 and "--detach" in r.stdout
+
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+    pytest.mark.skipif(not _cli_has_up_with_tui(), reason="this rlsup CLI has no daemon mode yet"),
+]
+
+
+class Tmux:
+    """One private tmux server (its own socket) with one 200x50 window."""
+
+    def __init__(self) -> None:
+        self.sock = f"rlsup-test-{uuid.uuid4().hex[:10]}"
+
+    def __call__(self, *args: str) -> str:
+        r = subprocess.run(["tmux", "-L", self.sock, "-f", "/dev/null", *args], capture_output=True, text=True,
+                           timeout=10)
+        if r.returncode != 0:
+            raise AssertionError(f"tmux {' '.join(args)}: {r.stderr}")
+        return r.stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "t")
+
+    def wait_screen(self, text: str, timeout: float = 30.0) -> str:
+        last = ""
+
+        def seen() -> bool:
+            nonlocal last
+            last = self.screen()
+            return text in last
+
+        try:
+            wait_for(seen, timeout, interval=0.2, what=f"{text!r} on the screen")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n--- screen ---\n{last}") from None
+        return last
+
+    def wait_gone(self, text: str, timeout: float = 10.0) -> None:
+        wait_for(lambda: text not in self.screen(), timeout, interval=0.2, what=f"{text!r} to go away")
+
+    def keys(self, *keys: str) -> None:
+        self("send-keys", "-t", "t", *keys)
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True, timeout=10)
+
+
+def test_restart_from_the_tui_then_detach(tmp_path):
+    cfg = write_config(tmp_path, CONFIG)
+    run_dir = tmp_path / "run"
+    env = cli_env({"TERM": "xterm-256color"})
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k in ("PATH", "RLSUP_GPU_SAMPLER", "HOME"))
+    cmd = (f"cd {shlex.quote(str(tmp_path))} && env {exports} {shlex.quote(PY)} -m rlsup.supervisor.cli up "
+           f"{shlex.quote(str(cfg))} --run-dir {shlex.quote(str(run_dir))}; echo RLSUP-TUI-EXIT=$?; sleep 600")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", cmd)
+        tmux("set-option", "-t", "t", "status", "off")
+        tmux("set-option", "-s", "escape-time", "0")  # a lone Escape, not the start of alt+key
+        tmux("resize-window", "-t", "t", "-x", "200", "-y", "50")
+        assert tmux("display-message", "-p", "-t", "t", "#{window_width}x#{window_height}").strip() == "200x50"
+        tmux.wait_screen("sleeper", 60)
+        wait_for(lambda: "running" in tmux.screen() and "sleeper up" in tmux.screen(), 30, 0.2,
+                 what="both components running in the TUI")
+
+        tmux.keys("1", "r")
+        tmux.wait_screen("Restart ticker?")
+        tmux.keys("y")
+
+        def restarted() -> bool:
+            return any(e["kind"] == "started" and e["component"] == "ticker" and e.get("attempt") == 2
+                       for e in read_events(run_dir))
+
+        wait_for(restarted, 30, 0.2, what="ticker attempt 2 in the journal")
+        screen = tmux.wait_screen("2/1")  # att/rst column of the table
+        assert "ticker" in screen
+
+        tmux.keys("e")
+        tmux.wait_screen("attempt 2")  # the timeline lists the new start
+        tmux.keys("Escape")
+        tmux.wait_gone("event timeline")
+
+        tmux.keys("q")
+        screen = tmux.wait_screen("RLSUP-TUI-EXIT=0")
+        assert "training continues; re-attach with: rlsup attach" in screen
+        st = rlsup("status", "--run-dir", str(run_dir))
+        assert st.returncode == 0 and "running" in st.stdout, st.stdout + st.stderr
+        assert not any(e["kind"] == "run_ended" for e in read_events(run_dir))
+    finally:
+        tmux.kill()
+        down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert any(e["kind"] == "run_ended" for e in read_events(run_dir))

@@ -1,0 +1,110 @@
+"""GPU gauges (utilisation, memory, temperature, power, owning component) and host CPU/RAM bars.
+
+Without GPUs it says why (the sampler's reason, e.g. "no NVIDIA driver found") and the host bars
+stand in. Bars come from :mod:`rlsup.supervisor.bars`; their level (ok/warn/crit/na) picks a
+component class, so colours live in .tcss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widget import Widget
+
+from rlsup.supervisor.bars import bar, bar_line, fmt_mem, level, pct_line
+
+
+def owners(gpu: dict[str, Any]) -> str:
+    """``"trainer 12.1G, +1 other"``: run components using this GPU, then anything else."""
+    mem: dict[str, float] = {}
+    others = 0
+    for p in gpu.get("processes") or []:
+        if p.get("component"):
+            mem[p["component"]] = mem.get(p["component"], 0) + (p.get("used_mb") or 0)
+        else:
+            others += 1
+    parts = [f"{c} {fmt_mem(m)}" for c, m in mem.items()]
+    if others:
+        parts.append(f"+{others} other")
+    return ", ".join(parts) or "idle"
+
+
+class GpuPanel(Widget):
+    COMPONENT_CLASSES = {"bar--ok", "bar--warn", "bar--crit", "bar--na", "gpu--reason", "gpu--label"}
+    DEFAULT_CSS = """
+    GpuPanel { height: auto; }
+    GpuPanel > .bar--ok { color: $success; }
+    GpuPanel > .bar--warn { color: $warning; }
+    GpuPanel > .bar--crit { color: $error; text-style: bold; }
+    GpuPanel > .bar--na { color: $text-muted; }
+    GpuPanel > .gpu--reason { color: $warning; }
+    GpuPanel > .gpu--label { color: $text-muted; }
+    """
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.gpus: list[dict[str, Any]] = []
+        self.host: dict[str, Any] | None = None
+        self.backend: str | None = None
+        self.reason: str | None = None
+
+    def set_data(self, state: dict[str, Any]) -> None:
+        self.gpus = state.get("gpus") or []
+        self.host = state.get("host")
+        self.backend = state.get("gpu_backend")
+        self.reason = state.get("gpu_reason")
+        self.refresh(layout=True)
+
+    def _bar(self, out: Text, text: str, pct: float | None) -> None:
+        out.append(text, style=self.get_component_rich_style(f"bar--{level(pct)}"))
+
+    def render(self) -> Text:
+        width = max(self.size.width, 30)
+        out = Text(no_wrap=True, overflow="ellipsis", end="")
+        label = self.get_component_rich_style("gpu--label")
+        for i, g in enumerate(self.gpus):
+            if i:
+                out.append("\n")
+            self._gpu_line(out, g, width, label)
+        if not self.gpus:
+            why = self.reason or ("waiting for the first GPU sample" if self.backend is None else "no GPUs")
+            out.append(f"GPU: none — {why}", style=self.get_component_rich_style("gpu--reason"))
+        host = self.host
+        if host:
+            out.append("\n")
+            half = (width - 1) // 2
+            cpu = host.get("cpu_pct")
+            cores = f" ×{host['cpu_count']}" if host.get("cpu_count") else ""
+            self._bar(out, pct_line(f"CPU{cores}", cpu, half), cpu)
+            out.append(" ")
+            used, total = host.get("mem_used_mb"), host.get("mem_total_mb")
+            mem_pct = 100.0 * used / total if used is not None and total else None
+            self._bar(out, bar_line("RAM", used, total, width - half - 1, unit="MB"), mem_pct)
+        return out
+
+    def _gpu_line(self, out: Text, g: dict[str, Any], width: int, label) -> None:
+        name = (g.get("name") or "GPU").replace("NVIDIA ", "")
+        head = f"{g.get('index', '?')} {name[:14]:<14} "
+        temp = f"{g['temp_c']:.0f}°C" if g.get("temp_c") is not None else "--°C"
+        power = f"{g['power_w']:.0f}W" if g.get("power_w") is not None else "--W"
+        who = owners(g)
+        tail = f" {temp:>5} {power:>5} "
+        room = width - len(head) - len(tail) - min(len(who), 24)
+        who_w = max(0, width - len(head) - len(tail) - max(room, 0))
+        util = g.get("util_pct")
+        used, total = g.get("mem_used_mb"), g.get("mem_total_mb")
+        mem_pct = 100.0 * used / total if used is not None and total else None
+        out.append(head, style=label)
+        if room >= 30:
+            util_w = room * 2 // 5
+            self._bar(out, pct_line("UTL", util, util_w), util)
+            out.append(" ")
+            self._bar(out, bar_line("MEM", used, total, room - util_w - 1, unit="MB"), mem_pct)
+        else:  # narrow: numbers first, one short bar
+            text = f"{'N/A' if util is None else f'{util:.0f}%':>4} {fmt_mem(used)}/{fmt_mem(total)} "
+            out.append(text)
+            who_w = min(len(who), 16)
+            self._bar(out, bar(mem_pct, max(0, width - len(head) - len(text) - len(tail) - who_w)), mem_pct)
+        out.append(tail)
+        out.append(who if len(who) <= who_w else who[: max(0, who_w - 1)] + "…", style=label)

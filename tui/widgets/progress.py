@@ -1,0 +1,71 @@
+"""Per-component progress: bar with step/total, rate, ETA and a sparkline of the chosen metric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widget import Widget
+
+from rlsup.supervisor.bars import bar
+from rlsup.tui.format import fmt_dur, fmt_num, fmt_rate, sparkline
+
+
+def metric_of(c: dict[str, Any]) -> tuple[str | None, float | None]:
+    metrics = c.get("metrics") or {}
+    name = c.get("metric") or next(iter(metrics), None)
+    return name, metrics.get(name) if name else None
+
+
+class ProgressPanel(Widget):
+    COMPONENT_CLASSES = {"progress--bar", "progress--done", "progress--spark", "progress--dim"}
+    DEFAULT_CSS = """
+    ProgressPanel { height: auto; }
+    ProgressPanel > .progress--bar { color: $primary; }
+    ProgressPanel > .progress--done { color: $success; }
+    ProgressPanel > .progress--spark { color: $accent; }
+    ProgressPanel > .progress--dim { color: $text-muted; }
+    """
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.components: dict[str, dict[str, Any]] = {}
+
+    def set_data(self, components: dict[str, dict[str, Any]]) -> None:
+        self.components = components
+        self.refresh(layout=True)
+
+    def render(self) -> Text:
+        width = max(self.size.width, 20)
+        out = Text(no_wrap=True, overflow="ellipsis", end="")
+        dim = self.get_component_rich_style("progress--dim")
+        for i, (name, c) in enumerate(self.components.items()):
+            if i:
+                out.append("\n")
+            head = f"{name[:12]:<12} "
+            step, total = c.get("step"), c.get("total")
+            if step is None:
+                out.append(head)
+                out.append("no progress seen", style=dim)
+                continue
+            counts = f" {step}/{total}" if total else f" step {step}"
+            right = f"{counts} {fmt_rate(c.get('rate')):>8} ETA {fmt_dur(c.get('eta_s')):>6}"
+            mname, mval = metric_of(c)
+            series = c.get("series") or []
+            spark_w = min(24, max(0, width // 5))  # fixed per width, so bars line up across rows
+            tail = f"  {mname[:8]:>8} {fmt_num(mval):<7}" if mname else " " * 18
+            bar_w = width - len(head) - len(right) - len(tail) - spark_w
+            if bar_w < 6:  # narrow: the numbers matter more than the sparkline
+                tail, spark_w = "", 0
+                bar_w = width - len(head) - len(right)
+            pct = 100.0 * step / total if total else None
+            out.append(head)
+            if bar_w > 0:
+                done = total is not None and step >= total
+                out.append(bar(pct, bar_w, empty="·"),
+                           style=self.get_component_rich_style("progress--done" if done else "progress--bar"))
+            out.append(right)
+            if tail:
+                out.append(tail, style=dim)
+                out.append(sparkline(series, spark_w), style=self.get_component_rich_style("progress--spark"))
+        return out
