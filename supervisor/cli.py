@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
                  "the remote host; you rarely run it by hand.")
     del br
 
+    from .fleet import add_fleet_parser
+
+    add_fleet_parser(sub)
+
     rep = sub.add_parser(
         "report", help="write a Markdown incident report of a run", formatter_class=_formatter,
         description="A Markdown incident report of the run: summary, components, flags with evidence, every "
@@ -707,10 +711,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from .fleet import cmd_fleet as fleet
+
+    return int(fleet(args))
+
+
 COMMANDS = {
     "up": cmd_up, "check": cmd_check, "diagnose": cmd_diagnose, "status": cmd_status, "start": cmd_start,
     "stop": cmd_stop, "restart": cmd_restart, "resume": cmd_resume, "logs": cmd_logs, "events": cmd_events,
     "down": cmd_down, "bridge": cmd_bridge, "attach": cmd_attach, "report": cmd_report,
+    "fleet": cmd_fleet,
 }
 
 

@@ -1,0 +1,632 @@
+"""The fleet: many runs on many pods watched (and steered) from one place; headless.
+
+``rlsup fleet FLEET.yaml`` reads a list of pods (:func:`load_fleet`, errors as ``FILE:LINE:COL``),
+keeps one reconnecting :class:`~rlsup.supervisor.client.Session` per pod over SSH (:class:`Fleet`),
+folds each pod's events with the same reducer the supervisor runs (:class:`PodState`), and groups
+identical failures across pods into fleet flags (:func:`correlate`, a pure function). ``--json``
+prints one :meth:`Fleet.snapshot`; without it the Textual fleet screen (``rlsup.tui.fleet``) opens.
+
+Nothing here imports textual: the TUI is imported inside :func:`cmd_fleet` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import difflib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import state as run_state
+from .client import Connector, Session, SessionListener
+from .config import ConfigError, Problem, _load_yaml, interpolate
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+JSON_TIMEOUT_S = 15.0
+FLAG_TYPE = "fleet_repeated_error"
+MAX_FAILURES = 200  # failures remembered per pod (only signatures matter; the newest win)
+POD_KEYS = ("host", "user", "port", "run_dir", "label")
+_RETRY_SUFFIX = re.compile(r"; retrying in [0-9.]+s$")
+
+# ---------------------------------------------------------------------------------------------
+# The fleet file.
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """One pod of the fleet file. ``host`` may be an ``~/.ssh/config`` alias."""
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+    run_dir: str | None = None
+    label: str = ""
+
+    def target_label(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
+
+    def attach_hint(self) -> str:
+        return f"rlsup attach {self.target_label()}" + (f" --run-dir {self.run_dir}" if self.run_dir else "")
+
+
+def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> list[PodSpec]:
+    """Read and validate a fleet file; raises :class:`~rlsup.supervisor.config.ConfigError` listing
+    every problem as ``FILE:LINE:COL: key.path: message``. ``${VAR}`` expands in string values."""
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError([Problem(file, 1, 1, (), f"cannot read fleet file: {e.strerror or e}")]) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError([Problem(file, 1, 1, (), f"fleet file is not UTF-8 text: {e}")]) from None
+    doc = _load_yaml(text, file)
+    env = dict(os.environ if environ is None else environ)
+    problems: list[Problem] = []
+
+    def at(p: tuple[str | int, ...], msg: str, key: bool = False) -> None:
+        line, col = doc.pos(p, key=key)
+        problems.append(Problem(file, line, col, p, msg))
+
+    data = doc.data
+    if not isinstance(data, dict):
+        at((), "the top level must be a mapping with a `pods:` list")
+        raise ConfigError(problems)
+    for k in data:
+        if k != "pods":
+            close = difflib.get_close_matches(str(k), ["pods"], n=1, cutoff=0.6)
+            at((k,), f"unknown key {k!r}" + ("; did you mean 'pods'?" if close else "; known keys: pods"), key=True)
+    pods = data.get("pods")
+    if pods is None:
+        at((), "missing required key 'pods' (a list of {host, user, port, run_dir, label})")
+        raise ConfigError(problems)
+    if not isinstance(pods, list) or not pods:
+        at(("pods",), "`pods` must be a non-empty list of {host, user, port, run_dir, label}")
+        raise ConfigError(problems)
+
+    out: list[PodSpec] = []
+    labels: dict[str, int] = {}
+    for i, raw in enumerate(pods):
+        here: tuple[str | int, ...] = ("pods", i)
+        if isinstance(raw, str):  # a bare host name is a pod with defaults
+            raw = {"host": raw}
+        if not isinstance(raw, dict):
+            at(here, "each pod must be a mapping with at least `host:` (or a host name)")
+            continue
+        values: dict[str, Any] = {}
+        ok = True
+        for k, v in raw.items():
+            kp = (*here, str(k))
+            if k not in POD_KEYS:
+                close = difflib.get_close_matches(str(k), POD_KEYS, n=1, cutoff=0.6)
+                at(kp, f"unknown key {k!r}" + (f"; did you mean {close[0]!r}?" if close
+                                               else f"; known keys: {', '.join(POD_KEYS)}"), key=True)
+                ok = False
+                continue
+            if k == "port":
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 65536:
+                    at(kp, f"port must be a number from 1 to 65535 (got {v!r})")
+                    ok = False
+                    continue
+                values[k] = v
+                continue
+            if v is None and k != "host":
+                continue
+            if isinstance(v, int | float) and not isinstance(v, bool) and k in ("host", "label", "user"):
+                v = str(v)
+            if not isinstance(v, str) or not v.strip():
+                at(kp, f"{k} must be a non-empty string (got {v!r})")
+                ok = False
+                continue
+            expanded, missing = interpolate(v, env)
+            if missing:
+                at(kp, f"undefined variable{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                       "(set it, or write ${VAR:-default})")
+                ok = False
+                continue
+            values[k] = expanded
+        if "host" not in values:
+            if ok and "host" not in raw:
+                at(here, "missing required key 'host'")
+            continue
+        host = values["host"]
+        if "@" in host or (host.count(":") == 1 and not host.startswith("[")):
+            at((*here, "host"), f"write the host alone ({host!r}); give `user:` and `port:` as their own keys")
+            continue
+        spec = PodSpec(host=host, user=values.get("user"), port=values.get("port"), run_dir=values.get("run_dir"),
+                       label=values.get("label") or host)
+        if spec.label in labels:
+            at((*here, "label") if "label" in raw else (*here, "host"),
+               f"two pods named {spec.label!r} (first is pods[{labels[spec.label]}]); give each a distinct `label:`")
+            continue
+        labels[spec.label] = i
+        if ok:
+            out.append(spec)
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One pod: a SessionListener that keeps the pod's state and failures.
+
+
+@dataclass
+class Failure:
+    """One failed exit seen on a pod (from an ``exited`` event or a component's ``last_exit``)."""
+
+    component: str
+    ts: float
+    diagnosis: dict[str, Any]
+    exit_code: int | None = None
+    signal: str | None = None
+
+
+class PodState:
+    """What the fleet knows about one pod; the pod's :class:`Session` calls into it.
+
+    Folds events with :func:`rlsup.supervisor.state.apply`, remembers failed exits (for
+    correlation) and the connection status with its reason. Log lines are not kept.
+    """
+
+    def __init__(self, spec: PodSpec, on_change: Callable[[], None] | None = None):
+        self.spec = spec
+        self.on_change = on_change
+        self.connection = "connecting"
+        self.detail = ""
+        self.error: str | None = None  # why it is not connected (None while attached)
+        self.attempts = 0  # failed connection attempts since the last success
+        self.state: dict[str, Any] | None = None
+        self.server: dict[str, Any] = {}
+        self.failures: list[Failure] = []
+        self.ever_attached = False
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def connected(self) -> bool:
+        return self.connection == "attached"
+
+    @property
+    def settled(self) -> bool:
+        """Has an answer: attached with a snapshot, or at least one connection attempt failed."""
+        return (self.connected and self.state is not None) or self.error is not None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    # SessionListener --------------------------------------------------------------------------
+    def on_connection(self, status: str, detail: str) -> None:
+        self.connection, self.detail = status, detail
+        if status == "attached":
+            self.error, self.attempts, self.ever_attached = None, 0, True
+        elif status in ("reconnecting", "closed", "ended") and detail:
+            self.error = _RETRY_SUFFIX.sub("", detail)
+            if status == "reconnecting":
+                self.attempts += 1
+        self._changed()
+
+    def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
+        st = snapshot.get("state") or run_state.initial({}, [])
+        self.state = st
+        for name, c in (st.get("components") or {}).items():
+            le = c.get("last_exit")
+            if le:
+                self._add_failure(name, le)
+        # Session delivers `attached` after the snapshot; a snapshot means the link works.
+        self.connection, self.error, self.ever_attached = "attached", None, True
+        self._changed()
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("kind") == "exited" and event.get("component"):
+            self._add_failure(event["component"], event)
+        if self.state is not None:
+            run_state.apply(self.state, event)
+        self._changed()
+
+    def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
+        pass  # the fleet shows state, not logs; Enter on a pod opens its full TUI
+
+    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
+        pass
+
+    def _add_failure(self, component: str, exit_info: dict[str, Any]) -> None:
+        diag = exit_info.get("diagnosis") or {}
+        if not diag or diag.get("category") in (None, "none"):
+            return  # a clean exit or a requested stop is not a failure
+        ts = float(exit_info.get("ts") or 0.0)
+        if any(f.component == component and abs(f.ts - ts) < 1e-6 for f in self.failures):
+            return  # the same exit seen as an event and as last_exit
+        self.failures.append(Failure(component, ts, diag, exit_info.get("exit_code"), exit_info.get("signal")))
+        self.failures.sort(key=lambda f: f.ts)
+        del self.failures[:-MAX_FAILURES]
+
+    # views ------------------------------------------------------------------------------------
+    def to_json(self, now: float) -> dict[str, Any]:
+        """This pod's entry of ``rlsup fleet --json`` (CONTRACT.md)."""
+        v = run_state.view(self.state, now) if self.state is not None else None
+        s = self.spec
+        return {
+            "label": s.label, "host": s.host, "user": s.user, "port": s.port, "run_dir": s.run_dir,
+            "connected": self.connected, "connection": self.connection, "error": self.error,
+            "run": v["run"] if v else None, "components": v["components"] if v else {},
+            "gpus": v.get("gpus", []) if v else [],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-pod correlation (pure).
+
+
+def signature(diag: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    """(category, exception type, file name:line): what makes two failures on two pods "the same".
+
+    The location keeps only the file's name: the same code checked out under different
+    directories on different pods is the same bug.
+    """
+    from .diagnosis.model import Diagnosis
+
+    category, exc, loc = Diagnosis.from_dict(dict(diag)).signature()
+    return category, exc, (loc.replace("\\", "/").rsplit("/", 1)[-1] if loc else None)
+
+
+def _hhmm(ts: float) -> str:
+    return time.strftime("%H:%M", time.localtime(ts))
+
+
+def describe_signature(sig: tuple[str, str | None, str | None]) -> str:
+    category, exc, loc = sig
+    what = exc or category
+    return f"{what} at {loc}" if loc else what
+
+
+def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
+              timefmt: Callable[[float], str] = _hhmm) -> list[dict[str, Any]]:
+    """Group identical failures (category + exception type + location) seen on two or more pods
+    into ``fleet_repeated_error`` flags, most widespread first.
+
+    ``pod_failures`` maps a pod's label to its failures (any order). Each flag names the pods in
+    the order they first failed, the first occurrence's time, and per-pod evidence (component,
+    time, exit, summary and evidence lines of that pod's latest failure with the signature).
+    A bare ``unknown`` (no exception, no location) shares nothing worth grouping and is skipped.
+    """
+    groups: dict[tuple[str, str | None, str | None], dict[str, list[Failure]]] = {}
+    for label, failures in pod_failures.items():
+        for f in failures:
+            sig = signature(f.diagnosis)
+            if sig[0] in ("none",) or (sig[0] == "unknown" and sig[1] is None and sig[2] is None):
+                continue
+            groups.setdefault(sig, {}).setdefault(label, []).append(f)
+    flags = []
+    for sig, by_pod in groups.items():
+        if len(by_pod) < 2:
+            continue
+        firsts = sorted(((min(f.ts for f in fs), label) for label, fs in by_pod.items()))
+        first_ts = firsts[0][0]
+        pods = [label for _, label in firsts]
+        evidence = []
+        for label in pods:
+            latest = max(by_pod[label], key=lambda f: f.ts)
+            d = latest.diagnosis
+            evidence.append({
+                "pod": label, "component": latest.component, "ts": latest.ts, "count": len(by_pod[label]),
+                "exit_code": latest.exit_code, "signal": latest.signal, "summary": d.get("summary"),
+                "step": d.get("step"), "location": d.get("location"), "evidence": list(d.get("evidence") or []),
+            })
+        base = max(by_pod[pods[0]], key=lambda f: f.ts).diagnosis
+        diagnosis = {"category": sig[0], "exception": base.get("exception"), "location": sig[2],
+                     "summary": base.get("summary")}
+        flags.append({
+            "type": FLAG_TYPE,
+            "message": f"{describe_signature(sig)} on {len(pods)}/{n_pods} pods, first at {timefmt(first_ts)}",
+            "pods": pods, "diagnosis": diagnosis, "first_ts": first_ts, "evidence": evidence,
+        })
+    flags.sort(key=lambda f: (-len(f["pods"]), f["first_ts"]))
+    return flags
+
+
+# ---------------------------------------------------------------------------------------------
+# The fleet: one Session per pod, run in parallel.
+
+
+class _DaemonThreadExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs each blocking call (an SSH dial) on its own daemon thread.
+
+    A pod that black-holes SSH holds its thread for the connect timeout; with a bounded pool it
+    would delay every other pod's dial, and a joined pool would delay the exit of ``--json``.
+    """
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def work() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # handed to the awaiting coroutine
+                fut.set_exception(e)
+
+        threading.Thread(target=work, daemon=True, name="rlsup-fleet-io").start()
+        return fut
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass
+
+
+SessionFactory = Callable[[Connector, SessionListener], Any]
+
+
+def _default_session(connect: Connector, listener: SessionListener) -> Session:
+    # lines=0: the fleet shows no logs; backoff grows to 30 s for pods that stay unreachable.
+    return Session(connect, listener, lines=0, backoff=(1.0, 30.0))
+
+
+class Fleet:
+    """Every pod's :class:`PodState`, fed by one session per pod, all on one event loop.
+
+    ``connector_for(spec)`` gives each pod's :data:`Connector` (SSH in production);
+    ``session_factory(connect, listener)`` builds the session (tests pass a fake). ``on_change``
+    is called (on the loop) whenever any pod's state changes.
+    """
+
+    def __init__(self, specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,
+                 session_factory: SessionFactory = _default_session, clock: Callable[[], float] = time.time,
+                 timefmt: Callable[[float], str] = _hhmm, on_change: Callable[[], None] | None = None):
+        self.specs = list(specs)
+        self.clock = clock
+        self.timefmt = timefmt
+        self.on_change = on_change
+        self.pods = [PodState(s, self._changed) for s in self.specs]
+        self.connectors = {s.label: connector_for(s) for s in self.specs}
+        self.sessions = {p.label: session_factory(self.connectors[p.label], p) for p in self.pods}
+        self.version = 0  # bumped on every change; views repaint when it moves
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    def pod(self, label: str) -> PodState:
+        return next(p for p in self.pods if p.label == label)
+
+    async def run(self) -> None:
+        """Run every pod's session until :meth:`close`; one pod failing never stops the others."""
+        asyncio.get_running_loop().set_default_executor(_DaemonThreadExecutor())
+
+        async def one(label: str) -> None:
+            try:
+                await self.sessions[label].run()
+            except Exception as e:  # a session bug on one pod must not take the fleet down
+                self.pod(label).on_connection("closed", f"session failed: {e}")
+
+        await asyncio.gather(*(one(p.label) for p in self.pods))
+
+    def close(self) -> None:
+        for s in self.sessions.values():
+            s.close()
+        for c in self.connectors.values():
+            remote = getattr(c, "remote", None)
+            if remote is not None:
+                with contextlib.suppress(Exception):
+                    remote.close()
+
+    async def wait_settled(self, timeout: float) -> bool:
+        """Until every pod has an answer (attached, or failed once) or ``timeout``; True if all have."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not all(p.settled for p in self.pods):
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(0.05, left))
+        return True
+
+    async def command(self, labels: Sequence[str], command: str, component: str | None = None,
+                      **args: Any) -> dict[str, dict[str, Any]]:
+        """Send one command to several pods at once; each pod's reply (``ok`` + message/error)."""
+        async def one(label: str) -> dict[str, Any]:
+            try:
+                return await self.sessions[label].command(command, component, **args)
+            except Exception as e:
+                return {"ok": False, "error": str(e) or type(e).__name__}
+
+        replies = await asyncio.gather(*(one(label) for label in labels))
+        return dict(zip(labels, replies, strict=True))
+
+    def flags(self) -> list[dict[str, Any]]:
+        return correlate({p.label: p.failures for p in self.pods}, len(self.pods), timefmt=self.timefmt)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What ``rlsup fleet --json`` prints: ``{"pods": [...], "flags": [...]}``."""
+        now = self.clock()
+        return {"pods": [p.to_json(now) for p in self.pods], "flags": self.flags()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Row summaries shared by the TUI and the text output (pure).
+
+
+def gpu_summary(gpus: Sequence[Mapping[str, Any]] | None) -> str:
+    """``"4 GPU 87%"`` (mean utilisation), ``"-"`` without GPUs."""
+    if not gpus:
+        return "-"
+    utils = [g.get("util_pct") for g in gpus if isinstance(g.get("util_pct"), int | float)]
+    if not utils:
+        return f"{len(gpus)} GPU"
+    return f"{len(gpus)} GPU {sum(utils) / len(utils):.0f}%"
+
+
+def main_component(components: Mapping[str, Mapping[str, Any]]) -> tuple[str, Mapping[str, Any]] | None:
+    """The component whose progress stands for the pod: the one with a total, else a step, else the last."""
+    if not components:
+        return None
+    items = list(components.items())
+    for want in ("total", "step"):
+        for name, c in reversed(items):
+            if c.get(want) is not None:
+                return name, c
+    return items[-1]
+
+
+def latest_problem(pod: Mapping[str, Any]) -> str:
+    """The newest flag (its type) and the newest failure diagnosis of a pod on one line:
+    ``"trainer step_crash · trainer: CUDA out of memory ..."``; ``""`` when there is neither."""
+    flag: tuple[float, str] | None = None
+    diag: tuple[float, str] | None = None
+    for name, c in (pod.get("components") or {}).items():
+        for f in c.get("flags") or []:
+            cand = (float(f.get("ts") or 0), f"{name} {f.get('type')}")
+            flag = cand if flag is None or cand[0] >= flag[0] else flag
+        le = c.get("last_exit") or {}
+        d = le.get("diagnosis") or {}
+        if d.get("category") not in (None, "none"):
+            cand = (float(le.get("ts") or 0), f"{name}: {d.get('summary') or d.get('category')}")
+            diag = cand if diag is None or cand[0] > diag[0] else diag
+    return " · ".join(x[1] for x in (flag, diag) if x is not None)
+
+
+def format_text(snap: Mapping[str, Any]) -> str:
+    """A plain table of the snapshot, for a terminal that is not interactive."""
+    lines = []
+    for f in snap.get("flags", []):
+        lines.append(f"FLEET FLAG {f['type']}: {f['message']} ({', '.join(f['pods'])})")
+    for p in snap.get("pods", []):
+        if not p["connected"]:
+            lines.append(f"{p['label']:<16} {p['connection']}: {p['error'] or ''}")
+            continue
+        comps = " ".join(f"{n}={c.get('state')}" for n, c in p["components"].items())
+        main = main_component(p["components"])
+        prog = ""
+        if main and main[1].get("step") is not None:
+            prog = f" step {main[1]['step']}" + (f"/{main[1]['total']}" if main[1].get("total") else "")
+        problem = latest_problem(p)
+        lines.append(f"{p['label']:<16} {(p.get('run') or {}).get('name') or '?'}: {comps}{prog}"
+                     f"  gpu {gpu_summary(p.get('gpus'))}" + (f"  | {problem}" if problem else ""))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line.
+
+
+def add_fleet_parser(sub: Any) -> None:
+    """Register ``rlsup fleet`` on the CLI's subparsers (``cmd_fleet`` is its handler)."""
+    p = sub.add_parser(
+        "fleet", help="watch and steer the runs on many pods from one screen",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Connect to every pod of FLEET.yaml over SSH in parallel (as `rlsup attach HOST` does) and show one\n"
+            "row per pod: connection, run, component states, step/total, rate, ETA, GPU use, the latest flag\n"
+            "or diagnosis. Identical failures on several pods are grouped into one fleet flag.\n"
+            "Keys: enter opens the pod's full TUI; space selects pods; r/u restart/resume a component and\n"
+            "d stops the run (`rlsup down`) on the selected pods, each after a confirmation.\n\n"
+            "FLEET.yaml:\n  pods:\n    - host: gpu-pod-1      # or an ~/.ssh/config alias\n      user: root\n"
+            "      port: 22\n      run_dir: /workspace/runs/gsm8k-grpo\n      label: qwen-0.5b"),
+        epilog="exit codes: 0 (with --json: every pod reachable), 1 some pod unreachable, 2 fleet file error.")
+    p.add_argument("fleet_file", metavar="FLEET.yaml", help="the pods: host, user, port, run_dir, label")
+    p.add_argument("--json", action="store_true", help="print one snapshot of every pod and the fleet flags, then exit")
+    p.add_argument("--timeout", type=float, default=JSON_TIMEOUT_S, metavar="S",
+                   help=f"with --json: wait at most S seconds for the pods to answer (default {JSON_TIMEOUT_S:g})")
+    p.add_argument("--accept-new-host-key", action="store_true", help="trust and record unknown host keys")
+    p.add_argument("--remote-cmd", metavar="CMD", default=None,
+                   help="how to run rlsup on the pods (default: $RLSUP_REMOTE_CMD or `rlsup`)")
+    p.set_defaults(func=cmd_fleet)
+
+
+def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool) -> Callable[[PodSpec], Connector]:
+    """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does)."""
+    from .ssh import SshTarget, ssh_connector
+
+    def make(spec: PodSpec) -> Connector:
+        return ssh_connector(SshTarget(host=spec.host, user=spec.user, port=spec.port), run_dir=spec.run_dir,
+                             remote_cmd=remote_cmd, accept_new_host_key=accept_new_host_key)
+
+    return make
+
+
+async def fleet_snapshot(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,
+                         timeout: float = JSON_TIMEOUT_S, **fleet_kw: Any) -> dict[str, Any]:
+    """Connect to every pod in parallel, wait until each answered (or ``timeout``), snapshot, close."""
+    fleet = Fleet(specs, connector_for, **fleet_kw)
+    task = asyncio.ensure_future(fleet.run())
+    try:
+        await fleet.wait_settled(timeout)
+        snap = fleet.snapshot()
+    finally:
+        fleet.close()
+        # Sessions end at once, except one still dialling a silent host: do not wait for that.
+        await asyncio.wait({task}, timeout=1.0)
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+    for p in snap["pods"]:
+        if not p["connected"] and not p["error"]:
+            p["error"] = f"no answer within {timeout:g}s"
+    return snap
+
+
+def _run_loop(coro: Any) -> Any:
+    # Not asyncio.run: its executor shutdown would join an SSH dial stuck on a silent host.
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """``rlsup fleet FLEET.yaml [--json]``."""
+    try:
+        specs = load_fleet(args.fleet_file)
+    except ConfigError as e:
+        for prob in e.problems:
+            print(str(prob), file=sys.stderr)
+        n = len(e.problems)
+        print(f"rlsup: {n} problem{'s' if n != 1 else ''} in {args.fleet_file}", file=sys.stderr)
+        return EXIT_USAGE
+    connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key)
+    interactive = sys.stdout.isatty() and sys.stdin.isatty()
+    if args.json or not interactive:
+        snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=getattr(args, "timeout", JSON_TIMEOUT_S)))
+        if args.json:
+            json.dump(snap, sys.stdout, indent=1, default=str)
+            print()
+        else:
+            print(format_text(snap))
+        return EXIT_OK if all(p["connected"] for p in snap["pods"]) else EXIT_FAILED
+    from rlsup.tui.app import run_tui
+    from rlsup.tui.fleet import run_fleet_tui
+
+    while True:
+        chosen = run_fleet_tui(specs, connector_for)
+        if chosen is None:
+            return EXIT_OK
+        spec = next(s for s in specs if s.label == chosen)
+        run_tui(connector_for(spec), target=f"{spec.label} ({spec.target_label()})", attach_hint=spec.attach_hint())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rlsup.supervisor.fleet FLEET.yaml ...`` (until ``rlsup fleet`` is wired in the CLI)."""
+    parser = argparse.ArgumentParser(prog="rlsup")
+    add_fleet_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["fleet", *(sys.argv[1:] if argv is None else argv)])
+    return cmd_fleet(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

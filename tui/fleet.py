@@ -1,0 +1,344 @@
+"""The fleet screen: one row per pod, fleet flags on top, fleet-wide actions after a confirmation.
+
+The app drives a headless :class:`rlsup.supervisor.fleet.Fleet` (one session per pod) on its own
+loop; the fleet's callbacks only mark the view dirty and a timer repaints the table a few times
+a second. Enter on a row exits the app with that pod's label: the caller (``cmd_fleet``) opens the
+full TUI for it and comes back to the fleet afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, OptionList, Static
+from textual.widgets.option_list import Option
+
+from rlsup.supervisor.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
+from rlsup.tui.format import fmt_dur, fmt_rate
+from rlsup.tui.screens import ConfirmScreen
+
+# The latest flag/diagnosis comes before the component states: on a narrow terminal the table
+# scrolls sideways, and why a pod is unhappy matters more than the state of each component.
+COLUMNS = (("sel", " "), ("pod", "pod"), ("conn", "connection"), ("run", "run"), ("step", "step"),
+           ("rate", "rate"), ("eta", "ETA"), ("gpu", "GPU"), ("latest", "latest flag / diagnosis"),
+           ("comps", "components"))
+STATE_STYLE = {"running": "green", "starting": "yellow", "backoff": "bold yellow", "stopping": "yellow",
+               "pending": "dim", "stopped": "dim", "completed": "bold blue", "fatal": "bold red"}
+MAX_CELL = 56
+MAX_REASON = 30
+MAX_NAME = 12
+
+
+def _clip(s: str, n: int = MAX_CELL) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def pod_cells(pod: dict[str, Any], selected: bool) -> dict[str, Text | str]:
+    """The table cells of one pod (its ``rlsup fleet --json`` entry); pure, so tests can read it."""
+    conn = pod["connection"]
+    if pod["connected"]:
+        conn_text = Text("connected", style="green")
+    else:
+        reason = f": {_clip(pod['error'], MAX_REASON)}" if pod.get("error") else ""
+        conn_text = Text(f"{conn}{reason}", style="bold red" if pod.get("error") else "yellow")
+    comps = pod.get("components") or {}
+    comp_text = Text()
+    for i, (name, c) in enumerate(comps.items()):
+        if i:
+            comp_text.append(" ")
+        comp_text.append(f"{_clip(name, MAX_NAME)}:")
+        comp_text.append(str(c.get("state")), style=STATE_STYLE.get(str(c.get("state")), ""))
+    step = rate = eta = "-"
+    main = main_component(comps)
+    if main is not None:
+        c = main[1]
+        if c.get("step") is not None:
+            step = f"{c['step']}" + (f"/{c['total']}" if c.get("total") else "")
+        rate, eta = fmt_rate(c.get("rate")), fmt_dur(c.get("eta_s"))
+    latest = latest_problem(pod)
+    return {
+        "sel": Text("●", style="bold cyan") if selected else " ", "pod": Text(pod["label"], style="bold"),
+        "conn": conn_text, "run": str((pod.get("run") or {}).get("name") or "-"), "comps": comp_text,
+        "step": step, "rate": rate, "eta": eta, "gpu": gpu_summary(pod.get("gpus")),
+        "latest": Text(_clip(latest), style="red") if latest else "",
+    }
+
+
+class FleetFlags(Static):
+    """The fleet flags on one or two lines (hidden when there are none)."""
+
+    DEFAULT_CSS = "FleetFlags { height: auto; max-height: 3; background: $error 15%; padding: 0 1; }"
+
+    def set_flags(self, flags: list[dict[str, Any]]) -> None:
+        self.display = bool(flags)
+        out = Text(overflow="ellipsis", end="")
+        for i, f in enumerate(flags):
+            if i:
+                out.append("\n")
+            out.append("⚑ ", style="bold red")
+            out.append(str(f["type"]), style="bold red")
+            out.append(f": {f['message']} ({', '.join(f['pods'])})")
+        if flags:
+            out.append("   [v] evidence", style="dim")
+        self.update(out)
+
+
+class ComponentPicker(ModalScreen[str | None]):
+    """Which component a fleet action applies to; enter picks, escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, question: str, names: Sequence[str], default: str | None = None):
+        super().__init__()
+        self.question = question
+        self.names = list(names)
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.question, classes="question", markup=False)
+            yield OptionList(*(Option(n, id=n) for n in self.names), id="picker")
+            yield Static("enter: choose    escape: cancel", classes="hint")
+
+    def on_mount(self) -> None:
+        ol = self.query_one(OptionList)
+        ol.highlighted = self.names.index(self.default) if self.default in self.names else 0
+        ol.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class FleetFlagsScreen(ModalScreen[None]):
+    """Each fleet flag with the evidence from every pod it names."""
+
+    BINDINGS = [Binding("escape,q,v", "close", "close")]
+
+    def __init__(self, flags: list[dict[str, Any]], timefmt: Callable[[float], str]):
+        super().__init__()
+        self.flags = flags
+        self.timefmt = timefmt
+
+    def compose(self) -> ComposeResult:
+        text = Text(end="")
+        for i, f in enumerate(self.flags):
+            if i:
+                text.append("\n\n")
+            text.append(str(f["type"]), style="bold red")
+            text.append(f"  {f['message']}")
+            for ev in f.get("evidence") or []:
+                how = ev.get("signal") or f"exit {ev.get('exit_code')}"
+                text.append(f"\n  {ev['pod']}", style="bold")
+                text.append(f"  {ev['component']}  {self.timefmt(ev.get('ts') or 0)}  {how}", style="dim")
+                if ev.get("count", 1) > 1:
+                    text.append(f"  ({ev['count']} times)", style="dim")
+                text.append(f"\n    {ev.get('summary') or ''}")
+                for line in (ev.get("evidence") or [])[-8:]:
+                    text.append(f"\n    │ {line}", style="dim")
+        if not self.flags:
+            text.append("no fleet flags: no failure is shared by two pods")
+        with Vertical(classes="dialog full"):
+            yield Static("[b]fleet flags and evidence per pod[/b]  (escape closes; enter on a pod opens it)",
+                         classes="hint")
+            with VerticalScroll():
+                yield Static(text)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class FleetApp(App[str | None]):
+    """The fleet view over a :class:`Fleet`; returns the label of the pod to open, or None."""
+
+    CSS_PATH = ["app.tcss", "fleet.tcss"]
+    TITLE = "rlsup fleet"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("space", "toggle", "select"),
+        Binding("a", "toggle_all", "select all"),
+        Binding("r", "restart", "restart"),
+        Binding("u", "resume", "resume"),
+        Binding("d", "down", "down"),
+        Binding("v", "flags", "flags"),
+        Binding("q", "quit_fleet", "quit"),
+    ]
+
+    def __init__(self, fleet: Fleet, *, refresh_hz: float = 4.0, timefmt: Callable[[float], str] | None = None):
+        super().__init__()
+        self.fleet = fleet
+        self.timefmt = timefmt or _hms
+        self.refresh_hz = refresh_hz
+        self.selected: set[str] = set()
+        self.seen_version = -1
+        self.fleet.on_change = self._changed
+        self.dirty = True
+
+    def _changed(self) -> None:
+        self.dirty = True
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-header")
+        yield FleetFlags(id="fleet-flags")
+        yield DataTable(id="pods", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        for p in self.fleet.pods:
+            table.add_row(*([""] * len(COLUMNS)), key=p.label)
+        table.focus()
+        self.run_worker(self.fleet.run(), name="fleet", exit_on_error=False)
+        self.set_interval(1 / self.refresh_hz, self.repaint)
+        self.set_interval(1.0, self._changed)  # ETAs and reasons move without events
+        self.repaint()
+
+    # painting -----------------------------------------------------------------------------------
+    def repaint(self) -> None:
+        if not self.dirty:
+            return
+        self.dirty = False
+        snap = self.fleet.snapshot()
+        table = self.query_one(DataTable)
+        for pod in snap["pods"]:
+            for key, value in pod_cells(pod, pod["label"] in self.selected).items():
+                table.update_cell(pod["label"], key, value, update_width=True)
+        n = len(snap["pods"])
+        up = sum(p["connected"] for p in snap["pods"])
+        sel = f" · {len(self.selected)} selected" if self.selected else ""
+        self.query_one("#fleet-header", Static).update(
+            Text.assemble(("rlsup fleet", "bold"), f" · {n} pods · ", (f"{up} connected", "green" if up == n else "yellow"),
+                          sel, ("   enter: open pod · space: select · r/u/d: act on selected (or the row)", "dim")))
+        self.query_one(FleetFlags).set_flags(snap["flags"])
+
+    # selection ----------------------------------------------------------------------------------
+    def cursor_label(self) -> str | None:
+        table = self.query_one(DataTable)
+        if not self.fleet.pods:
+            return None
+        return self.fleet.pods[min(table.cursor_row, len(self.fleet.pods) - 1)].label
+
+    def targets(self) -> list[str]:
+        """The selected pods in fleet order, or the pod under the cursor when none is selected."""
+        if self.selected:
+            return [p.label for p in self.fleet.pods if p.label in self.selected]
+        label = self.cursor_label()
+        return [label] if label else []
+
+    def action_toggle(self) -> None:
+        label = self.cursor_label()
+        if label is None:
+            return
+        self.selected ^= {label}
+        table = self.query_one(DataTable)
+        if table.cursor_row < len(self.fleet.pods) - 1:
+            table.move_cursor(row=table.cursor_row + 1)
+        self.dirty = True
+        self.repaint()
+
+    def action_toggle_all(self) -> None:
+        everyone = {p.label for p in self.fleet.pods}
+        self.selected = set() if self.selected == everyone else everyone
+        self.dirty = True
+        self.repaint()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        label = str(event.row_key.value)
+        self.fleet.close()
+        self.exit(label)
+
+    def action_quit_fleet(self) -> None:
+        self.fleet.close()
+        self.exit(None)
+
+    # fleet-wide actions -------------------------------------------------------------------------
+    def _who(self, labels: list[str]) -> str:
+        return f"{len(labels)} pod{'s' if len(labels) != 1 else ''} ({', '.join(labels)})"
+
+    def _component_names(self, labels: list[str]) -> tuple[list[str], str | None]:
+        names: list[str] = []
+        newest: tuple[float, str] | None = None
+        for label in labels:
+            pod = self.fleet.pod(label)
+            for name in ((pod.state or {}).get("components") or {}):
+                if name not in names:
+                    names.append(name)
+            for f in pod.failures:
+                if newest is None or f.ts > newest[0]:
+                    newest = (f.ts, f.component)
+        return names, newest[1] if newest else None
+
+    def _component_action(self, command: str, verb: str) -> None:
+        labels = self.targets()
+        if not labels:
+            return
+        names, default = self._component_names(labels)
+        if not names:
+            self.notify("no component known on those pods yet (not connected?)", severity="warning")
+            return
+
+        def picked(name: str | None) -> None:
+            if name:
+                self._confirm(f"{verb} {name} on {self._who(labels)}?", lambda: self.send(labels, command, name))
+
+        self.push_screen(ComponentPicker(f"{verb} which component on {self._who(labels)}?", names, default), picked)
+
+    def action_restart(self) -> None:
+        self._component_action("restart", "Restart")
+
+    def action_resume(self) -> None:
+        self._component_action("resume", "Resume (from the latest checkpoint)")
+
+    def action_down(self) -> None:
+        labels = self.targets()
+        if labels:
+            self._confirm(f"Stop EVERY component and end the run (rlsup down) on {self._who(labels)}?",
+                          lambda: self.send(labels, "stop_all", None))
+
+    def _confirm(self, question: str, then: Callable[[], Any]) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                then()
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    def send(self, labels: list[str], command: str, component: str | None) -> None:
+        self.run_worker(self._send(labels, command, component), group="commands")
+
+    async def _send(self, labels: list[str], command: str, component: str | None) -> None:
+        what = f"{command} {component}" if component else command
+        replies = await self.fleet.command(labels, command, component)
+        ok = [label for label, r in replies.items() if r.get("ok")]
+        bad = {label: r.get("error") or "refused" for label, r in replies.items() if not r.get("ok")}
+        if ok:
+            self.notify(f"done on {', '.join(ok)}", title=what)
+        for label, err in bad.items():
+            self.notify(f"{label}: {err}", title=f"{what} failed", severity="error", timeout=8)
+        self.selected.clear()
+        self.dirty = True
+
+    def action_flags(self) -> None:
+        self.push_screen(FleetFlagsScreen(self.fleet.flags(), self.timefmt))
+
+
+def _hms(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def run_fleet_tui(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Any]) -> str | None:
+    """Open the fleet screen; returns the label of the pod chosen with enter, or None on quit."""
+    app = FleetApp(Fleet(specs, connector_for))
+    result = app.run()
+    app.fleet.close()
+    return result if isinstance(result, str) else None
