@@ -20,6 +20,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -40,8 +41,10 @@ class _Job:
 class Engine:
     """Holds the policy and batches generation for concurrent requests on one worker thread."""
 
-    def __init__(self, seed: int, total: int) -> None:
-        self.policy: Policy | None = None
+    def __init__(self, seed: int, total: int, hf: Any = None) -> None:
+        # ``hf``: an ``rlsup.trainer.hf.HFGenerator`` serving a Hugging Face model; None: the tiny policy.
+        self.hf = hf
+        self.policy: Any = None
         self.step = 0
         self.total = total
         self.lock = threading.Lock()  # policy swap vs. generation
@@ -51,9 +54,19 @@ class Engine:
         self.reported = dict(self.stats)
         threading.Thread(target=self._worker, name="batcher", daemon=True).start()
 
-    def set_policy(self, policy: Policy, step: int, total: int | None = None) -> None:
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text) if self.hf is not None else encode(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.hf.decode(ids) if self.hf is not None else decode(ids)
+
+    def token(self, tid: int) -> str:
+        return self.hf.token(tid) if self.hf is not None else VOCAB[tid]
+
+    def set_policy(self, policy: Any, step: int, total: int | None = None) -> None:
+        """Serve ``policy`` (the tiny ``Policy``, or the ``HFGenerator`` after its weights were loaded)."""
         with self.lock:
-            self.policy = policy.eval()
+            self.policy = policy.eval() if isinstance(policy, Policy) else policy
             self.step = step
             if total:
                 self.total = total
@@ -90,7 +103,11 @@ class Engine:
                 temps.extend([job.temperature] * job.n)
         max_tokens = max(job.max_tokens for job in batch)
         with self.lock:
-            ids, lps, tops = generate(self.policy, rows, max_tokens, temps, self.generator)
+            if self.hf is not None:
+                ids, lps, tops, finish = self.hf.generate(rows, max_tokens, temps, self.generator)
+            else:
+                ids, lps, tops = generate(self.policy, rows, max_tokens, temps, self.generator)
+                finish = ["length"] * len(rows)
             step = self.step
         at = 0
         for job in batch:
@@ -100,6 +117,8 @@ class Engine:
                 [r[: job.max_tokens] for r in lps[at : at + count]],
                 [r[: job.max_tokens] for r in tops[at : at + count]],
                 step,
+                [f if len(r) <= job.max_tokens else "length"
+                 for f, r in zip(finish[at : at + count], ids[at : at + count], strict=True)],
             )
             at += count
         self.stats["batches"] += 1
@@ -119,22 +138,25 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
     top_k = body.get("logprobs")
     if n < 1 or max_tokens < 1 or temperature < 0:
         raise ValueError("n and max_tokens must be >= 1 and temperature >= 0")
-    job = engine.submit(_Job([encode(p) for p in prompts], n, max_tokens, temperature))
-    ids, lps, tops, step = job.result
+    encoded = [engine.encode(p) for p in prompts]
+    job = engine.submit(_Job(encoded, n, max_tokens, temperature))
+    ids, lps, tops, step, finish = job.result
     choices = []
     for index, (row_ids, row_lps, row_top) in enumerate(zip(ids, lps, tops, strict=True)):
-        text = decode(row_ids)
+        text = engine.decode(row_ids)
         logprobs = None
         if top_k is not None:
+            tokens = [engine.token(i) for i in row_ids]
+            offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
             logprobs = {
-                "tokens": [VOCAB[i] for i in row_ids],
+                "tokens": tokens,
                 "token_logprobs": row_lps,
-                "top_logprobs": [{VOCAB[i]: lp for i, lp in alts[: int(top_k)]} for alts in row_top]
+                "top_logprobs": [{engine.token(i): lp for i, lp in alts[: int(top_k)]} for alts in row_top]
                 if int(top_k) > 0 else None,
-                "text_offset": list(range(len(row_ids))),
+                "text_offset": offsets,
             }
-        choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": "length"})
-    prompt_tokens = sum(len(p) for p in prompts)
+        choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish[index]})
+    prompt_tokens = sum(len(p) for p in encoded)
     completion_tokens = sum(len(r) for r in ids)
     return {
         "id": f"cmpl-{uuid.uuid4().hex[:16]}",
@@ -212,8 +234,13 @@ def make_handler(engine: Engine, model: str):
 def update_from_disk(engine: Engine, path: Path) -> str:
     """Load a published weights dir into ``engine`` and log the ``Step N/T`` line for it."""
     t0 = time.perf_counter()
-    policy = load_weights(path)
     meta = weights_mod.read_meta(path)
+    if engine.hf is not None:
+        with engine.lock:  # no generation while the model is swapped
+            engine.hf.load(path)
+        policy: Any = engine.hf
+    else:
+        policy = load_weights(path)
     engine.set_policy(policy, int(meta["step"]), int(meta.get("total") or 0))
     load_ms = (time.perf_counter() - t0) * 1000
     # Request stats since the previous update: what the server did with the weights it replaced.
@@ -236,19 +263,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8731)
     ap.add_argument("--weights-dir", type=Path, required=True,
                     help="where the trainer publishes weights; the latest there is loaded at start")
-    ap.add_argument("--model-name", default="rlsup-tiny")
+    ap.add_argument("--model-name", default=None, help="name in /v1/models (default: rlsup-tiny, or --model)")
+    ap.add_argument("--model", default=None,
+                    help="serve this Hugging Face causal LM (name or path) instead of the tiny policy; "
+                         "the newest published weights in --weights-dir win over it")
+    ap.add_argument("--device", default=None, help="with --model: default cuda if available, else cpu")
     ap.add_argument("--seed", type=int, default=0, help="init seed when nothing is published yet; sampling seed")
     ap.add_argument("--total-steps", type=int, default=0, help="T in the Step N/T lines until weights say it")
     ap.add_argument("--chaos", default=None, help="die@30s: die 30 s after start")
     ap.add_argument("--chaos-dir", type=Path, default=None, help="default: WEIGHTS_DIR/../chaos")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    if args.model_name is None:
+        args.model_name = args.model or "rlsup-tiny"
+    if not (args.model and torch.cuda.is_available()):
+        torch.set_num_threads(1)
 
     try:
         chaos = Chaos(args.chaos, args.chaos_dir or args.weights_dir.parent / "chaos", "inference")
     except ValueError as exc:
         ap.error(str(exc))
-    engine = Engine(args.seed, args.total_steps)
+    hf = None
+    if args.model:
+        from rlsup.trainer.hf import HFGenerator, latest_model_path
+
+        source = latest_model_path(args.weights_dir, args.model)
+        steplog.log(f"Loading {source}")
+        hf = HFGenerator(source, args.device)
+    engine = Engine(args.seed, args.total_steps, hf)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, args.model_name))
     server.daemon_threads = True
     steplog.log(f"Listening on http://{args.host}:{args.port} (model {args.model_name})")
@@ -257,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     found = weights_mod.latest(args.weights_dir)
     if found is not None and (found[1] / weights_mod.MARKER).exists():
         steplog.log(update_from_disk(engine, found[1]))
+    elif hf is not None:
+        engine.set_policy(hf, 0)
+        steplog.log(f"No published weights in {args.weights_dir}; serving {args.model}")
     else:
         torch.manual_seed(args.seed)  # the trainer initialises with the same seed: same step-0 policy
         engine.set_policy(Policy(PolicyConfig()), 0)

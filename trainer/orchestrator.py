@@ -46,7 +46,8 @@ def http_json(url: str, payload: dict | None = None, timeout: float = 60.0) -> d
         raise ServerDown(f"{url}: {getattr(exc, 'reason', exc)}") from exc
 
 
-def call_with_retry(url: str, payload: dict | None, what: str, give_up_after: float) -> dict:
+def call_with_retry(url: str, payload: dict | None, what: str, give_up_after: float,
+                    timeout: float = 60.0) -> dict:
     """Retry while the server is unreachable, logging each failure; raise after ``give_up_after`` s."""
     start = time.monotonic()
     delay = 0.5
@@ -54,7 +55,7 @@ def call_with_retry(url: str, payload: dict | None, what: str, give_up_after: fl
     while True:
         attempt += 1
         try:
-            return http_json(url, payload)
+            return http_json(url, payload, timeout=timeout)
         except ServerDown as exc:
             waited = time.monotonic() - start
             if waited > give_up_after:
@@ -80,6 +81,43 @@ def wait_for_weights(weights_dir: Path, needed: int) -> int:
         delay = min(delay * 1.5, 0.25)
 
 
+def hf_problems(problems: list[task.Problem], seed: int, step: int, count: int) -> list[task.Problem]:
+    from rlsup.trainer import hf
+
+    return hf.problems_for_step(problems, seed, step, count)
+
+
+def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: str, give_up_after: float,
+             timeout: float) -> dict:
+    """Completions for every prompt (``body["n"]`` each), choices ordered prompt-major.
+
+    ``concurrency`` 0 sends one request with the list of prompts; K > 0 sends one request per prompt
+    with at most K in flight (bounded load on a real engine, and SGLang/vLLM batch them anyway).
+    ``weights_step`` is the smallest any response reported; ``usage`` is summed.
+    """
+    if concurrency <= 0:
+        resp = call_with_retry(url, {**body, "prompt": prompts}, what, give_up_after, timeout)
+        resp["choices"] = sorted(resp["choices"], key=lambda c: c["index"])
+        return resp
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(prompt: str) -> dict:
+        return call_with_retry(url, {**body, "prompt": prompt}, what, give_up_after, timeout)
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        replies = list(pool.map(one, prompts))
+    choices, usage, steps = [], {"completion_tokens": 0}, []
+    for r in replies:
+        choices.extend(sorted(r["choices"], key=lambda c: c["index"]))
+        usage["completion_tokens"] += r.get("usage", {}).get("completion_tokens", 0)
+        if "weights_step" in r:
+            steps.append(r["weights_step"])
+    out: dict = {"choices": choices, "usage": usage}
+    if steps:
+        out["weights_step"] = min(steps)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", required=True, help="base URL of an OpenAI-compatible server")
@@ -95,13 +133,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--give-up-after", type=float, default=300.0,
                     help="seconds the server may stay unreachable before this process fails")
     ap.add_argument("--chaos", default=None, help="crash@N,hang@N,oom@N,exit0@N,slow@N")
+    ap.add_argument("--task", choices=("add", "gsm8k"), default="add",
+                    help="add: the synthetic digit task; gsm8k: problems from --data, final-number reward")
+    ap.add_argument("--data", default=None, help="gsm8k: JSONL file (question/answer) or a datasets name")
+    ap.add_argument("--split", default="train", help="gsm8k: datasets split")
+    ap.add_argument("--tokenizer", default=None,
+                    help="gsm8k: wrap prompts in this tokenizer's chat template (needs transformers)")
+    ap.add_argument("--stop", action="append", default=None, help="stop string sent with requests (repeatable)")
+    ap.add_argument("--concurrency", type=int, default=0,
+                    help="0: one request per step with every prompt; K: one request per prompt, K in flight")
+    ap.add_argument("--request-timeout", type=float, default=60.0,
+                    help="seconds one completion request may take (long generations need more)")
     args = ap.parse_args(argv)
+    if args.task == "gsm8k" and not args.data:
+        ap.error("--task gsm8k needs --data")
     base = args.server.rstrip("/")
     try:
         chaos = Chaos(args.chaos, args.out / "chaos", "orchestrator")
     except ValueError as exc:
         ap.error(str(exc))
 
+    gsm8k: list[task.Problem] = []
+    if args.task == "gsm8k":
+        from rlsup.trainer import hf
+
+        try:
+            gsm8k = hf.load_problems(args.data, args.split)
+        except ValueError as exc:
+            ap.error(str(exc))
+        if args.tokenizer:
+            tok = hf.load_tokenizer(args.tokenizer)
+            gsm8k = [task.Problem(hf.chat_prompt(tok, p.prompt), p.answer) for p in gsm8k]
+        score = hf.reward
+        steplog.log(f"GSM8K task: {len(gsm8k)} problems from {args.data}")
+    else:
+        score = task.reward
     models = call_with_retry(f"{base}/v1/models", None, "startup", args.give_up_after)
     model = args.model or models["data"][0]["id"]
     done = rollouts.published_steps(args.out)
@@ -113,16 +179,23 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         policy_step = wait_for_weights(args.out / "weights", step - 1 - args.async_level)
         wait_s = time.monotonic() - t0
-        problems = task.problems_for_step(args.seed, step, args.batch_size)
+        if gsm8k:
+            problems = hf_problems(gsm8k, args.seed, step, args.batch_size)
+        else:
+            problems = task.problems_for_step(args.seed, step, args.batch_size)
         t1 = time.monotonic()
-        resp = call_with_retry(f"{base}/v1/completions", {
-            "model": model, "prompt": [p.prompt for p in problems], "n": args.group_size,
-            "max_tokens": args.max_tokens, "temperature": args.temperature, "logprobs": 0,
-        }, f"step {step}", args.give_up_after)
+        body = {"model": model, "n": args.group_size, "max_tokens": args.max_tokens,
+                "temperature": args.temperature}
+        if not gsm8k:
+            body["logprobs"] = 0  # the tiny trainer uses the server's log-probs; the HF one recomputes them
+        if args.stop:
+            body["stop"] = args.stop
+        resp = complete(f"{base}/v1/completions", body, [p.prompt for p in problems], args.concurrency,
+                        f"step {step}", args.give_up_after, args.request_timeout)
         gen_s = time.monotonic() - t1
-        choices = sorted(resp["choices"], key=lambda c: c["index"])
+        choices = resp["choices"]
         g = args.group_size
-        rewards = [[task.reward(choices[i * g + j]["text"], p.answer) for j in range(g)]
+        rewards = [[score(choices[i * g + j]["text"], p.answer) for j in range(g)]
                    for i, p in enumerate(problems)]
         advantages = grpo.group_advantages(rewards)
         samples = []

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--server", default=None, help="inference server base URL to push weights to")
-    ap.add_argument("--lr", type=float, default=5e-3)
+    ap.add_argument("--lr", type=float, default=None, help="default: 5e-3 (tiny policy), 1e-6 (--model)")
     ap.add_argument("--minibatches", type=int, default=2)
     ap.add_argument("--clip-eps", type=float, default=0.2)
     ap.add_argument("--ckpt-every", type=int, default=10)
@@ -111,13 +111,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--resume-step", type=int, default=None)
     ap.add_argument("--chaos", default=None, help="crash@N,hang@N,oom@N,exit0@N,slow@N")
+    hf = ap.add_argument_group("Hugging Face model (--model; see rlsup.trainer.hf)")
+    hf.add_argument("--model", default=None,
+                    help="HF causal LM name or path: train it instead of the tiny policy (needs rlsup[train])")
+    hf.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward pass")
+    hf.add_argument("--max-seq-len", type=int, default=1024, help="prompt + completion tokens kept per sample")
+    hf.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    hf.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 autocast (auto: on CUDA)")
+    hf.add_argument("--gradient-checkpointing", choices=("auto", "on", "off"), default="auto",
+                    help="auto: on CUDA")
+    hf.add_argument("--weight-sync", choices=("sglang", "vllm", "none"), default="sglang",
+                    help="how the server is told about new weights: sglang = POST /update_weights_from_disk "
+                         "(also rlsup's server), vllm = /collective_rpc reload_weights (VLLM_SERVER_DEV_MODE=1)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    if args.lr is None:
+        args.lr = 1e-6 if args.model else 5e-3  # a pretrained LM wants a far smaller step
+    if args.micro_batch < 1 or args.max_seq_len < 2:
+        ap.error("--micro-batch must be >= 1 and --max-seq-len >= 2")
     try:
-        chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
+        Chaos(args.chaos, args.out / "chaos", "trainer")
     except ValueError as exc:
         ap.error(str(exc))
+    if args.model:
+        from rlsup.trainer import hf as hf_mod  # imports transformers lazily
+
+        if not torch.cuda.is_available() or args.device == "cpu":
+            torch.set_num_threads(1)
+            torch.use_deterministic_algorithms(True)  # CPU: exact resume, as for the tiny policy
+        return hf_mod.train_main(args)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
 
     def make_optimizer(p: Policy) -> torch.optim.Optimizer:
         return torch.optim.Adam(p.parameters(), lr=args.lr)

@@ -1,0 +1,529 @@
+"""The Hugging Face path of the reference stack: a real causal LM on GSM8K-style problems.
+
+Used when the trainer or the inference server is given ``--model NAME_OR_PATH`` and when the
+orchestrator runs ``--task gsm8k``.  ``transformers`` and ``safetensors`` are imported lazily
+(``pip install 'rlsup[train]'``), so the tiny-policy path never needs them.
+
+What it promises:
+
+* **Data.** :func:`load_problems` reads a JSONL file of ``{"question", "answer"}`` objects whose
+  answer ends in ``#### N`` (GSM8K's format), or a ``datasets`` name such as ``openai/gsm8k:main``.
+  :func:`reward` is 1.0 exactly when the completion's final number equals the answer's.
+* **Training.** :func:`train_main` runs the same loop as the tiny trainer (wait for
+  ``OUT/rollouts/step_N``, clipped GRPO update, publish, checkpoint, ``Step N/T`` line) on an
+  ``AutoModelForCausalLM``: fp32 master weights with bf16 autocast and gradient checkpointing on
+  CUDA, gradient accumulation over ``--micro-batch`` sequences, sequences cut to ``--max-seq-len``.
+* **Publishing.** ``OUT/weights/step_N/`` is a complete HF model directory (``config.json``,
+  ``*.safetensors``, tokenizer files) plus ``meta.json`` and ``STABLE``; it appears atomically
+  (``save_pretrained`` into a temp dir, fsync, rename), so SGLang's ``/update_weights_from_disk``
+  with ``{"model_path": DIR}`` -- or a restarted server given ``--model-path DIR`` -- loads it as is.
+* **Checkpoints.** ``OUT/checkpoints/step_N/`` (the prime-rl shape rlsup's ``prime-rl`` layout reads):
+  ``model/`` (HF dir), ``optimizer.pt``, ``trainer_state.pt`` (RNG states, next step), ``STABLE`` last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shutil
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlsup.trainer import atomic, grpo, rollouts, steplog
+from rlsup.trainer import checkpoint as ckpt_mod
+from rlsup.trainer import weights as weights_mod
+from rlsup.trainer.task import Problem
+
+PROMPT_TEMPLATE = (
+    "Solve the math problem. Think step by step, then give the final answer as a number after "
+    "'####'.\n\nQuestion: {question}\nAnswer:"
+)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def final_number(text: str) -> str | None:
+    """The final answer of a GSM8K-style text, normalised (``"1,000.00"`` -> ``"1000"``).
+
+    The first number after the first ``####`` if there is one (a model that keeps writing after
+    its answer does not change it), else the last number in the text; None when there is none.
+    """
+    head, sep, tail = text.partition("####")
+    found = _NUMBER.findall(tail) if sep else _NUMBER.findall(head)
+    if not found:
+        return None
+    raw = (found[0] if sep else found[-1]).replace(",", "")
+    try:
+        value = Decimal(raw)
+    except InvalidOperation:
+        return None
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def reward(completion: str, answer: str) -> float:
+    """1.0 when the completion's final number equals the reference answer's, else 0.0."""
+    want = final_number(answer)
+    return 1.0 if want is not None and final_number(completion) == want else 0.0
+
+
+def format_prompt(question: str) -> str:
+    return PROMPT_TEMPLATE.format(question=question.strip())
+
+
+def load_problems(data: str, split: str = "train") -> list[Problem]:
+    """Problems from a JSONL file (``question``/``answer`` per line) or a ``datasets`` name.
+
+    A name may carry a config after a colon (``openai/gsm8k:main``; ``main`` is the default for
+    names ending in ``gsm8k``).  ``Problem.answer`` keeps the full reference answer text.
+    """
+    path = Path(data)
+    rows: list[dict[str, Any]]
+    if path.is_file():
+        rows = []
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{i}: not JSON: {exc}") from None
+    else:
+        try:
+            import datasets  # optional: only for hub names
+        except ImportError:
+            raise ValueError(f"{data!r} is not a file, and the `datasets` package (needed to load it "
+                             "by name) is not installed: pip install datasets") from None
+        name, _, config = data.partition(":")
+        config = config or ("main" if name.endswith("gsm8k") else None)
+        rows = list(datasets.load_dataset(name, config, split=split))
+    problems = []
+    for i, row in enumerate(rows, 1):
+        if "question" not in row or "answer" not in row:
+            raise ValueError(f"{data}: row {i} lacks 'question' or 'answer' (keys: {sorted(row)})")
+        if final_number(str(row["answer"])) is None:
+            raise ValueError(f"{data}: row {i}: no final number in answer {row['answer']!r}")
+        problems.append(Problem(format_prompt(str(row["question"])), str(row["answer"])))
+    if not problems:
+        raise ValueError(f"{data}: no problems")
+    return problems
+
+
+def problems_for_step(problems: list[Problem], seed: int, step: int, count: int) -> list[Problem]:
+    """``count`` problems for ``step``: a pure function of ``(seed, step)``, as in ``task``."""
+    rng = random.Random(seed * 1_000_003 + step)
+    return [problems[rng.randrange(len(problems))] for _ in range(count)]
+
+
+# ----------------------------------------------------------------------------------------- model
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise SystemExit("--model needs transformers and safetensors: pip install 'rlsup[train]'") from None
+    return transformers
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_tokenizer(name_or_path: str):
+    tok = _transformers().AutoTokenizer.from_pretrained(name_or_path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(name_or_path: str, device: torch.device, dtype: torch.dtype = torch.float32):
+    """``AutoModelForCausalLM`` on ``device`` in ``dtype``, KV cache off (training uses none)."""
+    tf = _transformers()
+    major, minor = (int(x) for x in re.findall(r"\d+", tf.__version__)[:2])
+    kw = {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+    model = tf.AutoModelForCausalLM.from_pretrained(name_or_path, **kw)
+    return model.to(device)
+
+
+def chat_prompt(tokenizer: Any, prompt: str) -> str:
+    """``prompt`` as the user turn of the tokenizer's chat template (unchanged without one)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+    return prompt
+
+
+def save_model_dir(model: Any, tokenizer: Any, directory: Path, dtype: torch.dtype | None = None) -> None:
+    """``save_pretrained`` model (safetensors) and tokenizer into ``directory`` (not fsynced)."""
+    state = None
+    if dtype is not None:
+        state = {k: v.detach().to(dtype) for k, v in model.state_dict().items()}
+    model.save_pretrained(directory, safe_serialization=True, state_dict=state)
+    tokenizer.save_pretrained(directory)
+
+
+def publish(weights_dir: Path, step: int, total: int, model: Any, tokenizer: Any,
+            dtype: torch.dtype | None = None, keep: int = 3) -> Path:
+    """Write ``weights_dir/step_{step}`` (HF dir + meta.json + STABLE) atomically; prune to ``keep``."""
+    final = Path(weights_dir) / f"step_{step}"
+    tmp = atomic.temp_dir_for(final)
+    save_model_dir(model, tokenizer, tmp, dtype)
+    (tmp / "meta.json").write_text(json.dumps({"step": step, "total": total, "format": "hf"}))
+    (tmp / weights_mod.MARKER).write_text("")
+    atomic.publish_dir(tmp, final)  # fsyncs every file, then renames
+    pattern = re.compile(r"step_(\d+)\Z")
+    steps = sorted(int(m.group(1)) for p in Path(weights_dir).iterdir() if (m := pattern.match(p.name)))
+    for old in steps[:-keep]:
+        if old != step:
+            shutil.rmtree(Path(weights_dir) / f"step_{old}", ignore_errors=True)
+    return final
+
+
+def latest_model_path(weights_dir: Path, default: str) -> str:
+    """The newest complete published weights dir, else ``default`` (what a restarted server loads)."""
+    found = weights_mod.latest(weights_dir)
+    if found is not None and (found[1] / weights_mod.MARKER).exists() and (found[1] / "config.json").exists():
+        return str(found[1])
+    return default
+
+
+# ----------------------------------------------------------------------------------- generation
+
+
+class HFGenerator:
+    """Sampling for the inference server: per-row temperature, a seeded generator, stop at EOS."""
+
+    def __init__(self, name_or_path: str, device: str | None = None) -> None:
+        self.device = pick_device(device)
+        self.dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        self.tokenizer = load_tokenizer(name_or_path)
+        self.model = load_model(name_or_path, self.device, self.dtype).eval()
+
+    def load(self, path: Path) -> None:
+        """Replace the weights with a published HF dir (same architecture)."""
+        self.model = load_model(str(path), self.device, self.dtype).eval()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token(self, tid: int) -> str:
+        return self.tokenizer.decode([tid])
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], max_tokens: int, temperatures: list[float],
+                 generator: torch.Generator | None = None):
+        """Sample up to ``max_tokens`` per row; returns (ids, logprobs, top-5 alternatives, finish
+        reasons) per row, the EOS token itself left out of ``ids``."""
+        pad = self.tokenizer.pad_token_id
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        eos = {self.tokenizer.eos_token_id, *(gen_eos if isinstance(gen_eos, list) else [gen_eos])}
+        eos.discard(None)
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        temps = torch.tensor(temperatures, dtype=torch.float32, device=self.device)
+        n = len(prompts)
+        out_ids: list[list[int]] = [[] for _ in range(n)]
+        out_lp: list[list[float]] = [[] for _ in range(n)]
+        out_top: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
+        finish = ["length"] * n
+        done = [False] * n
+        past = None
+        step_ids = ids
+        for _ in range(max_tokens):
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
+            out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                             past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            t = torch.where(temps > 0, temps, torch.ones_like(temps)).unsqueeze(-1)
+            logp = torch.log_softmax(logits / t, dim=-1)
+            sampled = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(1).to(self.device)
+            chosen = torch.where(temps > 0, sampled, logp.argmax(-1))
+            chosen_lp = logp.gather(1, chosen.unsqueeze(1)).squeeze(1)
+            top_lp, top_id = logp.topk(min(5, logp.shape[1]), dim=-1)
+            for i, tok in enumerate(chosen.tolist()):
+                if done[i]:
+                    continue
+                if tok in eos:
+                    done[i], finish[i] = True, "stop"
+                    continue
+                out_ids[i].append(tok)
+                out_lp[i].append(float(chosen_lp[i]))
+                out_top[i].append(list(zip(top_id[i].tolist(), top_lp[i].tolist(), strict=True)))
+            if all(done):
+                break
+            step_ids = torch.where(torch.tensor(done, device=self.device), torch.full_like(chosen, pad),
+                                   chosen).unsqueeze(1)
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], dim=1)
+        return out_ids, out_lp, out_top, finish
+
+
+# ------------------------------------------------------------------------------------- training
+
+
+@dataclass
+class Batch:
+    """Token ids of prompt + completion per sample, and where each completion starts."""
+
+    input_ids: list[list[int]]
+    starts: list[int]
+
+
+def _eos_or_pad(tokenizer: Any) -> int:
+    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.pad_token_id
+
+
+def tokenize_samples(tokenizer: Any, samples: list[rollouts.Sample], max_seq_len: int) -> Batch:
+    """Prompt ids + completion ids per sample, cut to ``max_seq_len`` (prompt cut from the left,
+    completion from the right; at least one completion token is kept)."""
+    seqs, starts = [], []
+    for s in samples:
+        p = tokenizer(s.prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(s.completion, add_special_tokens=False)["input_ids"]
+        # An empty completion is the model stopping at once: score that EOS.
+        c = c[: max(1, max_seq_len - 1)] or [_eos_or_pad(tokenizer)]
+        p = p[-max(1, max_seq_len - len(c)):] if p else []
+        seqs.append(p + c)
+        starts.append(len(p))
+    return Batch(seqs, starts)
+
+
+def completion_logprobs(model: Any, batch: Batch, rows: list[int], temperature: float, pad_id: int,
+                        device: torch.device, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probabilities (with grad) and entropies of the completion tokens of ``rows``,
+    flattened in row order, under the sampling distribution at ``temperature``."""
+    seqs = [batch.input_ids[r] for r in rows]
+    width = max(len(s) for s in seqs)
+    ids = torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], device=device)
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=device)
+    keep = torch.zeros((len(seqs), width - 1), dtype=torch.bool, device=device)
+    for i, (r, s) in enumerate(zip(rows, seqs, strict=True)):
+        keep[i, max(batch.starts[r] - 1, 0): len(s) - 1] = True
+    ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if autocast else nullcontext()
+    with ctx:
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+    # Only completion positions go through the (vocab-sized) log-softmax: prompts can be most tokens.
+    picked = logits[:, :-1][keep].float() / (temperature if temperature > 0 else 1.0)
+    logp_all = torch.log_softmax(picked, dim=-1)
+    logp = logp_all.gather(1, ids[:, 1:][keep].unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():  # logged only: keep it out of the autograd graph
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def train_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, samples: list[rollouts.Sample],
+               temperature: float, minibatches: int, micro_batch: int, max_seq_len: int, clip_eps: float,
+               device: torch.device, autocast: bool) -> dict[str, float]:
+    """One GRPO update: old log-probs recomputed before the update (the inference engine may
+    tokenise differently), then ``minibatches`` optimizer steps, each accumulating gradients over
+    micro-batches of ``micro_batch`` sequences; the loss is the token mean over the minibatch.
+    Samples with zero advantage carry no gradient and are skipped."""
+    use = [i for i, s in enumerate(samples) if s.advantage != 0.0]
+    stats = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
+             "trained": float(len(use)), "tokens": 0.0}
+    if not use:
+        return stats
+    batch = tokenize_samples(tokenizer, [samples[i] for i in use], max_seq_len)
+    adv_all = [samples[i].advantage for i in use]
+    pad = tokenizer.pad_token_id
+    n_tok = [len(s) - max(b, 1) for s, b in zip(batch.input_ids, batch.starts, strict=True)]
+    stats["tokens"] = float(sum(n_tok))
+    old: list[torch.Tensor] = [torch.empty(0)] * len(use)
+    model.eval()
+    with torch.no_grad():
+        for at in range(0, len(use), micro_batch):
+            rows = list(range(at, min(at + micro_batch, len(use))))
+            lp, _ = completion_logprobs(model, batch, rows, temperature, pad, device, autocast)
+            for r, chunk in zip(rows, lp.split([n_tok[r] for r in rows]), strict=True):
+                old[r] = chunk.detach()
+    model.train()
+    chunks = [c.tolist() for c in torch.randperm(len(use)).chunk(minibatches)]
+    for chunk in chunks:
+        total = sum(n_tok[r] for r in chunk)
+        optimizer.zero_grad(set_to_none=True)
+        for at in range(0, len(chunk), micro_batch):
+            rows = chunk[at: at + micro_batch]
+            lp, ent = completion_logprobs(model, batch, rows, temperature, pad, device, autocast)
+            old_lp = torch.cat([old[r] for r in rows])
+            adv = torch.cat([torch.full((n_tok[r],), adv_all[r], device=device) for r in rows])
+            loss, st = grpo.policy_loss(lp, old_lp, adv, clip_eps)
+            share = lp.numel() / total
+            (loss * share).backward()
+            stats["loss"] += loss.item() * share / len(chunks)
+            stats["entropy"] += ent.mean().item() * share / len(chunks)
+            stats["clip_frac"] += st["clip_frac"] * share / len(chunks)
+            stats["approx_kl"] += st["approx_kl"] * share / len(chunks)
+        stats["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) / len(chunks)
+        optimizer.step()
+    return stats
+
+
+def save_checkpoint(out: Path, step: int, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
+                    args: dict[str, Any], keep: int = 3) -> Path:
+    """``OUT/checkpoints/step_N/`` with ``model/``, ``optimizer.pt``, ``trainer_state.pt``, then STABLE."""
+    final = ckpt_mod.checkpoint_dir(out, step)
+    tmp = atomic.temp_dir_for(final)
+    save_model_dir(model, tokenizer, tmp / "model")
+    atomic.fsync_tree(tmp / "model")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    torch.save({"step": step, "next_step": step + 1, "torch_rng": torch.get_rng_state(), "cuda_rng": cuda_rng,
+                "python_rng": random.getstate(), "args": args}, tmp / "trainer_state.pt")
+    atomic.fsync_tree(tmp)
+    (tmp / ckpt_mod.MARKER).write_text("")  # last: everything above is on disk
+    atomic.publish_dir(tmp, final)
+    for old in ckpt_mod.complete_steps(out)[:-keep]:
+        if old != step:
+            shutil.rmtree(ckpt_mod.checkpoint_dir(out, old), ignore_errors=True)
+    return final
+
+
+def load_checkpoint(out: Path, step: int) -> tuple[Path, dict[str, Any]]:
+    """(model dir, trainer state) of a complete checkpoint; restores the RNG states."""
+    d = ckpt_mod.checkpoint_dir(out, step)
+    if not (d / ckpt_mod.MARKER).exists():
+        raise FileNotFoundError(f"no complete checkpoint at {d} (missing {ckpt_mod.MARKER} marker)")
+    state = torch.load(d / "trainer_state.pt", weights_only=False)
+    torch.set_rng_state(state["torch_rng"])
+    if state.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    random.setstate(state["python_rng"])
+    return d / "model", state
+
+
+def notify(server: str | None, path: Path, sync: str, tries: int = 3) -> bool:
+    """Tell the server about new weights. ``sglang`` (also rlsup's server): ``POST
+    /update_weights_from_disk {"model_path"}``; ``vllm``: ``POST /collective_rpc`` ``reload_weights``
+    with ``weights_path`` (``VLLM_SERVER_DEV_MODE=1``) then ``/reset_prefix_cache``; ``none``: nothing
+    (a restarted server picks the newest weights up). False (logged) when it failed."""
+    from rlsup.trainer.orchestrator import ServerDown, http_json
+
+    if not server or sync == "none":
+        return False
+    base = server.rstrip("/")
+    calls: list[tuple[str, dict]] = [(f"{base}/update_weights_from_disk", {"model_path": str(path)})]
+    if sync == "vllm":
+        calls = [(f"{base}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}),
+                 (f"{base}/reset_prefix_cache", {})]
+    for attempt in range(1, tries + 1):
+        try:
+            for url, body in calls:
+                reply = http_json(url, body, timeout=600.0)
+                if isinstance(reply, dict) and reply.get("success") is False:
+                    raise ServerDown(f"{url}: {reply.get('message')}")
+            return True
+        except (ServerDown, OSError) as exc:  # HTTPError 4xx is an OSError too
+            if attempt == tries:
+                steplog.warn(f"could not update inference server weights ({exc}); continuing")
+                return False
+            time.sleep(0.5 * attempt)
+    return False
+
+
+def train_main(args: argparse.Namespace) -> int:
+    """The trainer loop for ``--model`` (see the module docstring); ``args`` from ``train.main``."""
+    from rlsup.trainer.chaos import Chaos
+    from rlsup.trainer.train import vars_for_checkpoint, wait_for_batch
+
+    chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
+    device = pick_device(args.device)
+    cuda = device.type == "cuda"
+    autocast = cuda if args.bf16 == "auto" else args.bf16 == "on"
+    checkpointing = cuda if args.gradient_checkpointing == "auto" else args.gradient_checkpointing == "on"
+    publish_dtype = torch.bfloat16 if autocast else None
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    if args.resume_step is not None:
+        model_dir, state = load_checkpoint(args.out, args.resume_step)
+        source, start = str(model_dir), state["next_step"]
+    else:
+        if done := ckpt_mod.complete_steps(args.out):
+            steplog.warn(f"starting from scratch although {args.out}/checkpoints has step_{done[-1]}; "
+                         f"pass --resume-step {done[-1]} to continue that run")
+        source, start, state = args.model, 1, None
+    tokenizer = load_tokenizer(source)
+    model = load_model(source, device, torch.float32)  # fp32 master weights; bf16 via autocast
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    model.config.use_cache = False
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    if state is not None:
+        d = ckpt_mod.checkpoint_dir(args.out, args.resume_step)
+        optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True, map_location=device))
+        steplog.log(f"Resumed from {d}; next step {start}")
+    n_params = sum(p.numel() for p in model.parameters())
+    steplog.log(f"Model {args.model} ({n_params / 1e6:.1f}M parameters) on {device}; bf16 autocast {autocast}, "
+                f"gradient checkpointing {checkpointing}, micro-batch {args.micro_batch}, "
+                f"max-seq-len {args.max_seq_len}")
+
+    def publish_and_tell(step: int) -> None:
+        path = publish(args.out / "weights", step, args.steps, model, tokenizer, publish_dtype)
+        notify(args.server, path, args.weight_sync)
+        weights_mod.mark_latest(args.out / "weights", step, path)
+
+    publish_and_tell(start - 1)
+    for step in range(start, args.steps + 1):
+        chaos.step(step)
+        t0 = time.monotonic()
+        samples, meta = wait_for_batch(args.out, step)
+        wait_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        stats = train_step(model, optimizer, tokenizer, samples, float(meta.get("temperature", 1.0)),
+                           args.minibatches, args.micro_batch, args.max_seq_len, args.clip_eps, device, autocast)
+        train_s = time.monotonic() - t1
+        publish_and_tell(step)
+        if step % args.ckpt_every == 0 or step == args.steps:
+            save_checkpoint(args.out, step, model, tokenizer, optimizer, vars_for_checkpoint(args), args.keep_ckpts)
+        line = {
+            "reward": sum(s.reward for s in samples) / len(samples),
+            "loss": stats["loss"], "entropy": stats["entropy"], "grad_norm": stats["grad_norm"],
+            "clip_frac": stats["clip_frac"], "trained": int(stats["trained"]), "tokens": int(stats["tokens"]),
+            "off_policy": step - 1 - int(meta.get("weights_step", step - 1)),
+            "wait_s": wait_s, "train_s": train_s,
+        }
+        if cuda:
+            line["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
+        steplog.log_step(step, args.steps, line)
+    steplog.log(f"Training finished: {args.steps} steps")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rlsup.trainer.hf latest WEIGHTS_DIR --default MODEL``: print the model path a
+    (re)started inference server should load -- for ``--model-path "$(...)"`` in a shell command."""
+    ap = argparse.ArgumentParser(prog="python -m rlsup.trainer.hf")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    lp = sub.add_parser("latest", help="newest complete published weights dir, else --default")
+    lp.add_argument("weights_dir", type=Path)
+    lp.add_argument("--default", required=True)
+    args = ap.parse_args(argv)
+    print(latest_model_path(args.weights_dir, args.default))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
