@@ -83,6 +83,7 @@ class Component:
         self.history: list[Any] = []  # diagnosis.AttemptRecord of recent attempts
         self.last_exit_info: tuple[int | None, str | None] = (None, None)
         self.resume_step: int | None = None  # one-shot: `rlsup resume NAME --step N`
+        self.prev_pids: set[int] = set()  # every process of the previous attempt (GPU hygiene)
         self.watch_info: dict[str, dict[str, Any]] = {}  # watch path -> {step, mtime}
         self.checkpoint_info: dict[str, Any] | None = None  # latest complete checkpoint
 
@@ -242,6 +243,10 @@ class Component:
         await self._await_cleanups()
         if self._want == "stop":
             return "stopped"
+        if self.prev_pids:
+            await self.sup.wait_gpu_release(self, self.prev_pids)
+            if self._want == "stop":
+                return "stopped"
         self.attempt += 1
         argv = self.cfg.argv()
         resume = self.sup.resume_for(self)
@@ -385,6 +390,7 @@ class Component:
     async def _handle_exit(self, tree: ProcessTree, pipe: _Pipe, status: int) -> Any:
         tree.set_exit(status)
         self.last_exit_info = (tree.exit_code, tree.exit_signal)
+        self.prev_pids = set(tree.members)
         now = self.sup.clock()
         self._on_readable(pipe, pause=False)  # what the process wrote just before dying
         uptime = now - (self.started_at or now)

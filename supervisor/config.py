@@ -256,6 +256,8 @@ class Config(_Model):
     components: dict[str, Component]
     notify: NotifyCfg | None = None
     logs: LogsCfg = LogsCfg()
+    # A dependency down this long while its consumers fail: stop the consumers (seconds).
+    dependency_budget: float = Field(600.0, gt=0)
     # Not from YAML: where it came from, and the variables env_file provided.
     source: str = ""
     file_env: dict[str, str] = {}

@@ -37,6 +37,8 @@ VERSION = "0.1.0"
 TICK_S = 1.0
 TREE_REFRESH_S = 5.0
 STATE_WRITE_MIN_S = 0.5
+GPU_RELEASE_TIMEOUT_S = 30.0
+DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
 PROGRESS_FLUSH_S = 0.25
 
 Subscriber = Callable[[dict[str, Any]], None]
@@ -59,7 +61,13 @@ class Supervisor:
         # Secrets (values of *KEY*, *TOKEN*, *SECRET*, *PASSWORD* variables) never reach an event.
         self.redactor = Redactor(secret_values(env))
         self.notifier: Any = None
+        from .diagnosis import DependencyWatch
+
+        self._dep_watch = DependencyWatch(budget_s=cfg.dependency_budget, clock=self.clock)
+        self._dep_flagged: set[str] = set()
+        self._mem_detectors: dict[str, Any] = {}
         self.watches: Any = None
+        self.gpu_release_timeout = GPU_RELEASE_TIMEOUT_S
         self.server: Any = None  # server.ControlServer while the run is live
         self.components: dict[str, Component] = {}
         self.subscribers: list[Subscriber] = []
@@ -488,7 +496,9 @@ class Supervisor:
                     children = ppid_map_children()
                     for t in live.values():
                         t.refresh(children)
+                    self._sample_memory(now)
             self._check_stalls(now)
+            self._check_dependencies(now)
 
     def _check_stalls(self, now: float) -> None:
         for n, c in self.components.items():
@@ -516,6 +526,148 @@ class Supervisor:
                     evidence.append(f"newest in {path} ({owner.name}): step {w.get('step')}{age}")
             self.emit("flag", n, type="stall", message=msg, evidence=evidence, action="none (watching)")
 
+    def _check_dependencies(self, now: float) -> None:
+        """dependency_down: consumers failing to reach a dependency that is down. Restart the
+        dependency (not its victims); stop the consumers if it stays down past the budget."""
+        from .diagnosis import dependency_down
+
+        failing_deps: dict[str, list[str]] = {}
+        for n, c in self.components.items():
+            if not c.cfg.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
+                continue
+            deps = {d: self._dep_state(d, now) for d in c.cfg.depends_on}
+            if all(st == "running" for st in deps.values()):
+                if n in self._dep_flagged:
+                    self._dep_flagged.discard(n)
+                    self.emit("flag_cleared", n, type="dependency_down", message="its dependencies are up again")
+                continue
+            last = (self.state["components"][n].get("last_exit") or {}).get("diagnosis") or {}
+            flag = dependency_down(n, categories=[last.get("category", "")], lines=c.tail(200), deps=deps,
+                                   down_since=self._dep_watch.down_since(), now=now)
+            if flag is None:
+                continue
+            for d in flag.dependencies:
+                failing_deps.setdefault(d, []).append(n)
+            if n not in self._dep_flagged:
+                self._dep_flagged.add(n)
+                self.emit("flag", n, type="dependency_down", message=flag.message, evidence=list(flag.evidence),
+                          action=flag.action)
+        tracked = set(self._dep_watch.down_since()) | set(failing_deps)
+        for d in tracked:
+            dep = self.components[d]
+            act = self._dep_watch.observe(d, down=self._dep_state(d, now) != "running",
+                                          consumers_failing=d in failing_deps)
+            if act == "restart_dependency":
+                deterministic = (dep.state == "fatal" and str(self.state["components"][d].get("reason") or "")
+                                 .startswith(("repeated_error", "crash_loop", "step_crash")))
+                if dep.state in ("fatal", "completed") and not deterministic:
+                    self.emit("command", d, command="start", by="rlsup", client="dependency_down")
+                    dep.request_start()
+                # stopped by a user: their call; backoff/starting/pending: it is on its way back
+            elif act == "stop_consumers":
+                victims = [n for n in failing_deps.get(d, []) if self.components[n].state in state_mod.ACTIVE]
+                self.emit("flag", d, type="dependency_down",
+                          message=f"{d} has been down for {self.cfg.dependency_budget:g}s; stopping {', '.join(victims) or 'nothing'}"
+                                  " instead of letting them retry for hours",
+                          evidence=[f"{d}: {dep.state}"], action=f"stopped {', '.join(victims) or 'nothing'}; "
+                                                                 f"`rlsup start` them once {d} is back")
+                for n in victims:
+                    self.components[n].request_stop("dependency_down")
+
+    def _dep_state(self, name: str, now: float) -> str:
+        """A dependency's state for dependency_down: ``running`` only once it has stayed up a while,
+        so a server that dies seconds after each start is still down (no restart flapping)."""
+        d = self.components[name]
+        if d.state == "running" and d.ready_at is not None and now - d.ready_at < DEPENDENCY_STABLE_S:
+            return "starting"
+        return d.state
+
+    def _owners(self) -> dict[int, str]:
+        return {pid: n for n, c in self.components.items() if c.tree is not None for pid in c.tree.members}
+
+    def gpu_holders(self, c: Component, prev_pids: set[int], gpus: list[dict[str, Any]]
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Processes on ``c``'s GPUs in a sample: (this run's leftovers, processes outside the run)."""
+        import psutil
+
+        ours, others = [], []
+        wanted = {int(g) for g in c.cfg.gpus}
+        owners = self._owners()
+        for g in gpus:
+            if g.get("index") not in wanted:
+                continue
+            for p in g.get("processes") or []:
+                pid = p["pid"]
+                if pid in owners and pid not in prev_pids:
+                    continue  # a live process of this run's current attempts
+                try:
+                    proc = psutil.Process(pid)
+                    mine = pid in prev_pids or proc.environ().get("RLSUP_RUN_DIR") == str(self.paths.root)
+                except psutil.NoSuchProcess:
+                    mine = True  # gone, its memory not yet released by the driver: wait for it
+                except (psutil.Error, OSError):
+                    mine = pid in prev_pids
+                (ours if mine else others).append({"gpu": g.get("index"), **p})
+        return ours, others
+
+    async def wait_gpu_release(self, c: Component, prev_pids: set[int]) -> None:
+        """Before a new attempt: wait until the previous attempt's GPU memory is released; after a
+        timeout, kill the holders that belong to this run (never others) and flag it."""
+        if not c.cfg.gpus or self.gpu_sampler is None:
+            return
+        deadline = self.clock() + self.gpu_release_timeout
+        while True:
+            try:  # a fresh sample, not the last 1 Hz one: the previous attempt just ended
+                sample = await self.loop.run_in_executor(None, self.gpu_sampler.sample)
+            except Exception:
+                return  # the sampler's failures are reported by its thread
+            ours, _others = self.gpu_holders(c, prev_pids, sample.to_dict().get("gpus") or [])
+            if not ours or c._want == "stop":
+                return
+            if self.clock() >= deadline:
+                break
+            await asyncio.sleep(0.5)
+        import psutil
+
+        procs = []
+        for h in ours:
+            try:
+                procs.append(psutil.Process(h["pid"]))
+            except psutil.Error:
+                pass
+        survivors = await self.loop.run_in_executor(None, terminate_processes, procs, signal_mod.SIGKILL, 5.0)
+        evidence = [f"gpu {h['gpu']}: pid {h['pid']} holds {h.get('used_mb') or '?'} MiB" for h in ours]
+        self.emit("flag", c.name, type="gpu_not_released",
+                  message=f"{len(ours)} process(es) of this run still held {c.name}'s GPUs "
+                          f"{self.gpu_release_timeout:g}s after the previous attempt ended",
+                  evidence=evidence + [f"could not kill pid {p.pid}" for p in survivors],
+                  action="killed them (SIGKILL) before starting the next attempt" if not survivors
+                  else "killed what could be killed; starting anyway")
+
+    def _sample_memory(self, now: float) -> None:
+        """memory_growth: steady growth of a component's host RSS over steps."""
+        import psutil
+
+        from .diagnosis import MemoryGrowthDetector
+
+        for n, c in self.components.items():
+            if c.tree is None or c.state != "running" or c.progress.step is None:
+                continue
+            rss = 0
+            for pid in list(c.tree.members):
+                try:
+                    rss += psutil.Process(pid).memory_info().rss
+                except psutil.Error:
+                    pass
+            attempt, det = self._mem_detectors.get(n, (None, None))
+            if det is None or attempt != c.attempt:  # a new attempt starts a new series
+                det = MemoryGrowthDetector()
+                self._mem_detectors[n] = (c.attempt, det)
+            flag = det.observe(now, c.progress.step, rss / 2**20)
+            if flag is not None:
+                self.emit("flag", n, type=flag.type, message=flag.message, evidence=list(flag.evidence),
+                          action="none (watching); a leak ends in an OOM kill, so look at what accumulates per step")
+
     def _start_gpu_sampler(self) -> None:
         if self.gpu_sampler is None:
             return
@@ -529,7 +681,7 @@ class Supervisor:
 
     def _gpu_sample(self, sample: Any) -> None:
         d = sample.to_dict()
-        owners = {pid: n for n, c in self.components.items() if c.tree is not None for pid in c.tree.members}
+        owners = self._owners()
         for g in d.get("gpus") or []:
             for p in g.get("processes") or []:
                 p["component"] = owners.get(p["pid"])

@@ -64,6 +64,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- disk / ports -------------------------------------------------------------------------
     _sig("disk_full", "disk_full", PRIMARY,
          r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]|ENOSPC"),
+    # `python -m pkg.mod` with the package missing prints no traceback, only this line; a wrong
+    # interpreter or an unactivated virtualenv fails like this on every attempt.
+    _sig("module_not_found", "python_exception", PRIMARY,
+         r"Error while finding module specification for '[^']+' \(ModuleNotFoundError|"
+         r"^(?:/\S+: )?No module named [\w.]+$|^\S*python[\d.]*: No module named "),
     _sig("port_in_use", "port_in_use", PRIMARY,
          r"Address already in use|\[Errno 98\]|\[Errno 48\]|EADDRINUSE|address already in use"
          r"|port \d+ is (?:already )?in use|is already in use by another process"),

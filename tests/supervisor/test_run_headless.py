@@ -377,3 +377,23 @@ def test_restart_with_follows_a_dependency_restart(tmp_path, headless):
     assert stopping["by"] == "restart_with server"
     h.terminate()
     assert h.wait() == 0
+
+
+def test_missing_python_module_is_a_repeated_error_not_a_restart_loop(tmp_path, headless):
+    """`python -m pkg` in the wrong interpreter prints one line and exits 1 on every attempt."""
+    cfg = write_config(tmp_path, """
+        name: nomod
+        components:
+          inference:
+            command: ["{py}", "-m", "no_such_module_for_rlsup_xyz.server"]
+            restart: {backoff: {initial: 0.1, max: 0.2}}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 1
+    ev = h.events()
+    exits = [e for e in ev if e["kind"] == "exited"]
+    assert exits[0]["diagnosis"]["category"] == "python_exception"
+    assert "No module named" in exits[0]["diagnosis"]["summary"]
+    flags = [e for e in ev if e["kind"] == "flag" and e["type"] == "repeated_error"]
+    assert flags and "stopped automatic restarts" in flags[0]["action"]
+    assert len(exits) == 2  # stopped after the second identical failure

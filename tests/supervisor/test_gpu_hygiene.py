@@ -1,0 +1,118 @@
+"""GPU hygiene on restart, with a fake NVML sampler and real processes: this run's leftovers that
+still hold the GPU are waited for, then killed and flagged; processes outside the run never are."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+from rlsup.supervisor.config import load_config
+from rlsup.supervisor.gpu import FakeSampler, GpuProcess
+from rlsup.supervisor.supervisor import Supervisor
+from tests.conftest import pid_alive, write_config
+
+
+def _sleeper(env_extra: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                            env={**os.environ, **env_extra}, start_new_session=True)
+
+
+def _run(sup: Supervisor, until, timeout: float = 30.0) -> list[dict]:
+    seen: list[dict] = []
+
+    def watch(e: dict) -> None:
+        seen.append(e)
+        if until(e):
+            sup.request_shutdown("test done")
+
+    sup.subscribers.append(watch)
+
+    async def main():
+        asyncio.get_running_loop().call_later(timeout, sup.request_shutdown, "test timeout")
+        return await sup.run()
+
+    asyncio.run(main())
+    return seen
+
+
+def test_leftover_gpu_holders_of_the_run_are_killed_outsiders_kept(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = write_config(tmp_path, """
+        name: hyg
+        components:
+          trainer:
+            command: ["{py}", "-c", "import sys; sys.exit(1)"]
+            gpus: [0]
+            restart: {backoff: {initial: 0.1, max: 0.1}, max_restarts: 1}
+    """)
+    leftover = _sleeper({"RLSUP_RUN_DIR": str(run_dir), "RLSUP_COMPONENT": "trainer"})
+    outsider = _sleeper({})
+    try:
+        fake = FakeSampler(1, processes={0: [GpuProcess(leftover.pid, 4000.0), GpuProcess(outsider.pid, 900.0)]})
+        sup = Supervisor(load_config(str(cfg), run_dir=str(run_dir)), gpu_sampler=fake, serve=False)
+        sup.gpu_release_timeout = 1.5
+        sup.prepare()
+        # prepare() ends processes marked with this run dir that a dead supervisor left: start the
+        # leftover's story after that, as a process of the previous attempt that NVML still lists.
+        # (Marked with the run but not the component, so the attempt's own cleanup does not end it:
+        # it stands for a holder that outlived that cleanup, e.g. stuck in the driver.)
+        leftover2 = _sleeper({"RLSUP_RUN_DIR": str(run_dir)})
+        fake.set_processes(0, [GpuProcess(leftover2.pid, 4000.0), GpuProcess(outsider.pid, 900.0)])
+        events = _run(sup, lambda e: e["kind"] == "flag" and e["type"] == "gpu_not_released")
+        flags = [e for e in events if e["kind"] == "flag" and e["type"] == "gpu_not_released"]
+        assert flags, [(e["kind"], e.get("reason") or e.get("message")) for e in events if e["kind"] != "gpu"]
+        f = flags[0]
+        assert f"pid {leftover2.pid} holds 4000" in " ".join(f["evidence"])
+        assert str(outsider.pid) not in " ".join(f["evidence"])
+        assert "killed them" in f["action"]
+        leftover2.wait(5)
+        assert not pid_alive(leftover2.pid)
+        assert pid_alive(outsider.pid)  # never touch what is not ours
+        gpu = next(e for e in events if e["kind"] == "gpu")
+        owners = {p["pid"]: p["component"] for p in gpu["gpus"][0]["processes"]}
+        assert owners[outsider.pid] is None  # shown as outside the run
+    finally:
+        for p in (leftover, outsider):
+            p.kill()
+            p.wait()
+
+
+def test_restart_waits_for_release_without_killing(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = write_config(tmp_path, """
+        name: hyg2
+        components:
+          trainer:
+            command: ["{py}", "-c", "import sys; sys.exit(1)"]
+            gpus: [0]
+            restart: {backoff: {initial: 0.1, max: 0.1}, max_restarts: 1}
+    """)
+    fake = FakeSampler(1)
+    sup = Supervisor(load_config(str(cfg), run_dir=str(run_dir)), gpu_sampler=fake, serve=False)
+    sup.gpu_release_timeout = 20
+    sup.prepare()
+    holder = _sleeper({"RLSUP_RUN_DIR": str(run_dir)})
+    fake.set_processes(0, [GpuProcess(holder.pid, 2000.0)])
+    loop_calls = {"n": 0}
+
+    def release(e: dict) -> None:
+        # The driver frees the memory a moment after the first attempt ends.
+        if e["kind"] == "started" and e.get("attempt") == 2:
+            loop_calls["alive_at_start"] = pid_alive(holder.pid)
+        if e["kind"] == "exited" and loop_calls["n"] == 0:
+            loop_calls["n"] = 1
+            asyncio.get_running_loop().call_later(1.5, fake.set_processes, 0, [])
+
+    sup.subscribers.append(release)
+    try:
+        events = _run(sup, lambda e: e["kind"] == "started" and e.get("attempt") == 2)
+        exit_ts = next(e["ts"] for e in events if e["kind"] == "exited")
+        start2 = next(e for e in events if e["kind"] == "started" and e.get("attempt") == 2)
+        assert start2["ts"] - exit_ts >= 1.0  # held back until the GPU was free
+        assert not any(e["kind"] == "flag" and e["type"] == "gpu_not_released" for e in events)
+        assert loop_calls["alive_at_start"]  # waited for, not killed (the run's end cleans it up later)
+    finally:
+        holder.kill()
+        holder.wait()
