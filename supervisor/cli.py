@@ -9,9 +9,10 @@ import signal as signal_mod
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import Config, ConfigError, load_config
+if TYPE_CHECKING:
+    from .config import Config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROGRESS_EVERY_S = 5.0
@@ -204,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load(path: str, run_dir: str | None) -> Config | int:
+    from .config import ConfigError, load_config  # pydantic: only for commands that read a config
+
     try:
         return load_config(path, run_dir=run_dir)
     except ConfigError as e:

@@ -29,7 +29,6 @@ from typing import Any
 
 from . import state as run_state
 from .client import Connector, Session, SessionListener
-from .config import ConfigError, Problem, _load_yaml, interpolate
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 JSON_TIMEOUT_S = 15.0
@@ -62,6 +61,8 @@ class PodSpec:
 def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> list[PodSpec]:
     """Read and validate a fleet file; raises :class:`~rlsup.supervisor.config.ConfigError` listing
     every problem as ``FILE:LINE:COL: key.path: message``. ``${VAR}`` expands in string values."""
+    from .config import ConfigError, Problem, _load_yaml, interpolate  # pydantic: not at CLI start-up
+
     file = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -591,6 +592,8 @@ def _run_loop(coro: Any) -> Any:
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     """``rlsup fleet FLEET.yaml [--json]``."""
+    from .config import ConfigError
+
     try:
         specs = load_fleet(args.fleet_file)
     except ConfigError as e:

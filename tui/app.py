@@ -276,7 +276,14 @@ class MainScreen(Screen):
 
     def action_detach(self) -> None:
         hint = self.rlapp.attach_hint
-        self.rlapp.exit_message = "training continues; re-attach with: " + (hint or "rlsup attach")
+        run = (self.model.state or {}).get("run") or {}
+        if run.get("ended_at") or self.model.connection == "ended":
+            why = run.get("end_reason") or "the supervisor has ended"
+            self.rlapp.exit_message = (f"the run has ended ({why}); its logs and journal stay in "
+                                       f"{run.get('run_dir') or 'the run dir'}; `rlsup report --run-dir {run.get('run_dir') or 'DIR'}` "
+                                       "writes it up")
+        else:
+            self.rlapp.exit_message = "training continues; re-attach with: " + (hint or "rlsup attach")
         self.rlapp.session.close()
         self.rlapp.exit(0)
 

@@ -1,4 +1,4 @@
-"""Write tests/tui/screenshot.svg: the TUI on the fake 8-GPU run at 200x50 (for the README).
+"""Write docs/tui.svg: the TUI on the fake 8-GPU run at 200x50 (the README's screenshot).
 
     python tests/tui/make_screenshot.py [OUT.svg]
 """
@@ -23,6 +23,6 @@ async def shoot(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "screenshot.svg"
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parent.parent / "docs" / "tui.svg"
     asyncio.run(shoot(target.resolve()))
     print(target)

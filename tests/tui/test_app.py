@@ -304,3 +304,18 @@ async def test_events_fold_into_the_state_like_the_supervisor():
         assert (c["state"], c["pid"], c["attempt"], c["restarts"]) == ("starting", 999, 2, 1)
         table = str(app.main.query_one("#table").render().columns[-2]._cells)
         assert "CUDA out of memory" in table
+
+
+@run_async
+async def test_q_after_the_run_ended_does_not_claim_training_continues():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        app.listener.on_event({"ts": 1000.0, "seq": 999, "kind": "run_ended", "component": None,
+                               "exit_code": 0, "reason": "every component completed"})
+        app.listener.on_connection("ended", "connection closed by the supervisor")
+        await pilot.pause(0.1)
+        await pilot.press("q")
+        await pilot.pause()
+    assert "training continues" not in app.exit_message
+    assert "every component completed" in app.exit_message
