@@ -695,6 +695,15 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
                 continue
             free_txt = _gpu_free_text(g)
             ctx.add("info", "gpu", name, f"GPU {i} {g.name}: {free_txt}", "", path)
+            frac = memory_fraction(ctx.cfg.components[name])
+            if frac is not None and g.mem_total_mb and g.mem_used_mb is not None:
+                need = frac[1] * g.mem_total_mb
+                free = g.mem_total_mb - g.mem_used_mb
+                if free < need:
+                    ctx.add("error", "gpu", name,
+                            f"{frac[0]} {frac[1]:g} asks for {need / 1024:.1f} GiB of GPU {i}, but only "
+                            f"{free / 1024:.1f} GiB of {g.mem_total_mb / 1024:.1f} GiB is free",
+                            f"free the GPU (see the processes holding it) or lower {frac[0]}", path)
             holders = list(g.processes)
             used = g.mem_used_mb or 0.0
             busy = bool(holders) or (g.mem_total_mb and used > 0.1 * g.mem_total_mb)
@@ -713,6 +722,29 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
                         f"shares GPU {', '.join(map(str, shared))} with {a}",
                         "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
                         "or give each component its own GPUs", ("components", b, "gpus"))
+
+
+_FRACTION_FLAGS = ("--mem-fraction-static", "--gpu-memory-utilization")
+
+
+def memory_fraction(comp: Any) -> tuple[str, float] | None:
+    """The share of GPU memory an inference server's command asks for (SGLang
+    ``--mem-fraction-static``, vLLM ``--gpu-memory-utilization``), or None."""
+    try:
+        argv = comp.argv()
+    except Exception:
+        return None
+    for i, a in enumerate(argv):
+        for flag in _FRACTION_FLAGS:
+            value = a[len(flag) + 1:] if a.startswith(flag + "=") else (
+                argv[i + 1] if a == flag and i + 1 < len(argv) else None)
+            if value is not None:
+                try:
+                    f = float(value)
+                except ValueError:
+                    return None
+                return (flag, f) if 0 < f <= 1 else None
+    return None
 
 
 def _gpu_free_text(g: Any) -> str:

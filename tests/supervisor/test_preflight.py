@@ -388,3 +388,23 @@ def test_format_findings_names_the_config_as_typed(tmp_path, monkeypatch):
     assert text.splitlines()[0].startswith("run.yaml:3: error [command] a: command cannot be run:")
     assert "run.yaml:4: error [smoke] a: smoke command cannot be split" in text
     assert text.splitlines()[-1] == "2 errors, 0 warnings" and exit_code(findings) == 1
+
+
+def test_memory_fraction_of_an_inference_server_is_checked_against_free_gpu_memory(tmp_path):
+    from rlsup.supervisor.config import load_config
+    from rlsup.supervisor.gpu import FakeSampler, GpuProcess
+    from rlsup.supervisor.preflight import memory_fraction, run_checks
+
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(
+        "name: frac\ncomponents:\n"
+        "  sglang:\n    command: [python3, -m, sglang.launch_server, --mem-fraction-static, '0.6']\n    gpus: [0]\n"
+        "  vllm:\n    command: 'vllm serve m --gpu-memory-utilization=0.3'\n    gpus: [1]\n")
+    cfg = load_config(str(cfg_path), run_dir=str(tmp_path / "run"))
+    assert memory_fraction(cfg.components["sglang"]) == ("--mem-fraction-static", 0.6)
+    assert memory_fraction(cfg.components["vllm"]) == ("--gpu-memory-utilization", 0.3)
+    # GPU 0 has 40 GiB of 80 taken by someone else: 0.6 x 80 = 48 GiB does not fit; GPU 1 is free.
+    fake = FakeSampler(2, processes={0: [GpuProcess(os.getpid(), 40 * 1024.0)]})
+    found = [f for f in run_checks(cfg, gpu_sampler=fake) if f.check == "gpu" and f.severity == "error"]
+    assert len(found) == 1 and found[0].component == "sglang"
+    assert "--mem-fraction-static 0.6" in found[0].message and "lower --mem-fraction-static" in found[0].fix
