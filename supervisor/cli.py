@@ -210,10 +210,7 @@ def _load(path: str, run_dir: str | None) -> Config | int:
     try:
         return load_config(path, run_dir=run_dir)
     except ConfigError as e:
-        for p in e.problems:
-            print(str(p), file=sys.stderr)
-        n = len(e.problems)
-        print(f"rlsup: {n} problem{'s' if n != 1 else ''} in {path}", file=sys.stderr)
+        print(e.report(path), file=sys.stderr)
         return EXIT_USAGE
 
 

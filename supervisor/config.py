@@ -51,6 +51,11 @@ class Problem:
 class ConfigError(Exception):
     """The config cannot be used; ``problems`` lists every reason found."""
 
+    def report(self, path: str) -> str:
+        """Every problem on its own line, then a count: what the CLI prints (never a traceback)."""
+        n = len(self.problems)
+        return "\n".join([*(str(p) for p in self.problems), f"rlsup: {n} problem{'s' if n != 1 else ''} in {path}"])
+
     def __init__(self, problems: list[Problem]):
         self.problems = sorted(problems, key=lambda p: (p.line, p.col))
         super().__init__("\n".join(str(p) for p in self.problems))

@@ -21,14 +21,18 @@ def is_lifecycle(kind: str) -> bool:
     return kind in LIFECYCLE
 
 
-def _fmt_dur(s: float | None) -> str:
+def fmt_duration(s: float | None) -> str:
+    """``"4.2s"``, ``"3m05s"``, ``"2h07m"``, ``"3d04h"``; ``"?"`` when unknown."""
     if s is None:
         return "?"
     if s < 60:
         return f"{s:.1f}s"
     if s < 3600:
         return f"{int(s // 60)}m{int(s % 60):02d}s"
-    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
 
 
 def describe(e: dict[str, Any]) -> str:
@@ -53,7 +57,7 @@ def describe(e: dict[str, Any]) -> str:
         step = f" at step {e['step']}" if e.get("step") is not None else ""
         diag = e.get("diagnosis") or {}
         summ = diag.get("summary")
-        return f"{how} after {_fmt_dur(e.get('uptime_s'))}{step}" + (f": {summ}" if summ and diag.get("category") != "none" else "")
+        return f"{how} after {fmt_duration(e.get('uptime_s'))}{step}" + (f": {summ}" if summ and diag.get("category") != "none" else "")
     if k == "restart_scheduled":
         return f"restarting in {e.get('delay_s'):.1f}s (attempt {e.get('attempt')}; {e.get('reason')})"
     if k == "completed":
@@ -74,7 +78,7 @@ def describe(e: dict[str, Any]) -> str:
     if k == "progress":
         total = f"/{e['total']}" if e.get("total") else ""
         rate = f", {e['rate']:.2f} step/s" if e.get("rate") else ""
-        eta = f", ETA {_fmt_dur(e['eta_s'])}" if e.get("eta_s") is not None else ""
+        eta = f", ETA {fmt_duration(e['eta_s'])}" if e.get("eta_s") is not None else ""
         metrics = e.get("metrics") or {}
         shown = " ".join(f"{k} {v:.4g}" for k, v in list(metrics.items())[:4])
         return f"step {e.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")

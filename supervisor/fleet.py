@@ -597,10 +597,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     try:
         specs = load_fleet(args.fleet_file)
     except ConfigError as e:
-        for prob in e.problems:
-            print(str(prob), file=sys.stderr)
-        n = len(e.problems)
-        print(f"rlsup: {n} problem{'s' if n != 1 else ''} in {args.fleet_file}", file=sys.stderr)
+        print(e.report(args.fleet_file), file=sys.stderr)
         return EXIT_USAGE
     connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key)
     interactive = sys.stdout.isatty() and sys.stdin.isatty()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import state as state_mod
-from .events import describe
+from .events import describe, fmt_duration
 from .journal import read_events
 from .redact import Redactor, secret_values
 from .rundir import RunPaths, is_locked
@@ -227,16 +227,6 @@ def _utc(ts: float | None, full: bool = False) -> str:
     return time.strftime(fmt, time.gmtime(ts))
 
 
-def _dur(s: float | None) -> str:
-    if s is None:
-        return "?"
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
 
 
 def _cell(s: Any) -> str:
@@ -359,7 +349,7 @@ def _render(paths: RunPaths, events: list[dict[str, Any]], st: dict[str, Any], s
         dur = last - started_at if started_at and last else None
     out += [
         f"- Status: {status}",
-        f"- Started: {_utc(started_at, True)}; duration {_dur(dur)}",
+        f"- Started: {_utc(started_at, True)}; duration {fmt_duration(dur)}",
         f"- Run dir: `{paths.root}`" + (f"; config `{run.get('config')}`" if run.get("config") else ""),
         f"- Host: {run.get('host') or '?'}; supervisor pid {run.get('pid') or '?'}; rlsup {run.get('version') or '?'}",
         "",
@@ -387,7 +377,7 @@ def _components_table(st: dict[str, Any], attempts: dict[str, list[Attempt]]) ->
         total = c.get("total")
         stp = "-" if step is None else (f"{step}/{total}" if total else str(step))
         last = atts[-1].exited if atts else None
-        lx = "-" if last is None else f"{_exit_text(last)} after {_dur(last.get('uptime_s'))}"
+        lx = "-" if last is None else f"{_exit_text(last)} after {fmt_duration(last.get('uptime_s'))}"
         out.append(f"| {n} | {c.get('state')} | {len(atts)} | {sum(a.failed for a in atts)} | {stp} | {_cell(lx)} |")
     return out + [""]
 
@@ -443,7 +433,7 @@ def _attempts_section(paths: RunPaths, st: dict[str, Any], attempts: dict[str, l
             diag = "-" if not e else ("ok" if d.get("category") == "none" else f"{d.get('category')}: {d.get('summary')}")
             step = "-" if not e or e.get("step") is None else e.get("step")
             out.append(f"| {_cell(num)} | {_utc(s.get('ts'))} | {_utc(a.ready_ts) if a.ready_ts else '-'} | "
-                       f"{_utc(e.get('ts')) if e else '-'} | {_dur(e.get('uptime_s')) if e else '-'} | "
+                       f"{_utc(e.get('ts')) if e else '-'} | {fmt_duration(e.get('uptime_s')) if e else '-'} | "
                        f"{_exit_text(e)} | {step} | {_cell(diag)} |")
         out.append("")
         out += _failure_details(paths, name, atts)
@@ -475,7 +465,7 @@ def _failure_details(paths: RunPaths, name: str, atts: list[Attempt]) -> list[st
         prev = a
         d = a.diagnosis
         out.append(f"**Attempt {a.attempt}**: {_exit_text(a.exited)} after "
-                   f"{_dur((a.exited or {}).get('uptime_s'))}"
+                   f"{fmt_duration((a.exited or {}).get('uptime_s'))}"
                    + (f" at step {a.exited.get('step')}" if (a.exited or {}).get("step") is not None else ""))
         out.append("")
         out.append(f"- Category: `{d.get('category')}`")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .events import _fmt_dur
+from .events import fmt_duration
 
 
 def _step(c: dict[str, Any]) -> str:
@@ -23,7 +23,7 @@ def _ckpt(c: dict[str, Any], now: float) -> str:
     ck = c.get("checkpoint")
     if not ck or ck.get("step") is None:
         return "-"
-    age = f", {_fmt_dur(now - ck['mtime'])} ago" if ck.get("mtime") else ""
+    age = f", {fmt_duration(now - ck['mtime'])} ago" if ck.get("mtime") else ""
     return f"step {ck['step']}{age}"
 
 
@@ -31,14 +31,14 @@ def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
     now = time.time() if now is None else now
     run = view.get("run", {})
     out = []
-    up = _fmt_dur(run.get("uptime_s")) if run.get("uptime_s") is not None else "?"
+    up = fmt_duration(run.get("uptime_s")) if run.get("uptime_s") is not None else "?"
     out.append(f"run {run.get('name')}  supervisor pid {run.get('pid')} on {run.get('host')}, up {up}  "
                f"({run.get('run_dir')})")
     rows = [("COMPONENT", "STATE", "PID", "ATTEMPT", "UPTIME", "STEP", "RATE", "ETA", "CHECKPOINT")]
     for name, c in view.get("components", {}).items():
         rate = f"{c['rate']:.2f}/s" if c.get("rate") else "-"
-        eta = _fmt_dur(c["eta_s"]) if c.get("eta_s") is not None else "-"
-        uptime = _fmt_dur(c["uptime_s"]) if c.get("uptime_s") is not None else "-"
+        eta = fmt_duration(c["eta_s"]) if c.get("eta_s") is not None else "-"
+        uptime = fmt_duration(c["uptime_s"]) if c.get("uptime_s") is not None else "-"
         state = c.get("state", "?")
         if state == "backoff" and c.get("next_start_at"):
             state += f" ({max(0.0, c['next_start_at'] - now):.0f}s)"

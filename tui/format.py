@@ -9,6 +9,8 @@ import math
 import re
 from collections.abc import Sequence
 
+from rlsup.supervisor.events import fmt_duration
+
 SPARK = "▁▂▃▄▅▆▇█"
 # C0 controls except \t, plus DEL and the C1 range: never let a child's bytes drive the terminal.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -20,13 +22,7 @@ def fmt_dur(s: float | None) -> str:
     if s is None or (isinstance(s, float) and math.isnan(s)):
         return "-"
     s = max(0.0, float(s))
-    if s < 60:
-        return f"{s:.0f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+    return f"{s:.0f}s" if s < 60 else fmt_duration(s)  # whole seconds: table cells stay narrow
 
 
 def fmt_rate(rate: float | None) -> str:

@@ -397,3 +397,57 @@ def test_missing_python_module_is_a_repeated_error_not_a_restart_loop(tmp_path, 
     flags = [e for e in ev if e["kind"] == "flag" and e["type"] == "repeated_error"]
     assert flags and "stopped automatic restarts" in flags[0]["action"]
     assert len(exits) == 2  # stopped after the second identical failure
+
+
+def test_startup_crash_loop_is_flagged(tmp_path, headless):
+    """Different messages each time (so not a repeated error), but every attempt dies at once."""
+    cfg = write_config(tmp_path, """
+        name: loop
+        components:
+          flaky:
+            command: ["{py}", "-c", "import random, sys; print('boom', random.random()); sys.exit(2)"]
+            restart: {backoff: {initial: 0.1, max: 0.1}, max_restarts: 4}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 1
+    flags = [e for e in h.events() if e["kind"] == "flag" and e["type"] == "crash_loop"]
+    assert flags and "within 30 s of starting" in flags[0]["message"]
+
+
+def test_stall_names_the_last_line_and_the_dependency(tmp_path, headless):
+    rollouts = tmp_path / "rollouts"
+    (rollouts / "step_12").mkdir(parents=True)
+    cfg = write_config(tmp_path, f"""
+        name: stall
+        components:
+          orchestrator:
+            command: ["{{py}}", "-c", "import time; time.sleep(600)"]
+            watch: [{{path: "{rollouts}", pattern: 'step_(?P<step>\\d+)'}}]
+          trainer:
+            command: ["{{py}}", "-u", "-c", "import time\\nprint('Step 12/100 | loss 0.1')\\nprint('Waiting for training batch to arrive', flush=True)\\ntime.sleep(600)"]
+            depends_on: [orchestrator]
+            progress: {{preset: rlsup, stall_after: 2}}
+    """)
+    h = headless(cfg)
+    flag = h.wait_event(lambda e: e["kind"] == "flag" and e["type"] == "stall", what="stall flag")
+    assert flag["component"] == "trainer" and "last step 12" in flag["message"]
+    ev = " | ".join(flag["evidence"])
+    assert "Waiting for training batch to arrive" in ev and "orchestrator is running" in ev
+    assert "step 12" in ev and str(rollouts) in ev  # the newest rollout the trainer is waiting past
+    h.terminate()
+    assert h.wait() == 0
+
+
+def test_exit_zero_before_total_is_a_false_success(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        name: early
+        components:
+          trainer:
+            command: ["{py}", "-u", "-c", "for i in range(1, 4): print(f'Step {i}/10 | loss 0.5')"]
+            progress: {preset: rlsup}
+            restart: {policy: never}
+    """)
+    h = headless(cfg)
+    h.wait()
+    flags = [e for e in h.events() if e["kind"] == "flag" and e["type"] == "false_success"]
+    assert flags and "3" in flags[0]["message"] and "10" in flags[0]["message"]
