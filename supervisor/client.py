@@ -127,9 +127,11 @@ class Client:
         return await self.request("snapshot", lines=lines)
 
     async def subscribe(self, on_push: Push, *, lines: int = 1000, since: int | None = None,
-                        log_from: dict[str, int] | None = None) -> dict[str, Any]:
+                        log_from: dict[str, int] | None = None, logs: bool = True) -> dict[str, Any]:
+        """Snapshot, then pushes to ``on_push``; ``logs=False`` leaves log lines out of the stream."""
         self.on_push = on_push
-        return await self.request("subscribe", lines=lines, since=since, log_from=log_from or {}, timeout=60.0)
+        return await self.request("subscribe", lines=lines, since=since, log_from=log_from or {}, logs=logs,
+                                  timeout=60.0)
 
     async def logs(self, component: str, from_seq: int, limit: int = 5000) -> dict[str, Any]:
         return await self.request("logs", component=component, from_seq=from_seq, limit=limit)
@@ -182,8 +184,10 @@ class Session:
     """
 
     def __init__(self, connect: Connector, listener: SessionListener, *, lines: int = 1000,
-                 backoff: tuple[float, float] = (0.5, 10.0), give_up_after: float | None = None):
+                 backoff: tuple[float, float] = (0.5, 10.0), give_up_after: float | None = None,
+                 logs: bool = True):
         self.connect = connect
+        self.logs = logs
         self.listener = listener
         self.lines = lines
         self.backoff = backoff
@@ -240,7 +244,8 @@ class Session:
 
     async def _serve(self, client: Client) -> None:
         resumed = self.seq is not None
-        snap = await client.subscribe(self._push, lines=self.lines, since=self.seq, log_from=dict(self.log_next))
+        snap = await client.subscribe(self._push, lines=self.lines, since=self.seq, log_from=dict(self.log_next),
+                                      logs=self.logs)
         self.client = client
         self.server = client.server
         for e in snap.get("events", []):

@@ -47,7 +47,7 @@ def resolve_run_dir(arg: str | None, *, cwd: Path | None = None) -> Path:
     runs = live_runs(base)
     if not runs:
         raise NoRun(f"no supervisor is running under {display_path(base)}; start one with `rlsup up CONFIG`, "
-                    "or pass --run-dir DIR")
+                    "or pass --run-dir DIR" + last_run_note(base))
     if len(runs) > 1:
         names = "\n".join(f"  --run-dir {display_path(r)}" for r in runs)
         raise AmbiguousRun(f"{len(runs)} runs are live under {display_path(base)}; choose one:\n{names}")
@@ -57,10 +57,39 @@ def resolve_run_dir(arg: str | None, *, cwd: Path | None = None) -> Path:
 def require_live(run_dir: Path) -> RunPaths:
     paths = RunPaths(run_dir)
     if not is_locked(paths):
-        hint = "" if paths.events.exists() else " (not a run directory)"
-        raise NoRun(f"no supervisor is running for {display_path(run_dir)}{hint}; "
-                    f"start it with `rlsup up CONFIG`")
+        if not paths.events.exists():
+            raise NoRun(f"no supervisor is running for {display_path(run_dir)} (not a run directory); "
+                        "start one with `rlsup up CONFIG`")
+        raise NoRun(f"no supervisor is running for {display_path(run_dir)}" + _ended_note(paths))
     return paths
+
+
+def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
+    """How the run in ``paths`` ended, from the journal's last event, and where to look."""
+    from .journal import read_events
+
+    last = None
+    try:
+        for last in read_events(paths.events):  # noqa: B007
+            pass
+    except OSError:
+        return ""
+    shown = display_path(paths.root)
+    if last is not None and last.get("kind") == "run_ended":
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.get("ts", 0)))
+        how = f"ended {when}: {last.get('reason')} (exit code {last.get('exit_code')})"
+    else:
+        how = "its supervisor is gone without ending it (killed?); `rlsup up CONFIG` takes the run dir over"
+    which = f"the last run here ({shown})" if name_it else "the run"
+    return f"; {which} {how}. See `rlsup events --run-dir {shown}` or `rlsup report --run-dir {shown}`"
+
+
+def last_run_note(base: Path) -> str:
+    """A note on the most recently active run under ``base``, if there is one."""
+    if not base.is_dir():
+        return ""
+    journals = sorted(base.glob("*/events.jsonl"), key=lambda p: p.stat().st_mtime)
+    return "" if not journals else _ended_note(RunPaths(journals[-1].parent), name_it=True)
 
 
 def display_path(p: Path) -> str:

@@ -372,7 +372,7 @@ SessionFactory = Callable[[Connector, SessionListener], Any]
 
 def _default_session(connect: Connector, listener: SessionListener) -> Session:
     # lines=0: the fleet shows no logs; backoff grows to 30 s for pods that stay unreachable.
-    return Session(connect, listener, lines=0, backoff=(1.0, 30.0))
+    return Session(connect, listener, lines=0, backoff=(1.0, 30.0), logs=False)  # rows need no log lines
 
 
 class Fleet:

@@ -24,7 +24,8 @@ a version other than :data:`VERSION` is refused with an error naming both versio
 number of the first line given. ``events`` are the lifecycle events after ``since`` (when given;
 otherwise the most recent ones), read from the journal, so a client that reconnects loses none.
 ``log_from`` asks for each component's lines from that sequence number on, so a reconnecting client
-continues where it stopped (lines that left the ring come as a ``gap``).
+continues where it stopped (lines that left the ring come as a ``gap``). ``"logs": false`` in a
+subscribe leaves log lines out of the stream (a client that shows only state, like the fleet view).
 
 Pushes after ``subscribe``::
 

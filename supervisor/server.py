@@ -50,6 +50,7 @@ class Conn:
         self.hello = False
         self.name = "?"
         self.subscribed = False
+        self.want_logs = True  # subscribe {"logs": false}: lifecycle and gauges only (the fleet view)
         self.log_next: dict[str, int] = {}
         self.gauges: dict[tuple[str, str | None], dict[str, Any]] = {}
         self.closed = False
@@ -216,6 +217,8 @@ class ControlServer:
                 gauges, c.gauges = c.gauges, {}
                 for e in gauges.values():
                     c.send({"type": "event", "event": e})
+            if not c.want_logs:
+                continue
             for name in (dirty | {n for n in c.log_next if self._has_more(c, n)}):
                 if c.buffered >= HIGH_WATER:
                     behind = True
@@ -278,6 +281,7 @@ class ControlServer:
         events = await self._events_since(int(since) if since is not None else None, 1000 if since is None else None)
         if sub is not None:
             sub.subscribed = True
+            sub.want_logs = msg.get("logs", True) is not False
         return protocol.ok(rid, state=self.sup.snapshot_state(), logs=logs, events=events,
                            seq=self.sup.journal.last_seq if self.sup.journal else 0)
 

@@ -88,6 +88,7 @@ def test_up_detached_then_clients(tmp_path, daemon):
     # Afterwards: a clear message and exit 1.
     gone = d.cli("status")
     assert gone.returncode == 1 and "no supervisor is running" in gone.stderr
+    assert "ended" in gone.stderr and "stopped by user (rlsup down)" in gone.stderr and "rlsup report" in gone.stderr
 
 
 def test_discovery_under_runs_and_no_supervisor(tmp_path, daemon):

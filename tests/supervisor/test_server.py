@@ -295,3 +295,30 @@ def test_many_clients_see_the_same_state(tmp_path, daemon):
               for s in snaps}
     assert len(states) == 1
     wait_for(lambda: True)
+
+
+def test_subscribe_without_logs_gets_events_but_no_lines(tmp_path, daemon):
+    d = daemon(write_config(tmp_path, TWO))
+    d.wait_event(lambda e: e["kind"] == "started" and e["component"] == "sleeper", what="started")
+
+    async def go():
+        rec_quiet, rec_full = Recorder(), Recorder()
+        quiet = Session(lambda: Client.open_unix(d.sock, name="q"), rec_quiet, lines=0, logs=False)
+        full = Session(lambda: Client.open_unix(d.sock, name="f"), rec_full, lines=0)
+        tasks = [asyncio.ensure_future(s.run()) for s in (quiet, full)]
+        await asyncio.wait_for(quiet.connected.wait(), 10)
+        await asyncio.wait_for(full.connected.wait(), 10)
+        assert (await quiet.command("restart", "sleeper"))["ok"]
+        for _ in range(100):
+            if any(e.get("kind") == "started" and e.get("attempt") == 2 for e in rec_quiet.events):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        quiet.close()
+        full.close()
+        await asyncio.gather(*tasks)
+        return rec_quiet, rec_full
+
+    quiet, full = _run(go())
+    assert any(e.get("kind") == "started" and e.get("attempt") == 2 for e in quiet.events)
+    assert not quiet.logs.get("ticker") and full.logs.get("ticker")
