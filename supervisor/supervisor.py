@@ -38,6 +38,7 @@ TICK_S = 1.0
 TREE_REFRESH_S = 5.0
 STATE_WRITE_MIN_S = 0.5
 GPU_RELEASE_TIMEOUT_S = 30.0
+MEMORY_SAMPLE_S = 5.0
 DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
 PROGRESS_FLUSH_S = 0.25
 
@@ -68,6 +69,9 @@ class Supervisor:
         self._mem_detectors: dict[str, Any] = {}
         self.watches: Any = None
         self.gpu_release_timeout = GPU_RELEASE_TIMEOUT_S
+        self.memory_sample_s = MEMORY_SAMPLE_S
+        self.memory_detector: Callable[[], Any] | None = None  # MemoryGrowthDetector factory (tests tune it)
+        self._last_memory_sample = 0.0
         self.server: Any = None  # server.ControlServer while the run is live
         self.components: dict[str, Component] = {}
         self.subscribers: list[Subscriber] = []
@@ -496,7 +500,9 @@ class Supervisor:
                     children = ppid_map_children()
                     for t in live.values():
                         t.refresh(children)
-                    self._sample_memory(now)
+            if time.monotonic() - self._last_memory_sample >= self.memory_sample_s:
+                self._last_memory_sample = time.monotonic()
+                self._sample_memory(now)
             self._check_stalls(now)
             self._check_dependencies(now)
 
@@ -661,7 +667,7 @@ class Supervisor:
                     pass
             attempt, det = self._mem_detectors.get(n, (None, None))
             if det is None or attempt != c.attempt:  # a new attempt starts a new series
-                det = MemoryGrowthDetector()
+                det = (self.memory_detector or MemoryGrowthDetector)()
                 self._mem_detectors[n] = (c.attempt, det)
             flag = det.observe(now, c.progress.step, rss / 2**20)
             if flag is not None:

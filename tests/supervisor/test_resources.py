@@ -1,5 +1,6 @@
-"""GPU hygiene on restart, with a fake NVML sampler and real processes: this run's leftovers that
-still hold the GPU are waited for, then killed and flagged; processes outside the run never are."""
+"""Resources of real processes: GPU hygiene on restart (with a fake NVML sampler: this run's leftovers that
+still hold the GPU are waited for, then killed and flagged; processes outside the run never are), and
+memory growth over steps."""
 
 from __future__ import annotations
 
@@ -116,3 +117,25 @@ def test_restart_waits_for_release_without_killing(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_memory_growth_of_a_real_process_is_flagged(tmp_path):
+    """A trainer that keeps what it allocates each step: its RSS grows steadily with the steps."""
+    from rlsup.supervisor.diagnosis import MemoryGrowthDetector
+
+    cfg = write_config(tmp_path, """
+        name: leak
+        components:
+          trainer:
+            command: ["{py}", "-u", "-c", "import time\\nkeep = []\\nfor i in range(1, 400):\\n    keep.append(bytearray(12 * 2**20))\\n    print(f'Step {i}/400 | loss 0.5', flush=True)\\n    time.sleep(0.1)"]
+            progress: {preset: rlsup}
+    """)
+    sup = Supervisor(load_config(str(cfg), run_dir=str(tmp_path / "run")), serve=False)
+    sup.memory_sample_s = 0.5
+    sup.memory_detector = lambda: MemoryGrowthDetector(min_samples=6, min_growth_mb=150, window_s=60)
+    sup.prepare()
+    events = _run(sup, lambda e: e["kind"] == "flag" and e["type"] == "memory_growth", timeout=40)
+    flags = [e for e in events if e["kind"] == "flag" and e["type"] == "memory_growth"]
+    assert flags, "no memory_growth flag for a process growing ~120 MB/s"
+    assert "MB" in flags[0]["message"] or "GB" in flags[0]["message"] or "MiB" in flags[0]["message"]
+    assert flags[0]["component"] == "trainer"
