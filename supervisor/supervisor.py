@@ -39,7 +39,8 @@ TREE_REFRESH_S = 5.0
 STATE_WRITE_MIN_S = 0.5
 GPU_RELEASE_TIMEOUT_S = 30.0
 MEMORY_SAMPLE_S = 5.0
-DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
+DEPENDENCY_STABLE_S = 10.0
+DEPENDENCY_FLAG_AFTER_S = 15.0  # a dependency restarting for less than this is not flagged  # up this long before a dependency counts as back
 PROGRESS_FLUSH_S = 0.25
 
 Subscriber = Callable[[dict[str, Any]], None]
@@ -554,18 +555,22 @@ class Supervisor:
                 continue
             for d in flag.dependencies:
                 failing_deps.setdefault(d, []).append(n)
-            if n not in self._dep_flagged:
+            # A dependency in the middle of an ordinary restart is not news; one that stays down, or
+            # will not come back by itself, is.
+            lasting = [d for d in flag.dependencies
+                       if self.components[d].state in ("fatal", "stopped", "completed")
+                       or (self._dep_watch.down_for(d) or 0.0) >= DEPENDENCY_FLAG_AFTER_S]
+            if lasting and n not in self._dep_flagged:
                 self._dep_flagged.add(n)
                 self.emit("flag", n, type="dependency_down", message=flag.message, evidence=list(flag.evidence),
-                          action=flag.action)
+                          action=self._dependency_action(n, lasting[0]))
         tracked = set(self._dep_watch.down_since()) | set(failing_deps)
         for d in tracked:
             dep = self.components[d]
             act = self._dep_watch.observe(d, down=self._dep_state(d, now) != "running",
                                           consumers_failing=d in failing_deps)
             if act == "restart_dependency":
-                deterministic = (dep.state == "fatal" and str(self.state["components"][d].get("reason") or "")
-                                 .startswith(("repeated_error", "crash_loop", "step_crash")))
+                deterministic = dep.state == "fatal" and self._deterministic_failure(d)
                 if dep.state in ("fatal", "completed") and not deterministic:
                     self.emit("command", d, command="start", by="rlsup", client="dependency_down")
                     dep.request_start()
@@ -579,6 +584,22 @@ class Supervisor:
                                                                  f"`rlsup start` them once {d} is back")
                 for n in victims:
                     self.components[n].request_stop("dependency_down")
+
+    def _dependency_action(self, consumer: str, dep: str) -> str:
+        """What rlsup does about ``consumer``'s dead dependency, in words, for the flag."""
+        d = self.components[dep]
+        budget = f"{consumer} is stopped if {dep} is not back within {self.cfg.dependency_budget:g}s"
+        if d.state == "fatal" and self._deterministic_failure(dep):
+            return f"not restarting {dep} (it fails deterministically; fix it, then `rlsup start {dep}`); {budget}"
+        if d.state in ("fatal", "completed"):
+            return f"restarting {dep}, not {consumer}; {budget}"
+        if d.state == "stopped":
+            return f"{dep} was stopped by hand, so it is left stopped; {budget}"
+        return f"{dep} is restarting ({d.state}); {consumer} is left alone; {budget}"
+
+    def _deterministic_failure(self, name: str) -> bool:
+        reason = str(self.state["components"][name].get("reason") or "")
+        return reason.startswith(("repeated_error", "crash_loop", "step_crash"))
 
     def _dep_state(self, name: str, now: float) -> str:
         """A dependency's state for dependency_down: ``running`` only once it has stayed up a while,
