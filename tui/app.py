@@ -165,7 +165,7 @@ class MainScreen(Screen):
         self.query_one(RunHeader).set_data(v["run"] if v else {}, server,
                                            (self.model.connection, self.model.connection_detail))
         self.query_one(ComponentTable).set_data(comps, self.selected, now)
-        self.query_one(ProgressPanel).set_data(comps)
+        self.query_one(ProgressPanel).set_data(comps, now)
         self.query_one(GpuPanel).set_data(v or {})
         self.query_one(FlagsStrip).set_data(self.model.flags())
         for name, pane in self.panes.items():
@@ -253,8 +253,8 @@ class MainScreen(Screen):
         if (nc := self._component()) is None:
             return
         name, c = nc
-        ck = c.get("checkpoint")
-        where = f"checkpoint {ck}" if ck else "its latest checkpoint"
+        ck = c.get("checkpoint") or {}
+        where = f"its latest checkpoint (step {ck['step']})" if ck.get("step") is not None else "its latest checkpoint"
         self._confirm(f"Restart {name} from {where}?", lambda: self.send("resume", name))
 
     def action_stop_start(self) -> None:

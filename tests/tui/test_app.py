@@ -319,3 +319,23 @@ async def test_q_after_the_run_ended_does_not_claim_training_continues():
         await pilot.pause()
     assert "training continues" not in app.exit_message
     assert "every component completed" in app.exit_message
+
+
+@run_async
+async def test_checkpoint_and_watched_artefacts_show_with_their_age():
+    from rlsup.tui.widgets.progress import ProgressPanel
+
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=(200, 50)) as pilot:
+        await started(pilot)
+        now = app.clock()
+        app.listener.on_event({"ts": now, "seq": 0, "kind": "progress", "component": "trainer", "step": 131,
+                               "total": 200, "checkpoint": {"step": 130, "path": "w/step_130", "mtime": now - 35},
+                               "watch": {"/w/rollouts": {"step": 132, "mtime": now - 2}}})
+        await pilot.pause(0.2)
+        panel = app.screen.query_one(ProgressPanel)
+        text = panel.render().plain
+        assert "checkpoint step 130 (35s ago)" in text and "rollouts step 132 (2s ago)" in text
+        await pilot.press("3")
+        await pilot.press("u")
+        assert "step 130" in app.screen.question
