@@ -158,6 +158,7 @@ class ProgressCfg(_Model):
     pattern: str | None = None
     total: int | None = Field(None, ge=1)
     stall_after: float | None = Field(None, gt=0)
+    on_stall: Literal["flag", "restart"] = "flag"  # restart: a stalled component is restarted (resumed)
     metric: str | None = None  # the metric the UI plots (default: reward, else loss, else the first)
 
 

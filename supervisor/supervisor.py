@@ -531,7 +531,12 @@ class Supervisor:
                 for path, w in owner.watch_info.items():
                     age = f", written {now - w['mtime']:.0f}s ago" if w.get("mtime") else ""
                     evidence.append(f"newest in {path} ({owner.name}): step {w.get('step')}{age}")
-            self.emit("flag", n, type="stall", message=msg, evidence=evidence, action="none (watching)")
+            restart = p.on_stall == "restart"
+            self.emit("flag", n, type="stall", message=msg, evidence=evidence,
+                      action=f"restarting {n} (progress.on_stall: restart)" if restart
+                      else "none (watching); `progress.on_stall: restart` restarts a stalled component")
+            if restart:
+                c.request_restart("stall")
 
     def _check_dependencies(self, now: float) -> None:
         """dependency_down: consumers failing to reach a dependency that is down. Restart the
@@ -690,7 +695,9 @@ class Supervisor:
             if det is None or attempt != c.attempt:  # a new attempt starts a new series
                 det = (self.memory_detector or MemoryGrowthDetector)()
                 self._mem_detectors[n] = (c.attempt, det)
-            flag = det.observe(now, c.progress.step, rss / 2**20)
+            gpu_mb = sum(p.get("used_mb") or 0.0 for g in self.state.get("gpus") or []
+                         for p in g.get("processes") or [] if p.get("component") == n) or None
+            flag = det.observe(now, c.progress.step, rss / 2**20, gpu_mb)
             if flag is not None:
                 self.emit("flag", n, type=flag.type, message=flag.message, evidence=list(flag.evidence),
                           action="none (watching); a leak ends in an OOM kill, so look at what accumulates per step")

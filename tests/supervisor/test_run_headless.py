@@ -451,3 +451,20 @@ def test_exit_zero_before_total_is_a_false_success(tmp_path, headless):
     h.wait()
     flags = [e for e in h.events() if e["kind"] == "flag" and e["type"] == "false_success"]
     assert flags and "3" in flags[0]["message"] and "10" in flags[0]["message"]
+
+
+def test_on_stall_restart_restarts_a_hung_component(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        name: hang
+        components:
+          trainer:
+            command: ["{py}", "-u", "-c", "import time\\nprint('Step 3/100 | loss 0.1', flush=True)\\ntime.sleep(600)"]
+            progress: {preset: rlsup, stall_after: 1.5, on_stall: restart}
+            restart: {backoff: {initial: 0.1, max: 0.1}}
+    """)
+    h = headless(cfg)
+    flag = h.wait_event(lambda e: e["kind"] == "flag" and e["type"] == "stall", what="stall flag")
+    assert "restarting trainer" in flag["action"]
+    h.wait_event(lambda e: e["kind"] == "started" and e.get("attempt") == 2, what="restart after the stall")
+    h.terminate()
+    assert h.wait() == 0
