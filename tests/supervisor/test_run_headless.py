@@ -468,3 +468,44 @@ def test_on_stall_restart_restarts_a_hung_component(tmp_path, headless):
     h.wait_event(lambda e: e["kind"] == "started" and e.get("attempt") == 2, what="restart after the stall")
     h.terminate()
     assert h.wait() == 0
+
+
+def test_resume_cleans_artefacts_of_future_steps(tmp_path, headless):
+    """A trainer-like script checkpoints every 5 steps and writes a rollout per step; it crashes at
+    step 13 on its first attempt. rlsup resumes it from step 10 after deleting rollouts 11-13."""
+    script = tmp_path / "trainer.py"
+    script.write_text(
+        "import os, sys\n"
+        "start = int(sys.argv[sys.argv.index('--resume-step') + 1]) if '--resume-step' in sys.argv else 0\n"
+        "for step in range(start + 1, 21):\n"
+        "    os.makedirs(f'rollouts/step_{step}', exist_ok=True)\n"
+        "    print(f'Step {step}/20 | loss 0.1', flush=True)\n"
+        "    if step % 5 == 0:\n"
+        "        os.makedirs(f'ckpt/step_{step}', exist_ok=True)\n"
+        "        open(f'ckpt/step_{step}/STABLE', 'w').close()\n"
+        "    if step == 13 and not os.path.exists('crashed'):\n"
+        "        open('crashed', 'w').close()\n"
+        "        raise RuntimeError('boom at 13')\n")
+    cfg = write_config(tmp_path, f"""
+        name: clean
+        components:
+          trainer:
+            command: ["{{py}}", "{script}"]
+            cwd: {tmp_path}
+            progress: {{preset: rlsup}}
+            resume:
+              checkpoints: {tmp_path}/ckpt
+              layout: prime-rl
+              args: ["--resume-step", "{{step}}"]
+              clean: ["rollouts/step_*"]
+            restart: {{backoff: {{initial: 0.1, max: 0.1}}}}
+    """)
+    h = headless(cfg)
+    assert h.wait() == 0, h.read()
+    ev = h.events()
+    cleaned = next(e for e in ev if e["kind"] == "cleaned")
+    assert cleaned["step"] == 10
+    assert sorted(p.rsplit("_", 1)[1] for p in cleaned["paths"]) == ["11", "12", "13"]
+    started = [e for e in ev if e["kind"] == "started"]
+    assert started[1]["resume"]["step"] == 10 and cleaned["seq"] < started[1]["seq"]
+    assert sorted(int(p.name.split("_")[1]) for p in (tmp_path / "rollouts").iterdir()) == list(range(1, 21))
