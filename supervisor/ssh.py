@@ -26,6 +26,7 @@ from .client import Client, Connector
 
 CONNECT_TIMEOUT_S = 15.0
 KEEPALIVE_S = 15
+REUSE_TIMEOUT_S = 5.0
 CHUNK = 1 << 16
 
 
@@ -208,11 +209,11 @@ class _Remote:
         self.clients.append(client)
         return client
 
-    def open_bridge(self, command: str) -> tuple[Any, socket.socket, dict[str, Any]]:
+    def open_bridge(self, command: str, timeout: float = CONNECT_TIMEOUT_S) -> tuple[Any, socket.socket, dict[str, Any]]:
         """Start ``command`` on the remote host and relay its stdio to a local socket."""
         transport = self.clients[-1].get_transport()
         try:
-            chan = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+            chan = transport.open_session(timeout=timeout)
             chan.exec_command(command)
         except Exception as e:
             raise SshError(f"cannot start `{command}` on {self.target.label()}: {e}") from None
@@ -279,9 +280,19 @@ def ssh_connector(target: SshTarget, *, run_dir: str | None = None, remote_cmd: 
     async def connect() -> Client:
         loop = asyncio.get_running_loop()
         async with lock:
-            if not remote.alive():
+            if remote.alive():
+                # The connection looks alive but may be half dead after a cut (its peer process
+                # gone, TCP not closed yet): a channel that does not open soon means dial afresh.
+                try:
+                    opened = await loop.run_in_executor(None, remote.open_bridge, command, REUSE_TIMEOUT_S)
+                except SshError:
+                    opened = None
+            else:
+                opened = None
+            if opened is None:
                 await loop.run_in_executor(None, remote.connect)
-            chan, local, info = await loop.run_in_executor(None, remote.open_bridge, command)
+                opened = await loop.run_in_executor(None, remote.open_bridge, command)
+            chan, local, info = opened
         reader, writer = await asyncio.open_unix_connection(sock=local, limit=protocol.STREAM_LIMIT)
         client = Client(reader, writer, name="tui")
         try:

@@ -222,3 +222,19 @@ def daemon(tmp_path):
         if is_locked(RunPaths(d.run_dir)):
             d.cli("down", timeout=60)
         d.kill_everything()
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """One real OpenSSH server on 127.0.0.1 for every SSH test (skipped, with the reason printed,
+    only when sshd truly cannot start here)."""
+    from tests.sshd import Sshd, SshdUnavailable
+
+    server = Sshd(tmp_path_factory.mktemp("sshd"))
+    try:
+        server.start()
+    except SshdUnavailable as e:
+        print(f"SSH tests skipped: {e}")
+        pytest.skip(f"sshd cannot start here: {e}")
+    yield server
+    server.stop()

@@ -25,7 +25,6 @@ from rlsup.supervisor.fleet import (
     signature,
 )
 from tests.conftest import PY, cli_env, free_port, write_config
-from tests.sshd import Sshd, SshdUnavailable
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "fleet"
 REMOTE = f"{PY} -m rlsup.supervisor.cli"
@@ -214,18 +213,6 @@ components:
 """
 
 
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    server = Sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        server.start()
-    except SshdUnavailable as e:
-        pytest.skip(f"sshd cannot start here: {e}")
-    server.trust()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def silent_port():
     """A port that accepts TCP connections and never says a word (a hung host, as SSH sees it)."""
@@ -239,6 +226,7 @@ def silent_port():
 @pytest.mark.slow
 def test_fleet_json_groups_the_same_failure_and_unreachable_pods_do_not_stall(sshd, tmp_path, daemon,
                                                                               silent_port):
+    sshd.trust()
     runs = {}
     for name, text in (("qwen-a", CRASHING.replace("{name}", "qwen-a")),
                        ("qwen-b", CRASHING.replace("{name}", "qwen-b")), ("healthy", HEALTHY)):

@@ -12,7 +12,6 @@ import pytest
 from rlsup.supervisor.client import Client, Session
 from rlsup.supervisor.ssh import HostKeyUnknown, SshError, SshTarget, ssh_connector
 from tests.conftest import PY, cli_env, wait_for, write_config
-from tests.sshd import Sshd, SshdUnavailable
 from tests.supervisor.test_server import Recorder
 
 REMOTE = f"{PY} -m rlsup.supervisor.cli"
@@ -25,18 +24,6 @@ components:
   sleeper:
     command: ["{py}", "-c", "import time; time.sleep(1000)"]
 """
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    server = Sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        server.start()
-    except SshdUnavailable as e:
-        print(f"SSH tests skipped: {e}")
-        pytest.skip(f"sshd cannot start here: {e}")
-    yield server
-    server.stop()
 
 
 @pytest.fixture
