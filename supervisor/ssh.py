@@ -202,7 +202,8 @@ class _Remote:
             raise SshError(f"authentication to {label} failed ({e}); check the user, your keys "
                            "(-i FILE, IdentityFile in ~/.ssh/config) and the SSH agent") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise SshError(f"cannot connect to {label}: {e}") from None
+            why = str(e).replace("[Errno None] ", "") or type(e).__name__  # paramiko's NoValidConnectionsError
+            raise SshError(f"cannot connect to {label}: {why} (is sshd running there, and the port right?)") from None
         tr = client.get_transport()
         if tr is not None:
             tr.set_keepalive(KEEPALIVE_S)
