@@ -176,25 +176,6 @@ class ProcessTree:
             except psutil.Error:
                 pass
 
-    def group_alive(self) -> bool:
-        """Whether any process (zombies aside) is still in the root's process group."""
-        if self.pid is None:
-            return False
-        try:
-            os.killpg(self.pid, 0)
-        except OSError:
-            return False
-        # killpg succeeds on zombies too; check the members we know.
-        return bool(self.alive()) or not self.exited
-
-    def close_pipe(self) -> None:
-        if self.read_fd is not None:
-            try:
-                os.close(self.read_fd)
-            except OSError:
-                pass
-            self.read_fd = None
-
 
 def ppid_map_children() -> dict[int, list[int]]:
     """pid -> child pids for every process on the host (one pass over /proc)."""

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 LOCK_NAME = "rlsup.lock"
 SOCK_NAME = "rlsup.sock"
 
@@ -121,15 +119,6 @@ def is_locked(paths: RunPaths) -> bool:
         return True
     finally:
         os.close(fd)
-
-
-def owner_alive(owner: dict[str, Any] | None) -> bool:
-    if not owner or not owner.get("pid"):
-        return False
-    try:
-        return psutil.pid_exists(int(owner["pid"]))
-    except (ValueError, TypeError):
-        return False
 
 
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes on Linux, NUL included

@@ -156,10 +156,6 @@ class LogView(ScrollView, can_focus=False):
         self.refresh()
         return None
 
-    def clear_search(self) -> None:
-        self.query, self.current = "", None
-        self.refresh()
-
     # rendering ------------------------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width  # without the scrollbar, so the cut marker shows
