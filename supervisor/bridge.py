@@ -25,7 +25,7 @@ def relay(sock_path: Path, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     except OSError as e:
         print(f"rlsup bridge: cannot connect to {sock_path}: {e.strerror}", file=sys.stderr)
         return 1
-    sel = selectors.DefaultSelector()
+    sel = selectors.PollSelector()  # epoll refuses /dev/null and regular files as stdin; poll takes them
     sel.register(stdin_fd, selectors.EVENT_READ, "in")
     sel.register(s, selectors.EVENT_READ, "sock")
     try:

@@ -1,571 +1,486 @@
-"""One component's lifecycle: pending -> starting -> running -> (backoff | completed | fatal | stopped).
+"""One component's driver: carries out what :func:`~rlsup.supervisor.lifecycle.step` decides.
 
-A single coroutine (:meth:`Component.main`) walks the states; commands (start, stop, restart)
-and changes elsewhere in the run wake it through :meth:`poke`. Output is read on the event loop
-(``add_reader``), so exits, probes and output are ordered in one thread.
+The component holds its :class:`~rlsup.supervisor.lifecycle.Life` and nothing else decides for it:
+:meth:`Component.handle` feeds an input to the pure transition function and performs the effects
+(spawn through a monitor, signal a tree, start a timer or a probe, emit an event). It sees the
+run only through the narrow :class:`Context` (emit, clock, monitors, GPU release, "I changed"),
+so it does not import the run and the run's other parts do not import it back.
+
+It also owns its output path: the log file its monitor writes is followed from a recorded
+position (:class:`~rlsup.supervisor.logs.LogFollower`), normalised, scanned for progress,
+readiness and ``rlsup-flag:`` lines, and kept in a ring for clients and diagnosis.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal as signal_mod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from . import events as ev
+from . import lifecycle as lc
 from . import probes
+from .clock import Clock
 from .config import Component as ComponentCfg
-from .logs import LineNormaliser, LogRing, LogWriter, RotatingLog
-from .policy import RestartTracker
-from .process import ENV_ATTEMPT, ENV_COMPONENT, ENV_RUN_DIR, ProcessTree
+from .config import Config
+from .logs import LineNormaliser, LogFollower, LogRing, Position, RingBudget
+from .phrases import describe_exit
+from .process import ENV_ATTEMPT, ENV_COMPONENT, ENV_RUN_DIR, Attempt, Monitors, StartError, find_marked
 from .progress import ProgressMatcher, ProgressTracker
+from .rundir import RunPaths
 
-if TYPE_CHECKING:
-    from .supervisor import Supervisor
-
-READ_SIZE = 65536
-READS_PER_WAKEUP = 16
-# After a wakeup that read something, leave the pipe alone this long so that output arrives in
-# large chunks: a child printing line by line otherwise wakes us once per few lines, and the
-# per-wakeup cost dominates. The pipe holds 1 MiB, far more than a child writes in 2 ms.
-READ_PAUSE_S = 0.002
-DIAG_TAIL = 1000
+READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
+FLAG_LINE = re.compile(r"^rlsup-flag: (?P<type>[a-z][a-z0-9_]{0,40}): (?P<message>.+)$", re.MULTILINE)
+FLAG_LINE_MARK = "rlsup-flag: "
+MONITOR_GONE_S = 10.0
 
 
-@dataclass
-class _Pipe:
-    """The output pipe of one attempt (it may outlive the attempt's root process)."""
+class Context(Protocol):
+    """What a component needs of its run."""
 
-    fd: int
-    norm: LineNormaliser
-    tree: ProcessTree
-    closed: bool = False
-    paused: bool = False
+    cfg: Config
+    paths: RunPaths
+    clock: Clock
+    monitors: Monitors
+
+    def emit(self, event: ev.Event) -> None: ...
+
+    def changed(self, comp: Component) -> None: ...
+
+    def lines_added(self, comp: Component) -> None: ...
+
+    def progress_dirty(self, comp: Component) -> None: ...
+
+    def cgroup_for(self, comp: str, attempt: int) -> str | None: ...
+
+    def watch_monitor(self, comp: Component, attempt: Attempt) -> None: ...
+
+    async def wait_gpu_release(self, comp: Component, pids: set[int]) -> None: ...
+
+    def diagnose(self, comp: Component, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]: ...
+
+    def plan_resume(self, comp: Component, step: int | None) -> dict[str, Any]: ...
 
 
 class Component:
-    def __init__(self, name: str, cfg: ComponentCfg, sup: Supervisor):
+    def __init__(self, name: str, cfg: ComponentCfg, ctx: Context, *, budget: RingBudget | None = None,
+                 life: lc.Life | None = None, log_position: Position | None = None):
         self.name = name
         self.cfg = cfg
-        self.sup = sup
-        logs_cfg = sup.cfg.logs_for(name)
-        self.line_cap = logs_cfg.line_cap
-        self.ring = LogRing(logs_cfg.ring_lines)
-        self.writer = LogWriter(
-            RotatingLog(sup.paths.log(name), logs_cfg.max_bytes, logs_cfg.backups),
-            on_error=lambda e: sup.threadsafe(self._disk_error, e),
-            on_recovered=lambda lost: sup.threadsafe(self._disk_recovered, lost),
-        )
-        self.tracker = RestartTracker(cfg.restart, sup.rng)
+        self.ctx = ctx
+        self.rules = lc.Rules.of(name, cfg)
+        self.life = life or lc.Life(name)
+        logs_cfg = ctx.cfg.logs_for(name)
+        self.logs_cfg = logs_cfg
+        start = log_position or Position()
+        self.ring = LogRing(logs_cfg.ring_lines, budget, first_seq=start.seq)
+        self.norm = LineNormaliser(logs_cfg.line_cap)
+        self.follower = LogFollower(ctx.paths.log(name), logs_cfg.backups, start if start.ino is not None else None)
+        if start.ino is None:
+            self._seek_to_end_of_log()
         p = cfg.progress
         self.matcher = ProgressMatcher(p.pattern, p.preset) if p else ProgressMatcher()
         self.progress = ProgressTracker(total=p.total if p else None)
         self._ready_log = re.compile(cfg.ready.log, re.MULTILINE) if cfg.ready and cfg.ready.log else None
-        self.state = "pending"
-        self.attempt = 0
-        self.tree: ProcessTree | None = None
-        self.pipes: list[_Pipe] = []
-        self.started_at: float | None = None
-        self.ready_at: float | None = None
-        self.last_output_at: float | None = None
-        self._ready_evt = asyncio.Event()
-        self._poke = asyncio.Event()
-        self._want: str = "run"  # "run" | "stop"
-        self._stop_by: str | None = None
-        self._restart_requested = False
-        self._start_requested = False
-        self._forced_failure: str | None = None
+        self._ready_seen = asyncio.Event()
+        self.current: Attempt | None = None  # the attempt whose process may be alive
+        self._probes: list[asyncio.Task[None]] = []
         self._cleanups: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers: list[asyncio.TimerHandle] = []
         self._progress_dirty = False
-        self._disk_flagged = False
-        self.task: asyncio.Task[None] | None = None
-        self.history: list[Any] = []  # diagnosis.AttemptRecord of recent attempts
-        self.last_exit_info: tuple[int | None, str | None] = (None, None)
-        self.resume_step: int | None = None  # one-shot: `rlsup resume NAME --step N`
-        self.prev_pids: set[int] = set()  # every process of the previous attempt (GPU hygiene)
+        self.prev_pids: set[int] = set()  # the previous attempt's processes (GPU hygiene)
         self.watch_info: dict[str, dict[str, Any]] = {}  # watch path -> {step, mtime}
-        self.checkpoint_info: dict[str, Any] | None = None  # latest complete checkpoint
+        self.checkpoint_info: dict[str, Any] | None = None
+        self.flags_this_attempt: set[str] = set()
+        self.log_error: str | None = None
 
-    # ------------------------------------------------------------------ commands
+    # ------------------------------------------------------------------ the one entry point
 
-    def poke(self) -> None:
-        self._poke.set()
+    @property
+    def state(self) -> str:
+        return self.life.state
 
-    def request_stop(self, by: str) -> bool:
-        """Stop this component (and keep it stopped). False if it is already final."""
-        self._want = "stop"
-        self._stop_by = by
-        self._restart_requested = False
-        if self.state in ("starting", "running"):
-            self._terminate(by)
-        self.poke()
-        return True
+    @property
+    def attempt(self) -> int:
+        return self.life.attempt
 
-    def request_start(self) -> bool:
-        if self.state not in ("stopped", "completed", "fatal"):
-            return False
-        self._want = "run"
-        self._start_requested = True
-        self.tracker.reset()
-        self.poke()
-        return True
+    def handle(self, inp: lc.Input) -> None:
+        """Feed one input to the lifecycle and carry out what it decides."""
+        before = self.life.state
+        self.life, effects = lc.step(self.life, inp, self.ctx.clock.monotonic(), self.rules)
+        for e in effects:
+            self._perform(e)
+        if self.life.state != before or effects:
+            if self.life.state != "running" and before == "running":
+                self.progress_changed()  # rate and ETA are for running components only
+            self.ctx.changed(self)
 
-    def request_restart(self, by: str) -> None:
-        self.sup.follow_restart(self)
-        if self.state in ("starting", "running"):
-            self._restart_requested = True
-            self._want = "stop"
-            self._terminate(by)
-        else:
-            self._want = "run"
-            self._start_requested = True
-            self.tracker.reset()
-        self.poke()
+    def _perform(self, e: lc.Effect) -> None:
+        if isinstance(e, lc.Emit):
+            self.ctx.emit(e.event)
+        elif isinstance(e, lc.Spawn):
+            self._task(self._spawn(e))
+        elif isinstance(e, lc.Terminate):
+            self._terminate(e.signal, e.timeout)
+        elif isinstance(e, lc.Probe):
+            self._probes.append(self._task(self._readiness() if e.kind == "ready" else self._liveness()))
+        elif isinstance(e, lc.StopProbes):
+            for t in self._probes:
+                t.cancel()
+            self._probes.clear()
+        elif isinstance(e, lc.SetTimer):
+            inp: lc.Input = lc.BackoffElapsed(e.timer) if e.kind == "backoff" else lc.Healthy(e.timer)
+            self._timers.append(asyncio.get_running_loop().call_later(e.delay, self.handle, inp))
+        elif isinstance(e, lc.Cleanup):
+            if self.current is not None:
+                att, self.current = self.current, None
+                t = asyncio.ensure_future(self._cleanup(att))
+                self._cleanups.add(t)
+                t.add_done_callback(self._cleanups.discard)
 
-    # ------------------------------------------------------------------ main coroutine
+    def _task(self, coro: Any) -> asyncio.Task[Any]:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+        return t
 
-    async def main(self) -> None:
-        while True:
-            if self._want == "stop":
-                await self._become_stopped(self._stop_by or "user")
-                continue
-            if not await self._wait_for_dependencies():
-                continue
-            outcome = await self._run_attempt()
-            if self._want == "stop" or outcome == "stopped":
-                by = self._stop_by or "user"
-                self.sup.emit("stopped", self.name, by=by)
-                self.state = "stopped"
-                self._stop_by = None
-                if self._restart_requested:
-                    self._restart_requested = False
-                    self._want = "run"
-                    self.tracker.reset()
-                    continue
-                await self._idle_until_start()
-                continue
-            if outcome == "spawn_failed_fatal":
-                await self._idle_until_start()
-                continue
-            decision = outcome
-            assert isinstance(decision, tuple)
-            action, delay, reason = decision
-            if action == "restart":
-                self.state = "backoff"
-                self.sup.emit("restart_scheduled", self.name, delay_s=delay, attempt=self.attempt + 1,
-                              reason=reason)
-                self.sup.follow_restart(self)
-                await self._sleep_interruptible(delay)
-                continue
-            if action == "complete":
-                self.state = "completed"
-                self.sup.emit("completed", self.name)
-            else:
-                self.state = "fatal"
-                self.sup.emit("fatal", self.name, reason=reason)
-            await self._idle_until_start()
+    def _task_done(self, t: asyncio.Task[Any]) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]  # reaches the loop's handler: the run ends loudly
 
-    async def _become_stopped(self, by: str) -> None:
-        if self.state not in ("stopped",):
-            self.state = "stopped"
-            self.sup.emit("stopped", self.name, by=by)
-        self._stop_by = None
-        await self._idle_until_start()
+    # ------------------------------------------------------------------ spawning
 
-    async def _idle_until_start(self) -> None:
-        """Stay final (stopped, completed, fatal) until a start or restart command."""
-        self.sup.component_changed(self)
-        while not self._start_requested:
-            self._poke.clear()
-            await self._poke.wait()
-        self._start_requested = False
-        self._want = "run"
-        self.state = "pending"
-
-    async def _sleep_interruptible(self, delay: float) -> None:
-        self._poke.clear()
-        try:
-            await asyncio.wait_for(self._poke.wait(), delay)
-        except (TimeoutError, asyncio.TimeoutError):
-            pass
-        if self._want == "stop" and self.state == "backoff":
-            self.state = "stopped"
-            self.sup.emit("stopped", self.name, by=self._stop_by or "user")
-            self._stop_by = None
-            if self._restart_requested:
-                self._restart_requested = False
-                self._want = "run"
-                return
-            await self._idle_until_start()
-
-    async def _wait_for_dependencies(self) -> bool:
-        """Wait until every dependency meets its condition; False if told to stop meanwhile."""
-        last_waiting: list[str] | None = None
-        while True:
-            if self._want == "stop":
-                return False
-            ok, waiting, blocked = self.sup.deps_status(self)
-            if blocked:
-                self.state = "fatal"
-                self.sup.emit("fatal", self.name, reason=blocked)
-                await self._idle_until_start()
-                return False
-            if ok:
-                return True
-            if waiting != last_waiting and not self.sup.shutting_down:
-                self.state = "pending"
-                self.sup.emit("pending", self.name, waiting_for=waiting)
-                last_waiting = waiting
-            self._poke.clear()
-            await self._poke.wait()
-
-    # ------------------------------------------------------------------ one attempt
-
-    def _env(self) -> dict[str, str]:
+    def _env(self, attempt: int) -> dict[str, str]:
+        run = self.ctx.cfg
         env = dict(os.environ)
-        env.update(self.sup.cfg.file_env)
-        env.update(self.sup.cfg.env)
+        env.update(run.file_env)
+        env.update(run.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.update(self.cfg.env)
         if self.cfg.gpus is not None:
             # NVML numbers GPUs in PCI bus order; make CUDA agree so `gpus` means one thing.
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.cfg.gpus)
-        env[ENV_RUN_DIR] = str(self.sup.paths.root)
+        env[ENV_RUN_DIR] = str(self.ctx.paths.root)
         env[ENV_COMPONENT] = self.name
-        env[ENV_ATTEMPT] = str(self.attempt)
-        env["RLSUP_NAME"] = self.sup.cfg.name
+        env[ENV_ATTEMPT] = str(attempt)
+        env["RLSUP_NAME"] = run.name
         return env
 
-    async def _run_attempt(self) -> Any:
-        """Spawn, wait for ready, wait for exit. Returns "stopped", or (action, delay, reason)."""
-        await self._await_cleanups()
-        if self._want == "stop":
-            return "stopped"
+    async def _spawn(self, e: lc.Spawn) -> None:
+        await self.await_cleanups()  # the previous attempt's tree is gone before anything else
         if self.prev_pids:
-            await self.sup.wait_gpu_release(self, self.prev_pids)
-            if self._want == "stop":
-                return "stopped"
-        self.attempt += 1
-        argv = self.cfg.argv()
-        resume = self.sup.resume_for(self)
-        if resume is not None:
-            argv = argv + resume["args"]
-        tree = ProcessTree(argv, cwd=self.cfg.cwd, env=self._env())
-        self._forced_failure = None
-        now = self.sup.clock()
+            await self.ctx.wait_gpu_release(self, self.prev_pids)
+        plan = self.ctx.plan_resume(self, e.resume_step)  # chosen now that nothing of ours is writing
+        argv = list(self.cfg.argv()) + list(plan.get("args") or [])
+        spec = {
+            "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),
+            "argv": argv, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
+            "log": {"path": str(self.ctx.paths.log(self.name)), "max_bytes": self.logs_cfg.max_bytes,
+                    "backups": self.logs_cfg.backups},
+            "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)),
+            "cgroup": self.ctx.cgroup_for(self.name, e.attempt),
+        }
+        self.flags_this_attempt.clear()
+        self._ready_seen.clear()
         try:
-            fd = tree.spawn()
-        except OSError as e:
-            return self._spawn_failed(argv, e)
-        self.tree = tree
-        exit_fut = self.sup.watch_exit(tree.pid)  # registered before any await: no exit is missed
-        pipe = _Pipe(fd, LineNormaliser(self.line_cap), tree)
-        self.pipes.append(pipe)
-        self.sup.loop.add_reader(fd, self._on_readable, pipe)
-        self.started_at = now
-        self.ready_at = None
-        self._ready_evt.clear()
-        self.progress.reset_to(resume["step"] if resume else None, now)
-        self.state = "starting"
-        self.sup.emit("started", self.name, pid=tree.pid, attempt=self.attempt,
-                      resume={"step": resume["step"], "checkpoint": resume["checkpoint"]} if resume else None,
-                      command=argv)
-        self.sup.component_changed(self)
+            reply = await self.ctx.monitors.start(spec)
+        except StartError as err:
+            self.handle(self._spawn_failed(argv, err.info))
+            return
+        att = Attempt(self.name, e.attempt, int(reply["pid"]), int(reply["shim_pid"]),
+                      self.ctx.paths.monitor_record(self.name, e.attempt), cgroup=spec["cgroup"],
+                      started=float(reply["started"]), started_mono=float(reply["started_mono"]))
+        self.current = att
+        self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
+        self.ctx.watch_monitor(self, att)
+        for w in reply.get("warnings") or []:
+            self.ctx.emit(ev.FlagRaised(self.name, type="tracking", message=w, evidence=[],
+                                        action="processes are tracked through the monitor instead"))
+        resume = {"step": plan["step"], "checkpoint": plan["checkpoint"]} if plan.get("step") is not None else None
+        self.handle(lc.Spawned(att.pid, tuple(argv), resume=resume, monitor_pid=att.monitor_pid,
+                               checkpoints_rejected=tuple(plan.get("rejected") or ()) or None,
+                               started_at=att.started_mono))
 
-        ready_task = asyncio.ensure_future(self._readiness(tree))
-        done, _ = await asyncio.wait({exit_fut, ready_task}, return_when=asyncio.FIRST_COMPLETED)
-        alive_task: asyncio.Future[None] | None = None
-        if ready_task in done and ready_task.result() and not exit_fut.done():
-            self.ready_at = self.sup.clock()
-            self.state = "running"
-            self.sup.emit("ready", self.name, probe=self._probe_desc())
-            self.sup.component_changed(self)
-            if self.cfg.alive:
-                alive_task = asyncio.ensure_future(self._liveness(tree))
-        status = await exit_fut
-        for t in (ready_task, alive_task):
-            if t is not None and not t.done():
-                t.cancel()
-        return await self._handle_exit(tree, pipe, status)
-
-    def _spawn_failed(self, argv: list[str], e: OSError) -> Any:
-        now = self.sup.clock()
-        if isinstance(e, FileNotFoundError) and self.cfg.cwd and not os.path.isdir(self.cfg.cwd):
-            what = f"working directory {self.cfg.cwd!r} does not exist"
-        elif isinstance(e, FileNotFoundError):
-            what = f"command not found: {argv[0]!r} (not on PATH: {os.environ.get('PATH', '')})"
-        elif isinstance(e, PermissionError):
-            what = f"permission denied running {argv[0]!r}"
+    def _spawn_failed(self, argv: list[str], info: dict[str, Any]) -> lc.SpawnFailed:
+        kind = info.get("type")
+        code = info.get("errno")
+        cwd = self.cfg.cwd
+        if kind == "FileNotFoundError" and cwd and (info.get("filename") == cwd or not os.path.isdir(cwd)):
+            what, det = f"working directory {cwd!r} does not exist", True
+        elif kind in ("FileNotFoundError", "NotADirectoryError") or code == 2:
+            path = self._env(0).get("PATH", "")
+            what, det = f"command not found: {argv[0]!r} (not on PATH: {path})", True
+        elif kind == "PermissionError" or code == 13:
+            what, det = f"permission denied running {argv[0]!r}", True
         else:
-            what = f"cannot start {argv[0]!r}: {e.strerror or e}"
-        diag = {"category": "unknown", "summary": what, "exception": f"{type(e).__name__}: {e}",
+            what, det = f"cannot start {argv[0]!r}: {info.get('error')}", False
+        diag = {"category": "unknown", "summary": what, "exception": f"{kind}: {info.get('error')}",
                 "location": None, "step": None, "evidence": [what]}
-        self.sup.emit("started", self.name, pid=None, attempt=self.attempt, resume=None, command=argv)
-        self.sup.emit("exited", self.name, exit_code=127, signal=None, uptime_s=0.0, step=None, diagnosis=diag)
-        if isinstance(e, FileNotFoundError | PermissionError | NotADirectoryError):
-            # Deterministic: restarting cannot help.
-            self.state = "fatal"
-            self.sup.emit("fatal", self.name, reason=what)
-            return "spawn_failed_fatal"
-        d = self.tracker.decide(exit_code=127, signal=None, healthy_s=0.0, now=now, forced_failure=what)
-        return (d.action, d.delay_s, d.reason)
+        return lc.SpawnFailed(what, det, tuple(argv), diag)
 
-    def _probe_desc(self) -> str:
-        r = self.cfg.ready
-        return "started (no readiness probe)" if r is None else f"{r.kind()} {r.target()}"
+    # ------------------------------------------------------------------ probes
 
-    async def _readiness(self, tree: ProcessTree) -> bool:
+    async def _readiness(self) -> None:
         r = self.cfg.ready
-        if r is None:
-            return True
-        kind = r.kind()
-        deadline = self.sup.clock() + r.timeout
-        target = r.target()
+        assert r is not None
+        clock = self.ctx.clock
+        deadline = clock.monotonic() + r.timeout
+        kind, target = r.kind(), r.target()
         if kind == "file" and not os.path.isabs(target):
             target = os.path.join(self.cfg.cwd or os.getcwd(), target)
         detail = ""
         while True:
             if kind == "log":
-                if self._ready_evt.is_set():
-                    return True
+                if self._ready_seen.is_set():
+                    break
             else:
                 ok, detail = await probes.check(kind, target, min(5.0, r.timeout))
+                if ok and kind in ("http", "tcp") and not self._port_is_ours(target):
+                    ok, detail = False, f"{target} answers, but not from a process of {self.name}"
                 if ok:
-                    return True
-            remaining = deadline - self.sup.clock()
+                    break
+            remaining = deadline - clock.monotonic()
             if remaining <= 0:
-                break
+                reason = (f"not ready within {r.timeout:g}s ({kind} {r.target()}"
+                          + (f"; last: {detail})" if detail else ")"))
+                self.handle(lc.ReadyTimedOut(reason))
+                return
             if kind == "log":
-                try:
-                    await asyncio.wait_for(self._ready_evt.wait(), remaining)
-                except (TimeoutError, asyncio.TimeoutError):
-                    pass
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(self._ready_seen.wait(), remaining)
             else:
                 await asyncio.sleep(min(r.interval, remaining))
-        reason = f"not ready within {r.timeout:g}s ({self._probe_desc()}" + (f"; last: {detail})" if detail else ")")
-        self._forced_failure = reason
-        self._terminate("readiness timeout", forced=True)
-        return False
+        self.handle(lc.Ready())
 
-    async def _liveness(self, tree: ProcessTree) -> None:
+    def _port_is_ours(self, target: str) -> bool:
+        """Whether the process listening on a probe's port belongs to this attempt. A busy port's
+        holder must not make a component look ready (`--skip-checks` with a port in use)."""
+        att = self.current
+        if att is None:
+            return False
+        held = probes.held_by(target, att.members())
+        return True if held is None else held  # None: cannot tell (no /proc access): trust the answer
+
+    async def _liveness(self) -> None:
         a = self.cfg.alive
         assert a is not None
         fails = 0
-        while not tree.exited:
+        while True:
             await asyncio.sleep(a.interval)
-            if tree.exited or self.state != "running":
-                return
             ok, detail = await probes.check(a.kind(), a.target(), a.timeout)
             fails = 0 if ok else fails + 1
             if fails >= a.failures:
-                self._forced_failure = f"liveness probe failed {fails} times ({detail})"
-                self.sup.emit("flag", self.name, type="liveness_failed", message=self._forced_failure,
-                              evidence=[detail], action="restarting the component")
-                self._terminate("liveness", forced=True)
+                self.handle(lc.LivenessFailed(f"liveness probe failed {fails} times ({detail})", (detail,)))
                 return
 
-    def _terminate(self, by: str, forced: bool = False) -> None:
-        """Signal the current attempt's tree; SIGKILL whatever is left after stop.timeout."""
-        tree = self.tree
-        if tree is None or tree.exited:
+    # ------------------------------------------------------------------ stopping and exits
+
+    def _terminate(self, sig_name: str, timeout: float) -> None:
+        att = self.current
+        if att is None:
             return
-        if not forced:
-            self._stop_by = by
-        sig = getattr(signal_mod, self.cfg.stop.signal)
-        if self.state in ("starting", "running"):
-            self.state = "stopping"
-            self.sup.emit("stopping", self.name, by=by, signal=self.cfg.stop.signal)
-        self.sup.refresh_tree(self.name, tree)
-        tree.send(sig)
-        tree.term_sent_at = self.sup.clock()
-        self.sup.loop.call_later(self.cfg.stop.timeout, self._kill_if_alive, tree)
+        att.signal(getattr(signal_mod, sig_name))
+        self._timers.append(asyncio.get_running_loop().call_later(timeout, self._kill_if_alive, att))
 
-    def _kill_if_alive(self, tree: ProcessTree) -> None:
-        if not tree.exited:
-            self.sup.refresh_tree(self.name, tree)
-            tree.send(signal_mod.SIGKILL)
+    def _kill_if_alive(self, att: Attempt) -> None:
+        if att.exit is None and self.current is att:
+            att.signal(signal_mod.SIGKILL)
 
-    async def _handle_exit(self, tree: ProcessTree, pipe: _Pipe, status: int) -> Any:
-        tree.set_exit(status)
-        self.last_exit_info = (tree.exit_code, tree.exit_signal)
-        self.prev_pids = set(tree.members)
-        now = self.sup.clock()
-        self._on_readable(pipe, pause=False)  # what the process wrote just before dying
-        uptime = now - (self.started_at or now)
-        healthy = now - self.ready_at if self.ready_at is not None else 0.0
-        step = self.progress.step
-        if self._want == "stop" and self._forced_failure is None:
-            how = f"killed by {tree.exit_signal}" if tree.exit_signal else f"exit code {tree.exit_code}"
-            diag = {"category": "none", "summary": f"stopped by {self._stop_by or 'user'} ({how})",
-                    "exception": None, "location": None, "step": step, "evidence": []}
+    def kill_now(self) -> None:
+        """A second Ctrl-C: SIGKILL what is left at once."""
+        if self.current is not None:
+            self.current.signal(signal_mod.SIGKILL)
+
+    def monitor_changed(self, att: Attempt, gone: bool = False) -> None:
+        """The attempt's record changed (or its monitor is gone): an exit, or trouble writing the log."""
+        if att.exit is not None:
+            return
+        rec = att.read_record()
+        if rec is not None:
+            err = rec.get("log_error")
+            if err and err != self.log_error:
+                self.log_error = err
+                self.ctx.emit(ev.FlagRaised(
+                    self.name, type="disk_full", message=f"cannot write {self.ctx.paths.log(self.name)}: {err}",
+                    evidence=[err], action="still supervising; the monitor drains the output and counts what it "
+                                           "drops (a marker line says how much once the disk has room)"))
+            elif not err and self.log_error:
+                self.log_error = None
+                self.ctx.emit(ev.FlagCleared(self.name, type="disk_full",
+                                             message=f"log writable again; {rec.get('lost_bytes', 0)} bytes were lost"))
+        if rec is not None and rec.get("status") == "exited":
+            att.exit = rec
+        elif gone:
+            att.monitor_gone = True
+            att.exit = {"exit_code": None, "signal": None, "ended_mono": None, "monitor_died": True}
         else:
-            diag = self.sup.diagnose(self, tree, status)
-        self.sup.emit("exited", self.name, exit_code=tree.exit_code, signal=tree.exit_signal,
-                      uptime_s=round(uptime, 3), step=step, diagnosis=diag)
-        self.tree = None
-        cleanup = asyncio.ensure_future(self._cleanup(tree))
-        self._cleanups.add(cleanup)
-        cleanup.add_done_callback(self._cleanups.discard)
-        if self._want == "stop":
-            await self._await_cleanups()
-            return "stopped"
-        d = self.tracker.decide(exit_code=tree.exit_code, signal=tree.exit_signal, healthy_s=healthy, now=now,
-                                forced_failure=self._forced_failure)
-        verdict = self.sup.after_exit(self, d, diag)
-        return (verdict.action, verdict.delay_s, verdict.reason)
+            return
+        self.read_output(final=True)
+        ex = att.exit
+        life = self.life
+        asked = life.forced is None and (life.want == "stop" or life.then_start)
+        if asked and not ex.get("monitor_died"):  # an exit we asked for is not a failure to diagnose
+            how = describe_exit(ex.get("exit_code"), ex.get("signal"))
+            by = life.stop_by or life.restart_by or "user"
+            diag = {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None, "location": None,
+                    "step": self.progress.step, "evidence": []}
+        elif ex.get("monitor_died"):
+            diag = {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
+                    "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
+                    "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]}
+        else:
+            diag = self.ctx.diagnose(self, ex.get("exit_code"), ex.get("signal"), att.pid)
+        self.flush_progress()
+        self.handle(lc.Exited(ex.get("exit_code"), ex.get("signal"), diag, step=self.progress.step,
+                              total=self.progress.total))
 
-    async def _cleanup(self, tree: ProcessTree) -> None:
-        """End whatever the attempt's root left behind; the next attempt waits for this."""
-        self.sup.refresh_tree(self.name, tree)
-        left = [p for p in tree.alive() if p.pid != tree.pid]
+    async def _cleanup(self, att: Attempt) -> None:
+        """End what the attempt left behind (stop signal, SIGKILL after stop.timeout), then let its
+        monitor finish and wait until it is gone."""
+        loop = asyncio.get_running_loop()
+        clock = self.ctx.clock
+        left = att.members()
+        if att.monitor_gone:  # its orphans re-parented to us: the markers still name them
+            left += [p.pid for p in await loop.run_in_executor(None, find_marked, str(self.ctx.paths.root), self.name)]
+        self.prev_pids = set(att.members_seen) | {att.pid}
         if left:
-            term_at = tree.term_sent_at
-            if term_at is None:
-                tree.send(getattr(signal_mod, self.cfg.stop.signal))
-                term_at = self.sup.clock()
-            deadline = term_at + self.cfg.stop.timeout
-            while tree.alive_pids() != [] and self.sup.clock() < deadline:
+            att.signal(getattr(signal_mod, self.cfg.stop.signal))
+            for p in left:
+                with contextlib.suppress(OSError):
+                    os.kill(p, getattr(signal_mod, self.cfg.stop.signal))
+            deadline = clock.monotonic() + self.cfg.stop.timeout
+            while clock.monotonic() < deadline and any(_alive(p) for p in left + att.members()):
                 await asyncio.sleep(0.05)
-            if tree.alive():
-                tree.send(signal_mod.SIGKILL)
-                for _ in range(100):
-                    if not tree.alive():
-                        break
-                    await asyncio.sleep(0.05)
-        # Give late output a moment to arrive, then stop reading this attempt's pipe.
-        for _ in range(20):
-            if pipe_closed(self.pipes, tree):
-                break
-            await asyncio.sleep(0.01)
-        for p in [p for p in self.pipes if p.tree is tree]:
-            self._close_pipe(p)
+            att.signal(signal_mod.SIGKILL)
+            for p in left:
+                with contextlib.suppress(OSError):
+                    os.kill(p, signal_mod.SIGKILL)
+        att.finish()
+        deadline = clock.monotonic() + MONITOR_GONE_S
+        while att.monitor_alive() and clock.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self.read_output()
+        att.remove_cgroup()
+        att.close()
 
-    async def _await_cleanups(self) -> None:
+    async def await_cleanups(self) -> None:
         while self._cleanups:
             await asyncio.gather(*list(self._cleanups), return_exceptions=True)
 
+    @property
+    def busy(self) -> bool:
+        """Whether something of this component may still be alive (a process, a cleanup, a spawn)."""
+        return self.current is not None or bool(self._cleanups) or self.life.spawning
+
+    def adopt(self, att: Attempt, rec: dict[str, Any], ready: bool) -> None:
+        """Take over an attempt that kept running under its monitor while no supervisor was alive."""
+        self.current = att
+        self.ctx.watch_monitor(self, att)
+        self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready))
+        if rec.get("status") == "exited":
+            self.monitor_changed(att)
+
     # ------------------------------------------------------------------ output
 
-    def _on_readable(self, pipe: _Pipe, pause: bool = True) -> None:
-        if pipe.closed:
-            return
-        got = 0
-        for _ in range(READS_PER_WAKEUP):
-            try:
-                chunk = os.read(pipe.fd, READ_SIZE)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self._close_pipe(pipe)
-                return
-            got += len(chunk)
-            self._ingest(pipe, chunk)
-        if got and pause and not pipe.paused:
-            pipe.paused = True
-            self.sup.loop.remove_reader(pipe.fd)
-            self.sup.loop.call_later(READ_PAUSE_S, self._resume_reading, pipe)
-
-    def _resume_reading(self, pipe: _Pipe) -> None:
-        pipe.paused = False
-        if not pipe.closed:
-            self.sup.loop.add_reader(pipe.fd, self._on_readable, pipe)
-
-    def _close_pipe(self, pipe: _Pipe) -> None:
-        if pipe.closed:
-            return
-        pipe.closed = True
+    def _seek_to_end_of_log(self) -> None:
+        """No recorded position: what is in the log already belongs to earlier runs."""
+        path = self.ctx.paths.log(self.name)
         try:
-            self.sup.loop.remove_reader(pipe.fd)
-        except (ValueError, OSError):
-            pass
-        # Drain what is left without blocking, then close.
-        while True:
-            try:
-                chunk = os.read(pipe.fd, READ_SIZE)
-            except OSError:
-                break
-            if not chunk:
-                break
-            self._ingest(pipe, chunk)
-        lines, text = pipe.norm.flush()
-        if lines:
-            self._lines(lines, text)
-        os.close(pipe.fd)
-        if pipe in self.pipes:
-            self.pipes.remove(pipe)
+            st = os.stat(path)
+        except OSError:
+            return
+        self.follower = LogFollower(path, self.logs_cfg.backups, Position(st.st_ino, st.st_size, self.ring.next_seq))
 
-    def _ingest(self, pipe: _Pipe, chunk: bytes) -> None:
-        self.writer.put(chunk)
-        lines, text = pipe.norm.feed(chunk)
+    def position(self) -> Position:
+        """Where the next supervisor should start reading: the start of the line not yet complete."""
+        return Position(self.follower.ino, max(0, self.follower.offset - self.norm.held_bytes), self.ring.next_seq)
+
+    def read_output(self, *, final: bool = False, budget: int = READ_BUDGET) -> bool:
+        """Read what the monitor wrote since last time; True if more is waiting."""
+        data = self.follower.read(budget)
+        if data:
+            self._ingest(data)
+        if final:
+            lines, text = self.norm.flush()
+            if lines:
+                self._lines(lines, text)
+        return len(data) >= budget
+
+    def _ingest(self, chunk: bytes) -> None:
+        lines, text = self.norm.feed(chunk)
         if lines:
             self._lines(lines, text)
         elif self.matcher and b"\r" in chunk:
             # A progress bar redrawn with \r and no newline (tqdm): its latest state still counts.
-            partial = pipe.norm.partial
+            partial = self.norm.partial
             if partial:
                 obs = self.matcher.scan(partial)
-                if obs and self.progress.observe_all(obs, self.sup.clock()):
-                    self._progress_changed()
+                if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic()):
+                    self.progress_changed()
 
     def _lines(self, lines: list[str], text: str) -> None:
-        now = self.sup.clock()
-        self.last_output_at = now
+        now = self.ctx.clock.monotonic()
         self.ring.extend(lines)
         if self.matcher:
             obs = self.matcher.scan(text)
             if obs and self.progress.observe_all(obs, now):
-                self._progress_changed()
-        if self._ready_log is not None and not self._ready_evt.is_set() and self._ready_log.search(text):
-            self._ready_evt.set()
-        self.sup.lines_added(self)
-
-    def progress_changed(self) -> None:
-        """Something in the progress event changed (step, metrics, watches, checkpoint)."""
-        self._progress_changed()
-
-    def _progress_changed(self) -> None:
-        if not self._progress_dirty:
-            self._progress_dirty = True
-            self.sup.progress_dirty(self)
-
-    def progress_event(self) -> dict[str, Any]:
-        self._progress_dirty = False
-        metric = self.cfg.progress.metric if self.cfg.progress else None
-        snap = self.progress.snapshot(self.sup.clock(), metric)
-        snap["checkpoint"] = self.checkpoint_info
-        snap["watch"] = dict(self.watch_info)
-        return snap
-
-    # ------------------------------------------------------------------ disk trouble (from the writer thread)
-
-    def _disk_error(self, e: OSError) -> None:
-        if self._disk_flagged:
-            return
-        self._disk_flagged = True
-        self.sup.emit("flag", self.name, type="disk_full",
-                      message=f"cannot write {self.writer.log.path}: {e.strerror or e}",
-                      evidence=[f"{type(e).__name__}: {e}"],
-                      action="still supervising and draining output; lines are kept in memory "
-                             "(up to 256 MiB) and the rest counted as lost until the disk has room")
-
-    def _disk_recovered(self, lost: int) -> None:
-        self._disk_flagged = False
-        self.sup.emit("flag_cleared", self.name, type="disk_full",
-                      message=f"log writable again; {lost} bytes were lost")
+                self.progress_changed()
+        if self._ready_log is not None and not self._ready_seen.is_set() and self._ready_log.search(text):
+            self._ready_seen.set()
+        if FLAG_LINE_MARK in text:
+            for m in FLAG_LINE.finditer(text):
+                t = m.group("type")
+                if t in self.flags_this_attempt:
+                    continue  # a component repeating its own flag: once per attempt
+                self.flags_this_attempt.add(t)
+                self.ctx.emit(ev.FlagRaised(self.name, type=t, message=m.group("message").strip(),
+                                            evidence=[m.group(0)], action=f"reported by {self.name} itself"))
+        self.ctx.lines_added(self)
 
     def tail(self, n: int) -> list[str]:
         return self.ring.tail(n)[1]
 
+    # ------------------------------------------------------------------ progress
+
+    def progress_changed(self) -> None:
+        if not self._progress_dirty:
+            self._progress_dirty = True
+            self.ctx.progress_dirty(self)
+
+    def flush_progress(self) -> None:
+        if self._progress_dirty:
+            self.ctx.emit(ev.ProgressUpdated(self.name, self.progress_event()))
+
+    def progress_event(self) -> dict[str, Any]:
+        self._progress_dirty = False
+        metric = self.cfg.progress.metric if self.cfg.progress else None
+        mono = self.ctx.clock.monotonic()
+        snap = self.progress.snapshot(mono, metric)
+        if snap.get("last_step_at") is not None:  # monotonic inside, wall time for people
+            snap["last_step_at"] = round(self.ctx.clock.time() - (mono - float(snap["last_step_at"])), 3)
+        if self.life.state != "running":
+            snap["rate"] = None
+            snap["eta_s"] = None
+        snap["checkpoint"] = self.checkpoint_info
+        snap["watch"] = dict(self.watch_info)
+        return snap
+
     def close(self) -> None:
-        for p in list(self.pipes):
-            self._close_pipe(p)
-        self.writer.close()
+        for t in self._timers:
+            t.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        self.follower.close()
 
 
-def pipe_closed(pipes: list[_Pipe], tree: ProcessTree) -> bool:
-    return all(p.closed for p in pipes if p.tree is tree)
+def _alive(pid: int) -> bool:
+    from .process import pid_alive
+
+    return pid_alive(pid)
 

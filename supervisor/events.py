@@ -1,38 +1,252 @@
-"""Event kinds (past tense) and their one-line human form.
+"""Events: what happened, as typed values (frozen dataclasses, past-tense names).
 
-Events are plain JSON-able dicts: ``{"ts", "seq", "kind", "component", ...fields}``. Lifecycle
-events and flags go to the journal and are never dropped; gauges (``progress``, ``gpu``) are
-latest-wins and live only in state and on the wire.
+Inside the supervisor an event is one of the classes below; it becomes JSON only at the edges
+(the journal, the control socket, ``state.json``) through :meth:`Event.to_dict`, where it gets
+``ts`` (wall time, for people), ``seq`` and its ``kind`` (the names in CONTRACT.md). Clients see
+dicts and read them with :func:`describe` and :func:`human`, which both sides share.
+
+Lifecycle events and flags are journaled and never dropped; gauges (``progress``, ``gpu``,
+``resources``) are latest-wins and live only in state and on the wire.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
-LIFECYCLE = frozenset({
-    "run_started", "run_ended", "pending", "started", "ready", "exited", "restart_scheduled",
-    "completed", "fatal", "stopping", "stopped", "flag", "flag_cleared", "leftovers", "command", "cleaned",
-})
-GAUGES = frozenset({"progress", "gpu"})
+from .phrases import describe_exit, fmt_duration
+
+__all__ = ["fmt_duration"]  # re-exported for older callers; the one definition is in phrases
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str] = "?"
+    gauge: ClassVar[bool] = False
+    component: str | None
+
+    def payload(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "component"}
+
+    def to_dict(self, *, ts: float, seq: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"ts": round(ts, 6), "seq": seq, "kind": self.kind, "component": self.component}
+        out.update(self.payload())
+        return out
+
+
+# ---------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    kind = "run_started"
+    name: str = ""
+    run_dir: str = ""
+    config: str = ""
+    pid: int = 0
+    host: str = ""
+    version: str = ""
+    components: list[str] = field(default_factory=list)
+    how: str = "new"  # new | resumed (a finished run continued with --resume) | adopted (a dead supervisor's run)
+    tracking: str = ""  # how processes are tracked: cgroup v2 (path) or the monitors' subreaper
+
+
+@dataclass(frozen=True)
+class RunEnded(Event):
+    kind = "run_ended"
+    exit_code: int = 0
+    reason: str = ""
+    root: dict[str, Any] | None = None  # {"component", "reason"}: whose failure ended the run
+    left: list[str] = field(default_factory=list)  # processes that could not be ended, described
+
+
+@dataclass(frozen=True)
+class SupervisorHandedOver(Event):
+    kind = "supervisor_exited"
+    reason: str = ""
+    monitors: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LeftoversEnded(Event):
+    kind = "leftovers"
+    pids: list[int] = field(default_factory=list)
+    by: str = ""
+    survivors: list[int] = field(default_factory=list)
+    action: str = ""
+
+
+@dataclass(frozen=True)
+class CommandReceived(Event):
+    kind = "command"
+    command: str = ""
+    by: str = "user"
+    client: str | None = None
+    step: int | None = None
+
+
+# ---------------------------------------------------------------------- a component's lifecycle
+
+
+@dataclass(frozen=True)
+class ComponentWaiting(Event):
+    kind = "pending"
+    waiting_for: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ComponentStarted(Event):
+    kind = "started"
+    pid: int = 0
+    attempt: int = 0
+    resume: dict[str, Any] | None = None  # {"step", "checkpoint"}
+    command: list[str] = field(default_factory=list)
+    # With `resume` configured and no complete checkpoint: why each candidate was not used.
+    checkpoints_rejected: list[dict[str, Any]] | None = None
+    monitor_pid: int | None = None
+
+
+@dataclass(frozen=True)
+class StartFailed(Event):
+    kind = "spawn_failed"
+    attempt: int = 0
+    command: list[str] = field(default_factory=list)
+    error: str = ""
+    diagnosis: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ComponentAdopted(Event):
+    kind = "adopted"
+    pid: int = 0
+    attempt: int = 0
+    monitor_pid: int = 0
+    uptime_s: float = 0.0
+    state: str = "running"
+
+
+@dataclass(frozen=True)
+class BecameReady(Event):
+    kind = "ready"
+    probe: str = ""
+
+
+@dataclass(frozen=True)
+class ComponentExited(Event):
+    kind = "exited"
+    exit_code: int | None = None
+    signal: str | None = None
+    uptime_s: float = 0.0
+    step: int | None = None
+    diagnosis: dict[str, Any] | None = None
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class RestartScheduled(Event):
+    kind = "restart_scheduled"
+    delay_s: float = 0.0
+    attempt: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ComponentCompleted(Event):
+    kind = "completed"
+
+
+@dataclass(frozen=True)
+class GaveUp(Event):
+    kind = "fatal"
+    reason: str = ""
+    cause: str | None = None  # the component whose failure this one follows from (a dead dependency)
+
+
+@dataclass(frozen=True)
+class StopBegan(Event):
+    kind = "stopping"
+    by: str = ""
+    signal: str = ""
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ComponentStopped(Event):
+    kind = "stopped"
+    by: str = ""
+
+
+@dataclass(frozen=True)
+class FlagRaised(Event):
+    kind = "flag"
+    type: str = ""
+    message: str = ""
+    evidence: list[str] = field(default_factory=list)
+    action: str = ""
+
+
+@dataclass(frozen=True)
+class FlagCleared(Event):
+    kind = "flag_cleared"
+    type: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ArtefactsCleaned(Event):
+    kind = "cleaned"
+    step: int = 0
+    paths: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- gauges (latest wins, not journaled)
+
+
+@dataclass(frozen=True)
+class ProgressUpdated(Event):
+    kind = "progress"
+    gauge = True
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+@dataclass(frozen=True)
+class GpuSampled(Event):
+    kind = "gpu"
+    gauge = True
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+@dataclass(frozen=True)
+class ResourcesSampled(Event):
+    kind = "resources"
+    gauge = True
+    data: dict[str, Any] = field(default_factory=dict)  # NAME -> {cpu_pct, rss_mb, gpu_mb}
+
+    def payload(self) -> dict[str, Any]:
+        return {"components": dict(self.data)}
+
+
+LIFECYCLE = frozenset(
+    cls.kind for cls in (
+        RunStarted, RunEnded, SupervisorHandedOver, LeftoversEnded, CommandReceived, ComponentWaiting,
+        ComponentStarted, StartFailed, ComponentAdopted, BecameReady, ComponentExited, RestartScheduled,
+        ComponentCompleted, GaveUp, StopBegan, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
+    ))
+GAUGES = frozenset({"progress", "gpu", "resources"})
 
 
 def is_lifecycle(kind: str) -> bool:
     return kind in LIFECYCLE
 
 
-def fmt_duration(s: float | None) -> str:
-    """``"4.2s"``, ``"3m05s"``, ``"2h07m"``, ``"3d04h"``; ``"?"`` when unknown."""
-    if s is None:
-        return "?"
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
-
+# ---------------------------------------------------------------------- words (shared with clients: dicts)
 
 
 def describe(e: dict[str, Any]) -> str:
@@ -40,32 +254,50 @@ def describe(e: dict[str, Any]) -> str:
     k = e.get("kind")
     if k == "run_started":
         comps = ", ".join(e.get("components", []))
-        return f"run {e.get('name')} started (supervisor pid {e.get('pid')}, run dir {e.get('run_dir')}; {comps})"
+        how = {"resumed": "resumed", "adopted": "taken over"}.get(e.get("how") or "new", "started")
+        return f"run {e.get('name')} {how} (supervisor pid {e.get('pid')}, run dir {e.get('run_dir')}; {comps})"
     if k == "run_ended":
         return f"run ended: {e.get('reason')} (exit code {e.get('exit_code')})"
+    if k == "supervisor_exited":
+        n = len(e.get("monitors") or [])
+        return f"supervisor exited ({e.get('reason')}); {n} component(s) keep running under their monitors"
     if k == "pending":
         w = e.get("waiting_for") or []
         return "waiting for " + ", ".join(w) if w else "pending"
     if k == "started":
         r = e.get("resume")
-        extra = f", resuming from step {r['step']}" if r else ""
+        if r:
+            extra = f", resuming from step {r['step']}"
+        elif e.get("checkpoints_rejected"):
+            rej = e["checkpoints_rejected"]
+            extra = (f", FROM SCRATCH: none of {len(rej)} checkpoint(s) is complete ("
+                     + "; ".join(f"step {c.get('step')}: {c.get('reason')}" for c in rej[:3])
+                     + (" ..." if len(rej) > 3 else "") + ")")
+        else:
+            extra = ""
         return f"started pid {e.get('pid')} (attempt {e.get('attempt')}{extra})"
+    if k == "spawn_failed":
+        return f"could not start (attempt {e.get('attempt')}): {e.get('error')}"
+    if k == "adopted":
+        return (f"taken over: pid {e.get('pid')} (attempt {e.get('attempt')}, up {fmt_duration(e.get('uptime_s'))}, "
+                f"monitor pid {e.get('monitor_pid')})")
     if k == "ready":
         return f"ready ({e.get('probe')})"
     if k == "exited":
-        how = f"killed by {e['signal']}" if e.get("signal") else f"exited with code {e.get('exit_code')}"
         step = f" at step {e['step']}" if e.get("step") is not None else ""
         diag = e.get("diagnosis") or {}
         summ = diag.get("summary")
-        return f"{how} after {fmt_duration(e.get('uptime_s'))}{step}" + (f": {summ}" if summ and diag.get("category") != "none" else "")
+        return (f"{describe_exit(e.get('exit_code'), e.get('signal'))} after {fmt_duration(e.get('uptime_s'))}{step}"
+                + (f": {summ}" if summ and diag.get("category") != "none" else ""))
     if k == "restart_scheduled":
-        return f"restarting in {e.get('delay_s'):.1f}s (attempt {e.get('attempt')}; {e.get('reason')})"
+        return f"restarting in {(e.get('delay_s') or 0):.1f}s (attempt {e.get('attempt')}; {e.get('reason')})"
     if k == "completed":
         return "completed"
     if k == "fatal":
         return f"FATAL: {e.get('reason')}"
     if k == "stopping":
-        return f"stopping ({e.get('signal')}, by {e.get('by')})"
+        why = f"; {e['reason']}" if e.get("reason") else ""
+        return f"stopping ({e.get('signal')}, by {e.get('by')}{why})"
     if k == "stopped":
         return f"stopped (by {e.get('by')})"
     if k == "flag":
@@ -84,12 +316,13 @@ def describe(e: dict[str, Any]) -> str:
         return f"step {e.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")
     if k == "cleaned":
         paths = e.get("paths") or []
-        return f"removed {len(paths)} artefact(s) of steps after {e.get('step')} before resuming: " + ", ".join(paths[:5]) + (" ..." if len(paths) > 5 else "")
+        return (f"removed {len(paths)} artefact(s) of steps after {e.get('step')} before resuming: "
+                + ", ".join(paths[:5]) + (" ..." if len(paths) > 5 else ""))
     if k == "command":
         via = f" via {e['client']}" if e.get("client") else ""
         step = f" --step {e['step']}" if e.get("step") is not None else ""
         return f"command {e.get('command')}{step} from {e.get('by', 'user')}{via}"
-    return k or "?"
+    return str(k or "?")
 
 
 def human(e: dict[str, Any], *, width: int = 12) -> str:

@@ -11,15 +11,12 @@ Nothing here imports textual: the TUI is imported inside :func:`cmd_fleet` only.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import contextlib
 import difflib
-import json
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,7 +27,6 @@ from typing import Any
 from . import state as run_state
 from .client import Connector, Session, SessionListener
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 JSON_TIMEOUT_S = 15.0
 FLAG_TYPE = "fleet_repeated_error"
 MAX_FAILURES = 200  # failures remembered per pod (only signatures matter; the newest win)
@@ -498,54 +494,6 @@ def latest_problem(pod: Mapping[str, Any]) -> str:
     return " · ".join(x[1] for x in (flag, diag) if x is not None)
 
 
-def format_text(snap: Mapping[str, Any]) -> str:
-    """A plain table of the snapshot, for a terminal that is not interactive."""
-    lines = []
-    for f in snap.get("flags", []):
-        lines.append(f"FLEET FLAG {f['type']}: {f['message']} ({', '.join(f['pods'])})")
-    for p in snap.get("pods", []):
-        if not p["connected"]:
-            lines.append(f"{p['label']:<16} {p['connection']}: {p['error'] or ''}")
-            continue
-        comps = " ".join(f"{n}={c.get('state')}" for n, c in p["components"].items())
-        main = main_component(p["components"])
-        prog = ""
-        if main and main[1].get("step") is not None:
-            prog = f" step {main[1]['step']}" + (f"/{main[1]['total']}" if main[1].get("total") else "")
-        problem = latest_problem(p)
-        lines.append(f"{p['label']:<16} {(p.get('run') or {}).get('name') or '?'}: {comps}{prog}"
-                     f"  gpu {gpu_summary(p.get('gpus'))}" + (f"  | {problem}" if problem else ""))
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line.
-
-
-def add_fleet_parser(sub: Any) -> None:
-    """Register ``rlsup fleet`` on the CLI's subparsers (``cmd_fleet`` is its handler)."""
-    p = sub.add_parser(
-        "fleet", help="watch and steer the runs on many pods from one screen",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "Connect to every pod of FLEET.yaml over SSH in parallel (as `rlsup attach HOST` does) and show one\n"
-            "row per pod: connection, run, component states, step/total, rate, ETA, GPU use, the latest flag\n"
-            "or diagnosis. Identical failures on several pods are grouped into one fleet flag.\n"
-            "Keys: enter opens the pod's full TUI; space selects pods; r/u restart/resume a component and\n"
-            "d stops the run (`rlsup down`) on the selected pods, each after a confirmation.\n\n"
-            "FLEET.yaml:\n  pods:\n    - host: gpu-pod-1      # or an ~/.ssh/config alias\n      user: root\n"
-            "      port: 22\n      run_dir: /workspace/runs/gsm8k-grpo\n      label: qwen-0.5b"),
-        epilog="exit codes: 0 (with --json: every pod reachable), 1 some pod unreachable, 2 fleet file error.")
-    p.add_argument("fleet_file", metavar="FLEET.yaml", help="the pods: host, user, port, run_dir, label")
-    p.add_argument("--json", action="store_true", help="print one snapshot of every pod and the fleet flags, then exit")
-    p.add_argument("--timeout", type=float, default=JSON_TIMEOUT_S, metavar="S",
-                   help=f"with --json: wait at most S seconds for the pods to answer (default {JSON_TIMEOUT_S:g})")
-    p.add_argument("--accept-new-host-key", action="store_true", help="trust and record unknown host keys")
-    p.add_argument("--remote-cmd", metavar="CMD", default=None,
-                   help="how to run rlsup on the pods (default: $RLSUP_REMOTE_CMD or `rlsup`)")
-    p.set_defaults(func=cmd_fleet)
-
-
 def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool) -> Callable[[PodSpec], Connector]:
     """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does)."""
     from .ssh import SshTarget, ssh_connector
@@ -577,56 +525,3 @@ async def fleet_snapshot(specs: Sequence[PodSpec], connector_for: Callable[[PodS
         if not p["connected"] and not p["error"]:
             p["error"] = f"no answer within {timeout:g}s"
     return snap
-
-
-def _run_loop(coro: Any) -> Any:
-    # Not asyncio.run: its executor shutdown would join an SSH dial stuck on a silent host.
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-
-
-def cmd_fleet(args: argparse.Namespace) -> int:
-    """``rlsup fleet FLEET.yaml [--json]``."""
-    from .config import ConfigError
-
-    try:
-        specs = load_fleet(args.fleet_file)
-    except ConfigError as e:
-        print(e.report(args.fleet_file), file=sys.stderr)
-        return EXIT_USAGE
-    connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key)
-    interactive = sys.stdout.isatty() and sys.stdin.isatty()
-    if args.json or not interactive:
-        snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=getattr(args, "timeout", JSON_TIMEOUT_S)))
-        if args.json:
-            json.dump(snap, sys.stdout, indent=1, default=str)
-            print()
-        else:
-            print(format_text(snap))
-        return EXIT_OK if all(p["connected"] for p in snap["pods"]) else EXIT_FAILED
-    from rlsup.tui.app import run_tui
-    from rlsup.tui.fleet import run_fleet_tui
-
-    while True:
-        chosen = run_fleet_tui(specs, connector_for)
-        if chosen is None:
-            return EXIT_OK
-        spec = next(s for s in specs if s.label == chosen)
-        run_tui(connector_for(spec), target=f"{spec.label} ({spec.target_label()})", attach_hint=spec.attach_hint())
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rlsup.supervisor.fleet FLEET.yaml ...`` (until ``rlsup fleet`` is wired in the CLI)."""
-    parser = argparse.ArgumentParser(prog="rlsup")
-    add_fleet_parser(parser.add_subparsers(dest="cmd"))
-    args = parser.parse_args(["fleet", *(sys.argv[1:] if argv is None else argv)])
-    return cmd_fleet(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,18 +1,19 @@
-"""Capture of a component's output: raw bytes to disk, normalised lines to a bounded ring.
+"""A component's output as the supervisor sees it: followed from the log file, normalised, kept in a ring.
 
-The data path works on chunks: one decode, one ANSI substitution and one split per chunk,
-never a Python object per line beyond the line string itself. Disk writes happen on a writer
-thread so a slow or stuck disk never stops the pipe from draining.
+The monitor (:mod:`~rlsup.supervisor.shim`) writes the byte-exact log; the supervisor follows that
+file (:class:`LogFollower`) rather than a pipe, so it can die, be stopped or be upgraded while the
+component writes on, and a new supervisor continues from a recorded position (inode, byte offset,
+line sequence number) with no line seen twice or missed. The data path works on chunks: one
+decode, one ANSI substitution and one split per chunk, never a Python object per line beyond the
+line string itself. Rings are bounded in lines and, across the run, in bytes (:class:`RingBudget`).
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import re
-import threading
 from collections import deque
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 # CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks), and lone escapes.
@@ -81,6 +82,11 @@ class LineNormaliser:
         return line[: self.line_cap] + TRUNC_MARK.format(n=len(line) - self.line_cap)
 
     @property
+    def held_bytes(self) -> int:
+        """Bytes of the unterminated tail, dropped ones included: where the current line began."""
+        return len(self._pending) + self._pending_dropped
+
+    @property
     def partial(self) -> str:
         if not self._pending:
             return ""
@@ -94,16 +100,66 @@ class LineNormaliser:
         return self.feed(b"\n")
 
 
+LINE_OVERHEAD = 57  # bytes a short str and its deque slot cost beyond the characters (CPython, 64-bit)
+
+
+class RingBudget:
+    """A byte budget shared by the rings of a run: when the total is over, the largest ring gives up
+    its oldest lines first, so one chatty component cannot push out a quiet one's tail."""
+
+    def __init__(self, total_bytes: int):
+        self.total = total_bytes
+        self.used = 0
+        self.rings: list[LogRing] = []
+
+    def enforce(self) -> None:
+        while self.used > self.total:
+            big = max(self.rings, key=lambda r: r.bytes)
+            if len(big) <= 1:
+                return
+            big.evict(max(1, len(big) // 16))
+
+
 class LogRing:
     """Bounded ring of normalised lines; line ``i`` of the stream has sequence number ``i``."""
 
-    def __init__(self, maxlen: int = 10_000):
-        self._lines: deque[str] = deque(maxlen=maxlen)
-        self.next_seq = 0
+    def __init__(self, maxlen: int = 10_000, budget: RingBudget | None = None, first_seq: int = 0):
+        self._lines: deque[str] = deque()
+        self.maxlen = maxlen
+        self.next_seq = first_seq
+        self.bytes = 0
+        self.budget = budget
+        if budget is not None:
+            budget.rings.append(self)
 
     def extend(self, lines: list[str]) -> None:
+        add = sum(map(len, lines)) + LINE_OVERHEAD * len(lines)
         self._lines.extend(lines)
         self.next_seq += len(lines)
+        self.bytes += add
+        if self.budget is not None:
+            self.budget.used += add
+        over = len(self._lines) - self.maxlen
+        if over > 0:
+            self.evict(over)
+        if self.budget is not None and self.budget.used > self.budget.total:
+            self.budget.enforce()
+
+    def evict(self, n: int) -> None:
+        n = min(n, len(self._lines))
+        if n <= 0:
+            return
+        freed = 0
+        pop = self._lines.popleft
+        for _ in range(n):
+            freed += len(pop()) + LINE_OVERHEAD
+        self.bytes -= freed
+        if self.budget is not None:
+            self.budget.used -= freed
+
+    def reset(self, first_seq: int) -> None:
+        self.evict(len(self._lines))
+        self.next_seq = first_seq
 
     @property
     def first_seq(self) -> int:
@@ -130,143 +186,120 @@ class LogRing:
         return len(self._lines)
 
 
-class RotatingLog:
-    """Byte-exact append-only log with size rotation (``X.log`` -> ``X.log.1`` -> ...)."""
+@dataclass
+class Position:
+    """Where a follower is: the file (by inode), the byte offset of the next unread line in it, and the
+    sequence number of that line. Recorded in ``state.json`` so the next supervisor continues there."""
 
-    def __init__(self, path: Path, max_bytes: int, backups: int):
-        self.path = path
-        self.max_bytes = max_bytes
-        self.backups = backups
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        self._size = os.fstat(self._fd).st_size
+    ino: int | None = None
+    offset: int = 0
+    seq: int = 0
 
-    def write(self, data: bytes) -> None:
-        if self._size and self._size + len(data) > self.max_bytes:
-            self._rotate()
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-            self._size += n
+    def to_dict(self) -> dict[str, int | None]:
+        return {"ino": self.ino, "offset": self.offset, "seq": self.seq}
 
-    def _rotate(self) -> None:
-        os.close(self._fd)
-        if self.backups > 0:
-            for i in range(self.backups - 1, 0, -1):
-                src = self.path.with_name(f"{self.path.name}.{i}")
-                if src.exists():
-                    os.replace(src, self.path.with_name(f"{self.path.name}.{i + 1}"))
-            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        else:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
-        self._fd = os.open(self.path, flags, 0o644)
-        self._size = 0
-
-    def close(self) -> None:
+    @classmethod
+    def from_dict(cls, d: object) -> Position | None:
+        if not isinstance(d, dict):
+            return None
         try:
-            os.fsync(self._fd)
-        except OSError:
-            pass
-        os.close(self._fd)
+            return cls(int(d["ino"]) if d.get("ino") is not None else None, int(d.get("offset", 0)),
+                       int(d.get("seq", 0)))
+        except (TypeError, ValueError):
+            return None
 
 
-class LogWriter:
-    """Writes chunks to a :class:`RotatingLog` on a thread of its own.
+class LogFollower:
+    """Reads one component's log as its monitor writes it, across rotations (``X.log`` -> ``X.log.1``).
 
-    ``put`` never blocks. Chunks wait in memory up to ``max_pending`` bytes (a stuck disk);
-    beyond that they are dropped and counted, and a marker saying how much was lost is
-    written once the disk accepts data again. Write errors (a full disk) are reported through
-    ``on_error(exc)`` once per episode and ``on_recovered(lost_bytes)`` when writing works again.
+    The monitor rotates only by renaming and never writes to a renamed file, so once ``X.log`` is a
+    new inode, what the old descriptor still holds is final: read it to its end, then go on with the
+    next file in order. Files that rotated out of existence meanwhile are reported as a gap.
     """
 
-    def __init__(self, log: RotatingLog, *, max_pending: int = 256 * 1024 * 1024,
-                 on_error: Callable[[OSError], None] | None = None,
-                 on_recovered: Callable[[int], None] | None = None, retry_s: float = 2.0):
-        self.log = log
-        self.max_pending = max_pending
-        self.on_error = on_error
-        self.on_recovered = on_recovered
-        self.retry_s = retry_s
-        self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._pending = 0
-        self._lock = threading.Lock()
-        self.lost = 0
-        self.written = 0
-        self._failing = False
-        self._announced = 0
-        self._closing = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._thread = threading.Thread(target=self._run, name=f"log-writer:{log.path.name}", daemon=True)
-        self._thread.start()
+    def __init__(self, path: Path, backups: int, start: Position | None = None):
+        self.path = path
+        self.backups = backups
+        self.fd: int | None = None
+        self.ino: int | None = None
+        self.offset = 0
+        self.gaps = 0  # files skipped because they were deleted before we read them
+        if start is not None and start.ino is not None:
+            self._open_ino(start.ino, start.offset)
 
-    def put(self, chunk: bytes) -> None:
-        with self._lock:
-            if self._pending + len(chunk) > self.max_pending:
-                self.lost += len(chunk)
-                return
-            self._pending += len(chunk)
-            self._idle.clear()
-        self._q.put(chunk)
-
-    def _run(self) -> None:
-        while True:
-            chunk = self._q.get()
-            if chunk is None:
-                return
-            # Coalesce what is queued into one write.
-            parts = [chunk]
-            size = len(chunk)
-            stop = False
-            while size < 4 * 1024 * 1024:
-                try:
-                    nxt = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    stop = True
-                    break
-                parts.append(nxt)
-                size += len(nxt)
-            self._write(parts[0] if len(parts) == 1 else b"".join(parts))
-            with self._lock:
-                self._pending -= size
-                if self._pending == 0 and self._q.empty():
-                    self._idle.set()
-            if stop:
-                return
-
-    def _write(self, data: bytes) -> None:
+    def _chain(self) -> list[tuple[Path, int]]:
+        """Existing log files, oldest first, with their inodes."""
+        out = []
+        for i in range(self.backups, 0, -1):
+            p = self.path.with_name(f"{self.path.name}.{i}")
+            try:
+                out.append((p, os.stat(p).st_ino))
+            except OSError:
+                pass
         try:
-            unannounced = self.lost - self._announced
-            if unannounced:
-                self.log.write(f"\n[rlsup: {unannounced} bytes of output were lost while the log could "
-                               f"not be written]\n".encode())
-                self._announced += unannounced
-            self.log.write(data)
-            self.written += len(data)
-            if self._failing:
-                self._failing = False
-                if self.on_recovered:
-                    self.on_recovered(self.lost)
-        except OSError as e:
-            if not self._failing:
-                self._failing = True
-                if self.on_error:
-                    self.on_error(e)
-            with self._lock:
-                self.lost += len(data)
-            # Pace the retries: the next chunk tries again after a pause.
-            self._closing.wait(self.retry_s)
+            out.append((self.path, os.stat(self.path).st_ino))
+        except OSError:
+            pass
+        return out
 
-    def drain(self, timeout: float | None = None) -> bool:
-        """Wait until everything put so far is written (or dropped); True if idle."""
-        return self._idle.wait(timeout)
+    def _open(self, p: Path, offset: int) -> bool:
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd, self.ino, self.offset = fd, os.fstat(fd).st_ino, offset
+        return True
 
-    def close(self, timeout: float = 10.0) -> None:
-        self._closing.set()
-        self._q.put(None)
-        self._thread.join(timeout)
-        self.log.close()
+    def _open_ino(self, ino: int, offset: int) -> None:
+        chain = self._chain()
+        for p, i in chain:
+            if i == ino:
+                self._open(p, offset)
+                return
+        if chain:  # the recorded file rotated out of existence: start at the oldest that is left
+            self.gaps += 1
+            self._open(chain[0][0], 0)
+
+    def read(self, limit: int = 4 << 20) -> bytes:
+        """Up to ``limit`` new bytes (possibly from more than one file, in order)."""
+        if self.fd is None and not self._open(self.path, 0):
+            return b""
+        parts: list[bytes] = []
+        got = 0
+        while got < limit:
+            assert self.fd is not None
+            chunk = os.pread(self.fd, min(limit - got, 1 << 20), self.offset)
+            if chunk:
+                parts.append(chunk)
+                got += len(chunk)
+                self.offset += len(chunk)
+                continue
+            # At the end of our file: if it is still X.log, that is all for now.
+            try:
+                cur = os.stat(self.path).st_ino
+            except OSError:
+                break
+            if cur == self.ino:
+                break
+            tail = os.pread(self.fd, 1 << 30, self.offset)  # final now: the monitor moved on
+            if tail:
+                parts.append(tail)
+                got += len(tail)
+                self.offset += len(tail)
+            chain = self._chain()
+            inos = [i for _, i in chain]
+            if self.ino in inos:
+                nxt = chain[inos.index(self.ino) + 1] if inos.index(self.ino) + 1 < len(chain) else None
+            else:
+                self.gaps += 1
+                nxt = chain[0] if chain else None
+            if nxt is None or not self._open(nxt[0], 0):
+                break
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from .config import parse_hostport
@@ -74,3 +75,62 @@ async def check(kind: str, target: str, timeout: float) -> tuple[bool, str]:
     if kind == "file":
         return await check_file(target)
     raise ValueError(f"not a polled probe: {kind}")
+
+
+def _port_of(target: str) -> int | None:
+    """The TCP port of a probe target (``http://host:port/path`` or ``host:port``)."""
+    if "://" in target:
+        try:
+            u = urlsplit(target)
+            return u.port or (443 if u.scheme == "https" else 80)
+        except ValueError:
+            return None
+    try:
+        return int(target.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def listening_inodes(port: int) -> set[int] | None:
+    """Socket inodes listening on ``port`` (IPv4 and IPv6), or None if /proc cannot tell."""
+    found: set[int] | None = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        found = found or set()
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                found.add(int(cols[9]))
+    return found
+
+
+def socket_inodes(pid: int) -> set[int]:
+    out = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+def held_by(target: str, pids: Iterable[int]) -> bool | None:
+    """Whether the socket listening on ``target``'s port belongs to one of ``pids``; None if that
+    cannot be known (no listener visible in this network namespace, or /proc unreadable)."""
+    port = _port_of(target)
+    if port is None:
+        return None
+    inodes = listening_inodes(port)
+    if not inodes:
+        return None
+    return any(socket_inodes(p) & inodes for p in pids)

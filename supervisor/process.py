@@ -1,39 +1,54 @@
-"""One attempt of a component as an OS process tree: spawn, track descendants, signal, reap.
+"""The supervisor's side of process management: starting monitors, and one attempt's process tree.
 
-Every child runs in its own session (its pid is its process group), with stdout and stderr on
-one pipe, stdin on /dev/null, and marker variables (``RLSUP_RUN_DIR``, ``RLSUP_COMPONENT``,
-``RLSUP_ATTEMPT``) in its environment. Descendants are found three ways, because any one
-alone misses some: the root's live process tree (psutil), orphans re-parented to the
-supervisor (it is a child subreaper), and the marker variables (for processes that called
-setsid and whose parent is gone, or that a supervisor which died hard left behind).
+Each attempt runs under its own monitor (:mod:`~rlsup.supervisor.shim`). Monitors are forked from
+a *zygote*, a small stdlib-only interpreter started once per supervisor, because starting a fresh
+interpreter per component costs ~40 ms of CPU and ~4 MB each; a fork of the idle zygote costs a
+fraction of both. If the zygote cannot run, a monitor is started as its own interpreter.
+
+An attempt's processes are found without trusting anything they could change: where the machine
+allows it, every attempt runs in a cgroup v2 of its own (``cgroup.procs`` lists every process
+whatever it did; ``cgroup.kill`` ends them all); otherwise the monitor is a child subreaper, so
+every orphan of the attempt re-parents to it and its descendants are the attempt. Environment
+markers (``RLSUP_RUN_DIR``, ``RLSUP_COMPONENT``) are kept as a last net for processes whose
+monitor was killed.
+
+Signals to a monitor go through a pidfd, so a recycled pid is never signalled by mistake.
 """
 
 from __future__ import annotations
 
-import ctypes
+import asyncio
+import contextlib
 import errno
-import fcntl
+import hashlib
+import json
 import os
 import signal as signal_mod
+import socket
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import psutil
 
-F_SETPIPE_SZ = 1031
-PIPE_SIZE = 1 << 20
+from . import shim
+
 PR_SET_CHILD_SUBREAPER = 36
 ENV_RUN_DIR = "RLSUP_RUN_DIR"
 ENV_COMPONENT = "RLSUP_COMPONENT"
 ENV_ATTEMPT = "RLSUP_ATTEMPT"
+START_TIMEOUT_S = 30.0
 
 
 def set_child_subreaper() -> bool:
     """Make orphaned descendants re-parent to this process (Linux); False where unsupported."""
+    import ctypes
+
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -47,144 +62,355 @@ def signal_name(signum: int) -> str:
 
 def decode_status(status: int) -> tuple[int | None, str | None]:
     """waitpid status -> (exit code, signal name); exactly one is not None."""
-    if os.WIFSIGNALED(status):
-        return None, signal_name(os.WTERMSIG(status))
-    if os.WIFEXITED(status):
-        return os.WEXITSTATUS(status), None
-    return None, None
+    f = shim.exit_fields(status)
+    return f["exit_code"], f["signal"]
 
 
-@dataclass(frozen=True)
-class Member:
-    pid: int
-    create_time: float
+def pid_alive(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] not in (b"Z", b"X")
 
-    def process(self) -> psutil.Process | None:
-        """The live process, or None if it is gone (or the pid was reused)."""
+
+# ---------------------------------------------------------------------- cgroups
+
+
+@dataclass
+class Cgroups:
+    """One cgroup v2 per attempt under ``<our cgroup>/rlsup-<run>``, or None with the reason."""
+
+    base: Path | None
+    reason: str
+
+    @classmethod
+    def for_run(cls, run_dir: Path) -> Cgroups:
+        if os.environ.get("RLSUP_CGROUPS", "auto") == "off":
+            return cls(None, "disabled by RLSUP_CGROUPS=off")
+        mount = _cgroup2_mount()
+        if mount is None:
+            return cls(None, "no cgroup v2 hierarchy is mounted")
+        own = _own_cgroup()
+        if own is None:
+            return cls(None, "this process is not in a cgroup v2")
+        tag = hashlib.sha256(str(run_dir).encode()).hexdigest()[:12]
+        base = Path(mount) / own.lstrip("/") / f"rlsup-{tag}"
         try:
-            p = psutil.Process(self.pid)
-            if abs(p.create_time() - self.create_time) > 0.05 or p.status() == psutil.STATUS_ZOMBIE:
-                return None
-            return p
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            base.mkdir(exist_ok=True)
+        except OSError as e:
+            return cls(None, f"cannot create a cgroup under {base.parent} ({e.strerror})")
+        probe = base / ".probe"
+        try:  # moving processes needs write access to cgroup.procs, which mkdir alone does not prove
+            probe.mkdir(exist_ok=True)
+            if not os.access(probe / "cgroup.procs", os.W_OK):
+                raise PermissionError(errno.EACCES, "cgroup.procs is not writable")
+            if not (probe / "cgroup.kill").exists():
+                raise OSError(errno.ENOTSUP, "no cgroup.kill (kernel older than 5.14)")
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                probe.rmdir()
+            with contextlib.suppress(OSError):
+                base.rmdir()
+            return cls(None, f"cgroups under {base.parent} are not usable ({e.strerror})")
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+        return cls(base, f"cgroup v2 ({base})")
+
+    def for_attempt(self, component: str, attempt: int) -> str | None:
+        if self.base is None:
             return None
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in component)
+        p = self.base / f"{safe}.{attempt}"
+        try:
+            p.mkdir(exist_ok=True)
+        except OSError:
+            return None
+        return str(p)
+
+    def describe(self) -> str:
+        return self.reason if self.base is not None else f"monitor subreaper ({self.reason})"
+
+    def remove_empty(self) -> None:
+        if self.base is None:
+            return
+        for d in sorted(self.base.glob("*"), reverse=True):
+            if d.is_dir() and not shim.cgroup_pids(str(d)):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+        with contextlib.suppress(OSError):
+            self.base.rmdir()
 
 
-class ProcessTree:
-    """One spawned attempt and every process descended from it."""
+def _cgroup2_mount() -> str | None:
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                if right.split()[:1] == ["cgroup2"]:
+                    return left.split()[4]
+    except OSError:
+        pass
+    return None
 
-    def __init__(self, argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str]):
-        self.argv = list(argv)
-        self.cwd = cwd
-        self.env = dict(env)
-        self.pid: int | None = None
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.read_fd: int | None = None
-        self.members: dict[int, Member] = {}
-        self.exit_code: int | None = None
-        self.exit_signal: str | None = None
-        self.exited = False
-        self.term_sent_at: float | None = None  # when stop began (supervisor clock): SIGKILL deadline
 
-    def spawn(self) -> int:
-        """Start the root process; returns the read end of its output pipe (non-blocking).
+def _own_cgroup() -> str | None:
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return None
 
-        Raises OSError (e.g. FileNotFoundError for a missing executable) without leaving a pipe open.
-        """
+
+# ---------------------------------------------------------------------- one attempt
+
+
+@dataclass
+class Attempt:
+    """One attempt's processes: the command (``pid``), the monitor above it, its cgroup and record."""
+
+    component: str
+    attempt: int
+    pid: int
+    monitor_pid: int
+    record_path: Path
+    cgroup: str | None = None
+    started: float = 0.0  # wall
+    started_mono: float = 0.0
+    pidfd: int | None = None
+    exit: dict[str, Any] | None = None  # the record's exit fields once the command exited
+    monitor_gone: bool = False
+    members_seen: set[int] = field(default_factory=set)
+
+    def open_pidfd(self) -> int | None:
+        """A pidfd for the monitor (readable once it exits); None where the kernel has none."""
+        if self.pidfd is None:
+            try:
+                self.pidfd = os.pidfd_open(self.monitor_pid)
+            except (OSError, AttributeError):
+                self.pidfd = None
+        return self.pidfd
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+            self.pidfd = None
+
+    def members(self) -> list[int]:
+        """Every live process of the attempt (not the monitor itself)."""
+        pids: set[int] = set()
+        if self.cgroup:
+            pids.update(shim.cgroup_pids(self.cgroup))
+        if not self.monitor_gone:
+            pids.update(shim.descendants(self.monitor_pid))
+        pids.discard(self.monitor_pid)
+        live = [p for p in pids if pid_alive(p)]
+        self.members_seen.update(live)
+        return live
+
+    def signal(self, signum: int) -> None:
+        """Signal the process group and every member (a member may have left the group)."""
+        with contextlib.suppress(OSError):
+            os.killpg(self.pid, signum)
+        if self.cgroup and signum == signal_mod.SIGKILL:
+            with contextlib.suppress(OSError), open(os.path.join(self.cgroup, "cgroup.kill"), "w") as f:
+                f.write("1")
+        for p in self.members():
+            with contextlib.suppress(OSError):
+                os.kill(p, signum)
+
+    def finish(self) -> None:
+        """Tell the monitor to end what is left, drain, remove its record and exit."""
+        if self.monitor_gone:
+            return
+        fd = self.open_pidfd()
+        try:
+            if fd is not None:
+                signal_mod.pidfd_send_signal(fd, signal_mod.SIGUSR1)
+            elif pid_alive(self.monitor_pid):
+                os.kill(self.monitor_pid, signal_mod.SIGUSR1)
+        except ProcessLookupError:
+            self.monitor_gone = True
+        except OSError:
+            pass
+
+    def monitor_alive(self) -> bool:
+        if self.monitor_gone:
+            return False
+        alive = pid_alive(self.monitor_pid)
+        if not alive:
+            self.monitor_gone = True
+        return alive
+
+    def read_record(self) -> dict[str, Any] | None:
+        return shim.read_record(str(self.record_path))
+
+    def remove_cgroup(self) -> None:
+        if self.cgroup and not shim.cgroup_pids(self.cgroup):
+            with contextlib.suppress(OSError):
+                os.rmdir(self.cgroup)
+
+
+def attempt_from_record(rec: dict[str, Any], path: Path) -> Attempt:
+    return Attempt(component=str(rec["component"]), attempt=int(rec["attempt"]), pid=int(rec["pid"]),
+                   monitor_pid=int(rec["shim_pid"]), record_path=path, cgroup=rec.get("cgroup"),
+                   started=float(rec.get("started") or 0.0), started_mono=float(rec.get("started_mono") or 0.0))
+
+
+def records(monitors_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every readable monitor record of a run dir (``<component>.<attempt>.json``)."""
+    out = []
+    for p in sorted(monitors_dir.glob("*.json")):
+        rec = shim.read_record(str(p))
+        if rec is not None and {"component", "attempt", "shim_pid", "pid"} <= rec.keys():
+            out.append((p, rec))
+    return out
+
+
+def is_monitor_of(rec: dict[str, Any], run_dir: Path) -> bool:
+    """Whether the record's monitor process is alive and really this run's monitor (pid reuse)."""
+    pid = int(rec.get("shim_pid") or 0)
+    if pid <= 0 or not pid_alive(pid):
+        return False
+    try:
+        cmd = psutil.Process(pid).cmdline()
+        started = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return False
+    is_shim = any(a.endswith("shim.py") for a in cmd)
+    # A monitor forked from the zygote started at about the record's start time, before its child.
+    return is_shim and started <= float(rec.get("started") or 0.0) + 5.0 and rec.get("run_dir") == str(run_dir)
+
+
+# ---------------------------------------------------------------------- starting monitors
+
+
+class StartError(Exception):
+    def __init__(self, info: dict[str, Any]):
+        self.info = info
+        super().__init__(info.get("error") or "could not start")
+
+
+class Monitors:
+    """Starts monitors for one run: forks them from the zygote, else runs each as its own interpreter."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self._sock: socket.socket | None = None
+        self._zygote: subprocess.Popen[bytes] | None = None
+        self._zygote_failed: str | None = None
+        self._lock = asyncio.Lock()
+
+    def _start_zygote(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._zygote = subprocess.Popen(
+                [sys.executable, "-I", "-S", shim.__file__, "--zygote", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        finally:
+            theirs.close()
+        ours.setblocking(True)
+        self._sock = ours
+
+    async def start(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Start one attempt; the monitor's answer (``pid``, ``shim_pid``, start times). Raises
+        :class:`StartError` with the reason when the command could not be started."""
+        loop = asyncio.get_running_loop()
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
-            try:
-                fcntl.fcntl(r, F_SETPIPE_SZ, PIPE_SIZE)
-            except OSError:
-                pass  # a smaller pipe only costs throughput
-            self.popen = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=w, stderr=w, cwd=self.cwd, env=self.env,
-                start_new_session=True, close_fds=True,
-            )
-        except BaseException:
-            os.close(r)
+            async with self._lock:
+                sent = False
+                if self._zygote_failed is None:
+                    for _ in range(2):
+                        try:
+                            if self._sock is None or (self._zygote is not None and self._zygote.poll() is not None):
+                                self._start_zygote()
+                            assert self._sock is not None
+                            shim.send_request(self._sock, spec, w)
+                            sent = True
+                            break
+                        except OSError as e:
+                            self._close_zygote()
+                            self._zygote_failed = f"{type(e).__name__}: {e}"
+                    if sent:
+                        self._zygote_failed = None
+                if not sent:
+                    await loop.run_in_executor(None, self._exec_monitor, spec, w)
             os.close(w)
-            raise
-        os.close(w)
-        os.set_blocking(r, False)
-        self.pid = self.popen.pid
-        self.read_fd = r
-        try:
-            self.members[self.pid] = Member(self.pid, psutil.Process(self.pid).create_time())
-        except psutil.Error:
-            pass  # it exited already; the reaper reports it
-        return r
+            w = -1
+            raw = await asyncio.wait_for(_read_line(r), START_TIMEOUT_S)
+        finally:
+            if w >= 0:
+                os.close(w)
+            os.close(r)
+        if not raw:
+            raise StartError({"error": "the monitor died before it answered", "type": "MonitorError"})
+        reply = json.loads(raw)
+        if not reply.get("ok"):
+            raise StartError(reply)
+        return reply
 
-    def set_exit(self, status: int) -> None:
-        self.exit_code, self.exit_signal = decode_status(status)
-        self.exited = True
-        if self.popen is not None:
-            # We reaped it ourselves; tell Popen so it neither waits nor warns.
-            self.popen.returncode = self.exit_code if self.exit_code is not None else -1
+    def _exec_monitor(self, spec: dict[str, Any], reply_fd: int) -> None:
+        p = subprocess.Popen([sys.executable, "-I", "-S", shim.__file__], stdin=subprocess.PIPE, stdout=reply_fd,
+                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        assert p.stdin is not None
+        p.stdin.write(json.dumps(spec).encode())
+        p.stdin.close()
 
-    def refresh(self, children_of: Mapping[int, Iterable[int]] | None = None) -> None:
-        """Add the current descendants of every known live member."""
-        frontier = [m.pid for m in self.members.values()]
-        if children_of is None:
-            children_of = ppid_map_children()
-        seen = set(self.members)
-        while frontier:
-            pid = frontier.pop()
-            for c in children_of.get(pid, ()):
-                if c in seen:
-                    continue
-                seen.add(c)
-                try:
-                    self.members[c] = Member(c, psutil.Process(c).create_time())
-                except psutil.Error:
-                    continue
-                frontier.append(c)
+    def _close_zygote(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._sock = None
 
-    def adopt(self, procs: Iterable[psutil.Process]) -> None:
-        for p in procs:
-            if p.pid not in self.members:
-                try:
-                    self.members[p.pid] = Member(p.pid, p.create_time())
-                except psutil.Error:
-                    pass
+    def close(self) -> None:
+        """The zygote exits when its socket closes; monitors it started live on."""
+        self._close_zygote()
+        if self._zygote is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._zygote.wait(2)
 
-    def alive(self) -> list[psutil.Process]:
-        out = []
-        for m in list(self.members.values()):
-            p = m.process()
-            if p is None:
-                if m.pid != self.pid:
-                    del self.members[m.pid]
-            else:
-                out.append(p)
-        return out
 
-    def alive_pids(self) -> list[int]:
-        return [p.pid for p in self.alive()]
+async def _read_line(fd: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    buf = b""
+    done: asyncio.Future[None] = loop.create_future()
+    os.set_blocking(fd, False)
 
-    def send(self, signum: int) -> None:
-        """Signal the process group and every known member (which may have left the group)."""
-        if self.pid is not None:
+    def readable() -> None:
+        nonlocal buf
+        while True:
             try:
-                os.killpg(self.pid, signum)
-            except OSError as e:
-                if e.errno not in (errno.ESRCH, errno.EPERM):
-                    raise
-        for p in self.alive():
-            try:
-                p.send_signal(signum)
-            except psutil.Error:
-                pass
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk or b"\n" in chunk:
+                buf += chunk
+                loop.remove_reader(fd)
+                if not done.done():
+                    done.set_result(None)
+                return
+            buf += chunk
+
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        with contextlib.suppress(ValueError, OSError):
+            loop.remove_reader(fd)
+    return buf.split(b"\n", 1)[0]
 
 
-def ppid_map_children() -> dict[int, list[int]]:
-    """pid -> child pids for every process on the host (one pass over /proc)."""
-    out: dict[int, list[int]] = {}
-    for p in psutil.process_iter(["ppid"]):
-        ppid = p.info.get("ppid")
-        if ppid is not None:
-            out.setdefault(ppid, []).append(p.pid)
-    return out
+# ---------------------------------------------------------------------- processes marked with a run
 
 
 def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable[int] = ()) -> list[psutil.Process]:
@@ -218,15 +444,16 @@ def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable
 def terminate_processes(procs: Sequence[psutil.Process], sig: int, timeout: float) -> list[psutil.Process]:
     """Send ``sig``, wait up to ``timeout``, SIGKILL the rest (blocking). Returns what survived."""
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.send_signal(sig)
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(alive, timeout=5)
     return alive
+
+
+def ppid_map_children() -> dict[int, list[int]]:
+    """pid -> child pids for every process on the host (one pass over /proc)."""
+    return shim._children_map()

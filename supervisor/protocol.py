@@ -49,7 +49,7 @@ VERSION = 1
 MAX_REQUEST_BYTES = 1 << 20  # one request line; larger ones are refused and skipped
 STREAM_LIMIT = 64 << 20  # client side: the largest message accepted (a big snapshot)
 OPS = ("hello", "snapshot", "subscribe", "logs", "events", "command", "ping")
-COMMANDS = ("start", "stop", "restart", "resume", "signal", "stop_all")
+COMMANDS = ("start", "stop", "restart", "resume", "signal", "stop_all", "handover")
 
 
 class ProtocolError(Exception):
@@ -64,15 +64,37 @@ def encode(msg: dict[str, Any]) -> bytes:
     return json.dumps(msg, separators=(",", ":"), ensure_ascii=False, default=str).encode() + b"\n"
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+MAX_DEPTH = 64
+
+
 def decode(line: bytes | str) -> dict[str, Any]:
     """One message from one line; raises :class:`ProtocolError` with a reason a peer can read."""
+    raw = line.encode() if isinstance(line, str) else line
+    if _depth(raw) > MAX_DEPTH:
+        raise ProtocolError(f"nested deeper than {MAX_DEPTH} levels")
     try:
-        msg = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as e:
+        msg = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise ProtocolError(f"not JSON: {e}") from None
     if not isinstance(msg, dict):
         raise ProtocolError(f"expected a JSON object, got {type(msg).__name__}")
     return msg
+
+
+def _depth(raw: bytes) -> int:
+    """How deeply ``raw`` nests brackets (strings are not parsed: an upper bound is enough here)."""
+    depth = deepest = 0
+    for b in raw.translate(None, delete=_NOT_BRACKETS):
+        depth += 1 if b in (0x5B, 0x7B) else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 def error(req_id: Any, message: str, **extra: Any) -> dict[str, Any]:

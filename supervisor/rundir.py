@@ -15,6 +15,11 @@ from typing import Any
 
 LOCK_NAME = "rlsup.lock"
 SOCK_NAME = "rlsup.sock"
+MONITORS = "monitors"
+
+
+class UnsafeRunDir(Exception):
+    """A run dir (or a path in it) that another user could read, write or redirect."""
 
 
 @dataclass
@@ -41,13 +46,73 @@ class RunPaths:
     def sock(self) -> Path:
         return self.root / SOCK_NAME
 
+    @property
+    def monitors(self) -> Path:
+        return self.root / MONITORS
+
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"
 
+    def monitor_record(self, component: str, attempt: int) -> Path:
+        return self.monitors / f"{component}.{attempt}.json"
+
     def create(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
-        self.logs.mkdir(exist_ok=True)
+        """Create the run dir (0700) and its folders, refusing anything another user controls.
+
+        Logs can hold secrets a component printed, and the journal and socket steer the run, so a
+        run dir (or ``logs/``, ``monitors/``) that is a symlink, is owned by another user, or is
+        writable by others is refused, as is a parent that others can write without the sticky bit
+        (where they could swap the run dir for their own). Run as root with ``run_dir`` under
+        ``/tmp``, this is what keeps another user's prepared directory from being used.
+        """
+        parent = self.root.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        check_parent(parent)
+        try:
+            os.mkdir(self.root, 0o700)
+        except FileExistsError:
+            pass
+        check_owned_dir(self.root)
+        os.chmod(self.root, 0o700, follow_symlinks=False)
+        for sub in (self.logs, self.monitors):
+            try:
+                os.mkdir(sub, 0o700)
+            except FileExistsError:
+                pass
+            check_owned_dir(sub)
+
+
+def check_parent(parent: Path) -> None:
+    st = os.stat(parent)
+    if st.st_mode & 0o002 and not st.st_mode & 0o1000:
+        raise UnsafeRunDir(f"{parent} is writable by every user without the sticky bit: another user could "
+                           "replace the run dir; choose a run_dir elsewhere")
+    if st.st_mode & 0o020 and st.st_uid != os.geteuid() and not st.st_mode & 0o1000:
+        raise UnsafeRunDir(f"{parent} is writable by its group and owned by another user: choose a run_dir "
+                           "elsewhere")
+
+
+def check_owned_dir(path: Path) -> None:
+    st = os.lstat(path)
+    import stat as stat_mod
+
+    if stat_mod.S_ISLNK(st.st_mode):
+        raise UnsafeRunDir(f"{path} is a symbolic link ({os.readlink(path)}); rlsup does not follow links in a "
+                           "run dir: remove it or choose another run_dir")
+    if not stat_mod.S_ISDIR(st.st_mode):
+        raise UnsafeRunDir(f"{path} exists and is not a directory")
+    if st.st_uid != os.geteuid():
+        import pwd
+
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = str(st.st_uid)
+        raise UnsafeRunDir(f"{path} belongs to user {owner}, not to you: it could hold links or files they "
+                           "control; choose another run_dir (or remove it)")
+    if st.st_mode & 0o022:
+        # Ours but writable by others: tighten it (the run's own logs must not be readable either).
+        os.chmod(path, 0o700, follow_symlinks=False)
 
 
 class LockHeld(Exception):
@@ -69,7 +134,7 @@ class RunLock:
         self.previous: dict[str, Any] | None = None
 
     def acquire(self, info: dict[str, Any]) -> None:
-        fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -8,6 +8,11 @@ without awaiting a drain; how much a client may fall behind is decided per kind 
 - log lines are *pulled* from each component's ring on a 20 Hz flush, only while the client's
   buffer is below :data:`HIGH_WATER`; lines that left the ring meanwhile become a ``gap``;
 - gauges (progress, gpu) keep only the latest value per component until the next flush.
+
+Memory per client is bounded: a client's replies wait until it has read the previous ones, and a
+client whose backlog passes :data:`MAX_CLIENT_BACKLOG` is disconnected with a reason (it resyncs
+from the journal by ``seq`` when it reconnects). The server sees the run only through
+:class:`RunView` (read-only state, rings, journal position) and its ``command`` entry point.
 """
 
 from __future__ import annotations
@@ -16,27 +21,56 @@ import asyncio
 import contextlib
 import os
 import socket
-import sys
 from collections import deque
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import protocol
 from .events import is_lifecycle
 from .journal import read_events
-from .rundir import sock_address
-
-if TYPE_CHECKING:
-    from .component import Component
-    from .supervisor import Supervisor
+from .logs import LogRing
+from .rundir import RunPaths, sock_address
 
 FLUSH_S = 0.05
 HIGH_WATER = 1 << 20  # bytes queued to a client above which no more log lines are sent to it
-DROP_CLIENT_BYTES = 256 << 20  # lifecycle backlog at which a client is given up on
+MAX_CLIENT_BACKLOG = 32 << 20  # bytes queued to one client at which it is given up on
+REPLY_WAIT_S = 60.0  # a client that reads none of its replies for this long is disconnected
 MAX_LINES_PER_PUSH = 5000
 MAX_SNAPSHOT_LINES = 100_000
 RECENT_EVENTS = 20_000
 READ_CHUNK = 1 << 16
+
+
+class RunView(Protocol):
+    """What the control server may see of a run: read-only, plus one entry point for commands."""
+
+    paths: RunPaths
+    subscribers: list[Callable[[dict[str, Any]], None]]
+    line_listeners: list[Callable[[Any], None]]
+
+    def snapshot_state(self) -> dict[str, Any]: ...
+
+    def rings(self) -> Mapping[str, LogRing]: ...
+
+    @property
+    def journal_seq(self) -> int: ...
+
+    def hello(self) -> dict[str, Any]: ...
+
+    def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
+                **args: Any) -> dict[str, Any]: ...
+
+
+def _trim_heap() -> None:
+    """Give freed memory back to the OS (glibc keeps it otherwise): a thousand departed clients
+    must not leave the daemon at its peak size."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class Conn:
@@ -63,6 +97,16 @@ class Conn:
         if self.closed:
             return
         self.transport.write(protocol.encode(msg))
+        if self.buffered > MAX_CLIENT_BACKLOG:
+            self.give_up(f"{self.buffered >> 20} MiB behind")
+
+    def give_up(self, why: str) -> None:
+        from .run import say
+
+        say(f"rlsup: client {self.name} is {why}; disconnecting it (it resyncs from the journal when it "
+            "reconnects)")
+        self.transport.abort()  # drop the backlog now rather than flush it
+        self.close()
 
     def close(self) -> None:
         if not self.closed:
@@ -88,6 +132,12 @@ class Conn:
                         continue
                     if line.strip():
                         await self.handle(line)
+                        if self.buffered > HIGH_WATER and not self.closed:
+                            # Back-pressure: no more replies until this client reads the ones it has.
+                            try:
+                                await asyncio.wait_for(self.writer.drain(), REPLY_WAIT_S)
+                            except (asyncio.TimeoutError, TimeoutError):
+                                self.give_up(f"not reading its replies ({self.buffered >> 10} KiB waiting)")
                 if len(buf) > protocol.MAX_REQUEST_BYTES:
                     if not discarding:
                         self.send(protocol.error(None, f"message larger than {protocol.MAX_REQUEST_BYTES} "
@@ -131,8 +181,8 @@ class Conn:
 
 
 class ControlServer:
-    def __init__(self, sup: Supervisor, path: Path):
-        self.sup = sup
+    def __init__(self, view: RunView, path: Path):
+        self.view = view
         self.path = path
         self.conns: set[Conn] = set()
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
@@ -155,8 +205,8 @@ class ControlServer:
             os.umask(old)
         os.chmod(self.path, 0o600)
         self._server = await asyncio.start_unix_server(self._accept, sock=sock)
-        self.sup.subscribers.append(self._on_event)
-        self.sup.line_listeners.append(self._on_lines)
+        self.view.subscribers.append(self._on_event)
+        self.view.line_listeners.append(self._on_lines)
 
     async def close(self) -> None:
         for c in list(self.conns):
@@ -174,8 +224,11 @@ class ControlServer:
         await conn.serve()
 
     def drop(self, conn: Conn) -> None:
+        big = conn.buffered > HIGH_WATER
         conn.close()
         self.conns.discard(conn)
+        if big or not self.conns:
+            asyncio.get_running_loop().call_soon(_trim_heap)
 
     # ------------------------------------------------------------------ from the supervisor
 
@@ -184,13 +237,9 @@ class ControlServer:
         if is_lifecycle(kind):
             self.recent.append(e)
             msg = {"type": "event", "event": e}
-            for c in self.conns:
+            for c in list(self.conns):
                 if c.subscribed:
                     c.send(msg)
-                    if c.buffered > DROP_CLIENT_BYTES:
-                        print(f"rlsup: client {c.name} is {c.buffered >> 20} MiB behind; disconnecting it "
-                              "(it resyncs from the journal when it reconnects)", file=sys.stderr)
-                        c.close()
         else:
             key = (kind, e.get("component"))
             for c in self.conns:
@@ -198,7 +247,7 @@ class ControlServer:
                     c.gauges[key] = e
             self._schedule()
 
-    def _on_lines(self, comp: Component) -> None:
+    def _on_lines(self, comp: Any) -> None:
         self._dirty_logs.add(comp.name)
         self._schedule()
 
@@ -230,14 +279,13 @@ class ControlServer:
             self._schedule()  # come back for clients that were too full this time
 
     def _has_more(self, c: Conn, name: str) -> bool:
-        comp = self.sup.components.get(name)
-        return comp is not None and c.log_next.get(name, 0) < comp.ring.next_seq
+        ring = self.view.rings().get(name)
+        return ring is not None and c.log_next.get(name, 0) < ring.next_seq
 
     def _send_lines(self, c: Conn, name: str) -> None:
-        comp = self.sup.components.get(name)
-        if comp is None:
+        ring = self.view.rings().get(name)
+        if ring is None:
             return
-        ring = comp.ring
         want = c.log_next.get(name, ring.next_seq)
         if want < ring.first_seq:
             c.send({"type": "gap", "component": name, "from_seq": want, "to_seq": ring.first_seq})
@@ -256,20 +304,14 @@ class ControlServer:
                                        f"{protocol.VERSION}; use the same rlsup version on both ends")
         conn.hello = True
         conn.name = str(msg.get("client", "?"))[:64]
-        run = self.sup.state.get("run", {})
-        from .supervisor import VERSION as RLSUP_VERSION
-
-        return protocol.ok(rid, version=protocol.VERSION, server={
-            "pid": os.getpid(), "host": run.get("host") or socket.gethostname(), "name": self.sup.cfg.name,
-            "run_dir": str(self.sup.paths.root), "config": self.sup.cfg.source, "rlsup": RLSUP_VERSION})
+        return protocol.ok(rid, version=protocol.VERSION, server=self.view.hello())
 
     async def op_snapshot(self, rid: Any, msg: dict[str, Any], sub: Conn | None) -> dict[str, Any]:
         n = max(0, min(int(msg.get("lines") or 0), MAX_SNAPSHOT_LINES))
         since = msg.get("since")
         log_from = msg.get("log_from") or {}
         logs: dict[str, dict[str, Any]] = {}
-        for name, comp in self.sup.components.items():
-            ring = comp.ring
+        for name, ring in self.view.rings().items():
             if name in log_from:
                 start = max(int(log_from[name]), ring.first_seq)
                 start, lines = ring.since(start)
@@ -282,8 +324,8 @@ class ControlServer:
         if sub is not None:
             sub.subscribed = True
             sub.want_logs = msg.get("logs", True) is not False
-        return protocol.ok(rid, state=self.sup.snapshot_state(), logs=logs, events=events,
-                           seq=self.sup.journal.last_seq if self.sup.journal else 0)
+        return protocol.ok(rid, state=self.view.snapshot_state(), logs=logs, events=events,
+                           seq=self.view.journal_seq)
 
     async def _events_since(self, since: int | None, limit: int | None) -> list[dict[str, Any]]:
         if since is None:
@@ -292,20 +334,20 @@ class ControlServer:
         if self.recent and self.recent[0]["seq"] <= since + 1:
             out = [e for e in self.recent if e["seq"] > since]
         else:  # older than what we keep in memory: the journal has it
-            path = self.sup.paths.events
+            path = self.view.paths.events
             out = await asyncio.get_running_loop().run_in_executor(None, lambda: list(read_events(path, since)))
         return out[-limit:] if limit else out
 
     def op_logs(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
         name = msg["component"]
-        comp = self.sup.components.get(name)
-        if comp is None:
+        ring = self.view.rings().get(name)
+        if ring is None:
             return protocol.error(rid, f"no component {name!r}")
         limit = max(1, min(int(msg.get("limit") or MAX_LINES_PER_PUSH), MAX_SNAPSHOT_LINES))
         want = int(msg.get("from_seq", 0))
-        start, lines = comp.ring.since(want, limit)
-        return protocol.ok(rid, component=name, seq=start, lines=lines, first_seq=comp.ring.first_seq,
-                           next_seq=comp.ring.next_seq, file=str(self.sup.paths.log(name)))
+        start, lines = ring.since(want, limit)
+        return protocol.ok(rid, component=name, seq=start, lines=lines, first_seq=ring.first_seq,
+                           next_seq=ring.next_seq, file=str(self.view.paths.log(name)))
 
     async def op_events(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
         limit = max(1, min(int(msg.get("limit") or 1000), RECENT_EVENTS))
@@ -319,5 +361,5 @@ class ControlServer:
         if not isinstance(args, dict):
             return protocol.error(rid, "args must be an object")
         args = {k: args[k] for k in ("step", "signal") if args.get(k) is not None}
-        reply = self.sup.command(cmd, msg.get("component"), by="user", client=f"rlsup {conn.name}", **args)
+        reply = self.view.command(cmd, msg.get("component"), by="user", client=f"rlsup {conn.name}", **args)
         return {"id": rid, **reply}

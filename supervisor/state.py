@@ -22,6 +22,7 @@ def new_component() -> dict[str, Any]:
         "ready_at": None, "step": None, "total": None, "rate": None, "eta_s": None, "metrics": {},
         "metric": None, "series": [], "last_exit": None, "flags": [], "checkpoint": None,
         "waiting_for": [], "reason": None, "next_start_at": None, "resume": None, "watch": {},
+        "resources": None, "monitor_pid": None,
     }
 
 
@@ -39,13 +40,30 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
                              if k in e})
         state["run"]["started_at"] = e.get("ts")
         state["run"]["ended_at"] = None
+        state["run"]["how"] = e.get("how", "new")
+        for k in ("exit_code", "end_reason", "root", "handed_over"):
+            state["run"].pop(k, None)
         for n in e.get("components", []):
-            state["components"].setdefault(n, new_component())
+            c = state["components"].setdefault(n, new_component())
+            if e.get("how") != "adopted":  # a run boundary: nothing of the previous run is running
+                c.update(state="pending", pid=None, monitor_pid=None, next_start_at=None, waiting_for=[], rate=None,
+                         eta_s=None, resources=None)
         return state
     if kind == "run_ended":
         state["run"]["ended_at"] = e.get("ts")
         state["run"]["exit_code"] = e.get("exit_code")
         state["run"]["end_reason"] = e.get("reason")
+        state["run"]["root"] = e.get("root")
+        for c in state["components"].values():
+            c.update(rate=None, eta_s=None)
+        return state
+    if kind == "supervisor_exited":
+        state["run"]["handed_over"] = e.get("ts")
+        return state
+    if kind == "resources":
+        for n, r in (e.get("components") or {}).items():
+            if n in state["components"]:
+                state["components"][n]["resources"] = r
         return state
     if kind == "gpu":
         state["gpus"] = e.get("gpus", [])
@@ -62,26 +80,35 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
     elif kind == "started":
         c.update(state="starting", pid=e.get("pid"), attempt=e.get("attempt", c["attempt"] + 1),
                  started_at=e.get("ts"), ready_at=None, waiting_for=[], reason=None, next_start_at=None,
-                 resume=e.get("resume"))
+                 resume=e.get("resume"), monitor_pid=e.get("monitor_pid"))
         if e.get("resume"):
             c["step"] = e["resume"].get("step")
+    elif kind == "spawn_failed":
+        c["attempt"] = e.get("attempt", c["attempt"])
+        c["last_exit"] = {"exit_code": None, "signal": None, "uptime_s": 0.0, "step": None,
+                          "diagnosis": e.get("diagnosis"), "ts": e.get("ts"), "error": e.get("error")}
+        c["pid"] = None
+    elif kind == "adopted":
+        c.update(state=e.get("state", "running"), pid=e.get("pid"), attempt=e.get("attempt", c["attempt"]),
+                 monitor_pid=e.get("monitor_pid"), next_start_at=None, waiting_for=[],
+                 started_at=(e.get("ts") or 0) - (e.get("uptime_s") or 0))
     elif kind == "ready":
         c.update(state="running", ready_at=e.get("ts"))
     elif kind == "exited":
         c["last_exit"] = {k: e.get(k) for k in ("exit_code", "signal", "uptime_s", "step", "diagnosis")}
         c["last_exit"]["ts"] = e.get("ts")
-        c["pid"] = None
+        c.update(pid=None, monitor_pid=None, rate=None, eta_s=None)
     elif kind == "restart_scheduled":
         c.update(state="backoff", restarts=c["restarts"] + 1, reason=e.get("reason"),
                  next_start_at=(e.get("ts") or 0) + (e.get("delay_s") or 0))
     elif kind == "completed":
-        c.update(state="completed", pid=None)
+        c.update(state="completed", pid=None, rate=None, eta_s=None)
     elif kind == "fatal":
-        c.update(state="fatal", pid=None, reason=e.get("reason"))
+        c.update(state="fatal", pid=None, reason=e.get("reason"), rate=None, eta_s=None)
     elif kind == "stopping":
         c.update(state="stopping")
     elif kind == "stopped":
-        c.update(state="stopped", pid=None, next_start_at=None)
+        c.update(state="stopped", pid=None, next_start_at=None, rate=None, eta_s=None)
     elif kind == "flag":
         flags = [f for f in c["flags"] if f.get("type") != e.get("type")]
         flags.append({k: e.get(k) for k in ("type", "message", "evidence", "action", "ts")})
@@ -89,9 +116,12 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
     elif kind == "flag_cleared":
         c["flags"] = [f for f in c["flags"] if f.get("type") != e.get("type")]
     elif kind == "progress":
-        for k in ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch"):
+        for k in ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch",
+                  "last_step_at"):
             if k in e:
                 c[k] = e[k]
+        if c["state"] != "running":  # rate and ETA are for running components only
+            c.update(rate=None, eta_s=None)
     return state
 
 

@@ -11,18 +11,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .component import Component
-    from .supervisor import Supervisor
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 CHECKPOINT_NAMES = r"(?:step_|global_step_|checkpoint-|globalstep)(?P<step>\d+)"
 
 
+class Watched(Protocol):
+    """What a watch needs of a component: its config and the two fields it keeps up to date."""
+
+    name: str
+    cfg: Any
+    watch_info: dict[str, dict[str, Any]]
+    checkpoint_info: dict[str, Any] | None
+
+    def progress_changed(self) -> None: ...
+
+
 class Watches:
-    def __init__(self, sup: Supervisor):
-        self.sup = sup
+    def __init__(self, components: Mapping[str, Watched], threadsafe: Callable[..., None]):
+        self.components = components
+        self.threadsafe = threadsafe  # run a function on the supervisor's loop, from a watch thread
         self._threads: list[Any] = []
 
     def start(self) -> None:
@@ -31,17 +40,15 @@ class Watches:
         except ImportError as e:  # watchfiles missing: say so once, supervise without watches
             print(f"rlsup: artefact watches disabled ({e})", file=sys.stderr)
             return
-        for c in self.sup.components.values():
+        for c in self.components.values():
             for w in c.cfg.watch:
                 self._add(ArtifactWatch, c, w.path, w.pattern, kind="watch")
             if c.cfg.resume is not None:
                 self._add(ArtifactWatch, c, c.cfg.resume.checkpoints, CHECKPOINT_NAMES, kind="checkpoint")
 
-    def _add(self, cls: Any, c: Component, path: str, pattern: str, *, kind: str) -> None:
-        sup = self.sup
-
+    def _add(self, cls: Any, c: Watched, path: str, pattern: str, *, kind: str) -> None:
         def on_change(step: int | None, mtime: float | None) -> None:
-            sup.threadsafe(self._changed, c, kind, path, step, mtime)
+            self.threadsafe(self._changed, c, kind, path, step, mtime)
 
         try:
             watch = cls(path, pattern, on_change)
@@ -51,14 +58,14 @@ class Watches:
             return
         self._threads.append(watch)
 
-    def _changed(self, c: Component, kind: str, path: str, step: int | None, mtime: float | None) -> None:
+    def _changed(self, c: Watched, kind: str, path: str, step: int | None, mtime: float | None) -> None:
         if kind == "watch":
             c.watch_info[path] = {"step": step, "mtime": mtime}
             c.progress_changed()
         else:
             asyncio.ensure_future(self._rediscover(c))
 
-    async def _rediscover(self, c: Component) -> None:
+    async def _rediscover(self, c: Watched) -> None:
         r = c.cfg.resume
         if r is None:
             return

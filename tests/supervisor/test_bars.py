@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rlsup.supervisor.bars import EIGHTHS, bar, bar_line, fmt_mem, level, pct_line
+from rlsup.supervisor.render.bars import EIGHTHS, bar, bar_line, fmt_mem, level, pct_line
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rlsup.supervisor.cli.fleet import format_text
 from rlsup.supervisor.config import ConfigError
 from rlsup.supervisor.fleet import (
     FLAG_TYPE,
@@ -19,7 +20,6 @@ from rlsup.supervisor.fleet import (
     PodSpec,
     PodState,
     correlate,
-    format_text,
     gpu_summary,
     load_fleet,
     signature,
@@ -89,7 +89,7 @@ def test_fleet_file_shape_errors(tmp_path, text, message):
 def test_cli_reports_fleet_file_errors_without_traceback(tmp_path):
     p = tmp_path / "f.yaml"
     p.write_text("pods:\n  - hots: a\n")
-    r = subprocess.run([PY, "-m", "rlsup.supervisor.fleet", str(p), "--json"], capture_output=True, text=True,
+    r = subprocess.run([PY, "-m", "rlsup.supervisor.cli", "fleet", str(p), "--json"], capture_output=True, text=True,
                        env=cli_env(), timeout=30)
     assert r.returncode == 2
     assert f"{p}:2:5: pods[0].hots: unknown key 'hots'; did you mean 'host'?" in r.stderr
@@ -243,7 +243,7 @@ def test_fleet_json_groups_the_same_failure_and_unreachable_pods_do_not_stall(ss
         + f"  - {{host: 127.0.0.1, port: {closed}, label: down}}\n"
         + f"  - {{host: 127.0.0.1, port: {silent_port}, label: hung}}\n")
     t0 = time.monotonic()
-    r = subprocess.run([PY, "-m", "rlsup.supervisor.fleet", str(fleet), "--json", "--timeout", "6",
+    r = subprocess.run([PY, "-m", "rlsup.supervisor.cli", "fleet", str(fleet), "--json", "--timeout", "6",
                         "--remote-cmd", REMOTE], capture_output=True, text=True, timeout=60,
                        env=cli_env({"HOME": str(sshd.home)}))
     took = time.monotonic() - t0

@@ -51,7 +51,7 @@ def _no_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_import_does_not_pull_pynvml_or_ui() -> None:
     code = (
-        "import sys, rlsup.supervisor.gpu, rlsup.supervisor.bars\n"
+        "import sys, rlsup.supervisor.gpu, rlsup.supervisor.render.bars\n"
         "bad = [m for m in ('pynvml', 'textual', 'rich') if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )

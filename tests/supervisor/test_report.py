@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsup.supervisor.report import build_report
+from rlsup.supervisor.render.report import build_report
 from rlsup.supervisor.rundir import RunLock, RunPaths
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "report"
@@ -43,7 +43,7 @@ def test_repeated_error_report_reads_like_an_incident(tmp_path: Path) -> None:
     assert "- **trainer** (repeated_error): The same error on consecutive attempts is a deterministic bug: " \
            "fix the code at `/tmp/repgen/train.py:12`, then `rlsup start trainer`" in md
     assert "(python_exception)" not in md  # the flag's advice covers it
-    assert "| 04:25:44 | 1.4 | trainer | exited with code 1 after 1.3s at step 5: AttributeError" in md
+    assert "| 04:25:44 | 1.4 | trainer | exit 1 after 1.3s at step 5: AttributeError" in md
     assert "- Host: CPU 2.0% of 2 cores, memory 0.4 / 23.5 GiB, load 0.51" in md
     assert build_report(FIX / "repeated", now=0, env={}, config_path=FIX / "repeated" / "config.yaml") == md
 

@@ -11,7 +11,7 @@ import sys
 
 from rlsup.supervisor.config import load_config
 from rlsup.supervisor.gpu import FakeSampler, GpuProcess
-from rlsup.supervisor.supervisor import Supervisor
+from rlsup.supervisor.run import Run as Supervisor
 from tests.conftest import pid_alive, write_config
 
 
@@ -131,7 +131,7 @@ def test_memory_growth_of_a_real_process_is_flagged(tmp_path):
             progress: {preset: rlsup}
     """)
     sup = Supervisor(load_config(str(cfg), run_dir=str(tmp_path / "run")), serve=False)
-    sup.memory_sample_s = 0.5
+    sup.resources_sample_s = 0.5
     sup.memory_detector = lambda: MemoryGrowthDetector(min_samples=6, min_growth_mb=150, window_s=60)
     sup.prepare()
     events = _run(sup, lambda e: e["kind"] == "flag" and e["type"] == "memory_growth", timeout=40)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -90,7 +91,7 @@ def test_missing_command_is_fatal_without_restart_loop(tmp_path, headless):
     ev = h.events()
     fatal = [e for e in ev if e["kind"] == "fatal"]
     assert fatal and "command not found" in fatal[0]["reason"]
-    assert kinds(ev, "w").count("started") == 1
+    assert kinds(ev, "w") == ["spawn_failed", "fatal"]  # never "started pid None", and no restart loop
 
 
 def test_readiness_gates_dependents(tmp_path, headless):
@@ -289,7 +290,7 @@ def test_second_supervisor_on_same_run_dir_is_refused(tmp_path, headless):
     assert kinds(h1.events()).count("run_started") == 1
 
 
-def test_leftovers_of_a_dead_supervisor_are_ended(tmp_path, headless):
+def test_a_supervisor_killed_hard_is_taken_over_and_nothing_is_restarted(tmp_path, headless):
     cfg = write_config(tmp_path, """
         components:
           forever:
@@ -299,16 +300,39 @@ def test_leftovers_of_a_dead_supervisor_are_ended(tmp_path, headless):
     pid = h1.wait_event(lambda e: e["kind"] == "started", what="started")["pid"]
     h1.terminate(signal.SIGKILL)
     h1.wait()
-    assert pid_alive(pid)  # the supervisor died hard; its child lives on
+    assert pid_alive(pid)  # the supervisor died hard; its component lives on under its monitor
+    h2 = headless(cfg)
+    e = h2.wait_event(lambda e: e["kind"] == "adopted", what="adopted event")
+    assert e["pid"] == pid and e["attempt"] == 1
+    h2.terminate()
+    assert h2.wait() == 0
+    assert not pid_alive(pid)  # and the new supervisor's shutdown ends it
+    assert "taking over 1 running component(s)" in h2.output
+    assert [e["pid"] for e in h2.events() if e["kind"] == "started"] == [pid]  # never started again
+
+
+def test_processes_of_a_dead_monitor_are_ended_as_leftovers(tmp_path, headless):
+    cfg = write_config(tmp_path, """
+        components:
+          forever:
+            command: ["{py}", "-c", "import time; time.sleep(300)"]
+    """)
+    h1 = headless(cfg)
+    started = h1.wait_event(lambda e: e["kind"] == "started", what="started")
+    pid, monitor = started["pid"], started["monitor_pid"]
+    h1.terminate(signal.SIGKILL)
+    h1.wait()
+    os.kill(monitor, signal.SIGKILL)  # no monitor owns the component any more
+    wait_for(lambda: not pid_alive(monitor), what="monitor gone")
+    assert pid_alive(pid)
     h2 = headless(cfg)
     e = h2.wait_event(lambda e: e["kind"] == "leftovers", what="leftovers event")
-    assert pid in e["pids"]
-    assert e["by"].startswith("supervisor pid")
+    assert pid in e["pids"] and e["by"].startswith("supervisor pid")
     wait_for(lambda: not pid_alive(pid), timeout=15, what="leftover ended")
     h2.wait_event(lambda e: e["kind"] == "started" and e["pid"] != pid, what="a fresh start")
     h2.terminate()
     assert h2.wait() == 0
-    assert "found 1 process(es) left by supervisor pid" in h2.output
+    assert "that no monitor owns" in h2.output
 
 
 def test_same_exception_twice_is_fatal_with_flag(tmp_path, headless):

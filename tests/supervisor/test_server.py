@@ -12,6 +12,7 @@ import pytest
 
 from rlsup.supervisor import protocol
 from rlsup.supervisor.client import Client, Session
+from rlsup.supervisor.events import is_lifecycle
 from tests.conftest import wait_for, write_config
 
 TWO = """
@@ -181,7 +182,7 @@ def test_stalled_subscriber_does_not_block_output(tmp_path, daemon):
         m.get("type") == "event" and m["event"]["kind"] == "completed" for m in ms))
     stalled.close()
     events = [m["event"] for m in msgs if m.get("type") == "event"]
-    life = [e for e in events if e["kind"] not in ("progress", "gpu")]
+    life = [e for e in events if is_lifecycle(e["kind"])]
     assert any(e["kind"] == "completed" and e["component"] == "flood" for e in life)
     seqs = [e["seq"] for e in life]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))

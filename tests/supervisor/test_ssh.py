@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from rlsup.supervisor.client import Client, Session
+from rlsup.supervisor.events import is_lifecycle
 from rlsup.supervisor.ssh import HostKeyUnknown, SshError, SshTarget, ssh_connector
 from tests.conftest import PY, cli_env, wait_for, write_config
 from tests.supervisor.test_server import Recorder
@@ -136,7 +137,7 @@ def test_reconnect_after_the_link_is_cut(ssh_home, run):
     rec = asyncio.run(scenario())
     assert any(st == "reconnecting" for st, _ in rec.status)
     assert [st for st, _ in rec.status].count("attached") >= 2
-    life = [e["seq"] for e in rec.events if e["kind"] not in ("progress", "gpu")]
+    life = [e["seq"] for e in rec.events if is_lifecycle(e["kind"])]
     assert life == sorted(set(life))
     assert any(e["kind"] == "started" and e.get("attempt") == 2 for e in rec.events)
     ticks = [int(x.split()[1]) for x in rec.logs["ticker"]]

@@ -1,7 +1,7 @@
 """GPU gauges (utilisation, memory, temperature, power, owning component) and host CPU/RAM bars.
 
 Without GPUs it says why (the sampler's reason, e.g. "no NVIDIA driver found") and the host bars
-stand in. Bars come from :mod:`rlsup.supervisor.bars`; their level (ok/warn/crit/na) picks a
+stand in. Bars come from :mod:`rlsup.supervisor.render.bars`; their level (ok/warn/crit/na) picks a
 component class, so colours live in .tcss.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from rlsup.supervisor.bars import bar, bar_line, fmt_mem, level, pct_line
+from rlsup.supervisor.render.bars import bar, bar_line, fmt_mem, level, pct_line
 
 
 def owners(gpu: dict[str, Any]) -> str:

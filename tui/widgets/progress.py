@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from rlsup.supervisor.bars import bar
+from rlsup.supervisor.render.bars import bar
 from rlsup.tui.format import fmt_dur, fmt_num, fmt_rate, sparkline
 
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import state as state_mod
-from .events import describe, fmt_duration
-from .journal import read_events
-from .redact import Redactor, secret_values
-from .rundir import RunPaths, is_locked
+from .. import state as state_mod
+from ..events import describe, fmt_duration
+from ..journal import read_events
+from ..redact import Redactor, secret_values
+from ..rundir import RunPaths, is_locked
 
 MAX_TIMELINE = 200
 MAX_EVIDENCE = 14
@@ -180,7 +180,7 @@ def _config_secrets(cfg: dict[str, Any] | None, cfg_path: Path | None) -> set[st
             envs.update({str(k): str(v) for k, v in scope["env"].items() if v is not None})
     ef = cfg.get("env_file")
     if isinstance(ef, str) and cfg_path is not None:
-        from .config import parse_env_file
+        from ..config import parse_env_file
 
         p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
         try:
@@ -598,7 +598,7 @@ def _discover(ccfg: Any, paths: RunPaths) -> tuple[int, str] | None:
     if "${" in root:
         return None
     try:
-        from .checkpoints import discover
+        from ..checkpoints import discover
 
         found = discover(root, r.get("layout") or "auto", step_pattern=r.get("step_pattern"))
     except Exception:

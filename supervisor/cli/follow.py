@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from .events import human, is_lifecycle
+from ..events import human, is_lifecycle
 
 
 class Printer:
@@ -26,9 +26,21 @@ class Printer:
         self.ended: dict[str, Any] | None = None
         self.status = ""
 
+    on_broken: Any = None  # called once when the reader of our output went away (`... | head`)
+
     def _w(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError:
+            from .common import _silence
+
+            _silence(self.out)
+            if self.on_broken is not None:
+                self.on_broken()
+                self.on_broken = None
+        except (OSError, ValueError):
+            pass
 
     def on_connection(self, status: str, detail: str) -> None:
         prev, self.status = self.status, status

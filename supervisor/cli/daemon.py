@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from .client import Client, NotRunning
-from .rundir import RunPaths, is_locked, read_owner
+from ..client import Client, NotRunning
+from ..rundir import RunPaths, is_locked, read_owner
 
 DAEMON_LOG = "supervisor.log"
 READY_TIMEOUT_S = 60.0
@@ -35,9 +35,9 @@ def live_runs(base: Path) -> list[Path]:
     return sorted(d for d in base.iterdir() if d.is_dir() and is_locked(RunPaths(d)))
 
 
-def resolve_run_dir(arg: str | None, *, cwd: Path | None = None) -> Path:
+def resolve_run_dir(arg: str | None, *, cwd: Path | None = None, ended_ok: bool = False) -> Path:
     """The run dir a client command talks to: ``--run-dir``, else ``$RLSUP_RUN_DIR``, else the
-    single live run under ``./runs``."""
+    single live run under ``./runs`` (with ``ended_ok``: else the most recently active run there)."""
     if arg:
         return Path(arg).expanduser().absolute()
     env = os.environ.get("RLSUP_RUN_DIR")
@@ -45,6 +45,12 @@ def resolve_run_dir(arg: str | None, *, cwd: Path | None = None) -> Path:
         return Path(env)
     base = (cwd or Path.cwd()) / "runs"
     runs = live_runs(base)
+    if not runs and ended_ok:
+        journals = sorted(base.glob("*/events.jsonl"), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
+        if journals:
+            print(f"rlsup: no live run under {display_path(base)}; showing the most recently active one, "
+                  f"{display_path(journals[-1].parent)}", file=sys.stderr)
+            return journals[-1].parent
     if not runs:
         raise NoRun(f"no supervisor is running under {display_path(base)}; start one with `rlsup up CONFIG`, "
                     "or pass --run-dir DIR" + last_run_note(base))
@@ -66,7 +72,7 @@ def require_live(run_dir: Path) -> RunPaths:
 
 def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
     """How the run in ``paths`` ended, from the journal's last event, and where to look."""
-    from .journal import read_events
+    from ..journal import read_events
 
     last = None
     try:
@@ -105,7 +111,7 @@ def spawn(config: str, run_dir: Path, extra: list[str]) -> subprocess.Popen[byte
     paths.create()
     log = os.open(paths.root / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     argv = [sys.executable, "-m", "rlsup.supervisor.cli", "up", str(Path(config).absolute()),
-            "--run-dir", str(run_dir), "--headless", "--daemon-child", *extra]
+            "--run-dir", str(run_dir), "--headless", "--daemon-child", "--skip-checks", *extra]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,

@@ -1,0 +1,167 @@
+"""A run read back from its run dir: state, journal and logs, for runs no supervisor owns any more.
+
+:class:`Archive` has the shape the control server serves (:class:`~rlsup.supervisor.server.RunView`),
+so ``rlsup attach``, ``rlsup bridge`` (and through it SSH attach and the fleet view) show an ended
+run exactly as a live one, read-only: every command is refused with what happened and how to
+start again. :func:`how_it_ended` says in one line how the last run of a run dir ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from . import state as state_mod
+from .journal import read_events
+from .logs import LineNormaliser, LogRing
+from .phrases import fmt_duration
+from .rundir import RunPaths
+from .version import VERSION
+
+TAIL_BYTES = 4 << 20  # of each component's log, read back into its ring
+RING_LINES = 10_000
+
+
+def last_run(paths: RunPaths) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
+    """(the last ``run_started``, the ``run_ended`` after it or None, every event) of the journal."""
+    events = list(read_events(paths.events))
+    start = None
+    end = None
+    for e in events:
+        k = e.get("kind")
+        if k == "run_started":
+            start, end = e, None
+        elif k == "run_ended":
+            end = e
+        elif k == "supervisor_exited":
+            end = None  # handed over: the run goes on under its monitors
+    return start, end, events
+
+
+def how_it_ended(paths: RunPaths) -> str | None:
+    """``"completed at step 200/200 on 2026-11-22 10:37"``, ``"fatal at step 57 (trainer: ...)"``; None
+    if the run dir holds no run that ended (a new dir, or a supervisor that died mid-way)."""
+    start, end, _events = last_run(paths)
+    if start is None or end is None:
+        return None
+    st = replay(paths)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(end.get("ts", 0)))
+    comps = st["components"]
+    main = _main_component(comps)
+    step = ""
+    if main is not None:
+        c = comps[main]
+        if c.get("step") is not None:
+            step = f" at step {c['step']}" + (f"/{c['total']}" if c.get("total") else "") + f" ({main})"
+    verdict = "completed" if end.get("exit_code") == 0 else "fatal"
+    root = end.get("root") or {}
+    why = f": {root.get('component')}: {root.get('reason')}" if root.get("component") else (
+        "" if verdict == "completed" else f": {end.get('reason')}")
+    if verdict == "completed" and "stopped by" in str(end.get("reason", "")):
+        verdict = "stopped"
+        why = f" ({end.get('reason')})"
+    return f"{verdict}{step} on {when}{why}"
+
+
+def _main_component(comps: dict[str, Any]) -> str | None:
+    with_total = [n for n, c in comps.items() if c.get("total")]
+    if with_total:
+        return with_total[-1]
+    with_step = [n for n, c in comps.items() if c.get("step") is not None]
+    return with_step[-1] if with_step else None
+
+
+def replay(paths: RunPaths) -> dict[str, Any]:
+    """The run's final state: the journal through the reducer, then the gauges of ``state.json``
+    where the journal has none (progress is not journaled). The journal decides lifecycle fields, so
+    a ``state.json`` that a crash left behind cannot contradict it."""
+    try:
+        saved = json.loads(paths.state.read_text())
+    except (OSError, ValueError):
+        saved = {}
+    names = list((saved.get("components") or {}).keys()) if isinstance(saved, dict) else []
+    st = state_mod.initial({}, names)
+    for e in read_events(paths.events):
+        state_mod.apply(st, e)
+    for n, c in ((saved.get("components") or {}) if isinstance(saved, dict) else {}).items():
+        mine = st["components"].setdefault(n, state_mod.new_component())
+        for k in ("step", "total", "metrics", "metric", "series", "checkpoint", "watch", "last_step_at",
+                  "resources"):
+            if c.get(k) is not None:
+                mine[k] = c[k]
+    for c in st["components"].values():
+        c.update(rate=None, eta_s=None)
+    for k in ("gpus", "host", "gpu_backend", "gpu_reason"):
+        if isinstance(saved, dict) and saved.get(k) is not None:
+            st[k] = saved[k]
+    return st
+
+
+class Archive:
+    """An ended run, served read-only through the control protocol."""
+
+    def __init__(self, run_dir: Path):
+        self.paths = RunPaths(Path(run_dir))
+        self.subscribers: list[Any] = []
+        self.line_listeners: list[Any] = []
+        self.state = replay(self.paths)
+        self.end = how_it_ended(self.paths)
+        self._rings: dict[str, LogRing] = {}
+        for name in self.state["components"]:
+            self._rings[name] = _ring_from_log(self.paths.log(name))
+        seqs = [e.get("seq", 0) for e in read_events(self.paths.events)]
+        self._seq = max(seqs) if seqs else 0
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return state_mod.view(self.state, time.time())
+
+    def rings(self) -> dict[str, LogRing]:
+        return self._rings
+
+    @property
+    def journal_seq(self) -> int:
+        return self._seq
+
+    def hello(self) -> dict[str, Any]:
+        run = self.state.get("run", {})
+        return {"pid": os.getpid(), "host": run.get("host") or socket.gethostname(), "name": run.get("name"),
+                "run_dir": str(self.paths.root), "config": run.get("config"), "rlsup": VERSION, "ended": True,
+                "ended_note": self.describe()}
+
+    def describe(self) -> str:
+        run = self.state.get("run", {})
+        if run.get("ended_at"):
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["ended_at"]))
+            return f"ended at {when}: {run.get('end_reason')} (exit code {run.get('exit_code')})"
+        since = fmt_duration(time.time() - max((c.get("started_at") or 0) for c in self.state["components"].values())) \
+            if self.state["components"] else "?"
+        return f"no supervisor (it stopped without ending the run; last start {since} ago)"
+
+    def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
+                **args: Any) -> dict[str, Any]:
+        config = self.state.get("run", {}).get("config") or "CONFIG"
+        return {"ok": False, "error": f"this run has {self.describe()}; it is read-only. Start it again with "
+                                      f"`rlsup up {config} --resume` (or --fresh)"}
+
+
+def _ring_from_log(path: Path) -> LogRing:
+    """The last lines of a log, normalised as the live supervisor would have shown them."""
+    ring = LogRing(RING_LINES)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            f.seek(max(0, size - TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return ring
+    if size > TAIL_BYTES:
+        data = data[data.find(b"\n") + 1:]  # start at a line boundary
+    norm = LineNormaliser()
+    lines, _ = norm.feed(data)
+    tail, _ = norm.flush()
+    ring.extend(lines + tail)
+    return ring

@@ -1,0 +1,185 @@
+"""``rlsup attach`` and ``rlsup bridge``: a view of a run, live or ended, local or over SSH.
+
+An ended run (no supervisor owns its run dir) is served read-only from its journal, state and
+logs by an in-process control server over :class:`~rlsup.supervisor.archive.Archive`, so the TUI,
+the text follower, SSH attach and the fleet view all show it the way they show a live run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal as signal_mod
+import sys
+import tempfile
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .common import EXIT_FAILED, EXIT_OK, RUN_DIR_HELP, attach_hint, client_parser, formatter, resolve, say
+
+
+def add_parsers(sub: Any) -> None:
+    att = sub.add_parser(
+        "attach", help="open the TUI on a run (local or over SSH; live or ended)", formatter_class=formatter,
+        description=textwrap.dedent("""\
+            Open the TUI on a run. Without TARGET: the local run (see --run-dir). With
+            [user@]host[:port]: connect over SSH (paramiko; ~/.ssh/config, keys and the SSH agent are
+            used), run `rlsup bridge` there and render the TUI here: only events cross the network.
+            The link is re-established with backoff if it drops, without losing lifecycle events.
+            A run that has ended is shown read-only from its journal, state and logs.
+
+            Host keys are checked against ~/.ssh/known_hosts; an unknown host is refused with its
+            fingerprint (--accept-new-host-key to trust it and record it)."""),
+        epilog="exit codes: 0 detached (training continues), 1 no run there or the connection failed, 2 usage.")
+    att.add_argument("target", nargs="?", metavar="[USER@]HOST[:PORT]", help="remote host (default: this machine)")
+    att.add_argument("--run-dir", metavar="DIR", help=RUN_DIR_HELP + " (on the remote host for SSH)")
+    att.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
+    att.add_argument("--remote-cmd", metavar="CMD", default=None,
+                     help="how to run rlsup on the remote host (default: $RLSUP_REMOTE_CMD or `rlsup`), "
+                          "e.g. /workspace/.venv/bin/rlsup")
+    att.add_argument("-i", "--identity", metavar="FILE", help="private key file (in addition to the agent and config)")
+    att.add_argument("--plain", action="store_true", help="follow the event stream as text instead of the TUI")
+    att.set_defaults(func=cmd_attach)
+    client_parser(sub, "bridge", "relay stdin/stdout to a run's control socket (what SSH attach runs)",
+                  "Relay stdin/stdout to <run_dir>/rlsup.sock byte for byte; for a run that has ended, serve it "
+                  "read-only from its run dir. `rlsup attach HOST` runs this on the remote host; you rarely run "
+                  "it by hand.", cmd_bridge)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    if not args.target:
+        paths = resolve(args, live=False)
+        if isinstance(paths, int):
+            return paths
+        from ..rundir import is_locked
+
+        if is_locked(paths):
+            return attach_local(paths.root, plain=args.plain)
+        if not paths.events.exists():
+            say(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); start "
+                "one with `rlsup up CONFIG`", err=True)
+            return EXIT_FAILED
+        with serve_archive(paths.root) as sock:
+            return view_socket(sock, target=f"ended run {paths.root}", hint=f"rlsup attach --run-dir {paths.root}",
+                               plain=args.plain)
+    from ..ssh import SshError, SshTarget, ssh_connector
+
+    try:
+        target = SshTarget.parse(args.target, identity=args.identity)
+        connect = ssh_connector(target, run_dir=args.run_dir, remote_cmd=args.remote_cmd,
+                                accept_new_host_key=args.accept_new_host_key)
+        asyncio.run(_probe(connect))
+    except SshError as e:
+        say(f"rlsup: {e}", err=True)
+        return EXIT_FAILED
+    hint = f"rlsup attach {args.target}" + (f" --run-dir {args.run_dir}" if args.run_dir else "")
+    return view(connect, target=args.target, hint=hint, plain=args.plain)
+
+
+async def _probe(connect: Any) -> None:
+    """Connect once before opening a view, so a refused host key or a missing run is a clear error."""
+    client = await connect()
+    await client.close()
+
+
+def attach_local(run_dir: Any, *, plain: bool = False) -> int:
+    from ..rundir import RunPaths
+
+    return view_socket(RunPaths(Path(run_dir)).sock, target=f"local {run_dir}", hint=attach_hint(run_dir),
+                       plain=plain)
+
+
+def view_socket(sock: Path, *, target: str, hint: str, plain: bool) -> int:
+    from ..client import unix_connector
+
+    return view(unix_connector(sock, name="tui" if not plain else "follow"), target=target, hint=hint, plain=plain)
+
+
+def view(connect: Any, *, target: str, hint: str, plain: bool) -> int:
+    """The TUI on a connection, or a text follower (``--plain``, or stdout is not a terminal)."""
+    if not plain and sys.stdout.isatty() and sys.stdin.isatty():
+        try:
+            from rlsup.tui.app import run_tui
+        except ImportError as e:  # the TUI's dependencies missing: say so, follow as text
+            say(f"rlsup: the TUI is not available ({e}); following as text", err=True)
+        else:
+            return int(run_tui(connect, target=target, attach_hint=hint))
+    return asyncio.run(_follow_plain(connect, hint))
+
+
+async def _follow_plain(connect: Any, hint: str) -> int:
+    from ..client import Session
+    from .follow import Printer
+
+    loop = asyncio.get_running_loop()
+
+    class Follower(Printer):
+        def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
+            super().on_snapshot(snapshot, resumed)
+            server = session.server or {}
+            if server.get("ended"):  # a run read back from disk: nothing more will come
+                say(f"rlsup: this run has {server.get('ended_note') or 'ended'}", err=True)
+                loop.call_soon(session.close)
+
+    printer = Follower(replay=True)
+    session = Session(connect, printer, lines=0)
+    task = asyncio.ensure_future(session.run())
+    for s in (signal_mod.SIGINT, signal_mod.SIGTERM):
+        loop.add_signal_handler(s, session.close)
+    await task
+    if printer.ended is None and not (session.server or {}).get("ended"):
+        say(f"rlsup: detached; training continues. Re-attach with: {hint}", err=True)
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def serve_archive(run_dir: Path) -> Iterator[Path]:
+    """A read-only control server for an ended run, on a private socket, for as long as the block runs."""
+    from ..archive import Archive
+    from ..server import ControlServer
+
+    archive = Archive(run_dir)
+    with tempfile.TemporaryDirectory(prefix="rlsup-archive-") as tmp:
+        sock = Path(tmp) / "rlsup.sock"
+        loop = asyncio.new_event_loop()
+        server = ControlServer(archive, sock)
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(server.start())
+            ready.set()
+            loop.run_forever()
+
+        t = threading.Thread(target=serve, name="archive-server", daemon=True)
+        t.start()
+        ready.wait(10)
+        try:
+            yield sock
+        finally:
+            fut = asyncio.run_coroutine_threadsafe(server.close(), loop)
+            with contextlib.suppress(Exception):
+                fut.result(5)
+            loop.call_soon_threadsafe(loop.stop)
+            t.join(5)
+
+
+def cmd_bridge(args: argparse.Namespace) -> int:
+    from ..bridge import relay
+    from ..rundir import is_locked
+
+    paths = resolve(args, live=False)
+    if isinstance(paths, int):
+        return paths
+    if is_locked(paths):
+        return relay(paths.sock)
+    if not paths.events.exists():
+        say(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); start one "
+            "with `rlsup up CONFIG`", err=True)
+        return EXIT_FAILED
+    with serve_archive(paths.root) as sock:
+        return relay(sock)

@@ -1,0 +1,137 @@
+"""What every command group shares: exit codes, help formatting, finding the run, talking to it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal as signal_mod
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..rundir import RunPaths
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+RUN_DIR_HELP = "the run's directory (default: $RLSUP_RUN_DIR, else the single live run under ./runs)"
+CLIENT_EPILOG = ("exit codes: 0 done, 1 no supervisor is running or the command was refused, 2 usage error.")
+
+
+def formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+
+
+def client_parser(sub: Any, name: str, help: str, description: str, func: Callable[[argparse.Namespace], int],
+                  epilog: str = CLIENT_EPILOG) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help, description=description, formatter_class=formatter, epilog=epilog)
+    p.add_argument("--run-dir", metavar="DIR", help=RUN_DIR_HELP)
+    p.set_defaults(func=func)
+    return p
+
+
+def say(*parts: Any, err: bool = False, end: str = "\n") -> None:
+    """Print, never raise: a closed pipe (``rlsup events | head``) or a full log file (the daemon's
+    ``supervisor.log`` on a full disk) must not turn into a traceback or stop anything."""
+    stream = sys.stderr if err else sys.stdout
+    try:
+        stream.write(" ".join(str(p) for p in parts) + end)
+        stream.flush()
+    except BrokenPipeError:
+        _silence(stream)
+    except (OSError, ValueError):
+        pass
+
+
+def _silence(stream: Any) -> None:
+    """After a broken pipe: point the stream at /dev/null so the interpreter's exit flush is quiet."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
+
+
+def load(path: str, run_dir: str | None) -> Config | int:
+    """The config, or EXIT_USAGE after printing every problem as FILE:LINE:COL."""
+    from ..config import ConfigError, load_config  # pydantic: only for commands that read a config
+
+    try:
+        return load_config(path, run_dir=run_dir)
+    except ConfigError as e:
+        say(e.report(path), err=True)
+        return EXIT_USAGE
+
+
+def run_dir_arg(run_dir: Any) -> str:
+    """`` --run-dir X`` unless discovery would find this run without it."""
+    from .daemon import display_path
+
+    default = Path.cwd() / "runs"
+    if Path(run_dir).parent == default:
+        return ""
+    return f" --run-dir {display_path(Path(run_dir))}"
+
+
+def attach_hint(run_dir: Any) -> str:
+    return f"rlsup attach{run_dir_arg(run_dir)}"
+
+
+def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
+    """The run a client command means (``--run-dir``, ``$RLSUP_RUN_DIR``, the single run under
+    ./runs), or an exit code after saying why there is none. ``live``: a supervisor must own it."""
+    from ..rundir import RunPaths
+    from .daemon import AmbiguousRun, NoRun, require_live, resolve_run_dir
+
+    try:
+        run_dir = resolve_run_dir(args.run_dir, ended_ok=not live)
+        return require_live(run_dir) if live else RunPaths(run_dir)
+    except NoRun as e:
+        say(f"rlsup: {e}", err=True)
+        return EXIT_FAILED
+    except AmbiguousRun as e:
+        say(f"rlsup: {e}", err=True)
+        return EXIT_USAGE
+
+
+async def open_client(paths: Any, name: str) -> Any:
+    from ..client import Client
+
+    return await Client.open_unix(paths.sock, name=name)
+
+
+def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int]]) -> int:
+    """Run ``fn(client, paths)`` against the live run; connection problems become exit 1."""
+    from ..client import NotRunning, RequestFailed
+    from ..protocol import ProtocolError
+
+    paths = resolve(args, live=True)
+    if isinstance(paths, int):
+        return paths
+
+    async def go() -> int:
+        client = await open_client(paths, args.cmd)
+        try:
+            return int(await fn(client, paths))
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(go())
+    except (NotRunning, ProtocolError, RequestFailed, ConnectionError) as e:
+        say(f"rlsup: {e}", err=True)
+        return EXIT_FAILED
+
+
+async def until_interrupted(session: Any) -> int:
+    loop = asyncio.get_running_loop()
+    for s in (signal_mod.SIGINT, signal_mod.SIGTERM):
+        loop.add_signal_handler(s, session.close)
+    listener = getattr(session, "listener", None)
+    if listener is not None and hasattr(listener, "on_broken"):
+        listener.on_broken = session.close
+    await session.run()
+    return EXIT_OK

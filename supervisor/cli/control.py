@@ -1,0 +1,221 @@
+"""Client commands on one run: ``status``, ``start``/``stop``/``restart``/``resume``, ``logs``, ``events``.
+
+``status``, ``logs`` and ``events`` also read a run that has ended (no supervisor owns its run dir)
+from its journal, state and logs, and say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    client_call,
+    client_parser,
+    open_client,
+    resolve,
+    say,
+    until_interrupted,
+)
+
+
+def add_parsers(sub: Any) -> None:
+    st = client_parser(sub, "status", "state of every component (of a live or an ended run)",
+                       "Print every component's state, pid, attempt, uptime, step, rate, ETA, checkpoint, the last "
+                       "exit with its diagnosis, flags, and GPUs. --json prints the shape documented in the README. "
+                       "On a run that has ended, the final state is read from its run dir.", cmd_status)
+    st.add_argument("--json", action="store_true", help="print JSON for scripts")
+    for name, what, fn in (
+            ("start", "start a stopped (or completed/fatal) component", cmd_start),
+            ("stop", "stop a component and keep it stopped (its tree: stop signal, then SIGKILL)", cmd_stop),
+            ("restart", "restart a component now (a fresh attempt; resumes if `resume` is set)", cmd_restart)):
+        p = client_parser(sub, name, what, what[0].upper() + what[1:] + ".", fn)
+        p.add_argument("name", metavar="NAME", help="component name")
+    rs = client_parser(sub, "resume", "restart a component from a checkpoint",
+                       "Restart NAME from its latest complete checkpoint (or --step N), with the `resume.args` "
+                       "of its config.", cmd_resume)
+    rs.add_argument("name", metavar="NAME")
+    rs.add_argument("--step", type=int, metavar="N", help="resume from the checkpoint of step N")
+    lg = client_parser(sub, "logs", "print a component's recent output; -f to follow",
+                       "Print the last N lines of NAME's output (ANSI colours stripped, progress bars folded; the "
+                       "byte-exact output is in <run_dir>/logs/NAME.log). -f keeps printing new lines. Works on a "
+                       "run that has ended.", cmd_logs)
+    lg.add_argument("name", metavar="NAME")
+    lg.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="how many lines (default 50)")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
+    ev = client_parser(sub, "events", "print the run's journal; -f to follow",
+                       "Print the journal (<run_dir>/events.jsonl) one human-readable line per event. Works on a "
+                       "finished run. -f follows a live run.", cmd_events)
+    ev.add_argument("-n", "--lines", type=int, default=None, metavar="N", help="only the last N events")
+    ev.add_argument("-f", "--follow", action="store_true", help="keep printing new events until Ctrl-C")
+    ev.add_argument("--json", action="store_true", help="one JSON object per line, as in events.jsonl")
+
+
+def _live(paths: Any) -> bool:
+    from ..rundir import is_locked
+
+    return is_locked(paths)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from ..render.status import format_status
+
+    paths = resolve(args, live=False)
+    if isinstance(paths, int):
+        return paths
+    if not _live(paths):
+        if not paths.events.exists():
+            say(f"rlsup: no run in {paths.root} (no events.jsonl); start one with `rlsup up CONFIG`", err=True)
+            return EXIT_FAILED
+        from ..archive import Archive
+
+        archive = Archive(paths.root)
+        view = archive.snapshot_state()
+        view["run"]["supervisor"] = None
+        if args.json:
+            say(json.dumps(view, indent=2, default=str))
+        else:
+            say(f"rlsup: no supervisor owns {paths.root}; the run has {archive.describe()}", err=True)
+            say(format_status(view))
+        return EXIT_OK
+
+    async def fn(client: Any, paths: Any) -> int:
+        snap = await client.snapshot(lines=0)
+        view = snap["state"]
+        say(json.dumps(view, indent=2, default=str) if args.json else format_status(view))
+        return EXIT_OK
+
+    return client_call(args, fn)
+
+
+def _command(args: argparse.Namespace, command: str, **cargs: Any) -> int:
+    paths = resolve(args, live=False)
+    if isinstance(paths, int):
+        return paths
+    if not _live(paths) and paths.events.exists():
+        from ..archive import Archive
+
+        archive = Archive(paths.root)
+        say(f"rlsup: {archive.command(command)['error']}", err=True)
+        return EXIT_FAILED
+
+    async def fn(client: Any, paths: Any) -> int:
+        reply = await client.command(command, args.name, **cargs)
+        if reply.get("ok"):
+            say(f"rlsup: {reply.get('message', 'done')}")
+            return EXIT_OK
+        say(f"rlsup: {reply.get('error', 'refused')}", err=True)
+        return EXIT_FAILED
+
+    return client_call(args, fn)
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    return _command(args, "start")
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    return _command(args, "stop")
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    return _command(args, "restart")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return _command(args, "resume", **({"step": args.step} if args.step is not None else {}))
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from ..client import Session
+
+    paths = resolve(args, live=False)
+    if isinstance(paths, int):
+        return paths
+    if not _live(paths):
+        from ..archive import Archive
+
+        if not paths.events.exists():
+            say(f"rlsup: no run in {paths.root} (no events.jsonl)", err=True)
+            return EXIT_FAILED
+        archive = Archive(paths.root)
+        ring = archive.rings().get(args.name)
+        if ring is None:
+            say(f"rlsup: no component {args.name!r}; components: {', '.join(archive.rings())}", err=True)
+            return EXIT_FAILED
+        say("".join(line + "\n" for line in ring.tail(max(0, args.lines))[1]), end="")
+        if args.follow:
+            say(f"rlsup: the run has {archive.describe()}; nothing more to follow", err=True)
+        return EXIT_OK
+
+    async def fn(client: Any, paths: Any) -> int:
+        snap = await client.snapshot(lines=max(0, args.lines))
+        comps = snap["state"]["components"]
+        if args.name not in comps:
+            say(f"rlsup: no component {args.name!r}; components: {', '.join(comps)}", err=True)
+            return EXIT_FAILED
+        block = snap["logs"][args.name]
+        say("".join(line + "\n" for line in block["lines"]), end="")
+        if not args.follow:
+            return EXIT_OK
+        from .follow import Printer
+
+        printer = Printer(events=False, logs={args.name}, prefix_logs=False,
+                          log_file_hint={args.name: str(paths.log(args.name))})
+
+        async def connect() -> Any:
+            return await open_client(paths, "logs")
+
+        session = Session(connect, printer, lines=0)
+        session.log_next[args.name] = block["seq"] + len(block["lines"])
+        session.seq = snap.get("seq", 0)
+        return await until_interrupted(session)
+
+    return client_call(args, fn)
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ..events import human, is_lifecycle
+    from ..journal import read_events
+
+    paths = resolve(args, live=False)
+    if isinstance(paths, int):
+        return paths
+    if not paths.events.exists():
+        say(f"rlsup: no journal at {paths.events}", err=True)
+        return EXIT_FAILED
+    events = list(read_events(paths.events))
+    if args.lines is not None:
+        events = events[-args.lines:] if args.lines > 0 else []
+    width = max([12, *(len(e.get("component") or "") for e in events)])
+    say("".join((json.dumps(e) if args.json else human(e, width=width)) + "\n" for e in events), end="")
+    if not args.follow:
+        return EXIT_OK
+    if not _live(paths):
+        say("rlsup: no supervisor owns this run; nothing more to follow", err=True)
+        return EXIT_OK
+    from ..client import Session
+    from .follow import Printer
+
+    class JsonPrinter(Printer):
+        def _event(self, e: dict[str, Any]) -> None:
+            if is_lifecycle(e.get("kind", "")):
+                self._w(json.dumps(e) + "\n")
+
+    printer = (JsonPrinter if args.json else Printer)()
+    printer.width = width
+
+    async def connect() -> Any:
+        return await open_client(paths, "events")
+
+    async def go() -> int:
+        session = Session(connect, printer, lines=0)
+        session.seq = events[-1]["seq"] if events else 0
+        return await until_interrupted(session)
+
+    return asyncio.run(go())

@@ -1,0 +1,64 @@
+"""The ``rlsup`` command line: one parser per command group, each beside its handler."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..version import VERSION
+from . import attach, control, fleet, offline, run_cmds
+from .common import EXIT_USAGE, _silence, formatter
+
+DESCRIPTION = """\
+rlsup supervises the processes of an RL post-training run (inference server, orchestrator,
+trainer, ...) from one YAML file: it starts them in dependency order, restarts them with
+backoff, keeps every log, tracks step progress and tells you what happened.
+"""
+
+EPILOG = """\
+examples:
+  rlsup up configs/demo.yaml               start the run in the background and open the TUI
+  rlsup up configs/demo.yaml -d            start it in the background only
+  rlsup status                             every component of the live run under ./runs
+  rlsup logs trainer -f                    follow one component's output
+  rlsup restart trainer                    restart one component (its dependents per restart_with)
+  rlsup attach gpu-pod-1 --run-dir /workspace/runs/demo   the TUI of a run on another machine
+  rlsup down                               stop everything, in reverse dependency order
+  rlsup diagnose runs/demo                 what killed the run, across components?
+  rlsup restart-supervisor                 after upgrading rlsup: replace the supervisor, keep training
+
+Client commands (status, logs, events, start, stop, restart, resume, down, attach, bridge) find the
+run from --run-dir, else $RLSUP_RUN_DIR, else the single live run under ./runs. status, logs,
+events, attach and report also read a run that has ended.
+
+exit codes: 0 success, 1 the run or check failed (or no supervisor is running), 2 usage or config error.
+docs: README.md (config reference, run directory layout, events, protocol), docs/.
+"""
+
+GROUPS = (run_cmds, attach, control, offline, fleet)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlsup", description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter)
+    p.add_argument("--version", action="version", version=f"rlsup {VERSION}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    for group in GROUPS:
+        group.add_parsers(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        parser.print_help()
+        sys.exit(EXIT_USAGE)
+    try:
+        rc = int(args.func(args))
+    except KeyboardInterrupt:
+        rc = 130
+    except BrokenPipeError:  # `rlsup ... | head`: the reader left; that is not an error of ours
+        _silence(sys.stdout)
+        rc = 0
+    sys.exit(rc)

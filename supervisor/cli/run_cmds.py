@@ -1,0 +1,425 @@
+"""``rlsup up``, ``rlsup down`` and ``rlsup restart-supervisor``: starting, ending and replacing a run's supervisor."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal as signal_mod
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    attach_hint,
+    client_call,
+    client_parser,
+    formatter,
+    load,
+    run_dir_arg,
+    say,
+)
+
+PROGRESS_EVERY_S = 5.0
+
+
+def add_parsers(sub: Any) -> None:
+    up = sub.add_parser(
+        "up", help="start and supervise the components of a config", formatter_class=formatter,
+        description=textwrap.dedent("""\
+            Start every component of CONFIG in dependency order and supervise it: restart on
+            failure with backoff, stop the whole process tree on shutdown, keep every log under
+            <run_dir>/logs, write <run_dir>/events.jsonl and <run_dir>/state.json.
+
+            By default the supervisor runs as a background daemon (its own session, no terminal:
+            closing the terminal, tmux or SSH never touches training) and the TUI opens on it.
+            Leaving the TUI (q) leaves training running; `rlsup attach` brings it back. If a
+            supervisor already owns the run dir, `up` attaches to it instead of starting another.
+            Each component runs under a small monitor of its own, so even a crash or kill -9 of the
+            supervisor leaves training running: the next `rlsup up` takes the components over.
+
+            A run dir whose run has ended (completed or fatal) is not reused silently: `up` says
+            what it found and asks for --resume (continue it from its checkpoints; the journal
+            goes on) or --fresh (keep the old run dir, renamed with a numeric suffix, and start a
+            new run). A run whose supervisor died mid-way is continued by default.
+
+            -d starts the daemon only. --headless runs in the foreground without a TUI and prints
+            one line per event (containers, CI, batch jobs); Ctrl-C (SIGINT) or SIGTERM stops
+            everything in reverse dependency order, a second Ctrl-C kills what is left at once.
+
+            Before starting, the fast preflight checks of `rlsup check` run; `up` refuses to start
+            on errors (--skip-checks to start anyway)."""),
+        epilog=textwrap.dedent("""\
+            examples:
+              rlsup up configs/demo.yaml                 TUI on a new run (daemon in the background)
+              rlsup up configs/demo.yaml -d              daemon only; prints how to attach
+              rlsup up configs/demo.yaml --headless      foreground, one line per event (CI, containers)
+              rlsup up configs/demo.yaml --fresh         the last run is kept as runs/demo.1; start anew
+
+            exit codes: 0 started (-d), detached, every component completed or you stopped the run
+            (--headless); 1 a component ended fatal (a false success included), a check failed or the
+            daemon did not start; 2 config or usage error, or an ended run without --resume/--fresh."""))
+    up.add_argument("config", metavar="CONFIG", help="the run's YAML file")
+    up.add_argument("--run-dir", metavar="DIR", help="run directory (default: the config's run_dir, else runs/<name>)")
+    up.add_argument("-d", "--detach", action="store_true", help="start the daemon only; print how to attach")
+    up.add_argument("--headless", action="store_true", help="supervise in the foreground without a TUI")
+    up.add_argument("--logs", action="store_true", help="with --headless: also print every component's output, prefixed")
+    again = up.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="on an ended run: continue it from its checkpoints")
+    again.add_argument("--fresh", action="store_true",
+                       help="on an ended run: keep it (renamed DIR.1, DIR.2, ...) and start a new run")
+    up.add_argument("--gpu", metavar="SPEC", default=None,
+                    help="GPU sampler: auto (default), none, or fake:8xH100 for demos (env RLSUP_GPU_SAMPLER)")
+    up.add_argument("--skip-checks", action="store_true", help="start even if preflight checks find errors")
+    up.add_argument("--plain", action="store_true", help="follow the event stream as text instead of the TUI")
+    up.add_argument("--daemon-child", action="store_true", help=argparse.SUPPRESS)
+    up.set_defaults(func=cmd_up)
+
+    client_parser(sub, "down", "stop every component in order and end the supervisor",
+                  "Stop every component in reverse dependency order (each with its stop signal, then SIGKILL after "
+                  "its stop timeout) and end the supervisor. Returns when no process of the run is left, or says "
+                  "exactly which could not be ended (exit 1).", cmd_down)
+    client_parser(sub, "restart-supervisor", "replace the supervisor without touching the components",
+                  "Upgrade in place: the running supervisor exits without stopping anything (each component "
+                  "keeps running under its monitor, its log complete), and a new supervisor, from the rlsup "
+                  "installed now, takes the components over with the same pids, attempts and progress. Use it "
+                  "after `pip install -U rlsup`.", cmd_restart_supervisor)
+
+
+# ---------------------------------------------------------------------- up
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    cfg = load(args.config, args.run_dir)
+    if isinstance(cfg, int):
+        return cfg
+    from . import daemon
+    from .ended import ended_run, keep_aside
+
+    run_dir = Path(cfg.run_dir)
+    shown = daemon.display_path(run_dir)
+    from ..rundir import RunPaths, is_locked
+
+    if not args.daemon_child and is_locked(RunPaths(run_dir)):
+        if args.headless:
+            say(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); stop it first "
+                "(`rlsup down`) or use another --run-dir", err=True)
+            return EXIT_FAILED
+        say(f"rlsup: a supervisor is already running {shown} ({daemon.owner_desc(run_dir)}); "
+            + ("nothing started" if args.detach else "attaching to it"), err=True)
+        if args.detach:
+            return EXIT_OK
+        from .attach import attach_local
+
+        return attach_local(run_dir, plain=args.plain)
+
+    if not args.daemon_child:
+        ended = ended_run(run_dir)
+        if ended is not None and not (args.resume or args.fresh):
+            choice = _ask_ended(shown, ended)
+            if choice is None:
+                return EXIT_USAGE
+            args.resume, args.fresh = choice == "resume", choice == "fresh"
+        if args.fresh:
+            try:
+                kept = keep_aside(run_dir)
+            except OSError as e:
+                say(f"rlsup: cannot keep the previous run aside: {e}", err=True)
+                return EXIT_FAILED
+            if kept is not None:
+                say(f"rlsup: the previous run is kept as {daemon.display_path(kept)}; starting a new run in {shown}")
+        if not args.skip_checks and not _fast_checks(cfg, args.config):
+            return EXIT_FAILED
+
+    if args.headless:
+        return run_headless(cfg, show_logs=args.logs, gpu=args.gpu, daemon=args.daemon_child, resume=args.resume)
+
+    extra = ["--gpu", args.gpu] if args.gpu else []
+    proc = daemon.spawn(args.config, run_dir, extra)
+    problem = daemon.wait_ready(proc, run_dir)
+    if problem is not None:
+        say(f"rlsup: {problem}; the end of {shown}/{daemon.DAEMON_LOG}:", err=True)
+        for line in daemon.log_tail(run_dir):
+            say(f"  {line}", err=True)
+        return EXIT_FAILED
+    hint = attach_hint(run_dir)
+    if args.detach:
+        say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
+        say(f"  run dir:  {shown}")
+        say(f"  attach:   {hint}")
+        say(f"  status:   rlsup status{run_dir_arg(run_dir)}")
+        say(f"  stop:     rlsup down{run_dir_arg(run_dir)}")
+        return EXIT_OK
+    from .attach import attach_local
+
+    try:
+        return attach_local(run_dir, plain=args.plain)
+    except KeyboardInterrupt:
+        # Before the TUI drew anything (or while it started): the run is in the daemon's hands.
+        say(f"\nrlsup: interrupted; the run goes on in the background ({daemon.owner_desc(run_dir)}).\n"
+            f"  attach: {hint}\n  stop:   rlsup down{run_dir_arg(run_dir)}", err=True)
+        return 130
+
+
+def _ask_ended(shown: str, ended: str) -> str | None:
+    """"resume" / "fresh" from a person at a terminal; None (after saying why) without one."""
+    msg = (f"rlsup: {shown} holds a run that has ended: {ended}.\n"
+           f"  --resume  continue it from its checkpoints (the journal goes on)\n"
+           f"  --fresh   keep it (renamed with a numeric suffix) and start a new run")
+    say(msg, err=True)
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        say("rlsup: not starting: pass --resume or --fresh", err=True)
+        return None
+    try:
+        answer = input("resume, fresh, or quit? [r/f/q] ").strip().lower()
+    except (EOFError, KeyboardInterrupt):
+        say("", err=True)
+        return None
+    if answer in ("r", "resume"):
+        return "resume"
+    if answer in ("f", "fresh"):
+        return "fresh"
+    say("rlsup: nothing started", err=True)
+    return None
+
+
+def _fast_checks(cfg: Any, path: str) -> bool:
+    """`up`'s preflight: True to go on. Errors and warnings are printed; errors stop the start."""
+    from ..preflight import exit_code, format_findings, run_checks
+
+    findings = [f for f in run_checks(cfg, fast=True) if f.severity != "info"]
+    if findings:
+        say(format_findings(findings, config_path=path), err=True)
+    if exit_code(findings):
+        say("rlsup: not starting; fix the above, or pass --skip-checks to start anyway", err=True)
+        return False
+    return True
+
+
+def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, daemon: bool = False,
+                 resume: bool = False) -> int:
+    from ..events import human
+    from ..gpu import make_sampler
+    from ..run import IncompatibleMonitors, Run
+    from ..rundir import LockHeld, UnsafeRunDir
+
+    if daemon:  # the daemon's own output goes to supervisor.log: never let a write error escape
+        _quiet_output_errors()
+    try:
+        sampler = make_sampler(gpu)
+    except ValueError as e:
+        say(f"rlsup: {e}", err=True)
+        return EXIT_USAGE
+    run = Run(cfg, gpu_sampler=sampler)
+    if resume:
+        run.how = "resumed"
+    try:
+        notes = run.prepare()
+    except LockHeld as e:
+        say(f"rlsup: {cfg.run_dir} is owned by a live supervisor (pid {e.owner.get('pid')}, "
+            f"host {e.owner.get('host')}). Stop it first, or use another --run-dir.", err=True)
+        return EXIT_FAILED
+    except (UnsafeRunDir, IncompatibleMonitors) as e:
+        say(f"rlsup: {e}", err=True)
+        return EXIT_FAILED
+    for n in notes:
+        say(f"rlsup: {n}")
+    width = max(12, *(len(n) for n in cfg.components))
+    last_progress: dict[str, float] = {}
+
+    def printer(e: dict[str, Any]) -> None:
+        if e["kind"] in ("gpu", "resources"):
+            return
+        if e["kind"] == "progress":
+            # One progress line per component every few seconds: enough to see learning happen.
+            comp = e["component"]
+            if (e.get("step") is None or e["ts"] - last_progress.get(comp, 0.0) < PROGRESS_EVERY_S
+                    or run.state["components"].get(comp, {}).get("state") != "running"):
+                return
+            last_progress[comp] = e["ts"]
+        say(human(e, width=width))
+
+    run.subscribers.append(printer)
+    if show_logs:
+        sent: dict[str, int] = {}
+
+        def print_lines(c: Any) -> None:
+            start, lines = c.ring.since(sent.get(c.name, c.ring.first_seq))
+            sent[c.name] = start + len(lines)
+            if lines:
+                say("".join(f"{c.name:<{width}} | {line}\n" for line in lines), end="")
+
+        run.line_listeners.append(print_lines)
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        hits = {"n": 0}
+
+        def on_signal(signum: int) -> None:
+            hits["n"] += 1
+            name = signal_mod.Signals(signum).name
+            if hits["n"] == 1:
+                say(f"rlsup: {name}: stopping every component (again to kill at once)")
+                run.request_shutdown(f"{name} received")
+            else:
+                say(f"rlsup: {name} again: killing what is left")
+                for c in run.components.values():
+                    c.kill_now()
+
+        for s in (signal_mod.SIGINT, signal_mod.SIGTERM, signal_mod.SIGHUP):
+            if s == signal_mod.SIGHUP and daemon:
+                signal_mod.signal(s, signal_mod.SIG_IGN)  # no terminal to lose; survive stray hangups
+                continue
+            loop.add_signal_handler(s, on_signal, s)
+        return await run.run()
+
+    rc = asyncio.run(main())
+    if getattr(run, "_handover", False):
+        say(f"rlsup: supervisor handed over; the components run on (logs and journal in {cfg.run_dir})")
+        return EXIT_OK
+    say(f"rlsup: {run.end_reason or 'run ended'}; logs and journal in {cfg.run_dir}")
+    return rc
+
+
+def _quiet_output_errors() -> None:
+    """Wrap stdout/stderr so that a failing write (ENOSPC on supervisor.log) is dropped, not raised."""
+
+    class Quiet:
+        def __init__(self, stream: Any):
+            self._s = stream
+
+        def write(self, text: str) -> int:
+            try:
+                return int(self._s.write(text))
+            except (OSError, ValueError):
+                return len(text)
+
+        def flush(self) -> None:
+            try:
+                self._s.flush()
+            except (OSError, ValueError):
+                pass
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._s, name)
+
+    sys.stdout = Quiet(sys.stdout)  # type: ignore[assignment]
+    sys.stderr = Quiet(sys.stderr)  # type: ignore[assignment]
+
+
+# ---------------------------------------------------------------------- down
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from ..rundir import is_locked
+    from .follow import Printer
+
+    async def fn(client: Any, paths: Any) -> int:
+        printer = Printer()
+        snap = await client.subscribe(lambda m: printer.on_event(m["event"]) if m.get("type") == "event" else None,
+                                      lines=0, since=None)
+        printer.on_snapshot(snap, False)
+        reply = await client.command("stop_all")
+        if not reply.get("ok"):
+            say(f"rlsup: {reply.get('error')}", err=True)
+            return EXIT_FAILED
+        say(f"rlsup: {reply.get('message')}")
+        await client.closed.wait()
+        deadline = time.monotonic() + 30
+        while is_locked(paths) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        left = await asyncio.get_running_loop().run_in_executor(None, leftovers, paths)
+        if is_locked(paths):
+            left.insert(0, "the supervisor still holds the run dir")
+        if left:
+            say(f"rlsup: down, but {len(left)} thing(s) could not be ended:", err=True)
+            for what in left:
+                say(f"  {what}", err=True)
+            return EXIT_FAILED
+        say(f"rlsup: {paths.root} is down; no process of the run is left")
+        return EXIT_OK
+
+    return client_call(args, fn)
+
+
+def leftovers(paths: Any) -> list[str]:
+    """Every process of the run still alive: marked ones, live monitors, cgroup members."""
+    from ..process import find_marked, is_monitor_of, records
+    from ..shim import cgroup_pids
+
+    out = []
+    seen: set[int] = set()
+    for p in find_marked(str(paths.root)):
+        seen.add(p.pid)
+        out.append(f"pid {p.pid} ({_cmd(p)}), marked with this run")
+    for _, rec in records(paths.monitors):
+        if is_monitor_of(rec, paths.root):
+            out.append(f"monitor pid {rec['shim_pid']} of {rec['component']} (attempt {rec['attempt']})")
+        if rec.get("cgroup"):
+            for pid in cgroup_pids(rec["cgroup"]):
+                if pid not in seen:
+                    seen.add(pid)
+                    out.append(f"pid {pid} in {rec['component']}'s cgroup {rec['cgroup']}")
+    return out
+
+
+def _cmd(p: Any) -> str:
+    try:
+        return " ".join(p.cmdline())[:80] or p.name()
+    except Exception:  # noqa: BLE001 - a process that just went away
+        return "?"
+
+
+# ---------------------------------------------------------------------- restart-supervisor
+
+
+def cmd_restart_supervisor(args: argparse.Namespace) -> int:
+    from ..rundir import is_locked, read_owner
+    from . import daemon
+
+    info: dict[str, Any] = {}
+
+    async def fn(client: Any, paths: Any) -> int:
+        info["hello"] = client.server
+        info["paths"] = paths
+        reply = await client.command("handover")
+        if not reply.get("ok"):
+            say(f"rlsup: {reply.get('error')}", err=True)
+            return EXIT_FAILED
+        info["monitors"] = reply.get("monitors") or []
+        return EXIT_OK
+
+    paths_owner = None
+    rc = client_call(args, fn)
+    if rc != EXIT_OK:
+        return rc
+    paths = info["paths"]
+    paths_owner = read_owner(paths) or {}
+    old_pid = (info.get("hello") or {}).get("pid") or paths_owner.get("pid")
+    config = (info.get("hello") or {}).get("config") or paths_owner.get("config")
+    deadline = time.monotonic() + 30
+    while is_locked(paths) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if is_locked(paths):
+        say("rlsup: the old supervisor did not exit within 30 s; nothing else was done", err=True)
+        return EXIT_FAILED
+    if not config or not os.path.exists(config):
+        say(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one with "
+            f"`rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)", err=True)
+        return EXIT_FAILED
+    proc = daemon.spawn(config, paths.root, [])
+    problem = daemon.wait_ready(proc, paths.root)
+    if problem is not None:
+        say(f"rlsup: {problem}; the components keep running under their monitors. The end of "
+            f"{paths.root}/{daemon.DAEMON_LOG}:", err=True)
+        for line in daemon.log_tail(paths.root):
+            say(f"  {line}", err=True)
+        return EXIT_FAILED
+    say(f"rlsup: supervisor replaced (pid {old_pid} -> {daemon.owner_desc(paths.root)}); "
+        f"{len(info['monitors'])} component(s) kept running")
+    return EXIT_OK

@@ -1,0 +1,102 @@
+"""The command table: what each client command does, as inputs to the lifecycle.
+
+Every command is journaled (``command`` event, with who sent it) before it acts, and answers what
+it did (``message``) or why not (``error``). A command never acts on a component directly: it
+becomes a :mod:`~rlsup.supervisor.lifecycle` input, so "why did rlsup restart X" has one answer.
+"""
+
+from __future__ import annotations
+
+import signal as signal_mod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import events as ev
+from . import lifecycle as lc
+
+if TYPE_CHECKING:
+    from .run import Run
+
+Reply = dict[str, Any]
+
+
+def _stop(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
+    c = run.components[name]
+    if c.state in lc.FINAL:
+        return {"ok": False, "error": f"{name} is already {c.state}"}
+    c.handle(lc.Stop(by))
+    return {"ok": True, "message": f"stopping {name}"}
+
+
+def _start(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
+    c = run.components[name]
+    if c.state not in lc.FINAL:
+        return {"ok": False, "error": f"{name} is {c.state}, not stopped"}
+    c.handle(lc.Start(by))
+    return {"ok": True, "message": f"starting {name}"}
+
+
+def _restart(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
+    run.components[name].handle(lc.Restart(by, reason=f"restart requested by {by}"))
+    run.follow_restart(name)
+    return {"ok": True, "message": f"restarting {name}"}
+
+
+def _resume(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
+    c = run.components[name]
+    r = c.cfg.resume
+    if r is None:
+        return {"ok": False, "error": f"{name} has no `resume` section in the config"}
+    from .checkpoints import discover
+
+    found = discover(r.checkpoints, r.layout, step_pattern=r.step_pattern,
+                     settle_s=0.0 if c.current is None else 5.0)
+    step = args.get("step")
+    if step is not None:
+        ck = next((x for x in found.checkpoints if x.step == int(step)), None)
+        if ck is None:
+            steps = ", ".join(str(x.step) for x in found.checkpoints) or "none"
+            return {"ok": False, "error": f"no complete checkpoint at step {step} in {r.checkpoints} "
+                                          f"(complete: {steps})"}
+    else:
+        ck = found.latest
+        if ck is None:
+            return {"ok": False, "error": f"no complete checkpoint yet in {r.checkpoints}"}
+    c.handle(lc.Restart(by, reason=f"resume from step {ck.step} requested by {by}", step=ck.step))
+    run.follow_restart(name)
+    return {"ok": True, "message": f"restarting {name} from step {ck.step} ({ck.path})"}
+
+
+def _signal(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
+    c = run.components[name]
+    sig = str(args.get("signal", "SIGTERM")).upper()
+    signum = getattr(signal_mod, sig if sig.startswith("SIG") else "SIG" + sig, None)
+    if not isinstance(signum, int) or c.current is None:
+        return {"ok": False, "error": f"cannot signal {name} ({'unknown signal' if c.current else 'not running'})"}
+    c.current.signal(signum)
+    return {"ok": True, "message": f"sent {sig} to {name}'s process tree"}
+
+
+COMMANDS: dict[str, Callable[[Run, str, str, dict[str, Any]], Reply]] = {
+    "start": _start, "stop": _stop, "restart": _restart, "resume": _resume, "signal": _signal,
+}
+
+
+def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", client: str | None = None,
+                **args: Any) -> Reply:
+    """Act on one command from a client."""
+    if cmd == "stop_all":
+        run.emit(ev.CommandReceived(None, command=cmd, by=by, client=client))
+        run.request_shutdown(f"stopped by {by}" + (f" ({client})" if client else ""))
+        return {"ok": True, "message": "stopping every component in reverse dependency order"}
+    if cmd == "handover":
+        run.emit(ev.CommandReceived(None, command=cmd, by=by, client=client))
+        pids = run.handover(f"handed over by {by}" + (f" ({client})" if client else ""))
+        return {"ok": True, "message": f"supervisor exiting; {len(pids)} component(s) keep running", "monitors": pids}
+    fn = COMMANDS.get(cmd)
+    if fn is None:
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+    if name not in run.components:
+        return {"ok": False, "error": f"no component {name!r}; components: {', '.join(run.components)}"}
+    run.emit(ev.CommandReceived(name, command=cmd, by=by, client=client, step=args.get("step")))
+    return fn(run, name, by, args)

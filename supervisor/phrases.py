@@ -1,0 +1,35 @@
+"""How rlsup words the things it says often: durations and process exits. One function each, so
+the journal, the CLI, the report and the TUI never disagree."""
+
+from __future__ import annotations
+
+
+def fmt_duration(s: float | None) -> str:
+    """``"4.2s"``, ``"3m05s"``, ``"2h07m"``, ``"3d04h"``; ``"?"`` when unknown."""
+    if s is None:
+        return "?"
+    if s < 0:
+        s = 0.0
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def fmt_span(s: float) -> str:
+    """A configured span in words: ``"1 h"``, ``"10 min"``, ``"45 s"``."""
+    if s >= 3600 and s % 3600 == 0:
+        return f"{int(s // 3600)} h"
+    if s >= 60 and s % 60 == 0:
+        return f"{int(s // 60)} min"
+    return f"{s:g} s"
+
+
+def describe_exit(exit_code: int | None, signal: str | None) -> str:
+    """``"killed by SIGKILL"``, ``"exit 1"``, ``"exit ?"`` (a process whose status is unknown)."""
+    if signal:
+        return f"killed by {signal}"
+    return f"exit {exit_code}" if exit_code is not None else "exit ?"

@@ -1,0 +1,1 @@
+"""Text rendering of a run for people: status tables, bars, the incident report. Imports the core, never the reverse."""

@@ -1,0 +1,968 @@
+"""The run: the single authority over its components, the journal and the state.
+
+Everything happens on one asyncio loop: monitor records and log files changing (inotify), monitors
+exiting (pidfds), probes, timers, client commands. Threads (the GPU sampler, artefact watches,
+notifications) only hand results to the loop. What a component does next is decided by
+:mod:`~rlsup.supervisor.lifecycle`; what the run as a whole observes (dependencies, stalls, a dead
+dependency, the end and its root cause) by :mod:`~rlsup.supervisor.detectors` and
+:mod:`~rlsup.supervisor.diagnosis`; this module feeds them and carries out their answers.
+
+Components run under monitors that outlive the supervisor: a supervisor that crashed, was killed
+or is being upgraded leaves them running, and the next one on the same run dir *adopts* them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal as signal_mod
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import detectors
+from . import events as ev
+from . import lifecycle as lc
+from . import state as state_mod
+from .clock import Clock, SystemClock
+from .component import Component
+from .config import Config
+from .inotify import IN_CLOSE_WRITE, IN_CREATE, IN_MODIFY, IN_MOVED_TO, IN_Q_OVERFLOW, Inotify
+from .journal import Journal, read_events, write_json_atomic
+from .logs import Position, RingBudget
+from .process import (
+    Attempt,
+    Cgroups,
+    Monitors,
+    attempt_from_record,
+    find_marked,
+    is_monitor_of,
+    pid_alive,
+    records,
+    set_child_subreaper,
+    terminate_processes,
+)
+from .rundir import RunLock, RunPaths
+from .shim import PROTOCOL as MONITOR_PROTOCOL
+from .version import VERSION
+
+TICK_S = 1.0
+PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
+STATE_WRITE_MIN_S = 0.5
+PROGRESS_FLUSH_S = 0.25
+READ_PAUSE_S = 0.002  # after a productive read, let output pile up a little: fewer, larger reads
+GPU_RELEASE_TIMEOUT_S = 30.0
+RESOURCES_SAMPLE_S = 5.0
+DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
+DEPENDENCY_FLAG_AFTER_S = 15.0  # a dependency restarting for less than this is not flagged
+POLL_S = 0.5  # where inotify is unavailable
+RING_BUDGET_BYTES = 256 << 20
+
+Subscriber = Callable[[dict[str, Any]], None]
+
+
+class IncompatibleMonitors(Exception):
+    """Live monitors of a protocol this rlsup does not speak: never touched, the start refused."""
+
+
+class Run:
+    def __init__(self, cfg: Config, *, clock: Clock | None = None, gpu_sampler: Any = None, serve: bool = True):
+        self.cfg = cfg
+        self.paths = RunPaths(Path(cfg.run_dir))
+        self.clock: Clock = clock or SystemClock()
+        self.gpu_sampler = gpu_sampler
+        self.serve = serve
+        from .redact import Redactor, secret_values
+
+        env = {**os.environ, **cfg.file_env, **cfg.env}
+        for comp in cfg.components.values():
+            env.update(comp.env)
+        self.redactor = Redactor(secret_values(env))  # secrets never reach an event
+        self.monitors = Monitors(self.paths.root)
+        self.cgroups: Cgroups | None = None
+        self.components: dict[str, Component] = {}
+        self.subscribers: list[Subscriber] = []
+        self.line_listeners: list[Callable[[Component], None]] = []
+        self.state: dict[str, Any] = {}
+        self.exit_code = 0
+        self.end_reason = ""
+        self.root: dict[str, Any] | None = None
+        self.lock = RunLock(self.paths)
+        self.journal: Journal | None = None
+        self.notifier: Any = None
+        self.server: Any = None
+        self.watches: Any = None
+        self.gpu_release_timeout = GPU_RELEASE_TIMEOUT_S
+        self.resources_sample_s = RESOURCES_SAMPLE_S
+        self.memory_detector: Callable[[], Any] | None = None  # MemoryGrowthDetector factory (tests tune it)
+        self.how = "new"
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._ended: asyncio.Event | None = None
+        self._shutting_down = False
+        self._replayed: dict[str, Any] | None = None
+        self._saved: dict[str, Any] = {}
+        self._adopt: list[tuple[Path, dict[str, Any]]] = []
+        self._orphan_records: list[tuple[Path, dict[str, Any]]] = []
+        self._leftovers: dict[str, Any] | None = None
+        self._by_pidfd: dict[int, tuple[Component, Attempt]] = {}
+        self._by_record: dict[str, tuple[Component, Attempt]] = {}
+        self._eval_scheduled = False
+        self._final_at: dict[str, float] = {}
+        self._progress_pending: set[str] = set()
+        self._state_dirty = False
+        self._state_written_at = 0.0
+        self._state_timer: asyncio.TimerHandle | None = None
+        self._read_pending: set[str] = set()
+        self._read_paused = False
+        self._inotify: Inotify | None = None
+        self._gpu_thread: Any = None
+        self._last_tick = 0.0
+        self._awake_since = 0.0
+        self._last_resources = 0.0
+        self._cpu_prev: dict[str, tuple[float, float]] = {}
+        self._mem_detectors: dict[str, Any] = {}
+        from .diagnosis import DependencyWatch
+
+        self._dep_watch = DependencyWatch(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
+        self._dep_flagged: set[str] = set()
+
+    # ------------------------------------------------------------------ before the loop
+
+    def prepare(self) -> list[str]:
+        """Create the run dir, take the lock, find what a previous supervisor left.
+
+        Live monitors of a compatible protocol are kept for adoption; processes of the run that no
+        live monitor owns are ended. Returns notes for the user. Raises ``rundir.LockHeld`` (a live
+        supervisor owns the run dir), ``rundir.UnsafeRunDir`` and :class:`IncompatibleMonitors`.
+        """
+        self.paths.create()
+        self.lock.acquire({"config": self.cfg.source, "name": self.cfg.name, "version": VERSION})
+        notes: list[str] = []
+        live, foreign = [], []
+        for path, rec in records(self.paths.monitors):
+            if is_monitor_of(rec, self.paths.root):
+                (live if rec.get("protocol") == MONITOR_PROTOCOL else foreign).append((path, rec))
+            else:
+                self._orphan_records.append((path, rec))
+        if foreign:
+            self.lock.release()
+            desc = ", ".join(f"{r['component']} (monitor pid {r['shim_pid']}, protocol {r.get('protocol')})"
+                             for _, r in foreign)
+            raise IncompatibleMonitors(
+                f"{self.paths.root} has live components under monitors of another rlsup version ({desc}); this "
+                f"rlsup speaks monitor protocol {MONITOR_PROTOCOL}. They were left running. Manage the run with "
+                "the rlsup version that started it, or stop it with that version's `rlsup down`.")
+        self._adopt = live
+        owned: set[int] = set()
+        for path, rec in live:
+            att = attempt_from_record(rec, path)
+            owned.update(att.members())
+            owned.add(att.monitor_pid)
+        prev = self.lock.previous
+        left = [p for p in find_marked(str(self.paths.root)) if p.pid not in owned]
+        if live:
+            notes.append(f"taking over {len(live)} running component(s) from a supervisor that is gone: "
+                         + ", ".join(f"{r['component']} pid {r['pid']}" for _, r in live))
+        if left:
+            by = f"supervisor pid {prev.get('pid')}" if prev else "an earlier supervisor"
+            notes.append(f"found {len(left)} process(es) of this run that no monitor owns, left by {by}; ending them")
+            survivors = terminate_processes(left, signal_mod.SIGTERM, 10.0)
+            self._leftovers = {"pids": [p.pid for p in left], "by": by, "survivors": [p.pid for p in survivors],
+                               "action": "ended them (SIGTERM, then SIGKILL after 10 s)"}
+            if survivors:
+                notes.append(f"could not end: {', '.join(str(p.pid) for p in survivors)}")
+        self._replayed = self._replay()
+        return notes
+
+    def _replay(self) -> dict[str, Any] | None:
+        """The previous state of this run dir: the journal folded through the reducer, with the
+        gauges (progress, log positions) of the last ``state.json``."""
+        if not self.paths.events.exists():
+            return None
+        st = state_mod.initial({}, self.cfg.topo_order())
+        n = 0
+        for e in read_events(self.paths.events):
+            state_mod.apply(st, e)
+            n += 1
+        if not n:
+            return None
+        try:
+            import json
+
+            saved = json.loads(self.paths.state.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        self._saved = saved if isinstance(saved, dict) else {}
+        return st
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> int:
+        """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
+        self.loop = asyncio.get_running_loop()
+        self._ended = asyncio.Event()
+        set_child_subreaper()
+        self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
+        self.journal = Journal(self.paths.events)
+        names = self.cfg.topo_order()
+        self.state = self._replayed or state_mod.initial({}, names)
+        for n in names:
+            self.state["components"].setdefault(n, state_mod.new_component())
+        self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
+        budget = RingBudget(RING_BUDGET_BYTES)
+        saved = (self._saved.get("components") or {}) if self._saved else {}
+        for n in names:
+            prev = self.state["components"][n]
+            pos = Position.from_dict((saved.get(n) or {}).get("log"))
+            life = lc.Life(n, attempt=int(prev.get("attempt") or 0))
+            self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
+                                           log_position=pos)
+            sv = saved.get(n) or {}
+            c = self.components[n]
+            if sv.get("total") is not None and c.progress.total is None:
+                c.progress.total = int(sv["total"])
+            if sv.get("step") is not None:  # an adopted attempt's progress continues from here
+                c.progress.reset_to(int(sv["step"]), self.clock.monotonic())
+        if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
+            from .notify import Notifier
+
+            self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
+                                     redactor=self.redactor)
+        if self.serve:
+            from .server import ControlServer
+
+            self.server = ControlServer(self, self.paths.sock)
+            await self.server.start()
+        if self._adopt:
+            self.how = "adopted"
+        elif self._replayed is not None and self.how == "new":
+            self.how = "resumed"
+        self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
+                                pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
+                                how=self.how, tracking=self.cgroups.describe()))
+        if self._leftovers:
+            self.emit(ev.LeftoversEnded(None, **self._leftovers))
+        self._start_watching_files()
+        self._start_gpu_sampler()
+        from .watches import Watches
+
+        self.watches = Watches(self.components, self.threadsafe)
+        self.watches.start()
+        self._take_over()
+        self._last_tick = self._awake_since = self.clock.monotonic()
+        ticker = asyncio.ensure_future(self._ticker())
+        self.loop.set_exception_handler(self._loop_error)
+        self._evaluate()
+        try:
+            await self._ended.wait()
+            await self._shutdown()
+        finally:
+            ticker.cancel()
+            if self.server is not None:
+                await asyncio.sleep(0.1)  # let clients see run_ended before the socket goes away
+                await self.server.close()
+            self._finish()
+        return self.exit_code
+
+    def _take_over(self) -> None:
+        """Adopt the attempts whose monitors outlived the previous supervisor."""
+        for path, rec in self._adopt:
+            c = self.components.get(str(rec["component"]))
+            if c is None:
+                continue  # a component no longer in the config: its monitor is told to finish
+                # (below), which ends it
+            att = attempt_from_record(rec, path)
+            prev = self.state["components"][c.name]
+            c.adopt(att, rec, ready=prev.get("state") == "running" or (prev.get("ready_at") is not None
+                                                                       and prev.get("state") != "starting"))
+        for path, rec in self._adopt:
+            if str(rec["component"]) not in self.components:
+                attempt_from_record(rec, path).finish()
+        for path, rec in self._orphan_records:  # a monitor that died: its record is all that is left
+            with contextlib.suppress(OSError):
+                path.unlink()
+            del rec
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    def request_shutdown(self, reason: str, by_user: bool = True) -> None:
+        if self._ended is None or self._ended.is_set():
+            return
+        if by_user:
+            self.exit_code = 0
+        self.end_reason = reason
+        self._ended.set()
+
+    def handover(self, reason: str) -> list[int]:
+        """Exit without touching the components (an upgrade in place): they run on under their
+        monitors and the next supervisor adopts them. Returns the monitors' pids."""
+        pids = [c.current.monitor_pid for c in self.components.values() if c.current is not None]
+        self._handover = True
+        self.emit(ev.SupervisorHandedOver(None, reason=reason, monitors=pids))
+        if self._ended is not None:
+            self._ended.set()
+        return pids
+
+    async def _shutdown(self) -> None:
+        """Stop components in reverse dependency order, in parallel waves; return when nothing of
+        the run is left (or say what could not be ended)."""
+        if getattr(self, "_handover", False):
+            self._write_state(force=True)
+            return
+        self._shutting_down = True
+        remaining = list(reversed(self.cfg.topo_order()))
+        while remaining:
+            wave = [n for n in remaining if not any(d in remaining for d in self.cfg.dependents(n))]
+            for n in wave:
+                self.components[n].handle(lc.Shutdown())
+            for n in wave:
+                await self._wait_quiet(self.components[n])
+                remaining.remove(n)
+        for c in self.components.values():
+            await c.await_cleanups()
+        left = await self.loop.run_in_executor(None, self._last_net)
+        for c in self.components.values():
+            c.flush_progress()
+        self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left))
+
+    async def _wait_quiet(self, c: Component) -> None:
+        while c.state not in lc.FINAL or c.busy:
+            await asyncio.sleep(0.02)
+
+    def _last_net(self) -> list[str]:
+        """Nothing marked with this run may outlive it; returns what could not be ended."""
+        left = find_marked(str(self.paths.root))
+        survivors = terminate_processes(left, signal_mod.SIGKILL, 1.0) if left else []
+        if self.cgroups is not None:
+            self.cgroups.remove_empty()
+        out = []
+        for p in survivors:
+            try:
+                out.append(f"pid {p.pid} ({' '.join(p.cmdline())[:80]})")
+            except Exception:  # noqa: BLE001 - describing a process that may be gone
+                out.append(f"pid {p.pid}")
+        return out
+
+    def _finish(self) -> None:
+        if self._gpu_thread is not None:
+            self._gpu_thread.stop()
+        if self.watches is not None:
+            self.watches.stop()
+        for c in self.components.values():
+            c.close()
+        self._write_state(force=True)
+        self.monitors.close()
+        if self._inotify is not None:
+            with contextlib.suppress(ValueError, RuntimeError):
+                self.loop.remove_reader(self._inotify.fd)
+            self._inotify.close()
+        for fd in list(self._by_pidfd):
+            with contextlib.suppress(ValueError, RuntimeError):
+                self.loop.remove_reader(fd)
+        if self.notifier is not None:
+            self.notifier.close(5.0)
+        if self.journal is not None:
+            self.journal.close()
+        with contextlib.suppress(ValueError, RuntimeError):
+            self.loop.remove_signal_handler(signal_mod.SIGCHLD)
+        self.lock.release()
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """A bug in rlsup must not leave the children unsupervised silently: say so and end the run."""
+        import traceback
+
+        exc = context.get("exception")
+        msg = "".join(traceback.format_exception(exc)).rstrip() if exc else context.get("message", "?")
+        say(f"rlsup: internal error, shutting the run down:\n{msg}")
+        self.exit_code = 1
+        self.request_shutdown(f"internal error: {exc!r}", by_user=False)
+
+    # ------------------------------------------------------------------ events
+
+    def emit(self, event: ev.Event) -> dict[str, Any]:
+        lifecycle = not event.gauge
+        seq = self.journal.last_seq if self.journal else 0
+        e = event.to_dict(ts=self.clock.time(), seq=seq)
+        if lifecycle:
+            e = self.redactor.redact_obj(e)
+            if self.journal is not None:
+                self.journal.last_seq += 1
+                e["seq"] = self.journal.last_seq
+                self.journal.append(e, sync=event.kind != "command")
+        state_mod.apply(self.state, e)
+        for s in list(self.subscribers):
+            try:
+                s(e)
+            except Exception as exc:  # noqa: BLE001 - a broken client must not break supervision
+                say(f"rlsup: subscriber failed: {exc!r}")
+        if lifecycle:
+            self._mark_state_dirty()
+            if self.notifier is not None:
+                self.notifier.handle(e)
+            if isinstance(event, ev.RestartScheduled) and event.component:
+                self.follow_restart(event.component)
+        return e
+
+    def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    # ------------------------------------------------------------------ what components ask of the run
+
+    def changed(self, comp: Component) -> None:
+        if comp.state in lc.FINAL:
+            self._final_at.setdefault(comp.name, self.clock.monotonic())
+        else:
+            self._final_at.pop(comp.name, None)
+        if not self._eval_scheduled and self.loop is not None:
+            self._eval_scheduled = True
+            self.loop.call_soon(self._evaluate)
+
+    def _seen(self) -> dict[str, detectors.Seen]:
+        out = {}
+        for n, c in self.components.items():
+            st = self.state["components"].get(n, {})
+            out[n] = detectors.Seen(n, c.state, c.attempt, reason=st.get("reason"), cause=c.life.cause,
+                                    ended_at=self._final_at.get(n), started_at=c.life.started_at,
+                                    ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at)
+        return out
+
+    def _evaluate(self) -> None:
+        """Tell pending components whether they may start, until nothing changes; then check the end.
+        A loop, not recursion: a 2,000-long dependency chain must not exhaust the stack."""
+        self._eval_scheduled = False
+        for _ in range(len(self.components) + 2):
+            seen = self._seen()
+            moved = False
+            for n in self.cfg.topo_order():
+                c = self.components[n]
+                if c.state != "pending" or c.life.want != "run" or c.life.spawning or self._shutting_down:
+                    continue
+                before = (c.state, c.life.waiting)
+                c.handle(detectors.gate(n, self.cfg, seen))
+                if (c.state, c.life.waiting) != before:
+                    moved = True
+                    seen = self._seen()
+            if not moved:
+                break
+        self._eval_scheduled = False
+        if self._shutting_down or self._ended is None or self._ended.is_set():
+            return
+        out = detectors.outcome(self.cfg, self._seen())
+        if out is not None:
+            self.exit_code = out.exit_code
+            self.end_reason = out.reason
+            self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
+            self._ended.set()
+
+    def follow_restart(self, name: str) -> None:
+        """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
+        for other in self.components.values():
+            if name in other.cfg.restart_with and other.state in ("starting", "running"):
+                other.handle(lc.Restart(f"restart_with {name}", reason=f"{name} restarts"))
+
+    def cgroup_for(self, comp: str, attempt: int) -> str | None:
+        return self.cgroups.for_attempt(comp, attempt) if self.cgroups is not None else None
+
+    def lines_added(self, comp: Component) -> None:
+        for fn in self.line_listeners:
+            fn(comp)
+
+    def progress_dirty(self, comp: Component) -> None:
+        if not self._progress_pending and self.loop is not None:
+            self.loop.call_later(PROGRESS_FLUSH_S, self._flush_progress)
+        self._progress_pending.add(comp.name)
+
+    def _flush_progress(self) -> None:
+        names, self._progress_pending = self._progress_pending, set()
+        for n in names:
+            self.components[n].flush_progress()
+        self._mark_state_dirty()
+
+    def diagnose(self, comp: Component, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]:
+        from .diagnosis import diagnose, read_host_evidence
+
+        host = read_host_evidence(pid) if signal == "SIGKILL" else None
+        d = diagnose(comp.tail(1000), exit_code=exit_code, signal=signal, step=comp.progress.step, pid=pid,
+                     host=host)
+        return d.to_dict()
+
+    def plan_resume(self, comp: Component, step: int | None) -> dict[str, Any]:
+        """Where the next attempt starts: the newest *complete* checkpoint, chosen now that the
+        component's process tree is gone (nothing of it is writing, so age says nothing). If
+        checkpoints exist and none is complete, a ``checkpoint_problem`` flag says so before the start
+        and the ``started`` event lists each candidate with why it was not used."""
+        r = comp.cfg.resume
+        if r is None:
+            return {}
+        from .checkpoints import discover, resume_args
+
+        try:
+            found = discover(r.checkpoints, r.layout, step_pattern=r.step_pattern, settle_s=0.0)
+        except (OSError, ValueError) as e:
+            self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem", message=f"cannot read {r.checkpoints}: {e}",
+                                    evidence=[r.checkpoints], action="starting without a checkpoint"))
+            return {"rejected": [{"step": None, "path": r.checkpoints, "reason": str(e)}]}
+        rejected = [{"step": _step_in(p), "path": p, "reason": why} for p, why in found.skipped]
+        for problem in found.problems:
+            self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem", message=problem, evidence=[r.checkpoints],
+                                    action="not trusted; resuming from the newest checkpoint that is complete"))
+        ck = found.latest
+        if step is not None:
+            ck = next((x for x in found.checkpoints if x.step == step), None)
+            if ck is None:
+                steps = ", ".join(str(x.step) for x in found.checkpoints) or "none"
+                self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem",
+                                        message=f"no complete checkpoint at step {step}",
+                                        evidence=[f"complete checkpoints in {r.checkpoints}: {steps}"],
+                                        action="started from the latest complete checkpoint instead"))
+                ck = found.latest
+        if ck is None:
+            if rejected:
+                self.emit(ev.FlagRaised(
+                    comp.name, type="checkpoint_problem",
+                    message=f"none of {len(rejected)} checkpoint(s) in {r.checkpoints} is complete; starting "
+                            "from scratch",
+                    evidence=[f"{c['path']}: {c['reason']}" for c in rejected][:20],
+                    action="starting without a checkpoint; `rlsup resume NAME --step N` picks one by hand"))
+            return {"rejected": rejected}
+        if r.clean:
+            self._clean_future(comp, ck.step)
+        return {"step": ck.step, "checkpoint": ck.path, "args": resume_args(r.args, ck)}
+
+    def _clean_future(self, comp: Component, step: int) -> None:
+        """``resume.clean``: delete artefacts of steps after the one resumed from, each path journaled."""
+        from .artifacts import CleanRefused, clean_after
+
+        r = comp.cfg.resume
+        assert r is not None
+        base = Path(comp.cfg.cwd or os.getcwd())
+        roots = [self.paths.root, base, Path(r.checkpoints)] + [Path(w.path) for w in comp.cfg.watch]
+        try:
+            deleted = clean_after(r.clean, step, base=base, allowed_roots=[p.absolute() for p in roots])
+        except CleanRefused as e:
+            self.emit(ev.FlagRaised(comp.name, type="clean_refused",
+                                    message=f"resume.clean refused {len(e.refused)} path(s) outside the run's "
+                                            "directories",
+                                    evidence=[f"{p}: {why}" for p, why in e.refused][:20],
+                                    action="deleted nothing that was refused; resuming anyway"))
+            deleted = list(e.deleted)
+        except OSError as e:
+            self.emit(ev.FlagRaised(comp.name, type="clean_refused", message=f"resume.clean failed: {e}",
+                                    evidence=[], action="resuming anyway"))
+            return
+        if deleted:
+            self.emit(ev.ArtefactsCleaned(comp.name, step=step, paths=[str(p) for p in deleted]))
+
+    # ------------------------------------------------------------------ monitors and log files
+
+    def watch_monitor(self, comp: Component, att: Attempt) -> None:
+        self._by_record[att.record_path.name] = (comp, att)
+        fd = att.open_pidfd()
+        if fd is not None:
+            self._by_pidfd[fd] = (comp, att)
+            self.loop.add_reader(fd, self._monitor_exited, fd)
+        elif not pid_alive(att.monitor_pid):
+            self.loop.call_soon(comp.monitor_changed, att, True)
+        # The record may have changed before the watch existed (a very short command).
+        self.loop.call_soon(self._record_changed, att.record_path.name)
+
+    def _monitor_exited(self, fd: int) -> None:
+        comp, att = self._by_pidfd.pop(fd)
+        with contextlib.suppress(ValueError, RuntimeError):
+            self.loop.remove_reader(fd)
+        att.monitor_gone = True
+        self._by_record.pop(att.record_path.name, None)
+        if att.exit is None:
+            comp.monitor_changed(att, gone=True)
+
+    def _record_changed(self, name: str) -> None:
+        hit = self._by_record.get(name)
+        if hit is not None:
+            comp, att = hit
+            comp.monitor_changed(att)
+
+    def _reap(self) -> None:
+        """Reap our children: monitors (re-parented to us, their subreaper) and the zygote."""
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    def _start_watching_files(self) -> None:
+        try:
+            ino = Inotify()
+            ino.watch(str(self.paths.logs), IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE)
+            ino.watch(str(self.paths.monitors), IN_MODIFY | IN_MOVED_TO | IN_CLOSE_WRITE)
+        except OSError as e:
+            say(f"rlsup: inotify unavailable ({e}); polling logs every {POLL_S:g}s")
+            self.loop.call_later(POLL_S, self._poll_files)
+            return
+        self._inotify = ino
+        self.loop.add_reader(ino.fd, self._on_inotify)
+        self._read_pending.update(self.components)
+        self.loop.call_soon(self._read_logs)
+
+    def _poll_files(self) -> None:
+        self._read_pending.update(self.components)
+        self._read_logs()
+        for name in list(self._by_record):
+            self._record_changed(name)
+        if not (self._ended and self._ended.is_set() and not self._shutting_down):
+            self.loop.call_later(POLL_S, self._poll_files)
+
+    def _on_inotify(self) -> None:
+        assert self._inotify is not None
+        logs, mons = str(self.paths.logs), str(self.paths.monitors)
+        records_changed: set[str] = set()
+        for d, mask, name in self._inotify.read():
+            if mask & IN_Q_OVERFLOW:
+                self._read_pending.update(self.components)
+                records_changed.update(self._by_record)
+            elif d == logs:
+                comp = name.split(".log", 1)[0]
+                if comp in self.components:
+                    self._read_pending.add(comp)
+            elif d == mons:
+                records_changed.add(name)
+        for name in records_changed:
+            self._record_changed(name)
+        if self._read_pending and not self._read_paused:
+            self._read_logs()
+
+    def _read_logs(self) -> None:
+        pending, self._read_pending = self._read_pending, set()
+        more = False
+        for n in pending:
+            c = self.components.get(n)
+            if c is not None and c.read_output():
+                self._read_pending.add(n)
+                more = True
+        if pending:  # a productive round: let output pile up briefly, then read it in one go
+            self._read_paused = True
+            self.loop.call_later(READ_PAUSE_S, self._resume_reading)
+        del more
+
+    def _resume_reading(self) -> None:
+        self._read_paused = False
+        if self._read_pending:
+            self._read_logs()
+
+    def read_all_now(self) -> None:
+        """Catch up with every log (before judging stalls, before diagnosis)."""
+        for c in self.components.values():
+            while c.read_output():
+                pass
+
+    # ------------------------------------------------------------------ state on disk
+
+    def _mark_state_dirty(self) -> None:
+        self._state_dirty = True
+        if self._state_timer is None and self.loop is not None:
+            delay = max(0.0, STATE_WRITE_MIN_S - (time.monotonic() - self._state_written_at))
+            self._state_timer = self.loop.call_later(delay, self._write_state)
+
+    def _write_state(self, force: bool = False) -> None:
+        self._state_timer = None
+        if not self._state_dirty and not force:
+            return
+        self._state_dirty = False
+        self._state_written_at = time.monotonic()
+        if self.journal is not None and self.journal.pending:
+            self.journal.flush()  # a disk that had no room may have room again
+        try:
+            write_json_atomic(self.paths.state, self.snapshot_state(with_positions=True))
+        except OSError:
+            pass  # disk trouble is flagged by the monitors; state.json catches up later
+
+    def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
+        out = state_mod.view(self.state, self.clock.time())
+        if with_positions:
+            for n, c in self.components.items():
+                out["components"][n]["log"] = c.position().to_dict()
+        return out
+
+    # ------------------------------------------------------------------ periodic work
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = self.clock.monotonic()
+            if now - self._last_tick > PAUSE_DETECT_S:
+                self._awake_since = now  # we were paused: what happened meanwhile is not the components' fault
+                self.read_all_now()
+            self._last_tick = now
+            self._reap()  # a safety net for a coalesced SIGCHLD
+            self._check_stalls(now)
+            self._check_dependencies(now)
+            if now - self._last_resources >= self.resources_sample_s and any(
+                    c.current is not None for c in self.components.values()):
+                self._last_resources = now
+                self._sample_resources(now)
+            if self.journal is not None and self.journal.pending:
+                self.journal.flush()
+            if any(c.current is not None for c in self.components.values()):
+                self._mark_state_dirty()  # log positions move on; state.json keeps up at most twice a second
+
+    def _check_stalls(self, now: float) -> None:
+        seen = None
+        for n, c in self.components.items():
+            p = c.cfg.progress
+            if not p or not p.stall_after or c.state != "running":
+                continue
+            seen = seen or self._seen()
+            idle = detectors.stalled(seen[n], p.stall_after, now, awake_since=self._awake_since)
+            if idle is None:
+                if "stall" in c.life.episode:
+                    c.handle(lc.Unstalled(f"progress again at step {c.progress.step}"))
+                continue
+            last = c.tail(1)
+            evidence = [f"last line: {last[0]}" if last else "no output yet"]
+            evidence += [f"{d} is {self.components[d].state}" for d in c.cfg.depends_on]
+            for owner in [c] + [self.components[d] for d in c.cfg.depends_on]:
+                for path, w in owner.watch_info.items():
+                    age = f", written {time.time() - w['mtime']:.0f}s ago" if w.get("mtime") else ""
+                    evidence.append(f"newest in {path} ({owner.name}): step {w.get('step')}{age}")
+            c.handle(lc.Stalled(f"no new step for {idle:.0f}s (last step {c.progress.step}, stall_after "
+                                f"{p.stall_after:g}s)", tuple(evidence)))
+
+    def _dep_state(self, name: str, now: float) -> str:
+        """A dependency's state for dependency_down: ``running`` only once it has stayed up a while,
+        so a server that dies seconds after each start is still down (no restart flapping)."""
+        d = self.components[name]
+        if d.state == "running" and d.life.ready_at is not None and now - d.life.ready_at < DEPENDENCY_STABLE_S:
+            return "starting"
+        return d.state
+
+    def _deterministic_failure(self, name: str) -> bool:
+        reason = str(self.state["components"][name].get("reason") or "")
+        return reason.startswith(("repeated_error", "crash_loop", "step_crash"))
+
+    def _check_dependencies(self, now: float) -> None:
+        """dependency_down: consumers failing to reach a dependency that is down. Restart the
+        dependency (not its victims); stop the consumers if it stays down past the budget."""
+        from .diagnosis import dependency_down
+
+        failing: dict[str, list[str]] = {}
+        for n, c in self.components.items():
+            if not c.cfg.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
+                continue
+            deps = {d: self._dep_state(d, now) for d in c.cfg.depends_on}
+            if all(st == "running" for st in deps.values()):
+                if n in self._dep_flagged:
+                    self._dep_flagged.discard(n)
+                    self.emit(ev.FlagCleared(n, type="dependency_down", message="its dependencies are up again"))
+                continue
+            last = (self.state["components"][n].get("last_exit") or {}).get("diagnosis") or {}
+            flag = dependency_down(n, categories=[last.get("category", "")], lines=c.tail(200), deps=deps,
+                                   down_since=self._dep_watch.down_since(), now=now)
+            if flag is None:
+                continue
+            for d in flag.dependencies:
+                failing.setdefault(d, []).append(n)
+            lasting = [d for d in flag.dependencies
+                       if self.components[d].state in ("fatal", "stopped", "completed")
+                       or (self._dep_watch.down_for(d) or 0.0) >= DEPENDENCY_FLAG_AFTER_S]
+            if lasting and n not in self._dep_flagged:
+                self._dep_flagged.add(n)
+                self.emit(ev.FlagRaised(n, type="dependency_down", message=flag.message, evidence=list(flag.evidence),
+                                        action=self._dependency_action(n, lasting[0])))
+        for d in set(self._dep_watch.down_since()) | set(failing):
+            dep = self.components[d]
+            act = self._dep_watch.observe(d, down=self._dep_state(d, now) != "running", consumers_failing=d in failing)
+            if act == "restart_dependency":
+                if dep.state in ("fatal", "completed") and not (dep.state == "fatal" and self._deterministic_failure(d)):
+                    self.emit(ev.CommandReceived(d, command="start", by="rlsup", client="dependency_down"))
+                    dep.handle(lc.Start("rlsup (dependency_down)"))
+            elif act == "stop_consumers":
+                victims = [n for n in failing.get(d, []) if self.components[n].state in lc.ACTIVE]
+                self.emit(ev.FlagRaised(
+                    d, type="dependency_down",
+                    message=f"{d} has been down for {self.cfg.dependency_budget:g}s; stopping "
+                            f"{', '.join(victims) or 'nothing'} instead of letting them retry for hours",
+                    evidence=[f"{d}: {dep.state}"],
+                    action=f"stopped {', '.join(victims) or 'nothing'}; `rlsup start` them once {d} is back"))
+                for n in victims:
+                    self.components[n].handle(lc.Stop("dependency_down"))
+
+    def _dependency_action(self, consumer: str, dep: str) -> str:
+        d = self.components[dep]
+        budget = f"{consumer} is stopped if {dep} is not back within {self.cfg.dependency_budget:g}s"
+        if d.state == "fatal" and self._deterministic_failure(dep):
+            return f"not restarting {dep} (it fails deterministically; fix it, then `rlsup start {dep}`); {budget}"
+        if d.state in ("fatal", "completed"):
+            return f"restarting {dep}, not {consumer}; {budget}"
+        if d.state == "stopped":
+            return f"{dep} was stopped by hand, so it is left stopped; {budget}"
+        return f"{dep} is restarting ({d.state}); {consumer} is left alone; {budget}"
+
+    def _sample_resources(self, now: float) -> None:
+        """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
+        import psutil
+
+        from .diagnosis import MemoryGrowthDetector
+
+        gpu_by: dict[str, float] = {}
+        for g in self.state.get("gpus") or []:
+            for p in g.get("processes") or []:
+                if p.get("component"):
+                    gpu_by[p["component"]] = gpu_by.get(p["component"], 0.0) + (p.get("used_mb") or 0.0)
+        out: dict[str, Any] = {}
+        for n, c in self.components.items():
+            att = c.current
+            if att is None:
+                continue
+            rss, cpu = 0, 0.0
+            for pid in att.members():
+                try:
+                    proc = psutil.Process(pid)
+                    rss += proc.memory_info().rss
+                    t = proc.cpu_times()
+                    cpu += t.user + t.system
+                except psutil.Error:
+                    pass
+            prev = self._cpu_prev.get(n)
+            self._cpu_prev[n] = (now, cpu)
+            pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
+            out[n] = {"cpu_pct": pct, "rss_mb": round(rss / 2**20, 1), "gpu_mb": gpu_by.get(n)}
+            if c.state == "running" and c.progress.step is not None:
+                attempt, det = self._mem_detectors.get(n, (None, None))
+                if det is None or attempt != c.attempt:  # a new attempt starts a new series
+                    det = (self.memory_detector or MemoryGrowthDetector)()
+                    self._mem_detectors[n] = (c.attempt, det)
+                flag = det.observe(now, c.progress.step, rss / 2**20, gpu_by.get(n))
+                if flag is not None:
+                    self.emit(ev.FlagRaised(n, type=flag.type, message=flag.message, evidence=list(flag.evidence),
+                                            action="none (watching); a leak ends in an OOM kill, so look at what "
+                                                   "accumulates per step"))
+        if out:
+            self.emit(ev.ResourcesSampled(None, out))
+
+    # ------------------------------------------------------------------ GPUs
+
+    def _start_gpu_sampler(self) -> None:
+        if self.gpu_sampler is None:
+            return
+        from .gpu import SamplerThread
+
+        self._gpu_thread = SamplerThread(self.gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s),
+                                         interval=1.0)
+        self._gpu_thread.start()
+
+    def _owners(self) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for n, c in self.components.items():
+            if c.current is not None:
+                for pid in c.current.members():
+                    out[pid] = n
+        return out
+
+    def _gpu_sample(self, sample: Any) -> None:
+        d = sample.to_dict()
+        owners = self._owners()
+        for g in d.get("gpus") or []:
+            for p in g.get("processes") or []:
+                p["component"] = owners.get(p["pid"])
+        self.emit(ev.GpuSampled(None, {k: d.get(k) for k in ("gpus", "host", "backend", "reason")}))
+
+    def gpu_holders(self, comp: Component, prev_pids: set[int], gpus: list[dict[str, Any]]
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Processes on ``comp``'s GPUs in a sample: (this run's leftovers, processes outside the run)."""
+        import psutil
+
+        ours, others = [], []
+        wanted = {int(g) for g in comp.cfg.gpus or []}
+        owners = self._owners()
+        for g in gpus:
+            if g.get("index") not in wanted:
+                continue
+            for p in g.get("processes") or []:
+                pid = p["pid"]
+                if pid in owners and pid not in prev_pids:
+                    continue  # a live process of this run's current attempts
+                try:
+                    proc = psutil.Process(pid)
+                    mine = pid in prev_pids or proc.environ().get("RLSUP_RUN_DIR") == str(self.paths.root)
+                except psutil.NoSuchProcess:
+                    mine = True  # gone, its memory not yet released by the driver: wait for it
+                except (psutil.Error, OSError):
+                    mine = pid in prev_pids
+                (ours if mine else others).append({"gpu": g.get("index"), **p})
+        return ours, others
+
+    async def wait_gpu_release(self, comp: Component, pids: set[int]) -> None:
+        """Before a new attempt: wait until the previous attempt's GPU memory is released; after a
+        timeout, kill the holders that belong to this run (never others) and flag it."""
+        if not comp.cfg.gpus or self.gpu_sampler is None:
+            return
+        deadline = self.clock.monotonic() + self.gpu_release_timeout
+        while True:
+            try:  # a fresh sample, not the last 1 Hz one: the previous attempt just ended
+                sample = await self.loop.run_in_executor(None, self.gpu_sampler.sample)
+            except Exception:  # noqa: BLE001 - the sampler's failures are reported by its thread
+                return
+            ours, _others = self.gpu_holders(comp, pids, sample.to_dict().get("gpus") or [])
+            if not ours or comp.life.want == "stop":
+                return
+            if self.clock.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.5)
+        import psutil
+
+        procs = []
+        for h in ours:
+            with contextlib.suppress(psutil.Error):
+                procs.append(psutil.Process(h["pid"]))
+        survivors = await self.loop.run_in_executor(None, terminate_processes, procs, signal_mod.SIGKILL, 5.0)
+        evidence = [f"gpu {h['gpu']}: pid {h['pid']} holds {h.get('used_mb') or '?'} MiB" for h in ours]
+        self.emit(ev.FlagRaised(
+            comp.name, type="gpu_not_released",
+            message=f"{len(ours)} process(es) of this run still held {comp.name}'s GPUs "
+                    f"{self.gpu_release_timeout:g}s after the previous attempt ended",
+            evidence=evidence + [f"could not kill pid {p.pid}" for p in survivors],
+            action="killed them (SIGKILL) before starting the next attempt" if not survivors
+            else "killed what could be killed; starting anyway"))
+
+    # ------------------------------------------------------------------ commands and clients
+
+    def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
+                **args: Any) -> dict[str, Any]:
+        from .commands import run_command
+
+        return run_command(self, cmd, name, by=by, client=client, **args)
+
+    def hello(self) -> dict[str, Any]:
+        run = self.state.get("run", {})
+        return {"pid": os.getpid(), "host": run.get("host") or socket.gethostname(), "name": self.cfg.name,
+                "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION, "ended": False}
+
+    @property
+    def journal_seq(self) -> int:
+        return self.journal.last_seq if self.journal else 0
+
+    def rings(self) -> dict[str, Any]:
+        return {n: c.ring for n, c in self.components.items()}
+
+
+def _step_in(path: str) -> int | None:
+    import re
+
+    m = re.findall(r"(\d+)", os.path.basename(path.rstrip("/")))
+    return int(m[-1]) if m else None
+
+
+def say(text: str) -> None:
+    """Print to the supervisor's log; never raise (a full disk must not reach control flow)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,683 @@
+"""The per-component monitor: owns one attempt's output, log and exit status, and outlives the supervisor.
+
+Like containerd-shim or conmon, one monitor process sits above each attempt of a component. It
+holds no policy: restarts, probes, progress and diagnosis are the supervisor's. What it does:
+
+- forks the component's command in a session of its own (its pid is its process group), with
+  stdout and stderr on one pipe that only the monitor reads, so the child never depends on the
+  supervisor being alive, awake or fast;
+- appends every byte of that pipe to ``logs/<component>.log``, rotating at line boundaries, from
+  a writer thread so a slow disk never blocks the child (a full disk drops bytes, counted, and a
+  marker line says how many once the disk has room again);
+- is a child subreaper, so a grandchild that double-forks and calls setsid re-parents to it and
+  stays findable; where the supervisor gave it a cgroup, the child runs in it;
+- reaps the child and records its exit in ``monitors/<component>.json``.
+
+The record is created atomically, then updated in place within its preallocated size, so an
+exit is recorded even when the disk is full. Signals: ``SIGUSR1`` means *finish*: kill whatever
+is left of the attempt's tree, drain the pipe, remove the record and exit. ``SIGTERM``,
+``SIGINT``, ``SIGHUP`` and ``SIGPIPE`` are ignored: the monitor must survive stray signals
+meant for a terminal or a process group.
+
+Standard library only, and no import of rlsup: it runs as ``python -I -S shim.py`` (or is forked
+from the monitor zygote, :func:`zygote`) and keeps running the code it started with while rlsup
+is upgraded underneath it. :data:`PROTOCOL` versions the record and the zygote's request format.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+PROTOCOL = 1
+RECORD_SIZE = 8192  # preallocated: updates never need a new block (a full disk)
+READ_SIZE = 1 << 20
+PIPE_SIZE = 1 << 20
+F_SETPIPE_SZ = 1031
+PR_SET_CHILD_SUBREAPER = 36
+MAX_PENDING = 256 << 20  # bytes waiting for a slow disk before output is dropped (counted)
+FLUSH_WAIT_S = 5.0  # at the child's exit: how long to wait for the log to catch up before recording
+FINISH_DRAIN_S = 2.0
+RETRY_S = 1.0
+
+
+# ---------------------------------------------------------------------- small helpers
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _now() -> tuple[float, float]:
+    return time.time(), time.monotonic()
+
+
+def _set_subreaper() -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children_map() -> dict[int, list[int]]:
+    """pid -> child pids of every visible process (one pass over /proc)."""
+    out: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            out.setdefault(int(fields[1]), []).append(int(name))
+    return out
+
+
+def descendants(root: int) -> list[int]:
+    """Every live descendant of ``root`` (orphans re-parent to a subreaper, so none escape it)."""
+    children = _children_map()
+    out, frontier = [], [root]
+    while frontier:
+        for c in children.get(frontier.pop(), ()):
+            out.append(c)
+            frontier.append(c)
+    return out
+
+
+def cgroup_pids(cgroup: str) -> list[int]:
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs")) as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+# ---------------------------------------------------------------------- the record
+
+
+class Record:
+    """``monitors/<component>.json``: what the supervisor (this one or the next) reads."""
+
+    def __init__(self, path: str, data: dict):
+        self.path = path
+        self.data = data
+        self._fd: int | None = None
+
+    def create(self) -> None:
+        tmp = f"{self.path}.tmp.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            _write_all(fd, self._encode())
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.rename(tmp, self.path)
+        self._fd = fd
+
+    def _encode(self) -> bytes:
+        raw = json.dumps(self.data, separators=(",", ":")).encode()
+        if len(raw) >= RECORD_SIZE:  # never in practice: the record holds no argv or env
+            self.data = {k: self.data[k] for k in ("protocol", "component", "attempt", "shim_pid", "pid",
+                                                   "status", "exit_code", "signal") if k in self.data}
+            raw = json.dumps(self.data, separators=(",", ":")).encode()
+        return raw + b" " * (RECORD_SIZE - 1 - len(raw)) + b"\n"
+
+    def update(self, **fields: object) -> bool:
+        """Rewrite in place (no new blocks needed); False if the disk refused even that."""
+        self.data.update(fields)
+        if self._fd is None:
+            return False
+        try:
+            os.pwrite(self._fd, self._encode(), 0)
+            os.fsync(self._fd)
+            return True
+        except OSError:
+            return False
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def read_record(path: str) -> dict | None:
+    """A record, or None if it is absent or being written (read again on the next change)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        raw = os.read(fd, RECORD_SIZE * 2)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------------- the log
+
+
+class LogFile:
+    """Byte-exact append-only log rotated by size at a line boundary (``X.log`` -> ``X.log.1`` -> ...)."""
+
+    def __init__(self, path: str, max_bytes: int, backups: int):
+        self.path = path
+        self.max_bytes = max(1, max_bytes)
+        self.backups = backups
+        self.fd = self._open()
+        self.size = os.fstat(self.fd).st_size
+        self.at_line_start = True
+        if self.size:
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                self.at_line_start = f.read(1) == b"\n"
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``; rotate so that each file stays within ``max_bytes`` and no line is split
+        across files, except a line longer than ``max_bytes`` by itself."""
+        while data:
+            room = self.max_bytes - self.size
+            if len(data) <= room:
+                self._append(data)
+                return
+            nl = data.rfind(b"\n", 0, room) if room > 0 else -1
+            if nl >= 0:  # the complete lines that still fit, then a new file
+                self._append(data[:nl + 1])
+                data = data[nl + 1:]
+                self.rotate()
+                continue
+            if self.at_line_start and self.size:
+                self.rotate()
+                continue
+            nl = data.find(b"\n")
+            if 0 <= nl < self.max_bytes:  # finish the line this file holds the start of
+                self._append(data[:nl + 1])
+                data = data[nl + 1:]
+                self.rotate()
+                continue
+            if room <= 0:  # a line longer than a whole file: it has to be split
+                self.rotate()
+                continue
+            self._append(data[:room])
+            data = data[room:]
+
+    def _append(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+            self.size += n
+        self.at_line_start = data[-1:] == b"\n"
+
+    def rotate(self) -> None:
+        os.close(self.fd)
+        if self.backups > 0:
+            for i in range(self.backups - 1, 0, -1):
+                src = f"{self.path}.{i}"
+                if os.path.lexists(src):
+                    os.replace(src, f"{self.path}.{i + 1}")
+            os.replace(self.path, f"{self.path}.1")
+            self.fd = self._open()
+        else:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+        self.size = 0
+        self.at_line_start = True
+
+    def position(self) -> dict:
+        st = os.fstat(self.fd)
+        return {"ino": st.st_ino, "offset": st.st_size}
+
+    def close(self) -> None:
+        try:
+            os.fsync(self.fd)
+        except OSError:
+            pass
+        os.close(self.fd)
+
+
+class Writer(threading.Thread):
+    """Writes chunks to the log on its own thread: ``put`` never blocks the reading of the pipe."""
+
+    def __init__(self, log: LogFile, on_state, *, max_pending: int = MAX_PENDING, retry_s: float = RETRY_S):
+        super().__init__(name="log-writer", daemon=True)
+        self.log = log
+        self.max_pending = max_pending
+        self.retry_s = retry_s
+        self.on_state = on_state  # called (from this thread) with (error or None, lost bytes)
+        self.cv = threading.Condition()
+        self.chunks: list[bytes] = []
+        self.pending = 0
+        self.lost = 0
+        self.announced = 0
+        self.failing = False
+        self.closing = False
+        self.busy = False
+
+    def put(self, data: bytes) -> None:
+        with self.cv:
+            if self.pending + len(data) > self.max_pending:
+                self.lost += len(data)
+                return
+            self.chunks.append(data)
+            self.pending += len(data)
+            self.cv.notify()
+
+    def flush(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            while self.chunks or self.busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cv.wait(min(left, 0.1))
+        return True
+
+    def close(self, timeout: float) -> None:
+        self.flush(timeout)
+        with self.cv:
+            self.closing = True
+            self.cv.notify()
+        self.join(timeout)
+        self.log.close()
+
+    def run(self) -> None:
+        while True:
+            with self.cv:
+                while not self.chunks and not self.closing:
+                    self.cv.wait()
+                if not self.chunks:
+                    return
+                parts, self.chunks = self.chunks, []
+                self.pending = 0
+                self.busy = True
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            self._write(data)
+            with self.cv:
+                self.busy = False
+                self.cv.notify_all()
+
+    def _write(self, data: bytes) -> None:
+        try:
+            unannounced = self.lost - self.announced
+            if unannounced:
+                self.log.write(f"\n[rlsup: {unannounced} bytes of output were lost while the log could not be "
+                               f"written]\n".encode())
+                self.announced += unannounced
+            self.log.write(data)
+            if self.failing:
+                self.failing = False
+                self.on_state(None, self.lost)
+        except OSError as e:
+            with self.cv:
+                self.lost += len(data)
+            if not self.failing:
+                self.failing = True
+                self.on_state(f"{errno.errorcode.get(e.errno or 0, 'OSError')}: {e.strerror or e}", self.lost)
+            time.sleep(self.retry_s)  # the next chunk tries again after a pause
+
+
+# ---------------------------------------------------------------------- one attempt
+
+
+_flags = {"chld": False, "finish": False}
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    if signum == signal.SIGCHLD:
+        _flags["chld"] = True
+    elif signum == signal.SIGUSR1:
+        _flags["finish"] = True
+
+
+def _exec_child(spec: dict, out_w: int, err_w: int) -> None:
+    """In the forked child: become the component's command. Reports a failure on ``err_w``."""
+    try:
+        os.setsid()
+        cg = spec.get("cgroup")
+        if cg:
+            try:
+                with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError as e:
+                os.write(err_w, f"W cannot join cgroup {cg}: {e.strerror}\n".encode())
+        if spec.get("cwd"):
+            os.chdir(spec["cwd"])
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        # A child starts with default dispositions and an empty mask, whatever the monitor or the
+        # supervisor ignored (a daemon ignores SIGHUP; that must not leak into the component).
+        for s in range(1, signal.NSIG):
+            if s in (signal.SIGKILL, signal.SIGSTOP):
+                continue
+            try:
+                signal.signal(s, signal.SIG_DFL)
+            except (OSError, ValueError, RuntimeError):
+                pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        argv = spec["argv"]
+        os.execvpe(argv[0], argv, spec["env"])
+    except BaseException as e:  # noqa: BLE001 - anything here is a failed start
+        try:
+            name = getattr(e, "filename", None)
+            if isinstance(name, bytes):  # os.execvpe reports the last PATH entry it tried, as bytes
+                name = os.fsdecode(name)
+            msg = json.dumps({"errno": getattr(e, "errno", None) or 0, "type": type(e).__name__,
+                              "error": str(getattr(e, "strerror", None) or e), "filename": name})
+        except Exception:  # noqa: BLE001 - whatever happens, the starter must hear that we failed
+            msg = json.dumps({"errno": 0, "type": "Error", "error": repr(e)})
+        os.write(err_w, ("E " + msg + "\n").encode())
+    finally:
+        os._exit(127)
+
+
+def run_attempt(spec: dict, report) -> int:
+    """Start ``spec['argv']`` and monitor it until told to finish. ``report(dict)`` answers the starter
+    once, with the child's pid or why it could not start."""
+    _set_subreaper()
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTTIN, signal.SIGTTOU,
+              signal.SIGQUIT):
+        signal.signal(s, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, _on_signal)
+    signal.signal(signal.SIGUSR1, _on_signal)
+
+    try:
+        log = LogFile(spec["log"]["path"], int(spec["log"]["max_bytes"]), int(spec["log"]["backups"]))
+    except OSError as e:
+        report({"ok": False, "errno": e.errno, "error": f"cannot open the log {spec['log']['path']}: {e.strerror}",
+                "type": "LogError"})
+        return 1
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        fcntl.fcntl(out_r, F_SETPIPE_SZ, PIPE_SIZE)
+    except OSError:
+        pass  # a smaller pipe only costs throughput
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    started, started_mono = _now()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(err_r)
+        _exec_child(spec, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
+    err = b""
+    while True:  # EOF once the child exec'd (close-on-exec) or died
+        chunk = os.read(err_r, 65536)
+        if not chunk:
+            break
+        err += chunk
+    os.close(err_r)
+    warnings = [ln[2:].decode(errors="replace") for ln in err.splitlines() if ln.startswith(b"W ")]
+    failure = next((ln[2:] for ln in err.splitlines() if ln.startswith(b"E ")), None)
+    if failure is not None:
+        os.waitpid(pid, 0)
+        info = json.loads(failure)
+        report({"ok": False, **info})
+        log.close()
+        return 1
+
+    rec = Record(spec["record"], {
+        "protocol": PROTOCOL, "component": spec["component"], "attempt": spec["attempt"], "run_dir": spec["run_dir"],
+        "shim_pid": os.getpid(), "pid": pid, "cgroup": spec.get("cgroup"), "log": spec["log"]["path"],
+        "started": started, "started_mono": started_mono, "status": "running", "exit_code": None,
+        "signal": None, "ended": None, "ended_mono": None, "log_end": None, "log_error": None, "lost_bytes": 0,
+    })
+    try:
+        rec.create()
+    except OSError as e:  # no record, no monitoring the next supervisor could adopt: refuse the attempt
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        report({"ok": False, "errno": e.errno, "error": f"cannot write {spec['record']}: {e.strerror}",
+                "type": "RecordError"})
+        return 1
+    report({"ok": True, "pid": pid, "shim_pid": os.getpid(), "started": started, "started_mono": started_mono,
+            "warnings": warnings})
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+
+    writer = Writer(log, lambda error, lost: rec.update(log_error=error, lost_bytes=lost))
+    writer.start()
+    os.set_blocking(out_r, False)
+    poller = select.poll()
+    poller.register(out_r, select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    pipe_open = True
+    status: int | None = None
+    ended = ended_mono = 0.0
+    recorded = False
+    finishing = False
+    finish_deadline = 0.0
+
+    def drain() -> None:
+        nonlocal pipe_open
+        while pipe_open:
+            try:
+                data = os.read(out_r, READ_SIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                pipe_open = False
+                poller.unregister(out_r)
+                return
+            writer.put(data)
+
+    while True:
+        # Block until output or a signal; wake every 100 ms only while something is pending (an exit
+        # the full disk would not let us record yet, or the end of a finish).
+        timeout = 100 if finishing or (status is not None and not recorded) else None
+        try:
+            ready = poller.poll(timeout)
+        except InterruptedError:
+            ready = []
+        for fd, _ev in ready:
+            if fd == wake_r:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            elif fd == out_r:
+                drain()
+        if _flags["chld"]:
+            _flags["chld"] = False
+            while True:
+                try:
+                    got, st = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if got == 0:
+                    break
+                if got == pid:
+                    status = st
+                    ended, ended_mono = _now()
+                # other pids: orphans re-parented to us (their subreaper); reaping is all we owe them
+        if status is not None and not recorded:
+            drain()  # what the child wrote just before it died
+            writer.flush(FLUSH_WAIT_S)
+            recorded = rec.update(status="exited", **exit_fields(status), ended=ended, ended_mono=ended_mono,
+                                  log_end=_position(log))
+        if _flags["finish"] and not finishing:
+            finishing = True
+            finish_deadline = time.monotonic() + FINISH_DRAIN_S
+        if finishing:
+            # End whatever is left (again each round: a process may have forked meanwhile), then stop
+            # once the pipe reached EOF or the drain time is up and the exit is known.
+            _kill_tree(pid, spec.get("cgroup"))
+            drain()
+            if status is None or (pipe_open and time.monotonic() < finish_deadline):
+                continue
+            break
+    writer.close(FLUSH_WAIT_S)
+    rec.remove()
+    return 0
+
+
+def exit_fields(status: int) -> dict:
+    """A waitpid status as the record's ``exit_code`` / ``signal`` (exactly one is not None)."""
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return {"exit_code": code, "signal": None}
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"SIG{-code}"
+    return {"exit_code": None, "signal": name}
+
+
+def _position(log: LogFile) -> dict | None:
+    try:
+        return log.position()
+    except OSError:
+        return None
+
+
+def _kill_tree(pid: int, cgroup: str | None) -> None:
+    """SIGKILL every process of the attempt (the cgroup's members, and our descendants)."""
+    targets = set(descendants(os.getpid()))
+    if cgroup:
+        try:
+            with open(os.path.join(cgroup, "cgroup.kill"), "w") as f:
+                f.write("1")
+        except OSError:
+            targets.update(cgroup_pids(cgroup))
+    for p in targets:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------------- how the supervisor starts monitors
+
+
+def _report_to(fd: int):
+    def report(msg: dict) -> None:
+        try:
+            _write_all(fd, (json.dumps(msg) + "\n").encode())
+        except OSError:
+            pass  # the starter is gone; the record tells the next supervisor
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    return report
+
+
+def _recv_msg(sock: socket.socket) -> tuple[dict, list[int]] | None:
+    """One request: a 4-byte length, the descriptors passed with it (SCM_RIGHTS), a JSON body."""
+    head, fds, _flags_, _addr = socket.recv_fds(sock, 4, 4)
+    while head and len(head) < 4:
+        more = sock.recv(4 - len(head))
+        if not more:
+            return None
+        head += more
+    if not head:
+        return None
+    (n,) = struct.unpack("!I", head)
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(min(n - len(body), 1 << 20))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body), list(fds)
+
+
+def send_request(sock: socket.socket, spec: dict, reply_fd: int) -> None:
+    """The supervisor's side of :func:`_recv_msg`."""
+    body = json.dumps(spec).encode()
+    socket.send_fds(sock, [struct.pack("!I", len(body))], [reply_fd])
+    sock.sendall(body)
+
+
+def zygote(sock_fd: int) -> int:
+    """Serve start requests on ``sock_fd``: fork a monitor for each (a fork of this small, idle
+    interpreter costs far less time and memory than starting a new one). The monitor is forked
+    twice so that it re-parents to the supervisor (a child subreaper), not to the zygote."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(s, signal.SIG_IGN)
+    sock = socket.socket(fileno=sock_fd)
+    try:
+        import gc
+
+        gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
+    except (ImportError, AttributeError):
+        pass
+    while True:
+        try:
+            got = _recv_msg(sock)
+        except (OSError, ValueError):
+            return 0
+        if got is None:
+            return 0  # the supervisor closed its end: its life is over, and so is ours
+        spec, fds = got
+        reply_fd = fds[0] if fds else -1
+        for extra in fds[1:]:
+            os.close(extra)
+        mid = os.fork()
+        if mid == 0:
+            try:
+                sock.close()
+                if os.fork() == 0:
+                    os.setsid()
+                    code = run_attempt(spec, _report_to(reply_fd))
+                    os._exit(code)
+            finally:
+                os._exit(0)
+        os.close(reply_fd)
+        os.waitpid(mid, 0)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 2 and argv[1] == "--zygote":
+        return zygote(int(argv[2]))
+    # One attempt, spec as JSON on stdin, the answer on stdout (`rlsup` falls back to this if the
+    # zygote cannot run).
+    spec = json.loads(sys.stdin.buffer.read())
+    out = os.dup(1)
+    return run_attempt(spec, _report_to(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

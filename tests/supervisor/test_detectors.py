@@ -1,0 +1,74 @@
+"""Run-level decisions (dependency gating, stalls, the end and its root cause) as pure functions."""
+
+from __future__ import annotations
+
+from rlsup.supervisor import detectors
+from rlsup.supervisor import lifecycle as lc
+from rlsup.supervisor.config import load_config
+from rlsup.supervisor.detectors import Seen
+from tests.conftest import write_config
+
+
+def stack(tmp_path, exit_on_end="trainer"):
+    return load_config(str(write_config(tmp_path, f"""
+        name: s
+        components:
+          inference: {{command: "true"}}
+          orchestrator: {{command: "true", depends_on: {{inference: ready}}}}
+          trainer: {{command: "true", depends_on: {{inference: ready}}, exit_on_end: {str(exit_on_end == 'trainer').lower()}}}
+    """)))
+
+
+def test_gate_waits_then_starts_then_blocks(tmp_path):
+    cfg = stack(tmp_path)
+    seen = {"inference": Seen("inference", "starting", 1), "orchestrator": Seen("orchestrator", "pending"),
+            "trainer": Seen("trainer", "pending")}
+    assert isinstance(detectors.gate("trainer", cfg, seen), lc.DepsWaiting)
+    seen["inference"] = Seen("inference", "running", 1)
+    assert isinstance(detectors.gate("trainer", cfg, seen), lc.DepsMet)
+    seen["inference"] = Seen("inference", "fatal", 1, reason="repeated_error: ...")
+    blocked = detectors.gate("trainer", cfg, seen)
+    assert isinstance(blocked, lc.DepsBlocked) and blocked.cause == "inference"
+
+
+def test_the_root_is_the_dependency_not_the_last_to_end(tmp_path):
+    cfg = stack(tmp_path)
+    seen = {
+        "inference": Seen("inference", "fatal", 3, reason="repeated_error: CUDA error", ended_at=10.0),
+        "orchestrator": Seen("orchestrator", "fatal", 0, reason="dependency inference is fatal", cause="inference",
+                             ended_at=10.1),
+        "trainer": Seen("trainer", "fatal", 0, reason="dependency inference is fatal", cause="inference",
+                        ended_at=10.2),
+    }
+    out = detectors.outcome(cfg, seen)
+    assert out is not None and out.exit_code == 1 and out.root == "inference"
+    assert out.reason.startswith("inference fatal: repeated_error: CUDA error")
+    assert "trainer never started (dependency inference)" in out.reason
+
+
+def test_the_earliest_independent_failure_is_the_root(tmp_path):
+    cfg = stack(tmp_path, exit_on_end=None)
+    seen = {"inference": Seen("inference", "completed", 1),
+            "orchestrator": Seen("orchestrator", "fatal", 2, reason="b", ended_at=50.0),
+            "trainer": Seen("trainer", "fatal", 2, reason="a", ended_at=20.0)}
+    assert detectors.outcome(cfg, seen).root == "trainer"
+
+
+def test_run_goes_on_while_anything_is_active_or_everything_was_stopped_by_hand(tmp_path):
+    cfg = stack(tmp_path, exit_on_end=None)
+    active = {"inference": Seen("inference", "running", 1), "orchestrator": Seen("orchestrator", "completed", 1),
+              "trainer": Seen("trainer", "completed", 1)}
+    assert detectors.outcome(cfg, active) is None
+    stopped = {n: Seen(n, "stopped", 1) for n in ("inference", "orchestrator", "trainer")}
+    assert detectors.outcome(cfg, stopped) is None
+    done = {n: Seen(n, "completed", 1) for n in ("inference", "orchestrator", "trainer")}
+    assert detectors.outcome(cfg, done).exit_code == 0
+
+
+def test_stall_counts_from_the_latest_of_step_ready_start_and_our_own_wakeup():
+    c = Seen("trainer", "running", 1, started_at=0.0, ready_at=5.0, last_step_at=10.0)
+    assert detectors.stalled(c, 60, now=69.0, awake_since=0.0) is None
+    assert detectors.stalled(c, 60, now=71.0, awake_since=0.0) == 61.0
+    # The supervisor itself was stopped until t=65: the component gets a full stall_after from then on.
+    assert detectors.stalled(c, 60, now=71.0, awake_since=65.0) is None
+    assert detectors.stalled(Seen("trainer", "backoff", 1, last_step_at=0.0), 60, now=999, awake_since=0) is None

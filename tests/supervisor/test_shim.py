@@ -1,0 +1,149 @@
+"""The per-component monitor: byte-exact log with rotation at line boundaries, a disk that fails or
+stalls, and a real monitor process (record, exit, an escaped grandchild, finish)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from rlsup.supervisor import shim
+from rlsup.supervisor.shim import LogFile, Writer
+from tests.conftest import pid_alive, wait_for
+
+
+def test_rotation_is_byte_exact_and_never_splits_a_line(tmp_path):
+    log = LogFile(str(tmp_path / "c.log"), max_bytes=1000, backups=3)
+    lines = [f"{i:04d} {'y' * (i % 90)}\n".encode() for i in range(400)]
+    data = b"".join(lines)
+    for i in range(0, len(data), 333):  # chunks that cut lines anywhere
+        log.write(data[i:i + 333])
+    log.close()
+    files = [tmp_path / "c.log.3", tmp_path / "c.log.2", tmp_path / "c.log.1", tmp_path / "c.log"]
+    assert not (tmp_path / "c.log.4").exists()
+    kept = b"".join(f.read_bytes() for f in files)
+    assert data.endswith(kept)
+    for f in files:
+        body = f.read_bytes()
+        assert len(body) <= 1000 and body.endswith(b"\n")  # each file holds whole lines only
+
+
+def test_a_line_longer_than_a_file_is_split_but_nothing_is_lost(tmp_path):
+    log = LogFile(str(tmp_path / "c.log"), max_bytes=100, backups=10)
+    data = b"short\n" + b"L" * 450 + b"\nend\n"
+    log.write(data)
+    log.close()
+    files = sorted(tmp_path.glob("c.log*"), key=lambda p: -int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0)
+    assert b"".join(f.read_bytes() for f in files) == data
+
+
+def test_writer_reports_full_disk_once_and_never_blocks(tmp_path):
+    log = LogFile(str(tmp_path / "x.log"), 1 << 30, 0)
+    os.close(log.fd)
+    log.fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
+    states: list[tuple] = []
+    got = threading.Event()
+    w = Writer(log, lambda err, lost: (states.append((err, lost)), got.set()), retry_s=0.01)
+    w.start()
+    for _ in range(100):
+        w.put(b"x" * 1000)  # returns at once
+    assert got.wait(5)
+    assert w.flush(10)
+    assert states[0][0].startswith("ENOSPC") and len(states) == 1 and w.lost == 100_000
+
+
+def test_writer_bounded_memory_counts_lost_and_says_so(tmp_path):
+    log = LogFile(str(tmp_path / "y.log"), 1 << 30, 0)
+    block = threading.Event()
+    orig = log.write
+
+    def slow_write(data: bytes) -> None:
+        block.wait(10)  # a stuck disk
+        orig(data)
+
+    log.write = slow_write  # type: ignore[method-assign]
+    w = Writer(log, lambda e, lost: None, max_pending=10_000)
+    w.start()
+    for _ in range(50):
+        w.put(b"y" * 1000)
+    assert w.lost >= 39_000  # beyond max_pending: dropped and counted, put never blocked
+    block.set()
+    w.put(b"after\n")
+    assert w.flush(10)
+    w.close(5)
+    data = (tmp_path / "y.log").read_bytes()
+    assert b"bytes of output were lost while the log could not be written" in data
+
+
+def _spec(tmp_path, code: str, **kw) -> dict:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    (tmp_path / "monitors").mkdir(exist_ok=True)
+    return {"component": "c", "attempt": 1, "run_dir": str(tmp_path), "argv": [sys.executable, "-c", code],
+            "env": dict(os.environ), "cwd": str(tmp_path),
+            "log": {"path": str(tmp_path / "logs" / "c.log"), "max_bytes": 1 << 20, "backups": 2},
+            "record": str(tmp_path / "monitors" / "c.1.json"), "cgroup": None, **kw}
+
+
+def _start(spec: dict) -> tuple[subprocess.Popen, dict]:
+    p = subprocess.Popen([sys.executable, "-I", "-S", shim.__file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         start_new_session=True)
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write(json.dumps(spec).encode())
+    p.stdin.close()
+    return p, json.loads(p.stdout.readline())
+
+
+def test_monitor_records_the_exit_keeps_the_escapee_then_ends_it_on_finish(tmp_path):
+    code = ("import os, sys, time\n"
+            "for i in range(20000): print(i)\n"
+            "if os.fork() == 0:\n"  # a grandchild that double-forks, calls setsid and clears its environment
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            "        os.execve('/bin/sleep', ['sleep', '300'], {})\n"
+            "    os._exit(0)\n"
+            "time.sleep(0.3)\n"
+            "sys.exit(3)\n")
+    spec = _spec(tmp_path, code)
+    p, reply = _start(spec)
+    assert reply["ok"] and reply["pid"] > 0
+    rec = wait_for(lambda: (r := shim.read_record(spec["record"])) and r["status"] == "exited" and r, 20)
+    assert rec["exit_code"] == 3 and rec["signal"] is None and rec["log_end"]["offset"] > 0
+    lines = (tmp_path / "logs" / "c.log").read_text().split()
+    assert lines == [str(i) for i in range(20000)]
+    escapee = [q for q in shim.descendants(reply["shim_pid"])]
+    assert escapee, "the escaped grandchild re-parents to the monitor (its subreaper)"
+    os.kill(reply["shim_pid"], signal.SIGUSR1)  # finish
+    p.wait(10)
+    assert not os.path.exists(spec["record"])
+    wait_for(lambda: not any(pid_alive(q) for q in escapee), 10, what="the escapee to be ended")
+
+
+def test_monitor_survives_terminal_signals_and_reports_a_missing_command(tmp_path):
+    spec = _spec(tmp_path, "import time; time.sleep(30)")
+    p, reply = _start(spec)
+    for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+        os.kill(reply["shim_pid"], s)
+    time.sleep(0.3)
+    assert p.poll() is None and shim.read_record(spec["record"])["status"] == "running"
+    os.kill(reply["shim_pid"], signal.SIGUSR1)
+    p.wait(10)
+    bad = _spec(tmp_path, "")
+    bad["argv"] = ["/nonexistent/cmd"]
+    bad["record"] = str(tmp_path / "monitors" / "c.2.json")
+    p2, reply2 = _start(bad)
+    assert reply2 == {**reply2, "ok": False, "type": "FileNotFoundError"}
+    assert p2.wait(10) == 1 and not os.path.exists(bad["record"])
+
+
+def test_child_gets_default_signal_dispositions(tmp_path):
+    # A daemon ignores SIGHUP; its components must not inherit that (stop.signal: SIGHUP would never work).
+    spec = _spec(tmp_path, "import signal; print(signal.getsignal(signal.SIGHUP) == signal.SIG_DFL)")
+    p, reply = _start(spec)
+    wait_for(lambda: (r := shim.read_record(spec["record"])) and r["status"] == "exited", 10)
+    os.kill(reply["shim_pid"], signal.SIGUSR1)
+    p.wait(10)
+    assert (tmp_path / "logs" / "c.log").read_text().strip() == "True"
