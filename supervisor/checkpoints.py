@@ -59,6 +59,17 @@ Layouts (what each framework really writes; sources are the upstream files named
 ``auto``
     ``step_pattern`` given -> ``glob``; else the first of areal, verl, hf, prime-rl whose signature is
     present. Nothing recognisable (for example a run that has not saved yet) -> ``layout`` None.
+
+**When nothing is writing** (``writer_alive=False``: the component's whole process tree is gone) age and
+settle time say nothing -- a checkpoint cut off by a crash an hour ago is as old as a finished one -- so
+completeness alone decides: the layout's marker where it has one, otherwise the file set itself
+(:func:`content_problem`): every shard a ``*.safetensors.index.json`` names exists with the size its
+safetensors header claims, every ``*.safetensors`` file is as long as its header says, every torch zip
+checkpoint (``*.pt``/``*.pth``/``*.bin``, torch.save's default format) has a readable central directory
+(written last), a DCP directory has its ``.metadata``, and no temporary file was left behind.
+
+Every step directory looked at is reported in ``Discovery.candidates`` (step, path, complete, reason), so
+a supervisor that starts from scratch can say why each candidate was rejected.
 """
 
 from __future__ import annotations
@@ -66,7 +77,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import time
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,14 +139,30 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One step directory (or file) the scan looked at: complete, or ``reason`` says why not."""
+
+    step: int
+    path: str
+    complete: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Discovery:
-    """Result of one scan. ``checkpoints`` holds complete ones only, ascending by step."""
+    """Result of one scan. ``checkpoints`` holds complete ones only, ascending by step;
+    ``candidates`` every step entry seen (complete or not), ascending by step then path."""
 
     latest: Checkpoint | None
     layout: str | None
     checkpoints: tuple[Checkpoint, ...]
     skipped: tuple[tuple[str, str], ...]
     problems: tuple[str, ...]
+    candidates: tuple[Candidate, ...] = ()
+
+    def rejected(self) -> list[Candidate]:
+        """The candidates that were not complete, with their reasons (for "starting from scratch because")."""
+        return [c for c in self.candidates if not c.complete]
 
 
 def is_temp_name(name: str) -> bool:
@@ -213,25 +242,158 @@ def _age_reason(newest: float, now: float, settle_s: float) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------------------------------------
+# file-set completeness (what decides when no writer is alive)
+
+_TORCH_ZIP_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+_ZIP_MAGIC = b"PK\x03\x04"
+_MAX_CONTENT_FILES = 4096  # a scan stays cheap on a huge checkpoint; the rest is taken on trust
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """None when ``path`` is a whole safetensors file, else why not.
+
+    The format (huggingface/safetensors, docs "Format"): 8-byte little-endian header length N, N bytes
+    of JSON mapping each tensor to ``data_offsets`` [begin, end) relative to the end of the header; a
+    file cut off mid-write is shorter than ``8 + N + max(end)``.
+    """
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"{path.name}: {size} bytes, shorter than a safetensors header"
+            (n,) = struct.unpack("<Q", head)
+            if n > 100_000_000 or 8 + n > size:
+                return f"{path.name}: header of {n} bytes does not fit in the file's {size} bytes (cut off)"
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return f"{path.name}: unreadable safetensors header ({_short(exc)})"
+    if not isinstance(header, dict):
+        return f"{path.name}: safetensors header is not a JSON object"
+    end = 0
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        offs = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)):
+            return f"{path.name}: tensor {key!r} has no data_offsets"
+        end = max(end, offs[1])
+    want = 8 + n + end
+    if size < want:
+        return f"{path.name}: {size} bytes, its header says {want} (cut off)"
+    return None
+
+
+def torch_zip_problem(path: Path) -> str | None:
+    """None when ``path`` is not a zip (legacy torch pickle: nothing to check) or a zip whose central
+    directory reads (zipfile writes it last, so torch.save cut off mid-write has none)."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        return f"{path.name}: unreadable ({_short(exc)})"
+    if magic != _ZIP_MAGIC:
+        return None
+    try:
+        with zipfile.ZipFile(path) as zf:
+            zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        return f"{path.name}: torch zip archive without a readable central directory ({_short(exc)}): cut off"
+    return None
+
+
+def content_problem(path: str | Path) -> str | None:
+    """Why the files under ``path`` do not make a whole checkpoint, or None when nothing contradicts it.
+
+    Checked: temporary files left behind, ``*.safetensors.index.json`` shards (present, and each a whole
+    safetensors file), every other ``*.safetensors`` file, torch zip checkpoints, a DCP directory (files
+    ``*.distcp``) without its ``.metadata``. Files of other kinds are taken as they are.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        if root.suffix == ".safetensors":
+            return safetensors_problem(root)
+        if root.suffix in _TORCH_ZIP_SUFFIXES:
+            return torch_zip_problem(root)
+        return None
+    files: list[Path] = []
+    dirs_with_distcp: set[Path] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if is_temp_name(name):
+                return f"temporary file {os.path.relpath(p, root)!r} left behind: its writer died mid-write"
+            if name.endswith(".distcp"):
+                dirs_with_distcp.add(Path(dirpath))
+            files.append(p)
+            if len(files) >= _MAX_CONTENT_FILES:
+                break
+    if not files:
+        return "empty directory"
+    for d in sorted(dirs_with_distcp):
+        if not (d / ".metadata").is_file():
+            return f"{os.path.relpath(d, root)}/.metadata missing: the DCP save did not finish"
+    indexed: set[Path] = set()
+    for idx in (p for p in files if p.name.endswith(".safetensors.index.json")):
+        try:
+            weight_map = json.loads(idx.read_text(encoding="utf-8")).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise ValueError("no weight_map")
+        except (OSError, ValueError, AttributeError) as exc:
+            return f"{idx.name} is unreadable ({_short(exc)})"
+        for shard in sorted(set(map(str, weight_map.values()))):
+            sp = idx.parent / shard
+            indexed.add(sp)
+            if not sp.is_file():
+                return f"{shard} missing (named by {idx.name})"
+            why = safetensors_problem(sp)
+            if why:
+                return why
+    for p in files:
+        if p in indexed:
+            continue
+        if p.suffix == ".safetensors":
+            why = safetensors_problem(p)
+        elif p.suffix in _TORCH_ZIP_SUFFIXES:
+            why = torch_zip_problem(p)
+        else:
+            continue
+        if why:
+            return why
+    return None
+
+
 class _Scan:
     """Accumulates the outcome of one discover() call."""
 
-    def __init__(self, layout: str, now: float, settle_s: float, markers: Sequence[str]) -> None:
+    def __init__(self, layout: str, now: float, settle_s: float, markers: Sequence[str],
+                 writer_alive: bool = True) -> None:
         self.layout = layout
         self.now = now
         self.settle_s = settle_s
         self.markers = tuple(markers)
+        self.writer_alive = writer_alive
         self.found: dict[int, Checkpoint] = {}
         self.skipped: list[tuple[str, str]] = []
         self.problems: list[str] = []
+        self.candidates: list[Candidate] = []
 
-    def skip(self, path: Path, reason: str) -> None:
+    def skip(self, path: Path, reason: str, step: int | None = None) -> None:
         self.skipped.append((str(path), reason))
+        if step is not None:
+            self.candidates.append(Candidate(step, str(path), False, reason))
 
     def add(self, step: int, path: Path, newest: float) -> None:
+        self.candidates.append(Candidate(step, str(path), True, ""))
         prev = self.found.get(step)
         if prev is None or newest > prev.mtime:
             self.found[step] = Checkpoint(step, str(path), self.layout, newest)
+
+    def age(self, newest: float) -> str | None:
+        """The settle rule, which only means something while a writer may still be writing."""
+        return _age_reason(newest, self.now, self.settle_s) if self.writer_alive else None
 
     def marker_in(self, path: Path) -> str | None:
         if not path.is_dir():
@@ -256,28 +418,40 @@ class _Scan:
         ``trusted`` says it is an explicit completion marker written last, which also lifts the
         age rule.
         """
+        dead = "" if self.writer_alive else " (and nothing is writing it any more)"
         if is_temp_name(path.name):
-            self.skip(path, f"temporary name {path.name!r}: still being written")
+            self.skip(path, f"temporary name {path.name!r}: " + (
+                "still being written" if self.writer_alive else "a save cut off when its writer died"), step)
             return False
         info = _tree_info(path)
         if info.files == 0:
-            self.skip(path, "empty" + (" directory" if path.is_dir() else " file"))
+            self.skip(path, "empty" + (" directory" if path.is_dir() else " file") + dead, step)
             return False
         if require_marker is not None:
-            self.skip(path, f"no completion marker: {require_marker}")
+            self.skip(path, f"no completion marker: {require_marker}" + dead, step)
             return False
         if marker is None and info.temp is not None:
-            self.skip(path, f"contains temporary file {info.temp!r}: still being written")
+            self.skip(path, f"contains temporary file {info.temp!r}: " + (
+                "still being written" if self.writer_alive else "left behind by a writer that died"), step)
             return False
-        reason = None if trusted else _age_reason(info.newest, self.now, self.settle_s)
+        if not self.writer_alive and not trusted:
+            # No marker vouches for it and age means nothing now: the files themselves must be whole.
+            why = content_problem(path)
+            if why is not None:
+                self.skip(path, f"incomplete: {why}", step)
+                return False
+        reason = None if trusted else self.age(info.newest)
         if reason is not None:
-            self.skip(path, reason)
+            self.skip(path, reason, step)
             return False
         self.add(step, path, info.newest)
         return True
 
     def fresh(self, path: Path) -> bool:
-        """True when ``path`` was modified within ``settle_s``: a marker file possibly mid-write."""
+        """True when ``path`` was modified within ``settle_s`` while a writer may still be at work: a
+        marker file possibly mid-write. With no writer alive nothing is mid-write."""
+        if not self.writer_alive:
+            return False
         try:
             return _age_reason(path.stat().st_mtime, self.now, self.settle_s) is not None
         except OSError:
@@ -287,7 +461,8 @@ class _Scan:
         cks = tuple(self.found[s] for s in sorted(self.found))
         if latest is None and use_newest and cks:
             latest = cks[-1]
-        return Discovery(latest, self.layout, cks, tuple(self.skipped), tuple(self.problems))
+        cands = tuple(sorted(self.candidates, key=lambda c: (c.step, c.path, not c.complete)))
+        return Discovery(latest, self.layout, cks, tuple(self.skipped), tuple(self.problems), cands)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,6 +492,12 @@ def _scan_prime(root: Path, scan: _Scan) -> Discovery:
     marks = {p: scan.marker_in(p) for _, p in entries}
     # Once any checkpoint here carries a marker, the writer uses markers: one without is unfinished.
     uses_markers = any(marks.values())
+    # prime-rl resumes every component from the same step_N (`--resume.step N`, configs/shared.py
+    # ResumeConfig): the trainer from step_N/trainer (CheckpointManager.load raises "Checkpoint not found"
+    # without it, src/prime_rl/trainer/ckpt.py), the orchestrator from step_N/orchestrator/progress.pt
+    # (src/prime_rl/orchestrator/ckpt.py). A step is offered only when the trainer's part is there, and
+    # the orchestrator's too once this run writes orchestrator checkpoints at all.
+    with_orch = any((p / "orchestrator").is_dir() for _, p in entries)
     for step, path in entries:
         marker = marks[path]
         # Only a top-level marker (STABLE ...) is written after everything: per-component last files
@@ -330,6 +511,11 @@ def _scan_prime(root: Path, scan: _Scan) -> Discovery:
                 if not any((path / comp / n).is_file() for n in names):
                     missing = f"{comp}/{names[0]} missing"
                     break
+            if missing is None and comps and "trainer" not in comps:
+                missing = ("trainer/.metadata missing: only the orchestrator's part is here, and the "
+                           "trainer fails on it with 'Checkpoint not found'")
+            elif missing is None and with_orch and "trainer" in comps and "orchestrator" not in comps:
+                missing = "orchestrator/progress.pt missing (the orchestrator resumes from the same step)"
             if missing is None and comps:
                 marker = f"{comps[0]}/{_PRIME_COMPONENT_MARKERS[comps[0]][0]}"
             elif missing is None and uses_markers:
@@ -368,7 +554,7 @@ def _scan_verl(root: Path, scan: _Scan) -> Discovery:
     for step, path in entries:
         marker = _VERL_MARKER if (path / _VERL_MARKER).is_file() else None
         if tracked is not None and step > tracked and not is_temp_name(path.name):
-            scan.skip(path, f"newer than {_VERL_TRACKER} ({tracked}): still being written or abandoned")
+            scan.skip(path, f"newer than {_VERL_TRACKER} ({tracked}): still being written or abandoned", step)
             continue
         if tracked is not None:
             # The tracker is written after the whole step directory: it vouches for steps <= it.
@@ -398,13 +584,13 @@ def _scan_hf(root: Path, scan: _Scan) -> Discovery:
         except (OSError, ValueError) as exc:
             rel = f"{path.name}/{_HF_MARKER}"
             if scan.fresh(state):  # save_to_json writes in place: truncated for a moment
-                scan.skip(path, f"{_HF_MARKER} unreadable and modified just now: still being written")
+                scan.skip(path, f"{_HF_MARKER} unreadable and modified just now: still being written", step)
                 continue
             scan.problems.append(
                 f"{rel} is corrupt ({_short(exc)}); not trusted; {path.name} skipped, older "
                 "checkpoints are independent and still used"
             )
-            scan.skip(path, f"{_HF_MARKER} is corrupt")
+            scan.skip(path, f"{_HF_MARKER} is corrupt", step)
             continue
         gs = data.get("global_step")
         if isinstance(gs, int) and gs != step:
@@ -470,13 +656,13 @@ def _scan_areal(root: Path, scan: _Scan) -> Discovery:
     # (a dump in progress, or mtimes lost by a copy) only the age rule can tell.
     info_oldest = min((_mtime(info_dir / n) for n in _AREAL_RECOVER_FILES), default=0.0)
     ordered = bool(recover_ckpts) and not missing and info_oldest >= ckpt_newest
-    reason = None if ordered else _age_reason(newest, scan.now, scan.settle_s)
+    reason = None if ordered else scan.age(newest)
     if missing:
-        scan.skip(info_dir, f"recover point {g} incomplete: {', '.join(missing)} missing")
+        scan.skip(info_dir, f"recover point {g} incomplete: {', '.join(missing)} missing", g)
         scan.problems.append(f"recover_info lacks {', '.join(missing)}; not trusted; {fallback}")
         return scan.result()
     if reason is not None:
-        scan.skip(info_dir, f"recover point {g} {reason}")
+        scan.skip(info_dir, f"recover point {g} {reason}", g)
         scan.problems.append(f"recover_info is {reason}; {fallback}")
         return scan.result()
     if recover_ckpts:
@@ -487,6 +673,7 @@ def _scan_areal(root: Path, scan: _Scan) -> Discovery:
         path = info_dir
     latest = Checkpoint(g, str(path), "areal", newest)
     scan.found[g] = latest
+    scan.candidates.append(Candidate(g, str(path), True, ""))
     return scan.result(latest)
 
 
@@ -547,14 +734,17 @@ def discover(
     layout: str = "auto",
     step_pattern: str | None = None,
     *,
+    writer_alive: bool = True,
     now: float | None = None,
     settle_s: float = 5.0,
     markers: Iterable[str] = (),
 ) -> Discovery:
     """Scan ``root`` for complete checkpoints of ``layout``; never raises for file-system state.
 
-    ``now`` defaults to ``time.time()``; a checkpoint no completion marker vouches for is skipped
-    while anything in it was modified within ``settle_s`` of it (see the module docstring).
+    ``writer_alive`` (default True): a process may still be writing, so a checkpoint no completion
+    marker vouches for is skipped while anything in it was modified within ``settle_s`` of ``now``
+    (default ``time.time()``). False (the component's whole process tree is gone): age does not matter;
+    the layout's marker or, where it has none, the file set decides (:func:`content_problem`).
     ``markers`` adds completion-marker file names to the known set (prime-rl and glob layouts).
     Raises ValueError only for a bad ``layout`` or ``glob`` without ``step_pattern``.
     """
@@ -573,7 +763,7 @@ def discover(
         return Discovery(None, concrete, (), (), (f"{path} is not a directory",))
     if concrete is None:
         return Discovery(None, None, (), (), ())
-    scan = _Scan(concrete, now, settle_s, tuple(markers) + GENERIC_MARKERS)
+    scan = _Scan(concrete, now, settle_s, tuple(markers) + GENERIC_MARKERS, writer_alive)
     if concrete == "prime-rl":
         return _scan_prime(path, scan)
     if concrete == "verl":

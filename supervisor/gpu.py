@@ -10,6 +10,12 @@ Promises of this module:
   --json`` puts under ``"gpus"``/``"host"``) and a matching :meth:`GpuSample.from_dict` for clients.
 * :func:`attribute`, :func:`foreign_holders` and :func:`held_by` are pure functions of a sample and
   the supervisor's process trees, so GPU hygiene (issue 7) is testable with :class:`FakeSampler`.
+* :func:`classify_holders` decides, before anything is signalled, which GPU holders are *proven* to be
+  this run's (only those may ever be killed) and which are foreign or cannot be mapped to a process
+  here (NVML reports host PIDs inside a PID namespace): with any of the latter the supervisor waits on
+  memory alone and says so.
+* MIG: on a GPU in MIG mode every MIG device is listed in :attr:`GpuInfo.mig` with its own memory and
+  processes, and its processes are counted on the parent GPU too.
 
 GPU indices are NVML indices (PCI bus order). A component's configured ``gpus`` only match them when
 its children enumerate devices the same way, i.e. with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
@@ -46,6 +52,19 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class MigInstance:
+    """One MIG device of a GPU in MIG mode (NVML: nvmlDeviceGetMigDeviceHandleByIndex)."""
+
+    index: int
+    uuid: str | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    mem_used_mb: float | None
+    mem_total_mb: float | None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True)
 class GpuInfo:
     """One GPU at one instant. Every measurement is None when NVML could not provide it."""
 
@@ -59,6 +78,7 @@ class GpuInfo:
     power_w: float | None
     power_limit_w: float | None
     processes: tuple[GpuProcess, ...] = ()
+    mig: tuple[MigInstance, ...] = ()
 
     @property
     def mem_pct(self) -> float | None:
@@ -110,6 +130,18 @@ class GpuSample:
                     "power_w": g.power_w,
                     "power_limit_w": g.power_limit_w,
                     "processes": [{"pid": p.pid, "used_mb": p.used_mb} for p in g.processes],
+                    "mig": [
+                        {
+                            "index": m.index,
+                            "uuid": m.uuid,
+                            "gpu_instance_id": m.gpu_instance_id,
+                            "compute_instance_id": m.compute_instance_id,
+                            "mem_used_mb": m.mem_used_mb,
+                            "mem_total_mb": m.mem_total_mb,
+                            "processes": [{"pid": p.pid, "used_mb": p.used_mb} for p in m.processes],
+                        }
+                        for m in g.mig
+                    ],
                 }
                 for g in self.gpus
             ],
@@ -125,10 +157,18 @@ class GpuSample:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> GpuSample:
         """Inverse of :meth:`to_dict` (clients rebuild samples from the socket's JSON)."""
+        def procs(items: Iterable[Mapping[str, Any]]) -> tuple[GpuProcess, ...]:
+            return tuple(GpuProcess(int(p["pid"]), p.get("used_mb")) for p in items)
+
         gpus = tuple(
             GpuInfo(
-                **{k: v for k, v in g.items() if k != "processes"},
-                processes=tuple(GpuProcess(int(p["pid"]), p.get("used_mb")) for p in g.get("processes", ())),
+                **{k: v for k, v in g.items() if k not in ("processes", "mig")},
+                processes=procs(g.get("processes", ())),
+                mig=tuple(
+                    MigInstance(**{k: v for k, v in m.items() if k != "processes"},
+                                processes=procs(m.get("processes", ())))
+                    for m in g.get("mig", ())
+                ),
             )
             for g in d.get("gpus", ())
         )
@@ -227,6 +267,7 @@ def nvml_failure_reason(exc: BaseException) -> str:
         "NVMLError_NoPermission": "no permission to access the NVIDIA driver (/dev/nvidia*)",
         "NVMLError_LibRmVersionMismatch": "NVIDIA driver/library version mismatch (reload the driver or reboot)",
         "NVMLError_FunctionNotFound": "NVIDIA driver too old for this nvidia-ml-py",
+        "NVMLLibraryMismatchError": "NVIDIA driver too old for this nvidia-ml-py (library version mismatch)",
         "NVMLError_GpuIsLost": "a GPU fell off the bus (GPU is lost)",
     }
     if name in reasons:
@@ -316,10 +357,11 @@ class NvmlSampler:
             try:
                 procs = getattr(nv, fn)(handle)
             except Exception as exc:
-                # nvidia-ml-py 12+ calls the _v3 symbol, which drivers before 510 lack.
-                procs = (
-                    self._q(fallback, handle) if type(exc).__name__ == "NVMLError_FunctionNotFound" else None
-                )
+                # nvidia-ml-py 12+ calls the _v3 symbol, which drivers before 510 lack. Up to 12.5xx that
+                # raised NVMLError_FunctionNotFound; from 12.575 the unversioned wrappers are decorated
+                # with @throwOnVersionMismatch, which turns it into NVMLLibraryMismatchError (a plain
+                # Exception, not an NVMLError) -- either way the _v2 call is what works.
+                procs = self._q(fallback, handle) if type(exc).__name__ in _FALLBACK_ERRORS else None
             for p in procs or ():
                 pid = getattr(p, "pid", None)
                 if pid is None:
@@ -331,6 +373,32 @@ class NvmlSampler:
                 prev = merged.get(int(pid))
                 merged[int(pid)] = mb if prev is None else (prev if mb is None else max(prev, mb))
         return tuple(GpuProcess(pid, mb) for pid, mb in sorted(merged.items()))
+
+    def _mig(self, handle: Any) -> tuple[MigInstance, ...]:
+        """The MIG devices of a GPU in MIG mode; () when MIG is off or not supported."""
+        nv = self._nvml
+        mode = self._q("nvmlDeviceGetMigMode", handle)
+        if not mode or mode[0] != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
+            return ()
+        count = self._q("nvmlDeviceGetMaxMigDeviceCount", handle) or 0
+        out = []
+        for i in range(int(count)):
+            mh = self._q("nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
+            if mh is None:  # an empty slot (NVML_ERROR_NOT_FOUND)
+                continue
+            mem = self._q("nvmlDeviceGetMemoryInfo", mh)
+            gi = self._q("nvmlDeviceGetGpuInstanceId", mh)
+            ci = self._q("nvmlDeviceGetComputeInstanceId", mh)
+            out.append(MigInstance(
+                index=i,
+                uuid=_text(self._q("nvmlDeviceGetUUID", mh)),
+                gpu_instance_id=int(gi) if isinstance(gi, int) else None,
+                compute_instance_id=int(ci) if isinstance(ci, int) else None,
+                mem_used_mb=_num(getattr(mem, "used", None), _MIB),
+                mem_total_mb=_num(getattr(mem, "total", None), _MIB),
+                processes=self._processes(mh),
+            ))
+        return tuple(out)
 
     def _gpu(self, index: int) -> GpuInfo:
         handle = self._handles.get(index)
@@ -349,6 +417,16 @@ class NvmlSampler:
         limit = self._q("nvmlDeviceGetEnforcedPowerLimit", handle)
         if limit is None:
             limit = self._q("nvmlDeviceGetPowerManagementLimit", handle)
+        mig = self._mig(handle)
+        processes = self._processes(handle)
+        if mig:  # a MIG device's processes hold memory of this GPU: hygiene and attribution must see them
+            merged = {p.pid: p for p in processes}
+            for m in mig:
+                for p in m.processes:
+                    prev = merged.get(p.pid)
+                    if prev is None or (prev.used_mb or 0.0) < (p.used_mb or 0.0):
+                        merged[p.pid] = p
+            processes = tuple(merged[k] for k in sorted(merged))
         return GpuInfo(
             index=index,
             name=_text(name) or "N/A",
@@ -359,7 +437,8 @@ class NvmlSampler:
             temp_c=_num(temp),
             power_w=_num(power, 1000.0),
             power_limit_w=_num(limit, 1000.0),
-            processes=self._processes(handle),
+            processes=processes,
+            mig=mig,
         )
 
     def sample(self) -> GpuSample:
@@ -376,6 +455,9 @@ class NvmlSampler:
             gpus = tuple(self._gpu(i) for i in range(int(count)))
             reason = None if gpus else "NVML reports no GPUs"
             return GpuSample(ts=ts, backend="nvml", gpus=gpus, reason=reason, host=host)
+
+
+_FALLBACK_ERRORS = ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
 
 
 def _text(v: Any) -> str | None:
@@ -657,6 +739,195 @@ def foreign_holders(
             elif p.used_mb is not None:
                 total[p.pid] = p.used_mb + (prev or 0.0)
     return [GpuProcess(pid, mb) for pid, mb in sorted(total.items())]
+
+
+# ------------------------------------------------------------------------------------ GPU hygiene
+
+RUN_DIR_MARKER = "RLSUP_RUN_DIR"  # what process.py puts in every child's environment
+
+
+@dataclass(frozen=True)
+class ProcIdentity:
+    """What can be seen here of the process with a given pid (see :func:`proc_identity`).
+
+    ``run_dir``: its ``RLSUP_RUN_DIR`` marker (None when absent or unreadable, see ``env_readable``);
+    ``holds_gpu``: whether it has an NVIDIA device mapped (``/dev/nvidia*`` in /proc/PID/maps), None
+    when that cannot be read.
+    """
+
+    pid: int
+    name: str
+    create_time: float | None
+    run_dir: str | None
+    env_readable: bool
+    holds_gpu: bool | None
+
+
+def proc_identity(pid: int) -> ProcIdentity | None:
+    """The identity of ``pid`` in this PID namespace, or None when no such process is visible here."""
+    try:
+        p = psutil.Process(pid)
+        name = p.name()
+        created: float | None = p.create_time()
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:
+        name, created = "?", None
+    try:
+        run_dir: str | None = p.environ().get(RUN_DIR_MARKER)
+        readable = True
+    except (psutil.Error, OSError):
+        run_dir, readable = None, False
+    holds: bool | None
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as fh:
+            holds = b"/dev/nvidia" in fh.read()
+    except FileNotFoundError:
+        return None  # it ended while we looked
+    except OSError:
+        holds = None
+    return ProcIdentity(pid, name, created, run_dir, readable, holds)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One process NVML lists on one of the GPUs in question, and why it was classified so."""
+
+    gpu: int
+    pid: int
+    used_mb: float | None
+    why: str
+
+
+@dataclass(frozen=True)
+class Holders:
+    """The outcome of :func:`classify_holders`.
+
+    ``ours``: proven leftovers of this run -- the only processes the supervisor may signal.
+    ``live``: processes of the run's current attempts (another component sharing the GPU): left alone
+    and not waited for. ``foreign``: visible processes proven not to be this run's. ``unmappable``: pids
+    that cannot be mapped to a process here (another PID namespace, gone, unreadable, or a visible pid
+    that holds no NVIDIA device). ``note``: one sentence for the event/flag.
+    """
+
+    ours: tuple[Holder, ...]
+    live: tuple[Holder, ...]
+    foreign: tuple[Holder, ...]
+    unmappable: tuple[Holder, ...]
+    note: str
+
+    @property
+    def memory_only(self) -> bool:
+        """True when the wait must go by GPU memory alone: some holder cannot be proven either way."""
+        return bool(self.foreign or self.unmappable)
+
+    @property
+    def waiting_on(self) -> tuple[Holder, ...]:
+        """What a restart waits for: the run's leftovers, plus anything that cannot be attributed."""
+        return self.ours + self.unmappable
+
+
+def _gpu_rows(processes: Any) -> list[tuple[int, list[tuple[int, float | None]]]]:
+    """(index, [(pid, used_mb)]) from a GpuSample, GpuInfo items or ``GpuSample.to_dict()["gpus"]``."""
+    gpus = processes.gpus if isinstance(processes, GpuSample) else processes
+    rows = []
+    for g in gpus or ():
+        if isinstance(g, GpuInfo):
+            rows.append((g.index, [(p.pid, p.used_mb) for p in g.processes]))
+        else:
+            rows.append((int(g.get("index", -1)), [(int(p["pid"]), p.get("used_mb"))
+                                                    for p in g.get("processes") or ()]))
+    return rows
+
+
+def classify_holders(
+    processes: Any,
+    *,
+    gpu_indices: Collection[int],
+    run_pids: Mapping[int, str],
+    prev_pids: Mapping[int, float | None] | Collection[int],
+    proc_lookup: Callable[[int], ProcIdentity | None] = proc_identity,
+    run_dir: str | None = None,
+) -> Holders:
+    """Which processes NVML lists on ``gpu_indices`` are provably this run's. Pure given ``proc_lookup``.
+
+    ``processes``: a :class:`GpuSample`, its ``gpus`` or ``to_dict()["gpus"]``. ``run_pids``: pid ->
+    component for every live member of the run's current process trees. ``prev_pids``: the previous
+    attempt's pids, as a mapping pid -> create_time when the supervisor recorded it (the identity check),
+    or a bare collection. ``run_dir``: the run's marker value (``RLSUP_RUN_DIR``).
+
+    A holder is *ours* only when the pid is visible here, has an NVIDIA device mapped (or that cannot be
+    read), and its identity is proven: a previous-attempt pid whose create_time matches, or whose run
+    marker names this run; or any process carrying this run's marker that is not a live current member.
+    A pid not visible here -- NVML in a container reports host PIDs -- or a visible pid that maps no
+    NVIDIA device (a different process that happens to have the host pid's number) is *unmappable*.
+    """
+    wanted = {int(i) for i in gpu_indices}
+    prev_times: dict[int, float | None] = (
+        {int(k): v for k, v in prev_pids.items()} if isinstance(prev_pids, Mapping)
+        else {int(p): None for p in prev_pids})
+    ours: list[Holder] = []
+    live: list[Holder] = []
+    foreign: list[Holder] = []
+    unmappable: list[Holder] = []
+    for index, procs in _gpu_rows(processes):
+        if index not in wanted:
+            continue
+        for pid, used in procs:
+            ident = proc_lookup(pid)
+            if ident is None:
+                unmappable.append(Holder(index, pid, used, "no such process here (another PID namespace, "
+                                                           "or it ended and the driver has not freed it yet)"))
+                continue
+            if ident.holds_gpu is False:
+                unmappable.append(Holder(index, pid, used, f"pid {pid} here is {ident.name!r}, which has no "
+                                         "NVIDIA device open: NVML reports a PID of another namespace"))
+                continue
+            marker_ours = run_dir is not None and ident.run_dir == run_dir
+            if pid in run_pids and pid not in prev_times:
+                live.append(Holder(index, pid, used, f"live process of {run_pids[pid]}"))
+                continue
+            if pid in prev_times:
+                want_t = prev_times[pid]
+                if want_t is not None and ident.create_time is not None:
+                    if abs(ident.create_time - want_t) < 0.05:
+                        ours.append(Holder(index, pid, used, "previous attempt (same pid and start time)"))
+                    else:
+                        foreign.append(Holder(index, pid, used, "pid reused by another process since the "
+                                                                "previous attempt ended"))
+                    continue
+                if marker_ours:
+                    ours.append(Holder(index, pid, used, "previous attempt (carries this run's marker)"))
+                    continue
+                unmappable.append(Holder(index, pid, used, "a previous attempt's pid whose identity cannot "
+                                                           "be checked (no start time, no readable marker)"))
+                continue
+            if marker_ours:
+                ours.append(Holder(index, pid, used, "carries this run's marker outside its live trees"))
+            elif ident.env_readable:
+                foreign.append(Holder(index, pid, used, f"{ident.name!r} is not a process of this run"))
+            else:
+                unmappable.append(Holder(index, pid, used, f"{ident.name!r}: its environment cannot be read "
+                                                           "to tell whose it is"))
+    note = _holders_note(ours, foreign, unmappable)
+    return Holders(tuple(ours), tuple(live), tuple(foreign), tuple(unmappable), note)
+
+
+def _holders_note(ours: list[Holder], foreign: list[Holder], unmappable: list[Holder]) -> str:
+    def pids(hs: list[Holder]) -> str:
+        return ", ".join(str(h.pid) for h in hs[:6]) + (" ..." if len(hs) > 6 else "")
+
+    parts = []
+    if ours:
+        parts.append(f"{len(ours)} leftover process(es) of this run (pid {pids(ours)}) may be killed")
+    if unmappable:
+        parts.append(f"{len(unmappable)} pid(s) NVML reports cannot be mapped to a process here "
+                     f"(pid {pids(unmappable)}; in a container NVML reports host PIDs)")
+    if foreign:
+        parts.append(f"{len(foreign)} process(es) outside this run hold the GPU (pid {pids(foreign)})")
+    if foreign or unmappable:
+        parts.append("waiting on GPU memory alone; nothing unproven is signalled")
+    return "; ".join(parts) if parts else "no process holds these GPUs"
 
 
 # ------------------------------------------------------------------------------------------ thread

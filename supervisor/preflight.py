@@ -153,7 +153,8 @@ class _Ctx:
         self.cfg = cfg
         self.progress = progress
         self.findings: list[Finding] = []
-        self.modules: list[tuple[str, str, str, str | None]] = []  # (component, interpreter, module, cwd)
+        # (component, interpreter, module, cwd, why it is needed beyond the command itself)
+        self.modules: list[tuple[str, str, str, str | None, str]] = []
         self._doc: Any = None
         try:
             if cfg.source:
@@ -270,6 +271,97 @@ def _resolve_executable(exe: str, env: dict[str, str], cwd: str | None) -> tuple
     return found, ""
 
 
+_CONTROL = {";", "&&", "||", "|", "&", ";;", "|&"}
+_COMPOUND = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
+             "{", "}", "(", ")", "function", "select", "!", "[[", "]]"}
+_PREFIX_WORDS = {"exec", "command", "nohup", "time", "builtin"}
+_BUILTINS = _SHELL_WORDS - _PREFIX_WORDS - {"env"}
+
+
+class _Argv(list):  # type: ignore[type-arg]
+    """An argv read from a shell line; ``after_cd``: a ``cd`` ran before it, so relative paths in it
+    are relative to a directory only the shell knows."""
+
+    after_cd = False
+
+
+def shell_commands(cmd: str) -> list[list[str]]:
+    """The plain simple commands of an ``sh -c`` line, as argv lists with ``exec``/``env``/``nohup``
+    prefixes and leading ``VAR=value`` words removed: ``cd x && exec python -m m --a "$(y)"`` ->
+    ``[["python", "-m", "m", "--a", "$(y)"]]``. Builtins (``cd``, ``export`` ...) are left out; a
+    command whose program word is itself computed (``$PY -m x``) or a compound (if/for/while, subshell,
+    braces) is left out too, since only running it can tell what it runs. Unsplittable -> []."""
+    try:
+        lex = shlex.shlex(cmd, posix=True, punctuation_chars=";&|<>()")
+        lex.whitespace_split = True
+        lex.commenters = "#"
+        tokens = list(lex)
+    except ValueError:
+        return []
+    out: list[list[str]] = []
+    current: list[str] = []
+    chunks: list[list[str]] = []
+    for tok in tokens:
+        if tok in _CONTROL:
+            chunks.append(current)
+            current = []
+        else:
+            current.append(tok)
+    chunks.append(current)
+    after_cd = False
+    for words in chunks:
+        if not words or any(w in _COMPOUND for w in words[:1]) or "(" in words or ")" in words:
+            continue
+        if words[0] in ("cd", "pushd", "popd"):
+            after_cd = True
+            continue
+        argv: list[str] = []
+        skip = False
+        for w in words:  # drop redirections and their targets
+            if skip:
+                skip = False
+                continue
+            if w in ("<", ">", ">>", "<<", "<>", ">&", "<&") or re.fullmatch(r"\d*[<>]+&?\d*", w):
+                skip = not re.fullmatch(r"\d*[<>]&\d+", w)
+                continue
+            argv.append(w)
+        while argv:
+            if _ASSIGN.match(argv[0]):
+                argv = argv[1:]
+            elif argv[0] in _PREFIX_WORDS:
+                argv = argv[1:]
+                while argv and argv[0].startswith("-"):  # exec -a NAME / time -p
+                    argv = argv[2:] if argv[0] == "-a" else argv[1:]
+            elif argv[0] == "env":
+                argv = argv[1:]
+                while argv and (_ASSIGN.match(argv[0]) or argv[0].startswith("-")):
+                    argv = argv[2:] if argv[0] in ("-u", "--unset", "-C", "--chdir") else argv[1:]
+            else:
+                break
+        if not argv or argv[0] in _BUILTINS or any(ch in argv[0] for ch in "$`*?[]{}~"):
+            continue
+        if after_cd and "/" in argv[0] and not os.path.isabs(argv[0]):
+            continue
+        a = _Argv(argv)
+        a.after_cd = after_cd
+        out.append(a)
+    return out
+
+
+def command_argvs(comp: Component) -> list[list[str]]:
+    """The argv lists ``comp`` runs that can be read without running it: its argv as the supervisor
+    spawns it, or, for ``shell: true`` and a ``sh -c`` line, every plain simple command in it."""
+    try:
+        argv = comp.argv()
+    except ValueError:
+        return []
+    if comp.shell:
+        return shell_commands(argv[-1])
+    if len(argv) >= 3 and os.path.basename(argv[0]) in ("sh", "bash", "dash", "zsh") and argv[1] in ("-c", "-lc"):
+        return shell_commands(argv[2])
+    return [argv]
+
+
 def _first_shell_word(cmd: str) -> str | None:
     """The program a ``sh -c`` line runs first, when that is simple to tell; else None."""
     try:
@@ -308,40 +400,105 @@ def _python_target(argv: list[str]) -> tuple[str, str] | None:
     return None
 
 
+# Console scripts whose interpreter (their shebang) must be able to import these modules, and the
+# subcommands that need more: `trl vllm-serve` runs vLLM inside TRL's process.
+_SCRIPT_MODULES: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm",),
+    "sglang": ("sglang",),
+    "trl": ("trl",),
+    "accelerate": ("accelerate",),
+    "torchrun": ("torch",),
+}
+_SUBCOMMAND_MODULES: dict[tuple[str, str], tuple[str, ...]] = {("trl", "vllm-serve"): ("trl", "vllm")}
+
+
+def _shebang_interpreter(path: str) -> str | None:
+    """The python a console script runs under (its ``#!`` line), when it is one."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("#!"):
+        return None
+    parts = first[2:].split()
+    if parts and os.path.basename(parts[0]) == "env" and len(parts) > 1:
+        return shutil.which(parts[1])
+    return parts[0] if parts and _PY_NAME.match(os.path.basename(parts[0])) else None
+
+
+def _needs(argv: list[str], module: str, cwd: str | None) -> list[tuple[str, str]]:
+    """(module, why) that a ``python -m MODULE ARGS`` of rlsup's own stack needs beyond MODULE itself."""
+    out: list[tuple[str, str]] = []
+    args = argv[argv.index(module) + 1:] if module in argv else []
+
+    def opt(flag: str) -> str | None:
+        for i, a in enumerate(args):
+            if a == flag and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(flag + "="):
+                return a[len(flag) + 1:]
+        return None
+
+    if module == "rlsup.trainer.orchestrator" and opt("--task") == "gsm8k":
+        data = opt("--data")
+        if data and not os.path.isfile(data if os.path.isabs(data) else os.path.join(cwd or os.getcwd(), data)):
+            out.append(("datasets", f"--data {data} is not a file, so it is loaded by name with `datasets`"))
+        if opt("--tokenizer"):
+            out.append(("transformers", "--tokenizer wraps prompts in a chat template"))
+    if module in ("rlsup.trainer.train", "rlsup.trainer.inference") and opt("--model"):
+        out += [("transformers", "--model trains/serves a Hugging Face model"),
+                ("safetensors", "--model publishes safetensors weights")]
+    return out
+
+
 def _check_command(ctx: _Ctx, name: str, comp: Component) -> None:
     path = ("components", name, "command")
     env = ctx.env_for(name, comp)
-    if comp.shell:
-        cmd = comp.command if isinstance(comp.command, str) else shlex.join(comp.command)
-        exe = _first_shell_word(cmd)
-        if exe is None:
-            return  # a compound shell line: the smoke run is the way to test it
-        words = shlex.split(cmd, comments=True)
-        argv = words[next(i for i, w in enumerate(words) if not _ASSIGN.match(w)):]
-    else:
-        argv = comp.argv()
+    argvs = command_argvs(comp)
+    if not argvs and not comp.shell:
+        return
+    for argv in argvs:
         exe = argv[0]
-    if not _cwd_ok(comp) and "/" in exe:
-        return  # already an error; resolving a relative path against it would only repeat it
-    found, why = _resolve_executable(exe, env, comp.cwd)
-    if found is None:
-        ctx.add("error", "command", name, f"command cannot be run: {why}",
-                "install it (or activate the environment that has it before rlsup), fix the spelling, "
-                "or give its full path; component env may set PATH", path)
-        return
-    target = _python_target(argv)
-    if target is None:
-        return
-    kind, what = target
-    if kind == "script":
-        if not _cwd_ok(comp) and not os.path.isabs(what):
-            return
-        p = what if os.path.isabs(what) else os.path.join(comp.cwd or os.getcwd(), what)
-        if not os.path.isfile(p):
-            ctx.add("error", "command", name, f"python script {os.path.abspath(p)} does not exist",
-                    "fix the script path (relative to the component's cwd) or set `cwd:`", path)
-    else:
-        ctx.modules.append((name, found, what, comp.cwd))
+        if not _cwd_ok(comp) and "/" in exe:
+            return  # already an error; resolving a relative path against it would only repeat it
+        found, why = _resolve_executable(exe, env, comp.cwd)
+        if found is None:
+            ctx.add("error", "command", name, f"command cannot be run: {why}",
+                    "install it (or activate the environment that has it before rlsup), fix the spelling, "
+                    "or give its full path; component env may set PATH"
+                    + (f"; {hint}" if (hint := _exe_hint(exe)) else ""), path)
+            continue
+        base = os.path.basename(exe)
+        if base in _SCRIPT_MODULES:
+            interp = _shebang_interpreter(found)
+            mods = _SUBCOMMAND_MODULES.get((base, argv[1] if len(argv) > 1 else ""), _SCRIPT_MODULES[base])
+            for mod in mods:
+                if interp:
+                    ctx.modules.append((name, interp, mod, comp.cwd, f"`{base}` runs under {interp}"))
+            continue
+        target = _python_target(argv)
+        if target is None:
+            continue
+        kind, what = target
+        if kind == "script":
+            if (not _cwd_ok(comp) or getattr(argv, "after_cd", False)) and not os.path.isabs(what):
+                continue
+            p = what if os.path.isabs(what) else os.path.join(comp.cwd or os.getcwd(), what)
+            if not os.path.isfile(p):
+                ctx.add("error", "command", name, f"python script {os.path.abspath(p)} does not exist",
+                        "fix the script path (relative to the component's cwd) or set `cwd:`", path)
+        else:
+            ctx.modules.append((name, found, what, comp.cwd, ""))
+            for mod, why in _needs(argv, what, comp.cwd):
+                ctx.modules.append((name, found, mod, comp.cwd, why))
+
+
+def _exe_hint(exe: str) -> str | None:
+    from .extras import install_hint
+
+    base = os.path.basename(exe)
+    return install_hint(base) if base in _SCRIPT_MODULES else None
 
 
 def _check_modules(ctx: _Ctx) -> None:
@@ -349,8 +506,12 @@ def _check_modules(ctx: _Ctx) -> None:
     if not ctx.modules:
         return
     ctx.progress(f"checking {len(ctx.modules)} python module(s) in their interpreters")
-    running: list[tuple[str, str, str, subprocess.Popen[bytes] | None, str]] = []
-    for name, interp, mod, cwd in ctx.modules:
+    running: list[tuple[str, str, str, subprocess.Popen[bytes] | None, str, str]] = []
+    seen: set[tuple[str, str, str]] = set()
+    for name, interp, mod, cwd, why in ctx.modules:
+        if (name, interp, mod) in seen:
+            continue
+        seen.add((name, interp, mod))
         comp = ctx.cfg.components[name]
         try:
             proc: subprocess.Popen[bytes] | None = subprocess.Popen(
@@ -360,9 +521,11 @@ def _check_modules(ctx: _Ctx) -> None:
             err = ""
         except OSError as e:
             proc, err = None, e.strerror or str(e)
-        running.append((name, interp, mod, proc, err))
+        running.append((name, interp, mod, proc, err, why))
     deadline = time.monotonic() + MODULE_CHECK_TIMEOUT_S
-    for name, interp, mod, proc, err in running:
+    from .extras import install_hint, top_module
+
+    for name, interp, mod, proc, err, why in running:
         path = ("components", name, "command")
         if proc is None:
             ctx.add("error", "command", name, f"cannot start {interp}: {err}", "fix the interpreter", path)
@@ -380,7 +543,13 @@ def _check_modules(ctx: _Ctx) -> None:
             continue
         tail = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
         if proc.returncode == 3:
-            ctx.add("error", "command", name, f"module {mod!r} is not importable by {interp}",
+            missing = top_module(mod)
+            hint = install_hint(mod)
+            ctx.add("error", "command", name,
+                    f"module {mod!r} is not importable by {interp}: package {missing!r} is not installed there"
+                    + (f" ({why})" if why else ""),
+                    (f"{hint} (into that environment: {interp} -m {hint})"
+                     if hint and hint.startswith("pip ") else hint) if hint else
                     f"install it into that environment ({interp} -m pip install ...), put the component's "
                     "cwd or PYTHONPATH where the package is, or run rlsup from the right virtualenv", path)
         else:
@@ -695,15 +864,7 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
                 continue
             free_txt = _gpu_free_text(g)
             ctx.add("info", "gpu", name, f"GPU {i} {g.name}: {free_txt}", "", path)
-            frac = memory_fraction(ctx.cfg.components[name])
-            if frac is not None and g.mem_total_mb and g.mem_used_mb is not None:
-                need = frac[1] * g.mem_total_mb
-                free = g.mem_total_mb - g.mem_used_mb
-                if free < need:
-                    ctx.add("error", "gpu", name,
-                            f"{frac[0]} {frac[1]:g} asks for {need / 1024:.1f} GiB of GPU {i}, but only "
-                            f"{free / 1024:.1f} GiB of {g.mem_total_mb / 1024:.1f} GiB is free",
-                            f"free the GPU (see the processes holding it) or lower {frac[0]}", path)
+            _check_memory_fraction(ctx, name, g, path)
             holders = list(g.processes)
             used = g.mem_used_mb or 0.0
             busy = bool(holders) or (g.mem_total_mb and used > 0.1 * g.mem_total_mb)
@@ -724,27 +885,94 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
                         "or give each component its own GPUs", ("components", b, "gpus"))
 
 
-_FRACTION_FLAGS = ("--mem-fraction-static", "--gpu-memory-utilization")
+# The memory-fraction flags of the engines rlsup knows, and what the fraction is a fraction of.
+#  SGLang --mem-fraction-static: of the memory FREE when the server starts. sglang@v0.5.x
+#    python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py profile_max_num_token:
+#    rest_memory = available_gpu_memory - total_gpu_memory * (1 - mem_fraction_static), where
+#    total_gpu_memory is get_available_gpu_memory() (torch.cuda.mem_get_info free) taken before the
+#    weights are loaded; "Not enough memory. Please try to increase --mem-fraction-static." when <= 0.
+#    Memory held by others lowers what it takes; it never refuses to start because of it.
+#  vLLM --gpu-memory-utilization: of TOTAL memory. vllm/v1/worker/gpu_worker.py Worker.init_device:
+#    requested_memory = total_memory * gpu_memory_utilization, and ValueError("Free memory on device ...
+#    on startup is less than desired GPU memory utilization ...") when free < requested
+#    (0.10.x-0.16.x and current main alike). TRL's `trl vllm-serve --gpu_memory_utilization` passes it on.
+ENGINE_FRACTIONS: dict[str, tuple[str, str]] = {
+    "--mem-fraction-static": ("sglang", "free"),
+    "--mem_fraction_static": ("sglang", "free"),
+    "--gpu-memory-utilization": ("vllm", "total"),
+    "--gpu_memory_utilization": ("vllm", "total"),
+}
+_FRACTION_FLAGS = tuple(ENGINE_FRACTIONS)
 
 
-def memory_fraction(comp: Any) -> tuple[str, float] | None:
-    """The share of GPU memory an inference server's command asks for (SGLang
-    ``--mem-fraction-static``, vLLM ``--gpu-memory-utilization``), or None."""
+@dataclass(frozen=True)
+class MemoryAsk:
+    """An inference server's memory fraction: its flag, value, engine, and whether it is a fraction of
+    the ``total`` memory (vLLM) or of the memory ``free`` at start (SGLang)."""
+
+    flag: str
+    fraction: float
+    engine: str
+    of: str
+
+
+def memory_ask(comp: Any) -> MemoryAsk | None:
+    """The memory fraction an inference server's command asks for, read from every argv it runs
+    (list, string, ``exec ...`` or ``shell: true``); None when it names none (or an invalid one)."""
     try:
-        argv = comp.argv()
+        argvs = command_argvs(comp)
     except Exception:
         return None
-    for i, a in enumerate(argv):
-        for flag in _FRACTION_FLAGS:
-            value = a[len(flag) + 1:] if a.startswith(flag + "=") else (
-                argv[i + 1] if a == flag and i + 1 < len(argv) else None)
-            if value is not None:
+    for argv in argvs:
+        for i, a in enumerate(argv):
+            for flag in _FRACTION_FLAGS:
+                value = a[len(flag) + 1:] if a.startswith(flag + "=") else (
+                    argv[i + 1] if a == flag and i + 1 < len(argv) else None)
+                if value is None:
+                    continue
                 try:
                     f = float(value)
                 except ValueError:
                     return None
-                return (flag, f) if 0 < f <= 1 else None
+                engine, of = ENGINE_FRACTIONS[flag]
+                return MemoryAsk(flag, f, engine, of) if 0 < f <= 1 else None
     return None
+
+
+def memory_fraction(comp: Any) -> tuple[str, float] | None:
+    """``(flag, fraction)`` of :func:`memory_ask` (kept for callers of the older API)."""
+    ask = memory_ask(comp)
+    return (ask.flag, ask.fraction) if ask else None
+
+
+def _check_memory_fraction(ctx: _Ctx, name: str, g: Any, path: Path_) -> None:
+    ask = memory_ask(ctx.cfg.components[name])
+    if ask is None or not g.mem_total_mb or g.mem_used_mb is None:
+        return
+    total, free = g.mem_total_mb, g.mem_total_mb - g.mem_used_mb
+    gib = 1024.0
+    if ask.of == "total":
+        need = ask.fraction * total
+        if free < need:
+            ctx.add("error", "gpu", name,
+                    f"{ask.flag} {ask.fraction:g} asks {ask.engine} for {need / gib:.1f} GiB of GPU {g.index} "
+                    f"({ask.fraction:g} x {total / gib:.1f} GiB total), but only {free / gib:.1f} GiB is free: "
+                    "vLLM refuses to start ('Free memory on device ... is less than desired GPU memory "
+                    "utilization')",
+                    f"free the GPU (see the processes holding it) or lower {ask.flag} to at most "
+                    f"{max(0.0, free / total - 0.01):.2f}", path)
+        return
+    takes = ask.fraction * free
+    ctx.add("info", "gpu", name,
+            f"{ask.flag} {ask.fraction:g}: SGLang takes {ask.fraction:g} of the memory free when it starts "
+            f"(now {free / gib:.1f} GiB -> ~{takes / gib:.1f} GiB for weights and KV cache), leaving "
+            f"~{(free - takes) / gib:.1f} GiB of GPU {g.index} to whatever starts after it", "", path)
+    if g.mem_used_mb > 0.1 * total:
+        ctx.add("warning", "gpu", name,
+                f"GPU {g.index} already has {g.mem_used_mb / gib:.1f} GiB in use: SGLang's {ask.flag} "
+                f"{ask.fraction:g} is a fraction of the free memory, so it will get ~{takes / gib:.1f} GiB "
+                f"instead of the {ask.fraction * total / gib:.1f} GiB it would get on an empty GPU",
+                "free the GPU first if the KV cache it would get is too small, or raise the fraction", path)
 
 
 def _gpu_free_text(g: Any) -> str:

@@ -102,7 +102,8 @@ _PRIME = Preset(
             keys=rf"\|\s*(?P<key>[A-Za-z][A-Za-z .\-]*?)(?::\s*|\s+)(?P<value>{NUM})",
         ),
     ),
-    versions="prime-rl main, 2025-09 ('Loss: x' style) to 2026 ('Loss x' style, format_time column)",
+    versions="prime-rl main, 2025-09 ('Loss: x' style) to 2026 ('Loss x' style, format_time column); "
+             "checked against main 559b447 (v0.8.1.dev67, 2026-08-21) on 2026-11-23",
     source=(
         "PrimeIntellect-ai/prime-rl src/prime_rl/trainer/rl/train.py and sft/train.py "
         "(step_message, logger.success), src/prime_rl/orchestrator/orchestrator.py (step_message), "
@@ -124,7 +125,8 @@ _AREAL = Preset(
             keys=rf"│\s*(?P<key>[A-Za-z_][^│]*?)\s*│\s*(?P<value>{NUM})\s*(?=│)",
         ),
     ),
-    versions="AReaL v0.3-v0.5 (areal/utils/stats_logger.py, realhf StatsLogger), 2025",
+    versions="AReaL v0.3-v1.0.4 (areal/utils/stats_logger.py StatsLogger.commit: 'Train step {g+1}/{T} "
+             "done.'); checked against v1.0.4 (37d6c64) on 2026-11-23",
     source=(
         "inclusionAI/AReaL areal/utils/stats_logger.py (StatsLogger.commit, print_stats -> "
         "tabulate_stats fancy_grid), areal/utils/logging.py ('[AReaL] %Y%m%d-%H:%M:%S.ms name LEVEL: msg'); "
@@ -140,13 +142,16 @@ _VERL = Preset(
     extractors=(
         Extractor(
             pattern=r"(?:^|[\s)])step:(?P<step>\d+)(?=\s+-\s|\s*$)",
-            keys=rf"\s-\s(?P<key>[^\s:]+):(?P<value>{NUM})(?=\s+-\s|\s*$)",
+            # numpy >= 2 reprs numpy scalars as np.float64(0.026): pprint.pformat in concat_dict_to_str
+            keys=rf"\s-\s(?P<key>[^\s:]+):(?:np\.[a-z]+\d*\()?(?P<value>{NUM})\)?(?=\s+-\s|\s*$)",
         ),
         Extractor(pattern=r"\bTraining Progress:\s*\d{1,3}%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)\b"),
     ),
-    versions="verl 0.3-0.6 (LocalLogger concat_dict_to_str; '{v:.3f}' and full-precision variants)",
+    versions="verl 0.3-0.7.0 (LocalLogger concat_dict_to_str; '{v:.3f}', full-precision and numpy-2 "
+             "'np.float64(x)' variants); checked against v0.7.0 (f9c855f) on 2026-11-23",
     source=(
-        "volcengine/verl verl/utils/logger/aggregate_logger.py (concat_dict_to_str), "
+        "volcengine/verl verl/utils/logger/aggregate_logger.py (concat_dict_to_str: "
+        "f'{k}:{pprint.pformat(v)}', which numpy 2 prints as np.float64(x)), "
         "verl/trainer/ppo/ray_trainer.py (tqdm desc='Training Progress'); log as pasted in "
         "https://github.com/PRIME-RL/Entropy-Mechanism-of-RL/issues/21"
     ),
@@ -164,7 +169,8 @@ _TRL = Preset(
         Extractor(pattern=_TQDM_TRAIN),
         Extractor(kind="pydict", pattern=r"(?P<dict>\{'(?=.*'epoch':).*\})"),
     ),
-    versions="transformers 4.4x ProgressCallback; TRL 0.14-0.21 (GRPOTrainer/PPO/SFT metric keys)",
+    versions="transformers 4.4x-5.x ProgressCallback; TRL 0.14-1.9.0 (GRPOTrainer/PPO/SFT metric keys); "
+             "checked against TRL v1.9.0 (35def3e) on 2026-11-23",
     source=(
         "huggingface/transformers src/transformers/trainer_callback.py (ProgressCallback.on_train_begin "
         "tqdm(total=state.max_steps), on_log training_bar.write(str(logs))); logs as pasted in "

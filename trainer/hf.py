@@ -168,12 +168,32 @@ def chat_prompt(tokenizer: Any, prompt: str) -> str:
     return prompt
 
 
+def _write_config_dtype(directory: Path, dtype: torch.dtype) -> None:
+    """Make ``directory/config.json`` say ``dtype`` under both names: transformers >= 4.56 writes and
+    reads ``dtype``, older releases (which engines may pin) ``torch_dtype``. save_pretrained itself
+    writes the dtype of the live model's parameters (the fp32 master), whatever tensors it was given."""
+    path = Path(directory) / "config.json"
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    name = str(dtype).removeprefix("torch.")
+    cfg["dtype"] = name
+    cfg["torch_dtype"] = name
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def save_model_dir(model: Any, tokenizer: Any, directory: Path, dtype: torch.dtype | None = None) -> None:
-    """``save_pretrained`` model (safetensors) and tokenizer into ``directory`` (not fsynced)."""
+    """``save_pretrained`` model (safetensors) and tokenizer into ``directory`` (not fsynced).
+
+    With ``dtype`` the tensors are cast to it AND ``config.json`` says it: SGLang's ``--dtype auto``
+    (python/sglang/srt/configs/model_config.py _get_and_verify_dtype, as vLLM's) serves a config that
+    says float32 in float16, so the fp32 master's own ``"dtype": "float32"`` next to bf16 tensors makes
+    every restarted server run the policy in fp16.
+    """
     state = None
     if dtype is not None:
         state = {k: v.detach().to(dtype) for k, v in model.state_dict().items()}
     model.save_pretrained(directory, safe_serialization=True, state_dict=state)
+    if dtype is not None:
+        _write_config_dtype(Path(directory), dtype)
     tokenizer.save_pretrained(directory)
 
 
@@ -195,9 +215,11 @@ def publish(weights_dir: Path, step: int, total: int, model: Any, tokenizer: Any
 
 
 def latest_model_path(weights_dir: Path, default: str) -> str:
-    """The newest complete published weights dir, else ``default`` (what a restarted server loads)."""
-    found = weights_mod.latest(weights_dir)
-    if found is not None and (found[1] / weights_mod.MARKER).exists() and (found[1] / "config.json").exists():
+    """The newest complete published weights dir, else ``default`` (what a restarted server loads).
+
+    Not ``latest.json``: that records what the server had loaded, which lags when it was stale."""
+    found = weights_mod.published(weights_dir)
+    if found is not None and (found[1] / "config.json").exists():
         return str(found[1])
     return default
 
@@ -292,13 +314,33 @@ def _eos_or_pad(tokenizer: Any) -> int:
     return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.pad_token_id
 
 
+def completion_ids(tokenizer: Any, s: rollouts.Sample) -> list[int]:
+    """The completion's token ids as trained: the ids the server sampled when the rollout has them
+    (re-tokenising the text can give other ids than were sampled), plus the end-of-sequence token when
+    the server stopped on it (finish reason ``stop`` with no stop string/token of the request's own:
+    OpenAI-style servers leave EOS out of the text, and vLLM out of ``token_ids`` too) -- so the
+    decision to stop is trained. Without server ids: the text re-tokenised (older rollouts)."""
+    if s.completion_ids is not None:
+        ids = list(s.completion_ids)
+    else:
+        ids = tokenizer(s.completion, add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    if s.finish_reason == "stop" and s.stop_reason is None and eos is not None and (not ids or ids[-1] != eos):
+        ids.append(eos)
+    return ids
+
+
 def tokenize_samples(tokenizer: Any, samples: list[rollouts.Sample], max_seq_len: int) -> Batch:
     """Prompt ids + completion ids per sample, cut to ``max_seq_len`` (prompt cut from the left,
-    completion from the right; at least one completion token is kept)."""
+    completion from the right; at least one completion token is kept). Server-sampled ids and the EOS
+    of a ``stop`` finish are used where the rollout has them (:func:`completion_ids`)."""
     seqs, starts = [], []
     for s in samples:
-        p = tokenizer(s.prompt, add_special_tokens=False)["input_ids"]
-        c = tokenizer(s.completion, add_special_tokens=False)["input_ids"]
+        if s.prompt_ids is not None:
+            p = list(s.prompt_ids)
+        else:
+            p = tokenizer(s.prompt, add_special_tokens=False)["input_ids"]
+        c = completion_ids(tokenizer, s)
         # An empty completion is the model stopping at once: score that EOS.
         c = c[: max(1, max_seq_len - 1)] or [_eos_or_pad(tokenizer)]
         p = p[-max(1, max_seq_len - len(c)):] if p else []
@@ -410,35 +452,6 @@ def load_checkpoint(out: Path, step: int) -> tuple[Path, dict[str, Any]]:
     return d / "model", state
 
 
-def notify(server: str | None, path: Path, sync: str, tries: int = 3) -> bool:
-    """Tell the server about new weights. ``sglang`` (also rlsup's server): ``POST
-    /update_weights_from_disk {"model_path"}``; ``vllm``: ``POST /collective_rpc`` ``reload_weights``
-    with ``weights_path`` (``VLLM_SERVER_DEV_MODE=1``) then ``/reset_prefix_cache``; ``none``: nothing
-    (a restarted server picks the newest weights up). False (logged) when it failed."""
-    from rlsup.trainer.orchestrator import ServerDown, http_json
-
-    if not server or sync == "none":
-        return False
-    base = server.rstrip("/")
-    calls: list[tuple[str, dict]] = [(f"{base}/update_weights_from_disk", {"model_path": str(path)})]
-    if sync == "vllm":
-        calls = [(f"{base}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}),
-                 (f"{base}/reset_prefix_cache", {})]
-    for attempt in range(1, tries + 1):
-        try:
-            for url, body in calls:
-                reply = http_json(url, body, timeout=600.0)
-                if isinstance(reply, dict) and reply.get("success") is False:
-                    raise ServerDown(f"{url}: {reply.get('message')}")
-            return True
-        except (ServerDown, OSError) as exc:  # HTTPError 4xx is an OSError too
-            if attempt == tries:
-                steplog.warn(f"could not update inference server weights ({exc}); continuing")
-                return False
-            time.sleep(0.5 * attempt)
-    return False
-
-
 def train_main(args: argparse.Namespace) -> int:
     """The trainer loop for ``--model`` (see the module docstring); ``args`` from ``train.main``."""
     from rlsup.trainer.chaos import Chaos
@@ -449,7 +462,9 @@ def train_main(args: argparse.Namespace) -> int:
     cuda = device.type == "cuda"
     autocast = cuda if args.bf16 == "auto" else args.bf16 == "on"
     checkpointing = cuda if args.gradient_checkpointing == "auto" else args.gradient_checkpointing == "on"
-    publish_dtype = torch.bfloat16 if autocast else None
+    # Published weights are bf16 on every device, config.json included: what SGLang/vLLM serve the
+    # policy in (--dtype auto reads it); the fp32 master weights stay in the checkpoints.
+    publish_dtype = torch.bfloat16
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     if args.resume_step is not None:
@@ -475,10 +490,13 @@ def train_main(args: argparse.Namespace) -> int:
                 f"gradient checkpointing {checkpointing}, micro-batch {args.micro_batch}, "
                 f"max-seq-len {args.max_seq_len}")
 
+    from rlsup.trainer.sync import WeightSync
+
+    sync = WeightSync(args.server, args.weight_sync, args.out / "weights", stale_after=args.stale_after)
+
     def publish_and_tell(step: int) -> None:
         path = publish(args.out / "weights", step, args.steps, model, tokenizer, publish_dtype)
-        notify(args.server, path, args.weight_sync)
-        weights_mod.mark_latest(args.out / "weights", step, path)
+        sync.publish(step, path)
 
     publish_and_tell(start - 1)
     for step in range(start, args.steps + 1):

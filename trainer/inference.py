@@ -4,9 +4,11 @@
 
 Endpoints: ``POST /v1/completions`` (``prompt`` str or list, ``n``, ``max_tokens``, ``temperature``,
 ``logprobs``; choices ordered prompt-major, ``index = prompt_i * n + j``, as OpenAI and vLLM do),
-``GET /v1/models``, ``GET /health`` (200 once weights are loaded, 503 before) and ``POST
+``GET /v1/models``, ``GET /health`` (200 once weights are loaded, 503 before), ``POST
 /update_weights_from_disk`` with ``{"model_path": DIR}`` (SGLang's path) to swap in published
-weights without a restart.  Handler threads enqueue requests; one worker thread drains the queue
+weights without a restart, and SGLang's ``GET /get_model_info`` (``model_path``: what is loaded) and a
+``GET /version`` of ``rlsup-X.Y.Z``. ``return_token_ids`` (vLLM's field) adds ``prompt_token_ids`` and
+``token_ids`` to each choice (EOS left out, as vLLM does; ``finish_reason`` says whether it stopped).  Handler threads enqueue requests; one worker thread drains the queue
 and generates for everything pending in one batch.  Responses carry an extra ``weights_step``.
 """
 
@@ -46,6 +48,7 @@ class Engine:
         self.hf = hf
         self.policy: Any = None
         self.step = 0
+        self.path: str | None = None  # the published dir loaded, None for the initial policy
         self.total = total
         self.lock = threading.Lock()  # policy swap vs. generation
         self.jobs: queue.Queue[_Job] = queue.Queue()
@@ -136,6 +139,7 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
     max_tokens = int(body.get("max_tokens") or 16)
     temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
     top_k = body.get("logprobs")
+    want_ids = bool(body.get("return_token_ids"))
     if n < 1 or max_tokens < 1 or temperature < 0:
         raise ValueError("n and max_tokens must be >= 1 and temperature >= 0")
     encoded = [engine.encode(p) for p in prompts]
@@ -143,6 +147,7 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
     ids, lps, tops, step, finish = job.result
     choices = []
     for index, (row_ids, row_lps, row_top) in enumerate(zip(ids, lps, tops, strict=True)):
+        extra = {"prompt_token_ids": list(encoded[index // n]), "token_ids": list(row_ids)} if want_ids else {}
         text = engine.decode(row_ids)
         logprobs = None
         if top_k is not None:
@@ -155,7 +160,8 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
                 if int(top_k) > 0 else None,
                 "text_offset": offsets,
             }
-        choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish[index]})
+        choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish[index],
+                        "stop_reason": None, **extra})
     prompt_tokens = sum(len(p) for p in encoded)
     completion_tokens = sum(len(r) for r in ids)
     return {
@@ -196,6 +202,17 @@ def make_handler(engine: Engine, model: str):
                     self._error(503, "weights not loaded yet")
                 else:
                     self._send(200, {"status": "ok", "weights_step": engine.step, **engine.stats})
+            elif self.path == "/version":
+                from importlib.metadata import PackageNotFoundError, version
+
+                try:
+                    v = version("rlsup")
+                except PackageNotFoundError:
+                    v = "0"
+                self._send(200, {"version": f"rlsup-{v}"})
+            elif self.path == "/get_model_info":
+                self._send(200, {"model_path": engine.path or model, "weights_step": engine.step,
+                                 "is_generation": True})
             elif self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [
                     {"id": model, "object": "model", "created": started, "owned_by": "rlsup"}]})
@@ -242,6 +259,7 @@ def update_from_disk(engine: Engine, path: Path) -> str:
     else:
         policy = load_weights(path)
     engine.set_policy(policy, int(meta["step"]), int(meta.get("total") or 0))
+    engine.path = str(path)
     load_ms = (time.perf_counter() - t0) * 1000
     # Request stats since the previous update: what the server did with the weights it replaced.
     s, prev = dict(engine.stats), engine.reported
@@ -295,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     steplog.log(f"Listening on http://{args.host}:{args.port} (model {args.model_name})")
     chaos.start_timers()
 
-    found = weights_mod.latest(args.weights_dir)
-    if found is not None and (found[1] / weights_mod.MARKER).exists():
+    found = weights_mod.published(args.weights_dir)  # the newest published, not what was loaded last
+    if found is not None:
         steplog.log(update_from_disk(engine, found[1]))
     elif hf is not None:
         engine.set_policy(hf, 0)

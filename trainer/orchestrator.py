@@ -5,7 +5,13 @@
 Talks to the server only through the OpenAI completions API (so it works against vLLM or SGLang
 too), computes group-relative advantages and publishes ``OUT/rollouts/step_{N}/`` atomically.
 Async level K: rollouts for step N are generated only once the trainer has published weights
-step >= N - 1 - K (``OUT/weights/latest.json``); K = 0 is fully on-policy.
+step >= N - 1 - K (``OUT/weights/step_M`` with ``STABLE``); K = 0 is fully on-policy when the server
+keeps up. ``off_policy`` is measured against what the server actually serves: the response's
+``weights_step`` (rlsup's server) or ``OUT/weights/latest.json``, which the trainer writes only once the
+server has loaded the weights -- so a stale server shows as a growing ``off_policy``, not as 0-1.
+
+Token ids: requests ask for them (``return_token_ids``, vLLM's CompletionRequest field, also rlsup's
+server); the trainer trains on the sampled ids and the finish reason, not on re-tokenised text.
 
 Restarts and trainer resumes: it continues after the newest published rollout step and never
 rewrites one.  A trainer resumed from checkpoint R re-reads the kept rollouts R+1.., and since the
@@ -65,12 +71,19 @@ def call_with_retry(url: str, payload: dict | None, what: str, give_up_after: fl
             delay = min(delay * 2, 5.0)
 
 
+def served_step(weights_dir: Path) -> int:
+    """The weights step the server has loaded (``latest.json``), 0 before it loaded any of this run's."""
+    found = weights_mod.latest(weights_dir)
+    return found[0] if found else 0
+
+
 def wait_for_weights(weights_dir: Path, needed: int) -> int:
-    """Block until the published weights step is >= ``needed``; return it."""
+    """Block until the published weights step is >= ``needed``; return it. Paced by what is published,
+    not by what the server loaded: a server that cannot load weights must not stop the run."""
     last_log = 0.0
     delay = 0.02
     while True:
-        found = weights_mod.latest(weights_dir)
+        found = weights_mod.published(weights_dir)
         current = found[0] if found else 0
         if current >= needed:
             return current
@@ -79,6 +92,13 @@ def wait_for_weights(weights_dir: Path, needed: int) -> int:
             last_log = time.monotonic()
         time.sleep(delay)
         delay = min(delay * 1.5, 0.25)
+
+
+def _ids(value: object) -> list[int] | None:
+    """A list of token ids from a response field, or None when the server sent none."""
+    if isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        return list(value)
+    return None
 
 
 def hf_problems(problems: list[task.Problem], seed: int, step: int, count: int) -> list[task.Problem]:
@@ -108,7 +128,10 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
         replies = list(pool.map(one, prompts))
     choices, usage, steps = [], {"completion_tokens": 0}, []
     for r in replies:
-        choices.extend(sorted(r["choices"], key=lambda c: c["index"]))
+        got = sorted(r["choices"], key=lambda c: c["index"])
+        for c in got:  # vLLM puts the prompt's ids on each choice; keep them there for every server
+            c.setdefault("prompt_token_ids", r.get("prompt_token_ids"))
+        choices.extend(got)
         usage["completion_tokens"] += r.get("usage", {}).get("completion_tokens", 0)
         if "weights_step" in r:
             steps.append(r["weights_step"])
@@ -177,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     while step <= args.steps:
         chaos.step(step)
         t0 = time.monotonic()
-        policy_step = wait_for_weights(args.out / "weights", step - 1 - args.async_level)
+        wait_for_weights(args.out / "weights", step - 1 - args.async_level)
         wait_s = time.monotonic() - t0
         if gsm8k:
             problems = hf_problems(gsm8k, args.seed, step, args.batch_size)
@@ -185,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             problems = task.problems_for_step(args.seed, step, args.batch_size)
         t1 = time.monotonic()
         body = {"model": model, "n": args.group_size, "max_tokens": args.max_tokens,
-                "temperature": args.temperature}
+                "temperature": args.temperature, "return_token_ids": True}
         if not gsm8k:
             body["logprobs"] = 0  # the tiny trainer uses the server's log-probs; the HF one recomputes them
         if args.stop:
@@ -206,8 +229,11 @@ def main(argv: list[str] | None = None) -> int:
                 samples.append(rollouts.Sample(
                     prompt=p.prompt, completion=c["text"], tokens=lp.get("tokens", []),
                     logprobs=lp.get("token_logprobs", []), reward=rewards[i][j],
-                    advantage=advantages[i][j], group=i))
-        sampled_with = resp.get("weights_step", policy_step)
+                    advantage=advantages[i][j], group=i,
+                    prompt_ids=_ids(c.get("prompt_token_ids")),
+                    completion_ids=_ids(c.get("token_ids")),
+                    finish_reason=c.get("finish_reason"), stop_reason=c.get("stop_reason")))
+        sampled_with = resp.get("weights_step", served_step(args.out / "weights"))
         rollouts.write_step(args.out, step, samples, {
             "temperature": args.temperature, "weights_step": sampled_with, "model": model})
         flat = [r for group in rewards for r in group]

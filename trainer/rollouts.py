@@ -27,6 +27,11 @@ class Sample:
     reward: float
     advantage: float
     group: int
+    # What the server sampled, where it says (vLLM/rlsup `return_token_ids`): trained as is.
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    finish_reason: str | None = None  # "stop" | "length" | ...
+    stop_reason: str | int | None = None  # vLLM: the stop string/token matched; None for EOS
 
 
 def step_dir(out: Path, step: int) -> Path:

@@ -4,7 +4,8 @@
 
 For each step N it waits for ``OUT/rollouts/step_N`` (logging ``Waiting for training batch to
 arrive`` every few seconds), does a clipped policy-gradient update, publishes ``OUT/weights/step_N``,
-tells the server (``POST /update_weights_from_disk``), then updates ``OUT/weights/latest.json``.
+tells the server (``rlsup.trainer.sync``: SGLang's ``/update_weights_from_disk`` or vLLM's reload, by
+the server's version), and records in ``OUT/weights/latest.json`` what the server loaded.
 Every ``--ckpt-every`` steps (and at the last) it writes ``OUT/checkpoints/step_N`` (see
 ``checkpoint``); ``--resume-step N`` continues from it bit-identically on CPU given the same
 rollouts, which the orchestrator keeps.
@@ -22,8 +23,8 @@ import torch
 from rlsup.trainer import checkpoint, grpo, rollouts, steplog
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
-from rlsup.trainer.orchestrator import ServerDown, http_json
 from rlsup.trainer.policy import Policy, PolicyConfig, encode, sequence_logprobs
+from rlsup.trainer.sync import WeightSync
 
 WAIT_LOG_EVERY_S = 5.0
 
@@ -75,27 +76,9 @@ def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[r
     return {k: v / len(chunks) for k, v in totals.items()}
 
 
-def notify_server(server: str | None, path: Path, tries: int = 3) -> bool:
-    """POST ``/update_weights_from_disk``; False (logged) if the server is down — it loads
-    ``latest.json`` when it comes back."""
-    if not server:
-        return False
-    for attempt in range(1, tries + 1):
-        try:
-            http_json(f"{server.rstrip('/')}/update_weights_from_disk", {"model_path": str(path)})
-            return True
-        except ServerDown as exc:
-            if attempt == tries:
-                steplog.warn(f"could not update inference server weights ({exc}); continuing")
-                return False
-            time.sleep(0.5 * attempt)
-    return False
-
-
-def publish(args: argparse.Namespace, step: int, policy: Policy) -> None:
+def publish(args: argparse.Namespace, step: int, policy: Policy, sync: WeightSync) -> None:
     path = weights_mod.publish(args.out / "weights", step, args.steps, policy)
-    notify_server(args.server, path)
-    weights_mod.mark_latest(args.out / "weights", step, path)
+    sync.publish(step, path)  # writes latest.json only once the server has loaded it
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="auto: on CUDA")
     hf.add_argument("--weight-sync", choices=("sglang", "vllm", "none"), default="sglang",
                     help="how the server is told about new weights: sglang = POST /update_weights_from_disk "
-                         "(also rlsup's server), vllm = /collective_rpc reload_weights (VLLM_SERVER_DEV_MODE=1)")
+                         "(also rlsup's server), vllm = the reload its version supports (VLLM_SERVER_DEV_MODE=1; "
+                         "see rlsup.trainer.sync), none = nothing (a restarted server loads the newest)")
+    ap.add_argument("--stale-after", type=int, default=3,
+                    help="print 'rlsup-flag: weights_stale: ...' once the server is more than this many "
+                         "steps behind the published weights")
     args = ap.parse_args(argv)
     if args.lr is None:
         args.lr = 1e-6 if args.model else 5e-3  # a pretrained LM wants a far smaller step
@@ -159,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         policy = Policy(PolicyConfig())
         optimizer = make_optimizer(policy)
         start = 1
-    publish(args, start - 1, policy)
+    sync = WeightSync(args.server, args.weight_sync, args.out / "weights", stale_after=args.stale_after)
+    publish(args, start - 1, policy, sync)
 
     for step in range(start, args.steps + 1):
         chaos.step(step)
@@ -170,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = train_step(policy, optimizer, samples, float(meta.get("temperature", 1.0)),
                            args.minibatches, args.clip_eps)
         train_s = time.monotonic() - t1
-        publish(args, step, policy)
+        publish(args, step, policy, sync)
         if step % args.ckpt_every == 0 or step == args.steps:
             checkpoint.save(args.out, step, policy, optimizer, vars_for_checkpoint(args), args.keep_ckpts)
         steplog.log_step(step, args.steps, {

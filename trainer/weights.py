@@ -1,9 +1,10 @@
 """Published policy weights: ``OUT/weights/step_{N}/`` plus ``OUT/weights/latest.json``.
 
 A weights dir holds ``model.pt``, ``config.json``, ``meta.json`` ({"step", "total"}) and the
-completion marker ``STABLE``, and appears atomically.  ``latest.json`` ({"step", "path"}) is
-rewritten atomically *after* the inference server was told, so an orchestrator that reads step N
-there can rely on rollouts from then on coming from weights >= N (unless the server was down).
+completion marker ``STABLE``, and appears atomically.  ``latest.json`` ({"step", "path", "engine",
+"server_model"}) is rewritten atomically only once the inference server has *loaded* step N (see
+``rlsup.trainer.sync``): it is what the server serves, not what was published. :func:`published` is the
+newest complete step directory -- what the orchestrator paces itself by and what a restarted server loads.
 """
 
 from __future__ import annotations
@@ -35,8 +36,25 @@ def publish(weights_dir: Path, step: int, total: int, policy: Policy, keep: int 
     return final
 
 
-def mark_latest(weights_dir: Path, step: int, path: Path) -> None:
-    atomic.write_text(Path(weights_dir) / "latest.json", json.dumps({"step": step, "path": str(path)}))
+def mark_latest(weights_dir: Path, step: int, path: Path, **extra: object) -> None:
+    """Record that the server loaded ``path`` (weights of ``step``); ``extra``: what it reported."""
+    atomic.write_text(Path(weights_dir) / "latest.json",
+                      json.dumps({"step": step, "path": str(path), **{k: v for k, v in extra.items()
+                                                                       if v is not None}}))
+
+
+def published(weights_dir: Path) -> tuple[int, Path] | None:
+    """``(step, path)`` of the newest complete (``STABLE``) published weights dir, or None."""
+    best: tuple[int, Path] | None = None
+    try:
+        entries = list(Path(weights_dir).iterdir())
+    except OSError:
+        return None
+    for p in entries:
+        m = _STEP_DIR.match(p.name)
+        if m and (p / MARKER).exists() and (best is None or int(m.group(1)) > best[0]):
+            best = (int(m.group(1)), p)
+    return best
 
 
 def latest(weights_dir: Path) -> tuple[int, Path] | None:

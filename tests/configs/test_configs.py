@@ -55,7 +55,7 @@ def test_config_passes_fast_preflight(path: Path, tmp_path: Path, monkeypatch: p
 @pytest.mark.parametrize("path", PRESET_FILES, ids=_ids(PRESET_FILES))
 def test_preset_notes_its_version_and_sources(path: Path) -> None:
     text = path.read_text()
-    assert re.search(r"^# Written against .+", text, re.M), "no framework version noted"
+    assert re.search(r"^# (?:Written against|Pinned to) .+", text, re.M), "no framework version noted"
     assert re.search(r"^#.*https://\S+", text, re.M), "no source URL"
     cfg = load_config(path)
     assert any(c.progress is not None and c.progress.preset for c in cfg.components.values())

@@ -92,7 +92,7 @@ def test_prime_rl_latest_complete_skips_half_written(tmp_path: Path) -> None:
     fresh = prime_step(ck, 40)
     write(fresh / "STABLE", "", mtime=NOW - 1.2)
     # step 45: trainer part written 0.1 s ago, no STABLE yet; a per-component last file does not
-    # vouch for the whole step (another component may still be saving): the age rule decides
+    # vouch for the whole step: the orchestrator's progress.pt (which this run writes) is not there
     write(ck / "step_45" / "trainer" / ".metadata", b"meta", mtime=NOW - 0.1)
     (ck / "step_50").mkdir()  # empty
     age_tree(ck / "step_50")
@@ -108,7 +108,7 @@ def test_prime_rl_latest_complete_skips_half_written(tmp_path: Path) -> None:
     sk = skipped_names(d)
     assert sk["step_30"].startswith("no completion marker")
     assert "trainer/.metadata missing" in sk["step_30"]
-    assert sk["step_45"] == "still being written: modified 0.1 s ago"
+    assert "orchestrator/progress.pt missing" in sk["step_45"]
     assert sk["step_50"] == "empty directory"
     assert d.problems == ()
 
@@ -573,3 +573,130 @@ def test_list_checkpoints_and_find_step(tmp_path: Path) -> None:
     assert Found is Discovery
     found = discover(tmp_path, "hf", None, now=NOW)
     assert found.latest is not None and found.latest.step == 30
+
+
+# ---------------------------------------------------------------------------------------------
+# writer_alive=False: completeness decides, not age (issue 17), on files written by the real writers
+
+torch = pytest.importorskip("torch")
+
+
+def _dcp_save(path: Path) -> None:
+    """The trainer half of a prime-rl checkpoint, written as prime-rl writes it:
+    src/prime_rl/trainer/ckpt.py CheckpointManager.save_to_path -> dcp_save(state_dict, checkpoint_id=path)
+    (torch.distributed.checkpoint; its FileSystemWriter writes ``.metadata`` last). Single process."""
+    import torch.distributed.checkpoint as dcp
+
+    state = {"app": {"w": torch.arange(16, dtype=torch.float32), "step": torch.tensor(3)}}
+    dcp.save(state, checkpoint_id=str(path), no_dist=True)
+
+
+def _orchestrator_save(ckpt_dir: Path, step: int) -> None:
+    """prime-rl src/prime_rl/orchestrator/ckpt.py CheckpointManager.save: mkstemp(prefix="progress.pt.",
+    suffix=".tmp") in step_N/orchestrator, torch.save into it, os.replace to progress.pt."""
+    import tempfile
+
+    d = ckpt_dir / f"step_{step}" / "orchestrator"
+    d.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix="progress.pt.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        torch.save({"progress": {"step": step}, "train_source": {}}, f)
+    os.replace(tmp, d / "progress.pt")
+
+
+def test_prime_rl_step_offered_only_with_the_trainers_checkpoint(tmp_path: Path) -> None:
+    ck = tmp_path / "outputs" / "checkpoints"  # prime-rl utils/pathing.py get_ckpt_dir(output_dir)
+    _dcp_save(ck / "step_10" / "trainer")
+    _orchestrator_save(ck, 10)
+    # step 20: the orchestrator saved, the trainer was killed before its DCP save began
+    _orchestrator_save(ck, 20)
+    # step 30: the trainer's DCP save was cut off before .metadata (shards only)
+    _dcp_save(ck / "step_30" / "trainer")
+    (ck / "step_30" / "trainer" / ".metadata").unlink()
+    _orchestrator_save(ck, 30)
+    for alive in (True, False):
+        d = discover(ck, "prime-rl", writer_alive=alive, now=time_now() + 3600)
+        assert steps(d) == [10], alive
+        reasons = {Path(c.path).name: c.reason for c in d.candidates if not c.complete}
+        assert "trainer/.metadata missing" in reasons["step_20"] and "Checkpoint not found" in reasons["step_20"]
+        assert "trainer/.metadata missing" in reasons["step_30"]
+        assert [(c.step, c.complete) for c in d.candidates] == [(10, True), (20, False), (30, False)]
+
+
+def time_now() -> float:
+    import time
+
+    return time.time()
+
+
+def _hf_sharded(path: Path) -> None:
+    """A model directory with model.safetensors.index.json and two shards, written by transformers'
+    save_pretrained (src/transformers/modeling_utils.py PreTrainedModel.save_pretrained, max_shard_size)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=2, n_head=2)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(path, safe_serialization=True, max_shard_size="20KB")
+
+
+def test_writer_gone_fresh_complete_checkpoint_is_used_at_once(tmp_path: Path) -> None:
+    ck = tmp_path / "ck"
+    _hf_sharded(ck / "step_7")  # just written: every mtime is now
+    assert len(list((ck / "step_7").glob("model-*.safetensors"))) >= 2
+    now = time_now()
+    alive = discover(ck, "glob", step_pattern=r"step_(\d+)", now=now, settle_s=60)
+    assert steps(alive) == [] and "still being written" in skipped_names(alive)["step_7"]
+    gone = discover(ck, "glob", step_pattern=r"step_(\d+)", now=now, settle_s=60, writer_alive=False)
+    assert steps(gone) == [7] and gone.latest is not None and gone.latest.step == 7
+    assert gone.candidates[0].complete and gone.candidates[0].reason == ""
+
+
+def test_writer_gone_old_but_cut_off_checkpoints_are_rejected_with_reasons(tmp_path: Path) -> None:
+    ck = tmp_path / "ck"
+    _hf_sharded(ck / "step_1")
+    # step_2: a shard cut off mid-write (the crash came during save_pretrained)
+    _hf_sharded(ck / "step_2")
+    shard = sorted((ck / "step_2").glob("model-*.safetensors"))[-1]
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    # step_3: the index names a shard that was never written
+    _hf_sharded(ck / "step_3")
+    sorted((ck / "step_3").glob("model-*.safetensors"))[0].unlink()
+    # step_4: torch.save zip cut off (its central directory is written last)
+    (ck / "step_4").mkdir()
+    torch.save({"w": torch.zeros(256)}, ck / "step_4" / "optimizer.pt")
+    raw = (ck / "step_4" / "optimizer.pt").read_bytes()
+    (ck / "step_4" / "optimizer.pt").write_bytes(raw[:-40])
+    # step_5: whole torch zip + an abandoned temporary file
+    (ck / "step_5").mkdir()
+    torch.save({"w": torch.zeros(4)}, ck / "step_5" / "optimizer.pt")
+    (ck / "step_5" / "model.safetensors.tmp").write_bytes(b"partial")
+    age_tree(ck)  # an hour old: age alone would accept them all
+
+    alive = discover(ck, "glob", step_pattern=r"step_(\d+)", now=NOW + 7200)
+    assert steps(alive) == [1, 2, 3, 4]  # today's settle rule cannot tell
+    gone = discover(ck, "glob", step_pattern=r"step_(\d+)", now=NOW + 7200, writer_alive=False)
+    assert steps(gone) == [1] and gone.latest is not None and gone.latest.step == 1
+    why = {c.step: c.reason for c in gone.rejected()}
+    assert set(why) == {2, 3, 4, 5}
+    assert "cut off" in why[2] and shard.name in why[2]
+    assert "missing (named by model.safetensors.index.json)" in why[3]
+    assert "optimizer.pt" in why[4] and "central directory" in why[4]
+    assert "model.safetensors.tmp" in why[5] and "left behind" in why[5]
+
+
+def test_writer_gone_marker_layouts_need_no_settling(tmp_path: Path) -> None:
+    # transformers Trainer._save_checkpoint writes trainer_state.json last: it decides, fresh or not
+    out = tmp_path / "grpo"
+    write(out / "checkpoint-5" / "model.safetensors", b"x", mtime=time_now())
+    write(out / "checkpoint-5" / "trainer_state.json", json.dumps({"global_step": 5}), mtime=time_now())
+    write(out / "checkpoint-6" / "model.safetensors", b"x", mtime=time_now())
+    d = discover(out, "hf", writer_alive=False)
+    assert steps(d) == [5]
+    assert [(c.step, c.complete) for c in d.candidates] == [(5, True), (6, False)]
+    assert "trainer_state.json missing" in d.candidates[1].reason
+    # a half-written trainer_state.json is corrupt, not "being written", once nothing writes
+    write(out / "checkpoint-7" / "model.safetensors", b"x", mtime=time_now())
+    write(out / "checkpoint-7" / "trainer_state.json", '{"global_st', mtime=time_now())
+    assert steps(discover(out, "hf", writer_alive=True)) == [5]
+    gone = discover(out, "hf", writer_alive=False)
+    assert any("checkpoint-7/trainer_state.json is corrupt" in p for p in gone.problems)

@@ -241,6 +241,8 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         "nvmlDeviceGetEnforcedPowerLimit": lambda h: 300000,
         "nvmlDeviceGetComputeRunningProcesses": lambda h: [_Proc(pid=10, usedGpuMemory=512 * mib)],
         "nvmlDeviceGetGraphicsRunningProcesses": lambda h: [],
+        # A40s have no MIG: NVML answers NVML_ERROR_NOT_SUPPORTED (nvmlDeviceGetMigMode).
+        "nvmlDeviceGetMigMode": _raise(pynvml.NVMLError_NotSupported()),
     }
     for name, fn in patches.items():
         monkeypatch.setattr(pynvml, name, fn)
@@ -581,3 +583,134 @@ def test_sampler_thread_stop_before_start_and_bad_interval() -> None:
     assert SamplerThread(FakeSampler(1), lambda s: None).stop()
     with pytest.raises(ValueError):
         SamplerThread(FakeSampler(1), lambda s: None, interval=0)
+
+
+# ------------------------------------------------------------------------ issue 17: NVML and hygiene
+
+
+def test_nvml_library_mismatch_error_falls_back_to_v2(fake_nvml: dict[str, int],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-ml-py 12.575+ (pynvml.py: nvmlDeviceGetComputeRunningProcesses is wrapped by
+    @throwOnVersionMismatch) raises NVMLLibraryMismatchError -- a plain Exception, not an NVMLError --
+    where older releases raised NVMLError_FunctionNotFound, on drivers without the _v3 symbol."""
+    assert hasattr(pynvml, "NVMLLibraryMismatchError")
+    mismatch = pynvml.NVMLLibraryMismatchError("Unversioned function called and the pyNVML version does "
+                                               "not match the NVML lib version.")
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", _raise(mismatch))
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGraphicsRunningProcesses", _raise(mismatch))
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses_v2",
+                        lambda h: [_Proc(pid=7, usedGpuMemory=2 * 2**20)])
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGraphicsRunningProcesses_v2", lambda h: [])
+    assert NvmlSampler().sample().gpus[0].processes == (GpuProcess(7, 2.0),)
+    assert "too old" in gpu.nvml_failure_reason(mismatch)
+
+
+def test_nvml_lists_mig_instances(fake_nvml: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A100 in MIG mode: the NVML calls nvitop uses (nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
+    nvmlDeviceGetMigDeviceHandleByIndex; NOT_FOUND for an empty slot), per-instance memory and processes."""
+    mib = 2**20
+
+    def mig_mode(h):  # type: ignore[no-untyped-def]
+        if h[1] == 0:
+            return [pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE]
+        raise pynvml.NVMLError_NotSupported()
+
+    def mig_handle(h, i):  # type: ignore[no-untyped-def]
+        if i == 1:
+            raise pynvml.NVMLError_NotFound()
+        return ("mig", h[1], i)
+
+    def compute(h):  # type: ignore[no-untyped-def]
+        if h[0] == "mig":
+            return [_Proc(pid=100 + h[2], usedGpuMemory=(1000 + h[2]) * mib)]
+        return [] if h[1] == 0 else [_Proc(pid=10, usedGpuMemory=512 * mib)]
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigMode", mig_mode)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMaxMigDeviceCount", lambda h: 3)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigDeviceHandleByIndex", mig_handle)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuInstanceId", lambda h: 7 + h[2])
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeInstanceId", lambda h: 0)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", compute)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID",
+                        lambda h: f"MIG-{h[1]}-{h[2]}" if h[0] == "mig" else f"GPU-{h[1]}")
+    s = NvmlSampler().sample()
+    g0, g1 = s.gpus
+    assert [(m.index, m.uuid, m.gpu_instance_id) for m in g0.mig] == [(0, "MIG-0-0", 7), (2, "MIG-0-2", 9)]
+    assert [m.processes for m in g0.mig] == [(GpuProcess(100, 1000.0),), (GpuProcess(102, 1002.0),)]
+    assert g0.processes == (GpuProcess(100, 1000.0), GpuProcess(102, 1002.0))  # counted on the GPU too
+    assert g1.mig == () and g1.processes == (GpuProcess(10, 512.0),)
+    back = GpuSample.from_dict(json.loads(json.dumps(s.to_dict())))
+    assert back == s
+
+
+def test_classify_holders_pid_namespace_waits_on_memory_never_kills(procs) -> None:  # type: ignore[no-untyped-def]
+    """NVML inside a container reports host PIDs: a pid that does not exist here, and a pid that happens
+    to be a (different) visible process here. Neither may be taken for the run's."""
+    run_dir = "/runs/ns-case"
+    # A live component of the run sharing GPU 0, and its previous attempt's pid now belonging to a
+    # visible process without any NVIDIA device (what a host PID looks like from inside the container).
+    live = procs("sleep", "30")
+    stranger = procs("sleep", "30")
+    host_only_pid = psutil.pids()[-1] + 1_000_000  # beyond any pid in use here
+    f = FakeSampler(1)
+    f.set_processes(0, [GpuProcess(live.pid, 900.0), GpuProcess(stranger.pid, 30_000.0),
+                        GpuProcess(host_only_pid, 20_000.0)])
+
+    def lookup(pid: int) -> gpu.ProcIdentity | None:
+        # The real /proc identity; only the live component is made to hold a GPU (none on CI). The
+        # stranger's and the missing pid's identities are exactly what this machine shows.
+        ident = gpu.proc_identity(pid)
+        if ident is not None and pid == live.pid:
+            ident = gpu.ProcIdentity(pid, ident.name, ident.create_time, ident.run_dir, ident.env_readable, True)
+        return ident
+
+    assert gpu.proc_identity(host_only_pid) is None
+    assert gpu.proc_identity(stranger.pid).holds_gpu is False  # type: ignore[union-attr]
+    h = gpu.classify_holders(f.sample(), gpu_indices=[0], run_pids={live.pid: "inference"},
+                             prev_pids={stranger.pid: None, host_only_pid: None}, proc_lookup=lookup,
+                             run_dir=run_dir)
+    assert h.ours == ()
+    assert [x.pid for x in h.live] == [live.pid]
+    assert sorted(x.pid for x in h.unmappable) == sorted([stranger.pid, host_only_pid])
+    assert h.memory_only and "waiting on GPU memory alone" in h.note and "host PIDs" in h.note
+    by_pid = {x.pid: x.why for x in h.unmappable}
+    assert "no NVIDIA device" in by_pid[stranger.pid] and "namespace" in by_pid[host_only_pid]
+    assert stranger.poll() is None and live.poll() is None  # nothing was touched
+
+
+def test_classify_holders_only_proven_processes_are_ours(procs) -> None:  # type: ignore[no-untyped-def]
+    run_dir = "/runs/proof"
+    env = {**os.environ, "RLSUP_RUN_DIR": run_dir}
+    leftover = subprocess.Popen(["sleep", "30"], env=env)  # an orphan of a previous attempt, marker set
+    other_run = subprocess.Popen(["sleep", "30"], env={**os.environ, "RLSUP_RUN_DIR": "/runs/other"})
+    try:
+        real = {p: gpu.proc_identity(p) for p in (leftover.pid, other_run.pid)}
+        assert real[leftover.pid] is not None and real[leftover.pid].run_dir == run_dir
+
+        def lookup(pid: int) -> gpu.ProcIdentity | None:
+            # No GPU on a CI machine: these processes would hold one (the only thing faked here).
+            ident = gpu.proc_identity(pid)
+            return None if ident is None else gpu.ProcIdentity(
+                ident.pid, ident.name, ident.create_time, ident.run_dir, ident.env_readable, True)
+
+        created = psutil.Process(leftover.pid).create_time()
+        f = FakeSampler(2)
+        f.set_processes(0, [GpuProcess(leftover.pid, 5_000.0), GpuProcess(other_run.pid, 7_000.0)])
+        f.set_processes(1, [GpuProcess(leftover.pid, 1.0)])
+        h = gpu.classify_holders(f.sample(), gpu_indices=[0], run_pids={}, prev_pids={leftover.pid: created},
+                                 proc_lookup=lookup, run_dir=run_dir)
+        assert [(x.gpu, x.pid) for x in h.ours] == [(0, leftover.pid)]
+        assert [x.pid for x in h.foreign] == [other_run.pid]
+        assert h.memory_only and "outside this run" in h.note
+        # the same pid with another start time: pid reuse, not ours
+        h2 = gpu.classify_holders(f.sample(), gpu_indices=[0], run_pids={},
+                                  prev_pids={leftover.pid: created - 100.0}, proc_lookup=lookup)
+        assert h2.ours == () and "reused" in h2.foreign[0].why
+        # a bare pid set and no marker to check: identity unproven -> unmappable, never ours
+        h3 = gpu.classify_holders(f.sample().to_dict()["gpus"], gpu_indices=[0], run_pids={},
+                                  prev_pids={leftover.pid}, proc_lookup=lookup)
+        assert h3.ours == () and [x.pid for x in h3.unmappable] == [leftover.pid]
+    finally:
+        for p in (leftover, other_run):
+            p.kill()
+            p.wait()

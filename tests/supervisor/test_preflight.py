@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -190,9 +191,13 @@ components:
   b: {command: ./launch.sh, cwd: "{tmp}"}
   c: {command: "FOO=1 rlsup-missing-in-shell-xyz --x", shell: true}
   d: {command: "cd /tmp && anything-goes", shell: true}
+  e: {command: "cd /tmp && ./relative-to-tmp.sh && sh ./x.py", shell: true}
 """))
     found = {f.component: f for f in of(run_checks(cfg, fast=True), "command")}
-    assert set(found) == {"a", "b", "c"}
+    # d: the command after `cd` is read too (a bare name is looked up on PATH wherever the shell is);
+    # e: paths relative to a directory only the shell knows are left to the smoke run
+    assert set(found) == {"a", "b", "c", "d"}
+    assert "'anything-goes' is not on PATH" in found["d"].message
     assert "'rlsup-definitely-missing-xyz' is not on PATH" in found["a"].message
     assert "launch.sh is not executable" in found["b"].message  # no x bit stops root too
     assert "rlsup-missing-in-shell-xyz" in found["c"].message
@@ -390,21 +395,110 @@ def test_format_findings_names_the_config_as_typed(tmp_path, monkeypatch):
     assert text.splitlines()[-1] == "2 errors, 0 warnings" and exit_code(findings) == 1
 
 
-def test_memory_fraction_of_an_inference_server_is_checked_against_free_gpu_memory(tmp_path):
+def test_memory_fraction_follows_each_engines_semantics(tmp_path):
+    """SGLang's --mem-fraction-static is a fraction of the memory free at start (sglang@v0.5.x
+    model_runner_kv_cache_mixin.py profile_max_num_token: total_gpu_memory is the free memory measured
+    before loading); vLLM's --gpu-memory-utilization is a fraction of total memory and vLLM refuses to
+    start when less is free (vllm/v1/worker/gpu_worker.py Worker.init_device)."""
     from rlsup.supervisor.config import load_config
     from rlsup.supervisor.gpu import FakeSampler, GpuProcess
-    from rlsup.supervisor.preflight import memory_fraction, run_checks
+    from rlsup.supervisor.preflight import memory_ask, memory_fraction, run_checks
 
     cfg_path = tmp_path / "c.yaml"
     cfg_path.write_text(
         "name: frac\ncomponents:\n"
         "  sglang:\n    command: [python3, -m, sglang.launch_server, --mem-fraction-static, '0.6']\n    gpus: [0]\n"
-        "  vllm:\n    command: 'vllm serve m --gpu-memory-utilization=0.3'\n    gpus: [1]\n")
+        "  vllm:\n    command: 'vllm serve m --gpu-memory-utilization=0.3'\n    gpus: [1]\n"
+        "  vllm_shell:\n    shell: true\n    command: 'exec vllm serve \"$(echo m)\" --gpu-memory-utilization 0.5'\n"
+        "    gpus: [0]\n")
     cfg = load_config(str(cfg_path), run_dir=str(tmp_path / "run"))
     assert memory_fraction(cfg.components["sglang"]) == ("--mem-fraction-static", 0.6)
     assert memory_fraction(cfg.components["vllm"]) == ("--gpu-memory-utilization", 0.3)
-    # GPU 0 has 40 GiB of 80 taken by someone else: 0.6 x 80 = 48 GiB does not fit; GPU 1 is free.
-    fake = FakeSampler(2, processes={0: [GpuProcess(os.getpid(), 40 * 1024.0)]})
-    found = [f for f in run_checks(cfg, gpu_sampler=fake) if f.check == "gpu" and f.severity == "error"]
-    assert len(found) == 1 and found[0].component == "sglang"
-    assert "--mem-fraction-static 0.6" in found[0].message and "lower --mem-fraction-static" in found[0].fix
+    ask = memory_ask(cfg.components["vllm_shell"])  # read out of `exec ...` under shell: true
+    assert ask is not None and (ask.engine, ask.of, ask.fraction) == ("vllm", "total", 0.5)
+    # GPU 0 has 50 GiB of 80 taken by someone else.
+    fake = FakeSampler(2, processes={0: [GpuProcess(os.getpid(), 50 * 1024.0)]})
+    found = [f for f in run_checks(cfg, gpu_sampler=fake) if f.check == "gpu"]
+    errors = [f for f in found if f.severity == "error"]
+    # vLLM at 0.5 x 80 = 40 GiB > 29.5 free: refuses to start -> error. SGLang at 0.6 takes 0.6 of the
+    # ~29.5 GiB free: it starts (no error) but gets less than on an empty GPU -> a warning that says so.
+    assert [f.component for f in errors] == ["vllm_shell"]
+    assert "Free memory on device" in errors[0].message and "lower --gpu-memory-utilization" in errors[0].fix
+    sg_info = [f for f in found if f.component == "sglang" and "takes 0.6 of the memory free" in f.message]
+    assert sg_info and "now 29.1 GiB -> ~17.5 GiB" in sg_info[0].message
+    assert any(f.component == "sglang" and f.severity == "warning" and "fraction of the free memory" in f.message
+               for f in found)
+
+
+def test_exec_and_shell_commands_get_the_module_check_with_the_extra_that_installs_it(tmp_path):
+    """configs/a40.yaml's inference command is `exec python -m sglang.launch_server ... "$(...)"` under
+    shell: true: the interpreter must still be asked whether it can import sglang."""
+    from rlsup.supervisor.extras import install_hint
+    from rlsup.supervisor.preflight import command_argvs
+
+    bindir = tmp_path / "venv" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "python").symlink_to(PY)
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "q", "answer": "#### 1"}\n')
+    cfg = load_config(write(tmp_path, f"""
+components:
+  inference:
+    shell: true
+    env: {{PATH: "{bindir}:/usr/bin:/bin"}}
+    command: >-
+      exec python -m sglang.launch_server
+      --model-path "$(python -m rlsup.trainer.hf latest /nonexistent --default m)" --mem-fraction-static 0.45
+  listed:
+    command: ["{bindir}/python", "-m", "rlsup_no_such_pkg_xyz.server"]
+  orch_by_name:
+    command: "{PY} -m rlsup.trainer.orchestrator --server http://x --out o --task gsm8k --data openai/gsm8k:main"
+  orch_by_file:
+    command: "{PY} -m rlsup.trainer.orchestrator --server http://x --out o --task gsm8k --data {data}"
+"""))
+    argvs = command_argvs(cfg.components["inference"])
+    assert [a[:3] for a in argvs] == [["python", "-m", "sglang.launch_server"]]
+    findings = of(run_checks(cfg, gpu_sampler=NoneSampler()), "command")
+    by = {}
+    for f in findings:
+        by.setdefault(f.component, []).append(f)
+    have_sglang = importlib.util.find_spec("sglang") is not None
+    have_datasets = importlib.util.find_spec("datasets") is not None
+    if not have_sglang:
+        (sg,) = by["inference"]
+        assert "'sglang.launch_server'" in sg.message and "package 'sglang' is not installed" in sg.message
+        assert "pip install 'rlsup[sglang]'" in sg.fix
+    (listed,) = by["listed"]
+    assert "rlsup_no_such_pkg_xyz" in listed.message
+    if not have_datasets:
+        (ds,) = by["orch_by_name"]
+        assert "'datasets'" in ds.message and "loaded by name" in ds.message
+        assert "pip install 'rlsup[gsm8k]'" in ds.fix
+    assert "orch_by_file" not in by  # a local JSONL file needs no `datasets`
+    assert install_hint("sglang.launch_server") == "pip install 'rlsup[sglang]'"
+    assert install_hint("vllm") == "pip install 'rlsup[vllm]'"
+    assert install_hint("datasets") == "pip install 'rlsup[gsm8k]'"
+    assert install_hint("transformers.models") == "pip install 'rlsup[train]'"
+    assert install_hint("rlsup_no_such_pkg_xyz") is None
+
+
+def test_console_scripts_are_checked_in_their_own_interpreter(tmp_path):
+    """`vllm serve` / `trl vllm-serve`: the package must import under the script's #! interpreter."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("vllm", "trl"):
+        script = bindir / name
+        script.write_text(f"#!{PY}\nimport sys\n")
+        script.chmod(0o755)
+    cfg = load_config(write(tmp_path, f"""
+components:
+  v: {{command: "vllm serve m --gpu-memory-utilization 0.3", env: {{PATH: "{bindir}:/usr/bin:/bin"}}}}
+  t: {{command: "trl vllm-serve --model m", env: {{PATH: "{bindir}:/usr/bin:/bin"}}}}
+"""))
+    findings = of(run_checks(cfg, gpu_sampler=NoneSampler()), "command")
+    msgs = {(f.component, f.message.split("'")[1]) for f in findings}
+    if importlib.util.find_spec("vllm") is None:
+        assert ("v", "vllm") in msgs and ("t", "vllm") in msgs
+        assert any("pip install 'rlsup[vllm]'" in f.fix for f in findings if f.component == "v")
+    if importlib.util.find_spec("trl") is None:
+        assert ("t", "trl") in msgs

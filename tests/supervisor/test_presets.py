@@ -258,3 +258,21 @@ def test_safe_name() -> None:
     assert safe_name("Peak Mem.") == "peak_mem"
     assert safe_name("1st") == "m_1st"
     assert safe_name("///") == "value"
+
+
+def test_verl_numpy2_scalar_reprs_are_metrics() -> None:
+    """numpy >= 2: verl's concat_dict_to_str (pprint.pformat) prints np.float64(0.026); real log lines."""
+    from rlsup.supervisor.progress import ProgressMatcher
+
+    lines = [ln for ln in (FIXTURES / "verl_numpy2.log").read_text().splitlines() if not ln.startswith("#")]
+    step, total, metrics = parse_line(PRESETS["verl"], lines[0])
+    assert step == 71 and total is None
+    assert metrics["actor_pg_loss"] == pytest.approx(-0.0006611689302644663)
+    assert metrics["critic_vf_loss"] == pytest.approx(0.007003280876688223)
+    assert metrics["actor_lr"] == pytest.approx(1e-06)
+    assert metrics["actor_entropy"] == pytest.approx(0.1194450631737709)  # bare floats still read
+    assert metrics["critic_score_mean"] == pytest.approx(0.63671875)
+    assert parse_line(PRESETS["verl"], lines[1])[:2] == (71, 435)
+    # the supervisor's chunk-level reader compiles the same patterns
+    obs = ProgressMatcher(preset="verl").scan("\n".join(lines))
+    assert obs[0].step == 71 and obs[0].metrics["actor_pg_loss"] == pytest.approx(-0.0006611689302644663)

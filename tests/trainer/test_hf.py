@@ -135,7 +135,9 @@ def test_train_publishes_safetensors_checkpoints_and_resumes_exactly(
     published = out / "weights" / "step_3"
     for name in ("model.safetensors", "config.json", "tokenizer.json", "meta.json", "STABLE"):
         assert (published / name).exists(), name
-    assert json.loads((out / "weights" / "latest.json").read_text())["step"] == 3
+    # No server: nothing loaded the weights, so latest.json (what the server serves) is not written;
+    # a (re)started server still finds the newest published directory.
+    assert not (out / "weights" / "latest.json").exists()
     assert hf.latest_model_path(out / "weights", "fallback") == str(published)
     start, end = _tensors(out / "weights" / "step_1"), _tensors(published)
     assert any(not torch.equal(start[k], end[k]) for k in start), "training did not change the weights"
@@ -199,6 +201,60 @@ def test_stack_on_a_tiny_hf_model(tiny_model: Path, tmp_path: Path) -> None:
         server.wait(timeout=10)
     samples, meta = rollouts.read_step(out, 2)
     assert len(samples) == 8 and meta["weights_step"] == 1  # async level 0: sampled with step-1 weights
+    # the sampled ids came back with the rollouts (return_token_ids) and are what the trainer trains
+    assert all(s.completion_ids is not None and s.prompt_ids for s in samples)
+    assert all(s.finish_reason in ("stop", "length") for s in samples)
+    latest = json.loads((out / "weights" / "latest.json").read_text())
+    assert latest["step"] == 2 and latest["server_model"] == str(out / "weights" / "step_2")
+    assert latest["engine"].startswith("rlsup rlsup-")
     server_log = (tmp_path / "server.log").read_text()
     assert "Step 2/2" in server_log, server_log  # the server loaded the trainer's step-2 safetensors
     assert (out / "checkpoints" / "step_2" / "STABLE").exists()
+
+
+# ------------------------------------------------------------------------------- issue 17: HF path
+
+
+def test_published_config_says_bf16_on_every_device(tiny_model: Path, tmp_path: Path) -> None:
+    """SGLang/vLLM `--dtype auto` read config.json's dtype: a published dir must not say float32 (SGLang
+    serves float32 configs in float16: python/sglang/srt/configs/model_config.py _get_and_verify_dtype)."""
+    out = tmp_path / "out"
+    _write_rollouts(out, 1)
+    assert train.main(["--out", str(out), "--steps", "1", "--model", str(tiny_model), "--device", "cpu",
+                       "--micro-batch", "4", "--max-seq-len", "128"]) == 0
+    for step in (0, 1):
+        d = out / "weights" / f"step_{step}"
+        cfg = json.loads((d / "config.json").read_text())
+        said = cfg.get("dtype", cfg.get("torch_dtype"))
+        assert said == "bfloat16", cfg
+        assert {t.dtype for t in _tensors(d).values()} == {torch.bfloat16}
+    # the checkpoint keeps the fp32 master weights (exact resume) and says so
+    ck = json.loads((out / "checkpoints" / "step_1" / "model" / "config.json").read_text())
+    assert ck.get("dtype", ck.get("torch_dtype")) == "float32"
+    assert {t.dtype for t in load_file(str(out / "checkpoints" / "step_1" / "model" / "model.safetensors")).values()} \
+        == {torch.float32}
+
+
+def test_trained_ids_are_the_sampled_ids_plus_eos_on_stop(tiny_model: Path) -> None:
+    tok = hf.load_tokenizer(str(tiny_model))
+    eos = tok.eos_token_id
+    prompt_ids = tok("Question: Ana has 3 apples", add_special_tokens=False)["input_ids"]
+    text = " #### 7"
+    retok = tok(text, add_special_tokens=False)["input_ids"]
+    # A server may sample a different segmentation of the same text: the sampled ids are the truth.
+    sampled = [i for t in text for i in tok(t, add_special_tokens=False)["input_ids"]]
+    assert sampled != retok and tok.decode(sampled) == tok.decode(retok)
+    base = dict(prompt="Question: Ana has 3 apples", completion=text, tokens=[], logprobs=[], reward=1.0,
+                advantage=0.5, group=0, prompt_ids=prompt_ids, completion_ids=sampled)
+    stop = rollouts.Sample(**base, finish_reason="stop", stop_reason=None)  # stopped on EOS
+    length = rollouts.Sample(**base, finish_reason="length")  # cut off: no EOS was sampled
+    stop_string = rollouts.Sample(**base, finish_reason="stop", stop_reason="\n\n")  # the request's stop string
+    old = rollouts.Sample(**{k: v for k, v in base.items() if k not in ("prompt_ids", "completion_ids")})
+    b = hf.tokenize_samples(tok, [stop, length, stop_string, old], 128)
+    got = [seq[start:] for seq, start in zip(b.input_ids, b.starts, strict=True)]
+    assert got[0] == sampled + [eos]
+    assert got[1] == sampled and got[2] == sampled
+    assert got[3] == retok  # rollouts without server ids: re-tokenised as before
+    assert b.input_ids[0][: b.starts[0]] == prompt_ids
+    # rollouts written and read back keep the fields
+    assert rollouts.Sample(**json.loads(json.dumps(stop.__dict__))) == stop

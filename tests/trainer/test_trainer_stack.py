@@ -135,7 +135,9 @@ def test_three_processes_train_crash_and_resume(tmp_path: Path) -> None:
     try:
         _wait_healthy(base, server)
         trainer = _module("train", *common, "--server", base, "--ckpt-every", "2", "--chaos", "crash@4")
-        first = trainer.stdout.readline()
+        # the trainer names the engine it detected (rlsup.trainer.sync), then waits for rollouts
+        first = trainer.stdout.readline() + trainer.stdout.readline()
+        assert "Inference server at" in first and "rlsup rlsup-" in first, first
         assert "Waiting for training batch to arrive" in first, first
         orchestrator = _module("orchestrator", "--server", base, *common, "--batch-size", "8",
                                "--group-size", "4", "--async-level", "1", log=tmp_path / "orchestrator.log")
