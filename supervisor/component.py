@@ -58,7 +58,7 @@ class Context(Protocol):
 
     def watch_monitor(self, comp: Component, attempt: Attempt) -> None: ...
 
-    async def wait_gpu_release(self, comp: Component, pids: set[int]) -> None: ...
+    async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
 
     def diagnose(self, comp: Component, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]: ...
 
@@ -92,7 +92,7 @@ class Component:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: list[asyncio.TimerHandle] = []
         self._progress_dirty = False
-        self.prev_pids: set[int] = set()  # the previous attempt's processes (GPU hygiene)
+        self.prev_pids: dict[int, float | None] = {}  # the previous attempt's processes and start times (GPU hygiene)
         self.watch_info: dict[str, dict[str, Any]] = {}  # watch path -> {step, mtime}
         self.checkpoint_info: dict[str, Any] | None = None
         self.flags_this_attempt: set[str] = set()
@@ -348,7 +348,8 @@ class Component:
         left = att.members()
         if att.monitor_gone:  # its orphans re-parented to us: the markers still name them
             left += [p.pid for p in await loop.run_in_executor(None, find_marked, str(self.ctx.paths.root), self.name)]
-        self.prev_pids = set(att.members_seen) | {att.pid}
+        att.members()  # note the start time of whatever is still there
+        self.prev_pids = {att.pid: None, **att.members_seen}  # the root always (it may have died at once)
         if left:
             att.signal(getattr(signal_mod, self.cfg.stop.signal))
             for p in left:

@@ -185,7 +185,7 @@ class Attempt:
     pidfd: int | None = None
     exit: dict[str, Any] | None = None  # the record's exit fields once the command exited
     monitor_gone: bool = False
-    members_seen: set[int] = field(default_factory=set)
+    members_seen: dict[int, float | None] = field(default_factory=dict)  # pid -> start time (identity)
 
     def open_pidfd(self) -> int | None:
         """A pidfd for the monitor (readable once it exits); None where the kernel has none."""
@@ -211,7 +211,12 @@ class Attempt:
             pids.update(shim.descendants(self.monitor_pid))
         pids.discard(self.monitor_pid)
         live = [p for p in pids if pid_alive(p)]
-        self.members_seen.update(live)
+        for p in live:
+            if p not in self.members_seen:
+                try:
+                    self.members_seen[p] = psutil.Process(p).create_time()
+                except psutil.Error:
+                    self.members_seen[p] = None
         return live
 
     def signal(self, signum: int) -> None:

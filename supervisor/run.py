@@ -99,6 +99,7 @@ class Run:
         self.gpu_release_timeout = GPU_RELEASE_TIMEOUT_S
         self.resources_sample_s = RESOURCES_SAMPLE_S
         self.memory_detector: Callable[[], Any] | None = None  # MemoryGrowthDetector factory (tests tune it)
+        self.gpu_proc_lookup: Callable[[int], Any] | None = None  # gpu.proc_identity unless a test fakes NVML
         self.how = "new"
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._ended: asyncio.Event | None = None
@@ -490,8 +491,10 @@ class Run:
 
         host = read_host_evidence(pid) if signal == "SIGKILL" else None
         d = diagnose(comp.tail(1000), exit_code=exit_code, signal=signal, step=comp.progress.step, pid=pid,
-                     host=host)
-        return d.to_dict()
+                     host=host).to_dict()
+        if not d.get("hint"):
+            d["hint"] = hint_for(d)
+        return d
 
     def plan_resume(self, comp: Component, step: int | None) -> dict[str, Any]:
         """Where the next attempt starts: the newest *complete* checkpoint, chosen now that the
@@ -504,12 +507,12 @@ class Run:
         from .checkpoints import discover, resume_args
 
         try:
-            found = discover(r.checkpoints, r.layout, step_pattern=r.step_pattern, settle_s=0.0)
+            found = discover(r.checkpoints, r.layout, step_pattern=r.step_pattern, writer_alive=False)
         except (OSError, ValueError) as e:
             self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem", message=f"cannot read {r.checkpoints}: {e}",
                                     evidence=[r.checkpoints], action="starting without a checkpoint"))
             return {"rejected": [{"step": None, "path": r.checkpoints, "reason": str(e)}]}
-        rejected = [{"step": _step_in(p), "path": p, "reason": why} for p, why in found.skipped]
+        rejected = [{"step": c.step, "path": c.path, "reason": c.reason} for c in found.candidates if not c.complete]
         for problem in found.problems:
             self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem", message=problem, evidence=[r.checkpoints],
                                     action="not trusted; resuming from the newest checkpoint that is complete"))
@@ -524,7 +527,7 @@ class Run:
                                         action="started from the latest complete checkpoint instead"))
                 ck = found.latest
         if ck is None:
-            if rejected:
+            if found.candidates:
                 self.emit(ev.FlagRaised(
                     comp.name, type="checkpoint_problem",
                     message=f"none of {len(rejected)} checkpoint(s) in {r.checkpoints} is complete; starting "
@@ -874,44 +877,25 @@ class Run:
                 p["component"] = owners.get(p["pid"])
         self.emit(ev.GpuSampled(None, {k: d.get(k) for k in ("gpus", "host", "backend", "reason")}))
 
-    def gpu_holders(self, comp: Component, prev_pids: set[int], gpus: list[dict[str, Any]]
-                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Processes on ``comp``'s GPUs in a sample: (this run's leftovers, processes outside the run)."""
-        import psutil
-
-        ours, others = [], []
-        wanted = {int(g) for g in comp.cfg.gpus or []}
-        owners = self._owners()
-        for g in gpus:
-            if g.get("index") not in wanted:
-                continue
-            for p in g.get("processes") or []:
-                pid = p["pid"]
-                if pid in owners and pid not in prev_pids:
-                    continue  # a live process of this run's current attempts
-                try:
-                    proc = psutil.Process(pid)
-                    mine = pid in prev_pids or proc.environ().get("RLSUP_RUN_DIR") == str(self.paths.root)
-                except psutil.NoSuchProcess:
-                    mine = True  # gone, its memory not yet released by the driver: wait for it
-                except (psutil.Error, OSError):
-                    mine = pid in prev_pids
-                (ours if mine else others).append({"gpu": g.get("index"), **p})
-        return ours, others
-
-    async def wait_gpu_release(self, comp: Component, pids: set[int]) -> None:
-        """Before a new attempt: wait until the previous attempt's GPU memory is released; after a
-        timeout, kill the holders that belong to this run (never others) and flag it."""
+    async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None:
+        """Before a new attempt: wait until the previous attempt's GPU memory is released. After a
+        timeout, kill the holders *proven* to be this run's leftovers (same pid and start time, or this
+        run's marker) and flag it; processes that cannot be attributed (NVML reporting host PIDs from
+        inside a container, say) are waited on by memory alone and never signalled."""
         if not comp.cfg.gpus or self.gpu_sampler is None:
             return
+        from .gpu import classify_holders
+
         deadline = self.clock.monotonic() + self.gpu_release_timeout
         while True:
             try:  # a fresh sample, not the last 1 Hz one: the previous attempt just ended
                 sample = await self.loop.run_in_executor(None, self.gpu_sampler.sample)
             except Exception:  # noqa: BLE001 - the sampler's failures are reported by its thread
                 return
-            ours, _others = self.gpu_holders(comp, pids, sample.to_dict().get("gpus") or [])
-            if not ours or comp.life.want == "stop":
+            held = classify_holders(sample, gpu_indices=comp.cfg.gpus, run_pids=self._owners(), prev_pids=prev,
+                                    run_dir=str(self.paths.root), **({"proc_lookup": self.gpu_proc_lookup}
+                                                                     if self.gpu_proc_lookup else {}))
+            if not held.waiting_on or comp.life.want == "stop":
                 return
             if self.clock.monotonic() >= deadline:
                 break
@@ -919,18 +903,24 @@ class Run:
         import psutil
 
         procs = []
-        for h in ours:
+        for h in held.ours:
             with contextlib.suppress(psutil.Error):
-                procs.append(psutil.Process(h["pid"]))
+                procs.append(psutil.Process(h.pid))
         survivors = await self.loop.run_in_executor(None, terminate_processes, procs, signal_mod.SIGKILL, 5.0)
-        evidence = [f"gpu {h['gpu']}: pid {h['pid']} holds {h.get('used_mb') or '?'} MiB" for h in ours]
+        evidence = [f"gpu {h.gpu}: pid {h.pid} holds {h.used_mb or '?'} MiB ({h.why})"
+                    for h in held.ours + held.unmappable]  # what was waited on; foreign holders are not ours to blame
+        if held.ours:
+            action = ("killed this run's leftovers (SIGKILL) before starting the next attempt" if not survivors
+                      else "killed what could be killed; starting anyway")
+        else:
+            action = "killed nothing (no holder is provably this run's); starting anyway"
+        if held.memory_only:
+            action += f"; {held.note}"
         self.emit(ev.FlagRaised(
             comp.name, type="gpu_not_released",
-            message=f"{len(ours)} process(es) of this run still held {comp.name}'s GPUs "
-                    f"{self.gpu_release_timeout:g}s after the previous attempt ended",
-            evidence=evidence + [f"could not kill pid {p.pid}" for p in survivors],
-            action="killed them (SIGKILL) before starting the next attempt" if not survivors
-            else "killed what could be killed; starting anyway"))
+            message=f"{comp.name}'s GPUs were still held {self.gpu_release_timeout:g}s after its previous attempt "
+                    f"ended ({len(held.ours)} leftover(s) of this run, {len(held.unmappable)} not attributable)",
+            evidence=evidence + [f"could not kill pid {p.pid}" for p in survivors], action=action))
 
     # ------------------------------------------------------------------ commands and clients
 
@@ -953,11 +943,17 @@ class Run:
         return {n: c.ring for n, c in self.components.items()}
 
 
-def _step_in(path: str) -> int | None:
+def hint_for(diag: dict[str, Any]) -> str | None:
+    """What to do next, where rlsup knows: a missing module names the package and the rlsup extra."""
     import re
 
-    m = re.findall(r"(\d+)", os.path.basename(path.rstrip("/")))
-    return int(m[-1]) if m else None
+    from .extras import install_hint
+
+    text = " ".join(str(diag.get(k) or "") for k in ("exception", "summary"))
+    m = re.search(r"No module named '([\w.]+)'", text)
+    if m:
+        return install_hint(m.group(1))  # None for a module rlsup does not know: no guessing
+    return None
 
 
 def say(text: str) -> None:

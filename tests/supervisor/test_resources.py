@@ -10,7 +10,9 @@ import subprocess
 import sys
 
 from rlsup.supervisor.config import load_config
-from rlsup.supervisor.gpu import FakeSampler, GpuProcess
+import dataclasses
+
+from rlsup.supervisor.gpu import FakeSampler, GpuProcess, proc_identity
 from rlsup.supervisor.run import Run as Supervisor
 from tests.conftest import pid_alive, write_config
 
@@ -18,6 +20,12 @@ from tests.conftest import pid_alive, write_config
 def _sleeper(env_extra: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
                             env={**os.environ, **env_extra}, start_new_session=True)
+
+
+def _as_gpu_holder(pid: int):
+    """The fake NVML lists these CPU processes as GPU holders: make /proc agree that they map the device."""
+    ident = proc_identity(pid)
+    return None if ident is None else dataclasses.replace(ident, holds_gpu=True)
 
 
 def _run(sup: Supervisor, until, timeout: float = 30.0) -> list[dict]:
@@ -54,6 +62,7 @@ def test_leftover_gpu_holders_of_the_run_are_killed_outsiders_kept(tmp_path):
         fake = FakeSampler(1, processes={0: [GpuProcess(leftover.pid, 4000.0), GpuProcess(outsider.pid, 900.0)]})
         sup = Supervisor(load_config(str(cfg), run_dir=str(run_dir)), gpu_sampler=fake, serve=False)
         sup.gpu_release_timeout = 1.5
+        sup.gpu_proc_lookup = _as_gpu_holder
         sup.prepare()
         # prepare() ends processes marked with this run dir that a dead supervisor left: start the
         # leftover's story after that, as a process of the previous attempt that NVML still lists.
@@ -93,6 +102,7 @@ def test_restart_waits_for_release_without_killing(tmp_path):
     fake = FakeSampler(1)
     sup = Supervisor(load_config(str(cfg), run_dir=str(run_dir)), gpu_sampler=fake, serve=False)
     sup.gpu_release_timeout = 20
+    sup.gpu_proc_lookup = _as_gpu_holder
     sup.prepare()
     holder = _sleeper({"RLSUP_RUN_DIR": str(run_dir)})
     fake.set_processes(0, [GpuProcess(holder.pid, 2000.0)])
