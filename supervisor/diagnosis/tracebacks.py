@@ -18,6 +18,9 @@ STACK_START = re.compile(
 FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+)(?:,?\s*in\s*(?P<func>.*))?$')
 # A Python traceback frame (a faulthandler stack writes "line N in f", without the comma).
 TB_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in ')
+# The first line of a paste that starts inside a frame line: 'torch/distributed/distributed_c10d.py",
+# line 1870, in all_gather'.
+CUT_FRAME = re.compile(r'^(?P<indent>)(?P<file>[\w.~/\\-]+\.pyx?)", line (?P<line>\d+), in (?P<func>.*)$')
 CHAIN_CAUSE = re.compile(
     r"^\s*(?:The above exception was the direct cause of the following exception:"
     r"|During handling of the above exception, another exception occurred:)\s*$"
@@ -34,21 +37,44 @@ _EXC_NAME = re.compile(
 )
 
 
+_RAY_REMOTE = re.compile(r"RayTaskError|RayActorError")
+# A line that names an exception without any frame above it (a paste cut before the traceback,
+# Ray's remote errors, logged exceptions): "torch.distributed.DistStoreError: Timed out after 6
+# seconds", "ray.exceptions.OutOfMemoryError: Task was killed ...". A bare "Error: ..." is a log
+# message, not an exception type; warnings are not failures.
+_BARE_EXC_TYPE = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout)"
+                            r"(?:\([\w.]+\))?$")
+
+
+def bare_exception(text: str) -> tuple[str, str] | None:
+    """(type, message) when the whole line is ``Type: message`` for an exception type."""
+    if not text or text[0].isspace() or ": " not in text:
+        return None
+    typ, _, msg = text.partition(": ")
+    if typ == "Error" or not _BARE_EXC_TYPE.match(typ):
+        return None
+    return typ, msg.strip()
+
+
 def _looks_like_exception(typ: str) -> bool:
     """"ValueError", "ray.exceptions.RayTaskError(OSError)", "torch.OutOfMemoryError" - but not
     "Message" (logging's own error report) or "File"."""
     return bool(_EXC_NAME.search(typ)) or ("." in typ.split("(", 1)[0] and typ[:1].isalpha())
 
 
-# Frames from these places are library code, not the user's.
+# Frames from these places are library code, not the user's. A file in a bin/ folder is library
+# code only when it has no extension: the console-script entry points pip writes (bin/torchrun,
+# bin/accelerate); a project's own bin/train.py is the user's.
 _LIBRARY_PATH = re.compile(
-    r"(?:site-packages/|dist-packages/|/lib/python\d+(?:\.\d+)?/|^<|/torch/|\\lib\\|"
-    r"\.pyx$|^python/ray/|/ray/_private/|uvloop/|/bin/[^/]+$)"
+    r"(?:site-packages/|dist-packages/|/lib/python\d+(?:\.\d+)?/|^<|(?:^|/)torch/|"
+    r"\.pyx$|^python/ray/|/ray/_private/|uvloop/|/bin/[^/.]+$)",
+    re.IGNORECASE,
 )
 
 
 def is_user_frame(path: str) -> bool:
-    return not _LIBRARY_PATH.search(path)
+    # Windows paths ("C:\\Users\\x\\anaconda3\\Lib\\site-packages\\torch\\serialization.py") by the same rules.
+    return not _LIBRARY_PATH.search(path.replace("\\", "/"))
 
 
 @dataclass(frozen=True)
@@ -84,6 +110,14 @@ class Exc:
                 return fr.location
         return None
 
+    def innermost(self) -> str | None:
+        return self.frames[-1].location if self.frames else None
+
+    @property
+    def remote(self) -> bool:
+        """A Ray task error: the exception of the remote task follows, with the remote frames."""
+        return bool(_RAY_REMOTE.search(self.type)) or self.message.startswith("ray::")
+
     def funcs(self) -> set[str]:
         return {f.func or "" for f in self.frames}
 
@@ -118,6 +152,9 @@ class FatalStack:
                 return fr.location
         return None
 
+    def innermost(self) -> str | None:
+        return self.frames[0].location if self.frames else None
+
 
 @dataclass
 class ElasticFailure:
@@ -149,7 +186,7 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
     after_frame = 0  # lines seen since the last frame line
     while j < n:
         text = lines[j].text
-        m = FRAME.match(text)
+        m = FRAME.match(text) or (CUT_FRAME.match(text) if j == i and not header else None)
         if m:
             frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
             if frame_indent is None:
@@ -211,7 +248,7 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
             i += 1
             continue
         is_header = bool(TRACEBACK_START.search(text))
-        if is_header or TB_FRAME.match(text):
+        if is_header or TB_FRAME.match(text) or (CUT_FRAME.match(text) and not chains):
             exc, nxt = _parse_one(lines, i, header=is_header)
             if exc is not None:
                 if linked and current is not None:
@@ -219,11 +256,25 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
                 else:
                     current = Chain([exc])
                     chains.append(current)
-            linked = False
+                # Ray prints the remote task's traceback right under RayTaskError(X): one chain.
+                linked = exc.remote
+            else:
+                linked = False
             i = max(nxt, i + 1)
             continue
+        bare = bare_exception(text.strip()) if text[:1] not in (" ", "\t") else None
+        if bare is not None:
+            exc = Exc(bare[0], bare[1], [], lines[i].index, lines[i].index, lines[i].stream, text.strip())
+            if linked and current is not None:
+                current.excs.append(exc)
+            else:
+                current = Chain([exc])
+                chains.append(current)
+            linked = exc.remote
+            i += 1
+            continue
         if text.strip():
-            linked = linked and False
+            linked = False  # only "The above exception ..." (or Ray's remote part) links two tracebacks
         i += 1
     return chains
 
@@ -232,7 +283,13 @@ _FATAL = re.compile(r"Fatal Python error: (?P<kind>[^\n]+?)\s*$")
 _STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
+_CRASHED_THREAD = re.compile(r"^(?:Stack|Current thread 0x[0-9a-f]+) \(most recent call first\):\s*$")
+_FATAL_SCAN_LINES = 200  # faulthandler lists every thread; the crashed one may come last
+
+
 def find_fatal_stacks(lines: list[Line]) -> list[FatalStack]:
+    """faulthandler dumps: the kind ("Segmentation fault", "Aborted") and the frames of the thread
+    that crashed ("Current thread ..." or "Stack ..."); other threads' stacks are not the crash site."""
     out: list[FatalStack] = []
     n = len(lines)
     for i, ln in enumerate(lines):
@@ -241,26 +298,28 @@ def find_fatal_stacks(lines: list[Line]) -> list[FatalStack]:
             continue
         frames: list[Frame] = []
         shown = [ln.text.strip()]
+        in_crashed = False
         j = i + 1
-        # The current thread's stack comes first; stop at the next thread or a blank after frames.
-        seen_header = 0
-        while j < n and j < i + 60:
+        while j < n and j < i + _FATAL_SCAN_LINES:
+            if lines[j].stream != ln.stream:
+                j += 1
+                continue
             t = lines[j].text
+            if _FATAL.search(t):
+                break
             if STACK_START.match(t.strip()):
-                seen_header += 1
-                if seen_header > 1 and frames:
+                if frames:
                     break
+                in_crashed = bool(_CRASHED_THREAD.match(t.strip()))
                 j += 1
                 continue
             fm = _STACK_FRAME.match(t)
             if fm:
-                frames.append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
-                if len(shown) < 6:
-                    shown.append(t.strip())
-            elif not t.strip():
-                if frames:
-                    break
-            elif frames:
+                if in_crashed:
+                    frames.append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
+                    if len(shown) < 6:
+                        shown.append(t.strip())
+            elif t.strip() and frames:
                 break
             j += 1
         out.append(FatalStack(m.group("kind"), frames, ln.index, shown))
