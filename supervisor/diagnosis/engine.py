@@ -223,14 +223,19 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         if not text:
             continue
         launcher = _launcher_candidate(ln, text)
+        hit = match_span(text) if launcher is None else None
+        if launcher is None and hit is None:
+            joined = _wrapped(norm, k, text)
+            if joined is None:
+                continue
+            launcher = _launcher_candidate(ln, joined)
+            hit = match_span(joined) if launcher is None else None
+            text = joined
         if launcher is not None:
             cands.append(launcher)
             continue
-        hit = match_span(text)
         if hit is None:
-            hit, text = _wrapped_match(norm, k, text)
-            if hit is None:
-                continue
+            continue
         sig, at = hit
         if benign_veto(text, at):
             continue
@@ -244,20 +249,18 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
 _WRAP_MIN = 80  # a terminal wraps long lines; shorter ones end where the program ended them
 
 
-def _wrapped_match(norm: list[Line], k: int, text: str):  # -> tuple[(Signature, int) | None, str]
-    """A failure text split across two physical lines by a terminal's wrapping ("... (4.26 GiB KV
-    cach" + "e is needed, which is larger than ..."): matched on the line joined with the next one
-    when that one continues it (same stream, not a new record)."""
+def _wrapped(norm: list[Line], k: int, text: str) -> str | None:
+    """The line joined with the next one when a terminal wrapped it there ("... (4.26 GiB KV cach"
+    + "e is needed, which is larger than ..."): a long line, followed by one of the same stream
+    (or none) that starts no record of its own."""
     if len(text) < _WRAP_MIN or k + 1 >= len(norm):
-        return None, text
+        return None
     nxt = norm[k + 1]
     cont = nxt.text.rstrip()
     if (not cont or nxt.prefixed or nxt.stream not in ("", norm[k].stream)
             or cont.lstrip().startswith(("File \"", "Traceback"))):
-        return None, text
-    joined = norm[k].text.rstrip("\n") + cont
-    hit = match_span(joined.strip())
-    return (hit, joined.strip()) if hit else (None, text)
+        return None
+    return (norm[k].text + cont).strip()
 
 
 _LAUNCHER_SIGNAL_CATEGORY = {"SIGKILL": "killed", "SIGTERM": "killed", "SIGINT": "killed", "SIGSEGV": "segfault",
@@ -293,7 +296,9 @@ def _root_of(chain: Chain) -> tuple[Exc, str, int]:
     Otherwise the last exception, unless it only wraps an earlier one."""
     scored = []
     for e in chain.excs:
-        cat, tier = classify_exception(e.text)
+        if e.partial:
+            continue
+        cat, tier = classify_exception(e.text + e.continuation)
         if e.funcs() & SYMPTOM_FUNCS:
             tier = WRAPPER
         scored.append((e, cat, tier))
@@ -328,22 +333,22 @@ def _generic_over_user(scored: list[tuple[Exc, str, int]]) -> bool:
 
 def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
     """(location, is library code): the root's innermost user frame, else another exception's of
-    the chain, else the root's innermost frame. Frames on the driver side of a Ray task error are
-    where the driver waited (``ray.get``), not where the task failed: only the remote part counts
-    when the root is in it."""
+    the chain, else the innermost frame. Frames on the driver side of a Ray task error are where
+    the driver waited (``ray.get``), not where the task failed: when the remote traceback printed
+    under it shows frames (even cut off before its exception line), only those count."""
     excs = chain.excs
     remote_at = max((k for k, e in enumerate(excs) if e.remote), default=-1)
-    scope = excs[remote_at + 1:] if remote_at >= 0 and root in excs[remote_at + 1:] else excs
-    loc = root.user_location()
-    if loc:
-        return loc, False
-    for e in reversed(scope):
+    remote_part = excs[remote_at + 1:] if remote_at >= 0 else []
+    if any(e.frames for e in remote_part):
+        scope, first = remote_part, (root if root in remote_part else None)
+    else:
+        scope, first = excs, root
+    order = ([first] if first is not None else []) + [e for e in reversed(scope) if e is not first]
+    for e in order:
         loc = e.user_location()
         if loc:
             return loc, False
-    if root.innermost():
-        return root.innermost(), True
-    for e in reversed(scope):
+    for e in order:
         if e.innermost():
             return e.innermost(), True
     return None, False

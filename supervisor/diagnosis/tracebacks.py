@@ -99,6 +99,11 @@ class Exc:
     end: int  # index of the exception line
     stream: str
     exception_line: str = ""
+    # the tail ended inside this traceback: frames, no exception line (kept only as the remote
+    # part of a Ray task error, for its location)
+    partial: bool = False
+    # the next line when a terminal wrapped the exception line onto it (for classifying only)
+    continuation: str = ""
 
     @property
     def text(self) -> str:
@@ -170,6 +175,22 @@ class ElasticFailure:
     lines: list[str]
 
 
+_WRAP_MIN = 80
+
+
+def _continuation(lines: list[Line], k: int) -> str:
+    """The line after lines[k] when a terminal wrapped lines[k] onto it: lines[k] is long and the
+    next one starts no record of its own."""
+    if k + 1 >= len(lines) or len(lines[k].text) < _WRAP_MIN:
+        return ""
+    nxt = lines[k + 1]
+    t = nxt.text.rstrip()
+    if (not t.strip() or nxt.prefixed or TRACEBACK_START.search(t) or TB_FRAME.match(t) or CHAIN_CAUSE.match(t)
+            or t[:1].isspace()):
+        return ""
+    return t
+
+
 def _indent(s: str) -> int:
     return len(s) - len(s.lstrip(" "))
 
@@ -213,13 +234,16 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
             if em and _looks_like_exception(em.group("type")):
                 typ = em.group("type")
                 msg = (em.group("msg") or "").strip()
-                return Exc(typ, msg, frames, start, lines[j].index, stream, text.strip()), j + 1
+                return Exc(typ, msg, frames, start, lines[j].index, stream, text.strip(),
+                           continuation=_continuation(lines, j)), j + 1
             # Something that isn't an exception line: give up on this traceback.
             return None, j
         # Text before any frame (e.g. "  <stack trace unavailable>")
         j += 1
         if j - i > 5:
             return None, j
+    if frames:
+        return Exc("", "", frames, start, lines[n - 1].index, stream, "", partial=True), j
     return None, j
 
 
@@ -250,6 +274,8 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
         is_header = bool(TRACEBACK_START.search(text))
         if is_header or TB_FRAME.match(text) or (CUT_FRAME.match(text) and not chains):
             exc, nxt = _parse_one(lines, i, header=is_header)
+            if exc is not None and exc.partial and not (linked and current is not None and current.excs[-1].remote):
+                exc = None  # a traceback cut off by the end of the tail names no failure by itself
             if exc is not None:
                 if linked and current is not None:
                     current.excs.append(exc)
@@ -264,7 +290,8 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
             continue
         bare = bare_exception(text.strip()) if text[:1] not in (" ", "\t") else None
         if bare is not None:
-            exc = Exc(bare[0], bare[1], [], lines[i].index, lines[i].index, lines[i].stream, text.strip())
+            exc = Exc(bare[0], bare[1], [], lines[i].index, lines[i].index, lines[i].stream, text.strip(),
+                      continuation=_continuation(lines, i))
             if linked and current is not None:
                 current.excs.append(exc)
             else:
