@@ -1,13 +1,14 @@
 """Accuracy of the diagnosis engine on the labelled corpus of real failure logs.
 
-``python -m rlsup.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|tuning]``
+``python -m rlsup.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|fresh|tuning]``
 
 Every ``*.log`` under ``tests/fixtures/diagnosis`` is an excerpt quoted from a public issue (its
 first line names the URL); ``expected.json`` holds its label: the category, and where the log
 shows them the exception type, the location (``file:line``) and the last step. A fixture is
 right when all four agree. ``split.json`` names the held-out excerpts, frozen before the engine
 was tuned: the figure on those is the one that says how the engine does on logs nobody tuned it
-to. A label may carry ``known_miss`` (a reason); it still counts as a miss.
+to; ``fresh_after_tuning`` names excerpts collected after it was tuned. A label may carry
+``known_miss`` (a reason); it still counts as a miss.
 """
 
 from __future__ import annotations
@@ -124,6 +125,14 @@ def heldout_names(fixtures: Path = DEFAULT_FIXTURES) -> set[str]:
     return set(json.loads(p.read_text())["heldout"]) if p.exists() else set()
 
 
+def fresh_names(fixtures: Path = DEFAULT_FIXTURES) -> set[str]:
+    """Excerpts collected after the engine was tuned (split.json ``fresh_after_tuning``)."""
+    p = fixtures / "split.json"
+    if not p.exists():
+        return set()
+    return set((json.loads(p.read_text()).get("fresh_after_tuning") or {}).get("names") or [])
+
+
 def run_case(case: Case, fixtures: Path = DEFAULT_FIXTURES) -> Result:
     d = diagnose_file(fixtures / case.name)
     got = {"category": d.category, "exception_type": d.exception_type, "location": d.location, "step": d.step}
@@ -133,10 +142,13 @@ def run_case(case: Case, fixtures: Path = DEFAULT_FIXTURES) -> Result:
 def evaluate(fixtures: Path = DEFAULT_FIXTURES, subset: str = "all") -> Report:
     cases = load_cases(fixtures)
     held = heldout_names(fixtures)
+    fresh = fresh_names(fixtures)
     if subset == "heldout":
         cases = [c for c in cases if c.name in held]
+    elif subset == "fresh":
+        cases = [c for c in cases if c.name in fresh]
     elif subset == "tuning":
-        cases = [c for c in cases if c.name not in held]
+        cases = [c for c in cases if c.name not in held and c.name not in fresh]
     results = [run_case(c, fixtures) for c in cases]
     confusion: dict[str, Counter[str]] = defaultdict(Counter)
     for r in results:
@@ -180,7 +192,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     ap = argparse.ArgumentParser(prog="python -m rlsup.supervisor.diagnosis.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--fixtures", type=Path, default=DEFAULT_FIXTURES)
-    ap.add_argument("--subset", choices=("all", "heldout", "tuning"), default=None,
+    ap.add_argument("--subset", choices=("all", "heldout", "fresh", "tuning"), default=None,
                     help="one subset only (default: the held-out part, then the whole corpus)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

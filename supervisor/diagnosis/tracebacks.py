@@ -200,6 +200,9 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
     whose first frame is lines[i]: a tail that begins mid-traceback). Returns (exception, next)."""
     start = lines[i].index
     stream = lines[i].stream
+    # Python writes a traceback's lines without a log prefix (or all with the same logger's): a
+    # prefixed record between its frames is another writer's line interleaved, not part of it.
+    tb_prefixed = lines[i].prefixed
     frames: list[Frame] = []
     frame_indent: int | None = None
     j = i + 1 if header else i
@@ -220,6 +223,9 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
             if not frames:
                 continue
             # Blank lines inside a traceback are rare; tolerate one.
+            continue
+        if frames and lines[j].prefixed and not tb_prefixed:
+            j += 1
             continue
         if frames:
             ind = _indent(text)

@@ -208,6 +208,13 @@ def test_faulthandler_location_is_the_crashed_thread_not_another() -> None:
 # ---------------------------------------------------------------- lines
 
 
+def test_log_record_interleaved_inside_a_traceback_is_not_part_of_it() -> None:
+    # SimpleScheduler#169: "[2024-09-25 07:14:01] STATUS: Starting scheduler" landed between a
+    # frame and its source line
+    d = diagnose_file(FIXTURES / "scheduler_traceback_interleaved_status_line.log")
+    assert (d.exception_type, d.location) == ("ValueError", "/simplescheduler/main.py:823")
+
+
 def test_record_glued_after_a_progress_bar_is_split() -> None:
     raw = line_with("segfault_exitcode_minus11_progress_same_line.log", "Sending process")
     bar, rest = split_glued(raw)

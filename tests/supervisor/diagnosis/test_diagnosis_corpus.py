@@ -31,6 +31,8 @@ def test_corpus_is_complete_and_sourced() -> None:
         first = (FIXTURES / name).read_text(encoding="utf-8").splitlines()[0]
         assert first.startswith("# source: https://"), name
     assert set(SPLIT["heldout"]) <= set(CASES)
+    fresh = set(SPLIT["fresh_after_tuning"]["names"])
+    assert fresh <= set(CASES) and not fresh & set(SPLIT["heldout"])
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if not c.known_miss))
