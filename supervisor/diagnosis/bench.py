@@ -156,6 +156,34 @@ def evaluate(fixtures: Path = DEFAULT_FIXTURES, subset: str = "all") -> Report:
     return Report(results, subset, dict(confusion))
 
 
+def timing(fixtures: Path = DEFAULT_FIXTURES, lines: int = 1000, repeat: int = 5) -> str:
+    """Milliseconds diagnose() takes on a ``lines``-line tail of benign and of mixed corpus lines
+    (the best of ``repeat`` runs: a shared machine adds noise, never speed)."""
+    import time
+
+    from .engine import diagnose
+    from .offline import read_tail
+
+    def tail_of(paths: list[Path]) -> list[str]:
+        out: list[str] = []
+        while len(out) < lines:
+            for p in paths:
+                out.extend(read_tail(p)[1:])
+        return out[:lines]
+
+    logs = sorted(fixtures.glob("*.log"))
+    rows = []
+    for label, paths in (("benign", [p for p in logs if p.name.startswith("neg_")]), ("mixed", logs)):
+        tail = tail_of(paths)
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            diagnose(tail, exit_code=1)
+            best = min(best, time.perf_counter() - t)
+        rows.append(f"{label}: {best * 1000:.1f} ms for {lines} lines")
+    return "; ".join(rows)
+
+
 def _pct(a: int, b: int) -> str:
     return f"{100.0 * a / b:5.1f}%" if b else "    -"
 
@@ -195,7 +223,12 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     ap.add_argument("--subset", choices=("all", "heldout", "fresh", "tuning"), default=None,
                     help="one subset only (default: the held-out part, then the whole corpus)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--timing", action="store_true",
+                    help="also time diagnose() on a 1,000-line tail made of the corpus (no other output)")
     args = ap.parse_args(argv)
+    if args.timing:
+        out.write(timing(args.fixtures) + "\n")
+        return 0
     subsets = [args.subset] if args.subset else ["heldout", "all"]
     reports = [evaluate(args.fixtures, s) for s in subsets]
     if args.json:

@@ -63,3 +63,25 @@ def test_known_misses_have_reasons_and_no_benign_false_alarm() -> None:
     assert rep.benign_false_alarms() == []
     missed = {r.case.name for r in rep.results if not r.right}
     assert missed == {n for n, c in CASES.items() if c.known_miss}
+
+
+def test_bench_prints_figures_table_confusion_and_misses() -> None:
+    import io
+
+    from rlsup.supervisor.diagnosis.bench import main
+
+    out = io.StringIO()
+    assert main(["--subset", "all"], out) == 0
+    text = out.getvalue()
+    assert text.startswith("== all: ") and "precision" in text and "recall" in text
+    assert "confusion (rows: label, columns: diagnosis)" in text
+    for name, c in CASES.items():
+        if c.known_miss:
+            assert f"{name}  [known miss: " in text
+    out = io.StringIO()
+    assert main(["--json"], out) == 0
+    report = json.loads(out.getvalue())
+    assert set(report) == {"heldout", "all"}
+    assert report["all"]["fixtures"] == len(CASES)
+    assert report["heldout"]["fixtures"] == len(SPLIT["heldout"])
+    assert {m["fixture"] for m in report["all"]["misses"]} == {n for n, c in CASES.items() if c.known_miss}
