@@ -174,6 +174,8 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     covered: set[int] = set()
 
     chains = find_chains(norm)
+    n = len(norm)
+    recovered_after = _last_index(norm, RECOVERED)
     for ch in chains:
         stream = ch.excs[0].stream
         for ln in norm[ch.start: ch.end + 1]:
@@ -181,6 +183,12 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                 covered.add(ln.index)
         c = _chain_candidate(ch, norm)
         c.stream = stream
+        # A refused connection logged as a bare exception line is how a client reports a retry,
+        # like the plain lines below: it counts only near the end and after the last recovery.
+        if c.category == "connection_refused" and not any(e.frames for e in ch.excs):
+            c.weak = True
+            if c.index < recovered_after or c.index < n - _WEAK_RECENT_LINES:
+                continue
         cands.append(c)
 
     for fs in find_fatal_stacks(norm):
@@ -214,8 +222,6 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                                     f"{who} exited with code {ef.exitcode} - torchrun root cause",
                                     None, None, ef.lines, rich=True))
 
-    n = len(norm)
-    recovered_after = _last_index(norm, RECOVERED)
     for k, ln in enumerate(norm):
         if ln.index in covered:
             continue

@@ -117,6 +117,14 @@ def test_bare_exception_lines(text: str, expected: str | None) -> None:
     assert (got[0] if got else None) == expected
 
 
+def test_a_refused_connection_logged_as_a_bare_exception_is_a_retry_until_the_end() -> None:
+    line = fixture_lines("openai_api_connection_error_refused_line.log")[0]
+    ready = fixture_lines("neg_uvicorn_startup_shutdown.log")[1:5]  # "Application startup complete." ...
+    steps = [ln for ln in fixture_lines("neg_hf_trainer_progress.log") if "it]" in ln]
+    assert diagnose([line, *ready, *steps], exit_code=1).category == "unknown"
+    assert diagnose([*ready, *steps, line], exit_code=1).category == "connection_refused"
+
+
 def test_exception_type_on_a_line_without_traceback_is_reported() -> None:
     d = diagnose(fixture_lines("dist_store_workers_joined.log"), exit_code=1)
     assert (d.category, d.exception_type) == ("distributed_timeout", "torch.distributed.DistStoreError")
