@@ -20,6 +20,7 @@ from .model import CATEGORIES, Diagnosis, HostEvidence
 from .normalize import normalize, strip_prefixes
 from .offline import clean_line, diagnose_command, diagnose_file, format_human, read_tail
 from .patterns import AttemptRecord, Flag, detect_attempt_patterns
+from .run import RunDiagnosis, RunFailure, RunSymptom, diagnose_run, format_run, is_run_dir
 
 __all__ = [
     "CATEGORIES",
@@ -27,6 +28,9 @@ __all__ = [
     "DependencyFlag",
     "DependencyWatch",
     "MemoryGrowthDetector",
+    "RunDiagnosis",
+    "RunFailure",
+    "RunSymptom",
     "connection_errors",
     "dependency_down",
     "fit_growth",
@@ -39,6 +43,9 @@ __all__ = [
     "diagnose",
     "diagnose_command",
     "diagnose_file",
+    "diagnose_run",
+    "format_run",
+    "is_run_dir",
     "find_step",
     "format_human",
     "normalize",

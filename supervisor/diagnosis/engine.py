@@ -13,19 +13,24 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .hints import hint_for
 from .model import Diagnosis, HostEvidence
 from .normalize import Line, normalize
 from .signatures import (
-    BENIGN,
     COLLATERAL,
+    HYDRA_FAILED,
+    LAUNCHER_EXIT,
     PRIMARY,
     RECOVERED,
     SIGNAL,
     STEP_PATTERNS,
     SYMPTOM_FUNCS,
+    TQDM_BAR,
+    TRAINING_BAR_DESC,
     WRAPPER,
+    benign_veto,
     classify_exception,
-    match_line,
+    match_span,
 )
 from .tracebacks import (
     Chain,
@@ -59,6 +64,7 @@ class _Candidate:
     rich: bool = False  # a parsed traceback/stack, not a bare line
     streams: int = 1
     stream: str = ""
+    library: bool = False  # location is the innermost frame, in library code
 
 
 def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
@@ -114,16 +120,20 @@ def diagnose(
                 best.location if best else None,
                 last_step,
                 tuple(_dedup(list(host.kernel_lines))[:MAX_EVIDENCE]),
+                library_location=bool(best and best.location and best.library),
+                hint=hint_for("host_oom"),
             )
 
     if sig is not None:
         if sig in _CRASH_SIGNALS:
             if best is None or best.category not in _NATIVE:
-                loc = best.location if best and best.category == "segfault" else None
-                ev = best.evidence if best and best.category == "segfault" else []
+                seg = best is not None and best.category == "segfault"
+                loc = best.location if best and seg else None
+                ev = best.evidence if best and seg else []
                 return _finish(
                     _Candidate(-1, "segfault", PRIMARY, f"crashed with {sig}" + (f" in {_short(loc)}" if loc else ""),
-                               None, loc, ev + [f"exit: {sig}" + (f" (exit code {exit_code})" if exit_code is not None else "")]),
+                               None, loc, ev + [f"exit: {sig}" + (f" (exit code {exit_code})" if exit_code is not None else "")],
+                               library=bool(best and seg and best.library)),
                     last_step,
                 )
         elif sig == "SIGABRT":
@@ -140,7 +150,7 @@ def diagnose(
             return Diagnosis("none", "no failure found in the log", step=last_step)
         what = f"exited with code {exit_code}" if exit_code is not None else f"ended by {sig}"
         return Diagnosis("unknown", f"{what}; no known failure in the last {len(norm)} lines",
-                         step=last_step, evidence=tuple(_tail_evidence(norm)))
+                         step=last_step, evidence=tuple(_tail_evidence(norm)), hint=hint_for("unknown"))
     return _finish(best, last_step)
 
 
@@ -149,7 +159,10 @@ def _finish(c: _Candidate, step: int | None) -> Diagnosis:
     if c.streams > 1:
         summary += f" (same error on {c.streams} ranks)"
     summary = _one_line(summary)
-    return Diagnosis(c.category, summary, c.exception, c.location, step, tuple(_dedup(c.evidence)[:MAX_EVIDENCE]))
+    evidence = tuple(_dedup(c.evidence)[:MAX_EVIDENCE])
+    hint = hint_for(c.category, " ".join((c.exception or "", summary, *evidence)))
+    return Diagnosis(c.category, summary, c.exception, c.location, step, evidence,
+                     library_location=bool(c.location) and c.library, hint=hint)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +174,8 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     covered: set[int] = set()
 
     chains = find_chains(norm)
+    n = len(norm)
+    recovered_after = _last_index(norm, RECOVERED)
     for ch in chains:
         stream = ch.excs[0].stream
         for ln in norm[ch.start: ch.end + 1]:
@@ -168,14 +183,22 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                 covered.add(ln.index)
         c = _chain_candidate(ch, norm)
         c.stream = stream
+        # A refused connection logged as a bare exception line is how a client reports a retry,
+        # like the plain lines below: it counts only near the end and after the last recovery.
+        if c.category == "connection_refused" and not any(e.frames for e in ch.excs):
+            c.weak = True
+            if c.index < recovered_after or c.index < n - _WEAK_RECENT_LINES:
+                continue
         cands.append(c)
 
     for fs in find_fatal_stacks(norm):
         cat = "segfault" if "Segmentation" in fs.kind or "Bus error" in fs.kind else "fatal_python_error"
         tier = PRIMARY if cat == "segfault" else SIGNAL
         loc = fs.user_location()
+        library = loc is None and fs.innermost() is not None
+        loc = loc or fs.innermost()
         summary = f"Fatal Python error: {fs.kind}" + (f" in {_short(loc)}" if loc else "")
-        cands.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True))
+        cands.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True, library=library))
         covered.add(fs.index)
 
     elastic_pids: list[int] = []
@@ -199,16 +222,28 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                                     f"{who} exited with code {ef.exitcode} - torchrun root cause",
                                     None, None, ef.lines, rich=True))
 
-    n = len(norm)
-    recovered_after = _last_index(norm, RECOVERED)
-    for ln in norm:
+    for k, ln in enumerate(norm):
         if ln.index in covered:
             continue
         text = ln.text.strip()
-        if not text or BENIGN.search(text):
+        if not text:
             continue
-        sig = match_line(text)
-        if sig is None:
+        launcher = _launcher_candidate(ln, text)
+        hit = match_span(text) if launcher is None else None
+        if launcher is None and hit is None:
+            joined = _wrapped(norm, k, text)
+            if joined is None:
+                continue
+            launcher = _launcher_candidate(ln, joined)
+            hit = match_span(joined) if launcher is None else None
+            text = joined
+        if launcher is not None:
+            cands.append(launcher)
+            continue
+        if hit is None:
+            continue
+        sig, at = hit
+        if benign_veto(text, at):
             continue
         if sig.weak and (ln.index < recovered_after or ln.index < n - _WEAK_RECENT_LINES):
             continue
@@ -217,14 +252,67 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     return cands, elastic_pids
 
 
+_WRAP_MIN = 80  # a terminal wraps long lines; shorter ones end where the program ended them
+
+
+def _wrapped(norm: list[Line], k: int, text: str) -> str | None:
+    """The line joined with the next one when a terminal wrapped it there ("... (4.26 GiB KV cach"
+    + "e is needed, which is larger than ..."): a long line, followed by one of the same stream
+    (or none) that starts no record of its own."""
+    if len(text) < _WRAP_MIN or k + 1 >= len(norm):
+        return None
+    nxt = norm[k + 1]
+    cont = nxt.text.rstrip()
+    if (not cont or nxt.prefixed or nxt.stream not in ("", norm[k].stream)
+            or cont.lstrip().startswith(("File \"", "Traceback"))):
+        return None
+    return (norm[k].text + cont).strip()
+
+
+_LAUNCHER_SIGNAL_CATEGORY = {"SIGKILL": "killed", "SIGTERM": "killed", "SIGINT": "killed", "SIGSEGV": "segfault",
+                             "SIGBUS": "segfault", "SIGABRT": "fatal_python_error"}
+
+
+def _launcher_candidate(ln: Line, text: str) -> _Candidate | None:
+    """A launcher's one-line report of a child's exit (DeepSpeed's "... exits with return code = -9"),
+    or Hydra's "Error executing job" whose traceback was cut off: what ended the run as far as the
+    log says, below any error the child printed itself."""
+    m = LAUNCHER_EXIT.search(text)
+    if m:
+        code = int(m.group("code"))
+        if code == 0:
+            return None
+        shown = text if len(text) <= 200 else "... " + text[-160:]
+        if code < 0:
+            sig = signal_name(-code)
+            cat = _LAUNCHER_SIGNAL_CATEGORY.get(sig, "killed")
+            return _Candidate(ln.index, cat, SIGNAL, f"a launched process died of {sig} (return code {code})",
+                              None, None, [shown], rich=True)
+        return _Candidate(ln.index, "unknown", WRAPPER, f"a launched process exited with return code {code}",
+                          None, None, [shown], rich=True)
+    if HYDRA_FAILED.search(text):
+        return _Candidate(ln.index, "unknown", WRAPPER, "the Hydra job raised; its traceback is not in the log",
+                          None, None, [text[:200]], rich=True)
+    return None
+
+
 def _root_of(chain: Chain) -> tuple[Exc, str, int]:
-    """The meaningful exception of a chain: the last, unless it only wraps an earlier one."""
+    """The meaningful exception of a chain. A failure of a known kind (a refused connection, an
+    OOM, a full disk) is the earliest exception of that kind: what follows re-raises or wraps it.
+    Otherwise the last exception, unless it only wraps an earlier one."""
     scored = []
     for e in chain.excs:
-        cat, tier = classify_exception(e.text)
+        if e.partial:
+            continue
+        cat, tier = classify_exception(e.text + e.continuation)
         if e.funcs() & SYMPTOM_FUNCS:
             tier = WRAPPER
         scored.append((e, cat, tier))
+    real = [s for s in scored if s[2] != WRAPPER]
+    specific = [s for s in real if s[1] != "python_exception"]
+    if specific:
+        best_tier = min(s[2] for s in specific)
+        return next(s for s in specific if s[2] == best_tier)
     last = scored[-1]
     if last[2] != WRAPPER and not _generic_over_user(scored):
         return last
@@ -249,24 +337,41 @@ def _generic_over_user(scored: list[tuple[Exc, str, int]]) -> bool:
     return any(e.user_location() and t != WRAPPER for e, _c, t in scored[:-1])
 
 
+def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
+    """(location, is library code): the root's innermost user frame, else another exception's of
+    the chain, else the innermost frame. Frames on the driver side of a Ray task error are where
+    the driver waited (``ray.get``), not where the task failed: when the remote traceback printed
+    under it shows frames (even cut off before its exception line), only those count."""
+    excs = chain.excs
+    remote_at = max((k for k, e in enumerate(excs) if e.remote), default=-1)
+    remote_part = excs[remote_at + 1:] if remote_at >= 0 else []
+    if any(e.frames for e in remote_part):
+        scope, first = remote_part, (root if root in remote_part else None)
+    else:
+        scope, first = excs, root
+    order = ([first] if first is not None else []) + [e for e in reversed(scope) if e is not first]
+    for e in order:
+        loc = e.user_location()
+        if loc:
+            return loc, False
+    for e in order:
+        if e.innermost():
+            return e.innermost(), True
+    return None, False
+
+
 def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:
     root, cat, tier = _root_of(chain)
-    loc = root.user_location()
-    if loc is None:
-        # The outermost user frame of any exception in the chain still says where the user was.
-        for e in reversed(chain.excs):
-            loc = e.user_location()
-            if loc:
-                break
+    loc, library = _chain_location(chain, root)
     evidence = [f'File "{f.file}", line {f.line}, in {f.func}' for f in root.frames[-3:]]
     evidence.append(root.exception_line or root.text)
     evidence.extend(_following(norm, root))
     exc_text = root.text
-    summary = _shorten(exc_text) + (f" at {_short(loc)}" if loc else "")
+    summary = _shorten(exc_text) + (f" at {_short(loc)}" if loc and not library else "")
     wrapped = chain.excs[-1]
     if wrapped is not root:
         evidence.append(wrapped.exception_line or wrapped.text)
-    return _Candidate(root.end, cat, tier, summary, exc_text, loc, evidence, rich=True)
+    return _Candidate(root.end, cat, tier, summary, exc_text, loc, evidence, rich=True, library=library)
 
 
 def _following(norm: list[Line], exc: Exc, limit: int = 2) -> list[str]:
@@ -314,18 +419,26 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
 
 
 def find_step(norm: list[Line]) -> int | None:
-    """The last training step the tail mentions ("Step 57/100", "step:3", "global_step=12")."""
+    """The last training step the tail mentions: "Step 57/100", "step:3", "global_step=12", a
+    checkpoint folder (checkpoint-500, global_step500), or the count of a training progress bar
+    (Transformers' bar has no description; verl's is "Training Progress"). A bar that reached its
+    total is a finished loop (data preparation, shard loading), not the step a run is at."""
     for ln in reversed(norm):
         t = ln.text
-        if "tep" not in t or t.lstrip().startswith("File "):
+        if t.lstrip().startswith("File "):
             continue
-        for pat in STEP_PATTERNS:
-            ms = list(pat.finditer(t))
-            if ms:
-                try:
-                    return int(ms[-1].group(1))
-                except ValueError:
-                    continue
+        if "tep" in t or "checkpoint-" in t:
+            for pat in STEP_PATTERNS:
+                ms = list(pat.finditer(t))
+                if ms:
+                    try:
+                        return int(ms[-1].group(1))
+                    except ValueError:
+                        continue
+        if "%|" in t:
+            for m in reversed(list(TQDM_BAR.finditer(t))):
+                if TRAINING_BAR_DESC.match(m.group("desc").strip()) and m.group("n") != m.group("total"):
+                    return int(m.group("n"))
     return None
 
 

@@ -31,7 +31,9 @@ class Diagnosis:
     """What killed a component, as far as its exit status and log tail tell.
 
     ``category`` is one of :data:`CATEGORIES`; ``location`` is ``file:line`` of the innermost frame
-    in the user's own code (never site-packages, the standard library or torch) or None.
+    in the user's own code (never site-packages, the standard library or torch); where no frame of
+    the traceback is the user's, the innermost frame, with ``library_location`` True; None when
+    the log shows no frame. ``hint`` says what to do next, in one sentence ("" when nothing applies).
     """
 
     category: str
@@ -40,6 +42,8 @@ class Diagnosis:
     location: str | None = None
     step: int | None = None
     evidence: tuple[str, ...] = ()
+    library_location: bool = False
+    hint: str = ""
 
     def to_dict(self) -> dict:
         return {
@@ -49,6 +53,8 @@ class Diagnosis:
             "location": self.location,
             "step": self.step,
             "evidence": list(self.evidence),
+            "library_location": self.library_location,
+            "hint": self.hint,
         }
 
     @property
@@ -73,6 +79,8 @@ class Diagnosis:
             location=data.get("location"),
             step=data.get("step"),
             evidence=tuple(data.get("evidence") or ()),
+            library_location=bool(data.get("library_location", False)),
+            hint=str(data.get("hint") or ""),
         )
 
 

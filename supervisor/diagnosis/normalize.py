@@ -15,10 +15,15 @@ from dataclasses import dataclass
 # process/rank the line came from. A single separating space is consumed so that the indentation
 # of traceback lines underneath survives.
 _STREAM_PREFIXES = [
-    # [rank3]: / [rank3]:[E321 ...] / [default0]: / [Rank 0]:
-    re.compile(r"^\[(?P<stream>(?:rank|Rank |default)\s?\d+)\]:[ ]?"),
+    # [rank3]: / [rank3]:[E321 ...] / [default0]: / [Rank 0]: / a log collector's "[VllmSidecar kooEr8C]: "
+    re.compile(r"^\[(?P<stream>(?:rank|Rank |default)\s?\d+|[A-Za-z][\w.\-]*(?: [\w.\-]+)?)\]:[ ]?"),
     # (pid=123) (RayWorker pid=5) (EngineCore_DP0 pid=697344) (RayWorkerWrapper pid=1, ip=10.1.2.3)
-    re.compile(r"^\s?\((?P<stream>(?:[\w.\-]+(?: [\w.\-]+)* )?pid=\d+(?:, ip=[\w.:\-]+)?)\)[ ]?"),
+    # (VllmWorker rank=4 pid=907)
+    re.compile(r"^\s?\((?P<stream>[^()]{0,80}?\bpid=\d+(?:, ip=[\w.:\-]+)?)\)[ ]?"),
+    # Ray's own daemons: "(raylet) ", "(gcs_server) "
+    re.compile(r"^\((?P<stream>raylet|gcs_server|autoscaler|monitor|dashboard(?:_agent)?)\)[ ]?"),
+    # mpirun --tag-output: "[1,0]<stdout>:"
+    re.compile(r"^\[(?P<stream>\d+,\d+)\]<(?:stdout|stderr)>:"),
     # docker compose: "vllm-1  | " ; buildkite "  | "
     re.compile(r"^(?P<stream>[\w.\-]+)?\s*\|[ ]"),
 ]
@@ -47,13 +52,35 @@ _PLAIN_PREFIXES = [
     ),
     # python logging default "ERROR:torch.distributed.elastic.multiprocessing.api:"
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),
+    # logging "%(asctime)s - %(name)s - %(levelname)s - " after its timestamp
+    re.compile(r"^-\s+[\w.]+\s+-\s+(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s"),
+    # Transformers' logger "[INFO|trainer.py:746] 2025-03-26 05:53:13,046 >> " (after the other two)
+    re.compile(r"^>> "),
+    # container runtimes: "2024-11-13T03:15:08.672Z 1 stdout: ", CRI "... stdout F "
+    re.compile(r"^(?:\d+\s+)?(?:stdout|stderr)(?::\s|\s+[FP]\s)"),
+    # syslog: "May 15 23:09:30 host kernel: " (the dmesg "[  518.050606] " after it is a bracket tag)
+    re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/]+(?:\[\d+\])?: "),
+    # a shell prompt pasted with the output: "(venv) user@host:~/dir$ "
+    re.compile(r"^(?:\([\w.\-]+\) )?[\w.\-]+@[\w.\-]+:[^\s$#]*[$#] "),
+    # pytest's failure lines "E       ray.exceptions.OutOfMemoryError: ..."
+    re.compile(r"^E {2,}(?=\S)"),
+    # a wrapper that tags its child's output: "SUBPROCESS: "
+    re.compile(r"^[A-Z][A-Z_]{2,19}: (?=\S)"),
     # numbered lines pasted from a log viewer "[1743] ", "[E ProcessGroupNCCL.cpp:458] ",
     # metaflow "[177/train/578 (pid 28936)] ": any short bracketed tag followed by a space.
     re.compile(r"^\[[^\]]{1,80}\] "),
 ]
 
-_MAX_PASSES = 6
+_MAX_PASSES = 8
 _RANK_TAG = re.compile(r"\bRank (\d+)\]")
+# SGR colour codes whose ESC byte was lost on the way into an issue ("[36m(WorkerDict pid=1)[0m");
+# with the ESC they are removed before diagnosis (offline.clean_line, logs).
+_BARE_SGR = re.compile(r"(?<![\w\]])\[(?:\d{1,3}(?:;\d{1,3})*)?m(?![\w\[])")
+# Ray's log deduplication suffix: "... [repeated 3x across cluster]"
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+# A tqdm bar redrawn without a newline and glued to the next record: "| 65/204 [39:24<1:23:19,
+# 35.97s/it]W0526 16:36:23 ... Sending process 101092 closing signal SIGTERM".
+_GLUED_AFTER_BAR = re.compile(r"(\|\s*\d+/\d+\s*\[[^\]\n]{0,80}?(?:it/s|s/it)[^\]\n]{0,80}\])(?=\S)")
 
 
 @dataclass(frozen=True)
@@ -63,11 +90,18 @@ class Line:
     index: int
     stream: str
     text: str
+    # a prefix (a timestamp, a level, a process tag) was stripped: the line starts a new record,
+    # so it does not continue the one above that a terminal wrapped
+    prefixed: bool = False
 
 
 def strip_prefixes(raw: str) -> tuple[str, str]:
     """Return (stream, text) for one raw line: every known prefix removed, nested ones included."""
     text = raw.rstrip()
+    if "m" in text and "[" in text:
+        text = _BARE_SGR.sub("", text)
+    if text.endswith("cluster]"):
+        text = _RAY_REPEATED.sub("", text)
     stream = ""
     for _ in range(_MAX_PASSES):
         changed = False
@@ -92,10 +126,30 @@ def strip_prefixes(raw: str) -> tuple[str, str]:
     return stream, text
 
 
+def split_glued(raw: str) -> list[str]:
+    """A physical line holding a progress bar and, right after it, another record: both records."""
+    if "|" not in raw or "/" not in raw:
+        return [raw]
+    parts = _GLUED_AFTER_BAR.split(raw)
+    if len(parts) == 1:
+        return [raw]
+    # split() with one group returns [before, bar, after, bar, after...]: keep each bar with its text
+    out: list[str] = []
+    cur = parts[0]
+    for k in range(1, len(parts), 2):
+        out.append(cur + parts[k])
+        cur = parts[k + 1]
+    if cur:
+        out.append(cur)
+    return out
+
+
 def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:
-    """Strip prefixes from every line, keeping the original order and index."""
+    """Strip prefixes from every line, keeping the original order; records glued onto a progress
+    bar become lines of their own. ``index`` numbers the resulting lines."""
     out: list[Line] = []
-    for i, raw in enumerate(lines):
-        stream, text = strip_prefixes(raw)
-        out.append(Line(i, stream, text))
+    for raw in lines:
+        for piece in split_glued(raw):
+            stream, text = strip_prefixes(piece)
+            out.append(Line(len(out), stream, text, len(text) != len(piece.rstrip())))
     return out

@@ -39,9 +39,11 @@ def format_human(path: str, d: Diagnosis) -> str:
     if d.exception:
         out.append(f"  exception: {d.exception[:300]}")
     if d.location:
-        out.append(f"  location:  {d.location}")
+        out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
     if d.step is not None:
         out.append(f"  step:      {d.step}")
+    if d.hint:
+        out.append(f"  next:      {d.hint}")
     if d.evidence:
         out.append("  evidence:")
         out.extend(f"    | {e[:300]}" for e in d.evidence)
@@ -49,13 +51,22 @@ def format_human(path: str, d: Diagnosis) -> str:
 
 
 def diagnose_command(paths: list[str], as_json: bool, out: TextIO, err: TextIO | None = None) -> int:
-    """Body of ``rlsup diagnose``. Returns 0, or 2 when a file could not be read
-    (``FILE: reason`` on ``err``, default ``out``); readable files are still diagnosed."""
+    """Body of ``rlsup diagnose``. Each path is a log file (its exit diagnosis) or a run directory
+    (a directory holding ``events.jsonl``: the run's root cause across components, see
+    :mod:`.run`). Returns 0, or 2 when a path could not be read (``PATH: reason`` on ``err``,
+    default ``out``); readable ones are still diagnosed."""
+    from .run import diagnose_run, format_run, is_run_dir
+
     err = err if err is not None else out
     results: dict[str, dict] = {}
     human: list[str] = []
     rc = 0
     for p in paths:
+        if is_run_dir(p):
+            rd = diagnose_run(Path(p))
+            results[p] = rd.to_dict()
+            human.append(format_run(rd))
+            continue
         try:
             d = diagnose_file(p)
         except OSError as exc:

@@ -1,10 +1,16 @@
 """The signature catalogue: texts that name a failure, and texts that only look like one.
 
 Every pattern here was taken from a real failure report (see tests/fixtures/diagnosis/*.log for the
-links). Tiers rank root causes above symptoms: tier 0 is a primary failure (OOM, a bug, a full
-disk), tier 1 a failure that is usually the consequence of another process's death (collective
-timeouts, refused connections, a dead engine seen from its API server), tier 3 pure wrappers that
-only point elsewhere ("See root cause above", ChildFailedError).
+links) or from the upstream source that prints it. Tiers rank root causes above symptoms: tier 0 is
+a primary failure (OOM, a bug, a full disk), tier 1 a failure that is usually the consequence of
+another process's death (collective timeouts, refused connections, a dead engine seen from its API
+server), tier 2 a death by signal reported by a launcher or a shell, tier 3 pure wrappers that only
+point elsewhere ("See root cause above", ChildFailedError).
+
+Within one line the *most specific* signature names it: the catalogue is ordered from specific to
+generic, and the first that matches wins. A line carrying Ray's host-memory ``OutOfMemoryError`` is
+host memory, not CUDA memory; ``No space left on device`` inside an ``NCCL WARN`` is a full disk;
+``ncclRemoteError`` inside a ``terminate called`` is an NCCL failure.
 """
 
 from __future__ import annotations
@@ -21,57 +27,106 @@ class Signature:
     category: str
     tier: int
     pattern: re.Pattern[str]
+    # Lower-case substrings one of which every text the pattern matches contains (see _KEYS).
+    keys: tuple[str, ...] = ()
+    # Lines this short are tried whatever their words (a shell's one-word kill report, translated).
+    short: int = 0
     # A weak signature alone does not make a failure of a process that has not failed; a retried
     # connection error is how a client waits for its server.
     weak: bool = False
 
 
 def _sig(name: str, category: str, tier: int, pattern: str, weak: bool = False) -> Signature:
-    return Signature(name, category, tier, re.compile(pattern), weak)
+    return Signature(name, category, tier, re.compile(pattern), _KEYS[name], _SHORT.get(name, 0), weak)
 
 
-# Order matters within a line: the first match names the line.
+# How bash reports a job it saw die of SIGKILL, in every language bash is translated to
+# (bminor/bash po/*.po, msgid "Killed"). A shell prints it alone on a line for a foreground job.
+_KILLED_WORDS = (
+    "Killed", "Doodgemaak proses.", "Убит", "Mort", "Zabit", "Slået ihjel", "Abgebrochen (Killed)",
+    "Murdu", "Matado", "Tapetud", "Tapettu", "Tué", "Maraithe", "Eliminran", "Kilőve", "Dibunuh",
+    "Ucciso", "მოკვდა", "죽었음", "Drept", "Geëlimineerd", "Unicestwiony", "Morto", "Morto (Killed)",
+    "Omorât", "Zabitý", "Uničen", "Убијен", "Dödad", "Öldürüldü", "Вбитий", "Bị giết", "已杀死", "強制結束",
+)
+_KILLED_ALT = "|".join(re.escape(w) for w in sorted(_KILLED_WORDS, key=len, reverse=True))
+
+# For each signature, lower-case substrings one of which every text its pattern matches contains:
+# a line holding none of them is not tried against the pattern. Most lines hold none, and plain
+# substring tests cost a tenth of the regexes. tests/supervisor/diagnosis checks on every corpus
+# line that a pattern never matches without its keys.
+_SHORT = {"shell_killed": max(len(w) for w in _KILLED_WORDS) + 4}
+_KEYS: dict[str, tuple[str, ...]] = {
+    "ray_oom": ("outofmemoryerror", "running low on memory", "memory pressure"),
+    "kernel_oom_kill": ("out of memory", "oom-kill"),
+    "cuda_oom": ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed", "cudaerrormemoryallocation"),
+    "vllm_kv_cache": ("cache blocks", "kv cache", "mem-fraction-static", "max_total_num_tokens", "max seq len",
+                      "free memory on device"),
+    "disk_full": ("no space left", "errno 28", "storagefull", "quota exceeded", "errno 122", "enospc"),
+    "port_in_use": ("already in use", "errno 98", "errno 48", "eaddrinuse", "is in use"),
+    "segfault": ("segmentation fault", "sigsegv", "segfault", "bus error"),
+    "cuda_error": ("cuda error", "cuda kernel errors", "device-side assert", "cudaerrorillegaladdress", "cudnn_status",
+                   "cublas_status", "illegal memory access", "cuda driver", "cuda-capable", "xid ", "assertion `"),
+    "nccl_timeout": ("collective operation timeout", "worknccl", "nccl timeout"),
+    "watchdog": ("heartbeat monitor", "watchdog got stuck", "watchdog timeout", "rpc call to"),
+    "nccl_error": ("nccl", "distbackenderror"),
+    "dist_timeout": ("diststoreerror", "distnetworkerror", "waiting for clients", "waiting for workers",
+                     "client socket has timed out", "socket timeout", "rendezvoustimeouterror", "wait timeout after",
+                     "for send operation", "for recv operation", "socket timed out", "pair closure"),
+    "fatal_python": ("fatal python error", "terminate called", "sigabrt", "aborted"),
+    "module_not_found": ("no module named", "module specification"),
+    # a job-control line ("./run.sh: line 5: 12 Killed  python ..."); the word alone is a short line
+    "shell_killed": ("killed", ": line "),
+    "engine_dead": ("enginedeaderror", "enginecore", "engine core", "sigquit", "fatal signal", "actor died",
+                    "worker died", "engine loop", "mqllmengine", "mqenginedeaderror", "worker proc", "workerproc"),
+    "connection_refused": ("refused", "errno 111", "connection attempts", "cannot connect", "connecterror",
+                           "clientconnectorerror", "newconnectionerror", "remotedisconnected", "connection aborted",
+                           "connectionreseterror", "server launch failed", "max retries exceeded", "connect call failed",
+                           "apiconnectionerror", "winerror 10061"),
+}
+
+# Ordered from specific to generic: the first match names the line.
 SIGNATURES: tuple[Signature, ...] = (
-    # --- memory -------------------------------------------------------------------------------
-    _sig("cuda_oom", "cuda_oom", PRIMARY,
-         r"CUDA out of memory|(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED"
-         r"|HIP out of memory|cudaErrorMemoryAllocation|out of memory \(CUDA\)"),
+    # --- host memory (before CUDA memory: Ray's exception is also called OutOfMemoryError) --------
+    _sig("ray_oom", "host_oom", PRIMARY,
+         r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"
+         r"|Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)|RayOutOfMemoryError"),
     _sig("kernel_oom_kill", "host_oom", PRIMARY,
          r"Out of memory: Killed process \d+|Memory cgroup out of memory: Killed process \d+"
-         r"|oom-kill:.*\bpid=\d+"),
-    _sig("ray_oom", "host_oom", PRIMARY,
-         r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"),
+         r"|oom-kill:.*\bpid=\d+|invoked oom-killer"),
+    # --- GPU memory ----------------------------------------------------------------------------
+    _sig("cuda_oom", "cuda_oom", PRIMARY,
+         r"CUDA out of memory|(?<!exceptions\.)(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED"
+         r"|HIP out of memory|cudaErrorMemoryAllocation|out of memory \(CUDA\)"
+         # vLLM's cumem allocator (sleep mode) and the C++ allocator print "CUDA Error: out of memory at file:line"
+         r"|CUDA [Ee]rror: out of memory|cuda runtime error \(2\) : out of memory"),
+    # --- inference engine memory configuration ---------------------------------------------------
     _sig("vllm_kv_cache", "inference_memory_config", PRIMARY,
          r"No available memory for the cache blocks|is larger than the maximum number of tokens that can "
          r"be stored in KV cache|insufficient KV cache|Not enough memory\. Please try to (?:increase|decrease) "
          r"--mem-fraction-static|max_total_num_tokens=\S+ is (?:too small|smaller)"
-         r"|needs? \S+ GiB KV cache is needed, which is larger than the available KV cache memory"),
+         # vLLM V1: "To serve at least one request with the models's max seq len (N), (X GiB KV cache is
+         # needed, which is larger than the available KV cache memory (Y GiB)"
+         r"|To serve at least one request with the models?'s? max seq len"
+         r"|KV cache is needed, which is larger than the available KV cache memory"
+         r"|Free memory on device .{0,40}on startup is less than desired GPU memory utilization"),
+    # --- disk (before NCCL: NCCL WARNs about /dev/shm carry "No space left on device") -----------
+    _sig("disk_full", "disk_full", PRIMARY,
+         r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]|ENOSPC"),
+    _sig("port_in_use", "port_in_use", PRIMARY,
+         r"Address already in use|\[Errno 98\]|\[Errno 48\]|EADDRINUSE|address already in use"
+         r"|port \d+ is (?:already )?in use|is already in use by another process"),
     # --- native crashes -----------------------------------------------------------------------
     _sig("segfault", "segfault", PRIMARY,
          r"Fatal Python error: Segmentation fault|\*\*\* SIGSEGV received|Segmentation fault \(core dumped\)"
          r"|Segfault encountered|SIGSEGV\(11\)|received signal SIGSEGV|Bus error \(core dumped\)"),
-    # An abort is usually the last act of something printed before it (an NCCL watchdog, a C++
-    # exception), so it ranks below collective failures.
-    _sig("fatal_python", "fatal_python_error", SIGNAL,
-         r"Fatal Python error: (?!Segmentation fault)|terminate called (?:after throwing|without an active)"
-         r"|SIGABRT\(6\)|Aborted \(core dumped\)"),
     # --- CUDA ---------------------------------------------------------------------------------
     _sig("cuda_error", "cuda_error", PRIMARY,
          r"CUDA error: (?!out of memory)|CUDA kernel errors might be asynchronously reported"
          r"|device-side assert triggered|cudaErrorIllegalAddress|CUDNN_STATUS_(?!SUCCESS)\w+"
          r"|CUBLAS_STATUS_(?!SUCCESS|ALLOC_FAILED)\w+|an illegal memory access was encountered"
-         r"|CUDA driver initialization failed|no CUDA-capable device is detected|Xid \d+"),
-    # --- disk / ports -------------------------------------------------------------------------
-    _sig("disk_full", "disk_full", PRIMARY,
-         r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]|ENOSPC"),
-    # `python -m pkg.mod` with the package missing prints no traceback, only this line; a wrong
-    # interpreter or an unactivated virtualenv fails like this on every attempt.
-    _sig("module_not_found", "python_exception", PRIMARY,
-         r"Error while finding module specification for '[^']+' \(ModuleNotFoundError|"
-         r"^(?:/\S+: )?No module named [\w.]+$|^\S*python[\d.]*: No module named "),
-    _sig("port_in_use", "port_in_use", PRIMARY,
-         r"Address already in use|\[Errno 98\]|\[Errno 48\]|EADDRINUSE|address already in use"
-         r"|port \d+ is (?:already )?in use|is already in use by another process"),
+         r"|CUDA driver initialization failed|no CUDA-capable device is detected|Xid \d+"
+         # a device-side assertion as the kernel prints it: "Indexing.cu:1231: f: block: [31,0,0] ... Assertion `x` failed."
+         r"|\.cu:\d+: .{0,200}\bAssertion `[^`]+`"),
     # --- distributed --------------------------------------------------------------------------
     _sig("nccl_timeout", "nccl_timeout", COLLATERAL,
          r"Watchdog caught collective operation timeout|WorkNCCL\(SeqNum=\d+.*\) ran for \d+ milliseconds"
@@ -79,35 +134,66 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("watchdog", "watchdog_timeout", COLLATERAL,
          r"Heartbeat monitor timed out|watchdog got stuck for \d+ seconds|Scheduler watchdog timeout"
          r"|[Ww]atchdog timeout \(self\.watchdog_timeout|RPC call to \w+ timed out"),
+    # NCCL's own failures. "NCCL WARN" alone is not one: NCCL warns about a missing plugin or
+    # libibverbs on healthy runs; a WARN that reports a failed call or a closed peer is.
     _sig("nccl_error", "nccl_error", COLLATERAL,
          r"NCCL error|ncclUnhandledCudaError|ncclInternalError|ncclSystemError|ncclInvalidUsage"
-         r"|ncclRemoteError|DistBackendError|NCCL communicator was aborted|NCCL WARN"),
+         r"|ncclRemoteError|DistBackendError|NCCL communicator was aborted"
+         r"|NCCL WARN (?!.*(?:Failed to open lib|libnccl-net|NET/Plugin))"
+         r".*(?:[Ff]ailed|[Ee]rror|closed by remote peer|Broken pipe|timed out)"),
     _sig("dist_timeout", "distributed_timeout", COLLATERAL,
          r"DistStoreError|DistNetworkError|Timed out after \d+ seconds waiting for (?:clients|workers)"
-         r"|The client socket has timed out|Socket Timeout|RendezvousTimeoutError|wait timeout after \d+ms"),
+         r"|The client socket has timed out|Socket Timeout|RendezvousTimeoutError|wait timeout after \d+ms"
+         # gloo: "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete"
+         r"|Timed out waiting \d+ms for (?:send|recv) operation|socket timed out after \d+ms"
+         r"|Application timeout caused pair closure"),
+    # An abort is usually the last act of something printed before it (an NCCL watchdog, a C++
+    # exception), so it ranks below collective failures.
+    _sig("fatal_python", "fatal_python_error", SIGNAL,
+         r"Fatal Python error: (?!Segmentation fault)|terminate called (?:after throwing|without an active)"
+         r"|SIGABRT\(6\)|Aborted \(core dumped\)|^Aborted \(Signal sent by"),
+    # `python -m pkg.mod` with the package missing prints no traceback, only this line; a wrong
+    # interpreter or an unactivated virtualenv fails like this on every attempt.
+    _sig("module_not_found", "python_exception", PRIMARY,
+         r"Error while finding module specification for '[^']+' \(ModuleNotFoundError|"
+         r"^(?:/\S+: )?No module named [\w.]+$|^\S*python[\d.]*: No module named "),
+    # --- deaths by signal as a shell or a launcher reports them --------------------------------
+    # bash: "./train.sh: line 1:  7364 Killed   python3 train.py", "[1]+  Killed   python train.py",
+    # or the word alone for a foreground job.
+    _sig("shell_killed", "killed", SIGNAL,
+         rf"^(?:\S+: line \d+: +\d+ +|\[\d+\][+-]? +)(?:{_KILLED_ALT})(?: +\S.*)?$|^\**(?:{_KILLED_ALT})\**$"),
     # --- inference engine death ---------------------------------------------------------------
     _sig("engine_dead", "inference_engine_dead", WRAPPER,
          r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:an issue|a fatal error)"
          r"|Engine core proc \S+ died unexpectedly|Received sigquit from a child proces"
-         r"|Got fatal signal from worker processes|MulitprocExecutor got SIGQUIT|Engine core initialization failed"
-         r"|EngineCore failed to start|The actor died unexpectedly before finishing this task"
-         r"|A worker died or was killed while executing a task"),
+         r"|Got fatal signal from worker processes|MulitprocExecutor got (?:SIGQUIT|fatal signal)"
+         r"|Engine core initialization failed|EngineCore failed to start"
+         r"|The actor died unexpectedly before finishing this task"
+         r"|A worker died or was killed while executing a task"
+         # vLLM V0 (MQLLMEngine): "RuntimeError: Engine loop has died", "MQLLMEngine is already dead,
+         # terminating server process", "MQEngineDeadError: Engine loop is not running"
+         r"|Engine loop has died|MQLLMEngine is already dead|MQEngineDeadError|Engine loop is not running"
+         r"|No heartbeat received from MQLLMEngine"
+         # vLLM V1 executor: "Worker proc VllmWorker-0 died unexpectedly, shutting down executor."
+         r"|Worker proc \S+ died unexpectedly|WorkerProc failed to start|WorkerProc hit an exception"),
     # --- connections --------------------------------------------------------------------------
     _sig("connection_refused", "connection_refused", COLLATERAL,
          r"ConnectionRefusedError|Connection refused|\[Errno 111\]|All connection attempts failed"
          r"|Cannot connect to host|httpx\.ConnectError|aiohttp\.client_exceptions\.ClientConnectorError"
          r"|NewConnectionError|RemoteDisconnected|Connection aborted|ConnectionResetError"
-         r"|server launch failed|Max retries exceeded with url",
+         r"|server launch failed|Max retries exceeded with url|Connect call failed"
+         r"|APIConnectionError|\[WinError 10061\]",
          weak=True),
 )
+
 
 # Lines that look like failures but are a normal wait at startup, or scary warnings.
 BENIGN = re.compile(
     r"Server is not up yet|was not reached after \d+ seconds|Waiting for (?:the )?(?:inference|server|vLLM)"
     r"|Retrying in [\d.]+ ?s|retrying in [\d.]+|will retry|Waiting for .* to be ready|not ready yet"
-    r"|UserWarning|FutureWarning|DeprecationWarning|is deprecated|\[WARNING\].*async_io|NCCL INFO"
+    r"|UserWarning|FutureWarning|DeprecationWarning|RuntimeWarning|is deprecated|\[WARNING\].*async_io|NCCL INFO"
     r"|to avoid (?:CUDA )?out of memory|expandable_segments:True to avoid fragmentation\.?$"
-    r"|gpu_memory_utilization \(|Ignore(?:d)? leaked shared memory"
+    r"|gpu_memory_utilization \(|Ignore(?:d)? leaked shared memory|If you are running out of memory"
 )
 
 # A line that says the thing a client was waiting for is now there.
@@ -120,43 +206,93 @@ RECOVERED = re.compile(
 
 # Exceptions that only point at an error printed elsewhere.
 WRAPPER_TYPES = re.compile(
-    r"(?:^|\.)(?:ChildFailedError|EngineDeadError|AsyncEngineDeadError|RayActorError|ActorDiedError"
-    r"|WorkerFailedError|HydraException|KeyboardInterrupt|SystemExit|BrokenProcessPool|CalledProcessError"
-    r"|ExceptionGroup|BaseExceptionGroup|CancelledError)$"
+    r"(?:^|\.)(?:ChildFailedError|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError|RayActorError"
+    r"|ActorDiedError|RayTaskError|WorkerFailedError|HydraException|KeyboardInterrupt|SystemExit"
+    r"|BrokenProcessPool|CalledProcessError|ProcessRaisedException|ExceptionGroup|BaseExceptionGroup"
+    r"|CancelledError)$"
 )
 WRAPPER_MESSAGES = re.compile(
     r"See root cause above|See stack trace \(above\) for the root cause|see root cause above"
     r"|Engine core initialization failed|Worker '[^']+' failed with exit code|Failed core proc"
+    r"|Inspect the stacktrace to find the original error"
 )
-SYMPTOM_FUNCS = {"sigquit_handler", "kill_process_tree", "signal_handler", "_sigquit_handler"}
+SYMPTOM_FUNCS = {"sigquit_handler", "kill_process_tree", "signal_handler", "_sigquit_handler", "sigkill_handler"}
+
+# Launchers that report a child's exit code on one line (the torchelastic block is parsed apart).
+# DeepSpeed's launcher: "[ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', ...] exits with return code = -9"
+LAUNCHER_EXIT = re.compile(r"\bexits with return code = (?P<code>-?\d+)\s*$")
+# Hydra prints this when the task function raised; the traceback follows (or was cut off).
+HYDRA_FAILED = re.compile(r"^Error executing job with overrides: ")
 
 STEP_PATTERNS = (
     # not "Global Step:   0%|" (a progress bar) nor "global_step=3.2e+4" (a float)
     re.compile(r"\b[Ss]tep[\s:=#]*(\d+)(?![\d.]*%|\.\d|\d)"),
-    re.compile(r"\bglobal_step[\s:=]+(\d+)(?![\d.])"),
+    # "global_step=12", "'global_step/max_steps': '5/3766'" (ms-swift), "global_step1428" (DeepSpeed
+    # checkpoint folders)
+    re.compile(r"\bglobal_step(?:/\w+)?['\"]?(?:[\s:=]+['\"]?)?(\d+)(?![\d.])"),
+    # Transformers' checkpoint folders: "Saving model checkpoint to out/checkpoint-500"
+    re.compile(r"\bcheckpoint-(\d+)\b"),
 )
+# A tqdm bar: "  3%|▎         | 10/375 [00:20<12:00,  1.97s/it]". Transformers' Trainer draws its
+# training bar without a description; verl names its bar "Training Progress", RLinf "Global Step".
+# Bars with any other description (Map, Loading checkpoint shards, Processed prompts, Capturing CUDA
+# graphs) count data, not training steps.
+TQDM_BAR = re.compile(
+    r"(?:^|(?<=\s))(?P<desc>[^|%]*?)\s*\d{1,3}%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[[^\]]*?(?:it/s|s/it|\?it/s)"
+)
+TRAINING_BAR_DESC = re.compile(r"^(?:|Training Progress:?|Global Step:?)$")
+
+
+_ANY_KEY = re.compile("|".join(re.escape(k) for k in sorted({k for s in SIGNATURES for k in s.keys})))
+_SHORTEST_GATE = max(s.short for s in SIGNATURES)
+
+
+def match_span(text: str) -> tuple[Signature, int] | None:
+    """The most specific signature the line matches and where in the line its text starts."""
+    low = text.lower()
+    short = len(text) <= _SHORTEST_GATE
+    if not short and not _ANY_KEY.search(low):
+        return None
+    for sig in SIGNATURES:
+        if len(text) <= sig.short or any(k in low for k in sig.keys):
+            m = sig.pattern.search(text)
+            if m:
+                return sig, m.start()
+    return None
 
 
 def match_line(text: str) -> Signature | None:
-    """The first signature the line matches, or None (benign lines never match)."""
-    for sig in SIGNATURES:
-        if sig.pattern.search(text):
-            return sig
-    return None
+    """The most specific signature the line matches, or None."""
+    hit = match_span(text)
+    return hit[0] if hit else None
+
+
+def benign_veto(text: str, at: int) -> bool:
+    """The line is a scary warning or a startup wait, not a failure: a benign marker that starts at
+    or before the failure text (``UserWarning: NCCL error handling is deprecated``). A failure glued
+    after unrelated benign text on the same physical line is still a failure."""
+    b = BENIGN.search(text)
+    return b is not None and b.start() <= at
+
+
+_CONNECT_TYPES = re.compile(r"(?:^|\.)(?:\w*Connect(?:ion)?(?:Refused)?Error|ConnectTimeout|ClientConnectorError)$")
 
 
 def classify_exception(text: str) -> tuple[str, int]:
     """Category and tier for an exception line ``Type: message``."""
     sig = match_line(text)
     typ = text.split(":", 1)[0].strip()
-    if WRAPPER_TYPES.search(typ.split("(", 1)[0]) or WRAPPER_MESSAGES.search(text):
+    bare = typ.split("(", 1)[0]
+    if WRAPPER_TYPES.search(bare) or WRAPPER_MESSAGES.search(text):
+        # ray.exceptions.RayTaskError(KeyError): the cause is the exception in the parentheses,
+        # printed under it with the remote frames.
         return (sig.category if sig else "python_exception"), WRAPPER
     if sig is not None:
         return sig.category, sig.tier
-    if re.search(r"(?:^|\.)(?:MemoryError)$", typ):
+    if re.search(r"(?:^|\.)MemoryError$", bare):
         return "host_oom", PRIMARY
-    if re.search(r"(?:^|\.)(?:ConnectError|ConnectionError|ConnectTimeout)$", typ):
+    if _CONNECT_TYPES.search(bare):
         return "connection_refused", COLLATERAL
-    if re.search(r"(?:^|\.)TimeoutError$", typ) and re.search(r"NCCL|collective|barrier", text):
+    if re.search(r"(?:^|\.)TimeoutError$", bare) and re.search(r"NCCL|collective|barrier|store", text):
         return "distributed_timeout", COLLATERAL
     return "python_exception", PRIMARY

@@ -18,6 +18,9 @@ STACK_START = re.compile(
 FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+)(?:,?\s*in\s*(?P<func>.*))?$')
 # A Python traceback frame (a faulthandler stack writes "line N in f", without the comma).
 TB_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in ')
+# The first line of a paste that starts inside a frame line: 'torch/distributed/distributed_c10d.py",
+# line 1870, in all_gather'.
+CUT_FRAME = re.compile(r'^(?P<indent>)(?P<file>[\w.~/\\-]+\.pyx?)", line (?P<line>\d+), in (?P<func>.*)$')
 CHAIN_CAUSE = re.compile(
     r"^\s*(?:The above exception was the direct cause of the following exception:"
     r"|During handling of the above exception, another exception occurred:)\s*$"
@@ -34,21 +37,44 @@ _EXC_NAME = re.compile(
 )
 
 
+_RAY_REMOTE = re.compile(r"RayTaskError|RayActorError")
+# A line that names an exception without any frame above it (a paste cut before the traceback,
+# Ray's remote errors, logged exceptions): "torch.distributed.DistStoreError: Timed out after 6
+# seconds", "ray.exceptions.OutOfMemoryError: Task was killed ...". A bare "Error: ..." is a log
+# message, not an exception type; warnings are not failures.
+_BARE_EXC_TYPE = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout)"
+                            r"(?:\([\w.]+\))?$")
+
+
+def bare_exception(text: str) -> tuple[str, str] | None:
+    """(type, message) when the whole line is ``Type: message`` for an exception type."""
+    if not text or text[0].isspace() or ": " not in text:
+        return None
+    typ, _, msg = text.partition(": ")
+    if typ == "Error" or not _BARE_EXC_TYPE.match(typ):
+        return None
+    return typ, msg.strip()
+
+
 def _looks_like_exception(typ: str) -> bool:
     """"ValueError", "ray.exceptions.RayTaskError(OSError)", "torch.OutOfMemoryError" - but not
     "Message" (logging's own error report) or "File"."""
     return bool(_EXC_NAME.search(typ)) or ("." in typ.split("(", 1)[0] and typ[:1].isalpha())
 
 
-# Frames from these places are library code, not the user's.
+# Frames from these places are library code, not the user's. A file in a bin/ folder is library
+# code only when it has no extension: the console-script entry points pip writes (bin/torchrun,
+# bin/accelerate); a project's own bin/train.py is the user's.
 _LIBRARY_PATH = re.compile(
-    r"(?:site-packages/|dist-packages/|/lib/python\d+(?:\.\d+)?/|^<|/torch/|\\lib\\|"
-    r"\.pyx$|^python/ray/|/ray/_private/|uvloop/|/bin/[^/]+$)"
+    r"(?:site-packages/|dist-packages/|/lib/python\d+(?:\.\d+)?/|^<|(?:^|/)torch/|"
+    r"\.pyx$|^python/ray/|/ray/_private/|uvloop/|/bin/[^/.]+$)",
+    re.IGNORECASE,
 )
 
 
 def is_user_frame(path: str) -> bool:
-    return not _LIBRARY_PATH.search(path)
+    # Windows paths ("C:\\Users\\x\\anaconda3\\Lib\\site-packages\\torch\\serialization.py") by the same rules.
+    return not _LIBRARY_PATH.search(path.replace("\\", "/"))
 
 
 @dataclass(frozen=True)
@@ -73,6 +99,11 @@ class Exc:
     end: int  # index of the exception line
     stream: str
     exception_line: str = ""
+    # the tail ended inside this traceback: frames, no exception line (kept only as the remote
+    # part of a Ray task error, for its location)
+    partial: bool = False
+    # the next line when a terminal wrapped the exception line onto it (for classifying only)
+    continuation: str = ""
 
     @property
     def text(self) -> str:
@@ -83,6 +114,14 @@ class Exc:
             if is_user_frame(fr.file):
                 return fr.location
         return None
+
+    def innermost(self) -> str | None:
+        return self.frames[-1].location if self.frames else None
+
+    @property
+    def remote(self) -> bool:
+        """A Ray task error: the exception of the remote task follows, with the remote frames."""
+        return bool(_RAY_REMOTE.search(self.type)) or self.message.startswith("ray::")
 
     def funcs(self) -> set[str]:
         return {f.func or "" for f in self.frames}
@@ -118,6 +157,9 @@ class FatalStack:
                 return fr.location
         return None
 
+    def innermost(self) -> str | None:
+        return self.frames[0].location if self.frames else None
+
 
 @dataclass
 class ElasticFailure:
@@ -133,6 +175,22 @@ class ElasticFailure:
     lines: list[str]
 
 
+_WRAP_MIN = 80
+
+
+def _continuation(lines: list[Line], k: int) -> str:
+    """The line after lines[k] when a terminal wrapped lines[k] onto it: lines[k] is long and the
+    next one starts no record of its own."""
+    if k + 1 >= len(lines) or len(lines[k].text) < _WRAP_MIN:
+        return ""
+    nxt = lines[k + 1]
+    t = nxt.text.rstrip()
+    if (not t.strip() or nxt.prefixed or TRACEBACK_START.search(t) or TB_FRAME.match(t) or CHAIN_CAUSE.match(t)
+            or t[:1].isspace()):
+        return ""
+    return t
+
+
 def _indent(s: str) -> int:
     return len(s) - len(s.lstrip(" "))
 
@@ -142,6 +200,9 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
     whose first frame is lines[i]: a tail that begins mid-traceback). Returns (exception, next)."""
     start = lines[i].index
     stream = lines[i].stream
+    # Python writes a traceback's lines without a log prefix (or all with the same logger's): a
+    # prefixed record between its frames is another writer's line interleaved, not part of it.
+    tb_prefixed = lines[i].prefixed
     frames: list[Frame] = []
     frame_indent: int | None = None
     j = i + 1 if header else i
@@ -149,7 +210,7 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
     after_frame = 0  # lines seen since the last frame line
     while j < n:
         text = lines[j].text
-        m = FRAME.match(text)
+        m = FRAME.match(text) or (CUT_FRAME.match(text) if j == i and not header else None)
         if m:
             frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
             if frame_indent is None:
@@ -162,6 +223,9 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
             if not frames:
                 continue
             # Blank lines inside a traceback are rare; tolerate one.
+            continue
+        if frames and lines[j].prefixed and not tb_prefixed:
+            j += 1
             continue
         if frames:
             ind = _indent(text)
@@ -176,13 +240,16 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
             if em and _looks_like_exception(em.group("type")):
                 typ = em.group("type")
                 msg = (em.group("msg") or "").strip()
-                return Exc(typ, msg, frames, start, lines[j].index, stream, text.strip()), j + 1
+                return Exc(typ, msg, frames, start, lines[j].index, stream, text.strip(),
+                           continuation=_continuation(lines, j)), j + 1
             # Something that isn't an exception line: give up on this traceback.
             return None, j
         # Text before any frame (e.g. "  <stack trace unavailable>")
         j += 1
         if j - i > 5:
             return None, j
+    if frames:
+        return Exc("", "", frames, start, lines[n - 1].index, stream, "", partial=True), j
     return None, j
 
 
@@ -211,19 +278,36 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
             i += 1
             continue
         is_header = bool(TRACEBACK_START.search(text))
-        if is_header or TB_FRAME.match(text):
+        if is_header or TB_FRAME.match(text) or (CUT_FRAME.match(text) and not chains):
             exc, nxt = _parse_one(lines, i, header=is_header)
+            if exc is not None and exc.partial and not (linked and current is not None and current.excs[-1].remote):
+                exc = None  # a traceback cut off by the end of the tail names no failure by itself
             if exc is not None:
                 if linked and current is not None:
                     current.excs.append(exc)
                 else:
                     current = Chain([exc])
                     chains.append(current)
-            linked = False
+                # Ray prints the remote task's traceback right under RayTaskError(X): one chain.
+                linked = exc.remote
+            else:
+                linked = False
             i = max(nxt, i + 1)
             continue
+        bare = bare_exception(text.strip()) if text[:1] not in (" ", "\t") else None
+        if bare is not None:
+            exc = Exc(bare[0], bare[1], [], lines[i].index, lines[i].index, lines[i].stream, text.strip(),
+                      continuation=_continuation(lines, i))
+            if linked and current is not None:
+                current.excs.append(exc)
+            else:
+                current = Chain([exc])
+                chains.append(current)
+            linked = exc.remote
+            i += 1
+            continue
         if text.strip():
-            linked = linked and False
+            linked = False  # only "The above exception ..." (or Ray's remote part) links two tracebacks
         i += 1
     return chains
 
@@ -232,7 +316,13 @@ _FATAL = re.compile(r"Fatal Python error: (?P<kind>[^\n]+?)\s*$")
 _STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
+_CRASHED_THREAD = re.compile(r"^(?:Stack|Current thread 0x[0-9a-f]+) \(most recent call first\):\s*$")
+_FATAL_SCAN_LINES = 200  # faulthandler lists every thread; the crashed one may come last
+
+
 def find_fatal_stacks(lines: list[Line]) -> list[FatalStack]:
+    """faulthandler dumps: the kind ("Segmentation fault", "Aborted") and the frames of the thread
+    that crashed ("Current thread ..." or "Stack ..."); other threads' stacks are not the crash site."""
     out: list[FatalStack] = []
     n = len(lines)
     for i, ln in enumerate(lines):
@@ -241,26 +331,28 @@ def find_fatal_stacks(lines: list[Line]) -> list[FatalStack]:
             continue
         frames: list[Frame] = []
         shown = [ln.text.strip()]
+        in_crashed = False
         j = i + 1
-        # The current thread's stack comes first; stop at the next thread or a blank after frames.
-        seen_header = 0
-        while j < n and j < i + 60:
+        while j < n and j < i + _FATAL_SCAN_LINES:
+            if lines[j].stream != ln.stream:
+                j += 1
+                continue
             t = lines[j].text
+            if _FATAL.search(t):
+                break
             if STACK_START.match(t.strip()):
-                seen_header += 1
-                if seen_header > 1 and frames:
+                if frames:
                     break
+                in_crashed = bool(_CRASHED_THREAD.match(t.strip()))
                 j += 1
                 continue
             fm = _STACK_FRAME.match(t)
             if fm:
-                frames.append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
-                if len(shown) < 6:
-                    shown.append(t.strip())
-            elif not t.strip():
-                if frames:
-                    break
-            elif frames:
+                if in_crashed:
+                    frames.append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
+                    if len(shown) < 6:
+                        shown.append(t.strip())
+            elif t.strip() and frames:
                 break
             j += 1
         out.append(FatalStack(m.group("kind"), frames, ln.index, shown))

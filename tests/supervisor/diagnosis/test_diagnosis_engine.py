@@ -349,7 +349,8 @@ def test_scary_warnings_are_not_failures() -> None:
 def test_to_dict_and_signature() -> None:
     d = Diagnosis("python_exception", "s", "AttributeError: 'x'", "train.py:1636", 3, ("a", "b"))
     assert d.to_dict() == {"category": "python_exception", "summary": "s", "exception": "AttributeError: 'x'",
-                           "location": "train.py:1636", "step": 3, "evidence": ["a", "b"]}
+                           "location": "train.py:1636", "step": 3, "evidence": ["a", "b"],
+                           "library_location": False, "hint": ""}
     assert d.signature() == ("python_exception", "AttributeError", "train.py:1636")
     assert Diagnosis.from_dict(d.to_dict()) == d
 
@@ -363,7 +364,8 @@ def test_diagnose_command_json_one_and_many(tmp_path: Path) -> None:
     out = io.StringIO()
     assert diagnose_command([str(bad)], True, out) == 0
     one = json.loads(out.getvalue())
-    assert set(one) == {"category", "summary", "exception", "location", "step", "evidence"}
+    assert set(one) == {"category", "summary", "exception", "location", "step", "evidence", "library_location", "hint"}
+    assert one["library_location"] is False and one["hint"]
     assert one["category"] == "python_exception" and one["location"] == "/w/t.py:4"
     assert one["exception"] == "ZeroDivisionError: division by zero"
 

@@ -1,0 +1,54 @@
+"""What to do next about a diagnosis, in one sentence: the message first, then the category."""
+
+from __future__ import annotations
+
+import re
+
+# Specific wordings whose remedy differs from their category's.
+_BY_MESSAGE: tuple[tuple[frozenset[str], re.Pattern[str], str], ...] = (
+    (frozenset({"inference_memory_config"}), re.compile(r"Free memory on device .* is less than desired GPU memory utilization"),
+     "Another process holds GPU memory at startup (often a previous run's engine): free the GPU or lower "
+     "--gpu-memory-utilization."),
+    (frozenset({"inference_memory_config"}), re.compile(r"KV cache|cache blocks|mem-fraction-static|max_total_num_tokens"),
+     "The KV cache does not fit: raise --gpu-memory-utilization (SGLang --mem-fraction-static) or lower "
+     "--max-model-len."),
+    (frozenset({"python_exception", "disk_full"}), re.compile(r"PytorchStreamWriter failed writing file|file write failed"),
+     "Writing the checkpoint failed: check free space and quota on the output disk."),
+    (frozenset({"disk_full"}), re.compile(r"/dev/shm"),
+     "Shared memory (/dev/shm) is full: give the container a larger --shm-size."),
+    (frozenset({"host_oom"}), re.compile(r"ray\.exceptions\.OutOfMemoryError|killed due to memory pressure|running low on memory"),
+     "Ray killed a worker for host memory: fewer workers per node, smaller rollout buffers, or more RAM."),
+    (frozenset({"watchdog_timeout"}), re.compile(r"Heartbeat monitor timed out|watchdog got stuck"),
+     "NCCL's watchdog hung: a collective never completed; look for the rank that died or stalled first."),
+    (frozenset({"distributed_timeout"}), re.compile(r"Timed out waiting \d+ms for (?:send|recv)|socket timed out|DistStoreError|Socket Timeout"),
+     "A peer never answered: check that every rank started and can reach MASTER_ADDR:MASTER_PORT."),
+)
+
+_BY_CATEGORY: dict[str, str] = {
+    "cuda_oom": "Lower the batch or sequence length, or the inference engine's GPU memory share if it shares the GPU.",
+    "host_oom": "Host RAM ran out: fewer dataloader workers or smaller buffers, or more memory.",
+    "killed": "Something outside the process killed it: check dmesg for the OOM killer and the scheduler's limits.",
+    "segfault": "Native crash in the library named by the stack: check CUDA, driver and library versions.",
+    "nccl_timeout": "A collective timed out: find the rank that failed or stalled first.",
+    "nccl_error": "NCCL failed: check NCCL_SOCKET_IFNAME / the network, and that no peer died first.",
+    "distributed_timeout": "A peer never arrived: check that every rank started and can reach the master.",
+    "connection_refused": "The service it talks to is down: look at that component's log first.",
+    "inference_engine_dead": "The inference engine died: its own log above names the cause.",
+    "inference_memory_config": "The engine's memory settings do not fit this GPU: adjust them and restart.",
+    "watchdog_timeout": "A worker hung: look for a stuck collective or a dead peer just before.",
+    "cuda_error": "Rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel.",
+    "fatal_python_error": "The interpreter aborted: the lines just before name the C++ exception.",
+    "disk_full": "Free space on the output or temp disk (or raise the quota), then resume.",
+    "port_in_use": "Another process holds the port: stop it (often a previous run) or pick another port.",
+    "python_exception": "A bug or bad input at the location shown; it will recur on restart until fixed.",
+    "unknown": "No known failure in the log: read the lines before the exit.",
+}
+
+
+def hint_for(category: str, text: str = "") -> str:
+    if category == "none":
+        return ""
+    for cats, pat, hint in _BY_MESSAGE:
+        if category in cats and text and pat.search(text):
+            return hint
+    return _BY_CATEGORY.get(category, "")

@@ -1,0 +1,511 @@
+"""Run-level diagnosis: the root cause of a run, across its components, with the symptoms it caused.
+
+One component's exit diagnosis says what killed that process. A run of an RL stack fails as a
+cascade: the inference server dies of a CUDA error, and for hours afterwards the orchestrator
+and the trainer log refused connections, time out, restart and die in turn. Each of those exits
+is diagnosed right and none of them is the cause. :func:`diagnose_run` reads the journal
+(``events.jsonl``) and every component's log (``logs/NAME.log`` and its rotations) and names the
+first *primary* failure in time across components (one that is not itself the consequence of
+another component's failure: not a refused connection, a collective or store timeout, a dead
+engine seen from its API server or a dependency flag), then lists what followed as its symptoms.
+
+Pure apart from reading the run directory; never raises on a torn journal, unknown event kinds or
+unreadable logs (they are reported in ``notes``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .engine import diagnose
+from .model import Diagnosis
+from .offline import clean_line
+from .signatures import benign_veto, match_span
+
+# Failures that are usually the consequence of another component's failure.
+SYMPTOM_CATEGORIES = frozenset({
+    "connection_refused", "distributed_timeout", "nccl_timeout", "nccl_error", "watchdog_timeout",
+    "inference_engine_dead",
+})
+SYMPTOM_FLAGS = frozenset({"dependency_down", "stall", "repeated_error", "crash_loop"})
+NOT_FAILURES = frozenset({"none"})
+
+TAIL_LINES = 2000  # what the exit diagnosis reads
+LOG_SCAN_BYTES = 64 * 1024 * 1024  # per component, newest first: enough for days of symptoms
+MAX_SAMPLES = 3
+
+# Absolute timestamps found in log lines ("2025-04-23 21:31:41", "2024-11-13T03:15:08.672Z",
+# "[2025-04-23 21:31:41 TP0]"); times without a date are not placed.
+_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
+
+
+@dataclass
+class RunFailure:
+    """One component's failure: an exit the journal recorded, or what a log ends with."""
+
+    component: str
+    ts: float | None
+    category: str
+    summary: str
+    source: str  # "exit" (journal), "log" (the log's tail, no exit recorded), "flag"
+    attempt: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    diagnosis: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> bool:
+        return self.source != "flag" and self.category not in SYMPTOM_CATEGORIES
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "component": self.component, "ts": self.ts, "time": _iso(self.ts), "category": self.category,
+            "summary": self.summary, "source": self.source, "attempt": self.attempt,
+            "exit_code": self.exit_code, "signal": self.signal, "diagnosis": self.diagnosis,
+        }
+
+
+@dataclass
+class RunSymptom:
+    """What one component showed after the root cause: its failures and matching log lines."""
+
+    component: str
+    category: str
+    count: int  # failures (exits, flags) of this kind
+    log_lines: int  # log lines of this kind
+    first_ts: float | None
+    last_ts: float | None
+    summary: str
+    samples: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        span = (self.last_ts - self.first_ts) if self.first_ts is not None and self.last_ts is not None else None
+        return {
+            "component": self.component, "category": self.category, "count": self.count,
+            "log_lines": self.log_lines, "first_ts": self.first_ts, "last_ts": self.last_ts,
+            "first": _iso(self.first_ts), "last": _iso(self.last_ts),
+            "span_s": round(span, 3) if span is not None else None, "summary": self.summary,
+            "samples": self.samples,
+        }
+
+
+@dataclass
+class _LogScan:
+    files: list[str] = field(default_factory=list)
+    lines: int = 0
+    bytes: int = 0
+    truncated: bool = False
+    mtime: float | None = None
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    # category -> [count, first_ts, last_ts, samples]
+    by_category: dict[str, list[Any]] = field(default_factory=dict)
+
+
+@dataclass
+class RunDiagnosis:
+    run_dir: str
+    name: str | None
+    started_ts: float | None
+    ended_ts: float | None
+    root_cause: RunFailure | None
+    symptoms: list[RunSymptom]
+    failures: list[RunFailure]
+    components: dict[str, dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def recurrences(self) -> int:
+        """Later failures of the root cause's component with the same category (restarts that
+        failed the same way)."""
+        rc = self.root_cause
+        if rc is None:
+            return 0
+        return sum(1 for f in self.failures if f is not rc and f.component == rc.component
+                   and f.category == rc.category and (rc.ts is None or f.ts is None or f.ts >= rc.ts))
+
+    @property
+    def verdict(self) -> str:
+        rc = self.root_cause
+        if rc is None:
+            return "no failure found in the journal or the logs"
+        when = f" at {_iso(rc.ts)}" if rc.ts is not None else ""
+        first = f"{rc.component} failed first{when}: {rc.summary}"
+        if not self.symptoms:
+            return first
+        others = sorted({s.component for s in self.symptoms if s.component != rc.component})
+        return first + (f"; then {', '.join(others)} failed as a consequence" if others else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "name": self.name,
+            "started": _iso(self.started_ts),
+            "ended": _iso(self.ended_ts),
+            "verdict": self.verdict,
+            "root_cause": self.root_cause.to_dict() if self.root_cause else None,
+            "recurrences": self.recurrences,
+            "symptoms": [s.to_dict() for s in self.symptoms],
+            "failures": [f.to_dict() for f in self.failures],
+            "components": self.components,
+            "notes": self.notes,
+        }
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def line_time(text: str) -> float | None:
+    """The absolute time a log line carries, as unix seconds, or None."""
+    m = _ISO.search(text)
+    if not m:
+        return None
+    y, mo, d, h, mi, s, frac, tz = m.groups()
+    try:
+        dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    ts = dt.timestamp() + (float("0." + frac) if frac else 0.0)
+    if tz and tz != "Z":
+        sign = 1 if tz[0] == "+" else -1
+        hh, mm = int(tz[1:3]), int(tz[-2:])
+        ts -= sign * (hh * 3600 + mm * 60)
+    # a log line's time without a zone is read as UTC: its ordering matters, not its zone
+    return ts
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Events in order; lines that are not a JSON object (a torn last line) are skipped and counted."""
+    events: list[dict[str, Any]] = []
+    bad = 0
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for raw in fh:
+                if not raw.strip():
+                    continue
+                try:
+                    e = json.loads(raw)
+                except ValueError:
+                    bad += 1
+                    continue
+                if isinstance(e, dict) and isinstance(e.get("kind"), str):
+                    events.append(e)
+                else:
+                    bad += 1
+    except OSError:
+        return [], 0
+    events.sort(key=lambda e: (_num(e.get("seq")), _num(e.get("ts"))))
+    return events, bad
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+
+
+def log_files(logs: Path, name: str) -> list[Path]:
+    """NAME.log and its rotations, oldest first (NAME.log.3, NAME.log.2, NAME.log.1, NAME.log)."""
+    rotated = []
+    for p in logs.glob(f"{name}.log.*"):
+        suffix = p.name[len(name) + 5:]
+        if suffix.isdigit():
+            rotated.append((int(suffix), p))
+    files = [p for _n, p in sorted(rotated, reverse=True)]
+    current = logs / f"{name}.log"
+    if current.exists():
+        files.append(current)
+    return files
+
+
+def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES) -> _LogScan:
+    """Every line of the newest ``budget`` bytes of a component's logs: the failure lines of each
+    category (count, first and last time a line carries), the tail the exit diagnosis would read."""
+    scan = _LogScan(files=[str(p) for p in files])
+    sizes = []
+    for p in files:
+        try:
+            st = p.stat()
+        except OSError:
+            sizes.append(0)
+            continue
+        sizes.append(st.st_size)
+        scan.mtime = st.st_mtime if scan.mtime is None else max(scan.mtime, st.st_mtime)
+    # skip the oldest bytes beyond the budget
+    skip = max(0, sum(sizes) - budget)
+    scan.truncated = skip > 0
+    for p, size in zip(files, sizes, strict=True):
+        if skip >= size:
+            skip -= size
+            continue
+        try:
+            fh = open(p, "rb")
+        except OSError:
+            continue
+        with fh:
+            if skip:
+                fh.seek(skip)
+                fh.readline()  # resume at a line boundary
+                skip = 0
+            for raw in fh:
+                scan.bytes += len(raw)
+                line = clean_line(raw.decode("utf-8", errors="replace"))
+                scan.lines += 1
+                scan.tail.append(line)
+                _count(scan, line)
+    return scan
+
+
+def _count(scan: _LogScan, line: str) -> None:
+    text = line.strip()
+    if not text:
+        return
+    hit = match_span(text)
+    if hit is None:
+        return
+    sig, at = hit
+    if benign_veto(text, at):
+        return
+    entry = scan.by_category.setdefault(sig.category, [0, None, None, []])
+    entry[0] += 1
+    ts = line_time(text)
+    if ts is not None:
+        entry[1] = ts if entry[1] is None else min(entry[1], ts)
+        entry[2] = ts if entry[2] is None else max(entry[2], ts)
+    if len(entry[3]) < MAX_SAMPLES:
+        entry[3].append(text[:300])
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+
+
+def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagnosis:
+    """The root cause of the run in ``run_dir`` and the symptoms it caused."""
+    run_dir = Path(run_dir)
+    notes: list[str] = []
+    events, bad = read_journal(run_dir / "events.jsonl")
+    if bad:
+        notes.append(f"{bad} journal line(s) were not events (torn or foreign) and were skipped")
+    if not events:
+        notes.append("no journal events; the diagnosis rests on the logs alone")
+
+    name = None
+    started = ended = None
+    comps: dict[str, dict[str, Any]] = {}
+    failures: list[RunFailure] = []
+    stopping: dict[str, bool] = {}  # a stop rlsup or the user asked for is under way
+    attempt: dict[str, int | None] = {}
+
+    def comp(c: str) -> dict[str, Any]:
+        return comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
+
+    for e in events:
+        kind, c, ts = e["kind"], e.get("component"), e.get("ts")
+        ts = float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
+        if kind == "run_started":
+            name = e.get("name") or name
+            started = ts if started is None else started
+            for n in e.get("components") or []:
+                if isinstance(n, str):
+                    comp(n)
+            continue
+        if kind == "run_ended":
+            ended = ts
+            continue
+        if not isinstance(c, str):
+            continue
+        info = comp(c)
+        if kind == "started":
+            info["attempts"] += 1
+            info["state"] = "running"
+            stopping[c] = False
+            attempt[c] = e.get("attempt") if isinstance(e.get("attempt"), int) else info["attempts"]
+        elif kind == "stopping":
+            stopping[c] = True
+        elif kind in ("stopped", "completed", "fatal"):
+            info["state"] = kind
+        elif kind == "exited":
+            info["exits"] += 1
+            diag = e.get("diagnosis") if isinstance(e.get("diagnosis"), dict) else {}
+            cat = str(diag.get("category") or "unknown")
+            if stopping.get(c) or cat in NOT_FAILURES:
+                continue
+            info["failures"] += 1
+            failures.append(RunFailure(
+                c, ts, cat, str(diag.get("summary") or cat), "exit", attempt.get(c),
+                e.get("exit_code") if isinstance(e.get("exit_code"), int) else None,
+                e.get("signal") if isinstance(e.get("signal"), str) else None, diag))
+        elif kind == "flag":
+            ftype = str(e.get("type") or "flag")
+            if ftype in SYMPTOM_FLAGS:
+                failures.append(RunFailure(c, ts, ftype, str(e.get("message") or ftype), "flag",
+                                           attempt.get(c), diagnosis={"evidence": e.get("evidence") or []}))
+
+    # Every component's log: the components the journal names and any log in logs/.
+    logs_dir = run_dir / "logs"
+    names = set(comps)
+    if logs_dir.is_dir():
+        for p in logs_dir.iterdir():
+            m = re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name)
+            if m:
+                names.add(m.group("n"))
+    scans: dict[str, _LogScan] = {}
+    for n in sorted(names):
+        files = log_files(logs_dir, n) if logs_dir.is_dir() else []
+        scan = scan_log(files, log_budget)
+        scans[n] = scan
+        info = comp(n)
+        info["log_files"] = [Path(f).name for f in scan.files]
+        info["log_lines_scanned"] = scan.lines
+        if scan.truncated:
+            notes.append(f"{n}: only the newest {log_budget // (1024 * 1024)} MiB of its logs were scanned")
+        # A log that ends in a failure the journal has no exit for (a journal lost, a process
+        # that outlived its supervisor): the log's last write is when it happened.
+        if not any(f.component == n and f.source == "exit" for f in failures) and scan.tail:
+            d = diagnose(list(scan.tail))
+            if d.category not in NOT_FAILURES:
+                info["failures"] += 1
+                failures.append(RunFailure(n, _tail_time(scan) or scan.mtime, d.category, d.summary, "log",
+                                           diagnosis=d.to_dict()))
+
+    failures.sort(key=lambda f: (f.ts is None, f.ts or 0.0))
+    root = _root(failures)
+    symptoms = _symptoms(root, failures, scans) if root else []
+    for n, info in comps.items():
+        info.setdefault("log_files", [])
+        info.setdefault("log_lines_scanned", 0)
+        info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scans[n].by_category.items())} if n in scans else {}
+    return RunDiagnosis(str(run_dir), name, started, ended, root, symptoms, failures, dict(sorted(comps.items())), notes)
+
+
+def _tail_time(scan: _LogScan) -> float | None:
+    for line in reversed(scan.tail):
+        ts = line_time(line)
+        if ts is not None:
+            return ts
+    return None
+
+
+def _root(failures: list[RunFailure]) -> RunFailure | None:
+    """The first primary failure in time; without one, the first failure of any kind."""
+    timed = [f for f in failures if f.source != "flag"]
+    for f in timed:
+        if f.primary:
+            return f
+    return timed[0] if timed else (failures[0] if failures else None)
+
+
+def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan]) -> list[RunSymptom]:
+    """Per component and kind, what followed the root cause: later failures and flags, and the
+    symptom lines of the other components' logs."""
+    t0 = root.ts
+    groups: dict[tuple[str, str], RunSymptom] = {}
+    for f in failures:
+        if f is root or (t0 is not None and f.ts is not None and f.ts < t0):
+            continue
+        if f.component == root.component and f.category == root.category:
+            continue  # the same failure again after a restart: counted as a recurrence
+        key = (f.component, f.category)
+        s = groups.get(key)
+        if s is None:
+            s = groups[key] = RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts, f.summary)
+        s.count += 1
+        if f.ts is not None:
+            s.first_ts = f.ts if s.first_ts is None else min(s.first_ts, f.ts)
+            s.last_ts = f.ts if s.last_ts is None else max(s.last_ts, f.ts)
+    for n, scan in scans.items():
+        if n == root.component:
+            continue
+        for cat, (count, first, last, samples) in scan.by_category.items():
+            if cat not in SYMPTOM_CATEGORIES:
+                continue
+            # lines known to predate the root cause are a startup wait, not its consequence
+            if t0 is not None and last is not None and last < t0:
+                continue
+            key = (n, cat)
+            s = groups.get(key)
+            if s is None:
+                s = groups[key] = RunSymptom(n, cat, 0, 0, first, last, samples[0] if samples else cat)
+            s.log_lines += count
+            s.samples = list(samples)
+            for ts in (first, last):
+                if ts is not None:
+                    s.first_ts = ts if s.first_ts is None else min(s.first_ts, ts)
+                    s.last_ts = ts if s.last_ts is None else max(s.last_ts, ts)
+    return sorted(groups.values(), key=lambda s: (s.first_ts is None, s.first_ts or 0.0, s.component, s.category))
+
+
+# ---------------------------------------------------------------------------------------------
+# human form
+
+
+def _span(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def format_run(rd: RunDiagnosis) -> str:
+    out = [f"{rd.run_dir}: {rd.verdict}"]
+    rc = rd.root_cause
+    if rc is not None:
+        d = Diagnosis.from_dict(rc.diagnosis) if rc.diagnosis else None
+        out.append("")
+        out.append(f"root cause  {rc.component} ({rc.category})" + (f", attempt {rc.attempt}" if rc.attempt else ""))
+        if rc.ts is not None:
+            out.append(f"  when:      {_iso(rc.ts)}" + (f" ({_span(rc.ts - rd.started_ts)} into the run)"
+                                                         if rd.started_ts is not None and rc.ts >= rd.started_ts else ""))
+        out.append(f"  summary:   {rc.summary}")
+        if rd.recurrences:
+            out.append(f"  recurred:  {rd.recurrences} more time{'s' if rd.recurrences > 1 else ''} after restarts")
+        if d is not None:
+            if d.exception:
+                out.append(f"  exception: {d.exception[:300]}")
+            if d.location:
+                out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
+            if d.hint:
+                out.append(f"  next:      {d.hint}")
+            for ev in d.evidence[:6]:
+                out.append(f"    | {ev[:300]}")
+    if rd.symptoms:
+        out.append("")
+        out.append("symptoms it caused:")
+        for s in rd.symptoms:
+            what = []
+            if s.count:
+                noun = "flag" if s.category in SYMPTOM_FLAGS else "exit"
+                what.append(f"{s.count} {noun}{'s' if s.count > 1 else ''}")
+            if s.log_lines:
+                what.append(f"{s.log_lines} log line{'s' if s.log_lines > 1 else ''}")
+            span = ""
+            if s.first_ts is not None and s.last_ts is not None and s.last_ts > s.first_ts:
+                span = f" over {_span(s.last_ts - s.first_ts)}"
+            after = ""
+            if rc is not None and rc.ts is not None and s.first_ts is not None and s.first_ts >= rc.ts:
+                after = f", from {_span(s.first_ts - rc.ts)} after the root cause"
+            out.append(f"  {s.component}: {s.category}, {' and '.join(what) or 'seen'}{span}{after}")
+            out.append(f"    | {s.summary[:300]}")
+    if rd.notes:
+        out.append("")
+        out.extend(f"note: {n}" for n in rd.notes)
+    return "\n".join(out)
+
+
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
+    """A directory holding a run's journal (what ``rlsup diagnose RUN_DIR`` reads)."""
+    return (Path(path) / "events.jsonl").is_file()

@@ -1,0 +1,197 @@
+"""Run-level diagnosis on run directories built from real log excerpts (tests/fixtures/diagnosis)
+and a journal written by supervisor.journal.Journal, as the supervisor writes it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rlsup.supervisor.diagnosis import diagnose, diagnose_command, diagnose_run, format_run
+from rlsup.supervisor.diagnosis.offline import read_tail
+from rlsup.supervisor.journal import Journal
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "diagnosis"
+T0 = 1_750_000_000.0  # the run starts
+H = 3600.0
+
+
+def excerpt(name: str) -> list[str]:
+    return read_tail(FIXTURES / name)[1:]
+
+
+class Run:
+    """A run directory: a journal written the supervisor's way, and component logs."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        (root / "logs").mkdir(parents=True)
+        self.journal = Journal(root / "events.jsonl")
+        self.attempts: dict[str, int] = {}
+
+    def emit(self, ts: float, kind: str, component: str | None, **fields: Any) -> None:
+        self.journal.last_seq += 1
+        self.journal.append({"ts": ts, "seq": self.journal.last_seq, "kind": kind, "component": component, **fields})
+
+    def log(self, name: str, lines: list[str], suffix: str = "") -> Path:
+        p = self.root / "logs" / f"{name}.log{suffix}"
+        with open(p, "a", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+        return p
+
+    def start(self, ts: float, name: str) -> None:
+        self.attempts[name] = self.attempts.get(name, 0) + 1
+        self.emit(ts, "started", name, pid=1000 + self.attempts[name], attempt=self.attempts[name], resume=None,
+                  command=["python", "-m", name])
+
+    def exit(self, ts: float, name: str, exit_code: int | None, tail: list[str], signal: str | None = None) -> None:
+        d = diagnose(tail, exit_code=exit_code, signal=signal)  # what the supervisor records
+        self.emit(ts, "exited", name, exit_code=exit_code, signal=signal, uptime_s=60.0, step=d.step,
+                  diagnosis=d.to_dict())
+
+
+def test_inference_cuda_error_hours_before_thousands_of_refused_connections(tmp_path: Path) -> None:
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="gsm8k-grpo", pid=1, run_dir=str(run.root),
+             components=["inference", "orchestrator", "trainer"])
+    cuda = excerpt("cuda_illegal_memory_access.log")
+    refused = excerpt("openrlhf_remote_rm_request_error_refused.log")
+    for name in ("inference", "orchestrator", "trainer"):
+        run.start(T0, name)
+    run.emit(T0 + 60, "ready", "inference", probe="http")
+    # the inference server dies of a CUDA error after 1 h, again after its restart, then gives up
+    run.log("inference", ["INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.8.5", *cuda])
+    run.exit(T0 + 1 * H, "inference", 1, cuda)
+    run.emit(T0 + 1 * H, "restart_scheduled", "inference", delay_s=2.0, attempt=2, reason="exited with code 1")
+    run.start(T0 + 1 * H + 2, "inference")
+    run.log("inference", cuda)
+    run.exit(T0 + 2 * H, "inference", 1, cuda)
+    run.emit(T0 + 2 * H, "fatal", "inference", reason="crash loop")
+    run.emit(T0 + 1 * H + 30, "flag", "orchestrator", type="dependency_down", message="inference is down",
+             evidence=["inference exited with code 1"], action="waiting")
+    # the trainer retries its reward/inference endpoint for 13 hours and restarts on failure;
+    # its log rotated once (trainer.log.1 is the older part)
+    run.log("trainer", refused * 1200, suffix=".1")
+    run.log("trainer", refused * 800)
+    for k in range(2, 15):
+        run.exit(T0 + k * H, "trainer", 1, refused[-30:] + ["httpx.ConnectError: [Errno 111] Connection refused"])
+        run.start(T0 + k * H + 5, "trainer")
+    # unknown event kinds and a torn last line are tolerated
+    run.emit(T0 + 14 * H, "gpu_reset", "trainer", note="a kind this reader does not know")
+    run.journal.close()
+    with open(run.root / "events.jsonl", "a") as fh:
+        fh.write('{"ts": 1750050400.0, "seq": 99, "kind": "exi')
+
+    rd = diagnose_run(run.root)
+    rc = rd.root_cause
+    assert rc is not None
+    assert (rc.component, rc.category, rc.source, rc.ts, rc.attempt) == ("inference", "cuda_error", "exit", T0 + H, 1)
+    assert rd.recurrences == 1
+    by = {(s.component, s.category): s for s in rd.symptoms}
+    trainer = by[("trainer", "connection_refused")]
+    assert trainer.count == 13  # thirteen exits, 2 h to 14 h
+    assert trainer.log_lines >= 2000 * 2  # both refused lines of every retry, rotated log included
+    assert trainer.last_ts - trainer.first_ts >= 12 * H
+    assert ("orchestrator", "dependency_down") in by
+    assert not any(s.component == "inference" for s in rd.symptoms)
+    assert any("not events" in n for n in rd.notes)
+    assert rd.components["trainer"]["log_files"] == ["trainer.log.1", "trainer.log"]
+    assert rd.verdict.startswith("inference failed first at 2025-")
+    assert "orchestrator, trainer" in rd.verdict
+
+    human = format_run(rd)
+    assert "root cause  inference (cuda_error), attempt 1" in human
+    assert "1h00m0" not in human  # durations are h/m
+    assert "trainer: connection_refused, 13 exits and" in human and "over 12h" in human
+    assert "recurred:  1 more time" in human
+
+    d = rd.to_dict()
+    json.dumps(d)  # JSON-able
+    assert d["root_cause"]["component"] == "inference" and d["root_cause"]["diagnosis"]["category"] == "cuda_error"
+    assert {"verdict", "root_cause", "recurrences", "symptoms", "failures", "components", "notes"} <= set(d)
+
+
+def test_a_symptom_first_in_time_is_not_the_root_cause(tmp_path: Path) -> None:
+    """The trainer's refused connection is recorded before the inference server's OOM-sized KV
+    cache error (a client gives up sooner than a server loading a model): the primary failure,
+    even when later, is the root cause."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="r", components=["inference", "trainer"])
+    run.start(T0, "inference")
+    run.start(T0, "trainer")
+    refused = excerpt("openrlhf_remote_rm_request_error_refused.log")
+    kv = excerpt("vllm_v1_kv_cache_engine_core_dp0.log")
+    run.log("trainer", refused)
+    run.exit(T0 + 100, "trainer", 1, refused)
+    run.log("inference", kv)
+    run.exit(T0 + 300, "inference", 1, kv)
+    rd = diagnose_run(run.root)
+    assert (rd.root_cause.component, rd.root_cause.category) == ("inference", "inference_memory_config")
+    # the earlier refused connection of the trainer is listed, not hidden
+    assert [f.component for f in rd.failures] == ["trainer", "inference"]
+
+
+def test_stops_asked_for_are_not_failures_and_a_clean_run_has_no_root_cause(tmp_path: Path) -> None:
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="r", components=["trainer"])
+    run.start(T0, "trainer")
+    run.log("trainer", excerpt("neg_trl_grpo_loss_dicts.log"))
+    run.emit(T0 + 50, "stopping", "trainer", signal="SIGTERM", by="user")
+    run.exit(T0 + 51, "trainer", None, [], signal="SIGTERM")
+    run.emit(T0 + 51, "stopped", "trainer", by="user")
+    run.emit(T0 + 52, "run_ended", None, reason="stopped by user", exit_code=0)
+    rd = diagnose_run(run.root)
+    assert rd.root_cause is None and rd.symptoms == [] and rd.failures == []
+    assert rd.verdict == "no failure found in the journal or the logs"
+    assert rd.components["trainer"]["state"] == "stopped"
+
+
+def test_log_only_failures_when_the_journal_has_no_exit(tmp_path: Path) -> None:
+    """A journal that lost its exits (a supervisor killed mid-run): each log's tail is diagnosed
+    and placed at the log's last write."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="r", components=["inference", "trainer"])
+    inf = run.log("inference", excerpt("sglang_not_enough_memory.log"))
+    tr = run.log("trainer", excerpt("stream_writer_library_only.log"))
+    os.utime(inf, (T0 + 10, T0 + 10))
+    os.utime(tr, (T0 + 900, T0 + 900))
+    rd = diagnose_run(run.root)
+    assert (rd.root_cause.component, rd.root_cause.category, rd.root_cause.source) == (
+        "inference", "inference_memory_config", "log")
+    assert rd.root_cause.ts == T0 + 10
+    assert [(f.component, f.category) for f in rd.failures] == [
+        ("inference", "inference_memory_config"), ("trainer", "python_exception")]
+
+
+def test_log_lines_with_absolute_times_place_the_failure(tmp_path: Path) -> None:
+    """No journal at all, a log whose lines carry their time (dolly#139's metaflow prefix): the
+    failure is placed at the time its lines say, not at the file's mtime."""
+    root = tmp_path / "run"
+    (root / "logs").mkdir(parents=True)
+    (root / "events.jsonl").write_text("")
+    p = root / "logs" / "trainer.log"
+    p.write_text("\n".join(excerpt("disk_full_torch_save.log")) + "\n")
+    os.utime(p, (T0, T0))
+    rd = diagnose_run(root)
+    assert rd.root_cause.category == "disk_full"
+    assert rd.root_cause.ts == 1682748072.977  # 2023-04-29 06:01:12.977 (read as UTC)
+    assert any("no journal events" in n for n in rd.notes)
+
+
+def test_rlsup_diagnose_run_dir_through_the_command(tmp_path: Path) -> None:
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="r", components=["trainer"])
+    run.start(T0, "trainer")
+    log = excerpt("cuda_oom_verl_entropy.log")
+    run.log("trainer", log)
+    run.exit(T0 + 5, "trainer", 1, log)
+    out = io.StringIO()
+    assert diagnose_command([str(run.root)], True, out) == 0
+    d = json.loads(out.getvalue())
+    assert d["root_cause"]["category"] == "cuda_oom" and d["root_cause"]["component"] == "trainer"
+    out = io.StringIO()
+    assert diagnose_command([str(run.root), str(FIXTURES / "disk_full_torch_save.log")], False, out) == 0
+    text = out.getvalue()
+    assert "root cause  trainer (cuda_oom)" in text and "disk_full_torch_save.log: disk_full" in text
