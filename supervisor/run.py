@@ -491,10 +491,8 @@ class Run:
 
         host = read_host_evidence(pid) if signal == "SIGKILL" else None
         d = diagnose(comp.tail(1000), exit_code=exit_code, signal=signal, step=comp.progress.step, pid=pid,
-                     host=host).to_dict()
-        if not d.get("hint"):
-            d["hint"] = hint_for(d)
-        return d
+                     host=host)
+        return d.to_dict()
 
     def plan_resume(self, comp: Component, step: int | None) -> dict[str, Any]:
         """Where the next attempt starts: the newest *complete* checkpoint, chosen now that the
@@ -941,19 +939,6 @@ class Run:
 
     def rings(self) -> dict[str, Any]:
         return {n: c.ring for n, c in self.components.items()}
-
-
-def hint_for(diag: dict[str, Any]) -> str | None:
-    """What to do next, where rlsup knows: a missing module names the package and the rlsup extra."""
-    import re
-
-    from .extras import install_hint
-
-    text = " ".join(str(diag.get(k) or "") for k in ("exception", "summary"))
-    m = re.search(r"No module named '([\w.]+)'", text)
-    if m:
-        return install_hint(m.group(1))  # None for a module rlsup does not know: no guessing
-    return None
 
 
 def say(text: str) -> None:

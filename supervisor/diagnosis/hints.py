@@ -45,9 +45,19 @@ _BY_CATEGORY: dict[str, str] = {
 }
 
 
+_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
 def hint_for(category: str, text: str = "") -> str:
     if category == "none":
         return ""
+    m = _MISSING_MODULE.search(text) if text else None
+    if m:  # the package, and the rlsup extra that installs it where there is one
+        from ..extras import install_hint
+
+        how = install_hint(m.group(1))
+        if how:
+            return f"Install the missing package: {how}"
     for cats, pat, hint in _BY_MESSAGE:
         if category in cats and text and pat.search(text):
             return hint

@@ -149,9 +149,14 @@ def _reduce(events: list[dict[str, Any]], snap: dict[str, Any]) -> dict[str, Any
         state_mod.apply(st, e)
     for name, c in (snap.get("components") or {}).items():
         mine = st["components"].setdefault(name, state_mod.new_component())
+        # Progress is a gauge: the final state has the final step (a resumed attempt's journal entry
+        # says only where it started); an exit seen later than the last state write still counts.
         for k in ("step", "total", "rate", "eta_s", "metrics", "checkpoint"):
-            if c.get(k) is not None and (mine.get(k) in (None, {}) or k in ("checkpoint", "metrics")):
+            if c.get(k) is not None:
                 mine[k] = c[k]
+        last_exit_step = (mine.get("last_exit") or {}).get("step")
+        if last_exit_step is not None and (mine.get("step") is None or last_exit_step > mine["step"]):
+            mine["step"] = last_exit_step
         if not events:
             mine.update({k: v for k, v in c.items() if k in mine})
     st["gpus"] = snap.get("gpus") or []
@@ -358,6 +363,7 @@ def _render(paths: RunPaths, events: list[dict[str, Any]], st: dict[str, Any], s
         _summary(st, attempts),
         "",
     ]
+    out += _root_cause_section(paths)
     out += _components_table(st, attempts)
     out += _flags_section(events)
     out += _attempts_section(paths, st, attempts)
@@ -366,6 +372,41 @@ def _render(paths: RunPaths, events: list[dict[str, Any]], st: dict[str, Any], s
     out += _next_steps(st, attempts, events)
     out += _timeline(events, started_at)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _root_cause_section(paths: RunPaths) -> list[str]:
+    """The run's root cause across components, with the symptoms it caused elsewhere."""
+    from ..diagnosis.run import diagnose_run
+
+    try:
+        rd = diagnose_run(paths.root)
+    except (OSError, ValueError) as e:
+        return ["## Root cause", "", f"Could not read the run for a root cause: {e}", ""]
+    rc = rd.root_cause
+    if rc is None:
+        return []
+    when = f" at {_utc(rc.ts)}" if rc.ts is not None else ""
+    att = f" (attempt {rc.attempt})" if rc.attempt else ""
+    text = f"**{rc.component}** failed first{when}{att}: {rc.summary}."
+    if rd.recurrences:
+        text += f" It failed the same way {_times(rd.recurrences)} more after restarts."
+    hint = (rc.diagnosis or {}).get("hint")
+    out = ["## Root cause", "", text]
+    if hint:
+        out += ["", f"What to do: {hint}"]
+    if rd.symptoms:
+        out += ["", "What it caused elsewhere:", ""]
+        for sym in rd.symptoms:
+            parts = []
+            if sym.count:
+                parts.append(f"failed {_times(sym.count)}")
+            if sym.log_lines:
+                parts.append(f"{sym.log_lines} log line(s)")
+            span = ""
+            if sym.first_ts is not None and sym.last_ts is not None and sym.last_ts > sym.first_ts:
+                span = f" over {fmt_duration(sym.last_ts - sym.first_ts)}"
+            out.append(f"- {sym.component}: {sym.summary} ({', '.join(parts) or 'seen'}{span})")
+    return out + [""]
 
 
 def _components_table(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:

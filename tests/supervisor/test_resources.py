@@ -5,13 +5,12 @@ memory growth over steps."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
 
 from rlsup.supervisor.config import load_config
-import dataclasses
-
 from rlsup.supervisor.gpu import FakeSampler, GpuProcess, proc_identity
 from rlsup.supervisor.run import Run as Supervisor
 from tests.conftest import pid_alive, write_config
