@@ -8,16 +8,29 @@ becomes a :mod:`~rlsup.supervisor.lifecycle` input, so "why did rlsup restart X"
 from __future__ import annotations
 
 import signal as signal_mod
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from . import events as ev
 from . import lifecycle as lc
-
-if TYPE_CHECKING:
-    from .run import Run
+from .component import Component
 
 Reply = dict[str, Any]
+
+
+class Run(Protocol):
+    """What a command may do to a run: emit, reach its components, follow restarts, end it."""
+
+    @property
+    def components(self) -> Mapping[str, Component]: ...
+
+    def emit(self, event: ev.Event) -> dict[str, Any]: ...
+
+    def follow_restart(self, name: str) -> None: ...
+
+    def request_shutdown(self, reason: str, by_user: bool = True) -> None: ...
+
+    def handover(self, reason: str) -> list[int]: ...
 
 
 def _stop(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:

@@ -18,7 +18,6 @@ import contextlib
 import os
 import signal as signal_mod
 import socket
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from . import state as state_mod
 from .clock import Clock, SystemClock
 from .component import Component
 from .config import Config
+from .daemonlog import say
 from .inotify import IN_CLOSE_WRITE, IN_CREATE, IN_MODIFY, IN_MOVED_TO, IN_Q_OVERFLOW, Inotify
 from .journal import Journal, read_events, write_json_atomic
 from .logs import Position, RingBudget
@@ -939,11 +939,3 @@ class Run:
 
     def rings(self) -> dict[str, Any]:
         return {n: c.ring for n, c in self.components.items()}
-
-
-def say(text: str) -> None:
-    """Print to the supervisor's log; never raise (a full disk must not reach control flow)."""
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import protocol
+from .daemonlog import say
 from .events import is_lifecycle
 from .journal import read_events
 from .logs import LogRing
@@ -101,8 +102,6 @@ class Conn:
             self.give_up(f"{self.buffered >> 20} MiB behind")
 
     def give_up(self, why: str) -> None:
-        from .run import say
-
         say(f"rlsup: client {self.name} is {why}; disconnecting it (it resyncs from the journal when it "
             "reconnects)")
         self.transport.abort()  # drop the backlog now rather than flush it

@@ -17,8 +17,8 @@ from .engine import diagnose, find_step, normalize_signal
 from .host import parse_kernel_log, parse_memory_events, read_host_evidence
 from .memory import MemoryGrowthDetector, fit_growth
 from .model import CATEGORIES, Diagnosis, HostEvidence
-from .normalize import normalize, strip_prefixes
-from .offline import clean_line, diagnose_command, diagnose_file, format_human, read_tail
+from .normalize import clean_line, normalize, strip_prefixes
+from .offline import diagnose_command, diagnose_file, format_human, read_tail
 from .patterns import AttemptRecord, Flag, detect_attempt_patterns
 from .run import RunDiagnosis, RunFailure, RunSymptom, diagnose_run, format_run, is_run_dir
 

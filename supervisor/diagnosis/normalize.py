@@ -74,7 +74,7 @@ _PLAIN_PREFIXES = [
 _MAX_PASSES = 8
 _RANK_TAG = re.compile(r"\bRank (\d+)\]")
 # SGR colour codes whose ESC byte was lost on the way into an issue ("[36m(WorkerDict pid=1)[0m");
-# with the ESC they are removed before diagnosis (offline.clean_line, logs).
+# with the ESC they are removed before diagnosis (clean_line, logs).
 _BARE_SGR = re.compile(r"(?<![\w\]])\[(?:\d{1,3}(?:;\d{1,3})*)?m(?![\w\[])")
 # Ray's log deduplication suffix: "... [repeated 3x across cluster]"
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
@@ -153,3 +153,16 @@ def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:
             stream, text = strip_prefixes(piece)
             out.append(Line(len(out), stream, text, len(text) != len(piece.rstrip())))
     return out
+
+
+_CLEAN_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(?:\x07|\x1b\\)")
+
+
+def clean_line(raw: str) -> str:
+    """ANSI escapes removed and ``\\r`` progress redraws folded to the last one."""
+    line = _CLEAN_ANSI.sub("", raw.rstrip("\n"))
+    if "\r" in line:
+        parts = [p for p in line.split("\r") if p.strip()]
+        line = parts[-1] if parts else ""
+    return line
+

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import deque
 from pathlib import Path
 from typing import TextIO
 
 from .engine import diagnose
 from .model import Diagnosis
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(?:\x07|\x1b\\)")
-
-
-def clean_line(raw: str) -> str:
-    """ANSI escapes removed and ``\\r`` progress redraws folded to the last one."""
-    line = _ANSI.sub("", raw.rstrip("\n"))
-    if "\r" in line:
-        parts = [p for p in line.split("\r") if p.strip()]
-        line = parts[-1] if parts else ""
-    return line
+from .normalize import clean_line
 
 
 def read_tail(path: str | Path, tail_lines: int = 2000) -> list[str]:

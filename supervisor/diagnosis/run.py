@@ -26,7 +26,7 @@ from typing import Any
 
 from .engine import diagnose
 from .model import Diagnosis
-from .offline import clean_line
+from .normalize import clean_line
 from .signatures import benign_veto, match_span
 
 # Failures that are usually the consequence of another component's failure.
