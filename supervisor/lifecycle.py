@@ -550,7 +550,8 @@ def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: 
         if f.type in EPISODE_FLAGS and f.type in episode:
             continue  # once per episode
         if f.fatal and decision.action == "fatal":
-            action = f"stopped automatic restarts (state fatal); fix the cause, then `rlsup start {name}`"
+            action = (f"stopped automatic restarts (state fatal); fix the cause, then `rlsup start {name}` "
+                      "(or, once the run has ended, `rlsup up CONFIG --resume`)")
         elif decision.action == "restart":
             action = "restarting with backoff" + (" (resuming from a checkpoint where one is configured)"
                                                   if f.type == "false_success" else "")

@@ -140,14 +140,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         return run_headless(cfg, show_logs=args.logs, gpu=args.gpu, daemon=args.daemon_child, resume=args.resume)
 
     extra = ["--gpu", args.gpu] if args.gpu else []
-    proc = daemon.spawn(args.config, run_dir, extra)
-    problem = daemon.wait_ready(proc, run_dir)
+    hint = attach_hint(run_dir)
+    try:
+        proc = daemon.spawn(args.config, run_dir, extra)
+        problem = daemon.wait_ready(proc, run_dir)
+    except KeyboardInterrupt:
+        # The daemon is in its own session: the interrupt did not reach it. Say where the run is.
+        say(f"\nrlsup: interrupted while the supervisor started; the run goes on in the background.\n"
+            f"  attach: {hint}\n  status: rlsup status{run_dir_arg(run_dir)}\n  stop:   rlsup down{run_dir_arg(run_dir)}",
+            err=True)
+        return 130
     if problem is not None:
         say(f"rlsup: {problem}; the end of {shown}/{daemon.DAEMON_LOG}:", err=True)
         for line in daemon.log_tail(run_dir):
             say(f"  {line}", err=True)
         return EXIT_FAILED
-    hint = attach_hint(run_dir)
     if args.detach:
         say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
         say(f"  run dir:  {shown}")

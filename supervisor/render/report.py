@@ -98,7 +98,12 @@ class Attempt:
             return False
         if (self.outcome or {}).get("kind") == "stopped":
             return False
-        return bool(e.get("signal")) or (e.get("exit_code") not in (0, None))
+        return bool(e.get("signal")) or (e.get("exit_code") not in (0, None)) or self.false_success is not None
+
+    @property
+    def false_success(self) -> dict[str, Any] | None:
+        """The ``false_success`` flag of this attempt: an exit 0 before the last step is a failure."""
+        return next((f for f in self.flags if f.get("type") == "false_success"), None)
 
     @property
     def diagnosis(self) -> dict[str, Any]:
@@ -274,6 +279,8 @@ def _failure_text(a: Attempt) -> str:
     """How one attempt failed, in a few words: 'AttributeError at train.py:12', 'SIGKILL'."""
     d = a.diagnosis
     e = a.exited or {}
+    if a.false_success is not None:
+        return f"a false success ({a.false_success.get('message')})"
     if d.get("exception") or d.get("location"):
         return _what(d)
     if e.get("signal") and d.get("category") in (None, "killed", "unknown"):

@@ -81,4 +81,6 @@ def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
     if run.get("ended_at"):
         out.append("")
         out.append(f"run ended: {run.get('end_reason')} (exit code {run.get('exit_code')})")
+        config = run.get("config") or "CONFIG"
+        out.append(f"to go on from its checkpoints: rlsup up {config} --resume; to start anew: rlsup up {config} --fresh")
     return "\n".join(out)

@@ -1,0 +1,46 @@
+"""A component that makes steps: ``Step N/TOTAL | reward R`` lines, checkpoints, a chosen way to end.
+
+    stepper.py --total 20 [--sleep 0.05] [--ckpt DIR --ckpt-every K [--ckpt-marker NAME]]
+               [--exit-at N --exit-code C --once MARKERFILE] [--resume-step S]
+
+``--exit-at N`` ends the process with ``--exit-code`` right after step N (only while ``--once`` does
+not exist yet; it is created then, so a restarted attempt goes on). Checkpoints are directories
+``DIR/step_K`` with a ``weights.bin`` (and the marker file if asked), written before the step line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("--total", type=int, default=20)
+p.add_argument("--sleep", type=float, default=0.02)
+p.add_argument("--ckpt")
+p.add_argument("--ckpt-every", type=int, default=0)
+p.add_argument("--ckpt-marker")
+p.add_argument("--exit-at", type=int)
+p.add_argument("--exit-code", type=int, default=0)
+p.add_argument("--once")
+p.add_argument("--resume-step", type=int, default=0)
+a = p.parse_args()
+
+start = a.resume_step + 1
+print(f"starting at step {start} (resumed from {a.resume_step})", flush=True)
+for step in range(start, a.total + 1):
+    time.sleep(a.sleep)
+    if a.ckpt and a.ckpt_every and step % a.ckpt_every == 0:
+        d = os.path.join(a.ckpt, f"step_{step}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "weights.bin"), "wb") as f:
+            f.write(os.urandom(256))
+        if a.ckpt_marker:
+            open(os.path.join(d, a.ckpt_marker), "w").close()
+    print(f"Step {step}/{a.total} | reward {step / a.total:.3f}", flush=True)
+    if a.exit_at == step and not (a.once and os.path.exists(a.once)):
+        if a.once:
+            open(a.once, "w").close()
+        sys.exit(a.exit_code)
+print("done", flush=True)
