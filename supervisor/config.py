@@ -525,8 +525,9 @@ def _construct(root: _Node, doc: _Doc, loader: yaml.SafeLoader, problems: list[P
             try:
                 return loader.yaml_constructors[tag](
                     loader, yaml.ScalarNode(tag, node.value, style=node.style))
-            except (ValueError, ArithmeticError, yaml.YAMLError) as e:  # e.g. an int of 5,000 digits
-                why = str(e).split(";")[0][:120]
+            except Exception as e:  # PyYAML's scalar constructors raise what they meet: IndexError on
+                # `!!int ""`, ValueError on an int of 5,000 digits. Any of them means: not that type.
+                why = str(e).split(";")[0][:120] or type(e).__name__
                 problem(node.line, node.col, path, f"cannot read {_clip(node.value)} as {tag.rsplit(':', 1)[-1]}: {why}")
                 return None
         problem(node.line, node.col, path, f"unsupported YAML tag {tag!r}")
@@ -618,6 +619,11 @@ def _load_yaml(text: str, file: str) -> _Doc:
 
 def _clip(s: str, n: int = 40) -> str:
     return repr(s) if len(s) <= n else repr(s[:n]) + f"... ({len(s):,} characters)"
+
+
+def _clip_repr(v: Any, n: int = 80) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
 
 
 def _text_pos(text: str, index: int) -> tuple[int, int]:
@@ -944,7 +950,7 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
-        problems.extend(_pydantic_problems(e, doc, file))
+        problems.extend(_pydantic_problems(e, doc, file, data))
     if cfg is not None:
         problems.extend(_semantic_problems(cfg, doc, file))
     if problems:
@@ -993,12 +999,33 @@ def _unwrap(ann: Any) -> Any:
 _INTERNAL = {"source", "file_env"}
 
 
-def _pydantic_problems(e: ValidationError, doc: _Doc, file: str) -> list[Problem]:
+def _data_loc(loc: tuple[Any, ...], data: Any, missing: bool) -> Path_:
+    """The part of a pydantic ``loc`` that is a path in the user's data.
+
+    pydantic puts union members and validators into ``loc`` (``'list[str]'``,
+    ``'function-after[...]'``); telling them apart by their text would also drop a user's key that
+    holds a bracket, so walk the data instead and keep what exists there.
+    """
+    out: list[str | int] = []
+    for i, part in enumerate(loc):
+        if isinstance(data, dict) and isinstance(part, str) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        elif missing and i == len(loc) - 1 and isinstance(part, str):
+            pass  # the required key that is not there
+        else:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _pydantic_problems(e: ValidationError, doc: _Doc, file: str, data: Any) -> list[Problem]:
     out: list[Problem] = []
     for err in e.errors():
-        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and ("[" in x or x.startswith("function-"))))
         etype = err["type"]
-        if etype == "extra_forbidden":
+        loc = _data_loc(tuple(err["loc"]), data, etype == "missing")
+        if etype == "extra_forbidden" and loc:
             key = str(loc[-1])
             model = _model_at(loc)
             known = [k for k in (model.model_fields if model else {}) if k not in _INTERNAL]
@@ -1010,12 +1037,12 @@ def _pydantic_problems(e: ValidationError, doc: _Doc, file: str) -> list[Problem
         msg = err["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
-        if etype == "missing":
+        if etype == "missing" and loc:
             line, col = doc.pos(loc[:-1])
             out.append(Problem(file, line, col, loc[:-1], f"missing required key {loc[-1]!r}"))
             continue
         if "input" in err and etype not in ("model_type", "value_error") and not isinstance(err["input"], dict | list):
-            msg += f" (got {err['input']!r})"
+            msg += f" (got {_clip(err['input']) if isinstance(err['input'], str) else _clip_repr(err['input'])})"
         line, col = doc.pos(loc)
         out.append(Problem(file, line, col, loc, msg))
     # One problem per position and message.

@@ -132,6 +132,11 @@ def test_integer_too_long_to_convert(tmp_path: Path) -> None:
     assert len(out) == 1 and ":1:51: components.a.stop.timeout: cannot read '1000" in out[0]
 
 
+def test_explicit_tag_on_an_empty_value(tmp_path: Path) -> None:
+    out = problems_of(write(tmp_path, "components: {a: {command: 'true', stop: {timeout: !!int }}}\n"))
+    assert len(out) == 1 and "components.a.stop.timeout: cannot read '' as int" in out[0]
+
+
 def test_unsupported_tags(tmp_path: Path) -> None:
     out = problems_of(write(tmp_path, "components: {a: {command: !!binary aGVsbG8=}}\n"
                                       "x: !!python/object:os.system {}\n"))
