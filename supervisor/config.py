@@ -1097,7 +1097,10 @@ def _semantic_problems(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
             try:
                 compiled = re.compile(rx)
             except re.error as e:
-                yield at(path, f"invalid regular expression: {e.msg} at position {e.pos} in {rx!r}")
+                yield at(path, f"invalid regular expression: {e.msg} at position {e.pos} in {_clip(rx, 80)}")
+                continue
+            except RecursionError:  # Python's regex parser recurses once per nested group
+                yield at(path, f"regular expression nested too deeply to compile: {_clip(rx, 80)}")
                 continue
             if path[-1] == "pattern" and path[-2] == "progress" and "step" not in compiled.groupindex:
                 yield at(path, "progress pattern needs a named group `step`, e.g. 'Step (?P<step>\\d+)'")

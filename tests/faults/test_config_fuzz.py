@@ -42,6 +42,7 @@ TRICKY = [
     "0", "-1", "on", "off", "yes", "http://127.0.0.1:1/health", "https://", "127.0.0.1:0", "host:99999",
     "(?P<step>\\d+)", "(", "[", "*", "\\", "..", ".", "outputs/ckpt", "prime-rl", "auto", "glob",
     "started", "ready", "completed", "always", "never", "on-failure", "flag", "restart", "\u2028", "é",
+    "(" * 600 + ")" * 600,
 ]
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
@@ -174,7 +175,8 @@ def config_documents(draw: st.DrawFn) -> bytes:
 TOKENS = [b"&a ", b"*a", b"<<: *a\n", b"!!binary ", b"!!python/object:os.system ", b"!foo ", b"? ", b"- ",
           b"{", b"}", b"[", b"]", b": ", b"\n", b"\t", b"#", b"'", b'"', b"\\0", b"\x00", b"\xff\xfe", b"%YAML 1.1\n",
           b"---\n", b"...\n", b"on: ", b"yes", b"${", b"${A:-${", b"}", b"[" * 300, b"1" + b"0" * 5000,
-          b"&b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n", b"!!int ", b"!!str ", b"0x", b".inf", b"~"]
+          b"&b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n", b"!!int ", b"!!str ", b"0x", b".inf", b"~",
+          b"'" + b"(" * 600 + b"'"]
 
 
 @st.composite

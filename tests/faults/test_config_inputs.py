@@ -132,6 +132,22 @@ def test_integer_too_long_to_convert(tmp_path: Path) -> None:
     assert len(out) == 1 and ":1:51: components.a.stop.timeout: cannot read '1000" in out[0]
 
 
+def test_regex_nested_too_deeply(tmp_path: Path) -> None:
+    rx = "(" * 600 + "x" + ")" * 600
+    out = problems_of(write(tmp_path, f"components: {{a: {{command: 'true', ready: {{log: '{rx}'}}}}}}\n"))
+    assert len(out) == 1 and ":1:48: components.a.ready.log: regular expression nested too deeply" in out[0]
+
+
+def test_keys_with_brackets_keep_their_position(tmp_path: Path) -> None:
+    # pydantic puts 'list[str]' and 'function-after[...]' into error locations; a user's key with a
+    # bracket in it must not be mistaken for one of those (it was dropped, then indexed: IndexError).
+    out = problems_of(write(tmp_path, "components: {a: {command: 'true'}}\n'x[0]': 1\n"))
+    assert out == [f"{tmp_path}/c.yaml:2:1: unknown key 'x[0]'; known keys: name, run_dir, env, env_file, "
+                   "components, notify, logs, dependency_budget"]
+    out = problems_of(write(tmp_path, "components: {'a[1]': {command: 'true', 'str': 1}}\n"))
+    assert any(":1:40: components.a[1]: unknown key 'str'" in o for o in out), out
+
+
 def test_explicit_tag_on_an_empty_value(tmp_path: Path) -> None:
     out = problems_of(write(tmp_path, "components: {a: {command: 'true', stop: {timeout: !!int }}}\n"))
     assert len(out) == 1 and "components.a.stop.timeout: cannot read '' as int" in out[0]
