@@ -1073,7 +1073,9 @@ def _semantic_problems(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
             elif dep == n:
                 yield at(base + ("depends_on", dep), "a component cannot depend on itself", key=True)
         for i, dep in enumerate(c.restart_with):
-            if dep not in cfg.components:
+            if dep == n:  # it would follow its own restarts
+                yield at(base + ("restart_with", i), "a component cannot restart with itself")
+            elif dep not in cfg.components:
                 close = difflib.get_close_matches(dep, names, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 yield at(base + ("restart_with", i), f"unknown component {dep!r}{hint}")

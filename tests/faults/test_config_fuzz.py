@@ -241,7 +241,7 @@ def test_yaml_token_soup(workdir: Path, data: bytes) -> None:
     _load(workdir / "soup.yaml", data, workdir / "run")
 
 
-@settings(FUZZ, max_examples=1200)
+@settings(FUZZ, max_examples=900)
 @given(data=config_documents())
 def test_schema_shaped_documents(workdir: Path, data: bytes) -> None:
     _load(workdir / "schema.yaml", data, workdir / "run")

@@ -220,6 +220,20 @@ def _yaml_examples() -> list[tuple[str, str]]:
 EXAMPLES = _yaml_examples()
 
 
+SHIPPED = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "presets").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[str(p.relative_to(ROOT)) for p in SHIPPED])
+def test_shipped_config_loads(tmp_path, path):
+    cfg = load_config(path, run_dir=str(tmp_path / "run"))
+    assert cfg.topo_order() and all(c.argv() for c in cfg.components.values())
+
+
+def test_restart_with_itself(tmp_path):
+    out = problems(tmp_path, "components:\n  a: {command: 'true', restart_with: [a]}\n")
+    assert out == [f"{tmp_path}/c.yaml:2:39: components.a.restart_with[0]: a component cannot restart with itself"]
+
+
 def test_the_docs_have_yaml_examples():
     assert sum(1 for where, _ in EXAMPLES if where.startswith("README.md")) >= 2
     if not _contract_files():
