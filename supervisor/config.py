@@ -1,9 +1,17 @@
 """YAML run configuration -> validated model.
 
 Every problem is reported as ``FILE:LINE:COL: key.path: message`` (all problems at once, never a
-traceback). ``${VAR}`` and ``${VAR:-default}`` expand in every string value; ``$$`` is a literal ``$``.
-Variables come from the environment, then ``env_file`` (whose values are defaults the shell
-can override), plus ``RLSUP_RUN_DIR``, ``RLSUP_NAME`` and ``RLSUP_CONFIG_DIR``.
+traceback): :func:`load_config` raises nothing but :class:`ConfigError`, whatever the bytes of the
+file. ``${VAR}``, ``${VAR:-default}`` and ``${VAR-default}`` expand in every string value (defaults
+may nest: ``${A:-${B:-c}}``); ``$$`` is a literal ``$``; any other ``${`` is an error. Variables come
+from the environment, then ``env_file`` (whose values are defaults the shell can override), plus
+``RLSUP_RUN_DIR``, ``RLSUP_NAME`` and ``RLSUP_CONFIG_DIR``.
+
+Limits that keep a hostile file an error rather than a crash: a config or env_file of at most
+MAX_CONFIG_BYTES, YAML nested at most MAX_DEPTH levels, at most MAX_VALUES values once aliases are
+expanded (an alias bomb is refused without being expanded), no recursive aliases. Mapping keys are
+the strings written (YAML 1.1 would read ``on:`` as ``True``). What the OS would refuse at spawn time
+is refused here: a NUL byte in any string, ``=`` in or an empty environment variable name.
 """
 
 from __future__ import annotations
@@ -113,7 +121,8 @@ def _signal_name(v: Any) -> str:
         try:
             sig = signal_mod.Signals(int(text))
         except ValueError:
-            raise ValueError(f"{text} is not a signal number on this system") from None
+            raise ValueError(f"{text} is not a signal number on this system that rlsup can name "
+                             "(use a name such as SIGTERM)") from None
     else:
         name = text.upper()
         name = name if name.startswith("SIG") else "SIG" + name
