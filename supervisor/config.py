@@ -1,9 +1,17 @@
 """YAML run configuration -> validated model.
 
 Every problem is reported as ``FILE:LINE:COL: key.path: message`` (all problems at once, never a
-traceback). ``${VAR}`` and ``${VAR:-default}`` expand in every string value; ``$$`` is a literal ``$``.
-Variables come from the environment, then ``env_file`` (whose values are defaults the shell
-can override), plus ``RLSUP_RUN_DIR``, ``RLSUP_NAME`` and ``RLSUP_CONFIG_DIR``.
+traceback): :func:`load_config` raises nothing but :class:`ConfigError`, whatever the bytes of the
+file. ``${VAR}``, ``${VAR:-default}`` and ``${VAR-default}`` expand in every string value (defaults
+may nest: ``${A:-${B:-c}}``); ``$$`` is a literal ``$``; any other ``${`` is an error. Variables come
+from the environment, then ``env_file`` (whose values are defaults the shell can override), plus
+``RLSUP_RUN_DIR``, ``RLSUP_NAME`` and ``RLSUP_CONFIG_DIR``.
+
+Limits that keep a hostile file an error rather than a crash: a config or env_file of at most
+MAX_CONFIG_BYTES, YAML nested at most MAX_DEPTH levels, at most MAX_VALUES values once aliases are
+expanded (an alias bomb is refused without being expanded), no recursive aliases. Mapping keys are
+the strings written (YAML 1.1 would read ``on:`` as ``True``). What the OS would refuse at spawn time
+is refused here: a NUL byte in any string, ``=`` in or an empty environment variable name.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import re
 import shlex
 import signal as signal_mod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,17 +100,49 @@ class RestartCfg(_Model):
     success_exit_codes: list[int] = [0]
 
 
+# Signals a component cannot be asked to stop with. SIGSTOP cannot be caught and suspends the
+# process instead of ending it: every stop would wait out `timeout` and end in SIGKILL anyway.
+# SIGKILL is allowed: it is a deliberate "no grace period" (supervisord and Docker accept it too).
+_NOT_STOP_SIGNALS = {"SIGSTOP"}
+
+
+def _signal_name(v: Any) -> str:
+    """The canonical name (``SIGTERM``) of a real signal given as a name (any case, with or
+    without ``SIG``) or a number; ValueError otherwise.
+
+    Only members of :class:`signal.Signals` count: the module also holds constants that are not
+    signals (``SIG_DFL`` = 0, ``SIG_IGN`` = 1, ``SIG_BLOCK`` = 0), which used to be accepted and sent
+    as signal 0 or SIGHUP.
+    """
+    if isinstance(v, bool) or not isinstance(v, int | str):
+        raise ValueError(f"a signal is a name such as SIGTERM or a number, got {v!r}")
+    text = str(v).strip()
+    if text.lstrip("+").isdigit():
+        try:
+            sig = signal_mod.Signals(int(text))
+        except ValueError:
+            raise ValueError(f"{text} is not a signal number on this system that rlsup can name "
+                             "(use a name such as SIGTERM)") from None
+    else:
+        name = text.upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        sig = signal_mod.Signals.__members__.get(name)  # type: ignore[assignment]
+        if sig is None:
+            raise ValueError(f"unknown signal {v!r} (use a name such as SIGTERM or SIGINT, or a number)")
+    if sig.name in _NOT_STOP_SIGNALS:
+        raise ValueError(f"{sig.name} suspends a process instead of ending it, so it cannot be a stop signal "
+                         "(use SIGTERM, SIGINT, SIGQUIT, or SIGKILL for no grace period)")
+    return sig.name
+
+
 class StopCfg(_Model):
     signal: str = "SIGTERM"
     timeout: float = Field(30.0, ge=0)
 
-    @field_validator("signal")
+    @field_validator("signal", mode="before")
     @classmethod
-    def _known_signal(cls, v: str) -> str:
-        name = v.upper() if v.upper().startswith("SIG") else "SIG" + v.upper()
-        if not hasattr(signal_mod, name) or name in ("SIG_DFL", "SIG_IGN"):
-            raise ValueError(f"unknown signal {v!r} (use a name such as SIGTERM or SIGINT)")
-        return name
+    def _known_signal(cls, v: Any) -> str:
+        return _signal_name(v)
 
 
 class _ProbeTarget(_Model):
@@ -285,19 +325,24 @@ class Config(_Model):
 
     def topo_order(self) -> list[str]:
         """Components in dependency order (dependencies first; ties in file order)."""
+        # Iterative depth-first search: a 2,000-long dependency chain must not hit the recursion limit.
         done: list[str] = []
         seen: set[str] = set()
-
-        def visit(n: str) -> None:
-            if n in seen:
-                return
-            seen.add(n)
-            for d in self.components[n].depends_on:
-                visit(d)
-            done.append(n)
-
-        for n in self.components:
-            visit(n)
+        for root in self.components:
+            if root in seen:
+                continue
+            seen.add(root)
+            stack = [(root, iter(self.components[root].depends_on))]
+            while stack:
+                n, deps = stack[-1]
+                for d in deps:
+                    if d in self.components and d not in seen:
+                        seen.add(d)
+                        stack.append((d, iter(self.components[d].depends_on)))
+                        break
+                else:
+                    stack.pop()
+                    done.append(n)
         return done
 
     def dependents(self, name: str) -> list[str]:
@@ -306,13 +351,60 @@ class Config(_Model):
 
 # ---------------------------------------------------------------------------------------------
 # YAML with positions.
+#
+# PyYAML's composer and constructor recurse once per nesting level and expand aliases without
+# limit, so a hostile file (5,000 nested brackets, `&a [*a]`, an alias bomb) ends in RecursionError
+# or MemoryError instead of a config error. We drive PyYAML's (iterative) parser ourselves: the
+# document is composed with an explicit stack, nesting is capped, a recursive alias is refused
+# where it is written, and the size the document would have once every alias is expanded is
+# computed as it is read, so a bomb is refused before anything is expanded.
+
+MAX_CONFIG_BYTES = 16 * MiB  # a config (or env_file) larger than this is a mistake, not a config
+MAX_DEPTH = 100  # nesting levels; the schema needs 6
+MAX_VALUES = 1_000_000  # values once every alias is expanded (10,000 components x 100 fit)
+
+_STR = "tag:yaml.org,2002:str"
+_SEQ = "tag:yaml.org,2002:seq"
+_MAP = "tag:yaml.org,2002:map"
+_MERGE = "tag:yaml.org,2002:merge"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_SCALAR_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                "tag:yaml.org,2002:null")
 
 
-@dataclass
+class _Node:
+    """One composed YAML node: kind 's' (scalar), 'q' (sequence) or 'm' (mapping)."""
+
+    __slots__ = ("kind", "tag", "value", "line", "col", "items", "size", "style")
+
+    def __init__(self, kind: str, tag: str, line: int, col: int, value: str = "", style: str | None = None):
+        self.kind = kind
+        self.tag = tag
+        self.value = value
+        self.style = style
+        self.line = line
+        self.col = col
+        # sequence: [_Ref]; mapping: [(_Ref key, _Ref value)]
+        self.items: list[Any] = []
+        self.size = 1  # values in this node once every alias below it is expanded
+
+
+class _Ref:
+    """A child where it is written: the node itself, or an alias to an anchored node."""
+
+    __slots__ = ("node", "line", "col", "alias")
+
+    def __init__(self, node: _Node, line: int, col: int, alias: bool):
+        self.node, self.line, self.col, self.alias = node, line, col, alias
+
+
 class _Doc:
-    data: Any
-    marks: dict[Path_, tuple[int, int]] = field(default_factory=dict)  # value positions
-    key_marks: dict[Path_, tuple[int, int]] = field(default_factory=dict)  # key positions
+    """The document's data (keys are always the strings written) and where each value and key is."""
+
+    def __init__(self, data: Any = None) -> None:
+        self.data = data
+        self.marks: dict[Path_, tuple[int, int]] = {}  # value positions
+        self.key_marks: dict[Path_, tuple[int, int]] = {}  # key positions
 
     def pos(self, path: Path_, key: bool = False) -> tuple[int, int]:
         table = self.key_marks if key else self.marks
@@ -326,81 +418,398 @@ class _Doc:
         return self.marks.get((), (1, 1))
 
 
+class _YamlProblem(Exception):
+    def __init__(self, line: int, col: int, message: str):
+        super().__init__(message)
+        self.line, self.col, self.message = line, col, message
+
+
+def _mark(m: Any) -> tuple[int, int]:
+    return (m.line + 1, m.column + 1) if m is not None else (1, 1)
+
+
+def _compose(loader: yaml.SafeLoader) -> _Node | None:
+    """The single document of the stream as a node graph (aliases shared, never copied)."""
+    loader.get_event()  # StreamStart
+    if loader.check_event(yaml.StreamEndEvent):
+        return None
+    loader.get_event()  # DocumentStart
+    anchors: dict[str, _Node] = {}
+    open_nodes: list[_Node] = []  # the collections being read, outermost first
+    open_ids: set[int] = set()
+    pending_key: list[_Ref | None] = []  # per open mapping: the key read, waiting for its value
+    total = 0  # values read so far, aliases counted at their expanded size
+    root: _Node | None = None
+
+    def attach(ref: _Ref) -> None:
+        nonlocal root
+        if not open_nodes:
+            root = ref.node
+            return
+        parent = open_nodes[-1]
+        if parent.kind == "q":
+            parent.items.append(ref)
+        elif pending_key[-1] is None:
+            pending_key[-1] = ref
+        else:
+            parent.items.append((pending_key[-1], ref))
+            pending_key[-1] = None
+
+    while True:
+        ev = loader.get_event()
+        line, col = _mark(ev.start_mark)
+        if isinstance(ev, yaml.AliasEvent):
+            target = anchors.get(ev.anchor)
+            if target is None:
+                raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} refers to no anchor &{ev.anchor} above it")
+            if id(target) in open_ids:
+                raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} is inside the node it refers to "
+                                              "(a recursive alias)")
+            total += target.size
+            if total > MAX_VALUES:
+                raise _YamlProblem(line, col, f"the document expands to more than {MAX_VALUES:,} values through "
+                                              f"its aliases (at *{ev.anchor}): an alias bomb?")
+            attach(_Ref(target, line, col, True))
+        elif isinstance(ev, yaml.ScalarEvent):
+            tag = ev.tag
+            if tag is None or tag == "!":
+                tag = loader.resolve(yaml.ScalarNode, ev.value, ev.implicit)
+            node = _Node("s", tag, line, col, ev.value, ev.style)
+            total += 1
+            if ev.anchor is not None:
+                anchors[ev.anchor] = node
+            attach(_Ref(node, line, col, False))
+        elif isinstance(ev, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            if len(open_nodes) >= MAX_DEPTH:
+                raise _YamlProblem(line, col, f"nested more than {MAX_DEPTH} levels deep")
+            is_seq = isinstance(ev, yaml.SequenceStartEvent)
+            tag = ev.tag
+            if tag is None or tag == "!":
+                tag = loader.resolve(yaml.SequenceNode if is_seq else yaml.MappingNode, None, ev.implicit)
+            node = _Node("q" if is_seq else "m", tag, line, col)
+            total += 1
+            if ev.anchor is not None:
+                anchors[ev.anchor] = node
+            attach(_Ref(node, line, col, False))
+            open_nodes.append(node)
+            open_ids.add(id(node))
+            pending_key.append(None)
+        elif isinstance(ev, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+            node = open_nodes.pop()
+            open_ids.discard(id(node))
+            pending_key.pop()
+            if node.kind == "q":
+                node.size = 1 + sum(r.node.size for r in node.items)
+            else:
+                node.size = 1 + sum(k.node.size + v.node.size for k, v in node.items)
+        elif isinstance(ev, yaml.DocumentEndEvent):
+            break
+        if total > MAX_VALUES:
+            raise _YamlProblem(line, col, f"the document holds more than {MAX_VALUES:,} values")
+    if not loader.check_event(yaml.StreamEndEvent):
+        ev = loader.get_event()
+        line, col = _mark(ev.start_mark)
+        raise _YamlProblem(line, col, "YAML syntax error: expected a single document in the stream, "
+                                      "but found another document")
+    return root
+
+
+def _construct(root: _Node, doc: _Doc, loader: yaml.SafeLoader, problems: list[Problem], file: str) -> Any:
+    """Plain Python data from the node graph; every mapping key is the string the user wrote.
+
+    Keys stay as written because YAML 1.1 reads ``on``, ``off``, ``yes`` and ``no`` as booleans,
+    which would turn notify's ``on:`` into ``True``; rlsup's keys are names, never booleans.
+    Values keep YAML's types (``exit_on_end: yes`` is true). Recursion here is bounded by
+    MAX_DEPTH and the work by MAX_VALUES, both enforced while composing.
+    """
+
+    def problem(line: int, col: int, path: Path_, msg: str) -> None:
+        problems.append(Problem(file, line, col, path, msg))
+
+    def scalar(node: _Node, path: Path_) -> Any:
+        tag = node.tag
+        if tag == _STR or tag == _TIMESTAMP:  # no rlsup field is a date: keep what was written
+            return node.value
+        if tag in _SCALAR_TAGS:
+            try:
+                return loader.yaml_constructors[tag](
+                    loader, yaml.ScalarNode(tag, node.value, style=node.style))
+            except Exception as e:  # PyYAML's scalar constructors raise what they meet: IndexError on
+                # `!!int ""`, ValueError on an int of 5,000 digits. Any of them means: not that type.
+                why = str(e).split(";")[0][:120] or type(e).__name__
+                problem(node.line, node.col, path, f"cannot read {_clip(node.value)} as {tag.rsplit(':', 1)[-1]}: {why}")
+                return None
+        problem(node.line, node.col, path, f"unsupported YAML tag {tag!r}")
+        return None
+
+    def build(ref: _Ref, path: Path_, record: bool) -> Any:
+        node = ref.node
+        if record:
+            doc.marks[path] = (ref.line, ref.col)
+        # Below an alias, positions fall back to the alias (pos() walks up): where it was used.
+        record = record and not ref.alias
+        if node.kind == "s":
+            return scalar(node, path)
+        if node.kind == "q":
+            if node.tag != _SEQ:
+                problem(node.line, node.col, path, f"unsupported YAML tag {node.tag!r} on a list")
+            return [build(r, path + (i,), record) for i, r in enumerate(node.items)]
+        if node.tag != _MAP:
+            problem(node.line, node.col, path, f"unsupported YAML tag {node.tag!r} on a mapping")
+        out: dict[str, Any] = {}
+        seen: dict[str, int] = {}
+        merges: list[_Ref] = []
+        for kref, vref in node.items:
+            k = kref.node
+            if k.kind != "s":
+                problem(kref.line, kref.col, path, "a key must be a plain string, not a "
+                                                   f"{'list' if k.kind == 'q' else 'mapping'}")
+                continue
+            if k.tag == _MERGE and not kref.alias and k.style is None:
+                merges.append(vref)
+                continue
+            key = k.value
+            if key in seen:
+                problem(kref.line, kref.col, path, f"duplicate key {key!r} (first at line {seen[key]})")
+            seen[key] = kref.line
+            if record:
+                doc.key_marks[path + (key,)] = (kref.line, kref.col)
+            out[key] = build(vref, path + (key,), record)
+        # `<<: *defaults` (or a list of them): keys written here win, then earlier merges.
+        for vref in merges:
+            sources = vref.node.items if vref.node.kind == "q" else [vref]
+            for src in sources:
+                if src.node.kind != "m":
+                    problem(src.line, src.col, path, "`<<` merges a mapping (or a list of mappings) into this one")
+                    continue
+                merged = build(src, path + ("<<",), False)
+                for key, value in (merged.items() if isinstance(merged, dict) else ()):
+                    if key not in out:
+                        out[key] = value
+                        if record:
+                            doc.marks.setdefault(path + (key,), (src.line, src.col))
+                            doc.key_marks.setdefault(path + (key,), (src.line, src.col))
+        return out
+
+    return build(_Ref(root, root.line, root.col, False), (), True)
+
+
 def _load_yaml(text: str, file: str) -> _Doc:
-    loader = yaml.SafeLoader(text)
+    """Parse ``text`` into a :class:`_Doc`; any YAML problem is a :class:`ConfigError` with a position."""
+    problems: list[Problem] = []
+    loader: yaml.SafeLoader | None = None
     try:
-        node = loader.get_single_node()
-        if node is None:
+        loader = yaml.SafeLoader(text)  # checks every character at once: may raise ReaderError
+        root = _compose(loader)
+        if root is None:
             raise ConfigError([Problem(file, 1, 1, (), "the file is empty")])
-        doc = _Doc(None)
-        problems: list[Problem] = []
-        _walk(node, (), doc, problems, file)
-        doc.data = loader.construct_document(node)
+        doc = _Doc()
+        doc.data = _construct(root, doc, loader, problems, file)
+    except _YamlProblem as e:
+        raise ConfigError([Problem(file, e.line, e.col, (), e.message)]) from None
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        line, col = _mark(e.problem_mark or e.context_mark)
         msg = " ".join(x for x in (e.context, e.problem) if x) or str(e)
         raise ConfigError([Problem(file, line, col, (), f"YAML syntax error: {msg}")]) from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, most control codes)
+        line, col = _text_pos(text, e.position)
+        what = f"#x{e.character:04x}" if isinstance(e.character, int) else repr(e.character)
+        raise ConfigError([Problem(file, line, col, (), f"YAML does not allow the character {what} "
+                                                        "(a binary file?)")]) from None
+    except yaml.YAMLError as e:
+        raise ConfigError([Problem(file, 1, 1, (), f"YAML error: {e}")]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if problems:
         raise ConfigError(problems)
     return doc
 
 
-def _walk(node: yaml.Node, path: Path_, doc: _Doc, problems: list[Problem], file: str) -> None:
-    doc.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
-        for k, v in node.value:
-            key = str(k.value)
-            if key in seen:
-                problems.append(
-                    Problem(file, k.start_mark.line + 1, k.start_mark.column + 1, path,
-                            f"duplicate key {key!r} (first at line {seen[key]})")
-                )
-            seen[key] = k.start_mark.line + 1
-            doc.key_marks[path + (key,)] = (k.start_mark.line + 1, k.start_mark.column + 1)
-            _walk(v, path + (key,), doc, problems, file)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            _walk(v, path + (i,), doc, problems, file)
+def _clip(s: str, n: int = 40) -> str:
+    return repr(s) if len(s) <= n else repr(s[:n]) + f"... ({len(s):,} characters)"
+
+
+def _clip_repr(v: Any, n: int = 80) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
+def _text_pos(text: str, index: int) -> tuple[int, int]:
+    """1-based line and column of ``text[index]``."""
+    index = max(0, min(index, len(text)))
+    line_start = text.rfind("\n", 0, index) + 1
+    return text.count("\n", 0, index) + 1, index - line_start + 1
+
+
+def _read_capped(path: Path, what: str) -> bytes:
+    """The file's bytes; OSError as open/read raise it, ValueError when it is over MAX_CONFIG_BYTES."""
+    with open(path, "rb") as fh:  # also /dev/zero or a pipe: never read more than the cap
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{what} is larger than {MAX_CONFIG_BYTES // MiB} MiB: not a config")
+    return data
+
+
+def _decode(data: bytes, file: str, path: Path_ = ()) -> str:
+    """``data`` as UTF-8, or a ConfigError at the first byte that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ConfigError([Problem(file, line, col, path, f"not UTF-8 text (byte 0x{data[e.start]:02x}: {e.reason}): "
+                                                          "is it a binary file?")]) from None
 
 
 # ---------------------------------------------------------------------------------------------
-# Interpolation.
+# Interpolation: ${VAR}, ${VAR:-default} (unset or empty), ${VAR-default} (unset), $$ -> $.
+# Defaults may hold references themselves (${A:-${B:-c}}), expanded only when used, as a shell
+# does. A `${` that is not one of these forms is an error, never passed through as text.
 
-_VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+MAX_EXPANSION_DEPTH = 20
+_NAME_AT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass
+class _Var:
+    name: str
+    op: str  # "" | ":-" | "-"
+    default: list[str | _Var]
+    raw: str  # the reference as written
+
+
+def _parse_refs(s: str, errors: list[str]) -> list[str | _Var]:
+    """``s`` split into literal text and variable references; bad references stay as text."""
+    parts: list[str | _Var] = []
+    # (start of the reference, name, op, parts collected so far) for each open ${NAME:-...
+    stack: list[tuple[int, str, str, list[str | _Var]]] = []
+    cur = parts
+    buf: list[str] = []
+    i, n = 0, len(s)
+
+    def flush() -> None:
+        if buf:
+            cur.append("".join(buf))
+            buf.clear()
+
+    while i < n:
+        j = s.find("$", i) if not stack else _next_special(s, i)
+        if j < 0:
+            buf.append(s[i:])
+            break
+        buf.append(s[i:j])
+        i = j
+        ch = s[i]
+        if ch == "}":  # closes the innermost open default
+            start, name, op, outer = stack.pop()
+            flush()
+            var = _Var(name, op, cur, s[start:i + 1])
+            cur = outer
+            cur.append(var)
+            i += 1
+            continue
+        if s.startswith("$$", i):
+            buf.append("$")
+            i += 2
+            continue
+        if not s.startswith("${", i):
+            buf.append("$")
+            i += 1
+            continue
+        m = _NAME_AT.match(s, i + 2)
+        end = m.end() if m else i + 2
+        if m and s.startswith("}", end):
+            flush()
+            cur.append(_Var(m.group(0), "", [], s[i:end + 1]))
+            i = end + 1
+            continue
+        op = ":-" if s.startswith(":-", end) else "-" if s.startswith("-", end) else ""
+        if m and op:
+            if len(stack) >= MAX_EXPANSION_DEPTH:
+                errors.append(f"variable defaults nested more than {MAX_EXPANSION_DEPTH} deep")
+                start, _, _, outer = stack[0]
+                return [*outer, s[start:]]
+            flush()
+            stack.append((i, m.group(0), op, cur))
+            cur = []
+            i = end + len(op)
+            continue
+        close = s.find("}", i)
+        shown = s[i:close + 1] if close >= 0 else s[i:i + 40]
+        if close < 0:
+            errors.append(f"unterminated variable reference {shown!r}: no closing '}}' (write $$ for a literal $)")
+        else:
+            errors.append(f"bad variable reference {shown!r}: use ${{VAR}}, ${{VAR:-default}} or ${{VAR-default}} "
+                          "(write $$ for a literal $)")
+        buf.append(s[i:i + 2])
+        i += 2
+    if stack:  # the string ended inside ${NAME:-...: keep that text as written
+        start, _, _, outer = stack[0]
+        errors.append(f"unterminated variable reference {s[start:start + 40]!r}: no closing '}}' "
+                      "(write $$ for a literal $)")
+        return [*outer, s[start:]]
+    flush()
+    return parts
+
+
+def _next_special(s: str, i: int) -> int:
+    """Index of the next ``$`` or ``}`` at or after ``i`` (-1 if none): inside a default, ``}`` ends it."""
+    a, b = s.find("$", i), s.find("}", i)
+    if a < 0:
+        return b
+    return a if b < 0 or a < b else b
+
+
+def _evaluate(parts: list[str | _Var], variables: Mapping[str, str], missing: list[str]) -> str:
+    out: list[str] = []
+    for p in parts:
+        if isinstance(p, str):
+            out.append(p)
+            continue
+        v = variables.get(p.name)
+        if v is None or (v == "" and p.op == ":-"):
+            if p.op:
+                out.append(_evaluate(p.default, variables, missing))
+                continue
+            missing.append(p.name)
+            v = ""
+        out.append(v)
+    return "".join(out)
+
+
+def expand(value: str, variables: Mapping[str, str]) -> tuple[str, list[str], list[str]]:
+    """Expand references in ``value``: (text, names missing without a default, syntax errors)."""
+    if "$" not in value:
+        return value, [], []
+    errors: list[str] = []
+    parts = _parse_refs(value, errors)
+    missing: list[str] = []
+    return _evaluate(parts, variables, missing), missing, errors
 
 
 def interpolate(value: str, variables: Mapping[str, str]) -> tuple[str, list[str]]:
-    """Expand ``${VAR}``/``${VAR:-default}``/``$$``; return (text, names that were missing)."""
-    missing: list[str] = []
+    """Expand ``${VAR}``/``${VAR:-default}``/``$$``; return (text, names that were missing).
 
-    def sub(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        name, default = m.group(1), m.group(2)
-        v = variables.get(name)
-        if v is None or (v == "" and ":-" in m.group(0)):
-            if default is not None:
-                return default
-            missing.append(name)
-            return ""
-        return v
-
-    return _VAR_RE.sub(sub, value), missing
+    A malformed reference is left as written; :func:`expand` also reports it.
+    """
+    text, missing, _ = expand(value, variables)
+    return text, missing
 
 
 def _interpolate_tree(data: Any, path: Path_, variables: Mapping[str, str], doc: _Doc,
                       problems: list[Problem], file: str) -> Any:
+    # Recursion is bounded by MAX_DEPTH, enforced when the YAML was read.
     if isinstance(data, str):
-        out, missing = interpolate(data, variables)
-        for name in missing:
+        out, missing, errors = expand(data, variables)
+        if missing or errors:
             line, col = doc.pos(path)
-            problems.append(Problem(file, line, col, path,
-                                    f"environment variable {name} is not set and has no default "
-                                    f"(set it, add it to env_file, or write ${{{name}:-default}})"))
+            for err in errors:
+                problems.append(Problem(file, line, col, path, err))
+            for name in missing:
+                problems.append(Problem(file, line, col, path,
+                                        f"environment variable {name} is not set and has no default "
+                                        f"(set it, add it to env_file, or write ${{{name}:-default}})"))
         return out
     if isinstance(data, dict):
         return {k: _interpolate_tree(v, path + (str(k),), variables, doc, problems, file)
@@ -410,19 +819,68 @@ def _interpolate_tree(data: Any, path: Path_, variables: Mapping[str, str], doc:
     return data
 
 
+_NUL_MSG = "contains a NUL byte, which no command, path or environment value can hold"
+
+
+def _os_problems(data: Any, path: Path_, doc: _Doc, file: str) -> Iterator[Problem]:
+    """What the OS would refuse at spawn time, found now: NUL anywhere, bad environment names.
+
+    Without this a NUL in a command, cwd or env value passes ``check`` and fails only when
+    ``up`` spawns the component (``ValueError: embedded null byte``).
+    """
+    if isinstance(data, str):
+        if "\x00" in data:
+            line, col = doc.pos(path)
+            yield Problem(file, line, col, path, _NUL_MSG)
+        return
+    if isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _os_problems(v, path + (i,), doc, file)
+        return
+    if not isinstance(data, dict):
+        return
+    is_env = bool(path) and path[-1] == "env" and (len(path) == 1 or path[:1] == ("components",) and len(path) == 3)
+    for k, v in data.items():
+        kp = path + (str(k),)
+        if isinstance(k, str) and "\x00" in k:
+            line, col = doc.pos(kp, key=True)
+            yield Problem(file, line, col, path, f"key {k!r} {_NUL_MSG}")
+        elif is_env and isinstance(k, str) and ("=" in k or not k):
+            line, col = doc.pos(kp, key=True)
+            yield Problem(file, line, col, path,
+                          f"environment variable name {k!r} " + ("contains '=', which ends a name in the "
+                                                                 "environment" if k else "is empty"))
+        yield from _os_problems(v, kp, doc, file)
+
+
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 
 
 def parse_env_file(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines (``export`` prefix, quotes and ``#`` comments allowed)."""
+    """KEY=VALUE lines (``export`` prefix, quotes and ``#`` comments allowed).
+
+    Raises OSError when the file cannot be read, ConfigError for anything in it that is not
+    such a line (binary content, non-UTF-8 bytes, a NUL byte), with the file's line and column.
+    """
+    file = str(path)
+    where: Path_ = ("env_file",)
+    try:
+        data = _read_capped(path, "the file")
+    except ValueError as e:
+        raise ConfigError([Problem(file, 1, 1, where, str(e))]) from None
+    text = _decode(data, file, where)
     out: dict[str, str] = {}
     problems: list[Problem] = []
-    for i, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for i, raw in enumerate(text.split("\n"), 1):
+        raw = raw.removesuffix("\r")
         if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        if "\x00" in raw:
+            problems.append(Problem(file, i, raw.index("\x00") + 1, where, f"line {_NUL_MSG} (is it a binary file?)"))
             continue
         m = _ENV_LINE.match(raw)
         if not m:
-            problems.append(Problem(str(path), i, 1, (), f"not a KEY=VALUE line: {raw.strip()!r}"))
+            problems.append(Problem(file, i, 1, where, f"not a KEY=VALUE line: {_clip(raw.strip(), 80)}"))
             continue
         key, val = m.group(1), m.group(2)
         if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
@@ -445,12 +903,12 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
     p = Path(path)
     file = str(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = _read_capped(p, "the file")
     except OSError as e:
         raise ConfigError([Problem(file, 1, 1, (), f"cannot read config: {e.strerror or e}")]) from None
-    except UnicodeDecodeError as e:
-        raise ConfigError([Problem(file, 1, 1, (), f"config is not UTF-8 text: {e}")]) from None
-    doc = _load_yaml(text, file)
+    except ValueError as e:
+        raise ConfigError([Problem(file, 1, 1, (), str(e))]) from None
+    doc = _load_yaml(_decode(raw, file), file)
     if not isinstance(doc.data, dict):
         raise ConfigError([Problem(file, 1, 1, (), "the top level must be a mapping with a `components:` key")])
     env = dict(os.environ if environ is None else environ)
@@ -470,15 +928,15 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
     rd = run_dir or (data.get("run_dir") if isinstance(data.get("run_dir"), str) else None) or f"runs/{name}"
     data["run_dir"] = os.path.abspath(rd)
     file_env: dict[str, str] = {}
-    if isinstance(data.get("env_file"), str):
+    if isinstance(data.get("env_file"), str) and "\x00" not in data["env_file"]:  # NUL: reported below
         ef = Path(data["env_file"])
-        if not ef.is_absolute():
-            ef = (p.parent / ef) if (p.parent / ef).exists() else ef
         try:
+            if not ef.is_absolute() and (p.parent / ef).exists():
+                ef = p.parent / ef
             file_env = parse_env_file(ef)
         except ConfigError as e:
             problems.extend(e.problems)
-        except OSError as e:
+        except OSError as e:  # also from exists(): a parent without search permission, a name too long
             line, col = doc.pos(("env_file",))
             problems.append(Problem(file, line, col, ("env_file",),
                                     f"cannot read env_file {str(ef)!r}: {e.strerror or e}"))
@@ -489,6 +947,7 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
     for key in list(data):
         if key not in ("name", "run_dir", "env_file"):
             data[key] = _interpolate_tree(data[key], (key,), variables, doc, problems, file)
+    problems.extend(_os_problems(data, (), doc, file))
     data["source"] = str(p.resolve())
     data["file_env"] = file_env
     if "source" in doc.data or "file_env" in doc.data:
@@ -500,7 +959,7 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
-        problems.extend(_pydantic_problems(e, doc, file))
+        problems.extend(_pydantic_problems(e, doc, file, data))
     if cfg is not None:
         problems.extend(_semantic_problems(cfg, doc, file))
     if problems:
@@ -549,12 +1008,33 @@ def _unwrap(ann: Any) -> Any:
 _INTERNAL = {"source", "file_env"}
 
 
-def _pydantic_problems(e: ValidationError, doc: _Doc, file: str) -> list[Problem]:
+def _data_loc(loc: tuple[Any, ...], data: Any, missing: bool) -> Path_:
+    """The part of a pydantic ``loc`` that is a path in the user's data.
+
+    pydantic puts union members and validators into ``loc`` (``'list[str]'``,
+    ``'function-after[...]'``); telling them apart by their text would also drop a user's key that
+    holds a bracket, so walk the data instead and keep what exists there.
+    """
+    out: list[str | int] = []
+    for i, part in enumerate(loc):
+        if isinstance(data, dict) and isinstance(part, str) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        elif missing and i == len(loc) - 1 and isinstance(part, str):
+            pass  # the required key that is not there
+        else:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _pydantic_problems(e: ValidationError, doc: _Doc, file: str, data: Any) -> list[Problem]:
     out: list[Problem] = []
     for err in e.errors():
-        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and ("[" in x or x.startswith("function-"))))
         etype = err["type"]
-        if etype == "extra_forbidden":
+        loc = _data_loc(tuple(err["loc"]), data, etype == "missing")
+        if etype == "extra_forbidden" and loc:
             key = str(loc[-1])
             model = _model_at(loc)
             known = [k for k in (model.model_fields if model else {}) if k not in _INTERNAL]
@@ -566,12 +1046,12 @@ def _pydantic_problems(e: ValidationError, doc: _Doc, file: str) -> list[Problem
         msg = err["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
-        if etype == "missing":
+        if etype == "missing" and loc:
             line, col = doc.pos(loc[:-1])
             out.append(Problem(file, line, col, loc[:-1], f"missing required key {loc[-1]!r}"))
             continue
         if "input" in err and etype not in ("model_type", "value_error") and not isinstance(err["input"], dict | list):
-            msg += f" (got {err['input']!r})"
+            msg += f" (got {_clip(err['input']) if isinstance(err['input'], str) else _clip_repr(err['input'])})"
         line, col = doc.pos(loc)
         out.append(Problem(file, line, col, loc, msg))
     # One problem per position and message.
@@ -602,7 +1082,9 @@ def _semantic_problems(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
             elif dep == n:
                 yield at(base + ("depends_on", dep), "a component cannot depend on itself", key=True)
         for i, dep in enumerate(c.restart_with):
-            if dep not in cfg.components:
+            if dep == n:  # it would follow its own restarts
+                yield at(base + ("restart_with", i), "a component cannot restart with itself")
+            elif dep not in cfg.components:
                 close = difflib.get_close_matches(dep, names, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 yield at(base + ("restart_with", i), f"unknown component {dep!r}{hint}")
@@ -626,7 +1108,10 @@ def _semantic_problems(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
             try:
                 compiled = re.compile(rx)
             except re.error as e:
-                yield at(path, f"invalid regular expression: {e.msg} at position {e.pos} in {rx!r}")
+                yield at(path, f"invalid regular expression: {e.msg} at position {e.pos} in {_clip(rx, 80)}")
+                continue
+            except RecursionError:  # Python's regex parser recurses once per nested group
+                yield at(path, f"regular expression nested too deeply to compile: {_clip(rx, 80)}")
                 continue
             if path[-1] == "pattern" and path[-2] == "progress" and "step" not in compiled.groupindex:
                 yield at(path, "progress pattern needs a named group `step`, e.g. 'Step (?P<step>\\d+)'")
@@ -638,31 +1123,45 @@ def _semantic_problems(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
 
 
 def _cycles(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
+    # Iterative depth-first search (white/grey/black), so a long chain cannot exhaust the stack.
     color: dict[str, int] = {}
-    stack: list[str] = []
     reported: set[frozenset[str]] = set()
+    for root in cfg.components:
+        if root in color:
+            continue
+        color[root] = 1
+        path = [root]
+        index = {root: 0}  # position of each grey node in `path`
+        iters = [iter(cfg.components[root].depends_on)]
+        while iters:
+            n = path[-1]
+            for d in iters[-1]:
+                if d not in cfg.components or d == n:
+                    continue
+                if color.get(d) == 1:
+                    cycle = path[index[d]:] + [d]
+                    if frozenset(cycle) not in reported:
+                        reported.add(frozenset(cycle))
+                        line, col = doc.pos(("components", n, "depends_on", d), key=True)
+                        yield Problem(file, line, col, ("components", n, "depends_on"),
+                                      f"dependency cycle: {_chain_str(cycle)}")
+                elif color.get(d) is None:
+                    color[d] = 1
+                    index[d] = len(path)
+                    path.append(d)
+                    iters.append(iter(cfg.components[d].depends_on))
+                    break
+            else:
+                color[n] = 2
+                del index[n]
+                path.pop()
+                iters.pop()
 
-    def visit(n: str) -> Iterator[Problem]:
-        color[n] = 1
-        stack.append(n)
-        for d in cfg.components[n].depends_on:
-            if d not in cfg.components or d == n:
-                continue
-            if color.get(d) == 1:
-                cycle = stack[stack.index(d):] + [d]
-                if frozenset(cycle) not in reported:
-                    reported.add(frozenset(cycle))
-                    line, col = doc.pos(("components", n, "depends_on", d), key=True)
-                    yield Problem(file, line, col, ("components", n, "depends_on"),
-                                  f"dependency cycle: {' -> '.join(cycle)}")
-            elif color.get(d) is None:
-                yield from visit(d)
-        stack.pop()
-        color[n] = 2
 
-    for n in cfg.components:
-        if n not in color:
-            yield from visit(n)
+def _chain_str(names: list[str]) -> str:
+    if len(names) <= 12:
+        return " -> ".join(names)
+    return f"{' -> '.join(names[:5])} -> ... ({len(names) - 10} more) -> {' -> '.join(names[-5:])}"
 
 
 def _parse_hostport(s: str) -> tuple[str, int] | None:

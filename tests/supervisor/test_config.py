@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from rlsup.supervisor.config import ConfigError, interpolate, load_config
+from rlsup.supervisor.fleet import load_fleet
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load(tmp_path, text, **kw):
@@ -166,17 +172,88 @@ def test_empty_and_non_mapping(tmp_path):
     assert "top level must be a mapping" in problems(tmp_path, "- a\n- b\n")[0]
 
 
+def _rlsup() -> list[str]:
+    # The installed console script, not a module path: the CLI module may move, the script stays.
+    here = Path(sys.executable).with_name("rlsup")
+    found = str(here) if here.exists() else shutil.which("rlsup")
+    if not found:
+        pytest.skip("the rlsup console script is not installed (pip install -e .)")
+    return [found]
+
+
 def test_cli_check_exit_codes(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("components:\n  a: {command: 'true', restart: {polcy: x}}\n")
-    r = subprocess.run([sys.executable, "-m", "rlsup.supervisor.cli", "check", str(bad)], capture_output=True, text=True)
+    r = subprocess.run([*_rlsup(), "check", str(bad)], capture_output=True, text=True)
     assert r.returncode == 2
     assert f"{bad}:2:" in r.stderr and "did you mean 'policy'" in r.stderr and "Traceback" not in r.stderr
     good = tmp_path / "good.yaml"
     good.write_text(GOOD)
-    r = subprocess.run([sys.executable, "-m", "rlsup.supervisor.cli", "check", str(good)], capture_output=True, text=True)
+    r = subprocess.run([*_rlsup(), "check", str(good)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "start order: inference, trainer" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "rlsup.supervisor.cli", "check", str(tmp_path / "nope.yaml")],
+    r = subprocess.run([*_rlsup(), "check", str(tmp_path / "nope.yaml")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "cannot read config" in r.stderr
+
+
+# ---------------------------------------------------------------------------- documented examples
+
+
+def _contract_files() -> list[Path]:
+    """CONTRACT.md wherever this checkout has it: in the repo, or the shared folder next to the worktrees."""
+    candidates = [ROOT / "CONTRACT.md", ROOT / "docs" / "CONTRACT.md",
+                  *(p / "shared" / "CONTRACT.md" for p in ROOT.parents)]
+    return [p for p in candidates if p.is_file()][:1]
+
+
+def _yaml_examples() -> list[tuple[str, str]]:
+    out = []
+    for doc in [ROOT / "README.md", *_contract_files()]:
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(r"^```ya?ml\n(.*?)^```", text, re.S | re.M):
+            line = text.count("\n", 0, m.start()) + 1
+            out.append((f"{doc.name}:{line}", m.group(1)))
+    return out
+
+
+EXAMPLES = _yaml_examples()
+
+
+SHIPPED = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "presets").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[str(p.relative_to(ROOT)) for p in SHIPPED])
+def test_shipped_config_loads(tmp_path, path):
+    cfg = load_config(path, run_dir=str(tmp_path / "run"))
+    assert cfg.topo_order() and all(c.argv() for c in cfg.components.values())
+
+
+def test_restart_with_itself(tmp_path):
+    out = problems(tmp_path, "components:\n  a: {command: 'true', restart_with: [a]}\n")
+    assert out == [f"{tmp_path}/c.yaml:2:39: components.a.restart_with[0]: a component cannot restart with itself"]
+
+
+def test_the_docs_have_yaml_examples():
+    assert sum(1 for where, _ in EXAMPLES if where.startswith("README.md")) >= 2
+    if not _contract_files():
+        pytest.skip("CONTRACT.md is not in this checkout")
+    assert sum(1 for where, _ in EXAMPLES if where.startswith("CONTRACT.md")) >= 2
+
+
+@pytest.mark.parametrize("where, text", EXAMPLES, ids=[w for w, _ in EXAMPLES])
+def test_documented_yaml_example_loads(tmp_path, where, text):
+    # Read-only on the docs: each example is copied out and loaded as a user would load it. Commands
+    # need not exist here (that is `check`'s business); the config itself must be valid.
+    (tmp_path / ".env").write_text("")  # examples name `env_file: .env`
+    p = tmp_path / "example.yaml"
+    p.write_text(text)
+    if re.search(r"^pods:", text, re.M):
+        assert load_fleet(p, environ={})
+        return
+    cfg = load_config(p, environ={}, run_dir=str(tmp_path / "run"))
+    assert cfg.components
+    for name in cfg.topo_order():
+        assert cfg.components[name].argv()
+    if "notify:" in text and " on: [" in text:
+        assert cfg.notify is not None and "flag" in cfg.notify.on
