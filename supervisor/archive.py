@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from . import state as state_mod
 from .journal import read_events
 from .logs import LineNormaliser, LogRing
 from .phrases import fmt_duration
+from .redact import Redactor, secret_values
 from .rundir import RunPaths
 from .version import VERSION
 
@@ -101,6 +103,58 @@ def replay(paths: RunPaths) -> dict[str, Any]:
     return st
 
 
+def read_config(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        from .config import _load_yaml  # bounded: an alias bomb in a run's config cannot blow up the report
+
+        data = _load_yaml(path.read_text(encoding="utf-8"), str(path)).data
+    except Exception:  # an unreadable or broken config only costs us secrets and checkpoint lookups
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _config_secrets(cfg: dict[str, Any] | None, cfg_path: Path | None) -> set[str]:
+    if not cfg:
+        return set()
+    envs: dict[str, str] = {}
+    for scope in [cfg, *((cfg.get("components") or {}).values())]:
+        if isinstance(scope, dict) and isinstance(scope.get("env"), dict):
+            envs.update({str(k): str(v) for k, v in scope["env"].items() if v is not None})
+    ef = cfg.get("env_file")
+    if isinstance(ef, str) and cfg_path is not None:
+        from .config import parse_env_file
+
+        p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
+        try:
+            envs.update(parse_env_file(p))
+        except Exception:
+            pass
+    return secret_values(envs)
+
+
+def _config_argvs(cfg: dict[str, Any] | None) -> list[list[str]]:
+    """The components' command lines (a secret given as an argument is masked everywhere)."""
+    out = []
+    for c in ((cfg or {}).get("components") or {}).values():
+        cmd = c.get("command") if isinstance(c, dict) else None
+        if isinstance(cmd, list):
+            out.append([str(x) for x in cmd])
+        elif isinstance(cmd, str):
+            try:
+                out.append(shlex.split(cmd))
+            except ValueError:
+                out.append(cmd.split())
+    return out
+
+
+def redactor_for(cfg: dict[str, Any] | None, cfg_path: Path | None, env: Any = None) -> Redactor:
+    """The masking a run had: secrets of its environment, its config's env and env_file, its commands."""
+    return Redactor.for_run([dict(os.environ if env is None else env)], _config_argvs(cfg),
+                            extra=_config_secrets(cfg, cfg_path))
+
+
 class Archive:
     """An ended run, served read-only through the control protocol."""
 
@@ -110,9 +164,12 @@ class Archive:
         self.line_listeners: list[Any] = []
         self.state = replay(self.paths)
         self.end = how_it_ended(self.paths)
+        config = self.state.get("run", {}).get("config")
+        cfg_path = Path(config) if config else None
+        redactor = redactor_for(read_config(cfg_path), cfg_path)
         self._rings: dict[str, LogRing] = {}
         for name in self.state["components"]:
-            self._rings[name] = _ring_from_log(self.paths.log(name))
+            self._rings[name] = _ring_from_log(self.paths.log(name), redactor)
         seqs = [e.get("seq", 0) for e in read_events(self.paths.events)]
         self._seq = max(seqs) if seqs else 0
 
@@ -148,8 +205,8 @@ class Archive:
                                       f"`rlsup up {config} --resume` (or --fresh)"}
 
 
-def _ring_from_log(path: Path) -> LogRing:
-    """The last lines of a log, normalised as the live supervisor would have shown them."""
+def _ring_from_log(path: Path, redactor: Redactor) -> LogRing:
+    """The last lines of a log, normalised and masked as the live supervisor would have shown them."""
     ring = LogRing(RING_LINES)
     try:
         size = os.path.getsize(path)
@@ -163,5 +220,5 @@ def _ring_from_log(path: Path) -> LogRing:
     norm = LineNormaliser()
     lines, _ = norm.feed(data)
     tail, _ = norm.flush()
-    ring.extend(lines + tail)
+    ring.extend(redactor.redact_lines(lines + tail))
     return ring

@@ -45,6 +45,7 @@ class Context(Protocol):
     paths: RunPaths
     clock: Clock
     monitors: Monitors
+    redactor: Any  # redact.Redactor: what clients may see of the output
 
     def emit(self, event: ev.Event) -> None: ...
 
@@ -427,7 +428,8 @@ class Component:
 
     def _lines(self, lines: list[str], text: str) -> None:
         now = self.ctx.clock.monotonic()
-        self.ring.extend(lines)
+        masked = self.ctx.redactor.redact_lines(lines)  # the same list when nothing is secret (the usual case)
+        self.ring.extend(masked)
         if self.matcher:
             obs = self.matcher.scan(text)
             if obs and self.progress.observe_all(obs, now):

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from .config import NotifyCfg
 from .events import describe
-from .redact import Redactor, secret_values
+from .redact import Redactor
 
 MAX_QUEUE = 100
 WEBHOOK_TIMEOUT_S = 10.0
@@ -68,7 +68,7 @@ class Notifier:
         self.webhook_timeout = webhook_timeout
         self.command_timeout = command_timeout
         self.stderr = stderr
-        self.redactor = redactor or Redactor(secret_values(self.env))
+        self.redactor = redactor or Redactor.for_run([self.env], [])
         self.max_queue = max(1, max_queue)
         self.sent = 0
         self.failed = 0

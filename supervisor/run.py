@@ -76,12 +76,12 @@ class Run:
         self.clock: Clock = clock or SystemClock()
         self.gpu_sampler = gpu_sampler
         self.serve = serve
-        from .redact import Redactor, secret_values
+        from .redact import Redactor
 
-        env = {**os.environ, **cfg.file_env, **cfg.env}
-        for comp in cfg.components.values():
-            env.update(comp.env)
-        self.redactor = Redactor(secret_values(env))  # secrets never reach an event
+        # Secrets never reach an event, a client or a notification: by name and by value, from every
+        # environment the components get and from their command lines.
+        self.redactor = Redactor.for_run([os.environ, cfg.file_env, cfg.env, *(c.env for c in cfg.components.values())],
+                                         [c.argv() for c in cfg.components.values()])
         self.monitors = Monitors(self.paths.root)
         self.cgroups: Cgroups | None = None
         self.components: dict[str, Component] = {}

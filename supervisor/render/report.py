@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import state as state_mod
+from ..archive import read_config, redactor_for
 from ..events import describe, fmt_duration
 from ..journal import read_events
-from ..redact import Redactor, secret_values
 from ..rundir import RunPaths, is_locked
 
 MAX_TIMELINE = 200
@@ -128,9 +128,8 @@ def build_report(run_dir: Path | str, *, now: float | None = None, env: Mapping[
     st = _reduce(events, snap)
     run = st["run"]
     cfg_path = Path(config_path) if config_path else (Path(run["config"]) if run.get("config") else None)
-    cfg = _read_config(cfg_path)
-    secrets = secret_values(dict(os.environ if env is None else env)) | _config_secrets(cfg, cfg_path)
-    red = Redactor(secrets)
+    cfg = read_config(cfg_path)
+    red = redactor_for(cfg, cfg_path, env)
     attempts = _attempts(events)
     md = _render(paths, events, st, snap, attempts, cfg, cfg_path, now)
     return red.redact_text(md)
@@ -167,37 +166,6 @@ def _reduce(events: list[dict[str, Any]], snap: dict[str, Any]) -> dict[str, Any
     st["gpus"] = snap.get("gpus") or []
     st["host"] = snap.get("host")
     return st
-
-
-def _read_config(path: Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    try:
-        import yaml
-
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except Exception:  # an unreadable or broken config only costs us secrets and checkpoint lookups
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _config_secrets(cfg: dict[str, Any] | None, cfg_path: Path | None) -> set[str]:
-    if not cfg:
-        return set()
-    envs: dict[str, str] = {}
-    for scope in [cfg, *((cfg.get("components") or {}).values())]:
-        if isinstance(scope, dict) and isinstance(scope.get("env"), dict):
-            envs.update({str(k): str(v) for k, v in scope["env"].items() if v is not None})
-    ef = cfg.get("env_file")
-    if isinstance(ef, str) and cfg_path is not None:
-        from ..config import parse_env_file
-
-        p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
-        try:
-            envs.update(parse_env_file(p))
-        except Exception:
-            pass
-    return secret_values(envs)
 
 
 def _attempts(events: list[dict[str, Any]]) -> dict[str, list[Attempt]]:
