@@ -97,6 +97,7 @@ class Component:
         self.watch_info: dict[str, dict[str, Any]] = {}  # watch path -> {step, mtime}
         self.checkpoint_info: dict[str, Any] | None = None
         self.flags_this_attempt: set[str] = set()
+        self.moved = False
         self.log_error: str | None = None
 
     # ------------------------------------------------------------------ the one entry point
@@ -407,6 +408,7 @@ class Component:
         """Read what the monitor wrote since last time; True if more is waiting."""
         data = self.follower.read(budget)
         if data:
+            self.moved = True  # the recorded log position must catch up (state.json)
             self._ingest(data)
         if final:
             lines, text = self.norm.flush()

@@ -206,8 +206,9 @@ class Attempt:
         """Every live process of the attempt (not the monitor itself)."""
         pids: set[int] = set()
         if self.cgroup:
+            # Every process the command started is in its cgroup, whatever it did: no need to walk /proc.
             pids.update(shim.cgroup_pids(self.cgroup))
-        if not self.monitor_gone:
+        elif not self.monitor_gone:
             pids.update(shim.descendants(self.monitor_pid))
         pids.discard(self.monitor_pid)
         live = [p for p in pids if pid_alive(p)]

@@ -56,6 +56,8 @@ STATE_WRITE_MIN_S = 0.5
 PROGRESS_FLUSH_S = 0.25
 READ_PAUSE_S = 0.002  # after a productive read, let output pile up a little: fewer, larger reads
 GPU_RELEASE_TIMEOUT_S = 30.0
+GPU_SAMPLE_S = 1.0
+GPU_SAMPLE_IDLE_S = 10.0
 RESOURCES_SAMPLE_S = 5.0
 DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
 DEPENDENCY_FLAG_AFTER_S = 15.0  # a dependency restarting for less than this is not flagged
@@ -711,8 +713,15 @@ class Run:
                 self._sample_resources(now)
             if self.journal is not None and self.journal.pending:
                 self.journal.flush()
-            if any(c.current is not None for c in self.components.values()):
-                self._mark_state_dirty()  # log positions move on; state.json keeps up at most twice a second
+            moved = [c for c in self.components.values() if c.moved]
+            if moved:  # log positions moved on: state.json (where the next supervisor starts) keeps up
+                for c in moved:
+                    c.moved = False
+                self._mark_state_dirty()
+            if self._gpu_thread is not None:
+                # Nobody looks at the bars without a client: sample every few seconds then (idle costs nothing).
+                watched = self.server is not None and bool(self.server.conns)
+                self._gpu_thread.interval = GPU_SAMPLE_S if watched else GPU_SAMPLE_IDLE_S
 
     def _check_stalls(self, now: float) -> None:
         seen = None
@@ -856,7 +865,7 @@ class Run:
         from .gpu import SamplerThread
 
         self._gpu_thread = SamplerThread(self.gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s),
-                                         interval=1.0)
+                                         interval=GPU_SAMPLE_S)
         self._gpu_thread.start()
 
     def _owners(self) -> dict[int, str]:
