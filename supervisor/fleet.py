@@ -6,6 +6,12 @@ folds each pod's events with the same reducer the supervisor runs (:class:`PodSt
 identical failures across pods into fleet flags (:func:`correlate`, a pure function). ``--json``
 prints one :meth:`Fleet.snapshot`; without it the Textual fleet screen (``rlsup.tui.fleet``) opens.
 
+A pod whose run has ended answers too (``rlsup bridge`` serves it read-only from its run dir): it
+shows its final state and the note of how it ended, and its failures take part in the grouping as a
+live pod's do. A pod's failures come from what it has on record, not from what the fleet happened to
+see while connected: each component's ``last_exit`` in the snapshot, the events the snapshot
+replays, and the pod's journal (read once per session), one failure per (component, attempt).
+
 Nothing here imports textual: the TUI is imported inside :func:`cmd_fleet` only.
 """
 
@@ -21,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +37,9 @@ from .client import Connector, Session, SessionListener
 JSON_TIMEOUT_S = 15.0
 FLAG_TYPE = "fleet_repeated_error"
 MAX_FAILURES = 200  # failures remembered per pod (only signatures matter; the newest win)
+HISTORY_EVENTS = 5000  # the newest journal events read from each pod for its past failures
+ENDED_RECHECK_S = 60.0  # how often a pod whose run ended is looked at again (a resumed run shows up)
+FAILURE_KINDS = ("exited", "spawn_failed")  # events whose diagnosis can be a failure
 POD_KEYS = ("host", "user", "port", "run_dir", "label")
 _RETRY_SUFFIX = re.compile(r"; retrying in [0-9.]+s$")
 
@@ -159,20 +169,84 @@ def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | Non
 
 @dataclass
 class Failure:
-    """One failed exit seen on a pod (from an ``exited`` event or a component's ``last_exit``)."""
+    """One failed exit of a pod's component (from an ``exited``/``spawn_failed`` event or a
+    component's ``last_exit``). ``attempt`` is None where the record does not say."""
 
     component: str
     ts: float
     diagnosis: dict[str, Any]
     exit_code: int | None = None
     signal: str | None = None
+    attempt: int | None = None
+
+    def same_exit(self, other: Failure) -> bool:
+        """The same exit seen twice (as an event, in the journal, as ``last_exit``): the same
+        component and attempt, or, where an attempt is unknown, the same time."""
+        if self.component != other.component:
+            return False
+        if self.attempt is not None and other.attempt is not None:
+            return self.attempt == other.attempt
+        return abs(self.ts - other.ts) < 1e-6
+
+
+def failure_of(component: str, exit_info: Mapping[str, Any], attempt: int | None = None) -> Failure | None:
+    """The failure an exit record stands for, or None for a clean exit or a requested stop."""
+    diag = exit_info.get("diagnosis") or {}
+    if not isinstance(diag, dict) or diag.get("category") in (None, "none"):
+        return None
+    if attempt is None:
+        attempt = exit_info.get("attempt")
+    return Failure(component, float(exit_info.get("ts") or 0.0), diag, exit_info.get("exit_code"),
+                   exit_info.get("signal"), attempt if isinstance(attempt, int) and attempt > 0 else None)
+
+
+def failures_in_events(events: Iterable[Mapping[str, Any]]) -> list[Failure]:
+    """The failures among journal events (``exited`` and ``spawn_failed`` with a diagnosis)."""
+    out = []
+    for e in events:
+        if e.get("kind") in FAILURE_KINDS and e.get("component"):
+            f = failure_of(str(e["component"]), e)
+            if f is not None:
+                out.append(f)
+    return out
+
+
+def failures_in_state(state: Mapping[str, Any] | None) -> list[Failure]:
+    """Each component's ``last_exit`` that is a failure, with the attempt it ended.
+
+    ``last_exit`` does not carry its attempt; it is the component's current attempt unless a newer
+    one started after the exit (attempts are numbered one after another, so then the one before).
+    """
+    out = []
+    for name, c in ((state or {}).get("components") or {}).items():
+        le = c.get("last_exit")
+        if not le:
+            continue
+        attempt = c.get("attempt") if isinstance(c.get("attempt"), int) else None
+        started, ts = c.get("started_at"), le.get("ts")
+        if attempt and started is not None and ts is not None and started > ts:
+            attempt -= 1
+        f = failure_of(name, le, attempt or None)
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def end_note(run: Mapping[str, Any]) -> str | None:
+    """``"ended at 2026-11-22 10:37:08: trainer fatal: ... (exit code 1)"`` for a run that ended
+    (the wording of ``rlsup bridge`` on an ended run), None for one that has not."""
+    if not run.get("ended_at"):
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(run["ended_at"])))
+    return f"ended at {when}: {run.get('end_reason')} (exit code {run.get('exit_code')})"
 
 
 class PodState:
     """What the fleet knows about one pod; the pod's :class:`Session` calls into it.
 
     Folds events with :func:`rlsup.supervisor.state.apply`, remembers failed exits (for
-    correlation) and the connection status with its reason. Log lines are not kept.
+    correlation), whether the pod's run has ended, and the connection status with its reason.
+    Log lines are not kept.
     """
 
     def __init__(self, spec: PodSpec, on_change: Callable[[], None] | None = None):
@@ -186,19 +260,31 @@ class PodState:
         self.server: dict[str, Any] = {}
         self.failures: list[Failure] = []
         self.ever_attached = False
+        self.ended_note: str | None = None  # set while the pod's run is known to have ended
+        self.archived = False  # the last answer came from a run dir no supervisor owns (read-only)
+        self.history_pending = False  # the pod's journal is being read for its past failures
+        # Set by the Fleet: the hello of the pod's current connection, and a hook after each snapshot.
+        self.server_hello: Callable[[], Mapping[str, Any]] = lambda: {}
+        self.after_snapshot: Callable[[bool], None] | None = None
 
     @property
     def label(self) -> str:
         return self.spec.label
 
     @property
+    def ended(self) -> bool:
+        return self.ended_note is not None
+
+    @property
     def connected(self) -> bool:
-        return self.connection == "attached"
+        """Answered: attached to a live supervisor, or the run has ended and its final state is
+        known (and the pod has not become unreachable since)."""
+        return self.connection == "attached" or (self.ended and self.error is None)
 
     @property
     def settled(self) -> bool:
-        """Has an answer: attached with a snapshot, or at least one connection attempt failed."""
-        return (self.connected and self.state is not None) or self.error is not None
+        """Has an answer: a snapshot (and the journal's failures), or at least one failed connection attempt."""
+        return (self.connected and self.state is not None and not self.history_pending) or self.error is not None
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -209,7 +295,12 @@ class PodState:
         self.connection, self.detail = status, detail
         if status == "attached":
             self.error, self.attempts, self.ever_attached = None, 0, True
-        elif status in ("reconnecting", "closed", "ended") and detail:
+        elif status == "ended":
+            # The run ended while we watched and its supervisor went away: an answer, not an error.
+            self.error = None
+            if self.ended_note is None:
+                self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
+        elif status in ("reconnecting", "closed") and detail:
             self.error = _RETRY_SUFFIX.sub("", detail)
             if status == "reconnecting":
                 self.attempts += 1
@@ -218,19 +309,30 @@ class PodState:
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         st = snapshot.get("state") or run_state.initial({}, [])
         self.state = st
-        for name, c in (st.get("components") or {}).items():
-            le = c.get("last_exit")
-            if le:
-                self._add_failure(name, le)
+        self.add_failures(failures_in_state(st))
+        hello = self.server_hello() or {}
+        run = st.get("run") or {}
+        self.archived = bool(hello.get("ended"))
+        if self.archived:
+            self.ended_note = str(hello.get("ended_note") or end_note(run) or "the run has ended")
+        else:  # a live supervisor: ended only if its run ended and it is still shutting down
+            self.ended_note = end_note(run)
         # Session delivers `attached` after the snapshot; a snapshot means the link works.
         self.connection, self.error, self.ever_attached = "attached", None, True
+        if self.after_snapshot is not None:
+            self.after_snapshot(resumed)
         self._changed()
 
     def on_event(self, event: dict[str, Any]) -> None:
-        if event.get("kind") == "exited" and event.get("component"):
-            self._add_failure(event["component"], event)
+        kind = event.get("kind")
+        if kind in FAILURE_KINDS and event.get("component"):
+            self.add_failures(failures_in_events([event]))
         if self.state is not None:
             run_state.apply(self.state, event)
+            if kind == "run_ended":
+                self.ended_note = end_note(self.state.get("run") or {})
+            elif kind == "run_started":
+                self.ended_note, self.archived = None, False
         self._changed()
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
@@ -239,25 +341,65 @@ class PodState:
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
         pass
 
-    def _add_failure(self, component: str, exit_info: dict[str, Any]) -> None:
-        diag = exit_info.get("diagnosis") or {}
-        if not diag or diag.get("category") in (None, "none"):
-            return  # a clean exit or a requested stop is not a failure
-        ts = float(exit_info.get("ts") or 0.0)
-        if any(f.component == component and abs(f.ts - ts) < 1e-6 for f in self.failures):
-            return  # the same exit seen as an event and as last_exit
-        self.failures.append(Failure(component, ts, diag, exit_info.get("exit_code"), exit_info.get("signal")))
-        self.failures.sort(key=lambda f: f.ts)
+    def add_history(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """The failures recorded in the pod's journal (read by the Fleet after a snapshot)."""
+        self.add_failures(failures_in_events(events))
+        self.history_pending = False
+        self._changed()
+
+    def add_failures(self, failures: Iterable[Failure]) -> None:
+        """Remember failures, each exit once however many ways it was seen (:meth:`Failure.same_exit`)."""
+        known = self.failures
+        # Indexed, as a journal read back can hold thousands of exits.
+        by_attempt = {(f.component, f.attempt): i for i, f in enumerate(known) if f.attempt is not None}
+        by_ts: dict[tuple[str, float], list[int]] = {}
+        for i, f in enumerate(known):
+            by_ts.setdefault((f.component, round(f.ts, 6)), []).append(i)
+        for f in failures:
+            i = by_attempt.get((f.component, f.attempt)) if f.attempt is not None else None
+            if i is None:
+                i = next((j for j in by_ts.get((f.component, round(f.ts, 6)), ()) if known[j].same_exit(f)), None)
+            if i is None:
+                known.append(f)
+                i = len(known) - 1
+                by_ts.setdefault((f.component, round(f.ts, 6)), []).append(i)
+            elif known[i].attempt is not None or f.attempt is None:
+                continue
+            else:
+                known[i] = f  # the record that knows its attempt wins
+            if f.attempt is not None:
+                by_attempt[(f.component, f.attempt)] = i
+        known.sort(key=lambda f: f.ts)
         del self.failures[:-MAX_FAILURES]
 
     # views ------------------------------------------------------------------------------------
+    def ended_json(self) -> dict[str, Any] | None:
+        """How the pod's run ended: the note, when, the exit code and reason, and the diagnosis of
+        the failure that ended it (the root component's last exit, else the pod's newest failure)."""
+        if self.ended_note is None:
+            return None
+        run = (self.state or {}).get("run") or {}
+        comps = (self.state or {}).get("components") or {}
+        root = run.get("root") or {}
+        component = root.get("component") if isinstance(root, dict) else None
+        diag = None
+        if component in comps:
+            d = (comps[component].get("last_exit") or {}).get("diagnosis") or {}
+            diag = d if d.get("category") not in (None, "none") else None
+        if diag is None and self.failures:
+            component, diag = self.failures[-1].component, self.failures[-1].diagnosis
+        return {"note": self.ended_note, "at": run.get("ended_at"), "exit_code": run.get("exit_code"),
+                "reason": run.get("end_reason"), "component": component, "diagnosis": diag}
+
     def to_json(self, now: float) -> dict[str, Any]:
         """This pod's entry of ``rlsup fleet --json`` (CONTRACT.md)."""
         v = run_state.view(self.state, now) if self.state is not None else None
         s = self.spec
         return {
             "label": s.label, "host": s.host, "user": s.user, "port": s.port, "run_dir": s.run_dir,
-            "connected": self.connected, "connection": self.connection, "error": self.error,
+            "connected": self.connected,
+            "connection": "ended" if self.ended and self.error is None else self.connection,
+            "error": self.error, "ended": self.ended_json(),
             "run": v["run"] if v else None, "components": v["components"] if v else {},
             "gpus": v.get("gpus", []) if v else [],
         }
@@ -377,19 +519,33 @@ class Fleet:
     ``connector_for(spec)`` gives each pod's :data:`Connector` (SSH in production);
     ``session_factory(connect, listener)`` builds the session (tests pass a fake). ``on_change``
     is called (on the loop) whenever any pod's state changes.
+
+    After a session's first snapshot the pod's journal is read once (``events`` since 0) for the
+    failures that ``last_exit`` no longer shows. A pod whose run has ended is served read-only and
+    sends nothing more, so its session is closed after that and the pod is looked at again every
+    :data:`ENDED_RECHECK_S` seconds (``rlsup up --resume`` there shows up as a live run).
     """
 
     def __init__(self, specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,
                  session_factory: SessionFactory = _default_session, clock: Callable[[], float] = time.time,
-                 timefmt: Callable[[float], str] = _hhmm, on_change: Callable[[], None] | None = None):
+                 timefmt: Callable[[float], str] = _hhmm, on_change: Callable[[], None] | None = None,
+                 ended_recheck_s: float = ENDED_RECHECK_S):
         self.specs = list(specs)
         self.clock = clock
         self.timefmt = timefmt
         self.on_change = on_change
+        self.session_factory = session_factory
+        self.ended_recheck_s = ended_recheck_s
         self.pods = [PodState(s, self._changed) for s in self.specs]
         self.connectors = {s.label: connector_for(s) for s in self.specs}
         self.sessions = {p.label: session_factory(self.connectors[p.label], p) for p in self.pods}
+        for p in self.pods:
+            p.server_hello = partial(self._hello, p.label)
+            p.after_snapshot = partial(self._after_snapshot, p.label)
         self.version = 0  # bumped on every change; views repaint when it moves
+        self._closed = False
+        self._wake: asyncio.Event | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
 
     def _changed(self) -> None:
         self.version += 1
@@ -399,19 +555,66 @@ class Fleet:
     def pod(self, label: str) -> PodState:
         return next(p for p in self.pods if p.label == label)
 
+    def _hello(self, label: str) -> Mapping[str, Any]:
+        return getattr(self.sessions.get(label), "server", None) or {}
+
+    def _after_snapshot(self, label: str, resumed: bool) -> None:
+        """Read the pod's journal for its past failures (once per session), then let go of a
+        read-only ended run."""
+        session = self.sessions[label]
+        client = getattr(session, "client", None)
+        if resumed or client is None or not hasattr(client, "events"):
+            return  # a reconnect replays what it missed; a session without a client has no journal to ask
+        pod = self.pod(label)
+        pod.history_pending = True
+        task = asyncio.ensure_future(self._load_history(pod, session, client))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _load_history(self, pod: PodState, session: Any, client: Any) -> None:
+        events: list[dict[str, Any]] = []
+        try:
+            events = await client.events(since=0, limit=HISTORY_EVENTS)
+        except Exception:  # the link dropped or an older supervisor: last exits and replayed events still count
+            pass
+        finally:
+            pod.add_history(events)
+            if pod.archived:
+                session.close()  # an ended run read from disk sends nothing more; Fleet.run looks again later
+
     async def run(self) -> None:
         """Run every pod's session until :meth:`close`; one pod failing never stops the others."""
         asyncio.get_running_loop().set_default_executor(_DaemonThreadExecutor())
+        self._wake = asyncio.Event()
+        if self._closed:
+            self._wake.set()
 
         async def one(label: str) -> None:
-            try:
-                await self.sessions[label].run()
-            except Exception as e:  # a session bug on one pod must not take the fleet down
-                self.pod(label).on_connection("closed", f"session failed: {e}")
+            pod = self.pod(label)
+            while True:
+                try:
+                    await self.sessions[label].run()
+                except Exception as e:  # a session bug on one pod must not take the fleet down
+                    pod.on_connection("closed", f"session failed: {e}")
+                    return
+                if self._closed or not pod.ended:
+                    return
+                # The run ended: look again now and then, a run resumed there shows up as live.
+                assert self._wake is not None
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.ended_recheck_s)
+                if self._closed:
+                    return
+                self.sessions[label] = self.session_factory(self.connectors[label], pod)
 
         await asyncio.gather(*(one(p.label) for p in self.pods))
 
     def close(self) -> None:
+        self._closed = True
+        if self._wake is not None:
+            self._wake.set()
+        for t in list(self._tasks):
+            t.cancel()
         for s in self.sessions.values():
             s.close()
         for c in self.connectors.values():

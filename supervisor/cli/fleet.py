@@ -34,12 +34,14 @@ def add_fleet_parser(sub: Any) -> None:
         description=(
             "Connect to every pod of FLEET.yaml over SSH in parallel (as `rlsup attach HOST` does) and show one\n"
             "row per pod: connection, run, component states, step/total, rate, ETA, GPU use, the latest flag\n"
-            "or diagnosis. Identical failures on several pods are grouped into one fleet flag.\n"
+            "or diagnosis. A pod whose run has ended shows its final state, how it ended and the diagnosis.\n"
+            "Identical failures on several pods, live or ended, are grouped into one fleet flag.\n"
             "Keys: enter opens the pod's full TUI; space selects pods; r/u restart/resume a component and\n"
             "d stops the run (`rlsup down`) on the selected pods, each after a confirmation.\n\n"
             "FLEET.yaml:\n  pods:\n    - host: gpu-pod-1      # or an ~/.ssh/config alias\n      user: root\n"
             "      port: 22\n      run_dir: /workspace/runs/gsm8k-grpo\n      label: qwen-0.5b"),
-        epilog="exit codes: 0 (with --json: every pod reachable), 1 some pod unreachable, 2 fleet file error.")
+        epilog="exit codes: 0 (with --json: every pod answered, a run that has ended included), 1 some pod "
+               "unreachable, 2 fleet file error.")
     p.add_argument("fleet_file", metavar="FLEET.yaml", help="the pods: host, user, port, run_dir, label")
     p.add_argument("--json", action="store_true", help="print one snapshot of every pod and the fleet flags, then exit")
     p.add_argument("--timeout", type=float, default=JSON_TIMEOUT_S, metavar="S",
@@ -65,6 +67,14 @@ def format_text(snap: Mapping[str, Any]) -> str:
         if main and main[1].get("step") is not None:
             prog = f" step {main[1]['step']}" + (f"/{main[1]['total']}" if main[1].get("total") else "")
         problem = latest_problem(p)
+        ended = p.get("ended")
+        if ended:  # the final state, read back from the pod's run dir
+            diag = ended.get("diagnosis") or {}
+            why = f" | {ended.get('component')}: {diag.get('summary') or diag.get('category')}" if diag else (
+                f" | {problem}" if problem else "")
+            lines.append(f"{p['label']:<16} {(p.get('run') or {}).get('name') or '?'}: {ended['note']}\n"
+                         f"{'':<16} {comps}{prog}{why}")
+            continue
         lines.append(f"{p['label']:<16} {(p.get('run') or {}).get('name') or '?'}: {comps}{prog}"
                      f"  gpu {gpu_summary(p.get('gpus'))}" + (f"  | {problem}" if problem else ""))
     return "\n".join(lines)
