@@ -323,6 +323,10 @@ class Component:
             att.exit = {"exit_code": None, "signal": None, "ended_mono": None, "monitor_died": True}
         else:
             return
+        # Everything the monitor wrote before it recorded the exit, however far behind we are (a flood):
+        # the step, the progress and the diagnosis must be those of the whole output.
+        while self.read_output():
+            pass
         self.read_output(final=True)
         ex = att.exit
         life = self.life

@@ -224,6 +224,10 @@ class LogFollower:
         self.ino: int | None = None
         self.offset = 0
         self.gaps = 0  # files skipped because they were deleted before we read them
+        # With ``rotation_events`` the owner sets ``maybe_rotated`` when the directory saw the log created
+        # or renamed; without them, every read that reaches the end checks for a rotation.
+        self.rotation_events = False
+        self.maybe_rotated = True
         if start is not None and start.ino is not None:
             self._open_ino(start.ino, start.offset)
 
@@ -270,13 +274,18 @@ class LogFollower:
         got = 0
         while got < limit:
             assert self.fd is not None
-            chunk = os.pread(self.fd, min(limit - got, 1 << 20), self.offset)
+            want = min(limit - got, 1 << 20)
+            chunk = os.pread(self.fd, want, self.offset)
             if chunk:
                 parts.append(chunk)
                 got += len(chunk)
                 self.offset += len(chunk)
-                continue
-            # At the end of our file: if it is still X.log, that is all for now.
+                if len(chunk) == want:
+                    continue
+            # At the end of our file (a short read is the end too): if it is still X.log, that is all for now.
+            if self.rotation_events and not self.maybe_rotated:
+                break
+            self.maybe_rotated = False
             try:
                 cur = os.stat(self.path).st_ino
             except OSError:

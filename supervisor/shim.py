@@ -6,9 +6,9 @@ holds no policy: restarts, probes, progress and diagnosis are the supervisor's. 
 - forks the component's command in a session of its own (its pid is its process group), with
   stdout and stderr on one pipe that only the monitor reads, so the child never depends on the
   supervisor being alive, awake or fast;
-- appends every byte of that pipe to ``logs/<component>.log``, rotating at line boundaries, from
-  a writer thread so a slow disk never blocks the child (a full disk drops bytes, counted, and a
-  marker line says how many once the disk has room again);
+- appends every byte of that pipe to ``logs/<component>.log``, rotating at line boundaries; a
+  guard thread keeps the pipe drained while a write is stalled, so a slow disk never blocks the
+  child (a full disk drops bytes, counted, and a marker line says how many once it has room again);
 - is a child subreaper, so a grandchild that double-forks and calls setsid re-parents to it and
   stays findable; where the supervisor gave it a cgroup, the child runs in it;
 - reaps the child and records its exit in ``monitors/<component>.json``.
@@ -46,9 +46,11 @@ PIPE_SIZE = 1 << 20
 F_SETPIPE_SZ = 1031
 PR_SET_CHILD_SUBREAPER = 36
 MAX_PENDING = 256 << 20  # bytes waiting for a slow disk before output is dropped (counted)
-FLUSH_WAIT_S = 5.0  # at the child's exit: how long to wait for the log to catch up before recording
+GUARD_S = 1.0  # how often the guard looks for a stalled write
+SMALL_READ = 64 << 10  # a read smaller than this rests the pipe for REST_S before the next
+REST_S = 0.02
+STALL_S = 0.5  # a write this slow counts as stalled: the guard takes over draining the pipe
 FINISH_DRAIN_S = 2.0
-RETRY_S = 1.0
 
 
 # ---------------------------------------------------------------------- small helpers
@@ -264,68 +266,70 @@ class LogFile:
         os.close(self.fd)
 
 
-class Writer(threading.Thread):
-    """Writes chunks to the log on its own thread: ``put`` never blocks the reading of the pipe."""
+class Pump:
+    """Moves the child's output from its pipe to the log, in the monitor's own thread.
 
-    def __init__(self, log: LogFile, on_state, *, max_pending: int = MAX_PENDING, retry_s: float = RETRY_S):
-        super().__init__(name="log-writer", daemon=True)
+    Writing inline is the cheap path (no thread hand-off per line, which costs two context switches
+    for a component printing a line every few milliseconds). So that a slow or hung disk still never
+    blocks the child, a *guard* thread looks once a second at how long the current write has been
+    going on; past :data:`STALL_S` it drains the pipe into memory (up to ``max_pending`` bytes;
+    beyond that the bytes are dropped and counted) until the write returns, and that backlog is
+    written first, in order. A write that fails (a full disk) drops its bytes, counted; once writing
+    works again a marker line says how many were lost, and ``on_state`` reports both changes.
+    """
+
+    def __init__(self, fd: int, log: LogFile, on_state, *, max_pending: int = MAX_PENDING):
+        self.fd = fd
         self.log = log
+        self.on_state = on_state  # (error or None, lost bytes): called from the monitor's thread
         self.max_pending = max_pending
-        self.retry_s = retry_s
-        self.on_state = on_state  # called (from this thread) with (error or None, lost bytes)
-        self.cv = threading.Condition()
-        self.chunks: list[bytes] = []
-        self.pending = 0
+        self.lock = threading.Lock()  # one reader of the pipe at a time; the backlog
+        self.backlog: list[bytes] = []
+        self.backlog_bytes = 0
         self.lost = 0
         self.announced = 0
         self.failing = False
-        self.closing = False
-        self.busy = False
+        self.eof = False
+        self.writing_since = 0.0  # monotonic start of the write under way, 0.0 when none
+        self._stop = threading.Event()
+        self._guard = threading.Thread(target=self._watch, name="pump-guard", daemon=True)
 
-    def put(self, data: bytes) -> None:
-        with self.cv:
-            if self.pending + len(data) > self.max_pending:
-                self.lost += len(data)
-                return
-            self.chunks.append(data)
-            self.pending += len(data)
-            self.cv.notify()
+    def start(self) -> None:
+        self._guard.start()
 
-    def flush(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self.cv:
-            while self.chunks or self.busy:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cv.wait(min(left, 0.1))
-        return True
-
-    def close(self, timeout: float) -> None:
-        self.flush(timeout)
-        with self.cv:
-            self.closing = True
-            self.cv.notify()
-        self.join(timeout)
-        self.log.close()
-
-    def run(self) -> None:
+    def pump(self) -> int:
+        """Read what the pipe holds now and write it (with any backlog first); the bytes moved."""
+        moved = 0
         while True:
-            with self.cv:
-                while not self.chunks and not self.closing:
-                    self.cv.wait()
-                if not self.chunks:
-                    return
-                parts, self.chunks = self.chunks, []
-                self.pending = 0
-                self.busy = True
+            with self.lock:
+                parts, self.backlog, self.backlog_bytes = self.backlog, [], 0
+                if not self.eof:
+                    parts += self._read_available(READ_SIZE * 4)
+            if not parts:
+                return moved
             data = parts[0] if len(parts) == 1 else b"".join(parts)
-            self._write(data)
-            with self.cv:
-                self.busy = False
-                self.cv.notify_all()
+            moved += len(data)
+            self.write(data)
 
-    def _write(self, data: bytes) -> None:
+    def _read_available(self, budget: int) -> list[bytes]:
+        out: list[bytes] = []
+        got = 0
+        while got < budget:
+            try:
+                data = os.read(self.fd, READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self.eof = True
+                break
+            out.append(data)
+            got += len(data)
+        return out
+
+    def write(self, data: bytes) -> None:
+        self.writing_since = time.monotonic() or 1e-9
         try:
             unannounced = self.lost - self.announced
             if unannounced:
@@ -337,12 +341,36 @@ class Writer(threading.Thread):
                 self.failing = False
                 self.on_state(None, self.lost)
         except OSError as e:
-            with self.cv:
-                self.lost += len(data)
+            self.lost += len(data)
             if not self.failing:
                 self.failing = True
                 self.on_state(f"{errno.errorcode.get(e.errno or 0, 'OSError')}: {e.strerror or e}", self.lost)
-            time.sleep(self.retry_s)  # the next chunk tries again after a pause
+        finally:
+            self.writing_since = 0.0
+
+    def _watch(self) -> None:
+        """The guard: while a write is stalled, keep the pipe drained so the child never blocks."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        while not self._stop.wait(GUARD_S):
+            while not self._stop.is_set():
+                since = self.writing_since
+                if not since or time.monotonic() - since < STALL_S or self.eof:
+                    break
+                if not poller.poll(100):
+                    continue
+                with self.lock:
+                    for data in self._read_available(READ_SIZE):
+                        if self.backlog_bytes + len(data) > self.max_pending:
+                            self.lost += len(data)
+                        else:
+                            self.backlog.append(data)
+                            self.backlog_bytes += len(data)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.pump()
+        self.log.close()
 
 
 # ---------------------------------------------------------------------- one attempt
@@ -469,9 +497,9 @@ def run_attempt(spec: dict, report) -> int:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
 
-    writer = Writer(log, lambda error, lost: rec.update(log_error=error, lost_bytes=lost))
-    writer.start()
     os.set_blocking(out_r, False)
+    pump = Pump(out_r, log, lambda error, lost: rec.update(log_error=error, lost_bytes=lost))
+    pump.start()
     poller = select.poll()
     poller.register(out_r, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
@@ -482,25 +510,31 @@ def run_attempt(spec: dict, report) -> int:
     finishing = False
     finish_deadline = 0.0
 
-    def drain() -> None:
+    resting_until = 0.0  # after a small read: leave the pipe alone until then (signals still wake us)
+
+    def drain() -> int:
         nonlocal pipe_open
-        while pipe_open:
-            try:
-                data = os.read(out_r, READ_SIZE)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                pipe_open = False
+        if not pipe_open:
+            return 0
+        n = pump.pump()
+        if pump.eof:
+            pipe_open = False
+            if not resting_until:
                 poller.unregister(out_r)
-                return
-            writer.put(data)
+        return n
 
     while True:
         # Block until output or a signal; wake every 100 ms only while something is pending (an exit
         # the full disk would not let us record yet, or the end of a finish).
         timeout = 100 if finishing or (status is not None and not recorded) else None
+        if resting_until:
+            rest = int((resting_until - time.monotonic()) * 1000)
+            if rest <= 0 or not pipe_open:
+                resting_until = 0.0
+                if pipe_open:
+                    poller.register(out_r, select.POLLIN)
+            else:
+                timeout = rest if timeout is None else min(rest, timeout)
         try:
             ready = poller.poll(timeout)
         except InterruptedError:
@@ -513,7 +547,12 @@ def run_attempt(spec: dict, report) -> int:
                 except BlockingIOError:
                     pass
             elif fd == out_r:
-                drain()
+                n = drain()
+                if pipe_open and n < SMALL_READ:
+                    # A line or two: let more pile up before the next wakeup (a component printing every
+                    # few ms then costs a fraction of the wakeups). The pipe holds 1 MiB meanwhile.
+                    poller.unregister(out_r)
+                    resting_until = time.monotonic() + REST_S
         if _flags["chld"]:
             _flags["chld"] = False
             while True:
@@ -528,8 +567,7 @@ def run_attempt(spec: dict, report) -> int:
                     ended, ended_mono = _now()
                 # other pids: orphans re-parented to us (their subreaper); reaping is all we owe them
         if status is not None and not recorded:
-            drain()  # what the child wrote just before it died
-            writer.flush(FLUSH_WAIT_S)
+            drain()  # what the child wrote just before it died, written before the exit is recorded
             recorded = rec.update(status="exited", **exit_fields(status), ended=ended, ended_mono=ended_mono,
                                   log_end=_position(log))
         if _flags["finish"] and not finishing:
@@ -543,7 +581,7 @@ def run_attempt(spec: dict, report) -> int:
             if status is None or (pipe_open and time.monotonic() < finish_deadline):
                 continue
             break
-    writer.close(FLUSH_WAIT_S)
+    pump.close()
     rec.remove()
     return 0
 

@@ -43,3 +43,39 @@ def test_ansi_cr_long_lines_and_bad_utf8(tmp_path, headless):
     assert shown[3] == "L" * 1000 + " …[truncated 19000 chars]"
     assert shown[4] == "wide 你好 ✓"
     assert "\x1b" not in h.output
+
+
+def test_an_exit_seen_late_still_counts_the_whole_output(tmp_path, headless):
+    """The supervisor was stopped (SIGSTOP, a swap storm) while a component flooded and exited: on waking
+    it must read everything the monitor wrote before judging the exit (the last step is a success,
+    not a false success at whatever step it had read up to), and state.json must end at the last step."""
+    import json
+    import os
+    import signal
+
+    from conftest import wait_for
+
+    n = 300_000
+    cfg = write_config(tmp_path, f"""
+        components:
+          flood:
+            command: ["sh", "-c", "sleep 1; exec {{py}} {{scripts}}/flood.py {n}"]
+            progress: {{pattern: 'Step (?P<step>\\d+)/(?P<total>\\d+) \\| loss (?P<loss>[\\d.]+)'}}
+    """)
+    h = headless(cfg)
+    started = h.wait_event(lambda e: e["kind"] == "started", what="started")
+    sup = int(json.loads((h.run_dir / "rlsup.lock").read_text())["pid"])
+    os.kill(sup, signal.SIGSTOP)
+    try:
+        record = h.run_dir / "monitors" / "flood.1.json"
+        wait_for(lambda: record.exists() and json.loads(record.read_text())["status"] == "exited", 60,
+                 what="the flood to end while the supervisor is stopped")
+        assert started["pid"] and (h.run_dir / "logs" / "flood.log").stat().st_size > 20 << 20
+    finally:
+        os.kill(sup, signal.SIGCONT)
+    assert h.wait(120) == 0
+    ev = h.events()
+    exited = [e for e in ev if e["kind"] == "exited"]
+    assert len(exited) == 1 and exited[0]["step"] == n // 1000
+    assert not any(e["kind"] == "flag" and e["type"] == "false_success" for e in ev)
+    assert json.loads((h.run_dir / "state.json").read_text())["components"]["flood"]["step"] == n // 1000

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import threading
 import time
 
 from rlsup.supervisor import shim
-from rlsup.supervisor.shim import LogFile, Writer
+from rlsup.supervisor.shim import LogFile, Pump
 from tests.conftest import pid_alive, wait_for
 
 
@@ -41,42 +42,83 @@ def test_a_line_longer_than_a_file_is_split_but_nothing_is_lost(tmp_path):
     assert b"".join(f.read_bytes() for f in files) == data
 
 
-def test_writer_reports_full_disk_once_and_never_blocks(tmp_path):
+def _pipe() -> tuple[int, int]:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    return r, w
+
+
+def test_pump_reports_a_full_disk_once_counts_what_it_drops_and_says_so_later(tmp_path):
     log = LogFile(str(tmp_path / "x.log"), 1 << 30, 0)
-    os.close(log.fd)
+    real_fd = log.fd
     log.fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
     states: list[tuple] = []
-    got = threading.Event()
-    w = Writer(log, lambda err, lost: (states.append((err, lost)), got.set()), retry_s=0.01)
-    w.start()
+    r, w = _pipe()
+    pump = Pump(r, log, lambda err, lost: states.append((err, lost)))
     for _ in range(100):
-        w.put(b"x" * 1000)  # returns at once
-    assert got.wait(5)
-    assert w.flush(10)
-    assert states[0][0].startswith("ENOSPC") and len(states) == 1 and w.lost == 100_000
+        os.write(w, b"x" * 1000)
+        pump.pump()
+    assert states == [(states[0][0], 1000)] and states[0][0].startswith("ENOSPC") and pump.lost == 100_000
+    os.close(log.fd)
+    log.fd = real_fd  # the disk has room again
+    os.write(w, b"after\n")
+    pump.pump()
+    assert states[-1] == (None, 100_000)
+    data = (tmp_path / "x.log").read_bytes()
+    assert b"[rlsup: 100000 bytes of output were lost while the log could not be written]" in data
+    assert data.endswith(b"after\n")
 
 
-def test_writer_bounded_memory_counts_lost_and_says_so(tmp_path):
+def test_a_stalled_disk_never_blocks_the_child(tmp_path, monkeypatch):
+    monkeypatch.setattr(shim, "GUARD_S", 0.05)
+    monkeypatch.setattr(shim, "STALL_S", 0.05)
     log = LogFile(str(tmp_path / "y.log"), 1 << 30, 0)
     block = threading.Event()
     orig = log.write
+    calls = {"n": 0}
 
     def slow_write(data: bytes) -> None:
-        block.wait(10)  # a stuck disk
+        calls["n"] += 1
+        if calls["n"] == 1:
+            block.wait(20)  # the first write hangs, as on a hung network disk
         orig(data)
 
     log.write = slow_write  # type: ignore[method-assign]
-    w = Writer(log, lambda e, lost: None, max_pending=10_000)
-    w.start()
-    for _ in range(50):
-        w.put(b"y" * 1000)
-    assert w.lost >= 39_000  # beyond max_pending: dropped and counted, put never blocked
+    r, w = _pipe()
+    pump = Pump(r, log, lambda e, lost: None, max_pending=3 << 20)
+    pump.start()
+    os.write(w, b"first\n")
+    t = threading.Thread(target=pump.pump)  # the monitor's thread, stuck in the write
+    t.start()
+    time.sleep(0.2)
+    # The child writes 4 MiB more than the pipe holds; with nobody draining it would block here.
+    os.set_blocking(w, False)
+    sent, stream = 0, bytearray()
+    deadline = time.monotonic() + 10
+    while sent < 5 << 20 and time.monotonic() < deadline:
+        block_ = f"{sent:012d}\n".encode() * 1024
+        try:
+            n = os.write(w, block_)
+        except BlockingIOError:
+            time.sleep(0.01)
+            continue
+        stream += block_[:n]
+        sent += n
+    assert sent >= 5 << 20, f"the child was blocked ({sent} bytes written)"
     block.set()
-    w.put(b"after\n")
-    assert w.flush(10)
-    w.close(5)
+    t.join(10)
+    pump.pump()
     data = (tmp_path / "y.log").read_bytes()
-    assert b"bytes of output were lost while the log could not be written" in data
+    assert data.startswith(b"first\n")
+    assert pump.lost > 0 and b"bytes of output were lost" in data  # beyond max_pending: dropped, counted
+    marker = re.search(rb"\n\[rlsup: (\d+) bytes of output were lost while the log could not be written\]\n", data)
+    assert marker is not None and int(marker.group(1)) == pump.lost
+    # Every byte the child wrote is on disk or counted as lost, and what is on disk kept its order.
+    body = data[:marker.start()] + data[marker.end():]
+    assert len(body) + pump.lost == sent + len(b"first\n")
+    kept_first = min(len(body) - 6, (3 << 20) - shim.READ_SIZE)  # before the backlog fills: an exact prefix
+    assert body[6:6 + kept_first] == bytes(stream[:kept_first])
+    pump.close()
 
 
 def _spec(tmp_path, code: str, **kw) -> dict:
