@@ -65,6 +65,8 @@ def test_encode_decode_units():
 def test_round_trips_and_bad_input(tmp_path, daemon):
     d = daemon(write_config(tmp_path, TWO))
     d.wait_event(lambda e: e["kind"] == "started" and e["component"] == "sleeper", what="started")
+    # The two start in parallel: wait until the ticker's first line is in the supervisor's ring.
+    wait_for(lambda: "tick 1" in d.cli("logs", "ticker", "-n", "100").stdout, what="the ticker's first line")
     replies = raw(d.sock, hello(), protocol.encode({"id": 2, "op": "ping"}),
                   protocol.encode({"id": 3, "op": "snapshot", "lines": 5}),
                   protocol.encode({"id": 4, "op": "events", "since": 0}),
