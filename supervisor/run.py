@@ -65,7 +65,6 @@ RESOURCES_SAMPLE_S = 5.0
 DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
 DEPENDENCY_FLAG_AFTER_S = 15.0  # a dependency restarting for less than this is not flagged
 POLL_S = 0.5  # where inotify is unavailable
-RING_BUDGET_BYTES = 256 << 20
 
 Subscriber = Callable[[dict[str, Any]], None]
 
@@ -219,7 +218,7 @@ class Run:
         for n in names:
             self.state["components"].setdefault(n, state_mod.new_component())
         self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
-        budget = RingBudget(RING_BUDGET_BYTES)
+        budget = RingBudget(self.cfg.ring_bytes)
         saved = (self._saved.get("components") or {}) if self._saved else {}
         for n in names:
             prev = self.state["components"][n]
@@ -833,7 +832,8 @@ class Run:
             for p in g.get("processes") or []:
                 if p.get("component"):
                     gpu_by[p["component"]] = gpu_by.get(p["component"], 0.0) + (p.get("used_mb") or 0.0)
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {n: {"ring_lines": len(c.ring), "ring_mb": round(c.ring.bytes / 2**20, 2)}
+                               for n, c in self.components.items()}
         for n, c in self.components.items():
             att = c.current
             if att is None:
@@ -850,7 +850,7 @@ class Run:
             prev = self._cpu_prev.get(n)
             self._cpu_prev[n] = (now, cpu)
             pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
-            out[n] = {"cpu_pct": pct, "rss_mb": round(rss / 2**20, 1), "gpu_mb": gpu_by.get(n)}
+            out[n].update(cpu_pct=pct, rss_mb=round(rss / 2**20, 1), gpu_mb=gpu_by.get(n))
             if c.state == "running" and c.progress.step is not None:
                 attempt, det = self._mem_detectors.get(n, (None, None))
                 if det is None or attempt != c.attempt:  # a new attempt starts a new series

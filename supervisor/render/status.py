@@ -34,7 +34,8 @@ def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
     up = fmt_duration(run.get("uptime_s")) if run.get("uptime_s") is not None else "?"
     out.append(f"run {run.get('name')}  supervisor pid {run.get('pid')} on {run.get('host')}, up {up}  "
                f"({run.get('run_dir')})")
-    rows = [("COMPONENT", "STATE", "PID", "ATTEMPT", "UPTIME", "STEP", "RATE", "ETA", "CHECKPOINT")]
+    rows = [("COMPONENT", "STATE", "PID", "ATTEMPT", "UPTIME", "STEP", "RATE", "ETA", "CHECKPOINT", "CPU", "RSS",
+             "LOG RING")]
     for name, c in view.get("components", {}).items():
         rate = f"{c['rate']:.2f}/s" if c.get("rate") else "-"
         eta = fmt_duration(c["eta_s"]) if c.get("eta_s") is not None else "-"
@@ -42,8 +43,12 @@ def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
         state = c.get("state", "?")
         if state == "backoff" and c.get("next_start_at"):
             state += f" ({max(0.0, c['next_start_at'] - now):.0f}s)"
+        res = c.get("resources") or {}
+        cpu = f"{res['cpu_pct']:.0f}%" if res.get("cpu_pct") is not None and c.get("pid") else "-"
+        rss = f"{res['rss_mb']:.0f} MB" if res.get("rss_mb") is not None and c.get("pid") else "-"
+        ring = f"{res['ring_mb']:.1f} MB" if res.get("ring_mb") is not None else "-"
         rows.append((name, state, str(c.get("pid") or "-"), _attempt(c), uptime, _step(c), rate, eta,
-                     _ckpt(c, now)))
+                     _ckpt(c, now), cpu, rss, ring))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         out.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
