@@ -173,34 +173,41 @@ class EngineServer:
         return None
 
     def _complete(self, body: dict) -> tuple[int, object]:
-        """A completion whose text is the letters of ``"stop"`` per prompt, ids = code points, ended by
-        ``self.eos`` (finish_reason "stop"); with ``max_tokens`` < 4 it is cut off ("length")."""
+        """A completion of the letters ``"stop"`` per prompt, ids = code points. It ends on ``self.eos``
+        (finish_reason "stop"), or on a one-character stop string of the request (text trimmed before it,
+        ids kept through it, as both engines do), or is cut off by ``max_tokens`` < 5 ("length")."""
         if self.kind == "vllm" and self.paused and self.v >= (0, 33):
             return 503, {"error": {"message": "Request failed; please retry", "type": "ServiceUnavailableError",
                                    "code": 503}}
         prompts = body.get("prompt")
         prompts = prompts if isinstance(prompts, list) else [prompts]
         n = int(body.get("n") or 1)
+        max_tokens = int(body.get("max_tokens") or 16)
+        stops = [x for x in (body.get("stop") or []) if isinstance(x, str) and len(x) == 1]
         want_ids = bool(body.get("return_token_ids"))
         if self.kind == "sglang" and self.v < (0, 5, 17):
             want_ids = False  # not a field before 0.5.17: pydantic ignores it
         choices = []
         for i, prompt in enumerate(prompts):
             for j in range(n):
-                text = "stop"
-                ids = [ord(c) for c in text]
-                cut = int(body.get("max_tokens") or 16) < len(ids) + 1
-                if cut:
-                    ids = ids[: int(body.get("max_tokens") or 16)]
-                    text = "".join(chr(x) for x in ids)
+                text, ids, finish, stop = "", [], "length", None
+                for ch in "stop":
+                    if len(ids) == max_tokens:
+                        break
+                    ids.append(ord(ch))
+                    if ch in stops:
+                        finish, stop = "stop", ch
+                        break
+                    text += ch
                 else:
-                    ids = ids + [self.eos]  # both engines keep the stop token in the ids, not in the text
-                choice: dict = {"index": i * n + j, "text": text, "logprobs": None,
-                                "finish_reason": "length" if cut else "stop"}
+                    if len(ids) < max_tokens:
+                        ids.append(self.eos)  # the EOS stays in the ids, not in the text
+                        finish, stop = "stop", self.eos
+                choice: dict = {"index": i * n + j, "text": text, "logprobs": None, "finish_reason": finish}
                 if self.kind == "vllm":
-                    choice["stop_reason"] = None  # None: EOS
+                    choice["stop_reason"] = None if stop == self.eos else stop  # None: EOS
                 else:
-                    choice["matched_stop"] = None if cut else self.eos
+                    choice["matched_stop"] = stop
                 if want_ids:
                     choice["token_ids"] = ids
                     choice["prompt_token_ids"] = [ord(c) for c in str(prompt)]
