@@ -184,9 +184,12 @@ def save_model_dir(model: Any, tokenizer: Any, directory: Path, dtype: torch.dty
     """``save_pretrained`` model (safetensors) and tokenizer into ``directory`` (not fsynced).
 
     With ``dtype`` the tensors are cast to it AND ``config.json`` says it: SGLang's ``--dtype auto``
-    (python/sglang/srt/configs/model_config.py _get_and_verify_dtype, as vLLM's) serves a config that
-    says float32 in float16, so the fp32 master's own ``"dtype": "float32"`` next to bf16 tensors makes
-    every restarted server run the policy in fp16.
+    (python/sglang/srt/configs/model_config.py _get_and_verify_dtype, 0.4.6 through 0.5.23: "we use
+    float16 for float32 models", Gemma excepted) serves a config that says float32 in float16, so the fp32
+    master's own ``"dtype": "float32"`` next to bf16 tensors would make every restarted SGLang run the
+    policy in fp16. (vLLM's _resolve_auto_dtype, vllm/config/model.py, takes the platform's first supported
+    dtype instead: bfloat16 on compute capability >= 8.0, float16 below.) SGLang 0.5.23 reads the
+    config's ``dtype``, 0.4.6 ``torch_dtype``: both are written.
     """
     state = None
     if dtype is not None:
