@@ -93,3 +93,43 @@ def test_rlsup_preset_reads_the_hf_trainer_line() -> None:
     step, total, metrics = parse_line(PRESETS["rlsup"], line)
     assert (step, total) == (7, 200)
     assert metrics["reward"] == pytest.approx(0.4375, abs=1e-3) and metrics["peak_mem_gb"] == pytest.approx(13.52)
+
+
+@pytest.mark.parametrize(("name", "package", "extra"), [("a40-vllm.yaml", "vllm", "vllm"),
+                                                         ("a40.yaml", "sglang", "sglang")])
+def test_check_names_the_missing_engine_and_its_extra(name: str, package: str, extra: str, tmp_path: Path) -> None:
+    """`rlsup check` on a machine without the engine: the inference command's interpreter is asked, and the
+    finding names the package and the rlsup extra that installs it (the engine runs as `python -m`, so it is
+    checked in the trainer's own python rather than as some `vllm` on PATH)."""
+    import importlib.util
+
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here")
+    cfg = load_config(ROOT / "configs" / name, run_dir=str(tmp_path / "run"))
+    findings = [f for f in run_checks(cfg, min_free_gb=0.0) if f.component == "inference" and f.check == "command"]
+    assert len(findings) == 1, findings
+    f = findings[0]
+    assert f.severity == "error"
+    assert f"package '{package}' is not installed" in f.message
+    assert f"pip install 'rlsup[{extra}]'" in f.fix
+
+
+def test_a40_vllm_states_the_reload_each_version_gets() -> None:
+    """The config's comments say what rlsup.trainer.sync does per vLLM version (the version bounds read in
+    the wheels: tests/contract/servers.py), and the server has the dev routes, on loopback only."""
+    from rlsup.trainer import sync
+
+    text = (ROOT / "configs" / "a40-vllm.yaml").read_text()
+    header = " ".join(" ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#")).split())
+    assert "0.10.2 - 0.15.1" in header and '"update_config"' in header
+    assert "0.16.0 and newer" in header and '"weights_path"' in header
+    assert "empty body up to 0.25.1" in header and "from 0.26.0" in header and "from 0.12.0" in header
+    assert "0.11-0.14" not in header  # the old "written against 0.11-0.14" note is gone
+    assert sync.pause_query((0, 15, 1)).startswith("wait_for_inflight_requests=true")
+    assert sync.pause_query((0, 16, 0)).startswith("mode=wait")
+    cfg = load_config(ROOT / "configs" / "a40-vllm.yaml", environ={})
+    inf = cfg.components["inference"]
+    assert inf.env.get("VLLM_SERVER_DEV_MODE") == "1"
+    command = inf.command if isinstance(inf.command, str) else " ".join(inf.command)
+    assert "--host 127.0.0.1" in command and "python -m vllm.entrypoints.cli.main serve" in command
+    assert "--weight-sync vllm" in " ".join(cfg.components["trainer"].argv())
