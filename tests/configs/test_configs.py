@@ -133,3 +133,58 @@ def test_a40_vllm_states_the_reload_each_version_gets() -> None:
     command = inf.command if isinstance(inf.command, str) else " ".join(inf.command)
     assert "--host 127.0.0.1" in command and "python -m vllm.entrypoints.cli.main serve" in command
     assert "--weight-sync vllm" in " ".join(cfg.components["trainer"].argv())
+
+
+def _uncomment_second_source(text: str) -> str:
+    """configs/presets/prime-rl.yaml with its commented `env-math` block and depends_on line switched on,
+    as its header tells a user with a second [[orchestrator.train.source]] to do: nothing else changed."""
+    out, in_block, found = [], False, 0
+    for line in text.splitlines():
+        if line == "  # env-math:":
+            in_block, line, found = True, "  env-math:", found + 1
+        elif in_block and line.startswith("  #   "):
+            line = "    " + line[len("  #   "):]
+        elif line == "      # env-math: started":
+            line, found = "      env-math: started", found + 1
+        else:
+            in_block = False
+        out.append(line)
+    assert found == 2, "the preset no longer shows the second env server the way its header says"
+    return "\n".join(out) + "\n"
+
+
+def test_prime_rl_second_source_validates_and_gates_the_orchestrator(tmp_path: Path) -> None:
+    """prime-rl's `rl` starts one env server per data source (src/prime_rl/entrypoints/rl.py env_servers, at
+    559b447) and the orchestrator connects to each: with two sources, the orchestrator may start only once
+    both env components have started (and the inference server is ready)."""
+    from rlsup.supervisor.detectors import Seen, gate
+    from rlsup.supervisor.lifecycle import DepsMet, DepsWaiting
+
+    path = tmp_path / "prime-rl.yaml"
+    path.write_text(_uncomment_second_source((ROOT / "configs" / "presets" / "prime-rl.yaml").read_text()))
+    cfg = load_config(path, run_dir=str(tmp_path / "run"), environ={})
+    envs = {n: c for n, c in cfg.components.items() if n.startswith("env-")}
+    assert set(envs) == {"env-reverse-text", "env-math"}
+    assert envs["env-math"].argv() == ["uv", "run", "env-server", "@", "outputs/configs/envs/train/math.json"]
+    assert envs["env-math"].depends_on == envs["env-reverse-text"].depends_on == {"configs": "completed"}
+    orch = cfg.components["orchestrator"]
+    assert orch.depends_on == {"inference": "ready", "env-reverse-text": "started", "env-math": "started"}
+    order = cfg.topo_order()
+    assert order.index("orchestrator") > max(order.index("env-math"), order.index("env-reverse-text"))
+
+    def seen(**states: str) -> dict[str, Seen]:
+        base = {n: "pending" for n in cfg.components}
+        base.update({"configs": "completed", "inference": "running"})
+        base.update({k.replace("_", "-"): v for k, v in states.items()})
+        return {n: Seen(n, s) for n, s in base.items()}
+
+    waiting = gate("orchestrator", cfg, seen(env_reverse_text="running"))
+    assert isinstance(waiting, DepsWaiting) and any("env-math" in w for w in waiting.waiting)
+    assert not any("env-reverse-text" in w for w in waiting.waiting)
+    waiting = gate("orchestrator", cfg, seen(env_math="starting"))
+    assert isinstance(waiting, DepsWaiting) and any("env-reverse-text" in w for w in waiting.waiting)
+    assert isinstance(gate("orchestrator", cfg, seen(env_reverse_text="running", env_math="starting")), DepsMet)
+    # and `rlsup check`'s fast preflight finds nothing but the framework missing from this machine
+    findings = [f for f in run_checks(cfg, fast=True, min_free_gb=0.0) if f.severity != "info"]
+    assert all(f.check in ("command", "port") for f in findings), findings
+    assert {m.group(1) for f in findings if (m := _NOT_ON_PATH.search(f.message))} <= {"uv"}
