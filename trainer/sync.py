@@ -228,6 +228,7 @@ class WeightSync:
         self.published_step: int | None = None
         self.flagged = False
         self._warned: set[str] = set()
+        self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
         self._out = out or sys.stdout
 
     # -- public
@@ -290,7 +291,9 @@ class WeightSync:
         v = self.engine.version
         steps: list[str] = []
         paused = False
-        if self.engine.rl_router:
+        # 0.12.0-0.15.1 have /pause without dev mode: do not drain the server every step for a reload that
+        # cannot happen (/collective_rpc missing); a server restarted with dev mode is reloaded unpaused once.
+        if self.engine.rl_router and not self._rpc_missing:
             p = request("POST", f"{self.base}/pause?{pause_query(v)}", timeout=self.timeout)
             if p.ok:
                 paused = True
@@ -306,6 +309,7 @@ class WeightSync:
             for method, kwargs in calls:
                 r = request("POST", f"{self.base}/collective_rpc", {"method": method, "kwargs": kwargs},
                             self.timeout)
+                self._rpc_missing = r.status == 404
                 if r.status == 404:
                     return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
                                              "VLLM_SERVER_DEV_MODE=1", steps=steps)

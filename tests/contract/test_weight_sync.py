@@ -143,6 +143,23 @@ def test_missing_dev_mode_and_dead_server_are_reported_not_raised(tmp_path: Path
     assert not r.loaded and dead.loaded_step is None
 
 
+def test_no_dev_mode_on_0_15_does_not_drain_the_server_every_step(tmp_path: Path) -> None:
+    """vLLM 0.12.0-0.15.1 attach /pause without dev mode, but /collective_rpc needs it: pausing (which waits for
+    every running request) for a reload that cannot happen would stall generation each step."""
+    s = EngineServer("vllm", "0.15.1", dev_mode=False)
+    try:
+        ws = WeightSync(s.url, "vllm", tmp_path / "weights", tries=1, out=io.StringIO())
+        results = [ws.publish(step, _dir(tmp_path, step)) for step in range(4)]
+        assert not any(r.loaded for r in results) and "VLLM_SERVER_DEV_MODE=1" in results[-1].detail
+        assert sum(c.startswith("POST /pause") for c, _ in s.calls) == 1 and not s.paused
+        s.dev_mode = True  # restarted with VLLM_SERVER_DEV_MODE=1: picked up at the next publish
+        assert ws.publish(4, _dir(tmp_path, 4)).loaded and s.serving == str(tmp_path / "weights" / "step_4")
+        assert ws.publish(5, _dir(tmp_path, 5)).loaded
+        assert sum(c.startswith("POST /pause") for c, _ in s.calls) == 2 and s.aborted == 0
+    finally:
+        s.close()
+
+
 def test_flag_recovers_and_can_fire_again(tmp_path: Path) -> None:
     s = EngineServer("sglang", "0.5.2", fail_loads=True)
     out = io.StringIO()
