@@ -184,9 +184,12 @@ def save_model_dir(model: Any, tokenizer: Any, directory: Path, dtype: torch.dty
     """``save_pretrained`` model (safetensors) and tokenizer into ``directory`` (not fsynced).
 
     With ``dtype`` the tensors are cast to it AND ``config.json`` says it: SGLang's ``--dtype auto``
-    (python/sglang/srt/configs/model_config.py _get_and_verify_dtype, as vLLM's) serves a config that
-    says float32 in float16, so the fp32 master's own ``"dtype": "float32"`` next to bf16 tensors makes
-    every restarted server run the policy in fp16.
+    (python/sglang/srt/configs/model_config.py _get_and_verify_dtype, 0.4.6 through 0.5.23: "we use
+    float16 for float32 models", Gemma excepted) serves a config that says float32 in float16, so the fp32
+    master's own ``"dtype": "float32"`` next to bf16 tensors would make every restarted SGLang run the
+    policy in fp16. (vLLM's _resolve_auto_dtype, vllm/config/model.py, takes the platform's first supported
+    dtype instead: bfloat16 on compute capability >= 8.0, float16 below.) SGLang 0.5.23 reads the
+    config's ``dtype``, 0.4.6 ``torch_dtype``: both are written.
     """
     state = None
     if dtype is not None:
@@ -316,17 +319,22 @@ def _eos_or_pad(tokenizer: Any) -> int:
 
 def completion_ids(tokenizer: Any, s: rollouts.Sample) -> list[int]:
     """The completion's token ids as trained: the ids the server sampled when the rollout has them
-    (re-tokenising the text can give other ids than were sampled), plus the end-of-sequence token when
-    the server stopped on it (finish reason ``stop`` with no stop string/token of the request's own:
-    OpenAI-style servers leave EOS out of the text, and vLLM out of ``token_ids`` too) -- so the
-    decision to stop is trained. Without server ids: the text re-tokenised (older rollouts)."""
+    (re-tokenising the text can give other ids than were sampled), else the text re-tokenised -- ending
+    with the token that stopped it, so the decision to stop is trained. A ``stop`` finish on a token
+    (``stop_reason`` an int: that id; None: the tokenizer's EOS) gets that token appended unless the ids
+    already end with it: vLLM and SGLang keep the stop token in ``token_ids`` (vLLM v1/engine/detokenizer.py
+    appends the skipped stop token back; SGLang Req.output_ids_through_stop includes it), rlsup's server and
+    every completion text leave it out. A stop string (``stop_reason`` a str) or a ``length`` finish adds
+    nothing: no stop token was sampled."""
     if s.completion_ids is not None:
         ids = list(s.completion_ids)
     else:
         ids = tokenizer(s.completion, add_special_tokens=False)["input_ids"]
-    eos = tokenizer.eos_token_id
-    if s.finish_reason == "stop" and s.stop_reason is None and eos is not None and (not ids or ids[-1] != eos):
-        ids.append(eos)
+    if s.finish_reason != "stop" or isinstance(s.stop_reason, str):
+        return ids
+    stop = s.stop_reason if isinstance(s.stop_reason, int) else tokenizer.eos_token_id
+    if stop is not None and (not ids or ids[-1] != stop):
+        ids.append(stop)
     return ids
 
 

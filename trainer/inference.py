@@ -8,7 +8,8 @@ Endpoints: ``POST /v1/completions`` (``prompt`` str or list, ``n``, ``max_tokens
 /update_weights_from_disk`` with ``{"model_path": DIR}`` (SGLang's path) to swap in published
 weights without a restart, and SGLang's ``GET /get_model_info`` (``model_path``: what is loaded) and a
 ``GET /version`` of ``rlsup-X.Y.Z``. ``return_token_ids`` (vLLM's field) adds ``prompt_token_ids`` and
-``token_ids`` to each choice (EOS left out, as vLLM does; ``finish_reason`` says whether it stopped).  Handler threads enqueue requests; one worker thread drains the queue
+``token_ids`` to each choice (EOS left out, where vLLM and SGLang keep the stop token; ``finish_reason`` says
+whether it stopped and the trainer appends the EOS).  Handler threads enqueue requests; one worker thread drains the queue
 and generates for everything pending in one batch.  Responses carry an extra ``weights_step``.
 """
 

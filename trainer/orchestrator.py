@@ -10,8 +10,11 @@ keeps up. ``off_policy`` is measured against what the server actually serves: th
 ``weights_step`` (rlsup's server) or ``OUT/weights/latest.json``, which the trainer writes only once the
 server has loaded the weights -- so a stale server shows as a growing ``off_policy``, not as 0-1.
 
-Token ids: requests ask for them (``return_token_ids``, vLLM's CompletionRequest field, also rlsup's
-server); the trainer trains on the sampled ids and the finish reason, not on re-tokenised text.
+Token ids: requests ask for them with ``return_token_ids`` (vLLM 0.10.2+, SGLang 0.5.17+, rlsup's server:
+each choice then has ``token_ids`` and ``prompt_token_ids``); the trainer trains on the sampled ids and on
+what stopped the completion (:func:`choice_fields`), not on re-tokenised text. SGLang before 0.5.17 ignores
+the field (its request model drops unknown fields): the trainer then re-tokenises the text, and this
+process says so once.
 
 Restarts and trainer resumes: it continues after the newest published rollout step and never
 rewrites one.  A trainer resumed from checkpoint R re-reads the kept rollouts R+1.., and since the
@@ -99,6 +102,20 @@ def _ids(value: object) -> list[int] | None:
     if isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value):
         return list(value)
     return None
+
+
+def choice_fields(c: dict) -> dict:
+    """How one completion choice was sampled, the same for every server: ``prompt_ids`` and
+    ``completion_ids`` (None where the server sent none), ``finish_reason``, and ``stop_reason``: what
+    ended a ``stop`` finish -- a stop string (str), a stop token id (int), or None for the EOS token.
+    vLLM calls it ``stop_reason`` (None for EOS; entrypoints/openai CompletionResponseChoice); SGLang
+    ``matched_stop`` (the EOS or stop token id, or the stop string; serving_completions.py from
+    finish_reason["matched"]) and has no ``stop_reason``."""
+    stop = c["stop_reason"] if "stop_reason" in c else c.get("matched_stop")
+    if isinstance(stop, bool) or not isinstance(stop, (str, int)):
+        stop = None
+    return {"prompt_ids": _ids(c.get("prompt_token_ids")), "completion_ids": _ids(c.get("token_ids")),
+            "finish_reason": c.get("finish_reason"), "stop_reason": stop}
 
 
 def hf_problems(problems: list[task.Problem], seed: int, step: int, count: int) -> list[task.Problem]:
@@ -197,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     step = (done[-1] + 1) if done else 1
     steplog.log(f"Orchestrator: model {model} at {base}; starting at step {step}/{args.steps}, "
                 f"async level {args.async_level}")
+    warned_no_ids = False
     while step <= args.steps:
         chaos.step(step)
         t0 = time.monotonic()
@@ -229,10 +247,12 @@ def main(argv: list[str] | None = None) -> int:
                 samples.append(rollouts.Sample(
                     prompt=p.prompt, completion=c["text"], tokens=lp.get("tokens", []),
                     logprobs=lp.get("token_logprobs", []), reward=rewards[i][j],
-                    advantage=advantages[i][j], group=i,
-                    prompt_ids=_ids(c.get("prompt_token_ids")),
-                    completion_ids=_ids(c.get("token_ids")),
-                    finish_reason=c.get("finish_reason"), stop_reason=c.get("stop_reason")))
+                    advantage=advantages[i][j], group=i, **choice_fields(c)))
+        if not warned_no_ids and any(s.completion_ids is None for s in samples):
+            warned_no_ids = True
+            steplog.warn(f"{base} returned no token_ids for return_token_ids (SGLang before 0.5.17 ignores the "
+                         "field): the trainer re-tokenises the completion text, which can give other ids than "
+                         "were sampled; SGLang >= 0.5.17 or vLLM return them")
         sampled_with = resp.get("weights_step", served_step(args.out / "weights"))
         rollouts.write_step(args.out, step, samples, {
             "temperature": args.temperature, "weights_step": sampled_with, "model": model})

@@ -27,11 +27,13 @@ class Sample:
     reward: float
     advantage: float
     group: int
-    # What the server sampled, where it says (vLLM/rlsup `return_token_ids`): trained as is.
+    # What the server sampled, where it says (`return_token_ids`: vLLM, SGLang >= 0.5.17, rlsup): trained as is.
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
     finish_reason: str | None = None  # "stop" | "length" | ...
-    stop_reason: str | int | None = None  # vLLM: the stop string/token matched; None for EOS
+    # What ended a "stop" finish: the stop string (str) or stop token id (int); None: EOS.
+    # vLLM's stop_reason, SGLang's matched_stop (orchestrator.choice_fields).
+    stop_reason: str | int | None = None
 
 
 def step_dir(out: Path, step: int) -> Path:

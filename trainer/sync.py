@@ -4,7 +4,7 @@
     python -m rlsup.trainer.sync close-communicator URL   # TRL vllm-serve: drop a dead trainer's NCCL group
 
 :class:`WeightSync` is what the trainer calls after publishing ``OUT/weights/step_N``. It detects the
-engine's version once (``GET /version``; SGLang also ``/get_server_info``) and uses what that version
+engine's version once (vLLM ``GET /version``; SGLang ``GET /server_info`` or ``/get_server_info``) and uses what that version
 supports, never raising for a reply it did not expect (an empty 200 body, ``{"success": false}`` while
 busy, a 404 for a route the version lacks, a refused connection). It records what the server actually
 loaded in ``OUT/weights/latest.json`` -- written only when the server did load the weights -- and when
@@ -15,25 +15,44 @@ the server stays behind the published weights for more than ``stale_after`` step
 to stdout, which the supervisor turns into a ``weights_stale`` flag (printed again only after the server
 caught up and fell behind anew).
 
-What each engine answers (the contract servers in tests/contract/ answer exactly so, citing the source):
+What each engine answers, read in the released wheels (the files inside ``vllm-X.whl`` /
+``sglang-X.whl`` on PyPI are the tagged source; checked 2026-11-23). The contract servers in
+tests/contract/servers.py answer exactly so:
 
-* **SGLang 0.4.6-0.5.x** ``POST /update_weights_from_disk {"model_path"}``: 200 ``{"success": true,
+* **SGLang 0.4.6-0.5.23** ``POST /update_weights_from_disk {"model_path"}``: 200 ``{"success": true,
   "message", "num_paused_requests"}`` or 400 with ``"success": false`` (python/sglang/srt/entrypoints/
-  http_server.py update_weights_from_disk). It waits for running requests (model_update_lock writer
-  lock, tokenizer_manager.update_weights_from_disk), and on success sets ``server_args.model_path``,
-  which ``GET /get_model_info`` reports: the check of what was loaded.
-* **vLLM < 0.16** (0.10.2-0.15.x, ``VLLM_SERVER_DEV_MODE=1``): ``Worker.reload_weights()`` takes no
-  argument and re-reads ``model_config.model`` (vllm/v1/worker/gpu_worker.py); ``Worker.update_config``
-  accepts ``{"model_config": {...}}`` overrides (gpu_model_runner.py update_config: allowed configs
-  load_config, model_config). So: ``/collective_rpc update_config`` pointing ``model`` at the published
-  dir, then ``/collective_rpc reload_weights``, then ``/reset_prefix_cache``.
-* **vLLM 0.16-0.25**: ``reload_weights(weights_path=...)``; ``/reset_prefix_cache`` answers 200 with an
-  EMPTY body (vllm/entrypoints/serve/cache/api_router.py: ``return Response(status_code=200)``).
-* **vLLM >= 0.26**: ``/reset_prefix_cache`` answers ``{"success": bool}``, false while blocks are held by
-  running requests (vllm/frontend/entrypoints/serve/dev/cache/api_router.py: "callers may retry").
-* **vLLM with the RL router** (vllm/entrypoints/rl/online/api_router.py; present when ``GET /is_paused``
-  answers): ``POST /pause?mode=wait`` (in-flight requests finish, caches cleared), reload, ``POST
-  /resume`` -- no prefix-cache race at all.
+  http_server.py update_weights_from_disk). It waits for running requests (tokenizer_manager.py
+  update_weights_from_disk: ``model_update_lock.writer_lock``) and on success sets the manager's
+  ``model_path`` (0.4.6/0.5.2 _wait_for_model_update_from_disk; 0.5.23 _update_model_path_info), which
+  ``GET /model_info`` (0.5.6+) and the deprecated ``GET /get_model_info`` (all; from 0.5.6 it logs a
+  deprecation warning on every call) report: the check of what was loaded. SGLang has NO ``/version``
+  route in any of these versions (404): its version is ``"version"`` in ``GET /server_info`` (0.5.6+)
+  or ``GET /get_server_info`` (all; deprecated from 0.5.6).
+* **vLLM** (dev routes need ``VLLM_SERVER_DEV_MODE=1``; ``GET /version`` -> ``{"version"}`` always):
+
+  - ``Worker.reload_weights`` (vllm/v1/worker/gpu_worker.py) takes no argument in 0.10.2-0.15.1 and
+    re-reads ``model_config.model`` (gpu_model_runner.py GPUModelRunner.reload_weights(self));
+    ``Worker.update_config(overrides)`` accepts ``{"model_config": {...}}`` (GPUModelRunner.update_config:
+    allowed load_config, model_config; vllm/config/utils.py update_config -> dataclasses.replace). So:
+    ``/collective_rpc update_config`` pointing ``model`` at the published dir, then ``reload_weights``.
+  - From **0.16.0** ``Worker.reload_weights(self, *args, **kwargs)`` forwards to
+    ``GPUModelRunner.reload_weights(weights_iterator=None, weights_path=None, is_checkpoint_format=True)``,
+    which sets ``model_config.model = weights_path`` and reloads (same in 0.25.1, 0.26.0, 0.33.0, also
+    vllm/v1/worker/gpu/model_runner.py, the V2 runner).
+  - ``POST /reset_prefix_cache`` answers ``Response(status_code=200)``, an EMPTY body, in 0.10.2-0.25.1
+    (0.10.2/0.11.0 vllm/entrypoints/openai/api_server.py; 0.14.1-0.16.0 vllm/entrypoints/serve/cache/
+    api_router.py; 0.25.1 vllm/entrypoints/serve/dev/cache/api_router.py), and from **0.26.0**
+    ``JSONResponse({"success": bool})`` (serve/dev/cache/api_router.py: "fails (success=false) while blocks
+    are still held, e.g. by running requests ... callers may retry").
+  - ``POST /pause``, ``POST /resume``, ``GET /is_paused`` exist from **0.12.0**. 0.12.0-0.15.1 (0.12.0
+    openai/api_server.py, 0.14.1/0.15.1 serve/rlhf/api_router.py; attached WITHOUT dev mode) take
+    ``wait_for_inflight_requests`` (default false: in-flight requests are ABORTED) and have no ``mode``; from
+    0.16.0 (serve/rlhf, then serve/dev/rlhf, 0.33.0 vllm/entrypoints/rl/online/api_router.py; dev mode only)
+    ``mode=abort|wait|keep`` (default abort), ``wait_for_inflight_requests`` deprecated and gone by 0.33.0.
+    ``clear_cache`` (default true) resets the prefix cache once drained (AsyncLLM.pause_generation).
+    The trainer pauses with the version's own "wait" spelling, reloads, resumes; where ``/pause`` fails
+    (e.g. 0.16.0 with ``--api-server-count > 1``: NotImplementedError, HTTP 500) it reloads without
+    pausing and resets the prefix cache itself, retrying ``{"success": false}``.
 """
 
 from __future__ import annotations
@@ -129,20 +148,33 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(g) for g in m.groups() if g is not None) if m else None
 
 
+def _sglang_info(base: str, name: str, version: tuple[int, ...] | None, timeout: float) -> Reply:
+    """SGLang's ``/<name>`` (0.5.6+) or, before it existed, the deprecated ``/get_<name>``: the old
+    route still answers in 0.5.23 but logs a deprecation warning on every call (http_server.py)."""
+    if version is None or version >= (0, 5, 6):
+        r = request("GET", f"{base}/{name}", timeout=timeout)
+        if r.status != 404:
+            return r
+    return request("GET", f"{base}/get_{name}", timeout=timeout)
+
+
 def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
-    """The engine at ``base``. ``hint`` (the trainer's --weight-sync) names the API family when the
-    server cannot tell: sglang and vllm both answer ``GET /version`` with ``{"version": "X.Y.Z"}``."""
+    """The engine at ``base``. vLLM answers ``GET /version`` with ``{"version": "X.Y.Z"}`` (no dev mode
+    needed); SGLang has no ``/version`` route (404) and reports ``"version"`` in ``/server_info``
+    (0.5.6+) or ``/get_server_info``. ``hint`` (the trainer's --weight-sync) names the family when the
+    server cannot tell."""
     base = base.rstrip("/")
     v = request("GET", f"{base}/version", timeout=timeout)
     raw = v.data.get("version") if v.ok and isinstance(v.data, dict) else None
     if isinstance(raw, str) and raw.startswith("rlsup"):
         return Engine("rlsup", parse_version(raw.removeprefix("rlsup-")), raw)
     kind = hint if hint in ("sglang", "vllm") else "unknown"
-    if kind != "vllm":
-        info = request("GET", f"{base}/get_server_info", timeout=timeout)
+    if kind == "sglang" or (kind == "unknown" and raw is None):
+        info = _sglang_info(base, "server_info", None, timeout)
         if info.ok and isinstance(info.data, dict):
             kind = "sglang"
-            raw = raw or info.data.get("version")
+            got = info.data.get("version")
+            raw = got if isinstance(got, str) else raw
     if kind == "vllm" or (kind == "unknown" and raw):
         kind = "vllm"
     router = False
@@ -151,6 +183,19 @@ def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
         router = p.ok and isinstance(p.data, dict) and "is_paused" in p.data
     return Engine(kind, parse_version(raw if isinstance(raw, str) else None),
                   raw if isinstance(raw, str) else None, router)
+
+
+def pause_query(version: tuple[int, ...] | None) -> str:
+    """The query string of vLLM's ``POST /pause`` that lets in-flight requests finish (never abort them)
+    and clears the prefix cache: ``wait_for_inflight_requests=true`` before 0.16.0 (no ``mode`` there:
+    FastAPI ignores it and the default ABORTS every running request), ``mode=wait`` from 0.16.0 (where
+    ``wait_for_inflight_requests`` is deprecated, and gone by 0.33.0). Unknown version: both, which every
+    version reads as "wait" (unknown query parameters are ignored)."""
+    if version is None:
+        return "mode=wait&wait_for_inflight_requests=true&clear_cache=true"
+    if version < (0, 16):
+        return "wait_for_inflight_requests=true&clear_cache=true"
+    return "mode=wait&clear_cache=true"
 
 
 # ---------------------------------------------------------------------------------------- the client
@@ -183,6 +228,7 @@ class WeightSync:
         self.published_step: int | None = None
         self.flagged = False
         self._warned: set[str] = set()
+        self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
         self._out = out or sys.stdout
 
     # -- public
@@ -225,13 +271,15 @@ class WeightSync:
         return result
 
     def _push_sglang(self, path: Path) -> SyncResult:
-        """SGLang (and rlsup's server): /update_weights_from_disk, then /get_model_info says what it serves."""
+        """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info (/get_model_info before
+        SGLang 0.5.6) says what it serves."""
         r = request("POST", f"{self.base}/update_weights_from_disk", {"model_path": str(path)}, self.timeout)
         if r.status == 404:
             return SyncResult(False, f"unsupported: {self.base} has no /update_weights_from_disk ({_why(r)})")
         if not (r.ok and isinstance(r.data, dict) and r.data.get("success") is True):
             return SyncResult(False, f"/update_weights_from_disk did not load {path}: {_why(r)}")
-        info = request("GET", f"{self.base}/get_model_info", timeout=30.0)
+        version = self.engine.version if self.engine is not None and self.engine.kind == "sglang" else None
+        info = _sglang_info(str(self.base), "model_info", version, 30.0)
         served = info.data.get("model_path") if info.ok and isinstance(info.data, dict) else None
         if served is not None and Path(str(served)) != Path(path):
             return SyncResult(False, f"/update_weights_from_disk answered success but the server reports "
@@ -243,12 +291,15 @@ class WeightSync:
         v = self.engine.version
         steps: list[str] = []
         paused = False
-        if self.engine.rl_router:
-            p = request("POST", f"{self.base}/pause?mode=wait&clear_cache=true", timeout=self.timeout)
-            if not p.ok:
-                return SyncResult(False, f"/pause failed: {_why(p)}")
-            paused = True
-            steps.append("paused (in-flight requests finished)")
+        # 0.12.0-0.15.1 have /pause without dev mode: do not drain the server every step for a reload that
+        # cannot happen (/collective_rpc missing); a server restarted with dev mode is reloaded unpaused once.
+        if self.engine.rl_router and not self._rpc_missing:
+            p = request("POST", f"{self.base}/pause?{pause_query(v)}", timeout=self.timeout)
+            if p.ok:
+                paused = True
+                steps.append("paused (in-flight requests finished, caches cleared)")
+            else:  # reload without pausing; the prefix cache is then reset below
+                steps.append(f"/pause failed ({_why(p)}): reloading without pausing")
         try:
             if v is not None and v < (0, 16):
                 calls = [("update_config", {"overrides": {"model_config": {"model": str(path)}}}),
@@ -258,6 +309,7 @@ class WeightSync:
             for method, kwargs in calls:
                 r = request("POST", f"{self.base}/collective_rpc", {"method": method, "kwargs": kwargs},
                             self.timeout)
+                self._rpc_missing = r.status == 404
                 if r.status == 404:
                     return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
                                              "VLLM_SERVER_DEV_MODE=1", steps=steps)
@@ -273,8 +325,8 @@ class WeightSync:
         return SyncResult(True, "; ".join(steps), str(path), steps)
 
     def _reset_prefix_cache(self) -> str:
-        """200 with an empty body (vLLM 0.16-0.25) or ``{"success": true}`` (0.26+) is done; ``{"success":
-        false}`` means blocks are still held by running requests: retried, then reported once."""
+        """200 with an empty body (vLLM 0.10.2-0.25.1) or ``{"success": true}`` (0.26.0+) is done;
+        ``{"success": false}`` means blocks are still held by running requests: retried, then reported once."""
         for attempt in range(1, self.busy_tries + 1):
             r = request("POST", f"{self.base}/reset_prefix_cache", timeout=60.0)
             if r.ok and not (isinstance(r.data, dict) and r.data.get("success") is False):

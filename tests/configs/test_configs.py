@@ -93,3 +93,98 @@ def test_rlsup_preset_reads_the_hf_trainer_line() -> None:
     step, total, metrics = parse_line(PRESETS["rlsup"], line)
     assert (step, total) == (7, 200)
     assert metrics["reward"] == pytest.approx(0.4375, abs=1e-3) and metrics["peak_mem_gb"] == pytest.approx(13.52)
+
+
+@pytest.mark.parametrize(("name", "package", "extra"), [("a40-vllm.yaml", "vllm", "vllm"),
+                                                         ("a40.yaml", "sglang", "sglang")])
+def test_check_names_the_missing_engine_and_its_extra(name: str, package: str, extra: str, tmp_path: Path) -> None:
+    """`rlsup check` on a machine without the engine: the inference command's interpreter is asked, and the
+    finding names the package and the rlsup extra that installs it (the engine runs as `python -m`, so it is
+    checked in the trainer's own python rather than as some `vllm` on PATH)."""
+    import importlib.util
+
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here")
+    cfg = load_config(ROOT / "configs" / name, run_dir=str(tmp_path / "run"))
+    findings = [f for f in run_checks(cfg, min_free_gb=0.0) if f.component == "inference" and f.check == "command"]
+    assert len(findings) == 1, findings
+    f = findings[0]
+    assert f.severity == "error"
+    assert f"package '{package}' is not installed" in f.message
+    assert f"pip install 'rlsup[{extra}]'" in f.fix
+
+
+def test_a40_vllm_states_the_reload_each_version_gets() -> None:
+    """The config's comments say what rlsup.trainer.sync does per vLLM version (the version bounds read in
+    the wheels: tests/contract/servers.py), and the server has the dev routes, on loopback only."""
+    from rlsup.trainer import sync
+
+    text = (ROOT / "configs" / "a40-vllm.yaml").read_text()
+    header = " ".join(" ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#")).split())
+    assert "0.10.2 - 0.15.1" in header and '"update_config"' in header
+    assert "0.16.0 and newer" in header and '"weights_path"' in header
+    assert "empty body up to 0.25.1" in header and "from 0.26.0" in header and "from 0.12.0" in header
+    assert "0.11-0.14" not in header  # the old "written against 0.11-0.14" note is gone
+    assert sync.pause_query((0, 15, 1)).startswith("wait_for_inflight_requests=true")
+    assert sync.pause_query((0, 16, 0)).startswith("mode=wait")
+    cfg = load_config(ROOT / "configs" / "a40-vllm.yaml", environ={})
+    inf = cfg.components["inference"]
+    assert inf.env.get("VLLM_SERVER_DEV_MODE") == "1"
+    command = inf.command if isinstance(inf.command, str) else " ".join(inf.command)
+    assert "--host 127.0.0.1" in command and "python -m vllm.entrypoints.cli.main serve" in command
+    assert "--weight-sync vllm" in " ".join(cfg.components["trainer"].argv())
+
+
+def _uncomment_second_source(text: str) -> str:
+    """configs/presets/prime-rl.yaml with its commented `env-math` block and depends_on line switched on,
+    as its header tells a user with a second [[orchestrator.train.source]] to do: nothing else changed."""
+    out, in_block, found = [], False, 0
+    for line in text.splitlines():
+        if line == "  # env-math:":
+            in_block, line, found = True, "  env-math:", found + 1
+        elif in_block and line.startswith("  #   "):
+            line = "    " + line[len("  #   "):]
+        elif line == "      # env-math: started":
+            line, found = "      env-math: started", found + 1
+        else:
+            in_block = False
+        out.append(line)
+    assert found == 2, "the preset no longer shows the second env server the way its header says"
+    return "\n".join(out) + "\n"
+
+
+def test_prime_rl_second_source_validates_and_gates_the_orchestrator(tmp_path: Path) -> None:
+    """prime-rl's `rl` starts one env server per data source (src/prime_rl/entrypoints/rl.py env_servers, at
+    559b447) and the orchestrator connects to each: with two sources, the orchestrator may start only once
+    both env components have started (and the inference server is ready)."""
+    from rlsup.supervisor.detectors import Seen, gate
+    from rlsup.supervisor.lifecycle import DepsMet, DepsWaiting
+
+    path = tmp_path / "prime-rl.yaml"
+    path.write_text(_uncomment_second_source((ROOT / "configs" / "presets" / "prime-rl.yaml").read_text()))
+    cfg = load_config(path, run_dir=str(tmp_path / "run"), environ={})
+    envs = {n: c for n, c in cfg.components.items() if n.startswith("env-")}
+    assert set(envs) == {"env-reverse-text", "env-math"}
+    assert envs["env-math"].argv() == ["uv", "run", "env-server", "@", "outputs/configs/envs/train/math.json"]
+    assert envs["env-math"].depends_on == envs["env-reverse-text"].depends_on == {"configs": "completed"}
+    orch = cfg.components["orchestrator"]
+    assert orch.depends_on == {"inference": "ready", "env-reverse-text": "started", "env-math": "started"}
+    order = cfg.topo_order()
+    assert order.index("orchestrator") > max(order.index("env-math"), order.index("env-reverse-text"))
+
+    def seen(**states: str) -> dict[str, Seen]:
+        base = {n: "pending" for n in cfg.components}
+        base.update({"configs": "completed", "inference": "running"})
+        base.update({k.replace("_", "-"): v for k, v in states.items()})
+        return {n: Seen(n, s) for n, s in base.items()}
+
+    waiting = gate("orchestrator", cfg, seen(env_reverse_text="running"))
+    assert isinstance(waiting, DepsWaiting) and any("env-math" in w for w in waiting.waiting)
+    assert not any("env-reverse-text" in w for w in waiting.waiting)
+    waiting = gate("orchestrator", cfg, seen(env_math="starting"))
+    assert isinstance(waiting, DepsWaiting) and any("env-reverse-text" in w for w in waiting.waiting)
+    assert isinstance(gate("orchestrator", cfg, seen(env_reverse_text="running", env_math="starting")), DepsMet)
+    # and `rlsup check`'s fast preflight finds nothing but the framework missing from this machine
+    findings = [f for f in run_checks(cfg, fast=True, min_free_gb=0.0) if f.severity != "info"]
+    assert all(f.check in ("command", "port") for f in findings), findings
+    assert {m.group(1) for f in findings if (m := _NOT_ON_PATH.search(f.message))} <= {"uv"}

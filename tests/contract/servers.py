@@ -1,22 +1,48 @@
-"""HTTP servers that answer the weight-reload routes exactly as each engine version does.
+"""HTTP servers that answer the weight-reload and completion routes exactly as each engine version does.
 
-Every reply below is taken from the upstream route it stands for (status code, body or empty body):
+Every reply below is taken from the upstream route it stands for (status code, body or empty body), read
+in the released wheels on PyPI (``pip download --no-deps vllm==X`` / ``sglang==X``: the files in the wheel
+are the tagged source) on 2026-11-23. Versions read: vLLM 0.10.2, 0.11.0, 0.12.0, 0.14.1, 0.15.1, 0.16.0,
+0.25.1, 0.26.0, 0.33.0; SGLang 0.4.6, 0.5.2, 0.5.5, 0.5.6, 0.5.7, 0.5.8, 0.5.10, 0.5.12, 0.5.15, 0.5.16,
+0.5.17, 0.5.18, 0.5.23. A boundary is given as "first version seen with it / last seen without it".
 
-SGLang 0.5.x -- python/sglang/srt/entrypoints/http_server.py:
+SGLang -- python/sglang/srt/entrypoints/http_server.py:
   POST /update_weights_from_disk -> 200 {"success": true, "message", "num_paused_requests"} or 400 with
-  "success": false (ORJSONResponse, HTTPStatus.BAD_REQUEST); tokenizer_manager._wait_for_model_update_from_disk
-  sets server_args.model_path on success, which GET /get_model_info returns as "model_path". While requests run
-  it waits on model_update_lock.writer_lock (no busy reply). GET /get_server_info carries "version".
-vLLM (VLLM_SERVER_DEV_MODE=1) -- GET /version -> {"version": VLLM_VERSION} (api_router show_version);
-  POST /collective_rpc -> {"results": [...]} (results of every worker; a worker exception -> 500);
-  0.14.x: vllm/v1/worker/gpu_worker.py Worker.reload_weights(self) takes no argument (re-reads
-  model_config.model), Worker.update_config(overrides) takes {"model_config": {...}};
-  0.16-0.25: reload_weights(weights_path=...); POST /reset_prefix_cache -> Response(status_code=200), an EMPTY
-  body (vllm/entrypoints/serve/cache/api_router.py);
-  0.26+: POST /reset_prefix_cache -> {"success": bool}, false while running requests hold blocks
-  (vllm/frontend/entrypoints/serve/dev/cache/api_router.py);
-  RL router (vllm/entrypoints/rl/online/api_router.py): POST /pause -> {"status": "paused"}, POST /resume ->
-  {"status": "resumed"}, GET /is_paused -> {"is_paused": bool}.
+  "success": false (ORJSONResponse, HTTPStatus.BAD_REQUEST), all versions. On success the tokenizer manager's
+  model_path becomes the new path (managers/tokenizer_manager.py: 0.4.6/0.5.2 _wait_for_model_update_from_disk,
+  0.5.23 _update_model_path_info), which GET /get_model_info (all) and GET /model_info (from 0.5.6; not in
+  0.5.5) return as "model_path". From 0.5.6 /get_model_info and /get_server_info log "Endpoint ... is
+  deprecated" on every call. While requests run it waits on model_update_lock.writer_lock (no busy reply).
+  GET /get_server_info (all) and GET /server_info (from 0.5.6) carry "version" (sglang.version.__version__).
+  There is NO GET /version route in any version read: 404.
+  POST /v1/completions (entrypoints/openai/protocol.py CompletionRequest, serving_completions.py): the request
+  model has no extra="forbid", so unknown fields are ignored; "return_token_ids" is a field from 0.5.17 (not
+  in 0.5.16) and then each choice carries "token_ids" (ret_item["output_ids"]: schedule_batch.py
+  Req.output_ids_through_stop, "Stop position is included", i.e. the EOS / stop token is the last id) and
+  "prompt_token_ids". Every version's choice has "matched_stop": the stop token id (int, EOS included) or stop
+  string (str) that ended it, else null; there is no "stop_reason".
+vLLM -- GET /version -> {"version": VLLM_VERSION}, no dev mode needed (0.10.2 openai/api_server.py
+  show_version; 0.16.0 openai/basic/api_router.py; 0.25.1+ serve/instrumentator/basic.py).
+  Dev routes (VLLM_SERVER_DEV_MODE=1): POST /collective_rpc -> {"results": [...]} (a worker exception -> 500);
+  POST /reset_prefix_cache -> Response(status_code=200), an EMPTY body, 0.10.2-0.25.1; from 0.26.0
+  JSONResponse({"success": bool}), false "while blocks are still held, e.g. by running requests"
+  (serve/dev/cache/api_router.py).
+  vllm/v1/worker/gpu_worker.py Worker.reload_weights(self): no argument through 0.15.1 (re-reads
+  model_config.model; Worker.update_config(overrides) takes {"model_config": {...}}); from 0.16.0
+  reload_weights(self, *args, **kwargs) -> GPUModelRunner.reload_weights(weights_iterator, weights_path,
+  is_checkpoint_format). An unexpected keyword raises in the worker: 500.
+  POST /pause, POST /resume, GET /is_paused: from 0.12.0 (not in 0.11.0). 0.12.0-0.15.1 (openai/api_server.py,
+  then serve/rlhf/api_router.py) are attached WITHOUT dev mode and take only wait_for_inflight_requests
+  (default false: AsyncLLM.pause_generation aborts every in-flight request; a "mode" parameter is ignored).
+  From 0.16.0 they are dev-mode routes (serve/rlhf, serve/dev/rlhf, 0.33.0 vllm/entrypoints/rl/online/
+  api_router.py) taking mode=abort|wait|keep (default abort); wait_for_inflight_requests=true still means wait
+  in 0.16.0-0.26.0 (deprecated) and is gone in 0.33.0. Replies: {"status": "paused"}, {"status": "resumed"},
+  {"is_paused": bool}; a failure 500 {"error": "Failed to pause generation: ..."} (0.16.0 AsyncLLM raises
+  NotImplementedError for --api-server-count > 1 unless mode=keep). In 0.33.0, new requests during a pause
+  in abort/wait mode are rejected with 503 (RetryableRequestError).
+  POST /v1/completions with "return_token_ids" (0.10.2+): each choice has "token_ids" (v1/engine/detokenizer.py
+  update: the skipped stop token is appended back, so the EOS / stop token is the last id) and
+  "prompt_token_ids", and "stop_reason": the stop string or stop token id, None for EOS.
 Unknown routes answer FastAPI's 404 {"detail": "Not Found"}.
 """
 
@@ -25,22 +51,34 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
+
+
+def _v(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split(".")[:3])
 
 
 class EngineServer:
-    """One fake engine on 127.0.0.1:<free port>. ``kind``: sglang | vllm; ``version`` as the engine
-    reports it; ``busy_resets``: how many /reset_prefix_cache calls answer {"success": false};
-    ``fail_loads``: /update_weights_from_disk answers 400; ``dev_mode``: vLLM's dev routes exist."""
+    """One fake engine on 127.0.0.1:<free port>, answering as ``kind`` (sglang | vllm) ``version`` does.
+
+    ``dev_mode``: vLLM started with VLLM_SERVER_DEV_MODE=1. ``inflight``: requests running when a reload
+    comes (the orchestrator always has some); a /pause that aborts adds them to ``aborted``.
+    ``busy_resets``: how many /reset_prefix_cache calls answer {"success": false} (0.26.0+).
+    ``pause_fails``: /pause answers 500. ``fail_loads``: /update_weights_from_disk answers 400.
+    ``eos``: the token id the fake sampler ends a "stop" completion with."""
 
     def __init__(self, kind: str, version: str, *, busy_resets: int = 0, fail_loads: bool = False,
-                 dev_mode: bool = True, rl_router: bool = False, base_model: str = "base-model") -> None:
+                 dev_mode: bool = True, pause_fails: bool = False, inflight: int = 3,
+                 base_model: str = "base-model", eos: int = 0) -> None:
         self.kind, self.version = kind, version
-        self.v = tuple(int(x) for x in version.split(".")[:2])
-        self.busy_resets, self.fail_loads, self.dev_mode, self.rl_router = busy_resets, fail_loads, dev_mode, rl_router
-        self.config_model = base_model  # vLLM model_config.model / SGLang server_args.model_path
+        self.v = _v(version)
+        self.busy_resets, self.fail_loads, self.dev_mode = busy_resets, fail_loads, dev_mode
+        self.pause_fails, self.inflight, self.eos = pause_fails, inflight, eos
+        self.config_model = base_model  # vLLM model_config.model / SGLang tokenizer_manager.model_path
         self.serving = base_model  # the weights actually loaded
         self.paused = False
+        self.aborted = 0  # in-flight requests a /pause aborted
+        self.deprecated_calls: list[str] = []  # SGLang routes that log a deprecation warning
         self.calls: list[tuple[str, object]] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
@@ -51,39 +89,66 @@ class EngineServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    @property
+    def rl_routes(self) -> bool:
+        """/pause, /resume, /is_paused exist: from 0.12.0; without dev mode only before 0.16.0."""
+        return self.kind == "vllm" and self.v >= (0, 12) and (self.v < (0, 16) or self.dev_mode)
+
     # -- routes
 
     def route(self, method: str, path: str, body: dict) -> tuple[int, object | None]:
         self.calls.append((f"{method} {path}", body))
-        route = urlsplit(path).path
+        parts = urlsplit(path)
+        route, query = parts.path, {k: v[-1] for k, v in parse_qs(parts.query).items()}
         not_found = (404, {"detail": "Not Found"})
+        if (method, route) == ("GET", "/v1/models"):
+            return 200, {"object": "list", "data": [{"id": "policy", "object": "model"}]}
+        if (method, route) == ("POST", "/v1/completions"):
+            return self._complete(body)
         if self.kind == "sglang":
-            if (method, route) == ("POST", "/update_weights_from_disk"):
-                if self.fail_loads:
-                    return 400, {"success": False, "message": f"Failed to get weights iterator: {body.get('model_path')}"
-                                 " (repo id or local path) is invalid.", "num_paused_requests": 0}
-                self.config_model = self.serving = body["model_path"]
-                return 200, {"success": True, "message": "Succeeded to update model weights.",
-                             "num_paused_requests": 0}
-            if (method, route) == ("GET", "/get_model_info"):
-                return 200, {"model_path": self.config_model, "tokenizer_path": self.config_model,
-                             "is_generation": True}
-            if (method, route) == ("GET", "/get_server_info"):
-                return 200, {"version": self.version, "model_path": self.config_model}
-            return not_found
-        # vLLM
+            return self._sglang(method, route, body) or not_found
+        return self._vllm(method, route, query, body) or not_found
+
+    def _sglang(self, method: str, route: str, body: dict) -> tuple[int, object] | None:
+        new_routes = self.v >= (0, 5, 6)
+        if (method, route) == ("POST", "/update_weights_from_disk"):
+            if self.fail_loads:
+                return 400, {"success": False, "message": f"Failed to get weights iterator: {body.get('model_path')}"
+                             " (repo id or local path) is invalid.", "num_paused_requests": 0}
+            self.config_model = self.serving = body["model_path"]
+            return 200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+        if method == "GET" and (route == "/get_model_info" or (new_routes and route == "/model_info")):
+            if new_routes and route.startswith("/get_"):
+                self.deprecated_calls.append(route)
+            return 200, {"model_path": self.config_model, "tokenizer_path": "base-model", "is_generation": True}
+        if method == "GET" and (route == "/get_server_info" or (new_routes and route == "/server_info")):
+            if new_routes and route.startswith("/get_"):
+                self.deprecated_calls.append(route)
+            return 200, {"version": self.version, "model_path": self.config_model}
+        return None
+
+    def _vllm(self, method: str, route: str, query: dict, body: dict) -> tuple[int, object | None] | None:
         if (method, route) == ("GET", "/version"):
             return 200, {"version": self.version}
-        if not self.dev_mode:
-            return not_found
-        if self.rl_router and (method, route) == ("POST", "/pause"):
+        if self.rl_routes and (method, route) == ("POST", "/pause"):
+            if self.pause_fails:
+                return 500, {"error": "Failed to pause generation: pause_generation is not supported with "
+                             "--api-server-count > 1 when mode is not 'keep'"}
+            wait = query.get("wait_for_inflight_requests", "false").lower() in ("true", "1")
+            if self.v >= (0, 16):
+                wait = query.get("mode", "abort") == "wait" or (wait and self.v < (0, 33))
+            if not wait:
+                self.aborted += self.inflight
+            self.inflight = 0
             self.paused = True
             return 200, {"status": "paused"}
-        if self.rl_router and (method, route) == ("POST", "/resume"):
+        if self.rl_routes and (method, route) == ("POST", "/resume"):
             self.paused = False
             return 200, {"status": "resumed"}
-        if self.rl_router and (method, route) == ("GET", "/is_paused"):
+        if self.rl_routes and (method, route) == ("GET", "/is_paused"):
             return 200, {"is_paused": self.paused}
+        if not self.dev_mode:
+            return None
         if (method, route) == ("POST", "/collective_rpc"):
             m, kw = body.get("method"), body.get("kwargs") or {}
             if m == "update_config":
@@ -95,6 +160,7 @@ class EngineServer:
                     # Worker.reload_weights(self) got an unexpected keyword: the worker raises, the route 500s
                     return 500, None
                 self.serving = kw.get("weights_path", self.config_model)
+                self.config_model = self.serving
                 return 200, {"results": [None]}
             return 500, None
         if (method, route) == ("POST", "/reset_prefix_cache"):
@@ -104,7 +170,50 @@ class EngineServer:
                 self.busy_resets -= 1
                 return 200, {"success": False}
             return 200, {"success": True}
-        return not_found
+        return None
+
+    def _complete(self, body: dict) -> tuple[int, object]:
+        """A completion of the letters ``"stop"`` per prompt, ids = code points. It ends on ``self.eos``
+        (finish_reason "stop"), or on a one-character stop string of the request (text trimmed before it,
+        ids kept through it, as both engines do), or is cut off by ``max_tokens`` < 5 ("length")."""
+        if self.kind == "vllm" and self.paused and self.v >= (0, 33):
+            return 503, {"error": {"message": "Request failed; please retry", "type": "ServiceUnavailableError",
+                                   "code": 503}}
+        prompts = body.get("prompt")
+        prompts = prompts if isinstance(prompts, list) else [prompts]
+        n = int(body.get("n") or 1)
+        max_tokens = int(body.get("max_tokens") or 16)
+        stops = [x for x in (body.get("stop") or []) if isinstance(x, str) and len(x) == 1]
+        want_ids = bool(body.get("return_token_ids"))
+        if self.kind == "sglang" and self.v < (0, 5, 17):
+            want_ids = False  # not a field before 0.5.17: pydantic ignores it
+        choices = []
+        for i, prompt in enumerate(prompts):
+            for j in range(n):
+                text, ids, finish, stop = "", [], "length", None
+                for ch in "stop":
+                    if len(ids) == max_tokens:
+                        break
+                    ids.append(ord(ch))
+                    if ch in stops:
+                        finish, stop = "stop", ch
+                        break
+                    text += ch
+                else:
+                    if len(ids) < max_tokens:
+                        ids.append(self.eos)  # the EOS stays in the ids, not in the text
+                        finish, stop = "stop", self.eos
+                choice: dict = {"index": i * n + j, "text": text, "logprobs": None, "finish_reason": finish}
+                if self.kind == "vllm":
+                    choice["stop_reason"] = None if stop == self.eos else stop  # None: EOS
+                else:
+                    choice["matched_stop"] = stop
+                if want_ids:
+                    choice["token_ids"] = ids
+                    choice["prompt_token_ids"] = [ord(c) for c in str(prompt)]
+                choices.append(choice)
+        return 200, {"id": "cmpl-1", "object": "text_completion", "model": body.get("model"), "choices": choices,
+                     "usage": {"prompt_tokens": 0, "completion_tokens": 4 * len(choices), "total_tokens": 0}}
 
     def _handler(self):  # type: ignore[no-untyped-def]
         server = self

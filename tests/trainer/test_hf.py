@@ -216,8 +216,9 @@ def test_stack_on_a_tiny_hf_model(tiny_model: Path, tmp_path: Path) -> None:
 
 
 def test_published_config_says_bf16_on_every_device(tiny_model: Path, tmp_path: Path) -> None:
-    """SGLang/vLLM `--dtype auto` read config.json's dtype: a published dir must not say float32 (SGLang
-    serves float32 configs in float16: python/sglang/srt/configs/model_config.py _get_and_verify_dtype)."""
+    """`--dtype auto` reads config.json's dtype: a published dir must not say float32. SGLang serves float32
+    configs in float16 (python/sglang/srt/configs/model_config.py _get_and_verify_dtype, read in 0.4.6, 0.5.2,
+    0.5.12 and 0.5.23), reading the config's `torch_dtype` (0.4.6) or `dtype` (0.5.23): both must say bf16."""
     out = tmp_path / "out"
     _write_rollouts(out, 1)
     assert train.main(["--out", str(out), "--steps", "1", "--model", str(tiny_model), "--device", "cpu",
@@ -225,8 +226,7 @@ def test_published_config_says_bf16_on_every_device(tiny_model: Path, tmp_path: 
     for step in (0, 1):
         d = out / "weights" / f"step_{step}"
         cfg = json.loads((d / "config.json").read_text())
-        said = cfg.get("dtype", cfg.get("torch_dtype"))
-        assert said == "bfloat16", cfg
+        assert cfg.get("dtype") == cfg.get("torch_dtype") == "bfloat16", cfg
         assert {t.dtype for t in _tensors(d).values()} == {torch.bfloat16}
     # the checkpoint keeps the fp32 master weights (exact resume) and says so
     ck = json.loads((out / "checkpoints" / "step_1" / "model" / "config.json").read_text())
