@@ -323,6 +323,7 @@ def _quiet_output_errors() -> None:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    from ..process import pid_alive
     from ..rundir import is_locked
     from .follow import Printer
 
@@ -338,7 +339,9 @@ def cmd_down(args: argparse.Namespace) -> int:
         say(f"rlsup: {reply.get('message')}")
         await client.closed.wait()
         deadline = time.monotonic() + 30
-        while is_locked(paths) and time.monotonic() < deadline:
+        sup_pid = int((client.server or {}).get("pid") or 0)
+        # Returns when no process of the run is left, the supervisor itself included.
+        while (is_locked(paths) or (sup_pid and pid_alive(sup_pid))) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         left = await asyncio.get_running_loop().run_in_executor(None, leftovers, paths)
         if is_locked(paths):
