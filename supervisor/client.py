@@ -299,11 +299,6 @@ class Session:
         except (ConnectionError, asyncio.TimeoutError) as e:
             return {"ok": False, "error": f"connection lost before the answer ({e})"}
 
-    async def fetch_logs(self, component: str, from_seq: int, limit: int = 5000) -> dict[str, Any]:
-        if self.client is None:
-            return {"ok": False, "error": "not connected"}
-        return await self.client.request("logs", component=component, from_seq=from_seq, limit=limit, check=False)
-
     def close(self) -> None:
         self._stop.set()
 

@@ -33,6 +33,7 @@ from .progress import ProgressMatcher, ProgressTracker
 from .rundir import RunPaths
 
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
+BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
 FLAG_LINE = re.compile(r"^rlsup-flag: (?P<type>[a-z][a-z0-9_]{0,40}): (?P<message>.+)$", re.MULTILINE)
 FLAG_LINE_MARK = "rlsup-flag: "
 MONITOR_GONE_S = 10.0
@@ -82,6 +83,8 @@ class Component:
         self.follower = LogFollower(ctx.paths.log(name), logs_cfg.backups, start if start.ino is not None else None)
         if start.ino is None:
             self._seek_to_end_of_log()
+        else:
+            self._backfill(start)
         p = cfg.progress
         self.matcher = ProgressMatcher(p.pattern, p.preset) if p else ProgressMatcher()
         self.progress = ProgressTracker(total=p.total if p else None)
@@ -403,6 +406,21 @@ class Component:
         except OSError:
             return
         self.follower = LogFollower(path, self.logs_cfg.backups, Position(st.st_ino, st.st_size, self.ring.next_seq))
+
+    def _backfill(self, at: Position) -> None:
+        """A supervisor taking over: the lines just before the recorded position go back into the ring,
+        with the sequence numbers they had, so a client that reconnects by seq misses none of them (its
+        previous supervisor may have read them without having sent them)."""
+        assert at.ino is not None
+        data = self.follower.read_back(at.ino, at.offset, BACKFILL_BYTES)
+        if not data:
+            return
+        norm = LineNormaliser(self.logs_cfg.line_cap)
+        lines, _ = norm.feed(data)
+        tail, _ = norm.flush()  # an unterminated last line was shown as a line when its attempt ended
+        lines = (lines + tail)[-min(self.ring.maxlen, at.seq):] if at.seq > 0 else []
+        self.ring.reset(at.seq - len(lines))
+        self.ring.extend(self.ctx.redactor.redact_lines(lines))
 
     def position(self) -> Position:
         """Where the next supervisor should start reading: the start of the line not yet complete."""

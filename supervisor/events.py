@@ -48,7 +48,9 @@ class RunStarted(Event):
     host: str = ""
     version: str = ""
     components: list[str] = field(default_factory=list)
-    how: str = "new"  # new | resumed (a finished run continued with --resume) | adopted (a dead supervisor's run)
+    # new | resumed (a finished run continued with --resume) | continued (its supervisor died mid-way)
+    # | adopted (... and components it left running were taken over)
+    how: str = "new"
     tracking: str = ""  # how processes are tracked: cgroup v2 (path) or the monitors' subreaper
 
 
@@ -254,7 +256,8 @@ def describe(e: dict[str, Any]) -> str:
     k = e.get("kind")
     if k == "run_started":
         comps = ", ".join(e.get("components", []))
-        how = {"resumed": "resumed", "adopted": "taken over"}.get(e.get("how") or "new", "started")
+        how = {"resumed": "resumed", "continued": "continued", "adopted": "taken over"}.get(e.get("how") or "new",
+                                                                                            "started")
         return f"run {e.get('name')} {how} (supervisor pid {e.get('pid')}, run dir {e.get('run_dir')}; {comps})"
     if k == "run_ended":
         return f"run ended: {e.get('reason')} (exit code {e.get('exit_code')})"

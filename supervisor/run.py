@@ -220,10 +220,20 @@ class Run:
         self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
         budget = RingBudget(self.cfg.ring_bytes)
         saved = (self._saved.get("components") or {}) if self._saved else {}
+        if self._adopt:
+            self.how = "adopted"
+        elif self._replayed is not None and self.how == "new":
+            self.how = "continued"  # its supervisor died mid-way: the run goes on where it was
+        # What a component that was final stays: a run taken over or continued keeps every final state;
+        # a finished run resumed (--resume) starts again what had failed or was stopped, not what completed.
+        keep = {"adopted": lc.FINAL, "continued": lc.FINAL, "resumed": {"completed"}}.get(self.how, set())
         for n in names:
             prev = self.state["components"][n]
             pos = Position.from_dict((saved.get(n) or {}).get("log"))
+            was = prev.get("state")
             life = lc.Life(n, attempt=int(prev.get("attempt") or 0))
+            if was in keep:
+                life = lc.Life(n, state=was, attempt=life.attempt, want="stop" if was == "stopped" else "run")
             self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
                                            log_position=pos)
             sv = saved.get(n) or {}
@@ -242,10 +252,6 @@ class Run:
 
             self.server = ControlServer(self, self.paths.sock)
             await self.server.start()
-        if self._adopt:
-            self.how = "adopted"
-        elif self._replayed is not None and self.how == "new":
-            self.how = "resumed"
         self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
                                 how=self.how, tracking=self.cgroups.describe()))

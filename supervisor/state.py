@@ -43,11 +43,15 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
         state["run"]["how"] = e.get("how", "new")
         for k in ("exit_code", "end_reason", "root", "handed_over"):
             state["run"].pop(k, None)
+        how = e.get("how", "new")
         for n in e.get("components", []):
             c = state["components"].setdefault(n, new_component())
-            if e.get("how") != "adopted":  # a run boundary: nothing of the previous run is running
-                c.update(state="pending", pid=None, monitor_pid=None, next_start_at=None, waiting_for=[], rate=None,
-                         eta_s=None, resources=None)
+            if how in ("adopted", "continued"):  # the same run goes on: states stand until events change them
+                continue
+            if how == "resumed" and c.get("state") == "completed":
+                continue  # a finished run resumed: what completed stays completed
+            c.update(state="pending", pid=None, monitor_pid=None, next_start_at=None, waiting_for=[], rate=None,
+                     eta_s=None, resources=None)
         return state
     if kind == "run_ended":
         state["run"]["ended_at"] = e.get("ts")

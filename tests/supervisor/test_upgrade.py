@@ -112,3 +112,27 @@ def test_kill_9_of_the_supervisor_loses_nothing(tmp_path, daemon):
     assert nums == list(range(1, len(nums) + 1))
     kinds = [e["kind"] for e in d.events()]
     assert kinds.count("started") == 1 and "exited" not in kinds
+
+
+def test_what_completed_before_a_supervisor_died_is_not_started_again(tmp_path, daemon):
+    cfg = write_config(tmp_path, COUNTER + """
+  prepare:
+    command: ["{py}", "-c", "print('prepared')"]
+""")
+    d = daemon(cfg)
+    d.wait_event(lambda e: e["kind"] == "completed" and e["component"] == "prepare", what="prepare completed")
+    counter = d.wait_event(lambda e: e["kind"] == "started" and e["component"] == "counter", what="counter")
+    old = d.pid
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(old), what="supervisor gone")
+    r = d.cli("up", str(d.config), "-d", "--run-dir", str(d.run_dir))
+    assert r.returncode == 0, r.stderr
+    d.wait_event(lambda e: e["kind"] == "adopted" and e["component"] == "counter", what="counter adopted")
+    time.sleep(1.0)
+    starts = [e for e in d.events() if e["kind"] == "started"]
+    assert [e["component"] for e in starts].count("prepare") == 1  # completed, and it stays completed
+    assert [e["pid"] for e in starts if e["component"] == "counter"] == [counter["pid"]]
+    st = json.loads(d.cli("status", "--json").stdout)["components"]
+    assert st["prepare"]["state"] == "completed" and st["counter"]["state"] == "running"
+    runs = [e["how"] for e in d.events() if e["kind"] == "run_started"]
+    assert runs == ["new", "adopted"]
