@@ -930,8 +930,8 @@ class Run:
         evidence = [f"gpu {h.gpu}: pid {h.pid} holds {h.used_mb or '?'} MiB ({h.why})"
                     for h in held.ours + held.unmappable]  # what was waited on; foreign holders are not ours to blame
         if held.ours:
-            action = ("killed this run's leftovers (SIGKILL) before starting the next attempt" if not survivors
-                      else "killed what could be killed; starting anyway")
+            action = ("killed them (SIGKILL; only this run's proven leftovers) before starting the next attempt"
+                      if not survivors else "killed what could be killed; starting anyway")
         else:
             action = "killed nothing (no holder is provably this run's); starting anyway"
         if held.memory_only:

@@ -198,8 +198,11 @@ def test_ctrl_c_while_the_supervisor_starts_says_the_run_goes_on(tmp_path):
         text = out.decode(errors="replace")
         assert "goes on" in text or "training continues" in text, text[-2000:]
         assert "rlsup attach" in text or "attach" in text
-        st = rlsup("status", "--run-dir", str(run_dir))
-        assert st.returncode == 0 and "sleeper" in st.stdout and "running" in st.stdout  # it really goes on
+        def up():
+            st = rlsup("status", "--run-dir", str(run_dir))
+            return st.returncode == 0 and "sleeper" in st.stdout and "running" in st.stdout
+
+        wait_for(up, 30, what="the run to go on")  # it really goes on, whatever the CLI was doing
     finally:
         rlsup("down", "--run-dir", str(run_dir), timeout=60)
         with_exit = os.waitpid(pid, os.WNOHANG)
