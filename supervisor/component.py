@@ -47,6 +47,7 @@ class Context(Protocol):
     clock: Clock
     monitors: Monitors
     redactor: Any  # redact.Redactor: what clients may see of the output
+    nofile: int | None  # the open-file limit a component gets
 
     def emit(self, event: ev.Event) -> None: ...
 
@@ -190,6 +191,7 @@ class Component:
                     "backups": self.logs_cfg.backups},
             "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)),
             "cgroup": self.ctx.cgroup_for(self.name, e.attempt),
+            "nofile": self.ctx.nofile,
         }
         self.flags_this_attempt.clear()
         self._ready_seen.clear()

@@ -105,6 +105,7 @@ class Run:
         self.memory_detector: Callable[[], Any] | None = None  # MemoryGrowthDetector factory (tests tune it)
         self.gpu_proc_lookup: Callable[[int], Any] | None = None  # gpu.proc_identity unless a test fakes NVML
         self.how = "new"
+        self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._ended: asyncio.Event | None = None
         self._shutting_down = False
@@ -211,6 +212,7 @@ class Run:
         self.loop = asyncio.get_running_loop()
         self._ended = asyncio.Event()
         set_child_subreaper()
+        self.nofile = raise_fd_limit()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
         self.journal = Journal(self.paths.events)
         names = self.cfg.topo_order()
@@ -961,3 +963,16 @@ class Run:
 
     def rings(self) -> dict[str, Any]:
         return {n: c.ring for n, c in self.components.items()}
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's open-file limit to the hard limit (thousands of components hold thousands of
+    log files and pidfds); return the soft limit it had, which components get back (monitors restore it
+    in the child, as many programs misbehave with a huge one)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return soft

@@ -397,6 +397,14 @@ def _exec_child(spec: dict, out_w: int, err_w: int) -> None:
                     f.write(str(os.getpid()))
             except OSError as e:
                 os.write(err_w, f"W cannot join cgroup {cg}: {e.strerror}\n".encode())
+        if spec.get("nofile"):  # the supervisor raised its own limit; the component gets the usual one
+            import resource
+
+            _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (min(int(spec["nofile"]), hard), hard))
+            except (ValueError, OSError):
+                pass
         if spec.get("cwd"):
             os.chdir(spec["cwd"])
         null = os.open(os.devnull, os.O_RDONLY)
