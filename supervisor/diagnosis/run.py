@@ -35,6 +35,7 @@ SYMPTOM_CATEGORIES = frozenset({
     "inference_engine_dead",
 })
 SYMPTOM_FLAGS = frozenset({"dependency_down", "stall", "repeated_error", "crash_loop"})
+OWN_DEATH = frozenset({"inference_engine_dead"})
 NOT_FAILURES = frozenset({"none"})
 
 TAIL_LINES = 2000  # what the exit diagnosis reads
@@ -62,7 +63,11 @@ class RunFailure:
 
     @property
     def primary(self) -> bool:
-        return self.source != "flag" and self.category not in SYMPTOM_CATEGORIES
+        if self.source == "flag":
+            return False
+        # An engine that died, seen at the exit of the component that runs it, is that component's own
+        # failure (an inference server's engine core), not the symptom of another's.
+        return self.category not in SYMPTOM_CATEGORIES or (self.category in OWN_DEATH and self.source == "exit")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,10 +142,35 @@ class RunDiagnosis:
             return "no failure found in the journal or the logs"
         when = f" at {_iso(rc.ts)}" if rc.ts is not None else ""
         first = f"{rc.component} failed first{when}: {rc.summary}"
-        if not self.symptoms:
-            return first
-        others = sorted({s.component for s in self.symptoms if s.component != rc.component})
-        return first + (f"; then {', '.join(others)} failed as a consequence" if others else "")
+        failed = sorted({s.component for s in self.symptoms if s.component != rc.component and s.count})
+        logged = sorted({s.component for s in self.symptoms if s.component != rc.component} - set(failed))
+        text = first
+        if failed:
+            text += f"; then {', '.join(failed)} failed as a consequence"
+        if logged:
+            text += f"; {', '.join(logged)} logged errors as a consequence"
+        independent = self.independent
+        if independent:
+            text += "; independently, " + "; ".join(f"{f.component}: {f.summary}" for f in independent[:3])
+        return text
+
+    @property
+    def independent(self) -> list[RunFailure]:
+        """Later failures of other components that are failures of their own (an exception in their code),
+        not consequences of the root cause."""
+        rc = self.root_cause
+        if rc is None:
+            return []
+        seen: set[tuple[str, str]] = set()
+        out = []
+        for f in self.failures:
+            if f is rc or f.component == rc.component or not f.primary or (f.component, f.category) in seen:
+                continue
+            if rc.ts is not None and f.ts is not None and f.ts < rc.ts:
+                continue
+            seen.add((f.component, f.category))
+            out.append(f)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -417,6 +447,8 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
             continue
         if f.component == root.component and f.category == root.category:
             continue  # the same failure again after a restart: counted as a recurrence
+        if f.primary and f.component != root.component:
+            continue  # a failure of its own (RunDiagnosis.independent), not a consequence
         key = (f.component, f.category)
         s = groups.get(key)
         if s is None:

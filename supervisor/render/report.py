@@ -338,7 +338,8 @@ def _render(paths: RunPaths, events: list[dict[str, Any]], st: dict[str, Any], s
         _summary(st, attempts),
         "",
     ]
-    out += _root_cause_section(paths)
+    if not (ended_at is not None and run.get("exit_code") == 0):  # a run that ended well has no root cause
+        out += _root_cause_section(paths)
     out += _components_table(st, attempts)
     out += _flags_section(events)
     out += _attempts_section(paths, st, attempts)

@@ -195,3 +195,21 @@ def test_rlsup_diagnose_run_dir_through_the_command(tmp_path: Path) -> None:
     assert diagnose_command([str(run.root), str(FIXTURES / "disk_full_torch_save.log")], False, out) == 0
     text = out.getvalue()
     assert "root cause  trainer (cuda_oom)" in text and "disk_full_torch_save.log: disk_full" in text
+
+
+def test_an_engine_that_died_at_its_own_exit_is_a_root_cause(tmp_path: Path) -> None:
+    """The inference server's own exit with its engine core dead comes first: it is not a symptom of the
+    trainer's crash that follows (as in configs/demo-chaos.yaml: three independent faults)."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="r", components=["inference", "trainer"])
+    run.start(T0, "inference")
+    run.start(T0, "trainer")
+    dead = ["ERROR Engine core proc EngineCore_0 died unexpectedly, shutting down client."]
+    run.log("inference", dead)
+    run.exit(T0 + 20, "inference", 1, dead)
+    crash = ["Traceback (most recent call last):", '  File "/work/train.py", line 12, in <module>',
+             "ValueError: bad batch"]
+    run.log("trainer", crash)
+    run.exit(T0 + 40, "trainer", 1, crash)
+    rd = diagnose_run(run.root)
+    assert (rd.root_cause.component, rd.root_cause.category) == ("inference", "inference_engine_dead")
