@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from ..phrases import fmt_duration
 from .normalize import strip_prefixes
 from .patterns import Flag
 
@@ -75,7 +76,7 @@ def dependency_down(
     for d in down:
         why = f"{deps[d]}" if deps[d] != "running" else "running but its probe fails"
         if down_since and now is not None and d in down_since:
-            why += f", down for {_dur(now - down_since[d])}"
+            why += f", down for {fmt_duration(now - down_since[d])}"
         parts.append(f"{d} ({why})")
     what = f"{len(errs)} connection error line(s)" if errs else "exits diagnosed " + "/".join(sorted(set(cats)))
     msg = f"{component} cannot reach its dependency {', '.join(parts)}: {what}"
@@ -141,11 +142,3 @@ class DependencyWatch:
             acted.add("restart_dependency")
             return "restart_dependency"
         return None
-
-
-def _dur(s: float) -> str:
-    if s < 60:
-        return f"{s:.0f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"

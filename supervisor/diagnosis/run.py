@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..phrases import fmt_duration
 from .engine import diagnose
 from .model import Diagnosis
 from .normalize import clean_line
@@ -89,6 +90,19 @@ class RunSymptom:
     last_ts: float | None
     summary: str
     samples: list[str] = field(default_factory=list)
+
+    def extent(self) -> tuple[list[str], str]:
+        """How much of it there was, in words: (["3 exits", "5,021 log lines"], " over 12h40m")."""
+        what = []
+        if self.count:
+            noun = "flag" if self.category in SYMPTOM_FLAGS else "exit"
+            what.append(f"{self.count} {noun}{'s' if self.count > 1 else ''}")
+        if self.log_lines:
+            what.append(f"{self.log_lines:,} log line{'s' if self.log_lines > 1 else ''}")
+        span = ""
+        if self.first_ts is not None and self.last_ts is not None and self.last_ts > self.first_ts:
+            span = f" over {fmt_duration(self.last_ts - self.first_ts)}"
+        return what, span
 
     def to_dict(self) -> dict[str, Any]:
         span = (self.last_ts - self.first_ts) if self.first_ts is not None and self.last_ts is not None else None
@@ -483,15 +497,6 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
 # human form
 
 
-def _span(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
 def format_run(rd: RunDiagnosis) -> str:
     out = [f"{rd.run_dir}: {rd.verdict}"]
     rc = rd.root_cause
@@ -500,7 +505,7 @@ def format_run(rd: RunDiagnosis) -> str:
         out.append("")
         out.append(f"root cause  {rc.component} ({rc.category})" + (f", attempt {rc.attempt}" if rc.attempt else ""))
         if rc.ts is not None:
-            out.append(f"  when:      {_iso(rc.ts)}" + (f" ({_span(rc.ts - rd.started_ts)} into the run)"
+            out.append(f"  when:      {_iso(rc.ts)}" + (f" ({fmt_duration(rc.ts - rd.started_ts)} into the run)"
                                                          if rd.started_ts is not None and rc.ts >= rd.started_ts else ""))
         out.append(f"  summary:   {rc.summary}")
         if rd.recurrences:
@@ -518,18 +523,10 @@ def format_run(rd: RunDiagnosis) -> str:
         out.append("")
         out.append("symptoms it caused:")
         for s in rd.symptoms:
-            what = []
-            if s.count:
-                noun = "flag" if s.category in SYMPTOM_FLAGS else "exit"
-                what.append(f"{s.count} {noun}{'s' if s.count > 1 else ''}")
-            if s.log_lines:
-                what.append(f"{s.log_lines} log line{'s' if s.log_lines > 1 else ''}")
-            span = ""
-            if s.first_ts is not None and s.last_ts is not None and s.last_ts > s.first_ts:
-                span = f" over {_span(s.last_ts - s.first_ts)}"
+            what, span = s.extent()
             after = ""
             if rc is not None and rc.ts is not None and s.first_ts is not None and s.first_ts >= rc.ts:
-                after = f", from {_span(s.first_ts - rc.ts)} after the root cause"
+                after = f", from {fmt_duration(s.first_ts - rc.ts)} after the root cause"
             out.append(f"  {s.component}: {s.category}, {' and '.join(what) or 'seen'}{span}{after}")
             out.append(f"    | {s.summary[:300]}")
     if rd.notes:

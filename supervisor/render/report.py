@@ -373,14 +373,7 @@ def _root_cause_section(paths: RunPaths) -> list[str]:
     if rd.symptoms:
         out += ["", "What it caused elsewhere:", ""]
         for sym in rd.symptoms:
-            parts = []
-            if sym.count:
-                parts.append(f"failed {_times(sym.count)}")
-            if sym.log_lines:
-                parts.append(f"{sym.log_lines} log line(s)")
-            span = ""
-            if sym.first_ts is not None and sym.last_ts is not None and sym.last_ts > sym.first_ts:
-                span = f" over {fmt_duration(sym.last_ts - sym.first_ts)}"
+            parts, span = sym.extent()
             out.append(f"- {sym.component}: {sym.summary} ({', '.join(parts) or 'seen'}{span})")
     return out + [""]
 
