@@ -140,13 +140,21 @@ class Component:
             self._probes.clear()
         elif isinstance(e, lc.SetTimer):
             inp: lc.Input = lc.BackoffElapsed(e.timer) if e.kind == "backoff" else lc.Healthy(e.timer)
-            self._timers.append(asyncio.get_running_loop().call_later(e.delay, self.handle, inp))
+            self._later(e.delay, self.handle, inp)
         elif isinstance(e, lc.Cleanup):
             if self.current is not None:
                 att, self.current = self.current, None
                 t = asyncio.ensure_future(self._cleanup(att))
                 self._cleanups.add(t)
                 t.add_done_callback(self._cleanups.discard)
+
+    def _later(self, delay: float, fn: Any, *args: Any) -> None:
+        """A timer this component cancels when it closes (fired ones are forgotten: a week of restarts
+        must not pile up handles)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._timers = [t for t in self._timers if not t.cancelled() and t.when() > now]
+        self._timers.append(loop.call_later(delay, fn, *args))
 
     def _task(self, coro: Any) -> asyncio.Task[Any]:
         t = asyncio.ensure_future(coro)
@@ -293,7 +301,7 @@ class Component:
         if att is None:
             return
         att.signal(getattr(signal_mod, sig_name))
-        self._timers.append(asyncio.get_running_loop().call_later(timeout, self._kill_if_alive, att))
+        self._later(timeout, self._kill_if_alive, att)
 
     def _kill_if_alive(self, att: Attempt) -> None:
         if att.exit is None and self.current is att:

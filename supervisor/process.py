@@ -328,6 +328,14 @@ class Monitors:
     async def start(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Start one attempt; the monitor's answer (``pid``, ``shim_pid``, start times). Raises
         :class:`StartError` with the reason when the command could not be started."""
+        try:
+            return await self._start(spec)
+        except (OSError, asyncio.TimeoutError, TimeoutError, ValueError) as e:  # never leave a start hanging
+            what = f"the monitor did not answer within {START_TIMEOUT_S:g}s" if isinstance(
+                e, (asyncio.TimeoutError, TimeoutError)) else f"could not start a monitor: {e}"
+            raise StartError({"error": what, "type": "MonitorError", "errno": getattr(e, "errno", None)}) from e
+
+    async def _start(self, spec: dict[str, Any]) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
