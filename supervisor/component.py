@@ -61,6 +61,8 @@ class Context(Protocol):
 
     def watch_monitor(self, comp: Component, attempt: Attempt) -> None: ...
 
+    def unwatch_monitor(self, attempt: Attempt) -> None: ...
+
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
 
     def diagnose(self, comp: Component, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]: ...
@@ -387,6 +389,7 @@ class Component:
             await asyncio.sleep(0.02)
         self.read_output()
         att.remove_cgroup()
+        self.ctx.unwatch_monitor(att)
         att.close()
 
     async def await_cleanups(self) -> None:

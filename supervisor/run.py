@@ -586,6 +586,16 @@ class Run:
         # The record may have changed before the watch existed (a very short command).
         self.loop.call_soon(self._record_changed, att.record_path.name)
 
+    def unwatch_monitor(self, att: Attempt) -> None:
+        """Forget an attempt's monitor before its pidfd is closed (a reused fd number must not be taken
+        for it later)."""
+        self._by_record.pop(att.record_path.name, None)
+        fd = att.pidfd
+        if fd is not None and fd in self._by_pidfd:
+            del self._by_pidfd[fd]
+            with contextlib.suppress(ValueError, RuntimeError):
+                self.loop.remove_reader(fd)
+
     def _monitor_exited(self, fd: int) -> None:
         comp, att = self._by_pidfd.pop(fd)
         with contextlib.suppress(ValueError, RuntimeError):
