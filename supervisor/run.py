@@ -642,7 +642,7 @@ class Run:
         self._read_logs()
         for name in list(self._by_record):
             self._record_changed(name)
-        if not (self._ended and self._ended.is_set() and not self._shutting_down):
+        if self._inotify is None and not self.loop.is_closed():  # polling lasts as long as the run
             self.loop.call_later(POLL_S, self._poll_files)
 
     def _on_inotify(self) -> None:
@@ -668,16 +668,13 @@ class Run:
 
     def _read_logs(self) -> None:
         pending, self._read_pending = self._read_pending, set()
-        more = False
         for n in pending:
             c = self.components.get(n)
             if c is not None and c.read_output():
-                self._read_pending.add(n)
-                more = True
+                self._read_pending.add(n)  # more than one round's budget waiting: again after the pause
         if pending:  # a productive round: let output pile up briefly, then read it in one go
             self._read_paused = True
             self.loop.call_later(READ_PAUSE_S, self._resume_reading)
-        del more
 
     def _resume_reading(self) -> None:
         self._read_paused = False
