@@ -433,7 +433,7 @@ class Component:
         tail, _ = norm.flush()  # an unterminated last line was shown as a line when its attempt ended
         lines = (lines + tail)[-min(self.ring.maxlen, at.seq):] if at.seq > 0 else []
         self.ring.reset(at.seq - len(lines))
-        self.ring.extend(self.ctx.redactor.redact_lines(lines))
+        self.ring.extend(lines)
 
     def position(self) -> Position:
         """Where the next supervisor should start reading: the start of the line not yet complete."""
@@ -465,8 +465,7 @@ class Component:
 
     def _lines(self, lines: list[str], text: str) -> None:
         now = self.ctx.clock.monotonic()
-        masked = self.ctx.redactor.redact_lines(lines)  # the same list when nothing is secret (the usual case)
-        self.ring.extend(masked)
+        self.ring.extend(lines)  # raw: masked on the way out to a client (server), when someone reads them
         if self.matcher:
             obs = self.matcher.scan(text)
             if obs and self.progress.observe_all(obs, now):

@@ -633,6 +633,7 @@ class Run:
             self.loop.call_later(POLL_S, self._poll_files)
             return
         self._inotify = ino
+        self._dirs = (str(self.paths.logs), str(self.paths.monitors))  # compared on every batch of events
         for c in self.components.values():
             c.follower.rotation_events = True  # inotify says when a log is created anew: no stat per read
         self.loop.add_reader(ino.fd, self._on_inotify)
@@ -649,7 +650,7 @@ class Run:
 
     def _on_inotify(self) -> None:
         assert self._inotify is not None
-        logs, mons = str(self.paths.logs), str(self.paths.monitors)
+        logs, mons = self._dirs
         records_changed: set[str] = set()
         for d, mask, name in self._inotify.read():
             if mask & IN_Q_OVERFLOW:
@@ -965,6 +966,9 @@ class Run:
         run = self.state.get("run", {})
         return {"pid": os.getpid(), "host": run.get("host") or socket.gethostname(), "name": self.cfg.name,
                 "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION, "ended": False}
+
+    def redact_lines(self, lines: list[str]) -> list[str]:
+        return self.redactor.redact_lines(lines)
 
     @property
     def journal_seq(self) -> int:

@@ -59,6 +59,11 @@ class RunView(Protocol):
 
     def hello(self) -> dict[str, Any]: ...
 
+    def redact_lines(self, lines: list[str]) -> list[str]:
+        """Log lines as a client may see them (secrets masked): rings keep raw lines, masked only on
+        the way out, so output that no client reads costs no masking."""
+        ...
+
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
                 **args: Any) -> dict[str, Any]: ...
 
@@ -291,7 +296,7 @@ class ControlServer:
             want = ring.first_seq
         start, lines = ring.since(want, MAX_LINES_PER_PUSH)
         if lines:
-            c.send({"type": "logs", "component": name, "seq": start, "lines": lines})
+            c.send({"type": "logs", "component": name, "seq": start, "lines": self.view.redact_lines(lines)})
         c.log_next[name] = start + len(lines)
 
     # ------------------------------------------------------------------ requests
@@ -316,7 +321,7 @@ class ControlServer:
                 start, lines = ring.since(start)
             else:
                 start, lines = ring.tail(n) if n else (ring.next_seq, [])
-            logs[name] = {"seq": start, "lines": lines}
+            logs[name] = {"seq": start, "lines": self.view.redact_lines(lines)}
             if sub is not None:
                 sub.log_next[name] = start + len(lines)
         events = await self._events_since(int(since) if since is not None else None, 1000 if since is None else None)
@@ -345,7 +350,7 @@ class ControlServer:
         limit = max(1, min(int(msg.get("limit") or MAX_LINES_PER_PUSH), MAX_SNAPSHOT_LINES))
         want = int(msg.get("from_seq", 0))
         start, lines = ring.since(want, limit)
-        return protocol.ok(rid, component=name, seq=start, lines=lines, first_seq=ring.first_seq,
+        return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), first_seq=ring.first_seq,
                            next_seq=ring.next_seq, file=str(self.view.paths.log(name)))
 
     async def op_events(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:

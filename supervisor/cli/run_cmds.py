@@ -259,7 +259,7 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
             start, lines = c.ring.since(sent.get(c.name, c.ring.first_seq))
             sent[c.name] = start + len(lines)
             if lines:
-                say("".join(f"{c.name:<{width}} | {line}\n" for line in lines), end="")
+                say("".join(f"{c.name:<{width}} | {line}\n" for line in run.redact_lines(lines)), end="")
 
         run.line_listeners.append(print_lines)
 
