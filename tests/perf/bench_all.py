@@ -1,11 +1,12 @@
 """Every side-by-side benchmark of issues 15 and 20, one after the other, then one table of figures vs targets.
 
-    python tests/perf/bench_all.py            # full figures (about 12 minutes on 2 cores)
+    python tests/perf/bench_all.py            # full figures (about 15 minutes on 2 cores)
     python tests/perf/bench_all.py --quick    # shorter windows and fewer repeats (about 5 minutes)
     python tests/perf/bench_all.py --summary  # only the table, from tests/perf/results/*.json
 
-Runs bench_flood, bench_chatty, bench_memory, bench_idle and bench_sigstop (each also runs alone:
-see its --help) in fresh interpreters, so one's leftovers never weigh on the next. Run it on a quiet
+Runs bench_idle, bench_flood, bench_sigstop, bench_memory and bench_chatty (each also runs alone:
+see its --help) in fresh interpreters, so one's leftovers never weigh on the next, with a pause of up
+to a minute before each for the load average to come down. Run it on a quiet
 machine: every figure is taken side by side with its reference, but a busy machine still adds noise.
 The load average at the start and end of each benchmark is in its JSON and in the table.
 """
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +27,26 @@ sys.path.insert(0, str(HERE))
 
 import perfkit as pk  # noqa: E402
 
-BENCHES: dict[str, tuple[list[str], list[str]]] = {  # name: (full args, quick args)
-    "flood": ([], ["--repeat", "1"]),
-    "chatty": ([], ["--seconds", "10"]),
-    "memory": ([], []),
+# name: (full args, quick args). Idle first, while nothing of ours has run yet; the 200-process
+# benchmarks last, as they leave the load average high for minutes.
+BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "idle": ([], ["--seconds", "30"]),
+    "flood": ([], ["--repeat", "1"]),
     "sigstop": ([], ["--seconds", "10"]),
+    "memory": ([], []),
+    "chatty": ([], ["--seconds", "10"]),
 }
+SETTLE_MAX_S = 60.0
+
+
+def settle() -> None:
+    """Before each benchmark: up to a minute for the previous one's processes to be gone and the
+    1-minute load average to fall below the core count (it never will on a busy machine)."""
+    cores = os.cpu_count() or 1
+    t0 = time.monotonic()
+    time.sleep(5.0)
+    while os.getloadavg()[0] > cores and time.monotonic() - t0 < SETTLE_MAX_S:
+        time.sleep(2.0)
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -72,8 +88,9 @@ def summary() -> str:
         for n, c in ch["counts"].items():
             got = (f"rlsup {c['rlsup_cpu_pct']}% (supervisor {c['rlsup_supervisor_cpu_pct']}%, monitors "
                    f"{c['rlsup_monitors_cpu_pct']}%), supervisord {c.get('supervisord_cpu_pct', '-')}%; drain rlsup "
-                   f"{c['rlsup_drain_max_s']}s, supervisord {c.get('supervisord_drain_max_s', '-')}s; threads "
-                   f"{c['rlsup_supervisor_threads']}")
+                   f"{c['rlsup_drain_max_s']}s, supervisord {c.get('supervisord_drain_max_s', '-')}s; supervisor threads "
+                   f"{c['rlsup_supervisor_threads']} (all rlsup processes {c.get('rlsup_threads_all_processes', '-')}); "
+                   f"ring = log: {c.get('rlsup_ring_matches_log', '-')}")
             add(f"chatty {n} x {ch['rate']:g} lines/s, {ch['seconds']:g}s", got, "", None, ch)
         for k, ok in ch["targets"].items():
             add("chatty", "", k, ok, ch)
@@ -118,6 +135,7 @@ def main() -> None:
         for name in a.only.split(","):
             full, quick = BENCHES[name]
             cmd = [pk.PY, str(HERE / f"bench_{name}.py"), *(quick if a.quick else full)]
+            settle()
             print(f"== {' '.join(cmd[1:])}  (load {pk.loadavg()})", flush=True)
             subprocess.run(cmd, check=False)
     print()

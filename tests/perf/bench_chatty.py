@@ -17,7 +17,8 @@ Each count runs under rlsup (`rlsup up --headless`) and under supervisord 4.3.0,
   components every 5 ms: what `rlsup logs NAME -n 1` shows); for supervisord, in its log file.
   Reported: the worst component, the median, and "all read" minus the last END written. Then each
   ring is compared with its log file (as many lines in both).
-- Threads of the supervisor process (and of each monitor), at the end of the window.
+- Threads of the supervisor process, of each monitor, and of all of rlsup's processes together, at
+  the end of the window.
 
 The load average of a run with 200 writers is inflated by the writers themselves (each is briefly
 runnable 100 times a second); the load before each run is in the JSON.
@@ -153,13 +154,16 @@ def run_rlsup(base: Path, n: int, rate: float, seconds: float, i: int) -> dict[s
         pids = {"supervisor": [run.pid], "monitors": mons, "zygote": zyg, "writers": kids}
         cpu, end = window(go, seconds, lambda: pids)
         thr = pk.threads(run.pid)
-        mon_thr = sorted({pk.threads(p) for p in mons})
+        per_mon = [pk.threads(p) for p in mons]
+        mon_thr = sorted(set(per_mon))
+        all_thr = thr + sum(per_mon) + sum(pk.threads(p) for p in zyg)
         drain = drain_rlsup(sock, list(comps(n, rate, seconds, go)), int(rate * seconds), 30, run.run_dir / "logs")
         sock.close()
     finally:
         run.stop()
     res = {"cpu_pct": cpu, "rlsup_total_cpu_pct": round(cpu["supervisor"] + cpu["monitors"] + cpu["zygote"], 2),
-           "supervisor_threads": thr, "monitor_threads": mon_thr, "monitors": len(mons), **drain}
+           "supervisor_threads": thr, "monitor_threads": mon_thr, "rlsup_threads_all_processes": all_thr,
+           "monitors": len(mons), **drain}
     pk.rmtree(run.run_dir)
     return res
 
@@ -218,6 +222,7 @@ def main() -> None:
             c["rlsup_drain_max_s"] = round(pk.med([x.get("drain_max_s", float("nan")) for x in rl]), 4)
             c["rlsup_supervisor_threads"] = max(x["supervisor_threads"] for x in rl)
             c["rlsup_ring_matches_log"] = all(x.get("ring_matches_log") for x in rl)
+            c["rlsup_threads_all_processes"] = max(x["rlsup_threads_all_processes"] for x in rl)
             if "supervisord" in runs:
                 sd = runs["supervisord"]
                 c["supervisord_cpu_pct"] = round(pk.med([x["cpu_pct"]["supervisord"] for x in sd]), 2)
@@ -243,10 +248,10 @@ def main() -> None:
     for k, v in counts.items():
         rows.append([f"{k} x {a.rate:g}/s", v["rlsup_cpu_pct"], v["rlsup_supervisor_cpu_pct"], v["rlsup_monitors_cpu_pct"],
                      v.get("supervisord_cpu_pct", "-"), v["rlsup_drain_max_s"], v.get("supervisord_drain_max_s", "-"),
-                     v["rlsup_supervisor_threads"], f"{v['rlsup_writers_cpu_pct']} / {v.get('supervisord_writers_cpu_pct', '-')}"])
+                     f"{v['rlsup_supervisor_threads']} ({v['rlsup_threads_all_processes']})", f"{v['rlsup_writers_cpu_pct']} / {v.get('supervisord_writers_cpu_pct', '-')}"])
     print()
     print(pk.table(rows, ["components", "rlsup %", "supervisor %", "monitors %", "supervisord %", "rlsup drain s",
-                          "sv drain s", "threads", "writers % (rlsup/sv)"]))
+                          "sv drain s", "threads (all rlsup)", "writers % (rlsup/sv)"]))
     for k, v in targets.items():
         print(f"  {k}: {pk.verdict(v)}")
     print(f"load average before {result['load_before']}, after {result['load_after']}; "
