@@ -8,6 +8,9 @@
    Every byte is checked on disk.
 2. Supervisor CPU with three idle components over 20 s (percent of one core).
 3. Exit-to-event latency: time from a child's last instruction to the `exited` event's ts.
+
+Items 1 and 2 are measured more completely, next to `pipe -> cat`, a file and supervisord, by
+bench_flood.py and bench_idle.py (issues 15 and 20; see tests/perf/README.md).
 """
 
 from __future__ import annotations

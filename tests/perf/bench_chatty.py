@@ -1,0 +1,262 @@
+"""Many chatty components, side by side in one run (issue 20 item 2).
+
+    python tests/perf/bench_chatty.py [--counts 50,200] [--seconds 30] [--rate 100] [--repeat 1]
+
+N components each write RATE lines/s of ~100 bytes (one write(2) per line, on a fixed schedule;
+tests/perf/chatty.c, compiled on first use, or writer.py chatty without a C compiler or with
+--python-writers) for SECONDS, all starting at the same instant, then print
+`END NAME COUNT t=WALLTIME` and stay alive (so an exit cannot hurry the reading of the last line).
+Each count runs under rlsup (`rlsup up --headless`) and under supervisord 4.3.0, alternated.
+
+- CPU over the writing window (utime+stime from /proc, percent of one core), the writers excluded:
+  rlsup = the supervisor + every monitor + the monitor zygote (also reported separately);
+  supervisord = its own process (its children are the writers). The writers' CPU is reported for
+  context only.
+- Drain: for each component, from the END line's own timestamp to the moment the supervisor has
+  it: for rlsup, in the supervisor's ring (the `logs` request of rlsup.sock, pipelined for all
+  components every 5 ms: what `rlsup logs NAME -n 1` shows); for supervisord, in its log file.
+  Reported: the worst component, the median, and "all read" minus the last END written. Then each
+  ring is compared with its log file (as many lines in both).
+- Threads of the supervisor process, of each monitor, and of all of rlsup's processes together, at
+  the end of the window.
+
+The load average of a run with 200 writers is inflated by the writers themselves (each is briefly
+runnable 100 times a second); the load before each run is in the JSON.
+
+Targets: 50 x 100 lines/s: rlsup CPU (supervisor + monitors) <= supervisord's; 200 x 100: headroom
+(< 100% of a core) and drain < 0.1 s; supervisor threads the same at 50 and 200 components.
+Results: tests/perf/results/chatty.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import perfkit as pk  # noqa: E402
+
+HOLD = 3600.0
+POLL_S = 0.005
+
+
+WRITER: list[str] = []
+
+
+def comps(n: int, rate: float, seconds: float, go: Path) -> dict[str, dict[str, Any]]:
+    return {f"c{i:03d}": {"argv": [*WRITER, f"c{i:03d}", str(rate), str(seconds), str(go), str(HOLD)]}
+            for i in range(n)}
+
+
+def parse_end(line: str) -> float | None:
+    if not line.startswith("END ") or " t=" not in line:
+        return None
+    try:
+        return float(line.rsplit("t=", 1)[1])
+    except ValueError:
+        return None
+
+
+def window(go: Path, seconds: float, sample_pids) -> tuple[dict[str, Any], float]:
+    """Start everyone at once and sample CPU at the start and the end of the writing window."""
+    start = time.time() + 1.0
+    go.write_text(f"{start:.6f}\n")
+    time.sleep(max(0.0, start - time.time()))
+    pids = sample_pids()
+    t0 = time.monotonic()
+    c0 = {k: pk.cpu_many(v) for k, v in pids.items()}
+    time.sleep(max(0.0, start + seconds - time.time()))
+    c1 = {k: pk.cpu_many(v) for k, v in pids.items()}
+    dt = time.monotonic() - t0
+    cpu = {}
+    for k in pids:
+        cpu[k] = sum(c1[k][p] - c0[k][p] for p in c1[k] if p in c0[k])
+    return {k: round(100.0 * v / dt, 2) for k, v in cpu.items()}, start + seconds
+
+
+def drain_rlsup(sock: pk.Sock, names: list[str], total: int, timeout: float, logs: Path) -> dict[str, Any]:
+    seen: dict[str, float] = {}
+    ends: dict[str, float] = {}
+    next_seq: dict[str, int] = {}
+    deadline = time.monotonic() + timeout
+    while len(seen) < len(names) and time.monotonic() < deadline:
+        todo = [n for n in names if n not in seen]
+        replies = sock.send_many([{"op": "logs", "component": n, "from_seq": total, "limit": 1} for n in todo])
+        now = time.time()
+        for n, r in zip(todo, replies, strict=True):
+            if r.get("ok") and r.get("lines"):
+                t = parse_end(r["lines"][-1])
+                if t is not None:
+                    seen[n], ends[n], next_seq[n] = now, t, r["next_seq"]
+        time.sleep(POLL_S)
+    out = summarise(seen, ends, names)
+    # The ring against the log file: as many lines in one as in the other, for every component.
+    mismatched = []
+    for n in names:
+        with open(logs / f"{n}.log", "rb") as f:
+            count = f.read().count(b"\n")
+        if next_seq.get(n) != count:
+            mismatched.append(n)
+    out["ring_matches_log"] = not mismatched
+    if mismatched:
+        out["ring_mismatched"] = mismatched[:10]
+    return out
+
+
+def drain_supervisord(logs: dict[str, Path], timeout: float) -> dict[str, Any]:
+    seen: dict[str, float] = {}
+    ends: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    while len(seen) < len(logs) and time.monotonic() < deadline:
+        for n, p in logs.items():
+            if n in seen:
+                continue
+            try:
+                with open(p, "rb") as f:
+                    f.seek(0, 2)
+                    size = f.tell()
+                    f.seek(max(0, size - 200))
+                    tail = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if tail.endswith("\n"):
+                t = parse_end(tail[:-1].rsplit("\n", 1)[-1])
+                if t is not None:
+                    seen[n], ends[n] = time.time(), t
+        time.sleep(POLL_S)
+    return summarise(seen, ends, list(logs))
+
+
+def summarise(seen: dict[str, float], ends: dict[str, float], names: list[str]) -> dict[str, Any]:
+    lags = sorted(seen[n] - ends[n] for n in seen)
+    out: dict[str, Any] = {"components_read": len(seen), "components": len(names)}
+    if lags:
+        out["drain_max_s"] = round(lags[-1], 4)
+        out["drain_median_s"] = round(lags[len(lags) // 2], 4)
+        out["all_read_after_last_end_s"] = round(max(seen.values()) - max(ends.values()), 4)
+    return out
+
+
+def run_rlsup(base: Path, n: int, rate: float, seconds: float, i: int) -> dict[str, Any]:
+    go = base / f"go-r{n}-{i}"
+    run = pk.RlsupRun(base, f"r{n}-{i}", comps(n, rate, seconds, go))
+    run.start()
+    try:
+        sock = run.sock()
+        st = run.wait_running(sock, n)
+        mons = list(run.monitor_pids(st).values())
+        kids = list(run.child_pids(st).values())
+        zyg = run.zygote_pids(mons)
+        pids = {"supervisor": [run.pid], "monitors": mons, "zygote": zyg, "writers": kids}
+        cpu, end = window(go, seconds, lambda: pids)
+        thr = pk.threads(run.pid)
+        per_mon = [pk.threads(p) for p in mons]
+        mon_thr = sorted(set(per_mon))
+        all_thr = thr + sum(per_mon) + sum(pk.threads(p) for p in zyg)
+        drain = drain_rlsup(sock, list(comps(n, rate, seconds, go)), int(rate * seconds), 30, run.run_dir / "logs")
+        sock.close()
+    finally:
+        run.stop()
+    res = {"cpu_pct": cpu, "rlsup_total_cpu_pct": round(cpu["supervisor"] + cpu["monitors"] + cpu["zygote"], 2),
+           "supervisor_threads": thr, "monitor_threads": mon_thr, "rlsup_threads_all_processes": all_thr,
+           "monitors": len(mons), **drain}
+    pk.rmtree(run.run_dir)
+    return res
+
+
+def run_supervisord(base: Path, n: int, rate: float, seconds: float, i: int) -> dict[str, Any]:
+    go = base / f"go-s{n}-{i}"
+    sv = pk.Supervisord(base, f"s{n}-{i}", comps(n, rate, seconds, go), autostart=True)
+    sv.start()
+    try:
+        st = sv.wait_running(n)
+        kids = [p for _, p in st.values() if p]
+        pids = {"supervisord": [sv.pid], "writers": kids}
+        cpu, end = window(go, seconds, lambda: pids)
+        thr = pk.threads(sv.pid)
+        drain = drain_supervisord(sv.logs, 30)
+    finally:
+        sv.stop()
+    pk.rmtree(sv.dir)
+    return {"cpu_pct": cpu, "supervisord_threads": thr, **drain}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--counts", default="50,200")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--rate", type=float, default=100.0)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--no-supervisord", action="store_true")
+    ap.add_argument("--python-writers", action="store_true", help="writer.py instead of the C writer (chatty.c)")
+    ap.add_argument("--workdir")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    WRITER[:] = pk.chatty_writer(a.python_writers)
+    base = pk.workdir("chatty", a.workdir)
+    result: dict[str, Any] = {"machine": pk.machine(), "load_before": pk.loadavg(), "seconds": a.seconds,
+                              "rate": a.rate, "repeat": a.repeat, "writer": " ".join(WRITER), "counts": {}}
+    setups = ["rlsup"] if a.no_supervisord else ["rlsup", "supervisord"]
+    try:
+        for n in [int(x) for x in a.counts.split(",")]:
+            runs: dict[str, list[dict[str, Any]]] = {s: [] for s in setups}
+            for r in range(a.repeat):
+                order = setups if r % 2 == 0 else setups[::-1]
+                for s in order:
+                    load = pk.loadavg()
+                    res = (run_rlsup if s == "rlsup" else run_supervisord)(base, n, a.rate, a.seconds, r)
+                    res["load_before"] = load
+                    runs[s].append(res)
+                    print(f"  {n} x {a.rate:g} lines/s, {s}: {res}", flush=True)
+            c: dict[str, Any] = {"runs": runs}
+            rl = runs["rlsup"]
+            c["rlsup_cpu_pct"] = round(pk.med([x["rlsup_total_cpu_pct"] for x in rl]), 2)
+            c["rlsup_supervisor_cpu_pct"] = round(pk.med([x["cpu_pct"]["supervisor"] for x in rl]), 2)
+            c["rlsup_monitors_cpu_pct"] = round(pk.med([x["cpu_pct"]["monitors"] + x["cpu_pct"]["zygote"] for x in rl]),
+                                                2)
+            c["rlsup_writers_cpu_pct"] = round(pk.med([x["cpu_pct"]["writers"] for x in rl]), 2)
+            c["rlsup_drain_max_s"] = round(pk.med([x.get("drain_max_s", float("nan")) for x in rl]), 4)
+            c["rlsup_supervisor_threads"] = max(x["supervisor_threads"] for x in rl)
+            c["rlsup_ring_matches_log"] = all(x.get("ring_matches_log") for x in rl)
+            c["rlsup_threads_all_processes"] = max(x["rlsup_threads_all_processes"] for x in rl)
+            if "supervisord" in runs:
+                sd = runs["supervisord"]
+                c["supervisord_cpu_pct"] = round(pk.med([x["cpu_pct"]["supervisord"] for x in sd]), 2)
+                c["supervisord_writers_cpu_pct"] = round(pk.med([x["cpu_pct"]["writers"] for x in sd]), 2)
+                c["supervisord_drain_max_s"] = round(pk.med([x.get("drain_max_s", float("nan")) for x in sd]), 4)
+            result["counts"][str(n)] = c
+    finally:
+        pk.rmtree(base)
+    result["load_after"] = pk.loadavg()
+    counts = result["counts"]
+    thr = {k: v["rlsup_supervisor_threads"] for k, v in counts.items()}
+    targets = {}
+    if "50" in counts and "supervisord_cpu_pct" in counts["50"]:
+        targets["50: rlsup CPU <= supervisord"] = counts["50"]["rlsup_cpu_pct"] <= counts["50"]["supervisord_cpu_pct"]
+    if "200" in counts:
+        targets["200: rlsup CPU < 100% (headroom)"] = counts["200"]["rlsup_cpu_pct"] < 100.0
+        targets["200: drain < 0.1 s"] = counts["200"]["rlsup_drain_max_s"] < 0.1
+    if len(thr) > 1:
+        targets["threads not growing"] = len(set(thr.values())) == 1
+    result["targets"] = targets
+    path = pk.save("chatty", result, a.out)
+    rows = []
+    for k, v in counts.items():
+        rows.append([f"{k} x {a.rate:g}/s", v["rlsup_cpu_pct"], v["rlsup_supervisor_cpu_pct"], v["rlsup_monitors_cpu_pct"],
+                     v.get("supervisord_cpu_pct", "-"), v["rlsup_drain_max_s"], v.get("supervisord_drain_max_s", "-"),
+                     f"{v['rlsup_supervisor_threads']} ({v['rlsup_threads_all_processes']})", f"{v['rlsup_writers_cpu_pct']} / {v.get('supervisord_writers_cpu_pct', '-')}"])
+    print()
+    print(pk.table(rows, ["components", "rlsup %", "supervisor %", "monitors %", "supervisord %", "rlsup drain s",
+                          "sv drain s", "threads (all rlsup)", "writers % (rlsup/sv)"]))
+    for k, v in targets.items():
+        print(f"  {k}: {pk.verdict(v)}")
+    print(f"load average before {result['load_before']}, after {result['load_after']}; "
+          f"{result['machine']['cores']} cores; {path}")
+
+
+if __name__ == "__main__":
+    main()
