@@ -57,7 +57,7 @@ PROGRESS_FLUSH_S = 0.25
 # After a productive read, let output pile up before the next: with many chatty components one
 # wakeup then serves them all (fewer, larger reads). The monitors drain the pipes meanwhile, so this
 # delays only what clients see, by less than the TUI's 20 Hz redraw; exits are read at once.
-READ_PAUSE_S = 0.02
+READ_PAUSE_S = 0.015
 GPU_RELEASE_TIMEOUT_S = 30.0
 GPU_SAMPLE_S = 1.0
 GPU_SAMPLE_IDLE_S = 10.0

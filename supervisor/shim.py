@@ -48,7 +48,7 @@ PR_SET_CHILD_SUBREAPER = 36
 MAX_PENDING = 256 << 20  # bytes waiting for a slow disk before output is dropped (counted)
 GUARD_S = 1.0  # how often the guard looks for a stalled write
 SMALL_READ = 64 << 10  # a read smaller than this rests the pipe for REST_S before the next
-REST_S = 0.05  # with the supervisor's 20 ms read pause: output reaches clients within ~0.1 s
+REST_S = 0.06  # with the supervisor's 15 ms read pause: output reaches clients within ~0.1 s
 STALL_S = 0.5  # a write this slow counts as stalled: the guard takes over draining the pipe
 FINISH_DRAIN_S = 2.0
 
@@ -543,6 +543,14 @@ def run_attempt(spec: dict, report) -> int:
 
     resting_until = 0.0  # after a small read: leave the pipe alone until then (signals still wake us)
 
+    def rest_after(n: int) -> None:
+        """A line or two: let more pile up before the next wakeup (a component printing every few ms
+        then costs a fraction of the wakeups). The pipe holds 1 MiB meanwhile."""
+        nonlocal resting_until
+        if pipe_open and 0 < n < SMALL_READ:
+            poller.unregister(out_r)
+            resting_until = time.monotonic() + REST_S
+
     def drain() -> int:
         nonlocal pipe_open
         if not pipe_open:
@@ -558,32 +566,36 @@ def run_attempt(spec: dict, report) -> int:
         # Block until output or a signal; wake every 100 ms only while something is pending (an exit
         # the full disk would not let us record yet, or the end of a finish).
         timeout = 100 if finishing or (status is not None and not recorded) else None
+        rest_over = False
         if resting_until:
             rest = int((resting_until - time.monotonic()) * 1000)
             if rest <= 0 or not pipe_open:
-                resting_until = 0.0
-                if pipe_open:
-                    poller.register(out_r, select.POLLIN)
+                rest_over = True
             else:
                 timeout = rest if timeout is None else min(rest, timeout)
-        try:
-            ready = poller.poll(timeout)
-        except InterruptedError:
-            ready = []
-        for fd, _ev in ready:
-            if fd == wake_r:
-                try:
-                    while os.read(wake_r, 512):
+        if not rest_over:
+            try:
+                ready = poller.poll(timeout)
+            except InterruptedError:
+                ready = []
+            for fd, _ev in ready:
+                if fd == wake_r:
+                    try:
+                        while os.read(wake_r, 512):
+                            pass
+                    except BlockingIOError:
                         pass
-                except BlockingIOError:
-                    pass
-            elif fd == out_r:
-                n = drain()
-                if pipe_open and n < SMALL_READ:
-                    # A line or two: let more pile up before the next wakeup (a component printing every
-                    # few ms then costs a fraction of the wakeups). The pipe holds 1 MiB meanwhile.
-                    poller.unregister(out_r)
-                    resting_until = time.monotonic() + REST_S
+                elif fd == out_r:
+                    rest_after(drain())
+            if resting_until and time.monotonic() >= resting_until:
+                rest_over = True
+        if rest_over:
+            # The rest is over: read what piled up straight away (no poll needed to learn it is there),
+            # and rest again if it was only a little; else listen to the pipe again.
+            resting_until = 0.0
+            if pipe_open:
+                poller.register(out_r, select.POLLIN)
+                rest_after(drain())
         if _flags["chld"]:
             _flags["chld"] = False
             while True:
