@@ -17,6 +17,9 @@ from . import lifecycle as lc
 from .config import Config
 
 
+MAX_NAMED = 5  # components named in a run's end reason; the rest are counted
+
+
 @dataclass(frozen=True)
 class Seen:
     """What a detector may know about a component."""
@@ -99,10 +102,12 @@ def outcome(cfg: Config, seen: Mapping[str, Seen]) -> Outcome | None:
     victims = tuple(c.name for c in failed if c.name != root.name)
     why = root.reason or "fatal"
     reason = f"{root.name} fatal: {why}"
-    for v in victims:
+    for v in victims[:MAX_NAMED]:
         cause = seen[v].cause
         reason += f"; {v} " + ("never started" if seen[v].attempt == 0 else "fatal") + (
             f" (dependency {cause})" if cause else "")
+    if len(victims) > MAX_NAMED:
+        reason += f"; and {len(victims) - MAX_NAMED} more fatal"
     return Outcome(1, reason, root=root.name, root_reason=why, victims=victims)
 
 

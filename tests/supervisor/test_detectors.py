@@ -72,3 +72,12 @@ def test_stall_counts_from_the_latest_of_step_ready_start_and_our_own_wakeup():
     # The supervisor itself was stopped until t=65: the component gets a full stall_after from then on.
     assert detectors.stalled(c, 60, now=71.0, awake_since=65.0) is None
     assert detectors.stalled(Seen("trainer", "backoff", 1, last_step_at=0.0), 60, now=999, awake_since=0) is None
+
+
+def test_a_run_where_many_failed_names_a_few_and_counts_the_rest(tmp_path):
+    lines = ["name: many", "components:"] + [f"  c{i:02d}: {{command: 'true'}}" for i in range(40)]
+    (tmp_path / "m.yaml").write_text("\n".join(lines) + "\n")
+    cfg = load_config(str(tmp_path / "m.yaml"))
+    seen = {f"c{i:02d}": Seen(f"c{i:02d}", "fatal", 1, reason="boom", ended_at=float(i)) for i in range(40)}
+    out = detectors.outcome(cfg, seen)
+    assert out.root == "c00" and out.reason.endswith("; and 34 more fatal") and len(out.reason) < 200
