@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from . import lifecycle as lc
 from .config import Config
 
-
 MAX_NAMED = 5  # components named in a run's end reason; the rest are counted
 
 

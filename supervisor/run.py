@@ -45,6 +45,7 @@ from .process import (
     records,
     set_child_subreaper,
     terminate_processes,
+    usage,
 )
 from .rundir import RunLock, RunPaths
 from .shim import PROTOCOL as MONITOR_PROTOCOL
@@ -53,6 +54,7 @@ from .version import VERSION
 TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
 STATE_WRITE_MIN_S = 0.5
+POSITIONS_WRITE_S = 5.0
 PROGRESS_FLUSH_S = 0.25
 # After a productive read, let output pile up before the next: with many chatty components one
 # wakeup then serves them all (fewer, larger reads). The monitors drain the pipes meanwhile, so this
@@ -129,6 +131,7 @@ class Run:
         self._last_tick = 0.0
         self._awake_since = 0.0
         self._last_resources = 0.0
+        self._positions_written = 0.0
         self._cpu_prev: dict[str, tuple[float, float]] = {}
         self._mem_detectors: dict[str, Any] = {}
         from .diagnosis import DependencyWatch
@@ -634,6 +637,7 @@ class Run:
             return
         self._inotify = ino
         self._dirs = (str(self.paths.logs), str(self.paths.monitors))  # compared on every batch of events
+        self._log_names = {os.fsencode(self.paths.log(n).name): n for n in self.components}
         for c in self.components.values():
             c.follower.rotation_events = True  # inotify says when a log is created anew: no stat per read
         self.loop.add_reader(ino.fd, self._on_inotify)
@@ -652,18 +656,22 @@ class Run:
         assert self._inotify is not None
         logs, mons = self._dirs
         records_changed: set[str] = set()
-        for d, mask, name in self._inotify.read():
+        log_names = self._log_names
+        for d, mask, raw in self._inotify.read():
             if mask & IN_Q_OVERFLOW:
                 self._read_pending.update(self.components)
                 records_changed.update(self._by_record)
             elif d == logs:
-                comp = name.split(".log", 1)[0]
-                if comp in self.components:
-                    self._read_pending.add(comp)
-                    if not mask & IN_MODIFY:  # created or renamed: the log may have rotated
-                        self.components[comp].follower.maybe_rotated = True
+                comp = log_names.get(raw)
+                if comp is None:  # X.log.1 (a rotation) or a file of no component
+                    comp = os.fsdecode(raw).split(".log", 1)[0]
+                    if comp not in self.components:
+                        continue
+                self._read_pending.add(comp)
+                if not mask & IN_MODIFY:  # created or renamed: the log may have rotated
+                    self.components[comp].follower.maybe_rotated = True
             elif d == mons:
-                records_changed.add(name)
+                records_changed.add(os.fsdecode(raw))
         for name in records_changed:
             self._record_changed(name)
         if self._read_pending and not self._read_paused:
@@ -677,11 +685,16 @@ class Run:
                 self._read_pending.add(n)  # more than one round's budget waiting: again after the pause
         if pending:  # a productive round: let output pile up briefly, then read it in one go
             self._read_paused = True
+            if self._inotify is not None:  # events queue in the kernel meanwhile: one read gets them all
+                self.loop.remove_reader(self._inotify.fd)
             self.loop.call_later(READ_PAUSE_S, self._resume_reading)
 
     def _resume_reading(self) -> None:
         self._read_paused = False
-        if self._read_pending:
+        if self._inotify is not None and self._inotify.fd >= 0:
+            self.loop.add_reader(self._inotify.fd, self._on_inotify)
+            self._on_inotify()  # what queued during the pause
+        elif self._read_pending:
             self._read_logs()
 
     def read_all_now(self) -> None:
@@ -738,7 +751,11 @@ class Run:
             if self.journal is not None and self.journal.pending:
                 self.journal.flush()
             moved = [c for c in self.components.values() if c.moved]
-            if moved:  # log positions moved on: state.json (where the next supervisor starts) keeps up
+            if moved and now - self._positions_written >= POSITIONS_WRITE_S:
+                # Log positions moved on: state.json, where the next supervisor starts reading, keeps up
+                # every few seconds (what it re-reads after a crash is at most that much output, with the
+                # same sequence numbers: nothing is seen twice by clients).
+                self._positions_written = now
                 for c in moved:
                     c.moved = False
                 self._mark_state_dirty()
@@ -841,8 +858,6 @@ class Run:
 
     def _sample_resources(self, now: float) -> None:
         """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
-        import psutil
-
         from .diagnosis import MemoryGrowthDetector
 
         gpu_by: dict[str, float] = {}
@@ -858,13 +873,10 @@ class Run:
                 continue
             rss, cpu = 0, 0.0
             for pid in att.members():
-                try:
-                    proc = psutil.Process(pid)
-                    rss += proc.memory_info().rss
-                    t = proc.cpu_times()
-                    cpu += t.user + t.system
-                except psutil.Error:
-                    pass
+                got = usage(pid)
+                if got is not None:
+                    cpu += got[0]
+                    rss += got[1]
             prev = self._cpu_prev.get(n)
             self._cpu_prev[n] = (now, cpu)
             pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
