@@ -306,7 +306,7 @@ class Config(_Model):
     dependency_budget: float = Field(600.0, gt=0)
     # Memory for every component's line ring together (bytes); the largest ring gives up its oldest
     # lines first. The log files on disk are always complete.
-    ring_bytes: int = Field(48 * MiB, ge=1 * MiB)
+    ring_bytes: int = Field(32 * MiB, ge=1 * MiB)
     # Not from YAML: where it came from, and the variables env_file provided.
     source: str = ""
     file_env: dict[str, str] = {}

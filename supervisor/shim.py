@@ -30,6 +30,7 @@ import ctypes
 import errno
 import fcntl
 import json
+import mmap
 import os
 import select
 import signal
@@ -297,7 +298,9 @@ class Pump:
         self.failing = False
         self.eof = False
         self.writing_since = 0.0  # monotonic start of the write under way, 0.0 when none
-        self.buf = bytearray(READ_SIZE)
+        # An anonymous mapping, not a bytearray: only the pages a read fills cost memory (a chatty
+        # component's few lines touch one or two; a bytearray would be zero-filled, all 1 MiB of it).
+        self.buf = mmap.mmap(-1, READ_SIZE)
         self.view = memoryview(self.buf)
         self._stop = threading.Event()
         self._guard = threading.Thread(target=self._watch, name="pump-guard", daemon=True)
