@@ -30,6 +30,7 @@ import ctypes
 import errno
 import fcntl
 import json
+import math
 import mmap
 import os
 import select
@@ -49,6 +50,7 @@ PR_SET_CHILD_SUBREAPER = 36
 MAX_PENDING = 256 << 20  # bytes waiting for a slow disk before output is dropped (counted)
 GUARD_S = 1.0  # how often the guard looks for a stalled write
 SMALL_READ = 64 << 10  # a read smaller than this rests the pipe for REST_S before the next
+RATE_WINDOW_S = 1.0  # the recent output rate that decides whether resting is safe
 REST_S = 0.06  # with the supervisor's 15 ms read pause: output reaches clients within ~0.1 s
 STALL_S = 0.5  # a write this slow counts as stalled: the guard takes over draining the pipe
 FINISH_DRAIN_S = 2.0
@@ -285,8 +287,10 @@ class Pump:
     works again a marker line says how many were lost, and ``on_state`` reports both changes.
     """
 
-    def __init__(self, fd: int, log: LogFile, on_state, *, max_pending: int = MAX_PENDING):
+    def __init__(self, fd: int, log: LogFile, on_state, *, max_pending: int = MAX_PENDING,
+                 record: str | None = None):
         self.fd = fd
+        self.record = record  # gone = the run dir was deleted or moved: nobody will ever read us
         self.log = log
         self.on_state = on_state  # (error or None, lost bytes): called from the monitor's thread
         self.max_pending = max_pending
@@ -379,6 +383,9 @@ class Pump:
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
         while not self._stop.wait(GUARD_S):
+            if self.record is not None and not os.path.lexists(self.record):
+                self.record = None
+                os.kill(os.getpid(), signal.SIGUSR1)  # finish: end what is left and exit
             while not self._stop.is_set():
                 since = self.writing_since
                 if not since or time.monotonic() - since < STALL_S or self.eof:
@@ -532,7 +539,7 @@ def run_attempt(spec: dict, report) -> int:
         os.dup2(null, fd)
 
     os.set_blocking(out_r, False)
-    pump = Pump(out_r, log, lambda error, lost: rec.update(log_error=error, lost_bytes=lost))
+    pump = Pump(out_r, log, lambda error, lost: rec.update(log_error=error, lost_bytes=lost), record=rec.path)
     pump.start()
     poller = select.poll()
     poller.register(out_r, select.POLLIN)
@@ -546,13 +553,23 @@ def run_attempt(spec: dict, report) -> int:
 
     resting_until = 0.0  # after a small read: leave the pipe alone until then (signals still wake us)
 
+    last_read = 0.0
+    recent = 0.0  # bytes read, decaying with a time constant of RATE_WINDOW_S: the recent rate * window
+
     def rest_after(n: int) -> None:
-        """A line or two: let more pile up before the next wakeup (a component printing every few ms
-        then costs a fraction of the wakeups). The pipe holds 1 MiB meanwhile."""
-        nonlocal resting_until
-        if pipe_open and 0 < n < SMALL_READ:
+        """A chatty component (small reads, one soon after another, at a low recent rate): let more pile
+        up before the next wakeup, so a component printing every few ms costs a fraction of the
+        wakeups. Never for a fast writer: the average rate over the last second decides, not one
+        interval (writer and monitor take turns on the CPU, so a few lines read 2 ms apart say nothing):
+        a writer that would fill 1/16 of the pipe during one rest is never rested."""
+        nonlocal resting_until, last_read, recent
+        now = time.monotonic()
+        dt, last_read = now - last_read, now
+        recent = recent * math.exp(-dt / RATE_WINDOW_S) + n
+        if (pipe_open and 0 < n < SMALL_READ and dt < REST_S + 0.02
+                and recent / RATE_WINDOW_S * REST_S < PIPE_SIZE // 16):
             poller.unregister(out_r)
-            resting_until = time.monotonic() + REST_S
+            resting_until = now + REST_S
 
     def drain() -> int:
         nonlocal pipe_open

@@ -189,3 +189,14 @@ def test_child_gets_default_signal_dispositions(tmp_path):
     os.kill(reply["shim_pid"], signal.SIGUSR1)
     p.wait(10)
     assert (tmp_path / "logs" / "c.log").read_text().strip() == "True"
+
+
+def test_a_monitor_whose_run_dir_is_gone_ends_its_tree_and_exits(tmp_path):
+    spec = _spec(tmp_path, "import time; time.sleep(300)")
+    p, reply = _start(spec)
+    assert p.poll() is None
+    import shutil
+
+    shutil.rmtree(tmp_path / "monitors")  # the run dir deleted: no supervisor will ever read the record
+    p.wait(10)  # the guard notices within a second and the monitor finishes
+    wait_for(lambda: not pid_alive(reply["pid"]), 10, what="its child to be ended")
