@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .progress import merge_history
+
 STATES = ("pending", "starting", "running", "backoff", "stopping", "stopped", "completed", "fatal")
 FINAL = frozenset({"stopped", "completed", "fatal"})
 ACTIVE = frozenset({"pending", "starting", "running", "backoff", "stopping"})
@@ -22,6 +24,10 @@ def new_component() -> dict[str, Any]:
         "ready_at": None, "step": None, "total": None, "rate": None, "eta_s": None, "metrics": {},
         "metric": None, "series": [], "last_exit": None, "flags": [], "checkpoint": None,
         "waiting_for": [], "reason": None, "next_start_at": None, "resume": None, "watch": {},
+        # full-run metric history for charts: {metric: {"every", "lo", "hi", "points": [[step, mean, count]]}}
+        "history": {},
+        # per-component resources, when the supervisor samples them: {"cpu_pct", "rss_mb", "gpu_mb"}
+        "resources": None,
     }
 
 
@@ -52,6 +58,8 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
         state["host"] = e.get("host")
         state["gpu_backend"] = e.get("backend")
         state["gpu_reason"] = e.get("reason")
+        for n, r in (e.get("resources") or {}).items():  # per-component CPU/RSS/GPU memory, if sampled
+            state["components"].setdefault(n, new_component())["resources"] = r
         return state
     name = e.get("component")
     if name is None:
@@ -92,6 +100,8 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
         for k in ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch"):
             if k in e:
                 c[k] = e[k]
+        if e.get("history"):
+            c["history"] = merge_history(c.get("history"), e["history"])
     return state
 
 
