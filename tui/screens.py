@@ -62,6 +62,7 @@ class PathScreen(ModalScreen["str | None"]):
     """Asks for a file path (prefilled); enter answers it, escape cancels."""
 
     BINDINGS = [Binding("escape", "cancel", "cancel")]
+    AUTO_FOCUS = "#path"  # typing goes to the path from the first key
 
     def __init__(self, question: str, default: str):
         super().__init__()
@@ -73,9 +74,6 @@ class PathScreen(ModalScreen["str | None"]):
             yield Static(self.question, classes="question", markup=False)
             yield Input(self.default, id="path")
             yield Static("[b]enter[/b] write    [b]escape[/b] cancel", classes="hint")
-
-    def on_mount(self) -> None:
-        self.query_one("#path", Input).focus()
 
     @on(Input.Submitted, "#path")
     def _submitted(self, event: Input.Submitted) -> None:
