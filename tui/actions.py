@@ -164,3 +164,7 @@ def markdown_table() -> str:
         keys = " / ".join(f"`{part}`" for part in label.split("/")) if label not in ("/",) else "`/`"
         lines.append(f"| {keys} | {what} | {where} |")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m rlsup.tui.actions: the key table for the README and docs/tui.md
+    print(markdown_table())
