@@ -48,7 +48,7 @@ from rlsup.tui.widgets.component_table import ComponentTable
 from rlsup.tui.widgets.flags import FlagsStrip
 from rlsup.tui.widgets.gpu_panel import GpuPanel
 from rlsup.tui.widgets.header import RunHeader
-from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, LogPane
+from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, LogPane, LogView
 from rlsup.tui.widgets.progress import ProgressPanel
 
 PANE_MIN_WIDTH = 66  # columns per log pane before panes go side by side
@@ -384,7 +384,7 @@ class MainScreen(Screen):
             self._select(names.index(event.pane.component))
 
     # scrolling the selected log -------------------------------------------------------------
-    def _view(self):  # -> LogView | None
+    def _view(self) -> LogView | None:
         pane = self.selected_pane()
         return pane.view if pane is not None else None
 

@@ -10,7 +10,6 @@ import pytest
 from fake import run_async
 from textual import events
 from textual.widgets import Static
-from textual.widgets._toast import ToastRack
 
 from rlsup.tui import actions
 from rlsup.tui.app import MainScreen
@@ -525,7 +524,7 @@ async def test_toasts_stay_off_the_log_panes():
         screen = await started(pilot)
         app.notify("restart trainer: requested", title="restart trainer")
         await pilot.pause(0.2)
-        rack = app.screen.get_child_by_type(ToastRack)
+        rack = app.screen.get_child_by_id("textual-toastrack")
         toast = rack.children[0].children[0]
         logs = screen.query_one("#logs")
         assert toast.region.bottom <= logs.region.y  # over the table and gauges, not the log panes
