@@ -189,6 +189,8 @@ class MainScreen(Screen):
         timer pauses until woken."""
         self.flushes += 1
         tick = self.flushes
+        if self.model.state is None:
+            return  # no snapshot yet: lines wait, so the panes come in the order of the table
         pending, resets, marked = self.model.feed.take()
         dirty = self.model.dirty
         if pending or resets:

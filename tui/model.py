@@ -43,6 +43,7 @@ class LogFeed:
         self.total: dict[str, int] = collections.Counter()
         self.resets: set[str] = set()
         self.marked: set[str] = set()  # components whose pending lines hold a Marker
+        self.first_seq: dict[str, int] = {}  # sequence number of the first pending line
         self.waiting: dict[str, list[tuple[int, Marker]]] = {}  # markers ahead of the stream, by seq
 
     def mark(self, component: str, seq: int | None, text: str) -> None:
@@ -79,6 +80,7 @@ class LogFeed:
         buf = self.pending.get(component)
         if buf is None:
             buf = self.pending[component] = []
+            self.first_seq[component] = seq
         buf.extend(lines)
         self.next_seq[component] = seq + len(lines)
         self.total[component] += len(lines)
@@ -95,9 +97,15 @@ class LogFeed:
         self.next_seq[component] = to_seq
 
     def reset(self, component: str, seq: int, lines: list[str]) -> None:
-        """Replace what the pane shows (a fresh snapshot, not a continuation)."""
-        self.pending[component] = self._splice(component, seq, list(lines), drop_before=True)
-        self.next_seq[component] = seq + len(lines)
+        """Replace what the pane shows (a fresh snapshot, not a continuation).
+
+        Lines pushed after the snapshot can reach the listener before the snapshot does (they
+        follow the subscribe reply on the same connection); those are kept after it."""
+        end = seq + len(lines)
+        newer = self.pending.get(component) if self.first_seq.get(component, -1) >= end else None
+        self.pending[component] = self._splice(component, seq, list(lines), drop_before=True) + (newer or [])
+        self.next_seq[component] = max(end, self.next_seq.get(component, end)) if newer else end
+        self.first_seq[component] = seq
         self.resets.add(component)
 
     def take(self) -> tuple[dict[str, list[str]], set[str], set[str]]:
@@ -105,6 +113,7 @@ class LogFeed:
         the feed empty."""
         out, resets, marked = self.pending, self.resets, self.marked
         self.pending, self.resets, self.marked = {}, set(), set()
+        self.first_seq = {}
         return out, resets, marked
 
 

@@ -367,3 +367,33 @@ async def test_checkpoint_and_watched_artefacts_show_with_their_age():
         await pilot.press("3")
         await pilot.press("u")
         assert "step 130" in app.screen.question
+
+
+@run_async
+async def test_lines_pushed_before_the_snapshot_keep_the_table_order_and_are_not_lost():
+    """The subscribe reply and the pushes after it share a connection: lines can reach the
+    listener before the snapshot. Panes still follow the table's order and the lines stay."""
+    import asyncio
+
+    from rlsup.tui.app import RlsupApp
+
+    snap = fake.normal_run()
+
+    class EarlySession(fake.FakeSession):
+        async def run(self) -> None:
+            self.listener.on_connection("connecting", "")
+            for e in snap["events"]:
+                self.listener.on_event(e)
+            self.listener.on_logs("trainer", 40, ["pushed before the snapshot arrived"])
+            await asyncio.sleep(0.2)  # a few flush ticks go by
+            self.listener.on_snapshot(snap, False)
+            self.listener.on_connection("attached", "pod-1")
+            await self._stop.wait()
+
+    app = RlsupApp(lambda listener: EarlySession(listener, snap), clock=lambda: fake.NOW, timefmt=fake.utc_hms)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.5)
+        screen = app.main
+        assert list(screen.panes) == fake.COMPONENTS
+        lines = screen.panes["trainer"].view.lines
+        assert lines[-1] == "pushed before the snapshot arrived" and len(lines) == 41

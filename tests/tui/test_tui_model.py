@@ -133,6 +133,17 @@ def test_feed_markers_in_a_snapshot_and_across_a_gap():
     assert out.index("m50") == 10
 
 
+def test_lines_pushed_before_the_snapshot_are_kept_after_it():
+    feed = LogFeed()
+    feed.add("t", 100, ["l100", "l101"])  # pushed right after the subscribe reply, seen first
+    feed.reset("t", 90, [f"l{i}" for i in range(90, 100)])  # the snapshot: lines 90..99
+    pending, resets, _ = feed.take()
+    assert pending["t"] == [f"l{i}" for i in range(90, 102)] and resets == {"t"}
+    feed.add("t", 5, ["old"])  # lines from before the snapshot's end: replaced by it
+    feed.reset("t", 0, [f"l{i}" for i in range(10)])
+    assert feed.take()[0]["t"] == [f"l{i}" for i in range(10)]
+
+
 def test_attempt_markers_say_attempt_resume_and_time():
     def fmt(ts: float) -> str:
         return f"t{ts:.0f}"
