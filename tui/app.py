@@ -98,6 +98,8 @@ class MainScreen(Screen):
         self._flush_timer: Timer | None = None
         self._shown_stale: bool | None = None
         self._clock_sig: tuple[object, ...] = ()
+        self._refreshed_at = 0.0  # monotonic time of the last state refresh an event brought
+        self._clock_refresh = False
 
     # layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -127,11 +129,15 @@ class MainScreen(Screen):
 
     def _tick_clock(self) -> None:
         """Once a second: repaint what shows a time (uptimes, countdowns, ages) only when its
-        text changed (after an hour, uptimes move once a minute), so an idle screen stays idle."""
+        text changed (after an hour, uptimes move once a minute), so an idle screen stays idle.
+        Every state refresh an event brings does the same check (the 1 Hz GPU sample brings one
+        a second), so while events come the tick does nothing and they share one frame."""
+        if time.monotonic() - self._refreshed_at < 1.5:
+            return  # events arrive often enough to carry the clock
         sig = self._clock_signature(self.rlapp.clock())
         if sig != self._clock_sig:
-            self._clock_sig = sig
             self.model.dirty |= {"run", "table", "progress"}
+            self._clock_refresh = True
             self.wake()
 
     def _clock_signature(self, now: float) -> tuple[object, ...]:
@@ -206,7 +212,8 @@ class MainScreen(Screen):
                 pane.update_title()
         if dirty:
             self.model.dirty = set()
-            self.refresh_state(dirty)
+            with self.app.batch_update():  # the header, table and gauges it touches in one frame
+                self.refresh_state(dirty)
         waiting = self._paint_panes(tick)
         if not (pending or resets or dirty or waiting) and self._flush_timer is not None:
             self._flush_timer.pause()
@@ -242,6 +249,9 @@ class MainScreen(Screen):
 
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
         now = self.rlapp.clock()
+        if not self._clock_refresh:
+            self._refreshed_at = time.monotonic()  # a refresh an event brought, not the clock
+        self._clock_refresh = False
         v = self.model.view(now)
         comps = v["components"] if v else {}
         stale = self.model.stale
@@ -249,13 +259,15 @@ class MainScreen(Screen):
             self._shown_stale = stale
             self.query_one("#top", Vertical).set_class(stale, "-stale")
             areas = AREAS
+        sig = self._clock_signature(now)
+        if sig != self._clock_sig:  # a shown time moved: repaint it with this refresh
+            self._clock_sig = sig
+            areas = set(areas) | {"run", "table", "progress"}
         if "run" in areas:
             server = getattr(self.rlapp.session, "server", None) or {}
             self.query_one(RunHeader).set_data(v["run"] if v else {}, server,
                                                (self.model.connection, self.model.connection_detail),
                                                self.model.data_at if stale else None, now)
-        if {"run", "table", "progress"} <= set(areas):
-            self._clock_sig = self._clock_signature(now)  # what the clock tick compares with
         if "table" in areas:
             self.query_one(ComponentTable).set_data(comps, self.selected, now, stale)
         if "progress" in areas:
