@@ -96,14 +96,17 @@ def sparkline(values: Sequence[float | None], width: int, lo: float | None = Non
 def clean_lines(lines: list[str]) -> list[str]:
     """Make a batch of log lines safe to paint: tabs expanded, control characters shown as ``\ufffd``.
 
-    Works on the whole batch at once (one join, one regex search) because this runs for every
-    line the supervisor sends; clean text, the common case, is returned as is.
+    Works on the whole batch at once because this runs for every line the supervisor sends:
+    clean text, the common case, is recognised by one C-level ``isprintable`` over the batch and
+    returned as is (a tab, an escape, a newline inside a line or a C1 control is not printable).
     """
     if not lines:
         return lines
+    if "".join(lines).isprintable():
+        return lines
     joined = "\n".join(lines)
     if _SUSPECT.search(joined) is None and joined.count("\n") == len(lines) - 1:
-        return lines
+        return lines  # unprintable to Python but harmless to a terminal (a soft hyphen, a zero-width space)
     return [_CONTROL.sub("\ufffd", line.expandtabs(4)) for line in lines]
 
 

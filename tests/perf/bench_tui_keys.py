@@ -14,11 +14,14 @@ in a private tmux server at 200x50, exactly as a user would, and measures:
   progress line twice a second). Every ~0.4 s (jittered, so presses do not line up with the TUI's
   ticks) ``f`` is sent with ``tmux send-keys``; the clock starts when the command is written and
   stops when ``tmux capture-pane`` first shows the selected pane's title flipped between
-  ``follow`` and ``paused``. The tmux commands go through one control-mode client (no process
+  ``follow`` and ``paused`` (only that row is captured each poll, so the polling itself costs tmux
+  little). The tmux commands go through one control-mode client (no process
   start per poll), polled every millisecond. The TUI's and the daemon's CPU over the same window.
 
 Both variants run in the same invocation, alternated round by round (``--rounds``), so they share
-the machine's load. Prints a table and, with ``--json``, one JSON object. Targets (issue 20):
+the machine's load. ``--floor`` adds, in each round, a minimal Textual app that only flips the same
+text on ``f`` while the same flood runs under a daemon nobody displays: what the machine, tmux and
+Textual cost at that moment, below which no TUI gets. Prints a table and, with ``--json``, one JSON object. Targets (issue 20):
 idle TUI < 1% of a core; key press to visible change < 20 ms median and < 50 ms p90.
 """
 
@@ -68,6 +71,25 @@ while True:
 """
 
 IDLER = "import time\nprint('idle and ready', flush=True)\ntime.sleep(100000)\n"
+
+# The floor: a minimal Textual app whose only work is the key (same harness, no rlsup, no flood).
+FLOOR_APP = """
+from textual.app import App
+from textual.widgets import Static
+
+class Floor(App):
+    BINDINGS = [("f", "flip")]
+
+    def compose(self):
+        self.follow = True
+        yield Static(" 1 c1  running  follow", id="t")
+
+    def action_flip(self):
+        self.follow = not self.follow
+        self.query_one("#t", Static).update(" 1 c1  running  " + ("follow" if self.follow else "paused"))
+
+Floor().run()
+"""
 
 
 def config(tmp: Path, name: str, script: str, args: list[str], n: int) -> Path:
@@ -124,8 +146,12 @@ class Tmux:
                 return out
             out.append(line)
 
-    def screen(self) -> str:
-        return "\n".join(self.cmd("capture-pane -p -t t"))
+    def screen(self, row: int | None = None) -> str:
+        """The pane's text, or one row of it (a cheap poll: capturing the whole screen every
+        millisecond would keep tmux busy and slow down what is measured)."""
+        if row is None:
+            return "\n".join(self.cmd("capture-pane -p -t t"))
+        return "\n".join(self.cmd(f"capture-pane -p -t t -S {row} -E {row}"))
 
     def pane_pid(self) -> int:
         return int(self.run("display-message", "-p", "-t", "t", "#{pane_pid}").strip())
@@ -189,6 +215,26 @@ def title_state(screen: str) -> str | None:
     return m.group(1) if m else None
 
 
+def title_row(tmux: Tmux) -> int:
+    """The screen row of the first pane's title (where the key's effect shows)."""
+    for i, line in enumerate(tmux.screen().splitlines()):
+        if title_state(line):
+            return i
+    raise RuntimeError("no pane title on the screen")
+
+
+def press_and_wait(tmux: Tmux, state: str | None, row: int) -> tuple[float | None, str | None]:
+    """Send ``f``; the seconds until the title row shows the other state (None: not within 5 s)."""
+    want = "paused" if state == "follow" else "follow"
+    t = time.perf_counter()
+    tmux.cmd("send-keys -t t f")
+    while time.perf_counter() - t < 5.0:
+        if title_state(tmux.screen(row)) == want:
+            return time.perf_counter() - t, want
+        time.sleep(0.001)
+    return None, title_state(tmux.screen())
+
+
 def measure_idle(v: Variant, work: Path, n: int, seconds: float) -> dict:
     tag = uuid.uuid4().hex[:6]
     cfg = config(work, f"idle{tag}", IDLER, [], n)
@@ -222,20 +268,15 @@ def measure_keys(v: Variant, work: Path, n: int, rate: int, presses: int, warmup
         time.sleep(warmup)
         t0, c0, d0 = time.monotonic(), cpu_s(tui), cpu_s(daemon)
         state = title_state(tmux.screen())
+        row = title_row(tmux)
         for _ in range(presses):
             time.sleep(random.uniform(0.3, 0.5))
-            want = "paused" if state == "follow" else "follow"
-            t = time.perf_counter()
-            tmux.cmd("send-keys -t t f")
-            while time.perf_counter() - t < 5.0:
-                if title_state(tmux.screen()) == want:
-                    lat.append(time.perf_counter() - t)
-                    state = want
-                    break
-                time.sleep(0.001)
-            else:
+            took, state = press_and_wait(tmux, state, row)
+            if took is None:
                 missed += 1
-                state = title_state(tmux.screen())
+                row = title_row(tmux)
+            else:
+                lat.append(took)
         wall = time.monotonic() - t0
         lines = sum(1 for _ in open(run_dir / "logs" / "c1.log", "rb"))
         return {"latencies_ms": [round(1000 * x, 2) for x in lat], "missed": missed,
@@ -245,6 +286,34 @@ def measure_keys(v: Variant, work: Path, n: int, rate: int, presses: int, warmup
     finally:
         tmux.kill()
         v.down(run_dir)
+
+
+def measure_floor(v: Variant, work: Path, n: int, rate: int, presses: int) -> dict:
+    """The minimal app's key latency while the same flood runs under a daemon nobody displays."""
+    script = work / "floor_app.py"
+    script.write_text(FLOOR_APP)
+    tag = uuid.uuid4().hex[:6]
+    cfg = config(work, f"floor{tag}", FLOODER, [str(rate)], n)
+    run_dir = work / f"run-floor-{tag}"
+    subprocess.run([PY, "-m", "rlsup.supervisor.cli", "up", str(cfg), "-d", "--skip-checks", "--run-dir", str(run_dir)],
+                   env=v.env, capture_output=True, timeout=120, cwd=work)
+    tmux = Tmux()
+    tmux.start(f"TERM=xterm-256color exec {shlex.quote(PY)} {shlex.quote(str(script))}")
+    lat: list[float] = []
+    try:
+        time.sleep(3.0)  # the flood is on
+        wait(lambda: title_state(tmux.screen()) is not None, 30, "the floor app")
+        state = title_state(tmux.screen())
+        row = title_row(tmux)
+        for _ in range(presses):
+            time.sleep(random.uniform(0.3, 0.5))
+            took, state = press_and_wait(tmux, state, row)
+            if took is not None:
+                lat.append(took)
+    finally:
+        tmux.kill()
+        v.down(run_dir)
+    return {"latencies_ms": [round(1000 * x, 2) for x in lat], "missed": presses - len(lat)}
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -279,6 +348,8 @@ def main() -> None:
     p.add_argument("--components", type=int, default=3)
     p.add_argument("--idle-seconds", type=float, default=20.0)
     p.add_argument("--warmup", type=float, default=3.0)
+    p.add_argument("--floor", action="store_true",
+                   help="also measure a minimal Textual app's key latency in the same tmux (the machine's floor)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     if shutil.which("tmux") is None:
@@ -295,6 +366,7 @@ def main() -> None:
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
         variants.append(Variant("base", src, work))
     results: dict[str, dict[str, list[dict]]] = {v.label: {"idle": [], "keys": []} for v in variants}
+    floor: list[dict] = []
     try:
         for r in range(a.rounds):
             order = variants if r % 2 == 0 else variants[::-1]
@@ -303,6 +375,9 @@ def main() -> None:
                 results[v.label]["idle"].append(measure_idle(v, work, a.components, a.idle_seconds))
                 print(f"round {r + 1}: {v.label}: keys under {a.components} x {a.rate:,} lines/s ...",
                       file=sys.stderr, flush=True)
+                if a.floor and v is order[0]:
+                    print(f"round {r + 1}: floor ...", file=sys.stderr, flush=True)
+                    floor.append(measure_floor(v, work, a.components, a.rate, a.presses))
                 try:
                     results[v.label]["keys"].append(
                         measure_keys(v, work, a.components, a.rate, a.presses, a.warmup))
@@ -318,6 +393,10 @@ def main() -> None:
            "components": a.components,
            "summary": {label: summary(r["idle"], r["keys"]) for label, r in results.items()},
            "failed_rounds": {label: len(r.get("failed", [])) for label, r in results.items()}}
+    if floor:
+        lat = [x for f in floor for x in f["latencies_ms"]]
+        out["floor"] = {"key_ms_p50": round(statistics.median(lat), 1) if lat else None, "key_ms_p90": pct(lat, 0.9),
+                        "presses": len(lat)}
     if a.json:
         out["raw"] = results
         print(json.dumps(out, indent=2))
@@ -337,6 +416,11 @@ def main() -> None:
         else:
             cells = [str(out["summary"][x][key]) for x in labels]
         print(f"| {title} | " + " | ".join(cells) + " |")
+    if floor:
+        f = out["floor"]
+        print(f"floor (a minimal Textual app in the same tmux while the same flood runs undisplayed): "
+              f"key -> visible p50 {f['key_ms_p50']} ms, "
+              f"p90 {f['key_ms_p90']} ms ({f['presses']} presses)")
 
 
 def _default_base() -> str:

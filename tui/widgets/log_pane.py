@@ -90,6 +90,8 @@ class LogView(Widget, can_focus=False):
         self._rows: list[int] = [0]  # wrap: _rows[i] = first row of line i, _rows[-1] = all rows
         self._rows_width = -1  # the text width _rows were computed for (-1: not valid)
         self._styles: dict[str, Style] = {}  # resolved once per style change, not per painted row
+        self._view_size: tuple[int, int] | None = None  # (width, height), kept from resize events: Widget.size
+        # is computed from the layout on every access, and rendering a row asks for it several times
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -103,13 +105,21 @@ class LogView(Widget, can_focus=False):
 
     # geometry -------------------------------------------------------------------------------
     @property
+    def width(self) -> int:
+        if self._view_size is None:
+            return self.size.width
+        return self._view_size[0]
+
+    @property
     def text_width(self) -> int:
         """Columns for text: the last column is the scrollbar."""
-        return max(0, self.size.width - 1)
+        return max(0, self.width - 1)
 
     @property
     def height(self) -> int:
-        return self.size.height
+        if self._view_size is None:
+            return self.size.height
+        return self._view_size[1]
 
     def _line_rows(self, line: str, width: int) -> int:
         if width <= 0:
@@ -200,7 +210,7 @@ class LogView(Widget, can_focus=False):
     def paint(self, tick: int) -> None:
         """Repaint what appended lines changed (the screen's flush decides when)."""
         if self.pending == "bar":
-            self.refresh(Region(max(0, self.size.width - 1), 0, 1, self.height))
+            self.refresh(Region(max(0, self.width - 1), 0, 1, self.height))
         elif self.pending == "full":
             self.refresh()
         self.pending = None
@@ -231,6 +241,7 @@ class LogView(Widget, can_focus=False):
         self.refresh()
 
     def on_resize(self, event: events.Resize) -> None:
+        self._view_size = (event.size.width, event.size.height)
         if self.follow:
             self.top = self.max_top
         else:
@@ -304,7 +315,7 @@ class LogView(Widget, can_focus=False):
         self.scroll_rows(WHEEL)
 
     def on_click(self, event: events.Click) -> None:
-        if event.x == self.size.width - 1 and self.total_rows > self.height:  # the scrollbar: jump there
+        if event.x == self.width - 1 and self.total_rows > self.height:  # the scrollbar: jump there
             self.follow = False
             self.top = round(event.y / max(1, self.height - 1) * self.max_top)
             self.scroll_rows(0)
@@ -414,7 +425,7 @@ class LogView(Widget, can_focus=False):
         return Strip([Segment(text + " " * (pad + 1), base)], width)
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.width
         base = self._style("base")
         if width <= 1:
             return Strip.blank(width, base)
