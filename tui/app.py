@@ -20,11 +20,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
-from textual.events import Resize
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input
@@ -52,6 +51,7 @@ from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, LogPane, LogVie
 from rlsup.tui.widgets.progress import ProgressPanel
 
 PANE_MIN_WIDTH = 66  # columns per log pane before panes go side by side
+KEY_QUIET_S = 0.1  # after a key press, flooded panes wait this long before their next repaint
 
 
 class SessionLike(Protocol):
@@ -99,6 +99,7 @@ class MainScreen(Screen):
         self._shown_stale: bool | None = None
         self._clock_sig: tuple[object, ...] = ()
         self._refreshed_at = 0.0  # monotonic time of the last state refresh an event brought
+        self._key_at = 0.0  # monotonic time of the last key press
         self._clock_refresh = False
 
     # layout ---------------------------------------------------------------------------------
@@ -160,7 +161,7 @@ class MainScreen(Screen):
             parts.append(fmt_dur(now - self.model.data_at))
         return tuple(parts)
 
-    def on_resize(self, event: Resize) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         self._layout()
 
     def _layout(self) -> None:
@@ -218,8 +219,15 @@ class MainScreen(Screen):
         if not (pending or resets or dirty or waiting) and self._flush_timer is not None:
             self._flush_timer.pause()
 
+    def on_key(self, event: events.Key) -> None:
+        self._key_at = time.monotonic()  # runs before the key's binding: see _paint_panes
+
     def _paint_panes(self, tick: int) -> bool:
-        """Repaint panes with appended lines; True when a flooded pane had to wait its turn."""
+        """Repaint panes with appended lines; True when a flooded pane had to wait its turn.
+
+        Right after a key press flooded panes wait (KEY_QUIET_S): the frame that shows the key's
+        effect then carries nothing else, and the loop is free to make it."""
+        quiet = time.monotonic() - self._key_at < KEY_QUIET_S
         flooded = []
         for pane in self.panes.values():
             v = pane.view
@@ -231,6 +239,8 @@ class MainScreen(Screen):
                 v.paint(tick)
         if not flooded:
             return False
+        if quiet:
+            return True
         budget = max(1, math.ceil(len(flooded) / FLOOD_PAINT_TICKS))
         due = sorted((v for v in flooded if tick - v.painted_tick >= FLOOD_PAINT_TICKS), key=lambda v: v.painted_tick)
         for v in due[:budget]:

@@ -5,6 +5,8 @@ toasts, the stale and ended markings."""
 
 from __future__ import annotations
 
+import time
+
 import fake
 import pytest
 from fake import run_async
@@ -577,3 +579,48 @@ async def test_idle_screen_stops_flushing_until_something_arrives():
         await pilot.pause(0.15)
         assert screen.panes["trainer"].view.lines[-1] == "wake up"
         assert screen.flushes > flushes
+
+
+@run_async
+async def test_flooded_panes_take_turns_and_wait_after_a_key():
+    """A pane scrolled by more than its height between paints repaints at most every
+    FLOOD_PAINT_TICKS flush ticks, the panes taking turns; right after a key press they wait, so
+    the key's frame carries nothing else. Ticks are driven by hand: no timing involved."""
+    import math
+
+    from rlsup.tui.app import KEY_QUIET_S
+    from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS
+
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=(200, 50)) as pilot:
+        screen = await started(pilot)
+        views = [p.view for p in screen.panes.values()]
+        screen._flush_timer.pause()  # the test drives the ticks
+
+        def flood() -> None:
+            for v in views:
+                v.append_lines([f"flood {i}" for i in range(v.height + 5)])
+
+        screen._key_at = time.monotonic()  # a key was just pressed
+        flood()
+        assert all(v.flooding for v in views)
+        assert screen._paint_panes(1000) is True and all(v.pending == "full" for v in views)
+        screen._key_at = time.monotonic() - 2 * KEY_QUIET_S
+        painted: list[set[int]] = []
+        for tick in range(1001, 1001 + 4 * FLOOD_PAINT_TICKS):
+            flood()
+            before = {i: v.painted_tick for i, v in enumerate(views)}
+            screen._paint_panes(tick)
+            painted.append({i for i, v in enumerate(views) if v.painted_tick != before[i]})
+        assert all(len(p) <= math.ceil(len(views) / FLOOD_PAINT_TICKS) for p in painted)
+        for i in range(len(views)):
+            ticks = [t for t, p in enumerate(painted) if i in p]
+            assert ticks, f"pane {i} never painted"
+            assert all(b - a >= FLOOD_PAINT_TICKS for a, b in zip(ticks, ticks[1:], strict=False))
+        quiet = views[0]
+        quiet.append_lines(["one line"])  # not a flood: painted at the next tick, key or not
+        quiet.set_follow(True)
+        screen._key_at = time.monotonic()
+        quiet.append_lines(["another"])
+        screen._paint_panes(2000)
+        assert quiet.pending is None

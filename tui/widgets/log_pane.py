@@ -17,9 +17,10 @@ its scrollbars without a layout needs private methods).
 Appending lines does not repaint by itself: it records what must be repainted (``pending``: the
 whole view, or only the scrollbar when the lines arrived below a paused view) and the screen's
 flush calls :meth:`LogView.paint`. A pane that a flood scrolls by more than its height between two
-paints is repainted at most every :data:`FLOOD_PAINT_TICKS` ticks (10 Hz at 20 Hz): every row of
-it changes each time, and at 20 Hz three such panes write ~350 KB/s to the terminal, more than
-tmux keeps up with on a busy machine, which is what made key presses slow to show.
+paints is repainted at most every :data:`FLOOD_PAINT_TICKS` ticks (5 Hz at 20 Hz), the panes
+taking turns: every row of it changes each time, so it is unreadable at any rate, and at 20 Hz
+three such panes cost ~350 KB/s of terminal output and most of the TUI's CPU, which is what made
+key presses slow to show on a busy machine (measured: tests/perf/bench_tui_keys.py).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from rlsup.tui.model import Marker
 CUT = "…"
 HSTEP = 8  # columns per sideways scroll step
 WHEEL = 3  # rows per mouse-wheel notch
-FLOOD_PAINT_TICKS = 2  # a pane scrolled by a flood repaints at most every this many flush ticks
+FLOOD_PAINT_TICKS = 4  # a pane scrolled by a flood repaints at most every this many flush ticks (5 Hz)
 
 
 def _cells(line: str) -> int:
@@ -252,6 +253,7 @@ class LogView(Widget, can_focus=False):
     def _moved(self) -> None:
         self.refresh()
         self.pending = None  # a user's move repaints everything now
+        self._new = 0
         self.post_message(self.Scrolled())
 
     def scroll_rows(self, delta: int) -> None:
