@@ -31,7 +31,7 @@ from textual.widgets import Footer, Input
 from rlsup.supervisor.state import ACTIVE
 from rlsup.tui import actions, clipboard
 from rlsup.tui.format import fmt_dur
-from rlsup.tui.model import AREAS, RunModel, attempt_marker
+from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
 from rlsup.tui.palette import KeyTableCommands
 from rlsup.tui.screens import (
     ChartsScreen,
@@ -52,6 +52,7 @@ from rlsup.tui.widgets.progress import ProgressPanel
 
 PANE_MIN_WIDTH = 66  # columns per log pane before panes go side by side
 KEY_QUIET_S = 0.1  # after a key press, flooded panes wait this long before their next repaint
+GAUGE_MIN_S = 2.0  # GPU/host gauges and resource columns repaint at most this often (nvitop's interval)
 
 
 class SessionLike(Protocol):
@@ -100,6 +101,8 @@ class MainScreen(Screen):
         self._clock_sig: tuple[object, ...] = ()
         self._refreshed_at = 0.0  # monotonic time of the last state refresh an event brought
         self._key_at = 0.0  # monotonic time of the last key press
+        self._gauges_at = 0.0  # monotonic time the gauges were last repainted
+        self._gauge_timer: Timer | None = None
         self._clock_refresh = False
 
     # layout ---------------------------------------------------------------------------------
@@ -131,10 +134,10 @@ class MainScreen(Screen):
     def _tick_clock(self) -> None:
         """Once a second: repaint what shows a time (uptimes, countdowns, ages) only when its
         text changed (after an hour, uptimes move once a minute), so an idle screen stays idle.
-        Every state refresh an event brings does the same check (the 1 Hz GPU sample brings one
-        a second), so while events come the tick does nothing and they share one frame."""
-        if time.monotonic() - self._refreshed_at < 1.5:
-            return  # events arrive often enough to carry the clock
+        Every state refresh an event brings does the same check (the GPU sample brings one every
+        GAUGE_MIN_S), so while events come the tick does nothing and they share one frame."""
+        if time.monotonic() - self._refreshed_at < GAUGE_MIN_S + 0.5:
+            return  # events (at least the gauges' turn) come often enough to carry the clock
         sig = self._clock_signature(self.rlapp.clock())
         if sig != self._clock_sig:
             self.model.dirty |= {"run", "table", "progress"}
@@ -211,16 +214,27 @@ class MainScreen(Screen):
                     pane.view.clear()
                 pane.view.append_lines(lines, name in marked)
                 pane.update_title()
-        if dirty:
+        if dirty and dirty <= GAUGE_AREAS and time.monotonic() - self._gauges_at < GAUGE_MIN_S:
+            # Only a GPU/host sample changed: it waits for the gauges' next turn (an idle
+            # screen then repaints every GAUGE_MIN_S, not every second); anything else brings it.
+            if self._gauge_timer is None:
+                self._gauge_timer = self.set_timer(self._gauges_at + GAUGE_MIN_S - time.monotonic(),
+                                                   self._gauges_due)
+            dirty = set()
+        elif dirty:
             self.model.dirty = set()
-            with self.app.batch_update():  # the header, table and gauges it touches in one frame
-                self.refresh_state(dirty)
+            self.refresh_state(dirty)
         waiting = self._paint_panes(tick)
         if not (pending or resets or dirty or waiting) and self._flush_timer is not None:
             self._flush_timer.pause()
 
     def on_key(self, event: events.Key) -> None:
         self._key_at = time.monotonic()  # runs before the key's binding: see _paint_panes
+
+    def _gauges_due(self) -> None:
+        self._gauge_timer = None
+        self._gauges_at = 0.0
+        self.wake()
 
     def _paint_panes(self, tick: int) -> bool:
         """Repaint panes with appended lines; True when a flooded pane had to wait its turn.
@@ -269,16 +283,19 @@ class MainScreen(Screen):
             self._shown_stale = stale
             self.query_one("#top", Vertical).set_class(stale, "-stale")
             areas = AREAS
+        areas = set(areas)
         sig = self._clock_signature(now)
         if sig != self._clock_sig:  # a shown time moved: repaint it with this refresh
             self._clock_sig = sig
-            areas = set(areas) | {"run", "table", "progress"}
+            areas |= {"run", "table", "progress"}
         if "run" in areas:
             server = getattr(self.rlapp.session, "server", None) or {}
             self.query_one(RunHeader).set_data(v["run"] if v else {}, server,
                                                (self.model.connection, self.model.connection_detail),
                                                self.model.data_at if stale else None, now)
-        if "table" in areas:
+        if areas & GAUGE_AREAS:
+            self._gauges_at = time.monotonic()
+        if "table" in areas or "resources" in areas:
             self.query_one(ComponentTable).set_data(comps, self.selected, now, stale)
         if "progress" in areas:
             self.query_one(ProgressPanel).set_data(comps, now)

@@ -16,7 +16,8 @@ from rlsup.supervisor import state as run_state
 from rlsup.supervisor.events import GAUGES
 
 MAX_TIMELINE = 5000
-AREAS = frozenset({"run", "table", "progress", "gpu", "flags"})  # what a change may need repainted
+AREAS = frozenset({"run", "table", "progress", "gpu", "resources", "flags"})  # what a change may need repainted
+GAUGE_AREAS = frozenset({"gpu", "resources"})  # what a GPU/host sample changes (resources: the table's columns)
 
 
 class Marker(str):
@@ -184,7 +185,7 @@ class RunModel:
                 pass
         kind = event.get("kind", "")
         if kind == "gpu":
-            self.dirty |= {"gpu", "table"}  # resources ride on the GPU sample
+            self.dirty |= GAUGE_AREAS  # resources ride on the GPU sample
         elif kind == "progress":
             self.dirty |= {"progress", "table"}
         else:

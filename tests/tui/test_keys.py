@@ -624,3 +624,30 @@ async def test_flooded_panes_take_turns_and_wait_after_a_key():
         views[0].append_lines(["one line"])  # not a flood: painted at the next tick, key or not
         screen._paint_panes(3000)
         assert views[0].pending is None
+
+
+@run_async
+async def test_gpu_samples_repaint_the_gauges_every_two_seconds_at_most():
+    """A GPU/host sample alone waits for the gauges' turn (GAUGE_MIN_S); any other change brings
+    it along at once. The turn is driven by hand: no timing involved."""
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=(200, 50)) as pilot:
+        screen = await started(pilot)
+        gpu = screen.query_one("#gpu")
+
+        def sample(cpu: float) -> None:
+            app.session.event("gpu", None, gpus=[], host={**fake.HOST, "cpu_pct": cpu}, backend="nvml", reason=None)
+
+        screen._gauges_at = time.monotonic()  # the gauges were just repainted
+        sample(99.0)
+        await pilot.pause(0.15)
+        assert "99%" not in str(gpu.render()) and screen._gauge_timer is not None
+        screen._gauge_timer.stop()
+        screen._gauges_due()  # their turn
+        await pilot.pause(0.15)
+        assert "99%" in str(gpu.render())
+        screen._gauges_at = time.monotonic()
+        sample(11.0)
+        app.session.event("flag", "trainer", type="stall", message="no step for 10 minutes", evidence=[], action="")
+        await pilot.pause(0.15)
+        assert "11%" in str(gpu.render())  # came with the flag
