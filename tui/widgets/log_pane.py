@@ -358,11 +358,6 @@ class LogView(Widget, can_focus=False):
         self._moved()
         return None
 
-    def clear_search(self) -> None:
-        self.query = ""
-        self.current = None
-        self._moved()
-
     # copy mode ------------------------------------------------------------------------------
     @property
     def selecting(self) -> bool:
