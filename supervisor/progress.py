@@ -19,6 +19,17 @@ from .presets import safe_name as metric_name
 # chunk keeps only the newest ones (gauges are latest-wins; ~64 KiB is milliseconds of output).
 MAX_OBS_PER_CHUNK = 64
 
+# Full-run metric history (the TUI's charts). Each metric keeps at most HISTORY_POINTS buckets of
+# `every` consecutive steps; when a new bucket would exceed that, neighbours merge and `every`
+# doubles, so a run of any length costs the same. A point is ``[step, mean, count]`` (~22 bytes of
+# JSON): at most HISTORY_METRICS x HISTORY_POINTS points, about 45 KB per component in the state
+# and in a snapshot. A progress event (4 Hz) carries only the points that changed in the last
+# HISTORY_WINDOW_S seconds (usually one: the current bucket), so it stays small however long the
+# run; :func:`merge_history` folds them into the whole history on every side of the protocol.
+HISTORY_POINTS = 256
+HISTORY_METRICS = 8
+HISTORY_WINDOW_S = 1.0
+
 
 def preset_names() -> tuple[str, ...]:
     from .presets import PRESETS
@@ -111,6 +122,128 @@ class ProgressMatcher:
         return Observation(step, total, metrics)
 
 
+def _round(v: float) -> float:
+    return float(f"{v:.6g}")
+
+
+class MetricHistory:
+    """One metric against step for the whole run, downsampled into at most :data:`HISTORY_POINTS`
+    buckets of ``every`` steps (a power of two). Each bucket keeps its last step, the sum and the
+    count of the values seen in it. A step lower than the last bucket's (a resume from a
+    checkpoint, a restart from scratch) drops the buckets from there on: the run's history is
+    the one that led to the current step."""
+
+    __slots__ = ("every", "steps", "sums", "counts", "touched", "lo", "hi")
+
+    def __init__(self) -> None:
+        self.every = 1
+        self.steps: list[int] = []
+        self.sums: list[float] = []
+        self.counts: list[int] = []
+        self.touched: list[float] = []  # when each bucket last changed: never decreasing along the list
+        self.lo: float | None = None
+        self.hi: float | None = None
+
+    def add(self, step: int, value: float, now: float = 0.0) -> None:
+        if value != value or value in (float("inf"), float("-inf")):
+            return  # NaN/inf: nothing a chart can place
+        every, steps = self.every, self.steps
+        key = step // every
+        if steps and steps[-1] > step:  # a rewind: the buckets from this step on are redone
+            cut = len(steps)
+            while cut and steps[cut - 1] // every >= key:
+                cut -= 1
+            del steps[cut:], self.sums[cut:], self.counts[cut:], self.touched[cut:]
+        if steps and steps[-1] // every == key:
+            steps[-1] = max(steps[-1], step)
+            self.sums[-1] += value
+            self.counts[-1] += 1
+            self.touched[-1] = now
+        else:
+            steps.append(step)
+            self.sums.append(value)
+            self.counts.append(1)
+            self.touched.append(now)
+            if len(steps) > HISTORY_POINTS:
+                self._halve(now)
+        self.lo = value if self.lo is None else min(self.lo, value)
+        self.hi = value if self.hi is None else max(self.hi, value)
+
+    def _halve(self, now: float) -> None:
+        pts = compact_points(self.points(), self.every * 2)
+        self.every *= 2
+        self.steps = [p[0] for p in pts]
+        self.sums = [p[1] * p[2] for p in pts]
+        self.counts = [p[2] for p in pts]
+        self.touched = [now] * len(pts)  # every bucket changed: the next event carries them all
+
+    def points(self, since: float | None = None) -> list[list[float]]:
+        """``[[step, mean, count], ...]``: all of them, or those that changed at ``since`` or later
+        (a suffix of the list, never empty when there are points)."""
+        start = 0
+        if since is not None and self.steps:
+            start = len(self.steps) - 1
+            while start and self.touched[start - 1] >= since:
+                start -= 1
+        return [[self.steps[i], _round(self.sums[i] / self.counts[i]), self.counts[i]]
+                for i in range(start, len(self.steps))]
+
+    def wire(self, since: float | None = None) -> dict[str, object]:
+        return {"every": self.every, "lo": self.lo, "hi": self.hi, "points": self.points(since)}
+
+
+def compact_points(points: list[list[float]], every: int) -> list[list[float]]:
+    """Merge ``[step, mean, count]`` points whose steps fall in the same bucket of ``every``
+    steps (the last step, the count-weighted mean, the summed count)."""
+    out: list[list[float]] = []
+    for step, mean, count in points:
+        if out and out[-1][0] // every == step // every:
+            last = out[-1]
+            n = last[2] + count
+            last[1] = (last[1] * last[2] + mean * count) / n
+            last[0] = max(last[0], step)
+            last[2] = n
+        else:
+            out.append([step, mean, count])
+    for p in out:
+        p[1] = _round(p[1])
+    return out
+
+
+def merge_history(stored: dict[str, dict[str, object]] | None,
+                  delta: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
+    """Fold a progress event's ``history`` (each metric's newest points, or all of them) into the
+    history accumulated so far, as the reducer does on every side of the protocol.
+
+    The points replace every stored point from the first of them on (by bucket), so a repeated
+    tail is idempotent, an event lost within the producer's window costs nothing (a longer gap
+    leaves a hole until the next snapshot), and a rewind (resume) drops what came after it. A coarser ``every`` than stored merges the stored points the way the
+    producer did, so both sides keep the same buckets."""
+    out = stored if stored is not None else {}
+    for metric, d in delta.items():
+        every = int(d.get("every") or 1)  # type: ignore[call-overload]
+        h = out.get(metric)
+        if h is None:
+            h = out[metric] = {"every": every, "points": []}
+        pts: list[list[float]] = h["points"]  # type: ignore[assignment]
+        if every > int(h.get("every") or 1):  # type: ignore[call-overload]
+            pts = h["points"] = compact_points(pts, every)
+        tail = [list(p) for p in d.get("points") or []]  # type: ignore[union-attr]
+        if tail:
+            first = tail[0][0] // every
+            cut = len(pts)
+            while cut and pts[cut - 1][0] // every >= first:
+                cut -= 1
+            del pts[cut:]
+            pts.extend(tail)
+            if len(pts) > 2 * HISTORY_POINTS:  # a producer that never compacts cannot grow this
+                pts = h["points"] = compact_points(pts, every * 2)
+                every *= 2
+        h["every"] = every
+        h["lo"], h["hi"] = d.get("lo"), d.get("hi")
+    return out
+
+
 @dataclass
 class ProgressTracker:
     """Latest step, total, metrics, and a rate over recent step changes.
@@ -126,6 +259,7 @@ class ProgressTracker:
     last_change_at: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     history: dict[str, deque[tuple[int, float]]] = field(default_factory=dict)
+    full_history: dict[str, MetricHistory] = field(default_factory=dict)
     _points: deque[tuple[float, int]] = field(default_factory=deque)
 
     def observe_all(self, obs: Iterable[Observation], now: float) -> bool:
@@ -159,6 +293,12 @@ class ProgressTracker:
                     h[-1] = (at, v)
                 else:
                     h.append((at, v))
+                if self.step is not None:
+                    fh = self.full_history.get(k)
+                    if fh is None and len(self.full_history) < HISTORY_METRICS:
+                        fh = self.full_history[k] = MetricHistory()
+                    if fh is not None:
+                        fh.add(self.step, v, now)
             changed = True
         return changed
 
@@ -202,5 +342,9 @@ class ProgressTracker:
             "metric": chosen,
             "series": [v for _, v in self.history.get(chosen, ())][-120:] if chosen else [],
             "last_step_at": self.last_change_at,
+            # Only the points that changed in the last HISTORY_WINDOW_S (a lost event or two is
+            # covered by the next); the reducer (state.apply -> merge_history) accumulates the
+            # whole run, so a 4 Hz event stays small whatever the run's length.
+            "history": {k: h.wire(now - HISTORY_WINDOW_S) for k, h in self.full_history.items()},
         }
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .progress import merge_history
+
 STATES = ("pending", "starting", "running", "backoff", "stopping", "stopped", "completed", "fatal")
 FINAL = frozenset({"stopped", "completed", "fatal"})
 ACTIVE = frozenset({"pending", "starting", "running", "backoff", "stopping"})
@@ -23,6 +25,8 @@ def new_component() -> dict[str, Any]:
         "metric": None, "series": [], "last_exit": None, "flags": [], "checkpoint": None,
         "waiting_for": [], "reason": None, "next_start_at": None, "resume": None, "watch": {},
         "resources": None, "monitor_pid": None,
+        # full-run metric history for charts: {metric: {"every", "lo", "hi", "points": [[step, mean, count]]}}
+        "history": {},
     }
 
 
@@ -126,6 +130,8 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
                 c[k] = e[k]
         if c["state"] != "running":  # rate and ETA are for running components only
             c.update(rate=None, eta_s=None)
+        if e.get("history"):
+            c["history"] = merge_history(c.get("history"), e["history"])
     return state
 
 

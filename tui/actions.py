@@ -1,6 +1,15 @@
-"""The one table of keys. The main screen's bindings, its footer and the ``?`` help all read it.
+"""The one table of keys. The main screen's bindings, its footer, the ``?`` help, the command
+palette and the README's key table all read it.
 
-Each row names the action method on the main screen (``action_<name>``) it triggers.
+Each row names the action method on the main screen (``action_<name>``) it triggers and the
+contexts in which it acts:
+
+- ``table``: the component table has the keys (the default): arrows and j/k move the selection;
+- ``log``: the selected log has them (``enter`` from the table, or a zoomed pane): arrows and j/k scroll;
+- ``select``: copy mode in the selected log (``c``): arrows and j/k move the end of the selection.
+
+One key may appear in several rows with disjoint contexts; the screen's ``check_action`` enables
+the row of the current context, so the footer shows what a key does right now.
 """
 
 from __future__ import annotations
@@ -9,59 +18,153 @@ from dataclasses import dataclass
 
 from textual.binding import Binding
 
+TABLE, LOG, SELECT = "table", "log", "select"
+BROWSE = frozenset({TABLE, LOG})
+ANY = frozenset({TABLE, LOG, SELECT})
+CONTEXT_NAMES = {TABLE: "component table", LOG: "log (enter to focus it, or z)", SELECT: "copy mode (c)"}
+WHERE = {ANY: "anywhere", BROWSE: "table, log", frozenset({TABLE}): "table", frozenset({LOG}): "log",
+         frozenset({SELECT}): "copy mode"}  # short names of the contexts, for help and the README
+
 
 @dataclass(frozen=True)
 class Key:
-    keys: str  # textual key names, comma separated
-    label: str  # how help and footer spell it
+    keys: str  # Textual key names, comma-separated
+    label: str  # how the footer and help show them
     action: str  # action on the main screen
     description: str  # footer text
-    help: str  # one line for the ? screen
+    help: str  # one line for the ? screen and the command palette
     footer: bool = True
     priority: bool = False
+    contexts: frozenset[str] = BROWSE
+    command: bool = False  # sends a command to the supervisor (refused on an ended run)
+    app: bool = False  # bound on the app, so it acts on every screen
 
 
 KEYS: tuple[Key, ...] = (
+    # selection and focus
     Key("tab", "tab", "next_component", "next", "select the next component (shift+tab: previous)",
         footer=False, priority=True),
     Key("shift+tab", "shift+tab", "prev_component", "prev", "select the previous component",
         footer=False, priority=True),
     *(Key(str(i), "1-9", f"select({i - 1})", "select", "select component N (the # column)", footer=False)
       for i in range(1, 10)),
-    Key("r", "r", "restart", "restart", "restart the selected component (asks y/n)"),
-    Key("u", "u", "resume", "resume", "restart it from its latest checkpoint (asks y/n)"),
-    Key("s", "s", "stop_start", "stop/start", "stop the selected component (asks) or start it if stopped"),
+    Key("up,k", "↑/k", "select_prev", "select", "select the previous component", contexts=frozenset({TABLE})),
+    Key("down,j", "↓/j", "select_next", "select", "select the next component", footer=False,
+        contexts=frozenset({TABLE})),
+    Key("enter", "enter", "focus_log", "log keys", "give the arrows and j/k to the selected log",
+        contexts=frozenset({TABLE})),
+    Key("escape", "esc", "focus_table", "table keys", "give the arrows and j/k back to the component table",
+        contexts=frozenset({LOG})),
+    # scrolling the selected log
+    Key("up,k", "↑/k", "scroll_up", "scroll", "scroll the log up a line (pauses follow)", contexts=frozenset({LOG})),
+    Key("down,j", "↓/j", "scroll_down", "scroll", "scroll the log down a line (at the end: follow again)",
+        footer=False, contexts=frozenset({LOG})),
+    Key("pageup,ctrl+b", "pgup/ctrl+b", "page_up", "page", "scroll the selected log up a page", footer=False, contexts=ANY),
+    Key("pagedown,ctrl+f", "pgdn/ctrl+f", "page_down", "page", "scroll the selected log down a page", footer=False,
+        contexts=ANY),
+    Key("home,g", "home/g", "log_top", "top", "the oldest line kept (pauses follow)", footer=False, contexts=ANY),
+    Key("end,G", "end/G", "log_end", "end", "the newest line, following again", footer=False, contexts=ANY),
+    Key("left,h", "←/h", "scroll_left", "sideways", "scroll the log left (wrap off)", footer=False, contexts=ANY),
+    Key("right,l", "→/l", "scroll_right", "sideways", "scroll the log right (wrap off)", footer=False, contexts=ANY),
     Key("f", "f", "follow", "follow", "follow the selected log on/off"),
-    Key("slash", "/", "search", "search", "search the selected log; n / N: next / previous match"),
-    Key("n", "n", "next_match", "next match", "next (newer) match of the search", footer=False),
-    Key("N", "N", "prev_match", "prev match", "previous (older) match of the search", footer=False),
+    Key("w", "w", "wrap", "wrap", "wrap long lines on/off (off: cut, scroll sideways with ←/→)", contexts=ANY),
+    Key("slash", "/", "search", "search", "search the selected log; n / N: next / previous match", contexts=ANY),
+    Key("n", "n", "next_match", "next match", "next (newer) match of the search", footer=False, contexts=ANY),
+    Key("N", "N", "prev_match", "prev match", "previous (older) match of the search", footer=False, contexts=ANY),
     Key("z", "z", "zoom", "zoom", "zoom the selected log pane (again: back to all panes)"),
+    # commands
+    Key("r", "r", "restart", "restart", "restart the selected component (asks y/n)", command=True),
+    Key("u", "u", "resume", "resume", "restart it from its latest checkpoint (asks y/n)", command=True),
+    Key("s", "s", "stop_start", "stop/start", "stop the selected component (asks) or start it if stopped",
+        command=True),
+    # views
+    Key("d", "d", "details", "details", "why the selected component failed: diagnosis, evidence, what rlsup did, "
+                                        "what to do next"),
+    Key("m", "m", "charts", "charts", "charts of every progress metric against step, for the whole run"),
+    Key("p", "p", "gpu_processes", "GPU procs", "the processes on each GPU, with the component they belong to",
+        footer=False),
     Key("e", "e", "events", "events", "event timeline: starts, exits, diagnoses, restarts, flags"),
     Key("v", "v", "flags", "flags", "flags with their evidence (selected component first)"),
     Key("question_mark", "?", "help", "help", "this help"),
     Key("q", "q", "detach", "detach", "leave the TUI; training keeps running (rlsup attach to come back)"),
-    Key("Q", "Q", "stop_all", "stop all", "stop every component and end the run (asks)"),
+    Key("ctrl+c", "ctrl+c", "detach", "detach", "the same as q", footer=False, priority=True, contexts=ANY, app=True),
+    Key("Q", "Q", "stop_all", "stop all", "stop every component and end the run (asks)", command=True),
+    # copy mode (after the rows that share its keys, so the footer keeps their order)
+    Key("c", "c", "copy_mode", "copy", "copy mode: select lines of the selected log for the clipboard or a file"),
+    Key("up,k", "↑/k", "cursor_up", "extend", "move the end of the selection up", contexts=frozenset({SELECT})),
+    Key("down,j", "↓/j", "cursor_down", "extend", "move the end of the selection down", footer=False,
+        contexts=frozenset({SELECT})),
+    Key("space", "space", "reanchor", "restart", "start the selection again at the cursor",
+        contexts=frozenset({SELECT})),
+    Key("y,enter", "y/enter", "copy", "copy", "put the selection on the clipboard (OSC 52; in tmux also its buffer)",
+        contexts=frozenset({SELECT})),
+    Key("s", "s", "save", "save", "write the selection to a file (asks for the path)", contexts=frozenset({SELECT})),
+    Key("escape,q", "esc/q", "cancel_copy", "cancel", "leave copy mode", contexts=frozenset({SELECT})),
 )
+
+CONTEXTS: dict[str, frozenset[str]] = {}  # main-screen action name (no arguments) -> where it acts
+COMMANDS = frozenset(k.action for k in KEYS if k.command)
+for _k in KEYS:
+    if _k.app:
+        continue
+    _name = _k.action.split("(")[0]
+    CONTEXTS[_name] = CONTEXTS.get(_name, frozenset()) | _k.contexts
 
 
 def bindings() -> list[Binding]:
-    """Textual bindings for the main screen, from :data:`KEYS`."""
-    seen_label: set[str] = set()
+    """Textual bindings for the main screen, from :data:`KEYS` (app-wide rows excluded)."""
+    seen: set[tuple[str, str]] = set()
     out = []
     for k in KEYS:
-        show = k.footer and k.label not in seen_label
-        seen_label.add(k.label)
+        if k.app:
+            continue
+        show = k.footer and (k.label, k.action) not in seen
+        seen.add((k.label, k.action))
         out.append(Binding(k.keys, k.action, k.description, show=show, key_display=k.label,
                            priority=k.priority))
     return out
 
 
-def help_rows() -> list[tuple[str, str]]:
-    """(keys, what it does) for the help screen, one row per distinct label."""
-    rows: list[tuple[str, str]] = []
+def app_bindings() -> list[Binding]:
+    """Bindings the app holds for every screen (Ctrl-C detaches from anywhere)."""
+    return [Binding(k.keys, k.action, k.description, show=False, key_display=k.label, priority=k.priority)
+            for k in KEYS if k.app]
+
+
+def help_rows() -> list[tuple[str, str, str]]:
+    """(keys, what it does, where) for the help screen and the README, one row per distinct
+    label and action."""
+    rows: list[tuple[str, str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for k in KEYS:
+        key = (k.label, k.action.split("(")[0])
+        if key not in seen:
+            seen.add(key)
+            rows.append((k.label, k.help, WHERE.get(k.contexts, ", ".join(sorted(k.contexts)))))
+    return rows
+
+
+def palette_entries() -> list[tuple[str, str, str]]:
+    """(action, keys, help) for the command palette: every action of the table, once."""
+    out: list[tuple[str, str, str]] = []
     seen: set[str] = set()
     for k in KEYS:
-        if k.label not in seen:
-            seen.add(k.label)
-            rows.append((k.label, k.help))
-    return rows
+        if k.action in seen or (k.action.startswith("select(") and k.action != "select(0)"):
+            continue
+        seen.add(k.action)
+        label = "1-9" if k.action == "select(0)" else k.label
+        out.append((k.action, label, k.help))
+    return out
+
+
+def markdown_table() -> str:
+    """The README's key table, generated from :data:`KEYS`."""
+    lines = ["| key | what it does | where |", "| --- | --- | --- |"]
+    for label, what, where in help_rows():
+        keys = " / ".join(f"`{part}`" for part in label.split("/")) if label not in ("/",) else "`/`"
+        lines.append(f"| {keys} | {what} | {where} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m rlsup.tui.actions: the key table for the README and docs/tui.md
+    print(markdown_table())

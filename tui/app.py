@@ -1,38 +1,58 @@
 """The rlsup TUI: a view of one run and a command sender, never the owner of any process.
 
 The app is the session's listener. Session callbacks run on Textual's loop and only fold events
-into :class:`~rlsup.tui.model.RunModel` and buffer log lines; one timer on the main screen
-(``tick_hz``, 20 by default) flushes every pane once per tick and repaints the state widgets when
-something changed. Commands go through ``session.command``; refusals show as notifications.
+into :class:`~rlsup.tui.model.RunModel`, buffer log lines and wake the flush timer; that one timer
+on the main screen (``tick_hz``, 20 by default) flushes every pane once per tick and repaints the
+state widgets whose data changed. With nothing pending it pauses itself, so an idle TUI does no
+periodic work beyond a once-a-second clock for uptimes. Commands go through ``session.command``;
+refusals show as notifications.
+
+Keys come from :mod:`rlsup.tui.actions`. Where arrows and j/k act depends on the context: the
+component table (the default), the selected log (``enter``, or a zoomed pane) or copy mode (``c``);
+``check_action`` enables the row of the key table for the current context.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
-from textual.events import Resize
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Input
 
 from rlsup.supervisor.state import ACTIVE
-from rlsup.tui import actions
-from rlsup.tui.model import RunModel
-from rlsup.tui.screens import ConfirmScreen, FlagsScreen, HelpScreen, TimelineScreen
+from rlsup.tui import actions, clipboard
+from rlsup.tui.format import fmt_dur
+from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
+from rlsup.tui.palette import KeyTableCommands
+from rlsup.tui.screens import (
+    ChartsScreen,
+    ConfirmScreen,
+    FailureScreen,
+    FlagsScreen,
+    GpuScreen,
+    HelpScreen,
+    PathScreen,
+    TimelineScreen,
+)
 from rlsup.tui.widgets.component_table import ComponentTable
 from rlsup.tui.widgets.flags import FlagsStrip
 from rlsup.tui.widgets.gpu_panel import GpuPanel
 from rlsup.tui.widgets.header import RunHeader
-from rlsup.tui.widgets.log_pane import LogPane
+from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, LogPane, LogView
 from rlsup.tui.widgets.progress import ProgressPanel
 
 PANE_MIN_WIDTH = 66  # columns per log pane before panes go side by side
+KEY_QUIET_S = 0.1  # after a key press, flooded panes wait this long before their next repaint
+GAUGE_MIN_S = 2.0  # GPU/host gauges and resource columns repaint at most this often (nvitop's interval)
 
 
 class SessionLike(Protocol):
@@ -60,7 +80,7 @@ class SearchInput(Input):
     def action_cancel(self) -> None:
         self.value = ""
         self.display = False
-        self.screen.focus_next_pane()  # type: ignore[attr-defined]
+        self.screen.set_focus(None)
 
 
 class MainScreen(Screen):
@@ -74,11 +94,20 @@ class MainScreen(Screen):
         self.panes: dict[str, LogPane] = {}
         self.selected = 0
         self.zoomed = False
+        self.log_focus = False  # arrows and j/k scroll the selected log instead of moving the selection
         self.flushes = 0
+        self._flush_timer: Timer | None = None
+        self._shown_stale: bool | None = None
+        self._clock_sig: tuple[object, ...] = ()
+        self._refreshed_at = 0.0  # monotonic time of the last state refresh an event brought
+        self._key_at = 0.0  # monotonic time of the last key press
+        self._gauges_at = 0.0  # monotonic time the gauges were last repainted
+        self._gauge_timer: Timer | None = None
+        self._clock_refresh = False
 
     # layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield RunHeader(self.rlapp.target, id="header")
+        yield RunHeader(self.rlapp.target, self.rlapp.timefmt, id="header")
         with Vertical(id="top"):
             yield ComponentTable(id="table")
             with Horizontal(id="gauges"):
@@ -93,14 +122,49 @@ class MainScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.set_interval(1 / self.rlapp.tick_hz, self.flush)
+        self._flush_timer = self.set_interval(1 / self.rlapp.tick_hz, self.flush)
         self.set_interval(1.0, self._tick_clock)
         self.flush()
 
-    def _tick_clock(self) -> None:
-        self.model.dirty = True  # uptimes move even when no event arrives
+    def wake(self) -> None:
+        """New lines or state arrived: make sure the flush timer runs (it pauses when idle)."""
+        if self._flush_timer is not None:
+            self._flush_timer.resume()
 
-    def on_resize(self, event: Resize) -> None:
+    def _tick_clock(self) -> None:
+        """Once a second: repaint what shows a time (uptimes, countdowns, ages) only when its
+        text changed (after an hour, uptimes move once a minute), so an idle screen stays idle.
+        Every state refresh an event brings does the same check (the GPU sample brings one every
+        GAUGE_MIN_S), so while events come the tick does nothing and they share one frame."""
+        if time.monotonic() - self._refreshed_at < GAUGE_MIN_S + 0.5:
+            return  # events (at least the gauges' turn) come often enough to carry the clock
+        sig = self._clock_signature(self.rlapp.clock())
+        if sig != self._clock_sig:
+            self.model.dirty |= {"run", "table", "progress"}
+            self._clock_refresh = True
+            self.wake()
+
+    def _clock_signature(self, now: float) -> tuple[object, ...]:
+        st = self.model.state
+        if st is None:
+            return ()
+        parts: list[object] = []
+        run = st.get("run") or {}
+        if run.get("started_at") and not run.get("ended_at"):
+            parts.append(fmt_dur(now - run["started_at"]))
+        for c in (st.get("components") or {}).values():
+            if c.get("state") in ("starting", "running", "stopping") and c.get("started_at"):
+                parts.append(fmt_dur(now - c["started_at"]))
+            if c.get("state") == "backoff" and c.get("next_start_at"):
+                parts.append(round(max(0.0, c["next_start_at"] - now)))
+            for mtime in [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]:
+                if mtime:
+                    parts.append(fmt_dur(now - mtime))
+        if self.model.stale and self.model.data_at:
+            parts.append(fmt_dur(now - self.model.data_at))
+        return tuple(parts)
+
+    def on_resize(self, event: events.Resize) -> None:
         self._layout()
 
     def _layout(self) -> None:
@@ -125,27 +189,77 @@ class MainScreen(Screen):
         wide = w >= 150
         gauges.set_class(not wide, "stacked")
         self.set_class(h < 40, "compact")
+        self._show_focus()
 
     # data flow ------------------------------------------------------------------------------
     def flush(self) -> None:
-        """Once per tick: every pane gets its pending lines in one batch; state widgets repaint
-        only when something changed."""
+        """Once per tick: every pane gets its pending lines in one batch and is repainted (a
+        pane scrolled by a flood at most every FLOOD_PAINT_TICKS ticks, taking turns with the
+        others); state widgets repaint only where their data changed. With nothing to do the
+        timer pauses until woken."""
         self.flushes += 1
-        names = self.model.names()
-        pending, resets = self.model.feed.take()
-        missing = [n for n in [*names, *pending] if n not in self.panes]
-        if missing:
-            self._add_panes(list(dict.fromkeys(missing)))
-        for name, lines in pending.items():
-            view = self.panes[name].view
-            if name in resets:
-                view.clear()
-            view.append_lines(lines)
-        if self.model.dirty:
-            self.model.dirty = False
-            self.refresh_state()
-        for p in self.panes.values():
-            p.update_title()
+        tick = self.flushes
+        if self.model.state is None:
+            return  # no snapshot yet: lines wait, so the panes come in the order of the table
+        pending, resets, marked = self.model.feed.take()
+        dirty = self.model.dirty
+        if pending or resets:
+            names = self.model.names()
+            missing = [n for n in [*names, *pending] if n not in self.panes]
+            if missing:
+                self._add_panes(list(dict.fromkeys(missing)))
+            for name, lines in pending.items():
+                pane = self.panes[name]
+                if name in resets:
+                    pane.view.clear()
+                pane.view.append_lines(lines, name in marked)
+                pane.update_title()
+        if dirty and dirty <= GAUGE_AREAS and time.monotonic() - self._gauges_at < GAUGE_MIN_S:
+            # Only a GPU/host sample changed: it waits for the gauges' next turn (an idle
+            # screen then repaints every GAUGE_MIN_S, not every second); anything else brings it.
+            if self._gauge_timer is None:
+                self._gauge_timer = self.set_timer(self._gauges_at + GAUGE_MIN_S - time.monotonic(),
+                                                   self._gauges_due)
+            dirty = set()
+        elif dirty:
+            self.model.dirty = set()
+            self.refresh_state(dirty)
+        waiting = self._paint_panes(tick)
+        if not (pending or resets or dirty or waiting) and self._flush_timer is not None:
+            self._flush_timer.pause()
+
+    def on_key(self, event: events.Key) -> None:
+        self._key_at = time.monotonic()  # runs before the key's binding: see _paint_panes
+
+    def _gauges_due(self) -> None:
+        self._gauge_timer = None
+        self._gauges_at = 0.0
+        self.wake()
+
+    def _paint_panes(self, tick: int) -> bool:
+        """Repaint panes with appended lines; True when a flooded pane had to wait its turn.
+
+        Right after a key press flooded panes wait (KEY_QUIET_S): the frame that shows the key's
+        effect then carries nothing else, and the loop is free to make it."""
+        quiet = time.monotonic() - self._key_at < KEY_QUIET_S
+        flooded = []
+        for pane in self.panes.values():
+            v = pane.view
+            if v.pending is None:
+                continue
+            if v.flooding:
+                flooded.append(v)
+            else:
+                v.paint(tick)
+        if not flooded:
+            return False
+        if quiet:
+            return True
+        budget = max(1, math.ceil(len(flooded) / FLOOD_PAINT_TICKS))
+        due = sorted((v for v in flooded if tick - v.painted_tick >= FLOOD_PAINT_TICKS), key=lambda v: v.painted_tick)
+        for v in due[:budget]:
+            v.paint(tick)
+        return len(due) < len(flooded) or len(due) > budget
 
     def _add_panes(self, names: list[str]) -> None:
         new = []
@@ -157,19 +271,86 @@ class MainScreen(Screen):
         self._select(self.selected)
         self._layout()
 
-    def refresh_state(self) -> None:
+    def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
         now = self.rlapp.clock()
+        if not self._clock_refresh:
+            self._refreshed_at = time.monotonic()  # a refresh an event brought, not the clock
+        self._clock_refresh = False
         v = self.model.view(now)
         comps = v["components"] if v else {}
-        server = getattr(self.rlapp.session, "server", None) or {}
-        self.query_one(RunHeader).set_data(v["run"] if v else {}, server,
-                                           (self.model.connection, self.model.connection_detail))
-        self.query_one(ComponentTable).set_data(comps, self.selected, now)
-        self.query_one(ProgressPanel).set_data(comps, now)
-        self.query_one(GpuPanel).set_data(v or {})
-        self.query_one(FlagsStrip).set_data(self.model.flags())
-        for name, pane in self.panes.items():
-            pane.state = comps.get(name, {}).get("state", "")
+        stale = self.model.stale
+        if stale != self._shown_stale:
+            self._shown_stale = stale
+            self.query_one("#top", Vertical).set_class(stale, "-stale")
+            areas = AREAS
+        areas = set(areas)
+        sig = self._clock_signature(now)
+        if sig != self._clock_sig:  # a shown time moved: repaint it with this refresh
+            self._clock_sig = sig
+            areas |= {"run", "table", "progress"}
+        if "run" in areas:
+            server = getattr(self.rlapp.session, "server", None) or {}
+            self.query_one(RunHeader).set_data(v["run"] if v else {}, server,
+                                               (self.model.connection, self.model.connection_detail),
+                                               self.model.data_at if stale else None, now)
+        if areas & GAUGE_AREAS:
+            self._gauges_at = time.monotonic()
+        if "table" in areas or "resources" in areas:
+            self.query_one(ComponentTable).set_data(comps, self.selected, now, stale)
+        if "progress" in areas:
+            self.query_one(ProgressPanel).set_data(comps, now)
+        if "gpu" in areas:
+            self.query_one(GpuPanel).set_data(v or {})
+        if "flags" in areas:
+            self.query_one(FlagsStrip).set_data(self.model.flags())
+        if "table" in areas or "run" in areas:
+            for name, pane in self.panes.items():
+                state = comps.get(name, {}).get("state", "")
+                if state != pane.state:
+                    pane.state = state
+                    pane.update_title()
+        if self.model.ended:
+            self.refresh_bindings()  # command keys go grey: an ended run is read-only
+
+    # contexts -------------------------------------------------------------------------------
+    @property
+    def context(self) -> str:
+        pane = self.selected_pane()
+        if pane is not None and pane.view.selecting:
+            return actions.SELECT
+        return actions.LOG if (self.log_focus or self.zoomed) else actions.TABLE
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        where = actions.CONTEXTS.get(action)
+        if where is None:
+            return True  # not ours (Textual's own)
+        if self.context not in where:
+            return False
+        if action in actions.COMMANDS and self.model.ended:
+            return None  # shown greyed: an ended run takes no commands
+        return True
+
+    async def run_from_palette(self, action: str) -> None:
+        """Run an action chosen in the command palette, saying why when its context is not the current one."""
+        name = action.split("(")[0]
+        where = actions.CONTEXTS.get(name, actions.ANY)
+        if self.context not in where:
+            need = " or ".join(actions.CONTEXT_NAMES[c] for c in (actions.TABLE, actions.LOG, actions.SELECT)
+                               if c in where)
+            self.notify(f"{name.replace('_', ' ')} acts in the {need}", severity="warning")
+            return
+        await self.run_action(action)
+
+    def _show_focus(self) -> None:
+        ctx = self.context
+        for j, p in enumerate(self.panes.values()):
+            p.set_class(j == self.selected and ctx != actions.TABLE, "focused")
+        table = self.query_one(ComponentTable)
+        focused = ctx == actions.TABLE
+        if table.focused != focused:
+            table.focused = focused
+            table.refresh()
+        self.refresh_bindings()
 
     # selection ------------------------------------------------------------------------------
     @property
@@ -187,16 +368,19 @@ class MainScreen(Screen):
     def _select(self, i: int) -> None:
         if not self.panes:
             return
+        old = self.selected_pane()
+        if old is not None and old.view.selecting and i % len(self.panes) != self.selected:
+            old.view.end_select()
         self.selected = i % len(self.panes)
         for j, p in enumerate(self.panes.values()):
             p.set_class(j == self.selected, "selected")
-        self.query_one(ComponentTable).selected = self.selected
-        self.query_one(ComponentTable).refresh()
+        table = self.query_one(ComponentTable)
+        table.selected = self.selected
+        table.refresh()
         if self.zoomed:
             self._layout()
-
-    def focus_next_pane(self) -> None:
-        self.set_focus(None)
+        else:
+            self._show_focus()
 
     def action_next_component(self) -> None:
         self._select(self.selected + 1)
@@ -207,6 +391,187 @@ class MainScreen(Screen):
     def action_select(self, i: int) -> None:
         if i < len(self.panes):
             self._select(i)
+
+    def action_select_prev(self) -> None:
+        if self.selected > 0:
+            self._select(self.selected - 1)
+
+    def action_select_next(self) -> None:
+        if self.selected < len(self.panes) - 1:
+            self._select(self.selected + 1)
+
+    def action_focus_log(self) -> None:
+        if self.selected_pane() is not None:
+            self.log_focus = True
+            self._show_focus()
+
+    def action_focus_table(self) -> None:
+        self.log_focus = False
+        if self.zoomed:
+            self.zoomed = False
+            self._layout()
+        self._show_focus()
+
+    @on(ComponentTable.Clicked)
+    def _table_clicked(self, event: ComponentTable.Clicked) -> None:
+        self.log_focus = False
+        self._select(event.index)
+
+    @on(LogPane.Clicked)
+    def _pane_clicked(self, event: LogPane.Clicked) -> None:
+        names = self.names
+        if event.pane.component in names:
+            self.log_focus = True
+            self._select(names.index(event.pane.component))
+
+    # scrolling the selected log -------------------------------------------------------------
+    def _view(self) -> LogView | None:
+        pane = self.selected_pane()
+        return pane.view if pane is not None else None
+
+    def _retitle(self) -> None:
+        """The selected pane's title, now: a key's effect shows in the frame right after it
+        (the view's Scrolled message would update it one message hop later)."""
+        if pane := self.selected_pane():
+            pane.update_title()
+
+    def action_scroll_up(self) -> None:
+        if v := self._view():
+            v.scroll_rows(-1)
+        self._retitle()
+
+    def action_scroll_down(self) -> None:
+        if v := self._view():
+            v.scroll_rows(1)
+        self._retitle()
+
+    def action_page_up(self) -> None:
+        if v := self._view():
+            if v.selecting:
+                v.move_cursor(-max(1, v.height - 1))
+            else:
+                v.page(-1)
+        self._retitle()
+
+    def action_page_down(self) -> None:
+        if v := self._view():
+            if v.selecting:
+                v.move_cursor(max(1, v.height - 1))
+            else:
+                v.page(1)
+        self._retitle()
+
+    def action_log_top(self) -> None:
+        if v := self._view():
+            if v.selecting:
+                v.cursor_to(0)
+            else:
+                v.home()
+        self._retitle()
+
+    def action_log_end(self) -> None:
+        if v := self._view():
+            if v.selecting:
+                v.cursor_to(len(v.lines) - 1)
+            else:
+                v.set_follow(True)
+        self._retitle()
+
+    def action_scroll_left(self) -> None:
+        self._sideways(-HSTEP)
+
+    def action_scroll_right(self) -> None:
+        self._sideways(HSTEP)
+
+    def _sideways(self, delta: int) -> None:
+        if (v := self._view()) and not v.scroll_sideways(delta):
+            self.notify("wrap is on: every line is whole (w turns it off)", timeout=3)
+        self._retitle()
+
+    def action_follow(self) -> None:
+        if v := self._view():
+            v.set_follow(not v.follow)
+        self._retitle()
+
+    def action_wrap(self) -> None:
+        if v := self._view():
+            v.set_wrap(not v.wrap)
+        self._retitle()
+
+    # copy mode ------------------------------------------------------------------------------
+    def action_copy_mode(self) -> None:
+        v = self._view()
+        if v is None or not v.lines:
+            self.notify("nothing to copy yet", severity="warning")
+            return
+        v.start_select()
+        self._retitle()
+        self._show_focus()
+
+    def action_cursor_up(self) -> None:
+        if v := self._view():
+            v.move_cursor(-1)
+        self._retitle()
+
+    def action_cursor_down(self) -> None:
+        if v := self._view():
+            v.move_cursor(1)
+        self._retitle()
+
+    def action_reanchor(self) -> None:
+        if v := self._view():
+            v.reanchor()
+        self._retitle()
+
+    def action_cancel_copy(self) -> None:
+        if v := self._view():
+            v.end_select()
+        self._retitle()
+        self._show_focus()
+
+    def action_copy(self) -> None:
+        v, name = self._view(), self.selected_name()
+        if v is None or name is None:
+            return
+        lines = v.selection()
+        text = "\n".join(lines) + "\n"
+        self.app.copy_to_clipboard(text)  # OSC 52: reaches the local terminal through SSH
+        v.end_select()
+        self._show_focus()
+        self.run_worker(self._tmux_buffer(text, len(lines), name), group="clipboard")
+
+    async def _tmux_buffer(self, text: str, n: int, name: str) -> None:
+        err = await asyncio.to_thread(clipboard.tmux_load_buffer, text)
+        what = f"{n} line{'s' if n != 1 else ''} of {name}"
+        if err is None:
+            self.notify(f"{what} sent to the clipboard (OSC 52)", title="copied")
+        elif err == "":
+            self.notify(f"{what} on the clipboard and in tmux's paste buffer (prefix ])", title="copied")
+        else:
+            self.notify(f"{what} sent with OSC 52; tmux load-buffer failed: {err}", title="copied",
+                        severity="warning")
+
+    def action_save(self) -> None:
+        v, name = self._view(), self.selected_name()
+        if v is None or name is None:
+            return
+        lines = v.selection()
+
+        def answered(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                where = clipboard.write_excerpt(path, lines)
+            except OSError as e:
+                self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=8)
+                return
+            v.end_select()
+            self._show_focus()
+            self.notify(f"{len(lines)} line{'s' if len(lines) != 1 else ''} of {name} written to {where}",
+                        title="saved")
+
+        self.app.push_screen(PathScreen(f"Write {len(lines)} line(s) of {name} to:",
+                                        clipboard.default_path(name, self.rlapp.clock())), answered)
 
     # commands -------------------------------------------------------------------------------
     def _component(self) -> tuple[str, dict[str, Any]] | None:
@@ -288,11 +653,6 @@ class MainScreen(Screen):
         self.rlapp.exit(0)
 
     # views ----------------------------------------------------------------------------------
-    def action_follow(self) -> None:
-        if pane := self.selected_pane():
-            pane.view.set_follow(not pane.view.follow)
-            pane.update_title()
-
     def action_zoom(self) -> None:
         self.zoomed = not self.zoomed
         self._layout()
@@ -334,6 +694,24 @@ class MainScreen(Screen):
             return
         self._find(pane, pane.view.query, direction)
 
+    def action_details(self) -> None:
+        if (nc := self._component()) is None:
+            return
+        name, c = nc
+        v = self.model.view(self.rlapp.clock()) or {}
+        comp = (v.get("components") or {}).get(name, c)
+        self.app.push_screen(FailureScreen(name, comp, list(self.model.timeline), v.get("run") or {},
+                                           self.rlapp.timefmt))
+
+    def action_charts(self) -> None:
+        if (name := self.selected_name()) is None:
+            self.notify("no component yet", severity="warning")
+            return
+        self.app.push_screen(ChartsScreen(self.rlapp, name))
+
+    def action_gpu_processes(self) -> None:
+        self.app.push_screen(GpuScreen(self.model.view(self.rlapp.clock()) or {}))
+
     def action_events(self) -> None:
         self.app.push_screen(TimelineScreen(self.model.timeline, self.rlapp.timefmt))
 
@@ -355,7 +733,8 @@ class RlsupApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "rlsup"
-    ENABLE_COMMAND_PALETTE = False
+    COMMANDS = {KeyTableCommands}  # ctrl+p: the key table's actions (not Textual's theme/quit commands)
+    BINDINGS = actions.app_bindings()
 
     def __init__(self, session_factory: SessionFactory, *, target: str = "", attach_hint: str = "",
                  clock: Callable[[], float] = time.time, timefmt: Callable[[float], str] = local_hms,
@@ -368,7 +747,7 @@ class RlsupApp(App[int]):
         self.tick_hz = tick_hz
         self.max_lines = max_lines
         self.exit_message = ""
-        self.model = RunModel(max_lines)
+        self.model = RunModel(max_lines, clock)
         self._last_connection = ""
         self.listener = Listener(self)
         self.session = session_factory(self.listener)
@@ -385,6 +764,11 @@ class RlsupApp(App[int]):
             await self.session.run()
         except Exception as e:  # never take the screen down with it: say so in the header
             self.model.on_connection("closed", f"session failed: {e}")
+            self.main.wake()
+
+    def action_detach(self) -> None:
+        """Ctrl-C, on any screen: detach, as ``q`` does (never Textual's "press ctrl+q" toast)."""
+        self.main.action_detach()
 
     def connection_changed(self, status: str, detail: str) -> None:
         if status != self._last_connection:
@@ -399,41 +783,60 @@ class Listener:
     """The :class:`~rlsup.supervisor.client.SessionListener` the app hands its session.
 
     A separate object because ``App.on_event`` is Textual's own dispatch method. Each callback is
-    cheap: it folds into the model or buffers lines; the screen's flush timer does the painting.
+    cheap: it folds into the model or buffers lines, and wakes the flush timer; the timer does
+    the painting.
     """
 
     def __init__(self, app: RlsupApp):
         self.app = app
         self.model = app.model
 
+    def _wake(self) -> None:
+        main = getattr(self.app, "main", None)
+        if main is not None:
+            main.wake()
+
     def on_connection(self, status: str, detail: str) -> None:
         self.model.on_connection(status, detail)
         self.app.connection_changed(status, detail)
+        self._wake()
 
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         self.model.on_snapshot(snapshot, resumed)
+        self._wake()
 
     def on_event(self, event: dict[str, Any]) -> None:
         self.model.on_event(event)
+        comp = event.get("component")
+        if comp and event.get("kind") in ("started", "adopted") and (
+                self.model.state is not None or event.get("log_seq") is not None):
+            # Replayed before the first snapshot, a marker without a log position would land in
+            # the wrong place: only live starts, or starts that say where their output begins.
+            text = attempt_marker(event, self.app.timefmt)
+            if text:
+                self.model.feed.mark(comp, event.get("log_seq"), text)
+        self._wake()
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
         self.model.on_logs(component, seq, lines)
+        self._wake()
 
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
         self.model.on_gap(component, from_seq, to_seq)
+        self._wake()
 
 
 def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str) -> int:
     """Open the TUI on a run; ``connect`` is a :data:`rlsup.supervisor.client.Connector`.
 
-    Returns 0 on ``q`` (detach: training continues) and after ``Q`` + confirm (stop all); the
-    reason is printed once the terminal is restored.
+    Returns 0 on ``q`` or Ctrl-C (detach: training continues) and after ``Q`` + confirm (stop
+    all); the reason is printed once the terminal is restored.
     """
     from rlsup.supervisor.client import Session
 
     app = RlsupApp(lambda listener: Session(connect, listener), target=target, attach_hint=attach_hint)
     result = app.run()
-    # Any way out but Q (q, ctrl+q, a crash) leaves training running: say how to come back.
+    # Any way out but Q (q, ctrl+c, ctrl+q, a crash) leaves training running: say how to come back.
     print(app.exit_message or f"training continues; re-attach with: {attach_hint}")
     if app.return_code:
         return app.return_code

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
@@ -210,6 +211,12 @@ class FleetApp(App[str | None]):
             return
         self.dirty = False
         snap = self.fleet.snapshot()
+        try:
+            self._paint(snap)
+        except NoMatches:  # the app is closing: a last timer tick after some widgets went
+            pass
+
+    def _paint(self, snap: dict) -> None:
         table = self.query_one(DataTable)
         for pod in snap["pods"]:
             for key, value in pod_cells(pod, pod["label"] in self.selected).items():

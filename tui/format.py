@@ -1,4 +1,5 @@
-"""Pure text helpers for the TUI: durations, rates, sparklines, control-character guards.
+"""Pure text helpers for the TUI: durations, rates, sizes, sparklines, braille charts, failure
+causes, control-character guards.
 
 No textual or rich here, so these are trivially testable and cheap to call on every refresh.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from rlsup.supervisor.events import fmt_duration
 
@@ -43,8 +45,30 @@ def fmt_num(v: float | None) -> str:
     return f"{v:.4g}"
 
 
-def sparkline(values: Sequence[float | None], width: int) -> str:
-    """The last ``width`` values as block glyphs scaled between their min and max.
+def fmt_cpu(pct: float | None) -> str:
+    """A process tree's CPU use in % of one core: ``"3%"``, ``"187%"``, ``"0.4%"``; ``"-"`` when unknown."""
+    if pct is None or math.isnan(pct):
+        return "-"
+    return f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
+
+
+def fmt_mb(mb: float | None) -> str:
+    """A size in MiB for a table cell: ``"512M"``, ``"1.2G"``; ``"-"`` when unknown."""
+    if mb is None or math.isnan(mb):
+        return "-"
+    if round(mb) < 1024:
+        return f"{mb:.0f}M"
+    return f"{mb / 1024:.1f}G"
+
+
+def _finite(v: float | None) -> bool:
+    return v is not None and not math.isnan(v) and not math.isinf(v)
+
+
+def sparkline(values: Sequence[float | None], width: int, lo: float | None = None,
+              hi: float | None = None) -> str:
+    """The last ``width`` values as block glyphs scaled between ``lo`` and ``hi`` (default: their
+    own min and max; pass the run's range for a scale that does not move).
 
     Unknown values (None/NaN) are blanks; a flat series is a row of mid-height blocks.
     Always exactly ``min(width, len(values))`` cells.
@@ -52,14 +76,15 @@ def sparkline(values: Sequence[float | None], width: int) -> str:
     if width <= 0:
         return ""
     vals = list(values)[-width:]
-    finite = [v for v in vals if v is not None and not math.isnan(v)]
+    finite = [v for v in vals if _finite(v)]
     if not finite:
         return " " * len(vals)
-    lo, hi = min(finite), max(finite)
+    lo = min(finite) if lo is None else min(lo, *finite)
+    hi = max(finite) if hi is None else max(hi, *finite)
     span = hi - lo
     out = []
     for v in vals:
-        if v is None or math.isnan(v):
+        if not _finite(v):
             out.append(" ")
         elif span == 0:
             out.append(SPARK[len(SPARK) // 2])
@@ -71,12 +96,127 @@ def sparkline(values: Sequence[float | None], width: int) -> str:
 def clean_lines(lines: list[str]) -> list[str]:
     """Make a batch of log lines safe to paint: tabs expanded, control characters shown as ``\ufffd``.
 
-    Works on the whole batch at once (one join, one regex search) because this runs for every
-    line the supervisor sends; clean text, the common case, is returned as is.
+    Works on the whole batch at once because this runs for every line the supervisor sends:
+    clean text, the common case, is recognised by one C-level ``isprintable`` over the batch and
+    returned as is (a tab, an escape, a newline inside a line or a C1 control is not printable).
     """
     if not lines:
         return lines
+    if "".join(lines).isprintable():
+        return lines
     joined = "\n".join(lines)
     if _SUSPECT.search(joined) is None and joined.count("\n") == len(lines) - 1:
-        return lines
+        return lines  # unprintable to Python but harmless to a terminal (a soft hyphen, a zero-width space)
     return [_CONTROL.sub("\ufffd", line.expandtabs(4)) for line in lines]
+
+
+# ---------------------------------------------------------------------------------- charts
+
+Point = tuple[float, float]
+
+
+def history_points(h: dict[str, Any] | None) -> list[Point]:
+    """``(step, value)`` pairs of one metric's full-run history (``[[step, mean, count], ...]``)."""
+    return [(p[0], p[1]) for p in (h or {}).get("points") or [] if len(p) >= 2 and _finite(p[1])]
+
+
+def resample(points: Sequence[Point], n: int, x0: float | None = None, x1: float | None = None) -> list[float | None]:
+    """``n`` columns over ``[x0, x1]`` (default: the points' own range), each the mean of the
+    points that fall in it, None where none does. Points must be sorted by x."""
+    if n <= 0 or not points:
+        return []
+    x0 = points[0][0] if x0 is None else x0
+    x1 = points[-1][0] if x1 is None else x1
+    span = x1 - x0
+    sums = [0.0] * n
+    counts = [0] * n
+    for x, y in points:
+        col = 0 if span <= 0 else min(n - 1, max(0, int((x - x0) / span * n)))
+        sums[col] += y
+        counts[col] += 1
+    return [sums[i] / counts[i] if counts[i] else None for i in range(n)]
+
+
+_BRAILLE_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))  # [row][column] within a cell
+
+
+def braille_chart(points: Sequence[Point], width: int, height: int, lo: float, hi: float,
+                  x0: float | None = None, x1: float | None = None) -> list[str]:
+    """A line chart of ``points`` (sorted by x) in ``height`` rows of ``width`` braille cells
+    (2 x 4 dots each), y scaled to ``[lo, hi]``, x to ``[x0, x1]``.
+
+    Each dot column spans an equal share of the x range and is drawn from the lowest to the
+    highest value that falls in it (so spikes survive the downsampling); neighbouring columns
+    are joined, and columns with no point are interpolated, so the line is continuous.
+    """
+    if width <= 0 or height <= 0:
+        return []
+    cols, rows = width * 2, height * 4
+    grid = [[0] * width for _ in range(height)]
+    if not points:
+        return [chr(0x2800) * width for _ in range(height)]
+    x0 = points[0][0] if x0 is None else x0
+    x1 = points[-1][0] if x1 is None else x1
+    xspan = x1 - x0
+    yspan = hi - lo
+
+    def ydot(v: float) -> int:
+        if yspan <= 0:
+            return rows // 2
+        return min(rows - 1, max(0, round((hi - v) / yspan * (rows - 1))))
+
+    lows: list[int | None] = [None] * cols
+    highs: list[int | None] = [None] * cols
+    firsts: list[int] = [0] * cols
+    lasts: list[int] = [0] * cols
+    for x, y in points:
+        c = 0 if xspan <= 0 else min(cols - 1, max(0, int((x - x0) / xspan * cols)))
+        d = ydot(y)
+        if lows[c] is None:
+            lows[c] = highs[c] = firsts[c] = d
+        else:
+            lows[c] = max(lows[c], d)  # type: ignore[type-var]
+            highs[c] = min(highs[c], d)  # type: ignore[type-var]
+        lasts[c] = d
+
+    def dot(c: int, r: int) -> None:
+        grid[r // 4][c // 2] |= _BRAILLE_BITS[r % 4][c % 2]
+
+    def vline(c: int, a: int, b: int) -> None:
+        for r in range(min(a, b), max(a, b) + 1):
+            dot(c, r)
+
+    prev: tuple[int, int] | None = None  # (column, last dot row) of the previous column with data
+    for c in range(cols):
+        if lows[c] is None:
+            continue
+        if prev is not None:
+            pc, start = prev
+            pr = start
+            for k in range(pc + 1, c):  # interpolate across empty columns
+                r = round(start + (firsts[c] - start) * (k - pc) / (c - pc))
+                vline(k, pr, r)
+                pr = r
+            vline(c, pr, firsts[c])
+        vline(c, highs[c], lows[c])  # type: ignore[arg-type]
+        prev = (c, lasts[c])
+    return ["".join(chr(0x2800 + b) for b in row) for row in grid]
+
+
+# ---------------------------------------------------------------------------------- failures
+
+_EMBEDDED_EXC = re.compile(r"\(([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b:[^()]*)\)")
+_PROG_PREFIX = re.compile(r"^(?:/\S+|python\S*): ")
+
+
+def failure_cause(diag: dict[str, Any] | None) -> str:
+    """The cause of a failure in one short phrase for a table cell: the diagnosis summary, with
+    an exception embedded in a tool's wrapper message brought forward (``Error while finding
+    module specification for 'sglang.launch_server' (ModuleNotFoundError: No module named
+    'sglang')`` reads ``ModuleNotFoundError: No module named 'sglang'``)."""
+    if not diag or diag.get("category") in (None, "none"):
+        return ""
+    summary = str(diag.get("summary") or diag.get("exception") or diag.get("category") or "")
+    if m := _EMBEDDED_EXC.search(summary):
+        return m.group(1).strip()
+    return _PROG_PREFIX.sub("", summary, count=1)

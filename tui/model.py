@@ -7,13 +7,23 @@ pending buffers. The app's single flush timer takes those buffers once per tick.
 
 from __future__ import annotations
 
+import bisect
 import collections
+from collections.abc import Callable
 from typing import Any
 
 from rlsup.supervisor import state as run_state
-from rlsup.supervisor.events import is_lifecycle
+from rlsup.supervisor.events import GAUGES
 
 MAX_TIMELINE = 5000
+AREAS = frozenset({"run", "table", "progress", "gpu", "resources", "flags"})  # what a change may need repainted
+GAUGE_AREAS = frozenset({"gpu", "resources"})  # what a GPU/host or resources sample changes (resources: the table's columns)
+
+
+class Marker(str):
+    """A line the view draws itself (a restart marker), not output of the component."""
+
+    __slots__ = ()
 
 
 class LogFeed:
@@ -21,42 +31,89 @@ class LogFeed:
 
     Bounded: if the view stops flushing, only the newest ``limit`` lines per component are kept
     and the rest become one "not shown" marker, so a frozen view cannot grow memory without end.
+
+    Restart markers (:class:`Marker`) are spliced into the lines: at their log sequence number
+    when the event gives one (``log_seq``: held back until the lines before it have arrived),
+    otherwise where the stream stands when the event arrives.
     """
 
     def __init__(self, limit: int = 10_000):
         self.limit = limit
         self.pending: dict[str, list[str]] = {}
         self.next_seq: dict[str, int] = {}
-        self.total: dict[str, int] = collections.Counter()
         self.resets: set[str] = set()
+        self.marked: set[str] = set()  # components whose pending lines hold a Marker
+        self.first_seq: dict[str, int] = {}  # sequence number of the first pending line
+        self.waiting: dict[str, list[tuple[int, Marker]]] = {}  # markers ahead of the stream, by seq
+
+    def mark(self, component: str, seq: int | None, text: str) -> None:
+        m = Marker(text)
+        known = self.next_seq.get(component)
+        if seq is None or (known is not None and seq <= known):
+            self.pending.setdefault(component, []).append(m)
+            self.marked.add(component)
+        else:
+            w = self.waiting.setdefault(component, [])
+            bisect.insort(w, (seq, m), key=lambda sm: sm[0])
+
+    def _splice(self, component: str, seq: int, lines: list[str], drop_before: bool = False) -> list[str]:
+        """``lines`` (numbered from ``seq``) with the waiting markers that fall among them."""
+        w = self.waiting.get(component)
+        end = seq + len(lines)
+        if not w or w[0][0] > end:
+            return lines
+        out = list(lines)
+        k = 0
+        while k < len(w) and w[k][0] <= end:
+            k += 1
+        for mseq, m in reversed(w[:k]):
+            if mseq < seq and drop_before:
+                continue
+            out.insert(max(0, mseq - seq), m)
+        del w[:k]
+        self.marked.add(component)
+        return out
 
     def add(self, component: str, seq: int, lines: list[str]) -> None:
+        if component in self.waiting:
+            lines = self._splice(component, seq, lines)
         buf = self.pending.get(component)
         if buf is None:
             buf = self.pending[component] = []
+            self.first_seq[component] = seq
         buf.extend(lines)
         self.next_seq[component] = seq + len(lines)
-        self.total[component] += len(lines)
         if len(buf) > self.limit + self.limit // 4:
             drop = len(buf) - self.limit
             del buf[:drop]
             buf.insert(0, skipped_marker(drop))
 
     def gap(self, component: str, from_seq: int, to_seq: int) -> None:
-        self.pending.setdefault(component, []).append(skipped_marker(to_seq - from_seq, component))
+        buf = self.pending.setdefault(component, [])
+        buf.append(skipped_marker(to_seq - from_seq, component))
+        if component in self.waiting:
+            buf.extend(self._splice(component, to_seq, []))
         self.next_seq[component] = to_seq
 
     def reset(self, component: str, seq: int, lines: list[str]) -> None:
-        """Replace what the pane shows (a fresh snapshot, not a continuation)."""
-        self.pending[component] = list(lines)
-        self.next_seq[component] = seq + len(lines)
+        """Replace what the pane shows (a fresh snapshot, not a continuation).
+
+        Lines pushed after the snapshot can reach the listener before the snapshot does (they
+        follow the subscribe reply on the same connection); those are kept after it."""
+        end = seq + len(lines)
+        newer = self.pending.get(component) if self.first_seq.get(component, -1) >= end else None
+        self.pending[component] = self._splice(component, seq, list(lines), drop_before=True) + (newer or [])
+        self.next_seq[component] = max(end, self.next_seq.get(component, end)) if newer else end
+        self.first_seq[component] = seq
         self.resets.add(component)
 
-    def take(self) -> tuple[dict[str, list[str]], set[str]]:
-        """All pending lines (and which panes to clear first); leaves the feed empty."""
-        out, resets = self.pending, self.resets
-        self.pending, self.resets = {}, set()
-        return out, resets
+    def take(self) -> tuple[dict[str, list[str]], set[str], set[str]]:
+        """All pending lines, which panes to clear first and which batches hold markers; leaves
+        the feed empty."""
+        out, resets, marked = self.pending, self.resets, self.marked
+        self.pending, self.resets, self.marked = {}, set(), set()
+        self.first_seq = {}
+        return out, resets, marked
 
 
 def skipped_marker(n: int, component: str | None = None) -> str:
@@ -64,46 +121,94 @@ def skipped_marker(n: int, component: str | None = None) -> str:
     return f"··· {n:,} lines not shown{where} ···"
 
 
-class RunModel:
-    """The client's copy of the run: state folded with ``state.apply``, the timeline, the feed."""
+def attempt_marker(e: dict[str, Any], timefmt: Callable[[float], str]) -> str | None:
+    """``── attempt 3 · resumed from step 50 · 10:37:08 ──`` for a ``started`` (or ``adopted``) event."""
+    kind = e.get("kind")
+    parts = []
+    if kind == "started":
+        parts.append(f"attempt {e.get('attempt') or '?'}")
+        resume = e.get("resume") or {}
+        if resume.get("step") is not None:
+            parts.append(f"resumed from step {resume['step']}")
+        elif resume:
+            parts.append("resumed from its checkpoint")
+    elif kind == "adopted":
+        parts.append(f"attempt {e.get('attempt') or '?'} adopted by a new supervisor (pid {e.get('pid')})")
+    else:
+        return None
+    parts.append(timefmt(e.get("ts") or 0))
+    return "── " + " · ".join(parts) + " ──"
 
-    def __init__(self, log_limit: int = 10_000):
+
+class RunModel:
+    """The client's copy of the run: state folded with ``state.apply``, the timeline, the feed.
+
+    ``dirty`` names the areas of the screen whose data changed since the view last looked, so
+    a GPU sample repaints the GPU panel and not the table of components.
+    """
+
+    def __init__(self, log_limit: int = 10_000, clock: Callable[[], float] | None = None):
         self.state: dict[str, Any] | None = None
         self.timeline: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_TIMELINE)
         self.feed = LogFeed(log_limit)
         self.connection = "connecting"
         self.connection_detail = ""
         self.server: dict[str, Any] = {}
-        self.dirty = True  # state changed since the view last looked
+        self.clock = clock
+        self.data_at: float | None = None  # wall time the last snapshot or event arrived
+        self.dirty: set[str] = set(AREAS)
 
     # SessionListener ------------------------------------------------------------------------
     def on_connection(self, status: str, detail: str) -> None:
         self.connection, self.connection_detail = status, detail
-        self.dirty = True
+        self.dirty |= AREAS  # stale or live: every area changes its look
 
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         self.state = snapshot.get("state") or run_state.initial({}, [])
-        for name in self.state.get("components", {}):
-            self.feed.total.setdefault(name, 0)
         for name, block in (snapshot.get("logs") or {}).items():
             if resumed:
                 self.feed.add(name, block.get("seq", 0), block.get("lines", []))
             else:
                 self.feed.reset(name, block.get("seq", 0), block.get("lines", []))
-        self.dirty = True
+        self._touch()
+        self.dirty |= AREAS
 
     def on_event(self, event: dict[str, Any]) -> None:
         if self.state is not None:
-            run_state.apply(self.state, event)
-        if is_lifecycle(event.get("kind", "")):
-            self.timeline.append(event)
-        self.dirty = True
+            try:
+                run_state.apply(self.state, event)
+            except (KeyError, TypeError, ValueError, AttributeError):  # a shape this client does not know
+                pass
+        kind = event.get("kind", "")
+        if kind in ("gpu", "resources"):
+            self.dirty |= GAUGE_AREAS
+        elif kind == "progress":
+            self.dirty |= {"progress", "table"}
+        else:
+            if kind not in GAUGES:
+                self.timeline.append(event)
+            self.dirty |= AREAS
+        self._touch()
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
         self.feed.add(component, seq, lines)
 
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
         self.feed.gap(component, from_seq, to_seq)
+
+    def _touch(self) -> None:
+        if self.clock is not None:
+            self.data_at = self.clock()
+
+    @property
+    def stale(self) -> bool:
+        """The link is down (or not up yet) while the run may still be going: data may be old."""
+        return self.connection in ("connecting", "reconnecting", "closed") and self.state is not None
+
+    @property
+    def ended(self) -> bool:
+        run = (self.state or {}).get("run") or {}
+        return bool(run.get("ended_at")) or self.connection == "ended"
 
     # views ----------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -112,7 +217,20 @@ class RunModel:
         return list(self.state.get("components", {}))
 
     def view(self, now: float) -> dict[str, Any] | None:
-        return None if self.state is None else run_state.view(self.state, now)
+        """The state with ages derived as :func:`rlsup.supervisor.state.view` does, but copying
+        only the dicts it changes (that view deep-copies the whole state, histories included,
+        and this runs on every repaint). Views must not be mutated."""
+        if self.state is None:
+            return None
+        st = self.state
+        comps = {}
+        for name, c in st.get("components", {}).items():
+            live = c.get("state") in ("starting", "running", "stopping") and c.get("started_at")
+            comps[name] = {**c, "uptime_s": round(now - c["started_at"], 3) if live else None}
+        run = dict(st.get("run") or {})
+        if run.get("started_at"):
+            run["uptime_s"] = round((run.get("ended_at") or now) - run["started_at"], 3)
+        return {**st, "run": run, "components": comps}
 
     def flags(self) -> list[tuple[str, dict[str, Any]]]:
         """Every active flag as (component, flag), oldest first."""

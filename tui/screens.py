@@ -1,20 +1,40 @@
-"""Modal screens: y/n confirmation, key help (from the key table), event timeline, flag evidence."""
+"""Screens over the main one: y/n confirmation, key help (from the key table), event timeline,
+flag evidence, a component's failure detail, full-run charts, GPU processes, a path prompt."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Input, Static
 
-from rlsup.supervisor.events import describe
+from rlsup.supervisor.events import GAUGES, describe, fmt_duration
+from rlsup.supervisor.render.bars import fmt_mem
+from rlsup.supervisor.render.report import NEXT_STEPS  # the report's advice per diagnosis category
 from rlsup.tui.actions import help_rows
+from rlsup.tui.format import failure_cause
+from rlsup.tui.widgets.chart import MetricChart
+
+if TYPE_CHECKING:
+    from rlsup.tui.app import RlsupApp
+
+
+
+def describe_any(e: dict[str, Any]) -> str:
+    """:func:`describe`, and for a kind this client does not know, its fields as ``key=value``."""
+    text = describe(e)
+    kind = e.get("kind") or "?"
+    if text != kind:
+        return text
+    extra = [f"{k}={v}" for k, v in e.items() if k not in ("ts", "seq", "kind", "component")]
+    return f"{kind}" + (": " + ", ".join(extra) if extra else "")
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -35,6 +55,31 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
+class PathScreen(ModalScreen["str | None"]):
+    """Asks for a file path (prefilled); enter answers it, escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    AUTO_FOCUS = "#path"  # typing goes to the path from the first key
+
+    def __init__(self, question: str, default: str):
+        super().__init__()
+        self.question = question
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide"):
+            yield Static(self.question, classes="question", markup=False)
+            yield Input(self.default, id="path")
+            yield Static("[b]enter[/b] write    [b]escape[/b] cancel", classes="hint")
+
+    @on(Input.Submitted, "#path")
+    def _submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class _Closable(ModalScreen[None]):
     BINDINGS = [Binding("escape,q", "close", "close")]
 
@@ -46,14 +91,18 @@ class HelpScreen(_Closable):
     BINDINGS = [*_Closable.BINDINGS, Binding("question_mark", "close", "close")]
 
     def compose(self) -> ComposeResult:
-        t = Table(box=None, show_header=False, padding=(0, 2))
-        t.add_column(style="bold")
-        t.add_column()
-        for keys, what in help_rows():
-            t.add_row(keys, what)
-        with Vertical(classes="dialog wide"):
-            yield Static("[b]keys[/b]  (escape closes)", classes="hint")
-            yield Static(t)
+        t = Table(box=None, show_header=True, header_style="bold", padding=(0, 2), expand=True)
+        t.add_column("key", style="bold", no_wrap=True)
+        t.add_column("what it does", ratio=1)
+        t.add_column("where", style="dim", no_wrap=True)
+        for keys, what, where in help_rows():
+            t.add_row(keys, what, where)
+        with Vertical(classes="dialog full"):
+            yield Static("[b]keys[/b]  (escape closes; ctrl+p: every action by name)  ·  where: table = the component "
+                         "table has the arrows (default), log = the selected log has them (enter or z), copy mode = c",
+                         classes="hint")
+            with VerticalScroll():
+                yield Static(t)
 
 
 class TimelineScreen(_Closable):
@@ -69,12 +118,9 @@ class TimelineScreen(_Closable):
         for i, e in enumerate(self.events):
             if i:
                 text.append("\n")
-            kind = e.get("kind")
-            style = ("bold red" if kind in ("fatal", "flag") or (kind == "exited" and e.get("exit_code") not in (0, None))
-                     or e.get("signal") else "green" if kind in ("ready", "completed") else "")
             text.append(f"{self.timefmt(e.get('ts') or 0)} ", style="dim")
             text.append(f"{(e.get('component') or 'rlsup'):<13}", style="bold")
-            text.append(describe(e), style=style)
+            text.append(describe_any(e), style=_event_style(e))
         if not self.events:
             text.append("no events yet")
         with Vertical(classes="dialog full"):
@@ -84,6 +130,14 @@ class TimelineScreen(_Closable):
 
     def on_mount(self) -> None:
         self.query_one("#timeline", VerticalScroll).scroll_end(animate=False)
+
+
+def _event_style(e: dict[str, Any]) -> str:
+    kind = e.get("kind")
+    if kind in ("fatal", "flag", "spawn_failed") or e.get("signal") or (
+            kind == "exited" and e.get("exit_code") not in (0, None)):
+        return "bold red"
+    return "green" if kind in ("ready", "completed") else ""
 
 
 class FlagsScreen(_Closable):
@@ -114,3 +168,213 @@ class FlagsScreen(_Closable):
             yield Static("[b]flags and evidence[/b]  (escape closes)", classes="hint")
             with VerticalScroll():
                 yield Static(text)
+
+
+def next_steps(name: str, diag: dict[str, Any], flags: list[dict[str, Any]]) -> list[str]:
+    """What to do next: the diagnosis's own hint first, then the advice for its category and flags."""
+    out = []
+    if diag.get("hint"):
+        out.append(str(diag["hint"]))
+    loc = diag.get("location")
+    fields = {"name": name, "at": f" at {loc}" if loc else "", "loc": loc or "?"}
+    for key in [diag.get("category"), *(f.get("type") for f in flags)]:
+        advice = NEXT_STEPS.get(key or "")
+        if advice:
+            try:
+                text = advice.format(**fields)
+            except (KeyError, IndexError, ValueError):
+                text = advice
+            if text not in out:
+                out.append(text)
+    return out
+
+
+class FailureScreen(_Closable):
+    """Why the selected component failed: the diagnosis (category, cause, exception, user
+    location, step), its evidence, what rlsup did about it, and what to do next."""
+
+    def __init__(self, name: str, component: dict[str, Any], events: list[dict[str, Any]],
+                 run: dict[str, Any], timefmt: Callable[[float], str]):
+        super().__init__()
+        self.component_name = name
+        self.component = component
+        self.events = events
+        self.run = run
+        self.timefmt = timefmt
+
+    def body(self) -> Text:
+        c, name, fmt = self.component, self.component_name, self.timefmt
+        le = c.get("last_exit") or {}
+        diag = le.get("diagnosis") or {}
+        flags = c.get("flags") or []
+        out = Text(end="")
+        out.append(f"{name}", style="bold")
+        out.append(f"  {c.get('state', '?')}", style="bold red" if c.get("state") == "fatal" else "bold")
+        out.append(f"  attempt {c.get('attempt', 0)}, {c.get('restarts', 0)} restarts")
+        if c.get("reason"):
+            out.append(f"  ({c['reason']})", style="italic")
+        root = self.run.get("root") or {}
+        if self.run.get("ended_at"):
+            out.append(f"\nthe run ended at {fmt(self.run['ended_at'])}: {self.run.get('end_reason') or '?'}",
+                       style="bold")
+            if root.get("component"):
+                mark = "  ← this component" if root.get("component") == name else ""
+                out.append(f"\nroot cause of the run: {root['component']}: {root.get('reason') or '?'}{mark}")
+        if not le:
+            out.append(f"\n\n{name} has not exited in this run: no failure to explain.", style="dim")
+        else:
+            how = f"killed by {le['signal']}" if le.get("signal") else f"exit code {le.get('exit_code')}"
+            when = f" at {fmt(le['ts'])}" if le.get("ts") else ""
+            after = f" after {fmt_duration(le['uptime_s'])}" if le.get("uptime_s") is not None else ""
+            out.append("\n\nlast exit  ", style="bold")
+            out.append(f"{how}{when}{after}")
+            rows = [("category", diag.get("category")), ("cause", failure_cause(diag)),
+                    ("summary", diag.get("summary") if diag.get("summary") != failure_cause(diag) else None),
+                    ("exception", diag.get("exception")), ("location", diag.get("location")),
+                    ("step", le.get("step") if le.get("step") is not None else diag.get("step"))]
+            for label, value in rows:
+                if value not in (None, ""):
+                    out.append(f"\n{label:<10} ", style="bold")
+                    out.append(str(value), style="bold red" if label == "cause" else "")
+        steps = next_steps(name, diag, flags) if (le or flags) else []
+        if steps:
+            out.append("\n\nwhat to do next", style="bold")
+            for s in steps:
+                out.append(f"\n  • {s}")
+        evidence = diag.get("evidence") or []
+        if evidence:
+            out.append("\n\nevidence (from the log)", style="bold")
+            for line in evidence:
+                out.append(f"\n  │ {line}", style="dim")
+        mine = [e for e in self.events
+                if e.get("component") == name and e.get("kind") not in GAUGES and e.get("kind") != "flag"][-12:]
+        if mine or flags:
+            out.append("\n\nwhat rlsup did", style="bold")
+            for e in mine:
+                out.append(f"\n  {fmt(e.get('ts') or 0)}  ", style="dim")
+                out.append(describe_any(e), style=_event_style(e))
+            for f in flags:
+                out.append(f"\n  flag {f.get('type')}: {f.get('message') or ''}", style="red")
+                if f.get("action"):
+                    out.append(f" -> {f['action']}", style="italic")
+        return out
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog full"):
+            yield Static(f"[b]{self.component_name}: why it failed[/b]  (escape closes)", classes="hint")
+            with VerticalScroll():
+                yield Static(self.body(), id="failure")
+
+
+class GpuScreen(_Closable):
+    """Every GPU with every process on it and the component it belongs to."""
+
+    def __init__(self, state: dict[str, Any]):
+        super().__init__()
+        self.state = state
+
+    def compose(self) -> ComposeResult:
+        out = Text(end="")
+        gpus = self.state.get("gpus") or []
+        for i, g in enumerate(gpus):
+            if i:
+                out.append("\n\n")
+            used, total = g.get("mem_used_mb"), g.get("mem_total_mb")
+            util = g.get("util_pct")
+            out.append(f"GPU {g.get('index', '?')} {g.get('name') or ''}", style="bold")
+            out.append(f"  {fmt_mem(used)}/{fmt_mem(total)} used, "
+                       f"{'N/A' if util is None else f'{util:.0f}%'} busy")
+            procs = sorted(g.get("processes") or [], key=lambda p: -(p.get("used_mb") or 0))
+            for p in procs:
+                who = p.get("component") or "outside the run"
+                out.append(f"\n  {p.get('pid'):>8}  {who:<20} {fmt_mem(p.get('used_mb')):>7}",
+                           style="" if p.get("component") else "yellow")
+            if not procs:
+                out.append("\n  no processes", style="dim")
+        if not gpus:
+            out.append(f"no GPUs: {self.state.get('gpu_reason') or 'none sampled yet'}")
+        with Vertical(classes="dialog full"):
+            yield Static("[b]processes on each GPU[/b]  (escape closes)", classes="hint")
+            with VerticalScroll():
+                yield Static(out)
+
+
+class ChartsScreen(Screen[None]):
+    """Each progress metric of one component against step, for the whole run.
+
+    Reads the app's model once a second while open; tab / shift+tab switch the component.
+    """
+
+    BINDINGS = [Binding("escape,q,m", "close", "back"), Binding("tab", "next(1)", "next component"),
+                Binding("shift+tab", "next(-1)", "previous")]
+
+    def __init__(self, rlapp: RlsupApp, name: str):
+        super().__init__()
+        self.rlapp = rlapp
+        self.component = name
+        self._shown: tuple[Any, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="charts-title", classes="hint")
+        yield VerticalScroll(id="charts")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.update_charts()
+        self.set_interval(1.0, self.update_charts)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._size_charts()
+
+    def _names(self) -> list[str]:
+        return list((self.rlapp.model.state or {}).get("components") or {})
+
+    def action_next(self, step: int) -> None:
+        names = self._names()
+        if names:
+            i = names.index(self.component) if self.component in names else 0
+            self.component = names[(i + step) % len(names)]
+            self.update_charts()
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def update_charts(self) -> None:
+        c = ((self.rlapp.model.state or {}).get("components") or {}).get(self.component) or {}
+        history = c.get("history") or {}
+        metrics = list(dict.fromkeys([*history, *(c.get("metrics") or {})]))
+        key = (self.component, c.get("step"), tuple((m, len((history.get(m) or {}).get("points") or []),
+                                                     str(((history.get(m) or {}).get("points") or [[None]])[-1]))
+                                                    for m in metrics))
+        if key == self._shown:
+            return
+        self._shown = key
+        step = c.get("step")
+        total = c.get("total")
+        where = f"step {step}" + (f"/{total}" if total else "") if step is not None else "no step seen yet"
+        self.query_one("#charts-title", Static).update(
+            f"[b]charts · {self.component}[/b]  {where}  ·  {len(metrics)} metric(s) over the whole run  "
+            "(tab: next component · escape: back)")
+        box = self.query_one("#charts", VerticalScroll)
+        charts = list(box.query(MetricChart))
+        if [ch.metric for ch in charts] != metrics or not box.children:
+            box.remove_children()
+            charts = [MetricChart(m) for m in metrics]
+            if charts:
+                box.mount(*charts)
+            else:
+                box.mount(Static("no metrics seen for this component yet (they come from its progress lines)",
+                                 classes="hint"))
+        for ch in charts:
+            ch.set_data(history.get(ch.metric), c.get("series") if ch.metric == c.get("metric") else None,
+                        (c.get("metrics") or {}).get(ch.metric))
+        self._size_charts()
+
+    def _size_charts(self) -> None:
+        charts = list(self.query(MetricChart))
+        if not charts:
+            return
+        avail = max(1, self.size.height - 2)  # title and footer
+        h = max(8, min(24, avail // len(charts) - 1))  # each chart has a blank row under it
+        for ch in charts:
+            ch.styles.height = h

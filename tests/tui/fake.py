@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import time
 from typing import Any
 
 from rlsup.supervisor import state as run_state
+from rlsup.supervisor.progress import MetricHistory
 from rlsup.tui.app import RlsupApp
 
 T0 = 1_700_000_000.0  # every timestamp in the fixtures is relative to this
@@ -102,10 +104,29 @@ def _start(c: str, ts: float, pid: int, attempt: int = 1) -> list[dict[str, Any]
             {"kind": "ready", "component": c, "ts": ts + 4, "probe": "started"}]
 
 
+def reward_at(step: int) -> float:
+    """A deterministic noisy rise from ~0.08 to ~0.64 over 120 steps (what a GRPO reward looks like)."""
+    return round(0.08 + 0.56 * (1 - 0.985 ** step) / (1 - 0.985 ** 120) + 0.03 * math.sin(step * 1.7), 4)
+
+
+def loss_at(step: int) -> float:
+    return round(1.2 / (1 + step / 15) + 0.02 * math.sin(step * 2.3), 4)
+
+
+def full_history(step: int) -> dict[str, Any]:
+    """The full-run history a tracker that saw steps 1..step would hold, as the state keeps it."""
+    hs = {"reward": MetricHistory(), "loss": MetricHistory()}
+    for s in range(1, step + 1):
+        hs["reward"].add(s, reward_at(s))
+        hs["loss"].add(s, loss_at(s))
+    return {k: h.wire() for k, h in hs.items()}
+
+
 def _progress(c: str, step: int, total: int, rate: float, metric: str, series: list[float]) -> dict[str, Any]:
     return {"kind": "progress", "component": c, "ts": NOW - 1, "step": step, "total": total, "rate": rate,
             "eta_s": (total - step) / rate, "metrics": {metric: series[-1], "loss": 0.4321}, "metric": metric,
-            "series": series, "checkpoint": {"step": step - step % 10, "path": f"work/checkpoints/step_{step - step % 10}"}}
+            "series": series, "checkpoint": {"step": step - step % 10, "path": f"work/checkpoints/step_{step - step % 10}"},
+            "history": full_history(step)}
 
 
 def _gpu(index: int, util: float, used: float, procs: list[dict[str, Any]], name: str = "NVIDIA H100 80GB HBM3"):
@@ -149,9 +170,46 @@ def normal_run(gpus: int = 2, backend: str = "nvml", reason: str | None = None) 
                + ([{"pid": 9000 + i, "used_mb": 512.0, "component": None}] if i == 3 else []))
           for i in range(gpus)]
     ev.append({"kind": "gpu", "ts": NOW - 0.5, "gpus": gl, "host": HOST, "backend": backend, "reason": reason})
+    ev.append({"kind": "resources", "ts": NOW - 0.5, "components": RESOURCES})  # as run.py's ResourcesSampled
     st, events = _fold(COMPONENTS, ev)
-    return _snapshot(st, [e for e in events if e["kind"] not in ("progress", "gpu")],
+    return _snapshot(st, [e for e in events if e["kind"] not in ("progress", "gpu", "resources")],
                      {c: log_lines(c) for c in COMPONENTS})
+
+
+RESOURCES = {"inference": {"cpu_pct": 12.5, "rss_mb": 3_480.0, "gpu_mb": 20_000.0},
+             "orchestrator": {"cpu_pct": 3.1, "rss_mb": 812.0, "gpu_mb": None},
+             "trainer": {"cpu_pct": 187.0, "rss_mb": 14_950.0, "gpu_mb": 21_000.0}}
+
+
+def ended_run() -> dict[str, Any]:
+    """The crash loop after the trainer went fatal and the run ended (attached read-only)."""
+    snap = crash_loop_run()
+    st = snap["state"]
+    extra = [{"kind": "fatal", "component": "trainer", "ts": NOW - 5, "reason": "crash loop: 6 crashes in 6 minutes"},
+             {"kind": "run_ended", "component": None, "ts": NOW - 2, "exit_code": 1, "reason": "trainer fatal"}]
+    seq = st["seq"]
+    for e in extra:
+        seq += 1
+        e["seq"] = seq
+        run_state.apply(st, e)
+        snap["events"].append(e)
+    st["run"]["root"] = {"component": "trainer", "reason": "CUDA out of memory at train.py:88 (step 57)"}
+    st["seq"] = seq
+    snap["seq"] = seq
+    return snap
+
+
+LONG = ("[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5 "
+        "ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda failure 'out of memory'")
+
+
+def long_lines_run() -> dict[str, Any]:
+    """A normal run whose trainer log has lines far wider than a pane (wrap and sideways scrolling)."""
+    snap = normal_run()
+    lines = log_lines("trainer", 30)
+    snap["logs"]["trainer"]["lines"] = [*lines[:20], LONG, *lines[20:25], LONG.replace("rank0", "rank1"), *lines[25:]]
+    return snap
 
 
 def no_gpu_run() -> dict[str, Any]:
@@ -171,8 +229,10 @@ def crash_loop_run() -> dict[str, Any]:
     ev = [*_start("inference", T0 + 1, 1101), *_start("orchestrator", T0 + 30, 1202)]
     t = NOW - 280  # the fifth crash was 10 s ago; its 32 s backoff has 22 s to go
     for attempt in range(1, 6):
+        resume = {"step": 50, "checkpoint": "work/checkpoints/step_50"} if attempt > 1 else None
         ev.append({"kind": "started", "component": "trainer", "ts": t, "pid": 2000 + attempt, "attempt": attempt,
-                   "resume": None, "command": "python -m rlsup.trainer.train"})
+                   "resume": resume, "command": "python -m rlsup.trainer.train",
+                   "log_seq": (attempt - 1) * 5})  # where its output starts in the trainer's log stream
         ev.append({"kind": "exited", "component": "trainer", "ts": t + 30, "exit_code": 1, "signal": None,
                    "uptime_s": 30.0, "step": 57, "diagnosis": CUDA_OOM})
         ev.append({"kind": "restart_scheduled", "component": "trainer", "ts": t + 30, "delay_s": 2.0 ** attempt,
@@ -195,4 +255,4 @@ def crash_loop_run() -> dict[str, Any]:
     logs["trainer"] = log_lines("trainer", 20) + [
         "Traceback (most recent call last):", '  File "train.py", line 88, in <module>', "    loss.backward()",
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
-    return _snapshot(st, [e for e in events if e["kind"] not in ("progress", "gpu")], logs)
+    return _snapshot(st, [e for e in events if e["kind"] not in ("progress", "gpu", "resources")], logs)

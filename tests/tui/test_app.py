@@ -9,7 +9,7 @@ from fake import run_async
 from rich.segment import Segment
 
 from rlsup.tui import actions
-from rlsup.tui.app import MainScreen
+from rlsup.tui.app import MainScreen, RlsupApp
 from rlsup.tui.screens import ConfirmScreen, FlagsScreen, HelpScreen, TimelineScreen
 from rlsup.tui.widgets.log_pane import LogPane
 
@@ -151,13 +151,13 @@ async def test_search_finds_highlights_and_steps():
         await pilot.press("n", "n")
         assert view.lines[view.current].startswith("[train] step   10")  # wrapped to the oldest
         # the match is on screen and painted with the match style
-        row = view.current - int(view.scroll_y)
+        row = view.row_of(view.current - view.dropped) - view.top
         assert 0 <= row < view.size.height
         strip = view.render_line(row)
         match_style = view.get_component_rich_style("log-view--match")
         hits = [s.text for s in strip if isinstance(s, Segment) and s.style and match_style.bgcolor == s.style.bgcolor]
         assert hits == ["step   1"]
-        assert "/step   1" in screen.panes["trainer"].title.content
+        assert "/step   1" in screen.panes["trainer"].title.text
 
 
 @run_async
@@ -182,11 +182,11 @@ async def test_follow_and_new_lines_marker():
         app.session.logs("inference", [f"late line {i}" for i in range(25)], seq=40)
         await pilot.pause(0.15)
         assert pane.view.below >= 25
-        assert f"{pane.view.below:,} new lines" in str(pane.title.content)
+        assert f"{pane.view.below:,} new lines" in str(pane.title.text)
         await pilot.press("f")
         await pilot.pause(0.1)
         assert pane.view.follow and pane.view.below == 0
-        assert "follow" in str(pane.title.content)
+        assert "follow" in str(pane.title.text)
 
 
 @run_async
@@ -221,15 +221,43 @@ async def test_timeline_flags_and_help_screens():
         assert isinstance(app.screen, MainScreen)
 
 
-def test_help_and_footer_come_from_one_table():
-    rows = dict(actions.help_rows())
-    for k in actions.KEYS:
-        assert k.label in rows
-    bound = {b.action for b in MainScreen.BINDINGS}
-    assert bound == {k.action for k in actions.KEYS}
+def test_help_footer_palette_and_readme_come_from_one_table():
+    rows = actions.help_rows()
+    labels = {label for label, _, _ in rows}
+    assert {k.label for k in actions.KEYS} <= labels
+    screen_bound = {b.action for b in MainScreen.BINDINGS}
+    app_bound = {b.action for b in RlsupApp.BINDINGS}
+    assert screen_bound | app_bound == {k.action for k in actions.KEYS}
     for k in actions.KEYS:
         name = k.action.split("(")[0]
-        assert callable(getattr(MainScreen, f"action_{name}", None)), name
+        owner = RlsupApp if k.app else MainScreen
+        assert callable(getattr(owner, f"action_{name}", None)), name
+        assert name in actions.CONTEXTS or k.app, name
+    palette = {a.split("(")[0] for a, _, _ in actions.palette_entries()}
+    assert palette == {k.action.split("(")[0] for k in actions.KEYS}
+    table = actions.markdown_table()
+    for _label, what, _where in rows:
+        assert what in table
+    assert "`ctrl+c`" in table and "`↑` / `k`" in table
+
+
+def test_docs_key_table_is_the_generated_one():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tui.md").read_text()
+    block = doc.split("<!-- keys:begin -->\n", 1)[1].split("\n<!-- keys:end -->", 1)[0]
+    assert block == actions.markdown_table(), "regenerate with: python -m rlsup.tui.actions"
+
+
+def test_keys_that_share_a_key_never_share_a_context():
+    seen: dict[tuple[str, str], str] = {}
+    for k in actions.KEYS:
+        if k.app:
+            continue
+        for key in k.keys.split(","):
+            for ctx in k.contexts:
+                other = seen.setdefault((key, ctx), k.action)
+                assert other == k.action, f"{key} in {ctx}: {other} and {k.action}"
 
 
 @run_async
@@ -274,8 +302,8 @@ async def test_long_lines_are_cut_with_a_marker():
         h = view.size.height
         for row in (h - 2, h - 1):
             text = "".join(s.text for s in view.render_line(row))
-            assert text.endswith("…")
-            assert view.render_line(row).cell_length == view.scrollable_content_region.width
+            assert text[:-1].endswith("…")  # the last column is the scrollbar
+            assert view.render_line(row).cell_length == view.size.width
 
 
 @run_async
@@ -302,8 +330,8 @@ async def test_events_fold_into_the_state_like_the_supervisor():
         await pilot.pause(0.15)
         c = app.model.state["components"]["trainer"]
         assert (c["state"], c["pid"], c["attempt"], c["restarts"]) == ("starting", 999, 2, 1)
-        table = str(app.main.query_one("#table").render().columns[-2]._cells)
-        assert "CUDA out of memory" in table
+        table = app.main.query_one("#table").render().plain
+        assert "exit 1 @step 120: CUDA out of memory" in table
 
 
 @run_async
@@ -339,3 +367,33 @@ async def test_checkpoint_and_watched_artefacts_show_with_their_age():
         await pilot.press("3")
         await pilot.press("u")
         assert "step 130" in app.screen.question
+
+
+@run_async
+async def test_lines_pushed_before_the_snapshot_keep_the_table_order_and_are_not_lost():
+    """The subscribe reply and the pushes after it share a connection: lines can reach the
+    listener before the snapshot. Panes still follow the table's order and the lines stay."""
+    import asyncio
+
+    from rlsup.tui.app import RlsupApp
+
+    snap = fake.normal_run()
+
+    class EarlySession(fake.FakeSession):
+        async def run(self) -> None:
+            self.listener.on_connection("connecting", "")
+            for e in snap["events"]:
+                self.listener.on_event(e)
+            self.listener.on_logs("trainer", 40, ["pushed before the snapshot arrived"])
+            await asyncio.sleep(0.2)  # a few flush ticks go by
+            self.listener.on_snapshot(snap, False)
+            self.listener.on_connection("attached", "pod-1")
+            await self._stop.wait()
+
+    app = RlsupApp(lambda listener: EarlySession(listener, snap), clock=lambda: fake.NOW, timefmt=fake.utc_hms)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.5)
+        screen = app.main
+        assert list(screen.panes) == fake.COMPONENTS
+        lines = screen.panes["trainer"].view.lines
+        assert lines[-1] == "pushed before the snapshot arrived" and len(lines) == 41

@@ -1,6 +1,7 @@
 """End to end: `rlsup up CONFIG` in a real tmux session, driven with send-keys and read with
 capture-pane. Restart a component from the TUI, see it restart, detach with q (training keeps
-running), then `rlsup down`."""
+running), then `rlsup down`; scroll a log by keyboard and copy an excerpt to a file and to
+tmux's paste buffer."""
 
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def test_restart_from_the_tui_then_detach(tmp_path):
         assert "ticker" in screen
 
         tmux.keys("e")
-        tmux.wait_screen("attempt 2")  # the timeline lists the new start
+        tmux.wait_screen("event timeline")
+        tmux.wait_screen("(attempt 2)")  # the timeline lists the new start
         tmux.keys("Escape")
         tmux.wait_gone("event timeline")
 
@@ -123,3 +125,87 @@ def test_restart_from_the_tui_then_detach(tmp_path):
         down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
     assert down.returncode == 0, down.stdout + down.stderr
     assert any(e["kind"] == "run_ended" for e in read_events(run_dir))
+
+
+LINES_CONFIG = """
+name: tmuxlines
+components:
+  lines:
+    command: ["{py}", "-u", "-c", "import time\\nfor i in range(1, 301):\\n    print(f'line {i:03d} of the numbered log', flush=True)\\ntime.sleep(1000)"]
+"""
+
+
+def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
+    """The keys a user in tmux over SSH has: select, zoom, g/j/k/G to scroll, copy mode, the
+    excerpt written to a file and put in tmux's paste buffer (what OSC 52 does not reach)."""
+    cfg = write_config(tmp_path, LINES_CONFIG)
+    run_dir = tmp_path / "run"
+    out = tmp_path / "excerpt.log"
+    env = cli_env({"TERM": "xterm-256color"})
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k in ("PATH", "RLSUP_GPU_SAMPLER", "HOME"))
+    cmd = (f"cd {shlex.quote(str(tmp_path))} && env {exports} {shlex.quote(PY)} -m rlsup.supervisor.cli up "
+           f"{shlex.quote(str(cfg))} --run-dir {shlex.quote(str(run_dir))}; echo RLSUP-TUI-EXIT=$?; sleep 600")
+    tmux = Tmux()
+    try:
+        tmux("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", cmd)
+        tmux("set-option", "-t", "t", "status", "off")
+        tmux("set-option", "-s", "escape-time", "0")
+        tmux("set-option", "-g", "window-size", "manual")  # tmux load-buffer from the TUI is a client too
+        tmux("resize-window", "-t", "t", "-x", "200", "-y", "50")
+        assert tmux("display-message", "-p", "-t", "t", "#{window_width}x#{window_height}").strip() == "200x50"
+        tmux.wait_screen("line 300 of the numbered log", 60)
+
+        tmux.keys("1")
+        tmux.keys("z")  # zoomed: the arrows and j/k scroll the log
+        tmux.keys("g")
+        screen = tmux.wait_screen("line 001 of the numbered log")
+        assert "paused" in screen and "line 300" not in screen
+        tmux.keys("j", "j", "j")
+        screen = tmux.wait_screen("line 004 of the numbered log")
+        wait_for(lambda: "line 003 of" not in tmux.screen(), 10, 0.1, what="line 3 scrolled away")
+        tmux.keys("k")
+        tmux.wait_screen("line 003 of the numbered log")
+        tmux.keys("G")
+        screen = tmux.wait_screen("line 300 of the numbered log")
+        assert "follow" in screen
+
+        tmux.keys("g")
+        tmux.wait_screen("line 001 of the numbered log")
+        rows = [r for r in tmux.screen().splitlines() if r.startswith("line ")]
+        last = rows[-1].split()[1]  # copy mode starts on the last line in view
+        tmux.keys("c")
+        tmux.wait_screen("COPY 1 line")
+        tmux.keys("k", "k")
+        tmux.wait_screen("COPY 3 lines")
+        tmux.keys("s")
+        tmux.wait_screen("Write 3 line(s) of lines to:")
+        tmux.wait_screen("rlsup-lines-")  # the default path, in the focused input
+        tmux.keys("C-u")
+        tmux("send-keys", "-t", "t", "-l", str(out))
+        tmux.keys("Enter")
+        wait_for(lambda: out.exists() and out.read_text().count("\n") == 3, 10, 0.1, what="the excerpt file")
+        n = int(last)
+        expected = [f"line {i:03d} of the numbered log" for i in (n - 2, n - 1, n)]
+        assert out.read_text().splitlines() == expected
+        on_disk = (run_dir / "logs" / "lines.log").read_text().splitlines()
+        assert on_disk[n - 3:n] == expected  # the very lines the component wrote
+
+        tmux.keys("c")
+        tmux.wait_screen("COPY 1 line")
+        tmux.keys("k")
+        tmux.keys("y")
+
+        def buffered() -> bool:
+            r = subprocess.run(["tmux", "-L", tmux.sock, "show-buffer"], capture_output=True, text=True, timeout=10)
+            return r.returncode == 0 and r.stdout.splitlines() == expected[1:]
+
+        wait_for(buffered, 10, 0.1, what="the excerpt in tmux's paste buffer")
+        tmux.wait_gone("COPY")
+
+        tmux.keys("q")
+        screen = tmux.wait_screen("RLSUP-TUI-EXIT=0")
+        assert "training continues" in screen
+    finally:
+        tmux.kill()
+        down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
+    assert down.returncode == 0, down.stdout + down.stderr

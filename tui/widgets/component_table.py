@@ -1,31 +1,80 @@
-"""The component table: one row per component, state coloured through .tcss component classes."""
+"""The component table: one row per component, state coloured through .tcss component classes.
+
+Columns drop out as the terminal narrows, in this order: step/rate/ETA (the progress panel shows
+them), then CPU/RSS/GPU memory. A click on a row selects that component.
+
+The cells are computed when the data arrives and the widget repaints only when one of them (or
+the selection) changed: the table is refreshed on every progress and resource sample, and most
+of those change nothing it shows. Columns are laid out here, not by a Rich table, whose column
+measurement costs more than the rest of the frame on an idle screen.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
+from rich.cells import cell_len, set_cell_size
+from rich.style import Style
 from rich.text import Text
+from textual import events
+from textual.message import Message
 from textual.widget import Widget
 
 from rlsup.supervisor.state import STATES
-from rlsup.tui.format import fmt_dur, fmt_rate
+from rlsup.tui.format import failure_cause, fmt_cpu, fmt_dur, fmt_mb, fmt_rate
+
+RESOURCES_MIN_WIDTH = 112
+PROGRESS_MIN_WIDTH = 150
+RIGHT = frozenset({"CPU", "RSS", "GPU mem"})  # right-aligned columns
 
 
 def last_exit_text(le: dict[str, Any] | None) -> str:
+    """``exit 1 @step 57: ModuleNotFoundError: No module named 'sglang'``: how it ended, then the
+    diagnosed cause (not the raw first line of the error)."""
     if not le:
         return ""
     how = le["signal"] if le.get("signal") else f"exit {le.get('exit_code')}"
-    diag = le.get("diagnosis") or {}
-    summ = diag.get("summary") if diag.get("category") not in (None, "none") else ""
+    cause = failure_cause(le.get("diagnosis"))
     step = f" @step {le['step']}" if le.get("step") is not None else ""
-    return f"{how}{step}" + (f": {summ}" if summ else "")
+    return f"{how}{step}" + (f": {cause}" if cause else "")
+
+
+def columns(width: int) -> list[str]:
+    cols = ["#", "component", "state", "pid", "uptime", "att/rst"]
+    if width >= RESOURCES_MIN_WIDTH:
+        cols += ["CPU", "RSS", "GPU mem"]
+    if width >= PROGRESS_MIN_WIDTH:
+        cols += ["step", "rate", "ETA"]
+    return cols + ["last exit", "flags"]
+
+
+def row_cells(i: int, c: dict[str, Any], now: float) -> dict[str, str]:
+    """Every cell of one component's row, as text."""
+    state = c.get("state", "?")
+    state_txt = state
+    if state == "backoff" and c.get("next_start_at"):
+        state_txt += f" {max(0.0, c['next_start_at'] - now):.0f}s"
+    if c.get("waiting_for"):
+        state_txt += " (waits " + ",".join(c["waiting_for"]) + ")"
+    r = c.get("resources") or {}
+    flags = c.get("flags") or []
+    return {
+        "#": str(i + 1) if i < 9 else " ", "state": state_txt, "pid": str(c.get("pid") or "-"),
+        "uptime": fmt_dur(c.get("uptime_s")), "att/rst": f"{c.get('attempt', 0)}/{c.get('restarts', 0)}",
+        "CPU": fmt_cpu(r.get("cpu_pct")), "RSS": fmt_mb(r.get("rss_mb")), "GPU mem": fmt_mb(r.get("gpu_mb")),
+        "step": "-" if c.get("step") is None else str(c["step"]) + (f"/{c['total']}" if c.get("total") else ""),
+        "rate": fmt_rate(c.get("rate")), "ETA": fmt_dur(c.get("eta_s")),
+        "last exit": last_exit_text(c.get("last_exit")),
+        "flags": ("⚑ " + ",".join(f["type"] for f in flags)) if flags else "",
+    }
 
 
 class ComponentTable(Widget):
-    COMPONENT_CLASSES = {f"state--{s}" for s in STATES} | {"table--selected", "table--flag"}
+    COMPONENT_CLASSES = {f"state--{s}" for s in STATES} | {"table--header", "table--selected", "table--focused",
+                                                            "table--flag", "table--stale"}
     DEFAULT_CSS = """
     ComponentTable { height: auto; }
+    ComponentTable > .table--header { text-style: bold; }
     ComponentTable > .state--pending { color: $text-muted; }
     ComponentTable > .state--starting { color: $warning; }
     ComponentTable > .state--running { color: $success; text-style: bold; }
@@ -35,50 +84,96 @@ class ComponentTable(Widget):
     ComponentTable > .state--completed { color: $primary; text-style: bold; }
     ComponentTable > .state--fatal { color: $error; text-style: bold reverse; }
     ComponentTable > .table--selected { background: $accent 30%; }
+    ComponentTable > .table--focused { background: $accent 60%; }
     ComponentTable > .table--flag { color: $error; }
+    ComponentTable > .table--stale { color: $text-disabled; }
     """
+
+    class Clicked(Message):
+        def __init__(self, index: int):
+            super().__init__()
+            self.index = index
 
     def __init__(self, **kw):
         super().__init__(**kw)
         self.components: dict[str, dict[str, Any]] = {}
+        self.rows: list[tuple[str, str, dict[str, str]]] = []  # (name, state, cells)
         self.selected = 0
-        self.now = 0.0
+        self.focused = True  # arrows move the selection here (not in the log)
+        self.stale = False
+        self._shown: tuple[Any, ...] | None = None
 
-    def set_data(self, components: dict[str, dict[str, Any]], selected: int, now: float) -> None:
-        self.components, self.selected, self.now = components, selected, now
-        self.refresh(layout=True)
+    def set_data(self, components: dict[str, dict[str, Any]], selected: int, now: float,
+                 stale: bool = False) -> None:
+        rows_changed = len(components) != len(self.components)
+        self.components, self.selected, self.stale = components, selected, stale
+        self.rows = [(name, c.get("state", "?"), {"component": name, **row_cells(i, c, now)})
+                     for i, (name, c) in enumerate(components.items())]
+        if rows_changed:
+            self.refresh(layout=True)  # the height follows the number of rows, nothing else
+        else:
+            self.update()
 
-    def render(self) -> Table:
-        wide = self.size.width >= 150
-        # Narrow terminals drop step/rate/ETA here: the progress panel right below shows them.
-        full = self.size.width >= 130
-        t = Table(expand=True, box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        cols: list[tuple[str, dict[str, Any]]] = [
-            ("#", {"width": 1}), ("component", {"min_width": 10}), ("state", {"min_width": 9}),
-            ("pid", {"min_width": 6}), ("uptime", {}), ("att/rst", {})]
-        if full:
-            cols += [("step", {}), ("rate", {}), ("ETA", {})]
-        for name, kw in cols:
-            t.add_column(name, no_wrap=True, **kw)
-        t.add_column("last exit", ratio=3 if wide else 2, no_wrap=True, overflow="ellipsis")
-        t.add_column("flags", ratio=1, no_wrap=True, overflow="ellipsis")
-        sel = self.get_component_rich_style("table--selected")
+    def update(self) -> None:
+        """Repaint if anything shown (cells, selection, focus, staleness) differs from the last paint."""
+        key = (tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused, self.stale)
+        if key != self._shown:
+            self.refresh()
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self.components) + 1
+
+    def on_click(self, event: events.Click) -> None:
+        row = event.y - 1  # under the header row
+        if 0 <= row < len(self.components):
+            self.post_message(self.Clicked(row))
+
+    def _widths(self, cols: list[str], width: int) -> dict[str, int]:
+        w = {c: max([cell_len(c)] + [cell_len(cells[c]) for _, _, cells in self.rows]) for c in cols}
+        w["component"] = max(w["component"], 10)
+        w["state"] = max(w["state"], 9)
+        w["pid"] = max(w["pid"], 6)
+        fixed = sum(w[c] + 1 for c in cols if c not in ("last exit", "flags")) + 1
+        room = max(10, width - fixed - 2)
+        flags = min(w["flags"], max(6, room // 4))
+        w["flags"] = flags
+        w["last exit"] = max(5, room - flags)
+        return w
+
+    def render(self) -> Text:
+        width = self.size.width
+        cols = columns(width)
+        w = self._widths(cols, width)
+        base = Style()
+        sel = self.get_component_rich_style("table--focused" if self.focused else "table--selected")
+        stale = self.get_component_rich_style("table--stale") if self.stale else None
         flag_style = self.get_component_rich_style("table--flag")
-        for i, (name, c) in enumerate(self.components.items()):
-            state = c.get("state", "?")
-            cls = f"state--{state}"
-            state_txt = Text(state, style=self.get_component_rich_style(cls) if cls in self.COMPONENT_CLASSES else "")
-            if state == "backoff" and c.get("next_start_at"):
-                state_txt.append(f" {max(0.0, c['next_start_at'] - self.now):.0f}s")
-            if c.get("waiting_for"):
-                state_txt.append(" (waits " + ",".join(c["waiting_for"]) + ")")
-            step = "-" if c.get("step") is None else str(c["step"]) + (f"/{c['total']}" if c.get("total") else "")
-            flags = c.get("flags") or []
-            cells: list[Any] = [str(i + 1) if i < 9 else " ", name, state_txt, str(c.get("pid") or "-"),
-                                fmt_dur(c.get("uptime_s")), f"{c.get('attempt', 0)}/{c.get('restarts', 0)}"]
-            if full:
-                cells += [step, fmt_rate(c.get("rate")), fmt_dur(c.get("eta_s"))]
-            cells += [last_exit_text(c.get("last_exit")),
-                      Text("⚑ " + ",".join(f["type"] for f in flags), style=flag_style) if flags else ""]
-            t.add_row(*cells, style=sel if i == self.selected else None)
-        return t
+        out = Text(no_wrap=True, overflow="crop", end="")
+        header = self.get_component_rich_style("table--header")
+        out.append(" " + " ".join(self._fit(c, w[c], c in RIGHT) for c in cols), style=header)
+        for i, (_name, state, cells) in enumerate(self.rows):
+            row_style = (sel if i == self.selected else base) + (stale or base)
+            out.append("\n")
+            line = Text(" ", style=row_style, no_wrap=True, end="")
+            for k, c in enumerate(cols):
+                if k:
+                    line.append(" ")
+                style = None
+                if c == "state" and not self.stale and f"state--{state}" in self.COMPONENT_CLASSES:
+                    style = self.get_component_rich_style(f"state--{state}")
+                elif c == "flags" and cells[c] and not self.stale:
+                    style = flag_style
+                line.append(self._fit(cells[c], w[c], c in RIGHT), style=style)
+            line.pad_right(max(0, width - line.cell_len))
+            out.append_text(line)
+        self._shown = (tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused,
+                       self.stale)
+        return out
+
+    @staticmethod
+    def _fit(text: str, width: int, right: bool = False) -> str:
+        n = cell_len(text)
+        if n > width:
+            return set_cell_size(text, max(0, width - 1)) + "…" if width > 0 else ""
+        pad = " " * (width - n)
+        return pad + text if right else text + pad

@@ -22,9 +22,11 @@ class FlagsStrip(Widget):
         self.flags: list[tuple[str, dict[str, Any]]] = []
 
     def set_data(self, flags: list[tuple[str, dict[str, Any]]]) -> None:
+        if flags == self.flags and self.display == bool(flags):
+            return
         self.flags = flags
-        self.display = bool(flags)
-        self.refresh(layout=True)
+        self.display = bool(flags)  # showing or hiding it is the layout change; the text is not
+        self.refresh()
 
     def render(self) -> Text:
         out = Text(overflow="ellipsis", end="")

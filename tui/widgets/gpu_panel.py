@@ -1,8 +1,11 @@
-"""GPU gauges (utilisation, memory, temperature, power, owning component) and host CPU/RAM bars.
+"""GPU gauges (utilisation, memory, temperature, power, owning component), the processes on each
+GPU with the component they belong to, and host CPU/RAM bars.
 
 Without GPUs it says why (the sampler's reason, e.g. "no NVIDIA driver found") and the host bars
 stand in. Bars come from :mod:`rlsup.supervisor.render.bars`; their level (ok/warn/crit/na) picks a
-component class, so colours live in .tcss.
+component class, so colours live in .tcss. With up to :data:`PROCESS_LINES_MAX_GPUS` GPUs each gets
+a line of its processes (``1101 trainer 20.0G · 9000 outside the run 512M``); with more, the GPU
+line names the owning components and ``p`` lists every process.
 """
 
 from __future__ import annotations
@@ -13,6 +16,17 @@ from rich.text import Text
 from textual.widget import Widget
 
 from rlsup.supervisor.render.bars import bar, bar_line, fmt_mem, level, pct_line
+
+PROCESS_LINES_MAX_GPUS = 4
+
+
+def processes_text(gpu: dict[str, Any]) -> str:
+    """``1101 trainer 20.0G · 9000 outside the run 512M``, biggest first; "no processes" when idle."""
+    procs = sorted(gpu.get("processes") or [], key=lambda p: -(p.get("used_mb") or 0))
+    if not procs:
+        return "no processes"
+    return " · ".join(f"{p.get('pid')} {p.get('component') or 'outside the run'} {fmt_mem(p.get('used_mb'))}"
+                      for p in procs)
 
 
 def owners(gpu: dict[str, Any]) -> str:
@@ -48,25 +62,42 @@ class GpuPanel(Widget):
         self.host: dict[str, Any] | None = None
         self.backend: str | None = None
         self.reason: str | None = None
+        self._text: tuple[int, Text] | None = None  # (width, what render() returns)
 
     def set_data(self, state: dict[str, Any]) -> None:
+        """Repaint only when the text shown changes (a layout pass only when its height does)."""
         self.gpus = state.get("gpus") or []
         self.host = state.get("host")
         self.backend = state.get("gpu_backend")
         self.reason = state.get("gpu_reason")
-        self.refresh(layout=True)
+        old = self._text[1] if self._text else None
+        self._text = None
+        new = self.render()
+        if old is None or new.plain != old.plain:
+            self.refresh(layout=old is None or new.plain.count("\n") != old.plain.count("\n"))
+
+    def on_resize(self) -> None:
+        self._text = None
+
+    @property
+    def process_lines(self) -> bool:
+        return 0 < len(self.gpus) <= PROCESS_LINES_MAX_GPUS
 
     def _bar(self, out: Text, text: str, pct: float | None) -> None:
         out.append(text, style=self.get_component_rich_style(f"bar--{level(pct)}"))
 
     def render(self) -> Text:
         width = max(self.size.width, 30)
+        if self._text is not None and self._text[0] == width:
+            return self._text[1]
         out = Text(no_wrap=True, overflow="ellipsis", end="")
         label = self.get_component_rich_style("gpu--label")
         for i, g in enumerate(self.gpus):
             if i:
                 out.append("\n")
             self._gpu_line(out, g, width, label)
+            if self.process_lines:
+                out.append("\n  └ " + processes_text(g), style=label)
         if not self.gpus:
             why = self.reason or ("waiting for the first GPU sample" if self.backend is None else "no GPUs")
             out.append(f"GPU: none — {why}", style=self.get_component_rich_style("gpu--reason"))
@@ -81,6 +112,7 @@ class GpuPanel(Widget):
             used, total = host.get("mem_used_mb"), host.get("mem_total_mb")
             mem_pct = 100.0 * used / total if used is not None and total else None
             self._bar(out, bar_line("RAM", used, total, width - half - 1, unit="MB"), mem_pct)
+        self._text = (width, out)
         return out
 
     def _gpu_line(self, out: Text, g: dict[str, Any], width: int, label) -> None:

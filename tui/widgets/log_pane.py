@@ -1,48 +1,98 @@
 """One component's log: a bounded line buffer drawn with Textual's Line API.
 
 Only the visible rows are rendered; lines are appended in batches (one call per flush tick, never
-one per line), long lines are cut at the pane width with a marker, and a search highlights its
-matches. Follow mode keeps the newest line in view; scrolling up leaves follow mode and the pane
-title counts the lines below the view.
+one per line). The view keeps its own scroll position (``top``, in screen rows) and draws its own
+one-column scrollbar, so scrolling, wrapping and following cost no layout pass and use no
+private Textual API (a ScrollView's virtual size is a layout-triggering reactive, and updating
+its scrollbars without a layout needs private methods).
+
+- **follow**: the newest line stays in view; scrolling up pauses it, scrolling back onto the last
+  row (or End/G/f) resumes it, and the pane title counts the lines below the view meanwhile;
+- **wrap** on: long lines continue on the next rows; off: they are cut at the pane's width with a
+  marker and the view scrolls sideways (``xoff``);
+- **search** highlights every match and scrolls the current one into view (sideways too);
+- **copy mode**: a selection of whole lines between an anchor and a cursor, for the clipboard or a file;
+- **markers**: restart markers (:class:`rlsup.tui.model.Marker`) are drawn as a rule across the pane.
+
+Appending lines does not repaint by itself: it records what must be repainted (``pending``: the
+whole view, or only the scrollbar when the lines arrived below a paused view) and the screen's
+flush calls :meth:`LogView.paint`. A pane that a flood scrolls by more than its height between two
+paints is repainted at most every :data:`FLOOD_PAINT_TICKS` ticks (5 Hz at 20 Hz), the panes
+taking turns: every row of it changes each time, so it is unreadable at any rate, and at 20 Hz
+three such panes cost ~350 KB/s of terminal output and most of the TUI's CPU, which is what made
+key presses slow to show on a busy machine (measured: tests/perf/bench_tui_keys.py).
 """
 
 from __future__ import annotations
 
-from rich.cells import cell_len, set_cell_size
+import bisect
+
+from rich.cells import cell_len, chop_cells, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.geometry import Size
-from textual.scroll_view import ScrollView
+from textual.geometry import Region
+from textual.message import Message
 from textual.strip import Strip
-from textual.widgets import Static
+from textual.widget import Widget
 
 from rlsup.tui.format import clean_lines
+from rlsup.tui.model import Marker
 
 CUT = "…"
+HSTEP = 8  # columns per sideways scroll step
+WHEEL = 3  # rows per mouse-wheel notch
+FLOOD_PAINT_TICKS = 4  # a pane scrolled by a flood repaints at most every this many flush ticks (5 Hz)
 
 
-class LogView(ScrollView, can_focus=False):
-    COMPONENT_CLASSES = {"log-view--match", "log-view--current", "log-view--cut"}
+def _cells(line: str) -> int:
+    return len(line) if line.isascii() else cell_len(line)
+
+
+class LogView(Widget, can_focus=False):
+    COMPONENT_CLASSES = {"log-view--match", "log-view--current", "log-view--cut", "log-view--marker",
+                         "log-view--selection", "log-view--cursor", "log-view--thumb"}
     DEFAULT_CSS = """
-    LogView { overflow-x: hidden; overflow-y: auto; scrollbar-size-vertical: 1; }
+    LogView { height: 1fr; }
     LogView > .log-view--match { background: $warning 60%; color: $text; }
     LogView > .log-view--current { background: $accent 40%; }
     LogView > .log-view--cut { color: $text-muted; }
+    LogView > .log-view--marker { color: $accent; text-style: bold; }
+    LogView > .log-view--selection { background: $primary 35%; }
+    LogView > .log-view--cursor { background: $primary 70%; }
+    LogView > .log-view--thumb { background: $scrollbar; }
     """
+
+    class Scrolled(Message):
+        """The view moved or changed mode; the pane title may need a new look."""
 
     def __init__(self, max_lines: int = 10_000, **kw):
         super().__init__(**kw)
         self.max_lines = max_lines
         self.lines: list[str] = []
         self.dropped = 0  # lines pruned from the top so far: absolute index = dropped + local index
+        self.marks: set[int] = set()  # absolute indexes of restart markers
         self.follow = True
+        self.top = 0  # first visible row (screen rows: with wrap on, a line may take several)
+        self.xoff = 0  # first visible column when wrap is off
+        self.wrap = False
+        self.widest = 0  # the longest line seen (characters), the bound for sideways scrolling
         self.query = ""
         self.current: int | None = None  # absolute index of the current search match
+        self.anchor: int | None = None  # copy mode: where the selection started (absolute index)
+        self.cursor: int | None = None  # copy mode: its moving end
         self.writes = 0  # append_lines calls; a test guards that this is per tick, not per line
+        self.pending: str | None = None  # what appended lines need repainted: "full", "bar" or nothing
+        self.painted_tick = -FLOOD_PAINT_TICKS  # flush tick of the last paint of appended lines
+        self._new = 0  # lines appended since that paint
+        self._rows: list[int] = [0]  # wrap: _rows[i] = first row of line i, _rows[-1] = all rows
+        self._rows_width = -1  # the text width _rows were computed for (-1: not valid)
         self._styles: dict[str, Style] = {}  # resolved once per style change, not per painted row
+        self._view_size: tuple[int, int] | None = None  # (width, height), kept from resize events: Widget.size
+        # is computed from the layout on every access, and rendering a row asks for it several times
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -54,94 +104,240 @@ class LogView(ScrollView, can_focus=False):
             st = self._styles[name] = self.rich_style if name == "base" else self.get_component_rich_style(name)
         return st
 
-    # data -----------------------------------------------------------------------------------
-    def append_lines(self, new: list[str]) -> None:
-        """Add a batch of lines (cleaned of control characters here, once per batch)."""
-        if not new:
-            return
-        self.writes += 1
-        self.lines.extend(clean_lines(new))
-        excess = len(self.lines) - self.max_lines
-        if excess > self.max_lines // 10:  # prune in chunks: one list shift per many batches
-            del self.lines[:excess]
-            self.dropped += excess
-            if not self.follow:  # keep the same text in view while it is still there
-                self.scroll_to(y=max(0, self.scroll_y - excess), animate=False, immediate=True)
-        self._resize()
-        if self.follow:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
-        self.refresh()
+    # geometry -------------------------------------------------------------------------------
+    @property
+    def width(self) -> int:
+        if self._view_size is None:
+            return self.size.width
+        return self._view_size[0]
 
-    def clear(self) -> None:
-        self.dropped += len(self.lines)
-        self.lines = []
-        self.current = None
-        self._resize()
-        self.refresh()
+    @property
+    def text_width(self) -> int:
+        """Columns for text: the last column is the scrollbar."""
+        return max(0, self.width - 1)
 
-    def _resize(self) -> None:
-        size = Size(self.scrollable_content_region.width, len(self.lines))
-        if size == self.virtual_size:
-            return
-        if self.is_mounted:
-            # Only our own scroll range changed: update it and the scrollbar without the full
-            # screen layout pass that assigning the (layout=True) reactive costs on every tick.
-            self.set_reactive(ScrollView.virtual_size, size)
-            self._scroll_update(size)
-        else:
-            self.virtual_size = size
+    @property
+    def height(self) -> int:
+        if self._view_size is None:
+            return self.size.height
+        return self._view_size[1]
 
-    def on_resize(self) -> None:
-        self._resize()
-        if self.follow:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+    def _line_rows(self, line: str, width: int) -> int:
+        if width <= 0:
+            return 1
+        if line.isascii():
+            return max(1, -(-len(line) // width))
+        return max(1, len(chop_cells(line, width)))
+
+    def _valid_rows(self) -> list[int]:
+        width = self.text_width
+        if self._rows_width != width or len(self._rows) != len(self.lines) + 1:
+            rows = [0]
+            acc = 0
+            for line in self.lines:
+                acc += self._line_rows(line, width)
+                rows.append(acc)
+            self._rows, self._rows_width = rows, width
+        return self._rows
+
+    @property
+    def total_rows(self) -> int:
+        return self._valid_rows()[-1] if self.wrap else len(self.lines)
+
+    @property
+    def max_top(self) -> int:
+        return max(0, self.total_rows - self.height)
+
+    def row_of(self, i: int) -> int:
+        """The first screen row of local line ``i``."""
+        if not self.wrap:
+            return i
+        rows = self._valid_rows()
+        return rows[min(max(0, i), len(rows) - 1)]
+
+    def locate(self, row: int) -> tuple[int, int]:
+        """(local line index, row within that line) of screen row ``row``."""
+        if not self.wrap:
+            return row, 0
+        rows = self._valid_rows()
+        i = bisect.bisect_right(rows, row) - 1
+        return i, row - rows[i]
 
     @property
     def below(self) -> int:
         """Lines under the visible window (the "N new lines" count when not following)."""
-        return max(0, len(self.lines) - int(self.scroll_y) - self.size.height)
+        if not self.lines:
+            return 0
+        last, _ = self.locate(min(self.top + self.height, self.total_rows) - 1)
+        return max(0, len(self.lines) - 1 - last)
 
-    # follow ---------------------------------------------------------------------------------
+    # data -----------------------------------------------------------------------------------
+    def append_lines(self, new: list[str], marked: bool = False) -> None:
+        """Add a batch of lines (cleaned of control characters here, once per batch); ``marked``
+        when the batch holds :class:`Marker` lines."""
+        if not new:
+            return
+        self.writes += 1
+        start = self.dropped + len(self.lines)
+        first_shown = self.dropped + self.locate(self.top)[0] if self.lines else None
+        was_full = self.total_rows >= self.top + self.height
+        if marked:
+            self.marks.update(start + k for k, line in enumerate(new) if type(line) is Marker)
+        new = clean_lines(new)
+        if self.wrap and self._rows_width == self.text_width and len(self._rows) == len(self.lines) + 1:
+            rows, acc, width = self._rows, self._rows[-1], self._rows_width
+            for line in new:
+                acc += self._line_rows(line, width)
+                rows.append(acc)
+        self.lines.extend(new)
+        self.widest = max(self.widest, max(map(len, new)))
+        excess = len(self.lines) - self.max_lines
+        if excess > self.max_lines // 10:  # prune in chunks: one list shift per many batches
+            self._prune(excess)
+        if self.follow:
+            self.top = self.max_top
+        self._new += len(new)
+        # Below a paused view that was already full, new lines move only the scrollbar.
+        same_view = (not self.follow and was_full and first_shown is not None
+                     and first_shown == self.dropped + self.locate(self.top)[0])
+        if self.pending != "full":
+            self.pending = "bar" if same_view else "full"
+
+    @property
+    def flooding(self) -> bool:
+        """Following, and more lines arrived since the last paint than the view shows."""
+        return self.follow and self.pending == "full" and self._new >= self.height
+
+    def paint(self, tick: int) -> None:
+        """Repaint what appended lines changed (the screen's flush decides when)."""
+        if self.pending == "bar":
+            self.refresh(Region(max(0, self.width - 1), 0, 1, self.height))
+        elif self.pending == "full":
+            self.refresh()
+        self.pending = None
+        self.painted_tick = tick
+        self._new = 0
+
+    def _prune(self, n: int) -> None:
+        rows_gone = self.row_of(n) if self.wrap else n
+        del self.lines[:n]
+        if self.wrap and len(self._rows) > n:
+            self._rows = [r - rows_gone for r in self._rows[n:]]
+        self.dropped += n
+        if self.marks:
+            self.marks = {m for m in self.marks if m >= self.dropped}
+        if self.anchor is not None and self.cursor is not None:
+            self.anchor, self.cursor = max(self.anchor, self.dropped), max(self.cursor, self.dropped)
+        if not self.follow:  # keep the same text in view while it is still there
+            self.top = max(0, self.top - rows_gone)
+
+    def clear(self) -> None:
+        self.dropped += len(self.lines)
+        self.lines = []
+        self.marks = set()
+        self._rows, self._rows_width = [0], -1
+        self.current = None
+        self.anchor = self.cursor = None
+        self.top = 0
+        self.refresh()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._view_size = (event.size.width, event.size.height)
+        if self.follow:
+            self.top = self.max_top
+        else:
+            self.top = min(self.top, self.max_top)
+        self.refresh()
+
+    # scrolling ------------------------------------------------------------------------------
+    def _moved(self) -> None:
+        self.refresh()
+        self.pending = None  # a user's move repaints everything now
+        self._new = 0
+        self.post_message(self.Scrolled())
+
+    def scroll_rows(self, delta: int) -> None:
+        """Scroll by ``delta`` rows: up pauses follow, reaching the last row resumes it."""
+        top = min(max(0, self.top + delta), self.max_top)
+        if delta < 0:
+            self.follow = False
+        elif top >= self.max_top:
+            self.follow = True
+        self.top = top
+        self._moved()
+
+    def page(self, direction: int) -> None:
+        self.scroll_rows(direction * max(1, self.height - 1))
+
+    def home(self) -> None:
+        self.follow = False
+        self.top = 0
+        self._moved()
+
     def set_follow(self, on: bool) -> None:
         self.follow = on
-        if on:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        if on and self.top != self.max_top:
+            self.top = self.max_top
+            self._moved()
+        else:  # nothing in view moves: only the title changes
+            self.post_message(self.Scrolled())
 
-    def _user_scrolled_up(self) -> None:
-        self.follow = False
+    def scroll_sideways(self, delta: int) -> bool:
+        """Scroll sideways by ``delta`` columns; False when wrap is on (nothing to scroll)."""
+        if self.wrap:
+            return False
+        self.xoff = min(max(0, self.xoff + delta), max(0, self.widest - self.text_width + 1))
+        self._moved()
+        return True
 
-    def _on_mouse_scroll_up(self, event) -> None:
-        self._user_scrolled_up()
-        super()._on_mouse_scroll_up(event)
+    def set_wrap(self, on: bool) -> None:
+        """Wrap on or off, keeping the line at the top of the view at the top."""
+        first, _ = self.locate(self.top) if self.lines else (0, 0)
+        self.wrap = on
+        self.xoff = 0
+        self._rows_width = -1
+        self.top = self.max_top if self.follow else min(self.row_of(first), self.max_top)
+        self._moved()
 
-    def action_scroll_up(self) -> None:
-        self._user_scrolled_up()
-        super().action_scroll_up()
+    def show_line(self, i: int, *, center: bool = True) -> None:
+        """Scroll local line ``i`` into view (centred, or by the least movement)."""
+        row = self.row_of(i)
+        if center:
+            self.top = min(max(0, row - self.height // 2), self.max_top)
+        elif row < self.top:
+            self.top = row
+        elif row >= self.top + self.height:
+            self.top = min(row - self.height + 1, self.max_top)
+        self.follow = self.follow and self.top >= self.max_top
 
-    def action_page_up(self) -> None:
-        self._user_scrolled_up()
-        super().action_page_up()
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self.scroll_rows(-WHEEL)
 
-    def action_scroll_home(self) -> None:
-        self._user_scrolled_up()
-        super().action_scroll_home()
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self.scroll_rows(WHEEL)
 
-    def action_scroll_end(self) -> None:
-        self.set_follow(True)
+    def on_click(self, event: events.Click) -> None:
+        if event.x == self.width - 1 and self.total_rows > self.height:  # the scrollbar: jump there
+            self.follow = False
+            self.top = round(event.y / max(1, self.height - 1) * self.max_top)
+            self.scroll_rows(0)
 
     # search ---------------------------------------------------------------------------------
     def search(self, query: str, direction: int = -1) -> int | None:
         """Find ``query`` (case-insensitive) from the current match in ``direction`` (+1 newer,
-        -1 older), wrapping; a new query starts from the newest line. Returns the absolute index
-        of the match, scrolled into view with follow off, or None."""
+        -1 older), wrapping; a new query starts from the newest line (in copy mode: from the
+        cursor). Returns the absolute index of the match, scrolled into view with follow off
+        (and the copy-mode cursor on it), or None."""
         q = query.lower()
         if not q:
             return None
         n = len(self.lines)
-        if q != self.query or self.current is None or not (0 <= self.current - self.dropped < n):
-            start = n if direction < 0 else -1
-        else:
+        if q == self.query and self.current is not None and 0 <= self.current - self.dropped < n:
             start = self.current - self.dropped
+        elif self.cursor is not None:
+            start = self.cursor - self.dropped
+        else:
+            start = n if direction < 0 else -1
         self.query = q
         lines = self.lines
         for k in range(1, n + 1):
@@ -149,54 +345,203 @@ class LogView(ScrollView, can_focus=False):
             if q in lines[i].lower():
                 self.current = self.dropped + i
                 self.follow = False
-                self.scroll_to(y=max(0, i - self.size.height // 2), animate=False, immediate=True)
-                self.refresh()
+                if self.cursor is not None:
+                    self.cursor = self.current
+                self.show_line(i)
+                if not self.wrap:  # bring the match's column into view too
+                    col = _cells(lines[i][: lines[i].lower().find(q)])
+                    if not (self.xoff <= col < self.xoff + self.text_width - len(q)):
+                        self.xoff = max(0, col - self.text_width // 3)
+                self._moved()
                 return self.current
         self.current = None
-        self.refresh()
+        self._moved()
         return None
 
-    # rendering ------------------------------------------------------------------------------
-    def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width  # without the scrollbar, so the cut marker shows
-        style = self._style("base")
-        i = int(self.scroll_y) + y
-        if i >= len(self.lines) or width <= 0:
-            return Strip.blank(width, style)
-        line = self.lines[i]
-        current = self.current is not None and self.current - self.dropped == i
-        if not self.query or (self.query not in line.lower() and not current):
-            if len(line) <= width and line.isascii():
-                return Strip([Segment(line, style)], len(line)).extend_cell_length(width, style)
-            cells = cell_len(line)
-            if cells <= width:
-                return Strip([Segment(line, style)], cells).extend_cell_length(width, style)
-            cut = self._style("log-view--cut")
-            return Strip([Segment(set_cell_size(line, width - 1), style), Segment(CUT, style + cut)], width)
-        return self._render_match(line, width, style, current)
+    # copy mode ------------------------------------------------------------------------------
+    @property
+    def selecting(self) -> bool:
+        return self.anchor is not None
 
-    def _render_match(self, line: str, width: int, style: Style, current: bool) -> Strip:
-        text = Text(line, style=style, no_wrap=True, end="")
-        if current:
+    def start_select(self) -> None:
+        """Anchor and cursor on the current match if it is in view, else on the last visible line."""
+        if not self.lines:
+            return
+        first, _ = self.locate(self.top)
+        last, _ = self.locate(max(0, min(self.top + self.height, self.total_rows) - 1))
+        cur = self.current - self.dropped if self.current is not None else -1
+        i = cur if first <= cur <= last else last
+        self.anchor = self.cursor = self.dropped + i
+        self.follow = False
+        self._moved()
+
+    def reanchor(self) -> None:
+        if self.cursor is not None:
+            self.anchor = self.cursor
+            self._moved()
+
+    def move_cursor(self, delta: int) -> None:
+        if self.cursor is None or not self.lines:
+            return
+        i = min(max(0, self.cursor - self.dropped + delta), len(self.lines) - 1)
+        self.cursor = self.dropped + i
+        self.show_line(i, center=False)
+        self._moved()
+
+    def cursor_to(self, i: int) -> None:
+        if self.cursor is not None and self.lines:
+            self.move_cursor(i - (self.cursor - self.dropped))
+
+    def selection(self) -> list[str]:
+        """The selected lines, oldest first (what has left the buffer meanwhile is not there)."""
+        if self.anchor is None or self.cursor is None:
+            return []
+        a, b = sorted((self.anchor - self.dropped, self.cursor - self.dropped))
+        return self.lines[max(0, a): max(0, b + 1)]
+
+    def end_select(self) -> None:
+        self.anchor = self.cursor = None
+        self._moved()
+
+    # rendering ------------------------------------------------------------------------------
+    def _thumb(self, y: int, total: int) -> bool:
+        """Whether row ``y`` of the scrollbar column is part of the thumb."""
+        h = self.height
+        if total <= h or h <= 0:
+            return False
+        size = max(1, round(h * h / total))
+        pos = round(self.top / max(1, total - h) * (h - size))
+        return pos <= y < pos + size
+
+    def _row(self, text: str, pad: int, base: Style, thumb: bool, width: int) -> Strip:
+        """One plain row: the text, padding and the scrollbar cell. Rows are one segment where
+        possible (the track is drawn in the text's style): each segment costs a style change in
+        the terminal output, and under a flood that output is what a terminal multiplexer must keep up with."""
+        if thumb:
+            return Strip([Segment(text + " " * pad, base), Segment(" ", self._style("log-view--thumb"))], width)
+        return Strip([Segment(text + " " * (pad + 1), base)], width)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.width
+        base = self._style("base")
+        if width <= 1:
+            return Strip.blank(width, base)
+        tw = width - 1
+        total = self.total_rows
+        thumb = self._thumb(y, total)
+        row = self.top + y
+        if row >= total:
+            return self._row("", tw, base, thumb, width)
+        i, sub = self.locate(row)
+        line = self.lines[i]
+        absi = self.dropped + i
+        anchor = self.anchor
+        selected = anchor is not None and min(anchor, self.cursor) <= absi <= max(anchor, self.cursor)  # type: ignore[type-var]
+        bar = Segment(" ", self._style("log-view--thumb") if thumb else base)
+        if self.marks and absi in self.marks:
+            return self._marker(line, tw, bar, selected, absi == self.cursor)
+        q = self.query
+        hit = bool(q) and (q in line.lower() or self.current == absi)
+        if not (selected or hit):
+            if not self.wrap and not self.xoff:
+                if line.isascii():
+                    if len(line) <= tw:
+                        return self._row(line, tw - len(line), base, thumb, width)
+                    return self._row(line[: tw - 1] + CUT, 0, base, thumb, width)
+                cells = cell_len(line)
+                if cells <= tw:
+                    return self._row(line, tw - cells, base, thumb, width)
+                return self._row(set_cell_size(line, tw - 1) + CUT, 0, base, thumb, width)
+            if self.wrap and line.isascii():
+                piece = line[sub * tw: (sub + 1) * tw]
+                return self._row(piece, tw - len(piece), base, thumb, width)
+        return self._render_rich(line, sub, tw, bar, base, selected, absi)
+
+    def _marker(self, line: str, tw: int, bar: Segment, selected: bool, cursor: bool) -> Strip:
+        style = self._style("base") + self._style("log-view--marker")
+        if selected:
+            style += self._style("log-view--cursor" if cursor else "log-view--selection")
+        text = set_cell_size(line + "─" * tw, tw)
+        return Strip([Segment(text, style), bar], tw + 1)
+
+    def _render_rich(self, line: str, sub: int, tw: int, bar: Segment, base: Style, selected: bool,
+                     absi: int) -> Strip:
+        """The general case: highlights, selection, wrapped rows or a sideways offset."""
+        text = Text(line, style=base, no_wrap=True, end="")
+        pad = base
+        if selected:
+            sel = self._style("log-view--cursor" if absi == self.cursor else "log-view--selection")
+            text.stylize(sel)
+            pad = base + sel
+        if self.current == absi:
             text.stylize(self._style("log-view--current"))
-        match = self._style("log-view--match")
-        low, q, pos = line.lower(), self.query, 0
-        while q and (pos := low.find(q, pos)) >= 0:
-            text.stylize(match, pos, pos + len(q))
-            pos += len(q)
-        text.truncate(width, overflow="ellipsis")
-        segments = list(text.render(self.app.console))
-        return Strip(segments).extend_cell_length(width, style).crop(0, width)
+        q = self.query
+        if q:
+            match = self._style("log-view--match")
+            low, pos = line.lower(), 0
+            while (pos := low.find(q, pos)) >= 0:
+                text.stylize(match, pos, pos + len(q))
+                pos += len(q)
+        strip = Strip(list(text.render(self.app.console)))
+        cells = strip.cell_length
+        if self.wrap:
+            if line.isascii():
+                start = sub * tw
+                end = start + tw
+            else:
+                chunks = chop_cells(line, tw)
+                start = sum(cell_len(c) for c in chunks[:sub])
+                end = start + (cell_len(chunks[sub]) if sub < len(chunks) else 0)
+            piece = strip.crop(start, end)
+            segs = list(piece) + [Segment(" " * (tw - piece.cell_length), pad), bar]
+            return Strip(segs, tw + 1)
+        x = self.xoff
+        left = x > 0 and cells > 0
+        right = cells > x + tw
+        cut = base + self._style("log-view--cut")
+        piece = strip.crop(x + (1 if left else 0), x + tw - (1 if right else 0))
+        segs = ([Segment(CUT, cut)] if left else []) + list(piece)
+        used = (1 if left else 0) + piece.cell_length
+        if right:
+            segs.append(Segment(CUT, cut))
+            used += 1
+        segs += [Segment(" " * max(0, tw - used), pad), bar]
+        return Strip(segs, tw + 1)
+
+
+class PaneTitle(Widget):
+    """One row of text that repaints only when it changes (never a layout pass)."""
+
+    DEFAULT_CSS = "PaneTitle { height: 1; }"
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.text = ""
+
+    def set_text(self, text: str) -> None:
+        if text != self.text:
+            self.text = text
+            self.refresh()
+
+    def render(self) -> Text:
+        return Text(self.text, no_wrap=True, overflow="ellipsis", end="")
 
 
 class LogPane(Vertical):
-    """A title row (name, state, follow / "N new lines", search) over a :class:`LogView`."""
+    """A title row (name, state, follow / "N new lines", wrap, search, copy mode) over a :class:`LogView`."""
 
     DEFAULT_CSS = """
     LogPane { height: 1fr; min-height: 3; }
-    LogPane > .pane-title { height: 1; background: $panel; color: $text-muted; }
-    LogPane.selected > .pane-title { background: $accent 50%; color: $text; text-style: bold; }
+    LogPane > PaneTitle { background: $panel; color: $text-muted; }
+    LogPane.selected > PaneTitle { background: $accent 50%; color: $text; text-style: bold; }
+    LogPane.selected.focused > PaneTitle { background: $accent; color: $text; text-style: bold; }
+    LogPane.selecting > PaneTitle { background: $primary; color: $text; text-style: bold; }
     """
+
+    class Clicked(Message):
+        def __init__(self, pane: LogPane):
+            super().__init__()
+            self.pane = pane
 
     def __init__(self, component: str, index: int, max_lines: int = 10_000, **kw):
         super().__init__(**kw)
@@ -204,8 +549,7 @@ class LogPane(Vertical):
         self.index = index
         self.state = ""
         self.view = LogView(max_lines=max_lines)
-        self.title = Static("", classes="pane-title", markup=False)
-        self._title_text = ""
+        self.title = PaneTitle()
 
     def compose(self) -> ComposeResult:
         yield self.title
@@ -214,17 +558,29 @@ class LogPane(Vertical):
     def on_mount(self) -> None:
         self.update_title()
 
+    def on_click(self, event: events.Click) -> None:
+        self.post_message(self.Clicked(self))
+
+    def on_log_view_scrolled(self, event: LogView.Scrolled) -> None:
+        event.stop()
+        self.update_title()
+
     def update_title(self) -> None:
         v = self.view
         parts = [f" {self.index + 1} {self.component}", self.state]
-        if v.follow:
+        if v.selecting:
+            n = len(v.selection())
+            parts.append(f"COPY {n} line{'s' if n != 1 else ''}: ↑↓ extend · y copy · s save · esc")
+        elif v.follow:
             parts.append("follow")
         else:
             below = v.below
             parts.append(f"paused · {below:,} new lines ↓" if below else "paused")
+        if v.wrap:
+            parts.append("wrap")
+        elif v.xoff:
+            parts.append(f"→ col {v.xoff + 1}")
         if v.query:
             parts.append(f"/{v.query}" + ("" if v.current is not None else " (no match)"))
-        text = "  ".join(p for p in parts if p)
-        if text != self._title_text:
-            self._title_text = text
-            self.title.update(text)
+        self.set_class(v.selecting, "selecting")
+        self.title.set_text("  ".join(p for p in parts if p))

@@ -1,4 +1,9 @@
-"""Per-component progress: bar with step/total, rate, ETA and a sparkline of the chosen metric."""
+"""Per-component progress: bar with step/total, rate, ETA and a sparkline of the chosen metric.
+
+The sparkline is the metric over the whole run (the full-run history, resampled to its width)
+on the run's own min..max scale, so it does not rescale from one refresh to the next and the
+trend of the run stays visible; ``m`` opens the charts with axes.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,24 @@ from rich.text import Text
 from textual.widget import Widget
 
 from rlsup.supervisor.render.bars import bar
-from rlsup.tui.format import fmt_dur, fmt_num, fmt_rate, sparkline
+from rlsup.tui.format import fmt_dur, fmt_num, fmt_rate, history_points, resample, sparkline
 
 
 def metric_of(c: dict[str, Any]) -> tuple[str | None, float | None]:
     metrics = c.get("metrics") or {}
     name = c.get("metric") or next(iter(metrics), None)
     return name, metrics.get(name) if name else None
+
+
+def spark_of(c: dict[str, Any], metric: str | None, width: int) -> str:
+    """The metric's sparkline: the whole run on its own range when the history is there, else
+    the recent ``series`` (an older supervisor)."""
+    h = (c.get("history") or {}).get(metric or "")
+    points = history_points(h)
+    if len(points) >= 2:
+        cols = resample(points, min(width, len(points)))
+        return sparkline(cols, width, h.get("lo"), h.get("hi")) if h else ""
+    return sparkline(c.get("series") or [], width)
 
 
 class ProgressPanel(Widget):
@@ -31,11 +47,17 @@ class ProgressPanel(Widget):
         super().__init__(**kw)
         self.components: dict[str, dict[str, Any]] = {}
         self.now = 0.0
+        self._text: tuple[int, Text] | None = None  # (width, what render() returns)
 
     def set_data(self, components: dict[str, dict[str, Any]], now: float = 0.0) -> None:
+        """Repaint only when the text shown changes (a layout pass only when its height does)."""
         self.components = components
         self.now = now
-        self.refresh(layout=True)
+        old = self._text[1] if self._text else None
+        self._text = None
+        new = self.render()
+        if old is None or new.plain != old.plain:
+            self.refresh(layout=old is None or new.plain.count("\n") != old.plain.count("\n"))
 
     def artefacts(self, c: dict[str, Any]) -> str:
         """``checkpoint step 120 (35s ago) · rollouts step 131 (2s ago)``: what is on disk, and how fresh."""
@@ -52,8 +74,13 @@ class ProgressPanel(Widget):
     def _age(self, mtime: float | None) -> str:
         return f" ({fmt_dur(self.now - mtime)} ago)" if mtime and self.now else ""
 
+    def on_resize(self) -> None:
+        self._text = None
+
     def render(self) -> Text:
         width = max(self.size.width, 20)
+        if self._text is not None and self._text[0] == width:
+            return self._text[1]
         out = Text(no_wrap=True, overflow="ellipsis", end="")
         dim = self.get_component_rich_style("progress--dim")
         for i, (name, c) in enumerate(self.components.items()):
@@ -68,7 +95,6 @@ class ProgressPanel(Widget):
             counts = f" {step}/{total}" if total else f" step {step}"
             right = f"{counts} {fmt_rate(c.get('rate')):>8} ETA {fmt_dur(c.get('eta_s')):>6}"
             mname, mval = metric_of(c)
-            series = c.get("series") or []
             spark_w = min(24, max(0, width // 5))  # fixed per width, so bars line up across rows
             tail = f"  {mname[:8]:>8} {fmt_num(mval):<7}" if mname else " " * 18
             bar_w = width - len(head) - len(right) - len(tail) - spark_w
@@ -84,7 +110,8 @@ class ProgressPanel(Widget):
             out.append(right)
             if tail:
                 out.append(tail, style=dim)
-                out.append(sparkline(series, spark_w), style=self.get_component_rich_style("progress--spark"))
+                out.append(spark_of(c, mname, spark_w), style=self.get_component_rich_style("progress--spark"))
             if art := self.artefacts(c):
                 out.append("\n" + " " * len(head) + art, style=dim)
+        self._text = (width, out)
         return out

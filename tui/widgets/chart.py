@@ -1,0 +1,97 @@
+"""One metric against step over the whole run: a braille line chart with its axis ranges.
+
+Drawn with Textual's own means (a widget rendering text; the braille canvas is
+:func:`rlsup.tui.format.braille_chart`): the history is downsampled to the widget's width, y runs
+from the run's minimum to its maximum with both shown on the axis, x from the first step to the last.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widget import Widget
+
+from rlsup.tui.format import braille_chart, fmt_num, history_points
+
+AXIS_W = 9  # y labels
+
+
+class MetricChart(Widget):
+    COMPONENT_CLASSES = {"chart--line", "chart--axis", "chart--title", "chart--note"}
+    DEFAULT_CSS = """
+    MetricChart { height: 10; padding: 0 1; margin-bottom: 1; }
+    MetricChart > .chart--line { color: $accent; }
+    MetricChart > .chart--axis { color: $text-muted; }
+    MetricChart > .chart--title { text-style: bold; }
+    MetricChart > .chart--note { color: $text-muted; }
+    """
+
+    def __init__(self, metric: str, **kw):
+        super().__init__(**kw)
+        self.metric = metric
+        self.history: dict[str, Any] | None = None
+        self.series: list[float] | None = None
+        self.value: float | None = None
+
+    def set_data(self, history: dict[str, Any] | None, series: list[float] | None, value: float | None) -> None:
+        self.history, self.series, self.value = history, series, value
+        self.refresh()
+
+    def points(self) -> tuple[list[tuple[float, float]], bool]:
+        """(x, y) points and whether x is the step (False: the recent series by index)."""
+        pts = history_points(self.history)
+        if pts:
+            return pts, True
+        series = [v for v in self.series or [] if v is not None]
+        return [(float(i), float(v)) for i, v in enumerate(series)], False
+
+    def render(self) -> Text:
+        width = self.size.width - 2  # padding
+        height = self.size.height
+        out = Text(no_wrap=True, overflow="crop", end="")
+        pts, by_step = self.points()
+        title = self.get_component_rich_style("chart--title")
+        axis = self.get_component_rich_style("chart--axis")
+        note = self.get_component_rich_style("chart--note")
+        out.append(self.metric, style=title)
+        if self.value is not None:
+            out.append(f"  now {fmt_num(self.value)}")
+        if not pts:
+            out.append("  no values yet", style=note)
+            return out
+        h = self.history or {}
+        ys = [y for _, y in pts]
+        lo = h.get("lo") if by_step and h.get("lo") is not None else min(ys)
+        hi = h.get("hi") if by_step and h.get("hi") is not None else max(ys)
+        lo, hi = min(lo, *ys), max(hi, *ys)
+        x0, x1 = pts[0][0], pts[-1][0]
+        every = h.get("every") or 1
+        if by_step:
+            span = f"  steps {int(x0)}–{int(x1)}, {len(pts)} points" + (f" of {every} steps" if every > 1 else "")
+        else:
+            span = f"  the last {len(pts)} values (this supervisor keeps no full-run history)"
+        out.append(f"  min {fmt_num(lo)}  max {fmt_num(hi)}", style=note)
+        out.append(span, style=note)
+        plot_w = max(1, width - AXIS_W - 1)
+        plot_h = max(1, height - 3)
+        rows = braille_chart(pts, plot_w, plot_h, lo, hi, x0, x1)
+        line = self.get_component_rich_style("chart--line")
+        for r, row in enumerate(rows):
+            if r == 0:
+                label = fmt_num(hi)
+            elif r == plot_h - 1:
+                label = fmt_num(lo)
+            elif r == plot_h // 2 and plot_h >= 5:
+                label = fmt_num((hi + lo) / 2)
+            else:
+                label = ""
+            out.append(f"\n{label:>{AXIS_W - 1}} ┤", style=axis)
+            out.append(row, style=line)
+        out.append("\n" + " " * (AXIS_W - 1) + " └" + "─" * plot_w, style=axis)
+        left, right = f"{int(x0)}", f"{int(x1)}" + (" step" if by_step else "")
+        mid = f"{int((x0 + x1) / 2)}" if plot_w > len(left) + len(right) + 12 else ""
+        gap = plot_w - len(left) - len(right) - len(mid)
+        labels = left + " " * (gap // 2) + mid + " " * (gap - gap // 2) + right if gap > 0 else left
+        out.append("\n" + " " * (AXIS_W + 1) + labels, style=axis)
+        return out
