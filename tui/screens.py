@@ -16,8 +16,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from rlsup.supervisor.events import GAUGES, describe, fmt_duration
+from rlsup.supervisor.render.advice import NEXT_STEPS
 from rlsup.supervisor.render.bars import fmt_mem
-from rlsup.supervisor.render.report import NEXT_STEPS  # the report's advice per diagnosis category
 from rlsup.tui.actions import help_rows
 from rlsup.tui.format import failure_cause
 from rlsup.tui.widgets.chart import MetricChart
