@@ -241,12 +241,14 @@ def test_help_footer_palette_and_readme_come_from_one_table():
     assert "`ctrl+c`" in table and "`↑` / `k`" in table
 
 
-def test_docs_key_table_is_the_generated_one():
+def test_the_key_tables_of_the_docs_and_readme_are_the_generated_one():
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "tui.md").read_text()
-    block = doc.split("<!-- keys:begin -->\n", 1)[1].split("\n<!-- keys:end -->", 1)[0]
-    assert block == actions.markdown_table(), "regenerate with: python -m rlsup.tui.actions"
+    root = Path(__file__).resolve().parents[2]
+    for doc in (root / "docs" / "tui.md", root / "README.md"):
+        text = doc.read_text()
+        block = text.split("<!-- keys:begin -->\n", 1)[1].split("\n<!-- keys:end -->", 1)[0]
+        assert block == actions.markdown_table(), f"{doc.name}: regenerate with: python -m rlsup.tui.actions"
 
 
 def test_keys_that_share_a_key_never_share_a_context():
