@@ -70,7 +70,7 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
         return state
     if kind == "resources":
         for n, r in (e.get("components") or {}).items():
-            if n in state["components"]:
+            if n in state["components"] and state["components"][n].get("pid"):  # live processes only
                 state["components"][n]["resources"] = r
         return state
     if kind == "gpu":
@@ -105,18 +105,18 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
     elif kind == "exited":
         c["last_exit"] = {k: e.get(k) for k in ("exit_code", "signal", "uptime_s", "step", "diagnosis")}
         c["last_exit"]["ts"] = e.get("ts")
-        c.update(pid=None, monitor_pid=None, rate=None, eta_s=None)
+        c.update(pid=None, monitor_pid=None, rate=None, eta_s=None, resources=None)
     elif kind == "restart_scheduled":
         c.update(state="backoff", restarts=c["restarts"] + 1, reason=e.get("reason"),
                  next_start_at=(e.get("ts") or 0) + (e.get("delay_s") or 0))
     elif kind == "completed":
-        c.update(state="completed", pid=None, rate=None, eta_s=None)
+        c.update(state="completed", pid=None, rate=None, eta_s=None, resources=None)
     elif kind == "fatal":
-        c.update(state="fatal", pid=None, reason=e.get("reason"), rate=None, eta_s=None)
+        c.update(state="fatal", pid=None, reason=e.get("reason"), rate=None, eta_s=None, resources=None)
     elif kind == "stopping":
         c.update(state="stopping")
     elif kind == "stopped":
-        c.update(state="stopped", pid=None, next_start_at=None, rate=None, eta_s=None)
+        c.update(state="stopped", pid=None, next_start_at=None, rate=None, eta_s=None, resources=None)
     elif kind == "flag":
         flags = [f for f in c["flags"] if f.get("type") != e.get("type")]
         flags.append({k: e.get(k) for k in ("type", "message", "evidence", "action", "ts")})

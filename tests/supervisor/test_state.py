@@ -41,3 +41,18 @@ def test_view_derives_uptime():
     v = view(s, now=115.0)
     assert v["components"]["a"]["uptime_s"] == 5.0 and v["run"]["uptime_s"] == 15.0
     assert "uptime_s" not in s["components"]["a"]  # the state itself is untouched
+
+
+def test_resources_are_for_live_processes_only():
+    s = initial({}, ["a", "b"])
+    apply(s, ev(1, "run_started", name="r", components=["a", "b"]))
+    apply(s, ev(2, "started", "a", pid=10, attempt=1, resume=None))
+    apply(s, ev(3, "resources", components={"a": {"cpu_pct": 33.0, "rss_mb": 236.0, "gpu_mb": None},
+                                            "b": {"cpu_pct": 1.0, "rss_mb": 9.0, "gpu_mb": None}}))
+    assert s["components"]["a"]["resources"]["rss_mb"] == 236.0
+    assert s["components"]["b"]["resources"] is None  # never started: no figures to show
+    for last in ("stopped", "completed", "fatal", "exited"):
+        apply(s, ev(4, "started", "a", pid=10, attempt=1, resume=None))
+        apply(s, ev(5, "resources", components={"a": {"cpu_pct": 33.0, "rss_mb": 236.0, "gpu_mb": None}}))
+        apply(s, ev(6, last, "a", exit_code=0, signal=None, uptime_s=1.0, step=None, diagnosis=None))
+        assert s["components"]["a"]["resources"] is None, last  # the last sample is not the stopped process's
