@@ -256,3 +256,17 @@ def crash_loop_run() -> dict[str, Any]:
         "Traceback (most recent call last):", '  File "train.py", line 88, in <module>', "    loss.backward()",
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
     return _snapshot(st, [e for e in events if e["kind"] not in ("progress", "gpu", "resources")], logs)
+
+
+async def started(pilot):
+    """The main screen once the first snapshot is painted (every component has its pane)."""
+    await pilot.pause()
+    await pilot.pause(0.1)
+    screen = pilot.app.main
+    assert list(screen.panes) == COMPONENTS
+    return screen
+
+
+def notes(app) -> list[str]:
+    """The messages of the toasts shown so far."""
+    return [n.message for n in app._notifications]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fake
 import pytest
-from fake import run_async
+from fake import notes, run_async, started
 from rich.segment import Segment
 
 from rlsup.tui import actions
@@ -14,18 +14,6 @@ from rlsup.tui.screens import ConfirmScreen, FlagsScreen, HelpScreen, TimelineSc
 from rlsup.tui.widgets.log_pane import LogPane
 
 SIZE = (120, 40)
-
-
-async def started(pilot) -> MainScreen:
-    await pilot.pause()
-    await pilot.pause(0.1)
-    screen = pilot.app.main
-    assert list(screen.panes) == fake.COMPONENTS
-    return screen
-
-
-def notes(app) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 @pytest.mark.parametrize(("key", "command"), [("r", "restart"), ("u", "resume"), ("s", "stop")])

@@ -9,7 +9,7 @@ import time
 
 import fake
 import pytest
-from fake import run_async
+from fake import notes, run_async, started
 from textual import events
 from textual.widgets import Static
 
@@ -21,18 +21,6 @@ from rlsup.tui.widgets.component_table import ComponentTable
 from rlsup.tui.widgets.log_pane import LogView
 
 SIZE = (120, 40)
-
-
-async def started(pilot) -> MainScreen:
-    await pilot.pause()
-    await pilot.pause(0.1)
-    screen = pilot.app.main
-    assert list(screen.panes) == fake.COMPONENTS
-    return screen
-
-
-def notes(app) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 def row_text(view: LogView, y: int) -> str:
