@@ -100,6 +100,7 @@ class Component:
         self._timers: list[asyncio.TimerHandle] = []
         self._progress_dirty = False
         self.prev_pids: dict[int, float | None] = {}  # the previous attempt's processes and start times (GPU hygiene)
+        self.unended: dict[int, float | None] = {}  # processes a cleanup could not end (pid -> start time)
         self.watch_info: dict[str, dict[str, Any]] = {}  # watch path -> {step, mtime}
         self.checkpoint_info: dict[str, Any] | None = None
         self.flags_this_attempt: set[str] = set()
@@ -387,6 +388,13 @@ class Component:
         deadline = clock.monotonic() + MONITOR_GONE_S
         while att.monitor_alive() and clock.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
+        # the end of the run names it instead of claiming that nothing is left.
+        for p in set(left) | set(att.members_seen):
+            if _alive(p):
+                self.unended[p] = att.members_seen.get(p)
+        if att.monitor_alive():
+            self.unended[att.monitor_pid] = None
         self.read_output()
         att.remove_cgroup()
         self.ctx.unwatch_monitor(att)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import detectors
+from . import detectors, shim
 from . import events as ev
 from . import lifecycle as lc
 from . import state as state_mod
@@ -352,8 +352,30 @@ class Run:
             await asyncio.sleep(0.02)
 
     def _last_net(self) -> list[str]:
-        """Nothing marked with this run may outlive it; returns what could not be ended."""
+        """Nothing of this run may outlive it; returns what could not be ended. "Of this run": marked
+        with it, left in one of its cgroups, or a process a component's cleanup could not end (which
+        no longer has a monitor above it, nor perhaps a marker)."""
+        import psutil
+
         left = find_marked(str(self.paths.root))
+        pids = {p.pid for p in left}
+        candidates: dict[int, float | None] = {}
+        for c in self.components.values():
+            candidates.update(c.unended)
+        if self.cgroups is not None and self.cgroups.base is not None:
+            for d in self.cgroups.base.glob("*"):
+                candidates.update(dict.fromkeys(shim.cgroup_pids(str(d))))
+        for pid, started in candidates.items():
+            if pid in pids or pid == os.getpid() or not pid_alive(pid):
+                continue
+            try:
+                p = psutil.Process(pid)
+                if started is not None and abs(p.create_time() - started) > 0.01:
+                    continue  # the pid was reused: not ours
+            except psutil.Error:
+                continue
+            left.append(p)
+            pids.add(pid)
         survivors = terminate_processes(left, signal_mod.SIGKILL, 1.0) if left else []
         if self.cgroups is not None:
             self.cgroups.remove_empty()

@@ -344,6 +344,9 @@ def cmd_down(args: argparse.Namespace) -> int:
         while (is_locked(paths) or (sup_pid and pid_alive(sup_pid))) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         left = await asyncio.get_running_loop().run_in_executor(None, leftovers, paths)
+        # What the supervisor itself could not end (it may have no marker, monitor or record left).
+        said = {w.split(" (")[0] for w in left}
+        left += [w for w in (printer.ended or {}).get("left") or [] if w.split(" (")[0] not in said]
         if is_locked(paths):
             left.insert(0, "the supervisor still holds the run dir")
         if left:
