@@ -395,3 +395,88 @@ def cgroups_usable() -> str | None:
 
 NUMBERED = str(SCRIPTS / "numbered.py")
 ESCAPEE = str(SCRIPTS / "escapee.py")
+
+
+# ---------------------------------------------------------------------- a subscriber that reconnects
+
+
+class Subscriber:
+    """The product's own reconnecting :class:`~rlsup.supervisor.client.Session` (what the TUI uses),
+    on a thread of its own, recording every log line by sequence number, gaps and events."""
+
+    def __init__(self, sock: Path, lines: int = 0):
+        import threading
+
+        self.sock = sock
+        self.lines_wanted = lines
+        self.by_seq: dict[str, dict[int, str]] = {}
+        self.dups: list[tuple[str, int]] = []  # same seq delivered twice with different text
+        self.gaps: list[tuple[str, int, int]] = []
+        self.events: list[dict] = []
+        self.statuses: list[tuple[str, str]] = []
+        self.snapshots = 0
+        self._session = None
+        self._loop = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="subscriber", daemon=True)
+        self._thread.start()
+        assert self._ready.wait(30), "the subscriber's loop did not start"
+
+    # SessionListener
+    def on_connection(self, status: str, detail: str) -> None:
+        self.statuses.append((status, detail))
+
+    def on_snapshot(self, snapshot: dict, resumed: bool) -> None:
+        self.snapshots += 1
+        for name, block in (snapshot.get("logs") or {}).items():
+            self.on_logs(name, block["seq"], block["lines"])
+
+    def on_event(self, e: dict) -> None:
+        self.events.append(e)
+
+    def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
+        got = self.by_seq.setdefault(component, {})
+        for i, line in enumerate(lines, seq):
+            old = got.get(i)
+            if old is not None and old != line:
+                self.dups.append((component, i))
+            got[i] = line
+
+    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
+        self.gaps.append((component, from_seq, to_seq))
+
+    def _main(self) -> None:
+        import asyncio
+
+        from rlsup.supervisor.client import Session, unix_connector
+
+        async def go() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._session = Session(unix_connector(self.sock, name="fault-subscriber"), self, lines=self.lines_wanted,
+                                    backoff=(0.05, 0.3))
+            self._ready.set()
+            await self._session.run()
+
+        asyncio.run(go())
+
+    @property
+    def attached(self) -> bool:
+        return bool(self.statuses) and self.statuses[-1][0] == "attached"
+
+    def close(self) -> None:
+        import contextlib
+
+        if self._loop is not None and self._session is not None:
+            with contextlib.suppress(RuntimeError):  # its loop already ended (the session gave up)
+                self._loop.call_soon_threadsafe(self._session.close)
+        self._thread.join(30)
+
+    def text(self, component: str) -> tuple[int, list[str]]:
+        """(first seq, the lines in seq order); asserts the seqs are contiguous."""
+        got = self.by_seq.get(component) or {}
+        if not got:
+            return 0, []
+        first, last = min(got), max(got)
+        missing = [s for s in range(first, last + 1) if s not in got]
+        assert not missing, f"{len(missing)} seq(s) of {component} never reached the subscriber, e.g. {missing[:5]}"
+        return first, [got[s] for s in range(first, last + 1)]

@@ -6,7 +6,9 @@ line (``Step S/T``). Lines go to stdout first and to ``--copy`` after, so a proc
 the two leaves the log a superset of the copy, never the other way round.
 
     numbered.py --copy FILE [--count N (0: forever)] [--rate LINES_PER_S (0: as fast as possible)]
-                [--batch B] [--pad BYTES] [--vary] [--steps K] [--total-steps T]
+                [--batch B] [--pad BYTES] [--vary] [--steps K] [--total-steps T] [--until FILE]
+
+With ``--until FILE`` it stops (exit 0) once FILE exists.
 """
 import argparse
 import os
@@ -22,6 +24,7 @@ p.add_argument("--pad", type=int, default=60)
 p.add_argument("--vary", action="store_true", help="line lengths from 12 to ~600 bytes")
 p.add_argument("--steps", type=int, default=0)
 p.add_argument("--total-steps", type=int, default=1_000_000)
+p.add_argument("--until")
 a = p.parse_args()
 
 attempt = os.environ.get("RLSUP_ATTEMPT", "0")
@@ -46,6 +49,8 @@ def line(i: int) -> str:
 i = 0
 start = time.monotonic()
 while a.count == 0 or i < a.count:
+    if a.until and os.path.exists(a.until):
+        break
     n = a.batch if a.count == 0 else min(a.batch, a.count - i)
     block = "".join(line(i + k) for k in range(1, n + 1)).encode()
     write_all(1, block)
