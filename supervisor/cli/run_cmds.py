@@ -141,9 +141,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     extra = ["--gpu", args.gpu] if args.gpu else []
     hint = attach_hint(run_dir)
+    from ..rundir import UnsafeRunDir
+
     try:
         proc = daemon.spawn(args.config, run_dir, extra)
         problem = daemon.wait_ready(proc, run_dir)
+    except (UnsafeRunDir, OSError) as e:
+        say(f"rlsup: {e}", err=True)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         # The daemon is in its own session: the interrupt did not reach it. Say where the run is.
         say(f"\nrlsup: interrupted while the supervisor started; the run goes on in the background.\n"
@@ -425,7 +430,14 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         say(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one with "
             f"`rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)", err=True)
         return EXIT_FAILED
-    proc = daemon.spawn(config, paths.root, [])
+    from ..rundir import UnsafeRunDir
+
+    try:
+        proc = daemon.spawn(config, paths.root, [])
+    except (UnsafeRunDir, OSError) as e:
+        say(f"rlsup: the old supervisor exited, but a new one cannot start: {e}; the components keep running under "
+            f"their monitors (`rlsup up CONFIG --run-dir {paths.root}` takes them over)", err=True)
+        return EXIT_FAILED
     problem = daemon.wait_ready(proc, paths.root)
     if problem is not None:
         say(f"rlsup: {problem}; the components keep running under their monitors. The end of "
