@@ -371,15 +371,53 @@ def other_user():
 
 
 def as_user(uid: int, gid: int, code: str, *args: str) -> subprocess.CompletedProcess:
-    """Run Python ``code`` as another user (a real process with that uid)."""
+    """Run Python ``code`` (``sys.argv[1:]`` = ``args``) in a forked process that became another user.
 
-    def drop() -> None:
-        os.setgroups([])
-        os.setgid(gid)
-        os.setuid(uid)
+    Forked rather than executed: the other user may not be allowed to run this interpreter (a venv
+    under a private home). Returns what the code printed as ``stdout``, a traceback as ``stderr``.
+    """
+    import io
+    import sys
+    import traceback
 
-    return subprocess.run([PY, "-c", code, *args], capture_output=True, text=True, preexec_fn=drop, timeout=30,
-                          cwd="/")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code_rc = 0
+        buf = io.StringIO()
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            sys.argv = ["-c", *args]
+            sys.stdout = buf
+            exec(compile(code, "<as_user>", "exec"), {"__name__": "__main__"})
+            out = "O" + buf.getvalue()
+        except SystemExit as e:
+            code_rc = e.code if isinstance(e.code, int) else 1
+            out = "O" + buf.getvalue()
+        except BaseException:  # noqa: BLE001 - reported to the parent
+            code_rc = 1
+            out = "E" + traceback.format_exc()
+        try:
+            data = out.encode()
+            while data:
+                data = data[os.write(w, data):]
+        finally:
+            os._exit(code_rc)
+    os.close(w)
+    chunks = []
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    text = b"".join(chunks).decode()
+    out, err = (text[1:], "") if text.startswith("O") else ("", text[1:])
+    return subprocess.CompletedProcess([code], os.waitstatus_to_exitcode(status), out, err)
 
 
 def cgroups_usable() -> str | None:
