@@ -373,10 +373,15 @@ class Component:
         att.members()  # note the start time of whatever is still there
         self.prev_pids = {att.pid: None, **att.members_seen}  # the root always (it may have died at once)
         if left:
-            att.signal(getattr(signal_mod, self.cfg.stop.signal))
-            for p in left:
-                with contextlib.suppress(OSError):
-                    os.kill(p, getattr(signal_mod, self.cfg.stop.signal))
+            sig = getattr(signal_mod, self.cfg.stop.signal)
+            if sig not in att.signalled:  # not stopped by us (it crashed): what is left gets the stop signal
+                att.signal(sig)
+            sent = att.signalled.setdefault(sig, set())
+            for p in left:  # each process once: a second SIGTERM or SIGINT means "force" to many programs
+                if p not in sent:
+                    with contextlib.suppress(OSError):
+                        os.kill(p, sig)
+                    sent.add(p)
             deadline = clock.monotonic() + self.cfg.stop.timeout
             while clock.monotonic() < deadline and any(_alive(p) for p in left + att.members()):
                 await asyncio.sleep(0.05)

@@ -207,6 +207,7 @@ class Attempt:
     exit: dict[str, Any] | None = None  # the record's exit fields once the command exited
     monitor_gone: bool = False
     members_seen: dict[int, float | None] = field(default_factory=dict)  # pid -> start time (identity)
+    signalled: dict[int, set[int]] = field(default_factory=dict)  # signal -> the pids it reached
 
     def open_pidfd(self) -> int | None:
         """A pidfd for the monitor (readable once it exits); None where the kernel has none."""
@@ -242,15 +243,24 @@ class Attempt:
         return live
 
     def signal(self, signum: int) -> None:
-        """Signal the process group and every member (a member may have left the group)."""
+        """Signal the process group and every member outside it (a member may have left the group).
+        Each process gets the signal once: to many programs a second SIGINT or SIGTERM in a row
+        means "stop now, skip the graceful part"."""
+        sent = self.signalled.setdefault(signum, set())
         with contextlib.suppress(OSError):
             os.killpg(self.pid, signum)
         if self.cgroup and signum == signal_mod.SIGKILL:
             with contextlib.suppress(OSError), open(os.path.join(self.cgroup, "cgroup.kill"), "w") as f:
                 f.write("1")
         for p in self.members():
-            with contextlib.suppress(OSError):
-                os.kill(p, signum)
+            try:
+                in_group = os.getpgid(p) == self.pid
+            except OSError:
+                in_group = False
+            if not in_group:  # the group got it from killpg
+                with contextlib.suppress(OSError):
+                    os.kill(p, signum)
+            sent.add(p)
 
     def finish(self) -> None:
         """Tell the monitor to end what is left, drain, remove its record and exit."""
