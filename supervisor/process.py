@@ -27,6 +27,7 @@ import signal as signal_mod
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,14 +225,16 @@ class Attempt:
                 os.close(self.pidfd)
             self.pidfd = None
 
-    def members(self) -> list[int]:
-        """Every live process of the attempt (not the monitor itself)."""
+    def members(self, children: dict[int, list[int]] | None = None) -> list[int]:
+        """Every live process of the attempt (not the monitor itself). ``children`` is a pid ->
+        children map to use (default: :func:`children_map`, at most :data:`CHILDREN_MAX_AGE_S` old)."""
         pids: set[int] = set()
         if self.cgroup:
             # Every process the command started is in its cgroup, whatever it did: no need to walk /proc.
             pids.update(shim.cgroup_pids(self.cgroup))
-        elif not self.monitor_gone:
-            pids.update(shim.descendants(self.monitor_pid))
+        # An empty cgroup may also mean that the child could not join it: look at the monitor's subtree then.
+        if not self.monitor_gone and not pids:
+            pids.update(_descendants(self.monitor_pid, children_map() if children is None else children))
         pids.discard(self.monitor_pid)
         live = [p for p in pids if pid_alive(p)]
         for p in live:
@@ -292,6 +295,33 @@ class Attempt:
         if self.cgroup and not shim.cgroup_pids(self.cgroup):
             with contextlib.suppress(OSError):
                 os.rmdir(self.cgroup)
+
+
+CHILDREN_MAX_AGE_S = 0.2
+_children: tuple[float, dict[int, list[int]]] = (-1e9, {})
+
+
+def children_map(max_age: float = CHILDREN_MAX_AGE_S) -> dict[int, list[int]]:
+    """pid -> child pids of every process, from one pass over /proc reused for ``max_age`` seconds.
+
+    A run with a thousand components asks for its attempts' members a thousand times in a row (a
+    stop of all of them, a resources sample); one pass over /proc per question made that quadratic
+    (minutes for 1,000 components). A process forked since the pass is found by the next one, and
+    the monitor kills whatever is left of its subtree when it finishes."""
+    global _children
+    now = time.monotonic()
+    if now - _children[0] > max_age:
+        _children = (now, shim._children_map())
+    return _children[1]
+
+
+def _descendants(root: int, children: dict[int, list[int]]) -> list[int]:
+    out, frontier = [], [root]
+    while frontier:
+        for c in children.get(frontier.pop(), ()):
+            out.append(c)
+            frontier.append(c)
+    return out
 
 
 def attempt_from_record(rec: dict[str, Any], path: Path) -> Attempt:
@@ -378,7 +408,10 @@ class Monitors:
                             if self._sock is None or (self._zygote is not None and self._zygote.poll() is not None):
                                 self._start_zygote()
                             assert self._sock is not None
-                            shim.send_request(self._sock, spec, w)
+                            # On a thread: the zygote forks one monitor at a time, and a burst of
+                            # starts (a thousand components) would otherwise block the loop on a
+                            # full socket for as long as all the forks take.
+                            await loop.run_in_executor(None, shim.send_request, self._sock, spec, w)
                             sent = True
                             break
                         except OSError as e:
