@@ -124,6 +124,10 @@ def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int
     except (NotRunning, ProtocolError, RequestFailed, ConnectionError) as e:
         say(f"rlsup: {e}", err=True)
         return EXIT_FAILED
+    except (asyncio.TimeoutError, TimeoutError):
+        say(f"rlsup: the supervisor of {paths.root} did not answer in time (very busy, or stopped with SIGSTOP?); "
+            "try again", err=True)
+        return EXIT_FAILED
 
 
 async def until_interrupted(session: Any) -> int:

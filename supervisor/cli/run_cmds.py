@@ -354,6 +354,8 @@ def cmd_down(args: argparse.Namespace) -> int:
         left += [w for w in (printer.ended or {}).get("left") or [] if w.split(" (")[0] not in said]
         if is_locked(paths):
             left.insert(0, "the supervisor still holds the run dir")
+        elif sup_pid and pid_alive(sup_pid):
+            left.insert(0, f"the supervisor (pid {sup_pid}) released the run dir but is still running")
         if left:
             say(f"rlsup: down, but {len(left)} thing(s) could not be ended:", err=True)
             for what in left:
