@@ -42,6 +42,7 @@ ENV_RUN_DIR = "RLSUP_RUN_DIR"
 ENV_COMPONENT = "RLSUP_COMPONENT"
 ENV_ATTEMPT = "RLSUP_ATTEMPT"
 START_TIMEOUT_S = 30.0
+MAX_INFLIGHT_STARTS = 32
 
 
 def set_child_subreaper() -> bool:
@@ -373,6 +374,9 @@ class Monitors:
         self._zygote: subprocess.Popen[bytes] | None = None
         self._zygote_failed: str | None = None
         self._lock = asyncio.Lock()
+        # Starts in flight (sent, not answered): the zygote forks one monitor at a time, so without a
+        # bound a burst of thousands queues behind it past START_TIMEOUT_S, two descriptors each.
+        self._inflight = asyncio.Semaphore(MAX_INFLIGHT_STARTS)
 
     def _start_zygote(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -389,18 +393,22 @@ class Monitors:
     async def start(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Start one attempt; the monitor's answer (``pid``, ``shim_pid``, start times). Raises
         :class:`StartError` with the reason when the command could not be started."""
-        try:
-            return await self._start(spec)
-        except (OSError, asyncio.TimeoutError, TimeoutError, ValueError) as e:  # never leave a start hanging
-            what = f"the monitor did not answer within {START_TIMEOUT_S:g}s" if isinstance(
-                e, (asyncio.TimeoutError, TimeoutError)) else f"could not start a monitor: {e}"
-            raise StartError({"error": what, "type": "MonitorError", "errno": getattr(e, "errno", None)}) from e
+        async with self._inflight:
+            try:
+                return await self._start(spec)
+            except (OSError, asyncio.TimeoutError, TimeoutError, ValueError) as e:  # never leave a start hanging
+                what = f"the monitor did not answer within {START_TIMEOUT_S:g}s" if isinstance(
+                    e, (asyncio.TimeoutError, TimeoutError)) else f"could not start a monitor: {e}"
+                raise StartError({"error": what, "type": "MonitorError", "errno": getattr(e, "errno", None)}) from e
 
     async def _start(self, spec: dict[str, Any]) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        r, w = os.pipe2(os.O_CLOEXEC)
+        r = w = -1
         try:
             async with self._lock:
+                # The reply pipe only once it is our turn: thousands of starts queued at once must not
+                # hold two descriptors each while they wait (EMFILE).
+                r, w = os.pipe2(os.O_CLOEXEC)
                 sent = False
                 if self._zygote_failed is None:
                     for _ in range(2):
@@ -427,7 +435,8 @@ class Monitors:
         finally:
             if w >= 0:
                 os.close(w)
-            os.close(r)
+            if r >= 0:
+                os.close(r)
         if not raw:
             raise StartError({"error": "the monitor died before it answered", "type": "MonitorError"})
         reply = json.loads(raw)
