@@ -122,6 +122,7 @@ class Run:
         self._by_record: dict[str, tuple[Component, Attempt]] = {}
         self._eval_scheduled = False
         self._evaluated_at = -1e9
+        self._evaluate_cost = 0.0
         self._order: list[str] | None = None
         self._final_at: dict[str, float] = {}
         self._progress_pending: set[str] = set()
@@ -468,7 +469,8 @@ class Run:
             self._eval_scheduled = True
             # One evaluation looks at every component; a burst of changes (a thousand components
             # starting or ending one after the other) is judged in batches, not once per change.
-            wait = EVALUATE_EVERY_S - (self.loop.time() - self._evaluated_at)
+            every = max(EVALUATE_EVERY_S, 5 * self._evaluate_cost)  # at most ~20% of the loop's time
+            wait = every - (self.loop.time() - self._evaluated_at)
             if wait > 0:
                 self.loop.call_later(wait, self._evaluate)
             else:
@@ -487,7 +489,14 @@ class Run:
         """Tell pending components whether they may start, until nothing changes; then check the end.
         A loop, not recursion: a 2,000-long dependency chain must not exhaust the stack."""
         self._eval_scheduled = False
-        self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
+        t0 = time.monotonic()
+        try:
+            self._evaluate_all()
+        finally:
+            self._evaluate_cost = time.monotonic() - t0
+            self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
+
+    def _evaluate_all(self) -> None:
         if self._order is None:
             self._order = self.cfg.topo_order()
         for _ in range(len(self.components) + 2):
