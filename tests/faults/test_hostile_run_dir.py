@@ -140,6 +140,25 @@ def test_links_planted_in_the_run_dir_are_not_followed(fault_run, other_user, sh
     assert_no_orphans(run.token, run_dir, timeout=30)
 
 
+@pytest.mark.parametrize("name", ["events.jsonl", "logs/talker.log"])
+def test_a_file_of_another_user_where_rlsup_writes_is_refused(fault_run, other_user, shared_tmp, name):
+    """Not a link but their own file (which they could read afterwards, secrets and all)."""
+    base = shared_tmp("base")
+    base.mkdir(mode=0o755)
+    os.chmod(base, 0o755)
+    run_dir = base / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    os.chmod(run_dir, 0o777)
+    os.chmod(run_dir / "logs", 0o777)
+    r = as_user(*other_user, "import sys; open(sys.argv[1], 'w').write('theirs\\n')", str(run_dir / name))
+    assert r.returncode == 0, r.stderr
+    run = fault_run(run_dir=run_dir)
+    run.write_config(CONFIG)
+    _refused(run.up(check=False), f"{run_dir / name} belongs to user")
+    assert (run_dir / name).read_text() == "theirs\n"
+    assert_no_orphans(run.token, run_dir, timeout=30)
+
+
 def test_another_user_can_neither_reach_nor_move_the_socket(fault_run, other_user, shared_tmp):
     base = shared_tmp("base")
     base.mkdir(mode=0o755)
