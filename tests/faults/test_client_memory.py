@@ -16,7 +16,12 @@ from pathlib import Path
 import psutil
 
 from rlsup.supervisor import protocol
+from tests.faults import harness
 from tests.faults.harness import NUMBERED, Subscriber, assert_no_lost_line, assert_no_orphans, figure, journal
+
+# The fault matrix's fixtures (not in a conftest.py here: it would shadow tests/conftest.py for
+# the `from conftest import ...` of other test modules).
+fault_run, token = harness.fault_run, harness.token
 
 FLOOD = """
 name: mem

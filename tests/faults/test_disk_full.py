@@ -12,12 +12,17 @@ import os
 import time
 from pathlib import Path
 
+from tests.faults import harness
 from tests.faults.harness import (
     LIVENESS_S,
     NUMBERED,
     assert_no_orphans,
     journal,
 )
+
+# The fault matrix's fixtures (not in a conftest.py here: it would shadow tests/conftest.py for
+# the `from conftest import ...` of other test modules).
+fault_run, small_disk, token = harness.fault_run, harness.small_disk, harness.token
 
 CONFIG = """
 name: full

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults import harness
 from tests.faults.harness import (
     ESCAPEE,
     LIVENESS_S,
@@ -27,6 +28,10 @@ from tests.faults.harness import (
     journal,
     processes_with,
 )
+
+# The fault matrix's fixtures (not in a conftest.py here: it would shadow tests/conftest.py for
+# the `from conftest import ...` of other test modules).
+fault_run, token = harness.fault_run, harness.token
 
 CONFIG = """
 name: esc

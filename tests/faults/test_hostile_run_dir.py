@@ -17,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults import harness
 from tests.faults.harness import as_user, assert_no_orphans, processes_with
+
+# The fault matrix's fixtures (not in a conftest.py here: it would shadow tests/conftest.py for
+# the `from conftest import ...` of other test modules).
+fault_run, other_user, token = harness.fault_run, harness.other_user, harness.token
 
 CONFIG = """
 name: hostile

@@ -12,7 +12,12 @@ import time
 
 import psutil
 
+from tests.faults import harness
 from tests.faults.harness import LIVENESS_S, assert_no_orphans, figure, journal
+
+# The fault matrix's fixtures (not in a conftest.py here: it would shadow tests/conftest.py for
+# the `from conftest import ...` of other test modules).
+fault_run, token = harness.fault_run, harness.token
 
 SLEEPERS = int(os.environ.get("RLSUP_FAULT_SLEEPERS", "1000"))
 TRUES = int(os.environ.get("RLSUP_FAULT_TRUES", "1000"))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rlsup.supervisor import protocol
 from tests.conftest import SCRIPTS, cli_env, free_port
+from tests.faults import harness
 from tests.faults.harness import (
     LIVENESS_S,
     NUMBERED,
@@ -31,6 +32,10 @@ from tests.faults.harness import (
     journal,
     log_files,
 )
+
+# The fault matrix's fixtures (not in a conftest.py here: it would shadow tests/conftest.py for
+# the `from conftest import ...` of other test modules).
+fault_run, token = harness.fault_run, harness.token
 
 # ---------------------------------------------------------------------- SIGHUP as the stop signal
 

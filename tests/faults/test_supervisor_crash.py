@@ -18,6 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
+from tests.faults import harness
 from tests.faults.harness import (
     LIVENESS_S,
     NUMBERED,
@@ -29,6 +30,10 @@ from tests.faults.harness import (
     journal,
     numbered,
 )
+
+# The fault matrix's fixtures (not in a conftest.py here: it would shadow tests/conftest.py for
+# the `from conftest import ...` of other test modules).
+fault_run, token = harness.fault_run, harness.token
 
 KILLS = int(os.environ.get("RLSUP_FAULT_KILLS", "20"))
 SIGSTOP_S = float(os.environ.get("RLSUP_FAULT_SIGSTOP_S", "10"))
