@@ -258,7 +258,7 @@ class FaultRun:
             last = self.status()
             if pred(last):
                 return last
-            time.sleep(0.2)
+            time.sleep(0.5)  # each look is a CLI process: on 2 shared cores, not too often
         raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last status: "
                              f"{json.dumps(last)[:2000]}")
 
@@ -321,21 +321,24 @@ def fault_run(tmp_path, token):
 # ---------------------------------------------------------------------- machine features
 
 
-def need_root() -> None:
+def need_root(what: str) -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root (to mount a tmpfs / create a second user / use cgroups); CI runs as root")
+        pytest.skip(f"needs root {what} (CI runs as root: .ci/run)")
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 2 MiB tmpfs (skipped where mounting is refused)."""
-    need_root()
+    """A 2 MiB tmpfs (skipped, saying why, where mounting is not possible)."""
+    need_root("to mount a 2 MiB tmpfs")
+    if shutil.which("mount") is None or shutil.which("umount") is None:
+        pytest.skip("no mount/umount on this machine: cannot mount a 2 MiB tmpfs")
     mnt = tmp_path / "disk"
     mnt.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mnt)],
                        capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+        pytest.skip(f"cannot mount a tmpfs here (a container without CAP_SYS_ADMIN?): "
+                    f"{r.stderr.strip() or r.returncode}")
     try:
         yield mnt
     finally:
@@ -355,7 +358,7 @@ def other_user():
     """A second local user (created once; skipped where useradd is not possible). -> (uid, gid)"""
     import pwd
 
-    need_root()
+    need_root("to act as a second local user")
     try:
         pw = pwd.getpwnam(OTHER_USER)
     except KeyError:
