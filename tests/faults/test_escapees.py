@@ -9,6 +9,7 @@ the monitor's pipe open (a careless daemon), the other's closes its descriptors 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -175,7 +176,7 @@ def test_sigkill_of_the_daemon_then_up_and_down_ends_escapees(fault_run, token, 
 def test_each_restart_ends_the_previous_attempts_escapees(fault_run, token, tracking):
     run = _start(fault_run, token, tracking)
     before = _escapees(run, 1)
-    for attempt in (2, 3, 4):
+    for attempt in (2, 3):
         for name in ("careless", "proper"):
             r = run.cli("restart", name)
             assert r.returncode == 0, r.stderr
@@ -191,6 +192,25 @@ def test_each_restart_ends_the_previous_attempts_escapees(fault_run, token, trac
     down = run.down()
     assert down.returncode == 0, down.stdout + down.stderr
     _check_after(run, token)
+
+
+@pytest.mark.parametrize("tracking", TRACKING)
+def test_a_run_dir_deleted_while_the_supervisor_is_dead_ends_the_run(fault_run, token, tracking):
+    """The supervisor is killed and then its run dir deleted (``rm -rf`` of a scratch directory): no
+    supervisor will ever take the monitors over, so each ends its attempt's tree, escapees included,
+    and exits instead of waiting for ever."""
+    run = _start(fault_run, token, tracking)
+    pids = _escapees(run)
+    sup = run.pid
+    os.kill(sup, signal.SIGKILL)
+    deadline = time.monotonic() + LIVENESS_S
+    while alive(sup):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert all(alive(p) for p in pids.values()), "the components' escapees do not depend on the supervisor"
+    shutil.rmtree(run.run_dir)
+    assert_no_orphans(token, run.run_dir)  # no component, escapee, monitor or zygote; no cgroup member
+    assert not any(alive(p) for p in pids.values())
 
 
 # ---------------------------------------------------------------------- what cannot be ended is named
@@ -233,6 +253,8 @@ def test_down_names_the_process_it_could_not_end(fault_run, token, tracking, tmp
         assert f"pid {pids['proper']}" in out, out
         assert "no process of the run is left" not in out
         assert not alive(pids["careless"])
+        ended = [e for e in run.events() if e["kind"] == "run_ended"][-1]
+        assert [w for w in ended["left"] if w.split(" (")[0] == f"pid {pids['proper']}"], ended
     finally:
         _thaw(frozen)
     deadline = time.monotonic() + LIVENESS_S
