@@ -89,7 +89,12 @@ def test_clients_that_never_read_cost_bounded_memory(fault_run, token):
     run.wait_event(lambda e: e["kind"] == "started" and e["component"] == "flood", what="flood started")
     sock = run.run_dir / "rlsup.sock"
     sup = run.pid
-    time.sleep(3.0)  # the ring fills (10,000 lines) and the daemon reaches its working size
+    copy = Path(run.tmp) / "flood.copy"
+    deadline = time.monotonic() + 60
+    while not copy.exists() or copy.stat().st_size < 20_000 * 73:  # the ring (10,000 lines) fills
+        assert time.monotonic() < deadline, "the flood never wrote 20,000 lines"
+        time.sleep(0.1)
+    time.sleep(1.0)  # and the daemon reaches its working size
     baseline = _rss(sup)
     sampler = Sampler(sup)
     try:
@@ -104,7 +109,7 @@ def test_clients_that_never_read_cost_bounded_memory(fault_run, token):
                 sent = i
         except (TimeoutError, OSError):
             pass  # the daemon stopped reading our requests: back-pressure, as it should
-        time.sleep(3.0)
+        time.sleep(2.0)  # the daemon reads what it will of them (the sampler sees the peak)
         greedy_peak = sampler.peak - baseline
         assert run.status(timeout=30)["components"]["flood"]["state"] == "running"
         greedy.close()
@@ -119,7 +124,13 @@ def test_clients_that_never_read_cost_bounded_memory(fault_run, token):
             s.sendall(protocol.encode({"id": 1, "op": "hello", "version": protocol.VERSION, "client": f"s{i}"})
                       + protocol.encode({"id": 2, "op": "subscribe", "lines": 0}))
             stuck.append(s)
-        time.sleep(8.0)
+        time.sleep(8.0)  # the daemon's fan-out to a thousand clients takes a while to fill each one's share
+        # The reading client is served all the while (polled: on shared cores the fan-out is slower).
+        deadline = time.monotonic() + 60
+        while len(reader.by_seq.get("flood") or {}) <= 10_000:
+            assert time.monotonic() < deadline, \
+                f"the reading subscriber got only {len(reader.by_seq.get('flood') or {})} lines"
+            time.sleep(0.2)
         subs_peak = sampler.peak - baseline
         st = run.status(timeout=30)  # a client that reads is still served
         assert st["components"]["flood"]["state"] == "running"
@@ -133,7 +144,6 @@ def test_clients_that_never_read_cost_bounded_memory(fault_run, token):
     # The reading client was served throughout: every line it was sent is in order, and what it
     # was not sent it was told about (a gap it can refill), nothing silently missing.
     got = reader.by_seq.get("flood") or {}
-    assert len(got) > 10_000, f"the reading subscriber got only {len(got)} lines"
     told = set()
     for _c, a, b in reader.gaps:
         told.update(range(a, b))

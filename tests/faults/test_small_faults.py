@@ -62,16 +62,13 @@ def test_sighup_as_the_stop_signal_reaches_the_component(fault_run, token):
     while not (log.exists() and "up" in log.read_text()):  # its handler is installed
         assert time.monotonic() < deadline, "trap never said it was up"
         time.sleep(0.05)
-    t0 = time.monotonic()
     for n in ("trap", "plain"):
         r = run.cli("stop", n)
         assert r.returncode == 0, r.stderr
     exits = {n: run.wait_event(lambda e, n=n: e["kind"] == "exited" and e["component"] == n, what=f"{n} exited")
              for n in ("trap", "plain")}
-    took = time.monotonic() - t0
     assert exits["trap"]["exit_code"] == 0, exits["trap"]  # its handler ran
     assert exits["plain"]["signal"] == "SIGHUP", exits["plain"]  # the default action, not SIGKILL 30 s later
-    assert took < 25, f"the stop took {took:.1f}s: SIGHUP was ignored and SIGKILL ended it"
     assert "got SIGHUP" in (run.run_dir / "logs" / "trap.log").read_text()
     assert run.down().returncode == 0
     assert_no_orphans(token, run.run_dir)
@@ -101,8 +98,12 @@ def test_the_stop_signal_reaches_each_process_once(fault_run, token):
     assert r.returncode == 0, r.stderr
     ex = run.wait_event(lambda e: e["kind"] == "exited" and e["component"] == "server", what="exited")
     run.wait_event(lambda e: e["kind"] == "stopped" and e["component"] == "server", what="stopped")
-    time.sleep(2.0)  # the workers' graceful exits
-    text = log.read_text()
+    # The root waits for both workers before it exits, and its monitor drains the pipe before the
+    # exit is recorded: every line the tree printed is in the log by now. (Polled all the same.)
+    deadline = time.monotonic() + LIVENESS_S
+    while (text := log.read_text()).count("SIGTERM #1") < 3:
+        assert time.monotonic() < deadline, f"not every process reported its SIGTERM:\n{text}"
+        time.sleep(0.05)
     assert ex["exit_code"] == 0, (ex, text)
     assert text.count("SIGTERM #1") == 3, text
     assert "SIGTERM #2" not in text, f"a process got the stop signal twice:\n{text}"
@@ -229,7 +230,7 @@ name: busy
 components:
   impostor_target:
     command: ["sleep", "100000"]
-    ready: {http: "http://127.0.0.1:%(busy)d/health", timeout: 5}
+    ready: {http: "http://127.0.0.1:%(busy)d/health", timeout: 2}
     restart: {policy: never}
   honest:
     command: ["{py}", "%(server)s", "%(own)d", "{tmp}/never"]

@@ -1,12 +1,13 @@
 """Issue 15, measured as fault tests: training outlives the supervisor.
 
-- ``kill -9`` of the supervisor N times (20 by default; ``RLSUP_FAULT_KILLS``) while a component
-  floods numbered lines and steps: no component killed, no restart caused, no line missing on disk
-  (against the child's own copy), in ``rlsup logs`` or at a subscriber that reconnects by sequence
-  number; each adoption's time to ``adopted`` is reported.
-- ``SIGSTOP`` of the supervisor (10 s by default, ``RLSUP_FAULT_SIGSTOP_S=30`` for the issue's
-  figure): the flooding child is not slowed, and no ``stall`` flag is raised for the supervisor's
-  own pause (fault 8 of issue 16).
+- ``kill -9`` of the supervisor N times (6 by default; ``RLSUP_FAULT_KILLS=20`` for the issue's
+  figure) while a component floods numbered lines and steps: no component killed, no restart
+  caused, no line missing on disk (against the child's own copy), in ``rlsup logs`` or at a
+  subscriber that reconnects by sequence number; each adoption's time to ``adopted`` is reported.
+- ``SIGSTOP`` of the supervisor (5 s by default, ``RLSUP_FAULT_SIGSTOP_S=30`` for the issue's
+  figure): the flooding child keeps writing (more than a pipe could hold, at no less than half its
+  pace with the supervisor running), ``rlsup status`` says the daemon did not answer, and no
+  ``stall`` flag is raised for the supervisor's own pause (fault 8 of issue 16).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
+from rlsup.supervisor.shim import PIPE_SIZE
 from tests.faults import harness
 from tests.faults.harness import (
     LIVENESS_S,
@@ -35,12 +37,12 @@ from tests.faults.harness import (
 # the `from conftest import ...` of other test modules).
 fault_run, token = harness.fault_run, harness.token
 
-KILLS = int(os.environ.get("RLSUP_FAULT_KILLS", "20"))
-SIGSTOP_S = float(os.environ.get("RLSUP_FAULT_SIGSTOP_S", "10"))
+KILLS = int(os.environ.get("RLSUP_FAULT_KILLS", "6"))
+SIGSTOP_S = float(os.environ.get("RLSUP_FAULT_SIGSTOP_S", "5"))
 
 FLOOD = """
 name: crash
-logs: {max_bytes: 4000000, backups: 50, ring_lines: 400000}
+logs: {max_bytes: 2000000, backups: 50, ring_lines: 400000}
 components:
   trainer:
     command: ["{py}", "%(numbered)s", "--copy", "{tmp}/trainer.copy", "--rate", "%(rate)s", "--steps", "1000",
@@ -82,7 +84,7 @@ def test_kill_9_of_the_supervisor_during_a_flood(fault_run, token):
     adoption_s, up_s = [], []
     try:
         for _ in range(KILLS):
-            time.sleep(rng.uniform(0.3, 1.2))
+            time.sleep(rng.uniform(0.2, 0.8))
             seq = run.events()[-1]["seq"]
             old = run.pid
             os.kill(old, signal.SIGKILL)
@@ -124,6 +126,7 @@ def test_kill_9_of_the_supervisor_during_a_flood(fault_run, token):
     per_attempt = assert_no_lost_line(run.run_dir, "trainer", copy)
     assert per_attempt == {1: total}
     rotated = len(list((run.run_dir / "logs").glob("trainer.log.*")))
+    assert rotated >= 1, "the flood never rotated the log: the check above did not cross a rotation"
     # `rlsup logs`: the last lines, exactly.
     assert tail.returncode == 0, tail.stderr
     want_tail = copy.read_bytes().decode().splitlines()[-5000:]
@@ -156,32 +159,35 @@ def test_sigstop_of_the_supervisor_does_not_slow_the_child(fault_run, token):
     line_bytes = len(b"a1 000000001 " + b"x" * 60 + b"\n")
     _wait(lambda: _lines_in(copy) > 0, "the trainer's first lines")
     _wait(lambda: run.status()["components"]["trainer"]["step"], "a first step")
-    time.sleep(1.0)
-    # Lines per second in a window with the supervisor running, then in one with it stopped.
-    a = _lines_in(copy)
-    time.sleep(min(SIGSTOP_S, 5.0))
-    normal = (_lines_in(copy) - a) / line_bytes * SIGSTOP_S / min(SIGSTOP_S, 5.0)
     sup = run.pid
     seq = run.events()[-1]["seq"]
     os.kill(sup, signal.SIGSTOP)
     try:
-        a = _lines_in(copy)
-        t0 = time.monotonic()
+        a, t0 = _lines_in(copy), time.monotonic()
         st = run.cli("status", timeout=30)  # a stopped daemon: a clear answer, not a traceback or a hang
         assert st.returncode == 1 and "did not answer in time" in st.stderr, st.stderr
         assert "Traceback" not in st.stderr
         time.sleep(max(0.0, SIGSTOP_S - (time.monotonic() - t0)))
         stopped = (_lines_in(copy) - a) / line_bytes
+        stopped_s = time.monotonic() - t0
     finally:
         os.kill(sup, signal.SIGCONT)
-    figure("sigstop_of_the_supervisor", stop_s=SIGSTOP_S, target_rate=rate, lines_normal=int(normal),
-           lines_while_stopped=int(stopped), ratio=round(stopped / normal, 3))
-    # Not slowed: a paced writer keeps its pace (generous: the machine's 2 cores are shared).
-    assert stopped >= 0.8 * normal, (stopped, normal)
-    assert stopped >= 0.5 * rate * SIGSTOP_S, (stopped, rate)
-    # The supervisor catches up and does not blame the component for its own pause.
+    # The supervisor catches up and does not blame the component for its own pause: no stall flag
+    # within a wait longer than stall_after (3 s), in which the child's pace with the supervisor
+    # running is measured too (once the supervisor answers again, i.e. has caught up).
     st = run.wait_status(lambda s: s["components"]["trainer"]["state"] == "running", what="running")
-    time.sleep(4.0)  # longer than stall_after: a misjudged pause would be flagged by now
+    time.sleep(1.0)
+    a, t0 = _lines_in(copy), time.monotonic()
+    time.sleep(3.0)
+    normal = (_lines_in(copy) - a) / line_bytes / (time.monotonic() - t0)
+    figure("sigstop_of_the_supervisor", stop_s=round(stopped_s, 1), target_rate=rate,
+           lines_per_s_running=int(normal), lines_per_s_stopped=int(stopped / stopped_s),
+           ratio=round(stopped / stopped_s / normal, 3))
+    # Not held up: the child wrote far more than the pipe to its monitor holds (were the supervisor
+    # in the way, it would have blocked once the pipe was full), and it kept its pace (compared with
+    # its pace with the supervisor running; generous, as the 2 cores are shared with other work).
+    assert stopped * line_bytes > 2 * PIPE_SIZE, (stopped, PIPE_SIZE)
+    assert stopped / stopped_s >= 0.5 * normal, (stopped / stopped_s, normal)
     flags = [e for e in run.events() if e["seq"] > seq and e["kind"] == "flag"]
     assert not [f for f in flags if f.get("type") == "stall"], flags
     assert "stall" not in (run.status()["components"]["trainer"]["flags"] or []), st
