@@ -329,7 +329,8 @@ def need_root(what: str) -> None:
 @pytest.fixture
 def small_disk(tmp_path):
     """A 2 MiB tmpfs (skipped, saying why, where mounting is not possible)."""
-    need_root("to mount a 2 MiB tmpfs")
+    need_root("to mount a 2 MiB tmpfs; as a user, `unshare --user --map-root-user --mount python -m pytest "
+              "tests/faults/test_disk_full.py` gives it a private one")
     if shutil.which("mount") is None or shutil.which("umount") is None:
         pytest.skip("no mount/umount on this machine: cannot mount a 2 MiB tmpfs")
     mnt = tmp_path / "disk"
