@@ -8,10 +8,10 @@ the monitor's pipe open (a careless daemon), the other's closes its descriptors 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -255,13 +255,21 @@ def test_down_names_the_process_it_could_not_end(fault_run, token, tracking, tmp
         assert not alive(pids["careless"])
         ended = [e for e in run.events() if e["kind"] == "run_ended"][-1]
         assert [w for w in ended["left"] if w.split(" (")[0] == f"pid {pids['proper']}"], ended
-    finally:
         _thaw(frozen)
-    deadline = time.monotonic() + LIVENESS_S
-    while alive(pids["proper"]):
-        assert time.monotonic() < deadline, "the thawed escapee did not die of its pending SIGKILL"
-        time.sleep(0.1)
-    # With the stubborn process gone, nothing else of the run is left either.
-    assert_no_orphans(token, run.run_dir)
-    journal(run.run_dir)
-    subprocess.run(["rmdir", str(frozen)], capture_output=True)
+        deadline = time.monotonic() + LIVENESS_S
+        while alive(pids["proper"]):
+            assert time.monotonic() < deadline, "the thawed escapee did not die of its pending SIGKILL"
+            time.sleep(0.1)
+        # With the stubborn process gone, nothing else of the run is left either.
+        assert_no_orphans(token, run.run_dir)
+        journal(run.run_dir)
+    finally:
+        # Whatever happened: nothing stays frozen, and the freezer cgroup goes once it is empty.
+        _thaw(frozen)
+        with contextlib.suppress(OSError):
+            os.kill(pids["proper"], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while frozen.exists() and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                frozen.rmdir()
+            time.sleep(0.1)
