@@ -100,6 +100,7 @@ class Component:
         self._timers: list[asyncio.TimerHandle] = []
         self._progress_dirty = False
         self.prev_pids: dict[int, float | None] = {}  # the previous attempt's processes and start times (GPU hygiene)
+        self.unended: dict[int, float | None] = {}  # processes a cleanup could not end (pid -> start time)
         self.watch_info: dict[str, dict[str, Any]] = {}  # watch path -> {step, mtime}
         self.checkpoint_info: dict[str, Any] | None = None
         self.flags_this_attempt: set[str] = set()
@@ -372,10 +373,15 @@ class Component:
         att.members()  # note the start time of whatever is still there
         self.prev_pids = {att.pid: None, **att.members_seen}  # the root always (it may have died at once)
         if left:
-            att.signal(getattr(signal_mod, self.cfg.stop.signal))
-            for p in left:
-                with contextlib.suppress(OSError):
-                    os.kill(p, getattr(signal_mod, self.cfg.stop.signal))
+            sig = getattr(signal_mod, self.cfg.stop.signal)
+            if sig not in att.signalled:  # not stopped by us (it crashed): what is left gets the stop signal
+                att.signal(sig)
+            sent = att.signalled.setdefault(sig, set())
+            for p in left:  # each process once: a second SIGTERM or SIGINT means "force" to many programs
+                if p not in sent:
+                    with contextlib.suppress(OSError):
+                        os.kill(p, sig)
+                    sent.add(p)
             deadline = clock.monotonic() + self.cfg.stop.timeout
             while clock.monotonic() < deadline and any(_alive(p) for p in left + att.members()):
                 await asyncio.sleep(0.05)
@@ -387,6 +393,13 @@ class Component:
         deadline = clock.monotonic() + MONITOR_GONE_S
         while att.monitor_alive() and clock.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
+        # the end of the run names it instead of claiming that nothing is left.
+        for p in set(left) | set(att.members_seen):
+            if _alive(p):
+                self.unended[p] = att.members_seen.get(p)
+        if att.monitor_alive():
+            self.unended[att.monitor_pid] = None
         self.read_output()
         att.remove_cgroup()
         self.ctx.unwatch_monitor(att)

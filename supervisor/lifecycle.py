@@ -352,6 +352,8 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
             if rules.alive:
                 fx.append(Probe("alive"))
             return _arm_healthy(life, rules, fx)
+        if rules.ready_probe is None:  # taken over before its start was recorded as ready: nothing to wait for
+            return _became_ready(life, now, rules, fx, "started (no readiness probe)")
         fx.append(Probe("ready"))
         return life, fx
 

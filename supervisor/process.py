@@ -27,6 +27,7 @@ import signal as signal_mod
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ ENV_RUN_DIR = "RLSUP_RUN_DIR"
 ENV_COMPONENT = "RLSUP_COMPONENT"
 ENV_ATTEMPT = "RLSUP_ATTEMPT"
 START_TIMEOUT_S = 30.0
+MAX_INFLIGHT_STARTS = 32
 
 
 def set_child_subreaper() -> bool:
@@ -207,6 +209,7 @@ class Attempt:
     exit: dict[str, Any] | None = None  # the record's exit fields once the command exited
     monitor_gone: bool = False
     members_seen: dict[int, float | None] = field(default_factory=dict)  # pid -> start time (identity)
+    signalled: dict[int, set[int]] = field(default_factory=dict)  # signal -> the pids it reached
 
     def open_pidfd(self) -> int | None:
         """A pidfd for the monitor (readable once it exits); None where the kernel has none."""
@@ -223,14 +226,16 @@ class Attempt:
                 os.close(self.pidfd)
             self.pidfd = None
 
-    def members(self) -> list[int]:
-        """Every live process of the attempt (not the monitor itself)."""
+    def members(self, children: dict[int, list[int]] | None = None) -> list[int]:
+        """Every live process of the attempt (not the monitor itself). ``children`` is a pid ->
+        children map to use (default: :func:`children_map`, at most :data:`CHILDREN_MAX_AGE_S` old)."""
         pids: set[int] = set()
         if self.cgroup:
             # Every process the command started is in its cgroup, whatever it did: no need to walk /proc.
             pids.update(shim.cgroup_pids(self.cgroup))
-        elif not self.monitor_gone:
-            pids.update(shim.descendants(self.monitor_pid))
+        # An empty cgroup may also mean that the child could not join it: look at the monitor's subtree then.
+        if not self.monitor_gone and not pids:
+            pids.update(_descendants(self.monitor_pid, children_map() if children is None else children))
         pids.discard(self.monitor_pid)
         live = [p for p in pids if pid_alive(p)]
         for p in live:
@@ -242,15 +247,24 @@ class Attempt:
         return live
 
     def signal(self, signum: int) -> None:
-        """Signal the process group and every member (a member may have left the group)."""
+        """Signal the process group and every member outside it (a member may have left the group).
+        Each process gets the signal once: to many programs a second SIGINT or SIGTERM in a row
+        means "stop now, skip the graceful part"."""
+        sent = self.signalled.setdefault(signum, set())
         with contextlib.suppress(OSError):
             os.killpg(self.pid, signum)
         if self.cgroup and signum == signal_mod.SIGKILL:
             with contextlib.suppress(OSError), open(os.path.join(self.cgroup, "cgroup.kill"), "w") as f:
                 f.write("1")
         for p in self.members():
-            with contextlib.suppress(OSError):
-                os.kill(p, signum)
+            try:
+                in_group = os.getpgid(p) == self.pid
+            except OSError:
+                in_group = False
+            if not in_group:  # the group got it from killpg
+                with contextlib.suppress(OSError):
+                    os.kill(p, signum)
+            sent.add(p)
 
     def finish(self) -> None:
         """Tell the monitor to end what is left, drain, remove its record and exit."""
@@ -282,6 +296,33 @@ class Attempt:
         if self.cgroup and not shim.cgroup_pids(self.cgroup):
             with contextlib.suppress(OSError):
                 os.rmdir(self.cgroup)
+
+
+CHILDREN_MAX_AGE_S = 0.2
+_children: tuple[float, dict[int, list[int]]] = (-1e9, {})
+
+
+def children_map(max_age: float = CHILDREN_MAX_AGE_S) -> dict[int, list[int]]:
+    """pid -> child pids of every process, from one pass over /proc reused for ``max_age`` seconds.
+
+    A run with a thousand components asks for its attempts' members a thousand times in a row (a
+    stop of all of them, a resources sample); one pass over /proc per question made that quadratic
+    (minutes for 1,000 components). A process forked since the pass is found by the next one, and
+    the monitor kills whatever is left of its subtree when it finishes."""
+    global _children
+    now = time.monotonic()
+    if now - _children[0] > max_age:
+        _children = (now, shim._children_map())
+    return _children[1]
+
+
+def _descendants(root: int, children: dict[int, list[int]]) -> list[int]:
+    out, frontier = [], [root]
+    while frontier:
+        for c in children.get(frontier.pop(), ()):
+            out.append(c)
+            frontier.append(c)
+    return out
 
 
 def attempt_from_record(rec: dict[str, Any], path: Path) -> Attempt:
@@ -333,6 +374,9 @@ class Monitors:
         self._zygote: subprocess.Popen[bytes] | None = None
         self._zygote_failed: str | None = None
         self._lock = asyncio.Lock()
+        # Starts in flight (sent, not answered): the zygote forks one monitor at a time, so without a
+        # bound a burst of thousands queues behind it past START_TIMEOUT_S, two descriptors each.
+        self._inflight = asyncio.Semaphore(MAX_INFLIGHT_STARTS)
 
     def _start_zygote(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -349,18 +393,22 @@ class Monitors:
     async def start(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Start one attempt; the monitor's answer (``pid``, ``shim_pid``, start times). Raises
         :class:`StartError` with the reason when the command could not be started."""
-        try:
-            return await self._start(spec)
-        except (OSError, asyncio.TimeoutError, TimeoutError, ValueError) as e:  # never leave a start hanging
-            what = f"the monitor did not answer within {START_TIMEOUT_S:g}s" if isinstance(
-                e, (asyncio.TimeoutError, TimeoutError)) else f"could not start a monitor: {e}"
-            raise StartError({"error": what, "type": "MonitorError", "errno": getattr(e, "errno", None)}) from e
+        async with self._inflight:
+            try:
+                return await self._start(spec)
+            except (OSError, asyncio.TimeoutError, TimeoutError, ValueError) as e:  # never leave a start hanging
+                what = f"the monitor did not answer within {START_TIMEOUT_S:g}s" if isinstance(
+                    e, (asyncio.TimeoutError, TimeoutError)) else f"could not start a monitor: {e}"
+                raise StartError({"error": what, "type": "MonitorError", "errno": getattr(e, "errno", None)}) from e
 
     async def _start(self, spec: dict[str, Any]) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        r, w = os.pipe2(os.O_CLOEXEC)
+        r = w = -1
         try:
             async with self._lock:
+                # The reply pipe only once it is our turn: thousands of starts queued at once must not
+                # hold two descriptors each while they wait (EMFILE).
+                r, w = os.pipe2(os.O_CLOEXEC)
                 sent = False
                 if self._zygote_failed is None:
                     for _ in range(2):
@@ -368,7 +416,10 @@ class Monitors:
                             if self._sock is None or (self._zygote is not None and self._zygote.poll() is not None):
                                 self._start_zygote()
                             assert self._sock is not None
-                            shim.send_request(self._sock, spec, w)
+                            # On a thread: the zygote forks one monitor at a time, and a burst of
+                            # starts (a thousand components) would otherwise block the loop on a
+                            # full socket for as long as all the forks take.
+                            await loop.run_in_executor(None, shim.send_request, self._sock, spec, w)
                             sent = True
                             break
                         except OSError as e:
@@ -384,7 +435,8 @@ class Monitors:
         finally:
             if w >= 0:
                 os.close(w)
-            os.close(r)
+            if r >= 0:
+                os.close(r)
         if not raw:
             raise StartError({"error": "the monitor died before it answered", "type": "MonitorError"})
         reply = json.loads(raw)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import detectors
+from . import detectors, shim
 from . import events as ev
 from . import lifecycle as lc
 from . import state as state_mod
@@ -39,6 +39,7 @@ from .process import (
     Cgroups,
     Monitors,
     attempt_from_record,
+    children_map,
     find_marked,
     is_monitor_of,
     pid_alive,
@@ -67,6 +68,7 @@ RESOURCES_SAMPLE_S = 5.0
 DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
 DEPENDENCY_FLAG_AFTER_S = 15.0  # a dependency restarting for less than this is not flagged
 POLL_S = 0.5  # where inotify is unavailable
+EVALUATE_EVERY_S = 0.05  # at most this often, the run re-judges every component (dependencies, the end)
 
 Subscriber = Callable[[dict[str, Any]], None]
 
@@ -119,10 +121,14 @@ class Run:
         self._by_pidfd: dict[int, tuple[Component, Attempt]] = {}
         self._by_record: dict[str, tuple[Component, Attempt]] = {}
         self._eval_scheduled = False
+        self._evaluated_at = -1e9
+        self._evaluate_cost = 0.0
+        self._order: list[str] | None = None
         self._final_at: dict[str, float] = {}
         self._progress_pending: set[str] = set()
         self._state_dirty = False
         self._state_written_at = 0.0
+        self._state_write_cost = 0.0
         self._state_timer: asyncio.TimerHandle | None = None
         self._read_pending: set[str] = set()
         self._read_paused = False
@@ -167,9 +173,10 @@ class Run:
                 "the rlsup version that started it, or stop it with that version's `rlsup down`.")
         self._adopt = live
         owned: set[int] = set()
+        children = children_map(max_age=0.0)  # fresh: what is not owned now is ended below
         for path, rec in live:
             att = attempt_from_record(rec, path)
-            owned.update(att.members())
+            owned.update(att.members(children))
             owned.add(att.monitor_pid)
         prev = self.lock.previous
         left = [p for p in find_marked(str(self.paths.root)) if p.pid not in owned]
@@ -352,8 +359,30 @@ class Run:
             await asyncio.sleep(0.02)
 
     def _last_net(self) -> list[str]:
-        """Nothing marked with this run may outlive it; returns what could not be ended."""
+        """Nothing of this run may outlive it; returns what could not be ended. "Of this run": marked
+        with it, left in one of its cgroups, or a process a component's cleanup could not end (which
+        no longer has a monitor above it, nor perhaps a marker)."""
+        import psutil
+
         left = find_marked(str(self.paths.root))
+        pids = {p.pid for p in left}
+        candidates: dict[int, float | None] = {}
+        for c in self.components.values():
+            candidates.update(c.unended)
+        if self.cgroups is not None and self.cgroups.base is not None:
+            for d in self.cgroups.base.glob("*"):
+                candidates.update(dict.fromkeys(shim.cgroup_pids(str(d))))
+        for pid, started in candidates.items():
+            if pid in pids or pid == os.getpid() or not pid_alive(pid):
+                continue
+            try:
+                p = psutil.Process(pid)
+                if started is not None and abs(p.create_time() - started) > 0.01:
+                    continue  # the pid was reused: not ours
+            except psutil.Error:
+                continue
+            left.append(p)
+            pids.add(pid)
         survivors = terminate_processes(left, signal_mod.SIGKILL, 1.0) if left else []
         if self.cgroups is not None:
             self.cgroups.remove_empty()
@@ -438,25 +467,42 @@ class Run:
             self._final_at.pop(comp.name, None)
         if not self._eval_scheduled and self.loop is not None:
             self._eval_scheduled = True
-            self.loop.call_soon(self._evaluate)
+            # One evaluation looks at every component; a burst of changes (a thousand components
+            # starting or ending one after the other) is judged in batches, not once per change.
+            every = max(EVALUATE_EVERY_S, 5 * self._evaluate_cost)  # at most ~20% of the loop's time
+            wait = every - (self.loop.time() - self._evaluated_at)
+            if wait > 0:
+                self.loop.call_later(wait, self._evaluate)
+            else:
+                self.loop.call_soon(self._evaluate)
 
     def _seen(self) -> dict[str, detectors.Seen]:
-        out = {}
-        for n, c in self.components.items():
-            st = self.state["components"].get(n, {})
-            out[n] = detectors.Seen(n, c.state, c.attempt, reason=st.get("reason"), cause=c.life.cause,
-                                    ended_at=self._final_at.get(n), started_at=c.life.started_at,
-                                    ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at)
-        return out
+        return {n: self._seen_one(n, c) for n, c in self.components.items()}
+
+    def _seen_one(self, n: str, c: Component) -> detectors.Seen:
+        st = self.state["components"].get(n, {})
+        return detectors.Seen(n, c.state, c.attempt, reason=st.get("reason"), cause=c.life.cause,
+                              ended_at=self._final_at.get(n), started_at=c.life.started_at,
+                              ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at)
 
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
         A loop, not recursion: a 2,000-long dependency chain must not exhaust the stack."""
         self._eval_scheduled = False
+        t0 = time.monotonic()
+        try:
+            self._evaluate_all()
+        finally:
+            self._evaluate_cost = time.monotonic() - t0
+            self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
+
+    def _evaluate_all(self) -> None:
+        if self._order is None:
+            self._order = self.cfg.topo_order()
         for _ in range(len(self.components) + 2):
             seen = self._seen()
             moved = False
-            for n in self.cfg.topo_order():
+            for n in self._order:
                 c = self.components[n]
                 if c.state != "pending" or c.life.want != "run" or c.life.spawning or self._shutting_down:
                     continue
@@ -464,7 +510,7 @@ class Run:
                 c.handle(detectors.gate(n, self.cfg, seen))
                 if (c.state, c.life.waiting) != before:
                     moved = True
-                    seen = self._seen()
+                    seen[n] = self._seen_one(n, c)  # only it moved (its effects run later)
             if not moved:
                 break
         self._eval_scheduled = False
@@ -708,7 +754,10 @@ class Run:
     def _mark_state_dirty(self) -> None:
         self._state_dirty = True
         if self._state_timer is None and self.loop is not None:
-            delay = max(0.0, STATE_WRITE_MIN_S - (time.monotonic() - self._state_written_at))
+            # At most twice a second, and never more than ~10% of the loop's time (a thousand
+            # components make each write cost tens of milliseconds).
+            every = max(STATE_WRITE_MIN_S, 10 * self._state_write_cost)
+            delay = max(0.0, every - (time.monotonic() - self._state_written_at))
             self._state_timer = self.loop.call_later(delay, self._write_state)
 
     def _write_state(self, force: bool = False) -> None:
@@ -716,13 +765,14 @@ class Run:
         if not self._state_dirty and not force:
             return
         self._state_dirty = False
-        self._state_written_at = time.monotonic()
+        t0 = self._state_written_at = time.monotonic()
         if self.journal is not None and self.journal.pending:
             self.journal.flush()  # a disk that had no room may have room again
         try:
             write_json_atomic(self.paths.state, self.snapshot_state(with_positions=True))
         except OSError:
             pass  # disk trouble is flagged by the monitors; state.json catches up later
+        self._state_write_cost = time.monotonic() - t0
 
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
         out = state_mod.view(self.state, self.clock.time())

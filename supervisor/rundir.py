@@ -16,6 +16,10 @@ from typing import Any
 LOCK_NAME = "rlsup.lock"
 SOCK_NAME = "rlsup.sock"
 MONITORS = "monitors"
+SUPERVISOR_LOG = "supervisor.log"  # the daemon's stdout and stderr
+# Files rlsup itself opens in a run dir; none may be a link or belong to another user (nor may
+# anything in logs/ or monitors/, nor the temporary files of atomic writes).
+OWN_FILES = ("events.jsonl", "state.json", LOCK_NAME, SOCK_NAME, SUPERVISOR_LOG)
 
 
 class UnsafeRunDir(Exception):
@@ -80,10 +84,20 @@ class RunPaths:
             except FileExistsError:
                 pass
             check_owned_dir(sub)
+        # Whoever could write here before it was tightened may have planted links or files.
+        entries = [self.root / n for n in OWN_FILES]
+        entries += [self.root / n for n in os.listdir(self.root) if n.startswith(".") and ".tmp." in n]
+        for sub in (self.logs, self.monitors):
+            entries += [sub / n for n in os.listdir(sub)]
+        for p in entries:
+            check_owned_entry(p)
 
 
 def check_parent(parent: Path) -> None:
     st = os.stat(parent)
+    if st.st_uid not in (os.geteuid(), 0):
+        raise UnsafeRunDir(f"{parent} belongs to another user ({_user(st.st_uid)}), who could rename the run dir "
+                           "and put their own in its place: choose a run_dir elsewhere")
     if st.st_mode & 0o002 and not st.st_mode & 0o1000:
         raise UnsafeRunDir(f"{parent} is writable by every user without the sticky bit: another user could "
                            "replace the run dir; choose a run_dir elsewhere")
@@ -102,17 +116,36 @@ def check_owned_dir(path: Path) -> None:
     if not stat_mod.S_ISDIR(st.st_mode):
         raise UnsafeRunDir(f"{path} exists and is not a directory")
     if st.st_uid != os.geteuid():
-        import pwd
-
-        try:
-            owner = pwd.getpwuid(st.st_uid).pw_name
-        except KeyError:
-            owner = str(st.st_uid)
-        raise UnsafeRunDir(f"{path} belongs to user {owner}, not to you: it could hold links or files they "
-                           "control; choose another run_dir (or remove it)")
+        raise UnsafeRunDir(f"{path} belongs to user {_user(st.st_uid)}, not to you: it could hold links or files "
+                           "they control; choose another run_dir (or remove it)")
     if st.st_mode & 0o022:
         # Ours but writable by others: tighten it (the run's own logs must not be readable either).
         os.chmod(path, 0o700, follow_symlinks=False)
+
+
+def check_owned_entry(path: Path) -> None:
+    """A file rlsup opens in a run dir: absent, or ours and not a link."""
+    import stat as stat_mod
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat_mod.S_ISLNK(st.st_mode):
+        raise UnsafeRunDir(f"{path} is a symbolic link ({os.readlink(path)}); rlsup does not follow links in a run "
+                           "dir: remove it (and look at who put it there), or choose another run_dir")
+    if st.st_uid != os.geteuid():
+        raise UnsafeRunDir(f"{path} belongs to user {_user(st.st_uid)}, not to you; rlsup does not write to "
+                           "files others control: remove it, or choose another run_dir")
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 class LockHeld(Exception):

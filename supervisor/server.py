@@ -10,9 +10,11 @@ without awaiting a drain; how much a client may fall behind is decided per kind 
 - gauges (progress, gpu) keep only the latest value per component until the next flush.
 
 Memory per client is bounded: a client's replies wait until it has read the previous ones, and a
-client whose backlog passes :data:`MAX_CLIENT_BACKLOG` is disconnected with a reason (it resyncs
-from the journal by ``seq`` when it reconnects). The server sees the run only through
-:class:`RunView` (read-only state, rings, journal position) and its ``command`` entry point.
+client whose backlog passes :meth:`ControlServer.backlog_limit` (:data:`MAX_CLIENT_BACKLOG`, or its
+share of :data:`TOTAL_BACKLOG` when many clients are connected) is disconnected with a reason (it
+resyncs from the journal by ``seq`` when it reconnects); log lines stop at half that limit. The
+server sees the run only through :class:`RunView` (read-only state, rings, journal position) and
+its ``command`` entry point.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from .rundir import RunPaths, sock_address
 FLUSH_S = 0.05
 HIGH_WATER = 1 << 20  # bytes queued to a client above which no more log lines are sent to it
 MAX_CLIENT_BACKLOG = 32 << 20  # bytes queued to one client at which it is given up on
+# ... unless many clients share the run: all of them together may hold TOTAL_BACKLOG, each at least
+# MIN_CLIENT_BACKLOG (a thousand subscribers that never read took the daemon to 1.6 GB otherwise).
+TOTAL_BACKLOG = 128 << 20
+MIN_CLIENT_BACKLOG = 256 << 10
 REPLY_WAIT_S = 60.0  # a client that reads none of its replies for this long is disconnected
 MAX_LINES_PER_PUSH = 5000
 MAX_SNAPSHOT_LINES = 100_000
@@ -103,8 +109,8 @@ class Conn:
         if self.closed:
             return
         self.transport.write(protocol.encode(msg))
-        if self.buffered > MAX_CLIENT_BACKLOG:
-            self.give_up(f"{self.buffered >> 20} MiB behind")
+        if self.buffered > self.server.backlog_limit():
+            self.give_up(f"{self.buffered >> 10} KiB behind")
 
     def give_up(self, why: str) -> None:
         say(f"rlsup: client {self.name} is {why}; disconnecting it (it resyncs from the journal when it "
@@ -227,6 +233,10 @@ class ControlServer:
         self.conns.add(conn)
         await conn.serve()
 
+    def backlog_limit(self) -> int:
+        """How far behind (bytes queued) one client may fall before it is given up on."""
+        return max(MIN_CLIENT_BACKLOG, min(MAX_CLIENT_BACKLOG, TOTAL_BACKLOG // max(1, len(self.conns))))
+
     def drop(self, conn: Conn) -> None:
         big = conn.buffered > HIGH_WATER
         conn.close()
@@ -263,6 +273,8 @@ class ControlServer:
         self._flush_handle = None
         dirty, self._dirty_logs = self._dirty_logs, set()
         behind = False
+        # Log lines only to a client whose backlog leaves room for a push within its limit.
+        high_water = min(HIGH_WATER, self.backlog_limit() // 2)
         for c in list(self.conns):
             if not c.subscribed or c.closed:
                 continue
@@ -273,7 +285,7 @@ class ControlServer:
             if not c.want_logs:
                 continue
             for name in (dirty | {n for n in c.log_next if self._has_more(c, n)}):
-                if c.buffered >= HIGH_WATER:
+                if c.buffered >= high_water or c.closed:
                     behind = True
                     break
                 self._send_lines(c, name)
@@ -295,6 +307,14 @@ class ControlServer:
             c.send({"type": "gap", "component": name, "from_seq": want, "to_seq": ring.first_seq})
             want = ring.first_seq
         start, lines = ring.since(want, MAX_LINES_PER_PUSH)
+        room = self.backlog_limit() // 2
+        if len(lines) > 100 and sum(map(len, lines)) > room:  # one push must not overshoot the limit
+            size = 0
+            for i, line in enumerate(lines):
+                size += len(line) + 4
+                if size > room:
+                    lines = lines[:max(1, i)]
+                    break
         if lines:
             c.send({"type": "logs", "component": name, "seq": start, "lines": self.view.redact_lines(lines)})
         c.log_next[name] = start + len(lines)

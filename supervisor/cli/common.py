@@ -32,17 +32,20 @@ def client_parser(sub: Any, name: str, help: str, description: str, func: Callab
     return p
 
 
-def say(*parts: Any, err: bool = False, end: str = "\n") -> None:
+def say(*parts: Any, err: bool = False, end: str = "\n") -> bool:
     """Print, never raise: a closed pipe (``rlsup events | head``) or a full log file (the daemon's
-    ``supervisor.log`` on a full disk) must not turn into a traceback or stop anything."""
+    ``supervisor.log`` on a full disk) must not turn into a traceback or stop anything. False when
+    the reader went away (a follower then has no one to follow for)."""
     stream = sys.stderr if err else sys.stdout
     try:
         stream.write(" ".join(str(p) for p in parts) + end)
         stream.flush()
     except BrokenPipeError:
         _silence(stream)
+        return False
     except (OSError, ValueError):
         pass
+    return True
 
 
 def _silence(stream: Any) -> None:
@@ -123,6 +126,10 @@ def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int
         return asyncio.run(go())
     except (NotRunning, ProtocolError, RequestFailed, ConnectionError) as e:
         say(f"rlsup: {e}", err=True)
+        return EXIT_FAILED
+    except (asyncio.TimeoutError, TimeoutError):
+        say(f"rlsup: the supervisor of {paths.root} did not answer in time (very busy, or stopped with SIGSTOP?); "
+            "try again", err=True)
         return EXIT_FAILED
 
 

@@ -158,9 +158,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
             say(f"rlsup: no component {args.name!r}; components: {', '.join(comps)}", err=True)
             return EXIT_FAILED
         block = snap["logs"][args.name]
-        say("".join(line + "\n" for line in block["lines"]), end="")
-        if not args.follow:
-            return EXIT_OK
+        if not say("".join(line + "\n" for line in block["lines"]), end="") or not args.follow:
+            return EXIT_OK  # done, or the reader left (`rlsup logs -f X | head`)
         from .follow import Printer
 
         printer = Printer(events=False, logs={args.name}, prefix_logs=False,
@@ -193,9 +192,9 @@ def cmd_events(args: argparse.Namespace) -> int:
     if args.lines is not None:
         events = events[-args.lines:] if args.lines > 0 else []
     width = max([12, *(len(e.get("component") or "") for e in events)])
-    say("".join((json.dumps(e) if args.json else human(e, width=width)) + "\n" for e in events), end="")
-    if not args.follow:
-        return EXIT_OK
+    text = "".join((json.dumps(e) if args.json else human(e, width=width)) + "\n" for e in events)
+    if not say(text, end="") or not args.follow:
+        return EXIT_OK  # done, or the reader left (`rlsup events -f | head`)
     if not _live(paths):
         say("rlsup: no supervisor owns this run; nothing more to follow", err=True)
         return EXIT_OK

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from ..client import Client, NotRunning
-from ..rundir import RunPaths, is_locked, read_owner
+from ..rundir import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
 
-DAEMON_LOG = "supervisor.log"
+DAEMON_LOG = SUPERVISOR_LOG
 READY_TIMEOUT_S = 60.0
 
 
@@ -107,9 +107,12 @@ def display_path(p: Path) -> str:
 
 
 def spawn(config: str, run_dir: Path, extra: list[str]) -> subprocess.Popen[bytes]:
+    """Start the daemon; raises ``rundir.UnsafeRunDir`` (before starting anything) for a run dir
+    another user could influence."""
     paths = RunPaths(run_dir)
     paths.create()
-    log = os.open(paths.root / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    log = os.open(paths.root / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
+                  0o600)
     argv = [sys.executable, "-m", "rlsup.supervisor.cli", "up", str(Path(config).absolute()),
             "--run-dir", str(run_dir), "--headless", "--daemon-child", "--skip-checks", *extra]
     env = dict(os.environ, PYTHONUNBUFFERED="1")

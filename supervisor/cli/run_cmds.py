@@ -141,9 +141,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     extra = ["--gpu", args.gpu] if args.gpu else []
     hint = attach_hint(run_dir)
+    from ..rundir import UnsafeRunDir
+
     try:
         proc = daemon.spawn(args.config, run_dir, extra)
         problem = daemon.wait_ready(proc, run_dir)
+    except (UnsafeRunDir, OSError) as e:
+        say(f"rlsup: {e}", err=True)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         # The daemon is in its own session: the interrupt did not reach it. Say where the run is.
         say(f"\nrlsup: interrupted while the supervisor started; the run goes on in the background.\n"
@@ -344,8 +349,13 @@ def cmd_down(args: argparse.Namespace) -> int:
         while (is_locked(paths) or (sup_pid and pid_alive(sup_pid))) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         left = await asyncio.get_running_loop().run_in_executor(None, leftovers, paths)
+        # What the supervisor itself could not end (it may have no marker, monitor or record left).
+        said = {w.split(" (")[0] for w in left}
+        left += [w for w in (printer.ended or {}).get("left") or [] if w.split(" (")[0] not in said]
         if is_locked(paths):
             left.insert(0, "the supervisor still holds the run dir")
+        elif sup_pid and pid_alive(sup_pid):
+            left.insert(0, f"the supervisor (pid {sup_pid}) released the run dir but is still running")
         if left:
             say(f"rlsup: down, but {len(left)} thing(s) could not be ended:", err=True)
             for what in left:
@@ -422,7 +432,14 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         say(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one with "
             f"`rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)", err=True)
         return EXIT_FAILED
-    proc = daemon.spawn(config, paths.root, [])
+    from ..rundir import UnsafeRunDir
+
+    try:
+        proc = daemon.spawn(config, paths.root, [])
+    except (UnsafeRunDir, OSError) as e:
+        say(f"rlsup: the old supervisor exited, but a new one cannot start: {e}; the components keep running under "
+            f"their monitors (`rlsup up CONFIG --run-dir {paths.root}` takes them over)", err=True)
+        return EXIT_FAILED
     problem = daemon.wait_ready(proc, paths.root)
     if problem is not None:
         say(f"rlsup: {problem}; the components keep running under their monitors. The end of "

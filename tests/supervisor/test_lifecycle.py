@@ -229,6 +229,19 @@ def test_window_and_backoff_use_monotonic_time_only():
     assert s.life.state == "backoff"
 
 
+def test_adopted_while_starting_without_a_readiness_probe_is_ready_at_once():
+    """A supervisor killed between a start and the state file saying "running": its successor must
+    not probe readiness that nothing defines (it asserted, ending the run as an internal error)."""
+    s = Sim()
+    s.feed(lc.Adopted(pid=77, attempt=1, monitor_pid=76, started_at=40.0, ready=False))
+    assert s.life.state == "running" and s.life.ready_at == s.now
+    assert [e.kind for e in s.events()] == ["adopted", "ready"]
+    assert lc.Probe("ready") not in s.effects
+    p = Sim(rules(ready_probe="http http://x"))
+    p.feed(lc.Adopted(pid=77, attempt=1, monitor_pid=76, started_at=40.0, ready=False))
+    assert p.life.state == "starting" and lc.Probe("ready") in p.effects
+
+
 def test_jitter_is_deterministic_per_component_and_attempt():
     a = Sim(rules(restart={"backoff": {"initial": 10, "jitter": 0.5}}))
     b = Sim(rules(restart={"backoff": {"initial": 10, "jitter": 0.5}}))
