@@ -276,6 +276,14 @@ def update_from_disk(engine: Engine, path: Path) -> str:
     return f"loaded weights step {engine.step} from {path}"
 
 
+class Server(ThreadingHTTPServer):
+    """One thread per request. The listen backlog is sized for an orchestrator's burst of concurrent
+    requests (socketserver's default of 5 makes a 16-request burst wait on SYN retries)."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
@@ -309,8 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         steplog.log(f"Loading {source}")
         hf = HFGenerator(source, args.device)
     engine = Engine(args.seed, args.total_steps, hf)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, args.model_name))
-    server.daemon_threads = True
+    server = Server((args.host, args.port), make_handler(engine, args.model_name))
     steplog.log(f"Listening on http://{args.host}:{args.port} (model {args.model_name})")
     chaos.start_timers()
 
