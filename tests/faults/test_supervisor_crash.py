@@ -83,10 +83,14 @@ def test_kill_9_of_the_supervisor_during_a_flood(fault_run, token):
     rng = random.Random(15)
     adoption_s, up_s = [], []
     try:
+        def attached() -> int:
+            return sum(1 for st, _ in sub.statuses if st == "attached")
+
         for _ in range(KILLS):
             time.sleep(rng.uniform(0.2, 0.8))
             seq = run.events()[-1]["seq"]
             old = run.pid
+            before = attached()
             os.kill(old, signal.SIGKILL)
             _wait(lambda o=old: not alive(o), "the supervisor to die")
             t0 = time.time()
@@ -96,6 +100,9 @@ def test_kill_9_of_the_supervisor_during_a_flood(fault_run, token):
                                      what="adopted")
             adoption_s.append(adopted["ts"] - t0)
             assert adopted["pid"] == started["pid"] and adopted["attempt"] == 1, adopted
+            # The next kill only once the subscriber is back (else it may never meet this supervisor, and
+            # its resume from a sequence number across each kill would go untested).
+            _wait(lambda b=before: attached() > b, "the subscriber to reattach")
         (Path(run.tmp) / "enough").touch()
         done = run.wait_event(lambda e: e["kind"] in ("completed", "fatal", "restart_scheduled")
                               and e["component"] == "trainer", what="the trainer to finish")
