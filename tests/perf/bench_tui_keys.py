@@ -259,6 +259,7 @@ def measure_keys(v: Variant, work: Path, n: int, rate: int, presses: int, warmup
     run_dir = work / f"run-flood-{v.label}-{tag}"
     tmux, tui, daemon = v.session(cfg, run_dir)
     lat: list[float] = []
+    by_state: dict[str, list[float]] = {"follow": [], "paused": []}  # by what the press turned the pane into
     missed = 0
     try:
         try:
@@ -277,9 +278,10 @@ def measure_keys(v: Variant, work: Path, n: int, rate: int, presses: int, warmup
                 row = title_row(tmux)
             else:
                 lat.append(took)
+                by_state.setdefault(state or "?", []).append(round(1000 * took, 2))
         wall = time.monotonic() - t0
         lines = sum(1 for _ in open(run_dir / "logs" / "c1.log", "rb"))
-        return {"latencies_ms": [round(1000 * x, 2) for x in lat], "missed": missed,
+        return {"latencies_ms": [round(1000 * x, 2) for x in lat], "missed": missed, "by_state_ms": by_state,
                 "tui_cpu_pct": round(100 * (cpu_s(tui) - c0) / wall, 1),
                 "daemon_cpu_pct": round(100 * (cpu_s(daemon) - d0) / wall, 1),
                 "c1_lines": lines, "seconds": round(wall, 1)}
@@ -323,6 +325,10 @@ def pct(xs: list[float], q: float) -> float | None:
     return round(xs[min(len(xs) - 1, int(q * len(xs)))], 1)
 
 
+def _p50(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 1) if xs else None
+
+
 def summary(idle: list[dict], keys: list[dict]) -> dict:
     lat = [x for k in keys for x in k["latencies_ms"]]
     return {
@@ -330,6 +336,9 @@ def summary(idle: list[dict], keys: list[dict]) -> dict:
         "idle_daemon_cpu_pct": round(statistics.median(i["daemon_cpu_pct"] for i in idle), 2) if idle else None,
         "key_ms_p50": round(statistics.median(lat), 1) if lat else None, "key_ms_p90": pct(lat, 0.9),
         "key_ms_max": round(max(lat), 1) if lat else None, "presses": len(lat),
+        # the presses that resumed following (the pane jumps to its end) and those that paused it
+        "to_follow_ms_p50": _p50([x for k in keys for x in k.get("by_state_ms", {}).get("follow", [])]),
+        "to_paused_ms_p50": _p50([x for k in keys for x in k.get("by_state_ms", {}).get("paused", [])]),
         "missed": sum(k["missed"] for k in keys),
         "rounds": len(keys),
         "load_tui_cpu_pct": round(statistics.median(k["tui_cpu_pct"] for k in keys), 1) if keys else None,
@@ -404,6 +413,7 @@ def main() -> None:
     labels = list(out["summary"])
     rows = [("idle TUI, % of a core", "idle_tui_cpu_pct"), ("key -> visible, p50 ms", "key_ms_p50"),
             ("key -> visible, p90 ms", "key_ms_p90"), ("key -> visible, max ms", "key_ms_max"),
+            ("p50 of presses that resume follow / pause, ms", "to_follow_ms_p50"), (None, "to_paused_ms_p50"),
             ("presses measured (missed)", None), ("TUI under load, % of a core", "load_tui_cpu_pct"),
             ("daemon under load, % of a core", "load_daemon_cpu_pct")]
     m = out["machine"]
@@ -411,7 +421,11 @@ def main() -> None:
           f"{a.components} x {a.rate:,} lines/s; {out['size']}; base {base_rev}")
     print("| what | " + " | ".join(labels) + " |\n| --- |" + " --- |" * len(labels))
     for title, key in rows:
-        if key is None:
+        if title is None:
+            continue  # shown with the row before it
+        if key == "to_follow_ms_p50":
+            cells = [f"{out['summary'][x]['to_follow_ms_p50']} / {out['summary'][x]['to_paused_ms_p50']}" for x in labels]
+        elif key is None:
             cells = [f"{out['summary'][x]['presses']} ({out['summary'][x]['missed']})" for x in labels]
         else:
             cells = [str(out["summary"][x][key]) for x in labels]
