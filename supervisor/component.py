@@ -358,6 +358,10 @@ class Component:
                     "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]}
         else:
             diag = self.ctx.diagnose(self, ex.get("exit_code"), ex.get("signal"), att.pid)
+            if life.forced is not None and diag.get("category") == "killed":
+                # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
+                # an unexplained kill ("no kernel OOM evidence" would send people looking for one).
+                diag = {**diag, "summary": f"ended by rlsup: {life.forced}"}
         self.flush_progress()
         self.handle(lc.Exited(ex.get("exit_code"), ex.get("signal"), diag, step=self.progress.step,
                               total=self.progress.total))

@@ -131,6 +131,9 @@ def test_readiness_timeout_is_a_failed_start(tmp_path, headless):
     ev = h.events()
     assert kinds(ev, "slow").count("started") == 2
     assert "not ready within 0.5s" in [e for e in ev if e["kind"] == "fatal"][0]["reason"]
+    # Ended by our own stop signal: the exit says so, not "killed ...; no kernel OOM evidence".
+    for exited in (e for e in ev if e["kind"] == "exited"):
+        assert exited["diagnosis"]["summary"].startswith("ended by rlsup: not ready within 0.5s"), exited
 
 
 def test_ready_by_log_line(tmp_path, headless):
