@@ -206,30 +206,30 @@ class ArtefactsCleaned(Event):
 
 
 @dataclass(frozen=True)
-class ProgressUpdated(Event):
+class Gauge(Event):
+    """A sample whose fields are its data as they are (latest wins)."""
+
+    gauge = True
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+@dataclass(frozen=True)
+class ProgressUpdated(Gauge):
     kind = "progress"
-    gauge = True
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def payload(self) -> dict[str, Any]:
-        return dict(self.data)
 
 
 @dataclass(frozen=True)
-class GpuSampled(Event):
+class GpuSampled(Gauge):
     kind = "gpu"
-    gauge = True
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def payload(self) -> dict[str, Any]:
-        return dict(self.data)
 
 
 @dataclass(frozen=True)
-class ResourcesSampled(Event):
+class ResourcesSampled(Gauge):
     kind = "resources"
-    gauge = True
-    data: dict[str, Any] = field(default_factory=dict)  # NAME -> {cpu_pct, rss_mb, gpu_mb}
+    # data: NAME -> {cpu_pct, rss_mb, gpu_mb}
 
     def payload(self) -> dict[str, Any]:
         return {"components": dict(self.data)}

@@ -235,7 +235,7 @@ class Attempt:
             pids.update(shim.cgroup_pids(self.cgroup))
         # An empty cgroup may also mean that the child could not join it: look at the monitor's subtree then.
         if not self.monitor_gone and not pids:
-            pids.update(_descendants(self.monitor_pid, children_map() if children is None else children))
+            pids.update(shim.descendants(self.monitor_pid, children_map() if children is None else children))
         pids.discard(self.monitor_pid)
         live = [p for p in pids if pid_alive(p)]
         for p in live:
@@ -314,15 +314,6 @@ def children_map(max_age: float = CHILDREN_MAX_AGE_S) -> dict[int, list[int]]:
     if now - _children[0] > max_age:
         _children = (now, shim._children_map())
     return _children[1]
-
-
-def _descendants(root: int, children: dict[int, list[int]]) -> list[int]:
-    out, frontier = [], [root]
-    while frontier:
-        for c in children.get(frontier.pop(), ()):
-            out.append(c)
-            frontier.append(c)
-    return out
 
 
 def attempt_from_record(rec: dict[str, Any], path: Path) -> Attempt:

@@ -93,9 +93,11 @@ def _children_map() -> dict[int, list[int]]:
     return out
 
 
-def descendants(root: int) -> list[int]:
-    """Every live descendant of ``root`` (orphans re-parent to a subreaper, so none escape it)."""
-    children = _children_map()
+def descendants(root: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """Every live descendant of ``root`` (orphans re-parent to a subreaper, so none escape it);
+    ``children`` is a parent -> children map already read from /proc, else it is read now."""
+    if children is None:
+        children = _children_map()
     out, frontier = [], [root]
     while frontier:
         for c in children.get(frontier.pop(), ()):

@@ -269,6 +269,16 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
     chains: list[Chain] = []
     current: Chain | None = None
     linked = False  # the previous exception said "the above ... following exception"
+
+    def add(exc: Exc) -> tuple[Chain, bool]:
+        """Put ``exc`` on the chain it continues, or start a chain; whether the next one links to it
+        (Ray prints the remote task's traceback right under RayTaskError(X): one chain)."""
+        if linked and current is not None:
+            current.excs.append(exc)
+            return current, exc.remote
+        chains.append(Chain([exc]))
+        return chains[-1], exc.remote
+
     i = 0
     n = len(lines)
     while i < n:
@@ -283,13 +293,7 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
             if exc is not None and exc.partial and not (linked and current is not None and current.excs[-1].remote):
                 exc = None  # a traceback cut off by the end of the tail names no failure by itself
             if exc is not None:
-                if linked and current is not None:
-                    current.excs.append(exc)
-                else:
-                    current = Chain([exc])
-                    chains.append(current)
-                # Ray prints the remote task's traceback right under RayTaskError(X): one chain.
-                linked = exc.remote
+                current, linked = add(exc)
             else:
                 linked = False
             i = max(nxt, i + 1)
@@ -298,12 +302,7 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
         if bare is not None:
             exc = Exc(bare[0], bare[1], [], lines[i].index, lines[i].index, lines[i].stream, text.strip(),
                       continuation=_continuation(lines, i))
-            if linked and current is not None:
-                current.excs.append(exc)
-            else:
-                current = Chain([exc])
-                chains.append(current)
-            linked = exc.remote
+            current, linked = add(exc)
             i += 1
             continue
         if text.strip():
