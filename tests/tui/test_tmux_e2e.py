@@ -69,7 +69,17 @@ class Tmux:
         return last
 
     def wait_gone(self, text: str, timeout: float = 10.0) -> None:
-        wait_for(lambda: text not in self.screen(), timeout, interval=0.2, what=f"{text!r} to go away")
+        last = ""
+
+        def gone() -> bool:
+            nonlocal last
+            last = self.screen()
+            return text not in last
+
+        try:
+            wait_for(gone, timeout, interval=0.2, what=f"{text!r} to go away")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n--- screen ---\n{last}") from None
 
     def keys(self, *keys: str) -> None:
         self("send-keys", "-t", "t", *keys)
@@ -181,9 +191,15 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
         tmux.wait_screen("Write 3 line(s) of lines to:")
         tmux.wait_screen("rlsup-lines-")  # the default path, in the focused input
         tmux.keys("C-u")
+        tmux.wait_gone("rlsup-lines-")  # as a user would: see the field empty, then type
         tmux("send-keys", "-t", "t", "-l", str(out))
+        tmux.wait_screen(out.name)
         tmux.keys("Enter")
-        wait_for(lambda: out.exists() and out.read_text().count("\n") == 3, 10, 0.1, what="the excerpt file")
+        try:
+            wait_for(lambda: out.exists() and out.read_text().count("\n") == 3, 10, 0.1, what="the excerpt file")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n--- screen ---\n{tmux.screen()}\n--- files ---\n"
+                                 f"{sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*'))}") from None
         n = int(last)
         expected = [f"line {i:03d} of the numbered log" for i in (n - 2, n - 1, n)]
         assert out.read_text().splitlines() == expected
