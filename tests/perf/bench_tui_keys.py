@@ -124,9 +124,20 @@ class Tmux:
         self.run("set-option", "-g", "window-size", "manual")
         self.run("set-option", "-s", "escape-time", "0")
         self.run("resize-window", "-t", "t", "-x", str(w), "-y", str(h))
-        self.ctl = subprocess.Popen(["tmux", "-L", self.sock, "-C", "attach-session", "-t", "t"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
-        self.cmd("refresh-client -f no-output")  # no %output notifications for the TUI's bytes
+        # The flags go with the attach, and no command is sent before the attach is done
+        # (%session-changed): a `refresh-client -f no-output` sent right away raced the attach, and
+        # in about half the sessions the client then got every byte the TUI wrote as %output lines
+        # (~3x its size, escaped), which the poll loop had to read past before each reply: 20-30 ms
+        # of the harness's own lag counted as the TUI's (seen with strace on the tmux server).
+        self.ctl = subprocess.Popen(["tmux", "-L", self.sock, "-C", "attach-session", "-f", "no-output,ignore-size",
+                                     "-t", "t"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        assert self.ctl.stdout is not None
+        while not (raw := self.ctl.stdout.readline()).startswith(b"%session-changed"):
+            if not raw:
+                raise RuntimeError("tmux control client ended before it attached")
+        flags = self.cmd("list-clients -F '#{client_control_mode} #{client_flags}'")
+        if not any(f.startswith("1 ") and "no-output" in f for f in flags):
+            raise RuntimeError(f"the control client did not get the no-output flag: {flags}")
 
     def cmd(self, command: str) -> list[str]:
         """One command through the control client; its output lines."""
@@ -196,10 +207,15 @@ class Variant:
         cmd = (f"cd {shlex.quote(str(cfg.parent))} && exec env {exports} {shlex.quote(PY)} -m rlsup.supervisor.cli "
                f"up {shlex.quote(str(cfg))} --skip-checks --run-dir {shlex.quote(str(run_dir))}")
         tmux = Tmux()
-        tmux.start(cmd)
-        tui = psutil.Process(tmux.pane_pid())
-        lock = run_dir / "rlsup.lock"
-        pid = wait(lambda: lock.exists() and json.loads(lock.read_text() or "{}").get("pid"), 60, "the daemon")
+        try:
+            tmux.start(cmd)
+            tui = psutil.Process(tmux.pane_pid())
+            lock = run_dir / "rlsup.lock"
+            pid = wait(lambda: lock.exists() and json.loads(lock.read_text() or "{}").get("pid"), 60, "the daemon")
+        except BaseException:  # nothing of a failed start keeps running into the next round
+            tmux.kill()
+            self.down(run_dir)
+            raise
         return tmux, tui, psutil.Process(pid)
 
     def down(self, run_dir: Path) -> None:

@@ -19,8 +19,7 @@ whole view, or only the scrollbar when the lines arrived below a paused view) an
 flush calls :meth:`LogView.paint`. A pane that a flood scrolls by more than its height between two
 paints is repainted at most every :data:`FLOOD_PAINT_TICKS` ticks (5 Hz at 20 Hz), the panes
 taking turns: every row of it changes each time, so it is unreadable at any rate, and at 20 Hz
-three such panes cost ~350 KB/s of terminal output and most of the TUI's CPU, which is what made
-key presses slow to show on a busy machine (measured: tests/perf/bench_tui_keys.py).
+three such panes cost ~350 KB/s of terminal output and most of the TUI's CPU.
 """
 
 from __future__ import annotations
