@@ -5,8 +5,9 @@
 Talks to the server only through the OpenAI completions API (so it works against vLLM or SGLang
 too), computes group-relative advantages and publishes ``OUT/rollouts/step_{N}/`` atomically.
 Async level K: rollouts for step N are generated only once the trainer has published weights
-step >= N - 1 - K (``OUT/weights/step_M`` with ``STABLE``); K = 0 is fully on-policy when the server
-keeps up. ``off_policy`` is measured against what the server actually serves: the response's
+step >= N - 1 - K (``OUT/weights/step_M`` with ``STABLE``) and, while the server keeps up, once the
+server has loaded them too (``--server-wait``, :func:`wait_for_server`); K = 0 is fully on-policy
+when the server keeps up. ``off_policy`` is measured against what the server actually serves: the response's
 ``weights_step`` (rlsup's server) or ``OUT/weights/latest.json``, which the trainer writes only once the
 server has loaded the weights -- so a stale server shows as a growing ``off_policy``, not as 0-1.
 
@@ -29,6 +30,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from rlsup.trainer import grpo, rollouts, steplog, task
@@ -95,6 +97,35 @@ def wait_for_weights(weights_dir: Path, needed: int) -> int:
             last_log = time.monotonic()
         time.sleep(delay)
         delay = min(delay * 1.5, 0.25)
+
+
+def reported_step(base: str) -> int | None:
+    """The weights step the server says it serves: rlsup's server has ``weights_step`` in ``/health``
+    (and loads the newest published weights when it restarts, which latest.json does not know);
+    vLLM and SGLang report none (None)."""
+    try:
+        with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
+            step = json.loads(resp.read() or b"{}").get("weights_step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def wait_for_server(weights_dir: Path, needed: int, patience: float,
+                    reported: Callable[[], int | None] = lambda: None) -> bool:
+    """Once weights ``needed`` are published, wait at most ``patience`` s for the server to serve them
+    (latest.json, or what the server itself reports); whether it did. The trainer publishes a step,
+    then tells the server, then writes in latest.json what the server loaded: without this wait an
+    orchestrator at async level 0 could sample step N+1 with step N-1's weights while the server was
+    still loading step N."""
+    deadline = time.monotonic() + patience
+    delay = 0.02
+    while max(served_step(weights_dir), reported() or 0) < needed:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+    return True
 
 
 def _ids(value: object) -> list[int] | None:
@@ -168,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=1)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--async-level", type=int, default=1)
+    ap.add_argument("--server-wait", type=float, default=60.0,
+                    help="seconds to wait, after the weights a step needs are published, for the server to load "
+                         "them (only while it has kept up: one that lags is not waited for again until it catches "
+                         "up, and one that never loaded any is never waited for)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=None, help="model name; default: the first from /v1/models")
     ap.add_argument("--give-up-after", type=float, default=300.0,
@@ -215,10 +250,21 @@ def main(argv: list[str] | None = None) -> int:
     steplog.log(f"Orchestrator: model {model} at {base}; starting at step {step}/{args.steps}, "
                 f"async level {args.async_level}")
     warned_no_ids = False
+    server_lags = False  # the server missed --server-wait once and has not caught up since
     while step <= args.steps:
         chaos.step(step)
         t0 = time.monotonic()
-        wait_for_weights(args.out / "weights", step - 1 - args.async_level)
+        needed = step - 1 - args.async_level
+        wait_for_weights(args.out / "weights", needed)
+        if weights_mod.latest(args.out / "weights") is not None:  # the server loads what is published
+            caught_up = wait_for_server(args.out / "weights", needed, 0.0 if server_lags else args.server_wait,
+                                        lambda: reported_step(base))
+            if not caught_up and not server_lags:
+                steplog.warn(f"the server has not loaded weights step {needed} within {args.server_wait:g}s of "
+                             f"their publication (serving step {served_step(args.out / 'weights')}): sampling with "
+                             "what it serves, without waiting for it again until it catches up (off_policy shows "
+                             "by how much)")
+            server_lags = not caught_up
         wait_s = time.monotonic() - t0
         if gsm8k:
             problems = hf_problems(gsm8k, args.seed, step, args.batch_size)
