@@ -33,7 +33,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from rlsup.trainer import grpo, rollouts, steplog, task
+from rlsup.trainer import grpo, rollouts, steplog, task, waiting
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
 
@@ -82,21 +82,25 @@ def served_step(weights_dir: Path) -> int:
     return found[0] if found else 0
 
 
+def published_step(weights_dir: Path) -> int:
+    """The newest complete (``STABLE``) published weights step, 0 before any."""
+    found = weights_mod.published(weights_dir)
+    return found[0] if found else 0
+
+
 def wait_for_weights(weights_dir: Path, needed: int) -> int:
     """Block until the published weights step is >= ``needed``; return it. Paced by what is published,
     not by what the server loaded: a server that cannot load weights must not stop the run."""
-    last_log = 0.0
-    delay = 0.02
-    while True:
-        found = weights_mod.published(weights_dir)
-        current = found[0] if found else 0
-        if current >= needed:
-            return current
-        if time.monotonic() - last_log > 5:
-            steplog.log(f"Waiting for trainer weights step {needed} (published: {current})")
-            last_log = time.monotonic()
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.25)
+    def check() -> int | None:
+        current = published_step(weights_dir)
+        return current if current >= needed else None
+
+    def say() -> None:
+        steplog.log(f"Waiting for trainer weights step {needed} (published: {published_step(weights_dir)})")
+
+    found = waiting.poll(check, say=say)
+    assert found is not None  # no patience: poll returns only what it found
+    return found
 
 
 def reported_step(base: str) -> int | None:
@@ -118,14 +122,10 @@ def wait_for_server(weights_dir: Path, needed: int, patience: float,
     then tells the server, then writes in latest.json what the server loaded: without this wait an
     orchestrator at async level 0 could sample step N+1 with step N-1's weights while the server was
     still loading step N."""
-    deadline = time.monotonic() + patience
-    delay = 0.02
-    while served_step(weights_dir) < needed and (reported() or 0) < needed:  # asks the server only if need be
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.25)
-    return True
+    def check() -> bool | None:  # asks the server only when latest.json is behind
+        return True if served_step(weights_dir) >= needed or (reported() or 0) >= needed else None
+
+    return waiting.poll(check, patience=patience) is not None
 
 
 def _ids(value: object) -> list[int] | None:

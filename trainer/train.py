@@ -20,29 +20,19 @@ from pathlib import Path
 
 import torch
 
-from rlsup.trainer import checkpoint, grpo, rollouts, steplog
+from rlsup.trainer import checkpoint, grpo, rollouts, steplog, waiting
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
 from rlsup.trainer.policy import Policy, PolicyConfig, encode, sequence_logprobs
 from rlsup.trainer.sync import WeightSync
 
-WAIT_LOG_EVERY_S = 5.0
-
 
 def wait_for_batch(out: Path, step: int) -> tuple[list[rollouts.Sample], dict]:
     """Block until step ``step``'s rollouts are published; log the wait every few seconds."""
-    last_log = None
-    delay = 0.02
-    while True:
-        found = rollouts.read_step(out, step)
-        if found is not None:
-            return found
-        now = time.monotonic()
-        if last_log is None or now - last_log >= WAIT_LOG_EVERY_S:
-            steplog.log("Waiting for training batch to arrive")
-            last_log = now
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.25)
+    found = waiting.poll(lambda: rollouts.read_step(out, step),
+                         say=lambda: steplog.log("Waiting for training batch to arrive"))
+    assert found is not None  # no patience: poll returns only what it found
+    return found
 
 
 def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[rollouts.Sample],

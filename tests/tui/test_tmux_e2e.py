@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +85,19 @@ class Tmux:
     def keys(self, *keys: str) -> None:
         self("send-keys", "-t", "t", *keys)
 
+    def start_up(self, cwd: Path, cfg: Path, run_dir: Path) -> None:
+        """`rlsup up CFG` in a 200x50 window; the shell then prints its exit code and stays."""
+        env = cli_env({"TERM": "xterm-256color"})
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()
+                           if k in ("PATH", "RLSUP_GPU_SAMPLER", "HOME"))
+        cmd = (f"cd {shlex.quote(str(cwd))} && env {exports} {shlex.quote(PY)} -m rlsup.supervisor.cli up "
+               f"{shlex.quote(str(cfg))} --run-dir {shlex.quote(str(run_dir))}; echo RLSUP-TUI-EXIT=$?; sleep 600")
+        self("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", cmd)
+        self("set-option", "-t", "t", "status", "off")
+        self("set-option", "-s", "escape-time", "0")  # a lone Escape, not the start of alt+key
+        self("set-option", "-g", "window-size", "manual")  # tmux load-buffer from the TUI is a client too
+        self("resize-window", "-t", "t", "-x", "200", "-y", "50")
+
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True, timeout=10)
 
@@ -91,16 +105,9 @@ class Tmux:
 def test_restart_from_the_tui_then_detach(tmp_path):
     cfg = write_config(tmp_path, CONFIG)
     run_dir = tmp_path / "run"
-    env = cli_env({"TERM": "xterm-256color"})
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k in ("PATH", "RLSUP_GPU_SAMPLER", "HOME"))
-    cmd = (f"cd {shlex.quote(str(tmp_path))} && env {exports} {shlex.quote(PY)} -m rlsup.supervisor.cli up "
-           f"{shlex.quote(str(cfg))} --run-dir {shlex.quote(str(run_dir))}; echo RLSUP-TUI-EXIT=$?; sleep 600")
     tmux = Tmux()
     try:
-        tmux("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", cmd)
-        tmux("set-option", "-t", "t", "status", "off")
-        tmux("set-option", "-s", "escape-time", "0")  # a lone Escape, not the start of alt+key
-        tmux("resize-window", "-t", "t", "-x", "200", "-y", "50")
+        tmux.start_up(tmp_path, cfg, run_dir)
         assert tmux("display-message", "-p", "-t", "t", "#{window_width}x#{window_height}").strip() == "200x50"
         tmux.wait_screen("sleeper", 60)
         wait_for(lambda: "running" in tmux.screen() and "sleeper up" in tmux.screen(), 30, 0.2,
@@ -151,17 +158,9 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
     cfg = write_config(tmp_path, LINES_CONFIG)
     run_dir = tmp_path / "run"
     out = tmp_path / "excerpt.log"
-    env = cli_env({"TERM": "xterm-256color"})
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k in ("PATH", "RLSUP_GPU_SAMPLER", "HOME"))
-    cmd = (f"cd {shlex.quote(str(tmp_path))} && env {exports} {shlex.quote(PY)} -m rlsup.supervisor.cli up "
-           f"{shlex.quote(str(cfg))} --run-dir {shlex.quote(str(run_dir))}; echo RLSUP-TUI-EXIT=$?; sleep 600")
     tmux = Tmux()
     try:
-        tmux("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", cmd)
-        tmux("set-option", "-t", "t", "status", "off")
-        tmux("set-option", "-s", "escape-time", "0")
-        tmux("set-option", "-g", "window-size", "manual")  # tmux load-buffer from the TUI is a client too
-        tmux("resize-window", "-t", "t", "-x", "200", "-y", "50")
+        tmux.start_up(tmp_path, cfg, run_dir)
         assert tmux("display-message", "-p", "-t", "t", "#{window_width}x#{window_height}").strip() == "200x50"
         tmux.wait_screen("line 300 of the numbered log", 60)
 
