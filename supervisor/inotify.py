@@ -1,7 +1,8 @@
 """inotify (Linux) through ctypes: one descriptor for the whole run, one watch per directory.
 
 The supervisor learns of new log output and of monitor records changing from two directory
-watches (``logs/`` and ``monitors/``), however many components there are, and without polling.
+watches (``logs/`` and ``monitors/``), however many components there are, and without polling;
+the directories it watches for steps and checkpoints share a second descriptor (:mod:`.dirwatch`).
 Where inotify is missing or its limits are reached, :class:`Inotify` raises ``OSError`` and the
 caller polls instead.
 """
@@ -15,11 +16,14 @@ import struct
 from collections.abc import Iterator
 
 IN_MODIFY = 0x00000002
+IN_ATTRIB = 0x00000004
 IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_FROM = 0x00000040
 IN_MOVED_TO = 0x00000080
 IN_CREATE = 0x00000100
 IN_DELETE = 0x00000200
+IN_DELETE_SELF = 0x00000400
+IN_MOVE_SELF = 0x00000800
 IN_Q_OVERFLOW = 0x00004000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC

@@ -273,7 +273,7 @@ class Run:
         self._start_gpu_sampler()
         from .watches import Watches
 
-        self.watches = Watches(self.components, self.threadsafe)
+        self.watches = Watches(self.components, self.loop)
         self.watches.start()
         self._take_over()
         self._last_tick = self._awake_since = self.clock.monotonic()

@@ -1,17 +1,16 @@
 """Live artefact and checkpoint watches for every component (``watch:`` entries, ``resume.checkpoints``).
 
-Each directory is watched by an :class:`~rlsup.supervisor.artifacts.ArtifactWatch` thread (inotify,
-no polling); changes hop to the supervisor's loop, which records them on the component and folds
-them into its next progress event: ``watch: {path: {step, mtime}}`` and ``checkpoint: {step, path,
+Every directory is watched on the supervisor's loop (:mod:`.dirwatch`: one inotify descriptor, no
+thread per directory, no polling); a change is recorded on the component and folded into its next
+progress event: ``watch: {path: {step, mtime}}`` and ``checkpoint: {step, path,
 mtime}`` (the latest *complete* checkpoint, re-discovered on each change).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 CHECKPOINT_NAMES = r"(?:step_|global_step_|checkpoint-|globalstep)(?P<step>\d+)"
@@ -29,34 +28,31 @@ class Watched(Protocol):
 
 
 class Watches:
-    def __init__(self, components: Mapping[str, Watched], threadsafe: Callable[..., None]):
+    def __init__(self, components: Mapping[str, Watched], loop: asyncio.AbstractEventLoop):
         self.components = components
-        self.threadsafe = threadsafe  # run a function on the supervisor's loop, from a watch thread
-        self._threads: list[Any] = []
+        self.loop = loop
+        self._watcher: Any = None
 
     def start(self) -> None:
-        try:
-            from .artifacts import ArtifactWatch
-        except ImportError as e:  # watchfiles missing: say so once, supervise without watches
-            print(f"rlsup: artefact watches disabled ({e})", file=sys.stderr)
-            return
+        from .dirwatch import DirWatcher
+
+        self._watcher = DirWatcher(self.loop)
         for c in self.components.values():
             for w in c.cfg.watch:
-                self._add(ArtifactWatch, c, w.path, w.pattern, kind="watch")
+                self._add(c, w.path, w.pattern, kind="watch")
             if c.cfg.resume is not None:
-                self._add(ArtifactWatch, c, c.cfg.resume.checkpoints, CHECKPOINT_NAMES, kind="checkpoint")
+                self._add(c, c.cfg.resume.checkpoints, CHECKPOINT_NAMES, kind="checkpoint")
 
-    def _add(self, cls: Any, c: Watched, path: str, pattern: str, *, kind: str) -> None:
+    def _add(self, c: Watched, path: str, pattern: str, *, kind: str) -> None:
+        from .dirwatch import DirWatch
+
         def on_change(step: int | None, mtime: float | None) -> None:
-            self.threadsafe(self._changed, c, kind, path, step, mtime)
+            self._changed(c, kind, path, step, mtime)
 
         try:
-            watch = cls(path, pattern, on_change)
-            watch.start()
+            self._watcher.add(DirWatch(path, pattern, on_change))
         except Exception as e:  # a broken watch must not stop supervision
             print(f"rlsup: cannot watch {path} for {c.name}: {e}", file=sys.stderr)
-            return
-        self._threads.append(watch)
 
     def _changed(self, c: Watched, kind: str, path: str, step: int | None, mtime: float | None) -> None:
         if kind == "watch":
@@ -86,7 +82,6 @@ class Watches:
             c.progress_changed()
 
     def stop(self) -> None:
-        for w in self._threads:
-            with contextlib.suppress(Exception):
-                w.stop()
-        self._threads.clear()
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None

@@ -1,17 +1,15 @@
-"""resume.clean (deleting future artefacts safely) and the artefact watch, on real files and inotify."""
+"""resume.clean (deleting future artefacts safely) and the newest step of a directory, on real files.
+
+Watching a directory for its newest step: test_dirwatch.py."""
 
 from __future__ import annotations
 
 import os
-import resource
-import shutil
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from rlsup.supervisor.artifacts import ArtifactWatch, CleanRefused, clean_after, scan_newest
+from rlsup.supervisor.artifacts import CleanRefused, clean_after, scan_newest
 
 # ---------------------------------------------------------------------------------------------
 # clean_after
@@ -124,7 +122,7 @@ def test_clean_bad_pattern(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# scan_newest / ArtifactWatch
+# scan_newest
 
 
 def test_scan_newest(tmp_path: Path) -> None:
@@ -139,96 +137,3 @@ def test_scan_newest(tmp_path: Path) -> None:
     assert scan_newest(tmp_path) == (12, 1000.0)
     assert scan_newest(tmp_path, r"step_(\d+)") == (12, 1000.0)
     assert scan_newest(tmp_path, r"^step_(?P<step>[37])$")[0] == 7
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[int | None, float | None]] = []
-        self.cond = threading.Condition()
-
-    def __call__(self, step: int | None, mtime: float | None) -> None:
-        with self.cond:
-            self.calls.append((step, mtime))
-            self.cond.notify_all()
-
-    def wait_for(self, pred, timeout: float = 5.0) -> bool:
-        with self.cond:
-            return self.cond.wait_for(lambda: bool(self.calls) and pred(self.calls[-1]), timeout)
-
-
-def test_watch_reports_new_step_then_removal(tmp_path: Path) -> None:
-    d = tmp_path / "rollouts"
-    (d / "step_12").mkdir(parents=True)
-    rec = Recorder()
-    w = ArtifactWatch(d, r"step_(?P<step>\d+)", rec).start()
-    try:
-        assert rec.calls[0][0] == 12  # initial scan, synchronous in start()
-        t0 = time.monotonic()
-        (d / ".step_13.tmp-1").mkdir()
-        (d / ".step_13.tmp-1").rename(d / "step_13")  # the reference stack's publish
-        assert rec.wait_for(lambda c: c[0] == 13), rec.calls
-        latency = time.monotonic() - t0
-        assert rec.calls[-1][1] == pytest.approx((d / "step_13").lstat().st_mtime)
-        assert w.newest[0] == 13
-        assert all(c[0] != 13 for c in rec.calls[:-1])  # the hidden staging name never counted
-        shutil.rmtree(d / "step_13")
-        assert rec.wait_for(lambda c: c[0] == 12), rec.calls
-        shutil.rmtree(d)  # the directory itself goes away
-        assert rec.wait_for(lambda c: c == (None, None)), rec.calls
-        d.mkdir()  # and comes back (a new inode: watched anew)
-        (d / "step_2").mkdir()
-        assert rec.wait_for(lambda c: c[0] == 2), rec.calls
-    finally:
-        t1 = time.monotonic()
-        w.stop()
-        stop_s = time.monotonic() - t1
-    assert w._thread is not None and not w._thread.is_alive()
-    assert stop_s < 1.0
-    print(f"new step reported after {latency * 1000:.0f} ms; stop took {stop_s * 1000:.0f} ms")
-
-
-def test_watch_missing_directory_appearing_later(tmp_path: Path) -> None:
-    d = tmp_path / "outputs" / "run1" / "rollouts"
-    rec = Recorder()
-    with ArtifactWatch(d, on_change=rec) as w:
-        assert rec.calls == [(None, None)]
-        (tmp_path / "outputs").mkdir()
-        (tmp_path / "outputs" / "unrelated").mkdir()
-        (tmp_path / "outputs" / "run1").mkdir()
-        d.mkdir()
-        (d / "step_5").mkdir()  # right after: the watch is set up anew, then scans
-        assert rec.wait_for(lambda c: c[0] == 5), rec.calls
-        (d / "step_6").mkdir()
-        assert rec.wait_for(lambda c: c[0] == 6), rec.calls
-        assert w.error is None
-
-
-def test_watch_costs_no_cpu_when_idle(tmp_path: Path) -> None:
-    (tmp_path / "step_1").mkdir()
-    w = ArtifactWatch(tmp_path).start()
-    try:
-        time.sleep(0.2)  # let it settle into its wait
-        r0 = resource.getrusage(resource.RUSAGE_SELF)
-        time.sleep(1.0)
-        r1 = resource.getrusage(resource.RUSAGE_SELF)
-    finally:
-        w.stop()
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    assert cpu < 0.05, f"idle watch used {cpu:.3f} s CPU in 1 s"
-
-
-def test_watch_callback_errors_do_not_end_it(tmp_path: Path) -> None:
-    seen: list[int | None] = []
-    done = threading.Event()
-
-    def flaky(step: int | None, mtime: float | None) -> None:
-        seen.append(step)
-        if step == 2:
-            done.set()
-        raise RuntimeError("consumer bug")
-
-    with ArtifactWatch(tmp_path, on_change=flaky):
-        (tmp_path / "step_1").mkdir()
-        time.sleep(0.05)
-        (tmp_path / "step_2").mkdir()
-        assert done.wait(5.0), seen
