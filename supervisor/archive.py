@@ -201,6 +201,9 @@ class Archive:
             if self.state["components"] else "?"
         return f"no supervisor (it stopped without ending the run; last start {since} ago)"
 
+    def watchers_changed(self) -> None:
+        pass  # nothing here is sampled
+
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
                 **args: Any) -> dict[str, Any]:
         config = self.state.get("run", {}).get("config") or "CONFIG"

@@ -61,9 +61,31 @@ def stalled(c: Seen, stall_after: float | None, now: float, *, awake_since: floa
     """
     if not stall_after or c.state != "running":
         return None
-    since = max(x for x in (c.last_step_at, c.ready_at, c.started_at, awake_since) if x is not None)
-    idle = now - since
+    idle = now - _stall_clock_since(c, awake_since)
     return idle if idle >= stall_after else None
+
+
+def stall_due(c: Seen, stall_after: float | None, *, awake_since: float) -> float | None:
+    """When ``c`` will count as stalled unless a new step comes first (None: it cannot stall now)."""
+    if not stall_after or c.state != "running":
+        return None
+    return _stall_clock_since(c, awake_since) + stall_after
+
+
+def _stall_clock_since(c: Seen, awake_since: float) -> float:
+    return max(x for x in (c.last_step_at, c.ready_at, c.started_at, awake_since) if x is not None)
+
+
+def next_tick(last_tick: float, *, busy: bool, due: Sequence[float | None], tick_s: float, idle_max_s: float) -> float:
+    """When the run's tick should come next: ``tick_s`` after the last one while something needs
+    looking at every second (a component starting, in backoff or stalled, a dependency down, a
+    journal write the disk refused), else at the earliest of ``due`` (the next resources sample, a
+    stall deadline, a log position to record), never sooner than ``tick_s`` and never later than
+    ``idle_max_s`` after the last tick. An idle run has no periodic work with nothing to do."""
+    if busy:
+        return last_tick + tick_s
+    at = min((d for d in due if d is not None), default=last_tick + idle_max_s)
+    return min(max(at, last_tick + tick_s), last_tick + idle_max_s)
 
 
 @dataclass(frozen=True)

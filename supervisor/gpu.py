@@ -954,12 +954,28 @@ class SamplerThread:
             raise ValueError("interval must be > 0")
         self.sampler = sampler
         self.callback = callback
-        self.interval = interval
+        self._interval = interval
         self._close_sampler = close_sampler
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and by a shorter interval
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.errors = 0
         self.last_error: BaseException | None = None
+
+    @property
+    def interval(self) -> float:
+        return self._interval
+
+    @interval.setter
+    def interval(self, seconds: float) -> None:
+        """A shorter interval (a client began to watch) takes a sample now, not at the end of the
+        longer wait in progress."""
+        if seconds <= 0:
+            raise ValueError("interval must be > 0")
+        shorter = seconds < self._interval
+        self._interval = seconds
+        if shorter:
+            self._wake.set()
 
     def start(self) -> SamplerThread:
         self._thread.start()
@@ -971,6 +987,7 @@ class SamplerThread:
     def stop(self, timeout: float = 2.0) -> bool:
         """Ask the thread to finish and join it; True when it has ended within ``timeout``."""
         self._stop.set()
+        self._wake.set()
         if self._thread.ident is None:  # never started
             return True
         self._thread.join(timeout)
@@ -988,11 +1005,13 @@ class SamplerThread:
                     self.last_error = exc
                     log.warning("GPU sample failed: %r", exc)
                 # Fixed-rate schedule; after a slow tick, skip ahead instead of bursting.
-                next_at += self.interval
+                next_at += self._interval
                 now = time.monotonic()
                 if next_at < now:
-                    next_at = now + self.interval
-                self._stop.wait(next_at - now)
+                    next_at = now + self._interval
+                if self._wake.wait(next_at - now):
+                    self._wake.clear()
+                    next_at = time.monotonic()  # the interval shrank: sample now
         finally:
             if self._close_sampler:
                 try:

@@ -20,6 +20,7 @@ import signal as signal_mod
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,8 @@ from .version import VERSION
 
 TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
+IO_THREADS = 2  # the loop's pool for blocking work
+IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
 STATE_WRITE_MIN_S = 0.5
 POSITIONS_WRITE_S = 5.0
 PROGRESS_FLUSH_S = 0.25
@@ -135,6 +138,7 @@ class Run:
         self._inotify: Inotify | None = None
         self._gpu_thread: Any = None
         self._last_tick = 0.0
+        self._nap_future: asyncio.Future[bool] | None = None
         self._awake_since = 0.0
         self._last_resources = 0.0
         self._positions_written = 0.0
@@ -220,6 +224,10 @@ class Run:
     async def run(self) -> int:
         """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
         self.loop = asyncio.get_running_loop()
+        # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
+        # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
+        # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
+        self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
         self._ended = asyncio.Event()
         set_child_subreaper()
         self.nofile = raise_fd_limit()
@@ -495,6 +503,7 @@ class Run:
         finally:
             self._evaluate_cost = time.monotonic() - t0
             self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
+            self.poke_ticker()  # a state changed: a starting or failing component wants the 1 s tick
 
     def _evaluate_all(self) -> None:
         if self._order is None:
@@ -784,44 +793,102 @@ class Run:
     # ------------------------------------------------------------------ periodic work
 
     async def _ticker(self) -> None:
+        """The run's periodic checks, at :func:`~.detectors.next_tick`: every second while something
+        needs watching, else only when something is due (an idle run wakes every ``IDLE_TICK_MAX_S``)."""
         while True:
-            await asyncio.sleep(TICK_S)
-            now = self.clock.monotonic()
-            if now - self._last_tick > PAUSE_DETECT_S:
-                self._awake_since = now  # we were paused: what happened meanwhile is not the components' fault
-                self.read_all_now()
-            self._last_tick = now
-            self._reap()  # a safety net for a coalesced SIGCHLD
-            self._check_stalls(now)
-            self._check_dependencies(now)
-            if now - self._last_resources >= self.resources_sample_s and any(
-                    c.current is not None for c in self.components.values()):
-                self._last_resources = now
-                self._sample_resources(now)
-            if self.journal is not None and self.journal.pending:
-                self.journal.flush()
-            moved = [c for c in self.components.values() if c.moved]
-            if moved and now - self._positions_written >= POSITIONS_WRITE_S:
-                # Log positions moved on: state.json, where the next supervisor starts reading, keeps up
-                # every few seconds (what it re-reads after a crash is at most that much output, with the
-                # same sequence numbers: nothing is seen twice by clients).
-                self._positions_written = now
-                for c in moved:
-                    c.moved = False
-                self._mark_state_dirty()
-            if self._gpu_thread is not None:
-                # Nobody looks at the bars without a client: sample every few seconds then (idle costs nothing).
-                watched = self.server is not None and bool(self.server.conns)
-                self._gpu_thread.interval = GPU_SAMPLE_S if watched else GPU_SAMPLE_IDLE_S
+            planned = self._next_tick_at()
+            wait = planned - self.clock.monotonic()
+            if wait > 0 and await self._nap(wait):
+                continue  # woken early by a change: plan again
+            self._tick(planned)
+
+    async def _nap(self, seconds: float) -> bool:
+        """Sleep ``seconds``; True when :meth:`poke_ticker` ended the nap early."""
+        fut: asyncio.Future[bool] = self.loop.create_future()
+        self._nap_future = fut
+        timer = self.loop.call_later(seconds, lambda: fut.done() or fut.set_result(False))
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._nap_future = None
+
+    def poke_ticker(self) -> None:
+        """Something changed (a component's state, the clients watching): plan the next tick again."""
+        fut = self._nap_future
+        if fut is not None and not fut.done():
+            fut.set_result(True)
+
+    def _next_tick_at(self) -> float:
+        now = self.clock.monotonic()
+        busy = bool(self.journal is not None and self.journal.pending) or bool(self._dep_flagged) or bool(
+            self._dep_watch.down_since())
+        due: list[float | None] = []
+        sampled = False
+        for n, c in self.components.items():
+            if busy:
+                break
+            if c.state not in ("running", "stopped", "fatal", "completed") or "stall" in c.life.episode:
+                busy = True  # starting, in backoff, stopping, pending, stalled: watched every second
+            elif c.state == "running" and any(self._dep_state(d, now) != "running" for d in c.cfg.depends_on):
+                busy = True  # dependency_down looks at its consumers every second
+            elif c.state == "running" and c.cfg.progress and c.cfg.progress.stall_after:
+                due.append(detectors.stall_due(self._seen_one(n, c), c.cfg.progress.stall_after,
+                                               awake_since=self._awake_since))
+            if c.moved:
+                due.append(self._positions_written + POSITIONS_WRITE_S)
+            sampled = sampled or c.current is not None
+        if sampled:
+            due.append(self._last_resources + self.resources_sample_s)
+        return detectors.next_tick(self._last_tick, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
+
+    def _tick(self, planned: float) -> None:
+        now = self.clock.monotonic()
+        if now - planned > PAUSE_DETECT_S:
+            self._awake_since = now  # we were paused: what happened meanwhile is not the components' fault
+            self.read_all_now()
+        self._last_tick = now
+        self._reap()  # a safety net for a lost SIGCHLD
+        self._check_stalls(now)
+        self._check_dependencies(now)
+        if now - self._last_resources >= self.resources_sample_s and any(
+                c.current is not None for c in self.components.values()):
+            self._last_resources = now
+            self._sample_resources(now)
+        if self.journal is not None and self.journal.pending:
+            self.journal.flush()
+        moved = [c for c in self.components.values() if c.moved]
+        if moved and now - self._positions_written >= POSITIONS_WRITE_S:
+            # Log positions moved on: state.json, where the next supervisor starts reading, keeps up
+            # every few seconds (what it re-reads after a crash is at most that much output, with the
+            # same sequence numbers: nothing is seen twice by clients).
+            self._positions_written = now
+            for c in moved:
+                c.moved = False
+            self._mark_state_dirty()
+
+    def watchers_changed(self) -> None:
+        """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
+        if self._gpu_thread is not None:
+            watched = self.server is not None and bool(self.server.conns)
+            self._gpu_thread.interval = GPU_SAMPLE_S if watched else GPU_SAMPLE_IDLE_S
 
     def _check_stalls(self, now: float) -> None:
         seen = None
+        caught_up = False
         for n, c in self.components.items():
             p = c.cfg.progress
             if not p or not p.stall_after or c.state != "running":
                 continue
             seen = seen or self._seen()
             idle = detectors.stalled(seen[n], p.stall_after, now, awake_since=self._awake_since)
+            if idle is not None and not caught_up and "stall" not in c.life.episode:
+                # Before calling it a stall, read what its log holds now: the steps it wrote while we
+                # were paused or busy elsewhere are there (its monitor kept writing).
+                caught_up = True
+                self.read_all_now()
+                seen = self._seen()
+                idle = detectors.stalled(seen[n], p.stall_after, now, awake_since=self._awake_since)
             if idle is None:
                 if "stall" in c.life.episode:
                     c.handle(lc.Unstalled(f"progress again at step {c.progress.step}"))
@@ -953,6 +1020,7 @@ class Run:
 
         self._gpu_thread = SamplerThread(self.gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s),
                                          interval=GPU_SAMPLE_S)
+        self.watchers_changed()
         self._gpu_thread.start()
 
     def _owners(self) -> dict[int, str]:

@@ -73,6 +73,10 @@ class RunView(Protocol):
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
                 **args: Any) -> dict[str, Any]: ...
 
+    def watchers_changed(self) -> None:
+        """A client connected or left (the run samples GPUs more often while someone looks)."""
+        ...
+
 
 def _trim_heap() -> None:
     """Give freed memory back to the OS (glibc keeps it otherwise): a thousand departed clients
@@ -231,6 +235,7 @@ class ControlServer:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Conn(self, reader, writer)
         self.conns.add(conn)
+        self.view.watchers_changed()
         await conn.serve()
 
     def backlog_limit(self) -> int:
@@ -241,6 +246,7 @@ class ControlServer:
         big = conn.buffered > HIGH_WATER
         conn.close()
         self.conns.discard(conn)
+        self.view.watchers_changed()
         if big or not self.conns:
             asyncio.get_running_loop().call_soon(_trim_heap)
 

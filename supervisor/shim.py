@@ -726,11 +726,11 @@ def _recv_msg(sock: socket.socket) -> tuple[dict, list[int]] | None:
     return json.loads(body), list(fds)
 
 
-def send_request(sock: socket.socket, spec: dict, reply_fd: int) -> None:
-    """The supervisor's side of :func:`_recv_msg`."""
+def encode_request(spec: dict) -> tuple[bytes, bytes]:
+    """The supervisor's side of :func:`_recv_msg`: the length header (sent with the reply fd
+    attached) and the body."""
     body = json.dumps(spec).encode()
-    socket.send_fds(sock, [struct.pack("!I", len(body))], [reply_fd])
-    sock.sendall(body)
+    return struct.pack("!I", len(body)), body
 
 
 def zygote(sock_fd: int) -> int:

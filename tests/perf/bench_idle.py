@@ -4,7 +4,9 @@
 
 rlsup (`rlsup up --headless`, no client attached) and supervisord 4.3.0 each supervise the same
 idle components (`sleep`), at the same time, over the same window, after SETTLE seconds for
-start-up work to end. CPU is read as run time in nanoseconds (the sum of
+start-up work to end. A second rlsup run beside them ("supervisor, watching") supervises the same
+components configured as an RL stack's are: two watch a rollouts directory and one a checkpoints
+directory (`watch:` and `resume.checkpoints`), where nothing is written during the window. CPU is read as run time in nanoseconds (the sum of
 /proc/PID/task/*/schedstat) and, as a cross-check, as utime+stime ticks; a window of 60 s puts
 one 10 ms tick at 0.017%, hence the nanosecond figure. Reported: the supervisor, its monitors and
 the zygote (each and together), supervisord (its own process); the memory of each monitor
@@ -42,19 +44,32 @@ def main() -> None:
     result: dict[str, Any] = {"machine": pk.machine(), "load_before": pk.loadavg(), "seconds": a.seconds,
                               "components": a.components}
     run = pk.RlsupRun(base, "idle", comps)
+    (base / "rollouts").mkdir()
+    (base / "checkpoints").mkdir()
+    wcomps = {n: dict(c) for n, c in comps.items()}
+    for i, c in enumerate(wcomps.values()):
+        if i < 2:
+            c["watch"] = [str(base / "rollouts")]
+        if i == 0:
+            c["checkpoints"] = str(base / "checkpoints")
+    wrun = pk.RlsupRun(base, "idlew", wcomps)
     sv = None if a.no_supervisord else pk.Supervisord(base, "idle", comps, autostart=True)
     try:
         run.start()
+        wrun.start()
         if sv is not None:
             sv.start()
         sock = run.sock()
         st = run.wait_running(sock, a.components)
         sock.close()  # no client attached during the window
+        sock = wrun.sock()
+        wrun.wait_running(sock, a.components)
+        sock.close()
         if sv is not None:
             sv.wait_running(a.components)
         mons = list(run.monitor_pids(st).values())
         zyg = run.zygote_pids(mons)
-        groups = {"supervisor": [run.pid], "monitors": mons, "zygote": zyg}
+        groups = {"supervisor": [run.pid], "supervisor, watching": [wrun.pid], "monitors": mons, "zygote": zyg}
         if sv is not None:
             groups["supervisord"] = [sv.pid]
         time.sleep(SETTLE)
@@ -78,15 +93,19 @@ def main() -> None:
         if sv is not None:
             result["memory"]["supervisord"] = pk.memory(sv.pid)
         result["supervisor_threads"] = pk.threads(run.pid)
+        result["supervisor_watching_threads"] = pk.threads(wrun.pid)
         result["monitor_threads"] = [pk.threads(p) for p in mons]
     finally:
         run.stop()
+        wrun.stop()
         if sv is not None:
             sv.stop()
         pk.rmtree(base)
     result["load_after"] = pk.loadavg()
     sup = result["cpu"]["supervisor"]["pct_sched"]
-    result["targets"] = {"supervisor idle < 0.05% of a core": sup < 0.05}
+    watching = result["cpu"]["supervisor, watching"]["pct_sched"]
+    result["targets"] = {"supervisor idle < 0.05% of a core": sup < 0.05,
+                         "supervisor idle, watching 3 directories, < 0.05%": watching < 0.05}
     path = pk.save("idle", result, a.out)
     cpu = result["cpu"]
     rows = [[k, cpu[k]["pct_sched"], cpu[k]["pct_ticks"]] for k in groups]
@@ -101,7 +120,8 @@ def main() -> None:
         mrows.append(["supervisord", mem["supervisord"]["rss_mb"], mem["supervisord"]["pss_mb"],
                       mem["supervisord"]["uss_mb"]])
     print(pk.table(mrows, ["process", "RSS MB", "PSS MB", "USS MB"]))
-    print(f"supervisor threads {result['supervisor_threads']}, monitor threads {result['monitor_threads']}")
+    print(f"supervisor threads {result['supervisor_threads']} ({result['supervisor_watching_threads']} watching), "
+          f"monitor threads {result['monitor_threads']}")
     for k, v in result["targets"].items():
         print(f"  {k}: {pk.verdict(v)}")
     print(f"load average before {result['load_before']}, after {result['load_after']}; "

@@ -254,6 +254,11 @@ class RlsupRun:
                 lines.append("    env: {" + ", ".join(f"{k}: {yaml_str(v)}" for k, v in c["env"].items()) + "}")
             if c.get("progress"):
                 lines.append(f"    progress: {{pattern: {yaml_str(c['progress'])}}}")
+            if c.get("watch"):
+                lines.append("    watch: [" + ", ".join(f"{{path: {yaml_str(w)}}}" for w in c["watch"]) + "]")
+            if c.get("checkpoints"):
+                lines.append(f"    resume: {{checkpoints: {yaml_str(c['checkpoints'])}, layout: prime-rl, "
+                             "args: [--resume-step, '{step}']}")
         if logs:
             lines.append("logs: {" + ", ".join(f"{k}: {v}" for k, v in logs.items()) + "}")
         self.cfg.write_text("\n".join(lines) + "\n")

@@ -74,6 +74,31 @@ def test_stall_counts_from_the_latest_of_step_ready_start_and_our_own_wakeup():
     assert detectors.stalled(Seen("trainer", "backoff", 1, last_step_at=0.0), 60, now=999, awake_since=0) is None
 
 
+def test_a_stall_is_due_stall_after_the_latest_of_step_ready_start_and_our_own_wakeup():
+    c = Seen("trainer", "running", 1, started_at=0.0, ready_at=5.0, last_step_at=10.0)
+    assert detectors.stall_due(c, 60, awake_since=0.0) == 70.0
+    assert detectors.stall_due(c, 60, awake_since=65.0) == 125.0
+    assert detectors.stall_due(c, None, awake_since=0.0) is None
+    assert detectors.stall_due(Seen("trainer", "starting", 1, started_at=0.0), 60, awake_since=0.0) is None
+    due = detectors.stall_due(c, 60, awake_since=0.0)
+    assert detectors.stalled(c, 60, now=due - 0.01, awake_since=0.0) is None
+    assert detectors.stalled(c, 60, now=due, awake_since=0.0) == 60.0
+
+
+def test_the_next_tick_is_a_second_away_while_busy_else_when_something_is_due():
+    tick = dict(tick_s=1.0, idle_max_s=30.0)
+    # Something to look at every second (a component starting, a dependency down): one second.
+    assert detectors.next_tick(100.0, busy=True, due=[150.0], **tick) == 101.0
+    # Idle: the earliest thing due (a resources sample at 105, a stall deadline at 160).
+    assert detectors.next_tick(100.0, busy=False, due=[160.0, 105.0, None], **tick) == 105.0
+    # Nothing due: the longest nap (the reap safety net).
+    assert detectors.next_tick(100.0, busy=False, due=[None], **tick) == 130.0
+    assert detectors.next_tick(100.0, busy=False, due=[], **tick) == 130.0
+    assert detectors.next_tick(100.0, busy=False, due=[900.0], **tick) == 130.0
+    # Overdue (a stall deadline passed while we were paused): the next tick, not a burst of them.
+    assert detectors.next_tick(100.0, busy=False, due=[50.0], **tick) == 101.0
+
+
 def test_a_run_where_many_failed_names_a_few_and_counts_the_rest(tmp_path):
     lines = ["name: many", "components:"] + [f"  c{i:02d}: {{command: 'true'}}" for i in range(40)]
     (tmp_path / "m.yaml").write_text("\n".join(lines) + "\n")

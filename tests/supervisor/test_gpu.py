@@ -579,6 +579,32 @@ def test_sampler_thread_first_sample_immediate_and_stop_interrupts_wait() -> Non
     assert time.monotonic() - t0 < 1.0  # woke from a 60 s wait at once
 
 
+def test_a_shorter_interval_samples_now_not_after_the_long_wait() -> None:
+    """A client begins to watch while the sampler waits out its unwatched interval: the bars come at
+    once, not up to that interval later; a longer interval does not wake it."""
+    got: list[float] = []
+    second = threading.Event()
+
+    def cb(s: GpuSample) -> None:
+        got.append(time.monotonic())
+        if len(got) == 2:
+            second.set()
+
+    t = SamplerThread(FakeSampler(1), cb, interval=60.0, close_sampler=False).start()
+    try:
+        wait_until = time.monotonic() + 5
+        while not got and time.monotonic() < wait_until:
+            time.sleep(0.01)
+        t.interval = 120.0
+        assert not second.wait(0.3)  # longer: nothing sooner
+        t.interval = 1.0
+        assert second.wait(5), "no sample after the interval shrank from 120 s to 1 s"
+    finally:
+        assert t.stop(timeout=5)
+    with pytest.raises(ValueError):
+        t.interval = 0
+
+
 def test_sampler_thread_stop_before_start_and_bad_interval() -> None:
     assert SamplerThread(FakeSampler(1), lambda s: None).stop()
     with pytest.raises(ValueError):
