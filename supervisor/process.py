@@ -96,6 +96,16 @@ def usage(pid: int) -> tuple[float, int] | None:
         return None
 
 
+def started_since_boot(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since boot (the clock of ``time.CLOCK_BOOTTIME``; to one
+    clock tick, unlike psutil's ``create_time``, which adds the boot time rounded to a second)."""
+    try:
+        stat = _read_proc(f"/proc/{pid}/stat")
+        return int(stat[stat.rfind(b")") + 2:].split()[19]) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def pid_alive(pid: int) -> bool:
     """Alive and not a zombie."""
     try:
@@ -374,6 +384,10 @@ class Monitors:
         # Starts in flight (sent, not answered): the zygote forks one monitor at a time, so without a
         # bound a burst of thousands queues behind it past START_TIMEOUT_S, two descriptors each.
         self._inflight = asyncio.Semaphore(MAX_INFLIGHT_STARTS)
+
+    @property
+    def zygote_pid(self) -> int | None:
+        return self._zygote.pid if self._zygote is not None else None
 
     def _start_zygote(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -46,6 +46,7 @@ from .process import (
     pid_alive,
     records,
     set_child_subreaper,
+    started_since_boot,
     terminate_processes,
     usage,
 )
@@ -139,6 +140,7 @@ class Run:
         self._gpu_thread: Any = None
         self._last_tick = 0.0
         self._nap_future: asyncio.Future[bool] | None = None
+        self._began = 0.0  # when run() began, in seconds since boot
         self._awake_since = 0.0
         self._last_resources = 0.0
         self._positions_written = 0.0
@@ -224,6 +226,7 @@ class Run:
     async def run(self) -> int:
         """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
         self.loop = asyncio.get_running_loop()
+        self._began = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock of /proc/PID/stat's start time
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
@@ -377,6 +380,18 @@ class Run:
         candidates: dict[int, float | None] = {}
         for c in self.components.values():
             candidates.update(c.unended)
+        # Orphans re-parented to us (the run's child subreaper) once their monitor had finished: an
+        # escapee that cleared its environment has no marker, and no monitor is above it any more. Only
+        # a process started since we began can be one (what a process embedding us started before is not).
+        zygote = self.monitors.zygote_pid
+        for pid in children_map(max_age=0.0).get(os.getpid(), []):
+            since_boot = started_since_boot(pid)
+            if pid == zygote or since_boot is None or since_boot < self._began:
+                continue
+            try:
+                candidates.setdefault(pid, psutil.Process(pid).create_time())
+            except psutil.Error:
+                continue
         if self.cgroups is not None and self.cgroups.base is not None:
             for d in self.cgroups.base.glob("*"):
                 candidates.update(dict.fromkeys(shim.cgroup_pids(str(d))))
