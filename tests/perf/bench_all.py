@@ -107,7 +107,9 @@ def summary() -> str:
     if idl:
         c = idl["cpu"]
         mons = idl["memory"]["monitors"]
-        got = (f"supervisor {c['supervisor']['pct_sched']}%, monitors {c['monitors']['pct_sched']}%, zygote "
+        watching = c.get("supervisor, watching", {}).get("pct_sched", "-")
+        got = (f"supervisor {c['supervisor']['pct_sched']}% ({watching}% watching 3 directories), monitors "
+               f"{c['monitors']['pct_sched']}%, zygote "
                f"{c['zygote']['pct_sched']}%, supervisord {c.get('supervisord', {}).get('pct_sched', '-')}% "
                f"({idl['seconds']:g}s); per monitor USS {mons[0]['uss_mb'] if mons else '-'} MB, "
                f"PSS {mons[0]['pss_mb'] if mons else '-'} MB")
