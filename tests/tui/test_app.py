@@ -382,8 +382,11 @@ async def test_lines_pushed_before_the_snapshot_keep_the_table_order_and_are_not
 
     app = RlsupApp(lambda listener: EarlySession(listener, snap), clock=lambda: fake.NOW, timefmt=fake.utc_hms)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.5)
         screen = app.main
+        for _ in range(100):  # the snapshot comes 0.2 s in; a loaded machine takes longer to apply it
+            await pilot.pause(0.1)
+            if screen.panes:
+                break
         assert list(screen.panes) == fake.COMPONENTS
         lines = screen.panes["trainer"].view.lines
         assert lines[-1] == "pushed before the snapshot arrived" and len(lines) == 41
