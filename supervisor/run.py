@@ -140,6 +140,7 @@ class Run:
         self._gpu_thread: Any = None
         self._last_tick = 0.0
         self._nap_future: asyncio.Future[bool] | None = None
+        self._nap_until = 0.0  # when the ticker plans to wake (the run's clock)
         self._began = 0.0  # when run() began, in seconds since boot
         self._awake_since = 0.0
         self._last_resources = 0.0
@@ -813,6 +814,7 @@ class Run:
         while True:
             planned = self._next_tick_at()
             wait = planned - self.clock.monotonic()
+            self._nap_until = planned
             if wait > 0 and await self._nap(wait):
                 continue  # woken early by a change: plan again
             self._tick(planned)
@@ -829,9 +831,10 @@ class Run:
             self._nap_future = None
 
     def poke_ticker(self) -> None:
-        """Something changed (a component's state, the clients watching): plan the next tick again."""
+        """Something changed (a component's state, the clients watching): plan the next tick again,
+        unless it is already due a second after the last one (it can come no sooner)."""
         fut = self._nap_future
-        if fut is not None and not fut.done():
+        if fut is not None and not fut.done() and self._nap_until > self._last_tick + TICK_S:
             fut.set_result(True)
 
     def _next_tick_at(self) -> float:
