@@ -753,6 +753,37 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
     return out
 
 
+def port_holder_pid(port: int) -> int | None:
+    """The pid of a process listening on ``port`` when psutil can see it."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return None
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            return int(c.pid)
+    return None
+
+
+def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
+    """The component of ``run_dir`` whose attempt ``pid`` belongs to, under a live monitor of that
+    run (what the next supervisor adopts); None otherwise. The proof is the monitor's record, its
+    identity (:func:`process.is_monitor_of` guards against pid reuse) and its process tree, never
+    the holder's word alone."""
+    from .process import attempt_from_record, children_map, is_monitor_of, records
+
+    root = Path(run_dir)
+    children = children_map(max_age=0.0)
+    for path, rec in records(root / "monitors"):
+        if not is_monitor_of(rec, root):
+            continue
+        if pid in attempt_from_record(rec, path).members(children):
+            return str(rec["component"])
+    return None
+
+
 def port_holder(port: int, run_dir: str | None = None) -> str | None:
     """``pid N (name: cmdline)`` of a process listening on ``port`` when psutil can see it, else
     None; with ``run_dir``, says so when the holder is a process of that run (its marker env)."""
@@ -804,6 +835,16 @@ def _check_ports(ctx: _Ctx) -> None:
             continue
         names = ", ".join(n for n, _ in users)
         if err.errno == errno.EADDRINUSE:
+            pid = port_holder_pid(port)
+            owner = adoptable_owner(pid, ctx.cfg.run_dir) if pid else None
+            if owner is not None:
+                # A run whose supervisor died: its components run on under their monitors, and
+                # holding their ports is what they should be doing. `up` takes them over.
+                ctx.add("info", "port", users[0][0],
+                        f"port {port} on {host} (probed by {names}) is held by pid {pid}, component {owner} of "
+                        "this run, still running under its monitor",
+                        "`rlsup up` takes it over (same pid); `rlsup down` ends it", users[0][1])
+                continue
             holder = port_holder(port, ctx.cfg.run_dir)
             who = f"held by {holder}" if holder else "held by a process this user cannot see"
             ctx.add("error", "port", users[0][0],

@@ -1113,7 +1113,10 @@ class Run:
     def hello(self) -> dict[str, Any]:
         run = self.state.get("run", {})
         return {"pid": os.getpid(), "host": run.get("host") or socket.gethostname(), "name": self.cfg.name,
-                "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION, "ended": False}
+                "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION, "ended": False,
+                # The run decided to end (it may still be stopping): `up` tells the user instead of
+                # claiming a run it "supervises in the background" that ended as it started.
+                "ending": self._ended is not None and self._ended.is_set() and not getattr(self, "_handover", False)}
 
     def redact_lines(self, lines: list[str]) -> list[str]:
         return self.redactor.redact_lines(lines)

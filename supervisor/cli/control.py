@@ -71,12 +71,27 @@ def cmd_status(args: argparse.Namespace) -> int:
             say(f"rlsup: no run in {paths.root} (no events.jsonl); start one with `rlsup up CONFIG`", err=True)
             return EXIT_FAILED
         from ..archive import Archive
+        from ..stranded import describe_gone, supervisor_gone
 
         archive = Archive(paths.root)
         view = archive.snapshot_state()
         view["run"]["supervisor"] = None
+        gone = supervisor_gone(paths, view)
+        if gone is not None:
+            # Its supervisor died mid-way: no number here is live, and what runs is only what the
+            # monitors say runs now.
+            view["run"]["supervisor_gone"] = gone
+            running = {r["component"]: r for r in gone["still_running"] if r["alive"]}
+            for name, c in view["components"].items():
+                c.update(rate=None, eta_s=None, resources=None)
+                if c.get("state") in ("starting", "running", "stopping") and name not in running:
+                    c.update(state="unknown", pid=None, uptime_s=None)
         if args.json:
             say(json.dumps(view, indent=2, default=str))
+        elif gone is not None:
+            say(format_status(view))
+            say("")
+            say("\n".join(describe_gone(gone)))
         else:
             say(f"rlsup: no supervisor owns {paths.root}; the run has {archive.describe()}", err=True)
             say(format_status(view))

@@ -13,12 +13,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..client import Client, NotRunning
 from ..rundir import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
 
 DAEMON_LOG = SUPERVISOR_LOG
 READY_TIMEOUT_S = 60.0
+ENDING_TIMEOUT_S = 300.0  # a run that ends at once still stops what it started (stop timeouts)
 
 
 class NoRun(Exception):
@@ -58,6 +60,31 @@ def resolve_run_dir(arg: str | None, *, cwd: Path | None = None, ended_ok: bool 
         names = "\n".join(f"  --run-dir {display_path(r)}" for r in runs)
         raise AmbiguousRun(f"{len(runs)} runs are live under {display_path(base)}; choose one:\n{names}")
     return runs[0]
+
+
+def stranded_runs(base: Path) -> list[Path]:
+    """Run dirs under ``base`` that no supervisor owns but that may still have processes: live
+    monitors of the run, or a journal whose last run never ended (its supervisor died)."""
+    from ..archive import last_run
+    from ..process import is_monitor_of, records
+
+    if not base.is_dir():
+        return []
+    out = []
+    for d in sorted(base.iterdir()):
+        paths = RunPaths(d)
+        if not d.is_dir() or not paths.events.exists() or is_locked(paths):
+            continue
+        if any(is_monitor_of(r, paths.root) for _, r in records(paths.monitors)):
+            out.append(d)
+            continue
+        try:
+            start, end, _ = last_run(paths)
+        except OSError:
+            continue
+        if start is not None and end is None:
+            out.append(d)
+    return out
 
 
 def require_live(run_dir: Path) -> RunPaths:
@@ -145,6 +172,54 @@ async def _answers(sock: Path) -> bool:
         return False
     await c.close()
     return True
+
+
+async def _hello(sock: Path) -> dict[str, Any] | None:
+    try:
+        c = await Client.open_unix(sock, name="up", timeout=5.0)
+    except (NotRunning, OSError, asyncio.TimeoutError):
+        return None
+    try:
+        return dict(c.server or {})
+    finally:
+        await c.close()
+
+
+def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float = ENDING_TIMEOUT_S) -> dict[str, Any] | None:
+    """The ``run_ended`` event of a daemon that ended its run as it started (everything it was
+    asked to continue had completed, or failed again at once); None while it supervises.
+
+    The supervisor answers its first client only after its first evaluation of the run, so the
+    ``ending`` field of its hello already says whether that evaluation ended the run."""
+    paths = RunPaths(run_dir)
+    if proc.poll() is None:
+        hello = asyncio.run(_hello(paths.sock)) if paths.sock.exists() else None
+        if hello is not None and not hello.get("ending"):
+            return None
+        if hello is None and proc.poll() is None:
+            return None  # it answered a moment ago: a hiccup is not an end
+        try:
+            proc.wait(timeout)  # it is stopping what it had started: wait for its last word
+        except subprocess.TimeoutExpired:
+            return None
+    return run_ended_by(paths, proc.pid)
+
+
+def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
+    """The ``run_ended`` event that the supervisor ``pid`` wrote into the journal, if any."""
+    from ..journal import read_events
+
+    mine = False
+    end = None
+    try:
+        for e in read_events(paths.events):
+            if e.get("kind") == "run_started":
+                mine = e.get("pid") == pid
+            elif mine and e.get("kind") == "run_ended":
+                end = e
+    except OSError:
+        return None
+    return end
 
 
 def log_tail(run_dir: Path, n: int = 20) -> list[str]:

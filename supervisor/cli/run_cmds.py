@@ -140,6 +140,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         return run_headless(cfg, show_logs=args.logs, gpu=args.gpu, daemon=args.daemon_child, resume=args.resume)
 
     extra = ["--gpu", args.gpu] if args.gpu else []
+    if args.resume:  # the daemon decides what a resumed run restarts: it must know it is one
+        extra.append("--resume")
     hint = attach_hint(run_dir)
     from ..rundir import UnsafeRunDir
 
@@ -155,6 +157,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"  attach: {hint}\n  status: rlsup status{run_dir_arg(run_dir)}\n  stop:   rlsup down{run_dir_arg(run_dir)}",
             err=True)
         return 130
+    end = daemon.run_ended_by(RunPaths(run_dir), proc.pid) if problem is not None else (
+        daemon.ended_at_once(proc, run_dir))
+    if end is not None:
+        return _ended_at_once(args, run_dir, end)
     if problem is not None:
         say(f"rlsup: {problem}; the end of {shown}/{daemon.DAEMON_LOG}:", err=True)
         for line in daemon.log_tail(run_dir):
@@ -176,6 +182,25 @@ def cmd_up(args: argparse.Namespace) -> int:
         say(f"\nrlsup: interrupted; the run goes on in the background ({daemon.owner_desc(run_dir)}).\n"
             f"  attach: {hint}\n  stop:   rlsup down{run_dir_arg(run_dir)}", err=True)
         return 130
+
+
+def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any]) -> int:
+    """The supervisor ended the run as it started it: say so (and what next) instead of claiming a
+    run that goes on in the background, or opening a view on a supervisor that is gone."""
+    from .daemon import display_path
+
+    code = end.get("exit_code")
+    rd = run_dir_arg(run_dir)
+    say(f"rlsup: the run ended as soon as it started: {end.get('reason') or 'run ended'} (exit code {code})",
+        err=True)
+    if code == 0 and args.resume:
+        say(f"  nothing was left to continue: what had completed stays completed.\n"
+            f"  start a new run (this one is kept as {display_path(run_dir)}.N): rlsup up {args.config}{rd} --fresh",
+            err=True)
+    elif code != 0:
+        say(f"  why:     rlsup diagnose {display_path(run_dir)}\n  journal: rlsup events{rd}", err=True)
+    say(f"  status:  rlsup status{rd}", err=True)
+    return EXIT_OK if code == 0 else EXIT_FAILED
 
 
 def _ask_ended(shown: str, ended: str) -> str | None:
@@ -332,6 +357,10 @@ def cmd_down(args: argparse.Namespace) -> int:
     from ..rundir import is_locked
     from .follow import Printer
 
+    orphan = _run_without_supervisor(args)
+    if orphan is not None:
+        return _down_without_supervisor(orphan)
+
     async def fn(client: Any, paths: Any) -> int:
         printer = Printer()
         snap = await client.subscribe(lambda m: printer.on_event(m["event"]) if m.get("type") == "event" else None,
@@ -365,6 +394,73 @@ def cmd_down(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return client_call(args, fn)
+
+
+def _run_without_supervisor(args: argparse.Namespace) -> Any:
+    """The run ``down`` means when no supervisor owns it but it may still have processes (its
+    supervisor crashed or was killed); None when a supervisor owns it, or no such run is found (the
+    usual path then says why)."""
+    from ..rundir import RunPaths, is_locked
+    from .daemon import live_runs, resolve_run_dir, stranded_runs
+
+    if args.run_dir or os.environ.get("RLSUP_RUN_DIR"):
+        paths = RunPaths(resolve_run_dir(args.run_dir))
+        return paths if paths.events.exists() and not is_locked(paths) else None
+    base = Path.cwd() / "runs"
+    if live_runs(base):
+        return None
+    stranded = stranded_runs(base)
+    return RunPaths(stranded[0]) if len(stranded) == 1 else None
+
+
+def _stop_settings(paths: Any) -> dict[str, tuple[int, float]]:
+    """component -> (stop signal, timeout) from the run's config, where it can still be read."""
+    from ..config import ConfigError, load_config
+    from ..rundir import read_owner
+
+    config = (read_owner(paths) or {}).get("config")
+    if not config or not os.path.exists(config):
+        return {}
+    try:
+        cfg = load_config(config, run_dir=str(paths.root))
+    except (ConfigError, OSError):
+        return {}
+    return {n: (int(signal_mod.Signals[c.stop.signal]), float(c.stop.timeout)) for n, c in cfg.components.items()}
+
+
+def _down_without_supervisor(paths: Any) -> int:
+    """``rlsup down`` on a run whose supervisor is gone: end its processes ourselves (see
+    :mod:`rlsup.supervisor.teardown`), in order, and journal it."""
+    from ..rundir import LockHeld, read_owner
+    from ..teardown import end_run
+    from .daemon import display_path
+
+    shown = display_path(paths.root)
+    owner = read_owner(paths) or {}
+    say(f"rlsup: no supervisor owns {shown} (supervisor pid {owner.get('pid', '?')} is gone); "
+        "ending the run's processes without it")
+    try:
+        done = end_run(paths, stops=_stop_settings(paths), say=lambda m: say(f"rlsup: {m}"))
+    except LockHeld as e:
+        say(f"rlsup: a supervisor (pid {e.owner.get('pid')}) took {shown} over meanwhile; run `rlsup down` again",
+            err=True)
+        return EXIT_FAILED
+    if done.nothing_found and not done.ended_run:
+        say(f"rlsup: no supervisor is running for {shown}, and no process of the run is left; nothing to stop",
+            err=True)
+        return EXIT_FAILED
+    for what in done.stopped:
+        say(f"rlsup: ended {what}")
+    if done.leftovers:
+        say(f"rlsup: ended {len(done.leftovers)} process(es) of the run that no monitor owned")
+    left = done.left + leftovers(paths)
+    if left:
+        say(f"rlsup: down, but {len(left)} thing(s) could not be ended:", err=True)
+        for what in left:
+            say(f"  {what}", err=True)
+        return EXIT_FAILED
+    say(f"rlsup: {paths.root} is down; no process of the run is left (written to its journal)")
+    return EXIT_OK
 
 
 def leftovers(paths: Any) -> list[str]:

@@ -32,8 +32,15 @@ def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
     run = view.get("run", {})
     out = []
     up = fmt_duration(run.get("uptime_s")) if run.get("uptime_s") is not None else "?"
-    out.append(f"run {run.get('name')}  supervisor pid {run.get('pid')} on {run.get('host')}, up {up}  "
-               f"({run.get('run_dir')})")
+    if run.get("supervisor_gone"):
+        out.append(f"run {run.get('name')}  NO SUPERVISOR (pid {run.get('pid')} on {run.get('host')} is gone)  "
+                   f"({run.get('run_dir')})")
+    elif run.get("ended_at") or ("supervisor" in run and run["supervisor"] is None):
+        out.append(f"run {run.get('name')}  ended, no supervisor (the last was pid {run.get('pid')} on "
+                   f"{run.get('host')}, ran {up})  ({run.get('run_dir')})")
+    else:
+        out.append(f"run {run.get('name')}  supervisor pid {run.get('pid')} on {run.get('host')}, up {up}  "
+                   f"({run.get('run_dir')})")
     rows = [("COMPONENT", "STATE", "PID", "ATTEMPT", "UPTIME", "STEP", "RATE", "ETA", "CHECKPOINT", "CPU", "RSS",
              "LOG RING")]
     for name, c in view.get("components", {}).items():
