@@ -60,8 +60,11 @@ class PodSpec:
     def target_label(self) -> str:
         return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
 
-    def attach_hint(self) -> str:
-        return f"rlsup attach {self.target_label()}" + (f" --run-dir {self.run_dir}" if self.run_dir else "")
+    def attach_hint(self, *, identity: str | None = None, remote_cmd: str | None = None) -> str:
+        """``rlsup attach`` to this pod, with the options the fleet reached it with (pastes as printed)."""
+        from .ssh import attach_command
+
+        return attach_command(self.target_label(), run_dir=self.run_dir, identity=identity, remote_cmd=remote_cmd)
 
 
 def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> list[PodSpec]:
@@ -697,13 +700,16 @@ def latest_problem(pod: Mapping[str, Any]) -> str:
     return " · ".join(x[1] for x in (flag, diag) if x is not None)
 
 
-def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool) -> Callable[[PodSpec], Connector]:
-    """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does)."""
+def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identity: str | None = None,
+                   accept_hint: str | None = None) -> Callable[[PodSpec], Connector]:
+    """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does). ``accept_hint``: the
+    command that trusts an unknown host key (the fleet's own, with its options)."""
     from .ssh import SshTarget, ssh_connector
 
     def make(spec: PodSpec) -> Connector:
-        return ssh_connector(SshTarget(host=spec.host, user=spec.user, port=spec.port), run_dir=spec.run_dir,
-                             remote_cmd=remote_cmd, accept_new_host_key=accept_new_host_key)
+        return ssh_connector(SshTarget(host=spec.host, user=spec.user, port=spec.port, identity=identity),
+                             run_dir=spec.run_dir, remote_cmd=remote_cmd, accept_new_host_key=accept_new_host_key,
+                             accept_hint=accept_hint)
 
     return make
 

@@ -107,10 +107,11 @@ def _known_name(host: str, port: int) -> str:
 class _Policy:
     """Missing-host-key policy: refuse with the fingerprint, or accept and record it."""
 
-    def __init__(self, accept: bool, known_hosts: Path, label: str):
+    def __init__(self, accept: bool, known_hosts: Path, label: str, accept_hint: str | None = None):
         self.accept = accept
         self.known_hosts = known_hosts
         self.label = label
+        self.accept_hint = accept_hint or f"rlsup attach {label} --accept-new-host-key"
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         fp = fingerprint(key)
@@ -118,7 +119,7 @@ class _Policy:
             raise HostKeyUnknown(
                 f"the host key of {hostname} is not known (not in {self.known_hosts}).\n"
                 f"  {key.get_name()} key fingerprint is {fp}.\n"
-                f"  If that is the right host, accept it once with: rlsup attach {self.label} --accept-new-host-key\n"
+                f"  If that is the right host, accept it once with: {self.accept_hint}\n"
                 f"  (or connect with `ssh` and answer yes), then attach again.")
         client.get_host_keys().add(hostname, key.get_name(), key)
         self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -129,9 +130,10 @@ class _Policy:
 class _Remote:
     """One SSH connection (possibly through jump hosts) that opens bridge channels."""
 
-    def __init__(self, target: SshTarget, accept_new_host_key: bool):
+    def __init__(self, target: SshTarget, accept_new_host_key: bool, accept_hint: str | None = None):
         self.target = target
         self.accept = accept_new_host_key
+        self.accept_hint = accept_hint
         self.clients: list[Any] = []  # paramiko.SSHClient, jump hosts first
 
     def alive(self) -> bool:
@@ -184,7 +186,7 @@ class _Remote:
                 client.load_host_keys(str(known))
             except Exception as e:
                 raise SshError(f"cannot read {known}: {e}") from None
-        client.set_missing_host_key_policy(_Policy(self.accept, known, self.target.label()))
+        client.set_missing_host_key_policy(_Policy(self.accept, known, self.target.label(), self.accept_hint))
         label = f"{user + '@' if user else ''}{host}:{port}"
         try:
             client.connect(host, port=port, username=user, key_filename=keys or None, timeout=CONNECT_TIMEOUT_S,
@@ -262,6 +264,20 @@ def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
             sock.close()
 
 
+def attach_command(target: str, *, run_dir: str | None = None, identity: str | None = None,
+                   remote_cmd: str | None = None, extra: str = "") -> str:
+    """The ``rlsup attach`` command line that reaches the same run the same way, every option that
+    made it work included, quoted for a shell: a hint that pastes back as printed."""
+    parts = ["rlsup", "attach", shlex.quote(target)]
+    if run_dir:
+        parts += ["--run-dir", shlex.quote(run_dir)]
+    if identity:
+        parts += ["-i", shlex.quote(identity)]
+    if remote_cmd:
+        parts += ["--remote-cmd", shlex.quote(remote_cmd)]
+    return " ".join(parts) + (f" {extra}" if extra else "")
+
+
 def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
     base = remote_cmd or os.environ.get("RLSUP_REMOTE_CMD") or "rlsup"
     cmd = f"{base} bridge"
@@ -271,10 +287,15 @@ def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
 
 
 def ssh_connector(target: SshTarget, *, run_dir: str | None = None, remote_cmd: str | None = None,
-                  accept_new_host_key: bool = False) -> Connector:
+                  accept_new_host_key: bool = False, accept_hint: str | None = None) -> Connector:
     """A :data:`~rlsup.supervisor.client.Connector` over SSH; reuses the SSH connection while it
-    lives and dials again after it drops (what :class:`Session` reconnects through)."""
-    remote = _Remote(target, accept_new_host_key)
+    lives and dials again after it drops (what :class:`Session` reconnects through). ``accept_hint``:
+    the command that trusts an unknown host key, as the user should paste it (default: ``rlsup
+    attach`` with this target's options)."""
+    if accept_hint is None:
+        accept_hint = attach_command(target.label(), run_dir=run_dir, identity=target.identity,
+                                     remote_cmd=remote_cmd, extra="--accept-new-host-key")
+    remote = _Remote(target, accept_new_host_key, accept_hint)
     command = bridge_command(remote_cmd, run_dir)
     lock = asyncio.Lock()
 

@@ -44,7 +44,10 @@ def _clip(s: str, n: int = MAX_CELL) -> str:
 def pod_cells(pod: dict[str, Any], selected: bool) -> dict[str, Text | str]:
     """The table cells of one pod (its ``rlsup fleet --json`` entry); pure, so tests can read it."""
     conn = pod["connection"]
-    if pod["connected"]:
+    ended = pod.get("ended")
+    if ended:  # "ended at 2026-11-22 10:37:08: trainer fatal: ... (exit code 1)", read from the pod's run dir
+        conn_text = Text(_clip(str(ended.get("note") or "ended"), 2 * MAX_REASON), style="yellow")
+    elif pod["connected"]:
         conn_text = Text("connected", style="green")
     else:
         reason = f": {_clip(pod['error'], MAX_REASON)}" if pod.get("error") else ""

@@ -76,7 +76,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
     except SshError as e:
         say(f"rlsup: {e}", err=True)
         return EXIT_FAILED
-    hint = f"rlsup attach {args.target}" + (f" --run-dir {args.run_dir}" if args.run_dir else "")
+    from ..ssh import attach_command
+
+    hint = attach_command(args.target, run_dir=args.run_dir, identity=args.identity, remote_cmd=args.remote_cmd)
     return view(connect, target=args.target, hint=hint, plain=args.plain)
 
 
@@ -125,7 +127,7 @@ async def _follow_plain(connect: Any, hint: str) -> int:
                 say(f"rlsup: this run has {server.get('ended_note') or 'ended'}", err=True)
                 loop.call_soon(session.close)
 
-    printer = Follower(replay=True)
+    printer = Follower()  # the session hands the snapshot's events to on_event: printing them again doubled them
     session = Session(connect, printer, lines=0)
     task = asyncio.ensure_future(session.run())
     for s in (signal_mod.SIGINT, signal_mod.SIGTERM):

@@ -43,7 +43,7 @@ def add_parsers(sub: Any) -> None:
                        "Print the last N lines of NAME's output (ANSI colours stripped, progress bars folded; the "
                        "byte-exact output is in <run_dir>/logs/NAME.log). -f keeps printing new lines. Works on a "
                        "run that has ended.", cmd_logs)
-    lg.add_argument("name", metavar="NAME")
+    lg.add_argument("name", metavar="NAME", nargs="?", help="the component (without it: the list of components)")
     lg.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="how many lines (default 50)")
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
     ev = client_parser(sub, "events", "print the run's journal; -f to follow",
@@ -150,6 +150,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     paths = resolve(args, live=False)
     if isinstance(paths, int):
         return paths
+    if args.name is None:
+        return _which_component(paths)
     if not _live(paths):
         from ..archive import Archive
 
@@ -189,6 +191,27 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return await until_interrupted(session)
 
     return client_call(args, fn)
+
+
+def _which_component(paths: Any) -> int:
+    """`rlsup logs` without NAME: say which names there are, as a command to paste."""
+    from ..archive import replay
+    from .common import EXIT_USAGE
+    from .daemon import display_path
+
+    try:
+        names = list(replay(paths)["components"]) if paths.events.exists() else []
+    except OSError:
+        names = []
+    from .common import run_dir_arg
+
+    rd = run_dir_arg(paths.root)
+    if not names:
+        say(f"rlsup: which component? usage: rlsup logs NAME{rd} [-n N] [-f]", err=True)
+        return EXIT_USAGE
+    say(f"rlsup: which component? {display_path(paths.root)} has: {', '.join(names)}", err=True)
+    say(f"  for example: rlsup logs {names[-1]}{rd} -n 20", err=True)
+    return EXIT_USAGE
 
 
 def cmd_events(args: argparse.Namespace) -> int:

@@ -49,6 +49,8 @@ def add_fleet_parser(sub: Any) -> None:
     p.add_argument("--accept-new-host-key", action="store_true", help="trust and record unknown host keys")
     p.add_argument("--remote-cmd", metavar="CMD", default=None,
                    help="how to run rlsup on the pods (default: $RLSUP_REMOTE_CMD or `rlsup`)")
+    p.add_argument("-i", "--identity", metavar="FILE", default=None,
+                   help="private key file for every pod (in addition to the agent and ~/.ssh/config)")
     p.set_defaults(func=cmd_fleet)
 
 
@@ -100,7 +102,15 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(e.report(args.fleet_file), file=sys.stderr)
         return EXIT_USAGE
-    connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key)
+    import shlex
+
+    again = ["rlsup", "fleet", shlex.quote(args.fleet_file)]
+    if args.identity:
+        again += ["-i", shlex.quote(args.identity)]
+    if args.remote_cmd:
+        again += ["--remote-cmd", shlex.quote(args.remote_cmd)]
+    connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key,
+                                   identity=args.identity, accept_hint=" ".join([*again, "--accept-new-host-key"]))
     interactive = sys.stdout.isatty() and sys.stdin.isatty()
     if args.json or not interactive:
         snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=getattr(args, "timeout", JSON_TIMEOUT_S)))
@@ -118,4 +128,5 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         if chosen is None:
             return EXIT_OK
         spec = next(s for s in specs if s.label == chosen)
-        run_tui(connector_for(spec), target=f"{spec.label} ({spec.target_label()})", attach_hint=spec.attach_hint())
+        run_tui(connector_for(spec), target=f"{spec.label} ({spec.target_label()})",
+                attach_hint=spec.attach_hint(identity=args.identity, remote_cmd=args.remote_cmd))
