@@ -79,6 +79,8 @@ def format_text(snap: Mapping[str, Any]) -> str:
             continue
         lines.append(f"{p['label']:<16} {(p.get('run') or {}).get('name') or '?'}: {comps}{prog}"
                      f"  gpu {gpu_summary(p.get('gpus'))}" + (f"  | {problem}" if problem else ""))
+        if p.get("attach"):
+            lines.append(f"{'':<16} attach: {p['attach']}")
     return "\n".join(lines)
 
 
@@ -114,6 +116,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     interactive = sys.stdout.isatty() and sys.stdin.isatty()
     if args.json or not interactive:
         snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=getattr(args, "timeout", JSON_TIMEOUT_S)))
+        hints = {s.label: s.attach_hint(identity=args.identity, remote_cmd=args.remote_cmd) for s in specs}
+        for pod in snap["pods"]:  # the command that opens this pod's TUI, as it can be pasted
+            pod["attach"] = hints.get(pod["label"])
         if args.json:
             json.dump(snap, sys.stdout, indent=1, default=str)
             print()
