@@ -63,6 +63,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
             say(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); start "
                 "one with `rlsup up CONFIG`", err=True)
             return EXIT_FAILED
+        if args.plain or not (sys.stdout.isatty() and sys.stdin.isatty()):
+            return _print_ended(paths)
         with serve_archive(paths.root) as sock:
             return view_socket(sock, target=f"ended run {paths.root}", hint=f"rlsup attach --run-dir {paths.root}",
                                plain=args.plain)
@@ -80,6 +82,20 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     hint = attach_command(args.target, run_dir=args.run_dir, identity=args.identity, remote_cmd=args.remote_cmd)
     return view(connect, target=args.target, hint=hint, plain=args.plain)
+
+
+def _print_ended(paths: Any) -> int:
+    """`attach --plain` on an ended run: its journal as text, then how it ended (nothing more comes)."""
+    from ..archive import Archive
+    from ..events import human, is_lifecycle
+    from ..journal import read_events
+
+    events = [e for e in read_events(paths.events) if is_lifecycle(e.get("kind", ""))]
+    width = max([12, *(len(e.get("component") or "") for e in events)])
+    if not say("".join(human(e, width=width) + "\n" for e in events), end=""):
+        return EXIT_OK
+    say(f"rlsup: this run has {Archive(paths.root).describe()}", err=True)
+    return EXIT_OK
 
 
 async def _probe(connect: Any) -> None:
