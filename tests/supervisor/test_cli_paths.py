@@ -11,9 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlsup.supervisor.fleet import PodSpec
-from rlsup.supervisor.render.status import format_status
-from rlsup.supervisor.ssh import attach_command
 from tests.conftest import PY, cli_env, rlsup, wait_for, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,6 +82,8 @@ def test_logs_without_a_name_lists_the_components(tmp_path):
 
 
 def test_an_ended_run_does_not_read_as_live(tmp_path):
+    from rlsup.supervisor.render.status import format_status
+
     run_dir = _ended_run(tmp_path)
     r = rlsup("status", "--run-dir", str(run_dir), cwd=tmp_path)
     head = r.stdout.splitlines()[0]
@@ -94,6 +93,9 @@ def test_an_ended_run_does_not_read_as_live(tmp_path):
 
 
 def test_hints_carry_every_option_quoted():
+    from rlsup.supervisor.fleet import PodSpec
+    from rlsup.supervisor.ssh import attach_command
+
     hint = attach_command("root@pod:2222", run_dir="/w/runs/my run", identity="~/.ssh/k 1",
                           remote_cmd="/w/.venv/bin/python -m rlsup.supervisor.cli")
     argv = shlex.split(hint)
