@@ -34,6 +34,7 @@ STATE_STYLE = {"running": "green", "starting": "yellow", "backoff": "bold yellow
                "pending": "dim", "stopped": "dim", "completed": "bold blue", "fatal": "bold red"}
 MAX_CELL = 56
 MAX_REASON = 30
+MAX_POD_PROBLEMS = 4  # per pod in the evidence screen (`v`), newest first
 MAX_NAME = 12
 
 
@@ -123,15 +124,36 @@ class ComponentPicker(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+def pod_evidence(pod: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """A pod's own problems with their evidence, newest first: each component's flags and its last
+    failed exit's diagnosis (from the pod's record: an ended pod's too). ``(component, what, lines)``."""
+    out: list[tuple[float, str, str, list[str]]] = []
+    for name, c in (pod.get("components") or {}).items():
+        for f in c.get("flags") or []:
+            out.append((float(f.get("ts") or 0), name, f"{f.get('type')}: {f.get('message')}",
+                        [str(x) for x in f.get("evidence") or []]))
+        ex = c.get("last_exit") or {}
+        d = ex.get("diagnosis") or {}
+        if d and d.get("category") not in (None, "none"):
+            how = f"killed by {ex['signal']}" if ex.get("signal") else f"exit {ex.get('exit_code')}"
+            out.append((float(ex.get("ts") or 0), name, f"{how}: {d.get('summary') or d.get('category')}",
+                        [str(x) for x in d.get("evidence") or []]))
+    out.sort(key=lambda x: -x[0])
+    return [(n, what, lines) for _, n, what, lines in out]
+
+
 class FleetFlagsScreen(ModalScreen[None]):
-    """Each fleet flag with the evidence from every pod it names."""
+    """Each fleet flag with the evidence from every pod it names, then each pod's own problems with
+    their evidence (a failure on one pod only is no fleet flag, and its evidence matters as much)."""
 
     BINDINGS = [Binding("escape,q,v", "close", "close")]
 
-    def __init__(self, flags: list[dict[str, Any]], timefmt: Callable[[float], str]):
+    def __init__(self, flags: list[dict[str, Any]], timefmt: Callable[[float], str],
+                 pods: list[dict[str, Any]] | None = None):
         super().__init__()
         self.flags = flags
         self.timefmt = timefmt
+        self.pods = pods or []
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
@@ -151,6 +173,18 @@ class FleetFlagsScreen(ModalScreen[None]):
                     text.append(f"\n    │ {line}", style="dim")
         if not self.flags:
             text.append("no fleet flags: no failure is shared by two pods")
+        for pod in self.pods:
+            problems = pod_evidence(pod)
+            ended = (pod.get("ended") or {}).get("note")
+            if not problems and not ended:
+                continue
+            text.append(f"\n\n{pod['label']}", style="bold")
+            if ended:
+                text.append(f"  {ended}", style="yellow")
+            for comp, what, lines in problems[:MAX_POD_PROBLEMS]:
+                text.append(f"\n  {comp}  {what}")
+                for line in lines[-8:]:
+                    text.append(f"\n    │ {line}", style="dim")
         with Vertical(classes="dialog full"):
             yield Static("[b]fleet flags and evidence per pod[/b]  (escape closes; enter on a pod opens it)",
                          classes="hint")
@@ -339,7 +373,7 @@ class FleetApp(App[str | None]):
         self.dirty = True
 
     def action_flags(self) -> None:
-        self.push_screen(FleetFlagsScreen(self.fleet.flags(), self.timefmt))
+        self.push_screen(FleetFlagsScreen(self.fleet.flags(), self.timefmt, self.fleet.snapshot()["pods"]))
 
 
 def _hms(ts: float) -> str:
