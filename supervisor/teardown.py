@@ -138,9 +138,13 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
         out.finished_monitors.append(att.monitor_pid)
         ended = float(final.get("ended") or time.time())
         uptime = max(0.0, ended - float(final.get("started") or ended))
+        # An exit we asked for is no failure to diagnose (as the supervisor says it); one that
+        # happened while nobody watched is diagnosed from its log.
+        diag = ({"category": "none", "summary": f"stopped by {by} ({_how(final)})", "exception": None,
+                 "location": None, "step": None, "evidence": []} if running
+                else _diagnose(paths, att.component, final))
         emit(ev.ComponentExited(att.component, exit_code=final.get("exit_code"), signal=final.get("signal"),
-                                uptime_s=round(uptime, 3), attempt=att.attempt,
-                                diagnosis=None if running else _diagnose(paths, att.component, final)))
+                                uptime_s=round(uptime, 3), attempt=att.attempt, diagnosis=diag))
         emit(ev.ComponentStopped(att.component, by="user"))  # final: a resumed run starts it again
         if running:
             out.stopped.append(f"{att.component} pid {att.pid} ({_how(final)})")

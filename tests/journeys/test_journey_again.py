@@ -149,3 +149,28 @@ def test_resume_and_fresh_on_an_ended_run(workdir, mode, ended):
     assert (w.path / "runs" / "small.1" / "events.jsonl").exists()
     assert _job_attempts(w) == [1]
     assert not w.processes()
+
+
+@needs_tmux()
+@pytest.mark.parametrize("ended", ["completed", "fatal"])
+def test_the_question_on_an_ended_run_answered_r(workdir, ended):
+    """`rlsup up CONFIG` at a terminal on an ended run asks; `r` continues it. On a completed run that
+    ended the new supervisor at once and left the TUI on "connecting" forever; now it says so. On a
+    fatal run the failed component runs again, in the TUI."""
+    w = workdir
+    _setup(w)
+    _end_a_run(w, ended)
+    _mode(w, "run")
+    tui = w.tmux()
+    tui.run("rlsup up configs/small.yaml")
+    tui.wait_text("[r/f/q]", 30)
+    tui.keys("r", "Enter")
+    if ended == "completed":
+        assert tui.exit_code(30) == 0
+        assert "ended as soon as it started" in tui.screen()
+    else:
+        tui.wait(lambda s: re.search(r"job\s.*running", s) and "connecting" not in s, 30, "job running in the TUI")
+        tui.keys("q")
+        assert tui.exit_code(30) == 0
+        w.sh("rlsup down", check=True)
+    assert not w.processes()

@@ -112,8 +112,8 @@ def test_the_daemon_commands_of_the_readme(workdir):
 @needs_tmux()
 def test_kill_9_of_the_supervisor_then_take_over_and_stop(workdir):
     """`kill -9` of the demo's supervisor while the inference server holds its port: `rlsup status`
-    says the supervisor is gone and how to take over (item 4); that command, pasted as printed (TUI),
-    and `rlsup up configs/demo.yaml -d` without flags adopt the same pids (item 2: both were refused by
+    says the supervisor is gone and how to take over (item 4); `rlsup up configs/demo.yaml` (TUI) and
+    `rlsup up configs/demo.yaml -d`, without flags, adopt the same pids (item 2: both were refused by
     up's own port check); `rlsup down` on such a run, a component dead meanwhile, leaves no process
     (item 3: it said "no supervisor is running")."""
     import os
@@ -131,9 +131,10 @@ def test_kill_9_of_the_supervisor_then_take_over_and_stop(workdir):
     assert status.returncode == 0 and "gone" in out and ", up " not in out.splitlines()[0], out
     assert f"inference pid {pids['inference']}" in out
     take_over = next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("take it over"))
+    assert take_over == "rlsup up configs/demo.yaml --run-dir runs/demo"  # pastes here (test_teardown runs one)
 
     tui = w.tmux()
-    tui.run(take_over)
+    tui.run(readme_command("rlsup up configs/demo.yaml"))  # as the README says, no flag
     tui.wait(lambda s: str(pids["inference"]) in s and "running" in s, 60, "the TUI on the adopted run")
     assert {e["component"]: e["pid"] for e in w.events() if e["kind"] == "adopted"} == pids
     tui.keys("q")
