@@ -19,7 +19,6 @@ from typing import Any
 from . import state as state_mod
 from .journal import read_events
 from .logs import LineNormaliser, LogRing
-from .phrases import fmt_duration
 from .redact import Redactor, secret_values
 from .rundir import RunPaths
 from .version import VERSION
@@ -197,9 +196,13 @@ class Archive:
         if run.get("ended_at"):
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["ended_at"]))
             return f"ended at {when}: {run.get('end_reason')} (exit code {run.get('exit_code')})"
-        since = fmt_duration(time.time() - max((c.get("started_at") or 0) for c in self.state["components"].values())) \
-            if self.state["components"] else "?"
-        return f"no supervisor (it stopped without ending the run; last start {since} ago)"
+        from .stranded import last_sign_of_life
+
+        seen = last_sign_of_life(self.paths)
+        since = f" since {time.strftime('%H:%M:%S', time.localtime(seen))}" if seen else ""
+        return (f"no supervisor: pid {run.get('pid') or '?'} is gone{since} without ending the run; "
+                f"`rlsup up {run.get('config') or 'CONFIG'} --run-dir {self.paths.root}` takes it over "
+                "(what runs keeps its pid), `rlsup down` ends it")
 
     def watchers_changed(self) -> None:
         pass  # nothing here is sampled
@@ -207,6 +210,8 @@ class Archive:
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
                 **args: Any) -> dict[str, Any]:
         config = self.state.get("run", {}).get("config") or "CONFIG"
+        if not self.state.get("run", {}).get("ended_at"):  # its supervisor died: take it over, no flag
+            return {"ok": False, "error": f"this run has {self.describe()}; it is read-only until then"}
         return {"ok": False, "error": f"this run has {self.describe()}; it is read-only. Start it again with "
                                       f"`rlsup up {config} --resume` (or --fresh)"}
 

@@ -28,9 +28,6 @@ from tests.conftest import PY, cli_env, free_port, pid_alive, read_events, wait_
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
-pytestmark = pytest.mark.slow
-
-
 # ---------------------------------------------------------------------- the README's commands
 
 

@@ -39,6 +39,8 @@ components:
     stop: {{timeout: 5}}
 """
 
+pytestmark = [pytest.mark.slow]
+
 
 def _setup(w: Workdir) -> None:
     (w.path / "job.py").write_text(JOB)

@@ -27,6 +27,8 @@ components:
     progress: {{preset: rlsup}}
 """
 
+pytestmark = [pytest.mark.slow]
+
 
 @pytest.fixture
 def pod(workdir, sshd):
