@@ -93,6 +93,23 @@ def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
     if run.get("ended_at"):
         out.append("")
         out.append(f"run ended: {run.get('end_reason')} (exit code {run.get('exit_code')})")
-        config = run.get("config") or "CONFIG"
-        out.append(f"to go on from its checkpoints: rlsup up {config} --resume; to start anew: rlsup up {config} --fresh")
+        # `up` finds its run dir from the config and the working directory: name both, so the
+        # commands paste as printed from anywhere.
+        again = f"rlsup up {_here(run.get('config')) or 'CONFIG'}" + (
+            f" --run-dir {_here(run['run_dir'])}" if run.get("run_dir") else "")
+        out.append(f"to go on from its checkpoints: {again} --resume; to start anew: {again} --fresh")
     return "\n".join(out)
+
+
+def _here(path: str | None) -> str | None:
+    """``path`` relative to the working directory when below it (shorter to paste), quoted for a shell."""
+    import shlex
+    from pathlib import Path
+
+    if not path:
+        return None
+    try:
+        shown = str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(path)
+    return shlex.quote(shown)

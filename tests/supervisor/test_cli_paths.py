@@ -92,6 +92,22 @@ def test_an_ended_run_does_not_read_as_live(tmp_path):
     assert "supervisor pid 7 on h, up 3.0s" in live
 
 
+def test_the_continue_command_of_status_pastes_from_anywhere(tmp_path):
+    """`rlsup status` ends with the command that continues the run; pasted as printed in another
+    directory it continues *this* run (it said `rlsup up CONFIG --resume`, which made a new run dir
+    under the working directory)."""
+    run_dir = _ended_run(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = rlsup("status", "--run-dir", str(run_dir), cwd=elsewhere)
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("to go on from its checkpoints: "))
+    resume = line.split(": ", 1)[1].split(";")[0]
+    again = subprocess.run(["bash", "-c", resume], cwd=elsewhere, env=cli_env(), capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0 and "ended as soon as it started" in again.stderr, again.stdout + again.stderr
+    assert not (elsewhere / "runs").exists()
+
+
 def test_hints_carry_every_option_quoted():
     from rlsup.supervisor.fleet import PodSpec
     from rlsup.supervisor.ssh import attach_command
