@@ -205,6 +205,23 @@ def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float =
     return run_ended_by(paths, proc.pid)
 
 
+def adopted_by(paths: RunPaths, pid: int) -> list[dict[str, Any]]:
+    """The ``adopted`` events that the supervisor ``pid`` journaled (what it took over)."""
+    from ..journal import read_events
+
+    mine = False
+    out = []
+    try:
+        for e in read_events(paths.events):
+            if e.get("kind") == "run_started":
+                mine = e.get("pid") == pid
+            elif mine and e.get("kind") == "adopted":
+                out.append(e)
+    except OSError:
+        return []
+    return out
+
+
 def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
     """The ``run_ended`` event that the supervisor ``pid`` wrote into the journal, if any."""
     from ..journal import read_events

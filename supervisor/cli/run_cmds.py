@@ -168,6 +168,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if args.detach:
         say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
+        took = daemon.adopted_by(RunPaths(run_dir), proc.pid)
+        if took:  # a run whose supervisor died: say that training was taken over, not restarted
+            say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
         say(f"  run dir:  {shown}")
         say(f"  attach:   {hint}")
         say(f"  status:   rlsup status{run_dir_arg(run_dir)}")

@@ -148,6 +148,7 @@ def test_kill_9_of_the_supervisor_then_take_over_and_stop(workdir):
     assert d.returncode == 0 and "in the background" in d.stdout, d.stdout + d.stderr
     adopted = {e["component"]: e["pid"] for e in w.events()[n:] if e["kind"] == "adopted"}
     assert adopted == pids
+    assert f"took over: inference pid {pids['inference']}" in d.stdout
 
     sup = w.supervisor_pid()
     os.kill(sup, signal.SIGKILL)
