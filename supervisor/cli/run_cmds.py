@@ -83,7 +83,9 @@ def add_parsers(sub: Any) -> None:
     client_parser(sub, "down", "stop every component in order and end the supervisor",
                   "Stop every component in reverse dependency order (each with its stop signal, then SIGKILL after "
                   "its stop timeout) and end the supervisor. Returns when no process of the run is left, or says "
-                  "exactly which could not be ended (exit 1).", cmd_down)
+                  "exactly which could not be ended (exit 1). If the run's supervisor is gone (crashed, killed), "
+                  "`down` ends the run's processes itself, the same way, and only those its monitors' records "
+                  "and markers prove are the run's, then writes what it did to the journal.", cmd_down)
     client_parser(sub, "restart-supervisor", "replace the supervisor without touching the components",
                   "Upgrade in place: the running supervisor exits without stopping anything (each component "
                   "keeps running under its monitor, its log complete), and a new supervisor, from the rlsup "
