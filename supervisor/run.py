@@ -312,8 +312,15 @@ class Run:
                 # (below), which ends it
             att = attempt_from_record(rec, path)
             prev = self.state["components"][c.name]
+            # Its output begins where its `started` event says, in the line numbering the recorded log
+            # position continues (without a recorded position the numbering starts again: unknown).
+            out = prev.get("attempt_log") or {}
+            numbered = (self._saved.get("components") or {}).get(c.name, {}).get("log") if self._saved else None
+            same = int(prev.get("attempt") or 0) == att.attempt
+            log_seq = out.get("seq") if isinstance(numbered, dict) and numbered.get("ino") is not None and same else None
             c.adopt(att, rec, ready=prev.get("state") == "running" or (prev.get("ready_at") is not None
-                                                                       and prev.get("state") != "starting"))
+                                                                       and prev.get("state") != "starting"),
+                    log_seq=log_seq)
         for path, rec in self._adopt:
             if str(rec["component"]) not in self.components:
                 attempt_from_record(rec, path).finish()
@@ -571,14 +578,6 @@ class Run:
         for n in names:
             self.components[n].flush_progress()
         self._mark_state_dirty()
-
-    def diagnose(self, comp: Component, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]:
-        from .diagnosis import diagnose, read_host_evidence
-
-        host = read_host_evidence(pid) if signal == "SIGKILL" else None
-        d = diagnose(comp.tail(1000), exit_code=exit_code, signal=signal, step=comp.progress.step, pid=pid,
-                     host=host)
-        return d.to_dict()
 
     def plan_resume(self, comp: Component, step: int | None) -> dict[str, Any]:
         """Where the next attempt starts: the newest *complete* checkpoint, chosen now that the
@@ -911,7 +910,7 @@ class Run:
                 if "stall" in c.life.episode:
                     c.handle(lc.Unstalled(f"progress again at step {c.progress.step}"))
                 continue
-            last = c.tail(1)
+            last = c.attempt_tail(1)
             evidence = [f"last line: {last[0]}" if last else "no output yet"]
             evidence += [f"{d} is {self.components[d].state}" for d in c.cfg.depends_on]
             for owner in [c] + [self.components[d] for d in c.cfg.depends_on]:
@@ -949,7 +948,7 @@ class Run:
                     self.emit(ev.FlagCleared(n, type="dependency_down", message="its dependencies are up again"))
                 continue
             last = (self.state["components"][n].get("last_exit") or {}).get("diagnosis") or {}
-            flag = dependency_down(n, categories=[last.get("category", "")], lines=c.tail(200), deps=deps,
+            flag = dependency_down(n, categories=[last.get("category", "")], lines=c.attempt_tail(200), deps=deps,
                                    down_since=self._dep_watch.down_since(), now=now)
             if flag is None:
                 continue
