@@ -110,9 +110,10 @@ def fill_seqs(life: Life, seqs: dict[str, int]) -> Life:
     """``life`` with the causes it keeps pointing at events emitted in the step just carried out."""
     start = life.start_cause.filled(seqs) if life.start_cause is not None else None
     stop = life.stop_cause.filled(seqs) if life.stop_cause is not None else None
-    if start is life.start_cause and stop is life.stop_cause:
+    gave = life.gave_up.filled(seqs) if life.gave_up is not None else None
+    if start is life.start_cause and stop is life.stop_cause and gave is life.gave_up:
         return life
-    return replace(life, start_cause=start, stop_cause=stop)
+    return replace(life, start_cause=start, stop_cause=stop, gave_up=gave)
 
 
 def fill_event(cause: dict[str, Any] | None, seqs: dict[str, int]) -> dict[str, Any] | None:
@@ -178,6 +179,7 @@ class Life:
     cause: str | None = None  # the component whose failure made this one fatal
     start_cause: Cause | None = None  # why the next attempt starts (copied into `started.cause`)
     stop_cause: Cause | None = None  # why the stop (or forced end) under way was asked for
+    gave_up: Cause | None = None  # why it is fatal (its `fatal.why`), while it is
     waiting: tuple[str, ...] = ()
     timer: int = 0  # generation of the pending backoff / healthy timer; older ones are ignored
 
@@ -393,7 +395,7 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
         if s == "pending" and life.want == "run" and not life.spawning:
             why = Cause("dependency", inp.reason, component=inp.cause)
             emit(ev.GaveUp(name, reason=inp.reason, cause=inp.cause, why=why.to_dict()))
-            return replace(life, state="fatal", cause=inp.cause, waiting=()), fx
+            return replace(life, state="fatal", cause=inp.cause, waiting=(), gave_up=why), fx
         return life, fx
 
     if isinstance(inp, Spawned):
@@ -442,7 +444,7 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
         why = Cause("spawn", inp.error, of="spawn_failed")
         if inp.deterministic:  # a missing command or working directory: restarting cannot help
             emit(ev.GaveUp(name, reason=inp.error, why=why.to_dict()))
-            return replace(life, state="fatal", then_start=False), fx
+            return replace(life, state="fatal", then_start=False, gave_up=why), fx
         return _decide(life, now, rules, fx, success=False, how=inp.error, patterns=(), cause=why)
 
     if isinstance(inp, Ready):
@@ -472,7 +474,8 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
         if s != "running":
             return life, fx
         restart = rules.on_stall == "restart"
-        if "stall" not in life.episode:
+        flagged = "stall" not in life.episode
+        if flagged:
             emit(ev.FlagRaised(
                 name, type="stall", message=inp.message, evidence=list(inp.evidence),
                 action=f"restarting {name} (progress.on_stall: restart)" if restart
@@ -480,7 +483,7 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
             life = replace(life, episode=life.episode | {"stall"})
         if restart:
             reason = f"stall: {inp.message}"
-            why = inp.cause or Cause("stall", inp.message, of="stopping")
+            why = inp.cause or Cause("stall", inp.message, of="flag" if flagged else "stopping")
             emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=reason, cause=why.to_dict()))
             fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
             return replace(life, state="stopping", forced=reason, stop_cause=why), fx
@@ -555,7 +558,7 @@ def _fresh_start(life: Life, step: int | None, why: Cause | None = None) -> Life
     """A user (or rlsup, for a dead dependency) starts a final component: a new episode."""
     return replace(life, state="pending", want="run", stop_by=None, then_start=False, restart_by=None,
                    resume_step=step, forced=None, policy=History(), episode=frozenset(), cause=None, waiting=(),
-                   timer=life.timer + 1, start_cause=why, stop_cause=None)
+                   timer=life.timer + 1, start_cause=why, stop_cause=None, gave_up=None)
 
 
 def _stop(life: Life, by: str, rules: Rules, fx: list[Effect], why: Cause) -> tuple[Life, list[Effect]]:
@@ -633,7 +636,7 @@ def _exited(life: Life, inp: Exited, now: float, rules: Rules, fx: list[Effect])
         why = forced_cause or Cause("probe", how, of="exited")
     elif false_success is not None:
         how = f"false_success: {false_success.message}"
-        why = Cause("pattern", how, of="exited")
+        why = Cause("exit", how, of="exited")  # the exit judged a failure; "pattern" is for fatal crash patterns
     else:
         how = describe_exit(inp.exit_code, inp.signal)
         summary = (inp.diagnosis or {}).get("summary")
@@ -682,7 +685,7 @@ def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: 
         fx.append(Emit(ev.ComponentCompleted(name)))
         return replace(life, state="completed"), fx
     fx.append(Emit(ev.GaveUp(name, reason=decision.reason, why=why.to_dict())))
-    return replace(life, state="fatal"), fx
+    return replace(life, state="fatal", gave_up=why), fx
 
 
 def _u(rules: Rules, attempt: int) -> float:

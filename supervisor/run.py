@@ -21,6 +21,7 @@ import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,8 @@ class Run:
 
         self._dep_watch = DependencyWatch(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
         self._dep_flagged: set[str] = set()
+        self._triggers: list[dict[str, Any]] = []  # journaled events other components react to
+        self._run_seq: int | None = None  # the seq of this run's run_started (the cause of first starts)
 
     # ------------------------------------------------------------------ before the loop
 
@@ -276,9 +279,9 @@ class Run:
 
             self.server = ControlServer(self, self.paths.sock)
             await self.server.start()
-        self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
+        self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
-                                how=self.how, tracking=self.cgroups.describe()))
+                                how=self.how, tracking=self.cgroups.describe())).get("seq")
         if self._leftovers:
             self.emit(ev.LeftoversEnded(None, **self._leftovers))
         self._start_watching_files()
@@ -481,8 +484,8 @@ class Run:
             self._mark_state_dirty()
             if self.notifier is not None:
                 self.notifier.handle(e)
-            if isinstance(event, ev.RestartScheduled) and event.component:
-                self.follow_restart(event.component)
+            if isinstance(event, ev.RestartScheduled):
+                self._triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
 
     def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -492,6 +495,11 @@ class Run:
     # ------------------------------------------------------------------ what components ask of the run
 
     def changed(self, comp: Component) -> None:
+        while self._triggers:  # what the step just carried out set off elsewhere (restart_with)
+            e = self._triggers.pop(0)
+            why = detectors.restart_trigger(e)
+            if why is not None:
+                self.follow_restart(str(e["component"]), why)
         if comp.state in lc.FINAL:
             self._final_at.setdefault(comp.name, self.clock.monotonic())
         else:
@@ -514,7 +522,9 @@ class Run:
         st = self.state["components"].get(n, {})
         return detectors.Seen(n, c.state, c.attempt, reason=st.get("reason"), cause=c.life.cause,
                               ended_at=self._final_at.get(n), started_at=c.life.started_at,
-                              ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at)
+                              ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at,
+                              gave_up_by=c.life.gave_up.by if c.life.gave_up is not None else None,
+                              step=c.progress.step)
 
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
@@ -539,7 +549,10 @@ class Run:
                 if c.state != "pending" or c.life.want != "run" or c.life.spawning or self._shutting_down:
                     continue
                 before = (c.state, c.life.waiting)
-                c.handle(detectors.gate(n, self.cfg, seen))
+                verdict = detectors.gate(n, self.cfg, seen)
+                if isinstance(verdict, lc.DepsMet):
+                    verdict = lc.DepsMet(detectors.gate_cause(n, self.cfg, seen, self._run_seq))
+                c.handle(verdict)
                 if (c.state, c.life.waiting) != before:
                     moved = True
                     seen[n] = self._seen_one(n, c)  # only it moved (its effects run later)
@@ -555,11 +568,11 @@ class Run:
             self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
             self._ended.set()
 
-    def follow_restart(self, name: str) -> None:
+    def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
-        for other in self.components.values():
-            if name in other.cfg.restart_with and other.state in ("starting", "running"):
-                other.handle(lc.Restart(f"restart_with {name}", reason=f"{name} restarts"))
+        why = cause or lc.Cause("user", f"{name} was restarted")
+        for other, inp in detectors.followers(self.cfg, self._seen(), name, why):
+            self.components[other].handle(inp)
 
     def cgroup_for(self, comp: str, attempt: int) -> str | None:
         return self.cgroups.for_attempt(comp, attempt) if self.cgroups is not None else None
@@ -911,26 +924,15 @@ class Run:
                     c.handle(lc.Unstalled(f"progress again at step {c.progress.step}"))
                 continue
             last = c.attempt_tail(1)
-            evidence = [f"last line: {last[0]}" if last else "no output yet"]
-            evidence += [f"{d} is {self.components[d].state}" for d in c.cfg.depends_on]
-            for owner in [c] + [self.components[d] for d in c.cfg.depends_on]:
-                for path, w in owner.watch_info.items():
-                    age = f", written {time.time() - w['mtime']:.0f}s ago" if w.get("mtime") else ""
-                    evidence.append(f"newest in {path} ({owner.name}): step {w.get('step')}{age}")
-            c.handle(lc.Stalled(f"no new step for {idle:.0f}s (last step {c.progress.step}, stall_after "
-                                f"{p.stall_after:g}s)", tuple(evidence)))
+            watched = [(path, owner.name, w) for owner in [c] + [self.components[d] for d in c.cfg.depends_on]
+                       for path, w in owner.watch_info.items()]
+            evidence = detectors.stall_evidence(last[0] if last else None, c.progress.step,
+                                                {d: self.components[d].state for d in c.cfg.depends_on}, watched,
+                                                time.time())
+            c.handle(detectors.stall_input(seen[n], p.stall_after, idle, evidence))
 
     def _dep_state(self, name: str, now: float) -> str:
-        """A dependency's state for dependency_down: ``running`` only once it has stayed up a while,
-        so a server that dies seconds after each start is still down (no restart flapping)."""
-        d = self.components[name]
-        if d.state == "running" and d.life.ready_at is not None and now - d.life.ready_at < DEPENDENCY_STABLE_S:
-            return "starting"
-        return d.state
-
-    def _deterministic_failure(self, name: str) -> bool:
-        reason = str(self.state["components"][name].get("reason") or "")
-        return reason.startswith(("repeated_error", "crash_loop", "step_crash"))
+        return detectors.dependency_state(self._seen_one(name, self.components[name]), now, DEPENDENCY_STABLE_S)
 
     def _check_dependencies(self, now: float) -> None:
         """dependency_down: consumers failing to reach a dependency that is down. Restart the
@@ -959,36 +961,28 @@ class Run:
                        or (self._dep_watch.down_for(d) or 0.0) >= DEPENDENCY_FLAG_AFTER_S]
             if lasting and n not in self._dep_flagged:
                 self._dep_flagged.add(n)
+                action = detectors.dependency_action(n, self._seen_one(lasting[0], self.components[lasting[0]]),
+                                                     self.cfg.dependency_budget)
                 self.emit(ev.FlagRaised(n, type="dependency_down", message=flag.message, evidence=list(flag.evidence),
-                                        action=self._dependency_action(n, lasting[0])))
+                                        action=action))
         for d in set(self._dep_watch.down_since()) | set(failing):
             dep = self.components[d]
             act = self._dep_watch.observe(d, down=self._dep_state(d, now) != "running", consumers_failing=d in failing)
             if act == "restart_dependency":
-                if dep.state in ("fatal", "completed") and not (dep.state == "fatal" and self._deterministic_failure(d)):
-                    self.emit(ev.CommandReceived(d, command="start", by="rlsup", client="dependency_down"))
-                    dep.handle(lc.Start("rlsup (dependency_down)"))
+                start = detectors.restart_dependency(self._seen_one(d, dep), failing.get(d, []), None)
+                if start is not None:
+                    e = self.emit(ev.CommandReceived(d, command="start", by="rlsup", client="dependency_down"))
+                    dep.handle(lc.Start(start.by, cause=replace(start.cause, seq=e.get("seq")) if start.cause else None))
             elif act == "stop_consumers":
                 victims = [n for n in failing.get(d, []) if self.components[n].state in lc.ACTIVE]
-                self.emit(ev.FlagRaised(
+                flag_e = self.emit(ev.FlagRaised(
                     d, type="dependency_down",
                     message=f"{d} has been down for {self.cfg.dependency_budget:g}s; stopping "
                             f"{', '.join(victims) or 'nothing'} instead of letting them retry for hours",
                     evidence=[f"{d}: {dep.state}"],
                     action=f"stopped {', '.join(victims) or 'nothing'}; `rlsup start` them once {d} is back"))
-                for n in victims:
-                    self.components[n].handle(lc.Stop("dependency_down"))
-
-    def _dependency_action(self, consumer: str, dep: str) -> str:
-        d = self.components[dep]
-        budget = f"{consumer} is stopped if {dep} is not back within {self.cfg.dependency_budget:g}s"
-        if d.state == "fatal" and self._deterministic_failure(dep):
-            return f"not restarting {dep} (it fails deterministically; fix it, then `rlsup start {dep}`); {budget}"
-        if d.state in ("fatal", "completed"):
-            return f"restarting {dep}, not {consumer}; {budget}"
-        if d.state == "stopped":
-            return f"{dep} was stopped by hand, so it is left stopped; {budget}"
-        return f"{dep} is restarting ({d.state}); {consumer} is left alone; {budget}"
+                for n, stop in detectors.stop_consumers(d, victims, self.cfg.dependency_budget, flag_e.get("seq")):
+                    self.components[n].handle(stop)
 
     def _sample_resources(self, now: float) -> None:
         """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""

@@ -205,9 +205,10 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 def print_attempt_logs(paths: Any, name: str, attempt: int, lines: int) -> int:
     """``rlsup logs NAME --attempt N``: the last ``lines`` lines of that attempt's own output, masked."""
+    from pathlib import Path
+
     from ..archive import read_config, redactor_for
     from ..attemptlog import find, lines_of, read_bytes
-    from pathlib import Path
 
     events = _events(paths)
     if events is None:
