@@ -66,7 +66,6 @@ class Context(Protocol):
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
 
-    def plan_resume(self, comp: Component, step: int | None) -> dict[str, Any]: ...
 
 
 class Component:
@@ -205,7 +204,10 @@ class Component:
         await self.await_cleanups()  # the previous attempt's tree is gone before anything else
         if self.prev_pids:
             await self.ctx.wait_gpu_release(self, self.prev_pids)
-        plan = self.ctx.plan_resume(self, e.resume_step)  # chosen now that nothing of ours is writing
+        from .resumeplan import plan_resume
+
+        # Chosen now that nothing of ours is writing.
+        plan = plan_resume(self.name, self.cfg, e.resume_step, self.ctx.paths.root, self.ctx.emit)
         argv = list(self.cfg.argv()) + list(plan.get("args") or [])
         spec = {
             "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),

@@ -362,10 +362,11 @@ class Run:
             return
         self._shutting_down = True
         remaining = list(reversed(self.cfg.topo_order()))
+        why = lc.Cause("shutdown", f"the run is ending: {self.end_reason}" if self.end_reason else "the run is ending")
         while remaining:
             wave = [n for n in remaining if not any(d in remaining for d in self.cfg.dependents(n))]
             for n in wave:
-                self.components[n].handle(lc.Shutdown())
+                self.components[n].handle(lc.Shutdown(why))
             for n in wave:
                 await self._wait_quiet(self.components[n])
                 remaining.remove(n)
@@ -591,73 +592,6 @@ class Run:
         for n in names:
             self.components[n].flush_progress()
         self._mark_state_dirty()
-
-    def plan_resume(self, comp: Component, step: int | None) -> dict[str, Any]:
-        """Where the next attempt starts: the newest *complete* checkpoint, chosen now that the
-        component's process tree is gone (nothing of it is writing, so age says nothing). If
-        checkpoints exist and none is complete, a ``checkpoint_problem`` flag says so before the start
-        and the ``started`` event lists each candidate with why it was not used."""
-        r = comp.cfg.resume
-        if r is None:
-            return {}
-        from .checkpoints import discover, resume_args
-
-        try:
-            found = discover(r.checkpoints, r.layout, step_pattern=r.step_pattern, writer_alive=False)
-        except (OSError, ValueError) as e:
-            self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem", message=f"cannot read {r.checkpoints}: {e}",
-                                    evidence=[r.checkpoints], action="starting without a checkpoint"))
-            return {"rejected": [{"step": None, "path": r.checkpoints, "reason": str(e)}]}
-        rejected = [{"step": c.step, "path": c.path, "reason": c.reason} for c in found.candidates if not c.complete]
-        for problem in found.problems:
-            self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem", message=problem, evidence=[r.checkpoints],
-                                    action="not trusted; resuming from the newest checkpoint that is complete"))
-        ck = found.latest
-        if step is not None:
-            ck = next((x for x in found.checkpoints if x.step == step), None)
-            if ck is None:
-                steps = ", ".join(str(x.step) for x in found.checkpoints) or "none"
-                self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem",
-                                        message=f"no complete checkpoint at step {step}",
-                                        evidence=[f"complete checkpoints in {r.checkpoints}: {steps}"],
-                                        action="started from the latest complete checkpoint instead"))
-                ck = found.latest
-        if ck is None:
-            if found.candidates:
-                self.emit(ev.FlagRaised(
-                    comp.name, type="checkpoint_problem",
-                    message=f"none of {len(rejected)} checkpoint(s) in {r.checkpoints} is complete; starting "
-                            "from scratch",
-                    evidence=[f"{c['path']}: {c['reason']}" for c in rejected][:20],
-                    action="starting without a checkpoint; `rlsup resume NAME --step N` picks one by hand"))
-            return {"rejected": rejected}
-        if r.clean:
-            self._clean_future(comp, ck.step)
-        return {"step": ck.step, "checkpoint": ck.path, "args": resume_args(r.args, ck)}
-
-    def _clean_future(self, comp: Component, step: int) -> None:
-        """``resume.clean``: delete artefacts of steps after the one resumed from, each path journaled."""
-        from .artifacts import CleanRefused, clean_after
-
-        r = comp.cfg.resume
-        assert r is not None
-        base = Path(comp.cfg.cwd or os.getcwd())
-        roots = [self.paths.root, base, Path(r.checkpoints)] + [Path(w.path) for w in comp.cfg.watch]
-        try:
-            deleted = clean_after(r.clean, step, base=base, allowed_roots=[p.absolute() for p in roots])
-        except CleanRefused as e:
-            self.emit(ev.FlagRaised(comp.name, type="clean_refused",
-                                    message=f"resume.clean refused {len(e.refused)} path(s) outside the run's "
-                                            "directories",
-                                    evidence=[f"{p}: {why}" for p, why in e.refused][:20],
-                                    action="deleted nothing that was refused; resuming anyway"))
-            deleted = list(e.deleted)
-        except OSError as e:
-            self.emit(ev.FlagRaised(comp.name, type="clean_refused", message=f"resume.clean failed: {e}",
-                                    evidence=[], action="resuming anyway"))
-            return
-        if deleted:
-            self.emit(ev.ArtefactsCleaned(comp.name, step=step, paths=[str(p) for p in deleted]))
 
     # ------------------------------------------------------------------ monitors and log files
 
