@@ -985,49 +985,15 @@ class Run:
         self.emit(ev.GpuSampled(None, {k: d.get(k) for k in ("gpus", "host", "backend", "reason")}))
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None:
-        """Before a new attempt: wait until the previous attempt's GPU memory is released. After a
-        timeout, kill the holders *proven* to be this run's leftovers (same pid and start time, or this
-        run's marker) and flag it; processes that cannot be attributed (NVML reporting host PIDs from
-        inside a container, say) are waited on by memory alone and never signalled."""
+        """Before a new attempt: the previous attempt's GPU memory released (:mod:`.gpurelease`)."""
         if not comp.cfg.gpus or self.gpu_sampler is None:
             return
-        from .gpu import classify_holders
+        from .gpurelease import wait_gpu_release
 
-        deadline = self.clock.monotonic() + self.gpu_release_timeout
-        while True:
-            try:  # a fresh sample, not the last 1 Hz one: the previous attempt just ended
-                sample = await self.loop.run_in_executor(None, self.gpu_sampler.sample)
-            except Exception:  # noqa: BLE001 - the sampler's failures are reported by its thread
-                return
-            held = classify_holders(sample, gpu_indices=comp.cfg.gpus, run_pids=self._owners(), prev_pids=prev,
-                                    run_dir=str(self.paths.root), **({"proc_lookup": self.gpu_proc_lookup}
-                                                                     if self.gpu_proc_lookup else {}))
-            if not held.waiting_on or comp.life.want == "stop":
-                return
-            if self.clock.monotonic() >= deadline:
-                break
-            await asyncio.sleep(0.5)
-        import psutil
-
-        procs = []
-        for h in held.ours:
-            with contextlib.suppress(psutil.Error):
-                procs.append(psutil.Process(h.pid))
-        survivors = await self.loop.run_in_executor(None, terminate_processes, procs, signal_mod.SIGKILL, 5.0)
-        evidence = [f"gpu {h.gpu}: pid {h.pid} holds {h.used_mb or '?'} MiB ({h.why})"
-                    for h in held.ours + held.unmappable]  # what was waited on; foreign holders are not ours to blame
-        if held.ours:
-            action = ("killed them (SIGKILL; only this run's proven leftovers) before starting the next attempt"
-                      if not survivors else "killed what could be killed; starting anyway")
-        else:
-            action = "killed nothing (no holder is provably this run's); starting anyway"
-        if held.memory_only:
-            action += f"; {held.note}"
-        self.emit(ev.FlagRaised(
-            comp.name, type="gpu_not_released",
-            message=f"{comp.name}'s GPUs were still held {self.gpu_release_timeout:g}s after its previous attempt "
-                    f"ended ({len(held.ours)} leftover(s) of this run, {len(held.unmappable)} not attributable)",
-            evidence=evidence + [f"could not kill pid {p.pid}" for p in survivors], action=action))
+        await wait_gpu_release(comp.name, list(comp.cfg.gpus), self.gpu_sampler, prev=prev, run_pids=self._owners,
+                               run_dir=str(self.paths.root), timeout=self.gpu_release_timeout, clock=self.clock,
+                               stop_wanted=lambda: comp.life.want == "stop", emit=self.emit,
+                               proc_lookup=self.gpu_proc_lookup)
 
     # ------------------------------------------------------------------ commands and clients
 
