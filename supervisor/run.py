@@ -49,7 +49,6 @@ from .process import (
     set_child_subreaper,
     started_since_boot,
     terminate_processes,
-    usage,
 )
 from .rundir import RunLock, RunPaths
 from .shim import PROTOCOL as MONITOR_PROTOCOL
@@ -146,8 +145,9 @@ class Run:
         self._awake_since = 0.0
         self._last_resources = 0.0
         self._positions_written = 0.0
-        self._cpu_prev: dict[str, tuple[float, float]] = {}
-        self._mem_detectors: dict[str, Any] = {}
+        from .resources import ResourceWatch
+
+        self._resources = ResourceWatch()
         from .diagnosis import DependencyWatch
 
         self._dep_watch = DependencyWatch(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
@@ -920,41 +920,8 @@ class Run:
 
     def _sample_resources(self, now: float) -> None:
         """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
-        from .diagnosis import MemoryGrowthDetector
-
-        gpu_by: dict[str, float] = {}
-        for g in self.state.get("gpus") or []:
-            for p in g.get("processes") or []:
-                if p.get("component"):
-                    gpu_by[p["component"]] = gpu_by.get(p["component"], 0.0) + (p.get("used_mb") or 0.0)
-        out: dict[str, Any] = {n: {"ring_lines": len(c.ring), "ring_mb": round(c.ring.bytes / 2**20, 2)}
-                               for n, c in self.components.items()}
-        for n, c in self.components.items():
-            att = c.current
-            if att is None:
-                continue
-            rss, cpu = 0, 0.0
-            for pid in att.members():
-                got = usage(pid)
-                if got is not None:
-                    cpu += got[0]
-                    rss += got[1]
-            prev = self._cpu_prev.get(n)
-            self._cpu_prev[n] = (now, cpu)
-            pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
-            out[n].update(cpu_pct=pct, rss_mb=round(rss / 2**20, 1), gpu_mb=gpu_by.get(n))
-            if c.state == "running" and c.progress.step is not None:
-                attempt, det = self._mem_detectors.get(n, (None, None))
-                if det is None or attempt != c.attempt:  # a new attempt starts a new series
-                    det = (self.memory_detector or MemoryGrowthDetector)()
-                    self._mem_detectors[n] = (c.attempt, det)
-                flag = det.observe(now, c.progress.step, rss / 2**20, gpu_by.get(n))
-                if flag is not None:
-                    self.emit(ev.FlagRaised(n, type=flag.type, message=flag.message, evidence=list(flag.evidence),
-                                            action="none (watching); a leak ends in an OOM kill, so look at what "
-                                                   "accumulates per step"))
-        if out:
-            self.emit(ev.ResourcesSampled(None, out))
+        for e in self._resources.sample(now, self.components, self.state.get("gpus") or [], self.memory_detector):
+            self.emit(e)
 
     # ------------------------------------------------------------------ GPUs
 
