@@ -50,3 +50,28 @@ def test_the_last_bytes_of_a_long_attempt_start_at_a_line(tmp_path):
     data, partial = read_bytes(log, Mark(os.stat(log).st_ino, 0), None, max_bytes=105)
     assert partial and lines_of(data)[0].startswith("line 00") and lines_of(data)[-1] == "line 00999"
     assert len(lines_of(data)) == 9  # 105 bytes: 9 whole lines of 11 bytes, the cut one dropped
+
+
+def test_diagnose_run_dir_reads_only_the_last_attempts_output_when_no_exit_was_journaled(tmp_path):
+    # A supervisor that died before journaling the exit of attempt 2: `rlsup diagnose RUN_DIR` falls back
+    # to the log; the ValueError of attempt 1 is not attempt 2's failure.
+    import json
+
+    from rlsup.supervisor.diagnosis import diagnose_run
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "t.log"
+    log.write_bytes(b"Traceback (most recent call last):\n  File \"/x/t.py\", line 7, in <module>\n"
+                    b"    raise ValueError('bad batch shape')\nValueError: bad batch shape\n")
+    st = os.stat(log)
+    with open(log, "ab") as f:
+        f.write(b"loading model shards 1/4\n")
+    events = [{"ts": 1.0, "seq": 1, "kind": "run_started", "component": None, "name": "r", "components": ["t"]},
+              {"ts": 2.0, "seq": 2, "kind": "started", "component": "t", "attempt": 1, "pid": 1, "log_seq": 0,
+               "log_offset": 0, "log_ino": None},
+              {"ts": 3.0, "seq": 3, "kind": "started", "component": "t", "attempt": 2, "pid": 2, "log_seq": 4,
+               "log_offset": st.st_size, "log_ino": st.st_ino}]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    rd = diagnose_run(tmp_path)
+    assert not [f for f in rd.failures if f.category == "python_exception"], [f.to_dict() for f in rd.failures]
