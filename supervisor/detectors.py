@@ -14,10 +14,11 @@ consumers' side of ``dependency_down`` and memory growth live in :mod:`~rlsup.su
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import events as ev
 from . import lifecycle as lc
 from .config import Config
 
@@ -114,6 +115,55 @@ def dependency_action(consumer: str, d: Seen, budget: float) -> str:
     if d.state == "stopped":
         return f"{dep} was stopped by hand, so it is left stopped; {then}"
     return f"{dep} is restarting ({d.state}); {consumer} is left alone; {then}"
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """What dependency_down may know of a component that depends on others."""
+
+    name: str
+    state: str
+    depends_on: tuple[str, ...]
+    last_category: str = ""  # of its latest exit
+    # The latest attempt's own output, its tail; a function, read only when a dependency is down.
+    lines: Callable[[], Sequence[str]] = tuple
+
+
+def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], now: float, *, flagged: frozenset[str],
+                      down_since: Mapping[str, float], down_for: Mapping[str, float], budget: float,
+                      flag_after_s: float, stable_s: float = DEPENDENCY_STABLE_S,
+                      ) -> tuple[dict[str, list[str]], list[ev.Event], frozenset[str]]:
+    """dependency_down, the consumers' side: which dependencies consumers are failing to reach (dependency ->
+    consumers), the flags to raise or clear, and the consumers flagged now. A consumer is flagged once
+    the dependency is final or has been down ``flag_after_s`` (a restart of a few seconds is not news)."""
+    from .diagnosis import dependency_down
+
+    failing: dict[str, list[str]] = {}
+    events: list[ev.Event] = []
+    now_flagged = set(flagged)
+    for c in consumers:
+        if not c.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
+            continue
+        deps = {d: dependency_state(seen[d], now, stable_s) for d in c.depends_on}
+        if all(st == "running" for st in deps.values()):
+            if c.name in now_flagged:
+                now_flagged.discard(c.name)
+                events.append(ev.FlagCleared(c.name, type="dependency_down", message="its dependencies are up again"))
+            continue
+        flag = dependency_down(c.name, categories=[c.last_category], lines=list(c.lines()), deps=deps,
+                               down_since=dict(down_since), now=now)
+        if flag is None:
+            continue
+        for d in flag.dependencies:
+            failing.setdefault(d, []).append(c.name)
+        lasting = [d for d in flag.dependencies
+                   if seen[d].state in ("fatal", "stopped", "completed") or down_for.get(d, 0.0) >= flag_after_s]
+        if lasting and c.name not in now_flagged:
+            now_flagged.add(c.name)
+            events.append(ev.FlagRaised(c.name, type="dependency_down", message=flag.message,
+                                        evidence=list(flag.evidence),
+                                        action=dependency_action(c.name, seen[lasting[0]], budget)))
+    return failing, events, frozenset(now_flagged)
 
 
 def restart_dependency(d: Seen, consumers: Sequence[str], trigger_seq: int | None) -> lc.Start | None:

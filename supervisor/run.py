@@ -871,34 +871,22 @@ class Run:
     def _check_dependencies(self, now: float) -> None:
         """dependency_down: consumers failing to reach a dependency that is down. Restart the
         dependency (not its victims); stop the consumers if it stays down past the budget."""
-        from .diagnosis import dependency_down
-
-        failing: dict[str, list[str]] = {}
-        for n, c in self.components.items():
-            if not c.cfg.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
-                continue
-            deps = {d: self._dep_state(d, now) for d in c.cfg.depends_on}
-            if all(st == "running" for st in deps.values()):
-                if n in self._dep_flagged:
-                    self._dep_flagged.discard(n)
-                    self.emit(ev.FlagCleared(n, type="dependency_down", message="its dependencies are up again"))
-                continue
-            last = (self.state["components"][n].get("last_exit") or {}).get("diagnosis") or {}
-            flag = dependency_down(n, categories=[last.get("category", "")], lines=c.attempt_tail(200), deps=deps,
-                                   down_since=self._dep_watch.down_since(), now=now)
-            if flag is None:
-                continue
-            for d in flag.dependencies:
-                failing.setdefault(d, []).append(n)
-            lasting = [d for d in flag.dependencies
-                       if self.components[d].state in ("fatal", "stopped", "completed")
-                       or (self._dep_watch.down_for(d) or 0.0) >= DEPENDENCY_FLAG_AFTER_S]
-            if lasting and n not in self._dep_flagged:
-                self._dep_flagged.add(n)
-                action = detectors.dependency_action(n, self._seen_one(lasting[0], self.components[lasting[0]]),
-                                                     self.cfg.dependency_budget)
-                self.emit(ev.FlagRaised(n, type="dependency_down", message=flag.message, evidence=list(flag.evidence),
-                                        action=action))
+        consumers = [detectors.Consumer(n, c.state, tuple(c.cfg.depends_on),
+                                        ((self.state["components"][n].get("last_exit") or {}).get("diagnosis")
+                                         or {}).get("category", ""), lambda c=c: c.attempt_tail(200))
+                     for n, c in self.components.items()
+                     if c.cfg.depends_on and c.state in ("starting", "running", "backoff", "pending")]
+        down_since = self._dep_watch.down_since()
+        if not consumers and not down_since and not self._dep_flagged:
+            return
+        seen = self._seen()
+        down_for = {d: self._dep_watch.down_for(d) or 0.0 for d in down_since}
+        failing, events, flagged = detectors.consumers_failing(
+            consumers, seen, now, flagged=frozenset(self._dep_flagged), down_since=down_since, down_for=down_for,
+            budget=self.cfg.dependency_budget, flag_after_s=DEPENDENCY_FLAG_AFTER_S, stable_s=DEPENDENCY_STABLE_S)
+        self._dep_flagged = set(flagged)
+        for e in events:
+            self.emit(e)
         for d in set(self._dep_watch.down_since()) | set(failing):
             dep = self.components[d]
             act = self._dep_watch.observe(d, down=self._dep_state(d, now) != "running", consumers_failing=d in failing)

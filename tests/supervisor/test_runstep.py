@@ -213,3 +213,27 @@ def test_a_shutdown_is_the_cause_of_its_stop():
     s.start()
     s.feed(lc.Shutdown(lc.Cause("shutdown", "stopped by user (cli)", seq=99)))
     assert s.events("stopping")[-1].cause == {"by": "shutdown", "reason": "stopped by user (cli)", "seq": 99}
+
+
+def test_consumers_failing_flags_once_the_dependency_stays_down_and_clears_when_it_is_back():
+    now = 500.0
+    refused = ("ConnectionRefusedError: [Errno 111] Connection refused",)
+    trainer = detectors.Consumer("trainer", "running", ("inference",), "", lambda: refused)
+    seen = {"inference": Seen("inference", "backoff", 2), "trainer": Seen("trainer", "running", 1)}
+    kw = dict(down_since={"inference": now - 5}, budget=600, flag_after_s=15)
+    failing, events, flagged = detectors.consumers_failing([trainer], seen, now, flagged=frozenset(),
+                                                           down_for={"inference": 5.0}, **kw)
+    assert failing == {"inference": ["trainer"]} and events == [] and flagged == frozenset()  # 5 s: not yet news
+    failing, events, flagged = detectors.consumers_failing([trainer], seen, now, flagged=frozenset(),
+                                                           down_for={"inference": 20.0}, **kw)
+    assert [(e.kind, e.type) for e in events] == [("flag", "dependency_down")] and flagged == {"trainer"}
+    assert "is restarting (backoff)" in events[0].action
+    again = detectors.consumers_failing([trainer], seen, now, flagged=flagged, down_for={"inference": 30.0}, **kw)
+    assert again[1] == []  # once
+    back = {"inference": Seen("inference", "running", 3, ready_at=now - 60), "trainer": seen["trainer"]}
+    _f, events, flagged = detectors.consumers_failing([trainer], back, now, flagged=flagged, down_for={}, **kw)
+    assert [(e.kind, e.type) for e in events] == [("flag_cleared", "dependency_down")] and flagged == frozenset()
+    # Lines that say nothing about a connection: not this flag's business.
+    quiet = detectors.Consumer("trainer", "running", ("inference",), "", lambda: ("Step 5/10",))
+    assert detectors.consumers_failing([quiet], seen, now, flagged=frozenset(), down_for={"inference": 99.0},
+                                       **kw)[0] == {}
