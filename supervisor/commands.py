@@ -7,6 +7,7 @@ becomes a :mod:`~rlsup.supervisor.lifecycle` input, so "why did rlsup restart X"
 
 from __future__ import annotations
 
+import dataclasses
 import signal as signal_mod
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -26,7 +27,7 @@ class Run(Protocol):
 
     def emit(self, event: ev.Event) -> dict[str, Any]: ...
 
-    def follow_restart(self, name: str) -> None: ...
+    def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None: ...
 
     def request_shutdown(self, reason: str, by_user: bool = True) -> None: ...
 
@@ -37,7 +38,7 @@ def _stop(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
     c = run.components[name]
     if c.state in lc.FINAL:
         return {"ok": False, "error": f"{name} is already {c.state}"}
-    c.handle(lc.Stop(by))
+    c.handle(lc.Stop(by, args.get("cause")))
     return {"ok": True, "message": f"stopping {name}"}
 
 
@@ -45,13 +46,13 @@ def _start(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
     c = run.components[name]
     if c.state not in lc.FINAL:
         return {"ok": False, "error": f"{name} is {c.state}, not stopped"}
-    c.handle(lc.Start(by))
+    c.handle(lc.Start(by, cause=args.get("cause")))
     return {"ok": True, "message": f"starting {name}"}
 
 
 def _restart(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
-    run.components[name].handle(lc.Restart(by, reason=f"restart requested by {by}"))
-    run.follow_restart(name)
+    run.components[name].handle(lc.Restart(by, reason=f"restart requested by {by}", cause=args.get("cause")))
+    run.follow_restart(name, args.get("cause"))
     return {"ok": True, "message": f"restarting {name}"}
 
 
@@ -75,8 +76,11 @@ def _resume(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
         ck = found.latest
         if ck is None:
             return {"ok": False, "error": f"no complete checkpoint yet in {r.checkpoints}"}
-    c.handle(lc.Restart(by, reason=f"resume from step {ck.step} requested by {by}", step=ck.step))
-    run.follow_restart(name)
+    why = args.get("cause")
+    if why is not None:
+        why = dataclasses.replace(why, reason=f"{why.reason} (from the checkpoint of step {ck.step})")
+    c.handle(lc.Restart(by, reason=f"resume from step {ck.step} requested by {by}", step=ck.step, cause=why))
+    run.follow_restart(name, why)
     return {"ok": True, "message": f"restarting {name} from step {ck.step} ({ck.path})"}
 
 
@@ -111,5 +115,9 @@ def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", clien
         return {"ok": False, "error": f"unknown command {cmd!r}"}
     if name not in run.components:
         return {"ok": False, "error": f"no component {name!r}; components: {', '.join(run.components)}"}
-    run.emit(ev.CommandReceived(name, command=cmd, by=by, client=client, step=args.get("step")))
+    e = run.emit(ev.CommandReceived(name, command=cmd, by=by, client=client, step=args.get("step")))
+    # The typed cause every start, stop and restart this command makes carries (`rlsup why`).
+    via = f" via {client}" if client else ""
+    step = f" --step {args['step']}" if args.get("step") is not None else ""
+    args = {**args, "cause": lc.Cause("user", f"`rlsup {cmd} {name}{step}` from {by}{via}", seq=e.get("seq"))}
     return fn(run, name, by, args)

@@ -18,6 +18,7 @@ import contextlib
 import os
 import re
 import signal as signal_mod
+from dataclasses import replace
 from typing import Any, Protocol
 
 from . import events as ev
@@ -49,7 +50,7 @@ class Context(Protocol):
     redactor: Any  # redact.Redactor: what clients may see of the output
     nofile: int | None  # the open-file limit a component gets
 
-    def emit(self, event: ev.Event) -> None: ...
+    def emit(self, event: ev.Event) -> dict[str, Any]: ...
 
     def changed(self, comp: Component) -> None: ...
 
@@ -65,9 +66,6 @@ class Context(Protocol):
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
 
-    def diagnose(self, comp: Component, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]: ...
-
-    def plan_resume(self, comp: Component, step: int | None) -> dict[str, Any]: ...
 
 
 class Component:
@@ -106,6 +104,9 @@ class Component:
         self.flags_this_attempt: set[str] = set()
         self.moved = False
         self.log_error: str | None = None
+        # The seq of the first line of the latest attempt's output: what is before it in the ring is an
+        # earlier attempt's (a verdict about this attempt never reads it). None: no attempt yet.
+        self.output_from: int | None = None
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -121,16 +122,26 @@ class Component:
         """Feed one input to the lifecycle and carry out what it decides."""
         before = self.life.state
         self.life, effects = lc.step(self.life, inp, self.ctx.clock.monotonic(), self.rules)
+        seqs: dict[str, int] = {}  # kind -> seq of the events this step emitted (what causes point at)
         for e in effects:
-            self._perform(e)
+            self._perform(e, seqs)
+        if seqs:
+            self.life = lc.fill_seqs(self.life, seqs)
         if self.life.state != before or effects:
             if self.life.state != "running" and before == "running":
                 self.progress_changed()  # rate and ETA are for running components only
             self.ctx.changed(self)
 
-    def _perform(self, e: lc.Effect) -> None:
+    def _perform(self, e: lc.Effect, seqs: dict[str, int]) -> None:
         if isinstance(e, lc.Emit):
-            self.ctx.emit(e.event)
+            event = e.event
+            field = "why" if isinstance(event, ev.GaveUp) else "cause"
+            cause = getattr(event, field, None)
+            if isinstance(cause, dict) and "of" in cause:
+                event = replace(event, **{field: lc.fill_event(cause, seqs)})
+            out = self.ctx.emit(event)
+            if isinstance(out, dict) and isinstance(out.get("seq"), int):
+                seqs[event.kind] = out["seq"]
         elif isinstance(e, lc.Spawn):
             self._task(self._spawn(e))
         elif isinstance(e, lc.Terminate):
@@ -193,7 +204,10 @@ class Component:
         await self.await_cleanups()  # the previous attempt's tree is gone before anything else
         if self.prev_pids:
             await self.ctx.wait_gpu_release(self, self.prev_pids)
-        plan = self.ctx.plan_resume(self, e.resume_step)  # chosen now that nothing of ours is writing
+        from .resumeplan import plan_resume
+
+        # Chosen now that nothing of ours is writing.
+        plan = plan_resume(self.name, self.cfg, e.resume_step, self.ctx.paths.root, self.ctx.emit)
         argv = list(self.cfg.argv()) + list(plan.get("args") or [])
         spec = {
             "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),
@@ -206,6 +220,12 @@ class Component:
         }
         self.flags_this_attempt.clear()
         self._ready_seen.clear()
+        # Where this attempt's output begins: everything the previous attempt's monitor wrote is read
+        # (it is gone: await_cleanups), so the next line in the log is the new attempt's first.
+        while self.read_output():
+            pass
+        self.read_output(final=True)
+        start = self.position()
         try:
             reply = await self.ctx.monitors.start(spec)
         except StartError as err:
@@ -215,6 +235,7 @@ class Component:
                       self.ctx.paths.monitor_record(self.name, e.attempt), cgroup=spec["cgroup"],
                       started=float(reply["started"]), started_mono=float(reply["started_mono"]))
         self.current = att
+        self.output_from = start.seq
         self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
         self.ctx.watch_monitor(self, att)
         for w in reply.get("warnings") or []:
@@ -223,7 +244,8 @@ class Component:
         resume = {"step": plan["step"], "checkpoint": plan["checkpoint"]} if plan.get("step") is not None else None
         self.handle(lc.Spawned(att.pid, tuple(argv), resume=resume, monitor_pid=att.monitor_pid,
                                checkpoints_rejected=tuple(plan.get("rejected") or ()) or None,
-                               started_at=att.started_mono))
+                               started_at=att.started_mono, log_seq=start.seq, log_offset=start.offset,
+                               log_ino=start.ino))
 
     def _spawn_failed(self, argv: list[str], info: dict[str, Any]) -> lc.SpawnFailed:
         kind = info.get("type")
@@ -357,7 +379,7 @@ class Component:
                     "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
                     "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]}
         else:
-            diag = self.ctx.diagnose(self, ex.get("exit_code"), ex.get("signal"), att.pid)
+            diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
             if life.forced is not None and diag.get("category") == "killed":
                 # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
                 # an unexplained kill ("no kernel OOM evidence" would send people looking for one).
@@ -418,8 +440,27 @@ class Component:
         """Whether something of this component may still be alive (a process, a cleanup, a spawn)."""
         return self.current is not None or bool(self._cleanups) or self.life.spawning
 
-    def adopt(self, att: Attempt, rec: dict[str, Any], ready: bool) -> None:
-        """Take over an attempt that kept running under its monitor while no supervisor was alive."""
+    def diagnose(self, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]:
+        """What ended the current attempt, from its exit and its own output only: lines an earlier attempt
+        printed are never read (an attempt that printed nothing is judged by its exit and the host's
+        evidence alone)."""
+        from .diagnosis import diagnose, read_host_evidence
+
+        host = read_host_evidence(pid) if signal == "SIGKILL" else None
+        d = diagnose(self.attempt_tail(1000), exit_code=exit_code, signal=signal, step=self.progress.step, pid=pid,
+                     host=host)
+        return d.to_dict()
+
+    def attempt_tail(self, n: int) -> list[str]:
+        """The last ``n`` lines of the latest attempt's output (none of an earlier attempt's)."""
+        start = max(self.ring.next_seq - n, self.output_from if self.output_from is not None else 0)
+        return self.ring.since(start)[1] if start < self.ring.next_seq else []
+
+    def adopt(self, att: Attempt, rec: dict[str, Any], ready: bool, log_seq: int | None = None) -> None:
+        """Take over an attempt that kept running under its monitor while no supervisor was alive.
+        ``log_seq``: where its output begins, as its ``started`` event recorded it (None: unknown, so
+        only what this supervisor reads from now on counts as its own)."""
+        self.output_from = log_seq if log_seq is not None else self.ring.next_seq
         self.current = att
         self.ctx.watch_monitor(self, att)
         self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready))

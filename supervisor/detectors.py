@@ -1,22 +1,29 @@
-"""Run-level decisions as pure functions of the components' states and the time.
+"""The run's step: run-level decisions as pure functions of what was seen, the trigger, the time and the config.
 
 Each function here looks at a snapshot (:class:`Seen`, one per component) and returns what the
-lifecycle should be told, never acting itself: which pending component may start (dependency
-gating), which one has stalled, whether the run has ended and what its root cause is. The run
-calls them on changes and on its tick, and feeds the answers to
-:func:`~rlsup.supervisor.lifecycle.step` as inputs. ``dependency_down`` and memory growth live in
-:mod:`~rlsup.supervisor.diagnosis` (also pure) and are wired the same way.
+lifecycle should be told (inputs, each with its typed :class:`~rlsup.supervisor.lifecycle.Cause`)
+and what the journal should say (events), never acting itself: which pending component may start
+(dependency gating), which components follow a restart (``restart_with``), which one has stalled and
+on what evidence, how a dependency counts for ``dependency_down`` and whether its failure is
+deterministic (from the typed cause of its ``fatal``, never from the words of a reason), whether the
+run has ended and what its root cause is. The run calls them on changes and on its tick and carries
+out the answers (:class:`~rlsup.supervisor.run.Run` watches, feeds inputs, performs effects). The
+consumers' side of ``dependency_down`` and memory growth live in :mod:`~rlsup.supervisor.diagnosis`
+(also pure) and are wired the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from . import events as ev
 from . import lifecycle as lc
 from .config import Config
 
 MAX_NAMED = 5  # components named in a run's end reason; the rest are counted
+DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,17 @@ class Seen:
     started_at: float | None = None
     ready_at: float | None = None
     last_step_at: float | None = None
+    gave_up_by: str | None = None  # the ``by`` of the cause of its latest fatal (``pattern``: deterministic)
+    step: int | None = None
+
+
+def gate_cause(name: str, cfg: Config, seen: Mapping[str, Seen], since: int | None = None) -> lc.Cause:
+    """Why a pending component's first start happens: the run started it, its dependencies met."""
+    deps = cfg.components[name].depends_on
+    if not deps:
+        return lc.Cause("run", "started with the run (no dependencies)", seq=since)
+    met = ", ".join(f"{d} {seen[d].state if cond != 'ready' else 'ready'}" for d, cond in deps.items())
+    return lc.Cause("run", f"started with the run once its dependencies were met ({met})", seq=since)
 
 
 def gate(name: str, cfg: Config, seen: Mapping[str, Seen]) -> lc.DepsMet | lc.DepsWaiting | lc.DepsBlocked:
@@ -50,6 +68,139 @@ def gate(name: str, cfg: Config, seen: Mapping[str, Seen]) -> lc.DepsMet | lc.De
         if not ok:
             waiting.append(f"{dep} ({cond}; now {d.state})")
     return lc.DepsWaiting(tuple(waiting)) if waiting else lc.DepsMet()
+
+
+def followers(cfg: Config, seen: Mapping[str, Seen], leader: str, trigger: lc.Cause) -> list[tuple[str, lc.Restart]]:
+    """``restart_with``: the components that restart because ``leader`` restarts (a running or starting
+    one only: one in backoff or final is left as it is), each with the leader's restart as its cause."""
+    out = []
+    for n, c in cfg.components.items():
+        if leader in c.restart_with and seen[n].state in ("starting", "running"):
+            why = lc.Cause("dependency", f"{leader} restarts (restart_with: {leader}); it was restarted because "
+                                         f"{trigger.by}: {trigger.reason}", seq=trigger.seq, component=leader)
+            out.append((n, lc.Restart(f"restart_with {leader}", reason=f"{leader} restarts", cause=why)))
+    return out
+
+
+def restart_trigger(e: Mapping[str, Any]) -> lc.Cause | None:
+    """The cause a journaled ``restart_scheduled`` passes on to the components that follow it."""
+    if e.get("kind") != "restart_scheduled" or not e.get("component"):
+        return None
+    c = e.get("cause") or {}
+    return lc.Cause(c.get("by") or "exit", str(c.get("reason") or e.get("reason") or "an exit"), seq=e.get("seq"))
+
+
+def dependency_state(d: Seen, now: float, stable_s: float = DEPENDENCY_STABLE_S) -> str:
+    """A dependency's state for dependency_down: ``running`` only once it has stayed up ``stable_s``,
+    so a server that dies seconds after each start is still down (no restart flapping)."""
+    if d.state == "running" and d.ready_at is not None and now - d.ready_at < stable_s:
+        return "starting"
+    return d.state
+
+
+def deterministic(d: Seen) -> bool:
+    """Whether ``d`` went fatal on a crash pattern (repeated_error, step_crash): restarting it for its
+    consumers cannot help. Decided from the typed cause of its fatal, not from the words of its reason."""
+    return d.state == "fatal" and d.gave_up_by == "pattern"
+
+
+def dependency_action(consumer: str, d: Seen, budget: float) -> str:
+    """What rlsup does about ``consumer``'s dead dependency ``d``, in words (the flag's ``action``)."""
+    dep = d.name
+    then = f"{consumer} is stopped if {dep} is not back within {budget:g}s"
+    if deterministic(d):
+        return f"not restarting {dep} (it fails deterministically; fix it, then `rlsup start {dep}`); {then}"
+    if d.state in ("fatal", "completed"):
+        return f"restarting {dep}, not {consumer}; {then}"
+    if d.state == "stopped":
+        return f"{dep} was stopped by hand, so it is left stopped; {then}"
+    return f"{dep} is restarting ({d.state}); {consumer} is left alone; {then}"
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """What dependency_down may know of a component that depends on others."""
+
+    name: str
+    state: str
+    depends_on: tuple[str, ...]
+    last_category: str = ""  # of its latest exit
+    # The latest attempt's own output, its tail; a function, read only when a dependency is down.
+    lines: Callable[[], Sequence[str]] = tuple
+
+
+def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], now: float, *, flagged: frozenset[str],
+                      down_since: Mapping[str, float], down_for: Mapping[str, float], budget: float,
+                      flag_after_s: float, stable_s: float = DEPENDENCY_STABLE_S,
+                      ) -> tuple[dict[str, list[str]], list[ev.Event], frozenset[str]]:
+    """dependency_down, the consumers' side: which dependencies consumers are failing to reach (dependency ->
+    consumers), the flags to raise or clear, and the consumers flagged now. A consumer is flagged once
+    the dependency is final or has been down ``flag_after_s`` (a restart of a few seconds is not news)."""
+    from .diagnosis import dependency_down
+
+    failing: dict[str, list[str]] = {}
+    events: list[ev.Event] = []
+    now_flagged = set(flagged)
+    for c in consumers:
+        if not c.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
+            continue
+        deps = {d: dependency_state(seen[d], now, stable_s) for d in c.depends_on}
+        if all(st == "running" for st in deps.values()):
+            if c.name in now_flagged:
+                now_flagged.discard(c.name)
+                events.append(ev.FlagCleared(c.name, type="dependency_down", message="its dependencies are up again"))
+            continue
+        flag = dependency_down(c.name, categories=[c.last_category], lines=list(c.lines()), deps=deps,
+                               down_since=dict(down_since), now=now)
+        if flag is None:
+            continue
+        for d in flag.dependencies:
+            failing.setdefault(d, []).append(c.name)
+        lasting = [d for d in flag.dependencies
+                   if seen[d].state in ("fatal", "stopped", "completed") or down_for.get(d, 0.0) >= flag_after_s]
+        if lasting and c.name not in now_flagged:
+            now_flagged.add(c.name)
+            events.append(ev.FlagRaised(c.name, type="dependency_down", message=flag.message,
+                                        evidence=list(flag.evidence),
+                                        action=dependency_action(c.name, seen[lasting[0]], budget)))
+    return failing, events, frozenset(now_flagged)
+
+
+def restart_dependency(d: Seen, consumers: Sequence[str], trigger_seq: int | None) -> lc.Start | None:
+    """dependency_down's remedy: start a dead dependency again (never one that fails deterministically,
+    never one that is only restarting or was stopped by hand)."""
+    if d.state not in ("fatal", "completed") or deterministic(d):
+        return None
+    why = lc.Cause("dependency", f"dependency_down: {', '.join(consumers) or 'its consumers'} cannot reach "
+                                 f"{d.name}, which is {d.state}", seq=trigger_seq,
+                   component=consumers[0] if consumers else None)
+    return lc.Start("rlsup (dependency_down)", cause=why)
+
+
+def stop_consumers(dep: str, victims: Sequence[str], budget: float, trigger_seq: int | None) -> list[tuple[str, lc.Stop]]:
+    """dependency_down past its budget: stop the consumers instead of letting them retry for hours."""
+    why = lc.Cause("dependency", f"dependency_down: {dep} has been down for {budget:g}s", seq=trigger_seq,
+                   component=dep)
+    return [(n, lc.Stop("dependency_down", why)) for n in victims]
+
+
+def stall_evidence(last_line: str | None, step: int | None, deps: Mapping[str, str],
+                   watches: Sequence[tuple[str, str, dict[str, Any]]], wall_now: float) -> tuple[str, ...]:
+    """What a ``stall`` flag shows: the attempt's last line (never an earlier attempt's), the states of
+    its dependencies, the newest artefact of each watched path (``watches``: (path, owner, info))."""
+    out = [f"last line: {last_line}" if last_line is not None else "no output yet from this attempt"]
+    out += [f"{d} is {st}" for d, st in deps.items()]
+    for path, owner, w in watches:
+        age = f", written {wall_now - w['mtime']:.0f}s ago" if w.get("mtime") else ""
+        out.append(f"newest in {path} ({owner}): step {w.get('step')}{age}")
+    return tuple(out)
+
+
+def stall_input(c: Seen, stall_after: float, idle: float, evidence: tuple[str, ...],
+                trigger_seq: int | None = None) -> lc.Stalled:
+    """The lifecycle input for a stall of ``idle`` seconds, with its words and typed cause."""
+    msg = f"no new step for {idle:.0f}s (last step {c.step}, stall_after {stall_after:g}s)"
+    return lc.Stalled(msg, evidence, cause=lc.Cause("stall", msg, seq=trigger_seq) if trigger_seq else None)
 
 
 def stalled(c: Seen, stall_after: float | None, now: float, *, awake_since: float) -> float | None:

@@ -107,6 +107,13 @@ class ComponentStarted(Event):
     # With `resume` configured and no complete checkpoint: why each candidate was not used.
     checkpoints_rejected: list[dict[str, Any]] | None = None
     monitor_pid: int | None = None
+    cause: dict[str, Any] | None = None  # why this attempt: {"by", "reason", "seq"} (lifecycle.Cause)
+    # Where this attempt's output begins: the sequence number of its first line in the component's line
+    # stream (the ring, the TUI, `logs --attempt`) and the byte offset in the log file (by inode) its
+    # monitor appended to. A verdict about the attempt reads from here on, never its predecessor's lines.
+    log_seq: int | None = None
+    log_offset: int | None = None
+    log_ino: int | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,7 @@ class RestartScheduled(Event):
     delay_s: float = 0.0
     attempt: int = 0
     reason: str = ""
+    cause: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,9 @@ class GaveUp(Event):
     kind = "fatal"
     reason: str = ""
     cause: str | None = None  # the component whose failure this one follows from (a dead dependency)
+    # Why rlsup gave up, typed as every other cause ({"by", "reason", "seq"}, lifecycle.Cause). Named
+    # `why`, not `cause`, because `fatal.cause` is the dependency's name since 0.2 and stays so.
+    why: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +182,7 @@ class StopBegan(Event):
     by: str = ""
     signal: str = ""
     reason: str | None = None
+    cause: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

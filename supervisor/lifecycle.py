@@ -68,6 +68,65 @@ from .diagnosis import AttemptRecord, Diagnosis, detect_attempt_patterns
 from .phrases import describe_exit
 from .policy import History, decide, is_success
 
+CauseBy = Literal["run", "user", "exit", "spawn", "probe", "stall", "dependency", "pattern", "shutdown"]
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a component was started, stopped, restarted or given up on: the one answer to "why".
+
+    ``by`` is who or what decided it: ``run`` (the run's own first start of it, its dependencies met),
+    ``user`` (a command), ``exit`` (the previous attempt's exit, judged by the restart policy),
+    ``spawn`` (it could not be started), ``probe`` (readiness timeout, failed liveness), ``stall``,
+    ``dependency`` (restart_with, dependency_down, a dead dependency), ``pattern`` (a crash pattern
+    such as repeated_error) or ``shutdown``. ``reason`` says it in words; ``seq`` is the journal seq of
+    the event that triggered it (a command, an exit, a flag). Inside one step the triggering event
+    may not have a seq yet: ``of`` names its kind and the driver fills ``seq`` in as it emits it.
+    ``component`` names the other component for ``dependency`` causes.
+    """
+
+    by: CauseBy
+    reason: str
+    seq: int | None = None
+    component: str | None = None
+    of: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"by": self.by, "reason": self.reason, "seq": self.seq}
+        if self.component is not None:
+            out["component"] = self.component
+        if self.of is not None and self.seq is None:
+            out["of"] = self.of  # the driver replaces it with the seq (fill_seqs)
+        return out
+
+    def filled(self, seqs: dict[str, int]) -> Cause:
+        """This cause with ``seq`` set from the seqs of the events just emitted (by kind)."""
+        if self.seq is None and self.of is not None and self.of in seqs:
+            return replace(self, seq=seqs[self.of], of=None)
+        return self
+
+
+def fill_seqs(life: Life, seqs: dict[str, int]) -> Life:
+    """``life`` with the causes it keeps pointing at events emitted in the step just carried out."""
+    start = life.start_cause.filled(seqs) if life.start_cause is not None else None
+    stop = life.stop_cause.filled(seqs) if life.stop_cause is not None else None
+    gave = life.gave_up.filled(seqs) if life.gave_up is not None else None
+    if start is life.start_cause and stop is life.stop_cause and gave is life.gave_up:
+        return life
+    return replace(life, start_cause=start, stop_cause=stop, gave_up=gave)
+
+
+def fill_event(cause: dict[str, Any] | None, seqs: dict[str, int]) -> dict[str, Any] | None:
+    """An event's cause with ``of`` resolved to the seq of the event of that kind emitted before it."""
+    if not cause or "of" not in cause:
+        return cause
+    out = dict(cause)
+    of = out.pop("of")
+    if out.get("seq") is None and of in seqs:
+        out["seq"] = seqs[of]
+    return out
+
+
 State = Literal["pending", "starting", "running", "backoff", "stopping", "stopped", "completed", "fatal"]
 FINAL: frozenset[str] = frozenset({"stopped", "completed", "fatal"})
 ACTIVE: frozenset[str] = frozenset({"pending", "starting", "running", "backoff", "stopping"})
@@ -118,6 +177,9 @@ class Life:
     history: tuple[AttemptRecord, ...] = ()
     episode: frozenset[str] = frozenset()  # pattern flags raised in this episode
     cause: str | None = None  # the component whose failure made this one fatal
+    start_cause: Cause | None = None  # why the next attempt starts (copied into `started.cause`)
+    stop_cause: Cause | None = None  # why the stop (or forced end) under way was asked for
+    gave_up: Cause | None = None  # why it is fatal (its `fatal.why`), while it is
     waiting: tuple[str, ...] = ()
     timer: int = 0  # generation of the pending backoff / healthy timer; older ones are ignored
 
@@ -127,7 +189,7 @@ class Life:
 
 @dataclass(frozen=True)
 class DepsMet:
-    pass
+    cause: Cause | None = None  # for a first start: what let it start
 
 
 @dataclass(frozen=True)
@@ -138,7 +200,7 @@ class DepsWaiting:
 @dataclass(frozen=True)
 class DepsBlocked:
     reason: str
-    cause: str
+    cause: str  # the component whose failure blocks this one
 
 
 @dataclass(frozen=True)
@@ -149,6 +211,9 @@ class Spawned:
     checkpoints_rejected: tuple[dict[str, Any], ...] | None = None
     monitor_pid: int | None = None
     started_at: float | None = None  # monotonic; the monitor's own reading of the start
+    log_seq: int | None = None  # where this attempt's output starts (line seq; log file inode and offset)
+    log_offset: int | None = None
+    log_ino: int | None = None
 
 
 @dataclass(frozen=True)
@@ -179,12 +244,14 @@ class Ready:
 @dataclass(frozen=True)
 class ReadyTimedOut:
     reason: str
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
 class LivenessFailed:
     reason: str
     evidence: tuple[str, ...] = ()
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +277,7 @@ class Healthy:
 class Stalled:
     message: str
     evidence: tuple[str, ...] = ()
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +288,7 @@ class Unstalled:
 @dataclass(frozen=True)
 class Stop:
     by: str
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
@@ -227,17 +296,19 @@ class Restart:
     by: str
     reason: str | None = None
     step: int | None = None  # resume from this checkpoint step
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
 class Start:
     by: str
     step: int | None = None
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
 class Shutdown:
-    pass
+    cause: Cause | None = None
 
 
 Input = (DepsMet | DepsWaiting | DepsBlocked | Spawned | SpawnFailed | Adopted | Ready | ReadyTimedOut
@@ -303,14 +374,15 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
         fx.append(Emit(event))
 
     if isinstance(inp, Shutdown):
-        inp = Stop("shutdown")
+        inp = Stop("shutdown", inp.cause or Cause("shutdown", "the run is shutting down"))
 
     if isinstance(inp, DepsMet):
         if s == "pending" and life.want == "run" and not life.spawning:
             attempt = life.attempt + 1
             fx.append(Spawn(attempt, life.resume_step))
+            why = life.start_cause or inp.cause or Cause("run", "started with the run (its dependencies are met)")
             return replace(life, state="starting", attempt=attempt, spawning=True, resume_step=None, waiting=(),
-                           forced=None, started_at=None, ready_at=None), fx
+                           forced=None, started_at=None, ready_at=None, start_cause=why), fx
         return life, fx
 
     if isinstance(inp, DepsWaiting):
@@ -321,20 +393,25 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
 
     if isinstance(inp, DepsBlocked):
         if s == "pending" and life.want == "run" and not life.spawning:
-            emit(ev.GaveUp(name, reason=inp.reason, cause=inp.cause))
-            return replace(life, state="fatal", cause=inp.cause, waiting=()), fx
+            why = Cause("dependency", inp.reason, component=inp.cause)
+            emit(ev.GaveUp(name, reason=inp.reason, cause=inp.cause, why=why.to_dict()))
+            return replace(life, state="fatal", cause=inp.cause, waiting=(), gave_up=why), fx
         return life, fx
 
     if isinstance(inp, Spawned):
         started = inp.started_at if inp.started_at is not None else now
         life = replace(life, spawning=False, started_at=started, ready_at=None,
                        resumed_from=(inp.resume or {}).get("step"))
+        why = life.start_cause or Cause("run", "started with the run (its dependencies are met)")
         emit(ev.ComponentStarted(
             name, pid=inp.pid, attempt=life.attempt, resume=inp.resume, command=list(inp.command),
             checkpoints_rejected=list(inp.checkpoints_rejected) if inp.checkpoints_rejected else None,
-            monitor_pid=inp.monitor_pid))
+            monitor_pid=inp.monitor_pid, cause=why.to_dict(), log_seq=inp.log_seq, log_offset=inp.log_offset,
+            log_ino=inp.log_ino))
+        life = replace(life, start_cause=None)
         if life.want == "stop" or life.then_start:  # stopped or restarted while it was being spawned
-            emit(ev.StopBegan(name, by=life.stop_by or life.restart_by or "user", signal=rules.stop_signal))
+            emit(ev.StopBegan(name, by=life.stop_by or life.restart_by or "user", signal=rules.stop_signal,
+                              cause=_dict(life.stop_cause)))
             fx.append(Terminate(rules.stop_signal, rules.stop_timeout))
             return replace(life, state="stopping"), fx
         if rules.ready_probe is None:
@@ -364,10 +441,11 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
         if life.want == "stop":
             emit(ev.ComponentStopped(name, by=life.stop_by or "user"))
             return replace(life, state="stopped", stop_by=None, then_start=False), fx
+        why = Cause("spawn", inp.error, of="spawn_failed")
         if inp.deterministic:  # a missing command or working directory: restarting cannot help
-            emit(ev.GaveUp(name, reason=inp.error))
-            return replace(life, state="fatal", then_start=False), fx
-        return _decide(life, now, rules, fx, success=False, how=inp.error, patterns=())
+            emit(ev.GaveUp(name, reason=inp.error, why=why.to_dict()))
+            return replace(life, state="fatal", then_start=False, gave_up=why), fx
+        return _decide(life, now, rules, fx, success=False, how=inp.error, patterns=(), cause=why)
 
     if isinstance(inp, Ready):
         if s != "starting" or life.spawning:
@@ -377,24 +455,27 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
     if isinstance(inp, ReadyTimedOut):
         if s != "starting":
             return life, fx
-        emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=inp.reason))
+        why = inp.cause or Cause("probe", inp.reason, of="stopping")
+        emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=inp.reason, cause=why.to_dict()))
         fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
-        return replace(life, state="stopping", forced=inp.reason), fx
+        return replace(life, state="stopping", forced=inp.reason, stop_cause=why), fx
 
     if isinstance(inp, LivenessFailed):
         if s != "running":
             return life, fx
         emit(ev.FlagRaised(name, type="liveness_failed", message=inp.reason, evidence=list(inp.evidence),
                            action="restarting the component"))
-        emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=inp.reason))
+        why = inp.cause or Cause("probe", inp.reason, of="flag")
+        emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=inp.reason, cause=why.to_dict()))
         fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
-        return replace(life, state="stopping", forced=inp.reason), fx
+        return replace(life, state="stopping", forced=inp.reason, stop_cause=why), fx
 
     if isinstance(inp, Stalled):
         if s != "running":
             return life, fx
         restart = rules.on_stall == "restart"
-        if "stall" not in life.episode:
+        flagged = "stall" not in life.episode
+        if flagged:
             emit(ev.FlagRaised(
                 name, type="stall", message=inp.message, evidence=list(inp.evidence),
                 action=f"restarting {name} (progress.on_stall: restart)" if restart
@@ -402,9 +483,10 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
             life = replace(life, episode=life.episode | {"stall"})
         if restart:
             reason = f"stall: {inp.message}"
-            emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=reason))
+            why = inp.cause or Cause("stall", inp.message, of="flag" if flagged else "stopping")
+            emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=reason, cause=why.to_dict()))
             fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
-            return replace(life, state="stopping", forced=reason), fx
+            return replace(life, state="stopping", forced=reason, stop_cause=why), fx
         return life, fx
 
     if isinstance(inp, Unstalled):
@@ -426,16 +508,18 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
         return replace(life, state="pending", waiting=()), fx
 
     if isinstance(inp, Stop):
-        return _stop(life, inp.by, rules, fx)
+        return _stop(life, inp.by, rules, fx, inp.cause or _cause_of(inp.by, f"stopped by {inp.by}"))
 
     if isinstance(inp, Restart):
         return _restart(life, inp, rules, fx)
 
     if isinstance(inp, Start):
+        why = inp.cause or _cause_of(inp.by, f"started by {inp.by}")
         if s in FINAL:
-            return _fresh_start(life, inp.step), fx
+            return _fresh_start(life, inp.step, why), fx
         if s == "backoff":
-            return replace(life, state="pending", timer=life.timer + 1, resume_step=inp.step, waiting=()), fx
+            return replace(life, state="pending", timer=life.timer + 1, resume_step=inp.step, waiting=(),
+                           start_cause=why), fx
         return life, fx
 
     if isinstance(inp, Exited):
@@ -457,24 +541,37 @@ def _arm_healthy(life: Life, rules: Rules, fx: list[Effect]) -> tuple[Life, list
     return replace(life, timer=timer), fx
 
 
-def _fresh_start(life: Life, step: int | None) -> Life:
+def _dict(cause: Cause | None) -> dict[str, Any] | None:
+    return cause.to_dict() if cause is not None else None
+
+
+def _cause_of(by: str, words: str) -> Cause:
+    """The cause of a command-like input that came without one (older callers, tests): who, from ``by``."""
+    if by == "shutdown":
+        return Cause("shutdown", "the run is shutting down")
+    if by.startswith(("restart_with", "dependency", "rlsup (dependency")):
+        return Cause("dependency", words)
+    return Cause("user", words)
+
+
+def _fresh_start(life: Life, step: int | None, why: Cause | None = None) -> Life:
     """A user (or rlsup, for a dead dependency) starts a final component: a new episode."""
     return replace(life, state="pending", want="run", stop_by=None, then_start=False, restart_by=None,
                    resume_step=step, forced=None, policy=History(), episode=frozenset(), cause=None, waiting=(),
-                   timer=life.timer + 1)
+                   timer=life.timer + 1, start_cause=why, stop_cause=None, gave_up=None)
 
 
-def _stop(life: Life, by: str, rules: Rules, fx: list[Effect]) -> tuple[Life, list[Effect]]:
+def _stop(life: Life, by: str, rules: Rules, fx: list[Effect], why: Cause) -> tuple[Life, list[Effect]]:
     s = life.state
     if s in FINAL:
         return life, fx
     if s in ("pending", "backoff") and not life.spawning:
         fx.append(Emit(ev.ComponentStopped(life.name, by=by)))
         return replace(life, state="stopped", want="stop", stop_by=None, then_start=False, waiting=(),
-                       timer=life.timer + 1), fx
-    life = replace(life, want="stop", stop_by=by, then_start=False)
+                       timer=life.timer + 1, start_cause=None, stop_cause=why), fx
+    life = replace(life, want="stop", stop_by=by, then_start=False, stop_cause=why, start_cause=None)
     if s in ("starting", "running") and not life.spawning:
-        fx.append(Emit(ev.StopBegan(life.name, by=by, signal=rules.stop_signal)))
+        fx.append(Emit(ev.StopBegan(life.name, by=by, signal=rules.stop_signal, cause=why.to_dict())))
         fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
         return replace(life, state="stopping"), fx
     return life, fx  # stopping already, or a spawn in flight (stopped once Spawned arrives)
@@ -482,14 +579,17 @@ def _stop(life: Life, by: str, rules: Rules, fx: list[Effect]) -> tuple[Life, li
 
 def _restart(life: Life, inp: Restart, rules: Rules, fx: list[Effect]) -> tuple[Life, list[Effect]]:
     s = life.state
+    why = inp.cause or _cause_of(inp.by, inp.reason or f"restarted by {inp.by}")
     if s in FINAL:
-        return _fresh_start(life, inp.step), fx
+        return _fresh_start(life, inp.step, why), fx
     if s in ("pending", "backoff") and not life.spawning:
         return replace(life, state="pending", want="run", timer=life.timer + 1, resume_step=inp.step,
-                       policy=History(), waiting=()), fx
-    life = replace(life, want="run", then_start=True, restart_by=inp.by, resume_step=inp.step)
+                       policy=History(), waiting=(), start_cause=why), fx
+    life = replace(life, want="run", then_start=True, restart_by=inp.by, resume_step=inp.step, start_cause=why,
+                   stop_cause=why)
     if s in ("starting", "running") and not life.spawning:
-        fx.append(Emit(ev.StopBegan(life.name, by=inp.by, signal=rules.stop_signal, reason=inp.reason)))
+        fx.append(Emit(ev.StopBegan(life.name, by=inp.by, signal=rules.stop_signal, reason=inp.reason,
+                                    cause=why.to_dict())))
         fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
         return replace(life, state="stopping"), fx
     return life, fx
@@ -515,7 +615,9 @@ def _exited(life: Life, inp: Exited, now: float, rules: Rules, fx: list[Effect])
         attempt = life.attempt + 1
         fx.append(Spawn(attempt, life.resume_step))
         return replace(life, state="starting", attempt=attempt, spawning=True, then_start=False, restart_by=None,
-                       resume_step=None, policy=History(), episode=frozenset(), started_at=None, forced=None), fx
+                       resume_step=None, policy=History(), episode=frozenset(), started_at=None, forced=None,
+                       start_cause=life.start_cause or life.stop_cause, stop_cause=None), fx
+    forced_cause = life.stop_cause if life.forced is not None else None
 
     record = AttemptRecord(
         attempt=life.attempt, started_at=started, ended_at=now, ready=was_ready, exit_code=inp.exit_code,
@@ -531,22 +633,32 @@ def _exited(life: Life, inp: Exited, now: float, rules: Rules, fx: list[Effect])
                and is_success(rules.restart, inp.exit_code, inp.signal))
     if life.forced is not None:
         how = life.forced
+        why = forced_cause or Cause("probe", how, of="exited")
     elif false_success is not None:
         how = f"false_success: {false_success.message}"
+        why = Cause("exit", how, of="exited")  # the exit judged a failure; "pattern" is for fatal crash patterns
     else:
         how = describe_exit(inp.exit_code, inp.signal)
-    return _decide(replace(life, forced=None), now, rules, fx, success=success, how=how, patterns=patterns,
-                   healthy=healthy)
+        summary = (inp.diagnosis or {}).get("summary")
+        shown = bool(summary) and (inp.diagnosis or {}).get("category") not in ("none", None)
+        words = (summary if summary.startswith(how) else f"{how}: {summary}") if shown else how
+        why = Cause("exit", words, of="exited")
+    return _decide(replace(life, forced=None, stop_cause=None), now, rules, fx, success=success, how=how,
+                   patterns=patterns, healthy=healthy, cause=why)
 
 
 def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: bool, how: str, patterns: Any,
-            healthy: float = 0.0) -> tuple[Life, list[Effect]]:
+            healthy: float = 0.0, cause: Cause | None = None) -> tuple[Life, list[Effect]]:
     name = life.name
     decision, policy = decide(rules.restart, life.policy, success=success, how=how, healthy_s=healthy, now=now,
                               u=_u(rules, life.attempt))
+    why = cause or Cause("exit", how, of="exited")
     fatal_pattern = next((f for f in patterns if f.fatal), None)
     if fatal_pattern is not None and decision.action == "restart":
         decision = type(decision)("fatal", reason=f"{fatal_pattern.type}: {fatal_pattern.message}")
+        why = Cause("pattern", decision.reason, of="exited")
+    elif decision.action == "fatal" and decision.reason.startswith(how + "; "):
+        why = replace(why, reason=f"{why.reason}; {decision.reason[len(how) + 2:]}")  # "restart policy is never"
     episode = set(life.episode)
     for f in patterns:
         if f.type in EPISODE_FLAGS and f.type in episode:
@@ -566,14 +678,14 @@ def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: 
     if decision.action == "restart":
         timer = life.timer + 1
         fx.append(Emit(ev.RestartScheduled(name, delay_s=decision.delay_s, attempt=life.attempt + 1,
-                                           reason=decision.reason)))
+                                           reason=decision.reason, cause=why.to_dict())))
         fx.append(SetTimer("backoff", decision.delay_s, timer))
-        return replace(life, state="backoff", timer=timer), fx
+        return replace(life, state="backoff", timer=timer, start_cause=why), fx
     if decision.action == "complete":
         fx.append(Emit(ev.ComponentCompleted(name)))
         return replace(life, state="completed"), fx
-    fx.append(Emit(ev.GaveUp(name, reason=decision.reason)))
-    return replace(life, state="fatal"), fx
+    fx.append(Emit(ev.GaveUp(name, reason=decision.reason, why=why.to_dict())))
+    return replace(life, state="fatal", gave_up=why), fx
 
 
 def _u(rules: Rules, attempt: int) -> float:

@@ -21,6 +21,7 @@ import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,6 @@ from .process import (
     set_child_subreaper,
     started_since_boot,
     terminate_processes,
-    usage,
 )
 from .rundir import RunLock, RunPaths
 from .shim import PROTOCOL as MONITOR_PROTOCOL
@@ -145,12 +145,15 @@ class Run:
         self._awake_since = 0.0
         self._last_resources = 0.0
         self._positions_written = 0.0
-        self._cpu_prev: dict[str, tuple[float, float]] = {}
-        self._mem_detectors: dict[str, Any] = {}
+        from .resources import ResourceWatch
+
+        self._resources = ResourceWatch()
         from .diagnosis import DependencyWatch
 
         self._dep_watch = DependencyWatch(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
         self._dep_flagged: set[str] = set()
+        self._triggers: list[dict[str, Any]] = []  # journaled events other components react to
+        self._run_seq: int | None = None  # the seq of this run's run_started (the cause of first starts)
 
     # ------------------------------------------------------------------ before the loop
 
@@ -276,9 +279,9 @@ class Run:
 
             self.server = ControlServer(self, self.paths.sock)
             await self.server.start()
-        self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
+        self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
-                                how=self.how, tracking=self.cgroups.describe()))
+                                how=self.how, tracking=self.cgroups.describe())).get("seq")
         if self._leftovers:
             self.emit(ev.LeftoversEnded(None, **self._leftovers))
         self._start_watching_files()
@@ -312,8 +315,15 @@ class Run:
                 # (below), which ends it
             att = attempt_from_record(rec, path)
             prev = self.state["components"][c.name]
+            # Its output begins where its `started` event says, in the line numbering the recorded log
+            # position continues (without a recorded position the numbering starts again: unknown).
+            out = prev.get("attempt_log") or {}
+            numbered = (self._saved.get("components") or {}).get(c.name, {}).get("log") if self._saved else None
+            same = int(prev.get("attempt") or 0) == att.attempt
+            log_seq = out.get("seq") if isinstance(numbered, dict) and numbered.get("ino") is not None and same else None
             c.adopt(att, rec, ready=prev.get("state") == "running" or (prev.get("ready_at") is not None
-                                                                       and prev.get("state") != "starting"))
+                                                                       and prev.get("state") != "starting"),
+                    log_seq=log_seq)
         for path, rec in self._adopt:
             if str(rec["component"]) not in self.components:
                 attempt_from_record(rec, path).finish()
@@ -352,10 +362,11 @@ class Run:
             return
         self._shutting_down = True
         remaining = list(reversed(self.cfg.topo_order()))
+        why = lc.Cause("shutdown", f"the run is ending: {self.end_reason}" if self.end_reason else "the run is ending")
         while remaining:
             wave = [n for n in remaining if not any(d in remaining for d in self.cfg.dependents(n))]
             for n in wave:
-                self.components[n].handle(lc.Shutdown())
+                self.components[n].handle(lc.Shutdown(why))
             for n in wave:
                 await self._wait_quiet(self.components[n])
                 remaining.remove(n)
@@ -474,8 +485,8 @@ class Run:
             self._mark_state_dirty()
             if self.notifier is not None:
                 self.notifier.handle(e)
-            if isinstance(event, ev.RestartScheduled) and event.component:
-                self.follow_restart(event.component)
+            if isinstance(event, ev.RestartScheduled):
+                self._triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
 
     def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -485,6 +496,11 @@ class Run:
     # ------------------------------------------------------------------ what components ask of the run
 
     def changed(self, comp: Component) -> None:
+        while self._triggers:  # what the step just carried out set off elsewhere (restart_with)
+            e = self._triggers.pop(0)
+            why = detectors.restart_trigger(e)
+            if why is not None:
+                self.follow_restart(str(e["component"]), why)
         if comp.state in lc.FINAL:
             self._final_at.setdefault(comp.name, self.clock.monotonic())
         else:
@@ -507,7 +523,9 @@ class Run:
         st = self.state["components"].get(n, {})
         return detectors.Seen(n, c.state, c.attempt, reason=st.get("reason"), cause=c.life.cause,
                               ended_at=self._final_at.get(n), started_at=c.life.started_at,
-                              ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at)
+                              ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at,
+                              gave_up_by=c.life.gave_up.by if c.life.gave_up is not None else None,
+                              step=c.progress.step)
 
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
@@ -532,7 +550,10 @@ class Run:
                 if c.state != "pending" or c.life.want != "run" or c.life.spawning or self._shutting_down:
                     continue
                 before = (c.state, c.life.waiting)
-                c.handle(detectors.gate(n, self.cfg, seen))
+                verdict = detectors.gate(n, self.cfg, seen)
+                if isinstance(verdict, lc.DepsMet):
+                    verdict = lc.DepsMet(detectors.gate_cause(n, self.cfg, seen, self._run_seq))
+                c.handle(verdict)
                 if (c.state, c.life.waiting) != before:
                     moved = True
                     seen[n] = self._seen_one(n, c)  # only it moved (its effects run later)
@@ -548,11 +569,11 @@ class Run:
             self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
             self._ended.set()
 
-    def follow_restart(self, name: str) -> None:
+    def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
-        for other in self.components.values():
-            if name in other.cfg.restart_with and other.state in ("starting", "running"):
-                other.handle(lc.Restart(f"restart_with {name}", reason=f"{name} restarts"))
+        why = cause or lc.Cause("user", f"{name} was restarted")
+        for other, inp in detectors.followers(self.cfg, self._seen(), name, why):
+            self.components[other].handle(inp)
 
     def cgroup_for(self, comp: str, attempt: int) -> str | None:
         return self.cgroups.for_attempt(comp, attempt) if self.cgroups is not None else None
@@ -571,81 +592,6 @@ class Run:
         for n in names:
             self.components[n].flush_progress()
         self._mark_state_dirty()
-
-    def diagnose(self, comp: Component, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]:
-        from .diagnosis import diagnose, read_host_evidence
-
-        host = read_host_evidence(pid) if signal == "SIGKILL" else None
-        d = diagnose(comp.tail(1000), exit_code=exit_code, signal=signal, step=comp.progress.step, pid=pid,
-                     host=host)
-        return d.to_dict()
-
-    def plan_resume(self, comp: Component, step: int | None) -> dict[str, Any]:
-        """Where the next attempt starts: the newest *complete* checkpoint, chosen now that the
-        component's process tree is gone (nothing of it is writing, so age says nothing). If
-        checkpoints exist and none is complete, a ``checkpoint_problem`` flag says so before the start
-        and the ``started`` event lists each candidate with why it was not used."""
-        r = comp.cfg.resume
-        if r is None:
-            return {}
-        from .checkpoints import discover, resume_args
-
-        try:
-            found = discover(r.checkpoints, r.layout, step_pattern=r.step_pattern, writer_alive=False)
-        except (OSError, ValueError) as e:
-            self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem", message=f"cannot read {r.checkpoints}: {e}",
-                                    evidence=[r.checkpoints], action="starting without a checkpoint"))
-            return {"rejected": [{"step": None, "path": r.checkpoints, "reason": str(e)}]}
-        rejected = [{"step": c.step, "path": c.path, "reason": c.reason} for c in found.candidates if not c.complete]
-        for problem in found.problems:
-            self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem", message=problem, evidence=[r.checkpoints],
-                                    action="not trusted; resuming from the newest checkpoint that is complete"))
-        ck = found.latest
-        if step is not None:
-            ck = next((x for x in found.checkpoints if x.step == step), None)
-            if ck is None:
-                steps = ", ".join(str(x.step) for x in found.checkpoints) or "none"
-                self.emit(ev.FlagRaised(comp.name, type="checkpoint_problem",
-                                        message=f"no complete checkpoint at step {step}",
-                                        evidence=[f"complete checkpoints in {r.checkpoints}: {steps}"],
-                                        action="started from the latest complete checkpoint instead"))
-                ck = found.latest
-        if ck is None:
-            if found.candidates:
-                self.emit(ev.FlagRaised(
-                    comp.name, type="checkpoint_problem",
-                    message=f"none of {len(rejected)} checkpoint(s) in {r.checkpoints} is complete; starting "
-                            "from scratch",
-                    evidence=[f"{c['path']}: {c['reason']}" for c in rejected][:20],
-                    action="starting without a checkpoint; `rlsup resume NAME --step N` picks one by hand"))
-            return {"rejected": rejected}
-        if r.clean:
-            self._clean_future(comp, ck.step)
-        return {"step": ck.step, "checkpoint": ck.path, "args": resume_args(r.args, ck)}
-
-    def _clean_future(self, comp: Component, step: int) -> None:
-        """``resume.clean``: delete artefacts of steps after the one resumed from, each path journaled."""
-        from .artifacts import CleanRefused, clean_after
-
-        r = comp.cfg.resume
-        assert r is not None
-        base = Path(comp.cfg.cwd or os.getcwd())
-        roots = [self.paths.root, base, Path(r.checkpoints)] + [Path(w.path) for w in comp.cfg.watch]
-        try:
-            deleted = clean_after(r.clean, step, base=base, allowed_roots=[p.absolute() for p in roots])
-        except CleanRefused as e:
-            self.emit(ev.FlagRaised(comp.name, type="clean_refused",
-                                    message=f"resume.clean refused {len(e.refused)} path(s) outside the run's "
-                                            "directories",
-                                    evidence=[f"{p}: {why}" for p, why in e.refused][:20],
-                                    action="deleted nothing that was refused; resuming anyway"))
-            deleted = list(e.deleted)
-        except OSError as e:
-            self.emit(ev.FlagRaised(comp.name, type="clean_refused", message=f"resume.clean failed: {e}",
-                                    evidence=[], action="resuming anyway"))
-            return
-        if deleted:
-            self.emit(ev.ArtefactsCleaned(comp.name, step=step, paths=[str(p) for p in deleted]))
 
     # ------------------------------------------------------------------ monitors and log files
 
@@ -911,123 +857,59 @@ class Run:
                 if "stall" in c.life.episode:
                     c.handle(lc.Unstalled(f"progress again at step {c.progress.step}"))
                 continue
-            last = c.tail(1)
-            evidence = [f"last line: {last[0]}" if last else "no output yet"]
-            evidence += [f"{d} is {self.components[d].state}" for d in c.cfg.depends_on]
-            for owner in [c] + [self.components[d] for d in c.cfg.depends_on]:
-                for path, w in owner.watch_info.items():
-                    age = f", written {time.time() - w['mtime']:.0f}s ago" if w.get("mtime") else ""
-                    evidence.append(f"newest in {path} ({owner.name}): step {w.get('step')}{age}")
-            c.handle(lc.Stalled(f"no new step for {idle:.0f}s (last step {c.progress.step}, stall_after "
-                                f"{p.stall_after:g}s)", tuple(evidence)))
+            last = c.attempt_tail(1)
+            watched = [(path, owner.name, w) for owner in [c] + [self.components[d] for d in c.cfg.depends_on]
+                       for path, w in owner.watch_info.items()]
+            evidence = detectors.stall_evidence(last[0] if last else None, c.progress.step,
+                                                {d: self.components[d].state for d in c.cfg.depends_on}, watched,
+                                                time.time())
+            c.handle(detectors.stall_input(seen[n], p.stall_after, idle, evidence))
 
     def _dep_state(self, name: str, now: float) -> str:
-        """A dependency's state for dependency_down: ``running`` only once it has stayed up a while,
-        so a server that dies seconds after each start is still down (no restart flapping)."""
-        d = self.components[name]
-        if d.state == "running" and d.life.ready_at is not None and now - d.life.ready_at < DEPENDENCY_STABLE_S:
-            return "starting"
-        return d.state
-
-    def _deterministic_failure(self, name: str) -> bool:
-        reason = str(self.state["components"][name].get("reason") or "")
-        return reason.startswith(("repeated_error", "crash_loop", "step_crash"))
+        return detectors.dependency_state(self._seen_one(name, self.components[name]), now, DEPENDENCY_STABLE_S)
 
     def _check_dependencies(self, now: float) -> None:
         """dependency_down: consumers failing to reach a dependency that is down. Restart the
         dependency (not its victims); stop the consumers if it stays down past the budget."""
-        from .diagnosis import dependency_down
-
-        failing: dict[str, list[str]] = {}
-        for n, c in self.components.items():
-            if not c.cfg.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
-                continue
-            deps = {d: self._dep_state(d, now) for d in c.cfg.depends_on}
-            if all(st == "running" for st in deps.values()):
-                if n in self._dep_flagged:
-                    self._dep_flagged.discard(n)
-                    self.emit(ev.FlagCleared(n, type="dependency_down", message="its dependencies are up again"))
-                continue
-            last = (self.state["components"][n].get("last_exit") or {}).get("diagnosis") or {}
-            flag = dependency_down(n, categories=[last.get("category", "")], lines=c.tail(200), deps=deps,
-                                   down_since=self._dep_watch.down_since(), now=now)
-            if flag is None:
-                continue
-            for d in flag.dependencies:
-                failing.setdefault(d, []).append(n)
-            lasting = [d for d in flag.dependencies
-                       if self.components[d].state in ("fatal", "stopped", "completed")
-                       or (self._dep_watch.down_for(d) or 0.0) >= DEPENDENCY_FLAG_AFTER_S]
-            if lasting and n not in self._dep_flagged:
-                self._dep_flagged.add(n)
-                self.emit(ev.FlagRaised(n, type="dependency_down", message=flag.message, evidence=list(flag.evidence),
-                                        action=self._dependency_action(n, lasting[0])))
+        consumers = [detectors.Consumer(n, c.state, tuple(c.cfg.depends_on),
+                                        ((self.state["components"][n].get("last_exit") or {}).get("diagnosis")
+                                         or {}).get("category", ""), lambda c=c: c.attempt_tail(200))
+                     for n, c in self.components.items()
+                     if c.cfg.depends_on and c.state in ("starting", "running", "backoff", "pending")]
+        down_since = self._dep_watch.down_since()
+        if not consumers and not down_since and not self._dep_flagged:
+            return
+        seen = self._seen()
+        down_for = {d: self._dep_watch.down_for(d) or 0.0 for d in down_since}
+        failing, events, flagged = detectors.consumers_failing(
+            consumers, seen, now, flagged=frozenset(self._dep_flagged), down_since=down_since, down_for=down_for,
+            budget=self.cfg.dependency_budget, flag_after_s=DEPENDENCY_FLAG_AFTER_S, stable_s=DEPENDENCY_STABLE_S)
+        self._dep_flagged = set(flagged)
+        for e in events:
+            self.emit(e)
         for d in set(self._dep_watch.down_since()) | set(failing):
             dep = self.components[d]
             act = self._dep_watch.observe(d, down=self._dep_state(d, now) != "running", consumers_failing=d in failing)
             if act == "restart_dependency":
-                if dep.state in ("fatal", "completed") and not (dep.state == "fatal" and self._deterministic_failure(d)):
-                    self.emit(ev.CommandReceived(d, command="start", by="rlsup", client="dependency_down"))
-                    dep.handle(lc.Start("rlsup (dependency_down)"))
+                start = detectors.restart_dependency(self._seen_one(d, dep), failing.get(d, []), None)
+                if start is not None:
+                    e = self.emit(ev.CommandReceived(d, command="start", by="rlsup", client="dependency_down"))
+                    dep.handle(lc.Start(start.by, cause=replace(start.cause, seq=e.get("seq")) if start.cause else None))
             elif act == "stop_consumers":
                 victims = [n for n in failing.get(d, []) if self.components[n].state in lc.ACTIVE]
-                self.emit(ev.FlagRaised(
+                flag_e = self.emit(ev.FlagRaised(
                     d, type="dependency_down",
                     message=f"{d} has been down for {self.cfg.dependency_budget:g}s; stopping "
                             f"{', '.join(victims) or 'nothing'} instead of letting them retry for hours",
                     evidence=[f"{d}: {dep.state}"],
                     action=f"stopped {', '.join(victims) or 'nothing'}; `rlsup start` them once {d} is back"))
-                for n in victims:
-                    self.components[n].handle(lc.Stop("dependency_down"))
-
-    def _dependency_action(self, consumer: str, dep: str) -> str:
-        d = self.components[dep]
-        budget = f"{consumer} is stopped if {dep} is not back within {self.cfg.dependency_budget:g}s"
-        if d.state == "fatal" and self._deterministic_failure(dep):
-            return f"not restarting {dep} (it fails deterministically; fix it, then `rlsup start {dep}`); {budget}"
-        if d.state in ("fatal", "completed"):
-            return f"restarting {dep}, not {consumer}; {budget}"
-        if d.state == "stopped":
-            return f"{dep} was stopped by hand, so it is left stopped; {budget}"
-        return f"{dep} is restarting ({d.state}); {consumer} is left alone; {budget}"
+                for n, stop in detectors.stop_consumers(d, victims, self.cfg.dependency_budget, flag_e.get("seq")):
+                    self.components[n].handle(stop)
 
     def _sample_resources(self, now: float) -> None:
         """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
-        from .diagnosis import MemoryGrowthDetector
-
-        gpu_by: dict[str, float] = {}
-        for g in self.state.get("gpus") or []:
-            for p in g.get("processes") or []:
-                if p.get("component"):
-                    gpu_by[p["component"]] = gpu_by.get(p["component"], 0.0) + (p.get("used_mb") or 0.0)
-        out: dict[str, Any] = {n: {"ring_lines": len(c.ring), "ring_mb": round(c.ring.bytes / 2**20, 2)}
-                               for n, c in self.components.items()}
-        for n, c in self.components.items():
-            att = c.current
-            if att is None:
-                continue
-            rss, cpu = 0, 0.0
-            for pid in att.members():
-                got = usage(pid)
-                if got is not None:
-                    cpu += got[0]
-                    rss += got[1]
-            prev = self._cpu_prev.get(n)
-            self._cpu_prev[n] = (now, cpu)
-            pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
-            out[n].update(cpu_pct=pct, rss_mb=round(rss / 2**20, 1), gpu_mb=gpu_by.get(n))
-            if c.state == "running" and c.progress.step is not None:
-                attempt, det = self._mem_detectors.get(n, (None, None))
-                if det is None or attempt != c.attempt:  # a new attempt starts a new series
-                    det = (self.memory_detector or MemoryGrowthDetector)()
-                    self._mem_detectors[n] = (c.attempt, det)
-                flag = det.observe(now, c.progress.step, rss / 2**20, gpu_by.get(n))
-                if flag is not None:
-                    self.emit(ev.FlagRaised(n, type=flag.type, message=flag.message, evidence=list(flag.evidence),
-                                            action="none (watching); a leak ends in an OOM kill, so look at what "
-                                                   "accumulates per step"))
-        if out:
-            self.emit(ev.ResourcesSampled(None, out))
+        for e in self._resources.sample(now, self.components, self.state.get("gpus") or [], self.memory_detector):
+            self.emit(e)
 
     # ------------------------------------------------------------------ GPUs
 
@@ -1058,49 +940,15 @@ class Run:
         self.emit(ev.GpuSampled(None, {k: d.get(k) for k in ("gpus", "host", "backend", "reason")}))
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None:
-        """Before a new attempt: wait until the previous attempt's GPU memory is released. After a
-        timeout, kill the holders *proven* to be this run's leftovers (same pid and start time, or this
-        run's marker) and flag it; processes that cannot be attributed (NVML reporting host PIDs from
-        inside a container, say) are waited on by memory alone and never signalled."""
+        """Before a new attempt: the previous attempt's GPU memory released (:mod:`.gpurelease`)."""
         if not comp.cfg.gpus or self.gpu_sampler is None:
             return
-        from .gpu import classify_holders
+        from .gpurelease import wait_gpu_release
 
-        deadline = self.clock.monotonic() + self.gpu_release_timeout
-        while True:
-            try:  # a fresh sample, not the last 1 Hz one: the previous attempt just ended
-                sample = await self.loop.run_in_executor(None, self.gpu_sampler.sample)
-            except Exception:  # noqa: BLE001 - the sampler's failures are reported by its thread
-                return
-            held = classify_holders(sample, gpu_indices=comp.cfg.gpus, run_pids=self._owners(), prev_pids=prev,
-                                    run_dir=str(self.paths.root), **({"proc_lookup": self.gpu_proc_lookup}
-                                                                     if self.gpu_proc_lookup else {}))
-            if not held.waiting_on or comp.life.want == "stop":
-                return
-            if self.clock.monotonic() >= deadline:
-                break
-            await asyncio.sleep(0.5)
-        import psutil
-
-        procs = []
-        for h in held.ours:
-            with contextlib.suppress(psutil.Error):
-                procs.append(psutil.Process(h.pid))
-        survivors = await self.loop.run_in_executor(None, terminate_processes, procs, signal_mod.SIGKILL, 5.0)
-        evidence = [f"gpu {h.gpu}: pid {h.pid} holds {h.used_mb or '?'} MiB ({h.why})"
-                    for h in held.ours + held.unmappable]  # what was waited on; foreign holders are not ours to blame
-        if held.ours:
-            action = ("killed them (SIGKILL; only this run's proven leftovers) before starting the next attempt"
-                      if not survivors else "killed what could be killed; starting anyway")
-        else:
-            action = "killed nothing (no holder is provably this run's); starting anyway"
-        if held.memory_only:
-            action += f"; {held.note}"
-        self.emit(ev.FlagRaised(
-            comp.name, type="gpu_not_released",
-            message=f"{comp.name}'s GPUs were still held {self.gpu_release_timeout:g}s after its previous attempt "
-                    f"ended ({len(held.ours)} leftover(s) of this run, {len(held.unmappable)} not attributable)",
-            evidence=evidence + [f"could not kill pid {p.pid}" for p in survivors], action=action))
+        await wait_gpu_release(comp.name, list(comp.cfg.gpus), self.gpu_sampler, prev=prev, run_pids=self._owners,
+                               run_dir=str(self.paths.root), timeout=self.gpu_release_timeout, clock=self.clock,
+                               stop_wanted=lambda: comp.life.want == "stop", emit=self.emit,
+                               proc_lookup=self.gpu_proc_lookup)
 
     # ------------------------------------------------------------------ commands and clients
 

@@ -25,6 +25,8 @@ def new_component() -> dict[str, Any]:
         "metric": None, "series": [], "last_exit": None, "flags": [], "checkpoint": None,
         "waiting_for": [], "reason": None, "next_start_at": None, "resume": None, "watch": {},
         "resources": None, "monitor_pid": None,
+        "cause": None,  # why the current (latest) attempt was started: {by, reason, seq}
+        "attempt_log": None,  # where its output begins: {seq, offset, ino}
         # full-run metric history for charts: {metric: {"every", "lo", "hi", "points": [[step, mean, count]]}}
         "history": {},
     }
@@ -88,7 +90,10 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
     elif kind == "started":
         c.update(state="starting", pid=e.get("pid"), attempt=e.get("attempt", c["attempt"] + 1),
                  started_at=e.get("ts"), ready_at=None, waiting_for=[], reason=None, next_start_at=None,
-                 resume=e.get("resume"), monitor_pid=e.get("monitor_pid"))
+                 resume=e.get("resume"), monitor_pid=e.get("monitor_pid"), cause=e.get("cause"))
+        if e.get("log_seq") is not None or e.get("log_offset") is not None:
+            # Where this attempt's output begins (a supervisor that takes the attempt over reads it here).
+            c["attempt_log"] = {k: e.get(f"log_{k}") for k in ("seq", "offset", "ino")}
         if e.get("resume"):
             c["step"] = e["resume"].get("step")
     elif kind == "spawn_failed":

@@ -46,6 +46,9 @@ def add_parsers(sub: Any) -> None:
     lg.add_argument("name", metavar="NAME", nargs="?", help="the component (without it: the list of components)")
     lg.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="how many lines (default 50)")
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
+    lg.add_argument("--attempt", type=int, default=None, metavar="N",
+                    help="only attempt N's own output (from where its `started` event says it began to where the "
+                         "next attempt's began; `rlsup why NAME --attempt N` says why it ran)")
     ev = client_parser(sub, "events", "print the run's journal; -f to follow",
                        "Print the journal (<run_dir>/events.jsonl) one human-readable line per event. Works on a "
                        "finished run. -f follows a live run.", cmd_events)
@@ -152,6 +155,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return paths
     if args.name is None:
         return _which_component(paths)
+    if args.attempt is not None:
+        from .why import print_attempt_logs
+
+        if args.follow:
+            say("rlsup: --attempt prints one attempt's output so far; to follow the live one, drop --attempt",
+                err=True)
+            return 2
+        return print_attempt_logs(paths, args.name, args.attempt, args.lines)
     if not _live(paths):
         from ..archive import Archive
 

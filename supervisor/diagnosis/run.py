@@ -418,7 +418,7 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
         # A log that ends in a failure the journal has no exit for (a journal lost, a process
         # that outlived its supervisor): the log's last write is when it happened.
         if not any(f.component == n and f.source == "exit" for f in failures) and scan.tail:
-            d = diagnose(list(scan.tail))
+            d = diagnose(_last_attempt_tail(run_dir, events, n, list(scan.tail)))
             if d.category not in NOT_FAILURES:
                 info["failures"] += 1
                 failures.append(RunFailure(n, _tail_time(scan) or scan.mtime, d.category, d.summary, "log",
@@ -432,6 +432,18 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
         info.setdefault("log_lines_scanned", 0)
         info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scans[n].by_category.items())} if n in scans else {}
     return RunDiagnosis(str(run_dir), name, started, ended, root, symptoms, failures, dict(sorted(comps.items())), notes)
+
+
+def _last_attempt_tail(run_dir: Path, events: list[dict[str, Any]], name: str, tail: list[str]) -> list[str]:
+    """The latest attempt's own output (by the range its ``started`` event recorded), not its
+    predecessors'; a journal without ranges (rlsup < 0.3): the log's tail."""
+    from ..attemptlog import lines_of, ranges, read_bytes
+
+    rs = ranges(events, name)
+    if not rs or rs[-1].start is None:
+        return tail
+    data, _partial = read_bytes(run_dir / "logs" / f"{name}.log", rs[-1].start, None, max_bytes=8 << 20)
+    return [clean_line(x) for x in lines_of(data)[-TAIL_LINES:]]
 
 
 def _tail_time(scan: _LogScan) -> float | None:

@@ -444,9 +444,10 @@ def _failure_details(paths: RunPaths, name: str, atts: list[Attempt]) -> list[st
         out.append("")
         ev = list(d.get("evidence") or [])[-MAX_EVIDENCE:]
         if not ev:
-            ev = _log_tail(paths, name) if a is atts[-1] else []
+            ev = _attempt_tail(paths, name, atts, a)
             if ev:
-                out.append(f"No failure text was recognised; the last lines of `logs/{name}.log`:")
+                out.append(f"No failure text was recognised; the last lines of attempt {a.attempt}'s output "
+                           f"(`rlsup logs {name} --attempt {a.attempt}`):")
                 out.append("")
         if ev:
             out += _code(ev) + [""]
@@ -463,6 +464,20 @@ def _same_failure(a: Attempt, b: Attempt) -> bool:
         return False
     ea, eb = list(da.get("evidence") or []), list(db.get("evidence") or [])
     return (ea[-1] if ea else None) == (eb[-1] if eb else None) and _exit_text(a.exited) == _exit_text(b.exited)
+
+
+def _attempt_tail(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
+    """The last lines of attempt ``a``'s own output (never another attempt's), by the range its
+    ``started`` event recorded; journals without ranges: the log's tail, for the latest attempt only."""
+    from ..attemptlog import lines_of, mark_of, read_bytes
+
+    start = mark_of(a.started or {})
+    if start is None:
+        return _log_tail(paths, name) if a is atts[-1] else []
+    k = atts.index(a)
+    end = mark_of(atts[k + 1].started or {}) if k + 1 < len(atts) else None
+    data, _partial = read_bytes(paths.log(name), start, end, max_bytes=16384)
+    return [ln for ln in lines_of(data) if ln.strip()][-LOG_TAIL_LINES:]
 
 
 def _log_tail(paths: RunPaths, name: str) -> list[str]:

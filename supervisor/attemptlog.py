@@ -1,0 +1,135 @@
+"""One attempt's output, read back from the log files by the range its ``started`` event recorded.
+
+Each ``started`` event says where its attempt's output begins: ``log_seq`` (the line's number in the
+component's line stream) and ``log_ino``/``log_offset`` (the byte offset in the log file, by inode, its
+monitor appended to). The attempt's output ends where the next attempt's begins. The monitor rotates
+the log by renaming (``X.log`` -> ``X.log.1``), so a range may span files; they are found by inode.
+What reads an attempt's output from disk (``rlsup logs --attempt``, the report, ``rlsup diagnose
+RUN_DIR``) reads it here, so no verdict about an attempt rests on another attempt's lines.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .logs import LineNormaliser
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Where an attempt's output begins: the log file (by inode; None: the log did not exist yet) and
+    the byte offset in it."""
+
+    ino: int | None
+    offset: int
+
+
+@dataclass(frozen=True)
+class Range:
+    attempt: int
+    start: Mark | None  # None: the journal predates output ranges (rlsup < 0.3)
+    end: Mark | None  # None: up to the end of the log (the latest attempt)
+    started: dict[str, Any]
+
+
+def mark_of(e: dict[str, Any]) -> Mark | None:
+    off = e.get("log_offset")
+    if not isinstance(off, int) or isinstance(off, bool):
+        return None
+    ino = e.get("log_ino")
+    return Mark(ino if isinstance(ino, int) and not isinstance(ino, bool) else None, off)
+
+
+def ranges(events: Iterable[dict[str, Any]], name: str) -> list[Range]:
+    """Every attempt of ``name`` the journal started, oldest first, with its output range."""
+    starts = [e for e in events if e.get("kind") == "started" and e.get("component") == name]
+    out = []
+    for i, e in enumerate(starts):
+        nxt = mark_of(starts[i + 1]) if i + 1 < len(starts) else None
+        att = e.get("attempt")
+        out.append(Range(att if isinstance(att, int) else i + 1, mark_of(e), nxt, e))
+    return out
+
+
+def find(events: Iterable[dict[str, Any]], name: str, attempt: int) -> Range | None:
+    """The range of attempt ``attempt`` (the latest start of that number: a resumed run continues numbering)."""
+    return next((r for r in reversed(ranges(events, name)) if r.attempt == attempt), None)
+
+
+def chain(log: Path, backups: int = 1000) -> list[tuple[Path, int, int]]:
+    """``X.log`` and its rotations, oldest first, with inode and size."""
+    rotated = []
+    for p in log.parent.glob(f"{log.name}.*"):
+        suffix = p.name[len(log.name) + 1:]
+        if suffix.isdigit() and int(suffix) <= backups:
+            rotated.append((int(suffix), p))
+    out = []
+    for _n, p in sorted(rotated, reverse=True) + [(0, log)]:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        out.append((p, st.st_ino, st.st_size))
+    return out
+
+
+def read_bytes(log: Path, start: Mark | None, end: Mark | None, max_bytes: int = 4 << 20) -> tuple[bytes, bool]:
+    """The bytes between ``start`` and ``end`` (the last ``max_bytes`` of them, from a line boundary),
+    and whether the beginning is missing (rotated away or cut to ``max_bytes``)."""
+    files = chain(log)
+    if not files:
+        return b"", False
+    inos = [ino for _p, ino, _s in files]
+    partial = False
+    if start is None or start.ino is None:
+        i, off = 0, (start.offset if start is not None and start.ino is None and len(files) == 1 else 0)
+    elif start.ino in inos:
+        i, off = inos.index(start.ino), start.offset
+    else:  # its file rotated out of existence: what is left of the range starts at the oldest file
+        i, off, partial = 0, 0, True
+    if end is not None and end.ino is None:
+        return b"", partial  # the next attempt began before there was any log: this one wrote nothing
+    segments: list[tuple[Path, int, int]] = []
+    for p, ino, size in files[i:]:
+        stop = size
+        last = end is not None and ino == end.ino
+        if last:
+            stop = min(size, end.offset)  # type: ignore[union-attr]
+        if stop > off:
+            segments.append((p, off, stop))
+        off = 0
+        if last:
+            break
+    total = sum(b - a for _p, a, b in segments)
+    skip = max(0, total - max_bytes)
+    parts = []
+    for p, a, b in segments:
+        n = b - a
+        if skip >= n:
+            skip -= n
+            continue
+        a += skip
+        skip = 0
+        try:
+            with open(p, "rb") as fh:
+                fh.seek(a)
+                parts.append(fh.read(b - a))
+        except OSError:
+            partial = True
+    data = b"".join(parts)
+    if total > max_bytes:
+        partial = True
+        data = data[data.find(b"\n") + 1:]
+    return data, partial
+
+
+def lines_of(data: bytes, line_cap: int = 8192) -> list[str]:
+    """Bytes of a log as the supervisor shows them: ANSI stripped, ``\\r`` folded, long lines capped."""
+    norm = LineNormaliser(line_cap)
+    lines, _ = norm.feed(data)
+    tail, _ = norm.flush()
+    return lines + tail

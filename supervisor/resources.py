@@ -1,0 +1,61 @@
+"""The ``resources`` gauge (CPU, RSS and GPU memory per component) and the ``memory_growth`` flag.
+
+A service the run calls on its tick: it reads each live attempt's processes (``/proc`` through
+:func:`~rlsup.supervisor.process.usage`) and returns the events to emit; the judgement of growth is
+the pure :class:`~rlsup.supervisor.diagnosis.MemoryGrowthDetector`, one series per attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import events as ev
+from .process import usage
+
+
+class ResourceWatch:
+    def __init__(self) -> None:
+        self._cpu_prev: dict[str, tuple[float, float]] = {}
+        self._mem: dict[str, tuple[int | None, Any]] = {}
+
+    def sample(self, now: float, components: Mapping[str, Any], gpus: list[dict[str, Any]],
+               detector: Callable[[], Any] | None = None) -> list[ev.Event]:
+        """The events for one sample at monotonic ``now``: flags first, then the gauge."""
+        from .diagnosis import MemoryGrowthDetector
+
+        gpu_by: dict[str, float] = {}
+        for g in gpus:
+            for p in g.get("processes") or []:
+                if p.get("component"):
+                    gpu_by[p["component"]] = gpu_by.get(p["component"], 0.0) + (p.get("used_mb") or 0.0)
+        out: dict[str, Any] = {n: {"ring_lines": len(c.ring), "ring_mb": round(c.ring.bytes / 2**20, 2)}
+                               for n, c in components.items()}
+        events: list[ev.Event] = []
+        for n, c in components.items():
+            att = c.current
+            if att is None:
+                continue
+            rss, cpu = 0, 0.0
+            for pid in att.members():
+                got = usage(pid)
+                if got is not None:
+                    cpu += got[0]
+                    rss += got[1]
+            prev = self._cpu_prev.get(n)
+            self._cpu_prev[n] = (now, cpu)
+            pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
+            out[n].update(cpu_pct=pct, rss_mb=round(rss / 2**20, 1), gpu_mb=gpu_by.get(n))
+            if c.state == "running" and c.progress.step is not None:
+                attempt, det = self._mem.get(n, (None, None))
+                if det is None or attempt != c.attempt:  # a new attempt starts a new series
+                    det = (detector or MemoryGrowthDetector)()
+                    self._mem[n] = (c.attempt, det)
+                flag = det.observe(now, c.progress.step, rss / 2**20, gpu_by.get(n))
+                if flag is not None:
+                    events.append(ev.FlagRaised(
+                        n, type=flag.type, message=flag.message, evidence=list(flag.evidence),
+                        action="none (watching); a leak ends in an OOM kill, so look at what accumulates per step"))
+        if out:
+            events.append(ev.ResourcesSampled(None, out))
+        return events
