@@ -22,6 +22,7 @@ from .signatures import (
     HYDRA_FAILED,
     LAUNCHER_EXIT,
     PRIMARY,
+    RAY_TASK_HEADER,
     RECOVERED,
     SIGNAL,
     STEP_PATTERNS,
@@ -237,6 +238,10 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
             continue
         text = ln.text.strip()
         if not text:
+            continue
+        ray_task = _ray_task_candidate(norm, k, ln, text)
+        if ray_task is not None:
+            cands.append(ray_task)
             continue
         launcher = _launcher_candidate(ln, text)
         hit = match_span(text) if launcher is None else None
@@ -457,9 +462,31 @@ def _frames_after(norm: list[Line], k: int) -> list[Frame]:
         m = FRAME.match(ln.text)
         if m:
             frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
-        elif not ln.text[:1].isspace() or not frames:
+        elif not ln.text[:1].isspace():
             break
     return frames
+
+
+def _ray_task_candidate(norm: list[Line], k: int, ln: Line, text: str) -> _Candidate | None:
+    """A Ray task failure ("RayTaskError(X): ray::f() (pid=.., ip=..)", "Execution failed: ray::f()
+    (pid=.., ip=..)") that no parsed traceback covers: its exception line was cut off, but X (when
+    given) names the kind and the remote frames under it say where the task failed."""
+    m = RAY_TASK_HEADER.search(text)
+    if m is None:
+        return None
+    cause = m.group("cause")
+    cat, tier = classify_exception(f"{cause}: ") if cause else ("python_exception", PRIMARY)
+    if tier == WRAPPER:
+        cat, tier = "python_exception", PRIMARY
+    frames = _frames_after(norm, k)
+    user = [f for f in frames if is_user_frame(f.file)]
+    loc = (user or frames)[-1].location if frames else None
+    what = f"{cause} in " if cause else ""
+    summary = (f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: {what}"
+               f"the traceback is cut off before its exception" + (f" at {_short(loc)}" if loc and user else ""))
+    evidence = [text] + [f'File "{f.file}", line {f.line}, in {f.func}' for f in frames[-3:]]
+    return _Candidate(ln.index, cat, tier, summary, None, loc, evidence, rich=True, library=bool(loc) and not user,
+                      stream=ln.stream)
 
 
 def _describe_ray(c: _Candidate, norm: list[Line]) -> None:

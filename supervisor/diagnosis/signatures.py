@@ -271,6 +271,13 @@ SYMPTOM_FUNCS = {"sigquit_handler", "kill_process_tree", "signal_handler", "_sig
 # Launchers that report a child's exit code on one line (the torchelastic block is parsed apart).
 # DeepSpeed's launcher: "[ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', ...] exits with return code = -9"
 LAUNCHER_EXIT = re.compile(r"\bexits with return code = (?P<code>-?\d+)\s*$")
+# A Ray task's failure as the driver or a logger prints it, "RayTaskError(KeyError): ray::Worker.score()
+# (pid=30020, ip=10.0.0.1, ...)" or "Execution failed: ray::SearchExecutionWorker.execute() (pid=119104,
+# ip=...)", followed by the remote frames: read even where the paste or the tail cut it off before the
+# exception line (then the remote frames still say where it failed).
+RAY_TASK_HEADER = re.compile(
+    r"(?:RayTaskError(?:\((?P<cause>\w+)\))?: |failed: |^)(?:\[[\d;]*m)?ray::(?P<task>[\w.<>]+)\(\)(?:\[[\d;]*m)?"
+    r" \(pid=(?P<pid>\d+), ip=")
 # Hydra prints this when the task function raised; the traceback follows (or was cut off).
 HYDRA_FAILED = re.compile(r"^Error executing job with overrides: ")
 
