@@ -1,6 +1,6 @@
 """Accuracy of the diagnosis engine on the labelled corpus of real failure logs.
 
-``python -m rlsup.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|heldout2|fresh|tuning]``
+``python -m rlsup.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|heldout2|heldout3|fresh|tuning]``
 
 Every ``*.log`` under ``tests/fixtures/diagnosis`` is a real excerpt: quoted from a public page
 (its first line ``# source: URL`` names it: an issue, a forum thread, a documentation page, a blog
@@ -31,6 +31,9 @@ from .model import CATEGORIES
 from .offline import diagnose_file
 
 FIELDS = ("category", "exception_type", "location", "step")
+# held-out parts of split.json, each frozen before the engine was tuned for it (issue 18; issue 29:
+# beyond GitHub issues, then the runs collected after that tuning)
+HELDOUT_PARTS = ("heldout", "heldout2", "heldout3")
 DEFAULT_FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "diagnosis"
 
 
@@ -216,17 +219,15 @@ def run_case(case: Case, fixtures: Path = DEFAULT_FIXTURES) -> Result:
 
 def evaluate(fixtures: Path = DEFAULT_FIXTURES, subset: str = "all") -> Report:
     cases = load_cases(fixtures)
-    held = heldout_names(fixtures)
-    held2 = heldout_names(fixtures, "heldout2")
+    parts = {p: heldout_names(fixtures, p) for p in HELDOUT_PARTS}
     fresh = fresh_names(fixtures)
-    if subset == "heldout":
-        cases = [c for c in cases if c.name in held]
-    elif subset == "heldout2":
-        cases = [c for c in cases if c.name in held2]
+    if subset in parts:
+        cases = [c for c in cases if c.name in parts[subset]]
     elif subset == "fresh":
         cases = [c for c in cases if c.name in fresh]
     elif subset == "tuning":
-        cases = [c for c in cases if c.name not in held | held2 | fresh]
+        held_any = set().union(*parts.values())
+        cases = [c for c in cases if c.name not in held_any | fresh]
     results = [run_case(c, fixtures) for c in cases]
     confusion: dict[str, Counter[str]] = defaultdict(Counter)
     for r in results:
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     ap = argparse.ArgumentParser(prog="python -m rlsup.supervisor.diagnosis.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--fixtures", type=Path, default=DEFAULT_FIXTURES)
-    ap.add_argument("--subset", choices=("all", "heldout", "heldout2", "fresh", "tuning"), default=None,
+    ap.add_argument("--subset", choices=("all", *HELDOUT_PARTS, "fresh", "tuning"), default=None,
                     help="one subset only (default: the held-out parts, then the whole corpus)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--timing", action="store_true",
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     if args.timing:
         out.write(timing(args.fixtures) + "\n")
         return 0
-    subsets = [args.subset] if args.subset else ["heldout", "heldout2", "all"]
+    subsets = [args.subset] if args.subset else [*HELDOUT_PARTS, "all"]
     reports = [evaluate(args.fixtures, s) for s in subsets]
     if args.json:
         json.dump({r.subset: r.to_dict() for r in reports}, out, indent=2)
