@@ -30,6 +30,7 @@ from .signatures import (
     TQDM_BAR,
     TRAINING_BAR_DESC,
     WRAPPER,
+    WRAPPER_TYPES,
     benign_veto,
     classify_exception,
     match_span,
@@ -74,6 +75,7 @@ class _Candidate:
     stream: str = ""
     library: bool = False  # location is the innermost frame, in library code
     hint: str = ""  # what to do next, where the category's hint does not fit this failure
+    vague: bool = False  # names no failure of its own (torchrun: "exitcode 1", no traceback)
 
 
 def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
@@ -231,7 +233,8 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         else:
             cands.append(_Candidate(ef.index, "unknown", WRAPPER,
                                     f"{who} exited with code {ef.exitcode} - torchrun root cause",
-                                    None, None, ef.lines, rich=True))
+                                    None, None, ef.lines, rich=True, vague=True,
+                                    stream=f"rank{ef.rank}" if ef.rank is not None else ""))
 
     for k, ln in enumerate(norm):
         if ln.index in covered:
@@ -297,6 +300,10 @@ def _wrapped(norm: list[Line], k: int, text: str) -> str | None:
     cont = nxt.text.rstrip()
     if (not cont or nxt.prefixed or nxt.stream not in ("", norm[k].stream)
             or cont.lstrip().startswith(("File \"", "Traceback"))):
+        return None
+    if match_span(cont.strip()) is not None:
+        # the next line names a failure by itself: its own record, not the rest of this one (a long
+        # "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
         return None
     return (norm[k].text + cont).strip()
 
@@ -432,7 +439,19 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
         return None
     best_tier = min(c.tier for c in cands)
     top = [c for c in cands if c.tier == best_tier]
+    if best_tier == WRAPPER:
+        # only pointers to a failure printed elsewhere: the ones that say what failed (an engine or an
+        # actor that died) over generic wrappers ("RuntimeError: cancelled", ChildFailedError)
+        named = [c for c in top if c.category not in ("python_exception", "unknown") or c.vague]
+        top = named or top
     chosen = max(top, key=lambda c: (c.index, c.rich))
+    if chosen.vague:
+        # torchrun's "exitcode: 1" says only that a rank failed: a traceback of the same rank's kind
+        # (a gloo peer that closed, another pointer) still says more
+        said = [c for c in top if not c.vague and c.rich and c.exception and c.stream and c.stream == chosen.stream
+                and not WRAPPER_TYPES.search(c.exception.split(":", 1)[0].strip().split("(", 1)[0])]
+        if said:
+            chosen = max(said, key=lambda c: c.index)
     if not chosen.rich:
         richer = [c for c in top if c.rich and c.category == chosen.category]
         if richer:

@@ -81,6 +81,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "module_not_found": ("no module named", "module specification"),
     # a job-control line ("./run.sh: line 5: 12 Killed  python ..."); the word alone is a short line
     "shell_killed": ("killed", ": line "),
+    "shell_signal": ("aborted",),
+    "shell_segv": ("segmentation fault", "bus error"),
     "engine_dead": ("enginedeaderror", "enginecore", "engine core", "sigquit", "fatal signal",
                     "engine loop", "mqllmengine", "mqenginedeaderror", "worker proc", "workerproc",
                     "scheduler hit an exception"),
@@ -195,6 +197,12 @@ SIGNATURES: tuple[Signature, ...] = (
     # or the word alone for a foreground job.
     _sig("shell_killed", "killed", SIGNAL,
          rf"^(?:\S+: line \d+: +\d+ +|\[\d+\][+-]? +)(?:{_KILLED_ALT})(?: +\S.*)?$|^\**(?:{_KILLED_ALT})\**$"),
+    # bash's job report of other deaths by signal: "bash: line 1: 13999 Aborted   python train.py",
+    # "./run.sh: line 3: 812 Segmentation fault (core dumped) python ..."
+    _sig("shell_signal", "fatal_python_error", SIGNAL,
+         r"^\S+: line \d+: +\d+ +Aborted(?: \(core dumped\))? +\S"),
+    _sig("shell_segv", "segfault", PRIMARY,
+         r"^\S+: line \d+: +\d+ +(?:Segmentation fault|Bus error)(?: \(core dumped\))? +\S"),
     # --- inference engine death ---------------------------------------------------------------
     _sig("engine_dead", "inference_engine_dead", WRAPPER,
          r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:an issue|a fatal error)"
@@ -265,6 +273,8 @@ WRAPPER_MESSAGES = re.compile(
     r"|Engine core initialization failed|Worker '[^']+' failed with exit code|Failed core proc"
     r"|Inspect the stacktrace to find the original error"
     r"|DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly"
+    # vLLM's executor cancels what was in flight when a worker died: "RuntimeError: cancelled"
+    r"|^\w*Error: cancelled$"
 )
 SYMPTOM_FUNCS = {"sigquit_handler", "kill_process_tree", "signal_handler", "_sigquit_handler", "sigkill_handler"}
 

@@ -194,6 +194,7 @@ def _continuation(lines: list[Line], k: int) -> str:
 
 
 _MESSAGE_MORE_LINES = 6
+_REPEATED = re.compile(r"^\s*\[Previous line repeated \d+ more times?\]\s*$")
 
 
 def _message_more(lines: list[Line], k: int) -> str:
@@ -246,6 +247,9 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
             continue
         if frames and lines[j].prefixed and not tb_prefixed:
             j += 1
+            continue
+        if frames and _REPEATED.match(text):
+            j += 1  # "[Previous line repeated 996 more times]" (a RecursionError's frames)
             continue
         if frames:
             ind = _indent(text)
