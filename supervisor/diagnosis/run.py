@@ -166,14 +166,20 @@ class RunDiagnosis:
                    and f.category == rc.category and (rc.ts is None or f.ts is None or f.ts >= rc.ts))
 
     @property
+    def root_first(self) -> bool:
+        """The root cause is also the first failure of its own in time (no earlier one it outranked)."""
+        rc = self.root_cause
+        return rc is not None and not any(
+            f.primary and f is not rc and f.ts is not None and rc.ts is not None and f.ts < rc.ts
+            for f in self.failures)
+
+    @property
     def verdict(self) -> str:
         rc = self.root_cause
         if rc is None:
             return "no failure found in the journal or the logs"
         when = f" at {_iso(rc.ts)}" if rc.ts is not None else ""
-        earlier = [f for f in self.failures if f.primary and f is not rc and f.ts is not None and rc.ts is not None
-                   and f.ts < rc.ts]
-        first = f"{rc.component} failed{'' if earlier else ' first'}{when}: {rc.summary}"
+        first = f"{rc.component} failed{' first' if self.root_first else ''}{when}: {rc.summary}"
         failed = sorted({s.component for s in self.symptoms if s.component != rc.component and s.count})
         logged = sorted({s.component for s in self.symptoms if s.component != rc.component} - set(failed))
         text = first
