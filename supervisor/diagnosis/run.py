@@ -507,6 +507,9 @@ def _tail_time(scan: _LogScan) -> float | None:
 def _names_dependency(message: str, component: str) -> bool:
     """A dependency_down flag's message names the dependency that was down ("trainer cannot reach its
     dependency inference ...", "inference is down")."""
+    m = re.search(r"\bdependenc(?:y|ies) ([\w.\-, ]+?)(?: \(|:|$)", message)
+    if m:
+        return component in re.split(r"[,\s]+", m.group(1))
     return re.search(rf"(?<![\w-]){re.escape(component)}(?![\w-])", message) is not None
 
 
