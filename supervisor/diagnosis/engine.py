@@ -281,7 +281,7 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                 f" at {_short(loc)}" if loc and not library else "")
         if sig.name == "cuda_boilerplate":
             # CUDA's note says how errors are reported, not which one: never the summary
-            summary = "a CUDA error whose message is not in the log (only CUDA's note that kernel errors are reported asynchronously)"
+            summary = "a CUDA error whose message is not in the log (only the note CUDA prints under its errors)"
         cands.append(_Candidate(ln.index, sig.category, sig.tier, summary, None, loc, [text], weak=sig.weak,
                                 stream=ln.stream or _rank_tag(text), library=library))
     return cands, elastic_pids
