@@ -185,3 +185,10 @@ def test_lines_separate_on_disk_are_never_glued_in_the_evidence() -> None:
     assert d.category == "inference_engine_dead" and d.step == 26
     assert all(e in on_disk for e in d.evidence), d.evidence
     assert d.summary.startswith("ERROR Engine core proc EngineCore_0 died")
+
+
+def test_a_record_glued_after_a_number_on_disk_is_split_off() -> None:
+    # the same two writers sharing one pipe, this time glued on disk too (a race between two threads)
+    d = diagnose_file(FIXTURES / "local_demo_inference_death_glued_on_disk.log")
+    assert d.category == "inference_engine_dead" and d.step == 3
+    assert d.summary.startswith("ERROR Engine core proc") and d.evidence[0].startswith("ERROR Engine core proc")
