@@ -378,6 +378,7 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
     exited_last: dict[str, bool] = {}  # the journal's last word on the component is an exit/stop
     back: dict[str, list[float]] = {}  # when each component was running again (ready, completed)
     dep_down: dict[str, list[tuple[float, float | None]]] = {}  # dependency_down raised .. cleared
+    stall_cleared: dict[str, list[float]] = {}  # progress resumed after a stall
 
     def comp(c: str) -> dict[str, Any]:
         return comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
@@ -414,6 +415,8 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
             spans = dep_down.get(c) or []
             if spans and spans[-1][1] is None and ts is not None:
                 spans[-1] = (spans[-1][0], ts)
+        elif kind == "flag_cleared" and e.get("type") == "stall" and ts is not None:
+            stall_cleared.setdefault(c, []).append(ts)
         elif kind == "stopping":
             stopping[c] = True
         elif kind in ("stopped", "fatal"):
@@ -485,7 +488,14 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
             f.recovered_ts = next((t for t in back.get(f.component, []) if t > f.ts), None)
     for f in failures:
         if f.category == "stall" and f.source == "flag":
-            f.own = not _explained_stall(f, failures, dep_down)
+            # a stall that cleared by itself (progress resumed, no restart) was a slow stretch, not a
+            # hang; one that never cleared, or ended in a restart, is a hang unless something explains it
+            cleared = next((t for t in stall_cleared.get(f.component, []) if f.ts is not None and t > f.ts), None)
+            restarted = f.recovered_ts
+            f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
+                not _explained_stall(f, failures, dep_down)
+            if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
+                f.recovered_ts = cleared
     failures.sort(key=lambda f: (f.ts is None, f.ts or 0.0))
     root = _root(failures, journal=bool(events))
     symptoms = _symptoms(root, failures, scans) if root else []
