@@ -490,8 +490,12 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
         if f.category == "stall" and f.source == "flag":
             # a stall that cleared by itself (progress resumed, no restart) was a slow stretch, not a
             # hang; one that never cleared, or ended in a restart, is a hang unless something explains it
-            cleared = next((t for t in stall_cleared.get(f.component, []) if f.ts is not None and t > f.ts), None)
-            restarted = f.recovered_ts
+            flagged = f.diagnosis.get("flag_ts") if isinstance(f.diagnosis.get("flag_ts"), float | int) else f.ts
+            cleared = next((t for t in stall_cleared.get(f.component, []) if flagged is not None and t >= flagged),
+                           None)
+            # running again means a new attempt after the flag, not the start of the attempt that stalled
+            restarted = next((t for t in back.get(f.component, []) if flagged is not None and t > flagged), None)
+            f.recovered_ts = restarted
             f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
                 not _explained_stall(f, failures, dep_down)
             if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
@@ -530,7 +534,7 @@ def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], 
     start = ts - float(m.group(1)) if ts is not None and m else ts
     last = next((x.split(":", 1)[1].strip() for x in evidence if x.startswith("last line:")), None)
     summary = f"hung: {message}" + (f"; its last line: {last}" if last else "")
-    diag = {"category": "stall", "summary": summary, "evidence": evidence,
+    diag = {"category": "stall", "summary": summary, "evidence": evidence, "flag_ts": ts,
             "hint": "It stopped making progress without exiting: its last line says where it waits; "
                     "`progress.on_stall: restart` restarts a stalled component."}
     return RunFailure(c, start, "stall", summary, "flag", att, diagnosis=diag)

@@ -183,8 +183,11 @@ def test_rlsup_diagnose_and_report_name_the_injected_fault(chaos_runs, index: in
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     rc = d["root_cause"]
-    assert rc is not None, d["verdict"]
-    assert (rc["component"], rc["category"]) == (run.component, category), d["verdict"]
+    journal = "\n".join(json.dumps({k: v for k, v in e.items() if k in ("ts", "kind", "component", "type", "message",
+                                                                        "exit_code", "signal")})
+                        for e in events(run.run_dir) if e.get("kind") not in ("log", "progress", "gpu", "resources"))
+    assert rc is not None, d["verdict"] + "\n" + journal
+    assert (rc["component"], rc["category"]) == (run.component, category), d["verdict"] + "\n" + journal
     assert words in (rc["summary"] + json.dumps(rc["diagnosis"])), rc
     # the inference death the demo injects too (die@15s) is never blamed for the trainer's fault
     assert d["verdict"].startswith(f"{run.component} failed"), d["verdict"]

@@ -288,3 +288,20 @@ def test_a_false_success_is_a_failure_of_its_own(tmp_path: Path) -> None:
     rc = rd.root_cause
     assert (rc.component, rc.category, rc.ts) == ("trainer", "false_success", T0 + 16)
     assert "false success" in rc.summary and rd.verdict.startswith("trainer failed first at ")
+
+
+def test_a_slow_start_that_cleared_is_no_hang(tmp_path: Path) -> None:
+    """A trainer with no step for 21 s after its start (a loaded machine), then progress: the stall
+    began when the attempt became ready, which is no restart."""
+    run = _demo_run(tmp_path)
+    run.emit(T0 + 23.5, "flag", "trainer", type="stall", message="no new step for 21s (last step None, stall_after 20s)",
+             evidence=["last line: Inference server at http://127.0.0.1:1: rlsup-tiny"], action="none (watching)")
+    run.emit(T0 + 26, "flag_cleared", "trainer", type="stall", message="progress again at step 1")
+    crash = ["Traceback (most recent call last):", '  File "/work/train.py", line 57, in <module>',
+             "rlsup.trainer.chaos.ChaosCrash: injected failure at step 57 (chaos crash@57)"]
+    run.log("trainer", crash)
+    run.exit(T0 + 60, "trainer", 1, crash)
+    run.start(T0 + 61, "trainer")
+    run.emit(T0 + 61, "ready", "trainer", probe="started (no readiness probe)")
+    rd = diagnose_run(run.root)
+    assert (rd.root_cause.component, rd.root_cause.category) == ("trainer", "python_exception")
