@@ -24,6 +24,7 @@ from .signatures import (
     PRIMARY,
     RAY_TASK_HEADER,
     RECOVERED,
+    RETRY_NOTICE,
     SIGNAL,
     STEP_PATTERNS,
     SYMPTOM_FUNCS,
@@ -40,6 +41,7 @@ from .tracebacks import (
     Chain,
     Exc,
     Frame,
+    bare_exception,
     find_chains,
     find_elastic_failures,
     find_fatal_stacks,
@@ -188,7 +190,9 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
 
     chains = find_chains(norm)
     n = len(norm)
-    recovered_after = _last_index(norm, RECOVERED)
+    # a retried connection error before the dependency was back, or before training made progress
+    # again, is history
+    recovered_after = max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0]))
     for ch in chains:
         stream = ch.excs[0].stream
         for ln in norm[ch.start: ch.end + 1]:
@@ -263,7 +267,8 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         sig, at = hit
         if benign_veto(text, at):
             continue
-        if sig.weak and (ln.index < recovered_after or ln.index < n - _WEAK_RECENT_LINES):
+        if sig.weak and (ln.index < recovered_after or ln.index < n - _WEAK_RECENT_LINES
+                         or RETRY_NOTICE.search(text)):
             continue
         loc, library = None, False
         if sig.name == "engine_dead" and TRACEBACK_HEADER.search(text):
@@ -539,10 +544,14 @@ def find_step(norm: list[Line]) -> int | None:
     one. Bars of other loops (shard loading, connecting, data preparation) are no steps, and a bar
     at its total is a finished loop, not the step a run is at."""
     bar: int | None = None
+    # a frame's source line ("    assert ok, f'loss is NaN at step 8'") is code, not a report
+    source = {norm[k + 1].index for k in range(len(norm) - 1)
+              if norm[k].text.lstrip().startswith("File ") and norm[k + 1].text[:1].isspace()}
     for ln in reversed(norm):
         t = ln.text
-        if t.lstrip().startswith("File "):
-            continue
+        if (t.lstrip().startswith("File ") or ln.index in source
+                or (t[:1].isalpha() and bare_exception(t.strip()) is not None)):
+            continue  # a frame, its code, or an exception's message (the step it failed in, not one done)
         if "tep" in t or "checkpoint-" in t:
             for k, pat in enumerate(STEP_PATTERNS):
                 ms = list(pat.finditer(t))

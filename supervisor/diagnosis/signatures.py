@@ -57,7 +57,7 @@ _KILLED_ALT = "|".join(re.escape(w) for w in sorted(_KILLED_WORDS, key=len, reve
 _SHORT = {"shell_killed": max(len(w) for w in _KILLED_WORDS) + 4}
 _KEYS: dict[str, tuple[str, ...]] = {
     "ray_oom": ("outofmemoryerror", "running low on memory", "memory pressure"),
-    "host_alloc": ("can't allocate memory", "cannot allocate memory"),
+    "host_alloc": ("can't allocate memory", "cannot allocate memory", "unable to allocate"),
     "kernel_oom_kill": ("out of memory", "oom-kill"),
     "cuda_oom": ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed", "cudaerrormemoryallocation"),
     "vllm_kv_cache": ("cache blocks", "kv cache", "mem-fraction-static", "max_total_num_tokens", "max seq len",
@@ -105,7 +105,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|oom-kill:.*\bpid=\d+|invoked oom-killer"),
     # torch's CPU allocator and the C library refusing memory (a ulimit, a cgroup limit, overcommit off)
     _sig("host_alloc", "host_oom", PRIMARY,
-         r"DefaultCPUAllocator: can't allocate memory|Error code 12 \(Cannot allocate memory\)"),
+         r"DefaultCPUAllocator: can't allocate memory|Error code 12 \(Cannot allocate memory\)"
+         # numpy: "_ArrayMemoryError: Unable to allocate 26.8 GiB for an array with shape (60000, 60000)"
+         r"|Unable to allocate [\d.]+ [KMGTP]?i?B for an array"),
     # --- GPU memory ----------------------------------------------------------------------------
     _sig("cuda_oom", "cuda_oom", PRIMARY,
          r"CUDA out of memory|(?<!exceptions\.)(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED"
@@ -252,6 +254,9 @@ BENIGN = re.compile(
     r"|gpu_memory_utilization \(|Ignore(?:d)? leaked shared memory|If you are running out of memory"
 )
 
+# A line that says it will try again: a retried connection error is how a client waits.
+RETRY_NOTICE = re.compile(r"\b(?:will retry|retrying in [\d.]+ ?s|Retrying in [\d.]+|retry(?:ing)? \(attempt \d+)", re.I)
+
 # A line that says the thing a client was waiting for is now there.
 RECOVERED = re.compile(
     r"Inference pool (?:is )?ready|Server is up|server is ready|Application startup complete"
@@ -350,6 +355,9 @@ def classify_exception(text: str) -> tuple[str, int]:
     sig = match_line(text)
     typ = text.split(":", 1)[0].strip()
     bare = typ.split("(", 1)[0]
+    if re.search(r"(?:^|\.)KeyboardInterrupt$", bare):
+        # SIGINT: Ctrl-C, or a launcher or scheduler stopping it: a death by signal, where it was
+        return "killed", SIGNAL
     if sig is not None and sig.category == "ray_actor_died":
         # ActorDiedError without a cause Ray could name: the actor's death is what the log says
         return sig.category, sig.tier
@@ -359,7 +367,7 @@ def classify_exception(text: str) -> tuple[str, int]:
         return (sig.category if sig else "python_exception"), WRAPPER
     if sig is not None:
         return sig.category, sig.tier
-    if re.search(r"(?:^|\.)MemoryError$", bare):
+    if re.search(r"MemoryError$", bare):  # MemoryError, numpy's _ArrayMemoryError
         return "host_oom", PRIMARY
     if _CONNECT_TYPES.search(bare):
         return "connection_refused", COLLATERAL
