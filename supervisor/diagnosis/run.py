@@ -646,7 +646,7 @@ def format_run(rd: RunDiagnosis) -> str:
         if rd.recurrences:
             out.append(f"  recurred:  {rd.recurrences} more time{'s' if rd.recurrences > 1 else ''} after restarts")
         if d is not None:
-            if d.exception:
+            if d.exception and " ".join(d.exception.split())[:200] not in rc.summary:
                 out.append(f"  exception: {d.exception[:300]}")
             if d.location:
                 out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
