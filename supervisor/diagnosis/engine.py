@@ -258,6 +258,10 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                 continue
             launcher = _launcher_candidate(ln, joined)
             hit = match_span(joined) if launcher is None else None
+            if hit is not None and match_span(norm[k + 1].text.strip()) is not None:
+                # the next line names a failure by itself: its own record, not the rest of this one
+                # (a long "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
+                continue
             text = joined
         if launcher is not None:
             cands.append(launcher)
@@ -305,10 +309,6 @@ def _wrapped(norm: list[Line], k: int, text: str) -> str | None:
     cont = nxt.text.rstrip()
     if (not cont or nxt.prefixed or nxt.stream not in ("", norm[k].stream)
             or cont.lstrip().startswith(("File \"", "Traceback"))):
-        return None
-    if match_span(cont.strip()) is not None:
-        # the next line names a failure by itself: its own record, not the rest of this one (a long
-        # "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
         return None
     return (norm[k].text + cont).strip()
 
