@@ -16,29 +16,40 @@ from dataclasses import dataclass, field
 from .hints import hint_for
 from .model import Diagnosis, HostEvidence
 from .normalize import Line, normalize
+from .ray_deaths import describe as describe_ray_death
 from .signatures import (
     COLLATERAL,
     HYDRA_FAILED,
     LAUNCHER_EXIT,
     PRIMARY,
+    RAY_TASK_HEADER,
     RECOVERED,
+    RETRY_NOTICE,
     SIGNAL,
     STEP_PATTERNS,
     SYMPTOM_FUNCS,
     TQDM_BAR,
     TRAINING_BAR_DESC,
     WRAPPER,
+    WRAPPER_TYPES,
     benign_veto,
     classify_exception,
     match_span,
 )
 from .tracebacks import (
+    FRAME,
     Chain,
     Exc,
+    Frame,
+    bare_exception,
     find_chains,
     find_elastic_failures,
     find_fatal_stacks,
+    is_user_frame,
     signal_name,
+)
+from .tracebacks import (
+    TRACEBACK_START as TRACEBACK_HEADER,
 )
 
 MAX_EVIDENCE = 12
@@ -65,6 +76,8 @@ class _Candidate:
     streams: int = 1
     stream: str = ""
     library: bool = False  # location is the innermost frame, in library code
+    hint: str = ""  # what to do next, where the category's hint does not fit this failure
+    vague: bool = False  # names no failure of its own (torchrun: "exitcode 1", no traceback)
 
 
 def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
@@ -145,6 +158,8 @@ def diagnose(
                 code = f" (exit code {exit_code})" if exit_code is not None else ""
                 return _finish(_Candidate(-1, "killed", SIGNAL, f"killed by {sig}{code}; no kernel OOM evidence",
                                           None, None, [f"exit: {sig}{code}"]), last_step)
+    if best is not None and best.category == "ray_actor_died":
+        _describe_ray(best, norm)
     if best is None:
         if exit_code is None and sig is None:
             return Diagnosis("none", "no failure found in the log", step=last_step)
@@ -160,7 +175,7 @@ def _finish(c: _Candidate, step: int | None) -> Diagnosis:
         summary += f" (same error on {c.streams} ranks)"
     summary = _one_line(summary)
     evidence = tuple(_dedup(c.evidence)[:MAX_EVIDENCE])
-    hint = hint_for(c.category, " ".join((c.exception or "", summary, *evidence)))
+    hint = c.hint or hint_for(c.category, " ".join((c.exception or "", summary, *evidence)))
     return Diagnosis(c.category, summary, c.exception, c.location, step, evidence,
                      library_location=bool(c.location) and c.library, hint=hint)
 
@@ -175,7 +190,9 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
 
     chains = find_chains(norm)
     n = len(norm)
-    recovered_after = _last_index(norm, RECOVERED)
+    # a retried connection error before the dependency was back, or before training made progress
+    # again, is history
+    recovered_after = max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0]))
     for ch in chains:
         stream = ch.excs[0].stream
         for ln in norm[ch.start: ch.end + 1]:
@@ -220,13 +237,18 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         else:
             cands.append(_Candidate(ef.index, "unknown", WRAPPER,
                                     f"{who} exited with code {ef.exitcode} - torchrun root cause",
-                                    None, None, ef.lines, rich=True))
+                                    None, None, ef.lines, rich=True, vague=True,
+                                    stream=f"rank{ef.rank}" if ef.rank is not None else ""))
 
     for k, ln in enumerate(norm):
         if ln.index in covered:
             continue
         text = ln.text.strip()
         if not text:
+            continue
+        ray_task = _ray_task_candidate(norm, k, ln, text)
+        if ray_task is not None:
+            cands.append(ray_task)
             continue
         launcher = _launcher_candidate(ln, text)
         hit = match_span(text) if launcher is None else None
@@ -236,6 +258,10 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                 continue
             launcher = _launcher_candidate(ln, joined)
             hit = match_span(joined) if launcher is None else None
+            if hit is not None and match_span(norm[k + 1].text.strip()) is not None:
+                # the next line names a failure by itself: its own record, not the rest of this one
+                # (a long "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
+                continue
             text = joined
         if launcher is not None:
             cands.append(launcher)
@@ -245,10 +271,28 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         sig, at = hit
         if benign_veto(text, at):
             continue
-        if sig.weak and (ln.index < recovered_after or ln.index < n - _WEAK_RECENT_LINES):
+        if sig.weak and (ln.index < recovered_after or ln.index < n - _WEAK_RECENT_LINES
+                         or RETRY_NOTICE.search(text)):
             continue
-        cands.append(_Candidate(ln.index, sig.category, sig.tier, text, None, None, [text], weak=sig.weak,
-                                stream=ln.stream or _rank_tag(text)))
+        loc, library = None, False
+        if sig.name == "engine_dead" and TRACEBACK_HEADER.search(text):
+            # "Scheduler hit an exception: Traceback (most recent call last):" with the traceback cut
+            # off: its frames still say where the scheduler was
+            frames = _frames_after(norm, k)
+            if frames:
+                user = [f for f in frames if is_user_frame(f.file)]
+                loc = (user or frames)[-1].location
+                library = not user
+        summary = text
+        if sig.name == "engine_dead" and TRACEBACK_HEADER.search(text):
+            head = TRACEBACK_HEADER.sub("", text).rstrip(" :")
+            summary = f"{head} (its traceback is cut off before the exception)" + (
+                f" at {_short(loc)}" if loc and not library else "")
+        if sig.name == "cuda_boilerplate":
+            # CUDA's note says how errors are reported, not which one: never the summary
+            summary = "a CUDA error whose message is not in the log (only the note CUDA prints under its errors)"
+        cands.append(_Candidate(ln.index, sig.category, sig.tier, summary, None, loc, [text], weak=sig.weak,
+                                stream=ln.stream or _rank_tag(text), library=library))
     return cands, elastic_pids
 
 
@@ -305,6 +349,12 @@ def _root_of(chain: Chain) -> tuple[Exc, str, int]:
         if e.partial:
             continue
         cat, tier = classify_exception(e.text + e.continuation)
+        if cat == "python_exception" and e.message_more:
+            # a message printed over several lines ("...the maximum number of" / "tokens that can be
+            # stored in KV cache"; torch's "port: 29500 / name: EADDRINUSE"): read as one
+            more_cat, more_tier = classify_exception(e.text + " " + e.message_more)
+            if more_cat != "python_exception" and more_tier != WRAPPER and tier != WRAPPER:
+                cat, tier = more_cat, more_tier
         if e.funcs() & SYMPTOM_FUNCS:
             tier = WRAPPER
         scored.append((e, cat, tier))
@@ -394,7 +444,19 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
         return None
     best_tier = min(c.tier for c in cands)
     top = [c for c in cands if c.tier == best_tier]
+    if best_tier == WRAPPER:
+        # only pointers to a failure printed elsewhere: the ones that say what failed (an engine or an
+        # actor that died) over generic wrappers ("RuntimeError: cancelled", ChildFailedError)
+        named = [c for c in top if c.category not in ("python_exception", "unknown") or c.vague]
+        top = named or top
     chosen = max(top, key=lambda c: (c.index, c.rich))
+    if chosen.vague:
+        # torchrun's "exitcode: 1" says only that a rank failed: a traceback of the same rank's kind
+        # (a gloo peer that closed, another pointer) still says more
+        said = [c for c in top if not c.vague and c.rich and c.exception and c.stream and c.stream == chosen.stream
+                and not WRAPPER_TYPES.search(c.exception.split(":", 1)[0].strip().split("(", 1)[0])]
+        if said:
+            chosen = max(said, key=lambda c: c.index)
     if not chosen.rich:
         richer = [c for c in top if c.rich and c.category == chosen.category]
         if richer:
@@ -414,32 +476,100 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
     return chosen
 
 
+def _frames_after(norm: list[Line], k: int) -> list[Frame]:
+    """The frames of a traceback whose header is norm[k], even where the tail or a paste cut it off
+    before its exception line (complete frame lines only)."""
+    frames: list[Frame] = []
+    for ln in norm[k + 1: k + 200]:
+        if ln.stream != norm[k].stream:
+            continue
+        m = FRAME.match(ln.text)
+        if m:
+            frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
+        elif not ln.text[:1].isspace():
+            break
+    return frames
+
+
+def _ray_task_candidate(norm: list[Line], k: int, ln: Line, text: str) -> _Candidate | None:
+    """A Ray task failure ("RayTaskError(X): ray::f() (pid=.., ip=..)", "Execution failed: ray::f()
+    (pid=.., ip=..)") that no parsed traceback covers: its exception line was cut off, but X (when
+    given) names the kind and the remote frames under it say where the task failed."""
+    m = RAY_TASK_HEADER.search(text)
+    if m is None:
+        return None
+    cause = m.group("cause")
+    cat, tier = classify_exception(f"{cause}: ") if cause else ("python_exception", PRIMARY)
+    if tier == WRAPPER:
+        cat, tier = "python_exception", PRIMARY
+    frames = _frames_after(norm, k)
+    user = [f for f in frames if is_user_frame(f.file)]
+    loc = (user or frames)[-1].location if frames else None
+    what = f"{cause} in " if cause else ""
+    summary = (f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: {what}"
+               f"the traceback is cut off before its exception" + (f" at {_short(loc)}" if loc and user else ""))
+    evidence = [text] + [f'File "{f.file}", line {f.line}, in {f.func}' for f in frames[-3:]]
+    return _Candidate(ln.index, cat, tier, summary, None, loc, evidence, rich=True, library=bool(loc) and not user,
+                      stream=ln.stream)
+
+
+def _describe_ray(c: _Candidate, norm: list[Line]) -> None:
+    """A Ray actor/worker death: name the actor and Ray's reason, list Ray's possible causes in the
+    hint (never asserting one), and keep Ray's own lines in the evidence (see :mod:`.ray_deaths`)."""
+    texts = [ln.text for ln in norm]
+    pos = next((k for k, ln in enumerate(norm) if ln.index == c.index), len(norm) - 1)
+    rd = describe_ray_death(texts, pos)
+    if not (rd.exc_type or rd.why or rd.lines):
+        return
+    where = f" at {_short(c.location)}" if c.location and not c.library else ""
+    c.summary = rd.summary() + where
+    c.hint = rd.hint()
+    frames = [e for e in c.evidence if e.startswith("File ")]
+    rest = [e for e in c.evidence if not e.startswith("File ")]
+    c.evidence = rest[:1] + rd.lines + frames + rest[1:]
+
+
 # ---------------------------------------------------------------------------------------------
 # helpers
 
 
 def find_step(norm: list[Line]) -> int | None:
-    """The last training step the tail mentions: "Step 57/100", "step:3", "global_step=12", a
-    checkpoint folder (checkpoint-500, global_step500), or the count of a training progress bar
-    (Transformers' bar has no description; verl's is "Training Progress"). A bar that reached its
-    total is a finished loop (data preparation, shard loading), not the step a run is at."""
+    """The last completed training step the tail mentions: the last explicit step field ("Step
+    57/100", "step:3", "global_step=12"), else a checkpoint folder (checkpoint-500, global_step500)
+    or the count of a training progress bar (Transformers' bar has no description; verl's is
+    "Training Progress"), whichever came last.
+
+    An explicit step field is what the trainer says it completed; a progress bar drawn after it
+    counts something else or runs ahead (verl draws the next step's bar), so it never overrides
+    one. Bars of other loops (shard loading, connecting, data preparation) are no steps, and a bar
+    at its total is a finished loop, not the step a run is at."""
+    bar: int | None = None
+    # a frame's source line ("    assert ok, f'loss is NaN at step 8'") is code, not a report
+    source = {norm[k + 1].index for k in range(len(norm) - 1)
+              if norm[k].text.lstrip().startswith("File ") and norm[k + 1].text[:1].isspace()}
     for ln in reversed(norm):
         t = ln.text
-        if t.lstrip().startswith("File "):
-            continue
+        if (t.lstrip().startswith("File ") or ln.index in source
+                or (t[:1].isalpha() and bare_exception(t.strip()) is not None)):
+            continue  # a frame, its code, or an exception's message (the step it failed in, not one done)
         if "tep" in t or "checkpoint-" in t:
-            for pat in STEP_PATTERNS:
+            for k, pat in enumerate(STEP_PATTERNS):
                 ms = list(pat.finditer(t))
                 if ms:
                     try:
-                        return int(ms[-1].group(1))
+                        value = int(ms[-1].group(1))
                     except ValueError:
                         continue
-        if "%|" in t:
+                    if k == len(STEP_PATTERNS) - 1 and bar is not None:
+                        return bar  # a checkpoint folder older than the bar drawn after it
+                    return value
+        if bar is None and "%|" in t:
             for m in reversed(list(TQDM_BAR.finditer(t))):
-                if TRAINING_BAR_DESC.match(m.group("desc").strip()) and m.group("n") != m.group("total"):
-                    return int(m.group("n"))
-    return None
+                n, total = m.group("n"), m.group("total")
+                if TRAINING_BAR_DESC.match(m.group("desc").strip()) and n != total:
+                    bar = int(n)
+                    break
+    return bar
 
 
 _DIGITS = re.compile(r"\d+")
@@ -468,12 +598,24 @@ def _tail_evidence(norm: list[Line], n: int = 5) -> list[str]:
 
 
 def _dedup(items: list[str]) -> list[str]:
-    seen: set[str] = set()
-    out = []
+    """Evidence lines once each: a line another one already holds (the same exception printed by
+    two writers, once cut short) is dropped, so long exception text is not shown twice."""
+    out: list[str] = []
+    keys: list[str] = []
     for it in items:
         it = it.strip()
-        if it and it not in seen:
-            seen.add(it)
+        if not it:
+            continue
+        key = " ".join(it.split())
+        if any(key == k or (len(key) >= 40 and (key in k or k.startswith(key[:120]))) for k in keys):
+            continue
+        # a longer version of a line already kept replaces it
+        for j, k in enumerate(keys):
+            if len(k) >= 40 and (k in key or key.startswith(k[:120])):
+                keys[j], out[j] = key, it
+                break
+        else:
+            keys.append(key)
             out.append(it)
     return out
 

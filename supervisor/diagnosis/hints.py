@@ -20,7 +20,14 @@ _BY_MESSAGE: tuple[tuple[frozenset[str], re.Pattern[str], str], ...] = (
      "Ray killed a worker for host memory: fewer workers per node, smaller rollout buffers, or more RAM."),
     (frozenset({"watchdog_timeout"}), re.compile(r"Heartbeat monitor timed out|watchdog got stuck"),
      "NCCL's watchdog hung: a collective never completed; look for the rank that died or stalled first."),
-    (frozenset({"distributed_timeout"}), re.compile(r"Timed out waiting \d+ms for (?:send|recv)|socket timed out|DistStoreError|Socket Timeout"),
+    (frozenset({"nccl_error"}), re.compile(r"unhandled cuda error|ncclUnhandledCudaError|Cuda failure", re.IGNORECASE),
+     "A CUDA call failed inside NCCL, not the network: check the GPU (nvidia-smi, Xid lines in dmesg), the driver "
+     "and CUDA versions, and whether a peer crashed first."),
+    (frozenset({"cuda_error"}), re.compile(r"\bXid \("),
+     "The GPU driver reported an Xid error: check nvidia-smi and dmesg on that node; the GPU may need a reset "
+     "before anything runs on it again."),
+    (frozenset({"distributed_timeout"}), re.compile(r"Timed out waiting \d+ms for (?:send|recv)|socket timed out|DistStoreError"
+                                                     r"|Socket Timeout|failed to connect to|monitoredBarrier"),
      "A peer never answered: check that every rank started and can reach MASTER_ADDR:MASTER_PORT."),
 )
 
@@ -35,6 +42,8 @@ _BY_CATEGORY: dict[str, str] = {
     "connection_refused": "The service it talks to is down: look at that component's log first.",
     "inference_engine_dead": "The inference engine died: its own log above names the cause.",
     "inference_memory_config": "The engine's memory settings do not fit this GPU: adjust them and restart.",
+    "ray_actor_died": "Ray does not know why this actor died: read its worker's log and the node's kernel log "
+                      "(dmesg, for the OOM killer) before restarting.",
     "watchdog_timeout": "A worker hung: look for a stuck collective or a dead peer just before.",
     "cuda_error": "Rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel.",
     "fatal_python_error": "The interpreter aborted: the lines just before name the C++ exception.",

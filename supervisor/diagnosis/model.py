@@ -15,6 +15,7 @@ CATEGORIES: tuple[str, ...] = (
     "connection_refused",
     "inference_engine_dead",
     "inference_memory_config",
+    "ray_actor_died",
     "watchdog_timeout",
     "cuda_error",
     "fatal_python_error",

@@ -126,8 +126,18 @@ def strip_prefixes(raw: str) -> tuple[str, str]:
     return stream, text
 
 
+# A record another thread or stream wrote into the middle of a line, right after a number: two
+# writers sharing one pipe ("... | load_ms 1.7644" + "ERROR Engine core proc ... died" + "\n": the
+# demo's step line and its chaos death, printed by two threads).
+_GLUED_LEVEL = re.compile(r"(?<=\d)(?=(?:ERROR|CRITICAL|FATAL)[ :])")
+
+
 def split_glued(raw: str) -> list[str]:
-    """A physical line holding a progress bar and, right after it, another record: both records."""
+    """A physical line holding a progress bar (or a number) and, right after it, another record:
+    both records."""
+    if ("ERROR" in raw or "CRITICAL" in raw or "FATAL" in raw) and _GLUED_LEVEL.search(raw):
+        head, *rest = _GLUED_LEVEL.split(raw)
+        return [*split_glued(head), *rest]
     if "|" not in raw or "/" not in raw:
         return [raw]
     parts = _GLUED_AFTER_BAR.split(raw)

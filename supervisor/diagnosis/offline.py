@@ -25,7 +25,8 @@ def diagnose_file(path: str | Path, *, tail_lines: int = 2000) -> Diagnosis:
 
 def format_human(path: str, d: Diagnosis) -> str:
     out = [f"{path}: {d.category}", f"  {d.summary}"]
-    if d.exception:
+    # the exception once: not again under the summary that already quotes it whole
+    if d.exception and " ".join(d.exception.split())[:200] not in d.summary:
         out.append(f"  exception: {d.exception[:300]}")
     if d.location:
         out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))

@@ -17,7 +17,7 @@ _NO_SIGNATURE = {"unknown", "none", "killed"}
 # Categories that repeat because something *else* is wrong (a dead dependency, a peer rank): worth
 # a flag, but restarting may well succeed once the other side is back, so not fatal by default.
 _TRANSIENT = {"connection_refused", "nccl_timeout", "distributed_timeout", "watchdog_timeout",
-              "inference_engine_dead", "host_oom"}
+              "inference_engine_dead", "host_oom", "ray_actor_died"}
 
 
 @dataclass(frozen=True)

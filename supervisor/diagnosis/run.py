@@ -36,8 +36,19 @@ SYMPTOM_CATEGORIES = frozenset({
     "inference_engine_dead",
 })
 SYMPTOM_FLAGS = frozenset({"dependency_down", "stall", "repeated_error", "crash_loop"})
+# Flags that are a failure of the component itself: an exit 0 before the last step (a false success);
+# a hang (a stall no dependency explains: see _explained_stall).
+OWN_FLAGS = frozenset({"false_success", "stall"})
 OWN_DEATH = frozenset({"inference_engine_dead"})
 NOT_FAILURES = frozenset({"none"})
+# What the stack's own code or behaviour did (a bug, an OOM, a crash, a hang, a false success): a
+# root cause of this kind outranks a process death the run shrugged off (a kill, an engine that
+# died and was back in seconds), whatever came first.
+OWN_FAILURES = frozenset({
+    "python_exception", "cuda_oom", "host_oom", "cuda_error", "segfault", "fatal_python_error", "disk_full",
+    "port_in_use", "inference_memory_config", "ray_actor_died", "false_success", "stall",
+})
+_STALL_FOR = re.compile(r"no new step for (\d+(?:\.\d+)?)s")
 
 TAIL_LINES = 2000  # what the exit diagnosis reads
 LOG_SCAN_BYTES = 64 * 1024 * 1024  # per component, newest first: enough for days of symptoms
@@ -61,11 +72,15 @@ class RunFailure:
     exit_code: int | None = None
     signal: str | None = None
     diagnosis: dict[str, Any] = field(default_factory=dict)
+    # when the component was running again afterwards (its next ``ready``/``completed``); None: never
+    recovered_ts: float | None = None
+    # a flag that is the component's own failure (a false success, a hang no dependency explains)
+    own: bool = False
 
     @property
     def primary(self) -> bool:
         if self.source == "flag":
-            return False
+            return self.own
         # An engine that died, seen at the exit of the component that runs it, is that component's own
         # failure (an inference server's engine core), not the symptom of another's.
         return self.category not in SYMPTOM_CATEGORIES or (self.category in OWN_DEATH and self.source == "exit")
@@ -75,6 +90,7 @@ class RunFailure:
             "component": self.component, "ts": self.ts, "time": _iso(self.ts), "category": self.category,
             "summary": self.summary, "source": self.source, "attempt": self.attempt,
             "exit_code": self.exit_code, "signal": self.signal, "diagnosis": self.diagnosis,
+            "recovered": _iso(self.recovered_ts),
         }
 
 
@@ -150,12 +166,20 @@ class RunDiagnosis:
                    and f.category == rc.category and (rc.ts is None or f.ts is None or f.ts >= rc.ts))
 
     @property
+    def root_first(self) -> bool:
+        """The root cause is also the first failure of its own in time (no earlier one it outranked)."""
+        rc = self.root_cause
+        return rc is not None and not any(
+            f.primary and f is not rc and f.ts is not None and rc.ts is not None and f.ts < rc.ts
+            for f in self.failures)
+
+    @property
     def verdict(self) -> str:
         rc = self.root_cause
         if rc is None:
             return "no failure found in the journal or the logs"
         when = f" at {_iso(rc.ts)}" if rc.ts is not None else ""
-        first = f"{rc.component} failed first{when}: {rc.summary}"
+        first = f"{rc.component} failed{' first' if self.root_first else ''}{when}: {rc.summary}"
         failed = sorted({s.component for s in self.symptoms if s.component != rc.component and s.count})
         logged = sorted({s.component for s in self.symptoms if s.component != rc.component} - set(failed))
         text = first
@@ -165,13 +189,15 @@ class RunDiagnosis:
             text += f"; {', '.join(logged)} logged errors as a consequence"
         independent = self.independent
         if independent:
-            text += "; independently, " + "; ".join(f"{f.component}: {f.summary}" for f in independent[:3])
+            text += "; independently, " + "; ".join(
+                f"{f.component}: {f.summary}" + (" (recovered)" if f.recovered_ts is not None else "")
+                for f in independent[:3])
         return text
 
     @property
     def independent(self) -> list[RunFailure]:
-        """Later failures of other components that are failures of their own (an exception in their code),
-        not consequences of the root cause."""
+        """Failures of other components that are failures of their own (an exception in their code, an
+        engine death the run recovered from, before or after the root cause), not its consequences."""
         rc = self.root_cause
         if rc is None:
             return []
@@ -179,8 +205,6 @@ class RunDiagnosis:
         out = []
         for f in self.failures:
             if f is rc or f.component == rc.component or not f.primary or (f.component, f.category) in seen:
-                continue
-            if rc.ts is not None and f.ts is not None and f.ts < rc.ts:
                 continue
             seen.add((f.component, f.category))
             out.append(f)
@@ -351,6 +375,10 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
     failures: list[RunFailure] = []
     stopping: dict[str, bool] = {}  # a stop rlsup or the user asked for is under way
     attempt: dict[str, int | None] = {}
+    exited_last: dict[str, bool] = {}  # the journal's last word on the component is an exit/stop
+    back: dict[str, list[float]] = {}  # when each component was running again (ready, completed)
+    dep_down: dict[str, list[tuple[float, float | None]]] = {}  # dependency_down raised .. cleared
+    stall_cleared: dict[str, list[float]] = {}  # progress resumed after a stall
 
     def comp(c: str) -> dict[str, Any]:
         return comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
@@ -375,13 +403,28 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
             info["attempts"] += 1
             info["state"] = "running"
             stopping[c] = False
+            exited_last[c] = False
             attempt[c] = e.get("attempt") if isinstance(e.get("attempt"), int) else info["attempts"]
+        elif kind in ("ready", "completed", "adopted"):
+            if ts is not None:
+                back.setdefault(c, []).append(ts)
+            if kind == "completed":
+                info["state"] = kind
+                exited_last[c] = True
+        elif kind == "flag_cleared" and e.get("type") == "dependency_down":
+            spans = dep_down.get(c) or []
+            if spans and spans[-1][1] is None and ts is not None:
+                spans[-1] = (spans[-1][0], ts)
+        elif kind == "flag_cleared" and e.get("type") == "stall" and ts is not None:
+            stall_cleared.setdefault(c, []).append(ts)
         elif kind == "stopping":
             stopping[c] = True
-        elif kind in ("stopped", "completed", "fatal"):
+        elif kind in ("stopped", "fatal"):
             info["state"] = kind
+            exited_last[c] = True
         elif kind == "exited":
             info["exits"] += 1
+            exited_last[c] = True
             diag = e.get("diagnosis") if isinstance(e.get("diagnosis"), dict) else {}
             cat = str(diag.get("category") or "unknown")
             if stopping.get(c) or cat in NOT_FAILURES:
@@ -393,9 +436,22 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
                 e.get("signal") if isinstance(e.get("signal"), str) else None, diag))
         elif kind == "flag":
             ftype = str(e.get("type") or "flag")
-            if ftype in SYMPTOM_FLAGS:
+            evidence = [str(x) for x in (e.get("evidence") or [])]
+            if ftype == "dependency_down" and ts is not None:
+                dep_down.setdefault(c, []).append((ts, None))
+            if ftype == "stall":
+                failures.append(_stall_failure(c, ts, str(e.get("message") or ftype), evidence, attempt.get(c)))
+            elif ftype == "false_success":
+                msg = str(e.get("message") or ftype)
+                failures.append(RunFailure(c, ts, ftype, f"a false success: {msg}", "flag", attempt.get(c),
+                                           diagnosis={"category": ftype, "summary": f"a false success: {msg}",
+                                                      "evidence": evidence,
+                                                      "hint": "It exited 0 before its last step: read the lines "
+                                                              "before the exit for why it stopped early."},
+                                           own=True))
+            elif ftype in SYMPTOM_FLAGS:
                 failures.append(RunFailure(c, ts, ftype, str(e.get("message") or ftype), "flag",
-                                           attempt.get(c), diagnosis={"evidence": e.get("evidence") or []}))
+                                           attempt.get(c), diagnosis={"evidence": evidence}))
 
     # Every component's log: the components the journal names and any log in logs/.
     logs_dir = run_dir / "logs"
@@ -417,15 +473,35 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
             notes.append(f"{n}: only the newest {log_budget // (1024 * 1024)} MiB of its logs were scanned")
         # A log that ends in a failure the journal has no exit for (a journal lost, a process
         # that outlived its supervisor): the log's last write is when it happened.
-        if not any(f.component == n and f.source == "exit" for f in failures) and scan.tail:
+        # (not for a component whose last journal word is an exit, a stop or its completion: its log
+        # ends where that exit was diagnosed)
+        if (not exited_last.get(n) and not any(f.component == n and f.source == "exit" for f in failures)
+                and scan.tail):
             d = diagnose(_last_attempt_tail(run_dir, events, n, list(scan.tail)))
             if d.category not in NOT_FAILURES:
                 info["failures"] += 1
                 failures.append(RunFailure(n, _tail_time(scan) or scan.mtime, d.category, d.summary, "log",
                                            diagnosis=d.to_dict()))
 
+    for f in failures:
+        if f.ts is not None:
+            f.recovered_ts = next((t for t in back.get(f.component, []) if t > f.ts), None)
+    for f in failures:
+        if f.category == "stall" and f.source == "flag":
+            # a stall that cleared by itself (progress resumed, no restart) was a slow stretch, not a
+            # hang; one that never cleared, or ended in a restart, is a hang unless something explains it
+            flagged = f.diagnosis.get("flag_ts") if isinstance(f.diagnosis.get("flag_ts"), float | int) else f.ts
+            cleared = next((t for t in stall_cleared.get(f.component, []) if flagged is not None and t >= flagged),
+                           None)
+            # running again means a new attempt after the flag, not the start of the attempt that stalled
+            restarted = next((t for t in back.get(f.component, []) if flagged is not None and t > flagged), None)
+            f.recovered_ts = restarted
+            f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
+                not _explained_stall(f, failures, dep_down)
+            if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
+                f.recovered_ts = cleared
     failures.sort(key=lambda f: (f.ts is None, f.ts or 0.0))
-    root = _root(failures)
+    root = _root(failures, journal=bool(events))
     symptoms = _symptoms(root, failures, scans) if root else []
     for n, info in comps.items():
         info.setdefault("log_files", [])
@@ -454,12 +530,63 @@ def _tail_time(scan: _LogScan) -> float | None:
     return None
 
 
-def _root(failures: list[RunFailure]) -> RunFailure | None:
-    """The first primary failure in time; without one, the first failure of any kind."""
+def _names_dependency(message: str, component: str) -> bool:
+    """A dependency_down flag's message names the dependency that was down ("trainer cannot reach its
+    dependency inference ...", "inference is down")."""
+    m = re.search(r"\bdependenc(?:y|ies) ([\w.\-, ]+?)(?: \(|:|$)", message)
+    if m:
+        return component in re.split(r"[,\s]+", m.group(1))
+    return re.search(rf"(?<![\w-]){re.escape(component)}(?![\w-])", message) is not None
+
+
+def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], att: int | None) -> RunFailure:
+    """A stall flag as a failure, placed when the component stopped making progress (the flag comes
+    ``stall_after`` seconds later) and described by the last line it printed."""
+    m = _STALL_FOR.search(message)
+    start = ts - float(m.group(1)) if ts is not None and m else ts
+    last = next((x.split(":", 1)[1].strip() for x in evidence if x.startswith("last line:")), None)
+    summary = f"hung: {message}" + (f"; its last line: {last}" if last else "")
+    diag = {"category": "stall", "summary": summary, "evidence": evidence, "flag_ts": ts,
+            "hint": "It stopped making progress without exiting: its last line says where it waits; "
+                    "`progress.on_stall: restart` restarts a stalled component."}
+    return RunFailure(c, start, "stall", summary, "flag", att, diagnosis=diag)
+
+
+def _explained_stall(stall: RunFailure, failures: list[RunFailure],
+                     dep_down: dict[str, list[tuple[float, float | None]]]) -> bool:
+    """A stall some other failure explains: a dependency reported down, or another component down
+    (failed and not running again yet), when the stall began. A stall that began after everything
+    else had recovered is a hang of its own."""
+    t = stall.ts
+    if t is None:
+        return True
+    for a, b in dep_down.get(stall.component, []):
+        if a <= t and (b is None or b >= t):
+            return True
+    for f in failures:
+        if f is stall or f.component == stall.component or f.source == "flag" or f.ts is None:
+            continue
+        if f.ts <= t and (f.recovered_ts is None or f.recovered_ts >= t):
+            return True
+    return False
+
+
+def _root(failures: list[RunFailure], journal: bool = True) -> RunFailure | None:
+    """The run's root cause: among the primary failures (those no other failure explains), one the
+    run never recovered from, else one of the stack's own code or behaviour (a bug, an OOM, a hang, a
+    false success), else a process death it recovered from; the first in time of that rank (a
+    recurrence counts from its first occurrence). Without a primary failure, the first failure."""
+    primary = [f for f in failures if f.primary]
+    if primary:
+        def rank(f: RunFailure) -> int:
+            if journal and f.recovered_ts is None and f.source != "log":
+                return 0
+            return 1 if f.category in OWN_FAILURES else 2
+        best = min(rank(f) for f in primary)
+        pick = next(f for f in primary if rank(f) == best)
+        # the same failure of the same component earlier (then recovered): count from there
+        return next((f for f in primary if f.component == pick.component and f.category == pick.category), pick)
     timed = [f for f in failures if f.source != "flag"]
-    for f in timed:
-        if f.primary:
-            return f
     return timed[0] if timed else (failures[0] if failures else None)
 
 
@@ -468,6 +595,8 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
     symptom lines of the other components' logs."""
     t0 = root.ts
     groups: dict[tuple[str, str], RunSymptom] = {}
+    # what each other component failed of by itself: its own lines of that kind are not symptoms
+    own = {(f.component, f.category) for f in failures if f.primary and f.component != root.component}
     for f in failures:
         if f is root or (t0 is not None and f.ts is not None and f.ts < t0):
             continue
@@ -475,6 +604,8 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
             continue  # the same failure again after a restart: counted as a recurrence
         if f.primary and f.component != root.component:
             continue  # a failure of its own (RunDiagnosis.independent), not a consequence
+        if f.category == "dependency_down" and not _names_dependency(f.summary, root.component):
+            continue  # another dependency was down: a consequence of that one's failure
         key = (f.component, f.category)
         s = groups.get(key)
         if s is None:
@@ -487,10 +618,14 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
         if n == root.component:
             continue
         for cat, (count, first, last, samples) in scan.by_category.items():
-            if cat not in SYMPTOM_CATEGORIES:
+            if cat not in SYMPTOM_CATEGORIES or (n, cat) in own:
                 continue
             # lines known to predate the root cause are a startup wait, not its consequence
             if t0 is not None and last is not None and last < t0:
+                continue
+            # lines that carry no time follow a root cause that took its component down (an exit),
+            # not one that left it up (a hang, a false success): those are some other outage's
+            if last is None and root.source == "flag":
                 continue
             key = (n, cat)
             s = groups.get(key)
@@ -523,7 +658,7 @@ def format_run(rd: RunDiagnosis) -> str:
         if rd.recurrences:
             out.append(f"  recurred:  {rd.recurrences} more time{'s' if rd.recurrences > 1 else ''} after restarts")
         if d is not None:
-            if d.exception:
+            if d.exception and " ".join(d.exception.split())[:200] not in rc.summary:
                 out.append(f"  exception: {d.exception[:300]}")
             if d.location:
                 out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))

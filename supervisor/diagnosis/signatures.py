@@ -57,6 +57,7 @@ _KILLED_ALT = "|".join(re.escape(w) for w in sorted(_KILLED_WORDS, key=len, reve
 _SHORT = {"shell_killed": max(len(w) for w in _KILLED_WORDS) + 4}
 _KEYS: dict[str, tuple[str, ...]] = {
     "ray_oom": ("outofmemoryerror", "running low on memory", "memory pressure"),
+    "host_alloc": ("can't allocate memory", "cannot allocate memory", "unable to allocate"),
     "kernel_oom_kill": ("out of memory", "oom-kill"),
     "cuda_oom": ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed", "cudaerrormemoryallocation"),
     "vllm_kv_cache": ("cache blocks", "kv cache", "mem-fraction-static", "max_total_num_tokens", "max seq len",
@@ -64,24 +65,33 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "disk_full": ("no space left", "errno 28", "storagefull", "quota exceeded", "errno 122", "enospc"),
     "port_in_use": ("already in use", "errno 98", "errno 48", "eaddrinuse", "is in use"),
     "segfault": ("segmentation fault", "sigsegv", "segfault", "bus error"),
-    "cuda_error": ("cuda error", "cuda kernel errors", "device-side assert", "cudaerrorillegaladdress", "cudnn_status",
+    "cuda_error": ("cuda error", "device-side assert", "cudaerrorillegaladdress", "cudnn_status",
                    "cublas_status", "illegal memory access", "cuda driver", "cuda-capable", "xid ", "assertion `"),
+    "cuda_boilerplate": ("cuda kernel errors",),
+    "dataloader_signal": ("is killed by signal",),
     "nccl_timeout": ("collective operation timeout", "worknccl", "nccl timeout"),
     "watchdog": ("heartbeat monitor", "watchdog got stuck", "watchdog timeout", "rpc call to"),
     "nccl_error": ("nccl", "distbackenderror"),
     "dist_timeout": ("diststoreerror", "distnetworkerror", "waiting for clients", "waiting for workers",
                      "client socket has timed out", "socket timeout", "rendezvoustimeouterror", "wait timeout after",
-                     "for send operation", "for recv operation", "socket timed out", "pair closure"),
+                     "for send operation", "for recv operation", "socket timed out", "pair closure", "monitoredbarrier"),
+    "gloo_peer_closed": ("connection closed by peer",),
+    "c10d_connect": ("client socket has failed to connect",),
     "fatal_python": ("fatal python error", "terminate called", "sigabrt", "aborted"),
     "module_not_found": ("no module named", "module specification"),
     # a job-control line ("./run.sh: line 5: 12 Killed  python ..."); the word alone is a short line
     "shell_killed": ("killed", ": line "),
-    "engine_dead": ("enginedeaderror", "enginecore", "engine core", "sigquit", "fatal signal", "actor died",
-                    "worker died", "engine loop", "mqllmengine", "mqenginedeaderror", "worker proc", "workerproc"),
+    "shell_signal": ("aborted",),
+    "shell_segv": ("segmentation fault", "bus error"),
+    "engine_dead": ("enginedeaderror", "enginecore", "engine core", "sigquit", "fatal signal",
+                    "engine loop", "mqllmengine", "mqenginedeaderror", "worker proc", "workerproc",
+                    "scheduler hit an exception"),
+    "ray_actor_died": ("actor died", "actor is dead", "worker died", "worker exit type", "workercrashederror",
+                       "actorunavailableerror", "nodediederror", "is unavailable"),
     "connection_refused": ("refused", "errno 111", "connection attempts", "cannot connect", "connecterror",
                            "clientconnectorerror", "newconnectionerror", "remotedisconnected", "connection aborted",
                            "connectionreseterror", "server launch failed", "max retries exceeded", "connect call failed",
-                           "apiconnectionerror", "winerror 10061"),
+                           "apiconnectionerror", "winerror 10061", "connection error"),
 }
 
 # Ordered from specific to generic: the first match names the line.
@@ -93,6 +103,11 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("kernel_oom_kill", "host_oom", PRIMARY,
          r"Out of memory: Killed process \d+|Memory cgroup out of memory: Killed process \d+"
          r"|oom-kill:.*\bpid=\d+|invoked oom-killer"),
+    # torch's CPU allocator and the C library refusing memory (a ulimit, a cgroup limit, overcommit off)
+    _sig("host_alloc", "host_oom", PRIMARY,
+         r"DefaultCPUAllocator: can't allocate memory|Error code 12 \(Cannot allocate memory\)"
+         # numpy: "_ArrayMemoryError: Unable to allocate 26.8 GiB for an array with shape (60000, 60000)"
+         r"|Unable to allocate [\d.]+ [KMGTP]?i?B for an array"),
     # --- GPU memory ----------------------------------------------------------------------------
     _sig("cuda_oom", "cuda_oom", PRIMARY,
          r"CUDA out of memory|(?<!exceptions\.)(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED"
@@ -121,12 +136,21 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|Segfault encountered|SIGSEGV\(11\)|received signal SIGSEGV|Bus error \(core dumped\)"),
     # --- CUDA ---------------------------------------------------------------------------------
     _sig("cuda_error", "cuda_error", PRIMARY,
-         r"CUDA error: (?!out of memory)|CUDA kernel errors might be asynchronously reported"
+         r"CUDA error: (?!out of memory)"
          r"|device-side assert triggered|cudaErrorIllegalAddress|CUDNN_STATUS_(?!SUCCESS)\w+"
          r"|CUBLAS_STATUS_(?!SUCCESS|ALLOC_FAILED)\w+|an illegal memory access was encountered"
          r"|CUDA driver initialization failed|no CUDA-capable device is detected|Xid \d+"
+         # the kernel log of the NVIDIA driver: "NVRM: Xid (PCI:0000:01:00): 62, ..."
+         r"|\bXid \([^)]*\): \d+"
          # a device-side assertion as the kernel prints it: "Indexing.cu:1231: f: block: [31,0,0] ... Assertion `x` failed."
          r"|\.cu:\d+: .{0,200}\bAssertion `[^`]+`"),
+    # CUDA's note under every CUDA error ("CUDA kernel errors might be asynchronously reported at some
+    # other API call ... CUDA_LAUNCH_BLOCKING=1"): it says how errors are reported, not which one;
+    # it names a failure only where the log shows nothing else.
+    _sig("cuda_boilerplate", "cuda_error", WRAPPER, r"CUDA kernel errors might be asynchronously reported"),
+    # torch's DataLoader reports a worker's death by signal: "DataLoader worker (pid 2498) is killed by
+    # signal: Killed." (the OOM killer's SIGKILL, most often)
+    _sig("dataloader_signal", "killed", SIGNAL, r"DataLoader worker \(pid \d+\) is killed by signal: (?:Killed|Terminated)"),
     # --- distributed --------------------------------------------------------------------------
     _sig("nccl_timeout", "nccl_timeout", COLLATERAL,
          r"Watchdog caught collective operation timeout|WorkNCCL\(SeqNum=\d+.*\) ran for \d+ milliseconds"
@@ -146,7 +170,20 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|The client socket has timed out|Socket Timeout|RendezvousTimeoutError|wait timeout after \d+ms"
          # gloo: "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete"
          r"|Timed out waiting \d+ms for (?:send|recv) operation|socket timed out after \d+ms"
-         r"|Application timeout caused pair closure"),
+         r"|Application timeout caused pair closure"
+         # gloo's monitored barrier: "Rank 1 failed to pass monitoredBarrier in 4000 ms"
+         r"|failed to pass monitoredBarrier"),
+    # gloo: a peer's socket closed under a collective ("[gloo/transport/tcp/pair.cc:553] Connection
+    # closed by peer [127.0.0.1]:6293. This is typically caused by a remote worker crashing"): it only
+    # points at another rank's death, which torchrun's root-cause block or that rank's log names
+    _sig("gloo_peer_closed", "distributed_timeout", WRAPPER, r"\] Connection closed by peer"),
+    # c10d's TCPStore client could not reach the store: torch logs it at warning level while it retries
+    # ("[W socket.cpp:558] [c10d] The client socket has failed to connect to ... (errno: 110 - Connection
+    # timed out)") and at error level when it gives up ("... to any network address"). "errno: 99 -
+    # Cannot assign requested address" is the harmless IPv6 probe of healthy runs, not this.
+    _sig("c10d_connect", "distributed_timeout", COLLATERAL,
+         r"The client socket has failed to connect to (?:any network address|.*\(errno: 110 - Connection timed out\))",
+         weak=True),
     # An abort is usually the last act of something printed before it (an NCCL watchdog, a C++
     # exception), so it ranks below collective failures.
     _sig("fatal_python", "fatal_python_error", SIGNAL,
@@ -162,27 +199,48 @@ SIGNATURES: tuple[Signature, ...] = (
     # or the word alone for a foreground job.
     _sig("shell_killed", "killed", SIGNAL,
          rf"^(?:\S+: line \d+: +\d+ +|\[\d+\][+-]? +)(?:{_KILLED_ALT})(?: +\S.*)?$|^\**(?:{_KILLED_ALT})\**$"),
+    # bash's job report of other deaths by signal: "bash: line 1: 13999 Aborted   python train.py",
+    # "./run.sh: line 3: 812 Segmentation fault (core dumped) python ..."
+    _sig("shell_signal", "fatal_python_error", SIGNAL,
+         r"^\S+: line \d+: +\d+ +Aborted(?: \(core dumped\))? +\S"),
+    _sig("shell_segv", "segfault", PRIMARY,
+         r"^\S+: line \d+: +\d+ +(?:Segmentation fault|Bus error)(?: \(core dumped\))? +\S"),
     # --- inference engine death ---------------------------------------------------------------
     _sig("engine_dead", "inference_engine_dead", WRAPPER,
          r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:an issue|a fatal error)"
          r"|Engine core proc \S+ died unexpectedly|Received sigquit from a child proces"
          r"|Got fatal signal from worker processes|MulitprocExecutor got (?:SIGQUIT|fatal signal)"
          r"|Engine core initialization failed|EngineCore failed to start"
-         r"|The actor died unexpectedly before finishing this task"
-         r"|A worker died or was killed while executing a task"
          # vLLM V0 (MQLLMEngine): "RuntimeError: Engine loop has died", "MQLLMEngine is already dead,
          # terminating server process", "MQEngineDeadError: Engine loop is not running"
          r"|Engine loop has died|MQLLMEngine is already dead|MQEngineDeadError|Engine loop is not running"
          r"|No heartbeat received from MQLLMEngine"
          # vLLM V1 executor: "Worker proc VllmWorker-0 died unexpectedly, shutting down executor."
-         r"|Worker proc \S+ died unexpectedly|WorkerProc failed to start|WorkerProc hit an exception"),
+         r"|Worker proc \S+ died unexpectedly|WorkerProc failed to start|WorkerProc hit an exception"
+         # SGLang's scheduler process logs its crash as one record: "Scheduler hit an exception: Traceback
+         # (most recent call last): ..."; the engine dies with it even where the traceback is cut off
+         r"|Scheduler hit an exception"),
+    # --- Ray: an actor or task worker died, and Ray does not know why ----------------------------
+    # ActorDiedError / RayActorError "The actor died unexpectedly before finishing this task", "The
+    # actor is dead because its worker process has died ... Worker exit type: SYSTEM_ERROR" (or "its
+    # owner has died", "its node has died"), WorkerCrashedError, the raylet's "A worker died or was
+    # killed while executing a task". Ray lists possible causes (OOM killer, ray stop --force, a
+    # crash) without knowing which: below any failure the log states (an OOM, a segfault, a bug).
+    _sig("ray_actor_died", "ray_actor_died", SIGNAL,
+         r"The actor died unexpectedly before finishing this task|The actor is dead because its \w+"
+         r"|The actor died because its node has died|A worker died or was killed while executing (?:a )?task"
+         r"|WorkerCrashedError|The worker died unexpectedly while executing this task"
+         r"|Worker exit type: (?:UNEXPECTED_SY ?STEM_EXIT|SYSTEM_ERROR)|ActorUnavailableError: The actor \w+ is unavailable"
+         r"|NodeDiedError"),
     # --- connections --------------------------------------------------------------------------
     _sig("connection_refused", "connection_refused", COLLATERAL,
          r"ConnectionRefusedError|Connection refused|\[Errno 111\]|All connection attempts failed"
          r"|Cannot connect to host|httpx\.ConnectError|aiohttp\.client_exceptions\.ClientConnectorError"
          r"|NewConnectionError|RemoteDisconnected|Connection aborted|ConnectionResetError"
          r"|server launch failed|Max retries exceeded with url|Connect call failed"
-         r"|APIConnectionError|\[WinError 10061\]",
+         r"|APIConnectionError|\[WinError 10061\]"
+         # a client's logged record: "connection error while generating rollouts", OpenAI's "Connection error."
+         r"|\b[Cc]onnection error\b",
          weak=True),
 )
 
@@ -196,6 +254,9 @@ BENIGN = re.compile(
     r"|gpu_memory_utilization \(|Ignore(?:d)? leaked shared memory|If you are running out of memory"
 )
 
+# A line that says it will try again: a retried connection error is how a client waits.
+RETRY_NOTICE = re.compile(r"\b(?:will retry|retrying in [\d.]+ ?s|Retrying in [\d.]+|retry(?:ing)? \(attempt \d+)", re.I)
+
 # A line that says the thing a client was waiting for is now there.
 RECOVERED = re.compile(
     r"Inference pool (?:is )?ready|Server is up|server is ready|Application startup complete"
@@ -208,19 +269,30 @@ RECOVERED = re.compile(
 WRAPPER_TYPES = re.compile(
     r"(?:^|\.)(?:ChildFailedError|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError|RayActorError"
     r"|ActorDiedError|RayTaskError|WorkerFailedError|HydraException|KeyboardInterrupt|SystemExit"
-    r"|BrokenProcessPool|CalledProcessError|ProcessRaisedException|ExceptionGroup|BaseExceptionGroup"
+    r"|BrokenProcessPool|CalledProcessError|ProcessRaisedException|ProcessExitedException|ExceptionGroup"
+    r"|BaseExceptionGroup"
     r"|CancelledError)$"
 )
 WRAPPER_MESSAGES = re.compile(
     r"See root cause above|See stack trace \(above\) for the root cause|see root cause above"
     r"|Engine core initialization failed|Worker '[^']+' failed with exit code|Failed core proc"
     r"|Inspect the stacktrace to find the original error"
+    r"|DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly"
+    # vLLM's executor cancels what was in flight when a worker died: "RuntimeError: cancelled"
+    r"|^\w*Error: cancelled$"
 )
 SYMPTOM_FUNCS = {"sigquit_handler", "kill_process_tree", "signal_handler", "_sigquit_handler", "sigkill_handler"}
 
 # Launchers that report a child's exit code on one line (the torchelastic block is parsed apart).
 # DeepSpeed's launcher: "[ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', ...] exits with return code = -9"
 LAUNCHER_EXIT = re.compile(r"\bexits with return code = (?P<code>-?\d+)\s*$")
+# A Ray task's failure as the driver or a logger prints it, "RayTaskError(KeyError): ray::Worker.score()
+# (pid=30020, ip=10.0.0.1, ...)" or "Execution failed: ray::SearchExecutionWorker.execute() (pid=119104,
+# ip=...)", followed by the remote frames: read even where the paste or the tail cut it off before the
+# exception line (then the remote frames still say where it failed).
+RAY_TASK_HEADER = re.compile(
+    r"(?:RayTaskError(?:\((?P<cause>\w+)\))?: |failed: |^)(?:\[[\d;]*m)?ray::(?P<task>[\w.<>]+)\(\)(?:\[[\d;]*m)?"
+    r" \(pid=(?P<pid>\d+), ip=")
 # Hydra prints this when the task function raised; the traceback follows (or was cut off).
 HYDRA_FAILED = re.compile(r"^Error executing job with overrides: ")
 
@@ -283,16 +355,26 @@ def classify_exception(text: str) -> tuple[str, int]:
     sig = match_line(text)
     typ = text.split(":", 1)[0].strip()
     bare = typ.split("(", 1)[0]
+    if re.search(r"(?:^|\.)KeyboardInterrupt$", bare):
+        # SIGINT: Ctrl-C, or a launcher or scheduler stopping it: a death by signal, where it was
+        return "killed", SIGNAL
+    if sig is not None and sig.category == "ray_actor_died":
+        # ActorDiedError without a cause Ray could name: the actor's death is what the log says
+        return sig.category, sig.tier
     if WRAPPER_TYPES.search(bare) or WRAPPER_MESSAGES.search(text):
         # ray.exceptions.RayTaskError(KeyError): the cause is the exception in the parentheses,
         # printed under it with the remote frames.
         return (sig.category if sig else "python_exception"), WRAPPER
     if sig is not None:
         return sig.category, sig.tier
-    if re.search(r"(?:^|\.)MemoryError$", bare):
+    if re.search(r"MemoryError$", bare):  # MemoryError, numpy's _ArrayMemoryError
         return "host_oom", PRIMARY
     if _CONNECT_TYPES.search(bare):
         return "connection_refused", COLLATERAL
     if re.search(r"(?:^|\.)TimeoutError$", bare) and re.search(r"NCCL|collective|barrier|store", text):
         return "distributed_timeout", COLLATERAL
+    if re.search(r"(?:^|\.)(?:TimeoutError|TimeoutExpired)$", bare):
+        # a wait that ran out: the consequence of whatever it waited for (an NCCL watchdog's timeout
+        # printed next, a peer that died), which outranks it when the log shows one
+        return "python_exception", COLLATERAL
     return "python_exception", PRIMARY

@@ -104,6 +104,8 @@ class Exc:
     partial: bool = False
     # the next line when a terminal wrapped the exception line onto it (for classifying only)
     continuation: str = ""
+    # the lines after the exception line that continue its message (for classifying only)
+    message_more: str = ""
 
     @property
     def text(self) -> str:
@@ -191,6 +193,25 @@ def _continuation(lines: list[Line], k: int) -> str:
     return t
 
 
+_MESSAGE_MORE_LINES = 6
+_REPEATED = re.compile(r"^\s*\[Previous line repeated \d+ more times?\]\s*$")
+
+
+def _message_more(lines: list[Line], k: int) -> str:
+    """The lines after an exception line that carry on its message: torch's multi-line
+    RuntimeErrors ("port: 29500" / "name: EADDRINUSE"), a message a page or a logger wrapped at a
+    word boundary. They stop at a blank line, a traceback, a frame, an indented line, another
+    writer's record or another exception line."""
+    out: list[str] = []
+    for nxt in lines[k + 1: k + 1 + _MESSAGE_MORE_LINES]:
+        t = nxt.text.rstrip()
+        if (not t.strip() or nxt.prefixed or t[:1].isspace() or TRACEBACK_START.search(t) or TB_FRAME.match(t)
+                or CHAIN_CAUSE.match(t) or bare_exception(t.strip()) is not None):
+            break
+        out.append(t.strip())
+    return " ".join(out)
+
+
 def _indent(s: str) -> int:
     return len(s) - len(s.lstrip(" "))
 
@@ -227,6 +248,9 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
         if frames and lines[j].prefixed and not tb_prefixed:
             j += 1
             continue
+        if frames and _REPEATED.match(text):
+            j += 1  # "[Previous line repeated 996 more times]" (a RecursionError's frames)
+            continue
         if frames:
             ind = _indent(text)
             deeper = ind > (frame_indent or 0)
@@ -241,7 +265,7 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
                 typ = em.group("type")
                 msg = (em.group("msg") or "").strip()
                 return Exc(typ, msg, frames, start, lines[j].index, stream, text.strip(),
-                           continuation=_continuation(lines, j)), j + 1
+                           continuation=_continuation(lines, j), message_more=_message_more(lines, j)), j + 1
             # Something that isn't an exception line: give up on this traceback.
             return None, j
         # Text before any frame (e.g. "  <stack trace unavailable>")
@@ -301,7 +325,7 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
         bare = bare_exception(text.strip()) if text[:1] not in (" ", "\t") else None
         if bare is not None:
             exc = Exc(bare[0], bare[1], [], lines[i].index, lines[i].index, lines[i].stream, text.strip(),
-                      continuation=_continuation(lines, i))
+                      continuation=_continuation(lines, i), message_more=_message_more(lines, i))
             current, linked = add(exc)
             i += 1
             continue

@@ -25,6 +25,8 @@ NEXT_STEPS: dict[str, str] = {
                              "(often an OOM or a bad model config), then restart the inference component.",
     "inference_memory_config": "Inference memory config: raise `--gpu-memory-utilization` / "
                                "`--mem-fraction-static` or lower `--max-model-len` / max tokens.",
+    "ray_actor_died": "A Ray actor or worker died and Ray does not say why: read that worker's log "
+                      "(`ray logs worker-*`) and the node's kernel log for the OOM killer before restarting {name}.",
     "watchdog_timeout": "Watchdog timeout: a worker hung; look for a stuck collective or a dead peer just "
                         "before it.",
     "cuda_error": "CUDA error: rerun with `CUDA_LAUNCH_BLOCKING=1` to get the failing kernel; an illegal "

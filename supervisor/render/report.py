@@ -208,10 +208,22 @@ def _failure_text(a: Attempt) -> str:
     return str(d.get("category"))
 
 
+def _hangs(name: str, atts: list[Attempt]) -> str | None:
+    """'trainer hung once (no new step for 20s (last step 29, stall_after 20s))' from its stall flags."""
+    stalls = [f for a in atts for f in a.flags if f.get("type") == "stall"]
+    if not stalls:
+        return None
+    return f"{name} hung {_times(len(stalls))} ({stalls[-1].get('message') or 'no new step'})"
+
+
 def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any]) -> str | None:
     failed = [a for a in atts if a.failed]
+    hung = _hangs(name, atts)
     if not failed:
-        return None
+        if hung is None:
+            return None
+        state = cstate.get("state")
+        return hung + (f"; now {state}" if state else "")
     sigs = Counter(_failure_text(a) for a in failed)
     verb = "was killed" if all(a.exited and a.exited.get("signal") for a in failed) else "crashed"
     prep = "by" if verb == "was killed" else "with"
@@ -232,6 +244,8 @@ def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any]) -
         text += "; recovered" + (f" ({state})" if state in ("completed", "running") else "")
     elif state:
         text += f"; now {state}"
+    if hung is not None:
+        text += f"; {hung}"
     return text
 
 
@@ -288,8 +302,9 @@ def _render(paths: RunPaths, events: list[dict[str, Any]], st: dict[str, Any], s
         _summary(st, attempts),
         "",
     ]
-    if not (ended_at is not None and run.get("exit_code") == 0):  # a run that ended well has no root cause
-        out += _root_cause_section(paths)
+    # a run that ended well can still have had a root cause worth naming (a hang, a false success, a crash
+    # it recovered from): the section is there whenever the run diagnosis names one
+    out += _root_cause_section(paths)
     out += _components_table(st, attempts)
     out += _flags_section(events)
     out += _attempts_section(paths, st, attempts)
@@ -313,13 +328,18 @@ def _root_cause_section(paths: RunPaths) -> list[str]:
         return []
     when = f" at {_utc(rc.ts)}" if rc.ts is not None else ""
     att = f" (attempt {rc.attempt})" if rc.attempt else ""
-    text = f"**{rc.component}** failed first{when}{att}: {rc.summary}."
+    text = f"**{rc.component}** failed{' first' if rd.root_first else ''}{when}{att}: {rc.summary}."
     if rd.recurrences:
         text += f" It failed the same way {_times(rd.recurrences)} more after restarts."
     hint = (rc.diagnosis or {}).get("hint")
     out = ["## Root cause", "", text]
     if hint:
         out += ["", f"What to do: {hint}"]
+    if rd.independent:
+        out += ["", "Independently of it:", ""]
+        for f in rd.independent[:5]:
+            rec = " (recovered)" if f.recovered_ts is not None else ""
+            out.append(f"- {f.component} at {_utc(f.ts)}: {f.summary}{rec}")
     if rd.symptoms:
         out += ["", "What it caused elsewhere:", ""]
         for sym in rd.symptoms:

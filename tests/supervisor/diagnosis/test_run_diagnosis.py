@@ -213,3 +213,95 @@ def test_an_engine_that_died_at_its_own_exit_is_a_root_cause(tmp_path: Path) -> 
     run.exit(T0 + 40, "trainer", 1, crash)
     rd = diagnose_run(run.root)
     assert (rd.root_cause.component, rd.root_cause.category) == ("inference", "inference_engine_dead")
+
+
+def _demo_run(tmp_path: Path) -> Run:
+    """configs/demo-chaos.yaml's shape: the inference server dies 20 s in and is back 4 s later."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo-chaos", components=["inference", "trainer"])
+    run.start(T0, "inference")
+    run.emit(T0 + 3, "ready", "inference", probe="http")
+    run.start(T0 + 3, "trainer")
+    run.emit(T0 + 3, "ready", "trainer", probe="started (no readiness probe)")
+    dead = ["Step 26/60 | requests 1 | completions 1024 | batches 1 | requests_per_batch 1.0000 | load_ms 1.5911",
+            "ERROR Engine core proc EngineCore_0 died unexpectedly, shutting down client. (chaos die@15s)"]
+    run.log("inference", dead)
+    run.exit(T0 + 20, "inference", 1, dead)
+    run.emit(T0 + 20, "restart_scheduled", "inference", delay_s=1.0, attempt=2, reason="exit 1")
+    run.start(T0 + 21, "inference")
+    run.emit(T0 + 24, "ready", "inference", probe="http")
+    return run
+
+
+def _stall(run: Run, ts: float) -> None:
+    run.emit(ts, "flag", "trainer", type="stall", message="no new step for 20s (last step 29, stall_after 20s)",
+             evidence=["last line: Entering barrier for step 30 (chaos hang@30)", "inference is running"],
+             action="none (watching)")
+
+
+def test_a_hang_after_an_engine_death_the_run_recovered_from_is_the_root_cause(tmp_path: Path) -> None:
+    """Issue 27: RLSUP_CHAOS_TRAINER=hang@30 must not be blamed on the inference death 3 s earlier."""
+    run = _demo_run(tmp_path)
+    _stall(run, T0 + 50)  # progress stopped at T0 + 30, after the engine was back at T0 + 24
+    for c in ("trainer", "inference"):
+        run.emit(T0 + 90, "stopping", c, signal="SIGTERM", by="shutdown")
+        run.exit(T0 + 90, c, None, [], signal="SIGTERM")
+        run.emit(T0 + 90, "stopped", c, by="shutdown")
+    run.emit(T0 + 91, "run_ended", None, reason="SIGINT received", exit_code=0)
+    rd = diagnose_run(run.root)
+    rc = rd.root_cause
+    assert (rc.component, rc.category, rc.ts) == ("trainer", "stall", T0 + 30)
+    assert "hung" in rc.summary and "Entering barrier for step 30" in rc.summary
+    assert [(f.component, f.category) for f in rd.independent] == [("inference", "inference_engine_dead")]
+    assert rd.independent[0].recovered_ts == T0 + 24
+    assert not rd.symptoms  # the engine's own death lines are not the hang's symptoms
+    assert rd.verdict.startswith("trainer failed at ") and "(recovered)" in rd.verdict
+
+
+def test_a_stall_while_its_dependency_was_down_is_a_symptom(tmp_path: Path) -> None:
+    run = _demo_run(tmp_path)
+    _stall(run, T0 + 42)  # progress stopped at T0 + 22, while the engine was down
+    rd = diagnose_run(run.root)
+    assert (rd.root_cause.component, rd.root_cause.category) == ("inference", "inference_engine_dead")
+    assert any(s.component == "trainer" and s.category == "stall" for s in rd.symptoms)
+
+
+def test_a_stall_that_cleared_by_itself_is_no_hang(tmp_path: Path) -> None:
+    run = _demo_run(tmp_path)
+    _stall(run, T0 + 50)
+    run.emit(T0 + 55, "flag_cleared", "trainer", type="stall", message="progress again")
+    rd = diagnose_run(run.root)
+    assert (rd.root_cause.component, rd.root_cause.category) == ("inference", "inference_engine_dead")
+
+
+def test_a_false_success_is_a_failure_of_its_own(tmp_path: Path) -> None:
+    """Issue 27: RLSUP_CHAOS_TRAINER=exit0@40: the false success is named, before a recovered engine death."""
+    run = _demo_run(tmp_path)
+    run.exit(T0 + 16, "trainer", 0, ["Step 39/60 | loss 0.1"])
+    run.emit(T0 + 16, "flag", "trainer", type="false_success",
+             message="exited 0 at step 39 of 60: not finished, treated as a failure", evidence=["exit code 0"])
+    run.start(T0 + 17, "trainer")
+    run.emit(T0 + 17, "ready", "trainer", probe="started (no readiness probe)")
+    run.exit(T0 + 60, "trainer", 0, ["Step 60/60 | loss 0.1"])
+    run.emit(T0 + 60, "completed", "trainer")
+    rd = diagnose_run(run.root)
+    rc = rd.root_cause
+    assert (rc.component, rc.category, rc.ts) == ("trainer", "false_success", T0 + 16)
+    assert "false success" in rc.summary and rd.verdict.startswith("trainer failed first at ")
+
+
+def test_a_slow_start_that_cleared_is_no_hang(tmp_path: Path) -> None:
+    """A trainer with no step for 21 s after its start (a loaded machine), then progress: the stall
+    began when the attempt became ready, which is no restart."""
+    run = _demo_run(tmp_path)
+    run.emit(T0 + 23.5, "flag", "trainer", type="stall", message="no new step for 21s (last step None, stall_after 20s)",
+             evidence=["last line: Inference server at http://127.0.0.1:1: rlsup-tiny"], action="none (watching)")
+    run.emit(T0 + 26, "flag_cleared", "trainer", type="stall", message="progress again at step 1")
+    crash = ["Traceback (most recent call last):", '  File "/work/train.py", line 57, in <module>',
+             "rlsup.trainer.chaos.ChaosCrash: injected failure at step 57 (chaos crash@57)"]
+    run.log("trainer", crash)
+    run.exit(T0 + 60, "trainer", 1, crash)
+    run.start(T0 + 61, "trainer")
+    run.emit(T0 + 61, "ready", "trainer", probe="started (no readiness probe)")
+    rd = diagnose_run(run.root)
+    assert (rd.root_cause.component, rd.root_cause.category) == ("trainer", "python_exception")

@@ -1,0 +1,161 @@
+"""A Ray actor (or task worker) that died without a cause Ray could name: which one, and what Ray says.
+
+Ray prints such a death as ``ActorDiedError: The actor died unexpectedly before finishing this
+task.`` with the actor's ``class_name`` / ``pid`` / ``name`` / ``ip``, then one line that says why
+it knows the actor is gone ("its worker process has died", "its owner has died", "its node has
+died") with the worker's exit type and, for a worker that vanished, a list of possible causes
+("(1) ... OOM killer ... (2) ray stop --force ... (3) ... SIGSEGV ..."). The raylet logs the same
+for a task's worker ("A worker died or was killed while executing a task by an unexpected system
+error. ... Worker PID: N Worker exit type: SYSTEM_ERROR ..."). Ray does not know which cause it
+was, so neither does rlsup: the summary names the actor and Ray's reason, the hint lists Ray's
+possibilities and says where to look, never asserting one (ray/python/ray/exceptions.py
+``ActorDiedError``; src/ray/raylet's worker-exit detail strings).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+_HEADER = re.compile(
+    r"(?P<type>[\w.]*(?:ActorDiedError|RayActorError|WorkerCrashedError|ActorUnavailableError|NodeDiedError))"
+    r"(?::|\b)"
+)
+_FIELD = re.compile(r"^\s*(?P<key>class_name|actor_id|pid|name|ip):\s*(?P<value>\S.*?)\s*$")
+_BECAUSE = re.compile(r"The actor (?:is dead|died) because (?:its|of) (?P<why>[^.]+)\.")
+_EXIT_TYPE = re.compile(r"(?P<who>Owner worker|Worker) exit type: (?P<type>UNEXPECTED_SY ?STEM_EXIT|[A-Z_]+)")
+_DETAIL = re.compile(r"Worker exit detail: (?P<detail>.+?\.)(?=\s|$)")
+# "There are some potential root causes. (1) ... (2) ... (3) ..." (Ray 2.x) or "Some common causes
+# include: (1) ..., (2) ..., or (3) ..." (newer Ray)
+_CAUSES = re.compile(
+    r"(?:There are some potential root causes\.|Some common causes include:)\s*(?P<causes>\(1\).*?)"
+    r"(?=\s+If the |\s*$)"
+)
+_RAYLET_DEATH = re.compile(r"A worker died or was killed while executing (?:a )?task")
+_WORKER_PID = re.compile(r"Worker PID: (?P<pid>\d+)")
+_WORKER_IP = re.compile(r"Worker IP address: (?P<ip>\S+)")
+_UNAVAILABLE = re.compile(r"The actor (?P<id>\w+) is unavailable")
+_NODE_REASON = re.compile(r"the actor's node was terminated (?P<how>[^\n]+)")
+_CAUSE_ITEM = re.compile(r"\(\d\)\s*")
+
+
+@dataclass
+class RayDeath:
+    """What the tail says about the last Ray actor/worker death."""
+
+    kind: str = "actor"  # actor | task worker
+    exc_type: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+    why: str | None = None  # "its worker process has died", "its owner has died", ...
+    exit_type: str | None = None
+    detail: str | None = None
+    causes: list[str] = field(default_factory=list)
+    node_reason: str | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def who(self) -> str:
+        f = self.fields
+        cls = f.get("class_name", "")
+        short = cls.rsplit(".", 1)[-1].rsplit(">.", 1)[-1] if cls else ""
+        bits = [b for b in (f"pid {f['pid']}" if "pid" in f else "", f.get("name", ""),
+                            f"on {f['ip']}" if "ip" in f else "") if b]
+        what = f"Ray {self.kind}" + (f" {short}" if short else "")
+        return what + (f" ({', '.join(bits)})" if bits else "")
+
+    def summary(self) -> str:
+        reason = self.why or ("it became unreachable" if self.exc_type and "Unavailable" in self.exc_type
+                              else "its worker process died")
+        extra = []
+        if self.node_reason:
+            extra.append(f"the node was terminated {self.node_reason}")
+        if self.exit_type:
+            extra.append(f"exit type {self.exit_type}" + (f": {self.detail}" if self.detail else ""))
+        elif self.detail:
+            extra.append(self.detail)
+        tail = f" ({'; '.join(extra)})" if extra else ""
+        unknown = not self.node_reason and (self.why is None or "worker process" in self.why)
+        return f"{self.who()} died: {reason}{tail}" + ("; Ray does not say why" if unknown else "")
+
+    def hint(self) -> str:
+        where = "that worker's log (`ray logs worker-*` or the session's logs/ folder on its node)"
+        if self.why and "owner" in self.why:
+            return ("The process that created this actor (its owner) died first, and the actor with it: find why "
+                    "the owner ended (its own log) before restarting.")
+        if self.why and "node" in self.why:
+            return ("The Ray node under this actor went away (preemption, the autoscaler, a crash): check the node's "
+                    "events and the raylet log of that node, and whether actors are placed to survive it.")
+        if self.causes:
+            listed = "; ".join(f"({k}) {c.rstrip(' ,.;')}" for k, c in enumerate(self.causes, 1))
+            return (f"Ray lists possible causes without knowing which: {listed}. Read {where} and the node's kernel "
+                    f"log (dmesg, for the OOM killer) to tell which.")
+        return (f"Ray does not know why this {self.kind} died: read {where} and the node's kernel log "
+                f"(dmesg, for the OOM killer) before restarting.")
+
+
+def _split_causes(text: str) -> list[str]:
+    parts = [p.strip() for p in _CAUSE_ITEM.split(text) if p.strip()]
+    out = []
+    for p in parts:
+        p = re.sub(r"^(?:or|and)\s+", "", p.rstrip(" ,;."))
+        p = re.sub(r",?\s+or$", "", p)
+        out.append(p)
+    return out
+
+
+def describe(lines: Sequence[str], upto: int | None = None) -> RayDeath:
+    """The last Ray death the lines (normalized text, oldest first) report, up to index ``upto``."""
+    every = list(lines)
+    texts = every if upto is None else every[: upto + 1]
+    rd = RayDeath()
+    # the last header (ActorDiedError, WorkerCrashedError ...) or raylet death line, and what follows it
+    start = None
+    for k in range(len(texts) - 1, -1, -1):
+        t = texts[k]
+        if _HEADER.search(t) or _RAYLET_DEATH.search(t) or _BECAUSE.search(t):
+            start = k
+            if _HEADER.search(t) or _RAYLET_DEATH.search(t):
+                break
+    if start is None:
+        return rd
+    # the block: the header and the field/reason lines under it (a few lines past the end scanned)
+    block = every[start: start + 14]
+    for t in block:
+        m = _HEADER.search(t)
+        if m and rd.exc_type is None:
+            rd.exc_type = m.group("type")
+            if "WorkerCrashedError" in t:
+                rd.kind = "task worker"
+        if _RAYLET_DEATH.search(t):
+            rd.kind = "task worker" if rd.exc_type is None else rd.kind
+            pm = _WORKER_PID.search(t)
+            if pm:
+                rd.fields.setdefault("pid", pm.group("pid"))
+            im = _WORKER_IP.search(t)
+            if im:
+                rd.fields.setdefault("ip", im.group("ip"))
+        fm = _FIELD.match(t)
+        if fm:
+            rd.fields.setdefault(fm.group("key"), fm.group("value"))
+            continue
+        bm = _BECAUSE.search(t)
+        if bm and rd.why is None:
+            rd.why = "its " + bm.group("why").removeprefix("its ").strip()
+        em = _EXIT_TYPE.search(t)
+        if em and rd.exit_type is None:
+            rd.exit_type = em.group("type").replace(" ", "")
+        dm = _DETAIL.search(t)
+        if dm and rd.detail is None:
+            rd.detail = dm.group("detail")
+        cm = _CAUSES.search(t)
+        if cm and not rd.causes:
+            rd.causes = _split_causes(cm.group("causes"))
+        nm = _NODE_REASON.search(t)
+        if nm and rd.node_reason is None:
+            rd.node_reason = nm.group("how").strip().rstrip(".")
+        um = _UNAVAILABLE.search(t)
+        if um:
+            rd.fields.setdefault("actor_id", um.group("id"))
+        if t.strip() and (m or bm or em or cm or nm or _RAYLET_DEATH.search(t) or um):
+            rd.lines.append(t.strip())
+    return rd
