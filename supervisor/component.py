@@ -31,6 +31,8 @@ from .phrases import describe_exit
 from .process import ENV_ATTEMPT, ENV_COMPONENT, ENV_RUN_DIR, Attempt, Monitors, StartError, find_marked
 from .progress import ProgressMatcher, ProgressTracker
 from .rundir import RunPaths
+from .slurm import placement as slurm_placement
+from .slurm.launcher import SlurmLauncher
 
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
 BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
@@ -106,6 +108,7 @@ class Component:
         self.flags_this_attempt: set[str] = set()
         self.moved = False
         self.log_error: str | None = None
+        self.launcher = SlurmLauncher.for_run(ctx.cfg)  # the launcher seam: None = a process of this machine
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -183,6 +186,7 @@ class Component:
             # NVML numbers GPUs in PCI bus order; make CUDA agree so `gpus` means one thing.
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.cfg.gpus)
+        env.update(slurm_placement.variables(run.placement))  # RLSUP_NODES_C, RLSUP_HEAD_C, RLSUP_NNODES_C
         env[ENV_RUN_DIR] = str(self.ctx.paths.root)
         env[ENV_COMPONENT] = self.name
         env[ENV_ATTEMPT] = str(attempt)
@@ -195,9 +199,10 @@ class Component:
             await self.ctx.wait_gpu_release(self, self.prev_pids)
         plan = self.ctx.plan_resume(self, e.resume_step)  # chosen now that nothing of ours is writing
         argv = list(self.cfg.argv()) + list(plan.get("args") or [])
+        launch = self.launcher.argv(self.name, e.attempt, argv) if self.launcher else argv
         spec = {
             "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),
-            "argv": argv, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
+            "argv": launch, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
             "log": {"path": str(self.ctx.paths.log(self.name)), "max_bytes": self.logs_cfg.max_bytes,
                     "backups": self.logs_cfg.backups},
             "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)),
@@ -214,6 +219,7 @@ class Component:
         att = Attempt(self.name, e.attempt, int(reply["pid"]), int(reply["shim_pid"]),
                       self.ctx.paths.monitor_record(self.name, e.attempt), cgroup=spec["cgroup"],
                       started=float(reply["started"]), started_mono=float(reply["started_mono"]))
+        att.launcher = self.launcher
         self.current = att
         self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
         self.ctx.watch_monitor(self, att)
@@ -420,6 +426,7 @@ class Component:
 
     def adopt(self, att: Attempt, rec: dict[str, Any], ready: bool) -> None:
         """Take over an attempt that kept running under its monitor while no supervisor was alive."""
+        att.launcher = self.launcher
         self.current = att
         self.ctx.watch_monitor(self, att)
         self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready))

@@ -226,6 +226,9 @@ class Attempt:
     monitor_gone: bool = False
     members_seen: dict[int, float | None] = field(default_factory=dict)  # pid -> start time (identity)
     signalled: dict[int, set[int]] = field(default_factory=dict)  # signal -> the pids it reached
+    # The launcher seam: None for a process of this machine; a Slurm step's launcher signals through
+    # Slurm (slurm.launcher.SlurmLauncher.signal) and says whether the local tree must be spared.
+    launcher: Any = None
 
     def open_pidfd(self) -> int | None:
         """A pidfd for the monitor (readable once it exits); None where the kernel has none."""
@@ -266,6 +269,8 @@ class Attempt:
         """Signal the process group and every member outside it (a member may have left the group).
         Each process gets the signal once: to many programs a second SIGINT or SIGTERM in a row
         means "stop now, skip the graceful part"."""
+        if self.launcher is not None and self.launcher.signal(self, signum):
+            return
         sent = self.signalled.setdefault(signum, set())
         with contextlib.suppress(OSError):
             os.killpg(self.pid, signum)

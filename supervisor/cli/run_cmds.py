@@ -136,6 +136,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not args.skip_checks and not _fast_checks(cfg, args.config):
             return EXIT_FAILED
 
+    if getattr(cfg, "slurm", None) is not None and not os.environ.get("SLURM_JOB_ID") and not args.daemon_child:
+        from .slurm_up import slurm_up  # a login node: submit the run's job and follow it
+
+        return slurm_up(args, cfg)
     if args.headless:
         return run_headless(cfg, show_logs=args.logs, gpu=args.gpu, daemon=args.daemon_child, resume=args.resume)
 
