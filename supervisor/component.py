@@ -364,6 +364,8 @@ class Component:
                     "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]}
         else:
             diag = self.ctx.diagnose(self, ex.get("exit_code"), ex.get("signal"), att.pid)
+            if self.launcher is not None:
+                ex, diag = self.launcher.ended(self, att, ex, diag, self.tail(400))
             if life.forced is not None and diag.get("category") == "killed":
                 # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
                 # an unexplained kill ("no kernel OOM evidence" would send people looking for one).

@@ -22,6 +22,7 @@ from typing import Any
 
 JOB_PREFIX = "rlsup:"
 COMMENT_PREFIX = "rlsup run_dir="
+SUPERVISOR_RESTARTS = 5
 ENV_BATCH = "RLSUP_SLURM_BATCH"  # set in the batch script: this process is the job's supervisor
 SBATCH_TIMEOUT_S = 60.0
 SQUEUE_TIMEOUT_S = 20.0
@@ -47,14 +48,27 @@ def batch_script(config: str, run_dir: str, *, python: str | None = None, extra:
     checkpoints."""
     py = shlex.quote(python or sys.executable)
     args = " ".join(shlex.quote(a) for a in (extra or []))
+    up = (f"{py} -m rlsup.supervisor.cli up {shlex.quote(os.path.abspath(config))} --run-dir {shlex.quote(run_dir)} "
+          f"--headless --skip-checks $resume {args}").rstrip()
     return "\n".join([
         "#!/bin/bash",
         "# written by rlsup up: the supervisor of this run, in the job's batch step",
         f"export {ENV_BATCH}=1",
         'resume=""',
         'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then resume="--resume"; fi',
-        f"exec {py} -m rlsup.supervisor.cli up {shlex.quote(os.path.abspath(config))} "
-        f"--run-dir {shlex.quote(run_dir)} --headless --skip-checks $resume {args}".rstrip(),
+        "n=0",
+        "while :; do",
+        f"    {up}",
+        "    rc=$?",
+        "    # Killed by a signal other than Slurm's SIGTERM (kill -9, a crash): the components run on under",
+        "    # their monitors; another supervisor takes them over (adoption), as `rlsup up` would on one machine.",
+        f'    if [ $rc -gt 128 ] && [ $rc -ne 143 ] && [ $n -lt {SUPERVISOR_RESTARTS} ]; then',
+        '        n=$((n + 1)); resume=""',
+        '        echo "rlsup: the supervisor ended with status $rc; starting another that takes the components over" >&2',
+        "        continue",
+        "    fi",
+        "    exit $rc",
+        "done",
         "",
     ])
 
@@ -62,7 +76,10 @@ def batch_script(config: str, run_dir: str, *, python: str | None = None, extra:
 def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
     s = cfg.slurm
     out = [tool("sbatch"), "--parsable", f"--job-name={job_name(cfg.name)}", f"--nodes={s.nodes}",
-           "--ntasks-per-node=1", "--exclusive", f"--comment={COMMENT_PREFIX}{run_dir}", f"--chdir={cwd}",
+           "--ntasks-per-node=1", "--exclusive",
+           # A lost node must not end the job under the supervisor: rlsup sees it (srun's "Node failure
+           # on X") and, with requeue: true, requeues the job itself.
+           "--no-kill", f"--comment={COMMENT_PREFIX}{run_dir}", f"--chdir={cwd}",
            f"--output={run_dir}/slurm-%j.out", "--requeue" if s.requeue else "--no-requeue"]
     if s.gpus_per_node:
         out.append(f"--gres=gpu:{s.gpus_per_node}")

@@ -43,11 +43,14 @@ def _tool(name: str) -> str:
 class SlurmLauncher:
     """Launches and signals the attempts of one run as steps of job ``job_id``."""
 
-    def __init__(self, job_id: str, placement: Mapping[str, list[str]], gpus: Mapping[str, int | None]):
+    def __init__(self, job_id: str, placement: Mapping[str, list[str]], gpus: Mapping[str, int | None], *,
+                 requeue: bool = False):
         self.job_id = job_id
         self.placement = dict(placement)
         self.gpus = dict(gpus)
+        self.requeue = requeue
         self.steps: dict[tuple[str, int], str] = {}  # (component, attempt) -> "J.S"
+        self.requeued = False
 
     @classmethod
     def for_run(cls, cfg: Any, environ: Mapping[str, str] | None = None) -> SlurmLauncher | None:
@@ -57,7 +60,7 @@ class SlurmLauncher:
         if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):
             return None
         return cls(env["SLURM_JOB_ID"], cfg.placement,
-                   {n: c.gpu_count for n, c in cfg.components.items()})
+                   {n: c.gpu_count for n, c in cfg.components.items()}, requeue=cfg.slurm.requeue)
 
     # ------------------------------------------------------------------ launching
 
@@ -112,6 +115,54 @@ class SlurmLauncher:
             with contextlib.suppress(Exception):
                 sent.update(att.members())
         return ok
+
+
+    # ------------------------------------------------------------------ a step's end
+
+    def ended(self, comp: Any, att: Any, ex: dict[str, Any], diag: dict[str, Any],
+              lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Slurm's view of a step's end: its failure lines refine the diagnosis (node failure, launch
+        failure, time limit, oom_kill, with rank and node); a node failure with ``requeue: true``
+        requeues the job, so that the next supervisor continues the run on healthy nodes."""
+        from ..diagnosis.slurm import refine
+        from ..events import FlagRaised
+
+        self.steps.pop((att.component, att.attempt), None)
+        diag = refine(diag, lines)
+        cat = diag.get("category")
+        if cat in ("node_failure", "step_launch_failure") and ex.get("exit_code") == 0:
+            # srun exits 0 when Slurm reports the node lost (measured: Slurm 22.05): never a success.
+            ex = {**ex, "exit_code": None}
+        if cat == "node_failure" and self.requeue and not self.requeued:
+            self.requeued = True
+            comp.ctx.emit(FlagRaised(
+                comp.name, type="node_failure", message=str(diag.get("summary")),
+                evidence=list(diag.get("evidence") or [])[:5],
+                action=f"requeueing job {self.job_id} (slurm.requeue: true): Slurm starts it again when nodes "
+                       "allow, and the next supervisor continues this run from the newest checkpoints"))
+            self._requeue_soon()
+        return ex, diag
+
+    def _requeue_soon(self) -> None:
+        import asyncio
+
+        from .jobs import requeue
+
+        loop = asyncio.get_running_loop()
+        # A moment for the journal to take the events above: the requeue ends this batch step.
+        loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, requeue, self.job_id))
+
+
+REQUEUE_AFTER_S = 1.0
+
+
+def slurm_job_info(cfg: Any, environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """What the journal records of the job this supervisor runs in (``run_started.slurm``)."""
+    env = os.environ if environ is None else environ
+    if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):
+        return None
+    return {"job_id": env["SLURM_JOB_ID"], "nodes": job_nodes(env),
+            "restart_count": int(env.get("SLURM_RESTART_COUNT") or 0), "placement": dict(cfg.placement)}
 
 
 def _run(argv: list[str]) -> bool:

@@ -195,15 +195,15 @@ class Cluster:
         p = self.procs.pop(f"slurmd-{node}")
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
-        spool = str(self.root / "spool" / node)
+        log = f"{self.root}/log/slurmd-{node}.log"
         for pid in _pids():
             try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
             except OSError:
                 continue
-            if (cmd and cmd[0].endswith(b"slurmstepd") and any(spool.encode() in a for a in cmd + env)) or \
-                    f"SLURMD_NODENAME={node}".encode() in env:
+            # slurmstepd of that node holds its slurmd's log open; the tasks carry its name.
+            if log in fds or f"SLURMD_NODENAME={node}".encode() in env:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
 
