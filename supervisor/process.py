@@ -542,6 +542,7 @@ def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable
     """Live processes whose environment says they belong to ``run_dir`` (and ``component``)."""
     skip = set(exclude) | {os.getpid()}
     me = os.getuid()
+    mine = (os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID"))
     out = []
     for p in psutil.process_iter(["uids"]):
         if p.pid in skip:
@@ -555,6 +556,8 @@ def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable
             continue
         if env.get(ENV_RUN_DIR) != run_dir:
             continue
+        if env.get("SLURM_STEP_ID") is not None and (env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")) != mine:
+            continue  # a task of a Slurm step (srun exports our markers): its srun, under a monitor, owns it
         if component is not None and env.get(ENV_COMPONENT) != component:
             continue
         try:

@@ -108,14 +108,14 @@ class SlurmLauncher:
             _run([_tool("scancel"), "--quiet", sid])
             return False  # and the client too: its step is gone
         name = signal_mod.Signals(signum).name.removeprefix("SIG")
-        ok = _run([_tool("scancel"), "--quiet", f"--signal={name}", sid])
-        if ok:
-            # The srun client must not get it too: it would cancel the step without a grace period.
-            sent = att.signalled.setdefault(signum, set())
-            with contextlib.suppress(Exception):
-                sent.update(att.members())
-        return ok
-
+        # Whatever scancel answers, the srun client must not get the signal: it would cancel the step
+        # without a grace period. (Slurm 22.05's scancel may exit non-zero, "Invalid job id specified",
+        # after the tasks got the signal.) If the step ignores it, the stop timeout's SIGKILL follows.
+        _run([_tool("scancel"), "--quiet", f"--signal={name}", sid])
+        sent = att.signalled.setdefault(signum, set())
+        with contextlib.suppress(Exception):
+            sent.update(att.members())
+        return True
 
     # ------------------------------------------------------------------ a step's end
 
