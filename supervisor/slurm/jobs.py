@@ -80,7 +80,7 @@ def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
            # A lost node must not end the job under the supervisor: rlsup sees it (srun's "Node failure
            # on X") and, with requeue: true, requeues the job itself.
            "--no-kill", f"--comment={COMMENT_PREFIX}{run_dir}", f"--chdir={cwd}",
-           f"--output={run_dir}/slurm-%j.out", "--requeue" if s.requeue else "--no-requeue"]
+           f"--output={run_dir}/slurm-%j.out", "--open-mode=append", "--requeue" if s.requeue else "--no-requeue"]
     if s.gpus_per_node:
         out.append(f"--gres=gpu:{s.gpus_per_node}")
     if s.partition:

@@ -212,7 +212,7 @@ class Cluster:
     def stop(self) -> None:
         """Cancel every job, stop the daemons and every process they started (steps included)."""
         with contextlib.suppress(Exception):
-            self.run("scancel", "--full", "-u", "root", check=False, timeout=10)
+            self.run("scancel", "-u", "root", check=False, timeout=10)
         for name in sorted(self.procs, key=lambda n: (n == "munged", n == "slurmctld")):
             p = self.procs[name]
             if p.poll() is None:

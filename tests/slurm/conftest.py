@@ -94,7 +94,7 @@ class Slurm:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        self.cluster.run("scancel", "--full", "-u", "root", check=False)
+        self.cluster.run("scancel", "-u", "root", check=False)
         for n in self.cluster.nodes:
             if f"slurmd-{n}" not in self.cluster.procs:
                 self.cluster.start_node(n)

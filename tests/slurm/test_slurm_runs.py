@@ -206,7 +206,7 @@ def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(s
                     what="the node failure seen")[0]
     seen_s = time.monotonic() - t0
     assert n2 in flag["message"] and "requeueing job" in flag["action"], flag
-    exited = [e for e in _events(run, "exited", "trainer")]
+    exited = wait_for(lambda: _events(run, "exited", "trainer"), 30, what="the trainer's exit journalled")
     assert exited[0]["diagnosis"]["category"] == "node_failure" and exited[0]["diagnosis"]["node"] == n2
     wait_for(lambda: slurm.job_state(job) in ("PENDING", "REQUEUED"), 60, what="the job requeued")
     ckpt_before = max(int(p.name.split("_")[1]) for p in ck.glob("step_*"))
