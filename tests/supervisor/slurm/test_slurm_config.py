@@ -134,3 +134,27 @@ def test_the_batch_script_runs_the_supervisor_headless_and_resumes_after_a_reque
     script = jobs.batch_script(str(tmp_path / "c.yaml"), cfg.run_dir, python="/venv/bin/python")
     assert "/venv/bin/python -m rlsup.supervisor.cli up" in script and "--headless" in script
     assert 'SLURM_RESTART_COUNT:-0}" -gt 0 ]; then resume="--resume"' in script
+
+
+MOUNTINFO = [
+    "22 1 0:21 / / rw,relatime - ext4 /dev/sda1 rw",
+    "30 22 0:40 / /shared rw,relatime - nfs4 fs:/export rw",
+    "31 22 0:41 / /lustre rw,relatime - lustre 10.0.0.1@o2ib:/fs rw",
+]
+
+
+def test_a_run_dir_on_a_local_disk_is_an_error_for_a_multi_node_cluster():
+    from rlsup.supervisor.slurm.shared import problem
+
+    found = problem("/home/me/runs/x", hosts=["gpu-01", "gpu-02"], mountinfo=MOUNTINFO)
+    assert found is not None and "ext4" in found[0] and "shared filesystem" in found[1]
+    assert problem("/shared/me/runs/x", hosts=["gpu-01", "gpu-02"], mountinfo=MOUNTINFO) is None
+    assert problem("/lustre/runs/x", hosts=["gpu-01"], mountinfo=MOUNTINFO) is None
+
+
+def test_a_cluster_whose_every_node_is_this_host_sees_any_filesystem():
+    import socket
+
+    from rlsup.supervisor.slurm.shared import problem
+
+    assert problem("/home/me/runs/x", hosts=[socket.gethostname()] * 2, mountinfo=MOUNTINFO) is None
