@@ -265,7 +265,8 @@ class Component:
                     break
             else:
                 ok, detail = await probes.check(kind, target, min(5.0, r.timeout))
-                if ok and kind in ("http", "tcp") and not self._port_is_ours(target):
+                # A Slurm step's processes are Slurm's (under slurmstepd, maybe on this node): not ours to match.
+                if ok and kind in ("http", "tcp") and self.launcher is None and not self._port_is_ours(target):
                     ok, detail = False, f"{target} answers, but not from a process of {self.name}"
                 if ok:
                     break
