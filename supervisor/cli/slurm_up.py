@@ -140,22 +140,56 @@ def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
 
 
 def srun_connector(job_id: str, host: str, run_dir: str) -> Any:
-    from ..client import Client
     from ..slurm.jobs import tool
+
+    return command_connector([tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+                              f"--nodelist={host}", "--gres=none", "--quiet", "--job-name=rlsup:bridge",
+                              sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir", run_dir])
+
+
+def command_connector(argv: list[str], name: str = "tui") -> Any:
+    """A connection through ``rlsup bridge`` run by ``argv`` (its stdin and stdout are the stream)."""
+    from ..client import Client
 
     async def connect() -> Client:
         proc = await asyncio.create_subprocess_exec(
-            tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={host}",
-            "--gres=none", "--quiet", "--job-name=rlsup:bridge",
-            sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir", run_dir,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
             limit=1 << 24)
         assert proc.stdin is not None and proc.stdout is not None
-        client = Client(proc.stdout, proc.stdin, name="tui")  # type: ignore[arg-type]
+        client = Client(proc.stdout, proc.stdin, name=name)  # type: ignore[arg-type]
         await client.start()
         return client
 
     return connect
+
+
+def slurm_fleet() -> tuple[list[Any], Any]:
+    """`rlsup fleet --slurm`: every rlsup run of this user that squeue knows (live, pending, recently
+    ended) as fleet pods, each reached through its run dir when this host sees it, else through srun."""
+    from ..fleet import PodSpec
+    from ..slurm import jobs
+
+    found = sorted(jobs.runs(), key=lambda j: int(j["job_id"]))
+    specs, how = [], {}
+    for j in found:
+        if not j["run_dir"]:
+            continue
+        label = f"{j['name'][len(jobs.JOB_PREFIX):]} #{j['job_id']} {j['state'].lower()}"
+        specs.append(PodSpec(host=j["batch_host"] or f"job {j['job_id']}", run_dir=j["run_dir"], label=label))
+        how[label] = j
+
+    def connector_for(spec: Any) -> Any:
+        j = how[spec.label]
+        if j["state"] == "PENDING" or (not Path(j["run_dir"]).is_dir() and j["state"] not in ("RUNNING",)):
+            async def pending() -> Any:
+                raise OSError(f"job {j['job_id']} {_state_line(j)}")
+            return pending
+        if Path(j["run_dir"]).is_dir():  # this host sees the run dir: its socket, or the ended run's journal
+            return command_connector([sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir",
+                                      j["run_dir"]], name="fleet")
+        return srun_connector(j["job_id"], j["batch_host"], j["run_dir"])
+
+    return specs, connector_for
 
 
 def follow_journal(job_id: str, run_dir: str) -> int:

@@ -183,6 +183,11 @@ def test_attach_from_outside_the_allocation_through_an_srun_bridge(slurm, tmp_pa
     assert "trainer" in out and "completed" in out, out
     st = slurm.rlsup("status", "--run-dir", str(run), "--json")
     assert json.loads(st.stdout)["components"]["trainer"]["state"] == "completed", st.stdout
+    # `rlsup fleet --slurm` lists it from squeue --json, ended, with how it ended.
+    fl = slurm.rlsup("fleet", "--slurm", "--json")
+    assert fl.returncode == 0, fl.stdout + fl.stderr
+    mine = [p for p in json.loads(fl.stdout)["pods"] if f"#{job} " in p["label"]]
+    assert mine and mine[0]["connected"] and "every component completed" in mine[0]["ended"]["note"], fl.stdout
 
 
 def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(slurm, tmp_path):
