@@ -220,6 +220,11 @@ class Component:
                       self.ctx.paths.monitor_record(self.name, e.attempt), cgroup=spec["cgroup"],
                       started=float(reply["started"]), started_mono=float(reply["started_mono"]))
         att.launcher = self.launcher
+        slurm = None
+        if self.launcher is not None:  # the step's id for the journal, once Slurm created it (bounded wait)
+            sid = await asyncio.get_running_loop().run_in_executor(
+                None, self.launcher.wait_step, self.name, e.attempt, att.read_record)
+            slurm = {"nodes": self.launcher.nodes(self.name), "step_id": sid}
         self.current = att
         self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
         self.ctx.watch_monitor(self, att)
@@ -229,7 +234,7 @@ class Component:
         resume = {"step": plan["step"], "checkpoint": plan["checkpoint"]} if plan.get("step") is not None else None
         self.handle(lc.Spawned(att.pid, tuple(argv), resume=resume, monitor_pid=att.monitor_pid,
                                checkpoints_rejected=tuple(plan.get("rejected") or ()) or None,
-                               started_at=att.started_mono))
+                               started_at=att.started_mono, slurm=slurm))
 
     def _spawn_failed(self, argv: list[str], info: dict[str, Any]) -> lc.SpawnFailed:
         kind = info.get("type")

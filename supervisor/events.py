@@ -109,6 +109,9 @@ class ComponentStarted(Event):
     # With `resume` configured and no complete checkpoint: why each candidate was not used.
     checkpoints_rejected: list[dict[str, Any]] | None = None
     monitor_pid: int | None = None
+    # As a Slurm step: its nodes and step id (J.S; null if Slurm had not created it within a few seconds).
+    nodes: list[str] | None = None
+    step_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -282,6 +285,8 @@ def describe(e: dict[str, Any]) -> str:
                      + (" ..." if len(rej) > 3 else "") + ")")
         else:
             extra = ""
+        if e.get("step_id") or e.get("nodes"):
+            extra += f"; step {e.get('step_id') or '?'} on {','.join(e.get('nodes') or [])}"
         return f"started pid {e.get('pid')} (attempt {e.get('attempt')}{extra})"
     if k == "spawn_failed":
         return f"could not start (attempt {e.get('attempt')}): {e.get('error')}"

@@ -149,6 +149,7 @@ class Spawned:
     checkpoints_rejected: tuple[dict[str, Any], ...] | None = None
     monitor_pid: int | None = None
     started_at: float | None = None  # monotonic; the monitor's own reading of the start
+    slurm: dict[str, Any] | None = None  # a Slurm step: {"nodes", "step_id"}
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,7 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
         emit(ev.ComponentStarted(
             name, pid=inp.pid, attempt=life.attempt, resume=inp.resume, command=list(inp.command),
             checkpoints_rejected=list(inp.checkpoints_rejected) if inp.checkpoints_rejected else None,
-            monitor_pid=inp.monitor_pid))
+            monitor_pid=inp.monitor_pid, **(inp.slurm or {})))
         if life.want == "stop" or life.then_start:  # stopped or restarted while it was being spawned
             emit(ev.StopBegan(name, by=life.stop_by or life.restart_by or "user", signal=rules.stop_signal))
             fx.append(Terminate(rules.stop_signal, rules.stop_timeout))

@@ -29,6 +29,7 @@ from typing import Any
 from .placement import expand_hostlist
 
 SCANCEL_TIMEOUT_S = 10.0
+STEP_WAIT_S = 5.0
 SQUEUE_TIMEOUT_S = 10.0
 
 
@@ -98,6 +99,21 @@ class SlurmLauncher:
                 self.steps[key] = sid
                 return sid
         return None
+
+    def wait_step(self, component: str, attempt: int, read_record: Any, timeout: float = STEP_WAIT_S) -> str | None:
+        """The attempt's step id once Slurm created it; None after ``timeout`` (its step still pending
+        on resources) or once the attempt ended (``read_record()`` says exited)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            sid = self.step_of(component, attempt)
+            if sid is not None or time.monotonic() >= deadline:
+                return sid
+            rec = read_record() or {}
+            if rec.get("status") == "exited":
+                return None
+            time.sleep(0.1)
 
     def signal(self, att: Any, signum: int) -> bool:
         """Signal the attempt's step; True when Slurm took it (the caller must not signal the srun client)."""

@@ -93,6 +93,9 @@ def test_a_crash_is_restarted_as_a_new_step_in_the_same_allocation(slurm, tmp_pa
     assert r.returncode == 0, r.stdout + r.stderr
     started = _events(run, "started", "trainer")
     assert len(started) == 2
+    ids = [e["step_id"] for e in started]
+    assert all(ids) and len(set(ids)) == 2 and len({i.split(".")[0] for i in ids}) == 1, ids  # J.S, J.S'
+    assert started[0]["nodes"] == slurm.cluster.nodes
     exited = _events(run, "exited", "trainer")
     assert exited[0]["exit_code"] not in (0, None)  # srun: the highest of its tasks (rank 0 got SIGTERM from --kill-on-bad-exit)
     log = _log(run, "trainer")
