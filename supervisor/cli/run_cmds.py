@@ -368,6 +368,11 @@ def cmd_down(args: argparse.Namespace) -> int:
         say(f"rlsup: {paths.root} is down; no process of the run is left")
         return EXIT_OK
 
+    from .slurm_up import down_pending
+
+    pending = down_pending(args.run_dir)  # a Slurm job whose supervisor has not started yet: cancel it
+    if pending is not None:
+        return pending
     return client_call(args, fn)
 
 

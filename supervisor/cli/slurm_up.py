@@ -62,6 +62,30 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
         return 130
 
 
+def down_pending(run_dir: str | None) -> int | None:
+    """`rlsup down` of a run whose Slurm job has no supervisor yet (pending, or starting): cancel the
+    job, as there is nothing to stop in order. None when that is not the case (the usual down follows)."""
+    import shutil
+
+    from ..rundir import RunPaths, is_locked
+
+    if not run_dir or shutil.which("squeue") is None or is_locked(RunPaths(Path(run_dir).resolve())):
+        return None
+    from ..slurm import jobs
+
+    try:
+        j = jobs.job_of_run(str(Path(run_dir).resolve()))
+    except jobs.SlurmError:
+        return None
+    if j is None or j["state"] not in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD"):
+        return None
+    if not jobs.cancel(j["job_id"]):
+        say(f"rlsup: could not cancel job {j['job_id']} ({_state_line(j)}); try `scancel {j['job_id']}`", err=True)
+        return EXIT_FAILED
+    say(f"rlsup: job {j['job_id']} was {_state_line(j)}, nothing had started: cancelled it")
+    return EXIT_OK
+
+
 def _hints(job_id: str, run_dir: str) -> None:
     say(f"  attach:  rlsup attach{run_dir_arg(run_dir)}")
     say(f"  status:  rlsup status{run_dir_arg(run_dir)}   (or: squeue -j {job_id})")

@@ -237,3 +237,21 @@ def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(s
              what="the trainer going on from its checkpoint")
     print(f"node failure seen after {seen_s:.1f}s")
     assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
+
+
+def test_down_cancels_a_job_that_is_still_pending(slurm, tmp_path):
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 2}}
+        components:
+          trainer: {{nodes: 2, command: sleep 60}}
+    """)
+    blocker = slurm.cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 600").stdout.strip()
+    r = slurm.rlsup("up", str(cfg), "-d")
+    assert r.returncode == 0 and "PENDING" in r.stdout, r.stdout + r.stderr
+    job = slurm.job_of(run)
+    d = slurm.rlsup("down", "--run-dir", str(run))
+    assert d.returncode == 0 and f"job {job} was PENDING" in d.stdout, d.stdout + d.stderr
+    wait_for(lambda: slurm.job_state(job) in ("CANCELLED", "GONE"), 30, what="the job cancelled")
+    slurm.cluster.run("scancel", blocker)
