@@ -231,6 +231,9 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
     except ValueError as e:
         say(f"rlsup: {e}", err=True)
         return EXIT_USAGE
+    from ..slurm.gpus import for_run as per_node_gpus
+
+    sampler = per_node_gpus(cfg, sampler)  # a multi-node Slurm job: one sampler step per node
     run = Run(cfg, gpu_sampler=sampler)
     if resume:
         run.how = "resumed"
