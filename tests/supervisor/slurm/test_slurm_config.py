@@ -158,3 +158,14 @@ def test_a_cluster_whose_every_node_is_this_host_sees_any_filesystem():
     from rlsup.supervisor.slurm.shared import problem
 
     assert problem("/home/me/runs/x", hosts=[socket.gethostname()] * 2, mountinfo=MOUNTINFO) is None
+
+
+def test_a_gpu_keeps_its_node_through_the_socket_json():
+    from rlsup.supervisor.gpu import GpuInfo, GpuSample, HostInfo
+
+    g = GpuInfo(0, "NVIDIA A40", None, 1.0, 2.0, 3.0, None, None, None, node="gpu-07")
+    s = GpuSample(1.0, "fake", (g, GpuInfo(1, "A40", None, None, None, None, None, None, None)), None,
+                  HostInfo(0.0, 1, 0.0, 1.0, 0.0))
+    d = s.to_dict()
+    assert d["gpus"][0]["node"] == "gpu-07" and "node" not in d["gpus"][1]  # one-machine samples unchanged
+    assert GpuSample.from_dict(d).gpus[0].node == "gpu-07"
