@@ -262,6 +262,8 @@ class Component(_Model):
             if "gpu_count" in v:
                 raise ValueError("unknown key 'gpu_count'")
             g = v.get("gpus")
+            if isinstance(g, str) and g.strip().isdigit():  # `gpus: ${GPUS:-8}`, after interpolation
+                g = int(g)
             if isinstance(g, int) and not isinstance(g, bool):
                 v = {**v, "gpus": None, "gpu_count": g}
         return v

@@ -67,6 +67,8 @@ def _expand_one(s: str) -> list[str]:
 
 
 def _int(v: Any, default: int) -> int:
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
 
 
