@@ -247,7 +247,7 @@ def test_down_cancels_a_job_that_is_still_pending(slurm, tmp_path):
         components:
           trainer: {{nodes: 2, command: sleep 60}}
     """)
-    blocker = slurm.cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 600").stdout.strip()
+    blocker = slurm.cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 600").stdout.strip()
     r = slurm.rlsup("up", str(cfg), "-d")
     assert r.returncode == 0 and "PENDING" in r.stdout, r.stdout + r.stderr
     job = slurm.job_of(run)

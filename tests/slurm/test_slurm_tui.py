@@ -23,7 +23,7 @@ def test_up_submits_then_opens_the_tui_on_the_job(slurm, tmp_path):
             progress: {{preset: rlsup}}
     """)
     # Both nodes busy with another job first: the run's job pends, and `up` says so.
-    blocker = slurm.cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 600").stdout.strip()
+    blocker = slurm.cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 600").stdout.strip()
     tmux = Tmux()
     try:
         env = {**slurm.env, "TERM": "xterm-256color", "RLSUP_GPU_SAMPLER": "fake:2xA40"}
