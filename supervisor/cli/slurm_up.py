@@ -187,6 +187,36 @@ def command_connector(argv: list[str], name: str = "tui") -> Any:
     return connect
 
 
+def remote_bridge(run_dir: Path, name: str) -> Any:
+    """A connector through ``srun ... rlsup bridge`` when the run's supervisor runs in a live Slurm job on
+    another host (its socket in the shared run dir cannot be reached from here); None otherwise."""
+    import shutil
+
+    from ..rundir import RunPaths
+
+    forced = os.environ.get("RLSUP_SLURM_BRIDGE") == "srun"
+    if shutil.which("srun") is None or shutil.which("squeue") is None:
+        return None
+    try:
+        owner = json.loads(RunPaths(Path(run_dir)).lock.read_text() or "{}")
+    except (OSError, ValueError):
+        owner = {}
+    if not forced and owner.get("host") in (None, socket.gethostname()):
+        return None
+    from ..slurm import jobs
+
+    try:
+        j = jobs.job_of_run(str(Path(run_dir).resolve()))
+    except jobs.SlurmError:
+        return None
+    if j is None or j["state"] != "RUNNING" or not j["batch_host"]:
+        return None
+    return command_connector([jobs.tool("srun"), f"--jobid={j['job_id']}", "--overlap", "--nodes=1", "--ntasks=1",
+                              f"--nodelist={j['batch_host']}", "--gres=none", "--quiet", "--job-name=rlsup:bridge",
+                              sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir",
+                              str(Path(run_dir).resolve())], name=name)
+
+
 def slurm_fleet() -> tuple[list[Any], Any]:
     """`rlsup fleet --slurm`: every rlsup run of this user that squeue knows (live, pending, recently
     ended) as fleet pods, each reached through its run dir when this host sees it, else through srun."""
