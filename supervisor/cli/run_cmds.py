@@ -232,7 +232,12 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
         say(f"rlsup: {e}", err=True)
         return EXIT_USAGE
     from ..slurm.gpus import for_run as per_node_gpus
+    from ..slurm.shared import check_job
 
+    blind = check_job(cfg)  # in a multi-node Slurm job: every node must see the run dir
+    if blind is not None:
+        say(f"rlsup: {blind}", err=True)
+        return EXIT_FAILED
     sampler = per_node_gpus(cfg, sampler)  # a multi-node Slurm job: one sampler step per node
     run = Run(cfg, gpu_sampler=sampler)
     if resume:

@@ -13,7 +13,9 @@ dir on a node-local disk splits the run in pieces that never meet. How it is dec
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Iterable
@@ -93,3 +95,42 @@ def problem(run_dir: str, partition: str | None = None, *, hosts: list[str] | No
             "nodes will not see its journal, logs and checkpoints",
             "put run_dir on the cluster's shared filesystem (NFS, Lustre, GPFS...), e.g. "
             "run_dir: /shared/$USER/runs/<name>")
+
+
+def check_in_job(run_dir: str, job_id: str, nodes: list[str], timeout: float = 60.0) -> str | None:
+    """Inside the job: does every node see the run dir? A marker file written here, looked for on each
+    node by one overlapping step (``test -e`` per node). The error, or None."""
+    import uuid
+
+    marker = os.path.join(run_dir, f".rlsup-shared-{uuid.uuid4().hex[:12]}")
+    try:
+        with open(marker, "w") as f:
+            f.write("rlsup: is this file visible on every node of the job?\n")
+        argv = [shutil.which("srun") or "srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+                "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--gres=none", "--quiet",
+                "--job-name=rlsup:shared-check", "sh", "-c", 'test -e "$1" || echo "$SLURMD_NODENAME"', "sh", marker]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.SubprocessError) as e:
+            return None if isinstance(e, FileNotFoundError) else f"could not check the run dir on the nodes: {e}"
+        blind = sorted({x.strip() for x in p.stdout.split() if x.strip()})
+        if blind:
+            return (f"the run dir {run_dir} is not visible on {', '.join(blind)}: put run_dir on the cluster's "
+                    "shared filesystem (the journal, logs and checkpoints must be seen by every node)")
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(marker)
+
+
+def check_job(cfg: object, environ: object = None) -> str | None:
+    """:func:`check_in_job` for a run in a Slurm job of two nodes or more (None elsewhere)."""
+    env = os.environ if environ is None else environ
+    if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):  # type: ignore[attr-defined]
+        return None
+    from .placement import expand_hostlist
+
+    nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))  # type: ignore[attr-defined]
+    if len(nodes) < 2:
+        return None
+    return check_in_job(str(cfg.run_dir), env["SLURM_JOB_ID"], nodes)  # type: ignore[attr-defined,index]
