@@ -32,6 +32,8 @@ from .phrases import describe_exit
 from .process import ENV_ATTEMPT, ENV_COMPONENT, ENV_RUN_DIR, Attempt, Monitors, StartError, find_marked
 from .progress import ProgressMatcher, ProgressTracker
 from .rundir import RunPaths
+from .slurm import placement as slurm_placement
+from .slurm.launcher import SlurmLauncher
 
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
 BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
@@ -107,6 +109,7 @@ class Component:
         # The seq of the first line of the latest attempt's output: what is before it in the ring is an
         # earlier attempt's (a verdict about this attempt never reads it). None: no attempt yet.
         self.output_from: int | None = None
+        self.launcher = SlurmLauncher.for_run(ctx.cfg)  # the launcher seam: None = a process of this machine
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -194,6 +197,7 @@ class Component:
             # NVML numbers GPUs in PCI bus order; make CUDA agree so `gpus` means one thing.
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.cfg.gpus)
+        env.update(slurm_placement.variables(run.placement))  # RLSUP_NODES_C, RLSUP_HEAD_C, RLSUP_NNODES_C
         env[ENV_RUN_DIR] = str(self.ctx.paths.root)
         env[ENV_COMPONENT] = self.name
         env[ENV_ATTEMPT] = str(attempt)
@@ -209,9 +213,10 @@ class Component:
         # Chosen now that nothing of ours is writing.
         plan = plan_resume(self.name, self.cfg, e.resume_step, self.ctx.paths.root, self.ctx.emit)
         argv = list(self.cfg.argv()) + list(plan.get("args") or [])
+        launch = self.launcher.argv(self.name, e.attempt, argv) if self.launcher else argv
         spec = {
             "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),
-            "argv": argv, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
+            "argv": launch, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
             "log": {"path": str(self.ctx.paths.log(self.name)), "max_bytes": self.logs_cfg.max_bytes,
                     "backups": self.logs_cfg.backups},
             "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)),
@@ -234,6 +239,12 @@ class Component:
         att = Attempt(self.name, e.attempt, int(reply["pid"]), int(reply["shim_pid"]),
                       self.ctx.paths.monitor_record(self.name, e.attempt), cgroup=spec["cgroup"],
                       started=float(reply["started"]), started_mono=float(reply["started_mono"]))
+        att.launcher = self.launcher
+        slurm = None
+        if self.launcher is not None:  # the step's id for the journal, once Slurm created it (bounded wait)
+            sid = await asyncio.get_running_loop().run_in_executor(
+                None, self.launcher.wait_step, self.name, e.attempt, att.read_record)
+            slurm = {"nodes": self.launcher.nodes(self.name), "step_id": sid}
         self.current = att
         self.output_from = start.seq
         self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
@@ -245,7 +256,7 @@ class Component:
         self.handle(lc.Spawned(att.pid, tuple(argv), resume=resume, monitor_pid=att.monitor_pid,
                                checkpoints_rejected=tuple(plan.get("rejected") or ()) or None,
                                started_at=att.started_mono, log_seq=start.seq, log_offset=start.offset,
-                               log_ino=start.ino))
+                               log_ino=start.ino, slurm=slurm))
 
     def _spawn_failed(self, argv: list[str], info: dict[str, Any]) -> lc.SpawnFailed:
         kind = info.get("type")
@@ -281,7 +292,8 @@ class Component:
                     break
             else:
                 ok, detail = await probes.check(kind, target, min(5.0, r.timeout))
-                if ok and kind in ("http", "tcp") and not self._port_is_ours(target):
+                # A Slurm step's processes are Slurm's (under slurmstepd, maybe on this node): not ours to match.
+                if ok and kind in ("http", "tcp") and self.launcher is None and not self._port_is_ours(target):
                     ok, detail = False, f"{target} answers, but not from a process of {self.name}"
                 if ok:
                     break
@@ -380,6 +392,8 @@ class Component:
                     "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]}
         else:
             diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
+            if self.launcher is not None:
+                ex, diag = self.launcher.ended(self, att, ex, diag, self.attempt_tail(400))
             if life.forced is not None and diag.get("category") == "killed":
                 # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
                 # an unexplained kill ("no kernel OOM evidence" would send people looking for one).
@@ -461,6 +475,7 @@ class Component:
         ``log_seq``: where its output begins, as its ``started`` event recorded it (None: unknown, so
         only what this supervisor reads from now on counts as its own)."""
         self.output_from = log_seq if log_seq is not None else self.ring.next_seq
+        att.launcher = self.launcher
         self.current = att
         self.ctx.watch_monitor(self, att)
         self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready))

@@ -248,6 +248,25 @@ class Component(_Model):
     smoke: str | list[str] | None = None
     watch: list[WatchCfg] = []
     logs: LogsCfg | None = None
+    # Slurm (with a `slurm:` block): how many nodes of the allocation it runs on, or whose first node.
+    nodes: int | None = Field(None, ge=1)
+    colocate: str | None = None
+    gpu_count: int | None = None  # not from YAML: `gpus: N`, a count per node that Slurm binds
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus_count(cls, v: Any) -> Any:
+        # `gpus: 8` (a count, for Slurm) is kept apart from `gpus: [0, 1]` (indices on this machine), so
+        # everything that reads the indices keeps reading a list.
+        if isinstance(v, dict):
+            if "gpu_count" in v:
+                raise ValueError("unknown key 'gpu_count'")
+            g = v.get("gpus")
+            if isinstance(g, str) and g.strip().isdigit():  # `gpus: ${GPUS:-8}`, after interpolation
+                g = int(g)
+            if isinstance(g, int) and not isinstance(g, bool):
+                v = {**v, "gpus": None, "gpu_count": g}
+        return v
 
     @field_validator("env", mode="before")
     @classmethod
@@ -294,6 +313,29 @@ class NotifyCfg(_Model):
     ]
 
 
+SLURM_TIME_RE = re.compile(r"^(?:\d+-\d+(?::\d+){0,2}|\d+(?::\d+){0,2}|UNLIMITED|INFINITE|unlimited|infinite)$")
+
+
+class SlurmCfg(_Model):
+    """The allocation a multi-node run asks Slurm for (``sbatch``)."""
+
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    partition: str | None = None
+    time: str | None = None  # Slurm's time limit format: MM, HH:MM:SS, D-HH:MM...
+    requeue: bool = False
+    sbatch_args: list[str] = []
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)  # minutes, as Slurm reads a bare number
+        if isinstance(v, str) and not SLURM_TIME_RE.match(v):
+            raise ValueError(f"time {v!r} is not a Slurm time limit (minutes, HH:MM:SS, or D-HH:MM:SS)")
+        return v
+
+
 class Config(_Model):
     name: str
     run_dir: str
@@ -307,9 +349,11 @@ class Config(_Model):
     # Memory for every component's line ring together (bytes); the largest ring gives up its oldest
     # lines first. The log files on disk are always complete.
     ring_bytes: int = Field(32 * MiB, ge=1 * MiB)
+    slurm: SlurmCfg | None = None
     # Not from YAML: where it came from, and the variables env_file provided.
     source: str = ""
     file_env: dict[str, str] = {}
+    placement: dict[str, list[str]] = {}  # with `slurm:`: component -> its nodes (slurm.placement)
 
     @field_validator("env", mode="before")
     @classmethod
@@ -945,6 +989,14 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
                                     f"cannot read env_file {str(ef)!r}: {e.strerror or e}"))
     variables = {**file_env, **env, "RLSUP_RUN_DIR": data["run_dir"], "RLSUP_NAME": str(name),
                  "RLSUP_CONFIG_DIR": str(p.parent.resolve())}
+    placement: dict[str, list[str]] = {}
+    if isinstance(data.get("slurm"), dict) and isinstance(data.get("components"), dict):
+        # Each component's nodes, known inside the job (placeholders on a login node): ${RLSUP_HEAD_C}...
+        from .slurm import placement as slurm_placement
+
+        alloc, _ = slurm_placement.allocation_nodes(data["slurm"], env, str(name))
+        placement = slurm_placement.place(data["components"], alloc)
+        variables.update(slurm_placement.variables(placement))
 
     # 2. everything else.
     for key in list(data):
@@ -953,8 +1005,9 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
     problems.extend(_os_problems(data, (), doc, file))
     data["source"] = str(p.resolve())
     data["file_env"] = file_env
-    if "source" in doc.data or "file_env" in doc.data:
-        bad = "source" if "source" in doc.data else "file_env"
+    data["placement"] = placement
+    if "source" in doc.data or "file_env" in doc.data or "placement" in doc.data:
+        bad = next(k for k in ("source", "file_env", "placement") if k in doc.data)
         line, col = doc.pos((bad,), key=True)
         problems.append(Problem(file, line, col, (bad,), f"unknown key {bad!r}"))
 
@@ -1008,7 +1061,7 @@ def _unwrap(ann: Any) -> Any:
     return ann
 
 
-_INTERNAL = {"source", "file_env"}
+_INTERNAL = {"source", "file_env", "placement", "gpu_count"}
 
 
 def _data_loc(loc: tuple[Any, ...], data: Any, missing: bool) -> Path_:
@@ -1122,6 +1175,10 @@ def _semantic_problems(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
             yield at(base + ("gpus",), "a GPU index is listed twice")
         if c.gpus is not None and any(g < 0 for g in c.gpus):
             yield at(base + ("gpus",), "GPU indices are 0 or more")
+    from .slurm.checks import config_problems
+
+    for path, msg, key in config_problems(cfg):
+        yield at(path, msg, key=key)
     yield from _cycles(cfg, doc, file)
 
 

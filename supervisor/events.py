@@ -52,6 +52,8 @@ class RunStarted(Event):
     # | adopted (... and components it left running were taken over)
     how: str = "new"
     tracking: str = ""  # how processes are tracked: cgroup v2 (path) or the monitors' subreaper
+    # In a Slurm job: {job_id, nodes, restart_count (SLURM_RESTART_COUNT: 1 after the first requeue)}
+    slurm: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,9 @@ class ComponentStarted(Event):
     log_seq: int | None = None
     log_offset: int | None = None
     log_ino: int | None = None
+    # As a Slurm step: its nodes and step id (J.S; null if Slurm had not created it within a few seconds).
+    nodes: list[str] | None = None
+    step_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -270,7 +275,9 @@ def describe(e: dict[str, Any]) -> str:
         comps = ", ".join(e.get("components", []))
         how = {"resumed": "resumed", "continued": "continued", "adopted": "taken over"}.get(e.get("how") or "new",
                                                                                             "started")
-        return f"run {e.get('name')} {how} (supervisor pid {e.get('pid')}, run dir {e.get('run_dir')}; {comps})"
+        job = e.get("slurm")
+        where = f"job {job.get('job_id')} restart {job.get('restart_count')}, " if job else ""
+        return f"run {e.get('name')} {how} ({where}supervisor pid {e.get('pid')}, run dir {e.get('run_dir')}; {comps})"
     if k == "run_ended":
         return f"run ended: {e.get('reason')} (exit code {e.get('exit_code')})"
     if k == "supervisor_exited":
@@ -290,6 +297,8 @@ def describe(e: dict[str, Any]) -> str:
                      + (" ..." if len(rej) > 3 else "") + ")")
         else:
             extra = ""
+        if e.get("step_id") or e.get("nodes"):
+            extra += f"; step {e.get('step_id') or '?'} on {','.join(e.get('nodes') or [])}"
         return f"started pid {e.get('pid')} (attempt {e.get('attempt')}{extra})"
     if k == "spawn_failed":
         return f"could not start (attempt {e.get('attempt')}): {e.get('error')}"

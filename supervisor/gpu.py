@@ -79,6 +79,7 @@ class GpuInfo:
     power_limit_w: float | None
     processes: tuple[GpuProcess, ...] = ()
     mig: tuple[MigInstance, ...] = ()
+    node: str | None = None  # the Slurm node it is on (a multi-node run's per-node samplers); None: this host
 
     @property
     def mem_pct(self) -> float | None:
@@ -142,6 +143,7 @@ class GpuSample:
                         }
                         for m in g.mig
                     ],
+                    **({"node": g.node} if g.node is not None else {}),
                 }
                 for g in self.gpus
             ],

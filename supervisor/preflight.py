@@ -140,12 +140,24 @@ def run_checks(
         _check_shell_vars(ctx, name, comp)
     _check_outputs(ctx, min_free_gb)
     _check_ports(ctx)
+    _check_slurm(ctx)
     if not fast:
         _check_modules(ctx)
         _check_gpus(ctx, gpu_sampler)
     if smoke:
         _run_smokes(ctx, smoke_timeout)
     return ctx.findings
+
+
+def _check_slurm(ctx: _Ctx) -> None:
+    """With a `slurm:` block: the run dir must be on a filesystem every node of the allocation sees."""
+    if getattr(ctx.cfg, "slurm", None) is None:
+        return
+    from .slurm.shared import problem
+
+    found = problem(ctx.cfg.run_dir, ctx.cfg.slurm.partition)
+    if found is not None:
+        ctx.add("error", "slurm", None, found[0], found[1], ("run_dir",))
 
 
 class _Ctx:

@@ -226,6 +226,9 @@ class Attempt:
     monitor_gone: bool = False
     members_seen: dict[int, float | None] = field(default_factory=dict)  # pid -> start time (identity)
     signalled: dict[int, set[int]] = field(default_factory=dict)  # signal -> the pids it reached
+    # The launcher seam: None for a process of this machine; a Slurm step's launcher signals through
+    # Slurm (slurm.launcher.SlurmLauncher.signal) and says whether the local tree must be spared.
+    launcher: Any = None
 
     def open_pidfd(self) -> int | None:
         """A pidfd for the monitor (readable once it exits); None where the kernel has none."""
@@ -266,6 +269,8 @@ class Attempt:
         """Signal the process group and every member outside it (a member may have left the group).
         Each process gets the signal once: to many programs a second SIGINT or SIGTERM in a row
         means "stop now, skip the graceful part"."""
+        if self.launcher is not None and self.launcher.signal(self, signum):
+            return
         sent = self.signalled.setdefault(signum, set())
         with contextlib.suppress(OSError):
             os.killpg(self.pid, signum)
@@ -537,6 +542,7 @@ def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable
     """Live processes whose environment says they belong to ``run_dir`` (and ``component``)."""
     skip = set(exclude) | {os.getpid()}
     me = os.getuid()
+    mine = (os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID"))
     out = []
     for p in psutil.process_iter(["uids"]):
         if p.pid in skip:
@@ -550,6 +556,8 @@ def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable
             continue
         if env.get(ENV_RUN_DIR) != run_dir:
             continue
+        if env.get("SLURM_STEP_ID") is not None and (env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")) != mine:
+            continue  # a task of a Slurm step (srun exports our markers): its srun, under a monitor, owns it
         if component is not None and env.get(ENV_COMPONENT) != component:
             continue
         try:

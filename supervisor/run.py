@@ -52,6 +52,7 @@ from .process import (
 )
 from .rundir import RunLock, RunPaths
 from .shim import PROTOCOL as MONITOR_PROTOCOL
+from .slurm.launcher import slurm_job_info
 from .version import VERSION
 
 TICK_S = 1.0
@@ -281,7 +282,7 @@ class Run:
             await self.server.start()
         self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
-                                how=self.how, tracking=self.cgroups.describe())).get("seq")
+                                how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
         if self._leftovers:
             self.emit(ev.LeftoversEnded(None, **self._leftovers))
         self._start_watching_files()

@@ -106,7 +106,11 @@ async def _probe(connect: Any) -> None:
 
 def attach_local(run_dir: Any, *, plain: bool = False) -> int:
     from ..rundir import RunPaths
+    from .slurm_up import remote_bridge
 
+    bridge = remote_bridge(Path(run_dir), "tui" if not plain else "follow")
+    if bridge is not None:  # its supervisor runs in a Slurm job on another host: through srun
+        return view(bridge, target=f"{run_dir} (Slurm job)", hint=attach_hint(run_dir), plain=plain)
     return view_socket(RunPaths(Path(run_dir)).sock, target=f"local {run_dir}", hint=attach_hint(run_dir),
                        plain=plain)
 

@@ -42,7 +42,11 @@ def add_fleet_parser(sub: Any) -> None:
             "      port: 22\n      run_dir: /workspace/runs/gsm8k-grpo\n      label: qwen-0.5b"),
         epilog="exit codes: 0 (with --json: every pod answered, a run that has ended included), 1 some pod "
                "unreachable, 2 fleet file error.")
-    p.add_argument("fleet_file", metavar="FLEET.yaml", help="the pods: host, user, port, run_dir, label")
+    p.add_argument("fleet_file", metavar="FLEET.yaml", nargs="?",
+                   help="the pods: host, user, port, run_dir, label (not with --slurm)")
+    p.add_argument("--slurm", action="store_true",
+                   help="instead of FLEET.yaml: every rlsup run of yours on the Slurm cluster (squeue --json), live, "
+                        "pending and recently ended")
     p.add_argument("--json", action="store_true", help="print one snapshot of every pod and the fleet flags, then exit")
     p.add_argument("--timeout", type=float, default=JSON_TIMEOUT_S, metavar="S",
                    help=f"with --json: wait at most S seconds for the pods to answer (default {JSON_TIMEOUT_S:g})")
@@ -97,22 +101,36 @@ def _run_loop(coro: Any) -> Any:
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     """``rlsup fleet FLEET.yaml [--json]``."""
-    from ..config import ConfigError
-
-    try:
-        specs = load_fleet(args.fleet_file)
-    except ConfigError as e:
-        print(e.report(args.fleet_file), file=sys.stderr)
-        return EXIT_USAGE
     import shlex
 
-    again = ["rlsup", "fleet", shlex.quote(args.fleet_file)]
-    if args.identity:
-        again += ["-i", shlex.quote(args.identity)]
-    if args.remote_cmd:
-        again += ["--remote-cmd", shlex.quote(args.remote_cmd)]
-    connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key,
-                                   identity=args.identity, accept_hint=" ".join([*again, "--accept-new-host-key"]))
+    from ..config import ConfigError
+
+    if getattr(args, "slurm", False) or not args.fleet_file:
+        if not getattr(args, "slurm", False):
+            print("rlsup fleet: give FLEET.yaml, or --slurm for your runs on the Slurm cluster", file=sys.stderr)
+            return EXIT_USAGE
+        from ..slurm.jobs import SlurmError
+        from .slurm_up import slurm_fleet
+
+        try:
+            specs, connector_for = slurm_fleet()
+        except SlurmError as e:
+            print(f"rlsup: {e}", file=sys.stderr)
+            return EXIT_FAILED
+    else:
+        try:
+            specs = load_fleet(args.fleet_file)
+        except ConfigError as e:
+            print(e.report(args.fleet_file), file=sys.stderr)
+            return EXIT_USAGE
+        again = ["rlsup", "fleet", shlex.quote(args.fleet_file)]
+        if args.identity:
+            again += ["-i", shlex.quote(args.identity)]
+        if args.remote_cmd:
+            again += ["--remote-cmd", shlex.quote(args.remote_cmd)]
+        connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key,
+                                       identity=args.identity,
+                                       accept_hint=" ".join([*again, "--accept-new-host-key"]))
     interactive = sys.stdout.isatty() and sys.stdin.isatty()
     if args.json or not interactive:
         snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=getattr(args, "timeout", JSON_TIMEOUT_S)))

@@ -138,6 +138,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not args.skip_checks and not _fast_checks(cfg, args.config):
             return EXIT_FAILED
 
+    if getattr(cfg, "slurm", None) is not None and not os.environ.get("SLURM_JOB_ID") and not args.daemon_child:
+        from .slurm_up import slurm_up  # a login node: submit the run's job and follow it
+
+        return slurm_up(args, cfg)
     if args.headless:
         return run_headless(cfg, show_logs=args.logs, gpu=args.gpu, daemon=args.daemon_child, resume=args.resume)
 
@@ -257,6 +261,14 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
     except ValueError as e:
         say(f"rlsup: {e}", err=True)
         return EXIT_USAGE
+    from ..slurm.gpus import for_run as per_node_gpus
+    from ..slurm.shared import check_job
+
+    blind = check_job(cfg)  # in a multi-node Slurm job: every node must see the run dir
+    if blind is not None:
+        say(f"rlsup: {blind}", err=True)
+        return EXIT_FAILED
+    sampler = per_node_gpus(cfg, sampler)  # a multi-node Slurm job: one sampler step per node
     run = Run(cfg, gpu_sampler=sampler)
     if resume:
         run.how = "resumed"
@@ -398,6 +410,11 @@ def cmd_down(args: argparse.Namespace) -> int:
         say(f"rlsup: {paths.root} is down; no process of the run is left")
         return EXIT_OK
 
+    from .slurm_up import down_pending
+
+    pending = down_pending(args.run_dir)  # a Slurm job whose supervisor has not started yet: cancel it
+    if pending is not None:
+        return pending
     return client_call(args, fn)
 
 

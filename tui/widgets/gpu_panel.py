@@ -81,7 +81,8 @@ class GpuPanel(Widget):
 
     @property
     def process_lines(self) -> bool:
-        return 0 < len(self.gpus) <= PROCESS_LINES_MAX_GPUS
+        # Not for a multi-node run's GPUs: a line per node heads them instead (their pids are other hosts').
+        return 0 < len(self.gpus) <= PROCESS_LINES_MAX_GPUS and not any(g.get("node") for g in self.gpus)
 
     def _bar(self, out: Text, text: str, pct: float | None) -> None:
         out.append(text, style=self.get_component_rich_style(f"bar--{level(pct)}"))
@@ -92,9 +93,13 @@ class GpuPanel(Widget):
             return self._text[1]
         out = Text(no_wrap=True, overflow="ellipsis", end="")
         label = self.get_component_rich_style("gpu--label")
+        node = None
         for i, g in enumerate(self.gpus):
             if i:
                 out.append("\n")
+            if g.get("node") and g.get("node") != node:  # a multi-node run: the GPUs grouped by node
+                node = g["node"]
+                out.append(f"── {node}\n", style=label)
             self._gpu_line(out, g, width, label)
             if self.process_lines:
                 out.append("\n  └ " + processes_text(g), style=label)

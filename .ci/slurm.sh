@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# CI stage: multi-node runs against a real Slurm. Installs Debian's slurm-wlm and munge (the .debs are
+# cached under $HOME/.cache/rlsup-ci/slurm-debs-<packages>), then runs tests/slurm, which start their own
+# munged, slurmctld and two slurmd in a temp dir and stop them (and every job process) at the end.
+# Needs root (slurmd runs as root). Skips, saying why, only where the packages cannot be had.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+pkgs=(slurm-wlm munge slurm-client)
+cache="$HOME/.cache/rlsup-ci/slurm-debs-$(echo "${pkgs[*]}" | tr ' ' '_')"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
+have() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ]; }
+if ! { have slurmctld && have slurmd && have munged && have sbatch; }; then
+    echo "== apt-get install ${pkgs[*]} (debs cached in $cache)"
+    mkdir -p "$cache/partial"
+    export DEBIAN_FRONTEND=noninteractive
+    opts=(-y -q -o "Dir::Cache::archives=$cache")
+    $SUDO apt-get install "${opts[@]}" "${pkgs[@]}" >/dev/null 2>&1 || {
+        $SUDO apt-get update -q >/dev/null && $SUDO apt-get install "${opts[@]}" "${pkgs[@]}" >/dev/null
+    } || { echo "== SKIP slurm stage: cannot install ${pkgs[*]} from apt"; exit 0; }
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "== SKIP slurm stage: slurmd must run as root and this CI user is not"; exit 0
+fi
+[ -d .venv ] || { python3 -m venv .venv && . .venv/bin/activate && pip install -q torch==2.13.0 -e '.[test]'; }
+. .venv/bin/activate
+echo "== slurm: $(slurmctld -V)"
+RLSUP_SLURM=1 python -m pytest -q -p no:cacheprovider tests/slurm tests/supervisor/slurm
+echo "== slurm stage took $(( $(date +%s) - start ))s"

@@ -1,0 +1,314 @@
+"""``rlsup up CONFIG`` with a ``slurm:`` block, on a login node: submit the run's job, then follow it.
+
+The supervisor runs in the job's batch step (:func:`rlsup.supervisor.slurm.jobs.batch_script`); this
+side only submits, says the job's id and state while it is pending, and once the supervisor is up
+opens the TUI on it (the run dir's socket when this host sees it, else through
+``srun --jobid=J --overlap -w <batch host> rlsup bridge``), follows it as text (``--headless``: until the
+job ends, with the run's exit code), or prints how to reach it (``-d``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import EXIT_FAILED, EXIT_OK, run_dir_arg, say
+
+POLL_S = 1.0
+
+
+def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
+    from ..slurm import jobs
+
+    run_dir = cfg.run_dir
+    try:
+        live = jobs.job_of_run(run_dir)
+        if live is not None:
+            job_id = live["job_id"]
+            say(f"rlsup: {cfg.name} already has job {job_id} ({live['state']}); following it")
+        else:
+            extra = (["--resume"] if args.resume else []) + (["--gpu", args.gpu] if args.gpu else [])
+            job_id = jobs.submit(cfg, args.config, extra=extra)
+            say(f"rlsup: submitted batch job {job_id} for {cfg.name} (run dir {run_dir})")
+    except jobs.SlurmError as e:
+        say(f"rlsup: {e}", err=True)
+        return EXIT_FAILED
+    if args.detach:
+        j = _job(job_id)
+        say(f"  state:   {_state_line(j) if j else 'unknown (squeue does not list it)'}")
+        _hints(job_id, run_dir)
+        return EXIT_OK
+    try:
+        j = wait_running(job_id, run_dir)
+        if j is None or j["state"] not in jobs.ACTIVE:
+            return _ended(job_id, run_dir, j)
+        if args.headless:
+            return follow_journal(job_id, run_dir)
+        from .attach import view
+
+        connect, target = connector(j, run_dir)
+        return view(connect, target=target, hint=f"rlsup attach{run_dir_arg(run_dir)}", plain=args.plain)
+    except KeyboardInterrupt:
+        say("\nrlsup: interrupted; the job goes on.", err=True)
+        _hints(job_id, run_dir)
+        return 130
+
+
+def down_pending(run_dir: str | None) -> int | None:
+    """`rlsup down` of a run whose Slurm job has no supervisor yet (pending, or starting): cancel the
+    job, as there is nothing to stop in order. None when that is not the case (the usual down follows)."""
+    import shutil
+
+    from ..rundir import RunPaths, is_locked
+
+    if not run_dir or shutil.which("squeue") is None or is_locked(RunPaths(Path(run_dir).resolve())):
+        return None
+    from ..slurm import jobs
+
+    try:
+        j = jobs.job_of_run(str(Path(run_dir).resolve()))
+    except jobs.SlurmError:
+        return None
+    if j is None or j["state"] not in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD"):
+        return None
+    if not jobs.cancel(j["job_id"]):
+        say(f"rlsup: could not cancel job {j['job_id']} ({_state_line(j)}); try `scancel {j['job_id']}`", err=True)
+        return EXIT_FAILED
+    say(f"rlsup: job {j['job_id']} was {_state_line(j)}, nothing had started: cancelled it")
+    return EXIT_OK
+
+
+def _hints(job_id: str, run_dir: str) -> None:
+    say(f"  attach:  rlsup attach{run_dir_arg(run_dir)}")
+    say(f"  status:  rlsup status{run_dir_arg(run_dir)}   (or: squeue -j {job_id})")
+    say(f"  stop:    rlsup down{run_dir_arg(run_dir)}   (stops the components in order, then the job ends)")
+
+
+def _job(job_id: str) -> dict[str, Any] | None:
+    from ..slurm import jobs
+
+    with contextlib.suppress(jobs.SlurmError):
+        return jobs.job(job_id)
+    return None
+
+
+def _state_line(j: dict[str, Any]) -> str:
+    reason = j.get("reason")
+    where = f" on {j['nodes']}" if j.get("nodes") and j["state"] == "RUNNING" else ""
+    return j["state"] + (f" ({reason})" if reason and reason != "None" else "") + where
+
+
+def supervisor_up(run_dir: str) -> bool:
+    """Whether the run's supervisor answers on its socket (this host sees the run dir)."""
+    from ..rundir import RunPaths, is_locked, sock_address
+
+    paths = RunPaths(Path(run_dir))
+    if not is_locked(paths) or not paths.sock.exists():
+        return False
+    try:
+        with sock_address(paths.sock) as addr, socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(2)
+            s.connect(addr)
+        return True
+    except OSError:
+        return False
+
+
+def wait_running(job_id: str, run_dir: str, *, out: Any = None) -> dict[str, Any] | None:
+    """Say the job's state while it waits; return it once its supervisor is up (or the job ended)."""
+    from ..slurm import jobs
+
+    shown = ""
+    while True:
+        j = _job(job_id)
+        if j is None or j["state"] not in jobs.ACTIVE:
+            return j
+        line = _state_line(j)
+        if line != shown:
+            say(f"rlsup: job {job_id}: {line}")
+            shown = line
+        if j["state"] == "RUNNING" and (supervisor_up(run_dir) or not _sees_run_dir(run_dir, j)):
+            return j
+        time.sleep(POLL_S)
+
+
+def _sees_run_dir(run_dir: str, j: dict[str, Any]) -> bool:
+    """Whether this host reaches the supervisor's socket in the run dir (it runs here, or the lock says
+    the same host); else the bridge goes through srun."""
+    from ..rundir import RunPaths
+
+    try:
+        owner = json.loads(RunPaths(Path(run_dir)).lock.read_text() or "{}")
+    except (OSError, ValueError):
+        return True  # not written yet: wait for it
+    return owner.get("host") in (None, socket.gethostname())
+
+
+def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
+    """How to talk to the supervisor: its socket when this host sees it, else ``rlsup bridge`` as an
+    overlapping step on the batch host (for clusters that bar SSH to compute nodes)."""
+    from ..client import unix_connector
+    from ..rundir import RunPaths
+
+    if os.environ.get("RLSUP_SLURM_BRIDGE") != "srun" and _sees_run_dir(run_dir, j):
+        return unix_connector(RunPaths(Path(run_dir)).sock, name="tui"), f"job {j['job_id']} {run_dir}"
+    return srun_connector(j["job_id"], j["batch_host"], run_dir), f"job {j['job_id']} on {j['batch_host']}"
+
+
+def srun_connector(job_id: str, host: str, run_dir: str) -> Any:
+    from ..slurm.jobs import tool
+
+    return command_connector([tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+                              f"--nodelist={host}", "--gres=none", "--quiet", "--job-name=rlsup:bridge",
+                              sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir", run_dir])
+
+
+def command_connector(argv: list[str], name: str = "tui") -> Any:
+    """A connection through ``rlsup bridge`` run by ``argv`` (its stdin and stdout are the stream)."""
+    from ..client import Client
+
+    async def connect() -> Client:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            limit=1 << 24)
+        assert proc.stdin is not None and proc.stdout is not None
+        client = Client(proc.stdout, proc.stdin, name=name)  # type: ignore[arg-type]
+        await client.start()
+        return client
+
+    return connect
+
+
+def remote_bridge(run_dir: Path, name: str) -> Any:
+    """A connector through ``srun ... rlsup bridge`` when the run's supervisor runs in a live Slurm job on
+    another host (its socket in the shared run dir cannot be reached from here); None otherwise."""
+    import shutil
+
+    from ..rundir import RunPaths
+
+    forced = os.environ.get("RLSUP_SLURM_BRIDGE") == "srun"
+    if shutil.which("srun") is None or shutil.which("squeue") is None:
+        return None
+    try:
+        owner = json.loads(RunPaths(Path(run_dir)).lock.read_text() or "{}")
+    except (OSError, ValueError):
+        owner = {}
+    if not forced and owner.get("host") in (None, socket.gethostname()):
+        return None
+    from ..slurm import jobs
+
+    try:
+        j = jobs.job_of_run(str(Path(run_dir).resolve()))
+    except jobs.SlurmError:
+        return None
+    if j is None or j["state"] != "RUNNING" or not j["batch_host"]:
+        return None
+    return command_connector([jobs.tool("srun"), f"--jobid={j['job_id']}", "--overlap", "--nodes=1", "--ntasks=1",
+                              f"--nodelist={j['batch_host']}", "--gres=none", "--quiet", "--job-name=rlsup:bridge",
+                              sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir",
+                              str(Path(run_dir).resolve())], name=name)
+
+
+def slurm_fleet() -> tuple[list[Any], Any]:
+    """`rlsup fleet --slurm`: every rlsup run of this user that squeue knows (live, pending, recently
+    ended) as fleet pods, each reached through its run dir when this host sees it, else through srun."""
+    from ..fleet import PodSpec
+    from ..slurm import jobs
+
+    found = sorted(jobs.runs(), key=lambda j: int(j["job_id"]))
+    specs, how = [], {}
+    for j in found:
+        if not j["run_dir"]:
+            continue
+        label = f"{j['name'][len(jobs.JOB_PREFIX):]} #{j['job_id']} {j['state'].lower()}"
+        specs.append(PodSpec(host=j["batch_host"] or f"job {j['job_id']}", run_dir=j["run_dir"], label=label))
+        how[label] = j
+
+    def connector_for(spec: Any) -> Any:
+        j = how[spec.label]
+        if j["state"] == "PENDING" or (not Path(j["run_dir"]).is_dir() and j["state"] not in ("RUNNING",)):
+            async def pending() -> Any:
+                raise OSError(f"job {j['job_id']} {_state_line(j)}")
+            return pending
+        if Path(j["run_dir"]).is_dir():  # this host sees the run dir: its socket, or the ended run's journal
+            return command_connector([sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir",
+                                      j["run_dir"]], name="fleet")
+        return srun_connector(j["job_id"], j["batch_host"], j["run_dir"])
+
+    return specs, connector_for
+
+
+def follow_journal(job_id: str, run_dir: str) -> int:
+    """Print the run's events as they are journalled until the job ends (a requeue included: the
+    journal goes on); the run's exit code."""
+    from ..events import human
+    from ..slurm import jobs
+
+    path = Path(run_dir) / "events.jsonl"
+    offset = path.stat().st_size if path.exists() else 0
+    buf = b""
+    gone_at = None
+    last: dict[str, Any] | None = None
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except OSError:
+            data = b""
+        offset += len(data)
+        buf += data
+        *lines, buf = buf.split(b"\n")
+        for raw in lines:
+            with contextlib.suppress(ValueError):
+                e = json.loads(raw)
+                if e.get("kind") not in ("gpu", "resources", "progress", "logs"):
+                    say(human(e, width=12))
+        j = _job(job_id)
+        if j is not None and j["state"] in jobs.ACTIVE:
+            if last is None or last["state"] != j["state"]:
+                if last is not None:
+                    say(f"rlsup: job {job_id}: {_state_line(j)}")
+            last, gone_at = j, None
+        else:
+            gone_at = gone_at or time.monotonic()
+            if time.monotonic() - gone_at > 1.0:  # one more read of the journal after the end
+                return _ended(job_id, run_dir, j)
+        time.sleep(POLL_S / 2)
+
+
+def _ended(job_id: str, run_dir: str, j: dict[str, Any] | None) -> int:
+    """The run's exit code once its job ended: the supervisor's (the batch script's) exit code."""
+    code = _exit_code(job_id)
+    state = j["state"] if j else "ended"
+    say(f"rlsup: job {job_id} {state.lower()}" + (f" (exit code {code})" if code is not None else "")
+        + f"; logs and journal in {run_dir}")
+    if code is None:
+        return EXIT_FAILED if state in ("FAILED", "NODE_FAIL", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY") else EXIT_OK
+    return code
+
+
+def _exit_code(job_id: str) -> int | None:
+    import re
+    import subprocess
+
+    from ..slurm.jobs import tool
+
+    try:
+        out = subprocess.run([tool("scontrol"), "show", "job", "-o", job_id], capture_output=True, text=True,
+                             timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\bExitCode=(\d+):(\d+)", out)
+    if not m:
+        return None
+    code, sig = int(m.group(1)), int(m.group(2))
+    return code if not sig else 128 + sig

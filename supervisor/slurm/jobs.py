@@ -1,0 +1,195 @@
+"""The run's Slurm job: the batch script, ``sbatch``, and the job's state from ``squeue --json``.
+
+A run's job is named ``rlsup:<run name>`` and carries ``rlsup run_dir=<abs run dir>`` in its comment,
+so that ``rlsup attach/status/logs/down`` and ``rlsup fleet --slurm`` find it from a login node with
+``squeue --json`` alone (no state file of ours to go stale). The batch script runs
+``rlsup up CONFIG --headless`` on the job's first node: the supervisor, in the shared run dir, for as
+long as the run lasts; its exit is the job's end, so the allocation is released the moment the run
+ends (completed, fatal, or stopped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+JOB_PREFIX = "rlsup:"
+COMMENT_PREFIX = "rlsup run_dir="
+SUPERVISOR_RESTARTS = 5
+ENV_BATCH = "RLSUP_SLURM_BATCH"  # set in the batch script: this process is the job's supervisor
+SBATCH_TIMEOUT_S = 60.0
+SQUEUE_TIMEOUT_S = 20.0
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+          "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "STOPPED"}
+
+
+class SlurmError(Exception):
+    pass
+
+
+def tool(name: str) -> str:
+    return shutil.which(name) or name
+
+
+def job_name(run_name: str) -> str:
+    return f"{JOB_PREFIX}{run_name}"
+
+
+def batch_script(config: str, run_dir: str, *, python: str | None = None, extra: list[str] | None = None) -> str:
+    """The job's batch script: the supervisor, headless, on the first node, in the shared run dir.
+    A requeued job (``SLURM_RESTART_COUNT`` > 0) continues the same run: same journal, resume from
+    checkpoints."""
+    py = shlex.quote(python or sys.executable)
+    args = " ".join(shlex.quote(a) for a in (extra or []))
+    up = (f"{py} -m rlsup.supervisor.cli up {shlex.quote(os.path.abspath(config))} --run-dir {shlex.quote(run_dir)} "
+          f"--headless --skip-checks $resume {args}").rstrip()
+    return "\n".join([
+        "#!/bin/bash",
+        "# written by rlsup up: the supervisor of this run, in the job's batch step",
+        f"export {ENV_BATCH}=1",
+        'resume=""',
+        'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then resume="--resume"; fi',
+        "n=0",
+        "while :; do",
+        f"    {up}",
+        "    rc=$?",
+        "    # Killed by a signal other than Slurm's SIGTERM (kill -9, a crash): the components run on under",
+        "    # their monitors; another supervisor takes them over (adoption), as `rlsup up` would on one machine.",
+        f'    if [ $rc -gt 128 ] && [ $rc -ne 143 ] && [ $n -lt {SUPERVISOR_RESTARTS} ]; then',
+        '        n=$((n + 1)); resume=""',
+        '        echo "rlsup: the supervisor ended with status $rc; starting another that takes the components over" >&2',
+        "        continue",
+        "    fi",
+        "    exit $rc",
+        "done",
+        "",
+    ])
+
+
+def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
+    s = cfg.slurm
+    out = [tool("sbatch"), "--parsable", f"--job-name={job_name(cfg.name)}", f"--nodes={s.nodes}",
+           "--ntasks-per-node=1", "--exclusive",
+           # A lost node must not end the job under the supervisor: rlsup sees it (srun's "Node failure
+           # on X") and, with requeue: true, requeues the job itself.
+           "--no-kill", f"--comment={COMMENT_PREFIX}{run_dir}", f"--chdir={cwd}",
+           f"--output={run_dir}/slurm-%j.out", "--open-mode=append", "--requeue" if s.requeue else "--no-requeue"]
+    if s.gpus_per_node:
+        out.append(f"--gres=gpu:{s.gpus_per_node}")
+    if s.partition:
+        out.append(f"--partition={s.partition}")
+    if s.time:
+        out.append(f"--time={s.time}")
+    return out + list(s.sbatch_args)
+
+
+def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None, cwd: str | None = None,
+           environ: Mapping[str, str] | None = None) -> str:
+    """Submit the run's job; its id. Raises :class:`SlurmError` with sbatch's own message."""
+    run_dir = cfg.run_dir
+    Path(run_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    script = batch_script(config_path, run_dir, extra=extra)
+    argv = sbatch_argv(cfg, run_dir, cwd or os.getcwd())
+    try:
+        p = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S,
+                           env=dict(os.environ if environ is None else environ))
+    except FileNotFoundError:
+        raise SlurmError("sbatch not found: run `rlsup up` on a Slurm login node (or remove the `slurm:` "
+                         "block to run on this machine)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"sbatch did not answer within {SBATCH_TIMEOUT_S:g}s") from None
+    if p.returncode != 0:
+        raise SlurmError(f"sbatch failed: {(p.stderr or p.stdout).strip()}")
+    return p.stdout.strip().split(";")[0]
+
+
+def squeue_json(*, job: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
+    """The jobs ``squeue --json`` reports (all states it still holds)."""
+    argv = [tool("squeue"), "--json"]
+    if job:
+        argv += ["--jobs", job]
+    if user:
+        argv += ["--users", user]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SlurmError(f"squeue failed: {e}") from None
+    if p.returncode != 0:
+        if job and "Invalid job id" in p.stderr:
+            return []
+        raise SlurmError(f"squeue failed: {p.stderr.strip()}")
+    try:
+        return list(json.loads(p.stdout).get("jobs") or [])
+    except ValueError as e:
+        raise SlurmError(f"squeue --json gave no JSON: {e}") from None
+
+
+def _state(j: Mapping[str, Any]) -> str:
+    s = j.get("job_state")
+    if isinstance(s, list):  # newer Slurm: a list of flags
+        s = s[0] if s else ""
+    return str(s or "")
+
+
+def describe(j: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields rlsup shows of a job, whatever squeue's JSON version spells them."""
+    comment = str(j.get("comment") or "")
+    return {
+        "job_id": str(j.get("job_id")),
+        "name": str(j.get("name") or ""),
+        "state": _state(j),
+        "reason": str(j.get("state_reason") or ""),
+        "nodes": str(j.get("nodes") or ""),
+        "batch_host": str(j.get("batch_host") or ""),
+        "run_dir": comment[len(COMMENT_PREFIX):] if comment.startswith(COMMENT_PREFIX) else None,
+        "restarts": j.get("restart_cnt"),
+        "user": j.get("user_name"),
+        "start_time": j.get("start_time"),
+    }
+
+
+def job(job_id: str) -> dict[str, Any] | None:
+    for j in squeue_json(job=job_id):
+        if str(j.get("job_id")) == str(job_id):
+            return describe(j)
+    return None
+
+
+def runs(user: str | None = None) -> list[dict[str, Any]]:
+    """Every rlsup job of ``user`` (default: this user) that the controller still knows."""
+    if user is None:
+        import getpass
+
+        user = getpass.getuser()
+    return [describe(j) for j in squeue_json(user=user) if str(j.get("name") or "").startswith(JOB_PREFIX)]
+
+
+def job_of_run(run_dir: str | os.PathLike[str], user: str | None = None) -> dict[str, Any] | None:
+    """The newest live job of a run dir, or None."""
+    want = os.path.abspath(run_dir)
+    found = [j for j in runs(user) if j["run_dir"] == want and j["state"] in ACTIVE]
+    return max(found, key=lambda j: int(j["job_id"])) if found else None
+
+
+def cancel(job_id: str) -> bool:
+    try:
+        return subprocess.run([tool("scancel"), job_id], capture_output=True, timeout=SQUEUE_TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def requeue(job_id: str) -> tuple[bool, str]:
+    """Ask Slurm to requeue the job (the batch step ends; the job starts again when nodes allow)."""
+    try:
+        p = subprocess.run([tool("scontrol"), "requeue", job_id], capture_output=True, text=True,
+                           timeout=SQUEUE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as e:
+        return False, str(e)
+    return p.returncode == 0, (p.stderr or p.stdout).strip()

@@ -1,0 +1,192 @@
+"""The launcher seam: an attempt as an ``srun`` step of the run's allocation, stopped through ``scancel``.
+
+The monitor (shim) runs ``srun`` on the batch node as the attempt's command, so the step's output
+comes down srun's pipe into the same log, and the monitor records srun's exit as it would any
+command's: logs, adoption after a supervisor crash, progress, stall detection and diagnosis are the
+one-machine ones. What differs is only how an attempt is launched and signalled:
+
+- the argv: ``srun --jobid=J --job-name=rlsup:<component>:<attempt> --nodes=N --nodelist=... --ntasks-per-node=1
+  --exact --gres=gpu:G -l --kill-on-bad-exit=1 -- <command>``; the step name makes the step findable
+  (``squeue --steps``) by any supervisor, the one that started it or one that adopted it;
+- a stop signal goes to the step's tasks with ``scancel --signal=SIG J.S`` and never to the ``srun``
+  client: srun takes SIGTERM as "cancel the step" and the tasks get SIGKILL with no grace period
+  (Slurm's srun man page, SIGNALS AND ESCAPE SEQUENCES); SIGKILL is ``scancel J.S``, then the client.
+
+Nothing here chooses nodes: the config names how many of the allocation's nodes a component takes
+(:mod:`.placement`) and Slurm binds everything inside a node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal as signal_mod
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+from .placement import expand_hostlist
+
+SCANCEL_TIMEOUT_S = 10.0
+STEP_WAIT_S = 5.0
+SQUEUE_TIMEOUT_S = 10.0
+
+
+def step_name(component: str, attempt: int) -> str:
+    return f"rlsup:{component}:{attempt}"
+
+
+def _tool(name: str) -> str:
+    return shutil.which(name) or name
+
+
+class SlurmLauncher:
+    """Launches and signals the attempts of one run as steps of job ``job_id``."""
+
+    def __init__(self, job_id: str, placement: Mapping[str, list[str]], gpus: Mapping[str, int | None], *,
+                 requeue: bool = False):
+        self.job_id = job_id
+        self.placement = dict(placement)
+        self.gpus = dict(gpus)
+        self.requeue = requeue
+        self.steps: dict[tuple[str, int], str] = {}  # (component, attempt) -> "J.S"
+        self.requeued = False
+
+    @classmethod
+    def for_run(cls, cfg: Any, environ: Mapping[str, str] | None = None) -> SlurmLauncher | None:
+        """The run's launcher: a ``slurm:`` block and an allocation to start steps in; else None
+        (a plain process per attempt, as on one machine)."""
+        env = os.environ if environ is None else environ
+        if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):
+            return None
+        return cls(env["SLURM_JOB_ID"], cfg.placement,
+                   {n: c.gpu_count for n, c in cfg.components.items()}, requeue=cfg.slurm.requeue)
+
+    # ------------------------------------------------------------------ launching
+
+    def nodes(self, component: str) -> list[str]:
+        return self.placement.get(component) or []
+
+    def argv(self, component: str, attempt: int, command: list[str]) -> list[str]:
+        nodes = self.nodes(component)
+        g = self.gpus.get(component)
+        out = [_tool("srun"), f"--jobid={self.job_id}", f"--job-name={step_name(component, attempt)}",
+               f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1", "--exact",
+               # A step takes every GPU of the job unless it names its own: `none` for a CPU component.
+               f"--gres=gpu:{g}" if g else "--gres=none",
+               "-l", "--kill-on-bad-exit=1"]
+        if nodes:
+            out.append(f"--nodelist={','.join(nodes)}")
+        return out + ["--", *command]
+
+    # ------------------------------------------------------------------ finding and signalling steps
+
+    def step_of(self, component: str, attempt: int) -> str | None:
+        """``J.S`` of the attempt's step while it runs (None before it is created or once it ended)."""
+        key = (component, attempt)
+        if key in self.steps:
+            return self.steps[key]
+        try:
+            out = subprocess.run([_tool("squeue"), "-h", "-s", "-j", self.job_id, "-o", "%i|%j"],
+                                 capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        want = step_name(component, attempt)
+        for line in out.splitlines():
+            sid, _, name = line.strip().partition("|")
+            if name == want:
+                self.steps[key] = sid
+                return sid
+        return None
+
+    def wait_step(self, component: str, attempt: int, read_record: Any, timeout: float = STEP_WAIT_S) -> str | None:
+        """The attempt's step id once Slurm created it; None after ``timeout`` (its step still pending
+        on resources) or once the attempt ended (``read_record()`` says exited)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            sid = self.step_of(component, attempt)
+            if sid is not None or time.monotonic() >= deadline:
+                return sid
+            rec = read_record() or {}
+            if rec.get("status") == "exited":
+                return None
+            time.sleep(0.1)
+
+    def signal(self, att: Any, signum: int) -> bool:
+        """Signal the attempt's step; True when Slurm took it (the caller must not signal the srun client)."""
+        sid = self.step_of(att.component, att.attempt)
+        if sid is None:
+            return False  # no step (yet, or any more): what is left is the local srun client
+        if signum == signal_mod.SIGKILL:
+            _run([_tool("scancel"), "--quiet", sid])
+            return False  # and the client too: its step is gone
+        name = signal_mod.Signals(signum).name.removeprefix("SIG")
+        # Whatever scancel answers, the srun client must not get the signal: it would cancel the step
+        # without a grace period. (Slurm 22.05's scancel may exit non-zero, "Invalid job id specified",
+        # after the tasks got the signal.) If the step ignores it, the stop timeout's SIGKILL follows.
+        _run([_tool("scancel"), "--quiet", f"--signal={name}", sid])
+        sent = att.signalled.setdefault(signum, set())
+        with contextlib.suppress(Exception):
+            sent.update(att.members())
+        return True
+
+    # ------------------------------------------------------------------ a step's end
+
+    def ended(self, comp: Any, att: Any, ex: dict[str, Any], diag: dict[str, Any],
+              lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Slurm's view of a step's end: its failure lines refine the diagnosis (node failure, launch
+        failure, time limit, oom_kill, with rank and node); a node failure with ``requeue: true``
+        requeues the job, so that the next supervisor continues the run on healthy nodes."""
+        from ..diagnosis.slurm import refine
+        from ..events import FlagRaised
+
+        self.steps.pop((att.component, att.attempt), None)
+        diag = refine(diag, lines)
+        cat = diag.get("category")
+        if cat in ("node_failure", "step_launch_failure") and ex.get("exit_code") == 0:
+            # srun exits 0 when Slurm reports the node lost (measured: Slurm 22.05): never a success.
+            ex = {**ex, "exit_code": None}
+        if cat == "node_failure" and self.requeue and not self.requeued:
+            self.requeued = True
+            comp.ctx.emit(FlagRaised(
+                comp.name, type="node_failure", message=str(diag.get("summary")),
+                evidence=list(diag.get("evidence") or [])[:5],
+                action=f"requeueing job {self.job_id} (slurm.requeue: true): Slurm starts it again when nodes "
+                       "allow, and the next supervisor continues this run from the newest checkpoints"))
+            self._requeue_soon()
+        return ex, diag
+
+    def _requeue_soon(self) -> None:
+        import asyncio
+
+        from .jobs import requeue
+
+        loop = asyncio.get_running_loop()
+        # A moment for the journal to take the events above: the requeue ends this batch step.
+        loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, requeue, self.job_id))
+
+
+REQUEUE_AFTER_S = 1.0
+
+
+def slurm_job_info(cfg: Any, environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """What the journal records of the job this supervisor runs in (``run_started.slurm``)."""
+    env = os.environ if environ is None else environ
+    if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):
+        return None
+    return {"job_id": env["SLURM_JOB_ID"], "nodes": job_nodes(env),
+            "restart_count": int(env.get("SLURM_RESTART_COUNT") or 0), "placement": dict(cfg.placement)}
+
+
+def _run(argv: list[str]) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=SCANCEL_TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def job_nodes(environ: Mapping[str, str]) -> list[str]:
+    return expand_hostlist(environ.get("SLURM_JOB_NODELIST", ""))

@@ -1,0 +1,117 @@
+"""Which nodes of the allocation each component runs on (pure functions of the config and the node list).
+
+The rule, in file order: a component with ``nodes: k`` takes the next ``k`` nodes of the allocation
+(in ``SLURM_JOB_NODELIST`` order, the batch node first), wrapping around to the first node when the
+allocation is used up; ``colocate: X`` runs on X's first node; a component with neither runs on the
+first node (where the supervisor is). Slurm still decides everything inside a node (which GPUs, which
+cores): a component's ``gpus: G`` is a ``--gres=gpu:G`` request on each of its nodes.
+
+On a login node, before the job starts, the names are not known yet: placeholders
+``<name>-node-<i>`` stand in so that the config can be checked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+PLACEHOLDER = "{name}-node-{i}"
+
+
+def env_name(component: str) -> str:
+    """`trainer-0.b` -> `TRAINER_0_B`: the suffix of a component's variables."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", component).upper()
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """Slurm's compressed host list (``rn[1-3,7],gpu-[01-02]x``) as names, in order."""
+    out: list[str] = []
+    for part in _split_top(expr.strip()):
+        if part:
+            out.extend(_expand_one(part))
+    return out
+
+
+def _split_top(s: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in s:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
+def _expand_one(s: str) -> list[str]:
+    m = re.search(r"\[([^\]]*)\]", s)
+    if not m:
+        return [s]
+    head, tail = s[:m.start()], s[m.end():]
+    out = []
+    for rng in m.group(1).split(","):
+        if "-" in rng:
+            a, b = rng.split("-", 1)
+            width = len(a) if a.startswith("0") else 0
+            for i in range(int(a), int(b) + 1):
+                out.extend(head + str(i).zfill(width) + rest for rest in _expand_one(tail))
+        else:
+            out.extend(head + rng + rest for rest in _expand_one(tail))
+    return out
+
+
+def _int(v: Any, default: int) -> int:
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
+
+
+def place(components: Mapping[str, Any], allocation: list[str]) -> dict[str, list[str]]:
+    """component -> its node names. ``components`` is the raw config mapping (before validation: a
+    wrong value falls back to a default here and is reported by validation)."""
+    out: dict[str, list[str]] = {}
+    if not allocation:
+        return out
+    cursor = 0
+    n = len(allocation)
+    for name, c in components.items():
+        c = c if isinstance(c, Mapping) else {}
+        if c.get("nodes") is not None:
+            k = min(_int(c.get("nodes"), 1), n)
+            out[name] = [allocation[(cursor + i) % n] for i in range(k)]
+            cursor = (cursor + k) % n
+    for name, c in components.items():
+        c = c if isinstance(c, Mapping) else {}
+        if name in out:
+            continue
+        target = c.get("colocate")
+        if isinstance(target, str) and target in out:
+            out[name] = out[target][:1]
+        else:
+            out[name] = allocation[:1]
+    return out
+
+
+def allocation_nodes(slurm: Mapping[str, Any], environ: Mapping[str, str], run_name: str) -> tuple[list[str], bool]:
+    """The allocation's node names and whether they are real (inside the job) or placeholders."""
+    if environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"):
+        return expand_hostlist(environ["SLURM_JOB_NODELIST"]), True
+    count = _int(slurm.get("nodes"), 1) if isinstance(slurm, Mapping) else 1
+    return [PLACEHOLDER.format(name=run_name, i=i) for i in range(count)], False
+
+
+def variables(placement: Mapping[str, list[str]]) -> dict[str, str]:
+    """``RLSUP_NODES_C``, ``RLSUP_HEAD_C``, ``RLSUP_NNODES_C`` for every component C."""
+    out: dict[str, str] = {}
+    for name, nodes in placement.items():
+        e = env_name(name)
+        out[f"RLSUP_NODES_{e}"] = ",".join(nodes)
+        out[f"RLSUP_HEAD_{e}"] = nodes[0] if nodes else ""
+        out[f"RLSUP_NNODES_{e}"] = str(len(nodes))
+    return out

@@ -1,0 +1,136 @@
+"""Whether the run dir is on a filesystem every node of the allocation sees (``rlsup check``).
+
+The supervisor, every monitor's log, the journal and the checkpoints live in the run dir, and the
+supervisor runs on the job's first node while `rlsup attach/status/logs` run on a login node: a run
+dir on a node-local disk splits the run in pieces that never meet. How it is decided:
+
+- the filesystem type of the run dir (its nearest existing ancestor), from ``/proc/self/mountinfo``:
+  network and parallel filesystems (NFS, Lustre, GPFS, BeeGFS, CephFS, WekaFS, FUSE mounts...) are
+  shared; local ones (ext4, xfs, btrfs, tmpfs, overlay...) are not;
+- unless every node of the partition is this host (``scontrol show node``: NodeHostname), as on a
+  one-machine test cluster, where any filesystem is seen by all of its nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterable
+
+LOCAL = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "vfat", "exfat", "ramfs", "ntfs",
+         "ntfs3", "reiserfs", "jfs", "squashfs", "devtmpfs"}
+
+
+def _nearest_existing(path: str) -> str:
+    p = os.path.abspath(path)
+    while not os.path.exists(p) and p != "/":
+        p = os.path.dirname(p)
+    return os.path.realpath(p)
+
+
+def filesystem(path: str, mountinfo: Iterable[str] | None = None) -> tuple[str, str]:
+    """(mount point, filesystem type) of ``path``."""
+    p = _nearest_existing(path) if mountinfo is None else os.path.abspath(path)
+    if mountinfo is None:
+        try:
+            with open("/proc/self/mountinfo") as f:
+                mountinfo = f.read().splitlines()
+        except OSError:
+            return "/", "unknown"
+    best = ("/", "unknown")
+    for line in mountinfo:
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        mnt = fields[4].replace("\\040", " ")
+        fstype = right.split()[0]
+        if (p == mnt or p.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[0]):
+            best = (mnt, fstype)
+    return best
+
+
+def node_hosts(partition: str | None = None) -> list[str] | None:
+    """NodeHostname of every node of the partition (None where scontrol cannot say)."""
+    argv = ["scontrol", "show", "node", "-o"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    parts: list[str] | None = None
+    if partition:
+        try:
+            pout = subprocess.run(["scontrol", "show", "partition", "-o", partition], capture_output=True,
+                                  text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            pout = ""
+        for field in pout.split():
+            if field.startswith("Nodes="):
+                from .placement import expand_hostlist
+
+                parts = expand_hostlist(field[len("Nodes="):])
+    hosts = []
+    for line in out.splitlines():
+        f = dict(x.split("=", 1) for x in line.split() if "=" in x)
+        if parts is not None and f.get("NodeName") not in parts:
+            continue
+        hosts.append(f.get("NodeHostName") or f.get("NodeHostname") or f.get("NodeName") or "")
+    return hosts or None
+
+
+def problem(run_dir: str, partition: str | None = None, *, hosts: list[str] | None = None,
+            mountinfo: Iterable[str] | None = None) -> tuple[str, str] | None:
+    """(message, fix) when the run dir is not on a filesystem every node sees; None when it is."""
+    mnt, fstype = filesystem(run_dir, mountinfo)
+    base = fstype.split(".", 1)[0]
+    if fstype not in LOCAL and base not in LOCAL:
+        return None  # nfs, lustre, gpfs, beegfs, ceph, fuse.*: shared (or unknown: not ours to refuse)
+    hosts = node_hosts(partition) if hosts is None else hosts
+    if hosts and all(h in (socket.gethostname(), "localhost") for h in hosts):
+        return None  # every node of the cluster is this host
+    return (f"the run dir {run_dir} is on {fstype} ({mnt}), a filesystem local to this machine: the job's "
+            "nodes will not see its journal, logs and checkpoints",
+            "put run_dir on the cluster's shared filesystem (NFS, Lustre, GPFS...), e.g. "
+            "run_dir: /shared/$USER/runs/<name>")
+
+
+def check_in_job(run_dir: str, job_id: str, nodes: list[str], timeout: float = 60.0) -> str | None:
+    """Inside the job: does every node see the run dir? A marker file written here, looked for on each
+    node by one overlapping step (``test -e`` per node). The error, or None."""
+    import uuid
+
+    marker = os.path.join(run_dir, f".rlsup-shared-{uuid.uuid4().hex[:12]}")
+    try:
+        with open(marker, "w") as f:
+            f.write("rlsup: is this file visible on every node of the job?\n")
+        argv = [shutil.which("srun") or "srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+                "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--gres=none", "--quiet",
+                "--job-name=rlsup:shared-check", "sh", "-c", 'test -e "$1" || echo "$SLURMD_NODENAME"', "sh", marker]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.SubprocessError) as e:
+            return None if isinstance(e, FileNotFoundError) else f"could not check the run dir on the nodes: {e}"
+        blind = sorted({x.strip() for x in p.stdout.split() if x.strip()})
+        if blind:
+            return (f"the run dir {run_dir} is not visible on {', '.join(blind)}: put run_dir on the cluster's "
+                    "shared filesystem (the journal, logs and checkpoints must be seen by every node)")
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(marker)
+
+
+def check_job(cfg: object, environ: object = None) -> str | None:
+    """:func:`check_in_job` for a run in a Slurm job of two nodes or more (None elsewhere)."""
+    env = os.environ if environ is None else environ
+    if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):  # type: ignore[attr-defined]
+        return None
+    from .placement import expand_hostlist
+
+    nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))  # type: ignore[attr-defined]
+    if len(nodes) < 2:
+        return None
+    return check_in_job(str(cfg.run_dir), env["SLURM_JOB_ID"], nodes)  # type: ignore[attr-defined,index]

@@ -1,0 +1,265 @@
+"""Multi-node runs against a real Slurm (slurmctld + two slurmd on this host): the user's path.
+
+`rlsup up CONFIG` with a `slurm:` block submits the job from the "login node" (this test), the
+supervisor runs in the job's batch step, and each component attempt is an srun step on its nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from tests.conftest import PY, SCRIPTS, free_port, read_events, wait_for, write_config
+
+GRACEFUL = """import signal, sys, time, os
+def term(*a):
+    print("got SIGTERM: saving", flush=True); time.sleep(1.0); print("saved, bye", flush=True); sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("up on", os.environ.get("SLURMD_NODENAME"), "step", os.environ.get("SLURM_STEP_ID"), flush=True)
+while True: time.sleep(0.1)
+"""
+
+
+def _events(run: Path, kind: str, comp: str | None = None) -> list[dict]:
+    return [e for e in read_events(run) if e["kind"] == kind and (comp is None or e.get("component") == comp)]
+
+
+def _log(run: Path, comp: str) -> str:
+    p = run / "logs" / f"{comp}.log"
+    return p.read_text(errors="replace") if p.exists() else ""
+
+
+def _graceful(tmp: Path) -> Path:
+    p = tmp / "graceful_step.py"
+    p.write_text(GRACEFUL)
+    return p
+
+
+def test_two_components_on_two_nodes_then_the_allocation_is_released(slurm, tmp_path):
+    run = tmp_path / "run"
+    port = free_port()
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 2, gpus_per_node: 2, time: "10:00"}}
+        components:
+          inference:
+            nodes: 1
+            gpus: 2
+            shell: true
+            command: echo "inference on $SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES"; exec {PY} {SCRIPTS}/http_server.py {port} {tmp_path}/down
+            # 127.0.0.1, not ${{RLSUP_HEAD_INFERENCE}}: this test cluster's node names are not in DNS.
+            ready: {{http: "http://127.0.0.1:{port}/health", timeout: 60}}
+          trainer:
+            nodes: 1
+            depends_on: {{inference: ready}}
+            command: [sh, -c, 'echo "trainer on $SLURMD_NODENAME head of inference=${{RLSUP_HEAD_INFERENCE}} nnodes=$RLSUP_NNODES_TRAINER gpus=$CUDA_VISIBLE_DEVICES"; sleep 2']
+            restart: {{policy: never}}
+            exit_on_end: true
+    """)
+    r = slurm.rlsup("up", str(cfg), "--headless")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "submitted batch job" in r.stdout
+    n1, n2 = slurm.cluster.nodes
+    inf, tr = _log(run, "inference"), _log(run, "trainer")
+    assert f"0: inference on {n1} gpus=0,1" in inf
+    assert f"0: trainer on {n2} head of inference={n1} nnodes=1 gpus=" in tr  # a CPU component gets no GPU
+    # The server on the batch node answered its probe, though its process is Slurm's, not a child of ours.
+    assert _events(run, "ready", "inference")
+    assert len(_events(run, "completed", "trainer")) == 1
+    started = _events(run, "run_started")
+    assert started[0]["slurm"]["job_id"] and started[0]["slurm"]["restart_count"] == 0
+    # The run ended, so did the job: nothing holds the nodes.
+    wait_for(slurm.cluster.all_idle, 30, what="nodes idle after the run")
+    assert not [j for j in slurm.cluster.jobs() if j[1] in ("RUNNING", "PENDING")]
+
+
+def test_a_crash_is_restarted_as_a_new_step_in_the_same_allocation(slurm, tmp_path):
+    run = tmp_path / "run"
+    once = tmp_path / "once"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 2}}
+        components:
+          trainer:
+            nodes: 2
+            shell: true
+            command: echo "job=$SLURM_JOB_ID step=$SLURM_STEP_ID rank=$SLURM_PROCID"; sleep 1; if [ ! -e {once} ] && [ "$SLURM_PROCID" = 1 ]; then touch {once}; exit 3; fi; sleep 1
+            restart: {{backoff: {{initial: 0.2, max: 0.2}}}}
+    """)
+    r = slurm.rlsup("up", str(cfg), "--headless")
+    assert r.returncode == 0, r.stdout + r.stderr
+    started = _events(run, "started", "trainer")
+    assert len(started) == 2
+    ids = [e["step_id"] for e in started]
+    assert all(ids) and len(set(ids)) == 2 and len({i.split(".")[0] for i in ids}) == 1, ids  # J.S, J.S'
+    assert started[0]["nodes"] == slurm.cluster.nodes
+    exited = _events(run, "exited", "trainer")
+    assert exited[0]["exit_code"] not in (0, None)  # srun: the highest of its tasks (rank 0 got SIGTERM from --kill-on-bad-exit)
+    log = _log(run, "trainer")
+    steps = {line.split("step=")[1].split()[0] for line in log.splitlines() if "step=" in line}
+    jobs = {line.split("job=")[1].split()[0] for line in log.splitlines() if "job=" in line}
+    assert len(steps) == 2 and len(jobs) == 1, log  # a new step, the same allocation
+    assert "rank=0" in log and "rank=1" in log  # one task per node, labelled
+    assert "task 1: Exited with exit code 3" in log  # srun's attribution to rank and node
+
+
+def test_down_stops_the_step_through_scancel_so_its_sigterm_handler_runs(slurm, tmp_path):
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 2}}
+        components:
+          server:
+            nodes: 1
+            command: {PY} {_graceful(tmp_path)}
+          trainer:
+            nodes: 1
+            depends_on: [server]
+            command: {PY} {_graceful(tmp_path)}
+            stop: {{signal: SIGTERM, timeout: 20}}
+    """)
+    r = slurm.rlsup("up", str(cfg), "-d")
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = slurm.job_of(run)
+    wait_for(lambda: "up on" in _log(run, "trainer") and "up on" in _log(run, "server"), 60, what="both up")
+    d = slurm.rlsup("down", "--run-dir", str(run))
+    assert d.returncode == 0, d.stdout + d.stderr
+    for comp in ("server", "trainer"):
+        log = _log(run, comp)
+        # SIGTERM to the srun client would have SIGKILLed the step with no grace: the handler finished.
+        assert "got SIGTERM: saving" in log and "saved, bye" in log, log
+    stopped = [e["component"] for e in _events(run, "stopped")]
+    assert stopped.index("trainer") < stopped.index("server")  # dependency order
+    wait_for(lambda: slurm.job_state(job) in ("COMPLETED", "GONE"), 30, what="the job ended")
+    wait_for(slurm.cluster.all_idle, 30, what="allocation released")
+
+
+def test_supervisor_killed_inside_the_job_is_replaced_and_adopts_the_steps(slurm, tmp_path):
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 2}}
+        components:
+          trainer:
+            nodes: 2
+            command: {PY} {_graceful(tmp_path)}
+    """)
+    assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
+    job = slurm.job_of(run)
+    wait_for(lambda: _log(run, "trainer").count("up on") == 2, 60, what="trainer up on both nodes")
+    owner = json.loads((run / "rlsup.lock").read_text())
+    steps_before = [s for s in slurm.cluster.steps(job) if s[1].startswith("rlsup:trainer")]
+    os.kill(owner["pid"], signal.SIGKILL)
+    wait_for(lambda: _events(run, "adopted", "trainer"), 60, what="the new supervisor adopted the trainer")
+    new_owner = json.loads((run / "rlsup.lock").read_text())
+    assert new_owner["pid"] != owner["pid"]
+    steps_after = [s for s in slurm.cluster.steps(job) if s[1].startswith("rlsup:trainer")]
+    assert steps_after == steps_before  # the same step ran on: adopted, not restarted
+    assert len(_events(run, "started", "trainer")) == 1
+    # ... and the adopted step still stops through Slurm, gracefully.
+    assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
+    assert _log(run, "trainer").count("saved, bye") == 2
+    wait_for(lambda: slurm.job_state(job) in ("COMPLETED", "GONE"), 30, what="the job ended")
+
+
+def test_attach_from_outside_the_allocation_through_an_srun_bridge(slurm, tmp_path):
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 1}}
+        components:
+          trainer:
+            command: {PY} {SCRIPTS}/stepper.py --total 40 --sleep 0.25
+            progress: {{preset: rlsup}}
+    """)
+    assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
+    job = slurm.job_of(run)
+    wait_for(lambda: _events(run, "started", "trainer"), 60, what="the trainer started")
+    # `rlsup status` from the login node, through `srun --overlap ... rlsup bridge` (forced here: this
+    # host sees the socket; on a cluster it is used when the supervisor's host is another).
+    st = slurm.rlsup("status", "--run-dir", str(run), "--json", env={"RLSUP_SLURM_BRIDGE": "srun"})
+    assert st.returncode == 0 and json.loads(st.stdout)["components"]["trainer"]["state"] in ("running", "completed")
+    a = slurm.popen("attach", "--run-dir", str(run), "--plain", env={"RLSUP_SLURM_BRIDGE": "srun"})
+    wait_for(lambda: any(s[1] == "rlsup:bridge" for s in slurm.cluster.steps(job)), 60, what="attach's bridge step")
+    a.kill()
+    # `rlsup up` again from the login node finds the live job (squeue --json) and follows it, here through
+    # `srun --jobid=J --overlap rlsup bridge` as on a cluster that bars SSH to compute nodes.
+    p = slurm.popen("up", str(cfg), "--plain", env={"RLSUP_SLURM_BRIDGE": "srun"})
+    wait_for(lambda: any(s[1] == "rlsup:bridge" for s in slurm.cluster.steps(job)), 60, what="the bridge step")
+    out, _ = p.communicate(timeout=90)
+    assert "already has job" in out or "a supervisor is already running" in out, out
+    assert "trainer" in out and "completed" in out, out
+    st = slurm.rlsup("status", "--run-dir", str(run), "--json")
+    assert json.loads(st.stdout)["components"]["trainer"]["state"] == "completed", st.stdout
+    # `rlsup fleet --slurm` lists it from squeue --json, ended, with how it ended.
+    fl = slurm.rlsup("fleet", "--slurm", "--json")
+    assert fl.returncode == 0, fl.stdout + fl.stderr
+    mine = [p for p in json.loads(fl.stdout)["pods"] if f"#{job} " in p["label"]]
+    assert mine and mine[0]["connected"] and "every component completed" in mine[0]["ended"]["note"], fl.stdout
+
+
+def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(slurm, tmp_path):
+    run = tmp_path / "run"
+    ck = tmp_path / "ckpt"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 2, requeue: true}}
+        components:
+          anchor:
+            nodes: 1
+            command: {PY} {_graceful(tmp_path)}
+          trainer:
+            nodes: 1
+            command: {PY} {SCRIPTS}/stepper.py --total 400 --sleep 0.1 --ckpt {ck} --ckpt-every 5
+            progress: {{preset: rlsup}}
+            resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
+    """)
+    assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
+    job = slurm.job_of(run)
+    wait_for(lambda: (ck / "step_10").exists(), 60, what="a checkpoint")
+    n2 = slurm.cluster.nodes[1]
+    t0 = time.monotonic()
+    slurm.cluster.kill_node(n2)  # its slurmd, slurmstepd and the trainer: the node is gone
+    flag = wait_for(lambda: [e for e in _events(run, "flag", "trainer") if e["type"] == "node_failure"], 90,
+                    what="the node failure seen")[0]
+    seen_s = time.monotonic() - t0
+    assert n2 in flag["message"] and "requeueing job" in flag["action"], flag
+    exited = wait_for(lambda: _events(run, "exited", "trainer"), 30, what="the trainer's exit journalled")
+    assert exited[0]["diagnosis"]["category"] == "node_failure" and exited[0]["diagnosis"]["node"] == n2
+    wait_for(lambda: slurm.job_state(job) in ("PENDING", "REQUEUED"), 60, what="the job requeued")
+    ckpt_before = max(int(p.name.split("_")[1]) for p in ck.glob("step_*"))
+    # The node comes back (ReturnToService=2); Slurm holds a requeued job for 120 s: the test lets it go now.
+    slurm.cluster.start_node(n2)
+    wait_for(lambda: slurm.cluster.node_states().get(n2, "").startswith("idle"), 60, what="the node back")
+    slurm.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+    wait_for(lambda: len(_events(run, "run_started")) >= 2, 120, what="the requeued supervisor")
+    again = _events(run, "run_started")[-1]
+    assert again["slurm"]["restart_count"] == 1 and again["slurm"]["job_id"] == job
+    resumed = wait_for(lambda: [e for e in _events(run, "started", "trainer") if e.get("resume")], 60,
+                       what="the trainer resumed")[-1]
+    assert resumed["resume"]["step"] >= 10 and resumed["resume"]["step"] <= ckpt_before
+    wait_for(lambda: f"starting at step {resumed['resume']['step'] + 1}" in _log(run, "trainer"), 60,
+             what="the trainer going on from its checkpoint")
+    print(f"node failure seen after {seen_s:.1f}s")
+    assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
+
+
+def test_down_cancels_a_job_that_is_still_pending(slurm, tmp_path):
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 2}}
+        components:
+          trainer: {{nodes: 2, command: sleep 60}}
+    """)
+    blocker = slurm.cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 600").stdout.strip()
+    r = slurm.rlsup("up", str(cfg), "-d")
+    assert r.returncode == 0 and "PENDING" in r.stdout, r.stdout + r.stderr
+    job = slurm.job_of(run)
+    d = slurm.rlsup("down", "--run-dir", str(run))
+    assert d.returncode == 0 and f"job {job} was PENDING" in d.stdout, d.stdout + d.stderr
+    wait_for(lambda: slurm.job_state(job) in ("CANCELLED", "GONE"), 30, what="the job cancelled")
+    slurm.cluster.run("scancel", blocker)

@@ -1,0 +1,171 @@
+"""The `slurm:` block, per-component nodes/gpus/colocate and the RLSUP_NODES/HEAD/NNODES variables."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rlsup.supervisor.config import ConfigError, load_config
+from rlsup.supervisor.slurm import jobs, placement
+from rlsup.supervisor.slurm.launcher import SlurmLauncher
+
+BASE = """\
+run_dir: {run}
+slurm:
+  nodes: 2
+  gpus_per_node: 8
+  partition: gpu
+  time: "24:00:00"
+  requeue: true
+  sbatch_args: [--account=rl]
+components:
+  inference:
+    nodes: 1
+    gpus: 8
+    command: python -m sglang.launch_server --host 0.0.0.0 --port 30000
+    ready: {{http: "http://${{RLSUP_HEAD_INFERENCE}}:30000/health"}}
+  trainer:
+    nodes: 1
+    command: torchrun --nnodes ${{RLSUP_NNODES_TRAINER}} --rdzv-endpoint ${{RLSUP_HEAD_TRAINER}}:29500 train.py
+    depends_on: {{inference: ready}}
+  orchestrator:
+    colocate: trainer
+    command: python -m orch --inference http://${{RLSUP_HEAD_INFERENCE}}:30000
+"""
+
+
+def _write(tmp_path, text: str):
+    p = tmp_path / "c.yaml"
+    p.write_text(text.format(run=tmp_path / "run"))
+    return p
+
+
+def _problems(tmp_path, text: str, environ=None) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        load_config(_write(tmp_path, text), environ=environ)
+    return [str(p) for p in e.value.problems]
+
+
+def test_inside_the_job_every_component_knows_every_components_nodes(tmp_path):
+    env = {**os.environ, "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "gpu-[07-08]"}
+    cfg = load_config(_write(tmp_path, BASE), environ=env)
+    assert cfg.placement == {"inference": ["gpu-07"], "trainer": ["gpu-08"], "orchestrator": ["gpu-08"]}
+    assert cfg.components["trainer"].command.startswith("torchrun --nnodes 1 --rdzv-endpoint gpu-08:29500")
+    assert cfg.components["inference"].ready.http == "http://gpu-07:30000/health"
+    assert cfg.components["inference"].gpu_count == 8 and cfg.components["inference"].gpus is None
+    assert placement.variables(cfg.placement)["RLSUP_NODES_ORCHESTRATOR"] == "gpu-08"
+    launcher = SlurmLauncher.for_run(cfg, env)
+    argv = launcher.argv("inference", 3, ["python", "x.py"])
+    assert argv[1:] == ["--jobid=42", "--job-name=rlsup:inference:3", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
+                        "--exact", "--gres=gpu:8", "-l", "--kill-on-bad-exit=1", "--nodelist=gpu-07", "--",
+                        "python", "x.py"]
+    assert "--gres=none" in launcher.argv("orchestrator", 1, ["x"])  # a CPU component takes no GPU of the job
+
+
+def test_on_a_login_node_placeholders_stand_in_and_nothing_is_a_step(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    cfg = load_config(_write(tmp_path, BASE), environ=env)
+    assert cfg.placement["trainer"] == ["c-node-1"]
+    assert SlurmLauncher.for_run(cfg, env) is None
+
+
+def test_without_the_block_nothing_changes(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("components:\n  a: {command: 'true', gpus: [0, 1]}\n")
+    cfg = load_config(p, environ={"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n1"})
+    assert cfg.slurm is None and cfg.placement == {} and cfg.components["a"].gpus == [0, 1]
+    assert SlurmLauncher.for_run(cfg, {"SLURM_JOB_ID": "1"}) is None
+
+
+def test_slurm_keys_are_checked_with_file_line_col(tmp_path):
+    out = _problems(tmp_path, BASE.replace('time: "24:00:00"', "time: tomorrow"))
+    assert out == [f"{tmp_path}/c.yaml:6:9: slurm.time: time 'tomorrow' is not a Slurm time limit (minutes, "
+                   "HH:MM:SS, or D-HH:MM:SS)"]
+    text = BASE.replace("colocate: trainer", "colocate: trainr").replace("gpus: 8", "gpus: 9") \
+        .replace("  trainer:\n    nodes: 1", "  trainer:\n    nodes: 3")
+    out = _problems(tmp_path, text)
+    assert any(":12:11: components.inference.gpus: 9 GPUs per node, but the allocation has "
+               "slurm.gpus_per_node: 8" in o for o in out), out
+    assert any(":16:12: components.trainer.nodes: 3 nodes, but the allocation has slurm.nodes: 2" in o
+               for o in out), out
+    assert any(":20:15: components.orchestrator.colocate: unknown component 'trainr'; did you mean 'trainer'?" in o
+               for o in out), out
+
+
+def test_a_gpu_count_or_nodes_without_the_block_is_an_error_that_says_what_to_write(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("components:\n  a:\n    command: 'true'\n    gpus: 2\n    nodes: 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    out = [str(x) for x in e.value.problems]
+    assert any(":4:11: components.a.gpus: a GPU count needs a `slurm:` block" in o and "gpus: [0, 1]" in o
+               for o in out), out
+    assert any(":5:5: components.a.nodes: `nodes` places a component on nodes of a Slurm allocation" in o
+               for o in out), out
+
+
+def test_gpu_indices_with_the_block_say_to_write_a_count(tmp_path):
+    out = _problems(tmp_path, BASE.replace("gpus: 8", "gpus: [0, 1]"))
+    assert any("components.inference.gpus: with a `slurm:` block, `gpus` is a count per node and Slurm picks "
+               "the GPUs: write `gpus: 2`" in o for o in out), out
+
+
+@pytest.mark.parametrize("expr,names", [
+    ("n1", ["n1"]), ("rn[1-3]", ["rn1", "rn2", "rn3"]), ("gpu-[07-09,12]", ["gpu-07", "gpu-08", "gpu-09", "gpu-12"]),
+    ("a[1-2],b3", ["a1", "a2", "b3"]), ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+])
+def test_slurm_host_lists_expand_in_order(expr, names):
+    assert placement.expand_hostlist(expr) == names
+
+
+def test_placement_takes_nodes_in_file_order_and_wraps():
+    comps = {"a": {"nodes": 2}, "b": {"nodes": 1}, "c": {"colocate": "b"}, "d": {}}
+    assert placement.place(comps, ["n1", "n2"]) == {"a": ["n1", "n2"], "b": ["n1"], "c": ["n1"], "d": ["n1"]}
+    assert placement.place(comps, ["n1", "n2", "n3"])["b"] == ["n3"]
+
+
+def test_the_batch_script_runs_the_supervisor_headless_and_resumes_after_a_requeue(tmp_path):
+    cfg = load_config(_write(tmp_path, BASE), environ={})
+    argv = jobs.sbatch_argv(cfg, cfg.run_dir, "/work")
+    assert "--nodes=2" in argv and "--gres=gpu:8" in argv and "--partition=gpu" in argv and "--time=24:00:00" in argv
+    assert "--requeue" in argv and "--no-kill" in argv and argv[-1] == "--account=rl"
+    assert f"--comment=rlsup run_dir={cfg.run_dir}" in argv and "--job-name=rlsup:c" in argv
+    script = jobs.batch_script(str(tmp_path / "c.yaml"), cfg.run_dir, python="/venv/bin/python")
+    assert "/venv/bin/python -m rlsup.supervisor.cli up" in script and "--headless" in script
+    assert 'SLURM_RESTART_COUNT:-0}" -gt 0 ]; then resume="--resume"' in script
+
+
+MOUNTINFO = [
+    "22 1 0:21 / / rw,relatime - ext4 /dev/sda1 rw",
+    "30 22 0:40 / /shared rw,relatime - nfs4 fs:/export rw",
+    "31 22 0:41 / /lustre rw,relatime - lustre 10.0.0.1@o2ib:/fs rw",
+]
+
+
+def test_a_run_dir_on_a_local_disk_is_an_error_for_a_multi_node_cluster():
+    from rlsup.supervisor.slurm.shared import problem
+
+    found = problem("/home/me/runs/x", hosts=["gpu-01", "gpu-02"], mountinfo=MOUNTINFO)
+    assert found is not None and "ext4" in found[0] and "shared filesystem" in found[1]
+    assert problem("/shared/me/runs/x", hosts=["gpu-01", "gpu-02"], mountinfo=MOUNTINFO) is None
+    assert problem("/lustre/runs/x", hosts=["gpu-01"], mountinfo=MOUNTINFO) is None
+
+
+def test_a_cluster_whose_every_node_is_this_host_sees_any_filesystem():
+    import socket
+
+    from rlsup.supervisor.slurm.shared import problem
+
+    assert problem("/home/me/runs/x", hosts=[socket.gethostname()] * 2, mountinfo=MOUNTINFO) is None
+
+
+def test_a_gpu_keeps_its_node_through_the_socket_json():
+    from rlsup.supervisor.gpu import GpuInfo, GpuSample, HostInfo
+
+    g = GpuInfo(0, "NVIDIA A40", None, 1.0, 2.0, 3.0, None, None, None, node="gpu-07")
+    s = GpuSample(1.0, "fake", (g, GpuInfo(1, "A40", None, None, None, None, None, None, None)), None,
+                  HostInfo(0.0, 1, 0.0, 1.0, 0.0))
+    d = s.to_dict()
+    assert d["gpus"][0]["node"] == "gpu-07" and "node" not in d["gpus"][1]  # one-machine samples unchanged
+    assert GpuSample.from_dict(d).gpus[0].node == "gpu-07"
