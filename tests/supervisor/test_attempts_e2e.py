@@ -13,7 +13,7 @@ import os
 import signal
 from pathlib import Path
 
-from conftest import PY, SCRIPTS, pid_alive, read_events, rlsup, wait_for, write_config
+from tests.conftest import PY, SCRIPTS, pid_alive, read_events, rlsup, wait_for, write_config
 
 DEATHS = SCRIPTS / "deaths.py"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import pid_alive, read_events, wait_for, write_config
+from tests.conftest import pid_alive, read_events, wait_for, write_config
 
 
 def test_without_cgroups_and_inotify_everything_still_works(tmp_path, headless):

@@ -7,7 +7,7 @@ import json
 import resource
 import subprocess
 
-from conftest import PY, cli_env, write_config
+from tests.conftest import PY, cli_env, write_config
 
 
 def test_components_keep_the_limit_the_supervisor_raised_for_itself(tmp_path):

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from conftest import wait_for, write_config
+from tests.conftest import wait_for, write_config
 
 WINDOW_S = 10.0
 

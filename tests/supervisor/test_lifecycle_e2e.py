@@ -17,7 +17,7 @@ import signal
 import time
 from pathlib import Path
 
-from conftest import PY, SCRIPTS, kinds, read_events, rlsup, wait_for, write_config
+from tests.conftest import PY, SCRIPTS, kinds, read_events, rlsup, wait_for, write_config
 
 STEPPER = f"{PY} {SCRIPTS / 'stepper.py'}"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import SCRIPTS, write_config
+from tests.conftest import SCRIPTS, write_config
 
 
 def test_flood_every_line_on_disk(tmp_path, headless):
@@ -53,7 +53,7 @@ def test_an_exit_seen_late_still_counts_the_whole_output(tmp_path, headless):
     import os
     import signal
 
-    from conftest import wait_for
+    from tests.conftest import wait_for
 
     n = 300_000
     cfg = write_config(tmp_path, f"""

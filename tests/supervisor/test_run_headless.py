@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from conftest import free_port, kinds, pid_alive, wait_for, write_config
+from tests.conftest import free_port, kinds, pid_alive, wait_for, write_config
 
 
 def test_restart_backoff_then_give_up(tmp_path, headless):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import read_events, rlsup, write_config
+from tests.conftest import read_events, rlsup, write_config
 
 PAT = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 COOKIE = "s%3A9f8e7d6c5b4a39281716051a2b3c4d5e6f"

@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from conftest import pid_alive, wait_for, write_config
+from tests.conftest import pid_alive, wait_for, write_config
 
 from rlsup.supervisor.client import Session, unix_connector
 

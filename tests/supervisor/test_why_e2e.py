@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import PY, SCRIPTS, read_events, rlsup, wait_for, write_config
+from tests.conftest import PY, SCRIPTS, read_events, rlsup, wait_for, write_config
 
 DEATHS = SCRIPTS / "deaths.py"
 

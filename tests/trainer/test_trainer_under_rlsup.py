@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import free_port, kinds
+from tests.conftest import free_port, kinds
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -60,7 +60,7 @@ def test_chaos_demo_is_diagnosed_resumed_and_completes(tmp_path, headless):
 
 @pytest.mark.slow
 def test_manual_resume_from_a_chosen_checkpoint(tmp_path, headless):
-    from conftest import rlsup, wait_for
+    from tests.conftest import rlsup, wait_for
 
     env = {"RLSUP_DEMO_PORT": str(free_port()), "RLSUP_DEMO_STEPS": "3000", "RLSUP_CHAOS_TRAINER": "none",
            "RLSUP_CHAOS_INFERENCE": "none", "RLSUP_CHAOS_ORCHESTRATOR": "none"}
