@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal as signal_mod
 import socket
@@ -33,7 +34,7 @@ from .component import Component
 from .config import Config
 from .daemonlog import say
 from .inotify import IN_CLOSE_WRITE, IN_CREATE, IN_MODIFY, IN_MOVED_TO, IN_Q_OVERFLOW, Inotify
-from .journal import Journal, read_events, write_json_atomic
+from .journal import Journal, StateFile, read_events
 from .logs import Position, RingBudget
 from .process import (
     Attempt,
@@ -50,7 +51,7 @@ from .process import (
     terminate_processes,
     usage,
 )
-from .rundir import RunLock, RunPaths
+from .rundir import RunLock, RunPaths, keep_spare_records
 from .shim import PROTOCOL as MONITOR_PROTOCOL
 from .version import VERSION
 
@@ -85,6 +86,8 @@ class Run:
     def __init__(self, cfg: Config, *, clock: Clock | None = None, gpu_sampler: Any = None, serve: bool = True):
         self.cfg = cfg
         self.paths = RunPaths(Path(cfg.run_dir))
+        self._state_file = StateFile(self.paths.state)
+        self._spares_wanted = 2
         self.clock: Clock = clock or SystemClock()
         self.gpu_sampler = gpu_sampler
         self.serve = serve
@@ -238,6 +241,8 @@ class Run:
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
         self.journal = Journal(self.paths.events)
         names = self.cfg.topo_order()
+        self._spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
+        keep_spare_records(self.paths.monitors, self._spares_wanted)
         self.state = self._replayed or state_mod.initial({}, names)
         for n in names:
             self.state["components"].setdefault(n, state_mod.new_component())
@@ -436,8 +441,9 @@ class Run:
                 self.loop.remove_reader(fd)
         if self.notifier is not None:
             self.notifier.close(5.0)
-        if self.journal is not None:
-            self.journal.close()
+        if self.journal is not None and (lost := self.journal.close()):
+            say(f"rlsup: {lost} events could not be written to {self.paths.events}: the disk stayed full "
+                f"past the run's reserved space (state.json has the run's final state)")
         with contextlib.suppress(ValueError, RuntimeError):
             self.loop.remove_signal_handler(signal_mod.SIGCHLD)
         self.lock.release()
@@ -793,10 +799,17 @@ class Run:
         t0 = self._state_written_at = time.monotonic()
         if self.journal is not None and self.journal.pending:
             self.journal.flush()  # a disk that had no room may have room again
+        if self.journal is not None and not self.journal.pending and self.journal.unsaid:
+            n = self.journal.take_unsaid()
+            self.emit(ev.FlagRaised(None, type="journal_gap", message=(
+                f"{n} events could not be written to {self.paths.events} while the disk was full (the "
+                "oldest pending ones were dropped); their effect is in state.json")))
         try:
-            write_json_atomic(self.paths.state, self.snapshot_state(with_positions=True))
+            self._state_file.write((json.dumps(self.snapshot_state(with_positions=True), indent=1,
+                                               default=str) + "\n").encode())
         except OSError:
             pass  # disk trouble is flagged by the monitors; state.json catches up later
+        keep_spare_records(self.paths.monitors, self._spares_wanted)  # those used on a full disk, again
         self._state_write_cost = time.monotonic() - t0
 
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
