@@ -138,3 +138,32 @@ def test_down_on_a_full_disk_writes_every_event(fault_run, token, small_disk):
     assert tail and tail[-1][0] == "run_ended", tail
     for name in ("ticker", "flood"):
         assert ("stopped", name) in tail, tail
+
+
+def test_a_new_supervisor_adopts_the_run_on_a_full_disk(fault_run, token, small_disk):
+    """The supervisor is killed; the disk is full when the next one takes the run dir over: it adopts
+    the running components (same pids), and restart and down work."""
+    import signal
+
+    run = fault_run(run_dir=small_disk / "run")
+    run.write_config(CONFIG)
+    run.up("--skip-checks")
+    for name in ("ticker", "flood"):
+        run.wait_event(lambda e, n=name: e["kind"] == "started" and e["component"] == n, what=f"{name} started")
+    pids = {n: c["pid"] for n, c in run.status()["components"].items()}
+    os.kill(run.pid, signal.SIGKILL)
+    _fill(small_disk)
+    r = run.up("--skip-checks", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr + run.daemon_log()
+    st = run.wait_status(lambda s: all(c["state"] == "running" for c in s["components"].values()),
+                         what="both adopted")
+    assert {n: c["pid"] for n, c in st["components"].items()} == pids
+    assert run.cli("restart", "ticker", timeout=30).returncode == 0
+    run.wait_status(lambda s: s["components"]["ticker"]["attempt"] == 2 and s["components"]["ticker"]["state"]
+                    == "running", what="ticker restarted after adoption")
+    down = run.down(timeout=LIVENESS_S)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert_no_orphans(token, run.run_dir)
+    events = journal(run.run_dir)
+    assert [e["kind"] for e in events][-1] == "run_ended"
+    assert sum(e["kind"] == "adopted" for e in events) == 2
