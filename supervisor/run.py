@@ -34,7 +34,7 @@ from .component import Component
 from .config import Config
 from .daemonlog import say
 from .inotify import IN_CLOSE_WRITE, IN_CREATE, IN_MODIFY, IN_MOVED_TO, IN_Q_OVERFLOW, Inotify
-from .journal import Journal, StateFile, read_events
+from .journal import Journal, StateFile, keep_spare_records, read_events
 from .logs import Position, RingBudget
 from .process import (
     Attempt,
@@ -51,7 +51,7 @@ from .process import (
     terminate_processes,
     usage,
 )
-from .rundir import RunLock, RunPaths, keep_spare_records
+from .rundir import RunLock, RunPaths
 from .shim import PROTOCOL as MONITOR_PROTOCOL
 from .version import VERSION
 

@@ -94,41 +94,6 @@ class RunPaths:
             check_owned_entry(p)
 
 
-def keep_spare_records(monitors: Path, want: int) -> int:
-    """Keep ``want`` spare monitor-record slots in ``monitors/`` (up to the monitors' own cap), written
-    in full while the disk has room: a monitor that cannot create its record on a full disk writes it
-    into one in place (:meth:`shim.Record.create`). Returns how many spares there are."""
-    from . import shim
-
-    want = min(want, shim.SPARE_SLOTS_MAX)
-    try:
-        have = sum(n.startswith(shim.SPARE_PREFIX) for n in os.listdir(monitors))
-    except OSError:
-        return 0
-    from .journal import has_room
-
-    if have < want and not has_room(monitors, (want - have + 4) * shim.RECORD_SIZE):
-        return have  # a full disk: trying would only take blocks and give them back
-    while have < want:
-        tmp = monitors / f".new-spare.{os.getpid()}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            try:
-                view = memoryview(b" " * (shim.RECORD_SIZE - 1) + b"\n")
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, monitors / f"{shim.SPARE_PREFIX}{os.getpid()}.{time.monotonic_ns()}")
-        except OSError:  # no room now: the next call tries again
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            break
-        have += 1
-    return have
-
-
 def check_parent(parent: Path) -> None:
     st = os.stat(parent)
     if st.st_uid not in (os.geteuid(), 0):
