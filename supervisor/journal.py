@@ -44,7 +44,11 @@ def reserve_space(fd: int, offset: int, length: int) -> bool:
             _libc = False
     if not _libc:
         return False
-    return _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
+    if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    if ctypes.get_errno() in (errno.EOPNOTSUPP, errno.ENOSYS):
+        raise NotImplementedError("fallocate is not supported here")
+    return False
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -109,10 +113,13 @@ class Journal:
 
     def _top_up(self, size: int) -> None:
         """Keep ``reserve`` bytes allocated past ``size``: asked again once half of it is used."""
-        if (self.reserve and size + self.reserve // 2 >= self._reserved_end
-                and has_room(self.path.parent, self.reserve)  # a failed fallocate churns blocks
-                and reserve_space(self._fd, size, self.reserve)):
-            self._reserved_end = size + self.reserve
+        try:
+            if (self.reserve and size + self.reserve // 2 >= self._reserved_end
+                    and has_room(self.path.parent, self.reserve)  # a failed fallocate churns blocks
+                    and reserve_space(self._fd, size, self.reserve)):
+                self._reserved_end = size + self.reserve
+        except NotImplementedError:  # a file system without it (NFS, some FUSE): no reserve, no retries
+            self.reserve = 0
 
     def take_unsaid(self) -> int:
         """Events dropped since the last call (to be told once the journal takes records again)."""
@@ -234,7 +241,7 @@ class StateFile:
                     os.fsync(fd)
                 else:
                     reserve_space(fd, have, STATE_HEADROOM)
-            except OSError:
+            except (OSError, NotImplementedError):
                 pass
             finally:
                 os.close(fd)
@@ -258,7 +265,7 @@ class StateFile:
                     continue
                 os.pwrite(fd, data + b" " * max(0, have - len(data)), 0)
                 os.fsync(fd)
-            except OSError:
+            except (OSError, NotImplementedError):
                 continue
             finally:
                 os.close(fd)

@@ -131,7 +131,7 @@ test_masked_however_the_log_caps_the_line, test_masked_however_the_log_caps_the_
 test_masked_however_an_event_field_is_cut, test_masked_however_an_event_field_is_cut_random_seed = _prop(_slice_prop)
 
 
-@settings(max_examples=40, deadline=None, database=None)
+@settings(max_examples=25, deadline=None, database=None)
 @given(s=SECRETS, template=st.sampled_from(TEMPLATES), cap=st.integers(1, 120))
 def test_any_generated_secret_alone(s: str, template: str, cap: int) -> None:
     """Secrets Hypothesis makes up (and shrinks on failure), each the only secret of its run."""
