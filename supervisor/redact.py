@@ -39,6 +39,7 @@ MASK = "***"
 # What the log path appends where it caps a long line (logs.TRUNC_MARK); text before it may end in
 # the beginning of a secret.
 TRUNC_AT = " …[truncated "
+CUT = "…"  # where text was cut (the cap's marker, an excerpt cut to a width)
 # The shortest piece of a known secret masked where text was cut through the secret.
 MIN_FRAGMENT = 3
 # Values shorter than this are not treated as secrets: "1", "no", "cpu" would mask half the log.
@@ -409,7 +410,7 @@ class Redactor:
             if span is not None:
                 found.append(span)
             pos = m.start() + 1
-        if self.secrets and TRUNC_AT in text:
+        if self.secrets and CUT in text:
             found += self._cut_spans(text)
         if edges and self.secrets:
             if MIN_FRAGMENT <= len(text) < self._longest and any(text in v for v in self.secrets):
@@ -428,17 +429,22 @@ class Redactor:
         return spans
 
     def _cut_spans(self, text: str) -> list[tuple[int, int]]:
-        """The start of a known secret right before a cap's ``…[truncated N chars]`` marker: the cap
-        cut the secret, so its whole value is not there to be found."""
+        """Around each "…" (the log cap's ``…[truncated N chars]``, an excerpt cut to a width in a
+        report or an event): the beginning of a known secret right before it, and the end of one right
+        after it. The cut split the secret, so its whole value is not there to be found."""
         out: list[tuple[int, int]] = []
-        i = text.find(TRUNC_AT)
+        i = text.find(CUT)
         while i >= 0:
             line_start = text.rfind("\n", 0, i) + 1
-            out += self._edge_spans(text, line_start, i, start=False)
-            i = text.find(TRUNC_AT, i + 1)
+            line_end = text.find("\n", i)
+            line_end = len(text) if line_end < 0 else line_end
+            end = i - 1 if i > line_start and text[i - 1] == " " else i
+            out += self._edge_spans(text, line_start, end, start=False)
+            out += self._edge_spans(text, i + 1, line_end, end=False)
+            i = text.find(CUT, i + 1)
         return out
 
-    def _edge_spans(self, text: str, lo: int, hi: int, start: bool = True) -> list[tuple[int, int]]:
+    def _edge_spans(self, text: str, lo: int, hi: int, start: bool = True, end: bool = True) -> list[tuple[int, int]]:
         """Within ``text[lo:hi]``: the longest beginning of a known secret that ends it at ``hi``, and
         (``start``) the longest ending of one that begins it at ``lo``; :data:`MIN_FRAGMENT` characters
         or more. Cut text (a cap, a slice to a length) keeps such a piece of a secret in clear.
@@ -446,7 +452,7 @@ class Redactor:
         first) characters of the window, not one per secret."""
         out: list[tuple[int, int]] = []
         longest = self._longest
-        for p in range(max(lo, hi - longest + 1), hi - MIN_FRAGMENT + 1):  # longest piece first
+        for p in range(max(lo, hi - longest + 1), hi - MIN_FRAGMENT + 1) if end else ():  # longest piece first
             k = hi - p
             for v in self._by_first.get(text[p], ()):
                 if len(v) > k and text.startswith(v[:k], p):

@@ -160,3 +160,12 @@ def test_the_cases_the_issues_name() -> None:
     lines, _ = LineNormaliser(line_cap=20).feed(f"0123456789 {token}\n".encode())
     assert red.redact_lines(lines)[0].startswith("0123456789 ***" + TRUNC_AT)
     assert red.redact_obj([token[3:12]]) == ["***"]  # a slice from the middle of it, in an event
+
+
+def test_a_secret_cut_by_an_excerpt_marker_is_masked_on_both_sides() -> None:
+    token = "tok_9f8e7d6c5b4a3"
+    red = Redactor.for_run([{"SERVICE_TOKEN": token}])
+    line = f"evidence: …{token[6:]} then {token[:9]}… and {token[:9]} …[truncated 40 chars]"
+    out = red.redact_text(line)
+    assert token[6:] not in out and token[:9] not in out, out
+    assert out == "evidence: …*** then ***… and *** …[truncated 40 chars]", out
