@@ -84,14 +84,39 @@ def _resume(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
     return {"ok": True, "message": f"restarting {name} from step {ck.step} ({ck.path})"}
 
 
+def parse_signal(text: object) -> signal_mod.Signals:
+    """A real signal from ``TERM``, ``SIGTERM``, ``sigterm`` or ``15``; ValueError saying what is
+    accepted otherwise. ``signal`` module attributes that are not signals (``SIG_IGN``, ``SIG_DFL``,
+    ``SIG_BLOCK``: small integers that would send SIGHUP or SIGINT) and signal 0 are refused."""
+    raw = str(text).strip()
+    if raw.lstrip("+").isdigit():
+        num = int(raw)
+        if num in {int(s) for s in signal_mod.valid_signals()} and num > 0:
+            try:
+                return signal_mod.Signals(num)
+            except ValueError:
+                pass  # a real-time signal without a name
+        raise ValueError(f"no signal number {raw} on this system")
+    name = raw.upper()
+    name = name if name.startswith("SIG") else "SIG" + name
+    member = signal_mod.Signals.__members__.get(name)
+    if member is None:
+        common = "TERM, INT, HUP, QUIT, USR1, USR2, KILL, STOP, CONT"
+        raise ValueError(f"unknown signal {raw!r}: give a signal name ({common}, with or without SIG) or its "
+                         "number")
+    return member
+
+
 def _signal(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
     c = run.components[name]
-    sig = str(args.get("signal", "SIGTERM")).upper()
-    signum = getattr(signal_mod, sig if sig.startswith("SIG") else "SIG" + sig, None)
-    if not isinstance(signum, int) or c.current is None:
-        return {"ok": False, "error": f"cannot signal {name} ({'unknown signal' if c.current else 'not running'})"}
-    c.current.signal(signum)
-    return {"ok": True, "message": f"sent {sig} to {name}'s process tree"}
+    try:
+        sig = parse_signal(args.get("signal", "SIGTERM"))
+    except ValueError as e:
+        return {"ok": False, "error": f"cannot signal {name}: {e}"}
+    if c.current is None:
+        return {"ok": False, "error": f"cannot signal {name} (not running)"}
+    c.current.signal(sig)
+    return {"ok": True, "message": f"sent {sig.name} to {name}'s process tree"}
 
 
 COMMANDS: dict[str, Callable[[Run, str, str, dict[str, Any]], Reply]] = {

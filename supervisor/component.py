@@ -362,7 +362,7 @@ class Component:
                     self.name, type="disk_full", message=f"cannot write {self.ctx.paths.log(self.name)}: {err}",
                     evidence=[err], action="still supervising; the monitor drains the output and counts what it "
                                            "drops (a marker line says how much once the disk has room)"))
-            elif not err and self.log_error:
+            elif not err and self.log_error and rec.get("log_ok", True):  # a write really succeeded
                 self.log_error = None
                 self.ctx.emit(ev.FlagCleared(self.name, type="disk_full",
                                              message=f"log writable again; {rec.get('lost_bytes', 0)} bytes were lost"))

@@ -63,8 +63,8 @@ def gate(name: str, cfg: Config, seen: Mapping[str, Seen]) -> lc.DepsMet | lc.De
             ok = d.state == "completed"
         elif cond == "ready":
             ok = d.state == "running"
-        else:
-            ok = d.state in ("starting", "running")
+        else:  # started: its process exists (not merely being spawned), so its `started` comes first
+            ok = d.state == "running" or (d.state == "starting" and d.started_at is not None)
         if not ok:
             waiting.append(f"{dep} ({cond}; now {d.state})")
     return lc.DepsWaiting(tuple(waiting)) if waiting else lc.DepsMet()

@@ -144,6 +144,8 @@ def run_checks(
     if not fast:
         _check_modules(ctx)
         _check_gpus(ctx, gpu_sampler)
+    else:
+        _check_modules_quick(ctx)
     if smoke:
         _run_smokes(ctx, smoke_timeout)
     return ctx.findings
@@ -570,6 +572,102 @@ def _check_modules(ctx: _Ctx) -> None:
                     f"looking up module {mod!r} in {interp} failed: {last}",
                     "importing its parent package raises; run "
                     f"`{interp} -c 'import {mod}'` to see the traceback", path)
+
+
+# The quick module check of `up`: one interpreter per (interpreter, cwd, Python path settings)
+# looks up every module given on its argv and prints one line each as it goes ("ok M", "missing M
+# TOP-FOUND", "error M TEXT"). A package's submodule is first looked up in the package's folders
+# without importing the package (fast, no side effects); only where that finds nothing is the
+# package imported (its __init__ may extend its path) to be sure.
+_FIND_SPECS = (
+    "import importlib.machinery as m, importlib.util as u, sys\n"
+    "for mod in sys.argv[1:]:\n"
+    "    top = mod.split('.')[0]\n"
+    "    try:\n"
+    "        s = u.find_spec(top)\n"
+    "        if s is not None and mod != top:\n"
+    "            parts, q = mod.split('.'), s\n"
+    "            for i in range(2, len(parts) + 1):\n"
+    "                loc = q.submodule_search_locations\n"
+    "                q = m.PathFinder.find_spec('.'.join(parts[:i]), list(loc)) if loc is not None else None\n"
+    "                if q is None:\n"
+    "                    break\n"
+    "            s = q or u.find_spec(mod)\n"
+    "            print('ok' if s is not None else 'missing', mod, 1, flush=True)\n"
+    "        else:\n"
+    "            print('ok' if s is not None else 'missing', mod, 0, flush=True)\n"
+    "    except ModuleNotFoundError:\n"
+    "        print('missing', mod, 1, flush=True)\n"
+    "    except BaseException as e:\n"
+    "        print('error', mod, (type(e).__name__ + ': ' + str(e)).replace('\\n', ' ')[:300], flush=True)\n"
+)
+QUICK_MODULES_S = 5.0  # `up` waits at most this long; what is not known by then is left to the run
+_PY_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "VIRTUAL_ENV")
+
+
+def _check_modules_quick(ctx: _Ctx) -> None:
+    """``up``'s check that each ``python -m MOD`` (and each console script's package) is importable by
+    the component's own interpreter: the wrong virtualenv is an error before anything starts,
+    rather than a run that says it is supervising and is fatal a second later."""
+    if not ctx.modules:
+        return
+    groups: dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]] = {}
+    for name, interp, mod, cwd, why in ctx.modules:
+        env = ctx.env_for(name, ctx.cfg.components[name])
+        key = (interp, cwd, *(env.get(k) for k in _PY_PATH_VARS))
+        entry = groups.setdefault(key, (interp, env, []))
+        if not any(n == name and m == mod for n, m, _ in entry[2]):
+            entry[2].append((name, mod, why))
+    procs = []
+    for (interp, cwd, *_), (_, env, wanted) in groups.items():
+        mods = list(dict.fromkeys(m for _, m, _ in wanted))
+        try:
+            proc = subprocess.Popen([interp, "-c", _FIND_SPECS, *mods], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            continue  # the command check already said why the interpreter cannot run
+        procs.append((interp, proc, wanted))
+    deadline = time.monotonic() + QUICK_MODULES_S
+    for interp, proc, wanted in procs:
+        try:
+            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, _ = proc.communicate()
+        found: dict[str, tuple[str, str]] = {}
+        for line in out.decode("utf-8", "replace").splitlines():
+            verdict, _, rest = line.partition(" ")
+            mod, _, detail = rest.partition(" ")
+            found[mod] = (verdict, detail)
+        for name, mod, why in wanted:
+            verdict, detail = found.get(mod, ("", ""))
+            if verdict == "missing":
+                _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
+            elif verdict == "error":
+                ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: {detail}",
+                        f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the "
+                        "traceback", ("components", name, "command"))
+
+
+def _module_missing(ctx: _Ctx, name: str, interp: str, mod: str, why: str, *, top_found: bool) -> None:
+    from .extras import install_hint, top_module
+
+    path = ("components", name, "command")
+    top = top_module(mod)
+    if top_found:
+        ctx.add("error", "command", name,
+                f"module {mod!r} is not importable by {interp}: {top!r} is installed there, but has no {mod!r}"
+                + (f" ({why})" if why else ""),
+                f"check the module's name, or install the version of {top!r} that has it into that "
+                f"environment ({interp} -m pip install ...)", path)
+        return
+    hint = install_hint(mod)
+    ctx.add("error", "command", name,
+            f"module {mod!r} is not importable by {interp}: package {top!r} is not installed there"
+            + (f" ({why})" if why else ""),
+            (f"{hint} (into that environment: {interp} -m {hint})" if hint and hint.startswith("pip ") else hint)
+            if hint else f"install it into that environment ({interp} -m pip install ...), put the component's "
+            "cwd or PYTHONPATH where the package is, or run rlsup from the right virtualenv", path)
 
 
 # -------------------------------------------------------------------------------------- shell vars

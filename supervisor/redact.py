@@ -26,14 +26,22 @@ raises on odd input; non-strings pass through.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 MASK = "***"
+# What the log path appends where it caps a long line (logs.TRUNC_MARK); text before it may end in
+# the beginning of a secret.
+TRUNC_AT = " …[truncated "
+CUT = "…"  # where text was cut (the cap's marker, an excerpt cut to a width)
+# The shortest piece of a known secret masked where text was cut through the secret.
+MIN_FRAGMENT = 3
 # Values shorter than this are not treated as secrets: "1", "no", "cpu" would mask half the log.
 MIN_SECRET_LEN = 4
 # A known value this short must also look unlike a word to be masked wherever it appears (see
@@ -331,11 +339,21 @@ class Redactor:
             if not isinstance(s, str) or len(s) < MIN_SECRET_LEN:
                 continue
             vals.add(s)
+            # As it shows up in a URL (percent-encoded) or in JSON output (escaped), too.
+            for shown in (quote(s, safe=""), json.dumps(s, ensure_ascii=False)[1:-1]):
+                if shown != s:
+                    vals.add(shown)
             if "\n" in s:  # a PEM key in a variable: log lines show it one line at a time
                 vals.update(line.strip() for line in s.splitlines() if len(line.strip()) >= _MIN_PLAIN_LEN)
         # Longest first: where two known values start at the same place, the longer one is masked.
         self.secrets: tuple[str, ...] = tuple(sorted(vals, key=len, reverse=True))
         self._re, self._groups = _build(self.secrets) if self.secrets else _PATTERN_ONLY
+        self._by_first: dict[str, list[str]] = {}
+        self._by_last: dict[str, list[str]] = {}
+        for v in self.secrets:
+            self._by_first.setdefault(v[0], []).append(v)
+            self._by_last.setdefault(v[-1], []).append(v)
+        self._longest = max(map(len, self.secrets), default=0)
 
     @classmethod
     def for_run(cls, envs: Iterable[Mapping[str, str]] = (), argvs: Iterable[Sequence[str]] = (),
@@ -374,23 +392,86 @@ class Redactor:
             return None
         return start, end  # sv, bv, av, cv, uv
 
-    def _spans(self, text: str) -> list[tuple[int, int]]:
-        """The secrets in ``text`` as (start, end), sorted, overlaps merged."""
-        spans: list[tuple[int, int]] = []
+    def _spans(self, text: str, edges: bool = False) -> list[tuple[int, int]]:
+        """The secrets in ``text`` as (start, end), sorted, overlaps merged.
+
+        The search goes on from the character after each match's anchor, not from the end of what it
+        masked: a branch's match starts at its anchor, which can lie inside or after another secret
+        (``https://TOKEN:x@h`` matches at the ":" before TOKEN and masks only ``x``; in
+        ``-TOKENapi_key=x`` the option branch swallows TOKEN as part of an option name), and that
+        other secret must be found too. ``edges``: also mask what is left of a known secret at either
+        end of ``text`` (a string cut to a length elsewhere), see :meth:`_cut_spans`.
+        """
+        found: list[tuple[int, int]] = []
         search = self._re.search
         pos = 0
         while (m := search(text, pos)) is not None:
             span = self._span(m)
-            if span is None:  # a candidate that is no secret: look again from its next character
-                pos = m.start() + 1
-                continue
-            start, end = span
-            if spans and start <= spans[-1][1]:  # overlapping secrets: mask their union once
-                spans[-1] = (min(start, spans[-1][0]), max(end, spans[-1][1]))
+            if span is not None:
+                found.append(span)
+            pos = m.start() + 1
+        if self.secrets and CUT in text:
+            found += self._cut_spans(text)
+        if edges and self.secrets:
+            if MIN_FRAGMENT <= len(text) < self._longest and any(text in v for v in self.secrets):
+                return [(0, len(text))]  # a cut that kept only the middle of a secret
+            found += self._edge_spans(text, 0, len(text))
+        if len(found) < 2:
+            return found
+        found.sort()
+        spans = [found[0]]
+        for start, end in found[1:]:
+            if start <= spans[-1][1]:  # overlapping secrets: mask their union once
+                if end > spans[-1][1]:
+                    spans[-1] = (spans[-1][0], end)
             else:
-                spans.append(span)
-            pos = max(end, m.start() + 1)
+                spans.append((start, end))
         return spans
+
+    def _cut_spans(self, text: str) -> list[tuple[int, int]]:
+        """Around each "…" (the log cap's ``…[truncated N chars]``, an excerpt cut to a width in a
+        report or an event): the beginning of a known secret right before it, and the end of one right
+        after it. The cut split the secret, so its whole value is not there to be found."""
+        out: list[tuple[int, int]] = []
+        i = text.find(CUT)
+        while i >= 0:
+            line_start = text.rfind("\n", 0, i) + 1
+            line_end = text.find("\n", i)
+            line_end = len(text) if line_end < 0 else line_end
+            end = i - 1 if i > line_start and text[i - 1] == " " else i
+            out += self._edge_spans(text, line_start, end, start=False)
+            out += self._edge_spans(text, i + 1, line_end, end=False)
+            i = text.find(CUT, i + 1)
+        return out
+
+    def _edge_spans(self, text: str, lo: int, hi: int, start: bool = True, end: bool = True) -> list[tuple[int, int]]:
+        """Within ``text[lo:hi]``: the longest beginning of a known secret that ends it at ``hi``, and
+        (``start``) the longest ending of one that begins it at ``lo``; :data:`MIN_FRAGMENT` characters
+        or more. Cut text (a cap, a slice to a length) keeps such a piece of a secret in clear.
+        Secrets are indexed by first and last character, so this costs a look at each of the last (and
+        first) characters of the window, not one per secret."""
+        out: list[tuple[int, int]] = []
+        longest = self._longest
+        for p in range(max(lo, hi - longest + 1), hi - MIN_FRAGMENT + 1) if end else ():  # longest piece first
+            k = hi - p
+            for v in self._by_first.get(text[p], ()):
+                if len(v) > k and text.startswith(v[:k], p):
+                    out.append((p, hi))
+                    break
+            else:
+                continue
+            break
+        if start:
+            for q in range(min(hi, lo + longest - 1) - 1, lo + MIN_FRAGMENT - 2, -1):
+                k = q + 1 - lo
+                for v in self._by_last.get(text[q], ()):
+                    if len(v) > k and text.startswith(v[-k:], lo):
+                        out.append((lo, q + 1))
+                        break
+                else:
+                    continue
+                break
+        return out
 
     @staticmethod
     def _apply(text: str, spans: list[tuple[int, int]]) -> str:
@@ -407,11 +488,13 @@ class Redactor:
         """The parts of ``text`` that :meth:`redact_text` masks, in order."""
         return [text[a:b] for a, b in self._spans(text)] if isinstance(text, str) else []
 
-    def redact_text(self, s: str) -> str:
-        """``s`` with every known secret value and credential-looking part replaced by ``***``."""
+    def redact_text(self, s: str, edges: bool = False) -> str:
+        """``s`` with every known secret value and credential-looking part replaced by ``***``;
+        ``edges``: ``s`` may have been cut to a length, so a piece of a known secret at either end is
+        masked too."""
         if not isinstance(s, str) or not s:
             return s
-        spans = self._spans(s)
+        spans = self._spans(s, edges)
         return self._apply(s, spans) if spans else s
 
     def redact_lines(self, lines: list[str]) -> list[str]:
@@ -430,8 +513,8 @@ class Redactor:
             return lines
         parts = self._apply(joined, spans).split("\n")
         if len(parts) != len(lines):  # a line held "\n" itself
-            return [self.redact_text(x) for x in lines]
-        return parts
+            parts = [self.redact_text(x) for x in lines]
+        return lines if parts == lines else parts  # "token: ***" masked again is unchanged
 
     def redact(self, obj: Any) -> Any:
         """:meth:`redact_obj` under a short name: any JSON-able value, redacted copy."""
@@ -466,7 +549,7 @@ class Redactor:
         secrets (``api_key``, ``env`` entries such as ``GITHUB_PAT``) become ``***``.
         """
         if isinstance(obj, str):
-            return self.redact_text(obj)
+            return self.redact_text(obj, edges=True)  # an event's text may be cut to a length
         if isinstance(obj, Mapping):
             out = {}
             for k, v in obj.items():

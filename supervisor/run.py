@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal as signal_mod
 import socket
@@ -34,7 +35,7 @@ from .component import Component
 from .config import Config
 from .daemonlog import say
 from .inotify import IN_CLOSE_WRITE, IN_CREATE, IN_MODIFY, IN_MOVED_TO, IN_Q_OVERFLOW, Inotify
-from .journal import Journal, read_events, write_json_atomic
+from .journal import Journal, StateFile, keep_spare_records, read_events
 from .logs import Position, RingBudget
 from .process import (
     Attempt,
@@ -86,6 +87,8 @@ class Run:
     def __init__(self, cfg: Config, *, clock: Clock | None = None, gpu_sampler: Any = None, serve: bool = True):
         self.cfg = cfg
         self.paths = RunPaths(Path(cfg.run_dir))
+        self._state_file = StateFile(self.paths.state)
+        self._spares_wanted = 2
         self.clock: Clock = clock or SystemClock()
         self.gpu_sampler = gpu_sampler
         self.serve = serve
@@ -242,6 +245,8 @@ class Run:
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
         self.journal = Journal(self.paths.events)
         names = self.cfg.topo_order()
+        self._spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
+        keep_spare_records(self.paths.monitors, self._spares_wanted)
         self.state = self._replayed or state_mod.initial({}, names)
         for n in names:
             self.state["components"].setdefault(n, state_mod.new_component())
@@ -362,25 +367,43 @@ class Run:
             self._write_state(force=True)
             return
         self._shutting_down = True
-        remaining = list(reversed(self.cfg.topo_order()))
         why = lc.Cause("shutdown", f"the run is ending: {self.end_reason}" if self.end_reason else "the run is ending")
-        while remaining:
-            wave = [n for n in remaining if not any(d in remaining for d in self.cfg.dependents(n))]
-            for n in wave:
+        # A component is stopped once every component that depends on it is quiet (Kahn's algorithm
+        # on the reversed graph: each edge is looked at once, so a 2,000-long chain of components
+        # that already ended takes milliseconds, not minutes). The round waits only when nothing
+        # became quiet in it.
+        order = self.cfg.topo_order()
+        deps = {n: {d for d in self.cfg.components[n].depends_on if d in self.components} for n in order}
+        waiting_on = dict.fromkeys(order, 0)  # dependents not yet quiet
+        for n in order:
+            for d in deps[n]:
+                waiting_on[d] += 1
+        stopping = [n for n in reversed(order) if not waiting_on[n]]
+        for n in stopping:
+            self.components[n].handle(lc.Shutdown(why))
+        while stopping:
+            still: list[str] = []
+            freed: list[str] = []
+            for n in stopping:
+                c = self.components[n]
+                if c.state not in lc.FINAL or c.busy:
+                    still.append(n)
+                    continue
+                for d in deps[n]:
+                    waiting_on[d] -= 1
+                    if not waiting_on[d]:
+                        freed.append(d)
+            for n in freed:
                 self.components[n].handle(lc.Shutdown(why))
-            for n in wave:
-                await self._wait_quiet(self.components[n])
-                remaining.remove(n)
+            if not freed and still:
+                await asyncio.sleep(0.02)
+            stopping = still + freed
         for c in self.components.values():
             await c.await_cleanups()
         left = await self.loop.run_in_executor(None, self._last_net)
         for c in self.components.values():
             c.flush_progress()
         self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left))
-
-    async def _wait_quiet(self, c: Component) -> None:
-        while c.state not in lc.FINAL or c.busy:
-            await asyncio.sleep(0.02)
 
     def _last_net(self) -> list[str]:
         """Nothing of this run may outlive it; returns what could not be ended. "Of this run": marked
@@ -448,8 +471,9 @@ class Run:
                 self.loop.remove_reader(fd)
         if self.notifier is not None:
             self.notifier.close(5.0)
-        if self.journal is not None:
-            self.journal.close()
+        if self.journal is not None and (lost := self.journal.close()):
+            say(f"rlsup: {lost} events could not be written to {self.paths.events}: the disk stayed full "
+                f"past the run's reserved space (state.json has the run's final state)")
         with contextlib.suppress(ValueError, RuntimeError):
             self.loop.remove_signal_handler(signal_mod.SIGCHLD)
         self.lock.release()
@@ -740,10 +764,17 @@ class Run:
         t0 = self._state_written_at = time.monotonic()
         if self.journal is not None and self.journal.pending:
             self.journal.flush()  # a disk that had no room may have room again
+        if self.journal is not None and not self.journal.pending and self.journal.unsaid:
+            n = self.journal.take_unsaid()
+            self.emit(ev.FlagRaised(None, type="journal_gap", message=(
+                f"{n} events could not be written to {self.paths.events} while the disk was full (the "
+                "oldest pending ones were dropped); their effect is in state.json")))
         try:
-            write_json_atomic(self.paths.state, self.snapshot_state(with_positions=True))
+            self._state_file.write((json.dumps(self.snapshot_state(with_positions=True), indent=1,
+                                               default=str) + "\n").encode())
         except OSError:
             pass  # disk trouble is flagged by the monitors; state.json catches up later
+        keep_spare_records(self.paths.monitors, self._spares_wanted)  # those used on a full disk, again
         self._state_write_cost = time.monotonic() - t0
 
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:

@@ -19,7 +19,8 @@ MONITORS = "monitors"
 SUPERVISOR_LOG = "supervisor.log"  # the daemon's stdout and stderr
 # Files rlsup itself opens in a run dir; none may be a link or belong to another user (nor may
 # anything in logs/ or monitors/, nor the temporary files of atomic writes).
-OWN_FILES = ("events.jsonl", "state.json", LOCK_NAME, SOCK_NAME, SUPERVISOR_LOG)
+OWN_FILES = ("events.jsonl", "state.json", LOCK_NAME, SOCK_NAME, SUPERVISOR_LOG, ".state.json.slot0",
+             ".state.json.slot1")
 
 
 class UnsafeRunDir(Exception):
@@ -175,8 +176,7 @@ class RunLock:
             os.close(fd)
             raise LockHeld(owner or {}) from None
         self.previous = read_owner(self.paths)
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({**info, "pid": os.getpid(), "host": socket.gethostname(),
+        _rewrite(fd, json.dumps({**info, "pid": os.getpid(), "host": socket.gethostname(),
                                  "started_at": time.time()}).encode())
         os.fsync(fd)
         self._fd = fd
@@ -186,13 +186,24 @@ class RunLock:
             return
         cur = read_owner(self.paths) or {}
         cur.update(info)
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, json.dumps(cur).encode(), 0)
+        _rewrite(self._fd, json.dumps(cur).encode())
 
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+LOCK_SIZE = 4096
+
+
+def _rewrite(fd: int, data: bytes) -> None:
+    """Rewrite the lock file in place, padded with JSON whitespace to what it held (at least
+    LOCK_SIZE): truncating first would give its block back, and on a full disk a component writing
+    flat out takes it before the new content could be written (a new supervisor could not take the
+    run over)."""
+    size = os.fstat(fd).st_size
+    os.pwrite(fd, data + b" " * max(0, max(size, LOCK_SIZE) - len(data) - 1) + b"\n", 0)
 
 
 def read_owner(paths: RunPaths) -> dict[str, Any] | None:

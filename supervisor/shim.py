@@ -43,6 +43,11 @@ import time
 
 PROTOCOL = 1
 RECORD_SIZE = 8192  # preallocated: updates never need a new block (a full disk)
+# Spare record slots in monitors/ (kept there by the supervisor while the disk has room): a record
+# created on a full disk is written into one, and a finished record becomes one again.
+SPARE_PREFIX = ".spare."
+SPARE_SLOTS_MAX = 64
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 READ_SIZE = 1 << 20
 PIPE_SIZE = 1 << 20
 F_SETPIPE_SZ = 1031
@@ -126,17 +131,45 @@ class Record:
         self._fd: int | None = None
 
     def create(self) -> None:
+        """Write the record under a temporary name, then rename it into place (atomic for readers).
+
+        On a full disk a new file gets no blocks: the record is then written into one of the spare
+        slots the supervisor keeps in ``monitors/`` (files of exactly :data:`RECORD_SIZE` bytes,
+        written while there was room), rewritten in place: no new block is needed."""
         tmp = f"{self.path}.tmp.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = -1
         try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             _write_all(fd, self._encode())
             os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
+        except OSError as e:
+            if fd >= 0:
+                os.close(fd)
+                os.unlink(tmp)
+            if e.errno not in NO_SPACE:
+                raise
+            fd = self._from_spare(tmp, e)
         os.rename(tmp, self.path)
         self._fd = fd
+
+    def _from_spare(self, tmp: str, error: OSError) -> int:
+        """Claim a spare slot (renaming it is atomic: two monitors never get the same one) and write the
+        record into it in place; the original error when no slot is left."""
+        folder = os.path.dirname(self.path) or "."
+        for name in _spares(folder):
+            try:
+                os.rename(os.path.join(folder, name), tmp)
+            except OSError:
+                continue  # another monitor took it first
+            fd = os.open(tmp, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                os.pwrite(fd, self._encode(), 0)
+                os.fsync(fd)
+                return fd
+            except OSError:
+                os.close(fd)
+                os.unlink(tmp)
+        raise error
 
     def _encode(self) -> bytes:
         raw = json.dumps(self.data, separators=(",", ":")).encode()
@@ -159,13 +192,26 @@ class Record:
             return False
 
     def remove(self) -> None:
+        """The record is done with: it becomes a spare slot again while the folder has too few (its
+        blocks stay allocated for the next attempt on a full disk), else it is deleted."""
+        folder = os.path.dirname(self.path) or "."
         try:
-            os.unlink(self.path)
+            if self._fd is not None and len(_spares(folder)) < SPARE_SLOTS_MAX:
+                os.rename(self.path, os.path.join(folder, f"{SPARE_PREFIX}{os.getpid()}.{time.monotonic_ns()}"))
+            else:
+                os.unlink(self.path)
         except OSError:
             pass
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _spares(folder: str) -> list[str]:
+    try:
+        return [n for n in os.listdir(folder) if n.startswith(SPARE_PREFIX)]
+    except OSError:
+        return []
 
 
 def read_record(path: str) -> dict | None:
@@ -302,6 +348,7 @@ class Pump:
         self.lost = 0
         self.announced = 0
         self.failing = False
+        self.wrote = False  # a write of this attempt's output has succeeded
         self.eof = False
         self.writing_since = 0.0  # monotonic start of the write under way, 0.0 when none
         # An anonymous mapping, not a bytearray: only the pages a read fills cost memory (a chatty
@@ -369,8 +416,11 @@ class Pump:
                                f"written]\n".encode())
                 self.announced += unannounced
             self.log.write(data)
-            if self.failing:
+            if self.failing or not self.wrote:
+                # The first write that worked (of this attempt, or since a failure): the record says
+                # so, and only then does the supervisor clear a disk_full flag.
                 self.failing = False
+                self.wrote = True
                 self.on_state(None, self.lost)
         except OSError as e:
             self.lost += len(data)
@@ -525,6 +575,7 @@ def run_attempt(spec: dict, report) -> int:
         "shim_pid": os.getpid(), "pid": pid, "cgroup": spec.get("cgroup"), "log": spec["log"]["path"],
         "started": started, "started_mono": started_mono, "status": "running", "exit_code": None,
         "signal": None, "ended": None, "ended_mono": None, "log_end": None, "log_error": None, "lost_bytes": 0,
+        "log_ok": False,
     })
     try:
         rec.create()
@@ -541,7 +592,8 @@ def run_attempt(spec: dict, report) -> int:
         os.dup2(null, fd)
 
     os.set_blocking(out_r, False)
-    pump = Pump(out_r, log, lambda error, lost: rec.update(log_error=error, lost_bytes=lost), record=rec.path)
+    pump = Pump(out_r, log, lambda error, lost: rec.update(log_error=error, lost_bytes=lost,
+                                                                  log_ok=error is None), record=rec.path)
     pump.start()
     poller = select.poll()
     poller.register(out_r, select.POLLIN)

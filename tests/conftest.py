@@ -238,3 +238,77 @@ def sshd(tmp_path_factory):
         pytest.skip(f"sshd cannot start here: {e}")
     yield server
     server.stop()
+
+
+# ------------------------------------------------------------------------------- the fast tier
+#
+# `pytest -m "not e2e"` is the fast tier: it leaves out every test that starts processes (rlsup
+# itself, components, sshd, tmux) or a TUI. A test is marked `e2e` where its own code, a fixture it
+# uses, or a function of its module that it calls (two calls deep) does one of PROCESS_STARTERS.
+# Marking by what the code does, not by hand, keeps a new end-to-end test out of the fast tier.
+
+import inspect  # noqa: E402
+import re  # noqa: E402
+import types  # noqa: E402
+
+PROCESS_STARTERS = re.compile(
+    r"\bsubprocess\.|\bPopen\(|\brlsup\(|\.run_test\(|\btmux\b|\bheadless\(|\bdaemon\(|\bfault_run\(|\bos\.fork\("
+    r"|\bcreate_subprocess_|\bsshd\b|\bFaultRun\(|\bDaemon\(|\bHeadless\(|\bRlsupRun\(|\bpexpect\b|\.cli\("
+    r"|\bsnap_compare\b|\bSupervisor\(|\bRun\(")
+_E2E_FILES = re.compile(r"(?:_e2e|^test_tmux\w*)\.py$")
+_starts_cache: dict[object, bool] = {}
+
+
+def _starts_processes(fn: object, module: types.ModuleType | None, depth: int = 2) -> bool:
+    key = (fn, depth)
+    if key in _starts_cache:
+        return _starts_cache[key]
+    _starts_cache[key] = False  # recursion guard
+    try:
+        src = inspect.getsource(fn)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        src = ""
+    hit = bool(PROCESS_STARTERS.search(src))
+    code = getattr(fn, "__code__", None)
+    if not hit and depth and module is not None and code is not None:
+        names = code.co_names + tuple(c for k in code.co_consts if isinstance(k, types.CodeType) for c in k.co_names)
+        callees = [getattr(module, n, None) for n in names]
+        for m in _LOCAL_IMPORT.finditer(src):  # `from test_trainer_stack import _module` inside the test
+            other = sys.modules.get(m.group(1)) or sys.modules.get(f"tests.trainer.{m.group(1)}")
+            callees += [getattr(other, n.strip(), None) for n in m.group(2).split(",")] if other else []
+        for callee in callees:
+            cmod = inspect.getmodule(callee) if isinstance(callee, (types.FunctionType, type)) else None
+            if cmod is not None and _is_test_code(cmod) and _starts_processes(callee, cmod, depth - 1):
+                hit = True
+                break
+    _starts_cache[key] = hit
+    return hit
+
+
+_LOCAL_IMPORT = re.compile(r"^\s+from (\w+) import ([\w, ]+)$", re.M)
+_TESTS_DIR = str(Path(__file__).parent)
+
+
+def _is_test_code(module: types.ModuleType) -> bool:
+    return (getattr(module, "__file__", None) or "").startswith(_TESTS_DIR)
+
+
+def pytest_collection_modifyitems(config, items):
+    e2e = pytest.mark.e2e
+    for item in items:
+        if item.get_closest_marker("e2e") is not None:
+            continue
+        fn = getattr(item, "function", None)
+        module = getattr(item, "module", None)
+        hit = bool(_E2E_FILES.search(item.path.name)) or (fn is not None and _starts_processes(fn, module))
+        if not hit:
+            info = getattr(item, "_fixtureinfo", None)
+            for defs in (info.name2fixturedefs.values() if info is not None else ()):
+                fmod = inspect.getmodule(defs[-1].func)
+                if fmod is None or fmod.__name__.startswith(("_pytest", "pytest")):
+                    continue  # pytest's own (tmp_path, monkeypatch, capsys...)
+                if _starts_processes(defs[-1].func, fmod):
+                    hit = True
+                    break
+        if hit:
+            item.add_marker(e2e)

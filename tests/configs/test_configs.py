@@ -18,6 +18,9 @@ PRESET_FILES = sorted((ROOT / "configs" / "presets").glob("*.yaml"))
 # Executables a config may name that a CPU-only test machine does not have.
 NOT_INSTALLED_OK = {"python", "python3", "uv", "trl", "accelerate", "vllm", "torchrun"}
 _NOT_ON_PATH = re.compile(r"command cannot be run: '([^']+)' is not on PATH")
+# `up`'s quick module check (issue 26): a framework's package that is not installed here.
+_NOT_INSTALLED_HERE = re.compile(r"module '[^']+' is not importable by .*: package '(sglang|vllm|areal|verl|trl|"
+                                 r"prime_rl|transformers|datasets)' is not installed there")
 
 
 def _ids(paths: list[Path]) -> list[str]:
@@ -42,6 +45,8 @@ def test_config_passes_fast_preflight(path: Path, tmp_path: Path, monkeypatch: p
         m = _NOT_ON_PATH.search(f.message)
         if f.severity == "error" and f.check == "command" and m and m.group(1) in NOT_INSTALLED_OK:
             continue  # the framework is not installed here
+        if f.severity == "error" and f.check == "command" and _NOT_INSTALLED_HERE.search(f.message):
+            continue  # nor is its Python package
         if f.check == "port" and "already in use" in f.message:
             continue  # another process on this machine (a parallel test) holds the default port
         unexpected.append(f)
@@ -176,7 +181,9 @@ def test_prime_rl_second_source_validates_and_gates_the_orchestrator(tmp_path: P
         base = {n: "pending" for n in cfg.components}
         base.update({"configs": "completed", "inference": "running"})
         base.update({k.replace("_", "-"): v for k, v in states.items()})
-        return {n: Seen(n, s) for n, s in base.items()}
+        # "starting" here is a process that exists and awaits readiness (started_at set): a spawn not
+        # yet done does not count as started (issue 26: started events in dependency order).
+        return {n: Seen(n, s, started_at=1.0 if s in ("starting", "running") else None) for n, s in base.items()}
 
     waiting = gate("orchestrator", cfg, seen(env_reverse_text="running"))
     assert isinstance(waiting, DepsWaiting) and any("env-math" in w for w in waiting.waiting)
