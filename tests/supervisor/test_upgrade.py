@@ -10,9 +10,8 @@ import os
 import signal
 import time
 
-from tests.conftest import pid_alive, wait_for, write_config
-
 from rlsup.supervisor.client import Session, unix_connector
+from tests.conftest import pid_alive, wait_for, write_config
 
 COUNTER = """
 name: up

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tests.conftest import free_port, kinds
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
