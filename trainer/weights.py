@@ -57,6 +57,34 @@ def published(weights_dir: Path) -> tuple[int, Path] | None:
     return best
 
 
+REJECTED = "REJECTED"  # written into a published dir an inference server failed to load (why, inside)
+
+
+def reject(path: Path, why: str) -> None:
+    """Mark ``path`` as weights a server could not load, so a restarted server skips it. A path that does not
+    exist (a bad path) needs no mark."""
+    try:
+        if Path(path).is_dir():
+            atomic.write_text(Path(path) / REJECTED, why + "\n")
+    except OSError:
+        pass
+
+
+def published_good(weights_dir: Path) -> tuple[int, Path] | None:
+    """Like :func:`published`, skipping dirs marked :data:`REJECTED`: what a restarted server should load."""
+    best: tuple[int, Path] | None = None
+    try:
+        entries = list(Path(weights_dir).iterdir())
+    except OSError:
+        return None
+    for p in entries:
+        m = _STEP_DIR.match(p.name)
+        if (m and (p / MARKER).exists() and not (p / REJECTED).exists()
+                and (best is None or int(m.group(1)) > best[0])):
+            best = (int(m.group(1)), p)
+    return best
+
+
 def latest(weights_dir: Path) -> tuple[int, Path] | None:
     """``(step, path)`` from ``latest.json``, or ``None`` when nothing is published yet."""
     try:
