@@ -45,6 +45,7 @@ from .process import (
     is_monitor_of,
     pid_alive,
     records,
+    same_process,
     set_child_subreaper,
     started_since_boot,
     terminate_processes,
@@ -1080,12 +1081,11 @@ class Run:
             if self.clock.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.5)
-        import psutil
 
         procs = []
-        for h in held.ours:
-            with contextlib.suppress(psutil.Error):
-                procs.append(psutil.Process(h.pid))
+        for h in held.ours:  # only if still the process classified (its pid may have been reused since)
+            if (p := same_process(h.pid, h.create_time)) is not None:
+                procs.append(p)
         survivors = await self.loop.run_in_executor(None, terminate_processes, procs, signal_mod.SIGKILL, 5.0)
         evidence = [f"gpu {h.gpu}: pid {h.pid} holds {h.used_mb or '?'} MiB ({h.why})"
                     for h in held.ours + held.unmappable]  # what was waited on; foreign holders are not ours to blame

@@ -470,14 +470,15 @@ class WeightSync:
             steplog.warn(f"inference server did not load the new weights: {text}")
 
 
-def rlsup_restart(name: str) -> Callable[[], str]:
-    """A ``restart_server`` for :class:`WeightSync`: ``rlsup restart NAME`` against the run this process
-    belongs to (``$RLSUP_RUN_DIR``, set by rlsup for every component)."""
+def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], str]:
+    """A ``restart_server`` for :class:`WeightSync`: ``rlsup restart NAME`` against ``run_dir``, by default the
+    run this process belongs to (``$RLSUP_RUN_DIR``, set by rlsup for every component)."""
 
     def restart() -> str:
         import subprocess
 
-        cmd = [sys.executable, "-m", "rlsup.supervisor.cli", "restart", name]
+        cmd = [sys.executable, "-m", "rlsup.supervisor.cli", "restart", name,
+               *(["--run-dir", str(run_dir)] if run_dir else [])]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:

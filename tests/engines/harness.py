@@ -89,7 +89,8 @@ components:
       window: 3600
     stop: {{signal: SIGTERM, timeout: 30}}
 """)
-        self.env = {**os.environ, "RLSUP_RUN_DIR": str(self.run_dir), "HF_HUB_OFFLINE": "1"}
+        # Not RLSUP_RUN_DIR: rlsup takes a process carrying its run's marker for a leftover of the run.
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
     # -- rlsup
 
@@ -122,7 +123,7 @@ components:
             s = self.status()
             if s.get("state") in ("fatal", "completed", "stopped"):
                 raise AssertionError(f"inference ended: {s}\n{self.log_tail()}")
-            return s if s.get("state") == "ready" and s.get("attempt", 0) >= attempt else None
+            return s if s.get("state") == "running" and s.get("ready_at") and s.get("attempt", 0) >= attempt else None
         return wait_for(f"inference attempt {attempt} ready", ready, timeout, every=2)
 
     def log_tail(self, n: int = 60) -> str:

@@ -45,7 +45,7 @@ def test_vllm_weight_sync_readiness_and_restart(vllm: EngineRun) -> None:
 
     out = io.StringIO()
     ws = WeightSync(run.url, "vllm", run.weights, tries=3, retry_s=1.0, out=out,
-                    restart_server=rlsup_restart("inference"), restart_timeout=900)
+                    restart_server=rlsup_restart("inference", run.run_dir), restart_timeout=900)
     greedy = [run.greedy()]
     load_ = Load(run)
     windows = []
