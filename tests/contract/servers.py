@@ -91,6 +91,7 @@ class EngineServer:
         self.v = _v(version)
         self.busy_resets, self.fail_loads, self.dev_mode = busy_resets, fail_loads, dev_mode
         self.pause_fails, self.inflight, self.eos = pause_fails, inflight, eos
+        self.base_model = base_model
         self.config_model = base_model  # vLLM model_config.model / SGLang tokenizer_manager.model_path
         self.serving = base_model  # the weights actually loaded
         self.paused = False
@@ -130,7 +131,11 @@ class EngineServer:
         if (method, route) == ("GET", "/health"):
             return 200, None  # both engines: an empty 200 once serving (recorded)
         if (method, route) == ("GET", "/v1/models"):
-            name = self.served_name or (self.config_model if self.kind == "sglang" else "policy")
+            # SGLang 0.5.23 names the model by its path after an update even with --served-model-name
+            # (recorded: tokenizer_manager's served_model_name follows model_path)
+            name = self.served_name or "policy"
+            if self.kind == "sglang" and self.config_model != self.base_model:
+                name = self.config_model
             return 200, {"object": "list", "data": [{"id": name, "object": "model", "root": self.config_model}]}
         if (method, route) == ("POST", "/v1/completions"):
             if self.kind == "vllm" and self.paused and self.v < (0, 33):

@@ -201,3 +201,30 @@ def test_sigterm_during_a_vllm_reload_resumes_the_server(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
         s.close()
+
+
+def _safetensors(d: Path, shapes: dict[str, list[int]]) -> None:
+    header = json.dumps({k: {"dtype": "F32", "shape": v, "data_offsets": [0, 0]} for k, v in shapes.items()}).encode()
+    (d / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+
+
+def test_wrong_shape_checkpoint_is_refused_before_the_server_sees_it(tmp_path: Path) -> None:
+    for kind, version in (("vllm", "0.32.0"), ("sglang", "0.5.23")):
+        s = EngineServer(kind, version)
+        good, wide = _dir(tmp_path / kind, 1), _dir(tmp_path / kind, 2)
+        _safetensors(good, {"mlp.up.weight": [256, 128], "embed.weight": [384, 128]})
+        _safetensors(wide, {"mlp.up.weight": [512, 128], "embed.weight": [384, 128]})
+        s.wrong_shape.add(str(wide))  # SGLang 0.5.23 would die on it
+        out = io.StringIO()
+        try:
+            ws = WeightSync(s.url, kind, tmp_path / kind / "weights", tries=1, out=out)
+            assert ws.publish(1, good).loaded
+            n = len(s.calls)
+            r = ws.publish(2, wide)
+            assert not r.loaded and not r.broken and "mlp.up.weight" in r.detail
+            assert len(s.calls) == n, "the server was asked to load it"
+            assert (wide / weights_mod.REJECTED).exists() and not s.dead
+            assert out.getvalue().startswith("rlsup-flag: weights_rejected: ")
+            assert weights_mod.published_good(tmp_path / kind / "weights") == (1, good)
+        finally:
+            s.close()
