@@ -185,7 +185,8 @@ def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
         # GET /server_info (0.32.0 vllm/entrypoints/serve/dev/server_info/api_router.py), so asking that
         # route first would take a vLLM for an SGLang (and a wrong --weight-sync hint would stick).
         kind = "vllm"
-    if kind == "sglang" or (kind == "unknown" and raw is None):
+    if raw is None and v.status is not None:
+        # No /version: SGLang (whatever the hint says: a wrong --weight-sync must not send vLLM's routes to it)
         info = _sglang_info(base, "server_info", None, timeout)
         if info.ok and isinstance(info.data, dict):
             kind = "sglang"

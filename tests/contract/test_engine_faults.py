@@ -228,3 +228,12 @@ def test_wrong_shape_checkpoint_is_refused_before_the_server_sees_it(tmp_path: P
             assert weights_mod.published_good(tmp_path / kind / "weights") == (1, good)
         finally:
             s.close()
+
+
+def test_a_wrong_hint_does_not_make_sglang_a_vllm() -> None:
+    s = EngineServer("sglang", "0.5.23")
+    try:
+        e = detect(s.url, "vllm")  # the real 0.5.23 run hit this: /version 404, and the hint won
+        assert (e.kind, e.version) == ("sglang", (0, 5, 23))
+    finally:
+        s.close()
