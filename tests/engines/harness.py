@@ -57,6 +57,8 @@ def command(kind: str, engine_py: str, port: int, base_model: Path) -> str:
 class EngineRun:
     def __init__(self, tmp: Path, kind: str, engine_py: str) -> None:
         self.tmp, self.kind, self.engine_py = tmp, kind, engine_py
+        self.peak_rss_mb = 0.0
+        self.t_start = time.monotonic()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.run_dir = tmp / "run"
@@ -106,13 +108,21 @@ components:
 
     def down(self) -> None:
         self.rlsup("down", "--run-dir", str(self.run_dir), check=False, timeout=180)
+        ready = [e["ts"] - self.events()[0]["ts"] for e in self.events() if e.get("kind") == "ready"]
+        print(f"== {self.kind}: peak RSS of the server tree {self.peak_rss_mb:.0f} MB (rlsup status), "
+              f"ready after {', '.join(f'{t:.0f}' for t in ready)} s from the run's start, "
+              f"test {time.monotonic() - self.t_start:.0f} s")
 
     def status(self) -> dict:
         p = self.rlsup("status", "--json", "--run-dir", str(self.run_dir), check=False)
         try:
-            return json.loads(p.stdout)["components"]["inference"]
+            c = json.loads(p.stdout)["components"]["inference"]
         except (ValueError, KeyError):
             return {}
+        rss = (c.get("resources") or {}).get("rss_mb")
+        if isinstance(rss, (int, float)):
+            self.peak_rss_mb = max(self.peak_rss_mb, rss)  # the whole process tree, as rlsup measures it
+        return c
 
     def events(self) -> list[dict]:
         p = self.run_dir / "events.jsonl"
