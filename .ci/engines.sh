@@ -87,7 +87,7 @@ if [ -z "$RLSUP_VLLM_PYTHON$RLSUP_SGLANG_PYTHON" ]; then
     exit 0
 fi
 t0=$SECONDS
-python -m pytest -p no:cacheprovider -o addopts="" -m engines tests/engines -v -rA
+python -m pytest -p no:cacheprovider -o addopts="" tests/engines -v -rA
 rc=$?
 echo "== engines: stage took $((SECONDS - t0)) s (tests), rc=$rc"
 exit $rc
