@@ -53,9 +53,11 @@ exchanges are in tests/contract/fixtures/, checked against this server by tests/
   vLLM 0.32.0 /collective_rpc update_config answers 500 (the V1 worker's update_config no longer takes a
   model_config override). A completion sent to vLLM 0.32.0 while paused is HELD until /resume (0.33.0 answers
   503 instead). A failed reload_weights leaves the model on the meta device: /health stays 200 and the next
-  completion kills the engine (vllm/model_executor/model_loader/reload/). SGLang 0.5.23 dies on a
-  wrong-shape checkpoint (model_runner.py update_weights_from_disk rolls back by loading the new path again),
-  and after each successful update /v1/models names the new model path.
+  completion kills the engine (vllm/model_executor/model_loader/reload/); a checkpoint with a wider MLP is
+  answered 200 and the next completion kills the engine too. SGLang 0.5.23 answered 200 to that same
+  checkpoint (recorded); dying on a wrong-shape checkpoint (model_runner.py update_weights_from_disk rolls back
+  by loading the new path again) is what rlsup issue 28 reports and what `sglang_dies` replays. After each
+  successful update SGLang's /v1/models names the new model path.
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ class EngineServer:
         self.dead = False  # the engine died: every request gets no reply (connection closed)
         self.served_name = served_name  # --served-model-name; None: SGLang names the model path
         self.bad_paths: set[str] = set()  # reloading these fails (a missing dir, a wrong-shape checkpoint)
-        self.wrong_shape: set[str] = set()  # SGLang 0.5.23 dies loading these
+        self.wrong_shape: set[str] = set()  # checkpoints whose tensor shapes differ from the served model's
+        self.sglang_dies = True  # SGLang >= 0.5.23 dies on them (else: 200, as the recorded one did)
         self.aborted = 0  # in-flight requests a /pause aborted
         self.deprecated_calls: list[str] = []  # SGLang routes that log a deprecation warning
         self.calls: list[tuple[str, object]] = []
@@ -154,9 +157,14 @@ class EngineServer:
     def _sglang(self, method: str, route: str, body: dict) -> tuple[int, object] | None:
         new_routes = self.v >= (0, 5, 6)
         if (method, route) == ("POST", "/update_weights_from_disk"):
-            if body.get("model_path") in self.wrong_shape and self.v >= (0, 5, 23):
-                self.dead = True  # the rollback reloads the bad path and the scheduler dies
+            if body.get("model_path") in self.wrong_shape and self.v >= (0, 5, 23) and self.sglang_dies:
+                # reported in rlsup issue 28 for 0.5.23 (the rollback reloads the bad path and the scheduler
+                # dies); the wider-MLP checkpoint of tests/engines/ got a 200 instead (recorded)
+                self.dead = True
                 return -1, None
+            if body.get("model_path") in self.wrong_shape:
+                self.config_model = self.serving = body["model_path"]
+                return 200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
             if self.fail_loads or body.get("model_path") in self.bad_paths:
                 return 400, {"success": False, "message": f"Failed to get weights iterator: {body.get('model_path')}"
                              " (repo id or local path) is invalid.", "num_paused_requests": 0}
@@ -213,6 +221,11 @@ class EngineServer:
                     # Worker.reload_weights(self) got an unexpected keyword: the worker raises, the route 500s
                     return 500, _vllm_error("reload_weights() got an unexpected keyword argument")
                 target = kw.get("weights_path", self.config_model)
+                if target in self.wrong_shape:
+                    # 0.32.0 answers 200 ("RotaryEmbedding: Failed to load weights" in its log); the next
+                    # completion crashes the engine core (recorded)
+                    self.broken = True
+                    return 200, {"results": [None]}
                 if target in self.bad_paths:
                     self.broken = True  # the layers were moved to the meta device before the read failed
                     return 500, _vllm_error("Call to collective_rpc method failed: Worker failed with error "
