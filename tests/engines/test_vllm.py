@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -67,6 +68,20 @@ def test_vllm_weight_sync_readiness_and_restart(vllm: EngineRun) -> None:
         assert any(x["t0"] <= t0 < x["t1"] for x in results), (windows, results)
     assert len(set(greedy)) == len(greedy), f"greedy output did not change with the weights: {greedy}"
     step3 = greedy[-1]
+
+    # The prefix-cache reset the trainer sends where /pause is not used: done even while requests run.
+    recorded.append(exchange(run.url, "POST", "/reset_prefix_cache?reset_running_requests=true"))
+    assert recorded[-1]["status"] == 200 and recorded[-1]["body"] == {"success": True}, recorded[-1]
+    # A completion sent while paused is held until /resume (0.32.0), not refused.
+    recorded.append(exchange(run.url, "POST", "/pause?mode=wait&clear_cache=true"))
+    held: dict = {}
+    t = threading.Thread(target=lambda: held.update(r=run.complete(neutral_sampling(0.0))), daemon=True)
+    t.start()
+    time.sleep(3)
+    assert t.is_alive() and "r" not in held, held
+    recorded.append(exchange(run.url, "POST", "/resume"))
+    t.join(120)
+    assert held["r"]["status"] == 200 and held["r"]["body"]["choices"][0]["text"] == step3
 
     # A bad path: vLLM answers 500 and its model is left on the meta device (/health stays 200). rlsup must not
     # /resume it but restart it onto the last good weights.
