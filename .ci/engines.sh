@@ -87,7 +87,11 @@ if [ -z "$RLSUP_VLLM_PYTHON$RLSUP_SGLANG_PYTHON" ]; then
     exit 0
 fi
 t0=$SECONDS
-python -m pytest -p no:cacheprovider -o addopts="" tests/engines -v -rA
+# Its own basetemp: pytest's default keeps only the 3 newest under /tmp/pytest-of-$USER, which another pytest
+# on the machine could prune from under a running engine.
+base="${TMPDIR:-/tmp}/rlsup-engines-$$"
+python -m pytest -p no:cacheprovider -o addopts="" --basetemp="$base" tests/engines -v -rA
 rc=$?
 echo "== engines: stage took $((SECONDS - t0)) s (tests), rc=$rc"
+[ $rc = 0 ] && rm -rf "$base"  # kept on failure: run dirs and engine logs
 exit $rc

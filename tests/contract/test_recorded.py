@@ -30,7 +30,11 @@ def test_contract_server_replays_the_recorded_engine(fixture: Path) -> None:
     s.sglang_dies = False  # the recorded checkpoint got a 200
     try:
         for x in rec["exchanges"]:
-            path = x["path"].split(" ")[0]  # "/v1/completions (after ...)": a note on when it was sent
+            if " (" in x["path"]:
+                # "/v1/completions (after the wrong-shape reload)": what mixed weights do (crash the engine core
+                # or serve garbage) varied between real runs; the contract server takes the crash
+                continue
+            path = x["path"]
             r = request(x["method"], s.url + path, x["request"], timeout=30)
             where = f"{rec['engine']} {rec['version']} {x['method']} {x['path']}"
             assert r.status == x["status"], f"{where}: {r.status} != recorded {x['status']} ({r.text[:200]})"

@@ -97,7 +97,7 @@ def test_vllm_weight_sync_readiness_and_restart(vllm: EngineRun) -> None:
                              {"method": "update_config", "kwargs": {"overrides": {"model_config": {"model": "x"}}}}))
     assert recorded[-1]["status"] == 500  # update_config (the < 0.16 way) fails on 0.32
     # (the recording paused it by hand; WeightSync now does the whole thing itself)
-    exchange(run.url, "POST", "/resume")
+    recorded.append(exchange(run.url, "POST", "/resume"))
     r = ws.publish(4, bad)
     assert r.broken and not r.loaded, r.detail
     s = run.wait_ready(calls_before + 1)
