@@ -235,7 +235,7 @@ class WeightSync:
 
     def __init__(self, server: str | None, mode: str, weights_dir: Path, *, stale_after: int = 3,
                  tries: int = 3, busy_tries: int = 5, retry_s: float = 0.5, timeout: float = 600.0,
-                 out: Any = None, restart_server: Callable[[], str] | None = None,
+                 out: Any = None, restart_server: Callable[[], tuple[bool, str]] | None = None,
                  restart_timeout: float = 1800.0) -> None:
         self.base = server.rstrip("/") if server else None
         self.mode = mode
@@ -250,7 +250,7 @@ class WeightSync:
         self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
         self._out = out or sys.stdout
         # Asks the supervisor to restart the server (``rlsup restart NAME``, see :func:`rlsup_restart`);
-        # returns what happened in words. None: a broken server is left paused and flagged.
+        # returns whether it was accepted and what happened in words. None: a broken server is left paused and flagged.
         self.restart_server = restart_server
         self.restart_timeout = restart_timeout
 
@@ -441,8 +441,12 @@ class WeightSync:
             return
         steplog.warn(f"{result.detail}: restarting the inference server (it loads the last good weights; "
                      f"{path.name} is marked {weights_mod.REJECTED})")
-        said = self.restart_server()
+        ok, said = self.restart_server()
         steplog.log(f"restart of the inference server: {said}")
+        if not ok:  # nothing will come back on its own: say so where rlsup shows it
+            print(flag_line("engine_broken", f"{self.engine or self.base}: {result.detail}; asking rlsup to restart "
+                                             f"it failed ({said}): restart it by hand"), file=self._out, flush=True)
+            return
         self._wait_restarted()
         self.engine = None  # detect again: the restarted server may be another version
         good = weights_mod.published_good(self.weights_dir)
@@ -489,11 +493,11 @@ class WeightSync:
             steplog.warn(f"inference server did not load the new weights: {text}")
 
 
-def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], str]:
+def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], tuple[bool, str]]:
     """A ``restart_server`` for :class:`WeightSync`: ``rlsup restart NAME`` against ``run_dir``, by default the
     run this process belongs to (``$RLSUP_RUN_DIR``, set by rlsup for every component)."""
 
-    def restart() -> str:
+    def restart() -> tuple[bool, str]:
         import subprocess
 
         cmd = [sys.executable, "-m", "rlsup.supervisor.cli", "restart", name,
@@ -501,9 +505,9 @@ def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], str]:
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"`rlsup restart {name}` failed: {exc}"
+            return False, f"`rlsup restart {name}` failed: {exc}"
         said = (done.stdout + done.stderr).strip().replace("\n", " ")
-        return f"`rlsup restart {name}` exit {done.returncode}" + (f": {said}" if said else "")
+        return done.returncode == 0, f"`rlsup restart {name}` exit {done.returncode}" + (f": {said}" if said else "")
 
     return restart
 

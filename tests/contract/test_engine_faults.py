@@ -73,7 +73,7 @@ def test_failed_vllm_reload_is_never_resumed_and_the_server_is_restarted(tmp_pat
     bad = _dir(tmp_path, 2)
     s.bad_paths.add(str(bad))
 
-    def restart() -> str:
+    def restart() -> tuple[bool, str]:
         restarts.append("inference")
         s.dead = True  # stopped ...
 
@@ -83,7 +83,7 @@ def test_failed_vllm_reload_is_never_resumed_and_the_server_is_restarted(tmp_pat
             s.resumed.set()
             s.serving = s.config_model = weights_mod.published_good(tmp_path / "weights")[1].as_posix()
         threading.Thread(target=back, daemon=True).start()
-        return "restarted"
+        return True, "restarted"
 
     out = io.StringIO()
     try:
@@ -125,7 +125,7 @@ def test_sglang_dying_on_a_wrong_shape_checkpoint_is_restarted_without_it(tmp_pa
     s.wrong_shape.add(str(bad))
     restarted: list[str] = []
 
-    def restart() -> str:
+    def restart() -> tuple[bool, str]:
         restarted.append("x")
 
         def back() -> None:
@@ -133,7 +133,7 @@ def test_sglang_dying_on_a_wrong_shape_checkpoint_is_restarted_without_it(tmp_pa
             s.dead = False
             s.config_model = s.serving = str(weights_mod.published_good(tmp_path / "weights")[1])
         threading.Thread(target=back, daemon=True).start()
-        return "restarted"
+        return True, "restarted"
 
     try:
         ws = WeightSync(s.url, "sglang", tmp_path / "weights", tries=3, retry_s=0.01, out=io.StringIO(),
@@ -235,5 +235,24 @@ def test_a_wrong_hint_does_not_make_sglang_a_vllm() -> None:
     try:
         e = detect(s.url, "vllm")  # the real 0.5.23 run hit this: /version 404, and the hint won
         assert (e.kind, e.version) == ("sglang", (0, 5, 23))
+    finally:
+        s.close()
+
+
+def test_a_restart_that_rlsup_refuses_is_flagged_not_waited_on(tmp_path: Path) -> None:
+    from rlsup.trainer.sync import rlsup_restart
+
+    s = EngineServer("vllm", "0.32.0")
+    bad = tmp_path / "missing"
+    s.bad_paths.add(str(bad))
+    out = io.StringIO()
+    try:
+        # no supervisor owns this run dir: `rlsup restart` exits 1 at once
+        ws = WeightSync(s.url, "vllm", tmp_path / "weights", out=out, restart_timeout=600,
+                        restart_server=rlsup_restart("inference", tmp_path / "no-run"))
+        t0 = time.monotonic()
+        r = ws.publish(1, bad)
+        assert r.broken and time.monotonic() - t0 < 120
+        assert "rlsup-flag: engine_broken: " in out.getvalue() and "restart it by hand" in out.getvalue()
     finally:
         s.close()
