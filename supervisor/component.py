@@ -29,7 +29,17 @@ from .config import Component as ComponentCfg
 from .config import Config
 from .logs import LineNormaliser, LogFollower, LogRing, Position, RingBudget
 from .phrases import describe_exit
-from .process import ENV_ATTEMPT, ENV_COMPONENT, ENV_RUN_DIR, Attempt, Monitors, StartError, find_marked
+from .process import (
+    ENV_ATTEMPT,
+    ENV_COMPONENT,
+    ENV_RUN_DIR,
+    Attempt,
+    Monitors,
+    StartError,
+    find_marked,
+    kill_if_same,
+    start_time,
+)
 from .progress import ProgressMatcher, ProgressTracker
 from .rundir import RunPaths
 from .slurm import placement as slurm_placement
@@ -413,6 +423,8 @@ class Component:
         att.members()  # note the start time of whatever is still there
         self.prev_pids = {att.pid: None, **att.members_seen}  # the root always (it may have died at once)
         if left:
+            # Identities now, before the wait of up to stop.timeout: by its end a pid may be another process.
+            born = {p: start_time(p) for p in left}
             sig = getattr(signal_mod, self.cfg.stop.signal)
             if sig not in att.signalled:  # not stopped by us (it crashed): what is left gets the stop signal
                 att.signal(sig)
@@ -427,8 +439,7 @@ class Component:
                 await asyncio.sleep(0.05)
             att.signal(signal_mod.SIGKILL)
             for p in left:
-                with contextlib.suppress(OSError):
-                    os.kill(p, signal_mod.SIGKILL)
+                kill_if_same(p, born[p], signal_mod.SIGKILL)
         att.finish()
         deadline = clock.monotonic() + MONITOR_GONE_S
         while att.monitor_alive() and clock.monotonic() < deadline:

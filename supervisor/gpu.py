@@ -799,6 +799,7 @@ class Holder:
     pid: int
     used_mb: float | None
     why: str
+    create_time: float | None = None  # the identity it was classified with (the kill re-checks it)
 
 
 @dataclass(frozen=True)
@@ -893,19 +894,22 @@ def classify_holders(
                 want_t = prev_times[pid]
                 if want_t is not None and ident.create_time is not None:
                     if abs(ident.create_time - want_t) < 0.05:
-                        ours.append(Holder(index, pid, used, "previous attempt (same pid and start time)"))
+                        ours.append(Holder(index, pid, used, "previous attempt (same pid and start time)",
+                                           ident.create_time))
                     else:
                         foreign.append(Holder(index, pid, used, "pid reused by another process since the "
                                                                 "previous attempt ended"))
                     continue
                 if marker_ours:
-                    ours.append(Holder(index, pid, used, "previous attempt (carries this run's marker)"))
+                    ours.append(Holder(index, pid, used, "previous attempt (carries this run's marker)",
+                                           ident.create_time))
                     continue
                 unmappable.append(Holder(index, pid, used, "a previous attempt's pid whose identity cannot "
                                                            "be checked (no start time, no readable marker)"))
                 continue
             if marker_ours:
-                ours.append(Holder(index, pid, used, "carries this run's marker outside its live trees"))
+                ours.append(Holder(index, pid, used, "carries this run's marker outside its live trees",
+                                   ident.create_time))
             elif ident.env_readable:
                 foreign.append(Holder(index, pid, used, f"{ident.name!r} is not a process of this run"))
             else:

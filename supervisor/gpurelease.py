@@ -9,14 +9,13 @@ signalled. Decides nothing about the lifecycle: it waits, kills proven leftovers
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal as signal_mod
 from collections.abc import Callable
 from typing import Any
 
 from . import events as ev
 from .clock import Clock
-from .process import terminate_processes
+from .process import same_process, terminate_processes
 
 
 async def wait_gpu_release(name: str, gpus: list[int], sampler: Any, *, prev: dict[int, float | None],
@@ -39,12 +38,10 @@ async def wait_gpu_release(name: str, gpus: list[int], sampler: Any, *, prev: di
         if clock.monotonic() >= deadline:
             break
         await asyncio.sleep(0.5)
-    import psutil
-
     procs = []
-    for h in held.ours:
-        with contextlib.suppress(psutil.Error):
-            procs.append(psutil.Process(h.pid))
+    for h in held.ours:  # only if still the process classified (its pid may have been reused since)
+        if (p := same_process(h.pid, h.create_time)) is not None:
+            procs.append(p)
     survivors = await loop.run_in_executor(None, terminate_processes, procs, signal_mod.SIGKILL, 5.0)
     evidence = [f"gpu {h.gpu}: pid {h.pid} holds {h.used_mb or '?'} MiB ({h.why})"
                 for h in held.ours + held.unmappable]  # what was waited on; foreign holders are not ours to blame

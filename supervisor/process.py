@@ -569,6 +569,41 @@ def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable
     return out
 
 
+def start_time(pid: int) -> float | None:
+    """``pid``'s start time (its identity next to the number), None when it is gone or unreadable."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def same_process(pid: int, started: float | None) -> psutil.Process | None:
+    """``pid`` as a psutil.Process only if it is still the process that started at ``started``: a pid
+    listed a while ago (before a stop timeout of a minute or two, or by a GPU classification) may name
+    another process by now. ``started`` None (never known): no proof, None."""
+    if started is None:
+        return None
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - started) > 0.01:
+            return None
+    except psutil.Error:
+        return None
+    return p
+
+
+def kill_if_same(pid: int, started: float | None, sig: int) -> bool:
+    """Send ``sig`` to ``pid`` only if it is still the process that started at ``started``."""
+    p = same_process(pid, started)
+    if p is None:
+        return False
+    try:
+        p.send_signal(sig)  # psutil re-checks the identity it took when built
+    except psutil.Error:
+        return False
+    return True
+
+
 def terminate_processes(procs: Sequence[psutil.Process], sig: int, timeout: float) -> list[psutil.Process]:
     """Send ``sig``, wait up to ``timeout``, SIGKILL the rest (blocking). Returns what survived."""
     for p in procs:

@@ -218,10 +218,13 @@ def publish(weights_dir: Path, step: int, total: int, model: Any, tokenizer: Any
 
 
 def latest_model_path(weights_dir: Path, default: str) -> str:
-    """The newest complete published weights dir, else ``default`` (what a restarted server loads).
+    """The newest complete published weights dir that no server rejected, else ``default`` (what a restarted
+    server loads).
 
-    Not ``latest.json``: that records what the server had loaded, which lags when it was stale."""
-    found = weights_mod.published(weights_dir)
+    Not ``latest.json``: that records what the server had loaded, which lags when it was stale. A dir marked
+    ``REJECTED`` (a reload of it broke or killed the server, see ``rlsup.trainer.sync``) is skipped: loading it
+    again would kill the restarted server too."""
+    found = weights_mod.published_good(weights_dir)
     if found is not None and (found[1] / "config.json").exists():
         return str(found[1])
     return default
@@ -498,9 +501,9 @@ def train_main(args: argparse.Namespace) -> int:
                 f"gradient checkpointing {checkpointing}, micro-batch {args.micro_batch}, "
                 f"max-seq-len {args.max_seq_len}")
 
-    from rlsup.trainer.sync import WeightSync
+    from rlsup.trainer.sync import make_sync
 
-    sync = WeightSync(args.server, args.weight_sync, args.out / "weights", stale_after=args.stale_after)
+    sync = make_sync(args)
 
     def publish_and_tell(step: int) -> None:
         path = publish(args.out / "weights", step, args.steps, model, tokenizer, publish_dtype)

@@ -57,6 +57,17 @@ def http_json(url: str, payload: dict | None = None, timeout: float = 60.0) -> d
         raise ServerDown(f"{url}: {getattr(exc, 'reason', exc)}") from exc
 
 
+def neutral_sampling(temperature: float) -> dict:
+    """Sampling parameters for plain temperature sampling, all sent explicitly. vLLM fills every parameter a
+    request leaves out from the model's ``generation_config.json`` (0.10.2-0.33.0: vllm/config/model.py
+    ``get_diff_sampling_param``, entrypoints/openai completion protocol ``to_sampling_params`` with
+    ``default_sampling_params``): Qwen2.5-Instruct's file sets top_p 0.8, top_k 20, repetition_penalty 1.1,
+    so leaving them out samples from another distribution than the one the GRPO loss assumes (off-policy
+    from the first step). SGLang reads ``top_k=-1`` as "no limit" too."""
+    return {"temperature": temperature, "top_p": 1.0, "top_k": -1, "min_p": 0.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0}
+
+
 def call_with_retry(url: str, payload: dict | None, what: str, give_up_after: float,
                     timeout: float = 60.0) -> dict:
     """Retry while the server is unreachable, logging each failure; raise after ``give_up_after`` s."""
@@ -272,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             problems = task.problems_for_step(args.seed, step, args.batch_size)
         t1 = time.monotonic()
         body = {"model": model, "n": args.group_size, "max_tokens": args.max_tokens,
-                "temperature": args.temperature, "return_token_ids": True}
+                **neutral_sampling(args.temperature), "return_token_ids": True}
         if not gsm8k:
             body["logprobs"] = 0  # the tiny trainer uses the server's log-probs; the HF one recomputes them
         if args.stop:

@@ -65,6 +65,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,8 +145,18 @@ class Engine:
 
 
 def parse_version(text: str | None) -> tuple[int, ...] | None:
-    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    return tuple(int(g) for g in m.groups() if g is not None) if m else None
+    """``(major, minor[, patch])``, or None when the text names no release. A source checkout built without
+    its git tags reports setuptools-scm's fallback ``0.1.devN+g<sha>`` (vLLM's ``vllm/_version.py`` from
+    ``setup.py`` ``get_vllm_version``): that is no release 0.1 but an unknown recent commit, so None (the newest
+    routes are used), never "older than 0.16"."""
+    raw = (text or "").strip()
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", raw)
+    if not m:
+        return None
+    version = tuple(int(g) for g in m.groups() if g is not None)
+    if version[:2] == (0, 1) and re.match(r"v?0\.1(?:\.0)?\.?dev", raw):
+        return None
+    return version
 
 
 def _sglang_info(base: str, name: str, version: tuple[int, ...] | None, timeout: float) -> Reply:
@@ -169,7 +180,13 @@ def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
     if isinstance(raw, str) and raw.startswith("rlsup"):
         return Engine("rlsup", parse_version(raw.removeprefix("rlsup-")), raw)
     kind = hint if hint in ("sglang", "vllm") else "unknown"
-    if kind == "sglang" or (kind == "unknown" and raw is None):
+    if isinstance(raw, str):
+        # Only vLLM answers GET /version (SGLang 0.4.6-0.5.23: 404). vLLM's dev mode ALSO serves
+        # GET /server_info (0.32.0 vllm/entrypoints/serve/dev/server_info/api_router.py), so asking that
+        # route first would take a vLLM for an SGLang (and a wrong --weight-sync hint would stick).
+        kind = "vllm"
+    if raw is None and v.status is not None:
+        # No /version: SGLang (whatever the hint says: a wrong --weight-sync must not send vLLM's routes to it)
         info = _sglang_info(base, "server_info", None, timeout)
         if info.ok and isinstance(info.data, dict):
             kind = "sglang"
@@ -210,6 +227,7 @@ class SyncResult:
     detail: str
     server_model: str | None = None
     steps: list[str] = field(default_factory=list)
+    broken: bool = False  # the engine may serve wrong weights now: it must not be used until restarted
 
 
 class WeightSync:
@@ -217,7 +235,8 @@ class WeightSync:
 
     def __init__(self, server: str | None, mode: str, weights_dir: Path, *, stale_after: int = 3,
                  tries: int = 3, busy_tries: int = 5, retry_s: float = 0.5, timeout: float = 600.0,
-                 out: Any = None) -> None:
+                 out: Any = None, restart_server: Callable[[], tuple[bool, str]] | None = None,
+                 restart_timeout: float = 1800.0) -> None:
         self.base = server.rstrip("/") if server else None
         self.mode = mode
         self.weights_dir = Path(weights_dir)
@@ -230,6 +249,10 @@ class WeightSync:
         self._warned: set[str] = set()
         self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
         self._out = out or sys.stdout
+        # Asks the supervisor to restart the server (``rlsup restart NAME``, see :func:`rlsup_restart`);
+        # returns whether it was accepted and what happened in words. None: a broken server is left paused and flagged.
+        self.restart_server = restart_server
+        self.restart_timeout = restart_timeout
 
     # -- public
 
@@ -244,7 +267,12 @@ class WeightSync:
             if self.engine is None or self.engine.kind == "unknown":
                 self.engine = detect(self.base, self.mode)
                 steplog.log(f"Inference server at {self.base}: {self.engine}")
-            result = self._push(path)
+                if self.engine.kind in ("sglang", "vllm") and self.mode != self.engine.kind:
+                    steplog.warn(f"--weight-sync {self.mode} but the server at {self.base} is {self.engine}: "
+                                 f"using {self.engine.kind}'s reload")
+            result = self._check_shapes(path) or self._push(path)
+            if result.broken:
+                self._recover(path, result)
         if result.loaded:
             self.loaded_step = step
             weights_mod.mark_latest(self.weights_dir, step, path, engine=str(self.engine),
@@ -264,7 +292,7 @@ class WeightSync:
         kind = self.engine.kind if self.engine.kind != "unknown" else self.mode
         for attempt in range(1, self.tries + 1):
             result = self._push_vllm(path) if kind == "vllm" else self._push_sglang(path)
-            if result.loaded or result.detail.startswith("unsupported"):
+            if result.loaded or result.broken or result.detail.startswith("unsupported"):
                 return result
             if attempt < self.tries:
                 time.sleep(self.retry_s * attempt)
@@ -274,6 +302,12 @@ class WeightSync:
         """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info (/get_model_info before
         SGLang 0.5.6) says what it serves."""
         r = request("POST", f"{self.base}/update_weights_from_disk", {"model_path": str(path)}, self.timeout)
+        if r.status is None and self._was_up():
+            # SGLang 0.5.23 dies on a wrong-shape checkpoint (its rollback reloads the new path again:
+            # model_runner.py update_weights_from_disk): the connection drops with no reply. Its restart
+            # must not load this dir again.
+            return SyncResult(False, f"/update_weights_from_disk {path}: no reply, the server went away "
+                                     f"({_why(r)})", broken=True)
         if r.status == 404:
             return SyncResult(False, f"unsupported: {self.base} has no /update_weights_from_disk ({_why(r)})")
         if not (r.ok and isinstance(r.data, dict) and r.data.get("success") is True):
@@ -291,6 +325,7 @@ class WeightSync:
         v = self.engine.version
         steps: list[str] = []
         paused = False
+        broken: SyncResult | None = None
         # 0.12.0-0.15.1 have /pause without dev mode: do not drain the server every step for a reload that
         # cannot happen (/collective_rpc missing); a server restarted with dev mode is reloaded unpaused once.
         if self.engine.rl_router and not self._rpc_missing:
@@ -313,30 +348,129 @@ class WeightSync:
                 if r.status == 404:
                     return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
                                              "VLLM_SERVER_DEV_MODE=1", steps=steps)
+                if not r.ok and method == "reload_weights":
+                    # vLLM's in-place reload moves the layers to the meta device before it reads a file
+                    # (0.32.0 vllm/model_executor/model_loader/reload/layerwise.py): a failure leaves a model
+                    # that /health still calls healthy and that the next completion crashes or that serves
+                    # mixed weights. Never /resume it: it must be restarted.
+                    broken = SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}; the engine's "
+                                               "weights are undefined now", steps=steps, broken=True)
+                    return broken
                 if not r.ok:
                     return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}", steps=steps)
                 steps.append(f"{method}: {_why(r)}")
             if not paused:  # a paused server had its caches cleared by /pause
                 steps.append(self._reset_prefix_cache())
         finally:
-            if paused:
+            # Runs on a SIGTERM too (see install_sigterm_exit): a trainer stopped mid-reload must not leave
+            # the server paused for ever. After a failed reload the server stays paused: no completion may
+            # run on its broken weights until it is restarted.
+            if paused and broken is None:
                 r = request("POST", f"{self.base}/resume", timeout=60.0)
                 steps.append("resumed" if r.ok else f"/resume failed: {_why(r)}")
+            elif paused:
+                steps.append("left paused: the failed reload broke the engine")
         return SyncResult(True, "; ".join(steps), str(path), steps)
 
     def _reset_prefix_cache(self) -> str:
-        """200 with an empty body (vLLM 0.10.2-0.25.1) or ``{"success": true}`` (0.26.0+) is done;
-        ``{"success": false}`` means blocks are still held by running requests: retried, then reported once."""
+        """Reset vLLM's prefix cache after a reload that was not paused (no /pause before 0.12.0, or /pause
+        failed). From 0.12.0 ``reset_running_requests=true`` makes the reset happen even while requests run
+        (it preempts them; 0.32.0 vllm/entrypoints/serve/dev/cache/api_router.py ``reset_prefix_cache``,
+        v1/core/sched/scheduler.py ``reset_prefix_cache(reset_running_requests)``). Before 0.26.0 the route
+        answers an EMPTY 200 whatever happened: a reset that failed (it fails whenever requests hold
+        blocks) looks done, so that is said loudly once. From 0.26.0 ``{"success": false}`` is retried."""
+        v = self.engine.version if self.engine is not None else None
+        query = "" if v is not None and v < (0, 12) else "?reset_running_requests=true"
         for attempt in range(1, self.busy_tries + 1):
-            r = request("POST", f"{self.base}/reset_prefix_cache", timeout=60.0)
-            if r.ok and not (isinstance(r.data, dict) and r.data.get("success") is False):
-                return "prefix cache reset"
+            r = request("POST", f"{self.base}/reset_prefix_cache{query}", timeout=60.0)
             if not r.ok:
                 return f"prefix cache not reset ({_why(r)})"
-            time.sleep(self.retry_s * attempt)
+            if isinstance(r.data, dict) and r.data.get("success") is False:
+                time.sleep(self.retry_s * attempt)
+                continue
+            if v is not None and v < (0, 26) and not isinstance(r.data, dict):
+                self._warn_loud(
+                    f"vLLM {self.engine.raw if self.engine else ''} answers /reset_prefix_cache with an empty "
+                    "200 whether or not it reset the cache (the reset fails while requests hold blocks"
+                    + ("" if query else "; this version has no reset_running_requests") + "): prompts "
+                    "sharing a prefix may be served from the OLD policy's KV cache after each reload. Use vLLM "
+                    ">= 0.26 (or >= 0.12 with /pause, which clears the cache once drained)")
+                return "prefix cache reset requested (unconfirmed: empty 200 before vLLM 0.26)"
+            return "prefix cache reset"
         self._warn_once("vLLM kept answering {\"success\": false} to /reset_prefix_cache (requests running): "
                         "prefixes cached before the reload may be reused until they are evicted")
         return "prefix cache busy (not reset)"
+
+    def _check_shapes(self, path: Path) -> SyncResult | None:
+        """Refuse weights whose tensors differ in shape from what the server loaded last: neither engine
+        survives them. vLLM 0.32.0 answers 200 to such a reload and serves mixed weights (later reloads then
+        fail); SGLang 0.5.23 dies (both seen on the real engines, tests/engines/). The dir is marked
+        REJECTED so no restarted server loads it either."""
+        from rlsup.trainer import weights as weights_mod
+
+        last = weights_mod.latest(self.weights_dir)
+        if last is None or not Path(last[1]).is_dir() or Path(last[1]) == Path(path):
+            return None
+        why = weights_mod.shape_mismatch(path, Path(last[1]))
+        if why is None:
+            return None
+        weights_mod.reject(path, why)
+        print(flag_line("weights_rejected", f"not loading {path}: {why}; the server keeps serving weights step "
+                                            f"{last[0]}"), file=self._out, flush=True)
+        return SyncResult(False, f"rejected before loading: {why}")
+
+    # -- a broken engine
+
+    def _was_up(self) -> bool:
+        """Whether the server answered before (so no reply now means it went away, not that it never was)."""
+        return self.engine is not None and self.engine.kind != "unknown"
+
+    def _recover(self, path: Path, result: SyncResult) -> None:
+        """A reload left the engine unusable (``result.broken``). Mark ``path`` rejected so no restarted
+        server loads it (:func:`rlsup.trainer.weights.published_good`), then have the server restarted:
+        it comes back with the last good weights. Without a way to restart it, it is flagged (and a
+        vLLM stays paused, so nothing is generated from broken weights)."""
+        from rlsup.trainer import weights as weights_mod
+
+        weights_mod.reject(path, result.detail)
+        if self.restart_server is None:
+            print(flag_line("engine_broken",
+                            f"{self.engine or self.base}: {result.detail}. The server must be restarted to serve "
+                            f"the last good weights: `rlsup restart <inference component>` (pass the trainer "
+                            f"--restart-server NAME to do it automatically)"), file=self._out, flush=True)
+            return
+        steplog.warn(f"{result.detail}: restarting the inference server (it loads the last good weights; "
+                     f"{path.name} is marked {weights_mod.REJECTED})")
+        ok, said = self.restart_server()
+        steplog.log(f"restart of the inference server: {said}")
+        if not ok:  # nothing will come back on its own: say so where rlsup shows it
+            print(flag_line("engine_broken", f"{self.engine or self.base}: {result.detail}; asking rlsup to restart "
+                                             f"it failed ({said}): restart it by hand"), file=self._out, flush=True)
+            return
+        self._wait_restarted()
+        self.engine = None  # detect again: the restarted server may be another version
+        good = weights_mod.published_good(self.weights_dir)
+        if good is not None:
+            steplog.log(f"Inference server restarted; it loads {good[1]} (the newest good weights)")
+
+    def _wait_restarted(self) -> None:
+        """Until ``/health`` went away (the old server stopped) and then answers 200 again."""
+        deadline = time.monotonic() + self.restart_timeout
+        gone = False
+        while time.monotonic() < deadline:
+            r = request("GET", f"{self.base}/health", timeout=5.0)
+            if r.status is None or not r.ok:
+                gone = True
+            elif gone:
+                return
+            time.sleep(1.0)
+        steplog.warn(f"the inference server at {self.base} did not come back within {self.restart_timeout:g}s")
+
+    def _warn_loud(self, text: str) -> None:
+        key = "loud:" + re.sub(r"\d+", "N", text)[:120]
+        if key not in self._warned:
+            self._warned.add(key)
+            steplog.warn(text)
 
     # -- staleness
 
@@ -357,6 +491,45 @@ class WeightSync:
         if key not in self._warned:
             self._warned.add(key)
             steplog.warn(f"inference server did not load the new weights: {text}")
+
+
+def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], tuple[bool, str]]:
+    """A ``restart_server`` for :class:`WeightSync`: ``rlsup restart NAME`` against ``run_dir``, by default the
+    run this process belongs to (``$RLSUP_RUN_DIR``, set by rlsup for every component)."""
+
+    def restart() -> tuple[bool, str]:
+        import subprocess
+
+        cmd = [sys.executable, "-m", "rlsup.supervisor.cli", "restart", name,
+               *(["--run-dir", str(run_dir)] if run_dir else [])]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return False, f"`rlsup restart {name}` failed: {exc}"
+        said = (done.stdout + done.stderr).strip().replace("\n", " ")
+        return done.returncode == 0, f"`rlsup restart {name}` exit {done.returncode}" + (f": {said}" if said else "")
+
+    return restart
+
+
+def make_sync(args: Any) -> WeightSync:
+    """The trainer's :class:`WeightSync` from its parsed arguments."""
+    name = getattr(args, "restart_server", None)
+    return WeightSync(args.server, args.weight_sync, Path(args.out) / "weights", stale_after=args.stale_after,
+                      restart_server=rlsup_restart(name) if name else None)
+
+
+def install_sigterm_exit() -> None:
+    """Make SIGTERM (rlsup's stop) raise SystemExit in the main thread, so ``finally`` blocks run: a trainer
+    stopped while vLLM is paused for a reload resumes it instead of leaving it paused for every later
+    client. Python's default SIGTERM action kills the process without unwinding."""
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 # ------------------------------------------------------------------------------------------------ CLI

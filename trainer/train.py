@@ -24,7 +24,7 @@ from rlsup.trainer import checkpoint, grpo, rollouts, steplog, waiting
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
 from rlsup.trainer.policy import Policy, PolicyConfig, encode, sequence_logprobs
-from rlsup.trainer.sync import WeightSync
+from rlsup.trainer.sync import WeightSync, install_sigterm_exit, make_sync
 
 
 def wait_for_batch(out: Path, step: int) -> tuple[list[rollouts.Sample], dict]:
@@ -97,10 +97,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="how the server is told about new weights: sglang = POST /update_weights_from_disk "
                          "(also rlsup's server), vllm = the reload its version supports (VLLM_SERVER_DEV_MODE=1; "
                          "see rlsup.trainer.sync), none = nothing (a restarted server loads the newest)")
+    ap.add_argument("--restart-server", metavar="NAME", default=None,
+                    help="the rlsup component name of the inference server: when a reload leaves it broken (a failed "
+                         "vLLM reload, an SGLang that died loading), run `rlsup restart NAME` so it comes back with "
+                         "the last good weights. Without it such a server is flagged (rlsup-flag: engine_broken) "
+                         "and a vLLM stays paused")
     ap.add_argument("--stale-after", type=int, default=3,
                     help="print 'rlsup-flag: weights_stale: ...' once the server is more than this many "
                          "steps behind the published weights")
     args = ap.parse_args(argv)
+    install_sigterm_exit()  # rlsup's stop must not leave a vLLM paused mid-reload: `finally` blocks run
     if args.lr is None:
         args.lr = 1e-6 if args.model else 5e-3  # a pretrained LM wants a far smaller step
     if args.micro_batch < 1 or args.max_seq_len < 2:
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         policy = Policy(PolicyConfig())
         optimizer = make_optimizer(policy)
         start = 1
-    sync = WeightSync(args.server, args.weight_sync, args.out / "weights", stale_after=args.stale_after)
+    sync = make_sync(args)
     publish(args, start - 1, policy, sync)
 
     for step in range(start, args.steps + 1):

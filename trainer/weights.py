@@ -57,6 +57,67 @@ def published(weights_dir: Path) -> tuple[int, Path] | None:
     return best
 
 
+REJECTED = "REJECTED"  # written into a published dir an inference server failed to load (why, inside)
+
+
+def reject(path: Path, why: str) -> None:
+    """Mark ``path`` as weights a server could not load, so a restarted server skips it. A path that does not
+    exist (a bad path) needs no mark."""
+    try:
+        if Path(path).is_dir():
+            atomic.write_text(Path(path) / REJECTED, why + "\n")
+    except OSError:
+        pass
+
+
+def tensor_shapes(path: Path) -> dict[str, list[int]] | None:
+    """Every tensor's shape in the ``*.safetensors`` files of ``path``, from their headers alone (an 8-byte
+    little-endian length, then JSON); None when there are none or one cannot be read."""
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files:
+        return None
+    shapes: dict[str, list[int]] = {}
+    try:
+        for f in files:
+            with open(f, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                if not 0 < n < 100_000_000:
+                    return None
+                header = json.loads(fh.read(n))
+            shapes.update({k: list(v["shape"]) for k, v in header.items() if k != "__metadata__"})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return shapes
+
+
+def shape_mismatch(new: Path, good: Path) -> str | None:
+    """Why ``new`` cannot be loaded into a server serving ``good`` (same tensors, same shapes), or None.
+    None too when either cannot be read: the server then decides."""
+    a, b = tensor_shapes(new), tensor_shapes(good)
+    if a is None or b is None:
+        return None
+    for name in sorted(set(a) | set(b)):
+        if a.get(name) != b.get(name):
+            return (f"tensor {name} is {a.get(name, 'missing')} in {new} but {b.get(name, 'missing')} in {good}, "
+                    "which the server loaded")
+    return None
+
+
+def published_good(weights_dir: Path) -> tuple[int, Path] | None:
+    """Like :func:`published`, skipping dirs marked :data:`REJECTED`: what a restarted server should load."""
+    best: tuple[int, Path] | None = None
+    try:
+        entries = list(Path(weights_dir).iterdir())
+    except OSError:
+        return None
+    for p in entries:
+        m = _STEP_DIR.match(p.name)
+        if (m and (p / MARKER).exists() and not (p / REJECTED).exists()
+                and (best is None or int(m.group(1)) > best[0])):
+            best = (int(m.group(1)), p)
+    return best
+
+
 def latest(weights_dir: Path) -> tuple[int, Path] | None:
     """``(step, path)`` from ``latest.json``, or ``None`` when nothing is published yet."""
     try:

@@ -94,6 +94,9 @@ def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
     return None
 
 
+ENGINE_DEATH_TAIL = 200  # lines before an exit 0 searched for an inference engine's death
+
+
 def diagnose(
     lines: Sequence[str],
     *,
@@ -114,6 +117,14 @@ def diagnose(
     sig = normalize_signal(exit_code, signal)
 
     if exit_code == 0 and sig is None:
+        # One exit 0 is not a success: an inference server whose engine died. vLLM 0.32.0's API server logs
+        # "EngineCore encountered an issue" / EngineDeadError and then shuts uvicorn down cleanly, exit 0
+        # (vllm/entrypoints/launcher.py terminate_if_errored). Looked for near the end only, so a client that
+        # once logged such a line from a server's reply and later finished is not taken for a dead engine.
+        tail = norm[-ENGINE_DEATH_TAIL:]
+        dead = [c for c in _candidates(tail)[0] if c.category == "inference_engine_dead"]
+        if dead:
+            return _finish(max(dead, key=lambda c: c.index), last_step)
         return Diagnosis("none", "exited normally (exit code 0)", step=last_step)
 
     cands, elastic_pids = _candidates(norm)

@@ -150,7 +150,15 @@ def _step_crash(history: Sequence[AttemptRecord], window: int, need: int) -> Fla
 
 def _false_success(history: Sequence[AttemptRecord], total: int | None) -> Flag | None:
     last = history[-1]
-    if total is None or last.signal is not None or last.exit_code != 0:
+    if last.signal is not None or last.exit_code != 0:
+        return None
+    if last.diagnosis.category == "inference_engine_dead":
+        # vLLM's API server exits 0 after its engine core died ("EngineCore encountered an issue", then a clean
+        # uvicorn shutdown: vllm/entrypoints/launcher.py terminate_if_errored; seen on 0.32.0): a server that
+        # lost its engine did not complete, whatever its exit code says.
+        msg = f"exited 0 after its inference engine died ({last.diagnosis.summary}): treated as a failure"
+        return Flag("false_success", msg, (last.diagnosis.summary, *last.diagnosis.evidence)[:12], False)
+    if total is None:
         return None
     # Steps may be counted from 0 or 1: the last step of a 0-based run is total - 1.
     if last.step is not None and last.step >= total - 1:

