@@ -1125,6 +1125,19 @@ class Run:
     def rings(self) -> dict[str, Any]:
         return {n: c.ring for n, c in self.components.items()}
 
+    def log_pages(self, name: str) -> tuple[Any, Any] | None:
+        """A component's log on disk and the position its ring has read to (the control server's
+        ``log_read``: clients page older lines than the ring holds)."""
+        from .logpages import LogPages
+
+        c = self.components.get(name)
+        if c is None:
+            return None
+        pages = self.__dict__.setdefault("_log_pages", {})
+        if name not in pages:
+            pages[name] = LogPages(self.paths.log(name), c.logs_cfg.line_cap)
+        return pages[name], c.position()
+
 
 def raise_fd_limit() -> int:
     """Raise this process's open-file limit to the hard limit (thousands of components hold thousands of

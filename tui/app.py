@@ -47,7 +47,7 @@ from rlsup.tui.widgets.component_table import ComponentTable
 from rlsup.tui.widgets.flags import FlagsStrip
 from rlsup.tui.widgets.gpu_panel import GpuPanel
 from rlsup.tui.widgets.header import RunHeader
-from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, LogPane, LogView
+from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, PAGE, LogPane, LogView
 from rlsup.tui.widgets.progress import ProgressPanel
 
 PANE_MIN_WIDTH = 66  # columns per log pane before panes go side by side
@@ -208,11 +208,12 @@ class MainScreen(Screen):
             missing = [n for n in [*names, *pending] if n not in self.panes]
             if missing:
                 self._add_panes(list(dict.fromkeys(missing)))
+            firsts = self.model.feed.taken_first
             for name, lines in pending.items():
                 pane = self.panes[name]
                 if name in resets:
                     pane.view.clear()
-                pane.view.append_lines(lines, name in marked)
+                pane.view.append_lines(lines, name in marked, firsts.get(name))
                 pane.update_title()
         if dirty and dirty <= GAUGE_AREAS and time.monotonic() - self._gauges_at < GAUGE_MIN_S:
             # Only a GPU/host sample changed: it waits for the gauges' next turn (an idle
@@ -270,6 +271,82 @@ class MainScreen(Screen):
         self.query_one("#logs", Grid).mount(*new)
         self._select(self.selected)
         self._layout()
+        for pane in new:  # does the log file hold older lines than the view? (the title says so)
+            self.run_worker(self._probe_disk(pane), group="disk")
+
+    # reading older lines from disk ----------------------------------------------------------
+    async def _disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
+        disk = getattr(self.rlapp.session, "disk", None)
+        if disk is None:
+            return {"ok": False, "error": "this session cannot read logs from disk"}
+        try:
+            return await disk(op, component, **fields)
+        except Exception as e:  # a broken link: say so where the user looks
+            return {"ok": False, "error": str(e) or type(e).__name__}
+
+    async def _probe_disk(self, pane: LogPane) -> None:
+        reply = await self._disk("log_read", pane.component, from_seq=None, limit=1)
+        if reply.get("ok"):
+            pane.view.disk_first = reply["disk_first_seq"]
+            pane.update_title()
+
+    def on_log_view_need_lines(self, event: LogView.NeedLines) -> None:
+        pane = next((p for p in self.panes.values() if p.view is event.view), None)
+        if pane is not None:
+            self.run_worker(self._page(pane, event.direction), group="disk")
+
+    async def _page(self, pane: LogPane, direction: int) -> None:
+        """The page of the log file before (or after) what the pane holds."""
+        v = pane.view
+        h = v.hist
+        if h is None:  # scrolled up past the oldest live line: the window opens just above it
+            first = v.live_first
+            if first is None or getattr(v, "_asking", False):
+                return
+            v._asking = True  # type: ignore[attr-defined]
+            try:
+                reply = await self._disk("log_read", pane.component, before_seq=first, limit=PAGE)
+            finally:
+                v._asking = False  # type: ignore[attr-defined]
+            if not reply.get("ok"):
+                self.notify(reply.get("error") or "cannot read the log file", severity="warning")
+                return
+            v.disk_first = reply["disk_first_seq"]
+            if reply["lines"] and v.hist is None and v.top == 0:
+                v.show_disk(reply["seq"], reply["lines"], reply["disk_first_seq"], reply["disk_end_seq"],
+                            at="bottom", file=reply.get("file", ""))
+            pane.update_title()
+            return
+        if direction < 0:
+            reply = await self._disk("log_read", pane.component, before_seq=h.first, limit=PAGE)
+        else:
+            end = h.first + len(v.lines)
+            reply = await self._disk("log_read", pane.component, from_seq=end, limit=min(PAGE, h.live_seq - end))
+        if v.hist is not h:
+            return  # left meanwhile
+        if not reply.get("ok"):
+            h.loading = False
+            self.notify(reply.get("error") or "cannot read the log file", severity="warning")
+        else:
+            lines = reply["lines"]
+            if direction > 0:
+                lines = lines[: max(0, h.live_seq - reply["seq"])]
+            v.add_disk(reply["seq"], lines, reply["disk_end_seq"])
+        pane.update_title()
+
+    async def _disk_top(self, pane: LogPane) -> None:
+        """Home: the first page of the log file (when the view does not hold line 1 already)."""
+        v = pane.view
+        reply = await self._disk("log_read", pane.component, from_seq=None, limit=PAGE)
+        if not reply.get("ok"):
+            self.notify(reply.get("error") or "cannot read the log file", severity="warning")
+            return
+        v.disk_first = reply["disk_first_seq"]
+        first = v.window_first
+        if reply["lines"] and (first is None or reply["seq"] < first):
+            v.show_disk(reply["seq"], reply["lines"], reply["disk_first_seq"], reply["disk_end_seq"], at="top",
+                        file=reply.get("file", ""))
+        pane.update_title()
 
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
         now = self.rlapp.clock()
@@ -466,7 +543,10 @@ class MainScreen(Screen):
             if v.selecting:
                 v.cursor_to(0)
             else:
-                v.home()
+                v.home()  # at once within what the view holds; the file's first page follows
+                pane = self.selected_pane()
+                if pane is not None and (v.hist is None or v.hist.first > v.hist.disk_first):
+                    self.run_worker(self._disk_top(pane), group="disk")
         self._retitle()
 
     def action_log_end(self) -> None:
@@ -675,8 +755,42 @@ class MainScreen(Screen):
         self._find(pane, event.value, -1)
 
     def _find(self, pane: LogPane, query: str, direction: int) -> None:
-        if pane.view.search(query, direction) is None:
-            self.notify(f"not found in {pane.component}: {query}", severity="warning")
+        """Search the lines held first; past them, the log file on disk; then wrap around."""
+        if pane.view.search(query, direction, wrap=False) is not None:
+            pane.update_title()
+            return
+        self.run_worker(self._find_on_disk(pane, query, direction), group="disk", exclusive=True)
+
+    async def _find_on_disk(self, pane: LogPane, query: str, direction: int) -> None:
+        v = pane.view
+        first, h = v.window_first, v.hist
+        reply: dict[str, Any] = {}
+        if direction < 0 and first is not None:
+            reply = await self._disk("log_search", pane.component, query=query, before_seq=first)
+        elif direction > 0 and h is not None:
+            reply = await self._disk("log_search", pane.component, query=query,
+                                     after_seq=h.first + len(v.lines) - 1)
+            if reply.get("seq") is not None and reply["seq"] >= h.live_seq:
+                reply = {}  # in the live lines: found there below
+            if reply.get("seq") is None:
+                v.leave_history()
+                v.current = None
+                if v.search(query, direction, wrap=False) is not None:
+                    pane.update_title()
+                    return
+        seq = reply.get("seq") if reply.get("ok") else None
+        if seq is not None:
+            page = await self._disk("log_read", pane.component, from_seq=max(seq - PAGE // 2, reply["disk_first_seq"]),
+                                    limit=PAGE)
+            if page.get("ok") and page["lines"]:
+                v.show_disk(page["seq"], page["lines"], page["disk_first_seq"], page["disk_end_seq"], at=seq,
+                            file=page.get("file", ""))
+                v.show_match(query, seq)
+                pane.update_title()
+                return
+        if v.search(query, direction) is None:  # wrap around within the lines held
+            where = " (the whole log file too)" if reply.get("ok") else ""
+            self.notify(f"not found in {pane.component}{where}: {query}", severity="warning")
         pane.update_title()
 
     def action_next_match(self) -> None:

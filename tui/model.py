@@ -45,6 +45,7 @@ class LogFeed:
         self.marked: set[str] = set()  # components whose pending lines hold a Marker
         self.first_seq: dict[str, int] = {}  # sequence number of the first pending line
         self.waiting: dict[str, list[tuple[int, Marker]]] = {}  # markers ahead of the stream, by seq
+        self.taken_first: dict[str, int] = {}  # first_seq of the batches the last take() handed out
 
     def mark(self, component: str, seq: int | None, text: str) -> None:
         m = Marker(text)
@@ -87,6 +88,8 @@ class LogFeed:
             drop = len(buf) - self.limit
             del buf[:drop]
             buf.insert(0, skipped_marker(drop))
+            if component in self.first_seq:
+                self.first_seq[component] += drop
 
     def gap(self, component: str, from_seq: int, to_seq: int) -> None:
         buf = self.pending.setdefault(component, [])
@@ -112,7 +115,7 @@ class LogFeed:
         the feed empty."""
         out, resets, marked = self.pending, self.resets, self.marked
         self.pending, self.resets, self.marked = {}, set(), set()
-        self.first_seq = {}
+        self.taken_first, self.first_seq = self.first_seq, {}
         return out, resets, marked
 
 
