@@ -92,7 +92,7 @@ def replay(paths: RunPaths) -> dict[str, Any]:
     for n, c in ((saved.get("components") or {}) if isinstance(saved, dict) else {}).items():
         mine = st["components"].setdefault(n, state_mod.new_component())
         for k in ("step", "total", "metrics", "metric", "series", "checkpoint", "watch", "last_step_at",
-                  "resources"):
+                  "resources", "history"):
             if c.get(k) is not None:
                 mine[k] = c[k]
     for c in st["components"].values():

@@ -191,6 +191,20 @@ class MetricHistory:
     def wire(self, since: float | None = None) -> dict[str, object]:
         return {"every": self.every, "lo": self.lo, "hi": self.hi, "points": self.points(since)}
 
+    @classmethod
+    def from_wire(cls, d: dict[str, object]) -> MetricHistory:
+        """The history a previous supervisor recorded (``state.json``), to go on from."""
+        h = cls()
+        h.every = max(1, int(d.get("every") or 1))  # type: ignore[call-overload]
+        for p in (d.get("points") or [])[-HISTORY_POINTS:]:  # type: ignore[union-attr]
+            if isinstance(p, list | tuple) and len(p) >= 3:
+                h.steps.append(int(p[0]))
+                h.sums.append(float(p[1]) * int(p[2]))
+                h.counts.append(int(p[2]))
+                h.touched.append(0.0)
+        h.lo, h.hi = d.get("lo"), d.get("hi")  # type: ignore[assignment]
+        return h
+
 
 def compact_points(points: list[list[float]], every: int) -> list[list[float]]:
     """Merge ``[step, mean, count]`` points whose steps fall in the same bucket of ``every``
@@ -301,6 +315,16 @@ class ProgressTracker:
                         fh.add(self.step, v, now)
             changed = True
         return changed
+
+    def seed_history(self, wire: dict[str, dict[str, object]]) -> None:
+        """Go on with the metric history of the run so far (a resumed, continued or adopted run):
+        the charts then show the whole run, not only what this supervisor saw."""
+        for k, d in list(wire.items())[:HISTORY_METRICS]:
+            if k not in self.full_history and isinstance(d, dict):
+                try:
+                    self.full_history[k] = MetricHistory.from_wire(d)
+                except (TypeError, ValueError):
+                    continue
 
     def reset_to(self, step: int | None, now: float) -> None:
         """A new attempt begins (``step`` is the resumed step, or None for a fresh start)."""

@@ -266,6 +266,13 @@ class Run:
                 c.progress.total = int(sv["total"])
             if sv.get("step") is not None:  # an adopted attempt's progress continues from here
                 c.progress.reset_to(int(sv["step"]), self.clock.monotonic())
+            if isinstance(sv.get("history"), dict) and sv["history"]:  # the charts go on with the whole run
+                c.progress.seed_history(sv["history"])
+                self.state["components"][n]["history"] = {k: h.wire() for k, h in c.progress.full_history.items()}
+            if isinstance(sv.get("metrics"), dict) and sv["metrics"]:  # ... and with the latest values
+                c.progress.metrics.update({k: v for k, v in sv["metrics"].items() if isinstance(v, int | float)})
+                self.state["components"][n]["metrics"] = dict(c.progress.metrics)
+                self.state["components"][n]["metric"] = sv.get("metric")
         if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
             from .notify import Notifier
 

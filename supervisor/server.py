@@ -228,9 +228,26 @@ class ControlServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
-        self._server = await asyncio.start_unix_server(self._accept, sock=sock)
         self.view.subscribers.append(self._on_event)
         self.view.line_listeners.append(self._on_lines)
+        await self._preload()
+        self._server = await asyncio.start_unix_server(self._accept, sock=sock)
+
+    async def _preload(self) -> None:
+        """The journal's newest lifecycle events, so that a client's timeline holds the whole run (a
+        resumed run, one taken over, an ended one), not only what this server saw happen."""
+        path = self.view.paths.events
+
+        def tail() -> list[dict[str, Any]]:
+            out: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
+            with contextlib.suppress(OSError):
+                out.extend(e for e in read_events(path) if is_lifecycle(e.get("kind", "")))
+            return list(out)
+
+        old = await asyncio.get_running_loop().run_in_executor(None, tail)
+        last = old[-1].get("seq", 0) if old else 0
+        live = [e for e in self.recent if e.get("seq", 0) > last]  # emitted while the journal was read
+        self.recent = deque([*old, *live], maxlen=RECENT_EVENTS)
 
     async def close(self) -> None:
         for c in list(self.conns):
