@@ -258,6 +258,32 @@ def merge_history(stored: dict[str, dict[str, object]] | None,
     return out
 
 
+# A rate older than this many step intervals (and DECAY_MIN_S) is no longer the component's speed:
+# with no new step it decays as 1/idle, and after FORGET_S it is not shown at all (the stall
+# flag, where configured, says the rest).
+DECAY_INTERVALS = 3.0
+DECAY_MIN_S = 5.0
+FORGET_S = 60.0
+
+
+def current_rate(rate: float | None, eta_s: float | None, last_step_at: float | None, step: int | None,
+                 total: int | None, now: float) -> tuple[float | None, float | None]:
+    """(rate, ETA) as they stand at ``now`` when no step came since ``last_step_at`` (wall time):
+    unchanged within a few step intervals; then at most one step per idle time, the ETA growing
+    to match; none at all after :data:`FORGET_S` without a step. Pure: clients run it on every
+    repaint, so a hung trainer's "3.27/s ETA 49s" does not stand for minutes."""
+    if rate is None or rate <= 0 or last_step_at is None:
+        return rate, eta_s
+    idle = max(0.0, now - last_step_at)
+    if idle <= max(DECAY_INTERVALS / rate, DECAY_MIN_S):
+        return rate, eta_s
+    if idle >= max(FORGET_S, 10.0 / rate):
+        return None, None
+    slow = min(rate, 1.0 / idle)
+    eta = max(0, total - step) / slow if total is not None and step is not None else None
+    return slow, eta
+
+
 @dataclass
 class ProgressTracker:
     """Latest step, total, metrics, and a rate over recent step changes.

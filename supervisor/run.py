@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal as signal_mod
 import socket
@@ -258,6 +259,8 @@ class Run:
             life = lc.Life(n, attempt=int(prev.get("attempt") or 0))
             if was in keep:
                 life = lc.Life(n, state=was, attempt=life.attempt, want="stop" if was == "stopped" else "run")
+            if any(f.get("type") == "stall" for f in prev.get("flags") or []) and self.how in ("adopted", "continued"):
+                life = dataclasses.replace(life, episode=life.episode | {"stall"})  # the attempt goes on: so does its stall
             self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
                                            log_position=pos)
             sv = saved.get(n) or {}

@@ -28,6 +28,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input
 
+from rlsup.supervisor.progress import current_rate
 from rlsup.supervisor.state import ACTIVE
 from rlsup.tui import actions, clipboard
 from rlsup.tui.format import fmt_dur
@@ -157,6 +158,11 @@ class MainScreen(Screen):
                 parts.append(fmt_dur(now - c["started_at"]))
             if c.get("state") == "backoff" and c.get("next_start_at"):
                 parts.append(round(max(0.0, c["next_start_at"] - now)))
+            if c.get("rate") is not None or any(f.get("type") == "stall" for f in c.get("flags") or []):
+                # a decaying rate, a stall's length: shown times that move with no event
+                parts.append(current_rate(c.get("rate"), c.get("eta_s"), c.get("last_step_at"), c.get("step"),
+                                          c.get("total"), now)[0] is None)
+                parts.append(fmt_dur(now - c["last_step_at"]) if c.get("last_step_at") else None)
             for mtime in [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]:
                 if mtime:
                     parts.append(fmt_dur(now - mtime))
@@ -379,7 +385,7 @@ class MainScreen(Screen):
         if "gpu" in areas:
             self.query_one(GpuPanel).set_data(v or {})
         if "flags" in areas:
-            self.query_one(FlagsStrip).set_data(self.model.flags())
+            self.query_one(FlagsStrip).set_data(self.model.flags(now))
         if "table" in areas or "run" in areas:
             for name, pane in self.panes.items():
                 state = comps.get(name, {}).get("state", "")
@@ -831,7 +837,7 @@ class MainScreen(Screen):
 
     def action_flags(self) -> None:
         sel = self.selected_name()
-        flags = sorted(self.model.flags(), key=lambda nf: nf[0] != sel)
+        flags = sorted(self.model.flags(self.rlapp.clock()), key=lambda nf: nf[0] != sel)
         self.app.push_screen(FlagsScreen(flags, self.rlapp.timefmt))
 
     def action_help(self) -> None:
