@@ -6,12 +6,13 @@ from __future__ import annotations
 import fake
 from fake import NOW, run_async, started
 
-from rlsup.supervisor.progress import current_rate
 from rlsup.tui.widgets.component_table import ComponentTable
 from rlsup.tui.widgets.flags import FlagsStrip
 
 
 def test_current_rate_decays_then_vanishes():
+    from rlsup.supervisor.progress import current_rate
+
     # 3.27 steps/s, step 340 of 500: fresh, it stands.
     assert current_rate(3.27, 49.0, 1000.0, 340, 500, 1002.0) == (3.27, 49.0)
     # 20 s without a step: at most one step per 20 s, and the ETA grows to match.
