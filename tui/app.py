@@ -26,7 +26,7 @@ from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from rlsup.supervisor.progress import current_rate
 from rlsup.supervisor.state import ACTIVE
@@ -46,11 +46,13 @@ from rlsup.tui.screens import (
 )
 from rlsup.tui.widgets.component_table import ComponentTable
 from rlsup.tui.widgets.flags import FlagsStrip
+from rlsup.tui.widgets.footer import FitFooter
 from rlsup.tui.widgets.gpu_panel import GpuPanel
-from rlsup.tui.widgets.header import RunHeader
+from rlsup.tui.widgets.header import RunHeader, ended_text
 from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, PAGE, LogPane, LogView
 from rlsup.tui.widgets.progress import ProgressPanel
 
+COMMAND_KEYS = {k: key for key in actions.KEYS if key.command for k in key.keys.split(",")}
 PANE_MIN_WIDTH = 66  # columns per log pane before panes go side by side
 KEY_QUIET_S = 0.1  # after a key press, flooded panes wait this long before their next repaint
 GAUGE_MIN_S = 2.0  # GPU/host gauges and resource columns repaint at most this often (nvitop's interval)
@@ -120,7 +122,7 @@ class MainScreen(Screen):
                              id="search")
         search.display = False
         yield search
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         self._flush_timer = self.set_interval(1 / self.rlapp.tick_hz, self.flush)
@@ -237,6 +239,15 @@ class MainScreen(Screen):
 
     def on_key(self, event: events.Key) -> None:
         self._key_at = time.monotonic()  # runs before the key's binding: see _paint_panes
+        if self.model.ended and self.focused is None and self.context != actions.SELECT:
+            key = COMMAND_KEYS.get(event.key)
+            if key is not None:  # greyed in the footer, and pressed anyway: say why nothing happens
+                run = (self.model.state or {}).get("run") or {}
+                how = ended_text(run, self.rlapp.timefmt) or "the run has ended"
+                config = run.get("config") or "CONFIG"
+                self.notify(f"{how}. An ended run is read-only; to run it again: rlsup up {config} --resume "
+                            "(or --fresh to start over)", title=f"{key.description}: not possible", severity="warning",
+                            timeout=10)
 
     def _gauges_due(self) -> None:
         self._gauge_timer = None
@@ -381,7 +392,7 @@ class MainScreen(Screen):
         if "table" in areas or "resources" in areas:
             self.query_one(ComponentTable).set_data(comps, self.selected, now, stale)
         if "progress" in areas:
-            self.query_one(ProgressPanel).set_data(comps, now)
+            self.query_one(ProgressPanel).set_data(comps, now, ended=self.model.ended, timefmt=self.rlapp.timefmt)
         if "gpu" in areas:
             self.query_one(GpuPanel).set_data(v or {})
         if "flags" in areas:
@@ -893,7 +904,10 @@ class RlsupApp(App[int]):
     def connection_changed(self, status: str, detail: str) -> None:
         if status != self._last_connection:
             if status == "ended":
-                self.notify(detail or "the run has ended", title="run ended", timeout=10)
+                run = (self.model.state or {}).get("run") or {}
+                where = f"; its logs and journal stay in {run['run_dir']}" if run.get("run_dir") else ""
+                self.notify((ended_text(run, self.timefmt) or "the supervisor ended the run") + where,
+                            title="run ended", timeout=10)
             elif status == "reconnecting" and self._last_connection == "attached":
                 self.notify(detail or "connection lost", title="reconnecting", severity="warning")
             self._last_connection = status

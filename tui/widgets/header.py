@@ -11,6 +11,7 @@ from textual.widget import Widget
 
 from rlsup.tui.format import fmt_dur
 
+DETAIL_MAX = 48  # characters of a connection error shown in the header (the toast has it whole)
 CONNECTION = {
     "connecting": ("◌ connecting", "conn--wait"),
     "attached": ("● attached", "conn--ok"),
@@ -83,12 +84,12 @@ class RunHeader(Widget):
             t.append(f"  up {fmt_dur(run['uptime_s'])}")
         t.append("  ")
         t.append(label, style=self.get_component_rich_style(cls))
-        if detail and status not in ("attached", "ended"):
-            t.append(f" ({detail})")
-        if self.stale_since is not None:
+        if self.stale_since is not None:  # before the reason, which can be long: "stale" must stay in view
             age = fmt_dur(self.now - self.stale_since) if self.now else ""
             t.append(f"  stale: data from {self.timefmt(self.stale_since)}" + (f" ({age} old)" if age else ""),
                      style=self.get_component_rich_style("header--stale"))
+        if detail and status not in ("attached", "ended"):
+            t.append(f"  ({detail if len(detail) <= DETAIL_MAX else detail[: DETAIL_MAX - 1] + '…'})")
         if ended:
             t.append(f"  {ended}", style=self.get_component_rich_style("conn--bad"))
         config = run.get("config") or srv.get("config")
