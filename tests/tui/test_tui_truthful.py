@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fake
 from fake import NOW, notes, run_async, started
-from textual.widgets._footer import FooterKey
 
 from rlsup.tui.screens import FailureScreen
 from rlsup.tui.widgets.header import RunHeader
@@ -75,12 +74,12 @@ async def test_the_footer_at_80x24_holds_whole_keys_only():
     async with app.run_test(size=(80, 24)) as pilot:
         await started(pilot)
         await pilot.pause(0.2)
-        keys = list(app.main.query(FooterKey))
+        keys = list(app.main.query("FooterKey"))
         assert keys and all(k.region.right <= 80 and k.region.width > 0 for k in keys)
         assert any(k.action == "help" for k in keys)  # ? lists the keys that did not fit
         # Nothing overlaps (a key cut by the next one is cut too).
         spans = sorted((k.region.x, k.region.right) for k in keys)
-        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
 
 
 @run_async

@@ -7,24 +7,29 @@ from __future__ import annotations
 from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
+from textual.widget import Widget
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
 
 KEEP = ("help",)  # actions shown whatever the width
 GAP = 3  # cells a key takes beyond its key and description (padding, the space between them)
 
 
-def key_width(key: FooterKey) -> int:
-    return cell_len(key.key_display or "") + cell_len(key.description or "") + GAP
+def _is_key(w: Widget) -> bool:
+    """A footer key (Textual's FooterKey, recognised by its fields: its class is not public API)."""
+    return hasattr(w, "key_display") and hasattr(w, "action") and hasattr(w, "description")
 
 
-def fit(keys: list[FooterKey], width: int, keep: tuple[str, ...] = KEEP) -> list[FooterKey]:
+def key_width(key: Widget) -> int:
+    return cell_len(getattr(key, "key_display", "") or "") + cell_len(getattr(key, "description", "") or "") + GAP
+
+
+def fit(keys: list[Widget], width: int, keep: tuple[str, ...] = KEEP) -> list[Widget]:
     """The keys to show in ``width`` cells: those in ``keep`` and, in order, as many others as fit whole."""
-    kept = [k for k in keys if k.action in keep]
+    kept = [k for k in keys if getattr(k, "action", None) in keep]
     room = width - sum(map(key_width, kept))
     out = []
     for k in keys:
-        if k.action in keep:
+        if getattr(k, "action", None) in keep:
             out.append(k)
             continue
         w = key_width(k)
@@ -42,13 +47,13 @@ class FitFooter(Footer):
 
     def compose(self) -> ComposeResult:
         items = list(super().compose())
-        keys = [k for k in items if isinstance(k, FooterKey)]
+        keys = [k for k in items if _is_key(k)]
         if len(keys) != len(items):  # groups (none in rlsup's tables): leave Textual's layout alone
             yield from items
             return
         width = self.size.width or self.app.size.width
         self._fitted_width = width
-        palette = [k for k in keys if k.action == "app.command_palette" or "-command-palette" in k.classes]
+        palette = [k for k in keys if getattr(k, "action", "") == "app.command_palette" or "-command-palette" in k.classes]
         rest = [k for k in keys if k not in palette]
         yield from fit(rest, width - sum(map(key_width, palette)) - 1)
         yield from palette
