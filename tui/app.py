@@ -776,7 +776,7 @@ class MainScreen(Screen):
         if pane.view.search(query, direction, wrap=False) is not None:
             pane.update_title()
             return
-        self.run_worker(self._find_on_disk(pane, query, direction), group="disk", exclusive=True)
+        self.run_worker(self._find_on_disk(pane, query, direction), group="search", exclusive=True)
 
     async def _find_on_disk(self, pane: LogPane, query: str, direction: int) -> None:
         v = pane.view
