@@ -7,6 +7,7 @@ pilot on the live run, then on the ended run (`rlsup attach`'s read-only server)
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -99,3 +100,39 @@ def test_ended_and_resumed_runs_show_the_whole_history(tmp_path, daemon):
     resumed_charts, resumed_timeline = asyncio.run(_charts(d.sock))
     assert resumed_charts == live_charts
     assert resumed_timeline[: len(live_timeline)] == live_timeline
+
+
+def test_a_run_taken_over_after_its_supervisor_died_shows_the_whole_history(tmp_path, daemon):
+    import os
+    import signal
+
+    cfg = write_config(tmp_path, CONFIG.format(py=sys.executable, n=STEPS))
+    d = daemon(cfg)
+    wait_for(lambda: d.sock.exists() and (_snapshot(d.sock)["state"]["components"]["trainer"].get("step") == STEPS),
+             60, interval=0.3, what=f"step {STEPS}")
+    live = _snapshot(d.sock)
+    trainer_pid = live["state"]["components"]["trainer"]["pid"]
+    # state.json holds the history as of its last write: wait for it to have the last step.
+    wait_for(lambda: (json.loads((d.run_dir / "state.json").read_text())["components"]["trainer"].get("step")
+                      == STEPS), 30, interval=0.3, what="state.json at the last step")
+    live_charts, live_timeline = asyncio.run(_charts(d.sock))
+    os.kill(d.pid, signal.SIGKILL)  # the supervisor dies; the trainer runs on under its monitor
+    wait_for(lambda: not d.sock.exists() or _gone(d.sock), 30, what="the dead supervisor's socket to stop answering")
+
+    r = rlsup("up", str(cfg), "-d", "--run-dir", str(d.run_dir), cwd=tmp_path, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    wait_for(lambda: d.sock.exists() and not _gone(d.sock), 30, what="the new supervisor's socket")
+    took = _snapshot(d.sock)
+    assert took["state"]["components"]["trainer"]["pid"] == trainer_pid  # adopted, not restarted
+    assert took["state"]["components"]["trainer"]["history"] == live["state"]["components"]["trainer"]["history"]
+    charts, timeline = asyncio.run(_charts(d.sock))
+    assert charts == live_charts
+    assert timeline[: len(live_timeline)] == live_timeline
+
+
+def _gone(sock: Path) -> bool:
+    try:
+        _snapshot(sock)
+    except Exception:
+        return True
+    return False
