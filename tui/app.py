@@ -31,7 +31,7 @@ from textual.widgets import Input
 from rlsup.supervisor.progress import current_rate
 from rlsup.supervisor.state import ACTIVE
 from rlsup.tui import actions, clipboard
-from rlsup.tui.format import fmt_dur
+from rlsup.tui.format import fmt_dur, fmt_rate
 from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
 from rlsup.tui.palette import KeyTableCommands
 from rlsup.tui.screens import (
@@ -160,11 +160,13 @@ class MainScreen(Screen):
                 parts.append(fmt_dur(now - c["started_at"]))
             if c.get("state") == "backoff" and c.get("next_start_at"):
                 parts.append(round(max(0.0, c["next_start_at"] - now)))
-            if c.get("rate") is not None or any(f.get("type") == "stall" for f in c.get("flags") or []):
-                # a decaying rate, a stall's length: shown times that move with no event
-                parts.append(current_rate(c.get("rate"), c.get("eta_s"), c.get("last_step_at"), c.get("step"),
-                                          c.get("total"), now)[0] is None)
-                parts.append(fmt_dur(now - c["last_step_at"]) if c.get("last_step_at") else None)
+            if c.get("rate") is not None:  # a decaying rate moves with no event (a steady one does not)
+                rate, eta = current_rate(c.get("rate"), c.get("eta_s"), c.get("last_step_at"), c.get("step"),
+                                         c.get("total"), now)
+                if rate != c.get("rate"):
+                    parts.append((fmt_rate(rate), fmt_dur(eta)))
+            if c.get("last_step_at") and any(f.get("type") == "stall" for f in c.get("flags") or []):
+                parts.append(fmt_dur(now - c["last_step_at"]))  # how long the stall has lasted
             for mtime in [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]:
                 if mtime:
                     parts.append(fmt_dur(now - mtime))
