@@ -78,7 +78,7 @@ class Tmux:
 def _reach_line_one_and_search(tmux: Tmux) -> None:
     tmux.wait_screen("writer", 60)
     tmux.wait_screen(f"row {N:06d}", 60)
-    screen = tmux.wait_screen("older on disk (Home)", 30)  # the pane says older lines exist
+    screen = tmux.wait_screen("older lines on disk (Home)", 30)  # the pane says older lines exist
     assert "row 000001 " not in screen
     tmux.keys("1", "Enter", "Home")
     screen = tmux.wait_screen("row 000001 of the writer", 30)

@@ -76,7 +76,7 @@ async def test_home_reaches_line_one_and_search_covers_the_whole_file(ended_run)
             v = pane.view
             assert not any("line 000001 " in x for x in v.lines)  # the view holds only the tail
             await _until(pilot, lambda: v.older_on_disk > 0, "the title to learn of older lines")
-            assert "older on disk" in pane.title.text
+            assert "older lines on disk (Home)" in pane.title.text
 
             await pilot.press("enter", "home")
             await _until(pilot, lambda: v.hist is not None and v.lines and v.lines[0].startswith("line 000001 "),

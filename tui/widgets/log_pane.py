@@ -785,8 +785,8 @@ class LogPane(Vertical):
         else:
             below = v.below
             parts.append(f"paused · {below:,} new lines ↓" if below else "paused")
-        if v.hist is None and (older := v.older_on_disk):
-            parts.append(f"{older:,} older on disk (Home)")
+        if v.hist is None and v.older_on_disk:  # no count: under a flood it would change (and repaint) 10 times a second
+            parts.append("older lines on disk (Home)")
         if v.wrap:
             parts.append("wrap")
         elif v.xoff:
