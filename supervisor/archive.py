@@ -91,7 +91,7 @@ def replay(paths: RunPaths) -> dict[str, Any]:
     for n, c in ((saved.get("components") or {}) if isinstance(saved, dict) else {}).items():
         mine = st["components"].setdefault(n, state_mod.new_component())
         for k in ("step", "total", "metrics", "metric", "series", "checkpoint", "watch", "last_step_at",
-                  "resources"):
+                  "resources", "history"):
             if c.get(k) is not None:
                 mine[k] = c[k]
     for c in st["components"].values():
@@ -206,6 +206,24 @@ class Archive:
 
     def watchers_changed(self) -> None:
         pass  # nothing here is sampled
+
+    def log_pages(self, name: str) -> tuple[Any, Any] | None:
+        """The log on disk, tied to the ring's sequence numbers at the end of the last file."""
+        from .logpages import LogPages
+        from .logs import Position
+
+        ring = self._rings.get(name)
+        if ring is None:
+            return None
+        path = self.paths.log(name)
+        pages = self.__dict__.setdefault("_log_pages", {})
+        if name not in pages:
+            pages[name] = LogPages(path)  # kept: its index is built once per file
+        try:
+            st = os.stat(path)
+        except OSError:
+            return pages[name], Position(None, 0, ring.next_seq)
+        return pages[name], Position(st.st_ino, st.st_size, ring.next_seq)
 
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
                 **args: Any) -> dict[str, Any]:

@@ -136,6 +136,19 @@ class Client:
     async def logs(self, component: str, from_seq: int, limit: int = 5000) -> dict[str, Any]:
         return await self.request("logs", component=component, from_seq=from_seq, limit=limit)
 
+    async def log_read(self, component: str, *, from_seq: int | None = None, before_seq: int | None = None,
+                       limit: int = 2000) -> dict[str, Any]:
+        """Lines of a component's log from disk (see ``log_read`` in :mod:`~rlsup.supervisor.protocol`)."""
+        fields: dict[str, Any] = {"component": component, "limit": limit, "from_seq": from_seq}
+        if before_seq is not None:
+            fields["before_seq"] = before_seq
+        return await self.request("log_read", **fields)
+
+    async def log_search(self, component: str, query: str, *, before_seq: int | None = None,
+                         after_seq: int | None = None) -> dict[str, Any]:
+        return await self.request("log_search", component=component, query=query, before_seq=before_seq,
+                                  after_seq=after_seq, timeout=120.0)
+
     async def events(self, since: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         return (await self.request("events", since=since, limit=limit))["events"]
 
@@ -296,6 +309,20 @@ class Session:
             return {"ok": False, "error": "not connected to the supervisor (reconnecting)"}
         try:
             return await self.client.command(command, component, **args)
+        except (ConnectionError, asyncio.TimeoutError) as e:
+            return {"ok": False, "error": f"connection lost before the answer ({e})"}
+
+    async def disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
+        """``log_read`` or ``log_search`` on the live connection; ``ok: false`` with a reason when
+        the link is down or the supervisor refuses."""
+        if self.client is None:
+            return {"ok": False, "error": "not connected to the supervisor (reconnecting)"}
+        try:
+            if op == "log_read":
+                return await self.client.log_read(component, **fields)
+            return await self.client.log_search(component, **fields)
+        except RequestFailed as e:
+            return e.reply
         except (ConnectionError, asyncio.TimeoutError) as e:
             return {"ok": False, "error": f"connection lost before the answer ({e})"}
 

@@ -604,6 +604,9 @@ def _exited(life: Life, inp: Exited, now: float, rules: Rules, fx: list[Effect])
     fx.append(Emit(ev.ComponentExited(name, exit_code=inp.exit_code, signal=inp.signal, uptime_s=round(uptime, 3),
                                       step=inp.step, diagnosis=inp.diagnosis, attempt=life.attempt)))
     fx += [StopProbes(), Cleanup()]
+    if "stall" in life.episode:  # a stall is of one attempt: it ends with it (restart, completion, crash)
+        fx.append(Emit(ev.FlagCleared(name, type="stall", message=f"attempt {life.attempt} ended")))
+        life = replace(life, episode=life.episode - {"stall"})
     was_ready = life.ready_at is not None
     life = replace(life, spawning=False, ready_at=None, timer=life.timer + 1)
 

@@ -326,6 +326,9 @@ class LogFollower:
                 nxt = chain[0] if chain else None
             if nxt is None or not self._open(nxt[0], 0):
                 break
+            # The file just opened may have rotated too, its event consumed with the one that brought
+            # us here: check again at its end (a fast writer otherwise left the follower stuck for good).
+            self.maybe_rotated = True
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def close(self) -> None:

@@ -191,6 +191,20 @@ class MetricHistory:
     def wire(self, since: float | None = None) -> dict[str, object]:
         return {"every": self.every, "lo": self.lo, "hi": self.hi, "points": self.points(since)}
 
+    @classmethod
+    def from_wire(cls, d: dict[str, object]) -> MetricHistory:
+        """The history a previous supervisor recorded (``state.json``), to go on from."""
+        h = cls()
+        h.every = max(1, int(d.get("every") or 1))  # type: ignore[call-overload]
+        for p in (d.get("points") or [])[-HISTORY_POINTS:]:  # type: ignore[union-attr]
+            if isinstance(p, list | tuple) and len(p) >= 3:
+                h.steps.append(int(p[0]))
+                h.sums.append(float(p[1]) * int(p[2]))
+                h.counts.append(int(p[2]))
+                h.touched.append(0.0)
+        h.lo, h.hi = d.get("lo"), d.get("hi")  # type: ignore[assignment]
+        return h
+
 
 def compact_points(points: list[list[float]], every: int) -> list[list[float]]:
     """Merge ``[step, mean, count]`` points whose steps fall in the same bucket of ``every``
@@ -242,6 +256,32 @@ def merge_history(stored: dict[str, dict[str, object]] | None,
         h["every"] = every
         h["lo"], h["hi"] = d.get("lo"), d.get("hi")
     return out
+
+
+# A rate older than this many step intervals (and DECAY_MIN_S) is no longer the component's speed:
+# with no new step it decays as 1/idle, and after FORGET_S it is not shown at all (the stall
+# flag, where configured, says the rest).
+DECAY_INTERVALS = 3.0
+DECAY_MIN_S = 5.0
+FORGET_S = 60.0
+
+
+def current_rate(rate: float | None, eta_s: float | None, last_step_at: float | None, step: int | None,
+                 total: int | None, now: float) -> tuple[float | None, float | None]:
+    """(rate, ETA) as they stand at ``now`` when no step came since ``last_step_at`` (wall time):
+    unchanged within a few step intervals; then at most one step per idle time, the ETA growing
+    to match; none at all after :data:`FORGET_S` without a step. Pure: clients run it on every
+    repaint, so a hung trainer's "3.27/s ETA 49s" does not stand for minutes."""
+    if rate is None or rate <= 0 or last_step_at is None:
+        return rate, eta_s
+    idle = max(0.0, now - last_step_at)
+    if idle <= max(DECAY_INTERVALS / rate, DECAY_MIN_S):
+        return rate, eta_s
+    if idle >= max(FORGET_S, 10.0 / rate):
+        return None, None
+    slow = min(rate, 1.0 / idle)
+    eta = max(0, total - step) / slow if total is not None and step is not None else None
+    return slow, eta
 
 
 @dataclass
@@ -301,6 +341,16 @@ class ProgressTracker:
                         fh.add(self.step, v, now)
             changed = True
         return changed
+
+    def seed_history(self, wire: dict[str, dict[str, object]]) -> None:
+        """Go on with the metric history of the run so far (a resumed, continued or adopted run):
+        the charts then show the whole run, not only what this supervisor saw."""
+        for k, d in list(wire.items())[:HISTORY_METRICS]:
+            if k not in self.full_history and isinstance(d, dict):
+                try:
+                    self.full_history[k] = MetricHistory.from_wire(d)
+                except (TypeError, ValueError):
+                    continue
 
     def reset_to(self, step: int | None, now: float) -> None:
         """A new attempt begins (``step`` is the resumed step, or None for a fresh start)."""

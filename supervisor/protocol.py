@@ -13,6 +13,8 @@ Requests (client -> server)::
     {"id": 5, "op": "events", "since": 0, "limit": 1000}
     {"id": 6, "op": "command", "command": "restart", "component": "trainer", "args": {}}
     {"id": 7, "op": "ping"}
+    {"id": 8, "op": "log_read", "component": "trainer", "before_seq": 100, "limit": 2000}
+    {"id": 9, "op": "log_search", "component": "trainer", "query": "nan", "before_seq": 100}
 
 Replies: ``{"id": N, "ok": true, ...}`` or ``{"id": N, "ok": false, "error": "..."}``.
 
@@ -36,6 +38,14 @@ Pushes after ``subscribe``::
                                                          (client too slow); refill with ``logs``
                                                          (what left the ring is on disk only)
 
+``log_read`` reads a component's log *from disk* (every file of its rotation, oldest first), by
+sequence number, whatever the ring still holds: ``from_seq`` (null or absent: the first line on
+disk) or ``before_seq``, at most ``limit`` (<= 5000) lines. It answers ``{"seq", "lines",
+"disk_first_seq", "disk_end_seq", "ring_first_seq", "file"}``: lines before the stream's first one
+(earlier runs' output in the same file) have sequence numbers below zero. ``log_search`` answers
+the nearest line holding ``query`` (case-insensitive) before ``before_seq`` or after
+``after_seq``: ``{"seq", "line"}``, both null when there is none. Both work on ended runs too.
+
 Commands: ``start``, ``stop``, ``restart``, ``resume`` (``args.step`` optional), ``signal``
 (``args.signal``), ``stop_all``. Their reply says what was done (``message``) or why not (``error``).
 """
@@ -48,7 +58,7 @@ from typing import Any
 VERSION = 1
 MAX_REQUEST_BYTES = 1 << 20  # one request line; larger ones are refused and skipped
 STREAM_LIMIT = 64 << 20  # client side: the largest message accepted (a big snapshot)
-OPS = ("hello", "snapshot", "subscribe", "logs", "events", "command", "ping")
+OPS = ("hello", "snapshot", "subscribe", "logs", "events", "command", "ping", "log_read", "log_search")
 COMMANDS = ("start", "stop", "restart", "resume", "signal", "stop_all", "handover")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal as signal_mod
@@ -267,6 +268,8 @@ class Run:
             life = lc.Life(n, attempt=int(prev.get("attempt") or 0))
             if was in keep:
                 life = lc.Life(n, state=was, attempt=life.attempt, want="stop" if was == "stopped" else "run")
+            if any(f.get("type") == "stall" for f in prev.get("flags") or []) and self.how in ("adopted", "continued"):
+                life = dataclasses.replace(life, episode=life.episode | {"stall"})  # the attempt goes on: so does its stall
             self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
                                            log_position=pos)
             sv = saved.get(n) or {}
@@ -275,6 +278,13 @@ class Run:
                 c.progress.total = int(sv["total"])
             if sv.get("step") is not None:  # an adopted attempt's progress continues from here
                 c.progress.reset_to(int(sv["step"]), self.clock.monotonic())
+            if isinstance(sv.get("history"), dict) and sv["history"]:  # the charts go on with the whole run
+                c.progress.seed_history(sv["history"])
+                self.state["components"][n]["history"] = {k: h.wire() for k, h in c.progress.full_history.items()}
+            if isinstance(sv.get("metrics"), dict) and sv["metrics"]:  # ... and with the latest values
+                c.progress.metrics.update({k: v for k, v in sv["metrics"].items() if isinstance(v, int | float)})
+                self.state["components"][n]["metrics"] = dict(c.progress.metrics)
+                self.state["components"][n]["metric"] = sv.get("metric")
         if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
             from .notify import Notifier
 
@@ -1007,6 +1017,19 @@ class Run:
 
     def rings(self) -> dict[str, Any]:
         return {n: c.ring for n, c in self.components.items()}
+
+    def log_pages(self, name: str) -> tuple[Any, Any] | None:
+        """A component's log on disk and the position its ring has read to (the control server's
+        ``log_read``: clients page older lines than the ring holds)."""
+        from .logpages import LogPages
+
+        c = self.components.get(name)
+        if c is None:
+            return None
+        pages = self.__dict__.setdefault("_log_pages", {})
+        if name not in pages:
+            pages[name] = LogPages(self.paths.log(name), c.logs_cfg.line_cap)
+        return pages[name], c.position()
 
 
 def raise_fd_limit() -> int:

@@ -32,7 +32,8 @@ from . import protocol
 from .daemonlog import say
 from .events import is_lifecycle
 from .journal import read_events
-from .logs import LogRing
+from .logpages import MAX_PAGE, LogPages
+from .logs import LogRing, Position
 from .rundir import RunPaths, sock_address
 
 FLUSH_S = 0.05
@@ -75,6 +76,11 @@ class RunView(Protocol):
 
     def watchers_changed(self) -> None:
         """A client connected or left (the run samples GPUs more often while someone looks)."""
+        ...
+
+    def log_pages(self, name: str) -> tuple[LogPages, Position] | None:
+        """The component's log on disk and the position up to which the ring has read it (the
+        anchor that ties line numbers on disk to sequence numbers); None for no such component."""
         ...
 
 
@@ -186,6 +192,10 @@ class Conn:
                 self.send(self.server.op_logs(rid, msg))
             elif op == "events":
                 self.send(await self.server.op_events(rid, msg))
+            elif op == "log_read":
+                self.send(await self.server.op_log_read(rid, msg))
+            elif op == "log_search":
+                self.send(await self.server.op_log_search(rid, msg))
             elif op == "command":
                 self.send(self.server.op_command(self, rid, msg))
             else:
@@ -218,9 +228,26 @@ class ControlServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
-        self._server = await asyncio.start_unix_server(self._accept, sock=sock)
         self.view.subscribers.append(self._on_event)
         self.view.line_listeners.append(self._on_lines)
+        await self._preload()
+        self._server = await asyncio.start_unix_server(self._accept, sock=sock)
+
+    async def _preload(self) -> None:
+        """The journal's newest lifecycle events, so that a client's timeline holds the whole run (a
+        resumed run, one taken over, an ended one), not only what this server saw happen."""
+        path = self.view.paths.events
+
+        def tail() -> list[dict[str, Any]]:
+            out: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
+            with contextlib.suppress(OSError):
+                out.extend(e for e in read_events(path) if is_lifecycle(e.get("kind", "")))
+            return list(out)
+
+        old = await asyncio.get_running_loop().run_in_executor(None, tail)
+        last = old[-1].get("seq", 0) if old else 0
+        live = [e for e in self.recent if e.get("seq", 0) > last]  # emitted while the journal was read
+        self.recent = deque([*old, *live], maxlen=RECENT_EVENTS)
 
     async def close(self) -> None:
         for c in list(self.conns):
@@ -378,6 +405,49 @@ class ControlServer:
         start, lines = ring.since(want, limit)
         return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), first_seq=ring.first_seq,
                            next_seq=ring.next_seq, file=str(self.view.paths.log(name)))
+
+    def _pages(self, rid: Any, msg: dict[str, Any]) -> tuple[str, LogPages, Position] | dict[str, Any]:
+        name = str(msg["component"])
+        src = self.view.log_pages(name) if hasattr(self.view, "log_pages") else None
+        if src is None:
+            return protocol.error(rid, f"no component {name!r}" if name not in self.view.rings()
+                                  else f"the log of {name} cannot be read from disk here")
+        return name, src[0], src[1]
+
+    async def op_log_read(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        """Lines of a component's log from disk by sequence number, whatever the ring still holds:
+        ``from_seq`` (absent or null: the first line on disk) or ``before_seq``, ``limit`` lines."""
+        got = self._pages(rid, msg)
+        if isinstance(got, dict):
+            return got
+        name, pages, anchor = got
+        limit = max(1, min(int(msg.get("limit") or MAX_PAGE), MAX_PAGE))
+        before = msg.get("before_seq")
+        start_seq = msg.get("from_seq")
+        start, lines, first, end = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: pages.read(anchor, None if start_seq is None else int(start_seq), limit,
+                                     before_seq=None if before is None else int(before)))
+        ring = self.view.rings().get(name)
+        return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), disk_first_seq=first,
+                           disk_end_seq=end, ring_first_seq=ring.first_seq if ring is not None else end,
+                           file=str(pages.path))
+
+    async def op_log_search(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        """The nearest line of a component's log on disk holding ``query`` (case-insensitive),
+        before ``before_seq`` or after ``after_seq``: ``{"seq", "line"}`` (both null: none)."""
+        got = self._pages(rid, msg)
+        if isinstance(got, dict):
+            return got
+        name, pages, anchor = got
+        query = str(msg.get("query") or "")
+        before, after = msg.get("before_seq"), msg.get("after_seq")
+        found = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: pages.search(anchor, query, before_seq=None if before is None else int(before),
+                                       after_seq=None if after is None else int(after),
+                                       redact=self.view.redact_lines))
+        first, end = await asyncio.get_running_loop().run_in_executor(None, lambda: pages.bounds(anchor))
+        return protocol.ok(rid, component=name, seq=found[0] if found else None, line=found[1] if found else None,
+                           disk_first_seq=first, disk_end_seq=end)
 
     async def op_events(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
         limit = max(1, min(int(msg.get("limit") or 1000), RECENT_EVENTS))

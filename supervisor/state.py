@@ -58,6 +58,7 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
                 continue  # a finished run resumed: what completed stays completed
             c.update(state="pending", pid=None, monitor_pid=None, next_start_at=None, waiting_for=[], rate=None,
                      eta_s=None, resources=None)
+            c["flags"] = [f for f in c.get("flags") or [] if f.get("type") != "stall"]  # of an attempt now gone
         return state
     if kind == "run_ended":
         state["run"]["ended_at"] = e.get("ts")

@@ -62,7 +62,7 @@ KEYS: tuple[Key, ...] = (
     Key("pageup,ctrl+b", "pgup/ctrl+b", "page_up", "page", "scroll the selected log up a page", footer=False, contexts=ANY),
     Key("pagedown,ctrl+f", "pgdn/ctrl+f", "page_down", "page", "scroll the selected log down a page", footer=False,
         contexts=ANY),
-    Key("home,g", "home/g", "log_top", "top", "the oldest line kept (pauses follow)", footer=False, contexts=ANY),
+    Key("home,g", "home/g", "log_top", "top", "line 1 of the log, read from disk (pauses follow)", footer=False, contexts=ANY),
     Key("end,G", "end/G", "log_end", "end", "the newest line, following again", footer=False, contexts=ANY),
     Key("left,h", "←/h", "scroll_left", "sideways", "scroll the log left (wrap off)", footer=False, contexts=ANY),
     Key("right,l", "→/l", "scroll_right", "sideways", "scroll the log right (wrap off)", footer=False, contexts=ANY),

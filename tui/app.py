@@ -26,11 +26,12 @@ from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
+from rlsup.supervisor.progress import current_rate
 from rlsup.supervisor.state import ACTIVE
 from rlsup.tui import actions, clipboard
-from rlsup.tui.format import fmt_dur
+from rlsup.tui.format import fmt_dur, fmt_rate
 from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
 from rlsup.tui.palette import KeyTableCommands
 from rlsup.tui.screens import (
@@ -45,11 +46,13 @@ from rlsup.tui.screens import (
 )
 from rlsup.tui.widgets.component_table import ComponentTable
 from rlsup.tui.widgets.flags import FlagsStrip
+from rlsup.tui.widgets.footer import FitFooter
 from rlsup.tui.widgets.gpu_panel import GpuPanel
-from rlsup.tui.widgets.header import RunHeader
-from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, LogPane, LogView
+from rlsup.tui.widgets.header import RunHeader, ended_text
+from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, PAGE, LogPane, LogView
 from rlsup.tui.widgets.progress import ProgressPanel
 
+COMMAND_KEYS = {k: key for key in actions.KEYS if key.command for k in key.keys.split(",")}
 PANE_MIN_WIDTH = 66  # columns per log pane before panes go side by side
 KEY_QUIET_S = 0.1  # after a key press, flooded panes wait this long before their next repaint
 GAUGE_MIN_S = 2.0  # GPU/host gauges and resource columns repaint at most this often (nvitop's interval)
@@ -119,7 +122,7 @@ class MainScreen(Screen):
                              id="search")
         search.display = False
         yield search
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         self._flush_timer = self.set_interval(1 / self.rlapp.tick_hz, self.flush)
@@ -157,6 +160,13 @@ class MainScreen(Screen):
                 parts.append(fmt_dur(now - c["started_at"]))
             if c.get("state") == "backoff" and c.get("next_start_at"):
                 parts.append(round(max(0.0, c["next_start_at"] - now)))
+            if c.get("rate") is not None:  # a decaying rate moves with no event (a steady one does not)
+                rate, eta = current_rate(c.get("rate"), c.get("eta_s"), c.get("last_step_at"), c.get("step"),
+                                         c.get("total"), now)
+                if rate != c.get("rate"):
+                    parts.append((fmt_rate(rate), fmt_dur(eta)))
+            if c.get("last_step_at") and any(f.get("type") == "stall" for f in c.get("flags") or []):
+                parts.append(fmt_dur(now - c["last_step_at"]))  # how long the stall has lasted
             for mtime in [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]:
                 if mtime:
                     parts.append(fmt_dur(now - mtime))
@@ -208,11 +218,12 @@ class MainScreen(Screen):
             missing = [n for n in [*names, *pending] if n not in self.panes]
             if missing:
                 self._add_panes(list(dict.fromkeys(missing)))
+            firsts = self.model.feed.taken_first
             for name, lines in pending.items():
                 pane = self.panes[name]
                 if name in resets:
                     pane.view.clear()
-                pane.view.append_lines(lines, name in marked)
+                pane.view.append_lines(lines, name in marked, firsts.get(name))
                 pane.update_title()
         if dirty and dirty <= GAUGE_AREAS and time.monotonic() - self._gauges_at < GAUGE_MIN_S:
             # Only a GPU/host sample changed: it waits for the gauges' next turn (an idle
@@ -230,6 +241,15 @@ class MainScreen(Screen):
 
     def on_key(self, event: events.Key) -> None:
         self._key_at = time.monotonic()  # runs before the key's binding: see _paint_panes
+        if self.model.ended and self.focused is None and self.context != actions.SELECT:
+            key = COMMAND_KEYS.get(event.key)
+            if key is not None:  # greyed in the footer, and pressed anyway: say why nothing happens
+                run = (self.model.state or {}).get("run") or {}
+                how = ended_text(run, self.rlapp.timefmt) or "the run has ended"
+                config = run.get("config") or "CONFIG"
+                self.notify(f"{how}. An ended run is read-only; to run it again: rlsup up {config} --resume "
+                            "(or --fresh to start over)", title=f"{key.description}: not possible", severity="warning",
+                            timeout=10)
 
     def _gauges_due(self) -> None:
         self._gauge_timer = None
@@ -270,6 +290,82 @@ class MainScreen(Screen):
         self.query_one("#logs", Grid).mount(*new)
         self._select(self.selected)
         self._layout()
+        for pane in new:  # does the log file hold older lines than the view? (the title says so)
+            self.run_worker(self._probe_disk(pane), group="disk")
+
+    # reading older lines from disk ----------------------------------------------------------
+    async def _disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
+        disk = getattr(self.rlapp.session, "disk", None)
+        if disk is None:
+            return {"ok": False, "error": "this session cannot read logs from disk"}
+        try:
+            return await disk(op, component, **fields)
+        except Exception as e:  # a broken link: say so where the user looks
+            return {"ok": False, "error": str(e) or type(e).__name__}
+
+    async def _probe_disk(self, pane: LogPane) -> None:
+        reply = await self._disk("log_read", pane.component, from_seq=None, limit=1)
+        if reply.get("ok"):
+            pane.view.disk_first = reply["disk_first_seq"]
+            pane.update_title()
+
+    def on_log_view_need_lines(self, event: LogView.NeedLines) -> None:
+        pane = next((p for p in self.panes.values() if p.view is event.view), None)
+        if pane is not None:
+            self.run_worker(self._page(pane, event.direction), group="disk")
+
+    async def _page(self, pane: LogPane, direction: int) -> None:
+        """The page of the log file before (or after) what the pane holds."""
+        v = pane.view
+        h = v.hist
+        if h is None:  # scrolled up past the oldest live line: the window opens just above it
+            first = v.live_first
+            if first is None or getattr(v, "_asking", False):
+                return
+            v._asking = True  # type: ignore[attr-defined]
+            try:
+                reply = await self._disk("log_read", pane.component, before_seq=first, limit=PAGE)
+            finally:
+                v._asking = False  # type: ignore[attr-defined]
+            if not reply.get("ok"):
+                self.notify(reply.get("error") or "cannot read the log file", severity="warning")
+                return
+            v.disk_first = reply["disk_first_seq"]
+            if reply["lines"] and v.hist is None and v.top == 0:
+                v.show_disk(reply["seq"], reply["lines"], reply["disk_first_seq"], reply["disk_end_seq"],
+                            at="bottom", file=reply.get("file", ""))
+            pane.update_title()
+            return
+        if direction < 0:
+            reply = await self._disk("log_read", pane.component, before_seq=h.first, limit=PAGE)
+        else:
+            end = h.first + len(v.lines)
+            reply = await self._disk("log_read", pane.component, from_seq=end, limit=min(PAGE, h.live_seq - end))
+        if v.hist is not h:
+            return  # left meanwhile
+        if not reply.get("ok"):
+            h.loading = False
+            self.notify(reply.get("error") or "cannot read the log file", severity="warning")
+        else:
+            lines = reply["lines"]
+            if direction > 0:
+                lines = lines[: max(0, h.live_seq - reply["seq"])]
+            v.add_disk(reply["seq"], lines, reply["disk_end_seq"])
+        pane.update_title()
+
+    async def _disk_top(self, pane: LogPane) -> None:
+        """Home: the first page of the log file (when the view does not hold line 1 already)."""
+        v = pane.view
+        reply = await self._disk("log_read", pane.component, from_seq=None, limit=PAGE)
+        if not reply.get("ok"):
+            self.notify(reply.get("error") or "cannot read the log file", severity="warning")
+            return
+        v.disk_first = reply["disk_first_seq"]
+        first = v.window_first
+        if reply["lines"] and (first is None or reply["seq"] < first):
+            v.show_disk(reply["seq"], reply["lines"], reply["disk_first_seq"], reply["disk_end_seq"], at="top",
+                        file=reply.get("file", ""))
+        pane.update_title()
 
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
         now = self.rlapp.clock()
@@ -298,11 +394,11 @@ class MainScreen(Screen):
         if "table" in areas or "resources" in areas:
             self.query_one(ComponentTable).set_data(comps, self.selected, now, stale)
         if "progress" in areas:
-            self.query_one(ProgressPanel).set_data(comps, now)
+            self.query_one(ProgressPanel).set_data(comps, now, ended=self.model.ended, timefmt=self.rlapp.timefmt)
         if "gpu" in areas:
             self.query_one(GpuPanel).set_data(v or {})
         if "flags" in areas:
-            self.query_one(FlagsStrip).set_data(self.model.flags())
+            self.query_one(FlagsStrip).set_data(self.model.flags(now))
         if "table" in areas or "run" in areas:
             for name, pane in self.panes.items():
                 state = comps.get(name, {}).get("state", "")
@@ -466,7 +562,10 @@ class MainScreen(Screen):
             if v.selecting:
                 v.cursor_to(0)
             else:
-                v.home()
+                v.home()  # at once within what the view holds; the file's first page follows
+                pane = self.selected_pane()
+                if pane is not None and (v.hist is None or v.hist.first > v.hist.disk_first):
+                    self.run_worker(self._disk_top(pane), group="disk")
         self._retitle()
 
     def action_log_end(self) -> None:
@@ -675,8 +774,42 @@ class MainScreen(Screen):
         self._find(pane, event.value, -1)
 
     def _find(self, pane: LogPane, query: str, direction: int) -> None:
-        if pane.view.search(query, direction) is None:
-            self.notify(f"not found in {pane.component}: {query}", severity="warning")
+        """Search the lines held first; past them, the log file on disk; then wrap around."""
+        if pane.view.search(query, direction, wrap=False) is not None:
+            pane.update_title()
+            return
+        self.run_worker(self._find_on_disk(pane, query, direction), group="search", exclusive=True)
+
+    async def _find_on_disk(self, pane: LogPane, query: str, direction: int) -> None:
+        v = pane.view
+        first, h = v.window_first, v.hist
+        reply: dict[str, Any] = {}
+        if direction < 0 and first is not None:
+            reply = await self._disk("log_search", pane.component, query=query, before_seq=first)
+        elif direction > 0 and h is not None:
+            reply = await self._disk("log_search", pane.component, query=query,
+                                     after_seq=h.first + len(v.lines) - 1)
+            if reply.get("seq") is not None and reply["seq"] >= h.live_seq:
+                reply = {}  # in the live lines: found there below
+            if reply.get("seq") is None:
+                v.leave_history()
+                v.current = None
+                if v.search(query, direction, wrap=False) is not None:
+                    pane.update_title()
+                    return
+        seq = reply.get("seq") if reply.get("ok") else None
+        if seq is not None:
+            page = await self._disk("log_read", pane.component, from_seq=max(seq - PAGE // 2, reply["disk_first_seq"]),
+                                    limit=PAGE)
+            if page.get("ok") and page["lines"]:
+                v.show_disk(page["seq"], page["lines"], page["disk_first_seq"], page["disk_end_seq"], at=seq,
+                            file=page.get("file", ""))
+                v.show_match(query, seq)
+                pane.update_title()
+                return
+        if v.search(query, direction) is None:  # wrap around within the lines held
+            where = " (the whole log file too)" if reply.get("ok") else ""
+            self.notify(f"not found in {pane.component}{where}: {query}", severity="warning")
         pane.update_title()
 
     def action_next_match(self) -> None:
@@ -717,7 +850,7 @@ class MainScreen(Screen):
 
     def action_flags(self) -> None:
         sel = self.selected_name()
-        flags = sorted(self.model.flags(), key=lambda nf: nf[0] != sel)
+        flags = sorted(self.model.flags(self.rlapp.clock()), key=lambda nf: nf[0] != sel)
         self.app.push_screen(FlagsScreen(flags, self.rlapp.timefmt))
 
     def action_help(self) -> None:
@@ -773,7 +906,10 @@ class RlsupApp(App[int]):
     def connection_changed(self, status: str, detail: str) -> None:
         if status != self._last_connection:
             if status == "ended":
-                self.notify(detail or "the run has ended", title="run ended", timeout=10)
+                run = (self.model.state or {}).get("run") or {}
+                where = f"; its logs and journal stay in {run['run_dir']}" if run.get("run_dir") else ""
+                self.notify((ended_text(run, self.timefmt) or "the supervisor ended the run") + where,
+                            title="run ended", timeout=10)
             elif status == "reconnecting" and self._last_connection == "attached":
                 self.notify(detail or "connection lost", title="reconnecting", severity="warning")
             self._last_connection = status

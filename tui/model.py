@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import bisect
 import collections
+import re
 from collections.abc import Callable
 from typing import Any
 
 from rlsup.supervisor import state as run_state
 from rlsup.supervisor.events import GAUGES
+from rlsup.supervisor.progress import current_rate
+from rlsup.tui.format import fmt_dur
 
 MAX_TIMELINE = 5000
 AREAS = frozenset({"run", "table", "progress", "gpu", "resources", "flags"})  # what a change may need repainted
@@ -45,6 +48,7 @@ class LogFeed:
         self.marked: set[str] = set()  # components whose pending lines hold a Marker
         self.first_seq: dict[str, int] = {}  # sequence number of the first pending line
         self.waiting: dict[str, list[tuple[int, Marker]]] = {}  # markers ahead of the stream, by seq
+        self.taken_first: dict[str, int] = {}  # first_seq of the batches the last take() handed out
 
     def mark(self, component: str, seq: int | None, text: str) -> None:
         m = Marker(text)
@@ -87,6 +91,8 @@ class LogFeed:
             drop = len(buf) - self.limit
             del buf[:drop]
             buf.insert(0, skipped_marker(drop))
+            if component in self.first_seq:
+                self.first_seq[component] += drop
 
     def gap(self, component: str, from_seq: int, to_seq: int) -> None:
         buf = self.pending.setdefault(component, [])
@@ -112,7 +118,7 @@ class LogFeed:
         the feed empty."""
         out, resets, marked = self.pending, self.resets, self.marked
         self.pending, self.resets, self.marked = {}, set(), set()
-        self.first_seq = {}
+        self.taken_first, self.first_seq = self.first_seq, {}
         return out, resets, marked
 
 
@@ -227,14 +233,37 @@ class RunModel:
         for name, c in st.get("components", {}).items():
             live = c.get("state") in ("starting", "running", "stopping") and c.get("started_at")
             comps[name] = {**c, "uptime_s": round(now - c["started_at"], 3) if live else None}
+            if c.get("rate") is not None:  # no step for a while: the rate decays, then goes (no stale "3.27/s")
+                comps[name]["rate"], comps[name]["eta_s"] = current_rate(
+                    c.get("rate"), c.get("eta_s"), c.get("last_step_at"), c.get("step"), c.get("total"), now)
         run = dict(st.get("run") or {})
         if run.get("started_at"):
             run["uptime_s"] = round((run.get("ended_at") or now) - run["started_at"], 3)
         return {**st, "run": run, "components": comps}
 
-    def flags(self) -> list[tuple[str, dict[str, Any]]]:
-        """Every active flag as (component, flag), oldest first."""
+    def flags(self, now: float | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Every active flag as (component, flag), oldest first; with ``now``, a stall says how long
+        it has lasted (the flag's own message says how long it was when it was raised)."""
         out = []
         for name, c in (self.state or {}).get("components", {}).items():
-            out.extend((name, f) for f in c.get("flags") or [])
+            for f in c.get("flags") or []:
+                if now is not None and f.get("type") == "stall":
+                    f = {**f, "message": stall_message(f.get("message") or "", c.get("last_step_at"),
+                                                       f.get("ts"), now)}
+                out.append((name, f))
         return sorted(out, key=lambda nf: nf[1].get("ts") or 0)
+
+
+_STALL_FOR = re.compile(r"^no new step for [^ ]+")
+
+
+def stall_message(message: str, last_step_at: float | None, raised_at: float | None, now: float) -> str:
+    """``no new step for 20s (...)`` as it stands now: ``no new step for 3m12s (...)``."""
+    since = last_step_at
+    if since is None and raised_at is not None:
+        m = re.match(r"^no new step for (\d+(?:\.\d+)?)s", message)
+        since = raised_at - float(m.group(1)) if m else None
+    if since is None:
+        return message
+    text = f"no new step for {fmt_dur(max(0.0, now - since))}"
+    return _STALL_FOR.sub(text, message, count=1) if _STALL_FOR.match(message) else f"{text}: {message}"

@@ -189,6 +189,15 @@ def next_steps(name: str, diag: dict[str, Any], flags: list[dict[str, Any]]) -> 
     return out
 
 
+def last_failure(events: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The latest ``exited`` event of ``name`` that was a failure (a non-zero code or a signal)."""
+    for e in reversed(events):
+        if e.get("component") == name and e.get("kind") == "exited" and (
+                e.get("signal") or e.get("exit_code") not in (0, None)):
+            return e
+    return None
+
+
 class FailureScreen(_Closable):
     """Why the selected component failed: the diagnosis (category, cause, exception, user
     location, step), its evidence, what rlsup did about it, and what to do next."""
@@ -205,6 +214,12 @@ class FailureScreen(_Closable):
     def body(self) -> Text:
         c, name, fmt = self.component, self.component_name, self.timefmt
         le = c.get("last_exit") or {}
+        final = None  # a clean last exit after a failure: the failure is what this screen explains
+        if le and not le.get("signal") and le.get("exit_code") == 0:
+            failed = last_failure(self.events, name)
+            if failed is not None:
+                final, le = le, {k: failed.get(k) for k in ("exit_code", "signal", "uptime_s", "step", "diagnosis", "ts")}
+                le["attempt"] = failed.get("attempt")
         diag = le.get("diagnosis") or {}
         flags = c.get("flags") or []
         out = Text(end="")
@@ -226,8 +241,16 @@ class FailureScreen(_Closable):
             how = f"killed by {le['signal']}" if le.get("signal") else f"exit code {le.get('exit_code')}"
             when = f" at {fmt(le['ts'])}" if le.get("ts") else ""
             after = f" after {fmt_duration(le['uptime_s'])}" if le.get("uptime_s") is not None else ""
-            out.append("\n\nlast exit  ", style="bold")
-            out.append(f"{how}{when}{after}")
+            if final is not None:
+                fwhen = f" at {fmt(final['ts'])}" if final.get("ts") else ""
+                out.append("\n\nlast exit  ", style="bold")
+                out.append(f"exit code 0{fwhen}: it recovered; the failure before it:")
+                out.append("\nfailure    ", style="bold")
+                att = f" (attempt {le['attempt']})" if le.get("attempt") else ""
+                out.append(f"{how}{when}{after}{att}")
+            else:
+                out.append("\n\nlast exit  ", style="bold")
+                out.append(f"{how}{when}{after}")
             rows = [("category", diag.get("category")), ("cause", failure_cause(diag)),
                     ("summary", diag.get("summary") if diag.get("summary") != failure_cause(diag) else None),
                     ("exception", diag.get("exception")), ("location", diag.get("location")),

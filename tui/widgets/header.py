@@ -11,6 +11,7 @@ from textual.widget import Widget
 
 from rlsup.tui.format import fmt_dur
 
+DETAIL_MAX = 48  # characters of a connection error shown in the header (the toast has it whole)
 CONNECTION = {
     "connecting": ("◌ connecting", "conn--wait"),
     "attached": ("● attached", "conn--ok"),
@@ -83,12 +84,20 @@ class RunHeader(Widget):
             t.append(f"  up {fmt_dur(run['uptime_s'])}")
         t.append("  ")
         t.append(label, style=self.get_component_rich_style(cls))
-        if detail and status not in ("attached", "ended"):
-            t.append(f" ({detail})")
+        stale = ""
         if self.stale_since is not None:
             age = fmt_dur(self.now - self.stale_since) if self.now else ""
-            t.append(f"  stale: data from {self.timefmt(self.stale_since)}" + (f" ({age} old)" if age else ""),
-                     style=self.get_component_rich_style("header--stale"))
+            stale = f"  stale: data from {self.timefmt(self.stale_since)}" + (f" ({age} old)" if age else "")
+        if detail and status not in ("attached", "ended"):
+            # The reason can be long (a socket path, an SSH error): it gives way so that "stale" stays
+            # in view (the toast has it whole).
+            room = min(DETAIL_MAX, (self.size.width or 200) - t.cell_len - len(stale) - 3)
+            if len(detail) > room:
+                detail = detail[: room - 1] + "…" if room >= 12 else ""
+            if detail:
+                t.append(f" ({detail})")
+        if stale:
+            t.append(stale, style=self.get_component_rich_style("header--stale"))
         if ended:
             t.append(f"  {ended}", style=self.get_component_rich_style("conn--bad"))
         config = run.get("config") or srv.get("config")

@@ -51,6 +51,31 @@ def _cells(line: str) -> int:
     return len(line) if line.isascii() else cell_len(line)
 
 
+PAGE = 2000  # lines per page read from disk
+
+
+class History:
+    """A window over the log file on disk, shown instead of the live lines while the user reads
+    older output than the view holds. Indexes in the view are sequence numbers meanwhile; the live
+    lines wait aside (and new ones gather, bounded) until the window reaches them again."""
+
+    def __init__(self, first: int, disk_first: int, disk_end: int, live_seq: int, saved: tuple[object, ...],
+                 file: str = ""):
+        self.first = first  # seq of the window's first line
+        self.disk_first = disk_first  # seq of the first line on disk (line 1)
+        self.disk_end = disk_end  # seq after the last line on disk when last asked
+        self.live_seq = live_seq  # seq of the first live line: where the window joins the live view
+        self.saved = saved  # the live view's fields, put back when the window is left
+        self.incoming: list[str] = []  # live lines that arrived meanwhile (at most max_lines)
+        self.incoming_marked = False
+        self.incoming_seq: int | None = None
+        self.file = file
+        self.loading = False  # a page is on its way: no second request for the same edge
+
+    def line_no(self, seq: int) -> int:
+        return seq - self.disk_first + 1
+
+
 class LogView(Widget, can_focus=False):
     COMPONENT_CLASSES = {"log-view--match", "log-view--current", "log-view--cut", "log-view--marker",
                          "log-view--selection", "log-view--cursor", "log-view--thumb"}
@@ -84,6 +109,9 @@ class LogView(Widget, can_focus=False):
         self.anchor: int | None = None  # copy mode: where the selection started (absolute index)
         self.cursor: int | None = None  # copy mode: its moving end
         self.writes = 0  # append_lines calls; a test guards that this is per tick, not per line
+        self.hist: History | None = None  # reading older lines from disk (see History)
+        self.live_first: int | None = None  # seq of the oldest live log line in the view (markers aside)
+        self.disk_first: int | None = None  # seq of the first line on disk, once the supervisor said
         self.pending: str | None = None  # what appended lines need repainted: "full", "bar" or nothing
         self.painted_tick = -FLOOD_PAINT_TICKS  # flush tick of the last paint of appended lines
         self._new = 0  # lines appended since that paint
@@ -171,12 +199,26 @@ class LogView(Widget, can_focus=False):
         return max(0, len(self.lines) - 1 - last)
 
     # data -----------------------------------------------------------------------------------
-    def append_lines(self, new: list[str], marked: bool = False) -> None:
+    def append_lines(self, new: list[str], marked: bool = False, seq: int | None = None) -> None:
         """Add a batch of lines (cleaned of control characters here, once per batch); ``marked``
-        when the batch holds :class:`Marker` lines."""
+        when the batch holds :class:`Marker` lines; ``seq``: the sequence number of its first log line."""
         if not new:
             return
         self.writes += 1
+        if self.hist is not None:  # reading from disk: live lines wait aside
+            h = self.hist
+            if h.incoming_seq is None:
+                h.incoming_seq = seq
+            h.incoming.extend(new)
+            h.incoming_marked |= marked
+            if len(h.incoming) > self.max_lines:
+                drop = len(h.incoming) - self.max_lines
+                del h.incoming[:drop]
+                if h.incoming_seq is not None:
+                    h.incoming_seq += drop
+            return
+        if seq is not None and (self.live_first is None or not self.lines):
+            self.live_first = seq
         start = self.dropped + len(self.lines)
         first_shown = self.dropped + self.locate(self.top)[0] if self.lines else None
         was_full = self.total_rows >= self.top + self.height
@@ -218,6 +260,8 @@ class LogView(Widget, can_focus=False):
         self._new = 0
 
     def _prune(self, n: int) -> None:
+        if self.live_first is not None and self.hist is None:
+            self.live_first += n - sum(1 for m in self.marks if m < self.dropped + n)
         rows_gone = self.row_of(n) if self.wrap else n
         del self.lines[:n]
         if self.wrap and len(self._rows) > n:
@@ -231,6 +275,9 @@ class LogView(Widget, can_focus=False):
             self.top = max(0, self.top - rows_gone)
 
     def clear(self) -> None:
+        if self.hist is not None:
+            self.leave_history()
+        self.live_first = None
         self.dropped += len(self.lines)
         self.lines = []
         self.marks = set()
@@ -239,6 +286,136 @@ class LogView(Widget, can_focus=False):
         self.anchor = self.cursor = None
         self.top = 0
         self.refresh()
+
+    # reading from disk --------------------------------------------------------------------
+    @property
+    def window_first(self) -> int | None:
+        """Sequence number of the first log line in view (history window or live lines)."""
+        return self.hist.first if self.hist is not None else self.live_first
+
+    @property
+    def window_end(self) -> int | None:
+        """Sequence number after the last log line of the history window (None when live)."""
+        return self.hist.first + len(self.lines) if self.hist is not None else None
+
+    @property
+    def older_on_disk(self) -> int:
+        """Lines older than the view that only the log file holds (0 when unknown)."""
+        first = self.window_first
+        if self.disk_first is None or first is None:
+            return 0
+        return max(0, first - self.disk_first)
+
+    def show_disk(self, seq: int, lines: list[str], disk_first: int, disk_end: int, *, at: str | int = "top",
+                  file: str = "") -> None:
+        """Show ``lines`` (from ``seq`` on) read from disk in place of the view's lines: enter the
+        history window, or replace it. ``at``: "top", "bottom" or the seq to centre on."""
+        self.disk_first = disk_first
+        if self.hist is None:
+            live_seq = self.live_first if self.live_first is not None else disk_end
+            saved = (self.lines, self.dropped, self.marks, self.top, self.follow, self.current, self.widest)
+            self.hist = History(seq, disk_first, disk_end, live_seq, saved, file)
+        h = self.hist
+        h.first, h.disk_first, h.disk_end, h.loading = seq, disk_first, max(h.disk_end, disk_end), False
+        h.file = file or h.file
+        self.lines = clean_lines(list(lines))
+        self.dropped = seq
+        self.marks = set()
+        self.anchor = self.cursor = None
+        self.current = None
+        self.follow = False
+        self._rows, self._rows_width = [0], -1
+        self.widest = max([self.widest, *map(len, self.lines)]) if self.lines else self.widest
+        if at == "top":
+            self.top = 0
+        elif at == "bottom":
+            self.top = self.max_top
+        else:
+            self.show_line(int(at) - seq)
+        self._moved()
+
+    def add_disk(self, seq: int, lines: list[str], disk_end: int) -> None:
+        """A page read from disk just before or just after the history window, keeping the text in
+        view where it is; the far end of the window gives way beyond ``max_lines``."""
+        h = self.hist
+        if h is None:
+            return
+        h.loading = False
+        h.disk_end = max(h.disk_end, disk_end)
+        if not lines:
+            return
+        new = clean_lines(list(lines))
+        self.widest = max(self.widest, max(map(len, new)))
+        if seq + len(new) == h.first:  # older lines, above
+            self.lines[:0] = new
+            self._rows_width = -1
+            self.top += self.row_of(len(new))
+            h.first = self.dropped = seq
+            excess = len(self.lines) - self.max_lines
+            if excess > 0:
+                del self.lines[-excess:]
+                self._rows_width = -1
+        elif seq == h.first + len(self.lines):  # newer lines, below
+            self.lines.extend(new)
+            self._rows_width = -1
+            excess = len(self.lines) - self.max_lines
+            if excess > 0:
+                gone = self.row_of(excess)
+                del self.lines[:excess]
+                self._rows_width = -1
+                h.first = self.dropped = h.first + excess
+                self.top = max(0, self.top - gone)
+        self.top = min(self.top, self.max_top)
+        self._moved()
+
+    def leave_history(self, follow: bool = False) -> None:
+        """Back to the live lines: at their start (``follow`` False, scrolling on down from the
+        window) or following the newest."""
+        h = self.hist
+        if h is None:
+            return
+        self.lines, self.dropped, self.marks, self.top, self.follow, self.current, self.widest = h.saved  # type: ignore[assignment]
+        self.hist = None
+        self._rows, self._rows_width = [0], -1
+        self.anchor = self.cursor = None
+        self.follow = follow
+        if h.incoming:
+            if len(h.incoming) >= self.max_lines:
+                self.lines, self.marks = [], set()  # all superseded by newer lines
+                self.dropped += self.max_lines
+                self.live_first = None
+            self.append_lines(h.incoming, h.incoming_marked, h.incoming_seq)
+        self.top = self.max_top if follow else 0
+        self._moved()
+
+    def _want_more(self, delta: int) -> None:
+        """After a move: ask for the next page from disk when the view nears an edge of what it holds."""
+        h = self.hist
+        if h is None:
+            if delta < 0 and self.top == 0 and self.older_on_disk:
+                self.post_message(self.NeedLines(self, -1))
+            elif delta < 0 and self.top == 0 and self.disk_first is None and self.live_first:
+                self.post_message(self.NeedLines(self, -1))  # not asked yet: the supervisor knows
+            return
+        if h.loading:
+            return
+        if delta < 0 and self.top < self.height and h.first > h.disk_first:
+            h.loading = True
+            self.post_message(self.NeedLines(self, -1))
+        elif delta > 0 and self.top + 2 * self.height >= self.total_rows:
+            if h.first + len(self.lines) < h.live_seq:
+                h.loading = True
+                self.post_message(self.NeedLines(self, 1))
+            elif self.top >= self.max_top:
+                self.leave_history()
+
+    class NeedLines(Message):
+        """The view moved near an edge of the lines it holds: the screen reads a page from disk."""
+
+        def __init__(self, view: LogView, direction: int):
+            super().__init__()
+            self.view = view
+            self.direction = direction
 
     def on_resize(self, event: events.Resize) -> None:
         self._view_size = (event.size.width, event.size.height)
@@ -258,12 +435,18 @@ class LogView(Widget, can_focus=False):
     def scroll_rows(self, delta: int) -> None:
         """Scroll by ``delta`` rows: up pauses follow, reaching the last row resumes it."""
         top = min(max(0, self.top + delta), self.max_top)
+        at_end = self.top >= self.max_top
         if delta < 0:
             self.follow = False
-        elif top >= self.max_top:
+        elif top >= self.max_top and self.hist is None:
             self.follow = True
         self.top = top
         self._moved()
+        if self.hist is not None and delta > 0 and at_end and self.window_end is not None \
+                and self.window_end >= self.hist.live_seq:
+            self.leave_history()  # scrolled on past the last line read from disk: the live lines follow
+        else:
+            self._want_more(delta)
 
     def page(self, direction: int) -> None:
         self.scroll_rows(direction * max(1, self.height - 1))
@@ -274,6 +457,9 @@ class LogView(Widget, can_focus=False):
         self._moved()
 
     def set_follow(self, on: bool) -> None:
+        if on and self.hist is not None:
+            self.leave_history(follow=True)
+            return
         self.follow = on
         if on and self.top != self.max_top:
             self.top = self.max_top
@@ -322,7 +508,7 @@ class LogView(Widget, can_focus=False):
             self.scroll_rows(0)
 
     # search ---------------------------------------------------------------------------------
-    def search(self, query: str, direction: int = -1) -> int | None:
+    def search(self, query: str, direction: int = -1, wrap: bool = True) -> int | None:
         """Find ``query`` (case-insensitive) from the current match in ``direction`` (+1 newer,
         -1 older), wrapping; a new query starts from the newest line (in copy mode: from the
         cursor). Returns the absolute index of the match, scrolled into view with follow off
@@ -340,7 +526,10 @@ class LogView(Widget, can_focus=False):
         self.query = q
         lines = self.lines
         for k in range(1, n + 1):
-            i = (start + direction * k) % n
+            i = start + direction * k
+            if not wrap and not 0 <= i < n:
+                break  # the caller looks beyond the lines held (on disk) before wrapping around
+            i %= n
             if q in lines[i].lower():
                 self.current = self.dropped + i
                 self.follow = False
@@ -353,9 +542,24 @@ class LogView(Widget, can_focus=False):
                         self.xoff = max(0, col - self.text_width // 3)
                 self._moved()
                 return self.current
-        self.current = None
-        self._moved()
+        if wrap:
+            self.current = None
+            self._moved()
         return None
+
+    def show_match(self, query: str, seq: int) -> None:
+        """Make line ``seq`` of the history window the current match of ``query``."""
+        if self.hist is None or not 0 <= seq - self.dropped < len(self.lines):
+            return
+        self.query = query.lower()
+        self.current = seq
+        i = seq - self.dropped
+        self.show_line(i)
+        if not self.wrap:
+            col = _cells(self.lines[i][: self.lines[i].lower().find(self.query)])
+            if not (self.xoff <= col < self.xoff + self.text_width - len(self.query)):
+                self.xoff = max(0, col - self.text_width // 3)
+        self._moved()
 
     # copy mode ------------------------------------------------------------------------------
     @property
@@ -570,11 +774,19 @@ class LogPane(Vertical):
         if v.selecting:
             n = len(v.selection())
             parts.append(f"COPY {n} line{'s' if n != 1 else ''}: ↑↓ extend · y copy · s save · esc")
+        elif v.hist is not None:
+            h = v.hist
+            total = h.disk_end - h.disk_first
+            a, b = h.line_no(h.first), h.line_no(h.first + len(v.lines) - 1)
+            parts.append(f"FROM DISK: lines {a:,}–{b:,} of {total:,}" + (" (loading…)" if h.loading else "")
+                         + " · End: live")
         elif v.follow:
             parts.append("follow")
         else:
             below = v.below
             parts.append(f"paused · {below:,} new lines ↓" if below else "paused")
+        if v.hist is None and v.older_on_disk:  # no count: under a flood it would change (and repaint) 10 times a second
+            parts.append("older lines on disk (Home)")
         if v.wrap:
             parts.append("wrap")
         elif v.xoff:

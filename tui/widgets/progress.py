@@ -7,6 +7,7 @@ trend of the run stays visible; ``m`` opens the charts with axes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
@@ -47,12 +48,17 @@ class ProgressPanel(Widget):
         super().__init__(**kw)
         self.components: dict[str, dict[str, Any]] = {}
         self.now = 0.0
+        self.ended = False
+        self.timefmt: Callable[[float], str] | None = None
         self._text: tuple[int, Text] | None = None  # (width, what render() returns)
 
-    def set_data(self, components: dict[str, dict[str, Any]], now: float = 0.0) -> None:
-        """Repaint only when the text shown changes (a layout pass only when its height does)."""
+    def set_data(self, components: dict[str, dict[str, Any]], now: float = 0.0, *, ended: bool = False,
+                 timefmt: Callable[[float], str] | None = None) -> None:
+        """Repaint only when the text shown changes (a layout pass only when its height does).
+        On an ended run, artefacts show when they were written, with their age from now."""
         self.components = components
         self.now = now
+        self.ended, self.timefmt = ended, timefmt
         old = self._text[1] if self._text else None
         self._text = None
         new = self.render()
@@ -72,7 +78,11 @@ class ProgressPanel(Widget):
         return " · ".join(parts)
 
     def _age(self, mtime: float | None) -> str:
-        return f" ({fmt_dur(self.now - mtime)} ago)" if mtime and self.now else ""
+        if not (mtime and self.now):
+            return ""
+        if self.ended and self.timefmt is not None:  # a run long over: when, not only how long ago
+            return f" (written {self.timefmt(mtime)}, {fmt_dur(self.now - mtime)} ago)"
+        return f" ({fmt_dur(self.now - mtime)} ago)"
 
     def on_resize(self) -> None:
         self._text = None

@@ -1,0 +1,63 @@
+"""The key footer, cut at a whole key: at 80 columns the main screen's keys do not all fit, and
+Textual's footer cuts the last one mid-word. Keys that do not fit whole are left out (in the order
+of the key table); ``?`` (help, which lists every key) always stays, as does the palette key."""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from textual import events
+from textual.app import ComposeResult
+from textual.widget import Widget
+from textual.widgets import Footer
+
+KEEP = ("help",)  # actions shown whatever the width
+GAP = 3  # cells a key takes beyond its key and description (padding, the space between them)
+
+
+def _is_key(w: Widget) -> bool:
+    """A footer key (Textual's FooterKey, recognised by its fields: its class is not public API)."""
+    return hasattr(w, "key_display") and hasattr(w, "action") and hasattr(w, "description")
+
+
+def key_width(key: Widget) -> int:
+    return cell_len(getattr(key, "key_display", "") or "") + cell_len(getattr(key, "description", "") or "") + GAP
+
+
+def fit(keys: list[Widget], width: int, keep: tuple[str, ...] = KEEP) -> list[Widget]:
+    """The keys to show in ``width`` cells: those in ``keep`` and, in order, as many others as fit whole."""
+    kept = [k for k in keys if getattr(k, "action", None) in keep]
+    room = width - sum(map(key_width, kept))
+    out = []
+    for k in keys:
+        if getattr(k, "action", None) in keep:
+            out.append(k)
+            continue
+        w = key_width(k)
+        if w > room:
+            break
+        room -= w
+        out.append(k)
+    return out + [k for k in kept if k not in out]
+
+
+class FitFooter(Footer):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self._fitted_width = 0
+
+    def compose(self) -> ComposeResult:
+        items = list(super().compose())
+        keys = [k for k in items if _is_key(k)]
+        if len(keys) != len(items):  # groups (none in rlsup's tables): leave Textual's layout alone
+            yield from items
+            return
+        width = self.size.width or self.app.size.width
+        self._fitted_width = width
+        palette = [k for k in keys if getattr(k, "action", "") == "app.command_palette" or "-command-palette" in k.classes]
+        rest = [k for k in keys if k not in palette]
+        yield from fit(rest, width - sum(map(key_width, palette)) - 1)
+        yield from palette
+
+    def on_resize(self, event: events.Resize) -> None:
+        if event.size.width != self._fitted_width:
+            self.refresh(recompose=True)
