@@ -619,9 +619,20 @@ class Run:
                     evidence=[f"{c['path']}: {c['reason']}" for c in rejected][:20],
                     action="starting without a checkpoint; `rlsup resume NAME --step N` picks one by hand"))
             return {"rejected": rejected}
-        if r.clean:
+        if r.clean and not self._partner_up(comp):
             self._clean_future(comp, ck.step)
         return {"step": ck.step, "checkpoint": ck.path, "args": resume_args(r.args, ck)}
+
+    def _partner_up(self, comp: Component) -> str | None:
+        """A component that restarts together with ``comp`` (each names the other in ``restart_with``) and
+        has already started again: it may be writing the steps past the resume step by now, so ``comp``'s
+        ``resume.clean`` must not run (the first of the two to start cleaned before either ran)."""
+        for other in self.components.values():
+            if other is comp or other.state not in ("starting", "running"):
+                continue
+            if other.name in comp.cfg.restart_with and comp.name in other.cfg.restart_with:
+                return other.name
+        return None
 
     def _clean_future(self, comp: Component, step: int) -> None:
         """``resume.clean``: delete artefacts of steps after the one resumed from, each path journaled."""
