@@ -21,26 +21,27 @@ venv() {
     local name=$1 version=$2 constraints=$3; shift 3
     local dir="$CACHE/$name-$version" spec t0 group=()
     spec=$(printf '%s\n--\n%s\n' "$constraints" "$*")
-    if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/spec" 2>/dev/null)" = "$spec" ]; then
+    if [ -f "$dir/spec" ] && [ "$(cat "$dir/spec")" = "$spec" ]; then
         echo "== presets: $name $version: cached venv $dir ($(du -sh "$dir" | cut -f1))"
         return 0
     fi
     t0=$(date +%s)
-    rm -rf "$dir" "$dir.tmp"
-    python3 -m venv "$dir.tmp"
-    printf '%s\n' "$constraints" > "$dir.tmp/constraints.txt"
-    "$dir.tmp/bin/pip" install -q torch==2.13.0 || { rm -rf "$dir.tmp"; return 1; }
+    # Built in place (a venv's scripts name their interpreter by absolute path: it cannot be moved);
+    # the spec file, written last, marks it complete.
+    rm -rf "$dir"
+    python3 -m venv "$dir"
+    printf '%s\n' "$constraints" > "$dir/constraints.txt"
+    "$dir/bin/pip" install -q torch==2.13.0 || { rm -rf "$dir"; return 1; }
     for arg in "$@" ---; do
         if [ "$arg" = "---" ]; then
-            PIP_CONSTRAINT="$dir.tmp/constraints.txt" "$dir.tmp/bin/pip" install -q "${group[@]}" \
-                || { rm -rf "$dir.tmp"; echo "== presets: $name $version: pip install failed" >&2; return 1; }
+            PIP_CONSTRAINT="$dir/constraints.txt" "$dir/bin/pip" install -q "${group[@]}" \
+                || { rm -rf "$dir"; echo "== presets: $name $version: pip install failed" >&2; return 1; }
             group=()
         else
             group+=("$arg")
         fi
     done
-    printf '%s' "$spec" > "$dir.tmp/spec"
-    mv "$dir.tmp" "$dir"
+    printf '%s' "$spec" > "$dir/spec"
     echo "== presets: $name $version: installed in $(( $(date +%s) - t0 )) s, $(du -sh "$dir" | cut -f1)"
 }
 
@@ -50,7 +51,7 @@ failed=()
 # (GPU only; TRL 1.9.0 supports vLLM 0.17.0 - 0.25.1). rlsup goes in too, without dependencies: the
 # preset's trainer command runs `python -m rlsup.trainer.sync close-communicator` in the trainer's python.
 venv trl 1.9.0 "torch==2.13.0" trl==1.9.0 fastapi pydantic "aiohttp>=3.13.3" requests uvicorn || failed+=(trl)
-[ -d "$CACHE/trl-1.9.0" ] && "$CACHE/trl-1.9.0/bin/pip" install -q --no-deps -e . >/dev/null
+[ -f "$CACHE/trl-1.9.0/spec" ] && "$CACHE/trl-1.9.0/bin/pip" install -q --no-deps -e . >/dev/null
 
 # verl v0.7.0: the wheel with its own requirements; transformers, numpy, pyarrow and datasets pinned to
 # what verl 0.7.0 imports (it needs transformers < 5: AutoModelForVision2Seq; numpy < 2, which pyarrow
@@ -74,11 +75,18 @@ transformers==5.3.0" --no-deps areal==1.0.4 --- "datasets>=3.0.0" "omegaconf==2.
     "ray[default]" numba "pillow>=12.1.1" openai wandb trackio "swanlab==0.6.12" transformers==5.3.0 \
     || failed+=(areal)
 
-# prime-rl 559b447: not on PyPI (and its pyproject wants Python 3.12; this machine has 3.11). Built only
-# from a local checkout named by RLSUP_PRIME_RL_SRC; kept in the cache once built.
-if [ -n "${RLSUP_PRIME_RL_SRC:-}" ] && [ ! -d "$CACHE/prime-rl-559b447" ]; then
-    venv prime-rl 559b447 "torch==2.13.0" --no-deps "$RLSUP_PRIME_RL_SRC" "$RLSUP_PRIME_RL_SRC/packages/prime-rl-configs" \
-        || failed+=(prime-rl)
+# prime-rl 559b447: not on PyPI, and CI cannot reach GitHub. Built only from a local checkout with its
+# deps/verifiers submodule (RLSUP_PRIME_RL_SRC, default $HOME/.cache/rlsup-ci/presets-src/prime-rl-559b447,
+# where a session with GitHub access left one); its pyproject wants Python 3.12, the launcher and config
+# code run on this machine's 3.11 (--ignore-requires-python). Only what `rl --dry-run` imports is installed.
+PRIME_SRC="${RLSUP_PRIME_RL_SRC:-$HOME/.cache/rlsup-ci/presets-src/prime-rl-559b447}"
+if [ -f "$PRIME_SRC/examples/basic/reverse-text/rl.toml" ] && [ -d "$PRIME_SRC/deps/verifiers/environments/reverse_text" ]; then
+    venv prime-rl 559b447 "torch==2.13.0" pydantic "prime-pydantic-config>=0.4.3" tomli tomli-w loguru psutil \
+        setproctitle "mcp<2" verifiers --- --ignore-requires-python --no-deps --force-reinstall \
+        "$PRIME_SRC/packages/prime-rl-configs" "$PRIME_SRC" "$PRIME_SRC/deps/verifiers" \
+        "$PRIME_SRC/deps/verifiers/environments/reverse_text" || failed+=(prime-rl)
+else
+    echo "== presets: prime-rl 559b447: SKIPPED: not on PyPI (GitHub only) and no checkout at $PRIME_SRC"
 fi
 
 echo "== presets: installs done after $(( $(date +%s) - t_stage )) s"

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "configs" / "presets"
 HERE = Path(__file__).resolve().parent
 VENVS = os.environ.get("RLSUP_PRESET_VENVS")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 pytestmark = pytest.mark.timeout(900)
 
 
@@ -40,8 +43,11 @@ def venv(name: str) -> Path:
     return path
 
 
-def run(argv: list[str], vdir: Path, *, cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
-    """The command as rlsup would start it (the component's env, its venv first on PATH); its output."""
+def run(argv: list[str], vdir: Path, *, cwd: Path, env: dict[str, str], timeout: float = 600,
+        until: str | None = None) -> str:
+    """The command as rlsup would start it (the component's env, its venv first on PATH); its output (ANSI
+    colours removed). With ``until``, it is stopped (its whole session) once that text appeared: the
+    frameworks that keep workers alive after a failed start would otherwise hold on until the timeout."""
     full = dict(os.environ)
     full.pop("VIRTUAL_ENV", None)
     full.update(env)
@@ -49,17 +55,29 @@ def run(argv: list[str], vdir: Path, *, cwd: Path, env: dict[str, str], timeout:
     full.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                  "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"})
     proc = subprocess.Popen(argv, cwd=cwd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            errors="replace", stdin=subprocess.DEVNULL, start_new_session=True)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(ANSI.sub("", line))
+            if until is not None and until in lines[-1]:
+                seen.set()
+        seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"{argv[:4]} still running after {timeout}s:\n{out[-4000:]}") from None
+        if not seen.wait(timeout):
+            raise AssertionError(f"{argv[:4]} still running after {timeout}s:\n{''.join(lines)[-4000:]}")
     finally:
-        with contextlib.suppress(ProcessLookupError):  # what it left in its session (Ray's helpers, workers)
+        with contextlib.suppress(ProcessLookupError):  # it and what it left in its session (Ray, workers)
             os.killpg(proc.pid, signal.SIGKILL)
-    return out
+        proc.wait()
+        reader.join(10)
+    return "".join(lines)
 
 
 def fixture(vdir: Path, what: str, out: Path) -> Path:
@@ -141,8 +159,8 @@ def test_verl_main_ppo_composes_validates_and_loads_data_up_to_the_gpu_pool(tmp_
 def test_areal_single_controller_example_starts_its_scheduler(tmp_path: Path) -> None:
     """`python3 examples/math/gsm8k_rl.py --config examples/math/gsm8k_grpo.yaml scheduler.type=local ...`
     (the example at tag v1.0.4, tests/presets/areal/): load_expr_config takes the preset's overrides, the
-    tokenizer and GSM8K load, PPOTrainer starts its LocalScheduler on the preset's two GPUs and asks it
-    for the SGLang and FSDP workers, which need a GPU."""
+    tokenizer loads, PPOTrainer starts its LocalScheduler, the data service workers serve GSM8K, the actor's
+    RPC worker starts and instantiates the FSDP PPO actor, whose initialize() stops at FlashAttention 2."""
     vdir = venv("areal-1.0.4")
     model = fixture(vdir, "model", tmp_path / "model")
     data = fixture(vdir, "gsm8k-hub", tmp_path / "gsm8k")
@@ -153,28 +171,73 @@ def test_areal_single_controller_example_starts_its_scheduler(tmp_path: Path) ->
     argv = argv + [
         f"train_dataset.path={data}", f"valid_dataset.path={data}",
         f"cluster.name_resolve.nfs_record_root={tmp_path / 'name_resolve'}"]
-    out = run(argv, vdir, cwd=HERE / "areal", env=env, timeout=600)
+    out = run(argv, vdir, cwd=HERE / "areal", env=env, timeout=600, until="EngineCallError")
     assert "Parsing error" not in out, tail(out)
-    assert "LocalScheduler initialized with GPU devices: [0, 1]" in out, tail(out)
+    assert "LocalScheduler initialized with GPU devices" in out, tail(out)
+    assert "Registered dataset gsm8k-grpo_trial0_train" in out, tail(out)
+    assert "Engine 'actor/0' (class: areal.engine.fsdp_engine.FSDPPPOActor) instantiated successfully" in out, tail(out)
+    # where it stops: the FSDP actor loads the model with FlashAttention 2, a CUDA-only package
+    assert "FlashAttention2 has been toggled on" in out, tail(out)
 
 
 # ----------------------------------------------------------------------------------------------- prime-rl
 
 
-def test_prime_rl_dry_run_writes_the_configs_every_component_reads(tmp_path: Path) -> None:
-    """`uv run rl @ rl.toml ... --dry-run` (src/prime_rl/entrypoints/rl.py): validates the run dir and
-    writes the sub-configs to <output_dir>/<run.name>/configs/, the paths the other components read."""
-    vdir = venv("prime-rl-559b447")
-    src = Path(os.environ.get("RLSUP_PRIME_RL_SRC", ""))
+def prime_rl_src() -> Path:
+    src = Path(os.environ.get("RLSUP_PRIME_RL_SRC")
+               or Path.home() / ".cache" / "rlsup-ci" / "presets-src" / "prime-rl-559b447")
     if not (src / "examples" / "basic" / "reverse-text" / "rl.toml").is_file():
-        pytest.skip("RLSUP_PRIME_RL_SRC does not name a prime-rl checkout")
+        pytest.skip(f"no prime-rl checkout at {src} (prime-rl is on GitHub only; set RLSUP_PRIME_RL_SRC)")
+    return src
+
+
+def test_prime_rl_dry_run_writes_the_configs_every_component_reads(tmp_path: Path) -> None:
+    """`uv run rl @ rl.toml ... --dry-run` (src/prime_rl/entrypoints/rl.py): validates the run dir and writes
+    the sub-configs to <output_dir>/<run.name>/configs/, the paths the other components read. In a run dir
+    with a previous run's artefacts it refuses to start fresh, and with the `--resume.step N` rlsup appends
+    (the preset's resume args) it deletes rollouts and broadcasts past N (utils/pathing.py)."""
+    vdir = venv("prime-rl-559b447")
+    src = prime_rl_src()
     environ = {"PRIME_OUTPUT_DIR": str(tmp_path / "outputs"), "PRIME_RUN_NAME": "ci"}
-    argv, env = component("prime-rl.yaml", "configs", environ)
-    assert argv[:2] == ["uv", "run"]
-    out = run(argv[2:], vdir, cwd=src, env=env)  # `uv run` syncs the project env from the network: not here
-    assert "Dry run complete" in out, tail(out)
     cfg = load_config(PRESETS / "prime-rl.yaml", environ=environ)
+    rl = cfg.components["configs"]
+    argv = rl.argv()
+    assert argv[:2] == ["uv", "run"]
+    argv = argv[2:]  # `uv run` would sync the project's env from the network first: the venv is that env
+    out = run(argv, vdir, cwd=src, env={})
+    assert "Dry run complete" in out, tail(out)
     for name, comp in cfg.components.items():
         if name != "configs":
             a = comp.argv()
             assert Path(a[a.index("@") + 1]).is_file(), (name, a)
+
+    run_dir = tmp_path / "outputs" / "ci"
+    (run_dir / "checkpoints" / "step_5" / "trainer").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_5" / "trainer" / ".metadata").write_text("")
+    (run_dir / "rollouts" / "step_7").mkdir(parents=True)
+    (run_dir / "broadcasts" / "step_6").mkdir(parents=True)
+    out = run(argv, vdir, cwd=src, env={})
+    assert "already contains artifacts from a previous run" in out, tail(out)
+    assert rl.resume is not None
+    resumed = argv + [a.replace("{step}", "5") for a in rl.resume.args]
+    out = run(resumed, vdir, cwd=src, env={})
+    assert "Dry run complete" in out, tail(out)
+    assert not (run_dir / "rollouts" / "step_7").exists() and not (run_dir / "broadcasts" / "step_6").exists()
+    assert '"step": 5' in (run_dir / "configs" / "trainer.json").read_text()
+
+
+def test_prime_rl_trainer_goes_through_torchrun(tmp_path: Path) -> None:
+    """The preset's trainer command: torchrun's rendezvous (--standalone) starts local rank 0 of
+    prime_rl.trainer.rl.train with RANK/WORLD_SIZE set; the module then needs the GPU training stack
+    (torchtitan, flash-attn), which is not installed here."""
+    vdir = venv("prime-rl-559b447")
+    src = prime_rl_src()
+    environ = {"PRIME_OUTPUT_DIR": str(tmp_path / "outputs"), "PRIME_RUN_NAME": "ci"}
+    cfg = load_config(PRESETS / "prime-rl.yaml", environ=environ)
+    out = run(cfg.components["configs"].argv()[2:], vdir, cwd=src, env={})
+    assert "Dry run complete" in out, tail(out)
+    argv, env = component("prime-rl.yaml", "trainer", environ)
+    out = run(argv[2:], vdir, cwd=src, env=env, timeout=300)
+    assert "RANK expected" not in out, tail(out)
+    assert "local_rank: 0" in out and "prime_rl.trainer.rl.train FAILED" in out, tail(out)
+    assert "No module named 'torchtitan'" in out, tail(out)
