@@ -76,12 +76,12 @@ transformers==5.3.0" --no-deps areal==1.0.4 --- "datasets>=3.0.0" "omegaconf==2.
     || failed+=(areal)
 
 # prime-rl 559b447: not on PyPI, and CI cannot reach GitHub. Built only from a local checkout with its
-# deps/verifiers submodule (RLSUP_PRIME_RL_SRC, default $HOME/.cache/rlsup-ci/presets-src/prime-rl-559b447,
+# deps/verifiers submodule (RLSUP_PRIME_RL_SRC, default $HOME/.cache/rlsup-ci/presets/src/prime-rl-559b447,
 # where a session with GitHub access left one); its pyproject wants Python 3.12, the launcher and config
 # code run on this machine's 3.11 (--ignore-requires-python). Only what `rl --dry-run` imports is installed.
-PRIME_SRC="${RLSUP_PRIME_RL_SRC:-$HOME/.cache/rlsup-ci/presets-src/prime-rl-559b447}"
+PRIME_SRC="${RLSUP_PRIME_RL_SRC:-$HOME/.cache/rlsup-ci/presets/src/prime-rl-559b447}"
 if [ -f "$PRIME_SRC/examples/basic/reverse-text/rl.toml" ] && [ -d "$PRIME_SRC/deps/verifiers/environments/reverse_text" ]; then
-    venv prime-rl 559b447 "torch==2.13.0" pydantic "prime-pydantic-config>=0.4.3" tomli tomli-w loguru psutil \
+    venv prime-rl 559b447 "torch==2.13.0" pydantic "prime-pydantic-config>=0.4.3" tomli tomli-w loguru psutil transformers==5.6.2 \
         setproctitle "mcp<2" verifiers --- --ignore-requires-python --no-deps --force-reinstall \
         "$PRIME_SRC/packages/prime-rl-configs" "$PRIME_SRC" "$PRIME_SRC/deps/verifiers" \
         "$PRIME_SRC/deps/verifiers/environments/reverse_text" || failed+=(prime-rl)

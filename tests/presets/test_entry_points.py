@@ -185,7 +185,7 @@ def test_areal_single_controller_example_starts_its_scheduler(tmp_path: Path) ->
 
 def prime_rl_src() -> Path:
     src = Path(os.environ.get("RLSUP_PRIME_RL_SRC")
-               or Path.home() / ".cache" / "rlsup-ci" / "presets-src" / "prime-rl-559b447")
+               or Path.home() / ".cache" / "rlsup-ci" / "presets" / "src" / "prime-rl-559b447")
     if not (src / "examples" / "basic" / "reverse-text" / "rl.toml").is_file():
         pytest.skip(f"no prime-rl checkout at {src} (prime-rl is on GitHub only; set RLSUP_PRIME_RL_SRC)")
     return src
@@ -240,4 +240,5 @@ def test_prime_rl_trainer_goes_through_torchrun(tmp_path: Path) -> None:
     out = run(argv[2:], vdir, cwd=src, env=env, timeout=300)
     assert "RANK expected" not in out, tail(out)
     assert "local_rank: 0" in out and "prime_rl.trainer.rl.train FAILED" in out, tail(out)
-    assert "No module named 'torchtitan'" in out, tail(out)
+    # the GPU training stack (prime-rl's pyproject: torchtitan, ring-flash-attn, flash-attn ...) is not installed
+    assert re.search(r"No module named '(torchtitan|ring_flash_attn|flash_attn|liger_kernel)", out), tail(out)
