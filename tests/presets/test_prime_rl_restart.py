@@ -36,7 +36,7 @@ def standin_config(tmp_path: Path) -> Path:
             comp["alive"].update(interval=5)
     # The trainer waits longer before its own restart than the orchestrator takes to stop and start again,
     # so the orchestrator's new attempt is writing its next batch when the trainer starts.
-    doc["components"]["trainer"]["restart"]["backoff"] = {"initial": 3, "factor": 1, "max": 3}
+    doc["components"]["trainer"]["restart"]["backoff"] = {"initial": 6, "factor": 1, "max": 6}
     doc["components"]["orchestrator"]["restart"]["backoff"] = {"initial": 0.5, "factor": 1, "max": 0.5}
     path = tmp_path / "prime-rl.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
