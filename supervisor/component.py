@@ -78,6 +78,8 @@ class Context(Protocol):
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
 
+    def partner_up(self, comp: Component) -> str | None: ...
+
 
 
 class Component:
@@ -221,7 +223,8 @@ class Component:
         from .resumeplan import plan_resume
 
         # Chosen now that nothing of ours is writing.
-        plan = plan_resume(self.name, self.cfg, e.resume_step, self.ctx.paths.root, self.ctx.emit)
+        plan = plan_resume(self.name, self.cfg, e.resume_step, self.ctx.paths.root, self.ctx.emit,
+                           clean=self.ctx.partner_up(self) is None)
         argv = list(self.cfg.argv()) + list(plan.get("args") or [])
         launch = self.launcher.argv(self.name, e.attempt, argv) if self.launcher else argv
         spec = {

@@ -222,6 +222,18 @@ class LogsCfg(_Model):
     line_cap: int = Field(8192, ge=80)
 
 
+def _clean_glob_problems(pattern: str) -> list[str]:
+    """Why a ``resume.clean`` entry could never delete anything: the step is read from the name of what
+    it matches, so its last part must be able to carry one (a wildcard or a number)."""
+    last = os.path.basename(pattern.rstrip("/"))
+    if not pattern.strip():
+        return ["an empty glob matches nothing; give one such as 'outputs/rollouts/step_*'"]
+    if not any(ch in last for ch in "*?[") and not re.search(r"\d", last):
+        return [f"{pattern!r} names no step (a step is read from each matched name): match the step "
+                f"entries inside it, e.g. '{pattern.rstrip('/')}/step_*'"]
+    return []
+
+
 def _scalar_to_str(v: Any) -> Any:
     if isinstance(v, bool):
         return "1" if v else "0"
@@ -1158,6 +1170,8 @@ def _semantic_problems(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
                 yield at(base + ("progress", "preset"), f"unknown progress preset {c.progress.preset!r}{hint}")
         if c.resume and c.resume.step_pattern is not None:
             regexes.append((base + ("resume", "step_pattern"), c.resume.step_pattern))
+        for i, g in enumerate(c.resume.clean if c.resume else []):
+            yield from (at(base + ("resume", "clean", i), m) for m in _clean_glob_problems(g))
         for i, w in enumerate(c.watch):
             regexes.append((base + ("watch", i, "pattern"), w.pattern))
         for path, rx in regexes:

@@ -293,3 +293,15 @@ def _root(failed: Sequence[Seen], seen: Mapping[str, Seen]) -> Seen:
             hops += 1
         roots.append(cur)
     return min(roots, key=lambda c: (c.ended_at if c.ended_at is not None else float("inf"), c.name))
+
+
+def partner_up(name: str, components: dict[str, tuple[list[str], str]]) -> str | None:
+    """Of components that restart together (each names the other in ``restart_with``), one that has
+    already started again: it may be writing the steps past the resume step by now, so ``name``'s
+    ``resume.clean`` must not run (the first of the two to start cleaned before either ran).
+    ``components``: each one's ``restart_with`` list and state."""
+    mine = components[name][0]
+    for other, (theirs, state) in components.items():
+        if other != name and state in ("starting", "running") and other in mine and name in theirs:
+            return other
+    return None

@@ -17,7 +17,7 @@ from .config import Component as ComponentCfg
 
 
 def plan_resume(name: str, cfg: ComponentCfg, step: int | None, run_root: Path,
-                emit: Callable[[ev.Event], Any]) -> dict[str, Any]:
+                emit: Callable[[ev.Event], Any], *, clean: bool = True) -> dict[str, Any]:
     """Where the next attempt starts: the newest *complete* checkpoint, chosen now that the
     component's process tree is gone (nothing of it is writing, so age says nothing). If
     checkpoints exist and none is complete, a ``checkpoint_problem`` flag says so before the start
@@ -57,7 +57,7 @@ def plan_resume(name: str, cfg: ComponentCfg, step: int | None, run_root: Path,
                 evidence=[f"{c['path']}: {c['reason']}" for c in rejected][:20],
                 action="starting without a checkpoint; `rlsup resume NAME --step N` picks one by hand"))
         return {"rejected": rejected}
-    if r.clean:
+    if r.clean and clean:  # not when a partner restarting with it already cleaned and started
         clean_future(name, cfg, ck.step, run_root, emit)
     return {"step": ck.step, "checkpoint": ck.path, "args": resume_args(r.args, ck)}
 

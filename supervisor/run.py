@@ -628,6 +628,11 @@ class Run:
             self.components[n].flush_progress()
         self._mark_state_dirty()
 
+    def partner_up(self, comp: Component) -> str | None:
+        """A component restarting together with ``comp`` that has already started again (see
+        :func:`detectors.partner_up`)."""
+        return detectors.partner_up(comp.name, {n: (c.cfg.restart_with, c.state) for n, c in self.components.items()})
+
     # ------------------------------------------------------------------ monitors and log files
 
     def watch_monitor(self, comp: Component, att: Attempt) -> None:

@@ -234,6 +234,16 @@ def test_restart_with_itself(tmp_path):
     assert out == [f"{tmp_path}/c.yaml:2:39: components.a.restart_with[0]: a component cannot restart with itself"]
 
 
+def test_resume_clean_globs_that_can_never_match_a_step(tmp_path):
+    """A step is read from each matched name: `rollouts` (the directory, not its step_N entries) or an empty
+    glob would silently delete nothing on every resume."""
+    out = problems(tmp_path, "components:\n  a:\n    command: 'true'\n    resume:\n      checkpoints: ck\n"
+                             "      clean: [rollouts/, '', 'rollouts/step_*', 'broadcasts/step_[0-9]*', out/step_3]\n")
+    assert len(out) == 2, out
+    assert "components.a.resume.clean[0]: 'rollouts/' names no step" in out[0] and "'rollouts/step_*'" in out[0]
+    assert "components.a.resume.clean[1]: an empty glob matches nothing" in out[1]
+
+
 def test_the_docs_have_yaml_examples():
     assert sum(1 for where, _ in EXAMPLES if where.startswith("README.md")) >= 2
     if not _contract_files():

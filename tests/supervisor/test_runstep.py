@@ -237,3 +237,14 @@ def test_consumers_failing_flags_once_the_dependency_stays_down_and_clears_when_
     quiet = detectors.Consumer("trainer", "running", ("inference",), "", lambda: ("Step 5/10",))
     assert detectors.consumers_failing([quiet], seen, now, flagged=frozenset(), down_for={"inference": 99.0},
                                        **kw)[0] == {}
+
+
+def test_partner_up_only_for_a_mutual_restart_with_pair_that_started_again():
+    from rlsup.supervisor.detectors import partner_up
+
+    comps = {"trainer": (["orchestrator"], "backoff"), "orchestrator": (["trainer"], "running"),
+             "inference": ([], "running")}
+    assert partner_up("trainer", comps) == "orchestrator"
+    assert partner_up("trainer", {**comps, "orchestrator": (["trainer"], "backoff")}) is None  # not started yet
+    assert partner_up("trainer", {**comps, "orchestrator": ([], "running")}) is None  # not mutual
+    assert partner_up("inference", comps) is None
