@@ -231,7 +231,7 @@ class Archive:
         if not self.state.get("run", {}).get("ended_at"):  # its supervisor died: take it over, no flag
             return {"ok": False, "error": f"this run has {self.describe()}; it is read-only until then"}
         return {"ok": False, "error": f"this run has {self.describe()}; it is read-only. Start it again with "
-                                      f"`rlsup up {config} --run-dir {self.paths.root} --resume` (or --fresh)"}
+                                      f"`rlsup up {config} --resume --run-dir {self.paths.root}` (or --fresh)"}
 
 
 def _ring_from_log(path: Path, redactor: Redactor) -> LogRing:

@@ -95,9 +95,9 @@ def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
         out.append(f"run ended: {run.get('end_reason')} (exit code {run.get('exit_code')})")
         # `up` finds its run dir from the config and the working directory: name both, so the
         # commands paste as printed from anywhere.
-        again = f"rlsup up {_here(run.get('config')) or 'CONFIG'}" + (
-            f" --run-dir {_here(run['run_dir'])}" if run.get("run_dir") else "")
-        out.append(f"to go on from its checkpoints: {again} --resume; to start anew: {again} --fresh")
+        up = f"rlsup up {_here(run.get('config')) or 'CONFIG'}"
+        where = f" --run-dir {_here(run['run_dir'])}" if run.get("run_dir") else ""
+        out.append(f"to go on from its checkpoints: {up} --resume{where}; to start anew: {up} --fresh{where}")
     return "\n".join(out)
 
 
