@@ -53,7 +53,8 @@ def test_quickstart_in_the_tui_then_stop_and_continue(workdir):
     tui.keys("y")
     assert tui.exit_code(60) == 0
     wait_gone(first.values())
-    assert w.events()[-1]["kind"] == "run_ended"
+    # The supervisor journals the run's end just after its last component is gone.
+    wait_for(lambda: w.events()[-1]["kind"] == "run_ended", 30, what="run_ended in the journal")
 
     tui.run(f"{up} --resume")
     again = _running(w)
