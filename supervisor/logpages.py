@@ -176,7 +176,9 @@ class LogPages:
     def _lines(self, spans: list[_Span], g: int, limit: int) -> list[str]:
         """``limit`` lines from line number ``g`` (decoded and normalised)."""
         raw: list[bytes] = []
-        k = bisect.bisect_right([s.first for s in spans], g) - 1
+        if not spans:
+            return []  # nothing on disk tied to sequence numbers yet (no file, or not the anchor's)
+        k = max(0, bisect.bisect_right([s.first for s in spans], g) - 1)
         while k < len(spans) and len(raw) < limit:
             s = spans[k]
             local = max(0, g - s.first)

@@ -202,6 +202,13 @@ class Conn:
                 self.send(protocol.error(rid, f"unknown op {op!r}; ops: {', '.join(protocol.OPS)}"))
         except (KeyError, TypeError, ValueError) as e:
             self.send(protocol.error(rid, f"bad {op} request: {e!r}"))
+        except Exception as e:  # noqa: BLE001 - a client's request must never end the run it asks about
+            import sys
+            import traceback
+
+            print(f"rlsup: the {op} request of a client failed (the run goes on):", file=sys.stderr)
+            traceback.print_exc(file=sys.stderr)
+            self.send(protocol.error(rid, f"{op} failed in the supervisor: {e!r} (see supervisor.log)"))
 
 
 class ControlServer:

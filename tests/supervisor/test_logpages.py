@@ -100,3 +100,48 @@ def test_a_live_run_serves_its_whole_log_in_seq_order_joined_with_the_ring(tmp_p
     wait_for(lambda: d.sock.exists(), 30, what="the control socket")
     asyncio.run(go())
     assert len([n for n in os.listdir(d.run_dir / "logs") if n.startswith("writer.log")]) > 2  # rotated
+
+
+def test_nothing_on_disk_yet_reads_as_no_lines(tmp_path):
+    """A pane opened before the component wrote its first byte (the Quickstart's TUI does this): the
+    anchor names no file on disk yet; the read is empty, not an IndexError that ended the run."""
+    pages = LogPages(tmp_path / "t.log")
+    anchor = Position(None, 0, 0)
+    assert pages.read(anchor, None, 100) == (0, [], 0, 0)
+    assert pages.read(anchor, None, 100, before_seq=0) == (0, [], 0, 0)
+    (tmp_path / "t.log").write_text("a\n")
+    stale = Position(os.stat(tmp_path / "t.log").st_ino + 1, 2, 1)  # the anchor's file was replaced
+    assert pages.read(stale, None, 100) == (1, [], 1, 1)
+
+
+def test_a_request_that_fails_in_the_supervisor_is_answered_not_raised():
+    """A bug behind one client's request (here: log_read raising IndexError, as an empty log did) is
+    answered with an error; it used to escape the connection and end the run as an internal error."""
+    import json
+
+    from rlsup.supervisor.server import Conn
+
+    sent: list[dict] = []
+
+    class Transport:
+        def write(self, data: bytes) -> None:
+            sent.append(json.loads(data))
+
+        def get_write_buffer_size(self) -> int:
+            return 0
+
+    class Writer:
+        transport = Transport()
+
+    class Server:
+        async def op_log_read(self, rid, msg):
+            raise IndexError("list index out of range")
+
+        def backlog_limit(self) -> int:
+            return 1 << 20
+
+    conn = Conn(Server(), None, Writer())  # type: ignore[arg-type]
+    conn.hello = True
+    asyncio.run(conn.handle(b'{"id": 7, "op": "log_read", "component": "trainer", "limit": 3}'))
+    assert sent and sent[-1]["id"] == 7 and not sent[-1]["ok"]
+    assert "log_read failed in the supervisor" in sent[-1]["error"]
