@@ -945,10 +945,9 @@ class Listener:
         self.model.on_event(event)
         comp = event.get("component")
         if comp and event.get("kind") in ("started", "adopted") and (
-                self.model.state is not None or (event.get("log_seq") is not None and _a_restart(event))):
+                self.model.state is not None or event.get("log_seq") is not None):
             # Replayed before the first snapshot, a marker without a log position would land in
-            # the wrong place: only live starts, or starts that say where their output begins (and
-            # only where a restart or a resume begins: the log's own first line needs no marker).
+            # the wrong place: only live starts, or starts that say where their output begins.
             text = attempt_marker(event, self.app.timefmt)
             if text:
                 self.model.feed.mark(comp, event.get("log_seq"), text)
@@ -978,8 +977,3 @@ def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: 
     if app.return_code:
         return app.return_code
     return result if isinstance(result, int) else 0
-
-
-def _a_restart(event: dict[str, Any]) -> bool:
-    """A ``started``/``adopted`` event that is not the plain first attempt of the run."""
-    return event.get("kind") != "started" or (event.get("attempt") or 0) > 1 or bool(event.get("resume"))

@@ -169,7 +169,9 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
         tmux.keys("g")
         screen = tmux.wait_screen("line 001 of the numbered log")
         assert "paused" in screen and "line 300" not in screen
-        tmux.keys("j", "j", "j")
+        # The first row is the marker of attempt 1 (its `started` event says where its output begins).
+        assert "── attempt 1 ·" in screen.split("line 001 of")[0]
+        tmux.keys("j", "j", "j", "j")
         screen = tmux.wait_screen("line 004 of the numbered log")
         wait_for(lambda: "line 003 of" not in tmux.screen(), 10, 0.1, what="line 3 scrolled away")
         tmux.keys("k")
