@@ -210,6 +210,9 @@ class FlagCleared(Event):
     kind = "flag_cleared"
     type: str = ""
     message: str = ""
+    # What ended it, where that is not the condition going away: "attempt_ended" (a stall is of one
+    # attempt: its end is not progress resumed). None: the condition itself cleared.
+    by: str | None = None
 
 
 @dataclass(frozen=True)

@@ -605,7 +605,8 @@ def _exited(life: Life, inp: Exited, now: float, rules: Rules, fx: list[Effect])
                                       step=inp.step, diagnosis=inp.diagnosis, attempt=life.attempt)))
     fx += [StopProbes(), Cleanup()]
     if "stall" in life.episode:  # a stall is of one attempt: it ends with it (restart, completion, crash)
-        fx.append(Emit(ev.FlagCleared(name, type="stall", message=f"attempt {life.attempt} ended")))
+        fx.append(Emit(ev.FlagCleared(name, type="stall", message=f"attempt {life.attempt} ended",
+                                      by="attempt_ended")))
         life = replace(life, episode=life.episode - {"stall"})
     was_ready = life.ready_at is not None
     life = replace(life, spawning=False, ready_at=None, timer=life.timer + 1)

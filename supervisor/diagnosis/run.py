@@ -415,8 +415,8 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
             spans = dep_down.get(c) or []
             if spans and spans[-1][1] is None and ts is not None:
                 spans[-1] = (spans[-1][0], ts)
-        elif kind == "flag_cleared" and e.get("type") == "stall" and ts is not None:
-            stall_cleared.setdefault(c, []).append(ts)
+        elif kind == "flag_cleared" and e.get("type") == "stall" and ts is not None and e.get("by") != "attempt_ended":
+            stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
         elif kind == "stopping":
             stopping[c] = True
         elif kind in ("stopped", "fatal"):

@@ -274,6 +274,20 @@ def test_a_stall_that_cleared_by_itself_is_no_hang(tmp_path: Path) -> None:
     assert (rd.root_cause.component, rd.root_cause.category) == ("inference", "inference_engine_dead")
 
 
+def test_a_stall_cleared_only_by_its_attempt_ending_is_still_a_hang(tmp_path: Path) -> None:
+    """The journal the README's hang example writes: the stall flag is cleared when the hung attempt is
+    stopped (`flag_cleared` by `attempt_ended`); that is not progress resumed, so the hang stays the root."""
+    run = _demo_run(tmp_path)
+    _stall(run, T0 + 50)
+    run.emit(T0 + 90, "stopping", "trainer", signal="SIGTERM", by="shutdown")
+    run.exit(T0 + 90, "trainer", 143, [])
+    run.emit(T0 + 90, "flag_cleared", "trainer", type="stall", message="attempt 1 ended", by="attempt_ended")
+    run.emit(T0 + 90, "stopped", "trainer", by="shutdown")
+    run.emit(T0 + 91, "run_ended", None, reason="SIGINT received", exit_code=0)
+    rc = diagnose_run(run.root).root_cause
+    assert (rc.component, rc.category) == ("trainer", "stall")
+
+
 def test_a_false_success_is_a_failure_of_its_own(tmp_path: Path) -> None:
     """Issue 27: RLSUP_CHAOS_TRAINER=exit0@40: the false success is named, before a recovered engine death."""
     run = _demo_run(tmp_path)
