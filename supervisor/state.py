@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .progress import merge_history
+from .progress import current_rate, merge_history
 
 STATES = ("pending", "starting", "running", "backoff", "stopping", "stopped", "completed", "fatal")
 FINAL = frozenset({"stopped", "completed", "fatal"})
@@ -142,11 +142,16 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
 
 
 def view(state: dict[str, Any], now: float) -> dict[str, Any]:
-    """A copy with derived ages (``uptime_s``), as ``rlsup status --json`` prints it."""
+    """A copy with derived ages (``uptime_s``) and the rate and ETA as they stand at ``now`` (wall
+    time), as ``rlsup status --json`` and the fleet print it: a trainer with no new step for minutes
+    shows a decayed rate, then none, never its last "3.27/s ETA 49s"."""
     out = copy.deepcopy(state)
     for c in out["components"].values():
         live = c["state"] in ("starting", "running", "stopping") and c.get("started_at")
         c["uptime_s"] = round(now - c["started_at"], 3) if live else None
+        if c.get("rate") is not None:
+            c["rate"], c["eta_s"] = current_rate(c.get("rate"), c.get("eta_s"), c.get("last_step_at"),
+                                                 c.get("step"), c.get("total"), now)
     run = out["run"]
     if run.get("started_at"):
         run["uptime_s"] = round((run.get("ended_at") or now) - run["started_at"], 3)

@@ -56,3 +56,36 @@ def test_resources_are_for_live_processes_only():
         apply(s, ev(5, "resources", components={"a": {"cpu_pct": 33.0, "rss_mb": 236.0, "gpu_mb": None}}))
         apply(s, ev(6, last, "a", exit_code=0, signal=None, uptime_s=1.0, step=None, diagnosis=None))
         assert s["components"]["a"]["resources"] is None, last  # the last sample is not the stopped process's
+
+
+def test_view_shows_the_rate_and_eta_as_they_stand_now():
+    """`rlsup status` and the fleet print this view: a trainer with no new step for minutes shows no
+    rate and no ETA, not its last "3.27/s ETA 49s" (the TUI applies the same rule on every repaint)."""
+    s = initial({}, ["trainer"])
+    apply(s, ev(1, "started", "trainer", pid=10, attempt=1, resume=None, ts=1000.0))
+    apply(s, ev(2, "ready", "trainer", probe="none", ts=1000.0))
+    apply(s, ev(3, "progress", "trainer", step=340, total=500, rate=3.27, eta_s=49.0, last_step_at=1000.0))
+    assert (view(s, 1002.0)["components"]["trainer"]["rate"], view(s, 1002.0)["components"]["trainer"]["eta_s"]) \
+        == (3.27, 49.0)
+    slow = view(s, 1020.0)["components"]["trainer"]
+    assert slow["rate"] == 1 / 20 and slow["eta_s"] == 160 * 20
+    hung = view(s, 1000.0 + 180)["components"]["trainer"]
+    assert hung["rate"] is None and hung["eta_s"] is None
+    assert s["components"]["trainer"]["rate"] == 3.27  # the state itself is not changed
+
+
+def test_status_text_and_fleet_json_of_a_hung_trainer_show_no_stale_rate():
+    from rlsup.supervisor.fleet import PodSpec, PodState
+    from rlsup.supervisor.render.status import format_status
+
+    s = initial({}, ["trainer"])
+    apply(s, ev(1, "run_started", name="r", components=["trainer"], ts=1000.0))
+    apply(s, ev(2, "started", "trainer", pid=10, attempt=1, resume=None, ts=1000.0))
+    apply(s, ev(3, "ready", "trainer", probe="none", ts=1000.0))
+    apply(s, ev(4, "progress", "trainer", step=340, total=500, rate=3.27, eta_s=49.0, last_step_at=1000.0))
+    text = format_status(view(s, 1000.0 + 300))
+    assert "3.27" not in text and "49s" not in text
+    pod = PodState(PodSpec(host="h", label="p"))
+    pod.on_snapshot({"state": s}, False)
+    trainer = pod.to_json(1000.0 + 300)["components"]["trainer"]
+    assert trainer["rate"] is None and trainer["eta_s"] is None and trainer["step"] == 340
