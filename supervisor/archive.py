@@ -18,7 +18,7 @@ from typing import Any
 
 from . import state as state_mod
 from .journal import read_events
-from .logs import LineNormaliser, LogRing
+from .logs import LineNormaliser, LogRing, Position
 from .redact import Redactor, secret_values
 from .rundir import RunPaths
 from .version import VERSION
@@ -167,8 +167,9 @@ class Archive:
         cfg_path = Path(config) if config else None
         redactor = redactor_for(read_config(cfg_path), cfg_path)
         self._rings: dict[str, LogRing] = {}
+        ends = _saved_positions(self.paths)
         for name in self.state["components"]:
-            self._rings[name] = _ring_from_log(self.paths.log(name), redactor)
+            self._rings[name] = _ring_from_log(self.paths.log(name), redactor, ends.get(name))
         seqs = [e.get("seq", 0) for e in read_events(self.paths.events)]
         self._seq = max(seqs) if seqs else 0
 
@@ -234,20 +235,55 @@ class Archive:
                                       f"`rlsup up {config} --resume --run-dir {self.paths.root}` (or --fresh)"}
 
 
-def _ring_from_log(path: Path, redactor: Redactor) -> LogRing:
-    """The last lines of a log, normalised and masked as the live supervisor would have shown them."""
-    ring = LogRing(RING_LINES)
+def _saved_positions(paths: RunPaths) -> dict[str, Position]:
+    """Where the last supervisor had read each log to (``state.json``), by component."""
     try:
-        size = os.path.getsize(path)
+        saved = json.loads(paths.state.read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for name, c in ((saved.get("components") or {}) if isinstance(saved, dict) else {}).items():
+        pos = Position.from_dict((c or {}).get("log") if isinstance(c, dict) else None)
+        if pos is not None and pos.ino is not None:
+            out[name] = pos
+    return out
+
+
+def _ring_from_log(path: Path, redactor: Redactor, saved: Position | None = None) -> LogRing:
+    """The last lines of a log, normalised and masked as the live supervisor would have shown them,
+    numbered as the live supervisor numbered them (from ``saved``, its last recorded position in
+    this file), so the journal's ``log_seq`` (where each attempt's output starts) points at the same
+    lines; without a position in this file the numbering starts at the tail."""
+    try:
+        st = os.stat(path)
+        size = st.st_size
         with open(path, "rb") as f:
             f.seek(max(0, size - TAIL_BYTES))
             data = f.read()
+            after = None
+            if saved is not None and saved.ino == st.st_ino and saved.offset <= size:
+                f.seek(saved.offset)  # lines written after the last record: few, positions are kept up
+                after = _count_lines(f)
     except OSError:
-        return ring
+        return LogRing(RING_LINES)
     if size > TAIL_BYTES:
         data = data[data.find(b"\n") + 1:]  # start at a line boundary
     norm = LineNormaliser()
     lines, _ = norm.feed(data)
     tail, _ = norm.flush()
-    ring.extend(redactor.redact_lines(lines + tail))
+    lines += tail
+    first = 0
+    if after is not None and saved is not None:
+        first = max(0, saved.seq + after - len(lines))
+    ring = LogRing(RING_LINES, first_seq=first)
+    ring.extend(redactor.redact_lines(lines))
     return ring
+
+
+def _count_lines(f: Any) -> int:
+    """Lines from ``f``'s position to its end, a last one without a newline included."""
+    n, last = 0, b"\n"
+    while chunk := f.read(1 << 20):
+        n += chunk.count(b"\n")
+        last = chunk[-1:]
+    return n + (last != b"\n")

@@ -49,9 +49,15 @@ class LogFeed:
         self.first_seq: dict[str, int] = {}  # sequence number of the first pending line
         self.waiting: dict[str, list[tuple[int, Marker]]] = {}  # markers ahead of the stream, by seq
         self.taken_first: dict[str, int] = {}  # first_seq of the batches the last take() handed out
+        # Sequence number of the oldest line the pane holds since its last reset: a marker older
+        # than that belongs to lines the pane never got (a re-attach shows a log's end), so it has
+        # no place in it, neither at its top nor at the stream's end.
+        self.origin: dict[str, int] = {}
 
     def mark(self, component: str, seq: int | None, text: str) -> None:
         m = Marker(text)
+        if seq is not None and seq < self.origin.get(component, seq):
+            return
         known = self.next_seq.get(component)
         if seq is None or (known is not None and seq <= known):
             self.pending.setdefault(component, []).append(m)
@@ -79,8 +85,11 @@ class LogFeed:
         return out
 
     def add(self, component: str, seq: int, lines: list[str]) -> None:
+        first = component not in self.origin
+        if first:
+            self.origin[component] = seq
         if component in self.waiting:
-            lines = self._splice(component, seq, lines)
+            lines = self._splice(component, seq, lines, drop_before=first)
         buf = self.pending.get(component)
         if buf is None:
             buf = self.pending[component] = []
@@ -111,6 +120,7 @@ class LogFeed:
         self.pending[component] = self._splice(component, seq, list(lines), drop_before=True) + (newer or [])
         self.next_seq[component] = max(end, self.next_seq.get(component, end)) if newer else end
         self.first_seq[component] = seq
+        self.origin[component] = seq
         self.resets.add(component)
 
     def take(self) -> tuple[dict[str, list[str]], set[str], set[str]]:

@@ -248,3 +248,28 @@ def test_merge_history_is_idempotent_and_follows_compaction():
     assert merged["m"]["points"] == [[1, 1.0, 1], [3, 2.5, 2], [4, 3.5, 2]] or \
         merged["m"]["points"] == compact_points([[1, 1.0, 1], [2, 2.0, 1], [3, 3.0, 1]], 2)[:-1] + [[4, 3.5, 2]]
 
+
+
+def test_a_marker_older_than_every_line_the_pane_holds_has_no_place_in_it():
+    """A re-attach to a long log shows its end: attempt 1's marker (log_seq 0) belongs to lines the
+    pane never got, so it shows neither above the oldest line held nor at the stream's end."""
+    from rlsup.tui.model import LogFeed
+
+    feed = LogFeed()
+    feed.mark("w", 0, "── attempt 1")  # replayed before the lines arrive
+    feed.add("w", 11_650, ["line 11650", "line 11651"])
+    assert feed.take()[0] == {"w": ["line 11650", "line 11651"]}
+    feed.mark("w", 0, "── attempt 1")  # or after them
+    feed.mark("w", 11_652, "── attempt 2")
+    feed.add("w", 11_652, ["line 11652"])
+    assert feed.take()[0] == {"w": ["── attempt 2", "line 11652"]}
+    snap = LogFeed()
+    snap.reset("w", 500, ["line 500"])
+    snap.take()
+    snap.mark("w", 3, "── attempt 1")
+    assert snap.take()[0] == {}
+    # A pane that holds the log from its first line keeps attempt 1's marker on top.
+    whole = LogFeed()
+    whole.mark("w", 0, "── attempt 1")
+    whole.add("w", 0, ["line 0"])
+    assert whole.take()[0] == {"w": ["── attempt 1", "line 0"]}
