@@ -746,6 +746,7 @@ def foreign_holders(
 # ------------------------------------------------------------------------------------ GPU hygiene
 
 RUN_DIR_MARKER = "RLSUP_RUN_DIR"  # what process.py puts in every child's environment
+COMPONENT_MARKER = "RLSUP_COMPONENT"  # ... with this one: $RLSUP_RUN_DIR alone is a user's shell or client
 
 
 @dataclass(frozen=True)
@@ -776,7 +777,8 @@ def proc_identity(pid: int) -> ProcIdentity | None:
     except psutil.Error:
         name, created = "?", None
     try:
-        run_dir: str | None = p.environ().get(RUN_DIR_MARKER)
+        env = p.environ()
+        run_dir: str | None = env.get(RUN_DIR_MARKER) if env.get(COMPONENT_MARKER) else None
         readable = True
     except (psutil.Error, OSError):
         run_dir, readable = None, False

@@ -915,7 +915,7 @@ def port_holder(port: int, run_dir: str | None = None) -> str | None:
                     env = p.environ()
                 except (psutil.Error, OSError):
                     env = {}
-                if env.get(ENV_RUN_DIR) == run_dir:
+                if env.get(ENV_RUN_DIR) == run_dir and env.get(ENV_COMPONENT):
                     text += f", component {env.get(ENV_COMPONENT, '?')} of this run"
             return text
     return None

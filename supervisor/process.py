@@ -554,7 +554,9 @@ def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable
             env = p.environ()
         except (psutil.Error, OSError):
             continue
-        if env.get(ENV_RUN_DIR) != run_dir:
+        if env.get(ENV_RUN_DIR) != run_dir or not env.get(ENV_COMPONENT):
+            # Both markers, as every process rlsup starts has them: a user's shell or an `rlsup`
+            # client with $RLSUP_RUN_DIR exported (the documented way to pick a run) is not the run's.
             continue
         if env.get("SLURM_STEP_ID") is not None and (env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")) != mine:
             continue  # a task of a Slurm step (srun exports our markers): its srun, under a monitor, owns it

@@ -176,3 +176,24 @@ def test_the_question_on_an_ended_run_answered_r(workdir, ended):
         assert tui.exit_code(30) == 0
         w.sh("rlsup down", check=True)
     assert not w.processes()
+
+
+def test_a_shell_that_exported_rlsup_run_dir_is_not_taken_for_part_of_the_run(workdir):
+    """`--run-dir`'s default is $RLSUP_RUN_DIR, so users export it. A shell (and the `rlsup` clients
+    it starts) carrying it is not a leftover of the run: `up -d` is not ended by the supervisor it
+    starts, and `down` ends the run's processes, not the user's shell."""
+    w = workdir
+    _setup(w)
+    _mode(w, "run")
+    run_dir = w.run_dir("small")
+    r = w.sh("rlsup up configs/small.yaml -d; echo up-exited=$?; "
+             "for i in $(seq 150); do rlsup status | grep -Eq '^job +running' && break; sleep 0.2; done; "
+             "rlsup status >/dev/null; echo status-exited=$?; "
+             "rlsup down; echo down-exited=$?; echo the shell lives on",
+             env={"RLSUP_RUN_DIR": str(run_dir)}, timeout=120)
+    out = r.stdout
+    assert "up-exited=0" in out and "in the background" in out, out + r.stderr
+    assert "status-exited=0" in out and "down-exited=0" in out, out + r.stderr
+    assert "the shell lives on" in out and r.returncode == 0, out + r.stderr
+    assert _job_attempts(w) == [1]
+    assert w.processes() == []

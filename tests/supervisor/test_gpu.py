@@ -706,9 +706,10 @@ def test_classify_holders_pid_namespace_waits_on_memory_never_kills(procs) -> No
 
 def test_classify_holders_only_proven_processes_are_ours(procs) -> None:  # type: ignore[no-untyped-def]
     run_dir = "/runs/proof"
-    env = {**os.environ, "RLSUP_RUN_DIR": run_dir}
-    leftover = subprocess.Popen(["sleep", "30"], env=env)  # an orphan of a previous attempt, marker set
-    other_run = subprocess.Popen(["sleep", "30"], env={**os.environ, "RLSUP_RUN_DIR": "/runs/other"})
+    env = {**os.environ, "RLSUP_RUN_DIR": run_dir, "RLSUP_COMPONENT": "trainer"}
+    leftover = subprocess.Popen(["sleep", "30"], env=env)  # an orphan of a previous attempt, markers set
+    other_run = subprocess.Popen(["sleep", "30"], env={**os.environ, "RLSUP_RUN_DIR": "/runs/other",
+                                                       "RLSUP_COMPONENT": "trainer"})
     try:
         real = {p: gpu.proc_identity(p) for p in (leftover.pid, other_run.pid)}
         assert real[leftover.pid] is not None and real[leftover.pid].run_dir == run_dir
@@ -738,5 +739,20 @@ def test_classify_holders_only_proven_processes_are_ours(procs) -> None:  # type
         assert h3.ours == () and [x.pid for x in h3.unmappable] == [leftover.pid]
     finally:
         for p in (leftover, other_run):
+            p.kill()
+            p.wait()
+
+
+def test_a_process_with_only_the_run_dir_variable_is_not_the_runs() -> None:
+    """$RLSUP_RUN_DIR is how users pick a run for `rlsup status`; a user's eval script started from
+    such a shell holds a GPU but is not the run's, so GPU hygiene must never count it as a leftover."""
+    user = subprocess.Popen(["sleep", "30"], env={**os.environ, "RLSUP_RUN_DIR": "/runs/mine"})
+    ours = subprocess.Popen(["sleep", "30"], env={**os.environ, "RLSUP_RUN_DIR": "/runs/mine",
+                                                  "RLSUP_COMPONENT": "trainer"})
+    try:
+        assert gpu.proc_identity(user.pid).run_dir is None
+        assert gpu.proc_identity(ours.pid).run_dir == "/runs/mine"
+    finally:
+        for p in (user, ours):
             p.kill()
             p.wait()

@@ -65,9 +65,9 @@ def test_leftover_gpu_holders_of_the_run_are_killed_outsiders_kept(tmp_path):
         sup.prepare()
         # prepare() ends processes marked with this run dir that a dead supervisor left: start the
         # leftover's story after that, as a process of the previous attempt that NVML still lists.
-        # (Marked with the run but not the component, so the attempt's own cleanup does not end it:
-        # it stands for a holder that outlived that cleanup, e.g. stuck in the driver.)
-        leftover2 = _sleeper({"RLSUP_RUN_DIR": str(run_dir)})
+        # (Marked with the run but another component's name, so the trainer attempt's own cleanup
+        # does not end it: it stands for a holder that outlived that cleanup, e.g. stuck in the driver.)
+        leftover2 = _sleeper({"RLSUP_RUN_DIR": str(run_dir), "RLSUP_COMPONENT": "retired"})
         fake.set_processes(0, [GpuProcess(leftover2.pid, 4000.0), GpuProcess(outsider.pid, 900.0)])
         events = _run(sup, lambda e: e["kind"] == "flag" and e["type"] == "gpu_not_released")
         flags = [e for e in events if e["kind"] == "flag" and e["type"] == "gpu_not_released"]
@@ -103,7 +103,7 @@ def test_restart_waits_for_release_without_killing(tmp_path):
     sup.gpu_release_timeout = 20
     sup.gpu_proc_lookup = _as_gpu_holder
     sup.prepare()
-    holder = _sleeper({"RLSUP_RUN_DIR": str(run_dir)})
+    holder = _sleeper({"RLSUP_RUN_DIR": str(run_dir), "RLSUP_COMPONENT": "retired"})
     fake.set_processes(0, [GpuProcess(holder.pid, 2000.0)])
     loop_calls = {"n": 0}
 
