@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,11 +153,44 @@ def spawn(config: str, run_dir: Path, extra: list[str]) -> subprocess.Popen[byte
         os.close(log)
 
 
-def wait_ready(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float = READY_TIMEOUT_S) -> str | None:
-    """Wait until the daemon answers on its socket. None when it does; else why not."""
+class HeldInterrupt:
+    """Ctrl-C while ``up`` starts a supervisor, held until ``check`` or ``release`` acts on it.
+
+    Python 3.11's ``asyncio.run`` turns SIGINT into a cancellation of its task, and a cancellation
+    that lands as ``wait_for`` completes is swallowed (fixed in 3.12): the probes of the starting
+    daemon lost the user's Ctrl-C now and then, and the TUI opened anyway. While held, SIGINT only
+    sets a flag (asyncio then leaves the handler alone)."""
+
+    def __init__(self) -> None:
+        self.got = False
+        self._old: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._on)
+
+    def _on(self, signum: int, frame: Any) -> None:
+        self.got = True
+
+    def check(self) -> None:
+        if self.got:
+            raise KeyboardInterrupt
+
+    def release(self, *, check: bool = True) -> None:
+        """The usual handler back; raises KeyboardInterrupt if a Ctrl-C came while held."""
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
+        if check:
+            self.check()
+
+
+def wait_ready(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float = READY_TIMEOUT_S,
+               check: Callable[[], None] = lambda: None) -> str | None:
+    """Wait until the daemon answers on its socket. None when it does; else why not. ``check`` is
+    called between tries (a held Ctrl-C raises there)."""
     paths = RunPaths(run_dir)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        check()
         if proc.poll() is not None:
             if is_locked(paths):
                 return None  # lost a start race: another supervisor owns the run; attach to it

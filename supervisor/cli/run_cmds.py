@@ -151,20 +151,24 @@ def cmd_up(args: argparse.Namespace) -> int:
     hint = attach_hint(run_dir)
     from ..rundir import UnsafeRunDir
 
+    held = daemon.HeldInterrupt()
     try:
         proc = daemon.spawn(args.config, run_dir, extra)
-        problem = daemon.wait_ready(proc, run_dir)
+        problem = daemon.wait_ready(proc, run_dir, check=held.check)
+        end = daemon.run_ended_by(RunPaths(run_dir), proc.pid) if problem is not None else (
+            daemon.ended_at_once(proc, run_dir))
+        held.release()
     except (UnsafeRunDir, OSError) as e:
+        held.release(check=False)
         say(f"rlsup: {e}", err=True)
         return EXIT_FAILED
     except KeyboardInterrupt:
+        held.release(check=False)
         # The daemon is in its own session: the interrupt did not reach it. Say where the run is.
         say(f"\nrlsup: interrupted while the supervisor started; the run goes on in the background.\n"
             f"  attach: {hint}\n  status: rlsup status{run_dir_arg(run_dir)}\n  stop:   rlsup down{run_dir_arg(run_dir)}",
             err=True)
         return 130
-    end = daemon.run_ended_by(RunPaths(run_dir), proc.pid) if problem is not None else (
-        daemon.ended_at_once(proc, run_dir))
     if end is not None:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:

@@ -194,7 +194,10 @@ class Tmux:
         line = (f"cd {shlex.quote(str(self.workdir.path))} && export {exports} && {command}; "
                 f"echo JOURNEY-EXIT=$?; sleep 600")
         if self.started:
-            self("kill-session", "-t", "j")
+            # A fresh server on a fresh socket: killing the last session makes the old server exit,
+            # and a new session asked of it meanwhile fails ("server exited unexpectedly").
+            self.kill()
+            self.sock = f"rlsup-journey-{uuid.uuid4().hex[:10]}"
         self("new-session", "-d", "-s", "j", "-x", "160", "-y", "45", "bash", "-c", line)
         self.started = True
         self("set-option", "-t", "j", "status", "off")

@@ -111,6 +111,8 @@ def trainer(argv: list[str]) -> None:
          broadcasts=step_dirs(run_dir / "broadcasts"), rollouts=step_dirs(run_dir / "rollouts"))
     while True:
         step += 1
+        while not (run_dir / "rollouts" / f"step_{step}").exists():  # its batch, as the real trainer waits
+            time.sleep(0.05)
         b = run_dir / "broadcasts" / f"step_{step}"
         b.mkdir(parents=True, exist_ok=True)
         if step % 2 == 0:
