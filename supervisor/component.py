@@ -357,12 +357,18 @@ class Component:
         """One answer of Ray's state API: deaths first seen become flags at once."""
         w, cfg = self.ray, self.cfg.probe.ray if self.cfg.probe else None
         assert w is not None and cfg is not None
-        token = rayprobe.auth_token(rayprobe.env_of(self.cfg.env), cfg.token_file)
+        run = self.ctx.cfg
+        token = rayprobe.auth_token({**os.environ, **run.file_env, **run.env, **self.cfg.env}, cfg.token_file)
         try:
             nodes, actors = await asyncio.get_running_loop().run_in_executor(
                 None, rayprobe.read_state, cfg.url, token, cfg.timeout)
-        except (OSError, ValueError) as e:  # the head not up yet, or gone: the components' exits say which
-            w.error = str(e)
+        except (OSError, ValueError) as e:
+            # The head not up yet, or gone, is not news (the components' exits say which); an answer that
+            # refuses the token or is not Ray's API is a probe that will never see anything: say so once.
+            was, w.error = w.error, str(e)
+            if rayprobe.misconfigured(e) and was != w.error:
+                self.ctx.emit(ev.FlagRaised(self.name, type="ray_probe_failing", message=str(e), evidence=[str(e)],
+                                            action="the Ray probe sees nothing until this is fixed (probe.ray)"))
             return
         for kind, message, evidence, action in w.flags(w.observe(nodes, actors)):
             self.ctx.emit(ev.FlagRaised(self.name, type=kind, message=message, evidence=evidence, action=action))

@@ -135,6 +135,6 @@ class RayWatch:
         return out
 
 
-def env_of(component_env: Mapping[str, str]) -> dict[str, str]:
-    """The environment the token is read from: the supervisor's, with the component's on top."""
-    return {**os.environ, **component_env}
+def misconfigured(err: Exception) -> bool:
+    """An error no waiting cures: a refused token, or an answer that is not Ray's state API."""
+    return isinstance(err, RayApiError) or " HTTP 401" in str(err) or " HTTP 403" in str(err) or " HTTP 404" in str(err)
