@@ -109,11 +109,12 @@ def test_ray_head_and_worker_as_components_a_dead_worker_node_is_seen_and_named(
             depends_on: {{ray-head: ready}}
             command: >-
               {ray} start --block --address 127.0.0.1:{gcs} --dashboard-agent-listen-port {agent2} {common}
+            ready: {{log: 'Ray runtime started', timeout: 120}}   # the node joined the head
             restart: {{backoff: {{initial: 1, max: 1}}}}
             stop: {{signal: SIGTERM, timeout: 10}}
           driver:
             colocate: ray-head
-            depends_on: {{ray-head: ready, ray-worker: started}}
+            depends_on: {{ray-head: ready, ray-worker: ready}}
             env: {{RAY_ADDRESS: "127.0.0.1:{gcs}"}}
             command: {RAY_VENV}/bin/python {DRIVER} --total 400 --sleep 0.3 --ckpt {ck} --ckpt-every 5
             progress: {{pattern: 'Step (?P<step>\\d+)/(?P<total>\\d+)'}}
