@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
