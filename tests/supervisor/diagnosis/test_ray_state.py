@@ -151,3 +151,34 @@ def test_token_is_read_as_ray_reads_it(tmp_path):
                        "RAY_AUTH_TOKEN_PATH": str(tmp_path / "t")}) == "env-token"
     assert auth_token({"HOME": str(tmp_path), "RAY_AUTH_TOKEN": "env"}, str(tmp_path / "t")) == "path-token"
     assert auth_token({"HOME": str(tmp_path / "nowhere")}) is None
+
+
+def test_a_refused_token_is_a_misconfigured_probe_an_unreachable_head_is_not():
+    import http.server
+    import threading
+
+    from rlsup.supervisor.rayprobe import get_json, misconfigured
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # Ray 2.60's answer without a token (http_token_authentication.py)
+            body = b"Unauthorized: Missing authentication token"
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(OSError) as ei:
+            get_json(f"http://127.0.0.1:{srv.server_port}/api/v0/nodes", None, 5)
+        assert "HTTP 401" in str(ei.value) and "RAY_AUTH_TOKEN" in str(ei.value) and misconfigured(ei.value)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    with pytest.raises(OSError) as ei:
+        get_json(f"http://127.0.0.1:{srv.server_port}/api/v0/nodes", None, 2)
+    assert not misconfigured(ei.value)  # nothing listening: the head is not up (yet), not news
