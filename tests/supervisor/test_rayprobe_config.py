@@ -46,3 +46,17 @@ def test_ray_probe_unknown_key_and_bad_interval(tmp_path):
 def test_probe_without_a_kind_says_what_to_write(tmp_path):
     out = problems(tmp_path, "components:\n  d:\n    command: 'true'\n    probe: {}\n")
     assert any(o.startswith(f"{tmp_path}/c.yaml:4:") and "ray: {url: http://HEAD:8265}" in o for o in out), out
+
+
+def test_the_verl_ray_slurm_preset_loads_with_the_probe_and_ray_readiness():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "configs" / "presets" / "verl-ray-slurm.yaml")
+    c = cfg.components
+    head = "verl-ray-slurm-node-0"  # the login node's placeholder for the head's node
+    assert c["ray-head"].ready.http == f"http://{head}:8265/api/gcs_healthz"
+    assert c["ray-workers"].ready.log == "Ray runtime started" and c["ray-workers"].depends_on == {"ray-head": "ready"}
+    assert c["trainer"].depends_on == {"ray-head": "ready", "ray-workers": "ready"}
+    assert c["trainer"].probe.ray.url == f"http://{head}:8265"
+    assert c["trainer"].env["RAY_ADDRESS"] == f"{head}:6379" and cfg.env["RAY_AUTH_MODE"] == "token"
