@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI stage: multi-node runs against a real Slurm. Installs Debian's slurm-wlm and munge (the .debs are
-# cached under $HOME/.cache/rlsup-ci/slurm-debs-<packages>), then runs tests/slurm, which start their own
+# cached under $HOME/.cache/rlsup-ci/slurm-debs-<packages>) and a real Ray for the Ray-on-Slurm test
+# (cached under $HOME/.cache/rlsup-ci/ray-<version>), then runs tests/slurm, which start their own
 # munged, slurmctld and two slurmd in a temp dir and stop them (and every job process) at the end.
 # Needs root (slurmd runs as root). Skips, saying why, only where the packages cannot be had.
 set -euo pipefail
@@ -26,5 +27,19 @@ fi
 [ -d .venv ] || { python3 -m venv .venv && . .venv/bin/activate && pip install -q torch==2.13.0 -e '.[test]'; }
 . .venv/bin/activate
 echo "== slurm: $(slurmctld -V)"
+# A real Ray for tests/slurm/test_slurm_ray.py (a Ray head and worker as components), in a venv of its own
+# cached by version; the test skips, saying so, only where it cannot be installed.
+ray_ver=2.60.0
+ray_venv="$HOME/.cache/rlsup-ci/ray-$ray_ver"
+if [ ! -f "$ray_venv/.installed" ]; then
+    echo "== pip install 'ray[default]==$ray_ver' into $ray_venv"
+    rm -rf "$ray_venv"
+    if python3 -m venv "$ray_venv" && "$ray_venv/bin/pip" install -q "ray[default]==$ray_ver" >/dev/null 2>&1; then
+        touch "$ray_venv/.installed"
+    else
+        echo "== the Ray test will be skipped: cannot install ray[default]==$ray_ver from PyPI"; rm -rf "$ray_venv"
+    fi
+fi
+export RLSUP_RAY_VENV="$ray_venv"
 RLSUP_SLURM=1 python -m pytest -q -p no:cacheprovider tests/slurm tests/supervisor/slurm
 echo "== slurm stage took $(( $(date +%s) - start ))s"

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from . import events as ev
 from . import lifecycle as lc
-from . import probes
+from . import probes, rayprobe
 from .clock import Clock
 from .config import Component as ComponentCfg
 from .config import Config
@@ -122,6 +122,7 @@ class Component:
         # earlier attempt's (a verdict about this attempt never reads it). None: no attempt yet.
         self.output_from: int | None = None
         self.launcher = SlurmLauncher.for_run(ctx.cfg)  # the launcher seam: None = a process of this machine
+        self.ray = rayprobe.RayWatch(cfg.probe.ray.url) if cfg.probe and cfg.probe.ray else None
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -270,6 +271,7 @@ class Component:
                                checkpoints_rejected=tuple(plan.get("rejected") or ()) or None,
                                started_at=att.started_mono, log_seq=start.seq, log_offset=start.offset,
                                log_ino=start.ino, slurm=slurm))
+        self._watch_ray(att)
 
     def _spawn_failed(self, argv: list[str], info: dict[str, Any]) -> lc.SpawnFailed:
         kind = info.get("type")
@@ -344,6 +346,49 @@ class Component:
                 self.handle(lc.LivenessFailed(f"liveness probe failed {fails} times ({detail})", (detail,)))
                 return
 
+    # ------------------------------------------------------------------ the Ray probe
+
+    def _watch_ray(self, att: Attempt) -> None:
+        if self.ray is not None:
+            self.ray.new_attempt()
+            self._task(self._ray_poll(att))
+
+    async def _ray_look(self) -> None:
+        """One answer of Ray's state API: deaths first seen become flags at once."""
+        w, cfg = self.ray, self.cfg.probe.ray if self.cfg.probe else None
+        assert w is not None and cfg is not None
+        run = self.ctx.cfg
+        token = rayprobe.auth_token({**os.environ, **run.file_env, **run.env, **self.cfg.env}, cfg.token_file)
+        try:
+            nodes, actors = await asyncio.get_running_loop().run_in_executor(
+                None, rayprobe.read_state, cfg.url, token, cfg.timeout)
+        except (OSError, ValueError) as e:
+            # The head not up yet, or gone, is not news (the components' exits say which); an answer that
+            # refuses the token or is not Ray's API is a probe that will never see anything: say so once.
+            was, w.error = w.error, str(e)
+            if rayprobe.misconfigured(e) and was != w.error:
+                self.ctx.emit(ev.FlagRaised(self.name, type="ray_probe_failing", message=str(e), evidence=[str(e)],
+                                            action="the Ray probe sees nothing until this is fixed (probe.ray)"))
+            return
+        for kind, message, evidence, action in w.flags(w.observe(nodes, actors)):
+            self.ctx.emit(ev.FlagRaised(self.name, type=kind, message=message, evidence=evidence, action=action))
+
+    async def _ray_poll(self, att: Attempt) -> None:
+        cfg = self.cfg.probe.ray if self.cfg.probe else None
+        assert cfg is not None
+        while self.current is att and att.exit is None:
+            await self._ray_look()
+            await asyncio.sleep(cfg.interval)
+
+    async def _exited_after_ray(self, att: Attempt, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+        from .diagnosis.ray_state import refine
+
+        cfg = self.cfg.probe.ray if self.cfg.probe else None
+        assert self.ray is not None and cfg is not None
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(self._ray_look(), min(cfg.timeout, 5.0) * 2 + 1)
+        self._exited(ex, refine(diag, self.ray.attempt, self.ray.nodes, cfg.url))
+
     # ------------------------------------------------------------------ stopping and exits
 
     def _terminate(self, sig_name: str, timeout: float) -> None:
@@ -411,6 +456,14 @@ class Component:
                 # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
                 # an unexplained kill ("no kernel OOM evidence" would send people looking for one).
                 diag = {**diag, "summary": f"ended by rlsup: {life.forced}"}
+            elif self.ray is not None:
+                # Ray's state API once more before the exit is judged: the actor whose loss ended the
+                # driver was declared dead a moment ago (bounded: the exit waits seconds at most).
+                self._task(self._exited_after_ray(att, ex, diag))
+                return
+        self._exited(ex, diag)
+
+    def _exited(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         self.flush_progress()
         self.handle(lc.Exited(ex.get("exit_code"), ex.get("signal"), diag, step=self.progress.step,
                               total=self.progress.total))
@@ -493,6 +546,7 @@ class Component:
         self.current = att
         self.ctx.watch_monitor(self, att)
         self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready))
+        self._watch_ray(att)
         if rec.get("status") == "exited":
             self.monitor_changed(att)
 

@@ -193,6 +193,34 @@ class AliveProbe(_ProbeTarget):
         return self
 
 
+class RayProbeCfg(_Model):
+    """Ray's node and actor state over its dashboard's HTTP API (rlsup.supervisor.rayprobe)."""
+
+    url: str  # the dashboard of the Ray head: http://HEAD:8265
+    interval: float = Field(2.0, gt=0)
+    timeout: float = Field(5.0, gt=0)
+    token_file: str | None = None  # default: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token (as Ray)
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"probe.ray.url must be the Ray dashboard's http:// URL (http://HEAD:8265), got {v!r}")
+        return v.rstrip("/")
+
+
+class ProbeCfg(_Model):
+    """Probes that read a framework's own view of the run (only `ray` so far)."""
+
+    ray: RayProbeCfg | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> ProbeCfg:
+        if self.ray is None:
+            raise ValueError("give the probe to run: ray: {url: http://HEAD:8265}")
+        return self
+
+
 class ProgressCfg(_Model):
     preset: str | None = None
     pattern: str | None = None
@@ -250,6 +278,7 @@ class Component(_Model):
     gpus: list[int] | None = None
     ready: ReadyProbe | None = None
     alive: AliveProbe | None = None
+    probe: ProbeCfg | None = None  # optional: the framework's own state (Ray's nodes and actors)
     restart: RestartCfg = RestartCfg()
     stop: StopCfg = StopCfg()
     depends_on: dict[str, Condition] = {}
