@@ -47,3 +47,30 @@ def test_every_supervisor_module_is_in_a_layer():
     missing = sorted(on_disk - named)
     assert not missing, f"modules of supervisor/ in no layer of pyproject.toml's layers contract: {missing}"
     assert not sorted(named - on_disk), "layers name modules that do not exist"
+
+
+# What the TUI may reach of rlsup.supervisor, directly or through other modules: the client protocol,
+# the model both sides of it share (events, state, progress, the config and diagnosis records) and
+# text helpers. A module outside this set reached from rlsup.tui fails below, so a new engine module
+# stays out of the TUI without being added to the forbidden list of pyproject.toml.
+TUI_MAY_REACH = {
+    "client", "ssh", "fleet", "protocol", "rundir",
+    "events", "state", "progress", "presets", "phrases", "config", "diagnosis.model",
+    "slurm.checks", "slurm.placement",  # config's validation of a `slurm:` block
+    "render.advice", "render.bars",
+}
+
+
+def test_the_tui_reaches_only_the_client_protocol_and_the_shared_model():
+    grimp = pytest.importorskip("grimp")  # import-linter's graph builder (the test extra)
+    graph = grimp.build_graph("rlsup.supervisor", "rlsup.tui", "rlsup.trainer", cache_dir=None)
+    reached: set[str] = set()
+    todo = [m for m in graph.modules if m.startswith("rlsup.tui")]
+    while todo:
+        for imported in graph.find_modules_directly_imported_by(todo.pop()):
+            if imported.startswith("rlsup.supervisor.") and imported not in reached:
+                reached.add(imported)
+                todo.append(imported)
+    extra = sorted(m for m in reached if m.removeprefix("rlsup.supervisor.") not in TUI_MAY_REACH)
+    assert not extra, (f"rlsup.tui reaches {extra}: the TUI talks to a run through the client protocol; "
+                       "if the module is shared model (no process, socket or file of a run), add it to TUI_MAY_REACH")
