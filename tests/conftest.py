@@ -272,7 +272,10 @@ def _starts_processes(fn: object, module: types.ModuleType | None, depth: int = 
         callees = [getattr(module, n, None) for n in names]
         for m in _LOCAL_IMPORT.finditer(src):  # `from test_trainer_stack import _module` inside the test
             other = sys.modules.get(m.group(1)) or sys.modules.get(f"tests.trainer.{m.group(1)}")
-            callees += [getattr(other, n.strip(), None) for n in m.group(2).split(",")] if other else []
+            # Only test code: an attribute of a library (`from transformers import X`) can import it
+            # lazily, which cost 4 s of every collection.
+            if other is not None and _is_test_code(other):
+                callees += [getattr(other, n.strip(), None) for n in m.group(2).split(",")]
         for callee in callees:
             cmod = _module_of(callee) if isinstance(callee, (types.FunctionType, type)) else None
             if cmod is not None and _is_test_code(cmod) and _starts_processes(callee, cmod, depth - 1):
