@@ -138,7 +138,7 @@ def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", clien
     fn = COMMANDS.get(cmd)
     if fn is None:
         return {"ok": False, "error": f"unknown command {cmd!r}"}
-    if name not in run.components:
+    if name is None or name not in run.components:
         return {"ok": False, "error": f"no component {name!r}; components: {', '.join(run.components)}"}
     e = run.emit(ev.CommandReceived(name, command=cmd, by=by, client=client, step=args.get("step")))
     # The typed cause every start, stop and restart this command makes carries (`rlsup why`).

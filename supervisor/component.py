@@ -154,7 +154,8 @@ class Component:
             field = "why" if isinstance(event, ev.GaveUp) else "cause"
             cause = getattr(event, field, None)
             if isinstance(cause, dict) and "of" in cause:
-                event = replace(event, **{field: lc.fill_event(cause, seqs)})
+                filled: dict[str, Any] = {field: lc.fill_event(cause, seqs)}  # `why` or `cause`, by the event's class
+                event = replace(event, **filled)
             out = self.ctx.emit(event)
             if isinstance(out, dict) and isinstance(out.get("seq"), int):
                 seqs[event.kind] = out["seq"]
@@ -228,13 +229,14 @@ class Component:
                            clean=self.ctx.partner_up(self) is None)
         argv = list(self.cfg.argv()) + list(plan.get("args") or [])
         launch = self.launcher.argv(self.name, e.attempt, argv) if self.launcher else argv
+        cgroup = self.ctx.cgroup_for(self.name, e.attempt)
         spec = {
             "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),
             "argv": launch, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
             "log": {"path": str(self.ctx.paths.log(self.name)), "max_bytes": self.logs_cfg.max_bytes,
                     "backups": self.logs_cfg.backups},
             "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)),
-            "cgroup": self.ctx.cgroup_for(self.name, e.attempt),
+            "cgroup": cgroup,
             "nofile": self.ctx.nofile,
         }
         self.flags_this_attempt.clear()
@@ -251,7 +253,7 @@ class Component:
             self.handle(self._spawn_failed(argv, err.info))
             return
         att = Attempt(self.name, e.attempt, int(reply["pid"]), int(reply["shim_pid"]),
-                      self.ctx.paths.monitor_record(self.name, e.attempt), cgroup=spec["cgroup"],
+                      self.ctx.paths.monitor_record(self.name, e.attempt), cgroup=cgroup,
                       started=float(reply["started"]), started_mono=float(reply["started_mono"]))
         att.launcher = self.launcher
         slurm = None
@@ -442,7 +444,7 @@ class Component:
         if asked and not ex.get("monitor_died"):  # an exit we asked for is not a failure to diagnose
             how = describe_exit(ex.get("exit_code"), ex.get("signal"))
             by = life.stop_by or life.restart_by or "user"
-            diag = {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None, "location": None,
+            diag: dict[str, Any] = {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None, "location": None,
                     "step": self.progress.step, "evidence": []}
         elif ex.get("monitor_died"):
             diag = {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
@@ -642,8 +644,9 @@ class Component:
         metric = self.cfg.progress.metric if self.cfg.progress else None
         mono = self.ctx.clock.monotonic()
         snap = self.progress.snapshot(mono, metric)
-        if snap.get("last_step_at") is not None:  # monotonic inside, wall time for people
-            snap["last_step_at"] = round(self.ctx.clock.time() - (mono - float(snap["last_step_at"])), 3)
+        last = snap.get("last_step_at")
+        if isinstance(last, int | float):  # monotonic inside, wall time for people
+            snap["last_step_at"] = round(self.ctx.clock.time() - (mono - last), 3)
         if self.life.state != "running":
             snap["rate"] = None
             snap["eta_s"] = None
@@ -654,8 +657,8 @@ class Component:
     def close(self) -> None:
         for t in self._timers:
             t.cancel()
-        for t in list(self._tasks):
-            t.cancel()
+        for task in list(self._tasks):
+            task.cancel()
         self.follower.close()
 
 

@@ -547,7 +547,7 @@ def _compose(loader: yaml.SafeLoader) -> _Node | None:
         ev = loader.get_event()
         line, col = _mark(ev.start_mark)
         if isinstance(ev, yaml.AliasEvent):
-            target = anchors.get(ev.anchor)
+            target = anchors.get(ev.anchor) if ev.anchor is not None else None
             if target is None:
                 raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} refers to no anchor &{ev.anchor} above it")
             if id(target) in open_ids:

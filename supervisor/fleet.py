@@ -356,8 +356,8 @@ class PodState:
         # Indexed, as a journal read back can hold thousands of exits.
         by_attempt = {(f.component, f.attempt): i for i, f in enumerate(known) if f.attempt is not None}
         by_ts: dict[tuple[str, float], list[int]] = {}
-        for i, f in enumerate(known):
-            by_ts.setdefault((f.component, round(f.ts, 6)), []).append(i)
+        for n, f in enumerate(known):
+            by_ts.setdefault((f.component, round(f.ts, 6)), []).append(n)
         for f in failures:
             i = by_attempt.get((f.component, f.attempt)) if f.attempt is not None else None
             if i is None:
@@ -451,7 +451,7 @@ def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
             if sig[0] in ("none",) or (sig[0] == "unknown" and sig[1] is None and sig[2] is None):
                 continue
             groups.setdefault(sig, {}).setdefault(label, []).append(f)
-    flags = []
+    flags: list[dict[str, Any]] = []
     for sig, by_pod in groups.items():
         if len(by_pod) < 2:
             continue
@@ -665,7 +665,7 @@ def gpu_summary(gpus: Sequence[Mapping[str, Any]] | None) -> str:
     """``"4 GPU 87%"`` (mean utilisation), ``"-"`` without GPUs."""
     if not gpus:
         return "-"
-    utils = [g.get("util_pct") for g in gpus if isinstance(g.get("util_pct"), int | float)]
+    utils = [u for g in gpus if isinstance(u := g.get("util_pct"), int | float)]
     if not utils:
         return f"{len(gpus)} GPU"
     return f"{len(gpus)} GPU {sum(utils) / len(utils):.0f}%"

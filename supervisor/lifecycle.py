@@ -646,7 +646,7 @@ def _exited(life: Life, inp: Exited, now: float, rules: Rules, fx: list[Effect])
         how = describe_exit(inp.exit_code, inp.signal)
         summary = (inp.diagnosis or {}).get("summary")
         shown = bool(summary) and (inp.diagnosis or {}).get("category") not in ("none", None)
-        words = (summary if summary.startswith(how) else f"{how}: {summary}") if shown else how
+        words = (summary if summary.startswith(how) else f"{how}: {summary}") if shown and summary else how
         why = Cause("exit", words, of="exited")
     return _decide(replace(life, forced=None, stop_cause=None), now, rules, fx, success=success, how=how,
                    patterns=patterns, healthy=healthy, cause=why)

@@ -124,7 +124,7 @@ def run_checks(
     gpu_sampler: Any = None,
     min_free_gb: float = 5.0,
     smoke_timeout: float = 60.0,
-    on_progress: Callable[[str], None] | None = None,
+    on_progress: Callable[[str], object] | None = None,
 ) -> list[Finding]:
     """Every check that applies to ``cfg``; see the module docstring for fast/full/smoke.
 
@@ -153,17 +153,18 @@ def run_checks(
 
 def _check_slurm(ctx: _Ctx) -> None:
     """With a `slurm:` block: the run dir must be on a filesystem every node of the allocation sees."""
-    if getattr(ctx.cfg, "slurm", None) is None:
+    slurm = ctx.cfg.slurm
+    if slurm is None:
         return
     from .slurm.shared import problem
 
-    found = problem(ctx.cfg.run_dir, ctx.cfg.slurm.partition)
+    found = problem(ctx.cfg.run_dir, slurm.partition)
     if found is not None:
         ctx.add("error", "slurm", None, found[0], found[1], ("run_dir",))
 
 
 class _Ctx:
-    def __init__(self, cfg: Config, progress: Callable[[str], None]):
+    def __init__(self, cfg: Config, progress: Callable[[str], object]):
         self.cfg = cfg
         self.progress = progress
         self.findings: list[Finding] = []
@@ -292,7 +293,7 @@ _PREFIX_WORDS = {"exec", "command", "nohup", "time", "builtin"}
 _BUILTINS = _SHELL_WORDS - _PREFIX_WORDS - {"env"}
 
 
-class _Argv(list):  # type: ignore[type-arg]
+class _Argv(list[str]):
     """An argv read from a shell line; ``after_cd``: a ``cd`` ran before it, so relative paths in it
     are relative to a directory only the shell knows."""
 

@@ -109,7 +109,7 @@ def listening_inodes(port: int) -> set[int] | None:
 
 
 def socket_inodes(pid: int) -> set[int]:
-    out = set()
+    out: set[int] = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:

@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -485,6 +486,11 @@ class Monitors:
                 self._zygote.wait(2)
 
 
+def _set_once(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 async def _send_request(loop: asyncio.AbstractEventLoop, sock: socket.socket, spec: dict[str, Any],
                         reply_fd: int) -> None:
     """One start request to the zygote, the reply pipe's write end attached to its first bytes."""
@@ -495,7 +501,7 @@ async def _send_request(loop: asyncio.AbstractEventLoop, sock: socket.socket, sp
             break
         except (BlockingIOError, InterruptedError):
             room: asyncio.Future[None] = loop.create_future()
-            loop.add_writer(sock.fileno(), lambda r=room: r.done() or r.set_result(None))
+            loop.add_writer(sock.fileno(), partial(_set_once, room))
             try:
                 await room
             finally:

@@ -172,9 +172,9 @@ class MetricHistory:
     def _halve(self, now: float) -> None:
         pts = compact_points(self.points(), self.every * 2)
         self.every *= 2
-        self.steps = [p[0] for p in pts]
+        self.steps = [int(p[0]) for p in pts]  # steps and counts are ints in the float lists
         self.sums = [p[1] * p[2] for p in pts]
-        self.counts = [p[2] for p in pts]
+        self.counts = [int(p[2]) for p in pts]
         self.touched = [now] * len(pts)  # every bucket changed: the next event carries them all
 
     def points(self, since: float | None = None) -> list[list[float]]:
@@ -195,14 +195,17 @@ class MetricHistory:
     def from_wire(cls, d: dict[str, object]) -> MetricHistory:
         """The history a previous supervisor recorded (``state.json``), to go on from."""
         h = cls()
-        h.every = max(1, int(d.get("every") or 1))  # type: ignore[call-overload]
-        for p in (d.get("points") or [])[-HISTORY_POINTS:]:  # type: ignore[union-attr]
+        every, points = d.get("every"), d.get("points")
+        h.every = max(1, int(every)) if isinstance(every, int | float | str) and every else 1
+        for p in (points if isinstance(points, list) else [])[-HISTORY_POINTS:]:
             if isinstance(p, list | tuple) and len(p) >= 3:
                 h.steps.append(int(p[0]))
                 h.sums.append(float(p[1]) * int(p[2]))
                 h.counts.append(int(p[2]))
                 h.touched.append(0.0)
-        h.lo, h.hi = d.get("lo"), d.get("hi")  # type: ignore[assignment]
+        lo, hi = d.get("lo"), d.get("hi")
+        h.lo = lo if isinstance(lo, int | float) else None
+        h.hi = hi if isinstance(hi, int | float) else None
         return h
 
 
@@ -242,7 +245,8 @@ def merge_history(stored: dict[str, dict[str, object]] | None,
         pts: list[list[float]] = h["points"]  # type: ignore[assignment]
         if every > int(h.get("every") or 1):  # type: ignore[call-overload]
             pts = h["points"] = compact_points(pts, every)
-        tail = [list(p) for p in d.get("points") or []]  # type: ignore[union-attr]
+        new = d.get("points")
+        tail = [list(p) for p in new if isinstance(p, list | tuple)] if isinstance(new, list) else []
         if tail:
             first = tail[0][0] // every
             cut = len(pts)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,8 @@ class Run:
         self.paths.create()
         self.lock.acquire({"config": self.cfg.source, "name": self.cfg.name, "version": VERSION})
         notes: list[str] = []
-        live, foreign = [], []
+        live: list[tuple[Path, dict[str, Any]]] = []
+        foreign: list[tuple[Path, dict[str, Any]]] = []
         for path, rec in records(self.paths.monitors):
             if is_monitor_of(rec, self.paths.root):
                 (live if rec.get("protocol") == MONITOR_PROTOCOL else foreign).append((path, rec))
@@ -816,7 +818,7 @@ class Run:
         """Sleep ``seconds``; True when :meth:`poke_ticker` ended the nap early."""
         fut: asyncio.Future[bool] = self.loop.create_future()
         self._nap_future = fut
-        timer = self.loop.call_later(seconds, lambda: fut.done() or fut.set_result(False))
+        timer = self.loop.call_later(seconds, lambda: None if fut.done() else fut.set_result(False))
         try:
             return await fut
         finally:
@@ -920,7 +922,7 @@ class Run:
         dependency (not its victims); stop the consumers if it stays down past the budget."""
         consumers = [detectors.Consumer(n, c.state, tuple(c.cfg.depends_on),
                                         ((self.state["components"][n].get("last_exit") or {}).get("diagnosis")
-                                         or {}).get("category", ""), lambda c=c: c.attempt_tail(200))
+                                         or {}).get("category", ""), partial(c.attempt_tail, 200))
                      for n, c in self.components.items()
                      if c.cfg.depends_on and c.state in ("starting", "running", "backoff", "pending")]
         down_since = self._dep_watch.down_since()
@@ -940,8 +942,8 @@ class Run:
             if act == "restart_dependency":
                 start = detectors.restart_dependency(self._seen_one(d, dep), failing.get(d, []), None)
                 if start is not None:
-                    e = self.emit(ev.CommandReceived(d, command="start", by="rlsup", client="dependency_down"))
-                    dep.handle(lc.Start(start.by, cause=replace(start.cause, seq=e.get("seq")) if start.cause else None))
+                    cmd = self.emit(ev.CommandReceived(d, command="start", by="rlsup", client="dependency_down"))
+                    dep.handle(lc.Start(start.by, cause=replace(start.cause, seq=cmd.get("seq")) if start.cause else None))
             elif act == "stop_consumers":
                 victims = [n for n in failing.get(d, []) if self.components[n].state in lc.ACTIVE]
                 flag_e = self.emit(ev.FlagRaised(

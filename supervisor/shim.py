@@ -41,6 +41,11 @@ import sys
 import threading
 import time
 
+TYPE_CHECKING = False  # typing is not imported at run time: the monitor starts as `python -I -S shim.py`
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 PROTOCOL = 1
 RECORD_SIZE = 8192  # preallocated: updates never need a new block (a full disk)
 # Spare record slots in monitors/ (kept there by the supervisor while the disk has room): a record
@@ -335,7 +340,8 @@ class Pump:
     works again a marker line says how many were lost, and ``on_state`` reports both changes.
     """
 
-    def __init__(self, fd: int, log: LogFile, on_state, *, max_pending: int = MAX_PENDING,
+    def __init__(self, fd: int, log: LogFile, on_state: Callable[[str | None, int], object], *,
+                 max_pending: int = MAX_PENDING,
                  record: str | None = None):
         self.fd = fd
         self.record = record  # gone = the run dir was deleted or moved: nobody will ever read us
@@ -522,7 +528,7 @@ def _exec_child(spec: dict, out_w: int, err_w: int) -> None:
         os._exit(127)
 
 
-def run_attempt(spec: dict, report) -> int:
+def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None]) -> int:
     """Start ``spec['argv']`` and monitor it until told to finish. ``report(dict)`` answers the starter
     once, with the child's pid or why it could not start."""
     _set_subreaper()
@@ -745,8 +751,8 @@ def _kill_tree(pid: int, cgroup: str | None) -> None:
 # ---------------------------------------------------------------------- how the supervisor starts monitors
 
 
-def _report_to(fd: int):
-    def report(msg: dict) -> None:
+def _report_to(fd: int) -> Callable[[dict[str, Any]], None]:
+    def report(msg: dict[str, Any]) -> None:
         try:
             _write_all(fd, (json.dumps(msg) + "\n").encode())
         except OSError:

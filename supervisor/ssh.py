@@ -186,10 +186,16 @@ class _Remote:
                 client.load_host_keys(str(known))
             except Exception as e:
                 raise SshError(f"cannot read {known}: {e}") from None
-        client.set_missing_host_key_policy(_Policy(self.accept, known, self.target.label(), self.accept_hint))
+        # paramiko calls the policy's missing_host_key and nothing else; _Policy does not subclass
+        # paramiko.MissingHostKeyPolicy only so that paramiko is imported when a connection is made.
+        policy = _Policy(self.accept, known, self.target.label(), self.accept_hint)
+        client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
         label = f"{user + '@' if user else ''}{host}:{port}"
         try:
-            client.connect(host, port=port, username=user, key_filename=keys or None, timeout=CONNECT_TIMEOUT_S,
+            # key_filename: "the filename, or list of filenames" (paramiko/client.py, SSHClient.connect);
+            # types-paramiko has it as `str | None`.
+            client.connect(host, port=port, username=user, key_filename=keys or None,  # type: ignore[arg-type]
+                           timeout=CONNECT_TIMEOUT_S,
                            banner_timeout=CONNECT_TIMEOUT_S, auth_timeout=CONNECT_TIMEOUT_S, sock=sock,
                            allow_agent=True, look_for_keys=True)
         except HostKeyUnknown:

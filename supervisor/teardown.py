@@ -29,6 +29,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def live_attempts(paths: RunPaths) -> list[tuple[Attempt, dict[str, Any]]]:
 
 
 def end_run(paths: RunPaths, *, stops: dict[str, tuple[int, float]] | None = None,
-            say: Callable[[str], None] = lambda _m: None, reason: str = "stopped by `rlsup down`") -> Teardown:
+            say: Callable[[str], object] = lambda _m: None, reason: str = "stopped by `rlsup down`") -> Teardown:
     """End every process of the run in ``paths`` while no supervisor owns it (raises
     ``rundir.LockHeld`` if one does). ``stops``: component -> (stop signal, timeout in seconds)."""
     lock = RunLock(paths)
@@ -101,7 +102,7 @@ def end_run(paths: RunPaths, *, stops: dict[str, tuple[int, float]] | None = Non
     return out
 
 
-def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], say: Callable[[str], None],
+def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], say: Callable[[str], object],
          journal: Journal, reason: str) -> None:
     def emit(event: ev.Event) -> None:
         journal.last_seq += 1
@@ -122,18 +123,18 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
             emit(ev.StopBegan(att.component, by="user", signal=signal_name(sig), reason=by))
             att.members(children_map(max_age=0.0))  # remember each member's identity before signalling
             att.signal(sig)
-            _wait(lambda a=att: not a.members(children_map(max_age=0.0)), timeout)
+            _wait(partial(_tree_gone, att), timeout)
             if att.members(children_map(max_age=0.0)):
                 say(f"{att.component}: still running after {timeout:g}s; SIGKILL")
                 att.signal(signal_mod.SIGKILL)
         # The monitor records the exit, kills whatever is left of its tree, removes its record and exits.
-        _wait(lambda a=att: (a.read_record() or {}).get("status") == "exited" or not a.monitor_alive(), 5.0)
+        _wait(partial(_exit_recorded, att), 5.0)
         final = att.read_record() or rec
         att.finish()
-        if not _wait(lambda a=att: not pid_alive(a.monitor_pid), MONITOR_FINISH_S):
+        if not _wait(partial(_monitor_gone, att), MONITOR_FINISH_S):
             with contextlib.suppress(OSError):
                 os.kill(att.monitor_pid, signal_mod.SIGKILL)
-            if not _wait(lambda a=att: not pid_alive(a.monitor_pid), 5.0):
+            if not _wait(partial(_monitor_gone, att), 5.0):
                 out.left.append(f"monitor pid {att.monitor_pid} of {att.component}")
         out.finished_monitors.append(att.monitor_pid)
         ended = float(final.get("ended") or time.time())
@@ -202,6 +203,18 @@ def _diagnose(paths: RunPaths, component: str, rec: dict[str, Any]) -> dict[str,
         return diagnose(lines, exit_code=rec.get("exit_code"), signal=rec.get("signal")).to_dict()
     except Exception:  # noqa: BLE001 - a diagnosis must never stop a teardown
         return None
+
+
+def _tree_gone(att: Attempt) -> bool:
+    return not att.members(children_map(max_age=0.0))
+
+
+def _exit_recorded(att: Attempt) -> bool:
+    return (att.read_record() or {}).get("status") == "exited" or not att.monitor_alive()
+
+
+def _monitor_gone(att: Attempt) -> bool:
+    return not pid_alive(att.monitor_pid)
 
 
 def _wait(pred: Callable[[], bool], timeout: float) -> bool:

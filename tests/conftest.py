@@ -264,10 +264,7 @@ def _starts_processes(fn: object, module: types.ModuleType | None, depth: int = 
     if key in _starts_cache:
         return _starts_cache[key]
     _starts_cache[key] = False  # recursion guard
-    try:
-        src = inspect.getsource(fn)  # type: ignore[arg-type]
-    except (OSError, TypeError):
-        src = ""
+    src = _source(fn)
     hit = bool(PROCESS_STARTERS.search(src))
     code = getattr(fn, "__code__", None)
     if not hit and depth and module is not None and code is not None:
@@ -275,9 +272,12 @@ def _starts_processes(fn: object, module: types.ModuleType | None, depth: int = 
         callees = [getattr(module, n, None) for n in names]
         for m in _LOCAL_IMPORT.finditer(src):  # `from test_trainer_stack import _module` inside the test
             other = sys.modules.get(m.group(1)) or sys.modules.get(f"tests.trainer.{m.group(1)}")
-            callees += [getattr(other, n.strip(), None) for n in m.group(2).split(",")] if other else []
+            # Only test code: an attribute of a library (`from transformers import X`) can import it
+            # lazily, which cost 4 s of every collection.
+            if other is not None and _is_test_code(other):
+                callees += [getattr(other, n.strip(), None) for n in m.group(2).split(",")]
         for callee in callees:
-            cmod = inspect.getmodule(callee) if isinstance(callee, (types.FunctionType, type)) else None
+            cmod = _module_of(callee) if isinstance(callee, (types.FunctionType, type)) else None
             if cmod is not None and _is_test_code(cmod) and _starts_processes(callee, cmod, depth - 1):
                 hit = True
                 break
@@ -286,6 +286,43 @@ def _starts_processes(fn: object, module: types.ModuleType | None, depth: int = 
 
 
 _LOCAL_IMPORT = re.compile(r"^\s+from (\w+) import ([\w, ]+)$", re.M)
+
+
+# Every conftest.py is imported as the module `conftest`, so looking a function's or class's module up
+# by name (inspect.getmodule, inspect.getsource of a class) can give another directory's conftest: the
+# `workdir` fixture of tests/journeys/ then looked like it started nothing, and a README journey ran in
+# the fast tier. A function's own globals and code name its module and file whatever the module's name.
+def _functions_of(obj: object) -> list[types.FunctionType]:
+    if isinstance(obj, types.FunctionType):
+        return [obj]
+    if isinstance(obj, type):
+        return [f for v in vars(obj).values()
+                for f in (v, getattr(v, "__func__", None), getattr(v, "fget", None))
+                if isinstance(f, types.FunctionType)]
+    return []
+
+
+def _source(obj: object) -> str:
+    out = []
+    for f in _functions_of(obj):
+        try:
+            out.append(inspect.getsource(f))
+        except (OSError, TypeError):
+            pass
+    return "\n".join(out)
+
+
+def _module_of(obj: object) -> types.ModuleType | None:
+    fns = _functions_of(obj)
+    if not fns:
+        return inspect.getmodule(obj)
+    g = fns[0].__globals__
+    mod = sys.modules.get(g.get("__name__", ""))
+    if mod is not None and mod.__dict__ is g:
+        return mod
+    view = types.ModuleType(g.get("__name__", "conftest"))
+    view.__dict__.update(g)
+    return view
 _TESTS_DIR = str(Path(__file__).parent)
 
 
@@ -304,7 +341,7 @@ def pytest_collection_modifyitems(config, items):
         if not hit:
             info = getattr(item, "_fixtureinfo", None)
             for defs in (info.name2fixturedefs.values() if info is not None else ()):
-                fmod = inspect.getmodule(defs[-1].func)
+                fmod = _module_of(defs[-1].func)
                 if fmod is None or fmod.__name__.startswith(("_pytest", "pytest")):
                     continue  # pytest's own (tmp_path, monkeypatch, capsys...)
                 if _starts_processes(defs[-1].func, fmod):

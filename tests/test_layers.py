@@ -1,6 +1,7 @@
 """The house plan holds: import-linter's contracts (pyproject.toml, [tool.importlinter]) are kept.
 
-The core never imports a front end, the client layer, the TUI, textual, rich or torch; the TUI
+rlsup.supervisor is layered (cli > render > client protocol > headless core) and every module of it
+is in a layer; nothing in it imports textual, rich, torch or the TUI (the CLI starts the TUI); the TUI
 reaches the engine only through the client protocol; the reference stack stands alone.
 """
 
@@ -23,3 +24,53 @@ def test_import_contracts_are_kept():
     r = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "0 broken" in r.stdout
+
+
+def _supervisor_layers() -> dict:
+    from importlinter import api
+
+    found = [c for c in api.read_configuration(str(ROOT / "pyproject.toml"))["contracts_options"]
+             if c.get("type") == "layers" and "rlsup.supervisor" in (c.get("containers") or [])]
+    assert len(found) == 1, "pyproject.toml needs one layers contract with containers = ['rlsup.supervisor']"
+    return found[0]
+
+
+def test_every_supervisor_module_is_in_a_layer():
+    """A new module (or subpackage) of supervisor/ cannot fall outside the plan: each is named in a
+    layer, and the contract is exhaustive, so lint-imports also breaks for one that is not."""
+    contract = _supervisor_layers()
+    assert str(contract.get("exhaustive")).lower() == "true"
+    named = {tail.strip().strip("()") for layer in contract["layers"]
+             for tail in str(layer).replace("|", ":").split(":")}
+    on_disk = {p.stem for p in (ROOT / "supervisor").glob("*.py") if p.stem not in ("__init__", "__main__")}
+    on_disk |= {p.parent.name for p in (ROOT / "supervisor").glob("*/__init__.py")}
+    missing = sorted(on_disk - named)
+    assert not missing, f"modules of supervisor/ in no layer of pyproject.toml's layers contract: {missing}"
+    assert not sorted(named - on_disk), "layers name modules that do not exist"
+
+
+# What the TUI may reach of rlsup.supervisor, directly or through other modules: the client protocol,
+# the model both sides of it share (events, state, progress, the config and diagnosis records) and
+# text helpers. A module outside this set reached from rlsup.tui fails below, so a new engine module
+# stays out of the TUI without being added to the forbidden list of pyproject.toml.
+TUI_MAY_REACH = {
+    "client", "ssh", "fleet", "protocol", "rundir",
+    "events", "state", "progress", "presets", "phrases", "config", "diagnosis.model",
+    "slurm.checks", "slurm.placement",  # config's validation of a `slurm:` block
+    "render.advice", "render.bars",
+}
+
+
+def test_the_tui_reaches_only_the_client_protocol_and_the_shared_model():
+    grimp = pytest.importorskip("grimp")  # import-linter's graph builder (the test extra)
+    graph = grimp.build_graph("rlsup.supervisor", "rlsup.tui", "rlsup.trainer", cache_dir=None)
+    reached: set[str] = set()
+    todo = [m for m in graph.modules if m.startswith("rlsup.tui")]
+    while todo:
+        for imported in graph.find_modules_directly_imported_by(todo.pop()):
+            if imported.startswith("rlsup.supervisor.") and imported not in reached:
+                reached.add(imported)
+                todo.append(imported)
+    extra = sorted(m for m in reached if m.removeprefix("rlsup.supervisor.") not in TUI_MAY_REACH)
+    assert not extra, (f"rlsup.tui reaches {extra}: the TUI talks to a run through the client protocol; "
+                       "if the module is shared model (no process, socket or file of a run), add it to TUI_MAY_REACH")

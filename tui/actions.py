@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 TABLE, LOG, SELECT = "table", "log", "select"
 BROWSE = frozenset({TABLE, LOG})
@@ -111,10 +111,10 @@ for _k in KEYS:
     CONTEXTS[_name] = CONTEXTS.get(_name, frozenset()) | _k.contexts
 
 
-def bindings() -> list[Binding]:
+def bindings() -> list[BindingType]:
     """Textual bindings for the main screen, from :data:`KEYS` (app-wide rows excluded)."""
     seen: set[tuple[str, str]] = set()
-    out = []
+    out: list[BindingType] = []
     for k in KEYS:
         if k.app:
             continue
@@ -125,7 +125,7 @@ def bindings() -> list[Binding]:
     return out
 
 
-def app_bindings() -> list[Binding]:
+def app_bindings() -> list[BindingType]:
     """Bindings the app holds for every screen (Ctrl-C detaches from anywhere)."""
     return [Binding(k.keys, k.action, k.description, show=False, key_display=k.label, priority=k.priority)
             for k in KEYS if k.app]

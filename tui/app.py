@@ -822,10 +822,10 @@ class MainScreen(Screen):
         pane = self.selected_pane()
         if pane is None:
             return
-        if not pane.view.query:
+        if not pane.view.search_query:
             self.notify("no search yet: press / first", severity="warning")
             return
-        self._find(pane, pane.view.query, direction)
+        self._find(pane, pane.view.search_query, direction)
 
     def action_details(self) -> None:
         if (nc := self._component()) is None:

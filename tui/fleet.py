@@ -202,7 +202,7 @@ class FleetApp(App[str | None]):
     TITLE = "rlsup fleet"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
-        Binding("space", "toggle", "select"),
+        Binding("space", "toggle_pod", "select"),
         Binding("a", "toggle_all", "select all"),
         Binding("r", "restart", "restart"),
         Binding("u", "resume", "resume"),
@@ -280,7 +280,7 @@ class FleetApp(App[str | None]):
         label = self.cursor_label()
         return [label] if label else []
 
-    def action_toggle(self) -> None:
+    def action_toggle_pod(self) -> None:  # not action_toggle: that is DOMNode's toggle(attribute)
         label = self.cursor_label()
         if label is None:
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from rlsup.supervisor.events import fmt_duration
 
@@ -61,7 +61,7 @@ def fmt_mb(mb: float | None) -> str:
     return f"{mb / 1024:.1f}G"
 
 
-def _finite(v: float | None) -> bool:
+def _finite(v: float | None) -> TypeGuard[float]:
     return v is not None and not math.isnan(v) and not math.isinf(v)
 
 

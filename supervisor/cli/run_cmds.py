@@ -366,8 +366,8 @@ def _quiet_output_errors() -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(self._s, name)
 
-    sys.stdout = Quiet(sys.stdout)  # type: ignore[assignment]
-    sys.stderr = Quiet(sys.stderr)  # type: ignore[assignment]
+    sys.stdout = Quiet(sys.stdout)
+    sys.stderr = Quiet(sys.stderr)
 
 
 # ---------------------------------------------------------------------- down

@@ -180,7 +180,7 @@ def command_connector(argv: list[str], name: str = "tui") -> Any:
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
             limit=1 << 24)
         assert proc.stdin is not None and proc.stdout is not None
-        client = Client(proc.stdout, proc.stdin, name=name)  # type: ignore[arg-type]
+        client = Client(proc.stdout, proc.stdin, name=name)
         await client.start()
         return client
 

@@ -425,7 +425,7 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
         elif kind == "exited":
             info["exits"] += 1
             exited_last[c] = True
-            diag = e.get("diagnosis") if isinstance(e.get("diagnosis"), dict) else {}
+            diag = d if isinstance(d := e.get("diagnosis"), dict) else {}
             cat = str(diag.get("category") or "unknown")
             if stopping.get(c) or cat in NOT_FAILURES:
                 continue

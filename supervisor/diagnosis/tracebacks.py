@@ -403,9 +403,9 @@ def find_elastic_failures(lines: list[Line]) -> list[ElasticFailure]:
     for i, ln in enumerate(lines):
         am = _AGENT_FAILED.search(ln.text)
         if am:
-            code = int(am.group("code"))
-            out.append(ElasticFailure(None, int(am.group("local")), code, int(am.group("pid")),
-                                      signal_name(-code) if code < 0 else None, None, ln.index,
+            exitcode = int(am.group("code"))
+            out.append(ElasticFailure(None, int(am.group("local")), exitcode, int(am.group("pid")),
+                                      signal_name(-exitcode) if exitcode < 0 else None, None, ln.index,
                                       [ln.text[am.start():].strip()]))
             continue
         if not _ROOT_CAUSE.search(ln.text):

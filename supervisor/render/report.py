@@ -127,9 +127,9 @@ def _attempts(events: list[dict[str, Any]]) -> dict[str, list[Attempt]]:
             continue
         k = e.get("kind")
         if k == "started":
-            a = Attempt(name, int(e.get("attempt") or len(out.get(name, [])) + 1), started=e)
-            out.setdefault(name, []).append(a)
-            cur[name] = a
+            new = Attempt(name, int(e.get("attempt") or len(out.get(name, [])) + 1), started=e)
+            out.setdefault(name, []).append(new)
+            cur[name] = new
             continue
         a = cur.get(name)
         if a is None:
@@ -446,7 +446,7 @@ def _failure_details(paths: RunPaths, name: str, atts: list[Attempt]) -> list[st
         d = a.diagnosis
         out.append(f"**Attempt {a.attempt}**: {_exit_text(a.exited)} after "
                    f"{fmt_duration((a.exited or {}).get('uptime_s'))}"
-                   + (f" at step {a.exited.get('step')}" if (a.exited or {}).get("step") is not None else ""))
+                   + (f" at step {step}" if (step := (a.exited or {}).get("step")) is not None else ""))
         out.append("")
         out.append(f"- Category: `{d.get('category')}`")
         if d.get("summary"):
@@ -528,12 +528,12 @@ def _resources_text(res: Mapping[str, Any]) -> str:
 
 def _resources_section(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:
     out = ["## Resources", ""]
-    per_crash = [(a, a.exited["resources"]) for atts in attempts.values() for a in atts
+    per_crash = [(a, a.exited) for atts in attempts.values() for a in atts
                  if a.failed and a.exited and a.exited.get("resources")]
     if per_crash:
         out += ["Around each crash (from the `exited` events):", ""]
-        for a, res in per_crash:
-            out.append(f"- {a.component} attempt {a.attempt} at {_utc(a.exited.get('ts'))}: {_resources_text(res)}")
+        for a, ex in per_crash:
+            out.append(f"- {a.component} attempt {a.attempt} at {_utc(ex.get('ts'))}: {_resources_text(ex['resources'])}")
         out.append("")
     host = st.get("host") or {}
     gpus = st.get("gpus") or []
@@ -562,7 +562,7 @@ def _checkpoints_section(st: dict[str, Any], attempts: dict[str, list[Attempt]],
     comps_cfg = (cfg or {}).get("components") or {}
     for n, c in st["components"].items():
         ck = c.get("checkpoint")
-        resumes = [a.started.get("resume") for a in attempts.get(n, []) if a.started and a.started.get("resume")]
+        resumes = [r for a in attempts.get(n, []) if a.started and (r := a.started.get("resume"))]
         found = _discover(comps_cfg.get(n), paths)
         if ck:
             rows.append(f"- {n}: {ck if isinstance(ck, str) else json.dumps(ck, default=str)}")

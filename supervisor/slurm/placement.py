@@ -34,7 +34,9 @@ def expand_hostlist(expr: str) -> list[str]:
 
 
 def _split_top(s: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch == "[":
             depth += 1
@@ -54,7 +56,7 @@ def _expand_one(s: str) -> list[str]:
     if not m:
         return [s]
     head, tail = s[:m.start()], s[m.end():]
-    out = []
+    out: list[str] = []
     for rng in m.group(1).split(","):
         if "-" in rng:
             a, b = rng.split("-", 1)

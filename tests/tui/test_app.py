@@ -131,7 +131,7 @@ async def test_search_finds_highlights_and_steps():
         await pilot.press("enter")
         await pilot.pause()
         view = screen.panes["trainer"].view
-        assert view.query == "step   1"
+        assert view.search_query == "step   1"
         assert view.lines[view.current].startswith("[train] step   19")  # newest match first
         assert not view.follow
         await pilot.press("N")

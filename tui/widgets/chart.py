@@ -27,7 +27,7 @@ class MetricChart(Widget):
     MetricChart > .chart--note { color: $text-muted; }
     """
 
-    def __init__(self, metric: str, **kw):
+    def __init__(self, metric: str, **kw: Any) -> None:
         super().__init__(**kw)
         self.metric = metric
         self.history: dict[str, Any] | None = None
@@ -62,8 +62,9 @@ class MetricChart(Widget):
             return out
         h = self.history or {}
         ys = [y for _, y in pts]
-        lo = h.get("lo") if by_step and h.get("lo") is not None else min(ys)
-        hi = h.get("hi") if by_step and h.get("hi") is not None else max(ys)
+        lo_h, hi_h = h.get("lo"), h.get("hi")
+        lo = lo_h if by_step and lo_h is not None else min(ys)
+        hi = hi_h if by_step and hi_h is not None else max(ys)
         lo, hi = min(lo, *ys), max(hi, *ys)
         x0, x1 = pts[0][0], pts[-1][0]
         every = h.get("every") or 1

@@ -17,6 +17,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.geometry import Size
 from textual.message import Message
 from textual.widget import Widget
 
@@ -94,7 +95,7 @@ class ComponentTable(Widget):
             super().__init__()
             self.index = index
 
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.components: dict[str, dict[str, Any]] = {}
         self.rows: list[tuple[str, str, dict[str, str]]] = []  # (name, state, cells)
@@ -120,7 +121,7 @@ class ComponentTable(Widget):
         if key != self._shown:
             self.refresh()
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.components) + 1
 
     def on_click(self, event: events.Click) -> None:

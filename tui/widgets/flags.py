@@ -17,7 +17,7 @@ class FlagsStrip(Widget):
     FlagsStrip > .flags--hint { color: $text-muted; }
     """
 
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.flags: list[tuple[str, dict[str, Any]]] = []
 

@@ -4,6 +4,8 @@ of the key table); ``?`` (help, which lists every key) always stays, as does the
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
@@ -41,7 +43,7 @@ def fit(keys: list[Widget], width: int, keep: tuple[str, ...] = KEEP) -> list[Wi
 
 
 class FitFooter(Footer):
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._fitted_width = 0
 

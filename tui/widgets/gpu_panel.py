@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
@@ -56,7 +57,7 @@ class GpuPanel(Widget):
     GpuPanel > .gpu--label { color: $text-muted; }
     """
 
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.gpus: list[dict[str, Any]] = []
         self.host: dict[str, Any] | None = None
@@ -120,7 +121,7 @@ class GpuPanel(Widget):
         self._text = (width, out)
         return out
 
-    def _gpu_line(self, out: Text, g: dict[str, Any], width: int, label) -> None:
+    def _gpu_line(self, out: Text, g: dict[str, Any], width: int, label: Style) -> None:
         name = (g.get("name") or "GPU").replace("NVIDIA ", "")
         head = f"{g.get('index', '?')} {name[:14]:<14} "
         temp = f"{g['temp_c']:.0f}°C" if g.get("temp_c") is not None else "--°C"

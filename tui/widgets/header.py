@@ -44,7 +44,7 @@ class RunHeader(Widget):
     RunHeader > .header--stale { color: $warning; }
     """
 
-    def __init__(self, target: str = "", timefmt: Callable[[float], str] | None = None, **kw):
+    def __init__(self, target: str = "", timefmt: Callable[[float], str] | None = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.target = target
         self.timefmt = timefmt or (lambda ts: f"{ts:.0f}")

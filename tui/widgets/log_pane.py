@@ -25,6 +25,7 @@ three such panes cost ~350 KB/s of terminal output and most of the TUI's CPU.
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 from rich.cells import cell_len, chop_cells, set_cell_size
 from rich.segment import Segment
@@ -93,7 +94,7 @@ class LogView(Widget, can_focus=False):
     class Scrolled(Message):
         """The view moved or changed mode; the pane title may need a new look."""
 
-    def __init__(self, max_lines: int = 10_000, **kw):
+    def __init__(self, max_lines: int = 10_000, **kw: Any) -> None:
         super().__init__(**kw)
         self.max_lines = max_lines
         self.lines: list[str] = []
@@ -104,9 +105,9 @@ class LogView(Widget, can_focus=False):
         self.xoff = 0  # first visible column when wrap is off
         self.wrap = False
         self.widest = 0  # the longest line seen (characters), the bound for sideways scrolling
-        self.query = ""
+        self.search_query = ""
         self.current: int | None = None  # absolute index of the current search match
-        self.anchor: int | None = None  # copy mode: where the selection started (absolute index)
+        self.select_anchor: int | None = None  # copy mode: where the selection started (absolute index)
         self.cursor: int | None = None  # copy mode: its moving end
         self.writes = 0  # append_lines calls; a test guards that this is per tick, not per line
         self.hist: History | None = None  # reading older lines from disk (see History)
@@ -269,8 +270,8 @@ class LogView(Widget, can_focus=False):
         self.dropped += n
         if self.marks:
             self.marks = {m for m in self.marks if m >= self.dropped}
-        if self.anchor is not None and self.cursor is not None:
-            self.anchor, self.cursor = max(self.anchor, self.dropped), max(self.cursor, self.dropped)
+        if self.select_anchor is not None and self.cursor is not None:
+            self.select_anchor, self.cursor = max(self.select_anchor, self.dropped), max(self.cursor, self.dropped)
         if not self.follow:  # keep the same text in view while it is still there
             self.top = max(0, self.top - rows_gone)
 
@@ -283,7 +284,7 @@ class LogView(Widget, can_focus=False):
         self.marks = set()
         self._rows, self._rows_width = [0], -1
         self.current = None
-        self.anchor = self.cursor = None
+        self.select_anchor = self.cursor = None
         self.top = 0
         self.refresh()
 
@@ -321,7 +322,7 @@ class LogView(Widget, can_focus=False):
         self.lines = clean_lines(list(lines))
         self.dropped = seq
         self.marks = set()
-        self.anchor = self.cursor = None
+        self.select_anchor = self.cursor = None
         self.current = None
         self.follow = False
         self._rows, self._rows_width = [0], -1
@@ -377,7 +378,7 @@ class LogView(Widget, can_focus=False):
         self.lines, self.dropped, self.marks, self.top, self.follow, self.current, self.widest = h.saved  # type: ignore[assignment]
         self.hist = None
         self._rows, self._rows_width = [0], -1
-        self.anchor = self.cursor = None
+        self.select_anchor = self.cursor = None
         self.follow = follow
         if h.incoming:
             if len(h.incoming) >= self.max_lines:
@@ -517,13 +518,13 @@ class LogView(Widget, can_focus=False):
         if not q:
             return None
         n = len(self.lines)
-        if q == self.query and self.current is not None and 0 <= self.current - self.dropped < n:
+        if q == self.search_query and self.current is not None and 0 <= self.current - self.dropped < n:
             start = self.current - self.dropped
         elif self.cursor is not None:
             start = self.cursor - self.dropped
         else:
             start = n if direction < 0 else -1
-        self.query = q
+        self.search_query = q
         lines = self.lines
         for k in range(1, n + 1):
             i = start + direction * k
@@ -551,20 +552,20 @@ class LogView(Widget, can_focus=False):
         """Make line ``seq`` of the history window the current match of ``query``."""
         if self.hist is None or not 0 <= seq - self.dropped < len(self.lines):
             return
-        self.query = query.lower()
+        self.search_query = query.lower()
         self.current = seq
         i = seq - self.dropped
         self.show_line(i)
         if not self.wrap:
-            col = _cells(self.lines[i][: self.lines[i].lower().find(self.query)])
-            if not (self.xoff <= col < self.xoff + self.text_width - len(self.query)):
+            col = _cells(self.lines[i][: self.lines[i].lower().find(self.search_query)])
+            if not (self.xoff <= col < self.xoff + self.text_width - len(self.search_query)):
                 self.xoff = max(0, col - self.text_width // 3)
         self._moved()
 
     # copy mode ------------------------------------------------------------------------------
     @property
     def selecting(self) -> bool:
-        return self.anchor is not None
+        return self.select_anchor is not None
 
     def start_select(self) -> None:
         """Anchor and cursor on the current match if it is in view, else on the last visible line."""
@@ -574,13 +575,13 @@ class LogView(Widget, can_focus=False):
         last, _ = self.locate(max(0, min(self.top + self.height, self.total_rows) - 1))
         cur = self.current - self.dropped if self.current is not None else -1
         i = cur if first <= cur <= last else last
-        self.anchor = self.cursor = self.dropped + i
+        self.select_anchor = self.cursor = self.dropped + i
         self.follow = False
         self._moved()
 
     def reanchor(self) -> None:
         if self.cursor is not None:
-            self.anchor = self.cursor
+            self.select_anchor = self.cursor
             self._moved()
 
     def move_cursor(self, delta: int) -> None:
@@ -597,13 +598,13 @@ class LogView(Widget, can_focus=False):
 
     def selection(self) -> list[str]:
         """The selected lines, oldest first (what has left the buffer meanwhile is not there)."""
-        if self.anchor is None or self.cursor is None:
+        if self.select_anchor is None or self.cursor is None:
             return []
-        a, b = sorted((self.anchor - self.dropped, self.cursor - self.dropped))
+        a, b = sorted((self.select_anchor - self.dropped, self.cursor - self.dropped))
         return self.lines[max(0, a): max(0, b + 1)]
 
     def end_select(self) -> None:
-        self.anchor = self.cursor = None
+        self.select_anchor = self.cursor = None
         self._moved()
 
     # rendering ------------------------------------------------------------------------------
@@ -638,12 +639,12 @@ class LogView(Widget, can_focus=False):
         i, sub = self.locate(row)
         line = self.lines[i]
         absi = self.dropped + i
-        anchor = self.anchor
-        selected = anchor is not None and min(anchor, self.cursor) <= absi <= max(anchor, self.cursor)  # type: ignore[type-var]
+        anchor, cursor = self.select_anchor, self.cursor
+        selected = anchor is not None and cursor is not None and min(anchor, cursor) <= absi <= max(anchor, cursor)
         bar = Segment(" ", self._style("log-view--thumb") if thumb else base)
         if self.marks and absi in self.marks:
             return self._marker(line, tw, bar, selected, absi == self.cursor)
-        q = self.query
+        q = self.search_query
         hit = bool(q) and (q in line.lower() or self.current == absi)
         if not (selected or hit):
             if not self.wrap and not self.xoff:
@@ -678,7 +679,7 @@ class LogView(Widget, can_focus=False):
             pad = base + sel
         if self.current == absi:
             text.stylize(self._style("log-view--current"))
-        q = self.query
+        q = self.search_query
         if q:
             match = self._style("log-view--match")
             low, pos = line.lower(), 0
@@ -717,7 +718,7 @@ class PaneTitle(Widget):
 
     DEFAULT_CSS = "PaneTitle { height: 1; }"
 
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.text = ""
 
@@ -746,7 +747,7 @@ class LogPane(Vertical):
             super().__init__()
             self.pane = pane
 
-    def __init__(self, component: str, index: int, max_lines: int = 10_000, **kw):
+    def __init__(self, component: str, index: int, max_lines: int = 10_000, **kw: Any) -> None:
         super().__init__(**kw)
         self.component = component
         self.index = index
@@ -791,7 +792,7 @@ class LogPane(Vertical):
             parts.append("wrap")
         elif v.xoff:
             parts.append(f"→ col {v.xoff + 1}")
-        if v.query:
-            parts.append(f"/{v.query}" + ("" if v.current is not None else " (no match)"))
+        if v.search_query:
+            parts.append(f"/{v.search_query}" + ("" if v.current is not None else " (no match)"))
         self.set_class(v.selecting, "selecting")
         self.title.set_text("  ".join(p for p in parts if p))

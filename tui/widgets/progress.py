@@ -44,7 +44,7 @@ class ProgressPanel(Widget):
     ProgressPanel > .progress--dim { color: $text-muted; }
     """
 
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.components: dict[str, dict[str, Any]] = {}
         self.now = 0.0
