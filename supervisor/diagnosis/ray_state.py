@@ -98,7 +98,7 @@ def _rows(payload: bytes | str | Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = inner.get("result") if isinstance(inner, Mapping) else inner
     if not isinstance(rows, list):
         raise RayApiError("Ray's reply holds no list of rows")
-    return [r for r in rows if isinstance(r, Mapping)]
+    return [dict(r) for r in rows if isinstance(r, Mapping)]
 
 
 def _int(v: Any) -> int | None:
@@ -128,7 +128,8 @@ def parse_actors(payload: bytes | str | Mapping[str, Any]) -> list[RayActor]:
     """The actors of ``GET /api/v0/actors?detail=true`` (without ``detail`` there is no death cause)."""
     out = []
     for r in _rows(payload):
-        cause = r.get("death_cause") if isinstance(r.get("death_cause"), Mapping) else {}
+        raw = r.get("death_cause")
+        cause: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         kind = next(iter(cause), None) if cause else None
         ctx = cause.get(kind) if kind else None
         ctx = ctx if isinstance(ctx, Mapping) else {}
