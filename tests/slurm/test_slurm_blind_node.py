@@ -132,3 +132,13 @@ def test_up_detached_then_status_says_why_the_run_ended(blind):
     view = json.loads(blind.rlsup("status", "--run-dir", str(run), "--json").stdout)
     assert all(c.get("state") not in ("running", "starting") for c in view["components"].values()), view
     assert end["exit_code"] == 1
+
+
+def test_up_headless_prints_the_reason_and_exits_non_zero(blind):
+    run, cfg = _config(blind, "run-headless")
+    r = blind.rlsup("up", str(cfg), "--headless")
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "not visible on bn2" in out and "put run_dir on the cluster's shared filesystem" in out, out
+    _ended_for_the_blind_node(blind, run)
+    _released(blind)
