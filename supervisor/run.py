@@ -108,6 +108,7 @@ class Run:
         self.state: dict[str, Any] = {}
         self.exit_code = 0
         self.end_reason = ""
+        self.refused = ""  # a check before any start failed (a node blind to the run dir): journal it, start nothing
         self.root: dict[str, Any] | None = None
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
@@ -292,7 +293,7 @@ class Run:
 
             self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
                                      redactor=self.redactor)
-        if self.serve:
+        if self.serve and not self.refused:
             from .server import ControlServer
 
             self.server = ControlServer(self, self.paths.sock)
@@ -300,6 +301,11 @@ class Run:
         self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
                                 how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
+        if self.refused:
+            self.exit_code, self.end_reason = 1, self.refused
+            self.emit(ev.RunEnded(None, exit_code=1, reason=self.refused))
+            self._finish()
+            return self.exit_code
         if self._leftovers:
             self.emit(ev.LeftoversEnded(None, **self._leftovers))
         self._start_watching_files()

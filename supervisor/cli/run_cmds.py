@@ -268,10 +268,6 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
     from ..slurm.gpus import for_run as per_node_gpus
     from ..slurm.shared import check_job
 
-    blind = check_job(cfg)  # in a multi-node Slurm job: every node must see the run dir
-    if blind is not None:
-        say(f"rlsup: {blind}", err=True)
-        return EXIT_FAILED
     sampler = per_node_gpus(cfg, sampler)  # a multi-node Slurm job: one sampler step per node
     run = Run(cfg, gpu_sampler=sampler)
     if resume:
@@ -287,6 +283,12 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
         return EXIT_FAILED
     for n in notes:
         say(f"rlsup: {n}")
+    # In a multi-node Slurm job every node must see the run dir. Checked once the run dir is ours, so
+    # that a failure is journalled (`rlsup status` says why the run ended) and nothing is started.
+    blind = check_job(cfg)
+    if blind is not None:
+        say(f"rlsup: {blind}", err=True)
+        run.refused = blind
     width = max(12, *(len(n) for n in cfg.components))
     last_progress: dict[str, float] = {}
 

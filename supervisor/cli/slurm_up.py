@@ -291,9 +291,40 @@ def _ended(job_id: str, run_dir: str, j: dict[str, Any] | None) -> int:
     state = j["state"] if j else "ended"
     say(f"rlsup: job {job_id} {state.lower()}" + (f" (exit code {code})" if code is not None else "")
         + f"; logs and journal in {run_dir}")
+    if code:
+        for line in why_ended(job_id, run_dir):
+            say(line, err=True)
     if code is None:
         return EXIT_FAILED if state in ("FAILED", "NODE_FAIL", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY") else EXIT_OK
     return code
+
+
+def why_ended(job_id: str, run_dir: str) -> list[str]:
+    """Why the job's run failed, for a user who only saw the job end: the journal's ``run_ended`` of that
+    job's supervisor, else the last lines of the batch step's output (the supervisor never journalled:
+    a bad config, no Python on the node...); and where to look next."""
+    from ..journal import read_events
+
+    reason = None
+    ours = False
+    with contextlib.suppress(OSError, ValueError):
+        for e in read_events(Path(run_dir) / "events.jsonl"):
+            if e.get("kind") == "run_started":
+                ours = str((e.get("slurm") or {}).get("job_id")) == str(job_id)
+            elif e.get("kind") == "run_ended" and ours:
+                reason = e.get("reason")
+    out_file = Path(run_dir) / f"slurm-{job_id}.out"
+    lines = []
+    if reason:
+        lines.append(f"  why:     {reason}")
+    else:
+        with contextlib.suppress(OSError):
+            tail = [x for x in out_file.read_text(errors="replace").splitlines() if x.strip()][-5:]
+            lines += [f"  {out_file.name}: {x}" for x in tail]
+    rd = run_dir_arg(run_dir)
+    lines.append(f"  status:  rlsup status{rd}")
+    lines.append(f"  output:  {out_file}")
+    return lines
 
 
 def _exit_code(job_id: str) -> int | None:

@@ -97,27 +97,53 @@ def problem(run_dir: str, partition: str | None = None, *, hosts: list[str] | No
             "run_dir: /shared/$USER/runs/<name>")
 
 
+# Run once per node: each node answers for itself, so a node that answers nothing (its task never ran)
+# is not mistaken for one that sees the run dir.
+PROBE = 'if test -e "$1"; then echo "rlsup-sees $SLURMD_NODENAME"; else echo "rlsup-blind $SLURMD_NODENAME"; fi'
+
+
+def probe_argv(job_id: str, nodes: list[str], marker: str) -> list[str]:
+    """One overlapping step, one task per node of the job, that looks for ``marker``."""
+    return [shutil.which("srun") or "srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}",
+            f"--ntasks={len(nodes)}", "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--gres=none",
+            "--quiet", "--job-name=rlsup:shared-check", "sh", "-c", PROBE, "sh", marker]
+
+
+def verdict(run_dir: str, nodes: list[str], stdout: str, returncode: int | None = 0, stderr: str = "") -> str | None:
+    """The error from the probe's output (None: every node saw the marker)."""
+    seen: set[str] = set()
+    blind: set[str] = set()
+    for line in stdout.splitlines():
+        word, _, node = line.strip().partition(" ")
+        if word == "rlsup-sees" and node.strip():
+            seen.add(node.strip())
+        elif word == "rlsup-blind" and node.strip():
+            blind.add(node.strip())
+    if blind:
+        return (f"the run dir {run_dir} is not visible on {', '.join(sorted(blind))}: put run_dir on the cluster's "
+                "shared filesystem (the journal, logs and checkpoints must be seen by every node)")
+    silent = [n for n in nodes if n not in seen]
+    if silent:
+        err = " ".join(stderr.split())[-300:]
+        return (f"could not check whether {', '.join(silent)} see the run dir {run_dir}: the check's step "
+                f"(srun --overlap) exited {returncode}" + (f": {err}" if err else " with no answer from those nodes"))
+    return None
+
+
 def check_in_job(run_dir: str, job_id: str, nodes: list[str], timeout: float = 60.0) -> str | None:
     """Inside the job: does every node see the run dir? A marker file written here, looked for on each
-    node by one overlapping step (``test -e`` per node). The error, or None."""
+    node by one overlapping step (:data:`PROBE`). The error, or None."""
     import uuid
 
     marker = os.path.join(run_dir, f".rlsup-shared-{uuid.uuid4().hex[:12]}")
     try:
         with open(marker, "w") as f:
             f.write("rlsup: is this file visible on every node of the job?\n")
-        argv = [shutil.which("srun") or "srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
-                "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--gres=none", "--quiet",
-                "--job-name=rlsup:shared-check", "sh", "-c", 'test -e "$1" || echo "$SLURMD_NODENAME"', "sh", marker]
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+            p = subprocess.run(probe_argv(job_id, nodes, marker), capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.SubprocessError) as e:
             return None if isinstance(e, FileNotFoundError) else f"could not check the run dir on the nodes: {e}"
-        blind = sorted({x.strip() for x in p.stdout.split() if x.strip()})
-        if blind:
-            return (f"the run dir {run_dir} is not visible on {', '.join(blind)}: put run_dir on the cluster's "
-                    "shared filesystem (the journal, logs and checkpoints must be seen by every node)")
-        return None
+        return verdict(run_dir, nodes, p.stdout, p.returncode, p.stderr)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(marker)

@@ -7,6 +7,10 @@ cluster through ``SLURM_CONF`` (set in :meth:`Cluster.env`), and munge through `
 
 The two nodes are ``<prefix>1`` and ``<prefix>2``, both ``NodeAddr=127.0.0.1`` with their own port;
 ``SlurmdTimeout=10`` so that a killed slurmd is noticed by slurmctld within the node-failure test.
+
+``hide={node: dir}`` starts that node's slurmd in a mount namespace of its own with an empty tmpfs over
+``dir``: every step on that node sees an empty directory there, as a node that does not mount the
+cluster's shared filesystem would. The namespace (and its mount) ends with the last process in it.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ def _which(p: str) -> str:
 
 
 class Cluster:
-    def __init__(self, root: Path, *, nodes: int = 2, gpus_per_node: int = 2, cpus: int = 8, prefix: str = "rn"):
+    def __init__(self, root: Path, *, nodes: int = 2, gpus_per_node: int = 2, cpus: int = 8, prefix: str = "rn",
+                 hide: dict[str, Path] | None = None):
         self.root = root
         self.nodes = [f"{prefix}{i + 1}" for i in range(nodes)]
         self.gpus_per_node = gpus_per_node
@@ -53,6 +58,7 @@ class Cluster:
         self.munge_sock = root / "munge" / "munge.sock"
         self.ctld_port = _free_port()
         self.node_ports = {n: _free_port() for n in self.nodes}
+        self.hide = dict(hide or {})
 
     # ------------------------------------------------------------------ setup
 
@@ -144,9 +150,11 @@ class Cluster:
     def start_node(self, node: str) -> None:
         log = open(self.root / "log" / "daemons.out", "ab")
         env = {**os.environ, **self.env()}
-        self.procs[f"slurmd-{node}"] = subprocess.Popen(
-            [_which("slurmd"), "-D", "-N", node, "-f", str(self.conf)], stdout=log, stderr=log, env=env,
-            start_new_session=True)
+        argv = [_which("slurmd"), "-D", "-N", node, "-f", str(self.conf)]
+        if node in self.hide:  # a node blind to that dir: slurmd (and so its steps) in a mount namespace of its own
+            argv = [_which("unshare"), "-m", "--propagation", "private", "sh", "-c",
+                    'mount -t tmpfs -o size=1m rlsup-not-shared "$0" && exec "$@"', str(self.hide[node]), *argv]
+        self.procs[f"slurmd-{node}"] = subprocess.Popen(argv, stdout=log, stderr=log, env=env, start_new_session=True)
 
     def _wait(self, cond, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

@@ -150,6 +150,8 @@ def test_supervisor_killed_inside_the_job_is_replaced_and_adopts_the_steps(slurm
     assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
     job = slurm.job_of(run)
     wait_for(lambda: _log(run, "trainer").count("up on") == 2, 60, what="trainer up on both nodes")
+    # `started` is journalled once Slurm lists the step (its id): the tasks may print before that.
+    wait_for(lambda: _events(run, "started", "trainer"), 30, what="the trainer's start journalled")
     owner = json.loads((run / "rlsup.lock").read_text())
     steps_before = [s for s in slurm.cluster.steps(job) if s[1].startswith("rlsup:trainer")]
     os.kill(owner["pid"], signal.SIGKILL)
