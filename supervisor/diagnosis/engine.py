@@ -78,6 +78,7 @@ class _Candidate:
     library: bool = False  # location is the innermost frame, in library code
     hint: str = ""  # what to do next, where the category's hint does not fit this failure
     vague: bool = False  # names no failure of its own (torchrun: "exitcode 1", no traceback)
+    job_report: bool = False  # a shell's report of a job it ran ("line 30: 7946 Killed  ray start ...")
 
 
 def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
@@ -303,7 +304,8 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
             # CUDA's note says how errors are reported, not which one: never the summary
             summary = "a CUDA error whose message is not in the log (only the note CUDA prints under its errors)"
         cands.append(_Candidate(ln.index, sig.category, sig.tier, summary, None, loc, [text], weak=sig.weak,
-                                stream=ln.stream or _rank_tag(text), library=library))
+                                stream=ln.stream or _rank_tag(text), library=library,
+                                job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text))))
     return cands, elastic_pids
 
 
@@ -450,6 +452,15 @@ def _following(norm: list[Line], exc: Exc, limit: int = 2) -> list[str]:
     return out
 
 
+# bash's report of a job, naming its command: "./run.sh: line 30:  7946 Killed   setsid ray start ...",
+# "[1]+  Killed   python serve.py"
+_JOB_REPORT = re.compile(r"^(?:\S+: line \d+: +\d+ +|\[\d+\][+-]? +)\S.*\s{2,}\S")
+
+
+# vLLM's own line naming the engine process that died (v1 executor, engine core manager)
+_NAMES_DEAD_PROC = re.compile(r"(?:Worker|Engine core) proc \S+ died unexpectedly")
+
+
 def _choose(cands: list[_Candidate]) -> _Candidate | None:
     if not cands:
         return None
@@ -461,6 +472,15 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
         named = [c for c in top if c.category not in ("python_exception", "unknown") or c.vague]
         top = named or top
     chosen = max(top, key=lambda c: (c.index, c.rich))
+    if chosen.job_report:
+        # The shell reports a job the script ran that was killed (a Ray node started in the
+        # background, a server); the exception the program printed at the same rank says what broke
+        # for it, and where: that names the failure, the job's death is its evidence.
+        own = [c for c in top if c.rich and c.exception and not c.job_report]
+        if own:
+            r = max(own, key=lambda c: c.index)
+            r.evidence = r.evidence + chosen.evidence[:1]
+            chosen = r
     if chosen.vague:
         # torchrun's "exitcode: 1" says only that a rank failed: a traceback of the same rank's kind
         # (a gloo peer that closed, another pointer) still says more
@@ -470,6 +490,13 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
             chosen = max(said, key=lambda c: c.index)
     if not chosen.rich:
         richer = [c for c in top if c.rich and c.category == chosen.category]
+        if chosen.evidence and _NAMES_DEAD_PROC.search(chosen.evidence[0]):
+            # "Worker proc VllmWorker-7 died unexpectedly" says which process died; vLLM's
+            # EngineDeadError ("EngineCore encountered an issue. See stack trace above") only reports
+            # that one did: the line names the failure, the wrapper is its evidence
+            for c in richer:
+                chosen.evidence = chosen.evidence + c.evidence[:1]
+            richer = []
         if richer:
             r = max(richer, key=lambda c: c.index)
             r.evidence = r.evidence + [chosen.evidence[0]] if chosen.evidence else r.evidence

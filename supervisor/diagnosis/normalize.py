@@ -154,6 +154,31 @@ def split_glued(raw: str) -> list[str]:
     return out
 
 
+# rich's box-drawn traceback (rich.traceback, typer, accelerate's CLI): a frame is "│ PATH:LINE in FUNC │"
+# inside a box whose top border names it ("╭──── Traceback (most recent call last) ────╮"). Read as
+# Python's own format, so the frames say where it failed like any traceback's.
+_RICH_TOP = re.compile(r"^[╭┌]─+ Traceback \(most recent call last\) ─+")
+_RICH_FRAME = re.compile(r"^│ (?P<file>\S.*?\.pyx?):(?P<line>\d+) in (?P<func>\S+)\s*│?$")
+_RICH_BOTTOM = re.compile(r"^[╰└]─+")
+
+
+def rich_box(text: str) -> str:
+    """A line of rich's box-drawn traceback in Python's own traceback format; other lines unchanged."""
+    if not text or text[0] not in "│╭┌╰└":
+        return text
+    if _RICH_TOP.match(text):
+        return "Traceback (most recent call last):"
+    m = _RICH_FRAME.match(text)
+    if m:
+        return f'  File "{m.group("file")}", line {m.group("line")}, in {m.group("func")}'
+    if _RICH_BOTTOM.match(text):
+        return ""
+    if text[0] == "│":
+        inner = text[1:].rstrip().removesuffix("│").strip()
+        return f"    {inner}" if inner else ""
+    return text
+
+
 def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:
     """Strip prefixes from every line, keeping the original order; records glued onto a progress
     bar become lines of their own. ``index`` numbers the resulting lines."""
@@ -161,7 +186,10 @@ def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:
     for raw in lines:
         for piece in split_glued(raw):
             stream, text = strip_prefixes(piece)
-            out.append(Line(len(out), stream, text, len(text) != len(piece.rstrip())))
+            prefixed = len(text) != len(piece.rstrip())
+            if text[:1] in "│╭┌╰└":
+                text = rich_box(text)
+            out.append(Line(len(out), stream, text, prefixed))
     return out
 
 
