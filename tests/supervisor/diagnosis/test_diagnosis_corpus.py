@@ -77,7 +77,10 @@ def test_known_misses_have_reasons_and_no_benign_false_alarm() -> None:
         if c.known_miss is not None:
             assert len(c.known_miss) > 20, c.name
     rep = evaluate(FIXTURES, "all")
-    assert rep.benign_false_alarms() == []
+    # heldout5 was measured once and, by the rule of held-out parts, not tuned on: its benign false
+    # alarms are recorded there (split.json) and marked known_miss; any other one fails here
+    held5 = set(SPLIT.get("heldout5", {}).get("measured_after_tuning", {}).get("misses", []))
+    assert [r for r in rep.benign_false_alarms() if not (r.case.known_miss and r.case.name in held5)] == []
     missed = {r.case.name for r in rep.results if not r.right}
     assert missed == {n for n, c in CASES.items() if c.known_miss}
 
@@ -101,7 +104,9 @@ def test_bench_prints_figures_table_confusion_and_misses() -> None:
     out = io.StringIO()
     assert main(["--json"], out) == 0
     report = json.loads(out.getvalue())
-    assert set(report) == {"heldout", "heldout2", "heldout3", "heldout4", "all"}
+    assert {"heldout", "heldout2", "heldout3", "heldout4", "all"} <= set(report)
+    assert set(report) == {"heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout_all", "all",
+                           "measured_once"}
     assert report["all"]["fixtures"] == len(CASES)
     assert report["heldout"]["fixtures"] == len(SPLIT["heldout"])
     assert report["heldout2"]["fixtures"] == len(SPLIT["heldout2"]["names"])
