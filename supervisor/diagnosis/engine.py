@@ -19,8 +19,10 @@ from .normalize import Line, normalize
 from .ray_deaths import describe as describe_ray_death
 from .signatures import (
     COLLATERAL,
+    HANDLED_FUNCS,
     HYDRA_FAILED,
     LAUNCHER_EXIT,
+    ORDERLY_SHUTDOWN,
     PRIMARY,
     RAY_TASK_HEADER,
     RECOVERED,
@@ -30,6 +32,7 @@ from .signatures import (
     SYMPTOM_FUNCS,
     TQDM_BAR,
     TRAINING_BAR_DESC,
+    UNEXPECTED_EXIT,
     WRAPPER,
     WRAPPER_TYPES,
     benign_veto,
@@ -210,6 +213,8 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         for ln in norm[ch.start: ch.end + 1]:
             if ln.stream == stream:
                 covered.add(ln.index)
+        if any(e.funcs() & HANDLED_FUNCS for e in ch.excs):
+            continue  # logged and carried on from
         c = _chain_candidate(ch, norm)
         c.stream = stream
         # A refused connection logged as a bare exception line is how a client reports a retry,
@@ -306,7 +311,15 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         cands.append(_Candidate(ln.index, sig.category, sig.tier, summary, None, loc, [text], weak=sig.weak,
                                 stream=ln.stream or _rank_tag(text), library=library,
                                 job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text))))
-    return cands, elastic_pids
+    return _drop_orderly_shutdown(cands, norm), elastic_pids
+
+
+def _drop_orderly_shutdown(cands: list[_Candidate], norm: list[Line]) -> list[_Candidate]:
+    """vLLM's engine "death" after its API server was asked to stop is the shutdown's noise."""
+    asked = next((ln.index for ln in norm if ORDERLY_SHUTDOWN.search(ln.text)), None)
+    if asked is None or any(UNEXPECTED_EXIT.search(ln.text) for ln in norm if ln.index > asked):
+        return cands
+    return [c for c in cands if not (c.category == "inference_engine_dead" and c.index > asked)]
 
 
 _WRAP_MIN = 80  # a terminal wraps long lines; shorter ones end where the program ended them
@@ -457,6 +470,11 @@ def _following(norm: list[Line], exc: Exc, limit: int = 2) -> list[str]:
 _JOB_REPORT = re.compile(r"^(?:\S+: line \d+: +\d+ +|\[\d+\][+-]? +)\S.*\s{2,}\S")
 
 
+# srun's report of how a task ended, and Slurm's lines that say why it was ended
+_SLURM_TASK_END = re.compile(r"srun: error: [^\s:]+: tasks? [\d,-]+: ")
+_SLURM_WHY = re.compile(r"CANCELLED AT \S+|Node failure on ")
+
+
 # vLLM's own line naming the engine process that died (v1 executor, engine core manager)
 _NAMES_DEAD_PROC = re.compile(r"(?:Worker|Engine core) proc \S+ died unexpectedly")
 
@@ -479,6 +497,14 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
         own = [c for c in top if c.rich and c.exception and not c.job_report]
         if own:
             r = max(own, key=lambda c: c.index)
+            r.evidence = r.evidence + chosen.evidence[:1]
+            chosen = r
+    if chosen.evidence and _SLURM_TASK_END.search(chosen.evidence[0]):
+        # srun's "task 0: Terminated" is how the task ended; slurmstepd's "CANCELLED AT ... DUE TO TIME
+        # LIMIT" or srun's "Node failure on hq1" printed before it says why
+        why = [c for c in top if c.evidence and _SLURM_WHY.search(c.evidence[0])]
+        if why:
+            r = max(why, key=lambda c: c.index)
             r.evidence = r.evidence + chosen.evidence[:1]
             chosen = r
     if chosen.vague:

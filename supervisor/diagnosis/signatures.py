@@ -56,6 +56,8 @@ _KILLED_ALT = "|".join(re.escape(w) for w in sorted(_KILLED_WORDS, key=len, reve
 # line that a pattern never matches without its keys.
 _SHORT = {"shell_killed": max(len(w) for w in _KILLED_WORDS) + 4}
 _KEYS: dict[str, tuple[str, ...]] = {
+    "slurm_oom": ("oom-kill event", "oom_kill event", "out of memory"),
+    "slurm_end": ("srun: error: ", "cancelled at "),
     "ray_oom": ("outofmemoryerror", "running low on memory", "memory pressure"),
     "host_alloc": ("can't allocate memory", "cannot allocate memory", "unable to allocate"),
     "kernel_oom_kill": ("out of memory", "oom-kill"),
@@ -97,6 +99,11 @@ _KEYS: dict[str, tuple[str, ...]] = {
 # Ordered from specific to generic: the first match names the line.
 SIGNATURES: tuple[Signature, ...] = (
     # --- host memory (before CUDA memory: Ray's exception is also called OutOfMemoryError) --------
+    # Slurm's cgroup OOM killer, as slurmstepd and srun report it in the step's own output
+    # (src/slurmd/slurmstepd: "Detected %u oom_kill event(s) in %ps" (older: "oom-kill event(s) in step
+    # J.batch cgroup"); srun: "<node>: task R: Out Of Memory"): the log's only word on it
+    _sig("slurm_oom", "host_oom", PRIMARY,
+         r"Detected \d+ oom[-_]kill events?(?:\(s\))? in |srun: error: [^\s:]+: tasks? [\d,-]+: Out Of Memory"),
     _sig("ray_oom", "host_oom", PRIMARY,
          r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"
          r"|Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)|RayOutOfMemoryError"),
@@ -123,7 +130,10 @@ SIGNATURES: tuple[Signature, ...] = (
          # needed, which is larger than the available KV cache memory (Y GiB)"
          r"|To serve at least one request with the models?'s? max seq len"
          r"|KV cache is needed, which is larger than the available KV cache memory"
-         r"|Free memory on device .{0,40}on startup is less than desired GPU memory utilization"),
+         r"|Free memory on device .{0,40}on startup is less than desired GPU memory utilization"
+         # vLLM's CPU worker (vllm/v1/worker/cpu_worker.py determine_available_memory): "Available memory on
+         # node 0 (20.14/23.54 GiB) on kv cache allocation is less than requested memory for kv (4000.0 GiB)"
+         r"|on kv cache allocation is less than requested memory for kv"),
     # --- disk (before NCCL: NCCL WARNs about /dev/shm carry "No space left on device") -----------
     _sig("disk_full", "disk_full", PRIMARY,
          r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]|ENOSPC"),
@@ -205,6 +215,14 @@ SIGNATURES: tuple[Signature, ...] = (
          r"^\S+: line \d+: +\d+ +Aborted(?: \(core dumped\))? +\S"),
     _sig("shell_segv", "segfault", PRIMARY,
          r"^\S+: line \d+: +\d+ +(?:Segmentation fault|Bus error)(?: \(core dumped\))? +\S"),
+    # Slurm ending a step, read from the log alone (supervisor/diagnosis/slurm.py refines an exit whose
+    # status is known): srun's "<node>: task R: Killed" / "Terminated" (src/srun/launch plugin
+    # _task_finish), slurmstepd's "*** STEP J.S ON <node> CANCELLED AT <time> [DUE TO TIME LIMIT] ***"
+    # (scancel, the time limit, a node failure) and srun's "Node failure on <node>": the tasks were
+    # killed from outside, whatever they printed before
+    _sig("slurm_end", "killed", SIGNAL,
+         r"srun: error: [^\s:]+: tasks? [\d,-]+: (?:Killed|Terminated)\s*$"
+         r"|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT |srun: error: Node failure on \S+"),
     # --- inference engine death ---------------------------------------------------------------
     _sig("engine_dead", "inference_engine_dead", WRAPPER,
          r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:an issue|a fatal error)"
@@ -279,8 +297,23 @@ WRAPPER_MESSAGES = re.compile(
     r"|Inspect the stacktrace to find the original error"
     r"|DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly"
     # vLLM's executor cancels what was in flight when a worker died: "RuntimeError: cancelled"
+    # and relays a worker's exception, printed above it by the worker (vllm/v1/executor/
+    # multiproc_executor.py get_response: RuntimeError(f"Worker failed with error '{e}', please check the
+    # stack trace above for the root cause")): the worker's own traceback is the failure
+    r"|Worker failed with error '"
     r"|^\w*Error: cancelled$"
 )
+# Tracebacks a program logs and carries on from: SGLang 0.5.23 posts /freeze_gc to its own server after
+# warmup and logs any failure with the traceback at warning level (sglang/srt/entrypoints/http_server.py
+# _freeze_gc_after_server_warmup: logger.warning("post-warmup freeze_gc failed", exc_info=True)); on CPU
+# it is refused at every start. Never the failure.
+HANDLED_FUNCS = {"_freeze_gc_after_server_warmup"}
+# vLLM's API server asked to stop (SIGTERM/SIGINT: vllm/entrypoints/launchers/launcher.py signal_handler
+# logs "[shutdown] API server: shutdown triggered"); the engine client it then stops raises
+# EngineDeadError in the output handler, an orderly shutdown's noise unless vLLM says the engine core
+# exited on its own ("[shutdown] MPClient: engine core exited unexpectedly", core_client.py)
+ORDERLY_SHUTDOWN = re.compile(r"\bAPI server: shutdown triggered")  # the "[shutdown] " tag is stripped as a prefix
+UNEXPECTED_EXIT = re.compile(r"exited unexpectedly|died unexpectedly")
 SYMPTOM_FUNCS = {"sigquit_handler", "kill_process_tree", "signal_handler", "_sigquit_handler", "sigkill_handler"}
 
 # Launchers that report a child's exit code on one line (the torchelastic block is parsed apart).
@@ -298,7 +331,8 @@ HYDRA_FAILED = re.compile(r"^Error executing job with overrides: ")
 
 STEP_PATTERNS = (
     # not "Global Step:   0%|" (a progress bar) nor "global_step=3.2e+4" (a float)
-    re.compile(r"\b[Ss]tep[\s:=#]*(\d+)(?![\d.]*%|\.\d|\d)"),
+    # nor Slurm's step ids ("oom-kill event(s) in step 370626.batch cgroup", "step 12.extern")
+    re.compile(r"\b[Ss]tep[\s:=#]*(\d+)(?![\d.]*%|\.\d|\d|\.(?:batch|extern|interactive)\b)"),
     # "global_step=12", "'global_step/max_steps': '5/3766'" (ms-swift), "global_step1428" (DeepSpeed
     # checkpoint folders)
     re.compile(r"\bglobal_step(?:/\w+)?['\"]?(?:[\s:=]+['\"]?)?(\d+)(?![\d.])"),
