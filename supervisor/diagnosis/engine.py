@@ -208,6 +208,7 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     # a retried connection error before the dependency was back, or before training made progress
     # again, is history
     recovered_after = max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0]))
+    prev: tuple[Chain, _Candidate] | None = None
     for ch in chains:
         stream = ch.excs[0].stream
         for ln in norm[ch.start: ch.end + 1]:
@@ -217,6 +218,17 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
             continue  # logged and carried on from
         c = _chain_candidate(ch, norm)
         c.stream = stream
+        prev_chain = prev
+        prev = (ch, c)
+        if c.library and prev_chain is not None:
+            # a Ray task's remote part printed as a traceback of its own under the driver's RayTaskError,
+            # with only Ray's frames (cloudpickle failing on the return value): the driver's own line that
+            # waited for it is where it failed, for the user
+            pch, pc = prev_chain
+            if (pch.excs[-1].remote and pc.location and not pc.library and 0 <= ch.start - pch.end <= 8
+                    and not any(e.frames and e.user_location() for e in ch.excs)):
+                c.location, c.library = pc.location, False
+                c.summary = _shorten(c.exception or c.summary) + f" at {_short(c.location)}"
         # A refused connection logged as a bare exception line is how a client reports a retry,
         # like the plain lines below: it counts only near the end and after the last recovery.
         if c.category == "connection_refused" and not any(e.frames for e in ch.excs):
@@ -421,7 +433,10 @@ def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
     excs = chain.excs
     remote_at = max((k for k, e in enumerate(excs) if e.remote), default=-1)
     remote_part = excs[remote_at + 1:] if remote_at >= 0 else []
-    if any(e.frames for e in remote_part):
+    if any(e.user_location() for e in remote_part) or (
+            any(e.frames for e in remote_part) and not any(e.user_location() for e in excs)):
+        # (a remote part whose frames are all Ray's own, cloudpickle failing to pickle a task's return
+        # value, says less than the driver's own line that waited for it)
         scope, first = remote_part, (root if root in remote_part else None)
     else:
         scope, first = excs, root

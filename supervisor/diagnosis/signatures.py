@@ -77,7 +77,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "dist_timeout": ("diststoreerror", "distnetworkerror", "waiting for clients", "waiting for workers",
                      "client socket has timed out", "socket timeout", "rendezvoustimeouterror", "wait timeout after",
                      "for send operation", "for recv operation", "socket timed out", "pair closure", "monitoredbarrier"),
-    "gloo_peer_closed": ("connection closed by peer",),
+    "gloo_peer_closed": ("connection closed by peer", "connection reset by peer"),
     "c10d_connect": ("client socket has failed to connect",),
     "fatal_python": ("fatal python error", "terminate called", "sigabrt", "aborted"),
     "module_not_found": ("no module named", "module specification"),
@@ -186,7 +186,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # gloo: a peer's socket closed under a collective ("[gloo/transport/tcp/pair.cc:553] Connection
     # closed by peer [127.0.0.1]:6293. This is typically caused by a remote worker crashing"): it only
     # points at another rank's death, which torchrun's root-cause block or that rank's log names
-    _sig("gloo_peer_closed", "distributed_timeout", WRAPPER, r"\] Connection closed by peer"),
+    # The same from the reading side: "[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:44234:
+    # Connection reset by peer. This is typically caused by a remote worker hanging or bugs" (the peer
+    # aborted: torchrun's root cause names it)
+    _sig("gloo_peer_closed", "distributed_timeout", WRAPPER,
+         r"\] Connection closed by peer|pair\.cc:\d+\] Read error \S+: Connection reset by peer"),
     # c10d's TCPStore client could not reach the store: torch logs it at warning level while it retries
     # ("[W socket.cpp:558] [c10d] The client socket has failed to connect to ... (errno: 110 - Connection
     # timed out)") and at error level when it gives up ("... to any network address"). "errno: 99 -
@@ -384,6 +388,10 @@ def benign_veto(text: str, at: int) -> bool:
 _CONNECT_TYPES = re.compile(r"(?:^|\.)(?:\w*Connect(?:ion)?(?:Refused)?Error|ConnectTimeout|ClientConnectorError)$")
 
 
+_RAY_ACTOR_CAUSE = re.compile(
+    r"RayTaskError\((?:ActorDiedError|RayActorError|ActorUnavailableError|WorkerCrashedError|NodeDiedError)\)")
+
+
 def classify_exception(text: str) -> tuple[str, int]:
     """Category and tier for an exception line ``Type: message``."""
     sig = match_line(text)
@@ -395,6 +403,10 @@ def classify_exception(text: str) -> tuple[str, int]:
     if sig is not None and sig.category == "ray_actor_died":
         # ActorDiedError without a cause Ray could name: the actor's death is what the log says
         return sig.category, sig.tier
+    if _RAY_ACTOR_CAUSE.search(typ):
+        # "ray.exceptions.RayTaskError(ActorDiedError): ray::Actor.fit() ...": the task failed because
+        # an actor it called died, whatever the remote part (often cut off) goes on to say
+        return "ray_actor_died", SIGNAL
     if WRAPPER_TYPES.search(bare) or WRAPPER_MESSAGES.search(text):
         # ray.exceptions.RayTaskError(KeyError): the cause is the exception in the parentheses,
         # printed under it with the remote frames.

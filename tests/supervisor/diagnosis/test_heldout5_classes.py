@@ -91,3 +91,35 @@ def test_vllm_worker_failed_relay_yields_to_the_workers_own_error() -> None:
     assert d.location and d.location.endswith("vllm/v1/worker/cpu_worker.py:219")
     d = diagnose_file(FIXTURES / "h5_local_vllm_ulimit_v.log")
     assert d.category == "host_oom" and d.location and d.location.endswith("vllm/v1/worker/utils.py:596")
+
+
+# --- one rank's abort vs another rank's collateral error --------------------------------------
+
+
+def test_gloo_abort_root_cause_beats_the_peers_connection_reset() -> None:
+    d = diagnose_file(FIXTURES / "h5_local_torchrun_allreduce_size_mismatch.log")
+    assert d.category == "fatal_python_error", d.summary
+    assert "rank 0" in d.summary and "SIGABRT" in d.summary
+    assert d.exception_type is None and d.step == 3
+
+
+def test_gloo_read_error_alone_points_at_a_peer() -> None:
+    d = diagnose(["[rank1]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] "
+                  "Read error [127.0.0.1]:44234: Connection reset by peer. This is typically caused by a remote "
+                  "worker hanging or bugs in the application."])
+    assert d.category == "distributed_timeout", d.summary
+
+
+# --- Ray --------------------------------------------------------------------------------------
+
+
+def test_ray_task_error_of_a_dead_actor_is_an_actor_death() -> None:
+    d = diagnose_file(FIXTURES / "h5_openrlhf_raytaskerror_actordied_fit.log")
+    assert d.category == "ray_actor_died", d.summary
+    assert d.location == "/workdir/openrlhf/cli/train_ppo_ray.py:171"
+
+
+def test_ray_remote_part_of_only_rays_frames_is_located_at_the_drivers_line() -> None:
+    d = diagnose_file(FIXTURES / "h5_local_ray_task_unpicklable_return.log")
+    assert d.exception_type == "TypeError"
+    assert d.location and d.location.endswith("produce/h5_ray.py:84") and not d.library_location
