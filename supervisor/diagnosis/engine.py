@@ -248,7 +248,8 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         covered.add(fs.index)
 
     elastic_pids: list[int] = []
-    for ef in find_elastic_failures(norm):
+    elastic = find_elastic_failures(norm)
+    for ef in elastic:
         who = f"rank {ef.rank}" if ef.rank is not None else "a rank"
         if ef.local_rank is not None and ef.local_rank != ef.rank:
             who += f" (local_rank {ef.local_rank})"
@@ -304,9 +305,11 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                          or RETRY_NOTICE.search(text)):
             continue
         loc, library = None, False
-        if sig.name == "engine_dead" and TRACEBACK_HEADER.search(text):
-            # "Scheduler hit an exception: Traceback (most recent call last):" with the traceback cut
-            # off: its frames still say where the scheduler was
+        if sig.name == "engine_dead" and (TRACEBACK_HEADER.search(text) or (
+                k + 1 < n and TRACEBACK_HEADER.search(norm[k + 1].text) and norm[k + 1].index not in covered)):
+            # "Scheduler hit an exception: Traceback (most recent call last):" (or the header on the next
+            # line: "EngineCore failed to start.") with the traceback cut off or its frames unindented, so
+            # no traceback was parsed: its frames still say where the engine was
             frames = _frames_after(norm, k)
             if frames:
                 user = [f for f in frames if is_user_frame(f.file)]
@@ -323,7 +326,30 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         cands.append(_Candidate(ln.index, sig.category, sig.tier, summary, None, loc, [text], weak=sig.weak,
                                 stream=ln.stream or _rank_tag(text), library=library,
                                 job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text))))
+    _locate_by_cut_traceback(cands, norm, covered)
+    if elastic:
+        # torchelastic's block parsed whole names the rank: its bare "traceback : Signal 11" line is part of it
+        cands = [c for c in cands if c.rich or not (c.evidence and _ELASTIC_SIGNAL_LINE.match(c.evidence[0]))]
     return _drop_orderly_shutdown(cands, norm), elastic_pids
+
+
+def _locate_by_cut_traceback(cands: list[_Candidate], norm: list[Line], covered: set[int]) -> None:
+    """A failure named by a bare line (NCCL's "NCCL WARN init.cc:1815 -> 5" in a Ray actor's output) and,
+    after it, a traceback cut off before its exception (the driver's, waiting in ``ray.get``): the
+    traceback's innermost user frame is where the user's code met the failure."""
+    cut = [(ln.index, k) for k, ln in enumerate(norm)
+           if ln.index not in covered and TRACEBACK_HEADER.match(ln.text.strip())]
+    if not cut:
+        return
+    for c in cands:
+        if c.rich or c.location is not None:
+            continue
+        after = next((k for i, k in cut if i > c.index), None)
+        if after is None:
+            continue
+        user = [f for f in _frames_after(norm, after) if is_user_frame(f.file)]
+        if user:
+            c.location = user[-1].location
 
 
 def _drop_orderly_shutdown(cands: list[_Candidate], norm: list[Line]) -> list[_Candidate]:
@@ -485,6 +511,8 @@ def _following(norm: list[Line], exc: Exc, limit: int = 2) -> list[str]:
 _JOB_REPORT = re.compile(r"^(?:\S+: line \d+: +\d+ +|\[\d+\][+-]? +)\S.*\s{2,}\S")
 
 
+_ELASTIC_SIGNAL_LINE = re.compile(r"traceback\s*: Signal \d+ ")
+
 # srun's report of how a task ended, and Slurm's lines that say why it was ended
 _SLURM_TASK_END = re.compile(r"srun: error: [^\s:]+: tasks? [\d,-]+: ")
 _SLURM_WHY = re.compile(r"CANCELLED AT \S+|Node failure on ")
@@ -559,13 +587,17 @@ def _frames_after(norm: list[Line], k: int) -> list[Frame]:
     """The frames of a traceback whose header is norm[k], even where the tail or a paste cut it off
     before its exception line (complete frame lines only)."""
     frames: list[Frame] = []
+    flat = False  # frames printed without their indentation (a log record per line, its indent lost)
     for ln in norm[k + 1: k + 200]:
         if ln.stream != norm[k].stream:
             continue
         m = FRAME.match(ln.text)
         if m:
             frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
-        elif not ln.text[:1].isspace():
+            flat = not m.group("indent")
+        elif TRACEBACK_HEADER.search(ln.text) and not frames:
+            continue  # "EngineCore failed to start." then "Traceback (most recent call last):"
+        elif not ln.text[:1].isspace() and not (flat and bare_exception(ln.text.strip()) is None):
             break
     return frames
 

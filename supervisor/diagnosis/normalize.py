@@ -66,6 +66,8 @@ _PLAIN_PREFIXES = [
     re.compile(r"^E {2,}(?=\S)"),
     # a wrapper that tags its child's output: "SUBPROCESS: "
     re.compile(r"^[A-Z][A-Z_]{2,19}: (?=\S)"),
+    # a paste decorated with an emoji per line (a blog's "🚫 ValueError: ...", "❌ ", "⚠️ ")
+    re.compile("^[\U0001F300-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF]\uFE0F? +(?=\\S)"),
     # numbered lines pasted from a log viewer "[1743] ", "[E ProcessGroupNCCL.cpp:458] ",
     # metaflow "[177/train/578 (pid 28936)] ": any short bracketed tag followed by a space.
     re.compile(r"^\[[^\]]{1,80}\] "),

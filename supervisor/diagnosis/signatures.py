@@ -79,6 +79,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
                      "for send operation", "for recv operation", "socket timed out", "pair closure", "monitoredbarrier"),
     "gloo_peer_closed": ("connection closed by peer", "connection reset by peer"),
     "c10d_connect": ("client socket has failed to connect",),
+    "elastic_segv": ("received by pid",),
     "fatal_python": ("fatal python error", "terminate called", "sigabrt", "aborted"),
     "module_not_found": ("no module named", "module specification"),
     # a job-control line ("./run.sh: line 5: 12 Killed  python ..."); the word alone is a short line
@@ -174,7 +175,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"NCCL error|ncclUnhandledCudaError|ncclInternalError|ncclSystemError|ncclInvalidUsage"
          r"|ncclRemoteError|DistBackendError|NCCL communicator was aborted"
          r"|NCCL WARN (?!.*(?:Failed to open lib|libnccl-net|NET/Plugin))"
-         r".*(?:[Ff]ailed|[Ee]rror|closed by remote peer|Broken pipe|timed out)"),
+         r".*(?:[Ff]ailed|[Ee]rror|closed by remote peer|Broken pipe|timed out)"
+         # NCCL's trace of a failed call returning up its stack, "NCCL WARN init.cc:1815 -> 5" (a result code
+         # other than ncclSuccess: src/include/checks.h NCCLCHECK's "%s:%d -> %d")
+         r"|NCCL WARN \S+:\d+ -> [1-9]\b"),
     _sig("dist_timeout", "distributed_timeout", COLLATERAL,
          r"DistStoreError|DistNetworkError|Timed out after \d+ seconds waiting for (?:clients|workers)"
          r"|The client socket has timed out|Socket Timeout|RendezvousTimeoutError|wait timeout after \d+ms"
@@ -198,11 +202,17 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("c10d_connect", "distributed_timeout", COLLATERAL,
          r"The client socket has failed to connect to (?:any network address|.*\(errno: 110 - Connection timed out\))",
          weak=True),
+    # torchelastic's failure entry cut to its last lines ("traceback : Signal 11 (SIGSEGV) received by PID
+    # 36206", torch/distributed/elastic/multiprocessing/errors): the block's own parse names the rank
+    # where the block is whole (the engine drops this line then)
+    _sig("elastic_segv", "segfault", SIGNAL, r"^traceback\s*: Signal (?:11 \(SIGSEGV\)|7 \(SIGBUS\)) received by PID"),
     # An abort is usually the last act of something printed before it (an NCCL watchdog, a C++
     # exception), so it ranks below collective failures.
     _sig("fatal_python", "fatal_python_error", SIGNAL,
          r"Fatal Python error: (?!Segmentation fault)|terminate called (?:after throwing|without an active)"
-         r"|SIGABRT\(6\)|Aborted \(core dumped\)|^Aborted \(Signal sent by"),
+         r"|SIGABRT\(6\)|Aborted \(core dumped\)|^Aborted \(Signal sent by"
+         # absl's failure signal handler in Ray's workers: "*** SIGABRT received at time=1744106512 on cpu 176 ***"
+         r"|\*\*\* SIGABRT received at time="),
     # `python -m pkg.mod` with the package missing prints no traceback, only this line; a wrong
     # interpreter or an unactivated virtualenv fails like this on every attempt.
     _sig("module_not_found", "python_exception", PRIMARY,
@@ -241,7 +251,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|Worker proc \S+ died unexpectedly|WorkerProc failed to start|WorkerProc hit an exception"
          # SGLang's scheduler process logs its crash as one record: "Scheduler hit an exception: Traceback
          # (most recent call last): ..."; the engine dies with it even where the traceback is cut off
-         r"|Scheduler hit an exception"),
+         r"|Scheduler hit an exception"
+         # vLLM V1's engine core, the same way: "EngineCore hit an exception: Traceback (most recent call last):"
+         r"|EngineCore hit an exception"),
     # --- Ray: an actor or task worker died, and Ray does not know why ----------------------------
     # ActorDiedError / RayActorError "The actor died unexpectedly before finishing this task", "The
     # actor is dead because its worker process has died ... Worker exit type: SYSTEM_ERROR" (or "its

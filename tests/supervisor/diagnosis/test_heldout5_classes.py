@@ -123,3 +123,46 @@ def test_ray_remote_part_of_only_rays_frames_is_located_at_the_drivers_line() ->
     d = diagnose_file(FIXTURES / "h5_local_ray_task_unpicklable_return.log")
     assert d.exception_type == "TypeError"
     assert d.location and d.location.endswith("produce/h5_ray.py:84") and not d.library_location
+
+
+# --- cut or bare native output, and a decorated paste -----------------------------------------
+
+
+def test_vllm_engine_core_hit_exception_cut_is_the_engines_death_where_it_was() -> None:
+    d = diagnose_file(FIXTURES / "h5_prodstack_engine_core_hit_exception_cut.log")
+    assert d.category == "inference_engine_dead", d.summary
+    assert d.location == "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py:316"
+
+
+def test_unindented_frames_under_engine_core_failed_to_start_keep_the_location() -> None:
+    d = diagnose_file(FIXTURES / "h5_vllm_engine_core_failed_to_start_unindented.log")
+    assert d.category == "inference_engine_dead"
+    assert d.location == "/home/llm/anaconda3/envs/vllm/lib/python3.12/site-packages/vllm/v1/engine/core.py:71"
+
+
+def test_ray_workers_sigabrt_line_under_an_nccl_watchdog_stack_is_an_abort() -> None:
+    d = diagnose_file(FIXTURES / "h5_openrlhf_watchdog_sigabrt_ray_actor.log")
+    assert d.category == "fatal_python_error", d.summary
+
+
+def test_torchrun_signal_line_with_its_block_cut_is_a_segfault() -> None:
+    d = diagnose_file(FIXTURES / "h5_qerl_torchrun_sigsegv_error_file.log")
+    assert d.category == "segfault", d.summary
+
+
+def test_torchrun_whole_block_still_names_the_root_cause_rank() -> None:
+    d = diagnose_file(FIXTURES / "h5_local_torchrun_allreduce_size_mismatch.log")
+    assert "torchrun root cause" in d.summary
+
+
+def test_nccl_return_code_trace_is_an_nccl_error_located_by_the_cut_driver_traceback() -> None:
+    d = diagnose_file(FIXTURES / "h5_openrlhf_nccl_warn_init_then_ray_get.log")
+    assert d.category == "nccl_error", d.summary
+    assert d.location and d.location.endswith("openrlhf/cli/train_ppo_ray.py:166")
+    # a return code of 0 is ncclSuccess: no failure
+    assert diagnose(["NCCL WARN init.cc:1815 -> 0"]).category == "none"
+
+
+def test_an_emoji_in_front_of_an_exception_line_is_decoration() -> None:
+    d = diagnose_file(FIXTURES / "h5_blog_velog_vllm_cache_blocks_kv_needed.log")
+    assert (d.category, d.exception_type) == ("inference_memory_config", "ValueError"), d.summary
