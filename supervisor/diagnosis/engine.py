@@ -532,6 +532,16 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
         # actor that died) over generic wrappers ("RuntimeError: cancelled", ChildFailedError)
         named = [c for c in top if c.category not in ("python_exception", "unknown") or c.vague]
         top = named or top
+        # vLLM's line naming the process that died ("Worker proc VllmWorker-0 died unexpectedly") says more than
+        # the wrappers printed after it (the engine core's "Executor failed.", EngineDeadError)
+        dead = [c for c in top if not c.rich and c.evidence and _NAMES_DEAD_PROC.search(c.evidence[0])]
+        if dead:
+            top = dead + [c for c in top if c.rich and c.category == dead[0].category]
+            named_dead = max(dead, key=lambda c: c.index)
+            for c in top:
+                if c.rich:
+                    named_dead.evidence = named_dead.evidence + c.evidence[:1]
+            top = [named_dead]
     chosen = max(top, key=lambda c: (c.index, c.rich))
     if chosen.job_report:
         # The shell reports a job the script ran that was killed (a Ray node started in the

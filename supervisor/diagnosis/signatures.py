@@ -58,6 +58,7 @@ _SHORT = {"shell_killed": max(len(w) for w in _KILLED_WORDS) + 4}
 _KEYS: dict[str, tuple[str, ...]] = {
     "slurm_oom": ("oom-kill event", "oom_kill event", "out of memory"),
     "slurm_end": ("srun: error: ", "cancelled at "),
+    "slurm_execve": ("execve():",),
     "ray_oom": ("outofmemoryerror", "running low on memory", "memory pressure"),
     "host_alloc": ("can't allocate memory", "cannot allocate memory", "unable to allocate"),
     "kernel_oom_kill": ("out of memory", "oom-kill"),
@@ -80,6 +81,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "gloo_peer_closed": ("connection closed by peer", "connection reset by peer"),
     "c10d_connect": ("client socket has failed to connect",),
     "elastic_segv": ("received by pid",),
+    "slurm_task_failed": ("exited with exit code",),
     "fatal_python": ("fatal python error", "terminate called", "sigabrt", "aborted"),
     "module_not_found": ("no module named", "module specification"),
     # a job-control line ("./run.sh: line 5: 12 Killed  python ..."); the word alone is a short line
@@ -234,9 +236,15 @@ SIGNATURES: tuple[Signature, ...] = (
     # _task_finish), slurmstepd's "*** STEP J.S ON <node> CANCELLED AT <time> [DUE TO TIME LIMIT] ***"
     # (scancel, the time limit, a node failure) and srun's "Node failure on <node>": the tasks were
     # killed from outside, whatever they printed before
+    # slurmstepd could not start the step's program ("slurmstepd-hq1: error: execve(): /opt/x/bin/python3: No
+    # such file or directory", src/slurmd/slurmstepd/exec_wait / task.c): the cause, whatever srun says next
+    _sig("slurm_execve", "unknown", PRIMARY, r"slurmstepd(?:-\S+)?: error: execve\(\): "),
     _sig("slurm_end", "killed", SIGNAL,
          r"srun: error: [^\s:]+: tasks? [\d,-]+: (?:Killed|Terminated)\s*$"
          r"|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT |srun: error: Node failure on \S+"),
+    # srun's report of a task that exited non-zero without saying why ("srun: error: hq1: task 0: Exited with
+    # exit code 3"): a failure, cause unknown; any message the task printed outranks it
+    _sig("slurm_task_failed", "unknown", WRAPPER, r"^srun: error: [^\s:]+: tasks? [\d,-]+: Exited with exit code [1-9]"),
     # --- inference engine death ---------------------------------------------------------------
     _sig("engine_dead", "inference_engine_dead", WRAPPER,
          r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:an issue|a fatal error)"
@@ -318,6 +326,9 @@ WRAPPER_MESSAGES = re.compile(
     # stack trace above for the root cause")): the worker's own traceback is the failure
     r"|Worker failed with error '"
     r"|^\w*Error: cancelled$"
+    # vLLM's engine core after its executor lost a worker (vllm/v1/engine/core.py _handle_client_request:
+    # raise RuntimeError("Executor failed.")): the executor's own line names the worker that died
+    r"|^\w*Error: Executor failed\.?$"
 )
 # Tracebacks a program logs and carries on from: SGLang 0.5.23 posts /freeze_gc to its own server after
 # warmup and logs any failure with the traceback at warning level (sglang/srt/entrypoints/http_server.py
