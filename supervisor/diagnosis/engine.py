@@ -327,6 +327,13 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                                 stream=ln.stream or _rank_tag(text), library=library,
                                 job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text))))
     _locate_by_cut_traceback(cands, norm, covered)
+    last = next((ln for ln in reversed(norm) if ln.text.strip()), None)
+    if last is not None and last.index not in covered and _FATAL_MESSAGE.match(last.text.strip()):
+        # the program's last word is an error message and nothing else: sys.exit("error: ...") prints only
+        # that, argparse's "prog: error: the following arguments are required"; any failure the log names
+        # outranks it
+        cands.append(_Candidate(last.index, "unknown", WRAPPER, last.text.strip(), None, None, [last.text.strip()],
+                                vague=True, stream=last.stream))
     if elastic:
         # torchelastic's block parsed whole names the rank: its bare "traceback : Signal 11" line is part of it
         cands = [c for c in cands if c.rich or not (c.evidence and _ELASTIC_SIGNAL_LINE.match(c.evidence[0]))]
@@ -511,6 +518,8 @@ def _following(norm: list[Line], exc: Exc, limit: int = 2) -> list[str]:
 _JOB_REPORT = re.compile(r"^(?:\S+: line \d+: +\d+ +|\[\d+\][+-]? +)\S.*\s{2,}\S")
 
 
+# a program's fatal message as its last line: "error: ...", "train.py: error: ..." (argparse), "fatal: ..." (git)
+_FATAL_MESSAGE = re.compile(r"^(?:[\w./\-]+: )?(?:error|fatal|ERROR|FATAL): \S")
 _ELASTIC_SIGNAL_LINE = re.compile(r"traceback\s*: Signal \d+ ")
 
 # srun's report of how a task ended, and Slurm's lines that say why it was ended

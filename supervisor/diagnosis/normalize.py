@@ -24,6 +24,9 @@ _STREAM_PREFIXES = [
     re.compile(r"^\((?P<stream>raylet|gcs_server|autoscaler|monitor|dashboard(?:_agent)?)\)[ ]?"),
     # mpirun --tag-output: "[1,0]<stdout>:"
     re.compile(r"^\[(?P<stream>\d+,\d+)\]<(?:stdout|stderr)>:"),
+    # srun -l: each task's line labelled with its task id, "1: Traceback (most recent call last):" (srun's own
+    # messages come unlabelled); the id names the stream, so interleaved tasks are read apart
+    re.compile(r"^(?P<stream>\d{1,5}): (?=\S| )"),
     # docker compose: "vllm-1  | " ; buildkite "  | "
     re.compile(r"^(?P<stream>[\w.\-]+)?\s*\|[ ]"),
 ]
