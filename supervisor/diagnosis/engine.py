@@ -436,7 +436,12 @@ def _root_of(chain: Chain) -> tuple[Exc, str, int]:
         return next(s for s in specific if s[2] == best_tier)
     last = scored[-1]
     if last[2] != WRAPPER and not _generic_over_user(scored):
-        return last
+        # the same exception raised again across a process boundary (multiprocessing's pool re-raises the
+        # worker's exception under its RemoteTraceback: "raise self._value"): where it was first raised says
+        # where it failed
+        same = [x for x in scored[:-1] if x[0].type == last[0].type and x[0].text == last[0].text
+                and x[0].user_location()]
+        return same[0] if same else last
     earlier = [s for s in scored[:-1] if s[2] != WRAPPER]
     if not earlier:
         return last

@@ -214,3 +214,9 @@ def test_a_programs_last_line_error_message_is_a_failure() -> None:
     assert d.category == "unknown"
     # an error message followed by more work is not the last word
     assert diagnose(["error: retrying shard 3", "step 4/10 loss=0.2"]).category == "none"
+
+
+def test_multiprocessing_pool_worker_error_is_located_where_the_worker_raised_it() -> None:
+    d = diagnose_file(FIXTURES / "h7_local_torch_pool_worker_error.log")
+    assert d.exception_type == "ValueError"
+    assert d.location and d.location.endswith("produce/h7_torch.py:45")  # in score(), not the pool.map() line
