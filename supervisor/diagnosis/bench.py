@@ -1,6 +1,6 @@
 """Accuracy of the diagnosis engine on the labelled corpus of real failure logs.
 
-``python -m rlsup.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|heldout2|heldout3|heldout4|fresh|tuning]``
+``python -m rlsup.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|heldout2|...|heldout7|heldout_all|fresh|tuning]``
 
 Every ``*.log`` under ``tests/fixtures/diagnosis`` is a real excerpt: quoted from a public page
 (its first line ``# source: URL`` names it: an issue, a forum thread, a documentation page, a blog
@@ -14,7 +14,10 @@ right, and the bench also reports how often the first-listed one is the answer.
 ``split.json`` names held-out parts, each frozen (committed) before the engine was tuned for it:
 the figure on those is the one that says how the engine does on logs nobody tuned it to;
 ``fresh_after_tuning`` names excerpts collected after it was tuned. A label may carry
-``known_miss`` (a reason); it still counts as a miss.
+``known_miss`` (a reason); it still counts as a miss. Each part's ``measured_after_tuning`` records the
+figure measured once, before anyone looked at its misses: the bench prints those apart ("measured
+once"), since a part's figure measured later, after its misses were fixed, no longer says how the
+engine does on logs nobody tuned it to.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from .offline import diagnose_file
 FIELDS = ("category", "exception_type", "location", "step")
 # held-out parts of split.json, each frozen before the engine was tuned for it (issue 18; issue 29:
 # beyond GitHub issues, then the runs collected after that tuning)
-HELDOUT_PARTS = ("heldout", "heldout2", "heldout3", "heldout4")
+HELDOUT_PARTS = ("heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7")
+HELDOUT_ALL = "heldout_all"  # every held-out part together
 DEFAULT_FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "diagnosis"
 
 
@@ -55,7 +59,8 @@ def source_kind(first_line: str) -> str:
         return "forum" if "/discussions/" in low else "github_other"
     if host.startswith(("discuss.", "forum.", "forums.")) or "stackoverflow.com" in host or "/t/" in low or "/forum/" in low:
         return "forum"
-    if host.startswith("docs.") or "readthedocs" in host or "/docs/" in low or host.startswith("git."):
+    if (host.startswith("docs.") or "readthedocs" in host or "/docs/" in low or host.startswith("git.")
+            or "/documentation/" in low):
         return "docs"
     return "blog"
 
@@ -211,6 +216,40 @@ def fresh_names(fixtures: Path = DEFAULT_FIXTURES) -> set[str]:
     return set((json.loads(p.read_text()).get("fresh_after_tuning") or {}).get("names") or [])
 
 
+def measured_once(fixtures: Path = DEFAULT_FIXTURES) -> dict[str, dict[str, Any]]:
+    """Each held-out part's figure as measured once, before its misses were looked at (split.json
+    ``measured_after_tuning``): part -> {right, fixtures, benign_false_alarms, engine_commit, misses}."""
+    p = fixtures / "split.json"
+    if not p.exists():
+        return {}
+    data = json.loads(p.read_text())
+    out: dict[str, dict[str, Any]] = {}
+    for part in HELDOUT_PARTS:
+        value = data.get(part)
+        if part == "heldout":
+            # issue 18's part: measured once as the "fresh" figure of the first engine run on it
+            first = data.get("heldout_measured_once")
+            if first:
+                out[part] = first
+            continue
+        if isinstance(value, dict) and value.get("measured_after_tuning"):
+            out[part] = value["measured_after_tuning"]
+    return out
+
+
+def format_measured_once(once: dict[str, dict[str, Any]], out: TextIO) -> None:
+    if not once:
+        return
+    w = out.write
+    w("== held-out parts as measured once (split.json; before any of their misses were looked at)\n")
+    right = total = fas = 0
+    for part, m in once.items():
+        r, n, fa = m.get("right", 0), m.get("fixtures", 0), m.get("benign_false_alarms", 0)
+        right, total, fas = right + r, total + n, fas + fa
+        w(f"{part:<12}{r:>5}/{n:<5}{_pct(r, n):>8}  benign false alarms {fa}  (engine {m.get('engine_commit', '?')})\n")
+    w(f"{'together':<12}{right:>5}/{total:<5}{_pct(right, total):>8}  benign false alarms {fas}\n\n")
+
+
 def run_case(case: Case, fixtures: Path = DEFAULT_FIXTURES) -> Result:
     d = diagnose_file(fixtures / case.name)
     got = {"category": d.category, "exception_type": d.exception_type, "location": d.location, "step": d.step}
@@ -223,6 +262,9 @@ def evaluate(fixtures: Path = DEFAULT_FIXTURES, subset: str = "all") -> Report:
     fresh = fresh_names(fixtures)
     if subset in parts:
         cases = [c for c in cases if c.name in parts[subset]]
+    elif subset == HELDOUT_ALL:
+        held = set().union(*parts.values())
+        cases = [c for c in cases if c.name in held]
     elif subset == "fresh":
         cases = [c for c in cases if c.name in fresh]
     elif subset == "tuning":
@@ -306,8 +348,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     ap = argparse.ArgumentParser(prog="python -m rlsup.supervisor.diagnosis.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--fixtures", type=Path, default=DEFAULT_FIXTURES)
-    ap.add_argument("--subset", choices=("all", *HELDOUT_PARTS, "fresh", "tuning"), default=None,
-                    help="one subset only (default: the held-out parts, then the whole corpus)")
+    ap.add_argument("--subset", choices=("all", *HELDOUT_PARTS, HELDOUT_ALL, "fresh", "tuning"), default=None,
+                    help="one subset only (default: the held-out parts, all of them together, then the "
+                         "whole corpus, and the held-out figures as measured once)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--timing", action="store_true",
                     help="also time diagnose() on a 1,000-line tail made of the corpus (no other output)")
@@ -315,14 +358,19 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     if args.timing:
         out.write(timing(args.fixtures) + "\n")
         return 0
-    subsets = [args.subset] if args.subset else [*HELDOUT_PARTS, "all"]
+    subsets = [args.subset] if args.subset else [*HELDOUT_PARTS, HELDOUT_ALL, "all"]
     reports = [evaluate(args.fixtures, s) for s in subsets]
+    once = measured_once(args.fixtures) if not args.subset else {}
     if args.json:
-        json.dump({r.subset: r.to_dict() for r in reports}, out, indent=2)
+        doc: dict[str, Any] = {r.subset: r.to_dict() for r in reports}
+        if once:
+            doc["measured_once"] = once
+        json.dump(doc, out, indent=2)
         out.write("\n")
     else:
         for r in reports:
             format_report(r, out, misses=True)
+        format_measured_once(once, out)
     return 0
 
 

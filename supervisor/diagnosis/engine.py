@@ -19,8 +19,10 @@ from .normalize import Line, normalize
 from .ray_deaths import describe as describe_ray_death
 from .signatures import (
     COLLATERAL,
+    HANDLED_FUNCS,
     HYDRA_FAILED,
     LAUNCHER_EXIT,
+    ORDERLY_SHUTDOWN,
     PRIMARY,
     RAY_TASK_HEADER,
     RECOVERED,
@@ -30,6 +32,7 @@ from .signatures import (
     SYMPTOM_FUNCS,
     TQDM_BAR,
     TRAINING_BAR_DESC,
+    UNEXPECTED_EXIT,
     WRAPPER,
     WRAPPER_TYPES,
     benign_veto,
@@ -78,6 +81,7 @@ class _Candidate:
     library: bool = False  # location is the innermost frame, in library code
     hint: str = ""  # what to do next, where the category's hint does not fit this failure
     vague: bool = False  # names no failure of its own (torchrun: "exitcode 1", no traceback)
+    job_report: bool = False  # a shell's report of a job it ran ("line 30: 7946 Killed  ray start ...")
 
 
 def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
@@ -204,13 +208,27 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     # a retried connection error before the dependency was back, or before training made progress
     # again, is history
     recovered_after = max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0]))
+    prev: tuple[Chain, _Candidate] | None = None
     for ch in chains:
         stream = ch.excs[0].stream
         for ln in norm[ch.start: ch.end + 1]:
             if ln.stream == stream:
                 covered.add(ln.index)
+        if any(e.funcs() & HANDLED_FUNCS for e in ch.excs):
+            continue  # logged and carried on from
         c = _chain_candidate(ch, norm)
         c.stream = stream
+        prev_chain = prev
+        prev = (ch, c)
+        if c.library and prev_chain is not None:
+            # a Ray task's remote part printed as a traceback of its own under the driver's RayTaskError,
+            # with only Ray's frames (cloudpickle failing on the return value): the driver's own line that
+            # waited for it is where it failed, for the user
+            pch, pc = prev_chain
+            if (pch.excs[-1].remote and pc.location and not pc.library and 0 <= ch.start - pch.end <= 8
+                    and not any(e.frames and e.user_location() for e in ch.excs)):
+                c.location, c.library = pc.location, False
+                c.summary = _shorten(c.exception or c.summary) + f" at {_short(c.location)}"
         # A refused connection logged as a bare exception line is how a client reports a retry,
         # like the plain lines below: it counts only near the end and after the last recovery.
         if c.category == "connection_refused" and not any(e.frames for e in ch.excs):
@@ -230,7 +248,8 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
         covered.add(fs.index)
 
     elastic_pids: list[int] = []
-    for ef in find_elastic_failures(norm):
+    elastic = find_elastic_failures(norm)
+    for ef in elastic:
         who = f"rank {ef.rank}" if ef.rank is not None else "a rank"
         if ef.local_rank is not None and ef.local_rank != ef.rank:
             who += f" (local_rank {ef.local_rank})"
@@ -286,9 +305,11 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
                          or RETRY_NOTICE.search(text)):
             continue
         loc, library = None, False
-        if sig.name == "engine_dead" and TRACEBACK_HEADER.search(text):
-            # "Scheduler hit an exception: Traceback (most recent call last):" with the traceback cut
-            # off: its frames still say where the scheduler was
+        if sig.name == "engine_dead" and (TRACEBACK_HEADER.search(text) or (
+                k + 1 < n and TRACEBACK_HEADER.search(norm[k + 1].text) and norm[k + 1].index not in covered)):
+            # "Scheduler hit an exception: Traceback (most recent call last):" (or the header on the next
+            # line: "EngineCore failed to start.") with the traceback cut off or its frames unindented, so
+            # no traceback was parsed: its frames still say where the engine was
             frames = _frames_after(norm, k)
             if frames:
                 user = [f for f in frames if is_user_frame(f.file)]
@@ -303,8 +324,47 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
             # CUDA's note says how errors are reported, not which one: never the summary
             summary = "a CUDA error whose message is not in the log (only the note CUDA prints under its errors)"
         cands.append(_Candidate(ln.index, sig.category, sig.tier, summary, None, loc, [text], weak=sig.weak,
-                                stream=ln.stream or _rank_tag(text), library=library))
-    return cands, elastic_pids
+                                stream=ln.stream or _rank_tag(text), library=library,
+                                job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text))))
+    _locate_by_cut_traceback(cands, norm, covered)
+    last = next((ln for ln in reversed(norm) if ln.text.strip()), None)
+    if last is not None and last.index not in covered and _FATAL_MESSAGE.match(last.text.strip()):
+        # the program's last word is an error message and nothing else: sys.exit("error: ...") prints only
+        # that, argparse's "prog: error: the following arguments are required"; any failure the log names
+        # outranks it
+        cands.append(_Candidate(last.index, "unknown", WRAPPER, last.text.strip(), None, None, [last.text.strip()],
+                                vague=True, stream=last.stream))
+    if elastic:
+        # torchelastic's block parsed whole names the rank: its bare "traceback : Signal 11" line is part of it
+        cands = [c for c in cands if c.rich or not (c.evidence and _ELASTIC_SIGNAL_LINE.match(c.evidence[0]))]
+    return _drop_orderly_shutdown(cands, norm), elastic_pids
+
+
+def _locate_by_cut_traceback(cands: list[_Candidate], norm: list[Line], covered: set[int]) -> None:
+    """A failure named by a bare line (NCCL's "NCCL WARN init.cc:1815 -> 5" in a Ray actor's output) and,
+    after it, a traceback cut off before its exception (the driver's, waiting in ``ray.get``): the
+    traceback's innermost user frame is where the user's code met the failure."""
+    cut = [(ln.index, k) for k, ln in enumerate(norm)
+           if ln.index not in covered and TRACEBACK_HEADER.match(ln.text.strip())]
+    if not cut:
+        return
+    for c in cands:
+        if c.rich or c.location is not None:
+            continue
+        after = next((k for i, k in cut if i > c.index), None)
+        if after is None:
+            continue
+        user = [f for f in _frames_after(norm, after) if is_user_frame(f.file)]
+        if user:
+            c.location = user[-1].location
+
+
+def _drop_orderly_shutdown(cands: list[_Candidate], norm: list[Line]) -> list[_Candidate]:
+    """vLLM's engine "death" after its API server was asked to stop is the shutdown's noise."""
+    asked = next((ln.index for ln in norm if ORDERLY_SHUTDOWN.search(ln.text)), None)
+    if asked is None or any(UNEXPECTED_EXIT.search(ln.text) for ln in norm if ln.index > asked):
+        return cands
+    return [c for c in cands if not (c.category == "inference_engine_dead" and c.index > asked)]
 
 
 _WRAP_MIN = 80  # a terminal wraps long lines; shorter ones end where the program ended them
@@ -376,7 +436,12 @@ def _root_of(chain: Chain) -> tuple[Exc, str, int]:
         return next(s for s in specific if s[2] == best_tier)
     last = scored[-1]
     if last[2] != WRAPPER and not _generic_over_user(scored):
-        return last
+        # the same exception raised again across a process boundary (multiprocessing's pool re-raises the
+        # worker's exception under its RemoteTraceback: "raise self._value"): where it was first raised says
+        # where it failed
+        same = [x for x in scored[:-1] if x[0].type == last[0].type and x[0].text == last[0].text
+                and x[0].user_location()]
+        return same[0] if same else last
     earlier = [s for s in scored[:-1] if s[2] != WRAPPER]
     if not earlier:
         return last
@@ -406,7 +471,10 @@ def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
     excs = chain.excs
     remote_at = max((k for k, e in enumerate(excs) if e.remote), default=-1)
     remote_part = excs[remote_at + 1:] if remote_at >= 0 else []
-    if any(e.frames for e in remote_part):
+    if any(e.user_location() for e in remote_part) or (
+            any(e.frames for e in remote_part) and not any(e.user_location() for e in excs)):
+        # (a remote part whose frames are all Ray's own, cloudpickle failing to pickle a task's return
+        # value, says less than the driver's own line that waited for it)
         scope, first = remote_part, (root if root in remote_part else None)
     else:
         scope, first = excs, root
@@ -450,6 +518,24 @@ def _following(norm: list[Line], exc: Exc, limit: int = 2) -> list[str]:
     return out
 
 
+# bash's report of a job, naming its command: "./run.sh: line 30:  7946 Killed   setsid ray start ...",
+# "[1]+  Killed   python serve.py"
+_JOB_REPORT = re.compile(r"^(?:\S+: line \d+: +\d+ +|\[\d+\][+-]? +)\S.*\s{2,}\S")
+
+
+# a program's fatal message as its last line: "error: ...", "train.py: error: ..." (argparse), "fatal: ..." (git)
+_FATAL_MESSAGE = re.compile(r"^(?:[\w./\-]+: )?(?:error|fatal|ERROR|FATAL): \S")
+_ELASTIC_SIGNAL_LINE = re.compile(r"traceback\s*: Signal \d+ ")
+
+# srun's report of how a task ended, and Slurm's lines that say why it was ended
+_SLURM_TASK_END = re.compile(r"srun: error: [^\s:]+: tasks? [\d,-]+: ")
+_SLURM_WHY = re.compile(r"CANCELLED AT \S+|Node failure on ")
+
+
+# vLLM's own line naming the engine process that died (v1 executor, engine core manager)
+_NAMES_DEAD_PROC = re.compile(r"(?:Worker|Engine core) proc \S+ died unexpectedly")
+
+
 def _choose(cands: list[_Candidate]) -> _Candidate | None:
     if not cands:
         return None
@@ -460,7 +546,34 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
         # actor that died) over generic wrappers ("RuntimeError: cancelled", ChildFailedError)
         named = [c for c in top if c.category not in ("python_exception", "unknown") or c.vague]
         top = named or top
+        # vLLM's line naming the process that died ("Worker proc VllmWorker-0 died unexpectedly") says more than
+        # the wrappers printed after it (the engine core's "Executor failed.", EngineDeadError)
+        dead = [c for c in top if not c.rich and c.evidence and _NAMES_DEAD_PROC.search(c.evidence[0])]
+        if dead:
+            top = dead + [c for c in top if c.rich and c.category == dead[0].category]
+            named_dead = max(dead, key=lambda c: c.index)
+            for c in top:
+                if c.rich:
+                    named_dead.evidence = named_dead.evidence + c.evidence[:1]
+            top = [named_dead]
     chosen = max(top, key=lambda c: (c.index, c.rich))
+    if chosen.job_report:
+        # The shell reports a job the script ran that was killed (a Ray node started in the
+        # background, a server); the exception the program printed at the same rank says what broke
+        # for it, and where: that names the failure, the job's death is its evidence.
+        own = [c for c in top if c.rich and c.exception and not c.job_report]
+        if own:
+            r = max(own, key=lambda c: c.index)
+            r.evidence = r.evidence + chosen.evidence[:1]
+            chosen = r
+    if chosen.evidence and _SLURM_TASK_END.search(chosen.evidence[0]):
+        # srun's "task 0: Terminated" is how the task ended; slurmstepd's "CANCELLED AT ... DUE TO TIME
+        # LIMIT" or srun's "Node failure on hq1" printed before it says why
+        why = [c for c in top if c.evidence and _SLURM_WHY.search(c.evidence[0])]
+        if why:
+            r = max(why, key=lambda c: c.index)
+            r.evidence = r.evidence + chosen.evidence[:1]
+            chosen = r
     if chosen.vague:
         # torchrun's "exitcode: 1" says only that a rank failed: a traceback of the same rank's kind
         # (a gloo peer that closed, another pointer) still says more
@@ -470,6 +583,13 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
             chosen = max(said, key=lambda c: c.index)
     if not chosen.rich:
         richer = [c for c in top if c.rich and c.category == chosen.category]
+        if chosen.evidence and _NAMES_DEAD_PROC.search(chosen.evidence[0]):
+            # "Worker proc VllmWorker-7 died unexpectedly" says which process died; vLLM's
+            # EngineDeadError ("EngineCore encountered an issue. See stack trace above") only reports
+            # that one did: the line names the failure, the wrapper is its evidence
+            for c in richer:
+                chosen.evidence = chosen.evidence + c.evidence[:1]
+            richer = []
         if richer:
             r = max(richer, key=lambda c: c.index)
             r.evidence = r.evidence + [chosen.evidence[0]] if chosen.evidence else r.evidence
@@ -491,13 +611,17 @@ def _frames_after(norm: list[Line], k: int) -> list[Frame]:
     """The frames of a traceback whose header is norm[k], even where the tail or a paste cut it off
     before its exception line (complete frame lines only)."""
     frames: list[Frame] = []
+    flat = False  # frames printed without their indentation (a log record per line, its indent lost)
     for ln in norm[k + 1: k + 200]:
         if ln.stream != norm[k].stream:
             continue
         m = FRAME.match(ln.text)
         if m:
             frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
-        elif not ln.text[:1].isspace():
+            flat = not m.group("indent")
+        elif TRACEBACK_HEADER.search(ln.text) and not frames:
+            continue  # "EngineCore failed to start." then "Traceback (most recent call last):"
+        elif not ln.text[:1].isspace() and not (flat and bare_exception(ln.text.strip()) is None):
             break
     return frames
 

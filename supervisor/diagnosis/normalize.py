@@ -24,6 +24,9 @@ _STREAM_PREFIXES = [
     re.compile(r"^\((?P<stream>raylet|gcs_server|autoscaler|monitor|dashboard(?:_agent)?)\)[ ]?"),
     # mpirun --tag-output: "[1,0]<stdout>:"
     re.compile(r"^\[(?P<stream>\d+,\d+)\]<(?:stdout|stderr)>:"),
+    # srun -l: each task's line labelled with its task id, "1: Traceback (most recent call last):" (srun's own
+    # messages come unlabelled); the id names the stream, so interleaved tasks are read apart
+    re.compile(r"^(?P<stream>\d{1,5}): (?=\S| )"),
     # docker compose: "vllm-1  | " ; buildkite "  | "
     re.compile(r"^(?P<stream>[\w.\-]+)?\s*\|[ ]"),
 ]
@@ -66,6 +69,8 @@ _PLAIN_PREFIXES = [
     re.compile(r"^E {2,}(?=\S)"),
     # a wrapper that tags its child's output: "SUBPROCESS: "
     re.compile(r"^[A-Z][A-Z_]{2,19}: (?=\S)"),
+    # a paste decorated with an emoji per line (a blog's "🚫 ValueError: ...", "❌ ", "⚠️ ")
+    re.compile("^[\U0001F300-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF]\uFE0F? +(?=\\S)"),
     # numbered lines pasted from a log viewer "[1743] ", "[E ProcessGroupNCCL.cpp:458] ",
     # metaflow "[177/train/578 (pid 28936)] ": any short bracketed tag followed by a space.
     re.compile(r"^\[[^\]]{1,80}\] "),
@@ -154,6 +159,31 @@ def split_glued(raw: str) -> list[str]:
     return out
 
 
+# rich's box-drawn traceback (rich.traceback, typer, accelerate's CLI): a frame is "│ PATH:LINE in FUNC │"
+# inside a box whose top border names it ("╭──── Traceback (most recent call last) ────╮"). Read as
+# Python's own format, so the frames say where it failed like any traceback's.
+_RICH_TOP = re.compile(r"^[╭┌]─+ Traceback \(most recent call last\) ─+")
+_RICH_FRAME = re.compile(r"^│ (?P<file>\S.*?\.pyx?):(?P<line>\d+) in (?P<func>\S+)\s*│?$")
+_RICH_BOTTOM = re.compile(r"^[╰└]─+")
+
+
+def rich_box(text: str) -> str:
+    """A line of rich's box-drawn traceback in Python's own traceback format; other lines unchanged."""
+    if not text or text[0] not in "│╭┌╰└":
+        return text
+    if _RICH_TOP.match(text):
+        return "Traceback (most recent call last):"
+    m = _RICH_FRAME.match(text)
+    if m:
+        return f'  File "{m.group("file")}", line {m.group("line")}, in {m.group("func")}'
+    if _RICH_BOTTOM.match(text):
+        return ""
+    if text[0] == "│":
+        inner = text[1:].rstrip().removesuffix("│").strip()
+        return f"    {inner}" if inner else ""
+    return text
+
+
 def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:
     """Strip prefixes from every line, keeping the original order; records glued onto a progress
     bar become lines of their own. ``index`` numbers the resulting lines."""
@@ -161,7 +191,10 @@ def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:
     for raw in lines:
         for piece in split_glued(raw):
             stream, text = strip_prefixes(piece)
-            out.append(Line(len(out), stream, text, len(text) != len(piece.rstrip())))
+            prefixed = len(text) != len(piece.rstrip())
+            if text[:1] in "│╭┌╰└":
+                text = rich_box(text)
+            out.append(Line(len(out), stream, text, prefixed))
     return out
 
 

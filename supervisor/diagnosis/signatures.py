@@ -56,6 +56,9 @@ _KILLED_ALT = "|".join(re.escape(w) for w in sorted(_KILLED_WORDS, key=len, reve
 # line that a pattern never matches without its keys.
 _SHORT = {"shell_killed": max(len(w) for w in _KILLED_WORDS) + 4}
 _KEYS: dict[str, tuple[str, ...]] = {
+    "slurm_oom": ("oom-kill event", "oom_kill event", "out of memory"),
+    "slurm_end": ("srun: error: ", "cancelled at "),
+    "slurm_execve": ("execve():",),
     "ray_oom": ("outofmemoryerror", "running low on memory", "memory pressure"),
     "host_alloc": ("can't allocate memory", "cannot allocate memory", "unable to allocate"),
     "kernel_oom_kill": ("out of memory", "oom-kill"),
@@ -75,8 +78,10 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "dist_timeout": ("diststoreerror", "distnetworkerror", "waiting for clients", "waiting for workers",
                      "client socket has timed out", "socket timeout", "rendezvoustimeouterror", "wait timeout after",
                      "for send operation", "for recv operation", "socket timed out", "pair closure", "monitoredbarrier"),
-    "gloo_peer_closed": ("connection closed by peer",),
+    "gloo_peer_closed": ("connection closed by peer", "connection reset by peer"),
     "c10d_connect": ("client socket has failed to connect",),
+    "elastic_segv": ("received by pid",),
+    "slurm_task_failed": ("exited with exit code",),
     "fatal_python": ("fatal python error", "terminate called", "sigabrt", "aborted"),
     "module_not_found": ("no module named", "module specification"),
     # a job-control line ("./run.sh: line 5: 12 Killed  python ..."); the word alone is a short line
@@ -97,6 +102,11 @@ _KEYS: dict[str, tuple[str, ...]] = {
 # Ordered from specific to generic: the first match names the line.
 SIGNATURES: tuple[Signature, ...] = (
     # --- host memory (before CUDA memory: Ray's exception is also called OutOfMemoryError) --------
+    # Slurm's cgroup OOM killer, as slurmstepd and srun report it in the step's own output
+    # (src/slurmd/slurmstepd: "Detected %u oom_kill event(s) in %ps" (older: "oom-kill event(s) in step
+    # J.batch cgroup"); srun: "<node>: task R: Out Of Memory"): the log's only word on it
+    _sig("slurm_oom", "host_oom", PRIMARY,
+         r"Detected \d+ oom[-_]kill events?(?:\(s\))? in |srun: error: [^\s:]+: tasks? [\d,-]+: Out Of Memory"),
     _sig("ray_oom", "host_oom", PRIMARY,
          r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"
          r"|Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)|RayOutOfMemoryError"),
@@ -123,7 +133,10 @@ SIGNATURES: tuple[Signature, ...] = (
          # needed, which is larger than the available KV cache memory (Y GiB)"
          r"|To serve at least one request with the models?'s? max seq len"
          r"|KV cache is needed, which is larger than the available KV cache memory"
-         r"|Free memory on device .{0,40}on startup is less than desired GPU memory utilization"),
+         r"|Free memory on device .{0,40}on startup is less than desired GPU memory utilization"
+         # vLLM's CPU worker (vllm/v1/worker/cpu_worker.py determine_available_memory): "Available memory on
+         # node 0 (20.14/23.54 GiB) on kv cache allocation is less than requested memory for kv (4000.0 GiB)"
+         r"|on kv cache allocation is less than requested memory for kv"),
     # --- disk (before NCCL: NCCL WARNs about /dev/shm carry "No space left on device") -----------
     _sig("disk_full", "disk_full", PRIMARY,
          r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]|ENOSPC"),
@@ -164,7 +177,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"NCCL error|ncclUnhandledCudaError|ncclInternalError|ncclSystemError|ncclInvalidUsage"
          r"|ncclRemoteError|DistBackendError|NCCL communicator was aborted"
          r"|NCCL WARN (?!.*(?:Failed to open lib|libnccl-net|NET/Plugin))"
-         r".*(?:[Ff]ailed|[Ee]rror|closed by remote peer|Broken pipe|timed out)"),
+         r".*(?:[Ff]ailed|[Ee]rror|closed by remote peer|Broken pipe|timed out)"
+         # NCCL's trace of a failed call returning up its stack, "NCCL WARN init.cc:1815 -> 5" (a result code
+         # other than ncclSuccess: src/include/checks.h NCCLCHECK's "%s:%d -> %d")
+         r"|NCCL WARN \S+:\d+ -> [1-9]\b"),
     _sig("dist_timeout", "distributed_timeout", COLLATERAL,
          r"DistStoreError|DistNetworkError|Timed out after \d+ seconds waiting for (?:clients|workers)"
          r"|The client socket has timed out|Socket Timeout|RendezvousTimeoutError|wait timeout after \d+ms"
@@ -176,7 +192,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # gloo: a peer's socket closed under a collective ("[gloo/transport/tcp/pair.cc:553] Connection
     # closed by peer [127.0.0.1]:6293. This is typically caused by a remote worker crashing"): it only
     # points at another rank's death, which torchrun's root-cause block or that rank's log names
-    _sig("gloo_peer_closed", "distributed_timeout", WRAPPER, r"\] Connection closed by peer"),
+    # The same from the reading side: "[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:44234:
+    # Connection reset by peer. This is typically caused by a remote worker hanging or bugs" (the peer
+    # aborted: torchrun's root cause names it)
+    _sig("gloo_peer_closed", "distributed_timeout", WRAPPER,
+         r"\] Connection closed by peer|pair\.cc:\d+\] Read error \S+: Connection reset by peer"),
     # c10d's TCPStore client could not reach the store: torch logs it at warning level while it retries
     # ("[W socket.cpp:558] [c10d] The client socket has failed to connect to ... (errno: 110 - Connection
     # timed out)") and at error level when it gives up ("... to any network address"). "errno: 99 -
@@ -184,11 +204,17 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("c10d_connect", "distributed_timeout", COLLATERAL,
          r"The client socket has failed to connect to (?:any network address|.*\(errno: 110 - Connection timed out\))",
          weak=True),
+    # torchelastic's failure entry cut to its last lines ("traceback : Signal 11 (SIGSEGV) received by PID
+    # 36206", torch/distributed/elastic/multiprocessing/errors): the block's own parse names the rank
+    # where the block is whole (the engine drops this line then)
+    _sig("elastic_segv", "segfault", SIGNAL, r"^traceback\s*: Signal (?:11 \(SIGSEGV\)|7 \(SIGBUS\)) received by PID"),
     # An abort is usually the last act of something printed before it (an NCCL watchdog, a C++
     # exception), so it ranks below collective failures.
     _sig("fatal_python", "fatal_python_error", SIGNAL,
          r"Fatal Python error: (?!Segmentation fault)|terminate called (?:after throwing|without an active)"
-         r"|SIGABRT\(6\)|Aborted \(core dumped\)|^Aborted \(Signal sent by"),
+         r"|SIGABRT\(6\)|Aborted \(core dumped\)|^Aborted \(Signal sent by"
+         # absl's failure signal handler in Ray's workers: "*** SIGABRT received at time=1744106512 on cpu 176 ***"
+         r"|\*\*\* SIGABRT received at time="),
     # `python -m pkg.mod` with the package missing prints no traceback, only this line; a wrong
     # interpreter or an unactivated virtualenv fails like this on every attempt.
     _sig("module_not_found", "python_exception", PRIMARY,
@@ -205,6 +231,20 @@ SIGNATURES: tuple[Signature, ...] = (
          r"^\S+: line \d+: +\d+ +Aborted(?: \(core dumped\))? +\S"),
     _sig("shell_segv", "segfault", PRIMARY,
          r"^\S+: line \d+: +\d+ +(?:Segmentation fault|Bus error)(?: \(core dumped\))? +\S"),
+    # Slurm ending a step, read from the log alone (supervisor/diagnosis/slurm.py refines an exit whose
+    # status is known): srun's "<node>: task R: Killed" / "Terminated" (src/srun/launch plugin
+    # _task_finish), slurmstepd's "*** STEP J.S ON <node> CANCELLED AT <time> [DUE TO TIME LIMIT] ***"
+    # (scancel, the time limit, a node failure) and srun's "Node failure on <node>": the tasks were
+    # killed from outside, whatever they printed before
+    # slurmstepd could not start the step's program ("slurmstepd-hq1: error: execve(): /opt/x/bin/python3: No
+    # such file or directory", src/slurmd/slurmstepd/exec_wait / task.c): the cause, whatever srun says next
+    _sig("slurm_execve", "unknown", PRIMARY, r"slurmstepd(?:-\S+)?: error: execve\(\): "),
+    _sig("slurm_end", "killed", SIGNAL,
+         r"srun: error: [^\s:]+: tasks? [\d,-]+: (?:Killed|Terminated)\s*$"
+         r"|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT |srun: error: Node failure on \S+"),
+    # srun's report of a task that exited non-zero without saying why ("srun: error: hq1: task 0: Exited with
+    # exit code 3"): a failure, cause unknown; any message the task printed outranks it
+    _sig("slurm_task_failed", "unknown", WRAPPER, r"^srun: error: [^\s:]+: tasks? [\d,-]+: Exited with exit code [1-9]"),
     # --- inference engine death ---------------------------------------------------------------
     _sig("engine_dead", "inference_engine_dead", WRAPPER,
          r"EngineDeadError|AsyncEngineDeadError|EngineCore encountered (?:an issue|a fatal error)"
@@ -219,7 +259,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|Worker proc \S+ died unexpectedly|WorkerProc failed to start|WorkerProc hit an exception"
          # SGLang's scheduler process logs its crash as one record: "Scheduler hit an exception: Traceback
          # (most recent call last): ..."; the engine dies with it even where the traceback is cut off
-         r"|Scheduler hit an exception"),
+         r"|Scheduler hit an exception"
+         # vLLM V1's engine core, the same way: "EngineCore hit an exception: Traceback (most recent call last):"
+         r"|EngineCore hit an exception"),
     # --- Ray: an actor or task worker died, and Ray does not know why ----------------------------
     # ActorDiedError / RayActorError "The actor died unexpectedly before finishing this task", "The
     # actor is dead because its worker process has died ... Worker exit type: SYSTEM_ERROR" (or "its
@@ -279,8 +321,26 @@ WRAPPER_MESSAGES = re.compile(
     r"|Inspect the stacktrace to find the original error"
     r"|DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly"
     # vLLM's executor cancels what was in flight when a worker died: "RuntimeError: cancelled"
+    # and relays a worker's exception, printed above it by the worker (vllm/v1/executor/
+    # multiproc_executor.py get_response: RuntimeError(f"Worker failed with error '{e}', please check the
+    # stack trace above for the root cause")): the worker's own traceback is the failure
+    r"|Worker failed with error '"
     r"|^\w*Error: cancelled$"
+    # vLLM's engine core after its executor lost a worker (vllm/v1/engine/core.py _handle_client_request:
+    # raise RuntimeError("Executor failed.")): the executor's own line names the worker that died
+    r"|^\w*Error: Executor failed\.?$"
 )
+# Tracebacks a program logs and carries on from: SGLang 0.5.23 posts /freeze_gc to its own server after
+# warmup and logs any failure with the traceback at warning level (sglang/srt/entrypoints/http_server.py
+# _freeze_gc_after_server_warmup: logger.warning("post-warmup freeze_gc failed", exc_info=True)); on CPU
+# it is refused at every start. Never the failure.
+HANDLED_FUNCS = {"_freeze_gc_after_server_warmup"}
+# vLLM's API server asked to stop (SIGTERM/SIGINT: vllm/entrypoints/launchers/launcher.py signal_handler
+# logs "[shutdown] API server: shutdown triggered"); the engine client it then stops raises
+# EngineDeadError in the output handler, an orderly shutdown's noise unless vLLM says the engine core
+# exited on its own ("[shutdown] MPClient: engine core exited unexpectedly", core_client.py)
+ORDERLY_SHUTDOWN = re.compile(r"\bAPI server: shutdown triggered")  # the "[shutdown] " tag is stripped as a prefix
+UNEXPECTED_EXIT = re.compile(r"exited unexpectedly|died unexpectedly")
 SYMPTOM_FUNCS = {"sigquit_handler", "kill_process_tree", "signal_handler", "_sigquit_handler", "sigkill_handler"}
 
 # Launchers that report a child's exit code on one line (the torchelastic block is parsed apart).
@@ -298,7 +358,8 @@ HYDRA_FAILED = re.compile(r"^Error executing job with overrides: ")
 
 STEP_PATTERNS = (
     # not "Global Step:   0%|" (a progress bar) nor "global_step=3.2e+4" (a float)
-    re.compile(r"\b[Ss]tep[\s:=#]*(\d+)(?![\d.]*%|\.\d|\d)"),
+    # nor Slurm's step ids ("oom-kill event(s) in step 370626.batch cgroup", "step 12.extern")
+    re.compile(r"\b[Ss]tep[\s:=#]*(\d+)(?![\d.]*%|\.\d|\d|\.(?:batch|extern|interactive)\b)"),
     # "global_step=12", "'global_step/max_steps': '5/3766'" (ms-swift), "global_step1428" (DeepSpeed
     # checkpoint folders)
     re.compile(r"\bglobal_step(?:/\w+)?['\"]?(?:[\s:=]+['\"]?)?(\d+)(?![\d.])"),
@@ -350,6 +411,10 @@ def benign_veto(text: str, at: int) -> bool:
 _CONNECT_TYPES = re.compile(r"(?:^|\.)(?:\w*Connect(?:ion)?(?:Refused)?Error|ConnectTimeout|ClientConnectorError)$")
 
 
+_RAY_ACTOR_CAUSE = re.compile(
+    r"RayTaskError\((?:ActorDiedError|RayActorError|ActorUnavailableError|WorkerCrashedError|NodeDiedError)\)")
+
+
 def classify_exception(text: str) -> tuple[str, int]:
     """Category and tier for an exception line ``Type: message``."""
     sig = match_line(text)
@@ -361,6 +426,10 @@ def classify_exception(text: str) -> tuple[str, int]:
     if sig is not None and sig.category == "ray_actor_died":
         # ActorDiedError without a cause Ray could name: the actor's death is what the log says
         return sig.category, sig.tier
+    if _RAY_ACTOR_CAUSE.search(typ):
+        # "ray.exceptions.RayTaskError(ActorDiedError): ray::Actor.fit() ...": the task failed because
+        # an actor it called died, whatever the remote part (often cut off) goes on to say
+        return "ray_actor_died", SIGNAL
     if WRAPPER_TYPES.search(bare) or WRAPPER_MESSAGES.search(text):
         # ray.exceptions.RayTaskError(KeyError): the cause is the exception in the parentheses,
         # printed under it with the remote frames.

@@ -64,9 +64,11 @@ def _looks_like_exception(typ: str) -> bool:
 
 # Frames from these places are library code, not the user's. A file in a bin/ folder is library
 # code only when it has no extension: the console-script entry points pip writes (bin/torchrun,
-# bin/accelerate); a project's own bin/train.py is the user's.
+# bin/accelerate); a project's own bin/train.py is the user's. Of the pseudo-files, "<stdin>" (a script
+# piped into python, a heredoc) and a notebook's "<ipython-input-..>" are the user's code; "<frozen
+# runpy>", "<string>" (dataclasses' generated methods) and the like are not.
 _LIBRARY_PATH = re.compile(
-    r"(?:site-packages/|dist-packages/|/lib/python\d+(?:\.\d+)?/|^<|(?:^|/)torch/|"
+    r"(?:site-packages/|dist-packages/|/lib/python\d+(?:\.\d+)?/|^<(?!stdin>|ipython-input-)|(?:^|/)torch/|"
     r"\.pyx$|^python/ray/|/ray/_private/|uvloop/|/bin/[^/.]+$)",
     re.IGNORECASE,
 )
