@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from servers import EngineServer
 
 from rlsup.trainer import sync as sync_mod
@@ -256,3 +257,40 @@ def test_a_restart_that_rlsup_refuses_is_flagged_not_waited_on(tmp_path: Path) -
         assert "rlsup-flag: engine_broken: " in out.getvalue() and "restart it by hand" in out.getvalue()
     finally:
         s.close()
+
+
+@pytest.mark.parametrize(("kind", "version"), [("sglang", "0.5.23"), ("vllm", "0.32.0")])
+def test_a_push_while_the_server_is_down_waits_for_it_and_rejects_nothing(tmp_path: Path, kind: str,
+                                                                          version: str) -> None:
+    """Seen under `rlsup up -d` with a real vLLM (tests/engines/test_loop.py): its engine died as the trainer
+    pushed step 3, the push was refused (nothing listened), and the trainer took that for a broken reload: it
+    marked good weights REJECTED, restarted a server rlsup was already restarting, and the restarted server
+    served step 2 to the end. Refused means nothing was loaded: wait for the server, push again."""
+    s = EngineServer(kind, version)
+    port = int(s.url.rsplit(":", 1)[1])
+    one, two = _dir(tmp_path, 1), _dir(tmp_path, 2)
+    restarted: list[str] = []
+    back: list[EngineServer] = []
+
+    def restart() -> tuple[bool, str]:
+        restarted.append("x")
+        return True, "restarted"
+
+    def come_back() -> None:  # rlsup restarting the dead server on the same port
+        time.sleep(1.5)
+        back.append(EngineServer(kind, version, port=port))
+
+    try:
+        ws = WeightSync(s.url, kind, tmp_path / "weights", tries=3, retry_s=0.01, out=io.StringIO(),
+                        restart_server=restart, restart_timeout=60)
+        assert ws.publish(1, one).loaded
+        s.close()  # the engine died: nothing listens until rlsup has restarted it
+        threading.Thread(target=come_back, daemon=True).start()
+        r = ws.publish(2, two)
+        assert r.loaded and not r.broken, r.detail
+        assert restarted == [] and not (two / weights_mod.REJECTED).exists()
+        assert back and back[0].serving == str(two)
+        assert weights_mod.latest(tmp_path / "weights") == (2, two)
+    finally:
+        for x in back:
+            x.close()
