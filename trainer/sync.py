@@ -253,6 +253,7 @@ class WeightSync:
         self.flagged = False
         self._warned: set[str] = set()
         self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
+        self._answered = False  # a push got a reply once: a refused one later means it went down, so wait for it
         self._out = out or sys.stdout
         # Asks the supervisor to restart the server (``rlsup restart NAME``, see :func:`rlsup_restart`);
         # returns whether it was accepted and what happened in words. None: a broken server is left paused and flagged.
@@ -277,8 +278,9 @@ class WeightSync:
                                  f"using {self.engine.kind}'s reload")
             t0 = time.monotonic()
             result = self._check_shapes(path) or self._push(path)
-            if result.down:
+            if result.down and self._answered:  # it was up before: it died or is being restarted
                 result = self._push_when_back(step, path, result)
+            self._answered = self._answered or not result.down
             if result.broken:
                 self._recover(path, result)
             elif result.loaded:  # the trainer's log says when each step reached the server, and how long it took
