@@ -254,6 +254,7 @@ class WeightSync:
         self._warned: set[str] = set()
         self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
         self._answered = False  # a push got a reply once: a refused one later means it went down, so wait for it
+        self._verified: Path | None = None  # the dir being pushed has the tensor shapes the server served
         self._out = out or sys.stdout
         # Asks the supervisor to restart the server (``rlsup restart NAME``, see :func:`rlsup_restart`);
         # returns whether it was accepted and what happened in words. None: a broken server is left paused and flagged.
@@ -317,9 +318,17 @@ class WeightSync:
         if r.refused:
             return SyncResult(False, f"/update_weights_from_disk: the server is down ({_why(r)})", down=True)
         if r.status is None and self._was_up():
-            # SGLang 0.5.23 dies on a wrong-shape checkpoint (its rollback reloads the new path again:
-            # model_runner.py update_weights_from_disk): the connection drops with no reply. Its restart
-            # must not load this dir again.
+            # SGLang 0.5.23 dies on a checkpoint it fails to load: its rollback reloads the NEW path again
+            # (model_executor/model_runner_components/weight_updater.py WeightUpdater.update_weights_from_disk sets
+            # model_config.model_path before loading; the except branch rebuilds the iterator from it), the
+            # second failure escapes, the scheduler exits (scheduler.py "Scheduler hit an exception", SIGQUIT to
+            # the launcher, which SIGKILLs its tree): the connection drops with no reply. Its restart must not load
+            # this dir again -- unless the dir's tensors match what the server served, in which case it died of
+            # something else during the reload (killed, OOM; seen under `rlsup up`) and the weights are fine.
+            if self._verified == path:
+                return SyncResult(False, f"/update_weights_from_disk {path}: no reply, the server went away during "
+                                         f"the reload ({_why(r)}); the checkpoint's tensor shapes match what it "
+                                         "served, so it is not blamed", down=True)
             return SyncResult(False, f"/update_weights_from_disk {path}: no reply, the server went away "
                                      f"({_why(r)})", broken=True)
         if r.status == 404:
@@ -427,11 +436,14 @@ class WeightSync:
         REJECTED so no restarted server loads it either."""
         from rlsup.trainer import weights as weights_mod
 
+        self._verified = None
         last = weights_mod.latest(self.weights_dir)
         if last is None or not Path(last[1]).is_dir() or Path(last[1]) == Path(path):
             return None
         why = weights_mod.shape_mismatch(path, Path(last[1]))
         if why is None:
+            if weights_mod.tensor_shapes(path) is not None:  # compared, not merely unreadable
+                self._verified = path
             return None
         weights_mod.reject(path, why)
         print(flag_line("weights_rejected", f"not loading {path}: {why}; the server keeps serving weights step "

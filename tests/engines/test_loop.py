@@ -1,10 +1,11 @@
 """rlsup's real orchestrator and trainer against a real vLLM and a real SGLang: configs/a40-vllm.yaml and
-configs/a40.yaml under `rlsup up -d` (see loop.py for the CPU changes), three published steps loaded while
+configs/a40.yaml under `rlsup up -d` (see loop.py for the CPU changes), four published steps (three while the engine lives) loaded while
 completions run, the greedy output following the weights, the engine's core killed mid-run and the run finishing."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -79,12 +80,19 @@ def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: P
            and not (killed_at - 1 <= r["t1"] and r["t0"] <= back_at + 1)]
     assert not bad, f"completions failed outside the engine's death: {bad[:3]}"
     pushes = [(s, (kept / f"step_{s}" / "STABLE").stat().st_mtime) for s in range(1, STEPS + 1)]
-    for s, t in pushes:
+    live = [(s, t) for s, t in pushes if not killed_at <= t <= back_at]  # not pushed to the dead engine
+    assert len(live) >= 3, (pushes, killed_at, back_at)
+    for s, t in live:
         assert any(r["t0"] <= t <= r["t1"] for r in ok), f"no completion in flight when step {s} was published"
     want = {s: hf_greedy(kept / f"step_{s}") for s in range(0, STEPS + 1)}
     want["base"] = hf_greedy(run.base)
     served = [r["text"] for r in ok]
-    assert len({want[s] for s in range(1, STEPS + 1)}) == STEPS, f"greedy output did not change per step: {want}"
+    trained = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"Step (\d+)/\d+ \|.*?\| trained (\d+)",
+                                                                      logs["trainer"])}
+    assert sorted(trained) == list(range(1, STEPS + 1)) and trained[1] > 0, trained
+    for s in range(1, STEPS + 1):  # a step whose groups all scored alike has no gradient: its weights stay
+        assert trained[s] == 0 or want[s] != want[s - 1], (
+            f"greedy output of step {s} vs {s - 1}: {want} (samples trained per step: {trained})")
     assert served[-1] == want[STEPS], (served[-5:], want)
     for s in range(1, STEPS + 1):
         assert want[s] in served, f"the engine never served step {s}'s greedy output {want[s]!r}: {want}, {served}"
