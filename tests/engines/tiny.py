@@ -56,6 +56,22 @@ def make(path: Path, *, seed: int = 0, intermediate: int = 256, top_k: int | Non
     return path
 
 
+def reshaped(src: Path, dst: Path, name: str, shape: tuple[int, ...]) -> Path:
+    """A copy of the model at ``src`` whose tensor ``name`` has another ``shape`` (config.json unchanged): a
+    checkpoint of the wrong shape for a server serving ``src``."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    tensors = load_file(str(dst / "model.safetensors"))
+    assert name in tensors, sorted(tensors)
+    tensors[name] = torch.ones(shape, dtype=tensors[name].dtype)
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("dir", type=Path)
