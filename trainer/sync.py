@@ -15,6 +15,12 @@ the server stays behind the published weights for more than ``stale_after`` step
 to stdout, which the supervisor turns into a ``weights_stale`` flag (printed again only after the server
 caught up and fell behind anew).
 
+A server that answered before and is now down when weights are pushed (connection refused), or that goes away
+during the push of a checkpoint whose tensor shapes match what it served, is waited for (``restart_timeout``:
+rlsup restarts it) and the same step pushed again: the weights are not blamed. A reload that breaks the engine
+(vLLM's failed ``reload_weights``; SGLang dying on a checkpoint whose shapes could not be checked) marks the dir
+``REJECTED`` and has the server restarted (``restart_server``).
+
 What each engine answers, read in the released wheels (the files inside ``vllm-X.whl`` /
 ``sglang-X.whl`` on PyPI are the tagged source; checked 2026-11-23). The contract servers in
 tests/contract/servers.py answer exactly so:
