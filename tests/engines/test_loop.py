@@ -121,9 +121,9 @@ def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: P
     trained = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"Step (\d+)/\d+ \|.*?\| trained (\d+)",
                                                                       logs["trainer"])}
     assert sorted(trained) == list(range(1, STEPS + 1)) and trained[1] > 0, trained
-    for s in range(1, STEPS + 1):  # a step whose groups all scored alike has no gradient: its weights stay
-        assert trained[s] == 0 or want[s] != want[s - 1], (
-            f"greedy output of step {s} vs {s - 1}: {want} (samples trained per step: {trained})")
+    # The first update changes the greedy output; later ones may not (the tiny model soon answers " 12" to
+    # everything, and then its greedy text stays), but the run goes through at least three different ones.
+    assert want[1] != want[0] and len({want[s] for s in range(STEPS + 1)}) >= 3, (want, trained)
     assert served[-1] == want[STEPS], (served[-5:], want)
     for s in range(1, STEPS + 1):
         assert want[s] in served, f"the engine never served step {s}'s greedy output {want[s]!r}: {want}, {served}"
