@@ -15,6 +15,12 @@ the server stays behind the published weights for more than ``stale_after`` step
 to stdout, which the supervisor turns into a ``weights_stale`` flag (printed again only after the server
 caught up and fell behind anew).
 
+A server that answered before and is now down when weights are pushed (connection refused), or that goes away
+during the push of a checkpoint whose tensor shapes match what it served, is waited for (``restart_timeout``:
+rlsup restarts it) and the same step pushed again: the weights are not blamed. A reload that breaks the engine
+(vLLM's failed ``reload_weights``; SGLang dying on a checkpoint whose shapes could not be checked) marks the dir
+``REJECTED`` and has the server restarted (``restart_server``).
+
 What each engine answers, read in the released wheels (the files inside ``vllm-X.whl`` /
 ``sglang-X.whl`` on PyPI are the tagged source; checked 2026-11-23). The contract servers in
 tests/contract/servers.py answer exactly so:
@@ -92,6 +98,9 @@ class Reply:
     data: Any
     text: str
     error: str | None = None
+    # Nothing listened (connection refused): the server was down before the request, which therefore did
+    # nothing. A connection that dropped mid-request (reset, closed without a reply) is not "refused".
+    refused: bool = False
 
     @property
     def ok(self) -> bool:
@@ -112,7 +121,8 @@ def request(method: str, url: str, body: dict | None = None, timeout: float = 60
         except OSError:
             raw = b""
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError) as exc:
-        return Reply(None, None, "", f"{url}: {getattr(exc, 'reason', exc)}")
+        reason = getattr(exc, "reason", exc)
+        return Reply(None, None, "", f"{url}: {reason}", refused=isinstance(reason, ConnectionRefusedError))
     text = raw.decode("utf-8", "replace")
     try:
         parsed = json.loads(text) if text.strip() else None
@@ -228,6 +238,7 @@ class SyncResult:
     server_model: str | None = None
     steps: list[str] = field(default_factory=list)
     broken: bool = False  # the engine may serve wrong weights now: it must not be used until restarted
+    down: bool = False  # nothing answered (connection refused): the server is down, the weights are not to blame
 
 
 class WeightSync:
@@ -248,6 +259,8 @@ class WeightSync:
         self.flagged = False
         self._warned: set[str] = set()
         self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
+        self._answered = False  # a push got a reply once: a refused one later means it went down, so wait for it
+        self._verified: Path | None = None  # the dir being pushed has the tensor shapes the server served
         self._out = out or sys.stdout
         # Asks the supervisor to restart the server (``rlsup restart NAME``, see :func:`rlsup_restart`);
         # returns whether it was accepted and what happened in words. None: a broken server is left paused and flagged.
@@ -270,9 +283,15 @@ class WeightSync:
                 if self.engine.kind in ("sglang", "vllm") and self.mode != self.engine.kind:
                     steplog.warn(f"--weight-sync {self.mode} but the server at {self.base} is {self.engine}: "
                                  f"using {self.engine.kind}'s reload")
+            t0 = time.monotonic()
             result = self._check_shapes(path) or self._push(path)
+            if result.down and self._answered:  # it was up before: it died or is being restarted
+                result = self._push_when_back(step, path, result)
+            self._answered = self._answered or not result.down
             if result.broken:
                 self._recover(path, result)
+            elif result.loaded:  # the trainer's log says when each step reached the server, and how long it took
+                steplog.log(f"Inference server loaded weights step {step} ({path}) in {time.monotonic() - t0:.1f}s")
         if result.loaded:
             self.loaded_step = step
             weights_mod.mark_latest(self.weights_dir, step, path, engine=str(self.engine),
@@ -292,7 +311,7 @@ class WeightSync:
         kind = self.engine.kind if self.engine.kind != "unknown" else self.mode
         for attempt in range(1, self.tries + 1):
             result = self._push_vllm(path) if kind == "vllm" else self._push_sglang(path)
-            if result.loaded or result.broken or result.detail.startswith("unsupported"):
+            if result.loaded or result.broken or result.down or result.detail.startswith("unsupported"):
                 return result
             if attempt < self.tries:
                 time.sleep(self.retry_s * attempt)
@@ -302,10 +321,20 @@ class WeightSync:
         """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info (/get_model_info before
         SGLang 0.5.6) says what it serves."""
         r = request("POST", f"{self.base}/update_weights_from_disk", {"model_path": str(path)}, self.timeout)
+        if r.refused:
+            return SyncResult(False, f"/update_weights_from_disk: the server is down ({_why(r)})", down=True)
         if r.status is None and self._was_up():
-            # SGLang 0.5.23 dies on a wrong-shape checkpoint (its rollback reloads the new path again:
-            # model_runner.py update_weights_from_disk): the connection drops with no reply. Its restart
-            # must not load this dir again.
+            # SGLang 0.5.23 dies on a checkpoint it fails to load: its rollback reloads the NEW path again
+            # (model_executor/model_runner_components/weight_updater.py WeightUpdater.update_weights_from_disk sets
+            # model_config.model_path before loading; the except branch rebuilds the iterator from it), the
+            # second failure escapes, the scheduler exits (scheduler.py "Scheduler hit an exception", SIGQUIT to
+            # the launcher, which SIGKILLs its tree): the connection drops with no reply. Its restart must not load
+            # this dir again -- unless the dir's tensors match what the server served, in which case it died of
+            # something else during the reload (killed, OOM; seen under `rlsup up`) and the weights are fine.
+            if self._verified == path:
+                return SyncResult(False, f"/update_weights_from_disk {path}: no reply, the server went away during "
+                                         f"the reload ({_why(r)}); the checkpoint's tensor shapes match what it "
+                                         "served, so it is not blamed", down=True)
             return SyncResult(False, f"/update_weights_from_disk {path}: no reply, the server went away "
                                      f"({_why(r)})", broken=True)
         if r.status == 404:
@@ -330,6 +359,8 @@ class WeightSync:
         # cannot happen (/collective_rpc missing); a server restarted with dev mode is reloaded unpaused once.
         if self.engine.rl_router and not self._rpc_missing:
             p = request("POST", f"{self.base}/pause?{pause_query(v)}", timeout=self.timeout)
+            if p.refused:
+                return SyncResult(False, f"/pause: the server is down ({_why(p)})", steps=steps, down=True)
             if p.ok:
                 paused = True
                 steps.append("paused (in-flight requests finished, caches cleared)")
@@ -345,6 +376,9 @@ class WeightSync:
                 r = request("POST", f"{self.base}/collective_rpc", {"method": method, "kwargs": kwargs},
                             self.timeout)
                 self._rpc_missing = r.status == 404
+                if r.refused:  # it went away before this call: the reload never started
+                    return SyncResult(False, f"/collective_rpc {method}: the server is down ({_why(r)})",
+                                      steps=steps, down=True)
                 if r.status == 404:
                     return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
                                              "VLLM_SERVER_DEV_MODE=1", steps=steps)
@@ -408,16 +442,45 @@ class WeightSync:
         REJECTED so no restarted server loads it either."""
         from rlsup.trainer import weights as weights_mod
 
+        self._verified = None
         last = weights_mod.latest(self.weights_dir)
         if last is None or not Path(last[1]).is_dir() or Path(last[1]) == Path(path):
             return None
         why = weights_mod.shape_mismatch(path, Path(last[1]))
         if why is None:
+            if weights_mod.tensor_shapes(path) is not None:  # compared, not merely unreadable
+                self._verified = path
             return None
         weights_mod.reject(path, why)
         print(flag_line("weights_rejected", f"not loading {path}: {why}; the server keeps serving weights step "
                                             f"{last[0]}"), file=self._out, flush=True)
         return SyncResult(False, f"rejected before loading: {why}")
+
+    # -- a server that is down
+
+    def _push_when_back(self, step: int, path: Path, result: SyncResult) -> SyncResult:
+        """The server was down when ``path`` was pushed (it died, or rlsup is restarting it): nothing was loaded
+        and the weights are not to blame, so they are neither marked REJECTED nor followed by a restart of our
+        own (rlsup restarts the dead process; a second restart would only cost another start). Wait for it to
+        answer again, then push once more: a restarted server loads the newest good published dir by itself,
+        often this one, and reloading the same weights is harmless."""
+        steplog.warn(f"{result.detail}: the inference server is down while weights step {step} are pushed; "
+                     f"waiting up to {self.restart_timeout:g}s for it to come back, then pushing them again")
+        if not self._wait_up():
+            return SyncResult(False, f"{result.detail}; it did not come back within {self.restart_timeout:g}s")
+        self.engine = detect(str(self.base), self.mode)  # the restarted server may be another version
+        steplog.log(f"Inference server back at {self.base}: {self.engine}; pushing weights step {step} again")
+        again = self._push(path)
+        return again if not again.down else SyncResult(False, f"{again.detail} (down again)", down=True)
+
+    def _wait_up(self) -> bool:
+        """Until ``/health`` answers 200 (True), at most ``restart_timeout`` s (False)."""
+        deadline = time.monotonic() + self.restart_timeout
+        while time.monotonic() < deadline:
+            if request("GET", f"{self.base}/health", timeout=5.0).ok:
+                return True
+            time.sleep(1.0)
+        return False
 
     # -- a broken engine
 

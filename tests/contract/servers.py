@@ -88,7 +88,8 @@ class EngineServer:
 
     def __init__(self, kind: str, version: str, *, busy_resets: int = 0, fail_loads: bool = False,
                  dev_mode: bool = True, pause_fails: bool = False, inflight: int = 3,
-                 base_model: str = "base-model", eos: int = 0, served_name: str | None = None) -> None:
+                 base_model: str = "base-model", eos: int = 0, served_name: str | None = None,
+                 port: int = 0) -> None:
         self.kind, self.version = kind, version
         self.v = _v(version)
         self.busy_resets, self.fail_loads, self.dev_mode = busy_resets, fail_loads, dev_mode
@@ -108,7 +109,7 @@ class EngineServer:
         self.aborted = 0  # in-flight requests a /pause aborted
         self.deprecated_calls: list[str] = []  # SGLang routes that log a deprecation warning
         self.calls: list[tuple[str, object]] = []
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())  # port: a restart's, else free
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from servers import EngineServer
 
 from rlsup.trainer import sync as sync_mod
@@ -254,5 +255,79 @@ def test_a_restart_that_rlsup_refuses_is_flagged_not_waited_on(tmp_path: Path) -
         r = ws.publish(1, bad)
         assert r.broken and time.monotonic() - t0 < 120
         assert "rlsup-flag: engine_broken: " in out.getvalue() and "restart it by hand" in out.getvalue()
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize(("kind", "version"), [("sglang", "0.5.23"), ("vllm", "0.32.0")])
+def test_a_push_while_the_server_is_down_waits_for_it_and_rejects_nothing(tmp_path: Path, kind: str,
+                                                                          version: str) -> None:
+    """Seen under `rlsup up -d` with a real vLLM (tests/engines/test_loop.py): its engine died as the trainer
+    pushed step 3, the push was refused (nothing listened), and the trainer took that for a broken reload: it
+    marked good weights REJECTED, restarted a server rlsup was already restarting, and the restarted server
+    served step 2 to the end. Refused means nothing was loaded: wait for the server, push again."""
+    s = EngineServer(kind, version)
+    port = int(s.url.rsplit(":", 1)[1])
+    one, two = _dir(tmp_path, 1), _dir(tmp_path, 2)
+    restarted: list[str] = []
+    back: list[EngineServer] = []
+
+    def restart() -> tuple[bool, str]:
+        restarted.append("x")
+        return True, "restarted"
+
+    def come_back() -> None:  # rlsup restarting the dead server on the same port
+        time.sleep(1.5)
+        back.append(EngineServer(kind, version, port=port))
+
+    try:
+        ws = WeightSync(s.url, kind, tmp_path / "weights", tries=3, retry_s=0.01, out=io.StringIO(),
+                        restart_server=restart, restart_timeout=60)
+        assert ws.publish(1, one).loaded
+        s.close()  # the engine died: nothing listens until rlsup has restarted it
+        threading.Thread(target=come_back, daemon=True).start()
+        r = ws.publish(2, two)
+        assert r.loaded and not r.broken, r.detail
+        assert restarted == [] and not (two / weights_mod.REJECTED).exists()
+        assert back and back[0].serving == str(two)
+        assert weights_mod.latest(tmp_path / "weights") == (2, two)
+    finally:
+        for x in back:
+            x.close()
+
+
+def _one_tensor(d: Path, width: int) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"model.layers.0.mlp.down_proj.weight": torch.zeros(4, width)}, str(d / "model.safetensors"))
+    return d
+
+
+def test_sglang_dying_during_a_push_of_matching_weights_does_not_reject_them(tmp_path: Path) -> None:
+    """Seen under `rlsup up -d` with the real SGLang 0.5.23 (tests/engines/test_loop.py): its scheduler was killed
+    while the trainer pushed step 2; the dropped connection was taken for SGLang dying on the checkpoint, so a good
+    step 2 was marked REJECTED and the restarted server served step 1. A checkpoint whose tensor shapes match what
+    the server served is not blamed: wait for the server, push again. One that does not match is refused before
+    it is sent (test_wrong_shape_checkpoint_is_refused_before_the_server_sees_it) and one whose shapes cannot be
+    read is still blamed (test_sglang_dying_on_a_wrong_shape_checkpoint_is_restarted_without_it)."""
+    s = EngineServer("sglang", "0.5.23")
+    one, two = _one_tensor(_dir(tmp_path, 1), 8), _one_tensor(_dir(tmp_path, 2), 8)
+    s.wrong_shape.add(str(two))  # the contract server drops the connection on it: the engine dies mid-reload
+    restarted: list[str] = []
+
+    def come_back() -> None:  # rlsup restarts the dead server
+        time.sleep(1.5)
+        s.wrong_shape.discard(str(two))
+        s.dead = False
+
+    try:
+        ws = WeightSync(s.url, "sglang", tmp_path / "weights", tries=3, retry_s=0.01, out=io.StringIO(),
+                        restart_server=lambda: (restarted.append("x"), (True, "restarted"))[1], restart_timeout=60)
+        assert ws.publish(1, one).loaded
+        threading.Thread(target=come_back, daemon=True).start()
+        r = ws.publish(2, two)
+        assert r.loaded and not r.broken, r.detail
+        assert restarted == [] and not (two / weights_mod.REJECTED).exists() and s.serving == str(two)
     finally:
         s.close()

@@ -26,8 +26,9 @@ def test_contract_server_replays_the_recorded_engine(fixture: Path) -> None:
     s = EngineServer(rec["engine"], rec["version"])
     # The recordings' paths are normalised: <work>/missing did not exist, step_5 had the wrong shapes.
     s.bad_paths.add("<work>/missing")
-    s.wrong_shape.add("<work>/weights/step_5")
-    s.sglang_dies = False  # the recorded checkpoint got a 200
+    s.wrong_shape.update(rec.get("wrong_shape", ["<work>/weights/step_5"]))
+    # the wider MLP of sglang-0.5.23.json got a 200; sglang-0.5.23-wrong-shape.json's norm killed the server
+    s.sglang_dies = rec.get("sglang_dies", False)
     try:
         for x in rec["exchanges"]:
             if " (" in x["path"]:
@@ -50,4 +51,18 @@ def test_contract_server_replays_the_recorded_engine(fixture: Path) -> None:
 
 
 def test_fixtures_exist() -> None:
-    assert {p.stem for p in _fixtures()} >= {"vllm-0.32.0", "sglang-0.5.23"}
+    assert {p.stem for p in _fixtures()} >= {"vllm-0.32.0", "sglang-0.5.23", "sglang-0.5.23-wrong-shape"}
+
+
+def test_sglang_wrong_shape_death_is_the_rollback_recorded() -> None:
+    """What the real SGLang 0.5.23 did with a checkpoint whose model.norm.weight had the wrong shape (recorded under
+    `rlsup up -d` by tests/engines/test_loop.py): no reply, the same assertion raised by the first load and again by
+    the rollback that reloads the NEW path (model_executor/model_runner_components/weight_updater.py
+    WeightUpdater.update_weights_from_disk), the scheduler's exit, the launcher's SIGKILL of its own tree."""
+    rec = json.loads((FIXTURES / "sglang-0.5.23-wrong-shape.json").read_text())
+    assert [x["status"] for x in rec["exchanges"]] == [None]
+    log = rec["log"]
+    assert sum("AssertionError: Attempted to load weight" in x for x in log) == 2
+    assert any("During handling of the above exception" in x for x in log)
+    assert any("Scheduler hit an exception" in x for x in log) and "SIGQUIT received" in log[-2]
+    assert rec["exit"] == {"exit_code": None, "signal": "SIGKILL", "diagnosis": "python_exception"}

@@ -57,11 +57,13 @@ def normalise(x: Any, paths: dict[str, str]) -> Any:
     return x
 
 
-def save(name: str, engine: str, version: str, exchanges: list[dict], paths: dict[str, str], note: str) -> None:
+def save(name: str, engine: str, version: str, exchanges: list[dict], paths: dict[str, str], note: str,
+         **extra: Any) -> None:
+    """``extra``: more facts kept with the exchanges (normalised too), e.g. the server's log lines and exit."""
     FIXTURES.mkdir(parents=True, exist_ok=True)
     (FIXTURES / f"{name}.json").write_text(json.dumps(
-        {"engine": engine, "version": version, "note": note, "exchanges": normalise(exchanges, paths)},
-        indent=1, ensure_ascii=False) + "\n")
+        {"engine": engine, "version": version, "note": note, "exchanges": normalise(exchanges, paths),
+         **normalise(extra, paths)}, indent=1, ensure_ascii=False) + "\n")
 
 
 def load(name: str) -> dict:

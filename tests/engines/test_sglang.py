@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import engine_python
-from harness import EngineRun, Load, kill_engine_core, wait_for
+from harness import EngineRun, Load, wait_for
 from recording import exchange, load, save
 
 from rlsup.trainer import weights as weights_mod
@@ -85,23 +85,15 @@ def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:
     # ... sent to it directly, 0.5.23 answers 200 to this one (an MLP wider than the model: the loader takes a
     # slice) and serves weights nobody trained: why it is refused.
     recorded.append(exchange(run.url, "POST", "/update_weights_from_disk", {"model_path": str(wide)}))
-    # Engine death: the scheduler process killed; SGLang's launcher goes down and rlsup restarts it onto the
-    # newest GOOD weights (step 3, not the REJECTED step 5).
-    kill_engine_core(run, ("sglang::scheduler", "scheduler"))
-    run.wait_ready(attempt + 1)
-    assert run.greedy() == step3
-    info = exchange(run.url, "GET", "/model_info")
-    assert info["body"]["model_path"] == str(run.weights / "step_3")
-    exits = [e for e in run.events() if e.get("kind") == "exited" and e.get("component") == "inference"]
-    last = exits[-1]
+    # (SGLang's death and rlsup's restart of it onto the newest published weights are in test_loop.py: there it
+    # dies of a wrong-shape checkpoint while rlsup's orchestrator and trainer run.)
     assert WeightSync(run.url, "sglang", run.weights, out=io.StringIO()).publish(6, run.publish(6, run.trained[0])).loaded
     assert run.greedy() == greedy[1]
 
     paths = {str(run.weights.parent): "<work>", str(run.tmp / "models"): "<models>"}
     if os.environ.get("RLSUP_RECORD_FIXTURES") == "1":
         save("sglang-0.5.23", "sglang", "0.5.23", recorded, paths,
-             "recorded by tests/engines/test_sglang.py from sglang 0.5.23 on CPU; exit of the server after its "
-             f"scheduler was killed: exit_code={last.get('exit_code')} signal={last.get('signal')}")
+             "recorded by tests/engines/test_sglang.py from sglang 0.5.23 on CPU")
     else:
         want = load("sglang-0.5.23")["exchanges"]
         got = [(x["method"], x["path"], x["status"], x.get("content_type")) for x in recorded]

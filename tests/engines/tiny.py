@@ -20,9 +20,11 @@ CORPUS = [
 ]
 
 
-def make(path: Path, *, seed: int = 0, intermediate: int = 256, top_k: int | None = None) -> Path:
+def make(path: Path, *, seed: int = 0, intermediate: int = 256, top_k: int | None = None,
+         positions: int = 512) -> Path:
     """Write the model to ``path`` (config, safetensors, tokenizer). ``intermediate``: the MLP width (a
-    different one gives a checkpoint of the wrong shape). ``top_k``: a generation_config.json setting it."""
+    different one gives a checkpoint of the wrong shape). ``top_k``: a generation_config.json setting it.
+    ``positions``: max_position_embeddings (the engines refuse a context longer than it)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -36,7 +38,7 @@ def make(path: Path, *, seed: int = 0, intermediate: int = 256, top_k: int | Non
     torch.manual_seed(seed)
     # head_dim 64: a size every CPU attention backend of both engines supports.
     config = Qwen2Config(vocab_size=384, hidden_size=128, intermediate_size=intermediate, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=positions,
                          tie_word_embeddings=False, bos_token_id=fast.eos_token_id, eos_token_id=fast.eos_token_id,
                          torch_dtype="float32")
     model = Qwen2ForCausalLM(config)
@@ -52,6 +54,22 @@ def make(path: Path, *, seed: int = 0, intermediate: int = 256, top_k: int | Non
     cfg["dtype"] = cfg["torch_dtype"] = "float32"
     (path / "config.json").write_text(json.dumps(cfg, indent=2))
     return path
+
+
+def reshaped(src: Path, dst: Path, name: str, shape: tuple[int, ...]) -> Path:
+    """A copy of the model at ``src`` whose tensor ``name`` has another ``shape`` (config.json unchanged): a
+    checkpoint of the wrong shape for a server serving ``src``."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    tensors = load_file(str(dst / "model.safetensors"))
+    assert name in tensors, sorted(tensors)
+    tensors[name] = torch.ones(shape, dtype=tensors[name].dtype)
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
 
 
 if __name__ == "__main__":
