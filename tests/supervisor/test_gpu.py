@@ -711,6 +711,7 @@ def test_classify_holders_only_proven_processes_are_ours(procs) -> None:  # type
     other_run = subprocess.Popen(["sleep", "30"], env={**os.environ, "RLSUP_RUN_DIR": "/runs/other",
                                                        "RLSUP_COMPONENT": "trainer"})
     try:
+        _execd(leftover, other_run)
         real = {p: gpu.proc_identity(p) for p in (leftover.pid, other_run.pid)}
         assert real[leftover.pid] is not None and real[leftover.pid].run_dir == run_dir
 
@@ -743,6 +744,14 @@ def test_classify_holders_only_proven_processes_are_ours(procs) -> None:  # type
             p.wait()
 
 
+def _execd(*procs: subprocess.Popen[bytes]) -> None:
+    """Wait until each child runs its program: before the exec, /proc/PID/environ is still ours."""
+    for p in procs:
+        deadline = time.monotonic() + 10
+        while psutil.Process(p.pid).name() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
 def test_a_process_with_only_the_run_dir_variable_is_not_the_runs() -> None:
     """$RLSUP_RUN_DIR is how users pick a run for `rlsup status`; a user's eval script started from
     such a shell holds a GPU but is not the run's, so GPU hygiene must never count it as a leftover."""
@@ -750,6 +759,7 @@ def test_a_process_with_only_the_run_dir_variable_is_not_the_runs() -> None:
     ours = subprocess.Popen(["sleep", "30"], env={**os.environ, "RLSUP_RUN_DIR": "/runs/mine",
                                                   "RLSUP_COMPONENT": "trainer"})
     try:
+        _execd(user, ours)
         assert gpu.proc_identity(user.pid).run_dir is None
         assert gpu.proc_identity(ours.pid).run_dir == "/runs/mine"
     finally:

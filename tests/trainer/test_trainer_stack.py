@@ -135,8 +135,9 @@ def test_three_processes_train_crash_and_resume(tmp_path: Path) -> None:
     try:
         _wait_healthy(base, server)
         trainer = _module("train", *common, "--server", base, "--ckpt-every", "2", "--chaos", "crash@4")
-        # the trainer names the engine it detected (rlsup.trainer.sync), then waits for rollouts
-        first = trainer.stdout.readline() + trainer.stdout.readline()
+        # the trainer names the engine it detected (rlsup.trainer.sync), says it loaded step 0 into it,
+        # then waits for rollouts
+        first = "".join(trainer.stdout.readline() for _ in range(3))
         assert "Inference server at" in first and "rlsup rlsup-" in first, first
         assert "Waiting for training batch to arrive" in first, first
         orchestrator = _module("orchestrator", "--server", base, *common, "--batch-size", "8",
