@@ -125,8 +125,11 @@ def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: P
     # everything, and then its greedy text stays), but the run goes through at least three different ones.
     assert want[1] != want[0] and len({want[s] for s in range(STEPS + 1)}) >= 3, (want, trained)
     assert served[-1] == want[STEPS], (served[-5:], want)
-    for s in range(1, STEPS + 1):
-        assert want[s] in served, f"the engine never served step {s}'s greedy output {want[s]!r}: {want}, {served}"
+    # Every answer is what one published step (or the base) computes: never mixed or broken weights. Which
+    # steps a poller catches is timing (a step replaced within a second may be missed), but the output it
+    # saw changed with the weights: the base's (or step 0's) first, a trained step's after.
+    assert set(served) <= set(want.values()), sorted(set(served) - set(want.values()))[:3]
+    assert served[0] in (want[0], want["base"]) and len(set(served)) >= 2, (served[:3], want)
     print(f"== loop {kind}: loaded {sorted(loaded)}; greedy per step {want}; {len(ok)} greedy completions, "
           f"{len(results) - len(ok)} failed during the restart ({back_at - killed_at:.0f} s)")
 
