@@ -129,9 +129,17 @@ components:
         return [json.loads(x) for x in p.read_text().splitlines() if x.strip()] if p.exists() else []
 
     def wait_ready(self, attempt: int, timeout: float = 600) -> dict:
+        stopped_since: list[float] = []
+
         def ready() -> dict | None:
             s = self.status()
-            if s.get("state") in ("fatal", "completed", "stopped"):
+            # `stopped` is also the moment between the two halves of a restart (the trainer's restart_server:
+            # `rlsup restart inference`), seconds long: only a stop that lasts is an end.
+            if s.get("state") == "stopped" and not stopped_since:
+                stopped_since.append(time.monotonic())
+            elif s.get("state") != "stopped":
+                stopped_since.clear()
+            if s.get("state") in ("fatal", "completed") or (stopped_since and time.monotonic() - stopped_since[0] > 20):
                 raise AssertionError(f"inference ended: {s}\n{self.log_tail()}")
             return s if s.get("state") == "running" and s.get("ready_at") and s.get("attempt", 0) >= attempt else None
         return wait_for(f"inference attempt {attempt} ready", ready, timeout, every=2)
