@@ -122,8 +122,8 @@ def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: P
                                                                       logs["trainer"])}
     assert sorted(trained) == list(range(1, STEPS + 1)) and trained[1] > 0, trained
     # The first update changes the greedy output; later ones may not (the tiny model soon answers " 12" to
-    # everything, and then its greedy text stays), but the run goes through at least three different ones.
-    assert want[1] != want[0] and len({want[s] for s in range(STEPS + 1)}) >= 3, (want, trained)
+    # everything, at times from step 1 on, and then its greedy text stays).
+    assert want[1] != want[0], (want, trained)
     assert served[-1] == want[STEPS], (served[-5:], want)
     # Every answer is what one published step (or the base) computes: never mixed or broken weights. Which
     # steps a poller catches is timing (a step replaced within a second may be missed), but the output it
