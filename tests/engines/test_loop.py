@@ -29,7 +29,7 @@ SGLANG_DEATH = ("Scheduler hit an exception", "Attempted to load weight (torch.S
                 "SIGQUIT received", "kill_process_tree called")
 
 
-# The vLLM case does not gate the stage yet: in 3 of 4 fresh-clone CI runs (2026-11-25) it failed on the
+# The vLLM case does not gate the stage yet: in each of the 4 stage runs of 2026-11-25 evening it failed on the
 # harness's timing assumptions while the journal showed rlsup doing the right thing (a poller missing a step's
 # window; the seconds between the halves of a restart; a model converged at step 1; a 60 s vLLM reload after a
 # liveness restart). It runs and reports every time (XFAIL / XPASS in the stage's summary).
