@@ -779,7 +779,9 @@ def proc_identity(pid: int) -> ProcIdentity | None:
     try:
         env = p.environ()
         run_dir: str | None = env.get(RUN_DIR_MARKER) if env.get(COMPONENT_MARKER) else None
-        readable = True
+        # Empty while the kernel is between a new program's name and its environment (mid-exec),
+        # and for a zombie: nothing can be told from it, which is not the same as "not the run's".
+        readable = bool(env)
     except (psutil.Error, OSError):
         run_dir, readable = None, False
     holds: bool | None

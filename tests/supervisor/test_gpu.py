@@ -745,10 +745,15 @@ def test_classify_holders_only_proven_processes_are_ours(procs) -> None:  # type
 
 
 def _execd(*procs: subprocess.Popen[bytes]) -> None:
-    """Wait until each child runs its program: before the exec, /proc/PID/environ is still ours."""
+    """Wait until each child runs its program with its own environment: before the exec,
+    /proc/PID/environ is still ours, and during it the name is the new one a moment before the
+    environment is there (seen once in CI: name ``sleep``, environ empty)."""
     for p in procs:
         deadline = time.monotonic() + 10
-        while psutil.Process(p.pid).name() != "sleep" and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            proc = psutil.Process(p.pid)
+            if proc.name() == "sleep" and proc.environ():
+                break
             time.sleep(0.01)
 
 
