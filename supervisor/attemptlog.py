@@ -10,13 +10,12 @@ RUN_DIR``) reads it here, so no verdict about an attempt rests on another attemp
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .logs import LineNormaliser
+from .logs import LineNormaliser, log_chain
 
 
 @dataclass(frozen=True)
@@ -60,27 +59,10 @@ def find(events: Iterable[dict[str, Any]], name: str, attempt: int) -> Range | N
     return next((r for r in reversed(ranges(events, name)) if r.attempt == attempt), None)
 
 
-def chain(log: Path, backups: int = 1000) -> list[tuple[Path, int, int]]:
-    """``X.log`` and its rotations, oldest first, with inode and size."""
-    rotated = []
-    for p in log.parent.glob(f"{log.name}.*"):
-        suffix = p.name[len(log.name) + 1:]
-        if suffix.isdigit() and int(suffix) <= backups:
-            rotated.append((int(suffix), p))
-    out = []
-    for _n, p in sorted(rotated, reverse=True) + [(0, log)]:
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        out.append((p, st.st_ino, st.st_size))
-    return out
-
-
 def read_bytes(log: Path, start: Mark | None, end: Mark | None, max_bytes: int = 4 << 20) -> tuple[bytes, bool]:
     """The bytes between ``start`` and ``end`` (the last ``max_bytes`` of them, from a line boundary),
     and whether the beginning is missing (rotated away or cut to ``max_bytes``)."""
-    files = chain(log)
+    files = log_chain(log)
     if not files:
         return b"", False
     inos = [ino for _p, ino, _s in files]

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .logs import LineNormaliser, Position
+from .logs import LineNormaliser, Position, log_chain
 
 STRIDE = 1 << 20  # bytes between index checkpoints
 CHUNK = 1 << 20  # bytes per read
@@ -67,27 +66,7 @@ class LogPages:
     # ------------------------------------------------------------------ layout
     def _chain(self) -> list[tuple[Path, int]]:
         """Existing files of the log, oldest first, with their inodes."""
-        name = self.path.name
-        pat = re.compile(re.escape(name) + r"\.(\d+)$")
-        numbered = []
-        try:
-            for entry in os.scandir(self.path.parent):
-                m = pat.match(entry.name)
-                if m:
-                    numbered.append((int(m.group(1)), Path(entry.path)))
-        except OSError:
-            return []
-        out = []
-        for _, p in sorted(numbered, reverse=True):
-            try:
-                out.append((p, os.stat(p).st_ino))
-            except OSError:
-                pass
-        try:
-            out.append((self.path, os.stat(self.path).st_ino))
-        except OSError:
-            pass
-        return out
+        return [(f.path, f.ino) for f in log_chain(self.path)]
 
     def _index(self, path: Path, ino: int, end: int) -> _FileIndex:
         ix = self._idx.get(ino)

@@ -15,6 +15,7 @@ import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 # CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks), and lone escapes.
 ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -186,6 +187,40 @@ class LogRing:
         return len(self._lines)
 
 
+class LogFile(NamedTuple):
+    """One file of a log on disk: ``X.log`` or one of its rotations ``X.log.N``."""
+
+    path: Path
+    ino: int
+    size: int
+
+
+def log_chain(path: Path, backups: int | None = None) -> list[LogFile]:
+    """``path`` and its rotations (``path.N``, N up to ``backups`` when given), oldest first: the
+    one reader of how a log lies on disk (the highest N is the oldest; ``path`` itself the newest).
+    Files that vanish while they are listed are left out."""
+    name = path.name
+    numbered = []
+    try:
+        with os.scandir(path.parent) as entries:
+            for entry in entries:
+                n = entry.name
+                if n.startswith(name + ".") and n[len(name) + 1:].isdigit():
+                    k = int(n[len(name) + 1:])
+                    if backups is None or 0 < k <= backups:
+                        numbered.append((k, Path(entry.path)))
+    except OSError:
+        pass
+    out = []
+    for _k, p in sorted(numbered, reverse=True) + [(0, path)]:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        out.append(LogFile(p, st.st_ino, st.st_size))
+    return out
+
+
 @dataclass
 class Position:
     """Where a follower is: the file (by inode), the byte offset of the next unread line in it, and the
@@ -233,18 +268,7 @@ class LogFollower:
 
     def _chain(self) -> list[tuple[Path, int]]:
         """Existing log files, oldest first, with their inodes."""
-        out = []
-        for i in range(self.backups, 0, -1):
-            p = self.path.with_name(f"{self.path.name}.{i}")
-            try:
-                out.append((p, os.stat(p).st_ino))
-            except OSError:
-                pass
-        try:
-            out.append((self.path, os.stat(self.path).st_ino))
-        except OSError:
-            pass
-        return out
+        return [(f.path, f.ino) for f in log_chain(self.path, self.backups)]
 
     def _open(self, p: Path, offset: int) -> bool:
         try:
