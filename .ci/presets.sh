@@ -100,7 +100,7 @@ fi
 
 echo "== presets: installs done after $(( $(date +%s) - t_stage )) s"
 . .venv/bin/activate 2>/dev/null || true
-RLSUP_PRESET_VENVS="$CACHE" python -m pytest -q -rs tests/presets/test_entry_points.py || failed+=(tests)
+RLSUP_PRESET_VENVS="$CACHE" python -m pytest -n 0 -q -rs tests/presets/test_entry_points.py || failed+=(tests)
 echo "== presets: stage took $(( $(date +%s) - t_stage )) s"
 if [ ${#failed[@]} -gt 0 ]; then
     echo "== presets: FAILED: ${failed[*]}" >&2

@@ -41,5 +41,5 @@ if [ ! -f "$ray_venv/.installed" ]; then
     fi
 fi
 export RLSUP_RAY_VENV="$ray_venv"
-RLSUP_SLURM=1 python -m pytest -q -p no:cacheprovider tests/slurm tests/supervisor/slurm
+RLSUP_SLURM=1 python -m pytest -n 0 -q -p no:cacheprovider tests/slurm tests/supervisor/slurm
 echo "== slurm stage took $(( $(date +%s) - start ))s"

@@ -3,7 +3,9 @@ fast preflight, apart from findings that only say the framework is not installed
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,9 @@ def test_the_expected_configs_exist() -> None:
 @pytest.mark.parametrize("path", CONFIGS, ids=_ids(CONFIGS))
 def test_config_passes_fast_preflight(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # relative checkpoint dirs resolve here; preflight leaves nothing behind
+    # As after the README's `. .venv/bin/activate`: `python` in a config is this venv's (without it, the result
+    # hung on whether an earlier test in this process had put the venv on PATH).
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     cfg = load_config(path, run_dir=str(tmp_path / "run"))
     findings = run_checks(cfg, fast=True, min_free_gb=0.0)
     unexpected = []

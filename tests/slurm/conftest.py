@@ -25,7 +25,7 @@ def _skip_reason() -> str | None:
     if os.geteuid() != 0:
         return "the Slurm tests start slurmd, which must run as root"
     if os.environ.get("RLSUP_SLURM") != "1":
-        return ("the Slurm tests run in .ci/slurm.sh against a real slurmctld/slurmd (RLSUP_SLURM=1 python -m pytest "
+        return ("the Slurm tests run in .ci/slurm.sh against a real slurmctld/slurmd (RLSUP_SLURM=1 python -m pytest -n 0 "
                 "tests/slurm runs them here)")
     return None
 

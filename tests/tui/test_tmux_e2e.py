@@ -157,7 +157,8 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
     excerpt written to a file and put in tmux's paste buffer (what OSC 52 does not reach)."""
     cfg = write_config(tmp_path, LINES_CONFIG)
     run_dir = tmp_path / "run"
-    out = tmp_path / "excerpt.log"
+    # A short path the dialog's field shows whole (a pytest-xdist worker's tmp_path is longer than the field).
+    out = Path("/tmp") / f"rlsup-excerpt-{uuid.uuid4().hex[:8]}.log"
     tmux = Tmux()
     try:
         tmux.start_up(tmp_path, cfg, run_dir)
@@ -224,5 +225,6 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
         assert "training continues" in screen
     finally:
         tmux.kill()
+        out.unlink(missing_ok=True)
         down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
     assert down.returncode == 0, down.stdout + down.stderr
