@@ -127,10 +127,14 @@ def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: P
     served = [r["text"] for r in ok]
     trained = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"Step (\d+)/\d+ \|.*?\| trained (\d+)",
                                                                       logs["trainer"])}
-    assert sorted(trained) == list(range(1, STEPS + 1)) and trained[1] > 0, trained
+    assert sorted(trained) == list(range(1, STEPS + 1)), trained
     # The first update changes the greedy output; later ones may not (the tiny model soon answers " 12" to
-    # everything, at times from step 1 on, and then its greedy text stays).
-    assert want[1] != want[0], (want, trained)
+    # everything, at times from step 1 on, and then its greedy text stays). A step whose rollouts all scored
+    # alike trains nothing (zero advantage; seen at step 1 in a stage run: {1: 0, 2: 32, ...}): the first
+    # update is the first step that trained samples.
+    first = min((s for s, n in trained.items() if n > 0), default=None)
+    assert first is not None, trained
+    assert want[first] != want[0], (first, want, trained)
     assert served[-1] == want[STEPS], (served[-5:], want)
     # Every answer is what one published step (or the base) computes: never mixed or broken weights. Which
     # steps a poller catches is timing (a step replaced within a second may be missed), but the output it
