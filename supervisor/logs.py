@@ -204,9 +204,9 @@ def log_chain(path: Path, backups: int | None = None) -> list[LogFile]:
     try:
         with os.scandir(path.parent) as entries:
             for entry in entries:
-                n = entry.name
-                if n.startswith(name + ".") and n[len(name) + 1:].isdigit():
-                    k = int(n[len(name) + 1:])
+                n, suffix = entry.name, entry.name[len(name) + 1:]
+                if n.startswith(name + ".") and suffix.isascii() and suffix.isdigit():  # not '²': int() refuses it
+                    k = int(suffix)
                     if backups is None or 0 < k <= backups:
                         numbered.append((k, Path(entry.path)))
     except OSError:

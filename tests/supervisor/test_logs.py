@@ -109,3 +109,17 @@ def test_rings_share_a_byte_budget_and_the_largest_gives_way():
     assert len(quiet) == 100  # the quiet component kept its tail
     assert chatty.first_seq > 0 and chatty.next_seq == 10_000
     assert chatty.since(chatty.next_seq - 1)[1] == ["x" * 200]
+
+
+def test_log_chain_lists_rotations_oldest_first_and_ignores_other_names(tmp_path) -> None:
+    """One reader of X.log, X.log.1 ... X.log.N: oldest (highest N) first, ``backups`` bounding N,
+    and a stray name such as X.log.² (a digit to str.isdigit, not to int) or X.log.old left alone."""
+    from rlsup.supervisor.logs import log_chain
+
+    log = tmp_path / "a.log"
+    for name in ("a.log", "a.log.1", "a.log.2", "a.log.10", "a.log.\u00b2", "a.log.old", "b.log.1"):
+        (tmp_path / name).write_text(name)
+    assert [f.path.name for f in log_chain(log)] == ["a.log.10", "a.log.2", "a.log.1", "a.log"]
+    assert [f.path.name for f in log_chain(log, backups=2)] == ["a.log.2", "a.log.1", "a.log"]
+    assert [f.size for f in log_chain(log, backups=1)] == [len("a.log.1"), len("a.log")]
+    assert log_chain(tmp_path / "missing.log") == []
