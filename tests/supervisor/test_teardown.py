@@ -31,7 +31,9 @@ components:
 
 def _strand(tmp_path, daemon):
     d = daemon(write_config(tmp_path, CFG))
-    d.wait_event(lambda e: e["kind"] == "started" and e["component"] == "doomed", what="all started")
+    # stubborn and doomed both start once the server is ready, in either order: wait for all three.
+    wait_for(lambda: {e["component"] for e in d.events() if e["kind"] == "started"} >= {"server", "stubborn", "doomed"},
+             what="all started")
     pids = {e["component"]: e["pid"] for e in d.events() if e["kind"] == "started"}
     sup = d.pid
     os.kill(sup, signal.SIGKILL)
