@@ -103,7 +103,7 @@ class MainScreen(Screen):
         self._shown_stale: bool | None = None
         self._clock_sig: tuple[object, ...] = ()
         self._refreshed_at = 0.0  # monotonic time of the last state refresh an event brought
-        self._key_at = 0.0  # monotonic time of the last key press
+        self._last_key_t = 0.0  # monotonic time of the last key press (not `_key_at`: Textual calls `_key_<name>` on the "at" key)
         self._gauges_at = 0.0  # monotonic time the gauges were last repainted
         self._gauge_timer: Timer | None = None
         self._clock_refresh = False
@@ -240,7 +240,7 @@ class MainScreen(Screen):
             self._flush_timer.pause()
 
     def on_key(self, event: events.Key) -> None:
-        self._key_at = time.monotonic()  # runs before the key's binding: see _paint_panes
+        self._last_key_t = time.monotonic()  # runs before the key's binding: see _paint_panes
         if self.model.ended and self.focused is None and self.context != actions.SELECT:
             key = COMMAND_KEYS.get(event.key)
             if key is not None:  # greyed in the footer, and pressed anyway: say why nothing happens
@@ -261,7 +261,7 @@ class MainScreen(Screen):
 
         Right after a key press flooded panes wait (KEY_QUIET_S): the frame that shows the key's
         effect then carries nothing else, and the loop is free to make it."""
-        quiet = time.monotonic() - self._key_at < KEY_QUIET_S
+        quiet = time.monotonic() - self._last_key_t < KEY_QUIET_S
         flooded = []
         for pane in self.panes.values():
             v = pane.view

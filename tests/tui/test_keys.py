@@ -639,3 +639,50 @@ async def test_gpu_samples_repaint_the_gauges_every_two_seconds_at_most():
         app.session.event("flag", "trainer", type="stall", message="no step for 10 minutes", evidence=[], action="")
         await pilot.pause(0.15)
         assert "11%" in str(gpu.render())  # came with the flag
+
+
+# ------------------------------------------------------------------------------ every key
+
+
+def _dispatch_targets(pump) -> dict[str, object]:
+    """What Textual's key dispatch would call on ``pump`` for each printable key and each named key:
+    ``key_<name>`` or ``_key_<name>`` (textual/_dispatch_key.py), where such an attribute exists."""
+    import string
+
+    from textual.keys import Keys, _character_to_key
+
+    names = {_character_to_key(ch) for ch in string.printable if ch.strip()}
+    names |= {k.value.replace("+", "_") for k in Keys}
+    found = {}
+    for name in names:
+        for attr in (f"key_{name}", f"_key_{name}"):
+            if hasattr(pump, attr):
+                found[attr] = getattr(pump, attr)
+    return found
+
+
+@run_async
+async def test_at_sign_does_not_crash_the_app():
+    """``@`` is Textual's key "at", and Textual calls a pump's ``key_at`` or ``_key_at`` for it: the app's
+    ``_key_at`` timestamp ended the TUI with ``TypeError: 1196.2 is not a callable object`` (found by typing
+    a shell command into an attached TUI)."""
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        await pilot.press("@", "enter", "@", "escape")
+        assert app.is_running and app.screen is screen
+
+
+@pytest.mark.parametrize("snapshot", [fake.normal_run, fake.ended_run], ids=["live", "ended"])
+@run_async
+async def test_no_attribute_of_the_app_or_a_widget_is_mistaken_for_a_key_handler(snapshot):
+    """Every key Textual can dispatch, on the app, its screens and every widget of the main screen: the
+    ``key_<name>``/``_key_<name>`` attribute Textual would call is a handler or absent."""
+    app = fake.make_app(snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        await pilot.press("enter")  # the log context too
+        pumps = [app, *app.screen_stack, *screen.query("*")]
+        bad = {f"{type(p).__name__}.{attr}": v for p in pumps for attr, v in _dispatch_targets(p).items()
+               if not callable(v)}
+        assert bad == {}
