@@ -895,9 +895,10 @@ def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
     return None
 
 
-def port_holder(port: int, run_dir: str | None = None) -> str | None:
-    """``pid N (name: cmdline)`` of a process listening on ``port`` when psutil can see it, else
-    None; with ``run_dir``, says so when the holder is a process of that run (its marker env)."""
+def port_holder(port: int, run_dir: str | None = None) -> tuple[str, str | None] | None:
+    """``(pid N (name: cmdline), other)`` for a process listening on ``port`` when psutil can see it,
+    else None. The text says when the holder is a component of an rlsup run (its marker env): of
+    ``run_dir``, or of another run, whose run dir is then ``other`` (for a hint that names it)."""
     import psutil
 
     try:
@@ -910,15 +911,17 @@ def port_holder(port: int, run_dir: str | None = None) -> str | None:
                 p = psutil.Process(c.pid)
                 text = f"pid {c.pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
             except psutil.Error:
-                return f"pid {c.pid}"
-            if run_dir is not None:
-                try:
-                    env = p.environ()
-                except (psutil.Error, OSError):
-                    env = {}
-                if env.get(ENV_RUN_DIR) == run_dir and env.get(ENV_COMPONENT):
-                    text += f", component {env.get(ENV_COMPONENT, '?')} of this run"
-            return text
+                return f"pid {c.pid}", None
+            try:
+                env = p.environ()
+            except (psutil.Error, OSError):
+                env = {}
+            theirs, component = env.get(ENV_RUN_DIR), env.get(ENV_COMPONENT)
+            if theirs and component:
+                if theirs == run_dir:
+                    return f"{text}, component {component} of this run", None
+                return f"{text}, component {component} of the run in {theirs}", theirs
+            return text, None
     return None
 
 
@@ -957,11 +960,14 @@ def _check_ports(ctx: _Ctx) -> None:
                         "`rlsup up` takes it over (same pid); `rlsup down` ends it", users[0][1])
                 continue
             holder = port_holder(port, ctx.cfg.run_dir)
-            who = f"held by {holder}" if holder else "held by a process this user cannot see"
+            who = f"held by {holder[0]}" if holder else "held by a process this user cannot see"
+            other = holder[1] if holder else None
+            fix = (f"that run uses it: stop it (`rlsup down --run-dir {shlex.quote(other)}`), or change the port in "
+                   "the command and the probe" if other else
+                   "stop that process (a leftover of an earlier run? `rlsup down`), or change the port "
+                   "in the command and the probe")
             ctx.add("error", "port", users[0][0],
-                    f"port {port} on {host} (probed by {names}) is already in use: {who}",
-                    "stop that process (a leftover of an earlier run? `rlsup down`), or change the port "
-                    "in the command and the probe", users[0][1])
+                    f"port {port} on {host} (probed by {names}) is already in use: {who}", fix, users[0][1])
         else:
             ctx.add("warning", "port", users[0][0],
                     f"cannot test port {port} on {host} (probed by {names}): {err.strerror or err}",

@@ -367,11 +367,15 @@ components:
     assert set(found) == {"a"} and "cannot start" in found["a"]
 
 
-def test_port_held_by_a_leftover_of_this_run(tmp_path):
+@pytest.mark.parametrize("whose", ["this", "another"])
+def test_port_held_by_a_component_of_a_run_says_which(tmp_path, whose):
+    """A leftover of this run, or a component of another live run (its hint names that run's dir: a bare
+    `rlsup down` would end whichever run the client finds, not necessarily the one holding the port)."""
     import subprocess
 
     cfg = load_config(write(tmp_path, 'run_dir: "{tmp}/run"\ncomponents:\n  srv: {command: "true"}\n'))
-    env = dict(os.environ, RLSUP_RUN_DIR=cfg.run_dir, RLSUP_COMPONENT="srv")
+    theirs = cfg.run_dir if whose == "this" else str(tmp_path / "other run")
+    env = dict(os.environ, RLSUP_RUN_DIR=theirs, RLSUP_COMPONENT="srv")
     holder = subprocess.Popen(
         [PY, "-c", "import socket,time; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); "
                    "print(s.getsockname()[1], flush=True); time.sleep(30)"],
@@ -381,7 +385,12 @@ def test_port_held_by_a_leftover_of_this_run(tmp_path):
         cfg = load_config(write(tmp_path, f'run_dir: "{{tmp}}/run"\ncomponents:\n'
                                           f'  srv: {{command: "true", ready: {{http: "http://localhost:{port}/"}}}}\n'))
         (f,) = of(run_checks(cfg, fast=True), "port")
-        assert f"pid {holder.pid} (" in f.message and "component srv of this run" in f.message
+        assert f"pid {holder.pid} (" in f.message
+        if whose == "this":
+            assert "component srv of this run" in f.message
+        else:
+            assert f"component srv of the run in {theirs}" in f.message
+            assert f"rlsup down --run-dir '{theirs}'" in f.fix
     finally:
         holder.kill()
         holder.wait()
