@@ -1,7 +1,7 @@
 """The ``resources`` gauge (CPU, RSS and GPU memory per component) and the ``memory_growth`` flag.
 
 A service the run calls on its tick: it reads each live attempt's processes (``/proc`` through
-:func:`~rlsup.supervisor.process.usage`) and returns the events to emit; the judgement of growth is
+:func:`~rlsup.supervisor.process.usage`; not for a Slurm step, whose processes are not this host's) and returns the events to emit; the judgement of growth is
 the pure :class:`~rlsup.supervisor.diagnosis.MemoryGrowthDetector`, one series per attempt.
 """
 
@@ -36,22 +36,28 @@ class ResourceWatch:
             att = c.current
             if att is None:
                 continue
-            rss, cpu = 0, 0.0
-            for pid in att.members():
-                got = usage(pid)
-                if got is not None:
-                    cpu += got[0]
-                    rss += got[1]
-            prev = self._cpu_prev.get(n)
-            self._cpu_prev[n] = (now, cpu)
-            pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
-            out[n].update(cpu_pct=pct, rss_mb=round(rss / 2**20, 1), gpu_mb=gpu_by.get(n))
+            rss_mb: float | None = None
+            pct: float | None = None
+            # A Slurm step's processes run under slurmstepd on its nodes; what this host sees of the
+            # attempt is the `srun` client (a few MB, no CPU): not the component's CPU and memory.
+            if getattr(att, "launcher", None) is None:
+                rss, cpu = 0, 0.0
+                for pid in att.members():
+                    got = usage(pid)
+                    if got is not None:
+                        cpu += got[0]
+                        rss += got[1]
+                prev = self._cpu_prev.get(n)
+                self._cpu_prev[n] = (now, cpu)
+                pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
+                rss_mb = round(rss / 2**20, 1)
+            out[n].update(cpu_pct=pct, rss_mb=rss_mb, gpu_mb=gpu_by.get(n))
             if c.state == "running" and c.progress.step is not None:
                 attempt, det = self._mem.get(n, (None, None))
                 if det is None or attempt != c.attempt:  # a new attempt starts a new series
                     det = (detector or MemoryGrowthDetector)()
                     self._mem[n] = (c.attempt, det)
-                flag = det.observe(now, c.progress.step, rss / 2**20, gpu_by.get(n))
+                flag = det.observe(now, c.progress.step, rss_mb, gpu_by.get(n))
                 if flag is not None:
                     events.append(ev.FlagRaised(
                         n, type=flag.type, message=flag.message, evidence=list(flag.evidence),

@@ -48,6 +48,10 @@ def test_up_submits_then_opens_the_tui_on_the_job(slurm, tmp_path):
         assert f"── {n1}" in tmux.screen()
         st = json.loads(slurm.rlsup("status", "--run-dir", str(run), "--json").stdout)
         assert sorted({g.get("node") for g in st["gpus"]}) == [n1, n2] and len(st["gpus"]) == 4, st["gpus"]
+        # The step's processes are under slurmstepd: the `srun` client's few MB are not the learner's.
+        res = wait_for(lambda: json.loads(slurm.rlsup("status", "--run-dir", str(run), "--json").stdout)
+                       ["components"]["learner"]["resources"], 30, 0.5, what="a resources sample")
+        assert res["rss_mb"] is None and res["cpu_pct"] is None, res
         tmux.keys("q")  # leave the TUI: the job goes on
         tmux.wait_screen("RLSUP-TUI-EXIT=0", 30)
         job = slurm.job_of(run)

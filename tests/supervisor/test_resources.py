@@ -148,3 +148,28 @@ def test_memory_growth_of_a_real_process_is_flagged(tmp_path):
     assert flags, "no memory_growth flag for a process growing ~120 MB/s"
     assert "MB" in flags[0]["message"] or "GB" in flags[0]["message"] or "MiB" in flags[0]["message"]
     assert flags[0]["component"] == "trainer"
+
+
+def test_a_slurm_step_has_no_cpu_or_memory_of_this_host():
+    """A local attempt's gauge sums its processes; a Slurm step's processes run under slurmstepd on its
+    nodes, and what this host has of it is the `srun` client: its few MB are not the component's (the
+    TUI showed a trainer step as `RSS 9M`), so the gauge says nothing for it (`-` in status and TUI)."""
+    from types import SimpleNamespace
+
+    from rlsup.supervisor import events as ev
+    from rlsup.supervisor.resources import ResourceWatch
+
+    class Ring(list):
+        bytes = 0
+
+    def component(launcher):  # an attempt whose process is this test's own (a real pid, real RSS)
+        att = SimpleNamespace(members=lambda: {os.getpid()}, launcher=launcher)
+        return SimpleNamespace(current=att, ring=Ring(), state="running", progress=SimpleNamespace(step=None),
+                               attempt=1)
+
+    comps = {"local": component(None), "step": component(object())}
+    w = ResourceWatch()
+    w.sample(0.0, comps, [])
+    (gauge,) = [e for e in w.sample(1.0, comps, []) if isinstance(e, ev.ResourcesSampled)]
+    assert gauge.data["local"]["rss_mb"] > 1 and gauge.data["local"]["cpu_pct"] is not None
+    assert gauge.data["step"]["rss_mb"] is None and gauge.data["step"]["cpu_pct"] is None
