@@ -5,7 +5,8 @@ messages in its log next to its own output. They name causes the program cannot 
 
 - ``node_failure``: srun's ``Node failure on <nodes>`` (src/srun/srun_job.c / launch plugin:
   ``error("Node failure on %s", msg->nodelist)``), slurmstepd's ``*** JOB J ON <node> CANCELLED AT ...
-  DUE TO NODE FAILURE ...***``;
+  DUE TO NODE FAILURE ...***``, and a task launch that cannot reach the node's slurmd (``Task launch
+  for StepId=J.S failed on node <node>: Communication connection failure``);
 - ``step_launch_failure``: ``Task launch for StepId=J.S failed on node <node>: ...`` and
   ``Unable to create step for job J: ...``;
 - ``time_limit``: ``*** STEP J.S ON <node> CANCELLED AT ... DUE TO TIME LIMIT ***`` (also JOB);
@@ -30,6 +31,12 @@ _LABEL = r"^(?:\d+: )?"  # srun -l labels the tasks' lines; its own messages com
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("node_failure", re.compile(r"srun: error: Node failure on (?P<node>\S+)")),
     ("node_failure", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE")),
+    # srun cannot reach the node's slurmd to launch there: a node lost before Slurm declared it down
+    # (slurm_errno.c: SLURM_COMMUNICATIONS_CONNECTION_ERROR and the socket errors; measured on 22.05.8
+    # with the node's slurmd killed: "Task launch for StepId=4.0 failed on node wn2: Communication
+    # connection failure").
+    ("node_failure", re.compile(r"Task launch for \S+ failed on node (?P<node>[^\s:]+): (?:Communication connection "
+                                r"failure|Zero Bytes were transmitted or received|Socket timed out on send/recv)")),
     ("step_launch_failure", re.compile(r"Task launch for \S+ failed on node (?P<node>[^\s:]+)")),
     ("step_launch_failure", re.compile(r"srun: error: Unable to create step for job \S+")),
     ("time_limit", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO TIME LIMIT")),

@@ -146,6 +146,9 @@ class SlurmLauncher:
         self.steps.pop((att.component, att.attempt), None)
         diag = refine(diag, lines)
         cat = diag.get("category")
+        if cat == "step_launch_failure":
+            diag = self._lost_nodes(comp.name, diag)
+            cat = diag.get("category")
         if cat in ("node_failure", "step_launch_failure") and ex.get("exit_code") == 0:
             # srun exits 0 when Slurm reports the node lost (measured: Slurm 22.05): never a success.
             ex = {**ex, "exit_code": None}
@@ -158,6 +161,31 @@ class SlurmLauncher:
                        "allow, and the next supervisor continues this run from the newest checkpoints"))
             self._requeue_soon()
         return ex, diag
+
+    def _lost_nodes(self, component: str, diag: dict[str, Any]) -> dict[str, Any]:
+        """A step that could not be created because the job no longer has one of its nodes: a node
+        failure. With ``--no-kill`` Slurm drops a failed node from the job and keeps the job running;
+        a step on that node is then refused (measured on 22.05.8: ``Unable to create step for job 4:
+        Requested node configuration is not available``, the words of a step that asks for more than
+        its nodes have, too: only the job's node list tells the two apart)."""
+        from .jobs import SlurmError, job
+
+        mine = self.nodes(component)
+        try:
+            now = job(self.job_id)
+        except SlurmError:
+            return diag
+        if not mine or now is None or not now.get("nodes"):
+            return diag
+        lost = [n for n in mine if n not in expand_hostlist(str(now["nodes"]))]
+        if not lost:
+            return diag
+        on = ",".join(lost)
+        return {**diag, "category": "node_failure", "node": on,
+                "summary": f"node failure on {on}: the job lost the node (Slurm removed it from job "
+                           f"{self.job_id}: now {now['nodes']}), so the step could not start there",
+                "evidence": [f"job {self.job_id} runs on {now['nodes']}; {component}'s nodes are {','.join(mine)}",
+                             *list(diag.get("evidence") or [])[:5]]}
 
     def _requeue_soon(self) -> None:
         import asyncio

@@ -249,6 +249,45 @@ def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(s
     assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
 
 
+def test_a_restart_on_a_node_the_job_lost_is_a_node_failure_and_requeues(slurm, tmp_path):
+    """A node dies while its component waits to restart (it had crashed on its own). With --no-kill Slurm
+    drops the node from the job and the job runs on; the new step on that node is refused with "Requested
+    node configuration is not available". Judged a launch failure, two such attempts made a "deterministic"
+    repeated_error and a fatal run; it is the node that is lost, so with `requeue: true` the job is requeued."""
+    run = tmp_path / "run"
+    once = tmp_path / "once"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 2, requeue: true}}
+        components:
+          anchor:
+            nodes: 1
+            command: {PY} {_graceful(tmp_path)}
+          trainer:
+            nodes: 1
+            shell: true
+            command: if [ ! -e {once} ]; then touch {once}; echo "crash"; exit 3; fi; exec {PY} {_graceful(tmp_path)}
+            restart: {{policy: on-failure, backoff: {{initial: 600, max: 600}}}}
+    """)
+    assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
+    job = slurm.job_of(run)
+    wait_for(lambda: _events(run, "restart_scheduled", "trainer"), 60, what="the trainer's crash, then backoff")
+    n2 = slurm.cluster.nodes[1]
+    slurm.cluster.kill_node(n2)
+    wait_for(lambda: slurm.cluster.node_states().get(n2, "").startswith("down"), 60, what="the node declared down")
+    wait_for(lambda: n2 not in slurm.cluster.run("squeue", "-h", "-j", job, "-o", "%N").stdout, 30,
+             what="the node dropped from the job")
+    assert slurm.rlsup("restart", "trainer", "--run-dir", str(run)).returncode == 0  # now, not in 10 min
+    flag = wait_for(lambda: [e for e in _events(run, "flag", "trainer") if e["type"] == "node_failure"], 60,
+                    what="the node failure seen")[0]
+    assert n2 in flag["message"] and "requeueing job" in flag["action"], flag
+    exited = _events(run, "exited", "trainer")[-1]
+    assert exited["diagnosis"]["category"] == "node_failure" and exited["diagnosis"]["node"] == n2, exited
+    assert "Requested node configuration is not available" in _log(run, "trainer")
+    assert not [e for e in _events(run, "fatal", "trainer")]
+    wait_for(lambda: slurm.job_state(job) in ("PENDING", "REQUEUED"), 60, what="the job requeued")
+
+
 def test_down_cancels_a_job_that_is_still_pending(slurm, tmp_path):
     run = tmp_path / "run"
     cfg = write_config(tmp_path, f"""

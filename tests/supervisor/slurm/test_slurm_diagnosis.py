@@ -36,8 +36,21 @@ def test_time_limit():
 
 def test_step_launch_failure():
     d = refine({"category": "unknown", "evidence": []},
-               ["srun: error: Task launch for StepId=12.3 failed on node dv2: Communication connection failure"])
+               ["srun: error: Task launch for StepId=12.3 failed on node dv2: Invalid job credential"])
     assert d["category"] == "step_launch_failure" and d["node"] == "dv2"
+
+
+def test_a_launch_that_cannot_reach_the_node_is_a_node_failure():
+    """Recorded from Slurm 22.05.8 (the hand walk of a demo run on the test cluster): the node's slurmd
+    was killed, and the trainer's next step was launched there before slurmctld declared the node down.
+    Judged a launch failure, the two attempts made a "repeated_error ... deterministic failure" and a
+    fatal run with `requeue: true`; it is the node that is lost."""
+    lines = ["0: 00:05:51 Waiting for training batch to arrive",
+             "srun: error: Task launch for StepId=3.6 failed on node wn2: Communication connection failure",
+             "srun: error: Application launch failed: Communication connection failure",
+             "srun: Job step aborted"]
+    d = refine({"category": "unknown", "evidence": []}, lines)
+    assert d["category"] == "node_failure" and d["node"] == "wn2" and "wn2" in d["summary"]
 
 
 def test_a_program_cause_stays_first():
