@@ -223,11 +223,15 @@ def slurm_fleet() -> tuple[list[Any], Any]:
     from ..fleet import PodSpec
     from ..slurm import jobs
 
-    found = sorted(jobs.runs(), key=lambda j: int(j["job_id"]))
+    # One pod per run dir, its newest job: a run continued (`up --resume`) or started anew (`--fresh`)
+    # in the same dir is a new job there, and every older one would show the same run dir again (twice
+    # the same failure made a fleet flag "on 2/2 pods").
+    newest: dict[str, dict[str, Any]] = {}
+    for j in sorted(jobs.runs(), key=lambda j: int(j["job_id"])):
+        if j["run_dir"]:
+            newest[j["run_dir"]] = j
     specs, how = [], {}
-    for j in found:
-        if not j["run_dir"]:
-            continue
+    for j in sorted(newest.values(), key=lambda j: int(j["job_id"])):
         label = f"{j['name'][len(jobs.JOB_PREFIX):]} #{j['job_id']} {j['state'].lower()}"
         specs.append(PodSpec(host=j["batch_host"] or f"job {j['job_id']}", run_dir=j["run_dir"], label=label))
         how[label] = j

@@ -201,6 +201,16 @@ def test_attach_from_outside_the_allocation_through_an_srun_bridge(slurm, tmp_pa
     assert fl.returncode == 0, fl.stdout + fl.stderr
     mine = [p for p in json.loads(fl.stdout)["pods"] if f"#{job} " in p["label"]]
     assert mine and mine[0]["connected"] and "every component completed" in mine[0]["ended"]["note"], fl.stdout
+    # A new run in the same dir is a new job there: the fleet shows the run dir once, with its newest job.
+    r = slurm.rlsup("up", str(cfg), "--fresh", "--headless")
+    assert r.returncode == 0, r.stdout + r.stderr
+    listed = slurm.cluster.run("squeue", "-h", "-t", "all", "-o", "%i %k").stdout.splitlines()
+    ids = [int(i) for i, _, c in (ln.partition(" ") for ln in listed) if c.strip() == f"rlsup run_dir={run}"]
+    again = str(max(ids))
+    assert len(ids) == 2 and again != job, ids
+    pods = [p for p in json.loads(slurm.rlsup("fleet", "--slurm", "--json").stdout)["pods"]
+            if p.get("run_dir") == str(run)]
+    assert len(pods) == 1 and f"#{again} " in pods[0]["label"], pods
 
 
 def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(slurm, tmp_path):
