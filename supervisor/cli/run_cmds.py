@@ -325,7 +325,12 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
             name = signal_mod.Signals(signum).name
             if hits["n"] == 1:
                 say(f"rlsup: {name}: stopping every component (again to kill at once)")
-                run.request_shutdown(f"{name} received")
+                # After rlsup's own `scontrol requeue` the SIGTERM is Slurm ending the batch step: say so.
+                requeued = next((c.launcher for c in run.components.values()
+                                 if getattr(c.launcher, "requeued", False)), None)
+                run.request_shutdown(f"job {requeued.job_id} requeued after a node failure ({name} from Slurm); "
+                                     "this run goes on when Slurm starts the job again" if requeued is not None
+                                     else f"{name} received")
             else:
                 say(f"rlsup: {name} again: killing what is left")
                 for c in run.components.values():

@@ -242,6 +242,8 @@ def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(s
     exited = wait_for(lambda: _events(run, "exited", "trainer"), 30, what="the trainer's exit journalled")
     assert exited[0]["diagnosis"]["category"] == "node_failure" and exited[0]["diagnosis"]["node"] == n2
     wait_for(lambda: slurm.job_state(job) in ("PENDING", "REQUEUED"), 60, what="the job requeued")
+    ended = wait_for(lambda: _events(run, "run_ended"), 30, what="the batch step's run ended")[-1]
+    assert f"job {job} requeued after a node failure" in ended["reason"], ended
     ckpt_before = max(int(p.name.split("_")[1]) for p in ck.glob("step_*"))
     # The node comes back (ReturnToService=2); Slurm holds a requeued job for 120 s: the test lets it go now.
     slurm.cluster.start_node(n2)
