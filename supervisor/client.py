@@ -198,8 +198,11 @@ class Session:
 
     def __init__(self, connect: Connector, listener: SessionListener, *, lines: int = 1000,
                  backoff: tuple[float, float] = (0.5, 10.0), give_up_after: float | None = None,
-                 logs: bool = True):
+                 logs: bool = True, goes_on: Callable[[], Awaitable[str | None]] | None = None):
         self.connect = connect
+        # After the run ended: why it goes on all the same (a Slurm job requeued: the next supervisor
+        # continues the run), or None. The session then waits for that supervisor instead of ending.
+        self.goes_on = goes_on
         self.logs = logs
         self.listener = listener
         self.lines = lines
@@ -219,8 +222,9 @@ class Session:
         first = True
         lost_at: float | None = None
         loop = asyncio.get_running_loop()
+        waiting = ""  # what the session waits for, said with every retry (a requeued job)
         while not self._stop.is_set():
-            self.listener.on_connection("connecting" if first else "reconnecting", "")
+            self.listener.on_connection("connecting" if first else "reconnecting", waiting)
             try:
                 client = await self.connect()
             except asyncio.CancelledError:
@@ -234,12 +238,13 @@ class Session:
                 if self.give_up_after is not None and now - lost_at > self.give_up_after:
                     self.listener.on_connection("closed", f"gave up: {e}")
                     return
-                self.listener.on_connection("reconnecting", f"{e}; retrying in {delay:.1f}s")
+                self.listener.on_connection("reconnecting", f"{waiting}; {e}; retrying in {delay:.1f}s" if waiting
+                                            else f"{e}; retrying in {delay:.1f}s")
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, self.backoff[1]) * random.uniform(0.9, 1.1)
                 continue
-            first = False
+            first, waiting = False, ""
             try:
                 await self._serve(client)
             finally:
@@ -249,8 +254,13 @@ class Session:
             if self._stop.is_set():
                 break
             if self.run_ended:
-                self.listener.on_connection("ended", client.close_reason or "the run has ended")
-                return
+                more = await self.goes_on() if self.goes_on is not None else None
+                if more is None:
+                    self.listener.on_connection("ended", client.close_reason or "the run has ended")
+                    return
+                self.run_ended, waiting = False, more
+                delay, lost_at = self.backoff[0], None  # no give-up clock: the job may pend for long
+                continue
             delay, lost_at = self.backoff[0], loop.time()
             self.listener.on_connection("reconnecting", client.close_reason or "connection lost")
         self.listener.on_connection("closed", "")

@@ -962,15 +962,18 @@ class Listener:
         self._wake()
 
 
-def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str) -> int:
-    """Open the TUI on a run; ``connect`` is a :data:`rlsup.supervisor.client.Connector`.
+def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str,
+            goes_on: Callable[[], Awaitable[str | None]] | None = None) -> int:
+    """Open the TUI on a run; ``connect`` is a :data:`rlsup.supervisor.client.Connector`; ``goes_on``
+    as in :class:`~rlsup.supervisor.client.Session` (a requeued Slurm job: the TUI waits for it).
 
     Returns 0 on ``q`` or Ctrl-C (detach: training continues) and after ``Q`` + confirm (stop
     all); the reason is printed once the terminal is restored.
     """
     from rlsup.supervisor.client import Session
 
-    app = RlsupApp(lambda listener: Session(connect, listener), target=target, attach_hint=attach_hint)
+    app = RlsupApp(lambda listener: Session(connect, listener, goes_on=goes_on), target=target,
+                   attach_hint=attach_hint)
     result = app.run()
     # Any way out but Q (q, ctrl+c, ctrl+q, a crash) leaves training running: say how to come back.
     print(app.exit_message or f"training continues; re-attach with: {attach_hint}")

@@ -106,34 +106,37 @@ async def _probe(connect: Any) -> None:
 
 def attach_local(run_dir: Any, *, plain: bool = False) -> int:
     from ..rundir import RunPaths
-    from .slurm_up import remote_bridge
+    from .slurm_up import remote_bridge, run_job_watch
 
+    goes_on = run_job_watch(Path(run_dir))  # a Slurm job's run goes on after a requeue: wait for it
     bridge = remote_bridge(Path(run_dir), "tui" if not plain else "follow")
     if bridge is not None:  # its supervisor runs in a Slurm job on another host: through srun
-        return view(bridge, target=f"{run_dir} (Slurm job)", hint=attach_hint(run_dir), plain=plain)
+        return view(bridge, target=f"{run_dir} (Slurm job)", hint=attach_hint(run_dir), plain=plain, goes_on=goes_on)
     return view_socket(RunPaths(Path(run_dir)).sock, target=f"local {run_dir}", hint=attach_hint(run_dir),
-                       plain=plain)
+                       plain=plain, goes_on=goes_on)
 
 
-def view_socket(sock: Path, *, target: str, hint: str, plain: bool) -> int:
+def view_socket(sock: Path, *, target: str, hint: str, plain: bool, goes_on: Any = None) -> int:
     from ..client import unix_connector
 
-    return view(unix_connector(sock, name="tui" if not plain else "follow"), target=target, hint=hint, plain=plain)
+    return view(unix_connector(sock, name="tui" if not plain else "follow"), target=target, hint=hint, plain=plain,
+                goes_on=goes_on)
 
 
-def view(connect: Any, *, target: str, hint: str, plain: bool) -> int:
-    """The TUI on a connection, or a text follower (``--plain``, or stdout is not a terminal)."""
+def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = None) -> int:
+    """The TUI on a connection, or a text follower (``--plain``, or stdout is not a terminal).
+    ``goes_on``: see :class:`~rlsup.supervisor.client.Session` (a requeued Slurm job's run goes on)."""
     if not plain and sys.stdout.isatty() and sys.stdin.isatty():
         try:
             from rlsup.tui.app import run_tui
         except ImportError as e:  # the TUI's dependencies missing: say so, follow as text
             say(f"rlsup: the TUI is not available ({e}); following as text", err=True)
         else:
-            return int(run_tui(connect, target=target, attach_hint=hint))
-    return asyncio.run(_follow_plain(connect, hint))
+            return int(run_tui(connect, target=target, attach_hint=hint, goes_on=goes_on))
+    return asyncio.run(_follow_plain(connect, hint, goes_on))
 
 
-async def _follow_plain(connect: Any, hint: str) -> int:
+async def _follow_plain(connect: Any, hint: str, goes_on: Any = None) -> int:
     from ..client import Session
     from .follow import Printer
 
@@ -148,7 +151,7 @@ async def _follow_plain(connect: Any, hint: str) -> int:
                 loop.call_soon(session.close)
 
     printer = Follower()  # the session hands the snapshot's events to on_event: printing them again doubled them
-    session = Session(connect, printer, lines=0)
+    session = Session(connect, printer, lines=0, goes_on=goes_on)
     task = asyncio.ensure_future(session.run())
     for s in (signal_mod.SIGINT, signal_mod.SIGTERM):
         loop.add_signal_handler(s, session.close)

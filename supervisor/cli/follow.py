@@ -63,6 +63,8 @@ class Printer:
     def _event(self, e: dict[str, Any]) -> None:
         if e.get("kind") == "run_ended":
             self.ended = e
+        elif e.get("kind") == "run_started":  # the run goes on (resumed, or its requeued job started again)
+            self.ended = None
         if self.events and is_lifecycle(e.get("kind", "")):
             self._w(human(e, width=self.width) + "\n")
 

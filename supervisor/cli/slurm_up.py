@@ -55,7 +55,8 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
         from .attach import view
 
         connect, target = connector(j, run_dir)
-        return view(connect, target=target, hint=f"rlsup attach{run_dir_arg(run_dir)}", plain=args.plain)
+        return view(connect, target=target, hint=f"rlsup attach{run_dir_arg(run_dir)}", plain=args.plain,
+                    goes_on=requeue_watch(job_id, j.get("restarts")))
     except KeyboardInterrupt:
         say("\nrlsup: interrupted; the job goes on.", err=True)
         _hints(job_id, run_dir)
@@ -104,6 +105,53 @@ def _state_line(j: dict[str, Any]) -> str:
     reason = j.get("reason")
     where = f" on {j['nodes']}" if j.get("nodes") and j["state"] == "RUNNING" else ""
     return j["state"] + (f" ({reason})" if reason and reason != "None" else "") + where
+
+
+def requeue_watch(job_id: str, restarts: Any, settle_s: float = 30.0) -> Any:
+    """For a session on the run of job ``job_id`` (``restarts``: its restart count when the session
+    began): once the run has ended, whether it goes on, that is whether Slurm requeued the job (rlsup
+    requeues it after a node failure, `slurm.requeue: true`). A message saying so, else None. The batch
+    step ends a moment after the run does, so the job is asked again for up to ``settle_s``."""
+    from ..slurm import jobs
+
+    seen = {"restarts": restarts}
+
+    async def goes_on() -> str | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settle_s
+        while True:
+            j = await loop.run_in_executor(None, _job, job_id)
+            if j is None or j["state"] not in jobs.ACTIVE:
+                return None  # completed, failed, cancelled, or gone from squeue
+            now, before = j.get("restarts"), seen["restarts"]
+            again = isinstance(now, int) and isinstance(before, int) and now > before
+            if again or j["state"].startswith("REQUEUE"):
+                seen["restarts"] = now  # the next end of the run is judged against this start of the job
+                return (f"job {job_id} was requeued ({_state_line(j)}): the run goes on when Slurm starts it "
+                        "again; waiting for its supervisor")
+            if loop.time() > deadline:
+                return None
+            await asyncio.sleep(1.0)
+
+    return goes_on
+
+
+def run_job_watch(run_dir: Path) -> Any:
+    """:func:`requeue_watch` for the live Slurm job of ``run_dir`` (`rlsup attach` on a cluster), or None
+    where there is none (no squeue here, or the run is not a job's)."""
+    import shutil
+
+    if shutil.which("squeue") is None:
+        return None
+    from ..slurm import jobs
+
+    try:
+        j = jobs.job_of_run(str(Path(run_dir).resolve()))
+    except jobs.SlurmError:
+        return None
+    if j is None or j["state"] not in jobs.ACTIVE:
+        return None
+    return requeue_watch(j["job_id"], j.get("restarts"))
 
 
 def supervisor_up(run_dir: str) -> bool:
@@ -211,10 +259,19 @@ def remote_bridge(run_dir: Path, name: str) -> Any:
         return None
     if j is None or j["state"] != "RUNNING" or not j["batch_host"]:
         return None
-    return command_connector([jobs.tool("srun"), f"--jobid={j['job_id']}", "--overlap", "--nodes=1", "--ntasks=1",
-                              f"--nodelist={j['batch_host']}", "--gres=none", "--quiet", "--job-name=rlsup:bridge",
-                              sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir",
-                              str(Path(run_dir).resolve())], name=name)
+    where = str(Path(run_dir).resolve())
+
+    async def connect() -> Any:
+        # The job as it is now: after a requeue its supervisor may run on another batch host.
+        now = await asyncio.get_running_loop().run_in_executor(None, _job, j["job_id"]) or j
+        if now["state"] != "RUNNING" or not now["batch_host"]:
+            raise OSError(f"job {j['job_id']} {_state_line(now)}")
+        return await command_connector(
+            [jobs.tool("srun"), f"--jobid={j['job_id']}", "--overlap", "--nodes=1", "--ntasks=1",
+             f"--nodelist={now['batch_host']}", "--gres=none", "--quiet", "--job-name=rlsup:bridge",
+             sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir", where], name=name)()
+
+    return connect
 
 
 def slurm_fleet() -> tuple[list[Any], Any]:

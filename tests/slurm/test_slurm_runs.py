@@ -232,6 +232,8 @@ def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(s
     assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
     job = slurm.job_of(run)
     wait_for(lambda: (ck / "step_10").exists(), 60, what="a checkpoint")
+    # Attached from the login node across the requeue: it waits for the requeued job's supervisor.
+    att = slurm.popen("attach", "--run-dir", str(run), "--plain")
     n2 = slurm.cluster.nodes[1]
     t0 = time.monotonic()
     slurm.cluster.kill_node(n2)  # its slurmd, slurmstepd and the trainer: the node is gone
@@ -258,7 +260,12 @@ def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(s
     wait_for(lambda: f"starting at step {resumed['resume']['step'] + 1}" in _log(run, "trainer"), 60,
              what="the trainer going on from its checkpoint")
     print(f"node failure seen after {seen_s:.1f}s")
+    assert att.poll() is None, att.communicate(timeout=5)[0]  # still attached, to the requeued job's run
     assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
+    out = att.communicate(timeout=60)[0]
+    first_end = out.index(f"job {job} requeued after a node failure")
+    assert f"job {job} was requeued" in out[first_end:], out
+    assert "resuming from step" in out[first_end:] and "stopped by user (rlsup down)" in out[first_end:], out
 
 
 def test_a_restart_on_a_node_the_job_lost_is_a_node_failure_and_requeues(slurm, tmp_path):
