@@ -589,11 +589,11 @@ async def test_flooded_panes_take_turns_and_wait_after_a_key():
             for v in views:
                 v.append_lines([f"flood {i}" for i in range(v.height + 5)])
 
-        screen._key_at = time.monotonic()  # a key was just pressed
+        screen._last_key_t = time.monotonic()  # a key was just pressed
         flood()
         assert all(v.flooding for v in views)
         assert screen._paint_panes(1000) is True and all(v.pending == "full" for v in views)
-        screen._key_at = time.monotonic() - 2 * KEY_QUIET_S
+        screen._last_key_t = time.monotonic() - 2 * KEY_QUIET_S
         painted: list[set[int]] = []
         for tick in range(1001, 1001 + 4 * FLOOD_PAINT_TICKS):
             flood()
@@ -608,7 +608,7 @@ async def test_flooded_panes_take_turns_and_wait_after_a_key():
         for tick in range(2000, 2000 + 2 * FLOOD_PAINT_TICKS):  # the flood is over: every pane catches up
             screen._paint_panes(tick)
         assert all(v.pending is None for v in views)
-        screen._key_at = time.monotonic()
+        screen._last_key_t = time.monotonic()
         views[0].append_lines(["one line"])  # not a flood: painted at the next tick, key or not
         screen._paint_panes(3000)
         assert views[0].pending is None
