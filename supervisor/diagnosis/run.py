@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..logs import log_chain
 from ..phrases import fmt_duration
 from .engine import diagnose
 from .model import Diagnosis
@@ -285,16 +286,7 @@ def _num(v: Any) -> float:
 
 def log_files(logs: Path, name: str) -> list[Path]:
     """NAME.log and its rotations, oldest first (NAME.log.3, NAME.log.2, NAME.log.1, NAME.log)."""
-    rotated = []
-    for p in logs.glob(f"{name}.log.*"):
-        suffix = p.name[len(name) + 5:]
-        if suffix.isdigit():
-            rotated.append((int(suffix), p))
-    files = [p for _n, p in sorted(rotated, reverse=True)]
-    current = logs / f"{name}.log"
-    if current.exists():
-        files.append(current)
-    return files
+    return [f.path for f in log_chain(logs / f"{name}.log")]
 
 
 def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES) -> _LogScan:

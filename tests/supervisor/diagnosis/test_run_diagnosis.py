@@ -319,3 +319,17 @@ def test_a_slow_start_that_cleared_is_no_hang(tmp_path: Path) -> None:
     run.emit(T0 + 61, "ready", "trainer", probe="started (no readiness probe)")
     rd = diagnose_run(run.root)
     assert (rd.root_cause.component, rd.root_cause.category) == ("trainer", "python_exception")
+
+
+def test_a_stray_file_beside_the_rotations_is_not_read_as_one(tmp_path: Path) -> None:
+    """The run's logs are read through the one reader of a log's rotation chain (logs.log_chain): a
+    `trainer.log.²` ('²'.isdigit() is true, int('²') raises) or `trainer.log.bak` beside the real
+    rotations neither breaks `rlsup diagnose` nor joins the log."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="r", components=["trainer"])
+    run.log("trainer", ["step 1", "step 2"], suffix=".1")
+    run.log("trainer", excerpt("stream_writer_library_only.log"))
+    run.log("trainer", ["Traceback (most recent call last):", "ValueError: not this log"], suffix=".²")
+    run.log("trainer", ["not this either"], suffix=".bak")
+    rd = diagnose_run(run.root)
+    assert rd.components["trainer"]["log_files"] == ["trainer.log.1", "trainer.log"]
