@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import textwrap
 import time
 from pathlib import Path
 
@@ -36,6 +37,21 @@ def _graceful(tmp: Path) -> Path:
     p = tmp / "graceful_step.py"
     p.write_text(GRACEFUL)
     return p
+
+
+def _anchor_and_trainer(tmp: Path, run: Path, trainer: str) -> Path:
+    """A two-node run with `requeue: true`: an `anchor` on the first node (the batch node, which the
+    node-failure tests keep) and a `trainer` on the second, given as its YAML lines (indented 4)."""
+    return write_config(tmp, f"""
+        run_dir: {run}
+        slurm: {{nodes: 2, requeue: true}}
+        components:
+          anchor:
+            nodes: 1
+            command: {PY} {_graceful(tmp)}
+          trainer:
+            nodes: 1
+""" + textwrap.indent(textwrap.dedent(trainer), " " * 12))
 
 
 def test_two_components_on_two_nodes_then_the_allocation_is_released(slurm, tmp_path):
@@ -216,18 +232,10 @@ def test_attach_from_outside_the_allocation_through_an_srun_bridge(slurm, tmp_pa
 def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(slurm, tmp_path):
     run = tmp_path / "run"
     ck = tmp_path / "ckpt"
-    cfg = write_config(tmp_path, f"""
-        run_dir: {run}
-        slurm: {{nodes: 2, requeue: true}}
-        components:
-          anchor:
-            nodes: 1
-            command: {PY} {_graceful(tmp_path)}
-          trainer:
-            nodes: 1
-            command: {PY} {SCRIPTS}/stepper.py --total 400 --sleep 0.1 --ckpt {ck} --ckpt-every 5
-            progress: {{preset: rlsup}}
-            resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
+    cfg = _anchor_and_trainer(tmp_path, run, f"""
+        command: {PY} {SCRIPTS}/stepper.py --total 400 --sleep 0.1 --ckpt {ck} --ckpt-every 5
+        progress: {{preset: rlsup}}
+        resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
     """)
     assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
     job = slurm.job_of(run)
@@ -275,18 +283,10 @@ def test_a_restart_on_a_node_the_job_lost_is_a_node_failure_and_requeues(slurm, 
     repeated_error and a fatal run; it is the node that is lost, so with `requeue: true` the job is requeued."""
     run = tmp_path / "run"
     once = tmp_path / "once"
-    cfg = write_config(tmp_path, f"""
-        run_dir: {run}
-        slurm: {{nodes: 2, requeue: true}}
-        components:
-          anchor:
-            nodes: 1
-            command: {PY} {_graceful(tmp_path)}
-          trainer:
-            nodes: 1
-            shell: true
-            command: if [ ! -e {once} ]; then touch {once}; echo "crash"; exit 3; fi; exec {PY} {_graceful(tmp_path)}
-            restart: {{policy: on-failure, backoff: {{initial: 600, max: 600}}}}
+    cfg = _anchor_and_trainer(tmp_path, run, f"""
+        shell: true
+        command: if [ ! -e {once} ]; then touch {once}; echo "crash"; exit 3; fi; exec {PY} {_graceful(tmp_path)}
+        restart: {{policy: on-failure, backoff: {{initial: 600, max: 600}}}}
     """)
     assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
     job = slurm.job_of(run)
