@@ -106,10 +106,12 @@ async def _probe(connect: Any) -> None:
 
 def attach_local(run_dir: Any, *, plain: bool = False) -> int:
     from ..rundir import RunPaths
-    from .slurm_up import remote_bridge, run_job_watch
+    from ..slurm.jobs import ACTIVE
+    from .slurm_up import remote_bridge, requeue_watch, run_job
 
-    goes_on = run_job_watch(Path(run_dir))  # a Slurm job's run goes on after a requeue: wait for it
-    bridge = remote_bridge(Path(run_dir), "tui" if not plain else "follow")
+    job = run_job(Path(run_dir))  # one squeue for both: the job's run goes on after a requeue, wait for it
+    goes_on = requeue_watch(job["job_id"], job.get("restarts")) if job and job["state"] in ACTIVE else None
+    bridge = remote_bridge(Path(run_dir), "tui" if not plain else "follow", job) if job else None
     if bridge is not None:  # its supervisor runs in a Slurm job on another host: through srun
         return view(bridge, target=f"{run_dir} (Slurm job)", hint=attach_hint(run_dir), plain=plain, goes_on=goes_on)
     return view_socket(RunPaths(Path(run_dir)).sock, target=f"local {run_dir}", hint=attach_hint(run_dir),

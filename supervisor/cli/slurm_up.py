@@ -136,9 +136,9 @@ def requeue_watch(job_id: str, restarts: Any, settle_s: float = 30.0) -> Any:
     return goes_on
 
 
-def run_job_watch(run_dir: Path) -> Any:
-    """:func:`requeue_watch` for the live Slurm job of ``run_dir`` (`rlsup attach` on a cluster), or None
-    where there is none (no squeue here, or the run is not a job's)."""
+def run_job(run_dir: Path) -> dict[str, Any] | None:
+    """The Slurm job whose run dir is ``run_dir`` (``squeue --json``), or None (no squeue here, none, or
+    squeue failed)."""
     import shutil
 
     if shutil.which("squeue") is None:
@@ -146,12 +146,9 @@ def run_job_watch(run_dir: Path) -> Any:
     from ..slurm import jobs
 
     try:
-        j = jobs.job_of_run(str(Path(run_dir).resolve()))
+        return jobs.job_of_run(str(Path(run_dir).resolve()))
     except jobs.SlurmError:
         return None
-    if j is None or j["state"] not in jobs.ACTIVE:
-        return None
-    return requeue_watch(j["job_id"], j.get("restarts"))
 
 
 def supervisor_up(run_dir: str) -> bool:
@@ -235,9 +232,10 @@ def command_connector(argv: list[str], name: str = "tui") -> Any:
     return connect
 
 
-def remote_bridge(run_dir: Path, name: str) -> Any:
+def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -> Any:
     """A connector through ``srun ... rlsup bridge`` when the run's supervisor runs in a live Slurm job on
-    another host (its socket in the shared run dir cannot be reached from here); None otherwise."""
+    another host (its socket in the shared run dir cannot be reached from here); None otherwise.
+    ``job``: the run's job where the caller has looked it up already (else squeue is asked here)."""
     import shutil
 
     from ..rundir import RunPaths
@@ -253,10 +251,7 @@ def remote_bridge(run_dir: Path, name: str) -> Any:
         return None
     from ..slurm import jobs
 
-    try:
-        j = jobs.job_of_run(str(Path(run_dir).resolve()))
-    except jobs.SlurmError:
-        return None
+    j = job if job is not None else run_job(run_dir)
     if j is None or j["state"] != "RUNNING" or not j["batch_host"]:
         return None
     where = str(Path(run_dir).resolve())
