@@ -10,6 +10,7 @@ printed to stderr once per outage. Every event is redacted before it leaves.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -176,9 +177,11 @@ class Notifier:
                 last = f"HTTP {e.code}"
                 if 400 <= e.code < 500 and e.code not in (408, 425, 429):
                     break  # the request itself is wrong: retrying will not help
-            except (urllib.error.URLError, OSError, ValueError) as e:
+            except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
                 reason = getattr(e, "reason", e)
                 last = str(reason) or type(e).__name__
+                if isinstance(e, http.client.HTTPException):  # no OSError: a reply that broke off
+                    last = f"the reply broke off ({type(e).__name__}: {e})"
         self._report("webhook", f"webhook to {where} failed after retries: {last}")
         return False
 

@@ -9,7 +9,10 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,65 @@ def write_config(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
     p = tmp_path / name
     p.write_text(text)
     return p
+
+
+class TornServer:
+    """A real HTTP listener that reads each request whole, answers with ``reply`` (the first bytes of a
+    reply, as a client reads them from a server killed mid-reply), then closes. ``requests`` counts them.
+    Reading the whole request first matters: closing on unread bytes sends a RST, and the client would
+    see a reset (an OSError) instead of the torn reply."""
+
+    def __init__(self, reply: bytes):
+        self.reply = reply
+        self.requests = 0
+        self._srv = socket.socket()
+        self._srv.bind(("127.0.0.1", 0))
+        self._srv.listen(8)
+        self.url = f"http://127.0.0.1:{self._srv.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    head, _, body = data.partition(b"\r\n\r\n")
+                    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                                   if line.lower().startswith(b"content-length:")), 0)
+                    while len(body) < length:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        body += chunk
+                    self.requests += 1
+                    conn.sendall(self.reply)
+                    conn.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._srv.close()
+        self._thread.join(5)
+
+
+@contextmanager
+def torn_server(reply: bytes) -> Iterator[TornServer]:
+    s = TornServer(reply)
+    try:
+        yield s
+    finally:
+        s.close()
 
 
 def read_events(run_dir: Path) -> list[dict]:

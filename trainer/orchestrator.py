@@ -26,6 +26,7 @@ sampled from, so they stay as on-policy as they were.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import time
 import urllib.error
@@ -53,7 +54,10 @@ def http_json(url: str, payload: dict | None = None, timeout: float = 60.0) -> d
         if exc.code >= 500:
             raise ServerDown(f"HTTP {exc.code} from {url}") from exc
         raise
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+    # A server that dies mid-reply raises http.client.IncompleteRead, which is no OSError.
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, http.client.HTTPException) as exc:
+        if isinstance(exc, http.client.HTTPException):
+            raise ServerDown(f"{url}: the reply broke off ({type(exc).__name__}: {exc})") from exc
         raise ServerDown(f"{url}: {getattr(exc, 'reason', exc)}") from exc
 
 
@@ -121,7 +125,7 @@ def reported_step(base: str) -> int | None:
     try:
         with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
             step = json.loads(resp.read() or b"{}").get("weights_step")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, http.client.HTTPException):
         return None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 

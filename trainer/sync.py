@@ -64,6 +64,7 @@ tests/contract/servers.py answer exactly so:
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import re
 import sys
@@ -118,10 +119,15 @@ def request(method: str, url: str, body: dict | None = None, timeout: float = 60
         status = exc.code
         try:
             raw = exc.read()
-        except OSError:
+        except (OSError, http.client.HTTPException):
             raw = b""
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError) as exc:
+    # http.client.HTTPException is no OSError: a server that dies mid-reply raises IncompleteRead (a body
+    # shorter than its Content-Length) or RemoteDisconnected/BadStatusLine from resp.read() or urlopen.
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError,
+            http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
+        if isinstance(exc, http.client.HTTPException):
+            reason = f"the reply broke off ({type(exc).__name__}: {exc})"
         return Reply(None, None, "", f"{url}: {reason}", refused=isinstance(reason, ConnectionRefusedError))
     text = raw.decode("utf-8", "replace")
     try:

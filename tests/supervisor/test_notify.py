@@ -13,6 +13,7 @@ import pytest
 
 from rlsup.supervisor.config import NotifyCfg
 from rlsup.supervisor.notify import Notifier
+from tests.conftest import torn_server
 
 FLAG = {"ts": 1.0, "seq": 3, "kind": "flag", "component": "trainer", "type": "repeated_error",
         "message": "AttributeError at train.py:57 on 2 consecutive attempts", "evidence": ["x"],
@@ -195,3 +196,16 @@ def test_nothing_configured_is_inert() -> None:
     n.handle(FLAG)
     assert n.pending() == 0
     n.close()
+
+
+def test_a_webhook_server_that_dies_mid_reply_is_retried_and_reported() -> None:
+    """A status line cut short raises http.client.BadStatusLine, which is no OSError: it went to the
+    worker's last-resort handler as "notification failed" without a single retry."""
+    with torn_server(b"HTTP/1.1 2") as s:
+        err = io.StringIO()
+        n = Notifier(NotifyCfg(webhook=f"{s.url}/hook", on=["flag"]), run_name="r", run_dir="/r", env={},
+                     backoff=(0.01, 0.01, 0.01), stderr=err)
+        n.handle(FLAG)
+        n.close(timeout=10)
+        assert s.requests == 4 and n.failed == 1 and n.sent == 0, err.getvalue()  # 1 + 3 retries
+        assert f"webhook to {s.url} failed after retries: the reply broke off (BadStatusLine" in err.getvalue()
