@@ -30,6 +30,7 @@ from .engine import diagnose
 from .model import Diagnosis
 from .normalize import clean_line
 from .signatures import benign_veto, match_span
+from .stamps import LineClock
 
 # Failures that are usually the consequence of another component's failure.
 SYMPTOM_CATEGORIES = frozenset({
@@ -54,10 +55,6 @@ _STALL_FOR = re.compile(r"no new step for (\d+(?:\.\d+)?)s")
 TAIL_LINES = 2000  # what the exit diagnosis reads
 LOG_SCAN_BYTES = 64 * 1024 * 1024  # per component, newest first: enough for days of symptoms
 MAX_SAMPLES = 3
-
-# Absolute timestamps found in log lines ("2025-04-23 21:31:41", "2024-11-13T03:15:08.672Z",
-# "[2025-04-23 21:31:41 TP0]"); times without a date are not placed.
-_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
 
 
 @dataclass
@@ -140,8 +137,13 @@ class _LogScan:
     truncated: bool = False
     mtime: float | None = None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
-    # category -> [count, first_ts, last_ts, samples]
+    # category -> [count, first_ts, last_ts, samples, {stamp kind: [first, last] on its running clock}]
     by_category: dict[str, list[Any]] = field(default_factory=dict)
+    clock: LineClock = field(default_factory=LineClock)
+    # the time of the last line that carried one (None: none did), and how many lines came after it
+    last_ts: float | None = None
+    last_partial: tuple[str, float] | None = None  # the last stamp, when partial (placed after the scan)
+    since_stamp: int = 0
 
 
 @dataclass
@@ -233,25 +235,6 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def line_time(text: str) -> float | None:
-    """The absolute time a log line carries, as unix seconds, or None."""
-    m = _ISO.search(text)
-    if not m:
-        return None
-    y, mo, d, h, mi, s, frac, tz = m.groups()
-    try:
-        dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=timezone.utc)
-    except ValueError:
-        return None
-    ts = dt.timestamp() + (float("0." + frac) if frac else 0.0)
-    if tz and tz != "Z":
-        sign = 1 if tz[0] == "+" else -1
-        hh, mm = int(tz[1:3]), int(tz[-2:])
-        ts -= sign * (hh * 3600 + mm * 60)
-    # a log line's time without a zone is read as UTC: its ordering matters, not its zone
-    return ts
-
-
 # ---------------------------------------------------------------------------------------------
 # reading
 
@@ -289,9 +272,11 @@ def log_files(logs: Path, name: str) -> list[Path]:
     return [f.path for f in log_chain(logs / f"{name}.log")]
 
 
-def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES) -> _LogScan:
+def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES, window: tuple[float, float] | None = None) -> _LogScan:
     """Every line of the newest ``budget`` bytes of a component's logs: the failure lines of each
-    category (count, first and last time a line carries), the tail the exit diagnosis would read."""
+    category (count, first and last time a line carries), the tail the exit diagnosis would read.
+    ``window``: from when to when the journal says the component ran (places lines stamped with a time
+    of day only; see stamps.py)."""
     scan = _LogScan(files=[str(p) for p in files])
     sizes = []
     for p in files:
@@ -324,25 +309,51 @@ def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES) -> _LogScan:
                 scan.lines += 1
                 scan.tail.append(line)
                 _count(scan, line)
+    _place_partial_stamps(scan, window)
     return scan
+
+
+def _place_partial_stamps(scan: _LogScan, window: tuple[float, float] | None) -> None:
+    """Lines stamped with a time of day or a month-day only, placed by the log's last write (or the
+    journal's end, when that is earlier), and only where that agrees with the journal."""
+    anchor = scan.mtime if window is None or scan.mtime is None else min(scan.mtime, window[1])
+    resolve = scan.clock.resolver(anchor, window)
+    for entry in scan.by_category.values():
+        for kind, (lo, hi) in entry[4].items():
+            for naive in (lo, hi):
+                ts = resolve(kind, naive)
+                if ts is not None:
+                    entry[1] = ts if entry[1] is None else min(entry[1], ts)
+                    entry[2] = ts if entry[2] is None else max(entry[2], ts)
+    if scan.last_partial is not None:
+        scan.last_ts = resolve(*scan.last_partial)
 
 
 def _count(scan: _LogScan, line: str) -> None:
     text = line.strip()
     if not text:
+        scan.since_stamp += 1
         return
+    ts, partial = scan.clock.read(text)
+    if ts is not None or partial is not None:
+        scan.last_ts, scan.last_partial, scan.since_stamp = ts, partial, 0
+    else:
+        scan.since_stamp += 1
     hit = match_span(text)
     if hit is None:
         return
     sig, at = hit
     if benign_veto(text, at):
         return
-    entry = scan.by_category.setdefault(sig.category, [0, None, None, []])
+    entry = scan.by_category.setdefault(sig.category, [0, None, None, [], {}])
     entry[0] += 1
-    ts = line_time(text)
     if ts is not None:
         entry[1] = ts if entry[1] is None else min(entry[1], ts)
         entry[2] = ts if entry[2] is None else max(entry[2], ts)
+    elif partial is not None:
+        kind, naive = partial
+        span = entry[4].setdefault(kind, [naive, naive])
+        span[0], span[1] = min(span[0], naive), max(span[1], naive)
     if len(entry[3]) < MAX_SAMPLES:
         entry[3].append(text[:300])
 
@@ -453,10 +464,16 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
             m = re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name)
             if m:
                 names.add(m.group("n"))
+    # when the journal says each component first ran, and its last word: the time its log can cover
+    lived: dict[str, float] = {}
+    for e in events:
+        if e.get("kind") == "started" and isinstance(e.get("component"), str) and isinstance(e.get("ts"), int | float):
+            lived.setdefault(e["component"], float(e["ts"]))
+    last_ts = max((float(e["ts"]) for e in events if isinstance(e.get("ts"), int | float)), default=None)
     scans: dict[str, _LogScan] = {}
     for n in sorted(names):
         files = log_files(logs_dir, n) if logs_dir.is_dir() else []
-        scan = scan_log(files, log_budget)
+        scan = scan_log(files, log_budget, (lived[n], last_ts) if n in lived and last_ts is not None else None)
         scans[n] = scan
         info = comp(n)
         info["log_files"] = [Path(f).name for f in scan.files]
@@ -515,11 +532,8 @@ def _last_attempt_tail(run_dir: Path, events: list[dict[str, Any]], name: str, t
 
 
 def _tail_time(scan: _LogScan) -> float | None:
-    for line in reversed(scan.tail):
-        ts = line_time(line)
-        if ts is not None:
-            return ts
-    return None
+    """The time of the last stamped line among the tail the exit diagnosis reads."""
+    return scan.last_ts if scan.since_stamp < TAIL_LINES else None
 
 
 def _names_dependency(message: str, component: str) -> bool:
@@ -609,7 +623,7 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
     for n, scan in scans.items():
         if n == root.component:
             continue
-        for cat, (count, first, last, samples) in scan.by_category.items():
+        for cat, (count, first, last, samples, _partial) in scan.by_category.items():
             if cat not in SYMPTOM_CATEGORIES or (n, cat) in own:
                 continue
             # lines known to predate the root cause are a startup wait, not its consequence

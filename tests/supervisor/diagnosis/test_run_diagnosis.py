@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +334,47 @@ def test_a_stray_file_beside_the_rotations_is_not_read_as_one(tmp_path: Path) ->
     run.log("trainer", ["not this either"], suffix=".bak")
     rd = diagnose_run(run.root)
     assert rd.components["trainer"]["log_files"] == ["trainer.log.1", "trainer.log"]
+
+
+def _hms(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def _crash_after_refused(tmp_path: Path, refused_at: float) -> Run:
+    """The README's crash@57 example: the inference server dies at 15 s and is back at 25 s; the trainer
+    raises at 40 s. The orchestrator stamps its lines with a time of day only (trainer/steplog.py)."""
+    t0 = float(int(time.time()) - 3600)
+    run = Run(tmp_path / "run")
+    run.emit(t0, "run_started", None, name="demo-chaos", pid=1, run_dir=str(run.root),
+             components=["inference", "orchestrator", "trainer"])
+    for name in ("inference", "orchestrator", "trainer"):
+        run.start(t0, name)
+    run.exit(t0 + 15, "inference", None, [], signal="SIGKILL")
+    run.start(t0 + 20, "inference")
+    run.emit(t0 + 25, "ready", "inference", probe="http")
+    refused = [f"{_hms(t0 + refused_at + k)} step 21: inference server not reachable (attempt {k + 2}): "
+               f"http://127.0.0.1:8731/v1/completions: [Errno 111] Connection refused; retrying in 1.0s" for k in range(3)]
+    steps = [f"{_hms(t0 + 10)} step 20: 16 rollouts written", *([] if refused_at > 40 else refused),
+             f"{_hms(t0 + 30)} step 30: 16 rollouts written", *(refused if refused_at > 40 else [])]
+    os.utime(run.log("orchestrator", steps), (t0 + 60, t0 + 60))
+    tb = ["Traceback (most recent call last):", '  File "/w/trainer/train.py", line 149, in main', "    step()",
+          "ValueError: injected failure at step 57"]
+    os.utime(run.log("trainer", tb), (t0 + 40, t0 + 40))
+    run.exit(t0 + 40, "trainer", 1, tb)
+    run.journal.close()
+    return run
+
+
+def test_refused_lines_stamped_with_a_time_of_day_before_the_root_cause_are_not_its_symptoms(tmp_path: Path) -> None:
+    """`rlsup diagnose` on the README's crash@57 example listed the orchestrator's refused connections at
+    02:27:53 (the injected inference death) as symptoms of the trainer's crash at 02:28:14: a time of day
+    without a date was read as no time at all."""
+    rd = diagnose_run(_crash_after_refused(tmp_path / "before", refused_at=16).root)
+    assert rd.root_cause is not None and (rd.root_cause.component, rd.root_cause.category) == ("trainer",
+                                                                                              "python_exception")
+    assert not [s for s in rd.symptoms if s.component == "orchestrator"], rd.symptoms
+    assert "orchestrator logged errors" not in rd.verdict
+
+    rd = diagnose_run(_crash_after_refused(tmp_path / "after", refused_at=45).root)
+    after = [s for s in rd.symptoms if (s.component, s.category) == ("orchestrator", "connection_refused")]
+    assert after and after[0].log_lines == 3 and after[0].first_ts == rd.root_cause.ts + 5, rd.symptoms
