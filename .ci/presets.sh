@@ -6,9 +6,8 @@
 # never pulls a CUDA build), reused while its spec file matches. The tests are tests/presets/
 # test_entry_points.py: they take each preset's command from the preset file itself and assert the line
 # or file that shows how far it got (see docs/frameworks.md, "Launched for real").
-# prime-rl is not on PyPI: a venv built from its pinned source is used where one is cached here
-# (RLSUP_PRIME_RL_SRC=/path/to/prime-rl checkout at 559b447 builds it); otherwise its test is skipped
-# with that reason.
+# prime-rl is not on PyPI and GitHub is out of reach: its pinned source ships in the repository
+# (tests/presets/prime-rl/, unpacked here; RLSUP_PRIME_RL_SRC=/path/to/a checkout at 559b447 overrides it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="$HOME/.cache/rlsup-ci/presets"
@@ -84,23 +83,33 @@ transformers==5.3.0" --no-deps areal==1.0.4 --- "datasets>=3.0.0" "omegaconf==2.
     "ray[default]" numba "pillow>=12.1.1" openai wandb trackio "swanlab==0.6.12" transformers==5.3.0 \
     || failed+=(areal)
 
-# prime-rl 559b447: not on PyPI, and CI cannot reach GitHub. Built only from a local checkout with its
-# deps/verifiers submodule (RLSUP_PRIME_RL_SRC, default $HOME/.cache/rlsup-ci/presets/src/prime-rl-559b447,
-# where a session with GitHub access left one); its pyproject wants Python 3.12, the launcher and config
-# code run on this machine's 3.11 (--ignore-requires-python). Only what `rl --dry-run` imports is installed.
-PRIME_SRC="${RLSUP_PRIME_RL_SRC:-$HOME/.cache/rlsup-ci/presets/src/prime-rl-559b447}"
+# prime-rl 559b447: not on PyPI, and CI cannot reach GitHub. Built from its pinned source, which the
+# repository carries (tests/presets/prime-rl/prime-rl-559b447.tar.gz: src/, packages/, examples/ and the
+# deps/verifiers submodule's package and reverse_text environment, as published; see its README), unpacked
+# once under $CACHE/src/; RLSUP_PRIME_RL_SRC points at another checkout instead. Its pyproject wants
+# Python 3.12, the launcher and config code run on this machine's 3.11 (--ignore-requires-python). Only
+# what `rl --dry-run` imports is installed.
+PRIME_TGZ=tests/presets/prime-rl/prime-rl-559b447.tar.gz
+PRIME_SRC="${RLSUP_PRIME_RL_SRC:-$CACHE/src/prime-rl-559b447}"
+if [ -z "${RLSUP_PRIME_RL_SRC:-}" ] && [ ! -f "$PRIME_SRC/.sha256" -o "$(cat "$PRIME_SRC/.sha256" 2>/dev/null)" != "$(sha256sum "$PRIME_TGZ" | cut -d' ' -f1)" ]; then
+    rm -rf "$PRIME_SRC" && mkdir -p "$CACHE/src"
+    tar -xzf "$PRIME_TGZ" -C "$CACHE/src"
+    sha256sum "$PRIME_TGZ" | cut -d' ' -f1 > "$PRIME_SRC/.sha256"  # written last: the unpack is complete
+    echo "== presets: prime-rl 559b447: unpacked $PRIME_TGZ into $PRIME_SRC"
+fi
 if [ -f "$PRIME_SRC/examples/basic/reverse-text/rl.toml" ] && [ -d "$PRIME_SRC/deps/verifiers/environments/reverse_text" ]; then
     venv prime-rl 559b447 "torch==2.13.0" pydantic "prime-pydantic-config>=0.4.3" tomli tomli-w loguru psutil transformers==5.6.2 \
         setproctitle "mcp<2" verifiers --- --ignore-requires-python --no-deps --force-reinstall \
         "$PRIME_SRC/packages/prime-rl-configs" "$PRIME_SRC" "$PRIME_SRC/deps/verifiers" \
         "$PRIME_SRC/deps/verifiers/environments/reverse_text" || failed+=(prime-rl)
 else
-    echo "== presets: prime-rl 559b447: SKIPPED: not on PyPI (GitHub only) and no checkout at $PRIME_SRC"
+    echo "== presets: prime-rl 559b447: no source at $PRIME_SRC (RLSUP_PRIME_RL_SRC): FAILED" >&2
+    failed+=(prime-rl)
 fi
 
 echo "== presets: installs done after $(( $(date +%s) - t_stage )) s"
 . .venv/bin/activate 2>/dev/null || true
-RLSUP_PRESET_VENVS="$CACHE" python -m pytest -n 0 -q -rs tests/presets/test_entry_points.py || failed+=(tests)
+RLSUP_PRESET_VENVS="$CACHE" RLSUP_PRIME_RL_SRC="$PRIME_SRC" python -m pytest -n 0 -q -rs tests/presets/test_entry_points.py || failed+=(tests)
 echo "== presets: stage took $(( $(date +%s) - t_stage )) s"
 if [ ${#failed[@]} -gt 0 ]; then
     echo "== presets: FAILED: ${failed[*]}" >&2

@@ -37,8 +37,8 @@ def venv(name: str) -> Path:
                     "and runs these tests with RLSUP_PRESET_VENVS set")
     path = Path(VENVS) / name
     if not (path / "bin" / "python").exists():
-        reason = {"prime-rl-559b447": "prime-rl is not on PyPI (GitHub only) and needs Python 3.12: no venv "
-                                      "was built here (.ci/presets.sh builds one from RLSUP_PRIME_RL_SRC)"}
+        reason = {"prime-rl-559b447": "no prime-rl venv was built here (.ci/presets.sh builds one from the "
+                                      "source in tests/presets/prime-rl/, or from RLSUP_PRIME_RL_SRC)"}
         pytest.skip(reason.get(name, f"no venv {path}: .ci/presets.sh could not install it"))
     return path
 
@@ -187,7 +187,8 @@ def prime_rl_src() -> Path:
     src = Path(os.environ.get("RLSUP_PRIME_RL_SRC")
                or Path.home() / ".cache" / "rlsup-ci" / "presets" / "src" / "prime-rl-559b447")
     if not (src / "examples" / "basic" / "reverse-text" / "rl.toml").is_file():
-        pytest.skip(f"no prime-rl checkout at {src} (prime-rl is on GitHub only; set RLSUP_PRIME_RL_SRC)")
+        pytest.skip(f"no prime-rl source at {src}: .ci/presets.sh unpacks tests/presets/prime-rl/"
+                    "prime-rl-559b447.tar.gz there (or set RLSUP_PRIME_RL_SRC to a checkout at 559b447)")
     return src
 
 
