@@ -152,6 +152,12 @@ def _false_success(history: Sequence[AttemptRecord], total: int | None) -> Flag 
     last = history[-1]
     if last.signal is not None or last.exit_code != 0:
         return None
+    # Steps may be counted from 0 or 1: the last step of a 0-based run is total - 1.
+    if total is not None and last.step is not None and last.step >= total - 1:
+        # It did its last step: completed, whatever it logged on the way. A trainer that finished while the
+        # engine it pushes weights to was dying logs that death (its last push failed) and exits 0: that is
+        # no false success, and restarting it repeated its last step (seen in the real-vLLM stage).
+        return None
     if last.diagnosis.category == "inference_engine_dead":
         # vLLM's API server exits 0 after its engine core died ("EngineCore encountered an issue", then a clean
         # uvicorn shutdown: vllm/entrypoints/launcher.py terminate_if_errored; seen on 0.32.0): a server that
@@ -159,9 +165,6 @@ def _false_success(history: Sequence[AttemptRecord], total: int | None) -> Flag 
         msg = f"exited 0 after its inference engine died ({last.diagnosis.summary}): treated as a failure"
         return Flag("false_success", msg, (last.diagnosis.summary, *last.diagnosis.evidence)[:12], False)
     if total is None:
-        return None
-    # Steps may be counted from 0 or 1: the last step of a 0-based run is total - 1.
-    if last.step is not None and last.step >= total - 1:
         return None
     seen = "no step" if last.step is None else f"step {last.step}"
     msg = f"exited 0 at {seen} of {total}: not finished, treated as a failure"
