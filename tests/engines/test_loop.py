@@ -29,14 +29,17 @@ SGLANG_DEATH = ("Scheduler hit an exception", "Attempted to load weight (torch.S
                 "SIGQUIT received", "kill_process_tree called")
 
 
-# The vLLM case does not gate the stage yet: in each of the 4 stage runs of 2026-11-25 evening it failed on the
-# harness's timing assumptions while the journal showed rlsup doing the right thing (a poller missing a step's
-# window; the seconds between the halves of a restart; a model converged at step 1; a 60 s vLLM reload after a
-# liveness restart). It runs and reports every time (XFAIL / XPASS in the stage's summary).
-VLLM_TIMING = pytest.mark.xfail(strict=False, reason="its timing assumptions fail on 2 shared cores (see above)")
+# What rlsup decides gates the stage for both engines: the run completes, the trainer exits once with 0, the engine
+# is restarted with the orchestrator, every step's rollouts come from the engine. For vLLM, the checks that rest on
+# the harness's timing (completions in flight at each push, a poller catching each step's greedy answer, every
+# step loaded) do not gate yet: in the 4 stage runs of 2026-11-25 evening they failed while the journal showed rlsup
+# doing the right thing (a poller missing a step's window; the seconds between the halves of a restart; a model
+# converged at step 1; a 60 s vLLM reload after a liveness restart). They run and report each time (XFAIL with what
+# failed, or PASSED). (A fifth failure, a trainer restarted after it finished, was rlsup's: fixed, and gated now.)
+VLLM_TIMING = "its timing assumptions fail on 2 shared cores (see above)"
 
 
-@pytest.mark.parametrize("kind", [pytest.param("vllm", marks=VLLM_TIMING), "sglang"])
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: Path) -> None:
     run = LoopRun(tmp_path, kind, engine_python(kind))
     kept = tmp_path / "published"
@@ -94,12 +97,6 @@ def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: P
         _sglang_death(run, death, narrow, inf_exits[0], logs["inference"])
     assert len(run.component_events("inference", "ready")) >= 2
     assert len(run.component_events("orchestrator", "started")) >= 2, "the orchestrator was not restarted with it"
-
-    # Every step's weights reached the server through its real update route (the trainer logs each load).
-    loaded = run.loaded_steps()
-    assert set(range(0, STEPS + 1)) <= set(loaded), (loaded, tails)
-    latest = json.loads((run.weights / "latest.json").read_text())
-    assert latest["step"] == STEPS and latest["engine"].startswith(kind), latest
     assert not list(run.weights.glob("*/REJECTED")), "good weights marked REJECTED: " + tails
 
     # The orchestrator sampled from the engine: rollouts with the engine's own token ids, for every step.
@@ -107,10 +104,27 @@ def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: P
         samples, meta = rollouts.read_step(run.run_dir / "work", step)
         assert samples and all(s.completion_ids for s in samples), (step, samples[:1])
 
+    try:
+        _timing_checks(kind, run, kept, results, logs, tails, trainer_exit[0]["ts"], dying_at, killed_at, back_at)
+    except AssertionError as e:
+        if kind != "vllm":
+            raise
+        pytest.xfail(f"{VLLM_TIMING}: {str(e)[:3000]}")
+
+
+def _timing_checks(kind: str, run: LoopRun, kept: Path, results: list[dict], logs: dict[str, str], tails: str,
+                   stopped_at: float, dying_at: float, killed_at: float, back_at: float) -> None:
+    """What the engine served while each step was published, as the harness's pollers saw it."""
+    # Every step's weights reached the server through its real update route (the trainer logs each load).
+    loaded = run.loaded_steps()
+    assert set(range(0, STEPS + 1)) <= set(loaded), (loaded, tails)
+    latest = json.loads((run.weights / "latest.json").read_text())
+    assert latest["step"] == STEPS and latest["engine"].startswith(kind), latest
+
     # Completions ran while each step was pushed, and the greedy output followed the weights: what transformers
     # computes from each published step's files is what the engine answered while it served that step.
     ok = [r for r in results if r["status"] == 200]
-    stopped_at = trainer_exit[0]["ts"]  # the run then stops the server: later failures are expected
+    # stopped_at: the trainer's exit; the run then stops the server: later failures are expected
     bad = [r for r in results if r["status"] != 200 and r["t1"] < stopped_at
            and not (killed_at - 1 <= r["t1"] and r["t0"] <= back_at + 1)]
     assert not bad, f"completions failed outside the engine's death: {bad[:3]}"
