@@ -37,7 +37,6 @@ _MONTH_DAY = re.compile(r"(?<![\d-])(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d
 _TIME_OF_DAY = re.compile(r"^\s*(?:\d+: )?\[?(\d\d):(\d\d):(\d\d)(?:[.,](\d+))?\]?(?![\d:])")
 
 DAY = 86400.0
-HALF_DAY = DAY / 2
 SLACK_S = 300.0  # a writer's clock may run this far ahead of the file's mtime
 _LEAP_YEAR = 2000  # month-day stamps are counted on a leap year's calendar (Feb 29 exists), then re-placed
 
