@@ -453,17 +453,35 @@ class Component:
         else:
             diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
             if self.launcher is not None:
-                ex, diag = self.launcher.ended(self, att, ex, diag, self.attempt_tail(400))
-            if life.forced is not None and diag.get("category") == "killed":
-                # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
-                # an unexplained kill ("no kernel OOM evidence" would send people looking for one).
-                diag = {**diag, "summary": f"ended by rlsup: {life.forced}"}
-            elif self.ray is not None:
-                # Ray's state API once more before the exit is judged: the actor whose loss ended the
-                # driver was declared dead a moment ago (bounded: the exit waits seconds at most).
-                self._task(self._exited_after_ray(att, ex, diag))
-                return
+                lines = self.attempt_tail(400)
+                if self.launcher.needs_job_nodes(diag, lines):
+                    # squeue, off the event loop (it may take seconds): the exit is judged when it answers
+                    self._task(self._exited_after_job_nodes(att, ex, diag, lines))
+                    return
+                ex, diag = self.launcher.ended(self, att, ex, diag, lines)
+            self._judge_failure(att, ex, diag)
+            return
         self._exited(ex, diag)
+
+    def _judge_failure(self, att: Attempt, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+        """The exit of an attempt nobody asked to stop, once diagnosed (and refined by the launcher)."""
+        if self.life.forced is not None and diag.get("category") == "killed":
+            # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
+            # an unexplained kill ("no kernel OOM evidence" would send people looking for one).
+            diag = {**diag, "summary": f"ended by rlsup: {self.life.forced}"}
+        elif self.ray is not None:
+            # Ray's state API once more before the exit is judged: the actor whose loss ended the
+            # driver was declared dead a moment ago (bounded: the exit waits seconds at most).
+            self._task(self._exited_after_ray(att, ex, diag))
+            return
+        self._exited(ex, diag)
+
+    async def _exited_after_job_nodes(self, att: Attempt, ex: dict[str, Any], diag: dict[str, Any],
+                                      lines: list[str]) -> None:
+        assert self.launcher is not None
+        nodes = await asyncio.get_running_loop().run_in_executor(None, self.launcher.job_nodes)
+        ex, diag = self.launcher.ended(self, att, ex, diag, lines, job_nodes=nodes)
+        self._judge_failure(att, ex, diag)
 
     def _exited(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         self.flush_progress()

@@ -135,19 +135,37 @@ class SlurmLauncher:
 
     # ------------------------------------------------------------------ a step's end
 
+    def needs_job_nodes(self, diag: dict[str, Any], lines: list[str]) -> bool:
+        """Whether judging this end needs the job's node list (:meth:`job_nodes`, a squeue call: the
+        caller makes it off the event loop): a step that could not be launched."""
+        from ..diagnosis.slurm import refine
+
+        return refine(diag, lines).get("category") == "step_launch_failure"
+
+    def job_nodes(self) -> str | None:
+        """The job's node list as squeue has it now (a hostlist); None when unknown. Blocking."""
+        from .jobs import SlurmError, job
+
+        try:
+            now = job(self.job_id)
+        except SlurmError:
+            return None
+        return str(now["nodes"]) if now and now.get("nodes") else None
+
     def ended(self, comp: Any, att: Any, ex: dict[str, Any], diag: dict[str, Any],
-              lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+              lines: list[str], job_nodes: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """Slurm's view of a step's end: its failure lines refine the diagnosis (node failure, launch
         failure, time limit, oom_kill, with rank and node); a node failure with ``requeue: true``
-        requeues the job, so that the next supervisor continues the run on healthy nodes."""
+        requeues the job, so that the next supervisor continues the run on healthy nodes. ``job_nodes``:
+        the job's node list, looked up where :meth:`needs_job_nodes` says so."""
         from ..diagnosis.slurm import refine
         from ..events import FlagRaised
 
         self.steps.pop((att.component, att.attempt), None)
         diag = refine(diag, lines)
         cat = diag.get("category")
-        if cat == "step_launch_failure":
-            diag = self._lost_nodes(comp.name, diag)
+        if cat == "step_launch_failure" and job_nodes is not None:
+            diag = self._lost_nodes(comp.name, diag, job_nodes)
             cat = diag.get("category")
         if cat in ("node_failure", "step_launch_failure") and ex.get("exit_code") == 0:
             # srun exits 0 when Slurm reports the node lost (measured: Slurm 22.05): never a success.
@@ -162,29 +180,23 @@ class SlurmLauncher:
             self._requeue_soon()
         return ex, diag
 
-    def _lost_nodes(self, component: str, diag: dict[str, Any]) -> dict[str, Any]:
+    def _lost_nodes(self, component: str, diag: dict[str, Any], job_nodes: str) -> dict[str, Any]:
         """A step that could not be created because the job no longer has one of its nodes: a node
         failure. With ``--no-kill`` Slurm drops a failed node from the job and keeps the job running;
         a step on that node is then refused (measured on 22.05.8: ``Unable to create step for job 4:
         Requested node configuration is not available``, the words of a step that asks for more than
         its nodes have, too: only the job's node list tells the two apart)."""
-        from .jobs import SlurmError, job
-
         mine = self.nodes(component)
-        try:
-            now = job(self.job_id)
-        except SlurmError:
+        if not mine:
             return diag
-        if not mine or now is None or not now.get("nodes"):
-            return diag
-        lost = [n for n in mine if n not in expand_hostlist(str(now["nodes"]))]
+        lost = [n for n in mine if n not in expand_hostlist(job_nodes)]
         if not lost:
             return diag
         on = ",".join(lost)
         return {**diag, "category": "node_failure", "node": on,
                 "summary": f"node failure on {on}: the job lost the node (Slurm removed it from job "
-                           f"{self.job_id}: now {now['nodes']}), so the step could not start there",
-                "evidence": [f"job {self.job_id} runs on {now['nodes']}; {component}'s nodes are {','.join(mine)}",
+                           f"{self.job_id}: now {job_nodes}), so the step could not start there",
+                "evidence": [f"job {self.job_id} runs on {job_nodes}; {component}'s nodes are {','.join(mine)}",
                              *list(diag.get("evidence") or [])[:5]]}
 
     def _requeue_soon(self) -> None:

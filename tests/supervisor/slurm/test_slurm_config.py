@@ -169,3 +169,35 @@ def test_a_gpu_keeps_its_node_through_the_socket_json():
     d = s.to_dict()
     assert d["gpus"][0]["node"] == "gpu-07" and "node" not in d["gpus"][1]  # one-machine samples unchanged
     assert GpuSample.from_dict(d).gpus[0].node == "gpu-07"
+
+
+def test_a_step_refused_on_a_node_the_job_lost_is_judged_from_the_jobs_node_list(tmp_path):
+    """srun's words are the same for a step on a node the job lost and for one that asks too much (measured on
+    22.05.8); only the job's node list (squeue, looked up off the event loop: needs_job_nodes, then job_nodes)
+    tells them apart. The real-Slurm test kills a node: tests/slurm/test_slurm_runs.py."""
+    from types import SimpleNamespace
+
+    from rlsup.supervisor.diagnosis import diagnose
+
+    env = {"SLURM_JOB_ID": "4", "SLURM_JOB_NODELIST": "wn[1-2]", "SLURM_NNODES": "2"}
+    cfg = load_config(_write(tmp_path, BASE), environ=env)
+    launcher = SlurmLauncher.for_run(cfg, env)
+    launcher.requeue = False
+    lines = ["srun: error: Unable to create step for job 4: Requested node configuration is not available"]
+    diag = diagnose(lines, exit_code=1).to_dict()  # what the supervisor has before Slurm's view
+    assert launcher.needs_job_nodes(diag, lines)
+    tb = ["Traceback (most recent call last):", '  File "t.py", line 1, in <module>', "ValueError: x"]
+    assert not launcher.needs_job_nodes(diagnose(tb, exit_code=1).to_dict(), tb)
+    comp = SimpleNamespace(name="trainer")
+    trainer_node = launcher.nodes("trainer")[0]
+    other = "wn1" if trainer_node == "wn2" else "wn2"
+
+    def judge(job_nodes):
+        att = SimpleNamespace(component="trainer", attempt=2)
+        return launcher.ended(comp, att, {"exit_code": 1}, diag, lines, job_nodes=job_nodes)[1]
+
+    lost = judge(other)
+    assert lost["category"] == "node_failure" and lost["node"] == trainer_node, lost
+    assert f"job 4 runs on {other}" in lost["evidence"][0]
+    assert judge("wn[1-2]")["category"] == "step_launch_failure"  # still there: it asked too much
+    assert judge(None)["category"] == "step_launch_failure"  # squeue did not answer: no guess
