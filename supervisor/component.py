@@ -272,7 +272,7 @@ class Component:
         self.handle(lc.Spawned(att.pid, tuple(argv), resume=resume, monitor_pid=att.monitor_pid,
                                checkpoints_rejected=tuple(plan.get("rejected") or ()) or None,
                                started_at=att.started_mono, log_seq=start.seq, log_offset=start.offset,
-                               log_ino=start.ino, slurm=slurm))
+                               log_ino=start.ino, slurm=slurm, config_hash=self.cfg.fingerprint(self.ctx.cfg.env)))
         self._watch_ray(att)
 
     def _spawn_failed(self, argv: list[str], info: dict[str, Any]) -> lc.SpawnFailed:

@@ -17,6 +17,8 @@ is refused here: a NUL byte in any string, ``=`` in or an empty environment vari
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import os
 import re
 import shlex
@@ -342,6 +344,13 @@ class Component(_Model):
             cmd = self.command if isinstance(self.command, str) else shlex.join(self.command)
             return ["/bin/sh", "-c", cmd]
         return shlex.split(self.command) if isinstance(self.command, str) else list(self.command)
+
+    def fingerprint(self, run_env: Mapping[str, str]) -> str:
+        """What this component runs, as configured (its argv, cwd, and the env the config sets, the run's
+        and its own), hashed: `--resume` starts again a completed component whose fingerprint changed
+        (a step count raised, say), and keeps one that would run the same thing again."""
+        what = {"argv": self.argv(), "cwd": self.cwd, "env": {**dict(run_env), **self.env}}
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class NotifyCfg(_Model):

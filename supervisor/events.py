@@ -119,6 +119,9 @@ class ComponentStarted(Event):
     # As a Slurm step: its nodes and step id (J.S; null if Slurm had not created it within a few seconds).
     nodes: list[str] | None = None
     step_id: str | None = None
+    # What the config asked it to run (config.Component.fingerprint): `--resume` starts again a completed
+    # component whose configured command, cwd or env changed since.
+    config_hash: str | None = None
 
 
 @dataclass(frozen=True)

@@ -215,6 +215,7 @@ class Spawned:
     log_offset: int | None = None
     log_ino: int | None = None
     slurm: dict[str, Any] | None = None  # a Slurm step: {"nodes", "step_id"}
+    config_hash: str | None = None  # what the config asked it to run (config.Component.fingerprint)
 
 
 @dataclass(frozen=True)
@@ -408,7 +409,7 @@ def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[E
             name, pid=inp.pid, attempt=life.attempt, resume=inp.resume, command=list(inp.command),
             checkpoints_rejected=list(inp.checkpoints_rejected) if inp.checkpoints_rejected else None,
             monitor_pid=inp.monitor_pid, cause=why.to_dict(), log_seq=inp.log_seq, log_offset=inp.log_offset,
-            log_ino=inp.log_ino, **(inp.slurm or {})))
+            log_ino=inp.log_ino, config_hash=inp.config_hash, **(inp.slurm or {})))
         life = replace(life, start_cause=None)
         if life.want == "stop" or life.then_start:  # stopped or restarted while it was being spawned
             emit(ev.StopBegan(name, by=life.stop_by or life.restart_by or "user", signal=rules.stop_signal,

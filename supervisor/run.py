@@ -269,6 +269,9 @@ class Run:
             pos = Position.from_dict((saved.get(n) or {}).get("log"))
             was = prev.get("state")
             life = lc.Life(n, attempt=int(prev.get("attempt") or 0))
+            if was == "completed" and self.how == "resumed" and prev.get("config_hash") not in (
+                    None, self.cfg.components[n].fingerprint(self.cfg.env)):
+                was = None  # it completed what the config asked then; the config asks more of it now
             if was in keep:
                 life = lc.Life(n, state=was, attempt=life.attempt, want="stop" if was == "stopped" else "run")
             if any(f.get("type") == "stall" for f in prev.get("flags") or []) and self.how in ("adopted", "continued"):

@@ -27,6 +27,7 @@ def new_component() -> dict[str, Any]:
         "resources": None, "monitor_pid": None,
         "cause": None,  # why the current (latest) attempt was started: {by, reason, seq}
         "attempt_log": None,  # where its output begins: {seq, offset, ino}
+        "config_hash": None,  # what the config asked its latest attempt to run (config.Component.fingerprint)
         # full-run metric history for charts: {metric: {"every", "lo", "hi", "points": [[step, mean, count]]}}
         "history": {},
     }
@@ -91,7 +92,8 @@ def apply(state: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
     elif kind == "started":
         c.update(state="starting", pid=e.get("pid"), attempt=e.get("attempt", c["attempt"] + 1),
                  started_at=e.get("ts"), ready_at=None, waiting_for=[], reason=None, next_start_at=None,
-                 resume=e.get("resume"), monitor_pid=e.get("monitor_pid"), cause=e.get("cause"))
+                 resume=e.get("resume"), monitor_pid=e.get("monitor_pid"), cause=e.get("cause"),
+                 config_hash=e.get("config_hash"))
         if e.get("log_seq") is not None or e.get("log_offset") is not None:
             # Where this attempt's output begins (a supervisor that takes the attempt over reads it here).
             c["attempt_log"] = {k: e.get(f"log_{k}") for k in ("seq", "offset", "ino")}

@@ -208,6 +208,8 @@ def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any])
         err=True)
     if code == 0 and args.resume:
         say(f"  nothing was left to continue: what had completed stays completed.\n"
+            f"  to train further, raise its step count in {args.config} and --resume again: a component whose "
+            f"command, cwd or env changed since it completed starts again, from its checkpoints.\n"
             f"  start a new run (this one is kept as {display_path(run_dir)}.N): rlsup up {args.config}{rd} --fresh",
             err=True)
     elif code != 0:

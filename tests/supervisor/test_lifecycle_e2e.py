@@ -145,6 +145,43 @@ def test_a_finished_run_is_never_reused_silently(tmp_path):
     assert [e["how"] for e in starts] == ["new", "resumed"]  # the journal goes on, with a run boundary
 
 
+def test_resume_continues_a_completed_component_whose_config_asks_for_more_steps(tmp_path):
+    """A run that completed 5 of 5 steps, then the config raised to 8: `--resume` used to keep the trainer
+    completed ("nothing was left to continue"), and the only way on was `--fresh`, from step 0. Now a
+    completed component whose configured command, cwd or env changed starts again, from its checkpoints;
+    one whose config is the same stays completed."""
+    ck = tmp_path / "ck"
+
+    def config(total: int, env: str = "") -> Path:
+        return write_config(tmp_path, f"""
+            name: more
+            components:
+              trainer:
+                command: {STEPPER} --total {total} --ckpt {ck} --ckpt-every 5
+                progress: {{preset: rlsup}}
+                resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
+                exit_on_end: true{env}
+        """)
+
+    run_dir = tmp_path / "run"
+    up = ("up", "--headless", "--skip-checks", "--run-dir", str(run_dir))
+    first = rlsup(up[0], str(config(5)), *up[1:], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    same = rlsup("up", str(config(5)), "-d", "--skip-checks", "--run-dir", str(run_dir), "--resume", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr
+    assert len(_events(run_dir, "started", "trainer")) == 1  # the same config: what completed stays completed
+    assert "nothing was left to continue" in same.stderr and "changed since it completed" in same.stderr
+
+    more = rlsup(up[0], str(config(8)), *up[1:], "--resume", cwd=tmp_path)
+    assert more.returncode == 0, more.stderr
+    started = _events(run_dir, "started", "trainer")
+    assert len(started) == 2 and started[1]["resume"]["step"] == 5 and "--resume-step" in started[1]["command"]
+    assert started[0]["config_hash"] != started[1]["config_hash"]
+    done = _events(run_dir, "exited", "trainer")
+    assert done[-1]["exit_code"] == 0 and done[-1]["step"] == 8
+    assert "starting at step 6 (resumed from 5)" in (run_dir / "logs" / "trainer.log").read_text()
+
+
 def test_a_run_whose_supervisor_died_midway_goes_on_by_default(tmp_path, headless):
     cfg = write_config(tmp_path, f"""
         components:
