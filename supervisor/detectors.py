@@ -43,13 +43,17 @@ class Seen:
     step: int | None = None
 
 
-def gate_cause(name: str, cfg: Config, seen: Mapping[str, Seen], since: int | None = None) -> lc.Cause:
-    """Why a pending component's first start happens: the run started it, its dependencies met."""
+def gate_cause(name: str, cfg: Config, seen: Mapping[str, Seen], since: int | None = None,
+               again: bool = False) -> lc.Cause:
+    """Why a pending component's first start happens: the run started it, its dependencies met.
+    ``again``: it had completed, and a resumed run starts it again because its config changed."""
     deps = cfg.components[name].depends_on
+    head = "started again with the resumed run (it had completed; its config changed since)" if again else (
+        "started with the run")
     if not deps:
-        return lc.Cause("run", "started with the run (no dependencies)", seq=since)
+        return lc.Cause("run", f"{head} (no dependencies)" if not again else head, seq=since)
     met = ", ".join(f"{d} {seen[d].state if cond != 'ready' else 'ready'}" for d, cond in deps.items())
-    return lc.Cause("run", f"started with the run once its dependencies were met ({met})", seq=since)
+    return lc.Cause("run", f"{head} once its dependencies were met ({met})", seq=since)
 
 
 def gate(name: str, cfg: Config, seen: Mapping[str, Seen]) -> lc.DepsMet | lc.DepsWaiting | lc.DepsBlocked:

@@ -161,6 +161,7 @@ class Run:
         self._dep_flagged: set[str] = set()
         self._triggers: list[dict[str, Any]] = []  # journaled events other components react to
         self._run_seq: int | None = None  # the seq of this run's run_started (the cause of first starts)
+        self._again: dict[str, int] = {}  # completed components a resumed run starts again: name -> attempts then
 
     # ------------------------------------------------------------------ before the loop
 
@@ -272,6 +273,7 @@ class Run:
             if was == "completed" and self.how == "resumed" and prev.get("config_hash") not in (
                     None, self.cfg.components[n].fingerprint(self.cfg.env)):
                 was = None  # it completed what the config asked then; the config asks more of it now
+                self._again[n] = int(prev.get("attempt") or 0)  # its next start says so (until it has started)
             if was in keep:
                 life = lc.Life(n, state=was, attempt=life.attempt, want="stop" if was == "stopped" else "run")
             if any(f.get("type") == "stall" for f in prev.get("flags") or []) and self.how in ("adopted", "continued"):
@@ -598,7 +600,8 @@ class Run:
                 before = (c.state, c.life.waiting)
                 verdict = detectors.gate(n, self.cfg, seen)
                 if isinstance(verdict, lc.DepsMet):
-                    verdict = lc.DepsMet(detectors.gate_cause(n, self.cfg, seen, self._run_seq))
+                    verdict = lc.DepsMet(detectors.gate_cause(n, self.cfg, seen, self._run_seq,
+                                                              again=n in self._again and c.life.attempt == self._again[n]))
                 c.handle(verdict)
                 if (c.state, c.life.waiting) != before:
                     moved = True

@@ -177,6 +177,7 @@ def test_resume_continues_a_completed_component_whose_config_asks_for_more_steps
     started = _events(run_dir, "started", "trainer")
     assert len(started) == 2 and started[1]["resume"]["step"] == 5 and "--resume-step" in started[1]["command"]
     assert started[0]["config_hash"] != started[1]["config_hash"]
+    assert "its config changed since" in started[1]["cause"]["reason"]  # `rlsup why trainer` says so
     done = _events(run_dir, "exited", "trainer")
     assert done[-1]["exit_code"] == 0 and done[-1]["step"] == 8
     assert "starting at step 6 (resumed from 5)" in (run_dir / "logs" / "trainer.log").read_text()

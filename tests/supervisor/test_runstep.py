@@ -151,6 +151,9 @@ def test_a_first_start_says_the_run_started_it_once_its_dependencies_were_met():
                                                                        seq=1)
     why = detectors.gate_cause("orchestrator", cfg, seen, 1)
     assert why.by == "run" and "inference ready" in why.reason
+    again = detectors.gate_cause("orchestrator", cfg, seen, 1, again=True)
+    assert again.reason.startswith("started again with the resumed run (it had completed; its config changed")
+    assert "inference ready" in again.reason
     s = Sim()
     s.feed(lc.DepsMet(why))
     s.feed(lc.Spawned(5, ("cmd",)))
