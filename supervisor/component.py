@@ -453,12 +453,12 @@ class Component:
         else:
             diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
             if self.launcher is not None:
-                lines = self.attempt_tail(400)
-                if self.launcher.needs_job_nodes(diag, lines):
+                diag = self.launcher.refine(diag, self.attempt_tail(400))
+                if self.launcher.needs_job_nodes(diag):
                     # squeue, off the event loop (it may take seconds): the exit is judged when it answers
-                    self._task(self._exited_after_job_nodes(att, ex, diag, lines))
+                    self._task(self._exited_after_job_nodes(att, ex, diag))
                     return
-                ex, diag = self.launcher.ended(self, att, ex, diag, lines)
+                ex, diag = self.launcher.ended(self, att, ex, diag)
             self._judge_failure(att, ex, diag)
             return
         self._exited(ex, diag)
@@ -476,11 +476,10 @@ class Component:
             return
         self._exited(ex, diag)
 
-    async def _exited_after_job_nodes(self, att: Attempt, ex: dict[str, Any], diag: dict[str, Any],
-                                      lines: list[str]) -> None:
+    async def _exited_after_job_nodes(self, att: Attempt, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         assert self.launcher is not None
         nodes = await asyncio.get_running_loop().run_in_executor(None, self.launcher.job_nodes)
-        ex, diag = self.launcher.ended(self, att, ex, diag, lines, job_nodes=nodes)
+        ex, diag = self.launcher.ended(self, att, ex, diag, job_nodes=nodes)
         self._judge_failure(att, ex, diag)
 
     def _exited(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:

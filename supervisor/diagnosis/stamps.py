@@ -69,11 +69,11 @@ def _iso_seconds(m: re.Match[str]) -> float | None:
     return ts
 
 
-def _partial(text: str, at: int = -1) -> tuple[str, float] | None:
+def _partial(text: str, at: int) -> tuple[str, float] | None:
     """(kind, seconds): a month-day stamp as seconds into the leap year, a time of day as seconds into
     the day; None for a line without one (or with an impossible one). ``at``: where the first time of
-    day in ``text`` starts, when known."""
-    m = _MONTH_DAY.search(text) if at < 0 else _MONTH_DAY.match(text, max(0, at - 6))
+    day in ``text`` starts."""
+    m = _MONTH_DAY.match(text, max(0, at - 6))
     if m:
         mo, d, h, mi, s, frac = m.groups()
         try:

@@ -135,12 +135,19 @@ class SlurmLauncher:
 
     # ------------------------------------------------------------------ a step's end
 
-    def needs_job_nodes(self, diag: dict[str, Any], lines: list[str]) -> bool:
-        """Whether judging this end needs the job's node list (:meth:`job_nodes`, a squeue call: the
-        caller makes it off the event loop): a step that could not be launched."""
+    @staticmethod
+    def refine(diag: dict[str, Any], lines: list[str]) -> dict[str, Any]:
+        """Slurm's view of a step's end from its output (node failure, launch failure, time limit, oom_kill,
+        with rank and node): what :meth:`ended` takes."""
         from ..diagnosis.slurm import refine
 
-        return refine(diag, lines).get("category") == "step_launch_failure"
+        return refine(diag, lines)
+
+    @staticmethod
+    def needs_job_nodes(diag: dict[str, Any]) -> bool:
+        """Whether judging this (refined) end needs the job's node list (:meth:`job_nodes`, a squeue call:
+        the caller makes it off the event loop): a step that could not be launched."""
+        return diag.get("category") == "step_launch_failure"
 
     def job_nodes(self) -> str | None:
         """The job's node list as squeue has it now (a hostlist); None when unknown. Blocking."""
@@ -153,16 +160,14 @@ class SlurmLauncher:
         return str(now["nodes"]) if now and now.get("nodes") else None
 
     def ended(self, comp: Any, att: Any, ex: dict[str, Any], diag: dict[str, Any],
-              lines: list[str], job_nodes: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Slurm's view of a step's end: its failure lines refine the diagnosis (node failure, launch
-        failure, time limit, oom_kill, with rank and node); a node failure with ``requeue: true``
-        requeues the job, so that the next supervisor continues the run on healthy nodes. ``job_nodes``:
-        the job's node list, looked up where :meth:`needs_job_nodes` says so."""
-        from ..diagnosis.slurm import refine
+              job_nodes: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A step's end, with the diagnosis :meth:`refine` gave: a launch failure on a node the job lost
+        (``job_nodes``: the job's node list, looked up where :meth:`needs_job_nodes` says so) is a node
+        failure, and a node failure with ``requeue: true`` requeues the job, so that the next supervisor
+        continues the run on healthy nodes."""
         from ..events import FlagRaised
 
         self.steps.pop((att.component, att.attempt), None)
-        diag = refine(diag, lines)
         cat = diag.get("category")
         if cat == "step_launch_failure" and job_nodes is not None:
             diag = self._lost_nodes(comp.name, diag, job_nodes)

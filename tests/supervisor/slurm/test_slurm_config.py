@@ -184,17 +184,17 @@ def test_a_step_refused_on_a_node_the_job_lost_is_judged_from_the_jobs_node_list
     launcher = SlurmLauncher.for_run(cfg, env)
     launcher.requeue = False
     lines = ["srun: error: Unable to create step for job 4: Requested node configuration is not available"]
-    diag = diagnose(lines, exit_code=1).to_dict()  # what the supervisor has before Slurm's view
-    assert launcher.needs_job_nodes(diag, lines)
+    diag = launcher.refine(diagnose(lines, exit_code=1).to_dict(), lines)  # the supervisor's, then Slurm's view
+    assert launcher.needs_job_nodes(diag)
     tb = ["Traceback (most recent call last):", '  File "t.py", line 1, in <module>', "ValueError: x"]
-    assert not launcher.needs_job_nodes(diagnose(tb, exit_code=1).to_dict(), tb)
+    assert not launcher.needs_job_nodes(launcher.refine(diagnose(tb, exit_code=1).to_dict(), tb))
     comp = SimpleNamespace(name="trainer")
     trainer_node = launcher.nodes("trainer")[0]
     other = "wn1" if trainer_node == "wn2" else "wn2"
 
     def judge(job_nodes):
         att = SimpleNamespace(component="trainer", attempt=2)
-        return launcher.ended(comp, att, {"exit_code": 1}, diag, lines, job_nodes=job_nodes)[1]
+        return launcher.ended(comp, att, {"exit_code": 1}, diag, job_nodes=job_nodes)[1]
 
     lost = judge(other)
     assert lost["category"] == "node_failure" and lost["node"] == trainer_node, lost
