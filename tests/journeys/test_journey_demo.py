@@ -62,8 +62,12 @@ def test_quickstart_in_the_tui_then_stop_and_continue(workdir):
     screen = tui.wait(lambda s: "trainer" in s and "stopped" not in s and "running" in s, 60,
                       "resumed components running in the TUI")
     assert "connecting" not in screen
-    started = [e for e in w.events() if e["kind"] == "started" and e["component"] == "trainer"]
-    assert started[-1]["attempt"] == 2
+    # The monitors' records say "running" a moment before the supervisor journals `started`: wait for it
+    # (read at once, the newest `started` could still be the first run's: a CI run saw attempt 1).
+    ended_seq = max(e["seq"] for e in w.events() if e["kind"] == "run_ended")
+    started = w.wait_event(lambda e: e["kind"] == "started" and e["component"] == "trainer" and e["seq"] > ended_seq,
+                           what="the resumed trainer's started")
+    assert started["attempt"] == 2
     tui.keys("q")
     assert tui.exit_code(30) == 0
     assert set(w.component_pids().values()) == set(again.values())  # detaching left training running
