@@ -186,6 +186,9 @@ class SessionListener(Protocol):
 
 
 Connector = Callable[[], Awaitable[Client]]
+# After the run ended, given the last lifecycle seq the session saw: why the run goes on all the same (a
+# requeued Slurm job: its next supervisor continues it), or None. See :class:`Session`.
+GoesOn = Callable[[int | None], Awaitable[str | None]]
 
 
 class Session:
@@ -198,7 +201,7 @@ class Session:
 
     def __init__(self, connect: Connector, listener: SessionListener, *, lines: int = 1000,
                  backoff: tuple[float, float] = (0.5, 10.0), give_up_after: float | None = None,
-                 logs: bool = True, goes_on: Callable[[], Awaitable[str | None]] | None = None):
+                 logs: bool = True, goes_on: GoesOn | None = None):
         self.connect = connect
         # After the run ended: why it goes on all the same (a Slurm job requeued: the next supervisor
         # continues the run), or None. The session then waits for that supervisor instead of ending.
@@ -254,7 +257,7 @@ class Session:
             if self._stop.is_set():
                 break
             if self.run_ended:
-                more = await self.goes_on() if self.goes_on is not None else None
+                more = await self.goes_on(self.seq) if self.goes_on is not None else None
                 if more is None:
                     self.listener.on_connection("ended", client.close_reason or "the run has ended")
                     return

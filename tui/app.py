@@ -28,6 +28,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input
 
+from rlsup.supervisor.client import GoesOn
 from rlsup.supervisor.progress import current_rate
 from rlsup.supervisor.state import ACTIVE
 from rlsup.tui import actions, clipboard
@@ -963,7 +964,7 @@ class Listener:
 
 
 def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str,
-            goes_on: Callable[[], Awaitable[str | None]] | None = None) -> int:
+            goes_on: GoesOn | None = None) -> int:
     """Open the TUI on a run; ``connect`` is a :data:`rlsup.supervisor.client.Connector`; ``goes_on``
     as in :class:`~rlsup.supervisor.client.Session` (a requeued Slurm job: the TUI waits for it).
 

@@ -105,24 +105,29 @@ async def _probe(connect: Any) -> None:
 
 
 def attach_local(run_dir: Any, *, plain: bool = False) -> int:
+    from ..client import unix_connector
     from ..rundir import RunPaths
     from ..slurm.jobs import ACTIVE
-    from .slurm_up import remote_bridge, requeue_watch, run_job
+    from .slurm_up import across_requeues, remote_bridge, requeue_watch, run_job
 
+    name = "tui" if not plain else "follow"
+    target, hint = f"local {run_dir}", attach_hint(run_dir)
     job = run_job(Path(run_dir))  # one squeue for both: the job's run goes on after a requeue, wait for it
-    goes_on = requeue_watch(job["job_id"], job.get("restarts")) if job and job["state"] in ACTIVE else None
-    bridge = remote_bridge(Path(run_dir), "tui" if not plain else "follow", job) if job else None
+    if not job or job["state"] not in ACTIVE:
+        return view_socket(RunPaths(Path(run_dir)).sock, target=target, hint=hint, plain=plain)
+    bridge = remote_bridge(Path(run_dir), name, job)
     if bridge is not None:  # its supervisor runs in a Slurm job on another host: through srun
-        return view(bridge, target=f"{run_dir} (Slurm job)", hint=attach_hint(run_dir), plain=plain, goes_on=goes_on)
-    return view_socket(RunPaths(Path(run_dir)).sock, target=f"local {run_dir}", hint=attach_hint(run_dir),
-                       plain=plain, goes_on=goes_on)
+        target = f"{run_dir} (Slurm job)"
+    connect = across_requeues(bridge or unix_connector(RunPaths(Path(run_dir)).sock, name=name), job["job_id"],
+                              run_dir, name)
+    return view(connect, target=target, hint=hint, plain=plain,
+                goes_on=requeue_watch(job["job_id"], job.get("restarts"), run_dir))
 
 
-def view_socket(sock: Path, *, target: str, hint: str, plain: bool, goes_on: Any = None) -> int:
+def view_socket(sock: Path, *, target: str, hint: str, plain: bool) -> int:
     from ..client import unix_connector
 
-    return view(unix_connector(sock, name="tui" if not plain else "follow"), target=target, hint=hint, plain=plain,
-                goes_on=goes_on)
+    return view(unix_connector(sock, name="tui" if not plain else "follow"), target=target, hint=hint, plain=plain)
 
 
 def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = None) -> int:
@@ -151,6 +156,12 @@ async def _follow_plain(connect: Any, hint: str, goes_on: Any = None) -> int:
             if server.get("ended"):  # a run read back from disk: nothing more will come
                 say(f"rlsup: this run has {server.get('ended_note') or 'ended'}", err=True)
                 loop.call_soon(session.close)
+
+        def on_connection(self, status: str, detail: str) -> None:
+            if status == "attached" and (session.server or {}).get("ended"):
+                self.status = status  # the run read back from disk (a requeued job's rest): its end said above
+                return
+            super().on_connection(status, detail)
 
     printer = Follower()  # the session hands the snapshot's events to on_event: printing them again doubled them
     session = Session(connect, printer, lines=0, goes_on=goes_on)

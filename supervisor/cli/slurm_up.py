@@ -55,8 +55,9 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
         from .attach import view
 
         connect, target = connector(j, run_dir)
-        return view(connect, target=target, hint=f"rlsup attach{run_dir_arg(run_dir)}", plain=args.plain,
-                    goes_on=requeue_watch(job_id, j.get("restarts")))
+        return view(across_requeues(connect, job_id, run_dir, "tui" if not args.plain else "follow"), target=target,
+                    hint=f"rlsup attach{run_dir_arg(run_dir)}", plain=args.plain,
+                    goes_on=requeue_watch(job_id, j.get("restarts"), run_dir))
     except KeyboardInterrupt:
         say("\nrlsup: interrupted; the job goes on.", err=True)
         _hints(job_id, run_dir)
@@ -107,22 +108,31 @@ def _state_line(j: dict[str, Any]) -> str:
     return j["state"] + (f" ({reason})" if reason and reason != "None" else "") + where
 
 
-def requeue_watch(job_id: str, restarts: Any, settle_s: float = 30.0) -> Any:
-    """For a session on the run of job ``job_id`` (``restarts``: its restart count when the session
-    began): once the run has ended, whether it goes on, that is whether Slurm requeued the job (rlsup
-    requeues it after a node failure, `slurm.requeue: true`). A message saying so, else None. The batch
-    step ends a moment after the run does, so the job is asked again for up to ``settle_s``."""
+def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], settle_s: float = 30.0) -> Any:
+    """For a session on the run of job ``job_id`` in ``run_dir`` (``restarts``: the job's restart count when
+    the session began): once the run has ended, whether it goes on, that is whether Slurm requeued the job
+    (rlsup requeues it after a node failure, `slurm.requeue: true`). A message saying so, else None. The
+    batch step ends a moment after the run does, so the job is asked again for up to ``settle_s``.
+
+    A job that has ended since but whose journal holds more than the session saw (it was requeued, ran
+    and ended while the session slept or between two of its tries) goes on too: :func:`across_requeues`
+    then reads the rest of the run from its run dir."""
+    from ..journal import last_seq
+    from ..rundir import RunPaths
     from ..slurm import jobs
 
     seen = {"restarts": restarts}
+    journal = RunPaths(Path(run_dir)).events
 
-    async def goes_on() -> str | None:
+    async def goes_on(seq: int | None) -> str | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settle_s
         while True:
             j = await loop.run_in_executor(None, _job, job_id)
-            if j is None or j["state"] not in jobs.ACTIVE:
-                return None  # completed, failed, cancelled, or gone from squeue
+            if j is None or j["state"] not in jobs.ACTIVE:  # completed, failed, cancelled, or gone from squeue
+                if await loop.run_in_executor(None, last_seq, journal) > (seq or 0):
+                    return f"job {job_id} ran again and has ended since; reading the rest of its run from {run_dir}"
+                return None
             now, before = j.get("restarts"), seen["restarts"]
             again = isinstance(now, int) and isinstance(before, int) and now > before
             if again or j["state"].startswith("REQUEUE"):
@@ -134,6 +144,33 @@ def requeue_watch(job_id: str, restarts: Any, settle_s: float = 30.0) -> Any:
             await asyncio.sleep(1.0)
 
     return goes_on
+
+
+def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:
+    """``connect`` to the supervisor of job ``job_id``; where that fails because the job has ended, the run
+    read back from its run dir (``rlsup bridge``: its journal, state and logs), so a session that waited
+    for a requeued job's supervisor and missed all of it still gets every event after the last it saw,
+    the run's end among them, instead of waiting for good."""
+    from ..rundir import RunPaths
+    from ..slurm import jobs
+
+    async def connect_() -> Any:
+        try:
+            return await connect()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            failed = e
+        try:
+            j = await asyncio.get_running_loop().run_in_executor(None, jobs.job, job_id)
+        except jobs.SlurmError:
+            raise failed from None  # squeue cannot say whether the job ended: the session retries
+        if (j is not None and j["state"] in jobs.ACTIVE) or not RunPaths(Path(run_dir)).events.exists():
+            raise failed
+        return await command_connector([sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir",
+                                        str(run_dir)], name=name)()
+
+    return connect_
 
 
 def run_job(run_dir: Path) -> dict[str, Any] | None:

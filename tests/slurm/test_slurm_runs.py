@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -274,6 +275,43 @@ def test_node_failure_requeues_the_job_and_the_run_resumes_from_its_checkpoint(s
     first_end = out.index(f"job {job} requeued after a node failure")
     assert f"job {job} was requeued" in out[first_end:], out
     assert "resuming from step" in out[first_end:] and "stopped by user (rlsup down)" in out[first_end:], out
+
+
+def test_an_attach_asleep_through_a_requeued_jobs_whole_run_shows_it_and_its_end_when_it_wakes(slurm, tmp_path):
+    """A login-node attach that missed all of a requeued job's run (a laptop asleep, here SIGSTOP; or a
+    supervisor that started and ended between two of its tries, as the test above saw) waited for good
+    for a supervisor that would never come, `rlsup down` or not. It reads what it missed from the run
+    dir, prints the run's end and exits."""
+    run = tmp_path / "run"
+    cfg = _anchor_and_trainer(tmp_path, run, f"command: {PY} {_graceful(tmp_path)}")
+    assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
+    job = slurm.job_of(run)
+    wait_for(lambda: _events(run, "started", "trainer"), 60, what="the trainer started")
+    att = slurm.popen("attach", "--run-dir", str(run), "--plain")
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in att.stdout:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    wait_for(lambda: any("run started" in x for x in lines), 30, what="the attach following the run")
+    os.kill(att.pid, signal.SIGSTOP)
+    try:
+        slurm.cluster.run("scontrol", "requeue", job)
+        wait_for(lambda: _events(run, "run_ended"), 60, what="the first supervisor's end")
+        wait_for(lambda: slurm.job_state(job) in ("PENDING", "RUNNING"), 60, what="the job requeued")
+        slurm.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+        wait_for(lambda: len(_events(run, "started", "trainer")) >= 2, 120, what="the requeued job's trainer")
+        assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
+        wait_for(lambda: slurm.job_state(job) not in ("RUNNING", "COMPLETING"), 60, what="the job ended")
+    finally:
+        os.kill(att.pid, signal.SIGCONT)
+    assert att.wait(timeout=60) == 0
+    out = "".join(lines)
+    print(out)
+    assert "run resumed (job" in out and "stopped by user (rlsup down)" in out, out
+    assert out.count("run started (job") == 1, out  # what it had shown is not shown again
 
 
 def test_a_restart_on_a_node_the_job_lost_is_a_node_failure_and_requeues(slurm, tmp_path):
