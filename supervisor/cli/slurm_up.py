@@ -114,29 +114,42 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
     (rlsup requeues it after a node failure, `slurm.requeue: true`). A message saying so, else None. The
     batch step ends a moment after the run does, so the job is asked again for up to ``settle_s``.
 
-    A job that has ended since but whose journal holds more than the session saw (it was requeued, ran
-    and ended while the session slept or between two of its tries) goes on too: :func:`across_requeues`
-    then reads the rest of the run from its run dir."""
+    The job's restart count is judged against that of the supervisor whose end the session saw (its
+    ``run_started``), so a session that followed the job across a requeue without seeing the first end
+    does not take the requeue it already followed for a new one. A job that has ended since but whose
+    journal holds more than the session saw (it was requeued, ran and ended while the session slept or
+    between two of its tries) goes on too: :func:`across_requeues` then reads the rest from the run dir."""
     from ..journal import last_seq
     from ..rundir import RunPaths
     from ..slurm import jobs
 
-    seen = {"restarts": restarts}
     journal = RunPaths(Path(run_dir)).events
+
+    def restarts_of_run(seq: int | None) -> Any:
+        """The job restart count of the run the session saw start last (None: unknown)."""
+        from ..journal import read_events
+
+        count = None
+        for e in read_events(journal):
+            if e.get("seq", 0) > (seq or 0):
+                break
+            if e.get("kind") == "run_started":
+                count = (e.get("slurm") or {}).get("restart_count")
+        return count
 
     async def goes_on(seq: int | None) -> str | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settle_s
+        before = await loop.run_in_executor(None, restarts_of_run, seq)
+        before = before if isinstance(before, int) else restarts
         while True:
             j = await loop.run_in_executor(None, _job, job_id)
             if j is None or j["state"] not in jobs.ACTIVE:  # completed, failed, cancelled, or gone from squeue
                 if await loop.run_in_executor(None, last_seq, journal) > (seq or 0):
                     return f"job {job_id} ran again and has ended since; reading the rest of its run from {run_dir}"
                 return None
-            now, before = j.get("restarts"), seen["restarts"]
-            again = isinstance(now, int) and isinstance(before, int) and now > before
-            if again or j["state"].startswith("REQUEUE"):
-                seen["restarts"] = now  # the next end of the run is judged against this start of the job
+            now = j.get("restarts")
+            if (isinstance(now, int) and isinstance(before, int) and now > before) or j["state"].startswith("REQUEUE"):
                 return (f"job {job_id} was requeued ({_state_line(j)}): the run goes on when Slurm starts it "
                         "again; waiting for its supervisor")
             if loop.time() > deadline:
@@ -245,12 +258,23 @@ def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
     return srun_connector(j["job_id"], j["batch_host"], run_dir), f"job {j['job_id']} on {j['batch_host']}"
 
 
-def srun_connector(job_id: str, host: str, run_dir: str) -> Any:
-    from ..slurm.jobs import tool
+def srun_connector(job_id: str, host: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:
+    """``rlsup bridge`` as an overlapping step of job ``job_id`` on its batch host: the host the job has at
+    each connect (after a requeue its supervisor may run on another node), ``host`` where squeue cannot
+    say."""
+    from ..slurm import jobs
 
-    return command_connector([tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
-                              f"--nodelist={host}", "--gres=none", "--quiet", "--job-name=rlsup:bridge",
-                              sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir", run_dir])
+    async def connect() -> Any:
+        now = await asyncio.get_running_loop().run_in_executor(None, _job, job_id)
+        if now is not None and (now["state"] != "RUNNING" or not now["batch_host"]):
+            raise OSError(f"job {job_id} {_state_line(now)}")
+        where = now["batch_host"] if now is not None else host
+        return await command_connector(
+            [jobs.tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={where}",
+             "--gres=none", "--quiet", "--job-name=rlsup:bridge", sys.executable, "-m", "rlsup.supervisor.cli",
+             "bridge", "--run-dir", str(run_dir)], name=name)()
+
+    return connect
 
 
 def command_connector(argv: list[str], name: str = "tui") -> Any:
@@ -286,24 +310,10 @@ def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -
         owner = {}
     if not forced and owner.get("host") in (None, socket.gethostname()):
         return None
-    from ..slurm import jobs
-
     j = job if job is not None else run_job(run_dir)
     if j is None or j["state"] != "RUNNING" or not j["batch_host"]:
         return None
-    where = str(Path(run_dir).resolve())
-
-    async def connect() -> Any:
-        # The job as it is now: after a requeue its supervisor may run on another batch host.
-        now = await asyncio.get_running_loop().run_in_executor(None, _job, j["job_id"]) or j
-        if now["state"] != "RUNNING" or not now["batch_host"]:
-            raise OSError(f"job {j['job_id']} {_state_line(now)}")
-        return await command_connector(
-            [jobs.tool("srun"), f"--jobid={j['job_id']}", "--overlap", "--nodes=1", "--ntasks=1",
-             f"--nodelist={now['batch_host']}", "--gres=none", "--quiet", "--job-name=rlsup:bridge",
-             sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir", where], name=name)()
-
-    return connect
+    return srun_connector(j["job_id"], j["batch_host"], Path(run_dir).resolve(), name)
 
 
 def slurm_fleet() -> tuple[list[Any], Any]:
@@ -334,7 +344,7 @@ def slurm_fleet() -> tuple[list[Any], Any]:
         if Path(j["run_dir"]).is_dir():  # this host sees the run dir: its socket, or the ended run's journal
             return command_connector([sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir",
                                       j["run_dir"]], name="fleet")
-        return srun_connector(j["job_id"], j["batch_host"], j["run_dir"])
+        return srun_connector(j["job_id"], j["batch_host"], j["run_dir"], name="fleet")
 
     return specs, connector_for
 

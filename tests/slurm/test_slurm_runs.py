@@ -288,13 +288,7 @@ def test_an_attach_asleep_through_a_requeued_jobs_whole_run_shows_it_and_its_end
     job = slurm.job_of(run)
     wait_for(lambda: _events(run, "started", "trainer"), 60, what="the trainer started")
     att = slurm.popen("attach", "--run-dir", str(run), "--plain")
-    lines: list[str] = []
-
-    def read() -> None:
-        for line in att.stdout:
-            lines.append(line)
-
-    threading.Thread(target=read, daemon=True).start()
+    lines = _follow(att)
     wait_for(lambda: any("run started" in x for x in lines), 30, what="the attach following the run")
     os.kill(att.pid, signal.SIGSTOP)
     try:
@@ -312,6 +306,50 @@ def test_an_attach_asleep_through_a_requeued_jobs_whole_run_shows_it_and_its_end
     print(out)
     assert "run resumed (job" in out and "stopped by user (rlsup down)" in out, out
     assert out.count("run started (job") == 1, out  # what it had shown is not shown again
+
+
+def _follow(att) -> list[str]:
+    """The lines ``att`` prints, as they come (read by a thread)."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in att.stdout:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def test_a_session_through_srun_follows_a_requeued_job_to_its_new_batch_host(slurm, tmp_path):
+    """Where SSH to compute nodes is barred, `rlsup up` (and attach) on the login node reach the supervisor
+    through `srun ... rlsup bridge` on the job's batch host. The host is looked up at each connect: after a
+    requeue the supervisor runs on another node, and `up`'s bridge to the first one was refused for as
+    long as the job ran."""
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 1, requeue: true}}
+        components:
+          trainer: {{command: {PY} {_graceful(tmp_path)}}}
+    """)
+    att = slurm.popen("up", str(cfg), "--plain", env={"RLSUP_SLURM_BRIDGE": "srun"})  # `attach` shares the bridge
+    lines = _follow(att)
+    job = slurm.job_of(run)
+    first = wait_for(lambda: _events(run, "run_started"), 60, what="the supervisor")[0]["slurm"]["nodes"][0]
+    wait_for(lambda: any("trainer" in x and "started" in x for x in lines), 30, what="the attach following")
+    slurm.cluster.run("scontrol", "requeue", job)
+    wait_for(lambda: slurm.job_state(job) == "PENDING", 60, what="the job requeued")
+    slurm.cluster.run("scontrol", "update", f"JobId={job}", f"ExcNodeList={first}", "StartTime=now")
+    again = wait_for(lambda: _events(run, "run_started")[1:], 120, what="the requeued supervisor")[0]
+    assert again["slurm"]["nodes"] != [first], again
+    wait_for(lambda: any("reconnected" in x for x in lines), 60, what="the attach reconnected")
+    assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
+    assert att.wait(timeout=60) == 0
+    out = "".join(lines)
+    assert "reconnected" in out and out.count("run started (job") == 1, out
+    assert "run resumed (job" in out and "stopped by user (rlsup down)" in out, out
+    # The requeue it followed is not taken for a new one when the requeued job's run ends.
+    assert "was requeued" not in out[out.index("stopped by user (rlsup down)"):], out
 
 
 def test_a_restart_on_a_node_the_job_lost_is_a_node_failure_and_requeues(slurm, tmp_path):
