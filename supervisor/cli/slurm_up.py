@@ -180,8 +180,7 @@ def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], 
             raise failed from None  # squeue cannot say whether the job ended: the session retries
         if (j is not None and j["state"] in jobs.ACTIVE) or not RunPaths(Path(run_dir)).events.exists():
             raise failed
-        return await command_connector([sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir",
-                                        str(run_dir)], name=name)()
+        return await command_connector(bridge_argv(run_dir), name=name)()
 
     return connect_
 
@@ -271,10 +270,14 @@ def srun_connector(job_id: str, host: str, run_dir: str | os.PathLike[str], name
         where = now["batch_host"] if now is not None else host
         return await command_connector(
             [jobs.tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={where}",
-             "--gres=none", "--quiet", "--job-name=rlsup:bridge", sys.executable, "-m", "rlsup.supervisor.cli",
-             "bridge", "--run-dir", str(run_dir)], name=name)()
+             "--gres=none", "--quiet", "--job-name=rlsup:bridge", *bridge_argv(run_dir)], name=name)()
 
     return connect
+
+
+def bridge_argv(run_dir: str | os.PathLike[str]) -> list[str]:
+    """``rlsup bridge`` for ``run_dir`` with this Python: its live socket, or the ended run read from disk."""
+    return [sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir", str(run_dir)]
 
 
 def command_connector(argv: list[str], name: str = "tui") -> Any:
@@ -342,8 +345,7 @@ def slurm_fleet() -> tuple[list[Any], Any]:
                 raise OSError(f"job {j['job_id']} {_state_line(j)}")
             return pending
         if Path(j["run_dir"]).is_dir():  # this host sees the run dir: its socket, or the ended run's journal
-            return command_connector([sys.executable, "-m", "rlsup.supervisor.cli", "bridge", "--run-dir",
-                                      j["run_dir"]], name="fleet")
+            return command_connector(bridge_argv(j["run_dir"]), name="fleet")
         return srun_connector(j["job_id"], j["batch_host"], j["run_dir"], name="fleet")
 
     return specs, connector_for
