@@ -3,9 +3,12 @@
 Everything happens on one asyncio loop: monitor records and log files changing (inotify), monitors
 exiting (pidfds), probes, timers, client commands. Threads (the GPU sampler, artefact watches,
 notifications) only hand results to the loop. What a component does next is decided by
-:mod:`~rlsup.supervisor.lifecycle`; what the run as a whole observes (dependencies, stalls, a dead
-dependency, the end and its root cause) by :mod:`~rlsup.supervisor.detectors` and
-:mod:`~rlsup.supervisor.diagnosis`; this module feeds them and carries out their answers.
+:mod:`~rlsup.supervisor.lifecycle`; what the run as a whole does (which component may start, who
+follows a restart, a stall, a dead dependency, the end and its root cause) by the run's step,
+:mod:`~rlsup.supervisor.runstep`, pure as the lifecycle is. This module watches (files:
+:mod:`.filewatch`, monitors: :mod:`.monitorwatch`), feeds inputs and carries out the answers; the
+run dir's past is read by :mod:`.adoption` and :mod:`.carryover`, and the end is carried out by
+:mod:`.shutdown` and :mod:`.lastnet`.
 
 Components run under monitors that outlive the supervisor: a supervisor that crashed, was killed
 or is being upgraded leaves them running, and the next one on the same run dir *adopts* them.
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import signal as signal_mod
@@ -23,38 +25,26 @@ import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import detectors, shim
+from . import adoption, carryover, lastnet, runstep, shutdown
 from . import events as ev
 from . import lifecycle as lc
 from . import state as state_mod
+from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .clock import Clock, SystemClock
 from .component import Component
 from .config import Config
 from .daemonlog import say
-from .inotify import IN_CLOSE_WRITE, IN_CREATE, IN_MODIFY, IN_MOVED_TO, IN_Q_OVERFLOW, Inotify
-from .journal import Journal, StateFile, keep_spare_records, read_events
-from .logs import Position, RingBudget
-from .process import (
-    Attempt,
-    Cgroups,
-    Monitors,
-    attempt_from_record,
-    children_map,
-    find_marked,
-    is_monitor_of,
-    pid_alive,
-    records,
-    set_child_subreaper,
-    started_since_boot,
-    terminate_processes,
-)
+from .detectors import Consumer, Outcome, Seen, dependency_state, next_tick, partner_up, stall_due
+from .filewatch import FileWatch, read_all
+from .journal import Journal, StateFile, keep_spare_records
+from .logs import RingBudget
+from .monitorwatch import MonitorWatch
+from .process import Attempt, Cgroups, Monitors, set_child_subreaper
 from .rundir import RunLock, RunPaths
-from .shim import PROTOCOL as MONITOR_PROTOCOL
 from .slurm.launcher import slurm_job_info
 from .version import VERSION
 
@@ -65,24 +55,13 @@ IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap 
 STATE_WRITE_MIN_S = 0.5
 POSITIONS_WRITE_S = 5.0
 PROGRESS_FLUSH_S = 0.25
-# After a productive read, let output pile up before the next: with many chatty components one
-# wakeup then serves them all (fewer, larger reads). The monitors drain the pipes meanwhile, so this
-# delays only what clients see, by less than the TUI's 20 Hz redraw; exits are read at once.
-READ_PAUSE_S = 0.015
 GPU_RELEASE_TIMEOUT_S = 30.0
 GPU_SAMPLE_S = 1.0
 GPU_SAMPLE_IDLE_S = 10.0
 RESOURCES_SAMPLE_S = 5.0
-DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
-DEPENDENCY_FLAG_AFTER_S = 15.0  # a dependency restarting for less than this is not flagged
-POLL_S = 0.5  # where inotify is unavailable
 EVALUATE_EVERY_S = 0.05  # at most this often, the run re-judges every component (dependencies, the end)
 
 Subscriber = Callable[[dict[str, Any]], None]
-
-
-class IncompatibleMonitors(Exception):
-    """Live monitors of a protocol this rlsup does not speak: never touched, the start refused."""
 
 
 class Run:
@@ -126,11 +105,9 @@ class Run:
         self._shutting_down = False
         self._replayed: dict[str, Any] | None = None
         self._saved: dict[str, Any] = {}
-        self._adopt: list[tuple[Path, dict[str, Any]]] = []
-        self._orphan_records: list[tuple[Path, dict[str, Any]]] = []
-        self._leftovers: dict[str, Any] | None = None
-        self._by_pidfd: dict[int, tuple[Component, Attempt]] = {}
-        self._by_record: dict[str, tuple[Component, Attempt]] = {}
+        self._found = adoption.Found()  # what a previous supervisor left
+        self._monitor_watch = MonitorWatch()
+        self._files: FileWatch | None = None
         self._eval_scheduled = False
         self._evaluated_at = -1e9
         self._evaluate_cost = 0.0
@@ -141,9 +118,6 @@ class Run:
         self._state_written_at = 0.0
         self._state_write_cost = 0.0
         self._state_timer: asyncio.TimerHandle | None = None
-        self._read_pending: set[str] = set()
-        self._read_paused = False
-        self._inotify: Inotify | None = None
         self._gpu_thread: Any = None
         self._last_tick = 0.0
         self._nap_future: asyncio.Future[bool] | None = None
@@ -166,79 +140,27 @@ class Run:
     # ------------------------------------------------------------------ before the loop
 
     def prepare(self) -> list[str]:
-        """Create the run dir, take the lock, find what a previous supervisor left.
-
-        Live monitors of a compatible protocol are kept for adoption; processes of the run that no
-        live monitor owns are ended. Returns notes for the user. Raises ``rundir.LockHeld`` (a live
-        supervisor owns the run dir), ``rundir.UnsafeRunDir`` and :class:`IncompatibleMonitors`.
+        """Create the run dir, take the lock, find what a previous supervisor left (:mod:`.adoption`)
+        and replay the run dir's journal (:mod:`.carryover`). Returns notes for the user. Raises
+        ``rundir.LockHeld`` (a live supervisor owns the run dir), ``rundir.UnsafeRunDir`` and
+        :class:`IncompatibleMonitors`.
         """
         self.paths.create()
         self.lock.acquire({"config": self.cfg.source, "name": self.cfg.name, "version": VERSION})
-        notes: list[str] = []
-        live: list[tuple[Path, dict[str, Any]]] = []
-        foreign: list[tuple[Path, dict[str, Any]]] = []
-        for path, rec in records(self.paths.monitors):
-            if is_monitor_of(rec, self.paths.root):
-                (live if rec.get("protocol") == MONITOR_PROTOCOL else foreign).append((path, rec))
-            else:
-                self._orphan_records.append((path, rec))
-        if foreign:
-            self.lock.release()
-            desc = ", ".join(f"{r['component']} (monitor pid {r['shim_pid']}, protocol {r.get('protocol')})"
-                             for _, r in foreign)
-            raise IncompatibleMonitors(
-                f"{self.paths.root} has live components under monitors of another rlsup version ({desc}); this "
-                f"rlsup speaks monitor protocol {MONITOR_PROTOCOL}. They were left running. Manage the run with "
-                "the rlsup version that started it, or stop it with that version's `rlsup down`.")
-        self._adopt = live
-        owned: set[int] = set()
-        children = children_map(max_age=0.0)  # fresh: what is not owned now is ended below
-        for path, rec in live:
-            att = attempt_from_record(rec, path)
-            owned.update(att.members(children))
-            owned.add(att.monitor_pid)
-        prev = self.lock.previous
-        left = [p for p in find_marked(str(self.paths.root)) if p.pid not in owned]
-        if live:
-            notes.append(f"taking over {len(live)} running component(s) from a supervisor that is gone: "
-                         + ", ".join(f"{r['component']} pid {r['pid']}" for _, r in live))
-        if left:
-            by = f"supervisor pid {prev.get('pid')}" if prev else "an earlier supervisor"
-            notes.append(f"found {len(left)} process(es) of this run that no monitor owns, left by {by}; ending them")
-            survivors = terminate_processes(left, signal_mod.SIGTERM, 10.0)
-            self._leftovers = {"pids": [p.pid for p in left], "by": by, "survivors": [p.pid for p in survivors],
-                               "action": "ended them (SIGTERM, then SIGKILL after 10 s)"}
-            if survivors:
-                notes.append(f"could not end: {', '.join(str(p.pid) for p in survivors)}")
-        self._replayed = self._replay()
-        return notes
-
-    def _replay(self) -> dict[str, Any] | None:
-        """The previous state of this run dir: the journal folded through the reducer, with the
-        gauges (progress, log positions) of the last ``state.json``."""
-        if not self.paths.events.exists():
-            return None
-        st = state_mod.initial({}, self.cfg.topo_order())
-        n = 0
-        for e in read_events(self.paths.events):
-            state_mod.apply(st, e)
-            n += 1
-        if not n:
-            return None
         try:
-            import json
-
-            saved = json.loads(self.paths.state.read_text())
-        except (OSError, ValueError):
-            saved = {}
-        self._saved = saved if isinstance(saved, dict) else {}
-        return st
+            self._found = adoption.find(self.paths, self.lock.previous)
+        except IncompatibleMonitors:
+            self.lock.release()
+            raise
+        self._replayed, self._saved = carryover.replay(self.paths, self.cfg)
+        return self._found.notes
 
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> int:
         """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
         self.loop = asyncio.get_running_loop()
+        self._monitor_watch.loop = self.loop
         self._began = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock of /proc/PID/stat's start time
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
@@ -252,57 +174,9 @@ class Run:
         names = self.cfg.topo_order()
         self._spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
         keep_spare_records(self.paths.monitors, self._spares_wanted)
-        self.state = self._replayed or state_mod.initial({}, names)
-        for n in names:
-            self.state["components"].setdefault(n, state_mod.new_component())
         self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
-        budget = RingBudget(self.cfg.ring_bytes)
-        saved = (self._saved.get("components") or {}) if self._saved else {}
-        if self._adopt:
-            self.how = "adopted"
-        elif self._replayed is not None and self.how == "new":
-            self.how = "continued"  # its supervisor died mid-way: the run goes on where it was
-        # What a component that was final stays: a run taken over or continued keeps every final state;
-        # a finished run resumed (--resume) starts again what had failed or was stopped, not what completed.
-        keep = {"adopted": lc.FINAL, "continued": lc.FINAL, "resumed": {"completed"}}.get(self.how, set())
-        for n in names:
-            prev = self.state["components"][n]
-            pos = Position.from_dict((saved.get(n) or {}).get("log"))
-            was = prev.get("state")
-            life = lc.Life(n, attempt=int(prev.get("attempt") or 0))
-            if was == "completed" and self.how == "resumed" and prev.get("config_hash") not in (
-                    None, self.cfg.components[n].fingerprint(self.cfg.env)):
-                was = None  # it completed what the config asked then; the config asks more of it now
-                self._again[n] = int(prev.get("attempt") or 0)  # its next start says so (until it has started)
-            if was in keep:
-                life = lc.Life(n, state=was, attempt=life.attempt, want="stop" if was == "stopped" else "run")
-            if any(f.get("type") == "stall" for f in prev.get("flags") or []) and self.how in ("adopted", "continued"):
-                life = dataclasses.replace(life, episode=life.episode | {"stall"})  # the attempt goes on: so does its stall
-            self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
-                                           log_position=pos)
-            sv = saved.get(n) or {}
-            c = self.components[n]
-            if sv.get("total") is not None and c.progress.total is None:
-                c.progress.total = int(sv["total"])
-            if sv.get("step") is not None:  # an adopted attempt's progress continues from here
-                c.progress.reset_to(int(sv["step"]), self.clock.monotonic())
-            if isinstance(sv.get("history"), dict) and sv["history"]:  # the charts go on with the whole run
-                c.progress.seed_history(sv["history"])
-                self.state["components"][n]["history"] = {k: h.wire() for k, h in c.progress.full_history.items()}
-            if isinstance(sv.get("metrics"), dict) and sv["metrics"]:  # ... and with the latest values
-                c.progress.metrics.update({k: v for k, v in sv["metrics"].items() if isinstance(v, int | float)})
-                self.state["components"][n]["metrics"] = dict(c.progress.metrics)
-                self.state["components"][n]["metric"] = sv.get("metric")
-        if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
-            from .notify import Notifier
-
-            self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
-                                     redactor=self.redactor)
-        if self.serve and not self.refused:
-            from .server import ControlServer
-
-            self.server = ControlServer(self, self.paths.sock)
-            await self.server.start()
+        self._build_components(names)
+        await self._open_services()
         self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
                                 how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
@@ -311,16 +185,7 @@ class Run:
             self.emit(ev.RunEnded(None, exit_code=1, reason=self.refused))
             self._finish()
             return self.exit_code
-        if self._leftovers:
-            self.emit(ev.LeftoversEnded(None, **self._leftovers))
-        self._start_watching_files()
-        self._start_gpu_sampler()
-        from .watches import Watches
-
-        self.watches = Watches(self.components, self.loop)
-        self.watches.start()
-        self._take_over()
-        self._last_tick = self._awake_since = self.clock.monotonic()
+        self._begin_watching()
         ticker = asyncio.ensure_future(self._ticker())
         self.loop.set_exception_handler(self._loop_error)
         self._evaluate()
@@ -335,31 +200,51 @@ class Run:
             self._finish()
         return self.exit_code
 
-    def _take_over(self) -> None:
-        """Adopt the attempts whose monitors outlived the previous supervisor."""
-        for path, rec in self._adopt:
-            c = self.components.get(str(rec["component"]))
-            if c is None:
-                continue  # a component no longer in the config: its monitor is told to finish
-                # (below), which ends it
-            att = attempt_from_record(rec, path)
-            prev = self.state["components"][c.name]
-            # Its output begins where its `started` event says, in the line numbering the recorded log
-            # position continues (without a recorded position the numbering starts again: unknown).
-            out = prev.get("attempt_log") or {}
-            numbered = (self._saved.get("components") or {}).get(c.name, {}).get("log") if self._saved else None
-            same = int(prev.get("attempt") or 0) == att.attempt
-            log_seq = out.get("seq") if isinstance(numbered, dict) and numbered.get("ino") is not None and same else None
-            c.adopt(att, rec, ready=prev.get("state") == "running" or (prev.get("ready_at") is not None
-                                                                       and prev.get("state") != "starting"),
-                    log_seq=log_seq)
-        for path, rec in self._adopt:
-            if str(rec["component"]) not in self.components:
-                attempt_from_record(rec, path).finish()
-        for path, rec in self._orphan_records:  # a monitor that died: its record is all that is left
-            with contextlib.suppress(OSError):
-                path.unlink()
-            del rec
+    def _build_components(self, names: list[str]) -> None:
+        """The run's components, each going on with the life and gauges its run dir's past left it."""
+        self.state = self._replayed or state_mod.initial({}, names)
+        for n in names:
+            self.state["components"].setdefault(n, state_mod.new_component())
+        budget = RingBudget(self.cfg.ring_bytes)
+        saved = (self._saved.get("components") or {}) if self._saved else {}
+        self.how = carryover.how(bool(self._found.live), self._replayed is not None, self.how)
+        for n in names:
+            prev = self.state["components"][n]
+            life, again = carryover.life(n, prev, self.cfg, self.how)
+            if again is not None:
+                self._again[n] = again  # its next start says so (until it has started)
+            sv = saved.get(n) or {}
+            c = self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
+                                               log_position=carryover.position(sv))
+            carryover.restore_gauges(c.progress, sv, prev, self.clock.monotonic())
+
+    async def _open_services(self) -> None:
+        """Notifications and the control socket (not for a run refused before any start)."""
+        if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
+            from .notify import Notifier
+
+            self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
+                                     redactor=self.redactor)
+        if self.serve and not self.refused:
+            from .server import ControlServer
+
+            self.server = ControlServer(self, self.paths.sock)
+            await self.server.start()
+
+    def _begin_watching(self) -> None:
+        """Files, GPUs and artefacts watched; the attempts a previous supervisor left adopted."""
+        if self._found.leftovers:
+            self.emit(ev.LeftoversEnded(None, **self._found.leftovers))
+        self._files = FileWatch(self.loop, self.paths, self.components, self._monitor_watch)
+        self._files.start()
+        self._start_gpu_sampler()
+        from .watches import Watches
+
+        self.watches = Watches(self.components, self.loop)
+        self.watches.start()
+        saved = (self._saved.get("components") or {}) if self._saved else {}
+        adoption.take_over(self._found, self.components, self.state, saved)
+        self._last_tick = self._awake_since = self.clock.monotonic()
 
     @property
     def shutting_down(self) -> bool:
@@ -384,43 +269,14 @@ class Run:
         return pids
 
     async def _shutdown(self) -> None:
-        """Stop components in reverse dependency order, in parallel waves; return when nothing of
-        the run is left (or say what could not be ended)."""
+        """Stop components in reverse dependency order, in parallel waves (:mod:`.shutdown`); return
+        when nothing of the run is left (or say what could not be ended)."""
         if getattr(self, "_handover", False):
             self._write_state(force=True)
             return
         self._shutting_down = True
         why = lc.Cause("shutdown", f"the run is ending: {self.end_reason}" if self.end_reason else "the run is ending")
-        # A component is stopped once every component that depends on it is quiet (Kahn's algorithm
-        # on the reversed graph: each edge is looked at once, so a 2,000-long chain of components
-        # that already ended takes milliseconds, not minutes). The round waits only when nothing
-        # became quiet in it.
-        order = self.cfg.topo_order()
-        deps = {n: {d for d in self.cfg.components[n].depends_on if d in self.components} for n in order}
-        waiting_on = dict.fromkeys(order, 0)  # dependents not yet quiet
-        for n in order:
-            for d in deps[n]:
-                waiting_on[d] += 1
-        stopping = [n for n in reversed(order) if not waiting_on[n]]
-        for n in stopping:
-            self.components[n].handle(lc.Shutdown(why))
-        while stopping:
-            still: list[str] = []
-            freed: list[str] = []
-            for n in stopping:
-                c = self.components[n]
-                if c.state not in lc.FINAL or c.busy:
-                    still.append(n)
-                    continue
-                for d in deps[n]:
-                    waiting_on[d] -= 1
-                    if not waiting_on[d]:
-                        freed.append(d)
-            for n in freed:
-                self.components[n].handle(lc.Shutdown(why))
-            if not freed and still:
-                await asyncio.sleep(0.02)
-            stopping = still + freed
+        await shutdown.stop_in_order(self.cfg, self.components, why)
         for c in self.components.values():
             await c.await_cleanups()
         left = await self.loop.run_in_executor(None, self._last_net)
@@ -429,52 +285,9 @@ class Run:
         self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left))
 
     def _last_net(self) -> list[str]:
-        """Nothing of this run may outlive it; returns what could not be ended. "Of this run": marked
-        with it, left in one of its cgroups, or a process a component's cleanup could not end (which
-        no longer has a monitor above it, nor perhaps a marker)."""
-        import psutil
-
-        left = find_marked(str(self.paths.root))
-        pids = {p.pid for p in left}
-        candidates: dict[int, float | None] = {}
-        for c in self.components.values():
-            candidates.update(c.unended)
-        # Orphans re-parented to us (the run's child subreaper) once their monitor had finished: an
-        # escapee that cleared its environment has no marker, and no monitor is above it any more. Only
-        # a process started since we began can be one (what a process embedding us started before is not).
-        zygote = self.monitors.zygote_pid
-        for pid in children_map(max_age=0.0).get(os.getpid(), []):
-            since_boot = started_since_boot(pid)
-            if pid == zygote or since_boot is None or since_boot < self._began:
-                continue
-            try:
-                candidates.setdefault(pid, psutil.Process(pid).create_time())
-            except psutil.Error:
-                continue
-        if self.cgroups is not None and self.cgroups.base is not None:
-            for d in self.cgroups.base.glob("*"):
-                candidates.update(dict.fromkeys(shim.cgroup_pids(str(d))))
-        for pid, started in candidates.items():
-            if pid in pids or pid == os.getpid() or not pid_alive(pid):
-                continue
-            try:
-                p = psutil.Process(pid)
-                if started is not None and abs(p.create_time() - started) > 0.01:
-                    continue  # the pid was reused: not ours
-            except psutil.Error:
-                continue
-            left.append(p)
-            pids.add(pid)
-        survivors = terminate_processes(left, signal_mod.SIGKILL, 1.0) if left else []
-        if self.cgroups is not None:
-            self.cgroups.remove_empty()
-        out = []
-        for p in survivors:
-            try:
-                out.append(f"pid {p.pid} ({' '.join(p.cmdline())[:80]})")
-            except Exception:  # noqa: BLE001 - describing a process that may be gone
-                out.append(f"pid {p.pid}")
-        return out
+        """Nothing of this run may outlive it (:mod:`.lastnet`); returns what could not be ended."""
+        return lastnet.last_net(self.paths.root, [c.unended for c in self.components.values()], cgroups=self.cgroups,
+                                zygote=self.monitors.zygote_pid, began=self._began)
 
     def _finish(self) -> None:
         if self._gpu_thread is not None:
@@ -485,13 +298,9 @@ class Run:
             c.close()
         self._write_state(force=True)
         self.monitors.close()
-        if self._inotify is not None:
-            with contextlib.suppress(ValueError, RuntimeError):
-                self.loop.remove_reader(self._inotify.fd)
-            self._inotify.close()
-        for fd in list(self._by_pidfd):
-            with contextlib.suppress(ValueError, RuntimeError):
-                self.loop.remove_reader(fd)
+        if self._files is not None:
+            self._files.close()
+        self._monitor_watch.close()
         if self.notifier is not None:
             self.notifier.close(5.0)
         if self.journal is not None and (lost := self.journal.close()):
@@ -545,10 +354,7 @@ class Run:
 
     def changed(self, comp: Component) -> None:
         while self._triggers:  # what the step just carried out set off elsewhere (restart_with)
-            e = self._triggers.pop(0)
-            why = detectors.restart_trigger(e)
-            if why is not None:
-                self.follow_restart(str(e["component"]), why)
+            self._step(runstep.Restarted(self._triggers.pop(0)))
         if comp.state in lc.FINAL:
             self._final_at.setdefault(comp.name, self.clock.monotonic())
         else:
@@ -564,16 +370,50 @@ class Run:
             else:
                 self.loop.call_soon(self._evaluate)
 
-    def _seen(self) -> dict[str, detectors.Seen]:
+    # ------------------------------------------------------------------ the run's step
+
+    def _step(self, trigger: runstep.Trigger, view: runstep.View | None = None, now: float | None = None) -> None:
+        """Ask the run's step (:mod:`.runstep`) what to do about ``trigger``, and do it."""
+        now = self.clock.monotonic() if now is None else now
+        self._carry_out(runstep.step(view or self._view(), trigger, now, self.cfg), now)
+
+    def _carry_out(self, effects: tuple[runstep.Effect, ...], now: float) -> None:
+        for fx in effects:
+            if isinstance(fx, runstep.Feed):
+                self.components[fx.component].handle(fx.input)
+            elif isinstance(fx, runstep.Say):
+                seq = self.emit(fx.event).get("seq")
+                for f in fx.then:
+                    self.components[f.component].handle(runstep.with_seq(f.input, seq))
+            elif isinstance(fx, runstep.End):
+                self._end(fx.outcome)
+            elif isinstance(fx, runstep.Flagged):
+                self._dep_flagged = set(fx.consumers)
+            elif isinstance(fx, runstep.Watch):
+                act = self._dep_watch.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+                self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
+
+    def _end(self, out: Outcome) -> None:
+        assert self._ended is not None
+        self.exit_code = out.exit_code
+        self.end_reason = out.reason
+        self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
+        self._ended.set()
+
+    def _view(self) -> runstep.View:
+        return runstep.View(self._seen(), shutting_down=self._shutting_down, run_seq=self._run_seq,
+                            ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since)
+
+    def _seen(self) -> dict[str, Seen]:
         return {n: self._seen_one(n, c) for n, c in self.components.items()}
 
-    def _seen_one(self, n: str, c: Component) -> detectors.Seen:
+    def _seen_one(self, n: str, c: Component) -> Seen:
         st = self.state["components"].get(n, {})
-        return detectors.Seen(n, c.state, c.attempt, reason=st.get("reason"), cause=c.life.cause,
-                              ended_at=self._final_at.get(n), started_at=c.life.started_at,
-                              ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at,
-                              gave_up_by=c.life.gave_up.by if c.life.gave_up is not None else None,
-                              step=c.progress.step)
+        return Seen(n, c.state, c.attempt, reason=st.get("reason"), cause=c.life.cause,
+                    ended_at=self._final_at.get(n), started_at=c.life.started_at,
+                    ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at,
+                    gave_up_by=c.life.gave_up.by if c.life.gave_up is not None else None,
+                    step=c.progress.step)
 
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
@@ -581,48 +421,38 @@ class Run:
         self._eval_scheduled = False
         t0 = time.monotonic()
         try:
-            self._evaluate_all()
+            self._admit_pending()
+            self._eval_scheduled = False
+            self._step(runstep.Settled())
         finally:
             self._evaluate_cost = time.monotonic() - t0
             self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
             self.poke_ticker()  # a state changed: a starting or failing component wants the 1 s tick
 
-    def _evaluate_all(self) -> None:
+    def _admit_pending(self) -> None:
+        """Dependency gating, in dependency order, until a pass changes nothing."""
         if self._order is None:
             self._order = self.cfg.topo_order()
         for _ in range(len(self.components) + 2):
-            seen = self._seen()
+            view = self._view()
+            seen = view.seen
+            assert isinstance(seen, dict)
             moved = False
             for n in self._order:
                 c = self.components[n]
-                if c.state != "pending" or c.life.want != "run" or c.life.spawning or self._shutting_down:
+                if c.state != "pending" or c.life.want != "run" or c.life.spawning:
                     continue
                 before = (c.state, c.life.waiting)
-                verdict = detectors.gate(n, self.cfg, seen)
-                if isinstance(verdict, lc.DepsMet):
-                    verdict = lc.DepsMet(detectors.gate_cause(n, self.cfg, seen, self._run_seq,
-                                                              again=n in self._again and c.life.attempt == self._again[n]))
-                c.handle(verdict)
+                self._step(runstep.Pending(n, again=n in self._again and c.life.attempt == self._again[n]), view)
                 if (c.state, c.life.waiting) != before:
                     moved = True
                     seen[n] = self._seen_one(n, c)  # only it moved (its effects run later)
             if not moved:
                 break
-        self._eval_scheduled = False
-        if self._shutting_down or self._ended is None or self._ended.is_set():
-            return
-        out = detectors.outcome(self.cfg, self._seen())
-        if out is not None:
-            self.exit_code = out.exit_code
-            self.end_reason = out.reason
-            self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
-            self._ended.set()
 
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
-        why = cause or lc.Cause("user", f"{name} was restarted")
-        for other, inp in detectors.followers(self.cfg, self._seen(), name, why):
-            self.components[other].handle(inp)
+        self._step(runstep.RestartCommand(name, cause))
 
     def cgroup_for(self, comp: str, attempt: int) -> str | None:
         return self.cgroups.for_attempt(comp, attempt) if self.cgroups is not None else None
@@ -645,45 +475,19 @@ class Run:
     def partner_up(self, comp: Component) -> str | None:
         """A component restarting together with ``comp`` that has already started again (see
         :func:`detectors.partner_up`)."""
-        return detectors.partner_up(comp.name, {n: (c.cfg.restart_with, c.state) for n, c in self.components.items()})
+        return partner_up(comp.name, {n: (c.cfg.restart_with, c.state) for n, c in self.components.items()})
 
     # ------------------------------------------------------------------ monitors and log files
 
     def watch_monitor(self, comp: Component, att: Attempt) -> None:
-        self._by_record[att.record_path.name] = (comp, att)
-        fd = att.open_pidfd()
-        if fd is not None:
-            self._by_pidfd[fd] = (comp, att)
-            self.loop.add_reader(fd, self._monitor_exited, fd)
-        elif not pid_alive(att.monitor_pid):
-            self.loop.call_soon(comp.monitor_changed, att, True)
-        # The record may have changed before the watch existed (a very short command).
-        self.loop.call_soon(self._record_changed, att.record_path.name)
+        self._monitor_watch.watch(comp, att)
 
     def unwatch_monitor(self, att: Attempt) -> None:
-        """Forget an attempt's monitor before its pidfd is closed (a reused fd number must not be taken
-        for it later)."""
-        self._by_record.pop(att.record_path.name, None)
-        fd = att.pidfd
-        if fd is not None and fd in self._by_pidfd:
-            del self._by_pidfd[fd]
-            with contextlib.suppress(ValueError, RuntimeError):
-                self.loop.remove_reader(fd)
+        self._monitor_watch.unwatch(att)
 
-    def _monitor_exited(self, fd: int) -> None:
-        comp, att = self._by_pidfd.pop(fd)
-        with contextlib.suppress(ValueError, RuntimeError):
-            self.loop.remove_reader(fd)
-        att.monitor_gone = True
-        self._by_record.pop(att.record_path.name, None)
-        if att.exit is None:
-            comp.monitor_changed(att, gone=True)
-
-    def _record_changed(self, name: str) -> None:
-        hit = self._by_record.get(name)
-        if hit is not None:
-            comp, att = hit
-            comp.monitor_changed(att)
+    def read_all_now(self) -> None:
+        """Catch up with every log (before judging stalls, before diagnosis)."""
+        read_all(self.components)
 
     def _reap(self) -> None:
         """Reap our children: monitors (re-parented to us, their subreaper) and the zygote."""
@@ -694,85 +498,6 @@ class Run:
                 return
             if pid == 0:
                 return
-
-    def _start_watching_files(self) -> None:
-        try:
-            if os.environ.get("RLSUP_INOTIFY", "auto") == "off":
-                raise OSError("disabled by RLSUP_INOTIFY=off")
-            ino = Inotify()
-            ino.watch(str(self.paths.logs), IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE)
-            ino.watch(str(self.paths.monitors), IN_MODIFY | IN_MOVED_TO | IN_CLOSE_WRITE)
-        except OSError as e:
-            say(f"rlsup: inotify unavailable ({e}); polling logs every {POLL_S:g}s")
-            self.loop.call_later(POLL_S, self._poll_files)
-            return
-        self._inotify = ino
-        self._dirs = (str(self.paths.logs), str(self.paths.monitors))  # compared on every batch of events
-        self._log_names = {os.fsencode(self.paths.log(n).name): n for n in self.components}
-        for c in self.components.values():
-            c.follower.rotation_events = True  # inotify says when a log is created anew: no stat per read
-        self.loop.add_reader(ino.fd, self._on_inotify)
-        self._read_pending.update(self.components)
-        self.loop.call_soon(self._read_logs)
-
-    def _poll_files(self) -> None:
-        self._read_pending.update(self.components)
-        self._read_logs()
-        for name in list(self._by_record):
-            self._record_changed(name)
-        if self._inotify is None and not self.loop.is_closed():  # polling lasts as long as the run
-            self.loop.call_later(POLL_S, self._poll_files)
-
-    def _on_inotify(self) -> None:
-        assert self._inotify is not None
-        logs, mons = self._dirs
-        records_changed: set[str] = set()
-        log_names = self._log_names
-        for d, mask, raw in self._inotify.read():
-            if mask & IN_Q_OVERFLOW:
-                self._read_pending.update(self.components)
-                records_changed.update(self._by_record)
-            elif d == logs:
-                comp = log_names.get(raw)
-                if comp is None:  # X.log.1 (a rotation) or a file of no component
-                    comp = os.fsdecode(raw).split(".log", 1)[0]
-                    if comp not in self.components:
-                        continue
-                self._read_pending.add(comp)
-                if not mask & IN_MODIFY:  # created or renamed: the log may have rotated
-                    self.components[comp].follower.maybe_rotated = True
-            elif d == mons:
-                records_changed.add(os.fsdecode(raw))
-        for name in records_changed:
-            self._record_changed(name)
-        if self._read_pending and not self._read_paused:
-            self._read_logs()
-
-    def _read_logs(self) -> None:
-        pending, self._read_pending = self._read_pending, set()
-        for n in pending:
-            c = self.components.get(n)
-            if c is not None and c.read_output():
-                self._read_pending.add(n)  # more than one round's budget waiting: again after the pause
-        if pending:  # a productive round: let output pile up briefly, then read it in one go
-            self._read_paused = True
-            if self._inotify is not None:  # events queue in the kernel meanwhile: one read gets them all
-                self.loop.remove_reader(self._inotify.fd)
-            self.loop.call_later(READ_PAUSE_S, self._resume_reading)
-
-    def _resume_reading(self) -> None:
-        self._read_paused = False
-        if self._inotify is not None and self._inotify.fd >= 0:
-            self.loop.add_reader(self._inotify.fd, self._on_inotify)
-            self._on_inotify()  # what queued during the pause
-        elif self._read_pending:
-            self._read_logs()
-
-    def read_all_now(self) -> None:
-        """Catch up with every log (before judging stalls, before diagnosis)."""
-        for c in self.components.values():
-            while c.read_output():
-                pass
 
     # ------------------------------------------------------------------ state on disk
 
@@ -855,17 +580,18 @@ class Run:
                 break
             if c.state not in ("running", "stopped", "fatal", "completed") or "stall" in c.life.episode:
                 busy = True  # starting, in backoff, stopping, pending, stalled: watched every second
-            elif c.state == "running" and any(self._dep_state(d, now) != "running" for d in c.cfg.depends_on):
+            elif c.state == "running" and any(dependency_state(self._seen_one(d, self.components[d]), now) != "running"
+                                              for d in c.cfg.depends_on):
                 busy = True  # dependency_down looks at its consumers every second
             elif c.state == "running" and c.cfg.progress and c.cfg.progress.stall_after:
-                due.append(detectors.stall_due(self._seen_one(n, c), c.cfg.progress.stall_after,
+                due.append(stall_due(self._seen_one(n, c), c.cfg.progress.stall_after,
                                                awake_since=self._awake_since))
             if c.moved:
                 due.append(self._positions_written + POSITIONS_WRITE_S)
             sampled = sampled or c.current is not None
         if sampled:
             due.append(self._last_resources + self.resources_sample_s)
-        return detectors.next_tick(self._last_tick, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
+        return next_tick(self._last_tick, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
 
     def _tick(self, planned: float) -> None:
         now = self.clock.monotonic()
@@ -899,73 +625,49 @@ class Run:
             self._gpu_thread.interval = GPU_SAMPLE_S if watched else GPU_SAMPLE_IDLE_S
 
     def _check_stalls(self, now: float) -> None:
-        seen = None
-        caught_up = False
-        for n, c in self.components.items():
-            p = c.cfg.progress
-            if not p or not p.stall_after or c.state != "running":
-                continue
-            seen = seen or self._seen()
-            idle = detectors.stalled(seen[n], p.stall_after, now, awake_since=self._awake_since)
-            if idle is not None and not caught_up and "stall" not in c.life.episode:
-                # Before calling it a stall, read what its log holds now: the steps it wrote while we
-                # were paused or busy elsewhere are there (its monitor kept writing).
-                caught_up = True
-                self.read_all_now()
-                seen = self._seen()
-                idle = detectors.stalled(seen[n], p.stall_after, now, awake_since=self._awake_since)
-            if idle is None:
-                if "stall" in c.life.episode:
-                    c.handle(lc.Unstalled(f"progress again at step {c.progress.step}"))
-                continue
-            last = c.attempt_tail(1)
-            watched = [(path, owner.name, w) for owner in [c] + [self.components[d] for d in c.cfg.depends_on]
-                       for path, w in owner.watch_info.items()]
-            evidence = detectors.stall_evidence(last[0] if last else None, c.progress.step,
-                                                {d: self.components[d].state for d in c.cfg.depends_on}, watched,
-                                                time.time())
-            c.handle(detectors.stall_input(seen[n], p.stall_after, idle, evidence))
+        """The run's step on the stall watch; it asks for the logs to be read first before it calls
+        a stall (the steps a component wrote while we were paused or busy are in its log)."""
+        view = self._stall_view(caught_up=False)
+        if not view.stall:
+            return
+        effects = runstep.step(view, runstep.StallTick(), now, self.cfg)
+        if any(isinstance(fx, runstep.CatchUp) for fx in effects):
+            self.read_all_now()
+            effects = runstep.step(self._stall_view(caught_up=True), runstep.StallTick(), now, self.cfg)
+        self._carry_out(effects, now)
 
-    def _dep_state(self, name: str, now: float) -> str:
-        return detectors.dependency_state(self._seen_one(name, self.components[name]), now, DEPENDENCY_STABLE_S)
+    def _stall_view(self, caught_up: bool) -> runstep.View:
+        watched = {n: c for n, c in self.components.items()
+                   if c.state == "running" and c.cfg.progress and c.cfg.progress.stall_after}
+        if not watched:
+            return runstep.View({})
+        return runstep.View(self._seen(), awake_since=self._awake_since, wall_time=time.time(), caught_up=caught_up,
+                            stall={n: self._stall_watch(c) for n, c in watched.items()})
+
+    def _stall_watch(self, c: Component) -> runstep.StallWatch:
+        assert c.cfg.progress is not None and c.cfg.progress.stall_after
+        owners = [c] + [self.components[d] for d in c.cfg.depends_on]
+        return runstep.StallWatch(
+            c.cfg.progress.stall_after, "stall" in c.life.episode,
+            deps={d: self.components[d].state for d in c.cfg.depends_on},
+            watches=[(path, o.name, w) for o in owners for path, w in o.watch_info.items()],
+            last_line=partial(_last_line, c))
 
     def _check_dependencies(self, now: float) -> None:
-        """dependency_down: consumers failing to reach a dependency that is down. Restart the
-        dependency (not its victims); stop the consumers if it stays down past the budget."""
-        consumers = [detectors.Consumer(n, c.state, tuple(c.cfg.depends_on),
-                                        ((self.state["components"][n].get("last_exit") or {}).get("diagnosis")
-                                         or {}).get("category", ""), partial(c.attempt_tail, 200))
+        """dependency_down: consumers failing to reach a dependency that is down. The run's step says
+        whether to restart the dependency (not its victims), or to stop the consumers if it stays down
+        past the budget."""
+        consumers = [Consumer(n, c.state, tuple(c.cfg.depends_on),
+                              ((self.state["components"][n].get("last_exit") or {}).get("diagnosis")
+                               or {}).get("category", ""), partial(c.attempt_tail, 200))
                      for n, c in self.components.items()
                      if c.cfg.depends_on and c.state in ("starting", "running", "backoff", "pending")]
         down_since = self._dep_watch.down_since()
         if not consumers and not down_since and not self._dep_flagged:
             return
-        seen = self._seen()
-        down_for = {d: self._dep_watch.down_for(d) or 0.0 for d in down_since}
-        failing, events, flagged = detectors.consumers_failing(
-            consumers, seen, now, flagged=frozenset(self._dep_flagged), down_since=down_since, down_for=down_for,
-            budget=self.cfg.dependency_budget, flag_after_s=DEPENDENCY_FLAG_AFTER_S, stable_s=DEPENDENCY_STABLE_S)
-        self._dep_flagged = set(flagged)
-        for e in events:
-            self.emit(e)
-        for d in set(self._dep_watch.down_since()) | set(failing):
-            dep = self.components[d]
-            act = self._dep_watch.observe(d, down=self._dep_state(d, now) != "running", consumers_failing=d in failing)
-            if act == "restart_dependency":
-                start = detectors.restart_dependency(self._seen_one(d, dep), failing.get(d, []), None)
-                if start is not None:
-                    cmd = self.emit(ev.CommandReceived(d, command="start", by="rlsup", client="dependency_down"))
-                    dep.handle(lc.Start(start.by, cause=replace(start.cause, seq=cmd.get("seq")) if start.cause else None))
-            elif act == "stop_consumers":
-                victims = [n for n in failing.get(d, []) if self.components[n].state in lc.ACTIVE]
-                flag_e = self.emit(ev.FlagRaised(
-                    d, type="dependency_down",
-                    message=f"{d} has been down for {self.cfg.dependency_budget:g}s; stopping "
-                            f"{', '.join(victims) or 'nothing'} instead of letting them retry for hours",
-                    evidence=[f"{d}: {dep.state}"],
-                    action=f"stopped {', '.join(victims) or 'nothing'}; `rlsup start` them once {d} is back"))
-                for n, stop in detectors.stop_consumers(d, victims, self.cfg.dependency_budget, flag_e.get("seq")):
-                    self.components[n].handle(stop)
+        view = runstep.View(self._seen(), consumers=consumers, flagged=frozenset(self._dep_flagged),
+                            down_since=down_since, down_for={d: self._dep_watch.down_for(d) or 0.0 for d in down_since})
+        self._step(runstep.DependencyTick(), view, now)
 
     def _sample_resources(self, now: float) -> None:
         """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
@@ -1049,6 +751,12 @@ class Run:
         if name not in pages:
             pages[name] = LogPages(self.paths.log(name), c.logs_cfg.line_cap)
         return pages[name], c.position()
+
+
+def _last_line(c: Component) -> str | None:
+    """The attempt's last line (never an earlier attempt's), for a stall's evidence."""
+    last = c.attempt_tail(1)
+    return last[0] if last else None
 
 
 def raise_fd_limit() -> int:

@@ -7,12 +7,15 @@ the cause of a first start) has its test here; so does every place a cause ends 
 
 from __future__ import annotations
 
+import dataclasses
+
 from test_lifecycle import Sim, rules
 
-from rlsup.supervisor import detectors
+from rlsup.supervisor import detectors, runstep
 from rlsup.supervisor import lifecycle as lc
 from rlsup.supervisor.config import load_config
 from rlsup.supervisor.detectors import Seen
+from rlsup.supervisor.runstep import View
 
 
 def _cfg(text: str):
@@ -251,3 +254,157 @@ def test_partner_up_only_for_a_mutual_restart_with_pair_that_started_again():
     assert partner_up("trainer", {**comps, "orchestrator": (["trainer"], "backoff")}) is None  # not started yet
     assert partner_up("trainer", {**comps, "orchestrator": ([], "running")}) is None  # not mutual
     assert partner_up("inference", comps) is None
+
+
+# ---------------------------------------------------------------------- the run's step (runstep.step)
+# Every run-level rule through the one function the run calls: a view, a trigger, a time, the config.
+
+
+def _seen(**states):
+    return {n: (s if isinstance(s, Seen) else Seen(n, s, 1)) for n, s in states.items()}
+
+
+def test_step_restart_scheduled_takes_the_restart_with_followers_along():
+    cfg = _cfg(CFG)
+    view = View(_seen(inference="backoff", orchestrator="running", trainer="running"))
+    e = {"kind": "restart_scheduled", "component": "inference", "seq": 41, "cause": {"by": "exit", "reason": "exit 1"}}
+    out = runstep.step(view, runstep.Restarted(e), 0.0, cfg)
+    assert [(f.component, type(f.input)) for f in out] == [("orchestrator", lc.Restart)]
+    assert out[0].input.cause.seq == 41 and out[0].input.cause.component == "inference"
+    assert runstep.step(view, runstep.Restarted({"kind": "exited", "component": "inference"}), 0.0, cfg) == ()
+
+
+def test_step_a_restart_command_without_a_cause_is_the_users():
+    cfg = _cfg(CFG)
+    view = View(_seen(inference="running", orchestrator="running", trainer="running"))
+    (feed,) = runstep.step(view, runstep.RestartCommand("inference"), 0.0, cfg)
+    assert feed.component == "orchestrator" and "user: inference was restarted" in feed.input.cause.reason
+
+
+def test_step_a_pending_component_starts_with_the_run_as_cause_and_never_while_shutting_down():
+    cfg = _cfg(CFG)
+    seen = _seen(inference="running", orchestrator="pending", trainer="pending")
+    (feed,) = runstep.step(View(seen, run_seq=3), runstep.Pending("orchestrator"), 0.0, cfg)
+    assert isinstance(feed.input, lc.DepsMet) and feed.input.cause == lc.Cause(
+        "run", "started with the run once its dependencies were met (inference ready)", seq=3)
+    (wait,) = runstep.step(View(seen), runstep.Pending("trainer"), 0.0, cfg)
+    assert isinstance(wait.input, lc.DepsWaiting)
+    (again,) = runstep.step(View(seen, run_seq=3), runstep.Pending("inference", again=True), 0.0, cfg)
+    assert again.input.cause.reason.startswith("started again with the resumed run")
+    assert runstep.step(View(seen, shutting_down=True), runstep.Pending("orchestrator"), 0.0, cfg) == ()
+
+
+def test_step_the_end_is_decided_once_and_names_its_root():
+    cfg = _cfg(CFG)
+    seen = _seen(inference=Seen("inference", "fatal", 2, reason="exit 1", ended_at=10.0),
+                 orchestrator=Seen("orchestrator", "fatal", 0, cause="inference", ended_at=11.0),
+                 trainer=Seen("trainer", "fatal", 0, cause="orchestrator", ended_at=12.0))
+    (end,) = runstep.step(View(seen), runstep.Settled(), 20.0, cfg)
+    assert end.outcome.exit_code == 1 and end.outcome.root == "inference"
+    assert runstep.step(View(seen, ended=True), runstep.Settled(), 20.0, cfg) == ()
+    assert runstep.step(View(seen, shutting_down=True), runstep.Settled(), 20.0, cfg) == ()
+    going = _seen(inference="running", orchestrator="running", trainer="running")
+    assert runstep.step(View(going), runstep.Settled(), 20.0, cfg) == ()
+
+
+def _stall_view(step_at: float, stalled: bool = False, caught_up: bool = False) -> View:
+    seen = {"trainer": Seen("trainer", "running", 2, started_at=100.0, ready_at=101.0, last_step_at=step_at, step=57)}
+    w = runstep.StallWatch(60.0, stalled, deps={"inference": "running"},
+                           watches=[("ckpt", "trainer", {"step": 50, "mtime": 1000.0})], last_line=lambda: "Step 57")
+    return View(seen, stall={"trainer": w}, caught_up=caught_up, wall_time=1030.0)
+
+
+def test_step_a_stall_is_called_only_after_the_logs_were_read_and_says_its_evidence():
+    cfg = _cfg(CFG)
+    assert runstep.step(_stall_view(150.0), runstep.StallTick(), 200.0, cfg) == ()  # 50 s: not yet
+    assert runstep.step(_stall_view(150.0), runstep.StallTick(), 215.0, cfg) == (runstep.CatchUp(),)
+    (feed,) = runstep.step(_stall_view(150.0, caught_up=True), runstep.StallTick(), 215.0, cfg)
+    assert isinstance(feed.input, lc.Stalled) and feed.input.message.startswith("no new step for 65s")
+    assert feed.input.evidence == ("last line: Step 57", "inference is running",
+                                   "newest in ckpt (trainer): step 50, written 30s ago")
+    # The steps read while catching up were new: no stall.
+    assert runstep.step(_stall_view(210.0, caught_up=True), runstep.StallTick(), 215.0, cfg) == ()
+
+
+def test_step_a_stall_under_way_is_fed_again_without_reading_and_ends_with_progress():
+    cfg = _cfg(CFG)
+    (feed,) = runstep.step(_stall_view(150.0, stalled=True), runstep.StallTick(), 300.0, cfg)
+    assert isinstance(feed.input, lc.Stalled)
+    (un,) = runstep.step(_stall_view(290.0, stalled=True), runstep.StallTick(), 300.0, cfg)
+    assert un.input == lc.Unstalled("progress again at step 57")
+    # A pause of the supervisor itself is not the component's fault.
+    paused = dataclasses.replace(_stall_view(150.0, caught_up=True), awake_since=280.0)
+    assert runstep.step(paused, runstep.StallTick(), 300.0, cfg) == ()
+
+
+def _dep_view(dep: Seen, down_for: float, flagged: frozenset[str] = frozenset()) -> View:
+    refused = ("ConnectionRefusedError: [Errno 111] Connection refused",)
+    trainer = detectors.Consumer("orchestrator", "running", ("inference",), "", lambda: refused)
+    seen = {"inference": dep, "orchestrator": Seen("orchestrator", "running", 1), "trainer": Seen("trainer", "running", 1)}
+    return View(seen, consumers=[trainer], flagged=flagged, down_since={"inference": 500.0 - down_for},
+                down_for={"inference": down_for})
+
+
+def test_step_dependency_tick_flags_the_consumer_and_shows_the_dependency_to_the_watch():
+    cfg = _cfg(CFG)
+    out = runstep.step(_dep_view(Seen("inference", "fatal", 3), 20.0), runstep.DependencyTick(), 500.0, cfg)
+    assert out[0] == runstep.Flagged(frozenset({"orchestrator"}))
+    assert isinstance(out[1], runstep.Say) and out[1].event.type == "dependency_down"
+    assert out[2] == runstep.Watch("inference", True, ("orchestrator",))
+    # Nothing depends on anything down and nothing is flagged: nothing to do.
+    assert runstep.step(View(_seen(inference="running")), runstep.DependencyTick(), 500.0, cfg) == ()
+
+
+def test_step_dependency_verdict_restarts_the_dependency_with_the_commands_seq_as_cause():
+    cfg = _cfg(CFG)
+    view = _dep_view(Seen("inference", "fatal", 3, gave_up_by="exit"), 20.0)
+    (say,) = runstep.step(view, runstep.DependencyVerdict("inference", "restart_dependency", ("orchestrator",)),
+                          500.0, cfg)
+    assert say.event.kind == "command" and say.event.client == "dependency_down"
+    (feed,) = say.then
+    assert feed.component == "inference" and isinstance(feed.input, lc.Start) and feed.input.cause.seq is None
+    assert runstep.with_seq(feed.input, 88).cause.seq == 88  # the run fills in the command's seq
+    deterministic = _dep_view(Seen("inference", "fatal", 3, gave_up_by="pattern"), 20.0)
+    assert runstep.step(deterministic, runstep.DependencyVerdict("inference", "restart_dependency", ("orchestrator",)),
+                        500.0, cfg) == ()
+
+
+def test_step_dependency_verdict_past_the_budget_stops_only_active_consumers():
+    cfg = _cfg(CFG)
+    view = _dep_view(Seen("inference", "backoff", 3), 700.0)
+    view = dataclasses.replace(view, seen={**view.seen, "trainer": Seen("trainer", "stopped", 1)})
+    (say,) = runstep.step(view, runstep.DependencyVerdict("inference", "stop_consumers", ("orchestrator", "trainer")),
+                          1200.0, cfg)
+    assert say.event.type == "dependency_down" and "stopping orchestrator instead" in say.event.message
+    assert [(f.component, type(f.input)) for f in say.then] == [("orchestrator", lc.Stop)]
+    assert runstep.with_seq(say.then[0].input, 7).cause.seq == 7
+    assert runstep.step(view, runstep.DependencyVerdict("inference", None), 1200.0, cfg) == ()
+
+
+def test_shutdown_order_stops_dependents_first():
+    from rlsup.supervisor.shutdown import StopOrder
+
+    cfg = _cfg(CFG)
+    order = StopOrder(cfg, cfg.components)
+    assert order.first == ["trainer"]
+    assert order.quiet("trainer") == ["orchestrator"]
+    assert order.quiet("orchestrator") == ["inference"]
+    assert order.quiet("inference") == []
+
+
+def test_a_resumed_run_starts_again_what_failed_and_what_completed_under_another_config():
+    from rlsup.supervisor import carryover
+
+    cfg = _cfg(CFG)
+    life, again = carryover.life("trainer", {"state": "completed", "attempt": 2, "config_hash": "old"}, cfg, "resumed")
+    assert life.state == "pending" and again == 2
+    same = cfg.components["trainer"].fingerprint(cfg.env)
+    life, again = carryover.life("trainer", {"state": "completed", "attempt": 2, "config_hash": same}, cfg, "resumed")
+    assert life.state == "completed" and again is None
+    life, _ = carryover.life("trainer", {"state": "fatal", "attempt": 2}, cfg, "resumed")
+    assert life.state == "pending"
+    life, _ = carryover.life("trainer", {"state": "stopped", "attempt": 1, "flags": [{"type": "stall"}]}, cfg,
+                             "adopted")
+    assert life.state == "stopped" and life.want == "stop" and "stall" in life.episode
+    assert carryover.how(True, True, "new") == "adopted" and carryover.how(False, True, "new") == "continued"
+    assert carryover.how(False, True, "resumed") == "resumed" and carryover.how(False, False, "new") == "new"
