@@ -46,6 +46,7 @@ from .monitorwatch import MonitorWatch
 from .process import Attempt, Cgroups, Monitors, set_child_subreaper
 from .rundir import RunLock, RunPaths
 from .slurm.launcher import slurm_job_info
+from .ticker import Ticker
 from .version import VERSION
 
 TICK_S = 1.0
@@ -120,8 +121,7 @@ class Run:
         self._state_timer: asyncio.TimerHandle | None = None
         self._gpu_thread: Any = None
         self._last_tick = 0.0
-        self._nap_future: asyncio.Future[bool] | None = None
-        self._nap_until = 0.0  # when the ticker plans to wake (the run's clock)
+        self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
         self._began = 0.0  # when run() began, in seconds since boot
         self._awake_since = 0.0
         self._last_resources = 0.0
@@ -186,7 +186,7 @@ class Run:
             self._finish()
             return self.exit_code
         self._begin_watching()
-        ticker = asyncio.ensure_future(self._ticker())
+        ticker = asyncio.ensure_future(self._ticker.run())
         self.loop.set_exception_handler(self._loop_error)
         self._evaluate()
         try:
@@ -540,34 +540,10 @@ class Run:
 
     # ------------------------------------------------------------------ periodic work
 
-    async def _ticker(self) -> None:
-        """The run's periodic checks, at :func:`~.detectors.next_tick`: every second while something
-        needs watching, else only when something is due (an idle run wakes every ``IDLE_TICK_MAX_S``)."""
-        while True:
-            planned = self._next_tick_at()
-            wait = planned - self.clock.monotonic()
-            self._nap_until = planned
-            if wait > 0 and await self._nap(wait):
-                continue  # woken early by a change: plan again
-            self._tick(planned)
-
-    async def _nap(self, seconds: float) -> bool:
-        """Sleep ``seconds``; True when :meth:`poke_ticker` ended the nap early."""
-        fut: asyncio.Future[bool] = self.loop.create_future()
-        self._nap_future = fut
-        timer = self.loop.call_later(seconds, lambda: None if fut.done() else fut.set_result(False))
-        try:
-            return await fut
-        finally:
-            timer.cancel()
-            self._nap_future = None
-
     def poke_ticker(self) -> None:
         """Something changed (a component's state, the clients watching): plan the next tick again,
         unless it is already due a second after the last one (it can come no sooner)."""
-        fut = self._nap_future
-        if fut is not None and not fut.done() and self._nap_until > self._last_tick + TICK_S:
-            fut.set_result(True)
+        self._ticker.poke(self._last_tick + TICK_S)
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
