@@ -847,6 +847,50 @@ def _gpu_rows(processes: Any) -> list[tuple[int, list[tuple[int, float | None]]]
     return rows
 
 
+_Verdict = tuple[str, str, float | None]
+"""How :func:`classify_holders` judged one holder: its kind (ours, live, foreign, unmappable), why, and for
+ours the create_time it was proven with."""
+
+
+def _judge_holder(
+    pid: int,
+    ident: ProcIdentity | None,
+    run_pids: Mapping[int, str],
+    prev_times: Mapping[int, float | None],
+    run_dir: str | None,
+) -> _Verdict:
+    """One holder judged by what can be seen of ``pid`` here (``ident``): the rules of :func:`classify_holders`."""
+    if ident is None:
+        return "unmappable", ("no such process here (another PID namespace, "
+                              "or it ended and the driver has not freed it yet)"), None
+    if ident.holds_gpu is False:
+        return "unmappable", (f"pid {pid} here is {ident.name!r}, which has no "
+                              "NVIDIA device open: NVML reports a PID of another namespace"), None
+    marker_ours = run_dir is not None and ident.run_dir == run_dir
+    if pid in run_pids and pid not in prev_times:
+        return "live", f"live process of {run_pids[pid]}", None
+    if pid in prev_times:
+        return _judge_previous(ident, prev_times[pid], marker_ours)
+    if marker_ours:
+        return "ours", "carries this run's marker outside its live trees", ident.create_time
+    if ident.env_readable:
+        return "foreign", f"{ident.name!r} is not a process of this run", None
+    return "unmappable", f"{ident.name!r}: its environment cannot be read to tell whose it is", None
+
+
+def _judge_previous(ident: ProcIdentity, want_t: float | None, marker_ours: bool) -> _Verdict:
+    """A holder whose pid a previous attempt had: ours only when its identity is proven (same start
+    time, or this run's marker), foreign when the pid was reused, else unmappable."""
+    if want_t is not None and ident.create_time is not None:
+        if abs(ident.create_time - want_t) < 0.05:
+            return "ours", "previous attempt (same pid and start time)", ident.create_time
+        return "foreign", "pid reused by another process since the previous attempt ended", None
+    if marker_ours:
+        return "ours", "previous attempt (carries this run's marker)", ident.create_time
+    return "unmappable", ("a previous attempt's pid whose identity cannot "
+                          "be checked (no start time, no readable marker)"), None
+
+
 def classify_holders(
     processes: Any,
     *,
@@ -873,52 +917,14 @@ def classify_holders(
     prev_times: dict[int, float | None] = (
         {int(k): v for k, v in prev_pids.items()} if isinstance(prev_pids, Mapping)
         else {int(p): None for p in prev_pids})
-    ours: list[Holder] = []
-    live: list[Holder] = []
-    foreign: list[Holder] = []
-    unmappable: list[Holder] = []
+    kinds: dict[str, list[Holder]] = {"ours": [], "live": [], "foreign": [], "unmappable": []}
     for index, procs in _gpu_rows(processes):
         if index not in wanted:
             continue
         for pid, used in procs:
-            ident = proc_lookup(pid)
-            if ident is None:
-                unmappable.append(Holder(index, pid, used, "no such process here (another PID namespace, "
-                                                           "or it ended and the driver has not freed it yet)"))
-                continue
-            if ident.holds_gpu is False:
-                unmappable.append(Holder(index, pid, used, f"pid {pid} here is {ident.name!r}, which has no "
-                                         "NVIDIA device open: NVML reports a PID of another namespace"))
-                continue
-            marker_ours = run_dir is not None and ident.run_dir == run_dir
-            if pid in run_pids and pid not in prev_times:
-                live.append(Holder(index, pid, used, f"live process of {run_pids[pid]}"))
-                continue
-            if pid in prev_times:
-                want_t = prev_times[pid]
-                if want_t is not None and ident.create_time is not None:
-                    if abs(ident.create_time - want_t) < 0.05:
-                        ours.append(Holder(index, pid, used, "previous attempt (same pid and start time)",
-                                           ident.create_time))
-                    else:
-                        foreign.append(Holder(index, pid, used, "pid reused by another process since the "
-                                                                "previous attempt ended"))
-                    continue
-                if marker_ours:
-                    ours.append(Holder(index, pid, used, "previous attempt (carries this run's marker)",
-                                           ident.create_time))
-                    continue
-                unmappable.append(Holder(index, pid, used, "a previous attempt's pid whose identity cannot "
-                                                           "be checked (no start time, no readable marker)"))
-                continue
-            if marker_ours:
-                ours.append(Holder(index, pid, used, "carries this run's marker outside its live trees",
-                                   ident.create_time))
-            elif ident.env_readable:
-                foreign.append(Holder(index, pid, used, f"{ident.name!r} is not a process of this run"))
-            else:
-                unmappable.append(Holder(index, pid, used, f"{ident.name!r}: its environment cannot be read "
-                                                           "to tell whose it is"))
+            kind, why, create_time = _judge_holder(pid, proc_lookup(pid), run_pids, prev_times, run_dir)
+            kinds[kind].append(Holder(index, pid, used, why, create_time))
+    ours, live, foreign, unmappable = kinds["ours"], kinds["live"], kinds["foreign"], kinds["unmappable"]
     note = _holders_note(ours, foreign, unmappable)
     return Holders(tuple(ours), tuple(live), tuple(foreign), tuple(unmappable), note)
 
