@@ -110,6 +110,22 @@ def clean_after(
     rx = compile_step_pattern(step_pattern)
     base = Path(os.path.realpath(Path(base).expanduser()))
     roots = [Path(os.path.realpath(Path(r).expanduser())) for r in allowed_roots]
+    targets, refused = _targets(globs, step, rx, base, roots)
+    if refused:
+        raise CleanRefused(refused)
+    deleted, failed = _delete(targets)
+    if failed:
+        raise CleanRefused(failed, sorted(deleted))
+    return sorted(deleted)
+
+
+def _targets(
+    globs: list[str], step: int, rx: re.Pattern[str], base: Path, roots: list[Path]
+) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """What ``globs`` match past ``step`` (as located paths), and what was refused and why.
+
+    A glob whose fixed prefix lies outside ``roots`` is refused whole, before it is expanded.
+    """
     refused: list[tuple[Path, str]] = []
     targets: dict[Path, Path] = {}  # located path -> path as matched
     for pattern in globs:
@@ -124,44 +140,61 @@ def clean_after(
             if s is None or s <= step:
                 continue
             located = _located(Path(os.path.normpath(match)))
-            if not _inside(located, roots):
-                refused.append((path, "resolves outside the run's directories " + _roots_text(roots)))
-            elif any(located == r or located in r.parents for r in roots):
-                refused.append((path, "is (or contains) one of the run's directories"))
+            problem = _target_problem(located, roots)
+            if problem:
+                refused.append((path, problem))
             else:
                 targets[located] = path
-    if refused:
-        raise CleanRefused(refused)
+    return list(targets), refused
 
+
+def _target_problem(located: Path, roots: list[Path]) -> str | None:
+    """Why ``located`` may not be deleted (outside every root, or a root or above one); None if it may."""
+    if not _inside(located, roots):
+        return "resolves outside the run's directories " + _roots_text(roots)
+    if any(located == r or located in r.parents for r in roots):
+        return "is (or contains) one of the run's directories"
+    return None
+
+
+def _delete(targets: list[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Delete ``targets``, parents first (anything under a deleted directory went with it).
+
+    Returns what was deleted and ``(path, error)`` for what could not be; one failure stops nothing.
+    """
     deleted: list[Path] = []
     failed: list[tuple[Path, str]] = []
-    # Parents first; anything under an already deleted directory went with it.
     for located in sorted(targets, key=lambda p: len(p.parts)):
         if any(d in located.parents for d in deleted):
             continue
         try:
-            st = located.lstat()
-        except FileNotFoundError:
-            continue
+            gone = _delete_one(located)
         except OSError as exc:
             failed.append((located, str(exc)))
             continue
-        try:
-            if stat.S_ISDIR(st.st_mode):
-                errors: list[str] = []
-                _rmtree(located, errors)
-                if errors:
-                    failed.append((located, "; ".join(errors[:3])))
-                    continue
-            else:
-                located.unlink()  # a file or a symlink (to anything): the link goes, never the target
-        except OSError as exc:
-            failed.append((located, str(exc)))
-            continue
-        deleted.append(located)
-    if failed:
-        raise CleanRefused(failed, sorted(deleted))
-    return sorted(deleted)
+        if gone:
+            deleted.append(located)
+    return deleted, failed
+
+
+def _delete_one(located: Path) -> bool:
+    """Remove one entry without following it: True if removed, False if it was already gone.
+
+    A directory tree goes with :func:`_rmtree`; a file or a symlink (to anything) is unlinked, so a
+    link goes and never its target. Raises OSError saying what failed.
+    """
+    try:
+        st = located.lstat()
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        errors: list[str] = []
+        _rmtree(located, errors)
+        if errors:
+            raise OSError("; ".join(errors[:3]))
+    else:
+        located.unlink()
+    return True
 
 
 def _rmtree(path: Path, errors: list[str]) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .logs import LineNormaliser, log_chain
+from .logs import LineNormaliser, LogFile, log_chain
 
 
 @dataclass(frozen=True)
@@ -65,29 +65,46 @@ def read_bytes(log: Path, start: Mark | None, end: Mark | None, max_bytes: int =
     files = log_chain(log)
     if not files:
         return b"", False
-    inos = [ino for _p, ino, _s in files]
-    partial = False
-    if start is None or start.ino is None:
-        i, off = 0, (start.offset if start is not None and start.ino is None and len(files) == 1 else 0)
-    elif start.ino in inos:
-        i, off = inos.index(start.ino), start.offset
-    else:  # its file rotated out of existence: what is left of the range starts at the oldest file
-        i, off, partial = 0, 0, True
+    i, off, partial = _start_in(files, start)
     if end is not None and end.ino is None:
         return b"", partial  # the next attempt began before there was any log: this one wrote nothing
+    data, cut = _read_last(_segments(files[i:], off, end), max_bytes)
+    return data, partial or cut
+
+
+def _start_in(files: list[LogFile], start: Mark | None) -> tuple[int, int, bool]:
+    """Where in the chain ``files`` the range begins: (file index, byte offset, whether its file is gone).
+
+    A mark without an inode (the log did not exist yet) counts only while there is a single file.
+    """
+    if start is None or start.ino is None:
+        return 0, (start.offset if start is not None and len(files) == 1 else 0), False
+    inos = [ino for _p, ino, _s in files]
+    if start.ino in inos:
+        return inos.index(start.ino), start.offset, False
+    return 0, 0, True  # its file rotated out of existence: what is left of the range starts at the oldest file
+
+
+def _segments(files: list[LogFile], off: int, end: Mark | None) -> list[tuple[Path, int, int]]:
+    """``(path, from, to)`` byte ranges from ``off`` in the first of ``files`` up to ``end`` (or the end)."""
     segments: list[tuple[Path, int, int]] = []
-    for p, ino, size in files[i:]:
-        stop = size
+    for p, ino, size in files:
         last = end is not None and ino == end.ino
-        if last:
-            stop = min(size, end.offset)  # type: ignore[union-attr]
+        stop = min(size, end.offset) if end is not None and last else size
         if stop > off:
             segments.append((p, off, stop))
         off = 0
         if last:
             break
+    return segments
+
+
+def _read_last(segments: list[tuple[Path, int, int]], max_bytes: int) -> tuple[bytes, bool]:
+    """The last ``max_bytes`` of ``segments`` (from a line boundary when cut), and whether the
+    beginning is missing (cut, or a file could not be read)."""
     total = sum(b - a for _p, a, b in segments)
     skip = max(0, total - max_bytes)
+    partial = False
     parts = []
     for p, a, b in segments:
         n = b - a

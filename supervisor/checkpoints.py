@@ -80,7 +80,7 @@ import re
 import struct
 import time
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -312,24 +312,10 @@ def content_problem(path: str | Path) -> str | None:
     """
     root = Path(path)
     if not root.is_dir():
-        if root.suffix == ".safetensors":
-            return safetensors_problem(root)
-        if root.suffix in _TORCH_ZIP_SUFFIXES:
-            return torch_zip_problem(root)
-        return None
-    files: list[Path] = []
-    dirs_with_distcp: set[Path] = set()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            if is_temp_name(name):
-                return f"temporary file {os.path.relpath(p, root)!r} left behind: its writer died mid-write"
-            if name.endswith(".distcp"):
-                dirs_with_distcp.add(Path(dirpath))
-            files.append(p)
-            if len(files) >= _MAX_CONTENT_FILES:
-                break
+        return _file_problem(root)
+    files, dirs_with_distcp, temp = _files_under(root)
+    if temp is not None:
+        return f"temporary file {temp!r} left behind: its writer died mid-write"
     if not files:
         return "empty directory"
     for d in sorted(dirs_with_distcp):
@@ -337,29 +323,59 @@ def content_problem(path: str | Path) -> str | None:
             return f"{os.path.relpath(d, root)}/.metadata missing: the DCP save did not finish"
     indexed: set[Path] = set()
     for idx in (p for p in files if p.name.endswith(".safetensors.index.json")):
-        try:
-            weight_map = json.loads(idx.read_text(encoding="utf-8")).get("weight_map")
-            if not isinstance(weight_map, dict):
-                raise ValueError("no weight_map")
-        except (OSError, ValueError, AttributeError) as exc:
-            return f"{idx.name} is unreadable ({_short(exc)})"
-        for shard in sorted(set(map(str, weight_map.values()))):
-            sp = idx.parent / shard
-            indexed.add(sp)
-            if not sp.is_file():
-                return f"{shard} missing (named by {idx.name})"
-            why = safetensors_problem(sp)
-            if why:
-                return why
+        why = _index_problem(idx, indexed)
+        if why:
+            return why
     for p in files:
-        if p in indexed:
-            continue
-        if p.suffix == ".safetensors":
-            why = safetensors_problem(p)
-        elif p.suffix in _TORCH_ZIP_SUFFIXES:
-            why = torch_zip_problem(p)
-        else:
-            continue
+        why = None if p in indexed else _file_problem(p)
+        if why:
+            return why
+    return None
+
+
+def _file_problem(p: Path) -> str | None:
+    """Why the single file ``p`` is not whole, by its kind (safetensors, torch zip); None for other kinds."""
+    if p.suffix == ".safetensors":
+        return safetensors_problem(p)
+    if p.suffix in _TORCH_ZIP_SUFFIXES:
+        return torch_zip_problem(p)
+    return None
+
+
+def _files_under(root: Path) -> tuple[list[Path], set[Path], str | None]:
+    """The files under ``root`` in a stable order (about ``_MAX_CONTENT_FILES`` of them), the directories
+    holding DCP shards (``*.distcp``), and the first temporary file met (relative), where the walk stops."""
+    files: list[Path] = []
+    dirs_with_distcp: set[Path] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if is_temp_name(name):
+                return files, dirs_with_distcp, os.path.relpath(p, root)
+            if name.endswith(".distcp"):
+                dirs_with_distcp.add(Path(dirpath))
+            files.append(p)
+            if len(files) >= _MAX_CONTENT_FILES:
+                break
+    return files, dirs_with_distcp, None
+
+
+def _index_problem(idx: Path, indexed: set[Path]) -> str | None:
+    """Why the shards named by the safetensors index ``idx`` are not all there and whole; each shard it
+    names is added to ``indexed`` (checked here, so not again as a lone file)."""
+    try:
+        weight_map = json.loads(idx.read_text(encoding="utf-8")).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError("no weight_map")
+    except (OSError, ValueError, AttributeError) as exc:
+        return f"{idx.name} is unreadable ({_short(exc)})"
+    for shard in sorted(set(map(str, weight_map.values()))):
+        sp = idx.parent / shard
+        indexed.add(sp)
+        if not sp.is_file():
+            return f"{shard} missing (named by {idx.name})"
+        why = safetensors_problem(sp)
         if why:
             return why
     return None
@@ -617,12 +633,20 @@ def _scan_areal(root: Path, scan: _Scan) -> Discovery:
             scan.accept(step, path, marker=None)
 
     info_dir = save_root / "recover_info"
+    g = _areal_recover_step(info_dir, scan)
+    latest = None if g is None else _areal_recover_point(save_root, info_dir, g, scan)
+    return scan.result(latest)
+
+
+_AREAL_FALLBACK = "falling back to the newest settled epoch*globalstep* folder (weights only, no optimizer state)"
+
+
+def _areal_recover_step(info_dir: Path, scan: _Scan) -> int | None:
+    """The step ``recover_info/step_info.json`` names, or None (absent, unreadable, or not a recover
+    point: the reason is in ``scan.problems``)."""
     step_info = info_dir / "step_info.json"
     if not step_info.exists():
-        return scan.result()
-    fallback = (
-        "falling back to the newest settled epoch*globalstep* folder (weights only, no optimizer state)"
-    )
+        return None
     try:
         data = json.loads(step_info.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or not isinstance(data.get("global_step"), int):
@@ -630,18 +654,24 @@ def _scan_areal(root: Path, scan: _Scan) -> Discovery:
     except (OSError, ValueError) as exc:
         if scan.fresh(step_info):  # RecoverInfo.dump rewrites it in place
             scan.skip(info_dir, f"step_info.json unreadable and modified just now ({_short(exc)})")
-            scan.problems.append(f"recover_info is being rewritten; not trusted yet; {fallback}")
+            scan.problems.append(f"recover_info is being rewritten; not trusted yet; {_AREAL_FALLBACK}")
         else:
             scan.problems.append(
-                f"recover_info/step_info.json is corrupt ({_short(exc)}); not trusted; {fallback}"
+                f"recover_info/step_info.json is corrupt ({_short(exc)}); not trusted; {_AREAL_FALLBACK}"
             )
-        return scan.result()
-    g = data["global_step"]
+        return None
+    g: int = data["global_step"]
     if g < 0 or (isinstance(data.get("epoch"), int) and data["epoch"] < 0):
         scan.problems.append(
-            f"recover_info/step_info.json has global_step {g}: not a recover point; {fallback}"
+            f"recover_info/step_info.json has global_step {g}: not a recover point; {_AREAL_FALLBACK}"
         )
-        return scan.result()
+        return None
+    return g
+
+
+def _areal_recover_point(save_root: Path, info_dir: Path, g: int, scan: _Scan) -> Checkpoint | None:
+    """The recover point of step ``g`` when its dump finished (recorded in ``scan``), else None with
+    the reason skipped and in ``scan.problems``."""
     missing = [n for n in _AREAL_RECOVER_FILES if not (info_dir / n).is_file()]
     recover_ckpts = [
         Path(e.path) / "recover_checkpoint"
@@ -659,12 +689,12 @@ def _scan_areal(root: Path, scan: _Scan) -> Discovery:
     reason = None if ordered else scan.age(newest)
     if missing:
         scan.skip(info_dir, f"recover point {g} incomplete: {', '.join(missing)} missing", g)
-        scan.problems.append(f"recover_info lacks {', '.join(missing)}; not trusted; {fallback}")
-        return scan.result()
+        scan.problems.append(f"recover_info lacks {', '.join(missing)}; not trusted; {_AREAL_FALLBACK}")
+        return None
     if reason is not None:
         scan.skip(info_dir, f"recover point {g} {reason}", g)
-        scan.problems.append(f"recover_info is {reason}; {fallback}")
-        return scan.result()
+        scan.problems.append(f"recover_info is {reason}; {_AREAL_FALLBACK}")
+        return None
     if recover_ckpts:
         path = next((p for p in recover_ckpts if p.parent.name in ("default", "actor")), recover_ckpts[0])
     elif g in scan.found:
@@ -674,7 +704,7 @@ def _scan_areal(root: Path, scan: _Scan) -> Discovery:
     latest = Checkpoint(g, str(path), "areal", newest)
     scan.found[g] = latest
     scan.candidates.append(Candidate(g, str(path), True, ""))
-    return scan.result(latest)
+    return latest
 
 
 def _scan_glob(root: Path, scan: _Scan, pattern: str) -> Discovery:
@@ -764,15 +794,14 @@ def discover(
     if concrete is None:
         return Discovery(None, None, (), (), ())
     scan = _Scan(concrete, now, settle_s, tuple(markers) + GENERIC_MARKERS, writer_alive)
-    if concrete == "prime-rl":
-        return _scan_prime(path, scan)
-    if concrete == "verl":
-        return _scan_verl(path, scan)
-    if concrete == "hf":
-        return _scan_hf(path, scan)
-    if concrete == "areal":
-        return _scan_areal(path, scan)
-    return _scan_glob(path, scan, step_pattern or "")
+    scanner = _SCANNERS.get(concrete)
+    return scanner(path, scan) if scanner is not None else _scan_glob(path, scan, step_pattern or "")
+
+
+_SCANNERS: dict[str, Callable[[Path, _Scan], Discovery]] = {
+    "prime-rl": _scan_prime, "verl": _scan_verl, "hf": _scan_hf, "areal": _scan_areal,
+}
+"""The scan of each layout that needs nothing but the root; ``glob`` also needs its step pattern."""
 
 
 # The name the supervisor's side of issue 6 uses for a scan result.

@@ -35,12 +35,6 @@ def top_module(module: str) -> str:
     return module.strip().split(".", 1)[0]
 
 
-def extra_for(module: str) -> str | None:
-    """The rlsup extra that installs ``module`` (or its top-level package), or None."""
-    hit = MODULE_EXTRAS.get(top_module(module))
-    return hit[0] if hit else None
-
-
 def install_hint(module: str) -> str | None:
     """The command that installs ``module``: ``pip install 'rlsup[sglang]'`` for sglang, a plain
     pip/uv command for packages no extra covers, None when rlsup knows none."""

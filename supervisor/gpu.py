@@ -8,8 +8,7 @@ Promises of this module:
   on ("no NVIDIA driver found (libnvidia-ml.so.1 not loadable)"). "No GPU" is a value, not an error.
 * Samples are frozen dataclasses with a JSON-able :meth:`GpuSample.to_dict` (what ``rlsup status
   --json`` puts under ``"gpus"``/``"host"``) and a matching :meth:`GpuSample.from_dict` for clients.
-* :func:`attribute`, :func:`foreign_holders` and :func:`held_by` are pure functions of a sample and
-  the supervisor's process trees, so GPU hygiene (issue 7) is testable with :class:`FakeSampler`.
+* :class:`FakeSampler` (``fake:NxMODEL``) stands in for NVML in tests and demos.
 * :func:`classify_holders` decides, before anything is signalled, which GPU holders are *proven* to be
   this run's (only those may ever be killed) and which are foreign or cannot be mapped to a process
   here (NVML reports host PIDs inside a PID namespace): with any of the latter the supervisor waits on
@@ -661,88 +660,6 @@ def make_sampler(spec: str | None = None) -> GpuSampler:
     raise ValueError(f"unknown GPU sampler {spec!r}: expected auto, nvml, none, or fake[:NxMODEL]")
 
 
-# ------------------------------------------------------------------------------------- attribution
-
-
-def attribute(
-    sample: GpuSample,
-    trees: Mapping[str, Collection[int]],
-    assigned: Mapping[str, Sequence[int]],
-) -> dict[int, list[str]]:
-    """GPU index -> names of the components using it.
-
-    A component uses a GPU when one of its processes (``trees[name]``: every pid of its process tree)
-    holds memory there, or when its config assigns the GPU (``assigned[name]``: its ``gpus``). The
-    second matters in containers, where NVML reports host pids that never match the tree. Keys are
-    every GPU of the sample plus every assigned index; names keep the order components appear in
-    ``assigned`` then ``trees`` (config order) and are not repeated.
-    """
-    order = list(dict.fromkeys([*assigned, *trees]))
-    users: dict[int, set[str]] = {g.index: set() for g in sample.gpus}
-    for name, indices in assigned.items():
-        for i in indices:
-            users.setdefault(int(i), set()).add(name)
-    pid_owner = _pid_owner(trees)
-    for g in sample.gpus:
-        for p in g.processes:
-            owner = pid_owner.get(p.pid)
-            if owner is not None:
-                users[g.index].add(owner)
-    return {i: [n for n in order if n in names] for i, names in sorted(users.items())}
-
-
-def _pid_owner(trees: Mapping[str, Collection[int]]) -> dict[int, str]:
-    owner: dict[int, str] = {}
-    for name, pids in trees.items():
-        for pid in pids:
-            owner.setdefault(int(pid), name)
-    return owner
-
-
-def held_by(sample: GpuSample, pids: Collection[int]) -> dict[int, list[GpuProcess]]:
-    """GPU index -> those of ``pids`` that still hold a context there (GPUs with none are left out).
-    Restart hygiene waits until this is empty for the previous attempt's pids."""
-    wanted = set(pids)
-    out: dict[int, list[GpuProcess]] = {}
-    for g in sample.gpus:
-        hit = [p for p in g.processes if p.pid in wanted]
-        if hit:
-            out[g.index] = hit
-    return out
-
-
-def foreign_holders_by_gpu(
-    sample: GpuSample, trees: Mapping[str, Collection[int]], indices: Collection[int]
-) -> dict[int, list[GpuProcess]]:
-    """GPU index (of ``indices``) -> processes there that belong to no tree of this run."""
-    ours = set(_pid_owner(trees))
-    wanted = set(indices)
-    out: dict[int, list[GpuProcess]] = {}
-    for g in sample.gpus:
-        if g.index in wanted:
-            hit = [p for p in g.processes if p.pid not in ours]
-            if hit:
-                out[g.index] = hit
-    return out
-
-
-def foreign_holders(
-    sample: GpuSample, trees: Mapping[str, Collection[int]], indices: Collection[int]
-) -> list[GpuProcess]:
-    """Processes on GPUs ``indices`` that are in none of the run's process trees (issue 7: report them,
-    never kill them). One entry per pid, ordered by pid; a pid on several of those GPUs gets the sum
-    of its memory (None only when no GPU reported a figure)."""
-    total: dict[int, float | None] = {}
-    for procs in foreign_holders_by_gpu(sample, trees, indices).values():
-        for p in procs:
-            prev = total.get(p.pid)
-            if p.pid not in total:
-                total[p.pid] = p.used_mb
-            elif p.used_mb is not None:
-                total[p.pid] = p.used_mb + (prev or 0.0)
-    return [GpuProcess(pid, mb) for pid, mb in sorted(total.items())]
-
-
 # ------------------------------------------------------------------------------------ GPU hygiene
 
 RUN_DIR_MARKER = "RLSUP_RUN_DIR"  # what process.py puts in every child's environment
@@ -847,6 +764,50 @@ def _gpu_rows(processes: Any) -> list[tuple[int, list[tuple[int, float | None]]]
     return rows
 
 
+_Verdict = tuple[str, str, float | None]
+"""How :func:`classify_holders` judged one holder: its kind (ours, live, foreign, unmappable), why, and for
+ours the create_time it was proven with."""
+
+
+def _judge_holder(
+    pid: int,
+    ident: ProcIdentity | None,
+    run_pids: Mapping[int, str],
+    prev_times: Mapping[int, float | None],
+    run_dir: str | None,
+) -> _Verdict:
+    """One holder judged by what can be seen of ``pid`` here (``ident``): the rules of :func:`classify_holders`."""
+    if ident is None:
+        return "unmappable", ("no such process here (another PID namespace, "
+                              "or it ended and the driver has not freed it yet)"), None
+    if ident.holds_gpu is False:
+        return "unmappable", (f"pid {pid} here is {ident.name!r}, which has no "
+                              "NVIDIA device open: NVML reports a PID of another namespace"), None
+    marker_ours = run_dir is not None and ident.run_dir == run_dir
+    if pid in run_pids and pid not in prev_times:
+        return "live", f"live process of {run_pids[pid]}", None
+    if pid in prev_times:
+        return _judge_previous(ident, prev_times[pid], marker_ours)
+    if marker_ours:
+        return "ours", "carries this run's marker outside its live trees", ident.create_time
+    if ident.env_readable:
+        return "foreign", f"{ident.name!r} is not a process of this run", None
+    return "unmappable", f"{ident.name!r}: its environment cannot be read to tell whose it is", None
+
+
+def _judge_previous(ident: ProcIdentity, want_t: float | None, marker_ours: bool) -> _Verdict:
+    """A holder whose pid a previous attempt had: ours only when its identity is proven (same start
+    time, or this run's marker), foreign when the pid was reused, else unmappable."""
+    if want_t is not None and ident.create_time is not None:
+        if abs(ident.create_time - want_t) < 0.05:
+            return "ours", "previous attempt (same pid and start time)", ident.create_time
+        return "foreign", "pid reused by another process since the previous attempt ended", None
+    if marker_ours:
+        return "ours", "previous attempt (carries this run's marker)", ident.create_time
+    return "unmappable", ("a previous attempt's pid whose identity cannot "
+                          "be checked (no start time, no readable marker)"), None
+
+
 def classify_holders(
     processes: Any,
     *,
@@ -873,52 +834,14 @@ def classify_holders(
     prev_times: dict[int, float | None] = (
         {int(k): v for k, v in prev_pids.items()} if isinstance(prev_pids, Mapping)
         else {int(p): None for p in prev_pids})
-    ours: list[Holder] = []
-    live: list[Holder] = []
-    foreign: list[Holder] = []
-    unmappable: list[Holder] = []
+    kinds: dict[str, list[Holder]] = {"ours": [], "live": [], "foreign": [], "unmappable": []}
     for index, procs in _gpu_rows(processes):
         if index not in wanted:
             continue
         for pid, used in procs:
-            ident = proc_lookup(pid)
-            if ident is None:
-                unmappable.append(Holder(index, pid, used, "no such process here (another PID namespace, "
-                                                           "or it ended and the driver has not freed it yet)"))
-                continue
-            if ident.holds_gpu is False:
-                unmappable.append(Holder(index, pid, used, f"pid {pid} here is {ident.name!r}, which has no "
-                                         "NVIDIA device open: NVML reports a PID of another namespace"))
-                continue
-            marker_ours = run_dir is not None and ident.run_dir == run_dir
-            if pid in run_pids and pid not in prev_times:
-                live.append(Holder(index, pid, used, f"live process of {run_pids[pid]}"))
-                continue
-            if pid in prev_times:
-                want_t = prev_times[pid]
-                if want_t is not None and ident.create_time is not None:
-                    if abs(ident.create_time - want_t) < 0.05:
-                        ours.append(Holder(index, pid, used, "previous attempt (same pid and start time)",
-                                           ident.create_time))
-                    else:
-                        foreign.append(Holder(index, pid, used, "pid reused by another process since the "
-                                                                "previous attempt ended"))
-                    continue
-                if marker_ours:
-                    ours.append(Holder(index, pid, used, "previous attempt (carries this run's marker)",
-                                           ident.create_time))
-                    continue
-                unmappable.append(Holder(index, pid, used, "a previous attempt's pid whose identity cannot "
-                                                           "be checked (no start time, no readable marker)"))
-                continue
-            if marker_ours:
-                ours.append(Holder(index, pid, used, "carries this run's marker outside its live trees",
-                                   ident.create_time))
-            elif ident.env_readable:
-                foreign.append(Holder(index, pid, used, f"{ident.name!r} is not a process of this run"))
-            else:
-                unmappable.append(Holder(index, pid, used, f"{ident.name!r}: its environment cannot be read "
-                                                           "to tell whose it is"))
+            kind, why, create_time = _judge_holder(pid, proc_lookup(pid), run_pids, prev_times, run_dir)
+            kinds[kind].append(Holder(index, pid, used, why, create_time))
+    ours, live, foreign, unmappable = kinds["ours"], kinds["live"], kinds["foreign"], kinds["unmappable"]
     note = _holders_note(ours, foreign, unmappable)
     return Holders(tuple(ours), tuple(live), tuple(foreign), tuple(unmappable), note)
 
@@ -970,7 +893,6 @@ class SamplerThread:
         self._wake = threading.Event()  # set by stop() and by a shorter interval
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.errors = 0
-        self.last_error: BaseException | None = None
 
     @property
     def interval(self) -> float:
@@ -1012,7 +934,6 @@ class SamplerThread:
                     self.callback(s)
                 except Exception as exc:  # one bad tick must not end sampling for the run
                     self.errors += 1
-                    self.last_error = exc
                     log.warning("GPU sample failed: %r", exc)
                 # Fixed-rate schedule; after a slow tick, skip ahead instead of bursting.
                 next_at += self._interval

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,29 +209,43 @@ class LogPages:
             return None
         first, end = self.bounds(anchor)
         if before_seq is not None:
-            stop = min(before_seq, end)
-            while stop > first:
-                start, lines, _, _ = self.read(anchor, None, SEARCH_BLOCK, before_seq=stop)
-                if not lines:
-                    return None
-                if redact is not None:
-                    lines = redact(lines)
-                if q in "\n".join(lines).lower():
-                    for i in range(len(lines) - 1, -1, -1):
-                        if q in lines[i].lower():
-                            return start + i, lines[i]
-                stop = start
-            return None
+            return self._search_older(anchor, q, first, min(before_seq, end), redact)
         at = first if after_seq is None else max(first, after_seq + 1)
+        return self._search_newer(anchor, q, at, end, redact)
+
+    def _search_older(self, anchor: Position, q: str, first: int, stop: int,
+                      redact: Callable[[list[str]], list[str]] | None) -> tuple[int, str] | None:
+        """The newest line holding ``q`` (lower case) among lines ``first`` .. ``stop - 1``, a block at a time
+        from ``stop`` back."""
+        while stop > first:
+            start, lines, _, _ = self.read(anchor, None, SEARCH_BLOCK, before_seq=stop)
+            if not lines:
+                return None
+            lines = redact(lines) if redact is not None else lines
+            i = _find_line(lines, q, reversed(range(len(lines))))
+            if i is not None:
+                return start + i, lines[i]
+            stop = start
+        return None
+
+    def _search_newer(self, anchor: Position, q: str, at: int, end: int,
+                      redact: Callable[[list[str]], list[str]] | None) -> tuple[int, str] | None:
+        """The oldest line holding ``q`` (lower case) among lines ``at`` .. ``end - 1``, a block at a time."""
         while at < end:
             start, lines, _, _ = self.read(anchor, at, SEARCH_BLOCK)
             if not lines:
                 return None
-            if redact is not None:
-                lines = redact(lines)
-            if q in "\n".join(lines).lower():
-                for i, line in enumerate(lines):
-                    if q in line.lower():
-                        return start + i, line
+            lines = redact(lines) if redact is not None else lines
+            i = _find_line(lines, q, range(len(lines)))
+            if i is not None:
+                return start + i, lines[i]
             at = start + len(lines)
         return None
+
+
+def _find_line(lines: list[str], q: str, order: Iterable[int]) -> int | None:
+    """The index of the first line, in ``order``, holding ``q`` (lower case); one look at the whole
+    block first, since most blocks hold no match."""
+    if q not in "\n".join(lines).lower():
+        return None
+    return next((i for i in order if q in lines[i].lower()), None)

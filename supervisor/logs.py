@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 # CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks), and lone escapes.
 ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -221,6 +222,59 @@ def log_chain(path: Path, backups: int | None = None) -> list[LogFile]:
     return out
 
 
+TAIL_BLOCK = 1 << 16  # bytes read at a time from the end of a file
+
+
+def last_lines(path: str | Path, n: int, *, max_bytes: int | None = None, skip_blank: bool = False) -> list[str]:
+    """The last ``n`` lines of the file at ``path``, oldest first: the one reader of a file's tail.
+
+    The file is read backwards a block at a time, so memory holds those lines and never the rest of
+    the file; ``max_bytes`` bounds it further to the file's last ``max_bytes`` (whose first line may
+    then be cut). Lines end at ``\n`` only (a ``\r`` stays for the caller to fold), each decoded as
+    UTF-8 with replacement; a final newline ends the last line, it starts no empty one. With
+    ``skip_blank``, blank lines are left out and do not count. Raises OSError when unreadable.
+    """
+    out: list[str] = []
+    if n <= 0:
+        return out
+    with open(path, "rb") as fh:
+        for raw in _lines_backwards(fh, max_bytes):
+            line = raw.decode("utf-8", "replace")
+            if skip_blank and not line.strip():
+                continue
+            out.append(line)
+            if len(out) == n:
+                break
+    out.reverse()
+    return out
+
+
+def _lines_backwards(fh: BinaryIO, max_bytes: int | None) -> Iterator[bytes]:
+    """The lines of ``fh`` without their ``\n``, the last first, read a block at a time from its end
+    (only from its last ``max_bytes`` when given)."""
+    pos = fh.seek(0, os.SEEK_END)
+    floor = 0 if max_bytes is None else max(0, pos - max_bytes)
+    pending: list[bytes] = []  # the end of a line whose start lies further back, newest piece first
+    at_end = True  # no newline met yet: an empty piece after one is the file's final newline, not a line
+    while pos > floor:
+        size = min(TAIL_BLOCK, pos - floor)
+        pos -= size
+        fh.seek(pos)
+        block = fh.read(size)
+        parts = block.split(b"\n")
+        if len(parts) == 1:
+            pending.append(block)
+            continue
+        last = parts[-1] + b"".join(reversed(pending))
+        pending = [parts[0]]
+        if not (at_end and last == b""):
+            yield last
+        at_end = False
+        yield from reversed(parts[1:-1])
+    if pending:
+        yield b"".join(reversed(pending))
+
+
 @dataclass
 class Position:
     """Where a follower is: the file (by inode), the byte offset of the next unread line in it, and the
@@ -327,33 +381,42 @@ class LogFollower:
                 if len(chunk) == want:
                     continue
             # At the end of our file (a short read is the end too): if it is still X.log, that is all for now.
-            if self.rotation_events and not self.maybe_rotated:
-                break
-            self.maybe_rotated = False
-            try:
-                cur = os.stat(self.path).st_ino
-            except OSError:
-                break
-            if cur == self.ino:
+            if not self._rotated():
                 break
             tail = os.pread(self.fd, 1 << 30, self.offset)  # final now: the monitor moved on
             if tail:
                 parts.append(tail)
                 got += len(tail)
                 self.offset += len(tail)
-            chain = self._chain()
-            inos = [i for _, i in chain]
-            if self.ino in inos:
-                nxt = chain[inos.index(self.ino) + 1] if inos.index(self.ino) + 1 < len(chain) else None
-            else:
-                self.gaps += 1
-                nxt = chain[0] if chain else None
-            if nxt is None or not self._open(nxt[0], 0):
+            nxt = self._next_file()
+            if nxt is None or not self._open(nxt, 0):
                 break
             # The file just opened may have rotated too, its event consumed with the one that brought
             # us here: check again at its end (a fast writer otherwise left the follower stuck for good).
             self.maybe_rotated = True
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _rotated(self) -> bool:
+        """At the end of our file: whether ``X.log`` is another file now (asked of the file system only
+        when the directory said it may be, or always without rotation events)."""
+        if self.rotation_events and not self.maybe_rotated:
+            return False
+        self.maybe_rotated = False
+        try:
+            cur = os.stat(self.path).st_ino
+        except OSError:
+            return False
+        return cur != self.ino
+
+    def _next_file(self) -> Path | None:
+        """The log file after ours in the chain; the oldest left (counted as a gap) if ours is gone."""
+        chain = self._chain()
+        inos = [i for _, i in chain]
+        if self.ino in inos:
+            k = inos.index(self.ino) + 1
+            return chain[k][0] if k < len(chain) else None
+        self.gaps += 1
+        return chain[0][0] if chain else None
 
     def close(self) -> None:
         if self.fd is not None:

@@ -88,38 +88,62 @@ class ProgressMatcher:
     @staticmethod
     def _observe(ex: _Compiled, m: re.Match[str], text: str) -> Observation | None:
         step = total = None
-        metrics: dict[str, float] = {}
         if ex.kind == "pydict":
-            d = parse_dict(m.group("dict"))
-            if d is None:
+            found = _from_dict(m.group("dict"))
+            if found is None:
                 return None
-            for k, v in d.items():
-                if k in ("step", "global_step") and isinstance(v, int) and not isinstance(v, bool):
-                    step = v
-                    continue
-                f = dict_number(v)
-                if f is not None:
-                    metrics[metric_name(str(k))] = f
+            step, metrics = found
         else:
-            for k, v in m.groupdict().items():
-                if v is None:
-                    continue
-                if k == "step":
-                    step = int(float(v))
-                elif k == "total":
-                    total = int(float(v))
-                elif (f := number(v)) is not None:
-                    metrics[metric_name(k)] = f
+            step, total, metrics = _from_groups(m)
         if ex.keys is not None:
             end = text.find("\n", m.end())
-            rest = text[m.end(): end if end >= 0 else len(text)]
-            for km in ex.keys.finditer(rest):
-                f = number(km.group("value"))
-                if f is not None:
-                    metrics[metric_name(km.group("key"))] = f
+            metrics.update(_key_values(ex.keys, text[m.end(): end if end >= 0 else len(text)]))
         if step is None and total is None and not metrics:
             return None
         return Observation(step, total, metrics)
+
+
+def _from_dict(text: str) -> tuple[int | None, dict[str, float]] | None:
+    """(step, metrics) from a printed Python dict (``{'loss': 0.5, 'step': 3}``); None if it is not one."""
+    d = parse_dict(text)
+    if d is None:
+        return None
+    step = None
+    metrics: dict[str, float] = {}
+    for k, v in d.items():
+        if k in ("step", "global_step") and isinstance(v, int) and not isinstance(v, bool):
+            step = v
+            continue
+        f = dict_number(v)
+        if f is not None:
+            metrics[metric_name(str(k))] = f
+    return step, metrics
+
+
+def _from_groups(m: re.Match[str]) -> tuple[int | None, int | None, dict[str, float]]:
+    """(step, total, metrics) from a pattern's named groups: ``step``, ``total``, any other a metric."""
+    step = total = None
+    metrics: dict[str, float] = {}
+    for k, v in m.groupdict().items():
+        if v is None:
+            continue
+        if k == "step":
+            step = int(float(v))
+        elif k == "total":
+            total = int(float(v))
+        elif (f := number(v)) is not None:
+            metrics[metric_name(k)] = f
+    return step, total, metrics
+
+
+def _key_values(keys: re.Pattern[str], rest: str) -> dict[str, float]:
+    """The metrics ``keys`` finds (groups ``key`` and ``value``) in the rest of the matched line."""
+    metrics: dict[str, float] = {}
+    for km in keys.finditer(rest):
+        f = number(km.group("value"))
+        if f is not None:
+            metrics[metric_name(km.group("key"))] = f
+    return metrics
 
 
 def _round(v: float) -> float:
@@ -318,33 +342,42 @@ class ProgressTracker:
             self.total = o.total
             changed = True
         if o.step is not None and o.step != self.step:
-            if self.step is not None and o.step < self.step:
-                self._points.clear()
-            self.step = o.step
-            self.last_change_at = now
-            self._points.append((now, o.step))
-            while len(self._points) > self.window:
-                self._points.popleft()
+            self._new_step(o.step, now)
             changed = True
         if o.metrics:
-            self.metrics.update(o.metrics)
-            at = self.step if self.step is not None else -1
-            for k, v in o.metrics.items():
-                h = self.history.get(k)
-                if h is None:
-                    h = self.history[k] = deque(maxlen=self.history_len)
-                if h and h[-1][0] == at:
-                    h[-1] = (at, v)
-                else:
-                    h.append((at, v))
-                if self.step is not None:
-                    fh = self.full_history.get(k)
-                    if fh is None and len(self.full_history) < HISTORY_METRICS:
-                        fh = self.full_history[k] = MetricHistory()
-                    if fh is not None:
-                        fh.add(self.step, v, now)
+            self._new_metrics(o.metrics, now)
             changed = True
         return changed
+
+    def _new_step(self, step: int, now: float) -> None:
+        """A step other than the last: a lower one (a resume, a fresh start) restarts the rate window."""
+        if self.step is not None and step < self.step:
+            self._points.clear()
+        self.step = step
+        self.last_change_at = now
+        self._points.append((now, step))
+        while len(self._points) > self.window:
+            self._points.popleft()
+
+    def _new_metrics(self, metrics: dict[str, float], now: float) -> None:
+        """Metric values at the current step: the latest, the recent series, and (once there is a step)
+        the whole run's history of the first :data:`HISTORY_METRICS` metrics."""
+        self.metrics.update(metrics)
+        at = self.step if self.step is not None else -1
+        for k, v in metrics.items():
+            h = self.history.get(k)
+            if h is None:
+                h = self.history[k] = deque(maxlen=self.history_len)
+            if h and h[-1][0] == at:
+                h[-1] = (at, v)
+            else:
+                h.append((at, v))
+            if self.step is not None:
+                fh = self.full_history.get(k)
+                if fh is None and len(self.full_history) < HISTORY_METRICS:
+                    fh = self.full_history[k] = MetricHistory()
+                if fh is not None:
+                    fh.add(self.step, v, now)
 
     def seed_history(self, wire: dict[str, dict[str, object]]) -> None:
         """Go on with the metric history of the run so far (a resumed, continued or adopted run):

@@ -36,9 +36,6 @@ from typing import Any
 from urllib.parse import quote
 
 MASK = "***"
-# What the log path appends where it caps a long line (logs.TRUNC_MARK); text before it may end in
-# the beginning of a secret.
-TRUNC_AT = " …[truncated "
 CUT = "…"  # where text was cut (the cap's marker, an excerpt cut to a width)
 # The shortest piece of a known secret masked where text was cut through the secret.
 MIN_FRAGMENT = 3
@@ -535,12 +532,6 @@ class Redactor:
             else:  # --token=X
                 out.append(a[: len(a) - len(secret)] + MASK)
         return out
-
-    def redact_env(self, env: Mapping[str, Any]) -> dict[str, Any]:
-        """A copy of ``env``: secret values become ``***``, other values are text-redacted."""
-        return {k: (MASK if isinstance(v, str) and v and _env_value_is_secret(str(k), v) else
-                    self.redact_text(v) if isinstance(v, str) else v)
-                for k, v in env.items()}
 
     def redact_obj(self, obj: Any) -> Any:
         """A redacted copy of a JSON-able value (dict/list/tuple/str; other scalars as they are).

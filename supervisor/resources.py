@@ -22,13 +22,7 @@ class ResourceWatch:
     def sample(self, now: float, components: Mapping[str, Any], gpus: list[dict[str, Any]],
                detector: Callable[[], Any] | None = None) -> list[ev.Event]:
         """The events for one sample at monotonic ``now``: flags first, then the gauge."""
-        from .diagnosis import MemoryGrowthDetector
-
-        gpu_by: dict[str, float] = {}
-        for g in gpus:
-            for p in g.get("processes") or []:
-                if p.get("component"):
-                    gpu_by[p["component"]] = gpu_by.get(p["component"], 0.0) + (p.get("used_mb") or 0.0)
+        gpu_by = _gpu_mb_by_component(gpus)
         out: dict[str, Any] = {n: {"ring_lines": len(c.ring), "ring_mb": round(c.ring.bytes / 2**20, 2)}
                                for n, c in components.items()}
         events: list[ev.Event] = []
@@ -41,23 +35,10 @@ class ResourceWatch:
             # A Slurm step's processes run under slurmstepd on its nodes; what this host sees of the
             # attempt is the `srun` client (a few MB, no CPU): not the component's CPU and memory.
             if getattr(att, "launcher", None) is None:
-                rss, cpu = 0, 0.0
-                for pid in att.members():
-                    got = usage(pid)
-                    if got is not None:
-                        cpu += got[0]
-                        rss += got[1]
-                prev = self._cpu_prev.get(n)
-                self._cpu_prev[n] = (now, cpu)
-                pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
-                rss_mb = round(rss / 2**20, 1)
+                pct, rss_mb = self._cpu_and_rss(n, att, now)
             out[n].update(cpu_pct=pct, rss_mb=rss_mb, gpu_mb=gpu_by.get(n))
             if c.state == "running" and c.progress.step is not None:
-                attempt, det = self._mem.get(n, (None, None))
-                if det is None or attempt != c.attempt:  # a new attempt starts a new series
-                    det = (detector or MemoryGrowthDetector)()
-                    self._mem[n] = (c.attempt, det)
-                flag = det.observe(now, c.progress.step, rss_mb, gpu_by.get(n))
+                flag = self._growth(n, c, detector).observe(now, c.progress.step, rss_mb, gpu_by.get(n))
                 if flag is not None:
                     events.append(ev.FlagRaised(
                         n, type=flag.type, message=flag.message, evidence=list(flag.evidence),
@@ -65,3 +46,36 @@ class ResourceWatch:
         if out:
             events.append(ev.ResourcesSampled(None, out))
         return events
+
+    def _cpu_and_rss(self, name: str, att: Any, now: float) -> tuple[float | None, float]:
+        """(CPU percent since the last sample, None at the first; RSS in MB) of the attempt's processes."""
+        rss, cpu = 0, 0.0
+        for pid in att.members():
+            got = usage(pid)
+            if got is not None:
+                cpu += got[0]
+                rss += got[1]
+        prev = self._cpu_prev.get(name)
+        self._cpu_prev[name] = (now, cpu)
+        pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
+        return pct, round(rss / 2**20, 1)
+
+    def _growth(self, name: str, c: Any, detector: Callable[[], Any] | None) -> Any:
+        """The memory-growth detector of the component's current attempt (a new attempt starts a new series)."""
+        from .diagnosis import MemoryGrowthDetector
+
+        attempt, det = self._mem.get(name, (None, None))
+        if det is None or attempt != c.attempt:
+            det = (detector or MemoryGrowthDetector)()
+            self._mem[name] = (c.attempt, det)
+        return det
+
+
+def _gpu_mb_by_component(gpus: list[dict[str, Any]]) -> dict[str, float]:
+    """GPU memory in MB each component's processes hold, summed over the GPUs of the sample."""
+    gpu_by: dict[str, float] = {}
+    for g in gpus:
+        for p in g.get("processes") or []:
+            if p.get("component"):
+                gpu_by[p["component"]] = gpu_by.get(p["component"], 0.0) + (p.get("used_mb") or 0.0)
+    return gpu_by

@@ -116,53 +116,8 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
     sup = (out.previous or {}).get("pid")
     by = f"rlsup down (supervisor pid {sup} gone)" if sup else "rlsup down (no supervisor)"
     for att, rec in attempts:
-        running = rec.get("status") != "exited" and att.pid and pid_alive(att.pid)
-        if running:
-            sig, timeout = stops.get(att.component, DEFAULT_STOP)
-            say(f"stopping {att.component} (pid {att.pid}, attempt {att.attempt}) with {signal_name(sig)}")
-            emit(ev.StopBegan(att.component, by="user", signal=signal_name(sig), reason=by))
-            att.members(children_map(max_age=0.0))  # remember each member's identity before signalling
-            att.signal(sig)
-            _wait(partial(_tree_gone, att), timeout)
-            if att.members(children_map(max_age=0.0)):
-                say(f"{att.component}: still running after {timeout:g}s; SIGKILL")
-                att.signal(signal_mod.SIGKILL)
-        # The monitor records the exit, kills whatever is left of its tree, removes its record and exits.
-        _wait(partial(_exit_recorded, att), 5.0)
-        final = att.read_record() or rec
-        att.finish()
-        if not _wait(partial(_monitor_gone, att), MONITOR_FINISH_S):
-            with contextlib.suppress(OSError):
-                os.kill(att.monitor_pid, signal_mod.SIGKILL)
-            if not _wait(partial(_monitor_gone, att), 5.0):
-                out.left.append(f"monitor pid {att.monitor_pid} of {att.component}")
-        out.finished_monitors.append(att.monitor_pid)
-        ended = float(final.get("ended") or time.time())
-        uptime = max(0.0, ended - float(final.get("started") or ended))
-        # An exit we asked for is no failure to diagnose (as the supervisor says it); one that
-        # happened while nobody watched is diagnosed from its log.
-        diag = ({"category": "none", "summary": f"stopped by {by} ({_how(final)})", "exception": None,
-                 "location": None, "step": None, "evidence": []} if running
-                else _diagnose(paths, att.component, final))
-        emit(ev.ComponentExited(att.component, exit_code=final.get("exit_code"), signal=final.get("signal"),
-                                uptime_s=round(uptime, 3), attempt=att.attempt, diagnosis=diag))
-        emit(ev.ComponentStopped(att.component, by="user"))  # final: a resumed run starts it again
-        if running:
-            out.stopped.append(f"{att.component} pid {att.pid} ({_how(final)})")
-        else:
-            out.stopped.append(f"{att.component}: its monitor (pid {att.monitor_pid}; the component had "
-                               f"already ended: {_how(final)})")
-        with contextlib.suppress(OSError):
-            att.remove_cgroup()
-    owned = {a.monitor_pid for a, _ in attempts}
-    left = find_marked(str(paths.root), exclude=owned)
-    if left:
-        say(f"ending {len(left)} process(es) of the run that no monitor owned: {', '.join(str(p.pid) for p in left)}")
-        survivors = terminate_processes(left, signal_mod.SIGTERM, 10.0)
-        out.leftovers = [p.pid for p in left]
-        out.left += [f"pid {p.pid}, marked with this run" for p in survivors]
-        emit(ev.LeftoversEnded(None, pids=out.leftovers, by=by, survivors=[p.pid for p in survivors],
-                               action="ended them (SIGTERM, then SIGKILL after 10 s)"))
+        _end_attempt(paths, out, att, rec, stops, say, emit, by)
+    _end_leftovers(paths, out, {a.monitor_pid for a, _ in attempts}, say, emit, by)
     for rp, rec in records(paths.monitors):  # records of monitors that died: nothing reads them now
         if not is_monitor_of(rec, paths.root):
             with contextlib.suppress(OSError):
@@ -174,6 +129,75 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
                          + (f" (supervisor pid {sup} was gone)" if sup else "") + f": ended {what}",
                          left=out.left))
         out.ended_run = True
+
+
+def _end_attempt(paths: RunPaths, out: Teardown, att: Attempt, rec: dict[str, Any],
+                 stops: dict[str, tuple[int, float]], say: Callable[[str], object],
+                 emit: Callable[[ev.Event], None], by: str) -> None:
+    """End one attempt: its tree (if still running) and its monitor, and journal its exit as a
+    supervisor would have (an exit we asked for is no failure; one nobody watched is diagnosed)."""
+    running = rec.get("status") != "exited" and att.pid and pid_alive(att.pid)
+    if running:
+        sig, timeout = stops.get(att.component, DEFAULT_STOP)
+        say(f"stopping {att.component} (pid {att.pid}, attempt {att.attempt}) with {signal_name(sig)}")
+        emit(ev.StopBegan(att.component, by="user", signal=signal_name(sig), reason=by))
+        _stop_tree(att, sig, timeout, say)
+    # The monitor records the exit, kills whatever is left of its tree, removes its record and exits.
+    _wait(partial(_exit_recorded, att), 5.0)
+    final = att.read_record() or rec
+    _finish_monitor(att, out)
+    ended = float(final.get("ended") or time.time())
+    uptime = max(0.0, ended - float(final.get("started") or ended))
+    # An exit we asked for is no failure to diagnose (as the supervisor says it); one that
+    # happened while nobody watched is diagnosed from its log.
+    diag = ({"category": "none", "summary": f"stopped by {by} ({_how(final)})", "exception": None,
+             "location": None, "step": None, "evidence": []} if running
+            else _diagnose(paths, att.component, final))
+    emit(ev.ComponentExited(att.component, exit_code=final.get("exit_code"), signal=final.get("signal"),
+                            uptime_s=round(uptime, 3), attempt=att.attempt, diagnosis=diag))
+    emit(ev.ComponentStopped(att.component, by="user"))  # final: a resumed run starts it again
+    if running:
+        out.stopped.append(f"{att.component} pid {att.pid} ({_how(final)})")
+    else:
+        out.stopped.append(f"{att.component}: its monitor (pid {att.monitor_pid}; the component had "
+                           f"already ended: {_how(final)})")
+    with contextlib.suppress(OSError):
+        att.remove_cgroup()
+
+
+def _stop_tree(att: Attempt, sig: int, timeout: float, say: Callable[[str], object]) -> None:
+    """Signal the attempt's process tree with ``sig``; SIGKILL what is left after ``timeout`` seconds."""
+    att.members(children_map(max_age=0.0))  # remember each member's identity before signalling
+    att.signal(sig)
+    _wait(partial(_tree_gone, att), timeout)
+    if att.members(children_map(max_age=0.0)):
+        say(f"{att.component}: still running after {timeout:g}s; SIGKILL")
+        att.signal(signal_mod.SIGKILL)
+
+
+def _finish_monitor(att: Attempt, out: Teardown) -> None:
+    """Tell the attempt's monitor to finish; SIGKILL it if it does not (noted in ``out.left`` if even that fails)."""
+    att.finish()
+    if not _wait(partial(_monitor_gone, att), MONITOR_FINISH_S):
+        with contextlib.suppress(OSError):
+            os.kill(att.monitor_pid, signal_mod.SIGKILL)
+        if not _wait(partial(_monitor_gone, att), 5.0):
+            out.left.append(f"monitor pid {att.monitor_pid} of {att.component}")
+    out.finished_monitors.append(att.monitor_pid)
+
+
+def _end_leftovers(paths: RunPaths, out: Teardown, owned: set[int], say: Callable[[str], object],
+                   emit: Callable[[ev.Event], None], by: str) -> None:
+    """End the processes marked with this run that no monitor (of ``owned``) owned."""
+    left = find_marked(str(paths.root), exclude=owned)
+    if not left:
+        return
+    say(f"ending {len(left)} process(es) of the run that no monitor owned: {', '.join(str(p.pid) for p in left)}")
+    survivors = terminate_processes(left, signal_mod.SIGTERM, 10.0)
+    out.leftovers = [p.pid for p in left]
+    out.left += [f"pid {p.pid}, marked with this run" for p in survivors]
+    emit(ev.LeftoversEnded(None, pids=out.leftovers, by=by, survivors=[p.pid for p in survivors],
+                           action="ended them (SIGTERM, then SIGKILL after 10 s)"))
 
 
 def _ended_already(paths: RunPaths) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..client import Client, NotRunning
+from ..logs import last_lines
 from ..rundir import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
 
 DAEMON_LOG = SUPERVISOR_LOG
@@ -276,11 +277,9 @@ def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
 
 
 def log_tail(run_dir: Path, n: int = 20) -> list[str]:
+    """The last ``n`` lines of the supervisor's own log (of its last 16 KiB); none when it cannot be read."""
     try:
-        with open(Path(run_dir) / DAEMON_LOG, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            return f.read().decode("utf-8", "replace").splitlines()[-n:]
+        return last_lines(Path(run_dir) / DAEMON_LOG, n, max_bytes=16384)
     except OSError:
         return []
 

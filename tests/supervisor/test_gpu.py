@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Collection, Mapping, Sequence
 from types import SimpleNamespace
 
 import psutil
@@ -21,13 +22,92 @@ from rlsup.supervisor.gpu import (
     NoneSampler,
     NvmlSampler,
     SamplerThread,
-    attribute,
-    foreign_holders,
-    foreign_holders_by_gpu,
-    held_by,
     make_sampler,
 )
 
+# ------------------------------------------------------------------------------------- attribution
+# Pure functions of a sample and the run's process trees: which component uses which GPU, which holders
+# are foreign. Nothing in rlsup calls them any more (the run names each GPU process's component from its
+# live trees, and judges holders with classify_holders); they live here with their tests.
+
+
+def attribute(
+    sample: GpuSample,
+    trees: Mapping[str, Collection[int]],
+    assigned: Mapping[str, Sequence[int]],
+) -> dict[int, list[str]]:
+    """GPU index -> names of the components using it.
+
+    A component uses a GPU when one of its processes (``trees[name]``: every pid of its process tree)
+    holds memory there, or when its config assigns the GPU (``assigned[name]``: its ``gpus``). The
+    second matters in containers, where NVML reports host pids that never match the tree. Keys are
+    every GPU of the sample plus every assigned index; names keep the order components appear in
+    ``assigned`` then ``trees`` (config order) and are not repeated.
+    """
+    order = list(dict.fromkeys([*assigned, *trees]))
+    users: dict[int, set[str]] = {g.index: set() for g in sample.gpus}
+    for name, indices in assigned.items():
+        for i in indices:
+            users.setdefault(int(i), set()).add(name)
+    pid_owner = _pid_owner(trees)
+    for g in sample.gpus:
+        for p in g.processes:
+            owner = pid_owner.get(p.pid)
+            if owner is not None:
+                users[g.index].add(owner)
+    return {i: [n for n in order if n in names] for i, names in sorted(users.items())}
+
+
+def _pid_owner(trees: Mapping[str, Collection[int]]) -> dict[int, str]:
+    owner: dict[int, str] = {}
+    for name, pids in trees.items():
+        for pid in pids:
+            owner.setdefault(int(pid), name)
+    return owner
+
+
+def held_by(sample: GpuSample, pids: Collection[int]) -> dict[int, list[GpuProcess]]:
+    """GPU index -> those of ``pids`` that still hold a context there (GPUs with none are left out).
+    Restart hygiene waits until this is empty for the previous attempt's pids."""
+    wanted = set(pids)
+    out: dict[int, list[GpuProcess]] = {}
+    for g in sample.gpus:
+        hit = [p for p in g.processes if p.pid in wanted]
+        if hit:
+            out[g.index] = hit
+    return out
+
+
+def foreign_holders_by_gpu(
+    sample: GpuSample, trees: Mapping[str, Collection[int]], indices: Collection[int]
+) -> dict[int, list[GpuProcess]]:
+    """GPU index (of ``indices``) -> processes there that belong to no tree of this run."""
+    ours = set(_pid_owner(trees))
+    wanted = set(indices)
+    out: dict[int, list[GpuProcess]] = {}
+    for g in sample.gpus:
+        if g.index in wanted:
+            hit = [p for p in g.processes if p.pid not in ours]
+            if hit:
+                out[g.index] = hit
+    return out
+
+
+def foreign_holders(
+    sample: GpuSample, trees: Mapping[str, Collection[int]], indices: Collection[int]
+) -> list[GpuProcess]:
+    """Processes on GPUs ``indices`` that are in none of the run's process trees (issue 7: report them,
+    never kill them). One entry per pid, ordered by pid; a pid on several of those GPUs gets the sum
+    of its memory (None only when no GPU reported a figure)."""
+    total: dict[int, float | None] = {}
+    for procs in foreign_holders_by_gpu(sample, trees, indices).values():
+        for p in procs:
+            prev = total.get(p.pid)
+            if p.pid not in total:
+                total[p.pid] = p.used_mb
+            elif p.used_mb is not None:
+                total[p.pid] = p.used_mb + (prev or 0.0)
+    return [GpuProcess(pid, mb) for pid, mb in sorted(total.items())]
 
 def _nvml_works() -> bool:
     try:

@@ -123,3 +123,47 @@ def test_log_chain_lists_rotations_oldest_first_and_ignores_other_names(tmp_path
     assert [f.path.name for f in log_chain(log, backups=2)] == ["a.log.2", "a.log.1", "a.log"]
     assert [f.size for f in log_chain(log, backups=1)] == [len("a.log.1"), len("a.log")]
     assert log_chain(tmp_path / "missing.log") == []
+
+
+# --- last_lines: the one reader of a file's tail (the daemon log, a component's log, a saved log) ---
+
+def _reference_tail(data: bytes, n: int, skip_blank: bool = False) -> list[str]:
+    """What last_lines must return: every line split at \\n (a final newline starts no line), decoded."""
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    text = [x.decode("utf-8", "replace") for x in lines]
+    if skip_blank:
+        text = [x for x in text if x.strip()]
+    return text[-n:] if n > 0 else []
+
+
+def test_last_lines_matches_a_whole_read_across_block_boundaries(tmp_path, monkeypatch) -> None:
+    import random
+
+    from rlsup.supervisor import logs
+
+    monkeypatch.setattr(logs, "TAIL_BLOCK", 7)  # lines and newlines straddle many blocks
+    rng = random.Random(26)
+    p = tmp_path / "x.log"
+    for _ in range(300):
+        data = bytes(rng.choice(b"ab \n\n\r\xc3\xa9") for _ in range(rng.randrange(0, 60)))
+        p.write_bytes(data)
+        n = rng.randrange(0, 12)
+        skip = rng.random() < 0.5
+        assert logs.last_lines(p, n, skip_blank=skip) == _reference_tail(data, n, skip), (data, n, skip)
+
+
+def test_last_lines_reads_only_the_last_max_bytes(tmp_path) -> None:
+    from rlsup.supervisor.logs import last_lines
+
+    p = tmp_path / "x.log"
+    p.write_bytes(b"first line\n" + b"x" * 100 + b"\nsecond\nthird\n")
+    assert last_lines(p, 2) == ["second", "third"]
+    assert last_lines(p, 10, max_bytes=20) == ["xxxxxx", "second", "third"]  # the first one cut
+    assert last_lines(p, 10) == ["first line", "x" * 100, "second", "third"]
+    p.write_bytes(b"")
+    assert last_lines(p, 5) == []
+    p.write_bytes(b"\n\nno newline at the end")
+    assert last_lines(p, 5) == ["", "", "no newline at the end"]
+    assert last_lines(p, 5, skip_blank=True) == ["no newline at the end"]

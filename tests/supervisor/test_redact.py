@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,6 +12,7 @@ from hypothesis import strategies as st
 from rlsup.supervisor.redact import (
     MASK,
     Redactor,
+    _env_value_is_secret,
     argv_secrets,
     is_secret_name,
     looks_like_credential,
@@ -19,6 +23,14 @@ from rlsup.supervisor.redact import (
 ENV = {"HF_TOKEN": "hf_abcdefgh123", "WANDB_API_KEY": "wk_123456", "DB_PASSWORD": "hunter22",
        "TOKENIZERS_PARALLELISM": "false", "MAX_NEW_TOKENS": "512", "SHORT_KEY": "ab", "HOME": "/root",
        "AWS_SECRET_ACCESS_KEY": "aws/secret+value", "GIT_AUTHOR_NAME": "someone"}
+
+
+def redact_env(red: Redactor, env: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``env`` as ``red`` would show it: secret values become ``***``, other values are
+    text-redacted (the rule for an environment; rlsup itself masks one inside redact_obj)."""
+    return {k: (MASK if isinstance(v, str) and v and _env_value_is_secret(str(k), v) else
+                red.redact_text(v) if isinstance(v, str) else v)
+            for k, v in env.items()}
 
 
 def test_secret_names() -> None:
@@ -69,7 +81,7 @@ def test_redact_argv() -> None:
 
 def test_redact_env() -> None:
     r = Redactor(secret_values(ENV))
-    out = r.redact_env({**ENV, "NOTE": "uses hf_abcdefgh123", "EMPTY_TOKEN": ""})
+    out = redact_env(r, {**ENV, "NOTE": "uses hf_abcdefgh123", "EMPTY_TOKEN": ""})
     assert out["HF_TOKEN"] == out["DB_PASSWORD"] == out["SHORT_KEY"] == "***"
     assert out["TOKENIZERS_PARALLELISM"] == "false" and out["HOME"] == "/root"
     assert out["NOTE"] == "uses ***" and out["EMPTY_TOKEN"] == ""
@@ -143,13 +155,13 @@ def test_github_pat_and_session_cookie_by_name() -> None:
     red = Redactor.for_run([env], [])
     out = red.redact_lines(["export GITHUB_PAT=abc123def456", "curl -b sid=abc123 https://x", "PATH=/usr/bin"])
     assert out == ["export GITHUB_PAT=***", "curl -b *** https://x", "PATH=/usr/bin"]
-    assert red.redact_env(env)["GITHUB_PAT"] == MASK and red.redact_env(env)["PATTERN"] == "x+y"
+    assert redact_env(red, env)["GITHUB_PAT"] == MASK and redact_env(red, env)["PATTERN"] == "x+y"
 
 
 def test_session_named_variables_only_when_they_look_like_credentials() -> None:
     env = {"SESSION": "main", "TMUX_SESSION": "train-3", "SESSION_ID": RANDOM, "WANDB_SESSION_NAME": "grpo"}
     assert secret_values(env) == {RANDOM}
-    out = Redactor.for_run([env], []).redact_env(env)
+    out = redact_env(Redactor.for_run([env], []), env)
     assert out == {"SESSION": "main", "TMUX_SESSION": "train-3", "SESSION_ID": MASK, "WANDB_SESSION_NAME": "grpo"}
 
 

@@ -20,8 +20,10 @@ import pytest
 from hypothesis import assume, given, note, seed, settings
 from hypothesis import strategies as st
 
-from rlsup.supervisor.logs import LineNormaliser
-from rlsup.supervisor.redact import MIN_FRAGMENT, TRUNC_AT, Redactor, secret_values
+from rlsup.supervisor.logs import TRUNC_MARK, LineNormaliser
+from rlsup.supervisor.redact import MIN_FRAGMENT, Redactor, secret_values
+
+TRUNC_AT = TRUNC_MARK.split("{")[0]  # " …[truncated ": where the log path caps a long line
 
 # Everything a secret may hold but whitespace and "*" (the mask itself).
 _ALPHABET = string.ascii_letters + string.digits + "-_.+/=~!#%&()$:;,?@[]^{}|<>'\"\\"
