@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal as signal_mod
 import socket
@@ -40,12 +39,14 @@ from .config import Config
 from .daemonlog import say
 from .detectors import Consumer, Outcome, Seen, dependency_state, next_tick, partner_up, stall_due
 from .filewatch import FileWatch, read_all
-from .journal import Journal, StateFile, keep_spare_records
+from .gpuwatch import GpuWatch, gpu_event, owners
+from .journal import Journal, keep_spare_records
 from .logs import RingBudget
 from .monitorwatch import MonitorWatch
 from .process import Attempt, Cgroups, Monitors, set_child_subreaper
 from .rundir import RunLock, RunPaths
 from .slurm.launcher import slurm_job_info
+from .statewriter import StateWriter
 from .ticker import Ticker
 from .version import VERSION
 
@@ -53,12 +54,9 @@ TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
 IO_THREADS = 2  # the loop's pool for blocking work
 IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
-STATE_WRITE_MIN_S = 0.5
 POSITIONS_WRITE_S = 5.0
 PROGRESS_FLUSH_S = 0.25
 GPU_RELEASE_TIMEOUT_S = 30.0
-GPU_SAMPLE_S = 1.0
-GPU_SAMPLE_IDLE_S = 10.0
 RESOURCES_SAMPLE_S = 5.0
 EVALUATE_EVERY_S = 0.05  # at most this often, the run re-judges every component (dependencies, the end)
 
@@ -69,8 +67,7 @@ class Run:
     def __init__(self, cfg: Config, *, clock: Clock | None = None, gpu_sampler: Any = None, serve: bool = True):
         self.cfg = cfg
         self.paths = RunPaths(Path(cfg.run_dir))
-        self._state_file = StateFile(self.paths.state)
-        self._spares_wanted = 2
+        self._states = StateWriter(self.paths, partial(self.snapshot_state, with_positions=True), self.emit)
         self.clock: Clock = clock or SystemClock()
         self.gpu_sampler = gpu_sampler
         self.serve = serve
@@ -115,11 +112,7 @@ class Run:
         self._order: list[str] | None = None
         self._final_at: dict[str, float] = {}
         self._progress_pending: set[str] = set()
-        self._state_dirty = False
-        self._state_written_at = 0.0
-        self._state_write_cost = 0.0
-        self._state_timer: asyncio.TimerHandle | None = None
-        self._gpu_thread: Any = None
+        self._gpus = GpuWatch(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))
         self._last_tick = 0.0
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
         self._began = 0.0  # when run() began, in seconds since boot
@@ -170,10 +163,11 @@ class Run:
         set_child_subreaper()
         self.nofile = raise_fd_limit()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
-        self.journal = Journal(self.paths.events)
+        self.journal = self._states.journal = Journal(self.paths.events)
+        self._states.loop = self.loop
         names = self.cfg.topo_order()
-        self._spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
-        keep_spare_records(self.paths.monitors, self._spares_wanted)
+        self._states.spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
+        keep_spare_records(self.paths.monitors, self._states.spares_wanted)
         self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
         self._build_components(names)
         await self._open_services()
@@ -237,7 +231,7 @@ class Run:
             self.emit(ev.LeftoversEnded(None, **self._found.leftovers))
         self._files = FileWatch(self.loop, self.paths, self.components, self._monitor_watch)
         self._files.start()
-        self._start_gpu_sampler()
+        self._gpus.start(self._watched())
         from .watches import Watches
 
         self.watches = Watches(self.components, self.loop)
@@ -290,8 +284,7 @@ class Run:
                                 zygote=self.monitors.zygote_pid, began=self._began)
 
     def _finish(self) -> None:
-        if self._gpu_thread is not None:
-            self._gpu_thread.stop()
+        self._gpus.stop()
         if self.watches is not None:
             self.watches.stop()
         for c in self.components.values():
@@ -499,37 +492,13 @@ class Run:
             if pid == 0:
                 return
 
-    # ------------------------------------------------------------------ state on disk
+    # ------------------------------------------------------------------ state on disk (:mod:`.statewriter`)
 
     def _mark_state_dirty(self) -> None:
-        self._state_dirty = True
-        if self._state_timer is None and self.loop is not None:
-            # At most twice a second, and never more than ~10% of the loop's time (a thousand
-            # components make each write cost tens of milliseconds).
-            every = max(STATE_WRITE_MIN_S, 10 * self._state_write_cost)
-            delay = max(0.0, every - (time.monotonic() - self._state_written_at))
-            self._state_timer = self.loop.call_later(delay, self._write_state)
+        self._states.mark_dirty()
 
     def _write_state(self, force: bool = False) -> None:
-        self._state_timer = None
-        if not self._state_dirty and not force:
-            return
-        self._state_dirty = False
-        t0 = self._state_written_at = time.monotonic()
-        if self.journal is not None and self.journal.pending:
-            self.journal.flush()  # a disk that had no room may have room again
-        if self.journal is not None and not self.journal.pending and self.journal.unsaid:
-            n = self.journal.take_unsaid()
-            self.emit(ev.FlagRaised(None, type="journal_gap", message=(
-                f"{n} events could not be written to {self.paths.events} while the disk was full (the "
-                "oldest pending ones were dropped); their effect is in state.json")))
-        try:
-            self._state_file.write((json.dumps(self.snapshot_state(with_positions=True), indent=1,
-                                               default=str) + "\n").encode())
-        except OSError:
-            pass  # disk trouble is flagged by the monitors; state.json catches up later
-        keep_spare_records(self.paths.monitors, self._spares_wanted)  # those used on a full disk, again
-        self._state_write_cost = time.monotonic() - t0
+        self._states.write(force)
 
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
         out = state_mod.view(self.state, self.clock.time())
@@ -596,9 +565,10 @@ class Run:
 
     def watchers_changed(self) -> None:
         """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
-        if self._gpu_thread is not None:
-            watched = self.server is not None and bool(self.server.conns)
-            self._gpu_thread.interval = GPU_SAMPLE_S if watched else GPU_SAMPLE_IDLE_S
+        self._gpus.watched(self._watched())
+
+    def _watched(self) -> bool:
+        return self.server is not None and bool(self.server.conns)
 
     def _check_stalls(self, now: float) -> None:
         """The run's step on the stall watch; it asks for the logs to be read first before it calls
@@ -650,33 +620,10 @@ class Run:
         for e in self._resources.sample(now, self.components, self.state.get("gpus") or [], self.memory_detector):
             self.emit(e)
 
-    # ------------------------------------------------------------------ GPUs
-
-    def _start_gpu_sampler(self) -> None:
-        if self.gpu_sampler is None:
-            return
-        from .gpu import SamplerThread
-
-        self._gpu_thread = SamplerThread(self.gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s),
-                                         interval=GPU_SAMPLE_S)
-        self.watchers_changed()
-        self._gpu_thread.start()
-
-    def _owners(self) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for n, c in self.components.items():
-            if c.current is not None:
-                for pid in c.current.members():
-                    out[pid] = n
-        return out
+    # ------------------------------------------------------------------ GPUs (:mod:`.gpuwatch`)
 
     def _gpu_sample(self, sample: Any) -> None:
-        d = sample.to_dict()
-        owners = self._owners()
-        for g in d.get("gpus") or []:
-            for p in g.get("processes") or []:
-                p["component"] = owners.get(p["pid"])
-        self.emit(ev.GpuSampled(None, {k: d.get(k) for k in ("gpus", "host", "backend", "reason")}))
+        self.emit(gpu_event(sample, owners(self.components)))
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None:
         """Before a new attempt: the previous attempt's GPU memory released (:mod:`.gpurelease`)."""
@@ -684,7 +631,7 @@ class Run:
             return
         from .gpurelease import wait_gpu_release
 
-        await wait_gpu_release(comp.name, list(comp.cfg.gpus), self.gpu_sampler, prev=prev, run_pids=self._owners,
+        await wait_gpu_release(comp.name, list(comp.cfg.gpus), self.gpu_sampler, prev=prev, run_pids=partial(owners, self.components),
                                run_dir=str(self.paths.root), timeout=self.gpu_release_timeout, clock=self.clock,
                                stop_wanted=lambda: comp.life.want == "stop", emit=self.emit,
                                proc_lookup=self.gpu_proc_lookup)
