@@ -23,7 +23,7 @@ import os
 import re
 import shlex
 import signal as signal_mod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -531,84 +531,103 @@ def _compose(loader: yaml.SafeLoader) -> _Node | None:
     if loader.check_event(yaml.StreamEndEvent):
         return None
     loader.get_event()  # DocumentStart
-    anchors: dict[str, _Node] = {}
-    open_nodes: list[_Node] = []  # the collections being read, outermost first
-    open_ids: set[int] = set()
-    pending_key: list[_Ref | None] = []  # per open mapping: the key read, waiting for its value
-    total = 0  # values read so far, aliases counted at their expanded size
-    root: _Node | None = None
-
-    def attach(ref: _Ref) -> None:
-        nonlocal root
-        if not open_nodes:
-            root = ref.node
-            return
-        parent = open_nodes[-1]
-        if parent.kind == "q":
-            parent.items.append(ref)
-        elif pending_key[-1] is None:
-            pending_key[-1] = ref
-        else:
-            parent.items.append((pending_key[-1], ref))
-            pending_key[-1] = None
-
-    while True:
-        ev = loader.get_event()
-        line, col = _mark(ev.start_mark)
-        if isinstance(ev, yaml.AliasEvent):
-            target = anchors.get(ev.anchor) if ev.anchor is not None else None
-            if target is None:
-                raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} refers to no anchor &{ev.anchor} above it")
-            if id(target) in open_ids:
-                raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} is inside the node it refers to "
-                                              "(a recursive alias)")
-            total += target.size
-            if total > MAX_VALUES:
-                raise _YamlProblem(line, col, f"the document expands to more than {MAX_VALUES:,} values through "
-                                              f"its aliases (at *{ev.anchor}): an alias bomb?")
-            attach(_Ref(target, line, col, True))
-        elif isinstance(ev, yaml.ScalarEvent):
-            tag = ev.tag
-            if tag is None or tag == "!":
-                tag = loader.resolve(yaml.ScalarNode, ev.value, ev.implicit)
-            node = _Node("s", tag, line, col, ev.value, ev.style)
-            total += 1
-            if ev.anchor is not None:
-                anchors[ev.anchor] = node
-            attach(_Ref(node, line, col, False))
-        elif isinstance(ev, yaml.SequenceStartEvent | yaml.MappingStartEvent):
-            if len(open_nodes) >= MAX_DEPTH:
-                raise _YamlProblem(line, col, f"nested more than {MAX_DEPTH} levels deep")
-            is_seq = isinstance(ev, yaml.SequenceStartEvent)
-            tag = ev.tag
-            if tag is None or tag == "!":
-                tag = loader.resolve(yaml.SequenceNode if is_seq else yaml.MappingNode, None, ev.implicit)
-            node = _Node("q" if is_seq else "m", tag, line, col)
-            total += 1
-            if ev.anchor is not None:
-                anchors[ev.anchor] = node
-            attach(_Ref(node, line, col, False))
-            open_nodes.append(node)
-            open_ids.add(id(node))
-            pending_key.append(None)
-        elif isinstance(ev, yaml.SequenceEndEvent | yaml.MappingEndEvent):
-            node = open_nodes.pop()
-            open_ids.discard(id(node))
-            pending_key.pop()
-            if node.kind == "q":
-                node.size = 1 + sum(r.node.size for r in node.items)
-            else:
-                node.size = 1 + sum(k.node.size + v.node.size for k, v in node.items)
-        elif isinstance(ev, yaml.DocumentEndEvent):
-            break
-        if total > MAX_VALUES:
-            raise _YamlProblem(line, col, f"the document holds more than {MAX_VALUES:,} values")
+    composer = _Composer(loader)
+    while not isinstance(ev := loader.get_event(), yaml.DocumentEndEvent):
+        composer.feed(ev)
     if not loader.check_event(yaml.StreamEndEvent):
         ev = loader.get_event()
         line, col = _mark(ev.start_mark)
         raise _YamlProblem(line, col, "YAML syntax error: expected a single document in the stream, "
                                       "but found another document")
-    return root
+    return composer.root
+
+
+class _Composer:
+    """The node graph of one document, built one parser event at a time; every limit (depth, values
+    counted at their expanded size through aliases) is enforced as the event that breaks it is read."""
+
+    def __init__(self, loader: yaml.SafeLoader) -> None:
+        self.loader = loader
+        self.anchors: dict[str, _Node] = {}
+        self.open_nodes: list[_Node] = []  # the collections being read, outermost first
+        self.open_ids: set[int] = set()
+        self.pending_key: list[_Ref | None] = []  # per open mapping: the key read, waiting for its value
+        self.total = 0  # values read so far, aliases counted at their expanded size
+        self.root: _Node | None = None
+
+    def feed(self, ev: yaml.Event) -> None:
+        line, col = _mark(ev.start_mark)
+        if isinstance(ev, yaml.AliasEvent):
+            self._alias(ev, line, col)
+        elif isinstance(ev, yaml.ScalarEvent):
+            self._scalar(ev, line, col)
+        elif isinstance(ev, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            self._open(ev, line, col)
+        elif isinstance(ev, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+            self._close()
+        if self.total > MAX_VALUES:
+            raise _YamlProblem(line, col, f"the document holds more than {MAX_VALUES:,} values")
+
+    def _attach(self, ref: _Ref) -> None:
+        if not self.open_nodes:
+            self.root = ref.node
+            return
+        parent = self.open_nodes[-1]
+        if parent.kind == "q":
+            parent.items.append(ref)
+        elif self.pending_key[-1] is None:
+            self.pending_key[-1] = ref
+        else:
+            parent.items.append((self.pending_key[-1], ref))
+            self.pending_key[-1] = None
+
+    def _add(self, node: _Node, anchor: str | None, line: int, col: int) -> None:
+        """A new scalar or collection: counted, named by its anchor, attached to its parent."""
+        self.total += 1
+        if anchor is not None:
+            self.anchors[anchor] = node
+        self._attach(_Ref(node, line, col, False))
+
+    def _alias(self, ev: yaml.AliasEvent, line: int, col: int) -> None:
+        target = self.anchors.get(ev.anchor) if ev.anchor is not None else None
+        if target is None:
+            raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} refers to no anchor &{ev.anchor} above it")
+        if id(target) in self.open_ids:
+            raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} is inside the node it refers to "
+                                          "(a recursive alias)")
+        self.total += target.size
+        if self.total > MAX_VALUES:
+            raise _YamlProblem(line, col, f"the document expands to more than {MAX_VALUES:,} values through "
+                                          f"its aliases (at *{ev.anchor}): an alias bomb?")
+        self._attach(_Ref(target, line, col, True))
+
+    def _scalar(self, ev: yaml.ScalarEvent, line: int, col: int) -> None:
+        tag = ev.tag
+        if tag is None or tag == "!":
+            tag = self.loader.resolve(yaml.ScalarNode, ev.value, ev.implicit)
+        self._add(_Node("s", tag, line, col, ev.value, ev.style), ev.anchor, line, col)
+
+    def _open(self, ev: yaml.SequenceStartEvent | yaml.MappingStartEvent, line: int, col: int) -> None:
+        if len(self.open_nodes) >= MAX_DEPTH:
+            raise _YamlProblem(line, col, f"nested more than {MAX_DEPTH} levels deep")
+        is_seq = isinstance(ev, yaml.SequenceStartEvent)
+        tag = ev.tag
+        if tag is None or tag == "!":
+            tag = self.loader.resolve(yaml.SequenceNode if is_seq else yaml.MappingNode, None, ev.implicit)
+        node = _Node("q" if is_seq else "m", tag, line, col)
+        self._add(node, ev.anchor, line, col)
+        self.open_nodes.append(node)
+        self.open_ids.add(id(node))
+        self.pending_key.append(None)
+
+    def _close(self) -> None:
+        node = self.open_nodes.pop()
+        self.open_ids.discard(id(node))
+        self.pending_key.pop()
+        if node.kind == "q":
+            node.size = 1 + sum(r.node.size for r in node.items)
+        else:
+            node.size = 1 + sum(k.node.size + v.node.size for k, v in node.items)
 
 
 def _construct(root: _Node, doc: _Doc, loader: yaml.SafeLoader, problems: list[Problem], file: str) -> Any:
@@ -619,76 +638,93 @@ def _construct(root: _Node, doc: _Doc, loader: yaml.SafeLoader, problems: list[P
     Values keep YAML's types (``exit_on_end: yes`` is true). Recursion here is bounded by
     MAX_DEPTH and the work by MAX_VALUES, both enforced while composing.
     """
+    return _Constructor(doc, loader, problems, file).build(_Ref(root, root.line, root.col, False), (), True)
 
-    def problem(line: int, col: int, path: Path_, msg: str) -> None:
-        problems.append(Problem(file, line, col, path, msg))
 
-    def scalar(node: _Node, path: Path_) -> Any:
+class _Constructor:
+    """Builds the data of :func:`_construct`: one method per node kind. ``record``: whether positions
+    are recorded in ``doc`` (not below an alias or a merge, whose positions are where it is used)."""
+
+    def __init__(self, doc: _Doc, loader: yaml.SafeLoader, problems: list[Problem], file: str) -> None:
+        self.doc, self.loader, self.problems, self.file = doc, loader, problems, file
+
+    def problem(self, line: int, col: int, path: Path_, msg: str) -> None:
+        self.problems.append(Problem(self.file, line, col, path, msg))
+
+    def build(self, ref: _Ref, path: Path_, record: bool) -> Any:
+        node = ref.node
+        if record:
+            self.doc.marks[path] = (ref.line, ref.col)
+        # Below an alias, positions fall back to the alias (pos() walks up): where it was used.
+        record = record and not ref.alias
+        if node.kind == "s":
+            return self.scalar(node, path)
+        if node.kind == "q":
+            return self.sequence(node, path, record)
+        return self.mapping(node, path, record)
+
+    def scalar(self, node: _Node, path: Path_) -> Any:
         tag = node.tag
         if tag == _STR or tag == _TIMESTAMP:  # no rlsup field is a date: keep what was written
             return node.value
         if tag in _SCALAR_TAGS:
             try:
-                return loader.yaml_constructors[tag](
-                    loader, yaml.ScalarNode(tag, node.value, style=node.style))
+                return self.loader.yaml_constructors[tag](
+                    self.loader, yaml.ScalarNode(tag, node.value, style=node.style))
             except Exception as e:  # PyYAML's scalar constructors raise what they meet: IndexError on
                 # `!!int ""`, ValueError on an int of 5,000 digits. Any of them means: not that type.
                 why = str(e).split(";")[0][:120] or type(e).__name__
-                problem(node.line, node.col, path, f"cannot read {_clip(node.value)} as {tag.rsplit(':', 1)[-1]}: {why}")
+                self.problem(node.line, node.col, path,
+                             f"cannot read {_clip(node.value)} as {tag.rsplit(':', 1)[-1]}: {why}")
                 return None
-        problem(node.line, node.col, path, f"unsupported YAML tag {tag!r}")
+        self.problem(node.line, node.col, path, f"unsupported YAML tag {tag!r}")
         return None
 
-    def build(ref: _Ref, path: Path_, record: bool) -> Any:
-        node = ref.node
-        if record:
-            doc.marks[path] = (ref.line, ref.col)
-        # Below an alias, positions fall back to the alias (pos() walks up): where it was used.
-        record = record and not ref.alias
-        if node.kind == "s":
-            return scalar(node, path)
-        if node.kind == "q":
-            if node.tag != _SEQ:
-                problem(node.line, node.col, path, f"unsupported YAML tag {node.tag!r} on a list")
-            return [build(r, path + (i,), record) for i, r in enumerate(node.items)]
+    def sequence(self, node: _Node, path: Path_, record: bool) -> list[Any]:
+        if node.tag != _SEQ:
+            self.problem(node.line, node.col, path, f"unsupported YAML tag {node.tag!r} on a list")
+        return [self.build(r, path + (i,), record) for i, r in enumerate(node.items)]
+
+    def mapping(self, node: _Node, path: Path_, record: bool) -> dict[str, Any]:
         if node.tag != _MAP:
-            problem(node.line, node.col, path, f"unsupported YAML tag {node.tag!r} on a mapping")
+            self.problem(node.line, node.col, path, f"unsupported YAML tag {node.tag!r} on a mapping")
         out: dict[str, Any] = {}
         seen: dict[str, int] = {}
         merges: list[_Ref] = []
         for kref, vref in node.items:
             k = kref.node
             if k.kind != "s":
-                problem(kref.line, kref.col, path, "a key must be a plain string, not a "
-                                                   f"{'list' if k.kind == 'q' else 'mapping'}")
+                self.problem(kref.line, kref.col, path, "a key must be a plain string, not a "
+                                                        f"{'list' if k.kind == 'q' else 'mapping'}")
                 continue
             if k.tag == _MERGE and not kref.alias and k.style is None:
                 merges.append(vref)
                 continue
             key = k.value
             if key in seen:
-                problem(kref.line, kref.col, path, f"duplicate key {key!r} (first at line {seen[key]})")
+                self.problem(kref.line, kref.col, path, f"duplicate key {key!r} (first at line {seen[key]})")
             seen[key] = kref.line
             if record:
-                doc.key_marks[path + (key,)] = (kref.line, kref.col)
-            out[key] = build(vref, path + (key,), record)
-        # `<<: *defaults` (or a list of them): keys written here win, then earlier merges.
+                self.doc.key_marks[path + (key,)] = (kref.line, kref.col)
+            out[key] = self.build(vref, path + (key,), record)
         for vref in merges:
-            sources = vref.node.items if vref.node.kind == "q" else [vref]
-            for src in sources:
-                if src.node.kind != "m":
-                    problem(src.line, src.col, path, "`<<` merges a mapping (or a list of mappings) into this one")
-                    continue
-                merged = build(src, path + ("<<",), False)
-                for key, value in (merged.items() if isinstance(merged, dict) else ()):
-                    if key not in out:
-                        out[key] = value
-                        if record:
-                            doc.marks.setdefault(path + (key,), (src.line, src.col))
-                            doc.key_marks.setdefault(path + (key,), (src.line, src.col))
+            self.merge(out, vref, path, record)
         return out
 
-    return build(_Ref(root, root.line, root.col, False), (), True)
+    def merge(self, out: dict[str, Any], vref: _Ref, path: Path_, record: bool) -> None:
+        """`<<: *defaults` (or a list of them): keys written here win, then earlier merges."""
+        sources = vref.node.items if vref.node.kind == "q" else [vref]
+        for src in sources:
+            if src.node.kind != "m":
+                self.problem(src.line, src.col, path, "`<<` merges a mapping (or a list of mappings) into this one")
+                continue
+            merged = self.build(src, path + ("<<",), False)
+            for key, value in (merged.items() if isinstance(merged, dict) else ()):
+                if key not in out:
+                    out[key] = value
+                    if record:
+                        self.doc.marks.setdefault(path + (key,), (src.line, src.col))
+                        self.doc.key_marks.setdefault(path + (key,), (src.line, src.col))
 
 
 def _load_yaml(text: str, file: str) -> _Doc:
@@ -778,76 +814,105 @@ class _Var:
 
 def _parse_refs(s: str, errors: list[str]) -> list[str | _Var]:
     """``s`` split into literal text and variable references; bad references stay as text."""
-    parts: list[str | _Var] = []
-    # (start of the reference, name, op, parts collected so far) for each open ${NAME:-...
-    stack: list[tuple[int, str, str, list[str | _Var]]] = []
-    cur = parts
-    buf: list[str] = []
-    i, n = 0, len(s)
+    return _RefParser(s, errors).parse()
 
-    def flush() -> None:
-        if buf:
-            cur.append("".join(buf))
-            buf.clear()
 
-    while i < n:
-        j = s.find("$", i) if not stack else _next_special(s, i)
-        if j < 0:
-            buf.append(s[i:])
-            break
-        buf.append(s[i:j])
-        i = j
-        ch = s[i]
-        if ch == "}":  # closes the innermost open default
-            start, name, op, outer = stack.pop()
-            flush()
-            var = _Var(name, op, cur, s[start:i + 1])
-            cur = outer
-            cur.append(var)
-            i += 1
-            continue
-        if s.startswith("$$", i):
-            buf.append("$")
-            i += 2
-            continue
-        if not s.startswith("${", i):
-            buf.append("$")
-            i += 1
-            continue
+class _RefParser:
+    """The reader of :func:`_parse_refs`: literal text until the next ``$`` (or, inside a default, ``}``),
+    then one method per thing that can start there."""
+
+    def __init__(self, s: str, errors: list[str]) -> None:
+        self.s, self.errors = s, errors
+        self.parts: list[str | _Var] = []
+        # (start of the reference, name, op, parts collected so far) for each open ${NAME:-...
+        self.stack: list[tuple[int, str, str, list[str | _Var]]] = []
+        self.cur = self.parts
+        self.buf: list[str] = []
+        self.i = 0
+
+    def parse(self) -> list[str | _Var]:
+        s = self.s
+        while self.i < len(s):
+            j = s.find("$", self.i) if not self.stack else _next_special(s, self.i)
+            if j < 0:
+                self.buf.append(s[self.i:])
+                break
+            self.buf.append(s[self.i:j])
+            self.i = j
+            if s[j] == "}":
+                self._close_default()
+            elif not s.startswith("${", j):
+                self._dollar()
+            elif not self._reference():
+                return self._as_written()
+        if self.stack:  # the string ended inside ${NAME:-...: keep that text as written
+            start = self.stack[0][0]
+            self.errors.append(f"unterminated variable reference {s[start:start + 40]!r}: no closing '}}' "
+                               "(write $$ for a literal $)")
+            return self._as_written()
+        self._flush()
+        return self.parts
+
+    def _flush(self) -> None:
+        if self.buf:
+            self.cur.append("".join(self.buf))
+            self.buf.clear()
+
+    def _as_written(self) -> list[str | _Var]:
+        """What was read before the outermost open default, then the rest of ``s`` as it is written."""
+        start, _, _, outer = self.stack[0]
+        return [*outer, self.s[start:]]
+
+    def _close_default(self) -> None:
+        """A ``}`` closes the innermost open default."""
+        start, name, op, outer = self.stack.pop()
+        self._flush()
+        var = _Var(name, op, self.cur, self.s[start:self.i + 1])
+        self.cur = outer
+        self.cur.append(var)
+        self.i += 1
+
+    def _dollar(self) -> None:
+        """``$$`` is a literal ``$``; so is a ``$`` that starts no reference."""
+        self.buf.append("$")
+        self.i += 2 if self.s.startswith("$$", self.i) else 1
+
+    def _reference(self) -> bool:
+        """At ``${``: a reference, the start of one with a default, or a bad one (reported, kept as
+        text). False where defaults nest too deep: the caller keeps the rest as written."""
+        s, i = self.s, self.i
         m = _NAME_AT.match(s, i + 2)
         end = m.end() if m else i + 2
         if m and s.startswith("}", end):
-            flush()
-            cur.append(_Var(m.group(0), "", [], s[i:end + 1]))
-            i = end + 1
-            continue
+            self._flush()
+            self.cur.append(_Var(m.group(0), "", [], s[i:end + 1]))
+            self.i = end + 1
+            return True
         op = ":-" if s.startswith(":-", end) else "-" if s.startswith("-", end) else ""
-        if m and op:
-            if len(stack) >= MAX_EXPANSION_DEPTH:
-                errors.append(f"variable defaults nested more than {MAX_EXPANSION_DEPTH} deep")
-                start, _, _, outer = stack[0]
-                return [*outer, s[start:]]
-            flush()
-            stack.append((i, m.group(0), op, cur))
-            cur = []
-            i = end + len(op)
-            continue
+        if not (m and op):
+            self._bad_reference()
+            return True
+        if len(self.stack) >= MAX_EXPANSION_DEPTH:
+            self.errors.append(f"variable defaults nested more than {MAX_EXPANSION_DEPTH} deep")
+            return False
+        self._flush()
+        self.stack.append((i, m.group(0), op, self.cur))
+        self.cur = []
+        self.i = end + len(op)
+        return True
+
+    def _bad_reference(self) -> None:
+        s, i = self.s, self.i
         close = s.find("}", i)
         shown = s[i:close + 1] if close >= 0 else s[i:i + 40]
         if close < 0:
-            errors.append(f"unterminated variable reference {shown!r}: no closing '}}' (write $$ for a literal $)")
+            self.errors.append(f"unterminated variable reference {shown!r}: no closing '}}' "
+                               "(write $$ for a literal $)")
         else:
-            errors.append(f"bad variable reference {shown!r}: use ${{VAR}}, ${{VAR:-default}} or ${{VAR-default}} "
-                          "(write $$ for a literal $)")
-        buf.append(s[i:i + 2])
-        i += 2
-    if stack:  # the string ended inside ${NAME:-...: keep that text as written
-        start, _, _, outer = stack[0]
-        errors.append(f"unterminated variable reference {s[start:start + 40]!r}: no closing '}}' "
-                      "(write $$ for a literal $)")
-        return [*outer, s[start:]]
-    flush()
-    return parts
+            self.errors.append(f"bad variable reference {shown!r}: use ${{VAR}}, ${{VAR:-default}} or "
+                               "${VAR-default} (write $$ for a literal $)")
+        self.buf.append(s[i:i + 2])
+        self.i += 2
 
 
 def _next_special(s: str, i: int) -> int:
@@ -994,11 +1059,46 @@ def parse_env_file(path: Path) -> dict[str, str]:
 # Loading.
 
 
+_EARLY_KEYS = ("name", "run_dir", "env_file")
+_INTERNAL_KEYS = ("source", "file_env", "placement")
+
+
 def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
                 environ: Mapping[str, str] | None = None) -> Config:
     """Read, interpolate and validate a config file. Raises ConfigError with every problem found."""
     p = Path(path)
     file = str(path)
+    doc = _read_document(p, file)
+    env = dict(os.environ if environ is None else environ)
+    problems: list[Problem] = []
+    data: dict[str, Any] = dict(doc.data)
+
+    # 1. name, run_dir, env_file first: other keys may refer to RLSUP_RUN_DIR and env_file's variables.
+    name = _interpolate_early(data, p, run_dir, env, doc, problems, file)
+    file_env = _env_file_variables(data, p, doc, problems, file)
+    variables = {**file_env, **env, "RLSUP_RUN_DIR": data["run_dir"], "RLSUP_NAME": str(name),
+                 "RLSUP_CONFIG_DIR": str(p.parent.resolve())}
+    placement, node_variables = _slurm_placement(data, env, str(name))
+    variables.update(node_variables)
+
+    # 2. everything else.
+    for key in list(data):
+        if key not in _EARLY_KEYS:
+            data[key] = _interpolate_tree(data[key], (key,), variables, doc, problems, file)
+    problems.extend(_os_problems(data, (), doc, file))
+    data["source"] = str(p.resolve())
+    data["file_env"] = file_env
+    data["placement"] = placement
+    problems.extend(_internal_key_problems(doc, file))
+    cfg = _validated(data, doc, file, problems)
+    if problems:
+        raise ConfigError(problems)
+    assert cfg is not None
+    return cfg
+
+
+def _read_document(p: Path, file: str) -> _Doc:
+    """The config file parsed (capped in size, UTF-8, YAML), its top level a mapping."""
     try:
         raw = _read_capped(p, "the file")
     except OSError as e:
@@ -1008,12 +1108,14 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
     doc = _load_yaml(_decode(raw, file), file)
     if not isinstance(doc.data, dict):
         raise ConfigError([Problem(file, 1, 1, (), "the top level must be a mapping with a `components:` key")])
-    env = dict(os.environ if environ is None else environ)
-    problems: list[Problem] = []
-    data: dict[str, Any] = dict(doc.data)
+    return doc
 
-    # 1. name, run_dir, env_file first: other keys may refer to RLSUP_RUN_DIR and env_file's variables.
-    for key in ("name", "run_dir", "env_file"):
+
+def _interpolate_early(data: dict[str, Any], p: Path, run_dir: str | None, env: dict[str, str], doc: _Doc,
+                       problems: list[Problem], file: str) -> Any:
+    """name, run_dir and env_file interpolated from the environment alone; the run's name (the file's
+    stem by default) checked, and its run dir made absolute (``run_dir``: the caller's, which wins)."""
+    for key in _EARLY_KEYS:
         if isinstance(data.get(key), str):
             data[key] = _interpolate_tree(data[key], (key,), env, doc, problems, file)
     name = data.get("name") if isinstance(data.get("name"), str) else p.stem
@@ -1024,53 +1126,59 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
                                 f"run name {name!r} must be letters, digits, '-', '_' or '.'"))
     rd = run_dir or (data.get("run_dir") if isinstance(data.get("run_dir"), str) else None) or f"runs/{name}"
     data["run_dir"] = os.path.abspath(rd)
-    file_env: dict[str, str] = {}
-    if isinstance(data.get("env_file"), str) and "\x00" not in data["env_file"]:  # NUL: reported below
-        ef = Path(data["env_file"])
-        try:
-            if not ef.is_absolute() and (p.parent / ef).exists():
-                ef = p.parent / ef
-            file_env = parse_env_file(ef)
-        except ConfigError as e:
-            problems.extend(e.problems)
-        except OSError as e:  # also from exists(): a parent without search permission, a name too long
-            line, col = doc.pos(("env_file",))
-            problems.append(Problem(file, line, col, ("env_file",),
-                                    f"cannot read env_file {str(ef)!r}: {e.strerror or e}"))
-    variables = {**file_env, **env, "RLSUP_RUN_DIR": data["run_dir"], "RLSUP_NAME": str(name),
-                 "RLSUP_CONFIG_DIR": str(p.parent.resolve())}
-    placement: dict[str, list[str]] = {}
-    if isinstance(data.get("slurm"), dict) and isinstance(data.get("components"), dict):
-        # Each component's nodes, known inside the job (placeholders on a login node): ${RLSUP_HEAD_C}...
-        from .slurm import placement as slurm_placement
+    return name
 
-        alloc, _ = slurm_placement.allocation_nodes(data["slurm"], env, str(name))
-        placement = slurm_placement.place(data["components"], alloc)
-        variables.update(slurm_placement.variables(placement))
 
-    # 2. everything else.
-    for key in list(data):
-        if key not in ("name", "run_dir", "env_file"):
-            data[key] = _interpolate_tree(data[key], (key,), variables, doc, problems, file)
-    problems.extend(_os_problems(data, (), doc, file))
-    data["source"] = str(p.resolve())
-    data["file_env"] = file_env
-    data["placement"] = placement
-    if "source" in doc.data or "file_env" in doc.data or "placement" in doc.data:
-        bad = next(k for k in ("source", "file_env", "placement") if k in doc.data)
-        line, col = doc.pos((bad,), key=True)
-        problems.append(Problem(file, line, col, (bad,), f"unknown key {bad!r}"))
+def _env_file_variables(data: dict[str, Any], p: Path, doc: _Doc, problems: list[Problem],
+                        file: str) -> dict[str, str]:
+    """The variables of env_file (relative to the config's directory when it is there), else none."""
+    if not isinstance(data.get("env_file"), str) or "\x00" in data["env_file"]:  # NUL: reported later
+        return {}
+    ef = Path(data["env_file"])
+    try:
+        if not ef.is_absolute() and (p.parent / ef).exists():
+            ef = p.parent / ef
+        return parse_env_file(ef)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    except OSError as e:  # also from exists(): a parent without search permission, a name too long
+        line, col = doc.pos(("env_file",))
+        problems.append(Problem(file, line, col, ("env_file",),
+                                f"cannot read env_file {str(ef)!r}: {e.strerror or e}"))
+    return {}
 
-    cfg: Config | None = None
+
+def _slurm_placement(data: dict[str, Any], env: dict[str, str],
+                     name: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """A Slurm run: each component's nodes, and the variables that name them (${RLSUP_HEAD_C}...),
+    known inside the job (placeholders on a login node). Nothing for a run without Slurm."""
+    if not (isinstance(data.get("slurm"), dict) and isinstance(data.get("components"), dict)):
+        return {}, {}
+    from .slurm import placement as slurm_placement
+
+    alloc, _ = slurm_placement.allocation_nodes(data["slurm"], env, name)
+    placement = slurm_placement.place(data["components"], alloc)
+    return placement, slurm_placement.variables(placement)
+
+
+def _internal_key_problems(doc: _Doc, file: str) -> list[Problem]:
+    """A key the user may not write: rlsup sets it itself (the first one found is reported)."""
+    bad = next((k for k in _INTERNAL_KEYS if k in doc.data), None)
+    if bad is None:
+        return []
+    line, col = doc.pos((bad,), key=True)
+    return [Problem(file, line, col, (bad,), f"unknown key {bad!r}")]
+
+
+def _validated(data: dict[str, Any], doc: _Doc, file: str, problems: list[Problem]) -> Config | None:
+    """The config built by pydantic, then checked for what pydantic cannot see; problems added to
+    ``problems`` (None where pydantic could not build it)."""
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
         problems.extend(_pydantic_problems(e, doc, file, data))
-    if cfg is not None:
-        problems.extend(_semantic_problems(cfg, doc, file))
-    if problems:
-        raise ConfigError(problems)
-    assert cfg is not None
+        return None
+    problems.extend(_semantic_problems(cfg, doc, file))
     return cfg
 
 
@@ -1167,71 +1275,114 @@ def _pydantic_problems(e: ValidationError, doc: _Doc, file: str, data: Any) -> l
     return list(uniq.values())
 
 
+class _At:
+    """A :class:`Problem` at a path of the config, placed where the user wrote it."""
+
+    def __init__(self, doc: _Doc, file: str) -> None:
+        self.doc, self.file = doc, file
+
+    def __call__(self, path: Path_, msg: str, key: bool = False) -> Problem:
+        line, col = self.doc.pos(path, key=key)
+        return Problem(self.file, line, col, path, msg)
+
+
 def _semantic_problems(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:
-    from .progress import preset_names
-
-    names = list(cfg.components)
-
-    def at(path: Path_, msg: str, key: bool = False) -> Problem:
-        line, col = doc.pos(path, key=key)
-        return Problem(file, line, col, path, msg)
-
+    """What pydantic cannot see in one field: names, references between components, regular
+    expressions, presets, GPU lists, the Slurm section, dependency cycles; each check in turn."""
+    at = _At(doc, file)
     for n, c in cfg.components.items():
-        base: Path_ = ("components", n)
-        if not NAME_RE.match(n):
-            yield at(base, f"component name {n!r} must be letters, digits, '-', '_' or '.'", key=True)
-        for dep in c.depends_on:
-            if dep not in cfg.components:
-                close = difflib.get_close_matches(dep, names, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; components are: {', '.join(names)}"
-                yield at(base + ("depends_on", dep), f"unknown dependency {dep!r}{hint}", key=True)
-            elif dep == n:
-                yield at(base + ("depends_on", dep), "a component cannot depend on itself", key=True)
-        for i, dep in enumerate(c.restart_with):
-            if dep == n:  # it would follow its own restarts
-                yield at(base + ("restart_with", i), "a component cannot restart with itself")
-            elif dep not in cfg.components:
-                close = difflib.get_close_matches(dep, names, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                yield at(base + ("restart_with", i), f"unknown component {dep!r}{hint}")
-        regexes: list[tuple[Path_, str]] = []
-        if c.ready and c.ready.log is not None:
-            regexes.append((base + ("ready", "log"), c.ready.log))
-        if c.progress:
-            if c.progress.pattern is not None:
-                regexes.append((base + ("progress", "pattern"), c.progress.pattern))
-            if c.progress.preset is None and c.progress.pattern is None:
-                yield at(base + ("progress",), "progress needs `pattern` or `preset`")
-            if c.progress.preset is not None and c.progress.preset not in preset_names():
-                close = difflib.get_close_matches(c.progress.preset, preset_names(), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; presets: {', '.join(preset_names())}"
-                yield at(base + ("progress", "preset"), f"unknown progress preset {c.progress.preset!r}{hint}")
-        if c.resume and c.resume.step_pattern is not None:
-            regexes.append((base + ("resume", "step_pattern"), c.resume.step_pattern))
-        for i, g in enumerate(c.resume.clean if c.resume else []):
-            yield from (at(base + ("resume", "clean", i), m) for m in _clean_glob_problems(g))
-        for i, w in enumerate(c.watch):
-            regexes.append((base + ("watch", i, "pattern"), w.pattern))
-        for path, rx in regexes:
-            try:
-                compiled = re.compile(rx)
-            except re.error as e:
-                yield at(path, f"invalid regular expression: {e.msg} at position {e.pos} in {_clip(rx, 80)}")
-                continue
-            except RecursionError:  # Python's regex parser recurses once per nested group
-                yield at(path, f"regular expression nested too deeply to compile: {_clip(rx, 80)}")
-                continue
-            if path[-1] == "pattern" and path[-2] == "progress" and "step" not in compiled.groupindex:
-                yield at(path, "progress pattern needs a named group `step`, e.g. 'Step (?P<step>\\d+)'")
-        if c.gpus is not None and len(set(c.gpus)) != len(c.gpus):
-            yield at(base + ("gpus",), "a GPU index is listed twice")
-        if c.gpus is not None and any(g < 0 for g in c.gpus):
-            yield at(base + ("gpus",), "GPU indices are 0 or more")
+        for check in _COMPONENT_CHECKS:
+            yield from check(cfg, n, c, at)
     from .slurm.checks import config_problems
 
     for path, msg, key in config_problems(cfg):
         yield at(path, msg, key=key)
     yield from _cycles(cfg, doc, file)
+
+
+def _name_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    if not NAME_RE.match(n):
+        yield at(("components", n), f"component name {n!r} must be letters, digits, '-', '_' or '.'", key=True)
+
+
+def _depends_on_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    names = list(cfg.components)
+    for dep in c.depends_on:
+        if dep not in cfg.components:
+            close = difflib.get_close_matches(dep, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; components are: {', '.join(names)}"
+            yield at(("components", n, "depends_on", dep), f"unknown dependency {dep!r}{hint}", key=True)
+        elif dep == n:
+            yield at(("components", n, "depends_on", dep), "a component cannot depend on itself", key=True)
+
+
+def _restart_with_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    for i, dep in enumerate(c.restart_with):
+        if dep == n:  # it would follow its own restarts
+            yield at(("components", n, "restart_with", i), "a component cannot restart with itself")
+        elif dep not in cfg.components:
+            close = difflib.get_close_matches(dep, list(cfg.components), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            yield at(("components", n, "restart_with", i), f"unknown component {dep!r}{hint}")
+
+
+def _progress_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    from .progress import preset_names
+
+    if not c.progress:
+        return
+    base: Path_ = ("components", n, "progress")
+    if c.progress.preset is None and c.progress.pattern is None:
+        yield at(base, "progress needs `pattern` or `preset`")
+    if c.progress.preset is not None and c.progress.preset not in preset_names():
+        close = difflib.get_close_matches(c.progress.preset, preset_names(), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; presets: {', '.join(preset_names())}"
+        yield at(base + ("preset",), f"unknown progress preset {c.progress.preset!r}{hint}")
+
+
+def _clean_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    for i, g in enumerate(c.resume.clean if c.resume else []):
+        yield from (at(("components", n, "resume", "clean", i), m) for m in _clean_glob_problems(g))
+
+
+def _regexes(n: str, c: Component) -> Iterator[tuple[Path_, str]]:
+    """Every regular expression of component ``n``, with where it is written."""
+    base: Path_ = ("components", n)
+    if c.ready and c.ready.log is not None:
+        yield base + ("ready", "log"), c.ready.log
+    if c.progress and c.progress.pattern is not None:
+        yield base + ("progress", "pattern"), c.progress.pattern
+    if c.resume and c.resume.step_pattern is not None:
+        yield base + ("resume", "step_pattern"), c.resume.step_pattern
+    for i, w in enumerate(c.watch):
+        yield base + ("watch", i, "pattern"), w.pattern
+
+
+def _regex_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    for path, rx in _regexes(n, c):
+        try:
+            compiled = re.compile(rx)
+        except re.error as e:
+            yield at(path, f"invalid regular expression: {e.msg} at position {e.pos} in {_clip(rx, 80)}")
+            continue
+        except RecursionError:  # Python's regex parser recurses once per nested group
+            yield at(path, f"regular expression nested too deeply to compile: {_clip(rx, 80)}")
+            continue
+        if path[-1] == "pattern" and path[-2] == "progress" and "step" not in compiled.groupindex:
+            yield at(path, "progress pattern needs a named group `step`, e.g. 'Step (?P<step>\\d+)'")
+
+
+def _gpus_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    if c.gpus is not None and len(set(c.gpus)) != len(c.gpus):
+        yield at(("components", n, "gpus"), "a GPU index is listed twice")
+    if c.gpus is not None and any(g < 0 for g in c.gpus):
+        yield at(("components", n, "gpus"), "GPU indices are 0 or more")
+
+
+#: The checks of one component, in the order their problems are reported.
+_COMPONENT_CHECKS: tuple[Callable[[Config, str, Component, _At], Iterator[Problem]], ...] = (
+    _name_problems, _depends_on_problems, _restart_with_problems, _progress_problems, _clean_problems,
+    _regex_problems, _gpus_problems)
 
 
 def _cycles(cfg: Config, doc: _Doc, file: str) -> Iterator[Problem]:

@@ -29,10 +29,13 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .config import Component, Config, Path_, _load_yaml, parse_hostport
 from .process import ENV_COMPONENT, ENV_RUN_DIR, signal_name
+
+if TYPE_CHECKING:
+    from .gpu import GpuInfo, GpuSample
 
 Severity = Literal["error", "warning", "info"]
 GB = 1e9
@@ -314,6 +317,24 @@ def shell_commands(cmd: str) -> list[list[str]]:
     except ValueError:
         return []
     out: list[list[str]] = []
+    after_cd = False
+    for words in _simple_commands(tokens):
+        if not words or words[0] in _COMPOUND or "(" in words or ")" in words:
+            continue
+        if words[0] in ("cd", "pushd", "popd"):
+            after_cd = True
+            continue
+        argv = _without_prefixes(_without_redirections(words))
+        if not _names_its_program(argv, after_cd):
+            continue
+        a = _Argv(argv)
+        a.after_cd = after_cd
+        out.append(a)
+    return out
+
+
+def _simple_commands(tokens: list[str]) -> list[list[str]]:
+    """``tokens`` cut at every control operator (``;``, ``&&``, ``|`` ...)."""
     current: list[str] = []
     chunks: list[list[str]] = []
     for tok in tokens:
@@ -323,44 +344,57 @@ def shell_commands(cmd: str) -> list[list[str]]:
         else:
             current.append(tok)
     chunks.append(current)
-    after_cd = False
-    for words in chunks:
-        if not words or any(w in _COMPOUND for w in words[:1]) or "(" in words or ")" in words:
+    return chunks
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """``words`` less its redirections and their targets (``2>&1`` has none)."""
+    argv: list[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
             continue
-        if words[0] in ("cd", "pushd", "popd"):
-            after_cd = True
+        if w in ("<", ">", ">>", "<<", "<>", ">&", "<&") or re.fullmatch(r"\d*[<>]+&?\d*", w):
+            skip = not re.fullmatch(r"\d*[<>]&\d+", w)
             continue
-        argv: list[str] = []
-        skip = False
-        for w in words:  # drop redirections and their targets
-            if skip:
-                skip = False
-                continue
-            if w in ("<", ">", ">>", "<<", "<>", ">&", "<&") or re.fullmatch(r"\d*[<>]+&?\d*", w):
-                skip = not re.fullmatch(r"\d*[<>]&\d+", w)
-                continue
-            argv.append(w)
-        while argv:
-            if _ASSIGN.match(argv[0]):
-                argv = argv[1:]
-            elif argv[0] in _PREFIX_WORDS:
-                argv = argv[1:]
-                while argv and argv[0].startswith("-"):  # exec -a NAME / time -p
-                    argv = argv[2:] if argv[0] == "-a" else argv[1:]
-            elif argv[0] == "env":
-                argv = argv[1:]
-                while argv and (_ASSIGN.match(argv[0]) or argv[0].startswith("-")):
-                    argv = argv[2:] if argv[0] in ("-u", "--unset", "-C", "--chdir") else argv[1:]
-            else:
-                break
-        if not argv or argv[0] in _BUILTINS or any(ch in argv[0] for ch in "$`*?[]{}~"):
-            continue
-        if after_cd and "/" in argv[0] and not os.path.isabs(argv[0]):
-            continue
-        a = _Argv(argv)
-        a.after_cd = after_cd
-        out.append(a)
-    return out
+        argv.append(w)
+    return argv
+
+
+def _without_prefixes(argv: list[str]) -> list[str]:
+    """``argv`` from its program word on: leading ``VAR=value`` words, ``exec``/``nohup``/``time`` ... and
+    ``env`` (with their options) removed."""
+    while argv:
+        if _ASSIGN.match(argv[0]):
+            argv = argv[1:]
+        elif argv[0] in _PREFIX_WORDS:
+            argv = _after_prefix_options(argv[1:])
+        elif argv[0] == "env":
+            argv = _after_env_options(argv[1:])
+        else:
+            break
+    return argv
+
+
+def _after_prefix_options(argv: list[str]) -> list[str]:
+    while argv and argv[0].startswith("-"):  # exec -a NAME / time -p
+        argv = argv[2:] if argv[0] == "-a" else argv[1:]
+    return argv
+
+
+def _after_env_options(argv: list[str]) -> list[str]:
+    while argv and (_ASSIGN.match(argv[0]) or argv[0].startswith("-")):
+        argv = argv[2:] if argv[0] in ("-u", "--unset", "-C", "--chdir") else argv[1:]
+    return argv
+
+
+def _names_its_program(argv: list[str], after_cd: bool) -> bool:
+    """Whether ``argv``'s program can be known without running the line: not a builtin, not computed
+    (``$PY``, globs), not a relative path after a ``cd`` (relative to a directory only the shell knows)."""
+    if not argv or argv[0] in _BUILTINS or any(ch in argv[0] for ch in "$`*?[]{}~"):
+        return False
+    return not (after_cd and "/" in argv[0] and not os.path.isabs(argv[0]))
 
 
 def command_argvs(comp: Component) -> list[list[str]]:
@@ -483,30 +517,41 @@ def _check_command(ctx: _Ctx, name: str, comp: Component) -> None:
                     "install it (or activate the environment that has it before rlsup), fix the spelling, "
                     "or give its full path; component env may set PATH"
                     + (f"; {hint}" if (hint := _exe_hint(exe)) else ""), path)
-            continue
-        base = os.path.basename(exe)
-        if base in _SCRIPT_MODULES:
-            interp = _shebang_interpreter(found)
-            mods = _SUBCOMMAND_MODULES.get((base, argv[1] if len(argv) > 1 else ""), _SCRIPT_MODULES[base])
-            for mod in mods:
-                if interp:
-                    ctx.modules.append((name, interp, mod, comp.cwd, f"`{base}` runs under {interp}"))
-            continue
-        target = _python_target(argv)
-        if target is None:
-            continue
-        kind, what = target
-        if kind == "script":
-            if (not _cwd_ok(comp) or getattr(argv, "after_cd", False)) and not os.path.isabs(what):
-                continue
-            p = what if os.path.isabs(what) else os.path.join(comp.cwd or os.getcwd(), what)
-            if not os.path.isfile(p):
-                ctx.add("error", "command", name, f"python script {os.path.abspath(p)} does not exist",
-                        "fix the script path (relative to the component's cwd) or set `cwd:`", path)
+        elif os.path.basename(exe) in _SCRIPT_MODULES:
+            _note_script_modules(ctx, name, comp, argv, found)
         else:
-            ctx.modules.append((name, found, what, comp.cwd, ""))
-            for mod, why in _needs(argv, what, comp.cwd):
-                ctx.modules.append((name, found, mod, comp.cwd, why))
+            _check_python_target(ctx, name, comp, argv, found)
+
+
+def _note_script_modules(ctx: _Ctx, name: str, comp: Component, argv: list[str], found: str) -> None:
+    """A console script of a known package (``torchrun``, ``trl`` ...): the modules it imports, to be
+    looked up under the interpreter of its shebang."""
+    base = os.path.basename(argv[0])
+    interp = _shebang_interpreter(found)
+    mods = _SUBCOMMAND_MODULES.get((base, argv[1] if len(argv) > 1 else ""), _SCRIPT_MODULES[base])
+    for mod in mods:
+        if interp:
+            ctx.modules.append((name, interp, mod, comp.cwd, f"`{base}` runs under {interp}"))
+
+
+def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str], found: str) -> None:
+    """``python SCRIPT`` must name a file; ``python -m MOD`` (and what its options need) is looked up later."""
+    target = _python_target(argv)
+    if target is None:
+        return
+    kind, what = target
+    if kind != "script":
+        ctx.modules.append((name, found, what, comp.cwd, ""))
+        for mod, why in _needs(argv, what, comp.cwd):
+            ctx.modules.append((name, found, mod, comp.cwd, why))
+        return
+    if (not _cwd_ok(comp) or getattr(argv, "after_cd", False)) and not os.path.isabs(what):
+        return
+    p = what if os.path.isabs(what) else os.path.join(comp.cwd or os.getcwd(), what)
+    if not os.path.isfile(p):
+        ctx.add("error", "command", name, f"python script {os.path.abspath(p)} does not exist",
+                "fix the script path (relative to the component's cwd) or set `cwd:`",
+                ("components", name, "command"))
 
 
 def _exe_hint(exe: str) -> str | None:
@@ -606,21 +651,19 @@ QUICK_MODULES_S = 5.0  # `up` waits at most this long; what is not known by then
 _PY_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "VIRTUAL_ENV")
 
 
+#: The module lookups of one interpreter in one cwd and Python environment: (interpreter, its env,
+#: [(component, module, why it is needed)]).
+_LookupGroup = tuple[str, dict[str, str], list[tuple[str, str, str]]]
+
+
 def _check_modules_quick(ctx: _Ctx) -> None:
     """``up``'s check that each ``python -m MOD`` (and each console script's package) is importable by
     the component's own interpreter: the wrong virtualenv is an error before anything starts,
     rather than a run that says it is supervising and is fatal a second later."""
     if not ctx.modules:
         return
-    groups: dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]] = {}
-    for name, interp, mod, cwd, why in ctx.modules:
-        env = ctx.env_for(name, ctx.cfg.components[name])
-        key = (interp, cwd, *(env.get(k) for k in _PY_PATH_VARS))
-        entry = groups.setdefault(key, (interp, env, []))
-        if not any(n == name and m == mod for n, m, _ in entry[2]):
-            entry[2].append((name, mod, why))
     procs = []
-    for (interp, cwd, *_), (_, env, wanted) in groups.items():
+    for (interp, cwd, *_), (_, env, wanted) in _lookup_groups(ctx).items():
         mods = list(dict.fromkeys(m for _, m, _ in wanted))
         try:
             proc = subprocess.Popen([interp, "-c", _FIND_SPECS, *mods], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -630,24 +673,46 @@ def _check_modules_quick(ctx: _Ctx) -> None:
         procs.append((interp, proc, wanted))
     deadline = time.monotonic() + QUICK_MODULES_S
     for interp, proc, wanted in procs:
-        try:
-            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, _ = proc.communicate()
-        found: dict[str, tuple[str, str]] = {}
-        for line in out.decode("utf-8", "replace").splitlines():
-            verdict, _, rest = line.partition(" ")
-            mod, _, detail = rest.partition(" ")
-            found[mod] = (verdict, detail)
-        for name, mod, why in wanted:
-            verdict, detail = found.get(mod, ("", ""))
-            if verdict == "missing":
-                _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
-            elif verdict == "error":
-                ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: {detail}",
-                        f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the "
-                        "traceback", ("components", name, "command"))
+        _report_lookups(ctx, interp, wanted, _lookup_verdicts(proc, deadline))
+
+
+def _lookup_groups(ctx: _Ctx) -> dict[tuple[Any, ...], _LookupGroup]:
+    """The modules to look up, one group (one process) per interpreter, cwd and Python variables."""
+    groups: dict[tuple[Any, ...], _LookupGroup] = {}
+    for name, interp, mod, cwd, why in ctx.modules:
+        env = ctx.env_for(name, ctx.cfg.components[name])
+        key = (interp, cwd, *(env.get(k) for k in _PY_PATH_VARS))
+        entry = groups.setdefault(key, (interp, env, []))
+        if not any(n == name and m == mod for n, m, _ in entry[2]):
+            entry[2].append((name, mod, why))
+    return groups
+
+
+def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> dict[str, tuple[str, str]]:
+    """module -> (verdict, detail) as the lookup process printed them by ``deadline`` (then it is killed)."""
+    try:
+        out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, _ = proc.communicate()
+    found: dict[str, tuple[str, str]] = {}
+    for line in out.decode("utf-8", "replace").splitlines():
+        verdict, _, rest = line.partition(" ")
+        mod, _, detail = rest.partition(" ")
+        found[mod] = (verdict, detail)
+    return found
+
+
+def _report_lookups(ctx: _Ctx, interp: str, wanted: list[tuple[str, str, str]],
+                    found: dict[str, tuple[str, str]]) -> None:
+    for name, mod, why in wanted:
+        verdict, detail = found.get(mod, ("", ""))
+        if verdict == "missing":
+            _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
+        elif verdict == "error":
+            ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: {detail}",
+                    f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the "
+                    "traceback", ("components", name, "command"))
 
 
 def _module_missing(ctx: _Ctx, name: str, interp: str, mod: str, why: str, *, top_found: bool) -> None:
@@ -982,6 +1047,23 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
     if not wanted:
         return
     ctx.progress("checking GPUs")
+    sampled = _sample_gpus(ctx, sampler)
+    if sampled is None:
+        return
+    sample, reason = sampled
+    if sample is None or (sample.backend == "none" and not sample.gpus):
+        _no_gpu_seen(ctx, wanted, reason if sample is None else (sample.reason or "no GPU backend"))
+        return
+    gpus = {g.index: g for g in sample.gpus}
+    for name, indices in wanted.items():
+        for i in indices:
+            _check_gpu(ctx, name, i, gpus)
+    _check_gpu_overlaps(ctx, wanted)
+
+
+def _sample_gpus(ctx: _Ctx, sampler: Any) -> tuple[GpuSample | None, str] | None:
+    """One sample of this machine's GPUs (None and why where sampling failed); None (after a warning)
+    where no sampler could be built. ``sampler`` None: a sampler of its own, closed after."""
     own = sampler is None
     if own:
         from .gpu import make_sampler
@@ -991,47 +1073,49 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
         except ValueError as e:
             ctx.add("warning", "gpu", None, f"cannot build a GPU sampler: {e}",
                     "fix RLSUP_GPU_SAMPLER (auto, nvml, none, fake:2xH100)")
-            return
-    reason = ""
+            return None
     try:
-        sample = sampler.sample()
+        return sampler.sample(), ""
     except Exception as e:  # the sampler promises not to raise; a third-party one might
-        sample = None
-        reason = f"sampling GPUs failed: {e}"
+        return None, f"sampling GPUs failed: {e}"
     finally:
         if own:
             sampler.close()
-    if sample is None or (sample.backend == "none" and not sample.gpus):
-        reason = reason if sample is None else (sample.reason or "no GPU backend")
-        for name in wanted:
-            ctx.add("warning", "gpu", name,
-                    f"names GPUs {wanted[name]} but no GPU can be seen here: {reason}",
-                    "run this check on the GPU machine; if it is one, install the NVIDIA driver / start the "
-                    "container with GPUs (--gpus all)", ("components", name, "gpus"))
+
+
+def _no_gpu_seen(ctx: _Ctx, wanted: dict[str, list[int]], reason: str) -> None:
+    for name in wanted:
+        ctx.add("warning", "gpu", name,
+                f"names GPUs {wanted[name]} but no GPU can be seen here: {reason}",
+                "run this check on the GPU machine; if it is one, install the NVIDIA driver / start the "
+                "container with GPUs (--gpus all)", ("components", name, "gpus"))
+
+
+def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
+    """GPU ``i`` of component ``name``: it exists, its memory suits the engine's fraction, it is free."""
+    path = ("components", name, "gpus")
+    g = gpus.get(i)
+    if g is None:
+        have = ", ".join(str(k) for k in sorted(gpus)) or "none"
+        ctx.add("error", "gpu", name,
+                f"GPU {i} does not exist: this machine has {len(gpus)} GPU(s) (indices {have})",
+                "fix `gpus:` (NVML indices, PCI bus order as in nvidia-smi)", path)
         return
-    gpus = {g.index: g for g in sample.gpus}
-    have = ", ".join(str(i) for i in sorted(gpus)) or "none"
-    for name, indices in wanted.items():
-        path = ("components", name, "gpus")
-        for i in indices:
-            g = gpus.get(i)
-            if g is None:
-                ctx.add("error", "gpu", name,
-                        f"GPU {i} does not exist: this machine has {len(gpus)} GPU(s) (indices {have})",
-                        "fix `gpus:` (NVML indices, PCI bus order as in nvidia-smi)", path)
-                continue
-            free_txt = _gpu_free_text(g)
-            ctx.add("info", "gpu", name, f"GPU {i} {g.name}: {free_txt}", "", path)
-            _check_memory_fraction(ctx, name, g, path)
-            holders = list(g.processes)
-            used = g.mem_used_mb or 0.0
-            busy = bool(holders) or (g.mem_total_mb and used > 0.1 * g.mem_total_mb)
-            if busy:
-                who = ", ".join(_pid_text(p.pid, p.used_mb) for p in holders) or "processes NVML does not list"
-                ctx.add("warning", "gpu", name,
-                        f"GPU {i} is already in use ({used / 1024:.1f} GiB used) by {who}",
-                        "stop those processes (leftovers of an earlier attempt?) or pick another GPU", path)
-    # Overlaps: two components assigned the same GPU.
+    free_txt = _gpu_free_text(g)
+    ctx.add("info", "gpu", name, f"GPU {i} {g.name}: {free_txt}", "", path)
+    _check_memory_fraction(ctx, name, g, path)
+    holders = list(g.processes)
+    used = g.mem_used_mb or 0.0
+    busy = bool(holders) or (g.mem_total_mb and used > 0.1 * g.mem_total_mb)
+    if busy:
+        who = ", ".join(_pid_text(p.pid, p.used_mb) for p in holders) or "processes NVML does not list"
+        ctx.add("warning", "gpu", name,
+                f"GPU {i} is already in use ({used / 1024:.1f} GiB used) by {who}",
+                "stop those processes (leftovers of an earlier attempt?) or pick another GPU", path)
+
+
+def _check_gpu_overlaps(ctx: _Ctx, wanted: dict[str, list[int]]) -> None:
+    """Two components assigned the same GPU."""
     names = list(wanted)
     for a_i, a in enumerate(names):
         for b in names[a_i + 1:]:
@@ -1180,76 +1264,93 @@ def smoke_argv(comp: Component) -> list[str]:
 
 
 def _run_smokes(ctx: _Ctx, timeout: float) -> None:
-    from .diagnosis import clean_line, diagnose
-
     for name, comp in ctx.cfg.components.items():
-        if comp.smoke is None:
-            continue
-        path = ("components", name, "smoke")
-        if not _cwd_ok(comp):
-            ctx.add("error", "smoke", name, "smoke command not run: its working directory does not exist",
-                    "fix `cwd:` first", path)
-            continue
-        try:
-            argv = smoke_argv(comp)
-        except ValueError as e:
-            ctx.add("error", "smoke", name, f"smoke command cannot be split like a shell would: {e}",
-                    "fix its quoting, or give it as a list", path)
-            continue
-        shown = comp.smoke if isinstance(comp.smoke, str) else shlex.join(comp.smoke)
-        ctx.progress(f"smoke {name}: {shown} (timeout {timeout:g}s)")
-        env = ctx.env_for(name, comp)
-        env["RLSUP_SMOKE"] = "1"
-        t0 = time.monotonic()
-        try:
-            proc = subprocess.Popen(argv, cwd=comp.cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        except OSError as e:
-            ctx.add("error", "smoke", name, f"smoke command cannot start: {argv[0]!r}: {e.strerror or e}",
-                    "fix the smoke command (same PATH and cwd as the component)", path)
-            continue
-        timed_out = False
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            try:
-                out, _ = proc.communicate(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                # A descendant left the group and still holds the pipe; give up on the rest of its output.
-                proc.kill()
-                out = b""
-        dt = time.monotonic() - t0
-        lines = [clean_line(x) for x in out.decode("utf-8", "replace").splitlines()][-SMOKE_TAIL_LINES:]
-        shown_lines = [x for x in lines if x.strip()][-SMOKE_SHOW_LINES:]
-        tail = "\n".join(f"| {x[:300]}" for x in shown_lines)
-        if timed_out:
-            ctx.progress(f"smoke {name}: timed out after {timeout:g}s")
-            ctx.add("error", "smoke", name,
-                    f"smoke command did not finish within {timeout:g}s (its process group was killed)"
-                    + (f"; last lines:\n{tail}" if tail else "; it printed nothing"),
-                    "a smoke command must exit by itself (e.g. --max-steps 1 --dry-run); if it is just slow, "
-                    "raise the timeout", path)
-            continue
-        rc = proc.returncode
-        if rc == 0:
-            ctx.progress(f"smoke {name}: ok ({dt:.1f}s)")
-            continue
-        ctx.progress(f"smoke {name}: failed (exit {rc})")
-        code: int | None = rc
-        sig: str | None = None
-        if rc < 0:  # Popen's "killed by signal -rc"
-            code, sig = None, signal_name(-rc)
-        d = diagnose(lines, exit_code=code, signal=sig)
-        parts = [f"smoke command failed ({'signal ' + sig if sig else f'exit code {rc}'}, after {dt:.1f}s): "
-                 f"{d.summary}"]
-        if d.exception:
-            parts.append(f"exception: {d.exception[:300]}")
-        if d.location:
-            parts.append(f"location: {d.location}")
-        if tail:
-            parts.append("last lines:\n" + tail)
-        fix = (f"fix {d.location} and run `rlsup check --smoke` again" if d.location
-               else "run the smoke command by hand in the component's cwd to see the whole output")
-        ctx.add("error", "smoke", name, "\n".join(parts), fix, path)
+        if comp.smoke is not None:
+            _run_smoke(ctx, name, comp, timeout)
+
+
+def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
+    """Run ``comp``'s smoke command as the component would run (same cwd and env, ``RLSUP_SMOKE=1``)
+    and judge it: it must exit 0 within ``timeout``."""
+    from .diagnosis import clean_line
+
+    path = ("components", name, "smoke")
+    if not _cwd_ok(comp):
+        ctx.add("error", "smoke", name, "smoke command not run: its working directory does not exist",
+                "fix `cwd:` first", path)
+        return
+    try:
+        argv = smoke_argv(comp)
+    except ValueError as e:
+        ctx.add("error", "smoke", name, f"smoke command cannot be split like a shell would: {e}",
+                "fix its quoting, or give it as a list", path)
+        return
+    shown = comp.smoke if isinstance(comp.smoke, str) else shlex.join(comp.smoke or [])
+    ctx.progress(f"smoke {name}: {shown} (timeout {timeout:g}s)")
+    env = ctx.env_for(name, comp)
+    env["RLSUP_SMOKE"] = "1"
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, cwd=comp.cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        ctx.add("error", "smoke", name, f"smoke command cannot start: {argv[0]!r}: {e.strerror or e}",
+                "fix the smoke command (same PATH and cwd as the component)", path)
+        return
+    out, timed_out = _smoke_output(proc, timeout)
+    dt = time.monotonic() - t0
+    lines = [clean_line(x) for x in out.decode("utf-8", "replace").splitlines()][-SMOKE_TAIL_LINES:]
+    shown_lines = [x for x in lines if x.strip()][-SMOKE_SHOW_LINES:]
+    tail = "\n".join(f"| {x[:300]}" for x in shown_lines)
+    if timed_out:
+        ctx.progress(f"smoke {name}: timed out after {timeout:g}s")
+        ctx.add("error", "smoke", name,
+                f"smoke command did not finish within {timeout:g}s (its process group was killed)"
+                + (f"; last lines:\n{tail}" if tail else "; it printed nothing"),
+                "a smoke command must exit by itself (e.g. --max-steps 1 --dry-run); if it is just slow, "
+                "raise the timeout", path)
+        return
+    rc = proc.returncode
+    if rc == 0:
+        ctx.progress(f"smoke {name}: ok ({dt:.1f}s)")
+        return
+    ctx.progress(f"smoke {name}: failed (exit {rc})")
+    _smoke_failed(ctx, name, rc, lines, tail, dt)
+
+
+def _smoke_output(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bool]:
+    """The smoke command's output, and whether it ran past ``timeout`` (then its group is killed)."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return out, False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+    try:
+        out, _ = proc.communicate(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        # A descendant left the group and still holds the pipe; give up on the rest of its output.
+        proc.kill()
+        out = b""
+    return out, True
+
+
+def _smoke_failed(ctx: _Ctx, name: str, rc: int, lines: list[str], tail: str, dt: float) -> None:
+    """A smoke command that exited non-zero (or was killed): the diagnosis of its output, and where to look."""
+    from .diagnosis import diagnose
+
+    code: int | None = rc
+    sig: str | None = None
+    if rc < 0:  # Popen's "killed by signal -rc"
+        code, sig = None, signal_name(-rc)
+    d = diagnose(lines, exit_code=code, signal=sig)
+    parts = [f"smoke command failed ({'signal ' + sig if sig else f'exit code {rc}'}, after {dt:.1f}s): "
+             f"{d.summary}"]
+    if d.exception:
+        parts.append(f"exception: {d.exception[:300]}")
+    if d.location:
+        parts.append(f"location: {d.location}")
+    if tail:
+        parts.append("last lines:\n" + tail)
+    fix = (f"fix {d.location} and run `rlsup check --smoke` again" if d.location
+           else "run the smoke command by hand in the component's cwd to see the whole output")
+    ctx.add("error", "smoke", name, "\n".join(parts), fix, ("components", name, "smoke"))

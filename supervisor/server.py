@@ -24,7 +24,7 @@ import contextlib
 import os
 import socket
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -141,32 +141,37 @@ class Conn:
                 chunk = await self.reader.read(READ_CHUNK)
                 if not chunk:
                     break
-                buf += chunk
-                while True:
-                    nl = buf.find(b"\n")
-                    if nl < 0:
-                        break
-                    line, buf = buf[:nl], buf[nl + 1:]
-                    if discarding:
-                        discarding = False  # the tail of an oversized message
-                        continue
-                    if line.strip():
-                        await self.handle(line)
-                        if self.buffered > HIGH_WATER and not self.closed:
-                            # Back-pressure: no more replies until this client reads the ones it has.
-                            try:
-                                await asyncio.wait_for(self.writer.drain(), REPLY_WAIT_S)
-                            except (asyncio.TimeoutError, TimeoutError):
-                                self.give_up(f"not reading its replies ({self.buffered >> 10} KiB waiting)")
-                if len(buf) > protocol.MAX_REQUEST_BYTES:
-                    if not discarding:
-                        self.send(protocol.error(None, f"message larger than {protocol.MAX_REQUEST_BYTES} "
-                                                       "bytes; ignored"))
-                    discarding, buf = True, b""
+                buf, discarding = await self._lines(buf + chunk, discarding)
         except (ConnectionError, OSError):
             pass
         finally:
             self.server.drop(self)
+
+    async def _lines(self, buf: bytes, discarding: bool) -> tuple[bytes, bool]:
+        """Handle every whole request in ``buf``; the incomplete rest, and whether the rest of an
+        oversized message is being skipped (``discarding``)."""
+        while (nl := buf.find(b"\n")) >= 0:
+            line, buf = buf[:nl], buf[nl + 1:]
+            if discarding:
+                discarding = False  # the tail of an oversized message
+                continue
+            if line.strip():
+                await self._request(line)
+        if len(buf) > protocol.MAX_REQUEST_BYTES:
+            if not discarding:
+                self.send(protocol.error(None, f"message larger than {protocol.MAX_REQUEST_BYTES} "
+                                               "bytes; ignored"))
+            discarding, buf = True, b""
+        return buf, discarding
+
+    async def _request(self, line: bytes) -> None:
+        await self.handle(line)
+        if self.buffered > HIGH_WATER and not self.closed:
+            # Back-pressure: no more replies until this client reads the ones it has.
+            try:
+                await asyncio.wait_for(self.writer.drain(), REPLY_WAIT_S)
+            except (asyncio.TimeoutError, TimeoutError):
+                self.give_up(f"not reading its replies ({self.buffered >> 10} KiB waiting)")
 
     async def handle(self, line: bytes) -> None:
         try:
@@ -177,29 +182,7 @@ class Conn:
         rid = msg.get("id")
         op = msg.get("op")
         try:
-            if op == "hello":
-                self.send(self.server.op_hello(self, rid, msg))
-            elif not self.hello:
-                self.send(protocol.error(rid, "say hello first: {\"op\": \"hello\", \"version\": "
-                                              f"{protocol.VERSION}}}"))
-            elif op == "ping":
-                self.send(protocol.ok(rid))
-            elif op == "snapshot":
-                self.send(await self.server.op_snapshot(rid, msg, None))
-            elif op == "subscribe":
-                self.send(await self.server.op_snapshot(rid, msg, self))
-            elif op == "logs":
-                self.send(self.server.op_logs(rid, msg))
-            elif op == "events":
-                self.send(await self.server.op_events(rid, msg))
-            elif op == "log_read":
-                self.send(await self.server.op_log_read(rid, msg))
-            elif op == "log_search":
-                self.send(await self.server.op_log_search(rid, msg))
-            elif op == "command":
-                self.send(self.server.op_command(self, rid, msg))
-            else:
-                self.send(protocol.error(rid, f"unknown op {op!r}; ops: {', '.join(protocol.OPS)}"))
+            self.send(await self._reply(op, rid, msg))
         except (KeyError, TypeError, ValueError) as e:
             self.send(protocol.error(rid, f"bad {op} request: {e!r}"))
         except Exception as e:  # noqa: BLE001 - a client's request must never end the run it asks about
@@ -209,6 +192,57 @@ class Conn:
             print(f"rlsup: the {op} request of a client failed (the run goes on):", file=sys.stderr)
             traceback.print_exc(file=sys.stderr)
             self.send(protocol.error(rid, f"{op} failed in the supervisor: {e!r} (see supervisor.log)"))
+
+    async def _reply(self, op: Any, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        """The reply to one request: hello first, then any op of :data:`_OPS`."""
+        if op == "hello":
+            return self.server.op_hello(self, rid, msg)
+        if not self.hello:
+            return protocol.error(rid, "say hello first: {\"op\": \"hello\", \"version\": "
+                                       f"{protocol.VERSION}}}")
+        handler = _OPS.get(op) if isinstance(op, str) else None
+        if handler is None:
+            return protocol.error(rid, f"unknown op {op!r}; ops: {', '.join(protocol.OPS)}")
+        return await handler(self, rid, msg)
+
+    # One handler per op after hello: (connection, request id, request) -> reply.
+
+    async def _op_ping(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        return protocol.ok(rid)
+
+    async def _op_snapshot(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        return await self.server.op_snapshot(rid, msg, None)
+
+    async def _op_subscribe(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        return await self.server.op_snapshot(rid, msg, self)
+
+    async def _op_logs(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        return self.server.op_logs(rid, msg)
+
+    async def _op_events(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        return await self.server.op_events(rid, msg)
+
+    async def _op_log_read(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        return await self.server.op_log_read(rid, msg)
+
+    async def _op_log_search(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        return await self.server.op_log_search(rid, msg)
+
+    async def _op_command(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+        return self.server.op_command(self, rid, msg)
+
+
+#: The ops a client may send once it has said hello, each with its handler.
+_OPS: dict[str, Callable[[Conn, Any, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+    "ping": Conn._op_ping,
+    "snapshot": Conn._op_snapshot,
+    "subscribe": Conn._op_subscribe,
+    "logs": Conn._op_logs,
+    "events": Conn._op_events,
+    "log_read": Conn._op_log_read,
+    "log_search": Conn._op_log_search,
+    "command": Conn._op_command,
+}
 
 
 class ControlServer:

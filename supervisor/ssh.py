@@ -292,6 +292,36 @@ def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
     return cmd
 
 
+async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.socket, dict[str, Any]]:
+    """``rlsup bridge`` started on the remote: over the SSH connection while it lives, else over a new
+    one. The connection may look alive but be half dead after a cut (its peer process gone, TCP not
+    closed yet): a channel that does not open soon means dial afresh."""
+    loop = asyncio.get_running_loop()
+    opened: tuple[Any, socket.socket, dict[str, Any]] | None = None
+    if remote.alive():
+        with contextlib.suppress(SshError):
+            opened = await loop.run_in_executor(None, remote.open_bridge, command, REUSE_TIMEOUT_S)
+    if opened is None:
+        await loop.run_in_executor(None, remote.connect)
+        opened = await loop.run_in_executor(None, remote.open_bridge, command)
+    return opened
+
+
+async def _bridge_failure(e: Exception, info: dict[str, Any], command: str, target: SshTarget) -> SshError:
+    """Why the bridge did not answer, from what the remote printed: a missing ``rlsup`` there says how to
+    point at it."""
+    for _ in range(50):  # give the relay thread a moment to collect the remote's stderr
+        if info.get("done"):
+            break
+        await asyncio.sleep(0.02)
+    err = info["stderr"].decode("utf-8", "replace").strip()
+    code = info.get("exit")
+    if code in (126, 127) or "not found" in err or "No such file or directory" in err:
+        return SshError(f"`{command}` is not runnable on {target.label()} ({err or 'exit 127'}); pass "
+                        "--remote-cmd /path/to/venv/bin/rlsup (or set RLSUP_REMOTE_CMD)")
+    return SshError(f"{target.label()}: {err or e}")
+
+
 def ssh_connector(target: SshTarget, *, run_dir: str | None = None, remote_cmd: str | None = None,
                   accept_new_host_key: bool = False, accept_hint: str | None = None) -> Connector:
     """A :data:`~rlsup.supervisor.client.Connector` over SSH; reuses the SSH connection while it
@@ -306,21 +336,8 @@ def ssh_connector(target: SshTarget, *, run_dir: str | None = None, remote_cmd: 
     lock = asyncio.Lock()
 
     async def connect() -> Client:
-        loop = asyncio.get_running_loop()
         async with lock:
-            if remote.alive():
-                # The connection looks alive but may be half dead after a cut (its peer process
-                # gone, TCP not closed yet): a channel that does not open soon means dial afresh.
-                try:
-                    opened = await loop.run_in_executor(None, remote.open_bridge, command, REUSE_TIMEOUT_S)
-                except SshError:
-                    opened = None
-            else:
-                opened = None
-            if opened is None:
-                await loop.run_in_executor(None, remote.connect)
-                opened = await loop.run_in_executor(None, remote.open_bridge, command)
-            chan, local, info = opened
+            chan, local, info = await _bridge_channel(remote, command)
         reader, writer = await asyncio.open_unix_connection(sock=local, limit=protocol.STREAM_LIMIT)
         client = Client(reader, writer, name="tui")
         try:
@@ -329,16 +346,7 @@ def ssh_connector(target: SshTarget, *, run_dir: str | None = None, remote_cmd: 
             await client.close()
             if isinstance(e, protocol.VersionMismatch):
                 raise
-            for _ in range(50):  # give the relay thread a moment to collect the remote's stderr
-                if info.get("done"):
-                    break
-                await asyncio.sleep(0.02)
-            err = info["stderr"].decode("utf-8", "replace").strip()
-            code = info.get("exit")
-            if code in (126, 127) or "not found" in err or "No such file or directory" in err:
-                raise SshError(f"`{command}` is not runnable on {target.label()} ({err or 'exit 127'}); pass "
-                               "--remote-cmd /path/to/venv/bin/rlsup (or set RLSUP_REMOTE_CMD)") from None
-            raise SshError(f"{target.label()}: {err or e}") from None
+            raise await _bridge_failure(e, info, command, target) from None
         return client
 
     connect.remote = remote  # type: ignore[attr-defined]  # for tests and clean shutdown

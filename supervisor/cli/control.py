@@ -7,6 +7,7 @@ from its journal, state and logs, and say so.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from typing import Any
 
@@ -148,60 +149,71 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from ..client import Session
-
     paths = resolve(args, live=False)
     if isinstance(paths, int):
         return paths
     if args.name is None:
         return _which_component(paths)
     if args.attempt is not None:
-        from .why import print_attempt_logs
-
-        if args.follow:
-            say("rlsup: --attempt prints one attempt's output so far; to follow the live one, drop --attempt",
-                err=True)
-            return 2
-        return print_attempt_logs(paths, args.name, args.attempt, args.lines)
+        return _attempt_logs(args, paths)
     if not _live(paths):
-        from ..archive import Archive
+        return _ended_run_logs(args, paths)
+    return client_call(args, functools.partial(_live_logs, args))
 
-        if not paths.events.exists():
-            say(f"rlsup: no run in {paths.root} (no events.jsonl)", err=True)
-            return EXIT_FAILED
-        archive = Archive(paths.root)
-        ring = archive.rings().get(args.name)
-        if ring is None:
-            say(f"rlsup: no component {args.name!r}; components: {', '.join(archive.rings())}", err=True)
-            return EXIT_FAILED
-        say("".join(line + "\n" for line in ring.tail(max(0, args.lines))[1]), end="")
-        if args.follow:
-            say(f"rlsup: the run has {archive.describe()}; nothing more to follow", err=True)
-        return EXIT_OK
 
-    async def fn(client: Any, paths: Any) -> int:
-        snap = await client.snapshot(lines=max(0, args.lines))
-        comps = snap["state"]["components"]
-        if args.name not in comps:
-            say(f"rlsup: no component {args.name!r}; components: {', '.join(comps)}", err=True)
-            return EXIT_FAILED
-        block = snap["logs"][args.name]
-        if not say("".join(line + "\n" for line in block["lines"]), end="") or not args.follow:
-            return EXIT_OK  # done, or the reader left (`rlsup logs -f X | head`)
-        from .follow import Printer
+def _attempt_logs(args: argparse.Namespace, paths: Any) -> int:
+    """`rlsup logs NAME --attempt N`: one attempt's output so far (it cannot be followed)."""
+    from .why import print_attempt_logs
 
-        printer = Printer(events=False, logs={args.name}, prefix_logs=False,
-                          log_file_hint={args.name: str(paths.log(args.name))})
+    if args.follow:
+        say("rlsup: --attempt prints one attempt's output so far; to follow the live one, drop --attempt",
+            err=True)
+        return 2
+    return print_attempt_logs(paths, args.name, args.attempt, args.lines)
 
-        async def connect() -> Any:
-            return await open_client(paths, "logs")
 
-        session = Session(connect, printer, lines=0)
-        session.log_next[args.name] = block["seq"] + len(block["lines"])
-        session.seq = snap.get("seq", 0)
-        return await until_interrupted(session)
+def _ended_run_logs(args: argparse.Namespace, paths: Any) -> int:
+    """`rlsup logs NAME` on a run no supervisor serves: the tail of its log, read back from the run dir."""
+    from ..archive import Archive
 
-    return client_call(args, fn)
+    if not paths.events.exists():
+        say(f"rlsup: no run in {paths.root} (no events.jsonl)", err=True)
+        return EXIT_FAILED
+    archive = Archive(paths.root)
+    ring = archive.rings().get(args.name)
+    if ring is None:
+        say(f"rlsup: no component {args.name!r}; components: {', '.join(archive.rings())}", err=True)
+        return EXIT_FAILED
+    say("".join(line + "\n" for line in ring.tail(max(0, args.lines))[1]), end="")
+    if args.follow:
+        say(f"rlsup: the run has {archive.describe()}; nothing more to follow", err=True)
+    return EXIT_OK
+
+
+async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
+    """`rlsup logs NAME [-f]` from the run's supervisor: its tail, then (with -f) every new line."""
+    from ..client import Session
+
+    snap = await client.snapshot(lines=max(0, args.lines))
+    comps = snap["state"]["components"]
+    if args.name not in comps:
+        say(f"rlsup: no component {args.name!r}; components: {', '.join(comps)}", err=True)
+        return EXIT_FAILED
+    block = snap["logs"][args.name]
+    if not say("".join(line + "\n" for line in block["lines"]), end="") or not args.follow:
+        return EXIT_OK  # done, or the reader left (`rlsup logs -f X | head`)
+    from .follow import Printer
+
+    printer = Printer(events=False, logs={args.name}, prefix_logs=False,
+                      log_file_hint={args.name: str(paths.log(args.name))})
+
+    async def connect() -> Any:
+        return await open_client(paths, "logs")
+
+    session = Session(connect, printer, lines=0)
+    session.log_next[args.name] = block["seq"] + len(block["lines"])
+    session.seq = snap.get("seq", 0)
+    return await until_interrupted(session)
 
 
 def _which_component(paths: Any) -> int:

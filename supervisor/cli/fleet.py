@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..fleet import (
     JSON_TIMEOUT_S,
@@ -20,6 +20,13 @@ from ..fleet import (
     ssh_connectors,
 )
 from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from ..client import Connector
+    from ..fleet import PodSpec
+
+    #: The pods to watch and how to reach each one.
+    Targets = tuple[list[PodSpec], Callable[[PodSpec], Connector]]
 
 
 def add_parsers(sub: Any) -> None:
@@ -101,48 +108,73 @@ def _run_loop(coro: Any) -> Any:
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     """``rlsup fleet FLEET.yaml [--json]``."""
+    if getattr(args, "slurm", False):
+        targets = _slurm_targets()
+    elif args.fleet_file:
+        targets = _file_targets(args)
+    else:
+        print("rlsup fleet: give FLEET.yaml, or --slurm for your runs on the Slurm cluster", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(targets, int):
+        return targets
+    specs, connector_for = targets
+    interactive = sys.stdout.isatty() and sys.stdin.isatty()
+    if args.json or not interactive:
+        return _print_snapshot(args, specs, connector_for)
+    return _fleet_tui(args, specs, connector_for)
+
+
+def _slurm_targets() -> Targets | int:
+    """``--slurm``: the pods are the user's rlsup jobs on the cluster (exit code 1 if squeue fails)."""
+    from ..slurm.jobs import SlurmError
+    from .slurm_up import slurm_fleet
+
+    try:
+        return slurm_fleet()
+    except SlurmError as e:
+        print(f"rlsup: {e}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _file_targets(args: argparse.Namespace) -> Targets | int:
+    """The pods of FLEET.yaml, reached over SSH (exit code 2 on a fleet file error)."""
     import shlex
 
     from ..config import ConfigError
 
-    if getattr(args, "slurm", False) or not args.fleet_file:
-        if not getattr(args, "slurm", False):
-            print("rlsup fleet: give FLEET.yaml, or --slurm for your runs on the Slurm cluster", file=sys.stderr)
-            return EXIT_USAGE
-        from ..slurm.jobs import SlurmError
-        from .slurm_up import slurm_fleet
+    try:
+        specs = load_fleet(args.fleet_file)
+    except ConfigError as e:
+        print(e.report(args.fleet_file), file=sys.stderr)
+        return EXIT_USAGE
+    again = ["rlsup", "fleet", shlex.quote(args.fleet_file)]
+    if args.identity:
+        again += ["-i", shlex.quote(args.identity)]
+    if args.remote_cmd:
+        again += ["--remote-cmd", shlex.quote(args.remote_cmd)]
+    connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key,
+                                   identity=args.identity,
+                                   accept_hint=" ".join([*again, "--accept-new-host-key"]))
+    return specs, connector_for
 
-        try:
-            specs, connector_for = slurm_fleet()
-        except SlurmError as e:
-            print(f"rlsup: {e}", file=sys.stderr)
-            return EXIT_FAILED
+
+def _print_snapshot(args: argparse.Namespace, specs: list[PodSpec],
+                    connector_for: Callable[[PodSpec], Connector]) -> int:
+    """--json, or a terminal that is not interactive: one snapshot of every pod, printed."""
+    snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=getattr(args, "timeout", JSON_TIMEOUT_S)))
+    hints = {s.label: s.attach_hint(identity=args.identity, remote_cmd=args.remote_cmd) for s in specs}
+    for pod in snap["pods"]:  # the command that opens this pod's TUI, as it can be pasted
+        pod["attach"] = hints.get(pod["label"])
+    if args.json:
+        json.dump(snap, sys.stdout, indent=1, default=str)
+        print()
     else:
-        try:
-            specs = load_fleet(args.fleet_file)
-        except ConfigError as e:
-            print(e.report(args.fleet_file), file=sys.stderr)
-            return EXIT_USAGE
-        again = ["rlsup", "fleet", shlex.quote(args.fleet_file)]
-        if args.identity:
-            again += ["-i", shlex.quote(args.identity)]
-        if args.remote_cmd:
-            again += ["--remote-cmd", shlex.quote(args.remote_cmd)]
-        connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key,
-                                       identity=args.identity,
-                                       accept_hint=" ".join([*again, "--accept-new-host-key"]))
-    interactive = sys.stdout.isatty() and sys.stdin.isatty()
-    if args.json or not interactive:
-        snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=getattr(args, "timeout", JSON_TIMEOUT_S)))
-        hints = {s.label: s.attach_hint(identity=args.identity, remote_cmd=args.remote_cmd) for s in specs}
-        for pod in snap["pods"]:  # the command that opens this pod's TUI, as it can be pasted
-            pod["attach"] = hints.get(pod["label"])
-        if args.json:
-            json.dump(snap, sys.stdout, indent=1, default=str)
-            print()
-        else:
-            print(format_text(snap))
-        return EXIT_OK if all(p["connected"] for p in snap["pods"]) else EXIT_FAILED
+        print(format_text(snap))
+    return EXIT_OK if all(p["connected"] for p in snap["pods"]) else EXIT_FAILED
+
+
+def _fleet_tui(args: argparse.Namespace, specs: list[PodSpec], connector_for: Callable[[PodSpec], Connector]) -> int:
+    """The fleet screen; a pod chosen on it opens its full TUI, and leaving that comes back to the fleet."""
     from rlsup.tui.app import run_tui
     from rlsup.tui.fleet import run_fleet_tui
 

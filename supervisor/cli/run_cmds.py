@@ -9,8 +9,9 @@ import signal as signal_mod
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import (
     EXIT_FAILED,
@@ -24,6 +25,9 @@ from .common import (
     run_dir_arg,
     say,
 )
+
+if TYPE_CHECKING:
+    from ..run import Run
 
 PROGRESS_EVERY_S = 5.0
 
@@ -100,57 +104,87 @@ def cmd_up(args: argparse.Namespace) -> int:
     cfg = load(args.config, args.run_dir)
     if isinstance(cfg, int):
         return cfg
-    from . import daemon
-    from .ended import ended_run, keep_aside
-
     run_dir = Path(cfg.run_dir)
-    shown = daemon.display_path(run_dir)
-    from ..rundir import RunPaths, is_locked
-
-    if not args.daemon_child and is_locked(RunPaths(run_dir)):
-        if args.headless:
-            say(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); stop it first "
-                "(`rlsup down`) or use another --run-dir", err=True)
-            return EXIT_FAILED
-        say(f"rlsup: a supervisor is already running {shown} ({daemon.owner_desc(run_dir)}); "
-            + ("nothing started" if args.detach else "attaching to it"), err=True)
-        if args.detach:
-            return EXIT_OK
-        from .attach import attach_local
-
-        return attach_local(run_dir, plain=args.plain)
-
-    if not args.daemon_child:
-        ended = ended_run(run_dir)
-        if ended is not None and not (args.resume or args.fresh):
-            choice = _ask_ended(shown, ended)
-            if choice is None:
-                return EXIT_USAGE
-            args.resume, args.fresh = choice == "resume", choice == "fresh"
-        if args.fresh:
-            try:
-                kept = keep_aside(run_dir)
-            except OSError as e:
-                say(f"rlsup: cannot keep the previous run aside: {e}", err=True)
-                return EXIT_FAILED
-            if kept is not None:
-                say(f"rlsup: the previous run is kept as {daemon.display_path(kept)}; starting a new run in {shown}")
-        if not args.skip_checks and not _fast_checks(cfg, args.config):
-            return EXIT_FAILED
-
+    if not args.daemon_child:  # a person's `rlsup up`, not the daemon that one of them started
+        settled = _before_start(args, cfg, run_dir)
+        if settled is not None:
+            return settled
     if getattr(cfg, "slurm", None) is not None and not os.environ.get("SLURM_JOB_ID") and not args.daemon_child:
         from .slurm_up import slurm_up  # a login node: submit the run's job and follow it
 
         return slurm_up(args, cfg)
     if args.headless:
         return run_headless(cfg, show_logs=args.logs, gpu=args.gpu, daemon=args.daemon_child, resume=args.resume)
+    return _start_daemon(args, cfg, run_dir)
+
+
+def _before_start(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int | None:
+    """What `up` settles before it starts anything: a supervisor that already owns the run dir, an ended
+    run there (--resume or --fresh), the fast preflight. An exit code where `up` ends here, else None."""
+    from ..rundir import RunPaths, is_locked
+
+    if is_locked(RunPaths(run_dir)):
+        return _already_supervised(args, run_dir)
+    settled = _settle_ended_run(args, run_dir)
+    if settled is not None:
+        return settled
+    if not args.skip_checks and not _fast_checks(cfg, args.config):
+        return EXIT_FAILED
+    return None
+
+
+def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
+    """A live supervisor owns the run dir: attach to it (nothing with -d; an error with --headless)."""
+    from . import daemon
+
+    shown = daemon.display_path(run_dir)
+    if args.headless:
+        say(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); stop it first "
+            "(`rlsup down`) or use another --run-dir", err=True)
+        return EXIT_FAILED
+    say(f"rlsup: a supervisor is already running {shown} ({daemon.owner_desc(run_dir)}); "
+        + ("nothing started" if args.detach else "attaching to it"), err=True)
+    if args.detach:
+        return EXIT_OK
+    from .attach import attach_local
+
+    return attach_local(run_dir, plain=args.plain)
+
+
+def _settle_ended_run(args: argparse.Namespace, run_dir: Path) -> int | None:
+    """An ended run in the run dir is resumed or kept aside (--fresh), as asked or as the person answers;
+    sets ``args.resume``/``args.fresh``. An exit code where `up` ends here, else None."""
+    from .daemon import display_path
+    from .ended import ended_run, keep_aside
+
+    shown = display_path(run_dir)
+    ended = ended_run(run_dir)
+    if ended is not None and not (args.resume or args.fresh):
+        choice = _ask_ended(shown, ended)
+        if choice is None:
+            return EXIT_USAGE
+        args.resume, args.fresh = choice == "resume", choice == "fresh"
+    if args.fresh:
+        try:
+            kept = keep_aside(run_dir)
+        except OSError as e:
+            say(f"rlsup: cannot keep the previous run aside: {e}", err=True)
+            return EXIT_FAILED
+        if kept is not None:
+            say(f"rlsup: the previous run is kept as {display_path(kept)}; starting a new run in {shown}")
+    return None
+
+
+def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
+    """Start the run's supervisor as a background daemon, wait until it serves, then say how to reach it
+    (-d) or open the TUI on it."""
+    from ..rundir import RunPaths, UnsafeRunDir
+    from . import daemon
 
     extra = ["--gpu", args.gpu] if args.gpu else []
     if args.resume:  # the daemon decides what a resumed run restarts: it must know it is one
         extra.append("--resume")
     hint = attach_hint(run_dir)
-    from ..rundir import UnsafeRunDir
-
     held = daemon.HeldInterrupt()
     try:
         proc = daemon.spawn(args.config, run_dir, extra)
@@ -172,24 +206,45 @@ def cmd_up(args: argparse.Namespace) -> int:
     if end is not None:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
-        say(f"rlsup: {problem}; the end of {shown}/{daemon.DAEMON_LOG}:", err=True)
-        for line in daemon.log_tail(run_dir):
-            say(f"  {line}", err=True)
-        return EXIT_FAILED
+        return _daemon_failed(run_dir, problem)
     if args.detach:
-        say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
-        took = daemon.adopted_by(RunPaths(run_dir), proc.pid)
-        if took:  # a run whose supervisor died: say that training was taken over, not restarted
-            say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
-        say(f"  run dir:  {shown}")
-        say(f"  attach:   {hint}")
-        say(f"  status:   rlsup status{run_dir_arg(run_dir)}")
-        say(f"  stop:     rlsup down{run_dir_arg(run_dir)}")
-        return EXIT_OK
+        return _say_detached(cfg, run_dir, proc.pid, hint)
+    return _attach_started(run_dir, args.plain, hint)
+
+
+def _daemon_failed(run_dir: Path, problem: str) -> int:
+    """The daemon did not come up: say why, with the end of its own log."""
+    from . import daemon
+
+    say(f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{daemon.DAEMON_LOG}:", err=True)
+    for line in daemon.log_tail(run_dir):
+        say(f"  {line}", err=True)
+    return EXIT_FAILED
+
+
+def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
+    """`up -d`: the daemon serves; say what it took over and how to attach, see and stop it."""
+    from ..rundir import RunPaths
+    from . import daemon
+
+    say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
+    took = daemon.adopted_by(RunPaths(run_dir), pid)
+    if took:  # a run whose supervisor died: say that training was taken over, not restarted
+        say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
+    say(f"  run dir:  {daemon.display_path(run_dir)}")
+    say(f"  attach:   {hint}")
+    say(f"  status:   rlsup status{run_dir_arg(run_dir)}")
+    say(f"  stop:     rlsup down{run_dir_arg(run_dir)}")
+    return EXIT_OK
+
+
+def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
+    """Open the TUI (or --plain text) on the daemon just started; an interrupt leaves the run going."""
+    from . import daemon
     from .attach import attach_local
 
     try:
-        return attach_local(run_dir, plain=args.plain)
+        return attach_local(run_dir, plain=plain)
     except KeyboardInterrupt:
         # Before the TUI drew anything (or while it started): the run is in the daemon's hands.
         say(f"\nrlsup: interrupted; the run goes on in the background ({daemon.owner_desc(run_dir)}).\n"
@@ -255,21 +310,37 @@ def _fast_checks(cfg: Any, path: str) -> bool:
 
 def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, daemon: bool = False,
                  resume: bool = False) -> int:
-    from ..events import human
+    if daemon:  # the daemon's own output goes to supervisor.log: never let a write error escape
+        _quiet_output_errors()
+    run = _prepared_run(cfg, gpu=gpu, resume=resume)
+    if isinstance(run, int):
+        return run
+    width = max(12, *(len(n) for n in cfg.components))
+    run.subscribers.append(_event_printer(run, width))
+    if show_logs:
+        run.line_listeners.append(_line_printer(run, width))
+    rc = asyncio.run(_supervise(run, daemon=daemon))
+    if getattr(run, "_handover", False):
+        say(f"rlsup: supervisor handed over; the components run on (logs and journal in {cfg.run_dir})")
+        return EXIT_OK
+    say(f"rlsup: {run.end_reason or 'run ended'}; logs and journal in {cfg.run_dir}")
+    return rc
+
+
+def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
+    """The run, its run dir taken and prepared (an exit code where it cannot be). A multi-node Slurm job
+    whose nodes do not all see the run dir gets a run that is refused, so that the journal says why."""
     from ..gpu import make_sampler
     from ..run import IncompatibleMonitors, Run
     from ..rundir import LockHeld, UnsafeRunDir
+    from ..slurm.gpus import for_run as per_node_gpus
+    from ..slurm.shared import check_job
 
-    if daemon:  # the daemon's own output goes to supervisor.log: never let a write error escape
-        _quiet_output_errors()
     try:
         sampler = make_sampler(gpu)
     except ValueError as e:
         say(f"rlsup: {e}", err=True)
         return EXIT_USAGE
-    from ..slurm.gpus import for_run as per_node_gpus
-    from ..slurm.shared import check_job
-
     sampler = per_node_gpus(cfg, sampler)  # a multi-node Slurm job: one sampler step per node
     run = Run(cfg, gpu_sampler=sampler)
     if resume:
@@ -291,14 +362,20 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
     if blind is not None:
         say(f"rlsup: {blind}", err=True)
         run.refused = blind
-    width = max(12, *(len(n) for n in cfg.components))
+    return run
+
+
+def _event_printer(run: Run, width: int) -> Callable[[dict[str, Any]], None]:
+    """--headless: one line per event; GPU samples left out, progress once per component every
+    ``PROGRESS_EVERY_S`` (enough to see learning happen) and only while it runs."""
+    from ..events import human
+
     last_progress: dict[str, float] = {}
 
     def printer(e: dict[str, Any]) -> None:
         if e["kind"] in ("gpu", "resources"):
             return
         if e["kind"] == "progress":
-            # One progress line per component every few seconds: enough to see learning happen.
             comp = e["component"]
             if (e.get("step") is None or e["ts"] - last_progress.get(comp, 0.0) < PROGRESS_EVERY_S
                     or run.state["components"].get(comp, {}).get("state") != "running"):
@@ -306,51 +383,63 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
             last_progress[comp] = e["ts"]
         say(human(e, width=width))
 
-    run.subscribers.append(printer)
-    if show_logs:
-        sent: dict[str, int] = {}
+    return printer
 
-        def print_lines(c: Any) -> None:
-            start, lines = c.ring.since(sent.get(c.name, c.ring.first_seq))
-            sent[c.name] = start + len(lines)
-            if lines:
-                say("".join(f"{c.name:<{width}} | {line}\n" for line in run.redact_lines(lines)), end="")
 
-        run.line_listeners.append(print_lines)
+def _line_printer(run: Run, width: int) -> Callable[[Any], None]:
+    """--headless --logs: every component's new output lines, masked and prefixed with its name."""
+    sent: dict[str, int] = {}
 
-    async def main() -> int:
-        loop = asyncio.get_running_loop()
-        hits = {"n": 0}
+    def print_lines(c: Any) -> None:
+        start, lines = c.ring.since(sent.get(c.name, c.ring.first_seq))
+        sent[c.name] = start + len(lines)
+        if lines:
+            say("".join(f"{c.name:<{width}} | {line}\n" for line in run.redact_lines(lines)), end="")
 
-        def on_signal(signum: int) -> None:
-            hits["n"] += 1
-            name = signal_mod.Signals(signum).name
-            if hits["n"] == 1:
-                say(f"rlsup: {name}: stopping every component (again to kill at once)")
-                # After rlsup's own `scontrol requeue` the SIGTERM is Slurm ending the batch step: say so.
-                requeued = next((c.launcher for c in run.components.values()
-                                 if getattr(c.launcher, "requeued", False)), None)
-                run.request_shutdown(f"job {requeued.job_id} requeued after a node failure ({name} from Slurm); "
-                                     "this run goes on when Slurm starts the job again" if requeued is not None
-                                     else f"{name} received")
-            else:
-                say(f"rlsup: {name} again: killing what is left")
-                for c in run.components.values():
-                    c.kill_now()
+    return print_lines
 
-        for s in (signal_mod.SIGINT, signal_mod.SIGTERM, signal_mod.SIGHUP):
-            if s == signal_mod.SIGHUP and daemon:
-                signal_mod.signal(s, signal_mod.SIG_IGN)  # no terminal to lose; survive stray hangups
-                continue
-            loop.add_signal_handler(s, on_signal, s)
-        return await run.run()
 
-    rc = asyncio.run(main())
-    if getattr(run, "_handover", False):
-        say(f"rlsup: supervisor handed over; the components run on (logs and journal in {cfg.run_dir})")
-        return EXIT_OK
-    say(f"rlsup: {run.end_reason or 'run ended'}; logs and journal in {cfg.run_dir}")
-    return rc
+async def _supervise(run: Run, *, daemon: bool) -> int:
+    """Run until the end, with SIGINT/SIGTERM (and SIGHUP at a terminal) asking for an orderly stop,
+    and a second one killing what is left."""
+    loop = asyncio.get_running_loop()
+    on_signal = _stop_on_signals(run)
+    for s in (signal_mod.SIGINT, signal_mod.SIGTERM, signal_mod.SIGHUP):
+        if s == signal_mod.SIGHUP and daemon:
+            signal_mod.signal(s, signal_mod.SIG_IGN)  # no terminal to lose; survive stray hangups
+            continue
+        loop.add_signal_handler(s, on_signal, s)
+    return await run.run()
+
+
+def _stop_on_signals(run: Run) -> Callable[[int], None]:
+    """The handler of the signals that end a headless run: the first stops every component in order,
+    the next kills what is left at once."""
+    hits = {"n": 0}
+
+    def on_signal(signum: int) -> None:
+        hits["n"] += 1
+        name = signal_mod.Signals(signum).name
+        if hits["n"] == 1:
+            say(f"rlsup: {name}: stopping every component (again to kill at once)")
+            run.request_shutdown(_shutdown_reason(run, name))
+        else:
+            say(f"rlsup: {name} again: killing what is left")
+            for c in run.components.values():
+                c.kill_now()
+
+    return on_signal
+
+
+def _shutdown_reason(run: Run, name: str) -> str:
+    """Why the run stops on signal ``name``. After rlsup's own `scontrol requeue` the SIGTERM is Slurm
+    ending the batch step: say so."""
+    requeued: Any = next((c.launcher for c in run.components.values()
+                          if getattr(c.launcher, "requeued", False)), None)
+    if requeued is not None:
+        return (f"job {requeued.job_id} requeued after a node failure ({name} from Slurm); "
+                "this run goes on when Slurm starts the job again")
+    return f"{name} received"
 
 
 def _quiet_output_errors() -> None:

@@ -125,22 +125,10 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
 
     journal = RunPaths(Path(run_dir)).events
 
-    def restarts_of_run(seq: int | None) -> Any:
-        """The job restart count of the run the session saw start last (None: unknown)."""
-        from ..journal import read_events
-
-        count = None
-        for e in read_events(journal):
-            if e.get("seq", 0) > (seq or 0):
-                break
-            if e.get("kind") == "run_started":
-                count = (e.get("slurm") or {}).get("restart_count")
-        return count
-
     async def goes_on(seq: int | None) -> str | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settle_s
-        before = await loop.run_in_executor(None, restarts_of_run, seq)
+        before = await loop.run_in_executor(None, _restarts_of_run, journal, seq)
         before = before if isinstance(before, int) else restarts
         while True:
             j = await loop.run_in_executor(None, _job, job_id)
@@ -148,8 +136,7 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
                 if await loop.run_in_executor(None, last_seq, journal) > (seq or 0):
                     return f"job {job_id} ran again and has ended since; reading the rest of its run from {run_dir}"
                 return None
-            now = j.get("restarts")
-            if (isinstance(now, int) and isinstance(before, int) and now > before) or j["state"].startswith("REQUEUE"):
+            if _requeued_since(j, before):
                 return (f"job {job_id} was requeued ({_state_line(j)}): the run goes on when Slurm starts it "
                         "again; waiting for its supervisor")
             if loop.time() > deadline:
@@ -157,6 +144,26 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
             await asyncio.sleep(1.0)
 
     return goes_on
+
+
+def _restarts_of_run(journal: Path, seq: int | None) -> Any:
+    """The job restart count of the run the session saw start last (None: unknown)."""
+    from ..journal import read_events
+
+    count = None
+    for e in read_events(journal):
+        if e.get("seq", 0) > (seq or 0):
+            break
+        if e.get("kind") == "run_started":
+            count = (e.get("slurm") or {}).get("restart_count")
+    return count
+
+
+def _requeued_since(j: dict[str, Any], before: Any) -> bool:
+    """Whether job ``j`` was requeued since its restart count was ``before``: the count went up, or
+    Slurm is requeueing it now."""
+    now = j.get("restarts")
+    return (isinstance(now, int) and isinstance(before, int) and now > before) or j["state"].startswith("REQUEUE")
 
 
 def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:

@@ -150,25 +150,38 @@ def format_why(x: dict[str, Any]) -> str:
     s = x["started"]
     out = [f"{x['component']} attempt {x['attempt']}: started {_when(s)} (pid {s.get('pid')})",
            f"  why:      {_cause_text(x['cause'])}"]
-    for e in x["chain"]:
+    out += _chain_lines(x["chain"])
+    out += [f"  taken over by a new supervisor: {_line(a)}" for a in x["adopted"]]
+    out += _end_lines(x) if x["exited"] is not None else _not_ended_lines(x["stopping"])
+    return "\n".join(out)
+
+
+def _chain_lines(chain: list[dict[str, Any]]) -> list[str]:
+    """The events that led to the start, each with its own cause (an exit's cause is the exit itself)."""
+    out = []
+    for e in chain:
         out.append(f"    <- {_line(e)}")
         c = cause_of(e)
         if c and e.get("kind") != "exited":
             out.append(f"       because {_cause_text(c)}")
-    for a in x["adopted"]:
-        out.append(f"  taken over by a new supervisor: {_line(a)}")
-    if x["exited"] is None:
-        if x["stopping"] is not None:
-            out.append(f"  stopping: {_line(x['stopping'])}")
-            out.append(f"            because {_cause_text(cause_of(x['stopping']))}")
-        else:
-            out.append("  ended:    not yet (running, or its end is not in the journal)")
-        return "\n".join(out)
+    return out
+
+
+def _not_ended_lines(stopping: dict[str, Any] | None) -> list[str]:
+    """An attempt whose end is not in the journal: being stopped (and why), or still running."""
+    if stopping is None:
+        return ["  ended:    not yet (running, or its end is not in the journal)"]
+    return [f"  stopping: {_line(stopping)}",
+            f"            because {_cause_text(cause_of(stopping))}"]
+
+
+def _end_lines(x: dict[str, Any]) -> list[str]:
+    """An attempt that ended: who stopped it (if anyone), its exit, what rlsup did then, the next attempt."""
+    out = []
     if x["stopping"] is not None:
         out.append(f"  stopped:  {_line(x['stopping'])}")
         out.append(f"            because {_cause_text(cause_of(x['stopping']))}")
-        for e in x["stop_chain"]:
-            out.append(f"    <- {_line(e)}")
+        out += [f"    <- {_line(e)}" for e in x["stop_chain"]]
     out.append(f"  ended:    {_line(x['exited'])}")
     t = x["then"]
     if t is not None:
@@ -179,7 +192,7 @@ def format_why(x: dict[str, Any]) -> str:
     if x["next_attempt"] is not None:
         out.append(f"  next:     attempt {x['next_attempt']} (`rlsup why {x['component']} --attempt "
                    f"{x['next_attempt']}`)")
-    return "\n".join(out)
+    return out
 
 
 def cmd_why(args: argparse.Namespace) -> int:

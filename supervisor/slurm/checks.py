@@ -3,48 +3,78 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 Path_ = tuple[str | int, ...]
+#: (key path, message, whether the position is the key's)
+Found = tuple[Path_, str, bool]
 
 
-def config_problems(cfg: Any) -> Iterator[tuple[Path_, str, bool]]:
+def config_problems(cfg: Any) -> Iterator[Found]:
     """(key path, message, whether the position is the key's) for each problem."""
-    names = list(cfg.components)
-    slurm = cfg.slurm
+    checks = _WITHOUT_SLURM if cfg.slurm is None else _WITH_SLURM
     for n, c in cfg.components.items():
-        base: Path_ = ("components", n)
-        if slurm is None:
-            if c.gpu_count is not None:
-                yield (base + ("gpus",), "a GPU count needs a `slurm:` block (Slurm binds the GPUs); on one "
-                                         "machine list the GPU indices, e.g. `gpus: [0, 1]`", False)
-            for key in ("nodes", "colocate"):
-                if getattr(c, key) is not None:
-                    yield (base + (key,), f"`{key}` places a component on nodes of a Slurm allocation: it needs "
-                                          "a `slurm:` block (nodes, gpus_per_node, ...)", True)
-            continue
-        if c.gpus is not None:
-            yield (base + ("gpus",), "with a `slurm:` block, `gpus` is a count per node and Slurm picks the "
-                                     f"GPUs: write `gpus: {len(c.gpus)}`", False)
-        if c.gpu_count is not None:
-            if c.gpu_count < 0:
-                yield (base + ("gpus",), "a GPU count is 0 or more", False)
-            elif c.gpu_count > slurm.gpus_per_node:
-                yield (base + ("gpus",), f"{c.gpu_count} GPUs per node, but the allocation has "
-                                         f"slurm.gpus_per_node: {slurm.gpus_per_node}", False)
-        if c.nodes is not None and c.nodes > slurm.nodes:
-            yield (base + ("nodes",), f"{c.nodes} nodes, but the allocation has slurm.nodes: {slurm.nodes}", False)
-        if c.colocate is not None:
-            if c.nodes is not None:
-                yield (base + ("colocate",), "`colocate` and `nodes` together: a colocated component runs on "
-                                             "the first node of the other one; drop one of them", True)
-            elif c.colocate == n:
-                yield (base + ("colocate",), "a component cannot colocate with itself", False)
-            elif c.colocate not in cfg.components:
-                close = difflib.get_close_matches(c.colocate, names, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; components are: {', '.join(names)}"
-                yield (base + ("colocate",), f"unknown component {c.colocate!r}{hint}", False)
-            elif cfg.components[c.colocate].nodes is None:
-                yield (base + ("colocate",), f"{c.colocate!r} has no `nodes:` of its own to colocate with "
-                                             f"(give it `nodes: 1`)", False)
+        for check in checks:
+            yield from check(cfg, n, c)
+
+
+def _no_gpu_count_alone(cfg: Any, n: str, c: Any) -> Iterator[Found]:
+    if c.gpu_count is not None:
+        yield (("components", n, "gpus"), "a GPU count needs a `slurm:` block (Slurm binds the GPUs); on one "
+                                          "machine list the GPU indices, e.g. `gpus: [0, 1]`", False)
+
+
+def _no_placement_alone(cfg: Any, n: str, c: Any) -> Iterator[Found]:
+    for key in ("nodes", "colocate"):
+        if getattr(c, key) is not None:
+            yield (("components", n, key), f"`{key}` places a component on nodes of a Slurm allocation: it needs "
+                                           "a `slurm:` block (nodes, gpus_per_node, ...)", True)
+
+
+def _gpus_are_a_count(cfg: Any, n: str, c: Any) -> Iterator[Found]:
+    if c.gpus is not None:
+        yield (("components", n, "gpus"), "with a `slurm:` block, `gpus` is a count per node and Slurm picks the "
+                                          f"GPUs: write `gpus: {len(c.gpus)}`", False)
+
+
+def _gpu_count_fits(cfg: Any, n: str, c: Any) -> Iterator[Found]:
+    if c.gpu_count is None:
+        return
+    if c.gpu_count < 0:
+        yield (("components", n, "gpus"), "a GPU count is 0 or more", False)
+    elif c.gpu_count > cfg.slurm.gpus_per_node:
+        yield (("components", n, "gpus"), f"{c.gpu_count} GPUs per node, but the allocation has "
+                                          f"slurm.gpus_per_node: {cfg.slurm.gpus_per_node}", False)
+
+
+def _nodes_fit(cfg: Any, n: str, c: Any) -> Iterator[Found]:
+    if c.nodes is not None and c.nodes > cfg.slurm.nodes:
+        yield (("components", n, "nodes"), f"{c.nodes} nodes, but the allocation has slurm.nodes: {cfg.slurm.nodes}",
+               False)
+
+
+def _colocate_names_a_placed_component(cfg: Any, n: str, c: Any) -> Iterator[Found]:
+    if c.colocate is None:
+        return
+    path: Path_ = ("components", n, "colocate")
+    names = list(cfg.components)
+    if c.nodes is not None:
+        yield (path, "`colocate` and `nodes` together: a colocated component runs on "
+                     "the first node of the other one; drop one of them", True)
+    elif c.colocate == n:
+        yield (path, "a component cannot colocate with itself", False)
+    elif c.colocate not in cfg.components:
+        close = difflib.get_close_matches(c.colocate, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; components are: {', '.join(names)}"
+        yield (path, f"unknown component {c.colocate!r}{hint}", False)
+    elif cfg.components[c.colocate].nodes is None:
+        yield (path, f"{c.colocate!r} has no `nodes:` of its own to colocate with "
+                     f"(give it `nodes: 1`)", False)
+
+
+_Check = Callable[[Any, str, Any], Iterator[Found]]
+#: The checks of one component, in the order their problems are reported, for a config without and
+#: with a `slurm:` block.
+_WITHOUT_SLURM: tuple[_Check, ...] = (_no_gpu_count_alone, _no_placement_alone)
+_WITH_SLURM: tuple[_Check, ...] = (_gpus_are_a_count, _gpu_count_fits, _nodes_fit, _colocate_names_a_placed_component)
