@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import adoption, carryover, lastnet, runstep, shutdown
+from . import adoption, carryover, lastnet, runstep, runview, shutdown
 from . import events as ev
 from . import lifecycle as lc
 from . import state as state_mod
@@ -37,7 +37,7 @@ from .clock import Clock, SystemClock
 from .component import Component
 from .config import Config
 from .daemonlog import say
-from .detectors import Consumer, Outcome, Seen, dependency_state, next_tick, partner_up, stall_due
+from .detectors import Outcome, Seen, next_tick, partner_up
 from .filewatch import FileWatch, read_all
 from .gpuwatch import GpuWatch, gpu_event, owners
 from .journal import Journal, keep_spare_records
@@ -45,6 +45,7 @@ from .logs import RingBudget
 from .monitorwatch import MonitorWatch
 from .process import Attempt, Cgroups, Monitors, set_child_subreaper
 from .rundir import RunLock, RunPaths
+from .runview import POSITIONS_WRITE_S
 from .slurm.launcher import slurm_job_info
 from .statewriter import StateWriter
 from .ticker import Ticker
@@ -54,7 +55,6 @@ TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
 IO_THREADS = 2  # the loop's pool for blocking work
 IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
-POSITIONS_WRITE_S = 5.0
 PROGRESS_FLUSH_S = 0.25
 GPU_RELEASE_TIMEOUT_S = 30.0
 RESOURCES_SAMPLE_S = 5.0
@@ -398,15 +398,10 @@ class Run:
                             ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since)
 
     def _seen(self) -> dict[str, Seen]:
-        return {n: self._seen_one(n, c) for n, c in self.components.items()}
+        return runview.seen_all(self.components, self.state["components"], self._final_at)
 
     def _seen_one(self, n: str, c: Component) -> Seen:
-        st = self.state["components"].get(n, {})
-        return Seen(n, c.state, c.attempt, reason=st.get("reason"), cause=c.life.cause,
-                    ended_at=self._final_at.get(n), started_at=c.life.started_at,
-                    ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at,
-                    gave_up_by=c.life.gave_up.by if c.life.gave_up is not None else None,
-                    step=c.progress.step)
+        return runview.seen_one(c, self.state["components"].get(n, {}), self._final_at.get(n))
 
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
@@ -519,23 +514,10 @@ class Run:
         busy = bool(self.journal is not None and self.journal.pending) or bool(self._dep_flagged) or bool(
             self._dep_watch.down_since())
         due: list[float | None] = []
-        sampled = False
-        for n, c in self.components.items():
-            if busy:
-                break
-            if c.state not in ("running", "stopped", "fatal", "completed") or "stall" in c.life.episode:
-                busy = True  # starting, in backoff, stopping, pending, stalled: watched every second
-            elif c.state == "running" and any(dependency_state(self._seen_one(d, self.components[d]), now) != "running"
-                                              for d in c.cfg.depends_on):
-                busy = True  # dependency_down looks at its consumers every second
-            elif c.state == "running" and c.cfg.progress and c.cfg.progress.stall_after:
-                due.append(stall_due(self._seen_one(n, c), c.cfg.progress.stall_after,
-                                               awake_since=self._awake_since))
-            if c.moved:
-                due.append(self._positions_written + POSITIONS_WRITE_S)
-            sampled = sampled or c.current is not None
-        if sampled:
-            due.append(self._last_resources + self.resources_sample_s)
+        if not busy:
+            busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._awake_since,
+                                         positions_written=self._positions_written,
+                                         resources_due=self._last_resources + self.resources_sample_s)
         return next_tick(self._last_tick, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
 
     def _tick(self, planned: float) -> None:
@@ -583,31 +565,17 @@ class Run:
         self._carry_out(effects, now)
 
     def _stall_view(self, caught_up: bool) -> runstep.View:
-        watched = {n: c for n, c in self.components.items()
-                   if c.state == "running" and c.cfg.progress and c.cfg.progress.stall_after}
+        watched = runview.stall_watched(self.components)
         if not watched:
             return runstep.View({})
         return runstep.View(self._seen(), awake_since=self._awake_since, wall_time=time.time(), caught_up=caught_up,
-                            stall={n: self._stall_watch(c) for n, c in watched.items()})
-
-    def _stall_watch(self, c: Component) -> runstep.StallWatch:
-        assert c.cfg.progress is not None and c.cfg.progress.stall_after
-        owners = [c] + [self.components[d] for d in c.cfg.depends_on]
-        return runstep.StallWatch(
-            c.cfg.progress.stall_after, "stall" in c.life.episode,
-            deps={d: self.components[d].state for d in c.cfg.depends_on},
-            watches=[(path, o.name, w) for o in owners for path, w in o.watch_info.items()],
-            last_line=partial(_last_line, c))
+                            stall={n: runview.stall_watch(c, self.components) for n, c in watched.items()})
 
     def _check_dependencies(self, now: float) -> None:
         """dependency_down: consumers failing to reach a dependency that is down. The run's step says
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
         past the budget."""
-        consumers = [Consumer(n, c.state, tuple(c.cfg.depends_on),
-                              ((self.state["components"][n].get("last_exit") or {}).get("diagnosis")
-                               or {}).get("category", ""), partial(c.attempt_tail, 200))
-                     for n, c in self.components.items()
-                     if c.cfg.depends_on and c.state in ("starting", "running", "backoff", "pending")]
+        consumers = runview.consumers(self.components, self.state["components"])
         down_since = self._dep_watch.down_since()
         if not consumers and not down_since and not self._dep_flagged:
             return
@@ -674,12 +642,6 @@ class Run:
         if name not in pages:
             pages[name] = LogPages(self.paths.log(name), c.logs_cfg.line_cap)
         return pages[name], c.position()
-
-
-def _last_line(c: Component) -> str | None:
-    """The attempt's last line (never an earlier attempt's), for a stall's evidence."""
-    last = c.attempt_tail(1)
-    return last[0] if last else None
 
 
 def raise_fd_limit() -> int:
