@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..process import signal_name
 from .hints import hint_for
 from .model import Diagnosis, HostEvidence
 from .normalize import Line, normalize
@@ -22,6 +23,7 @@ from .signatures import (
     HANDLED_FUNCS,
     HYDRA_FAILED,
     LAUNCHER_EXIT,
+    NAMED_TRAINING_BAR_DESC,
     ORDERLY_SHUTDOWN,
     PRIMARY,
     RAY_TASK_HEADER,
@@ -49,7 +51,6 @@ from .tracebacks import (
     find_elastic_failures,
     find_fatal_stacks,
     is_user_frame,
-    signal_name,
 )
 from .tracebacks import (
     TRACEBACK_START as TRACEBACK_HEADER,
@@ -677,7 +678,8 @@ def find_step(norm: list[Line]) -> int | None:
     An explicit step field is what the trainer says it completed; a progress bar drawn after it
     counts something else or runs ahead (verl draws the next step's bar), so it never overrides
     one. Bars of other loops (shard loading, connecting, data preparation) are no steps, and a bar
-    at its total is a finished loop, not the step a run is at."""
+    with no description at its total is a finished loop (evaluation, most often), not the step a run
+    is at; a bar that names training ("Training: 100%| 5/5") at its total completed its last step."""
     bar: int | None = None
     # a frame's source line ("    assert ok, f'loss is NaN at step 8'") is code, not a report
     source = {norm[k + 1].index for k in range(len(norm) - 1)
@@ -701,7 +703,8 @@ def find_step(norm: list[Line]) -> int | None:
         if bar is None and "%|" in t:
             for m in reversed(list(TQDM_BAR.finditer(t))):
                 n, total = m.group("n"), m.group("total")
-                if TRAINING_BAR_DESC.match(m.group("desc").strip()) and n != total:
+                desc = m.group("desc").strip()
+                if TRAINING_BAR_DESC.match(desc) and (n != total or NAMED_TRAINING_BAR_DESC.match(desc)):
                     bar = int(n)
                     break
     return bar

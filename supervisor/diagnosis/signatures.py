@@ -367,13 +367,16 @@ STEP_PATTERNS = (
     re.compile(r"\bcheckpoint-(\d+)\b"),
 )
 # A tqdm bar: "  3%|▎         | 10/375 [00:20<12:00,  1.97s/it]". Transformers' Trainer draws its
-# training bar without a description; verl names its bar "Training Progress", RLinf "Global Step".
-# Bars with any other description (Map, Loading checkpoint shards, Processed prompts, Capturing CUDA
-# graphs) count data, not training steps.
+# training bar without a description; verl names its bar "Training Progress", RLinf "Global Step",
+# a hand-written loop often "Training" or "Train". Bars with any other description (Map, Loading
+# checkpoint shards, Processed prompts, Capturing CUDA graphs) count data, not training steps.
 TQDM_BAR = re.compile(
     r"(?:^|(?<=\s))(?P<desc>[^|%]*?)\s*\d{1,3}%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[[^\]]*?(?:it/s|s/it|\?it/s)"
 )
-TRAINING_BAR_DESC = re.compile(r"^(?:|Training Progress:?|Global Step:?)$")
+TRAINING_BAR_DESC = re.compile(r"^(?:|Training Progress:?|Global Step:?|Train(?:ing)?:?)$")
+# A training bar at its total is the last step completed, where the bar names training; a bar with no
+# description at its total is more often a finished evaluation or data loop than training.
+NAMED_TRAINING_BAR_DESC = re.compile(r"^(?:Training Progress|Global Step|Train(?:ing)?):?$")
 
 
 _ANY_KEY = re.compile("|".join(re.escape(k) for k in sorted({k for s in SIGNATURES for k in s.keys})))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..process import signal_name
 from .normalize import Line
 
 TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):\s*$")
@@ -449,13 +450,3 @@ def find_elastic_failures(lines: list[Line]) -> list[ElasticFailure]:
         out.append(ElasticFailure(rank, local, code, pid, sig, tb, ln.index, shown))
     return out
 
-
-_SIGNAL_NAMES = {
-    1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
-    9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 14: "SIGALRM",
-    15: "SIGTERM",
-}
-
-
-def signal_name(num: int) -> str:
-    return _SIGNAL_NAMES.get(num, f"SIG{num}")

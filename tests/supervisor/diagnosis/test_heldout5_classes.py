@@ -220,3 +220,28 @@ def test_multiprocessing_pool_worker_error_is_located_where_the_worker_raised_it
     d = diagnose_file(FIXTURES / "h7_local_torch_pool_worker_error.log")
     assert d.exception_type == "ValueError"
     assert d.location and d.location.endswith("produce/h7_torch.py:45")  # in score(), not the pool.map() line
+
+
+def test_a_training_bar_at_its_total_is_the_last_step_completed() -> None:
+    """heldout7's last miss: a hand-written loop's bar described 'Training' reached 5/5 and the run
+    finished; the last completed step is 5 (it gave none: any bar at its total was skipped)."""
+    d = diagnose_file(FIXTURES / "h7_local_torch_benign_tqdm.log")
+    assert (d.category, d.step) == ("none", 5), d.summary
+    bar = "Training: {p}%|##########| {n}/{t} [00:05<00:00,  1.00it/s]"
+    assert diagnose([bar.format(p=100, n=5, t=5)]).step == 5
+    assert diagnose([bar.format(p=60, n=3, t=5).replace("Training", "Train")]).step == 3
+    # a bar with no description at its total is a finished loop (an evaluation), not the step
+    assert diagnose(["100%|##########| 40/40 [00:05<00:00,  1.00it/s]"]).step is None
+    # other loops' bars are still no steps
+    assert diagnose(["Loading checkpoint shards: 100%|##########| 4/4 [00:05<00:00,  1.00it/s]"]).step is None
+
+
+def test_signals_past_15_are_named_from_the_system_table() -> None:
+    """tracebacks' own table stopped at SIGTERM ('SIG24'); process.signal_name names every signal."""
+    from rlsup.supervisor.diagnosis.normalize import normalize
+    from rlsup.supervisor.diagnosis.tracebacks import find_elastic_failures
+
+    lines = ["E1126 10:00:00.000000 4200 torch/distributed/elastic/multiprocessing/api.py:882] failed "
+             "(exitcode: -24) local_rank: 1 (pid: 4242) of binary: /usr/bin/python3"]
+    fails = find_elastic_failures(normalize(lines))
+    assert fails and fails[0].signal == "SIGXCPU"
