@@ -220,9 +220,10 @@ class Run:
             self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
                                      redactor=self.redactor)
         if self.serve and not self.refused:
+            from .served import Served
             from .server import ControlServer
 
-            self.server = ControlServer(self, self.paths.sock)
+            self.server = ControlServer(Served(self), self.paths.sock)
             await self.server.start()
 
     def _begin_watching(self) -> None:
@@ -612,36 +613,13 @@ class Run:
 
         return run_command(self, cmd, name, by=by, client=client, **args)
 
-    def hello(self) -> dict[str, Any]:
-        run = self.state.get("run", {})
-        return {"pid": os.getpid(), "host": run.get("host") or socket.gethostname(), "name": self.cfg.name,
-                "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION, "ended": False,
-                # The run decided to end (it may still be stopping): `up` tells the user instead of
-                # claiming a run it "supervises in the background" that ended as it started.
-                "ending": self._ended is not None and self._ended.is_set() and not getattr(self, "_handover", False)}
-
     def redact_lines(self, lines: list[str]) -> list[str]:
         return self.redactor.redact_lines(lines)
 
     @property
-    def journal_seq(self) -> int:
-        return self.journal.last_seq if self.journal else 0
-
-    def rings(self) -> dict[str, Any]:
-        return {n: c.ring for n, c in self.components.items()}
-
-    def log_pages(self, name: str) -> tuple[Any, Any] | None:
-        """A component's log on disk and the position its ring has read to (the control server's
-        ``log_read``: clients page older lines than the ring holds)."""
-        from .logpages import LogPages
-
-        c = self.components.get(name)
-        if c is None:
-            return None
-        pages = self.__dict__.setdefault("_log_pages", {})
-        if name not in pages:
-            pages[name] = LogPages(self.paths.log(name), c.logs_cfg.line_cap)
-        return pages[name], c.position()
+    def ending(self) -> bool:
+        """The run decided to end (it may still be stopping); not so for a hand-over."""
+        return self._ended is not None and self._ended.is_set() and not getattr(self, "_handover", False)
 
 
 def raise_fd_limit() -> int:
