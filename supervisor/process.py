@@ -56,17 +56,8 @@ def set_child_subreaper() -> bool:
         return False
 
 
-def signal_name(signum: int) -> str:
-    try:
-        return signal_mod.Signals(signum).name
-    except ValueError:
-        return f"SIG{signum}"
-
-
-def decode_status(status: int) -> tuple[int | None, str | None]:
-    """waitpid status -> (exit code, signal name); exactly one is not None."""
-    f = shim.exit_fields(status)
-    return f["exit_code"], f["signal"]
+# The monitor's own (it is stdlib only and cannot import rlsup), also the supervisor's: one, not two.
+signal_name = shim.signal_name
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
