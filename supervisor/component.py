@@ -149,16 +149,9 @@ class Component:
             self.ctx.changed(self)
 
     def _perform(self, e: lc.Effect, seqs: dict[str, int]) -> None:
+        """Carry out one effect of a lifecycle step."""
         if isinstance(e, lc.Emit):
-            event = e.event
-            field = "why" if isinstance(event, ev.GaveUp) else "cause"
-            cause = getattr(event, field, None)
-            if isinstance(cause, dict) and "of" in cause:
-                filled: dict[str, Any] = {field: lc.fill_event(cause, seqs)}  # `why` or `cause`, by the event's class
-                event = replace(event, **filled)
-            out = self.ctx.emit(event)
-            if isinstance(out, dict) and isinstance(out.get("seq"), int):
-                seqs[event.kind] = out["seq"]
+            self._emit(e.event, seqs)
         elif isinstance(e, lc.Spawn):
             self._task(self._spawn(e))
         elif isinstance(e, lc.Terminate):
@@ -166,18 +159,36 @@ class Component:
         elif isinstance(e, lc.Probe):
             self._probes.append(self._task(self._readiness() if e.kind == "ready" else self._liveness()))
         elif isinstance(e, lc.StopProbes):
-            for t in self._probes:
-                t.cancel()
-            self._probes.clear()
+            self._stop_probes()
         elif isinstance(e, lc.SetTimer):
             inp: lc.Input = lc.BackoffElapsed(e.timer) if e.kind == "backoff" else lc.Healthy(e.timer)
             self._later(e.delay, self.handle, inp)
         elif isinstance(e, lc.Cleanup):
-            if self.current is not None:
-                att, self.current = self.current, None
-                t = asyncio.ensure_future(self._cleanup(att))
-                self._cleanups.add(t)
-                t.add_done_callback(self._cleanups.discard)
+            self._clean_up_current()
+
+    def _emit(self, event: ev.Event, seqs: dict[str, int]) -> None:
+        """Emit ``event`` with its cause pointing at the seq of the event it names (``of``), and note its own seq."""
+        field = "why" if isinstance(event, ev.GaveUp) else "cause"
+        cause = getattr(event, field, None)
+        if isinstance(cause, dict) and "of" in cause:
+            filled: dict[str, Any] = {field: lc.fill_event(cause, seqs)}  # `why` or `cause`, by the event's class
+            event = replace(event, **filled)
+        out = self.ctx.emit(event)
+        if isinstance(out, dict) and isinstance(out.get("seq"), int):
+            seqs[event.kind] = out["seq"]
+
+    def _stop_probes(self) -> None:
+        for t in self._probes:
+            t.cancel()
+        self._probes.clear()
+
+    def _clean_up_current(self) -> None:
+        """The current attempt has exited: clean up after it in the background (it is no longer current)."""
+        if self.current is not None:
+            att, self.current = self.current, None
+            t = asyncio.ensure_future(self._cleanup(att))
+            self._cleanups.add(t)
+            t.add_done_callback(self._cleanups.discard)
 
     def _later(self, delay: float, fn: Any, *args: Any) -> None:
         """A timer this component cancels when it closes (fired ones are forgotten: a week of restarts
@@ -415,17 +426,7 @@ class Component:
             return
         rec = att.read_record()
         if rec is not None:
-            err = rec.get("log_error")
-            if err and err != self.log_error:
-                self.log_error = err
-                self.ctx.emit(ev.FlagRaised(
-                    self.name, type="disk_full", message=f"cannot write {self.ctx.paths.log(self.name)}: {err}",
-                    evidence=[err], action="still supervising; the monitor drains the output and counts what it "
-                                           "drops (a marker line says how much once the disk has room)"))
-            elif not err and self.log_error and rec.get("log_ok", True):  # a write really succeeded
-                self.log_error = None
-                self.ctx.emit(ev.FlagCleared(self.name, type="disk_full",
-                                             message=f"log writable again; {rec.get('lost_bytes', 0)} bytes were lost"))
+            self._log_trouble(rec)
         if rec is not None and rec.get("status") == "exited":
             att.exit = rec
         elif gone:
@@ -439,29 +440,48 @@ class Component:
             pass
         self.read_output(final=True)
         ex = att.exit
-        life = self.life
-        asked = life.forced is None and (life.want == "stop" or life.then_start)
-        if asked and not ex.get("monitor_died"):  # an exit we asked for is not a failure to diagnose
-            how = describe_exit(ex.get("exit_code"), ex.get("signal"))
-            by = life.stop_by or life.restart_by or "user"
-            diag: dict[str, Any] = {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None, "location": None,
-                    "step": self.progress.step, "evidence": []}
-        elif ex.get("monitor_died"):
-            diag = {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
-                    "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
-                    "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]}
+        if ex.get("monitor_died"):
+            self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
+                              "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
+                              "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]})
+        elif self.life.forced is None and (self.life.want == "stop" or self.life.then_start):
+            self._exited(ex, self._asked_for(ex))  # an exit we asked for is not a failure to diagnose
         else:
-            diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
-            if self.launcher is not None:
-                diag = self.launcher.refine(diag, self.attempt_tail(400))
-                if self.launcher.needs_job_nodes(diag):
-                    # squeue, off the event loop (it may take seconds): the exit is judged when it answers
-                    self._task(self._exited_after_job_nodes(att, ex, diag))
-                    return
-                ex, diag = self.launcher.ended(self, att, ex, diag)
-            self._judge_failure(att, ex, diag)
-            return
-        self._exited(ex, diag)
+            self._diagnose_failure(att, ex)
+
+    def _log_trouble(self, rec: dict[str, Any]) -> None:
+        """The monitor's record says whether it can write the log: raise ``disk_full``, or clear it once a
+        write really succeeded."""
+        err = rec.get("log_error")
+        if err and err != self.log_error:
+            self.log_error = err
+            self.ctx.emit(ev.FlagRaised(
+                self.name, type="disk_full", message=f"cannot write {self.ctx.paths.log(self.name)}: {err}",
+                evidence=[err], action="still supervising; the monitor drains the output and counts what it "
+                                       "drops (a marker line says how much once the disk has room)"))
+        elif not err and self.log_error and rec.get("log_ok", True):  # a write really succeeded
+            self.log_error = None
+            self.ctx.emit(ev.FlagCleared(self.name, type="disk_full",
+                                         message=f"log writable again; {rec.get('lost_bytes', 0)} bytes were lost"))
+
+    def _asked_for(self, ex: dict[str, Any]) -> dict[str, Any]:
+        """The diagnosis of an exit that a stop or restart asked for: who, and how it ended."""
+        how = describe_exit(ex.get("exit_code"), ex.get("signal"))
+        by = self.life.stop_by or self.life.restart_by or "user"
+        return {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None, "location": None,
+                "step": self.progress.step, "evidence": []}
+
+    def _diagnose_failure(self, att: Attempt, ex: dict[str, Any]) -> None:
+        """An exit nobody asked for: diagnosed from the attempt's own output, refined by its launcher."""
+        diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
+        if self.launcher is not None:
+            diag = self.launcher.refine(diag, self.attempt_tail(400))
+            if self.launcher.needs_job_nodes(diag):
+                # squeue, off the event loop (it may take seconds): the exit is judged when it answers
+                self._task(self._exited_after_job_nodes(att, ex, diag))
+                return
+            ex, diag = self.launcher.ended(self, att, ex, diag)
+        self._judge_failure(att, ex, diag)
 
     def _judge_failure(self, att: Attempt, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         """The exit of an attempt nobody asked to stop, once diagnosed (and refined by the launcher)."""
@@ -490,34 +510,18 @@ class Component:
     async def _cleanup(self, att: Attempt) -> None:
         """End what the attempt left behind (stop signal, SIGKILL after stop.timeout), then let its
         monitor finish and wait until it is gone."""
-        loop = asyncio.get_running_loop()
-        clock = self.ctx.clock
         left = att.members()
         if att.monitor_gone:  # its orphans re-parented to us: the markers still name them
-            left += [p.pid for p in await loop.run_in_executor(None, find_marked, str(self.ctx.paths.root), self.name)]
+            found = await asyncio.get_running_loop().run_in_executor(
+                None, find_marked, str(self.ctx.paths.root), self.name)
+            left += [p.pid for p in found]
         att.members()  # note the start time of whatever is still there
         self.prev_pids = {att.pid: None, **att.members_seen}  # the root always (it may have died at once)
         if left:
-            # Identities now, before the wait of up to stop.timeout: by its end a pid may be another process.
-            born = {p: start_time(p) for p in left}
-            sig = getattr(signal_mod, self.cfg.stop.signal)
-            if sig not in att.signalled:  # not stopped by us (it crashed): what is left gets the stop signal
-                att.signal(sig)
-            sent = att.signalled.setdefault(sig, set())
-            for p in left:  # each process once: a second SIGTERM or SIGINT means "force" to many programs
-                if p not in sent:
-                    with contextlib.suppress(OSError):
-                        os.kill(p, sig)
-                    sent.add(p)
-            deadline = clock.monotonic() + self.cfg.stop.timeout
-            while clock.monotonic() < deadline and any(_alive(p) for p in left + att.members()):
-                await asyncio.sleep(0.05)
-            att.signal(signal_mod.SIGKILL)
-            for p in left:
-                kill_if_same(p, born[p], signal_mod.SIGKILL)
+            await self._end_leftovers(att, left)
         att.finish()
-        deadline = clock.monotonic() + MONITOR_GONE_S
-        while att.monitor_alive() and clock.monotonic() < deadline:
+        deadline = self.ctx.clock.monotonic() + MONITOR_GONE_S
+        while att.monitor_alive() and self.ctx.clock.monotonic() < deadline:
             await asyncio.sleep(0.02)
         # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
         # the end of the run names it instead of claiming that nothing is left.
@@ -530,6 +534,27 @@ class Component:
         att.remove_cgroup()
         self.ctx.unwatch_monitor(att)
         att.close()
+
+    async def _end_leftovers(self, att: Attempt, left: list[int]) -> None:
+        """The stop signal to what the attempt left running (each process once), SIGKILL after stop.timeout."""
+        # Identities now, before the wait of up to stop.timeout: by its end a pid may be another process.
+        born = {p: start_time(p) for p in left}
+        sig = getattr(signal_mod, self.cfg.stop.signal)
+        if sig not in att.signalled:  # not stopped by us (it crashed): what is left gets the stop signal
+            att.signal(sig)
+        sent = att.signalled.setdefault(sig, set())
+        for p in left:  # each process once: a second SIGTERM or SIGINT means "force" to many programs
+            if p not in sent:
+                with contextlib.suppress(OSError):
+                    os.kill(p, sig)
+                sent.add(p)
+        clock = self.ctx.clock
+        deadline = clock.monotonic() + self.cfg.stop.timeout
+        while clock.monotonic() < deadline and any(_alive(p) for p in left + att.members()):
+            await asyncio.sleep(0.05)
+        att.signal(signal_mod.SIGKILL)
+        for p in left:
+            kill_if_same(p, born[p], signal_mod.SIGKILL)
 
     async def await_cleanups(self) -> None:
         while self._cleanups:

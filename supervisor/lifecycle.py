@@ -58,8 +58,9 @@ re-armed after ``reset_after`` seconds of health or a user (re)start.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from . import events as ev
 from .config import Component as ComponentCfg
@@ -366,239 +367,228 @@ Effect = Emit | Spawn | Terminate | Probe | StopProbes | SetTimer | Cleanup
 # ---------------------------------------------------------------------- the transition function
 
 
-def step(life: Life, inp: Input, now: float, rules: Rules) -> tuple[Life, list[Effect]]:
-    """The next state of ``life`` after ``inp`` at monotonic time ``now``, and what to do about it."""
-    fx: list[Effect] = []
-    name = life.name
-    s = life.state
-
-    def emit(event: ev.Event) -> None:
-        fx.append(Emit(event))
-
-    if isinstance(inp, Shutdown):
-        inp = Stop("shutdown", inp.cause or Cause("shutdown", "the run is shutting down"))
-
-    if isinstance(inp, DepsMet):
-        if s == "pending" and life.want == "run" and not life.spawning:
-            attempt = life.attempt + 1
-            fx.append(Spawn(attempt, life.resume_step))
-            why = life.start_cause or inp.cause or Cause("run", "started with the run (its dependencies are met)")
-            return replace(life, state="starting", attempt=attempt, spawning=True, resume_step=None, waiting=(),
-                           forced=None, started_at=None, ready_at=None, start_cause=why), fx
-        return life, fx
-
-    if isinstance(inp, DepsWaiting):
-        if s == "pending" and life.want == "run" and inp.waiting != life.waiting:
-            emit(ev.ComponentWaiting(name, waiting_for=list(inp.waiting)))
-            return replace(life, waiting=inp.waiting), fx
-        return life, fx
-
-    if isinstance(inp, DepsBlocked):
-        if s == "pending" and life.want == "run" and not life.spawning:
-            why = Cause("dependency", inp.reason, component=inp.cause)
-            emit(ev.GaveUp(name, reason=inp.reason, cause=inp.cause, why=why.to_dict()))
-            return replace(life, state="fatal", cause=inp.cause, waiting=(), gave_up=why), fx
-        return life, fx
-
-    if isinstance(inp, Spawned):
-        started = inp.started_at if inp.started_at is not None else now
-        life = replace(life, spawning=False, started_at=started, ready_at=None,
-                       resumed_from=(inp.resume or {}).get("step"))
-        why = life.start_cause or Cause("run", "started with the run (its dependencies are met)")
-        emit(ev.ComponentStarted(
-            name, pid=inp.pid, attempt=life.attempt, resume=inp.resume, command=list(inp.command),
-            checkpoints_rejected=list(inp.checkpoints_rejected) if inp.checkpoints_rejected else None,
-            monitor_pid=inp.monitor_pid, cause=why.to_dict(), log_seq=inp.log_seq, log_offset=inp.log_offset,
-            log_ino=inp.log_ino, config_hash=inp.config_hash, **(inp.slurm or {})))
-        life = replace(life, start_cause=None)
-        if life.want == "stop" or life.then_start:  # stopped or restarted while it was being spawned
-            emit(ev.StopBegan(name, by=life.stop_by or life.restart_by or "user", signal=rules.stop_signal,
-                              cause=_dict(life.stop_cause)))
-            fx.append(Terminate(rules.stop_signal, rules.stop_timeout))
-            return replace(life, state="stopping"), fx
-        if rules.ready_probe is None:
-            return _became_ready(life, now, rules, fx, "started (no readiness probe)")
-        fx.append(Probe("ready"))
-        return replace(life, state="starting"), fx
-
-    if isinstance(inp, Adopted):
-        life = replace(life, state="running" if inp.ready else "starting", attempt=inp.attempt, spawning=False,
-                       started_at=inp.started_at, ready_at=now if inp.ready else None, want="run",
-                       resumed_from=inp.resumed_from)
-        emit(ev.ComponentAdopted(name, pid=inp.pid, attempt=inp.attempt, monitor_pid=inp.monitor_pid,
-                                 uptime_s=round(max(0.0, now - inp.started_at), 3), state=life.state))
-        if inp.ready:
-            if rules.alive:
-                fx.append(Probe("alive"))
-            return _arm_healthy(life, rules, fx)
-        if rules.ready_probe is None:  # taken over before its start was recorded as ready: nothing to wait for
-            return _became_ready(life, now, rules, fx, "started (no readiness probe)")
-        fx.append(Probe("ready"))
-        return life, fx
-
-    if isinstance(inp, SpawnFailed):
-        life = replace(life, spawning=False)
-        emit(ev.StartFailed(name, attempt=life.attempt, command=list(inp.command), error=inp.error,
-                            diagnosis=inp.diagnosis))
-        if life.want == "stop":
-            emit(ev.ComponentStopped(name, by=life.stop_by or "user"))
-            return replace(life, state="stopped", stop_by=None, then_start=False), fx
-        why = Cause("spawn", inp.error, of="spawn_failed")
-        if inp.deterministic:  # a missing command or working directory: restarting cannot help
-            emit(ev.GaveUp(name, reason=inp.error, why=why.to_dict()))
-            return replace(life, state="fatal", then_start=False, gave_up=why), fx
-        return _decide(life, now, rules, fx, success=False, how=inp.error, patterns=(), cause=why)
-
-    if isinstance(inp, Ready):
-        if s != "starting" or life.spawning:
-            return life, fx
-        return _became_ready(life, now, rules, fx, rules.ready_probe or "started")
-
-    if isinstance(inp, ReadyTimedOut):
-        if s != "starting":
-            return life, fx
-        why = inp.cause or Cause("probe", inp.reason, of="stopping")
-        emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=inp.reason, cause=why.to_dict()))
-        fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
-        return replace(life, state="stopping", forced=inp.reason, stop_cause=why), fx
-
-    if isinstance(inp, LivenessFailed):
-        if s != "running":
-            return life, fx
-        emit(ev.FlagRaised(name, type="liveness_failed", message=inp.reason, evidence=list(inp.evidence),
-                           action="restarting the component"))
-        why = inp.cause or Cause("probe", inp.reason, of="flag")
-        emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=inp.reason, cause=why.to_dict()))
-        fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
-        return replace(life, state="stopping", forced=inp.reason, stop_cause=why), fx
-
-    if isinstance(inp, Stalled):
-        if s != "running":
-            return life, fx
-        restart = rules.on_stall == "restart"
-        flagged = "stall" not in life.episode
-        if flagged:
-            emit(ev.FlagRaised(
-                name, type="stall", message=inp.message, evidence=list(inp.evidence),
-                action=f"restarting {name} (progress.on_stall: restart)" if restart
-                else "none (watching); `progress.on_stall: restart` restarts a stalled component"))
-            life = replace(life, episode=life.episode | {"stall"})
-        if restart:
-            reason = f"stall: {inp.message}"
-            why = inp.cause or Cause("stall", inp.message, of="flag" if flagged else "stopping")
-            emit(ev.StopBegan(name, by="rlsup", signal=rules.stop_signal, reason=reason, cause=why.to_dict()))
-            fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
-            return replace(life, state="stopping", forced=reason, stop_cause=why), fx
-        return life, fx
-
-    if isinstance(inp, Unstalled):
-        if "stall" in life.episode:
-            emit(ev.FlagCleared(name, type="stall", message=inp.message))
-            return replace(life, episode=life.episode - {"stall"}), fx
-        return life, fx
-
-    if isinstance(inp, Healthy):
-        if s != "running" or inp.timer != life.timer:
-            return life, fx
-        for t in sorted(life.episode - {"stall"}):
-            emit(ev.FlagCleared(name, type=t, message=f"healthy for {rules.restart.reset_after:g}s; re-armed"))
-        return replace(life, policy=History(), episode=life.episode & {"stall"}), fx
-
-    if isinstance(inp, BackoffElapsed):
-        if s != "backoff" or inp.timer != life.timer:
-            return life, fx
-        return replace(life, state="pending", waiting=()), fx
-
-    if isinstance(inp, Stop):
-        return _stop(life, inp.by, rules, fx, inp.cause or _cause_of(inp.by, f"stopped by {inp.by}"))
-
-    if isinstance(inp, Restart):
-        return _restart(life, inp, rules, fx)
-
-    if isinstance(inp, Start):
-        why = inp.cause or _cause_of(inp.by, f"started by {inp.by}")
-        if s in FINAL:
-            return _fresh_start(life, inp.step, why), fx
-        if s == "backoff":
-            return replace(life, state="pending", timer=life.timer + 1, resume_step=inp.step, waiting=(),
-                           start_cause=why), fx
-        return life, fx
-
-    if isinstance(inp, Exited):
-        return _exited(life, inp, now, rules, fx)
-
-    raise TypeError(f"not a lifecycle input: {inp!r}")
+Outcome = tuple[Life, list[Effect]]
+_In = TypeVar("_In")
+_Handler = Callable[[Life, Any, float, Rules], Outcome]  # Any: the input, of the class the table keys it by
 
 
-def _became_ready(life: Life, now: float, rules: Rules, fx: list[Effect], probe: str) -> tuple[Life, list[Effect]]:
-    fx.append(Emit(ev.BecameReady(life.name, probe=probe)))
-    if rules.alive:
-        fx.append(Probe("alive"))
-    return _arm_healthy(replace(life, state="running", ready_at=now), rules, fx)
+def step(life: Life, inp: Input, now: float, rules: Rules) -> Outcome:
+    """The next state of ``life`` after ``inp`` at monotonic time ``now``, and what to do about it.
+
+    One handler per input class (:data:`_HANDLERS`): each is a pure function of the life, its input,
+    the time and the rules, and reads like one row group of the transition table above."""
+    handler = next((h for cls in type(inp).__mro__ if (h := _HANDLERS.get(cls)) is not None), None)
+    if handler is None:
+        raise TypeError(f"not a lifecycle input: {inp!r}")
+    return handler(life, inp, now, rules)
 
 
-def _arm_healthy(life: Life, rules: Rules, fx: list[Effect]) -> tuple[Life, list[Effect]]:
-    timer = life.timer + 1
-    fx.append(SetTimer("healthy", rules.restart.reset_after, timer))
-    return replace(life, timer=timer), fx
+FIRST_START = "started with the run (its dependencies are met)"
 
 
-def _dict(cause: Cause | None) -> dict[str, Any] | None:
-    return cause.to_dict() if cause is not None else None
+def _on_deps_met(life: Life, inp: DepsMet, now: float, rules: Rules) -> Outcome:
+    """pending -> starting: spawn the next attempt (once; a spawn in flight is not repeated)."""
+    if life.state != "pending" or life.want != "run" or life.spawning:
+        return life, []
+    attempt = life.attempt + 1
+    why = life.start_cause or inp.cause or Cause("run", FIRST_START)
+    return replace(life, state="starting", attempt=attempt, spawning=True, resume_step=None, waiting=(),
+                   forced=None, started_at=None, ready_at=None, start_cause=why), [Spawn(attempt, life.resume_step)]
 
 
-def _cause_of(by: str, words: str) -> Cause:
-    """The cause of a command-like input that came without one (older callers, tests): who, from ``by``."""
-    if by == "shutdown":
-        return Cause("shutdown", "the run is shutting down")
-    if by.startswith(("restart_with", "dependency", "rlsup (dependency")):
-        return Cause("dependency", words)
-    return Cause("user", words)
+def _on_deps_waiting(life: Life, inp: DepsWaiting, now: float, rules: Rules) -> Outcome:
+    """pending: say what it waits for, when that list changed."""
+    if life.state != "pending" or life.want != "run" or inp.waiting == life.waiting:
+        return life, []
+    return replace(life, waiting=inp.waiting), [Emit(ev.ComponentWaiting(life.name, waiting_for=list(inp.waiting)))]
 
 
-def _fresh_start(life: Life, step: int | None, why: Cause | None = None) -> Life:
-    """A user (or rlsup, for a dead dependency) starts a final component: a new episode."""
-    return replace(life, state="pending", want="run", stop_by=None, then_start=False, restart_by=None,
-                   resume_step=step, forced=None, policy=History(), episode=frozenset(), cause=None, waiting=(),
-                   timer=life.timer + 1, start_cause=why, stop_cause=None, gave_up=None)
+def _on_deps_blocked(life: Life, inp: DepsBlocked, now: float, rules: Rules) -> Outcome:
+    """pending -> fatal: a dependency failed for good, so this one is never started."""
+    if life.state != "pending" or life.want != "run" or life.spawning:
+        return life, []
+    why = Cause("dependency", inp.reason, component=inp.cause)
+    fx: list[Effect] = [Emit(ev.GaveUp(life.name, reason=inp.reason, cause=inp.cause, why=why.to_dict()))]
+    return replace(life, state="fatal", cause=inp.cause, waiting=(), gave_up=why), fx
 
 
-def _stop(life: Life, by: str, rules: Rules, fx: list[Effect], why: Cause) -> tuple[Life, list[Effect]]:
-    s = life.state
-    if s in FINAL:
-        return life, fx
-    if s in ("pending", "backoff") and not life.spawning:
-        fx.append(Emit(ev.ComponentStopped(life.name, by=by)))
-        return replace(life, state="stopped", want="stop", stop_by=None, then_start=False, waiting=(),
-                       timer=life.timer + 1, start_cause=None, stop_cause=why), fx
-    life = replace(life, want="stop", stop_by=by, then_start=False, stop_cause=why, start_cause=None)
-    if s in ("starting", "running") and not life.spawning:
-        fx.append(Emit(ev.StopBegan(life.name, by=by, signal=rules.stop_signal, cause=why.to_dict())))
-        fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
+def _on_spawned(life: Life, inp: Spawned, now: float, rules: Rules) -> Outcome:
+    """The attempt is running: emit started; then wait for readiness, or stop it at once if a stop or
+    restart came while it was being spawned."""
+    started = inp.started_at if inp.started_at is not None else now
+    life = replace(life, spawning=False, started_at=started, ready_at=None,
+                   resumed_from=(inp.resume or {}).get("step"))
+    why = life.start_cause or Cause("run", FIRST_START)
+    fx: list[Effect] = [Emit(ev.ComponentStarted(
+        life.name, pid=inp.pid, attempt=life.attempt, resume=inp.resume, command=list(inp.command),
+        checkpoints_rejected=list(inp.checkpoints_rejected) if inp.checkpoints_rejected else None,
+        monitor_pid=inp.monitor_pid, cause=why.to_dict(), log_seq=inp.log_seq, log_offset=inp.log_offset,
+        log_ino=inp.log_ino, config_hash=inp.config_hash, **(inp.slurm or {})))]
+    life = replace(life, start_cause=None)
+    if life.want == "stop" or life.then_start:  # stopped or restarted while it was being spawned
+        fx.append(Emit(ev.StopBegan(life.name, by=life.stop_by or life.restart_by or "user",
+                                    signal=rules.stop_signal, cause=_dict(life.stop_cause))))
+        fx.append(Terminate(rules.stop_signal, rules.stop_timeout))
         return replace(life, state="stopping"), fx
-    return life, fx  # stopping already, or a spawn in flight (stopped once Spawned arrives)
+    if rules.ready_probe is None:
+        return _became_ready(life, now, rules, fx, "started (no readiness probe)")
+    fx.append(Probe("ready"))
+    return replace(life, state="starting"), fx
 
 
-def _restart(life: Life, inp: Restart, rules: Rules, fx: list[Effect]) -> tuple[Life, list[Effect]]:
-    s = life.state
-    why = inp.cause or _cause_of(inp.by, inp.reason or f"restarted by {inp.by}")
-    if s in FINAL:
-        return _fresh_start(life, inp.step, why), fx
-    if s in ("pending", "backoff") and not life.spawning:
-        return replace(life, state="pending", want="run", timer=life.timer + 1, resume_step=inp.step,
-                       policy=History(), waiting=(), start_cause=why), fx
-    life = replace(life, want="run", then_start=True, restart_by=inp.by, resume_step=inp.step, start_cause=why,
-                   stop_cause=why)
-    if s in ("starting", "running") and not life.spawning:
-        fx.append(Emit(ev.StopBegan(life.name, by=inp.by, signal=rules.stop_signal, reason=inp.reason,
-                                    cause=why.to_dict())))
-        fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
-        return replace(life, state="stopping"), fx
+def _on_adopted(life: Life, inp: Adopted, now: float, rules: Rules) -> Outcome:
+    """A new supervisor took over a running attempt: running if it was ready, else starting."""
+    life = replace(life, state="running" if inp.ready else "starting", attempt=inp.attempt, spawning=False,
+                   started_at=inp.started_at, ready_at=now if inp.ready else None, want="run",
+                   resumed_from=inp.resumed_from)
+    fx: list[Effect] = [Emit(ev.ComponentAdopted(
+        life.name, pid=inp.pid, attempt=inp.attempt, monitor_pid=inp.monitor_pid,
+        uptime_s=round(max(0.0, now - inp.started_at), 3), state=life.state))]
+    if inp.ready:
+        if rules.alive:
+            fx.append(Probe("alive"))
+        return _arm_healthy(life, rules, fx)
+    if rules.ready_probe is None:  # taken over before its start was recorded as ready: nothing to wait for
+        return _became_ready(life, now, rules, fx, "started (no readiness probe)")
+    fx.append(Probe("ready"))
     return life, fx
 
 
-def _exited(life: Life, inp: Exited, now: float, rules: Rules, fx: list[Effect]) -> tuple[Life, list[Effect]]:
+def _on_spawn_failed(life: Life, inp: SpawnFailed, now: float, rules: Rules) -> Outcome:
+    """starting -> stopped (a stop was asked for), fatal (restarting cannot help) or what the policy says."""
+    life = replace(life, spawning=False)
+    fx: list[Effect] = [Emit(ev.StartFailed(life.name, attempt=life.attempt, command=list(inp.command),
+                                            error=inp.error, diagnosis=inp.diagnosis))]
+    if life.want == "stop":
+        fx.append(Emit(ev.ComponentStopped(life.name, by=life.stop_by or "user")))
+        return replace(life, state="stopped", stop_by=None, then_start=False), fx
+    why = Cause("spawn", inp.error, of="spawn_failed")
+    if inp.deterministic:  # a missing command or working directory: restarting cannot help
+        fx.append(Emit(ev.GaveUp(life.name, reason=inp.error, why=why.to_dict())))
+        return replace(life, state="fatal", then_start=False, gave_up=why), fx
+    return _decide(life, now, rules, fx, success=False, how=inp.error, patterns=(), cause=why)
+
+
+def _on_ready(life: Life, inp: Ready, now: float, rules: Rules) -> Outcome:
+    """starting -> running: the readiness probe passed."""
+    if life.state != "starting" or life.spawning:
+        return life, []
+    return _became_ready(life, now, rules, [], rules.ready_probe or "started")
+
+
+def _on_ready_timed_out(life: Life, inp: ReadyTimedOut, now: float, rules: Rules) -> Outcome:
+    """starting -> stopping: never ready in time, a failure whatever its exit."""
+    if life.state != "starting":
+        return life, []
+    return _force_stop(life, rules, [], inp.reason, inp.cause or Cause("probe", inp.reason, of="stopping"))
+
+
+def _on_liveness_failed(life: Life, inp: LivenessFailed, now: float, rules: Rules) -> Outcome:
+    """running -> stopping: flag liveness_failed, then end the attempt as a failure."""
+    if life.state != "running":
+        return life, []
+    fx: list[Effect] = [Emit(ev.FlagRaised(life.name, type="liveness_failed", message=inp.reason,
+                                           evidence=list(inp.evidence), action="restarting the component"))]
+    return _force_stop(life, rules, fx, inp.reason, inp.cause or Cause("probe", inp.reason, of="flag"))
+
+
+def _on_stalled(life: Life, inp: Stalled, now: float, rules: Rules) -> Outcome:
+    """running: flag the stall once per episode; with ``on_stall: restart``, end the attempt as a failure."""
+    if life.state != "running":
+        return life, []
+    restart = rules.on_stall == "restart"
+    flagged = "stall" not in life.episode
+    fx: list[Effect] = []
+    if flagged:
+        fx.append(Emit(ev.FlagRaised(
+            life.name, type="stall", message=inp.message, evidence=list(inp.evidence),
+            action=f"restarting {life.name} (progress.on_stall: restart)" if restart
+            else "none (watching); `progress.on_stall: restart` restarts a stalled component")))
+        life = replace(life, episode=life.episode | {"stall"})
+    if not restart:
+        return life, fx
+    why = inp.cause or Cause("stall", inp.message, of="flag" if flagged else "stopping")
+    return _force_stop(life, rules, fx, f"stall: {inp.message}", why)
+
+
+def _on_unstalled(life: Life, inp: Unstalled, now: float, rules: Rules) -> Outcome:
+    """The stall flag clears when progress resumes."""
+    if "stall" not in life.episode:
+        return life, []
+    return (replace(life, episode=life.episode - {"stall"}),
+            [Emit(ev.FlagCleared(life.name, type="stall", message=inp.message))])
+
+
+def _on_healthy(life: Life, inp: Healthy, now: float, rules: Rules) -> Outcome:
+    """running for ``reset_after`` seconds: restart history and pattern flags re-armed (a stall stays)."""
+    if life.state != "running" or inp.timer != life.timer:
+        return life, []
+    fx: list[Effect] = [Emit(ev.FlagCleared(life.name, type=t,
+                                            message=f"healthy for {rules.restart.reset_after:g}s; re-armed"))
+                        for t in sorted(life.episode - {"stall"})]
+    return replace(life, policy=History(), episode=life.episode & {"stall"}), fx
+
+
+def _on_backoff_elapsed(life: Life, inp: BackoffElapsed, now: float, rules: Rules) -> Outcome:
+    """backoff -> pending: its dependencies are checked again before the next spawn."""
+    if life.state != "backoff" or inp.timer != life.timer:
+        return life, []
+    return replace(life, state="pending", waiting=()), []
+
+
+def _on_stop(life: Life, inp: Stop, now: float, rules: Rules) -> Outcome:
+    """-> stopped at once where nothing runs, else -> stopping (stopped once it exited)."""
+    why = inp.cause or _cause_of(inp.by, f"stopped by {inp.by}")
+    s = life.state
+    if s in FINAL:
+        return life, []
+    if s in ("pending", "backoff") and not life.spawning:
+        return (replace(life, state="stopped", want="stop", stop_by=None, then_start=False, waiting=(),
+                        timer=life.timer + 1, start_cause=None, stop_cause=why),
+                [Emit(ev.ComponentStopped(life.name, by=inp.by))])
+    life = replace(life, want="stop", stop_by=inp.by, then_start=False, stop_cause=why, start_cause=None)
+    if s in ("starting", "running") and not life.spawning:
+        return _begin_stop(life, rules, [], by=inp.by, reason=None, why=why)
+    return life, []  # stopping already, or a spawn in flight (stopped once Spawned arrives)
+
+
+def _on_shutdown(life: Life, inp: Shutdown, now: float, rules: Rules) -> Outcome:
+    """Shutdown is a stop by ``shutdown``."""
+    return _on_stop(life, Stop("shutdown", inp.cause or Cause("shutdown", "the run is shutting down")), now, rules)
+
+
+def _on_restart(life: Life, inp: Restart, now: float, rules: Rules) -> Outcome:
+    """A final component starts afresh; a waiting one skips its delay; a live one is stopped, then started."""
+    s = life.state
+    why = inp.cause or _cause_of(inp.by, inp.reason or f"restarted by {inp.by}")
+    if s in FINAL:
+        return _fresh_start(life, inp.step, why), []
+    if s in ("pending", "backoff") and not life.spawning:
+        return replace(life, state="pending", want="run", timer=life.timer + 1, resume_step=inp.step,
+                       policy=History(), waiting=(), start_cause=why), []
+    life = replace(life, want="run", then_start=True, restart_by=inp.by, resume_step=inp.step, start_cause=why,
+                   stop_cause=why)
+    if s in ("starting", "running") and not life.spawning:
+        return _begin_stop(life, rules, [], by=inp.by, reason=inp.reason, why=why)
+    return life, []
+
+
+def _on_start(life: Life, inp: Start, now: float, rules: Rules) -> Outcome:
+    """A final component starts afresh; one in backoff skips its delay; otherwise nothing to do."""
+    why = inp.cause or _cause_of(inp.by, f"started by {inp.by}")
+    if life.state in FINAL:
+        return _fresh_start(life, inp.step, why), []
+    if life.state == "backoff":
+        return replace(life, state="pending", timer=life.timer + 1, resume_step=inp.step, waiting=(),
+                       start_cause=why), []
+    return life, []
+
+
+def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
+    """The attempt ended: stopped (a stop), started again (a restart), else judged by the restart policy
+    and the crash patterns of its history (-> backoff | completed | fatal)."""
     name = life.name
+    fx: list[Effect] = []
     started = life.started_at if life.started_at is not None else now
     uptime = max(0.0, now - started)
     healthy = now - life.ready_at if life.ready_at is not None else 0.0
@@ -651,6 +641,68 @@ def _exited(life: Life, inp: Exited, now: float, rules: Rules, fx: list[Effect])
         why = Cause("exit", words, of="exited")
     return _decide(replace(life, forced=None, stop_cause=None), now, rules, fx, success=success, how=how,
                    patterns=patterns, healthy=healthy, cause=why)
+
+
+def _on(cls: type[_In], handler: Callable[[Life, _In, float, Rules], Outcome]) -> tuple[type[Any], _Handler]:
+    """One row of :data:`_HANDLERS` (typed: the handler takes the class it is filed under)."""
+    return cls, handler
+
+
+_HANDLERS: dict[type[Any], _Handler] = dict([
+    _on(DepsMet, _on_deps_met), _on(DepsWaiting, _on_deps_waiting), _on(DepsBlocked, _on_deps_blocked),
+    _on(Spawned, _on_spawned), _on(SpawnFailed, _on_spawn_failed), _on(Adopted, _on_adopted),
+    _on(Ready, _on_ready), _on(ReadyTimedOut, _on_ready_timed_out), _on(LivenessFailed, _on_liveness_failed),
+    _on(Exited, _on_exited), _on(BackoffElapsed, _on_backoff_elapsed), _on(Healthy, _on_healthy),
+    _on(Stalled, _on_stalled), _on(Unstalled, _on_unstalled), _on(Stop, _on_stop), _on(Restart, _on_restart),
+    _on(Start, _on_start), _on(Shutdown, _on_shutdown),
+])
+
+
+def _begin_stop(life: Life, rules: Rules, fx: list[Effect], *, by: str, reason: str | None,
+                why: Cause) -> Outcome:
+    """-> stopping: say who stops it and why, stop probing, and send the stop signal."""
+    fx.append(Emit(ev.StopBegan(life.name, by=by, signal=rules.stop_signal, reason=reason, cause=why.to_dict())))
+    fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
+    return replace(life, state="stopping"), fx
+
+
+def _force_stop(life: Life, rules: Rules, fx: list[Effect], reason: str, why: Cause) -> Outcome:
+    """rlsup ends the attempt (readiness timeout, failed liveness, stall restart): a failure whatever its exit."""
+    life, fx = _begin_stop(life, rules, fx, by="rlsup", reason=reason, why=why)
+    return replace(life, forced=reason, stop_cause=why), fx
+
+
+def _became_ready(life: Life, now: float, rules: Rules, fx: list[Effect], probe: str) -> tuple[Life, list[Effect]]:
+    fx.append(Emit(ev.BecameReady(life.name, probe=probe)))
+    if rules.alive:
+        fx.append(Probe("alive"))
+    return _arm_healthy(replace(life, state="running", ready_at=now), rules, fx)
+
+
+def _arm_healthy(life: Life, rules: Rules, fx: list[Effect]) -> tuple[Life, list[Effect]]:
+    timer = life.timer + 1
+    fx.append(SetTimer("healthy", rules.restart.reset_after, timer))
+    return replace(life, timer=timer), fx
+
+
+def _dict(cause: Cause | None) -> dict[str, Any] | None:
+    return cause.to_dict() if cause is not None else None
+
+
+def _cause_of(by: str, words: str) -> Cause:
+    """The cause of a command-like input that came without one (older callers, tests): who, from ``by``."""
+    if by == "shutdown":
+        return Cause("shutdown", "the run is shutting down")
+    if by.startswith(("restart_with", "dependency", "rlsup (dependency")):
+        return Cause("dependency", words)
+    return Cause("user", words)
+
+
+def _fresh_start(life: Life, step: int | None, why: Cause | None = None) -> Life:
+    """A user (or rlsup, for a dead dependency) starts a final component: a new episode."""
+    return replace(life, state="pending", want="run", stop_by=None, then_start=False, restart_by=None,
+                   resume_step=step, forced=None, policy=History(), episode=frozenset(), cause=None, waiting=(),
+                   timer=life.timer + 1, start_cause=why, stop_cause=None, gave_up=None)
 
 
 def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: bool, how: str, patterns: Any,

@@ -56,17 +56,8 @@ def set_child_subreaper() -> bool:
         return False
 
 
-def signal_name(signum: int) -> str:
-    try:
-        return signal_mod.Signals(signum).name
-    except ValueError:
-        return f"SIG{signum}"
-
-
-def decode_status(status: int) -> tuple[int | None, str | None]:
-    """waitpid status -> (exit code, signal name); exactly one is not None."""
-    f = shim.exit_fields(status)
-    return f["exit_code"], f["signal"]
+# The monitor's own (it is stdlib only and cannot import rlsup), also the supervisor's: one, not two.
+signal_name = shim.signal_name
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -429,25 +420,7 @@ class Monitors:
                 # The reply pipe only once it is our turn: thousands of starts queued at once must not
                 # hold two descriptors each while they wait (EMFILE).
                 r, w = os.pipe2(os.O_CLOEXEC)
-                sent = False
-                if self._zygote_failed is None:
-                    for _ in range(2):
-                        try:
-                            if self._sock is None or (self._zygote is not None and self._zygote.poll() is not None):
-                                self._start_zygote()
-                            assert self._sock is not None
-                            try:
-                                await _send_request(loop, self._sock, spec, w)
-                            except asyncio.CancelledError:
-                                self._close_zygote()  # a request cut off mid-way: the stream is torn
-                                raise
-                            sent = True
-                            break
-                        except OSError as e:
-                            self._close_zygote()
-                            self._zygote_failed = f"{type(e).__name__}: {e}"
-                    if sent:
-                        self._zygote_failed = None
+                sent = self._zygote_failed is None and await self._send_to_zygote(loop, spec, w)
                 if not sent:
                     await loop.run_in_executor(None, self._exec_monitor, spec, w)
             os.close(w)
@@ -464,6 +437,27 @@ class Monitors:
         if not reply.get("ok"):
             raise StartError(reply)
         return reply
+
+    async def _send_to_zygote(self, loop: asyncio.AbstractEventLoop, spec: dict[str, Any], reply_fd: int) -> bool:
+        """Hand the start request to the zygote, starting it (again) where it is not running; one more try
+        after a failure. False once it cannot be used (why is kept in ``_zygote_failed``): the caller
+        then starts the monitor as an interpreter of its own."""
+        for _ in range(2):
+            try:
+                if self._sock is None or (self._zygote is not None and self._zygote.poll() is not None):
+                    self._start_zygote()
+                assert self._sock is not None
+                try:
+                    await _send_request(loop, self._sock, spec, reply_fd)
+                except asyncio.CancelledError:
+                    self._close_zygote()  # a request cut off mid-way: the stream is torn
+                    raise
+                self._zygote_failed = None
+                return True
+            except OSError as e:
+                self._close_zygote()
+                self._zygote_failed = f"{type(e).__name__}: {e}"
+        return False
 
     def _exec_monitor(self, spec: dict[str, Any], reply_fd: int) -> None:
         p = subprocess.Popen([sys.executable, "-I", "-S", shim.__file__], stdin=subprocess.PIPE, stdout=reply_fd,

@@ -480,13 +480,7 @@ class Run:
 
     def _reap(self) -> None:
         """Reap our children: monitors (re-parented to us, their subreaper) and the zygote."""
-        while True:
-            try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        shim.reap_children()
 
     # ------------------------------------------------------------------ state on disk (:mod:`.statewriter`)
 

@@ -481,65 +481,75 @@ def _exec_child(spec: dict, out_w: int, err_w: int) -> None:
     """In the forked child: become the component's command. Reports a failure on ``err_w``."""
     try:
         os.setsid()
-        cg = spec.get("cgroup")
-        if cg:
-            try:
-                with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-                    f.write(str(os.getpid()))
-            except OSError as e:
-                os.write(err_w, f"W cannot join cgroup {cg}: {e.strerror}\n".encode())
+        if spec.get("cgroup"):
+            _join_cgroup(spec["cgroup"], err_w)
         if spec.get("nofile"):  # the supervisor raised its own limit; the component gets the usual one
-            import resource
-
-            _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (min(int(spec["nofile"]), hard), hard))
-            except (ValueError, OSError):
-                pass
+            _limit_open_files(int(spec["nofile"]))
         if spec.get("cwd"):
             os.chdir(spec["cwd"])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
-        # A child starts with default dispositions and an empty mask, whatever the monitor or the
-        # supervisor ignored (a daemon ignores SIGHUP; that must not leak into the component).
-        for s in range(1, signal.NSIG):
-            if s in (signal.SIGKILL, signal.SIGSTOP):
-                continue
-            try:
-                signal.signal(s, signal.SIG_DFL)
-            except (OSError, ValueError, RuntimeError):
-                pass
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        _default_signals()
         argv = spec["argv"]
         os.execvpe(argv[0], argv, spec["env"])
     except BaseException as e:  # noqa: BLE001 - anything here is a failed start
-        try:
-            name = getattr(e, "filename", None)
-            if isinstance(name, bytes):  # os.execvpe reports the last PATH entry it tried, as bytes
-                name = os.fsdecode(name)
-            msg = json.dumps({"errno": getattr(e, "errno", None) or 0, "type": type(e).__name__,
-                              "error": str(getattr(e, "strerror", None) or e), "filename": name})
-        except Exception:  # noqa: BLE001 - whatever happens, the starter must hear that we failed
-            msg = json.dumps({"errno": 0, "type": "Error", "error": repr(e)})
-        os.write(err_w, ("E " + msg + "\n").encode())
+        os.write(err_w, _start_failure(e))
     finally:
         os._exit(127)
+
+
+def _join_cgroup(cgroup: str, err_w: int) -> None:
+    """Move this process into the attempt's cgroup; a failure is a warning for the starter (``W`` line)."""
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as e:
+        os.write(err_w, f"W cannot join cgroup {cgroup}: {e.strerror}\n".encode())
+
+
+def _limit_open_files(nofile: int) -> None:
+    """Lower the soft RLIMIT_NOFILE to what the supervisor itself started with."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(nofile, hard), hard))
+    except (ValueError, OSError):
+        pass
+
+
+def _default_signals() -> None:
+    """A child starts with default dispositions and an empty mask, whatever the monitor or the
+    supervisor ignored (a daemon ignores SIGHUP; that must not leak into the component)."""
+    for s in range(1, signal.NSIG):
+        if s in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(s, signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def _start_failure(e: BaseException) -> bytes:
+    """The ``E`` line that tells the starter why the child could not become its command."""
+    try:
+        name = getattr(e, "filename", None)
+        if isinstance(name, bytes):  # os.execvpe reports the last PATH entry it tried, as bytes
+            name = os.fsdecode(name)
+        msg = json.dumps({"errno": getattr(e, "errno", None) or 0, "type": type(e).__name__,
+                          "error": str(getattr(e, "strerror", None) or e), "filename": name})
+    except Exception:  # noqa: BLE001 - whatever happens, the starter must hear that we failed
+        msg = json.dumps({"errno": 0, "type": "Error", "error": repr(e)})
+    return ("E " + msg + "\n").encode()
 
 
 def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None]) -> int:
     """Start ``spec['argv']`` and monitor it until told to finish. ``report(dict)`` answers the starter
     once, with the child's pid or why it could not start."""
-    _set_subreaper()
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTTIN, signal.SIGTTOU,
-              signal.SIGQUIT):
-        signal.signal(s, signal.SIG_IGN)
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    signal.signal(signal.SIGCHLD, _on_signal)
-    signal.signal(signal.SIGUSR1, _on_signal)
-
+    wake_r = _take_signals()
     try:
         log = LogFile(spec["log"]["path"], int(spec["log"]["max_bytes"]), int(spec["log"]["backups"]))
     except OSError as e:
@@ -560,22 +570,57 @@ def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None]) -> int:
         _exec_child(spec, out_w, err_w)
     os.close(out_w)
     os.close(err_w)
-    err = b""
-    while True:  # EOF once the child exec'd (close-on-exec) or died
-        chunk = os.read(err_r, 65536)
-        if not chunk:
-            break
-        err += chunk
-    os.close(err_r)
-    warnings = [ln[2:].decode(errors="replace") for ln in err.splitlines() if ln.startswith(b"W ")]
-    failure = next((ln[2:] for ln in err.splitlines() if ln.startswith(b"E ")), None)
+    err = _read_to_eof(err_r).splitlines()  # EOF once the child exec'd (close-on-exec) or died
+    failure = next((ln[2:] for ln in err if ln.startswith(b"E ")), None)
     if failure is not None:
         os.waitpid(pid, 0)
-        info = json.loads(failure)
-        report({"ok": False, **info})
+        report({"ok": False, **json.loads(failure)})
         log.close()
         return 1
+    rec = _create_record(spec, pid, started, started_mono, report)
+    if rec is None:
+        return 1
+    report({"ok": True, "pid": pid, "shim_pid": os.getpid(), "started": started, "started_mono": started_mono,
+            "warnings": [ln[2:].decode(errors="replace") for ln in err if ln.startswith(b"W ")]})
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    watch = _Watch(pid, spec.get("cgroup"), out_r, wake_r, log, rec)
+    watch.run()
+    watch.pump.close()
+    rec.remove()
+    return 0
 
+
+def _take_signals() -> int:
+    """Become a subreaper that ignores stray signals and hears SIGCHLD and SIGUSR1 (finish) through
+    :data:`_flags` and a wakeup pipe; the pipe's read end."""
+    _set_subreaper()
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTTIN, signal.SIGTTOU,
+              signal.SIGQUIT):
+        signal.signal(s, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, _on_signal)
+    signal.signal(signal.SIGUSR1, _on_signal)
+    return wake_r
+
+
+def _read_to_eof(fd: int) -> bytes:
+    data = b""
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(fd)
+    return data
+
+
+def _create_record(spec: dict, pid: int, started: float, started_mono: float,
+                   report: Callable[[dict[str, Any]], None]) -> Record | None:
+    """The attempt's record, created; None (the child killed, the starter told) if it cannot be written:
+    no record, no monitoring the next supervisor could adopt, so the attempt is refused."""
     rec = Record(spec["record"], {
         "protocol": PROTOCOL, "component": spec["component"], "attempt": spec["attempt"], "run_dir": spec["run_dir"],
         "shim_pid": os.getpid(), "pid": pid, "cgroup": spec.get("cgroup"), "log": spec["log"]["path"],
@@ -585,128 +630,174 @@ def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None]) -> int:
     })
     try:
         rec.create()
-    except OSError as e:  # no record, no monitoring the next supervisor could adopt: refuse the attempt
+    except OSError as e:
         os.killpg(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         report({"ok": False, "errno": e.errno, "error": f"cannot write {spec['record']}: {e.strerror}",
                 "type": "RecordError"})
-        return 1
-    report({"ok": True, "pid": pid, "shim_pid": os.getpid(), "started": started, "started_mono": started_mono,
-            "warnings": warnings})
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
+        return None
+    return rec
 
-    os.set_blocking(out_r, False)
-    pump = Pump(out_r, log, lambda error, lost: rec.update(log_error=error, lost_bytes=lost,
-                                                                  log_ok=error is None), record=rec.path)
-    pump.start()
-    poller = select.poll()
-    poller.register(out_r, select.POLLIN)
-    poller.register(wake_r, select.POLLIN)
-    pipe_open = True
-    status: int | None = None
-    ended = ended_mono = 0.0
-    recorded = False
-    finishing = False
-    finish_deadline = 0.0
 
-    resting_until = 0.0  # after a small read: leave the pipe alone until then (signals still wake us)
+class _Watch:
+    """The monitor's loop over one attempt, and what it knows: one handler per thing that wakes it
+    (output ready, the end of a rest, a child's exit, the finish request, the finish deadline).
 
-    last_read = 0.0
-    recent = 0.0  # bytes read, decaying with a time constant of RATE_WINDOW_S: the recent rate * window
+    A plain class, not a dataclass: the monitor imports as little as it can (``dataclasses`` would
+    cost every monitor started as its own interpreter tens of milliseconds)."""
 
-    def rest_after(n: int) -> None:
+    __slots__ = ("pid", "cgroup", "out_r", "wake_r", "log", "rec", "pump", "poller", "pipe_open", "status",
+                 "ended", "ended_mono", "recorded", "finishing", "finish_deadline", "resting_until", "last_read",
+                 "recent")
+
+    def __init__(self, pid: int, cgroup: str | None, out_r: int, wake_r: int, log: LogFile, rec: Record):
+        self.pid = pid
+        self.cgroup = cgroup
+        self.out_r = out_r
+        self.wake_r = wake_r
+        self.log = log
+        self.rec = rec
+        os.set_blocking(out_r, False)
+        self.pump = Pump(out_r, log, lambda error, lost: rec.update(log_error=error, lost_bytes=lost,
+                                                                    log_ok=error is None), record=rec.path)
+        self.pump.start()
+        self.poller = select.poll()
+        self.poller.register(out_r, select.POLLIN)
+        self.poller.register(wake_r, select.POLLIN)
+        self.pipe_open = True
+        self.status: int | None = None  # the child's waitpid status, once it exited
+        self.ended = self.ended_mono = 0.0
+        self.recorded = False  # the exit is in the record (a full disk can delay that)
+        self.finishing = False
+        self.finish_deadline = 0.0
+        self.resting_until = 0.0  # after a small read: leave the pipe alone until then (signals still wake us)
+        self.last_read = 0.0
+        self.recent = 0.0  # bytes read, decaying with a time constant of RATE_WINDOW_S: the recent rate * window
+
+    def run(self) -> None:
+        """Until told to finish and done finishing."""
+        while True:
+            self.wait()
+            if _flags["chld"]:
+                _flags["chld"] = False
+                self.on_children_exited()
+            if self.status is not None and not self.recorded:
+                self.record_exit(self.status)
+            if _flags["finish"] and not self.finishing:
+                self.on_finish_request()
+            if self.finishing and self.finish_round():
+                return
+
+    def wait(self) -> None:
+        """Block until output or a signal, or until a rest is over. Wake every 100 ms only while
+        something is pending (an exit the full disk would not let us record yet, or the end of a finish)."""
+        timeout = 100 if self.finishing or (self.status is not None and not self.recorded) else None
+        if self.resting_until:
+            rest = int((self.resting_until - time.monotonic()) * 1000)
+            if rest <= 0 or not self.pipe_open:
+                self.on_rest_over()
+                return
+            timeout = rest if timeout is None else min(rest, timeout)
+        try:
+            ready = self.poller.poll(timeout)
+        except InterruptedError:
+            ready = []
+        for fd, _ev in ready:
+            if fd == self.wake_r:
+                self.on_wakeup()
+            elif fd == self.out_r:
+                self.rest_after(self.drain())
+        if self.resting_until and time.monotonic() >= self.resting_until:
+            self.on_rest_over()
+
+    def on_wakeup(self) -> None:
+        """A signal arrived (its flag is set): empty the wakeup pipe."""
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def on_rest_over(self) -> None:
+        """Read what piled up straight away (no poll needed to learn it is there), and rest again if it
+        was only a little; else listen to the pipe again."""
+        self.resting_until = 0.0
+        if self.pipe_open:
+            self.poller.register(self.out_r, select.POLLIN)
+            self.rest_after(self.drain())
+
+    def rest_after(self, n: int) -> None:
         """A chatty component (small reads, one soon after another, at a low recent rate): let more pile
         up before the next wakeup, so a component printing every few ms costs a fraction of the
         wakeups. Never for a fast writer: the average rate over the last second decides, not one
         interval (writer and monitor take turns on the CPU, so a few lines read 2 ms apart say nothing):
         a writer that would fill 1/16 of the pipe during one rest is never rested."""
-        nonlocal resting_until, last_read, recent
         now = time.monotonic()
-        dt, last_read = now - last_read, now
-        recent = recent * math.exp(-dt / RATE_WINDOW_S) + n
-        if (pipe_open and 0 < n < SMALL_READ and dt < REST_S + 0.02
-                and recent / RATE_WINDOW_S * REST_S < PIPE_SIZE // 16):
-            poller.unregister(out_r)
-            resting_until = now + REST_S
+        dt, self.last_read = now - self.last_read, now
+        self.recent = self.recent * math.exp(-dt / RATE_WINDOW_S) + n
+        if (self.pipe_open and 0 < n < SMALL_READ and dt < REST_S + 0.02
+                and self.recent / RATE_WINDOW_S * REST_S < PIPE_SIZE // 16):
+            self.poller.unregister(self.out_r)
+            self.resting_until = now + REST_S
 
-    def drain() -> int:
-        nonlocal pipe_open
-        if not pipe_open:
+    def drain(self) -> int:
+        """Move what the pipe holds to the log; the bytes moved."""
+        if not self.pipe_open:
             return 0
-        n = pump.pump()
-        if pump.eof:
-            pipe_open = False
-            if not resting_until:
-                poller.unregister(out_r)
+        n = self.pump.pump()
+        if self.pump.eof:
+            self.pipe_open = False
+            if not self.resting_until:
+                self.poller.unregister(self.out_r)
         return n
 
+    def on_children_exited(self) -> None:
+        """Reap every exited child: the attempt's own exit is kept; the others are orphans re-parented
+        to us (their subreaper), and reaping is all we owe them."""
+        for got, status in reap_children():
+            if got == self.pid:
+                self.status = status
+                self.ended, self.ended_mono = _now()
+
+    def record_exit(self, status: int) -> None:
+        """Write the exit into the record (tried again each round while the disk refuses)."""
+        self.drain()  # what the child wrote just before it died, written before the exit is recorded
+        self.recorded = self.rec.update(status="exited", **exit_fields(status), ended=self.ended,
+                                        ended_mono=self.ended_mono, log_end=_position(self.log))
+
+    def on_finish_request(self) -> None:
+        """SIGUSR1: end the attempt's tree, drain the pipe for at most FINISH_DRAIN_S, then exit."""
+        self.finishing = True
+        self.finish_deadline = time.monotonic() + FINISH_DRAIN_S
+
+    def finish_round(self) -> bool:
+        """End whatever is left (again each round: a process may have forked meanwhile); done once the
+        exit is known and the pipe reached EOF or the drain time is up."""
+        _kill_tree(self.pid, self.cgroup)
+        self.drain()
+        return self.status is not None and not (self.pipe_open and time.monotonic() < self.finish_deadline)
+
+
+def reap_children() -> list[tuple[int, int]]:
+    """Reap every child that has exited, without blocking: their (pid, waitpid status) pairs.
+    The monitor's loop and the supervisor's (:meth:`Run._reap`) both use it."""
+    out: list[tuple[int, int]] = []
     while True:
-        # Block until output or a signal; wake every 100 ms only while something is pending (an exit
-        # the full disk would not let us record yet, or the end of a finish).
-        timeout = 100 if finishing or (status is not None and not recorded) else None
-        rest_over = False
-        if resting_until:
-            rest = int((resting_until - time.monotonic()) * 1000)
-            if rest <= 0 or not pipe_open:
-                rest_over = True
-            else:
-                timeout = rest if timeout is None else min(rest, timeout)
-        if not rest_over:
-            try:
-                ready = poller.poll(timeout)
-            except InterruptedError:
-                ready = []
-            for fd, _ev in ready:
-                if fd == wake_r:
-                    try:
-                        while os.read(wake_r, 512):
-                            pass
-                    except BlockingIOError:
-                        pass
-                elif fd == out_r:
-                    rest_after(drain())
-            if resting_until and time.monotonic() >= resting_until:
-                rest_over = True
-        if rest_over:
-            # The rest is over: read what piled up straight away (no poll needed to learn it is there),
-            # and rest again if it was only a little; else listen to the pipe again.
-            resting_until = 0.0
-            if pipe_open:
-                poller.register(out_r, select.POLLIN)
-                rest_after(drain())
-        if _flags["chld"]:
-            _flags["chld"] = False
-            while True:
-                try:
-                    got, st = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if got == 0:
-                    break
-                if got == pid:
-                    status = st
-                    ended, ended_mono = _now()
-                # other pids: orphans re-parented to us (their subreaper); reaping is all we owe them
-        if status is not None and not recorded:
-            drain()  # what the child wrote just before it died, written before the exit is recorded
-            recorded = rec.update(status="exited", **exit_fields(status), ended=ended, ended_mono=ended_mono,
-                                  log_end=_position(log))
-        if _flags["finish"] and not finishing:
-            finishing = True
-            finish_deadline = time.monotonic() + FINISH_DRAIN_S
-        if finishing:
-            # End whatever is left (again each round: a process may have forked meanwhile), then stop
-            # once the pipe reached EOF or the drain time is up and the exit is known.
-            _kill_tree(pid, spec.get("cgroup"))
-            drain()
-            if status is None or (pipe_open and time.monotonic() < finish_deadline):
-                continue
-            break
-    pump.close()
-    rec.remove()
-    return 0
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return out
+        if pid == 0:
+            return out
+        out.append((pid, status))
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15; ``SIG<n>`` for a number no signal has."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
 
 
 def exit_fields(status: int) -> dict:
@@ -714,11 +805,7 @@ def exit_fields(status: int) -> dict:
     code = os.waitstatus_to_exitcode(status)
     if code >= 0:
         return {"exit_code": code, "signal": None}
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"SIG{-code}"
-    return {"exit_code": None, "signal": name}
+    return {"exit_code": None, "signal": signal_name(-code)}
 
 
 def _position(log: LogFile) -> dict | None:

@@ -260,3 +260,16 @@ def test_adopted_running_attempt_keeps_its_attempt_and_start_time():
     assert ev.pid == 77 and ev.uptime_s == s.now - 40.0
     s.exit(1, after=0)
     assert s.events("exited")[-1].uptime_s == s.now - 40.0
+
+
+def test_every_input_class_has_exactly_one_handler():
+    """step dispatches on the input's class: a new input class without a handler would raise at run time."""
+    import typing
+
+    assert set(typing.get_args(lc.Input)) == set(lc._HANDLERS)
+    try:
+        lc.step(lc.Life("x"), object(), 0.0, rules())  # type: ignore[arg-type]
+    except TypeError as e:
+        assert "not a lifecycle input" in str(e)
+    else:
+        raise AssertionError("an unknown input must raise")
