@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from . import state as state_mod
-from .journal import read_events
+from .events import RunEnded
 from .logs import LineNormaliser, LogRing, Position
 from .redact import Redactor, secret_values
+from .replay import Replay, read_run
 from .rundir import RunPaths
 from .version import VERSION
 
@@ -28,43 +29,36 @@ RING_LINES = 10_000
 
 
 def last_run(paths: RunPaths) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
-    """(the last ``run_started``, the ``run_ended`` after it or None, every event) of the journal."""
-    events = list(read_events(paths.events))
-    start = None
-    end = None
-    for e in events:
-        k = e.get("kind")
-        if k == "run_started":
-            start, end = e, None
-        elif k == "run_ended":
-            end = e
-        elif k == "supervisor_exited":
-            end = None  # handed over: the run goes on under its monitors
-    return start, end, events
+    """(the last ``run_started``, the ``run_ended`` after it or None, every event) of the journal, as
+    dicts (for callers outside the supervisor's typed core)."""
+    rp = read_run(paths)
+    start, end = rp.last_run
+    return (start.to_dict() if start else None, end.to_dict() if end else None, [r.to_dict() for r in rp.records])
 
 
-def how_it_ended(paths: RunPaths) -> str | None:
+def how_it_ended(paths: RunPaths, rp: Replay | None = None) -> str | None:
     """``"completed at step 200/200 on 2026-11-22 10:37"``, ``"fatal at step 57 (trainer: ...)"``; None
     if the run dir holds no run that ended (a new dir, or a supervisor that died mid-way)."""
-    start, end, _events = last_run(paths)
-    if start is None or end is None:
+    rp = read_run(paths) if rp is None else rp
+    start, end = rp.last_run
+    if start is None or end is None or not isinstance(end.event, RunEnded):
         return None
-    st = replay(paths)
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(end.get("ts", 0)))
-    comps = st["components"]
+    ended = end.event
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(end.ts))
+    comps = rp.final_state()["components"]
     main = _main_component(comps)
     step = ""
     if main is not None:
         c = comps[main]
         if c.get("step") is not None:
             step = f" at step {c['step']}" + (f"/{c['total']}" if c.get("total") else "") + f" ({main})"
-    verdict = "completed" if end.get("exit_code") == 0 else "fatal"
-    root = end.get("root") or {}
+    verdict = "completed" if ended.exit_code == 0 else "fatal"
+    root = ended.root or {}
     why = f": {root.get('component')}: {root.get('reason')}" if root.get("component") else (
-        "" if verdict == "completed" else f": {end.get('reason')}")
-    if verdict == "completed" and "stopped by" in str(end.get("reason", "")):
+        "" if verdict == "completed" else f": {ended.reason}")
+    if verdict == "completed" and "stopped by" in ended.reason:
         verdict = "stopped"
-        why = f" ({end.get('reason')})"
+        why = f" ({ended.reason})"
     return f"{verdict}{step} on {when}{why}"
 
 
@@ -77,29 +71,8 @@ def _main_component(comps: dict[str, Any]) -> str | None:
 
 
 def replay(paths: RunPaths) -> dict[str, Any]:
-    """The run's final state: the journal through the reducer, then the gauges of ``state.json``
-    where the journal has none (progress is not journaled). The journal decides lifecycle fields, so
-    a ``state.json`` that a crash left behind cannot contradict it."""
-    try:
-        saved = json.loads(paths.state.read_text())
-    except (OSError, ValueError):
-        saved = {}
-    names = list((saved.get("components") or {}).keys()) if isinstance(saved, dict) else []
-    st = state_mod.initial({}, names)
-    for e in read_events(paths.events):
-        state_mod.apply(st, e)
-    for n, c in ((saved.get("components") or {}) if isinstance(saved, dict) else {}).items():
-        mine = st["components"].setdefault(n, state_mod.new_component())
-        for k in ("step", "total", "metrics", "metric", "series", "checkpoint", "watch", "last_step_at",
-                  "resources", "history"):
-            if c.get(k) is not None:
-                mine[k] = c[k]
-    for c in st["components"].values():
-        c.update(rate=None, eta_s=None)
-    for k in ("gpus", "host", "gpu_backend", "gpu_reason"):
-        if isinstance(saved, dict) and saved.get(k) is not None:
-            st[k] = saved[k]
-    return st
+    """The run's final state (:meth:`rlsup.supervisor.replay.Replay.final_state`)."""
+    return read_run(paths).final_state()
 
 
 def read_config(path: Path | None) -> dict[str, Any] | None:
@@ -161,8 +134,9 @@ class Archive:
         self.paths = RunPaths(Path(run_dir))
         self.subscribers: list[Any] = []
         self.line_listeners: list[Any] = []
-        self.state = replay(self.paths)
-        self.end = how_it_ended(self.paths)
+        rp = read_run(self.paths)  # the journal, read once
+        self.state = rp.final_state()
+        self.end = how_it_ended(self.paths, rp)
         config = self.state.get("run", {}).get("config")
         cfg_path = Path(config) if config else None
         redactor = redactor_for(read_config(cfg_path), cfg_path)
@@ -170,8 +144,7 @@ class Archive:
         ends = _saved_positions(self.paths)
         for name in self.state["components"]:
             self._rings[name] = _ring_from_log(self.paths.log(name), redactor, ends.get(name))
-        seqs = [e.get("seq", 0) for e in read_events(self.paths.events)]
-        self._seq = max(seqs) if seqs else 0
+        self._seq = rp.seq
 
     def snapshot_state(self) -> dict[str, Any]:
         return state_mod.view(self.state, time.time())

@@ -2,8 +2,9 @@
 
 Inside the supervisor an event is one of the classes below; it becomes JSON only at the edges
 (the journal, the control socket, ``state.json``) through :meth:`Event.to_dict`, where it gets
-``ts`` (wall time, for people), ``seq`` and its ``kind`` (the names in CONTRACT.md). Clients see
-dicts and read them with :func:`describe` and :func:`human`, which both sides share.
+``ts`` (wall time, for people), ``seq`` and its ``kind`` (the names in CONTRACT.md). What comes
+back in over an edge (a journal line, a socket message) is turned into a typed :class:`Record` by
+:func:`parse`, once: the reducer, :func:`describe` and the readers of a run dir match on classes.
 
 Lifecycle events and flags are journaled and never dropped; gauges (``progress``, ``gpu``,
 ``resources``) are latest-wins and live only in state and on the wire.
@@ -12,6 +13,7 @@ Lifecycle events and flags are journaled and never dropped; gauges (``progress``
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -271,91 +273,218 @@ def is_lifecycle(kind: str) -> bool:
     return kind in LIFECYCLE
 
 
-# ---------------------------------------------------------------------- words (shared with clients: dicts)
 
 
-def describe(e: dict[str, Any]) -> str:
+# ---------------------------------------------------------------------- back from JSON: the parser at the edges
+
+
+@dataclass(frozen=True)
+class UnknownEvent(Event):
+    """An event of a kind this version does not know (a newer rlsup wrote it): kept whole, so that
+    a reader passes it on and shows it by its name instead of failing."""
+
+    name: str = "?"
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self.data)
+
+    def to_dict(self, *, ts: float, seq: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"ts": round(ts, 6), "seq": seq, "kind": self.name, "component": self.component}
+        out.update(self.data)
+        return out
+
+
+@dataclass(frozen=True)
+class Record:
+    """One event as it was journaled or sent: its time, its sequence number and the typed event.
+
+    ``extra`` holds what this version has no field for (a newer writer's additions, or a value of
+    the wrong type in an old journal, the field then keeping its default): :meth:`to_dict` gives
+    the original dict back, so a reader that passes records on loses nothing."""
+
+    ts: float
+    seq: int
+    event: Event
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.event.name if isinstance(self.event, UnknownEvent) else self.event.kind
+
+    @property
+    def component(self) -> str | None:
+        return self.event.component
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.event.to_dict(ts=self.ts, seq=self.seq)
+        out.update(self.extra)
+        return out
+
+
+EVENT_CLASSES: tuple[type[Event], ...] = (
+    RunStarted, RunEnded, SupervisorHandedOver, LeftoversEnded, CommandReceived, ComponentWaiting,
+    ComponentStarted, StartFailed, ComponentAdopted, BecameReady, ComponentExited, RestartScheduled,
+    ComponentCompleted, GaveUp, StopBegan, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
+    ProgressUpdated, GpuSampled, ResourcesSampled,
+)
+BY_KIND: dict[str, type[Event]] = {cls.kind: cls for cls in EVENT_CLASSES}
+_ENVELOPE = ("ts", "seq", "kind", "component")
+_Check = Callable[[Any], bool]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+_CHECKS: dict[str, _Check] = {
+    "int": _is_int, "float": _is_number, "str": lambda v: isinstance(v, str),
+    "list": lambda v: isinstance(v, list), "dict": lambda v: isinstance(v, dict),
+}
+
+
+def _check_for(annotation: str) -> _Check:
+    """Whether a JSON value fits a field annotated ``annotation`` ("int | None", "list[str]", ...)."""
+    parts = [p.strip() for p in annotation.split("|")]
+    optional = "None" in parts
+    base = next((p.split("[", 1)[0] for p in parts if p != "None"), "Any")
+    fits = _CHECKS.get(base, lambda v: True)
+    if optional:
+        return lambda v: v is None or fits(v)
+    return fits
+
+
+def _field_checks(cls: type[Event]) -> tuple[tuple[str, _Check], ...]:
+    return tuple((f.name, _check_for(str(f.type))) for f in fields(cls) if f.name != "component")
+
+
+_FIELDS: dict[type[Event], tuple[tuple[str, _Check], ...]] = {cls: _field_checks(cls) for cls in EVENT_CLASSES}
+
+
+def parse(d: Mapping[str, Any]) -> Record:
+    """The typed record of one event dict (a journal line, a socket message). Never raises: an
+    unknown kind becomes an :class:`UnknownEvent`, unknown fields and values of the wrong type are
+    kept in ``extra``, missing fields (an old journal) take their defaults."""
+    raw_ts, raw_seq, kind, comp = (d.get(k) for k in _ENVELOPE)
+    ts = float(raw_ts) if isinstance(raw_ts, (int, float)) and not isinstance(raw_ts, bool) else 0.0
+    seq = raw_seq if isinstance(raw_seq, int) and not isinstance(raw_seq, bool) else 0
+    component = comp if comp is None or isinstance(comp, str) else str(comp)
+    rest = {k: v for k, v in d.items() if k not in _ENVELOPE}
+    cls = BY_KIND.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        return Record(ts, seq, UnknownEvent(component, name=str(kind) if kind is not None else "?", data=rest))
+    if issubclass(cls, ResourcesSampled):
+        comps = rest.pop("components") if isinstance(rest.get("components"), dict) else {}
+        return Record(ts, seq, cls(component, data=comps), rest)
+    if issubclass(cls, Gauge):
+        return Record(ts, seq, cls(component, data=rest))
+    kwargs: dict[str, Any] = {}
+    for name, fits in _FIELDS[cls]:
+        if name in rest and fits(rest[name]):
+            kwargs[name] = rest.pop(name)
+    return Record(ts, seq, cls(component, **kwargs), rest)
+
+
+def as_record(e: Record | Mapping[str, Any]) -> Record:
+    """``e`` as a record: parsed where it is still a dict (a caller that has not moved to records)."""
+    return e if isinstance(e, Record) else parse(e)
+
+
+# ---------------------------------------------------------------------- words (shared with clients)
+
+
+def _run_started(e: RunStarted) -> str:
+    how = {"resumed": "resumed", "continued": "continued", "adopted": "taken over"}.get(e.how or "new", "started")
+    job = e.slurm
+    where = f"job {job.get('job_id')} restart {job.get('restart_count')}, " if job else ""
+    return (f"run {e.name} {how} ({where}supervisor pid {e.pid}, run dir {e.run_dir}; "
+            f"{', '.join(e.components)})")
+
+
+def _started(e: ComponentStarted) -> str:
+    rej = e.checkpoints_rejected
+    if e.resume:
+        extra = f", resuming from step {e.resume.get('step')}"
+    elif rej:
+        extra = (f", FROM SCRATCH: none of {len(rej)} checkpoint(s) is complete ("
+                 + "; ".join(f"step {c.get('step')}: {c.get('reason')}" for c in rej[:3])
+                 + (" ..." if len(rej) > 3 else "") + ")")
+    else:
+        extra = ""
+    if e.step_id or e.nodes:
+        extra += f"; step {e.step_id or '?'} on {','.join(e.nodes or [])}"
+    return f"started pid {e.pid} (attempt {e.attempt}{extra})"
+
+
+def _exited(e: ComponentExited) -> str:
+    step = f" at step {e.step}" if e.step is not None else ""
+    diag = e.diagnosis or {}
+    summ = diag.get("summary")
+    return (f"{describe_exit(e.exit_code, e.signal)} after {fmt_duration(e.uptime_s)}{step}"
+            + (f": {summ}" if summ and diag.get("category") != "none" else ""))
+
+
+def _progress(e: ProgressUpdated) -> str:
+    d = e.data
+    total = f"/{d['total']}" if d.get("total") else ""
+    rate = f", {d['rate']:.2f} step/s" if d.get("rate") else ""
+    eta = f", ETA {fmt_duration(d['eta_s'])}" if d.get("eta_s") is not None else ""
+    metrics = d.get("metrics") or {}
+    shown = " ".join(f"{k} {v:.4g}" for k, v in list(metrics.items())[:4])
+    return f"step {d.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")
+
+
+def _cleaned(e: ArtefactsCleaned) -> str:
+    return (f"removed {len(e.paths)} artefact(s) of steps after {e.step} before resuming: "
+            + ", ".join(e.paths[:5]) + (" ..." if len(e.paths) > 5 else ""))
+
+
+def _command(e: CommandReceived) -> str:
+    via = f" via {e.client}" if e.client else ""
+    step = f" --step {e.step}" if e.step is not None else ""
+    return f"command {e.command}{step} from {e.by}{via}"
+
+
+# One handler per class: what happened, in words (without time and component).
+_WORDS: dict[type[Event], Callable[[Any], str]] = {
+    RunStarted: _run_started,
+    RunEnded: lambda e: f"run ended: {e.reason} (exit code {e.exit_code})",
+    SupervisorHandedOver: lambda e: (f"supervisor exited ({e.reason}); {len(e.monitors)} component(s) keep "
+                                     "running under their monitors"),
+    ComponentWaiting: lambda e: "waiting for " + ", ".join(e.waiting_for) if e.waiting_for else "pending",
+    ComponentStarted: _started,
+    StartFailed: lambda e: f"could not start (attempt {e.attempt}): {e.error}",
+    ComponentAdopted: lambda e: (f"taken over: pid {e.pid} (attempt {e.attempt}, up {fmt_duration(e.uptime_s)}, "
+                                 f"monitor pid {e.monitor_pid})"),
+    BecameReady: lambda e: f"ready ({e.probe})",
+    ComponentExited: _exited,
+    RestartScheduled: lambda e: f"restarting in {e.delay_s:.1f}s (attempt {e.attempt}; {e.reason})",
+    ComponentCompleted: lambda e: "completed",
+    GaveUp: lambda e: f"FATAL: {e.reason}",
+    StopBegan: lambda e: f"stopping ({e.signal}, by {e.by}{f'; {e.reason}' if e.reason else ''})",
+    ComponentStopped: lambda e: f"stopped (by {e.by})",
+    FlagRaised: lambda e: f"FLAG {e.type}: {e.message}{f' -> {e.action}' if e.action else ''}",
+    FlagCleared: lambda e: f"flag {e.type} cleared: {e.message}",
+    LeftoversEnded: lambda e: f"found {len(e.pids)} process(es) left by a previous supervisor: {e.action}",
+    ProgressUpdated: _progress,
+    ArtefactsCleaned: _cleaned,
+    CommandReceived: _command,
+}
+
+
+def describe(e: Record | Mapping[str, Any]) -> str:
     """What happened, in words (without time and component)."""
-    k = e.get("kind")
-    if k == "run_started":
-        comps = ", ".join(e.get("components", []))
-        how = {"resumed": "resumed", "continued": "continued", "adopted": "taken over"}.get(e.get("how") or "new",
-                                                                                            "started")
-        job = e.get("slurm")
-        where = f"job {job.get('job_id')} restart {job.get('restart_count')}, " if job else ""
-        return f"run {e.get('name')} {how} ({where}supervisor pid {e.get('pid')}, run dir {e.get('run_dir')}; {comps})"
-    if k == "run_ended":
-        return f"run ended: {e.get('reason')} (exit code {e.get('exit_code')})"
-    if k == "supervisor_exited":
-        n = len(e.get("monitors") or [])
-        return f"supervisor exited ({e.get('reason')}); {n} component(s) keep running under their monitors"
-    if k == "pending":
-        w = e.get("waiting_for") or []
-        return "waiting for " + ", ".join(w) if w else "pending"
-    if k == "started":
-        r = e.get("resume")
-        if r:
-            extra = f", resuming from step {r['step']}"
-        elif e.get("checkpoints_rejected"):
-            rej = e["checkpoints_rejected"]
-            extra = (f", FROM SCRATCH: none of {len(rej)} checkpoint(s) is complete ("
-                     + "; ".join(f"step {c.get('step')}: {c.get('reason')}" for c in rej[:3])
-                     + (" ..." if len(rej) > 3 else "") + ")")
-        else:
-            extra = ""
-        if e.get("step_id") or e.get("nodes"):
-            extra += f"; step {e.get('step_id') or '?'} on {','.join(e.get('nodes') or [])}"
-        return f"started pid {e.get('pid')} (attempt {e.get('attempt')}{extra})"
-    if k == "spawn_failed":
-        return f"could not start (attempt {e.get('attempt')}): {e.get('error')}"
-    if k == "adopted":
-        return (f"taken over: pid {e.get('pid')} (attempt {e.get('attempt')}, up {fmt_duration(e.get('uptime_s'))}, "
-                f"monitor pid {e.get('monitor_pid')})")
-    if k == "ready":
-        return f"ready ({e.get('probe')})"
-    if k == "exited":
-        step = f" at step {e['step']}" if e.get("step") is not None else ""
-        diag = e.get("diagnosis") or {}
-        summ = diag.get("summary")
-        return (f"{describe_exit(e.get('exit_code'), e.get('signal'))} after {fmt_duration(e.get('uptime_s'))}{step}"
-                + (f": {summ}" if summ and diag.get("category") != "none" else ""))
-    if k == "restart_scheduled":
-        return f"restarting in {(e.get('delay_s') or 0):.1f}s (attempt {e.get('attempt')}; {e.get('reason')})"
-    if k == "completed":
-        return "completed"
-    if k == "fatal":
-        return f"FATAL: {e.get('reason')}"
-    if k == "stopping":
-        why = f"; {e['reason']}" if e.get("reason") else ""
-        return f"stopping ({e.get('signal')}, by {e.get('by')}{why})"
-    if k == "stopped":
-        return f"stopped (by {e.get('by')})"
-    if k == "flag":
-        action = f" -> {e['action']}" if e.get("action") else ""
-        return f"FLAG {e.get('type')}: {e.get('message')}{action}"
-    if k == "flag_cleared":
-        return f"flag {e.get('type')} cleared: {e.get('message', '')}"
-    if k == "leftovers":
-        return f"found {len(e.get('pids', []))} process(es) left by a previous supervisor: {e.get('action')}"
-    if k == "progress":
-        total = f"/{e['total']}" if e.get("total") else ""
-        rate = f", {e['rate']:.2f} step/s" if e.get("rate") else ""
-        eta = f", ETA {fmt_duration(e['eta_s'])}" if e.get("eta_s") is not None else ""
-        metrics = e.get("metrics") or {}
-        shown = " ".join(f"{k} {v:.4g}" for k, v in list(metrics.items())[:4])
-        return f"step {e.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")
-    if k == "cleaned":
-        paths = e.get("paths") or []
-        return (f"removed {len(paths)} artefact(s) of steps after {e.get('step')} before resuming: "
-                + ", ".join(paths[:5]) + (" ..." if len(paths) > 5 else ""))
-    if k == "command":
-        via = f" via {e['client']}" if e.get("client") else ""
-        step = f" --step {e['step']}" if e.get("step") is not None else ""
-        return f"command {e.get('command')}{step} from {e.get('by', 'user')}{via}"
-    return str(k or "?")
+    rec = as_record(e)
+    words = _WORDS.get(type(rec.event))
+    return words(rec.event) if words is not None else rec.kind
 
 
-def human(e: dict[str, Any], *, width: int = 12) -> str:
-    ts = time.strftime("%H:%M:%S", time.localtime(e.get("ts", 0)))
-    comp = e.get("component") or "rlsup"
-    return f"{ts} {comp:<{width}} {describe(e)}"
+def human(e: Record | Mapping[str, Any], *, width: int = 12) -> str:
+    rec = as_record(e)
+    ts = time.strftime("%H:%M:%S", time.localtime(rec.ts))
+    comp = rec.component or "rlsup"
+    return f"{ts} {comp:<{width}} {describe(rec)}"

@@ -29,17 +29,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from . import state as run_state
 from .client import Connector, Session, SessionListener
+from .events import ComponentExited, Record, RunEnded, RunStarted, StartFailed, as_record
 
 JSON_TIMEOUT_S = 15.0
 FLAG_TYPE = "fleet_repeated_error"
 MAX_FAILURES = 200  # failures remembered per pod (only signatures matter; the newest win)
 HISTORY_EVENTS = 5000  # the newest journal events read from each pod for its past failures
 ENDED_RECHECK_S = 60.0  # how often a pod whose run ended is looked at again (a resumed run shows up)
-FAILURE_KINDS = ("exited", "spawn_failed")  # events whose diagnosis can be a failure
 POD_KEYS = ("host", "user", "port", "run_dir", "label")
 _RETRY_SUFFIX = re.compile(r"; retrying in [0-9.]+s$")
 
@@ -67,10 +67,31 @@ class PodSpec:
         return attach_command(self.target_label(), run_dir=self.run_dir, identity=identity, remote_cmd=remote_cmd)
 
 
-def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> list[PodSpec]:
-    """Read and validate a fleet file; raises :class:`~rlsup.supervisor.config.ConfigError` listing
-    every problem as ``FILE:LINE:COL: key.path: message``. ``${VAR}`` expands in string values."""
-    from .config import ConfigError, Problem, _load_yaml, interpolate  # pydantic: not at CLI start-up
+_SKIP = object()  # a pod key given as null: left to its default
+
+
+class _Problems:
+    """The problems of one fleet file, each at the line and column of the key it is about."""
+
+    def __init__(self, file: str, doc: Any):
+        self.file, self.doc = file, doc
+        self.found: list[Any] = []
+
+    def at(self, p: tuple[str | int, ...], msg: str, key: bool = False) -> None:
+        from .config import Problem
+
+        line, col = self.doc.pos(p, key=key)
+        self.found.append(Problem(self.file, line, col, p, msg))
+
+    def fail(self) -> NoReturn:
+        from .config import ConfigError
+
+        raise ConfigError(self.found)
+
+
+def _read_fleet(path: str | os.PathLike[str]) -> tuple[str, Any]:
+    """(the file's name, its parsed YAML document)."""
+    from .config import ConfigError, Problem, _load_yaml  # pydantic: not at CLI start-up
 
     file = str(path)
     try:
@@ -79,90 +100,120 @@ def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | Non
         raise ConfigError([Problem(file, 1, 1, (), f"cannot read fleet file: {e.strerror or e}")]) from None
     except UnicodeDecodeError as e:
         raise ConfigError([Problem(file, 1, 1, (), f"fleet file is not UTF-8 text: {e}")]) from None
-    doc = _load_yaml(text, file)
-    env = dict(os.environ if environ is None else environ)
-    problems: list[Problem] = []
+    return file, _load_yaml(text, file)
 
-    def at(p: tuple[str | int, ...], msg: str, key: bool = False) -> None:
-        line, col = doc.pos(p, key=key)
-        problems.append(Problem(file, line, col, p, msg))
 
-    data = doc.data
+def _pods_list(data: Any, problems: _Problems) -> list[Any]:
+    """The ``pods:`` list of the top level; a top level without one fails at once."""
     if not isinstance(data, dict):
-        at((), "the top level must be a mapping with a `pods:` list")
-        raise ConfigError(problems)
+        problems.at((), "the top level must be a mapping with a `pods:` list")
+        problems.fail()
     for k in data:
         if k != "pods":
             close = difflib.get_close_matches(str(k), ["pods"], n=1, cutoff=0.6)
-            at((k,), f"unknown key {k!r}" + ("; did you mean 'pods'?" if close else "; known keys: pods"), key=True)
+            problems.at((k,), f"unknown key {k!r}" + ("; did you mean 'pods'?" if close else "; known keys: pods"),
+                        key=True)
     pods = data.get("pods")
     if pods is None:
-        at((), "missing required key 'pods' (a list of {host, user, port, run_dir, label})")
-        raise ConfigError(problems)
+        problems.at((), "missing required key 'pods' (a list of {host, user, port, run_dir, label})")
+        problems.fail()
     if not isinstance(pods, list) or not pods:
-        at(("pods",), "`pods` must be a non-empty list of {host, user, port, run_dir, label}")
-        raise ConfigError(problems)
+        problems.at(("pods",), "`pods` must be a non-empty list of {host, user, port, run_dir, label}")
+        problems.fail()
+    return pods
 
+
+def _port(v: Any, kp: tuple[str | int, ...], problems: _Problems) -> Any:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 65536:
+        problems.at(kp, f"port must be a number from 1 to 65535 (got {v!r})")
+        return None
+    return v
+
+
+def _text(k: str, v: Any, kp: tuple[str | int, ...], env: dict[str, str], problems: _Problems) -> Any:
+    """A string value with ``${VAR}`` expanded; None after a problem; :data:`_SKIP` for a null."""
+    from .config import interpolate
+
+    if v is None and k != "host":
+        return _SKIP
+    if isinstance(v, int | float) and not isinstance(v, bool) and k in ("host", "label", "user"):
+        v = str(v)
+    if not isinstance(v, str) or not v.strip():
+        problems.at(kp, f"{k} must be a non-empty string (got {v!r})")
+        return None
+    expanded, missing = interpolate(v, env)
+    if missing:
+        problems.at(kp, f"undefined variable{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                        "(set it, or write ${VAR:-default})")
+        return None
+    return expanded
+
+
+def _pod_values(raw: dict[Any, Any], here: tuple[str | int, ...], env: dict[str, str],
+                problems: _Problems) -> tuple[dict[str, Any], bool]:
+    """(the pod's checked values, whether every key was fine)."""
+    values: dict[str, Any] = {}
+    ok = True
+    for k, v in raw.items():
+        kp = (*here, str(k))
+        if k not in POD_KEYS:
+            close = difflib.get_close_matches(str(k), POD_KEYS, n=1, cutoff=0.6)
+            problems.at(kp, f"unknown key {k!r}" + (f"; did you mean {close[0]!r}?" if close
+                                                    else f"; known keys: {', '.join(POD_KEYS)}"), key=True)
+            ok = False
+            continue
+        value = _port(v, kp, problems) if k == "port" else _text(k, v, kp, env, problems)
+        if value is None:
+            ok = False
+        elif value is not _SKIP:
+            values[k] = value
+    return values, ok
+
+
+def _pod(raw: Any, here: tuple[str | int, ...], env: dict[str, str], problems: _Problems) -> tuple[PodSpec | None, bool]:
+    """(one pod's spec, or None where it has no usable host; whether it had no problem)."""
+    if isinstance(raw, str):  # a bare host name is a pod with defaults
+        raw = {"host": raw}
+    if not isinstance(raw, dict):
+        problems.at(here, "each pod must be a mapping with at least `host:` (or a host name)")
+        return None, False
+    values, ok = _pod_values(raw, here, env, problems)
+    if "host" not in values:
+        if ok and "host" not in raw:
+            problems.at(here, "missing required key 'host'")
+        return None, False
+    host = values["host"]
+    if "@" in host or (host.count(":") == 1 and not host.startswith("[")):
+        problems.at((*here, "host"), f"write the host alone ({host!r}); give `user:` and `port:` as their own keys")
+        return None, False
+    return PodSpec(host=host, user=values.get("user"), port=values.get("port"), run_dir=values.get("run_dir"),
+                   label=values.get("label") or host), ok
+
+
+def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> list[PodSpec]:
+    """Read and validate a fleet file; raises :class:`~rlsup.supervisor.config.ConfigError` listing
+    every problem as ``FILE:LINE:COL: key.path: message``. ``${VAR}`` expands in string values."""
+    file, doc = _read_fleet(path)
+    env = dict(os.environ if environ is None else environ)
+    problems = _Problems(file, doc)
     out: list[PodSpec] = []
     labels: dict[str, int] = {}
-    for i, raw in enumerate(pods):
+    for i, raw in enumerate(_pods_list(doc.data, problems)):
         here: tuple[str | int, ...] = ("pods", i)
-        if isinstance(raw, str):  # a bare host name is a pod with defaults
-            raw = {"host": raw}
-        if not isinstance(raw, dict):
-            at(here, "each pod must be a mapping with at least `host:` (or a host name)")
+        spec, ok = _pod(raw, here, env, problems)
+        if spec is None:
             continue
-        values: dict[str, Any] = {}
-        ok = True
-        for k, v in raw.items():
-            kp = (*here, str(k))
-            if k not in POD_KEYS:
-                close = difflib.get_close_matches(str(k), POD_KEYS, n=1, cutoff=0.6)
-                at(kp, f"unknown key {k!r}" + (f"; did you mean {close[0]!r}?" if close
-                                               else f"; known keys: {', '.join(POD_KEYS)}"), key=True)
-                ok = False
-                continue
-            if k == "port":
-                if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 65536:
-                    at(kp, f"port must be a number from 1 to 65535 (got {v!r})")
-                    ok = False
-                    continue
-                values[k] = v
-                continue
-            if v is None and k != "host":
-                continue
-            if isinstance(v, int | float) and not isinstance(v, bool) and k in ("host", "label", "user"):
-                v = str(v)
-            if not isinstance(v, str) or not v.strip():
-                at(kp, f"{k} must be a non-empty string (got {v!r})")
-                ok = False
-                continue
-            expanded, missing = interpolate(v, env)
-            if missing:
-                at(kp, f"undefined variable{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                       "(set it, or write ${VAR:-default})")
-                ok = False
-                continue
-            values[k] = expanded
-        if "host" not in values:
-            if ok and "host" not in raw:
-                at(here, "missing required key 'host'")
-            continue
-        host = values["host"]
-        if "@" in host or (host.count(":") == 1 and not host.startswith("[")):
-            at((*here, "host"), f"write the host alone ({host!r}); give `user:` and `port:` as their own keys")
-            continue
-        spec = PodSpec(host=host, user=values.get("user"), port=values.get("port"), run_dir=values.get("run_dir"),
-                       label=values.get("label") or host)
         if spec.label in labels:
-            at((*here, "label") if "label" in raw else (*here, "host"),
-               f"two pods named {spec.label!r} (first is pods[{labels[spec.label]}]); give each a distinct `label:`")
+            named = isinstance(raw, dict) and "label" in raw
+            problems.at((*here, "label") if named else (*here, "host"),
+                        f"two pods named {spec.label!r} (first is pods[{labels[spec.label]}]); "
+                        "give each a distinct `label:`")
             continue
         labels[spec.label] = i
         if ok:
             out.append(spec)
-    if problems:
-        raise ConfigError(problems)
+    if problems.found:
+        problems.fail()
     return out
 
 
@@ -203,15 +254,21 @@ def failure_of(component: str, exit_info: Mapping[str, Any], attempt: int | None
                    exit_info.get("signal"), attempt if isinstance(attempt, int) and attempt > 0 else None)
 
 
-def failures_in_events(events: Iterable[Mapping[str, Any]]) -> list[Failure]:
+def failure_in(rec: Record) -> Failure | None:
+    """The failure an ``exited`` or ``spawn_failed`` record with a diagnosis stands for, or None."""
+    e = rec.event
+    if not isinstance(e, (ComponentExited, StartFailed)) or not e.component:
+        return None
+    diag = e.diagnosis
+    if not diag or diag.get("category") in (None, "none"):
+        return None
+    exit_code, signal = (e.exit_code, e.signal) if isinstance(e, ComponentExited) else (None, None)
+    return Failure(e.component, rec.ts, diag, exit_code, signal, e.attempt if e.attempt > 0 else None)
+
+
+def failures_in_events(events: Iterable[Record | Mapping[str, Any]]) -> list[Failure]:
     """The failures among journal events (``exited`` and ``spawn_failed`` with a diagnosis)."""
-    out = []
-    for e in events:
-        if e.get("kind") in FAILURE_KINDS and e.get("component"):
-            f = failure_of(str(e["component"]), e)
-            if f is not None:
-                out.append(f)
-    return out
+    return [f for e in events if (f := failure_in(as_record(e))) is not None]
 
 
 def failures_in_state(state: Mapping[str, Any] | None) -> list[Failure]:
@@ -326,15 +383,16 @@ class PodState:
             self.after_snapshot(resumed)
         self._changed()
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("kind")
-        if kind in FAILURE_KINDS and event.get("component"):
-            self.add_failures(failures_in_events([event]))
+    def on_event(self, event: Record | dict[str, Any]) -> None:
+        rec = as_record(event)  # parsed once, at the socket's edge
+        failure = failure_in(rec)
+        if failure is not None:
+            self.add_failures([failure])
         if self.state is not None:
-            run_state.apply(self.state, event)
-            if kind == "run_ended":
+            run_state.apply(self.state, rec)
+            if isinstance(rec.event, RunEnded):
                 self.ended_note = end_note(self.state.get("run") or {})
-            elif kind == "run_started":
+            elif isinstance(rec.event, RunStarted):
                 self.ended_note, self.archived = None, False
         self._changed()
 
@@ -344,7 +402,7 @@ class PodState:
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
         pass
 
-    def add_history(self, events: Iterable[Mapping[str, Any]]) -> None:
+    def add_history(self, events: Iterable[Record | Mapping[str, Any]]) -> None:
         """The failures recorded in the pod's journal (read by the Fleet after a snapshot)."""
         self.add_failures(failures_in_events(events))
         self.history_pending = False

@@ -28,8 +28,9 @@ def fmt_span(s: float) -> str:
     return f"{s:g} s"
 
 
-def describe_exit(exit_code: int | None, signal: str | None) -> str:
-    """``"killed by SIGKILL"``, ``"exit 1"``, ``"exit ?"`` (a process whose status is unknown)."""
+def describe_exit(exit_code: int | None, signal: str | None, *, bare_signal: bool = False) -> str:
+    """``"killed by SIGKILL"``, ``"exit 1"``, ``"exit ?"`` (a process whose status is unknown);
+    ``bare_signal``: ``"SIGKILL"`` (where the words around it already say it was killed)."""
     if signal:
-        return f"killed by {signal}"
+        return signal if bare_signal else f"killed by {signal}"
     return f"exit {exit_code}" if exit_code is not None else "exit ?"

@@ -46,6 +46,7 @@ from .monitorwatch import MonitorWatch
 from .process import Attempt, Cgroups, Monitors, set_child_subreaper
 from .rundir import RunLock, RunPaths
 from .runview import POSITIONS_WRITE_S
+from .shim import reap_children
 from .slurm.launcher import slurm_job_info
 from .statewriter import StateWriter
 from .ticker import Ticker
@@ -480,7 +481,7 @@ class Run:
 
     def _reap(self) -> None:
         """Reap our children: monitors (re-parented to us, their subreaper) and the zygote."""
-        shim.reap_children()
+        reap_children()
 
     # ------------------------------------------------------------------ state on disk (:mod:`.statewriter`)
 

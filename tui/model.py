@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlsup.supervisor import state as run_state
-from rlsup.supervisor.events import GAUGES
+from rlsup.supervisor.events import GpuSampled, ProgressUpdated, ResourcesSampled, parse
 from rlsup.supervisor.progress import current_rate
 from rlsup.tui.format import fmt_dur
 
@@ -190,19 +190,18 @@ class RunModel:
         self.dirty |= AREAS
 
     def on_event(self, event: dict[str, Any]) -> None:
+        rec = parse(event)  # typed once, at the socket's edge (an unknown kind is kept, never raises)
         if self.state is not None:
             try:
-                run_state.apply(self.state, event)
+                run_state.apply(self.state, rec)
             except (KeyError, TypeError, ValueError, AttributeError):  # a shape this client does not know
                 pass
-        kind = event.get("kind", "")
-        if kind in ("gpu", "resources"):
+        if isinstance(rec.event, (GpuSampled, ResourcesSampled)):
             self.dirty |= GAUGE_AREAS
-        elif kind == "progress":
+        elif isinstance(rec.event, ProgressUpdated):
             self.dirty |= {"progress", "table"}
         else:
-            if kind not in GAUGES:
-                self.timeline.append(event)
+            self.timeline.append(event)  # the timeline shows what came, as it came
             self.dirty |= AREAS
         self._touch()
 

@@ -10,7 +10,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..attempts import Attempt as AttemptRecord  # the one attempt model; the name stays for callers
 from .model import Diagnosis
+
+__all__ = ["AttemptRecord", "Flag", "detect_attempt_patterns"]
 
 # Categories that say nothing about the program itself; never a repeated_error.
 _NO_SIGNATURE = {"unknown", "none", "killed"}
@@ -18,27 +21,6 @@ _NO_SIGNATURE = {"unknown", "none", "killed"}
 # a flag, but restarting may well succeed once the other side is back, so not fatal by default.
 _TRANSIENT = {"connection_refused", "nccl_timeout", "distributed_timeout", "watchdog_timeout",
               "inference_engine_dead", "host_oom", "ray_actor_died"}
-
-
-@dataclass(frozen=True)
-class AttemptRecord:
-    attempt: int
-    started_at: float
-    ended_at: float
-    ready: bool
-    exit_code: int | None
-    signal: str | None
-    step: int | None
-    resumed_step: int | None
-    diagnosis: Diagnosis
-
-    @property
-    def uptime_s(self) -> float:
-        return max(0.0, self.ended_at - self.started_at)
-
-    @property
-    def failed(self) -> bool:
-        return self.signal is not None or (self.exit_code is not None and self.exit_code != 0)
 
 
 @dataclass(frozen=True)
@@ -120,7 +102,7 @@ def _crash_loop(history: Sequence[AttemptRecord], uptime_s: float, need: int) ->
     msg = (f"{len(loop)} consecutive attempts died {why} (restarting every ~{period:.0f} s); "
            f"latest: {loop[-1].diagnosis.summary}")
     evidence = tuple(
-        f"attempt {r.attempt}: up {r.uptime_s:.1f} s, {_exit_text(r)}, {r.diagnosis.category}" for r in loop[-6:]
+        f"attempt {r.attempt}: up {r.uptime_s:.1f} s, {r.exit_text(bare_signal=True)}, {r.diagnosis.category}" for r in loop[-6:]
     )
     return Flag("crash_loop", msg, evidence, False)
 
@@ -169,9 +151,3 @@ def _false_success(history: Sequence[AttemptRecord], total: int | None) -> Flag 
     seen = "no step" if last.step is None else f"step {last.step}"
     msg = f"exited 0 at {seen} of {total}: not finished, treated as a failure"
     return Flag("false_success", msg, (last.diagnosis.summary, *last.diagnosis.evidence)[:12], False)
-
-
-def _exit_text(r: AttemptRecord) -> str:
-    if r.signal:
-        return r.signal
-    return f"exit {r.exit_code}" if r.exit_code is not None else "exit ?"

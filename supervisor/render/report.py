@@ -14,50 +14,21 @@ import shlex
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import state as state_mod
 from ..archive import read_config, redactor_for
-from ..events import describe, fmt_duration
-from ..journal import read_events
+from ..attemptlog import Mark
+from ..attempts import Attempt, from_records
+from ..diagnosis.model import Diagnosis
+from ..events import FlagCleared, FlagRaised, Record, describe, fmt_duration
+from ..replay import read_run
 from ..rundir import RunPaths, is_locked
 from .advice import NEXT_STEPS
 
 MAX_TIMELINE = 200
 MAX_EVIDENCE = 14
 LOG_TAIL_LINES = 12
-
-
-
-@dataclass
-class Attempt:
-    component: str
-    attempt: int
-    started: dict[str, Any] | None = None
-    ready_ts: float | None = None
-    exited: dict[str, Any] | None = None
-    outcome: dict[str, Any] | None = None  # completed / fatal / stopped / restart_scheduled after the exit
-    flags: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def failed(self) -> bool:
-        e = self.exited
-        if e is None:
-            return False
-        if (self.outcome or {}).get("kind") == "stopped":
-            return False
-        return bool(e.get("signal")) or (e.get("exit_code") not in (0, None)) or self.false_success is not None
-
-    @property
-    def false_success(self) -> dict[str, Any] | None:
-        """The ``false_success`` flag of this attempt: an exit 0 before the last step is a failure."""
-        return next((f for f in self.flags if f.get("type") == "false_success"), None)
-
-    @property
-    def diagnosis(self) -> dict[str, Any]:
-        return (self.exited or {}).get("diagnosis") or {}
 
 
 def build_report(run_dir: Path | str, *, now: float | None = None, env: Mapping[str, str] | None = None,
@@ -73,76 +44,14 @@ def build_report(run_dir: Path | str, *, now: float | None = None, env: Mapping[
     if not paths.events.exists() and not paths.state.exists():
         raise FileNotFoundError(f"no events.jsonl or state.json in {paths.root}: not a run directory")
     now = time.time() if now is None else now
-    events = list(read_events(paths.events))
-    snap = _read_json(paths.state) or {}
-    st = _reduce(events, snap)
+    rp = read_run(paths)  # the journal, once, as typed records
+    st = rp.final_state(keep_rates=True)
     run = st["run"]
     cfg_path = Path(config_path) if config_path else (Path(run["config"]) if run.get("config") else None)
     cfg = read_config(cfg_path)
     red = redactor_for(cfg, cfg_path, env)
-    attempts = _attempts(events)
-    md = _render(paths, events, st, snap, attempts, cfg, cfg_path, now)
+    md = _render(paths, rp.records, st, from_records(rp.records), cfg, cfg_path, now)
     return red.redact_text(md)
-
-
-# ---------------------------------------------------------------------------------------- reading
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _reduce(events: list[dict[str, Any]], snap: dict[str, Any]) -> dict[str, Any]:
-    """State from the journal; state.json supplies what the journal lacks (gauges, checkpoint)."""
-    st = state_mod.initial(dict(snap.get("run") or {}), list((snap.get("components") or {}).keys()))
-    for e in events:
-        state_mod.apply(st, e)
-    for name, c in (snap.get("components") or {}).items():
-        mine = st["components"].setdefault(name, state_mod.new_component())
-        # Progress is a gauge: the final state has the final step (a resumed attempt's journal entry
-        # says only where it started); an exit seen later than the last state write still counts.
-        for k in ("step", "total", "rate", "eta_s", "metrics", "checkpoint"):
-            if c.get(k) is not None:
-                mine[k] = c[k]
-        last_exit_step = (mine.get("last_exit") or {}).get("step")
-        if last_exit_step is not None and (mine.get("step") is None or last_exit_step > mine["step"]):
-            mine["step"] = last_exit_step
-        if not events:
-            mine.update({k: v for k, v in c.items() if k in mine})
-    st["gpus"] = snap.get("gpus") or []
-    st["host"] = snap.get("host")
-    return st
-
-
-def _attempts(events: list[dict[str, Any]]) -> dict[str, list[Attempt]]:
-    out: dict[str, list[Attempt]] = {}
-    cur: dict[str, Attempt] = {}
-    for e in events:
-        name = e.get("component")
-        if not name:
-            continue
-        k = e.get("kind")
-        if k == "started":
-            new = Attempt(name, int(e.get("attempt") or len(out.get(name, [])) + 1), started=e)
-            out.setdefault(name, []).append(new)
-            cur[name] = new
-            continue
-        a = cur.get(name)
-        if a is None:
-            continue
-        if k == "ready":
-            a.ready_ts = e.get("ts")
-        elif k == "exited":
-            a.exited = e
-        elif k in ("completed", "fatal", "stopped", "restart_scheduled") and a.exited is not None and a.outcome is None:
-            a.outcome = e
-        elif k == "flag":
-            a.flags.append(e)
-    return out
 
 
 # ---------------------------------------------------------------------------------------- formatting
@@ -173,19 +82,10 @@ def _short_loc(loc: str | None) -> str | None:
     return f"{os.path.basename(path)}:{line}" if path else loc
 
 
-def _exit_text(e: dict[str, Any] | None) -> str:
-    if e is None:
-        return "running"
-    if e.get("signal"):
-        return f"killed by {e['signal']}"
-    return f"exit {e.get('exit_code')}"
-
-
-def _what(d: dict[str, Any]) -> str:
+def _what(d: Diagnosis) -> str:
     """'AttributeError at train.py:12' / 'cuda_oom' for one diagnosis."""
-    exc = d.get("exception")
-    what = exc.split(":", 1)[0].strip() if exc else (d.get("category") or "unknown failure")
-    loc = _short_loc(d.get("location"))
+    what = d.exception_type or d.category or "unknown failure"
+    loc = _short_loc(d.location)
     return f"{what} at {loc}" if loc else what
 
 
@@ -196,36 +96,29 @@ def _times(n: int) -> str:
 def _failure_text(a: Attempt) -> str:
     """How one attempt failed, in a few words: 'AttributeError at train.py:12', 'SIGKILL'."""
     d = a.diagnosis
-    e = a.exited or {}
     if a.false_success is not None:
-        return f"a false success ({a.false_success.get('message')})"
-    if d.get("exception") or d.get("location"):
+        return f"a false success ({a.false_success.message})"
+    if d.exception or d.location:
         return _what(d)
-    if e.get("signal") and d.get("category") in (None, "killed", "unknown"):
-        return str(e["signal"])
-    if d.get("category") in (None, "unknown"):
-        return f"no recognised error (exit {e.get('exit_code')})"
-    return str(d.get("category"))
+    if a.signal and d.category in ("killed", "unknown"):
+        return a.signal
+    if d.category == "unknown":
+        return f"no recognised error (exit {a.exit_code})"
+    return d.category
 
 
 def _hangs(name: str, atts: list[Attempt]) -> str | None:
     """'trainer hung once (no new step for 20s (last step 29, stall_after 20s))' from its stall flags."""
-    stalls = [f for a in atts for f in a.flags if f.get("type") == "stall"]
+    stalls = [f.event for a in atts for f in a.flags if isinstance(f.event, FlagRaised) and f.event.type == "stall"]
     if not stalls:
         return None
-    return f"{name} hung {_times(len(stalls))} ({stalls[-1].get('message') or 'no new step'})"
+    return f"{name} hung {_times(len(stalls))} ({stalls[-1].message or 'no new step'})"
 
 
-def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any]) -> str | None:
-    failed = [a for a in atts if a.failed]
-    hung = _hangs(name, atts)
-    if not failed:
-        if hung is None:
-            return None
-        state = cstate.get("state")
-        return hung + (f"; now {state}" if state else "")
+def _failures_text(name: str, failed: list[Attempt]) -> str:
+    """'trainer crashed twice with the same ValueError at t.py:7, each time before becoming ready'."""
     sigs = Counter(_failure_text(a) for a in failed)
-    verb = "was killed" if all(a.exited and a.exited.get("signal") for a in failed) else "crashed"
+    verb = "was killed" if all(a.signal for a in failed) else "crashed"
     prep = "by" if verb == "was killed" else "with"
     if len(sigs) == 1:
         same = f"{prep} the same " if len(failed) > 1 else f"{prep} "
@@ -233,17 +126,32 @@ def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any]) -
     else:
         top = ", ".join(_failure_text(a) for a in failed[-3:])
         text = f"{name} {verb} {_times(len(failed))} ({len(sigs)} different failures; latest: {top})"
-    if all(a.ready_ts is None for a in failed) and len(failed) > 1:
+    if all(not a.ready for a in failed) and len(failed) > 1:
         text += ", each time before becoming ready"
+    return text
+
+
+def _now_text(atts: list[Attempt], cstate: dict[str, Any]) -> str:
+    """Where a component that failed stands now: given up, recovered, or its state."""
     state = cstate.get("state")
     if state == "fatal":
         reason = str(cstate.get("reason") or "")
         kind = reason.split(":", 1)[0] if ":" in reason[:40] else reason
-        text += "; stopped restarting" + (f" ({kind[:100]})" if kind else "")
-    elif not atts[-1].failed:
-        text += "; recovered" + (f" ({state})" if state in ("completed", "running") else "")
-    elif state:
-        text += f"; now {state}"
+        return "; stopped restarting" + (f" ({kind[:100]})" if kind else "")
+    if not atts[-1].judged_failed:
+        return "; recovered" + (f" ({state})" if state in ("completed", "running") else "")
+    return f"; now {state}" if state else ""
+
+
+def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any]) -> str | None:
+    failed = [a for a in atts if a.judged_failed]
+    hung = _hangs(name, atts)
+    if not failed:
+        if hung is None:
+            return None
+        state = cstate.get("state")
+        return hung + (f"; now {state}" if state else "")
+    text = _failures_text(name, failed) + _now_text(atts, cstate)
     if hung is not None:
         text += f"; {hung}"
     return text
@@ -270,13 +178,12 @@ def _summary(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> str:
     return text[0].upper() + text[1:]
 
 
-def _render(paths: RunPaths, events: list[dict[str, Any]], st: dict[str, Any], snap: dict[str, Any],
-            attempts: dict[str, list[Attempt]], cfg: dict[str, Any] | None, cfg_path: Path | None,
-            now: float) -> str:
+def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts: dict[str, list[Attempt]],
+            cfg: dict[str, Any] | None, cfg_path: Path | None, now: float) -> str:
     run = st["run"]
     name = run.get("name") or paths.root.name
     out: list[str] = [f"# Incident report: {name}", ""]
-    started_at = run.get("started_at") or (events[0].get("ts") if events else None)
+    started_at = run.get("started_at") or (events[0].ts if events else None)
     ended_at = run.get("ended_at")
     live = ended_at is None and is_locked(paths)
     if ended_at is not None:
@@ -287,7 +194,7 @@ def _render(paths: RunPaths, events: list[dict[str, Any]], st: dict[str, Any], s
         status = f"**running** (report taken {_utc(now, True)})"
         dur = now - started_at if started_at else None
     else:
-        last = events[-1].get("ts") if events else None
+        last = events[-1].ts if events else None
         status = (f"**supervisor gone** without ending the run (last event {_utc(last, True)}); "
                   f"`rlsup up` on the config resumes supervision")
         dur = last - started_at if started_at and last else None
@@ -348,6 +255,12 @@ def _root_cause_section(paths: RunPaths) -> list[str]:
     return out + [""]
 
 
+def _exit_after(a: Attempt) -> str:
+    """'killed by SIGKILL after 1.4s' for an attempt that ended."""
+    e = a.exited
+    return f"{a.exit_text()} after {fmt_duration(e.uptime_s if e else None)}"
+
+
 def _components_table(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:
     out = ["## Components", "", "| component | state | attempts | failures | step | last exit |",
            "| --- | --- | --- | --- | --- | --- |"]
@@ -356,42 +269,58 @@ def _components_table(st: dict[str, Any], attempts: dict[str, list[Attempt]]) ->
         step = c.get("step")
         total = c.get("total")
         stp = "-" if step is None else (f"{step}/{total}" if total else str(step))
-        last = atts[-1].exited if atts else None
-        lx = "-" if last is None else f"{_exit_text(last)} after {fmt_duration(last.get('uptime_s'))}"
-        out.append(f"| {n} | {c.get('state')} | {len(atts)} | {sum(a.failed for a in atts)} | {stp} | {_cell(lx)} |")
+        lx = _exit_after(atts[-1]) if atts and atts[-1].ended else "-"
+        out.append(f"| {n} | {c.get('state')} | {len(atts)} | {sum(a.judged_failed for a in atts)} | {stp} "
+                   f"| {_cell(lx)} |")
     return out + [""]
 
 
-def _flags_section(events: list[dict[str, Any]]) -> list[str]:
-    flags = [e for e in events if e.get("kind") == "flag"]
-    if not flags:
+def _flag_entry(fs: list[Record]) -> list[str]:
+    """One (component, type) of flags: the latest, which says the most; earlier ones counted."""
+    rec = fs[-1]
+    f = rec.event
+    assert isinstance(f, FlagRaised)
+    out = [f"### {f.type} on {rec.component or 'run'} at {_utc(rec.ts)}", ""]
+    if len(fs) > 1:
+        out += [f"_Raised {len(fs)} times, first at {_utc(fs[0].ts)}; the latest:_", ""]
+    out += [f.message, ""]
+    if f.action:
+        out += [f"Action: {f.action}", ""]
+    ev = [str(x) for x in f.evidence][:MAX_EVIDENCE]
+    if ev:
+        out += _code(ev) + [""]
+    return out
+
+
+def _flags_section(events: list[Record]) -> list[str]:
+    groups: dict[tuple[str | None, str], list[Record]] = {}
+    for r in events:
+        if isinstance(r.event, FlagRaised):
+            groups.setdefault((r.component, r.event.type), []).append(r)
+    if not groups:
         return ["## Flags", "", "None raised.", ""]
     out = ["## Flags", ""]
-    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
-    for f in flags:
-        groups.setdefault((f.get("component"), f.get("type")), []).append(f)
-    # One entry per (component, type): the latest, which says the most; earlier ones counted.
-    for (comp, ftype), fs in groups.items():
-        f = fs[-1]
-        out.append(f"### {ftype} on {comp or 'run'} at {_utc(f.get('ts'))}")
-        out.append("")
-        if len(fs) > 1:
-            out.append(f"_Raised {len(fs)} times, first at {_utc(fs[0].get('ts'))}; the latest:_")
-            out.append("")
-        out.append(str(f.get("message") or ""))
-        out.append("")
-        if f.get("action"):
-            out.append(f"Action: {f['action']}")
-            out.append("")
-        ev = [str(x) for x in (f.get("evidence") or [])][:MAX_EVIDENCE]
-        if ev:
-            out += _code(ev) + [""]
-    cleared = [e for e in events if e.get("kind") == "flag_cleared"]
-    for e in cleared:
-        out.append(f"- {_utc(e.get('ts'))} {e.get('component')}: {e.get('type')} cleared ({e.get('message', '')})")
+    for fs in groups.values():
+        out += _flag_entry(fs)
+    cleared = [(r, r.event) for r in events if isinstance(r.event, FlagCleared)]
+    for r, e in cleared:
+        out.append(f"- {_utc(r.ts)} {r.component}: {e.type} cleared ({e.message})")
     if cleared:
         out.append("")
     return out
+
+
+def _attempt_row(a: Attempt) -> str:
+    s = a.started
+    e = a.exited
+    res = s.resume if s else None
+    num = f"{a.attempt}" + (f" (resumed @ step {res.get('step')})" if res else "")
+    d = a.diagnosis
+    diag = "-" if not e else ("ok" if d.category == "none" else f"{d.category}: {d.summary}")
+    step = "-" if not e or e.step is None else e.step
+    return (f"| {_cell(num)} | {_utc(a.started_at)} | {_utc(a.ready_at) if a.ready_at else '-'} | "
+            f"{_utc(a.ended_at) if e else '-'} | {fmt_duration(e.uptime_s) if e else '-'} | "
+            f"{a.exit_text()} | {step} | {_cell(diag)} |")
 
 
 def _attempts_section(paths: RunPaths, st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:
@@ -399,22 +328,12 @@ def _attempts_section(paths: RunPaths, st: dict[str, Any], attempts: dict[str, l
     for name, atts in attempts.items():
         c = st["components"].get(name, {})
         out += [f"### {name} ({c.get('state')})", ""]
-        cmd = (atts[0].started or {}).get("command")
-        if cmd:
-            out += [f"Command: `{shlex.join(cmd) if isinstance(cmd, list) else cmd}`", ""]
+        first = atts[0].started
+        if first is not None and first.command:
+            out += [f"Command: `{shlex.join(first.command)}`", ""]
         out += ["| # | started | ready | ended | uptime | exit | step | diagnosis |",
                 "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for a in atts:
-            s = a.started or {}
-            e = a.exited
-            res = s.get("resume")
-            num = f"{a.attempt}" + (f" (resumed @ step {res.get('step')})" if res else "")
-            d = a.diagnosis
-            diag = "-" if not e else ("ok" if d.get("category") == "none" else f"{d.get('category')}: {d.get('summary')}")
-            step = "-" if not e or e.get("step") is None else e.get("step")
-            out.append(f"| {_cell(num)} | {_utc(s.get('ts'))} | {_utc(a.ready_ts) if a.ready_ts else '-'} | "
-                       f"{_utc(e.get('ts')) if e else '-'} | {fmt_duration(e.get('uptime_s')) if e else '-'} | "
-                       f"{_exit_text(e)} | {step} | {_cell(diag)} |")
+        out += [_attempt_row(a) for a in atts]
         out.append("")
         out += _failure_details(paths, name, atts)
     if len(out) == 2:
@@ -425,53 +344,47 @@ def _attempts_section(paths: RunPaths, st: dict[str, Any], attempts: dict[str, l
 def _failure_details(paths: RunPaths, name: str, atts: list[Attempt]) -> list[str]:
     """Each failed attempt's exit and diagnosis; runs of the same failure collapse to one line."""
     out: list[str] = []
-    prev: Attempt | None = None
-    same_run: list[int] = []
+    groups: list[list[Attempt]] = []  # consecutive failed attempts with the same failure
+    for a in (a for a in atts if a.judged_failed):
+        if groups and _same_failure(groups[-1][0], a):
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    for first, *same in groups:
+        out += _failure_block(paths, name, atts, first)
+        if same:
+            nums = f"{same[0].attempt}" if len(same) == 1 else f"{same[0].attempt}-{same[-1].attempt}"
+            word = "Attempt" if len(same) == 1 else "Attempts"
+            out += [f"**{word} {nums}**: the same failure as attempt {first.attempt} ({_failure_text(first)}).", ""]
+    return out
 
-    def flush_same() -> None:
-        if same_run and prev is not None:
-            nums = f"{same_run[0]}" if len(same_run) == 1 else f"{same_run[0]}-{same_run[-1]}"
-            word = "Attempt" if len(same_run) == 1 else "Attempts"
-            out.extend([f"**{word} {nums}**: the same failure as attempt {prev.attempt} ({_failure_text(prev)}).", ""])
-            same_run.clear()
 
-    for a in atts:
-        if not a.failed:
-            continue
-        if prev is not None and _same_failure(prev, a):
-            same_run.append(a.attempt)
-            continue
-        flush_same()
-        prev = a
-        d = a.diagnosis
-        out.append(f"**Attempt {a.attempt}**: {_exit_text(a.exited)} after "
-                   f"{fmt_duration((a.exited or {}).get('uptime_s'))}"
-                   + (f" at step {step}" if (step := (a.exited or {}).get("step")) is not None else ""))
-        out.append("")
-        out.append(f"- Category: `{d.get('category')}`")
-        if d.get("summary"):
-            out.append(f"- Summary: {d['summary']}")
-        if d.get("exception"):
-            out.append(f"- Exception: `{_cell(d['exception'])}`")
-        if d.get("location"):
-            out.append(f"- Location: `{d['location']}`")
-        outcome = a.outcome or {}
-        if outcome:
-            out.append(f"- Then: {describe(outcome)}")
-        res = (a.exited or {}).get("resources")
-        if res:
-            out.append(f"- Resources at exit: {_resources_text(res)}")
-        out.append("")
-        ev = list(d.get("evidence") or [])[-MAX_EVIDENCE:]
-        if not ev:
-            ev = _attempt_tail(paths, name, atts, a)
-            if ev:
-                out.append(f"No failure text was recognised; the last lines of attempt {a.attempt}'s output "
-                           f"(`rlsup logs {name} --attempt {a.attempt}`):")
-                out.append("")
+def _failure_block(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
+    """One failed attempt: its exit, diagnosis, what rlsup did next, and its evidence."""
+    d = a.diagnosis
+    out = [_exit_after(a) + (f" at step {a.step}" if a.step is not None else ""), ""]
+    out[0] = f"**Attempt {a.attempt}**: " + out[0]
+    out.append(f"- Category: `{d.category}`")
+    if d.summary:
+        out.append(f"- Summary: {d.summary}")
+    if d.exception:
+        out.append(f"- Exception: `{_cell(d.exception)}`")
+    if d.location:
+        out.append(f"- Location: `{d.location}`")
+    if a.outcome is not None:
+        out.append(f"- Then: {describe(a.outcome)}")
+    res = a.exit.extra.get("resources") if a.exit is not None else None
+    if res:
+        out.append(f"- Resources at exit: {_resources_text(res)}")
+    out.append("")
+    ev = list(d.evidence)[-MAX_EVIDENCE:]
+    if not ev:
+        ev = _attempt_tail(paths, name, atts, a)
         if ev:
-            out += _code(ev) + [""]
-    flush_same()
+            out += [f"No failure text was recognised; the last lines of attempt {a.attempt}'s output "
+                    f"(`rlsup logs {name} --attempt {a.attempt}`):", ""]
+    if ev:
+        out += _code(ev) + [""]
     return out
 
 
@@ -479,23 +392,31 @@ def _same_failure(a: Attempt, b: Attempt) -> bool:
     """Same category, exception and location, and the same last evidence line: the log tail of a
     crash loop accumulates, so whole evidence lists differ while the failure does not."""
     da, db = a.diagnosis, b.diagnosis
-    key = ("category", "exception", "location")
-    if any(da.get(k) != db.get(k) for k in key):
+    if (da.category, da.exception, da.location) != (db.category, db.exception, db.location):
         return False
-    ea, eb = list(da.get("evidence") or []), list(db.get("evidence") or [])
-    return (ea[-1] if ea else None) == (eb[-1] if eb else None) and _exit_text(a.exited) == _exit_text(b.exited)
+    last_a = da.evidence[-1] if da.evidence else None
+    last_b = db.evidence[-1] if db.evidence else None
+    return last_a == last_b and a.exit_text() == b.exit_text()
+
+
+def _mark(a: Attempt) -> Mark | None:
+    """Where attempt ``a``'s output begins in its log (None: a journal without ranges)."""
+    s = a.started
+    if s is None or s.log_offset is None:
+        return None
+    return Mark(s.log_ino, s.log_offset)
 
 
 def _attempt_tail(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
     """The last lines of attempt ``a``'s own output (never another attempt's), by the range its
     ``started`` event recorded; journals without ranges: the log's tail, for the latest attempt only."""
-    from ..attemptlog import lines_of, mark_of, read_bytes
+    from ..attemptlog import lines_of, read_bytes
 
-    start = mark_of(a.started or {})
+    start = _mark(a)
     if start is None:
         return _log_tail(paths, name) if a is atts[-1] else []
     k = atts.index(a)
-    end = mark_of(atts[k + 1].started or {}) if k + 1 < len(atts) else None
+    end = _mark(atts[k + 1]) if k + 1 < len(atts) else None
     data, _partial = read_bytes(paths.log(name), start, end, max_bytes=16384)
     return [ln for ln in lines_of(data) if ln.strip()][-LOG_TAIL_LINES:]
 
@@ -528,12 +449,12 @@ def _resources_text(res: Mapping[str, Any]) -> str:
 
 def _resources_section(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:
     out = ["## Resources", ""]
-    per_crash = [(a, a.exited) for atts in attempts.values() for a in atts
-                 if a.failed and a.exited and a.exited.get("resources")]
+    per_crash = [(a, a.exit.extra["resources"]) for atts in attempts.values() for a in atts
+                 if a.judged_failed and a.exit is not None and a.exit.extra.get("resources")]
     if per_crash:
         out += ["Around each crash (from the `exited` events):", ""]
-        for a, ex in per_crash:
-            out.append(f"- {a.component} attempt {a.attempt} at {_utc(ex.get('ts'))}: {_resources_text(ex['resources'])}")
+        for a, res in per_crash:
+            out.append(f"- {a.component} attempt {a.attempt} at {_utc(a.ended_at)}: {_resources_text(res)}")
         out.append("")
     host = st.get("host") or {}
     gpus = st.get("gpus") or []
@@ -562,7 +483,7 @@ def _checkpoints_section(st: dict[str, Any], attempts: dict[str, list[Attempt]],
     comps_cfg = (cfg or {}).get("components") or {}
     for n, c in st["components"].items():
         ck = c.get("checkpoint")
-        resumes = [r for a in attempts.get(n, []) if a.started and (r := a.started.get("resume"))]
+        resumes = [r for a in attempts.get(n, []) if a.started and (r := a.started.resume)]
         found = _discover(comps_cfg.get(n), paths)
         if ck:
             rows.append(f"- {n}: {ck if isinstance(ck, str) else json.dumps(ck, default=str)}")
@@ -603,38 +524,43 @@ def _discover(ccfg: Any, paths: RunPaths) -> tuple[int, str] | None:
     return found.latest.step, found.latest.path
 
 
-def _next_steps(st: dict[str, Any], attempts: dict[str, list[Attempt]], events: list[dict[str, Any]]) -> list[str]:
-    items: list[str] = []
-    seen: set[tuple[str, str]] = set()
+# A flag's advice covers the category's generic one (a repeated AttributeError needs one fix).
+_COVERED = {"repeated_error": {"python_exception", "unknown"}, "step_crash": {"python_exception"},
+            "crash_loop": {"unknown"}}
 
-    def add(key: str, name: str, loc: str | None) -> None:
-        if (key, name) in seen or key not in NEXT_STEPS:
-            return
-        seen.add((key, name))
-        at = f" at `{loc}`" if loc else ""
-        atts = attempts.get(name) or []
-        recovered = bool(atts) and not atts[-1].failed and st["components"].get(name, {}).get("state") != "fatal"
-        pre = "recovered by restarting; to keep it from recurring: " if recovered else ""
-        items.append(f"- **{name}** ({key}): {pre}" + NEXT_STEPS[key].format(name=name, at=at, loc=loc or "?"))
 
-    for f in events:
-        if f.get("kind") == "flag" and f.get("component"):
-            loc = None
-            atts = attempts.get(f["component"]) or []
-            if atts:
-                loc = atts[-1].diagnosis.get("location")
-            add(str(f.get("type")), f["component"], loc)
-    # A flag's advice covers the category's generic one (a repeated AttributeError needs one fix).
-    covered = {"repeated_error": {"python_exception", "unknown"}, "step_crash": {"python_exception"},
-               "crash_loop": {"unknown"}}
+def _advice_keys(attempts: dict[str, list[Attempt]], events: list[Record]) -> list[tuple[str, str, str | None]]:
+    """(advice key, component, location) in the order to show: flags first, then each failed
+    attempt's category where no flag of the component covers it; each pair once."""
+    keys: list[tuple[str, str, str | None]] = []
+    for r in events:
+        if isinstance(r.event, FlagRaised) and r.component:
+            atts = attempts.get(r.component) or []
+            keys.append((r.event.type, r.component, atts[-1].diagnosis.location if atts else None))
+    flagged = [(k, n) for k, n, _ in keys if k in NEXT_STEPS]
     for name, atts in attempts.items():
-        skip = set().union(*(covered.get(k, set()) for k, n in seen if n == name))
-        for a in atts:
-            if a.failed:
-                d = a.diagnosis
-                cat = str(d.get("category") or "unknown")
-                if cat not in skip:
-                    add(cat, name, d.get("location"))
+        skip = set().union(*(_COVERED.get(k, set()) for k, n in flagged if n == name))
+        keys += [(a.diagnosis.category, name, a.diagnosis.location) for a in atts
+                 if a.judged_failed and a.diagnosis.category not in skip]
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for key, name, loc in keys:
+        if key in NEXT_STEPS and (key, name) not in seen:
+            seen.add((key, name))
+            out.append((key, name, loc))
+    return out
+
+
+def _advice(st: dict[str, Any], atts: list[Attempt], key: str, name: str, loc: str | None) -> str:
+    at = f" at `{loc}`" if loc else ""
+    recovered = bool(atts) and not atts[-1].judged_failed and st["components"].get(name, {}).get("state") != "fatal"
+    pre = "recovered by restarting; to keep it from recurring: " if recovered else ""
+    return f"- **{name}** ({key}): {pre}" + NEXT_STEPS[key].format(name=name, at=at, loc=loc or "?")
+
+
+def _next_steps(st: dict[str, Any], attempts: dict[str, list[Attempt]], events: list[Record]) -> list[str]:
+    items = [_advice(st, attempts.get(name) or [], key, name, loc)
+             for key, name, loc in _advice_keys(attempts, events)]
     fatal = [n for n, c in st["components"].items() if c.get("state") == "fatal"]
     if not items and not fatal:
         return ["## Next steps", "", "Nothing failed that needs action.", ""]
@@ -646,20 +572,19 @@ def _next_steps(st: dict[str, Any], attempts: dict[str, list[Attempt]], events: 
     return out + [""]
 
 
-def _timeline(events: list[dict[str, Any]], t0: float | None) -> list[str]:
-    rows = [e for e in events if e.get("kind") not in ("progress", "gpu")]
+def _timeline(events: list[Record], t0: float | None) -> list[str]:
+    rows = [r for r in events if r.kind not in ("progress", "gpu")]
     out = ["## Timeline", "", "| time (UTC) | +s | component | event |", "| --- | --- | --- | --- |"]
-    shown = rows
+    shown: list[Record | None] = list(rows)
     cut = 0
     if len(rows) > MAX_TIMELINE:
         head = MAX_TIMELINE // 5
         cut = len(rows) - MAX_TIMELINE
-        shown = rows[:head] + [{}] + rows[head + cut:]
-    for e in shown:
-        if not e:
+        shown = [*rows[:head], None, *rows[head + cut:]]
+    for r in shown:
+        if r is None:
             out.append(f"| ... | | | {cut} more events in events.jsonl |")
             continue
-        ts = e.get("ts")
-        rel = f"{ts - t0:.1f}" if ts is not None and t0 is not None else ""
-        out.append(f"| {_utc(ts)} | {rel} | {e.get('component') or 'rlsup'} | {_cell(describe(e))} |")
+        rel = f"{r.ts - t0:.1f}" if t0 is not None else ""
+        out.append(f"| {_utc(r.ts)} | {rel} | {r.component or 'rlsup'} | {_cell(describe(r))} |")
     return out + [""]

@@ -156,3 +156,20 @@ def test_long_timeline_is_cut(tmp_path: Path) -> None:
     timeline = md.split("## Timeline", 1)[1]
     assert "| ... | | | 118 more events in events.jsonl |" in timeline
     assert timeline.count("\n| ") == 2 + 200 + 1  # header and separator, 200 events, the cut row
+
+
+def test_an_exit_of_unknown_status_reads_exit_question_mark(tmp_path: Path) -> None:
+    """One exit text everywhere (phrases.describe_exit): the report said 'exit None' where the
+    journal says 'exit ?' (an exit whose status no one could read)."""
+    run = copy_run(tmp_path, "repeated")
+
+    def unknown(events):
+        for e in events:
+            if e.get("kind") == "exited":
+                e["exit_code"] = None
+        return events
+
+    rewrite_events(run, unknown)
+    md = build_report(run, now=0, env={}, config_path=run / "config.yaml")
+    assert "exit None" not in md
+    assert "| exit ? after 1.2s |" in md

@@ -89,3 +89,19 @@ def test_status_text_and_fleet_json_of_a_hung_trainer_show_no_stale_rate():
     pod.on_snapshot({"state": s}, False)
     trainer = pod.to_json(1000.0 + 300)["components"]["trainer"]
     assert trainer["rate"] is None and trainer["eta_s"] is None and trainer["step"] == 340
+
+
+def test_records_and_dicts_fold_the_same():
+    """The reducer matches on classes: a record parsed at the edge and the dict it came from give one state."""
+    from rlsup.supervisor.events import parse
+
+    evs = [ev(1, "run_started", name="r", components=["a"]), ev(2, "started", "a", pid=10, attempt=1, log_seq=0),
+           ev(3, "teleported", "b", to="mars"), ev(4, "exited", "a", exit_code=1, signal=None, uptime_s=2.0),
+           ev(5, "command", "c", command="restart")]
+    s1, s2 = initial({}, ["a"]), initial({}, ["a"])
+    for e in evs:
+        apply(s1, e)
+        apply(s2, parse(e))
+    assert s1 == s2
+    assert set(s1["components"]) == {"a", "b", "c"} and s1["seq"] == 5  # any named component is known
+    assert s1["components"]["a"]["attempt_log"] == {"seq": 0, "offset": None, "ino": None}
