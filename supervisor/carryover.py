@@ -10,36 +10,27 @@ does not hold (progress, log positions, chart history, latest metrics) come from
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any, cast
 
 from . import lifecycle as lc
-from . import state as state_mod
 from .config import Config
-from .journal import read_events
 from .logs import Position
 from .progress import ProgressTracker
+from .replay import read_run
 from .rundir import RunPaths
 
 
 def replay(paths: RunPaths, cfg: Config) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The previous state of this run dir (the journal folded through the reducer; None if it has no
-    events) and the last ``state.json`` (``{}`` if unreadable)."""
+    events) and the last ``state.json`` (``{}`` if unreadable): the one replay of a run dir
+    (:func:`.replay.read_run`), as the report and the archive read it."""
     if not paths.events.exists():
         return None, {}
-    st = state_mod.initial({}, cfg.topo_order())
-    n = 0
-    for e in read_events(paths.events):
-        state_mod.apply(st, e)
-        n += 1
-    if not n:
+    rp = read_run(paths, cfg.topo_order())
+    if not rp.records:
         return None, {}
-    try:
-        saved = json.loads(paths.state.read_text())
-    except (OSError, ValueError):
-        saved = {}
-    return st, saved if isinstance(saved, dict) else {}
+    return rp.journal_state, rp.saved
 
 
 def how(adopting: bool, replayed: bool, asked: str) -> str:
