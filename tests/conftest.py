@@ -80,8 +80,15 @@ class TornServer:
                     pass
 
     def close(self) -> None:
+        # close() alone does not wake a thread blocked in accept() (the join then waited its whole 5 s,
+        # 40 s of the fast tier); shutdown() on the listening socket does, at once.
+        try:
+            self._srv.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._srv.close()
         self._thread.join(5)
+        assert not self._thread.is_alive(), "the torn server's thread did not end"
 
 
 @contextmanager
@@ -117,6 +124,19 @@ def wait_for(pred, timeout: float = 20.0, interval: float = 0.05, what: str = "c
         if v:
             return v
         time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def async_wait_for(pred, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
+    """wait_for on an asyncio loop: the loop (a client's session, a watcher) runs while this waits."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 

@@ -77,7 +77,7 @@ def test_vllm_weight_sync_readiness_and_restart(vllm: EngineRun) -> None:
     held: dict = {}
     t = threading.Thread(target=lambda: held.update(r=run.complete(neutral_sampling(0.0))), daemon=True)
     t.start()
-    time.sleep(3)
+    time.sleep(3)  # deliberate: the completion is held for all of this window
     assert t.is_alive() and "r" not in held, held
     recorded.append(exchange(run.url, "POST", "/resume"))
     t.join(120)

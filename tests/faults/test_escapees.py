@@ -157,7 +157,7 @@ def test_sigkill_of_the_daemon_then_up_and_down_ends_escapees(fault_run, token, 
     while alive(sup):
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    time.sleep(0.5)
+    time.sleep(0.5)  # deliberate: the escapees outlive their supervisor for a while
     assert all(alive(p) for p in pids.values()), "the components' escapees do not depend on the supervisor"
     seq = run.events()[-1]["seq"]
     run.up()

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -128,13 +129,13 @@ def _check_survives(term: subprocess.Popen, owner: int, run_dir) -> None:
         os.killpg(term.pid, signal.SIGHUP)
     except ProcessLookupError:
         pass
-    time.sleep(0.5)
+    time.sleep(0.5)  # deliberate: nothing may happen to the daemon in this window
     assert pid_alive(owner)
     sup = psutil.Process(owner)
     assert os.getsid(owner) == owner  # own session: no controlling terminal to lose
     assert sup.terminal() is None
     os.kill(owner, signal.SIGHUP)  # a stray hangup is ignored by the daemon
-    time.sleep(0.3)
+    time.sleep(0.3)  # deliberate: the stray hangup must change nothing
     assert pid_alive(owner)
     r = rlsup("down", "--run-dir", str(run_dir), timeout=60)
     assert r.returncode == 0, r.stderr
@@ -152,10 +153,15 @@ def test_up_attaches_instead_of_starting_a_second(tmp_path, daemon):
     # Without -d and without a terminal it follows the event stream as text; end it with SIGINT.
     follow = subprocess.Popen([PY, "-m", "rlsup.supervisor.cli", "up", str(cfg), "--run-dir", str(d.run_dir)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=tmp_path)
-    time.sleep(2.0)
+    # SIGINT once the replay is on screen (the handler is installed before the session starts).
+    out_lines: list[str] = []
+    reader = threading.Thread(target=lambda: out_lines.extend(follow.stdout), daemon=True)
+    reader.start()
+    wait_for(lambda: any("run dtest started" in x for x in out_lines), 30, what="the timeline replayed")
     follow.send_signal(signal.SIGINT)
-    out, err = follow.communicate(timeout=20)
-    assert follow.returncode == 0
+    assert follow.wait(20) == 0
+    reader.join(20)
+    out, err = "".join(out_lines), follow.stderr.read()
     assert "run dtest started" in out  # the timeline so far was replayed
     assert "training continues" in err and "rlsup attach" in err
     assert d.pid == pid and pid_alive(pid)

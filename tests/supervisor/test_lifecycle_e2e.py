@@ -316,8 +316,12 @@ def test_rate_and_eta_only_for_running_components(tmp_path, daemon):
     assert d.cli("stop", "trainer").returncode == 0
     d.wait_event(lambda e: e["kind"] == "stopped" and e["component"] == "trainer", what="stopped")
     wait_for(lambda: json.loads(d.cli("status", "--json").stdout)["components"]["trainer"]["state"] == "stopped", 10)
-    time.sleep(0.6)  # past the progress flush
-    st = json.loads(d.cli("status", "--json").stdout)["components"]["trainer"]
+
+    def no_rate():  # once the last progress flush is past
+        st = json.loads(d.cli("status", "--json").stdout)["components"]["trainer"]
+        return st if st["rate"] is None and st["eta_s"] is None else None
+
+    st = wait_for(no_rate, 10, what="no rate and no ETA once stopped")
     assert st["rate"] is None and st["eta_s"] is None
     assert "/s" not in d.cli("status").stdout.splitlines()[2]  # the text table shows no rate either
 

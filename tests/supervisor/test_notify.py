@@ -56,7 +56,7 @@ class Hook:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/services/T000/B000/SECRETPATH"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()  # a quick shutdown()
 
     def wait_bodies(self, n: int, timeout: float = 10.0) -> list[dict]:
         with self.got:

@@ -27,7 +27,7 @@ def test_a_reused_pid_is_not_killed() -> None:
         # What the pid would name after being reused: the same number, another start time.
         assert same_process(p.pid, born - 5.0) is None
         assert not kill_if_same(p.pid, born - 5.0, signal.SIGKILL)
-        time.sleep(0.2)
+        time.sleep(0.2)  # deliberate: no signal may arrive in this window
         assert p.poll() is None, "a process that is not the one listed was killed"
         assert same_process(p.pid, None) is None  # no identity, no proof, no kill
         assert kill_if_same(p.pid, born, signal.SIGKILL)

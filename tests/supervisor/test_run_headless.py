@@ -227,6 +227,18 @@ def test_leftover_descendants_are_ended_before_restart(tmp_path, headless):
     assert not any(pid_alive(p) for p in orphans)
 
 
+def _sleeps_under(pid: int) -> int:
+    """How many `sleep` processes the process tree of pid holds (itself included: a shell can exec
+    its last command)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return sum(p.name() == "sleep" for p in [root, *root.children(recursive=True)])
+    except psutil.Error:
+        return 0
+
+
 def test_sigterm_to_supervisor_leaves_no_process(tmp_path, headless):
     port = free_port()
     cfg = write_config(tmp_path, f"""
@@ -242,8 +254,8 @@ def test_sigterm_to_supervisor_leaves_no_process(tmp_path, headless):
             depends_on: [a]
     """)
     h = headless(cfg)
-    h.wait_event(lambda e: e["kind"] == "started" and e["component"] == "b", what="b started")
-    time.sleep(0.3)
+    b = h.wait_event(lambda e: e["kind"] == "started" and e["component"] == "b", what="b started")
+    wait_for(lambda: _sleeps_under(b["pid"]) >= 2, 10, what="b's shell to start both its sleeps")
     pids = [e["pid"] for e in h.events() if e["kind"] == "started"]
     h.terminate()
     assert h.wait(30) == 0

@@ -13,7 +13,7 @@ import pytest
 from rlsup.supervisor import protocol
 from rlsup.supervisor.client import Client, Session
 from rlsup.supervisor.events import is_lifecycle
-from tests.conftest import wait_for, write_config
+from tests.conftest import async_wait_for, wait_for, write_config
 
 TWO = """
 name: srv
@@ -147,6 +147,11 @@ def _flood_total(msgs: list[dict]) -> int:
     return lines + sum(m["to_seq"] - m["from_seq"] for m in msgs if m.get("type") == "gap" and m["component"] == "flood")
 
 
+def _flood_got(rec: Recorder) -> int:
+    """The flood's lines a session received, or was told (by a gap) it missed."""
+    return len(rec.logs.get("flood", [])) + sum(b - a for c, a, b in rec.gaps if c == "flood")
+
+
 def test_stalled_subscriber_does_not_block_output(tmp_path, daemon):
     cfg = write_config(tmp_path, FLOOD)
     d = daemon(cfg)
@@ -162,11 +167,9 @@ def test_stalled_subscriber_does_not_block_output(tmp_path, daemon):
         task = asyncio.ensure_future(fast.run())
         await asyncio.wait_for(fast.connected.wait(), 10)
         (tmp_path / "go").touch()  # the flood starts while one subscriber is stuck
-        for _ in range(1200):
-            if any(e.get("kind") == "completed" and e.get("component") == "flood" for e in rec.events):
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
+        await async_wait_for(lambda: any(e.get("kind") == "completed" and e.get("component") == "flood"
+                                         for e in rec.events) and _flood_got(rec) >= FLOOD_LINES, 60,
+                             what="the flood completed and every line (or gap) reached the reading client")
         fast.close()
         await task
         return rec
@@ -177,8 +180,7 @@ def test_stalled_subscriber_does_not_block_output(tmp_path, daemon):
     log = (d.run_dir / "logs" / "flood.log").read_bytes()
     assert log.count(b"\n") == FLOOD_LINES
     # The reading client got every line, or was told exactly which ones it missed.
-    got = len(rec.logs.get("flood", [])) + sum(b - a for c, a, b in rec.gaps if c == "flood")
-    assert got == FLOOD_LINES
+    assert _flood_got(rec) == FLOOD_LINES
     # The stuck client, reading at last: lifecycle events complete and in order, log lines plus gaps add up.
     msgs = read_until(stalled, lambda ms: _flood_total(ms) >= FLOOD_LINES and any(
         m.get("type") == "event" and m["event"]["kind"] == "completed" for m in ms))
@@ -250,16 +252,15 @@ def test_session_reconnects_without_losing_lifecycle_events(tmp_path, daemon):
         clients[0].writer.transport.abort()
         reply = await b.command("restart", "sleeper")
         assert reply["ok"], reply
-        for _ in range(200):
-            if any(e.get("kind") == "started" and e.get("attempt") == 2 for e in rec_b.events):
-                break
-            await asyncio.sleep(0.05)
-        for _ in range(200):
-            if len(clients) >= 2 and a.connected.is_set() and any(
-                    e.get("kind") == "started" and e.get("attempt") == 2 for e in rec_a.events):
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # let the ticker's lines arrive on both
+        await async_wait_for(lambda: any(e.get("kind") == "started" and e.get("attempt") == 2 for e in rec_b.events),
+                             10, what="B to see the sleeper's attempt 2")
+        await async_wait_for(lambda: len(clients) >= 2 and a.connected.is_set() and any(
+            e.get("kind") == "started" and e.get("attempt") == 2 for e in rec_a.events), 10,
+            what="A reconnected and caught up to the sleeper's attempt 2")
+        # The ticker's lines arrive on both, A's after its reconnect too.
+        after = len(rec_a.logs.get("ticker", []))
+        await async_wait_for(lambda: len(rec_a.logs.get("ticker", [])) > max(after, 10) and rec_b.logs.get("ticker"),
+                             10, what="the ticker's lines on both sessions")
         a.close()
         b.close()
         await asyncio.gather(ta, tb)
@@ -312,11 +313,11 @@ def test_subscribe_without_logs_gets_events_but_no_lines(tmp_path, daemon):
         await asyncio.wait_for(quiet.connected.wait(), 10)
         await asyncio.wait_for(full.connected.wait(), 10)
         assert (await quiet.command("restart", "sleeper"))["ok"]
-        for _ in range(100):
-            if any(e.get("kind") == "started" and e.get("attempt") == 2 for e in rec_quiet.events):
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
+        await async_wait_for(lambda: any(e.get("kind") == "started" and e.get("attempt") == 2
+                                         for e in rec_quiet.events), 5, what="the sleeper's attempt 2")
+        # Lines reach the full session; the quiet one, subscribed as long, gets none of them.
+        await async_wait_for(lambda: len(rec_full.logs.get("ticker", [])) >= 10, 10,
+                             what="ticker lines on the full session")
         quiet.close()
         full.close()
         await asyncio.gather(*tasks)

@@ -90,7 +90,7 @@ def test_a_stalled_disk_never_blocks_the_child(tmp_path, monkeypatch):
     os.write(w, b"first\n")
     t = threading.Thread(target=pump.pump)  # the monitor's thread, stuck in the write
     t.start()
-    time.sleep(0.2)
+    wait_for(lambda: calls["n"] >= 1, 10, what="the monitor's thread to be stuck in its first write")
     # The child writes 4 MiB more than the pipe holds; with nobody draining it would block here.
     os.set_blocking(w, False)
     sent, stream = 0, bytearray()
@@ -169,7 +169,7 @@ def test_monitor_survives_terminal_signals_and_reports_a_missing_command(tmp_pat
     p, reply = _start(spec)
     for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
         os.kill(reply["shim_pid"], s)
-    time.sleep(0.3)
+    time.sleep(0.3)  # deliberate: none of the signals may end the monitor in this window
     assert p.poll() is None and shim.read_record(spec["record"])["status"] == "running"
     os.kill(reply["shim_pid"], signal.SIGUSR1)
     p.wait(10)

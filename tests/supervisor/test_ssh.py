@@ -12,7 +12,7 @@ import pytest
 from rlsup.supervisor.client import Client, Session
 from rlsup.supervisor.events import is_lifecycle
 from rlsup.supervisor.ssh import HostKeyUnknown, SshError, SshTarget, ssh_connector
-from tests.conftest import PY, cli_env, wait_for, write_config
+from tests.conftest import PY, async_wait_for, cli_env, wait_for, write_config
 from tests.supervisor.test_server import Recorder
 
 REMOTE = f"{PY} -m rlsup.supervisor.cli"
@@ -120,16 +120,13 @@ def test_reconnect_after_the_link_is_cut(ssh_home, run):
         await asyncio.wait_for(s.connected.wait(), 20)
         victim = await asyncio.to_thread(_bridge_session_process, run.run_dir)
         victim.kill()  # the link drops as a network cut would
-        await asyncio.sleep(0.3)
+        await async_wait_for(lambda: not s.connected.is_set(), 10, what="the session to see the link drop")
         local = await Client.open_unix(run.sock, name="test")
         assert (await local.command("restart", "sleeper"))["ok"]
         await local.close()
-        for _ in range(400):
-            if s.connected.is_set() and any(e.get("kind") == "started" and e.get("component") == "sleeper"
-                                            and e.get("attempt") == 2 for e in rec.events):
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
+        await async_wait_for(lambda: s.connected.is_set() and any(
+            e.get("kind") == "started" and e.get("component") == "sleeper" and e.get("attempt") == 2
+            for e in rec.events), 20, what="the session reconnected and saw the sleeper's attempt 2")
         s.close()
         await task
         return rec

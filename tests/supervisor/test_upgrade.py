@@ -11,7 +11,7 @@ import signal
 import time
 
 from rlsup.supervisor.client import Session, unix_connector
-from tests.conftest import pid_alive, wait_for, write_config
+from tests.conftest import async_wait_for, pid_alive, wait_for, write_config
 
 COUNTER = """
 name: up
@@ -63,15 +63,14 @@ def test_restart_supervisor_replaces_it_without_touching_the_component(tmp_path,
         s = Session(unix_connector(sock, name="test"), rec, lines=10_000, backoff=(0.1, 0.5))
         task = asyncio.ensure_future(s.run())
         await asyncio.wait_for(s.connected.wait(), 10)
-        await asyncio.sleep(0.5)
+        await async_wait_for(lambda: len(rec.lines) > 100, 10, what="the counter's lines before the restart")
         r = await asyncio.to_thread(d.cli, "restart-supervisor", timeout=60)
         assert r.returncode == 0, r.stderr
         assert "supervisor replaced" in r.stdout and "1 component(s) kept running" in r.stdout
-        for _ in range(200):  # the client reconnects to the new supervisor and catches up
-            if rec.status.count("attached") >= 2 and len(rec.lines) > 2000:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(1.0)
+        await async_wait_for(lambda: rec.status.count("attached") >= 2 and len(rec.lines) > 2000, 30,
+                             what="the client reconnected to the new supervisor and caught up")
+        top = max(rec.lines)  # and the lines the new supervisor reads keep coming
+        await async_wait_for(lambda: max(rec.lines) > top + 200, 10, what="new lines after the reconnect")
         s.close()
         await task
 
@@ -127,7 +126,7 @@ def test_what_completed_before_a_supervisor_died_is_not_started_again(tmp_path, 
     r = d.cli("up", str(d.config), "-d", "--run-dir", str(d.run_dir))
     assert r.returncode == 0, r.stderr
     d.wait_event(lambda e: e["kind"] == "adopted" and e["component"] == "counter", what="counter adopted")
-    time.sleep(1.0)
+    time.sleep(1.0)  # deliberate: the completed component is not started again in this window
     starts = [e for e in d.events() if e["kind"] == "started"]
     assert [e["component"] for e in starts].count("prepare") == 1  # completed, and it stays completed
     assert [e["pid"] for e in starts if e["component"] == "counter"] == [counter["pid"]]
