@@ -485,6 +485,9 @@ def describe(e: Record | Mapping[str, Any]) -> str:
 
 def human(e: Record | Mapping[str, Any], *, width: int = 12) -> str:
     rec = as_record(e)
-    ts = time.strftime("%H:%M:%S", time.localtime(rec.ts))
+    try:
+        ts = time.strftime("%H:%M:%S", time.localtime(rec.ts))
+    except (OverflowError, OSError, ValueError):  # a time no clock can show (a damaged journal line)
+        ts = "--:--:--"
     comp = rec.component or "rlsup"
     return f"{ts} {comp:<{width}} {describe(rec)}"
