@@ -11,12 +11,13 @@ from __future__ import annotations
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rlsup.trainer import atomic
+from rlsup.trainer import atomic, steplog
 from rlsup.trainer.policy import Policy, load_weights, save_weights
 
 MARKER = "STABLE"
@@ -30,9 +31,17 @@ def checkpoint_dir(out: Path, step: int) -> Path:
 def save(out: Path, step: int, policy: Policy, optimizer: torch.optim.Optimizer, args: dict[str, Any],
          keep: int = 3) -> Path:
     """Checkpoint after training step ``step``; keeps the newest ``keep`` checkpoints."""
+    return write(out, step, lambda d: save_weights(policy, d), optimizer, args, keep)
+
+
+def write(out: Path, step: int, write_model: Callable[[Path], None], optimizer: torch.optim.Optimizer,
+          args: dict[str, Any], keep: int = 3, cuda_rng: bool = False) -> Path:
+    """The checkpoint of step ``step`` for any policy: ``write_model(dir)`` writes (and fsyncs, below
+    ``dir``) the model; the optimizer, the trainer state (``cuda_rng``: with the CUDA RNG states too) and
+    the marker follow, then the dir appears atomically and all but the newest ``keep`` go."""
     final = checkpoint_dir(out, step)
     tmp = atomic.temp_dir_for(final)
-    save_weights(policy, tmp)
+    write_model(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     state = {
         "step": step,
@@ -41,6 +50,8 @@ def save(out: Path, step: int, policy: Policy, optimizer: torch.optim.Optimizer,
         "python_rng": random.getstate(),
         "args": args,
     }
+    if cuda_rng:
+        state["cuda_rng"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.save(state, tmp / "trainer_state.pt")
     atomic.fsync_tree(tmp)
     (tmp / MARKER).write_text("")  # last: its presence means everything above is on disk
@@ -60,16 +71,37 @@ def complete_steps(out: Path) -> list[int]:
     return sorted(s for s in found if (checkpoint_dir(out, s) / MARKER).exists())
 
 
-def load(out: Path, step: int, optimizer_factory) -> tuple[Policy, torch.optim.Optimizer, dict[str, Any]]:
-    """Restore policy, optimizer (built by ``optimizer_factory(policy)``) and RNG states; return the
-    trainer state dict.  Raises ``FileNotFoundError`` for a missing or incomplete checkpoint."""
+def warn_if_unresumed(out: Path) -> None:
+    """A fresh start where complete checkpoints exist: say how to continue that run instead."""
+    if done := complete_steps(out):
+        steplog.warn(f"starting from scratch although {out}/checkpoints has step_{done[-1]}; "
+                     f"pass --resume-step {done[-1]} to continue that run")
+
+
+def read(out: Path, step: int) -> tuple[Path, dict[str, Any]]:
+    """(dir, trainer state) of the complete checkpoint of ``step``, for any policy. Raises
+    ``FileNotFoundError`` for a missing or incomplete one."""
     d = checkpoint_dir(out, step)
     if not (d / MARKER).exists():
         raise FileNotFoundError(f"no complete checkpoint at {d} (missing {MARKER} marker)")
+    return d, torch.load(d / "trainer_state.pt", weights_only=False)
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Put back the RNG states a checkpoint saved (CUDA's too where it has them): after building the
+    model, whose initialisation draws from them."""
+    torch.set_rng_state(state["torch_rng"])
+    if state.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    random.setstate(state["python_rng"])
+
+
+def load(out: Path, step: int, optimizer_factory) -> tuple[Policy, torch.optim.Optimizer, dict[str, Any]]:
+    """Restore policy, optimizer (built by ``optimizer_factory(policy)``) and RNG states; return the
+    trainer state dict.  Raises ``FileNotFoundError`` for a missing or incomplete checkpoint."""
+    d, state = read(out, step)
     policy = load_weights(d)
     optimizer = optimizer_factory(policy)
     optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True))
-    state = torch.load(d / "trainer_state.pt", weights_only=False)
-    torch.set_rng_state(state["torch_rng"])
-    random.setstate(state["python_rng"])
+    restore_rng(state)
     return policy, optimizer, state

@@ -27,9 +27,7 @@ import argparse
 import json
 import random
 import re
-import shutil
 import sys
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -38,7 +36,7 @@ from typing import Any
 
 import torch
 
-from rlsup.trainer import atomic, grpo, rollouts, steplog
+from rlsup.trainer import atomic, grpo, loop, rollouts, steplog
 from rlsup.trainer import checkpoint as ckpt_mod
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.task import Problem
@@ -203,18 +201,8 @@ def save_model_dir(model: Any, tokenizer: Any, directory: Path, dtype: torch.dty
 def publish(weights_dir: Path, step: int, total: int, model: Any, tokenizer: Any,
             dtype: torch.dtype | None = None, keep: int = 3) -> Path:
     """Write ``weights_dir/step_{step}`` (HF dir + meta.json + STABLE) atomically; prune to ``keep``."""
-    final = Path(weights_dir) / f"step_{step}"
-    tmp = atomic.temp_dir_for(final)
-    save_model_dir(model, tokenizer, tmp, dtype)
-    (tmp / "meta.json").write_text(json.dumps({"step": step, "total": total, "format": "hf"}))
-    (tmp / weights_mod.MARKER).write_text("")
-    atomic.publish_dir(tmp, final)  # fsyncs every file, then renames
-    pattern = re.compile(r"step_(\d+)\Z")
-    steps = sorted(int(m.group(1)) for p in Path(weights_dir).iterdir() if (m := pattern.match(p.name)))
-    for old in steps[:-keep]:
-        if old != step:
-            shutil.rmtree(Path(weights_dir) / f"step_{old}", ignore_errors=True)
-    return final
+    return weights_mod.write(weights_dir, step, lambda d: save_model_dir(model, tokenizer, d, dtype),
+                             {"step": step, "total": total, "format": "hf"}, keep)
 
 
 def latest_model_path(weights_dir: Path, default: str) -> str:
@@ -433,42 +421,25 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, sam
 def save_checkpoint(out: Path, step: int, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
                     args: dict[str, Any], keep: int = 3) -> Path:
     """``OUT/checkpoints/step_N/`` with ``model/``, ``optimizer.pt``, ``trainer_state.pt``, then STABLE."""
-    final = ckpt_mod.checkpoint_dir(out, step)
-    tmp = atomic.temp_dir_for(final)
-    save_model_dir(model, tokenizer, tmp / "model")
-    atomic.fsync_tree(tmp / "model")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    torch.save({"step": step, "next_step": step + 1, "torch_rng": torch.get_rng_state(), "cuda_rng": cuda_rng,
-                "python_rng": random.getstate(), "args": args}, tmp / "trainer_state.pt")
-    atomic.fsync_tree(tmp)
-    (tmp / ckpt_mod.MARKER).write_text("")  # last: everything above is on disk
-    atomic.publish_dir(tmp, final)
-    for old in ckpt_mod.complete_steps(out)[:-keep]:
-        if old != step:
-            shutil.rmtree(ckpt_mod.checkpoint_dir(out, old), ignore_errors=True)
-    return final
+
+    def write_model(d: Path) -> None:
+        save_model_dir(model, tokenizer, d / "model")
+        atomic.fsync_tree(d / "model")
+
+    return ckpt_mod.write(out, step, write_model, optimizer, args, keep, cuda_rng=True)
 
 
 def load_checkpoint(out: Path, step: int) -> tuple[Path, dict[str, Any]]:
     """(model dir, trainer state) of a complete checkpoint; restores the RNG states."""
-    d = ckpt_mod.checkpoint_dir(out, step)
-    if not (d / ckpt_mod.MARKER).exists():
-        raise FileNotFoundError(f"no complete checkpoint at {d} (missing {ckpt_mod.MARKER} marker)")
-    state = torch.load(d / "trainer_state.pt", weights_only=False)
-    torch.set_rng_state(state["torch_rng"])
-    if state.get("cuda_rng") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
-    random.setstate(state["python_rng"])
+    d, state = ckpt_mod.read(out, step)
+    ckpt_mod.restore_rng(state)
     return d / "model", state
 
 
 def train_main(args: argparse.Namespace) -> int:
     """The trainer loop for ``--model`` (see the module docstring); ``args`` from ``train.main``."""
-    from rlsup.trainer.chaos import Chaos
-    from rlsup.trainer.train import vars_for_checkpoint, wait_for_batch
+    from rlsup.trainer.sync import make_sync
 
-    chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
     device = pick_device(args.device)
     cuda = device.type == "cuda"
     autocast = cuda if args.bf16 == "auto" else args.bf16 == "on"
@@ -482,9 +453,7 @@ def train_main(args: argparse.Namespace) -> int:
         model_dir, state = load_checkpoint(args.out, args.resume_step)
         source, start = str(model_dir), state["next_step"]
     else:
-        if done := ckpt_mod.complete_steps(args.out):
-            steplog.warn(f"starting from scratch although {args.out}/checkpoints has step_{done[-1]}; "
-                         f"pass --resume-step {done[-1]} to continue that run")
+        ckpt_mod.warn_if_unresumed(args.out)
         source, start, state = args.model, 1, None
     tokenizer = load_tokenizer(source)
     model = load_model(source, device, torch.float32)  # fp32 master weights; bf16 via autocast
@@ -500,42 +469,26 @@ def train_main(args: argparse.Namespace) -> int:
     steplog.log(f"Model {args.model} ({n_params / 1e6:.1f}M parameters) on {device}; bf16 autocast {autocast}, "
                 f"gradient checkpointing {checkpointing}, micro-batch {args.micro_batch}, "
                 f"max-seq-len {args.max_seq_len}")
-
-    from rlsup.trainer.sync import make_sync
-
     sync = make_sync(args)
 
     def publish_and_tell(step: int) -> None:
-        path = publish(args.out / "weights", step, args.steps, model, tokenizer, publish_dtype)
-        sync.publish(step, path)
+        sync.publish(step, publish(args.out / "weights", step, args.steps, model, tokenizer, publish_dtype))
 
-    publish_and_tell(start - 1)
-    for step in range(start, args.steps + 1):
-        chaos.step(step)
-        t0 = time.monotonic()
-        samples, meta = wait_for_batch(args.out, step)
-        wait_s = time.monotonic() - t0
-        t1 = time.monotonic()
+    def update(samples: list[rollouts.Sample], meta: dict[str, Any]) -> dict[str, float]:
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         stats = train_step(model, optimizer, tokenizer, samples, float(meta.get("temperature", 1.0)),
                            args.minibatches, args.micro_batch, args.max_seq_len, args.clip_eps, device, autocast)
-        train_s = time.monotonic() - t1
-        publish_and_tell(step)
-        if step % args.ckpt_every == 0 or step == args.steps:
-            save_checkpoint(args.out, step, model, tokenizer, optimizer, vars_for_checkpoint(args), args.keep_ckpts)
-        line = {
-            "reward": sum(s.reward for s in samples) / len(samples),
-            "loss": stats["loss"], "entropy": stats["entropy"], "grad_norm": stats["grad_norm"],
-            "clip_frac": stats["clip_frac"], "trained": int(stats["trained"]), "tokens": int(stats["tokens"]),
-            "off_policy": step - 1 - int(meta.get("weights_step", step - 1)),
-            "wait_s": wait_s, "train_s": train_s,
-        }
-        if cuda:
-            line["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
-        steplog.log_step(step, args.steps, line)
-    steplog.log(f"Training finished: {args.steps} steps")
-    return 0
+        return {"loss": stats["loss"], "entropy": stats["entropy"], "grad_norm": stats["grad_norm"],
+                "clip_frac": stats["clip_frac"], "trained": int(stats["trained"]), "tokens": int(stats["tokens"])}
+
+    def peak_memory() -> dict[str, float]:
+        return {"peak_mem_gb": torch.cuda.max_memory_allocated(device) / 1e9} if cuda else {}
+
+    def save(step: int) -> None:
+        save_checkpoint(args.out, step, model, tokenizer, optimizer, loop.vars_for_checkpoint(args), args.keep_ckpts)
+
+    return loop.run(args, start, update, publish_and_tell, save, peak_memory)
 
 
 # ------------------------------------------------------------------------------------------- CLI

@@ -204,6 +204,21 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
     return out
 
 
+def load_task(args: argparse.Namespace) -> tuple[list[task.Problem], Callable[[str, str], float]]:
+    """(the GSM8K problems, or none for the digit task; the reward of a completion given the answer).
+    Raises ``ValueError`` for data that cannot be read."""
+    if args.task != "gsm8k":
+        return [], task.reward
+    from rlsup.trainer import hf
+
+    problems = hf.load_problems(args.data, args.split)
+    if args.tokenizer:
+        tok = hf.load_tokenizer(args.tokenizer)
+        problems = [task.Problem(hf.chat_prompt(tok, p.prompt), p.answer) for p in problems]
+    steplog.log(f"GSM8K task: {len(problems)} problems from {args.data}")
+    return problems, hf.reward
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", required=True, help="base URL of an OpenAI-compatible server")
@@ -243,21 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         ap.error(str(exc))
 
-    gsm8k: list[task.Problem] = []
-    if args.task == "gsm8k":
-        from rlsup.trainer import hf
-
-        try:
-            gsm8k = hf.load_problems(args.data, args.split)
-        except ValueError as exc:
-            ap.error(str(exc))
-        if args.tokenizer:
-            tok = hf.load_tokenizer(args.tokenizer)
-            gsm8k = [task.Problem(hf.chat_prompt(tok, p.prompt), p.answer) for p in gsm8k]
-        score = hf.reward
-        steplog.log(f"GSM8K task: {len(gsm8k)} problems from {args.data}")
-    else:
-        score = task.reward
+    try:
+        gsm8k, score = load_task(args)
+    except ValueError as exc:
+        ap.error(str(exc))
     models = call_with_retry(f"{base}/v1/models", None, "startup", args.give_up_after)
     model = args.model or models["data"][0]["id"]
     done = rollouts.published_steps(args.out)

@@ -247,6 +247,14 @@ class SyncResult:
     down: bool = False  # nothing answered (connection refused): the server is down, the weights are not to blame
 
 
+def _vllm_reload_calls(version: tuple[int, ...] | None, path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The ``/collective_rpc`` calls that reload ``path`` into a vLLM of ``version``: before 0.16 the
+    model path is set first, then reloaded; from 0.16 ``reload_weights`` takes the path."""
+    if version is not None and version < (0, 16):
+        return [("update_config", {"overrides": {"model_config": {"model": str(path)}}}), ("reload_weights", {})]
+    return [("reload_weights", {"weights_path": str(path)})]
+
+
 class WeightSync:
     """Push published weights to a server and track what it serves (see the module docstring)."""
 
@@ -357,48 +365,21 @@ class WeightSync:
 
     def _push_vllm(self, path: Path) -> SyncResult:
         assert self.engine is not None
-        v = self.engine.version
         steps: list[str] = []
         paused = False
         broken: SyncResult | None = None
         # 0.12.0-0.15.1 have /pause without dev mode: do not drain the server every step for a reload that
         # cannot happen (/collective_rpc missing); a server restarted with dev mode is reloaded unpaused once.
         if self.engine.rl_router and not self._rpc_missing:
-            p = request("POST", f"{self.base}/pause?{pause_query(v)}", timeout=self.timeout)
-            if p.refused:
-                return SyncResult(False, f"/pause: the server is down ({_why(p)})", steps=steps, down=True)
-            if p.ok:
-                paused = True
-                steps.append("paused (in-flight requests finished, caches cleared)")
-            else:  # reload without pausing; the prefix cache is then reset below
-                steps.append(f"/pause failed ({_why(p)}): reloading without pausing")
+            down, paused = self._pause_vllm(steps)
+            if down is not None:
+                return down
         try:
-            if v is not None and v < (0, 16):
-                calls = [("update_config", {"overrides": {"model_config": {"model": str(path)}}}),
-                         ("reload_weights", {})]
-            else:
-                calls = [("reload_weights", {"weights_path": str(path)})]
-            for method, kwargs in calls:
-                r = request("POST", f"{self.base}/collective_rpc", {"method": method, "kwargs": kwargs},
-                            self.timeout)
-                self._rpc_missing = r.status == 404
-                if r.refused:  # it went away before this call: the reload never started
-                    return SyncResult(False, f"/collective_rpc {method}: the server is down ({_why(r)})",
-                                      steps=steps, down=True)
-                if r.status == 404:
-                    return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
-                                             "VLLM_SERVER_DEV_MODE=1", steps=steps)
-                if not r.ok and method == "reload_weights":
-                    # vLLM's in-place reload moves the layers to the meta device before it reads a file
-                    # (0.32.0 vllm/model_executor/model_loader/reload/layerwise.py): a failure leaves a model
-                    # that /health still calls healthy and that the next completion crashes or that serves
-                    # mixed weights. Never /resume it: it must be restarted.
-                    broken = SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}; the engine's "
-                                               "weights are undefined now", steps=steps, broken=True)
-                    return broken
-                if not r.ok:
-                    return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}", steps=steps)
-                steps.append(f"{method}: {_why(r)}")
+            for method, kwargs in _vllm_reload_calls(self.engine.version, path):
+                failed = self._collective_rpc(method, kwargs, steps)
+                if failed is not None:
+                    broken = failed if failed.broken else None
+                    return failed
             if not paused:  # a paused server had its caches cleared by /pause
                 steps.append(self._reset_prefix_cache())
         finally:
@@ -411,6 +392,41 @@ class WeightSync:
             elif paused:
                 steps.append("left paused: the failed reload broke the engine")
         return SyncResult(True, "; ".join(steps), str(path), steps)
+
+    def _pause_vllm(self, steps: list[str]) -> tuple[SyncResult | None, bool]:
+        """``/pause`` before a reload: (the result when the server is down, whether it is paused). A
+        refused pause is no reason not to reload: the prefix cache is then reset after it."""
+        assert self.engine is not None
+        p = request("POST", f"{self.base}/pause?{pause_query(self.engine.version)}", timeout=self.timeout)
+        if p.refused:
+            return SyncResult(False, f"/pause: the server is down ({_why(p)})", steps=steps, down=True), False
+        if p.ok:
+            steps.append("paused (in-flight requests finished, caches cleared)")
+            return None, True
+        steps.append(f"/pause failed ({_why(p)}): reloading without pausing")
+        return None, False
+
+    def _collective_rpc(self, method: str, kwargs: dict[str, Any], steps: list[str]) -> SyncResult | None:
+        """One ``/collective_rpc`` call of a reload; the failed result, or None when it worked."""
+        r = request("POST", f"{self.base}/collective_rpc", {"method": method, "kwargs": kwargs}, self.timeout)
+        self._rpc_missing = r.status == 404
+        if r.refused:  # it went away before this call: the reload never started
+            return SyncResult(False, f"/collective_rpc {method}: the server is down ({_why(r)})", steps=steps,
+                              down=True)
+        if r.status == 404:
+            return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
+                                     "VLLM_SERVER_DEV_MODE=1", steps=steps)
+        if not r.ok and method == "reload_weights":
+            # vLLM's in-place reload moves the layers to the meta device before it reads a file
+            # (0.32.0 vllm/model_executor/model_loader/reload/layerwise.py): a failure leaves a model
+            # that /health still calls healthy and that the next completion crashes or that serves
+            # mixed weights. Never /resume it: it must be restarted.
+            return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}; the engine's "
+                                     "weights are undefined now", steps=steps, broken=True)
+        if not r.ok:
+            return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}", steps=steps)
+        steps.append(f"{method}: {_why(r)}")
+        return None
 
     def _reset_prefix_cache(self) -> str:
         """Reset vLLM's prefix cache after a reload that was not paused (no /pause before 0.12.0, or /pause

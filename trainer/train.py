@@ -15,24 +15,16 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from rlsup.trainer import checkpoint, grpo, rollouts, steplog, waiting
+from rlsup.trainer import checkpoint, grpo, loop, rollouts, steplog
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
 from rlsup.trainer.policy import Policy, PolicyConfig, encode, sequence_logprobs
-from rlsup.trainer.sync import WeightSync, install_sigterm_exit, make_sync
-
-
-def wait_for_batch(out: Path, step: int) -> tuple[list[rollouts.Sample], dict]:
-    """Block until step ``step``'s rollouts are published; log the wait every few seconds."""
-    found = waiting.poll(lambda: rollouts.read_step(out, step),
-                         say=lambda: steplog.log("Waiting for training batch to arrive"))
-    assert found is not None  # no patience: poll returns only what it found
-    return found
+from rlsup.trainer.sync import install_sigterm_exit, make_sync
 
 
 def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[rollouts.Sample],
@@ -64,11 +56,6 @@ def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[r
         totals["clip_frac"] += stats["clip_frac"]
         totals["approx_kl"] += stats["approx_kl"]
     return {k: v / len(chunks) for k, v in totals.items()}
-
-
-def publish(args: argparse.Namespace, step: int, policy: Policy, sync: WeightSync) -> None:
-    path = weights_mod.publish(args.out / "weights", step, args.steps, policy)
-    sync.publish(step, path)  # writes latest.json only once the server has loaded it
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,9 +109,13 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(1)
             torch.use_deterministic_algorithms(True)  # CPU: exact resume, as for the tiny policy
         return hf_mod.train_main(args)
+    return train_tiny(args)
+
+
+def train_tiny(args: argparse.Namespace) -> int:
+    """The trainer loop for the tiny policy (no ``--model``), bit-identical on resume."""
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
 
     def make_optimizer(p: Policy) -> torch.optim.Optimizer:
         return torch.optim.Adam(p.parameters(), lr=args.lr)
@@ -134,45 +125,27 @@ def main(argv: list[str] | None = None) -> int:
         start = state["next_step"]
         steplog.log(f"Resumed from {checkpoint.checkpoint_dir(args.out, args.resume_step)}; next step {start}")
     else:
-        if done := checkpoint.complete_steps(args.out):
-            steplog.warn(f"starting from scratch although {args.out}/checkpoints has step_{done[-1]}; "
-                         f"pass --resume-step {done[-1]} to continue that run")
+        checkpoint.warn_if_unresumed(args.out)
         torch.manual_seed(args.seed)  # same seed as the server's initial policy
         random.seed(args.seed)
         policy = Policy(PolicyConfig())
         optimizer = make_optimizer(policy)
         start = 1
     sync = make_sync(args)
-    publish(args, start - 1, policy, sync)
 
-    for step in range(start, args.steps + 1):
-        chaos.step(step)
-        t0 = time.monotonic()
-        samples, meta = wait_for_batch(args.out, step)
-        wait_s = time.monotonic() - t0
-        t1 = time.monotonic()
+    def publish(step: int) -> None:
+        path = weights_mod.publish(args.out / "weights", step, args.steps, policy)
+        sync.publish(step, path)  # writes latest.json only once the server has loaded it
+
+    def update(samples: list[rollouts.Sample], meta: dict[str, Any]) -> dict[str, float]:
         stats = train_step(policy, optimizer, samples, float(meta.get("temperature", 1.0)),
                            args.minibatches, args.clip_eps)
-        train_s = time.monotonic() - t1
-        publish(args, step, policy, sync)
-        if step % args.ckpt_every == 0 or step == args.steps:
-            checkpoint.save(args.out, step, policy, optimizer, vars_for_checkpoint(args), args.keep_ckpts)
-        steplog.log_step(step, args.steps, {
-            "reward": sum(s.reward for s in samples) / len(samples),
-            "loss": stats["loss"],
-            "entropy": stats["entropy"],
-            "grad_norm": stats["grad_norm"],
-            "clip_frac": stats["clip_frac"],
-            "off_policy": step - 1 - int(meta.get("weights_step", step - 1)),
-            "wait_s": wait_s,
-            "train_s": train_s,
-        })
-    steplog.log(f"Training finished: {args.steps} steps")
-    return 0
+        return {k: stats[k] for k in ("loss", "entropy", "grad_norm", "clip_frac")}
 
+    def save(step: int) -> None:
+        checkpoint.save(args.out, step, policy, optimizer, loop.vars_for_checkpoint(args), args.keep_ckpts)
 
-def vars_for_checkpoint(args: argparse.Namespace) -> dict:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    return loop.run(args, start, update, publish, save)
 
 
 if __name__ == "__main__":

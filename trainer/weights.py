@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from rlsup.trainer import atomic
@@ -23,10 +24,18 @@ _STEP_DIR = re.compile(r"step_(\d+)\Z")
 
 def publish(weights_dir: Path, step: int, total: int, policy: Policy, keep: int = 3) -> Path:
     """Write ``weights_dir/step_{step}`` atomically, prune all but the newest ``keep``; return it."""
+    return write(weights_dir, step, lambda d: save_weights(policy, d), {"step": step, "total": total}, keep)
+
+
+def write(weights_dir: Path, step: int, write_model: Callable[[Path], None], meta: dict[str, object],
+          keep: int = 3) -> Path:
+    """The weights dir of ``step`` for any policy: ``write_model(dir)`` writes the model, then
+    ``meta.json`` and the marker; the dir appears atomically (every file fsynced) and all but the
+    newest ``keep`` go."""
     final = Path(weights_dir) / f"step_{step}"
     tmp = atomic.temp_dir_for(final)
-    save_weights(policy, tmp)
-    (tmp / "meta.json").write_text(json.dumps({"step": step, "total": total}))
+    write_model(tmp)
+    (tmp / "meta.json").write_text(json.dumps(meta))
     (tmp / MARKER).write_text("")
     atomic.publish_dir(tmp, final)
     steps = sorted(int(m.group(1)) for p in Path(weights_dir).iterdir() if (m := _STEP_DIR.match(p.name)))
@@ -45,6 +54,11 @@ def mark_latest(weights_dir: Path, step: int, path: Path, **extra: object) -> No
 
 def published(weights_dir: Path) -> tuple[int, Path] | None:
     """``(step, path)`` of the newest complete (``STABLE``) published weights dir, or None."""
+    return _newest(weights_dir, lambda p: True)
+
+
+def _newest(weights_dir: Path, usable: Callable[[Path], bool]) -> tuple[int, Path] | None:
+    """``(step, path)`` of the newest complete step dir that is ``usable``, or None."""
     best: tuple[int, Path] | None = None
     try:
         entries = list(Path(weights_dir).iterdir())
@@ -52,7 +66,7 @@ def published(weights_dir: Path) -> tuple[int, Path] | None:
         return None
     for p in entries:
         m = _STEP_DIR.match(p.name)
-        if m and (p / MARKER).exists() and (best is None or int(m.group(1)) > best[0]):
+        if m and (p / MARKER).exists() and usable(p) and (best is None or int(m.group(1)) > best[0]):
             best = (int(m.group(1)), p)
     return best
 
@@ -105,17 +119,7 @@ def shape_mismatch(new: Path, good: Path) -> str | None:
 
 def published_good(weights_dir: Path) -> tuple[int, Path] | None:
     """Like :func:`published`, skipping dirs marked :data:`REJECTED`: what a restarted server should load."""
-    best: tuple[int, Path] | None = None
-    try:
-        entries = list(Path(weights_dir).iterdir())
-    except OSError:
-        return None
-    for p in entries:
-        m = _STEP_DIR.match(p.name)
-        if (m and (p / MARKER).exists() and not (p / REJECTED).exists()
-                and (best is None or int(m.group(1)) > best[0])):
-            best = (int(m.group(1)), p)
-    return best
+    return _newest(weights_dir, lambda p: not (p / REJECTED).exists())
 
 
 def latest(weights_dir: Path) -> tuple[int, Path] | None:

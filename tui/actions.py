@@ -1,15 +1,19 @@
 """The one table of keys. The main screen's bindings, its footer, the ``?`` help, the command
 palette and the README's key table all read it.
 
-Each row names the action method on the main screen (``action_<name>``) it triggers and the
-contexts in which it acts:
+Each row names the action it triggers and the contexts in which it acts. The action is a method
+(``action_<name>``) of the main screen, or, for the rows marked ``log`` (scrolling, search, copy
+mode: the keys that act on the selected log), of :class:`~rlsup.tui.widgets.log_pane.LogPane`: those
+are bound on the pane, which holds the focus while it is the selected one (as toolong's log view
+does), so Textual hands them to it before the screen. The contexts:
 
 - ``table``: the component table has the keys (the default): arrows and j/k move the selection;
 - ``log``: the selected log has them (``enter`` from the table, or a zoomed pane): arrows and j/k scroll;
 - ``select``: copy mode in the selected log (``c``): arrows and j/k move the end of the selection.
 
-One key may appear in several rows with disjoint contexts; the screen's ``check_action`` enables
-the row of the current context, so the footer shows what a key does right now.
+One key may appear in several rows with disjoint contexts; the ``check_action`` of the screen and of
+the pane enable the row of the current context, so the footer shows what a key does right now (a
+pane's row disabled in the current context lets the key through to the screen's row).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ WHERE = {ANY: "anywhere", BROWSE: "table, log", frozenset({TABLE}): "table", fro
 class Key:
     keys: str  # Textual key names, comma-separated
     label: str  # how the footer and help show them
-    action: str  # action on the main screen
+    action: str  # action on the main screen (on the selected log pane for ``log`` rows)
     description: str  # footer text
     help: str  # one line for the ? screen and the command palette
     footer: bool = True
@@ -38,6 +42,7 @@ class Key:
     contexts: frozenset[str] = BROWSE
     command: bool = False  # sends a command to the supervisor (refused on an ended run)
     app: bool = False  # bound on the app, so it acts on every screen
+    log: bool = False  # bound on the log pane: acts on the selected log
 
 
 KEYS: tuple[Key, ...] = (
@@ -56,21 +61,21 @@ KEYS: tuple[Key, ...] = (
     Key("escape", "esc", "focus_table", "table keys", "give the arrows and j/k back to the component table",
         contexts=frozenset({LOG})),
     # scrolling the selected log
-    Key("up,k", "↑/k", "scroll_up", "scroll", "scroll the log up a line (pauses follow)", contexts=frozenset({LOG})),
+    Key("up,k", "↑/k", "scroll_up", "scroll", "scroll the log up a line (pauses follow)", contexts=frozenset({LOG}), log=True),
     Key("down,j", "↓/j", "scroll_down", "scroll", "scroll the log down a line (at the end: follow again)",
-        footer=False, contexts=frozenset({LOG})),
-    Key("pageup,ctrl+b", "pgup/ctrl+b", "page_up", "page", "scroll the selected log up a page", footer=False, contexts=ANY),
+        footer=False, contexts=frozenset({LOG}), log=True),
+    Key("pageup,ctrl+b", "pgup/ctrl+b", "page_up", "page", "scroll the selected log up a page", footer=False, contexts=ANY, log=True),
     Key("pagedown,ctrl+f", "pgdn/ctrl+f", "page_down", "page", "scroll the selected log down a page", footer=False,
-        contexts=ANY),
-    Key("home,g", "home/g", "log_top", "top", "line 1 of the log, read from disk (pauses follow)", footer=False, contexts=ANY),
-    Key("end,G", "end/G", "log_end", "end", "the newest line, following again", footer=False, contexts=ANY),
-    Key("left,h", "←/h", "scroll_left", "sideways", "scroll the log left (wrap off)", footer=False, contexts=ANY),
-    Key("right,l", "→/l", "scroll_right", "sideways", "scroll the log right (wrap off)", footer=False, contexts=ANY),
-    Key("f", "f", "follow", "follow", "follow the selected log on/off"),
-    Key("w", "w", "wrap", "wrap", "wrap long lines on/off (off: cut, scroll sideways with ←/→)", contexts=ANY),
-    Key("slash", "/", "search", "search", "search the selected log; n / N: next / previous match", contexts=ANY),
-    Key("n", "n", "next_match", "next match", "next (newer) match of the search", footer=False, contexts=ANY),
-    Key("N", "N", "prev_match", "prev match", "previous (older) match of the search", footer=False, contexts=ANY),
+        contexts=ANY, log=True),
+    Key("home,g", "home/g", "log_top", "top", "line 1 of the log, read from disk (pauses follow)", footer=False, contexts=ANY, log=True),
+    Key("end,G", "end/G", "log_end", "end", "the newest line, following again", footer=False, contexts=ANY, log=True),
+    Key("left,h", "←/h", "scroll_left", "sideways", "scroll the log left (wrap off)", footer=False, contexts=ANY, log=True),
+    Key("right,l", "→/l", "scroll_right", "sideways", "scroll the log right (wrap off)", footer=False, contexts=ANY, log=True),
+    Key("f", "f", "follow", "follow", "follow the selected log on/off", log=True),
+    Key("w", "w", "wrap", "wrap", "wrap long lines on/off (off: cut, scroll sideways with ←/→)", contexts=ANY, log=True),
+    Key("slash", "/", "search", "search", "search the selected log; n / N: next / previous match", contexts=ANY, log=True),
+    Key("n", "n", "next_match", "next match", "next (newer) match of the search", footer=False, contexts=ANY, log=True),
+    Key("N", "N", "prev_match", "prev match", "previous (older) match of the search", footer=False, contexts=ANY, log=True),
     Key("z", "z", "zoom", "zoom", "zoom the selected log pane (again: back to all panes)"),
     # commands
     Key("r", "r", "restart", "restart", "restart the selected component (asks y/n)", command=True),
@@ -90,20 +95,26 @@ KEYS: tuple[Key, ...] = (
     Key("ctrl+c", "ctrl+c", "detach", "detach", "the same as q", footer=False, priority=True, contexts=ANY, app=True),
     Key("Q", "Q", "stop_all", "stop all", "stop every component and end the run (asks)", command=True),
     # copy mode (after the rows that share its keys, so the footer keeps their order)
-    Key("c", "c", "copy_mode", "copy", "copy mode: select lines of the selected log for the clipboard or a file"),
-    Key("up,k", "↑/k", "cursor_up", "extend", "move the end of the selection up", contexts=frozenset({SELECT})),
+    Key("c", "c", "copy_mode", "copy", "copy mode: select lines of the selected log for the clipboard or a file", log=True),
+    Key("up,k", "↑/k", "cursor_up", "extend", "move the end of the selection up", contexts=frozenset({SELECT}), log=True),
     Key("down,j", "↓/j", "cursor_down", "extend", "move the end of the selection down", footer=False,
-        contexts=frozenset({SELECT})),
+        contexts=frozenset({SELECT}), log=True),
     Key("space", "space", "reanchor", "restart", "start the selection again at the cursor",
-        contexts=frozenset({SELECT})),
+        contexts=frozenset({SELECT}), log=True),
     Key("y,enter", "y/enter", "copy", "copy", "put the selection on the clipboard (OSC 52; in tmux also its buffer)",
-        contexts=frozenset({SELECT})),
-    Key("s", "s", "save", "save", "write the selection to a file (asks for the path)", contexts=frozenset({SELECT})),
-    Key("escape,q", "esc/q", "cancel_copy", "cancel", "leave copy mode", contexts=frozenset({SELECT})),
+        contexts=frozenset({SELECT}), log=True),
+    Key("s", "s", "save", "save", "write the selection to a file (asks for the path)", contexts=frozenset({SELECT}), log=True),
+    Key("escape,q", "esc/q", "cancel_copy", "cancel", "leave copy mode", contexts=frozenset({SELECT}), log=True),
 )
 
-CONTEXTS: dict[str, frozenset[str]] = {}  # main-screen action name (no arguments) -> where it acts
+CONTEXTS: dict[str, frozenset[str]] = {}  # screen or pane action name (no arguments) -> where it acts
 COMMANDS = frozenset(k.action for k in KEYS if k.command)
+LOG_ACTIONS = frozenset(k.action for k in KEYS if k.log)  # the actions of the selected log pane
+# The footer's order, kept now that the rows are bound in two places (see footer.py): Textual's binding
+# map holds the keys in the order the table first binds each (bound rows or not), and the footer shows an
+# action where it first meets one of its keys. So: action -> the first row that binds any of its keys.
+_FIRST_ROW = {key: i for i, k in reversed(list(enumerate(KEYS))) if not k.app for key in k.keys.split(",")}
+FOOTER_ORDER = {k.action: min(_FIRST_ROW[key] for key in k.keys.split(",")) for k in KEYS if not k.app}
 for _k in KEYS:
     if _k.app:
         continue
@@ -111,12 +122,13 @@ for _k in KEYS:
     CONTEXTS[_name] = CONTEXTS.get(_name, frozenset()) | _k.contexts
 
 
-def bindings() -> list[BindingType]:
-    """Textual bindings for the main screen, from :data:`KEYS` (app-wide rows excluded)."""
+def bindings(log: bool = False) -> list[BindingType]:
+    """Textual bindings for the main screen, from :data:`KEYS` (app-wide rows and the log pane's
+    excluded); with ``log``, those of the log pane."""
     seen: set[tuple[str, str]] = set()
     out: list[BindingType] = []
     for k in KEYS:
-        if k.app:
+        if k.app or k.log != log:
             continue
         show = k.footer and (k.label, k.action) not in seen
         seen.add((k.label, k.action))

@@ -14,7 +14,6 @@ component table (the default), the selected log (``enter``, or a zoomed pane) or
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -31,7 +30,7 @@ from textual.widgets import Input
 from rlsup.supervisor.client import GoesOn
 from rlsup.supervisor.progress import current_rate
 from rlsup.supervisor.state import ACTIVE
-from rlsup.tui import actions, clipboard
+from rlsup.tui import actions
 from rlsup.tui.format import fmt_dur, fmt_rate
 from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
 from rlsup.tui.palette import KeyTableCommands
@@ -42,7 +41,6 @@ from rlsup.tui.screens import (
     FlagsScreen,
     GpuScreen,
     HelpScreen,
-    PathScreen,
     TimelineScreen,
 )
 from rlsup.tui.widgets.component_table import ComponentTable
@@ -50,7 +48,7 @@ from rlsup.tui.widgets.flags import FlagsStrip
 from rlsup.tui.widgets.footer import FitFooter
 from rlsup.tui.widgets.gpu_panel import GpuPanel
 from rlsup.tui.widgets.header import RunHeader, ended_text
-from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, HSTEP, PAGE, LogPane, LogView
+from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, PAGE, LogPane, LogView
 from rlsup.tui.widgets.progress import ProgressPanel
 
 COMMAND_KEYS = {k: key for key in actions.KEYS if key.command for k in key.keys.split(",")}
@@ -74,6 +72,27 @@ class SessionLike(Protocol):
 SessionFactory = Callable[[Any], SessionLike]
 
 
+def _component_clock(c: dict[str, Any], now: float) -> list[object]:
+    """The times one component's row and panels show that move with the clock alone: its uptime,
+    the backoff countdown, a decaying rate, how long a stall has lasted, the age of its checkpoint
+    and watched files."""
+    parts: list[object] = []
+    if c.get("state") in ("starting", "running", "stopping") and c.get("started_at"):
+        parts.append(fmt_dur(now - c["started_at"]))
+    if c.get("state") == "backoff" and c.get("next_start_at"):
+        parts.append(round(max(0.0, c["next_start_at"] - now)))
+    if c.get("rate") is not None:  # a decaying rate moves with no event (a steady one does not)
+        rate, eta = current_rate(c.get("rate"), c.get("eta_s"), c.get("last_step_at"), c.get("step"),
+                                 c.get("total"), now)
+        if rate != c.get("rate"):
+            parts.append((fmt_rate(rate), fmt_dur(eta)))
+    if c.get("last_step_at") and any(f.get("type") == "stall" for f in c.get("flags") or []):
+        parts.append(fmt_dur(now - c["last_step_at"]))  # how long the stall has lasted
+    mtimes = [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]
+    parts.extend(fmt_dur(now - mtime) for mtime in mtimes if mtime)
+    return parts
+
+
 def local_hms(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
@@ -84,12 +103,13 @@ class SearchInput(Input):
     def action_cancel(self) -> None:
         self.value = ""
         self.display = False
-        self.screen.set_focus(None)
+        if isinstance(self.screen, MainScreen):
+            self.screen._focus_selected()  # the log keys go back to the selected log
 
 
 class MainScreen(Screen):
     BINDINGS = actions.bindings()
-    AUTO_FOCUS = ""  # keys go to the screen's table of actions; only the search box takes focus
+    AUTO_FOCUS = ""  # the selected log pane takes the focus (its keys first), and the search box
 
     def __init__(self, rlapp: RlsupApp):
         super().__init__()
@@ -157,20 +177,7 @@ class MainScreen(Screen):
         if run.get("started_at") and not run.get("ended_at"):
             parts.append(fmt_dur(now - run["started_at"]))
         for c in (st.get("components") or {}).values():
-            if c.get("state") in ("starting", "running", "stopping") and c.get("started_at"):
-                parts.append(fmt_dur(now - c["started_at"]))
-            if c.get("state") == "backoff" and c.get("next_start_at"):
-                parts.append(round(max(0.0, c["next_start_at"] - now)))
-            if c.get("rate") is not None:  # a decaying rate moves with no event (a steady one does not)
-                rate, eta = current_rate(c.get("rate"), c.get("eta_s"), c.get("last_step_at"), c.get("step"),
-                                         c.get("total"), now)
-                if rate != c.get("rate"):
-                    parts.append((fmt_rate(rate), fmt_dur(eta)))
-            if c.get("last_step_at") and any(f.get("type") == "stall" for f in c.get("flags") or []):
-                parts.append(fmt_dur(now - c["last_step_at"]))  # how long the stall has lasted
-            for mtime in [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]:
-                if mtime:
-                    parts.append(fmt_dur(now - mtime))
+            parts.extend(_component_clock(c, now))
         if self.model.stale and self.model.data_at:
             parts.append(fmt_dur(now - self.model.data_at))
         return tuple(parts)
@@ -242,7 +249,7 @@ class MainScreen(Screen):
 
     def on_key(self, event: events.Key) -> None:
         self._last_key_t = time.monotonic()  # runs before the key's binding: see _paint_panes
-        if self.model.ended and self.focused is None and self.context != actions.SELECT:
+        if self.model.ended and not isinstance(self.focused, Input) and self.context != actions.SELECT:
             key = COMMAND_KEYS.get(event.key)
             if key is not None:  # greyed in the footer, and pressed anyway: say why nothing happens
                 run = (self.model.state or {}).get("run") or {}
@@ -285,7 +292,8 @@ class MainScreen(Screen):
     def _add_panes(self, names: list[str]) -> None:
         new = []
         for name in names:
-            pane = LogPane(name, len(self.panes), max_lines=self.rlapp.max_lines, id=f"pane-{len(self.panes)}")
+            pane = LogPane(name, len(self.panes), max_lines=self.rlapp.max_lines, clock=self.rlapp.clock,
+                           id=f"pane-{len(self.panes)}")
             self.panes[name] = pane
             new.append(pane)
         self.query_one("#logs", Grid).mount(*new)
@@ -354,6 +362,10 @@ class MainScreen(Screen):
             v.add_disk(reply["seq"], lines, reply["disk_end_seq"])
         pane.update_title()
 
+    @on(LogPane.FirstPageNeeded)
+    def _first_page_needed(self, event: LogPane.FirstPageNeeded) -> None:
+        self.run_worker(self._disk_top(event.pane), group="disk")
+
     async def _disk_top(self, pane: LogPane) -> None:
         """Home: the first page of the log file (when the view does not hold line 1 already)."""
         v = pane.view
@@ -374,40 +386,54 @@ class MainScreen(Screen):
             self._refreshed_at = time.monotonic()  # a refresh an event brought, not the clock
         self._clock_refresh = False
         v = self.model.view(now)
-        comps = v["components"] if v else {}
+        areas = self._areas_due(areas, now)
+        self._paint_areas(areas, v or {}, now)
+        if self.model.ended:
+            self.refresh_bindings()  # command keys go grey: an ended run is read-only
+
+    def _areas_due(self, areas: set[str] | frozenset[str], now: float) -> set[str]:
+        """The areas to repaint: those whose data changed; every one when the data turned stale or
+        fresh (their look changes); those that show a time when a shown time moved."""
         stale = self.model.stale
         if stale != self._shown_stale:
             self._shown_stale = stale
             self.query_one("#top", Vertical).set_class(stale, "-stale")
             areas = AREAS
-        areas = set(areas)
+        due = set(areas)
         sig = self._clock_signature(now)
         if sig != self._clock_sig:  # a shown time moved: repaint it with this refresh
             self._clock_sig = sig
-            areas |= {"run", "table", "progress"}
+            due |= {"run", "table", "progress"}
+        return due
+
+    def _paint_areas(self, areas: set[str], v: dict[str, Any], now: float) -> None:
+        comps = v.get("components") or {}
+        stale = self.model.stale
         if "run" in areas:
             server = getattr(self.rlapp.session, "server", None) or {}
-            self.query_one(RunHeader).set_data(v["run"] if v else {}, server,
+            self.query_one(RunHeader).set_data(v.get("run") or {}, server,
                                                (self.model.connection, self.model.connection_detail),
                                                self.model.data_at if stale else None, now)
         if areas & GAUGE_AREAS:
             self._gauges_at = time.monotonic()
-        if "table" in areas or "resources" in areas:
+        if areas & {"table", "resources"}:
             self.query_one(ComponentTable).set_data(comps, self.selected, now, stale)
         if "progress" in areas:
             self.query_one(ProgressPanel).set_data(comps, now, ended=self.model.ended, timefmt=self.rlapp.timefmt)
         if "gpu" in areas:
-            self.query_one(GpuPanel).set_data(v or {})
+            self.query_one(GpuPanel).set_data(v)
         if "flags" in areas:
             self.query_one(FlagsStrip).set_data(self.model.flags(now))
-        if "table" in areas or "run" in areas:
-            for name, pane in self.panes.items():
-                state = comps.get(name, {}).get("state", "")
-                if state != pane.state:
-                    pane.state = state
-                    pane.update_title()
-        if self.model.ended:
-            self.refresh_bindings()  # command keys go grey: an ended run is read-only
+        if areas & {"table", "run"}:
+            self._retitle_panes(comps)
+
+    def _retitle_panes(self, comps: dict[str, Any]) -> None:
+        """Pane titles show their component's state: retitle those whose state changed."""
+        for name, pane in self.panes.items():
+            state = comps.get(name, {}).get("state", "")
+            if state != pane.state:
+                pane.state = state
+                pane.update_title()
 
     # contexts -------------------------------------------------------------------------------
     @property
@@ -436,18 +462,37 @@ class MainScreen(Screen):
                                if c in where)
             self.notify(f"{name.replace('_', ' ')} acts in the {need}", severity="warning")
             return
+        if action in actions.LOG_ACTIONS:  # the selected log pane's (none yet: nothing to act on)
+            if (pane := self.selected_pane()) is not None:
+                await self.app.run_action(action, pane)
+            return
         await self.run_action(action)
 
     def _show_focus(self) -> None:
         ctx = self.context
         for j, p in enumerate(self.panes.values()):
+            p.has_keys = j == self.selected and (self.log_focus or self.zoomed)
             p.set_class(j == self.selected and ctx != actions.TABLE, "focused")
+        self._focus_selected()
         table = self.query_one(ComponentTable)
         focused = ctx == actions.TABLE
         if table.focused != focused:
             table.focused = focused
             table.refresh()
         self.refresh_bindings()
+
+    def _focus_selected(self) -> None:
+        """Give the focus to the selected log pane, so its keys come first (not while the search
+        box has it: typing goes there)."""
+        if isinstance(self.focused, Input) and self.focused.display:
+            return
+        pane = self.selected_pane()
+        if pane is not None and self.focused is not pane:
+            self.set_focus(pane, scroll_visible=False)
+
+    @on(LogPane.ModeChanged)
+    def _mode_changed(self, event: LogPane.ModeChanged) -> None:
+        self._show_focus()
 
     # selection ------------------------------------------------------------------------------
     @property
@@ -520,158 +565,6 @@ class MainScreen(Screen):
         if event.pane.component in names:
             self.log_focus = True
             self._select(names.index(event.pane.component))
-
-    # scrolling the selected log -------------------------------------------------------------
-    def _view(self) -> LogView | None:
-        pane = self.selected_pane()
-        return pane.view if pane is not None else None
-
-    def _retitle(self) -> None:
-        """The selected pane's title, now: a key's effect shows in the frame right after it
-        (the view's Scrolled message would update it one message hop later)."""
-        if pane := self.selected_pane():
-            pane.update_title()
-
-    def action_scroll_up(self) -> None:
-        if v := self._view():
-            v.scroll_rows(-1)
-        self._retitle()
-
-    def action_scroll_down(self) -> None:
-        if v := self._view():
-            v.scroll_rows(1)
-        self._retitle()
-
-    def action_page_up(self) -> None:
-        if v := self._view():
-            if v.selecting:
-                v.move_cursor(-max(1, v.height - 1))
-            else:
-                v.page(-1)
-        self._retitle()
-
-    def action_page_down(self) -> None:
-        if v := self._view():
-            if v.selecting:
-                v.move_cursor(max(1, v.height - 1))
-            else:
-                v.page(1)
-        self._retitle()
-
-    def action_log_top(self) -> None:
-        if v := self._view():
-            if v.selecting:
-                v.cursor_to(0)
-            else:
-                v.home()  # at once within what the view holds; the file's first page follows
-                pane = self.selected_pane()
-                if pane is not None and (v.hist is None or v.hist.first > v.hist.disk_first):
-                    self.run_worker(self._disk_top(pane), group="disk")
-        self._retitle()
-
-    def action_log_end(self) -> None:
-        if v := self._view():
-            if v.selecting:
-                v.cursor_to(len(v.lines) - 1)
-            else:
-                v.set_follow(True)
-        self._retitle()
-
-    def action_scroll_left(self) -> None:
-        self._sideways(-HSTEP)
-
-    def action_scroll_right(self) -> None:
-        self._sideways(HSTEP)
-
-    def _sideways(self, delta: int) -> None:
-        if (v := self._view()) and not v.scroll_sideways(delta):
-            self.notify("wrap is on: every line is whole (w turns it off)", timeout=3)
-        self._retitle()
-
-    def action_follow(self) -> None:
-        if v := self._view():
-            v.set_follow(not v.follow)
-        self._retitle()
-
-    def action_wrap(self) -> None:
-        if v := self._view():
-            v.set_wrap(not v.wrap)
-        self._retitle()
-
-    # copy mode ------------------------------------------------------------------------------
-    def action_copy_mode(self) -> None:
-        v = self._view()
-        if v is None or not v.lines:
-            self.notify("nothing to copy yet", severity="warning")
-            return
-        v.start_select()
-        self._retitle()
-        self._show_focus()
-
-    def action_cursor_up(self) -> None:
-        if v := self._view():
-            v.move_cursor(-1)
-        self._retitle()
-
-    def action_cursor_down(self) -> None:
-        if v := self._view():
-            v.move_cursor(1)
-        self._retitle()
-
-    def action_reanchor(self) -> None:
-        if v := self._view():
-            v.reanchor()
-        self._retitle()
-
-    def action_cancel_copy(self) -> None:
-        if v := self._view():
-            v.end_select()
-        self._retitle()
-        self._show_focus()
-
-    def action_copy(self) -> None:
-        v, name = self._view(), self.selected_name()
-        if v is None or name is None:
-            return
-        lines = v.selection()
-        text = "\n".join(lines) + "\n"
-        self.app.copy_to_clipboard(text)  # OSC 52: reaches the local terminal through SSH
-        v.end_select()
-        self._show_focus()
-        self.run_worker(self._tmux_buffer(text, len(lines), name), group="clipboard")
-
-    async def _tmux_buffer(self, text: str, n: int, name: str) -> None:
-        err = await asyncio.to_thread(clipboard.tmux_load_buffer, text)
-        what = f"{n} line{'s' if n != 1 else ''} of {name}"
-        if err is None:
-            self.notify(f"{what} sent to the clipboard (OSC 52)", title="copied")
-        elif err == "":
-            self.notify(f"{what} on the clipboard and in tmux's paste buffer (prefix ])", title="copied")
-        else:
-            self.notify(f"{what} sent with OSC 52; tmux load-buffer failed: {err}", title="copied",
-                        severity="warning")
-
-    def action_save(self) -> None:
-        v, name = self._view(), self.selected_name()
-        if v is None or name is None:
-            return
-        lines = v.selection()
-
-        def answered(path: str | None) -> None:
-            if not path:
-                return
-            try:
-                where = clipboard.write_excerpt(path, lines)
-            except OSError as e:
-                self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=8)
-                return
-            v.end_select()
-            self._show_focus()
-            self.notify(f"{len(lines)} line{'s' if len(lines) != 1 else ''} of {name} written to {where}",
-                        title="saved")
-
-        self.app.push_screen(PathScreen(f"Write {len(lines)} line(s) of {name} to:",
-                                        clipboard.default_path(name, self.rlapp.clock())), answered)
 
     # commands -------------------------------------------------------------------------------
     def _component(self) -> tuple[str, dict[str, Any]] | None:
@@ -757,9 +650,8 @@ class MainScreen(Screen):
         self.zoomed = not self.zoomed
         self._layout()
 
-    def action_search(self) -> None:
-        if self.selected_pane() is None:
-            return
+    @on(LogPane.SearchAsked)
+    def _open_search(self, event: LogPane.SearchAsked) -> None:
         box = self.query_one("#search", SearchInput)
         box.display = True
         box.focus()
@@ -768,18 +660,16 @@ class MainScreen(Screen):
     def _search_submitted(self, event: Input.Submitted) -> None:
         box = self.query_one("#search", SearchInput)
         box.display = False
-        self.set_focus(None)
+        self._focus_selected()
         pane = self.selected_pane()
         if pane is None or not event.value:
             return
-        self._find(pane, event.value, -1)
+        pane.find(event.value, -1)
 
-    def _find(self, pane: LogPane, query: str, direction: int) -> None:
-        """Search the lines held first; past them, the log file on disk; then wrap around."""
-        if pane.view.search(query, direction, wrap=False) is not None:
-            pane.update_title()
-            return
-        self.run_worker(self._find_on_disk(pane, query, direction), group="search", exclusive=True)
+    @on(LogPane.FindOnDisk)
+    def _find_past_held_lines(self, event: LogPane.FindOnDisk) -> None:
+        self.run_worker(self._find_on_disk(event.pane, event.query, event.direction), group="search",
+                        exclusive=True)
 
     async def _find_on_disk(self, pane: LogPane, query: str, direction: int) -> None:
         v = pane.view
@@ -812,21 +702,6 @@ class MainScreen(Screen):
             where = " (the whole log file too)" if reply.get("ok") else ""
             self.notify(f"not found in {pane.component}{where}: {query}", severity="warning")
         pane.update_title()
-
-    def action_next_match(self) -> None:
-        self._repeat(+1)
-
-    def action_prev_match(self) -> None:
-        self._repeat(-1)
-
-    def _repeat(self, direction: int) -> None:
-        pane = self.selected_pane()
-        if pane is None:
-            return
-        if not pane.view.search_query:
-            self.notify("no search yet: press / first", severity="warning")
-            return
-        self._find(pane, pane.view.search_query, direction)
 
     def action_details(self) -> None:
         if (nc := self._component()) is None:

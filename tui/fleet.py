@@ -160,36 +160,44 @@ class FleetFlagsScreen(ModalScreen[None]):
         for i, f in enumerate(self.flags):
             if i:
                 text.append("\n\n")
-            text.append(str(f["type"]), style="bold red")
-            text.append(f"  {f['message']}")
-            for ev in f.get("evidence") or []:
-                how = ev.get("signal") or f"exit {ev.get('exit_code')}"
-                text.append(f"\n  {ev['pod']}", style="bold")
-                text.append(f"  {ev['component']}  {self.timefmt(ev.get('ts') or 0)}  {how}", style="dim")
-                if ev.get("count", 1) > 1:
-                    text.append(f"  ({ev['count']} times)", style="dim")
-                text.append(f"\n    {ev.get('summary') or ''}")
-                for line in (ev.get("evidence") or [])[-8:]:
-                    text.append(f"\n    │ {line}", style="dim")
+            self._flag(text, f)
         if not self.flags:
             text.append("no fleet flags: no failure is shared by two pods")
         for pod in self.pods:
-            problems = pod_evidence(pod)
-            ended = (pod.get("ended") or {}).get("note")
-            if not problems and not ended:
-                continue
-            text.append(f"\n\n{pod['label']}", style="bold")
-            if ended:
-                text.append(f"  {ended}", style="yellow")
-            for comp, what, lines in problems[:MAX_POD_PROBLEMS]:
-                text.append(f"\n  {comp}  {what}")
-                for line in lines[-8:]:
-                    text.append(f"\n    │ {line}", style="dim")
+            self._pod_problems(text, pod)
         with Vertical(classes="dialog full"):
             yield Static("[b]fleet flags and evidence per pod[/b]  (escape closes; enter on a pod opens it)",
                          classes="hint")
             with VerticalScroll():
                 yield Static(text)
+
+    def _flag(self, text: Text, f: dict[str, Any]) -> None:
+        """A fleet flag, then the evidence from each pod it names."""
+        text.append(str(f["type"]), style="bold red")
+        text.append(f"  {f['message']}")
+        for ev in f.get("evidence") or []:
+            how = ev.get("signal") or f"exit {ev.get('exit_code')}"
+            text.append(f"\n  {ev['pod']}", style="bold")
+            text.append(f"  {ev['component']}  {self.timefmt(ev.get('ts') or 0)}  {how}", style="dim")
+            if ev.get("count", 1) > 1:
+                text.append(f"  ({ev['count']} times)", style="dim")
+            text.append(f"\n    {ev.get('summary') or ''}")
+            for line in (ev.get("evidence") or [])[-8:]:
+                text.append(f"\n    │ {line}", style="dim")
+
+    def _pod_problems(self, text: Text, pod: dict[str, Any]) -> None:
+        """A pod's own problems with their evidence, and how it ended (nothing for a pod with neither)."""
+        problems = pod_evidence(pod)
+        ended = (pod.get("ended") or {}).get("note")
+        if not problems and not ended:
+            return
+        text.append(f"\n\n{pod['label']}", style="bold")
+        if ended:
+            text.append(f"  {ended}", style="yellow")
+        for comp, what, lines in problems[:MAX_POD_PROBLEMS]:
+            text.append(f"\n  {comp}  {what}")
+            for line in lines[-8:]:
+                text.append(f"\n    │ {line}", style="dim")
 
     def action_close(self) -> None:
         self.dismiss(None)

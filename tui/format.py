@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from rlsup.supervisor.events import fmt_duration
@@ -151,56 +152,58 @@ def braille_chart(points: Sequence[Point], width: int, height: int, lo: float, h
     """
     if width <= 0 or height <= 0:
         return []
-    cols, rows = width * 2, height * 4
-    grid = [[0] * width for _ in range(height)]
     if not points:
         return [chr(0x2800) * width for _ in range(height)]
     x0 = points[0][0] if x0 is None else x0
     x1 = points[-1][0] if x1 is None else x1
-    xspan = x1 - x0
-    yspan = hi - lo
-
-    def ydot(v: float) -> int:
-        if yspan <= 0:
-            return rows // 2
-        return min(rows - 1, max(0, round((hi - v) / yspan * (rows - 1))))
-
-    lows: list[int | None] = [None] * cols
-    highs: list[int | None] = [None] * cols
-    firsts: list[int] = [0] * cols
-    lasts: list[int] = [0] * cols
-    for x, y in points:
-        c = 0 if xspan <= 0 else min(cols - 1, max(0, int((x - x0) / xspan * cols)))
-        d = ydot(y)
-        if lows[c] is None:
-            lows[c] = highs[c] = firsts[c] = d
-        else:
-            lows[c] = max(lows[c], d)  # type: ignore[type-var]
-            highs[c] = min(highs[c], d)  # type: ignore[type-var]
-        lasts[c] = d
-
-    def dot(c: int, r: int) -> None:
-        grid[r // 4][c // 2] |= _BRAILLE_BITS[r % 4][c % 2]
+    columns = _dot_columns(points, width * 2, height * 4, x0, x1 - x0, lo, hi)
+    grid = [[0] * width for _ in range(height)]
 
     def vline(c: int, a: int, b: int) -> None:
         for r in range(min(a, b), max(a, b) + 1):
-            dot(c, r)
+            grid[r // 4][c // 2] |= _BRAILLE_BITS[r % 4][c % 2]
 
-    prev: tuple[int, int] | None = None  # (column, last dot row) of the previous column with data
-    for c in range(cols):
-        if lows[c] is None:
+    prev: tuple[int, _DotColumn] | None = None  # the previous column with data
+    for c, col in enumerate(columns):
+        if col is None:
             continue
         if prev is not None:
-            pc, start = prev
+            pc, start = prev[0], prev[1].last
             pr = start
             for k in range(pc + 1, c):  # interpolate across empty columns
-                r = round(start + (firsts[c] - start) * (k - pc) / (c - pc))
+                r = round(start + (col.first - start) * (k - pc) / (c - pc))
                 vline(k, pr, r)
                 pr = r
-            vline(c, pr, firsts[c])
-        vline(c, highs[c], lows[c])  # type: ignore[arg-type]
-        prev = (c, lasts[c])
+            vline(c, pr, col.first)
+        vline(c, col.high, col.low)
+        prev = (c, col)
     return ["".join(chr(0x2800 + b) for b in row) for row in grid]
+
+
+@dataclass
+class _DotColumn:
+    """The dot rows of the points that fall in one dot column (row 0 is the top)."""
+
+    low: int  # the lowest value's row (the largest row number)
+    high: int  # the highest value's
+    first: int  # the first point's, where the line comes in
+    last: int  # the last point's, where it leaves
+
+
+def _dot_columns(points: Sequence[Point], cols: int, rows: int, x0: float, xspan: float, lo: float,
+                 hi: float) -> list[_DotColumn | None]:
+    """Each dot column's points as rows (None: no point falls in it)."""
+    yspan = hi - lo
+    out: list[_DotColumn | None] = [None] * cols
+    for x, y in points:
+        c = 0 if xspan <= 0 else min(cols - 1, max(0, int((x - x0) / xspan * cols)))
+        d = rows // 2 if yspan <= 0 else min(rows - 1, max(0, round((hi - y) / yspan * (rows - 1))))
+        col = out[c]
+        if col is None:
+            out[c] = _DotColumn(d, d, d, d)
+        else:
+            col.low, col.high, col.last = max(col.low, d), min(col.high, d), d
+    return out
 
 
 # ---------------------------------------------------------------------------------- failures

@@ -198,6 +198,14 @@ def last_failure(events: list[dict[str, Any]], name: str) -> dict[str, Any] | No
     return None
 
 
+def _section(out: Text, title: str, rows: list[tuple[str, str]]) -> None:
+    """A titled section of ``(text, style)`` rows; nothing at all without rows."""
+    if rows:
+        out.append(f"\n\n{title}", style="bold")
+        for text, style in rows:
+            out.append(text, style=style)
+
+
 class FailureScreen(_Closable):
     """Why the selected component failed: the diagnosis (category, cause, exception, user
     location, step), its evidence, what rlsup did about it, and what to do next."""
@@ -212,17 +220,37 @@ class FailureScreen(_Closable):
         self.timefmt = timefmt
 
     def body(self) -> Text:
-        c, name, fmt = self.component, self.component_name, self.timefmt
-        le = c.get("last_exit") or {}
-        final = None  # a clean last exit after a failure: the failure is what this screen explains
-        if le and not le.get("signal") and le.get("exit_code") == 0:
-            failed = last_failure(self.events, name)
-            if failed is not None:
-                final, le = le, {k: failed.get(k) for k in ("exit_code", "signal", "uptime_s", "step", "diagnosis", "ts")}
-                le["attempt"] = failed.get("attempt")
+        c, name = self.component, self.component_name
+        le, final = self._exit_explained()
         diag = le.get("diagnosis") or {}
         flags = c.get("flags") or []
         out = Text(end="")
+        self._head(out)
+        if not le:
+            out.append(f"\n\n{name} has not exited in this run: no failure to explain.", style="dim")
+        else:
+            self._last_exit(out, le, final, diag)
+        steps = next_steps(name, diag, flags) if (le or flags) else []
+        _section(out, "what to do next", [(f"\n  • {s}", "") for s in steps])
+        _section(out, "evidence (from the log)", [(f"\n  │ {line}", "dim") for line in diag.get("evidence") or []])
+        self._what_rlsup_did(out, flags)
+        return out
+
+    def _exit_explained(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """(the exit to explain, the clean last exit after it or None). A clean last exit after a
+        failure: the failure is what this screen explains."""
+        le = self.component.get("last_exit") or {}
+        if le and not le.get("signal") and le.get("exit_code") == 0:
+            failed = last_failure(self.events, self.component_name)
+            if failed is not None:
+                final, le = le, {k: failed.get(k) for k in ("exit_code", "signal", "uptime_s", "step", "diagnosis", "ts")}
+                le["attempt"] = failed.get("attempt")
+                return le, final
+        return le, None
+
+    def _head(self, out: Text) -> None:
+        """The component's state and attempts; the run's end and its root cause, once it ended."""
+        c, name, fmt = self.component, self.component_name, self.timefmt
         out.append(f"{name}", style="bold")
         out.append(f"  {c.get('state', '?')}", style="bold red" if c.get("state") == "fatal" else "bold")
         out.append(f"  attempt {c.get('attempt', 0)}, {c.get('restarts', 0)} restarts")
@@ -235,52 +263,47 @@ class FailureScreen(_Closable):
             if root.get("component"):
                 mark = "  ← this component" if root.get("component") == name else ""
                 out.append(f"\nroot cause of the run: {root['component']}: {root.get('reason') or '?'}{mark}")
-        if not le:
-            out.append(f"\n\n{name} has not exited in this run: no failure to explain.", style="dim")
+
+    def _last_exit(self, out: Text, le: dict[str, Any], final: dict[str, Any] | None, diag: dict[str, Any]) -> None:
+        """How the explained attempt ended (after a clean last exit: that it recovered), then its diagnosis."""
+        fmt = self.timefmt
+        how = f"killed by {le['signal']}" if le.get("signal") else f"exit code {le.get('exit_code')}"
+        when = f" at {fmt(le['ts'])}" if le.get("ts") else ""
+        after = f" after {fmt_duration(le['uptime_s'])}" if le.get("uptime_s") is not None else ""
+        if final is not None:
+            fwhen = f" at {fmt(final['ts'])}" if final.get("ts") else ""
+            out.append("\n\nlast exit  ", style="bold")
+            out.append(f"exit code 0{fwhen}: it recovered; the failure before it:")
+            out.append("\nfailure    ", style="bold")
+            att = f" (attempt {le['attempt']})" if le.get("attempt") else ""
+            out.append(f"{how}{when}{after}{att}")
         else:
-            how = f"killed by {le['signal']}" if le.get("signal") else f"exit code {le.get('exit_code')}"
-            when = f" at {fmt(le['ts'])}" if le.get("ts") else ""
-            after = f" after {fmt_duration(le['uptime_s'])}" if le.get("uptime_s") is not None else ""
-            if final is not None:
-                fwhen = f" at {fmt(final['ts'])}" if final.get("ts") else ""
-                out.append("\n\nlast exit  ", style="bold")
-                out.append(f"exit code 0{fwhen}: it recovered; the failure before it:")
-                out.append("\nfailure    ", style="bold")
-                att = f" (attempt {le['attempt']})" if le.get("attempt") else ""
-                out.append(f"{how}{when}{after}{att}")
-            else:
-                out.append("\n\nlast exit  ", style="bold")
-                out.append(f"{how}{when}{after}")
-            rows = [("category", diag.get("category")), ("cause", failure_cause(diag)),
-                    ("summary", diag.get("summary") if diag.get("summary") != failure_cause(diag) else None),
-                    ("exception", diag.get("exception")), ("location", diag.get("location")),
-                    ("step", le.get("step") if le.get("step") is not None else diag.get("step"))]
-            for label, value in rows:
-                if value not in (None, ""):
-                    out.append(f"\n{label:<10} ", style="bold")
-                    out.append(str(value), style="bold red" if label == "cause" else "")
-        steps = next_steps(name, diag, flags) if (le or flags) else []
-        if steps:
-            out.append("\n\nwhat to do next", style="bold")
-            for s in steps:
-                out.append(f"\n  • {s}")
-        evidence = diag.get("evidence") or []
-        if evidence:
-            out.append("\n\nevidence (from the log)", style="bold")
-            for line in evidence:
-                out.append(f"\n  │ {line}", style="dim")
+            out.append("\n\nlast exit  ", style="bold")
+            out.append(f"{how}{when}{after}")
+        rows = [("category", diag.get("category")), ("cause", failure_cause(diag)),
+                ("summary", diag.get("summary") if diag.get("summary") != failure_cause(diag) else None),
+                ("exception", diag.get("exception")), ("location", diag.get("location")),
+                ("step", le.get("step") if le.get("step") is not None else diag.get("step"))]
+        for label, value in rows:
+            if value not in (None, ""):
+                out.append(f"\n{label:<10} ", style="bold")
+                out.append(str(value), style="bold red" if label == "cause" else "")
+
+    def _what_rlsup_did(self, out: Text, flags: list[dict[str, Any]]) -> None:
+        """The component's last events (gauges and flags aside) and its flags with what was done."""
+        fmt, name = self.timefmt, self.component_name
         mine = [e for e in self.events
                 if e.get("component") == name and e.get("kind") not in GAUGES and e.get("kind") != "flag"][-12:]
-        if mine or flags:
-            out.append("\n\nwhat rlsup did", style="bold")
-            for e in mine:
-                out.append(f"\n  {fmt(e.get('ts') or 0)}  ", style="dim")
-                out.append(describe_any(e), style=_event_style(e))
-            for f in flags:
-                out.append(f"\n  flag {f.get('type')}: {f.get('message') or ''}", style="red")
-                if f.get("action"):
-                    out.append(f" -> {f['action']}", style="italic")
-        return out
+        if not (mine or flags):
+            return
+        out.append("\n\nwhat rlsup did", style="bold")
+        for e in mine:
+            out.append(f"\n  {fmt(e.get('ts') or 0)}  ", style="dim")
+            out.append(describe_any(e), style=_event_style(e))
+        for f in flags:
+            out.append(f"\n  flag {f.get('type')}: {f.get('message') or ''}", style="red")
+            if f.get("action"):
+                out.append(f" -> {f['action']}", style="italic")
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog full"):

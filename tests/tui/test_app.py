@@ -214,11 +214,12 @@ def test_help_footer_palette_and_readme_come_from_one_table():
     labels = {label for label, _, _ in rows}
     assert {k.label for k in actions.KEYS} <= labels
     screen_bound = {b.action for b in MainScreen.BINDINGS}
+    pane_bound = {b.action for b in LogPane.BINDINGS}
     app_bound = {b.action for b in RlsupApp.BINDINGS}
-    assert screen_bound | app_bound == {k.action for k in actions.KEYS}
+    assert screen_bound | pane_bound | app_bound == {k.action for k in actions.KEYS}
     for k in actions.KEYS:
         name = k.action.split("(")[0]
-        owner = RlsupApp if k.app else MainScreen
+        owner = RlsupApp if k.app else LogPane if k.log else MainScreen
         assert callable(getattr(owner, f"action_{name}", None)), name
         assert name in actions.CONTEXTS or k.app, name
     palette = {a.split("(")[0] for a, _, _ in actions.palette_entries()}

@@ -1,6 +1,9 @@
 """The key footer, cut at a whole key: at 80 columns the main screen's keys do not all fit, and
 Textual's footer cuts the last one mid-word. Keys that do not fit whole are left out (in the order
-of the key table); ``?`` (help, which lists every key) always stays, as does the palette key."""
+of the key table); ``?`` (help, which lists every key) always stays, as does the palette key.
+
+The keys keep the order they had while the screen held every row (``actions.FOOTER_ORDER``), wherever
+they are bound: Textual lists the focused widget's bindings first (the selected log pane's)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from textual import events
 from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Footer
+
+from rlsup.tui.actions import FOOTER_ORDER
 
 KEEP = ("help",)  # actions shown whatever the width
 GAP = 3  # cells a key takes beyond its key and description (padding, the space between them)
@@ -49,7 +54,8 @@ class FitFooter(Footer):
 
     def compose(self) -> ComposeResult:
         items = list(super().compose())
-        keys = [k for k in items if _is_key(k)]
+        keys = sorted((k for k in items if _is_key(k)),
+                      key=lambda k: FOOTER_ORDER.get(getattr(k, "action", ""), len(FOOTER_ORDER)))
         if len(keys) != len(items):  # groups (none in rlsup's tables): leave Textual's layout alone
             yield from items
             return

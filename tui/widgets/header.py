@@ -33,6 +33,13 @@ def ended_text(run: dict[str, Any], timefmt: Callable[[float], str]) -> str:
     return out
 
 
+def _cut_detail(detail: str, room: int) -> str:
+    """``detail`` cut to ``room`` cells with an ellipsis; nothing when too little room is left for it to say anything."""
+    if len(detail) <= room:
+        return detail
+    return detail[: room - 1] + "…" if room >= 12 else ""
+
+
 class RunHeader(Widget):
     COMPONENT_CLASSES = {"conn--ok", "conn--wait", "conn--bad", "header--name", "header--stale"}
     DEFAULT_CSS = """
@@ -64,6 +71,13 @@ class RunHeader(Widget):
             self._shown = text
             self.refresh()
 
+    def _stale_text(self) -> str:
+        """How old the data shown is, while it is stale ("" while it is live)."""
+        if self.stale_since is None:
+            return ""
+        age = fmt_dur(self.now - self.stale_since) if self.now else ""
+        return f"  stale: data from {self.timefmt(self.stale_since)}" + (f" ({age} old)" if age else "")
+
     def render(self) -> Text:
         run, srv = self.run, self.server
         name = run.get("name") or srv.get("name") or "?"
@@ -84,16 +98,11 @@ class RunHeader(Widget):
             t.append(f"  up {fmt_dur(run['uptime_s'])}")
         t.append("  ")
         t.append(label, style=self.get_component_rich_style(cls))
-        stale = ""
-        if self.stale_since is not None:
-            age = fmt_dur(self.now - self.stale_since) if self.now else ""
-            stale = f"  stale: data from {self.timefmt(self.stale_since)}" + (f" ({age} old)" if age else "")
+        stale = self._stale_text()
         if detail and status not in ("attached", "ended"):
             # The reason can be long (a socket path, an SSH error): it gives way so that "stale" stays
             # in view (the toast has it whole).
-            room = min(DETAIL_MAX, (self.size.width or 200) - t.cell_len - len(stale) - 3)
-            if len(detail) > room:
-                detail = detail[: room - 1] + "…" if room >= 12 else ""
+            detail = _cut_detail(detail, min(DETAIL_MAX, (self.size.width or 200) - t.cell_len - len(stale) - 3))
             if detail:
                 t.append(f" ({detail})")
         if stale:

@@ -24,7 +24,10 @@ three such panes cost ~350 KB/s of terminal output and most of the TUI's CPU.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.cells import cell_len, chop_cells, set_cell_size
@@ -39,8 +42,10 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
+from rlsup.tui import actions, clipboard
 from rlsup.tui.format import clean_lines
 from rlsup.tui.model import Marker
+from rlsup.tui.screens import PathScreen
 
 CUT = "…"
 HSTEP = 8  # columns per sideways scroll step
@@ -75,6 +80,19 @@ class History:
 
     def line_no(self, seq: int) -> int:
         return seq - self.disk_first + 1
+
+    def set_aside(self, new: list[str], marked: bool, seq: int | None, max_lines: int) -> None:
+        """Live lines that arrived while the window is shown: kept (the newest ``max_lines``) for
+        when the window reaches the live view again."""
+        if self.incoming_seq is None:
+            self.incoming_seq = seq
+        self.incoming.extend(new)
+        self.incoming_marked |= marked
+        if len(self.incoming) > max_lines:
+            drop = len(self.incoming) - max_lines
+            del self.incoming[:drop]
+            if self.incoming_seq is not None:
+                self.incoming_seq += drop
 
 
 class LogView(Widget, can_focus=False):
@@ -207,16 +225,7 @@ class LogView(Widget, can_focus=False):
             return
         self.writes += 1
         if self.hist is not None:  # reading from disk: live lines wait aside
-            h = self.hist
-            if h.incoming_seq is None:
-                h.incoming_seq = seq
-            h.incoming.extend(new)
-            h.incoming_marked |= marked
-            if len(h.incoming) > self.max_lines:
-                drop = len(h.incoming) - self.max_lines
-                del h.incoming[:drop]
-                if h.incoming_seq is not None:
-                    h.incoming_seq += drop
+            self.hist.set_aside(new, marked, seq, self.max_lines)
             return
         if seq is not None and (self.live_first is None or not self.lines):
             self.live_first = seq
@@ -518,12 +527,7 @@ class LogView(Widget, can_focus=False):
         if not q:
             return None
         n = len(self.lines)
-        if q == self.search_query and self.current is not None and 0 <= self.current - self.dropped < n:
-            start = self.current - self.dropped
-        elif self.cursor is not None:
-            start = self.cursor - self.dropped
-        else:
-            start = n if direction < 0 else -1
+        start = self._search_start(q, direction)
         self.search_query = q
         lines = self.lines
         for k in range(1, n + 1):
@@ -532,21 +536,36 @@ class LogView(Widget, can_focus=False):
                 break  # the caller looks beyond the lines held (on disk) before wrapping around
             i %= n
             if q in lines[i].lower():
-                self.current = self.dropped + i
-                self.follow = False
-                if self.cursor is not None:
-                    self.cursor = self.current
-                self.show_line(i)
-                if not self.wrap:  # bring the match's column into view too
-                    col = _cells(lines[i][: lines[i].lower().find(q)])
-                    if not (self.xoff <= col < self.xoff + self.text_width - len(q)):
-                        self.xoff = max(0, col - self.text_width // 3)
-                self._moved()
+                self._show_found(i, q)
                 return self.current
         if wrap:
             self.current = None
             self._moved()
         return None
+
+    def _search_start(self, q: str, direction: int) -> int:
+        """The local index a search steps from: the current match of the same query, else the
+        copy-mode cursor, else just past the newest (or oldest) line."""
+        n = len(self.lines)
+        if q == self.search_query and self.current is not None and 0 <= self.current - self.dropped < n:
+            return self.current - self.dropped
+        if self.cursor is not None:
+            return self.cursor - self.dropped
+        return n if direction < 0 else -1
+
+    def _show_found(self, i: int, q: str) -> None:
+        """Line ``i`` holds a match of ``q``: make it the current one, in view (its column too)."""
+        line = self.lines[i]
+        self.current = self.dropped + i
+        self.follow = False
+        if self.cursor is not None:
+            self.cursor = self.current
+        self.show_line(i)
+        if not self.wrap:  # bring the match's column into view too
+            col = _cells(line[: line.lower().find(q)])
+            if not (self.xoff <= col < self.xoff + self.text_width - len(q)):
+                self.xoff = max(0, col - self.text_width // 3)
+        self._moved()
 
     def show_match(self, query: str, seq: int) -> None:
         """Make line ``seq`` of the history window the current match of ``query``."""
@@ -731,9 +750,18 @@ class PaneTitle(Widget):
         return Text(self.text, no_wrap=True, overflow="ellipsis", end="")
 
 
-class LogPane(Vertical):
-    """A title row (name, state, follow / "N new lines", wrap, search, copy mode) over a :class:`LogView`."""
+class LogPane(Vertical, can_focus=True):
+    """A title row (name, state, follow / "N new lines", wrap, search, copy mode) over a :class:`LogView`.
 
+    The selected pane holds the focus, so the keys that act on a log (scrolling, search, copy mode:
+    the ``log`` rows of :mod:`rlsup.tui.actions`) are its bindings and actions, as toolong's log
+    view has them. Which of them act depends on the context: ``has_keys`` (the screen gave the
+    arrows and j/k to this log) and copy mode; a row disabled here lets its key through to the
+    screen. What needs the screen (the search box, the log file on disk, the focus look) is asked
+    for with a message.
+    """
+
+    BINDINGS = actions.bindings(log=True)
     DEFAULT_CSS = """
     LogPane { height: 1fr; min-height: 3; }
     LogPane > PaneTitle { background: $panel; color: $text-muted; }
@@ -747,11 +775,44 @@ class LogPane(Vertical):
             super().__init__()
             self.pane = pane
 
-    def __init__(self, component: str, index: int, max_lines: int = 10_000, **kw: Any) -> None:
+    class ModeChanged(Message):
+        """Copy mode began or ended: the keys' context changed."""
+
+        def __init__(self, pane: LogPane):
+            super().__init__()
+            self.pane = pane
+
+    class SearchAsked(Message):
+        """``/``: open the search box for this log."""
+
+        def __init__(self, pane: LogPane):
+            super().__init__()
+            self.pane = pane
+
+    class FindOnDisk(Message):
+        """``query`` is not in the lines held in ``direction``: look in the log file on disk."""
+
+        def __init__(self, pane: LogPane, query: str, direction: int):
+            super().__init__()
+            self.pane = pane
+            self.query = query
+            self.direction = direction
+
+    class FirstPageNeeded(Message):
+        """Home went to the first line held, and the log file has older ones: read its first page."""
+
+        def __init__(self, pane: LogPane):
+            super().__init__()
+            self.pane = pane
+
+    def __init__(self, component: str, index: int, max_lines: int = 10_000,
+                 clock: Callable[[], float] = time.time, **kw: Any) -> None:
         super().__init__(**kw)
         self.component = component
         self.index = index
         self.state = ""
+        self.clock = clock  # names the default file of a saved excerpt
+        self.has_keys = False  # the screen gave this log the arrows and j/k (its "log" context)
         self.view = LogView(max_lines=max_lines)
         self.title = PaneTitle()
 
@@ -768,6 +829,172 @@ class LogPane(Vertical):
     def on_log_view_scrolled(self, event: LogView.Scrolled) -> None:
         event.stop()
         self.update_title()
+
+    # keys -----------------------------------------------------------------------------------
+    @property
+    def context(self) -> str:
+        if self.view.selecting:
+            return actions.SELECT
+        return actions.LOG if self.has_keys else actions.TABLE
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        where = actions.CONTEXTS.get(action)
+        return where is None or self.context in where
+
+    def _acted(self) -> None:
+        """The title, now: a key's effect shows in the frame right after it (the view's
+        Scrolled message would update it one message hop later)."""
+        self.update_title()
+
+    def action_scroll_up(self) -> None:
+        self.view.scroll_rows(-1)
+        self._acted()
+
+    def action_scroll_down(self) -> None:
+        self.view.scroll_rows(1)
+        self._acted()
+
+    def _page(self, direction: int) -> None:
+        v = self.view
+        if v.selecting:
+            v.move_cursor(direction * max(1, v.height - 1))
+        else:
+            v.page(direction)
+        self._acted()
+
+    def action_page_up(self) -> None:
+        self._page(-1)
+
+    def action_page_down(self) -> None:
+        self._page(1)
+
+    def action_log_top(self) -> None:
+        v = self.view
+        if v.selecting:
+            v.cursor_to(0)
+        else:
+            v.home()  # at once within what the view holds; the file's first page follows
+            if v.hist is None or v.hist.first > v.hist.disk_first:
+                self.post_message(self.FirstPageNeeded(self))
+        self._acted()
+
+    def action_log_end(self) -> None:
+        v = self.view
+        if v.selecting:
+            v.cursor_to(len(v.lines) - 1)
+        else:
+            v.set_follow(True)
+        self._acted()
+
+    def _sideways(self, delta: int) -> None:
+        if not self.view.scroll_sideways(delta):
+            self.notify("wrap is on: every line is whole (w turns it off)", timeout=3)
+        self._acted()
+
+    def action_scroll_left(self) -> None:
+        self._sideways(-HSTEP)
+
+    def action_scroll_right(self) -> None:
+        self._sideways(HSTEP)
+
+    def action_follow(self) -> None:
+        self.view.set_follow(not self.view.follow)
+        self._acted()
+
+    def action_wrap(self) -> None:
+        self.view.set_wrap(not self.view.wrap)
+        self._acted()
+
+    # search ---------------------------------------------------------------------------------
+    def action_search(self) -> None:
+        self.post_message(self.SearchAsked(self))
+
+    def find(self, query: str, direction: int) -> None:
+        """Search the lines held first; past them, the screen looks in the log file on disk."""
+        if self.view.search(query, direction, wrap=False) is not None:
+            self.update_title()
+            return
+        self.post_message(self.FindOnDisk(self, query, direction))
+
+    def _repeat(self, direction: int) -> None:
+        if not self.view.search_query:
+            self.notify("no search yet: press / first", severity="warning")
+            return
+        self.find(self.view.search_query, direction)
+
+    def action_next_match(self) -> None:
+        self._repeat(+1)
+
+    def action_prev_match(self) -> None:
+        self._repeat(-1)
+
+    # copy mode ------------------------------------------------------------------------------
+    def _mode_changed(self) -> None:
+        self._acted()
+        self.post_message(self.ModeChanged(self))
+
+    def action_copy_mode(self) -> None:
+        if not self.view.lines:
+            self.notify("nothing to copy yet", severity="warning")
+            return
+        self.view.start_select()
+        self._mode_changed()
+
+    def action_cursor_up(self) -> None:
+        self.view.move_cursor(-1)
+        self._acted()
+
+    def action_cursor_down(self) -> None:
+        self.view.move_cursor(1)
+        self._acted()
+
+    def action_reanchor(self) -> None:
+        self.view.reanchor()
+        self._acted()
+
+    def action_cancel_copy(self) -> None:
+        self.view.end_select()
+        self._mode_changed()
+
+    def _lines_of(self, n: int) -> str:
+        return f"{n} line{'s' if n != 1 else ''} of {self.component}"
+
+    def action_copy(self) -> None:
+        lines = self.view.selection()
+        text = "\n".join(lines) + "\n"
+        self.app.copy_to_clipboard(text)  # OSC 52: reaches the local terminal through SSH
+        self.view.end_select()
+        self._mode_changed()
+        self.run_worker(self._tmux_buffer(text, len(lines)), group="clipboard")
+
+    async def _tmux_buffer(self, text: str, n: int) -> None:
+        err = await asyncio.to_thread(clipboard.tmux_load_buffer, text)
+        what = self._lines_of(n)
+        if err is None:
+            self.notify(f"{what} sent to the clipboard (OSC 52)", title="copied")
+        elif err == "":
+            self.notify(f"{what} on the clipboard and in tmux's paste buffer (prefix ])", title="copied")
+        else:
+            self.notify(f"{what} sent with OSC 52; tmux load-buffer failed: {err}", title="copied",
+                        severity="warning")
+
+    def action_save(self) -> None:
+        lines = self.view.selection()
+
+        def answered(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                where = clipboard.write_excerpt(path, lines)
+            except OSError as e:
+                self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=8)
+                return
+            self.view.end_select()
+            self._mode_changed()
+            self.notify(f"{self._lines_of(len(lines))} written to {where}", title="saved")
+
+        self.app.push_screen(PathScreen(f"Write {len(lines)} line(s) of {self.component} to:",
+                                        clipboard.default_path(self.component, self.clock())), answered)
 
     def update_title(self) -> None:
         v = self.view

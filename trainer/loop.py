@@ -1,0 +1,63 @@
+"""The trainer's step loop, one for both policies: the tiny one (``train``) and a Hugging Face model (``hf``).
+
+For each step N: the chaos fault due at N, wait for ``OUT/rollouts/step_N``, one update, publish
+``OUT/weights/step_N`` (and tell the server), a checkpoint every ``--ckpt-every`` steps and at the
+last, and the ``Step N/T`` line. What differs between the policies (the update, how weights and
+checkpoints are written, the metrics they add) comes in as functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlsup.trainer import rollouts, steplog, waiting
+from rlsup.trainer.chaos import Chaos
+
+Update = Callable[[list[rollouts.Sample], dict[str, Any]], dict[str, float]]
+
+
+def wait_for_batch(out: Path, step: int) -> tuple[list[rollouts.Sample], dict]:
+    """Block until step ``step``'s rollouts are published; log the wait every few seconds."""
+    found = waiting.poll(lambda: rollouts.read_step(out, step),
+                         say=lambda: steplog.log("Waiting for training batch to arrive"))
+    assert found is not None  # no patience: poll returns only what it found
+    return found
+
+
+def vars_for_checkpoint(args: argparse.Namespace) -> dict:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+
+def run(args: argparse.Namespace, start: int, update: Update, publish: Callable[[int], None],
+        save: Callable[[int], None], after: Callable[[], dict[str, float]] = dict) -> int:
+    """Train steps ``start``..``args.steps``, having published the weights of ``start - 1``.
+
+    ``update(samples, meta)`` trains on one step's rollouts and returns the metrics of the line
+    (after ``reward``); ``after()`` those that end it (measured over the whole step)."""
+    chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
+    publish(start - 1)
+    for step in range(start, args.steps + 1):
+        chaos.step(step)
+        t0 = time.monotonic()
+        samples, meta = wait_for_batch(args.out, step)
+        wait_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        stats = update(samples, meta)
+        train_s = time.monotonic() - t1
+        publish(step)
+        if step % args.ckpt_every == 0 or step == args.steps:
+            save(step)
+        steplog.log_step(step, args.steps, {
+            "reward": sum(s.reward for s in samples) / len(samples),
+            **stats,
+            "off_policy": step - 1 - int(meta.get("weights_step", step - 1)),
+            "wait_s": wait_s,
+            "train_s": train_s,
+            **after(),
+        })
+    steplog.log(f"Training finished: {args.steps} steps")
+    return 0
