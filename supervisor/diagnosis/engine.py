@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..process import signal_name
@@ -37,6 +37,7 @@ from .signatures import (
     UNEXPECTED_EXIT,
     WRAPPER,
     WRAPPER_TYPES,
+    Signature,
     benign_veto,
     classify_exception,
     match_span,
@@ -44,6 +45,7 @@ from .signatures import (
 from .tracebacks import (
     FRAME,
     Chain,
+    ElasticFailure,
     Exc,
     Frame,
     bare_exception,
@@ -122,67 +124,107 @@ def diagnose(
     sig = normalize_signal(exit_code, signal)
 
     if exit_code == 0 and sig is None:
-        # One exit 0 is not a success: an inference server whose engine died. vLLM 0.32.0's API server logs
-        # "EngineCore encountered an issue" / EngineDeadError and then shuts uvicorn down cleanly, exit 0
-        # (vllm/entrypoints/launcher.py terminate_if_errored). Looked for near the end only, so a client that
-        # once logged such a line from a server's reply and later finished is not taken for a dead engine.
-        tail = norm[-ENGINE_DEATH_TAIL:]
-        dead = [c for c in _candidates(tail)[0] if c.category == "inference_engine_dead"]
-        if dead:
-            return _finish(max(dead, key=lambda c: c.index), last_step)
-        return Diagnosis("none", "exited normally (exit code 0)", step=last_step)
+        return _clean_exit(norm, last_step)
 
     cands, elastic_pids = _candidates(norm)
     best = _choose(cands)
 
-    # Host evidence: the kernel killed this process (or a rank torchrun reported dead) for memory.
     if host is not None and host.oom_killed_pids:
-        pids = {p for p in (pid, *elastic_pids) if p is not None}
-        hit = (not pids) or bool(pids & set(host.oom_killed_pids))
-        if hit and sig in (None, "SIGKILL"):
-            victims = sorted(host.oom_killed_pids & pids) if pids else sorted(host.oom_killed_pids)
-            who = f"pid {victims[0]}" if victims else "a process of this component"
-            return Diagnosis(
-                "host_oom",
-                f"killed by the kernel OOM killer ({who}): host memory exhausted",
-                None,
-                best.location if best else None,
-                last_step,
-                tuple(_dedup(list(host.kernel_lines))[:MAX_EVIDENCE]),
-                library_location=bool(best and best.location and best.library),
-                hint=hint_for("host_oom"),
-            )
-
+        oom = _host_oom(host, (pid, *elastic_pids), sig, best, last_step)
+        if oom is not None:
+            return oom
     if sig is not None:
-        if sig in _CRASH_SIGNALS:
-            if best is None or best.category not in _NATIVE:
-                seg = best is not None and best.category == "segfault"
-                loc = best.location if best and seg else None
-                ev = best.evidence if best and seg else []
-                return _finish(
-                    _Candidate(-1, "segfault", PRIMARY, f"crashed with {sig}" + (f" in {_short(loc)}" if loc else ""),
-                               None, loc, ev + [f"exit: {sig}" + (f" (exit code {exit_code})" if exit_code is not None else "")],
-                               library=bool(best and seg and best.library)),
-                    last_step,
-                )
-        elif sig == "SIGABRT":
-            if best is None or best.tier > SIGNAL:
-                return _finish(_Candidate(-1, "fatal_python_error", SIGNAL, f"aborted ({sig})", None, None,
-                                          (best.evidence if best else []) + [f"exit: {sig}"]), last_step)
-        elif sig in _KILL_SIGNALS:
-            if best is None or best.tier > COLLATERAL or best.weak:
-                code = f" (exit code {exit_code})" if exit_code is not None else ""
-                return _finish(_Candidate(-1, "killed", SIGNAL, f"killed by {sig}{code}; no kernel OOM evidence",
-                                          None, None, [f"exit: {sig}{code}"]), last_step)
+        by_signal = _signal_verdict(sig, exit_code, best)
+        if by_signal is not None:
+            return _finish(by_signal, last_step)
     if best is not None and best.category == "ray_actor_died":
         _describe_ray(best, norm)
     if best is None:
-        if exit_code is None and sig is None:
-            return Diagnosis("none", "no failure found in the log", step=last_step)
-        what = f"exited with code {exit_code}" if exit_code is not None else f"ended by {sig}"
-        return Diagnosis("unknown", f"{what}; no known failure in the last {len(norm)} lines",
-                         step=last_step, evidence=tuple(_tail_evidence(norm)), hint=hint_for("unknown"))
+        return _nothing_found(norm, exit_code, sig, last_step)
     return _finish(best, last_step)
+
+
+def _clean_exit(norm: list[Line], last_step: int | None) -> Diagnosis:
+    """Exit 0. One exit 0 is not a success: an inference server whose engine died. vLLM 0.32.0's API server logs
+    "EngineCore encountered an issue" / EngineDeadError and then shuts uvicorn down cleanly, exit 0
+    (vllm/entrypoints/launcher.py terminate_if_errored). Looked for near the end only, so a client that
+    once logged such a line from a server's reply and later finished is not taken for a dead engine."""
+    tail = norm[-ENGINE_DEATH_TAIL:]
+    dead = [c for c in _candidates(tail)[0] if c.category == "inference_engine_dead"]
+    if dead:
+        return _finish(max(dead, key=lambda c: c.index), last_step)
+    return Diagnosis("none", "exited normally (exit code 0)", step=last_step)
+
+
+def _host_oom(host: HostEvidence, pids_seen: tuple[int | None, ...], sig: str | None, best: _Candidate | None,
+              last_step: int | None) -> Diagnosis | None:
+    """Host evidence: the kernel killed this process (or a rank torchrun reported dead) for memory."""
+    pids = {p for p in pids_seen if p is not None}
+    hit = (not pids) or bool(pids & set(host.oom_killed_pids))
+    if not (hit and sig in (None, "SIGKILL")):
+        return None
+    victims = sorted(host.oom_killed_pids & pids) if pids else sorted(host.oom_killed_pids)
+    who = f"pid {victims[0]}" if victims else "a process of this component"
+    return Diagnosis(
+        "host_oom",
+        f"killed by the kernel OOM killer ({who}): host memory exhausted",
+        None,
+        best.location if best else None,
+        last_step,
+        tuple(_dedup(list(host.kernel_lines))[:MAX_EVIDENCE]),
+        library_location=bool(best and best.location and best.library),
+        hint=hint_for("host_oom"),
+    )
+
+
+def _signal_verdict(sig: str, exit_code: int | None, best: _Candidate | None) -> _Candidate | None:
+    """The signal that ended the process, as the failure, where the log names nothing that outranks it."""
+    if sig in _CRASH_SIGNALS:
+        return _crash_signal(sig, exit_code, best)
+    if sig == "SIGABRT":
+        return _abort_signal(sig, best)
+    if sig in _KILL_SIGNALS:
+        return _kill_signal(sig, exit_code, best)
+    return None
+
+
+def _crash_signal(sig: str, exit_code: int | None, best: _Candidate | None) -> _Candidate | None:
+    """SIGSEGV and the like: a crash, unless the log names a native failure (a CUDA error, a fatal
+    Python error) that explains it."""
+    if best is not None and best.category in _NATIVE:
+        return None
+    seg = best is not None and best.category == "segfault"
+    loc = best.location if best and seg else None
+    ev = best.evidence if best and seg else []
+    return _Candidate(-1, "segfault", PRIMARY, f"crashed with {sig}" + (f" in {_short(loc)}" if loc else ""),
+                      None, loc, ev + [f"exit: {sig}" + (f" (exit code {exit_code})" if exit_code is not None else "")],
+                      library=bool(best and seg and best.library))
+
+
+def _abort_signal(sig: str, best: _Candidate | None) -> _Candidate | None:
+    """SIGABRT: an abort, unless the log names a failure of a lower tier."""
+    if best is not None and best.tier <= SIGNAL:
+        return None
+    return _Candidate(-1, "fatal_python_error", SIGNAL, f"aborted ({sig})", None, None,
+                      (best.evidence if best else []) + [f"exit: {sig}"])
+
+
+def _kill_signal(sig: str, exit_code: int | None, best: _Candidate | None) -> _Candidate | None:
+    """A kill from outside: the cause, unless the log names a failure of its own (not a collateral or weak one)."""
+    if best is not None and best.tier <= COLLATERAL and not best.weak:
+        return None
+    code = f" (exit code {exit_code})" if exit_code is not None else ""
+    return _Candidate(-1, "killed", SIGNAL, f"killed by {sig}{code}; no kernel OOM evidence",
+                      None, None, [f"exit: {sig}{code}"])
+
+
+def _nothing_found(norm: list[Line], exit_code: int | None, sig: str | None, last_step: int | None) -> Diagnosis:
+    """No failure in the log: none where only the log is known, else an unknown exit."""
+    if exit_code is None and sig is None:
+        return Diagnosis("none", "no failure found in the log", step=last_step)
+    what = f"exited with code {exit_code}" if exit_code is not None else f"ended by {sig}"
+    return Diagnosis("unknown", f"{what}; no known failure in the last {len(norm)} lines",
+                     step=last_step, evidence=tuple(_tail_evidence(norm)), hint=hint_for("unknown"))
 
 
 def _finish(c: _Candidate, step: int | None) -> Diagnosis:
@@ -200,145 +242,221 @@ def _finish(c: _Candidate, step: int | None) -> Diagnosis:
 # candidates
 
 
-def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
-    cands: list[_Candidate] = []
-    covered: set[int] = set()
+@dataclass
+class _Tail:
+    """What the candidate finders share about one tail: its lines, the lines a parsed traceback or
+    stack already accounts for, when the last recovery was, and torchrun's reports."""
 
-    chains = find_chains(norm)
-    n = len(norm)
+    norm: list[Line]
     # a retried connection error before the dependency was back, or before training made progress
     # again, is history
-    recovered_after = max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0]))
+    recovered_after: int
+    covered: set[int] = field(default_factory=set)
+    elastic: list[ElasticFailure] = field(default_factory=list)
+    elastic_pids: list[int] = field(default_factory=list)
+
+    def is_history(self, index: int) -> bool:
+        """A retried error at this line is history: before the last recovery, or far from the end."""
+        return index < self.recovered_after or index < len(self.norm) - _WEAK_RECENT_LINES
+
+
+def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
+    """Every failure the tail names, found by each finder in turn (parsed tracebacks first: the
+    lines they cover are not read again as bare lines), and the pids torchrun reported for its ranks."""
+    tail = _Tail(norm, max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0])))
+    cands: list[_Candidate] = []
+    for finder in _FINDERS:
+        cands.extend(finder(tail))
+    _locate_by_cut_traceback(cands, norm, tail.covered)
+    cands.extend(_fatal_message_candidate(tail))
+    if tail.elastic:
+        # torchelastic's block parsed whole names the rank: its bare "traceback : Signal 11" line is part of it
+        cands = [c for c in cands if c.rich or not (c.evidence and _ELASTIC_SIGNAL_LINE.match(c.evidence[0]))]
+    return _drop_orderly_shutdown(cands, norm), tail.elastic_pids
+
+
+def _chain_candidates(tail: _Tail) -> list[_Candidate]:
+    """A candidate per parsed traceback chain that was not logged and carried on from."""
+    norm = tail.norm
+    out: list[_Candidate] = []
     prev: tuple[Chain, _Candidate] | None = None
-    for ch in chains:
+    for ch in find_chains(norm):
         stream = ch.excs[0].stream
-        for ln in norm[ch.start: ch.end + 1]:
-            if ln.stream == stream:
-                covered.add(ln.index)
+        tail.covered.update(ln.index for ln in norm[ch.start: ch.end + 1] if ln.stream == stream)
         if any(e.funcs() & HANDLED_FUNCS for e in ch.excs):
             continue  # logged and carried on from
         c = _chain_candidate(ch, norm)
         c.stream = stream
-        prev_chain = prev
+        if c.library and prev is not None:
+            _locate_at_driver(c, ch, *prev)
         prev = (ch, c)
-        if c.library and prev_chain is not None:
-            # a Ray task's remote part printed as a traceback of its own under the driver's RayTaskError,
-            # with only Ray's frames (cloudpickle failing on the return value): the driver's own line that
-            # waited for it is where it failed, for the user
-            pch, pc = prev_chain
-            if (pch.excs[-1].remote and pc.location and not pc.library and 0 <= ch.start - pch.end <= 8
-                    and not any(e.frames and e.user_location() for e in ch.excs)):
-                c.location, c.library = pc.location, False
-                c.summary = _shorten(c.exception or c.summary) + f" at {_short(c.location)}"
-        # A refused connection logged as a bare exception line is how a client reports a retry,
-        # like the plain lines below: it counts only near the end and after the last recovery.
-        if c.category == "connection_refused" and not any(e.frames for e in ch.excs):
-            c.weak = True
-            if c.index < recovered_after or c.index < n - _WEAK_RECENT_LINES:
-                continue
-        cands.append(c)
+        if _refusal_is_history(c, ch, tail):
+            continue
+        out.append(c)
+    return out
 
-    for fs in find_fatal_stacks(norm):
+
+def _locate_at_driver(c: _Candidate, ch: Chain, pch: Chain, pc: _Candidate) -> None:
+    """A Ray task's remote part printed as a traceback of its own under the driver's RayTaskError,
+    with only Ray's frames (cloudpickle failing on the return value): the driver's own line that
+    waited for it is where it failed, for the user."""
+    if (pch.excs[-1].remote and pc.location and not pc.library and 0 <= ch.start - pch.end <= 8
+            and not any(e.frames and e.user_location() for e in ch.excs)):
+        c.location, c.library = pc.location, False
+        c.summary = _shorten(c.exception or c.summary) + f" at {_short(c.location)}"
+
+
+def _refusal_is_history(c: _Candidate, ch: Chain, tail: _Tail) -> bool:
+    """A refused connection logged as a bare exception line is how a client reports a retry, like
+    the plain lines: it is marked weak, and counts only near the end and after the last recovery."""
+    if c.category != "connection_refused" or any(e.frames for e in ch.excs):
+        return False
+    c.weak = True
+    return tail.is_history(c.index)
+
+
+def _fatal_stack_candidates(tail: _Tail) -> list[_Candidate]:
+    """A candidate per faulthandler dump ("Fatal Python error: Segmentation fault" and its frames)."""
+    out: list[_Candidate] = []
+    for fs in find_fatal_stacks(tail.norm):
         cat = "segfault" if "Segmentation" in fs.kind or "Bus error" in fs.kind else "fatal_python_error"
         tier = PRIMARY if cat == "segfault" else SIGNAL
         loc = fs.user_location()
         library = loc is None and fs.innermost() is not None
         loc = loc or fs.innermost()
         summary = f"Fatal Python error: {fs.kind}" + (f" in {_short(loc)}" if loc else "")
-        cands.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True, library=library))
-        covered.add(fs.index)
+        out.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True, library=library))
+        tail.covered.add(fs.index)
+    return out
 
-    elastic_pids: list[int] = []
-    elastic = find_elastic_failures(norm)
-    for ef in elastic:
-        who = f"rank {ef.rank}" if ef.rank is not None else "a rank"
-        if ef.local_rank is not None and ef.local_rank != ef.rank:
-            who += f" (local_rank {ef.local_rank})"
-        if ef.pid is not None:
-            elastic_pids.append(ef.pid)
-        if ef.signal:
-            cat = {"SIGKILL": "killed", "SIGTERM": "killed", "SIGSEGV": "segfault", "SIGBUS": "segfault",
-                   "SIGABRT": "fatal_python_error"}.get(ef.signal, "killed")
-            summary = f"{who} died of {ef.signal} (exitcode {ef.exitcode}, pid {ef.pid}) - torchrun root cause"
-            cands.append(_Candidate(ef.index, cat, SIGNAL, summary, None, None, ef.lines, rich=True))
-        elif ef.traceback:
-            cat, tier = classify_exception(ef.traceback)
-            cands.append(_Candidate(ef.index, cat, max(tier, SIGNAL), f"{who} failed: {ef.traceback}",
-                                    ef.traceback, None, ef.lines, rich=True))
-        else:
-            cands.append(_Candidate(ef.index, "unknown", WRAPPER,
-                                    f"{who} exited with code {ef.exitcode} - torchrun root cause",
-                                    None, None, ef.lines, rich=True, vague=True,
-                                    stream=f"rank{ef.rank}" if ef.rank is not None else ""))
 
-    for k, ln in enumerate(norm):
-        if ln.index in covered:
+_ELASTIC_SIGNAL_CATEGORY = {"SIGKILL": "killed", "SIGTERM": "killed", "SIGSEGV": "segfault", "SIGBUS": "segfault",
+                            "SIGABRT": "fatal_python_error"}
+
+
+def _elastic_candidates(tail: _Tail) -> list[_Candidate]:
+    """A candidate per torchelastic root-cause entry or agent report; their pids are kept for the
+    host's OOM evidence."""
+    tail.elastic = find_elastic_failures(tail.norm)
+    tail.elastic_pids.extend(ef.pid for ef in tail.elastic if ef.pid is not None)
+    return [_elastic_candidate(ef) for ef in tail.elastic]
+
+
+def _elastic_candidate(ef: ElasticFailure) -> _Candidate:
+    who = f"rank {ef.rank}" if ef.rank is not None else "a rank"
+    if ef.local_rank is not None and ef.local_rank != ef.rank:
+        who += f" (local_rank {ef.local_rank})"
+    if ef.signal:
+        cat = _ELASTIC_SIGNAL_CATEGORY.get(ef.signal, "killed")
+        summary = f"{who} died of {ef.signal} (exitcode {ef.exitcode}, pid {ef.pid}) - torchrun root cause"
+        return _Candidate(ef.index, cat, SIGNAL, summary, None, None, ef.lines, rich=True)
+    if ef.traceback:
+        cat, tier = classify_exception(ef.traceback)
+        return _Candidate(ef.index, cat, max(tier, SIGNAL), f"{who} failed: {ef.traceback}",
+                          ef.traceback, None, ef.lines, rich=True)
+    return _Candidate(ef.index, "unknown", WRAPPER,
+                      f"{who} exited with code {ef.exitcode} - torchrun root cause",
+                      None, None, ef.lines, rich=True, vague=True,
+                      stream=f"rank{ef.rank}" if ef.rank is not None else "")
+
+
+def _line_candidates(tail: _Tail) -> list[_Candidate]:
+    """A candidate per line no traceback or stack covers that names a failure: a Ray task's header,
+    a launcher's report, a known failure line (joined with its continuation where a terminal wrapped it)."""
+    out: list[_Candidate] = []
+    for k, ln in enumerate(tail.norm):
+        if ln.index in tail.covered:
             continue
         text = ln.text.strip()
         if not text:
             continue
-        ray_task = _ray_task_candidate(norm, k, ln, text)
-        if ray_task is not None:
-            cands.append(ray_task)
-            continue
-        launcher = _launcher_candidate(ln, text)
-        hit = match_span(text) if launcher is None else None
-        if launcher is None and hit is None:
-            joined = _wrapped(norm, k, text)
-            if joined is None:
-                continue
-            launcher = _launcher_candidate(ln, joined)
-            hit = match_span(joined) if launcher is None else None
-            if hit is not None and match_span(norm[k + 1].text.strip()) is not None:
-                # the next line names a failure by itself: its own record, not the rest of this one
-                # (a long "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
-                continue
-            text = joined
-        if launcher is not None:
-            cands.append(launcher)
-            continue
-        if hit is None:
-            continue
-        sig, at = hit
-        if benign_veto(text, at):
-            continue
-        if sig.weak and (ln.index < recovered_after or ln.index < n - _WEAK_RECENT_LINES
-                         or RETRY_NOTICE.search(text)):
-            continue
-        loc, library = None, False
-        if sig.name == "engine_dead" and (TRACEBACK_HEADER.search(text) or (
-                k + 1 < n and TRACEBACK_HEADER.search(norm[k + 1].text) and norm[k + 1].index not in covered)):
-            # "Scheduler hit an exception: Traceback (most recent call last):" (or the header on the next
-            # line: "EngineCore failed to start.") with the traceback cut off or its frames unindented, so
-            # no traceback was parsed: its frames still say where the engine was
-            frames = _frames_after(norm, k)
-            if frames:
-                user = [f for f in frames if is_user_frame(f.file)]
-                loc = (user or frames)[-1].location
-                library = not user
-        summary = text
-        if sig.name == "engine_dead" and TRACEBACK_HEADER.search(text):
-            head = TRACEBACK_HEADER.sub("", text).rstrip(" :")
-            summary = f"{head} (its traceback is cut off before the exception)" + (
-                f" at {_short(loc)}" if loc and not library else "")
-        if sig.name == "cuda_boilerplate":
-            # CUDA's note says how errors are reported, not which one: never the summary
-            summary = "a CUDA error whose message is not in the log (only the note CUDA prints under its errors)"
-        cands.append(_Candidate(ln.index, sig.category, sig.tier, summary, None, loc, [text], weak=sig.weak,
-                                stream=ln.stream or _rank_tag(text), library=library,
-                                job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text))))
-    _locate_by_cut_traceback(cands, norm, covered)
-    last = next((ln for ln in reversed(norm) if ln.text.strip()), None)
-    if last is not None and last.index not in covered and _FATAL_MESSAGE.match(last.text.strip()):
-        # the program's last word is an error message and nothing else: sys.exit("error: ...") prints only
-        # that, argparse's "prog: error: the following arguments are required"; any failure the log names
-        # outranks it
-        cands.append(_Candidate(last.index, "unknown", WRAPPER, last.text.strip(), None, None, [last.text.strip()],
-                                vague=True, stream=last.stream))
-    if elastic:
-        # torchelastic's block parsed whole names the rank: its bare "traceback : Signal 11" line is part of it
-        cands = [c for c in cands if c.rich or not (c.evidence and _ELASTIC_SIGNAL_LINE.match(c.evidence[0]))]
-    return _drop_orderly_shutdown(cands, norm), elastic_pids
+        c = _ray_task_candidate(tail.norm, k, ln, text)
+        if c is None:
+            c = _line_candidate(tail, k, ln, text)
+        if c is not None:
+            out.append(c)
+    return out
+
+
+def _line_candidate(tail: _Tail, k: int, ln: Line, text: str) -> _Candidate | None:
+    """A launcher's report or a known failure on this line, or on it joined with the next one where a
+    terminal wrapped it."""
+    launcher = _launcher_candidate(ln, text)
+    hit = match_span(text) if launcher is None else None
+    if launcher is None and hit is None:
+        joined = _wrapped(tail.norm, k, text)
+        if joined is None:
+            return None
+        launcher = _launcher_candidate(ln, joined)
+        hit = match_span(joined) if launcher is None else None
+        if hit is not None and match_span(tail.norm[k + 1].text.strip()) is not None:
+            # the next line names a failure by itself: its own record, not the rest of this one
+            # (a long "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
+            return None
+        text = joined
+    if launcher is not None:
+        return launcher
+    if hit is None:
+        return None
+    return _signature_candidate(tail, k, ln, text, hit)
+
+
+def _signature_candidate(tail: _Tail, k: int, ln: Line, text: str, hit: tuple[Signature, int]) -> _Candidate | None:
+    """The failure a signature matched on this line, unless a benign context vetoes it or, for a weak
+    one (a retried error), it is history."""
+    sig, at = hit
+    if benign_veto(text, at):
+        return None
+    if sig.weak and (tail.is_history(ln.index) or RETRY_NOTICE.search(text)):
+        return None
+    loc, library = _engine_dead_location(tail, k, text) if sig.name == "engine_dead" else (None, False)
+    return _Candidate(ln.index, sig.category, sig.tier, _signature_summary(sig.name, text, loc, library), None, loc,
+                      [text], weak=sig.weak, stream=ln.stream or _rank_tag(text), library=library,
+                      job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text)))
+
+
+def _engine_dead_location(tail: _Tail, k: int, text: str) -> tuple[str | None, bool]:
+    """"Scheduler hit an exception: Traceback (most recent call last):" (or the header on the next
+    line: "EngineCore failed to start.") with the traceback cut off or its frames unindented, so
+    no traceback was parsed: its frames still say where the engine was. (location, is library code)"""
+    norm = tail.norm
+    if not (TRACEBACK_HEADER.search(text) or (
+            k + 1 < len(norm) and TRACEBACK_HEADER.search(norm[k + 1].text) and norm[k + 1].index not in tail.covered)):
+        return None, False
+    frames = _frames_after(norm, k)
+    if not frames:
+        return None, False
+    user = [f for f in frames if is_user_frame(f.file)]
+    return (user or frames)[-1].location, not user
+
+
+def _signature_summary(name: str, text: str, loc: str | None, library: bool) -> str:
+    """The summary of a failure named by a line: the line itself, except where it is not the failure's words."""
+    if name == "engine_dead" and TRACEBACK_HEADER.search(text):
+        head = TRACEBACK_HEADER.sub("", text).rstrip(" :")
+        return f"{head} (its traceback is cut off before the exception)" + (
+            f" at {_short(loc)}" if loc and not library else "")
+    if name == "cuda_boilerplate":
+        # CUDA's note says how errors are reported, not which one: never the summary
+        return "a CUDA error whose message is not in the log (only the note CUDA prints under its errors)"
+    return text
+
+
+def _fatal_message_candidate(tail: _Tail) -> list[_Candidate]:
+    """The program's last word is an error message and nothing else: sys.exit("error: ...") prints only
+    that, argparse's "prog: error: the following arguments are required"; any failure the log names
+    outranks it."""
+    last = next((ln for ln in reversed(tail.norm) if ln.text.strip()), None)
+    if last is None or last.index in tail.covered or not _FATAL_MESSAGE.match(last.text.strip()):
+        return []
+    return [_Candidate(last.index, "unknown", WRAPPER, last.text.strip(), None, None, [last.text.strip()],
+                       vague=True, stream=last.stream)]
+
+
+_CandidateFinder = Callable[[_Tail], list[_Candidate]]
+# in this order: the lines a traceback or a faulthandler stack covers are not read again as bare lines
+_FINDERS: tuple[_CandidateFinder, ...] = (_chain_candidates, _fatal_stack_candidates, _elastic_candidates,
+                                          _line_candidates)
 
 
 def _locate_by_cut_traceback(cands: list[_Candidate], norm: list[Line], covered: set[int]) -> None:
@@ -538,74 +656,113 @@ _NAMES_DEAD_PROC = re.compile(r"(?:Worker|Engine core) proc \S+ died unexpectedl
 
 
 def _choose(cands: list[_Candidate]) -> _Candidate | None:
+    """The root cause among the candidates: the lowest tier, the latest of it, then each preference in
+    turn (a candidate that says more about the same failure), counted over ranks, with the
+    corroborating lines of its category as evidence."""
     if not cands:
         return None
     best_tier = min(c.tier for c in cands)
     top = [c for c in cands if c.tier == best_tier]
     if best_tier == WRAPPER:
-        # only pointers to a failure printed elsewhere: the ones that say what failed (an engine or an
-        # actor that died) over generic wrappers ("RuntimeError: cancelled", ChildFailedError)
-        named = [c for c in top if c.category not in ("python_exception", "unknown") or c.vague]
-        top = named or top
-        # vLLM's line naming the process that died ("Worker proc VllmWorker-0 died unexpectedly") says more than
-        # the wrappers printed after it (the engine core's "Executor failed.", EngineDeadError)
-        dead = [c for c in top if not c.rich and c.evidence and _NAMES_DEAD_PROC.search(c.evidence[0])]
-        if dead:
-            top = dead + [c for c in top if c.rich and c.category == dead[0].category]
-            named_dead = max(dead, key=lambda c: c.index)
-            for c in top:
-                if c.rich:
-                    named_dead.evidence = named_dead.evidence + c.evidence[:1]
-            top = [named_dead]
+        top = _named_wrappers(top)
     chosen = max(top, key=lambda c: (c.index, c.rich))
-    if chosen.job_report:
-        # The shell reports a job the script ran that was killed (a Ray node started in the
-        # background, a server); the exception the program printed at the same rank says what broke
-        # for it, and where: that names the failure, the job's death is its evidence.
-        own = [c for c in top if c.rich and c.exception and not c.job_report]
-        if own:
-            r = max(own, key=lambda c: c.index)
-            r.evidence = r.evidence + chosen.evidence[:1]
-            chosen = r
-    if chosen.evidence and _SLURM_TASK_END.search(chosen.evidence[0]):
-        # srun's "task 0: Terminated" is how the task ended; slurmstepd's "CANCELLED AT ... DUE TO TIME
-        # LIMIT" or srun's "Node failure on hq1" printed before it says why
-        why = [c for c in top if c.evidence and _SLURM_WHY.search(c.evidence[0])]
-        if why:
-            r = max(why, key=lambda c: c.index)
-            r.evidence = r.evidence + chosen.evidence[:1]
-            chosen = r
-    if chosen.vague:
-        # torchrun's "exitcode: 1" says only that a rank failed: a traceback of the same rank's kind
-        # (a gloo peer that closed, another pointer) still says more
-        said = [c for c in top if not c.vague and c.rich and c.exception and c.stream and c.stream == chosen.stream
-                and not WRAPPER_TYPES.search(c.exception.split(":", 1)[0].strip().split("(", 1)[0])]
-        if said:
-            chosen = max(said, key=lambda c: c.index)
-    if not chosen.rich:
-        richer = [c for c in top if c.rich and c.category == chosen.category]
-        if chosen.evidence and _NAMES_DEAD_PROC.search(chosen.evidence[0]):
-            # "Worker proc VllmWorker-7 died unexpectedly" says which process died; vLLM's
-            # EngineDeadError ("EngineCore encountered an issue. See stack trace above") only reports
-            # that one did: the line names the failure, the wrapper is its evidence
-            for c in richer:
-                chosen.evidence = chosen.evidence + c.evidence[:1]
-            richer = []
-        if richer:
-            r = max(richer, key=lambda c: c.index)
-            r.evidence = r.evidence + [chosen.evidence[0]] if chosen.evidence else r.evidence
-            chosen = r
-    # The same error on several ranks/processes is one error, counted: digits differ (timings, ids).
+    for prefer in _PREFERENCES:
+        chosen = prefer(chosen, top)
+    _count_and_corroborate(chosen, cands)
+    return chosen
+
+
+def _named_wrappers(top: list[_Candidate]) -> list[_Candidate]:
+    """Only pointers to a failure printed elsewhere: the ones that say what failed (an engine or an
+    actor that died) over generic wrappers ("RuntimeError: cancelled", ChildFailedError)."""
+    named = [c for c in top if c.category not in ("python_exception", "unknown") or c.vague]
+    top = named or top
+    # vLLM's line naming the process that died ("Worker proc VllmWorker-0 died unexpectedly") says more than
+    # the wrappers printed after it (the engine core's "Executor failed.", EngineDeadError)
+    dead = [c for c in top if not c.rich and c.evidence and _NAMES_DEAD_PROC.search(c.evidence[0])]
+    if not dead:
+        return top
+    top = dead + [c for c in top if c.rich and c.category == dead[0].category]
+    named_dead = max(dead, key=lambda c: c.index)
+    for c in top:
+        if c.rich:
+            named_dead.evidence = named_dead.evidence + c.evidence[:1]
+    return [named_dead]
+
+
+def _own_exception_over_job(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
+    """The shell reports a job the script ran that was killed (a Ray node started in the
+    background, a server); the exception the program printed at the same rank says what broke
+    for it, and where: that names the failure, the job's death is its evidence."""
+    if not chosen.job_report:
+        return chosen
+    own = [c for c in top if c.rich and c.exception and not c.job_report]
+    if not own:
+        return chosen
+    r = max(own, key=lambda c: c.index)
+    r.evidence = r.evidence + chosen.evidence[:1]
+    return r
+
+
+def _slurm_reason_over_task_end(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
+    """srun's "task 0: Terminated" is how the task ended; slurmstepd's "CANCELLED AT ... DUE TO TIME
+    LIMIT" or srun's "Node failure on hq1" printed before it says why."""
+    if not (chosen.evidence and _SLURM_TASK_END.search(chosen.evidence[0])):
+        return chosen
+    why = [c for c in top if c.evidence and _SLURM_WHY.search(c.evidence[0])]
+    if not why:
+        return chosen
+    r = max(why, key=lambda c: c.index)
+    r.evidence = r.evidence + chosen.evidence[:1]
+    return r
+
+
+def _said_over_vague(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
+    """torchrun's "exitcode: 1" says only that a rank failed: a traceback of the same rank's kind
+    (a gloo peer that closed, another pointer) still says more."""
+    if not chosen.vague:
+        return chosen
+    said = [c for c in top if not c.vague and c.rich and c.exception and c.stream and c.stream == chosen.stream
+            and not WRAPPER_TYPES.search(c.exception.split(":", 1)[0].strip().split("(", 1)[0])]
+    return max(said, key=lambda c: c.index) if said else chosen
+
+
+def _rich_over_bare(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
+    """A parsed traceback of the same category says more than a bare line, except the line that
+    names a process that died."""
+    if chosen.rich:
+        return chosen
+    richer = [c for c in top if c.rich and c.category == chosen.category]
+    if chosen.evidence and _NAMES_DEAD_PROC.search(chosen.evidence[0]):
+        # "Worker proc VllmWorker-7 died unexpectedly" says which process died; vLLM's
+        # EngineDeadError ("EngineCore encountered an issue. See stack trace above") only reports
+        # that one did: the line names the failure, the wrapper is its evidence
+        for c in richer:
+            chosen.evidence = chosen.evidence + c.evidence[:1]
+        return chosen
+    if not richer:
+        return chosen
+    r = max(richer, key=lambda c: c.index)
+    r.evidence = r.evidence + [chosen.evidence[0]] if chosen.evidence else r.evidence
+    return r
+
+
+# applied in this order to the latest candidate of the best tier
+_PREFERENCES: tuple[Callable[[_Candidate, list[_Candidate]], _Candidate], ...] = (
+    _own_exception_over_job, _slurm_reason_over_task_end, _said_over_vague, _rich_over_bare)
+
+
+def _count_and_corroborate(chosen: _Candidate, cands: list[_Candidate]) -> None:
+    """The same error on several ranks/processes is one error, counted: digits differ (timings, ids).
+    Corroborating lines of the winning category elsewhere in the tail (other ranks, hints) join its evidence."""
     key = _digitless(chosen.exception or chosen.summary)
     streams = {c.stream for c in cands if c.category == chosen.category
                and _digitless(c.exception or c.summary) == key}
     chosen.streams = max(chosen.streams, len(streams))
-    # Corroborating lines of the winning category elsewhere in the tail (other ranks, hints).
     extra = [c.evidence[0] for c in cands if c is not chosen and not c.rich and c.category == chosen.category
              and c.evidence]
     if extra:
         chosen.evidence = chosen.evidence + extra[:3]
-    return chosen
 
 
 def _frames_after(norm: list[Line], k: int) -> list[Frame]:
@@ -689,25 +846,37 @@ def find_step(norm: list[Line]) -> int | None:
         if (t.lstrip().startswith("File ") or ln.index in source
                 or (t[:1].isalpha() and bare_exception(t.strip()) is not None)):
             continue  # a frame, its code, or an exception's message (the step it failed in, not one done)
-        if "tep" in t or "checkpoint-" in t:
-            for k, pat in enumerate(STEP_PATTERNS):
-                ms = list(pat.finditer(t))
-                if ms:
-                    try:
-                        value = int(ms[-1].group(1))
-                    except ValueError:
-                        continue
-                    if k == len(STEP_PATTERNS) - 1 and bar is not None:
-                        return bar  # a checkpoint folder older than the bar drawn after it
-                    return value
+        found = _step_field(t) if "tep" in t or "checkpoint-" in t else None
+        if found is not None:
+            value, checkpoint = found
+            return bar if checkpoint and bar is not None else value  # a checkpoint folder older than a bar
         if bar is None and "%|" in t:
-            for m in reversed(list(TQDM_BAR.finditer(t))):
-                n, total = m.group("n"), m.group("total")
-                desc = m.group("desc").strip()
-                if TRAINING_BAR_DESC.match(desc) and (n != total or NAMED_TRAINING_BAR_DESC.match(desc)):
-                    bar = int(n)
-                    break
+            bar = _training_bar(t)
     return bar
+
+
+def _step_field(t: str) -> tuple[int, bool] | None:
+    """The last step the line's first step pattern that matches names, and whether that pattern is a
+    checkpoint folder's (the last of STEP_PATTERNS)."""
+    for k, pat in enumerate(STEP_PATTERNS):
+        ms = list(pat.finditer(t))
+        if ms:
+            try:
+                value = int(ms[-1].group(1))
+            except ValueError:
+                continue
+            return value, k == len(STEP_PATTERNS) - 1
+    return None
+
+
+def _training_bar(t: str) -> int | None:
+    """The count of the line's last training progress bar, where it counts steps done."""
+    for m in reversed(list(TQDM_BAR.finditer(t))):
+        n, total = m.group("n"), m.group("total")
+        desc = m.group("desc").strip()
+        if TRAINING_BAR_DESC.match(desc) and (n != total or NAMED_TRAINING_BAR_DESC.match(desc)):
+            return int(n)
+    return None
 
 
 _DIGITS = re.compile(r"\d+")

@@ -101,25 +101,41 @@ class MemoryGrowthDetector:
 
     def _observe_one(self, kind: str, ts: float, step: int, mb: float) -> Flag | None:
         series = self._series[kind]
-        if series and step < series[-1].step:
+        self._record(kind, series, _Sample(ts, step, mb))
+        if kind in self._flagged:
+            self._end_episode_if_down(kind, series, mb)
+            return None
+        found = self._steady_growth(series, mb)
+        if found is None:
+            return None
+        fit, first = found
+        self._flagged[kind] = mb
+        return self._flag(kind, list(series), fit, first)
+
+    def _record(self, kind: str, series: deque[_Sample], sample: _Sample) -> None:
+        """Add a sample to the window (one per step, its peak), dropping samples older than it."""
+        if series and sample.step < series[-1].step:
             # Resumed from an earlier checkpoint: a new process, a new baseline.
             series.clear()
             self._flagged.pop(kind, None)
-        if series and step == series[-1].step:
-            series[-1] = _Sample(ts, step, max(mb, series[-1].mb))
+        if series and sample.step == series[-1].step:
+            series[-1] = _Sample(sample.ts, sample.step, max(sample.mb, series[-1].mb))
         else:
-            series.append(_Sample(ts, step, mb))
-        while series and series[0].ts < ts - self.window_s:
+            series.append(sample)
+        while series and series[0].ts < sample.ts - self.window_s:
             series.popleft()
-        if kind in self._flagged:
-            peak = self._flagged[kind]
-            base = series[0].mb if series else peak
-            if mb < peak - max(self.min_growth_mb, (peak - base)) / 2:
-                # Memory came back down: the episode is over, and this is the new baseline.
-                del self._flagged[kind]
-                while len(series) > 1:
-                    series.popleft()
-            return None
+
+    def _end_episode_if_down(self, kind: str, series: deque[_Sample], mb: float) -> None:
+        """A flagged growth: once memory came back down, the episode is over, and this is the new baseline."""
+        peak = self._flagged[kind]
+        base = series[0].mb if series else peak
+        if mb < peak - max(self.min_growth_mb, (peak - base)) / 2:
+            del self._flagged[kind]
+            while len(series) > 1:
+                series.popleft()
+
+    def _steady_growth(self, series: deque[_Sample], mb: float) -> tuple[Fit, float] | None:
+        """(the fit, the first level) where the window grew steadily enough to be a leak, still growing at the end."""
         if len(series) < self.min_samples:
             return None
         pts = [(float(s.step), s.mb) for s in series]
@@ -127,17 +143,18 @@ class MemoryGrowthDetector:
         if fit is None or fit.slope <= 0:
             return None
         first = min(s.mb for s in list(series)[: max(1, len(series) // 4)])
-        observed = mb - first
-        growth = min(fit.growth_mb, observed)
-        if (fit.r2 < self.min_r2 or fit.rising_fraction < self.min_rising or growth < self.min_growth_mb
-                or first <= 0 or growth / first < self.min_fraction):
+        if not self._grew_enough(fit, first, min(fit.growth_mb, mb - first)):
             return None
         # Still growing at the end: a cache that filled and then plateaued is not a leak.
         recent = fit_growth([(float(s.step), s.mb) for s in list(series)[-max(3, len(series) // 3):]])
         if recent is None or recent.slope < 0.5 * fit.slope:
             return None
-        self._flagged[kind] = mb
-        return self._flag(kind, list(series), fit, first)
+        return fit, first
+
+    def _grew_enough(self, fit: Fit, first: float, growth: float) -> bool:
+        """The fit is steady (r², rising steps) and the growth large enough, absolutely and relative to the start."""
+        return not (fit.r2 < self.min_r2 or fit.rising_fraction < self.min_rising or growth < self.min_growth_mb
+                    or first <= 0 or growth / first < self.min_fraction)
 
     def _flag(self, kind: str, series: list[_Sample], fit: Fit, first: float) -> Flag:
         a, b = series[0], series[-1]

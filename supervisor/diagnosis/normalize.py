@@ -109,26 +109,40 @@ def strip_prefixes(raw: str) -> tuple[str, str]:
         text = _RAY_REPEATED.sub("", text)
     stream = ""
     for _ in range(_MAX_PASSES):
-        changed = False
-        for pat in _STREAM_PREFIXES:
-            m = pat.match(text)
-            if m and m.end() > 0:
-                s = m.groupdict().get("stream")
-                if s:
-                    stream = s if not stream else f"{stream}/{s}"
-                text = text[m.end():]
-                changed = True
-        for pat in _PLAIN_PREFIXES:
-            m = pat.match(text)
-            if m and m.end() > 0:
-                rank = _RANK_TAG.search(m.group(0))
-                if rank and not stream:
-                    stream = f"rank{rank.group(1)}"
-                text = text[m.end():]
-                changed = True
-        if not changed:
+        text, stream, by_stream = _strip_stream_prefixes(text, stream)
+        text, stream, plain = _strip_plain_prefixes(text, stream)
+        if not (by_stream or plain):
             break
     return stream, text
+
+
+def _strip_stream_prefixes(text: str, stream: str) -> tuple[str, str, bool]:
+    """One pass of the prefixes that name a stream (a Ray worker, a rank): (text, stream, whether any was removed)."""
+    changed = False
+    for pat in _STREAM_PREFIXES:
+        m = pat.match(text)
+        if m and m.end() > 0:
+            s = m.groupdict().get("stream")
+            if s:
+                stream = s if not stream else f"{stream}/{s}"
+            text = text[m.end():]
+            changed = True
+    return text, stream, changed
+
+
+def _strip_plain_prefixes(text: str, stream: str) -> tuple[str, str, bool]:
+    """One pass of the plain prefixes (timestamps, log levels); a rank tag among them names the stream
+    when nothing else did: (text, stream, whether any was removed)."""
+    changed = False
+    for pat in _PLAIN_PREFIXES:
+        m = pat.match(text)
+        if m and m.end() > 0:
+            rank = _RANK_TAG.search(m.group(0))
+            if rank and not stream:
+                stream = f"rank{rank.group(1)}"
+            text = text[m.end():]
+            changed = True
+    return text, stream, changed
 
 
 # A record another thread or stream wrote into the middle of a line, right after a number: two

@@ -15,7 +15,7 @@ possibilities and says where to look, never asserting one (ray/python/ray/except
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 _HEADER = re.compile(
@@ -108,54 +108,106 @@ def describe(lines: Sequence[str], upto: int | None = None) -> RayDeath:
     every = list(lines)
     texts = every if upto is None else every[: upto + 1]
     rd = RayDeath()
-    # the last header (ActorDiedError, WorkerCrashedError ...) or raylet death line, and what follows it
-    start = None
-    for k in range(len(texts) - 1, -1, -1):
-        t = texts[k]
-        if _HEADER.search(t) or _RAYLET_DEATH.search(t) or _BECAUSE.search(t):
-            start = k
-            if _HEADER.search(t) or _RAYLET_DEATH.search(t):
-                break
+    start = _block_start(texts)
     if start is None:
         return rd
     # the block: the header and the field/reason lines under it (a few lines past the end scanned)
-    block = every[start: start + 14]
-    for t in block:
-        m = _HEADER.search(t)
-        if m and rd.exc_type is None:
-            rd.exc_type = m.group("type")
-            if "WorkerCrashedError" in t:
-                rd.kind = "task worker"
-        if _RAYLET_DEATH.search(t):
-            rd.kind = "task worker" if rd.exc_type is None else rd.kind
-            pm = _WORKER_PID.search(t)
-            if pm:
-                rd.fields.setdefault("pid", pm.group("pid"))
-            im = _WORKER_IP.search(t)
-            if im:
-                rd.fields.setdefault("ip", im.group("ip"))
-        fm = _FIELD.match(t)
-        if fm:
-            rd.fields.setdefault(fm.group("key"), fm.group("value"))
-            continue
-        bm = _BECAUSE.search(t)
-        if bm and rd.why is None:
-            rd.why = "its " + bm.group("why").removeprefix("its ").strip()
-        em = _EXIT_TYPE.search(t)
-        if em and rd.exit_type is None:
-            rd.exit_type = em.group("type").replace(" ", "")
-        dm = _DETAIL.search(t)
-        if dm and rd.detail is None:
-            rd.detail = dm.group("detail")
-        cm = _CAUSES.search(t)
-        if cm and not rd.causes:
-            rd.causes = _split_causes(cm.group("causes"))
-        nm = _NODE_REASON.search(t)
-        if nm and rd.node_reason is None:
-            rd.node_reason = nm.group("how").strip().rstrip(".")
-        um = _UNAVAILABLE.search(t)
-        if um:
-            rd.fields.setdefault("actor_id", um.group("id"))
-        if t.strip() and (m or bm or em or cm or nm or _RAYLET_DEATH.search(t) or um):
-            rd.lines.append(t.strip())
+    for t in every[start: start + 14]:
+        _read_block_line(rd, t)
     return rd
+
+
+def _block_start(texts: list[str]) -> int | None:
+    """Where the last header (ActorDiedError, WorkerCrashedError ...) or raylet death line is, else the
+    last line that says why an actor died."""
+    start = None
+    for k in range(len(texts) - 1, -1, -1):
+        t = texts[k]
+        if _HEADER.search(t) or _RAYLET_DEATH.search(t):
+            return k
+        if _BECAUSE.search(t):
+            start = k
+    return start
+
+
+def _read_block_line(rd: RayDeath, t: str) -> None:
+    """What one line of the block says about the death; a line that says something of it is kept as
+    evidence (a field line only fills its field)."""
+    said = [_read_header(rd, t), _read_raylet_death(rd, t)]
+    fm = _FIELD.match(t)
+    if fm:
+        rd.fields.setdefault(fm.group("key"), fm.group("value"))
+        return
+    said += [read(rd, t) for read in _READERS]
+    _read_detail(rd, t)  # (a line with only the detail is not kept as evidence)
+    if t.strip() and any(said):
+        rd.lines.append(t.strip())
+
+
+def _read_header(rd: RayDeath, t: str) -> bool:
+    m = _HEADER.search(t)
+    if m and rd.exc_type is None:
+        rd.exc_type = m.group("type")
+        if "WorkerCrashedError" in t:
+            rd.kind = "task worker"
+    return m is not None
+
+
+def _read_raylet_death(rd: RayDeath, t: str) -> bool:
+    """The raylet's "A worker died or was killed while executing a task", with the worker's pid and ip."""
+    if not _RAYLET_DEATH.search(t):
+        return False
+    rd.kind = "task worker" if rd.exc_type is None else rd.kind
+    pm = _WORKER_PID.search(t)
+    if pm:
+        rd.fields.setdefault("pid", pm.group("pid"))
+    im = _WORKER_IP.search(t)
+    if im:
+        rd.fields.setdefault("ip", im.group("ip"))
+    return True
+
+
+def _read_because(rd: RayDeath, t: str) -> bool:
+    bm = _BECAUSE.search(t)
+    if bm and rd.why is None:
+        rd.why = "its " + bm.group("why").removeprefix("its ").strip()
+    return bm is not None
+
+
+def _read_exit_type(rd: RayDeath, t: str) -> bool:
+    em = _EXIT_TYPE.search(t)
+    if em and rd.exit_type is None:
+        rd.exit_type = em.group("type").replace(" ", "")
+    return em is not None
+
+
+def _read_detail(rd: RayDeath, t: str) -> None:
+    dm = _DETAIL.search(t)
+    if dm and rd.detail is None:
+        rd.detail = dm.group("detail")
+
+
+def _read_causes(rd: RayDeath, t: str) -> bool:
+    cm = _CAUSES.search(t)
+    if cm and not rd.causes:
+        rd.causes = _split_causes(cm.group("causes"))
+    return cm is not None
+
+
+def _read_node_reason(rd: RayDeath, t: str) -> bool:
+    nm = _NODE_REASON.search(t)
+    if nm and rd.node_reason is None:
+        rd.node_reason = nm.group("how").strip().rstrip(".")
+    return nm is not None
+
+
+def _read_unavailable(rd: RayDeath, t: str) -> bool:
+    um = _UNAVAILABLE.search(t)
+    if um:
+        rd.fields.setdefault("actor_id", um.group("id"))
+    return um is not None
+
+
+# each reads one thing a line may say and whether it said it (all run on every line)
+_READERS: tuple[Callable[[RayDeath, str], bool], ...] = (
+    _read_because, _read_exit_type, _read_causes, _read_node_reason, _read_unavailable)

@@ -19,6 +19,7 @@ import json
 import os
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -363,160 +364,248 @@ def _count(scan: _LogScan, line: str) -> None:
 
 
 def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagnosis:
-    """The root cause of the run in ``run_dir`` and the symptoms it caused."""
+    """The root cause of the run in ``run_dir`` and the symptoms it caused: the journal's facts, each
+    component's log, when each failure recovered, then the root cause and what followed it."""
     run_dir = Path(run_dir)
+    events, notes = _journal_events(run_dir)
+    facts = _JournalFacts()
+    for e in events:
+        facts.read(e)
+    scans = _scan_logs(run_dir, events, facts, log_budget, notes)
+    _place_recoveries(facts)
+    failures = facts.failures
+    failures.sort(key=lambda f: (f.ts is None, f.ts or 0.0))
+    root = _root(failures, journal=bool(events))
+    symptoms = _symptoms(root, failures, scans) if root else []
+    _count_symptom_lines(facts.comps, scans)
+    return RunDiagnosis(str(run_dir), facts.name, facts.started, facts.ended, root, symptoms, failures,
+                        dict(sorted(facts.comps.items())), notes)
+
+
+def _journal_events(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The journal's events, and the notes on what it lacked."""
     notes: list[str] = []
     events, bad = read_journal(run_dir / "events.jsonl")
     if bad:
         notes.append(f"{bad} journal line(s) were not events (torn or foreign) and were skipped")
     if not events:
         notes.append("no journal events; the diagnosis rests on the logs alone")
+    return events, notes
 
-    name = None
-    started = ended = None
-    comps: dict[str, dict[str, Any]] = {}
-    failures: list[RunFailure] = []
-    stopping: dict[str, bool] = {}  # a stop rlsup or the user asked for is under way
-    attempt: dict[str, int | None] = {}
-    exited_last: dict[str, bool] = {}  # the journal's last word on the component is an exit/stop
-    back: dict[str, list[float]] = {}  # when each component was running again (ready, completed)
-    dep_down: dict[str, list[tuple[float, float | None]]] = {}  # dependency_down raised .. cleared
-    stall_cleared: dict[str, list[float]] = {}  # progress resumed after a stall
 
-    def comp(c: str) -> dict[str, Any]:
-        return comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
+@dataclass
+class _JournalFacts:
+    """What the journal says about the run and each component, read event by event."""
 
-    for e in events:
+    name: str | None = None
+    started: float | None = None
+    ended: float | None = None
+    comps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failures: list[RunFailure] = field(default_factory=list)
+    stopping: dict[str, bool] = field(default_factory=dict)  # a stop rlsup or the user asked for is under way
+    attempt: dict[str, int | None] = field(default_factory=dict)
+    exited_last: dict[str, bool] = field(default_factory=dict)  # the journal's last word on it is an exit/stop
+    back: dict[str, list[float]] = field(default_factory=dict)  # when each component was running again
+    # dependency_down raised .. cleared
+    dep_down: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    stall_cleared: dict[str, list[float]] = field(default_factory=dict)  # progress resumed after a stall
+
+    def comp(self, c: str) -> dict[str, Any]:
+        return self.comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
+
+    def read(self, e: dict[str, Any]) -> None:
         kind, c, ts = e["kind"], e.get("component"), e.get("ts")
         ts = float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
         if kind == "run_started":
-            name = e.get("name") or name
-            started = ts if started is None else started
+            self.name = e.get("name") or self.name
+            self.started = ts if self.started is None else self.started
             for n in e.get("components") or []:
                 if isinstance(n, str):
-                    comp(n)
-            continue
+                    self.comp(n)
+            return
         if kind == "run_ended":
-            ended = ts
-            continue
+            self.ended = ts
+            return
         if not isinstance(c, str):
-            continue
-        info = comp(c)
-        if kind == "started":
-            info["attempts"] += 1
-            info["state"] = "running"
-            stopping[c] = False
-            exited_last[c] = False
-            attempt[c] = e.get("attempt") if isinstance(e.get("attempt"), int) else info["attempts"]
-        elif kind in ("ready", "completed", "adopted"):
-            if ts is not None:
-                back.setdefault(c, []).append(ts)
-            if kind == "completed":
-                info["state"] = kind
-                exited_last[c] = True
-        elif kind == "flag_cleared" and e.get("type") == "dependency_down":
-            spans = dep_down.get(c) or []
+            return
+        info = self.comp(c)
+        on_event = _ON_EVENT.get(kind)
+        if on_event is not None:
+            on_event(self, c, ts, e, info)
+
+    def _started(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+        info["attempts"] += 1
+        info["state"] = "running"
+        self.stopping[c] = False
+        self.exited_last[c] = False
+        self.attempt[c] = e.get("attempt") if isinstance(e.get("attempt"), int) else info["attempts"]
+
+    def _running_again(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+        """ready, completed, adopted."""
+        if ts is not None:
+            self.back.setdefault(c, []).append(ts)
+        if e["kind"] == "completed":
+            info["state"] = "completed"
+            self.exited_last[c] = True
+
+    def _flag_cleared(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+        if e.get("type") == "dependency_down":
+            spans = self.dep_down.get(c) or []
             if spans and spans[-1][1] is None and ts is not None:
                 spans[-1] = (spans[-1][0], ts)
-        elif kind == "flag_cleared" and e.get("type") == "stall" and ts is not None and e.get("by") != "attempt_ended":
-            stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
-        elif kind == "stopping":
-            stopping[c] = True
-        elif kind in ("stopped", "fatal"):
-            info["state"] = kind
-            exited_last[c] = True
-        elif kind == "exited":
-            info["exits"] += 1
-            exited_last[c] = True
-            diag = d if isinstance(d := e.get("diagnosis"), dict) else {}
-            cat = str(diag.get("category") or "unknown")
-            if stopping.get(c) or cat in NOT_FAILURES:
-                continue
-            info["failures"] += 1
-            failures.append(RunFailure(
-                c, ts, cat, str(diag.get("summary") or cat), "exit", attempt.get(c),
-                e.get("exit_code") if isinstance(e.get("exit_code"), int) else None,
-                e.get("signal") if isinstance(e.get("signal"), str) else None, diag))
-        elif kind == "flag":
-            ftype = str(e.get("type") or "flag")
-            evidence = [str(x) for x in (e.get("evidence") or [])]
-            if ftype == "dependency_down" and ts is not None:
-                dep_down.setdefault(c, []).append((ts, None))
-            if ftype == "stall":
-                failures.append(_stall_failure(c, ts, str(e.get("message") or ftype), evidence, attempt.get(c)))
-            elif ftype == "false_success":
-                msg = str(e.get("message") or ftype)
-                failures.append(RunFailure(c, ts, ftype, f"a false success: {msg}", "flag", attempt.get(c),
-                                           diagnosis={"category": ftype, "summary": f"a false success: {msg}",
-                                                      "evidence": evidence,
-                                                      "hint": "It exited 0 before its last step: read the lines "
-                                                              "before the exit for why it stopped early."},
-                                           own=True))
-            elif ftype in SYMPTOM_FLAGS:
-                failures.append(RunFailure(c, ts, ftype, str(e.get("message") or ftype), "flag",
-                                           attempt.get(c), diagnosis={"evidence": evidence}))
+        elif e.get("type") == "stall" and ts is not None and e.get("by") != "attempt_ended":
+            self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
 
-    # Every component's log: the components the journal names and any log in logs/.
+    def _stopping(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+        self.stopping[c] = True
+
+    def _ended(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+        """stopped, fatal."""
+        info["state"] = e["kind"]
+        self.exited_last[c] = True
+
+    def _exited(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+        info["exits"] += 1
+        self.exited_last[c] = True
+        diag = d if isinstance(d := e.get("diagnosis"), dict) else {}
+        cat = str(diag.get("category") or "unknown")
+        if self.stopping.get(c) or cat in NOT_FAILURES:
+            return
+        info["failures"] += 1
+        self.failures.append(RunFailure(
+            c, ts, cat, str(diag.get("summary") or cat), "exit", self.attempt.get(c),
+            e.get("exit_code") if isinstance(e.get("exit_code"), int) else None,
+            e.get("signal") if isinstance(e.get("signal"), str) else None, diag))
+
+    def _flag(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+        ftype = str(e.get("type") or "flag")
+        evidence = [str(x) for x in (e.get("evidence") or [])]
+        message = str(e.get("message") or ftype)
+        if ftype == "dependency_down" and ts is not None:
+            self.dep_down.setdefault(c, []).append((ts, None))
+        if ftype == "stall":
+            self.failures.append(_stall_failure(c, ts, message, evidence, self.attempt.get(c)))
+        elif ftype == "false_success":
+            self.failures.append(_false_success(c, ts, message, evidence, self.attempt.get(c)))
+        elif ftype in SYMPTOM_FLAGS:
+            self.failures.append(RunFailure(c, ts, ftype, message, "flag", self.attempt.get(c),
+                                            diagnosis={"evidence": evidence}))
+
+
+_OnEvent = Callable[[_JournalFacts, str, float | None, dict[str, Any], dict[str, Any]], None]
+# what each event of a component says (other kinds only make the component known)
+_ON_EVENT: dict[str, _OnEvent] = {
+    "started": _JournalFacts._started,
+    "ready": _JournalFacts._running_again, "completed": _JournalFacts._running_again,
+    "adopted": _JournalFacts._running_again,
+    "flag_cleared": _JournalFacts._flag_cleared,
+    "stopping": _JournalFacts._stopping,
+    "stopped": _JournalFacts._ended, "fatal": _JournalFacts._ended,
+    "exited": _JournalFacts._exited,
+    "flag": _JournalFacts._flag,
+}
+
+
+def _false_success(c: str, ts: float | None, msg: str, evidence: list[str], att: int | None) -> RunFailure:
+    """A false_success flag as the component's own failure: it exited 0 before its last step."""
+    return RunFailure(c, ts, "false_success", f"a false success: {msg}", "flag", att,
+                      diagnosis={"category": "false_success", "summary": f"a false success: {msg}",
+                                 "evidence": evidence,
+                                 "hint": "It exited 0 before its last step: read the lines "
+                                         "before the exit for why it stopped early."},
+                      own=True)
+
+
+def _scan_logs(run_dir: Path, events: list[dict[str, Any]], facts: _JournalFacts, log_budget: int,
+               notes: list[str]) -> dict[str, _LogScan]:
+    """Every component's log: the components the journal names and any log in logs/. A log that ends
+    in a failure the journal has no exit for becomes a failure of its own."""
     logs_dir = run_dir / "logs"
-    names = set(comps)
-    if logs_dir.is_dir():
-        for p in logs_dir.iterdir():
-            m = re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name)
-            if m:
-                names.add(m.group("n"))
-    # when the journal says each component first ran, and its last word: the time its log can cover
-    lived: dict[str, float] = {}
-    for e in events:
-        if e.get("kind") == "started" and isinstance(e.get("component"), str) and isinstance(e.get("ts"), int | float):
-            lived.setdefault(e["component"], float(e["ts"]))
-    last_ts = max((float(e["ts"]) for e in events if isinstance(e.get("ts"), int | float)), default=None)
+    names = set(facts.comps) | _log_names(logs_dir)
+    lived, last_ts = _lifetimes(events)
     scans: dict[str, _LogScan] = {}
     for n in sorted(names):
         files = log_files(logs_dir, n) if logs_dir.is_dir() else []
         scan = scan_log(files, log_budget, (lived[n], last_ts) if n in lived and last_ts is not None else None)
         scans[n] = scan
-        info = comp(n)
+        info = facts.comp(n)
         info["log_files"] = [Path(f).name for f in scan.files]
         info["log_lines_scanned"] = scan.lines
         if scan.truncated:
             notes.append(f"{n}: only the newest {log_budget // (1024 * 1024)} MiB of its logs were scanned")
-        # A log that ends in a failure the journal has no exit for (a journal lost, a process
-        # that outlived its supervisor): the log's last write is when it happened.
-        # (not for a component whose last journal word is an exit, a stop or its completion: its log
-        # ends where that exit was diagnosed)
-        if (not exited_last.get(n) and not any(f.component == n and f.source == "exit" for f in failures)
-                and scan.tail):
-            d = diagnose(_last_attempt_tail(run_dir, events, n, list(scan.tail)))
-            if d.category not in NOT_FAILURES:
-                info["failures"] += 1
-                failures.append(RunFailure(n, _tail_time(scan) or scan.mtime, d.category, d.summary, "log",
-                                           diagnosis=d.to_dict()))
+        failure = _log_tail_failure(run_dir, events, facts, n, scan)
+        if failure is not None:
+            info["failures"] += 1
+            facts.failures.append(failure)
+    return scans
 
-    for f in failures:
+
+def _log_names(logs_dir: Path) -> set[str]:
+    """The components logs/ holds a log of (NAME.log or a rotation of it)."""
+    names: set[str] = set()
+    if logs_dir.is_dir():
+        for p in logs_dir.iterdir():
+            m = re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name)
+            if m:
+                names.add(m.group("n"))
+    return names
+
+
+def _lifetimes(events: list[dict[str, Any]]) -> tuple[dict[str, float], float | None]:
+    """When the journal says each component first ran, and its last word: the time its log can cover."""
+    lived: dict[str, float] = {}
+    for e in events:
+        if e.get("kind") == "started" and isinstance(e.get("component"), str) and isinstance(e.get("ts"), int | float):
+            lived.setdefault(e["component"], float(e["ts"]))
+    last_ts = max((float(e["ts"]) for e in events if isinstance(e.get("ts"), int | float)), default=None)
+    return lived, last_ts
+
+
+def _log_tail_failure(run_dir: Path, events: list[dict[str, Any]], facts: _JournalFacts, n: str,
+                      scan: _LogScan) -> RunFailure | None:
+    """A log that ends in a failure the journal has no exit for (a journal lost, a process that
+    outlived its supervisor): the log's last write is when it happened. (Not for a component whose
+    last journal word is an exit, a stop or its completion: its log ends where that exit was diagnosed.)"""
+    if (facts.exited_last.get(n) or any(f.component == n and f.source == "exit" for f in facts.failures)
+            or not scan.tail):
+        return None
+    d = diagnose(_last_attempt_tail(run_dir, events, n, list(scan.tail)))
+    if d.category in NOT_FAILURES:
+        return None
+    return RunFailure(n, _tail_time(scan) or scan.mtime, d.category, d.summary, "log", diagnosis=d.to_dict())
+
+
+def _place_recoveries(facts: _JournalFacts) -> None:
+    """When each failure's component was running again; then whether each stall was a hang of its own."""
+    for f in facts.failures:
         if f.ts is not None:
-            f.recovered_ts = next((t for t in back.get(f.component, []) if t > f.ts), None)
-    for f in failures:
+            f.recovered_ts = next((t for t in facts.back.get(f.component, []) if t > f.ts), None)
+    for f in facts.failures:
         if f.category == "stall" and f.source == "flag":
-            # a stall that cleared by itself (progress resumed, no restart) was a slow stretch, not a
-            # hang; one that never cleared, or ended in a restart, is a hang unless something explains it
-            flagged = f.diagnosis.get("flag_ts") if isinstance(f.diagnosis.get("flag_ts"), float | int) else f.ts
-            cleared = next((t for t in stall_cleared.get(f.component, []) if flagged is not None and t >= flagged),
-                           None)
-            # running again means a new attempt after the flag, not the start of the attempt that stalled
-            restarted = next((t for t in back.get(f.component, []) if flagged is not None and t > flagged), None)
-            f.recovered_ts = restarted
-            f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
-                not _explained_stall(f, failures, dep_down)
-            if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
-                f.recovered_ts = cleared
-    failures.sort(key=lambda f: (f.ts is None, f.ts or 0.0))
-    root = _root(failures, journal=bool(events))
-    symptoms = _symptoms(root, failures, scans) if root else []
+            _judge_stall(f, facts)
+
+
+def _judge_stall(f: RunFailure, facts: _JournalFacts) -> None:
+    """A stall that cleared by itself (progress resumed, no restart) was a slow stretch, not a hang;
+    one that never cleared, or ended in a restart, is a hang unless something explains it."""
+    flagged = f.diagnosis.get("flag_ts") if isinstance(f.diagnosis.get("flag_ts"), float | int) else f.ts
+    cleared = next((t for t in facts.stall_cleared.get(f.component, []) if flagged is not None and t >= flagged),
+                   None)
+    # running again means a new attempt after the flag, not the start of the attempt that stalled
+    restarted = next((t for t in facts.back.get(f.component, []) if flagged is not None and t > flagged), None)
+    f.recovered_ts = restarted
+    f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
+        not _explained_stall(f, facts.failures, facts.dep_down)
+    if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
+        f.recovered_ts = cleared
+
+
+def _count_symptom_lines(comps: dict[str, dict[str, Any]], scans: dict[str, _LogScan]) -> None:
+    """Each component's log facts, and how many lines of each failure kind its log holds."""
     for n, info in comps.items():
         info.setdefault("log_files", [])
         info.setdefault("log_lines_scanned", 0)
         info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scans[n].by_category.items())} if n in scans else {}
-    return RunDiagnosis(str(run_dir), name, started, ended, root, symptoms, failures, dict(sorted(comps.items())), notes)
 
 
 def _last_attempt_tail(run_dir: Path, events: list[dict[str, Any]], name: str, tail: list[str]) -> list[str]:
@@ -599,27 +688,44 @@ def _root(failures: list[RunFailure], journal: bool = True) -> RunFailure | None
 def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan]) -> list[RunSymptom]:
     """Per component and kind, what followed the root cause: later failures and flags, and the
     symptom lines of the other components' logs."""
-    t0 = root.ts
     groups: dict[tuple[str, str], RunSymptom] = {}
-    # what each other component failed of by itself: its own lines of that kind are not symptoms
-    own = {(f.component, f.category) for f in failures if f.primary and f.component != root.component}
+    _failure_symptoms(root, failures, groups)
+    _log_symptoms(root, failures, scans, groups)
+    return sorted(groups.values(), key=lambda s: (s.first_ts is None, s.first_ts or 0.0, s.component, s.category))
+
+
+def _is_consequence(f: RunFailure, root: RunFailure) -> bool:
+    """A failure or flag at or after the root cause that the root cause explains."""
+    t0 = root.ts
+    if f is root or (t0 is not None and f.ts is not None and f.ts < t0):
+        return False
+    if f.component == root.component and f.category == root.category:
+        return False  # the same failure again after a restart: counted as a recurrence
+    if f.primary and f.component != root.component:
+        return False  # a failure of its own (RunDiagnosis.independent), not a consequence
+    # another dependency was down: a consequence of that one's failure
+    return f.category != "dependency_down" or _names_dependency(f.summary, root.component)
+
+
+def _failure_symptoms(root: RunFailure, failures: list[RunFailure], groups: dict[tuple[str, str], RunSymptom]) -> None:
+    """The later failures and flags the root cause explains, counted per component and kind."""
     for f in failures:
-        if f is root or (t0 is not None and f.ts is not None and f.ts < t0):
+        if not _is_consequence(f, root):
             continue
-        if f.component == root.component and f.category == root.category:
-            continue  # the same failure again after a restart: counted as a recurrence
-        if f.primary and f.component != root.component:
-            continue  # a failure of its own (RunDiagnosis.independent), not a consequence
-        if f.category == "dependency_down" and not _names_dependency(f.summary, root.component):
-            continue  # another dependency was down: a consequence of that one's failure
         key = (f.component, f.category)
         s = groups.get(key)
         if s is None:
             s = groups[key] = RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts, f.summary)
         s.count += 1
-        if f.ts is not None:
-            s.first_ts = f.ts if s.first_ts is None else min(s.first_ts, f.ts)
-            s.last_ts = f.ts if s.last_ts is None else max(s.last_ts, f.ts)
+        _widen(s, f.ts)
+
+
+def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan],
+                  groups: dict[tuple[str, str], RunSymptom]) -> None:
+    """The symptom lines of the other components' logs, counted per component and kind."""
+    t0 = root.ts
+    # what each other component failed of by itself: its own lines of that kind are not symptoms
+    own = {(f.component, f.category) for f in failures if f.primary and f.component != root.component}
     for n, scan in scans.items():
         if n == root.component:
             continue
@@ -639,11 +745,15 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
                 s = groups[key] = RunSymptom(n, cat, 0, 0, first, last, samples[0] if samples else cat)
             s.log_lines += count
             s.samples = list(samples)
-            for ts in (first, last):
-                if ts is not None:
-                    s.first_ts = ts if s.first_ts is None else min(s.first_ts, ts)
-                    s.last_ts = ts if s.last_ts is None else max(s.last_ts, ts)
-    return sorted(groups.values(), key=lambda s: (s.first_ts is None, s.first_ts or 0.0, s.component, s.category))
+            _widen(s, first)
+            _widen(s, last)
+
+
+def _widen(s: RunSymptom, ts: float | None) -> None:
+    """Stretch the symptom's span to a time it was seen (None: a time not known)."""
+    if ts is not None:
+        s.first_ts = ts if s.first_ts is None else min(s.first_ts, ts)
+        s.last_ts = ts if s.last_ts is None else max(s.last_ts, ts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -654,38 +764,51 @@ def format_run(rd: RunDiagnosis) -> str:
     out = [f"{rd.run_dir}: {rd.verdict}"]
     rc = rd.root_cause
     if rc is not None:
-        d = Diagnosis.from_dict(rc.diagnosis) if rc.diagnosis else None
-        out.append("")
-        out.append(f"root cause  {rc.component} ({rc.category})" + (f", attempt {rc.attempt}" if rc.attempt else ""))
-        if rc.ts is not None:
-            out.append(f"  when:      {_iso(rc.ts)}" + (f" ({fmt_duration(rc.ts - rd.started_ts)} into the run)"
-                                                         if rd.started_ts is not None and rc.ts >= rd.started_ts else ""))
-        out.append(f"  summary:   {rc.summary}")
-        if rd.recurrences:
-            out.append(f"  recurred:  {rd.recurrences} more time{'s' if rd.recurrences > 1 else ''} after restarts")
-        if d is not None:
-            if d.exception and " ".join(d.exception.split())[:200] not in rc.summary:
-                out.append(f"  exception: {d.exception[:300]}")
-            if d.location:
-                out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
-            if d.hint:
-                out.append(f"  next:      {d.hint}")
-            for ev in d.evidence[:6]:
-                out.append(f"    | {ev[:300]}")
+        out.extend(_root_cause_lines(rd, rc))
     if rd.symptoms:
-        out.append("")
-        out.append("symptoms it caused:")
-        for s in rd.symptoms:
-            what, span = s.extent()
-            after = ""
-            if rc is not None and rc.ts is not None and s.first_ts is not None and s.first_ts >= rc.ts:
-                after = f", from {fmt_duration(s.first_ts - rc.ts)} after the root cause"
-            out.append(f"  {s.component}: {s.category}, {' and '.join(what) or 'seen'}{span}{after}")
-            out.append(f"    | {s.summary[:300]}")
+        out.extend(_symptom_lines(rd, rc))
     if rd.notes:
         out.append("")
         out.extend(f"note: {n}" for n in rd.notes)
     return "\n".join(out)
+
+
+def _root_cause_lines(rd: RunDiagnosis, rc: RunFailure) -> list[str]:
+    out = ["", f"root cause  {rc.component} ({rc.category})" + (f", attempt {rc.attempt}" if rc.attempt else "")]
+    if rc.ts is not None:
+        out.append(f"  when:      {_iso(rc.ts)}" + (f" ({fmt_duration(rc.ts - rd.started_ts)} into the run)"
+                                                     if rd.started_ts is not None and rc.ts >= rd.started_ts else ""))
+    out.append(f"  summary:   {rc.summary}")
+    if rd.recurrences:
+        out.append(f"  recurred:  {rd.recurrences} more time{'s' if rd.recurrences > 1 else ''} after restarts")
+    if rc.diagnosis:
+        out.extend(_diagnosis_lines(Diagnosis.from_dict(rc.diagnosis), rc))
+    return out
+
+
+def _diagnosis_lines(d: Diagnosis, rc: RunFailure) -> list[str]:
+    """What the root cause's own diagnosis adds: its exception (where the summary does not hold it), where, what next, its evidence."""
+    out = []
+    if d.exception and " ".join(d.exception.split())[:200] not in rc.summary:
+        out.append(f"  exception: {d.exception[:300]}")
+    if d.location:
+        out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
+    if d.hint:
+        out.append(f"  next:      {d.hint}")
+    out.extend(f"    | {ev[:300]}" for ev in d.evidence[:6])
+    return out
+
+
+def _symptom_lines(rd: RunDiagnosis, rc: RunFailure | None) -> list[str]:
+    out = ["", "symptoms it caused:"]
+    for s in rd.symptoms:
+        what, span = s.extent()
+        after = ""
+        if rc is not None and rc.ts is not None and s.first_ts is not None and s.first_ts >= rc.ts:
+            after = f", from {fmt_duration(s.first_ts - rc.ts)} after the root cause"
+        out.append(f"  {s.component}: {s.category}, {' and '.join(what) or 'seen'}{span}{after}")
+        out.append(f"    | {s.summary[:300]}")
+    return out
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:

@@ -219,64 +219,81 @@ def _indent(s: str) -> int:
     return len(s) - len(s.lstrip(" "))
 
 
+class _TracebackReader:
+    """The state of reading one traceback: its frames so far, their indentation, the lines since the last one."""
+
+    def __init__(self, lines: list[Line], i: int, header: bool) -> None:
+        self.lines, self.i, self.header = lines, i, header
+        # Python writes a traceback's lines without a log prefix (or all with the same logger's): a
+        # prefixed record between its frames is another writer's line interleaved, not part of it.
+        self.tb_prefixed = lines[i].prefixed
+        self.frames: list[Frame] = []
+        self.frame_indent: int | None = None
+        self.after_frame = 0  # lines seen since the last frame line
+
+    def read_frame(self, j: int) -> bool:
+        """lines[j] is a frame line (or, at the start of a tail that begins mid-traceback, a cut one): kept."""
+        text = self.lines[j].text
+        m = FRAME.match(text) or (CUT_FRAME.match(text) if j == self.i and not self.header else None)
+        if not m:
+            return False
+        self.frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
+        if self.frame_indent is None:
+            self.frame_indent = len(m.group("indent"))
+        self.after_frame = 0
+        return True
+
+    def skips(self, j: int) -> bool:
+        """lines[j] is part of the traceback but no frame or exception: a blank line, another writer's
+        record between frames, a "[Previous line repeated 996 more times]" (a RecursionError's frames),
+        a frame's source line."""
+        text = self.lines[j].text
+        if not text.strip():
+            return True  # blank lines inside a traceback are rare; tolerate them
+        if not self.frames:
+            return False
+        if (self.lines[j].prefixed and not self.tb_prefixed) or _REPEATED.match(text):
+            return True
+        deeper = _indent(text) > (self.frame_indent or 0)
+        if self.frame_indent == 0 and self.after_frame == 0:
+            deeper = True  # unindented paste: the line after a frame is its source line
+        if deeper:
+            self.after_frame += 1
+        return deeper
+
+    def exception_at(self, j: int) -> Exc | None:
+        """The exception line that ends the traceback at lines[j], if it is one."""
+        lines = self.lines
+        text = lines[j].text
+        em = EXCEPTION_LINE.match(text.strip())
+        if not (em and _looks_like_exception(em.group("type"))):
+            return None
+        typ = em.group("type")
+        msg = (em.group("msg") or "").strip()
+        return Exc(typ, msg, self.frames, lines[self.i].index, lines[j].index, lines[self.i].stream, text.strip(),
+                   continuation=_continuation(lines, j), message_more=_message_more(lines, j))
+
+
 def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | None, int]:
     """Parse a traceback whose "Traceback ..." header is lines[i] (or, when ``header`` is False,
     whose first frame is lines[i]: a tail that begins mid-traceback). Returns (exception, next)."""
-    start = lines[i].index
-    stream = lines[i].stream
-    # Python writes a traceback's lines without a log prefix (or all with the same logger's): a
-    # prefixed record between its frames is another writer's line interleaved, not part of it.
-    tb_prefixed = lines[i].prefixed
-    frames: list[Frame] = []
-    frame_indent: int | None = None
+    tb = _TracebackReader(lines, i, header)
     j = i + 1 if header else i
     n = len(lines)
-    after_frame = 0  # lines seen since the last frame line
     while j < n:
-        text = lines[j].text
-        m = FRAME.match(text) or (CUT_FRAME.match(text) if j == i and not header else None)
-        if m:
-            frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
-            if frame_indent is None:
-                frame_indent = len(m.group("indent"))
-            after_frame = 0
+        if tb.read_frame(j) or tb.skips(j):
             j += 1
             continue
-        if not text.strip():
-            j += 1
-            if not frames:
-                continue
-            # Blank lines inside a traceback are rare; tolerate one.
-            continue
-        if frames and lines[j].prefixed and not tb_prefixed:
-            j += 1
-            continue
-        if frames and _REPEATED.match(text):
-            j += 1  # "[Previous line repeated 996 more times]" (a RecursionError's frames)
-            continue
-        if frames:
-            ind = _indent(text)
-            deeper = ind > (frame_indent or 0)
-            if frame_indent == 0 and after_frame == 0:
-                deeper = True  # unindented paste: the line after a frame is its source line
-            if deeper:
-                after_frame += 1
-                j += 1
-                continue
-            em = EXCEPTION_LINE.match(text.strip())
-            if em and _looks_like_exception(em.group("type")):
-                typ = em.group("type")
-                msg = (em.group("msg") or "").strip()
-                return Exc(typ, msg, frames, start, lines[j].index, stream, text.strip(),
-                           continuation=_continuation(lines, j), message_more=_message_more(lines, j)), j + 1
+        if tb.frames:
+            exc = tb.exception_at(j)
             # Something that isn't an exception line: give up on this traceback.
-            return None, j
+            return (exc, j + 1) if exc is not None else (None, j)
         # Text before any frame (e.g. "  <stack trace unavailable>")
         j += 1
         if j - i > 5:
             return None, j
-    if frames:
-        return Exc("", "", frames, start, lines[n - 1].index, stream, "", partial=True), j
+    if tb.frames:
+        return Exc("", "", tb.frames, lines[i].index, lines[n - 1].index, lines[i].stream, "", partial=True), j
     return None, j
 
 
@@ -350,39 +367,38 @@ def find_fatal_stacks(lines: list[Line]) -> list[FatalStack]:
     """faulthandler dumps: the kind ("Segmentation fault", "Aborted") and the frames of the thread
     that crashed ("Current thread ..." or "Stack ..."); other threads' stacks are not the crash site."""
     out: list[FatalStack] = []
-    n = len(lines)
     for i, ln in enumerate(lines):
         m = _FATAL.search(ln.text)
-        if not m:
-            continue
-        frames: list[Frame] = []
-        shown = [ln.text.strip()]
-        in_crashed = False
-        j = i + 1
-        while j < n and j < i + _FATAL_SCAN_LINES:
-            if lines[j].stream != ln.stream:
-                j += 1
-                continue
-            t = lines[j].text
-            if _FATAL.search(t):
-                break
-            if STACK_START.match(t.strip()):
-                if frames:
-                    break
-                in_crashed = bool(_CRASHED_THREAD.match(t.strip()))
-                j += 1
-                continue
-            fm = _STACK_FRAME.match(t)
-            if fm:
-                if in_crashed:
-                    frames.append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
-                    if len(shown) < 6:
-                        shown.append(t.strip())
-            elif t.strip() and frames:
-                break
-            j += 1
-        out.append(FatalStack(m.group("kind"), frames, ln.index, shown))
+        if m:
+            frames, shown = _crashed_thread(lines, i)
+            out.append(FatalStack(m.group("kind"), frames, ln.index, shown))
     return out
+
+
+def _crashed_thread(lines: list[Line], i: int) -> tuple[list[Frame], list[str]]:
+    """The frames of the crashed thread in the dump that lines[i] heads, and the lines shown for it
+    (its header and first frames): up to the next dump, the next thread's stack or the end of the
+    crashed one."""
+    ln = lines[i]
+    frames: list[Frame] = []
+    shown = [ln.text.strip()]
+    in_crashed = False
+    same_stream = (x for x in lines[i + 1: i + _FATAL_SCAN_LINES] if x.stream == ln.stream)
+    for x in same_stream:
+        t = x.text
+        if _FATAL.search(t) or (STACK_START.match(t.strip()) and frames):
+            break
+        if STACK_START.match(t.strip()):
+            in_crashed = bool(_CRASHED_THREAD.match(t.strip()))
+            continue
+        fm = _STACK_FRAME.match(t)
+        if fm and in_crashed:
+            frames.append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
+            if len(shown) < 6:
+                shown.append(t.strip())
+        elif not fm and t.strip() and frames:
+            break
+    return frames, shown
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
@@ -402,7 +418,6 @@ def find_elastic_failures(lines: list[Line]) -> list[ElasticFailure]:
     """The root-cause entry of each torchelastic "FAILED" block (the first failing rank), and the
     agent's one-line "failed (exitcode: N)" reports (a block may be cut off the tail)."""
     out: list[ElasticFailure] = []
-    n = len(lines)
     for i, ln in enumerate(lines):
         am = _AGENT_FAILED.search(ln.text)
         if am:
@@ -410,43 +425,63 @@ def find_elastic_failures(lines: list[Line]) -> list[ElasticFailure]:
             out.append(ElasticFailure(None, int(am.group("local")), exitcode, int(am.group("pid")),
                                       signal_name(-exitcode) if exitcode < 0 else None, None, ln.index,
                                       [ln.text[am.start():].strip()]))
-            continue
-        if not _ROOT_CAUSE.search(ln.text):
-            continue
-        rank = local = code = pid = None
-        sig = tb = None
-        shown = [ln.text.strip()]
-        j = i + 1
-        while j < n and j < i + 40:
-            t = lines[j].text
-            if t.strip().startswith("===") or (t.strip().startswith("[") and t.strip().endswith("]:") and rank is not None):
-                break
-            fm = _FIELD.match(t)
-            if fm:
-                key, val = fm.group("key"), fm.group("val").strip()
-                shown.append(t.strip())
-                if key == "rank":
-                    rm = _RANK.match(val)
-                    if rm:
-                        rank = int(rm.group("rank"))
-                        local = int(rm.group("local")) if rm.group("local") else None
-                elif key == "exitcode":
-                    em = _EXITCODE.match(val)
-                    if em:
-                        code = int(em.group("code"))
-                        pid = int(em.group("pid")) if em.group("pid") else pid
-                elif key == "traceback":
-                    sm = _SIGNAL_TB.search(val)
-                    if sm:
-                        sig = sm.group("name")
-                        pid = int(sm.group("pid"))
-                    elif "To enable traceback" not in val:
-                        tb = val
-            elif t.strip().startswith("[") and t.strip().endswith("]:"):
-                shown.append(t.strip())
-            j += 1
-        if sig is None and code is not None and code < 0:
-            sig = signal_name(-code)
-        out.append(ElasticFailure(rank, local, code, pid, sig, tb, ln.index, shown))
+        elif _ROOT_CAUSE.search(ln.text):
+            out.append(_root_cause_entry(lines, i))
     return out
 
+
+@dataclass
+class _RootCauseFields:
+    """The fields of a root-cause entry read so far."""
+
+    rank: int | None = None
+    local: int | None = None
+    code: int | None = None
+    pid: int | None = None
+    sig: str | None = None
+    tb: str | None = None
+
+    def read(self, key: str, val: str) -> None:
+        if key == "rank":
+            rm = _RANK.match(val)
+            if rm:
+                self.rank = int(rm.group("rank"))
+                self.local = int(rm.group("local")) if rm.group("local") else None
+        elif key == "exitcode":
+            em = _EXITCODE.match(val)
+            if em:
+                self.code = int(em.group("code"))
+                self.pid = int(em.group("pid")) if em.group("pid") else self.pid
+        elif key == "traceback":
+            self.read_traceback(val)
+
+    def read_traceback(self, val: str) -> None:
+        sm = _SIGNAL_TB.search(val)
+        if sm:
+            self.sig = sm.group("name")
+            self.pid = int(sm.group("pid"))
+        elif "To enable traceback" not in val:
+            self.tb = val
+
+
+def _root_cause_entry(lines: list[Line], i: int) -> ElasticFailure:
+    """The entry under the "Root Cause (first observed failure):" line lines[i], up to the block's
+    rule or the next rank's header."""
+    ln = lines[i]
+    f = _RootCauseFields()
+    shown = [ln.text.strip()]
+    for x in lines[i + 1: i + 40]:
+        t = x.text
+        rank_header = t.strip().startswith("[") and t.strip().endswith("]:")
+        if t.strip().startswith("===") or (rank_header and f.rank is not None):
+            break
+        fm = _FIELD.match(t)
+        if fm:
+            shown.append(t.strip())
+            f.read(fm.group("key"), fm.group("val").strip())
+        elif rank_header:
+            shown.append(t.strip())
+    sig = f.sig
+    if sig is None and f.code is not None and f.code < 0:
+        sig = signal_name(-f.code)
+    return ElasticFailure(f.rank, f.local, f.code, f.pid, sig, f.tb, ln.index, shown)
