@@ -56,6 +56,19 @@ def set_child_subreaper() -> bool:
         return False
 
 
+def raise_fd_limit() -> int:
+    """Raise this process's open-file limit to the hard limit (thousands of components hold thousands of
+    log files and pidfds); return the soft limit it had, which components get back (monitors restore it
+    in the child, as many programs misbehave with a huge one)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return soft
+
+
 # The monitor's own (it is stdlib only and cannot import rlsup), also the supervisor's: one, not two.
 signal_name = shim.signal_name
 

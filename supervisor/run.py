@@ -43,7 +43,7 @@ from .gpuwatch import GpuWatch, gpu_event, owners
 from .journal import Journal, keep_spare_records
 from .logs import RingBudget
 from .monitorwatch import MonitorWatch
-from .process import Attempt, Cgroups, Monitors, set_child_subreaper
+from .process import Attempt, Cgroups, Monitors, raise_fd_limit, set_child_subreaper
 from .rundir import RunLock, RunPaths
 from .runview import POSITIONS_WRITE_S
 from .shim import reap_children
@@ -615,16 +615,3 @@ class Run:
     def ending(self) -> bool:
         """The run decided to end (it may still be stopping); not so for a hand-over."""
         return self._ended is not None and self._ended.is_set() and not getattr(self, "_handover", False)
-
-
-def raise_fd_limit() -> int:
-    """Raise this process's open-file limit to the hard limit (thousands of components hold thousands of
-    log files and pidfds); return the soft limit it had, which components get back (monitors restore it
-    in the child, as many programs misbehave with a huge one)."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return soft
