@@ -11,14 +11,39 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .component import Component
+from .config import Config
+from .journal import Journal
 from .logpages import LogPages
 from .logs import LogRing, Position
+from .redact import Redactor
+from .rundir import RunPaths
 from .version import VERSION
 
-if TYPE_CHECKING:
-    from .run import Run
+
+class Run(Protocol):
+    """What of a live run (:class:`.run.Run`) its clients are served from."""
+
+    paths: RunPaths
+    cfg: Config
+    state: dict[str, Any]
+    components: dict[str, Component]
+    journal: Journal | None
+    redactor: Redactor
+    subscribers: list[Callable[[dict[str, Any]], None]]
+    line_listeners: list[Callable[[Component], None]]
+
+    @property
+    def ending(self) -> bool: ...
+
+    def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]: ...
+
+    def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
+                **args: Any) -> dict[str, Any]: ...
+
+    def watchers_changed(self) -> None: ...
 
 
 class Served:
