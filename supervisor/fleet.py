@@ -453,7 +453,7 @@ class PodState:
                 "reason": run.get("end_reason"), "component": component, "diagnosis": diag}
 
     def to_json(self, now: float) -> dict[str, Any]:
-        """This pod's entry of ``rlsup fleet --json`` (CONTRACT.md)."""
+        """This pod's entry of ``rlsup fleet --json`` (docs/contract.md)."""
         v = run_state.view(self.state, now) if self.state is not None else None
         s = self.spec
         return {
