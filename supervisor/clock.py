@@ -2,7 +2,7 @@
 
 Decisions (deadlines, windows, backoff, uptime, stalls) use :meth:`Clock.monotonic`, which an NTP
 step or a changed time zone cannot move; wall time (:meth:`Clock.time`) is only for timestamps
-shown to people and written to the journal. Tests pass a :class:`FakeClock` and advance it.
+shown to people and written to the journal. Tests pass a clock of their own and advance it.
 """
 
 from __future__ import annotations
@@ -24,24 +24,3 @@ class SystemClock:
     monotonic = staticmethod(time.monotonic)
     time = staticmethod(time.time)
 
-
-class FakeClock:
-    """A clock that moves only when told to (both readings move together)."""
-
-    def __init__(self, start: float = 1000.0, wall: float = 1_790_000_000.0):
-        self._mono = start
-        self._wall = wall
-
-    def monotonic(self) -> float:
-        return self._mono
-
-    def time(self) -> float:
-        return self._wall
-
-    def advance(self, seconds: float) -> None:
-        self._mono += seconds
-        self._wall += seconds
-
-    def step_wall(self, seconds: float) -> None:
-        """An NTP step: wall time jumps, monotonic time does not."""
-        self._wall += seconds

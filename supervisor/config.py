@@ -442,9 +442,6 @@ class Config(_Model):
                     done.append(n)
         return done
 
-    def dependents(self, name: str) -> list[str]:
-        return [n for n, c in self.components.items() if name in c.depends_on]
-
 
 # ---------------------------------------------------------------------------------------------
 # YAML with positions.

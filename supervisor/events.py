@@ -2,7 +2,7 @@
 
 Inside the supervisor an event is one of the classes below; it becomes JSON only at the edges
 (the journal, the control socket, ``state.json``) through :meth:`Event.to_dict`, where it gets
-``ts`` (wall time, for people), ``seq`` and its ``kind`` (the names in CONTRACT.md). What comes
+``ts`` (wall time, for people), ``seq`` and its ``kind`` (the names in docs/contract.md). What comes
 back in over an edge (a journal line, a socket message) is turned into a typed :class:`Record` by
 :func:`parse`, once: the reducer, :func:`describe` and the readers of a run dir match on classes.
 

@@ -319,7 +319,6 @@ class PodState:
         self.state: dict[str, Any] | None = None
         self.server: dict[str, Any] = {}
         self.failures: list[Failure] = []
-        self.ever_attached = False
         self.ended_note: str | None = None  # set while the pod's run is known to have ended
         self.archived = False  # the last answer came from a run dir no supervisor owns (read-only)
         self.history_pending = False  # the pod's journal is being read for its past failures
@@ -354,7 +353,7 @@ class PodState:
     def on_connection(self, status: str, detail: str) -> None:
         self.connection, self.detail = status, detail
         if status == "attached":
-            self.error, self.attempts, self.ever_attached = None, 0, True
+            self.error, self.attempts = None, 0
         elif status == "ended":
             # The run ended while we watched and its supervisor went away: an answer, not an error.
             self.error = None
@@ -378,7 +377,7 @@ class PodState:
         else:  # a live supervisor: ended only if its run ended and it is still shutting down
             self.ended_note = end_note(run)
         # Session delivers `attached` after the snapshot; a snapshot means the link works.
-        self.connection, self.error, self.ever_attached = "attached", None, True
+        self.connection, self.error = "attached", None
         if self.after_snapshot is not None:
             self.after_snapshot(resumed)
         self._changed()
@@ -453,7 +452,7 @@ class PodState:
                 "reason": run.get("end_reason"), "component": component, "diagnosis": diag}
 
     def to_json(self, now: float) -> dict[str, Any]:
-        """This pod's entry of ``rlsup fleet --json`` (CONTRACT.md)."""
+        """This pod's entry of ``rlsup fleet --json`` (docs/contract.md)."""
         v = run_state.view(self.state, now) if self.state is not None else None
         s = self.spec
         return {

@@ -79,10 +79,6 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         pass
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    write_atomic(path, (json.dumps(obj, indent=1, default=str) + "\n").encode())
-
-
 class Journal:
     """Append-only events.jsonl; ``seq`` continues across supervisors of the same run dir.
 

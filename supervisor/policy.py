@@ -9,12 +9,11 @@ monotonic seconds; randomness (backoff jitter) comes in as a number in [0, 1).
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from .config import RestartCfg
-from .phrases import describe_exit, fmt_span
+from .phrases import fmt_span
 
 Action = Literal["complete", "restart", "fatal"]
 
@@ -50,10 +49,6 @@ def backoff_for(cfg: RestartCfg, failures: int, u: float) -> float:
     return round(min(b.max, base), 3)
 
 
-def backoff_delay(cfg: RestartCfg, failures: int, rng: random.Random) -> float:
-    return backoff_for(cfg, failures, rng.random())
-
-
 def decide(cfg: RestartCfg, hist: History, *, success: bool, how: str, healthy_s: float, now: float,
            u: float) -> tuple[Decision, History]:
     """What to do after an attempt ended, and the history after it.
@@ -79,26 +74,3 @@ def decide(cfg: RestartCfg, hist: History, *, success: bool, how: str, healthy_s
     delay = backoff_for(cfg, failures, u)
     return Decision("restart", delay_s=delay, reason=how), History(failures, recent + (now,))
 
-
-@dataclass
-class RestartTracker:
-    """:func:`decide` with the history kept for the caller (tests and simple callers)."""
-
-    cfg: RestartCfg
-    rng: random.Random = field(default_factory=random.Random)
-    history: History = History()
-
-    @property
-    def failures(self) -> int:
-        return self.history.failures
-
-    def reset(self) -> None:
-        self.history = History()
-
-    def decide(self, *, exit_code: int | None, signal: str | None, healthy_s: float, now: float,
-               forced_failure: str | None = None) -> Decision:
-        success = forced_failure is None and is_success(self.cfg, exit_code, signal)
-        how = forced_failure or describe_exit(exit_code, signal)
-        d, self.history = decide(self.cfg, self.history, success=success, how=how, healthy_s=healthy_s, now=now,
-                                 u=self.rng.random())
-        return d

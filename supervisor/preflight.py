@@ -411,21 +411,6 @@ def command_argvs(comp: Component) -> list[list[str]]:
     return [argv]
 
 
-def _first_shell_word(cmd: str) -> str | None:
-    """The program a ``sh -c`` line runs first, when that is simple to tell; else None."""
-    try:
-        words = shlex.split(cmd, comments=True)
-    except ValueError:
-        return None
-    for w in words:
-        if _ASSIGN.match(w):
-            continue
-        if w in _SHELL_WORDS or any(ch in w for ch in "$`|&;<>()*?"):
-            return None
-        return w
-    return None
-
-
 def _python_target(argv: list[str]) -> tuple[str, str] | None:
     """For ``python [opts] -m MOD`` -> ("module", MOD); ``python [opts] FILE`` -> ("script", FILE)."""
     if not argv or not _PY_NAME.match(os.path.basename(argv[0])):
@@ -1179,12 +1164,6 @@ def memory_ask(comp: Any) -> MemoryAsk | None:
                 engine, of = ENGINE_FRACTIONS[flag]
                 return MemoryAsk(flag, f, engine, of) if 0 < f <= 1 else None
     return None
-
-
-def memory_fraction(comp: Any) -> tuple[str, float] | None:
-    """``(flag, fraction)`` of :func:`memory_ask` (kept for callers of the older API)."""
-    ask = memory_ask(comp)
-    return (ask.flag, ask.fraction) if ask else None
 
 
 def _check_memory_fraction(ctx: _Ctx, name: str, g: Any, path: Path_) -> None:

@@ -630,8 +630,3 @@ def terminate_processes(procs: Sequence[psutil.Process], sig: int, timeout: floa
             p.kill()
     _, alive = psutil.wait_procs(alive, timeout=5)
     return alive
-
-
-def ppid_map_children() -> dict[int, list[int]]:
-    """pid -> child pids for every process on the host (one pass over /proc)."""
-    return shim._children_map()

@@ -17,7 +17,7 @@ import os
 import shlex
 import socket
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ class SshTarget:
     user: str | None = None
     port: int | None = None
     identity: str | None = None
-    extra_identities: list[str] = field(default_factory=list)
 
     @classmethod
     def parse(cls, spec: str, *, identity: str | None = None) -> SshTarget:

@@ -2,7 +2,7 @@
 
 The supervisor and every client run the same reducer, so a client that has a snapshot and the
 events after it sees exactly what the supervisor sees. The state has the shape of
-``rlsup status --json`` (CONTRACT.md); times are absolute, :func:`view` derives ages.
+``rlsup status --json`` (docs/contract.md); times are absolute, :func:`view` derives ages.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -177,76 +178,106 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
     }
 
 
-def make_handler(engine: Engine, model: str):
-    started = int(time.time())
+class Handler(BaseHTTPRequestHandler):
+    """One request (http.server makes an instance per request); :func:`make_handler` binds the engine.
+    One method per route, found in :attr:`GET` / :attr:`POST` by path."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.1"
+    engine: Engine
+    model: str
+    started: int  # when the server started: /v1/models' ``created``
 
-        def log_message(self, format: str, *args) -> None:  # per-request access logs would drown the step lines
-            pass
+    def log_message(self, format: str, *args) -> None:  # per-request access logs would drown the step lines
+        pass
 
-        def _send(self, code: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def _send(self, code: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
-        def _error(self, code: int, message: str) -> None:
-            self._send(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
+    def _error(self, code: int, message: str) -> None:
+        self._send(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
 
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                if engine.policy is None:
-                    self._error(503, "weights not loaded yet")
-                else:
-                    self._send(200, {"status": "ok", "weights_step": engine.step, **engine.stats})
-            elif self.path == "/version":
-                from importlib.metadata import PackageNotFoundError, version
+    def do_GET(self) -> None:
+        route = self.GET.get(self.path)
+        if route is None:
+            self._error(404, f"no route {self.path}")
+        else:
+            route(self)
 
-                try:
-                    v = version("rlsup")
-                except PackageNotFoundError:
-                    v = "0"
-                self._send(200, {"version": f"rlsup-{v}"})
-            elif self.path == "/get_model_info":
-                self._send(200, {"model_path": engine.path or model, "weights_step": engine.step,
-                                 "is_generation": True})
-            elif self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [
-                    {"id": model, "object": "model", "created": started, "owned_by": "rlsup"}]})
-            else:
-                self._error(404, f"no route {self.path}")
+    def do_POST(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except (ValueError, json.JSONDecodeError) as exc:
+            self._error(400, f"bad JSON body: {exc}")
+            return
+        route = self.POST.get(self.path)
+        if route is None:
+            self._error(404, f"no route {self.path}")
+        else:
+            route(self, body)
 
-        def do_POST(self) -> None:
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except (ValueError, json.JSONDecodeError) as exc:
-                self._error(400, f"bad JSON body: {exc}")
-                return
-            if self.path == "/v1/completions":
-                if engine.policy is None:
-                    self._error(503, "weights not loaded yet")
-                    return
-                try:
-                    self._send(200, _completion_response(engine, model, body))
-                except ValueError as exc:
-                    self._error(400, str(exc))
-            elif self.path == "/update_weights_from_disk":
-                path = body.get("model_path")
-                try:
-                    message = update_from_disk(engine, Path(path))
-                except Exception as exc:
-                    self._send(400, {"success": False, "message": f"failed to load {path}: {exc}"})
-                    return
-                self._send(200, {"success": True, "message": message})
-            else:
-                self._error(404, f"no route {self.path}")
+    # GET routes -----------------------------------------------------------------------------------
+    def get_health(self) -> None:
+        if self.engine.policy is None:
+            self._error(503, "weights not loaded yet")
+        else:
+            self._send(200, {"status": "ok", "weights_step": self.engine.step, **self.engine.stats})
 
-    return Handler
+    def get_version(self) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("rlsup")
+        except PackageNotFoundError:
+            v = "0"
+        self._send(200, {"version": f"rlsup-{v}"})
+
+    def get_model_info(self) -> None:
+        self._send(200, {"model_path": self.engine.path or self.model, "weights_step": self.engine.step,
+                         "is_generation": True})
+
+    def get_models(self) -> None:
+        self._send(200, {"object": "list", "data": [
+            {"id": self.model, "object": "model", "created": self.started, "owned_by": "rlsup"}]})
+
+    # POST routes --------------------------------------------------------------------------------
+    def post_completions(self, body: dict) -> None:
+        if self.engine.policy is None:
+            self._error(503, "weights not loaded yet")
+            return
+        try:
+            self._send(200, _completion_response(self.engine, self.model, body))
+        except ValueError as exc:
+            self._error(400, str(exc))
+
+    def post_update_weights(self, body: dict) -> None:
+        path = body.get("model_path")
+        try:
+            message = update_from_disk(self.engine, Path(path))
+        except Exception as exc:
+            self._send(400, {"success": False, "message": f"failed to load {path}: {exc}"})
+            return
+        self._send(200, {"success": True, "message": message})
+
+    GET: dict[str, Callable[[Handler], None]] = {
+        "/health": get_health, "/version": get_version, "/get_model_info": get_model_info, "/v1/models": get_models}
+    POST: dict[str, Callable[[Handler, dict], None]] = {
+        "/v1/completions": post_completions, "/update_weights_from_disk": post_update_weights}
+
+
+def make_handler(engine: Engine, model: str) -> type[Handler]:
+    """The handler class for a server of ``engine`` under the name ``model``."""
+
+    class Bound(Handler):
+        pass
+
+    Bound.engine, Bound.model, Bound.started = engine, model, int(time.time())
+    return Bound
 
 
 def update_from_disk(engine: Engine, path: Path) -> str:

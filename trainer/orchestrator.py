@@ -32,6 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlsup.trainer import grpo, rollouts, steplog, task, waiting
@@ -219,7 +220,7 @@ def load_task(args: argparse.Namespace) -> tuple[list[task.Problem], Callable[[s
     return problems, hf.reward
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", required=True, help="base URL of an OpenAI-compatible server")
     ap.add_argument("--out", type=Path, required=True)
@@ -249,6 +250,113 @@ def main(argv: list[str] | None = None) -> int:
                     help="0: one request per step with every prompt; K: one request per prompt, K in flight")
     ap.add_argument("--request-timeout", type=float, default=60.0,
                     help="seconds one completion request may take (long generations need more)")
+    return ap
+
+
+@dataclass
+class Orchestrator:
+    """The rollout loop's state across steps: the run's settings and what it has said so far."""
+
+    args: argparse.Namespace
+    base: str  # the server's URL, without a trailing slash
+    model: str
+    chaos: Chaos
+    gsm8k: list[task.Problem]  # empty for the digit task
+    score: Callable[[str, str], float]  # the reward of a completion given the answer
+    server_lags: bool = False  # the server missed --server-wait once and has not caught up since
+    warned_no_ids: bool = False
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.args.out / "weights"
+
+    def await_weights(self, step: int) -> None:
+        """Wait for the weights ``step`` may sample with (async level), and for the server to load them
+        while it keeps up."""
+        needed = step - 1 - self.args.async_level
+        wait_for_weights(self.weights_dir, needed)
+        if weights_mod.latest(self.weights_dir) is None:  # the server loads what is published
+            return
+        caught_up = wait_for_server(self.weights_dir, needed, 0.0 if self.server_lags else self.args.server_wait,
+                                    lambda: reported_step(self.base))
+        if not caught_up and not self.server_lags:
+            steplog.warn(f"the server has not loaded weights step {needed} within {self.args.server_wait:g}s of "
+                         f"their publication (serving step {served_step(self.weights_dir)}): sampling with "
+                         "what it serves, without waiting for it again until it catches up (off_policy shows "
+                         "by how much)")
+        self.server_lags = not caught_up
+
+    def problems(self, step: int) -> list[task.Problem]:
+        if self.gsm8k:
+            return hf_problems(self.gsm8k, self.args.seed, step, self.args.batch_size)
+        return task.problems_for_step(self.args.seed, step, self.args.batch_size)
+
+    def request_body(self) -> dict:
+        args = self.args
+        body = {"model": self.model, "n": args.group_size, "max_tokens": args.max_tokens,
+                **neutral_sampling(args.temperature), "return_token_ids": True}
+        if not self.gsm8k:
+            body["logprobs"] = 0  # the tiny trainer uses the server's log-probs; the HF one recomputes them
+        if args.stop:
+            body["stop"] = args.stop
+        return body
+
+    def samples(self, problems: list[task.Problem], choices: list[dict],
+                rewards: list[list[float]]) -> list[rollouts.Sample]:
+        """The scored choices with their group-relative advantages (choices ordered prompt-major)."""
+        g = self.args.group_size
+        advantages = grpo.group_advantages(rewards)
+        out = []
+        for i, p in enumerate(problems):
+            for j in range(g):
+                c = choices[i * g + j]
+                lp = c["logprobs"] or {}
+                out.append(rollouts.Sample(
+                    prompt=p.prompt, completion=c["text"], tokens=lp.get("tokens", []),
+                    logprobs=lp.get("token_logprobs", []), reward=rewards[i][j],
+                    advantage=advantages[i][j], group=i, **choice_fields(c)))
+        if not self.warned_no_ids and any(s.completion_ids is None for s in out):
+            self.warned_no_ids = True
+            steplog.warn(f"{self.base} returned no token_ids for return_token_ids (SGLang before 0.5.17 ignores the "
+                         "field): the trainer re-tokenises the completion text, which can give other ids than "
+                         "were sampled; SGLang >= 0.5.17 or vLLM return them")
+        return out
+
+    def step(self, step: int) -> None:
+        """Sample, score and publish the rollouts of ``step``, and log its ``Step N/T`` line."""
+        args = self.args
+        self.chaos.step(step)
+        t0 = time.monotonic()
+        self.await_weights(step)
+        wait_s = time.monotonic() - t0
+        problems = self.problems(step)
+        t1 = time.monotonic()
+        resp = complete(f"{self.base}/v1/completions", self.request_body(), [p.prompt for p in problems],
+                        args.concurrency, f"step {step}", args.give_up_after, args.request_timeout)
+        gen_s = time.monotonic() - t1
+        choices = resp["choices"]
+        g = args.group_size
+        rewards = [[self.score(choices[i * g + j]["text"], p.answer) for j in range(g)]
+                   for i, p in enumerate(problems)]
+        samples = self.samples(problems, choices, rewards)
+        sampled_with = resp.get("weights_step", served_step(self.weights_dir))
+        rollouts.write_step(args.out, step, samples, {
+            "temperature": args.temperature, "weights_step": sampled_with, "model": self.model})
+        flat = [r for group in rewards for r in group]
+        tokens = resp.get("usage", {}).get("completion_tokens", 0)
+        steplog.log_step(step, args.steps, {
+            "reward": sum(flat) / len(flat),
+            "solved_groups": sum(1 for grp in rewards if max(grp) > 0) / len(rewards),
+            "weights_step": sampled_with,
+            "off_policy": step - 1 - sampled_with,
+            "wait_s": wait_s,
+            "gen_s": gen_s,
+            "tokens_per_s": tokens / gen_s if gen_s > 0 else 0.0,
+        })
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if args.task == "gsm8k" and not args.data:
         ap.error("--task gsm8k needs --data")
@@ -265,74 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     models = call_with_retry(f"{base}/v1/models", None, "startup", args.give_up_after)
     model = args.model or models["data"][0]["id"]
     done = rollouts.published_steps(args.out)
-    step = (done[-1] + 1) if done else 1
-    steplog.log(f"Orchestrator: model {model} at {base}; starting at step {step}/{args.steps}, "
+    first = (done[-1] + 1) if done else 1
+    steplog.log(f"Orchestrator: model {model} at {base}; starting at step {first}/{args.steps}, "
                 f"async level {args.async_level}")
-    warned_no_ids = False
-    server_lags = False  # the server missed --server-wait once and has not caught up since
-    while step <= args.steps:
-        chaos.step(step)
-        t0 = time.monotonic()
-        needed = step - 1 - args.async_level
-        wait_for_weights(args.out / "weights", needed)
-        if weights_mod.latest(args.out / "weights") is not None:  # the server loads what is published
-            caught_up = wait_for_server(args.out / "weights", needed, 0.0 if server_lags else args.server_wait,
-                                        lambda: reported_step(base))
-            if not caught_up and not server_lags:
-                steplog.warn(f"the server has not loaded weights step {needed} within {args.server_wait:g}s of "
-                             f"their publication (serving step {served_step(args.out / 'weights')}): sampling with "
-                             "what it serves, without waiting for it again until it catches up (off_policy shows "
-                             "by how much)")
-            server_lags = not caught_up
-        wait_s = time.monotonic() - t0
-        if gsm8k:
-            problems = hf_problems(gsm8k, args.seed, step, args.batch_size)
-        else:
-            problems = task.problems_for_step(args.seed, step, args.batch_size)
-        t1 = time.monotonic()
-        body = {"model": model, "n": args.group_size, "max_tokens": args.max_tokens,
-                **neutral_sampling(args.temperature), "return_token_ids": True}
-        if not gsm8k:
-            body["logprobs"] = 0  # the tiny trainer uses the server's log-probs; the HF one recomputes them
-        if args.stop:
-            body["stop"] = args.stop
-        resp = complete(f"{base}/v1/completions", body, [p.prompt for p in problems], args.concurrency,
-                        f"step {step}", args.give_up_after, args.request_timeout)
-        gen_s = time.monotonic() - t1
-        choices = resp["choices"]
-        g = args.group_size
-        rewards = [[score(choices[i * g + j]["text"], p.answer) for j in range(g)]
-                   for i, p in enumerate(problems)]
-        advantages = grpo.group_advantages(rewards)
-        samples = []
-        for i, p in enumerate(problems):
-            for j in range(g):
-                c = choices[i * g + j]
-                lp = c["logprobs"] or {}
-                samples.append(rollouts.Sample(
-                    prompt=p.prompt, completion=c["text"], tokens=lp.get("tokens", []),
-                    logprobs=lp.get("token_logprobs", []), reward=rewards[i][j],
-                    advantage=advantages[i][j], group=i, **choice_fields(c)))
-        if not warned_no_ids and any(s.completion_ids is None for s in samples):
-            warned_no_ids = True
-            steplog.warn(f"{base} returned no token_ids for return_token_ids (SGLang before 0.5.17 ignores the "
-                         "field): the trainer re-tokenises the completion text, which can give other ids than "
-                         "were sampled; SGLang >= 0.5.17 or vLLM return them")
-        sampled_with = resp.get("weights_step", served_step(args.out / "weights"))
-        rollouts.write_step(args.out, step, samples, {
-            "temperature": args.temperature, "weights_step": sampled_with, "model": model})
-        flat = [r for group in rewards for r in group]
-        tokens = resp.get("usage", {}).get("completion_tokens", 0)
-        steplog.log_step(step, args.steps, {
-            "reward": sum(flat) / len(flat),
-            "solved_groups": sum(1 for grp in rewards if max(grp) > 0) / len(rewards),
-            "weights_step": sampled_with,
-            "off_policy": step - 1 - sampled_with,
-            "wait_s": wait_s,
-            "gen_s": gen_s,
-            "tokens_per_s": tokens / gen_s if gen_s > 0 else 0.0,
-        })
-        step += 1
+    run = Orchestrator(args, base, model, chaos, gsm8k, score)
+    for step in range(first, args.steps + 1):
+        run.step(step)
     steplog.log(f"Orchestrator finished: {args.steps} steps of rollouts written")
     return 0
 

@@ -225,7 +225,6 @@ class FleetApp(App[str | None]):
         self.timefmt = timefmt or _hms
         self.refresh_hz = refresh_hz
         self.selected: set[str] = set()
-        self.seen_version = -1
         self.fleet.on_change = self._changed
         self.dirty = True
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections import deque
 from pathlib import Path
 from typing import TextIO
 
+from ..logs import last_lines
 from .engine import diagnose
 from .model import Diagnosis
 from .normalize import clean_line
@@ -14,8 +14,7 @@ from .normalize import clean_line
 
 def read_tail(path: str | Path, tail_lines: int = 2000) -> list[str]:
     """The last ``tail_lines`` lines of a file, cleaned. Raises OSError when unreadable."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
-        return [clean_line(x) for x in deque(fh, maxlen=tail_lines)]
+    return [clean_line(x) for x in last_lines(path, tail_lines)]
 
 
 def diagnose_file(path: str | Path, *, tail_lines: int = 2000) -> Diagnosis:

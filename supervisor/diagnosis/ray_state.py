@@ -36,7 +36,6 @@ class RayNode:
     is_head: bool
     state: str  # ALIVE | DEAD
     message: str | None  # why it is DEAD, as Ray says it
-    end_ms: int | None
 
     @property
     def short(self) -> str:
@@ -114,8 +113,7 @@ def parse_nodes(payload: bytes | str | Mapping[str, Any]) -> list[RayNode]:
     for r in _rows(payload):
         out.append(RayNode(node_id=str(r.get("node_id") or ""), ip=str(r.get("node_ip") or ""),
                            name=str(r.get("node_name") or ""), is_head=bool(r.get("is_head_node")),
-                           state=str(r.get("state") or "UNKNOWN"), message=r.get("state_message") or None,
-                           end_ms=_int(r.get("end_time_ms")) or None))
+                           state=str(r.get("state") or "UNKNOWN"), message=r.get("state_message") or None))
     return out
 
 

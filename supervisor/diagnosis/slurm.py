@@ -27,7 +27,6 @@ from typing import Any
 
 CATEGORIES = ("node_failure", "step_launch_failure", "time_limit", "oom_kill")
 
-_LABEL = r"^(?:\d+: )?"  # srun -l labels the tasks' lines; its own messages come unlabelled
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("node_failure", re.compile(r"srun: error: Node failure on (?P<node>\S+)")),
     ("node_failure", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE")),

@@ -48,12 +48,6 @@ DATED = "month-day"  # a month, day and time of day
 _HMS = re.compile(r"\d\d:\d\d:\d\d")
 
 
-def line_time(text: str) -> float | None:
-    """The absolute time a log line carries (a full ISO date and time), as unix seconds, or None."""
-    m = _ISO.search(text)
-    return _iso_seconds(m) if m else None
-
-
 def _iso_seconds(m: re.Match[str]) -> float | None:
     y, mo, d, h, mi, s, frac, tz = m.groups()
     try:

@@ -22,6 +22,7 @@ from ..attemptlog import Mark
 from ..attempts import Attempt, from_records
 from ..diagnosis.model import Diagnosis
 from ..events import FlagCleared, FlagRaised, Record, describe, fmt_duration
+from ..logs import last_lines
 from ..replay import read_run
 from ..rundir import RunPaths, is_locked
 from .advice import NEXT_STEPS
@@ -422,14 +423,14 @@ def _attempt_tail(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -
 
 
 def _log_tail(paths: RunPaths, name: str) -> list[str]:
+    """The log's last non-blank lines (from its last 16 KiB), each ``\r`` redraw a line of its own."""
     try:
-        with open(paths.log(name), "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            lines = f.read().decode("utf-8", "replace").splitlines()
+        tail = last_lines(paths.log(name), LOG_TAIL_LINES, max_bytes=16384, skip_blank=True)
     except OSError:
         return []
-    return [ln for ln in lines if ln.strip()][-LOG_TAIL_LINES:]
+    # Every non-blank line gives at least one non-blank piece, so these are the same last lines as
+    # splitting the whole 16 KiB at every line boundary.
+    return [ln for line in tail for ln in line.splitlines() if ln.strip()][-LOG_TAIL_LINES:]
 
 
 def _num(v: Any) -> str:

@@ -12,7 +12,8 @@ import pytest
 
 from rlsup.supervisor.config import load_config
 from rlsup.supervisor.preflight import run_checks
-from rlsup.supervisor.presets import PRESETS, parse_line
+from rlsup.supervisor.presets import PRESETS
+from tests.supervisor.preset_reference import parse_line
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "presets").glob("*.yaml"))

@@ -220,7 +220,7 @@ def _load(path: Path, data: bytes, run_dir: Path) -> None:
     assert sorted(order) == sorted(cfg.components)
     for name, comp in cfg.components.items():
         assert comp.argv()
-        cfg.dependents(name)
+        assert set(comp.depends_on) <= set(cfg.components)  # the run looks each dependency up by name
         cfg.logs_for(name)
 
 

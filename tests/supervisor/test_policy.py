@@ -3,11 +3,41 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 
 import pytest
 
 from rlsup.supervisor.config import RestartCfg
-from rlsup.supervisor.policy import RestartTracker, backoff_delay
+from rlsup.supervisor.phrases import describe_exit
+from rlsup.supervisor.policy import Decision, History, backoff_for, decide, is_success
+
+
+def backoff_delay(cfg: RestartCfg, failures: int, rng: random.Random) -> float:
+    return backoff_for(cfg, failures, rng.random())
+
+
+@dataclass
+class RestartTracker:
+    """:func:`decide` with the history kept between calls, as the lifecycle keeps it (test-only)."""
+
+    cfg: RestartCfg
+    rng: random.Random = field(default_factory=random.Random)
+    history: History = History()
+
+    @property
+    def failures(self) -> int:
+        return self.history.failures
+
+    def reset(self) -> None:
+        self.history = History()
+
+    def decide(self, *, exit_code: int | None, signal: str | None, healthy_s: float, now: float,
+               forced_failure: str | None = None) -> Decision:
+        success = forced_failure is None and is_success(self.cfg, exit_code, signal)
+        how = forced_failure or describe_exit(exit_code, signal)
+        d, self.history = decide(self.cfg, self.history, success=success, how=how, healthy_s=healthy_s, now=now,
+                                 u=self.rng.random())
+        return d
 
 
 def cfg(**kw):

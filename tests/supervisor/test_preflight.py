@@ -413,7 +413,11 @@ def test_memory_fraction_follows_each_engines_semantics(tmp_path):
     start when less is free (vllm/v1/worker/gpu_worker.py Worker.init_device)."""
     from rlsup.supervisor.config import load_config
     from rlsup.supervisor.gpu import FakeSampler, GpuProcess
-    from rlsup.supervisor.preflight import memory_ask, memory_fraction, run_checks
+    from rlsup.supervisor.preflight import memory_ask, run_checks
+
+    def memory_fraction(comp):
+        ask = memory_ask(comp)
+        return (ask.flag, ask.fraction) if ask else None
 
     cfg_path = tmp_path / "c.yaml"
     cfg_path.write_text(

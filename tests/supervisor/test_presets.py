@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rlsup.supervisor.presets import PRESETS, Extractor, Preset, parse_line, safe_name
+from rlsup.supervisor.presets import PRESETS, Extractor, Preset, safe_name
+from tests.supervisor.preset_reference import parse_line
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "presets"
 

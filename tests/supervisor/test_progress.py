@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rlsup.supervisor.presets import PRESETS, parse_line
+from rlsup.supervisor.presets import PRESETS
 from rlsup.supervisor.progress import Observation, ProgressMatcher, ProgressTracker
+from tests.supervisor.preset_reference import parse_line
 
 FIX = Path(__file__).parent.parent / "fixtures" / "presets"
 

@@ -4,13 +4,17 @@ log's last write and checked against the journal (supervisor/diagnosis/stamps.py
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
-from rlsup.supervisor.diagnosis.stamps import BARE, DATED, LineClock, line_time
+from rlsup.supervisor.diagnosis.stamps import BARE, DATED, LineClock
 
 
 def local(*args: int) -> float:
     return time.mktime(datetime(*args).timetuple())  # type: ignore[arg-type]
+
+
+def utc(*args: int) -> float:
+    return datetime(*args, tzinfo=timezone.utc).timestamp()  # type: ignore[arg-type,misc]
 
 
 def place(lines: list[str], anchor: float | None, window: tuple[float, float] | None = None) -> list[float | None]:
@@ -46,7 +50,7 @@ def test_vllm_month_day_stamps_across_new_year() -> None:
 def test_a_full_date_is_absolute_and_wins_over_a_partial_one() -> None:
     clock = LineClock()
     ts, partial = clock.read("[2025-04-23 21:31:41 TP0] Scheduler hit an exception")
-    assert ts == line_time("2025-04-23T21:31:41Z") and partial is None
+    assert ts == utc(2025, 4, 23, 21, 31, 41) and partial is None
     assert clock.read("12:00:00 x") == (None, (BARE, 12 * 3600))
     assert clock.read("INFO 02-29 00:00:00 [a.py:1] x")[1][0] == DATED  # type: ignore[index]
 
@@ -71,4 +75,4 @@ def test_the_stamp_is_the_lines_own_not_a_time_in_its_message() -> None:
     anchor = local(2026, 1, 1, 12, 0, 1)
     assert place(["deadline 12:00:00 passed [2025-04-23 21:31:41] Scheduler hit an exception",
                   "12:00:00 resumed from a checkpoint written 2025-12-31 08:00:00"], anchor) == [
-        line_time("2025-04-23 21:31:41"), anchor - 1]
+        utc(2025, 4, 23, 21, 31, 41), anchor - 1]
