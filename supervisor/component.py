@@ -33,7 +33,7 @@ from .process import (
     ENV_ATTEMPT,
     ENV_COMPONENT,
     ENV_RUN_DIR,
-    Attempt,
+    AttemptProcesses,
     Monitors,
     StartError,
     find_marked,
@@ -72,9 +72,9 @@ class Context(Protocol):
 
     def cgroup_for(self, comp: str, attempt: int) -> str | None: ...
 
-    def watch_monitor(self, comp: Component, attempt: Attempt) -> None: ...
+    def watch_monitor(self, comp: Component, attempt: AttemptProcesses) -> None: ...
 
-    def unwatch_monitor(self, attempt: Attempt) -> None: ...
+    def unwatch_monitor(self, attempt: AttemptProcesses) -> None: ...
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
 
@@ -105,7 +105,7 @@ class Component:
         self.progress = ProgressTracker(total=p.total if p else None)
         self._ready_log = re.compile(cfg.ready.log, re.MULTILINE) if cfg.ready and cfg.ready.log else None
         self._ready_seen = asyncio.Event()
-        self.current: Attempt | None = None  # the attempt whose process may be alive
+        self.current: AttemptProcesses | None = None  # the attempt whose process may be alive
         self._probes: list[asyncio.Task[None]] = []
         self._cleanups: set[asyncio.Task[None]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -263,7 +263,7 @@ class Component:
         except StartError as err:
             self.handle(self._spawn_failed(argv, err.info))
             return
-        att = Attempt(self.name, e.attempt, int(reply["pid"]), int(reply["shim_pid"]),
+        att = AttemptProcesses(self.name, e.attempt, int(reply["pid"]), int(reply["shim_pid"]),
                       self.ctx.paths.monitor_record(self.name, e.attempt), cgroup=cgroup,
                       started=float(reply["started"]), started_mono=float(reply["started_mono"]))
         att.launcher = self.launcher
@@ -361,7 +361,7 @@ class Component:
 
     # ------------------------------------------------------------------ the Ray probe
 
-    def _watch_ray(self, att: Attempt) -> None:
+    def _watch_ray(self, att: AttemptProcesses) -> None:
         if self.ray is not None:
             self.ray.new_attempt()
             self._task(self._ray_poll(att))
@@ -386,14 +386,14 @@ class Component:
         for kind, message, evidence, action in w.flags(w.observe(nodes, actors)):
             self.ctx.emit(ev.FlagRaised(self.name, type=kind, message=message, evidence=evidence, action=action))
 
-    async def _ray_poll(self, att: Attempt) -> None:
+    async def _ray_poll(self, att: AttemptProcesses) -> None:
         cfg = self.cfg.probe.ray if self.cfg.probe else None
         assert cfg is not None
         while self.current is att and att.exit is None:
             await self._ray_look()
             await asyncio.sleep(cfg.interval)
 
-    async def _exited_after_ray(self, att: Attempt, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+    async def _exited_after_ray(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         from .diagnosis.ray_state import refine
 
         cfg = self.cfg.probe.ray if self.cfg.probe else None
@@ -411,7 +411,7 @@ class Component:
         att.signal(getattr(signal_mod, sig_name))
         self._later(timeout, self._kill_if_alive, att)
 
-    def _kill_if_alive(self, att: Attempt) -> None:
+    def _kill_if_alive(self, att: AttemptProcesses) -> None:
         if att.exit is None and self.current is att:
             att.signal(signal_mod.SIGKILL)
 
@@ -420,7 +420,7 @@ class Component:
         if self.current is not None:
             self.current.signal(signal_mod.SIGKILL)
 
-    def monitor_changed(self, att: Attempt, gone: bool = False) -> None:
+    def monitor_changed(self, att: AttemptProcesses, gone: bool = False) -> None:
         """The attempt's record changed (or its monitor is gone): an exit, or trouble writing the log."""
         if att.exit is not None:
             return
@@ -471,7 +471,7 @@ class Component:
         return {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None, "location": None,
                 "step": self.progress.step, "evidence": []}
 
-    def _diagnose_failure(self, att: Attempt, ex: dict[str, Any]) -> None:
+    def _diagnose_failure(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
         """An exit nobody asked for: diagnosed from the attempt's own output, refined by its launcher."""
         diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
         if self.launcher is not None:
@@ -483,7 +483,7 @@ class Component:
             ex, diag = self.launcher.ended(self, att, ex, diag)
         self._judge_failure(att, ex, diag)
 
-    def _judge_failure(self, att: Attempt, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+    def _judge_failure(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         """The exit of an attempt nobody asked to stop, once diagnosed (and refined by the launcher)."""
         if self.life.forced is not None and diag.get("category") == "killed":
             # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
@@ -496,7 +496,7 @@ class Component:
             return
         self._exited(ex, diag)
 
-    async def _exited_after_job_nodes(self, att: Attempt, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+    async def _exited_after_job_nodes(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         assert self.launcher is not None
         nodes = await asyncio.get_running_loop().run_in_executor(None, self.launcher.job_nodes)
         ex, diag = self.launcher.ended(self, att, ex, diag, job_nodes=nodes)
@@ -507,7 +507,7 @@ class Component:
         self.handle(lc.Exited(ex.get("exit_code"), ex.get("signal"), diag, step=self.progress.step,
                               total=self.progress.total))
 
-    async def _cleanup(self, att: Attempt) -> None:
+    async def _cleanup(self, att: AttemptProcesses) -> None:
         """End what the attempt left behind (stop signal, SIGKILL after stop.timeout), then let its
         monitor finish and wait until it is gone."""
         left = att.members()
@@ -535,7 +535,7 @@ class Component:
         self.ctx.unwatch_monitor(att)
         att.close()
 
-    async def _end_leftovers(self, att: Attempt, left: list[int]) -> None:
+    async def _end_leftovers(self, att: AttemptProcesses, left: list[int]) -> None:
         """The stop signal to what the attempt left running (each process once), SIGKILL after stop.timeout."""
         # Identities now, before the wait of up to stop.timeout: by its end a pid may be another process.
         born = {p: start_time(p) for p in left}
@@ -581,7 +581,7 @@ class Component:
         start = max(self.ring.next_seq - n, self.output_from if self.output_from is not None else 0)
         return self.ring.since(start)[1] if start < self.ring.next_seq else []
 
-    def adopt(self, att: Attempt, rec: dict[str, Any], ready: bool, log_seq: int | None = None) -> None:
+    def adopt(self, att: AttemptProcesses, rec: dict[str, Any], ready: bool, log_seq: int | None = None) -> None:
         """Take over an attempt that kept running under its monitor while no supervisor was alive.
         ``log_seq``: where its output begins, as its ``started`` event recorded it (None: unknown, so
         only what this supervisor reads from now on counts as its own)."""

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-from .process import Attempt, pid_alive
+from .process import AttemptProcesses, pid_alive
 
 if TYPE_CHECKING:
     from .component import Component
@@ -20,14 +20,14 @@ if TYPE_CHECKING:
 class MonitorWatch:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None  # the run's, once it runs
-        self._by_pidfd: dict[int, tuple[Component, Attempt]] = {}
-        self._by_record: dict[str, tuple[Component, Attempt]] = {}
+        self._by_pidfd: dict[int, tuple[Component, AttemptProcesses]] = {}
+        self._by_record: dict[str, tuple[Component, AttemptProcesses]] = {}
 
     def records(self) -> list[str]:
         """The names of the record files watched."""
         return list(self._by_record)
 
-    def watch(self, comp: Component, att: Attempt) -> None:
+    def watch(self, comp: Component, att: AttemptProcesses) -> None:
         assert self.loop is not None
         self._by_record[att.record_path.name] = (comp, att)
         fd = att.open_pidfd()
@@ -39,7 +39,7 @@ class MonitorWatch:
         # The record may have changed before the watch existed (a very short command).
         self.loop.call_soon(self.record_changed, att.record_path.name)
 
-    def unwatch(self, att: Attempt) -> None:
+    def unwatch(self, att: AttemptProcesses) -> None:
         """Forget an attempt's monitor before its pidfd is closed (a reused fd number must not be taken
         for it later)."""
         self._by_record.pop(att.record_path.name, None)

@@ -215,8 +215,10 @@ def _own_cgroup() -> str | None:
 
 
 @dataclass
-class Attempt:
-    """One attempt's processes: the command (``pid``), the monitor above it, its cgroup and record."""
+class AttemptProcesses:
+    """One attempt's processes: the command (``pid``), the monitor above it, its cgroup and record.
+    A handle to live processes, not a model of the attempt: what an attempt was (its start, exit,
+    diagnosis) is :class:`.attempts.Attempt`, the one model of it."""
 
     component: str
     attempt: int
@@ -342,8 +344,8 @@ def children_map(max_age: float = CHILDREN_MAX_AGE_S) -> dict[int, list[int]]:
     return _children[1]
 
 
-def attempt_from_record(rec: dict[str, Any], path: Path) -> Attempt:
-    return Attempt(component=str(rec["component"]), attempt=int(rec["attempt"]), pid=int(rec["pid"]),
+def attempt_from_record(rec: dict[str, Any], path: Path) -> AttemptProcesses:
+    return AttemptProcesses(component=str(rec["component"]), attempt=int(rec["attempt"]), pid=int(rec["pid"]),
                    monitor_pid=int(rec["shim_pid"]), record_path=path, cgroup=rec.get("cgroup"),
                    started=float(rec.get("started") or 0.0), started_mono=float(rec.get("started_mono") or 0.0))
 

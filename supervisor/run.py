@@ -43,7 +43,7 @@ from .gpuwatch import GpuWatch, gpu_event, owners
 from .journal import Journal, keep_spare_records
 from .logs import RingBudget
 from .monitorwatch import MonitorWatch
-from .process import Attempt, Cgroups, Monitors, raise_fd_limit, set_child_subreaper
+from .process import AttemptProcesses, Cgroups, Monitors, raise_fd_limit, set_child_subreaper
 from .rundir import RunLock, RunPaths
 from .runview import POSITIONS_WRITE_S
 from .shim import reap_children
@@ -469,10 +469,10 @@ class Run:
 
     # ------------------------------------------------------------------ monitors and log files
 
-    def watch_monitor(self, comp: Component, att: Attempt) -> None:
+    def watch_monitor(self, comp: Component, att: AttemptProcesses) -> None:
         self._monitor_watch.watch(comp, att)
 
-    def unwatch_monitor(self, att: Attempt) -> None:
+    def unwatch_monitor(self, att: AttemptProcesses) -> None:
         self._monitor_watch.unwatch(att)
 
     def read_all_now(self) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 from . import events as ev
 from .journal import Journal, read_events
 from .process import (
-    Attempt,
+    AttemptProcesses,
     attempt_from_record,
     children_map,
     find_marked,
@@ -79,7 +79,7 @@ def component_order(paths: RunPaths) -> list[str]:
     return names
 
 
-def live_attempts(paths: RunPaths) -> list[tuple[Attempt, dict[str, Any]]]:
+def live_attempts(paths: RunPaths) -> list[tuple[AttemptProcesses, dict[str, Any]]]:
     """The attempts of this run under live monitors (each proven by :func:`is_monitor_of`)."""
     return [(attempt_from_record(rec, p), rec) for p, rec in records(paths.monitors) if is_monitor_of(rec, paths.root)]
 
@@ -131,7 +131,7 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
         out.ended_run = True
 
 
-def _end_attempt(paths: RunPaths, out: Teardown, att: Attempt, rec: dict[str, Any],
+def _end_attempt(paths: RunPaths, out: Teardown, att: AttemptProcesses, rec: dict[str, Any],
                  stops: dict[str, tuple[int, float]], say: Callable[[str], object],
                  emit: Callable[[ev.Event], None], by: str) -> None:
     """End one attempt: its tree (if still running) and its monitor, and journal its exit as a
@@ -165,7 +165,7 @@ def _end_attempt(paths: RunPaths, out: Teardown, att: Attempt, rec: dict[str, An
         att.remove_cgroup()
 
 
-def _stop_tree(att: Attempt, sig: int, timeout: float, say: Callable[[str], object]) -> None:
+def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[str], object]) -> None:
     """Signal the attempt's process tree with ``sig``; SIGKILL what is left after ``timeout`` seconds."""
     att.members(children_map(max_age=0.0))  # remember each member's identity before signalling
     att.signal(sig)
@@ -175,7 +175,7 @@ def _stop_tree(att: Attempt, sig: int, timeout: float, say: Callable[[str], obje
         att.signal(signal_mod.SIGKILL)
 
 
-def _finish_monitor(att: Attempt, out: Teardown) -> None:
+def _finish_monitor(att: AttemptProcesses, out: Teardown) -> None:
     """Tell the attempt's monitor to finish; SIGKILL it if it does not (noted in ``out.left`` if even that fails)."""
     att.finish()
     if not _wait(partial(_monitor_gone, att), MONITOR_FINISH_S):
@@ -229,15 +229,15 @@ def _diagnose(paths: RunPaths, component: str, rec: dict[str, Any]) -> dict[str,
         return None
 
 
-def _tree_gone(att: Attempt) -> bool:
+def _tree_gone(att: AttemptProcesses) -> bool:
     return not att.members(children_map(max_age=0.0))
 
 
-def _exit_recorded(att: Attempt) -> bool:
+def _exit_recorded(att: AttemptProcesses) -> bool:
     return (att.read_record() or {}).get("status") == "exited" or not att.monitor_alive()
 
 
-def _monitor_gone(att: Attempt) -> bool:
+def _monitor_gone(att: AttemptProcesses) -> bool:
     return not pid_alive(att.monitor_pid)
 
 
