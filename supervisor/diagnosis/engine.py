@@ -52,6 +52,7 @@ from .tracebacks import (
     find_chains,
     find_elastic_failures,
     find_fatal_stacks,
+    find_timeout_dumps,
     is_user_frame,
 )
 from .tracebacks import (
@@ -283,7 +284,7 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
     for ch in find_chains(norm):
         stream = ch.excs[0].stream
         tail.covered.update(ln.index for ln in norm[ch.start: ch.end + 1] if ln.stream == stream)
-        if any(e.funcs() & HANDLED_FUNCS for e in ch.excs):
+        if any(e.funcs() & HANDLED_FUNCS for e in ch.excs) or _logged_and_carried_on(ch, norm):
             continue  # logged and carried on from
         c = _chain_candidate(ch, norm)
         c.stream = stream
@@ -294,6 +295,23 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
             continue
         out.append(c)
     return out
+
+
+def _logged_and_carried_on(ch: Chain, norm: list[Line]) -> bool:
+    """A traceback a logger printed under its record (``logger.exception("eval failed; skipping")``,
+    ``exc_info=True``: the record's line, then the traceback's own lines unprefixed) and after which
+    training went on to a later step: the program handled it. A rank's crash does not count: its
+    peers wait for it at the next collective and complete no later step."""
+    pos = {ln.index: k for k, ln in enumerate(norm)}
+    first, last = pos.get(ch.start), pos.get(ch.end)
+    if first is None or last is None or first == 0 or norm[first].prefixed:
+        return False
+    record = norm[first - 1]
+    if not (record.prefixed and record.stream == norm[first].stream and record.text.strip()):
+        return False
+    after = find_step(norm[last + 1:])
+    before = find_step(norm[:first])
+    return after is not None and (before is None or after > before)
 
 
 def _locate_at_driver(c: _Candidate, ch: Chain, pch: Chain, pc: _Candidate) -> None:
@@ -327,6 +345,24 @@ def _fatal_stack_candidates(tail: _Tail) -> list[_Candidate]:
         summary = f"Fatal Python error: {fs.kind}" + (f" in {_short(loc)}" if loc else "")
         out.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True, library=library))
         tail.covered.add(fs.index)
+    return out + _timeout_dump_candidates(tail)
+
+
+def _timeout_dump_candidates(tail: _Tail) -> list[_Candidate]:
+    """A candidate per faulthandler timeout dump ("Timeout (0:00:03)!" and the threads' stacks): the
+    program hung where its main thread waited. A dump that training progress follows (a periodic
+    ``dump_traceback_later(repeat=True)`` for debugging) is history."""
+    out: list[_Candidate] = []
+    for fs in find_timeout_dumps(tail.norm):
+        tail.covered.add(fs.index)
+        if fs.index < tail.recovered_after:
+            continue
+        loc = fs.user_location()
+        library = loc is None and fs.innermost() is not None
+        loc = loc or fs.innermost()
+        summary = f"hung: faulthandler's {fs.kind} dump" + (f", waiting in {_short(loc)}" if loc else "")
+        out.append(_Candidate(fs.index, "watchdog_timeout", COLLATERAL, summary, None, loc, list(fs.lines),
+                              rich=True, library=library))
     return out
 
 
@@ -409,10 +445,29 @@ def _signature_candidate(tail: _Tail, k: int, ln: Line, text: str, hit: tuple[Si
         return None
     if sig.weak and (tail.is_history(ln.index) or RETRY_NOTICE.search(text)):
         return None
+    if sig.category == "ray_actor_died" and _ray_retried(tail.norm, k):
+        return None
     loc, library = _engine_dead_location(tail, k, text) if sig.name == "engine_dead" else (None, False)
     return _Candidate(ln.index, sig.category, sig.tier, _signature_summary(sig.name, text, loc, library), None, loc,
                       [text], weak=sig.weak, stream=ln.stream or _rank_tag(text), library=library,
                       job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text)))
+
+
+# Ray's note that it retries the task a worker died in ("Task RewardWorker.score failed. There are 1
+# retries remaining, so the task will be retried. Error: The actor is temporarily unavailable ...")
+RAY_TASK_RETRIED = re.compile(r"\b[1-9]\d* retries remaining, so the task will be retried")
+_RAY_RETRY_NEAR = 3  # lines after a worker's death that Ray's retry note may come
+
+
+def _ray_retried(norm: list[Line], k: int) -> bool:
+    """A Ray worker that died (norm[k]) in a task Ray then retried, after which the driver went on
+    printing: Ray handled the death; a retry that failed too raises at the driver, or dies again with
+    no retries left."""
+    notice = next((j for j in range(k + 1, min(k + 1 + _RAY_RETRY_NEAR, len(norm)))
+                   if RAY_TASK_RETRIED.search(norm[j].text)), None)
+    if notice is None:
+        return False
+    return any(not ln.prefixed and ln.stream == "" and ln.text.strip() for ln in norm[notice + 1:])
 
 
 def _engine_dead_location(tail: _Tail, k: int, text: str) -> tuple[str | None, bool]:

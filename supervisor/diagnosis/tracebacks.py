@@ -105,6 +105,9 @@ class Exc:
     # the tail ended inside this traceback: frames, no exception line (kept only as the remote
     # part of a Ray task error, for its location)
     partial: bool = False
+    # another traceback's header came before this one's exception line: two processes printed
+    # theirs at once, and this one's rest follows the other one (see _chains_in)
+    interrupted: bool = False
     # the next line when a terminal wrapped the exception line onto it (for classifying only)
     continuation: str = ""
     # the lines after the exception line that continue its message (for classifying only)
@@ -286,6 +289,10 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
             continue
         if tb.frames:
             exc = tb.exception_at(j)
+            if exc is None and TRACEBACK_START.search(lines[j].text):
+                # another process's traceback began in the middle of this one: kept, to join its rest
+                return Exc("", "", tb.frames, lines[i].index, lines[j - 1].index, lines[i].stream, "",
+                           partial=True, interrupted=True), j
             # Something that isn't an exception line: give up on this traceback.
             return (exc, j + 1) if exc is not None else (None, j)
         # Text before any frame (e.g. "  <stack trace unavailable>")
@@ -313,6 +320,7 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
     chains: list[Chain] = []
     current: Chain | None = None
     linked = False  # the previous exception said "the above ... following exception"
+    interleaved = _Interleaved()
 
     def add(exc: Exc) -> tuple[Chain, bool]:
         """Put ``exc`` on the chain it continues, or start a chain; whether the next one links to it
@@ -334,6 +342,7 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
         is_header = bool(TRACEBACK_START.search(text))
         if is_header or TB_FRAME.match(text) or (CUT_FRAME.match(text) and not chains):
             exc, nxt = _parse_one(lines, i, header=is_header)
+            exc = interleaved.parsed(exc, is_header, lines[i].index)
             if exc is not None and exc.partial and not (linked and current is not None and current.excs[-1].remote):
                 exc = None  # a traceback cut off by the end of the tail names no failure by itself
             if exc is not None:
@@ -353,6 +362,34 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
             linked = False  # only "The above exception ..." (or Ray's remote part) links two tracebacks
         i += 1
     return chains
+
+
+_REJOIN_LINES = 80  # how far below its first part the rest of an interrupted traceback may come
+
+
+class _Interleaved:
+    """Two processes printed the same traceback at once, unprefixed: the first one's header and
+    frames, the second one whole, then the first one's remaining frames and exception line with no
+    header. The remaining part is joined to its first part (where the user's frames are); too far
+    below it, it stays a traceback of its own."""
+
+    def __init__(self) -> None:
+        self.first: Exc | None = None  # the first part of a traceback another one's header cut into
+
+    def parsed(self, exc: Exc | None, header: bool, start: int) -> Exc | None:
+        """The traceback just parsed (starting at line ``start``) as it reads once rejoined; None for a
+        first part, kept until its rest comes."""
+        if exc is None:
+            return None
+        if exc.interrupted:
+            self.first = exc
+            return None
+        first, self.first = self.first, (None if not header else self.first)
+        if header or first is None or start - first.end > _REJOIN_LINES:
+            return exc
+        exc.frames = first.frames + exc.frames
+        exc.start = first.start
+        return exc
 
 
 _FATAL = re.compile(r"Fatal Python error: (?P<kind>[^\n]+?)\s*$")
@@ -399,6 +436,45 @@ def _crashed_thread(lines: list[Line], i: int) -> tuple[list[Frame], list[str]]:
         elif not fm and t.strip() and frames:
             break
     return frames, shown
+
+
+# faulthandler.dump_traceback_later()'s dump when its timer ran out: "Timeout (0:00:03)!" and then every
+# thread's stack ("Thread 0x... (most recent call first):"), none of them the current one: the program
+# hung (with exit=True faulthandler then ends it).
+_TIMEOUT_DUMP = re.compile(r"^Timeout \((?P<after>\d+:\d\d:\d\d(?:\.\d+)?)\)!\s*$")
+
+
+def find_timeout_dumps(lines: list[Line]) -> list[FatalStack]:
+    """faulthandler's timeout dumps: the kind ("Timeout (0:00:03)") and the frames of the thread that
+    waited. faulthandler lists the newest thread first; the main thread (its outermost frame
+    ``<module>``), listed last, is where the program waited, else the last thread listed."""
+    out: list[FatalStack] = []
+    for i, ln in enumerate(lines):
+        m = _TIMEOUT_DUMP.match(ln.text.strip())
+        if m:
+            threads = _thread_stacks(lines, i)
+            main = [t for t in threads if t and t[-1].func == "<module>"]
+            frames = (main or threads or [[]])[-1]
+            shown = [ln.text.strip()] + [f'File "{f.file}", line {f.line} in {f.func}' for f in frames[:5]]
+            out.append(FatalStack(f"Timeout ({m.group('after')})", frames, ln.index, shown))
+    return out
+
+
+def _thread_stacks(lines: list[Line], i: int) -> list[list[Frame]]:
+    """Each thread's frames (most recent first) in the dump that lines[i] heads, up to the first line of
+    the same stream that is neither a thread's header, a frame nor blank."""
+    threads: list[list[Frame]] = []
+    for x in (x for x in lines[i + 1: i + _FATAL_SCAN_LINES] if x.stream == lines[i].stream):
+        t = x.text
+        if STACK_START.match(t.strip()):
+            threads.append([])
+            continue
+        fm = _STACK_FRAME.match(t)
+        if fm and threads:
+            threads[-1].append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
+        elif t.strip() and t.strip() != "...":  # "  ..." where faulthandler cut a deep stack
+            break
+    return threads
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")

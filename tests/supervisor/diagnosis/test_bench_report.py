@@ -96,3 +96,18 @@ def test_heldout8_keeps_its_measured_once_figure() -> None:
     older = set(split["heldout"]).union(*(split[p]["names"] for p in (
         "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7")))
     assert not set(split["heldout8"]["names"]) & older
+
+
+def test_heldout9_keeps_its_measured_once_figure() -> None:
+    """heldout9 (14 GitHub-issue excerpts chosen by a query rule fixed before any was seen, 4 benign runs;
+    frozen at 962e21f) measured once at engine 962e21f: 10/18, no benign false alarm; its misses are
+    known misses, not tuned on."""
+    once = measured_once(FIXTURES)
+    assert {k: once["heldout9"][k] for k in ("right", "fixtures", "benign_false_alarms", "engine_commit")} == {
+        "right": 10, "fixtures": 18, "benign_false_alarms": 0, "engine_commit": "962e21f"}
+    split = _split()
+    assert set(once["heldout9"]["misses"]) <= set(split["heldout9"]["names"])
+    assert all(n.startswith("h9_") for n in split["heldout9"]["names"])
+    older = set(split["heldout"]).union(*(split[p]["names"] for p in (
+        "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8")))
+    assert not set(split["heldout9"]["names"]) & older
