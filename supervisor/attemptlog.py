@@ -10,11 +10,12 @@ RUN_DIR``) reads it here, so no verdict about an attempt rests on another attemp
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .events import ComponentStarted, Record, as_record
 from .logs import LineNormaliser, LogFile, log_chain
 
 
@@ -32,29 +33,43 @@ class Range:
     attempt: int
     start: Mark | None  # None: the journal predates output ranges (rlsup < 0.3)
     end: Mark | None  # None: up to the end of the log (the latest attempt)
-    started: dict[str, Any]
+    started: Record  # its ``started`` record (a :class:`ComponentStarted`)
 
 
-def mark_of(e: dict[str, Any]) -> Mark | None:
-    off = e.get("log_offset")
-    if not isinstance(off, int) or isinstance(off, bool):
+def mark_of(e: ComponentStarted) -> Mark | None:
+    if e.log_offset is None:
         return None
-    ino = e.get("log_ino")
-    return Mark(ino if isinstance(ino, int) and not isinstance(ino, bool) else None, off)
+    return Mark(e.log_ino, e.log_offset)
 
 
-def ranges(events: Iterable[dict[str, Any]], name: str) -> list[Range]:
-    """Every attempt of ``name`` the journal started, oldest first, with its output range."""
-    starts = [e for e in events if e.get("kind") == "started" and e.get("component") == name]
+# What the journal holds: typed records (``replay.read_records``); a caller still holding the dicts
+# gets them parsed here.
+Events = Iterable[Record | Mapping[str, Any]]
+
+
+def _starts(events: Events, name: str) -> list[tuple[Record, ComponentStarted]]:
+    """The ``started`` records of ``name``, in journal order."""
     out = []
-    for i, e in enumerate(starts):
-        nxt = mark_of(starts[i + 1]) if i + 1 < len(starts) else None
-        att = e.get("attempt")
-        out.append(Range(att if isinstance(att, int) else i + 1, mark_of(e), nxt, e))
+    for e in events:
+        rec = as_record(e)
+        if isinstance(rec.event, ComponentStarted) and rec.event.component == name:
+            out.append((rec, rec.event))
     return out
 
 
-def find(events: Iterable[dict[str, Any]], name: str, attempt: int) -> Range | None:
+def ranges(events: Events, name: str) -> list[Range]:
+    """Every attempt of ``name`` the journal started, oldest first, with its output range. (An
+    attempt number of 0 is none: attempts count from 1, and an old start without one is numbered
+    by its place.)"""
+    starts = _starts(events, name)
+    out = []
+    for i, (rec, e) in enumerate(starts):
+        nxt = mark_of(starts[i + 1][1]) if i + 1 < len(starts) else None
+        out.append(Range(e.attempt or i + 1, mark_of(e), nxt, rec))
+    return out
+
+
+def find(events: Events, name: str, attempt: int) -> Range | None:
     """The range of attempt ``attempt`` (the latest start of that number: a resumed run continues numbering)."""
     return next((r for r in reversed(ranges(events, name)) if r.attempt == attempt), None)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import protocol
+from .events import Record, RunEnded, is_lifecycle, parse
 from .protocol import ProtocolError, VersionMismatch
 
 
@@ -177,8 +178,10 @@ class SessionListener(Protocol):
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         """Full state after (re)connecting; ``resumed`` when it continues an earlier connection."""
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        """Lifecycle events (in seq order, none missed across reconnects) and gauges."""
+    def on_event(self, event: Record) -> None:
+        """Lifecycle events (in seq order, none missed across reconnects) and gauges, each parsed
+        once on receipt (:func:`~rlsup.supervisor.events.parse`: a kind this client does not know
+        is an ``UnknownEvent``; ``Record.to_dict()`` gives the dict that came)."""
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None: ...
 
@@ -275,7 +278,7 @@ class Session:
         self.client = client
         self.server = client.server
         for e in snap.get("events", []):
-            self._event(e, replay=True)
+            self._event(e)
         for name, block in (snap.get("logs") or {}).items():
             want = self.log_next.get(name)
             if want is not None and block["seq"] > want:
@@ -293,16 +296,15 @@ class Session:
             closed.cancel()
             stop.cancel()
 
-    def _event(self, e: dict[str, Any], replay: bool = False) -> None:
-        from .events import is_lifecycle
-
-        if is_lifecycle(e.get("kind", "")):
-            if self.seq is not None and e.get("seq", 0) <= self.seq:
+    def _event(self, e: dict[str, Any]) -> None:
+        rec = parse(e)  # the socket's edge: typed once, here
+        if is_lifecycle(rec.kind):
+            if self.seq is not None and rec.seq <= self.seq:
                 return  # already delivered before the reconnect
-            self.seq = e.get("seq", self.seq)
-        if e.get("kind") == "run_ended":
+            self.seq = rec.seq
+        if isinstance(rec.event, RunEnded):
             self.run_ended = True
-        self.listener.on_event(e)
+        self.listener.on_event(rec)
 
     def _push(self, msg: dict[str, Any]) -> None:
         t = msg.get("type")

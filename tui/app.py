@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from textual import events, on
@@ -28,6 +28,7 @@ from textual.timer import Timer
 from textual.widgets import Input
 
 from rlsup.supervisor.client import GoesOn
+from rlsup.supervisor.events import ComponentAdopted, ComponentStarted, Record, as_record
 from rlsup.supervisor.progress import current_rate
 from rlsup.supervisor.state import ACTIVE
 from rlsup.tui import actions
@@ -817,16 +818,18 @@ class Listener:
         self.model.on_snapshot(snapshot, resumed)
         self._wake()
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        self.model.on_event(event)
-        comp = event.get("component")
-        if comp and event.get("kind") in ("started", "adopted") and (
-                self.model.state is not None or event.get("log_seq") is not None):
+    def on_event(self, event: Record | Mapping[str, Any]) -> None:
+        rec = as_record(event)  # the session hands records; a test or an older caller, a dict
+        self.model.on_event(rec)
+        comp, e = rec.component, rec.event
+        log_seq = e.log_seq if isinstance(e, ComponentStarted) else None
+        if comp and isinstance(e, (ComponentStarted, ComponentAdopted)) and (
+                self.model.state is not None or log_seq is not None):
             # Replayed before the first snapshot, a marker without a log position would land in
             # the wrong place: only live starts, or starts that say where their output begins.
-            text = attempt_marker(event, self.app.timefmt)
+            text = attempt_marker(rec, self.app.timefmt)
             if text:
-                self.model.feed.mark(comp, event.get("log_seq"), text)
+                self.model.feed.mark(comp, log_seq, text)
         self._wake()
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:

@@ -10,11 +10,19 @@ from __future__ import annotations
 import bisect
 import collections
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rlsup.supervisor import state as run_state
-from rlsup.supervisor.events import GpuSampled, ProgressUpdated, ResourcesSampled, parse
+from rlsup.supervisor.events import (
+    ComponentAdopted,
+    ComponentStarted,
+    GpuSampled,
+    ProgressUpdated,
+    Record,
+    ResourcesSampled,
+    as_record,
+)
 from rlsup.supervisor.progress import current_rate
 from rlsup.tui.format import fmt_dur
 
@@ -137,22 +145,23 @@ def skipped_marker(n: int, component: str | None = None) -> str:
     return f"··· {n:,} lines not shown{where} ···"
 
 
-def attempt_marker(e: dict[str, Any], timefmt: Callable[[float], str]) -> str | None:
+def attempt_marker(event: Record | Mapping[str, Any], timefmt: Callable[[float], str]) -> str | None:
     """``── attempt 3 · resumed from step 50 · 10:37:08 ──`` for a ``started`` (or ``adopted``) event."""
-    kind = e.get("kind")
+    rec = as_record(event)
+    e = rec.event
     parts = []
-    if kind == "started":
-        parts.append(f"attempt {e.get('attempt') or '?'}")
-        resume = e.get("resume") or {}
+    if isinstance(e, ComponentStarted):
+        parts.append(f"attempt {e.attempt or '?'}")
+        resume = e.resume or {}
         if resume.get("step") is not None:
             parts.append(f"resumed from step {resume['step']}")
         elif resume:
             parts.append("resumed from its checkpoint")
-    elif kind == "adopted":
-        parts.append(f"attempt {e.get('attempt') or '?'} adopted by a new supervisor (pid {e.get('pid')})")
+    elif isinstance(e, ComponentAdopted):
+        parts.append(f"attempt {e.attempt or '?'} adopted by a new supervisor (pid {e.pid})")
     else:
         return None
-    parts.append(timefmt(e.get("ts") or 0))
+    parts.append(timefmt(rec.ts or 0))
     return "── " + " · ".join(parts) + " ──"
 
 
@@ -165,7 +174,7 @@ class RunModel:
 
     def __init__(self, log_limit: int = 10_000, clock: Callable[[], float] | None = None):
         self.state: dict[str, Any] | None = None
-        self.timeline: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_TIMELINE)
+        self.timeline: collections.deque[Record] = collections.deque(maxlen=MAX_TIMELINE)
         self.feed = LogFeed(log_limit)
         self.connection = "connecting"
         self.connection_detail = ""
@@ -189,8 +198,8 @@ class RunModel:
         self._touch()
         self.dirty |= AREAS
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        rec = parse(event)  # typed once, at the socket's edge (an unknown kind is kept, never raises)
+    def on_event(self, event: Record | Mapping[str, Any]) -> None:
+        rec = as_record(event)  # typed once, at the socket's edge (the session parses; a dict still is)
         if self.state is not None:
             try:
                 run_state.apply(self.state, rec)
@@ -201,7 +210,7 @@ class RunModel:
         elif isinstance(rec.event, ProgressUpdated):
             self.dirty |= {"progress", "table"}
         else:
-            self.timeline.append(event)  # the timeline shows what came, as it came
+            self.timeline.append(rec)  # the timeline shows what came, as it came
             self.dirty |= AREAS
         self._touch()
 

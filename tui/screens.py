@@ -15,7 +15,19 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from rlsup.supervisor.events import GAUGES, describe, fmt_duration
+from rlsup.supervisor.events import (
+    BecameReady,
+    ComponentCompleted,
+    ComponentExited,
+    FlagRaised,
+    GaveUp,
+    Record,
+    StartFailed,
+    StopBegan,
+    UnknownEvent,
+    describe,
+    fmt_duration,
+)
 from rlsup.supervisor.render.advice import NEXT_STEPS
 from rlsup.supervisor.render.bars import fmt_mem
 from rlsup.tui.actions import help_rows
@@ -27,13 +39,16 @@ if TYPE_CHECKING:
 
 
 
-def describe_any(e: dict[str, Any]) -> str:
+_ENVELOPE = ("ts", "seq", "kind", "component")
+
+
+def describe_any(rec: Record) -> str:
     """:func:`describe`, and for a kind this client does not know, its fields as ``key=value``."""
-    text = describe(e)
-    kind = e.get("kind") or "?"
+    text = describe(rec)
+    kind = rec.kind or "?"
     if text != kind:
         return text
-    extra = [f"{k}={v}" for k, v in e.items() if k not in ("ts", "seq", "kind", "component")]
+    extra = [f"{k}={v}" for k, v in rec.to_dict().items() if k not in _ENVELOPE]
     return f"{kind}" + (": " + ", ".join(extra) if extra else "")
 
 
@@ -108,7 +123,7 @@ class HelpScreen(_Closable):
 class TimelineScreen(_Closable):
     """Every lifecycle event the client has seen, oldest first, scrolled to the newest."""
 
-    def __init__(self, events: Iterable[dict[str, Any]], timefmt: Callable[[float], str]):
+    def __init__(self, events: Iterable[Record], timefmt: Callable[[float], str]):
         super().__init__()
         self.events = list(events)
         self.timefmt = timefmt
@@ -118,8 +133,8 @@ class TimelineScreen(_Closable):
         for i, e in enumerate(self.events):
             if i:
                 text.append("\n")
-            text.append(f"{self.timefmt(e.get('ts') or 0)} ", style="dim")
-            text.append(f"{(e.get('component') or 'rlsup'):<13}", style="bold")
+            text.append(f"{self.timefmt(e.ts or 0)} ", style="dim")
+            text.append(f"{(e.component or 'rlsup'):<13}", style="bold")
             text.append(describe_any(e), style=_event_style(e))
         if not self.events:
             text.append("no events yet")
@@ -132,12 +147,20 @@ class TimelineScreen(_Closable):
         self.query_one("#timeline", VerticalScroll).scroll_end(animate=False)
 
 
-def _event_style(e: dict[str, Any]) -> str:
-    kind = e.get("kind")
-    if kind in ("fatal", "flag", "spawn_failed") or e.get("signal") or (
-            kind == "exited" and e.get("exit_code") not in (0, None)):
+def _event_style(rec: Record) -> str:
+    e = rec.event
+    if isinstance(e, (GaveUp, FlagRaised, StartFailed)) or _signalled(e) or (
+            isinstance(e, ComponentExited) and e.exit_code not in (0, None)):
         return "bold red"
-    return "green" if kind in ("ready", "completed") else ""
+    return "green" if isinstance(e, (BecameReady, ComponentCompleted)) else ""
+
+
+def _signalled(e: object) -> bool:
+    """An event that names a signal: an exit by one, a stop that sends one (or a kind this client
+    does not know, with a ``signal`` field)."""
+    if isinstance(e, (ComponentExited, StopBegan)):
+        return bool(e.signal)
+    return isinstance(e, UnknownEvent) and bool(e.data.get("signal"))
 
 
 class FlagsScreen(_Closable):
@@ -189,12 +212,13 @@ def next_steps(name: str, diag: dict[str, Any], flags: list[dict[str, Any]]) -> 
     return out
 
 
-def last_failure(events: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    """The latest ``exited`` event of ``name`` that was a failure (a non-zero code or a signal)."""
-    for e in reversed(events):
-        if e.get("component") == name and e.get("kind") == "exited" and (
-                e.get("signal") or e.get("exit_code") not in (0, None)):
-            return e
+def last_failure(events: list[Record], name: str) -> tuple[Record, ComponentExited] | None:
+    """The latest ``exited`` record of ``name`` that was a failure (a non-zero code or a signal)."""
+    for r in reversed(events):
+        e = r.event
+        if r.component == name and isinstance(e, ComponentExited) and (
+                e.signal or e.exit_code not in (0, None)):
+            return r, e
     return None
 
 
@@ -210,7 +234,7 @@ class FailureScreen(_Closable):
     """Why the selected component failed: the diagnosis (category, cause, exception, user
     location, step), its evidence, what rlsup did about it, and what to do next."""
 
-    def __init__(self, name: str, component: dict[str, Any], events: list[dict[str, Any]],
+    def __init__(self, name: str, component: dict[str, Any], events: list[Record],
                  run: dict[str, Any], timefmt: Callable[[float], str]):
         super().__init__()
         self.component_name = name
@@ -243,8 +267,9 @@ class FailureScreen(_Closable):
         if le and not le.get("signal") and le.get("exit_code") == 0:
             failed = last_failure(self.events, self.component_name)
             if failed is not None:
-                final, le = le, {k: failed.get(k) for k in ("exit_code", "signal", "uptime_s", "step", "diagnosis", "ts")}
-                le["attempt"] = failed.get("attempt")
+                r, e = failed
+                final, le = le, {"exit_code": e.exit_code, "signal": e.signal, "uptime_s": e.uptime_s,
+                                 "step": e.step, "diagnosis": e.diagnosis, "ts": r.ts, "attempt": e.attempt}
                 return le, final
         return le, None
 
@@ -292,13 +317,13 @@ class FailureScreen(_Closable):
     def _what_rlsup_did(self, out: Text, flags: list[dict[str, Any]]) -> None:
         """The component's last events (gauges and flags aside) and its flags with what was done."""
         fmt, name = self.timefmt, self.component_name
-        mine = [e for e in self.events
-                if e.get("component") == name and e.get("kind") not in GAUGES and e.get("kind") != "flag"][-12:]
+        mine = [r for r in self.events
+                if r.component == name and not r.event.gauge and not isinstance(r.event, FlagRaised)][-12:]
         if not (mine or flags):
             return
         out.append("\n\nwhat rlsup did", style="bold")
         for e in mine:
-            out.append(f"\n  {fmt(e.get('ts') or 0)}  ", style="dim")
+            out.append(f"\n  {fmt(e.ts or 0)}  ", style="dim")
             out.append(describe_any(e), style=_event_style(e))
         for f in flags:
             out.append(f"\n  flag {f.get('type')}: {f.get('message') or ''}", style="red")

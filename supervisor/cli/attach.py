@@ -88,11 +88,11 @@ def _print_ended(paths: Any) -> int:
     """`attach --plain` on an ended run: its journal as text, then how it ended (nothing more comes)."""
     from ..archive import Archive
     from ..events import human, is_lifecycle
-    from ..journal import read_events
+    from ..replay import read_records
 
-    events = [e for e in read_events(paths.events) if is_lifecycle(e.get("kind", ""))]
-    width = max([12, *(len(e.get("component") or "") for e in events)])
-    if not say("".join(human(e, width=width) + "\n" for e in events), end=""):
+    records = [r for r in read_records(paths.events) if is_lifecycle(r.kind)]
+    width = max([12, *(len(r.component or "") for r in records)])
+    if not say("".join(human(r, width=width) + "\n" for r in records), end=""):
         return EXIT_OK
     say(f"rlsup: this run has {Archive(paths.root).describe()}", err=True)
     return EXIT_OK

@@ -240,7 +240,7 @@ def _which_component(paths: Any) -> int:
 def cmd_events(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ..events import human, is_lifecycle
+    from ..events import Record, human, is_lifecycle
     from ..journal import read_events
 
     paths = resolve(args, live=False)
@@ -263,9 +263,9 @@ def cmd_events(args: argparse.Namespace) -> int:
     from .follow import Printer
 
     class JsonPrinter(Printer):
-        def _event(self, e: dict[str, Any]) -> None:
-            if is_lifecycle(e.get("kind", "")):
-                self._w(json.dumps(e) + "\n")
+        def _event(self, rec: Record) -> None:
+            if is_lifecycle(rec.kind):
+                self._w(json.dumps(rec.to_dict()) + "\n")  # the dict the supervisor sent
 
     printer = (JsonPrinter if args.json else Printer)()
     printer.width = width

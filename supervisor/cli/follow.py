@@ -4,9 +4,10 @@ plain-terminal attach. Each is a :class:`~rlsup.supervisor.client.SessionListene
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..events import human, is_lifecycle
+from ..events import Record, RunEnded, RunStarted, as_record, human, is_lifecycle
 
 
 class Printer:
@@ -23,6 +24,7 @@ class Printer:
         self.replay = replay  # print the events of the first snapshot too
         self.width = 12
         self.log_file_hint = log_file_hint or {}
+        # The run's end as it came (a dict: `down` reads its `left`), None while it goes on.
         self.ended: dict[str, Any] | None = None
         self.status = ""
 
@@ -55,18 +57,19 @@ class Printer:
         if resumed or not self.replay:
             return
         for e in snapshot.get("events", []):
-            self._event(e)
+            self._event(as_record(e))
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        self._event(event)
+    def on_event(self, event: Record | Mapping[str, Any]) -> None:
+        """A record from a :class:`~rlsup.supervisor.client.Session`; a raw subscription's dict is parsed."""
+        self._event(as_record(event))
 
-    def _event(self, e: dict[str, Any]) -> None:
-        if e.get("kind") == "run_ended":
-            self.ended = e
-        elif e.get("kind") == "run_started":  # the run goes on (resumed, or its requeued job started again)
+    def _event(self, rec: Record) -> None:
+        if isinstance(rec.event, RunEnded):
+            self.ended = rec.to_dict()
+        elif isinstance(rec.event, RunStarted):  # the run goes on (resumed, or its requeued job started again)
             self.ended = None
-        if self.events and is_lifecycle(e.get("kind", "")):
-            self._w(human(e, width=self.width) + "\n")
+        if self.events and is_lifecycle(rec.kind):
+            self._w(human(rec, width=self.width) + "\n")
 
     def _wants(self, component: str) -> bool:
         return self.all_logs or component in self.logs

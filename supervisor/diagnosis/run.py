@@ -25,6 +25,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..events import (
+    BecameReady,
+    ComponentAdopted,
+    ComponentCompleted,
+    ComponentExited,
+    ComponentStarted,
+    ComponentStopped,
+    Event,
+    FlagCleared,
+    FlagRaised,
+    GaveUp,
+    Record,
+    RunEnded,
+    RunStarted,
+    StopBegan,
+    parse,
+)
 from ..logs import log_chain
 from ..phrases import fmt_duration
 from .engine import diagnose
@@ -240,8 +257,9 @@ def _iso(ts: float | None) -> str | None:
 # reading
 
 
-def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Events in order; lines that are not a JSON object (a torn last line) are skipped and counted."""
+def read_journal(path: Path) -> tuple[list[Record], int]:
+    """Events in order, as typed records; lines that are not an event (a torn last line, a JSON value
+    without a kind) are skipped and counted."""
     events: list[dict[str, Any]] = []
     bad = 0
     try:
@@ -261,11 +279,19 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
     except OSError:
         return [], 0
     events.sort(key=lambda e: (_num(e.get("seq")), _num(e.get("ts"))))
-    return events, bad
+    # a component that is not a name (a damaged line) is none: the event says nothing of a component
+    return [parse(e if isinstance(e.get("component"), str | None) else {**e, "component": None})
+            for e in events], bad
 
 
 def _num(v: Any) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+
+
+def _when(r: Record) -> float | None:
+    """A record's time; None where it had none (the parser gives such a record the time 0: no
+    journal was written in 1970)."""
+    return r.ts or None
 
 
 def log_files(logs: Path, name: str) -> list[Path]:
@@ -369,8 +395,8 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
     run_dir = Path(run_dir)
     events, notes = _journal_events(run_dir)
     facts = _JournalFacts()
-    for e in events:
-        facts.read(e)
+    for r in events:
+        facts.read(r)
     scans = _scan_logs(run_dir, events, facts, log_budget, notes)
     _place_recoveries(facts)
     failures = facts.failures
@@ -382,7 +408,7 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
                         dict(sorted(facts.comps.items())), notes)
 
 
-def _journal_events(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def _journal_events(run_dir: Path) -> tuple[list[Record], list[str]]:
     """The journal's events, and the notes on what it lacked."""
     notes: list[str] = []
     events, bad = read_journal(run_dir / "events.jsonl")
@@ -413,74 +439,71 @@ class _JournalFacts:
     def comp(self, c: str) -> dict[str, Any]:
         return self.comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
 
-    def read(self, e: dict[str, Any]) -> None:
-        kind, c, ts = e["kind"], e.get("component"), e.get("ts")
-        ts = float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
-        if kind == "run_started":
-            self.name = e.get("name") or self.name
+    def read(self, r: Record) -> None:
+        e, c, ts = r.event, r.component, _when(r)
+        if isinstance(e, RunStarted):
+            self.name = e.name or self.name
             self.started = ts if self.started is None else self.started
-            for n in e.get("components") or []:
+            for n in e.components:
                 if isinstance(n, str):
                     self.comp(n)
             return
-        if kind == "run_ended":
+        if isinstance(e, RunEnded):
             self.ended = ts
             return
-        if not isinstance(c, str):
+        if c is None:
             return
         info = self.comp(c)
-        on_event = _ON_EVENT.get(kind)
+        on_event = _ON_EVENT.get(type(e))
         if on_event is not None:
             on_event(self, c, ts, e, info)
 
-    def _started(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+    def _started(self, c: str, ts: float | None, e: ComponentStarted, info: dict[str, Any]) -> None:
         info["attempts"] += 1
         info["state"] = "running"
         self.stopping[c] = False
         self.exited_last[c] = False
-        self.attempt[c] = e.get("attempt") if isinstance(e.get("attempt"), int) else info["attempts"]
+        self.attempt[c] = e.attempt or info["attempts"]  # (attempts count from 1: 0 is an old start without one)
 
-    def _running_again(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+    def _running_again(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
         """ready, completed, adopted."""
         if ts is not None:
             self.back.setdefault(c, []).append(ts)
-        if e["kind"] == "completed":
+        if isinstance(e, ComponentCompleted):
             info["state"] = "completed"
             self.exited_last[c] = True
 
-    def _flag_cleared(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
-        if e.get("type") == "dependency_down":
+    def _flag_cleared(self, c: str, ts: float | None, e: FlagCleared, info: dict[str, Any]) -> None:
+        if e.type == "dependency_down":
             spans = self.dep_down.get(c) or []
             if spans and spans[-1][1] is None and ts is not None:
                 spans[-1] = (spans[-1][0], ts)
-        elif e.get("type") == "stall" and ts is not None and e.get("by") != "attempt_ended":
+        elif e.type == "stall" and ts is not None and e.by != "attempt_ended":
             self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
 
-    def _stopping(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+    def _stopping(self, c: str, ts: float | None, e: StopBegan, info: dict[str, Any]) -> None:
         self.stopping[c] = True
 
-    def _ended(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+    def _ended(self, c: str, ts: float | None, e: ComponentStopped | GaveUp, info: dict[str, Any]) -> None:
         """stopped, fatal."""
-        info["state"] = e["kind"]
+        info["state"] = e.kind
         self.exited_last[c] = True
 
-    def _exited(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
+    def _exited(self, c: str, ts: float | None, e: ComponentExited, info: dict[str, Any]) -> None:
         info["exits"] += 1
         self.exited_last[c] = True
-        diag = d if isinstance(d := e.get("diagnosis"), dict) else {}
+        diag = e.diagnosis or {}
         cat = str(diag.get("category") or "unknown")
         if self.stopping.get(c) or cat in NOT_FAILURES:
             return
         info["failures"] += 1
         self.failures.append(RunFailure(
-            c, ts, cat, str(diag.get("summary") or cat), "exit", self.attempt.get(c),
-            e.get("exit_code") if isinstance(e.get("exit_code"), int) else None,
-            e.get("signal") if isinstance(e.get("signal"), str) else None, diag))
+            c, ts, cat, str(diag.get("summary") or cat), "exit", self.attempt.get(c), e.exit_code, e.signal, diag))
 
-    def _flag(self, c: str, ts: float | None, e: dict[str, Any], info: dict[str, Any]) -> None:
-        ftype = str(e.get("type") or "flag")
-        evidence = [str(x) for x in (e.get("evidence") or [])]
-        message = str(e.get("message") or ftype)
+    def _flag(self, c: str, ts: float | None, e: FlagRaised, info: dict[str, Any]) -> None:
+        ftype = e.type or "flag"
+        evidence = [str(x) for x in e.evidence]
+        message = e.message or ftype
         if ftype == "dependency_down" and ts is not None:
             self.dep_down.setdefault(c, []).append((ts, None))
         if ftype == "stall":
@@ -492,17 +515,18 @@ class _JournalFacts:
                                             diagnosis={"evidence": evidence}))
 
 
-_OnEvent = Callable[[_JournalFacts, str, float | None, dict[str, Any], dict[str, Any]], None]
-# what each event of a component says (other kinds only make the component known)
-_ON_EVENT: dict[str, _OnEvent] = {
-    "started": _JournalFacts._started,
-    "ready": _JournalFacts._running_again, "completed": _JournalFacts._running_again,
-    "adopted": _JournalFacts._running_again,
-    "flag_cleared": _JournalFacts._flag_cleared,
-    "stopping": _JournalFacts._stopping,
-    "stopped": _JournalFacts._ended, "fatal": _JournalFacts._ended,
-    "exited": _JournalFacts._exited,
-    "flag": _JournalFacts._flag,
+# A handler of one event class (its argument is of that class: the table is the type check).
+_OnEvent = Callable[[_JournalFacts, str, float | None, Any, dict[str, Any]], None]
+# what each event of a component says (other classes only make the component known)
+_ON_EVENT: dict[type[Event], _OnEvent] = {
+    ComponentStarted: _JournalFacts._started,
+    BecameReady: _JournalFacts._running_again, ComponentCompleted: _JournalFacts._running_again,
+    ComponentAdopted: _JournalFacts._running_again,
+    FlagCleared: _JournalFacts._flag_cleared,
+    StopBegan: _JournalFacts._stopping,
+    ComponentStopped: _JournalFacts._ended, GaveUp: _JournalFacts._ended,
+    ComponentExited: _JournalFacts._exited,
+    FlagRaised: _JournalFacts._flag,
 }
 
 
@@ -516,7 +540,7 @@ def _false_success(c: str, ts: float | None, msg: str, evidence: list[str], att:
                       own=True)
 
 
-def _scan_logs(run_dir: Path, events: list[dict[str, Any]], facts: _JournalFacts, log_budget: int,
+def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, log_budget: int,
                notes: list[str]) -> dict[str, _LogScan]:
     """Every component's log: the components the journal names and any log in logs/. A log that ends
     in a failure the journal has no exit for becomes a failure of its own."""
@@ -551,17 +575,18 @@ def _log_names(logs_dir: Path) -> set[str]:
     return names
 
 
-def _lifetimes(events: list[dict[str, Any]]) -> tuple[dict[str, float], float | None]:
+def _lifetimes(events: list[Record]) -> tuple[dict[str, float], float | None]:
     """When the journal says each component first ran, and its last word: the time its log can cover."""
     lived: dict[str, float] = {}
-    for e in events:
-        if e.get("kind") == "started" and isinstance(e.get("component"), str) and isinstance(e.get("ts"), int | float):
-            lived.setdefault(e["component"], float(e["ts"]))
-    last_ts = max((float(e["ts"]) for e in events if isinstance(e.get("ts"), int | float)), default=None)
+    for r in events:
+        ts = _when(r)
+        if isinstance(r.event, ComponentStarted) and r.component is not None and ts is not None:
+            lived.setdefault(r.component, ts)
+    last_ts = max((ts for r in events if (ts := _when(r)) is not None), default=None)
     return lived, last_ts
 
 
-def _log_tail_failure(run_dir: Path, events: list[dict[str, Any]], facts: _JournalFacts, n: str,
+def _log_tail_failure(run_dir: Path, events: list[Record], facts: _JournalFacts, n: str,
                       scan: _LogScan) -> RunFailure | None:
     """A log that ends in a failure the journal has no exit for (a journal lost, a process that
     outlived its supervisor): the log's last write is when it happened. (Not for a component whose
@@ -608,7 +633,7 @@ def _count_symptom_lines(comps: dict[str, dict[str, Any]], scans: dict[str, _Log
         info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scans[n].by_category.items())} if n in scans else {}
 
 
-def _last_attempt_tail(run_dir: Path, events: list[dict[str, Any]], name: str, tail: list[str]) -> list[str]:
+def _last_attempt_tail(run_dir: Path, events: list[Record], name: str, tail: list[str]) -> list[str]:
     """The latest attempt's own output (by the range its ``started`` event recorded), not its
     predecessors'; a journal without ranges (rlsup < 0.3): the log's tail."""
     from ..attemptlog import lines_of, ranges, read_bytes

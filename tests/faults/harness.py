@@ -474,7 +474,7 @@ class Subscriber:
             self.on_logs(name, block["seq"], block["lines"])
 
     def on_event(self, e: dict) -> None:
-        self.events.append(e)
+        self.events.append(e.to_dict())  # the session hands records; the checks read the dicts that came
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
         got = self.by_seq.setdefault(component, {})

@@ -221,7 +221,7 @@ class Recorder:
             self.logs.setdefault(name, []).extend(block["lines"])
 
     def on_event(self, e):
-        self.events.append(e)
+        self.events.append(e.to_dict())  # the session hands records; these tests read the dicts that came
 
     def on_logs(self, component, seq, lines):
         self.logs.setdefault(component, []).extend(lines)

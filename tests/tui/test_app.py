@@ -198,7 +198,7 @@ async def test_timeline_flags_and_help_screens():
         await started(pilot)
         await pilot.press("e")
         assert isinstance(app.screen, TimelineScreen)
-        kinds = [e["kind"] for e in app.screen.events]
+        kinds = [e.kind for e in app.screen.events]
         assert kinds.count("exited") == 5 and "restart_scheduled" in kinds and "flag" in kinds
         await pilot.press("escape", "3", "v")
         assert isinstance(app.screen, FlagsScreen)

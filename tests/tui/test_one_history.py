@@ -43,7 +43,7 @@ async def _charts(sock: Path) -> tuple[dict[str, str], list[tuple]]:
     app = RlsupApp(lambda listener: Session(unix_connector(sock, "tui"), listener), target="t", attach_hint="")
     async with app.run_test(size=(140, 60)) as pilot:
         await _until(pilot, lambda: "trainer" in app.main.panes, "the trainer's pane")
-        timeline = [(e.get("seq"), e.get("kind"), e.get("component")) for e in app.model.timeline]
+        timeline = [(e.seq, e.kind, e.component) for e in app.model.timeline]
         await pilot.press("m")
         await _until(pilot, lambda: isinstance(app.screen, ChartsScreen) and len(app.screen.query(MetricChart)) >= 2,
                      "the charts")

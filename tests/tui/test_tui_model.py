@@ -167,7 +167,7 @@ def test_model_folds_events_with_the_supervisors_reducer():
     expected = run_state.apply(fake.normal_run()["state"], ev)
     assert model.state["components"]["trainer"]["last_exit"] == expected["components"]["trainer"]["last_exit"]
     assert model.state["components"]["trainer"]["step"] == 6
-    kinds = [e["kind"] for e in model.timeline]
+    kinds = [e.kind for e in model.timeline]
     assert kinds[-1] == "exited" and "progress" not in kinds  # gauges are not timeline entries
     pending, resets, _ = model.feed.take()
     assert resets == set(fake.COMPONENTS) and len(pending["trainer"]) == 40

@@ -149,6 +149,23 @@ def test_stops_asked_for_are_not_failures_and_a_clean_run_has_no_root_cause(tmp_
     assert rd.components["trainer"]["state"] == "stopped"
 
 
+def test_values_of_the_wrong_type_in_a_damaged_journal_are_read_as_absent(tmp_path: Path) -> None:
+    """The journal is read as typed records: a field of the wrong type (a damaged line) takes its
+    default instead of being iterated or passed on (``components: -1`` used to raise TypeError)."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name=True, components=-1)
+    run.emit(T0 + 1, "started", "trainer", attempt=True, pid=1)
+    run.emit(T0 + 2, "flag", "trainer", type="repeated_error", message="same error", evidence="xyz")
+    run.emit(T0 + 3, "exited", "trainer", exit_code=True, signal=9, uptime_s=2.0,
+             diagnosis={"category": "python_exception", "summary": "ValueError: x"})
+    run.emit(T0 + 4, "exited", 7, exit_code=1, diagnosis={"category": "cuda_error", "summary": "not a component"})
+    rd = diagnose_run(run.root)
+    assert rd.name is None and set(rd.components) == {"trainer"}
+    flag, exit_ = rd.failures
+    assert (flag.category, flag.diagnosis["evidence"], flag.attempt) == ("repeated_error", [], 1)
+    assert (exit_.category, exit_.attempt, exit_.exit_code, exit_.signal) == ("python_exception", 1, None, None)
+
+
 def test_log_only_failures_when_the_journal_has_no_exit(tmp_path: Path) -> None:
     """A journal that lost its exits (a supervisor killed mid-run): each log's tail is diagnosed
     and placed at the log's last write."""
