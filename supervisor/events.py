@@ -300,13 +300,15 @@ class Record:
     """One event as it was journaled or sent: its time, its sequence number and the typed event.
 
     ``extra`` holds what this version has no field for (a newer writer's additions, or a value of
-    the wrong type in an old journal, the field then keeping its default): :meth:`to_dict` gives
-    the original dict back, so a reader that passes records on loses nothing."""
+    the wrong type in an old journal, the field then keeping its default) and ``absent`` the fields
+    the dict did not have (an older writer's): :meth:`to_dict` gives the original dict back, so a
+    reader that passes records on (``rlsup events -f --json``) loses nothing and adds nothing."""
 
     ts: float
     seq: int
     event: Event
     extra: dict[str, Any] = field(default_factory=dict)
+    absent: frozenset[str] = frozenset()
 
     @property
     def kind(self) -> str:
@@ -318,6 +320,8 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         out = self.event.to_dict(ts=self.ts, seq=self.seq)
+        for name in self.absent:
+            out.pop(name, None)
         out.update(self.extra)
         return out
 
@@ -368,25 +372,32 @@ _FIELDS: dict[type[Event], tuple[tuple[str, _Check], ...]] = {cls: _field_checks
 def parse(d: Mapping[str, Any]) -> Record:
     """The typed record of one event dict (a journal line, a socket message). Never raises: an
     unknown kind becomes an :class:`UnknownEvent`, unknown fields and values of the wrong type are
-    kept in ``extra``, missing fields (an old journal) take their defaults."""
+    kept in ``extra``, missing fields (an old journal) take their defaults and are remembered as
+    ``absent``: ``parse(d).to_dict() == d`` for every dict an rlsup of any version wrote."""
     raw_ts, raw_seq, kind, comp = (d.get(k) for k in _ENVELOPE)
     ts = float(raw_ts) if isinstance(raw_ts, (int, float)) and not isinstance(raw_ts, bool) else 0.0
     seq = raw_seq if isinstance(raw_seq, int) and not isinstance(raw_seq, bool) else 0
     component = comp if comp is None or isinstance(comp, str) else str(comp)
     rest = {k: v for k, v in d.items() if k not in _ENVELOPE}
+    absent = {k for k in ("ts", "seq", "component") if k not in d}
     cls = BY_KIND.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        return Record(ts, seq, UnknownEvent(component, name=str(kind) if kind is not None else "?", data=rest))
+        return Record(ts, seq, UnknownEvent(component, name=str(kind) if kind is not None else "?", data=rest),
+                      absent=frozenset(absent))
     if issubclass(cls, ResourcesSampled):
+        if "components" not in rest:
+            absent.add("components")
         comps = rest.pop("components") if isinstance(rest.get("components"), dict) else {}
-        return Record(ts, seq, cls(component, data=comps), rest)
+        return Record(ts, seq, cls(component, data=comps), rest, frozenset(absent))
     if issubclass(cls, Gauge):
-        return Record(ts, seq, cls(component, data=rest))
+        return Record(ts, seq, cls(component, data=rest), absent=frozenset(absent))
     kwargs: dict[str, Any] = {}
     for name, fits in _FIELDS[cls]:
-        if name in rest and fits(rest[name]):
+        if name not in rest:
+            absent.add(name)
+        elif fits(rest[name]):
             kwargs[name] = rest.pop(name)
-    return Record(ts, seq, cls(component, **kwargs), rest)
+    return Record(ts, seq, cls(component, **kwargs), rest, frozenset(absent))
 
 
 def as_record(e: Record | Mapping[str, Any]) -> Record:

@@ -98,3 +98,18 @@ def test_describe_on_records_and_dicts_agree() -> None:
                            diagnosis={"category": "host_oom", "summary": "oom"}, attempt=2)
     d = e.to_dict(ts=1.0, seq=2)
     assert ev.describe(d) == ev.describe(ev.parse(d)) == "killed by SIGKILL after 1.4s at step 3: oom"
+
+
+@settings(max_examples=300, deadline=None)
+@given(_any_event, st.floats(0, 2e9, allow_nan=False), st.integers(0, 10**9), st.data())
+def test_a_line_of_an_older_or_newer_writer_is_passed_on_as_it_was(e: ev.Event, ts: float, seq: int,
+                                                                   data: st.DataObject) -> None:
+    """An older rlsup wrote fewer fields, a newer one more: ``parse(d).to_dict() == d`` all the same,
+    so a reader that passes records on (``rlsup events -f --json``, the archive) adds and loses nothing."""
+    d = e.to_dict(ts=round(ts, 6), seq=seq)
+    droppable = sorted(k for k in d if k != "kind")
+    for k in data.draw(st.lists(st.sampled_from(droppable), unique=True) if droppable else st.just([])):
+        del d[k]
+    d.update(data.draw(st.dictionaries(st.text(min_size=1, max_size=6).map(lambda k: "new_" + k), _json, max_size=2)))
+    d = json.loads(json.dumps(d))
+    assert ev.parse(d).to_dict() == d
