@@ -1,6 +1,6 @@
 """Accuracy of the diagnosis engine on the labelled corpus of real failure logs.
 
-``python -m rlsup.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|heldout2|...|heldout9|heldout_all|fresh|tuning]``
+``python -m rlsup.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|heldout2|...|heldout10|heldout_all|fresh|tuning]``
 
 Every ``*.log`` under ``tests/fixtures/diagnosis`` is a real excerpt: quoted from a public page
 (its first line ``# source: URL`` names it: an issue, a forum thread, a documentation page, a blog
@@ -37,7 +37,7 @@ FIELDS = ("category", "exception_type", "location", "step")
 # held-out parts of split.json, each frozen before the engine was tuned for it (issue 18; issue 29:
 # beyond GitHub issues, then the runs collected after that tuning)
 HELDOUT_PARTS = ("heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
-                "heldout8", "heldout9")
+                "heldout8", "heldout9", "heldout10")
 HELDOUT_ALL = "heldout_all"  # every held-out part together
 DEFAULT_FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "diagnosis"
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..process import signal_name
+from .cut import CutTraceback, find_garbled
 from .hints import hint_for
 from .model import Diagnosis, HostEvidence
 from .normalize import Line, normalize
@@ -253,6 +254,8 @@ class _Tail:
     # again, is history
     recovered_after: int
     covered: set[int] = field(default_factory=set)
+    # tracebacks cut off before their exception line (no chain holds them)
+    cut: list[Exc] = field(default_factory=list)
     elastic: list[ElasticFailure] = field(default_factory=list)
     elastic_pids: list[int] = field(default_factory=list)
 
@@ -281,7 +284,7 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
     norm = tail.norm
     out: list[_Candidate] = []
     prev: tuple[Chain, _Candidate] | None = None
-    for ch in find_chains(norm):
+    for ch in find_chains(norm, tail.cut):
         stream = ch.excs[0].stream
         tail.covered.update(ln.index for ln in norm[ch.start: ch.end + 1] if ln.stream == stream)
         if any(e.funcs() & HANDLED_FUNCS for e in ch.excs) or _logged_and_carried_on(ch, norm):
@@ -322,6 +325,35 @@ def _locate_at_driver(c: _Candidate, ch: Chain, pch: Chain, pc: _Candidate) -> N
             and not any(e.frames and e.user_location() for e in ch.excs)):
         c.location, c.library = pc.location, False
         c.summary = _shorten(c.exception or c.summary) + f" at {_short(c.location)}"
+
+
+def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
+    """A candidate per traceback cut off before its exception line (a paste, the end of the tail, frames
+    of several processes garbled together): a failure of a kind the log does not name, at the
+    innermost user frame, the weakest there is. One the program handled, or after which training
+    made progress, is history."""
+    norm = tail.norm
+    out: list[_Candidate] = []
+    for cut in [CutTraceback.of(e) for e in tail.cut] + find_garbled(norm):
+        if cut.funcs() & HANDLED_FUNCS or _progress_after(norm, cut.start, cut.end):
+            continue
+        loc = cut.user_location()
+        what = "frames of a traceback garbled together" if cut.garbled else "a traceback cut off before its exception line"
+        evidence = [f'File "{f.file}", line {f.line}, in {f.func}' for f in cut.frames[-3:]]
+        if cut.garbled:
+            evidence = [norm[k].text.strip()[:200] for k in range(len(norm)) if cut.start <= norm[k].index <= cut.end][:3]
+        out.append(_Candidate(cut.end, "unknown", WRAPPER, what + (f" at {_short(loc)}" if loc else ""), None, loc,
+                              evidence, rich=True, stream=cut.stream))
+    return out
+
+
+def _progress_after(norm: list[Line], start: int, end: int) -> bool:
+    """Training went on to a later step after lines start..end."""
+    pos = {ln.index: k for k, ln in enumerate(norm)}
+    first, last = pos.get(start, 0), pos.get(end, len(norm) - 1)
+    after = find_step(norm[last + 1:])
+    before = find_step(norm[:first])
+    return after is not None and (before is None or after > before)
 
 
 def _refusal_is_history(c: _Candidate, ch: Chain, tail: _Tail) -> bool:
@@ -510,8 +542,8 @@ def _fatal_message_candidate(tail: _Tail) -> list[_Candidate]:
 
 _CandidateFinder = Callable[[_Tail], list[_Candidate]]
 # in this order: the lines a traceback or a faulthandler stack covers are not read again as bare lines
-_FINDERS: tuple[_CandidateFinder, ...] = (_chain_candidates, _fatal_stack_candidates, _elastic_candidates,
-                                          _line_candidates)
+_FINDERS: tuple[_CandidateFinder, ...] = (_chain_candidates, _cut_traceback_candidates, _fatal_stack_candidates,
+                                          _elastic_candidates, _line_candidates)
 
 
 def _locate_by_cut_traceback(cands: list[_Candidate], norm: list[Line], covered: set[int]) -> None:

@@ -194,8 +194,54 @@ def rich_box(text: str) -> str:
         return ""
     if text[0] == "│":
         inner = text[1:].rstrip().removesuffix("│").strip()
+        if inner.startswith('File "'):
+            return f"  {inner}"  # Python's own traceback drawn inside a box (a log panel): its frame lines
         return f"    {inner}" if inner else ""
     return text
+
+
+# a box's right edge on a line whose left edge a paste cut off ("[TP7] Scheduler hit an exception:
+# Traceback (most recent call last):      │")
+_BOX_RIGHT_EDGE = re.compile(r"\s+│$")
+
+# IPython's and Colab's traceback frames: "/usr/lib/python3/dist-packages/vllm/utils.py in inner(*args)"
+# (Colab links the path: "[/usr/.../utils.py](https://localhost:8080/#) in inner(*args)"), the frame's line
+# marked in the source lines below it ("-> 1161     return fn()", "----> 2 model = f("). Read as Python's own
+# frame lines.
+_IPYTHON_FRAME = re.compile(
+    r"^\[?(?P<file>/[^\s\]]+\.pyx?|<ipython-input-[\w-]+>)\]?(?:\([^)\s]*\))? in (?P<func><[^>]+>|[\w.]+)\(")
+# Colab folds library frames: "8 frames" where they were
+_COLAB_FOLDED = re.compile(r"^\d+ frames$")
+_IPYTHON_MARK = re.compile(r"^-+> ?(?P<line>\d+)\b")
+_IPYTHON_SOURCE_LINES = 15  # how far below its frame line a frame's marked line may come
+
+
+def _ipython_frames(out: list[Line]) -> list[Line]:
+    """IPython's traceback frames rewritten as Python's ("  File PATH, line N, in FUNC", the marked
+    source line indented under it), so that they read as a traceback's frames; other lines unchanged."""
+    if not any(ln.text[:1] in "/[<" and " in " in ln.text for ln in out):
+        return out
+    res = list(out)
+    for k, ln in enumerate(out):
+        if _COLAB_FOLDED.match(ln.text):
+            res[k] = _with_text(ln, "")
+            continue
+        m = _IPYTHON_FRAME.match(ln.text)
+        if not m:
+            continue
+        for j in range(k + 1, min(k + 1 + _IPYTHON_SOURCE_LINES, len(out))):
+            if _IPYTHON_FRAME.match(out[j].text):
+                break
+            mark = _IPYTHON_MARK.match(out[j].text)
+            if mark:
+                res[k] = _with_text(ln, f'  File "{m.group("file")}", line {mark.group("line")}, in {m.group("func")}')
+                res[j] = _with_text(out[j], "    " + out[j].text)
+                break
+    return res
+
+
+def _with_text(ln: Line, text: str) -> Line:
+    return Line(ln.index, ln.stream, text, ln.prefixed)
 
 
 def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:
@@ -208,8 +254,10 @@ def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:
             prefixed = len(text) != len(piece.rstrip())
             if text[:1] in "│╭┌╰└":
                 text = rich_box(text)
+            elif text.endswith("│"):
+                text = _BOX_RIGHT_EDGE.sub("", text)
             out.append(Line(len(out), stream, text, prefixed))
-    return out
+    return _ipython_frames(out)
 
 
 _CLEAN_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(?:\x07|\x1b\\)")

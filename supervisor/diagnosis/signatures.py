@@ -351,10 +351,13 @@ LAUNCHER_EXIT = re.compile(r"\bexits with return code = (?P<code>-?\d+)\s*$")
 # ip=...)", followed by the remote frames: read even where the paste or the tail cut it off before the
 # exception line (then the remote frames still say where it failed).
 RAY_TASK_HEADER = re.compile(
-    r"(?:RayTaskError(?:\((?P<cause>\w+)\))?: |failed: |^)(?:\[[\d;]*m)?ray::(?P<task>[\w.<>]+)\(\)(?:\[[\d;]*m)?"
+    # Ray's "Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): ray::WorkerDict.f() (pid=..": a
+    # task whose error nobody waited for, printed by the driver when its reference was dropped
+    r"(?:RayTaskError(?:\((?P<cause>\w+)\))?: |failed: |Unhandled error \(suppress with [^)]*\): |^)"
+    r"(?:\[[\d;]*m)?ray::(?P<task>[\w.<>]+)\(\)(?:\[[\d;]*m)?"
     r" \(pid=(?P<pid>\d+), ip=")
 # Hydra prints this when the task function raised; the traceback follows (or was cut off).
-HYDRA_FAILED = re.compile(r"^Error executing job with overrides: ")
+HYDRA_FAILED = re.compile(r"^[`'\"]?Error executing job with overrides: ")
 
 STEP_PATTERNS = (
     # not "Global Step:   0%|" (a progress bar) nor "global_step=3.2e+4" (a float)

@@ -293,6 +293,10 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
                 # another process's traceback began in the middle of this one: kept, to join its rest
                 return Exc("", "", tb.frames, lines[i].index, lines[j - 1].index, lines[i].stream, "",
                            partial=True, interrupted=True), j
+            if exc is None and j == n - 1:
+                # the tail's last line, cut in the middle of a frame ('  F', 'File "/x/scheduler.py"'):
+                # the traceback was cut off there
+                return Exc("", "", tb.frames, lines[i].index, lines[j].index, lines[i].stream, "", partial=True), j
             # Something that isn't an exception line: give up on this traceback.
             return (exc, j + 1) if exc is not None else (None, j)
         # Text before any frame (e.g. "  <stack trace unavailable>")
@@ -304,19 +308,20 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
     return None, j
 
 
-def find_chains(lines: list[Line]) -> list[Chain]:
-    """Every traceback in the tail, grouped into chains, parsed per stream."""
+def find_chains(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
+    """Every traceback in the tail, grouped into chains, parsed per stream. A traceback cut off before
+    its exception line (by the end of the tail or a paste), which no chain holds, goes to ``cut``."""
     by_stream: dict[str, list[Line]] = {}
     for ln in lines:
         by_stream.setdefault(ln.stream, []).append(ln)
     chains: list[Chain] = []
     for stream_lines in by_stream.values():
-        chains.extend(_chains_in(stream_lines))
+        chains.extend(_chains_in(stream_lines, cut))
     chains.sort(key=lambda c: c.end)
     return chains
 
 
-def _chains_in(lines: list[Line]) -> list[Chain]:
+def _chains_in(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
     chains: list[Chain] = []
     current: Chain | None = None
     linked = False  # the previous exception said "the above ... following exception"
@@ -343,8 +348,7 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
         if is_header or TB_FRAME.match(text) or (CUT_FRAME.match(text) and not chains):
             exc, nxt = _parse_one(lines, i, header=is_header)
             exc = interleaved.parsed(exc, is_header, lines[i].index)
-            if exc is not None and exc.partial and not (linked and current is not None and current.excs[-1].remote):
-                exc = None  # a traceback cut off by the end of the tail names no failure by itself
+            exc = _set_aside_if_cut(exc, linked and current is not None and current.excs[-1].remote, cut)
             if exc is not None:
                 current, linked = add(exc)
             else:
@@ -362,6 +366,16 @@ def _chains_in(lines: list[Line]) -> list[Chain]:
             linked = False  # only "The above exception ..." (or Ray's remote part) links two tracebacks
         i += 1
     return chains
+
+
+def _set_aside_if_cut(exc: Exc | None, remote_above: bool, cut: list[Exc] | None) -> Exc | None:
+    """A traceback cut off before its exception line joins no chain, except as the remote part of a
+    Ray task error printed above it (where its frames say where the task failed): it goes to ``cut``."""
+    if exc is None or not exc.partial or remote_above:
+        return exc
+    if cut is not None:
+        cut.append(exc)
+    return None
 
 
 _REJOIN_LINES = 80  # how far below its first part the rest of an interrupted traceback may come

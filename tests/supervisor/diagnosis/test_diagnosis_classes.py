@@ -193,10 +193,15 @@ def test_ray_remote_frames_cut_before_their_exception_still_locate_it() -> None:
     assert (d.location, d.library_location) == ("/verl/verl/trainer/ppo/ray_trainer.py:891", False)
 
 
-def test_traceback_cut_by_the_end_of_the_tail_is_not_a_failure_by_itself() -> None:
+def test_traceback_cut_by_the_end_of_the_tail_is_a_failure_of_unknown_kind() -> None:
+    # (issue 29, heldout9: reversed on purpose. This once asserted "none"; heldout9's real excerpts, labelled
+    # by hand before the engine ran on them, showed that users' cut tracebacks are failures: see
+    # test_heldout9_classes.py. A cut traceback after which training goes on is still no failure.)
     lines = fixture_lines("verl_ray_task_oserror.log")
     cut = lines[:lines.index(next(ln for ln in lines if "raise value.as_instanceof_cause()" in ln)) + 1]
-    assert diagnose(cut).category == "none"
+    d = diagnose(cut)
+    assert d.category == "unknown" and d.exception_type is None
+    assert d.location == "verl/verl/trainer/main_ppo.py:80" and not d.library_location
 
 
 def test_root_cause_of_a_chain_of_a_known_kind_is_its_first_exception() -> None:

@@ -106,7 +106,7 @@ def test_bench_prints_figures_table_confusion_and_misses() -> None:
     report = json.loads(out.getvalue())
     assert {"heldout", "heldout2", "heldout3", "heldout4", "all"} <= set(report)
     assert set(report) == {"heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8",
-                           "heldout9", "heldout_all",
+                           "heldout9", "heldout10", "heldout_all",
                            "all", "measured_once"}
     assert report["all"]["fixtures"] == len(CASES)
     assert report["heldout"]["fixtures"] == len(SPLIT["heldout"])
