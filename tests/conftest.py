@@ -412,6 +412,13 @@ def _is_test_code(module: types.ModuleType) -> bool:
     return (getattr(module, "__file__", None) or "").startswith(_TESTS_DIR)
 
 
+def pytest_configure(config):
+    """The fast tier runs property tests at a tenth of their examples (:mod:`tests.tier`)."""
+    from tests import tier
+
+    tier.FAST = "not e2e" in (config.getoption("markexpr") or "")
+
+
 def pytest_collection_modifyitems(config, items):
     e2e = pytest.mark.e2e
     for item in items:

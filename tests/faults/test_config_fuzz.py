@@ -23,11 +23,12 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from rlsup.supervisor.config import Component, Config, ConfigError, load_config
+from tests.tier import examples
 
 # deadline=None: the machine is shared, so a slow example is not a failure. database=None: nothing is
 # written into the checkout (failures print the example and the seed to reproduce it).
 # Example counts below keep the whole file near 20 s on a shared 2-core machine.
-FUZZ = settings(max_examples=300, deadline=None, database=None,
+FUZZ = settings(max_examples=examples(300), deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
 ENVIRON = {"HOME": "/root", "A": "x", "EMPTY": ""}
@@ -229,19 +230,19 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
-@settings(FUZZ, max_examples=1000)
+@settings(FUZZ, max_examples=examples(1000))
 @given(data=st.binary(max_size=3000))
 def test_any_bytes_are_a_config_or_a_config_error(workdir: Path, data: bytes) -> None:
     _load(workdir / "bytes.yaml", data, workdir / "run")
 
 
-@settings(FUZZ, max_examples=1000)
+@settings(FUZZ, max_examples=examples(1000))
 @given(data=yamlish_text())
 def test_yaml_token_soup(workdir: Path, data: bytes) -> None:
     _load(workdir / "soup.yaml", data, workdir / "run")
 
 
-@settings(FUZZ, max_examples=900)
+@settings(FUZZ, max_examples=examples(900))
 @given(data=config_documents())
 def test_schema_shaped_documents(workdir: Path, data: bytes) -> None:
     _load(workdir / "schema.yaml", data, workdir / "run")

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from rlsup.supervisor.logs import TRUNC_MARK, LineNormaliser
 from rlsup.supervisor.redact import MIN_FRAGMENT, Redactor, secret_values
+from tests.tier import examples
 
 TRUNC_AT = TRUNC_MARK.split("{")[0]  # " …[truncated ": where the log path caps a long line
 
@@ -109,9 +110,9 @@ def _prop(check):
         note(f"pool seed {20261125 if fixed else RANDOM_SEED}")
         check(data, red, s, line)
 
-    fixed = seed(20261125)(settings(max_examples=1500, deadline=None, database=None)(
+    fixed = seed(20261125)(settings(max_examples=examples(1500), deadline=None, database=None)(
         given(data=st.data())(lambda data: run(data, True))))
-    fresh = settings(max_examples=1000, deadline=None, database=None)(given(data=st.data())(lambda data: run(data, False)))
+    fresh = settings(max_examples=examples(1000), deadline=None, database=None)(given(data=st.data())(lambda data: run(data, False)))
     return fixed, fresh
 
 

@@ -3,6 +3,7 @@ source kind, per category, benign false alarms and the first-listed share."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from pathlib import Path
@@ -16,10 +17,16 @@ def _split() -> dict:
     return json.loads((FIXTURES / "split.json").read_text())
 
 
-def test_default_report_has_every_heldout_part_then_all_of_them_together_then_the_corpus() -> None:
+@functools.cache
+def _report(*argv: str) -> str:
+    """The bench's output for ``argv``, run once per module (each run diagnoses the whole corpus)."""
     out = io.StringIO()
-    assert main([], out) == 0
-    text = out.getvalue()
+    assert main(list(argv), out) == 0
+    return out.getvalue()
+
+
+def test_default_report_has_every_heldout_part_then_all_of_them_together_then_the_corpus() -> None:
+    text = _report()
     heads = [ln.split(":")[0] for ln in text.splitlines() if ln.startswith("== ") and "fixtures right" in ln]
     assert heads == [f"== {p}" for p in (*HELDOUT_PARTS, HELDOUT_ALL, "all")]
     for needle in ("source kind", "precision", "recall", "benign false alarms:", "first-listed category the answer on"):
@@ -27,9 +34,7 @@ def test_default_report_has_every_heldout_part_then_all_of_them_together_then_th
 
 
 def test_heldout_all_is_the_union_of_the_parts() -> None:
-    out = io.StringIO()
-    main(["--json"], out)
-    doc = json.loads(out.getvalue())
+    doc = json.loads(_report("--json"))
     split = _split()
     names = set()
     for p in HELDOUT_PARTS:
@@ -43,18 +48,14 @@ def test_measured_once_figures_come_from_split_json_and_are_printed_apart() -> N
     split = _split()
     assert once["heldout2"] == split["heldout2"]["measured_after_tuning"]
     assert once["heldout"]["right"] == 36 and once["heldout"]["fixtures"] == 37
-    out = io.StringIO()
-    main([], out)
-    text = out.getvalue()
+    text = _report()
     assert "== held-out parts as measured once" in text
     block = text.split("== held-out parts as measured once", 1)[1]
     assert "heldout2       28/30      93.3%  benign false alarms 0" in block
     r = sum(m["right"] for m in once.values())
     n = sum(m["fixtures"] for m in once.values())
     assert f"together    {r:>5}/{n:<5}" in block
-    out = io.StringIO()
-    main(["--json"], out)
-    assert json.loads(out.getvalue())["measured_once"] == once
+    assert json.loads(_report("--json"))["measured_once"] == once
 
 
 def test_source_kinds() -> None:
