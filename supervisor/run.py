@@ -327,7 +327,9 @@ class Run:
                 self.journal.last_seq += 1
                 e["seq"] = self.journal.last_seq
                 self.journal.append(e, sync=event.kind != "command")
-        state_mod.apply(self.state, e)
+        # A gauge (progress, GPUs, resources: several a second) is folded as the typed event it is; a
+        # lifecycle event as the redacted dict the journal holds, parsed once.
+        state_mod.apply(self.state, ev.parse(e) if lifecycle else ev.Record(e["ts"], e["seq"], event))
         for s in list(self.subscribers):
             try:
                 s(e)

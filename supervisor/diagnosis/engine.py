@@ -783,12 +783,7 @@ def _own_exception_over_job(chosen: _Candidate, top: list[_Candidate]) -> _Candi
     for it, and where: that names the failure, the job's death is its evidence."""
     if not chosen.job_report:
         return chosen
-    own = [c for c in top if c.rich and c.exception and not c.job_report]
-    if not own:
-        return chosen
-    r = max(own, key=lambda c: c.index)
-    r.evidence = r.evidence + chosen.evidence[:1]
-    return r
+    return _latest_instead(chosen, [c for c in top if c.rich and c.exception and not c.job_report])
 
 
 def _slurm_reason_over_task_end(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
@@ -796,10 +791,15 @@ def _slurm_reason_over_task_end(chosen: _Candidate, top: list[_Candidate]) -> _C
     LIMIT" or srun's "Node failure on hq1" printed before it says why."""
     if not (chosen.evidence and _SLURM_TASK_END.search(chosen.evidence[0])):
         return chosen
-    why = [c for c in top if c.evidence and _SLURM_WHY.search(c.evidence[0])]
-    if not why:
+    return _latest_instead(chosen, [c for c in top if c.evidence and _SLURM_WHY.search(c.evidence[0])])
+
+
+def _latest_instead(chosen: _Candidate, better: list[_Candidate]) -> _Candidate:
+    """The last of ``better`` in place of ``chosen``, carrying ``chosen``'s first line as evidence;
+    ``chosen`` itself when there is none."""
+    if not better:
         return chosen
-    r = max(why, key=lambda c: c.index)
+    r = max(better, key=lambda c: c.index)
     r.evidence = r.evidence + chosen.evidence[:1]
     return r
 
