@@ -129,8 +129,8 @@ def _before_start(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int | No
     if settled is not None:
         return settled
     if not args.skip_checks and not _fast_checks(cfg, args.config):
-        return EXIT_FAILED
-    return None
+        return EXIT_FAILED  # before --fresh moves anything: a refused start leaves the run dir as it was
+    return _keep_aside(run_dir) if args.fresh else None
 
 
 def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
@@ -152,26 +152,32 @@ def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
 
 
 def _settle_ended_run(args: argparse.Namespace, run_dir: Path) -> int | None:
-    """An ended run in the run dir is resumed or kept aside (--fresh), as asked or as the person answers;
-    sets ``args.resume``/``args.fresh``. An exit code where `up` ends here, else None."""
+    """Whether an ended run in the run dir is resumed or kept aside (--fresh), as asked or as the person
+    answers; sets ``args.resume``/``args.fresh``. An exit code where `up` ends here, else None."""
     from .daemon import display_path
-    from .ended import ended_run, keep_aside
+    from .ended import ended_run
 
-    shown = display_path(run_dir)
     ended = ended_run(run_dir)
     if ended is not None and not (args.resume or args.fresh):
-        choice = _ask_ended(shown, ended)
+        choice = _ask_ended(display_path(run_dir), ended)
         if choice is None:
             return EXIT_USAGE
         args.resume, args.fresh = choice == "resume", choice == "fresh"
-    if args.fresh:
-        try:
-            kept = keep_aside(run_dir)
-        except OSError as e:
-            say(f"rlsup: cannot keep the previous run aside: {e}", err=True)
-            return EXIT_FAILED
-        if kept is not None:
-            say(f"rlsup: the previous run is kept as {display_path(kept)}; starting a new run in {shown}")
+    return None
+
+
+def _keep_aside(run_dir: Path) -> int | None:
+    """--fresh: the previous run renamed aside (``DIR.N``); an exit code if it cannot be."""
+    from .daemon import display_path
+    from .ended import keep_aside
+
+    try:
+        kept = keep_aside(run_dir)
+    except OSError as e:
+        say(f"rlsup: cannot keep the previous run aside: {e}", err=True)
+        return EXIT_FAILED
+    if kept is not None:
+        say(f"rlsup: the previous run is kept as {display_path(kept)}; starting a new run in {display_path(run_dir)}")
     return None
 
 

@@ -145,3 +145,41 @@ def test_the_install_brings_numpy():
         import tomli as tomllib
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.split(">")[0].split("=")[0].strip() == "numpy" for d in deps), deps
+
+
+PORTY = """
+name: porty
+components:
+  server:
+    command: ["{py}", "-c", "print('served and done')"]
+    ready: {http: "http://127.0.0.1:PORT/health", timeout: 5}
+"""
+
+
+def test_up_fresh_refused_by_the_preflight_leaves_the_ended_run_where_it_was(tmp_path):
+    """`up --fresh` whose fast checks fail (the port is held by someone else) starts nothing and
+    moves nothing: the ended run stays in its run dir, and no "starting a new run" is said."""
+    import socket
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
+    holder.close()
+    cfg = write_config(tmp_path, PORTY.replace("PORT", str(port)))
+    run_dir = tmp_path / "runs" / "porty"
+    r = rlsup("up", str(cfg), "--headless", "--run-dir", str(run_dir), cwd=tmp_path)
+    assert (run_dir / "events.jsonl").exists(), r.stdout + r.stderr
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", port))
+    holder.listen()
+    try:
+        r = rlsup("up", str(cfg), "-d", "--fresh", "--run-dir", str(run_dir), cwd=tmp_path)
+    finally:
+        holder.close()
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert f"port {port}" in out and "already in use" in out, out
+    assert "starting a new run" not in out and "kept as" not in out, out
+    assert (run_dir / "events.jsonl").exists() and not (run_dir.parent / "porty.1").exists()
