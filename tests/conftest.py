@@ -274,7 +274,7 @@ class Daemon:
         return wait_for(lambda: next((e for e in self.events() if pred(e)), None), timeout, what=what)
 
     def kill_everything(self) -> None:
-        from rlsup.supervisor.process import find_marked, terminate_processes
+        from rlsup.supervisor.monitor.process import find_marked, terminate_processes
 
         try:
             pid = self.pid
@@ -299,7 +299,7 @@ def daemon(tmp_path):
 
     yield start
     for d in started:
-        from rlsup.supervisor.rundir import RunPaths, is_locked
+        from rlsup.supervisor.rundir.layout import RunPaths, is_locked
 
         if is_locked(RunPaths(d.run_dir)):
             d.cli("down", timeout=60)

@@ -27,10 +27,10 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input
 
-from rlsup.supervisor.client import GoesOn
-from rlsup.supervisor.events import ComponentAdopted, ComponentStarted, Record, as_record
-from rlsup.supervisor.progress import current_rate
-from rlsup.supervisor.state import ACTIVE
+from rlsup.supervisor.client.session import GoesOn
+from rlsup.supervisor.records.events import ComponentAdopted, ComponentStarted, Record, as_record
+from rlsup.supervisor.records.progress import current_rate
+from rlsup.supervisor.records.state import ACTIVE
 from rlsup.tui import actions
 from rlsup.tui.format import fmt_dur, fmt_rate
 from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
@@ -59,7 +59,7 @@ GAUGE_MIN_S = 2.0  # GPU/host gauges and resource columns repaint at most this o
 
 
 class SessionLike(Protocol):
-    """What the app needs from :class:`rlsup.supervisor.client.Session` (tests pass a fake)."""
+    """What the app needs from :class:`rlsup.supervisor.client.session.Session` (tests pass a fake)."""
 
     server: dict[str, Any]
 
@@ -793,7 +793,7 @@ class RlsupApp(App[int]):
 
 
 class Listener:
-    """The :class:`~rlsup.supervisor.client.SessionListener` the app hands its session.
+    """The :class:`~rlsup.supervisor.client.session.SessionListener` the app hands its session.
 
     A separate object because ``App.on_event`` is Textual's own dispatch method. Each callback is
     cheap: it folds into the model or buffers lines, and wakes the flush timer; the timer does
@@ -843,13 +843,13 @@ class Listener:
 
 def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str,
             goes_on: GoesOn | None = None) -> int:
-    """Open the TUI on a run; ``connect`` is a :data:`rlsup.supervisor.client.Connector`; ``goes_on``
-    as in :class:`~rlsup.supervisor.client.Session` (a requeued Slurm job: the TUI waits for it).
+    """Open the TUI on a run; ``connect`` is a :data:`rlsup.supervisor.client.session.Connector`; ``goes_on``
+    as in :class:`~rlsup.supervisor.client.session.Session` (a requeued Slurm job: the TUI waits for it).
 
     Returns 0 on ``q`` or Ctrl-C (detach: training continues) and after ``Q`` + confirm (stop
     all); the reason is printed once the terminal is restored.
     """
-    from rlsup.supervisor.client import Session
+    from rlsup.supervisor.client.session import Session
 
     app = RlsupApp(lambda listener: Session(connect, listener, goes_on=goes_on), target=target,
                    attach_hint=attach_hint)

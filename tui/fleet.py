@@ -1,6 +1,6 @@
 """The fleet screen: one row per pod, fleet flags on top, fleet-wide actions after a confirmation.
 
-The app drives a headless :class:`rlsup.supervisor.fleet.Fleet` (one session per pod) on its own
+The app drives a headless :class:`rlsup.supervisor.client.fleet.Fleet` (one session per pod) on its own
 loop; the fleet's callbacks only mark the view dirty and a timer repaints the table a few times
 a second. Enter on a row exits the app with that pod's label: the caller (``cmd_fleet``) opens the
 full TUI for it and comes back to the fleet afterwards.
@@ -21,7 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from rlsup.supervisor.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
+from rlsup.supervisor.client.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
 from rlsup.tui.format import fmt_dur, fmt_rate
 from rlsup.tui.screens import ConfirmScreen
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from rlsup.supervisor.events import fmt_duration
+from rlsup.supervisor.records.events import fmt_duration
 
 SPARK = "▁▂▃▄▅▆▇█"
 # C0 controls except \t, plus DEL and the C1 range: never let a child's bytes drive the terminal.

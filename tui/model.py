@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rlsup.supervisor import state as run_state
-from rlsup.supervisor.events import (
+from rlsup.supervisor.records import state as run_state
+from rlsup.supervisor.records.events import (
     ComponentAdopted,
     ComponentStarted,
     GpuSampled,
@@ -23,7 +23,7 @@ from rlsup.supervisor.events import (
     ResourcesSampled,
     as_record,
 )
-from rlsup.supervisor.progress import current_rate
+from rlsup.supervisor.records.progress import current_rate
 from rlsup.tui.format import fmt_dur
 
 MAX_TIMELINE = 5000
@@ -241,7 +241,7 @@ class RunModel:
         return list(self.state.get("components", {}))
 
     def view(self, now: float) -> dict[str, Any] | None:
-        """The state with ages derived as :func:`rlsup.supervisor.state.view` does, but copying
+        """The state with ages derived as :func:`rlsup.supervisor.records.state.view` does, but copying
         only the dicts it changes (that view deep-copies the whole state, histories included,
         and this runs on every repaint). Views must not be mutated."""
         if self.state is None:

@@ -15,7 +15,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from rlsup.supervisor.events import (
+from rlsup.supervisor.records.events import (
     BecameReady,
     ComponentCompleted,
     ComponentExited,

@@ -1,7 +1,7 @@
 """``rlsup attach`` and ``rlsup bridge``: a view of a run, live or ended, local or over SSH.
 
 An ended run (no supervisor owns its run dir) is served read-only from its journal, state and
-logs by an in-process control server over :class:`~rlsup.supervisor.archive.Archive`, so the TUI,
+logs by an in-process control server over :class:`~rlsup.supervisor.rundir.archive.Archive`, so the TUI,
 the text follower, SSH attach and the fleet view all show it the way they show a live run.
 """
 
@@ -55,7 +55,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         paths = resolve(args, live=False)
         if isinstance(paths, int):
             return paths
-        from ..rundir import is_locked
+        from ..rundir.layout import is_locked
 
         if is_locked(paths):
             return attach_local(paths.root, plain=args.plain)
@@ -68,7 +68,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         with serve_archive(paths.root) as sock:
             return view_socket(sock, target=f"ended run {paths.root}", hint=f"rlsup attach --run-dir {paths.root}",
                                plain=args.plain)
-    from ..ssh import SshError, SshTarget, ssh_connector
+    from ..client.ssh import SshError, SshTarget, ssh_connector
 
     try:
         target = SshTarget.parse(args.target, identity=args.identity)
@@ -78,7 +78,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     except SshError as e:
         say(f"rlsup: {e}", err=True)
         return EXIT_FAILED
-    from ..ssh import attach_command
+    from ..client.ssh import attach_command
 
     hint = attach_command(args.target, run_dir=args.run_dir, identity=args.identity, remote_cmd=args.remote_cmd)
     return view(connect, target=args.target, hint=hint, plain=args.plain)
@@ -86,9 +86,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def _print_ended(paths: Any) -> int:
     """`attach --plain` on an ended run: its journal as text, then how it ended (nothing more comes)."""
-    from ..archive import Archive
-    from ..events import human, is_lifecycle
-    from ..replay import read_records
+    from ..records.events import human, is_lifecycle
+    from ..rundir.archive import Archive
+    from ..rundir.replay import read_records
 
     records = [r for r in read_records(paths.events) if is_lifecycle(r.kind)]
     width = max([12, *(len(r.component or "") for r in records)])
@@ -105,8 +105,8 @@ async def _probe(connect: Any) -> None:
 
 
 def attach_local(run_dir: Any, *, plain: bool = False) -> int:
-    from ..client import unix_connector
-    from ..rundir import RunPaths
+    from ..client.session import unix_connector
+    from ..rundir.layout import RunPaths
     from ..slurm.jobs import ACTIVE
     from .slurm_up import across_requeues, remote_bridge, requeue_watch, run_job
 
@@ -125,14 +125,14 @@ def attach_local(run_dir: Any, *, plain: bool = False) -> int:
 
 
 def view_socket(sock: Path, *, target: str, hint: str, plain: bool) -> int:
-    from ..client import unix_connector
+    from ..client.session import unix_connector
 
     return view(unix_connector(sock, name="tui" if not plain else "follow"), target=target, hint=hint, plain=plain)
 
 
 def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = None) -> int:
     """The TUI on a connection, or a text follower (``--plain``, or stdout is not a terminal).
-    ``goes_on``: see :class:`~rlsup.supervisor.client.Session` (a requeued Slurm job's run goes on)."""
+    ``goes_on``: see :class:`~rlsup.supervisor.client.session.Session` (a requeued Slurm job's run goes on)."""
     if not plain and sys.stdout.isatty() and sys.stdin.isatty():
         try:
             from rlsup.tui.app import run_tui
@@ -144,7 +144,7 @@ def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = No
 
 
 async def _follow_plain(connect: Any, hint: str, goes_on: Any = None) -> int:
-    from ..client import Session
+    from ..client.session import Session
     from .follow import Printer
 
     loop = asyncio.get_running_loop()
@@ -177,8 +177,8 @@ async def _follow_plain(connect: Any, hint: str, goes_on: Any = None) -> int:
 @contextlib.contextmanager
 def serve_archive(run_dir: Path) -> Iterator[Path]:
     """A read-only control server for an ended run, on a private socket, for as long as the block runs."""
-    from ..archive import Archive
-    from ..server import ControlServer
+    from ..run.server import ControlServer
+    from ..rundir.archive import Archive
 
     archive = Archive(run_dir)
     with tempfile.TemporaryDirectory(prefix="rlsup-archive-") as tmp:
@@ -207,8 +207,8 @@ def serve_archive(run_dir: Path) -> Iterator[Path]:
 
 
 def cmd_bridge(args: argparse.Namespace) -> int:
-    from ..bridge import relay
-    from ..rundir import is_locked
+    from ..client.bridge import relay
+    from ..rundir.layout import is_locked
 
     paths = resolve(args, live=False)
     if isinstance(paths, int):

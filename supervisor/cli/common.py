@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..rundir import RunPaths
+    from ..config.model import Config
+    from ..rundir.layout import RunPaths
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RUN_DIR_HELP = "the run's directory (default: $RLSUP_RUN_DIR, else the single live run under ./runs)"
@@ -60,7 +60,7 @@ def _silence(stream: Any) -> None:
 
 def load(path: str, run_dir: str | None) -> Config | int:
     """The config, or EXIT_USAGE after printing every problem as FILE:LINE:COL."""
-    from ..config import ConfigError, load_config  # pydantic: only for commands that read a config
+    from ..config.model import ConfigError, load_config  # pydantic: only for commands that read a config
 
     try:
         return load_config(path, run_dir=run_dir)
@@ -86,7 +86,7 @@ def attach_hint(run_dir: Any) -> str:
 def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
     """The run a client command means (``--run-dir``, ``$RLSUP_RUN_DIR``, the single run under
     ./runs), or an exit code after saying why there is none. ``live``: a supervisor must own it."""
-    from ..rundir import RunPaths
+    from ..rundir.layout import RunPaths
     from .daemon import AmbiguousRun, NoRun, require_live, resolve_run_dir
 
     try:
@@ -101,7 +101,7 @@ def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
 
 
 async def open_client(paths: Any, name: str) -> Any:
-    from ..client import Client
+    from ..client.session import Client
     from .slurm_up import remote_bridge
 
     bridge = remote_bridge(paths.root, name)  # a supervisor in a Slurm job on another host: through srun
@@ -112,8 +112,8 @@ async def open_client(paths: Any, name: str) -> Any:
 
 def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int]]) -> int:
     """Run ``fn(client, paths)`` against the live run; connection problems become exit 1."""
-    from ..client import NotRunning, RequestFailed
-    from ..protocol import ProtocolError
+    from ..client.session import NotRunning, RequestFailed
+    from ..records.protocol import ProtocolError
 
     paths = resolve(args, live=True)
     if isinstance(paths, int):

@@ -59,7 +59,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def _live(paths: Any) -> bool:
-    from ..rundir import is_locked
+    from ..rundir.layout import is_locked
 
     return is_locked(paths)
 
@@ -74,8 +74,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if not paths.events.exists():
             say(f"rlsup: no run in {paths.root} (no events.jsonl); start one with `rlsup up CONFIG`", err=True)
             return EXIT_FAILED
-        from ..archive import Archive
-        from ..stranded import describe_gone, supervisor_gone
+        from ..rundir.archive import Archive
+        from ..rundir.stranded import describe_gone, supervisor_gone
 
         archive = Archive(paths.root)
         view = archive.snapshot_state()
@@ -115,7 +115,7 @@ def _command(args: argparse.Namespace, command: str, **cargs: Any) -> int:
     if isinstance(paths, int):
         return paths
     if not _live(paths) and paths.events.exists():
-        from ..archive import Archive
+        from ..rundir.archive import Archive
 
         archive = Archive(paths.root)
         say(f"rlsup: {archive.command(command)['error']}", err=True)
@@ -174,7 +174,7 @@ def _attempt_logs(args: argparse.Namespace, paths: Any) -> int:
 
 def _ended_run_logs(args: argparse.Namespace, paths: Any) -> int:
     """`rlsup logs NAME` on a run no supervisor serves: the tail of its log, read back from the run dir."""
-    from ..archive import Archive
+    from ..rundir.archive import Archive
 
     if not paths.events.exists():
         say(f"rlsup: no run in {paths.root} (no events.jsonl)", err=True)
@@ -192,7 +192,7 @@ def _ended_run_logs(args: argparse.Namespace, paths: Any) -> int:
 
 async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
     """`rlsup logs NAME [-f]` from the run's supervisor: its tail, then (with -f) every new line."""
-    from ..client import Session
+    from ..client.session import Session
 
     snap = await client.snapshot(lines=max(0, args.lines))
     comps = snap["state"]["components"]
@@ -218,7 +218,7 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
 
 def _which_component(paths: Any) -> int:
     """`rlsup logs` without NAME: say which names there are, as a command to paste."""
-    from ..archive import replay
+    from ..rundir.archive import replay
     from .common import EXIT_USAGE
     from .daemon import display_path
 
@@ -240,8 +240,8 @@ def _which_component(paths: Any) -> int:
 def cmd_events(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ..events import Record, human, is_lifecycle
-    from ..journal import read_events
+    from ..records.events import Record, human, is_lifecycle
+    from ..rundir.journal import read_events
 
     paths = resolve(args, live=False)
     if isinstance(paths, int):
@@ -259,7 +259,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     if not _live(paths):
         say("rlsup: no supervisor owns this run; nothing more to follow", err=True)
         return EXIT_OK
-    from ..client import Session
+    from ..client.session import Session
     from .follow import Printer
 
     class JsonPrinter(Printer):

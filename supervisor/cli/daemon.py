@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..client import Client, NotRunning
-from ..logs import last_lines
-from ..rundir import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
+from ..client.session import Client, NotRunning
+from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
+from ..rundir.logs import last_lines
 
 DAEMON_LOG = SUPERVISOR_LOG
 READY_TIMEOUT_S = 60.0
@@ -69,8 +69,8 @@ def resolve_run_dir(arg: str | None, *, cwd: Path | None = None, ended_ok: bool 
 def stranded_runs(base: Path) -> list[Path]:
     """Run dirs under ``base`` that no supervisor owns but that may still have processes: live
     monitors of the run, or a journal whose last run never ended (its supervisor died)."""
-    from ..archive import last_run
-    from ..process import is_monitor_of, records
+    from ..monitor.process import is_monitor_of, records
+    from ..rundir.archive import last_run
 
     if not base.is_dir():
         return []
@@ -103,7 +103,7 @@ def require_live(run_dir: Path) -> RunPaths:
 
 def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
     """How the run in ``paths`` ended, from the journal's last event, and where to look."""
-    from ..journal import read_events
+    from ..rundir.journal import read_events
 
     last = None
     try:
@@ -244,7 +244,7 @@ def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float =
 
 def adopted_by(paths: RunPaths, pid: int) -> list[dict[str, Any]]:
     """The ``adopted`` events that the supervisor ``pid`` journaled (what it took over)."""
-    from ..journal import read_events
+    from ..rundir.journal import read_events
 
     mine = False
     out = []
@@ -261,7 +261,7 @@ def adopted_by(paths: RunPaths, pid: int) -> list[dict[str, Any]]:
 
 def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
     """The ``run_ended`` event that the supervisor ``pid`` wrote into the journal, if any."""
-    from ..journal import read_events
+    from ..rundir.journal import read_events
 
     mine = False
     end = None

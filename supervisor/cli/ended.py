@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..archive import how_it_ended
-from ..process import is_monitor_of, records
-from ..rundir import RunPaths
+from ..monitor.process import is_monitor_of, records
+from ..rundir.archive import how_it_ended
+from ..rundir.layout import RunPaths
 
 
 def ended_run(run_dir: Path) -> str | None:

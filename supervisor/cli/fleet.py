@@ -1,4 +1,4 @@
-"""``rlsup fleet FLEET.yaml``: many pods on one screen (the fleet client is :mod:`rlsup.supervisor.fleet`)."""
+"""``rlsup fleet FLEET.yaml``: many pods on one screen (the fleet client is :mod:`rlsup.supervisor.client.fleet`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..fleet import (
+from ..client.fleet import (
     JSON_TIMEOUT_S,
     fleet_snapshot,
     gpu_summary,
@@ -22,8 +22,8 @@ from ..fleet import (
 from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from ..client import Connector
-    from ..fleet import PodSpec
+    from ..client.fleet import PodSpec
+    from ..client.session import Connector
 
     #: The pods to watch and how to reach each one.
     Targets = tuple[list[PodSpec], Callable[[PodSpec], Connector]]
@@ -140,7 +140,7 @@ def _file_targets(args: argparse.Namespace) -> Targets | int:
     """The pods of FLEET.yaml, reached over SSH (exit code 2 on a fleet file error)."""
     import shlex
 
-    from ..config import ConfigError
+    from ..config.model import ConfigError
 
     try:
         specs = load_fleet(args.fleet_file)

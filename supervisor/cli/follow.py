@@ -1,5 +1,5 @@
 """Text followers of a live run: ``rlsup events -f``, ``rlsup logs -f``, ``rlsup down`` and the
-plain-terminal attach. Each is a :class:`~rlsup.supervisor.client.SessionListener` that prints."""
+plain-terminal attach. Each is a :class:`~rlsup.supervisor.client.session.SessionListener` that prints."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..events import Record, RunEnded, RunStarted, as_record, human, is_lifecycle
+from ..records.events import Record, RunEnded, RunStarted, as_record, human, is_lifecycle
 
 
 class Printer:
@@ -60,7 +60,7 @@ class Printer:
             self._event(as_record(e))
 
     def on_event(self, event: Record | Mapping[str, Any]) -> None:
-        """A record from a :class:`~rlsup.supervisor.client.Session`; a raw subscription's dict is parsed."""
+        """A record from a :class:`~rlsup.supervisor.client.session.Session`; a raw subscription's dict is parsed."""
         self._event(as_record(event))
 
     def _event(self, rec: Record) -> None:

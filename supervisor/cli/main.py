@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..version import VERSION
+from ..records.version import VERSION
 from . import attach, control, fleet, offline, run_cmds, why
 from .common import EXIT_USAGE, _silence, formatter
 

@@ -58,8 +58,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..gpu import make_sampler
-    from ..preflight import exit_code, format_findings, run_checks
+    from ..gpu.nvml import make_sampler
+    from ..preflight.checks import exit_code, format_findings, run_checks
 
     cfg = load(args.config, args.run_dir)
     if isinstance(cfg, int):
@@ -87,8 +87,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..journal import write_atomic
     from ..render.report import build_report
+    from ..rundir.journal import write_atomic
     from .common import resolve
 
     paths = resolve(args, live=False)

@@ -27,7 +27,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..run import Run
+    from ..run.run import Run
 
 PROGRESS_EVERY_S = 5.0
 
@@ -121,7 +121,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _before_start(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int | None:
     """What `up` settles before it starts anything: a supervisor that already owns the run dir, an ended
     run there (--resume or --fresh), the fast preflight. An exit code where `up` ends here, else None."""
-    from ..rundir import RunPaths, is_locked
+    from ..rundir.layout import RunPaths, is_locked
 
     if is_locked(RunPaths(run_dir)):
         return _already_supervised(args, run_dir)
@@ -184,7 +184,7 @@ def _keep_aside(run_dir: Path) -> int | None:
 def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     """Start the run's supervisor as a background daemon, wait until it serves, then say how to reach it
     (-d) or open the TUI on it."""
-    from ..rundir import RunPaths, UnsafeRunDir
+    from ..rundir.layout import RunPaths, UnsafeRunDir
     from . import daemon
 
     extra = ["--gpu", args.gpu] if args.gpu else []
@@ -230,7 +230,7 @@ def _daemon_failed(run_dir: Path, problem: str) -> int:
 
 def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     """`up -d`: the daemon serves; say what it took over and how to attach, see and stop it."""
-    from ..rundir import RunPaths
+    from ..rundir.layout import RunPaths
     from . import daemon
 
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
@@ -303,7 +303,7 @@ def _ask_ended(shown: str, ended: str) -> str | None:
 
 def _fast_checks(cfg: Any, path: str) -> bool:
     """`up`'s preflight: True to go on. Errors and warnings are printed; errors stop the start."""
-    from ..preflight import exit_code, format_findings, run_checks
+    from ..preflight.checks import exit_code, format_findings, run_checks
 
     findings = [f for f in run_checks(cfg, fast=True) if f.severity != "info"]
     if findings:
@@ -336,9 +336,9 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
 def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
     """The run, its run dir taken and prepared (an exit code where it cannot be). A multi-node Slurm job
     whose nodes do not all see the run dir gets a run that is refused, so that the journal says why."""
-    from ..gpu import make_sampler
-    from ..run import IncompatibleMonitors, Run
-    from ..rundir import LockHeld, UnsafeRunDir
+    from ..gpu.nvml import make_sampler
+    from ..run.run import IncompatibleMonitors, Run
+    from ..rundir.layout import LockHeld, UnsafeRunDir
     from ..slurm.gpus import for_run as per_node_gpus
     from ..slurm.shared import check_job
 
@@ -374,7 +374,7 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
 def _event_printer(run: Run, width: int) -> Callable[[dict[str, Any]], None]:
     """--headless: one line per event; GPU samples left out, progress once per component every
     ``PROGRESS_EVERY_S`` (enough to see learning happen) and only while it runs."""
-    from ..events import human
+    from ..records.events import human
 
     last_progress: dict[str, float] = {}
 
@@ -478,8 +478,8 @@ def _quiet_output_errors() -> None:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from ..process import pid_alive
-    from ..rundir import is_locked
+    from ..monitor.process import pid_alive
+    from ..rundir.layout import is_locked
     from .follow import Printer
 
     orphan = _run_without_supervisor(args)
@@ -530,7 +530,7 @@ def _run_without_supervisor(args: argparse.Namespace) -> Any:
     """The run ``down`` means when no supervisor owns it but it may still have processes (its
     supervisor crashed or was killed); None when a supervisor owns it, or no such run is found (the
     usual path then says why)."""
-    from ..rundir import RunPaths, is_locked
+    from ..rundir.layout import RunPaths, is_locked
     from .daemon import live_runs, resolve_run_dir, stranded_runs
 
     if args.run_dir or os.environ.get("RLSUP_RUN_DIR"):
@@ -545,8 +545,8 @@ def _run_without_supervisor(args: argparse.Namespace) -> Any:
 
 def _stop_settings(paths: Any) -> dict[str, tuple[int, float]]:
     """component -> (stop signal, timeout) from the run's config, where it can still be read."""
-    from ..config import ConfigError, load_config
-    from ..rundir import read_owner
+    from ..config.model import ConfigError, load_config
+    from ..rundir.layout import read_owner
 
     config = (read_owner(paths) or {}).get("config")
     if not config or not os.path.exists(config):
@@ -560,9 +560,9 @@ def _stop_settings(paths: Any) -> dict[str, tuple[int, float]]:
 
 def _down_without_supervisor(paths: Any) -> int:
     """``rlsup down`` on a run whose supervisor is gone: end its processes ourselves (see
-    :mod:`rlsup.supervisor.teardown`), in order, and journal it."""
-    from ..rundir import LockHeld, read_owner
-    from ..teardown import end_run
+    :mod:`rlsup.supervisor.run.teardown`), in order, and journal it."""
+    from ..run.teardown import end_run
+    from ..rundir.layout import LockHeld, read_owner
     from .daemon import display_path
 
     shown = display_path(paths.root)
@@ -595,8 +595,8 @@ def _down_without_supervisor(paths: Any) -> int:
 
 def leftovers(paths: Any) -> list[str]:
     """Every process of the run still alive: marked ones, live monitors, cgroup members."""
-    from ..process import find_marked, is_monitor_of, records
-    from ..shim import cgroup_pids
+    from ..monitor.process import find_marked, is_monitor_of, records
+    from ..monitor.shim import cgroup_pids
 
     out = []
     seen: set[int] = set()
@@ -625,7 +625,7 @@ def _cmd(p: Any) -> str:
 
 
 def cmd_restart_supervisor(args: argparse.Namespace) -> int:
-    from ..rundir import is_locked, read_owner
+    from ..rundir.layout import is_locked, read_owner
     from . import daemon
 
     info: dict[str, Any] = {}
@@ -658,7 +658,7 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         say(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one with "
             f"`rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)", err=True)
         return EXIT_FAILED
-    from ..rundir import UnsafeRunDir
+    from ..rundir.layout import UnsafeRunDir
 
     try:
         proc = daemon.spawn(config, paths.root, [])

@@ -69,7 +69,7 @@ def down_pending(run_dir: str | None) -> int | None:
     job, as there is nothing to stop in order. None when that is not the case (the usual down follows)."""
     import shutil
 
-    from ..rundir import RunPaths, is_locked
+    from ..rundir.layout import RunPaths, is_locked
 
     if not run_dir or shutil.which("squeue") is None or is_locked(RunPaths(Path(run_dir).resolve())):
         return None
@@ -119,8 +119,8 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
     does not take the requeue it already followed for a new one. A job that has ended since but whose
     journal holds more than the session saw (it was requeued, ran and ended while the session slept or
     between two of its tries) goes on too: :func:`across_requeues` then reads the rest from the run dir."""
-    from ..journal import last_seq
-    from ..rundir import RunPaths
+    from ..rundir.journal import last_seq
+    from ..rundir.layout import RunPaths
     from ..slurm import jobs
 
     journal = RunPaths(Path(run_dir)).events
@@ -148,7 +148,7 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
 
 def _restarts_of_run(journal: Path, seq: int | None) -> Any:
     """The job restart count of the run the session saw start last (None: unknown)."""
-    from ..journal import read_events
+    from ..rundir.journal import read_events
 
     count = None
     for e in read_events(journal):
@@ -171,7 +171,7 @@ def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], 
     read back from its run dir (``rlsup bridge``: its journal, state and logs), so a session that waited
     for a requeued job's supervisor and missed all of it still gets every event after the last it saw,
     the run's end among them, instead of waiting for good."""
-    from ..rundir import RunPaths
+    from ..rundir.layout import RunPaths
     from ..slurm import jobs
 
     async def connect_() -> Any:
@@ -209,7 +209,7 @@ def run_job(run_dir: Path) -> dict[str, Any] | None:
 
 def supervisor_up(run_dir: str) -> bool:
     """Whether the run's supervisor answers on its socket (this host sees the run dir)."""
-    from ..rundir import RunPaths, is_locked, sock_address
+    from ..rundir.layout import RunPaths, is_locked, sock_address
 
     paths = RunPaths(Path(run_dir))
     if not is_locked(paths) or not paths.sock.exists():
@@ -244,7 +244,7 @@ def wait_running(job_id: str, run_dir: str, *, out: Any = None) -> dict[str, Any
 def _sees_run_dir(run_dir: str, j: dict[str, Any]) -> bool:
     """Whether this host reaches the supervisor's socket in the run dir (it runs here, or the lock says
     the same host); else the bridge goes through srun."""
-    from ..rundir import RunPaths
+    from ..rundir.layout import RunPaths
 
     try:
         owner = json.loads(RunPaths(Path(run_dir)).lock.read_text() or "{}")
@@ -256,8 +256,8 @@ def _sees_run_dir(run_dir: str, j: dict[str, Any]) -> bool:
 def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
     """How to talk to the supervisor: its socket when this host sees it, else ``rlsup bridge`` as an
     overlapping step on the batch host (for clusters that bar SSH to compute nodes)."""
-    from ..client import unix_connector
-    from ..rundir import RunPaths
+    from ..client.session import unix_connector
+    from ..rundir.layout import RunPaths
 
     if os.environ.get("RLSUP_SLURM_BRIDGE") != "srun" and _sees_run_dir(run_dir, j):
         return unix_connector(RunPaths(Path(run_dir)).sock, name="tui"), f"job {j['job_id']} {run_dir}"
@@ -289,7 +289,7 @@ def bridge_argv(run_dir: str | os.PathLike[str]) -> list[str]:
 
 def command_connector(argv: list[str], name: str = "tui") -> Any:
     """A connection through ``rlsup bridge`` run by ``argv`` (its stdin and stdout are the stream)."""
-    from ..client import Client
+    from ..client.session import Client
 
     async def connect() -> Client:
         proc = await asyncio.create_subprocess_exec(
@@ -309,7 +309,7 @@ def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -
     ``job``: the run's job where the caller has looked it up already (else squeue is asked here)."""
     import shutil
 
-    from ..rundir import RunPaths
+    from ..rundir.layout import RunPaths
 
     forced = os.environ.get("RLSUP_SLURM_BRIDGE") == "srun"
     if shutil.which("srun") is None or shutil.which("squeue") is None:
@@ -329,7 +329,7 @@ def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -
 def slurm_fleet() -> tuple[list[Any], Any]:
     """`rlsup fleet --slurm`: every rlsup run of this user that squeue knows (live, pending, recently
     ended) as fleet pods, each reached through its run dir when this host sees it, else through srun."""
-    from ..fleet import PodSpec
+    from ..client.fleet import PodSpec
     from ..slurm import jobs
 
     # One pod per run dir, its newest job: a run continued (`up --resume`) or started anew (`--fresh`)
@@ -361,7 +361,7 @@ def slurm_fleet() -> tuple[list[Any], Any]:
 def follow_journal(job_id: str, run_dir: str) -> int:
     """Print the run's events as they are journalled until the job ends (a requeue included: the
     journal goes on); the run's exit code."""
-    from ..events import human
+    from ..records.events import human
     from ..slurm import jobs
 
     path = Path(run_dir) / "events.jsonl"
@@ -415,7 +415,7 @@ def why_ended(job_id: str, run_dir: str) -> list[str]:
     """Why the job's run failed, for a user who only saw the job end: the journal's ``run_ended`` of that
     job's supervisor, else the last lines of the batch step's output (the supervisor never journalled:
     a bad config, no Python on the node...); and where to look next."""
-    from ..journal import read_events
+    from ..rundir.journal import read_events
 
     reason = None
     ours = False

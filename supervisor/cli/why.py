@@ -46,7 +46,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def _events(paths: Any) -> list[dict[str, Any]] | None:
-    from ..journal import read_events
+    from ..rundir.journal import read_events
 
     if not paths.events.exists():
         say(f"rlsup: no journal at {paths.events}: not a run directory, or the run never started", err=True)
@@ -132,7 +132,7 @@ def _when(e: dict[str, Any]) -> str:
 
 
 def _line(e: dict[str, Any]) -> str:
-    from ..events import describe
+    from ..records.events import describe
 
     comp = e.get("component") or "rlsup"
     return f"[seq {e.get('seq')}] {_when(e)} {comp}: {describe(e)}"
@@ -220,8 +220,8 @@ def print_attempt_logs(paths: Any, name: str, attempt: int, lines: int) -> int:
     """``rlsup logs NAME --attempt N``: the last ``lines`` lines of that attempt's own output, masked."""
     from pathlib import Path
 
-    from ..archive import read_config, redactor_for
-    from ..attemptlog import find, lines_of, read_bytes
+    from ..rundir.archive import read_config, redactor_for
+    from ..rundir.attemptlog import find, lines_of, read_bytes
 
     events = _events(paths)
     if events is None:

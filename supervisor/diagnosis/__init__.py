@@ -6,6 +6,7 @@ that touches the host, best effort.
 
 from __future__ import annotations
 
+from ..records.diagnosis import CATEGORIES, Diagnosis, HostEvidence
 from .dependency import (
     CONNECTION_CATEGORIES,
     DependencyFlag,
@@ -16,7 +17,6 @@ from .dependency import (
 from .engine import diagnose, find_step, normalize_signal
 from .host import parse_kernel_log, parse_memory_events, read_host_evidence
 from .memory import MemoryGrowthDetector, fit_growth
-from .model import CATEGORIES, Diagnosis, HostEvidence
 from .normalize import clean_line, normalize, strip_prefixes
 from .offline import diagnose_command, diagnose_file, format_human, read_tail
 from .patterns import AttemptRecord, Flag, detect_attempt_patterns

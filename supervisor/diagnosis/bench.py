@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .model import CATEGORIES
+from ..records.diagnosis import CATEGORIES
 from .offline import diagnose_file
 
 FIELDS = ("category", "exception_type", "location", "step")

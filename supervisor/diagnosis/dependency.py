@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ..phrases import fmt_duration
+from ..records.phrases import fmt_duration
 from .normalize import strip_prefixes
 from .patterns import Flag
 

@@ -13,10 +13,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..process import signal_name
+from ..monitor.process import signal_name
+from ..records.diagnosis import Diagnosis, HostEvidence
 from .cut import CutTraceback, find_garbled
 from .hints import hint_for
-from .model import Diagnosis, HostEvidence
 from .normalize import Line, normalize
 from .ray_deaths import describe as describe_ray_death
 from .signatures import (

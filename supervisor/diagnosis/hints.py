@@ -62,7 +62,7 @@ def hint_for(category: str, text: str = "") -> str:
         return ""
     m = _MISSING_MODULE.search(text) if text else None
     if m:  # the package, and the rlsup extra that installs it where there is one
-        from ..extras import install_hint
+        from ..records.extras import install_hint
 
         how = install_hint(m.group(1))
         if how:

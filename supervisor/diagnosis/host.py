@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from .model import HostEvidence
+from ..records.diagnosis import HostEvidence
 
 # "Out of memory: Killed process 25315 (python3) total-vm:..." (global and cgroup OOM),
 # "oom-kill:constraint=...,task=python,pid=7899,uid=0", "oom_reaper: reaped process 25315 (python3)"

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import TextIO
 
-from ..logs import last_lines
+from ..records.diagnosis import Diagnosis
+from ..rundir.logs import last_lines
 from .engine import diagnose
-from .model import Diagnosis
 from .normalize import clean_line
 
 

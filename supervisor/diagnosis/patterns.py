@@ -10,8 +10,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..attempts import Attempt as AttemptRecord  # the one attempt model; the name stays for callers
-from .model import Diagnosis
+from ..records.attempts import Attempt as AttemptRecord  # the one attempt model; the name stays for callers
+from ..records.diagnosis import Diagnosis
 
 __all__ = ["AttemptRecord", "Flag", "detect_attempt_patterns"]
 

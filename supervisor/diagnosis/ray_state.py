@@ -10,7 +10,7 @@ What it adds to an exit's diagnosis: the driver's log names the actor it lost (`
 see :mod:`.ray_deaths`); the state API also says which node it was on and why Ray declared that
 node dead (``state_message``: "Unexpected termination: health check failed due to missing too many
 heartbeats"), and names actors that died while the driver still waited on them. No ``ray`` import:
-the supervisor reads HTTP (:mod:`rlsup.supervisor.rayprobe`) and this module reads the JSON.
+the supervisor reads HTTP (:mod:`rlsup.supervisor.run.rayprobe`) and this module reads the JSON.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..events import (
+from ..records.diagnosis import Diagnosis
+from ..records.events import (
     BecameReady,
     ComponentAdopted,
     ComponentCompleted,
@@ -42,10 +43,9 @@ from ..events import (
     StopBegan,
     parse,
 )
-from ..logs import log_chain
-from ..phrases import fmt_duration
+from ..records.phrases import fmt_duration
+from ..rundir.logs import log_chain
 from .engine import diagnose
-from .model import Diagnosis
 from .normalize import clean_line
 from .signatures import benign_veto, match_span
 from .stamps import LineClock
@@ -636,7 +636,7 @@ def _count_symptom_lines(comps: dict[str, dict[str, Any]], scans: dict[str, _Log
 def _last_attempt_tail(run_dir: Path, events: list[Record], name: str, tail: list[str]) -> list[str]:
     """The latest attempt's own output (by the range its ``started`` event recorded), not its
     predecessors'; a journal without ranges (rlsup < 0.3): the log's tail."""
-    from ..attemptlog import lines_of, ranges, read_bytes
+    from ..rundir.attemptlog import lines_of, ranges, read_bytes
 
     rs = ranges(events, name)
     if not rs or rs[-1].start is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..process import signal_name
+from ..monitor.process import signal_name
 from .normalize import Line
 
 TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):\s*$")

@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..archive import read_config, redactor_for
-from ..attemptlog import Mark
-from ..attempts import Attempt, from_records
-from ..diagnosis.model import Diagnosis
-from ..events import FlagCleared, FlagRaised, Record, describe, fmt_duration
-from ..logs import last_lines
-from ..replay import read_run
-from ..rundir import RunPaths, is_locked
+from ..records.attempts import Attempt, from_records
+from ..records.diagnosis import Diagnosis
+from ..records.events import FlagCleared, FlagRaised, Record, describe, fmt_duration
+from ..rundir.archive import read_config, redactor_for
+from ..rundir.attemptlog import Mark
+from ..rundir.layout import RunPaths, is_locked
+from ..rundir.logs import last_lines
+from ..rundir.replay import read_run
 from .advice import NEXT_STEPS
 
 MAX_TIMELINE = 200
@@ -411,7 +411,7 @@ def _mark(a: Attempt) -> Mark | None:
 def _attempt_tail(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
     """The last lines of attempt ``a``'s own output (never another attempt's), by the range its
     ``started`` event recorded; journals without ranges: the log's tail, for the latest attempt only."""
-    from ..attemptlog import lines_of, read_bytes
+    from ..rundir.attemptlog import lines_of, read_bytes
 
     start = _mark(a)
     if start is None:
@@ -515,7 +515,7 @@ def _discover(ccfg: Any, paths: RunPaths) -> tuple[int, str] | None:
     if "${" in root:
         return None
     try:
-        from ..checkpoints import discover
+        from ..rundir.checkpoints import discover
 
         found = discover(root, r.get("layout") or "auto", step_pattern=r.get("step_pattern"))
     except Exception:

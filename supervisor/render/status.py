@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..events import fmt_duration
+from ..records.events import fmt_duration
 
 
 def _step(c: dict[str, Any]) -> str:

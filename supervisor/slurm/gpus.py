@@ -4,7 +4,7 @@ On each node of the allocation a step ``srun --overlap --nodes=1 --nodelist=<nod
 rlsup.supervisor.slurm.gpus`` samples that node's GPUs with the sampler it would use on one machine
 (NVML, or ``RLSUP_GPU_SAMPLER``) and writes one JSON line per sample on stdout. The supervisor reads
 every node's stream in a thread per node and serves their union, each GPU tagged with its node, as one
-:class:`~rlsup.supervisor.gpu.GpuSample`; the TUI's GPU panel groups them by node. ``--overlap`` so the
+:class:`~rlsup.supervisor.gpu.nvml.GpuSample`; the TUI's GPU panel groups them by node. ``--overlap`` so the
 sampler takes no resources from the components; it asks for the node's GPUs so it may see them where
 Slurm confines devices.
 """
@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..gpu import GpuSample, HostInfo, make_sampler
+from ..gpu.nvml import GpuSample, HostInfo, make_sampler
 
 INTERVAL_S = 2.0
 
@@ -97,7 +97,7 @@ def for_run(cfg: Any, sampler: Any, environ: Any = None) -> Any:
     env = os.environ if environ is None else environ
     if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):
         return sampler
-    from .placement import expand_hostlist
+    from ..config.placement import expand_hostlist
 
     nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
     if len(nodes) < 2:

@@ -26,7 +26,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from .placement import expand_hostlist
+from ..config.placement import expand_hostlist
 
 SCANCEL_TIMEOUT_S = 10.0
 STEP_WAIT_S = 5.0
@@ -165,7 +165,7 @@ class SlurmLauncher:
         (``job_nodes``: the job's node list, looked up where :meth:`needs_job_nodes` says so) is a node
         failure, and a node failure with ``requeue: true`` requeues the job, so that the next supervisor
         continues the run on healthy nodes."""
-        from ..events import FlagRaised
+        from ..records.events import FlagRaised
 
         self.steps.pop((att.component, att.attempt), None)
         cat = diag.get("category")

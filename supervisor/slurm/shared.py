@@ -69,7 +69,7 @@ def node_hosts(partition: str | None = None) -> list[str] | None:
             pout = ""
         for field in pout.split():
             if field.startswith("Nodes="):
-                from .placement import expand_hostlist
+                from ..config.placement import expand_hostlist
 
                 parts = expand_hostlist(field[len("Nodes="):])
     hosts = []
@@ -154,7 +154,7 @@ def check_job(cfg: object, environ: object = None) -> str | None:
     env = os.environ if environ is None else environ
     if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):  # type: ignore[attr-defined]
         return None
-    from .placement import expand_hostlist
+    from ..config.placement import expand_hostlist
 
     nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))  # type: ignore[attr-defined]
     if len(nodes) < 2:

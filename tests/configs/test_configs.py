@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rlsup.supervisor.config import load_config
-from rlsup.supervisor.preflight import run_checks
-from rlsup.supervisor.presets import PRESETS
-from tests.supervisor.preset_reference import parse_line
+from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.preflight.checks import run_checks
+from rlsup.supervisor.records.presets import PRESETS
+from tests.supervisor.records.preset_reference import parse_line
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "presets").glob("*.yaml"))
@@ -176,8 +176,8 @@ def test_prime_rl_second_source_validates_and_gates_the_orchestrator(tmp_path: P
     """prime-rl's `rl` starts one env server per data source (src/prime_rl/entrypoints/rl.py env_servers, at
     559b447) and the orchestrator connects to each: with two sources, the orchestrator may start only once
     both env components have started (and the inference server is ready)."""
-    from rlsup.supervisor.detectors import Seen, gate
-    from rlsup.supervisor.lifecycle import DepsMet, DepsWaiting
+    from rlsup.supervisor.rules.detectors import Seen, gate
+    from rlsup.supervisor.rules.lifecycle import DepsMet, DepsWaiting
 
     path = tmp_path / "prime-rl.yaml"
     path.write_text(_uncomment_second_source((ROOT / "configs" / "presets" / "prime-rl.yaml").read_text()))

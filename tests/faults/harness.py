@@ -85,8 +85,8 @@ def processes_with(token: str) -> list[tuple[int, str]]:
 
 
 def cgroup_dir(run_dir: Path) -> Path | None:
-    """Where rlsup puts the run's cgroups (as :class:`rlsup.supervisor.process.Cgroups` does)."""
-    from rlsup.supervisor.process import _cgroup2_mount, _own_cgroup
+    """Where rlsup puts the run's cgroups (as :class:`rlsup.supervisor.monitor.process.Cgroups` does)."""
+    from rlsup.supervisor.monitor.process import _cgroup2_mount, _own_cgroup
 
     mount, own = _cgroup2_mount(), _own_cgroup()
     if mount is None or own is None:
@@ -232,7 +232,7 @@ class FaultRun:
         return int(json.loads((self.run_dir / "rlsup.lock").read_text())["pid"])
 
     def events(self) -> list[dict]:
-        from rlsup.supervisor.journal import read_events
+        from rlsup.supervisor.rundir.journal import read_events
 
         return list(read_events(self.run_dir / "events.jsonl"))
 
@@ -426,7 +426,7 @@ def as_user(uid: int, gid: int, code: str, *args: str) -> subprocess.CompletedPr
 
 def cgroups_usable() -> str | None:
     """None when rlsup can track attempts in cgroup v2 here; else why not."""
-    from rlsup.supervisor.process import _cgroup2_mount, _own_cgroup
+    from rlsup.supervisor.monitor.process import _cgroup2_mount, _own_cgroup
 
     if os.geteuid() != 0:
         return "not root"
@@ -443,7 +443,7 @@ ESCAPEE = str(SCRIPTS / "escapee.py")
 
 
 class Subscriber:
-    """The product's own reconnecting :class:`~rlsup.supervisor.client.Session` (what the TUI uses),
+    """The product's own reconnecting :class:`~rlsup.supervisor.client.session.Session` (what the TUI uses),
     on a thread of its own, recording every log line by sequence number, gaps and events."""
 
     def __init__(self, sock: Path, lines: int = 0):
@@ -490,7 +490,7 @@ class Subscriber:
     def _main(self) -> None:
         import asyncio
 
-        from rlsup.supervisor.client import Session, unix_connector
+        from rlsup.supervisor.client.session import Session, unix_connector
 
         async def go() -> None:
             self._loop = asyncio.get_running_loop()

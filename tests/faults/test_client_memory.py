@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from rlsup.supervisor import protocol
+from rlsup.supervisor.records import protocol
 from tests.faults import harness
 from tests.faults.harness import NUMBERED, Subscriber, assert_no_lost_line, assert_no_orphans, figure, journal
 

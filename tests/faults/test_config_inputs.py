@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsup.supervisor.config import MAX_DEPTH, ConfigError, expand, interpolate, load_config
+from rlsup.supervisor.config.model import MAX_DEPTH, ConfigError, expand, interpolate, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "config"

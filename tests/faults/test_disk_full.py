@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from rlsup.supervisor.shim import PIPE_SIZE
+from rlsup.supervisor.monitor.shim import PIPE_SIZE
 from tests.faults import harness
 from tests.faults.harness import (
     LIVENESS_S,

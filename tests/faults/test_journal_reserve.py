@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from rlsup.supervisor.journal import Journal, StateFile, keep_spare_records, read_events
-from rlsup.supervisor.shim import RECORD_SIZE, SPARE_PREFIX, Record
+from rlsup.supervisor.monitor.shim import RECORD_SIZE, SPARE_PREFIX, Record
+from rlsup.supervisor.rundir.journal import Journal, StateFile, keep_spare_records, read_events
 from tests.faults import harness
 
 small_disk = harness.small_disk

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlsup.supervisor import protocol
+from rlsup.supervisor.records import protocol
 from tests.conftest import SCRIPTS, cli_env, free_port
 from tests.faults import harness
 from tests.faults.harness import (

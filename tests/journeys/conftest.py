@@ -113,7 +113,7 @@ class Workdir:
 
     def processes(self) -> list[int]:
         """Every live process of every run under ./runs: marked with it, or its supervisor."""
-        from rlsup.supervisor.process import find_marked
+        from rlsup.supervisor.monitor.process import find_marked
 
         pids = []
         runs = self.path / "runs"
@@ -123,7 +123,7 @@ class Workdir:
                 pid = int(json.loads((d / "rlsup.lock").read_text())["pid"])
             except (OSError, ValueError, KeyError):
                 continue
-            from rlsup.supervisor.rundir import RunPaths, is_locked
+            from rlsup.supervisor.rundir.layout import RunPaths, is_locked
 
             if is_locked(RunPaths(d)) and pid_alive(pid):
                 pids.append(pid)
@@ -134,7 +134,7 @@ class Workdir:
             t.kill()
         runs = self.path / "runs"
         for d in sorted(runs.iterdir()) if runs.is_dir() else []:
-            from rlsup.supervisor.rundir import RunPaths, is_locked
+            from rlsup.supervisor.rundir.layout import RunPaths, is_locked
 
             if is_locked(RunPaths(d)):
                 with _quiet():
@@ -143,7 +143,7 @@ class Workdir:
             with _quiet():
                 os.kill(pid, signal.SIGKILL)
         # Monitors whose components are gone stay for a supervisor to read their records: end them too.
-        from rlsup.supervisor.process import is_monitor_of, records
+        from rlsup.supervisor.monitor.process import is_monitor_of, records
 
         for d in sorted(runs.iterdir()) if runs.is_dir() else []:
             for _, rec in records(d / "monitors"):

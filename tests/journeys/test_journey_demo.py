@@ -162,7 +162,7 @@ def test_kill_9_of_the_supervisor_then_take_over_and_stop(workdir):
     down = w.sh(readme_command("rlsup down"))
     assert down.returncode == 0, down.stdout + down.stderr
     assert not w.processes()
-    from rlsup.supervisor.process import is_monitor_of, records
+    from rlsup.supervisor.monitor.process import is_monitor_of, records
 
     assert not [r for _, r in records(w.run_dir() / "monitors") if is_monitor_of(r, w.run_dir())]
     last = w.events()[-1]

@@ -32,8 +32,8 @@ PY = sys.executable
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "RLSUP_GPU_SAMPLER": "none"}
 sys.path.insert(0, str(HERE.parent.parent))
 
-from rlsup.supervisor import protocol  # noqa: E402
-from rlsup.supervisor.client import Client  # noqa: E402
+from rlsup.supervisor.client.session import Client  # noqa: E402
+from rlsup.supervisor.records import protocol  # noqa: E402
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

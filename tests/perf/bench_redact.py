@@ -5,7 +5,7 @@
 Lines like a trainer's and an inference server's (steps, losses, HTTP access lines, warnings, paths,
 model names, timestamps), in batches of 1,000 as the server sends them, with a run's redactor holding
 six known secrets; one line in 5,000 holds one of them. The median of ``--rounds``. ``--base REV``
-also measures the redactor of that commit (its supervisor/redact.py, loaded from ``git show``) in the
+also measures the redactor of that commit (its supervisor/records/redact.py, loaded from ``git show``) in the
 same process on the same lines, side by side. Nothing here is a timed assertion.
 Results: tests/perf/results/redact.json.
 """
@@ -78,12 +78,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--base", help="also measure supervisor/redact.py of this commit")
+    ap.add_argument("--base", help="also measure supervisor/records/redact.py of this commit")
     a = ap.parse_args()
     data = lines(a.mb, random.Random(7))
-    mods = {"this checkout": load((ROOT / "supervisor/redact.py").read_text(), "redact_now")}
+    mods = {"this checkout": load((ROOT / "supervisor/records/redact.py").read_text(), "redact_now")}
     if a.base:
-        src = subprocess.run(["git", "show", f"{a.base}:supervisor/redact.py"], cwd=ROOT, capture_output=True,
+        src = subprocess.run(["git", "show", f"{a.base}:supervisor/records/redact.py"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout
         mods[f"base {a.base}"] = load(src, "redact_base")
     res = {}

@@ -27,4 +27,4 @@ def test_core_module_does_not_import_ui_or_torch(module):
 
 
 def test_all_core_modules_found():
-    assert {"rlsup.supervisor.run", "rlsup.supervisor.cli", "rlsup.supervisor.config"} <= set(MODULES)
+    assert {"rlsup.supervisor.run.run", "rlsup.supervisor.cli", "rlsup.supervisor.config.model"} <= set(MODULES)

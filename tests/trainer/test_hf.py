@@ -16,7 +16,7 @@ pytest.importorskip("safetensors")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from rlsup.supervisor.checkpoints import discover  # noqa: E402
+from rlsup.supervisor.rundir.checkpoints import discover  # noqa: E402
 from rlsup.trainer import hf, rollouts, train  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "gsm8k_tiny.jsonl"

@@ -1,5 +1,5 @@
 """A fake session for the TUI tests: records commands, lets a test push snapshots, events and log
-lines through the listener exactly as :class:`rlsup.supervisor.client.Session` would, and fixed
+lines through the listener exactly as :class:`rlsup.supervisor.client.session.Session` would, and fixed
 run states (normal, crash loop, no GPU, 8 GPUs) built by folding real events with state.apply."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 import time
 from typing import Any
 
-from rlsup.supervisor import state as run_state
-from rlsup.supervisor.progress import MetricHistory
+from rlsup.supervisor.records import state as run_state
+from rlsup.supervisor.records.progress import MetricHistory
 from rlsup.tui.app import RlsupApp
 
 T0 = 1_700_000_000.0  # every timestamp in the fixtures is relative to this

@@ -12,7 +12,7 @@ import fake
 import pytest
 from fake import run_async
 
-from rlsup.supervisor.fleet import Fleet, PodSpec
+from rlsup.supervisor.client.fleet import Fleet, PodSpec
 from rlsup.tui.fleet import ComponentPicker, FleetApp, FleetFlagsScreen, pod_cells
 from rlsup.tui.screens import ConfirmScreen
 
@@ -21,7 +21,7 @@ REFUSED = "cannot connect to root@10.0.0.9:22: [Errno 111] Connection refused; r
 
 
 class FakePodSession:
-    """What :class:`rlsup.supervisor.client.Session` does for one pod, from a fixed snapshot
+    """What :class:`rlsup.supervisor.client.session.Session` does for one pod, from a fixed snapshot
     (or a refused connection when there is none); records the commands it is asked to send."""
 
     def __init__(self, listener: Any, snapshot: dict[str, Any] | None):

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake import run_async  # noqa: E402
 
 from rlsup.supervisor.cli.attach import serve_archive  # noqa: E402
-from rlsup.supervisor.client import Session, unix_connector  # noqa: E402
+from rlsup.supervisor.client.session import Session, unix_connector  # noqa: E402
 from rlsup.tui.app import RlsupApp  # noqa: E402
 from tests.conftest import write_config  # noqa: E402
 

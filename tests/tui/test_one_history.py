@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from rlsup.supervisor.archive import Archive  # noqa: E402
 from rlsup.supervisor.cli.attach import serve_archive  # noqa: E402
-from rlsup.supervisor.client import Client, Session, unix_connector  # noqa: E402
+from rlsup.supervisor.client.session import Client, Session, unix_connector  # noqa: E402
+from rlsup.supervisor.rundir.archive import Archive  # noqa: E402
 from rlsup.tui.app import RlsupApp  # noqa: E402
 from rlsup.tui.screens import ChartsScreen, TimelineScreen  # noqa: E402
 from rlsup.tui.widgets.chart import MetricChart  # noqa: E402

@@ -11,7 +11,7 @@ from rlsup.tui.widgets.flags import FlagsStrip
 
 
 def test_current_rate_decays_then_vanishes():
-    from rlsup.supervisor.progress import current_rate
+    from rlsup.supervisor.records.progress import current_rate
 
     # 3.27 steps/s, step 340 of 500: fresh, it stands.
     assert current_rate(3.27, 49.0, 1000.0, 340, 500, 1002.0) == (3.27, 49.0)

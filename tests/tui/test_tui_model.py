@@ -8,8 +8,8 @@ import random
 import fake
 import pytest
 
-from rlsup.supervisor import state as run_state
-from rlsup.supervisor.progress import (
+from rlsup.supervisor.records import state as run_state
+from rlsup.supervisor.records.progress import (
     HISTORY_METRICS,
     HISTORY_POINTS,
     HISTORY_WINDOW_S,

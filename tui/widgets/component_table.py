@@ -21,7 +21,7 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.widget import Widget
 
-from rlsup.supervisor.state import STATES
+from rlsup.supervisor.records.state import STATES
 from rlsup.tui.format import failure_cause, fmt_cpu, fmt_dur, fmt_mb, fmt_rate
 
 RESOURCES_MIN_WIDTH = 112

@@ -18,7 +18,7 @@ from rlsup.supervisor.diagnosis.ray_state import (
     parse_nodes,
     refine,
 )
-from rlsup.supervisor.rayprobe import RayWatch, auth_token
+from rlsup.supervisor.run.rayprobe import RayWatch, auth_token
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "ray-state-2.60.0"
 URL = "http://head:8265"
@@ -157,7 +157,7 @@ def test_a_refused_token_is_a_misconfigured_probe_an_unreachable_head_is_not():
     import http.server
     import threading
 
-    from rlsup.supervisor.rayprobe import get_json, misconfigured
+    from rlsup.supervisor.run.rayprobe import get_json, misconfigured
 
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # Ray 2.60's answer without a token (http_token_authentication.py)

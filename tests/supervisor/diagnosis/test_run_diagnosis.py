@@ -12,7 +12,7 @@ from typing import Any
 
 from rlsup.supervisor.diagnosis import diagnose, diagnose_command, diagnose_run, format_run
 from rlsup.supervisor.diagnosis.offline import read_tail
-from rlsup.supervisor.journal import Journal
+from rlsup.supervisor.rundir.journal import Journal
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "diagnosis"
 T0 = 1_750_000_000.0  # the run starts

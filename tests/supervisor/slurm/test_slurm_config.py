@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from rlsup.supervisor.config import ConfigError, load_config
-from rlsup.supervisor.slurm import jobs, placement
+from rlsup.supervisor.config import placement
+from rlsup.supervisor.config.model import ConfigError, load_config
+from rlsup.supervisor.slurm import jobs
 from rlsup.supervisor.slurm.launcher import SlurmLauncher
 
 BASE = """\
@@ -161,7 +162,7 @@ def test_a_cluster_whose_every_node_is_this_host_sees_any_filesystem():
 
 
 def test_a_gpu_keeps_its_node_through_the_socket_json():
-    from rlsup.supervisor.gpu import GpuInfo, GpuSample, HostInfo
+    from rlsup.supervisor.gpu.nvml import GpuInfo, GpuSample, HostInfo
 
     g = GpuInfo(0, "NVIDIA A40", None, 1.0, 2.0, 3.0, None, None, None, node="gpu-07")
     s = GpuSample(1.0, "fake", (g, GpuInfo(1, "A40", None, None, None, None, None, None, None)), None,

@@ -1,0 +1,793 @@
+"""The fleet: many runs on many pods watched (and steered) from one place; headless.
+
+``rlsup fleet FLEET.yaml`` reads a list of pods (:func:`load_fleet`, errors as ``FILE:LINE:COL``),
+keeps one reconnecting :class:`~rlsup.supervisor.client.session.Session` per pod over SSH (:class:`Fleet`),
+folds each pod's events with the same reducer the supervisor runs (:class:`PodState`), and groups
+identical failures across pods into fleet flags (:func:`correlate`, a pure function). ``--json``
+prints one :meth:`Fleet.snapshot`; without it the Textual fleet screen (``rlsup.tui.fleet``) opens.
+
+A pod whose run has ended answers too (``rlsup bridge`` serves it read-only from its run dir): it
+shows its final state and the note of how it ended, and its failures take part in the grouping as a
+live pod's do. A pod's failures come from what it has on record, not from what the fleet happened to
+see while connected: each component's ``last_exit`` in the snapshot, the events the snapshot
+replays, and the pod's journal (read once per session), one failure per (component, attempt).
+
+Nothing here imports textual: the TUI is imported inside :func:`cmd_fleet` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import difflib
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ..records import state as run_state
+from ..records.events import ComponentExited, Record, RunEnded, RunStarted, StartFailed, as_record
+from .session import Connector, Session, SessionListener
+
+JSON_TIMEOUT_S = 15.0
+FLAG_TYPE = "fleet_repeated_error"
+MAX_FAILURES = 200  # failures remembered per pod (only signatures matter; the newest win)
+HISTORY_EVENTS = 5000  # the newest journal events read from each pod for its past failures
+ENDED_RECHECK_S = 60.0  # how often a pod whose run ended is looked at again (a resumed run shows up)
+POD_KEYS = ("host", "user", "port", "run_dir", "label")
+_RETRY_SUFFIX = re.compile(r"; retrying in [0-9.]+s$")
+
+# ---------------------------------------------------------------------------------------------
+# The fleet file.
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """One pod of the fleet file. ``host`` may be an ``~/.ssh/config`` alias."""
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+    run_dir: str | None = None
+    label: str = ""
+
+    def target_label(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
+
+    def attach_hint(self, *, identity: str | None = None, remote_cmd: str | None = None) -> str:
+        """``rlsup attach`` to this pod, with the options the fleet reached it with (pastes as printed)."""
+        from .ssh import attach_command
+
+        return attach_command(self.target_label(), run_dir=self.run_dir, identity=identity, remote_cmd=remote_cmd)
+
+
+_SKIP = object()  # a pod key given as null: left to its default
+
+
+class _Problems:
+    """The problems of one fleet file, each at the line and column of the key it is about."""
+
+    def __init__(self, file: str, doc: Any):
+        self.file, self.doc = file, doc
+        self.found: list[Any] = []
+
+    def at(self, p: tuple[str | int, ...], msg: str, key: bool = False) -> None:
+        from ..config.model import Problem
+
+        line, col = self.doc.pos(p, key=key)
+        self.found.append(Problem(self.file, line, col, p, msg))
+
+    def fail(self) -> NoReturn:
+        from ..config.model import ConfigError
+
+        raise ConfigError(self.found)
+
+
+def _read_fleet(path: str | os.PathLike[str]) -> tuple[str, Any]:
+    """(the file's name, its parsed YAML document)."""
+    from ..config.model import ConfigError, Problem, _load_yaml  # pydantic: not at CLI start-up
+
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError([Problem(file, 1, 1, (), f"cannot read fleet file: {e.strerror or e}")]) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError([Problem(file, 1, 1, (), f"fleet file is not UTF-8 text: {e}")]) from None
+    return file, _load_yaml(text, file)
+
+
+def _pods_list(data: Any, problems: _Problems) -> list[Any]:
+    """The ``pods:`` list of the top level; a top level without one fails at once."""
+    if not isinstance(data, dict):
+        problems.at((), "the top level must be a mapping with a `pods:` list")
+        problems.fail()
+    for k in data:
+        if k != "pods":
+            close = difflib.get_close_matches(str(k), ["pods"], n=1, cutoff=0.6)
+            problems.at((k,), f"unknown key {k!r}" + ("; did you mean 'pods'?" if close else "; known keys: pods"),
+                        key=True)
+    pods = data.get("pods")
+    if pods is None:
+        problems.at((), "missing required key 'pods' (a list of {host, user, port, run_dir, label})")
+        problems.fail()
+    if not isinstance(pods, list) or not pods:
+        problems.at(("pods",), "`pods` must be a non-empty list of {host, user, port, run_dir, label}")
+        problems.fail()
+    return pods
+
+
+def _port(v: Any, kp: tuple[str | int, ...], problems: _Problems) -> Any:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 65536:
+        problems.at(kp, f"port must be a number from 1 to 65535 (got {v!r})")
+        return None
+    return v
+
+
+def _text(k: str, v: Any, kp: tuple[str | int, ...], env: dict[str, str], problems: _Problems) -> Any:
+    """A string value with ``${VAR}`` expanded; None after a problem; :data:`_SKIP` for a null."""
+    from ..config.model import interpolate
+
+    if v is None and k != "host":
+        return _SKIP
+    if isinstance(v, int | float) and not isinstance(v, bool) and k in ("host", "label", "user"):
+        v = str(v)
+    if not isinstance(v, str) or not v.strip():
+        problems.at(kp, f"{k} must be a non-empty string (got {v!r})")
+        return None
+    expanded, missing = interpolate(v, env)
+    if missing:
+        problems.at(kp, f"undefined variable{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                        "(set it, or write ${VAR:-default})")
+        return None
+    return expanded
+
+
+def _pod_values(raw: dict[Any, Any], here: tuple[str | int, ...], env: dict[str, str],
+                problems: _Problems) -> tuple[dict[str, Any], bool]:
+    """(the pod's checked values, whether every key was fine)."""
+    values: dict[str, Any] = {}
+    ok = True
+    for k, v in raw.items():
+        kp = (*here, str(k))
+        if k not in POD_KEYS:
+            close = difflib.get_close_matches(str(k), POD_KEYS, n=1, cutoff=0.6)
+            problems.at(kp, f"unknown key {k!r}" + (f"; did you mean {close[0]!r}?" if close
+                                                    else f"; known keys: {', '.join(POD_KEYS)}"), key=True)
+            ok = False
+            continue
+        value = _port(v, kp, problems) if k == "port" else _text(k, v, kp, env, problems)
+        if value is None:
+            ok = False
+        elif value is not _SKIP:
+            values[k] = value
+    return values, ok
+
+
+def _pod(raw: Any, here: tuple[str | int, ...], env: dict[str, str], problems: _Problems) -> tuple[PodSpec | None, bool]:
+    """(one pod's spec, or None where it has no usable host; whether it had no problem)."""
+    if isinstance(raw, str):  # a bare host name is a pod with defaults
+        raw = {"host": raw}
+    if not isinstance(raw, dict):
+        problems.at(here, "each pod must be a mapping with at least `host:` (or a host name)")
+        return None, False
+    values, ok = _pod_values(raw, here, env, problems)
+    if "host" not in values:
+        if ok and "host" not in raw:
+            problems.at(here, "missing required key 'host'")
+        return None, False
+    host = values["host"]
+    if "@" in host or (host.count(":") == 1 and not host.startswith("[")):
+        problems.at((*here, "host"), f"write the host alone ({host!r}); give `user:` and `port:` as their own keys")
+        return None, False
+    return PodSpec(host=host, user=values.get("user"), port=values.get("port"), run_dir=values.get("run_dir"),
+                   label=values.get("label") or host), ok
+
+
+def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> list[PodSpec]:
+    """Read and validate a fleet file; raises :class:`~rlsup.supervisor.config.model.ConfigError` listing
+    every problem as ``FILE:LINE:COL: key.path: message``. ``${VAR}`` expands in string values."""
+    file, doc = _read_fleet(path)
+    env = dict(os.environ if environ is None else environ)
+    problems = _Problems(file, doc)
+    out: list[PodSpec] = []
+    labels: dict[str, int] = {}
+    for i, raw in enumerate(_pods_list(doc.data, problems)):
+        here: tuple[str | int, ...] = ("pods", i)
+        spec, ok = _pod(raw, here, env, problems)
+        if spec is None:
+            continue
+        if spec.label in labels:
+            named = isinstance(raw, dict) and "label" in raw
+            problems.at((*here, "label") if named else (*here, "host"),
+                        f"two pods named {spec.label!r} (first is pods[{labels[spec.label]}]); "
+                        "give each a distinct `label:`")
+            continue
+        labels[spec.label] = i
+        if ok:
+            out.append(spec)
+    if problems.found:
+        problems.fail()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One pod: a SessionListener that keeps the pod's state and failures.
+
+
+@dataclass
+class Failure:
+    """One failed exit of a pod's component (from an ``exited``/``spawn_failed`` event or a
+    component's ``last_exit``). ``attempt`` is None where the record does not say."""
+
+    component: str
+    ts: float
+    diagnosis: dict[str, Any]
+    exit_code: int | None = None
+    signal: str | None = None
+    attempt: int | None = None
+
+    def same_exit(self, other: Failure) -> bool:
+        """The same exit seen twice (as an event, in the journal, as ``last_exit``): the same
+        component and attempt, or, where an attempt is unknown, the same time."""
+        if self.component != other.component:
+            return False
+        if self.attempt is not None and other.attempt is not None:
+            return self.attempt == other.attempt
+        return abs(self.ts - other.ts) < 1e-6
+
+
+def failure_of(component: str, exit_info: Mapping[str, Any], attempt: int | None = None) -> Failure | None:
+    """The failure an exit record stands for, or None for a clean exit or a requested stop."""
+    diag = exit_info.get("diagnosis") or {}
+    if not isinstance(diag, dict) or diag.get("category") in (None, "none"):
+        return None
+    if attempt is None:
+        attempt = exit_info.get("attempt")
+    return Failure(component, float(exit_info.get("ts") or 0.0), diag, exit_info.get("exit_code"),
+                   exit_info.get("signal"), attempt if isinstance(attempt, int) and attempt > 0 else None)
+
+
+def failure_in(rec: Record) -> Failure | None:
+    """The failure an ``exited`` or ``spawn_failed`` record with a diagnosis stands for, or None."""
+    e = rec.event
+    if not isinstance(e, (ComponentExited, StartFailed)) or not e.component:
+        return None
+    diag = e.diagnosis
+    if not diag or diag.get("category") in (None, "none"):
+        return None
+    exit_code, signal = (e.exit_code, e.signal) if isinstance(e, ComponentExited) else (None, None)
+    return Failure(e.component, rec.ts, diag, exit_code, signal, e.attempt if e.attempt > 0 else None)
+
+
+def failures_in_events(events: Iterable[Record | Mapping[str, Any]]) -> list[Failure]:
+    """The failures among journal events (``exited`` and ``spawn_failed`` with a diagnosis)."""
+    return [f for e in events if (f := failure_in(as_record(e))) is not None]
+
+
+def failures_in_state(state: Mapping[str, Any] | None) -> list[Failure]:
+    """Each component's ``last_exit`` that is a failure, with the attempt it ended.
+
+    ``last_exit`` does not carry its attempt; it is the component's current attempt unless a newer
+    one started after the exit (attempts are numbered one after another, so then the one before).
+    """
+    out = []
+    for name, c in ((state or {}).get("components") or {}).items():
+        le = c.get("last_exit")
+        if not le:
+            continue
+        attempt = c.get("attempt") if isinstance(c.get("attempt"), int) else None
+        started, ts = c.get("started_at"), le.get("ts")
+        if attempt and started is not None and ts is not None and started > ts:
+            attempt -= 1
+        f = failure_of(name, le, attempt or None)
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def end_note(run: Mapping[str, Any]) -> str | None:
+    """``"ended at 2026-11-22 10:37:08: trainer fatal: ... (exit code 1)"`` for a run that ended
+    (the wording of ``rlsup bridge`` on an ended run), None for one that has not."""
+    if not run.get("ended_at"):
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(run["ended_at"])))
+    return f"ended at {when}: {run.get('end_reason')} (exit code {run.get('exit_code')})"
+
+
+class PodState:
+    """What the fleet knows about one pod; the pod's :class:`Session` calls into it.
+
+    Folds events with :func:`rlsup.supervisor.records.state.apply`, remembers failed exits (for
+    correlation), whether the pod's run has ended, and the connection status with its reason.
+    Log lines are not kept.
+    """
+
+    def __init__(self, spec: PodSpec, on_change: Callable[[], None] | None = None):
+        self.spec = spec
+        self.on_change = on_change
+        self.connection = "connecting"
+        self.detail = ""
+        self.error: str | None = None  # why it is not connected (None while attached)
+        self.attempts = 0  # failed connection attempts since the last success
+        self.state: dict[str, Any] | None = None
+        self.server: dict[str, Any] = {}
+        self.failures: list[Failure] = []
+        self.ended_note: str | None = None  # set while the pod's run is known to have ended
+        self.archived = False  # the last answer came from a run dir no supervisor owns (read-only)
+        self.history_pending = False  # the pod's journal is being read for its past failures
+        # Set by the Fleet: the hello of the pod's current connection, and a hook after each snapshot.
+        self.server_hello: Callable[[], Mapping[str, Any]] = lambda: {}
+        self.after_snapshot: Callable[[bool], None] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_note is not None
+
+    @property
+    def connected(self) -> bool:
+        """Answered: attached to a live supervisor, or the run has ended and its final state is
+        known (and the pod has not become unreachable since)."""
+        return self.connection == "attached" or (self.ended and self.error is None)
+
+    @property
+    def settled(self) -> bool:
+        """Has an answer: a snapshot (and the journal's failures), or at least one failed connection attempt."""
+        return (self.connected and self.state is not None and not self.history_pending) or self.error is not None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    # SessionListener --------------------------------------------------------------------------
+    def on_connection(self, status: str, detail: str) -> None:
+        self.connection, self.detail = status, detail
+        if status == "attached":
+            self.error, self.attempts = None, 0
+        elif status == "ended":
+            # The run ended while we watched and its supervisor went away: an answer, not an error.
+            self.error = None
+            if self.ended_note is None:
+                self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
+        elif status in ("reconnecting", "closed") and detail:
+            self.error = _RETRY_SUFFIX.sub("", detail)
+            if status == "reconnecting":
+                self.attempts += 1
+        self._changed()
+
+    def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
+        st = snapshot.get("state") or run_state.initial({}, [])
+        self.state = st
+        self.add_failures(failures_in_state(st))
+        hello = self.server_hello() or {}
+        run = st.get("run") or {}
+        self.archived = bool(hello.get("ended"))
+        if self.archived:
+            self.ended_note = str(hello.get("ended_note") or end_note(run) or "the run has ended")
+        else:  # a live supervisor: ended only if its run ended and it is still shutting down
+            self.ended_note = end_note(run)
+        # Session delivers `attached` after the snapshot; a snapshot means the link works.
+        self.connection, self.error = "attached", None
+        if self.after_snapshot is not None:
+            self.after_snapshot(resumed)
+        self._changed()
+
+    def on_event(self, event: Record | dict[str, Any]) -> None:
+        rec = as_record(event)  # parsed once, at the socket's edge
+        failure = failure_in(rec)
+        if failure is not None:
+            self.add_failures([failure])
+        if self.state is not None:
+            run_state.apply(self.state, rec)
+            if isinstance(rec.event, RunEnded):
+                self.ended_note = end_note(self.state.get("run") or {})
+            elif isinstance(rec.event, RunStarted):
+                self.ended_note, self.archived = None, False
+        self._changed()
+
+    def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
+        pass  # the fleet shows state, not logs; Enter on a pod opens its full TUI
+
+    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
+        pass
+
+    def add_history(self, events: Iterable[Record | Mapping[str, Any]]) -> None:
+        """The failures recorded in the pod's journal (read by the Fleet after a snapshot)."""
+        self.add_failures(failures_in_events(events))
+        self.history_pending = False
+        self._changed()
+
+    def add_failures(self, failures: Iterable[Failure]) -> None:
+        """Remember failures, each exit once however many ways it was seen (:meth:`Failure.same_exit`)."""
+        known = self.failures
+        # Indexed, as a journal read back can hold thousands of exits.
+        by_attempt = {(f.component, f.attempt): i for i, f in enumerate(known) if f.attempt is not None}
+        by_ts: dict[tuple[str, float], list[int]] = {}
+        for n, f in enumerate(known):
+            by_ts.setdefault((f.component, round(f.ts, 6)), []).append(n)
+        for f in failures:
+            i = by_attempt.get((f.component, f.attempt)) if f.attempt is not None else None
+            if i is None:
+                i = next((j for j in by_ts.get((f.component, round(f.ts, 6)), ()) if known[j].same_exit(f)), None)
+            if i is None:
+                known.append(f)
+                i = len(known) - 1
+                by_ts.setdefault((f.component, round(f.ts, 6)), []).append(i)
+            elif known[i].attempt is not None or f.attempt is None:
+                continue
+            else:
+                known[i] = f  # the record that knows its attempt wins
+            if f.attempt is not None:
+                by_attempt[(f.component, f.attempt)] = i
+        known.sort(key=lambda f: f.ts)
+        del self.failures[:-MAX_FAILURES]
+
+    # views ------------------------------------------------------------------------------------
+    def ended_json(self) -> dict[str, Any] | None:
+        """How the pod's run ended: the note, when, the exit code and reason, and the diagnosis of
+        the failure that ended it (the root component's last exit, else the pod's newest failure)."""
+        if self.ended_note is None:
+            return None
+        run = (self.state or {}).get("run") or {}
+        comps = (self.state or {}).get("components") or {}
+        root = run.get("root") or {}
+        component = root.get("component") if isinstance(root, dict) else None
+        diag = None
+        if component in comps:
+            d = (comps[component].get("last_exit") or {}).get("diagnosis") or {}
+            diag = d if d.get("category") not in (None, "none") else None
+        if diag is None and self.failures:
+            component, diag = self.failures[-1].component, self.failures[-1].diagnosis
+        return {"note": self.ended_note, "at": run.get("ended_at"), "exit_code": run.get("exit_code"),
+                "reason": run.get("end_reason"), "component": component, "diagnosis": diag}
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        """This pod's entry of ``rlsup fleet --json`` (docs/contract.md)."""
+        v = run_state.view(self.state, now) if self.state is not None else None
+        s = self.spec
+        return {
+            "label": s.label, "host": s.host, "user": s.user, "port": s.port, "run_dir": s.run_dir,
+            "connected": self.connected,
+            "connection": "ended" if self.ended and self.error is None else self.connection,
+            "error": self.error, "ended": self.ended_json(),
+            "run": v["run"] if v else None, "components": v["components"] if v else {},
+            "gpus": v.get("gpus", []) if v else [],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-pod correlation (pure).
+
+
+def signature(diag: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    """(category, exception type, file name:line): what makes two failures on two pods "the same".
+
+    The location keeps only the file's name: the same code checked out under different
+    directories on different pods is the same bug.
+    """
+    from ..records.diagnosis import Diagnosis
+
+    category, exc, loc = Diagnosis.from_dict(dict(diag)).signature()
+    return category, exc, (loc.replace("\\", "/").rsplit("/", 1)[-1] if loc else None)
+
+
+def _hhmm(ts: float) -> str:
+    return time.strftime("%H:%M", time.localtime(ts))
+
+
+def describe_signature(sig: tuple[str, str | None, str | None]) -> str:
+    category, exc, loc = sig
+    what = exc or category
+    return f"{what} at {loc}" if loc else what
+
+
+def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
+              timefmt: Callable[[float], str] = _hhmm) -> list[dict[str, Any]]:
+    """Group identical failures (category + exception type + location) seen on two or more pods
+    into ``fleet_repeated_error`` flags, most widespread first.
+
+    ``pod_failures`` maps a pod's label to its failures (any order). Each flag names the pods in
+    the order they first failed, the first occurrence's time, and per-pod evidence (component,
+    time, exit, summary and evidence lines of that pod's latest failure with the signature).
+    A bare ``unknown`` (no exception, no location) shares nothing worth grouping and is skipped.
+    """
+    groups: dict[tuple[str, str | None, str | None], dict[str, list[Failure]]] = {}
+    for label, failures in pod_failures.items():
+        for f in failures:
+            sig = signature(f.diagnosis)
+            if sig[0] in ("none",) or (sig[0] == "unknown" and sig[1] is None and sig[2] is None):
+                continue
+            groups.setdefault(sig, {}).setdefault(label, []).append(f)
+    flags: list[dict[str, Any]] = []
+    for sig, by_pod in groups.items():
+        if len(by_pod) < 2:
+            continue
+        firsts = sorted(((min(f.ts for f in fs), label) for label, fs in by_pod.items()))
+        first_ts = firsts[0][0]
+        pods = [label for _, label in firsts]
+        evidence = []
+        for label in pods:
+            latest = max(by_pod[label], key=lambda f: f.ts)
+            d = latest.diagnosis
+            evidence.append({
+                "pod": label, "component": latest.component, "ts": latest.ts, "count": len(by_pod[label]),
+                "exit_code": latest.exit_code, "signal": latest.signal, "summary": d.get("summary"),
+                "step": d.get("step"), "location": d.get("location"), "evidence": list(d.get("evidence") or []),
+            })
+        base = max(by_pod[pods[0]], key=lambda f: f.ts).diagnosis
+        diagnosis = {"category": sig[0], "exception": base.get("exception"), "location": sig[2],
+                     "summary": base.get("summary")}
+        flags.append({
+            "type": FLAG_TYPE,
+            "message": f"{describe_signature(sig)} on {len(pods)}/{n_pods} pods, first at {timefmt(first_ts)}",
+            "pods": pods, "diagnosis": diagnosis, "first_ts": first_ts, "evidence": evidence,
+        })
+    flags.sort(key=lambda f: (-len(f["pods"]), f["first_ts"]))
+    return flags
+
+
+# ---------------------------------------------------------------------------------------------
+# The fleet: one Session per pod, run in parallel.
+
+
+class _DaemonThreadExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs each blocking call (an SSH dial) on its own daemon thread.
+
+    A pod that black-holes SSH holds its thread for the connect timeout; with a bounded pool it
+    would delay every other pod's dial, and a joined pool would delay the exit of ``--json``.
+    """
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def work() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # handed to the awaiting coroutine
+                fut.set_exception(e)
+
+        threading.Thread(target=work, daemon=True, name="rlsup-fleet-io").start()
+        return fut
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass
+
+
+SessionFactory = Callable[[Connector, SessionListener], Any]
+
+
+def _default_session(connect: Connector, listener: SessionListener) -> Session:
+    # lines=0: the fleet shows no logs; backoff grows to 30 s for pods that stay unreachable.
+    return Session(connect, listener, lines=0, backoff=(1.0, 30.0), logs=False)  # rows need no log lines
+
+
+class Fleet:
+    """Every pod's :class:`PodState`, fed by one session per pod, all on one event loop.
+
+    ``connector_for(spec)`` gives each pod's :data:`Connector` (SSH in production);
+    ``session_factory(connect, listener)`` builds the session (tests pass a fake). ``on_change``
+    is called (on the loop) whenever any pod's state changes.
+
+    After a session's first snapshot the pod's journal is read once (``events`` since 0) for the
+    failures that ``last_exit`` no longer shows. A pod whose run has ended is served read-only and
+    sends nothing more, so its session is closed after that and the pod is looked at again every
+    :data:`ENDED_RECHECK_S` seconds (``rlsup up --resume`` there shows up as a live run).
+    """
+
+    def __init__(self, specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,
+                 session_factory: SessionFactory = _default_session, clock: Callable[[], float] = time.time,
+                 timefmt: Callable[[float], str] = _hhmm, on_change: Callable[[], None] | None = None,
+                 ended_recheck_s: float = ENDED_RECHECK_S):
+        self.specs = list(specs)
+        self.clock = clock
+        self.timefmt = timefmt
+        self.on_change = on_change
+        self.session_factory = session_factory
+        self.ended_recheck_s = ended_recheck_s
+        self.pods = [PodState(s, self._changed) for s in self.specs]
+        self.connectors = {s.label: connector_for(s) for s in self.specs}
+        self.sessions = {p.label: session_factory(self.connectors[p.label], p) for p in self.pods}
+        for p in self.pods:
+            p.server_hello = partial(self._hello, p.label)
+            p.after_snapshot = partial(self._after_snapshot, p.label)
+        self.version = 0  # bumped on every change; views repaint when it moves
+        self._closed = False
+        self._wake: asyncio.Event | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    def pod(self, label: str) -> PodState:
+        return next(p for p in self.pods if p.label == label)
+
+    def _hello(self, label: str) -> Mapping[str, Any]:
+        return getattr(self.sessions.get(label), "server", None) or {}
+
+    def _after_snapshot(self, label: str, resumed: bool) -> None:
+        """Read the pod's journal for its past failures (once per session), then let go of a
+        read-only ended run."""
+        session = self.sessions[label]
+        client = getattr(session, "client", None)
+        if resumed or client is None or not hasattr(client, "events"):
+            return  # a reconnect replays what it missed; a session without a client has no journal to ask
+        pod = self.pod(label)
+        pod.history_pending = True
+        task = asyncio.ensure_future(self._load_history(pod, session, client))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _load_history(self, pod: PodState, session: Any, client: Any) -> None:
+        events: list[dict[str, Any]] = []
+        try:
+            events = await client.events(since=0, limit=HISTORY_EVENTS)
+        except Exception:  # the link dropped or an older supervisor: last exits and replayed events still count
+            pass
+        finally:
+            pod.add_history(events)
+            if pod.archived:
+                session.close()  # an ended run read from disk sends nothing more; Fleet.run looks again later
+
+    async def run(self) -> None:
+        """Run every pod's session until :meth:`close`; one pod failing never stops the others."""
+        asyncio.get_running_loop().set_default_executor(_DaemonThreadExecutor())
+        self._wake = asyncio.Event()
+        if self._closed:
+            self._wake.set()
+
+        async def one(label: str) -> None:
+            pod = self.pod(label)
+            while True:
+                try:
+                    await self.sessions[label].run()
+                except Exception as e:  # a session bug on one pod must not take the fleet down
+                    pod.on_connection("closed", f"session failed: {e}")
+                    return
+                if self._closed or not pod.ended:
+                    return
+                # The run ended: look again now and then, a run resumed there shows up as live.
+                assert self._wake is not None
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.ended_recheck_s)
+                if self._closed:
+                    return
+                self.sessions[label] = self.session_factory(self.connectors[label], pod)
+
+        await asyncio.gather(*(one(p.label) for p in self.pods))
+
+    def close(self) -> None:
+        self._closed = True
+        if self._wake is not None:
+            self._wake.set()
+        for t in list(self._tasks):
+            t.cancel()
+        for s in self.sessions.values():
+            s.close()
+        for c in self.connectors.values():
+            remote = getattr(c, "remote", None)
+            if remote is not None:
+                with contextlib.suppress(Exception):
+                    remote.close()
+
+    async def wait_settled(self, timeout: float) -> bool:
+        """Until every pod has an answer (attached, or failed once) or ``timeout``; True if all have."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not all(p.settled for p in self.pods):
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(0.05, left))
+        return True
+
+    async def command(self, labels: Sequence[str], command: str, component: str | None = None,
+                      **args: Any) -> dict[str, dict[str, Any]]:
+        """Send one command to several pods at once; each pod's reply (``ok`` + message/error)."""
+        async def one(label: str) -> dict[str, Any]:
+            try:
+                return await self.sessions[label].command(command, component, **args)
+            except Exception as e:
+                return {"ok": False, "error": str(e) or type(e).__name__}
+
+        replies = await asyncio.gather(*(one(label) for label in labels))
+        return dict(zip(labels, replies, strict=True))
+
+    def flags(self) -> list[dict[str, Any]]:
+        return correlate({p.label: p.failures for p in self.pods}, len(self.pods), timefmt=self.timefmt)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What ``rlsup fleet --json`` prints: ``{"pods": [...], "flags": [...]}``."""
+        now = self.clock()
+        return {"pods": [p.to_json(now) for p in self.pods], "flags": self.flags()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Row summaries shared by the TUI and the text output (pure).
+
+
+def gpu_summary(gpus: Sequence[Mapping[str, Any]] | None) -> str:
+    """``"4 GPU 87%"`` (mean utilisation), ``"-"`` without GPUs."""
+    if not gpus:
+        return "-"
+    utils = [u for g in gpus if isinstance(u := g.get("util_pct"), int | float)]
+    if not utils:
+        return f"{len(gpus)} GPU"
+    return f"{len(gpus)} GPU {sum(utils) / len(utils):.0f}%"
+
+
+def main_component(components: Mapping[str, Mapping[str, Any]]) -> tuple[str, Mapping[str, Any]] | None:
+    """The component whose progress stands for the pod: the one with a total, else a step, else the last."""
+    if not components:
+        return None
+    items = list(components.items())
+    for want in ("total", "step"):
+        for name, c in reversed(items):
+            if c.get(want) is not None:
+                return name, c
+    return items[-1]
+
+
+def latest_problem(pod: Mapping[str, Any]) -> str:
+    """The newest flag (its type) and the newest failure diagnosis of a pod on one line:
+    ``"trainer step_crash · trainer: CUDA out of memory ..."``; ``""`` when there is neither."""
+    flag: tuple[float, str] | None = None
+    diag: tuple[float, str] | None = None
+    for name, c in (pod.get("components") or {}).items():
+        for f in c.get("flags") or []:
+            cand = (float(f.get("ts") or 0), f"{name} {f.get('type')}")
+            flag = cand if flag is None or cand[0] >= flag[0] else flag
+        le = c.get("last_exit") or {}
+        d = le.get("diagnosis") or {}
+        if d.get("category") not in (None, "none"):
+            cand = (float(le.get("ts") or 0), f"{name}: {d.get('summary') or d.get('category')}")
+            diag = cand if diag is None or cand[0] > diag[0] else diag
+    return " · ".join(x[1] for x in (flag, diag) if x is not None)
+
+
+def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identity: str | None = None,
+                   accept_hint: str | None = None) -> Callable[[PodSpec], Connector]:
+    """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does). ``accept_hint``: the
+    command that trusts an unknown host key (the fleet's own, with its options)."""
+    from .ssh import SshTarget, ssh_connector
+
+    def make(spec: PodSpec) -> Connector:
+        return ssh_connector(SshTarget(host=spec.host, user=spec.user, port=spec.port, identity=identity),
+                             run_dir=spec.run_dir, remote_cmd=remote_cmd, accept_new_host_key=accept_new_host_key,
+                             accept_hint=accept_hint)
+
+    return make
+
+
+async def fleet_snapshot(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,
+                         timeout: float = JSON_TIMEOUT_S, **fleet_kw: Any) -> dict[str, Any]:
+    """Connect to every pod in parallel, wait until each answered (or ``timeout``), snapshot, close."""
+    fleet = Fleet(specs, connector_for, **fleet_kw)
+    task = asyncio.ensure_future(fleet.run())
+    try:
+        await fleet.wait_settled(timeout)
+        snap = fleet.snapshot()
+    finally:
+        fleet.close()
+        # Sessions end at once, except one still dialling a silent host: do not wait for that.
+        await asyncio.wait({task}, timeout=1.0)
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+    for p in snap["pods"]:
+        if not p["connected"] and not p["error"]:
+            p["error"] = f"no answer within {timeout:g}s"
+    return snap

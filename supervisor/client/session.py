@@ -1,0 +1,352 @@
+"""Clients of the control socket: one connection (:class:`Client`) and a reconnecting
+subscription (:class:`Session`) that the TUI, ``rlsup attach`` and the fleet view use.
+
+A :class:`Client` works on any pair of asyncio streams: a unix socket locally, or the local end
+of an SSH channel relayed by :mod:`rlsup.supervisor.client.ssh`. Nothing here imports textual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..records import protocol
+from ..records.events import Record, RunEnded, is_lifecycle, parse
+from ..records.protocol import ProtocolError, VersionMismatch
+
+
+class NotRunning(Exception):
+    """No supervisor answers on the socket (none started, or it has ended)."""
+
+
+class RequestFailed(Exception):
+    def __init__(self, reply: dict[str, Any]):
+        self.reply = reply
+        super().__init__(reply.get("error") or "request failed")
+
+
+Push = Callable[[dict[str, Any]], None]
+
+
+class Client:
+    """One protocol connection. Replies are matched to requests by id; pushes go to ``on_push``."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, name: str = "client"):
+        self.reader = reader
+        self.writer = writer
+        self.name = name
+        self.server: dict[str, Any] = {}
+        self.on_push: Push | None = None
+        self._next_id = 0
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._reader_task: asyncio.Task[None] | None = None
+        self.closed = asyncio.Event()
+        self.close_reason = ""
+
+    @classmethod
+    async def open_unix(cls, path: str | os.PathLike[str], *, name: str = "client", timeout: float = 5.0) -> Client:
+        """Connect to a run's socket and say hello; raises :class:`NotRunning` if nobody answers."""
+        from ..rundir.layout import sock_address
+
+        try:
+            with sock_address(Path(path)) as addr:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_unix_connection(addr, limit=protocol.STREAM_LIMIT), timeout)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            raise NotRunning(f"no supervisor is listening on {path} ({e.strerror})") from None
+        except asyncio.TimeoutError:
+            raise NotRunning(f"no answer from {path} within {timeout:g}s") from None
+        client = cls(reader, writer, name=name)
+        await client.start(timeout)
+        return client
+
+    async def start(self, timeout: float = 10.0) -> dict[str, Any]:
+        self._reader_task = asyncio.ensure_future(self._read_loop())
+        reply = await self.request("hello", version=protocol.VERSION, client=self.name, timeout=timeout,
+                                   check=False)
+        if not reply.get("ok"):
+            await self.close()
+            if "version" in (reply.get("error") or ""):
+                raise VersionMismatch(reply["error"])
+            raise ProtocolError(reply.get("error") or "hello refused")
+        self.server = reply.get("server") or {}
+        return self.server
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                line = await self.reader.readline()
+                if not line:
+                    self.close_reason = "connection closed by the supervisor"
+                    break
+                try:
+                    msg = protocol.decode(line)
+                except ProtocolError:
+                    continue
+                rid = msg.get("id")
+                if rid is not None and "type" not in msg:
+                    fut = self._pending.pop(rid, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg)
+                elif self.on_push is not None:
+                    self.on_push(msg)
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, ValueError) as e:
+            # ValueError: a line over STREAM_LIMIT (asyncio's LimitOverrunError surfaces as it)
+            self.close_reason = f"connection lost ({e})"
+        finally:
+            self.closed.set()
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError(self.close_reason or "connection closed"))
+            self._pending.clear()
+
+    async def request(self, op: str, *, timeout: float | None = 30.0, check: bool = True,
+                      **fields: Any) -> dict[str, Any]:
+        if self.closed.is_set():
+            raise ConnectionError(self.close_reason or "connection closed")
+        self._next_id += 1
+        rid = self._next_id
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        self.writer.write(protocol.encode({"id": rid, "op": op, **fields}))
+        await self.writer.drain()
+        reply = await asyncio.wait_for(fut, timeout) if timeout else await fut
+        if check and not reply.get("ok"):
+            raise RequestFailed(reply)
+        return reply
+
+    async def command(self, command: str, component: str | None = None, **args: Any) -> dict[str, Any]:
+        """Send a command; the reply has ``ok`` and ``message`` or ``error`` (never raises on refusal)."""
+        return await self.request("command", command=command, component=component, args=args, check=False)
+
+    async def snapshot(self, lines: int = 0) -> dict[str, Any]:
+        return await self.request("snapshot", lines=lines)
+
+    async def subscribe(self, on_push: Push, *, lines: int = 1000, since: int | None = None,
+                        log_from: dict[str, int] | None = None, logs: bool = True) -> dict[str, Any]:
+        """Snapshot, then pushes to ``on_push``; ``logs=False`` leaves log lines out of the stream."""
+        self.on_push = on_push
+        return await self.request("subscribe", lines=lines, since=since, log_from=log_from or {}, logs=logs,
+                                  timeout=60.0)
+
+    async def logs(self, component: str, from_seq: int, limit: int = 5000) -> dict[str, Any]:
+        return await self.request("logs", component=component, from_seq=from_seq, limit=limit)
+
+    async def log_read(self, component: str, *, from_seq: int | None = None, before_seq: int | None = None,
+                       limit: int = 2000) -> dict[str, Any]:
+        """Lines of a component's log from disk (see ``log_read`` in :mod:`~rlsup.supervisor.records.protocol`)."""
+        fields: dict[str, Any] = {"component": component, "limit": limit, "from_seq": from_seq}
+        if before_seq is not None:
+            fields["before_seq"] = before_seq
+        return await self.request("log_read", **fields)
+
+    async def log_search(self, component: str, query: str, *, before_seq: int | None = None,
+                         after_seq: int | None = None) -> dict[str, Any]:
+        return await self.request("log_search", component=component, query=query, before_seq=before_seq,
+                                  after_seq=after_seq, timeout=120.0)
+
+    async def events(self, since: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        return (await self.request("events", since=since, limit=limit))["events"]
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reader_task
+        self.closed.set()
+
+
+# ---------------------------------------------------------------------- reconnecting subscription
+
+
+class SessionListener(Protocol):
+    """What a view (the TUI, a follower printing to a terminal) gets from a :class:`Session`.
+
+    Callbacks run on the session's event loop, in order; they must not block.
+    """
+
+    def on_connection(self, status: str, detail: str) -> None:
+        """``connecting`` | ``attached`` | ``reconnecting`` | ``ended`` (the run is over) | ``closed``."""
+
+    def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
+        """Full state after (re)connecting; ``resumed`` when it continues an earlier connection."""
+
+    def on_event(self, event: Record) -> None:
+        """Lifecycle events (in seq order, none missed across reconnects) and gauges, each parsed
+        once on receipt (:func:`~rlsup.supervisor.records.events.parse`: a kind this client does not know
+        is an ``UnknownEvent``; ``Record.to_dict()`` gives the dict that came)."""
+
+    def on_logs(self, component: str, seq: int, lines: list[str]) -> None: ...
+
+    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None: ...
+
+
+Connector = Callable[[], Awaitable[Client]]
+# After the run ended, given the last lifecycle seq the session saw: why the run goes on all the same (a
+# requeued Slurm job: its next supervisor continues it), or None. See :class:`Session`.
+GoesOn = Callable[[int | None], Awaitable[str | None]]
+
+
+class Session:
+    """Keeps a subscription alive: reconnects with backoff and resyncs from sequence numbers.
+
+    ``connect`` opens a fresh, hello'd :class:`Client` (local socket or SSH). The session remembers
+    the last lifecycle ``seq`` and each component's next log line, so after a dropped link the
+    listener gets every missed lifecycle event and the log streams continue (or a gap is reported).
+    """
+
+    def __init__(self, connect: Connector, listener: SessionListener, *, lines: int = 1000,
+                 backoff: tuple[float, float] = (0.5, 10.0), give_up_after: float | None = None,
+                 logs: bool = True, goes_on: GoesOn | None = None):
+        self.connect = connect
+        # After the run ended: why it goes on all the same (a Slurm job requeued: the next supervisor
+        # continues the run), or None. The session then waits for that supervisor instead of ending.
+        self.goes_on = goes_on
+        self.logs = logs
+        self.listener = listener
+        self.lines = lines
+        self.backoff = backoff
+        self.give_up_after = give_up_after
+        self.client: Client | None = None
+        self.seq: int | None = None
+        self.log_next: dict[str, int] = {}
+        self.server: dict[str, Any] = {}
+        self.run_ended = False
+        self._stop = asyncio.Event()
+        self.connected = asyncio.Event()
+
+    async def run(self) -> None:
+        """Until :meth:`close`: connect, subscribe, deliver; reconnect when the link drops."""
+        delay = self.backoff[0]
+        first = True
+        lost_at: float | None = None
+        loop = asyncio.get_running_loop()
+        waiting = ""  # what the session waits for, said with every retry (a requeued job)
+        while not self._stop.is_set():
+            self.listener.on_connection("connecting" if first else "reconnecting", waiting)
+            try:
+                client = await self.connect()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # refused, unreachable, auth: say why and retry
+                if isinstance(e, VersionMismatch):
+                    self.listener.on_connection("closed", str(e))
+                    return
+                now = loop.time()
+                lost_at = lost_at or now
+                if self.give_up_after is not None and now - lost_at > self.give_up_after:
+                    self.listener.on_connection("closed", f"gave up: {e}")
+                    return
+                self.listener.on_connection("reconnecting", f"{waiting}; {e}; retrying in {delay:.1f}s" if waiting
+                                            else f"{e}; retrying in {delay:.1f}s")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                delay = min(delay * 2, self.backoff[1]) * random.uniform(0.9, 1.1)
+                continue
+            first, waiting = False, ""
+            try:
+                await self._serve(client)
+            finally:
+                self.connected.clear()
+                self.client = None
+                await client.close()
+            if self._stop.is_set():
+                break
+            if self.run_ended:
+                more = await self.goes_on(self.seq) if self.goes_on is not None else None
+                if more is None:
+                    self.listener.on_connection("ended", client.close_reason or "the run has ended")
+                    return
+                self.run_ended, waiting = False, more
+                delay, lost_at = self.backoff[0], None  # no give-up clock: the job may pend for long
+                continue
+            delay, lost_at = self.backoff[0], loop.time()
+            self.listener.on_connection("reconnecting", client.close_reason or "connection lost")
+        self.listener.on_connection("closed", "")
+
+    async def _serve(self, client: Client) -> None:
+        resumed = self.seq is not None
+        snap = await client.subscribe(self._push, lines=self.lines, since=self.seq, log_from=dict(self.log_next),
+                                      logs=self.logs)
+        self.client = client
+        self.server = client.server
+        for e in snap.get("events", []):
+            self._event(e)
+        for name, block in (snap.get("logs") or {}).items():
+            want = self.log_next.get(name)
+            if want is not None and block["seq"] > want:
+                self.listener.on_gap(name, want, block["seq"])
+            self.log_next[name] = block["seq"] + len(block["lines"])
+        self.seq = max(self.seq or 0, snap.get("seq", 0))
+        self.listener.on_snapshot(snap, resumed)
+        self.listener.on_connection("attached", client.server.get("host", ""))
+        self.connected.set()
+        closed = asyncio.ensure_future(client.closed.wait())
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({closed, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            stop.cancel()
+
+    def _event(self, e: dict[str, Any]) -> None:
+        rec = parse(e)  # the socket's edge: typed once, here
+        if is_lifecycle(rec.kind):
+            if self.seq is not None and rec.seq <= self.seq:
+                return  # already delivered before the reconnect
+            self.seq = rec.seq
+        if isinstance(rec.event, RunEnded):
+            self.run_ended = True
+        self.listener.on_event(rec)
+
+    def _push(self, msg: dict[str, Any]) -> None:
+        t = msg.get("type")
+        if t == "event":
+            self._event(msg["event"])
+        elif t == "logs":
+            name, seq, lines = msg["component"], msg["seq"], msg["lines"]
+            self.log_next[name] = seq + len(lines)
+            self.listener.on_logs(name, seq, lines)
+        elif t == "gap":
+            self.log_next[msg["component"]] = msg["to_seq"]
+            self.listener.on_gap(msg["component"], msg["from_seq"], msg["to_seq"])
+
+    async def command(self, command: str, component: str | None = None, **args: Any) -> dict[str, Any]:
+        """Send a command on the live connection; a reply with ``ok: false`` says why it was not done."""
+        if self.client is None:
+            return {"ok": False, "error": "not connected to the supervisor (reconnecting)"}
+        try:
+            return await self.client.command(command, component, **args)
+        except (ConnectionError, asyncio.TimeoutError) as e:
+            return {"ok": False, "error": f"connection lost before the answer ({e})"}
+
+    async def disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
+        """``log_read`` or ``log_search`` on the live connection; ``ok: false`` with a reason when
+        the link is down or the supervisor refuses."""
+        if self.client is None:
+            return {"ok": False, "error": "not connected to the supervisor (reconnecting)"}
+        try:
+            if op == "log_read":
+                return await self.client.log_read(component, **fields)
+            return await self.client.log_search(component, **fields)
+        except RequestFailed as e:
+            return e.reply
+        except (ConnectionError, asyncio.TimeoutError) as e:
+            return {"ok": False, "error": f"connection lost before the answer ({e})"}
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def unix_connector(sock: str | Path, name: str = "client") -> Connector:
+    async def connect() -> Client:
+        return await Client.open_unix(sock, name=name)
+
+    return connect

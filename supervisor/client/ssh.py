@@ -1,0 +1,352 @@
+"""SSH attach: a protocol connection to a remote run through ``rlsup bridge`` over paramiko.
+
+The channel is relayed to a local socketpair by two threads, so the asyncio :class:`Client` reads
+the remote supervisor exactly as it reads a local socket. Host keys are verified against
+``~/.ssh/known_hosts``; an unknown host is refused with its fingerprint unless the user accepts it.
+``~/.ssh/config`` supplies HostName, User, Port, IdentityFile, ProxyJump (one or more hops) and
+ProxyCommand; keys from the SSH agent are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import os
+import shlex
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..records import protocol
+from .session import Client, Connector
+
+CONNECT_TIMEOUT_S = 15.0
+KEEPALIVE_S = 15
+REUSE_TIMEOUT_S = 5.0
+CHUNK = 1 << 16
+
+
+class SshError(Exception):
+    """A connection problem the user can act on; the message says what to do."""
+
+
+class HostKeyUnknown(SshError):
+    pass
+
+
+@dataclass
+class SshTarget:
+    host: str
+    user: str | None = None
+    port: int | None = None
+    identity: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str, *, identity: str | None = None) -> SshTarget:
+        """``[user@]host[:port]``; IPv6 as ``[::1]:2222``."""
+        user, _, hostport = spec.rpartition("@")
+        port: int | None = None
+        if hostport.startswith("["):
+            host, _, rest = hostport[1:].partition("]")
+            if rest.startswith(":"):
+                port = _port(rest[1:], spec)
+        elif hostport.count(":") == 1:
+            host, _, p = hostport.partition(":")
+            port = _port(p, spec)
+        else:
+            host = hostport
+        if not host:
+            raise SshError(f"bad target {spec!r}: expected [user@]host[:port]")
+        return cls(host=host, user=user or None, port=port, identity=identity)
+
+    def label(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
+
+
+def _port(text: str, spec: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise SshError(f"bad port in {spec!r}") from None
+    if not 0 < port < 65536:
+        raise SshError(f"bad port in {spec!r}")
+    return port
+
+
+def _ssh_dir() -> Path:
+    return Path(os.path.expanduser("~")) / ".ssh"
+
+
+def _lookup(host: str) -> dict[str, Any]:
+    import paramiko
+
+    cfg_path = _ssh_dir() / "config"
+    if not cfg_path.exists():
+        return {"hostname": host}
+    try:
+        cfg = paramiko.SSHConfig.from_path(str(cfg_path))
+    except Exception as e:  # a broken ssh config is the user's to fix; say where
+        raise SshError(f"cannot read {cfg_path}: {e}") from None
+    return dict(cfg.lookup(host))
+
+
+def fingerprint(key: Any) -> str:
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _known_name(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+class _Policy:
+    """Missing-host-key policy: refuse with the fingerprint, or accept and record it."""
+
+    def __init__(self, accept: bool, known_hosts: Path, label: str, accept_hint: str | None = None):
+        self.accept = accept
+        self.known_hosts = known_hosts
+        self.label = label
+        self.accept_hint = accept_hint or f"rlsup attach {label} --accept-new-host-key"
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        fp = fingerprint(key)
+        if not self.accept:
+            raise HostKeyUnknown(
+                f"the host key of {hostname} is not known (not in {self.known_hosts}).\n"
+                f"  {key.get_name()} key fingerprint is {fp}.\n"
+                f"  If that is the right host, accept it once with: {self.accept_hint}\n"
+                f"  (or connect with `ssh` and answer yes), then attach again.")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.known_hosts, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+class _Remote:
+    """One SSH connection (possibly through jump hosts) that opens bridge channels."""
+
+    def __init__(self, target: SshTarget, accept_new_host_key: bool, accept_hint: str | None = None):
+        self.target = target
+        self.accept = accept_new_host_key
+        self.accept_hint = accept_hint
+        self.clients: list[Any] = []  # paramiko.SSHClient, jump hosts first
+
+    def alive(self) -> bool:
+        if not self.clients:
+            return False
+        t = self.clients[-1].get_transport()
+        return t is not None and t.is_active()
+
+    def close(self) -> None:
+        for c in reversed(self.clients):
+            with contextlib.suppress(Exception):
+                c.close()
+        self.clients = []
+
+    def connect(self) -> None:
+        self.close()
+        cfg = _lookup(self.target.host)
+        hops = [h for h in (cfg.get("proxyjump") or "").split(",") if h and h.lower() != "none"]
+        sock: Any = None
+        if not hops and cfg.get("proxycommand") and cfg["proxycommand"].lower() != "none":
+            import paramiko
+
+            sock = paramiko.ProxyCommand(cfg["proxycommand"])
+        for hop in hops:
+            t = SshTarget.parse(hop)
+            hcfg = _lookup(t.host)
+            client = self._open(t, hcfg, sock)
+            host, port = self._dest(self.target if hop is hops[-1] else SshTarget.parse(hops[hops.index(hop) + 1]))
+            sock = client.get_transport().open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0))
+        self._open(self.target, cfg, sock)
+
+    def _dest(self, t: SshTarget) -> tuple[str, int]:
+        c = _lookup(t.host)
+        return c.get("hostname", t.host), int(t.port or c.get("port") or 22)
+
+    def _open(self, t: SshTarget, cfg: dict[str, Any], sock: Any) -> Any:
+        import paramiko
+
+        host = cfg.get("hostname", t.host)
+        port = int(t.port or cfg.get("port") or 22)
+        user = t.user or cfg.get("user") or os.environ.get("USER") or None
+        keys = [k for k in ([t.identity] if t.identity else []) + list(cfg.get("identityfile") or [])]
+        keys = [os.path.expanduser(k) for k in keys if os.path.exists(os.path.expanduser(k))]
+        known = _ssh_dir() / "known_hosts"
+        client = paramiko.SSHClient()
+        with contextlib.suppress(OSError):
+            client.load_system_host_keys()
+        if known.exists():
+            try:
+                client.load_host_keys(str(known))
+            except Exception as e:
+                raise SshError(f"cannot read {known}: {e}") from None
+        # paramiko calls the policy's missing_host_key and nothing else; _Policy does not subclass
+        # paramiko.MissingHostKeyPolicy only so that paramiko is imported when a connection is made.
+        policy = _Policy(self.accept, known, self.target.label(), self.accept_hint)
+        client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
+        label = f"{user + '@' if user else ''}{host}:{port}"
+        try:
+            # key_filename: "the filename, or list of filenames" (paramiko/client.py, SSHClient.connect);
+            # types-paramiko has it as `str | None`.
+            client.connect(host, port=port, username=user, key_filename=keys or None,  # type: ignore[arg-type]
+                           timeout=CONNECT_TIMEOUT_S,
+                           banner_timeout=CONNECT_TIMEOUT_S, auth_timeout=CONNECT_TIMEOUT_S, sock=sock,
+                           allow_agent=True, look_for_keys=True)
+        except HostKeyUnknown:
+            raise
+        except paramiko.BadHostKeyException as e:
+            raise SshError(
+                f"the host key of {host} has CHANGED (got {fingerprint(e.key)}, expected "
+                f"{fingerprint(e.expected_key)}). This can mean someone is intercepting the connection, or the "
+                f"machine was reinstalled. If you trust it, remove the old key with "
+                f"`ssh-keygen -R {_known_name(host, port)}` and attach again.") from None
+        except paramiko.AuthenticationException as e:
+            raise SshError(f"authentication to {label} failed ({e}); check the user, your keys "
+                           "(-i FILE, IdentityFile in ~/.ssh/config) and the SSH agent") from None
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            why = str(e).replace("[Errno None] ", "") or type(e).__name__  # paramiko's NoValidConnectionsError
+            raise SshError(f"cannot connect to {label}: {why} (is sshd running there, and the port right?)") from None
+        tr = client.get_transport()
+        if tr is not None:
+            tr.set_keepalive(KEEPALIVE_S)
+        self.clients.append(client)
+        return client
+
+    def open_bridge(self, command: str, timeout: float = CONNECT_TIMEOUT_S) -> tuple[Any, socket.socket, dict[str, Any]]:
+        """Start ``command`` on the remote host and relay its stdio to a local socket."""
+        transport = self.clients[-1].get_transport()
+        try:
+            chan = transport.open_session(timeout=timeout)
+            chan.exec_command(command)
+        except Exception as e:
+            raise SshError(f"cannot start `{command}` on {self.target.label()}: {e}") from None
+        local, remote_end = socket.socketpair()
+        info: dict[str, Any] = {"stderr": b"", "exit": None}
+        threading.Thread(target=_chan_to_sock, args=(chan, remote_end, info), daemon=True,
+                         name="rlsup-ssh-in").start()
+        threading.Thread(target=_sock_to_chan, args=(remote_end, chan), daemon=True, name="rlsup-ssh-out").start()
+        return chan, local, info
+
+
+def _chan_to_sock(chan: Any, sock: socket.socket, info: dict[str, Any]) -> None:
+    try:
+        while True:
+            data = chan.recv(CHUNK)
+            if not data:
+                break
+            sock.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            while chan.recv_stderr_ready():
+                info["stderr"] += chan.recv_stderr(CHUNK)
+            if chan.exit_status_ready():
+                info["exit"] = chan.recv_exit_status()
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+        info["done"] = True
+
+
+def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
+    try:
+        while True:
+            data = sock.recv(CHUNK)
+            if not data:
+                break
+            chan.sendall(data)
+    except (OSError, EOFError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            chan.close()
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def attach_command(target: str, *, run_dir: str | None = None, identity: str | None = None,
+                   remote_cmd: str | None = None, extra: str = "") -> str:
+    """The ``rlsup attach`` command line that reaches the same run the same way, every option that
+    made it work included, quoted for a shell: a hint that pastes back as printed."""
+    parts = ["rlsup", "attach", shlex.quote(target)]
+    if run_dir:
+        parts += ["--run-dir", shlex.quote(run_dir)]
+    if identity:
+        parts += ["-i", shlex.quote(identity)]
+    if remote_cmd:
+        parts += ["--remote-cmd", shlex.quote(remote_cmd)]
+    return " ".join(parts) + (f" {extra}" if extra else "")
+
+
+def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
+    base = remote_cmd or os.environ.get("RLSUP_REMOTE_CMD") or "rlsup"
+    cmd = f"{base} bridge"
+    if run_dir:
+        cmd += f" --run-dir {shlex.quote(run_dir)}"
+    return cmd
+
+
+async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.socket, dict[str, Any]]:
+    """``rlsup bridge`` started on the remote: over the SSH connection while it lives, else over a new
+    one. The connection may look alive but be half dead after a cut (its peer process gone, TCP not
+    closed yet): a channel that does not open soon means dial afresh."""
+    loop = asyncio.get_running_loop()
+    opened: tuple[Any, socket.socket, dict[str, Any]] | None = None
+    if remote.alive():
+        with contextlib.suppress(SshError):
+            opened = await loop.run_in_executor(None, remote.open_bridge, command, REUSE_TIMEOUT_S)
+    if opened is None:
+        await loop.run_in_executor(None, remote.connect)
+        opened = await loop.run_in_executor(None, remote.open_bridge, command)
+    return opened
+
+
+async def _bridge_failure(e: Exception, info: dict[str, Any], command: str, target: SshTarget) -> SshError:
+    """Why the bridge did not answer, from what the remote printed: a missing ``rlsup`` there says how to
+    point at it."""
+    for _ in range(50):  # give the relay thread a moment to collect the remote's stderr
+        if info.get("done"):
+            break
+        await asyncio.sleep(0.02)
+    err = info["stderr"].decode("utf-8", "replace").strip()
+    code = info.get("exit")
+    if code in (126, 127) or "not found" in err or "No such file or directory" in err:
+        return SshError(f"`{command}` is not runnable on {target.label()} ({err or 'exit 127'}); pass "
+                        "--remote-cmd /path/to/venv/bin/rlsup (or set RLSUP_REMOTE_CMD)")
+    return SshError(f"{target.label()}: {err or e}")
+
+
+def ssh_connector(target: SshTarget, *, run_dir: str | None = None, remote_cmd: str | None = None,
+                  accept_new_host_key: bool = False, accept_hint: str | None = None) -> Connector:
+    """A :data:`~rlsup.supervisor.client.session.Connector` over SSH; reuses the SSH connection while it
+    lives and dials again after it drops (what :class:`Session` reconnects through). ``accept_hint``:
+    the command that trusts an unknown host key, as the user should paste it (default: ``rlsup
+    attach`` with this target's options)."""
+    if accept_hint is None:
+        accept_hint = attach_command(target.label(), run_dir=run_dir, identity=target.identity,
+                                     remote_cmd=remote_cmd, extra="--accept-new-host-key")
+    remote = _Remote(target, accept_new_host_key, accept_hint)
+    command = bridge_command(remote_cmd, run_dir)
+    lock = asyncio.Lock()
+
+    async def connect() -> Client:
+        async with lock:
+            chan, local, info = await _bridge_channel(remote, command)
+        reader, writer = await asyncio.open_unix_connection(sock=local, limit=protocol.STREAM_LIMIT)
+        client = Client(reader, writer, name="tui")
+        try:
+            await client.start(timeout=CONNECT_TIMEOUT_S)
+        except (ConnectionError, asyncio.TimeoutError, protocol.ProtocolError) as e:
+            await client.close()
+            if isinstance(e, protocol.VersionMismatch):
+                raise
+            raise await _bridge_failure(e, info, command, target) from None
+        return client
+
+    connect.remote = remote  # type: ignore[attr-defined]  # for tests and clean shutdown
+    return connect

@@ -1,0 +1,1 @@
+"""Processes: the per-component monitor (stdlib only, runs apart), handles to an attempt's process tree, the last net."""

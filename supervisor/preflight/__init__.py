@@ -1,0 +1,1 @@
+"""`rlsup check`: everything that would make a run fail early, found before anything starts."""

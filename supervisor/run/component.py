@@ -1,0 +1,711 @@
+"""One component's driver: carries out what :func:`~rlsup.supervisor.rules.lifecycle.step` decides.
+
+The component holds its :class:`~rlsup.supervisor.rules.lifecycle.Life` and nothing else decides for it:
+:meth:`Component.handle` feeds an input to the pure transition function and performs the effects
+(spawn through a monitor, signal a tree, start a timer or a probe, emit an event). It sees the
+run only through the narrow :class:`Context` (emit, clock, monitors, GPU release, "I changed"),
+so it does not import the run and the run's other parts do not import it back.
+
+It also owns its output path: the log file its monitor writes is followed from a recorded
+position (:class:`~rlsup.supervisor.rundir.logs.LogFollower`), normalised, scanned for progress,
+readiness and ``rlsup-flag:`` lines, and kept in a ring for clients and diagnosis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal as signal_mod
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ..config import placement as slurm_placement
+from ..config.model import Component as ComponentCfg
+from ..config.model import Config
+from ..monitor.process import (
+    ENV_ATTEMPT,
+    ENV_COMPONENT,
+    ENV_RUN_DIR,
+    AttemptProcesses,
+    Monitors,
+    StartError,
+    find_marked,
+    kill_if_same,
+    start_time,
+)
+from ..records import events as ev
+from ..records.clock import Clock
+from ..records.phrases import describe_exit
+from ..records.progress import ProgressMatcher, ProgressTracker
+from ..rules import lifecycle as lc
+from ..rundir.layout import RunPaths
+from ..rundir.logs import LineNormaliser, LogFollower, LogRing, Position, RingBudget
+from ..slurm.launcher import SlurmLauncher
+from . import probes, rayprobe
+
+READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
+BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
+FLAG_LINE = re.compile(r"^rlsup-flag: (?P<type>[a-z][a-z0-9_]{0,40}): (?P<message>.+)$", re.MULTILINE)
+FLAG_LINE_MARK = "rlsup-flag: "
+MONITOR_GONE_S = 10.0
+
+
+class Context(Protocol):
+    """What a component needs of its run."""
+
+    cfg: Config
+    paths: RunPaths
+    clock: Clock
+    monitors: Monitors
+    redactor: Any  # redact.Redactor: what clients may see of the output
+    nofile: int | None  # the open-file limit a component gets
+
+    def emit(self, event: ev.Event) -> dict[str, Any]: ...
+
+    def changed(self, comp: Component) -> None: ...
+
+    def lines_added(self, comp: Component) -> None: ...
+
+    def progress_dirty(self, comp: Component) -> None: ...
+
+    def cgroup_for(self, comp: str, attempt: int) -> str | None: ...
+
+    def watch_monitor(self, comp: Component, attempt: AttemptProcesses) -> None: ...
+
+    def unwatch_monitor(self, attempt: AttemptProcesses) -> None: ...
+
+    async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
+
+    def partner_up(self, comp: Component) -> str | None: ...
+
+
+
+class Component:
+    def __init__(self, name: str, cfg: ComponentCfg, ctx: Context, *, budget: RingBudget | None = None,
+                 life: lc.Life | None = None, log_position: Position | None = None):
+        self.name = name
+        self.cfg = cfg
+        self.ctx = ctx
+        self.rules = lc.Rules.of(name, cfg)
+        self.life = life or lc.Life(name)
+        logs_cfg = ctx.cfg.logs_for(name)
+        self.logs_cfg = logs_cfg
+        start = log_position or Position()
+        self.ring = LogRing(logs_cfg.ring_lines, budget, first_seq=start.seq)
+        self.norm = LineNormaliser(logs_cfg.line_cap)
+        self.follower = LogFollower(ctx.paths.log(name), logs_cfg.backups, start if start.ino is not None else None)
+        if start.ino is None:
+            self._seek_to_end_of_log()
+        else:
+            self._backfill(start)
+        p = cfg.progress
+        self.matcher = ProgressMatcher(p.pattern, p.preset) if p else ProgressMatcher()
+        self.progress = ProgressTracker(total=p.total if p else None)
+        self._ready_log = re.compile(cfg.ready.log, re.MULTILINE) if cfg.ready and cfg.ready.log else None
+        self._ready_seen = asyncio.Event()
+        self.current: AttemptProcesses | None = None  # the attempt whose process may be alive
+        self._probes: list[asyncio.Task[None]] = []
+        self._cleanups: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers: list[asyncio.TimerHandle] = []
+        self._progress_dirty = False
+        self.prev_pids: dict[int, float | None] = {}  # the previous attempt's processes and start times (GPU hygiene)
+        self.unended: dict[int, float | None] = {}  # processes a cleanup could not end (pid -> start time)
+        self.watch_info: dict[str, dict[str, Any]] = {}  # watch path -> {step, mtime}
+        self.checkpoint_info: dict[str, Any] | None = None
+        self.flags_this_attempt: set[str] = set()
+        self.moved = False
+        self.log_error: str | None = None
+        # The seq of the first line of the latest attempt's output: what is before it in the ring is an
+        # earlier attempt's (a verdict about this attempt never reads it). None: no attempt yet.
+        self.output_from: int | None = None
+        self.launcher = SlurmLauncher.for_run(ctx.cfg)  # the launcher seam: None = a process of this machine
+        self.ray = rayprobe.RayWatch(cfg.probe.ray.url) if cfg.probe and cfg.probe.ray else None
+
+    # ------------------------------------------------------------------ the one entry point
+
+    @property
+    def state(self) -> str:
+        return self.life.state
+
+    @property
+    def attempt(self) -> int:
+        return self.life.attempt
+
+    def handle(self, inp: lc.Input) -> None:
+        """Feed one input to the lifecycle and carry out what it decides."""
+        before = self.life.state
+        self.life, effects = lc.step(self.life, inp, self.ctx.clock.monotonic(), self.rules)
+        seqs: dict[str, int] = {}  # kind -> seq of the events this step emitted (what causes point at)
+        for e in effects:
+            self._perform(e, seqs)
+        if seqs:
+            self.life = lc.fill_seqs(self.life, seqs)
+        if self.life.state != before or effects:
+            if self.life.state != "running" and before == "running":
+                self.progress_changed()  # rate and ETA are for running components only
+            self.ctx.changed(self)
+
+    def _perform(self, e: lc.Effect, seqs: dict[str, int]) -> None:
+        """Carry out one effect of a lifecycle step."""
+        if isinstance(e, lc.Emit):
+            self._emit(e.event, seqs)
+        elif isinstance(e, lc.Spawn):
+            self._task(self._spawn(e))
+        elif isinstance(e, lc.Terminate):
+            self._terminate(e.signal, e.timeout)
+        elif isinstance(e, lc.Probe):
+            self._probes.append(self._task(self._readiness() if e.kind == "ready" else self._liveness()))
+        elif isinstance(e, lc.StopProbes):
+            self._stop_probes()
+        elif isinstance(e, lc.SetTimer):
+            inp: lc.Input = lc.BackoffElapsed(e.timer) if e.kind == "backoff" else lc.Healthy(e.timer)
+            self._later(e.delay, self.handle, inp)
+        elif isinstance(e, lc.Cleanup):
+            self._clean_up_current()
+
+    def _emit(self, event: ev.Event, seqs: dict[str, int]) -> None:
+        """Emit ``event`` with its cause pointing at the seq of the event it names (``of``), and note its own seq."""
+        field = "why" if isinstance(event, ev.GaveUp) else "cause"
+        cause = getattr(event, field, None)
+        if isinstance(cause, dict) and "of" in cause:
+            filled: dict[str, Any] = {field: lc.fill_event(cause, seqs)}  # `why` or `cause`, by the event's class
+            event = replace(event, **filled)
+        out = self.ctx.emit(event)
+        if isinstance(out, dict) and isinstance(out.get("seq"), int):
+            seqs[event.kind] = out["seq"]
+
+    def _stop_probes(self) -> None:
+        for t in self._probes:
+            t.cancel()
+        self._probes.clear()
+
+    def _clean_up_current(self) -> None:
+        """The current attempt has exited: clean up after it in the background (it is no longer current)."""
+        if self.current is not None:
+            att, self.current = self.current, None
+            t = asyncio.ensure_future(self._cleanup(att))
+            self._cleanups.add(t)
+            t.add_done_callback(self._cleanups.discard)
+
+    def _later(self, delay: float, fn: Any, *args: Any) -> None:
+        """A timer this component cancels when it closes (fired ones are forgotten: a week of restarts
+        must not pile up handles)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._timers = [t for t in self._timers if not t.cancelled() and t.when() > now]
+        self._timers.append(loop.call_later(delay, fn, *args))
+
+    def _task(self, coro: Any) -> asyncio.Task[Any]:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+        return t
+
+    def _task_done(self, t: asyncio.Task[Any]) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]  # reaches the loop's handler: the run ends loudly
+
+    # ------------------------------------------------------------------ spawning
+
+    def _env(self, attempt: int) -> dict[str, str]:
+        run = self.ctx.cfg
+        env = dict(os.environ)
+        env.update(run.file_env)
+        env.update(run.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.update(self.cfg.env)
+        if self.cfg.gpus is not None:
+            # NVML numbers GPUs in PCI bus order; make CUDA agree so `gpus` means one thing.
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.cfg.gpus)
+        env.update(slurm_placement.variables(run.placement))  # RLSUP_NODES_C, RLSUP_HEAD_C, RLSUP_NNODES_C
+        env[ENV_RUN_DIR] = str(self.ctx.paths.root)
+        env[ENV_COMPONENT] = self.name
+        env[ENV_ATTEMPT] = str(attempt)
+        env["RLSUP_NAME"] = run.name
+        return env
+
+    async def _spawn(self, e: lc.Spawn) -> None:
+        await self.await_cleanups()  # the previous attempt's tree is gone before anything else
+        if self.prev_pids:
+            await self.ctx.wait_gpu_release(self, self.prev_pids)
+        from ..rundir.resumeplan import plan_resume
+
+        # Chosen now that nothing of ours is writing.
+        plan = plan_resume(self.name, self.cfg, e.resume_step, self.ctx.paths.root, self.ctx.emit,
+                           clean=self.ctx.partner_up(self) is None)
+        argv = list(self.cfg.argv()) + list(plan.get("args") or [])
+        launch = self.launcher.argv(self.name, e.attempt, argv) if self.launcher else argv
+        cgroup = self.ctx.cgroup_for(self.name, e.attempt)
+        spec = {
+            "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),
+            "argv": launch, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
+            "log": {"path": str(self.ctx.paths.log(self.name)), "max_bytes": self.logs_cfg.max_bytes,
+                    "backups": self.logs_cfg.backups},
+            "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)),
+            "cgroup": cgroup,
+            "nofile": self.ctx.nofile,
+        }
+        self.flags_this_attempt.clear()
+        self._ready_seen.clear()
+        # Where this attempt's output begins: everything the previous attempt's monitor wrote is read
+        # (it is gone: await_cleanups), so the next line in the log is the new attempt's first.
+        while self.read_output():
+            pass
+        self.read_output(final=True)
+        start = self.position()
+        try:
+            reply = await self.ctx.monitors.start(spec)
+        except StartError as err:
+            self.handle(self._spawn_failed(argv, err.info))
+            return
+        att = AttemptProcesses(self.name, e.attempt, int(reply["pid"]), int(reply["shim_pid"]),
+                      self.ctx.paths.monitor_record(self.name, e.attempt), cgroup=cgroup,
+                      started=float(reply["started"]), started_mono=float(reply["started_mono"]))
+        att.launcher = self.launcher
+        slurm = None
+        if self.launcher is not None:  # the step's id for the journal, once Slurm created it (bounded wait)
+            sid = await asyncio.get_running_loop().run_in_executor(
+                None, self.launcher.wait_step, self.name, e.attempt, att.read_record)
+            slurm = {"nodes": self.launcher.nodes(self.name), "step_id": sid}
+        self.current = att
+        self.output_from = start.seq
+        self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
+        self.ctx.watch_monitor(self, att)
+        for w in reply.get("warnings") or []:
+            self.ctx.emit(ev.FlagRaised(self.name, type="tracking", message=w, evidence=[],
+                                        action="processes are tracked through the monitor instead"))
+        resume = {"step": plan["step"], "checkpoint": plan["checkpoint"]} if plan.get("step") is not None else None
+        self.handle(lc.Spawned(att.pid, tuple(argv), resume=resume, monitor_pid=att.monitor_pid,
+                               checkpoints_rejected=tuple(plan.get("rejected") or ()) or None,
+                               started_at=att.started_mono, log_seq=start.seq, log_offset=start.offset,
+                               log_ino=start.ino, slurm=slurm, config_hash=self.cfg.fingerprint(self.ctx.cfg.env)))
+        self._watch_ray(att)
+
+    def _spawn_failed(self, argv: list[str], info: dict[str, Any]) -> lc.SpawnFailed:
+        kind = info.get("type")
+        code = info.get("errno")
+        cwd = self.cfg.cwd
+        if kind == "FileNotFoundError" and cwd and (info.get("filename") == cwd or not os.path.isdir(cwd)):
+            what, det = f"working directory {cwd!r} does not exist", True
+        elif kind in ("FileNotFoundError", "NotADirectoryError") or code == 2:
+            path = self._env(0).get("PATH", "")
+            what, det = f"command not found: {argv[0]!r} (not on PATH: {path})", True
+        elif kind == "PermissionError" or code == 13:
+            what, det = f"permission denied running {argv[0]!r}", True
+        else:
+            what, det = f"cannot start {argv[0]!r}: {info.get('error')}", False
+        diag = {"category": "unknown", "summary": what, "exception": f"{kind}: {info.get('error')}",
+                "location": None, "step": None, "evidence": [what]}
+        return lc.SpawnFailed(what, det, tuple(argv), diag)
+
+    # ------------------------------------------------------------------ probes
+
+    async def _readiness(self) -> None:
+        r = self.cfg.ready
+        assert r is not None
+        clock = self.ctx.clock
+        deadline = clock.monotonic() + r.timeout
+        kind, target = r.kind(), r.target()
+        if kind == "file" and not os.path.isabs(target):
+            target = os.path.join(self.cfg.cwd or os.getcwd(), target)
+        detail = ""
+        while True:
+            if kind == "log":
+                if self._ready_seen.is_set():
+                    break
+            else:
+                ok, detail = await probes.check(kind, target, min(5.0, r.timeout))
+                # A Slurm step's processes are Slurm's (under slurmstepd, maybe on this node): not ours to match.
+                if ok and kind in ("http", "tcp") and self.launcher is None and not self._port_is_ours(target):
+                    ok, detail = False, f"{target} answers, but not from a process of {self.name}"
+                if ok:
+                    break
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                reason = (f"not ready within {r.timeout:g}s ({kind} {r.target()}"
+                          + (f"; last: {detail})" if detail else ")"))
+                self.handle(lc.ReadyTimedOut(reason))
+                return
+            if kind == "log":
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(self._ready_seen.wait(), remaining)
+            else:
+                await asyncio.sleep(min(r.interval, remaining))
+        self.handle(lc.Ready())
+
+    def _port_is_ours(self, target: str) -> bool:
+        """Whether the process listening on a probe's port belongs to this attempt. A busy port's
+        holder must not make a component look ready (`--skip-checks` with a port in use)."""
+        att = self.current
+        if att is None:
+            return False
+        held = probes.held_by(target, att.members())
+        return True if held is None else held  # None: cannot tell (no /proc access): trust the answer
+
+    async def _liveness(self) -> None:
+        a = self.cfg.alive
+        assert a is not None
+        fails = 0
+        while True:
+            await asyncio.sleep(a.interval)
+            ok, detail = await probes.check(a.kind(), a.target(), a.timeout)
+            fails = 0 if ok else fails + 1
+            if fails >= a.failures:
+                self.handle(lc.LivenessFailed(f"liveness probe failed {fails} times ({detail})", (detail,)))
+                return
+
+    # ------------------------------------------------------------------ the Ray probe
+
+    def _watch_ray(self, att: AttemptProcesses) -> None:
+        if self.ray is not None:
+            self.ray.new_attempt()
+            self._task(self._ray_poll(att))
+
+    async def _ray_look(self) -> None:
+        """One answer of Ray's state API: deaths first seen become flags at once."""
+        w, cfg = self.ray, self.cfg.probe.ray if self.cfg.probe else None
+        assert w is not None and cfg is not None
+        run = self.ctx.cfg
+        token = rayprobe.auth_token({**os.environ, **run.file_env, **run.env, **self.cfg.env}, cfg.token_file)
+        try:
+            nodes, actors = await asyncio.get_running_loop().run_in_executor(
+                None, rayprobe.read_state, cfg.url, token, cfg.timeout)
+        except (OSError, ValueError) as e:
+            # The head not up yet, or gone, is not news (the components' exits say which); an answer that
+            # refuses the token or is not Ray's API is a probe that will never see anything: say so once.
+            was, w.error = w.error, str(e)
+            if rayprobe.misconfigured(e) and was != w.error:
+                self.ctx.emit(ev.FlagRaised(self.name, type="ray_probe_failing", message=str(e), evidence=[str(e)],
+                                            action="the Ray probe sees nothing until this is fixed (probe.ray)"))
+            return
+        for kind, message, evidence, action in w.flags(w.observe(nodes, actors)):
+            self.ctx.emit(ev.FlagRaised(self.name, type=kind, message=message, evidence=evidence, action=action))
+
+    async def _ray_poll(self, att: AttemptProcesses) -> None:
+        cfg = self.cfg.probe.ray if self.cfg.probe else None
+        assert cfg is not None
+        while self.current is att and att.exit is None:
+            await self._ray_look()
+            await asyncio.sleep(cfg.interval)
+
+    async def _exited_after_ray(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+        from ..diagnosis.ray_state import refine
+
+        cfg = self.cfg.probe.ray if self.cfg.probe else None
+        assert self.ray is not None and cfg is not None
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(self._ray_look(), min(cfg.timeout, 5.0) * 2 + 1)
+        self._exited(ex, refine(diag, self.ray.attempt, self.ray.nodes, cfg.url))
+
+    # ------------------------------------------------------------------ stopping and exits
+
+    def _terminate(self, sig_name: str, timeout: float) -> None:
+        att = self.current
+        if att is None:
+            return
+        att.signal(getattr(signal_mod, sig_name))
+        self._later(timeout, self._kill_if_alive, att)
+
+    def _kill_if_alive(self, att: AttemptProcesses) -> None:
+        if att.exit is None and self.current is att:
+            att.signal(signal_mod.SIGKILL)
+
+    def kill_now(self) -> None:
+        """A second Ctrl-C: SIGKILL what is left at once."""
+        if self.current is not None:
+            self.current.signal(signal_mod.SIGKILL)
+
+    def monitor_changed(self, att: AttemptProcesses, gone: bool = False) -> None:
+        """The attempt's record changed (or its monitor is gone): an exit, or trouble writing the log."""
+        if att.exit is not None:
+            return
+        rec = att.read_record()
+        if rec is not None:
+            self._log_trouble(rec)
+        if rec is not None and rec.get("status") == "exited":
+            att.exit = rec
+        elif gone:
+            att.monitor_gone = True
+            att.exit = {"exit_code": None, "signal": None, "ended_mono": None, "monitor_died": True}
+        else:
+            return
+        # Everything the monitor wrote before it recorded the exit, however far behind we are (a flood):
+        # the step, the progress and the diagnosis must be those of the whole output.
+        while self.read_output():
+            pass
+        self.read_output(final=True)
+        ex = att.exit
+        if ex.get("monitor_died"):
+            self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
+                              "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
+                              "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]})
+        elif self.life.forced is None and (self.life.want == "stop" or self.life.then_start):
+            self._exited(ex, self._asked_for(ex))  # an exit we asked for is not a failure to diagnose
+        else:
+            self._diagnose_failure(att, ex)
+
+    def _log_trouble(self, rec: dict[str, Any]) -> None:
+        """The monitor's record says whether it can write the log: raise ``disk_full``, or clear it once a
+        write really succeeded."""
+        err = rec.get("log_error")
+        if err and err != self.log_error:
+            self.log_error = err
+            self.ctx.emit(ev.FlagRaised(
+                self.name, type="disk_full", message=f"cannot write {self.ctx.paths.log(self.name)}: {err}",
+                evidence=[err], action="still supervising; the monitor drains the output and counts what it "
+                                       "drops (a marker line says how much once the disk has room)"))
+        elif not err and self.log_error and rec.get("log_ok", True):  # a write really succeeded
+            self.log_error = None
+            self.ctx.emit(ev.FlagCleared(self.name, type="disk_full",
+                                         message=f"log writable again; {rec.get('lost_bytes', 0)} bytes were lost"))
+
+    def _asked_for(self, ex: dict[str, Any]) -> dict[str, Any]:
+        """The diagnosis of an exit that a stop or restart asked for: who, and how it ended."""
+        how = describe_exit(ex.get("exit_code"), ex.get("signal"))
+        by = self.life.stop_by or self.life.restart_by or "user"
+        return {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None, "location": None,
+                "step": self.progress.step, "evidence": []}
+
+    def _diagnose_failure(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
+        """An exit nobody asked for: diagnosed from the attempt's own output, refined by its launcher."""
+        diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
+        if self.launcher is not None:
+            diag = self.launcher.refine(diag, self.attempt_tail(400))
+            if self.launcher.needs_job_nodes(diag):
+                # squeue, off the event loop (it may take seconds): the exit is judged when it answers
+                self._task(self._exited_after_job_nodes(att, ex, diag))
+                return
+            ex, diag = self.launcher.ended(self, att, ex, diag)
+        self._judge_failure(att, ex, diag)
+
+    def _judge_failure(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+        """The exit of an attempt nobody asked to stop, once diagnosed (and refined by the launcher)."""
+        if self.life.forced is not None and diag.get("category") == "killed":
+            # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
+            # an unexplained kill ("no kernel OOM evidence" would send people looking for one).
+            diag = {**diag, "summary": f"ended by rlsup: {self.life.forced}"}
+        elif self.ray is not None:
+            # Ray's state API once more before the exit is judged: the actor whose loss ended the
+            # driver was declared dead a moment ago (bounded: the exit waits seconds at most).
+            self._task(self._exited_after_ray(att, ex, diag))
+            return
+        self._exited(ex, diag)
+
+    async def _exited_after_job_nodes(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+        assert self.launcher is not None
+        nodes = await asyncio.get_running_loop().run_in_executor(None, self.launcher.job_nodes)
+        ex, diag = self.launcher.ended(self, att, ex, diag, job_nodes=nodes)
+        self._judge_failure(att, ex, diag)
+
+    def _exited(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+        self.flush_progress()
+        self.handle(lc.Exited(ex.get("exit_code"), ex.get("signal"), diag, step=self.progress.step,
+                              total=self.progress.total))
+
+    async def _cleanup(self, att: AttemptProcesses) -> None:
+        """End what the attempt left behind (stop signal, SIGKILL after stop.timeout), then let its
+        monitor finish and wait until it is gone."""
+        left = att.members()
+        if att.monitor_gone:  # its orphans re-parented to us: the markers still name them
+            found = await asyncio.get_running_loop().run_in_executor(
+                None, find_marked, str(self.ctx.paths.root), self.name)
+            left += [p.pid for p in found]
+        att.members()  # note the start time of whatever is still there
+        self.prev_pids = {att.pid: None, **att.members_seen}  # the root always (it may have died at once)
+        if left:
+            await self._end_leftovers(att, left)
+        att.finish()
+        deadline = self.ctx.clock.monotonic() + MONITOR_GONE_S
+        while att.monitor_alive() and self.ctx.clock.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
+        # the end of the run names it instead of claiming that nothing is left.
+        for p in set(left) | set(att.members_seen):
+            if _alive(p):
+                self.unended[p] = att.members_seen.get(p)
+        if att.monitor_alive():
+            self.unended[att.monitor_pid] = None
+        self.read_output()
+        att.remove_cgroup()
+        self.ctx.unwatch_monitor(att)
+        att.close()
+
+    async def _end_leftovers(self, att: AttemptProcesses, left: list[int]) -> None:
+        """The stop signal to what the attempt left running (each process once), SIGKILL after stop.timeout."""
+        # Identities now, before the wait of up to stop.timeout: by its end a pid may be another process.
+        born = {p: start_time(p) for p in left}
+        sig = getattr(signal_mod, self.cfg.stop.signal)
+        if sig not in att.signalled:  # not stopped by us (it crashed): what is left gets the stop signal
+            att.signal(sig)
+        sent = att.signalled.setdefault(sig, set())
+        for p in left:  # each process once: a second SIGTERM or SIGINT means "force" to many programs
+            if p not in sent:
+                with contextlib.suppress(OSError):
+                    os.kill(p, sig)
+                sent.add(p)
+        clock = self.ctx.clock
+        deadline = clock.monotonic() + self.cfg.stop.timeout
+        while clock.monotonic() < deadline and any(_alive(p) for p in left + att.members()):
+            await asyncio.sleep(0.05)
+        att.signal(signal_mod.SIGKILL)
+        for p in left:
+            kill_if_same(p, born[p], signal_mod.SIGKILL)
+
+    async def await_cleanups(self) -> None:
+        while self._cleanups:
+            await asyncio.gather(*list(self._cleanups), return_exceptions=True)
+
+    @property
+    def busy(self) -> bool:
+        """Whether something of this component may still be alive (a process, a cleanup, a spawn)."""
+        return self.current is not None or bool(self._cleanups) or self.life.spawning
+
+    def diagnose(self, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]:
+        """What ended the current attempt, from its exit and its own output only: lines an earlier attempt
+        printed are never read (an attempt that printed nothing is judged by its exit and the host's
+        evidence alone)."""
+        from ..diagnosis import diagnose, read_host_evidence
+
+        host = read_host_evidence(pid) if signal == "SIGKILL" else None
+        d = diagnose(self.attempt_tail(1000), exit_code=exit_code, signal=signal, step=self.progress.step, pid=pid,
+                     host=host)
+        return d.to_dict()
+
+    def attempt_tail(self, n: int) -> list[str]:
+        """The last ``n`` lines of the latest attempt's output (none of an earlier attempt's)."""
+        start = max(self.ring.next_seq - n, self.output_from if self.output_from is not None else 0)
+        return self.ring.since(start)[1] if start < self.ring.next_seq else []
+
+    def adopt(self, att: AttemptProcesses, rec: dict[str, Any], ready: bool, log_seq: int | None = None) -> None:
+        """Take over an attempt that kept running under its monitor while no supervisor was alive.
+        ``log_seq``: where its output begins, as its ``started`` event recorded it (None: unknown, so
+        only what this supervisor reads from now on counts as its own)."""
+        self.output_from = log_seq if log_seq is not None else self.ring.next_seq
+        att.launcher = self.launcher
+        self.current = att
+        self.ctx.watch_monitor(self, att)
+        self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready))
+        self._watch_ray(att)
+        if rec.get("status") == "exited":
+            self.monitor_changed(att)
+
+    # ------------------------------------------------------------------ output
+
+    def _seek_to_end_of_log(self) -> None:
+        """No recorded position: what is in the log already belongs to earlier runs."""
+        path = self.ctx.paths.log(self.name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        self.follower = LogFollower(path, self.logs_cfg.backups, Position(st.st_ino, st.st_size, self.ring.next_seq))
+
+    def _backfill(self, at: Position) -> None:
+        """A supervisor taking over: the lines just before the recorded position go back into the ring,
+        with the sequence numbers they had, so a client that reconnects by seq misses none of them (its
+        previous supervisor may have read them without having sent them)."""
+        assert at.ino is not None
+        data = self.follower.read_back(at.ino, at.offset, BACKFILL_BYTES)
+        if not data:
+            return
+        norm = LineNormaliser(self.logs_cfg.line_cap)
+        lines, _ = norm.feed(data)
+        tail, _ = norm.flush()  # an unterminated last line was shown as a line when its attempt ended
+        lines = (lines + tail)[-min(self.ring.maxlen, at.seq):] if at.seq > 0 else []
+        self.ring.reset(at.seq - len(lines))
+        self.ring.extend(lines)
+
+    def position(self) -> Position:
+        """Where the next supervisor should start reading: the start of the line not yet complete."""
+        return Position(self.follower.ino, max(0, self.follower.offset - self.norm.held_bytes), self.ring.next_seq)
+
+    def read_output(self, *, final: bool = False, budget: int = READ_BUDGET) -> bool:
+        """Read what the monitor wrote since last time; True if more is waiting."""
+        data = self.follower.read(budget)
+        if data:
+            self.moved = True  # the recorded log position must catch up (state.json)
+            self._ingest(data)
+        if final:
+            lines, text = self.norm.flush()
+            if lines:
+                self._lines(lines, text)
+        return len(data) >= budget
+
+    def _ingest(self, chunk: bytes) -> None:
+        lines, text = self.norm.feed(chunk)
+        if lines:
+            self._lines(lines, text)
+        elif self.matcher and b"\r" in chunk:
+            # A progress bar redrawn with \r and no newline (tqdm): its latest state still counts.
+            partial = self.norm.partial
+            if partial:
+                obs = self.matcher.scan(partial)
+                if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic()):
+                    self.progress_changed()
+
+    def _lines(self, lines: list[str], text: str) -> None:
+        now = self.ctx.clock.monotonic()
+        self.ring.extend(lines)  # raw: masked on the way out to a client (server), when someone reads them
+        if self.matcher:
+            obs = self.matcher.scan(text)
+            if obs and self.progress.observe_all(obs, now):
+                self.progress_changed()
+        if self._ready_log is not None and not self._ready_seen.is_set() and self._ready_log.search(text):
+            self._ready_seen.set()
+        if FLAG_LINE_MARK in text:
+            for m in FLAG_LINE.finditer(text):
+                t = m.group("type")
+                if t in self.flags_this_attempt:
+                    continue  # a component repeating its own flag: once per attempt
+                self.flags_this_attempt.add(t)
+                self.ctx.emit(ev.FlagRaised(self.name, type=t, message=m.group("message").strip(),
+                                            evidence=[m.group(0)], action=f"reported by {self.name} itself"))
+        self.ctx.lines_added(self)
+
+    def tail(self, n: int) -> list[str]:
+        return self.ring.tail(n)[1]
+
+    # ------------------------------------------------------------------ progress
+
+    def progress_changed(self) -> None:
+        if not self._progress_dirty:
+            self._progress_dirty = True
+            self.ctx.progress_dirty(self)
+
+    def flush_progress(self) -> None:
+        if self._progress_dirty:
+            self.ctx.emit(ev.ProgressUpdated(self.name, self.progress_event()))
+
+    def progress_event(self) -> dict[str, Any]:
+        self._progress_dirty = False
+        metric = self.cfg.progress.metric if self.cfg.progress else None
+        mono = self.ctx.clock.monotonic()
+        snap = self.progress.snapshot(mono, metric)
+        last = snap.get("last_step_at")
+        if isinstance(last, int | float):  # monotonic inside, wall time for people
+            snap["last_step_at"] = round(self.ctx.clock.time() - (mono - last), 3)
+        if self.life.state != "running":
+            snap["rate"] = None
+            snap["eta_s"] = None
+        snap["checkpoint"] = self.checkpoint_info
+        snap["watch"] = dict(self.watch_info)
+        return snap
+
+    def close(self) -> None:
+        for t in self._timers:
+            t.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        self.follower.close()
+
+
+def _alive(pid: int) -> bool:
+    from ..monitor.process import pid_alive
+
+    return pid_alive(pid)
+

@@ -1,0 +1,621 @@
+"""The run: the single authority over its components, the journal and the state.
+
+Everything happens on one asyncio loop: monitor records and log files changing (inotify), monitors
+exiting (pidfds), probes, timers, client commands. Threads (the GPU sampler, artefact watches,
+notifications) only hand results to the loop. What a component does next is decided by
+:mod:`~rlsup.supervisor.rules.lifecycle`; what the run as a whole does (which component may start, who
+follows a restart, a stall, a dead dependency, the end and its root cause) by the run's step,
+:mod:`~rlsup.supervisor.rules.runstep`, pure as the lifecycle is. This module watches (files:
+:mod:`.filewatch`, monitors: :mod:`.monitorwatch`), feeds inputs and carries out the answers; the
+run dir's past is read by :mod:`.adoption` and :mod:`.carryover`, and the end is carried out by
+:mod:`.shutdown` and :mod:`.lastnet`.
+
+Components run under monitors that outlive the supervisor: a supervisor that crashed, was killed
+or is being upgraded leaves them running, and the next one on the same run dir *adopts* them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal as signal_mod
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ..config.model import Config
+from ..monitor import lastnet
+from ..monitor.process import AttemptProcesses, Cgroups, Monitors, raise_fd_limit, set_child_subreaper
+from ..monitor.shim import reap_children
+from ..records import events as ev
+from ..records import state as state_mod
+from ..records.clock import Clock, SystemClock
+from ..records.version import VERSION
+from ..rules import lifecycle as lc
+from ..rules import runstep
+from ..rules.detectors import Outcome, Seen, next_tick, partner_up
+from ..rundir.journal import Journal, keep_spare_records
+from ..rundir.layout import RunLock, RunPaths
+from ..rundir.logs import RingBudget
+from ..slurm.launcher import slurm_job_info
+from . import adoption, carryover, runview, shutdown
+from .adoption import IncompatibleMonitors as IncompatibleMonitors
+from .component import Component
+from .daemonlog import say
+from .filewatch import FileWatch, read_all
+from .gpuwatch import GpuWatch, gpu_event, owners
+from .monitorwatch import MonitorWatch
+from .runview import POSITIONS_WRITE_S
+from .statewriter import StateWriter
+from .ticker import Ticker
+
+TICK_S = 1.0
+PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
+IO_THREADS = 2  # the loop's pool for blocking work
+IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
+PROGRESS_FLUSH_S = 0.25
+GPU_RELEASE_TIMEOUT_S = 30.0
+RESOURCES_SAMPLE_S = 5.0
+EVALUATE_EVERY_S = 0.05  # at most this often, the run re-judges every component (dependencies, the end)
+
+Subscriber = Callable[[dict[str, Any]], None]
+
+
+class Run:
+    def __init__(self, cfg: Config, *, clock: Clock | None = None, gpu_sampler: Any = None, serve: bool = True):
+        self.cfg = cfg
+        self.paths = RunPaths(Path(cfg.run_dir))
+        self._states = StateWriter(self.paths, partial(self.snapshot_state, with_positions=True), self.emit)
+        self.clock: Clock = clock or SystemClock()
+        self.gpu_sampler = gpu_sampler
+        self.serve = serve
+        from ..records.redact import Redactor
+
+        # Secrets never reach an event, a client or a notification: by name and by value, from every
+        # environment the components get and from their command lines.
+        self.redactor = Redactor.for_run([os.environ, cfg.file_env, cfg.env, *(c.env for c in cfg.components.values())],
+                                         [c.argv() for c in cfg.components.values()])
+        self.monitors = Monitors(self.paths.root)
+        self.cgroups: Cgroups | None = None
+        self.components: dict[str, Component] = {}
+        self.subscribers: list[Subscriber] = []
+        self.line_listeners: list[Callable[[Component], None]] = []
+        self.state: dict[str, Any] = {}
+        self.exit_code = 0
+        self.end_reason = ""
+        self.refused = ""  # a check before any start failed (a node blind to the run dir): journal it, start nothing
+        self.root: dict[str, Any] | None = None
+        self.lock = RunLock(self.paths)
+        self.journal: Journal | None = None
+        self.notifier: Any = None
+        self.server: Any = None
+        self.watches: Any = None
+        self.gpu_release_timeout = GPU_RELEASE_TIMEOUT_S
+        self.resources_sample_s = RESOURCES_SAMPLE_S
+        self.memory_detector: Callable[[], Any] | None = None  # MemoryGrowthDetector factory (tests tune it)
+        self.gpu_proc_lookup: Callable[[int], Any] | None = None  # gpu.proc_identity unless a test fakes NVML
+        self.how = "new"
+        self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._ended: asyncio.Event | None = None
+        self._shutting_down = False
+        self._replayed: dict[str, Any] | None = None
+        self._saved: dict[str, Any] = {}
+        self._found = adoption.Found()  # what a previous supervisor left
+        self._monitor_watch = MonitorWatch()
+        self._files: FileWatch | None = None
+        self._eval_scheduled = False
+        self._evaluated_at = -1e9
+        self._evaluate_cost = 0.0
+        self._order: list[str] | None = None
+        self._final_at: dict[str, float] = {}
+        self._progress_pending: set[str] = set()
+        self._gpus = GpuWatch(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))
+        self._last_tick = 0.0
+        self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
+        self._began = 0.0  # when run() began, in seconds since boot
+        self._awake_since = 0.0
+        self._last_resources = 0.0
+        self._positions_written = 0.0
+        from .resources import ResourceWatch
+
+        self._resources = ResourceWatch()
+        from ..diagnosis import DependencyWatch
+
+        self._dep_watch = DependencyWatch(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
+        self._dep_flagged: set[str] = set()
+        self._triggers: list[dict[str, Any]] = []  # journaled events other components react to
+        self._run_seq: int | None = None  # the seq of this run's run_started (the cause of first starts)
+        self._again: dict[str, int] = {}  # completed components a resumed run starts again: name -> attempts then
+
+    # ------------------------------------------------------------------ before the loop
+
+    def prepare(self) -> list[str]:
+        """Create the run dir, take the lock, find what a previous supervisor left (:mod:`.adoption`)
+        and replay the run dir's journal (:mod:`.carryover`). Returns notes for the user. Raises
+        ``rundir.LockHeld`` (a live supervisor owns the run dir), ``rundir.UnsafeRunDir`` and
+        :class:`IncompatibleMonitors`.
+        """
+        self.paths.create()
+        self.lock.acquire({"config": self.cfg.source, "name": self.cfg.name, "version": VERSION})
+        try:
+            self._found = adoption.find(self.paths, self.lock.previous)
+        except IncompatibleMonitors:
+            self.lock.release()
+            raise
+        self._replayed, self._saved = carryover.replay(self.paths, self.cfg)
+        return self._found.notes
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> int:
+        """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
+        self.loop = asyncio.get_running_loop()
+        self._monitor_watch.loop = self.loop
+        self._began = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock of /proc/PID/stat's start time
+        # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
+        # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
+        # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
+        self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
+        self._ended = asyncio.Event()
+        set_child_subreaper()
+        self.nofile = raise_fd_limit()
+        self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
+        self.journal = self._states.journal = Journal(self.paths.events)
+        self._states.loop = self.loop
+        names = self.cfg.topo_order()
+        self._states.spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
+        keep_spare_records(self.paths.monitors, self._states.spares_wanted)
+        self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
+        self._build_components(names)
+        await self._open_services()
+        self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
+                                pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
+                                how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
+        if self.refused:
+            self.exit_code, self.end_reason = 1, self.refused
+            self.emit(ev.RunEnded(None, exit_code=1, reason=self.refused))
+            self._finish()
+            return self.exit_code
+        self._begin_watching()
+        ticker = asyncio.ensure_future(self._ticker.run())
+        self.loop.set_exception_handler(self._loop_error)
+        self._evaluate()
+        try:
+            await self._ended.wait()
+            await self._shutdown()
+        finally:
+            ticker.cancel()
+            if self.server is not None:
+                await asyncio.sleep(0.1)  # let clients see run_ended before the socket goes away
+                await self.server.close()
+            self._finish()
+        return self.exit_code
+
+    def _build_components(self, names: list[str]) -> None:
+        """The run's components, each going on with the life and gauges its run dir's past left it."""
+        self.state = self._replayed or state_mod.initial({}, names)
+        for n in names:
+            self.state["components"].setdefault(n, state_mod.new_component())
+        budget = RingBudget(self.cfg.ring_bytes)
+        saved = (self._saved.get("components") or {}) if self._saved else {}
+        self.how = carryover.how(bool(self._found.live), self._replayed is not None, self.how)
+        for n in names:
+            prev = self.state["components"][n]
+            life, again = carryover.life(n, prev, self.cfg, self.how)
+            if again is not None:
+                self._again[n] = again  # its next start says so (until it has started)
+            sv = saved.get(n) or {}
+            c = self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
+                                               log_position=carryover.position(sv))
+            carryover.restore_gauges(c.progress, sv, prev, self.clock.monotonic())
+
+    async def _open_services(self) -> None:
+        """Notifications and the control socket (not for a run refused before any start)."""
+        if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
+            from .notify import Notifier
+
+            self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
+                                     redactor=self.redactor)
+        if self.serve and not self.refused:
+            from .served import Served
+            from .server import ControlServer
+
+            self.server = ControlServer(Served(self), self.paths.sock)
+            await self.server.start()
+
+    def _begin_watching(self) -> None:
+        """Files, GPUs and artefacts watched; the attempts a previous supervisor left adopted."""
+        if self._found.leftovers:
+            self.emit(ev.LeftoversEnded(None, **self._found.leftovers))
+        self._files = FileWatch(self.loop, self.paths, self.components, self._monitor_watch)
+        self._files.start()
+        self._gpus.start(self._watched())
+        from ..rundir.watches import Watches
+
+        self.watches = Watches(self.components, self.loop)
+        self.watches.start()
+        saved = (self._saved.get("components") or {}) if self._saved else {}
+        adoption.take_over(self._found, self.components, self.state, saved)
+        self._last_tick = self._awake_since = self.clock.monotonic()
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    def request_shutdown(self, reason: str, by_user: bool = True) -> None:
+        if self._ended is None or self._ended.is_set():
+            return
+        if by_user:
+            self.exit_code = 0
+        self.end_reason = reason
+        self._ended.set()
+
+    def handover(self, reason: str) -> list[int]:
+        """Exit without touching the components (an upgrade in place): they run on under their
+        monitors and the next supervisor adopts them. Returns the monitors' pids."""
+        pids = [c.current.monitor_pid for c in self.components.values() if c.current is not None]
+        self._handover = True
+        self.emit(ev.SupervisorHandedOver(None, reason=reason, monitors=pids))
+        if self._ended is not None:
+            self._ended.set()
+        return pids
+
+    async def _shutdown(self) -> None:
+        """Stop components in reverse dependency order, in parallel waves (:mod:`.shutdown`); return
+        when nothing of the run is left (or say what could not be ended)."""
+        if getattr(self, "_handover", False):
+            self._write_state(force=True)
+            return
+        self._shutting_down = True
+        why = lc.Cause("shutdown", f"the run is ending: {self.end_reason}" if self.end_reason else "the run is ending")
+        await shutdown.stop_in_order(self.cfg, self.components, why)
+        for c in self.components.values():
+            await c.await_cleanups()
+        left = await self.loop.run_in_executor(None, self._last_net)
+        for c in self.components.values():
+            c.flush_progress()
+        self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left))
+
+    def _last_net(self) -> list[str]:
+        """Nothing of this run may outlive it (:mod:`.lastnet`); returns what could not be ended."""
+        return lastnet.last_net(self.paths.root, [c.unended for c in self.components.values()], cgroups=self.cgroups,
+                                zygote=self.monitors.zygote_pid, began=self._began)
+
+    def _finish(self) -> None:
+        self._gpus.stop()
+        if self.watches is not None:
+            self.watches.stop()
+        for c in self.components.values():
+            c.close()
+        self._write_state(force=True)
+        self.monitors.close()
+        if self._files is not None:
+            self._files.close()
+        self._monitor_watch.close()
+        if self.notifier is not None:
+            self.notifier.close(5.0)
+        if self.journal is not None and (lost := self.journal.close()):
+            say(f"rlsup: {lost} events could not be written to {self.paths.events}: the disk stayed full "
+                f"past the run's reserved space (state.json has the run's final state)")
+        with contextlib.suppress(ValueError, RuntimeError):
+            self.loop.remove_signal_handler(signal_mod.SIGCHLD)
+        self.lock.release()
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """A bug in rlsup must not leave the children unsupervised silently: say so and end the run."""
+        import traceback
+
+        exc = context.get("exception")
+        msg = "".join(traceback.format_exception(exc)).rstrip() if exc else context.get("message", "?")
+        say(f"rlsup: internal error, shutting the run down:\n{msg}")
+        self.exit_code = 1
+        self.request_shutdown(f"internal error: {exc!r}", by_user=False)
+
+    # ------------------------------------------------------------------ events
+
+    def emit(self, event: ev.Event) -> dict[str, Any]:
+        lifecycle = not event.gauge
+        seq = self.journal.last_seq if self.journal else 0
+        e = event.to_dict(ts=self.clock.time(), seq=seq)
+        if lifecycle:
+            e = self.redactor.redact_obj(e)
+            if self.journal is not None:
+                self.journal.last_seq += 1
+                e["seq"] = self.journal.last_seq
+                self.journal.append(e, sync=event.kind != "command")
+        # A gauge (progress, GPUs, resources: several a second) is folded as the typed event it is; a
+        # lifecycle event as the redacted dict the journal holds, parsed once.
+        state_mod.apply(self.state, ev.parse(e) if lifecycle else ev.Record(e["ts"], e["seq"], event))
+        for s in list(self.subscribers):
+            try:
+                s(e)
+            except Exception as exc:  # noqa: BLE001 - a broken client must not break supervision
+                say(f"rlsup: subscriber failed: {exc!r}")
+        if lifecycle:
+            self._mark_state_dirty()
+            if self.notifier is not None:
+                self.notifier.handle(e)
+            if isinstance(event, ev.RestartScheduled):
+                self._triggers.append(e)  # acted on once the step that emitted it is done (changed)
+        return e
+
+    def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    # ------------------------------------------------------------------ what components ask of the run
+
+    def changed(self, comp: Component) -> None:
+        while self._triggers:  # what the step just carried out set off elsewhere (restart_with)
+            self._step(runstep.Restarted(self._triggers.pop(0)))
+        if comp.state in lc.FINAL:
+            self._final_at.setdefault(comp.name, self.clock.monotonic())
+        else:
+            self._final_at.pop(comp.name, None)
+        if not self._eval_scheduled and self.loop is not None:
+            self._eval_scheduled = True
+            # One evaluation looks at every component; a burst of changes (a thousand components
+            # starting or ending one after the other) is judged in batches, not once per change.
+            every = max(EVALUATE_EVERY_S, 5 * self._evaluate_cost)  # at most ~20% of the loop's time
+            wait = every - (self.loop.time() - self._evaluated_at)
+            if wait > 0:
+                self.loop.call_later(wait, self._evaluate)
+            else:
+                self.loop.call_soon(self._evaluate)
+
+    # ------------------------------------------------------------------ the run's step
+
+    def _step(self, trigger: runstep.Trigger, view: runstep.View | None = None, now: float | None = None) -> None:
+        """Ask the run's step (:mod:`.runstep`) what to do about ``trigger``, and do it."""
+        now = self.clock.monotonic() if now is None else now
+        self._carry_out(runstep.step(view or self._view(), trigger, now, self.cfg), now)
+
+    def _carry_out(self, effects: tuple[runstep.Effect, ...], now: float) -> None:
+        for fx in effects:
+            if isinstance(fx, runstep.Feed):
+                self.components[fx.component].handle(fx.input)
+            elif isinstance(fx, runstep.Say):
+                seq = self.emit(fx.event).get("seq")
+                for f in fx.then:
+                    self.components[f.component].handle(runstep.with_seq(f.input, seq))
+            elif isinstance(fx, runstep.End):
+                self._end(fx.outcome)
+            elif isinstance(fx, runstep.Flagged):
+                self._dep_flagged = set(fx.consumers)
+            elif isinstance(fx, runstep.Watch):
+                act = self._dep_watch.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+                self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
+
+    def _end(self, out: Outcome) -> None:
+        assert self._ended is not None
+        self.exit_code = out.exit_code
+        self.end_reason = out.reason
+        self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
+        self._ended.set()
+
+    def _view(self) -> runstep.View:
+        return runstep.View(self._seen(), shutting_down=self._shutting_down, run_seq=self._run_seq,
+                            ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since)
+
+    def _seen(self) -> dict[str, Seen]:
+        return runview.seen_all(self.components, self.state["components"], self._final_at)
+
+    def _seen_one(self, n: str, c: Component) -> Seen:
+        return runview.seen_one(c, self.state["components"].get(n, {}), self._final_at.get(n))
+
+    def _evaluate(self) -> None:
+        """Tell pending components whether they may start, until nothing changes; then check the end.
+        A loop, not recursion: a 2,000-long dependency chain must not exhaust the stack."""
+        self._eval_scheduled = False
+        t0 = time.monotonic()
+        try:
+            self._admit_pending()
+            self._eval_scheduled = False
+            self._step(runstep.Settled())
+        finally:
+            self._evaluate_cost = time.monotonic() - t0
+            self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
+            self.poke_ticker()  # a state changed: a starting or failing component wants the 1 s tick
+
+    def _admit_pending(self) -> None:
+        """Dependency gating, in dependency order, until a pass changes nothing."""
+        if self._order is None:
+            self._order = self.cfg.topo_order()
+        for _ in range(len(self.components) + 2):
+            view = self._view()
+            seen = view.seen
+            assert isinstance(seen, dict)
+            moved = False
+            for n in self._order:
+                c = self.components[n]
+                if c.state != "pending" or c.life.want != "run" or c.life.spawning:
+                    continue
+                before = (c.state, c.life.waiting)
+                self._step(runstep.Pending(n, again=n in self._again and c.life.attempt == self._again[n]), view)
+                if (c.state, c.life.waiting) != before:
+                    moved = True
+                    seen[n] = self._seen_one(n, c)  # only it moved (its effects run later)
+            if not moved:
+                break
+
+    def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
+        """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
+        self._step(runstep.RestartCommand(name, cause))
+
+    def cgroup_for(self, comp: str, attempt: int) -> str | None:
+        return self.cgroups.for_attempt(comp, attempt) if self.cgroups is not None else None
+
+    def lines_added(self, comp: Component) -> None:
+        for fn in self.line_listeners:
+            fn(comp)
+
+    def progress_dirty(self, comp: Component) -> None:
+        if not self._progress_pending and self.loop is not None:
+            self.loop.call_later(PROGRESS_FLUSH_S, self._flush_progress)
+        self._progress_pending.add(comp.name)
+
+    def _flush_progress(self) -> None:
+        names, self._progress_pending = self._progress_pending, set()
+        for n in names:
+            self.components[n].flush_progress()
+        self._mark_state_dirty()
+
+    def partner_up(self, comp: Component) -> str | None:
+        """A component restarting together with ``comp`` that has already started again (see
+        :func:`detectors.partner_up`)."""
+        return partner_up(comp.name, {n: (c.cfg.restart_with, c.state) for n, c in self.components.items()})
+
+    # ------------------------------------------------------------------ monitors and log files
+
+    def watch_monitor(self, comp: Component, att: AttemptProcesses) -> None:
+        self._monitor_watch.watch(comp, att)
+
+    def unwatch_monitor(self, att: AttemptProcesses) -> None:
+        self._monitor_watch.unwatch(att)
+
+    def read_all_now(self) -> None:
+        """Catch up with every log (before judging stalls, before diagnosis)."""
+        read_all(self.components)
+
+    def _reap(self) -> None:
+        """Reap our children: monitors (re-parented to us, their subreaper) and the zygote."""
+        reap_children()
+
+    # ------------------------------------------------------------------ state on disk (:mod:`.statewriter`)
+
+    def _mark_state_dirty(self) -> None:
+        self._states.mark_dirty()
+
+    def _write_state(self, force: bool = False) -> None:
+        self._states.write(force)
+
+    def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
+        out = state_mod.view(self.state, self.clock.time())
+        if with_positions:
+            for n, c in self.components.items():
+                out["components"][n]["log"] = c.position().to_dict()
+        return out
+
+    # ------------------------------------------------------------------ periodic work
+
+    def poke_ticker(self) -> None:
+        """Something changed (a component's state, the clients watching): plan the next tick again,
+        unless it is already due a second after the last one (it can come no sooner)."""
+        self._ticker.poke(self._last_tick + TICK_S)
+
+    def _next_tick_at(self) -> float:
+        now = self.clock.monotonic()
+        busy = bool(self.journal is not None and self.journal.pending) or bool(self._dep_flagged) or bool(
+            self._dep_watch.down_since())
+        due: list[float | None] = []
+        if not busy:
+            busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._awake_since,
+                                         positions_written=self._positions_written,
+                                         resources_due=self._last_resources + self.resources_sample_s)
+        return next_tick(self._last_tick, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
+
+    def _tick(self, planned: float) -> None:
+        now = self.clock.monotonic()
+        if now - planned > PAUSE_DETECT_S:
+            self._awake_since = now  # we were paused: what happened meanwhile is not the components' fault
+            self.read_all_now()
+        self._last_tick = now
+        self._reap()  # a safety net for a lost SIGCHLD
+        self._check_stalls(now)
+        self._check_dependencies(now)
+        if now - self._last_resources >= self.resources_sample_s and any(
+                c.current is not None for c in self.components.values()):
+            self._last_resources = now
+            self._sample_resources(now)
+        if self.journal is not None and self.journal.pending:
+            self.journal.flush()
+        moved = [c for c in self.components.values() if c.moved]
+        if moved and now - self._positions_written >= POSITIONS_WRITE_S:
+            # Log positions moved on: state.json, where the next supervisor starts reading, keeps up
+            # every few seconds (what it re-reads after a crash is at most that much output, with the
+            # same sequence numbers: nothing is seen twice by clients).
+            self._positions_written = now
+            for c in moved:
+                c.moved = False
+            self._mark_state_dirty()
+
+    def watchers_changed(self) -> None:
+        """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
+        self._gpus.watched(self._watched())
+
+    def _watched(self) -> bool:
+        return self.server is not None and bool(self.server.conns)
+
+    def _check_stalls(self, now: float) -> None:
+        """The run's step on the stall watch; it asks for the logs to be read first before it calls
+        a stall (the steps a component wrote while we were paused or busy are in its log)."""
+        view = self._stall_view(caught_up=False)
+        if not view.stall:
+            return
+        effects = runstep.step(view, runstep.StallTick(), now, self.cfg)
+        if any(isinstance(fx, runstep.CatchUp) for fx in effects):
+            self.read_all_now()
+            effects = runstep.step(self._stall_view(caught_up=True), runstep.StallTick(), now, self.cfg)
+        self._carry_out(effects, now)
+
+    def _stall_view(self, caught_up: bool) -> runstep.View:
+        watched = runview.stall_watched(self.components)
+        if not watched:
+            return runstep.View({})
+        return runstep.View(self._seen(), awake_since=self._awake_since, wall_time=time.time(), caught_up=caught_up,
+                            stall={n: runview.stall_watch(c, self.components) for n, c in watched.items()})
+
+    def _check_dependencies(self, now: float) -> None:
+        """dependency_down: consumers failing to reach a dependency that is down. The run's step says
+        whether to restart the dependency (not its victims), or to stop the consumers if it stays down
+        past the budget."""
+        consumers = runview.consumers(self.components, self.state["components"])
+        down_since = self._dep_watch.down_since()
+        if not consumers and not down_since and not self._dep_flagged:
+            return
+        view = runstep.View(self._seen(), consumers=consumers, flagged=frozenset(self._dep_flagged),
+                            down_since=down_since, down_for={d: self._dep_watch.down_for(d) or 0.0 for d in down_since})
+        self._step(runstep.DependencyTick(), view, now)
+
+    def _sample_resources(self, now: float) -> None:
+        """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
+        for e in self._resources.sample(now, self.components, self.state.get("gpus") or [], self.memory_detector):
+            self.emit(e)
+
+    # ------------------------------------------------------------------ GPUs (:mod:`.gpuwatch`)
+
+    def _gpu_sample(self, sample: Any) -> None:
+        self.emit(gpu_event(sample, owners(self.components)))
+
+    async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None:
+        """Before a new attempt: the previous attempt's GPU memory released (:mod:`.gpurelease`)."""
+        if not comp.cfg.gpus or self.gpu_sampler is None:
+            return
+        from ..gpu.release import wait_gpu_release
+
+        await wait_gpu_release(comp.name, list(comp.cfg.gpus), self.gpu_sampler, prev=prev, run_pids=partial(owners, self.components),
+                               run_dir=str(self.paths.root), timeout=self.gpu_release_timeout, clock=self.clock,
+                               stop_wanted=lambda: comp.life.want == "stop", emit=self.emit,
+                               proc_lookup=self.gpu_proc_lookup)
+
+    # ------------------------------------------------------------------ commands and clients
+
+    def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
+                **args: Any) -> dict[str, Any]:
+        from .commands import run_command
+
+        return run_command(self, cmd, name, by=by, client=client, **args)
+
+    def redact_lines(self, lines: list[str]) -> list[str]:
+        return self.redactor.redact_lines(lines)
+
+    @property
+    def ending(self) -> bool:
+        """The run decided to end (it may still be stopping); not so for a hand-over."""
+        return self._ended is not None and self._ended.is_set() and not getattr(self, "_handover", False)

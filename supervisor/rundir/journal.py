@@ -1,0 +1,349 @@
+"""events.jsonl and state.json: what the run leaves on disk for people and scripts."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# Space rlsup keeps allocated ahead of its own records, so that a disk a component filled still
+# takes the run's next events and state (what databases do with preallocated files): blocks
+# allocated past the end of events.jsonl (fallocate KEEP_SIZE: the file's size does not change),
+# and state.json written in place into one of two preallocated slots.
+JOURNAL_RESERVE = 256 << 10
+STATE_HEADROOM = 64 << 10
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_FALLOC_FL_KEEP_SIZE = 1
+_libc: Any = None
+
+
+def has_room(folder: Path, size: int) -> bool:
+    """Whether the file system of ``folder`` has ``size`` bytes free for us (True when it cannot tell)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return True
+    return st.f_bavail * st.f_frsize >= size
+
+
+def reserve_space(fd: int, offset: int, length: int) -> bool:
+    """Allocate blocks for ``[offset, offset + length)`` without changing the file's size; False where
+    the disk has no room or the file system cannot (then nothing is reserved)."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        except (OSError, AttributeError):
+            _libc = False
+    if not _libc:
+        return False
+    if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    if ctypes.get_errno() in (errno.EOPNOTSUPP, errno.ENOSYS):
+        raise NotImplementedError("fallocate is not supported here")
+    return False
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write ``data`` so that readers see the old or the new file, never a torn one."""
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)  # a half-written temporary file would hold the blocks it got
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+class Journal:
+    """Append-only events.jsonl; ``seq`` continues across supervisors of the same run dir.
+
+    Every event is one whole line written by one ``write``. A write that fails or comes up short (a
+    full disk) is cut back to the last complete record, and the event waits in memory (in order)
+    until the disk takes it: the file never holds a torn line that later lines would be glued to.
+
+    :data:`JOURNAL_RESERVE` bytes past the end of the file stay allocated (topped up while the disk
+    has room), so the events of a run whose disk a component filled (restarts, stops, the end of
+    the run) are written all the same. Events that could not be kept at all (memory bound, or the
+    supervisor ending with the disk still full) are counted in ``dropped``.
+    """
+
+    MAX_PENDING = 100_000
+
+    def __init__(self, path: Path, reserve: int = JOURNAL_RESERVE):
+        self.path = path
+        self.last_seq = last_seq(path)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        self._repair_tail()
+        self._pending: list[bytes] = []
+        self.dropped = 0
+        self.unsaid = 0  # dropped events not yet told about (see take_unsaid)
+        self.error: OSError | None = None
+        self.reserve = reserve
+        self._reserved_end = 0
+        self._top_up(os.fstat(self._fd).st_size)
+
+    def _top_up(self, size: int) -> None:
+        """Keep ``reserve`` bytes allocated past ``size``: asked again once half of it is used."""
+        try:
+            if (self.reserve and size + self.reserve // 2 >= self._reserved_end
+                    and has_room(self.path.parent, self.reserve)  # a failed fallocate churns blocks
+                    and reserve_space(self._fd, size, self.reserve)):
+                self._reserved_end = size + self.reserve
+        except NotImplementedError:  # a file system without it (NFS, some FUSE): no reserve, no retries
+            self.reserve = 0
+
+    def take_unsaid(self) -> int:
+        """Events dropped since the last call (to be told once the journal takes records again)."""
+        n, self.unsaid = self.unsaid, 0
+        return n
+
+    def _repair_tail(self) -> None:
+        """A line torn by a crash mid-write gets its newline, so the next record starts a line."""
+        size = os.fstat(self._fd).st_size
+        if size:
+            rfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                last = os.pread(rfd, 1, size - 1)
+            finally:
+                os.close(rfd)
+            if last != b"\n":
+                try:
+                    os.write(self._fd, b"\n")
+                except OSError:
+                    pass
+
+    def append(self, event: dict[str, Any], sync: bool = True) -> None:
+        line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode()
+        self._pending.append(line)
+        if len(self._pending) > self.MAX_PENDING:  # a disk full for a very long time: keep the newest
+            del self._pending[0]
+            self.dropped += 1
+            self.unsaid += 1
+        self.flush(sync)
+
+    def flush(self, sync: bool = True) -> bool:
+        """Write what is pending; False while the disk refuses (it stays pending)."""
+        while self._pending:
+            line = self._pending[0]
+            try:
+                size = os.fstat(self._fd).st_size
+                n = os.write(self._fd, line)
+            except OSError as e:
+                self.error = e
+                return False
+            if n != len(line):
+                try:
+                    os.ftruncate(self._fd, size)
+                except OSError:
+                    pass
+                self.error = OSError(28, "short write (no space left on device?)")
+                return False
+            self._pending.pop(0)
+            if size + n + self.reserve // 2 >= self._reserved_end:
+                self._top_up(size + n)
+        self.error = None
+        if sync:
+            try:
+                os.fsync(self._fd)
+            except OSError as e:
+                self.error = e
+        return True
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def close(self) -> int:
+        """Write what is pending and close; the number of events the disk would not take (lost)."""
+        self.flush(sync=True)
+        lost = len(self._pending)
+        self.dropped += lost
+        self._pending.clear()
+        try:
+            os.fsync(self._fd)
+        except OSError:
+            pass
+        os.close(self._fd)
+        return lost
+
+
+class StateFile:
+    """``state.json``, replaced atomically, also on a full disk.
+
+    Normally written as a new file renamed into place. Where the disk refuses, the new state is
+    written in place into one of two slot files (``.state.json.slot0``/``1``) whose blocks were
+    allocated while there was room, padded with spaces (valid JSON whitespace) to what the slot held,
+    and ``state.json`` becomes a hard link to it by an atomic rename: readers still see the old or
+    the new state, never a torn one, and no new block is needed. The other slot keeps its name, so
+    its blocks stay for the next write.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.slots = [path.with_name(f".{path.name}.slot{i}") for i in (0, 1)]
+        self._next = 0
+
+    def write(self, data: bytes) -> None:
+        if not has_room(self.path.parent, 2 * len(data) + STATE_HEADROOM):
+            # Straight to a slot: trying a new file first would take blocks and give them back on
+            # failure, which a component filling the disk grabs at once.
+            if self._write_slot(data):
+                return
+        try:
+            write_atomic(self.path, data)
+        except OSError as e:
+            if e.errno not in NO_SPACE or not self._write_slot(data):
+                raise
+            return
+        self._prepare(len(data))
+
+    def _prepare(self, size: int) -> None:
+        """With room on the disk: both slots hold at least ``size`` plus headroom of allocated bytes."""
+        for slot in self.slots:
+            try:
+                fd = os.open(slot, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            except OSError:
+                continue
+            try:
+                have = os.fstat(fd).st_size
+                want = size + STATE_HEADROOM
+                if have < size:  # written bytes (spaces: a slot is valid JSON only once it holds a state)
+                    os.pwrite(fd, b" " * (want - have), have)
+                    os.fsync(fd)
+                else:
+                    reserve_space(fd, have, STATE_HEADROOM)
+            except (OSError, NotImplementedError):
+                pass
+            finally:
+                os.close(fd)
+
+    def _write_slot(self, data: bytes) -> bool:
+        for _ in range(2):
+            slot = self.slots[self._next]
+            self._next ^= 1
+            try:
+                if os.path.samefile(slot, self.path):
+                    continue  # the slot readers see now: never written in place
+            except OSError:
+                pass
+            try:
+                fd = os.open(slot, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                have = os.fstat(fd).st_size
+                if len(data) > have and not reserve_space(fd, have, len(data) - have):
+                    continue
+                os.pwrite(fd, data + b" " * max(0, have - len(data)), 0)
+                os.fsync(fd)
+            except (OSError, NotImplementedError):
+                continue
+            finally:
+                os.close(fd)
+            tmp = self.path.with_name(f".{self.path.name}.link.{os.getpid()}")
+            try:
+                with_suppress_unlink(tmp)
+                os.link(slot, tmp)
+                os.replace(tmp, self.path)
+                return True
+            except OSError:
+                with_suppress_unlink(tmp)
+        return False
+
+
+def with_suppress_unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def last_seq(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            tail = f.read().splitlines()
+    except OSError:
+        return 0
+    for raw in reversed(tail):
+        try:
+            return int(json.loads(raw)["seq"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
+def read_events(path: Path, since_seq: int = 0) -> Iterator[dict[str, Any]]:
+    """Events with ``seq > since_seq``; a torn last line (a crash mid-write) is skipped."""
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    with f:
+        for raw in f:
+            try:
+                e = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get("seq", 0) > since_seq:
+                yield e
+
+
+def keep_spare_records(monitors: Path, want: int) -> int:
+    """Keep ``want`` spare monitor-record slots in ``monitors/`` (up to the monitors' own cap), written
+    in full while the disk has room: a monitor that cannot create its record on a full disk writes it
+    into one in place (:meth:`shim.Record.create`). Returns how many spares there are."""
+    from ..monitor import shim
+
+    want = min(want, shim.SPARE_SLOTS_MAX)
+    try:
+        have = sum(n.startswith(shim.SPARE_PREFIX) for n in os.listdir(monitors))
+    except OSError:
+        return 0
+    if have < want and not has_room(monitors, (want - have + 4) * shim.RECORD_SIZE):
+        return have  # a full disk: trying would only take blocks and give them back
+    while have < want:
+        tmp = monitors / f".new-spare.{os.getpid()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                view = memoryview(b" " * (shim.RECORD_SIZE - 1) + b"\n")
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, monitors / f"{shim.SPARE_PREFIX}{os.getpid()}.{time.monotonic_ns()}")
+        except OSError:  # no room now: the next call tries again
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            break
+        have += 1
+    return have

@@ -1,0 +1,202 @@
+"""The per-component monitor: byte-exact log with rotation at line boundaries, a disk that fails or
+stalls, and a real monitor process (record, exit, an escaped grandchild, finish)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from rlsup.supervisor.monitor import shim
+from rlsup.supervisor.monitor.shim import LogFile, Pump
+from tests.conftest import pid_alive, wait_for
+
+
+def test_rotation_is_byte_exact_and_never_splits_a_line(tmp_path):
+    log = LogFile(str(tmp_path / "c.log"), max_bytes=1000, backups=3)
+    lines = [f"{i:04d} {'y' * (i % 90)}\n".encode() for i in range(400)]
+    data = b"".join(lines)
+    for i in range(0, len(data), 333):  # chunks that cut lines anywhere
+        log.write(data[i:i + 333])
+    log.close()
+    files = [tmp_path / "c.log.3", tmp_path / "c.log.2", tmp_path / "c.log.1", tmp_path / "c.log"]
+    assert not (tmp_path / "c.log.4").exists()
+    kept = b"".join(f.read_bytes() for f in files)
+    assert data.endswith(kept)
+    for f in files:
+        body = f.read_bytes()
+        assert len(body) <= 1000 and body.endswith(b"\n")  # each file holds whole lines only
+
+
+def test_a_line_longer_than_a_file_is_split_but_nothing_is_lost(tmp_path):
+    log = LogFile(str(tmp_path / "c.log"), max_bytes=100, backups=10)
+    data = b"short\n" + b"L" * 450 + b"\nend\n"
+    log.write(data)
+    log.close()
+    files = sorted(tmp_path.glob("c.log*"), key=lambda p: -int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0)
+    assert b"".join(f.read_bytes() for f in files) == data
+
+
+def _pipe() -> tuple[int, int]:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    return r, w
+
+
+def test_pump_reports_a_full_disk_once_counts_what_it_drops_and_says_so_later(tmp_path):
+    log = LogFile(str(tmp_path / "x.log"), 1 << 30, 0)
+    real_fd = log.fd
+    log.fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
+    states: list[tuple] = []
+    r, w = _pipe()
+    pump = Pump(r, log, lambda err, lost: states.append((err, lost)))
+    for _ in range(100):
+        os.write(w, b"x" * 1000)
+        pump.pump()
+    assert states == [(states[0][0], 1000)] and states[0][0].startswith("ENOSPC") and pump.lost == 100_000
+    os.close(log.fd)
+    log.fd = real_fd  # the disk has room again
+    os.write(w, b"after\n")
+    pump.pump()
+    assert states[-1] == (None, 100_000)
+    data = (tmp_path / "x.log").read_bytes()
+    assert b"[rlsup: 100000 bytes of output were lost while the log could not be written]" in data
+    assert data.endswith(b"after\n")
+
+
+def test_a_stalled_disk_never_blocks_the_child(tmp_path, monkeypatch):
+    monkeypatch.setattr(shim, "GUARD_S", 0.05)
+    monkeypatch.setattr(shim, "STALL_S", 0.05)
+    log = LogFile(str(tmp_path / "y.log"), 1 << 30, 0)
+    block = threading.Event()
+    orig = log.write
+    calls = {"n": 0}
+
+    def slow_write(data: bytes) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            block.wait(20)  # the first write hangs, as on a hung network disk
+        orig(data)
+
+    log.write = slow_write  # type: ignore[method-assign]
+    r, w = _pipe()
+    pump = Pump(r, log, lambda e, lost: None, max_pending=3 << 20)
+    pump.start()
+    os.write(w, b"first\n")
+    t = threading.Thread(target=pump.pump)  # the monitor's thread, stuck in the write
+    t.start()
+    wait_for(lambda: calls["n"] >= 1, 10, what="the monitor's thread to be stuck in its first write")
+    # The child writes 4 MiB more than the pipe holds; with nobody draining it would block here.
+    os.set_blocking(w, False)
+    sent, stream = 0, bytearray()
+    deadline = time.monotonic() + 10
+    while sent < 5 << 20 and time.monotonic() < deadline:
+        block_ = f"{sent:012d}\n".encode() * 1024
+        try:
+            n = os.write(w, block_)
+        except BlockingIOError:
+            time.sleep(0.01)
+            continue
+        stream += block_[:n]
+        sent += n
+    assert sent >= 5 << 20, f"the child was blocked ({sent} bytes written)"
+    block.set()
+    t.join(10)
+    pump.pump()
+    data = (tmp_path / "y.log").read_bytes()
+    assert data.startswith(b"first\n")
+    assert pump.lost > 0 and b"bytes of output were lost" in data  # beyond max_pending: dropped, counted
+    marker = re.search(rb"\n\[rlsup: (\d+) bytes of output were lost while the log could not be written\]\n", data)
+    assert marker is not None and int(marker.group(1)) == pump.lost
+    # Every byte the child wrote is on disk or counted as lost, and what is on disk kept its order.
+    body = data[:marker.start()] + data[marker.end():]
+    assert len(body) + pump.lost == sent + len(b"first\n")
+    kept_first = min(len(body) - 6, (3 << 20) - shim.READ_SIZE)  # before the backlog fills: an exact prefix
+    assert body[6:6 + kept_first] == bytes(stream[:kept_first])
+    pump.close()
+
+
+def _spec(tmp_path, code: str, **kw) -> dict:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    (tmp_path / "monitors").mkdir(exist_ok=True)
+    return {"component": "c", "attempt": 1, "run_dir": str(tmp_path), "argv": [sys.executable, "-c", code],
+            "env": dict(os.environ), "cwd": str(tmp_path),
+            "log": {"path": str(tmp_path / "logs" / "c.log"), "max_bytes": 1 << 20, "backups": 2},
+            "record": str(tmp_path / "monitors" / "c.1.json"), "cgroup": None, **kw}
+
+
+def _start(spec: dict) -> tuple[subprocess.Popen, dict]:
+    p = subprocess.Popen([sys.executable, "-I", "-S", shim.__file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         start_new_session=True)
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write(json.dumps(spec).encode())
+    p.stdin.close()
+    return p, json.loads(p.stdout.readline())
+
+
+def test_monitor_records_the_exit_keeps_the_escapee_then_ends_it_on_finish(tmp_path):
+    code = ("import os, sys, time\n"
+            "for i in range(20000): print(i)\n"
+            "if os.fork() == 0:\n"  # a grandchild that double-forks, calls setsid and clears its environment
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            "        os.execve('/bin/sleep', ['sleep', '300'], {})\n"
+            "    os._exit(0)\n"
+            "time.sleep(0.3)\n"
+            "sys.exit(3)\n")
+    spec = _spec(tmp_path, code)
+    p, reply = _start(spec)
+    assert reply["ok"] and reply["pid"] > 0
+    rec = wait_for(lambda: (r := shim.read_record(spec["record"])) and r["status"] == "exited" and r, 20)
+    assert rec["exit_code"] == 3 and rec["signal"] is None and rec["log_end"]["offset"] > 0
+    lines = (tmp_path / "logs" / "c.log").read_text().split()
+    assert lines == [str(i) for i in range(20000)]
+    escapee = [q for q in shim.descendants(reply["shim_pid"])]
+    assert escapee, "the escaped grandchild re-parents to the monitor (its subreaper)"
+    os.kill(reply["shim_pid"], signal.SIGUSR1)  # finish
+    p.wait(10)
+    assert not os.path.exists(spec["record"])
+    wait_for(lambda: not any(pid_alive(q) for q in escapee), 10, what="the escapee to be ended")
+
+
+def test_monitor_survives_terminal_signals_and_reports_a_missing_command(tmp_path):
+    spec = _spec(tmp_path, "import time; time.sleep(30)")
+    p, reply = _start(spec)
+    for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+        os.kill(reply["shim_pid"], s)
+    time.sleep(0.3)  # deliberate: none of the signals may end the monitor in this window
+    assert p.poll() is None and shim.read_record(spec["record"])["status"] == "running"
+    os.kill(reply["shim_pid"], signal.SIGUSR1)
+    p.wait(10)
+    bad = _spec(tmp_path, "")
+    bad["argv"] = ["/nonexistent/cmd"]
+    bad["record"] = str(tmp_path / "monitors" / "c.2.json")
+    p2, reply2 = _start(bad)
+    assert reply2 == {**reply2, "ok": False, "type": "FileNotFoundError"}
+    assert p2.wait(10) == 1 and not os.path.exists(bad["record"])
+
+
+def test_child_gets_default_signal_dispositions(tmp_path):
+    # A daemon ignores SIGHUP; its components must not inherit that (stop.signal: SIGHUP would never work).
+    spec = _spec(tmp_path, "import signal; print(signal.getsignal(signal.SIGHUP) == signal.SIG_DFL)")
+    p, reply = _start(spec)
+    wait_for(lambda: (r := shim.read_record(spec["record"])) and r["status"] == "exited", 10)
+    os.kill(reply["shim_pid"], signal.SIGUSR1)
+    p.wait(10)
+    assert (tmp_path / "logs" / "c.log").read_text().strip() == "True"
+
+
+def test_a_monitor_whose_run_dir_is_gone_ends_its_tree_and_exits(tmp_path):
+    spec = _spec(tmp_path, "import time; time.sleep(300)")
+    p, reply = _start(spec)
+    assert p.poll() is None
+    import shutil
+
+    shutil.rmtree(tmp_path / "monitors")  # the run dir deleted: no supervisor will ever read the record
+    p.wait(10)  # the guard notices within a second and the monitor finishes
+    wait_for(lambda: not pid_alive(reply["pid"]), 10, what="its child to be ended")
