@@ -185,6 +185,15 @@ def response_label(r: dict) -> reloads.Label | None:
     return None
 
 
+def reload_record(weights_dir: Path | None) -> reloads.Record:
+    """The reload record as a request is sent or answered; before any trainer wrote one, what latest.json says
+    the server loaded (else step 0, the weights it started with)."""
+    if weights_dir is None:
+        return reloads.Record()
+    rec = reloads.read(weights_dir)
+    return rec if rec.step is not None else replace(rec, step=served_step(weights_dir))
+
+
 def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: str, give_up_after: float,
              timeout: float, weights_dir: Path | None = None) -> dict:
     """Completions for every prompt (``body["n"]`` each), choices ordered prompt-major.
@@ -195,16 +204,10 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
     reply's own where it names them (:func:`response_label`), else the reload record of ``weights_dir`` read
     before the request and after its reply. ``usage`` is summed.
     """
-    def record() -> reloads.Record:
-        if weights_dir is None:
-            return reloads.Record()
-        rec = reloads.read(weights_dir)  # no record yet (no trainer has pushed): latest.json, else step 0
-        return rec if rec.step is not None else replace(rec, step=served_step(weights_dir))
-
     def one(payload: dict) -> dict:
-        before = record()
+        before = reload_record(weights_dir)
         r = call_with_retry(url, payload, what, give_up_after, timeout)
-        after = record()
+        after = reload_record(weights_dir)
         label = response_label(r) or reloads.label(before, after)
         for c in r["choices"]:
             c["weights"] = label

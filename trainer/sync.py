@@ -16,10 +16,14 @@ to stdout, which the supervisor turns into a ``weights_stale`` flag (printed aga
 caught up and fell behind anew).
 
 A server that answered before and is now down when weights are pushed (connection refused), or that goes away
-during the push of a checkpoint whose tensor shapes match what it served, is waited for (``restart_timeout``:
-rlsup restarts it) and the same step pushed again: the weights are not blamed. A reload that breaks the engine
-(vLLM's failed ``reload_weights``; SGLang dying on a checkpoint whose shapes could not be checked) marks the dir
-``REJECTED`` and has the server restarted (``restart_server``).
+during the push of a checkpoint whose tensor shapes match what it served (a user's ``rlsup restart`` mid-reload),
+is waited for (``restart_timeout``: rlsup restarts it) and the same step pushed again: the weights are not blamed.
+A reload that breaks the engine (vLLM's failed ``reload_weights`` on a server that stays up; SGLang dying on a
+checkpoint whose shapes could not be checked) marks the dir ``REJECTED`` and has the server restarted
+(``restart_server``). Shapes are checked against what the server serves before anything is sent (see
+:meth:`WeightSync._check_shapes`). A SIGTERM during a push is held until the push is over
+(:func:`install_sigterm_exit`). Every reload is written in the reload record (:mod:`rlsup.trainer.reloads`) and
+tags the engine's weight version with the step where the engine has one.
 
 What each engine answers, read in the released wheels (the files inside ``vllm-X.whl`` /
 ``sglang-X.whl`` on PyPI are the tagged source; checked 2026-11-23). The contract servers in
@@ -274,7 +278,9 @@ class WeightSync:
         self.flagged = False
         self._warned: set[str] = set()
         self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
-        self._answered = False  # a push got a reply once: a refused one later means it went down, so wait for it
+        # A push got a reply once, or the server told its version: a refused push later means it went down (died,
+        # or is being restarted), so it is waited for. One never seen up (the trainer started first) is not.
+        self._answered = False
         self._verified: Path | None = None  # the dir being pushed has the tensor shapes the server served
         self._version_api = True  # vLLM: /update_weight_version is there (0.32.0 has it; a 404 says it is not)
         self._record = reloads.Recorder(self.weights_dir)
@@ -323,7 +329,8 @@ class WeightSync:
         try:
             with _stop_deferred():
                 result = self._push(path, step)
-            if result.down and self._answered and not _stopping():  # it died or is being restarted
+            seen_up = self._answered or (self.engine is not None and self.engine.raw is not None)
+            if result.down and seen_up and not _stopping():  # it died or is being restarted
                 result = self._push_when_back(step, path, result)
             self._answered = self._answered or not result.down
             if result.broken:
@@ -705,9 +712,10 @@ def make_sync(args: Any) -> WeightSync:
 
 
 def install_sigterm_exit() -> None:
-    """Make SIGTERM (rlsup's stop) raise SystemExit in the main thread, so ``finally`` blocks run: a trainer
-    stopped while vLLM is paused for a reload resumes it instead of leaving it paused for every later
-    client. Python's default SIGTERM action kills the process without unwinding."""
+    """Make SIGTERM (rlsup's stop) raise SystemExit in the main thread, so ``finally`` blocks run (Python's default
+    action kills the process without unwinding) -- except inside a pause/reload/resume exchange with the server,
+    where it is held until the exchange is over: raising inside ``/pause``'s drain skipped the ``/resume`` and left
+    vLLM paused for good. The process then exits 143 at the end of the push."""
     import signal
 
     def stop(signum: int, frame: Any) -> None:

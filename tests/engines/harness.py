@@ -55,7 +55,11 @@ def command(kind: str, engine_py: str, port: int, base_model: Path) -> str:
 
 
 class EngineRun:
-    def __init__(self, tmp: Path, kind: str, engine_py: str) -> None:
+    """``server_env``: more environment for the server; ``alive``: its liveness probe, as YAML flow (none by
+    default)."""
+
+    def __init__(self, tmp: Path, kind: str, engine_py: str, server_env: dict[str, str] | None = None,
+                 alive: str | None = None) -> None:
         self.tmp, self.kind, self.engine_py = tmp, kind, engine_py
         self.peak_rss_mb = 0.0
         self.t_start = time.monotonic()
@@ -74,6 +78,7 @@ class EngineRun:
             env |= {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
         else:
             env |= {"SGLANG_USE_CPU_ENGINE": "1"}
+        env |= server_env or {}
         env_yaml = ", ".join(f"{k}: {json.dumps(v)}" for k, v in env.items())
         self.config = tmp / "engine.yaml"
         self.config.write_text(f"""name: engine-{kind}
@@ -83,7 +88,7 @@ components:
     env: {{{env_yaml}}}
     command: >-
       {command(kind, engine_py, self.port, self.base)}
-    ready: {{http: "{self.url}/health", timeout: 900, interval: 2}}
+    ready: {{http: "{self.url}/health", timeout: 900, interval: 2}}{f"{chr(10)}    alive: {alive}" if alive else ""}
     restart:
       policy: on-failure
       backoff: {{initial: 1, factor: 1, max: 2}}
@@ -201,14 +206,20 @@ class Load:
         return self.results
 
 
-def kill_engine_core(run: EngineRun, names: tuple[str, ...]) -> int:
-    """SIGKILL the engine's scheduler / engine-core child process (not the API server rlsup started)."""
+def engine_core(run: EngineRun, names: tuple[str, ...]) -> psutil.Process:
+    """The engine's scheduler / engine-core child process (not the API server rlsup started)."""
     for p in run.engine_children():
         try:
             text = " ".join(p.cmdline()) + " " + p.name()
         except psutil.Error:
             continue
         if any(n in text for n in names):
-            p.send_signal(signal.SIGKILL)
-            return p.pid
+            return p
     raise AssertionError(f"no engine core among {[c.name() for c in run.engine_children()]}")
+
+
+def kill_engine_core(run: EngineRun, names: tuple[str, ...]) -> int:
+    """SIGKILL the engine's scheduler / engine-core child process (not the API server rlsup started)."""
+    p = engine_core(run, names)
+    p.send_signal(signal.SIGKILL)
+    return p.pid

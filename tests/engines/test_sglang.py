@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from conftest import engine_python
 from harness import EngineRun, Load, wait_for
 from recording import exchange, load, save
 
+from rlsup.trainer import reloads
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.orchestrator import neutral_sampling
 from rlsup.trainer.sync import WeightSync, detect, rlsup_restart
@@ -42,6 +44,14 @@ def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:
         r = run.complete(body)
         assert r["status"] == 200 and len({c["text"] for c in r["body"]["choices"]}) > 1, r
 
+    # A wrong-shape FIRST publish (no latest.json): checked against the model SGLang says it serves (/model_info)
+    first = io.StringIO()
+    wide0 = run.publish(0, run.wide)
+    r = WeightSync(run.url, "sglang", run.weights, out=first).publish(0, wide0)
+    assert not r.loaded and "rejected before loading" in r.detail and str(run.base) in r.detail, r.detail
+    assert first.getvalue().startswith("rlsup-flag: weights_rejected: ") and (wide0 / weights_mod.REJECTED).exists()
+    assert not (run.weights / "latest.json").exists()
+
     out = io.StringIO()
     ws = WeightSync(run.url, "sglang", run.weights, tries=3, retry_s=1.0, out=out,
                     restart_server=rlsup_restart("inference", run.run_dir), restart_timeout=900)
@@ -67,6 +77,10 @@ def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:
         assert any(x["t0"] <= t0 < x["t1"] for x in results), (windows, results)
     assert len(set(greedy)) == len(greedy), f"greedy output did not change with the weights: {greedy}"
     step3 = greedy[-1]
+    # Each reload tagged SGLang's weight version; every completion's reply names the weights that made it.
+    meta = run.complete(neutral_sampling(0.0))["body"].get("metadata") or {}
+    assert meta.get("weight_version") == "3", meta
+    assert reloads.from_versions(meta.get("weight_versions") or meta["weight_version"]) == reloads.Label(3), meta
 
     # A bad path fails cleanly (400) and leaves the server serving step 3: no restart.
     attempt = run.status()["attempt"]
@@ -77,10 +91,13 @@ def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:
     assert not r.loaded and not r.broken, r.detail
     assert run.greedy() == step3 and run.status()["attempt"] == attempt
 
-    # A wrong-shape checkpoint: refused before SGLang sees it (0.5.23 dies on one) ...
+    # A wrong-shape checkpoint: refused before SGLang sees it (0.5.23 dies on one), even once the served dir was
+    # pruned (latest.json keeps its shapes) ...
+    shutil.rmtree(run.weights / "step_3")
     wide = run.publish(5, run.wide)
     r = ws.publish(5, wide)
     assert not r.loaded and not r.broken and "rejected before loading" in r.detail, r.detail
+    assert "weights step 3" in r.detail, r.detail
     assert (wide / weights_mod.REJECTED).exists() and run.status()["attempt"] == attempt
     # ... sent to it directly, 0.5.23 answers 200 to this one (an MLP wider than the model: the loader takes a
     # slice) and serves weights nobody trained: why it is refused.
