@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -128,6 +129,20 @@ class EngineServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def slow(self, route: str, seconds: float) -> threading.Event:
+        """Make vLLM's ``route`` take ``seconds`` longer (a drain, a reload); the event is set once one arrives."""
+        entered = threading.Event()
+        orig = self._vllm
+
+        def slower(method: str, path: str, query: dict, body: dict) -> tuple[int, object | None] | None:
+            if path == route:
+                entered.set()
+                time.sleep(seconds)
+            return orig(method, path, query, body)
+
+        self._vllm = slower  # type: ignore[method-assign]
+        return entered
 
     @property
     def rl_routes(self) -> bool:

@@ -45,16 +45,7 @@ def test_sigterm_inside_the_pause_drain_finishes_the_push_and_resumes(tmp_path: 
     /resume and vLLM stayed paused for good. Now the push finishes (the weights load), vLLM is resumed, and the
     trainer exits 143 after it."""
     s = EngineServer("vllm", "0.32.0")
-    entered = threading.Event()
-    orig = s._vllm
-
-    def slow_pause(method, route, query, body):  # type: ignore[no-untyped-def]
-        if route == "/pause":
-            entered.set()
-            time.sleep(3)  # draining the orchestrator's requests
-        return orig(method, route, query, body)
-
-    s._vllm = slow_pause  # type: ignore[method-assign]
+    entered = s.slow("/pause", 3)  # draining the orchestrator's requests
     one = _dir(tmp_path, 1)
     script = textwrap.dedent(f"""
         from pathlib import Path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,17 @@ components:
     def engine_children(self) -> list[psutil.Process]:
         pid = self.status().get("pid")
         return psutil.Process(pid).children(recursive=True) if pid else []
+
+
+@contextlib.contextmanager
+def serving(run: EngineRun) -> Iterator[EngineRun]:
+    """``run`` up and its server ready (attempt 1); down at the end, whatever happened."""
+    run.up()
+    try:
+        run.wait_ready(1)
+        yield run
+    finally:
+        run.down()
 
 
 class Load:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import engine_python
-from harness import EngineRun, Load, wait_for
+from harness import EngineRun, Load, serving, wait_for
 from recording import exchange, load, save
 
 from rlsup.trainer import reloads
@@ -22,13 +22,8 @@ from rlsup.trainer.sync import WeightSync, detect, rlsup_restart
 
 @pytest.fixture
 def sglang(tmp_path: Path):  # type: ignore[no-untyped-def]
-    run = EngineRun(tmp_path, "sglang", engine_python("sglang"))
-    run.up()
-    try:
-        run.wait_ready(1)
+    with serving(EngineRun(tmp_path, "sglang", engine_python("sglang"))) as run:
         yield run
-    finally:
-        run.down()
 
 
 def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:

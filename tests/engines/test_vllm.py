@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import engine_python
-from harness import EngineRun, Load, kill_engine_core, wait_for
+from harness import EngineRun, Load, kill_engine_core, serving, wait_for
 from recording import exchange, load, save
 
 from rlsup.trainer import weights as weights_mod
@@ -21,13 +21,8 @@ from rlsup.trainer.sync import WeightSync, detect, rlsup_restart
 
 @pytest.fixture
 def vllm(tmp_path: Path):  # type: ignore[no-untyped-def]
-    run = EngineRun(tmp_path, "vllm", engine_python("vllm"))
-    run.up()
-    try:
-        run.wait_ready(1)
+    with serving(EngineRun(tmp_path, "vllm", engine_python("vllm"))) as run:
         yield run
-    finally:
-        run.down()
 
 
 def test_vllm_weight_sync_readiness_and_restart(vllm: EngineRun) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import engine_python
-from harness import EngineRun, engine_core, kill_engine_core, wait_for
+from harness import EngineRun, engine_core, kill_engine_core, serving, wait_for
 from recording import exchange
 
 from rlsup.trainer import pausewatch, reloads
@@ -61,13 +61,9 @@ print("RESULT", r.loaded, r.broken, r.down, r.detail, flush=True)
 
 @pytest.fixture
 def vllm(tmp_path: Path):  # type: ignore[no-untyped-def]
-    run = EngineRun(tmp_path, "vllm", engine_python("vllm"), server_env={"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"})
-    run.up()
-    try:
-        run.wait_ready(1)
+    keep_alive = {"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"}
+    with serving(EngineRun(tmp_path, "vllm", engine_python("vllm"), server_env=keep_alive)) as run:
         yield run
-    finally:
-        run.down()
 
 
 class Push:
