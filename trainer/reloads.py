@@ -3,9 +3,11 @@
 ``OUT/weights/reloads.json`` is written by the trainer's weight sync (:class:`Recorder`) around every reload,
 atomically: ``{"seq", "step", "state", "to_step", "paused", "unpaused", "owner", "beat"}``. ``seq`` grows by one at
 every write; ``state`` is ``serving`` between reloads, ``pausing`` (written before vLLM's ``/pause`` is sent),
-``reloading`` (before the reload itself, with ``paused`` saying whether the server was paused for it) and back
-to ``serving`` once the server runs again (``step``: what it serves now). ``unpaused`` counts the reloads
-that ran without a pause: a completion generated across one of them may mix two sets of weights. ``beat`` is
+``reloading`` (before the reload itself, with ``paused`` saying whether the server was paused for it; also while
+the trainer waits for a server that went away, ``paused`` then: a restarted server changes weights between
+requests, never within one) and back to ``serving`` once the server runs again (``step``: what it serves now).
+``unpaused`` counts the reloads the server carried out without a pause: a completion generated across one of them
+may mix two sets of weights (one the server died during mixed nothing: its running requests failed). ``beat`` is
 refreshed every :data:`BEAT_S` seconds while a reload is under way, so a reader can tell a reload in progress
 from one whose trainer died (SIGKILL) and left the server paused.
 
@@ -71,7 +73,7 @@ def label(before: Record, after: Record) -> Label:
     unpaused reload swaps weights under running requests."""
     step = before.step or 0
     straddled = before.seq != after.seq or before.state != SERVING
-    mixed = after.unpaused > before.unpaused or (before.state == RELOADING and not before.paused)
+    mixed = after.unpaused > before.unpaused or any(r.state == RELOADING and not r.paused for r in (before, after))
     return Label(step, straddled, straddled and mixed)
 
 
@@ -88,7 +90,8 @@ def from_versions(spans: object) -> Label | None:
 
 class Recorder:
     """The weight sync's side: :meth:`begin` before anything is sent to the server, :meth:`reloading` before
-    the reload itself, :meth:`end` once the server runs again. A heartbeat thread refreshes ``beat`` in
+    the reload itself (:meth:`reloaded_unpaused` after one without a pause, :meth:`waiting` while the server is
+    away), :meth:`end` once the server runs again. A heartbeat thread refreshes ``beat`` in
     between; :meth:`end` (or the process's death) stops it."""
 
     def __init__(self, weights_dir: Path) -> None:
@@ -103,7 +106,15 @@ class Recorder:
         threading.Thread(target=self._beat, args=(stop,), name="reload-heartbeat", daemon=True).start()
 
     def reloading(self, paused: bool) -> None:
-        self._write(state=RELOADING, paused=paused, unpaused=self.rec.unpaused + (0 if paused else 1))
+        self._write(state=RELOADING, paused=paused)
+
+    def reloaded_unpaused(self) -> None:
+        """The server answered a reload it carried out without a pause."""
+        self._write(unpaused=self.rec.unpaused + 1)
+
+    def waiting(self) -> None:
+        """The server went away during the push: the trainer waits for it, and pushes again once it is back."""
+        self._write(state=RELOADING, paused=True)
 
     def end(self, step: int | None) -> None:
         """The server runs again, serving ``step`` (None: what it served before)."""

@@ -401,9 +401,12 @@ class WeightSync:
         """A reload got no reply (or failed) and the server is gone: ``down`` (wait for it, push again) when the
         checkpoint's tensor shapes match what it served, so the weights are not to blame; else ``broken``."""
         if self._verified == path:
-            return SyncResult(False, f"{what} {path}: no reply, the server went away during the reload "
-                                     f"({_why(r)}); the checkpoint's tensor shapes match what it served, so it is "
-                                     "not blamed", down=True)
+            # the status alone, not the engine's body: "EngineCore encountered an issue" in the trainer's own log
+            # would read as the trainer's engine dying (diagnosis of its exit)
+            said = r.error if r.status is None else f"HTTP {r.status}"
+            return SyncResult(False, f"{what} {path}: no reply, the server went away during the reload ({said}); "
+                                     "the checkpoint's tensor shapes match what it served, so it is not blamed",
+                              down=True)
         return SyncResult(False, f"{what} {path}: no reply, the server went away ({_why(r)})", broken=True)
 
     def _push_vllm(self, path: Path, step: int | None = None) -> SyncResult:
@@ -430,6 +433,7 @@ class WeightSync:
                     return failed
             self._tag_vllm(step, steps)
             if not paused:  # a paused server had its caches cleared by /pause
+                self._record.reloaded_unpaused()
                 steps.append(self._reset_prefix_cache())
         finally:
             if asked and broken is None:
@@ -582,6 +586,7 @@ class WeightSync:
         often this one, and reloading the same weights is harmless."""
         steplog.warn(f"{result.detail}: the inference server is down while weights step {step} are pushed; "
                      f"waiting up to {self.restart_timeout:g}s for it to come back, then pushing them again")
+        self._record.waiting()
         if not self._wait_up():
             return SyncResult(False, f"{result.detail}; it did not come back within {self.restart_timeout:g}s")
         self.engine = detect(str(self.base), self.mode)  # the restarted server may be another version

@@ -626,6 +626,8 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         life = replace(life, episode=frozenset())
     life = replace(life, history=history)
     patterns = detect_attempt_patterns(history, total=inp.total if inp.total is not None else rules.total)
+    if life.forced is not None:  # rlsup ended it: a failure already, whatever its exit code said
+        patterns = [f for f in patterns if f.type != "false_success"]
     false_success = next((f for f in patterns if f.type == "false_success"), None)
     success = (life.forced is None and false_success is None
                and is_success(rules.restart, inp.exit_code, inp.signal))

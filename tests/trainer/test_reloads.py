@@ -27,12 +27,26 @@ def test_a_completion_across_a_paused_reload_straddles_but_is_not_mixed() -> Non
 def test_a_completion_across_an_unpaused_reload_is_mixed() -> None:
     before = Record(seq=4, step=3, unpaused=1)
     pausing = Record(seq=5, step=3, state=reloads.PAUSING, to_step=4, unpaused=1)  # /pause then failed
-    during = Record(seq=6, step=3, state=reloads.RELOADING, to_step=4, paused=False, unpaused=2)
-    after = Record(seq=7, step=4, unpaused=2)
+    during = Record(seq=6, step=3, state=reloads.RELOADING, to_step=4, paused=False, unpaused=1)
+    after = Record(seq=8, step=4, unpaused=2)  # the server answered the reload (7), then runs again (8)
     assert reloads.label(before, after) == Label(3, straddled=True, mixed=True)
     assert reloads.label(pausing, after) == Label(3, straddled=True, mixed=True)
     assert reloads.label(during, after) == Label(3, straddled=True, mixed=True)
+    assert reloads.label(before, during) == Label(3, straddled=True, mixed=True)  # answered while it swaps
     assert reloads.label(after, after) == Label(4)  # one set of weights once it is over
+
+
+def test_a_completion_while_the_server_was_away_is_not_mixed() -> None:
+    """vLLM died as the trainer pushed step 4 (its /pause failed, the reload got a 500): the trainer waits for the
+    restarted server. Completions the restarted server made meanwhile come from one set of weights (seen on the
+    real vLLM: 64 samples of a step were called mixed when the dead server's unpaused attempt was counted)."""
+    failed = Record(seq=6, step=3, state=reloads.RELOADING, to_step=4, paused=False)
+    waiting = Record(seq=7, step=3, state=reloads.RELOADING, to_step=4, paused=True)
+    beat = Record(seq=9, step=3, state=reloads.RELOADING, to_step=4, paused=True)
+    after = Record(seq=12, step=4)
+    assert reloads.label(waiting, beat) == Label(3, straddled=True)
+    assert reloads.label(waiting, after) == Label(3, straddled=True)
+    assert reloads.label(failed, after).mixed  # sent while the attempt might swap weights under it
 
 
 def test_the_engines_own_versions_win_and_a_foreign_version_is_none() -> None:
@@ -50,7 +64,9 @@ def test_the_recorder_brackets_each_reload_and_survives_a_restart(tmp_path: Path
     assert reloads.read(tmp_path).state == reloads.PAUSING and reloads.read(tmp_path).to_step == 1
     rec.reloading(paused=False)
     got = reloads.read(tmp_path)
-    assert (got.state, got.paused, got.unpaused) == (reloads.RELOADING, False, 1)
+    assert (got.state, got.paused, got.unpaused) == (reloads.RELOADING, False, 0)
+    rec.reloaded_unpaused()
+    assert reloads.read(tmp_path).unpaused == 1
     rec.end(1)
     got = reloads.read(tmp_path)
     assert (got.state, got.step, got.to_step) == (reloads.SERVING, 1, None)
