@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real-engine CI stage: installs a CPU vLLM and a CPU SGLang, each in its own venv cached under
-# $HOME/.cache/rlsup-ci/ (keyed by version), then runs tests/engines/ against them.
+# $HOME/.cache/rlsup-ci/ (keyed by version), then runs tests/engines/ against them. It fails when an engine
+# cannot be installed (three tries each) or any test there fails twice; nothing in it is skipped or XFAIL.
 #   .ci/engines.sh            install what is missing, then run the tests
 #   .ci/engines.sh install    only install (CI on this machine then reuses the caches)
 set -uo pipefail

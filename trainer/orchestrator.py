@@ -7,9 +7,12 @@ too), computes group-relative advantages and publishes ``OUT/rollouts/step_{N}/`
 Async level K: rollouts for step N are generated only once the trainer has published weights
 step >= N - 1 - K (``OUT/weights/step_M`` with ``STABLE``) and, while the server keeps up, once the
 server has loaded them too (``--server-wait``, :func:`wait_for_server`); K = 0 is fully on-policy
-when the server keeps up. ``off_policy`` is measured against what the server actually serves: the response's
-``weights_step`` (rlsup's server) or ``OUT/weights/latest.json``, which the trainer writes only once the
-server has loaded the weights -- so a stale server shows as a growing ``off_policy``, not as 0-1.
+when the server keeps up. Every sample is labelled with the weights that made it (:func:`complete`): the reply's
+own word where the server gives one (rlsup's ``weights_step``, SGLang's ``metadata.weight_versions``), else the
+reload record the trainer writes around every reload (:mod:`rlsup.trainer.reloads`), read before each request
+and after its reply; ``off_policy`` and its companions count the step's samples by those labels
+(:func:`rlsup.trainer.rollouts.staleness`), so a stale server shows as a growing ``off_policy``, not as 0-1. While
+requests wait, :class:`~rlsup.trainer.pausewatch.PauseWatch` flags a vLLM left paused.
 
 Token ids: requests ask for them with ``return_token_ids`` (vLLM 0.10.2+, SGLang 0.5.17+, rlsup's server:
 each choice then has ``token_ids`` and ``prompt_token_ids``); the trainer trains on the sampled ids and on
