@@ -142,6 +142,12 @@ def request(method: str, url: str, body: dict | None = None, timeout: float = 60
     return Reply(status, parsed, text)
 
 
+def _engine_dead(r: Reply) -> bool:
+    """vLLM's reply when its engine core is dead or shutting down (EngineDeadError: "EngineCore encountered an
+    issue"), as opposed to a reload that failed in a live worker ("Worker failed with error ...")."""
+    return "EngineCore encountered" in r.text or "EngineDeadError" in r.text
+
+
 def _why(r: Reply) -> str:
     if r.status is None:
         return r.error or "no answer"
@@ -476,9 +482,11 @@ class WeightSync:
         if r.status == 404:
             return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
                                      "VLLM_SERVER_DEV_MODE=1", steps=steps)
-        if not r.ok and method == "reload_weights" and (r.status is None or self._gone()):
-            # No reply, or an error as the server went away: a user's `rlsup restart` (or a crash) during the
-            # reload. vLLM 0.32.0 answers the reload 500 as it shuts down, then stops answering.
+        if not r.ok and method == "reload_weights" and (
+                r.status is None or self._gone(within=30.0 if _engine_dead(r) else 1.5)):
+            # No reply, or an error as the server goes away: a user's `rlsup restart` (or a crash) during the
+            # reload. vLLM 0.32.0 answers the reload 500 as it shuts down ("EngineCore encountered an issue"), or
+            # drops the connection, then stops answering; a reload that failed in a live worker leaves /health 200.
             return self._went_away(f"/collective_rpc {method}", path, r)
         if not r.ok and method == "reload_weights":
             # vLLM's in-place reload moves the layers to the meta device before it reads a file
@@ -595,7 +603,7 @@ class WeightSync:
             again = self._push(path, step)
         return again if not again.down else SyncResult(False, f"{again.detail} (down again)", down=True)
 
-    def _gone(self, within: float = 5.0) -> bool:
+    def _gone(self, within: float) -> bool:
         """Whether the server stops answering ``/health`` 200 within ``within`` s (shutting down, restarted, its
         engine dead); False when it stays up (a reload that failed on a server that lives on)."""
         deadline = time.monotonic() + within
