@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -182,6 +183,19 @@ components:
     def engine_children(self) -> list[psutil.Process]:
         pid = self.status().get("pid")
         return psutil.Process(pid).children(recursive=True) if pid else []
+
+
+def refuses_a_wrong_shape_first_publish(run: EngineRun) -> None:
+    """Before the server loaded anything of the run (no latest.json), a checkpoint whose MLP is twice as wide as
+    the model the server started with is refused, flagged and marked REJECTED; nothing is recorded as loaded."""
+    from rlsup.trainer.sync import WeightSync
+
+    out = io.StringIO()
+    wide0 = run.publish(0, run.wide)
+    r = WeightSync(run.url, run.kind, run.weights, out=out).publish(0, wide0)
+    assert not r.loaded and "rejected before loading" in r.detail and str(run.base) in r.detail, r.detail
+    assert out.getvalue().startswith("rlsup-flag: weights_rejected: ") and (wide0 / weights_mod.REJECTED).exists()
+    assert not (run.weights / "latest.json").exists()
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import engine_python
-from harness import EngineRun, Load, serving, wait_for
+from harness import EngineRun, Load, refuses_a_wrong_shape_first_publish, serving, wait_for
 from recording import exchange, load, save
 
 from rlsup.trainer import reloads
@@ -40,12 +40,7 @@ def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:
         assert r["status"] == 200 and len({c["text"] for c in r["body"]["choices"]}) > 1, r
 
     # A wrong-shape FIRST publish (no latest.json): checked against the model SGLang says it serves (/model_info)
-    first = io.StringIO()
-    wide0 = run.publish(0, run.wide)
-    r = WeightSync(run.url, "sglang", run.weights, out=first).publish(0, wide0)
-    assert not r.loaded and "rejected before loading" in r.detail and str(run.base) in r.detail, r.detail
-    assert first.getvalue().startswith("rlsup-flag: weights_rejected: ") and (wide0 / weights_mod.REJECTED).exists()
-    assert not (run.weights / "latest.json").exists()
+    refuses_a_wrong_shape_first_publish(run)
 
     out = io.StringIO()
     ws = WeightSync(run.url, "sglang", run.weights, tries=3, retry_s=1.0, out=out,

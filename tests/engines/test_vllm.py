@@ -18,7 +18,15 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import engine_python
-from harness import EngineRun, Load, engine_core, kill_engine_core, serving, wait_for
+from harness import (
+    EngineRun,
+    Load,
+    engine_core,
+    kill_engine_core,
+    refuses_a_wrong_shape_first_publish,
+    serving,
+    wait_for,
+)
 from recording import exchange, load, save
 
 from rlsup.trainer import pausewatch, reloads
@@ -127,12 +135,7 @@ def test_vllm_weight_sync_readiness_and_restart(vllm: EngineRun) -> None:
 
     # A wrong-shape FIRST publish (no latest.json): checked against the model vLLM says it started with (issue 42:
     # it was served, vLLM answering 200 with "Failed to load weights" in its log)
-    first = io.StringIO()
-    wide0 = run.publish(0, run.wide)
-    r = WeightSync(run.url, "vllm", run.weights, out=first).publish(0, wide0)
-    assert not r.loaded and "rejected before loading" in r.detail and str(run.base) in r.detail, r.detail
-    assert first.getvalue().startswith("rlsup-flag: weights_rejected: ") and (wide0 / weights_mod.REJECTED).exists()
-    assert not (run.weights / "latest.json").exists()
+    refuses_a_wrong_shape_first_publish(run)
 
     out = io.StringIO()
     ws = WeightSync(run.url, "vllm", run.weights, tries=3, retry_s=1.0, out=out,
