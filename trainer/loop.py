@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, start: int, update: Update, publish: Callable[
         steplog.log_step(step, args.steps, {
             "reward": sum(s.reward for s in samples) / len(samples),
             **stats,
-            "off_policy": step - 1 - int(meta.get("weights_step", step - 1)),
+            **rollouts.staleness(samples, step, int(meta.get("weights_step", step - 1))),
             "wait_s": wait_s,
             "train_s": train_s,
             **after(),

@@ -7,9 +7,12 @@ too), computes group-relative advantages and publishes ``OUT/rollouts/step_{N}/`
 Async level K: rollouts for step N are generated only once the trainer has published weights
 step >= N - 1 - K (``OUT/weights/step_M`` with ``STABLE``) and, while the server keeps up, once the
 server has loaded them too (``--server-wait``, :func:`wait_for_server`); K = 0 is fully on-policy
-when the server keeps up. ``off_policy`` is measured against what the server actually serves: the response's
-``weights_step`` (rlsup's server) or ``OUT/weights/latest.json``, which the trainer writes only once the
-server has loaded the weights -- so a stale server shows as a growing ``off_policy``, not as 0-1.
+when the server keeps up. Every sample is labelled with the weights that made it (:func:`complete`): the reply's
+own word where the server gives one (rlsup's ``weights_step``, SGLang's ``metadata.weight_versions``), else the
+reload record the trainer writes around every reload (:mod:`rlsup.trainer.reloads`), read before each request
+and after its reply; ``off_policy`` and its companions count the step's samples by those labels
+(:func:`rlsup.trainer.rollouts.staleness`), so a stale server shows as a growing ``off_policy``, not as 0-1. While
+requests wait, :class:`~rlsup.trainer.pausewatch.PauseWatch` flags a vLLM left paused.
 
 Token ids: requests ask for them with ``return_token_ids`` (vLLM 0.10.2+, SGLang 0.5.17+, rlsup's server:
 each choice then has ``token_ids`` and ``prompt_token_ids``); the trainer trains on the sampled ids and on
@@ -32,12 +35,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rlsup.trainer import grpo, rollouts, steplog, task, waiting
+from rlsup.trainer import grpo, reloads, rollouts, steplog, task, waiting
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
+from rlsup.trainer.pausewatch import PauseWatch
 
 
 class ServerDown(Exception):
@@ -171,38 +175,61 @@ def hf_problems(problems: list[task.Problem], seed: int, step: int, count: int) 
     return hf.problems_for_step(problems, seed, step, count)
 
 
+def response_label(r: dict) -> reloads.Label | None:
+    """Which weights made a completion, as the server's reply says: rlsup's server ``weights_step``, SGLang's
+    ``metadata.weight_versions`` (0.5.23: spans over the output tokens; versions are the steps the trainer
+    tagged) or ``metadata.weight_version``; None where it says nothing (vLLM's ``/v1/completions``)."""
+    step = r.get("weights_step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        return reloads.Label(step)
+    meta = r.get("metadata")
+    if isinstance(meta, dict):
+        return reloads.from_versions(meta.get("weight_versions") or meta.get("weight_version"))
+    return None
+
+
+def reload_record(weights_dir: Path | None) -> reloads.Record:
+    """The reload record as a request is sent or answered; before any trainer wrote one, what latest.json says
+    the server loaded (else step 0, the weights it started with)."""
+    if weights_dir is None:
+        return reloads.Record()
+    rec = reloads.read(weights_dir)
+    return rec if rec.step is not None else replace(rec, step=served_step(weights_dir))
+
+
 def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: str, give_up_after: float,
-             timeout: float) -> dict:
+             timeout: float, weights_dir: Path | None = None) -> dict:
     """Completions for every prompt (``body["n"]`` each), choices ordered prompt-major.
 
     ``concurrency`` 0 sends one request with the list of prompts; K > 0 sends one request per prompt
     with at most K in flight (bounded load on a real engine, and SGLang/vLLM batch them anyway).
-    ``weights_step`` is the smallest any response reported; ``usage`` is summed.
+    Each choice gets ``weights``, the :class:`~rlsup.trainer.reloads.Label` of the weights that made it: the
+    reply's own where it names them (:func:`response_label`), else the reload record of ``weights_dir`` read
+    before the request and after its reply. ``usage`` is summed.
     """
+    def one(payload: dict) -> dict:
+        before = reload_record(weights_dir)
+        r = call_with_retry(url, payload, what, give_up_after, timeout)
+        after = reload_record(weights_dir)
+        label = response_label(r) or reloads.label(before, after)
+        for c in r["choices"]:
+            c["weights"] = label
+            c.setdefault("prompt_token_ids", r.get("prompt_token_ids"))  # vLLM: on each choice already
+        return r
+
     if concurrency <= 0:
-        resp = call_with_retry(url, {**body, "prompt": prompts}, what, give_up_after, timeout)
+        resp = one({**body, "prompt": prompts})
         resp["choices"] = sorted(resp["choices"], key=lambda c: c["index"])
         return resp
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(prompt: str) -> dict:
-        return call_with_retry(url, {**body, "prompt": prompt}, what, give_up_after, timeout)
-
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        replies = list(pool.map(one, prompts))
-    choices, usage, steps = [], {"completion_tokens": 0}, []
+        replies = list(pool.map(lambda prompt: one({**body, "prompt": prompt}), prompts))
+    choices, usage = [], {"completion_tokens": 0}
     for r in replies:
-        got = sorted(r["choices"], key=lambda c: c["index"])
-        for c in got:  # vLLM puts the prompt's ids on each choice; keep them there for every server
-            c.setdefault("prompt_token_ids", r.get("prompt_token_ids"))
-        choices.extend(got)
+        choices.extend(sorted(r["choices"], key=lambda c: c["index"]))
         usage["completion_tokens"] += r.get("usage", {}).get("completion_tokens", 0)
-        if "weights_step" in r:
-            steps.append(r["weights_step"])
-    out: dict = {"choices": choices, "usage": usage}
-    if steps:
-        out["weights_step"] = min(steps)
-    return out
+    return {"choices": choices, "usage": usage}
 
 
 def load_task(args: argparse.Namespace) -> tuple[list[task.Problem], Callable[[str, str], float]]:
@@ -266,6 +293,9 @@ class Orchestrator:
     server_lags: bool = False  # the server missed --server-wait once and has not caught up since
     warned_no_ids: bool = False
 
+    def __post_init__(self) -> None:
+        self.watch = PauseWatch(self.base, self.weights_dir)  # flags a server left paused (vLLM)
+
     @property
     def weights_dir(self) -> Path:
         return self.args.out / "weights"
@@ -311,10 +341,12 @@ class Orchestrator:
             for j in range(g):
                 c = choices[i * g + j]
                 lp = c["logprobs"] or {}
+                w: reloads.Label = c.get("weights") or reloads.Label(served_step(self.weights_dir))
                 out.append(rollouts.Sample(
                     prompt=p.prompt, completion=c["text"], tokens=lp.get("tokens", []),
                     logprobs=lp.get("token_logprobs", []), reward=rewards[i][j],
-                    advantage=advantages[i][j], group=i, **choice_fields(c)))
+                    advantage=advantages[i][j], group=i, **choice_fields(c), weights_step=w.step,
+                    weights_straddled=w.straddled, weights_mixed=w.mixed))
         if not self.warned_no_ids and any(s.completion_ids is None for s in out):
             self.warned_no_ids = True
             steplog.warn(f"{self.base} returned no token_ids for return_token_ids (SGLang before 0.5.17 ignores the "
@@ -331,15 +363,17 @@ class Orchestrator:
         wait_s = time.monotonic() - t0
         problems = self.problems(step)
         t1 = time.monotonic()
-        resp = complete(f"{self.base}/v1/completions", self.request_body(), [p.prompt for p in problems],
-                        args.concurrency, f"step {step}", args.give_up_after, args.request_timeout)
+        with self.watch:
+            resp = complete(f"{self.base}/v1/completions", self.request_body(), [p.prompt for p in problems],
+                            args.concurrency, f"step {step}", args.give_up_after, args.request_timeout,
+                            self.weights_dir)
         gen_s = time.monotonic() - t1
         choices = resp["choices"]
         g = args.group_size
         rewards = [[self.score(choices[i * g + j]["text"], p.answer) for j in range(g)]
                    for i, p in enumerate(problems)]
         samples = self.samples(problems, choices, rewards)
-        sampled_with = resp.get("weights_step", served_step(self.weights_dir))
+        sampled_with = min(s.weights_step or 0 for s in samples)
         rollouts.write_step(args.out, step, samples, {
             "temperature": args.temperature, "weights_step": sampled_with, "model": self.model})
         flat = [r for group in rewards for r in group]
@@ -348,7 +382,7 @@ class Orchestrator:
             "reward": sum(flat) / len(flat),
             "solved_groups": sum(1 for grp in rewards if max(grp) > 0) / len(rewards),
             "weights_step": sampled_with,
-            "off_policy": step - 1 - sampled_with,
+            **rollouts.staleness(samples, step, sampled_with),
             "wait_s": wait_s,
             "gen_s": gen_s,
             "tokens_per_s": tokens / gen_s if gen_s > 0 else 0.0,

@@ -34,6 +34,12 @@ class Sample:
     # What ended a "stop" finish: the stop string (str) or stop token id (int); None: EOS.
     # vLLM's stop_reason, SGLang's matched_stop (orchestrator.choice_fields).
     stop_reason: str | int | None = None
+    # Which weights made it (rlsup.trainer.reloads.Label): the oldest weights step it may come from (None: an
+    # orchestrator that did not label samples), whether it overlapped a reload, and whether that reload ran
+    # without a pause, so that its tokens may come from two sets of weights.
+    weights_step: int | None = None
+    weights_straddled: bool = False
+    weights_mixed: bool = False
 
 
 def step_dir(out: Path, step: int) -> Path:
@@ -84,3 +90,15 @@ def published_steps(out: Path) -> list[int]:
     if not root.is_dir():
         return []
     return sorted(int(m.group(1)) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)))
+
+
+def staleness(samples: list[Sample], step: int, fallback: int) -> dict[str, int]:
+    """How off-policy step ``step``'s samples are: ``off_policy``, the most steps any sample's weights lag
+    behind step - 1 (the weights an on-policy step samples with); ``off_policy_samples``, how many lag at all
+    or overlapped a reload; ``straddled_samples``, how many overlapped a reload; ``mixed_samples``, how many
+    overlapped one that ran without a pause. ``fallback``: the weights step of samples without a label."""
+    lags = [step - 1 - (fallback if s.weights_step is None else s.weights_step) for s in samples]
+    return {"off_policy": max(lags, default=0),
+            "off_policy_samples": sum(1 for s, lag in zip(samples, lags, strict=True) if lag > 0 or s.weights_straddled),
+            "straddled_samples": sum(s.weights_straddled for s in samples),
+            "mixed_samples": sum(s.weights_mixed for s in samples)}

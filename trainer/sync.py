@@ -16,10 +16,14 @@ to stdout, which the supervisor turns into a ``weights_stale`` flag (printed aga
 caught up and fell behind anew).
 
 A server that answered before and is now down when weights are pushed (connection refused), or that goes away
-during the push of a checkpoint whose tensor shapes match what it served, is waited for (``restart_timeout``:
-rlsup restarts it) and the same step pushed again: the weights are not blamed. A reload that breaks the engine
-(vLLM's failed ``reload_weights``; SGLang dying on a checkpoint whose shapes could not be checked) marks the dir
-``REJECTED`` and has the server restarted (``restart_server``).
+during the push of a checkpoint whose tensor shapes match what it served (a user's ``rlsup restart`` mid-reload),
+is waited for (``restart_timeout``: rlsup restarts it) and the same step pushed again: the weights are not blamed.
+A reload that breaks the engine (vLLM's failed ``reload_weights`` on a server that stays up; SGLang dying on a
+checkpoint whose shapes could not be checked) marks the dir ``REJECTED`` and has the server restarted
+(``restart_server``). Shapes are checked against what the server serves before anything is sent (see
+:meth:`WeightSync._check_shapes`). A SIGTERM during a push is held until the push is over
+(:func:`install_sigterm_exit`). Every reload is written in the reload record (:mod:`rlsup.trainer.reloads`) and
+tags the engine's weight version with the step where the engine has one.
 
 What each engine answers, read in the released wheels (the files inside ``vllm-X.whl`` /
 ``sglang-X.whl`` on PyPI are the tagged source; checked 2026-11-23). The contract servers in
@@ -64,6 +68,7 @@ tests/contract/servers.py answer exactly so:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import re
@@ -72,12 +77,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlsup.trainer import steplog
+from rlsup.trainer import reloads, steplog
 
 FLAG_PREFIX = "rlsup-flag:"
 
@@ -135,6 +140,12 @@ def request(method: str, url: str, body: dict | None = None, timeout: float = 60
     except ValueError:
         parsed = None
     return Reply(status, parsed, text)
+
+
+def _engine_dead(r: Reply) -> bool:
+    """vLLM's reply when its engine core is dead or shutting down (EngineDeadError: "EngineCore encountered an
+    issue"), as opposed to a reload that failed in a live worker ("Worker failed with error ...")."""
+    return "EngineCore encountered" in r.text or "EngineDeadError" in r.text
 
 
 def _why(r: Reply) -> str:
@@ -273,8 +284,12 @@ class WeightSync:
         self.flagged = False
         self._warned: set[str] = set()
         self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
-        self._answered = False  # a push got a reply once: a refused one later means it went down, so wait for it
+        # A push got a reply once, or the server told its version: a refused push later means it went down (died,
+        # or is being restarted), so it is waited for. One never seen up (the trainer started first) is not.
+        self._answered = False
         self._verified: Path | None = None  # the dir being pushed has the tensor shapes the server served
+        self._version_api = True  # vLLM: /update_weight_version is there (0.32.0 has it; a 404 says it is not)
+        self._record = reloads.Recorder(self.weights_dir)
         self._out = out or sys.stdout
         # Asks the supervisor to restart the server (``rlsup restart NAME``, see :func:`rlsup_restart`);
         # returns whether it was accepted and what happened in words. None: a broken server is left paused and flagged.
@@ -284,57 +299,87 @@ class WeightSync:
     # -- public
 
     def publish(self, step: int, path: Path) -> SyncResult:
-        """Tell the server about ``path`` (weights of ``step``); write latest.json only if it loaded."""
-        from rlsup.trainer import weights as weights_mod
-
+        """Tell the server about ``path`` (weights of ``step``); write latest.json only if it loaded. A SIGTERM
+        that arrives while the server is being paused or reloaded is held until the exchange is over (see
+        :func:`install_sigterm_exit`): the trainer then exits with the server running, not paused."""
         self.published_step = step
         if not self.base or self.mode == "none":
             result = SyncResult(False, "no weight sync (--weight-sync none or no --server)")
         else:
-            if self.engine is None or self.engine.kind == "unknown":
-                self.engine = detect(self.base, self.mode)
-                steplog.log(f"Inference server at {self.base}: {self.engine}")
-                if self.engine.kind in ("sglang", "vllm") and self.mode != self.engine.kind:
-                    steplog.warn(f"--weight-sync {self.mode} but the server at {self.base} is {self.engine}: "
-                                 f"using {self.engine.kind}'s reload")
+            self._detect()
             t0 = time.monotonic()
-            result = self._check_shapes(path) or self._push(path)
-            if result.down and self._answered:  # it was up before: it died or is being restarted
+            result = self._check_shapes(path) or self._push_recorded(step, path)
+            if result.loaded:  # the trainer's log says when each step reached the server, and how long it took
+                steplog.log(f"Inference server loaded weights step {step} ({path}) in {time.monotonic() - t0:.1f}s")
+        if result.loaded:
+            self._mark_loaded(step, path, result)
+        elif self.base and self.mode != "none":
+            self._warn_once(result.detail)
+        self._check_stale(step)
+        _exit_if_stopped()
+        return result
+
+    def _detect(self) -> None:
+        if self.engine is None or self.engine.kind == "unknown":
+            self.engine = detect(str(self.base), self.mode)
+            steplog.log(f"Inference server at {self.base}: {self.engine}")
+            if self.engine.kind in ("sglang", "vllm") and self.mode != self.engine.kind:
+                steplog.warn(f"--weight-sync {self.mode} but the server at {self.base} is {self.engine}: "
+                             f"using {self.engine.kind}'s reload")
+
+    def _push_recorded(self, step: int, path: Path) -> SyncResult:
+        """The push, bracketed in the reload record (:mod:`rlsup.trainer.reloads`), then what a failure calls
+        for: wait for a server that went away, restart one the reload broke."""
+        self._record.begin(step)
+        result: SyncResult | None = None
+        try:
+            with _stop_deferred():
+                result = self._push(path, step)
+            seen_up = self._answered or (self.engine is not None and self.engine.raw is not None)
+            if result.down and seen_up and not _stopping():  # it died or is being restarted
                 result = self._push_when_back(step, path, result)
             self._answered = self._answered or not result.down
             if result.broken:
                 self._recover(path, result)
-            elif result.loaded:  # the trainer's log says when each step reached the server, and how long it took
-                steplog.log(f"Inference server loaded weights step {step} ({path}) in {time.monotonic() - t0:.1f}s")
-        if result.loaded:
-            self.loaded_step = step
-            weights_mod.mark_latest(self.weights_dir, step, path, engine=str(self.engine),
-                                    server_model=result.server_model)
-            if self.flagged:
-                steplog.log(f"Inference server caught up: serving weights step {step}")
-            self.flagged = False
-        elif self.base and self.mode != "none":
-            self._warn_once(result.detail)
-        self._check_stale(step)
-        return result
+            return result
+        finally:
+            self._record.end(step if result is not None and result.loaded else None)
+
+    def _mark_loaded(self, step: int, path: Path, result: SyncResult) -> None:
+        """latest.json: what the server serves now, with its tensor shapes (what the next publish is checked
+        against, even once this dir is pruned)."""
+        from rlsup.trainer import weights as weights_mod
+
+        self.loaded_step = step
+        weights_mod.mark_latest(self.weights_dir, step, path, engine=str(self.engine),
+                                server_model=result.server_model, shapes=weights_mod.tensor_shapes(path))
+        if self.flagged:
+            steplog.log(f"Inference server caught up: serving weights step {step}")
+        self.flagged = False
 
     # -- per engine
 
-    def _push(self, path: Path) -> SyncResult:
+    def _push(self, path: Path, step: int | None = None) -> SyncResult:
         assert self.engine is not None and self.base is not None
         kind = self.engine.kind if self.engine.kind != "unknown" else self.mode
         for attempt in range(1, self.tries + 1):
-            result = self._push_vllm(path) if kind == "vllm" else self._push_sglang(path)
+            result = self._push_vllm(path, step) if kind == "vllm" else self._push_sglang(path, step)
             if result.loaded or result.broken or result.down or result.detail.startswith("unsupported"):
                 return result
-            if attempt < self.tries:
+            if attempt < self.tries and not _stopping():
                 time.sleep(self.retry_s * attempt)
         return result
 
-    def _push_sglang(self, path: Path) -> SyncResult:
+    def _push_sglang(self, path: Path, step: int | None = None) -> SyncResult:
         """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info (/get_model_info before
-        SGLang 0.5.6) says what it serves."""
-        r = request("POST", f"{self.base}/update_weights_from_disk", {"model_path": str(path)}, self.timeout)
+        SGLang 0.5.6) says what it serves. SGLang waits for running requests before it reloads (its
+        ``model_update_lock``), so no completion mixes weights; ``weight_version`` tags the step, which SGLang
+        0.5.23 returns with every completion (``metadata.weight_versions``); older versions ignore the field."""
+        self._record.reloading(paused=True)
+        body: dict[str, Any] = {"model_path": str(path)}
+        if step is not None:
+            body["weight_version"] = str(step)
+        r = request("POST", f"{self.base}/update_weights_from_disk", body, self.timeout)
         if r.refused:
             return SyncResult(False, f"/update_weights_from_disk: the server is down ({_why(r)})", down=True)
         if r.status is None and self._was_up():
@@ -344,13 +389,8 @@ class WeightSync:
             # second failure escapes, the scheduler exits (scheduler.py "Scheduler hit an exception", SIGQUIT to
             # the launcher, which SIGKILLs its tree): the connection drops with no reply. Its restart must not load
             # this dir again -- unless the dir's tensors match what the server served, in which case it died of
-            # something else during the reload (killed, OOM; seen under `rlsup up`) and the weights are fine.
-            if self._verified == path:
-                return SyncResult(False, f"/update_weights_from_disk {path}: no reply, the server went away during "
-                                         f"the reload ({_why(r)}); the checkpoint's tensor shapes match what it "
-                                         "served, so it is not blamed", down=True)
-            return SyncResult(False, f"/update_weights_from_disk {path}: no reply, the server went away "
-                                     f"({_why(r)})", broken=True)
+            # something else during the reload (killed, OOM, a user's restart) and the weights are fine.
+            return self._went_away("/update_weights_from_disk", path, r)
         if r.status == 404:
             return SyncResult(False, f"unsupported: {self.base} has no /update_weights_from_disk ({_why(r)})")
         if not (r.ok and isinstance(r.data, dict) and r.data.get("success") is True):
@@ -363,50 +403,76 @@ class WeightSync:
                                      f"model_path {served}, not {path}", str(served))
         return SyncResult(True, str(r.data.get("message") or "loaded"), str(served) if served else str(path))
 
-    def _push_vllm(self, path: Path) -> SyncResult:
+    def _went_away(self, what: str, path: Path, r: Reply) -> SyncResult:
+        """A reload got no reply (or failed) and the server is gone: ``down`` (wait for it, push again) when the
+        checkpoint's tensor shapes match what it served, so the weights are not to blame; else ``broken``."""
+        if self._verified == path:
+            # the status alone, not the engine's body: "EngineCore encountered an issue" in the trainer's own log
+            # would read as the trainer's engine dying (diagnosis of its exit)
+            said = r.error if r.status is None else f"HTTP {r.status}"
+            return SyncResult(False, f"{what} {path}: no reply, the server went away during the reload ({said}); "
+                                     "the checkpoint's tensor shapes match what it served, so it is not blamed",
+                              down=True)
+        return SyncResult(False, f"{what} {path}: no reply, the server went away ({_why(r)})", broken=True)
+
+    def _push_vllm(self, path: Path, step: int | None = None) -> SyncResult:
+        """``/pause`` (letting running requests finish), the reload, the version tag, ``/resume``. ``/resume`` is
+        sent whenever ``/pause`` was, even if the trainer is stopped half-way (SIGTERM inside the pause's drain),
+        unless the reload broke the engine: a half-loaded engine must serve nothing until it is restarted."""
         assert self.engine is not None
         steps: list[str] = []
-        paused = False
+        paused = asked = False
         broken: SyncResult | None = None
-        # 0.12.0-0.15.1 have /pause without dev mode: do not drain the server every step for a reload that
-        # cannot happen (/collective_rpc missing); a server restarted with dev mode is reloaded unpaused once.
-        if self.engine.rl_router and not self._rpc_missing:
-            down, paused = self._pause_vllm(steps)
-            if down is not None:
-                return down
         try:
+            # 0.12.0-0.15.1 have /pause without dev mode: do not drain the server every step for a reload that
+            # cannot happen (/collective_rpc missing); a server restarted with dev mode is reloaded unpaused once.
+            if self.engine.rl_router and not self._rpc_missing:
+                asked = True  # an exception inside /pause (Ctrl-C) still resumes it (the finally below)
+                down, paused, asked = self._pause_vllm(steps)
+                if down is not None:
+                    return down
+            self._record.reloading(paused)
             for method, kwargs in _vllm_reload_calls(self.engine.version, path):
-                failed = self._collective_rpc(method, kwargs, steps)
+                failed = self._collective_rpc(method, kwargs, steps, path)
                 if failed is not None:
                     broken = failed if failed.broken else None
                     return failed
+            self._tag_vllm(step, steps)
             if not paused:  # a paused server had its caches cleared by /pause
+                self._record.reloaded_unpaused()
                 steps.append(self._reset_prefix_cache())
         finally:
-            # Runs on a SIGTERM too (see install_sigterm_exit): a trainer stopped mid-reload must not leave
-            # the server paused for ever. After a failed reload the server stays paused: no completion may
-            # run on its broken weights until it is restarted.
-            if paused and broken is None:
+            if asked and broken is None:
                 r = request("POST", f"{self.base}/resume", timeout=60.0)
                 steps.append("resumed" if r.ok else f"/resume failed: {_why(r)}")
-            elif paused:
+            elif asked:
                 steps.append("left paused: the failed reload broke the engine")
         return SyncResult(True, "; ".join(steps), str(path), steps)
 
-    def _pause_vllm(self, steps: list[str]) -> tuple[SyncResult | None, bool]:
-        """``/pause`` before a reload: (the result when the server is down, whether it is paused). A
-        refused pause is no reason not to reload: the prefix cache is then reset after it."""
+    def _tag_vllm(self, step: int | None, steps: list[str]) -> None:
+        """``POST /update_weight_version`` with the step, before ``/resume``: ``GET /weight_info`` then says which
+        weights it serves (vLLM 0.32.0 has both routes; a 404 or 422 says this version has not)."""
+        if step is None or not self._version_api:
+            return
+        r = request("POST", f"{self.base}/update_weight_version", {"new_version": str(step)}, timeout=60.0)
+        self._version_api = r.ok or r.status not in (404, 405, 422)
+        steps.append(f"weight version {step}" if r.ok else f"weight version not set ({_why(r)})")
+
+    def _pause_vllm(self, steps: list[str]) -> tuple[SyncResult | None, bool, bool]:
+        """``/pause`` before a reload: (the result when the server is down, whether it is paused, whether it
+        may be: no answer). A failed pause is no reason not to reload: the prefix cache is then reset after it."""
         assert self.engine is not None
         p = request("POST", f"{self.base}/pause?{pause_query(self.engine.version)}", timeout=self.timeout)
         if p.refused:
-            return SyncResult(False, f"/pause: the server is down ({_why(p)})", steps=steps, down=True), False
+            return SyncResult(False, f"/pause: the server is down ({_why(p)})", steps=steps, down=True), False, False
         if p.ok:
             steps.append("paused (in-flight requests finished, caches cleared)")
-            return None, True
+            return None, True, True
         steps.append(f"/pause failed ({_why(p)}): reloading without pausing")
-        return None, False
+        return None, False, p.status is None
 
-    def _collective_rpc(self, method: str, kwargs: dict[str, Any], steps: list[str]) -> SyncResult | None:
+    def _collective_rpc(self, method: str, kwargs: dict[str, Any], steps: list[str],
+                        path: Path) -> SyncResult | None:
         """One ``/collective_rpc`` call of a reload; the failed result, or None when it worked."""
         r = request("POST", f"{self.base}/collective_rpc", {"method": method, "kwargs": kwargs}, self.timeout)
         self._rpc_missing = r.status == 404
@@ -416,6 +482,12 @@ class WeightSync:
         if r.status == 404:
             return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
                                      "VLLM_SERVER_DEV_MODE=1", steps=steps)
+        if not r.ok and method == "reload_weights" and (
+                r.status is None or self._gone(within=30.0 if _engine_dead(r) else 1.5)):
+            # No reply, or an error as the server goes away: a user's `rlsup restart` (or a crash) during the
+            # reload. vLLM 0.32.0 answers the reload 500 as it shuts down ("EngineCore encountered an issue"), or
+            # drops the connection, then stops answering; a reload that failed in a live worker leaves /health 200.
+            return self._went_away(f"/collective_rpc {method}", path, r)
         if not r.ok and method == "reload_weights":
             # vLLM's in-place reload moves the layers to the meta device before it reads a file
             # (0.32.0 vllm/model_executor/model_loader/reload/layerwise.py): a failure leaves a model
@@ -458,25 +530,59 @@ class WeightSync:
         return "prefix cache busy (not reset)"
 
     def _check_shapes(self, path: Path) -> SyncResult | None:
-        """Refuse weights whose tensors differ in shape from what the server loaded last: neither engine
-        survives them. vLLM 0.32.0 answers 200 to such a reload and serves mixed weights (later reloads then
-        fail); SGLang 0.5.23 dies (both seen on the real engines, tests/engines/). The dir is marked
-        REJECTED so no restarted server loads it either."""
+        """Refuse weights whose tensors differ in shape from what the server serves: neither engine survives
+        them. vLLM 0.32.0 answers 200 to such a reload and serves mixed weights (later reloads then fail);
+        SGLang 0.5.23 dies or serves a slice (all seen on the real engines, tests/engines/). What it serves is
+        known from latest.json (its shapes are kept there, so a pruned dir still counts) or, before this run
+        loaded anything, from the model the server reports it started with. The dir is marked REJECTED so no
+        restarted server loads it either."""
         from rlsup.trainer import weights as weights_mod
 
         self._verified = None
-        last = weights_mod.latest(self.weights_dir)
-        if last is None or not Path(last[1]).is_dir() or Path(last[1]) == Path(path):
+        new = weights_mod.tensor_shapes(path)
+        ref = self._served_shapes() if new is not None else None
+        if ref is None:
+            return None  # nothing to compare: the server decides
+        served, shapes = ref
+        if new is None or not weights_mod.comparable(new, shapes):
             return None
-        why = weights_mod.shape_mismatch(path, Path(last[1]))
+        why = weights_mod.shape_difference(new, shapes, str(path), served)
         if why is None:
-            if weights_mod.tensor_shapes(path) is not None:  # compared, not merely unreadable
-                self._verified = path
+            self._verified = path
             return None
         weights_mod.reject(path, why)
-        print(flag_line("weights_rejected", f"not loading {path}: {why}; the server keeps serving weights step "
-                                            f"{last[0]}"), file=self._out, flush=True)
+        print(flag_line("weights_rejected", f"not loading {path}: {why}; the server keeps serving {served}"),
+              file=self._out, flush=True)
         return SyncResult(False, f"rejected before loading: {why}")
+
+    def _served_shapes(self) -> tuple[str, dict[str, list[int]]] | None:
+        """(what the server serves, in words; its tensor shapes), or None where they cannot be known."""
+        from rlsup.trainer import weights as weights_mod
+
+        served = weights_mod.served(self.weights_dir)
+        if served is not None:
+            step, where, shapes = served
+            if shapes is None and Path(where).is_dir():
+                shapes = weights_mod.tensor_shapes(Path(where))
+            if shapes is not None:
+                return f"weights step {step} ({where})", shapes
+        model = self._started_with()
+        found = weights_mod.model_dir(model) if model else None
+        shapes = weights_mod.tensor_shapes(found) if found else None
+        return (f"the model it started with ({model})", shapes) if shapes is not None else None
+
+    def _started_with(self) -> str | None:
+        """The model the server reports it was started with: vLLM's ``/v1/models`` ``root``, SGLang's
+        ``/model_info`` ``model_path`` (a local dir or a hub name)."""
+        if self.engine is not None and self.engine.kind == "vllm":
+            r = request("GET", f"{self.base}/v1/models", timeout=30.0)
+            data = r.data.get("data") if r.ok and isinstance(r.data, dict) else None
+            root = data[0].get("root") if isinstance(data, list) and data and isinstance(data[0], dict) else None
+            return root if isinstance(root, str) else None
+        version = self.engine.version if self.engine is not None and self.engine.kind == "sglang" else None
+        info = _sglang_info(str(self.base), "model_info", version, 30.0)
+        got = info.data.get("model_path") if info.ok and isinstance(info.data, dict) else None
+        return got if isinstance(got, str) else None
 
     # -- a server that is down
 
@@ -488,12 +594,24 @@ class WeightSync:
         often this one, and reloading the same weights is harmless."""
         steplog.warn(f"{result.detail}: the inference server is down while weights step {step} are pushed; "
                      f"waiting up to {self.restart_timeout:g}s for it to come back, then pushing them again")
+        self._record.waiting()
         if not self._wait_up():
             return SyncResult(False, f"{result.detail}; it did not come back within {self.restart_timeout:g}s")
         self.engine = detect(str(self.base), self.mode)  # the restarted server may be another version
         steplog.log(f"Inference server back at {self.base}: {self.engine}; pushing weights step {step} again")
-        again = self._push(path)
+        with _stop_deferred():
+            again = self._push(path, step)
         return again if not again.down else SyncResult(False, f"{again.detail} (down again)", down=True)
+
+    def _gone(self, within: float) -> bool:
+        """Whether the server stops answering ``/health`` 200 within ``within`` s (shutting down, restarted, its
+        engine dead); False when it stays up (a reload that failed on a server that lives on)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if not request("GET", f"{self.base}/health", timeout=5.0).ok:
+                return True
+            time.sleep(0.5)
+        return False
 
     def _wait_up(self) -> bool:
         """Until ``/health`` answers 200 (True), at most ``restart_timeout`` s (False)."""
@@ -518,7 +636,7 @@ class WeightSync:
         from rlsup.trainer import weights as weights_mod
 
         weights_mod.reject(path, result.detail)
-        if self.restart_server is None:
+        if self.restart_server is None or _stopping():
             print(flag_line("engine_broken",
                             f"{self.engine or self.base}: {result.detail}. The server must be restarted to serve "
                             f"the last good weights: `rlsup restart <inference component>` (pass the trainer "
@@ -580,13 +698,15 @@ class WeightSync:
 
 def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], tuple[bool, str]]:
     """A ``restart_server`` for :class:`WeightSync`: ``rlsup restart NAME`` against ``run_dir``, by default the
-    run this process belongs to (``$RLSUP_RUN_DIR``, set by rlsup for every component)."""
+    run this process belongs to (``$RLSUP_RUN_DIR``, set by rlsup for every component; the journal then names
+    this component as the sender, with the reason)."""
 
     def restart() -> tuple[bool, str]:
         import subprocess
 
         cmd = [sys.executable, "-m", "rlsup.supervisor.cli", "restart", name,
-               *(["--run-dir", str(run_dir)] if run_dir else [])]
+               *(["--run-dir", str(run_dir)] if run_dir else []),
+               "--reason", "a weight reload broke the engine: it comes back with the newest good weights"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -605,16 +725,53 @@ def make_sync(args: Any) -> WeightSync:
 
 
 def install_sigterm_exit() -> None:
-    """Make SIGTERM (rlsup's stop) raise SystemExit in the main thread, so ``finally`` blocks run: a trainer
-    stopped while vLLM is paused for a reload resumes it instead of leaving it paused for every later
-    client. Python's default SIGTERM action kills the process without unwinding."""
+    """Make SIGTERM (rlsup's stop) raise SystemExit in the main thread, so ``finally`` blocks run (Python's default
+    action kills the process without unwinding) -- except inside a pause/reload/resume exchange with the server,
+    where it is held until the exchange is over: raising inside ``/pause``'s drain skipped the ``/resume`` and left
+    vLLM paused for good. The process then exits 143 at the end of the push."""
     import signal
 
     def stop(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills
+        if _stop.deferring:  # inside a pause/reload/resume: end it first (_stop_deferred)
+            _stop.pending = signum
+            steplog.warn("SIGTERM during a weight reload: finishing the exchange with the inference server so it "
+                         "is not left paused, then exiting")
+            return
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
+
+
+class _Stop:
+    deferring = False  # a pause/reload/resume exchange is under way
+    pending: int | None = None  # the signal that arrived meanwhile
+
+
+_stop = _Stop()
+
+
+@contextlib.contextmanager
+def _stop_deferred() -> Iterator[None]:
+    """A SIGTERM inside this block is held until it ends (:func:`install_sigterm_exit`): raising in the middle
+    of ``/pause`` (which waits for running requests) or of a reload would leave vLLM paused, or resumed onto
+    half-loaded weights. rlsup's stop timeout still bounds it (then SIGKILL: the orchestrator flags the server
+    left paused, :mod:`rlsup.trainer.reloads`)."""
+    _stop.deferring = True
+    try:
+        yield
+    finally:
+        _stop.deferring = False
+
+
+def _stopping() -> bool:
+    return _stop.pending is not None
+
+
+def _exit_if_stopped() -> None:
+    """Exit now for a SIGTERM held during a weight push (the push is over, latest.json written)."""
+    if _stop.pending is not None:
+        raise SystemExit(128 + _stop.pending)
 
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -2,7 +2,7 @@
 
 A weights dir holds ``model.pt``, ``config.json``, ``meta.json`` ({"step", "total"}) and the
 completion marker ``STABLE``, and appears atomically.  ``latest.json`` ({"step", "path", "engine",
-"server_model"}) is rewritten atomically only once the inference server has *loaded* step N (see
+"server_model", "shapes"}) is rewritten atomically only once the inference server has *loaded* step N (see
 ``rlsup.trainer.sync``): it is what the server serves, not what was published. :func:`published` is the
 newest complete step directory -- what the orchestrator paces itself by and what a restarted server loads.
 """
@@ -104,17 +104,34 @@ def tensor_shapes(path: Path) -> dict[str, list[int]] | None:
     return shapes
 
 
-def shape_mismatch(new: Path, good: Path) -> str | None:
-    """Why ``new`` cannot be loaded into a server serving ``good`` (same tensors, same shapes), or None.
-    None too when either cannot be read: the server then decides."""
-    a, b = tensor_shapes(new), tensor_shapes(good)
-    if a is None or b is None:
-        return None
-    for name in sorted(set(a) | set(b)):
-        if a.get(name) != b.get(name):
-            return (f"tensor {name} is {a.get(name, 'missing')} in {new} but {b.get(name, 'missing')} in {good}, "
-                    "which the server loaded")
+def shape_difference(new: dict[str, list[int]], good: dict[str, list[int]], new_name: str,
+                     good_name: str) -> str | None:
+    """Why weights with tensor shapes ``new`` cannot be loaded into a server serving ``good`` (a tensor both
+    have, of another shape), or None. Only tensors both name are compared: a model saved with tied embeddings
+    has no ``lm_head.weight`` where the trainer's copy of it has one (see :func:`comparable`)."""
+    for name in sorted(set(new) & set(good)):
+        if new[name] != good[name]:
+            return f"tensor {name} is {new[name]} in {new_name} but {good[name]} in {good_name}"
     return None
+
+
+def comparable(new: dict[str, list[int]], good: dict[str, list[int]]) -> bool:
+    """Whether two sets of tensors name mostly the same tensors (at least half of ``new``'s), so that equal
+    shapes say they are the same model: weights saved under other names cannot be checked this way."""
+    return 2 * len(set(new) & set(good)) >= len(new) > 0
+
+
+def model_dir(model: str) -> Path | None:
+    """The local directory of ``model``: itself when it is one, else the Hugging Face cache's snapshot of that
+    hub name when the cache has it (no download); None otherwise."""
+    if Path(model).is_dir():
+        return Path(model)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model, local_files_only=True, allow_patterns=["*.safetensors"]))
+    except Exception:  # not installed, not a hub name, not cached: nothing to compare against
+        return None
 
 
 def published_good(weights_dir: Path) -> tuple[int, Path] | None:
@@ -124,11 +141,19 @@ def published_good(weights_dir: Path) -> tuple[int, Path] | None:
 
 def latest(weights_dir: Path) -> tuple[int, Path] | None:
     """``(step, path)`` from ``latest.json``, or ``None`` when nothing is published yet."""
+    found = served(weights_dir)
+    return None if found is None else found[:2]
+
+
+def served(weights_dir: Path) -> tuple[int, Path, dict[str, list[int]] | None] | None:
+    """``(step, path, tensor shapes)`` of what ``latest.json`` says the server loaded (shapes: None when not
+    recorded), or ``None`` before it loaded anything."""
     try:
         data = json.loads((Path(weights_dir) / "latest.json").read_text())
     except FileNotFoundError:
         return None
-    return int(data["step"]), Path(data["path"])
+    shapes = data.get("shapes")
+    return int(data["step"]), Path(data["path"]), shapes if isinstance(shapes, dict) else None
 
 
 def read_meta(path: Path) -> dict:

@@ -33,8 +33,12 @@ def add_parsers(sub: Any) -> None:
             ("start", "start a stopped (or completed/fatal) component", cmd_start),
             ("stop", "stop a component and keep it stopped (its tree: stop signal, then SIGKILL)", cmd_stop),
             ("restart", "restart a component now (a fresh attempt; resumes if `resume` is set)", cmd_restart)):
-        p = client_parser(sub, name, what, what[0].upper() + what[1:] + ".", fn)
+        p = client_parser(sub, name, what, what[0].upper() + what[1:] + ". Run from inside a component of the "
+                          "same run (its RLSUP_COMPONENT and RLSUP_RUN_DIR), the journal names that component as "
+                          "the sender, not the user.", fn)
         p.add_argument("name", metavar="NAME", help="component name")
+        p.add_argument("--reason", metavar="TEXT", default=None,
+                       help="why, in words: kept in the journal with the command (`rlsup events`, `rlsup why`)")
     rs = client_parser(sub, "resume", "restart a component from a checkpoint",
                        "Restart NAME from its latest complete checkpoint (or --step N), with the `resume.args` "
                        "of its config.", cmd_resume)
@@ -122,7 +126,7 @@ def _command(args: argparse.Namespace, command: str, **cargs: Any) -> int:
         return EXIT_FAILED
 
     async def fn(client: Any, paths: Any) -> int:
-        reply = await client.command(command, args.name, **cargs)
+        reply = await client.command(command, args.name, **cargs, **_sender(args, paths.root))
         if reply.get("ok"):
             say(f"rlsup: {reply.get('message', 'done')}")
             return EXIT_OK
@@ -130,6 +134,20 @@ def _command(args: argparse.Namespace, command: str, **cargs: Any) -> int:
         return EXIT_FAILED
 
     return client_call(args, fn)
+
+
+def _sender(args: argparse.Namespace, root: Any) -> dict[str, Any]:
+    """What a command sends besides itself: ``--reason``, and the component it runs in when it runs inside one
+    (``RLSUP_COMPONENT``, set by rlsup) of the run at ``root`` (the supervisor checks the name)."""
+    import os
+
+    from ..monitor.process import ENV_COMPONENT, ENV_RUN_DIR
+
+    out: dict[str, Any] = {"reason": args.reason} if getattr(args, "reason", None) else {}
+    here, mine = os.environ.get(ENV_RUN_DIR), os.environ.get(ENV_COMPONENT)
+    if here and mine and os.path.realpath(here) == os.path.realpath(root):
+        out["from_component"] = mine
+    return out
 
 
 def cmd_start(args: argparse.Namespace) -> int:

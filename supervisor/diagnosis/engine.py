@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..monitor.process import signal_name
 from ..records.diagnosis import Diagnosis, HostEvidence
@@ -114,15 +114,20 @@ def diagnose(
     step: int | None = None,
     pid: int | None = None,
     host: HostEvidence | None = None,
+    stopped_by: str | None = None,
 ) -> Diagnosis:
     """Diagnose one exit.
 
     ``lines``: the component's last lines (ANSI-stripped, no newlines). ``exit_code`` and
     ``signal`` both None means only the log is known (offline). Exit code 0 is never a failure
-    here (false success is a cross-attempt pattern). Never raises on odd input.
+    here (false success is a cross-attempt pattern). ``stopped_by``: rlsup's reason when rlsup itself
+    ended the attempt (readiness timeout, failed liveness, stall restart): its signal and exit code are then
+    rlsup's doing, and the cause is what the log names. Never raises on odd input.
     """
     norm = normalize(list(lines))
     last_step = step if step is not None else find_step(norm)
+    if stopped_by is not None:
+        return _stopped_by_rlsup(norm, stopped_by, last_step)
     sig = normalize_signal(exit_code, signal)
 
     if exit_code == 0 and sig is None:
@@ -144,6 +149,20 @@ def diagnose(
     if best is None:
         return _nothing_found(norm, exit_code, sig, last_step)
     return _finish(best, last_step)
+
+
+def _stopped_by_rlsup(norm: list[Line], reason: str, last_step: int | None) -> Diagnosis:
+    """An attempt rlsup ended: the failure its log names, even one that only wraps another (an inference
+    engine whose API server outlived its engine core: "EngineCore encountered an issue" is all there is), with
+    rlsup's reason; else rlsup's reason alone. Never the exit signal's own reading: a SIGTERM or SIGKILL rlsup
+    sent is no sign of the kernel's OOM killer."""
+    best = _choose(_candidates(norm)[0])
+    if best is not None and not best.vague:
+        found = _finish(best, last_step)
+        return replace(found, summary=_one_line(f"{found.summary}; rlsup ended it: {reason}"))
+    return Diagnosis("killed", _one_line(f"ended by rlsup: {reason}"), step=last_step,
+                     evidence=tuple(_tail_evidence(norm)),
+                     hint="rlsup stopped it for the reason above; the lines before the stop say why it got there.")
 
 
 def _clean_exit(norm: list[Line], last_step: int | None) -> Diagnosis:

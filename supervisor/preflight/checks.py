@@ -141,6 +141,7 @@ def run_checks(
         _check_cwd(ctx, name, comp)
         _check_command(ctx, name, comp)
         _check_shell_vars(ctx, name, comp)
+        _check_liveness(ctx, name, comp)
     _check_outputs(ctx, min_free_gb)
     _check_ports(ctx)
     _check_slurm(ctx)
@@ -232,6 +233,32 @@ def _check_env_file(ctx: _Ctx) -> None:
         ctx.add("error", "env_file", None, f"env_file {str(p)!r} is not readable: {e.strerror or e}",
                 "create it, fix its path (relative paths are looked up next to the config), or make it "
                 "readable by this user", ("env_file",))
+
+
+# ------------------------------------------------------------------------------------------ liveness
+
+_DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
+
+
+def _check_liveness(ctx: _Ctx, name: str, comp: Component) -> None:
+    """An inference engine without ``alive``: a server that stops answering while its process lives (vLLM's API
+    server outliving its engine core, a hung engine) is never restarted. rlsup ends a vLLM whose log says its
+    engine core died (diagnosis.engines), but only a probe catches one that hangs without a word."""
+    from ..diagnosis.engines import engine_of
+
+    cmd = comp.command if isinstance(comp.command, str) else " ".join(comp.command)
+    engine = engine_of(cmd)
+    if engine is None or comp.alive is not None:
+        return
+    url = comp.ready.http if comp.ready is not None and comp.ready.http else None
+    if url is None:
+        port = re.search(r"--port[=\s]+(\d+)", cmd)
+        url = f"http://127.0.0.1:{port.group(1) if port else _DEFAULT_PORTS[engine]}/health"
+    ctx.add("warning", "alive", name,
+            f"{engine} server without a liveness probe (`alive`): if it stops answering while its process lives "
+            "(an API server that outlived its engine core, a hung engine), nothing restarts it",
+            f"add under components.{name}: alive: {{http: \"{url}\", interval: 15, failures: 4, timeout: 30}}",
+            ("components", name))
 
 
 # ----------------------------------------------------------------------------------------------- cwd

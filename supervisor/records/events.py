@@ -87,9 +87,10 @@ class LeftoversEnded(Event):
 class CommandReceived(Event):
     kind = "command"
     command: str = ""
-    by: str = "user"
+    by: str = "user"  # "user", or "component NAME" for a command run by a component of the run
     client: str | None = None
     step: int | None = None
+    reason: str | None = None  # what the sender said (`rlsup restart NAME --reason TEXT`)
 
 
 # ---------------------------------------------------------------------- a component's lifecycle
@@ -457,7 +458,7 @@ def _cleaned(e: ArtefactsCleaned) -> str:
 def _command(e: CommandReceived) -> str:
     via = f" via {e.client}" if e.client else ""
     step = f" --step {e.step}" if e.step is not None else ""
-    return f"command {e.command}{step} from {e.by}{via}"
+    return f"command {e.command}{step} from {e.by}{via}" + (f": {e.reason}" if e.reason else "")
 
 
 # One handler per class: what happened, in words (without time and component).

@@ -69,7 +69,8 @@ from ..records import events as ev
 from ..records.phrases import describe_exit
 from .policy import History, decide, is_success
 
-CauseBy = Literal["run", "user", "exit", "spawn", "probe", "stall", "dependency", "pattern", "shutdown"]
+CauseBy = Literal["run", "user", "component", "exit", "spawn", "probe", "stall", "dependency", "pattern",
+                  "shutdown"]
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,14 @@ class Cause:
     """Why a component was started, stopped, restarted or given up on: the one answer to "why".
 
     ``by`` is who or what decided it: ``run`` (the run's own first start of it, its dependencies met),
-    ``user`` (a command), ``exit`` (the previous attempt's exit, judged by the restart policy),
+    ``user`` (a command), ``component`` (a command a component of the run sent, e.g. the trainer restarting
+    the inference server its reload broke), ``exit`` (the previous attempt's exit, judged by the restart policy),
     ``spawn`` (it could not be started), ``probe`` (readiness timeout, failed liveness), ``stall``,
     ``dependency`` (restart_with, dependency_down, a dead dependency), ``pattern`` (a crash pattern
     such as repeated_error) or ``shutdown``. ``reason`` says it in words; ``seq`` is the journal seq of
     the event that triggered it (a command, an exit, a flag). Inside one step the triggering event
     may not have a seq yet: ``of`` names its kind and the driver fills ``seq`` in as it emits it.
-    ``component`` names the other component for ``dependency`` causes.
+    ``component`` names the other component for ``dependency`` and ``component`` causes.
     """
 
     by: CauseBy
@@ -624,6 +626,8 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         life = replace(life, episode=frozenset())
     life = replace(life, history=history)
     patterns = detect_attempt_patterns(history, total=inp.total if inp.total is not None else rules.total)
+    if life.forced is not None:  # rlsup ended it: a failure already, whatever its exit code said
+        patterns = [f for f in patterns if f.type != "false_success"]
     false_success = next((f for f in patterns if f.type == "false_success"), None)
     success = (life.forced is None and false_success is None
                and is_success(rules.restart, inp.exit_code, inp.signal))

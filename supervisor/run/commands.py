@@ -140,9 +140,18 @@ def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", clien
         return {"ok": False, "error": f"unknown command {cmd!r}"}
     if name is None or name not in run.components:
         return {"ok": False, "error": f"no component {name!r}; components: {', '.join(run.components)}"}
-    e = run.emit(ev.CommandReceived(name, command=cmd, by=by, client=client, step=args.get("step")))
+    # A command run from inside a component of this run (the trainer's `rlsup restart inference` after a reload
+    # broke the engine) is that component's, not the user's: the journal says which.
+    origin = args.pop("from_component", None)
+    if isinstance(origin, str) and origin in run.components:
+        by = f"component {origin}"
+    reason = str(args.pop("reason", "") or "")[:300]
+    e = run.emit(ev.CommandReceived(name, command=cmd, by=by, client=client, step=args.get("step"),
+                                    reason=reason or None))
     # The typed cause every start, stop and restart this command makes carries (`rlsup why`).
     via = f" via {client}" if client else ""
     step = f" --step {args['step']}" if args.get("step") is not None else ""
-    args = {**args, "cause": lc.Cause("user", f"`rlsup {cmd} {name}{step}` from {by}{via}", seq=e.get("seq"))}
+    words = f"`rlsup {cmd} {name}{step}` from {by}{via}" + (f": {reason}" if reason else "")
+    who: lc.CauseBy = "component" if by.startswith("component ") else "user"
+    args = {**args, "cause": lc.Cause(who, words, seq=e.get("seq"), component=origin if who == "component" else None)}
     return fn(run, name, by, args)

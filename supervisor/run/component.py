@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from ..config import placement as slurm_placement
 from ..config.model import Component as ComponentCfg
 from ..config.model import Config
+from ..diagnosis import engines
 from ..monitor.process import (
     ENV_ATTEMPT,
     ENV_COMPONENT,
@@ -123,6 +124,10 @@ class Component:
         self.output_from: int | None = None
         self.launcher = SlurmLauncher.for_run(ctx.cfg)  # the launcher seam: None = a process of this machine
         self.ray = rayprobe.RayWatch(cfg.probe.ray.url) if cfg.probe and cfg.probe.ray else None
+        # A vLLM server: watched for its engine core's death, which its API server may outlive (diagnosis.engines)
+        cmd = cfg.command if isinstance(cfg.command, str) else " ".join(cfg.command)
+        self.vllm = engines.engine_of(cmd) == "vllm"
+        self.core_died: str | None = None  # the line in which this attempt said its engine core died
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -257,6 +262,7 @@ class Component:
         while self.read_output():
             pass
         self.read_output(final=True)
+        self.core_died = None
         start = self.position()
         try:
             reply = await self.ctx.monitors.start(spec)
@@ -485,11 +491,7 @@ class Component:
 
     def _judge_failure(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         """The exit of an attempt nobody asked to stop, once diagnosed (and refined by the launcher)."""
-        if self.life.forced is not None and diag.get("category") == "killed":
-            # Our own stop signal, and the log says nothing more: the cause is rlsup's reason, not
-            # an unexplained kill ("no kernel OOM evidence" would send people looking for one).
-            diag = {**diag, "summary": f"ended by rlsup: {self.life.forced}"}
-        elif self.ray is not None:
+        if self.ray is not None and not (self.life.forced is not None and diag.get("category") == "killed"):
             # Ray's state API once more before the exit is judged: the actor whose loss ended the
             # driver was declared dead a moment ago (bounded: the exit waits seconds at most).
             self._task(self._exited_after_ray(att, ex, diag))
@@ -571,9 +573,11 @@ class Component:
         evidence alone)."""
         from ..diagnosis import diagnose, read_host_evidence
 
-        host = read_host_evidence(pid) if signal == "SIGKILL" else None
+        host = read_host_evidence(pid) if signal == "SIGKILL" and self.life.forced is None else None
+        # An attempt rlsup ended itself (readiness timeout, failed liveness, stall restart): the cause is what its
+        # log names, with rlsup's reason, never the stop signal's "killed ... OOM killer" reading.
         d = diagnose(self.attempt_tail(1000), exit_code=exit_code, signal=signal, step=self.progress.step, pid=pid,
-                     host=host)
+                     host=host, stopped_by=self.life.forced)
         return d.to_dict()
 
     def attempt_tail(self, n: int) -> list[str]:
@@ -657,6 +661,8 @@ class Component:
                 self.progress_changed()
         if self._ready_log is not None and not self._ready_seen.is_set() and self._ready_log.search(text):
             self._ready_seen.set()
+        if self.vllm and self.core_died is None and self.life.state == "running":
+            self._watch_core(text)
         if FLAG_LINE_MARK in text:
             for m in FLAG_LINE.finditer(text):
                 t = m.group("type")
@@ -666,6 +672,21 @@ class Component:
                 self.ctx.emit(ev.FlagRaised(self.name, type=t, message=m.group("message").strip(),
                                             evidence=[m.group(0)], action=f"reported by {self.name} itself"))
         self.ctx.lines_added(self)
+
+    def _watch_core(self, text: str) -> None:
+        """A vLLM server that says its engine core died: ended as a failure if it is still running
+        :data:`~..diagnosis.engines.LINGER_S` s later (its API server outlived the core: no ``alive`` probe needed)."""
+        line = engines.core_died(text)
+        if line is None:
+            return
+        self.core_died = line
+        self._task(self._end_if_lingering(self.current, line))
+
+    async def _end_if_lingering(self, att: AttemptProcesses | None, line: str) -> None:
+        await asyncio.sleep(engines.LINGER_S)
+        if att is not None and self.current is att and self.life.state == "running":
+            self.handle(lc.LivenessFailed(
+                f"its engine core died and its API server was still up {engines.LINGER_S:g}s later", (line,)))
 
     def tail(self, n: int) -> list[str]:
         return self.ring.tail(n)[1]

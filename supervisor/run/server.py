@@ -501,6 +501,6 @@ class ControlServer:
         args = msg.get("args") or {}
         if not isinstance(args, dict):
             return protocol.error(rid, "args must be an object")
-        args = {k: args[k] for k in ("step", "signal") if args.get(k) is not None}
+        args = {k: args[k] for k in ("step", "signal", "reason", "from_component") if args.get(k) is not None}
         reply = self.view.command(cmd, msg.get("component"), by="user", client=f"rlsup {conn.name}", **args)
         return {"id": rid, **reply}

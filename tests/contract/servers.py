@@ -20,7 +20,11 @@ SGLang -- python/sglang/srt/entrypoints/http_server.py:
   in 0.5.16) and then each choice carries "token_ids" (ret_item["output_ids"]: schedule_batch.py
   Req.output_ids_through_stop, "Stop position is included", i.e. the EOS / stop token is the last id) and
   "prompt_token_ids". Every version's choice has "matched_stop": the stop token id (int, EOS included) or stop
-  string (str) that ended it, else null; there is no "stop_reason".
+  string (str) that ended it, else null; there is no "stop_reason". 0.5.23: /update_weights_from_disk takes
+  "weight_version" (set once the weights loaded: managers/tokenizer_manager.py update_weights_from_disk) and a
+  completion's reply carries "metadata": {"weight_version", "weight_versions": [{"version", "start", "end"}]}
+  (utils/weight_versions.py build_endpoint_weight_version_metadata). It waits for running requests before a
+  reload (model_update_lock.writer_lock), so one reply is one version.
 vLLM -- GET /version -> {"version": VLLM_VERSION}, no dev mode needed (0.10.2 openai/api_server.py
   show_version; 0.16.0 openai/basic/api_router.py; 0.25.1+ serve/instrumentator/basic.py).
   Dev routes (VLLM_SERVER_DEV_MODE=1): POST /collective_rpc -> {"results": [...]} (a worker exception -> 500);
@@ -40,6 +44,10 @@ vLLM -- GET /version -> {"version": VLLM_VERSION}, no dev mode needed (0.10.2 op
   {"is_paused": bool}; a failure 500 {"error": "Failed to pause generation: ..."} (0.16.0 AsyncLLM raises
   NotImplementedError for --api-server-count > 1 unless mode=keep). In 0.33.0, new requests during a pause
   in abort/wait mode are rejected with 503 (RetryableRequestError).
+  POST /update_weight_version {"new_version": str} -> {"success": true, "new_version"} and GET /weight_info ->
+  {"weight_version"} ("default" at start), attached with the RL routes (0.32.0 vllm/entrypoints/rl/online/
+  api_router.py, seen on the real 0.32.0); vLLM's /v1/completions does not return the version (only its
+  token-in-token-out route returns per-token weight_versions spans).
   POST /v1/completions with "return_token_ids" (0.10.2+): each choice has "token_ids" (v1/engine/detokenizer.py
   update: the skipped stop token is appended back, so the EOS / stop token is the last id) and
   "prompt_token_ids", and "stop_reason": the stop string or stop token id, None for EOS.
@@ -64,6 +72,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -106,6 +115,7 @@ class EngineServer:
         self.bad_paths: set[str] = set()  # reloading these fails (a missing dir, a wrong-shape checkpoint)
         self.wrong_shape: set[str] = set()  # checkpoints whose tensor shapes differ from the served model's
         self.sglang_dies = True  # SGLang >= 0.5.23 dies on them (else: 200, as the recorded one did)
+        self.weight_version = "default"  # vLLM >= 0.32 /update_weight_version, SGLang 0.5.23 weight_version
         self.aborted = 0  # in-flight requests a /pause aborted
         self.deprecated_calls: list[str] = []  # SGLang routes that log a deprecation warning
         self.calls: list[tuple[str, object]] = []
@@ -119,6 +129,20 @@ class EngineServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def slow(self, route: str, seconds: float) -> threading.Event:
+        """Make vLLM's ``route`` take ``seconds`` longer (a drain, a reload); the event is set once one arrives."""
+        entered = threading.Event()
+        orig = self._vllm
+
+        def slower(method: str, path: str, query: dict, body: dict) -> tuple[int, object | None] | None:
+            if path == route:
+                entered.set()
+                time.sleep(seconds)
+            return orig(method, path, query, body)
+
+        self._vllm = slower  # type: ignore[method-assign]
+        return entered
 
     @property
     def rl_routes(self) -> bool:
@@ -172,6 +196,8 @@ class EngineServer:
                 return 400, {"success": False, "message": f"Failed to get weights iterator: {body.get('model_path')}"
                              " (repo id or local path) is invalid.", "num_paused_requests": 0}
             self.config_model = self.serving = body["model_path"]
+            if self.v >= (0, 5, 23) and isinstance(body.get("weight_version"), str):
+                self.weight_version = body["weight_version"]  # set once the weights are (recorded on 0.5.23)
             return 200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
         if method == "GET" and (route == "/get_model_info" or (new_routes and route == "/model_info")):
             if new_routes and route.startswith("/get_"):
@@ -207,6 +233,13 @@ class EngineServer:
             return 200, {"status": "resumed"}
         if self.rl_routes and (method, route) == ("GET", "/is_paused"):
             return 200, {"is_paused": self.paused}
+        if self.rl_routes and self.v >= (0, 32) and (method, route) == ("POST", "/update_weight_version"):
+            if not isinstance(body.get("new_version"), str):
+                return 400, {"error": {"message": "Field required", "param": "body.new_version", "code": 400}}
+            self.weight_version = body["new_version"]
+            return 200, {"success": True, "new_version": self.weight_version}
+        if self.rl_routes and self.v >= (0, 32) and (method, route) == ("GET", "/weight_info"):
+            return 200, {"weight_version": self.weight_version}
         if not self.dev_mode:
             return None
         if (method, route) == ("POST", "/collective_rpc"):
@@ -288,8 +321,12 @@ class EngineServer:
                     choice["token_ids"] = ids
                     choice["prompt_token_ids"] = [ord(c) for c in str(prompt)]
                 choices.append(choice)
-        return 200, {"id": "cmpl-1", "object": "text_completion", "model": body.get("model"), "choices": choices,
-                     "usage": {"prompt_tokens": 0, "completion_tokens": 4 * len(choices), "total_tokens": 0}}
+        reply = {"id": "cmpl-1", "object": "text_completion", "model": body.get("model"), "choices": choices,
+                 "usage": {"prompt_tokens": 0, "completion_tokens": 4 * len(choices), "total_tokens": 0}}
+        if self.kind == "sglang" and self.v >= (0, 5, 23):  # serving_completions.py: the request's weights
+            reply["metadata"] = {"weight_version": self.weight_version, "weight_versions": [
+                {"version": self.weight_version, "start": 0, "end": 4}]}
+        return 200, reply
 
     def _handler(self):  # type: ignore[no-untyped-def]
         server = self

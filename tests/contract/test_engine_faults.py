@@ -174,16 +174,7 @@ def test_neutral_sampling_params_are_explicit() -> None:
 def test_sigterm_during_a_vllm_reload_resumes_the_server(tmp_path: Path) -> None:
     """rlsup stops the trainer with SIGTERM; Python's default action skipped the `finally` that resumes."""
     s = EngineServer("vllm", "0.32.0")
-    entered = threading.Event()
-    orig = s._vllm
-
-    def slow(method, route, query, body):  # type: ignore[no-untyped-def]
-        if route == "/collective_rpc":
-            entered.set()
-            time.sleep(30)
-        return orig(method, route, query, body)
-
-    s._vllm = slow  # type: ignore[method-assign]
+    entered = s.slow("/collective_rpc", 30)
     script = textwrap.dedent(f"""
         import sys
         from pathlib import Path

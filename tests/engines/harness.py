@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -11,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,11 @@ def command(kind: str, engine_py: str, port: int, base_model: Path) -> str:
 
 
 class EngineRun:
-    def __init__(self, tmp: Path, kind: str, engine_py: str) -> None:
+    """``server_env``: more environment for the server; ``alive``: its liveness probe, as YAML flow (none by
+    default)."""
+
+    def __init__(self, tmp: Path, kind: str, engine_py: str, server_env: dict[str, str] | None = None,
+                 alive: str | None = None) -> None:
         self.tmp, self.kind, self.engine_py = tmp, kind, engine_py
         self.peak_rss_mb = 0.0
         self.t_start = time.monotonic()
@@ -74,6 +80,7 @@ class EngineRun:
             env |= {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
         else:
             env |= {"SGLANG_USE_CPU_ENGINE": "1"}
+        env |= server_env or {}
         env_yaml = ", ".join(f"{k}: {json.dumps(v)}" for k, v in env.items())
         self.config = tmp / "engine.yaml"
         self.config.write_text(f"""name: engine-{kind}
@@ -83,7 +90,7 @@ components:
     env: {{{env_yaml}}}
     command: >-
       {command(kind, engine_py, self.port, self.base)}
-    ready: {{http: "{self.url}/health", timeout: 900, interval: 2}}
+    ready: {{http: "{self.url}/health", timeout: 900, interval: 2}}{f"{chr(10)}    alive: {alive}" if alive else ""}
     restart:
       policy: on-failure
       backoff: {{initial: 1, factor: 1, max: 2}}
@@ -178,6 +185,30 @@ components:
         return psutil.Process(pid).children(recursive=True) if pid else []
 
 
+def refuses_a_wrong_shape_first_publish(run: EngineRun) -> None:
+    """Before the server loaded anything of the run (no latest.json), a checkpoint whose MLP is twice as wide as
+    the model the server started with is refused, flagged and marked REJECTED; nothing is recorded as loaded."""
+    from rlsup.trainer.sync import WeightSync
+
+    out = io.StringIO()
+    wide0 = run.publish(0, run.wide)
+    r = WeightSync(run.url, run.kind, run.weights, out=out).publish(0, wide0)
+    assert not r.loaded and "rejected before loading" in r.detail and str(run.base) in r.detail, r.detail
+    assert out.getvalue().startswith("rlsup-flag: weights_rejected: ") and (wide0 / weights_mod.REJECTED).exists()
+    assert not (run.weights / "latest.json").exists()
+
+
+@contextlib.contextmanager
+def serving(run: EngineRun) -> Iterator[EngineRun]:
+    """``run`` up and its server ready (attempt 1); down at the end, whatever happened."""
+    run.up()
+    try:
+        run.wait_ready(1)
+        yield run
+    finally:
+        run.down()
+
+
 class Load:
     """Completions sent back to back from a thread: some are in flight whenever weights are published."""
 
@@ -201,14 +232,20 @@ class Load:
         return self.results
 
 
-def kill_engine_core(run: EngineRun, names: tuple[str, ...]) -> int:
-    """SIGKILL the engine's scheduler / engine-core child process (not the API server rlsup started)."""
+def engine_core(run: EngineRun, names: tuple[str, ...]) -> psutil.Process:
+    """The engine's scheduler / engine-core child process (not the API server rlsup started)."""
     for p in run.engine_children():
         try:
             text = " ".join(p.cmdline()) + " " + p.name()
         except psutil.Error:
             continue
         if any(n in text for n in names):
-            p.send_signal(signal.SIGKILL)
-            return p.pid
+            return p
     raise AssertionError(f"no engine core among {[c.name() for c in run.engine_children()]}")
+
+
+def kill_engine_core(run: EngineRun, names: tuple[str, ...]) -> int:
+    """SIGKILL the engine's scheduler / engine-core child process (not the API server rlsup started)."""
+    p = engine_core(run, names)
+    p.send_signal(signal.SIGKILL)
+    return p.pid

@@ -8,7 +8,10 @@ apply (a config edited upstream fails here instead of silently testing something
   latest` (the configs say ``python``, one environment with everything, as `pip install 'rlsup[sglang,train]'`);
 * the engine's CPU flags and environment (float32, SGLang's torch-native attention, vLLM's CPU KV cache);
 * the batch (8 prompts x 8 samples of 24 tokens instead of 32 x 8 of 512) and the learning rate (a random tiny
-  model needs a visible step for its greedy output to change; 1e-6 is for a pretrained 0.5B one).
+  model needs a visible step for its greedy output to change; 1e-6 is for a pretrained 0.5B one);
+* vLLM: ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1`` (its API server outlives its engine core, as 0.32.0's does when its
+  shutdown hangs) and the config's liveness probe every 2 s instead of 15 (2 failures instead of 4), so that the
+  probe, not rlsup's 15 s watch of the server's log, is what ends the server whose core the test kills.
 
 MODEL, PORT, STEPS and GSM8K are the configs' own environment overrides.
 """
@@ -28,7 +31,8 @@ from harness import EngineRun, free_port
 from recording import exchange
 from tiny import make
 
-from rlsup.trainer.orchestrator import neutral_sampling
+from rlsup.trainer import reloads
+from rlsup.trainer.orchestrator import neutral_sampling, reload_record, response_label
 
 PY = sys.executable
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -58,7 +62,11 @@ def derive(kind: str, engine_py: str, out: Path) -> Path:
         env["SGLANG_USE_CPU_ENGINE"] = "1"
     else:
         cmd += " --dtype float32"
-        env |= {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+        env |= {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"}
+        if not (isinstance(inf.get("alive"), dict) and inf["alive"].get("http")):
+            raise AssertionError("a40-vllm.yaml: the inference `alive` probe is no longer there; update loop.py")
+        inf["alive"] = {**inf["alive"], "interval": 2, "failures": 2}
     inf["command"] = cmd
     inf["env"] = {**(inf.get("env") or {}), **env}
     orch = comps["orchestrator"]
@@ -125,7 +133,8 @@ class LoopRun(EngineRun):
 
 class Greedy:
     """Greedy completions of one prompt, back to back from a thread, timed: some are in flight whenever the
-    trainer pushes weights, and their texts show which weights the server served."""
+    trainer pushes weights, and their texts show which weights the server served. Each is labelled as the
+    orchestrator labels its samples (the reply's own version, else the reload record before and after it)."""
 
     def __init__(self, run: LoopRun) -> None:
         self.run = run
@@ -137,11 +146,16 @@ class Greedy:
     def _loop(self) -> None:
         while not self.stop.is_set():
             t0 = time.time()
+            before = reload_record(self.run.weights)
             r = exchange(self.run.url, "POST", "/v1/completions", {
                 "model": "policy", "prompt": PROMPT, "max_tokens": 8, **neutral_sampling(0.0)}, timeout=120)
-            text = visible(r["body"]["choices"][0]["text"]) if r["status"] == 200 else None
-            self.results.append({"t0": t0, "t1": time.time(), "status": r["status"], "text": text,
-                                 "error": None if r["status"] == 200 else (r.get("error") or r.get("body"))})
+            after = reload_record(self.run.weights)
+            ok = r["status"] == 200
+            text = visible(r["body"]["choices"][0]["text"]) if ok else None
+            label = (response_label(r["body"]) if ok else None) or reloads.label(before, after)
+            self.results.append({"t0": t0, "t1": time.time(), "status": r["status"], "text": text, "label": label,
+                                 "seq": (before.seq, after.seq),
+                                 "error": None if ok else (r.get("error") or r.get("body"))})
             if r["status"] != 200:
                 time.sleep(0.5)
 

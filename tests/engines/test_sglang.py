@@ -5,14 +5,16 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 from conftest import engine_python
-from harness import EngineRun, Load, wait_for
+from harness import EngineRun, Load, refuses_a_wrong_shape_first_publish, serving, wait_for
 from recording import exchange, load, save
 
+from rlsup.trainer import reloads
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.orchestrator import neutral_sampling
 from rlsup.trainer.sync import WeightSync, detect, rlsup_restart
@@ -20,13 +22,8 @@ from rlsup.trainer.sync import WeightSync, detect, rlsup_restart
 
 @pytest.fixture
 def sglang(tmp_path: Path):  # type: ignore[no-untyped-def]
-    run = EngineRun(tmp_path, "sglang", engine_python("sglang"))
-    run.up()
-    try:
-        run.wait_ready(1)
+    with serving(EngineRun(tmp_path, "sglang", engine_python("sglang"))) as run:
         yield run
-    finally:
-        run.down()
 
 
 def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:
@@ -41,6 +38,9 @@ def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:
     for body in ({"temperature": 1.0, "n": 6}, {**neutral_sampling(1.0), "n": 6}):
         r = run.complete(body)
         assert r["status"] == 200 and len({c["text"] for c in r["body"]["choices"]}) > 1, r
+
+    # A wrong-shape FIRST publish (no latest.json): checked against the model SGLang says it serves (/model_info)
+    refuses_a_wrong_shape_first_publish(run)
 
     out = io.StringIO()
     ws = WeightSync(run.url, "sglang", run.weights, tries=3, retry_s=1.0, out=out,
@@ -67,6 +67,10 @@ def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:
         assert any(x["t0"] <= t0 < x["t1"] for x in results), (windows, results)
     assert len(set(greedy)) == len(greedy), f"greedy output did not change with the weights: {greedy}"
     step3 = greedy[-1]
+    # Each reload tagged SGLang's weight version; every completion's reply names the weights that made it.
+    meta = run.complete(neutral_sampling(0.0))["body"].get("metadata") or {}
+    assert meta.get("weight_version") == "3", meta
+    assert reloads.from_versions(meta.get("weight_versions") or meta["weight_version"]) == reloads.Label(3), meta
 
     # A bad path fails cleanly (400) and leaves the server serving step 3: no restart.
     attempt = run.status()["attempt"]
@@ -77,10 +81,13 @@ def test_sglang_weight_sync_readiness_and_restart(sglang: EngineRun) -> None:
     assert not r.loaded and not r.broken, r.detail
     assert run.greedy() == step3 and run.status()["attempt"] == attempt
 
-    # A wrong-shape checkpoint: refused before SGLang sees it (0.5.23 dies on one) ...
+    # A wrong-shape checkpoint: refused before SGLang sees it (0.5.23 dies on one), even once the served dir was
+    # pruned (latest.json keeps its shapes) ...
+    shutil.rmtree(run.weights / "step_3")
     wide = run.publish(5, run.wide)
     r = ws.publish(5, wide)
     assert not r.loaded and not r.broken and "rejected before loading" in r.detail, r.detail
+    assert "weights step 3" in r.detail, r.detail
     assert (wide / weights_mod.REJECTED).exists() and run.status()["attempt"] == attempt
     # ... sent to it directly, 0.5.23 answers 200 to this one (an MLP wider than the model: the loader takes a
     # slice) and serves weights nobody trained: why it is refused.

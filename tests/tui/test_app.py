@@ -361,6 +361,23 @@ async def test_checkpoint_and_watched_artefacts_show_with_their_age():
 
 
 @run_async
+async def test_the_trainers_step_says_which_weights_made_its_samples():
+    """Issue 42: the trainer's progress metrics count the step's samples by the weights that made them."""
+    from rlsup.tui.widgets.progress import ProgressPanel
+
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=(200, 50)) as pilot:
+        await started(pilot)
+        app.listener.on_event({"ts": app.clock(), "seq": 0, "kind": "progress", "component": "trainer", "step": 131,
+                               "total": 200, "metrics": {"reward": 0.5, "off_policy": 1.0, "off_policy_samples": 12.0,
+                                                         "straddled_samples": 3.0, "mixed_samples": 0.0}})
+        await pilot.pause(0.2)
+        text = app.screen.query_one(ProgressPanel).render().plain
+        assert "weights: off_policy 1 · 12 samples by older weights · 3 across a reload · 0 mixed" in text, text
+        assert text.count("weights:") == 1  # the other components report no such metrics
+
+
+@run_async
 async def test_lines_pushed_before_the_snapshot_keep_the_table_order_and_are_not_lost():
     """The subscribe reply and the pushes after it share a connection: lines can reach the
     listener before the snapshot. Panes still follow the table's order and the lines stay."""

@@ -34,6 +34,16 @@ def spark_of(c: dict[str, Any], metric: str | None, width: int) -> str:
     return sparkline(c.get("series") or [], width)
 
 
+def weights_line(metrics: dict[str, Any]) -> str:
+    """This step's samples by the weights that made them (rlsup's trainer: rlsup.trainer.rollouts.staleness):
+    ``weights: off_policy 1 · 12 samples by older weights · 3 across a reload · 0 mixed``; "" for others."""
+    if "off_policy_samples" not in metrics:
+        return ""
+    return (f"weights: off_policy {fmt_num(metrics.get('off_policy'))} · {fmt_num(metrics.get('off_policy_samples'))} "
+            f"samples by older weights · {fmt_num(metrics.get('straddled_samples'))} across a reload · "
+            f"{fmt_num(metrics.get('mixed_samples'))} mixed")
+
+
 class ProgressPanel(Widget):
     COMPONENT_CLASSES = {"progress--bar", "progress--done", "progress--spark", "progress--dim"}
     DEFAULT_CSS = """
@@ -123,5 +133,7 @@ class ProgressPanel(Widget):
                 out.append(spark_of(c, mname, spark_w), style=self.get_component_rich_style("progress--spark"))
             if art := self.artefacts(c):
                 out.append("\n" + " " * len(head) + art, style=dim)
+            if weights := weights_line(c.get("metrics") or {}):
+                out.append("\n" + " " * len(head) + weights, style=dim)
         self._text = (width, out)
         return out

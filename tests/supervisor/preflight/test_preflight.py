@@ -517,3 +517,27 @@ components:
         assert any("pip install 'rlsup[vllm]'" in f.fix for f in findings if f.component == "v")
     if importlib.util.find_spec("trl") is None:
         assert ("t", "trl") in msgs
+
+
+def test_an_inference_engine_without_a_liveness_probe_is_warned_about(tmp_path):
+    """A vLLM API server can outlive its engine core (issue 42): without `alive`, a server that stops answering
+    while its process lives is never restarted. The fix is the block to paste, with the readiness URL."""
+    cfg = load_config(write(tmp_path, 'run_dir: "{tmp}/run"\ncomponents:\n'
+                                      '  inference:\n'
+                                      '    command: exec python -m vllm.entrypoints.cli.main serve m --port 8123\n'
+                                      '    shell: true\n'
+                                      '    ready: {http: "http://127.0.0.1:8123/health"}\n'
+                                      '  sglang:\n'
+                                      '    command: python -m sglang.launch_server --model-path m --port 31000\n'
+                                      '  probed:\n'
+                                      '    command: vllm serve m\n'
+                                      '    alive: {http: "http://127.0.0.1:8000/health"}\n'
+                                      '  trainer:\n'
+                                      '    command: python -m rlsup.trainer.train --weight-sync vllm\n'))
+    found = {f.component: f for f in of(run_checks(cfg, fast=True), "alive", "warning")}
+    assert sorted(found) == ["inference", "sglang"]
+    f = found["inference"]
+    assert f.where and f.where.endswith(":3") and "vllm server without a liveness probe" in f.message
+    assert 'alive: {http: "http://127.0.0.1:8123/health", interval: 15, failures: 4, timeout: 30}' in f.fix
+    assert '"http://127.0.0.1:31000/health"' in found["sglang"].fix  # from --port, without a ready URL
+    assert exit_code(of(run_checks(cfg, fast=True), "alive", "warning")) == 0  # a warning: the run may start

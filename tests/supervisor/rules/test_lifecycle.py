@@ -132,6 +132,19 @@ def test_stall_with_on_stall_restart_ends_the_attempt_as_a_failure_with_a_reason
     assert s.events("restart_scheduled")[-1].reason.startswith("stall:")
 
 
+def test_a_forced_end_that_exits_0_is_no_false_success_flag():
+    """A vLLM whose liveness probe failed (its engine core died) exits 0 on rlsup's SIGTERM: a failure, for the
+    reason rlsup gave, not also a `false_success` flag."""
+    s = Sim(rules(ready_probe="http http://x", alive=True))
+    s.start()
+    s.feed(lc.LivenessFailed("liveness probe failed 2 times (HTTP 503)"))
+    s.exit(0, after=1, diag={"category": "inference_engine_dead", "summary": "EngineDeadError; rlsup ended it",
+                             "evidence": ["EngineDeadError"]})
+    assert s.life.state == "backoff"
+    assert [e.type for e in s.events("flag")] == ["liveness_failed"]
+    assert s.events("restart_scheduled")[-1].reason.startswith("liveness probe failed")
+
+
 def test_repeated_error_is_fatal_once():
     s = Sim(rules(restart={"backoff": {"initial": 1, "jitter": 0}, "max_restarts": 10}))
     s.start()
