@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..records import protocol
-from ..records.events import Record, RunEnded, is_lifecycle, parse
+from ..records.events import Record, RunEnded, RunStarted, is_lifecycle, parse
 from ..records.protocol import ProtocolError, VersionMismatch
 
 
@@ -302,8 +302,10 @@ class Session:
             if self.seq is not None and rec.seq <= self.seq:
                 return  # already delivered before the reconnect
             self.seq = rec.seq
-        if isinstance(rec.event, RunEnded):
-            self.run_ended = True
+        if isinstance(rec.event, (RunEnded, RunStarted)):
+            # The latest of the two says: a run resumed, taken over or requeued after an end goes on
+            # (the first snapshot replays an earlier run's end from the journal).
+            self.run_ended = isinstance(rec.event, RunEnded)
         self.listener.on_event(rec)
 
     def _push(self, msg: dict[str, Any]) -> None:

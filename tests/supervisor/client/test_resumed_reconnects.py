@@ -1,0 +1,154 @@
+"""A client attached to a live run never shows it ended, through reconnects, take-overs, supervisor
+restarts and resumes (docs/lifecycle.md, "What rlsup promises about a run"; issue 38's first bug).
+
+The run is continued with ``--resume`` (the documented way), so the journal a client replays on its
+first connection holds the earlier run's ``run_ended`` before the later ``run_started``. Then the link
+drops: ``rlsup restart-supervisor``, ``kill -9`` of the supervisor and a take-over with ``up -d``. Every
+client rides through: the session (what the TUI uses), ``rlsup attach --plain``, ``rlsup events -f``
+and the fleet. Only ``rlsup down`` ends the run, and then each of them says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+from rlsup.supervisor.client.fleet import Fleet, PodSpec
+from rlsup.supervisor.client.session import unix_connector
+from tests.conftest import PY, cli_env, pid_alive, wait_for, write_config
+from tests.faults.harness import Subscriber
+
+COUNTER = """
+name: resumed
+components:
+  counter:
+    command: ["{py}", "-u", "-c", "import time\\nfor i in range(1, 10**7):\\n    print(f'n {i}', flush=True)\\n    time.sleep(0.05)"]
+"""
+
+
+class FleetThread:
+    """The fleet's own :class:`Fleet` on one local pod (a unix connector instead of SSH), on a thread."""
+
+    def __init__(self, sock: Path) -> None:
+        self.fleet = Fleet([PodSpec(host="local", label="local")], lambda _spec: unix_connector(sock, "fleet"))
+        self.seen_ended = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self.thread.start()
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        watch = asyncio.ensure_future(self._watch())
+        await self.fleet.run()
+        watch.cancel()
+
+    async def _watch(self) -> None:
+        pod = self.fleet.pods[0]
+        while True:
+            self.seen_ended |= pod.connected and pod.ended
+            await asyncio.sleep(0.02)
+
+    @property
+    def pod(self) -> Any:
+        return self.fleet.pods[0]
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.fleet.close)
+        self.thread.join(30)
+
+
+class Follower:
+    """A text follower (`rlsup attach --plain`, `rlsup events -f`) as a process; its output read as it comes."""
+
+    def __init__(self, run_dir: Path, *args: str) -> None:
+        self.proc = subprocess.Popen([PY, "-m", "rlsup.supervisor.cli", *args, "--run-dir", str(run_dir)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(),
+                                     stdin=subprocess.DEVNULL)
+        self.out = ""
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.out += line
+
+    def reconnects(self) -> int:
+        return self.out.count("rlsup: reconnected")
+
+    def finish(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+        self.reader.join(30)
+        return self.out
+
+
+def _statuses(sub: Subscriber) -> list[str]:
+    return [s for s, _ in sub.statuses]
+
+
+def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, daemon):
+    d = daemon(write_config(tmp_path, COUNTER))
+    d.wait_event(lambda e: e["kind"] == "started", what="counter started")
+    assert d.cli("down", timeout=60).returncode == 0
+    r = d.cli("up", str(d.config), "-d", "--resume", timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d.wait_event(lambda e: e["kind"] == "started" and e.get("attempt") == 2, what="the resumed attempt")
+
+    sub = Subscriber(d.sock)
+    fleet = FleetThread(d.sock)
+    plain = Follower(d.run_dir, "attach", "--plain")
+    follow = Follower(d.run_dir, "events", "-f")
+    try:
+        wait_for(lambda: sub.attached and fleet.pod.connection == "attached", 30, what="the clients attached")
+        # The replayed journal holds the first run's end, then the resumed run's start.
+        assert [e["kind"] for e in sub.events if e["kind"] in ("run_started", "run_ended")][-2:] == \
+            ["run_ended", "run_started"]
+
+        def drop(how: str) -> None:
+            old = d.pid
+            n = _statuses(sub).count("attached")
+            lost = (plain.reconnects(), follow.reconnects())
+            if how == "restart-supervisor":
+                assert d.cli("restart-supervisor", timeout=60).returncode == 0
+            else:
+                os.kill(old, signal.SIGKILL)
+                wait_for(lambda: not pid_alive(old), what="the supervisor gone")
+                r = d.cli("up", str(d.config), "-d", timeout=60)
+                assert r.returncode == 0, r.stdout + r.stderr
+            wait_for(lambda: d.pid != old, 30, what="a new supervisor")
+            def back() -> bool:
+                assert "ended" not in _statuses(sub), f"the session ended a live run after {how}: {sub.statuses}"
+                return _statuses(sub).count("attached") > n
+
+            wait_for(back, 60, what=f"the session back after {how}")
+            wait_for(lambda: fleet.pod.connection == "attached" and fleet.pod.server_hello().get("pid") == d.pid, 60,
+                     what=f"the fleet back after {how}")
+            wait_for(lambda: plain.reconnects() > lost[0] and follow.reconnects() > lost[1]
+                     and f"pid {d.pid}" in plain.out and f"pid {d.pid}" in follow.out, 60,
+                     what=f"the followers back after {how}, showing the new supervisor")
+
+        for how in ("restart-supervisor", "kill -9", "restart-supervisor"):
+            drop(how)
+            assert "ended" not in _statuses(sub), sub.statuses
+            assert not fleet.seen_ended and not fleet.pod.ended
+            assert plain.proc.poll() is None and follow.proc.poll() is None, "a follower stopped following a live run"
+        assert d.cli("status", "--json").returncode == 0
+
+        assert d.cli("down", timeout=60).returncode == 0  # now the run ends, and every client says so
+        wait_for(lambda: "ended" in _statuses(sub), 30, what="the session's end")
+        wait_for(lambda: fleet.pod.ended, 30, what="the fleet's pod ended")
+        assert plain.proc.wait(30) == 0 and follow.proc.wait(30) == 0  # they end by themselves
+    finally:
+        sub.close()
+        fleet.close()
+        out_plain, out_follow = plain.finish(), follow.finish()
+    assert "run ended: stopped by user" in out_plain and "detached; training continues" not in out_plain, out_plain
+    assert "run ended: stopped by user" in out_follow, out_follow
