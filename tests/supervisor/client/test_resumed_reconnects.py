@@ -152,3 +152,57 @@ def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, da
         out_plain, out_follow = plain.finish(), follow.finish()
     assert "run ended: stopped by user" in out_plain and "detached; training continues" not in out_plain, out_plain
     assert "run ended: stopped by user" in out_follow, out_follow
+
+
+class Recorder:
+    """A session listener that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.statuses: list[str] = []
+        self.kinds: list[str] = []
+
+    def on_connection(self, status: str, detail: str) -> None:
+        self.statuses.append(status)
+
+    def on_snapshot(self, snapshot: dict, resumed: bool) -> None: ...
+
+    def on_event(self, event: Any) -> None:
+        self.kinds.append(event.kind)
+
+    def on_logs(self, component: str, seq: int, lines: list[str]) -> None: ...
+
+    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None: ...
+
+
+def test_a_run_that_ended_while_the_link_was_down_is_shown_ended(tmp_path, daemon):
+    """The supervisor is killed, and before any take-over `rlsup down` ends the run without it: a client
+    that was attached learns of the end from the journal (it kept saying "reconnecting" for ever)."""
+    from rlsup.supervisor.client.session import Session, local_connector
+
+    d = daemon(write_config(tmp_path, COUNTER))
+    d.wait_event(lambda e: e["kind"] == "started", what="counter started")
+    rec = Recorder()
+    plain = Follower(d.run_dir, "attach", "--plain")
+    follow = Follower(d.run_dir, "events", "-f")
+
+    async def scenario() -> None:
+        s = Session(local_connector(d.run_dir, "test"), rec, lines=0, backoff=(0.1, 0.5))
+        task = asyncio.ensure_future(s.run())
+        await asyncio.wait_for(s.connected.wait(), 30)
+        await asyncio.to_thread(wait_for, lambda: "started" in plain.out and "started" in follow.out, 30)
+        sup = d.pid
+        os.kill(sup, signal.SIGKILL)
+        await asyncio.to_thread(wait_for, lambda: not pid_alive(sup), 30)
+        r = await asyncio.to_thread(d.cli, "down", timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        await asyncio.wait_for(task, 60)  # the session ends by itself
+
+    try:
+        asyncio.run(scenario())
+        assert plain.proc.wait(60) == 0 and follow.proc.wait(60) == 0
+    finally:
+        out_plain, out_follow = plain.finish(), follow.finish()
+    assert rec.statuses[-1] == "ended" and rec.kinds[-1] == "run_ended", (rec.statuses, rec.kinds)
+    for out in (out_plain, out_follow):
+        assert "run ended: stopped by `rlsup down`" in out, out
+    assert "detached; training continues" not in out_plain
