@@ -41,15 +41,16 @@ def wait(pred: Any, timeout: float = CEILING_S, interval: float = 0.2) -> Any:
 
 
 class Follower:
-    """``rlsup attach --plain`` on the run, its output read as it comes. It carries no token: a client is
-    not part of the run (a follower left over is a failure of its own, checked apart)."""
+    """A text follower of the run as a process (``rlsup attach --plain`` unless told which), its output read
+    as it comes. It carries no token: a client is not part of the run (a follower left over is a failure of
+    its own, checked apart)."""
 
-    def __init__(self, run_dir: Path, cwd: Path) -> None:
+    def __init__(self, run_dir: Path, cwd: Path | None = None, *args: str) -> None:
         env = cli_env()
         env.pop(TOKEN_VAR, None)
-        self.proc = subprocess.Popen([PY, "-m", "rlsup.supervisor.cli", "attach", "--plain", "--run-dir", str(run_dir)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([PY, "-m", "rlsup.supervisor.cli", *(args or ("attach", "--plain")),
+                                      "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=env, cwd=cwd, stdin=subprocess.DEVNULL)
         self.out = ""
         self.killed = False  # by the harness (a client dropped): its output simply stops
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -63,6 +64,9 @@ class Follower:
     @property
     def running(self) -> bool:
         return self.proc.poll() is None
+
+    def reconnects(self) -> int:
+        return self.out.count("rlsup: reconnected")
 
     @property
     def attached(self) -> bool:

@@ -12,7 +12,14 @@ import signal
 import pytest
 
 from tests.conftest import wait_for
-from tests.journeys.conftest import Tmux, Workdir, needs_tmux, readme_command, wait_gone
+from tests.journeys.conftest import (
+    Tmux,
+    Workdir,
+    end_the_run_from_the_tui,
+    needs_tmux,
+    readme_command,
+    wait_gone,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -40,12 +47,7 @@ def test_the_tui_on_a_resumed_run_rides_through_a_supervisor_restart_and_a_take_
     tui.run(up)
     first = _running(w)
     tui.wait(lambda s: "trainer" in s and "running" in s, 60, "the component table")
-    tui.keys("Q")
-    tui.wait_text("end the run?", 10)
-    tui.keys("y")
-    assert tui.exit_code(60) == 0
-    wait_gone(first.values())
-    wait_for(lambda: w.events()[-1]["kind"] == "run_ended", 30, what="run_ended in the journal")
+    end_the_run_from_the_tui(tui, w, first.values())
 
     tui.run(f"{up} --resume")  # the documented way to continue it
     pids = _running(w)

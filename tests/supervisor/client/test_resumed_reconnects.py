@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
 from rlsup.supervisor.client.fleet import Fleet, PodSpec
 from rlsup.supervisor.client.session import unix_connector
-from tests.conftest import PY, cli_env, pid_alive, wait_for, write_config
+from tests.conftest import pid_alive, wait_for, write_config
+from tests.explorer.world import Follower
 from tests.faults.harness import Subscriber
 
 COUNTER = """
@@ -63,33 +63,6 @@ class FleetThread:
         self.thread.join(30)
 
 
-class Follower:
-    """A text follower (`rlsup attach --plain`, `rlsup events -f`) as a process; its output read as it comes."""
-
-    def __init__(self, run_dir: Path, *args: str) -> None:
-        self.proc = subprocess.Popen([PY, "-m", "rlsup.supervisor.cli", *args, "--run-dir", str(run_dir)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(),
-                                     stdin=subprocess.DEVNULL)
-        self.out = ""
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.out += line
-
-    def reconnects(self) -> int:
-        return self.out.count("rlsup: reconnected")
-
-    def finish(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
-        self.reader.join(30)
-        return self.out
-
-
 def _statuses(sub: Subscriber) -> list[str]:
     return [s for s, _ in sub.statuses]
 
@@ -104,8 +77,8 @@ def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, da
 
     sub = Subscriber(d.sock)
     fleet = FleetThread(d.sock)
-    plain = Follower(d.run_dir, "attach", "--plain")
-    follow = Follower(d.run_dir, "events", "-f")
+    plain = Follower(d.run_dir, None, "attach", "--plain")
+    follow = Follower(d.run_dir, None, "events", "-f")
     try:
         wait_for(lambda: sub.attached and fleet.pod.connection == "attached", 30, what="the clients attached")
         # The replayed journal holds the first run's end, then the resumed run's start.
@@ -149,7 +122,8 @@ def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, da
     finally:
         sub.close()
         fleet.close()
-        out_plain, out_follow = plain.finish(), follow.finish()
+        plain.kill(), follow.kill()  # (what is left of them: each ended by itself above)
+        out_plain, out_follow = plain.out, follow.out
     assert "run ended: stopped by user" in out_plain and "detached; training continues" not in out_plain, out_plain
     assert "run ended: stopped by user" in out_follow, out_follow
 
@@ -182,8 +156,8 @@ def test_a_run_that_ended_while_the_link_was_down_is_shown_ended(tmp_path, daemo
     d = daemon(write_config(tmp_path, COUNTER))
     d.wait_event(lambda e: e["kind"] == "started", what="counter started")
     rec = Recorder()
-    plain = Follower(d.run_dir, "attach", "--plain")
-    follow = Follower(d.run_dir, "events", "-f")
+    plain = Follower(d.run_dir, None, "attach", "--plain")
+    follow = Follower(d.run_dir, None, "events", "-f")
 
     async def scenario() -> None:
         s = Session(local_connector(d.run_dir, "test"), rec, lines=0, backoff=(0.1, 0.5))
@@ -201,7 +175,8 @@ def test_a_run_that_ended_while_the_link_was_down_is_shown_ended(tmp_path, daemo
         asyncio.run(scenario())
         assert plain.proc.wait(60) == 0 and follow.proc.wait(60) == 0
     finally:
-        out_plain, out_follow = plain.finish(), follow.finish()
+        plain.kill(), follow.kill()  # (what is left of them: each ended by itself above)
+        out_plain, out_follow = plain.out, follow.out
     assert rec.statuses[-1] == "ended" and rec.kinds[-1] == "run_ended", (rec.statuses, rec.kinds)
     for out in (out_plain, out_follow):
         assert "run ended: stopped by `rlsup down`" in out, out
