@@ -193,4 +193,4 @@ def at_end(world: World) -> list[str]:
     return journal(world) + promises(world) + client_output(world) + diagnosis(world)
 
 
-__all__ = ["after_down", "after_step", "at_end", "status_matches_processes", "Any"]
+__all__ = ["after_down", "after_step", "at_end", "status_matches_processes"]

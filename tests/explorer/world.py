@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import PY, cli_env, free_port
-from tests.explorer.sequence import COMPONENTS, Action, Sequence
+from tests.explorer.sequence import Action, Sequence
 from tests.faults.harness import TOKEN_VAR, alive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,4 +337,4 @@ class World:
         return "ended by itself" if not self.live() else f"still live (trainer at step {self.step()})"
 
 
-__all__ = ["COMPONENTS", "World", "Follower", "wait"]
+__all__ = ["World", "Follower", "wait"]
