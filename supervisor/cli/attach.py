@@ -114,7 +114,9 @@ def attach_local(run_dir: Any, *, plain: bool = False) -> int:
     target, hint = f"local {run_dir}", attach_hint(run_dir)
     job = run_job(Path(run_dir))  # one squeue for both: the job's run goes on after a requeue, wait for it
     if not job or job["state"] not in ACTIVE:
-        return view_socket(RunPaths(Path(run_dir)).sock, target=target, hint=hint, plain=plain)
+        from ..client.session import local_connector
+
+        return view(local_connector(run_dir, name), target=target, hint=hint, plain=plain)
     bridge = remote_bridge(Path(run_dir), name, job)
     if bridge is not None:  # its supervisor runs in a Slurm job on another host: through srun
         target = f"{run_dir} (Slurm job)"

@@ -101,13 +101,13 @@ def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
 
 
 async def open_client(paths: Any, name: str) -> Any:
-    from ..client.session import Client
+    from ..client.session import local_connector
     from .slurm_up import remote_bridge
 
     bridge = remote_bridge(paths.root, name)  # a supervisor in a Slurm job on another host: through srun
     if bridge is not None:
         return await bridge()
-    return await Client.open_unix(paths.sock, name=name)
+    return await local_connector(paths.root, name)()
 
 
 def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int]]) -> int:

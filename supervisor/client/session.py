@@ -16,12 +16,26 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..records import protocol
-from ..records.events import Record, RunEnded, is_lifecycle, parse
+from ..records.events import Record, RunEnded, RunStarted, is_lifecycle, parse
 from ..records.protocol import ProtocolError, VersionMismatch
 
 
 class NotRunning(Exception):
     """No supervisor answers on the socket (none started, or it has ended)."""
+
+
+class RunOver(NotRunning):
+    """No supervisor answers, none holds the run dir, and the run's journal says the run ended (a client
+    that lost its link before the end learns it from the journal: see :func:`local_connector`)."""
+
+    def __init__(self, message: str, journal: Path):
+        super().__init__(message)
+        self.journal = journal
+
+    def events_since(self, seq: int) -> list[dict[str, Any]]:
+        """The journal's lifecycle events after ``seq``: what the supervisor said after the link dropped."""
+        return [e for e in _journal(self.journal)
+                if isinstance(e.get("seq"), int) and e["seq"] > seq and is_lifecycle(str(e.get("kind")))]
 
 
 class RequestFailed(Exception):
@@ -236,8 +250,7 @@ class Session:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # refused, unreachable, auth: say why and retry
-                if isinstance(e, VersionMismatch):
-                    self.listener.on_connection("closed", str(e))
+                if self._final(e):
                     return
                 now = loop.time()
                 lost_at = lost_at or now
@@ -271,6 +284,19 @@ class Session:
             self.listener.on_connection("reconnecting", client.close_reason or "connection lost")
         self.listener.on_connection("closed", "")
 
+    def _final(self, e: Exception) -> bool:
+        """A connection refused for good: another protocol version; or the run ended while the link was
+        down (what the supervisor said after the link dropped, from its journal, then the end)."""
+        if isinstance(e, VersionMismatch):
+            self.listener.on_connection("closed", str(e))
+            return True
+        if isinstance(e, RunOver):
+            for event in e.events_since(self.seq or 0):
+                self._event(event)
+            self.listener.on_connection("ended", str(e))
+            return True
+        return False
+
     async def _serve(self, client: Client) -> None:
         resumed = self.seq is not None
         snap = await client.subscribe(self._push, lines=self.lines, since=self.seq, log_from=dict(self.log_next),
@@ -302,8 +328,10 @@ class Session:
             if self.seq is not None and rec.seq <= self.seq:
                 return  # already delivered before the reconnect
             self.seq = rec.seq
-        if isinstance(rec.event, RunEnded):
-            self.run_ended = True
+        if isinstance(rec.event, (RunEnded, RunStarted)):
+            # The latest of the two says: a run resumed, taken over or requeued after an end goes on
+            # (the first snapshot replays an earlier run's end from the journal).
+            self.run_ended = isinstance(rec.event, RunEnded)
         self.listener.on_event(rec)
 
     def _push(self, msg: dict[str, Any]) -> None:
@@ -350,3 +378,45 @@ def unix_connector(sock: str | Path, name: str = "client") -> Connector:
         return await Client.open_unix(sock, name=name)
 
     return connect
+
+
+def local_connector(run_dir: str | Path, name: str = "client") -> Connector:
+    """The run dir's socket; where no supervisor answers, none holds the run dir and the journal says the
+    run ended, :class:`RunOver` (``rlsup bridge`` does the same for a client over SSH: it serves the ended
+    run from disk). While no supervisor holds it and the run has not ended (its supervisor killed, a
+    take-over to come), the session keeps trying."""
+    from ..rundir.layout import RunPaths, is_locked
+
+    paths = RunPaths(Path(run_dir))
+
+    async def connect() -> Client:
+        try:
+            return await Client.open_unix(paths.sock, name=name)
+        except NotRunning as e:
+            if is_locked(paths) or not _journal_ended(paths.events):
+                raise
+            raise RunOver(f"{e}; the run has ended", paths.events) from None
+
+    return connect
+
+
+def _journal(path: Path, having: bytes = b"") -> list[dict[str, Any]]:
+    """The journal's events (of the lines holding ``having``); torn or foreign lines skipped. Read here, not
+    through rundir.journal: the TUI reaches a run only through the client protocol and this module."""
+    import json
+
+    out = []
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        for raw in f:
+            if having in raw:
+                with contextlib.suppress(ValueError):
+                    e = json.loads(raw)
+                    if isinstance(e, dict):
+                        out.append(e)
+    return out
+
+
+def _journal_ended(path: Path) -> bool:
+    """The journal's last run event is ``run_ended``."""
+    kinds = [e.get("kind") for e in _journal(path, b'"run_') if e.get("kind") in ("run_started", "run_ended")]
+    return bool(kinds) and kinds[-1] == "run_ended"

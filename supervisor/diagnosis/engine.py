@@ -26,11 +26,13 @@ from .signatures import (
     LAUNCHER_EXIT,
     NAMED_TRAINING_BAR_DESC,
     ORDERLY_SHUTDOWN,
+    POINTS_ABOVE,
     PRIMARY,
     RAY_TASK_HEADER,
     RECOVERED,
     RETRY_NOTICE,
     SIGNAL,
+    SLURM_DAEMON,
     STEP_PATTERNS,
     SYMPTOM_FUNCS,
     TQDM_BAR,
@@ -87,6 +89,7 @@ class _Candidate:
     hint: str = ""  # what to do next, where the category's hint does not fit this failure
     vague: bool = False  # names no failure of its own (torchrun: "exitcode 1", no traceback)
     job_report: bool = False  # a shell's report of a job it ran ("line 30: 7946 Killed  ray start ...")
+    teardown: bool = False  # a process group's watchdog taking the process down: the cause is another line
 
 
 def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
@@ -234,6 +237,8 @@ def _kill_signal(sig: str, exit_code: int | None, best: _Candidate | None) -> _C
     """A kill from outside: the cause, unless the log names a failure of its own (not a collateral or weak one)."""
     if best is not None and best.tier <= COLLATERAL and not best.weak:
         return None
+    if best is not None and best.evidence and _SLURM_WHY.search(best.evidence[0]):
+        return None  # Slurm says who sent it and why (a requeue, a preemption, the time limit, scancel)
     code = f" (exit code {exit_code})" if exit_code is not None else ""
     return _Candidate(-1, "killed", SIGNAL, f"killed by {sig}{code}; no kernel OOM evidence",
                       None, None, [f"exit: {sig}{code}"])
@@ -310,6 +315,8 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
             continue  # logged and carried on from
         c = _chain_candidate(ch, norm)
         c.stream = stream
+        if _after_a_pointer(norm, ch.start):
+            c.tier = WRAPPER
         if c.library and prev is not None:
             _locate_at_driver(c, ch, *prev)
         prev = (ch, c)
@@ -317,6 +324,13 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
             continue
         out.append(c)
     return out
+
+
+def _after_a_pointer(norm: list[Line], start: int) -> bool:
+    """The traceback comes right after a record that says a process died and its error is printed above
+    (SGLang's "Rank 0 scheduler is dead. Please check if there are relevant logs." before its EOFError)."""
+    k = next((k for k, ln in enumerate(norm) if ln.index == start), None)
+    return k is not None and any(POINTS_ABOVE.search(ln.text) for ln in norm[max(0, k - 3):k])
 
 
 def _logged_and_carried_on(ch: Chain, norm: list[Line]) -> bool:
@@ -498,10 +512,13 @@ def _signature_candidate(tail: _Tail, k: int, ln: Line, text: str, hit: tuple[Si
         return None
     if sig.category == "ray_actor_died" and _ray_retried(tail.norm, k):
         return None
+    if sig.category == "connection_refused" and SLURM_DAEMON.match(text):
+        return None  # Slurm's daemons talking among themselves (srun gone after a requeue or a cancel)
     loc, library = _engine_dead_location(tail, k, text) if sig.name == "engine_dead" else (None, False)
     return _Candidate(ln.index, sig.category, sig.tier, _signature_summary(sig.name, text, loc, library), None, loc,
                       [text], weak=sig.weak, stream=ln.stream or _rank_tag(text), library=library,
-                      job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text)))
+                      job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text)),
+                      teardown=sig.name == "collective_teardown")
 
 
 # Ray's note that it retries the task a worker died in ("Task RewardWorker.score failed. There are 1
@@ -542,6 +559,8 @@ def _signature_summary(name: str, text: str, loc: str | None, library: bool) -> 
         head = TRACEBACK_HEADER.sub("", text).rstrip(" :")
         return f"{head} (its traceback is cut off before the exception)" + (
             f" at {_short(loc)}" if loc and not library else "")
+    if name == "collective_teardown":
+        return f"NCCL's watchdog took the process down (a collective failed or timed out; the log does not say which): {text}"
     if name == "cuda_boilerplate":
         # CUDA's note says how errors are reported, not which one: never the summary
         return "a CUDA error whose message is not in the log (only the note CUDA prints under its errors)"
@@ -553,8 +572,9 @@ def _fatal_message_candidate(tail: _Tail) -> list[_Candidate]:
     that, argparse's "prog: error: the following arguments are required"; any failure the log names
     outranks it."""
     last = next((ln for ln in reversed(tail.norm) if ln.text.strip()), None)
-    if last is None or last.index in tail.covered or not _FATAL_MESSAGE.match(last.text.strip()):
-        return []
+    if (last is None or last.index in tail.covered or not _FATAL_MESSAGE.match(last.text.strip())
+            or SLURM_DAEMON.match(last.text.strip())):
+        return []  # (Slurm's daemons' "slurmstepd: error: ..." is no word of the program's)
     return [_Candidate(last.index, "unknown", WRAPPER, last.text.strip(), None, None, [last.text.strip()],
                        vague=True, stream=last.stream)]
 
@@ -813,6 +833,17 @@ def _slurm_reason_over_task_end(chosen: _Candidate, top: list[_Candidate]) -> _C
     return _latest_instead(chosen, [c for c in top if c.evidence and _SLURM_WHY.search(c.evidence[0])])
 
 
+_COLLECTIVE_CAUSES = {"nccl_timeout", "nccl_error", "watchdog_timeout", "distributed_timeout"}
+
+
+def _cause_over_teardown(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
+    """The watchdog's "we are taking the entire process down" follows (or, since torch 2.3, precedes) the line
+    that says what failed: a collective that timed out, an NCCL error."""
+    if not chosen.teardown:
+        return chosen
+    return _latest_instead(chosen, [c for c in top if not c.teardown and c.category in _COLLECTIVE_CAUSES])
+
+
 def _latest_instead(chosen: _Candidate, better: list[_Candidate]) -> _Candidate:
     """The last of ``better`` in place of ``chosen``, carrying ``chosen``'s first line as evidence;
     ``chosen`` itself when there is none."""
@@ -855,7 +886,7 @@ def _rich_over_bare(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
 
 # applied in this order to the latest candidate of the best tier
 _PREFERENCES: tuple[Callable[[_Candidate, list[_Candidate]], _Candidate], ...] = (
-    _own_exception_over_job, _slurm_reason_over_task_end, _said_over_vague, _rich_over_bare)
+    _own_exception_over_job, _slurm_reason_over_task_end, _cause_over_teardown, _said_over_vague, _rich_over_bare)
 
 
 def _count_and_corroborate(chosen: _Candidate, cands: list[_Candidate]) -> None:
@@ -892,24 +923,40 @@ def _frames_after(norm: list[Line], k: int) -> list[Frame]:
 
 def _ray_task_candidate(norm: list[Line], k: int, ln: Line, text: str) -> _Candidate | None:
     """A Ray task failure ("RayTaskError(X): ray::f() (pid=.., ip=..)", "Execution failed: ray::f()
-    (pid=.., ip=..)") that no parsed traceback covers: its exception line was cut off, but X (when
-    given) names the kind and the remote frames under it say where the task failed."""
+    (pid=.., ip=..)", "Unhandled error (...): ray::A.f() (pid=..") that no parsed traceback covers: the remote
+    frames under it say where the task failed, and the exception line that ends them (an ActorDiedError, whose
+    lines below say which actor died and why), or else X, what failed."""
     m = RAY_TASK_HEADER.search(text)
     if m is None:
         return None
     cause = m.group("cause")
-    cat, tier = classify_exception(f"{cause}: ") if cause else ("python_exception", PRIMARY)
+    frames = _frames_after(norm, k)
+    exc = _exception_after_frames(norm, k) if frames else None
+    cat, tier = classify_exception(exc[1] if exc else f"{cause}: ") if exc or cause else ("python_exception", PRIMARY)
     if tier == WRAPPER:
         cat, tier = "python_exception", PRIMARY
-    frames = _frames_after(norm, k)
     user = [f for f in frames if is_user_frame(f.file)]
     loc = (user or frames)[-1].location if frames else None
-    what = f"{cause} in " if cause else ""
-    summary = (f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: {what}"
-               f"the traceback is cut off before its exception" + (f" at {_short(loc)}" if loc and user else ""))
-    evidence = [text] + [f'File "{f.file}", line {f.line}, in {f.func}' for f in frames[-3:]]
-    return _Candidate(ln.index, cat, tier, summary, None, loc, evidence, rich=True, library=bool(loc) and not user,
-                      stream=ln.stream)
+    where = f" at {_short(loc)}" if loc and user else ""
+    head = f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: "
+    if exc is not None:
+        summary = head + _shorten(exc[1]) + where
+    else:
+        summary = head + (f"{cause} in " if cause else "") + "the traceback is cut off before its exception" + where
+    evidence = [text] + [f'File "{f.file}", line {f.line}, in {f.func}' for f in frames[-3:]] + ([exc[1]] if exc else [])
+    return _Candidate(exc[0] if exc else ln.index, cat, tier, summary, exc[1] if exc else None, loc, evidence,
+                      rich=True, library=bool(loc) and not user, stream=ln.stream)
+
+
+def _exception_after_frames(norm: list[Line], k: int) -> tuple[int, str] | None:
+    """(line index, text) of the exception line that ends the frames under the header norm[k] (same stream):
+    a remote traceback printed without its "Traceback (most recent call last):" line."""
+    for ln in norm[k + 1: k + 200]:
+        if ln.stream != norm[k].stream or FRAME.match(ln.text) or ln.text[:1].isspace():
+            continue  # another stream's line, a frame, a frame's code
+        t = ln.text.strip()
+        return (ln.index, t) if bare_exception(t) is not None else None
+    return None
 
 
 def _describe_ray(c: _Candidate, norm: list[Line]) -> None:

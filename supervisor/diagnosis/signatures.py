@@ -69,12 +69,15 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "port_in_use": ("already in use", "errno 98", "errno 48", "eaddrinuse", "is in use"),
     "segfault": ("segmentation fault", "sigsegv", "segfault", "bus error"),
     "cuda_error": ("cuda error", "device-side assert", "cudaerrorillegaladdress", "cudnn_status",
-                   "cublas_status", "illegal memory access", "cuda driver", "cuda-capable", "xid ", "assertion `"),
+                   "cublas_status", "illegal memory access", "cuda driver", "cuda-capable", "xid ", "assertion `",
+                   "triton error ["),
     "cuda_boilerplate": ("cuda kernel errors",),
     "dataloader_signal": ("is killed by signal",),
-    "nccl_timeout": ("collective operation timeout", "worknccl", "nccl timeout"),
+    "nccl_timeout": ("collective operation timeout", "worknccl", "nccl timeout", "watchdog caught collective"),
     "watchdog": ("heartbeat monitor", "watchdog got stuck", "watchdog timeout", "rpc call to"),
     "nccl_error": ("nccl", "distbackenderror"),
+    "collective_teardown": ("operations have failed", "inconsistency, we", "watchdog thread terminated",
+                            "in the watchdog", "terminating the process after attempting to dump"),
     "dist_timeout": ("diststoreerror", "distnetworkerror", "waiting for clients", "waiting for workers",
                      "client socket has timed out", "socket timeout", "rendezvoustimeouterror", "wait timeout after",
                      "for send operation", "for recv operation", "socket timed out", "pair closure", "monitoredbarrier"),
@@ -90,7 +93,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "shell_segv": ("segmentation fault", "bus error"),
     "engine_dead": ("enginedeaderror", "enginecore", "engine core", "sigquit", "fatal signal",
                     "engine loop", "mqllmengine", "mqenginedeaderror", "worker proc", "workerproc",
-                    "scheduler hit an exception"),
+                    "scheduler hit an exception", "scheduler is dead"),
     "ray_actor_died": ("actor died", "actor is dead", "worker died", "worker exit type", "workercrashederror",
                        "actorunavailableerror", "nodediederror", "is unavailable"),
     "connection_refused": ("refused", "errno 111", "connection attempts", "cannot connect", "connecterror",
@@ -123,7 +126,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"CUDA out of memory|(?<!exceptions\.)(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED"
          r"|HIP out of memory|cudaErrorMemoryAllocation|out of memory \(CUDA\)"
          # vLLM's cumem allocator (sleep mode) and the C++ allocator print "CUDA Error: out of memory at file:line"
-         r"|CUDA [Ee]rror: out of memory|cuda runtime error \(2\) : out of memory"),
+         r"|CUDA [Ee]rror: out of memory|cuda runtime error \(2\) : out of memory"
+         # the driver API's own error through Triton's launcher (triton/backends/nvidia/driver.c gpuAssert:
+         # "Triton Error [CUDA]: %s"; ROCm's: "Triton Error [HIP]:  Code: %d, Messsage: %s") and through torch's
+         # driver calls (C10_CUDA_DRIVER_CHECK: "CUDA driver error: out of memory", expandable segments)
+         r"|Triton Error \[(?:CUDA|HIP)\]: +(?:Code: \d+, Mess+age: )?out of memory|CUDA driver error: out of memory"),
     # --- inference engine memory configuration ---------------------------------------------------
     _sig("vllm_kv_cache", "inference_memory_config", PRIMARY,
          r"No available memory for the cache blocks|is larger than the maximum number of tokens that can "
@@ -149,7 +156,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|Segfault encountered|SIGSEGV\(11\)|received signal SIGSEGV|Bus error \(core dumped\)"),
     # --- CUDA ---------------------------------------------------------------------------------
     _sig("cuda_error", "cuda_error", PRIMARY,
-         r"CUDA error: (?!out of memory)"
+         r"CUDA error: (?!out of memory)|Triton Error \[(?:CUDA|HIP)\]: |CUDA driver error: (?!out of memory)"
          r"|device-side assert triggered|cudaErrorIllegalAddress|CUDNN_STATUS_(?!SUCCESS)\w+"
          r"|CUBLAS_STATUS_(?!SUCCESS|ALLOC_FAILED)\w+|an illegal memory access was encountered"
          r"|CUDA driver initialization failed|no CUDA-capable device is detected|Xid \d+"
@@ -166,7 +173,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("dataloader_signal", "killed", SIGNAL, r"DataLoader worker \(pid \d+\) is killed by signal: (?:Killed|Terminated)"),
     # --- distributed --------------------------------------------------------------------------
     _sig("nccl_timeout", "nccl_timeout", COLLATERAL,
-         r"Watchdog caught collective operation timeout|WorkNCCL\(SeqNum=\d+.*\) ran for \d+ milliseconds"
+         # "[Rank 3] Watchdog caught collective operation timeout: ..." however short the line was cut: the
+         # watchdog catches nothing else
+         r"Watchdog caught collective\b|WorkNCCL\(SeqNum=\d+.*\) ran for \d+ milliseconds"
          r"|collective operation timeout|NCCL timeout"),
     _sig("watchdog", "watchdog_timeout", COLLATERAL,
          r"Heartbeat monitor timed out|watchdog got stuck for \d+ seconds|Scheduler watchdog timeout"
@@ -181,6 +190,17 @@ SIGNATURES: tuple[Signature, ...] = (
          # NCCL's trace of a failed call returning up its stack, "NCCL WARN init.cc:1815 -> 5" (a result code
          # other than ncclSuccess: src/include/checks.h NCCLCHECK's "%s:%d -> %d")
          r"|NCCL WARN \S+:\d+ -> [1-9]\b"),
+    # The process group's watchdog taking the process down (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:
+    # "Some NCCL operations have failed or timed out ...", "To avoid data inconsistency, we are taking the
+    # entire process down.", "Process group watchdog thread terminated with exception: ...", "Exception (either
+    # an error before or asynchronously reported by NCCL) in the watchdog", "Terminating the process after
+    # attempting to dump debug info, due to collective timeout or exception"; the same from HCCL, XCCL, CNCL):
+    # an NCCL failure whose kind the watchdog's own line says where it is in the log (before or after these,
+    # or cut away). Any of these cut mid-phrase still says it.
+    _sig("collective_teardown", "nccl_error", COLLATERAL,
+         r"Some [NHXC]CCL operations have failed|To avoid (?:data|this) inconsistency, we"
+         r"|(?:Process group|NCCL) watchdog thread terminated|reported by NCCL\) in the watchdog"
+         r"|Terminating the process after attempting to dump debug info"),
     _sig("dist_timeout", "distributed_timeout", COLLATERAL,
          r"DistStoreError|DistNetworkError|Timed out after \d+ seconds waiting for (?:clients|workers)"
          r"|The client socket has timed out|Socket Timeout|RendezvousTimeoutError|wait timeout after \d+ms"
@@ -261,7 +281,11 @@ SIGNATURES: tuple[Signature, ...] = (
          # (most recent call last): ..."; the engine dies with it even where the traceback is cut off
          r"|Scheduler hit an exception"
          # vLLM V1's engine core, the same way: "EngineCore hit an exception: Traceback (most recent call last):"
-         r"|EngineCore hit an exception"),
+         r"|EngineCore hit an exception"
+         # SGLang's launcher when a scheduler process died before it was ready ("Rank 0 scheduler is dead. Please
+         # check if there are relevant logs."; sglang/srt/entrypoints/engine.py): the EOFError it raises next only
+         # points here, and the scheduler's own error is above
+         r"|scheduler is dead\. Please check"),
     # --- Ray: an actor or task worker died, and Ray does not know why ----------------------------
     # ActorDiedError / RayActorError "The actor died unexpectedly before finishing this task", "The
     # actor is dead because its worker process has died ... Worker exit type: SYSTEM_ERROR" (or "its
@@ -329,6 +353,12 @@ WRAPPER_MESSAGES = re.compile(
     # vLLM's engine core after its executor lost a worker (vllm/v1/engine/core.py _handle_client_request:
     # raise RuntimeError("Executor failed.")): the executor's own line names the worker that died
     r"|^\w*Error: Executor failed\.?$"
+    # a process manager reporting a child's exit whose own output is above: vLLM's API server and engine managers
+    # (vllm/v1/utils.py wait_for_completion_or_failure: "Process ApiServer_0 (PID: 4242) died with exit code 1");
+    # SGLang's launcher ("Initialization failed. Please see the error messages above."); vLLM V0's engine
+    # ("Engine process failed to start. See stack trace for the root cause.")
+    r"|\bProcess \S+ \(PID: \d+\) died with exit code"
+    r"|Please see the error messages? above|See (?:the )?stack trace for the root cause"
 )
 # Tracebacks a program logs and carries on from: SGLang 0.5.23 posts /freeze_gc to its own server after
 # warmup and logs any failure with the traceback at warning level (sglang/srt/entrypoints/http_server.py
@@ -356,6 +386,14 @@ RAY_TASK_HEADER = re.compile(
     r"(?:RayTaskError(?:\((?P<cause>\w+)\))?: |failed: |Unhandled error \(suppress with [^)]*\): |^)"
     r"(?:\[[\d;]*m)?ray::(?P<task>[\w.<>]+)\(\)(?:\[[\d;]*m)?"
     r" \(pid=(?P<pid>\d+), ip=")
+# A record that says a process died and its own error is printed elsewhere (above): the exception its
+# launcher raises right after only points there. SGLang: "Rank 0 scheduler is dead. Please check if there are
+# relevant logs.", then "Exit code: 1" and a bare EOFError from the pipe the scheduler never wrote to.
+POINTS_ABOVE = re.compile(r"scheduler is dead\. Please check|Please check if there are relevant logs")
+# Slurm's own daemons and clients talking among themselves ("slurmstepd: error: Failed to send MESSAGE_TASK_EXIT:
+# Connection refused" once srun has gone, after a requeue, a preemption or a cancel): their RPCs, never a
+# service the program needed.
+SLURM_DAEMON = re.compile(r"^(?:slurmstepd|slurmd|srun|salloc|sbatch)(?:-[\w.-]+)?: (?:error|fatal|warning): ")
 # Hydra prints this when the task function raised; the traceback follows (or was cut off).
 HYDRA_FAILED = re.compile(r"^[`'\"]?Error executing job with overrides: ")
 

@@ -244,6 +244,17 @@ def wait_gone(pids, timeout: float = 30.0) -> None:
     wait_for(lambda: not [p for p in pids if pid_alive(p)], timeout, 0.1, what=f"pids {sorted(pids)} to end")
 
 
+def end_the_run_from_the_tui(tui: Tmux, w: Workdir, pids) -> None:
+    """`Q` then `y` in the TUI: it exits 0, the run's components are gone and its end is journaled."""
+    tui.keys("Q")
+    tui.wait_text("end the run?", 10)
+    tui.keys("y")
+    assert tui.exit_code(60) == 0
+    wait_gone(pids)
+    # The supervisor journals the run's end just after its last component is gone.
+    wait_for(lambda: w.events()[-1]["kind"] == "run_ended", 30, what="run_ended in the journal")
+
+
 def table_row(screen: str, name: str) -> str:
     """The component table's row of ``name`` on a TUI screen."""
     for line in screen.splitlines():
@@ -253,5 +264,5 @@ def table_row(screen: str, name: str) -> str:
     return ""
 
 
-__all__ = ["PY", "README", "Tmux", "Workdir", "needs_tmux", "readme_command", "table_row", "time", "wait_for",
+__all__ = ["PY", "README", "Tmux", "Workdir", "end_the_run_from_the_tui", "needs_tmux", "readme_command", "table_row", "time", "wait_for",
            "wait_gone"]

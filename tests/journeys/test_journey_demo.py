@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.conftest import wait_for
-from tests.journeys.conftest import Workdir, needs_tmux, readme_command, wait_gone
+from tests.journeys.conftest import Workdir, end_the_run_from_the_tui, needs_tmux, readme_command, wait_gone
 
 pytestmark = [pytest.mark.slow]
 
@@ -48,13 +48,7 @@ def test_quickstart_in_the_tui_then_stop_and_continue(workdir):
     trainer_log = (w.run_dir() / "logs" / "trainer.log")
     wait_for(lambda: trainer_log.exists() and trainer_log.stat().st_size > 0, 60, what="trainer output")
     assert "NumPy" not in trainer_log.read_text(errors="replace").splitlines()[0]
-    tui.keys("Q")
-    tui.wait_text("end the run?", 10)
-    tui.keys("y")
-    assert tui.exit_code(60) == 0
-    wait_gone(first.values())
-    # The supervisor journals the run's end just after its last component is gone.
-    wait_for(lambda: w.events()[-1]["kind"] == "run_ended", 30, what="run_ended in the journal")
+    end_the_run_from_the_tui(tui, w, first.values())
 
     tui.run(f"{up} --resume")
     again = _running(w)

@@ -52,6 +52,18 @@ def test_the_session_hands_records_parsed_once_and_drops_what_it_delivered_befor
     assert isinstance(L.events[3].event, RunEnded) and s.run_ended and s.seq == 9
 
 
+def test_a_run_started_after_a_replayed_end_means_the_run_goes_on() -> None:
+    """A resumed run's journal replays the earlier run's end, then the later start: the session must not
+    take the next dropped link for the run's end (issue 38: the TUI said `run ended` for good)."""
+    s = Session(_never, _Listener())
+    end = {"ts": 13.0, "seq": 9, "kind": "run_ended", "component": None, "exit_code": 0, "reason": "stopped"}
+    for e in (end, {"ts": 20.0, "seq": 10, "kind": "run_started", "component": None, "how": "resumed"}):
+        s._event(e)
+    assert not s.run_ended
+    s._event({**end, "seq": 11})
+    assert s.run_ended
+
+
 def test_the_printer_prints_a_record_as_it_printed_the_dict() -> None:
     out = io.StringIO()
     p = Printer(out=out)

@@ -1,0 +1,183 @@
+"""A client attached to a live run never shows it ended, through reconnects, take-overs, supervisor
+restarts and resumes (docs/lifecycle.md, "What rlsup promises about a run"; issue 38's first bug).
+
+The run is continued with ``--resume`` (the documented way), so the journal a client replays on its
+first connection holds the earlier run's ``run_ended`` before the later ``run_started``. Then the link
+drops: ``rlsup restart-supervisor``, ``kill -9`` of the supervisor and a take-over with ``up -d``. Every
+client rides through: the session (what the TUI uses), ``rlsup attach --plain``, ``rlsup events -f``
+and the fleet. Only ``rlsup down`` ends the run, and then each of them says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from rlsup.supervisor.client.fleet import Fleet, PodSpec
+from rlsup.supervisor.client.session import unix_connector
+from tests.conftest import pid_alive, wait_for, write_config
+from tests.explorer.world import Follower
+from tests.faults.harness import Subscriber
+
+COUNTER = """
+name: resumed
+components:
+  counter:
+    command: ["{py}", "-u", "-c", "import time\\nfor i in range(1, 10**7):\\n    print(f'n {i}', flush=True)\\n    time.sleep(0.05)"]
+"""
+
+
+class FleetThread:
+    """The fleet's own :class:`Fleet` on one local pod (a unix connector instead of SSH), on a thread."""
+
+    def __init__(self, sock: Path) -> None:
+        self.fleet = Fleet([PodSpec(host="local", label="local")], lambda _spec: unix_connector(sock, "fleet"))
+        self.seen_ended = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self.thread.start()
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        watch = asyncio.ensure_future(self._watch())
+        await self.fleet.run()
+        watch.cancel()
+
+    async def _watch(self) -> None:
+        pod = self.fleet.pods[0]
+        while True:
+            self.seen_ended |= pod.connected and pod.ended
+            await asyncio.sleep(0.02)
+
+    @property
+    def pod(self) -> Any:
+        return self.fleet.pods[0]
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.fleet.close)
+        self.thread.join(30)
+
+
+def _statuses(sub: Subscriber) -> list[str]:
+    return [s for s, _ in sub.statuses]
+
+
+def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, daemon):
+    d = daemon(write_config(tmp_path, COUNTER))
+    d.wait_event(lambda e: e["kind"] == "started", what="counter started")
+    assert d.cli("down", timeout=60).returncode == 0
+    r = d.cli("up", str(d.config), "-d", "--resume", timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d.wait_event(lambda e: e["kind"] == "started" and e.get("attempt") == 2, what="the resumed attempt")
+
+    sub = Subscriber(d.sock)
+    fleet = FleetThread(d.sock)
+    plain = Follower(d.run_dir, None, "attach", "--plain")
+    follow = Follower(d.run_dir, None, "events", "-f")
+    try:
+        wait_for(lambda: sub.attached and fleet.pod.connection == "attached", 30, what="the clients attached")
+        # The replayed journal holds the first run's end, then the resumed run's start.
+        assert [e["kind"] for e in sub.events if e["kind"] in ("run_started", "run_ended")][-2:] == \
+            ["run_ended", "run_started"]
+
+        def drop(how: str) -> None:
+            old = d.pid
+            n = _statuses(sub).count("attached")
+            lost = (plain.reconnects(), follow.reconnects())
+            if how == "restart-supervisor":
+                assert d.cli("restart-supervisor", timeout=60).returncode == 0
+            else:
+                os.kill(old, signal.SIGKILL)
+                wait_for(lambda: not pid_alive(old), what="the supervisor gone")
+                r = d.cli("up", str(d.config), "-d", timeout=60)
+                assert r.returncode == 0, r.stdout + r.stderr
+            wait_for(lambda: d.pid != old, 30, what="a new supervisor")
+            def back() -> bool:
+                assert "ended" not in _statuses(sub), f"the session ended a live run after {how}: {sub.statuses}"
+                return _statuses(sub).count("attached") > n
+
+            wait_for(back, 60, what=f"the session back after {how}")
+            wait_for(lambda: fleet.pod.connection == "attached" and fleet.pod.server_hello().get("pid") == d.pid, 60,
+                     what=f"the fleet back after {how}")
+            wait_for(lambda: plain.reconnects() > lost[0] and follow.reconnects() > lost[1]
+                     and f"pid {d.pid}" in plain.out and f"pid {d.pid}" in follow.out, 60,
+                     what=f"the followers back after {how}, showing the new supervisor")
+
+        for how in ("restart-supervisor", "kill -9", "restart-supervisor"):
+            drop(how)
+            assert "ended" not in _statuses(sub), sub.statuses
+            assert not fleet.seen_ended and not fleet.pod.ended
+            assert plain.proc.poll() is None and follow.proc.poll() is None, "a follower stopped following a live run"
+        assert d.cli("status", "--json").returncode == 0
+
+        assert d.cli("down", timeout=60).returncode == 0  # now the run ends, and every client says so
+        wait_for(lambda: "ended" in _statuses(sub), 30, what="the session's end")
+        wait_for(lambda: fleet.pod.ended, 30, what="the fleet's pod ended")
+        assert plain.proc.wait(30) == 0 and follow.proc.wait(30) == 0  # they end by themselves
+    finally:
+        sub.close()
+        fleet.close()
+        plain.kill(), follow.kill()  # (what is left of them: each ended by itself above)
+        out_plain, out_follow = plain.out, follow.out
+    assert "run ended: stopped by user" in out_plain and "detached; training continues" not in out_plain, out_plain
+    assert "run ended: stopped by user" in out_follow, out_follow
+
+
+class Recorder:
+    """A session listener that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.statuses: list[str] = []
+        self.kinds: list[str] = []
+
+    def on_connection(self, status: str, detail: str) -> None:
+        self.statuses.append(status)
+
+    def on_snapshot(self, snapshot: dict, resumed: bool) -> None: ...
+
+    def on_event(self, event: Any) -> None:
+        self.kinds.append(event.kind)
+
+    def on_logs(self, component: str, seq: int, lines: list[str]) -> None: ...
+
+    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None: ...
+
+
+def test_a_run_that_ended_while_the_link_was_down_is_shown_ended(tmp_path, daemon):
+    """The supervisor is killed, and before any take-over `rlsup down` ends the run without it: a client
+    that was attached learns of the end from the journal (it kept saying "reconnecting" for ever)."""
+    from rlsup.supervisor.client.session import Session, local_connector
+
+    d = daemon(write_config(tmp_path, COUNTER))
+    d.wait_event(lambda e: e["kind"] == "started", what="counter started")
+    rec = Recorder()
+    plain = Follower(d.run_dir, None, "attach", "--plain")
+    follow = Follower(d.run_dir, None, "events", "-f")
+
+    async def scenario() -> None:
+        s = Session(local_connector(d.run_dir, "test"), rec, lines=0, backoff=(0.1, 0.5))
+        task = asyncio.ensure_future(s.run())
+        await asyncio.wait_for(s.connected.wait(), 30)
+        await asyncio.to_thread(wait_for, lambda: "started" in plain.out and "started" in follow.out, 30)
+        sup = d.pid
+        os.kill(sup, signal.SIGKILL)
+        await asyncio.to_thread(wait_for, lambda: not pid_alive(sup), 30)
+        r = await asyncio.to_thread(d.cli, "down", timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        await asyncio.wait_for(task, 60)  # the session ends by itself
+
+    try:
+        asyncio.run(scenario())
+        assert plain.proc.wait(60) == 0 and follow.proc.wait(60) == 0
+    finally:
+        plain.kill(), follow.kill()  # (what is left of them: each ended by itself above)
+        out_plain, out_follow = plain.out, follow.out
+    assert rec.statuses[-1] == "ended" and rec.kinds[-1] == "run_ended", (rec.statuses, rec.kinds)
+    for out in (out_plain, out_follow):
+        assert "run ended: stopped by `rlsup down`" in out, out
+    assert "detached; training continues" not in out_plain
