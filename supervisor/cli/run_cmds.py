@@ -562,10 +562,16 @@ def _down_without_supervisor(paths: Any) -> int:
     """``rlsup down`` on a run whose supervisor is gone: end its processes ourselves (see
     :mod:`rlsup.supervisor.run.teardown`), in order, and journal it."""
     from ..run.teardown import end_run
+    from ..rundir.archive import how_it_ended
     from ..rundir.layout import LockHeld, read_owner
     from .daemon import display_path
 
     shown = display_path(paths.root)
+    ended = how_it_ended(paths)
+    if ended is not None and not leftovers(paths):  # it ended by itself a moment ago, say: not a lost supervisor
+        say(f"rlsup: the run in {shown} has already ended ({ended}) and no process of it is left; nothing to stop",
+            err=True)
+        return EXIT_FAILED
     owner = read_owner(paths) or {}
     say(f"rlsup: no supervisor owns {shown} (supervisor pid {owner.get('pid', '?')} is gone); "
         "ending the run's processes without it")
