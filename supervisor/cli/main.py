@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ..records.version import VERSION
 from . import attach, control, fleet, offline, run_cmds, why
-from .common import EXIT_USAGE, _silence, formatter
+from .common import EXIT_USAGE, _silence, formatter, say
 
 DESCRIPTION = """\
 rlsup supervises the processes of an RL post-training run (inference server, orchestrator,
@@ -62,4 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `rlsup ... | head`: the reader left; that is not an error of ours
         _silence(sys.stdout)
         rc = 0
+    from ..rundir.journal import damage_notes
+
+    for note in damage_notes():  # whatever read a journal this time, and however often: said once
+        say(f"rlsup: {note}", err=True)
     sys.exit(rc)

@@ -39,7 +39,7 @@ from ..records.version import VERSION
 from ..rules import lifecycle as lc
 from ..rules import runstep
 from ..rules.detectors import Outcome, Seen, next_tick, partner_up
-from ..rundir.journal import Journal, keep_spare_records
+from ..rundir.journal import Journal, damage_notes, keep_spare_records
 from ..rundir.layout import RunLock, RunPaths
 from ..rundir.logs import RingBudget
 from ..slurm.launcher import slurm_job_info
@@ -105,6 +105,7 @@ class Run:
         self._ended: asyncio.Event | None = None
         self._shutting_down = False
         self._replayed: dict[str, Any] | None = None
+        self._journal_damage: list[str] = []
         self._saved: dict[str, Any] = {}
         self._found = adoption.Found()  # what a previous supervisor left
         self._monitor_watch = MonitorWatch()
@@ -149,7 +150,8 @@ class Run:
             self.lock.release()
             raise
         self._replayed, self._saved = carryover.replay(self.paths, self.cfg)
-        return self._found.notes
+        self._journal_damage = damage_notes()
+        return self._found.notes + self._journal_damage
 
     # ------------------------------------------------------------------ the loop
 
@@ -177,6 +179,10 @@ class Run:
         self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
                                 how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
+        for note in self._journal_damage:
+            self.emit(ev.FlagRaised(None, type="journal_damaged", message=note, action=(
+                "the damaged lines were skipped (a field of the wrong type: ignored); the rest of the run's "
+                "history was read")))
         if self.refused:
             self.exit_code, self.end_reason = 1, self.refused
             self.emit(ev.RunEnded(None, exit_code=1, reason=self.refused))
