@@ -21,6 +21,7 @@ from ..records.events import misfits
 JOURNAL_RESERVE = 256 << 10
 STATE_HEADROOM = 64 << 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+UNWRITABLE = (errno.EROFS, errno.EIO)  # a file system turned read-only, or failing
 _FALLOC_FL_KEEP_SIZE = 1
 _libc: Any = None
 
@@ -99,18 +100,26 @@ class Journal:
     def __init__(self, path: Path, reserve: int = JOURNAL_RESERVE):
         self.path = path
         self.last_seq = last_seq(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        self._repair_tail()
         self._pending: list[bytes] = []
         self.dropped = 0
         self.unsaid = 0  # dropped events not yet told about (see take_unsaid)
         self.error: OSError | None = None
         self.reserve = reserve
         self._reserved_end = 0
+        self._fd: int | None = None
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as e:
+            if e.errno not in UNWRITABLE:
+                raise
+            self.error = e  # a read-only or failing disk: events wait in memory (rlsup down without a supervisor)
+            return
+        self._repair_tail()
         self._top_up(os.fstat(self._fd).st_size)
 
     def _top_up(self, size: int) -> None:
         """Keep ``reserve`` bytes allocated past ``size``: asked again once half of it is used."""
+        assert self._fd is not None
         try:
             if (self.reserve and size + self.reserve // 2 >= self._reserved_end
                     and has_room(self.path.parent, self.reserve)  # a failed fallocate churns blocks
@@ -126,6 +135,7 @@ class Journal:
 
     def _repair_tail(self) -> None:
         """A line torn by a crash mid-write gets its newline, so the next record starts a line."""
+        assert self._fd is not None
         size = os.fstat(self._fd).st_size
         if size:
             rfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -150,6 +160,8 @@ class Journal:
 
     def flush(self, sync: bool = True) -> bool:
         """Write what is pending; False while the disk refuses (it stays pending)."""
+        if self._fd is None:
+            return not self._pending
         while self._pending:
             line = self._pending[0]
             try:
@@ -186,11 +198,14 @@ class Journal:
         lost = len(self._pending)
         self.dropped += lost
         self._pending.clear()
+        if self._fd is None:
+            return lost
         try:
             os.fsync(self._fd)
         except OSError:
             pass
-        os.close(self._fd)
+        with contextlib.suppress(OSError):  # a failing disk may refuse even that
+            os.close(self._fd)
         return lost
 
 
