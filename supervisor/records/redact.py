@@ -261,12 +261,22 @@ def _branches() -> dict[str, list[str]]:
         out.setdefault(anchor, []).append(rest)
 
     # Token formats; lookbehinds check the text before the anchor and that no letter or digit
-    # precedes the token.
+    # precedes the token. Those of one anchor that have a prefix sit behind one test of the prefix's
+    # last character ("_" is common in logs: grad_norm, max_tokens; few follow an f, a k or an 8).
+    prefixed: dict[str, tuple[set[str], list[str]]] = {}
     for before, anchor, rest in _TOKEN_FORMATS:
         width = len(re.sub(r"\[[^]]*\]", "x", before))  # each class is one character
         a = re.escape(anchor)
-        look = f"(?<={before}{a})" if before else ""
-        add(anchor, f"{look}(?<![A-Za-z0-9]{before}{a}){rest}(?P<{_group('tok', width)}>)")
+        branch = f"(?<![A-Za-z0-9]{before}{a}){rest}(?P<{_group('tok', width)}>)"
+        if not before:
+            add(anchor, branch)
+            continue
+        last = before[before.rindex("[") + 1:-1] if before.endswith("]") else before[-1]
+        lasts, alts = prefixed.setdefault(anchor, (set(), []))
+        lasts.update(last)
+        alts.append(f"(?<={before}{a}){branch}")
+    for anchor, (lasts, alts) in prefixed.items():
+        add(anchor, f"(?<=[{''.join(sorted(lasts))}]{re.escape(anchor)})(?:{'|'.join(alts)})")
     # --api-key X, --token=X, -token "X": the credential word is the option's last part.
     value = r"""(?:"[^"\n]*"|'[^'\n]*'|[^\s"'\x1b-][^\s"'\x1b]*)"""  # \x1b: an ANSI colour ends it
     add("-", rf"(?<![\w-]-)-?(?:[A-Za-z0-9]+[-_])*(?i:{_OPT_WORD})(?:=|[ \t]+)(?P<{_group('optv')}>{value})")
