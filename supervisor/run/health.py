@@ -5,7 +5,7 @@ read-only (ext4's ``errors=remount-ro``, a network volume's hiccup) or fails (EI
 there: no record says a command exited, no log line arrives. So the run looks at the kernel instead,
 on a sweep every :func:`sweep_every` seconds: the file system's flags and its own writes say whether
 the run dir takes writes (:func:`disk_trouble`), a command that ended without a record is read from
-the kernel (:meth:`~rlsup.supervisor.run.component.Component.check_unrecorded_exit`), and a monitor
+the kernel (:meth:`~rlsup.supervisor.run.component.Component.check_health`), and a monitor
 that is stopped or wedged is found by its state.
 """
 

@@ -380,7 +380,7 @@ def _decode(raw: bytes | None) -> tuple[dict[str, Any] | None, str | None]:
     try:
         e = json.loads(text)
     except (ValueError, RecursionError):
-        return None, "not JSON" if text.strip() else "empty"
+        return None, "not JSON"
     problem = _envelope_problem(e)
     return (None, problem) if problem else (e, None)
 
@@ -428,6 +428,8 @@ def read_events(path: Path, since_seq: int = 0) -> Iterator[dict[str, Any]]:
     order = _InOrder(damage)
     with f:
         for n, raw in _lines(f):
+            if raw is not None and not raw.strip():
+                continue  # a blank line holds nothing to lose
             e, problem = _decode(raw)
             if e is None:
                 damage[n] = problem or "damaged"
