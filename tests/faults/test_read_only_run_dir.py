@@ -26,7 +26,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import signal
 import struct
 import subprocess
@@ -34,55 +33,15 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rlsup.supervisor.monitor.shim import PIPE_SIZE
 from tests.conftest import free_port
 from tests.faults import harness
-from tests.faults.harness import LIVENESS_S, NUMBERED, alive, assert_no_orphans
+from tests.faults.harness import LIVENESS_S, alive, assert_no_orphans
 
-fault_run, token = harness.fault_run, harness.token
-DEMO = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+fault_run, token, loop_ext4 = harness.fault_run, harness.token, harness.loop_ext4
 EXT4_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
 EXT4_GOING_FLAGS_NOLOGFLUSH = 2
-
-
-@pytest.fixture
-def loop_ext4(tmp_path):
-    """A 256 MiB ext4 on a loop device, mounted with errors=remount-ro (sparse: costs what it holds)."""
-    harness.need_root("to mount a loop device")
-    for tool in ("mkfs.ext4", "mount", "umount"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"SKIPPED LOUDLY: no {tool} here, so no loop-mounted ext4 to turn read-only "
-                        "(.ci/run installs e2fsprogs and util-linux)")
-    img, mnt = tmp_path / "disk.img", tmp_path / "disk"
-    mnt.mkdir()
-    with open(img, "wb") as f:
-        f.truncate(256 << 20)
-    r = subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run(["mount", "-o", "loop,errors=remount-ro", str(img), str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"SKIPPED LOUDLY: cannot mount a loop device here (no /dev/loop*, or no CAP_SYS_ADMIN): "
-                    f"{r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        for _ in range(100):
-            if subprocess.run(["umount", str(mnt)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.2)
-        else:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
-def _config(tmp: Path) -> str:
-    cfg = yaml.safe_load(DEMO.read_text())
-    cfg["components"]["flood"] = {
-        "command": [harness.PY, str(NUMBERED), "--copy", str(tmp / "flood.copy"), "--rate", "20000"],
-        "stop": {"signal": "SIGTERM", "timeout": 5},
-    }
-    return yaml.safe_dump(cfg)
 
 
 def _read_only(mnt: Path) -> None:
@@ -121,7 +80,7 @@ def _true(st: dict) -> bool:
 def test_a_run_dir_that_turns_unwritable_is_survived_and_ended(fault_run, token, loop_ext4, fault):
     run = fault_run(run_dir=loop_ext4 / "run", env={"RLSUP_DEMO_PORT": str(free_port()),
                                                      "RLSUP_DEMO_STEPS": "100000"})
-    run.write_config(_config(run.tmp))
+    run.write_config(harness.demo_with_flood(run.tmp))
     run.up("--skip-checks")  # preflight would refuse: 0.2 GB free
     run.wait_status(lambda s: (s["components"]["trainer"].get("step") or 0) >= 2
                     and s["components"]["flood"]["state"] == "running", what="the demo training, the flood running")

@@ -13,25 +13,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
-
-import yaml
 
 from tests.conftest import free_port
 from tests.faults import harness
-from tests.faults.harness import LIVENESS_S, NUMBERED, alive, assert_no_orphans
+from tests.faults.harness import LIVENESS_S, alive, assert_no_orphans
 
 fault_run, token = harness.fault_run, harness.token
-DEMO = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
-
-
-def _config(tmp: Path) -> str:
-    cfg = yaml.safe_load(DEMO.read_text())
-    cfg["components"]["flood"] = {
-        "command": [harness.PY, str(NUMBERED), "--copy", str(tmp / "flood.copy"), "--rate", "20000"],
-        "stop": {"signal": "SIGTERM", "timeout": 5},
-    }
-    return yaml.safe_dump(cfg)
 
 
 def _stuck(st: dict) -> list[dict]:
@@ -40,7 +27,7 @@ def _stuck(st: dict) -> list[dict]:
 
 def test_a_stopped_monitor_is_flagged_and_down_still_ends_it(fault_run, token):
     run = fault_run(env={"RLSUP_DEMO_PORT": str(free_port()), "RLSUP_DEMO_STEPS": "100000"})
-    run.write_config(_config(run.tmp))
+    run.write_config(harness.demo_with_flood(run.tmp))
     run.up("--skip-checks")
     st = run.wait_status(lambda s: s["components"]["flood"]["state"] == "running"
                          and (s["components"]["trainer"].get("step") or 0) >= 1, what="the demo and the flood running")
