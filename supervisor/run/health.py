@@ -46,7 +46,8 @@ def disk_trouble(root: Path, errors: Iterable[OSError | None]) -> str | None:
         if os.statvfs(root).f_flag & os.ST_RDONLY:
             return f"the file system of {root} is read-only (EROFS)"
     except OSError as e:
-        return _say(root, e)
+        if e.errno in TROUBLE:
+            return _say(root, e)
     for err in errors:
         if err is not None and err.errno in TROUBLE:
             return _say(root, err)
