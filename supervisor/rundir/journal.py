@@ -322,6 +322,7 @@ def last_seq(path: Path) -> int:
 
 MAX_LINE = 16 << 20  # a journal line longer than this is damage (rlsup's longest events are kilobytes)
 DAMAGE_SHOWN = 5  # line numbers named in the note; the rest are counted
+MAX_TS = 1e11  # unix seconds of the year 5138: a later "time" is damage (time.gmtime would overflow)
 
 # The damaged lines readers of this process met, by journal: path -> {line number: what is wrong}.
 # Readers skip them (or, for a field of the wrong type, only that field); the command says so once
@@ -340,7 +341,7 @@ def _envelope_problem(e: Any) -> str | None:
     if not isinstance(kind, str):
         return f"kind {_short(kind)} is not a string"
     ts = e.get("ts", 0)
-    if not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts != ts or ts in (float("inf"), float("-inf")):
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts < MAX_TS:  # NaN fails too
         return f"ts {_short(ts)} is not a time"
     comp = e.get("component")
     if comp is not None and not isinstance(comp, str):
