@@ -32,6 +32,15 @@ def client_parser(sub: Any, name: str, help: str, description: str, func: Callab
     return p
 
 
+RAW_HELP = ("print control characters as they are, also to a terminal (by default a terminal shows them "
+            "escaped, ^[ for ESC, as less does; a pipe always gets them as they are)")
+
+
+def add_raw(p: argparse.ArgumentParser) -> None:
+    """``--raw``, for the commands that print a component's output (read by ``main._guard_terminal``)."""
+    p.add_argument("--raw", action="store_true", help=RAW_HELP)
+
+
 def say(*parts: Any, err: bool = False, end: str = "\n") -> bool:
     """Print, never raise: a closed pipe (``rlsup events | head``) or a full log file (the daemon's
     ``supervisor.log`` on a full disk) must not turn into a traceback or stop anything. False when

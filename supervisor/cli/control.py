@@ -14,6 +14,7 @@ from typing import Any
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
+    add_raw,
     client_call,
     client_parser,
     open_client,
@@ -47,7 +48,8 @@ def add_parsers(sub: Any) -> None:
     lg = client_parser(sub, "logs", "print a component's recent output; -f to follow",
                        "Print the last N lines of NAME's output (ANSI colours stripped, progress bars folded; the "
                        "byte-exact output is in <run_dir>/logs/NAME.log). -f keeps printing new lines. Works on a "
-                       "run that has ended.", cmd_logs)
+                       "run that has ended. On a terminal, control characters are shown, not obeyed (^[ for ESC, "
+                       "as less does; --raw for them as they are).", cmd_logs)
     lg.add_argument("name", metavar="NAME", nargs="?", help="the component (without it: the list of components)")
     lg.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="how many lines (default 50)")
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
@@ -60,6 +62,8 @@ def add_parsers(sub: Any) -> None:
     ev.add_argument("-n", "--lines", type=int, default=None, metavar="N", help="only the last N events")
     ev.add_argument("-f", "--follow", action="store_true", help="keep printing new events until Ctrl-C")
     ev.add_argument("--json", action="store_true", help="one JSON object per line, as in events.jsonl")
+    for p in (lg, ev):
+        add_raw(p)
 
 
 def _live(paths: Any) -> bool:

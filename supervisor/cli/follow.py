@@ -13,10 +13,10 @@ from ..records.events import Record, RunEnded, RunStarted, as_record, human, is_
 class Printer:
     """Prints lifecycle events (and optionally log lines) as they arrive; tracks the run's end."""
 
-    def __init__(self, *, out: TextIO = sys.stdout, events: bool = True, logs: set[str] | None = None,
+    def __init__(self, *, out: TextIO | None = None, events: bool = True, logs: set[str] | None = None,
                  all_logs: bool = False, prefix_logs: bool = True, replay: bool = False,
                  log_file_hint: dict[str, str] | None = None):
-        self.out = out
+        self.out = out if out is not None else sys.stdout  # looked up now: main may have wrapped it
         self.events = events
         self.logs = logs or set()
         self.all_logs = all_logs

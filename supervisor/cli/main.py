@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ..records.version import VERSION
 from . import attach, control, fleet, offline, run_cmds, why
-from .common import EXIT_USAGE, _silence, formatter
+from .common import EXIT_USAGE, _silence, formatter, say
 
 DESCRIPTION = """\
 rlsup supervises the processes of an RL post-training run (inference server, orchestrator,
@@ -49,12 +49,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _guard_terminal(args: argparse.Namespace) -> None:
+    """On a terminal, what rlsup prints shows control characters instead of obeying them (a component's
+    ``ESC c`` must not reset the user's terminal); ``--raw`` and pipes get the text as it is. Not for the
+    commands that may start the TUI (it owns the terminal) or relay the protocol."""
+    from ..render.terminal import EscapingStream
+
+    tui = args.cmd in ("attach", "fleet", "bridge") or (
+        args.cmd == "up" and not (getattr(args, "headless", False) or getattr(args, "detach", False)))
+    if tui or getattr(args, "raw", False):
+        return
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            tty = stream.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        if tty:
+            setattr(sys, name, EscapingStream(stream))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.cmd is None:
         parser.print_help()
         sys.exit(EXIT_USAGE)
+    _guard_terminal(args)
     try:
         rc = int(args.func(args))
     except KeyboardInterrupt:
@@ -62,4 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `rlsup ... | head`: the reader left; that is not an error of ours
         _silence(sys.stdout)
         rc = 0
+    from ..rundir.journal import damage_notes
+
+    for note in damage_notes():  # whatever read a journal this time, and however often: said once
+        say(f"rlsup: {note}", err=True)
     sys.exit(rc)

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, formatter, load, say
+from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, formatter, load, say
 
 
 def add_parsers(sub: Any) -> None:
@@ -43,6 +43,7 @@ def add_parsers(sub: Any) -> None:
         epilog="examples:\n  rlsup diagnose runs/demo/logs/trainer.log\n  rlsup diagnose runs/demo --json")
     diag.add_argument("files", nargs="+", metavar="FILE|RUN_DIR")
     diag.add_argument("--json", action="store_true", help="print JSON (the shape of the `diagnosis` field of events)")
+    add_raw(diag)
     diag.set_defaults(func=cmd_diagnose)
 
     rep = sub.add_parser(
@@ -54,6 +55,7 @@ def add_parsers(sub: Any) -> None:
         epilog="Without --run-dir: the live run under ./runs, else the most recently active run dir there.")
     rep.add_argument("--run-dir", metavar="DIR", help="the run's directory")
     rep.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    add_raw(rep)
     rep.set_defaults(func=cmd_report)
 
 

@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, client_parser, resolve, say
+from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, client_parser, resolve, say
 
 MAX_HOPS = 20
 
@@ -43,6 +43,7 @@ def add_parsers(sub: Any) -> None:
     w.add_argument("name", metavar="NAME", help="the component")
     w.add_argument("--attempt", type=int, default=None, metavar="N", help="which attempt (default: the latest)")
     w.add_argument("--json", action="store_true", help="print JSON: the attempt, its chain and its end")
+    add_raw(w)
 
 
 def _events(paths: Any) -> list[dict[str, Any]] | None:

@@ -15,7 +15,6 @@ unreadable logs (they are reported in ``notes``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import deque
@@ -44,6 +43,7 @@ from ..records.events import (
     parse,
 )
 from ..records.phrases import fmt_duration
+from ..rundir.journal import DAMAGE, read_events
 from ..rundir.logs import log_chain
 from .engine import diagnose
 from .normalize import clean_line
@@ -258,34 +258,10 @@ def _iso(ts: float | None) -> str | None:
 
 
 def read_journal(path: Path) -> tuple[list[Record], int]:
-    """Events in order, as typed records; lines that are not an event (a torn last line, a JSON value
-    without a kind) are skipped and counted."""
-    events: list[dict[str, Any]] = []
-    bad = 0
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for raw in fh:
-                if not raw.strip():
-                    continue
-                try:
-                    e = json.loads(raw)
-                except ValueError:
-                    bad += 1
-                    continue
-                if isinstance(e, dict) and isinstance(e.get("kind"), str):
-                    events.append(e)
-                else:
-                    bad += 1
-    except OSError:
-        return [], 0
-    events.sort(key=lambda e: (_num(e.get("seq")), _num(e.get("ts"))))
-    # a component that is not a name (a damaged line) is none: the event says nothing of a component
-    return [parse(e if isinstance(e.get("component"), str | None) else {**e, "component": None})
-            for e in events], bad
-
-
-def _num(v: Any) -> float:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+    """Events in order, as typed records, through the one journal reader (a damaged line is skipped,
+    noted with its line number); how many lines were damaged."""
+    records = [parse(e) for e in read_events(path)]
+    return records, len(DAMAGE.get(str(path), {}))
 
 
 def _when(r: Record) -> float | None:
@@ -413,7 +389,7 @@ def _journal_events(run_dir: Path) -> tuple[list[Record], list[str]]:
     notes: list[str] = []
     events, bad = read_journal(run_dir / "events.jsonl")
     if bad:
-        notes.append(f"{bad} journal line(s) were not events (torn or foreign) and were skipped")
+        notes.append(f"{bad} damaged journal line(s) skipped or mended (torn, foreign or corrupt)")
     if not events:
         notes.append("no journal events; the diagnosis rests on the logs alone")
     return events, notes

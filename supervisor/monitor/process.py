@@ -111,6 +111,24 @@ def started_since_boot(pid: int) -> float | None:
         return None
 
 
+def proc_state(pid: int) -> tuple[str, int | None]:
+    """``pid``'s state letter (``R``, ``S``, ``D``, ``T`` stopped, ``t`` traced, ``Z`` zombie...; ``""``:
+    no such process) and, for a zombie, the exit status its parent has not reaped yet (waitpid form,
+    /proc/PID/stat field 52)."""
+    try:
+        stat = _read_proc(f"/proc/{pid}/stat")
+    except OSError:
+        return "", None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    state = fields[0].decode() if fields else ""
+    if state != "Z" or len(fields) < 50:
+        return state, None
+    try:
+        return state, int(fields[49])
+    except ValueError:
+        return state, None
+
+
 def pid_alive(pid: int) -> bool:
     """Alive and not a zombie."""
     try:
@@ -233,6 +251,11 @@ class AttemptProcesses:
     monitor_gone: bool = False
     members_seen: dict[int, float | None] = field(default_factory=dict)  # pid -> start time (identity)
     signalled: dict[int, set[int]] = field(default_factory=dict)  # signal -> the pids it reached
+    # When the command was first seen ended while its record still said running (monotonic; None: not
+    # seen so): its monitor cannot record the exit (a read-only disk) or is stopped.
+    unrecorded_since: float | None = None
+    stuck: str | None = None  # why its monitor is flagged as stopped or wedged (None: it is not)
+    monitor_d_since: float | None = None  # when its monitor was first seen in uninterruptible sleep
     # The launcher seam: None for a process of this machine; a Slurm step's launcher signals through
     # Slurm (slurm.launcher.SlurmLauncher.signal) and says whether the local tree must be spared.
     launcher: Any = None
@@ -300,10 +323,11 @@ class AttemptProcesses:
             return
         fd = self.open_pidfd()
         try:
-            if fd is not None:
-                signal_mod.pidfd_send_signal(fd, signal_mod.SIGUSR1)
-            elif pid_alive(self.monitor_pid):
-                os.kill(self.monitor_pid, signal_mod.SIGUSR1)
+            for sig in (signal_mod.SIGCONT, signal_mod.SIGUSR1):  # a stopped monitor must run to finish
+                if fd is not None:
+                    signal_mod.pidfd_send_signal(fd, sig)
+                elif pid_alive(self.monitor_pid):
+                    os.kill(self.monitor_pid, sig)
         except ProcessLookupError:
             self.monitor_gone = True
         except OSError:

@@ -58,6 +58,9 @@ PIPE_SIZE = 1 << 20
 F_SETPIPE_SZ = 1031
 PR_SET_CHILD_SUBREAPER = 36
 MAX_PENDING = 256 << 20  # bytes waiting for a slow disk before output is dropped (counted)
+# Output a read-only or failing disk refused, kept in memory (the newest) to be written once the disk
+# takes it again; older bytes beyond it are counted as lost (on a full disk, all of it: see Pump.write).
+HOLD_MAX = 4 << 20
 GUARD_S = 1.0  # how often the guard looks for a stalled write
 SMALL_READ = 64 << 10  # a read smaller than this rests the pipe for REST_S before the next
 RATE_WINDOW_S = 1.0  # the recent output rate that decides whether resting is safe
@@ -250,6 +253,7 @@ class LogFile:
         self.backups = backups
         self.fd = self._open()
         self.size = os.fstat(self.fd).st_size
+        self.appended = 0  # bytes written by this object (a failed write says how far it got)
         self.at_line_start = True
         if self.size:
             with open(path, "rb") as f:
@@ -300,19 +304,23 @@ class LogFile:
             n = os.write(self.fd, view)
             view = view[n:]
             self.size += n
+            self.appended += n
         self.at_line_start = data[-1] in (10, b"\n")
 
     def rotate(self) -> None:
-        os.close(self.fd)
+        """The next file. The current one stays open until its successor is: a disk that refuses the
+        renames or the new file (read-only, failing) leaves the log as it was, never a closed fd."""
         if self.backups > 0:
             for i in range(self.backups - 1, 0, -1):
                 src = f"{self.path}.{i}"
                 if os.path.lexists(src):
                     os.replace(src, f"{self.path}.{i + 1}")
             os.replace(self.path, f"{self.path}.1")
-            self.fd = self._open()
+            fd = self._open()
         else:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(self.path, os.O_WRONLY | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+        os.close(self.fd)
+        self.fd = fd
         self.size = 0
         self.at_line_start = True
 
@@ -351,6 +359,8 @@ class Pump:
         self.lock = threading.Lock()  # one reader of the pipe at a time; the backlog
         self.backlog: list[bytes] = []
         self.backlog_bytes = 0
+        self.held: list[bytes] = []  # output the log refused, oldest first (at most HOLD_MAX bytes)
+        self.held_bytes = 0
         self.lost = 0
         self.announced = 0
         self.failing = False
@@ -414,14 +424,19 @@ class Pump:
         return out
 
     def write(self, data: bytes | memoryview) -> None:
+        """Append ``data`` to the log. While the log refuses (a read-only or failing disk) the newest
+        :data:`HOLD_MAX` bytes wait in memory and older ones are counted as lost (a full disk: all of
+        them); once a write works, a marker line says how many were lost, then what waited, in order."""
         self.writing_since = time.monotonic() or 1e-9
         try:
-            unannounced = self.lost - self.announced
-            if unannounced:
-                self.log.write(f"\n[rlsup: {unannounced} bytes of output were lost while the log could not be "
-                               f"written]\n".encode())
-                self.announced += unannounced
-            self.log.write(data)
+            try:
+                while self.held:
+                    self._write_part(self.held[0], held=True)
+                    self.held_bytes -= len(self.held.pop(0))
+            except OSError:
+                self._hold(bytes(data))  # behind what already waits
+                raise
+            self._write_part(data)
             if self.failing or not self.wrote:
                 # The first write that worked (of this attempt, or since a failure): the record says
                 # so, and only then does the supervisor clear a disk_full flag.
@@ -429,12 +444,44 @@ class Pump:
                 self.wrote = True
                 self.on_state(None, self.lost)
         except OSError as e:
-            self.lost += len(data)
             if not self.failing:
                 self.failing = True
                 self.on_state(f"{errno.errorcode.get(e.errno or 0, 'OSError')}: {e.strerror or e}", self.lost)
         finally:
             self.writing_since = 0.0
+
+    def _write_part(self, data: bytes | memoryview, held: bool = False) -> None:
+        """Write ``data`` after the marker of what was lost; what the log refused of it is held (a held
+        chunk keeps its place: only its unwritten end stays)."""
+        before = None
+        try:
+            unannounced = self.lost - self.announced
+            if unannounced:
+                self.log.write(f"\n[rlsup: {unannounced} bytes of output were lost while the log could not be "
+                               f"written]\n".encode())
+                self.announced += unannounced
+            before = self.log.appended
+            self.log.write(data)
+        except OSError as e:
+            rest = data[self.log.appended - before:] if before is not None else data
+            if held:
+                self.held_bytes -= len(self.held[0]) - len(rest)
+                self.held[0] = bytes(rest)
+            elif e.errno in NO_SPACE:
+                # A full disk: dropped at once (counted). Held bytes would wait for the very blocks a
+                # component filling the disk takes first; a read-only or failing disk takes nothing.
+                self.lost += len(rest)
+            else:
+                self._hold(bytes(rest))
+            raise
+
+    def _hold(self, data: bytes) -> None:
+        self.held.append(data)
+        self.held_bytes += len(data)
+        while self.held_bytes > HOLD_MAX and self.held:
+            old = self.held.pop(0)
+            self.held_bytes -= len(old)
+            self.lost += len(old)
 
     def _watch(self) -> None:
         """The guard: while a write is stalled, keep the pipe drained so the child never blocks."""
@@ -461,6 +508,7 @@ class Pump:
     def close(self) -> None:
         self._stop.set()
         self.pump()
+        self.lost += self.held_bytes  # what the disk never took
         self.log.close()
 
 
@@ -647,8 +695,8 @@ class _Watch:
     cost every monitor started as its own interpreter tens of milliseconds)."""
 
     __slots__ = ("pid", "cgroup", "out_r", "wake_r", "log", "rec", "pump", "poller", "pipe_open", "status",
-                 "ended", "ended_mono", "recorded", "finishing", "finish_deadline", "resting_until", "last_read",
-                 "recent")
+                 "ended", "ended_mono", "recorded", "reaped", "finishing", "finish_deadline", "resting_until",
+                 "last_read", "recent")
 
     def __init__(self, pid: int, cgroup: str | None, out_r: int, wake_r: int, log: LogFile, rec: Record):
         self.pid = pid
@@ -668,6 +716,7 @@ class _Watch:
         self.status: int | None = None  # the child's waitpid status, once it exited
         self.ended = self.ended_mono = 0.0
         self.recorded = False  # the exit is in the record (a full disk can delay that)
+        self.reaped = False  # the child reaped: until its exit is recorded it stays a zombie (see on_children_exited)
         self.finishing = False
         self.finish_deadline = 0.0
         self.resting_until = 0.0  # after a small read: leave the pipe alone until then (signals still wake us)
@@ -752,18 +801,37 @@ class _Watch:
         return n
 
     def on_children_exited(self) -> None:
-        """Reap every exited child: the attempt's own exit is kept; the others are orphans re-parented
-        to us (their subreaper), and reaping is all we owe them."""
-        for got, status in reap_children():
-            if got == self.pid:
-                self.status = status
+        """Learn the attempt's own exit, and reap every other exited child (orphans re-parented to us,
+        their subreaper: reaping is all we owe them). The attempt's own child is reaped only once its
+        exit is in the record: until then the kernel keeps its exit status (a zombie), where the
+        supervisor reads it when the record cannot be written (a read-only or failing disk)."""
+        if self.status is None:
+            self.status = exit_status(self.pid)
+            if self.status is not None:
                 self.ended, self.ended_mono = _now()
+        held = self.status is not None and not self.reaped
+        for got, status in reap_children(keep=self.pid if held else None):
+            if got == self.pid:  # it exited between the look and the reaping
+                self.reaped = True
+                if self.status is None:
+                    self.status = status
+                    self.ended, self.ended_mono = _now()
 
     def record_exit(self, status: int) -> None:
         """Write the exit into the record (tried again each round while the disk refuses)."""
         self.drain()  # what the child wrote just before it died, written before the exit is recorded
         self.recorded = self.rec.update(status="exited", **exit_fields(status), ended=self.ended,
                                         ended_mono=self.ended_mono, log_end=_position(self.log))
+        if self.recorded:
+            self.reap()
+
+    def reap(self) -> None:
+        if not self.reaped:
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+            self.reaped = True
 
     def on_finish_request(self) -> None:
         """SIGUSR1: end the attempt's tree, drain the pipe for at most FINISH_DRAIN_S, then exit."""
@@ -775,13 +843,40 @@ class _Watch:
         exit is known and the pipe reached EOF or the drain time is up."""
         _kill_tree(self.pid, self.cgroup)
         self.drain()
-        return self.status is not None and not (self.pipe_open and time.monotonic() < self.finish_deadline)
+        done = self.status is not None and not (self.pipe_open and time.monotonic() < self.finish_deadline)
+        if done:
+            self.reap()  # the supervisor has what it needs of it, from the record or from the kernel
+        return done
 
 
-def reap_children() -> list[tuple[int, int]]:
-    """Reap every child that has exited, without blocking: their (pid, waitpid status) pairs.
-    The monitor's loop and the supervisor's (:meth:`Run._reap`) both use it."""
+def exit_status(pid: int) -> int | None:
+    """The waitpid status of our child ``pid`` if it has exited, without reaping it (None: it runs)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return (info.si_status & 0xFF) << 8
+    return info.si_status | (0x80 if info.si_code == os.CLD_DUMPED else 0)
+
+
+def reap_children(keep: int | None = None) -> list[tuple[int, int]]:
+    """Reap every child that has exited, without blocking: their (pid, waitpid status) pairs; all but
+    ``keep``. The monitor's loop and the supervisor's (:meth:`Run._reap`) both use it."""
     out: list[tuple[int, int]] = []
+    if keep is not None:  # waitpid(-1) could reap it: each other child by its pid
+        for child in _children_map().get(os.getpid(), []):
+            if child == keep:
+                continue
+            try:
+                got, status = os.waitpid(child, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if got:
+                out.append((got, status))
+        return out
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

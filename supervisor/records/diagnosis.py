@@ -73,13 +73,16 @@ class Diagnosis:
 
     @classmethod
     def from_dict(cls, data: dict) -> Diagnosis:
+        """From the dict of an event (a journal line may be damaged: a value of the wrong type is read
+        as absent, never passed on)."""
+        exc, loc, step, evidence = (data.get(k) for k in ("exception", "location", "step", "evidence"))
         return cls(
             category=str(data.get("category") or "unknown"),
             summary=str(data.get("summary") or ""),
-            exception=data.get("exception"),
-            location=data.get("location"),
-            step=data.get("step"),
-            evidence=tuple(data.get("evidence") or ()),
+            exception=exc if isinstance(exc, str) else None,
+            location=loc if isinstance(loc, str) else None,
+            step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+            evidence=tuple(str(x) for x in evidence) if isinstance(evidence, list | tuple) else (),
             library_location=bool(data.get("library_location", False)),
             hint=str(data.get("hint") or ""),
         )

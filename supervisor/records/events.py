@@ -353,11 +353,17 @@ _CHECKS: dict[str, _Check] = {
 
 
 def _check_for(annotation: str) -> _Check:
-    """Whether a JSON value fits a field annotated ``annotation`` ("int | None", "list[str]", ...)."""
+    """Whether a JSON value fits a field annotated ``annotation`` ("int | None", "list[str]", ...): a
+    list's items too, so a reader never meets a number where a list of names should be."""
     parts = [p.strip() for p in annotation.split("|")]
     optional = "None" in parts
-    base = next((p.split("[", 1)[0] for p in parts if p != "None"), "Any")
+    typ = next((p for p in parts if p != "None"), "Any")
+    base, _, inner = typ.partition("[")
     fits = _CHECKS.get(base, lambda v: True)
+    item = _CHECKS.get(inner.split("[", 1)[0].rstrip("]")) if base == "list" and inner else None
+    if item is not None:
+        outer, each = fits, item
+        fits = lambda v: outer(v) and all(each(x) for x in v)  # noqa: E731
     if optional:
         return lambda v: v is None or fits(v)
     return fits
@@ -399,6 +405,16 @@ def parse(d: Mapping[str, Any]) -> Record:
         elif fits(rest[name]):
             kwargs[name] = rest.pop(name)
     return Record(ts, seq, cls(component, **kwargs), rest, frozenset(absent))
+
+
+def misfits(d: Mapping[str, Any]) -> list[str]:
+    """The fields of ``d`` (an event of a known kind) whose value has the wrong type for it: what
+    :func:`parse` keeps aside in ``extra`` (a damaged journal line's, or an unknown writer's)."""
+    kind = d.get("kind")
+    cls = BY_KIND.get(kind) if isinstance(kind, str) else None
+    if cls is None or issubclass(cls, Gauge):
+        return []
+    return [name for name, fits in _FIELDS[cls] if name in d and not fits(d[name])]
 
 
 def as_record(e: Record | Mapping[str, Any]) -> Record:

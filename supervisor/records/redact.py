@@ -26,6 +26,7 @@ raises on odd input; non-strings pass through.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -76,12 +77,16 @@ _TOKEN_FORMATS = [
     ("ey", "J", r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),  # a JWT: header.payload.signature
     ("", "A", "(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"), ("", "A", "Iza[0-9A-Za-z_-]{35}"),
     ("", "y", r"a29\.[0-9A-Za-z_-]{20,}"),
+    # Hugging Face organisation tokens, Replicate, Groq, NVIDIA NGC/NIM, xAI
+    ("api_org", "_", "[A-Za-z0-9]{30,}"), ("r8", "_", "[A-Za-z0-9]{30,}"), ("gsk", "_", "[A-Za-z0-9]{40,}"),
+    ("nvapi", "-", "[A-Za-z0-9_-]{40,}"), ("xai", "-", "[A-Za-z0-9]{40,}"),
 ]
 _TOKEN_RE = re.compile("^(?:" + "|".join(f"{b}{re.escape(a)}{r}" for b, a, r in _TOKEN_FORMATS) + ")$")
 _CRED_CHARS = re.compile(r"^[A-Za-z0-9+/=_.~-]+$")
 _ALNUM_RUN = re.compile(r"[A-Za-z0-9]+")
 _HEXISH = re.compile(r"^[0-9a-fA-F-]+$")  # commits, checksums, UUIDs
-_PREFIX_LEN = re.compile(r"^(?:github_pat_|sk-(?:ant-|proj-|live-|test-)?|[rs]k_(?:live|test)_|pypi-|[a-z]+[_-]|ya29\.)")
+_PREFIX_LEN = re.compile(r"^(?:github_pat_|sk-(?:ant-|proj-|live-|test-)?|[rs]k_(?:live|test)_|pypi-|api_org_|r8_|[a-z]+[_-]"
+                         r"|ya29\.)")
 
 
 def _classes(s: str) -> int:
@@ -183,11 +188,13 @@ def secret_values(env: Mapping[str, str]) -> set[str]:
 # Option names whose value is secret: --api-key, --hf-token, --github-pat, --password, --cookie; the
 # credential word is the option's last part, so --max-tokens, --tokenizer and --key-file are not.
 _OPT_WORD = (r"(?:api[-_]?key|apikey|access[-_]?key|private[-_]?key|secret[-_]?key|key|token|secret|password"
-             r"|passwd|passphrase|pass|pat|credentials?|cookie|auth)")
+             r"|passwd|passphrase|pass|pwd|pat|credentials?|cookie|auth)")
 _OPT_NAME = rf"--?(?:[A-Za-z0-9]+[-_])*{_OPT_WORD}"
 _OPT_ONLY_RE = re.compile(rf"(?i)^{_OPT_NAME}$")
 _OPT_EQ_ARG_RE = re.compile(rf"(?i)^({_OPT_NAME}=)(.+)$")
 _SHORT_OPT_RE = re.compile(r"^-[A-Za-z]$")
+_USER_OPTS = ("-u", "--user", "--proxy-user")  # curl's USER:PASSWORD
+_USER_OPTS_EQ = ("--user=", "--proxy-user=")
 
 # ----------------------------------------------------------------- the one pattern
 #
@@ -235,7 +242,9 @@ def _name_tree(leaves: list[tuple[str, bool, str, str]], sep: str) -> str:
         c = re.escape(conn)
         by_letter: dict[str, list[str]] = {}
         for word, cased, kind, then in leaves:
-            name = re.escape(word) if cased else _ci(word)
+            # "^word": the whole word only (db_pass=, pass=, not bypass= or compass=)
+            bare = word.lstrip("^")
+            name = ("(?<![A-Za-z0-9])" if word.startswith("^") else "") + (re.escape(bare) if cased else _ci(bare))
             letter = word[-1] if cased else f"{word[-1].lower()}{word[-1].upper()}"
             by_letter.setdefault(letter, []).append(f"(?<={name}{c}{s}){then.format(_group(kind))}")
         letters = "".join(sorted(by_letter))
@@ -252,15 +261,27 @@ def _branches() -> dict[str, list[str]]:
         out.setdefault(anchor, []).append(rest)
 
     # Token formats; lookbehinds check the text before the anchor and that no letter or digit
-    # precedes the token.
+    # precedes the token. Those of one anchor that have a prefix sit behind one test of the prefix's
+    # last character ("_" is common in logs: grad_norm, max_tokens; few follow an f, a k or an 8).
+    prefixed: dict[str, tuple[set[str], list[str]]] = {}
     for before, anchor, rest in _TOKEN_FORMATS:
         width = len(re.sub(r"\[[^]]*\]", "x", before))  # each class is one character
         a = re.escape(anchor)
-        look = f"(?<={before}{a})" if before else ""
-        add(anchor, f"{look}(?<![A-Za-z0-9]{before}{a}){rest}(?P<{_group('tok', width)}>)")
+        branch = f"(?<![A-Za-z0-9]{before}{a}){rest}(?P<{_group('tok', width)}>)"
+        if not before:
+            add(anchor, branch)
+            continue
+        last = before[before.rindex("[") + 1:-1] if before.endswith("]") else before[-1]
+        lasts, alts = prefixed.setdefault(anchor, (set(), []))
+        lasts.update(last)
+        alts.append(f"(?<={before}{a}){branch}")
+    for anchor, (lasts, alts) in prefixed.items():
+        add(anchor, f"(?<=[{''.join(sorted(lasts))}]{re.escape(anchor)})(?:{'|'.join(alts)})")
     # --api-key X, --token=X, -token "X": the credential word is the option's last part.
     value = r"""(?:"[^"\n]*"|'[^'\n]*'|[^\s"'\x1b-][^\s"'\x1b]*)"""  # \x1b: an ANSI colour ends it
     add("-", rf"(?<![\w-]-)-?(?:[A-Za-z0-9]+[-_])*(?i:{_OPT_WORD})(?:=|[ \t]+)(?P<{_group('optv')}>{value})")
+    # curl -u USER:X, --user USER:X, --proxy-user USER:X: X
+    add("-", rf"(?<![\w-]-)(?:u[ \t]+|-(?:proxy-)?user(?:[ \t]+|=))[^\s:'\"]+:(?P<{_group('sv')}>[^\s'\"\x1b]{{4,}})")
     # -k X, where X itself looks like a credential (decided in _span)
     add("-", rf"(?<![\w-]-)[A-Za-z][ \t]+(?P<{_group('shv')}>[A-Za-z0-9+/=_.~][A-Za-z0-9+/=_.~-]{{19,}})")
     # Bearer X on its own (in a header, "Authorization: Bearer X" is found at its ":")
@@ -271,7 +292,9 @@ def _branches() -> dict[str, list[str]]:
     # last letter), so that the common ":" of a timestamp or "INFO:" costs one test.
     names = ["api_key", "api-key", "apikey", "access_key", "access-key", "private_key", "private-key",
              "secret_key", "secret-key", "secret", "token", "password", "passwd", "passphrase",
-             "credentials", "credential", "cookie", "_pat", "-pat"]
+             "credentials", "credential", "cookie", "_pat", "-pat",
+             # whole words only: db_pass=, PWD=, auth= (not bypass=, compass=, oauth=)
+             "^pass", "^pwd", "^auth", "^signature"]
     # A number after the name is a setting ("#token: 1234", "max_token=512"): ruled out here, where it
     # costs nothing, rather than in _span after a match.
     assign = r"""[ \t]*["']?(?!-?[0-9]+(?:\.[0-9]+)?(?:[\s"',;]|$))(?P<{}>[^\s"',;\x1b]{{4,}})"""
@@ -284,8 +307,9 @@ def _branches() -> dict[str, list[str]]:
         leaves += [(w, False, "sv", assign) for w in names]
         leaves.append(("_KEY", True, "sv", assign))
         add(sep, _name_tree(leaves, sep))
-    # https://user:X@host, from the "://" on
-    add(":", rf"(?<=[A-Za-z0-9]:)//[^\s:/@]+:(?P<{_group('uv')}>[^\s@/\x1b]+)(?=@)")
+    # scheme://USER:X@host, scheme://:X@host, scheme://TOKEN@host, from the "://" on: the user part and
+    # the password (_span decides what of it is a secret)
+    add(":", rf"(?<=[A-Za-z0-9]:)//(?P<{_group('ui')}>[^\s/@\x1b]+)(?=@)")
     return out
 
 
@@ -296,11 +320,14 @@ _BRANCHES = _branches()
 _COMMON = {c: 20 - i * 0.5 for i, c in enumerate("etaoinshrdlcumwfgypbvkjxqz")}
 _COMMON.update({d: 12.0 for d in "0123456789"}, **{" ": 30.0, ".": 10.0, "/": 8.0, ":": 8.0, "-": 8.0,
                                                   "_": 6.0, "=": 5.0, ",": 5.0})
+# Capitals by how often logs show them (INFO, WARNING, ERROR, GPU, HTTP, POST, CUDA, NCCL...): an
+# upper-cased or base64 disguise of a secret is anchored on a rare one.
+_COMMON.update({c: 4.0 - i * 0.12 for i, c in enumerate("EIONRTASLGPUCDHKWFMBVYXJQZ")})
 
 
 def _known_branch(value: str, index: int, groups: dict[str, tuple[str, int]]) -> tuple[str, str]:
     """(anchor, rest) matching ``value``, anchored on its least common character."""
-    k = min(range(len(value)), key=lambda i: (_COMMON.get(value[i], 1.0 if value[i].isupper() else 0.5), i))
+    k = min(range(len(value)), key=lambda i: (_COMMON.get(value[i], 0.5), i))
     name = f"known{index}"
     groups[name] = ("known", k)
     look = f"(?<={re.escape(value[:k + 1])})" if k else ""
@@ -323,6 +350,25 @@ def _build(known: Sequence[str]) -> tuple[re.Pattern[str], dict[str, tuple[str, 
 _PATTERN_ONLY = _build(())
 
 
+def _disguises(s: str) -> set[str]:
+    """What a known secret ``s`` also shows up as: upper- and lower-cased (a hex W&B key printed in
+    capitals), and inside base64 (``Authorization: Basic base64(user:s)``, ``auth=base64(s)``, a
+    config dumped as base64). A value inside base64 is encoded three ways depending on where it starts
+    (its offset modulo 3); of each, the characters that depend on ``s`` alone (not on what is around
+    it) are what is masked, in the standard and the URL-safe alphabet. Only for secrets long enough that
+    these pieces are distinctive (:data:`_MIN_PLAIN_LEN`)."""
+    if len(s) < _MIN_PLAIN_LEN:
+        return set()
+    out = {v for v in (s.upper(), s.lower()) if v != s and _worth_masking_everywhere(v)}
+    raw = s.encode()
+    for k in range(3):
+        enc = base64.b64encode(bytes(k) + raw).decode()
+        core = enc[-(-8 * k // 6):(8 * (k + len(raw))) // 6]
+        if len(core) >= _MIN_PLAIN_LEN:
+            out.update({core, core.replace("+", "-").replace("/", "_")})
+    return out
+
+
 class Redactor:
     """Masks known secret values and credential-looking text (see the module's docstring).
 
@@ -342,6 +388,7 @@ class Redactor:
                     vals.add(shown)
             if "\n" in s:  # a PEM key in a variable: log lines show it one line at a time
                 vals.update(line.strip() for line in s.splitlines() if len(line.strip()) >= _MIN_PLAIN_LEN)
+            vals.update(_disguises(s))
         # Longest first: where two known values start at the same place, the longer one is masked.
         self.secrets: tuple[str, ...] = tuple(sorted(vals, key=len, reverse=True))
         self._re, self._groups = _build(self.secrets) if self.secrets else _PATTERN_ONLY
@@ -387,7 +434,9 @@ class Redactor:
             return (start, end) if looks_like_credential(v) else None
         if kind == "sv" and (_is_setting(v) or _is_pathlike(v)):
             return None
-        return start, end  # sv, bv, av, cv, uv
+        if kind == "ui":
+            return _userinfo_secret(v, start)
+        return start, end  # sv, bv, av, cv
 
     def _spans(self, text: str, edges: bool = False) -> list[tuple[int, int]]:
         """The secrets in ``text`` as (start, end), sorted, overlaps merged.
@@ -566,6 +615,23 @@ def _env_value_is_secret(name: str, value: str) -> bool:
     return _is_secret_value(name, value)
 
 
+def _userinfo_secret(info: str, start: int) -> tuple[int, int] | None:
+    """The secret in a URL's ``user:password`` (at ``start``): the password, and the user part too where
+    it is a token (``https://TOKEN:x-oauth-basic@github.com``, ``https://TOKEN@host``); a plain user
+    name (``git@``, ``admin:``) is not one, nor a port (``host:8080@``... is no userinfo)."""
+    user, colon, password = info.partition(":")
+    token_user = _user_is_token(user)
+    if colon and password and not (password.isdigit() and len(password) <= 5):
+        return (start if token_user else start + len(user) + 1), start + len(info)
+    return (start, start + len(user)) if token_user else None
+
+
+def _user_is_token(user: str) -> bool:
+    """A URL's user part that is a credential: a known token shape, or 20 or more characters of token
+    alphabet with a digit (user names are short words: ``git``, ``postgres``, ``oauth2``)."""
+    return _is_token(user) or (len(user) >= 20 and bool(_CRED_CHARS.match(user)) and any(c.isdigit() for c in user))
+
+
 def _is_pathlike(v: str) -> bool:
     return v.startswith(("/", "./", "../", "~/"))
 
@@ -581,20 +647,23 @@ def _argv_marks(argv: list[str]) -> list[tuple[str, str | None]]:
     """Each word of ``argv`` with the part of it that is a secret (None for none), by position:
     after a credential-named option, ``--opt=X``, or a credential-looking word after ``-k``."""
     out: list[tuple[str, str | None]] = []
-    after_opt = after_short = False
+    after_opt = after_short = after_user = False
     for a in argv:
         if after_opt and not a.startswith("-") and not _flag_value_is_plain(a):
             out.append((a, a))
+        elif (after_user or a.startswith(_USER_OPTS_EQ)) and ":" in a:  # curl -u USER:X, --user=USER:X
+            out.append((a, a.split(":", 1)[1] or None))
         elif after_short and looks_like_credential(a):
             out.append((a, a))
         elif (m := _OPT_EQ_ARG_RE.match(a)) and not _flag_value_is_plain(m.group(2)):
             out.append((a, m.group(2)))
-        elif _is_token(a):
+        elif _is_token(a) or (not a.startswith("-") and looks_like_credential(a)):  # a positional token
             out.append((a, a))
         else:
             out.append((a, None))
         after_opt = bool(_OPT_ONLY_RE.match(a))
         after_short = bool(_SHORT_OPT_RE.match(a))
+        after_user = a in _USER_OPTS
     return out
 
 

@@ -51,6 +51,9 @@ def apply(state: dict[str, Any], e: ev.Record | Mapping[str, Any]) -> dict[str, 
         run_handler(state, event, rec)
         return state
     if event.component is None:
+        if isinstance(event, (ev.FlagRaised, ev.FlagCleared)):  # the run's own (disk_unwritable, journal_gap...)
+            state["run"].setdefault("flags", [])
+            _COMPONENT[type(event)](state["run"], event, rec)
         return state
     c = state["components"].setdefault(event.component, new_component())  # any event names it known
     handler = _COMPONENT.get(type(event))

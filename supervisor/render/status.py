@@ -123,7 +123,9 @@ def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
     run = view.get("run", {})
     comps = view.get("components", {})
     out = [_header(run), *_table([_COLUMNS, *(_row(n, c, now) for n, c in comps.items())])]
-    notes = [note for n, c in comps.items() for note in _component_notes(n, c)]
+    notes = [f"run: FLAG {f.get('type')}: {f.get('message')}" + (f" -> {f['action']}" if f.get("action") else "")
+             for f in run.get("flags") or []]
+    notes += [note for n, c in comps.items() for note in _component_notes(n, c)]
     if notes:
         out += ["", *notes]
     out += _gpu_lines(view) + _ended_lines(run)

@@ -34,8 +34,10 @@ from ..monitor.process import (
     StartError,
     find_marked,
     kill_if_same,
+    proc_state,
     start_time,
 )
+from ..monitor.shim import exit_fields
 from ..records import events as ev
 from ..records.clock import Clock
 from ..records.phrases import describe_exit
@@ -45,6 +47,7 @@ from ..rundir.layout import RunPaths
 from ..rundir.logs import LineNormaliser, LogFollower, LogRing, Position, RingBudget
 from ..slurm.launcher import SlurmLauncher
 from . import probes, rayprobe
+from .health import stuck_reason
 
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
 BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
@@ -434,18 +437,78 @@ class Component:
         if rec is not None:
             self._log_trouble(rec)
         if rec is not None and rec.get("status") == "exited":
-            att.exit = rec
+            self._take_exit(att, rec)
         elif gone:
             att.monitor_gone = True
-            att.exit = {"exit_code": None, "signal": None, "ended_mono": None, "monitor_died": True}
-        else:
+            self._take_exit(att, {"exit_code": None, "signal": None, "ended_mono": None, "monitor_died": True})
+
+    def check_health(self, now: float) -> None:
+        """The run's health sweep (:mod:`.health`): the current attempt's monitor and command as the
+        kernel sees them."""
+        att = self.current
+        if att is None or att.exit is not None or att.launcher is not None:
             return
+        self._check_monitor_state(att, now)
+        self._check_unrecorded_exit(att, now)
+
+    def _check_monitor_state(self, att: AttemptProcesses, now: float) -> None:
+        """A monitor that is stopped (SIGSTOP, a debugger) or wedged (in uninterruptible sleep for
+        :data:`health.WEDGED_S`) reads nothing: the component blocks once the pipe is full. Flagged
+        while it lasts (``monitor_stuck``), with what to do."""
+        state, _ = proc_state(att.monitor_pid)
+        att.monitor_d_since = (att.monitor_d_since or now) if state == "D" else None
+        why = stuck_reason(state, now - att.monitor_d_since if att.monitor_d_since is not None else 0.0)
+        if why == att.stuck:
+            return
+        was, att.stuck = att.stuck, why
+        if why is not None:
+            pid = att.monitor_pid
+            self.ctx.emit(ev.FlagRaised(
+                self.name, type="monitor_stuck",
+                message=f"the monitor of {self.name} (pid {pid}) {why}: {self.name}'s output is not read, so it "
+                        f"blocks as soon as the pipe to its monitor is full, and its exit would not be recorded",
+                evidence=[f"/proc/{pid}/stat: state {state}"],
+                action=f"`kill -CONT {pid}` if it was stopped by hand; `rlsup restart {self.name}` or `rlsup down` "
+                       "end it (rlsup sends it SIGCONT first)"))
+        elif was is not None:
+            self.ctx.emit(ev.FlagCleared(self.name, type="monitor_stuck",
+                                         message=f"the monitor of {self.name} (pid {att.monitor_pid}) runs again"))
+
+    def _check_unrecorded_exit(self, att: AttemptProcesses, now: float) -> None:
+        """The command has ended but its record does not say so: its monitor cannot write the record (a
+        read-only or failing run dir) or is stopped. Seen on two looks in a row, the exit is taken from
+        the kernel, which keeps the status of a child its monitor has not reaped (a zombie); a command
+        gone without one (reaped, the record not written) has ended with a status no one knows."""
+        state, status = proc_state(att.pid)
+        if state not in ("Z", "X", ""):
+            att.unrecorded_since = None
+            return
+        if att.unrecorded_since is None:
+            att.unrecorded_since = now
+            return
+        rec = att.read_record()
+        if rec is not None and rec.get("status") == "exited":
+            self.monitor_changed(att)
+            return
+        why = "its monitor could not record it (the run dir cannot be written, or the monitor is stopped)"
+        if status is not None:
+            ex = {**exit_fields(status), "ended_mono": None, "unrecorded": f"exit status read from the kernel: {why}"}
+        else:
+            ex = {"exit_code": None, "signal": None, "ended_mono": None, "unrecorded": f"exit status unknown: {why}"}
+        self._take_exit(att, ex)
+
+    def _take_exit(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
+        """The attempt's exit, judged: asked for, a failure to diagnose, or the monitor's death."""
+        att.exit = ex
+        if att.stuck is not None:  # its monitor is told to finish now (SIGCONT first): the flag is over
+            att.stuck = None
+            self.ctx.emit(ev.FlagCleared(self.name, type="monitor_stuck",
+                                         message=f"attempt {att.attempt} ended; its monitor is told to finish"))
         # Everything the monitor wrote before it recorded the exit, however far behind we are (a flood):
         # the step, the progress and the diagnosis must be those of the whole output.
         while self.read_output():
             pass
         self.read_output(final=True)
-        ex = att.exit
         if ex.get("monitor_died"):
             self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
                               "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
@@ -505,6 +568,8 @@ class Component:
         self._judge_failure(att, ex, diag)
 
     def _exited(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+        if ex.get("unrecorded"):  # how rlsup knows (or does not know) how it ended
+            diag = {**diag, "evidence": [*(diag.get("evidence") or []), ex["unrecorded"]]}
         self.flush_progress()
         self.handle(lc.Exited(ex.get("exit_code"), ex.get("signal"), diag, step=self.progress.step,
                               total=self.progress.total))
@@ -630,7 +695,10 @@ class Component:
 
     def read_output(self, *, final: bool = False, budget: int = READ_BUDGET) -> bool:
         """Read what the monitor wrote since last time; True if more is waiting."""
-        data = self.follower.read(budget)
+        try:
+            data = self.follower.read(budget)
+        except OSError:  # a failing disk (EIO): nothing to read for now; the run's health sweep flags it
+            data = b""
         if data:
             self.moved = True  # the recorded log position must catch up (state.json)
             self._ingest(data)

@@ -39,11 +39,11 @@ from ..records.version import VERSION
 from ..rules import lifecycle as lc
 from ..rules import runstep
 from ..rules.detectors import Outcome, Seen, next_tick, partner_up
-from ..rundir.journal import Journal, keep_spare_records
+from ..rundir.journal import Journal, damage_notes, keep_spare_records
 from ..rundir.layout import RunLock, RunPaths
 from ..rundir.logs import RingBudget
 from ..slurm.launcher import slurm_job_info
-from . import adoption, carryover, runview, shutdown
+from . import adoption, carryover, health, runview, shutdown
 from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .component import Component
 from .daemonlog import say
@@ -105,6 +105,9 @@ class Run:
         self._ended: asyncio.Event | None = None
         self._shutting_down = False
         self._replayed: dict[str, Any] | None = None
+        self._journal_damage: list[str] = []
+        self._disk_trouble: str | None = None  # why the run dir takes no writes (health.disk_trouble)
+        self._next_health = 0.0
         self._saved: dict[str, Any] = {}
         self._found = adoption.Found()  # what a previous supervisor left
         self._monitor_watch = MonitorWatch()
@@ -149,7 +152,8 @@ class Run:
             self.lock.release()
             raise
         self._replayed, self._saved = carryover.replay(self.paths, self.cfg)
-        return self._found.notes
+        self._journal_damage = damage_notes()
+        return self._found.notes + self._journal_damage
 
     # ------------------------------------------------------------------ the loop
 
@@ -177,6 +181,10 @@ class Run:
         self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
                                 how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
+        for note in self._journal_damage:
+            self.emit(ev.FlagRaised(None, type="journal_damaged", message=note, action=(
+                "the damaged lines were skipped (a field of the wrong type: ignored); the rest of the run's "
+                "history was read")))
         if self.refused:
             self.exit_code, self.end_reason = 1, self.refused
             self.emit(ev.RunEnded(None, exit_code=1, reason=self.refused))
@@ -301,8 +309,9 @@ class Run:
         if self.notifier is not None:
             self.notifier.close(5.0)
         if self.journal is not None and (lost := self.journal.close()):
-            say(f"rlsup: {lost} events could not be written to {self.paths.events}: the disk stayed full "
-                f"past the run's reserved space (state.json has the run's final state)")
+            why = (f"{self._disk_trouble}" if self._disk_trouble else
+                   "the disk stayed full past the run's reserved space (state.json has the run's final state)")
+            say(f"rlsup: {lost} events could not be written to {self.paths.events}: {why}")
         with contextlib.suppress(ValueError, RuntimeError):
             self.loop.remove_signal_handler(signal_mod.SIGCHLD)
         self.lock.release()
@@ -512,7 +521,7 @@ class Run:
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
         busy = bool(self.journal is not None and self.journal.pending) or bool(self._dep_flagged) or bool(
-            self._dep_watch.down_since())
+            self._dep_watch.down_since()) or self._disk_trouble is not None
         due: list[float | None] = []
         if not busy:
             busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._awake_since,
@@ -535,6 +544,9 @@ class Run:
             self._sample_resources(now)
         if self.journal is not None and self.journal.pending:
             self.journal.flush()
+        if now >= self._next_health:
+            self._next_health = now + health.sweep_every(sum(c.current is not None for c in self.components.values()))
+            self._check_health(now)
         moved = [c for c in self.components.values() if c.moved]
         if moved and now - self._positions_written >= POSITIONS_WRITE_S:
             # Log positions moved on: state.json, where the next supervisor starts reading, keeps up
@@ -544,6 +556,22 @@ class Run:
             for c in moved:
                 c.moved = False
             self._mark_state_dirty()
+
+    def _check_health(self, now: float) -> None:
+        """The sweep of :mod:`.health`: the run dir's writability (flagged when it changes) and each live
+        attempt's command and monitor as the kernel sees them."""
+        trouble = health.disk_trouble(self.paths.root, [self.journal.error if self.journal else None,
+                                                         self._states.error])
+        if trouble != self._disk_trouble:
+            was, self._disk_trouble = self._disk_trouble, trouble
+            if trouble is not None:
+                self.emit(ev.FlagRaised(None, type="disk_unwritable", message=trouble, evidence=[trouble],
+                                        action=health.FLAG_ACTION))
+            elif was is not None:
+                self.emit(ev.FlagCleared(None, type="disk_unwritable",
+                                         message=f"{self.paths.root} takes writes again; what waited was written"))
+        for c in self.components.values():
+            c.check_health(now)
 
     def watchers_changed(self) -> None:
         """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""

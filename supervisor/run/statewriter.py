@@ -35,6 +35,7 @@ class StateWriter:
         self._written_at = 0.0
         self._cost = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self.error: OSError | None = None  # the last write's, None once one worked
 
     def mark_dirty(self) -> None:
         self.dirty = True
@@ -52,8 +53,9 @@ class StateWriter:
         self._catch_up_journal()
         try:
             self.file.write((json.dumps(self.snapshot(), indent=1, default=str) + "\n").encode())
-        except OSError:
-            pass  # disk trouble is flagged by the monitors; state.json catches up later
+            self.error = None
+        except OSError as e:
+            self.error = e  # disk trouble is flagged (the monitors, the run's health sweep); state.json catches up later
         keep_spare_records(self.paths.monitors, self.spares_wanted)  # those used on a full disk, again
         self._cost = time.monotonic() - t0
 

@@ -91,7 +91,8 @@ def end_run(paths: RunPaths, *, stops: dict[str, tuple[int, float]] | None = Non
     lock = RunLock(paths)
     before = read_owner(paths) or {}
     # What the next `up` reads from the lock file (the config) stays; the pid is ours while we hold it.
-    lock.acquire({**{k: v for k, v in before.items() if k in ("config", "name", "version")}, "by": "rlsup down"})
+    lock.acquire({**{k: v for k, v in before.items() if k in ("config", "name", "version")}, "by": "rlsup down"},
+                 read_only_ok=True)
     out = Teardown(previous=lock.previous)
     journal = Journal(paths.events)
     try:

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..records.events import misfits
+
 # Space rlsup keeps allocated ahead of its own records, so that a disk a component filled still
 # takes the run's next events and state (what databases do with preallocated files): blocks
 # allocated past the end of events.jsonl (fallocate KEEP_SIZE: the file's size does not change),
@@ -19,6 +21,7 @@ from typing import Any
 JOURNAL_RESERVE = 256 << 10
 STATE_HEADROOM = 64 << 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+UNWRITABLE = (errno.EROFS, errno.EIO)  # a file system turned read-only, or failing
 _FALLOC_FL_KEEP_SIZE = 1
 _libc: Any = None
 
@@ -97,18 +100,26 @@ class Journal:
     def __init__(self, path: Path, reserve: int = JOURNAL_RESERVE):
         self.path = path
         self.last_seq = last_seq(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        self._repair_tail()
         self._pending: list[bytes] = []
         self.dropped = 0
         self.unsaid = 0  # dropped events not yet told about (see take_unsaid)
         self.error: OSError | None = None
         self.reserve = reserve
         self._reserved_end = 0
+        self._fd: int | None = None
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as e:
+            if e.errno not in UNWRITABLE:
+                raise
+            self.error = e  # a read-only or failing disk: events wait in memory (rlsup down without a supervisor)
+            return
+        self._repair_tail()
         self._top_up(os.fstat(self._fd).st_size)
 
     def _top_up(self, size: int) -> None:
         """Keep ``reserve`` bytes allocated past ``size``: asked again once half of it is used."""
+        assert self._fd is not None
         try:
             if (self.reserve and size + self.reserve // 2 >= self._reserved_end
                     and has_room(self.path.parent, self.reserve)  # a failed fallocate churns blocks
@@ -124,6 +135,7 @@ class Journal:
 
     def _repair_tail(self) -> None:
         """A line torn by a crash mid-write gets its newline, so the next record starts a line."""
+        assert self._fd is not None
         size = os.fstat(self._fd).st_size
         if size:
             rfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -148,6 +160,8 @@ class Journal:
 
     def flush(self, sync: bool = True) -> bool:
         """Write what is pending; False while the disk refuses (it stays pending)."""
+        if self._fd is None:
+            return not self._pending
         while self._pending:
             line = self._pending[0]
             try:
@@ -184,11 +198,14 @@ class Journal:
         lost = len(self._pending)
         self.dropped += lost
         self._pending.clear()
+        if self._fd is None:
+            return lost
         try:
             os.fsync(self._fd)
         except OSError:
             pass
-        os.close(self._fd)
+        with contextlib.suppress(OSError):  # a failing disk may refuse even that
+            os.close(self._fd)
         return lost
 
 
@@ -284,6 +301,7 @@ def with_suppress_unlink(path: Path) -> None:
 
 
 def last_seq(path: Path) -> int:
+    """The ``seq`` of the journal's last sound line (0: none); damaged lines at its end are passed over."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -294,26 +312,153 @@ def last_seq(path: Path) -> int:
         return 0
     for raw in reversed(tail):
         try:
-            return int(json.loads(raw)["seq"])
-        except (ValueError, KeyError, TypeError):
+            seq = json.loads(raw)["seq"]
+        except (ValueError, KeyError, TypeError, IndexError):
             continue
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+            return seq
     return 0
 
 
-def read_events(path: Path, since_seq: int = 0) -> Iterator[dict[str, Any]]:
-    """Events with ``seq > since_seq``; a torn last line (a crash mid-write) is skipped."""
+MAX_LINE = 16 << 20  # a journal line longer than this is damage (rlsup's longest events are kilobytes)
+DAMAGE_SHOWN = 5  # line numbers named in the note; the rest are counted
+MAX_TS = 1e11  # unix seconds of the year 5138: a later "time" is damage (time.gmtime would overflow)
+
+# The damaged lines readers of this process met, by journal: path -> {line number: what is wrong}.
+# Readers skip them (or, for a field of the wrong type, only that field); the command says so once
+# (:func:`damage_notes`), however many times it read the journal.
+DAMAGE: dict[str, dict[int, str]] = {}
+_told: set[str] = set()
+
+
+def _envelope_problem(e: Any) -> str | None:
+    """What makes ``e`` no event at all (None: it is one)."""
+    if not isinstance(e, dict):
+        return f"not a JSON object ({type(e).__name__})"
+    seq, kind = e.get("seq"), e.get("kind")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        return f"seq {_short(seq)} is not a positive integer"
+    if not isinstance(kind, str):
+        return f"kind {_short(kind)} is not a string"
+    ts = e.get("ts", 0)
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts < MAX_TS:  # NaN fails too
+        return f"ts {_short(ts)} is not a time"
+    comp = e.get("component")
+    if comp is not None and not isinstance(comp, str):
+        return f"component {_short(comp)} is not a string"
+    return None
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _lines(f: Any) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) of each line; None for a line over :data:`MAX_LINE` (read past, not kept)."""
+    n = 0
+    while True:
+        raw = f.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        n += 1
+        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = f.readline(MAX_LINE)
+            yield n, None
+            continue
+        yield n, raw
+
+
+def _decode(raw: bytes | None) -> tuple[dict[str, Any] | None, str | None]:
+    """A line as an event dict, or why it is none."""
+    if raw is None:
+        return None, f"longer than {MAX_LINE >> 20} MiB"
     try:
-        f = open(path, encoding="utf-8", errors="replace")
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    try:
+        e = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, "not JSON"
+    problem = _envelope_problem(e)
+    return (None, problem) if problem else (e, None)
+
+
+class _InOrder:
+    """Lets events through in ``seq`` order, holding the latest one back until the next shows whether
+    its ``seq`` jumped (then it is the line out of order, not every line after it)."""
+
+    def __init__(self, damage: dict[int, str]):
+        self.damage = damage
+        self.held: dict[str, Any] | None = None
+        self.held_line = 0
+        self.before = 0  # the seq of the last event let through
+
+    def take(self, n: int, e: dict[str, Any]) -> dict[str, Any] | None:
+        """Line ``n``'s event in; the event that goes out now (None: none yet)."""
+        seq, held, out = e["seq"], self.held, None
+        if held is not None and seq > held["seq"]:
+            out, self.before = held, held["seq"]
+        elif held is not None and seq == held["seq"]:
+            self.damage[n] = f"seq {seq} again (line {self.held_line} has it): a duplicate"
+            return None
+        elif held is not None and seq > self.before:  # the held line's seq jumped: it is the one out of order
+            self.damage[self.held_line] = f"seq {held['seq']} is above the next line's ({seq}): out of order"
+        elif held is not None or seq <= self.before:
+            self.damage[n] = f"seq {seq} is not above the line before ({held['seq'] if held else self.before}): " \
+                             "out of order"
+            return None
+        self.held, self.held_line = e, n
+        return out
+
+
+def read_events(path: Path, since_seq: int = 0) -> Iterator[dict[str, Any]]:
+    """Events with ``seq > since_seq``, in order. A damaged line is one damaged line: not JSON, not an
+    object, invalid UTF-8, a NUL byte, over :data:`MAX_LINE`, an envelope (``seq``, ``kind``, ``ts``,
+    ``component``) of the wrong type, or a ``seq`` that does not go up (a duplicate or a line out of
+    order) is skipped; a field of the wrong type is dropped from its event. Each is noted in
+    :data:`DAMAGE` with its line number. A line whose ``seq`` jumps above the next one's is the one
+    out of order (one line is held back to tell), so one bad ``seq`` costs one line, not the rest."""
+    try:
+        f = open(path, "rb")
     except OSError:
         return
+    damage = DAMAGE.setdefault(str(path), {})
+    order = _InOrder(damage)
     with f:
-        for raw in f:
-            try:
-                e = json.loads(raw)
-            except ValueError:
+        for n, raw in _lines(f):
+            if raw is not None and not raw.strip():
+                continue  # a blank line holds nothing to lose
+            e, problem = _decode(raw)
+            if e is None:
+                damage[n] = problem or "damaged"
                 continue
-            if isinstance(e, dict) and e.get("seq", 0) > since_seq:
-                yield e
+            bad = misfits(e)
+            if bad:
+                damage[n] = "wrong type of " + ", ".join(f"{k} ({_short(e[k])})" for k in bad) + ": ignored"
+                e = {k: v for k, v in e.items() if k not in bad}
+            out = order.take(n, e)
+            if out is not None and out["seq"] > since_seq:
+                yield out
+    if order.held is not None and order.held["seq"] > since_seq:
+        yield order.held
+
+
+def damage_notes() -> list[str]:
+    """One note per journal with damaged lines not yet told of (each journal is told once)."""
+    out = []
+    for path, lines in DAMAGE.items():
+        if not lines or path in _told:
+            continue
+        _told.add(path)
+        shown = "; ".join(f"line {n}: {why}" for n, why in sorted(lines.items())[:DAMAGE_SHOWN])
+        more = f"; and {len(lines) - DAMAGE_SHOWN} more" if len(lines) > DAMAGE_SHOWN else ""
+        out.append(f"{path}: {len(lines)} damaged line(s) skipped or mended, the rest read ({shown}{more}). "
+                   "rlsup leaves the file as it is; a copy without them: "
+                   f"`rlsup events --json --run-dir {os.path.dirname(path) or '.'} > events.clean.jsonl`")
+    return out
 
 
 def keep_spare_records(monitors: Path, want: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -167,8 +168,17 @@ class RunLock:
         self._fd: int | None = None
         self.previous: dict[str, Any] | None = None
 
-    def acquire(self, info: dict[str, Any]) -> None:
-        fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    def acquire(self, info: dict[str, Any], *, read_only_ok: bool = False) -> None:
+        """Take the lock (``LockHeld`` if a live supervisor has it) and write ``info`` into it.
+        ``read_only_ok``: on a run dir that turned read-only (or fails), hold the lock without writing
+        it (flock works on a file opened for reading): ``rlsup down`` of a run whose supervisor is gone."""
+        try:
+            fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as e:
+            if not read_only_ok or e.errno not in (errno.EROFS, errno.EIO):
+                raise
+            fd = os.open(self.paths.lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            info = {}
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -176,10 +186,11 @@ class RunLock:
             os.close(fd)
             raise LockHeld(owner or {}) from None
         self.previous = read_owner(self.paths)
-        _rewrite(fd, json.dumps({**info, "pid": os.getpid(), "host": socket.gethostname(),
-                                 "started_at": time.time()}).encode())
-        os.fsync(fd)
         self._fd = fd
+        if info:
+            _rewrite(fd, json.dumps({**info, "pid": os.getpid(), "host": socket.gethostname(),
+                                     "started_at": time.time()}).encode())
+            os.fsync(fd)
 
     def update(self, info: dict[str, Any]) -> None:
         if self._fd is None:
@@ -215,11 +226,12 @@ def read_owner(paths: RunPaths) -> dict[str, Any] | None:
 
 
 def is_locked(paths: RunPaths) -> bool:
-    """Whether a live supervisor holds the lock (without taking it)."""
+    """Whether a live supervisor holds the lock (without taking it). On a run dir whose disk fails
+    (EIO: not even the lock file opens), whether a supervisor answers on its socket."""
     try:
         fd = os.open(paths.lock, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
+    except OSError as e:
+        return e.errno == errno.EIO and _answers(paths.sock)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -228,6 +240,18 @@ def is_locked(paths: RunPaths) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def _answers(sock: Path) -> bool:
+    """Whether something listens on the unix socket ``sock``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(2.0)
+        try:
+            with sock_address(sock) as addr:
+                s.connect(addr)
+        except OSError:
+            return False
+    return True
 
 
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes on Linux, NUL included

@@ -343,12 +343,53 @@ def small_disk(tmp_path):
     try:
         yield mnt
     finally:
-        for _ in range(50):
-            if subprocess.run(["umount", str(mnt)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.2)
-        else:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        unmount(mnt)
+
+
+def unmount(mnt: Path) -> None:
+    """Unmount, waiting up to 10 s for the last processes to let go; lazily after that."""
+    for _ in range(50):
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.fixture
+def loop_ext4(tmp_path):
+    """A 256 MiB ext4 on a loop device, mounted with errors=remount-ro (sparse: costs what it holds);
+    skipped, loudly, where that is not possible."""
+    need_root("to mount a loop device")
+    for tool in ("mkfs.ext4", "mount", "umount"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"SKIPPED LOUDLY: no {tool} here, so no loop-mounted ext4 to turn read-only "
+                        "(.ci/run installs e2fsprogs and mount)")
+    img, mnt = tmp_path / "disk.img", tmp_path / "disk"
+    mnt.mkdir()
+    with open(img, "wb") as f:
+        f.truncate(256 << 20)
+    r = subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["mount", "-o", "loop,errors=remount-ro", str(img), str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"SKIPPED LOUDLY: cannot mount a loop device here (no /dev/loop*, or no CAP_SYS_ADMIN): "
+                    f"{r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        unmount(mnt)
+
+
+def demo_with_flood(tmp: Path) -> str:
+    """configs/demo.yaml with one more component flooding numbered lines (20,000/s; its copy in ``tmp``)."""
+    import yaml
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "demo.yaml").read_text())
+    cfg["components"]["flood"] = {
+        "command": [PY, NUMBERED, "--copy", str(tmp / "flood.copy"), "--rate", "20000"],
+        "stop": {"signal": "SIGTERM", "timeout": 5},
+    }
+    return yaml.safe_dump(cfg)
 
 
 OTHER_USER = "rlsupfault"

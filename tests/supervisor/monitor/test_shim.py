@@ -3,6 +3,7 @@ stalls, and a real monitor process (record, exit, an escaped grandchild, finish)
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -200,3 +201,58 @@ def test_a_monitor_whose_run_dir_is_gone_ends_its_tree_and_exits(tmp_path):
     shutil.rmtree(tmp_path / "monitors")  # the run dir deleted: no supervisor will ever read the record
     p.wait(10)  # the guard notices within a second and the monitor finishes
     wait_for(lambda: not pid_alive(reply["pid"]), 10, what="its child to be ended")
+
+
+def test_pump_keeps_what_a_read_only_disk_refuses_and_writes_it_once_it_is_back(tmp_path, monkeypatch):
+    """Issue 43: while the log refuses with EROFS (or EIO) the newest HOLD_MAX bytes wait in memory and
+    older ones are counted as lost; once writes work, the marker, then what waited, then the rest, in order."""
+    monkeypatch.setattr(shim, "HOLD_MAX", 5000)
+    log = LogFile(str(tmp_path / "z.log"), 1 << 30, 0)
+    real_append = log._append
+    refusing = {"on": True}
+
+    def append(data):
+        if refusing["on"]:
+            raise OSError(errno.EROFS, "Read-only file system")
+        real_append(data)
+
+    monkeypatch.setattr(log, "_append", append)
+    states: list[tuple] = []
+    r, w = _pipe()
+    pump = Pump(r, log, lambda err, lost: states.append((err, lost)))
+    os.write(w, b"before\n")
+    refusing["on"] = False
+    pump.pump()
+    refusing["on"] = True
+    for i in range(10):
+        os.write(w, b"%04d" % i + b"x" * 995 + b"\n")
+        pump.pump()
+    assert states[-1][0].startswith("EROFS") and pump.held_bytes <= 5000 and pump.lost == 10_000 - pump.held_bytes
+    refusing["on"] = False
+    os.write(w, b"after\n")
+    pump.pump()
+    data = (tmp_path / "z.log").read_bytes()
+    assert data.startswith(b"before\n") and data.endswith(b"after\n")
+    assert b"[rlsup: 5000 bytes of output were lost while the log could not be written]" in data
+    kept = data.split(b"written]\n", 1)[1]
+    assert kept == b"".join(b"%04d" % i + b"x" * 995 + b"\n" for i in range(5, 10)) + b"after\n"
+    assert states[-1] == (None, 5000)
+
+
+def test_an_exited_child_is_seen_without_being_reaped(tmp_path):
+    """The monitor learns its child's exit but leaves it a zombie until the record holds it: meanwhile the
+    kernel keeps the status, where the supervisor reads it (process.proc_state)."""
+    from rlsup.supervisor.monitor.process import proc_state
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3)
+    deadline = time.monotonic() + 30
+    while shim.exit_status(pid) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert shim.exit_status(pid) == 3 << 8  # looked at twice: still there, not reaped
+    assert proc_state(pid) == ("Z", 3 << 8)
+    assert shim.exit_fields(proc_state(pid)[1]) == {"exit_code": 3, "signal": None}
+    assert os.waitpid(pid, 0) == (pid, 3 << 8)
+    assert proc_state(pid) == ("", None)
