@@ -76,9 +76,9 @@ def test_quickstart_in_the_tui_then_stop_and_continue(workdir):
 
 
 def test_the_daemon_commands_of_the_readme(workdir):
-    """The block "Training that outlives your terminal", command by command as written (only the
-    checkpoint step of `rlsup resume trainer --step 120` is one this short run has); then `rlsup up
-    configs/demo.yaml -d --resume` on the stopped run continues it (issue 27 item 1)."""
+    """The block "Daily commands", command by command as written (only the checkpoint step of `rlsup
+    resume trainer --step 120` is one this short run has); then its `rlsup up configs/demo.yaml --resume`,
+    with `-d`, on the stopped run continues it (issue 27 item 1)."""
     w = workdir
     up = w.sh(readme_command("rlsup up configs/demo.yaml -d"), check=True)
     assert "in the background" in up.stdout
@@ -89,6 +89,10 @@ def test_the_daemon_commands_of_the_readme(workdir):
     assert re.search(r"trainer\s+running", status.stdout), status.stdout
     logs = w.sh(readme_command("rlsup logs trainer"), check=True)
     assert "Step" in logs.stdout or "step" in logs.stdout
+    why = w.sh(readme_command("rlsup why trainer"), check=True)
+    assert "attempt 1" in why.stdout and "trainer" in why.stdout, why.stdout
+    diagnose = w.sh(readme_command("rlsup diagnose runs/demo"), check=True)
+    assert diagnose.stdout.strip(), diagnose.stderr
     r = w.sh(readme_command("rlsup restart orchestrator"), check=True)
     assert "orchestrator" in r.stdout
     w.wait_event(lambda e: e["kind"] == "started" and e["component"] == "orchestrator" and e["attempt"] == 2,
@@ -107,7 +111,7 @@ def test_the_daemon_commands_of_the_readme(workdir):
     assert "no process of the run is left" in down.stdout
     assert not w.processes()
 
-    cont = w.sh(f"{readme_command('rlsup up configs/demo.yaml -d')} --resume", check=True)
+    cont = w.sh(f"{readme_command('rlsup up configs/demo.yaml --resume')} -d", check=True)
     assert "in the background" in cont.stdout, cont.stdout + cont.stderr
     _running(w)
     assert w.sh("rlsup down", check=True).returncode == 0
