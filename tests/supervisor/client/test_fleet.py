@@ -23,7 +23,7 @@ from rlsup.supervisor.client.fleet import (
     load_fleet,
     signature,
 )
-from rlsup.supervisor.config.model import ConfigError
+from rlsup.supervisor.config.loader import ConfigError
 from tests.conftest import PY, cli_env, free_port, write_config
 
 FIXTURES = Path(__file__).parent.parent.parent / "fixtures" / "fleet"

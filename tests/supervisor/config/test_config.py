@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlsup.supervisor.client.fleet import load_fleet
-from rlsup.supervisor.config.model import ConfigError, interpolate, load_config
+from rlsup.supervisor.config.interpolate import interpolate
+from rlsup.supervisor.config.loader import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 

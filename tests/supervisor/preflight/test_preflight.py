@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlsup.supervisor.config.model import ConfigError, load_config
+from rlsup.supervisor.config.loader import ConfigError, load_config
 from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess, NoneSampler
 from rlsup.supervisor.monitor.process import find_marked
 from rlsup.supervisor.preflight.checks import Finding, exit_code, format_findings, run_checks
@@ -411,7 +411,7 @@ def test_memory_fraction_follows_each_engines_semantics(tmp_path):
     model_runner_kv_cache_mixin.py profile_max_num_token: total_gpu_memory is the free memory measured
     before loading); vLLM's --gpu-memory-utilization is a fraction of total memory and vLLM refuses to
     start when less is free (vllm/v1/worker/gpu_worker.py Worker.init_device)."""
-    from rlsup.supervisor.config.model import load_config
+    from rlsup.supervisor.config.loader import load_config
     from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess
     from rlsup.supervisor.preflight.checks import memory_ask, run_checks
 

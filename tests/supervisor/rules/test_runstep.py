@@ -11,7 +11,7 @@ import dataclasses
 
 from test_lifecycle import Sim, rules
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.rules import detectors, runstep
 from rlsup.supervisor.rules import lifecycle as lc
 from rlsup.supervisor.rules.detectors import Seen

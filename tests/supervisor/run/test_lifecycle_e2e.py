@@ -359,7 +359,7 @@ class JumpingWallClock:
 
 
 def test_deadlines_do_not_move_with_the_wall_clock(tmp_path):
-    from rlsup.supervisor.config.model import load_config
+    from rlsup.supervisor.config.loader import load_config
     from rlsup.supervisor.run.run import Run
 
     cfg = write_config(tmp_path, """

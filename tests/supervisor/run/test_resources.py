@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess, proc_identity
 from rlsup.supervisor.run.run import Run as Supervisor
 from tests.conftest import pid_alive, write_config
