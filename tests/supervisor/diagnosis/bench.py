@@ -24,6 +24,7 @@ engine does on logs nobody tuned it to.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections import Counter, defaultdict
@@ -253,9 +254,15 @@ def format_measured_once(once: dict[str, dict[str, Any]], out: TextIO) -> None:
 
 
 def run_case(case: Case, fixtures: Path = DEFAULT_FIXTURES) -> Result:
-    d = diagnose_file(fixtures / case.name)
-    got = {"category": d.category, "exception_type": d.exception_type, "location": d.location, "step": d.step}
-    return Result(case, got)
+    return Result(case, dict(_diagnosed(fixtures / case.name)))
+
+
+@functools.cache
+def _diagnosed(path: Path) -> tuple[tuple[str, Any], ...]:
+    """The four fields of a fixture's diagnosis, computed once per process: the report of every part and of
+    the whole corpus reads each fixture several times, and diagnosis is a pure function of the file."""
+    d = diagnose_file(path)
+    return (("category", d.category), ("exception_type", d.exception_type), ("location", d.location), ("step", d.step))
 
 
 def evaluate(fixtures: Path = DEFAULT_FIXTURES, subset: str = "all") -> Report:
