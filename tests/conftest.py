@@ -325,8 +325,9 @@ def sshd(tmp_path_factory):
 # ------------------------------------------------------------------------------- the fast tier
 #
 # `pytest -m "not e2e"` is the fast tier: it leaves out every test that starts processes (rlsup
-# itself, components, sshd, tmux) or a TUI. A test is marked `e2e` where its own code, a fixture it
-# uses, or a function of its module that it calls (two calls deep) does one of PROCESS_STARTERS.
+# itself, components, sshd, tmux) or a TUI, or builds a Hugging Face model (importing transformers'
+# models alone takes 5-10 s of a minute's budget). A test is marked `e2e` where its own code, a fixture
+# it uses, or a function of its module that it calls (two calls deep) does one of PROCESS_STARTERS.
 # Marking by what the code does, not by hand, keeps a new end-to-end test out of the fast tier.
 
 import inspect  # noqa: E402
@@ -336,7 +337,7 @@ import types  # noqa: E402
 PROCESS_STARTERS = re.compile(
     r"\bsubprocess\.|\bPopen\(|\brlsup\(|\.run_test\(|\btmux\b|\bheadless\(|\bdaemon\(|\bfault_run\(|\bos\.fork\("
     r"|\bcreate_subprocess_|\bsshd\b|\bFaultRun\(|\bDaemon\(|\bHeadless\(|\bRlsupRun\(|\bpexpect\b|\.cli\("
-    r"|\bsnap_compare\b|\bSupervisor\(|\bRun\(")
+    r"|\bsnap_compare\b|\bSupervisor\(|\bRun\(|\bfrom transformers import ")
 _E2E_FILES = re.compile(r"(?:_e2e|^test_tmux\w*)\.py$")
 _starts_cache: dict[object, bool] = {}
 
