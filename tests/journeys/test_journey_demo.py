@@ -4,6 +4,7 @@ its components holding their ports, then taken over and stopped."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -25,8 +26,6 @@ def _trainer_step(w: Workdir, at_least: int, timeout: float = 90.0) -> None:
         r = w.sh("rlsup status --json")
         if r.returncode != 0:
             return False
-        import json
-
         step = json.loads(r.stdout)["components"]["trainer"].get("step")
         return step is not None and step >= at_least
 
@@ -97,12 +96,19 @@ def test_the_daemon_commands_of_the_readme(workdir):
     assert "orchestrator" in r.stdout
     w.wait_event(lambda e: e["kind"] == "started" and e["component"] == "orchestrator" and e["attempt"] == 2,
                  what="orchestrator attempt 2")
+    # The README's step (120) is one of a long run; this one resumes from its newest checkpoint: the
+    # trainer keeps three, so an older one (step 10) can be pruned by the time a loaded machine runs this.
+    def newest_checkpoint():
+        r = w.sh("rlsup status --json")
+        return r.returncode == 0 and (json.loads(r.stdout)["components"]["trainer"].get("checkpoint") or {}).get("step")
+
+    step = wait_for(newest_checkpoint, 90, 0.3, what="a trainer checkpoint")
     resume = readme_command("rlsup resume trainer --step")
-    resume = re.sub(r"--step \d+", "--step 10", resume)
+    resume = re.sub(r"--step \d+", f"--step {step}", resume)
     w.sh(resume, check=True)
     ev = w.wait_event(lambda e: e["kind"] == "started" and e["component"] == "trainer" and e["attempt"] == 2,
                       what="trainer resumed")
-    assert (ev.get("resume") or {}).get("step") == 10
+    assert (ev.get("resume") or {}).get("step") == step
     before = w.supervisor_pid()
     inference = w.component_pids()["inference"]
     w.sh(readme_command("rlsup restart-supervisor"), check=True)
