@@ -10,18 +10,18 @@ import re
 import pytest
 
 from tests.conftest import wait_for
-from tests.journeys.conftest import Workdir, needs_tmux, readme_command, wait_gone
+from tests.journeys.conftest import PATIENCE, Workdir, needs_tmux, readme_command, wait_gone
 
 pytestmark = [pytest.mark.slow]
 
 
-def _running(w: Workdir, names=("inference", "orchestrator", "trainer"), timeout: float = 90.0) -> dict[str, int]:
+def _running(w: Workdir, names=("inference", "orchestrator", "trainer"), timeout: float = PATIENCE) -> dict[str, int]:
     """Wait until every component of the demo has a running attempt; their pids."""
     return wait_for(lambda: (lambda p: p if set(names) <= set(p) else None)(w.component_pids()), timeout, 0.1,
                     what=f"{', '.join(names)} running")
 
 
-def _trainer_step(w: Workdir, at_least: int, timeout: float = 90.0) -> None:
+def _trainer_step(w: Workdir, at_least: int, timeout: float = PATIENCE) -> None:
     def seen():
         r = w.sh("rlsup status --json")
         if r.returncode != 0:
@@ -43,23 +43,23 @@ def test_quickstart_in_the_tui_then_stop_and_continue(workdir):
     tui = w.tmux()
     tui.run(up)
     first = _running(w)
-    tui.wait(lambda s: "inference" in s and "trainer" in s and "running" in s, 60, "the component table")
+    tui.wait(lambda s: "inference" in s and "trainer" in s and "running" in s, what="the component table")
     trainer_log = (w.run_dir() / "logs" / "trainer.log")
-    wait_for(lambda: trainer_log.exists() and trainer_log.stat().st_size > 0, 60, what="trainer output")
+    wait_for(lambda: trainer_log.exists() and trainer_log.stat().st_size > 0, PATIENCE, what="trainer output")
     assert "NumPy" not in trainer_log.read_text(errors="replace").splitlines()[0]
     tui.keys("Q")
-    tui.wait_text("end the run?", 10)
+    tui.wait_text("end the run?")
     tui.keys("y")
-    assert tui.exit_code(60) == 0
+    assert tui.exit_code() == 0
     wait_gone(first.values())
     # The supervisor journals the run's end just after its last component is gone.
-    wait_for(lambda: w.events()[-1]["kind"] == "run_ended", 30, what="run_ended in the journal")
+    wait_for(lambda: w.events()[-1]["kind"] == "run_ended", PATIENCE, what="run_ended in the journal")
 
     tui.run(f"{up} --resume")
     again = _running(w)
     assert not set(again.values()) & set(first.values())
-    screen = tui.wait(lambda s: "trainer" in s and "stopped" not in s and "running" in s, 60,
-                      "resumed components running in the TUI")
+    screen = tui.wait(lambda s: "trainer" in s and "stopped" not in s and "running" in s,
+                      what="resumed components running in the TUI")
     assert "connecting" not in screen
     # The monitors' records say "running" a moment before the supervisor journals `started`: wait for it
     # (read at once, the newest `started` could still be the first run's: a CI run saw attempt 1).
@@ -68,7 +68,7 @@ def test_quickstart_in_the_tui_then_stop_and_continue(workdir):
                            what="the resumed trainer's started")
     assert started["attempt"] == 2
     tui.keys("q")
-    assert tui.exit_code(30) == 0
+    assert tui.exit_code() == 0
     assert set(w.component_pids().values()) == set(again.values())  # detaching left training running
     assert w.sh(readme_command("rlsup down")).returncode == 0
     assert not w.processes()
@@ -102,7 +102,7 @@ def test_the_daemon_commands_of_the_readme(workdir):
         r = w.sh("rlsup status --json")
         return r.returncode == 0 and (json.loads(r.stdout)["components"]["trainer"].get("checkpoint") or {}).get("step")
 
-    step = wait_for(newest_checkpoint, 90, 0.3, what="a trainer checkpoint")
+    step = wait_for(newest_checkpoint, PATIENCE, 0.3, what="a trainer checkpoint")
     resume = readme_command("rlsup resume trainer --step")
     resume = re.sub(r"--step \d+", f"--step {step}", resume)
     w.sh(resume, check=True)
@@ -150,10 +150,10 @@ def test_kill_9_of_the_supervisor_then_take_over_and_stop(workdir):
 
     tui = w.tmux()
     tui.run(readme_command("rlsup up configs/demo.yaml"))  # as the README says, no flag
-    tui.wait(lambda s: str(pids["inference"]) in s and "running" in s, 60, "the TUI on the adopted run")
+    tui.wait(lambda s: str(pids["inference"]) in s and "running" in s, what="the TUI on the adopted run")
     assert {e["component"]: e["pid"] for e in w.events() if e["kind"] == "adopted"} == pids
     tui.keys("q")
-    assert tui.exit_code(30) == 0
+    assert tui.exit_code() == 0
 
     sup = w.supervisor_pid()
     os.kill(sup, signal.SIGKILL)
