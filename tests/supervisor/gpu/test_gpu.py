@@ -653,10 +653,8 @@ def test_sampler_thread_delivers_survives_errors_and_stops_promptly() -> None:
 def test_sampler_thread_first_sample_immediate_and_stop_interrupts_wait() -> None:
     first = threading.Event()
     t = SamplerThread(FakeSampler(1), lambda s: first.set(), interval=60.0, close_sampler=False).start()
-    assert first.wait(5)
-    t0 = time.monotonic()
-    assert t.stop(timeout=5)
-    assert time.monotonic() - t0 < 1.0  # woke from a 60 s wait at once
+    assert first.wait(30)
+    assert t.stop(timeout=30)  # joined before half its 60 s wait was out: stop woke it
 
 
 def test_a_shorter_interval_samples_now_not_after_the_long_wait() -> None:
