@@ -375,13 +375,13 @@ def test_deadlines_do_not_move_with_the_wall_clock(tmp_path):
     run.subscribers.append(seen.append)
 
     async def main() -> int:
-        asyncio.get_running_loop().call_later(30, run.request_shutdown, "test timeout")
+        # A deadline on the wall clock would move an hour away: the run would end here, at the safety net.
+        asyncio.get_running_loop().call_later(90, run.request_shutdown, "test timeout")
         return await run.run()
 
-    t0 = time.monotonic()
     asyncio.run(main())
-    took = time.monotonic() - t0
     fatal = next(e for e in seen if e["kind"] == "fatal")
     assert "not ready within 2s" in fatal["reason"]
-    assert took < 20  # the readiness deadline kept to monotonic time despite the wall clock's jump
+    # the readiness deadline kept to monotonic time despite the wall clock's jump: the run ended on it
+    assert not [e for e in seen if "test timeout" in json.dumps(e)], seen
 
