@@ -24,6 +24,7 @@ from rlsup.supervisor.gpu.nvml import (
     SamplerThread,
     make_sampler,
 )
+from tests.conftest import PATIENCE
 
 # ------------------------------------------------------------------------------------- attribution
 # Pure functions of a sample and the run's process trees: which component uses which GPU, which holders
@@ -641,7 +642,7 @@ def test_sampler_thread_delivers_survives_errors_and_stops_promptly() -> None:
 
     sampler = _Flaky()
     t = SamplerThread(sampler, cb, interval=0.01).start()
-    assert enough.wait(5), "sampler thread stopped delivering"
+    assert enough.wait(PATIENCE), "sampler thread stopped delivering"
     assert t.is_alive()
     assert t.errors >= 4  # 3 flaky samples before the 4th good one, plus the callback bug
     assert t.stop()
@@ -676,7 +677,7 @@ def test_a_shorter_interval_samples_now_not_after_the_long_wait() -> None:
         t.interval = 120.0
         assert not second.wait(0.3)  # longer: nothing sooner
         t.interval = 1.0
-        assert second.wait(5), "no sample after the interval shrank from 120 s to 1 s"
+        assert second.wait(PATIENCE), "no sample after the interval shrank from 120 s to 1 s"
     finally:
         assert t.stop(timeout=5)
     with pytest.raises(ValueError):
