@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any
 
 from ..records import state as run_state
-from ..records.events import ComponentExited, Record, RunEnded, RunStarted, StartFailed, as_record
+from ..records.events import ComponentExited, ComponentSpawnFailed, Record, RunEnded, RunStarted, as_record
 from .session import Connector, Session, SessionListener
 
 JSON_TIMEOUT_S = 15.0
@@ -112,7 +112,7 @@ def failure_of(component: str, exit_info: Mapping[str, Any], attempt: int | None
 def failure_in(rec: Record) -> Failure | None:
     """The failure an ``exited`` or ``spawn_failed`` record with a diagnosis stands for, or None."""
     e = rec.event
-    if not isinstance(e, (ComponentExited, StartFailed)) or not e.component:
+    if not isinstance(e, (ComponentExited, ComponentSpawnFailed)) or not e.component:
         return None
     diag = e.diagnosis
     if not diag or diag.get("category") in (None, "none"):

@@ -157,7 +157,7 @@ def test_a_slurm_step_has_no_cpu_or_memory_of_this_host():
     from types import SimpleNamespace
 
     from rlsup.supervisor.records import events as ev
-    from rlsup.supervisor.run.resources import ResourceWatch
+    from rlsup.supervisor.run.resources import ResourceSampling
 
     class Ring(list):
         bytes = 0
@@ -168,7 +168,7 @@ def test_a_slurm_step_has_no_cpu_or_memory_of_this_host():
                                attempt=1)
 
     comps = {"local": component(None), "step": component(object())}
-    w = ResourceWatch()
+    w = ResourceSampling()
     w.sample(0.0, comps, [])
     (gauge,) = [e for e in w.sample(1.0, comps, []) if isinstance(e, ev.ResourcesSampled)]
     assert gauge.data["local"]["rss_mb"] > 1 and gauge.data["local"]["cpu_pct"] is not None
