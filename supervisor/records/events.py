@@ -8,6 +8,11 @@ back in over an edge (a journal line, a socket message) is turned into a typed :
 
 Lifecycle events and flags are journaled and never dropped; gauges (``progress``, ``gpu``,
 ``resources``) are latest-wins and live only in state and on the wire.
+
+A class is named for its kind, by one rule: a subject where the kind has none (``Component``, or
+``Artefacts``), the kind in CamelCase, and a past participle where the kind is a bare noun (``Received``,
+``Ended``, ``Raised``, ``Updated``, ``Sampled``): ``exited`` is ``ComponentExited``, ``run_started``
+``RunStarted``, ``flag`` ``FlagRaised``, ``gpu`` ``GpuSampled`` (tests/supervisor/records/test_event_names.py).
 """
 
 from __future__ import annotations
