@@ -74,7 +74,7 @@ class FleetFile(BaseModel):
 def read_pods(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> list[Pod]:
     """The pods of a fleet file; raises :class:`~.loader.ConfigError` listing every problem."""
     file = str(path)
-    doc = read_document(Path(path), file, "fleet file")
+    doc = read_document(Path(path), file, "fleet file", "a `pods:` list")
     env = dict(os.environ if environ is None else environ)
     problems: list[Problem] = []
     data = dict(doc.data)

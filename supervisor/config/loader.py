@@ -467,8 +467,9 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
     return cfg
 
 
-def read_document(p: Path, file: str, what: str = "config") -> YamlDoc:
-    """A file the user writes, parsed (capped in size, UTF-8, YAML), its top level a mapping."""
+def read_document(p: Path, file: str, what: str = "config", holds: str = "a `components:` key") -> YamlDoc:
+    """A file the user writes (``what``), parsed (capped in size, UTF-8, YAML), its top level a mapping
+    (with ``holds``)."""
     try:
         raw = _read_capped(p, "the file")
     except OSError as e:
@@ -477,8 +478,7 @@ def read_document(p: Path, file: str, what: str = "config") -> YamlDoc:
         raise ConfigError([Problem(file, 1, 1, (), str(e))]) from None
     doc = load_yaml(_decode(raw, file), file)
     if not isinstance(doc.data, dict):
-        top = "a `components:` key" if what == "config" else "a `pods:` list"
-        raise ConfigError([Problem(file, 1, 1, (), f"the top level must be a mapping with {top}")])
+        raise ConfigError([Problem(file, 1, 1, (), f"the top level must be a mapping with {holds}")])
     return doc
 
 
