@@ -16,14 +16,14 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from rlsup.supervisor.records.events import (
-    BecameReady,
     ComponentCompleted,
     ComponentExited,
+    ComponentFatal,
+    ComponentReady,
+    ComponentSpawnFailed,
+    ComponentStopping,
     FlagRaised,
-    GaveUp,
     Record,
-    StartFailed,
-    StopBegan,
     UnknownEvent,
     describe,
     fmt_duration,
@@ -149,16 +149,16 @@ class TimelineScreen(_Closable):
 
 def _event_style(rec: Record) -> str:
     e = rec.event
-    if isinstance(e, (GaveUp, FlagRaised, StartFailed)) or _signalled(e) or (
+    if isinstance(e, (ComponentFatal, FlagRaised, ComponentSpawnFailed)) or _signalled(e) or (
             isinstance(e, ComponentExited) and e.exit_code not in (0, None)):
         return "bold red"
-    return "green" if isinstance(e, (BecameReady, ComponentCompleted)) else ""
+    return "green" if isinstance(e, (ComponentReady, ComponentCompleted)) else ""
 
 
 def _signalled(e: object) -> bool:
     """An event that names a signal: an exit by one, a stop that sends one (or a kind this client
     does not know, with a ``signal`` field)."""
-    if isinstance(e, (ComponentExited, StopBegan)):
+    if isinstance(e, (ComponentExited, ComponentStopping)):
         return bool(e.signal)
     return isinstance(e, UnknownEvent) and bool(e.data.get("signal"))
 

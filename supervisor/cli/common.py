@@ -69,7 +69,7 @@ def _silence(stream: Any) -> None:
 
 def load(path: str, run_dir: str | None) -> Config | int:
     """The config, or EXIT_USAGE after printing every problem as FILE:LINE:COL."""
-    from ..config.model import ConfigError, load_config  # pydantic: only for commands that read a config
+    from ..config.loader import ConfigError, load_config  # pydantic: only for commands that read a config
 
     try:
         return load_config(path, run_dir=run_dir)

@@ -140,7 +140,7 @@ def _file_targets(args: argparse.Namespace) -> Targets | int:
     """The pods of FLEET.yaml, reached over SSH (exit code 2 on a fleet file error)."""
     import shlex
 
-    from ..config.model import ConfigError
+    from ..config.loader import ConfigError
 
     try:
         specs = load_fleet(args.fleet_file)

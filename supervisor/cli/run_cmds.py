@@ -545,7 +545,7 @@ def _run_without_supervisor(args: argparse.Namespace) -> Any:
 
 def _stop_settings(paths: Any) -> dict[str, tuple[int, float]]:
     """component -> (stop signal, timeout) from the run's config, where it can still be read."""
-    from ..config.model import ConfigError, load_config
+    from ..config.loader import ConfigError, load_config
     from ..rundir.layout import read_owner
 
     config = (read_owner(paths) or {}).get("config")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import difflib
 import os
 import re
 import threading
@@ -28,11 +27,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from ..records import state as run_state
-from ..records.events import ComponentExited, Record, RunEnded, RunStarted, StartFailed, as_record
+from ..records.events import ComponentExited, ComponentSpawnFailed, Record, RunEnded, RunStarted, as_record
 from .session import Connector, Session, SessionListener
 
 JSON_TIMEOUT_S = 15.0
@@ -40,7 +38,6 @@ FLAG_TYPE = "fleet_repeated_error"
 MAX_FAILURES = 200  # failures remembered per pod (only signatures matter; the newest win)
 HISTORY_EVENTS = 5000  # the newest journal events read from each pod for its past failures
 ENDED_RECHECK_S = 60.0  # how often a pod whose run ended is looked at again (a resumed run shows up)
-POD_KEYS = ("host", "user", "port", "run_dir", "label")
 _RETRY_SUFFIX = re.compile(r"; retrying in [0-9.]+s$")
 
 # ---------------------------------------------------------------------------------------------
@@ -67,154 +64,12 @@ class PodSpec:
         return attach_command(self.target_label(), run_dir=self.run_dir, identity=identity, remote_cmd=remote_cmd)
 
 
-_SKIP = object()  # a pod key given as null: left to its default
-
-
-class _Problems:
-    """The problems of one fleet file, each at the line and column of the key it is about."""
-
-    def __init__(self, file: str, doc: Any):
-        self.file, self.doc = file, doc
-        self.found: list[Any] = []
-
-    def at(self, p: tuple[str | int, ...], msg: str, key: bool = False) -> None:
-        from ..config.model import Problem
-
-        line, col = self.doc.pos(p, key=key)
-        self.found.append(Problem(self.file, line, col, p, msg))
-
-    def fail(self) -> NoReturn:
-        from ..config.model import ConfigError
-
-        raise ConfigError(self.found)
-
-
-def _read_fleet(path: str | os.PathLike[str]) -> tuple[str, Any]:
-    """(the file's name, its parsed YAML document)."""
-    from ..config.model import ConfigError, Problem, _load_yaml  # pydantic: not at CLI start-up
-
-    file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError([Problem(file, 1, 1, (), f"cannot read fleet file: {e.strerror or e}")]) from None
-    except UnicodeDecodeError as e:
-        raise ConfigError([Problem(file, 1, 1, (), f"fleet file is not UTF-8 text: {e}")]) from None
-    return file, _load_yaml(text, file)
-
-
-def _pods_list(data: Any, problems: _Problems) -> list[Any]:
-    """The ``pods:`` list of the top level; a top level without one fails at once."""
-    if not isinstance(data, dict):
-        problems.at((), "the top level must be a mapping with a `pods:` list")
-        problems.fail()
-    for k in data:
-        if k != "pods":
-            close = difflib.get_close_matches(str(k), ["pods"], n=1, cutoff=0.6)
-            problems.at((k,), f"unknown key {k!r}" + ("; did you mean 'pods'?" if close else "; known keys: pods"),
-                        key=True)
-    pods = data.get("pods")
-    if pods is None:
-        problems.at((), "missing required key 'pods' (a list of {host, user, port, run_dir, label})")
-        problems.fail()
-    if not isinstance(pods, list) or not pods:
-        problems.at(("pods",), "`pods` must be a non-empty list of {host, user, port, run_dir, label}")
-        problems.fail()
-    return pods
-
-
-def _port(v: Any, kp: tuple[str | int, ...], problems: _Problems) -> Any:
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 65536:
-        problems.at(kp, f"port must be a number from 1 to 65535 (got {v!r})")
-        return None
-    return v
-
-
-def _text(k: str, v: Any, kp: tuple[str | int, ...], env: dict[str, str], problems: _Problems) -> Any:
-    """A string value with ``${VAR}`` expanded; None after a problem; :data:`_SKIP` for a null."""
-    from ..config.model import interpolate
-
-    if v is None and k != "host":
-        return _SKIP
-    if isinstance(v, int | float) and not isinstance(v, bool) and k in ("host", "label", "user"):
-        v = str(v)
-    if not isinstance(v, str) or not v.strip():
-        problems.at(kp, f"{k} must be a non-empty string (got {v!r})")
-        return None
-    expanded, missing = interpolate(v, env)
-    if missing:
-        problems.at(kp, f"undefined variable{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                        "(set it, or write ${VAR:-default})")
-        return None
-    return expanded
-
-
-def _pod_values(raw: dict[Any, Any], here: tuple[str | int, ...], env: dict[str, str],
-                problems: _Problems) -> tuple[dict[str, Any], bool]:
-    """(the pod's checked values, whether every key was fine)."""
-    values: dict[str, Any] = {}
-    ok = True
-    for k, v in raw.items():
-        kp = (*here, str(k))
-        if k not in POD_KEYS:
-            close = difflib.get_close_matches(str(k), POD_KEYS, n=1, cutoff=0.6)
-            problems.at(kp, f"unknown key {k!r}" + (f"; did you mean {close[0]!r}?" if close
-                                                    else f"; known keys: {', '.join(POD_KEYS)}"), key=True)
-            ok = False
-            continue
-        value = _port(v, kp, problems) if k == "port" else _text(k, v, kp, env, problems)
-        if value is None:
-            ok = False
-        elif value is not _SKIP:
-            values[k] = value
-    return values, ok
-
-
-def _pod(raw: Any, here: tuple[str | int, ...], env: dict[str, str], problems: _Problems) -> tuple[PodSpec | None, bool]:
-    """(one pod's spec, or None where it has no usable host; whether it had no problem)."""
-    if isinstance(raw, str):  # a bare host name is a pod with defaults
-        raw = {"host": raw}
-    if not isinstance(raw, dict):
-        problems.at(here, "each pod must be a mapping with at least `host:` (or a host name)")
-        return None, False
-    values, ok = _pod_values(raw, here, env, problems)
-    if "host" not in values:
-        if ok and "host" not in raw:
-            problems.at(here, "missing required key 'host'")
-        return None, False
-    host = values["host"]
-    if "@" in host or (host.count(":") == 1 and not host.startswith("[")):
-        problems.at((*here, "host"), f"write the host alone ({host!r}); give `user:` and `port:` as their own keys")
-        return None, False
-    return PodSpec(host=host, user=values.get("user"), port=values.get("port"), run_dir=values.get("run_dir"),
-                   label=values.get("label") or host), ok
-
-
 def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> list[PodSpec]:
-    """Read and validate a fleet file; raises :class:`~rlsup.supervisor.config.model.ConfigError` listing
+    """Read and validate a fleet file; raises :class:`~rlsup.supervisor.config.loader.ConfigError` listing
     every problem as ``FILE:LINE:COL: key.path: message``. ``${VAR}`` expands in string values."""
-    file, doc = _read_fleet(path)
-    env = dict(os.environ if environ is None else environ)
-    problems = _Problems(file, doc)
-    out: list[PodSpec] = []
-    labels: dict[str, int] = {}
-    for i, raw in enumerate(_pods_list(doc.data, problems)):
-        here: tuple[str | int, ...] = ("pods", i)
-        spec, ok = _pod(raw, here, env, problems)
-        if spec is None:
-            continue
-        if spec.label in labels:
-            named = isinstance(raw, dict) and "label" in raw
-            problems.at((*here, "label") if named else (*here, "host"),
-                        f"two pods named {spec.label!r} (first is pods[{labels[spec.label]}]); "
-                        "give each a distinct `label:`")
-            continue
-        labels[spec.label] = i
-        if ok:
-            out.append(spec)
-    if problems.found:
-        problems.fail()
-    return out
+    from ..config.fleetfile import read_pods  # pydantic: not at CLI start-up
+
+    return [PodSpec(p.host, p.user, p.port, p.run_dir, p.label or p.host) for p in read_pods(path, environ=environ)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +112,7 @@ def failure_of(component: str, exit_info: Mapping[str, Any], attempt: int | None
 def failure_in(rec: Record) -> Failure | None:
     """The failure an ``exited`` or ``spawn_failed`` record with a diagnosis stands for, or None."""
     e = rec.event
-    if not isinstance(e, (ComponentExited, StartFailed)) or not e.component:
+    if not isinstance(e, (ComponentExited, ComponentSpawnFailed)) or not e.component:
         return None
     diag = e.diagnosis
     if not diag or diag.get("category") in (None, "none"):

@@ -10,7 +10,7 @@ from ..records.diagnosis import CATEGORIES, Diagnosis, HostEvidence
 from .dependency import (
     CONNECTION_CATEGORIES,
     DependencyFlag,
-    DependencyWatch,
+    DependencyTracker,
     connection_errors,
     dependency_down,
 )
@@ -26,7 +26,7 @@ __all__ = [
     "CATEGORIES",
     "CONNECTION_CATEGORIES",
     "DependencyFlag",
-    "DependencyWatch",
+    "DependencyTracker",
     "MemoryGrowthDetector",
     "RunDiagnosis",
     "RunFailure",

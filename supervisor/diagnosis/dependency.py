@@ -2,7 +2,7 @@
 
 Pure. :func:`dependency_down` decides, from a consumer's diagnosis categories and recent log
 lines plus its dependencies' states and probe results, whether the consumer's trouble is a dead
-dependency; :class:`DependencyWatch` tracks how long each dependency has been down and says
+dependency; :class:`DependencyTracker` tracks how long each dependency has been down and says
 what to do: restart the dependency first, stop its consumers once it has stayed down past a
 budget (rather than letting them retry for hours).
 """
@@ -97,7 +97,7 @@ def dependency_down(
                           dependencies=tuple(down))
 
 
-class DependencyWatch:
+class DependencyTracker:
     """How long each dependency has been down, and what to do about it.
 
     Call :meth:`observe` for a dependency whenever its state or probe is checked (every tick is

@@ -26,20 +26,20 @@ from typing import Any
 
 from ..records.diagnosis import Diagnosis
 from ..records.events import (
-    BecameReady,
     ComponentAdopted,
     ComponentCompleted,
     ComponentExited,
+    ComponentFatal,
+    ComponentReady,
     ComponentStarted,
     ComponentStopped,
+    ComponentStopping,
     Event,
     FlagCleared,
     FlagRaised,
-    GaveUp,
     Record,
     RunEnded,
     RunStarted,
-    StopBegan,
     parse,
 )
 from ..records.phrases import fmt_duration
@@ -457,10 +457,10 @@ class _JournalFacts:
         elif e.type == "stall" and ts is not None and e.by != "attempt_ended":
             self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
 
-    def _stopping(self, c: str, ts: float | None, e: StopBegan, info: dict[str, Any]) -> None:
+    def _stopping(self, c: str, ts: float | None, e: ComponentStopping, info: dict[str, Any]) -> None:
         self.stopping[c] = True
 
-    def _ended(self, c: str, ts: float | None, e: ComponentStopped | GaveUp, info: dict[str, Any]) -> None:
+    def _ended(self, c: str, ts: float | None, e: ComponentStopped | ComponentFatal, info: dict[str, Any]) -> None:
         """stopped, fatal."""
         info["state"] = e.kind
         self.exited_last[c] = True
@@ -496,11 +496,11 @@ _OnEvent = Callable[[_JournalFacts, str, float | None, Any, dict[str, Any]], Non
 # what each event of a component says (other classes only make the component known)
 _ON_EVENT: dict[type[Event], _OnEvent] = {
     ComponentStarted: _JournalFacts._started,
-    BecameReady: _JournalFacts._running_again, ComponentCompleted: _JournalFacts._running_again,
+    ComponentReady: _JournalFacts._running_again, ComponentCompleted: _JournalFacts._running_again,
     ComponentAdopted: _JournalFacts._running_again,
     FlagCleared: _JournalFacts._flag_cleared,
-    StopBegan: _JournalFacts._stopping,
-    ComponentStopped: _JournalFacts._ended, GaveUp: _JournalFacts._ended,
+    ComponentStopping: _JournalFacts._stopping,
+    ComponentStopped: _JournalFacts._ended, ComponentFatal: _JournalFacts._ended,
     ComponentExited: _JournalFacts._exited,
     FlagRaised: _JournalFacts._flag,
 }

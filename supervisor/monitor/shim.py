@@ -633,7 +633,7 @@ def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None]) -> int:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    watch = _Watch(pid, spec.get("cgroup"), out_r, wake_r, log, rec)
+    watch = _Loop(pid, spec.get("cgroup"), out_r, wake_r, log, rec)
     watch.run()
     watch.pump.close()
     rec.remove()
@@ -687,7 +687,7 @@ def _create_record(spec: dict, pid: int, started: float, started_mono: float,
     return rec
 
 
-class _Watch:
+class _Loop:
     """The monitor's loop over one attempt, and what it knows: one handler per thing that wakes it
     (output ready, the end of a rest, a child's exit, the finish request, the finish deadline).
 

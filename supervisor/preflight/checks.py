@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..config.model import Component, Config, Path_, _load_yaml, parse_hostport
+from ..config.loader import load_yaml
+from ..config.model import Component, Config, Path_, parse_hostport
 from ..monitor.process import ENV_COMPONENT, ENV_RUN_DIR, signal_name
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ class _Ctx:
         self._doc: Any = None
         try:
             if cfg.source:
-                self._doc = _load_yaml(Path(cfg.source).read_text(encoding="utf-8"), cfg.source)
+                self._doc = load_yaml(Path(cfg.source).read_text(encoding="utf-8"), cfg.source)
         except Exception:  # positions are a nicety; the config was already validated
             self._doc = None
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .events import (
-    BecameReady,
     ComponentCompleted,
     ComponentExited,
+    ComponentFatal,
+    ComponentReady,
     ComponentStarted,
     ComponentStopped,
     FlagRaised,
-    GaveUp,
     Record,
     RestartScheduled,
 )
@@ -28,7 +28,7 @@ from .phrases import describe_exit
 if TYPE_CHECKING:
     from .diagnosis import Diagnosis
 
-_OUTCOMES = (ComponentCompleted, GaveUp, ComponentStopped, RestartScheduled)  # what rlsup did after the exit
+_OUTCOMES = (ComponentCompleted, ComponentFatal, ComponentStopped, RestartScheduled)  # what rlsup did after the exit
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def _closed(a: Attempt, rec: Record, e: ComponentExited) -> Attempt:
 def _follow(a: Attempt, rec: Record) -> Attempt:
     """``a`` with what ``rec`` (a record of its component after its start) says about it."""
     e = rec.event
-    if isinstance(e, BecameReady):
+    if isinstance(e, ComponentReady):
         return replace(a, ready=True, ready_at=rec.ts)
     if isinstance(e, ComponentExited):
         return _closed(a, rec, e)

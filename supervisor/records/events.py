@@ -8,6 +8,11 @@ back in over an edge (a journal line, a socket message) is turned into a typed :
 
 Lifecycle events and flags are journaled and never dropped; gauges (``progress``, ``gpu``,
 ``resources``) are latest-wins and live only in state and on the wire.
+
+A class is named for its kind, by one rule: a subject where the kind has none (``Component``, or
+``Artefacts``), the kind in CamelCase, and a past participle where the kind is a bare noun (``Received``,
+``Ended``, ``Raised``, ``Updated``, ``Sampled``): ``exited`` is ``ComponentExited``, ``run_started``
+``RunStarted``, ``flag`` ``FlagRaised``, ``gpu`` ``GpuSampled`` (tests/supervisor/records/test_event_names.py).
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ class RunEnded(Event):
 
 
 @dataclass(frozen=True)
-class SupervisorHandedOver(Event):
+class SupervisorExited(Event):
     kind = "supervisor_exited"
     reason: str = ""
     monitors: list[int] = field(default_factory=list)
@@ -97,7 +102,7 @@ class CommandReceived(Event):
 
 
 @dataclass(frozen=True)
-class ComponentWaiting(Event):
+class ComponentPending(Event):
     kind = "pending"
     waiting_for: list[str] = field(default_factory=list)
 
@@ -128,7 +133,7 @@ class ComponentStarted(Event):
 
 
 @dataclass(frozen=True)
-class StartFailed(Event):
+class ComponentSpawnFailed(Event):
     kind = "spawn_failed"
     attempt: int = 0
     command: list[str] = field(default_factory=list)
@@ -147,7 +152,7 @@ class ComponentAdopted(Event):
 
 
 @dataclass(frozen=True)
-class BecameReady(Event):
+class ComponentReady(Event):
     kind = "ready"
     probe: str = ""
 
@@ -178,7 +183,7 @@ class ComponentCompleted(Event):
 
 
 @dataclass(frozen=True)
-class GaveUp(Event):
+class ComponentFatal(Event):
     kind = "fatal"
     reason: str = ""
     cause: str | None = None  # the component whose failure this one follows from (a dead dependency)
@@ -188,7 +193,7 @@ class GaveUp(Event):
 
 
 @dataclass(frozen=True)
-class StopBegan(Event):
+class ComponentStopping(Event):
     kind = "stopping"
     by: str = ""
     signal: str = ""
@@ -263,9 +268,9 @@ class ResourcesSampled(Gauge):
 
 LIFECYCLE = frozenset(
     cls.kind for cls in (
-        RunStarted, RunEnded, SupervisorHandedOver, LeftoversEnded, CommandReceived, ComponentWaiting,
-        ComponentStarted, StartFailed, ComponentAdopted, BecameReady, ComponentExited, RestartScheduled,
-        ComponentCompleted, GaveUp, StopBegan, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
+        RunStarted, RunEnded, SupervisorExited, LeftoversEnded, CommandReceived, ComponentPending,
+        ComponentStarted, ComponentSpawnFailed, ComponentAdopted, ComponentReady, ComponentExited, RestartScheduled,
+        ComponentCompleted, ComponentFatal, ComponentStopping, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
     ))
 GAUGES = frozenset({"progress", "gpu", "resources"})
 
@@ -328,9 +333,9 @@ class Record:
 
 
 EVENT_CLASSES: tuple[type[Event], ...] = (
-    RunStarted, RunEnded, SupervisorHandedOver, LeftoversEnded, CommandReceived, ComponentWaiting,
-    ComponentStarted, StartFailed, ComponentAdopted, BecameReady, ComponentExited, RestartScheduled,
-    ComponentCompleted, GaveUp, StopBegan, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
+    RunStarted, RunEnded, SupervisorExited, LeftoversEnded, CommandReceived, ComponentPending,
+    ComponentStarted, ComponentSpawnFailed, ComponentAdopted, ComponentReady, ComponentExited, RestartScheduled,
+    ComponentCompleted, ComponentFatal, ComponentStopping, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
     ProgressUpdated, GpuSampled, ResourcesSampled,
 )
 BY_KIND: dict[str, type[Event]] = {cls.kind: cls for cls in EVENT_CLASSES}
@@ -481,19 +486,19 @@ def _command(e: CommandReceived) -> str:
 _WORDS: dict[type[Event], Callable[[Any], str]] = {
     RunStarted: _run_started,
     RunEnded: lambda e: f"run ended: {e.reason} (exit code {e.exit_code})",
-    SupervisorHandedOver: lambda e: (f"supervisor exited ({e.reason}); {len(e.monitors)} component(s) keep "
+    SupervisorExited: lambda e: (f"supervisor exited ({e.reason}); {len(e.monitors)} component(s) keep "
                                      "running under their monitors"),
-    ComponentWaiting: lambda e: "waiting for " + ", ".join(e.waiting_for) if e.waiting_for else "pending",
+    ComponentPending: lambda e: "waiting for " + ", ".join(e.waiting_for) if e.waiting_for else "pending",
     ComponentStarted: _started,
-    StartFailed: lambda e: f"could not start (attempt {e.attempt}): {e.error}",
+    ComponentSpawnFailed: lambda e: f"could not start (attempt {e.attempt}): {e.error}",
     ComponentAdopted: lambda e: (f"taken over: pid {e.pid} (attempt {e.attempt}, up {fmt_duration(e.uptime_s)}, "
                                  f"monitor pid {e.monitor_pid})"),
-    BecameReady: lambda e: f"ready ({e.probe})",
+    ComponentReady: lambda e: f"ready ({e.probe})",
     ComponentExited: _exited,
     RestartScheduled: lambda e: f"restarting in {e.delay_s:.1f}s (attempt {e.attempt}; {e.reason})",
     ComponentCompleted: lambda e: "completed",
-    GaveUp: lambda e: f"FATAL: {e.reason}",
-    StopBegan: lambda e: f"stopping ({e.signal}, by {e.by}{f'; {e.reason}' if e.reason else ''})",
+    ComponentFatal: lambda e: f"FATAL: {e.reason}",
+    ComponentStopping: lambda e: f"stopping ({e.signal}, by {e.by}{f'; {e.reason}' if e.reason else ''})",
     ComponentStopped: lambda e: f"stopped (by {e.by})",
     FlagRaised: lambda e: f"FLAG {e.type}: {e.message}{f' -> {e.action}' if e.action else ''}",
     FlagCleared: lambda e: f"flag {e.type} cleared: {e.message}",

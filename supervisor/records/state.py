@@ -88,7 +88,7 @@ def _run_ended(state: dict[str, Any], e: ev.RunEnded, rec: ev.Record) -> None:
         c.update(rate=None, eta_s=None)
 
 
-def _handed_over(state: dict[str, Any], e: ev.SupervisorHandedOver, rec: ev.Record) -> None:
+def _handed_over(state: dict[str, Any], e: ev.SupervisorExited, rec: ev.Record) -> None:
     state["run"]["handed_over"] = rec.ts
 
 
@@ -106,7 +106,7 @@ def _gpu(state: dict[str, Any], e: ev.GpuSampled, rec: ev.Record) -> None:
 
 
 _RUN: dict[type[ev.Event], Callable[[dict[str, Any], Any, ev.Record], None]] = {
-    ev.RunStarted: _run_started, ev.RunEnded: _run_ended, ev.SupervisorHandedOver: _handed_over,
+    ev.RunStarted: _run_started, ev.RunEnded: _run_ended, ev.SupervisorExited: _handed_over,
     ev.ResourcesSampled: _resources, ev.GpuSampled: _gpu,
 }
 
@@ -116,7 +116,7 @@ _RUN: dict[type[ev.Event], Callable[[dict[str, Any], Any, ev.Record], None]] = {
 _GONE = {"pid": None, "rate": None, "eta_s": None, "resources": None}  # a process that is no more
 
 
-def _pending(c: dict[str, Any], e: ev.ComponentWaiting, rec: ev.Record) -> None:
+def _pending(c: dict[str, Any], e: ev.ComponentPending, rec: ev.Record) -> None:
     c.update(state="pending", waiting_for=e.waiting_for, next_start_at=None)
 
 
@@ -131,7 +131,7 @@ def _started(c: dict[str, Any], e: ev.ComponentStarted, rec: ev.Record) -> None:
         c["step"] = e.resume.get("step")
 
 
-def _spawn_failed(c: dict[str, Any], e: ev.StartFailed, rec: ev.Record) -> None:
+def _spawn_failed(c: dict[str, Any], e: ev.ComponentSpawnFailed, rec: ev.Record) -> None:
     c["attempt"] = e.attempt or c["attempt"]
     c["last_exit"] = {"exit_code": None, "signal": None, "uptime_s": 0.0, "step": None,
                       "diagnosis": e.diagnosis, "ts": rec.ts, "error": e.error}
@@ -143,7 +143,7 @@ def _adopted(c: dict[str, Any], e: ev.ComponentAdopted, rec: ev.Record) -> None:
              next_start_at=None, waiting_for=[], started_at=rec.ts - e.uptime_s)
 
 
-def _ready(c: dict[str, Any], e: ev.BecameReady, rec: ev.Record) -> None:
+def _ready(c: dict[str, Any], e: ev.ComponentReady, rec: ev.Record) -> None:
     c.update(state="running", ready_at=rec.ts)
 
 
@@ -161,11 +161,11 @@ def _completed(c: dict[str, Any], e: ev.ComponentCompleted, rec: ev.Record) -> N
     c.update(_GONE, state="completed")
 
 
-def _fatal(c: dict[str, Any], e: ev.GaveUp, rec: ev.Record) -> None:
+def _fatal(c: dict[str, Any], e: ev.ComponentFatal, rec: ev.Record) -> None:
     c.update(_GONE, state="fatal", reason=e.reason)
 
 
-def _stopping(c: dict[str, Any], e: ev.StopBegan, rec: ev.Record) -> None:
+def _stopping(c: dict[str, Any], e: ev.ComponentStopping, rec: ev.Record) -> None:
     c.update(state="stopping")
 
 
@@ -198,9 +198,9 @@ def _progress(c: dict[str, Any], e: ev.ProgressUpdated, rec: ev.Record) -> None:
 # One handler per class; a component event of a kind not listed (a command, a newer kind) only
 # makes the component known.
 _COMPONENT: dict[type[ev.Event], Callable[[dict[str, Any], Any, ev.Record], None]] = {
-    ev.ComponentWaiting: _pending, ev.ComponentStarted: _started, ev.StartFailed: _spawn_failed, ev.ComponentAdopted: _adopted,
-    ev.BecameReady: _ready, ev.ComponentExited: _exited, ev.RestartScheduled: _restart_scheduled,
-    ev.ComponentCompleted: _completed, ev.GaveUp: _fatal, ev.StopBegan: _stopping, ev.ComponentStopped: _stopped,
+    ev.ComponentPending: _pending, ev.ComponentStarted: _started, ev.ComponentSpawnFailed: _spawn_failed, ev.ComponentAdopted: _adopted,
+    ev.ComponentReady: _ready, ev.ComponentExited: _exited, ev.RestartScheduled: _restart_scheduled,
+    ev.ComponentCompleted: _completed, ev.ComponentFatal: _fatal, ev.ComponentStopping: _stopping, ev.ComponentStopped: _stopped,
     ev.FlagRaised: _flag, ev.FlagCleared: _flag_cleared, ev.ProgressUpdated: _progress,
 }
 

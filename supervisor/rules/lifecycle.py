@@ -402,7 +402,7 @@ def _on_deps_waiting(life: Life, inp: DepsWaiting, now: float, rules: Rules) -> 
     """pending: say what it waits for, when that list changed."""
     if life.state != "pending" or life.want != "run" or inp.waiting == life.waiting:
         return life, []
-    return replace(life, waiting=inp.waiting), [Emit(ev.ComponentWaiting(life.name, waiting_for=list(inp.waiting)))]
+    return replace(life, waiting=inp.waiting), [Emit(ev.ComponentPending(life.name, waiting_for=list(inp.waiting)))]
 
 
 def _on_deps_blocked(life: Life, inp: DepsBlocked, now: float, rules: Rules) -> Outcome:
@@ -410,7 +410,7 @@ def _on_deps_blocked(life: Life, inp: DepsBlocked, now: float, rules: Rules) -> 
     if life.state != "pending" or life.want != "run" or life.spawning:
         return life, []
     why = Cause("dependency", inp.reason, component=inp.cause)
-    fx: list[Effect] = [Emit(ev.GaveUp(life.name, reason=inp.reason, cause=inp.cause, why=why.to_dict()))]
+    fx: list[Effect] = [Emit(ev.ComponentFatal(life.name, reason=inp.reason, cause=inp.cause, why=why.to_dict()))]
     return replace(life, state="fatal", cause=inp.cause, waiting=(), gave_up=why), fx
 
 
@@ -428,7 +428,7 @@ def _on_spawned(life: Life, inp: Spawned, now: float, rules: Rules) -> Outcome:
         log_ino=inp.log_ino, config_hash=inp.config_hash, **(inp.slurm or {})))]
     life = replace(life, start_cause=None)
     if life.want == "stop" or life.then_start:  # stopped or restarted while it was being spawned
-        fx.append(Emit(ev.StopBegan(life.name, by=life.stop_by or life.restart_by or "user",
+        fx.append(Emit(ev.ComponentStopping(life.name, by=life.stop_by or life.restart_by or "user",
                                     signal=rules.stop_signal, cause=_dict(life.stop_cause))))
         fx.append(Terminate(rules.stop_signal, rules.stop_timeout))
         return replace(life, state="stopping"), fx
@@ -459,14 +459,14 @@ def _on_adopted(life: Life, inp: Adopted, now: float, rules: Rules) -> Outcome:
 def _on_spawn_failed(life: Life, inp: SpawnFailed, now: float, rules: Rules) -> Outcome:
     """starting -> stopped (a stop was asked for), fatal (restarting cannot help) or what the policy says."""
     life = replace(life, spawning=False)
-    fx: list[Effect] = [Emit(ev.StartFailed(life.name, attempt=life.attempt, command=list(inp.command),
+    fx: list[Effect] = [Emit(ev.ComponentSpawnFailed(life.name, attempt=life.attempt, command=list(inp.command),
                                             error=inp.error, diagnosis=inp.diagnosis))]
     if life.want == "stop":
         fx.append(Emit(ev.ComponentStopped(life.name, by=life.stop_by or "user")))
         return replace(life, state="stopped", stop_by=None, then_start=False), fx
     why = Cause("spawn", inp.error, of="spawn_failed")
     if inp.deterministic:  # a missing command or working directory: restarting cannot help
-        fx.append(Emit(ev.GaveUp(life.name, reason=inp.error, why=why.to_dict())))
+        fx.append(Emit(ev.ComponentFatal(life.name, reason=inp.error, why=why.to_dict())))
         return replace(life, state="fatal", then_start=False, gave_up=why), fx
     return _decide(life, now, rules, fx, success=False, how=inp.error, patterns=(), cause=why)
 
@@ -665,7 +665,7 @@ _HANDLERS: dict[type[Any], _Handler] = dict([
 def _begin_stop(life: Life, rules: Rules, fx: list[Effect], *, by: str, reason: str | None,
                 why: Cause) -> Outcome:
     """-> stopping: say who stops it and why, stop probing, and send the stop signal."""
-    fx.append(Emit(ev.StopBegan(life.name, by=by, signal=rules.stop_signal, reason=reason, cause=why.to_dict())))
+    fx.append(Emit(ev.ComponentStopping(life.name, by=by, signal=rules.stop_signal, reason=reason, cause=why.to_dict())))
     fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
     return replace(life, state="stopping"), fx
 
@@ -677,7 +677,7 @@ def _force_stop(life: Life, rules: Rules, fx: list[Effect], reason: str, why: Ca
 
 
 def _became_ready(life: Life, now: float, rules: Rules, fx: list[Effect], probe: str) -> tuple[Life, list[Effect]]:
-    fx.append(Emit(ev.BecameReady(life.name, probe=probe)))
+    fx.append(Emit(ev.ComponentReady(life.name, probe=probe)))
     if rules.alive:
         fx.append(Probe("alive"))
     return _arm_healthy(replace(life, state="running", ready_at=now), rules, fx)
@@ -746,7 +746,7 @@ def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: 
     if decision.action == "complete":
         fx.append(Emit(ev.ComponentCompleted(name)))
         return replace(life, state="completed"), fx
-    fx.append(Emit(ev.GaveUp(name, reason=decision.reason, why=why.to_dict())))
+    fx.append(Emit(ev.ComponentFatal(name, reason=decision.reason, why=why.to_dict())))
     return replace(life, state="fatal", gave_up=why), fx
 
 

@@ -32,7 +32,7 @@ DEPENDENCY_FLAG_AFTER_S = 15.0  # a dependency restarting for less than this is 
 
 
 @dataclass(frozen=True)
-class StallWatch:
+class StallView:
     """What the stall judgement may know of a running component with ``progress.stall_after``."""
 
     stall_after: float
@@ -53,7 +53,7 @@ class View:
     awake_since: float = 0.0  # when the supervisor last woke from a pause of its own
     wall_time: float = 0.0  # for the age of artefacts in a stall's evidence
     caught_up: bool = False  # the logs were read just now: a stall seen is a stall
-    stall: Mapping[str, StallWatch] = field(default_factory=dict)
+    stall: Mapping[str, StallView] = field(default_factory=dict)
     consumers: Sequence[Consumer] = ()
     flagged: frozenset[str] = frozenset()  # consumers with a dependency_down flag raised
     down_since: Mapping[str, float] = field(default_factory=dict)  # of the dependency watch
@@ -155,7 +155,7 @@ class Flagged:
 
 
 @dataclass(frozen=True)
-class Watch:
+class Track:
     """Tell the dependency watch whether ``dep`` is down and consumers are failing on it; its answer
     comes back as a :class:`DependencyVerdict`."""
 
@@ -164,7 +164,7 @@ class Watch:
     failing: tuple[str, ...]
 
 
-Effect = Feed | Say | End | CatchUp | Flagged | Watch
+Effect = Feed | Say | End | CatchUp | Flagged | Track
 
 
 def with_seq(inp: lc.Input, seq: int | None) -> lc.Input:
@@ -249,7 +249,7 @@ def _dependency_tick(view: View, t: DependencyTick, now: float, cfg: Config) -> 
     out += [Say(e) for e in events]
     for d in sorted(set(view.down_since) | set(failing)):
         down = detectors.dependency_state(view.seen[d], now) != "running"
-        out.append(Watch(d, down, tuple(failing.get(d, ()))))
+        out.append(Track(d, down, tuple(failing.get(d, ()))))
     return tuple(out)
 
 

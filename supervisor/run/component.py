@@ -126,7 +126,7 @@ class Component:
         # earlier attempt's (a verdict about this attempt never reads it). None: no attempt yet.
         self.output_from: int | None = None
         self.launcher = SlurmLauncher.for_run(ctx.cfg)  # the launcher seam: None = a process of this machine
-        self.ray = rayprobe.RayWatch(cfg.probe.ray.url) if cfg.probe and cfg.probe.ray else None
+        self.ray = rayprobe.RayTracker(cfg.probe.ray.url) if cfg.probe and cfg.probe.ray else None
         # A vLLM server: watched for its engine core's death, which its API server may outlive (diagnosis.engines)
         cmd = cfg.command if isinstance(cfg.command, str) else " ".join(cfg.command)
         self.vllm = engines.engine_of(cmd) == "vllm"
@@ -176,7 +176,7 @@ class Component:
 
     def _emit(self, event: ev.Event, seqs: dict[str, int]) -> None:
         """Emit ``event`` with its cause pointing at the seq of the event it names (``of``), and note its own seq."""
-        field = "why" if isinstance(event, ev.GaveUp) else "cause"
+        field = "why" if isinstance(event, ev.ComponentFatal) else "cause"
         cause = getattr(event, field, None)
         if isinstance(cause, dict) and "of" in cause:
             filled: dict[str, Any] = {field: lc.fill_event(cause, seqs)}  # `why` or `cause`, by the event's class

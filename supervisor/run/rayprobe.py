@@ -90,7 +90,7 @@ def read_state(base: str, token: str | None, timeout: float) -> tuple[list[RayNo
 
 
 @dataclass
-class RayWatch:
+class RayTracker:
     """What one component's probe knows: which deaths were already there or already told.
 
     The first answer is the baseline (deaths from before: an earlier driver's actors); after it,

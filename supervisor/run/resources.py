@@ -14,7 +14,7 @@ from ..monitor.process import usage
 from ..records import events as ev
 
 
-class ResourceWatch:
+class ResourceSampling:
     def __init__(self) -> None:
         self._cpu_prev: dict[str, tuple[float, float]] = {}
         self._mem: dict[str, tuple[int | None, Any]] = {}

@@ -48,7 +48,7 @@ from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .component import Component
 from .daemonlog import say
 from .filewatch import FileWatch, read_all
-from .gpuwatch import GpuWatch, gpu_event, owners
+from .gpusampling import GpuSampling, gpu_event, owners
 from .monitorwatch import MonitorWatch
 from .runview import POSITIONS_WRITE_S
 from .statewriter import StateWriter
@@ -118,19 +118,19 @@ class Run:
         self._order: list[str] | None = None
         self._final_at: dict[str, float] = {}
         self._progress_pending: set[str] = set()
-        self._gpus = GpuWatch(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))
+        self._gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))
         self._last_tick = 0.0
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
         self._began = 0.0  # when run() began, in seconds since boot
         self._awake_since = 0.0
         self._last_resources = 0.0
         self._positions_written = 0.0
-        from .resources import ResourceWatch
+        from .resources import ResourceSampling
 
-        self._resources = ResourceWatch()
-        from ..diagnosis import DependencyWatch
+        self._resources = ResourceSampling()
+        from ..diagnosis import DependencyTracker
 
-        self._dep_watch = DependencyWatch(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
+        self._dep_tracker = DependencyTracker(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
         self._dep_flagged: set[str] = set()
         self._triggers: list[dict[str, Any]] = []  # journaled events other components react to
         self._run_seq: int | None = None  # the seq of this run's run_started (the cause of first starts)
@@ -269,7 +269,7 @@ class Run:
         monitors and the next supervisor adopts them. Returns the monitors' pids."""
         pids = [c.current.monitor_pid for c in self.components.values() if c.current is not None]
         self._handover = True
-        self.emit(ev.SupervisorHandedOver(None, reason=reason, monitors=pids))
+        self.emit(ev.SupervisorExited(None, reason=reason, monitors=pids))
         if self._ended is not None:
             self._ended.set()
         return pids
@@ -397,8 +397,8 @@ class Run:
                 self._end(fx.outcome)
             elif isinstance(fx, runstep.Flagged):
                 self._dep_flagged = set(fx.consumers)
-            elif isinstance(fx, runstep.Watch):
-                act = self._dep_watch.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+            elif isinstance(fx, runstep.Track):
+                act = self._dep_tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
 
     def _end(self, out: Outcome) -> None:
@@ -521,7 +521,7 @@ class Run:
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
         busy = bool(self.journal is not None and self.journal.pending) or bool(self._dep_flagged) or bool(
-            self._dep_watch.down_since()) or self._disk_trouble is not None
+            self._dep_tracker.down_since()) or self._disk_trouble is not None
         due: list[float | None] = []
         if not busy:
             busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._awake_since,
@@ -604,11 +604,11 @@ class Run:
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
         past the budget."""
         consumers = runview.consumers(self.components, self.state["components"])
-        down_since = self._dep_watch.down_since()
+        down_since = self._dep_tracker.down_since()
         if not consumers and not down_since and not self._dep_flagged:
             return
         view = runstep.View(self._seen(), consumers=consumers, flagged=frozenset(self._dep_flagged),
-                            down_since=down_since, down_for={d: self._dep_watch.down_for(d) or 0.0 for d in down_since})
+                            down_since=down_since, down_for={d: self._dep_tracker.down_for(d) or 0.0 for d in down_since})
         self._step(runstep.DependencyTick(), view, now)
 
     def _sample_resources(self, now: float) -> None:
@@ -616,7 +616,7 @@ class Run:
         for e in self._resources.sample(now, self.components, self.state.get("gpus") or [], self.memory_detector):
             self.emit(e)
 
-    # ------------------------------------------------------------------ GPUs (:mod:`.gpuwatch`)
+    # ------------------------------------------------------------------ GPUs (:mod:`.gpusampling`)
 
     def _gpu_sample(self, sample: Any) -> None:
         self.emit(gpu_event(sample, owners(self.components)))

@@ -2,7 +2,7 @@
 the live components and the run's state, and the plan of the run's next tick.
 
 Nothing here decides anything: it reads the components as they are now into the frozen values
-(:class:`~.detectors.Seen`, :class:`~.runstep.StallWatch`, :class:`~.detectors.Consumer`) that the
+(:class:`~.detectors.Seen`, :class:`~.runstep.StallView`, :class:`~.detectors.Consumer`) that the
 pure rules take, so that the rules can be tested with a fake clock and no processes.
 """
 
@@ -39,12 +39,12 @@ def _last_line(c: Component) -> str | None:
     return last[0] if last else None
 
 
-def stall_watch(c: Component, components: Mapping[str, Component]) -> runstep.StallWatch:
+def stall_watch(c: Component, components: Mapping[str, Component]) -> runstep.StallView:
     """What the stall judgement may know of ``c``: its dependencies, the artefacts it and they
     write, and (read only when a stall is called) its attempt's last line."""
     assert c.cfg.progress is not None and c.cfg.progress.stall_after
     owners = [c] + [components[d] for d in c.cfg.depends_on]
-    return runstep.StallWatch(
+    return runstep.StallView(
         c.cfg.progress.stall_after, "stall" in c.life.episode,
         deps={d: components[d].state for d in c.cfg.depends_on},
         watches=[(path, o.name, w) for o in owners for path, w in o.watch_info.items()],

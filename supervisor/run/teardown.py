@@ -141,7 +141,7 @@ def _end_attempt(paths: RunPaths, out: Teardown, att: AttemptProcesses, rec: dic
     if running:
         sig, timeout = stops.get(att.component, DEFAULT_STOP)
         say(f"stopping {att.component} (pid {att.pid}, attempt {att.attempt}) with {signal_name(sig)}")
-        emit(ev.StopBegan(att.component, by="user", signal=signal_name(sig), reason=by))
+        emit(ev.ComponentStopping(att.component, by="user", signal=signal_name(sig), reason=by))
         _stop_tree(att, sig, timeout, say)
     # The monitor records the exit, kills whatever is left of its tree, removes its record and exits.
     _wait(partial(_exit_recorded, att), 5.0)

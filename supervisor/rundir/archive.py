@@ -79,11 +79,11 @@ def read_config(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
-        from ..config.model import (
-            _load_yaml,  # bounded: an alias bomb in a run's config cannot blow up the report
+        from ..config.loader import (
+            load_yaml,  # bounded: an alias bomb in a run's config cannot blow up the report
         )
 
-        data = _load_yaml(path.read_text(encoding="utf-8"), str(path)).data
+        data = load_yaml(path.read_text(encoding="utf-8"), str(path)).data
     except Exception:  # an unreadable or broken config only costs us secrets and checkpoint lookups
         return None
     return data if isinstance(data, dict) else None
@@ -98,7 +98,7 @@ def _config_secrets(cfg: dict[str, Any] | None, cfg_path: Path | None) -> set[st
             envs.update({str(k): str(v) for k, v in scope["env"].items() if v is not None})
     ef = cfg.get("env_file")
     if isinstance(ef, str) and cfg_path is not None:
-        from ..config.model import parse_env_file
+        from ..config.loader import parse_env_file
 
         p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
         try:

@@ -102,7 +102,7 @@ class DirWatch:
                 log.exception("on_change for %s failed", self.path)
 
 
-class DirWatcher:
+class DirWatches:
     """Every :class:`DirWatch` of a run, on one event loop and one inotify descriptor."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records import state as state_mod
-from ..records.events import Record, RunEnded, RunStarted, SupervisorHandedOver, parse
+from ..records.events import Record, RunEnded, RunStarted, SupervisorExited, parse
 from .journal import read_events
 from .layout import RunPaths
 
@@ -66,7 +66,7 @@ class Replay:
                 start, end = r, None
             elif isinstance(r.event, RunEnded):
                 end = r
-            elif isinstance(r.event, SupervisorHandedOver):
+            elif isinstance(r.event, SupervisorExited):
                 end = None  # the run goes on under its monitors
         return start, end
 

@@ -34,9 +34,9 @@ class Watches:
         self._watcher: Any = None
 
     def start(self) -> None:
-        from .dirwatch import DirWatcher
+        from .dirwatch import DirWatches
 
-        self._watcher = DirWatcher(self.loop)
+        self._watcher = DirWatches(self.loop)
         for c in self.components.values():
             for w in c.cfg.watch:
                 self._add(c, w.path, w.pattern, kind="watch")

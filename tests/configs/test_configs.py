@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.preflight.checks import run_checks
 from rlsup.supervisor.records.presets import PRESETS
 from tests.supervisor.records.preset_reference import parse_line

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "configs" / "presets"

@@ -242,9 +242,8 @@ def test_a_restart_that_rlsup_refuses_is_flagged_not_waited_on(tmp_path: Path) -
         # no supervisor owns this run dir: `rlsup restart` exits 1 at once
         ws = WeightSync(s.url, "vllm", tmp_path / "weights", out=out, restart_timeout=600,
                         restart_server=rlsup_restart("inference", tmp_path / "no-run"))
-        t0 = time.monotonic()
-        r = ws.publish(1, bad)
-        assert r.broken and time.monotonic() - t0 < 120
+        r = ws.publish(1, bad)  # had it waited out the 600 s restart_timeout, this test's 120 s would be up
+        assert r.broken
         assert "rlsup-flag: engine_broken: " in out.getvalue() and "restart it by hand" in out.getvalue()
     finally:
         s.close()

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from rlsup.supervisor.config.model import Component, Config, ConfigError, load_config
+from rlsup.supervisor.config.loader import ConfigError, load_config
+from rlsup.supervisor.config.model import Component, Config
 from tests.tier import examples
 
 # deadline=None: the machine is shared, so a slow example is not a failure. database=None: nothing is

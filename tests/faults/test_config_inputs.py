@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rlsup.supervisor.config.model import MAX_DEPTH, ConfigError, expand, interpolate, load_config
+from rlsup.supervisor.config.interpolate import expand, interpolate
+from rlsup.supervisor.config.loader import MAX_DEPTH, ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "config"
@@ -102,6 +103,17 @@ def test_nesting_within_the_limit_is_fine(tmp_path: Path) -> None:
     body = "[" * (MAX_DEPTH - 4) + "]" * (MAX_DEPTH - 4)
     out = problems_of(write(tmp_path, f"components: {{a: {{command: 'true', gpus: {body}}}}}\n"))
     assert all("nested more than" not in o for o in out) and any("components.a.gpus" in o for o in out)
+
+
+def test_aliases_that_nest_deeper_than_the_limit_once_expanded(tmp_path: Path) -> None:
+    # Each anchor is 60 levels deep and holds the one before it: 30 of them expand to 1,800 levels. Within
+    # the limit where written, they reached the constructor, which recursed through them (RecursionError).
+    lines = ["components: {a: {command: 'true'}}"]
+    for i in range(30):
+        lines.append(f"x{i}: &x{i} " + "[" * 60 + (f"*x{i - 1}" if i else "1") + "]" * 60)
+    out = problems_of(write(tmp_path, "\n".join(lines) + "\n"))
+    assert out == [f"{tmp_path}/c.yaml:3:69: nested more than {MAX_DEPTH} levels deep once its aliases are "
+                   "expanded (at *x0)"]
 
 
 def test_raw_nul_and_control_characters_in_the_file(tmp_path: Path) -> None:

@@ -27,6 +27,16 @@ from tests.conftest import PY, cli_env, free_port, pid_alive, read_events, wait_
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+# The ceiling of every wait of a journey: waits are on state, so an idle machine never waits this long,
+# and a loaded one (a load average of 10 on 2 cores) only makes a journey slower, never a failure.
+PATIENCE = 120.0
+
+
+def pytest_collection_modifyitems(items):
+    """A journey chains many waits: it gets ten minutes (pyproject's 120 s is for one step of it)."""
+    for item in items:
+        if ROOT / "tests" / "journeys" in item.path.parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(600))
 
 # ---------------------------------------------------------------------- the README's commands
 
@@ -91,7 +101,7 @@ class Workdir:
     def supervisor_pid(self, name: str = "demo") -> int:
         return int(json.loads((self.run_dir(name) / "rlsup.lock").read_text())["pid"])
 
-    def wait_event(self, pred, *, name: str = "demo", timeout: float = 60.0, what: str = "event") -> dict:
+    def wait_event(self, pred, *, name: str = "demo", timeout: float = PATIENCE, what: str = "event") -> dict:
         return wait_for(lambda: next((e for e in self.events(name) if pred(e)), None), timeout, 0.1, what=what)
 
     def component_pids(self, name: str = "demo") -> dict[str, int]:
@@ -208,7 +218,7 @@ class Tmux:
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "j")
 
-    def wait(self, pred, timeout: float = 60.0, what: str = "screen") -> str:
+    def wait(self, pred, timeout: float = PATIENCE, what: str = "screen") -> str:
         last = ""
 
         def ok() -> bool:
@@ -222,10 +232,10 @@ class Tmux:
             raise AssertionError(f"{e}\n--- screen ---\n{last}") from None
         return last
 
-    def wait_text(self, text: str, timeout: float = 60.0) -> str:
+    def wait_text(self, text: str, timeout: float = PATIENCE) -> str:
         return self.wait(lambda s: text in s, timeout, what=f"{text!r} on the screen")
 
-    def exit_code(self, timeout: float = 60.0) -> int:
+    def exit_code(self, timeout: float = PATIENCE) -> int:
         s = self.wait(lambda s: "JOURNEY-EXIT=" in s, timeout, what="the command to end")
         return int(re.search(r"JOURNEY-EXIT=(\d+)", s).group(1))
 
@@ -240,7 +250,7 @@ def needs_tmux() -> pytest.MarkDecorator:
     return pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 
-def wait_gone(pids, timeout: float = 30.0) -> None:
+def wait_gone(pids, timeout: float = PATIENCE) -> None:
     wait_for(lambda: not [p for p in pids if pid_alive(p)], timeout, 0.1, what=f"pids {sorted(pids)} to end")
 
 
@@ -264,5 +274,5 @@ def table_row(screen: str, name: str) -> str:
     return ""
 
 
-__all__ = ["PY", "README", "Tmux", "Workdir", "end_the_run_from_the_tui", "needs_tmux", "readme_command", "table_row", "time", "wait_for",
+__all__ = ["PATIENCE", "PY", "README", "Tmux", "Workdir", "end_the_run_from_the_tui", "needs_tmux", "readme_command", "table_row", "time", "wait_for",
            "wait_gone"]

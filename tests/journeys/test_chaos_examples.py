@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.journeys.conftest import PATIENCE
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PY = sys.executable
@@ -137,14 +139,14 @@ class Example:
             else:
                 assert rlsup("down", "--run-dir", str(self.run_dir), env=self.env).returncode == 0
         wait_for(self.ended, 300, f"{self.kind} ({self.mode}): the run's end")
-        out, _ = self.proc.communicate(timeout=60)
+        out, _ = self.proc.communicate(timeout=PATIENCE)
         self.output = out
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(30)
+                self.proc.wait(PATIENCE)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         if self.mode == "daemon" and not self.ended():

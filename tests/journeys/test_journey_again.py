@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from tests.conftest import PY, wait_for
-from tests.journeys.conftest import Workdir, needs_tmux
+from tests.journeys.conftest import PATIENCE, Workdir, needs_tmux
 
 JOB = """\
 import sys, time, pathlib
@@ -92,11 +92,11 @@ class Mode:
     def sees_running(self) -> None:
         """The job runs again, and the user is told so (not an empty view, not "stopped")."""
         w = self.w
-        wait_for(lambda: "job" in w.component_pids("small"), 30, 0.1, what="job running")
+        wait_for(lambda: "job" in w.component_pids("small"), PATIENCE, 0.1, what="job running")
         if self.mode == "-d":
             assert self.result.returncode == 0 and "in the background" in self.result.stdout, self.result.stderr
         elif self.mode == "tui":
-            self.tui.wait(lambda s: re.search(r"job\s.*running", s) and "connecting" not in s, 30,
+            self.tui.wait(lambda s: re.search(r"job\s.*running", s) and "connecting" not in s, PATIENCE,
                           "job running in the TUI")
         self.stop()
 
@@ -107,21 +107,21 @@ class Mode:
             assert r.returncode == 0 and "in the background" not in r.stdout, r.stdout
             assert "ended as soon as it started" in r.stderr and "--fresh" in r.stderr, r.stderr
         elif self.mode == "tui":
-            assert self.tui.exit_code(30) == 0
+            assert self.tui.exit_code() == 0
             screen = self.tui.screen()
             assert "ended as soon as it started" in screen and "--fresh" in screen, screen
         else:
-            out, _ = self.proc.communicate(timeout=30)
+            out, _ = self.proc.communicate(timeout=PATIENCE)
             assert self.proc.returncode == 0 and "run ended" in out, out
 
     def stop(self) -> None:
         if self.mode == "headless":
             self.proc.send_signal(signal.SIGINT)
-            self.proc.communicate(timeout=30)
+            self.proc.communicate(timeout=PATIENCE)
         else:
             if self.tui is not None:
                 self.tui.keys("q")  # detach: training goes on
-                assert self.tui.exit_code(30) == 0
+                assert self.tui.exit_code() == 0
                 assert "job" in self.w.component_pids("small")
             self.w.sh("rlsup down", check=True)
 
@@ -165,15 +165,15 @@ def test_the_question_on_an_ended_run_answered_r(workdir, ended):
     _mode(w, "run")
     tui = w.tmux()
     tui.run("rlsup up configs/small.yaml")
-    tui.wait_text("[r/f/q]", 30)
+    tui.wait_text("[r/f/q]")
     tui.keys("r", "Enter")
     if ended == "completed":
-        assert tui.exit_code(30) == 0
+        assert tui.exit_code() == 0
         assert "ended as soon as it started" in tui.screen()
     else:
-        tui.wait(lambda s: re.search(r"job\s.*running", s) and "connecting" not in s, 30, "job running in the TUI")
+        tui.wait(lambda s: re.search(r"job\s.*running", s) and "connecting" not in s, what="job running in the TUI")
         tui.keys("q")
-        assert tui.exit_code(30) == 0
+        assert tui.exit_code() == 0
         w.sh("rlsup down", check=True)
     assert not w.processes()
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.conftest import PY, wait_for
-from tests.journeys.conftest import Workdir, readme_command
+from tests.journeys.conftest import PATIENCE, Workdir, readme_command
 
 REMOTE = f"{PY} -m rlsup.supervisor.cli"
 
@@ -59,10 +59,10 @@ def _follow(w: Workdir, env: dict, command: str, out_name: str) -> tuple[str, st
         p = subprocess.Popen(["bash", "-c", command], cwd=w.path, env=env, stdout=f, stderr=subprocess.PIPE,
                              text=True, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        wait_for(lambda: "ticker" in out.read_text() or p.poll() is not None, 60, 0.1, what="events over SSH")
+        wait_for(lambda: "ticker" in out.read_text() or p.poll() is not None, PATIENCE, 0.1, what="events over SSH")
         assert p.poll() is None, p.communicate()[1]
         os.killpg(p.pid, signal.SIGINT)
-        _, err = p.communicate(timeout=30)
+        _, err = p.communicate(timeout=PATIENCE)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
@@ -85,7 +85,7 @@ def test_ssh_attach_hints_paste_back_as_printed(pod, sshd):
     first = (f"rlsup attach {sshd.user}@127.0.0.1:{sshd.port} --run-dir {shlex.quote(run_dir)} "
              f"-i {shlex.quote(str(sshd.client_key))} --remote-cmd {shlex.quote(REMOTE)}")
     refused = subprocess.run(["bash", "-c", first], cwd=w.path, env=env, capture_output=True, text=True,
-                             timeout=60, stdin=subprocess.DEVNULL)
+                             timeout=PATIENCE, stdin=subprocess.DEVNULL)
     assert refused.returncode == 1 and "SHA256:" in refused.stderr, refused.stderr
     accept = _hint(refused.stderr, "accept it once with:")
     assert "--accept-new-host-key" in accept
@@ -112,14 +112,14 @@ def test_fleet_hints_paste_back_as_printed(pod, sshd):
                      f"run_dir: {json.dumps(run_dir)}, label: pod-a}}\n")
     cmd = (f"rlsup fleet fleet.yaml --json --timeout 20 -i {shlex.quote(str(sshd.client_key))} "
            f"--remote-cmd {shlex.quote(REMOTE)}")
-    r = subprocess.run(["bash", "-c", cmd], cwd=w.path, env=env, capture_output=True, text=True, timeout=60,
+    r = subprocess.run(["bash", "-c", cmd], cwd=w.path, env=env, capture_output=True, text=True, timeout=PATIENCE,
                        stdin=subprocess.DEVNULL)
     pods = json.loads(r.stdout)["pods"]
     assert r.returncode == 1 and not pods[0]["connected"], r.stdout
     accept = _hint(pods[0]["error"], "accept it once with:")
     assert accept.startswith("rlsup fleet fleet.yaml -i ") and "--remote-cmd" in accept
     r = subprocess.run(["bash", "-c", accept + " --json --timeout 20"], cwd=w.path, env=env, capture_output=True,
-                       text=True, timeout=60, stdin=subprocess.DEVNULL)
+                       text=True, timeout=PATIENCE, stdin=subprocess.DEVNULL)
     pods = json.loads(r.stdout)["pods"]
     assert r.returncode == 0 and pods[0]["connected"], r.stdout + r.stderr
     attach = pods[0]["attach"]
@@ -129,7 +129,7 @@ def test_fleet_hints_paste_back_as_printed(pod, sshd):
     w.sh("rlsup down", check=True)
     deadline = time.monotonic() + 30
     while True:  # the ended pod answers too, and says when it ended
-        r = subprocess.run(["bash", "-c", cmd], cwd=w.path, env=env, capture_output=True, text=True, timeout=60,
+        r = subprocess.run(["bash", "-c", cmd], cwd=w.path, env=env, capture_output=True, text=True, timeout=PATIENCE,
                            stdin=subprocess.DEVNULL)
         pods = json.loads(r.stdout)["pods"]
         if pods[0].get("ended") or time.monotonic() > deadline:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PY, cli_env, rlsup, wait_for, write_config
+from tests.journeys.conftest import PATIENCE
 
 N = 12_500
 CONFIG = """
@@ -54,7 +55,7 @@ class Tmux:
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "t")
 
-    def wait_screen(self, text: str, timeout: float = 30.0) -> str:
+    def wait_screen(self, text: str, timeout: float = PATIENCE) -> str:
         last = ""
 
         def seen() -> bool:
@@ -76,20 +77,20 @@ class Tmux:
 
 
 def _reach_line_one_and_search(tmux: Tmux) -> None:
-    tmux.wait_screen("writer", 60)
-    tmux.wait_screen(f"row {N:06d}", 60)
-    screen = tmux.wait_screen("older lines on disk (Home)", 30)  # the pane says older lines exist
+    tmux.wait_screen("writer")
+    tmux.wait_screen(f"row {N:06d}")
+    screen = tmux.wait_screen("older lines on disk (Home)")  # the pane says older lines exist
     assert "row 000001 " not in screen
     tmux.keys("1", "Enter", "Home")
-    screen = tmux.wait_screen("row 000001 of the writer", 30)
+    screen = tmux.wait_screen("row 000001 of the writer")
     assert "FROM DISK: lines 1–" in screen
     tmux.keys("End")
-    tmux.wait_screen("follow", 10)
+    tmux.wait_screen("follow")
     tmux.keys("/")
-    tmux.wait_screen("search the selected log", 10)
+    tmux.wait_screen("search the selected log")
     tmux.keys("-l", "row 000077 ")
     tmux.keys("Enter")
-    screen = tmux.wait_screen("row 000077 of the writer", 30)
+    screen = tmux.wait_screen("row 000077 of the writer")
     assert "FROM DISK" in screen
 
 
@@ -100,16 +101,16 @@ def test_reattach_home_reaches_line_one_and_search_finds_old_lines(tmp_path):
     tmux = Tmux()
     try:
         tmux.run(tmp_path, [*cli, "up", str(cfg), "--run-dir", str(run_dir)])
-        tmux.wait_screen("writer done", 90)
+        tmux.wait_screen("writer done")
         tmux.keys("q")  # detach: training goes on
-        tmux.wait_screen("RLSUP-EXIT=0", 30)
+        tmux.wait_screen("RLSUP-EXIT=0")
         tmux.kill()
 
         tmux = Tmux()
         tmux.run(tmp_path, [*cli, "attach", "--run-dir", str(run_dir)])
         _reach_line_one_and_search(tmux)
         tmux.keys("q")
-        tmux.wait_screen("RLSUP-EXIT=0", 30)
+        tmux.wait_screen("RLSUP-EXIT=0")
         tmux.kill()
 
         # The ended run, read-only: the same depth.
@@ -119,7 +120,7 @@ def test_reattach_home_reaches_line_one_and_search_finds_old_lines(tmp_path):
         tmux.run(tmp_path, [*cli, "attach", "--run-dir", str(run_dir)])
         _reach_line_one_and_search(tmux)
         tmux.keys("q")
-        tmux.wait_screen("RLSUP-EXIT=0", 30)
+        tmux.wait_screen("RLSUP-EXIT=0")
     finally:
         tmux.kill()
         rlsup("down", "--run-dir", str(run_dir), cwd=tmp_path, timeout=90)

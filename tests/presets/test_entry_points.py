@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "configs" / "presets"

@@ -63,7 +63,9 @@ def test_chaos_demo_is_diagnosed_resumed_and_completes(tmp_path, headless):
 def test_manual_resume_from_a_chosen_checkpoint(tmp_path, headless):
     from tests.conftest import rlsup, wait_for
 
-    env = {"RLSUP_DEMO_PORT": str(free_port()), "RLSUP_DEMO_STEPS": "3000", "RLSUP_CHAOS_TRAINER": "none",
+    # From step 41 every step takes 30 s more: the trainer keeps three checkpoints, and on a loaded machine
+    # it pruned step 20 (at step 50) before the test resumed from it; now that takes five minutes.
+    env = {"RLSUP_DEMO_PORT": str(free_port()), "RLSUP_DEMO_STEPS": "3000", "RLSUP_CHAOS_TRAINER": "slow@41:30",
            "RLSUP_CHAOS_INFERENCE": "none", "RLSUP_CHAOS_ORCHESTRATOR": "none"}
     h = headless(CONFIGS / "demo-chaos.yaml", env=env)
     run = ["--run-dir", str(h.run_dir)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PY, cli_env, read_events, rlsup, wait_for, write_config
+from tests.conftest import PATIENCE, PY, cli_env, read_events, rlsup, wait_for, write_config
 
 CONFIG = """
 name: tmuxe2e
@@ -174,7 +174,7 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
         assert "── attempt 1 ·" in screen.split("line 001 of")[0]
         tmux.keys("j", "j", "j", "j")
         screen = tmux.wait_screen("line 004 of the numbered log")
-        wait_for(lambda: "line 003 of" not in tmux.screen(), 10, 0.1, what="line 3 scrolled away")
+        wait_for(lambda: "line 003 of" not in tmux.screen(), PATIENCE, 0.1, what="line 3 scrolled away")
         tmux.keys("k")
         tmux.wait_screen("line 003 of the numbered log")
         tmux.keys("G")
@@ -198,7 +198,7 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
         tmux.wait_screen(out.name)
         tmux.keys("Enter")
         try:
-            wait_for(lambda: out.exists() and out.read_text().count("\n") == 3, 10, 0.1, what="the excerpt file")
+            wait_for(lambda: out.exists() and out.read_text().count("\n") == 3, PATIENCE, 0.1, what="the excerpt file")
         except AssertionError as e:
             raise AssertionError(f"{e}\n--- screen ---\n{tmux.screen()}\n--- files ---\n"
                                  f"{sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*'))}") from None
@@ -217,7 +217,7 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
             r = subprocess.run(["tmux", "-L", tmux.sock, "show-buffer"], capture_output=True, text=True, timeout=10)
             return r.returncode == 0 and r.stdout.splitlines() == expected[1:]
 
-        wait_for(buffered, 10, 0.1, what="the excerpt in tmux's paste buffer")
+        wait_for(buffered, PATIENCE, 0.1, what="the excerpt in tmux's paste buffer")
         tmux.wait_gone("COPY")
 
         tmux.keys("q")

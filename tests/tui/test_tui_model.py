@@ -31,6 +31,7 @@ from rlsup.tui.format import (
     sparkline,
 )
 from rlsup.tui.model import LogFeed, Marker, RunModel, attempt_marker
+from tests.tier import examples
 
 
 def test_sparkline_scales_between_min_and_max():
@@ -205,15 +206,18 @@ def test_metric_history_rewinds_on_a_resume():
 def test_progress_events_are_small_and_the_reducer_rebuilds_the_whole_history(steps_per_s, typical_bytes):
     """Each 4 Hz event carries the points that changed in the last HISTORY_WINDOW_S; folding them
     gives exactly the tracker's own history, also when events are lost now and then (gauges are
-    latest-wins), and the run's length does not make events bigger."""
+    latest-wins), and the run's length does not make events bigger. The fast tier runs a tenth of the
+    slowest run's steps: its 160,000 events take half a minute, and 2,000 steps still compact the history
+    three times."""
     rnd = random.Random(7)
     t = ProgressTracker()
     state = run_state.initial({}, ["trainer"])
     sizes = []
     now, next_event, lost_last = 0.0, 0.25, False
-    for step in range(1, 20_001):
+    steps = examples(20_000) if steps_per_s < 1 else 20_000
+    for step in range(1, steps + 1):
         now = step / steps_per_s
-        t.observe(Observation(step, 20_000, {"reward": rnd.random(), "loss": 1 / step}), now=now)
+        t.observe(Observation(step, steps, {"reward": rnd.random(), "loss": 1 / step}), now=now)
         while next_event <= now:
             lose = not lost_last and rnd.random() < 0.2  # never two in a row: within the window
             if not lose:

@@ -11,7 +11,7 @@ import signal
 import time
 
 from rlsup.supervisor.client.session import Session, unix_connector
-from tests.conftest import async_wait_for, pid_alive, wait_for, write_config
+from tests.conftest import PATIENCE, async_wait_for, pid_alive, wait_for, write_config
 
 COUNTER = """
 name: up
@@ -62,15 +62,15 @@ def test_restart_supervisor_replaces_it_without_touching_the_component(tmp_path,
     async def scenario() -> None:
         s = Session(unix_connector(sock, name="test"), rec, lines=10_000, backoff=(0.1, 0.5))
         task = asyncio.ensure_future(s.run())
-        await asyncio.wait_for(s.connected.wait(), 10)
-        await async_wait_for(lambda: len(rec.lines) > 100, 10, what="the counter's lines before the restart")
+        await asyncio.wait_for(s.connected.wait(), PATIENCE)
+        await async_wait_for(lambda: len(rec.lines) > 100, PATIENCE, what="the counter's lines before the restart")
         r = await asyncio.to_thread(d.cli, "restart-supervisor", timeout=60)
         assert r.returncode == 0, r.stderr
         assert "supervisor replaced" in r.stdout and "1 component(s) kept running" in r.stdout
         await async_wait_for(lambda: rec.status.count("attached") >= 2 and len(rec.lines) > 2000, 30,
                              what="the client reconnected to the new supervisor and caught up")
         top = max(rec.lines)  # and the lines the new supervisor reads keep coming
-        await async_wait_for(lambda: max(rec.lines) > top + 200, 10, what="new lines after the reconnect")
+        await async_wait_for(lambda: max(rec.lines) > top + 200, PATIENCE, what="new lines after the reconnect")
         s.close()
         await task
 

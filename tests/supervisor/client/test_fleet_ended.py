@@ -25,7 +25,7 @@ from rlsup.supervisor.client.fleet import (
     failures_in_state,
 )
 from rlsup.supervisor.records import state as run_state
-from tests.conftest import PY, Headless, cli_env, write_config
+from tests.conftest import PATIENCE, PY, Headless, cli_env, write_config
 
 FIXTURES = Path(__file__).parent.parent.parent / "fixtures" / "fleet"
 REMOTE = f"{PY} -m rlsup.supervisor.cli"
@@ -182,7 +182,7 @@ def run_fleet(specs: list[PodSpec], factory: Any, until: Any, look: Any, **kw: A
             raise AssertionError("the fleet never got there")
         finally:
             fleet.close()
-            await asyncio.wait_for(task, 10)
+            await asyncio.wait_for(task, PATIENCE)
 
     asyncio.run(go())
     return seen[0]

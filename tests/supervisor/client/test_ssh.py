@@ -12,7 +12,7 @@ import pytest
 from rlsup.supervisor.client.session import Client, Session
 from rlsup.supervisor.client.ssh import HostKeyUnknown, SshError, SshTarget, ssh_connector
 from rlsup.supervisor.records.events import is_lifecycle
-from tests.conftest import PY, async_wait_for, cli_env, wait_for, write_config
+from tests.conftest import PATIENCE, PY, async_wait_for, cli_env, wait_for, write_config
 from tests.supervisor.run.test_server import Recorder
 
 REMOTE = f"{PY} -m rlsup.supervisor.cli"
@@ -120,7 +120,7 @@ def test_reconnect_after_the_link_is_cut(ssh_home, run):
         await asyncio.wait_for(s.connected.wait(), 20)
         victim = await asyncio.to_thread(_bridge_session_process, run.run_dir)
         victim.kill()  # the link drops as a network cut would
-        await async_wait_for(lambda: not s.connected.is_set(), 10, what="the session to see the link drop")
+        await async_wait_for(lambda: not s.connected.is_set(), PATIENCE, what="the session to see the link drop")
         local = await Client.open_unix(run.sock, name="test")
         assert (await local.command("restart", "sleeper"))["ok"]
         await local.close()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlsup.supervisor.client.fleet import load_fleet
-from rlsup.supervisor.config.model import ConfigError, interpolate, load_config
+from rlsup.supervisor.config.interpolate import interpolate
+from rlsup.supervisor.config.loader import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -201,11 +202,13 @@ def test_cli_check_exit_codes(tmp_path):
 
 
 CONTRACT = ROOT / "docs" / "contract.md"  # the repository's contract (config keys, with examples)
+# the pages the README's config and fleet sections moved to, with their examples
+MOVED = [ROOT / "docs" / "config.md", ROOT / "docs" / "fleet.md"]
 
 
 def _yaml_examples() -> list[tuple[str, str]]:
     out = []
-    for doc in [ROOT / "README.md", CONTRACT]:
+    for doc in [ROOT / "README.md", CONTRACT, *MOVED]:
         text = doc.read_text(encoding="utf-8")
         for m in re.finditer(r"^```ya?ml\n(.*?)^```", text, re.S | re.M):
             line = text.count("\n", 0, m.start()) + 1
@@ -243,6 +246,8 @@ def test_resume_clean_globs_that_can_never_match_a_step(tmp_path):
 def test_the_docs_have_yaml_examples():
     assert sum(1 for where, _ in EXAMPLES if where.startswith("README.md")) >= 2
     assert sum(1 for where, _ in EXAMPLES if where.startswith(CONTRACT.name)) >= 1
+    for doc in MOVED:
+        assert sum(1 for where, _ in EXAMPLES if where.startswith(doc.name)) >= 1
 
 
 def _with_elided_commands(text: str) -> str:

@@ -8,7 +8,7 @@ import io
 import json
 from pathlib import Path
 
-from rlsup.supervisor.diagnosis.bench import HELDOUT_ALL, HELDOUT_PARTS, main, measured_once, source_kind
+from tests.supervisor.diagnosis.bench import HELDOUT_ALL, HELDOUT_PARTS, main, measured_once, source_kind
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "diagnosis"
 

@@ -1,9 +1,9 @@
-"""dependency_down flag and the DependencyWatch decision clock."""
+"""dependency_down flag and the DependencyTracker decision clock."""
 
 from __future__ import annotations
 
 from rlsup.supervisor.diagnosis import Flag
-from rlsup.supervisor.diagnosis.dependency import DependencyWatch, connection_errors, dependency_down
+from rlsup.supervisor.diagnosis.dependency import DependencyTracker, connection_errors, dependency_down
 
 # Real shapes of these errors (requests/urllib3, aiohttp, vLLM engine client), with rank prefixes.
 LINES = [
@@ -68,7 +68,7 @@ class Clock:
 
 def test_watch_restart_first_then_stop_consumers_after_budget() -> None:
     clock = Clock()
-    w = DependencyWatch(budget_s=600, clock=clock)
+    w = DependencyTracker(budget_s=600, clock=clock)
     assert w.observe("inference", down=False) is None
     assert w.observe("inference", down=True) == "restart_dependency"
     clock.t += 30
@@ -88,7 +88,7 @@ def test_watch_restart_first_then_stop_consumers_after_budget() -> None:
 
 def test_watch_waits_while_consumers_are_fine() -> None:
     clock = Clock()
-    w = DependencyWatch(budget_s=60, clock=clock)
+    w = DependencyTracker(budget_s=60, clock=clock)
     assert w.observe("db", down=True, consumers_failing=False) is None
     assert w.observe("db", down=True, consumers_failing=True) == "restart_dependency"
     assert w.observe("db", down=False) == "recovered"

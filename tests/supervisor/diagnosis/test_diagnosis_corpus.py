@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlsup.supervisor.diagnosis import CATEGORIES, diagnose_file
-from rlsup.supervisor.diagnosis.bench import evaluate, load_cases
+from tests.supervisor.diagnosis.bench import evaluate, load_cases
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "diagnosis"
 CASES = {c.name: c for c in load_cases(FIXTURES)}
@@ -88,7 +88,7 @@ def test_known_misses_have_reasons_and_no_benign_false_alarm() -> None:
 def test_bench_prints_figures_table_confusion_and_misses() -> None:
     import io
 
-    from rlsup.supervisor.diagnosis.bench import main
+    from tests.supervisor.diagnosis.bench import main
 
     out = io.StringIO()
     assert main(["--subset", "all"], out) == 0

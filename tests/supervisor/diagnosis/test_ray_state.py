@@ -18,7 +18,7 @@ from rlsup.supervisor.diagnosis.ray_state import (
     parse_nodes,
     refine,
 )
-from rlsup.supervisor.run.rayprobe import RayWatch, auth_token
+from rlsup.supervisor.run.rayprobe import RayTracker, auth_token
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "ray-state-2.60.0"
 URL = "http://head:8265"
@@ -69,7 +69,7 @@ def test_an_actor_whose_owner_died_is_a_consequence():
 
 def test_only_deaths_after_the_baseline_are_told_once():
     nodes = parse_nodes(load("nodes_worker_dead.json"))
-    w = RayWatch(URL)
+    w = RayTracker(URL)
     # The baseline: the first run's dead worker and actors were there before this attempt.
     assert not w.observe(nodes, parse_actors(load("actors_dead_owner_died.json")))
     w.new_attempt()

@@ -13,6 +13,7 @@ import psutil
 from rlsup.supervisor.gpu import nvml as gpu
 from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess
 from rlsup.supervisor.monitor.process import kill_if_same, same_process, start_time
+from tests.conftest import PATIENCE
 
 
 def _sleeper() -> subprocess.Popen:
@@ -31,7 +32,7 @@ def test_a_reused_pid_is_not_killed() -> None:
         assert p.poll() is None, "a process that is not the one listed was killed"
         assert same_process(p.pid, None) is None  # no identity, no proof, no kill
         assert kill_if_same(p.pid, born, signal.SIGKILL)
-        assert p.wait(10) == -signal.SIGKILL
+        assert p.wait(PATIENCE) == -signal.SIGKILL
     finally:
         if p.poll() is None:
             p.kill()

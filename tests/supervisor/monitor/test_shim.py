@@ -15,7 +15,7 @@ import time
 
 from rlsup.supervisor.monitor import shim
 from rlsup.supervisor.monitor.shim import LogFile, Pump
-from tests.conftest import pid_alive, wait_for
+from tests.conftest import PATIENCE, pid_alive, wait_for
 
 
 def test_rotation_is_byte_exact_and_never_splits_a_line(tmp_path):
@@ -91,7 +91,7 @@ def test_a_stalled_disk_never_blocks_the_child(tmp_path, monkeypatch):
     os.write(w, b"first\n")
     t = threading.Thread(target=pump.pump)  # the monitor's thread, stuck in the write
     t.start()
-    wait_for(lambda: calls["n"] >= 1, 10, what="the monitor's thread to be stuck in its first write")
+    wait_for(lambda: calls["n"] >= 1, PATIENCE, what="the monitor's thread to be stuck in its first write")
     # The child writes 4 MiB more than the pipe holds; with nobody draining it would block here.
     os.set_blocking(w, False)
     sent, stream = 0, bytearray()
@@ -160,9 +160,9 @@ def test_monitor_records_the_exit_keeps_the_escapee_then_ends_it_on_finish(tmp_p
     escapee = [q for q in shim.descendants(reply["shim_pid"])]
     assert escapee, "the escaped grandchild re-parents to the monitor (its subreaper)"
     os.kill(reply["shim_pid"], signal.SIGUSR1)  # finish
-    p.wait(10)
+    p.wait(PATIENCE)
     assert not os.path.exists(spec["record"])
-    wait_for(lambda: not any(pid_alive(q) for q in escapee), 10, what="the escapee to be ended")
+    wait_for(lambda: not any(pid_alive(q) for q in escapee), PATIENCE, what="the escapee to be ended")
 
 
 def test_monitor_survives_terminal_signals_and_reports_a_missing_command(tmp_path):
@@ -173,22 +173,22 @@ def test_monitor_survives_terminal_signals_and_reports_a_missing_command(tmp_pat
     time.sleep(0.3)  # deliberate: none of the signals may end the monitor in this window
     assert p.poll() is None and shim.read_record(spec["record"])["status"] == "running"
     os.kill(reply["shim_pid"], signal.SIGUSR1)
-    p.wait(10)
+    p.wait(PATIENCE)
     bad = _spec(tmp_path, "")
     bad["argv"] = ["/nonexistent/cmd"]
     bad["record"] = str(tmp_path / "monitors" / "c.2.json")
     p2, reply2 = _start(bad)
     assert reply2 == {**reply2, "ok": False, "type": "FileNotFoundError"}
-    assert p2.wait(10) == 1 and not os.path.exists(bad["record"])
+    assert p2.wait(PATIENCE) == 1 and not os.path.exists(bad["record"])
 
 
 def test_child_gets_default_signal_dispositions(tmp_path):
     # A daemon ignores SIGHUP; its components must not inherit that (stop.signal: SIGHUP would never work).
     spec = _spec(tmp_path, "import signal; print(signal.getsignal(signal.SIGHUP) == signal.SIG_DFL)")
     p, reply = _start(spec)
-    wait_for(lambda: (r := shim.read_record(spec["record"])) and r["status"] == "exited", 10)
+    wait_for(lambda: (r := shim.read_record(spec["record"])) and r["status"] == "exited", PATIENCE)
     os.kill(reply["shim_pid"], signal.SIGUSR1)
-    p.wait(10)
+    p.wait(PATIENCE)
     assert (tmp_path / "logs" / "c.log").read_text().strip() == "True"
 
 
@@ -199,8 +199,8 @@ def test_a_monitor_whose_run_dir_is_gone_ends_its_tree_and_exits(tmp_path):
     import shutil
 
     shutil.rmtree(tmp_path / "monitors")  # the run dir deleted: no supervisor will ever read the record
-    p.wait(10)  # the guard notices within a second and the monitor finishes
-    wait_for(lambda: not pid_alive(reply["pid"]), 10, what="its child to be ended")
+    p.wait(PATIENCE)  # the guard notices within a second and the monitor finishes
+    wait_for(lambda: not pid_alive(reply["pid"]), PATIENCE, what="its child to be ended")
 
 
 def test_pump_keeps_what_a_read_only_disk_refuses_and_writes_it_once_it_is_back(tmp_path, monkeypatch):

@@ -8,13 +8,12 @@ import os
 import socket
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from rlsup.supervisor.config.model import ConfigError, load_config
+from rlsup.supervisor.config.loader import ConfigError, load_config
 from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess, NoneSampler
 from rlsup.supervisor.monitor.process import find_marked
 from rlsup.supervisor.preflight.checks import Finding, exit_code, format_findings, run_checks
@@ -87,9 +86,9 @@ def test_broken_config_lists_every_problem_with_a_fix(tmp_path, held_port):
     (tmp_path / "afile").write_text("a file where the run dir's parent should be")
     path = fill(tmp_path, "broken.yaml", held=held_port)
     cfg = load_config(path)
-    t0 = time.monotonic()
+    # The hanging smoke command sleeps an hour: run_checks returning at all (this test has 120 s) says it
+    # was ended at its 1.5 s timeout, not waited for, however loaded the machine.
     findings = run_checks(cfg, smoke=True, smoke_timeout=1.5, gpu_sampler=FakeSampler(2))
-    elapsed = time.monotonic() - t0
     assert exit_code(findings) == 1
 
     (module,) = [f for f in of(findings, "command", component="inference")]
@@ -125,7 +124,6 @@ def test_broken_config_lists_every_problem_with_a_fix(tmp_path, held_port):
     (hang,) = of(findings, "smoke", component="hanger")
     assert "did not finish within 1.5s" in hang.message and "| warming up" in hang.message
     assert not find_marked(cfg.run_dir, "hanger"), "the hanging smoke command was left running"
-    assert elapsed < 15
 
     text = format_findings(findings, config_path="broken.yaml", source=cfg.source)
     assert text.splitlines()[-1] == "9 errors, 2 warnings"
@@ -136,7 +134,12 @@ def test_broken_config_lists_every_problem_with_a_fix(tmp_path, held_port):
     assert sev == sorted(sev, key=["error", "warning", "info"].index)
 
 
-def test_fast_skips_interpreters_gpus_and_smoke(tmp_path, held_port):
+def test_fast_skips_interpreters_gpus_and_smoke(tmp_path, held_port, monkeypatch):
+    from rlsup.supervisor.preflight import checks
+
+    # `up` gives the quick module lookup 5 s, then leaves what it does not know to the run; this test
+    # wants its answer however loaded the machine.
+    monkeypatch.setattr(checks, "QUICK_MODULES_S", 120.0)
     (tmp_path / "afile").write_text("x")
     cfg = load_config(fill(tmp_path, "broken.yaml", held=held_port))
 
@@ -147,9 +150,11 @@ def test_fast_skips_interpreters_gpus_and_smoke(tmp_path, held_port):
         def close(self):
             pass
 
-    t0 = time.monotonic()
-    findings = run_checks(cfg, fast=True, gpu_sampler=Exploding())
-    assert time.monotonic() - t0 < 5
+    said: list[str] = []
+    findings = run_checks(cfg, fast=True, gpu_sampler=Exploding(), on_progress=said.append)
+    # Neither the per-interpreter module check nor the GPUs (Exploding) nor a smoke command ran.
+    assert said and not [m for m in said if "in their interpreters" in m or "GPUs" in m or "smoke" in m], said
+    assert not of(findings, "smoke", "*")
     assert not of(findings, "gpu", "error") and not of(findings, "gpu", "warning")
     # The module check runs in fast mode too (issue 26: `up` with the wrong venv), batched and quick.
     found = of(findings, "command", component="inference")
@@ -411,7 +416,7 @@ def test_memory_fraction_follows_each_engines_semantics(tmp_path):
     model_runner_kv_cache_mixin.py profile_max_num_token: total_gpu_memory is the free memory measured
     before loading); vLLM's --gpu-memory-utilization is a fraction of total memory and vLLM refuses to
     start when less is free (vllm/v1/worker/gpu_worker.py Worker.init_device)."""
-    from rlsup.supervisor.config.model import load_config
+    from rlsup.supervisor.config.loader import load_config
     from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess
     from rlsup.supervisor.preflight.checks import memory_ask, run_checks
 

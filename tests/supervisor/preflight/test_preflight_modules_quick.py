@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.preflight.checks import run_checks
 from rlsup.supervisor.rundir.layout import RunPaths, is_locked
 from tests.conftest import rlsup, write_config

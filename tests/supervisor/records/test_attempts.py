@@ -21,7 +21,7 @@ def _records() -> list[ev.Record]:
                                                                       "exception": "ValueError: bad"}),
         ev.RestartScheduled("t", delay_s=1.0, attempt=2, reason="exit 1"),
         ev.ComponentStarted("t", pid=2, attempt=2, log_offset=10),
-        ev.BecameReady("t", probe="none"),
+        ev.ComponentReady("t", probe="none"),
         ev.ComponentExited("t", exit_code=None, signal="SIGKILL", uptime_s=1.4, diagnosis={"category": "killed"}),
         ev.ComponentStopped("t", by="user"),
         ev.ComponentStarted("t", pid=3, attempt=3),

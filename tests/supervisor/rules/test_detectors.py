@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.rules import detectors
 from rlsup.supervisor.rules import lifecycle as lc
 from rlsup.supervisor.rules.detectors import Seen

@@ -11,7 +11,7 @@ import dataclasses
 
 from test_lifecycle import Sim, rules
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.rules import detectors, runstep
 from rlsup.supervisor.rules import lifecycle as lc
 from rlsup.supervisor.rules.detectors import Seen
@@ -309,7 +309,7 @@ def test_step_the_end_is_decided_once_and_names_its_root():
 
 def _stall_view(step_at: float, stalled: bool = False, caught_up: bool = False) -> View:
     seen = {"trainer": Seen("trainer", "running", 2, started_at=100.0, ready_at=101.0, last_step_at=step_at, step=57)}
-    w = runstep.StallWatch(60.0, stalled, deps={"inference": "running"},
+    w = runstep.StallView(60.0, stalled, deps={"inference": "running"},
                            watches=[("ckpt", "trainer", {"step": 50, "mtime": 1000.0})], last_line=lambda: "Step 57")
     return View(seen, stall={"trainer": w}, caught_up=caught_up, wall_time=1030.0)
 
@@ -350,7 +350,7 @@ def test_step_dependency_tick_flags_the_consumer_and_shows_the_dependency_to_the
     out = runstep.step(_dep_view(Seen("inference", "fatal", 3), 20.0), runstep.DependencyTick(), 500.0, cfg)
     assert out[0] == runstep.Flagged(frozenset({"orchestrator"}))
     assert isinstance(out[1], runstep.Say) and out[1].event.type == "dependency_down"
-    assert out[2] == runstep.Watch("inference", True, ("orchestrator",))
+    assert out[2] == runstep.Track("inference", True, ("orchestrator",))
     # Nothing depends on anything down and nothing is flagged: nothing to do.
     assert runstep.step(View(_seen(inference="running")), runstep.DependencyTick(), 500.0, cfg) == ()
 

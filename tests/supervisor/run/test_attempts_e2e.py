@@ -13,7 +13,7 @@ import os
 import signal
 from pathlib import Path
 
-from tests.conftest import PY, SCRIPTS, pid_alive, read_events, rlsup, wait_for, write_config
+from tests.conftest import PATIENCE, PY, SCRIPTS, pid_alive, read_events, rlsup, wait_for, write_config
 
 DEATHS = SCRIPTS / "deaths.py"
 
@@ -103,7 +103,7 @@ def test_two_different_deaths_across_an_adoption(tmp_path, daemon):
     wait_for(lambda: len(_of(d.events(), "started")) >= 2, 30, what="attempt 2 started")
     first = d.pid
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: not pid_alive(first), 10, what="the supervisor to die")
+    wait_for(lambda: not pid_alive(first), PATIENCE, what="the supervisor to die")
     up = rlsup("up", str(cfg), "-d", "--run-dir", str(d.run_dir), cwd=tmp_path)
     assert up.returncode == 0, up.stdout + up.stderr
     adopted = d.wait_event(lambda e: e["kind"] == "adopted" and e["component"] == "trainer", 30, what="adopted")

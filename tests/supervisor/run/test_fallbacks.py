@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import pid_alive, read_events, wait_for, write_config
+from tests.conftest import PATIENCE, pid_alive, read_events, wait_for, write_config
 
 
 def test_without_cgroups_and_inotify_everything_still_works(tmp_path, headless):
@@ -28,5 +28,5 @@ def test_without_cgroups_and_inotify_everything_still_works(tmp_path, headless):
     # The grandchild it left (setsid, environment cleared: no marker to find it by) was found through the
     # monitor's subtree, its subreaper, and ended.
     grandchild = int((tmp_path / "grandchild.pid").read_text())
-    wait_for(lambda: not pid_alive(grandchild), 10, what="the grandchild to be ended")
+    wait_for(lambda: not pid_alive(grandchild), PATIENCE, what="the grandchild to be ended")
     assert "inotify unavailable (disabled by RLSUP_INOTIFY=off); polling logs" in h.output

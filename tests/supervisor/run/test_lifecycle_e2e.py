@@ -17,7 +17,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.conftest import PY, SCRIPTS, kinds, read_events, rlsup, wait_for, write_config
+from tests.conftest import PATIENCE, PY, SCRIPTS, kinds, read_events, rlsup, wait_for, write_config
 
 STEPPER = f"{PY} {SCRIPTS / 'stepper.py'}"
 
@@ -269,7 +269,7 @@ def test_crash_loop_is_flagged_once_per_episode_and_notified_once(tmp_path, head
     ev = read_events(tmp_path / "run")
     assert kinds(ev, "flaky").count("restart_scheduled") == 12
     assert [e["type"] for e in ev if e["kind"] == "flag"].count("crash_loop") == 1
-    wait_for(lambda: notes.exists() and "crash_loop" in notes.read_text(), 10, what="the notification")
+    wait_for(lambda: notes.exists() and "crash_loop" in notes.read_text(), PATIENCE, what="the notification")
     assert notes.read_text().count("crash_loop") == 1
 
 
@@ -315,13 +315,13 @@ def test_rate_and_eta_only_for_running_components(tmp_path, daemon):
     assert wait_for(rate, 30, what="a rate")["eta_s"] is not None
     assert d.cli("stop", "trainer").returncode == 0
     d.wait_event(lambda e: e["kind"] == "stopped" and e["component"] == "trainer", what="stopped")
-    wait_for(lambda: json.loads(d.cli("status", "--json").stdout)["components"]["trainer"]["state"] == "stopped", 10)
+    wait_for(lambda: json.loads(d.cli("status", "--json").stdout)["components"]["trainer"]["state"] == "stopped", PATIENCE)
 
     def no_rate():  # once the last progress flush is past
         st = json.loads(d.cli("status", "--json").stdout)["components"]["trainer"]
         return st if st["rate"] is None and st["eta_s"] is None else None
 
-    st = wait_for(no_rate, 10, what="no rate and no ETA once stopped")
+    st = wait_for(no_rate, PATIENCE, what="no rate and no ETA once stopped")
     assert st["rate"] is None and st["eta_s"] is None
     assert "/s" not in d.cli("status").stdout.splitlines()[2]  # the text table shows no rate either
 
@@ -359,7 +359,7 @@ class JumpingWallClock:
 
 
 def test_deadlines_do_not_move_with_the_wall_clock(tmp_path):
-    from rlsup.supervisor.config.model import load_config
+    from rlsup.supervisor.config.loader import load_config
     from rlsup.supervisor.run.run import Run
 
     cfg = write_config(tmp_path, """
@@ -375,13 +375,13 @@ def test_deadlines_do_not_move_with_the_wall_clock(tmp_path):
     run.subscribers.append(seen.append)
 
     async def main() -> int:
-        asyncio.get_running_loop().call_later(30, run.request_shutdown, "test timeout")
+        # A deadline on the wall clock would move an hour away: the run would end here, at the safety net.
+        asyncio.get_running_loop().call_later(90, run.request_shutdown, "test timeout")
         return await run.run()
 
-    t0 = time.monotonic()
     asyncio.run(main())
-    took = time.monotonic() - t0
     fatal = next(e for e in seen if e["kind"] == "fatal")
     assert "not ready within 2s" in fatal["reason"]
-    assert took < 20  # the readiness deadline kept to monotonic time despite the wall clock's jump
+    # the readiness deadline kept to monotonic time despite the wall clock's jump: the run ended on it
+    assert not [e for e in seen if "test timeout" in json.dumps(e)], seen
 

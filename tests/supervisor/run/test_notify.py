@@ -13,7 +13,7 @@ import pytest
 
 from rlsup.supervisor.config.model import NotifyCfg
 from rlsup.supervisor.run.notify import Notifier
-from tests.conftest import torn_server
+from tests.conftest import PATIENCE, torn_server
 
 FLAG = {"ts": 1.0, "seq": 3, "kind": "flag", "component": "trainer", "type": "repeated_error",
         "message": "AttributeError at train.py:57 on 2 consecutive attempts", "evidence": ["x"],
@@ -141,7 +141,7 @@ def test_hung_webhook_never_blocks_handle_and_queue_stays_bounded(hook: Hook) ->
     n = Notifier(NotifyCfg(webhook=hook.url, on=["flag"]), run_name="r", run_dir="/r", env={},
                  max_queue=10, backoff=(0.01,), webhook_timeout=30)
     n.handle({**FLAG, "seq": 0})
-    assert hook.entered.wait(10)  # the worker is now stuck inside the first POST
+    assert hook.entered.wait(PATIENCE)  # the worker is now stuck inside the first POST
     for i in range(1, 1000):
         n.handle({**FLAG, "seq": i})
     # handle() returned 999 times while one delivery hangs: nothing waited on the network.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlsup.supervisor.config.model import ConfigError, load_config
+from rlsup.supervisor.config.loader import ConfigError, load_config
 
 
 def load(tmp_path, text):

@@ -10,10 +10,10 @@ import os
 import subprocess
 import sys
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess, proc_identity
 from rlsup.supervisor.run.run import Run as Supervisor
-from tests.conftest import pid_alive, write_config
+from tests.conftest import PATIENCE, pid_alive, write_config
 
 
 def _sleeper(env_extra: dict) -> subprocess.Popen:
@@ -76,7 +76,7 @@ def test_leftover_gpu_holders_of_the_run_are_killed_outsiders_kept(tmp_path):
         assert f"pid {leftover2.pid} holds 4000" in " ".join(f["evidence"])
         assert str(outsider.pid) not in " ".join(f["evidence"])
         assert "killed them" in f["action"]
-        leftover2.wait(5)
+        leftover2.wait(PATIENCE)
         assert not pid_alive(leftover2.pid)
         assert pid_alive(outsider.pid)  # never touch what is not ours
         gpu = next(e for e in events if e["kind"] == "gpu")
@@ -157,7 +157,7 @@ def test_a_slurm_step_has_no_cpu_or_memory_of_this_host():
     from types import SimpleNamespace
 
     from rlsup.supervisor.records import events as ev
-    from rlsup.supervisor.run.resources import ResourceWatch
+    from rlsup.supervisor.run.resources import ResourceSampling
 
     class Ring(list):
         bytes = 0
@@ -168,7 +168,7 @@ def test_a_slurm_step_has_no_cpu_or_memory_of_this_host():
                                attempt=1)
 
     comps = {"local": component(None), "step": component(object())}
-    w = ResourceWatch()
+    w = ResourceSampling()
     w.sample(0.0, comps, [])
     (gauge,) = [e for e in w.sample(1.0, comps, []) if isinstance(e, ev.ResourcesSampled)]
     assert gauge.data["local"]["rss_mb"] > 1 and gauge.data["local"]["cpu_pct"] is not None

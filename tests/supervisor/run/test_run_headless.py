@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from tests.conftest import free_port, kinds, pid_alive, wait_for, write_config
+from tests.conftest import PATIENCE, free_port, kinds, pid_alive, wait_for, write_config
 
 
 def test_restart_backoff_then_give_up(tmp_path, headless):
@@ -255,7 +255,7 @@ def test_sigterm_to_supervisor_leaves_no_process(tmp_path, headless):
     """)
     h = headless(cfg)
     b = h.wait_event(lambda e: e["kind"] == "started" and e["component"] == "b", what="b started")
-    wait_for(lambda: _sleeps_under(b["pid"]) >= 2, 10, what="b's shell to start both its sleeps")
+    wait_for(lambda: _sleeps_under(b["pid"]) >= 2, PATIENCE, what="b's shell to start both its sleeps")
     pids = [e["pid"] for e in h.events() if e["kind"] == "started"]
     h.terminate()
     assert h.wait(30) == 0

@@ -13,7 +13,7 @@ import pytest
 from rlsup.supervisor.client.session import Client, Session
 from rlsup.supervisor.records import protocol
 from rlsup.supervisor.records.events import is_lifecycle
-from tests.conftest import async_wait_for, wait_for, write_config
+from tests.conftest import PATIENCE, async_wait_for, wait_for, write_config
 
 TWO = """
 name: srv
@@ -165,7 +165,7 @@ def test_stalled_subscriber_does_not_block_output(tmp_path, daemon):
         rec = Recorder()
         fast = Session(lambda: Client.open_unix(d.sock, name="fast"), rec, lines=0)
         task = asyncio.ensure_future(fast.run())
-        await asyncio.wait_for(fast.connected.wait(), 10)
+        await asyncio.wait_for(fast.connected.wait(), PATIENCE)
         (tmp_path / "go").touch()  # the flood starts while one subscriber is stuck
         await async_wait_for(lambda: any(e.get("kind") == "completed" and e.get("component") == "flood"
                                          for e in rec.events) and _flood_got(rec) >= FLOOD_LINES, 60,
@@ -246,21 +246,21 @@ def test_session_reconnects_without_losing_lifecycle_events(tmp_path, daemon):
         a = Session(connect, rec_a, lines=100, backoff=(0.1, 0.5))
         b = Session(lambda: Client.open_unix(d.sock, name="other"), rec_b, lines=100)
         ta, tb = asyncio.ensure_future(a.run()), asyncio.ensure_future(b.run())
-        await asyncio.wait_for(a.connected.wait(), 10)
-        await asyncio.wait_for(b.connected.wait(), 10)
+        await asyncio.wait_for(a.connected.wait(), PATIENCE)
+        await asyncio.wait_for(b.connected.wait(), PATIENCE)
         # Cut A's link abruptly; while it is down, things happen.
         clients[0].writer.transport.abort()
         reply = await b.command("restart", "sleeper")
         assert reply["ok"], reply
         await async_wait_for(lambda: any(e.get("kind") == "started" and e.get("attempt") == 2 for e in rec_b.events),
-                             10, what="B to see the sleeper's attempt 2")
+                             PATIENCE, what="B to see the sleeper's attempt 2")
         await async_wait_for(lambda: len(clients) >= 2 and a.connected.is_set() and any(
-            e.get("kind") == "started" and e.get("attempt") == 2 for e in rec_a.events), 10,
+            e.get("kind") == "started" and e.get("attempt") == 2 for e in rec_a.events), PATIENCE,
             what="A reconnected and caught up to the sleeper's attempt 2")
         # The ticker's lines arrive on both, A's after its reconnect too.
         after = len(rec_a.logs.get("ticker", []))
         await async_wait_for(lambda: len(rec_a.logs.get("ticker", [])) > max(after, 10) and rec_b.logs.get("ticker"),
-                             10, what="the ticker's lines on both sessions")
+                             PATIENCE, what="the ticker's lines on both sessions")
         a.close()
         b.close()
         await asyncio.gather(ta, tb)
@@ -270,8 +270,9 @@ def test_session_reconnects_without_losing_lifecycle_events(tmp_path, daemon):
     assert len(clients) >= 2, "A never reconnected"
     assert ("reconnecting", "connection lost (connection closed by the supervisor)") in rec_a.status or \
         any(s == "reconnecting" for s, _ in rec_a.status)
-    life_a = [e["seq"] for e in rec_a.events if e.get("seq") and e["kind"] not in ("progress", "gpu")]
-    life_b = [e["seq"] for e in rec_b.events if e.get("seq") and e["kind"] not in ("progress", "gpu")]
+    # Gauges (progress, gpu, resources every 5 s) carry the seq they were sampled at: not lifecycle.
+    life_a = [e["seq"] for e in rec_a.events if e.get("seq") and is_lifecycle(e["kind"])]
+    life_b = [e["seq"] for e in rec_b.events if e.get("seq") and is_lifecycle(e["kind"])]
     assert life_a == sorted(set(life_a)), "duplicate or out-of-order lifecycle events after the reconnect"
     # Both views saw the same lifecycle history from the first event they share.
     common = min(life_b)
@@ -310,13 +311,13 @@ def test_subscribe_without_logs_gets_events_but_no_lines(tmp_path, daemon):
         quiet = Session(lambda: Client.open_unix(d.sock, name="q"), rec_quiet, lines=0, logs=False)
         full = Session(lambda: Client.open_unix(d.sock, name="f"), rec_full, lines=0)
         tasks = [asyncio.ensure_future(s.run()) for s in (quiet, full)]
-        await asyncio.wait_for(quiet.connected.wait(), 10)
-        await asyncio.wait_for(full.connected.wait(), 10)
+        await asyncio.wait_for(quiet.connected.wait(), PATIENCE)
+        await asyncio.wait_for(full.connected.wait(), PATIENCE)
         assert (await quiet.command("restart", "sleeper"))["ok"]
         await async_wait_for(lambda: any(e.get("kind") == "started" and e.get("attempt") == 2
-                                         for e in rec_quiet.events), 5, what="the sleeper's attempt 2")
+                                         for e in rec_quiet.events), PATIENCE, what="the sleeper's attempt 2")
         # Lines reach the full session; the quiet one, subscribed as long, gets none of them.
-        await async_wait_for(lambda: len(rec_full.logs.get("ticker", [])) >= 10, 10,
+        await async_wait_for(lambda: len(rec_full.logs.get("ticker", [])) >= 10, PATIENCE,
                              what="ticker lines on the full session")
         quiet.close()
         full.close()

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.run.run import Run
 
 

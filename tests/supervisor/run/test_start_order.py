@@ -8,7 +8,7 @@ exists: its ``started`` event is written before any consumer is spawned.
 
 from __future__ import annotations
 
-from rlsup.supervisor.config.model import load_config
+from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.rules import detectors
 from rlsup.supervisor.rules import lifecycle as lc
 from tests.conftest import write_config

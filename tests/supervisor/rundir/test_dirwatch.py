@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlsup.supervisor.rundir import dirwatch
-from rlsup.supervisor.rundir.dirwatch import DirWatch, DirWatcher
+from rlsup.supervisor.rundir.dirwatch import DirWatch, DirWatches
 
 
 class Recorder:
@@ -31,9 +31,9 @@ class Recorder:
             await asyncio.sleep(0.01)
 
 
-def on_loop(scenario: Callable[[DirWatcher], Awaitable[None]]) -> None:
+def on_loop(scenario: Callable[[DirWatches], Awaitable[None]]) -> None:
     async def main() -> None:
-        watcher = DirWatcher(asyncio.get_running_loop())
+        watcher = DirWatches(asyncio.get_running_loop())
         try:
             await scenario(watcher)
         finally:
@@ -47,7 +47,7 @@ def test_reports_a_new_step_its_removal_and_the_directory_going_and_coming_back(
     (d / "step_12").mkdir(parents=True)
     rec = Recorder()
 
-    async def scenario(watcher: DirWatcher) -> None:
+    async def scenario(watcher: DirWatches) -> None:
         w = watcher.add(DirWatch(d, r"step_(?P<step>\d+)", rec))
         await rec.wait_for(lambda c: c[0] == 12)
         (d / ".step_13.tmp-1").mkdir()
@@ -74,7 +74,7 @@ def test_a_directory_that_does_not_exist_yet_is_found_when_it_appears(tmp_path: 
     d = tmp_path / "outputs" / "run1" / "rollouts"
     rec = Recorder()
 
-    async def scenario(watcher: DirWatcher) -> None:
+    async def scenario(watcher: DirWatches) -> None:
         w = watcher.add(DirWatch(d, on_change=rec))
         await rec.wait_for(lambda c: c == (None, None))
         (tmp_path / "outputs").mkdir()
@@ -96,7 +96,7 @@ def test_watches_sharing_a_parent_each_see_their_own_directory(tmp_path: Path) -
     (work / "checkpoints").mkdir()
     rollouts, ckpts = Recorder(), Recorder()
 
-    async def scenario(watcher: DirWatcher) -> None:
+    async def scenario(watcher: DirWatches) -> None:
         watcher.add(DirWatch(work / "rollouts", r"step_(\d+)", rollouts))
         watcher.add(DirWatch(work / "checkpoints", r"global_step_(\d+)", ckpts))
         await rollouts.wait_for(lambda c: c == (None, None))
@@ -121,7 +121,7 @@ def test_idle_watches_add_no_thread_per_directory_and_never_wake(tmp_path: Path)
     recs = [Recorder() for _ in range(20)]
     out: dict[str, int] = {}
 
-    async def scenario(watcher: DirWatcher) -> None:
+    async def scenario(watcher: DirWatches) -> None:
         before = threading.active_count()
         for i, r in enumerate(recs):
             (tmp_path / f"d{i}").mkdir()
@@ -149,7 +149,7 @@ def test_a_failing_consumer_does_not_end_the_watch(tmp_path: Path) -> None:
         seen.append(step)
         raise RuntimeError("consumer bug")
 
-    async def scenario(watcher: DirWatcher) -> None:
+    async def scenario(watcher: DirWatches) -> None:
         watcher.add(DirWatch(tmp_path, on_change=flaky))
         (tmp_path / "step_1").mkdir()
         deadline = time.monotonic() + 5
@@ -168,7 +168,7 @@ def test_without_inotify_each_directory_is_scanned_every_few_seconds(tmp_path: P
     monkeypatch.setattr(dirwatch, "POLL_S", 0.2)
     rec = Recorder()
 
-    async def scenario(watcher: DirWatcher) -> None:
+    async def scenario(watcher: DirWatches) -> None:
         w = watcher.add(DirWatch(tmp_path, on_change=rec))
         await rec.wait_for(lambda c: c == (None, None))
         (tmp_path / "step_3").mkdir()
@@ -181,7 +181,7 @@ def test_without_inotify_each_directory_is_scanned_every_few_seconds(tmp_path: P
 def test_closing_stops_reports(tmp_path: Path) -> None:
     rec = Recorder()
 
-    async def scenario(watcher: DirWatcher) -> None:
+    async def scenario(watcher: DirWatches) -> None:
         watcher.add(DirWatch(tmp_path, on_change=rec))
         await rec.wait_for(lambda c: c == (None, None))
         watcher.close()

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from rlsup.supervisor.config import placement
-from rlsup.supervisor.config.model import ConfigError, load_config
+from rlsup.supervisor.config.loader import ConfigError, load_config
 from rlsup.supervisor.slurm import jobs
 from rlsup.supervisor.slurm.launcher import SlurmLauncher
 

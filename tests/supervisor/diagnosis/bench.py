@@ -1,6 +1,7 @@
-"""Accuracy of the diagnosis engine on the labelled corpus of real failure logs.
+"""Accuracy of the diagnosis engine on the labelled corpus of real failure logs (a tool beside the tests that
+use it, run from the repository root; the figures in docs/diagnosis.md come from it).
 
-``python -m rlsup.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|heldout2|...|heldout10|heldout_all|fresh|tuning]``
+``python -m tests.supervisor.diagnosis.bench [--fixtures DIR] [--json] [--subset all|heldout|heldout2|...|heldout10|heldout_all|fresh|tuning]``
 
 Every ``*.log`` under ``tests/fixtures/diagnosis`` is a real excerpt: quoted from a public page
 (its first line ``# source: URL`` names it: an issue, a forum thread, a documentation page, a blog
@@ -23,6 +24,7 @@ engine does on logs nobody tuned it to.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections import Counter, defaultdict
@@ -30,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..records.diagnosis import CATEGORIES
-from .offline import diagnose_file
+from rlsup.supervisor.diagnosis.offline import diagnose_file
+from rlsup.supervisor.records.diagnosis import CATEGORIES
 
 FIELDS = ("category", "exception_type", "location", "step")
 # held-out parts of split.json, each frozen before the engine was tuned for it (issue 18; issue 29:
@@ -39,7 +41,7 @@ FIELDS = ("category", "exception_type", "location", "step")
 HELDOUT_PARTS = ("heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
                 "heldout8", "heldout9", "heldout10")
 HELDOUT_ALL = "heldout_all"  # every held-out part together
-DEFAULT_FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "diagnosis"
+DEFAULT_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "diagnosis"
 
 
 # Where an excerpt comes from, by its first line: the bench reports each kind apart, so a figure
@@ -252,9 +254,15 @@ def format_measured_once(once: dict[str, dict[str, Any]], out: TextIO) -> None:
 
 
 def run_case(case: Case, fixtures: Path = DEFAULT_FIXTURES) -> Result:
-    d = diagnose_file(fixtures / case.name)
-    got = {"category": d.category, "exception_type": d.exception_type, "location": d.location, "step": d.step}
-    return Result(case, got)
+    return Result(case, dict(_diagnosed(fixtures / case.name)))
+
+
+@functools.cache
+def _diagnosed(path: Path) -> tuple[tuple[str, Any], ...]:
+    """The four fields of a fixture's diagnosis, computed once per process: the report of every part and of
+    the whole corpus reads each fixture several times, and diagnosis is a pure function of the file."""
+    d = diagnose_file(path)
+    return (("category", d.category), ("exception_type", d.exception_type), ("location", d.location), ("step", d.step))
 
 
 def evaluate(fixtures: Path = DEFAULT_FIXTURES, subset: str = "all") -> Report:
@@ -347,7 +355,7 @@ def format_report(rep: Report, out: TextIO, misses: bool = True) -> None:
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    ap = argparse.ArgumentParser(prog="python -m rlsup.supervisor.diagnosis.bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tests.supervisor.diagnosis.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--fixtures", type=Path, default=DEFAULT_FIXTURES)
     ap.add_argument("--subset", choices=("all", *HELDOUT_PARTS, HELDOUT_ALL, "fresh", "tuning"), default=None,
                     help="one subset only (default: the held-out parts, all of them together, then the "

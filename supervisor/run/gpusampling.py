@@ -36,7 +36,7 @@ def gpu_event(sample: Any, owned: Mapping[int, str]) -> ev.GpuSampled:
     return ev.GpuSampled(None, {k: d.get(k) for k in ("gpus", "host", "backend", "reason")})
 
 
-class GpuWatch:
+class GpuSampling:
     def __init__(self, sampler: Any, deliver: Callable[[Any], None]):
         self.sampler = sampler
         self.deliver = deliver  # called in the sampler's thread: hands the sample to the loop

@@ -1,0 +1,822 @@
+"""A config file -> a validated :class:`~.model.Config`, or every problem in it.
+
+Every problem is reported as ``FILE:LINE:COL: key.path: message`` (all problems at once, never a
+traceback): :func:`load_config` raises nothing but :class:`ConfigError`, whatever the bytes of the
+file. ``${VAR}`` expands in every string value (:mod:`.interpolate`). Variables come from the
+environment, then ``env_file`` (whose values are defaults the shell can override), plus
+``RLSUP_RUN_DIR``, ``RLSUP_NAME`` and ``RLSUP_CONFIG_DIR``.
+
+Limits that keep a hostile file an error rather than a crash: a config or env_file of at most
+MAX_CONFIG_BYTES, YAML nested at most MAX_DEPTH levels, at most MAX_VALUES values once aliases are
+expanded (an alias bomb is refused without being expanded), no recursive aliases. Mapping keys are
+the strings written (YAML 1.1 would read ``on:`` as ``True``). What the OS would refuse at spawn time
+is refused here: a NUL byte in any string, ``=`` in or an empty environment variable name.
+
+The same reading and error mapping serve other files the user writes (the fleet file:
+:mod:`.fleetfile`): :func:`read_document` and :func:`validated`.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .interpolate import expand
+from .model import NAME_RE, Component, Config, MiB, Path_
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    line: int
+    col: int
+    path: Path_
+    message: str
+
+    def __str__(self) -> str:
+        where = _path_str(self.path)
+        return f"{self.file}:{self.line}:{self.col}: {where + ': ' if where else ''}{self.message}"
+
+
+class ConfigError(Exception):
+    """The config cannot be used; ``problems`` lists every reason found."""
+
+    def report(self, path: str) -> str:
+        """Every problem on its own line, then a count: what the CLI prints (never a traceback)."""
+        n = len(self.problems)
+        return "\n".join([*(str(p) for p in self.problems), f"rlsup: {n} problem{'s' if n != 1 else ''} in {path}"])
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = sorted(problems, key=lambda p: (p.line, p.col))
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def _path_str(path: Path_) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML with positions.
+#
+# PyYAML composes the document (its parser and composer give every node its line and column); the
+# composer below adds rlsup's limits, each enforced at the event that breaks it, before anything is
+# expanded: nesting is capped (PyYAML's composer recurses once per level, so 5,000 nested brackets
+# would end in RecursionError), a recursive alias is refused where it is written, and the size the
+# document would have once every alias is expanded is counted as it is read, so an alias bomb is
+# refused without being expanded. Aliases stay shared nodes; the constructor below builds the data.
+
+MAX_CONFIG_BYTES = 16 * MiB  # a config (or env_file) larger than this is a mistake, not a config
+MAX_DEPTH = 100  # nesting levels, aliases expanded; the schema needs 6
+MAX_VALUES = 1_000_000  # values once every alias is expanded (10,000 components x 100 fit)
+
+_STR = "tag:yaml.org,2002:str"
+_SEQ = "tag:yaml.org,2002:seq"
+_MAP = "tag:yaml.org,2002:map"
+_MERGE = "tag:yaml.org,2002:merge"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_SCALAR_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                "tag:yaml.org,2002:null")
+
+
+class YamlDoc:
+    """A document's data (keys are always the strings written) and where each value and key is."""
+
+    def __init__(self, data: Any = None) -> None:
+        self.data = data
+        self.marks: dict[Path_, tuple[int, int]] = {}  # value positions
+        self.key_marks: dict[Path_, tuple[int, int]] = {}  # key positions
+
+    def pos(self, path: Path_, key: bool = False) -> tuple[int, int]:
+        table = self.key_marks if key else self.marks
+        p = tuple(path)
+        while p:
+            if p in table:
+                return table[p]
+            if p in self.marks:
+                return self.marks[p]
+            p = p[:-1]
+        return self.marks.get((), (1, 1))
+
+
+class _YamlProblem(Exception):
+    def __init__(self, line: int, col: int, message: str):
+        super().__init__(message)
+        self.line, self.col, self.message = line, col, message
+
+
+def _mark(m: Any) -> tuple[int, int]:
+    return (m.line + 1, m.column + 1) if m is not None else (1, 1)
+
+
+def _children(node: yaml.Node) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
+
+
+class _Composer(yaml.SafeLoader):
+    """PyYAML's safe loader whose composer counts as it goes: each node gets ``size`` (values once its
+    aliases are expanded) and ``height`` (collections nested in it, itself included); an alias is a
+    copy of its node marked where the alias is written (``alias = True``), sharing its children."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.depth = 0  # collections open
+        self.total = 0  # values read so far, aliases counted at their expanded size
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        ev = self.peek_event()
+        line, col = _mark(ev.start_mark)
+        if isinstance(ev, yaml.AliasEvent):
+            return self._alias(self.get_event(), line, col)
+        nested = int(isinstance(ev, yaml.SequenceStartEvent | yaml.MappingStartEvent))
+        if self.depth + nested > MAX_DEPTH:
+            raise _YamlProblem(line, col, f"nested more than {MAX_DEPTH} levels deep")
+        self.total += 1
+        if self.total > MAX_VALUES:
+            raise _YamlProblem(line, col, f"the document holds more than {MAX_VALUES:,} values")
+        self.anchors.pop(ev.anchor, None)  # an anchor given again: aliases below name the new node
+        self.depth += nested
+        node: Any = super().compose_node(parent, index)
+        self.depth -= nested
+        kids = _children(node)
+        node.size = 1 + sum(k.size for k in kids)
+        node.height = nested + max((k.height for k in kids), default=0)
+        return node
+
+    def _alias(self, ev: yaml.AliasEvent, line: int, col: int) -> Any:
+        target: Any = self.anchors.get(ev.anchor) if ev.anchor is not None else None
+        if target is None:
+            raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} refers to no anchor &{ev.anchor} above it")
+        if not hasattr(target, "size"):  # still open: the alias is inside it
+            raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} is inside the node it refers to "
+                                          "(a recursive alias)")
+        self.total += target.size
+        if self.total > MAX_VALUES:
+            raise _YamlProblem(line, col, f"the document expands to more than {MAX_VALUES:,} values through "
+                                          f"its aliases (at *{ev.anchor}): an alias bomb?")
+        if self.depth + target.height > MAX_DEPTH:
+            raise _YamlProblem(line, col, f"nested more than {MAX_DEPTH} levels deep once its aliases are "
+                                          f"expanded (at *{ev.anchor})")
+        used = copy.copy(target)
+        used.start_mark, used.alias = ev.start_mark, True
+        return used
+
+
+class _Constructor:
+    """Plain Python data from the node graph, one method per node kind; every mapping key is the string
+    the user wrote. Keys stay as written because YAML 1.1 reads ``on``, ``off``, ``yes`` and ``no`` as
+    booleans, which would turn notify's ``on:`` into ``True``; rlsup's keys are names, never booleans.
+    Values keep YAML's types (``exit_on_end: yes`` is true). Recursion is bounded by MAX_DEPTH and the
+    work by MAX_VALUES, both enforced while composing. ``record``: whether positions are recorded in
+    ``doc`` (not below an alias or a merge, whose positions are where it is used)."""
+
+    def __init__(self, doc: YamlDoc, loader: yaml.SafeLoader, problems: list[Problem], file: str) -> None:
+        self.doc, self.loader, self.problems, self.file = doc, loader, problems, file
+
+    def problem(self, node: yaml.Node, path: Path_, msg: str) -> None:
+        self.problems.append(Problem(self.file, *_mark(node.start_mark), path, msg))
+
+    def build(self, node: yaml.Node, path: Path_, record: bool) -> Any:
+        if record:
+            self.doc.marks[path] = _mark(node.start_mark)
+        # Below an alias, positions fall back to the alias (pos() walks up): where it was used.
+        record = record and not getattr(node, "alias", False)
+        if isinstance(node, yaml.ScalarNode):
+            return self.scalar(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            return self.sequence(node, path, record)
+        assert isinstance(node, yaml.MappingNode)  # the composer makes nothing else
+        return self.mapping(node, path, record)
+
+    def scalar(self, node: yaml.ScalarNode, path: Path_) -> Any:
+        tag = node.tag
+        if tag == _STR or tag == _TIMESTAMP:  # no rlsup field is a date: keep what was written
+            return node.value
+        if tag in _SCALAR_TAGS:
+            try:
+                return self.loader.yaml_constructors[tag](self.loader, node)
+            except Exception as e:  # PyYAML's scalar constructors raise what they meet: IndexError on
+                # `!!int ""`, ValueError on an int of 5,000 digits. Any of them means: not that type.
+                why = str(e).split(";")[0][:120] or type(e).__name__
+                self.problem(node, path, f"cannot read {_clip(node.value)} as {tag.rsplit(':', 1)[-1]}: {why}")
+                return None
+        self.problem(node, path, f"unsupported YAML tag {tag!r}")
+        return None
+
+    def sequence(self, node: yaml.SequenceNode, path: Path_, record: bool) -> list[Any]:
+        if node.tag != _SEQ:
+            self.problem(node, path, f"unsupported YAML tag {node.tag!r} on a list")
+        return [self.build(n, path + (i,), record) for i, n in enumerate(node.value)]
+
+    def mapping(self, node: yaml.MappingNode, path: Path_, record: bool) -> dict[str, Any]:
+        if node.tag != _MAP:
+            self.problem(node, path, f"unsupported YAML tag {node.tag!r} on a mapping")
+        out: dict[str, Any] = {}
+        seen: dict[str, int] = {}
+        merges: list[yaml.Node] = []
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                self.problem(k, path, "a key must be a plain string, not a "
+                                      f"{'list' if isinstance(k, yaml.SequenceNode) else 'mapping'}")
+                continue
+            if k.tag == _MERGE and not getattr(k, "alias", False) and k.style is None:
+                merges.append(v)
+                continue
+            line = _mark(k.start_mark)[0]
+            if k.value in seen:
+                self.problem(k, path, f"duplicate key {k.value!r} (first at line {seen[k.value]})")
+            seen[k.value] = line
+            if record:
+                self.doc.key_marks[path + (k.value,)] = _mark(k.start_mark)
+            out[k.value] = self.build(v, path + (k.value,), record)
+        for v in merges:
+            self.merge(out, v, path, record)
+        return out
+
+    def merge(self, out: dict[str, Any], node: yaml.Node, path: Path_, record: bool) -> None:
+        """`<<: *defaults` (or a list of them): keys written here win, then earlier merges."""
+        for src in node.value if isinstance(node, yaml.SequenceNode) else [node]:
+            if not isinstance(src, yaml.MappingNode):
+                self.problem(src, path, "`<<` merges a mapping (or a list of mappings) into this one")
+                continue
+            merged = self.build(src, path + ("<<",), False)
+            for key, value in merged.items():
+                if key not in out:
+                    out[key] = value
+                    if record:
+                        self.doc.marks.setdefault(path + (key,), _mark(src.start_mark))
+                        self.doc.key_marks.setdefault(path + (key,), _mark(src.start_mark))
+
+
+def load_yaml(text: str, file: str) -> YamlDoc:
+    """Parse ``text`` into a :class:`YamlDoc`; any YAML problem is a :class:`ConfigError` with a position."""
+    problems: list[Problem] = []
+    loader: _Composer | None = None
+    try:
+        loader = _Composer(text)  # checks every character at once: may raise ReaderError
+        root = loader.get_single_node()
+        if root is None:
+            raise ConfigError([Problem(file, 1, 1, (), "the file is empty")])
+        doc = YamlDoc()
+        doc.data = _Constructor(doc, loader, problems, file).build(root, (), True)
+    except _YamlProblem as e:
+        raise ConfigError([Problem(file, e.line, e.col, (), e.message)]) from None
+    except yaml.MarkedYAMLError as e:
+        line, col = _mark(e.problem_mark or e.context_mark)
+        msg = " ".join(x for x in (e.context, e.problem) if x) or str(e)
+        raise ConfigError([Problem(file, line, col, (), f"YAML syntax error: {msg}")]) from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, most control codes)
+        line, col = _text_pos(text, e.position)
+        what = f"#x{e.character:04x}" if isinstance(e.character, int) else repr(e.character)
+        raise ConfigError([Problem(file, line, col, (), f"YAML does not allow the character {what} "
+                                                        "(a binary file?)")]) from None
+    except yaml.YAMLError as e:
+        raise ConfigError([Problem(file, 1, 1, (), f"YAML error: {e}")]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    if problems:
+        raise ConfigError(problems)
+    return doc
+
+
+def _clip(s: str, n: int = 40) -> str:
+    return repr(s) if len(s) <= n else repr(s[:n]) + f"... ({len(s):,} characters)"
+
+
+def _clip_repr(v: Any, n: int = 80) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
+def _text_pos(text: str, index: int) -> tuple[int, int]:
+    """1-based line and column of ``text[index]``."""
+    index = max(0, min(index, len(text)))
+    line_start = text.rfind("\n", 0, index) + 1
+    return text.count("\n", 0, index) + 1, index - line_start + 1
+
+
+def _read_capped(path: Path, what: str) -> bytes:
+    """The file's bytes; OSError as open/read raise it, ValueError when it is over MAX_CONFIG_BYTES."""
+    with open(path, "rb") as fh:  # also /dev/zero or a pipe: never read more than the cap
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{what} is larger than {MAX_CONFIG_BYTES // MiB} MiB: not a config")
+    return data
+
+
+def _decode(data: bytes, file: str, path: Path_ = ()) -> str:
+    """``data`` as UTF-8, or a ConfigError at the first byte that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ConfigError([Problem(file, line, col, path, f"not UTF-8 text (byte 0x{data[e.start]:02x}: {e.reason}): "
+                                                          "is it a binary file?")]) from None
+
+
+def _interpolate_tree(data: Any, path: Path_, variables: Mapping[str, str], doc: YamlDoc,
+                      problems: list[Problem], file: str) -> Any:
+    # Recursion is bounded by MAX_DEPTH, enforced when the YAML was read.
+    if isinstance(data, str):
+        out, missing, errors = expand(data, variables)
+        if missing or errors:
+            line, col = doc.pos(path)
+            for err in errors:
+                problems.append(Problem(file, line, col, path, err))
+            for name in missing:
+                problems.append(Problem(file, line, col, path,
+                                        f"environment variable {name} is not set and has no default "
+                                        f"(set it, add it to env_file, or write ${{{name}:-default}})"))
+        return out
+    if isinstance(data, dict):
+        return {k: _interpolate_tree(v, path + (str(k),), variables, doc, problems, file)
+                for k, v in data.items()}
+    if isinstance(data, list):
+        return [_interpolate_tree(v, path + (i,), variables, doc, problems, file) for i, v in enumerate(data)]
+    return data
+
+
+_NUL_MSG = "contains a NUL byte, which no command, path or environment value can hold"
+
+
+def _os_problems(data: Any, path: Path_, doc: YamlDoc, file: str) -> Iterator[Problem]:
+    """What the OS would refuse at spawn time, found now: NUL anywhere, bad environment names.
+
+    Without this a NUL in a command, cwd or env value passes ``check`` and fails only when
+    ``up`` spawns the component (``ValueError: embedded null byte``).
+    """
+    if isinstance(data, str):
+        if "\x00" in data:
+            line, col = doc.pos(path)
+            yield Problem(file, line, col, path, _NUL_MSG)
+        return
+    if isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _os_problems(v, path + (i,), doc, file)
+        return
+    if not isinstance(data, dict):
+        return
+    is_env = bool(path) and path[-1] == "env" and (len(path) == 1 or path[:1] == ("components",) and len(path) == 3)
+    for k, v in data.items():
+        kp = path + (str(k),)
+        if isinstance(k, str) and "\x00" in k:
+            line, col = doc.pos(kp, key=True)
+            yield Problem(file, line, col, path, f"key {k!r} {_NUL_MSG}")
+        elif is_env and isinstance(k, str) and ("=" in k or not k):
+            line, col = doc.pos(kp, key=True)
+            yield Problem(file, line, col, path,
+                          f"environment variable name {k!r} " + ("contains '=', which ends a name in the "
+                                                                 "environment" if k else "is empty"))
+        yield from _os_problems(v, kp, doc, file)
+
+
+_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines (``export`` prefix, quotes and ``#`` comments allowed).
+
+    Raises OSError when the file cannot be read, ConfigError for anything in it that is not
+    such a line (binary content, non-UTF-8 bytes, a NUL byte), with the file's line and column.
+    """
+    file = str(path)
+    where: Path_ = ("env_file",)
+    try:
+        data = _read_capped(path, "the file")
+    except ValueError as e:
+        raise ConfigError([Problem(file, 1, 1, where, str(e))]) from None
+    text = _decode(data, file, where)
+    out: dict[str, str] = {}
+    problems: list[Problem] = []
+    for i, raw in enumerate(text.split("\n"), 1):
+        raw = raw.removesuffix("\r")
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        if "\x00" in raw:
+            problems.append(Problem(file, i, raw.index("\x00") + 1, where, f"line {_NUL_MSG} (is it a binary file?)"))
+            continue
+        m = _ENV_LINE.match(raw)
+        if not m:
+            problems.append(Problem(file, i, 1, where, f"not a KEY=VALUE line: {_clip(raw.strip(), 80)}"))
+            continue
+        key, val = m.group(1), m.group(2)
+        if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
+            val = val[1:-1]
+        elif " #" in val:
+            val = val.split(" #", 1)[0].rstrip()
+        out[key] = val
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading.
+
+
+_EARLY_KEYS = ("name", "run_dir", "env_file")
+_INTERNAL_KEYS = ("source", "file_env", "placement")
+
+
+def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
+                environ: Mapping[str, str] | None = None) -> Config:
+    """Read, interpolate and validate a config file. Raises ConfigError with every problem found."""
+    p = Path(path)
+    file = str(path)
+    doc = read_document(p, file)
+    env = dict(os.environ if environ is None else environ)
+    problems: list[Problem] = []
+    data: dict[str, Any] = dict(doc.data)
+
+    # 1. name, run_dir, env_file first: other keys may refer to RLSUP_RUN_DIR and env_file's variables.
+    name = _interpolate_early(data, p, run_dir, env, doc, problems, file)
+    file_env = _env_file_variables(data, p, doc, problems, file)
+    variables = {**file_env, **env, "RLSUP_RUN_DIR": data["run_dir"], "RLSUP_NAME": str(name),
+                 "RLSUP_CONFIG_DIR": str(p.parent.resolve())}
+    placement, node_variables = _slurm_placement(data, env, str(name))
+    variables.update(node_variables)
+
+    # 2. everything else.
+    for key in list(data):
+        if key not in _EARLY_KEYS:
+            data[key] = _interpolate_tree(data[key], (key,), variables, doc, problems, file)
+    problems.extend(_os_problems(data, (), doc, file))
+    data["source"] = str(p.resolve())
+    data["file_env"] = file_env
+    data["placement"] = placement
+    problems.extend(_internal_key_problems(doc, file))
+    cfg = _validated(data, doc, file, problems)
+    if problems:
+        raise ConfigError(problems)
+    assert cfg is not None
+    return cfg
+
+
+def read_document(p: Path, file: str, what: str = "config", holds: str = "a `components:` key") -> YamlDoc:
+    """A file the user writes (``what``), parsed (capped in size, UTF-8, YAML), its top level a mapping
+    (with ``holds``)."""
+    try:
+        raw = _read_capped(p, "the file")
+    except OSError as e:
+        raise ConfigError([Problem(file, 1, 1, (), f"cannot read {what}: {e.strerror or e}")]) from None
+    except ValueError as e:
+        raise ConfigError([Problem(file, 1, 1, (), str(e))]) from None
+    doc = load_yaml(_decode(raw, file), file)
+    if not isinstance(doc.data, dict):
+        raise ConfigError([Problem(file, 1, 1, (), f"the top level must be a mapping with {holds}")])
+    return doc
+
+
+def _interpolate_early(data: dict[str, Any], p: Path, run_dir: str | None, env: dict[str, str], doc: YamlDoc,
+                       problems: list[Problem], file: str) -> Any:
+    """name, run_dir and env_file interpolated from the environment alone; the run's name (the file's
+    stem by default) checked, and its run dir made absolute (``run_dir``: the caller's, which wins)."""
+    for key in _EARLY_KEYS:
+        if isinstance(data.get(key), str):
+            data[key] = _interpolate_tree(data[key], (key,), env, doc, problems, file)
+    name = data.get("name") if isinstance(data.get("name"), str) else p.stem
+    data["name"] = name
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        line, col = doc.pos(("name",))
+        problems.append(Problem(file, line, col, ("name",),
+                                f"run name {name!r} must be letters, digits, '-', '_' or '.'"))
+    rd = run_dir or (data.get("run_dir") if isinstance(data.get("run_dir"), str) else None) or f"runs/{name}"
+    data["run_dir"] = os.path.abspath(rd)
+    return name
+
+
+def _env_file_variables(data: dict[str, Any], p: Path, doc: YamlDoc, problems: list[Problem],
+                        file: str) -> dict[str, str]:
+    """The variables of env_file (relative to the config's directory when it is there), else none."""
+    if not isinstance(data.get("env_file"), str) or "\x00" in data["env_file"]:  # NUL: reported later
+        return {}
+    ef = Path(data["env_file"])
+    try:
+        if not ef.is_absolute() and (p.parent / ef).exists():
+            ef = p.parent / ef
+        return parse_env_file(ef)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    except OSError as e:  # also from exists(): a parent without search permission, a name too long
+        line, col = doc.pos(("env_file",))
+        problems.append(Problem(file, line, col, ("env_file",),
+                                f"cannot read env_file {str(ef)!r}: {e.strerror or e}"))
+    return {}
+
+
+def _slurm_placement(data: dict[str, Any], env: dict[str, str],
+                     name: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """A Slurm run: each component's nodes, and the variables that name them (${RLSUP_HEAD_C}...),
+    known inside the job (placeholders on a login node). Nothing for a run without Slurm."""
+    if not (isinstance(data.get("slurm"), dict) and isinstance(data.get("components"), dict)):
+        return {}, {}
+    from . import placement as slurm_placement
+
+    alloc, _ = slurm_placement.allocation_nodes(data["slurm"], env, name)
+    placement = slurm_placement.place(data["components"], alloc)
+    return placement, slurm_placement.variables(placement)
+
+
+def _internal_key_problems(doc: YamlDoc, file: str) -> list[Problem]:
+    """A key the user may not write: rlsup sets it itself (the first one found is reported)."""
+    bad = next((k for k in _INTERNAL_KEYS if k in doc.data), None)
+    if bad is None:
+        return []
+    line, col = doc.pos((bad,), key=True)
+    return [Problem(file, line, col, (bad,), f"unknown key {bad!r}")]
+
+
+def _validated(data: dict[str, Any], doc: YamlDoc, file: str, problems: list[Problem]) -> Config | None:
+    """The config built by pydantic, then checked for what pydantic cannot see; problems added to
+    ``problems`` (None where pydantic could not build it)."""
+    cfg = validated(Config, data, doc, file, problems)
+    if cfg is not None:
+        problems.extend(_semantic_problems(cfg, doc, file))
+    return cfg
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], data: Any, doc: YamlDoc, file: str, problems: list[Problem], *,
+              key_in_path: bool = False) -> M | None:
+    """``data`` as a ``model`` built by pydantic, or None with every reason added to ``problems`` at the
+    position the user wrote it. ``key_in_path``: an unknown key's path ends with the key itself."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        problems.extend(_pydantic_problems(e, doc, file, data, model, key_in_path))
+        return None
+
+
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that holds the last element of ``loc`` (for did-you-mean suggestions)."""
+    model: Any = root
+    i = 0
+    parts = list(loc[:-1])
+    while i < len(parts):
+        part = parts[i]
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        f = model.model_fields.get(str(part))
+        if f is None:
+            return None
+        ann = f.annotation
+        inner = _unwrap(ann)
+        if isinstance(inner, tuple):  # dict/list container: skip its key/index
+            i += 1
+            inner = inner[0]
+        model = inner
+        i += 1
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(ann: Any) -> Any:
+    import typing
+
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if origin in (dict, list):
+        return (_unwrap(args[-1]),)
+    if args:  # Optional / Union: first model member
+        for a in args:
+            u = _unwrap(a)
+            if isinstance(u, tuple) or (isinstance(u, type) and issubclass(u, BaseModel)):
+                return u
+    return ann
+
+
+_INTERNAL = {"source", "file_env", "placement", "gpu_count"}
+
+
+def _data_loc(loc: tuple[Any, ...], data: Any, missing: bool) -> Path_:
+    """The part of a pydantic ``loc`` that is a path in the user's data.
+
+    pydantic puts union members and validators into ``loc`` (``'list[str]'``,
+    ``'function-after[...]'``); telling them apart by their text would also drop a user's key that
+    holds a bracket, so walk the data instead and keep what exists there.
+    """
+    out: list[str | int] = []
+    for i, part in enumerate(loc):
+        if isinstance(data, dict) and isinstance(part, str) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        elif missing and i == len(loc) - 1 and isinstance(part, str):
+            pass  # the required key that is not there
+        else:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _pydantic_problems(e: ValidationError, doc: YamlDoc, file: str, data: Any, root: type[BaseModel],
+                       key_in_path: bool) -> list[Problem]:
+    out: list[Problem] = []
+    for err in e.errors():
+        etype = err["type"]
+        loc = _data_loc(tuple(err["loc"]), data, etype == "missing")
+        if etype == "extra_forbidden" and loc:
+            key = str(loc[-1])
+            model = _model_at(root, loc)
+            known = [k for k in (model.model_fields if model else {}) if k not in _INTERNAL]
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else (f"; known keys: {', '.join(known)}" if known else "")
+            line, col = doc.pos(loc, key=True)
+            out.append(Problem(file, line, col, loc if key_in_path else loc[:-1], f"unknown key {key!r}{hint}"))
+            continue
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        if etype == "missing" and loc:
+            line, col = doc.pos(loc[:-1])
+            out.append(Problem(file, line, col, loc[:-1], f"missing required key {loc[-1]!r}"))
+            continue
+        if "input" in err and etype not in ("model_type", "value_error") and not isinstance(err["input"], dict | list):
+            msg += f" (got {_clip(err['input']) if isinstance(err['input'], str) else _clip_repr(err['input'])})"
+        line, col = doc.pos(loc)
+        out.append(Problem(file, line, col, loc, msg))
+    # One problem per position and message.
+    uniq: dict[tuple[int, int, str], Problem] = {}
+    for p in out:
+        uniq.setdefault((p.line, p.col, p.message), p)
+    return list(uniq.values())
+
+
+class _At:
+    """A :class:`Problem` at a path of the config, placed where the user wrote it."""
+
+    def __init__(self, doc: YamlDoc, file: str) -> None:
+        self.doc, self.file = doc, file
+
+    def __call__(self, path: Path_, msg: str, key: bool = False) -> Problem:
+        line, col = self.doc.pos(path, key=key)
+        return Problem(self.file, line, col, path, msg)
+
+
+def _semantic_problems(cfg: Config, doc: YamlDoc, file: str) -> Iterator[Problem]:
+    """What pydantic cannot see in one field: names, references between components, regular
+    expressions, presets, GPU lists, the Slurm section, dependency cycles; each check in turn."""
+    at = _At(doc, file)
+    for n, c in cfg.components.items():
+        for check in _COMPONENT_CHECKS:
+            yield from check(cfg, n, c, at)
+    from .slurm_checks import config_problems
+
+    for path, msg, key in config_problems(cfg):
+        yield at(path, msg, key=key)
+    yield from _cycles(cfg, doc, file)
+
+
+def _name_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    if not NAME_RE.match(n):
+        yield at(("components", n), f"component name {n!r} must be letters, digits, '-', '_' or '.'", key=True)
+
+
+def _depends_on_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    names = list(cfg.components)
+    for dep in c.depends_on:
+        if dep not in cfg.components:
+            close = difflib.get_close_matches(dep, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; components are: {', '.join(names)}"
+            yield at(("components", n, "depends_on", dep), f"unknown dependency {dep!r}{hint}", key=True)
+        elif dep == n:
+            yield at(("components", n, "depends_on", dep), "a component cannot depend on itself", key=True)
+
+
+def _restart_with_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    for i, dep in enumerate(c.restart_with):
+        if dep == n:  # it would follow its own restarts
+            yield at(("components", n, "restart_with", i), "a component cannot restart with itself")
+        elif dep not in cfg.components:
+            close = difflib.get_close_matches(dep, list(cfg.components), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            yield at(("components", n, "restart_with", i), f"unknown component {dep!r}{hint}")
+
+
+def _progress_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    from ..records.progress import preset_names
+
+    if not c.progress:
+        return
+    base: Path_ = ("components", n, "progress")
+    if c.progress.preset is None and c.progress.pattern is None:
+        yield at(base, "progress needs `pattern` or `preset`")
+    if c.progress.preset is not None and c.progress.preset not in preset_names():
+        close = difflib.get_close_matches(c.progress.preset, preset_names(), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; presets: {', '.join(preset_names())}"
+        yield at(base + ("preset",), f"unknown progress preset {c.progress.preset!r}{hint}")
+
+
+def _clean_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    for i, g in enumerate(c.resume.clean if c.resume else []):
+        yield from (at(("components", n, "resume", "clean", i), m) for m in _clean_glob_problems(g))
+
+
+def _regexes(n: str, c: Component) -> Iterator[tuple[Path_, str]]:
+    """Every regular expression of component ``n``, with where it is written."""
+    base: Path_ = ("components", n)
+    if c.ready and c.ready.log is not None:
+        yield base + ("ready", "log"), c.ready.log
+    if c.progress and c.progress.pattern is not None:
+        yield base + ("progress", "pattern"), c.progress.pattern
+    if c.resume and c.resume.step_pattern is not None:
+        yield base + ("resume", "step_pattern"), c.resume.step_pattern
+    for i, w in enumerate(c.watch):
+        yield base + ("watch", i, "pattern"), w.pattern
+
+
+def _regex_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    for path, rx in _regexes(n, c):
+        try:
+            compiled = re.compile(rx)
+        except re.error as e:
+            yield at(path, f"invalid regular expression: {e.msg} at position {e.pos} in {_clip(rx, 80)}")
+            continue
+        except RecursionError:  # Python's regex parser recurses once per nested group
+            yield at(path, f"regular expression nested too deeply to compile: {_clip(rx, 80)}")
+            continue
+        if path[-1] == "pattern" and path[-2] == "progress" and "step" not in compiled.groupindex:
+            yield at(path, "progress pattern needs a named group `step`, e.g. 'Step (?P<step>\\d+)'")
+
+
+def _gpus_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+    if c.gpus is not None and len(set(c.gpus)) != len(c.gpus):
+        yield at(("components", n, "gpus"), "a GPU index is listed twice")
+    if c.gpus is not None and any(g < 0 for g in c.gpus):
+        yield at(("components", n, "gpus"), "GPU indices are 0 or more")
+
+
+#: The checks of one component, in the order their problems are reported.
+_COMPONENT_CHECKS: tuple[Callable[[Config, str, Component, _At], Iterator[Problem]], ...] = (
+    _name_problems, _depends_on_problems, _restart_with_problems, _progress_problems, _clean_problems,
+    _regex_problems, _gpus_problems)
+
+
+def _cycles(cfg: Config, doc: YamlDoc, file: str) -> Iterator[Problem]:
+    # Iterative depth-first search (white/grey/black), so a long chain cannot exhaust the stack.
+    color: dict[str, int] = {}
+    reported: set[frozenset[str]] = set()
+    for root in cfg.components:
+        if root in color:
+            continue
+        color[root] = 1
+        path = [root]
+        index = {root: 0}  # position of each grey node in `path`
+        iters = [iter(cfg.components[root].depends_on)]
+        while iters:
+            n = path[-1]
+            for d in iters[-1]:
+                if d not in cfg.components or d == n:
+                    continue
+                if color.get(d) == 1:
+                    cycle = path[index[d]:] + [d]
+                    if frozenset(cycle) not in reported:
+                        reported.add(frozenset(cycle))
+                        line, col = doc.pos(("components", n, "depends_on", d), key=True)
+                        yield Problem(file, line, col, ("components", n, "depends_on"),
+                                      f"dependency cycle: {_chain_str(cycle)}")
+                elif color.get(d) is None:
+                    color[d] = 1
+                    index[d] = len(path)
+                    path.append(d)
+                    iters.append(iter(cfg.components[d].depends_on))
+                    break
+            else:
+                color[n] = 2
+                del index[n]
+                path.pop()
+                iters.pop()
+
+
+def _chain_str(names: list[str]) -> str:
+    if len(names) <= 12:
+        return " -> ".join(names)
+    return f"{' -> '.join(names[:5])} -> ... ({len(names) - 10} more) -> {' -> '.join(names[-5:])}"
+
+
+def _clean_glob_problems(pattern: str) -> list[str]:
+    """Why a ``resume.clean`` entry could never delete anything: the step is read from the name of what
+    it matches, so its last part must be able to carry one (a wildcard or a number)."""
+    last = os.path.basename(pattern.rstrip("/"))
+    if not pattern.strip():
+        return ["an empty glob matches nothing; give one such as 'outputs/rollouts/step_*'"]
+    if not any(ch in last for ch in "*?[") and not re.search(r"\d", last):
+        return [f"{pattern!r} names no step (a step is read from each matched name): match the step "
+                f"entries inside it, e.g. '{pattern.rstrip('/')}/step_*'"]
+    return []
