@@ -146,12 +146,25 @@ def diagnose(
     if sig is not None:
         by_signal = _signal_verdict(sig, exit_code, best)
         if by_signal is not None:
+            if by_signal.category == "killed":  # what it was doing when killed ("Allocating 61.5 GiB ...")
+                by_signal.evidence[:0] = [f"last line: {x.text}" for x in _last_words(norm)]
             return _finish(by_signal, last_step)
     if best is not None and best.category == "ray_actor_died":
         _describe_ray(best, norm)
     if best is None:
         return _nothing_found(norm, exit_code, sig, last_step)
     return _finish(best, last_step)
+
+
+_PROGRESS_ONLY = re.compile(r"^\W*(?:step\b|\d+%\|)", re.I)
+
+
+def _last_words(norm: list[Line]) -> list[Line]:
+    """The last line a process printed before it was killed that is not a mere step or progress line."""
+    for x in reversed(norm[-20:]):
+        if x.text.strip() and not _PROGRESS_ONLY.match(x.text):
+            return [x]
+    return []
 
 
 def _stopped_by_rlsup(norm: list[Line], reason: str, last_step: int | None) -> Diagnosis:

@@ -19,7 +19,7 @@ import os
 import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from ..records.phrases import fmt_duration
 from ..rundir.journal import DAMAGE, read_events
 from ..rundir.logs import log_chain
 from .engine import diagnose
+from .hints import NO_RECURRENCE
 from .normalize import clean_line
 from .signatures import benign_veto, match_span
 from .stamps import LineClock
@@ -225,7 +226,8 @@ class RunDiagnosis:
         seen: set[tuple[str, str]] = set()
         out = []
         for f in self.failures:
-            if f is rc or f.component == rc.component or not f.primary or (f.component, f.category) in seen:
+            if f is rc or not f.primary or (f.component, f.category) in seen or (
+                    f.component == rc.component and not _after_recovery(f, rc)):
                 continue
             seen.add((f.component, f.category))
             out.append(f)
@@ -650,21 +652,38 @@ def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], 
 
 def _explained_stall(stall: RunFailure, failures: list[RunFailure],
                      dep_down: dict[str, list[tuple[float, float | None]]]) -> bool:
-    """A stall some other failure explains: a dependency reported down, or another component down
-    (failed and not running again yet), when the stall began. A stall that began after everything
-    else had recovered is a hang of its own."""
+    """A stall some other failure explains: a dependency reported down, or another component down (failed
+    and not running again yet) at some moment between the stall's last step and the flag. A producer
+    usually dies a few seconds after its consumer's last step (the consumer had what it needed until
+    then): its death explains the stall all the same. A stall that began after everything else had
+    recovered, and during which nothing else failed, is a hang of its own."""
     t = stall.ts
     if t is None:
         return True
+    flagged = stall.diagnosis.get("flag_ts")
+    until = float(flagged) if isinstance(flagged, float | int) else t
     for a, b in dep_down.get(stall.component, []):
-        if a <= t and (b is None or b >= t):
+        if a <= until and (b is None or b >= t):
             return True
+    waits_on = _waits_on(stall)
     for f in failures:
-        if f is stall or f.component == stall.component or f.source == "flag" or f.ts is None:
+        if f is stall or f.component == stall.component or f.ts is None:
             continue
-        if f.ts <= t and (f.recovered_ts is None or f.recovered_ts >= t):
+        # another component's own stall explains this one only where this one's last line says it waits on it
+        # ("Waiting for trainer weights step 14"): two stalls side by side are otherwise two hangs
+        if f.source == "flag" and not (f.category == "stall" and f.component in waits_on):
+            continue
+        if f.ts <= until and (f.recovered_ts is None or f.recovered_ts >= t):
             return True
     return False
+
+
+def _waits_on(stall: RunFailure) -> set[str]:
+    """The components a stalled component's last line says it waits for ("Waiting for trainer weights")."""
+    last = next((str(x).split(":", 1)[1] for x in stall.diagnosis.get("evidence") or []
+                 if str(x).startswith("last line:")), "")
+    m = re.search(r"\bwait(?:s|ing)?\b(.*)", last, re.I)
+    return set(re.findall(r"[\w-]+", m.group(1).lower())) if m else set()
 
 
 def _root(failures: list[RunFailure], journal: bool = True) -> RunFailure | None:
@@ -698,14 +717,29 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
 def _is_consequence(f: RunFailure, root: RunFailure) -> bool:
     """A failure or flag at or after the root cause that the root cause explains."""
     t0 = root.ts
-    if f is root or (t0 is not None and f.ts is not None and f.ts < t0):
+    # a stall is dated back to its last step, which may come before the failure that starved it: it counts
+    # from when it was called
+    ts = f.diagnosis.get("flag_ts", f.ts) if f.category == "stall" and f.source == "flag" else f.ts
+    if f is root or (t0 is not None and isinstance(ts, float | int) and ts < t0):
         return False
     if f.component == root.component and f.category == root.category:
         return False  # the same failure again after a restart: counted as a recurrence
-    if f.primary and f.component != root.component:
+    if f.primary and (f.component != root.component or _after_recovery(f, root)):
         return False  # a failure of its own (RunDiagnosis.independent), not a consequence
     # another dependency was down: a consequence of that one's failure
     return f.category != "dependency_down" or _names_dependency(f.summary, root.component)
+
+
+def _after_recovery(f: RunFailure, root: RunFailure) -> bool:
+    """``f`` is a later failure of the root's own component, of another kind, after it was running again and
+    went past the step where the root cause struck (resumed, then healthy steps): a fault of its own, not
+    what the root cause left behind (a crash at step 30, resumed, then the OOM killer at step 80)."""
+    if f.component != root.component or f.category == root.category or root.recovered_ts is None:
+        return False
+    if f.ts is None or f.ts <= root.recovered_ts:
+        return False
+    then, now = root.diagnosis.get("step"), f.diagnosis.get("step")
+    return not (isinstance(then, int) and isinstance(now, int) and now <= then)
 
 
 def _failure_symptoms(root: RunFailure, failures: list[RunFailure], groups: dict[tuple[str, str], RunSymptom]) -> None:
@@ -783,8 +817,24 @@ def _root_cause_lines(rd: RunDiagnosis, rc: RunFailure) -> list[str]:
     if rd.recurrences:
         out.append(f"  recurred:  {rd.recurrences} more time{'s' if rd.recurrences > 1 else ''} after restarts")
     if rc.diagnosis:
-        out.extend(_diagnosis_lines(Diagnosis.from_dict(rc.diagnosis), rc))
+        out.extend(_diagnosis_lines(replace(Diagnosis.from_dict(rc.diagnosis), hint=root_hint(rd)), rc))
     return out
+
+
+def root_hint(rd: RunDiagnosis) -> str:
+    """What to do about the root cause: its diagnosis' hint, said of a failure that did not recur after its
+    restart without claiming that it will."""
+    rc = rd.root_cause
+    hint = str((rc.diagnosis or {}).get("hint") or "") if rc is not None else ""
+    if rc is not None and not rd.recurrences and rc.recovered_ts is not None:
+        return NO_RECURRENCE.get(hint, hint)
+    return hint
+
+
+def waited(rd: RunDiagnosis) -> set[str]:
+    """The components whose every stall another failure explains (they waited; they did not hang)."""
+    stalls = [f for f in rd.failures if f.category == "stall" and f.source == "flag"]
+    return {f.component for f in stalls} - {f.component for f in stalls if f.own}
 
 
 def _diagnosis_lines(d: Diagnosis, rc: RunFailure) -> list[str]:

@@ -70,6 +70,28 @@ class RunEnded(Event):
     reason: str = ""
     root: dict[str, Any] | None = None  # {"component", "reason"}: whose failure ended the run
     left: list[str] = field(default_factory=list)  # processes that could not be ended, described
+    # completed | failed | stopped (RUN_OUTCOMES); "" in the journal of an rlsup before 0.4: see run_outcome
+    outcome: str = ""
+
+
+# How a run can end: it ran to its end (``completed``), a component's failure ended it (``failed``), or a
+# person or the platform stopped it (``stopped``: `rlsup down`, Ctrl-C, a SIGTERM, a requeue).
+RUN_OUTCOMES = ("completed", "failed", "stopped")
+
+
+def run_outcome(e: RunEnded | Mapping[str, Any]) -> str:
+    """How the run of this ``run_ended`` ended: its ``outcome``, or for a journal written before the field
+    existed, what its exit code and reason say (a stop was exit code 0 too: never read it as completed)."""
+    d = e if isinstance(e, Mapping) else {"outcome": e.outcome, "exit_code": e.exit_code, "reason": e.reason}
+    if d.get("outcome") in RUN_OUTCOMES:
+        return str(d["outcome"])
+    reason = str(d.get("reason") or "")
+    if d.get("exit_code") not in (0, None):
+        return "failed"
+    if reason.startswith("stopped by") or reason.endswith(" received") or "requeued" in reason \
+            or "without a supervisor" in reason:
+        return "stopped"
+    return "completed"
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,8 @@ def _run_started(state: dict[str, Any], e: ev.RunStarted, rec: ev.Record) -> Non
 
 
 def _run_ended(state: dict[str, Any], e: ev.RunEnded, rec: ev.Record) -> None:
-    state["run"].update(ended_at=rec.ts, exit_code=e.exit_code, end_reason=e.reason, root=e.root)
+    state["run"].update(ended_at=rec.ts, exit_code=e.exit_code, end_reason=e.reason, root=e.root,
+                        outcome=ev.run_outcome(e))
     for c in state["components"].values():
         c.update(rate=None, eta_s=None)
 

@@ -108,11 +108,14 @@ def _failure_text(a: Attempt) -> str:
     return d.category
 
 
-def _hangs(name: str, atts: list[Attempt]) -> str | None:
-    """'trainer hung once (no new step for 20s (last step 29, stall_after 20s))' from its stall flags."""
+def _hangs(name: str, atts: list[Attempt], waited: bool = False) -> str | None:
+    """'trainer hung once (no new step for 20s (last step 29, stall_after 20s))' from its stall flags; 'waited'
+    where the run diagnosis found another failure behind every one of them."""
     stalls = [f.event for a in atts for f in a.flags if isinstance(f.event, FlagRaised) and f.event.type == "stall"]
     if not stalls:
         return None
+    if waited:
+        return f"{name} waited {_times(len(stalls))} while another component was down ({stalls[-1].message})"
     return f"{name} hung {_times(len(stalls))} ({stalls[-1].message or 'no new step'})"
 
 
@@ -144,9 +147,9 @@ def _now_text(atts: list[Attempt], cstate: dict[str, Any]) -> str:
     return f"; now {state}" if state else ""
 
 
-def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any]) -> str | None:
+def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any], waited: bool = False) -> str | None:
     failed = [a for a in atts if a.judged_failed]
-    hung = _hangs(name, atts)
+    hung = _hangs(name, atts, waited)
     if not failed:
         if hung is None:
             return None
@@ -158,10 +161,10 @@ def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any]) -
     return text
 
 
-def _summary(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> str:
+def _summary(st: dict[str, Any], attempts: dict[str, list[Attempt]], waited: set[str] | None = None) -> str:
     parts = []
     for name, atts in attempts.items():
-        s = _component_summary(name, atts, st["components"].get(name, {}))
+        s = _component_summary(name, atts, st["components"].get(name, {}), name in (waited or set()))
         if s:
             parts.append(s)
     never = [n for n, c in st["components"].items()
@@ -205,14 +208,17 @@ def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts:
         f"- Run dir: `{paths.root}`" + (f"; config `{run.get('config')}`" if run.get("config") else ""),
         f"- Host: {run.get('host') or '?'}; supervisor pid {run.get('pid') or '?'}; rlsup {run.get('version') or '?'}",
         "",
-        "## Summary",
-        "",
-        _summary(st, attempts),
-        "",
     ]
+    from ..diagnosis.run import diagnose_run, waited
+
+    try:
+        rd: Any = diagnose_run(paths.root)
+    except (OSError, ValueError) as e:
+        rd = e
+    out += ["## Summary", "", _summary(st, attempts, waited(rd) if not isinstance(rd, Exception) else None), ""]
     # a run that ended well can still have had a root cause worth naming (a hang, a false success, a crash
     # it recovered from): the section is there whenever the run diagnosis names one
-    out += _root_cause_section(paths)
+    out += _root_cause_section(rd)
     out += _components_table(st, attempts)
     out += _flags_section(events)
     out += _attempts_section(paths, st, attempts)
@@ -223,14 +229,13 @@ def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts:
     return "\n".join(out).rstrip() + "\n"
 
 
-def _root_cause_section(paths: RunPaths) -> list[str]:
-    """The run's root cause across components, with the symptoms it caused elsewhere."""
-    from ..diagnosis.run import diagnose_run
+def _root_cause_section(rd: Any) -> list[str]:
+    """The run's root cause across components, with the symptoms it caused elsewhere (``rd``: the run
+    diagnosis, or the error that kept it from being made)."""
+    from ..diagnosis.run import root_hint
 
-    try:
-        rd = diagnose_run(paths.root)
-    except (OSError, ValueError) as e:
-        return ["## Root cause", "", f"Could not read the run for a root cause: {e}", ""]
+    if isinstance(rd, Exception):
+        return ["## Root cause", "", f"Could not read the run for a root cause: {rd}", ""]
     rc = rd.root_cause
     if rc is None:
         return []
@@ -239,7 +244,7 @@ def _root_cause_section(paths: RunPaths) -> list[str]:
     text = f"**{rc.component}** failed{' first' if rd.root_first else ''}{when}{att}: {rc.summary}."
     if rd.recurrences:
         text += f" It failed the same way {_times(rd.recurrences)} more after restarts."
-    hint = (rc.diagnosis or {}).get("hint")
+    hint = root_hint(rd)
     out = ["## Root cause", "", text]
     if hint:
         out += ["", f"What to do: {hint}"]

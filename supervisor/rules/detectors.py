@@ -23,6 +23,10 @@ from ..records import events as ev
 from . import lifecycle as lc
 
 MAX_NAMED = 5  # components named in a run's end reason; the rest are counted
+# How long an exit 0 waits before it is judged: a platform that takes the machine (a Slurm requeue or
+# preemption, a VM's shutdown) signals every process at once, and a program that exits 0 on SIGTERM can be
+# seen to end before the supervisor's own SIGTERM is handled.
+EXIT_HOLD_S = 1.0
 DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
 
 
@@ -41,6 +45,7 @@ class Seen:
     last_step_at: float | None = None
     gave_up_by: str | None = None  # the ``by`` of the cause of its latest fatal (``pattern``: deterministic)
     step: int | None = None
+    was_ready: bool = False  # its latest attempt became ready (kept once it has ended)
 
 
 def gate_cause(name: str, cfg: Config, seen: Mapping[str, Seen], since: int | None = None,
@@ -63,12 +68,16 @@ def gate(name: str, cfg: Config, seen: Mapping[str, Seen]) -> lc.DepsMet | lc.De
         d = seen[dep]
         if d.state == "fatal" and (cond != "started" or d.attempt == 0):
             return lc.DepsBlocked(f"dependency {dep} is fatal; {name} never started", cause=d.cause or dep)
+        if cond == "ready" and d.state == "completed" and not d.was_ready:
+            return lc.DepsBlocked(f"dependency {dep} completed without ever becoming ready; {name} never started",
+                                  cause=dep)
         if cond == "completed":
             ok = d.state == "completed"
-        elif cond == "ready":
-            ok = d.state == "running"
-        else:  # started: its process exists (not merely being spawned), so its `started` comes first
-            ok = d.state == "running" or (d.state == "starting" and d.started_at is not None)
+        elif cond == "ready":  # ready, or ready and then done: what it was waited for has happened
+            ok = d.state in ("running", "completed")
+        else:  # started: its process exists (not merely being spawned), so its `started` comes first; or it
+            # ran and completed already
+            ok = d.state in ("running", "completed") or (d.state == "starting" and d.started_at is not None)
         if not ok:
             waiting.append(f"{dep} ({cond}; now {d.state})")
     return lc.DepsWaiting(tuple(waiting)) if waiting else lc.DepsMet()
@@ -92,6 +101,13 @@ def restart_trigger(e: Mapping[str, Any]) -> lc.Cause | None:
         return None
     c = e.get("cause") or {}
     return lc.Cause(c.get("by") or "exit", str(c.get("reason") or e.get("reason") or "an exit"), seq=e.get("seq"))
+
+
+def exit_hold(exit_code: int | None, signal: str | None, *, shutting_down: bool) -> float:
+    """Seconds to wait before judging an exit (0: judge it now). An exit 0 nobody asked for is held
+    :data:`EXIT_HOLD_S`: if the run is stopped meanwhile, it was the platform's stop reaching the component
+    first, a stop, never a completion that a resumed run would skip."""
+    return EXIT_HOLD_S if exit_code == 0 and not signal and not shutting_down else 0.0
 
 
 def dependency_state(d: Seen, now: float, stable_s: float = DEPENDENCY_STABLE_S) -> str:
@@ -203,7 +219,8 @@ def stall_evidence(last_line: str | None, step: int | None, deps: Mapping[str, s
 def stall_input(c: Seen, stall_after: float, idle: float, evidence: tuple[str, ...],
                 trigger_seq: int | None = None) -> lc.Stalled:
     """The lifecycle input for a stall of ``idle`` seconds, with its words and typed cause."""
-    msg = f"no new step for {idle:.0f}s (last step {c.step}, stall_after {stall_after:g}s)"
+    last = f"last step {c.step}" if c.step is not None else "no step yet"
+    msg = f"no new step for {idle:.0f}s ({last}, stall_after {stall_after:g}s)"
     return lc.Stalled(msg, evidence, cause=lc.Cause("stall", msg, seq=trigger_seq) if trigger_seq else None)
 
 
@@ -252,6 +269,7 @@ class Outcome:
     root: str | None = None
     root_reason: str | None = None
     victims: tuple[str, ...] = field(default_factory=tuple)
+    how: str = "completed"  # the run's outcome (events.RUN_OUTCOMES)
 
 
 def outcome(cfg: Config, seen: Mapping[str, Seen]) -> Outcome | None:
@@ -273,7 +291,10 @@ def outcome(cfg: Config, seen: Mapping[str, Seen]) -> Outcome | None:
     if trigger is not None and seen[trigger].state == "completed":
         return Outcome(0, f"{trigger} completed (exit_on_end)")
     if not failed:
-        return Outcome(0, "every component completed" if trigger is None else f"{trigger} ended")
+        stopped = [c.name for c in seen.values() if c.state == "stopped"]
+        if stopped:  # nothing left to run, but not because it all ran to its end
+            return Outcome(0, f"nothing left to run: {_named(stopped)} stopped, the rest completed", how="stopped")
+        return Outcome(0, "every component completed")
     root = _root(failed, seen)
     victims = tuple(c.name for c in failed if c.name != root.name)
     why = root.reason or "fatal"
@@ -284,7 +305,11 @@ def outcome(cfg: Config, seen: Mapping[str, Seen]) -> Outcome | None:
             f" (dependency {cause})" if cause else "")
     if len(victims) > MAX_NAMED:
         reason += f"; and {len(victims) - MAX_NAMED} more fatal"
-    return Outcome(1, reason, root=root.name, root_reason=why, victims=victims)
+    return Outcome(1, reason, root=root.name, root_reason=why, victims=victims, how="failed")
+
+
+def _named(names: Sequence[str]) -> str:
+    return ", ".join(names[:MAX_NAMED]) + (f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else "")
 
 
 def _root(failed: Sequence[Seen], seen: Mapping[str, Seen]) -> Seen:

@@ -46,6 +46,8 @@ Transitions (``*`` = any state; final = stopped | completed | fatal)::
     backoff    Restart / Start          -> pending   the delay is skipped
     final      Start / Restart(step)    -> pending   restart history and pattern flags reset; resume from `step`
     *          Shutdown                 -> like Stop(by="shutdown")
+    *          RunStopping              -> (same)    wanted stopped by shutdown: an exit before its turn is a stop;
+                                                     no Start or Restart is taken any more
 
 An exit is decided as: a stop or user restart is neither success nor failure; otherwise a forced
 end (readiness timeout, liveness, stall restart) or a false success (exit 0 before the last step)
@@ -185,6 +187,7 @@ class Life:
     gave_up: Cause | None = None  # why it is fatal (its `fatal.why`), while it is
     waiting: tuple[str, ...] = ()
     timer: int = 0  # generation of the pending backoff / healthy timer; older ones are ignored
+    run_stopping: bool = False  # the run is ending: no start or restart any more (RunStopping)
 
 
 # ---------------------------------------------------------------------- inputs
@@ -316,9 +319,18 @@ class Shutdown:
     cause: Cause | None = None
 
 
+@dataclass(frozen=True)
+class RunStopping:
+    """The run is being stopped (a down, a signal, a requeue, its own end): its turn in the ordered stop
+    (:class:`Shutdown`) may come later, but from now on an exit is a stop (diagnosed as it is), never a
+    completion, and nothing restarts."""
+
+    cause: Cause | None = None
+
+
 Input = (DepsMet | DepsWaiting | DepsBlocked | Spawned | SpawnFailed | Adopted | Ready | ReadyTimedOut
          | LivenessFailed | Exited | BackoffElapsed | Healthy | Stalled | Unstalled | Stop | Restart | Start
-         | Shutdown)
+         | Shutdown | RunStopping)
 
 
 # ---------------------------------------------------------------------- effects
@@ -559,10 +571,21 @@ def _on_shutdown(life: Life, inp: Shutdown, now: float, rules: Rules) -> Outcome
     return _on_stop(life, Stop("shutdown", inp.cause or Cause("shutdown", "the run is shutting down")), now, rules)
 
 
+def _on_run_stopping(life: Life, inp: RunStopping, now: float, rules: Rules) -> Outcome:
+    """A live component is wanted stopped from now on (by ``shutdown``); its stop signal comes in its turn."""
+    if life.state in FINAL or life.want == "stop":
+        return replace(life, run_stopping=True), []
+    why = inp.cause or Cause("shutdown", "the run is shutting down")
+    return replace(life, want="stop", stop_by="shutdown", then_start=False, stop_cause=why, start_cause=None,
+                   run_stopping=True), []
+
+
 def _on_restart(life: Life, inp: Restart, now: float, rules: Rules) -> Outcome:
     """A final component starts afresh; a waiting one skips its delay; a live one is stopped, then started."""
     s = life.state
     why = inp.cause or _cause_of(inp.by, inp.reason or f"restarted by {inp.by}")
+    if life.run_stopping:  # the run is ending: nothing starts again in it
+        return life, []
     if s in FINAL:
         return _fresh_start(life, inp.step, why), []
     if s in ("pending", "backoff") and not life.spawning:
@@ -578,6 +601,8 @@ def _on_restart(life: Life, inp: Restart, now: float, rules: Rules) -> Outcome:
 def _on_start(life: Life, inp: Start, now: float, rules: Rules) -> Outcome:
     """A final component starts afresh; one in backoff skips its delay; otherwise nothing to do."""
     why = inp.cause or _cause_of(inp.by, f"started by {inp.by}")
+    if life.run_stopping:
+        return life, []
     if life.state in FINAL:
         return _fresh_start(life, inp.step, why), []
     if life.state == "backoff":
@@ -658,7 +683,7 @@ _HANDLERS: dict[type[Any], _Handler] = dict([
     _on(Ready, _on_ready), _on(ReadyTimedOut, _on_ready_timed_out), _on(LivenessFailed, _on_liveness_failed),
     _on(Exited, _on_exited), _on(BackoffElapsed, _on_backoff_elapsed), _on(Healthy, _on_healthy),
     _on(Stalled, _on_stalled), _on(Unstalled, _on_unstalled), _on(Stop, _on_stop), _on(Restart, _on_restart),
-    _on(Start, _on_start), _on(Shutdown, _on_shutdown),
+    _on(Start, _on_start), _on(Shutdown, _on_shutdown), _on(RunStopping, _on_run_stopping),
 ])
 
 

@@ -31,6 +31,9 @@ class Run(Protocol):
 
     def request_shutdown(self, reason: str, by_user: bool = True) -> None: ...
 
+    @property
+    def ending(self) -> bool: ...
+
     def handover(self, reason: str) -> list[int]: ...
 
 
@@ -119,6 +122,7 @@ def _signal(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
     return {"ok": True, "message": f"sent {sig.name} to {name}'s process tree"}
 
 
+STARTS = ("start", "restart", "resume")  # refused once the run is ending
 COMMANDS: dict[str, Callable[[Run, str, str, dict[str, Any]], Reply]] = {
     "start": _start, "stop": _stop, "restart": _restart, "resume": _resume, "signal": _signal,
 }
@@ -138,6 +142,9 @@ def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", clien
     fn = COMMANDS.get(cmd)
     if fn is None:
         return {"ok": False, "error": f"unknown command {cmd!r}"}
+    if cmd in STARTS and run.ending:
+        return {"ok": False, "error": "the run is ending: nothing starts again in it; once it has ended, "
+                                      "`rlsup up CONFIG --resume` continues it"}
     if name is None or name not in run.components:
         return {"ok": False, "error": f"no component {name!r}; components: {', '.join(run.components)}"}
     # A command run from inside a component of this run (the trainer's `rlsup restart inference` after a reload

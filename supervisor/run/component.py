@@ -82,6 +82,8 @@ class Context(Protocol):
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
 
+    def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float: ...
+
     def partner_up(self, comp: Component) -> str | None: ...
 
 
@@ -513,8 +515,25 @@ class Component:
             self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
                               "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
                               "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]})
-        elif self.life.forced is None and (self.life.want == "stop" or self.life.then_start):
+        elif self._asked(ex):
             self._exited(ex, self._asked_for(ex))  # an exit we asked for is not a failure to diagnose
+        elif hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal")):
+            self._task(self._held_exit(att, ex, hold))
+        else:
+            self._diagnose_failure(att, ex)
+
+    def _asked(self, ex: dict[str, Any]) -> bool:
+        """A stop or restart we signalled for (not merely wanted: an exit before the run's ordered stop reached
+        it is diagnosed as it is, and is still a stop)."""
+        life = self.life
+        return life.forced is None and ((life.want == "stop" and life.state == "stopping") or life.then_start)
+
+    async def _held_exit(self, att: AttemptProcesses, ex: dict[str, Any], hold: float) -> None:
+        """An exit 0, judged ``hold`` seconds later (rules.detectors.exit_hold): a stop
+        of the run that came meanwhile makes it a stop."""
+        await asyncio.sleep(hold)
+        if self._asked(ex):
+            self._exited(ex, self._asked_for(ex))
         else:
             self._diagnose_failure(att, ex)
 

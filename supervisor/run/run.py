@@ -36,8 +36,8 @@ from ..records import events as ev
 from ..records import state as state_mod
 from ..records.clock import Clock, SystemClock
 from ..records.version import VERSION
+from ..rules import detectors, runstep
 from ..rules import lifecycle as lc
-from ..rules import runstep
 from ..rules.detectors import Outcome, Seen, next_tick, partner_up
 from ..rundir.journal import Journal, damage_notes, keep_spare_records
 from ..rundir.layout import RunLock, RunPaths
@@ -87,6 +87,7 @@ class Run:
         self.line_listeners: list[Callable[[Component], None]] = []
         self.state: dict[str, Any] = {}
         self.exit_code = 0
+        self.outcome = ""  # events.RUN_OUTCOMES, once the end is decided
         self.end_reason = ""
         self.refused = ""  # a check before any start failed (a node blind to the run dir): journal it, start nothing
         self.root: dict[str, Any] | None = None
@@ -187,7 +188,7 @@ class Run:
                 "history was read")))
         if self.refused:
             self.exit_code, self.end_reason = 1, self.refused
-            self.emit(ev.RunEnded(None, exit_code=1, reason=self.refused))
+            self.emit(ev.RunEnded(None, exit_code=1, reason=self.refused, outcome="failed"))
             self._finish()
             return self.exit_code
         self._begin_watching()
@@ -261,8 +262,20 @@ class Run:
             return
         if by_user:
             self.exit_code = 0
+        self.outcome = "stopped" if by_user else "failed"
         self.end_reason = reason
+        self._wanted_stopped(reason)
         self._ended.set()
+
+    def _wanted_stopped(self, reason: str) -> None:
+        """From the moment the run's end is decided, every exit is a stop (its stop signal comes in turn)."""
+        why = lc.Cause("shutdown", f"the run is ending: {reason}" if reason else "the run is ending")
+        for c in self.components.values():
+            c.handle(lc.RunStopping(why))
+
+    def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float:
+        return detectors.exit_hold(exit_code, signal,
+                                   shutting_down=self._shutting_down or self._ended is None or self._ended.is_set())
 
     def handover(self, reason: str) -> list[int]:
         """Exit without touching the components (an upgrade in place): they run on under their
@@ -288,7 +301,8 @@ class Run:
         left = await self.loop.run_in_executor(None, self._last_net)
         for c in self.components.values():
             c.flush_progress()
-        self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left))
+        self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left,
+                              outcome=self.outcome or ("completed" if self.exit_code == 0 else "failed")))
 
     def _last_net(self) -> list[str]:
         """Nothing of this run may outlive it (:mod:`.lastnet`); returns what could not be ended."""
@@ -404,8 +418,10 @@ class Run:
     def _end(self, out: Outcome) -> None:
         assert self._ended is not None
         self.exit_code = out.exit_code
+        self.outcome = out.how
         self.end_reason = out.reason
         self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
+        self._wanted_stopped(out.reason)
         self._ended.set()
 
     def _view(self) -> runstep.View:

@@ -25,7 +25,7 @@ def seen_one(c: Component, state: Mapping[str, Any], ended_at: float | None) -> 
                 ended_at=ended_at, started_at=c.life.started_at,
                 ready_at=c.life.ready_at, last_step_at=c.progress.last_change_at,
                 gave_up_by=c.life.gave_up.by if c.life.gave_up is not None else None,
-                step=c.progress.step)
+                step=c.progress.step, was_ready=c.life.ready_at is not None or state.get("ready_at") is not None)
 
 
 def seen_all(components: Mapping[str, Component], states: Mapping[str, Any],

@@ -128,7 +128,7 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
                                                     if out.leftovers else "")
         emit(ev.RunEnded(None, exit_code=0, reason=f"{reason} on {socket.gethostname()} without a supervisor"
                          + (f" (supervisor pid {sup} was gone)" if sup else "") + f": ended {what}",
-                         left=out.left))
+                         left=out.left, outcome="stopped"))
         out.ended_run = True
 
 

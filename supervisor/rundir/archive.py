@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records import state as state_mod
-from ..records.events import RunEnded
+from ..records.events import RunEnded, run_outcome
 from ..records.redact import Redactor, secret_values
 from ..records.version import VERSION
 from .layout import RunPaths
@@ -52,12 +52,11 @@ def how_it_ended(paths: RunPaths, rp: Replay | None = None) -> str | None:
         c = comps[main]
         if c.get("step") is not None:
             step = f" at step {c['step']}" + (f"/{c['total']}" if c.get("total") else "") + f" ({main})"
-    verdict = "completed" if ended.exit_code == 0 else "fatal"
+    verdict = {"failed": "fatal"}.get(run_outcome(ended), run_outcome(ended))
     root = ended.root or {}
     why = f": {root.get('component')}: {root.get('reason')}" if root.get("component") else (
         "" if verdict == "completed" else f": {ended.reason}")
-    if verdict == "completed" and "stopped by" in ended.reason:
-        verdict = "stopped"
+    if verdict == "stopped":
         why = f" ({ended.reason})"
     return f"{verdict}{step} on {when}{why}"
 

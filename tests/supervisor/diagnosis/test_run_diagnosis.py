@@ -395,3 +395,53 @@ def test_refused_lines_stamped_with_a_time_of_day_before_the_root_cause_are_not_
     rd = diagnose_run(_crash_after_refused(tmp_path / "after", refused_at=45).root)
     after = [s for s in rd.symptoms if (s.component, s.category) == ("orchestrator", "connection_refused")]
     assert after and after[0].log_lines == 3 and after[0].first_ts == rd.root_cause.ts + 5, rd.symptoms
+
+
+# ---------------------------------------------------------------------- issue 38: sequences
+
+
+def test_a_producers_disk_full_death_after_its_consumers_last_step_is_the_root_cause(tmp_path: Path) -> None:
+    """The orchestrator dies of a full disk a few seconds after the trainer's last step (the trainer had the
+    batches it needed until then); the trainer starves and is flagged. The death explains the stall."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", components=["orchestrator", "trainer"])
+    run.start(T0, "orchestrator")
+    run.start(T0, "trainer")
+    enospc = ["Traceback (most recent call last):", '  File "/w/orchestrator.py", line 51, in write_rollouts',
+              "    f.write(data)", "OSError: [Errno 28] No space left on device"]
+    run.log("orchestrator", enospc)
+    run.exit(T0 + 103, "orchestrator", 1, enospc)  # 3 s after the trainer's last step (at T0 + 100)
+    run.emit(T0 + 103, "fatal", "orchestrator", reason="disk_full")
+    run.emit(T0 + 121, "flag", "trainer", type="stall", message="no new step for 21s (last step 57, stall_after 20s)",
+             evidence=["last line: Waiting for training batch to arrive"])
+    rd = diagnose_run(run.root)
+    assert rd.root_cause is not None and (rd.root_cause.component, rd.root_cause.category) == (
+        "orchestrator", "disk_full"), format_run(rd)
+    assert [(s.component, s.category) for s in rd.symptoms] == [("trainer", "stall")]
+    assert "independently" not in rd.verdict and "(recovered)" not in rd.verdict
+
+
+def test_a_fault_after_a_resume_and_healthy_steps_is_independent_of_the_one_before(tmp_path: Path) -> None:
+    """crash@30, resumed, then the OOM killer at step 80: two faults, not one and its consequence; the kill
+    shows the line before it."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", components=["trainer"])
+    run.start(T0, "trainer")
+    crash = ["Step 30/200", "Traceback (most recent call last):", '  File "/w/train.py", line 88, in step',
+             "ValueError: injected failure at step 30"]
+    run.log("trainer", crash)
+    run.exit(T0 + 30, "trainer", 1, crash)
+    run.start(T0 + 32, "trainer")
+    run.emit(T0 + 33, "ready", "trainer", probe="started")
+    oom = ["Step 79/200", "Step 80/200", "Allocating 61.5 GiB host buffer for step 80 rollout cache"]
+    run.log("trainer", oom)
+    run.exit(T0 + 90, "trainer", None, oom, signal="SIGKILL")
+    run.start(T0 + 92, "trainer")  # resumed again; the run goes on
+    run.emit(T0 + 93, "ready", "trainer", probe="started")
+    rd = diagnose_run(run.root)
+    assert rd.root_cause is not None and rd.root_cause.category == "python_exception"
+    assert not [s for s in rd.symptoms if s.component == "trainer"], format_run(rd)
+    assert [(f.component, f.category) for f in rd.independent] == [("trainer", "killed")]
+    killed = next(f for f in rd.failures if f.category == "killed")
+    assert "last line: Allocating 61.5 GiB host buffer for step 80 rollout cache" in killed.diagnosis["evidence"]
+    assert "did not recur" in format_run(rd)  # not "it will recur on restart until fixed"

@@ -286,3 +286,40 @@ def test_every_input_class_has_exactly_one_handler():
         assert "not a lifecycle input" in str(e)
     else:
         raise AssertionError("an unknown input must raise")
+
+
+# ---------------------------------------------------------------------- issue 38: the run stopping
+
+
+def test_an_exit_after_the_run_began_to_stop_is_a_stop_never_a_completion():
+    """A requeue signals every process at once: a server exiting 0 before its turn in the ordered stop."""
+    s = Sim(rules(ready_probe="http http://x"), name="inference")
+    s.start()
+    s.feed(lc.RunStopping(lc.Cause("shutdown", "the run is ending: SIGTERM received")))
+    assert s.life.state == "running" and not s.effects[-1:] == [lc.Terminate("SIGTERM", 30.0)]
+    s.exit(0, diag={"category": "none"})
+    assert s.life.state == "stopped" and [e.kind for e in s.events()][-2:] == ["exited", "stopped"]
+    assert s.events("stopped")[-1].by == "shutdown" and not s.events("completed")
+
+
+def test_a_crash_after_the_run_began_to_stop_is_not_restarted():
+    s = Sim()
+    s.start()
+    s.feed(lc.RunStopping())
+    s.exit(1)
+    assert s.life.state == "stopped" and not s.events("restart_scheduled")
+
+
+def test_nothing_starts_again_once_the_run_is_stopping():
+    """`rlsup restart trainer` while `rlsup down` runs must not start it again (the ordered stop would wait on
+    it for ever)."""
+    s = Sim()
+    s.start()
+    s.feed(lc.RunStopping())
+    s.feed(lc.Restart("user"))
+    assert s.life.state == "running" and not s.life.then_start
+    s.feed(lc.Shutdown())
+    s.exit(143)
+    assert s.life.state == "stopped"
+    s.feed(lc.Start("user"))
+    assert s.life.state == "stopped"

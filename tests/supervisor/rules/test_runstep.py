@@ -408,3 +408,42 @@ def test_a_resumed_run_starts_again_what_failed_and_what_completed_under_another
     assert life.state == "stopped" and life.want == "stop" and "stall" in life.episode
     assert carryover.how(True, True, "new") == "adopted" and carryover.how(False, True, "new") == "continued"
     assert carryover.how(False, True, "resumed") == "resumed" and carryover.how(False, False, "new") == "new"
+
+
+# ---------------------------------------------------------------------- issue 38: dependencies that completed
+
+
+def test_a_dependency_that_started_and_completed_has_started():
+    cfg = _cfg("""
+components:
+  prep: {command: "true"}
+  a: {command: sleep 1, depends_on: {prep: started}}
+  b: {command: sleep 1, depends_on: [prep]}
+  c: {command: sleep 1, depends_on: {prep: ready}}
+""")
+    seen = {"prep": Seen("prep", "completed", 1, was_ready=True), "a": Seen("a", "pending"),
+            "b": Seen("b", "pending"), "c": Seen("c", "pending")}
+    for n in ("a", "b", "c"):
+        assert isinstance(detectors.gate(n, cfg, seen), lc.DepsMet), n
+    seen["prep"] = Seen("prep", "completed", 1, was_ready=False)
+    blocked = detectors.gate("c", cfg, seen)
+    assert isinstance(blocked, lc.DepsBlocked) and "completed without ever becoming ready" in blocked.reason
+
+
+def test_an_exit_0_is_held_a_moment_unless_the_run_is_stopping():
+    assert detectors.exit_hold(0, None, shutting_down=False) == detectors.EXIT_HOLD_S > 0
+    assert detectors.exit_hold(0, None, shutting_down=True) == 0
+    assert detectors.exit_hold(1, None, shutting_down=False) == 0
+    assert detectors.exit_hold(None, "SIGKILL", shutting_down=False) == 0
+
+
+def test_a_run_with_nothing_left_but_stopped_components_is_stopped_not_completed():
+    cfg = _cfg("""
+components:
+  a: {command: "true"}
+  b: {command: "true"}
+""")
+    out = detectors.outcome(cfg, {"a": Seen("a", "completed", 1), "b": Seen("b", "stopped", 1)})
+    assert out is not None and out.how == "stopped" and "b stopped" in out.reason
+    out = detectors.outcome(cfg, {"a": Seen("a", "completed", 1), "b": Seen("b", "completed", 1)})
+    assert out is not None and out.how == "completed" and out.reason == "every component completed"

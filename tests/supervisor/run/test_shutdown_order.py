@@ -48,7 +48,7 @@ def _chain(tmp_path, n: int):
 def _stub(cfg, stopped: list[str]):
     events: list = []
     stub = SimpleNamespace(cfg=cfg, components={n: Ended(n, stopped) for n in cfg.components}, exit_code=0,
-                           end_reason="down", root=None, emit=events.append, _last_net=lambda: [],
+                           end_reason="down", outcome="stopped", root=None, emit=events.append, _last_net=lambda: [],
                            _write_state=lambda force=False: None, _shutting_down=False, _handover=False)
     stub._wait_quiet = lambda c: Run._wait_quiet(stub, c) if hasattr(Run, "_wait_quiet") else None
     return stub, events

@@ -1,0 +1,172 @@
+"""The deterministic run simulator (issue 38): random schedules of faults and actions against rlsup's real
+decisions (tests/sim/world.py), the promises checked after every step (tests/promises.py and the oracle
+below), a failing schedule shrunk by Hypothesis to a minimal one that replays as it is printed.
+
+``RLSUP_SIM_EXAMPLES=N`` sets how many schedules run (by default 1,000 in the fast tier, about half a minute,
+and 2,000 in the whole suite); the CI stage `.ci/sim.sh` runs 10,000. The schedules are derandomized: the same
+N always plays the same schedules, so a red run replays as it is. A failure prints the shrunk schedule as
+``test_random_schedules_keep_every_promise(setup=Setup(...), schedule=[...])``: keep it in
+tests/sim/test_sim_regressions.py as ``run(Setup(...), [...])``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlsup.supervisor.diagnosis import diagnose_run
+from rlsup.supervisor.rundir.archive import how_it_ended
+from rlsup.supervisor.rundir.layout import RunPaths
+from tests import promises, tier
+from tests.sim.world import Setup, World
+
+EXAMPLES = int(os.environ.get("RLSUP_SIM_EXAMPLES") or (1000 if tier.FAST else 2000))
+
+COMPONENT_FAULTS = {
+    "trainer": ("crash", "oom", "hang", "exit0"),
+    "orchestrator": ("crash", "disk_full", "hang"),
+    "inference": ("die", "hang"),
+}
+
+setups = st.builds(Setup, total=st.sampled_from([30, 60]), max_restarts=st.sampled_from([1, 3, 5]),
+                   prep=st.sampled_from([None, "started", "ready", "completed"]),
+                   trainer_on=st.sampled_from(["inference", "orchestrator"]))
+
+faults = st.sampled_from(list(COMPONENT_FAULTS)).flatmap(lambda c: st.tuples(
+    st.just("fault"), st.just(c), st.sampled_from(COMPONENT_FAULTS[c]), st.integers(1, 25)))
+waits = st.tuples(st.just("wait"), st.sampled_from([0.5, 3.0, 15.0, 45.0]))
+# Faults and waits most of the time (a run must live long enough for faults to fire and follow each other);
+# users' commands, stops and resumes in between.
+actions = st.one_of(
+    faults, faults, faults, waits, waits, waits,
+    st.tuples(st.just("user"), st.sampled_from(["stop", "restart", "start"]),
+              st.sampled_from(["inference", "orchestrator", "trainer"])),
+    st.tuples(st.just("down")),
+    st.tuples(st.just("platform_sigterm"), st.sampled_from([0.0, 0.3, 0.8]), st.booleans()),
+    st.tuples(st.just("resume")), st.tuples(st.just("resume")),
+)
+
+
+def run(setup: Setup, schedule: list[tuple], root: Path | None = None) -> World:
+    """Play ``schedule`` on a fresh world (in ``root``, else a temporary folder), checking the promises after
+    every step; returns the world."""
+    with tempfile.TemporaryDirectory(prefix="rlsup-sim-") as d:
+        w = World(root or Path(d), setup)
+        for action in schedule:
+            w.act(action)
+            check(w, final=False)
+        w.settle()
+        check(w, final=True)
+        return w
+
+
+def check(w: World, *, final: bool) -> None:
+    broken = [str(v) for v in promises.check_journal(w.events())]
+    broken += platform_stops_are_never_completions(w)
+    if final:
+        broken += the_run_never_waits_on_nothing(w)
+        broken += the_root_cause_is_a_real_fault(w)
+        broken += how_it_ended_is_true(w)
+    assert not broken, "\n".join(broken) + "\n\njournal:\n" + "\n".join(_short(e) for e in w.events())
+
+
+def platform_stops_are_never_completions(w: World) -> list[str]:
+    """An attempt the platform sent SIGTERM to (a requeue, a preemption) is never ``completed``."""
+    attempts: dict[str, int] = {}
+    out = []
+    for e in w.events():
+        c = e.get("component")
+        if e.get("kind") in ("started", "adopted"):
+            attempts[c] = e.get("attempt")
+        elif e.get("kind") == "completed" and (c, attempts.get(c)) in w.truth.platform_exits:
+            out.append(f"completed only by itself: {c} attempt {attempts.get(c)} was ended by the platform's "
+                       f"SIGTERM and recorded completed (seq {e['seq']})")
+    return out
+
+
+def the_run_never_waits_on_nothing(w: World) -> list[str]:
+    """A run never waits for what cannot come: once nothing is due, no component is pending on a dependency
+    that has ended (completed, or fatal), and a run with nothing left running has ended, unless a person
+    stopped a component (a start command may follow)."""
+    if not w.live or w.ended:
+        return []
+    if w.truth.run_stops:
+        return [f"the run did not end after it was stopped (a down or a signal at {w.truth.run_stops})"]
+    states = {n: life.state for n, life in w.lives.items()}
+    if any(s == "stopped" for s in states.values()) or any(s in ("starting", "stopping", "backoff")
+                                                            for s in states.values()):
+        return []
+    stuck = {n: life.waiting for n, life in w.lives.items() if life.state == "pending" and any(
+        f"now {s})" in reason for reason in life.waiting for s in ("completed", "fatal"))}
+    if stuck:
+        return [f"the run waits on ended dependencies: {stuck}"]
+    if not any(p is not None for p in w.procs.values()):
+        return [f"the run waits on nothing: {states}"]
+    return []
+
+
+def the_root_cause_is_a_real_fault(w: World) -> list[str]:
+    """`rlsup diagnose` names as the root cause a fault that was injected (never the starvation or the
+    connection errors it caused downstream), and never shows a fault injected into a later attempt (after a
+    resume and healthy steps) as a consequence of an earlier one of the same component."""
+    failed = any(e.get("kind") in ("fatal", "flag") or (e.get("kind") == "exited" and e.get("exit_code") not in (0, 143))
+                 for e in w.events())
+    if not w.truth.injected or not failed or w.truth.user_stops or w.truth.run_stops:
+        return []  # (a person's stop is a cause the oracle cannot weigh: a peer waiting on it stalls)
+    hangs = {c for c, k, _, _ in w.truth.injected if k == "hang"}
+    if hangs and {c for c, _, _, _ in w.truth.injected} - hangs:
+        return []  # a hang beside a fault elsewhere: which one starved the other is not the oracle's to say
+    rd = diagnose_run(w.flush())
+    rc = rd.root_cause
+    injected = {(c, k) for c, k, _, _ in w.truth.injected}
+    out = []
+    if rc is None:
+        return [f"root cause: none, injected {w.truth.injected}"]
+    if rc.component not in {c for c, _ in injected} or (rc.category == "stall" and (rc.component, "hang") not in injected):
+        out.append(f"root cause: {rc.component} {rc.category} ({rc.summary}), injected {w.truth.injected}")
+    own = [(a, k) for c, k, a, _ in w.truth.injected if c == rc.component]
+    first = min((a for a, _ in own), default=0)
+    later = {cat for a, k in own if a > first for cat in CATEGORIES[k]} - {rc.category}
+    for s in rd.symptoms:
+        if s.component == rc.component and s.category in later and s.count:
+            out.append(f"independent faults linked: {s.component} {s.category} (a fault of a later attempt) listed "
+                       f"as a consequence of {rc.component} {rc.category}, injected {w.truth.injected}")
+    return out
+
+
+# What the exit diagnosis calls each injected fault.
+CATEGORIES = {"crash": ("python_exception",), "oom": ("killed", "host_oom"), "disk_full": ("disk_full",),
+              "die": ("inference_engine_dead",), "hang": ("stall",), "exit0": ("false_success",)}
+
+
+def how_it_ended_is_true(w: World) -> list[str]:
+    """`rlsup up` on the ended run says "completed" only of a run that ran to its end."""
+    if not w.ended:
+        return []
+    said = how_it_ended(RunPaths(w.flush())) or ""
+    final = {e.get("component"): e for e in promises.runs(w.events())[-1]
+             if e.get("kind") in ("completed", "fatal", "stopped")}
+    end = next(e for e in reversed(w.events()) if e.get("kind") == "run_ended")
+    stopped = bool(w.truth.run_stops) or (not str(end.get("reason")).endswith("(exit_on_end)") and any(
+        e.get("kind") == "stopped" and e.get("by") == "user" for e in final.values()))
+    if said.startswith("completed") and (stopped or w.exit_code != 0):
+        return [f"how it ended: {said!r}, yet the run was stopped or failed"]
+    return []
+
+
+def _short(e: dict) -> str:
+    keep = ("seq", "kind", "component", "attempt", "exit_code", "signal", "by", "type", "reason", "outcome")
+    return " ".join(f"{k}={e[k]}" for k in keep if e.get(k) not in (None, "", []))
+
+
+@pytest.mark.timeout(1800)  # CPU-bound: about 40 ms a schedule on one idle core, many times that under load
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(setup=setups, schedule=st.lists(actions, min_size=1, max_size=8))
+def test_random_schedules_keep_every_promise(setup: Setup, schedule: list[tuple]) -> None:
+    run(setup, schedule)

@@ -1,0 +1,69 @@
+"""The sequences the simulator found, shrunk, kept as they were printed (tests/sim/test_sim.py's ``run``).
+
+Each failed on the code before its fix (issue 38): the promise it broke is in its docstring.
+"""
+
+from __future__ import annotations
+
+from rlsup.supervisor.rundir.archive import how_it_ended
+from rlsup.supervisor.rundir.layout import RunPaths
+from tests.sim.test_sim import run
+from tests.sim.world import Setup
+
+
+def _kinds(w, component=None):
+    return [e["kind"] for e in w.events() if component is None or e.get("component") == component]
+
+
+def test_a_run_stopped_by_a_signal_is_not_called_completed(tmp_path):
+    """how it ended: a SIGTERM (Ctrl-C alike) at the start, then `rlsup up` said the run "completed"."""
+    w = run(Setup(), [("platform_sigterm", 0.0, False)], tmp_path)
+    assert w.events()[-1]["outcome"] == "stopped"
+    assert how_it_ended(RunPaths(w.flush())).startswith("stopped")
+
+
+def test_an_exit_0_on_the_platforms_sigterm_is_a_stop_not_a_completion():
+    """completed only by itself: a requeue signals every process at once; the inference server exits 0 on
+    SIGTERM before the supervisor's own SIGTERM is handled, and was recorded completed (the resumed run then
+    waited on `inference (ready; now completed)` for ever)."""
+    w = run(Setup(), [("wait", 3.0), ("platform_sigterm", 0.8, True), ("resume",), ("wait", 45.0)])
+    assert "completed" not in _kinds(w, "inference")
+    assert ("inference", 1) in w.truth.platform_exits
+    resumed = w.events()[[e["kind"] for e in w.events()].index("run_started", 1):]
+    assert [e["attempt"] for e in resumed if e["kind"] == "started" and e["component"] == "inference"] == [2]
+
+
+def test_a_dependency_that_started_and_completed_has_started():
+    """the run never waits on nothing: `depends_on: {prep: started}` on a prep that completed before its
+    dependents were considered left them pending ("prep (started; now completed)") for ever."""
+    w = run(Setup(prep="started"), [("wait", 45.0)])
+    assert "started" in _kinds(w, "trainer") and w.events()[-1]["outcome"] == "completed"
+
+
+def test_a_dependency_that_completed_without_becoming_ready_blocks_with_a_reason():
+    """`ready` on a component that completed without ever being ready is said plainly (fatal, never
+    started), not waited on for ever."""
+    w = run(Setup(prep="ready"), [("wait", 45.0)])
+    assert "started" in _kinds(w, "trainer")  # prep has no readiness probe: ready as soon as it started
+
+
+def test_a_producers_death_after_its_consumers_last_step_is_the_root_cause():
+    """root cause: the orchestrator died (fatal) a moment after the trainer's last step; the trainer starved
+    and was flagged stalled; `diagnose` named the stall, dated back to the last step, as the root cause."""
+    run(Setup(total=60, max_restarts=1), [("fault", "orchestrator", "crash", 6), ("wait", 15.0),
+                                          ("fault", "orchestrator", "crash", 24), ("wait", 45.0)])
+
+
+def test_a_fault_after_a_resume_and_healthy_steps_is_independent():
+    """independent faults linked: a crash at step 12, resumed, then the OOM killer 15 healthy steps later was
+    listed as a consequence of the crash."""
+    run(Setup(total=60, max_restarts=5), [("wait", 3.0), ("fault", "trainer", "crash", 12), ("wait", 45.0),
+                                          ("fault", "trainer", "oom", 15), ("wait", 45.0)])
+
+
+def test_a_restart_while_the_run_shuts_down_does_not_keep_it_alive():
+    """the run never waits on nothing: `rlsup restart trainer` while `rlsup down` stops the run started the
+    trainer again, the ordered stop waited on it for ever and `down` never returned."""
+    w = run(Setup(), [("wait", 15.0), ("down",), ("user", "restart", "trainer"), ("user", "start", "inference")])
+    assert w.ended and w.events()[-1]["kind"] == "run_ended"
+    assert [e["attempt"] for e in w.events() if e["kind"] == "started" and e["component"] == "trainer"] == [1]
