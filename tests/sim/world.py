@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rlsup.supervisor.config.model import Config, load_config
+from rlsup.supervisor.config.loader import load_config
+from rlsup.supervisor.config.model import Config
 from rlsup.supervisor.diagnosis import diagnose
 from rlsup.supervisor.records import events as ev
 from rlsup.supervisor.records import state as state_mod
@@ -343,7 +344,7 @@ class World:
     def _perform(self, name: str, e: lc.Effect, seqs: dict[str, int]) -> None:
         if isinstance(e, lc.Emit):
             event = e.event
-            fld = "why" if isinstance(event, ev.GaveUp) else "cause"
+            fld = "why" if isinstance(event, ev.ComponentFatal) else "cause"
             cause = getattr(event, fld, None)
             if isinstance(cause, dict) and "of" in cause:
                 event = replace(event, **{fld: lc.fill_event(cause, seqs)})
@@ -534,12 +535,12 @@ class World:
         if p.step >= self.setup.total:
             self.exit(name, 0, None, ["done"])
 
-    def _stall_watches(self) -> dict[str, runstep.StallWatch]:
+    def _stall_watches(self) -> dict[str, runstep.StallView]:
         out = {}
         for n, life in self.lives.items():
             c = self.cfg.components[n]
             if life.state == "running" and c.progress and c.progress.stall_after:
-                out[n] = runstep.StallWatch(c.progress.stall_after, "stall" in life.episode,
+                out[n] = runstep.StallView(c.progress.stall_after, "stall" in life.episode,
                                             deps={d: self.lives[d].state for d in c.depends_on},
                                             last_line=lambda n=n: (self._tail(n) or [None])[-1])
         return out
