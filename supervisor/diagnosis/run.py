@@ -391,7 +391,8 @@ def _journal_events(run_dir: Path) -> tuple[list[Record], list[str]]:
     notes: list[str] = []
     events, bad = read_journal(run_dir / "events.jsonl")
     if bad:
-        notes.append(f"{bad} damaged journal line(s) skipped or mended (torn, foreign or corrupt)")
+        notes.append(f"{bad} journal line(s) were not events (damaged: torn, foreign or corrupt) and were skipped "
+                     "or mended")
     if not events:
         notes.append("no journal events; the diagnosis rests on the logs alone")
     return events, notes
@@ -460,7 +461,10 @@ class _JournalFacts:
             self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
 
     def _stopping(self, c: str, ts: float | None, e: ComponentStopping, info: dict[str, Any]) -> None:
-        self.stopping[c] = True
+        # A stop rlsup forced on its own verdict (a failed liveness probe, a readiness timeout) ends an attempt
+        # that failed: its exit is a failure, diagnosed from its log. A stall restart's failure is the stall flag.
+        forced = e.by == "rlsup" and "stall" not in str(e.reason or "")
+        self.stopping[c] = not forced
 
     def _ended(self, c: str, ts: float | None, e: ComponentStopped | ComponentFatal, info: dict[str, Any]) -> None:
         """stopped, fatal."""

@@ -67,3 +67,10 @@ def test_a_restart_while_the_run_shuts_down_does_not_keep_it_alive():
     w = run(Setup(), [("wait", 15.0), ("down",), ("user", "restart", "trainer"), ("user", "start", "inference")])
     assert w.ended and w.events()[-1]["kind"] == "run_ended"
     assert [e["attempt"] for e in w.events() if e["kind"] == "started" and e["component"] == "trainer"] == [1]
+
+
+def test_a_liveness_restart_is_a_failure_of_the_component():
+    """root cause: the inference server hung, its liveness probe failed three times and rlsup restarted it;
+    `diagnose` found no failure at all (every stop was read as one asked for). The fault explorer found it
+    first (RLSUP_EXPLORE_SEED=7); the simulator's shrunk schedule keeps it."""
+    run(Setup(total=30, max_restarts=1), [("wait", 3.0), ("fault", "inference", "hang", 1)])

@@ -480,8 +480,8 @@ class World:
             life = self.lives[name]
             diag = {"category": "none", "summary": f"stopped by {life.stop_by or life.restart_by or 'user'}",
                     "exception": None, "location": None, "step": p.step, "evidence": []}
-        else:
-            diag = diagnose(self._tail(name), exit_code=code, signal=sig).to_dict()
+        else:  # as Component.diagnose: an attempt rlsup ended on its own verdict says so
+            diag = diagnose(self._tail(name), exit_code=code, signal=sig, stopped_by=self.lives[name].forced).to_dict()
         progress = self.cfg.components[name].progress
         self.handle(name, lc.Exited(code, sig, diag, step=p.step if progress else None,
                                     total=progress.total if progress else None))
