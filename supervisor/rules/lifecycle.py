@@ -269,6 +269,7 @@ class Exited:
     diagnosis: dict[str, Any]
     step: int | None = None
     total: int | None = None
+    at: float | None = None  # when it exited (monotonic, as its monitor recorded it); None: now
 
 
 @dataclass(frozen=True)
@@ -616,9 +617,12 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
     and the crash patterns of its history (-> backoff | completed | fatal)."""
     name = life.name
     fx: list[Effect] = []
-    started = life.started_at if life.started_at is not None else now
-    uptime = max(0.0, now - started)
-    healthy = now - life.ready_at if life.ready_at is not None else 0.0
+    # an exit judged later (exit_hold) ended when its monitor saw it (on the same clock, or it is not used)
+    at_ok = inp.at is not None and inp.at <= now and (life.started_at is None or inp.at >= life.started_at)
+    ended = inp.at if at_ok and inp.at is not None else now
+    started = life.started_at if life.started_at is not None else ended
+    uptime = max(0.0, ended - started)
+    healthy = ended - life.ready_at if life.ready_at is not None else 0.0
     fx.append(Emit(ev.ComponentExited(name, exit_code=inp.exit_code, signal=inp.signal, uptime_s=round(uptime, 3),
                                       step=inp.step, diagnosis=inp.diagnosis, attempt=life.attempt)))
     fx += [StopProbes(), Cleanup()]
@@ -643,7 +647,7 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
     forced_cause = life.stop_cause if life.forced is not None else None
 
     record = AttemptRecord(
-        attempt=life.attempt, started_at=started, ended_at=now, ready=was_ready, exit_code=inp.exit_code,
+        attempt=life.attempt, started_at=started, ended_at=ended, ready=was_ready, exit_code=inp.exit_code,
         signal=inp.signal, step=inp.step, resumed_step=life.resumed_from,
         diagnosis=Diagnosis.from_dict(inp.diagnosis or {}))
     history = (*life.history, record)[-HISTORY:]

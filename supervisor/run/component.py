@@ -590,8 +590,9 @@ class Component:
         if ex.get("unrecorded"):  # how rlsup knows (or does not know) how it ended
             diag = {**diag, "evidence": [*(diag.get("evidence") or []), ex["unrecorded"]]}
         self.flush_progress()
+        ended = ex.get("ended_mono")
         self.handle(lc.Exited(ex.get("exit_code"), ex.get("signal"), diag, step=self.progress.step,
-                              total=self.progress.total))
+                              total=self.progress.total, at=float(ended) if isinstance(ended, int | float) else None))
 
     async def _cleanup(self, att: AttemptProcesses) -> None:
         """End what the attempt left behind (stop signal, SIGKILL after stop.timeout), then let its

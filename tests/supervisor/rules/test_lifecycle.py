@@ -323,3 +323,12 @@ def test_nothing_starts_again_once_the_run_is_stopping():
     assert s.life.state == "stopped"
     s.feed(lc.Start("user"))
     assert s.life.state == "stopped"
+
+
+def test_an_exit_judged_later_keeps_the_time_it_ended():
+    """An exit 0 is held a second before it is judged (detectors.exit_hold): its uptime is still its own."""
+    s = Sim()
+    s.start()
+    started = s.now
+    s.feed(lc.Exited(0, None, {"category": "none"}, at=started + 2.0), after=3.0)
+    assert s.events("exited")[-1].uptime_s == 2.0
