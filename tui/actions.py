@@ -88,6 +88,8 @@ KEYS: tuple[Key, ...] = (
     Key("m", "m", "charts", "charts", "charts of every progress metric against step, for the whole run"),
     Key("p", "p", "gpu_processes", "GPU procs", "the processes on each GPU, with the component they belong to",
         footer=False),
+    Key("t", "t", "stacks", "stacks", "where the selected component's processes are: their Python stacks (py-spy), "
+                                      "taken by the supervisor", footer=False, command=True),
     Key("e", "e", "events", "events", "event timeline: starts, exits, diagnoses, restarts, flags"),
     Key("v", "v", "flags", "flags", "flags with their evidence (selected component first)"),
     Key("question_mark", "?", "help", "help", "this help"),

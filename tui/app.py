@@ -42,6 +42,7 @@ from rlsup.tui.screens import (
     FlagsScreen,
     GpuScreen,
     HelpScreen,
+    StacksScreen,
     TimelineScreen,
 )
 from rlsup.tui.widgets.component_table import ComponentTable
@@ -729,6 +730,23 @@ class MainScreen(Screen):
         sel = self.selected_name()
         flags = sorted(self.model.flags(self.rlapp.clock()), key=lambda nf: nf[0] != sel)
         self.app.push_screen(FlagsScreen(flags, self.rlapp.timefmt))
+
+    def action_stacks(self) -> None:
+        if (nc := self._component()) is None:
+            return
+        name = nc[0]
+        self.notify(f"taking the Python stacks of {name}'s processes (py-spy)", title=f"stack {name}")
+        self.run_worker(self._stacks(name), group="commands")
+
+    async def _stacks(self, name: str) -> None:
+        try:
+            reply = await self.rlapp.session.command("stack", name)
+        except Exception as e:  # the session answers refusals itself; this is a broken link
+            reply = {"ok": False, "error": str(e) or type(e).__name__}
+        if not reply.get("lines"):
+            self.notify(reply.get("error") or "refused", title=f"stack {name} failed", severity="error", timeout=8)
+            return
+        self.app.push_screen(StacksScreen(name, reply))
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

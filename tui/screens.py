@@ -193,6 +193,33 @@ class FlagsScreen(_Closable):
                 yield Static(text)
 
 
+class StacksScreen(_Closable):
+    """Where the selected component's processes are (``rlsup stack NAME``): the short form, each process, the
+    full dump's path."""
+
+    def __init__(self, name: str, reply: dict[str, Any]):
+        super().__init__()
+        self.name_ = name
+        self.reply = reply
+
+    def compose(self) -> ComposeResult:
+        r = self.reply
+        text = Text(end="")
+        text.append(f"{self.name_} attempt {r.get('attempt')}", style="bold")
+        text.append(f"  {len(r.get('processes') or [])} process(es)\n", style="dim")
+        for line in r.get("lines") or []:
+            text.append(f"\n  {line}", style="dim" if line.startswith("stacks:") else "")
+        for p in r.get("processes") or []:
+            who = f"rank {p['rank']}" if p.get("rank") is not None else f"pid {p.get('pid')}"
+            what = p.get("error") or f"{p.get('threads')} thread(s)"
+            text.append(f"\n    │ {who} ({p.get('name')}, pid {p.get('pid')}): {what}", style="dim")
+        with Vertical(classes="dialog full"):
+            yield Static("[b]Python stacks[/b] (py-spy; the full dump is in the file named)  (escape closes)",
+                         classes="hint")
+            with VerticalScroll():
+                yield Static(text)
+
+
 def next_steps(name: str, diag: dict[str, Any], flags: list[dict[str, Any]]) -> list[str]:
     """What to do next: the diagnosis's own hint first, then the advice for its category and flags."""
     out = []

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ..records.version import VERSION
-from . import attach, control, fleet, offline, run_cmds, why
+from . import attach, control, fleet, offline, run_cmds, stack, why
 from .common import EXIT_USAGE, _silence, formatter, say
 
 DESCRIPTION = """\
@@ -27,6 +27,7 @@ examples:
   rlsup down                               stop everything, in reverse dependency order
   rlsup diagnose runs/demo                 what killed the run, across components?
   rlsup why trainer                        why was the trainer (re)started, and how did it end?
+  rlsup stack trainer                      where is the trainer stuck? (Python stacks of its processes)
   rlsup restart-supervisor                 after upgrading rlsup: replace the supervisor, keep training
 
 Client commands (status, logs, events, start, stop, restart, resume, down, attach, bridge) find the
@@ -37,7 +38,7 @@ exit codes: 0 success, 1 the run or check failed (or no supervisor is running), 
 docs: README.md (config reference, run directory layout, events, protocol), docs/.
 """
 
-GROUPS = (run_cmds, attach, control, offline, fleet, why)
+GROUPS = (run_cmds, attach, control, stack, offline, fleet, why)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ from typing import Any
 from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, client_parser, resolve, say
 
 MAX_HOPS = 20
+HANG_FLAGS = ("stall", "liveness_failed")  # flags whose evidence carries the stacks rlsup took (rlsup stack)
 
 HELP = """\
 Print the chain of causes behind one attempt of NAME (default: its latest): why it was started (the
@@ -81,8 +82,9 @@ def explain(events: list[dict[str, Any]], name: str, attempt: int | None = None)
         then = next((e for e in mine if e["seq"] > exited["seq"]
                      and e.get("kind") in ("restart_scheduled", "completed", "fatal", "stopped")), None)
     adopted = [e for e in mine if e.get("kind") == "adopted"]
+    hangs = [e for e in mine if e.get("kind") == "flag" and e.get("type") in HANG_FLAGS]
     return {"component": name, "attempt": started.get("attempt"), "started": started,
-            "cause": started.get("cause"), "chain": chain, "adopted": adopted,
+            "cause": started.get("cause"), "chain": chain, "adopted": adopted, "hangs": hangs,
             "stopping": stopping, "stop_chain": _chain(stopping, by_seq, events) if stopping else [],
             "exited": exited, "then": then, "next_attempt": (following or {}).get("attempt")}
 
@@ -153,6 +155,7 @@ def format_why(x: dict[str, Any]) -> str:
            f"  why:      {_cause_text(x['cause'])}"]
     out += _chain_lines(x["chain"])
     out += [f"  taken over by a new supervisor: {_line(a)}" for a in x["adopted"]]
+    out += _hang_lines(x.get("hangs") or [])
     out += _end_lines(x) if x["exited"] is not None else _not_ended_lines(x["stopping"])
     return "\n".join(out)
 
@@ -165,6 +168,15 @@ def _chain_lines(chain: list[dict[str, Any]]) -> list[str]:
         c = cause_of(e)
         if c and e.get("kind") != "exited":
             out.append(f"       because {_cause_text(c)}")
+    return out
+
+
+def _hang_lines(hangs: list[dict[str, Any]]) -> list[str]:
+    """A stall or a failed liveness probe of the attempt, with where its processes were (the stacks)."""
+    out = []
+    for e in hangs:
+        out.append(f"  hung:     {_line(e)}")
+        out += [f"            {x}" for x in e.get("evidence") or [] if str(x).startswith("stack")]
     return out
 
 

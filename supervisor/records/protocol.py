@@ -47,7 +47,9 @@ the nearest line holding ``query`` (case-insensitive) before ``before_seq`` or a
 ``after_seq``: ``{"seq", "line"}``, both null when there is none. Both work on ended runs too.
 
 Commands: ``start``, ``stop``, ``restart``, ``resume`` (``args.step`` optional), ``signal``
-(``args.signal``), ``stop_all``. Their reply says what was done (``message``) or why not (``error``).
+(``args.signal``), ``stop_all``, ``stack`` (``args.native`` optional: the Python stacks of the component's
+processes, answered once taken: ``{"lines", "path", "processes", "component", "attempt"}``). Their reply
+says what was done (``message``) or why not (``error``).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ VERSION = 1
 MAX_REQUEST_BYTES = 1 << 20  # one request line; larger ones are refused and skipped
 STREAM_LIMIT = 64 << 20  # client side: the largest message accepted (a big snapshot)
 OPS = ("hello", "snapshot", "subscribe", "logs", "events", "command", "ping", "log_read", "log_search")
-COMMANDS = ("start", "stop", "restart", "resume", "signal", "stop_all", "handover")
+COMMANDS = ("start", "stop", "restart", "resume", "signal", "stop_all", "handover", "stack")
 
 
 class ProtocolError(Exception):

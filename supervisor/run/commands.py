@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal as signal_mod
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from ..records import events as ev
@@ -35,6 +35,8 @@ class Run(Protocol):
     def ending(self) -> bool: ...
 
     def handover(self, reason: str) -> list[int]: ...
+
+    def take_stacks(self, name: str, *, why: str, native: bool = False) -> Awaitable[Reply]: ...
 
 
 def _stop(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
@@ -122,15 +124,20 @@ def _signal(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
     return {"ok": True, "message": f"sent {sig.name} to {name}'s process tree"}
 
 
+def _stack(run: Run, name: str, by: str, args: dict[str, Any]) -> Awaitable[Reply]:
+    """``rlsup stack NAME``: the Python stacks of its processes, taken off the loop (the reply comes later)."""
+    return run.take_stacks(name, why=f"asked by {by}", native=bool(args.get("native")))
+
+
 STARTS = ("start", "restart", "resume")  # refused once the run is ending
-COMMANDS: dict[str, Callable[[Run, str, str, dict[str, Any]], Reply]] = {
-    "start": _start, "stop": _stop, "restart": _restart, "resume": _resume, "signal": _signal,
+COMMANDS: dict[str, Callable[[Run, str, str, dict[str, Any]], Reply | Awaitable[Reply]]] = {
+    "start": _start, "stop": _stop, "restart": _restart, "resume": _resume, "signal": _signal, "stack": _stack,
 }
 
 
 def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", client: str | None = None,
-                **args: Any) -> Reply:
-    """Act on one command from a client."""
+                **args: Any) -> Reply | Awaitable[Reply]:
+    """Act on one command from a client (``stack`` answers later: an awaitable reply)."""
     if cmd == "stop_all":
         run.emit(ev.CommandReceived(None, command=cmd, by=by, client=client))
         run.request_shutdown(f"stopped by {by}" + (f" ({client})" if client else ""))

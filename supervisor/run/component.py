@@ -25,6 +25,7 @@ from ..config import placement as slurm_placement
 from ..config.model import Component as ComponentCfg
 from ..config.model import Config
 from ..diagnosis import engines
+from ..diagnosis.stacks import Stacks, short_form
 from ..monitor.process import (
     ENV_ATTEMPT,
     ENV_COMPONENT,
@@ -85,6 +86,8 @@ class Context(Protocol):
     def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float: ...
 
     def partner_up(self, comp: Component) -> str | None: ...
+
+    async def stacks_of(self, comp: Component, why: str, native: bool = False) -> Stacks | None: ...
 
 
 
@@ -367,7 +370,10 @@ class Component:
             ok, detail = await probes.check(a.kind(), a.target(), a.timeout)
             fails = 0 if ok else fails + 1
             if fails >= a.failures:
-                self.handle(lc.LivenessFailed(f"liveness probe failed {fails} times ({detail})", (detail,)))
+                # About to be ended for hanging: where it hangs, first (the probe task waits; the loop does not).
+                s = await self.ctx.stacks_of(self, "liveness probe failed")
+                self.handle(lc.LivenessFailed(f"liveness probe failed {fails} times ({detail})",
+                                              (detail, *(short_form(s) if s is not None else ()))))
                 return
 
     # ------------------------------------------------------------------ the Ray probe

@@ -22,13 +22,14 @@ import os
 import signal as signal_mod
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..config.model import Config
+from ..diagnosis.stacks import Stacks
 from ..monitor import lastnet
 from ..monitor.process import AttemptProcesses, Cgroups, Monitors, raise_fd_limit, set_child_subreaper
 from ..monitor.shim import reap_children
@@ -51,6 +52,8 @@ from .filewatch import FileWatch, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
 from .monitorwatch import MonitorWatch
 from .runview import POSITIONS_WRITE_S
+from .stacks import HangGate, StackTaker
+from .stacks import reply as stack_reply
 from .statewriter import StateWriter
 from .ticker import Ticker
 
@@ -136,6 +139,8 @@ class Run:
         self._triggers: list[dict[str, Any]] = []  # journaled events other components react to
         self._run_seq: int | None = None  # the seq of this run's run_started (the cause of first starts)
         self._again: dict[str, int] = {}  # completed components a resumed run starts again: name -> attempts then
+        self._stack_taker = StackTaker(self.paths.stacks)
+        self._hang = HangGate(self._start_stacks, self._rejudge_stalls)  # a stall flag carries the stacks
 
     # ------------------------------------------------------------------ before the loop
 
@@ -311,6 +316,7 @@ class Run:
 
     def _finish(self) -> None:
         self._gpus.stop()
+        self._stack_taker.close()
         if self.watches is not None:
             self.watches.stop()
         for c in self.components.values():
@@ -402,7 +408,9 @@ class Run:
     def _carry_out(self, effects: tuple[runstep.Effect, ...], now: float) -> None:
         for fx in effects:
             if isinstance(fx, runstep.Feed):
-                self.components[fx.component].handle(fx.input)
+                inp = self._with_stacks(fx.component, fx.input)
+                if inp is not None:
+                    self.components[fx.component].handle(inp)
             elif isinstance(fx, runstep.Say):
                 seq = self.emit(fx.event).get("seq")
                 for f in fx.then:
@@ -615,6 +623,40 @@ class Run:
         return runstep.View(self._seen(), awake_since=self._awake_since, wall_time=time.time(), caught_up=caught_up,
                             stall={n: runview.stall_watch(c, self.components) for n, c in watched.items()})
 
+    # ------------------------------------------------------------------ stacks (:mod:`.stacks`)
+
+    def _with_stacks(self, name: str, inp: lc.Input) -> lc.Input | None:
+        """A stall about to be flagged waits for the component's stacks (None: not yet), then carries them."""
+        c = self.components[name]
+        if not isinstance(inp, lc.Stalled) or "stall" in c.life.episode or c.state != "running":
+            return inp
+        return self._hang.hold(name, c.attempt, inp)
+
+    def _start_stacks(self, name: str, attempt: int) -> asyncio.Future[Any] | None:
+        att = self.components[name].current
+        if att is None or att.attempt != attempt or self.loop is None:
+            return None
+        return asyncio.ensure_future(self._stack_taker.take(name, attempt, att.members(), why="stall"))
+
+    def _rejudge_stalls(self) -> None:
+        if not self._shutting_down:
+            self._check_stalls(self.clock.monotonic())
+
+    async def stacks_of(self, comp: Component, why: str, native: bool = False) -> Stacks | None:
+        """The stacks of ``comp``'s current attempt (None: it has no process now)."""
+        att = comp.current
+        if att is None:
+            return None
+        return await self._stack_taker.take(comp.name, att.attempt, att.members(), why=why, native=native)
+
+    async def take_stacks(self, name: str, *, why: str, native: bool = False) -> dict[str, Any]:
+        """``rlsup stack NAME``: the reply to the command (:func:`.stacks.reply`)."""
+        c = self.components[name]
+        s = await self.stacks_of(c, why, native)
+        if s is None:
+            return {"ok": False, "error": f"{name} is {c.state}: it has no process to take the stacks of"}
+        return stack_reply(s)
+
     def _check_dependencies(self, now: float) -> None:
         """dependency_down: consumers failing to reach a dependency that is down. The run's step says
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
@@ -651,7 +693,7 @@ class Run:
     # ------------------------------------------------------------------ commands and clients
 
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
-                **args: Any) -> dict[str, Any]:
+                **args: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         from .commands import run_command
 
         return run_command(self, cmd, name, by=by, client=client, **args)

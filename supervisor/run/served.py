@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from ..config.model import Config
@@ -41,7 +41,7 @@ class Run(Protocol):
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]: ...
 
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
-                **args: Any) -> dict[str, Any]: ...
+                **args: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
 
     def watchers_changed(self) -> None: ...
 
@@ -77,7 +77,7 @@ class Served:
         return self.run.redactor.redact_lines(lines)
 
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
-                **args: Any) -> dict[str, Any]:
+                **args: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         return self.run.command(cmd, name, by=by, client=client, **args)
 
     def watchers_changed(self) -> None:

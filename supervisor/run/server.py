@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import socket
 from collections import deque
@@ -72,7 +73,9 @@ class RunView(Protocol):
         ...
 
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
-                **args: Any) -> dict[str, Any]: ...
+                **args: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """The reply, or an awaitable one (``stack``: taken off the loop)."""
+        ...
 
     def watchers_changed(self) -> None:
         """A client connected or left (the run samples GPUs more often while someone looks)."""
@@ -182,7 +185,9 @@ class Conn:
         rid = msg.get("id")
         op = msg.get("op")
         try:
-            self.send(await self._reply(op, rid, msg))
+            reply = await self._reply(op, rid, msg)
+            if reply is not None:  # None: answered later
+                self.send(reply)
         except (KeyError, TypeError, ValueError) as e:
             self.send(protocol.error(rid, f"bad {op} request: {e!r}"))
         except Exception as e:  # noqa: BLE001 - a client's request must never end the run it asks about
@@ -193,7 +198,7 @@ class Conn:
             traceback.print_exc(file=sys.stderr)
             self.send(protocol.error(rid, f"{op} failed in the supervisor: {e!r} (see supervisor.log)"))
 
-    async def _reply(self, op: Any, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+    async def _reply(self, op: Any, rid: Any, msg: dict[str, Any]) -> dict[str, Any] | None:
         """The reply to one request: hello first, then any op of :data:`_OPS`."""
         if op == "hello":
             return self.server.op_hello(self, rid, msg)
@@ -228,12 +233,12 @@ class Conn:
     async def _op_log_search(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
         return await self.server.op_log_search(rid, msg)
 
-    async def _op_command(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+    async def _op_command(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any] | None:
         return self.server.op_command(self, rid, msg)
 
 
 #: The ops a client may send once it has said hello, each with its handler.
-_OPS: dict[str, Callable[[Conn, Any, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+_OPS: dict[str, Callable[[Conn, Any, dict[str, Any]], Awaitable[dict[str, Any] | None]]] = {
     "ping": Conn._op_ping,
     "snapshot": Conn._op_snapshot,
     "subscribe": Conn._op_subscribe,
@@ -494,13 +499,25 @@ class ControlServer:
         limit = max(1, min(int(msg.get("limit") or 1000), RECENT_EVENTS))
         return protocol.ok(rid, events=await self._events_since(int(msg.get("since") or 0), limit))
 
-    def op_command(self, conn: Conn, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+    def op_command(self, conn: Conn, rid: Any, msg: dict[str, Any]) -> dict[str, Any] | None:
         cmd = msg.get("command")
         if cmd not in protocol.COMMANDS:
             return protocol.error(rid, f"unknown command {cmd!r}; commands: {', '.join(protocol.COMMANDS)}")
         args = msg.get("args") or {}
         if not isinstance(args, dict):
             return protocol.error(rid, "args must be an object")
-        args = {k: args[k] for k in ("step", "signal", "reason", "from_component") if args.get(k) is not None}
+        args = {k: args[k] for k in ("step", "signal", "reason", "from_component", "native") if args.get(k) is not None}
         reply = self.view.command(cmd, msg.get("component"), by="user", client=f"rlsup {conn.name}", **args)
+        if inspect.isawaitable(reply):
+            # Answered when done (``stack``: seconds), while this client's other requests go on.
+            task = asyncio.ensure_future(self._answer_later(conn, rid, reply))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return None
         return {"id": rid, **reply}
+
+    async def _answer_later(self, conn: Conn, rid: Any, reply: Awaitable[dict[str, Any]]) -> None:
+        try:
+            conn.send({"id": rid, **(await reply)})
+        except Exception as e:  # noqa: BLE001 - a client's request must never end the run it asks about
+            conn.send(protocol.error(rid, f"command failed in the supervisor: {e!r}"))

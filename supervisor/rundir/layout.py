@@ -56,6 +56,11 @@ class RunPaths:
     def monitors(self) -> Path:
         return self.root / MONITORS
 
+    @property
+    def stacks(self) -> Path:
+        """Full dumps of components' Python stacks (``rlsup stack``, a stall, a hung liveness probe)."""
+        return self.root / "stacks"
+
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"
 

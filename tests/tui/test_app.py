@@ -408,3 +408,29 @@ async def test_lines_pushed_before_the_snapshot_keep_the_table_order_and_are_not
         assert list(screen.panes) == fake.COMPONENTS
         lines = screen.panes["trainer"].view.lines
         assert lines[-1] == "pushed before the snapshot arrived" and len(lines) == 41
+
+
+@run_async
+async def test_t_asks_the_supervisor_for_the_stacks_and_shows_them():
+    from rlsup.tui.screens import StacksScreen
+
+    app = fake.make_app(fake.normal_run())
+    app.session.replies["stack"] = {"ok": True, "component": "trainer", "attempt": 1,
+                                    "lines": ["stack: 7 ranks (0-2,4-7) in all_reduce at train.py:212",
+                                              "stack: rank 3 in load_batch at data.py:88",
+                                              "stacks: /run/stacks/trainer.1.txt"],
+                                    "processes": [{"pid": 10, "name": "python", "rank": 3, "threads": 2, "error": None}]}
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("3", "t")
+        await pilot.pause()
+        assert app.session.commands == [("stack", "trainer", {})]  # no question: it changes nothing
+        assert isinstance(app.screen, StacksScreen)
+        shown = str(app.screen.query_one("VerticalScroll Static").render())
+        assert "rank 3 in load_batch at data.py:88" in shown and "/run/stacks/trainer.1.txt" in shown
+        await pilot.press("escape")
+        app.session.replies["stack"] = {"ok": False, "error": "trainer is stopped: it has no process"}
+        await pilot.press("t")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+        assert any("no process" in n for n in notes(app)), notes(app)
