@@ -4,11 +4,16 @@ For each step N: the chaos fault due at N, wait for ``OUT/rollouts/step_N``, one
 ``OUT/weights/step_N`` (and tell the server), a checkpoint every ``--ckpt-every`` steps and at the
 last, and the ``Step N/T`` line. What differs between the policies (the update, how weights and
 checkpoints are written, the metrics they add) comes in as functions.
+
+SIGUSR1 asks for a checkpoint now (what rlsup sends on a preemption, ``preempt: {signal: SIGUSR1}``): the
+step done last is checkpointed at the next safe point, between two steps or while waiting for a batch, and
+training goes on (rlsup stops it once the checkpoint is complete).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +25,38 @@ from rlsup.trainer.chaos import Chaos
 Update = Callable[[list[rollouts.Sample], dict[str, Any]], dict[str, float]]
 
 
-def wait_for_batch(out: Path, step: int) -> tuple[list[rollouts.Sample], dict]:
-    """Block until step ``step``'s rollouts are published; log the wait every few seconds."""
-    found = waiting.poll(lambda: rollouts.read_step(out, step),
-                         say=lambda: steplog.log("Waiting for training batch to arrive"))
+class CheckpointAsked:
+    """SIGUSR1 received: checkpoint the last step done at the next safe point (:meth:`honour`)."""
+
+    def __init__(self) -> None:
+        self.asked = False
+
+    def install(self) -> None:
+        """From the start: a SIGUSR1 before the loop runs (the model still loading) must not kill the process."""
+        signal.signal(signal.SIGUSR1, self._on)
+
+    def _on(self, signum: int, frame: object) -> None:
+        self.asked = True
+
+    def honour(self, done: int, save: Callable[[int], None]) -> None:
+        """If asked, checkpoint step ``done`` (the last one trained) now."""
+        if self.asked:
+            self.asked = False
+            save(done)
+            steplog.log(f"Checkpoint of step {done} written on SIGUSR1 (asked to checkpoint now)")
+
+
+CHECKPOINT = CheckpointAsked()
+
+
+def wait_for_batch(out: Path, step: int, between: Callable[[], None] = lambda: None) -> tuple[list[rollouts.Sample], dict]:
+    """Block until step ``step``'s rollouts are published; log the wait every few seconds. ``between`` runs
+    before each look (a checkpoint asked for meanwhile is written there)."""
+    def look() -> tuple[list[rollouts.Sample], dict] | None:
+        between()
+        return rollouts.read_step(out, step)
+
+    found = waiting.poll(look, say=lambda: steplog.log("Waiting for training batch to arrive"))
     assert found is not None  # no patience: poll returns only what it found
     return found
 
@@ -39,11 +72,12 @@ def run(args: argparse.Namespace, start: int, update: Update, publish: Callable[
     ``update(samples, meta)`` trains on one step's rollouts and returns the metrics of the line
     (after ``reward``); ``after()`` those that end it (measured over the whole step)."""
     chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
+    CHECKPOINT.install()
     publish(start - 1)
     for step in range(start, args.steps + 1):
         chaos.step(step)
         t0 = time.monotonic()
-        samples, meta = wait_for_batch(args.out, step)
+        samples, meta = wait_for_batch(args.out, step, lambda step=step: CHECKPOINT.honour(step - 1, save))
         wait_s = time.monotonic() - t0
         t1 = time.monotonic()
         stats = update(samples, meta)

@@ -8,7 +8,8 @@ tells the server (``rlsup.trainer.sync``: SGLang's ``/update_weights_from_disk``
 the server's version), and records in ``OUT/weights/latest.json`` what the server loaded.
 Every ``--ckpt-every`` steps (and at the last) it writes ``OUT/checkpoints/step_N`` (see
 ``checkpoint``); ``--resume-step N`` continues from it bit-identically on CPU given the same
-rollouts, which the orchestrator keeps.
+rollouts, which the orchestrator keeps. SIGUSR1 writes a checkpoint of the last step done at once (between
+steps or while waiting for a batch) and training goes on: ``preempt: {signal: SIGUSR1}`` in rlsup's config.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                          "steps behind the published weights")
     args = ap.parse_args(argv)
     install_sigterm_exit()  # rlsup's stop must not leave a vLLM paused mid-reload: `finally` blocks run
+    loop.CHECKPOINT.install()  # SIGUSR1: a checkpoint now (rlsup's preemption), not the default death
     if args.lr is None:
         args.lr = 1e-6 if args.model else 5e-3  # a pretrained LM wants a far smaller step
     if args.micro_batch < 1 or args.max_seq_len < 2:

@@ -104,7 +104,11 @@ async def _probe(connect: Any) -> None:
     await client.close()
 
 
-def attach_local(run_dir: Any, *, plain: bool = False) -> int:
+def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = False) -> int:
+    """The view of the run in ``run_dir`` on this machine. ``forward_term`` (the view `rlsup up` opens on the
+    supervisor it started): a SIGTERM to this process is passed on to the supervisor, and the view stays until
+    the run has ended: where `rlsup up` is a container's command, the platform's SIGTERM reaches it alone, and
+    the run must still hear it (a preemption) before the container goes."""
     from ..client.session import unix_connector
     from ..rundir.layout import RunPaths
     from ..slurm.jobs import ACTIVE
@@ -112,11 +116,12 @@ def attach_local(run_dir: Any, *, plain: bool = False) -> int:
 
     name = "tui" if not plain else "follow"
     target, hint = f"local {run_dir}", attach_hint(run_dir)
+    on_term = _forward_term(Path(run_dir)) if forward_term else None
     job = run_job(Path(run_dir))  # one squeue for both: the job's run goes on after a requeue, wait for it
     if not job or job["state"] not in ACTIVE:
         from ..client.session import local_connector
 
-        return view(local_connector(run_dir, name), target=target, hint=hint, plain=plain)
+        return view(local_connector(run_dir, name), target=target, hint=hint, plain=plain, on_term=on_term)
     bridge = remote_bridge(Path(run_dir), name, job)
     if bridge is not None:  # its supervisor runs in a Slurm job on another host: through srun
         target = f"{run_dir} (Slurm job)"
@@ -126,26 +131,47 @@ def attach_local(run_dir: Any, *, plain: bool = False) -> int:
                 goes_on=requeue_watch(job["job_id"], job.get("restarts"), run_dir))
 
 
+def _forward_term(run_dir: Path) -> Any:
+    """Pass a SIGTERM on to the run's supervisor (its pid from the run dir's lock)."""
+    import os
+
+    from ..rundir.layout import RunPaths, read_owner
+
+    pid = int((read_owner(RunPaths(run_dir)) or {}).get("pid") or 0)
+
+    def forward() -> None:
+        if pid > 0:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal_mod.SIGTERM)
+            say(f"rlsup: SIGTERM passed on to the supervisor (pid {pid}): checkpointing and stopping the run",
+                err=True)
+
+    return forward
+
+
 def view_socket(sock: Path, *, target: str, hint: str, plain: bool) -> int:
     from ..client.session import unix_connector
 
     return view(unix_connector(sock, name="tui" if not plain else "follow"), target=target, hint=hint, plain=plain)
 
 
-def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = None) -> int:
+def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = None, on_term: Any = None) -> int:
     """The TUI on a connection, or a text follower (``--plain``, or stdout is not a terminal).
-    ``goes_on``: see :class:`~rlsup.supervisor.client.session.Session` (a requeued Slurm job's run goes on)."""
+    ``goes_on``: see :class:`~rlsup.supervisor.client.session.Session` (a requeued Slurm job's run goes on);
+    ``on_term``: what a SIGTERM does instead of closing the view (:func:`attach_local`)."""
     if not plain and sys.stdout.isatty() and sys.stdin.isatty():
         try:
             from rlsup.tui.app import run_tui
         except ImportError as e:  # the TUI's dependencies missing: say so, follow as text
             say(f"rlsup: the TUI is not available ({e}); following as text", err=True)
         else:
+            if on_term is not None:
+                signal_mod.signal(signal_mod.SIGTERM, lambda _s, _f: on_term())
             return int(run_tui(connect, target=target, attach_hint=hint, goes_on=goes_on))
-    return asyncio.run(_follow_plain(connect, hint, goes_on))
+    return asyncio.run(_follow_plain(connect, hint, goes_on, on_term))
 
 
-async def _follow_plain(connect: Any, hint: str, goes_on: Any = None) -> int:
+async def _follow_plain(connect: Any, hint: str, goes_on: Any = None, on_term: Any = None) -> int:
     from ..client.session import Session
     from .follow import Printer
 
@@ -168,8 +194,8 @@ async def _follow_plain(connect: Any, hint: str, goes_on: Any = None) -> int:
     printer = Follower()  # the session hands the snapshot's events to on_event: printing them again doubled them
     session = Session(connect, printer, lines=0, goes_on=goes_on)
     task = asyncio.ensure_future(session.run())
-    for s in (signal_mod.SIGINT, signal_mod.SIGTERM):
-        loop.add_signal_handler(s, session.close)
+    loop.add_signal_handler(signal_mod.SIGINT, session.close)
+    loop.add_signal_handler(signal_mod.SIGTERM, on_term or session.close)
     await task
     if printer.ended is None and not (session.server or {}).get("ended"):
         say(f"rlsup: detached; training continues. Re-attach with: {hint}", err=True)

@@ -158,6 +158,12 @@ def _settle_ended_run(args: argparse.Namespace, run_dir: Path) -> int | None:
     from .ended import ended_run
 
     ended = ended_run(run_dir)
+    if ended is not None and ended.startswith("preempted") and not args.fresh:
+        # The platform took the machine (a spot VM, a Slurm preemption): `rlsup up` as a spot job's command
+        # picks the run up where its checkpoints stand, whatever the mode.
+        say(f"rlsup: continuing the run in {display_path(run_dir)}: it was {ended}")
+        args.resume = True
+        return None
     if ended is not None and not (args.resume or args.fresh):
         choice = _ask_ended(display_path(run_dir), ended)
         if choice is None:
@@ -250,7 +256,7 @@ def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
     from .attach import attach_local
 
     try:
-        return attach_local(run_dir, plain=plain)
+        return attach_local(run_dir, plain=plain, forward_term=True)
     except KeyboardInterrupt:
         # Before the TUI drew anything (or while it started): the run is in the daemon's hands.
         say(f"\nrlsup: interrupted; the run goes on in the background ({daemon.owner_desc(run_dir)}).\n"
@@ -406,11 +412,13 @@ def _line_printer(run: Run, width: int) -> Callable[[Any], None]:
 
 
 async def _supervise(run: Run, *, daemon: bool) -> int:
-    """Run until the end, with SIGINT/SIGTERM (and SIGHUP at a terminal) asking for an orderly stop,
-    and a second one killing what is left."""
+    """Run until the end. A signal asks for an orderly end (:mod:`.signals` says which: a person's stop, or a
+    preemption that asks for checkpoints first); a second one kills what is left."""
+    from . import signals
+
     loop = asyncio.get_running_loop()
-    on_signal = _stop_on_signals(run)
-    for s in (signal_mod.SIGINT, signal_mod.SIGTERM, signal_mod.SIGHUP):
+    on_signal = _stop_on_signals(run, terminal=not daemon and signals.at_terminal())
+    for s in signals.HANDLED:
         if s == signal_mod.SIGHUP and daemon:
             signal_mod.signal(s, signal_mod.SIG_IGN)  # no terminal to lose; survive stray hangups
             continue
@@ -418,30 +426,59 @@ async def _supervise(run: Run, *, daemon: bool) -> int:
     return await run.run()
 
 
-def _stop_on_signals(run: Run) -> Callable[[int], None]:
-    """The handler of the signals that end a headless run: the first stops every component in order,
-    the next kills what is left at once."""
+def _stop_on_signals(run: Run, *, terminal: bool) -> Callable[[int], None]:
+    """The handler of the signals that end a headless run: the first stops every component in order (a
+    preemption asks for checkpoints first), the next kills what is left at once; a repeated notice is nothing."""
+    from . import signals
+
     hits = {"n": 0}
 
     def on_signal(signum: int) -> None:
-        hits["n"] += 1
         name = signal_mod.Signals(signum).name
-        if hits["n"] == 1:
-            say(f"rlsup: {name}: stopping every component (again to kill at once)")
-            run.request_shutdown(_shutdown_reason(run, name))
-        else:
+        what = signals.meaning(signum, at_terminal=terminal)
+        if what == "notice" and hits["n"]:
+            return
+        hits["n"] += 1
+        if hits["n"] > 1:
             say(f"rlsup: {name} again: killing what is left")
             for c in run.components.values():
                 c.kill_now()
+        elif what == "stop" or _requeued_job(run) is not None:
+            say(f"rlsup: {name}: stopping every component (again to kill at once)")
+            run.request_shutdown(_shutdown_reason(run, name))
+        else:
+            say(f"rlsup: {name}: the machine is being taken; asking for checkpoints, then stopping every "
+                "component (again to kill at once)")
+            _preempt(run, name, notice=what == "notice")
 
     return on_signal
+
+
+def _preempt(run: Run, name: str, *, notice: bool) -> None:
+    """A preemption. Slurm's notice (SIGUSR1 in the job's batch step) is asked why (time limit, preemption),
+    off the loop, and the job is requeued at the end."""
+    from . import signals
+
+    launcher = run.slurm_launcher()
+    if not (notice and launcher is not None):
+        run.request_shutdown(signals.preemption_reason(name), preempted=True)
+        return
+    from ..slurm.jobs import notice_reason
+
+    job = launcher.job_id
+    asyncio.get_running_loop().run_in_executor(None, notice_reason, job).add_done_callback(
+        lambda f: run.request_shutdown(f.result(), preempted=True, requeue=True))
+
+
+def _requeued_job(run: Run) -> Any:
+    """The launcher of a job that rlsup itself requeued after a node failure (its SIGTERM is that requeue's)."""
+    return next((c.launcher for c in run.components.values() if getattr(c.launcher, "requeued", False)), None)
 
 
 def _shutdown_reason(run: Run, name: str) -> str:
     """Why the run stops on signal ``name``. After rlsup's own `scontrol requeue` the SIGTERM is Slurm
     ending the batch step: say so."""
-    requeued: Any = next((c.launcher for c in run.components.values()
-                          if getattr(c.launcher, "requeued", False)), None)
+    requeued = _requeued_job(run)
     if requeued is not None:
         return (f"job {requeued.job_id} requeued after a node failure ({name} from Slurm); "
                 "this run goes on when Slurm starts the job again")

@@ -87,6 +87,24 @@ class StopCfg(_Model):
         return _signal_name(v)
 
 
+class PreemptCfg(_Model):
+    """How a component is asked to keep its work when the platform takes the machine (a SIGTERM to the
+    supervisor, Slurm's preemption or time-limit notice): ``signal`` asks it to write a checkpoint, and
+    rlsup waits up to ``wait`` seconds for a new complete one (or its exit) before it stops it in order."""
+
+    signal: str = "SIGUSR1"
+    wait: float = Field(120.0, gt=0)
+
+    @field_validator("signal", mode="before")
+    @classmethod
+    def _known_signal(cls, v: Any) -> str:
+        name = _signal_name(v)
+        if name == "SIGKILL":
+            raise ValueError("SIGKILL ends a process before it can write anything: name the signal it checkpoints "
+                             "on (SIGUSR1, say)")
+        return name
+
+
 class _ProbeTarget(_Model):
     http: str | None = None
     tcp: str | None = None
@@ -211,6 +229,7 @@ class Component(_Model):
     probe: ProbeCfg | None = None  # optional: the framework's own state (Ray's nodes and actors)
     restart: RestartCfg = RestartCfg()
     stop: StopCfg = StopCfg()
+    preempt: PreemptCfg | None = None  # without it, preemption stops it with its stop signal and timeout
     depends_on: dict[str, Condition] = {}
     restart_with: list[str] = []
     progress: ProgressCfg | None = None
@@ -291,6 +310,25 @@ class NotifyCfg(_Model):
     ]
 
 
+WARN_BEFORE_S = 120
+
+
+def time_limit_seconds(text: str | None) -> int | None:
+    """A Slurm time limit (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``, as sbatch(1)
+    reads them) in seconds; None for none or an unlimited one."""
+    if text is None or text.lower() in ("unlimited", "infinite"):
+        return None
+    days, sep, rest = text.partition("-")
+    if not sep:
+        days, rest = "0", text
+        parts = [int(x) for x in rest.split(":")]
+        mult = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+    else:
+        parts = [int(x) for x in rest.split(":")]
+        mult = (3600, 60, 1)[:len(parts)]
+    return int(days) * 86400 + sum(p * m for p, m in zip(parts, mult, strict=True))
+
+
 SLURM_TIME_RE = re.compile(r"^(?:\d+-\d+(?::\d+){0,2}|\d+(?::\d+){0,2}|UNLIMITED|INFINITE|unlimited|infinite)$")
 
 
@@ -303,6 +341,20 @@ class SlurmCfg(_Model):
     time: str | None = None  # Slurm's time limit format: MM, HH:MM:SS, D-HH:MM...
     requeue: bool = False
     sbatch_args: list[str] = []
+    # Seconds before the time limit at which Slurm warns the job (--signal=B:USR1@N): rlsup then checkpoints,
+    # stops in order and requeues the job. Default: 120, or half the time limit when that is shorter.
+    warn_before: int | None = Field(None, gt=0)
+
+    def time_limit_s(self) -> int | None:
+        """``time`` in seconds; None when it is unset or unlimited."""
+        return time_limit_seconds(self.time)
+
+    def warn_s(self) -> int:
+        """The warning's lead, in seconds (``warn_before``, else its default)."""
+        if self.warn_before is not None:
+            return self.warn_before
+        limit = self.time_limit_s()
+        return WARN_BEFORE_S if limit is None else max(1, min(WARN_BEFORE_S, limit // 2))
 
     @field_validator("time", mode="before")
     @classmethod

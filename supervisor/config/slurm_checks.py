@@ -14,9 +14,19 @@ Found = tuple[Path_, str, bool]
 def config_problems(cfg: Any) -> Iterator[Found]:
     """(key path, message, whether the position is the key's) for each problem."""
     checks = _WITHOUT_SLURM if cfg.slurm is None else _WITH_SLURM
+    if cfg.slurm is not None:
+        yield from _warning_before_the_limit(cfg.slurm)
     for n, c in cfg.components.items():
         for check in checks:
             yield from check(cfg, n, c)
+
+
+def _warning_before_the_limit(slurm: Any) -> Iterator[Found]:
+    limit = slurm.time_limit_s()
+    if slurm.warn_before is not None and limit is not None and slurm.warn_before >= limit:
+        yield (("slurm", "warn_before"), f"warn_before: {slurm.warn_before} s is not shorter than the job's time "
+                                         f"limit ({slurm.time}, {limit} s): Slurm would warn it as it starts; give "
+                                         f"fewer seconds (at most {limit - 1}) or a longer `time`", False)
 
 
 def _no_gpu_count_alone(cfg: Any, n: str, c: Any) -> Iterator[Found]:

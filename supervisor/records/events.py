@@ -70,13 +70,19 @@ class RunEnded(Event):
     reason: str = ""
     root: dict[str, Any] | None = None  # {"component", "reason"}: whose failure ended the run
     left: list[str] = field(default_factory=list)  # processes that could not be ended, described
-    # completed | failed | stopped (RUN_OUTCOMES); "" in the journal of an rlsup before 0.4: see run_outcome
+    # completed | failed | stopped | preempted (RUN_OUTCOMES); "" in the journal of an rlsup before 0.4: see
+    # run_outcome
     outcome: str = ""
+    # A preempted run: each component with `resume:` -> the newest complete checkpoint it stands at,
+    # {"step", "path"}, or None (none yet): where the next `rlsup up` continues it from.
+    checkpoints: dict[str, Any] | None = None
 
 
-# How a run can end: it ran to its end (``completed``), a component's failure ended it (``failed``), or a
-# person or the platform stopped it (``stopped``: `rlsup down`, Ctrl-C, a SIGTERM, a requeue).
-RUN_OUTCOMES = ("completed", "failed", "stopped")
+# How a run can end: it ran to its end (``completed``), a component's failure ended it (``failed``), a person
+# stopped it (``stopped``: `rlsup down`, Ctrl-C, a requeue after a node failure), or the platform took the
+# machine (``preempted``: a SIGTERM to the supervisor, Slurm's preemption or time-limit notice), each
+# component with `preempt:` asked to checkpoint first: `rlsup up` continues such a run without asking.
+RUN_OUTCOMES = ("completed", "failed", "stopped", "preempted")
 
 
 def run_outcome(e: RunEnded | Mapping[str, Any]) -> str:
@@ -230,6 +236,17 @@ class ComponentStopped(Event):
 
 
 @dataclass(frozen=True)
+class CheckpointRequested(Event):
+    """The platform is taking the machine: the component is asked (its ``preempt.signal``) to write a
+    checkpoint, and given up to ``wait_s`` seconds before it is stopped in its turn."""
+
+    kind = "checkpoint_requested"
+    signal: str = ""
+    wait_s: float = 0.0
+    cause: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class FlagRaised(Event):
     kind = "flag"
     type: str = ""
@@ -293,6 +310,7 @@ LIFECYCLE = frozenset(
         RunStarted, RunEnded, SupervisorExited, LeftoversEnded, CommandReceived, ComponentPending,
         ComponentStarted, ComponentSpawnFailed, ComponentAdopted, ComponentReady, ComponentExited, RestartScheduled,
         ComponentCompleted, ComponentFatal, ComponentStopping, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
+        CheckpointRequested,
     ))
 GAUGES = frozenset({"progress", "gpu", "resources"})
 
@@ -358,7 +376,7 @@ EVENT_CLASSES: tuple[type[Event], ...] = (
     RunStarted, RunEnded, SupervisorExited, LeftoversEnded, CommandReceived, ComponentPending,
     ComponentStarted, ComponentSpawnFailed, ComponentAdopted, ComponentReady, ComponentExited, RestartScheduled,
     ComponentCompleted, ComponentFatal, ComponentStopping, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
-    ProgressUpdated, GpuSampled, ResourcesSampled,
+    CheckpointRequested, ProgressUpdated, GpuSampled, ResourcesSampled,
 )
 BY_KIND: dict[str, type[Event]] = {cls.kind: cls for cls in EVENT_CLASSES}
 _ENVELOPE = ("ts", "seq", "kind", "component")
@@ -498,6 +516,15 @@ def _cleaned(e: ArtefactsCleaned) -> str:
             + ", ".join(e.paths[:5]) + (" ..." if len(e.paths) > 5 else ""))
 
 
+def standing(checkpoints: dict[str, Any] | None) -> str:
+    """Where each resumable component of a preempted run stands (``run_ended.checkpoints``), in words:
+    "; trainer at checkpoint step 37"; "" for none."""
+    if not checkpoints:
+        return ""
+    return "; " + ", ".join(f"{n} at checkpoint step {c.get('step')}" if isinstance(c, dict) else
+                            f"{n} with no checkpoint" for n, c in checkpoints.items())
+
+
 def _command(e: CommandReceived) -> str:
     via = f" via {e.client}" if e.client else ""
     step = f" --step {e.step}" if e.step is not None else ""
@@ -507,7 +534,7 @@ def _command(e: CommandReceived) -> str:
 # One handler per class: what happened, in words (without time and component).
 _WORDS: dict[type[Event], Callable[[Any], str]] = {
     RunStarted: _run_started,
-    RunEnded: lambda e: f"run ended: {e.reason} (exit code {e.exit_code})",
+    RunEnded: lambda e: f"run ended: {e.reason} (exit code {e.exit_code})" + standing(e.checkpoints),
     SupervisorExited: lambda e: (f"supervisor exited ({e.reason}); {len(e.monitors)} component(s) keep "
                                      "running under their monitors"),
     ComponentPending: lambda e: "waiting for " + ", ".join(e.waiting_for) if e.waiting_for else "pending",
@@ -522,6 +549,8 @@ _WORDS: dict[type[Event], Callable[[Any], str]] = {
     ComponentFatal: lambda e: f"FATAL: {e.reason}",
     ComponentStopping: lambda e: f"stopping ({e.signal}, by {e.by}{f'; {e.reason}' if e.reason else ''})",
     ComponentStopped: lambda e: f"stopped (by {e.by})",
+    CheckpointRequested: lambda e: (f"asked to checkpoint ({e.signal}; up to {fmt_duration(e.wait_s)} before it is "
+                                    "stopped): " + ((e.cause or {}).get("reason") or "preemption")),
     FlagRaised: lambda e: f"FLAG {e.type}: {e.message}{f' -> {e.action}' if e.action else ''}",
     FlagCleared: lambda e: f"flag {e.type} cleared: {e.message}",
     LeftoversEnded: lambda e: f"found {len(e.pids)} process(es) left by a previous supervisor: {e.action}",

@@ -69,7 +69,7 @@ def _run_started(state: dict[str, Any], e: ev.RunStarted, rec: ev.Record) -> Non
     run = state["run"]
     run.update(name=e.name, run_dir=e.run_dir, config=e.config, pid=e.pid, host=e.host, version=e.version,
                started_at=rec.ts, ended_at=None, how=e.how)
-    for k in ("exit_code", "end_reason", "root", "handed_over"):
+    for k in ("exit_code", "end_reason", "root", "handed_over", "checkpoints"):
         run.pop(k, None)
     for n in e.components:
         c = state["components"].setdefault(n, new_component())
@@ -85,6 +85,8 @@ def _run_started(state: dict[str, Any], e: ev.RunStarted, rec: ev.Record) -> Non
 def _run_ended(state: dict[str, Any], e: ev.RunEnded, rec: ev.Record) -> None:
     state["run"].update(ended_at=rec.ts, exit_code=e.exit_code, end_reason=e.reason, root=e.root,
                         outcome=ev.run_outcome(e))
+    if e.checkpoints is not None:  # a preempted run: where each resumable component stands
+        state["run"]["checkpoints"] = e.checkpoints
     for c in state["components"].values():
         c.update(rate=None, eta_s=None)
 

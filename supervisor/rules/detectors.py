@@ -110,6 +110,23 @@ def exit_hold(exit_code: int | None, signal: str | None, *, shutting_down: bool)
     return EXIT_HOLD_S if exit_code == 0 and not signal and not shutting_down else 0.0
 
 
+# A checkpoint as the preemption's wait compares them: (step, the newest mtime in it).
+Mark = tuple[int, float]
+
+
+def checkpoint_waited(*, asked_at: float, wait: float, now: float, before: Mark | None, latest: Mark | None,
+                      exited: bool) -> str | None:
+    """Whether a component asked to checkpoint on a preemption (``checkpoint_requested`` at ``asked_at``) has been
+    waited for: ``"written"`` once a complete checkpoint newer than ``before`` (the newest when it was asked) is
+    there, ``"exited"`` once its attempt has ended, ``"timed out"`` after ``wait`` seconds; None while the wait goes
+    on. A checkpoint of the same step written again counts as new (a trainer asked right after its periodic save)."""
+    if latest is not None and (before is None or latest > before):
+        return "written"
+    if exited:
+        return "exited"
+    return "timed out" if now - asked_at >= wait else None
+
+
 def dependency_state(d: Seen, now: float, stable_s: float = DEPENDENCY_STABLE_S) -> str:
     """A dependency's state for dependency_down: ``running`` only once it has stayed up ``stable_s``,
     so a server that dies seconds after each start is still down (no restart flapping)."""

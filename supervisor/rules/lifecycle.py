@@ -48,6 +48,10 @@ Transitions (``*`` = any state; final = stopped | completed | fatal)::
     *          Shutdown                 -> like Stop(by="shutdown")
     *          RunStopping              -> (same)    wanted stopped by shutdown: an exit before its turn is a stop;
                                                      no Start or Restart is taken any more
+    starting|running  RunStopping(preemption), with `preempt:`
+                                        -> (same)    emit checkpoint_requested; Signal(preempt.signal): the run waits
+                                                     up to preempt.wait for a new checkpoint before its turn
+    *          Shutdown(preemption)     -> like Stop(by="preemption")
 
 An exit is decided as: a stop or user restart is neither success nor failure; otherwise a forced
 end (readiness timeout, liveness, stall restart) or a false success (exit 0 before the last step)
@@ -72,7 +76,7 @@ from ..records.phrases import describe_exit
 from .policy import History, decide, is_success
 
 CauseBy = Literal["run", "user", "component", "exit", "spawn", "probe", "stall", "dependency", "pattern",
-                  "shutdown"]
+                  "shutdown", "preemption"]
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ class Cause:
     the inference server its reload broke), ``exit`` (the previous attempt's exit, judged by the restart policy),
     ``spawn`` (it could not be started), ``probe`` (readiness timeout, failed liveness), ``stall``,
     ``dependency`` (restart_with, dependency_down, a dead dependency), ``pattern`` (a crash pattern
-    such as repeated_error) or ``shutdown``. ``reason`` says it in words; ``seq`` is the journal seq of
+    such as repeated_error), ``shutdown`` or ``preemption`` (the platform takes the machine: a SIGTERM to the
+    supervisor, Slurm's preemption or time-limit notice). ``reason`` says it in words; ``seq`` is the journal seq of
     the event that triggered it (a command, an exit, a flag). Inside one step the triggering event
     may not have a seq yet: ``of`` names its kind and the driver fills ``seq`` in as it emits it.
     ``component`` names the other component for ``dependency`` and ``component`` causes.
@@ -151,6 +156,8 @@ class Rules:
     alive: bool = False
     on_stall: str = "flag"
     seed: int = 0
+    preempt_signal: str | None = None  # `preempt:`: asked to checkpoint before a preemption stops it
+    preempt_wait: float = 0.0
 
     @classmethod
     def of(cls, name: str, cfg: ComponentCfg) -> Rules:
@@ -160,7 +167,9 @@ class Rules:
             total=cfg.progress.total if cfg.progress else None,
             ready_probe=None if r is None else f"{r.kind()} {r.target()}", alive=cfg.alive is not None,
             on_stall=cfg.progress.on_stall if cfg.progress else "flag",
-            seed=int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big"))
+            seed=int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big"),
+            preempt_signal=cfg.preempt.signal if cfg.preempt else None,
+            preempt_wait=cfg.preempt.wait if cfg.preempt else 0.0)
 
 
 @dataclass(frozen=True)
@@ -188,6 +197,7 @@ class Life:
     waiting: tuple[str, ...] = ()
     timer: int = 0  # generation of the pending backoff / healthy timer; older ones are ignored
     run_stopping: bool = False  # the run is ending: no start or restart any more (RunStopping)
+    checkpoint_asked: float | None = None  # when a preemption asked it to checkpoint (monotonic)
 
 
 # ---------------------------------------------------------------------- inputs
@@ -322,9 +332,10 @@ class Shutdown:
 
 @dataclass(frozen=True)
 class RunStopping:
-    """The run is being stopped (a down, a signal, a requeue, its own end): its turn in the ordered stop
-    (:class:`Shutdown`) may come later, but from now on an exit is a stop (diagnosed as it is), never a
-    completion, and nothing restarts."""
+    """The run is being stopped (a down, a signal, a requeue, a preemption, its own end): its turn in the
+    ordered stop (:class:`Shutdown`) may come later, but from now on an exit is a stop (diagnosed as it is),
+    never a completion, and nothing restarts. A preemption (a cause by ``preemption``) asks a component that
+    says how (``preempt:``) to checkpoint first."""
 
     cause: Cause | None = None
 
@@ -355,6 +366,13 @@ class Terminate:
 
 
 @dataclass(frozen=True)
+class Signal:
+    """Send ``signal`` to the attempt's processes, and nothing after it (the preemption's checkpoint request)."""
+
+    signal: str
+
+
+@dataclass(frozen=True)
 class Probe:
     kind: Literal["ready", "alive"]
 
@@ -376,7 +394,7 @@ class Cleanup:
     """End what the exited attempt left behind and let its monitor finish."""
 
 
-Effect = Emit | Spawn | Terminate | Probe | StopProbes | SetTimer | Cleanup
+Effect = Emit | Spawn | Terminate | Signal | Probe | StopProbes | SetTimer | Cleanup
 
 
 # ---------------------------------------------------------------------- the transition function
@@ -568,17 +586,30 @@ def _on_stop(life: Life, inp: Stop, now: float, rules: Rules) -> Outcome:
 
 
 def _on_shutdown(life: Life, inp: Shutdown, now: float, rules: Rules) -> Outcome:
-    """Shutdown is a stop by ``shutdown``."""
-    return _on_stop(life, Stop("shutdown", inp.cause or Cause("shutdown", "the run is shutting down")), now, rules)
+    """Shutdown is a stop by ``shutdown`` (by ``preemption`` when the platform takes the machine)."""
+    why = inp.cause or Cause("shutdown", "the run is shutting down")
+    return _on_stop(life, Stop(_stopped_by(why), why), now, rules)
+
+
+def _stopped_by(why: Cause) -> str:
+    return "preemption" if why.by == "preemption" else "shutdown"
 
 
 def _on_run_stopping(life: Life, inp: RunStopping, now: float, rules: Rules) -> Outcome:
-    """A live component is wanted stopped from now on (by ``shutdown``); its stop signal comes in its turn."""
+    """A live component is wanted stopped from now on (by ``shutdown`` or ``preemption``); its stop signal comes
+    in its turn. On a preemption, one that says how (``preempt:``) is asked to checkpoint now."""
     if life.state in FINAL or life.want == "stop":
         return replace(life, run_stopping=True), []
     why = inp.cause or Cause("shutdown", "the run is shutting down")
-    return replace(life, want="stop", stop_by="shutdown", then_start=False, stop_cause=why, start_cause=None,
-                   run_stopping=True), []
+    life = replace(life, want="stop", stop_by=_stopped_by(why), then_start=False, stop_cause=why, start_cause=None,
+                   run_stopping=True)
+    if why.by != "preemption" or rules.preempt_signal is None or life.state not in ("starting", "running") \
+            or life.spawning:
+        return life, []
+    return replace(life, checkpoint_asked=now), [
+        Emit(ev.CheckpointRequested(life.name, signal=rules.preempt_signal, wait_s=rules.preempt_wait,
+                                    cause=why.to_dict())),
+        Signal(rules.preempt_signal)]
 
 
 def _on_restart(life: Life, inp: Restart, now: float, rules: Rules) -> Outcome:

@@ -169,6 +169,9 @@ class Component:
             self._task(self._spawn(e))
         elif isinstance(e, lc.Terminate):
             self._terminate(e.signal, e.timeout)
+        elif isinstance(e, lc.Signal):
+            if self.current is not None:
+                self.current.signal(getattr(signal_mod, e.signal))
         elif isinstance(e, lc.Probe):
             self._probes.append(self._task(self._readiness() if e.kind == "ready" else self._liveness()))
         elif isinstance(e, lc.StopProbes):

@@ -44,7 +44,7 @@ from ..rundir.journal import Journal, damage_notes, keep_spare_records
 from ..rundir.layout import RunLock, RunPaths
 from ..rundir.logs import RingBudget
 from ..slurm.launcher import slurm_job_info
-from . import adoption, carryover, health, runview, shutdown
+from . import adoption, carryover, health, preemption, runview, shutdown
 from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .component import Component
 from .daemonlog import say
@@ -141,6 +141,8 @@ class Run:
         self._again: dict[str, int] = {}  # completed components a resumed run starts again: name -> attempts then
         self._stack_taker = StackTaker(self.paths.stacks)
         self._hang = HangGate(self._start_stacks, self._rejudge_stalls)  # a stall flag carries the stacks
+        self._before: dict[str, Any] = {}  # a preemption: each asked component's newest checkpoint when asked
+        self._requeue = False  # a preemption on Slurm's notice: requeue the job once the run has stopped
 
     # ------------------------------------------------------------------ before the loop
 
@@ -262,19 +264,30 @@ class Run:
     def shutting_down(self) -> bool:
         return self._shutting_down
 
-    def request_shutdown(self, reason: str, by_user: bool = True) -> None:
+    def request_shutdown(self, reason: str, by_user: bool = True, preempted: bool = False,
+                         requeue: bool = False) -> None:
+        """End the run: stopped by a person (``by_user``), failed, or ``preempted``: the platform takes the
+        machine, and the components with ``preempt:`` are asked to checkpoint first (:mod:`.preemption`);
+        ``requeue``: then the Slurm job that ``rlsup up`` submitted is requeued (Slurm's notice)."""
         if self._ended is None or self._ended.is_set():
             return
-        if by_user:
+        self._requeue = requeue
+        if by_user or preempted:
             self.exit_code = 0
-        self.outcome = "stopped" if by_user else "failed"
+        self.outcome = "preempted" if preempted else "stopped" if by_user else "failed"
         self.end_reason = reason
+        if preempted:
+            self._before = preemption.baselines(self.components)
         self._wanted_stopped(reason)
         self._ended.set()
 
+    def _why_stopping(self, reason: str) -> lc.Cause:
+        by: lc.CauseBy = "preemption" if self.outcome == "preempted" else "shutdown"
+        return lc.Cause(by, f"the run is ending: {reason}" if reason else "the run is ending")
+
     def _wanted_stopped(self, reason: str) -> None:
         """From the moment the run's end is decided, every exit is a stop (its stop signal comes in turn)."""
-        why = lc.Cause("shutdown", f"the run is ending: {reason}" if reason else "the run is ending")
+        why = self._why_stopping(reason)
         for c in self.components.values():
             c.handle(lc.RunStopping(why))
 
@@ -299,15 +312,26 @@ class Run:
             self._write_state(force=True)
             return
         self._shutting_down = True
-        why = lc.Cause("shutdown", f"the run is ending: {self.end_reason}" if self.end_reason else "the run is ending")
+        why = self._why_stopping(self.end_reason)
+        preempted = self.outcome == "preempted"
+        if preempted:
+            await preemption.wait_for_checkpoints(self.components, self._before, self.clock, self.emit)
         await shutdown.stop_in_order(self.cfg, self.components, why)
         for c in self.components.values():
             await c.await_cleanups()
         left = await self.loop.run_in_executor(None, self._last_net)
         for c in self.components.values():
             c.flush_progress()
+        checkpoints = await self.loop.run_in_executor(None, preemption.standing, self.cfg) if preempted else None
+        if self._requeue and (requeued := await self.loop.run_in_executor(None, preemption.requeue, self.slurm_launcher())):
+            self.end_reason = f"{self.end_reason}; {requeued}"
         self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left,
-                              outcome=self.outcome or ("completed" if self.exit_code == 0 else "failed")))
+                              outcome=self.outcome or ("completed" if self.exit_code == 0 else "failed"),
+                              checkpoints=checkpoints))
+
+    def slurm_launcher(self) -> Any:
+        """The run's Slurm launcher (every component has the same one), or None on one machine."""
+        return next((c.launcher for c in self.components.values() if c.launcher is not None), None)
 
     def _last_net(self) -> list[str]:
         """Nothing of this run may outlive it (:mod:`.lastnet`); returns what could not be ended."""

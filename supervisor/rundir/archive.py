@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records import state as state_mod
-from ..records.events import RunEnded, run_outcome
+from ..records.events import RunEnded, run_outcome, standing
 from ..records.redact import Redactor, secret_values
 from ..records.version import VERSION
 from .layout import RunPaths
@@ -56,8 +56,10 @@ def how_it_ended(paths: RunPaths, rp: Replay | None = None) -> str | None:
     root = ended.root or {}
     why = f": {root.get('component')}: {root.get('reason')}" if root.get("component") else (
         "" if verdict == "completed" else f": {ended.reason}")
-    if verdict == "stopped":
+    if verdict in ("stopped", "preempted"):
         why = f" ({ended.reason})"
+    if verdict == "preempted":
+        why += standing(ended.checkpoints)
     return f"{verdict}{step} on {when}{why}"
 
 

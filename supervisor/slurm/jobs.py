@@ -193,3 +193,25 @@ def requeue(job_id: str) -> tuple[bool, str]:
     except (OSError, subprocess.SubprocessError) as e:
         return False, str(e)
     return p.returncode == 0, (p.stderr or p.stdout).strip()
+
+
+def show_job(job_id: str) -> dict[str, str]:
+    """``scontrol show job -o J`` as its ``Key=Value`` fields (empty when Slurm does not answer)."""
+    try:
+        p = subprocess.run([tool("scontrol"), "show", "job", "-o", str(job_id)], capture_output=True, text=True,
+                           timeout=SQUEUE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(f.split("=", 1) for f in p.stdout.split() if "=" in f) if p.returncode == 0 else {}
+
+
+def notice_reason(job_id: str) -> str:
+    """Why Slurm sent the job its warning signal (``--signal=B:USR1@N``, which rlsup asks for): the job is
+    being preempted (Slurm has set its ``PreemptTime``; ``preempt_send_user_signal`` sends the warning then), or
+    its time limit is near. The words of the run's end."""
+    fields = show_job(job_id)
+    if fields.get("PreemptTime", "None") not in ("None", "Unknown", ""):
+        return f"job {job_id} is being preempted (Slurm's notice, SIGUSR1)"
+    if fields.get("TimeLimit"):
+        return f"job {job_id} reaches its time limit ({fields['TimeLimit']}) soon (Slurm's notice, SIGUSR1)"
+    return f"job {job_id}: Slurm's notice (SIGUSR1): it is being preempted or its time limit is near"

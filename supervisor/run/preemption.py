@@ -1,0 +1,124 @@
+"""The preemption's wait: the platform takes the machine, and what is worth keeping is checkpointed first.
+
+A preemption is a SIGTERM to the supervisor from outside ``rlsup down`` (a spot VM's shutdown, a pod's
+eviction, ``docker stop``), or Slurm's notice (SIGUSR1: the job is being preempted, or its time limit is near).
+The lifecycle asked each component with ``preempt:`` to checkpoint (``checkpoint_requested``: its
+``preempt.signal``); before the ordered stop the run waits, for each, until a complete checkpoint newer than
+the one it had when asked is there, its attempt has ended, or ``preempt.wait`` has passed
+(:func:`~rlsup.supervisor.rules.detectors.checkpoint_waited`, pure). Then the run stops in order as any
+shutdown does, and ``run_ended`` says where each resumable component stands (:func:`standing`): the next
+``rlsup up`` continues from there without asking. In a job that ``rlsup up`` submitted, the job is then
+requeued (:func:`requeue`), so a run longer than the partition's time limit goes on across jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from ..config.model import Component as ComponentCfg
+from ..config.model import Config
+from ..records import events as ev
+from ..records.clock import Clock
+from ..rules import lifecycle as lc
+from ..rules.detectors import Mark, checkpoint_waited
+from ..rundir.checkpoints import Checkpoint, discover
+
+POLL_S = 0.2  # how often a checkpoint directory is looked at while the wait goes on
+
+
+class Asked(Protocol):
+    name: str
+    cfg: ComponentCfg
+    rules: lc.Rules
+
+    @property
+    def life(self) -> lc.Life: ...
+
+    @property
+    def current(self) -> Any: ...
+
+
+def newest(cfg: ComponentCfg, *, writer_alive: bool = True) -> Checkpoint | None:
+    """The component's newest complete checkpoint (None without ``resume:``, or none complete)."""
+    r = cfg.resume
+    if r is None:
+        return None
+    try:
+        return discover(r.checkpoints, r.layout, r.step_pattern, writer_alive=writer_alive).latest
+    except (OSError, ValueError):
+        return None
+
+
+def mark(ck: Checkpoint | None) -> Mark | None:
+    return None if ck is None else (ck.step, ck.mtime)
+
+
+def baselines(components: Mapping[str, Asked]) -> dict[str, Mark | None]:
+    """What each component that a preemption will ask to checkpoint has now (read before it is asked)."""
+    return {n: mark(newest(c.cfg)) for n, c in components.items()
+            if c.rules.preempt_signal is not None and c.current is not None}
+
+
+async def wait_for_checkpoints(components: Mapping[str, Asked], before: Mapping[str, Mark | None], clock: Clock,
+                               emit: Callable[[ev.Event], Any]) -> None:
+    """Return once every component asked to checkpoint has written a new one, ended, or had its wait."""
+    loop = asyncio.get_running_loop()
+    waiting = {n: c for n, c in components.items() if c.life.checkpoint_asked is not None}
+    while waiting:
+        now = clock.monotonic()
+        for n, c in list(waiting.items()):
+            asked = c.life.checkpoint_asked
+            assert asked is not None
+            latest = mark(await loop.run_in_executor(None, newest, c.cfg))
+            verdict = checkpoint_waited(asked_at=asked, wait=c.rules.preempt_wait, now=now, before=before.get(n),
+                                        latest=latest, exited=c.current is None)
+            if verdict is None:
+                continue
+            del waiting[n]
+            if verdict != "written":
+                emit(_no_checkpoint(c, verdict, before.get(n)))
+        if waiting:
+            await asyncio.sleep(POLL_S)
+
+
+def _no_checkpoint(c: Asked, verdict: str, before: Mark | None) -> ev.FlagRaised:
+    sig, wait = c.rules.preempt_signal, c.rules.preempt_wait
+    stands = f"its newest checkpoint is step {before[0]}" if before else "it has no complete checkpoint"
+    if verdict == "exited":
+        message = (f"{c.name} ended after {sig} without writing a new checkpoint ({stands}); is {sig} the signal it "
+                   f"checkpoints on? (`preempt.signal`)")
+    else:
+        message = f"{c.name} wrote no new checkpoint within {wait:g}s of {sig} ({stands})"
+    where = f"step {before[0]}" if before else "the start"
+    return ev.FlagRaised(c.name, type="checkpoint_problem", message=message, evidence=[message],
+                         action=f"stopping it now; the run continues from {where}"
+                                + ("" if verdict == "exited" else f" (`preempt.wait` longer than {wait:g}s gives it more time)"))
+
+
+def standing(cfg: Config) -> dict[str, Any] | None:
+    """Where each component with ``resume:`` stands once the run has stopped: its newest complete checkpoint
+    (``{"step", "path"}``) or None; None for a run without one."""
+    out: dict[str, Any] = {}
+    for n, c in cfg.components.items():
+        if c.resume is not None:
+            ck = newest(c, writer_alive=False)
+            out[n] = None if ck is None else {"step": ck.step, "path": ck.path}
+    return out or None
+
+
+def requeue(launcher: Any, environ: Mapping[str, str] | None = None) -> str | None:
+    """In a job that ``rlsup up`` submitted (its batch script sets ``RLSUP_SLURM_BATCH``), ask Slurm to requeue
+    it: the next supervisor continues the run. Words for the run's end reason; None outside such a job."""
+    env = os.environ if environ is None else environ
+    if launcher is None or env.get("RLSUP_SLURM_BATCH") != "1":
+        return None
+    from ..slurm.jobs import requeue as scontrol_requeue
+
+    ok, said = scontrol_requeue(launcher.job_id)
+    if ok:
+        return f"job {launcher.job_id} requeued: the next supervisor continues the run from these checkpoints"
+    return (f"job {launcher.job_id} could not be requeued ({said or 'scontrol requeue failed'}): "
+            "`rlsup up` continues the run from these checkpoints")
