@@ -32,11 +32,14 @@ def check_journal(events: Sequence[Mapping[str, Any]]) -> list[Violation]:
     """Every journal-level promise, over the whole journal (all its runs)."""
     out: list[Violation] = []
     out += seqs_gapless(events)
-    for run in runs(events):
+    every = runs(events)
+    for i, run in enumerate(every):
         out += completed_only_by_itself(run)
         out += attempts_in_order(run)
         out += ended_run_is_what_it_says(run)
         out += nothing_after_the_end(run)
+        if i + 1 < len(every):
+            out += a_preempted_run_goes_on_where_it_stood(run, every[i + 1])
     return out
 
 
@@ -73,7 +76,7 @@ def completed_only_by_itself(run: Sequence[Mapping[str, Any]]) -> list[Violation
         kind, c, seq = e.get("kind"), e.get("component"), int(e.get("seq") or 0)
         if kind == "command" and e.get("command") in STOP_WORDS and run_stopping is None:
             run_stopping = seq
-        elif kind == "stopping" and c and (e.get("by") == "shutdown"):
+        elif (kind == "stopping" and c and e.get("by") in ("shutdown", "preemption")) or kind == "checkpoint_requested":
             run_stopping = run_stopping or seq
         if not c:
             continue
@@ -154,6 +157,31 @@ def ended_run_is_what_it_says(run: Sequence[Mapping[str, Any]]) -> list[Violatio
                                  f"completed, yet {bad}", seq))
     if outcome == "failed" and not any(s == "fatal" for s in final.values()):
         out.append(Violation("a failed run names a failure", "failed with no component fatal", seq))
+    return out
+
+
+def a_preempted_run_goes_on_where_it_stood(run: Sequence[Mapping[str, Any]],
+                                           after: Sequence[Mapping[str, Any]]) -> list[Violation]:
+    """A preempted run's ``run_ended`` says where each resumable component stands (``checkpoints``), and the run
+    that continues it starts each of them from there (or from a newer checkpoint), never from scratch or from
+    an older one: the platform taking the machine loses no work that was checkpointed."""
+    end = next((e for e in run if e.get("kind") == "run_ended"), None)
+    if end is None or run_outcome(end) != "preempted":
+        return []
+    seq = int(end.get("seq") or 0)
+    stands = end.get("checkpoints")
+    if not isinstance(stands, dict):
+        return [Violation("a preempted run says where it stands", "run_ended has no checkpoints", (seq,))]
+    out = []
+    for c, ck in stands.items():
+        first = next((e for e in after if e.get("kind") == "started" and e.get("component") == c), None)
+        if first is None or not isinstance(ck, dict):
+            continue
+        got = (first.get("resume") or {}).get("step")
+        if got is None or got < int(ck.get("step") or 0):
+            out.append(Violation("a preempted run goes on where it stood",
+                                 f"{c} stood at checkpoint step {ck.get('step')}, started again from "
+                                 f"{'scratch' if got is None else f'step {got}'}", (seq, int(first.get("seq") or 0))))
     return out
 
 

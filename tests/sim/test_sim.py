@@ -48,6 +48,7 @@ actions = st.one_of(
               st.sampled_from(["inference", "orchestrator", "trainer"])),
     st.tuples(st.just("down")),
     st.tuples(st.just("platform_sigterm"), st.sampled_from([0.0, 0.3, 0.8]), st.booleans()),
+    st.tuples(st.just("interrupt")),
     st.tuples(st.just("resume")), st.tuples(st.just("resume")),
 )
 
@@ -68,6 +69,7 @@ def run(setup: Setup, schedule: list[tuple], root: Path | None = None) -> World:
 def check(w: World, *, final: bool) -> None:
     broken = [str(v) for v in promises.check_journal(w.events())]
     broken += platform_stops_are_never_completions(w)
+    broken += a_preemption_keeps_the_trainers_step(w)
     if final:
         broken += the_run_never_waits_on_nothing(w)
         broken += the_root_cause_is_a_real_fault(w)
@@ -87,6 +89,25 @@ def platform_stops_are_never_completions(w: World) -> list[str]:
             out.append(f"completed only by itself: {c} attempt {attempts.get(c)} was ended by the platform's "
                        f"SIGTERM and recorded completed (seq {e['seq']})")
     return out
+
+
+def a_preemption_keeps_the_trainers_step(w: World) -> list[str]:
+    """A preemption that asked the trainer to checkpoint while it could (alive, not hung) ends with the trainer
+    standing at that step or later (the run waited for the checkpoint before it stopped the trainer), or, where
+    the trainer did not get to write it (a fault, the platform's own SIGTERM), with a flag that says so."""
+    end = next((e for e in reversed(w.events()) if e.get("kind") == "run_ended"), None)
+    if not w.ended or end is None or end.get("outcome") != "preempted" or w.truth.preempt_step is None:
+        return []
+    stands = ((end.get("checkpoints") or {}).get("trainer") or {}).get("step")
+    if w.truth.preempt_written is not None:
+        if stands is None or stands < w.truth.preempt_written or w.truth.preempt_written < w.truth.preempt_step:
+            return [f"a preemption lost work: the trainer was asked at step {w.truth.preempt_step}, wrote step "
+                    f"{w.truth.preempt_written}, and the run ended standing at {stands}"]
+        return []
+    flagged = any(e.get("kind") == "flag" and e.get("type") == "checkpoint_problem" and e.get("component") == "trainer"
+                  for e in promises.runs(w.events())[-1])
+    return [] if flagged else [f"the trainer was asked to checkpoint at step {w.truth.preempt_step}, wrote nothing, "
+                               "and nothing says so"]
 
 
 def the_run_never_waits_on_nothing(w: World) -> list[str]:

@@ -16,10 +16,15 @@ def _kinds(w, component=None):
 
 
 def test_a_run_stopped_by_a_signal_is_not_called_completed(tmp_path):
-    """how it ended: a SIGTERM (Ctrl-C alike) at the start, then `rlsup up` said the run "completed"."""
-    w = run(Setup(), [("platform_sigterm", 0.0, False)], tmp_path)
+    """how it ended: a SIGTERM (Ctrl-C alike) at the start, then `rlsup up` said the run "completed". Since
+    issue 40 a person's Ctrl-C is a stop and the platform's SIGTERM a preemption: neither is a completion."""
+    w = run(Setup(), [("interrupt",)], tmp_path)
     assert w.events()[-1]["outcome"] == "stopped"
     assert how_it_ended(RunPaths(w.flush())).startswith("stopped")
+    (tmp_path / "sigterm").mkdir()
+    w = run(Setup(), [("platform_sigterm", 0.0, False)], tmp_path / "sigterm")
+    assert w.events()[-1]["outcome"] == "preempted"
+    assert how_it_ended(RunPaths(w.flush())).startswith("preempted")
 
 
 def test_an_exit_0_on_the_platforms_sigterm_is_a_stop_not_a_completion():
@@ -74,3 +79,22 @@ def test_a_liveness_restart_is_a_failure_of_the_component():
     `diagnose` found no failure at all (every stop was read as one asked for). The fault explorer found it
     first (RLSUP_EXPLORE_SEED=7); the simulator's shrunk schedule keeps it."""
     run(Setup(total=30, max_restarts=1), [("wait", 3.0), ("fault", "inference", "hang", 1)])
+
+
+def test_a_preemption_checkpoints_the_trainers_step_and_the_next_run_goes_on_from_it(tmp_path):
+    """a preempted run goes on where it stood (issue 40): the platform's SIGTERM in the middle of a period
+    between periodic checkpoints; the trainer is asked (SIGUSR1), writes its step, the run waits for it, ends
+    preempted standing there, and the next run starts the trainer from that step, not the older periodic one."""
+    w = run(Setup(total=60), [("wait", 15.0), ("platform_sigterm", 0.0, False)], tmp_path)
+    asked, wrote = w.truth.preempt_step, w.truth.preempt_written
+    assert asked is not None and asked % 10 != 0 and wrote == asked, (asked, wrote)
+    w.act(("resume",))
+    w.act(("wait", 3.0))
+    w.settle()
+    kinds = _kinds(w, "trainer")
+    assert kinds.index("checkpoint_requested") < kinds.index("stopping")
+    end = next(e for e in w.events() if e["kind"] == "run_ended")
+    assert end["outcome"] == "preempted" and end["checkpoints"]["trainer"]["step"] == asked
+    resumed = w.events()[[e["kind"] for e in w.events()].index("run_started", 1):]
+    first = next(e for e in resumed if e["kind"] == "started" and e["component"] == "trainer")
+    assert first["resume"]["step"] == asked

@@ -9,9 +9,11 @@ reducer (:func:`records.state.apply`), the exit diagnosis of each attempt's own 
 cause (:func:`diagnosis.diagnose_run`) and how the run ended (:func:`rundir.archive.how_it_ended`).
 
 What is simulated: processes (a trainer that steps while its producer and the inference server live,
-an orchestrator that produces, an inference server), their faults, the signals they get and how they
-answer them, readiness, the monitors' exit records, the supervisor's own signals (a platform's SIGTERM,
-a Slurm requeue that signals every process at once), users' commands, and time.
+and checkpoints on SIGUSR1, an orchestrator that produces, an inference server), their faults, the
+signals they get and how they answer them, readiness, the monitors' exit records, the supervisor's own
+signals (a platform's SIGTERM: a preemption, which asks the trainer to checkpoint first and waits for it
+as run/preemption.py does; a Slurm requeue that signals every process at once; a person's Ctrl-C),
+users' commands, and time.
 
 Every action is one call of :meth:`World.act`; :meth:`World.settle` runs the clock until nothing is
 due; the oracle (:attr:`World.truth`) records what really happened, so that the promises
@@ -41,6 +43,8 @@ from rlsup.supervisor.run.shutdown import StopOrder
 WALL0 = 1_790_000_000.0  # the simulated wall clock at monotonic 0
 TICK_S = 1.0
 CKPT_EVERY = 10
+CKPT_WRITE_S = 0.5  # how long the trainer takes to write the checkpoint SIGUSR1 asks for
+POLL_S = 0.2  # run/preemption.py's look at the checkpoints while it waits
 
 # What each simulated program prints for a fault (its log's last lines; the real exit diagnosis reads them).
 FAULT_LINES = {
@@ -68,6 +72,7 @@ class Proc:
     started: float = 0.0
     platform_signalled: bool = False  # the platform (not rlsup) sent it SIGTERM
     exiting: bool = False
+    checkpointing: bool = False  # SIGUSR1 came: it writes a checkpoint of its step
 
 
 @dataclass
@@ -79,6 +84,10 @@ class Truth:
     user_stops: list[tuple[str, float]] = field(default_factory=list)
     run_stops: list[float] = field(default_factory=list)  # a down, a signal, a requeue
     resumes: int = 0
+    # A preemption asked the trainer to checkpoint while it could (alive, not hung): the step it was at, and
+    # the step of the checkpoint it then wrote (None: it did not get to write it).
+    preempt_step: int | None = None
+    preempt_written: int | None = None
 
 
 CONFIG = """
@@ -102,6 +111,8 @@ components:
     progress: {{pattern: 'Step (?P<step>\\d+)', total: {total}, stall_after: 20}}
     restart: {{policy: on-failure, backoff: {{initial: 1, factor: 2, max: 8}}, max_restarts: {max_restarts}, window: 300}}
     stop: {{signal: SIGTERM, timeout: 5}}
+    resume: {{checkpoints: /nonexistent/sim-checkpoints, layout: prime-rl}}
+    preempt: {{signal: SIGUSR1, wait: 8}}
     exit_on_end: true
 """
 
@@ -182,6 +193,7 @@ class World:
         self.terms: dict[str, str] = {"inference": "exit0", "orchestrator": "exit143", "trainer": "exit143",
                                       "prep": "exit0"}
         self.ckpt: int | None = None  # the trainer's newest complete checkpoint
+        self.ckpt_at = 0.0  # when it was written
         self.produced = 0  # the newest rollouts on disk (the orchestrator's step)
         self.published = 0  # the newest weights the trainer published (its step)
         self.live = False  # a supervisor runs the run
@@ -197,6 +209,7 @@ class World:
         self.stop_order: StopOrder | None = None
         self._pending_quiet: list[str] = []
         self.shutdown_why: lc.Cause | None = None
+        self.preempting: dict[str, tuple[float, Any]] = {}  # asked to checkpoint: name -> (asked at, mark before)
         self.state: dict[str, Any] = {}
         self.violations: list[str] = []
         self.start_run("new")
@@ -268,6 +281,8 @@ class World:
                     self.state["components"][n]["state"] = life.state
         self.live, self.ended, self.shutting_down = True, False, False
         self.end_reason, self.exit_code, self.outcome, self.root_failure = "", 0, "", None
+        self.preempting = {}
+        self.truth.preempt_step = self.truth.preempt_written = None
         self.final_at = {n: self.now for n, life in self.lives.items() if life.state in lc.FINAL}
         self.stop_order = None
         d = self.emit(ev.RunStarted(None, name=self.cfg.name, pid=1, host="sim", version="sim", how=how,
@@ -359,6 +374,10 @@ class World:
             if p is not None:
                 self.at(0.01, "signal", name, p.attempt, "SIGTERM", False)
                 self.at(e.timeout, "signal", name, p.attempt, "SIGKILL", False)
+        elif isinstance(e, lc.Signal):
+            p = self.procs.get(name)
+            if p is not None:
+                self.at(0.01, "signal", name, p.attempt, e.signal, False)
         elif isinstance(e, lc.Probe):
             p = self.procs.get(name)
             if p is not None and e.kind == "ready":
@@ -418,6 +437,11 @@ class World:
             return
         if platform:
             p.platform_signalled = True
+        if sig == "SIGUSR1":  # the trainer checkpoints its step (unless it hangs); nothing else is asked
+            if name == "trainer" and not p.hung and not p.checkpointing:
+                p.checkpointing = True
+                self.at(CKPT_WRITE_S, "checkpointed", name, p.attempt, p.step)
+            return
         if sig == "SIGKILL":
             self.exit(name, None, "SIGKILL", [])
         elif p.term == "exit0":
@@ -425,6 +449,14 @@ class World:
         elif p.term == "exit143":
             self.exit(name, 143, None, ["terminated on SIGTERM"], after=0.2)
         # "ignore": the SIGKILL after the stop timeout ends it
+
+    def _on_checkpointed(self, name: str, attempt: int, step: int) -> None:
+        p = self.procs.get(name)
+        if p is not None and p.attempt == attempt and not p.exiting:
+            p.checkpointing = False
+            self.ckpt, self.ckpt_at = step, self.now
+            self.truth.preempt_written = step if self.shutting_down else self.truth.preempt_written
+            self.log(name, f"Checkpoint of step {step} written on SIGUSR1")
 
     def _on_fault(self, name: str, attempt: int, kind: str) -> None:
         p = self.procs.get(name)
@@ -459,8 +491,6 @@ class World:
         self.procs[name] = None
         if p.platform_signalled:
             self.truth.platform_exits.add((name, attempt))
-        if name == "trainer" and p.step:
-            self.ckpt = max(self.ckpt or 0, p.step // CKPT_EVERY * CKPT_EVERY) or self.ckpt
         if not self.live:
             return  # nobody watches: the next supervisor reads the monitor's record (not simulated)
         if not self._asked(name):
@@ -527,6 +557,8 @@ class World:
             self.produced = max(self.produced, p.step)
         else:
             self.published = max(self.published, p.step)
+            if p.step % CKPT_EVERY == 0 and p.step > (self.ckpt or 0):  # its periodic checkpoint
+                self.ckpt, self.ckpt_at = p.step, self.now
         self.log(name, f"Step {p.step}/{self.setup.total}")
         for kind, at_step in p.faults.items():
             if at_step == p.step and kind != "die":
@@ -553,15 +585,45 @@ class World:
         self.exit_code, self.end_reason, self.outcome, self.root_failure = code, reason, how, root
         self.begin_shutdown(f"the run is ending: {reason}")
 
+    def _mark(self) -> tuple[int, float] | None:
+        return None if self.ckpt is None else (self.ckpt, self.ckpt_at)
+
     def begin_shutdown(self, why: str) -> None:
         self.shutting_down = True
-        self.shutdown_why = lc.Cause("shutdown", why)
+        self.shutdown_why = lc.Cause("preemption" if self.outcome == "preempted" else "shutdown", why)
+        before = self._mark()  # preemption.baselines: read before anyone is asked
         for n in self.names:  # Run._wanted_stopped
             self.handle(n, lc.RunStopping(self.shutdown_why))
+            asked = self.lives[n].checkpoint_asked
+            if asked is not None:
+                self.preempting[n] = (asked, before if n == "trainer" else None)
+                p = self.procs.get(n)
+                if n == "trainer" and p is not None and not p.hung and not p.exiting:
+                    self.truth.preempt_step = p.step
+        if self.preempting:  # Run._end: preemption.wait_for_checkpoints before the ordered stop
+            self._on_preempt_poll()
+        else:
+            self._first_wave()
+
+    def _first_wave(self) -> None:
         self.stop_order = StopOrder(self.cfg, self.names)
         for n in self.stop_order.first:
             self.handle(n, lc.Shutdown(self.shutdown_why))
         self._pending_quiet = list(self.stop_order.first)
+
+    def _on_preempt_poll(self) -> None:
+        for n, (asked, before) in list(self.preempting.items()):
+            verdict = detectors.checkpoint_waited(asked_at=asked, wait=self.rules[n].preempt_wait, now=self.now,
+                                                  before=before, latest=self._mark() if n == "trainer" else None,
+                                                  exited=self.procs.get(n) is None)
+            if verdict is not None:
+                del self.preempting[n]
+                if verdict != "written":
+                    self.emit(ev.FlagRaised(n, type="checkpoint_problem", message=f"{n}: no new checkpoint ({verdict})"))
+        if self.preempting:
+            self.at(POLL_S, "preempt_poll")
+        else:
+            self._first_wave()
 
     def _shutdown_waves(self) -> None:
         if not self.shutting_down or self.ended or self.stop_order is None:
@@ -581,8 +643,11 @@ class World:
                 break
         if not self._pending_quiet:
             self.ended, self.live = True, False
+            standing = None
+            if self.outcome == "preempted":  # preemption.standing: each component with resume:
+                standing = {"trainer": None if self.ckpt is None else {"step": self.ckpt, "path": f"ckpt/step_{self.ckpt}"}}
             self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root_failure,
-                                  outcome=self.outcome))
+                                  outcome=self.outcome, checkpoints=standing))
 
     # ------------------------------------------------------------------ actions (a schedule's steps)
 
@@ -629,11 +694,12 @@ class World:
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         self.run_step(runstep.RestartCommand(name, cause))
 
-    def request_shutdown(self, reason: str, by_user: bool = True) -> None:
+    def request_shutdown(self, reason: str, by_user: bool = True, preempted: bool = False) -> None:
         if self.shutting_down or self.ended:
             return  # the end was decided already: a stop now changes nothing
         self.truth.run_stops.append(self.wall)
-        self.exit_code, self.end_reason, self.outcome = 0, reason, "stopped" if by_user else "failed"
+        self.exit_code, self.end_reason = 0, reason
+        self.outcome = "preempted" if preempted else "stopped" if by_user else "failed"
         self.begin_shutdown(f"the run is ending: {reason}")
 
     def handover(self, reason: str) -> list[int]:
@@ -644,8 +710,8 @@ class World:
         return self.shutting_down or self.ended
 
     def do_platform_sigterm(self, lag: float, everyone: bool) -> None:
-        """The platform takes the machine: SIGTERM to the supervisor (after ``lag`` s) and, with ``everyone``
-        (a Slurm requeue, a VM's shutdown), to every process of the run at once."""
+        """The platform takes the machine: SIGTERM to the supervisor (after ``lag`` s: a preemption) and, with
+        ``everyone`` (a Slurm requeue, a VM's shutdown), to every process of the run at once."""
         if not self.live or self.shutting_down:
             return
         if everyone:
@@ -655,8 +721,13 @@ class World:
         self.at(lag, "supervisor_sigterm")
 
     def _on_supervisor_sigterm(self) -> None:
+        if self.live:  # cli/run_cmds.py _stop_on_signals, cli/signals.py: the platform's SIGTERM is a preemption
+            self.request_shutdown("SIGTERM received: the platform is taking the machine (preemption)", preempted=True)
+
+    def do_interrupt(self) -> None:
+        """A person's Ctrl-C at the terminal of `rlsup up --headless`: a stop (cli/signals.py)."""
         if self.live:
-            self.request_shutdown("SIGTERM received")  # cli/run_cmds.py _stop_on_signals
+            self.request_shutdown("SIGINT received")
 
     def do_resume(self) -> None:
         """`rlsup up CONFIG --resume` once the run has ended (or the requeued job's next supervisor)."""
