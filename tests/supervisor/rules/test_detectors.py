@@ -106,3 +106,15 @@ def test_a_run_where_many_failed_names_a_few_and_counts_the_rest(tmp_path):
     seen = {f"c{i:02d}": Seen(f"c{i:02d}", "fatal", 1, reason="boom", ended_at=float(i)) for i in range(40)}
     out = detectors.outcome(cfg, seen)
     assert out.root == "c00" and out.reason.endswith("; and 34 more fatal") and len(out.reason) < 200
+
+
+def test_a_preemptions_wait_ends_on_a_newer_checkpoint_an_exit_or_its_bound():
+    from rlsup.supervisor.rules.detectors import checkpoint_waited
+
+    kw = {"asked_at": 100.0, "wait": 60.0, "exited": False}
+    assert checkpoint_waited(now=101.0, before=(40, 5.0), latest=(40, 5.0), **kw) is None
+    assert checkpoint_waited(now=101.0, before=(40, 5.0), latest=(43, 101.0), **kw) == "written"
+    assert checkpoint_waited(now=101.0, before=(40, 5.0), latest=(40, 100.5), **kw) == "written"  # saved again
+    assert checkpoint_waited(now=101.0, before=None, latest=(3, 101.0), **kw) == "written"
+    assert checkpoint_waited(now=160.0, before=(40, 5.0), latest=(40, 5.0), **kw) == "timed out"
+    assert checkpoint_waited(now=101.0, before=None, latest=None, **{**kw, "exited": True}) == "exited"

@@ -332,3 +332,27 @@ def test_an_exit_judged_later_keeps_the_time_it_ended():
     started = s.now
     s.feed(lc.Exited(0, None, {"category": "none"}, at=started + 2.0), after=3.0)
     assert s.events("exited")[-1].uptime_s == 2.0
+
+
+def test_a_preemption_asks_a_component_with_preempt_to_checkpoint_once_then_stops_it_as_a_preemption():
+    s = Sim(rules(preempt_signal="SIGUSR1", preempt_wait=60.0))
+    s.start()
+    why = lc.Cause("preemption", "SIGTERM received: the platform is taking the machine (preemption)")
+    fx = s.feed(lc.RunStopping(why))
+    assert lc.Signal("SIGUSR1") in fx and s.life.checkpoint_asked == s.now
+    assert [(e.signal, e.wait_s) for e in s.events("checkpoint_requested")] == [("SIGUSR1", 60.0)]
+    assert s.life.state == "running"  # its turn in the ordered stop comes after the wait
+    s.feed(lc.RunStopping(why), after=1.0)  # a repeated notice asks nothing more
+    assert len(s.events("checkpoint_requested")) == 1
+    s.feed(lc.Shutdown(why))
+    s.exit(143)
+    assert s.life.state == "stopped" and s.events("stopped")[-1].by == "preemption"
+
+
+def test_a_shutdown_or_a_component_without_preempt_is_never_asked_to_checkpoint():
+    for r, why in ((rules(preempt_signal="SIGUSR1", preempt_wait=5.0), lc.Cause("shutdown", "rlsup down")),
+                   (rules(), lc.Cause("preemption", "SIGTERM received"))):
+        s = Sim(r)
+        s.start()
+        fx = s.feed(lc.RunStopping(why))
+        assert not s.events("checkpoint_requested") and not any(isinstance(e, lc.Signal) for e in fx)
