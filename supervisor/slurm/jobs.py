@@ -56,10 +56,16 @@ def batch_script(config: str, run_dir: str, *, python: str | None = None, extra:
         f"export {ENV_BATCH}=1",
         'resume=""',
         'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then resume="--resume"; fi',
+        "# Slurm's notice (--signal=B:USR1@N: the time limit is near, or a preemption) comes to this shell only:",
+        "# it is passed on to the supervisor, which checkpoints, stops in order and requeues the job.",
+        'pid=""',
+        "trap '[ -n \"$pid\" ] && kill -USR1 \"$pid\" 2>/dev/null' USR1",
         "n=0",
         "while :; do",
-        f"    {up}",
-        "    rc=$?",
+        f"    {up} &",
+        "    pid=$!",
+        "    wait $pid; rc=$?",
+        '    while [ $rc -gt 128 ] && kill -0 "$pid" 2>/dev/null; do wait $pid; rc=$?; done  # a notice woke the wait',
         "    # Killed by a signal other than Slurm's SIGTERM (kill -9, a crash): the components run on under",
         "    # their monitors; another supervisor takes them over (adoption), as `rlsup up` would on one machine.",
         f'    if [ $rc -gt 128 ] && [ $rc -ne 143 ] && [ $n -lt {SUPERVISOR_RESTARTS} ]; then',
@@ -86,7 +92,11 @@ def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
     if s.partition:
         out.append(f"--partition={s.partition}")
     if s.time:
-        out.append(f"--time={s.time}")
+        # The warning before the time limit (to the batch shell, which passes it on): rlsup checkpoints and
+        # requeues the job itself, so a run longer than the partition's limit goes on across jobs.
+        out += [f"--time={s.time}", f"--signal=B:USR1@{s.warn_s()}"]
+        if not s.requeue:
+            out[out.index("--no-requeue")] = "--requeue"
     return out + list(s.sbatch_args)
 
 

@@ -6,12 +6,15 @@
 ``--exit-at N`` ends the process with ``--exit-code`` right after step N (only while ``--once`` does
 not exist yet; it is created then, so a restarted attempt goes on). Checkpoints are directories
 ``DIR/step_K`` with a ``weights.bin`` (and the marker file if asked), written before the step line.
+SIGUSR1 (what rlsup sends on a preemption with ``preempt: {signal: SIGUSR1}``) checkpoints the last step done
+at once, with ``--ckpt``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -27,18 +30,31 @@ p.add_argument("--once")
 p.add_argument("--resume-step", type=int, default=0)
 a = p.parse_args()
 
+
+def checkpoint(step: int) -> None:
+    d = os.path.join(a.ckpt, f"step_{step}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "weights.bin"), "wb") as f:
+        f.write(os.urandom(256))
+    if a.ckpt_marker:
+        open(os.path.join(d, a.ckpt_marker), "w").close()
+
+
+done = a.resume_step
+asked = []
+signal.signal(signal.SIGUSR1, lambda *_: asked.append(1))
 start = a.resume_step + 1
 print(f"starting at step {start} (resumed from {a.resume_step})", flush=True)
 for step in range(start, a.total + 1):
     time.sleep(a.sleep)
+    if asked and a.ckpt:
+        asked.clear()
+        checkpoint(done)
+        print(f"Checkpoint of step {done} written on SIGUSR1", flush=True)
     if a.ckpt and a.ckpt_every and step % a.ckpt_every == 0:
-        d = os.path.join(a.ckpt, f"step_{step}")
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, "weights.bin"), "wb") as f:
-            f.write(os.urandom(256))
-        if a.ckpt_marker:
-            open(os.path.join(d, a.ckpt_marker), "w").close()
+        checkpoint(step)
     print(f"Step {step}/{a.total} | reward {step / a.total:.3f}", flush=True)
+    done = step
     if a.exit_at == step and not (a.once and os.path.exists(a.once)):
         if a.once:
             open(a.once, "w").close()

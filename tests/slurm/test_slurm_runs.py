@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import PY, SCRIPTS, free_port, read_events, wait_for, write_config
 
 GRACEFUL = """import signal, sys, time, os
@@ -399,3 +401,38 @@ def test_down_cancels_a_job_that_is_still_pending(slurm, tmp_path):
     assert d.returncode == 0 and f"job {job} was PENDING" in d.stdout, d.stdout + d.stderr
     wait_for(lambda: slurm.job_state(job) in ("CANCELLED", "GONE"), 30, what="the job cancelled")
     slurm.cluster.run("scancel", blocker)
+
+
+@pytest.mark.timeout(420)  # a job's time limit of 2 minutes, then its requeue
+def test_a_time_limit_warns_checkpoints_requeues_and_the_next_job_goes_on_from_that_step(slurm, tmp_path):
+    """issue 40, item 2: with `slurm.time`, rlsup asks Slurm for a warning before the limit
+    (--signal=B:USR1@N); the batch shell passes it on; the trainer (`preempt: {signal: SIGUSR1}`) checkpoints
+    its step, the run ends *preempted* and requeues its own job, and the requeued job continues from that step."""
+    run = tmp_path / "run"
+    ck = tmp_path / "ckpt"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 1, time: "2", warn_before: 50}}  # Slurm warns up to a minute early
+        components:
+          trainer:
+            command: {PY} {SCRIPTS}/stepper.py --total 100000 --sleep 0.1 --ckpt {ck} --ckpt-every 1000
+            progress: {{preset: rlsup}}
+            resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
+            preempt: {{signal: SIGUSR1, wait: 30}}
+    """)
+    assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
+    job = slurm.job_of(run)
+    ended = wait_for(lambda: _events(run, "run_ended"), 150, what="the run to end on Slurm's warning")[-1]
+    assert ended["outcome"] == "preempted", ended
+    assert "time limit" in ended["reason"] and f"job {job} requeued" in ended["reason"], ended
+    stood = ended["checkpoints"]["trainer"]["step"]
+    assert stood > 0 and f"Checkpoint of step {stood} written on SIGUSR1" in _log(run, "trainer")
+    assert _events(run, "checkpoint_requested", "trainer") and not [
+        e for e in _events(run, "flag", "trainer") if e["type"] == "checkpoint_problem"]
+    wait_for(lambda: slurm.job_state(job) in ("PENDING", "REQUEUED"), 60, what="the job requeued")
+    slurm.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")  # Slurm holds a requeued job 120 s
+    wait_for(lambda: len(_events(run, "run_started")) >= 2, 120, what="the requeued job's supervisor")
+    resumed = wait_for(lambda: _events(run, "started", "trainer")[1:], 60, what="the trainer again")[0]
+    assert resumed["resume"]["step"] == stood, resumed
+    wait_for(lambda: f"starting at step {stood + 1}" in _log(run, "trainer"), 60, what="the trainer going on")
+    assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0

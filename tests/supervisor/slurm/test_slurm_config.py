@@ -202,3 +202,15 @@ def test_a_step_refused_on_a_node_the_job_lost_is_judged_from_the_jobs_node_list
     assert f"job 4 runs on {other}" in lost["evidence"][0]
     assert judge("wn[1-2]")["category"] == "step_launch_failure"  # still there: it asked too much
     assert judge(None)["category"] == "step_launch_failure"  # squeue did not answer: no guess
+
+
+def test_a_time_limit_asks_for_slurms_warning_and_a_requeueable_job_and_the_shell_passes_it_on(tmp_path):
+    cfg = load_config(_write(tmp_path, BASE.replace("requeue: true", "requeue: false")), environ={})
+    argv = jobs.sbatch_argv(cfg, cfg.run_dir, "/work")
+    assert "--signal=B:USR1@120" in argv and "--requeue" in argv and "--no-requeue" not in argv
+    script = jobs.batch_script(str(tmp_path / "c.yaml"), cfg.run_dir)
+    assert "trap '[ -n \"$pid\" ] && kill -USR1 \"$pid\" 2>/dev/null' USR1" in script and " &\n    pid=$!" in script
+    untimed = load_config(_write(tmp_path, BASE.replace('  time: "24:00:00"\n', "").replace("requeue: true",
+                                                                                             "requeue: false")), environ={})
+    argv = jobs.sbatch_argv(untimed, untimed.run_dir, "/work")
+    assert not [a for a in argv if a.startswith("--signal")] and "--no-requeue" in argv
