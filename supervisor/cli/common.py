@@ -71,11 +71,26 @@ def load(path: str, run_dir: str | None) -> Config | int:
     """The config, or EXIT_USAGE after printing every problem as FILE:LINE:COL."""
     from ..config.loader import ConfigError, load_config  # pydantic: only for commands that read a config
 
+    _node_addresses()
     try:
         return load_config(path, run_dir=run_dir)
     except ConfigError as e:
         say(e.report(path), err=True)
         return EXIT_USAGE
+
+
+def _node_addresses() -> None:
+    """Inside a Slurm job: ask Slurm once for the address of each node of the allocation (``NodeAddr``), for
+    ``${RLSUP_HEAD_C}`` in the config and every component's environment (config.placement.node_addresses)."""
+    from ..config.placement import ADDRS_ENV, expand_hostlist
+
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    if not (os.environ.get("SLURM_JOB_ID") and nodelist) or ADDRS_ENV in os.environ:
+        return
+    from ..slurm.jobs import node_addresses
+
+    addrs = node_addresses(expand_hostlist(nodelist))
+    os.environ[ADDRS_ENV] = ",".join(f"{n}={a}" for n, a in addrs.items())
 
 
 def run_dir_arg(run_dir: Any) -> str:

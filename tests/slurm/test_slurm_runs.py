@@ -69,12 +69,13 @@ def test_two_components_on_two_nodes_then_the_allocation_is_released(slurm, tmp_
             gpus: 2
             shell: true
             command: echo "inference on $SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES"; exec {PY} {SCRIPTS}/http_server.py {port} {tmp_path}/down
-            # 127.0.0.1, not ${{RLSUP_HEAD_INFERENCE}}: this test cluster's node names are not in DNS.
-            ready: {{http: "http://127.0.0.1:{port}/health", timeout: 60}}
+            # The README's URL: this test cluster's node names (rn1, rn2) are not in DNS; RLSUP_HEAD_C is
+            # Slurm's NodeAddr of the component's first node (127.0.0.1 here), which reaches it.
+            ready: {{http: "http://${{RLSUP_HEAD_INFERENCE}}:{port}/health", timeout: 60}}
           trainer:
             nodes: 1
             depends_on: {{inference: ready}}
-            command: [sh, -c, 'echo "trainer on $SLURMD_NODENAME head of inference=${{RLSUP_HEAD_INFERENCE}} nnodes=$RLSUP_NNODES_TRAINER gpus=$CUDA_VISIBLE_DEVICES"; sleep 2']
+            command: [sh, -c, 'echo "trainer on $SLURMD_NODENAME inference on $RLSUP_NODES_INFERENCE at ${{RLSUP_HEAD_INFERENCE}} nnodes=$RLSUP_NNODES_TRAINER gpus=$CUDA_VISIBLE_DEVICES"; curl -sf http://$RLSUP_HEAD_INFERENCE:{port}/health && echo " reached"; sleep 2']
             restart: {{policy: never}}
             exit_on_end: true
     """)
@@ -84,7 +85,8 @@ def test_two_components_on_two_nodes_then_the_allocation_is_released(slurm, tmp_
     n1, n2 = slurm.cluster.nodes
     inf, tr = _log(run, "inference"), _log(run, "trainer")
     assert f"0: inference on {n1} gpus=0,1" in inf
-    assert f"0: trainer on {n2} head of inference={n1} nnodes=1 gpus=" in tr  # a CPU component gets no GPU
+    assert f"0: trainer on {n2} inference on {n1} at 127.0.0.1 nnodes=1 gpus=" in tr  # a CPU component: no GPU
+    assert " reached" in tr, tr  # ${RLSUP_HEAD_INFERENCE} reaches the server where its node name does not resolve
     # The server on the batch node answered its probe, though its process is Slurm's, not a child of ours.
     assert _events(run, "ready", "inference")
     assert len(_events(run, "completed", "trainer")) == 1

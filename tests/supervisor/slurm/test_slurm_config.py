@@ -214,3 +214,16 @@ def test_a_time_limit_asks_for_slurms_warning_and_a_requeueable_job_and_the_shel
                                                                                              "requeue: false")), environ={})
     argv = jobs.sbatch_argv(untimed, untimed.run_dir, "/work")
     assert not [a for a in argv if a.startswith("--signal")] and "--no-requeue" in argv
+
+
+def test_inside_the_job_rlsup_head_is_the_node_address_that_reaches_it_and_the_names_stay_in_rlsup_nodes(tmp_path):
+    """issue 40, item 3: where node names do not resolve, Slurm's NodeAddr is what reaches a node."""
+    env = {**os.environ, "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "gpu-[07-08]",
+           placement.ADDRS_ENV: "gpu-07=10.1.0.7,gpu-08=10.1.0.8"}
+    cfg = load_config(_write(tmp_path, BASE), environ=env)
+    assert cfg.components["inference"].ready.http == "http://10.1.0.7:30000/health"
+    assert cfg.components["trainer"].command.startswith("torchrun --nnodes 1 --rdzv-endpoint 10.1.0.8:29500")
+    v = placement.variables(cfg.placement, placement.node_addresses(env))
+    assert (v["RLSUP_NODES_INFERENCE"], v["RLSUP_ADDRS_INFERENCE"], v["RLSUP_HEAD_INFERENCE"]) == (
+        "gpu-07", "10.1.0.7", "10.1.0.7")
+    assert placement.variables({"a": ["n1"]}, {})["RLSUP_HEAD_A"] == "n1"  # no NodeAddr known: the name
