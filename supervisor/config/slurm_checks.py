@@ -16,6 +16,7 @@ def config_problems(cfg: Any) -> Iterator[Found]:
     checks = _WITHOUT_SLURM if cfg.slurm is None else _WITH_SLURM
     if cfg.slurm is not None:
         yield from _warning_before_the_limit(cfg.slurm)
+        yield from _shared_nodes_have_the_gpus(cfg)
     for n, c in cfg.components.items():
         for check in checks:
             yield from check(cfg, n, c)
@@ -27,6 +28,28 @@ def _warning_before_the_limit(slurm: Any) -> Iterator[Found]:
         yield (("slurm", "warn_before"), f"warn_before: {slurm.warn_before} s is not shorter than the job's time "
                                          f"limit ({slurm.time}, {limit} s): Slurm would warn it as it starts; give "
                                          f"fewer seconds (at most {limit - 1}) or a longer `time`", False)
+
+
+def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
+    """Components whose ``nodes:`` add up to more than ``slurm.nodes`` share nodes (placement wraps around): where
+    their GPU counts on a shared node exceed ``gpus_per_node``, the later step would wait for GPUs for ever
+    while its component shows ``running`` with an empty log."""
+    need: dict[str, list[tuple[str, int]]] = {}
+    for n, nodes in cfg.placement.items():
+        c = cfg.components.get(n)
+        count = (c.gpu_count if c is not None else None) or 0
+        for node in dict.fromkeys(nodes) if count else ():
+            need.setdefault(node, []).append((n, count))
+    for node in need:
+        users = need[node]
+        total = sum(k for _, k in users)
+        if len(users) > 1 and total > cfg.slurm.gpus_per_node:
+            last = users[-1][0]
+            who = " + ".join(f"{n} {k}" for n, k in users)
+            yield (("components", last, "nodes"), f"{who} GPUs on one node of the allocation (components' `nodes:` "
+                   f"add up to more than slurm.nodes: {cfg.slurm.nodes}, so they share it), which has "
+                   f"gpus_per_node: {cfg.slurm.gpus_per_node}: {last}'s step would wait for GPUs for ever; raise "
+                   "slurm.nodes or lower a count", True)
 
 
 def _no_gpu_count_alone(cfg: Any, n: str, c: Any) -> Iterator[Found]:

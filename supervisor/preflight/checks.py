@@ -166,6 +166,11 @@ def _check_slurm(ctx: _Ctx) -> None:
     found = problem(ctx.cfg.run_dir, slurm.partition)
     if found is not None:
         ctx.add("error", "slurm", None, found[0], found[1], ("run_dir",))
+    from ..slurm import cluster
+
+    known = cluster.ask()  # what the cluster has (nothing is said where Slurm does not answer)
+    for path, message, fix in cluster.problems(slurm, known) if known is not None else ():
+        ctx.add("error", "slurm", None, message, fix, path)
 
 
 class _Ctx:

@@ -227,3 +227,44 @@ def test_inside_the_job_rlsup_head_is_the_node_address_that_reaches_it_and_the_n
     assert (v["RLSUP_NODES_INFERENCE"], v["RLSUP_ADDRS_INFERENCE"], v["RLSUP_HEAD_INFERENCE"]) == (
         "gpu-07", "10.1.0.7", "10.1.0.7")
     assert placement.variables({"a": ["n1"]}, {})["RLSUP_HEAD_A"] == "n1"  # no NodeAddr known: the name
+
+
+def test_components_sharing_a_node_beyond_its_gpus_are_refused_at_the_second_ones_nodes_key(tmp_path):
+    """issue 40: `nodes:` adding up to more than slurm.nodes share nodes; a step that cannot get its GPUs there
+    would wait for ever while its component shows `running`."""
+    text = """\
+run_dir: {run}
+slurm: {{nodes: 1, gpus_per_node: 2}}
+components:
+  trainer:
+    nodes: 1
+    gpus: 2
+    command: python train.py
+  inference:
+    nodes: 1
+    gpus: 1
+    command: python serve.py
+"""
+    out = _problems(tmp_path, text)
+    assert len(out) == 1 and out[0].startswith(f"{tmp_path}/c.yaml:9:5: components.inference.nodes: trainer 2 + "
+                                               "inference 1 GPUs on one node of the allocation"), out
+    assert "would wait for GPUs for ever" in out[0]
+    load_config(_write(tmp_path, text.replace("gpus: 1", "gpus: 0")), environ={})  # nothing shared: fine
+
+
+def test_the_cluster_as_slurm_describes_it_and_what_it_can_never_give():
+    from types import SimpleNamespace
+
+    from rlsup.supervisor.slurm import cluster as cl
+
+    c = cl.parse("PartitionName=gpu AllowGroups=ALL Default=YES MaxNodes=4 Nodes=g[01-08] State=UP\n"
+                 "PartitionName=debug Default=NO MaxNodes=UNLIMITED Nodes=d1 State=UP\n",
+                 "g01|gpu:h100:8(S:0-1)\ng02|gpu:8\nd1|(null)\n")
+    assert c.partitions["gpu"].nodes[-1] == "g08" and c.partitions["gpu"].max_nodes == 4 and c.gpus["g01"] == 8
+    s = SimpleNamespace(partition=None, nodes=2, gpus_per_node=8)
+    assert cl.problems(s, c) == []
+    assert cl.problems(SimpleNamespace(partition=None, nodes=5, gpus_per_node=0), c)[0][1].endswith("(MaxNodes)")
+    assert cl.problems(SimpleNamespace(partition="debug", nodes=2, gpus_per_node=0), c)[0][2] == "nodes: 1 (or another partition)"
+    assert "at most 0 GPU" in cl.problems(SimpleNamespace(partition="debug", nodes=1, gpus_per_node=1), c)[0][1]
+    unknown = cl.problems(SimpleNamespace(partition="gpus", nodes=1, gpus_per_node=0), c)[0]
+    assert unknown[0] == ("slurm", "partition") and "did you mean 'gpu'?" in unknown[1] and unknown[2] == "partition: gpu"
