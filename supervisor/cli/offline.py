@@ -1,4 +1,4 @@
-"""Commands that need no live run: ``rlsup check``, ``rlsup diagnose``, ``rlsup report``."""
+"""Commands that need no live run: ``rlsup check``, ``rlsup schema``, ``rlsup diagnose``, ``rlsup report``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,18 @@ def add_parsers(sub: Any) -> None:
     check.add_argument("--gpu", metavar="SPEC", help="GPU sampler as in `up` (auto, none, fake:2xA40)")
     check.set_defaults(func=cmd_check)
 
+    schema = sub.add_parser(
+        "schema", help="print the config's JSON Schema (for your editor)", formatter_class=formatter,
+        description=textwrap.dedent("""\
+            Print the JSON Schema (draft 2020-12) of a config file, generated from rlsup's own models: an
+            editor with the YAML language server then completes keys and flags mistakes as you type. Save it
+            and name it in the first line of a config:
+              rlsup schema > rlsup.schema.json
+              # yaml-language-server: $schema=./rlsup.schema.json
+            `rlsup check` stays the judge: it sees interpolated values, the machine and the cluster."""))
+    schema.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of standard output")
+    schema.set_defaults(func=cmd_schema)
+
     diag = sub.add_parser(
         "diagnose", help="diagnose a saved log, or a whole run dir", formatter_class=formatter,
         description="Read log files and name what killed the process: category, exception, the line in your "
@@ -57,6 +69,20 @@ def add_parsers(sub: Any) -> None:
     rep.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     add_raw(rep)
     rep.set_defaults(func=cmd_report)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from ..config.schema import config_schema
+
+    text = json.dumps(config_schema(), indent=2) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        say(f"rlsup: wrote the config schema to {args.output}", err=True)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
