@@ -34,8 +34,13 @@ def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
     """Components whose ``nodes:`` add up to more than ``slurm.nodes`` share nodes (placement wraps around): where
     their GPU counts on a shared node exceed ``gpus_per_node``, the later step would wait for GPUs for ever
     while its component shows ``running`` with an empty log."""
+    from .placement import place
+
+    # Placed again from the validated values: the loader places before `${NODES}` is interpolated.
+    nodes_of = place({n: {"nodes": c.nodes, "colocate": c.colocate} for n, c in cfg.components.items()},
+                     [f"node-{i}" for i in range(cfg.slurm.nodes)])
     need: dict[str, list[tuple[str, int]]] = {}
-    for n, nodes in cfg.placement.items():
+    for n, nodes in nodes_of.items():
         c = cfg.components.get(n)
         count = (c.gpu_count if c is not None else None) or 0
         for node in dict.fromkeys(nodes) if count else ():

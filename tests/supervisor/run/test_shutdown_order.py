@@ -51,6 +51,8 @@ def _stub(cfg, stopped: list[str]):
                            end_reason="down", outcome="stopped", root=None, emit=events.append, _last_net=lambda: [],
                            _write_state=lambda force=False: None, _shutting_down=False, _handover=False)
     stub._wait_quiet = lambda c: Run._wait_quiet(stub, c) if hasattr(Run, "_wait_quiet") else None
+    stub._why_stopping = lambda reason: Run._why_stopping(stub, reason)
+    stub._requeue = False
     return stub, events
 
 
