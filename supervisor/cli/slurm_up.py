@@ -48,6 +48,8 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
         return EXIT_OK
     try:
         j = wait_running(job_id, run_dir)
+        if j is not None and j.get("never"):
+            return EXIT_FAILED
         if j is None or j["state"] not in jobs.ACTIVE:
             return _ended(job_id, run_dir, j)
         if args.headless:
@@ -236,6 +238,11 @@ def wait_running(job_id: str, run_dir: str, *, out: Any = None) -> dict[str, Any
         if line != shown:
             say(f"rlsup: job {job_id}: {line}")
             shown = line
+        if j["state"] == "PENDING" and (why := jobs.never_clears(j.get("reason"))):
+            say(f"rlsup: job {job_id} will never start: {j.get('reason')} ({why}). Change the `slurm:` block of the "
+                f"config (`rlsup check CONFIG` says what the cluster allows), cancel the job with "
+                f"`rlsup down{run_dir_arg(run_dir)}`, then `rlsup up` again", err=True)
+            return {**j, "never": why}
         if j["state"] == "RUNNING" and (supervisor_up(run_dir) or not _sees_run_dir(run_dir, j)):
             return j
         time.sleep(POLL_S)

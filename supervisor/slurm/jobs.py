@@ -215,6 +215,26 @@ def show_job(job_id: str) -> dict[str, str]:
     return dict(f.split("=", 1) for f in p.stdout.split() if "=" in f) if p.returncode == 0 else {}
 
 
+# Why a job pends that no waiting will clear (squeue's reason): the job must change, not the cluster's load.
+NEVER_CLEARS = {
+    "PartitionNodeLimit": "it asks for more nodes than its partition has or allows a job",
+    "PartitionTimeLimit": "its time limit is above the partition's",
+    "PartitionConfig": "it asks for what its partition is not configured for",
+    "BadConstraints": "no node satisfies its constraints",
+    "QOSMaxNodePerJobLimit": "it asks for more nodes than its QOS allows a job",
+    "AssocMaxNodesPerJobLimit": "it asks for more nodes than its account allows a job",
+    "QOSMaxWallDurationPerJobLimit": "its time limit is above what its QOS allows",
+    "AssocMaxWallDurationPerJobLimit": "its time limit is above what its account allows",
+    "InvalidAccount": "its account is not valid",
+    "InvalidQOS": "its QOS is not valid",
+}
+
+
+def never_clears(reason: str | None) -> str | None:
+    """Why a pending job with squeue's ``reason`` can never start (None: it may, given time)."""
+    return NEVER_CLEARS.get(reason or "")
+
+
 def node_addresses(nodes: list[str]) -> dict[str, str]:
     """Node name -> Slurm's ``NodeAddr`` (what reaches it where names do not resolve); {} when Slurm does not
     answer. ``scontrol show node -o`` prints one ``Key=Value`` line per node."""
