@@ -10,6 +10,7 @@ line string itself. Rings are bounded in lines and, across the run, in bytes (:c
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 from collections import deque
@@ -113,10 +114,25 @@ class RingBudget:
         self.total = total_bytes
         self.used = 0
         self.rings: list[LogRing] = []
+        # Largest ring first, lazily: an entry whose size is no longer its ring's is refreshed when
+        # it reaches the top, so a batch costs O(log rings), not a scan of every ring.
+        self._heap: list[tuple[int, int, LogRing]] = []
+        self._pushes = 0
+
+    def grew(self, ring: LogRing) -> None:
+        self._pushes += 1
+        heapq.heappush(self._heap, (-ring.bytes, self._pushes, ring))
+        if len(self._heap) > 4 * len(self.rings) + 64:
+            self._heap = [(-r.bytes, i, r) for i, r in enumerate(self.rings)]
+            heapq.heapify(self._heap)
 
     def enforce(self) -> None:
-        while self.used > self.total:
-            big = max(self.rings, key=lambda r: r.bytes)
+        while self.used > self.total and self._heap:
+            neg, _, big = self._heap[0]
+            if -neg != big.bytes:
+                self._pushes += 1
+                heapq.heapreplace(self._heap, (-big.bytes, self._pushes, big))
+                continue
             if len(big) <= 1:
                 return
             big.evict(max(1, len(big) // 16))
@@ -141,6 +157,7 @@ class LogRing:
         self.bytes += add
         if self.budget is not None:
             self.budget.used += add
+            self.budget.grew(self)
         over = len(self._lines) - self.maxlen
         if over > 0:
             self.evict(over)

@@ -167,3 +167,24 @@ def test_last_lines_reads_only_the_last_max_bytes(tmp_path) -> None:
     p.write_bytes(b"\n\nno newline at the end")
     assert last_lines(p, 5) == ["", "", "no newline at the end"]
     assert last_lines(p, 5, skip_blank=True) == ["no newline at the end"]
+
+
+def test_budget_over_many_rings_evicts_the_largest_and_keeps_the_quiet_tails():
+    """A thousand rings sharing one full budget: each batch evicts from the largest ring only (found
+    from a heap, not a scan of every ring), and every quiet ring keeps all its lines."""
+    budget = RingBudget(200_000)
+    quiet = [LogRing(budget=budget) for _ in range(999)]
+    chatty = LogRing(budget=budget)
+    for i, ring in enumerate(quiet):
+        ring.extend([f"quiet {i}"])
+    for n in range(2_000):
+        chatty.extend([f"chatty line {n:06d} " + "x" * 40] * 5)
+        assert budget.used <= budget.total or len(chatty) <= 1
+    assert all(len(r) == 1 for r in quiet)
+    assert budget.used == sum(r.bytes for r in budget.rings)
+    assert len(budget._heap) <= 4 * len(budget.rings) + 64
+    # the other way round: the quiet rings grow large, the chatty one is now the smallest
+    for ring in quiet[:10]:
+        ring.extend(["y" * 1000] * 30)
+    assert budget.used <= budget.total
+    assert len(chatty) > 0
