@@ -17,7 +17,6 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ..records.state import STATES
 
 
-
 def metric_name(key: str) -> str:
     """A parsed metric's key as a Prometheus name: ``rlsup_metric_<key>`` with [a-z0-9_] only."""
     return "rlsup_metric_" + re.sub(r"[^a-zA-Z0-9_]", "_", key).strip("_").lower()
@@ -104,8 +103,8 @@ def _gpus(gpus: list[dict[str, Any]]) -> Iterator[Metric]:
         i = str(gpu.get("index"))
         for fam, v, scale in ((mem, gpu.get("mem_used_mb"), 1024.0 * 1024.0),
                               (total, gpu.get("mem_total_mb"), 1024.0 * 1024.0), (util, gpu.get("util_pct"), 0.01)):
-            if _num(v) is not None:
-                fam.add_metric([i], float(v) * scale)
+            if (x := _num(v)) is not None:
+                fam.add_metric([i], x * scale)
     yield from (mem, total, util)
 
 
