@@ -300,6 +300,12 @@ class Component(_Model):
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
+class MetricsCfg(_Model):
+    """An opt-in Prometheus endpoint served by the supervisor (docs/metrics.md)."""
+    port: int = Field(ge=1, le=65535)
+    host: str = "127.0.0.1"
+
+
 class NotifyCfg(_Model):
     webhook: str | None = None
     command: str | list[str] | None = None
@@ -373,6 +379,7 @@ class Config(_Model):
     env_file: str | None = None
     components: dict[str, Component]
     notify: NotifyCfg | None = None
+    metrics: MetricsCfg | None = None  # off unless given
     logs: LogsCfg = LogsCfg()
     # A dependency down this long while its consumers fail: stop the consumers (seconds).
     dependency_budget: float = Field(600.0, gt=0)

@@ -97,6 +97,7 @@ class Run:
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
         self.notifier: Any = None
+        self._stop_metrics: Callable[[], None] | None = None
         self.server: Any = None
         self.watches: Any = None
         self.gpu_release_timeout = GPU_RELEASE_TIMEOUT_S
@@ -239,12 +240,34 @@ class Run:
 
             self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
                                      redactor=self.redactor)
+        self._serve_metrics()
         if self.serve and not self.refused:
             from .served import Served
             from .server import ControlServer
 
             self.server = ControlServer(Served(self), self.paths.sock)
             await self.server.start()
+
+    def _serve_metrics(self) -> None:
+        """The Prometheus endpoint, if the config asks: scrapes read the state on the loop's thread."""
+        m = self.cfg.metrics
+        if m is None or self.refused:
+            return
+        from .prometheus import serve
+
+        loop = self.loop
+
+        async def snap() -> dict[str, Any]:
+            return self.snapshot_state(with_positions=True)
+
+        def threadsafe() -> dict[str, Any]:
+            return asyncio.run_coroutine_threadsafe(snap(), loop).result(timeout=10)
+        try:
+            self._stop_metrics = serve(threadsafe, m.host, m.port)
+        except OSError as e:  # taken since `rlsup check`: the run goes on without it
+            self.emit(ev.FlagRaised(None, type="metrics_unavailable", message=(
+                f"metrics endpoint {m.host}:{m.port} could not be opened: {e.strerror or e}"),
+                action="set another `metrics: port:` in the config"))
 
     def _begin_watching(self) -> None:
         """Files, GPUs and artefacts watched; the attempts a previous supervisor left adopted."""
@@ -340,6 +363,8 @@ class Run:
                                 zygote=self.monitors.zygote_pid, began=self._began)
 
     def _finish(self) -> None:
+        if self._stop_metrics is not None:
+            self._stop_metrics()
         self._gpus.stop()
         self._stack_taker.close()
         if self.watches is not None:
