@@ -145,6 +145,7 @@ def run_checks(
         _check_liveness(ctx, name, comp)
     _check_outputs(ctx, min_free_gb)
     _check_ports(ctx)
+    _check_metrics_port(ctx)
     _check_slurm(ctx)
     if not fast:
         _check_modules(ctx)
@@ -1055,6 +1056,21 @@ def _check_ports(ctx: _Ctx) -> None:
             ctx.add("warning", "port", users[0][0],
                     f"cannot test port {port} on {host} (probed by {names}): {err.strerror or err}",
                     "ports below 1024 need root; use a higher port", users[0][1])
+
+
+def _check_metrics_port(ctx: _Ctx) -> None:
+    """`metrics: {port}`: the supervisor serves Prometheus there; a port in use is said before the start."""
+    m = ctx.cfg.metrics
+    if m is None or (err := _bind_error(m.host, m.port)) is None:
+        return
+    if err.errno == errno.EADDRINUSE:
+        holder = port_holder(m.port, ctx.cfg.run_dir)
+        ctx.add("error", "metrics", None, f"metrics port {m.port} on {m.host} is already in use: "
+                f"{'held by ' + holder[0] if holder else 'held by a process this user cannot see'}",
+                "choose another `metrics: port:` (or stop what holds it)", ("metrics", "port"))
+    else:
+        ctx.add("warning", "metrics", None, f"cannot test metrics port {m.port} on {m.host}: {err.strerror or err}",
+                "ports below 1024 need root; use a higher port", ("metrics", "port"))
 
 
 # ---------------------------------------------------------------------------------------------- GPUs
