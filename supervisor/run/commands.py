@@ -143,6 +143,9 @@ def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", clien
         run.request_shutdown(f"stopped by {by}" + (f" ({client})" if client else ""))
         return {"ok": True, "message": "stopping every component in reverse dependency order"}
     if cmd == "handover":
+        if run.ending:  # nothing to hand over: a new supervisor would only start and end the run again
+            return {"ok": False, "error": "the run is ending (or has ended): no new supervisor is needed; once it "
+                                          "has ended, `rlsup up CONFIG --resume` continues it"}
         run.emit(ev.CommandReceived(None, command=cmd, by=by, client=client))
         pids = run.handover(f"handed over by {by}" + (f" ({client})" if client else ""))
         return {"ok": True, "message": f"supervisor exiting; {len(pids)} component(s) keep running", "monitors": pids}

@@ -98,3 +98,16 @@ def test_a_preemption_checkpoints_the_trainers_step_and_the_next_run_goes_on_fro
     resumed = w.events()[[e["kind"] for e in w.events()].index("run_started", 1):]
     first = next(e for e in resumed if e["kind"] == "started" and e["component"] == "trainer")
     assert first["resume"]["step"] == asked
+
+
+def test_a_supervisor_restart_asked_as_the_run_ends_is_refused(tmp_path):
+    """The fault explorer's seed 1 (under load): `rlsup restart-supervisor` reached a supervisor whose run had
+    just ended; it handed over, and the new supervisor journaled a second run_started and run_ended, while an
+    attached client stopped on the hand-over. Nothing is handed over once the run is ending."""
+    from rlsup.supervisor.run.commands import run_command
+
+    w = run(Setup(), [("wait", 3.0), ("down",)], tmp_path)
+    before = len(w.events())
+    reply = run_command(w, "handover", None)
+    assert reply["ok"] is False and "is ending" in reply["error"], reply
+    assert len(w.events()) == before and not w.truth.resumes
