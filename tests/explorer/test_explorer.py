@@ -5,7 +5,8 @@ action and at the end, the promises are checked from the journal, ``status --jso
 ``diagnose --json``, the clients' output and the processes left (tests/explorer/checks.py).
 
 Budget: ``RLSUP_EXPLORE_SEQUENCES`` sequences (default 2, so the README's test command stays in its time)
-from seed ``RLSUP_EXPLORE_BASE`` (default 0); the CI stage .ci/explore.sh runs 20 more (seeds 2-21). ``RLSUP_EXPLORE_SEED=N`` replays one sequence: every
+from seed ``RLSUP_EXPLORE_BASE`` (default 0); ``.ci/run`` runs 4 more (seeds 2-5, beside the Slurm stage) and
+``.ci/explore.sh`` alone runs 20 (seeds 2-21). ``RLSUP_EXPLORE_SEED=N`` replays one sequence: every
 failure prints the line to paste. Sequences with a full disk run on a 128 MiB tmpfs (root only; as a
 user, ``unshare --user --map-root-user --mount`` gives one); elsewhere that action becomes a kill -9.
 """
