@@ -1,8 +1,8 @@
 """The run's state as Prometheus metrics (opt-in, ``metrics:`` in the config; docs/metrics.md).
 
 A collector that reads the supervisor's own folded state on each scrape (no second bookkeeping),
-served by prometheus_client's thread server: a scrape never waits on the run's loop, and a failed
-scrape cannot touch it.
+served by prometheus_client's thread server: the scrape's thread takes a snapshot of the state between
+two turns of the run's loop (bounded wait), and a failed scrape cannot touch the run.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _gauges(state: dict[str, Any]) -> dict[str, GaugeMetricFamily]:
+def _gauges() -> dict[str, GaugeMetricFamily]:
     g = {k: GaugeMetricFamily(f"rlsup_component_{k}", h, labels=["component"]) for k, h in (
         ("up_seconds", "Seconds since the current attempt started (0 when not running)"),
         ("last_exit_code", "Exit code of the last attempt (-signal when killed by one)"),
@@ -78,7 +78,7 @@ def families(state: dict[str, Any]) -> Iterator[Metric]:
     restarts = CounterMetricFamily("rlsup_component_restarts", "Restarts after a failure", labels=["component"])
     flags = GaugeMetricFamily("rlsup_component_flags", "Flags raised and not cleared, by type",
                               labels=["component", "type"])
-    g = _gauges(state)
+    g = _gauges()
     parsed: dict[str, GaugeMetricFamily] = {}
     for n, c in comps.items():
         for s in STATES:
