@@ -9,6 +9,7 @@ from typing import Any
 Path_ = tuple[str | int, ...]
 #: (key path, message, whether the position is the key's)
 Found = tuple[Path_, str, bool]
+MAX_PLACED = 100_000  # nodes placed to find shared ones; a larger config is judged by Slurm
 
 
 def config_problems(cfg: Any) -> Iterator[Found]:
@@ -36,9 +37,14 @@ def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
     while its component shows ``running`` with an empty log."""
     from .placement import place
 
-    # Placed again from the validated values: the loader places before `${NODES}` is interpolated.
+    # Placed again from the validated values: the loader places before `${NODES}` is interpolated. Only the
+    # nodes components ask for can be shared: an allocation one longer than that is the same placement.
+    asked = sum(max(c.nodes or 0, 0) for c in cfg.components.values())
+    size = min(cfg.slurm.nodes, asked + 1)
+    if size > MAX_PLACED:
+        return
     nodes_of = place({n: {"nodes": c.nodes, "colocate": c.colocate} for n, c in cfg.components.items()},
-                     [f"node-{i}" for i in range(cfg.slurm.nodes)])
+                     [f"node-{i}" for i in range(size)])
     need: dict[str, list[tuple[str, int]]] = {}
     for n, nodes in nodes_of.items():
         c = cfg.components.get(n)
@@ -51,8 +57,8 @@ def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
         if len(users) > 1 and total > cfg.slurm.gpus_per_node:
             last = users[-1][0]
             who = " + ".join(f"{n} {k}" for n, k in users)
-            yield (("components", last, "nodes"), f"{who} GPUs on one node of the allocation (components' `nodes:` "
-                   f"add up to more than slurm.nodes: {cfg.slurm.nodes}, so they share it), which has "
+            yield (("components", last, "gpus"), f"{who} GPUs on one node of the allocation (they share it: `colocate:`, "
+                   f"or `nodes:` adding up to more than slurm.nodes: {cfg.slurm.nodes}), which has "
                    f"gpus_per_node: {cfg.slurm.gpus_per_node}: {last}'s step would wait for GPUs for ever; raise "
                    "slurm.nodes or lower a count", True)
 

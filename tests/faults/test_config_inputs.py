@@ -155,7 +155,7 @@ def test_keys_with_brackets_keep_their_position(tmp_path: Path) -> None:
     # bracket in it must not be mistaken for one of those (it was dropped, then indexed: IndexError).
     out = problems_of(write(tmp_path, "components: {a: {command: 'true'}}\n'x[0]': 1\n"))
     assert out == [f"{tmp_path}/c.yaml:2:1: unknown key 'x[0]'; known keys: name, run_dir, env, env_file, "
-                   "components, notify, logs, dependency_budget, ring_bytes, slurm"]
+                   "components, notify, metrics, logs, dependency_budget, ring_bytes, slurm"]
     out = problems_of(write(tmp_path, "components: {'a[1]': {command: 'true', 'str': 1}}\n"))
     assert any(":1:40: components.a[1]: unknown key 'str'" in o for o in out), out
 

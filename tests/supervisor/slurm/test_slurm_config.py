@@ -246,7 +246,7 @@ components:
     command: python serve.py
 """
     out = _problems(tmp_path, text)
-    assert len(out) == 1 and out[0].startswith(f"{tmp_path}/c.yaml:9:5: components.inference.nodes: trainer 2 + "
+    assert len(out) == 1 and out[0].startswith(f"{tmp_path}/c.yaml:10:5: components.inference.gpus: trainer 2 + "
                                                "inference 1 GPUs on one node of the allocation"), out
     assert "would wait for GPUs for ever" in out[0]
     load_config(_write(tmp_path, text.replace("gpus: 1", "gpus: 0")), environ={})  # nothing shared: fine
@@ -268,3 +268,11 @@ def test_the_cluster_as_slurm_describes_it_and_what_it_can_never_give():
     assert "at most 0 GPU" in cl.problems(SimpleNamespace(partition="debug", nodes=1, gpus_per_node=1), c)[0][1]
     unknown = cl.problems(SimpleNamespace(partition="gpus", nodes=1, gpus_per_node=0), c)[0]
     assert unknown[0] == ("slurm", "partition") and "did you mean 'gpu'?" in unknown[1] and unknown[2] == "partition: gpu"
+
+
+def test_a_huge_allocation_is_checked_without_listing_its_nodes(tmp_path):
+    """The config fuzzer's find (a 120 s timeout in .ci/run): `slurm.nodes: ${N}` interpolated to a huge
+    number made the shared-node check list every node of the allocation."""
+    text = "run_dir: {run}\nslurm: {{nodes: '${{N}}'}}\ncomponents:\n  a: {{command: 'true', nodes: 1}}\n"
+    cfg = load_config(_write(tmp_path, text), environ={**os.environ, "N": str(10 ** 12)})
+    assert cfg.slurm.nodes == 10 ** 12
