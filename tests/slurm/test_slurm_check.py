@@ -3,8 +3,6 @@ the key to change, before `sbatch` (where the job would pend for ever), against 
 
 from __future__ import annotations
 
-import re
-
 from tests.conftest import PY, write_config
 
 
@@ -33,21 +31,3 @@ def test_check_refuses_what_the_cluster_can_never_give_and_passes_what_it_can(sl
     assert "[slurm]" not in out, out
 
 
-
-def test_a_job_that_can_never_start_is_said_plainly_not_waited_on(slurm, tmp_path):
-    """issue 40: `slurm.nodes` beyond the partition pended for ever while `--headless` waited in silence."""
-    cfg = write_config(tmp_path, f"""
-        run_dir: {tmp_path}/run
-        slurm: {{nodes: 3}}
-        components:
-          trainer:
-            nodes: 1
-            command: {PY} -c "print(1)"
-    """)
-    r = slurm.rlsup("up", str(cfg), "--headless", "--skip-checks", timeout=90)
-    out = r.stdout + r.stderr
-    assert r.returncode == 1 and "submitted batch job" in out, out
-    # Slurm names it PartitionConfig or PartitionNodeLimit (EnforcePartLimits, version): both never clear.
-    assert re.search(r"will never start: Partition(Config|NodeLimit) \(", out), out
-    assert "rlsup down --run-dir run" in out, out
-    assert slurm.rlsup("down", "--run-dir", f"{tmp_path}/run").returncode == 0

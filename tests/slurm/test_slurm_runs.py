@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import textwrap
 import threading
@@ -438,3 +439,23 @@ def test_a_time_limit_warns_checkpoints_requeues_and_the_next_job_goes_on_from_t
     assert resumed["resume"]["step"] == stood, resumed
     wait_for(lambda: f"starting at step {stood + 1}" in _log(run, "trainer"), 60, what="the trainer going on")
     assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
+
+
+def test_a_job_that_can_never_start_is_said_plainly_not_waited_on(slurm, tmp_path):
+    """issue 40: `slurm.nodes` beyond the partition pended for ever while `--headless` waited in silence. Last in
+    the session with the other cancelled-before-it-started job: `fleet --slurm` lists such jobs (issue 40 item 5)."""
+    cfg = write_config(tmp_path, f"""
+        run_dir: {tmp_path}/run
+        slurm: {{nodes: 3}}
+        components:
+          trainer:
+            nodes: 1
+            command: {PY} -c "print(1)"
+    """)
+    r = slurm.rlsup("up", str(cfg), "--headless", "--skip-checks", timeout=90)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "submitted batch job" in out, out
+    # Slurm names it PartitionConfig or PartitionNodeLimit (EnforcePartLimits, version): both never clear.
+    assert re.search(r"will never start: Partition(Config|NodeLimit) \(", out), out
+    assert "rlsup down --run-dir run" in out, out
+    assert slurm.rlsup("down", "--run-dir", f"{tmp_path}/run").returncode == 0
