@@ -9,7 +9,7 @@ from typing import Any
 Path_ = tuple[str | int, ...]
 #: (key path, message, whether the position is the key's)
 Found = tuple[Path_, str, bool]
-MAX_PLACED = 100_000  # nodes placed to find shared ones; a larger config is judged by Slurm
+MAX_PLACED = 4096  # nodes placed to find shared ones; a larger allocation is judged by Slurm alone
 
 
 def config_problems(cfg: Any) -> Iterator[Found]:
