@@ -116,6 +116,11 @@ class Workdir:
                 out[rec["component"]] = rec["pid"]
         return out
 
+    def running(self, names: set[str], name: str = "demo") -> dict[str, int]:
+        """Wait until every one of ``names`` has a running attempt; component -> pid."""
+        return wait_for(lambda: (lambda p: p if names <= set(p) else None)(self.component_pids(name)),
+                        90, 0.1, what=f"{', '.join(sorted(names))} running")
+
     def tmux(self) -> Tmux:
         t = Tmux(self)
         self.tmuxes.append(t)

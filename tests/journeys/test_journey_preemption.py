@@ -19,11 +19,6 @@ pytestmark = [pytest.mark.slow]
 NAMES = {"inference", "orchestrator", "trainer"}
 
 
-def _running(w: Workdir) -> dict[str, int]:
-    return wait_for(lambda: (lambda p: p if NAMES <= set(p) else None)(w.component_pids()), 90, 0.1,
-                    what="every component running")
-
-
 def _preempt(w: Workdir) -> int:
     """Wait for the trainer to get past its first periodic checkpoint, SIGTERM the supervisor (as a spot VM's
     shutdown or `docker stop` would); returns the step the run says it stands at once it has ended."""
@@ -57,13 +52,13 @@ def test_a_sigterm_to_the_supervisor_under_the_tui_checkpoints_and_plain_up_cont
     up = readme_command("rlsup up configs/demo.yaml")
     tui = w.tmux()
     tui.run(up)
-    _running(w)
+    w.running(NAMES)
     tui.wait(lambda s: "trainer" in s and "running" in s, 60, "the component table")
     stood = _preempt(w)
     tui.wait(lambda s: "run ended" in s and "preemption" in s, 60, "the TUI to say the platform took the machine")
 
     tui.run(up)  # the same command, no flag: a preempted run is continued without asking
-    _running(w)
+    w.running(NAMES)
     _continued_from(w, stood)
     screen = tui.wait(lambda s: "trainer" in s and "running" in s, 60, "the continued run in the TUI")
     assert "--resume" not in screen and "--fresh" not in screen, screen
@@ -74,7 +69,7 @@ def test_a_sigterm_to_a_detached_supervisor_checkpoints_and_plain_up_d_continues
     w = workdir
     up = readme_command("rlsup up configs/demo.yaml") + " -d"
     w.sh(up, check=True)
-    _running(w)
+    w.running(NAMES)
     stood = _preempt(w)
     status = w.sh("rlsup status").stdout + w.sh("rlsup status").stderr
     assert "preempt" in status, status
@@ -82,6 +77,6 @@ def test_a_sigterm_to_a_detached_supervisor_checkpoints_and_plain_up_d_continues
     r = w.sh(up, check=True)
     said = r.stdout + r.stderr
     assert re.search(rf"continuing the run .*preempted at step \d+.*trainer at checkpoint step {stood}", said), said
-    _running(w)
+    w.running(NAMES)
     _continued_from(w, stood)
     w.sh("rlsup down", check=True)

@@ -11,7 +11,6 @@ import signal
 
 import pytest
 
-from tests.conftest import wait_for
 from tests.journeys.conftest import (
     Tmux,
     Workdir,
@@ -22,12 +21,7 @@ from tests.journeys.conftest import (
 )
 
 pytestmark = [pytest.mark.slow]
-
-
-def _running(w: Workdir) -> dict[str, int]:
-    names = {"inference", "orchestrator", "trainer"}
-    return wait_for(lambda: (lambda p: p if names <= set(p) else None)(w.component_pids()), 90, 0.1,
-                    what="every component running")
+NAMES = {"inference", "orchestrator", "trainer"}
 
 
 def _reattached(tui: Tmux, w: Workdir, old_pid: int, how: str) -> None:
@@ -45,12 +39,12 @@ def test_the_tui_on_a_resumed_run_rides_through_a_supervisor_restart_and_a_take_
     up = readme_command("rlsup up configs/demo.yaml")
     tui = w.tmux()
     tui.run(up)
-    first = _running(w)
+    first = w.running(NAMES)
     tui.wait(lambda s: "trainer" in s and "running" in s, 60, "the component table")
     end_the_run_from_the_tui(tui, w, first.values())
 
     tui.run(f"{up} --resume")  # the documented way to continue it
-    pids = _running(w)
+    pids = w.running(NAMES)
     tui.wait(lambda s: "trainer" in s and "running" in s and "● attached" in s, 60, "the resumed run in the TUI")
 
     sup = w.supervisor_pid()
