@@ -425,12 +425,19 @@ def pytest_configure(config):
     tier.FAST = "not e2e" in (config.getoption("markexpr") or "")
 
 
+# A property test (Hypothesis) computes for as long as its examples take: a few seconds on an idle core,
+# many times that at a load average of 10. pyproject's 120 s is for a test that waits on processes.
+PROPERTY_TIMEOUT = 900
+
+
 def pytest_collection_modifyitems(config, items):
     e2e = pytest.mark.e2e
     for item in items:
+        fn = getattr(item, "function", None)
+        if getattr(fn, "is_hypothesis_test", False) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(PROPERTY_TIMEOUT))
         if item.get_closest_marker("e2e") is not None:
             continue
-        fn = getattr(item, "function", None)
         module = getattr(item, "module", None)
         hit = bool(_E2E_FILES.search(item.path.name)) or (fn is not None and _starts_processes(fn, module))
         if not hit:
