@@ -59,7 +59,8 @@ TUI_MAY_REACH = {
     "client", "client.session", "client.ssh", "client.fleet", "rundir", "rundir.layout",
     "records", "records.events", "records.state", "records.protocol", "records.progress", "records.presets",
     "records.phrases", "records.diagnosis",
-    "config", "config.model", "config.loader", "config.interpolate", "config.placement", "config.slurm_checks",
+    "config", "config.model", "config.loader", "config.interpolate", "config.overrides", "config.placement",
+    "config.slurm_checks",
     "config.fleetfile",  # the fleet file's validation
     "render", "render.advice", "render.bars",
 }

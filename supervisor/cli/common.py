@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal as signal_mod
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,16 +68,35 @@ def _silence(stream: Any) -> None:
         pass
 
 
-def load(path: str, run_dir: str | None) -> Config | int:
-    """The config, or EXIT_USAGE after printing every problem as FILE:LINE:COL."""
+def load(path: str, run_dir: str | None, overrides: Sequence[str] = ()) -> Config | int:
+    """The config with ``overrides`` (``--set``), or EXIT_USAGE after printing every problem as
+    FILE:LINE:COL (a problem in an override: at the override)."""
     from ..config.loader import ConfigError, load_config  # pydantic: only for commands that read a config
 
     _node_addresses()
     try:
-        return load_config(path, run_dir=run_dir)
+        return load_config(path, run_dir=run_dir, overrides=overrides)
     except ConfigError as e:
         say(e.report(path), err=True)
         return EXIT_USAGE
+
+
+def set_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set", metavar="KEY.PATH=VALUE", action="append", default=[], dest="overrides",
+        help="change the config for this run, e.g. components.trainer.env.LR=1e-5 (repeatable; VALUE is YAML; "
+             "a run keeps its overrides when it is taken over or continued with --resume)")
+
+
+def stored_overrides(run_dir: str | Path) -> list[str]:
+    """The ``--set`` overrides a run dir's run started or was last continued with (none if unreadable)."""
+    from ..rundir.layout import RunPaths
+
+    try:
+        got = json.loads(RunPaths(Path(run_dir)).overrides.read_bytes())
+    except (OSError, ValueError):
+        return []
+    return [str(x) for x in got] if isinstance(got, list) else []
 
 
 def _node_addresses() -> None:

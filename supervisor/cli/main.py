@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ..records.version import VERSION
-from . import attach, control, fleet, offline, run_cmds, stack, why
+from . import attach, completion, control, fleet, offline, run_cmds, stack, why
 from .common import EXIT_USAGE, _silence, formatter, say
 
 DESCRIPTION = """\
@@ -29,6 +29,7 @@ examples:
   rlsup why trainer                        why was the trainer (re)started, and how did it end?
   rlsup stack trainer                      where is the trainer stuck? (Python stacks of its processes)
   rlsup restart-supervisor                 after upgrading rlsup: replace the supervisor, keep training
+  eval "$(rlsup completion bash)"          Tab completes commands, options and component names (zsh, fish too)
 
 Client commands (status, logs, events, start, stop, restart, resume, down, attach, bridge) find the
 run from --run-dir, else $RLSUP_RUN_DIR, else the single live run under ./runs. status, logs,
@@ -38,7 +39,7 @@ exit codes: 0 success, 1 the run or check failed (or no supervisor is running), 
 docs: README.md (config reference, run directory layout, events, protocol), docs/.
 """
 
-GROUPS = (run_cmds, attach, control, stack, offline, fleet, why)
+GROUPS = (run_cmds, attach, control, stack, offline, fleet, why, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +73,7 @@ def _guard_terminal(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    completion.complete(parser)  # a shell asking for Tab completions: answered, and the process exits
     args = parser.parse_args(argv)
     if args.cmd is None:
         parser.print_help()

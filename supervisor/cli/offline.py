@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, formatter, load, say
+from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, formatter, load, say, set_option
 
 
 def add_parsers(sub: Any) -> None:
@@ -32,6 +32,7 @@ def add_parsers(sub: Any) -> None:
     check.add_argument("--min-free-gb", type=float, default=5.0, metavar="GB",
                        help="free disk space needed where the run writes (default 5)")
     check.add_argument("--gpu", metavar="SPEC", help="GPU sampler as in `up` (auto, none, fake:2xA40)")
+    set_option(check)
     check.set_defaults(func=cmd_check)
 
     schema = sub.add_parser(
@@ -89,7 +90,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..gpu.nvml import make_sampler
     from ..preflight.checks import exit_code, format_findings, run_checks
 
-    cfg = load(args.config, args.run_dir)
+    cfg = load(args.config, args.run_dir, args.overrides)
     if isinstance(cfg, int):
         return cfg
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal as signal_mod
 import sys
@@ -24,6 +25,8 @@ from .common import (
     load,
     run_dir_arg,
     say,
+    set_option,
+    stored_overrides,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +67,8 @@ def add_parsers(sub: Any) -> None:
               rlsup up configs/demo.yaml -d              daemon only; prints how to attach
               rlsup up configs/demo.yaml --headless      foreground, one line per event (CI, containers)
               rlsup up configs/demo.yaml --fresh         the last run is kept as runs/demo.1; start anew
+              rlsup up configs/demo.yaml --set components.trainer.env.LR=1e-5
+                                                         a change to the file for this run (kept with it)
 
             exit codes: 0 started (-d), detached, every component completed or you stopped the run
             (--headless); 1 a component ended fatal (a false success included), a check failed or the
@@ -81,6 +86,7 @@ def add_parsers(sub: Any) -> None:
                     help="GPU sampler: auto (default), none, or fake:8xH100 for demos (env RLSUP_GPU_SAMPLER)")
     up.add_argument("--skip-checks", action="store_true", help="start even if preflight checks find errors")
     up.add_argument("--plain", action="store_true", help="follow the event stream as text instead of the TUI")
+    set_option(up)
     up.add_argument("--daemon-child", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(func=cmd_up)
 
@@ -101,7 +107,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    cfg = load(args.config, args.run_dir)
+    cfg = load(args.config, args.run_dir, args.overrides)
     if isinstance(cfg, int):
         return cfg
     run_dir = Path(cfg.run_dir)
@@ -109,6 +115,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         settled = _before_start(args, cfg, run_dir)
         if settled is not None:
             return settled
+    cfg = _with_the_runs_overrides(args, cfg, run_dir)
+    if isinstance(cfg, int):
+        return cfg
     if getattr(cfg, "slurm", None) is not None and not os.environ.get("SLURM_JOB_ID") and not args.daemon_child:
         from .slurm_up import slurm_up  # a login node: submit the run's job and follow it
 
@@ -116,6 +125,33 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.headless:
         return run_headless(cfg, show_logs=args.logs, gpu=args.gpu, daemon=args.daemon_child, resume=args.resume)
     return _start_daemon(args, cfg, run_dir)
+
+
+def _with_the_runs_overrides(args: argparse.Namespace, cfg: Any, run_dir: Path) -> Any:
+    """The config with the overrides the run in ``run_dir`` keeps (a continued or taken-over run) and
+    then this command's ``--set``; those are kept with the run for every later reading of its config. An
+    exit code where they cannot be."""
+    from ..config.overrides import merged
+    from ..rundir.journal import write_atomic
+    from ..rundir.layout import RunPaths, UnsafeRunDir
+
+    stored = stored_overrides(run_dir)
+    overrides = merged(stored, args.overrides)
+    if stored:
+        cfg = load(args.config, args.run_dir, overrides)
+        if isinstance(cfg, int):
+            say(f"rlsup: (the run in {run_dir_arg(run_dir).strip() or run_dir} keeps these overrides from its "
+                f"start: {' '.join(f'--set {o}' for o in stored)})", err=True)
+            return cfg
+    if args.overrides and not args.daemon_child:
+        paths = RunPaths(run_dir)
+        try:
+            paths.create()
+            write_atomic(paths.overrides, json.dumps(overrides).encode())
+        except (UnsafeRunDir, OSError) as e:
+            say(f"rlsup: cannot keep the run's --set overrides in {paths.overrides}: {e}", err=True)
+            return EXIT_FAILED
+    return cfg
 
 
 def _before_start(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int | None:
@@ -138,6 +174,11 @@ def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
     from . import daemon
 
     shown = daemon.display_path(run_dir)
+    if args.overrides:
+        say(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); --set changes a run "
+            "when it starts or is continued, not while it runs: `rlsup down`, then `rlsup up --resume --set ...`",
+            err=True)
+        return EXIT_USAGE
     if args.headless:
         say(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); stop it first "
             "(`rlsup down`) or use another --run-dir", err=True)
@@ -589,7 +630,7 @@ def _stop_settings(paths: Any) -> dict[str, tuple[int, float]]:
     if not config or not os.path.exists(config):
         return {}
     try:
-        cfg = load_config(config, run_dir=str(paths.root))
+        cfg = load_config(config, run_dir=str(paths.root), overrides=stored_overrides(paths.root))
     except (ConfigError, OSError):
         return {}
     return {n: (int(signal_mod.Signals[c.stop.signal]), float(c.stop.timeout)) for n, c in cfg.components.items()}

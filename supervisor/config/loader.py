@@ -22,7 +22,7 @@ import copy
 import difflib
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from .interpolate import expand
 from .model import NAME_RE, Component, Config, MiB, Path_
+from .overrides import applied
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ class Problem:
 
     def __str__(self) -> str:
         where = _path_str(self.path)
-        return f"{self.file}:{self.line}:{self.col}: {where + ': ' if where else ''}{self.message}"
+        at = self.file if self.line == 0 else f"{self.file}:{self.line}:{self.col}"  # line 0: a --set
+        return f"{at}: {where + ': ' if where else ''}{self.message}"
 
 
 class ConfigError(Exception):
@@ -434,15 +436,28 @@ _INTERNAL_KEYS = ("source", "file_env", "placement")
 
 
 def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
-                environ: Mapping[str, str] | None = None) -> Config:
-    """Read, interpolate and validate a config file. Raises ConfigError with every problem found."""
+                environ: Mapping[str, str] | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Read, interpolate and validate a config file, with ``overrides`` (``--set KEY.PATH=VALUE``,
+    :mod:`.overrides`) applied. Raises ConfigError with every problem found."""
     p = Path(path)
     file = str(path)
     doc = read_document(p, file)
     env = dict(os.environ if environ is None else environ)
-    problems: list[Problem] = []
-    data: dict[str, Any] = dict(doc.data)
+    data, bad, done = applied(doc.data, overrides)
+    for i, o in enumerate(done, 1):  # a problem at or below an override is placed at line 0, column i
+        doc.marks[o.path] = doc.key_marks[o.path] = (0, i)
+    problems = [Problem(f"--set {text}", 0, 0, (), why) for text, why in bad]
+    try:
+        return _load(p, file, doc, data, run_dir, env, problems)
+    except ConfigError as e:
+        if not done:
+            raise
+        raise ConfigError([Problem(f"--set {done[x.col - 1].text}", 0, 0, x.path, x.message)
+                           if x.line == 0 and x.file == file else x for x in e.problems]) from None
 
+
+def _load(p: Path, file: str, doc: YamlDoc, data: dict[str, Any], run_dir: str | None, env: dict[str, str],
+          problems: list[Problem]) -> Config:
     # 1. name, run_dir, env_file first: other keys may refer to RLSUP_RUN_DIR and env_file's variables.
     name = _interpolate_early(data, p, run_dir, env, doc, problems, file)
     file_env = _env_file_variables(data, p, doc, problems, file)

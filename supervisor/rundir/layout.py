@@ -61,6 +61,13 @@ class RunPaths:
         """Full dumps of components' Python stacks (``rlsup stack``, a stall, a hung liveness probe)."""
         return self.root / "stacks"
 
+    @property
+    def overrides(self) -> Path:
+        """The ``--set`` overrides the run started (or was last continued) with: a JSON list of strings, each
+        ``KEY.PATH=VALUE`` as typed; every later reading of its config (a take-over, ``--resume``, a Slurm
+        requeue, ``rlsup down`` without a supervisor) applies them."""
+        return self.root / "overrides.json"
+
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"
 
