@@ -8,7 +8,6 @@ from __future__ import annotations
 import shlex
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.conftest import PY, cli_env, rlsup, wait_for, write_config
@@ -136,15 +135,6 @@ def test_an_ended_pod_says_when_it_ended_in_the_fleet_table():
     pod = {"label": "a", "connected": True, "connection": "ended", "error": None, "components": {},
            "run": {"name": "r"}, "gpus": [], "ended": {"note": note}}
     assert str(pod_cells(pod, False)["conn"]).startswith("ended at 2026-11-22 10:37:08")
-
-
-def test_the_install_brings_numpy():
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert any(d.split(">")[0].split("=")[0].strip() == "numpy" for d in deps), deps
 
 
 PORTY = """
