@@ -12,7 +12,7 @@ import re
 import shlex
 import signal as signal_mod
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -238,8 +238,9 @@ class Component(_Model):
     smoke: str | list[str] | None = None
     watch: list[WatchCfg] = []
     logs: LogsCfg | None = None
-    # Slurm (with a `slurm:` block): how many nodes of the allocation it runs on, or whose first node.
-    nodes: int | None = Field(None, ge=1)
+    # Slurm (with a `slurm:` block): how many nodes of the allocation it runs on ("rest": every node no other
+    # component's `nodes:` takes, e.g. Ray workers beside a head), or whose first node.
+    nodes: Annotated[int, Field(ge=1)] | Literal["rest"] | None = None
     colocate: str | None = None
     gpu_count: int | None = None  # not from YAML: `gpus: N`, a count per node that Slurm binds
 

@@ -74,6 +74,9 @@ def _int(v: Any, default: int) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
 
 
+REST = "rest"  # `nodes: rest`: every node of the allocation that no other component's `nodes:` takes
+
+
 def place(components: Mapping[str, Any], allocation: list[str]) -> dict[str, list[str]]:
     """component -> its node names. ``components`` is the raw config mapping (before validation: a
     wrong value falls back to a default here and is reported by validation)."""
@@ -82,12 +85,18 @@ def place(components: Mapping[str, Any], allocation: list[str]) -> dict[str, lis
         return out
     cursor = 0
     n = len(allocation)
+    rest = []
     for name, c in components.items():
         c = c if isinstance(c, Mapping) else {}
-        if c.get("nodes") is not None:
+        if c.get("nodes") == REST:
+            rest.append(name)
+        elif c.get("nodes") is not None:
             k = min(_int(c.get("nodes"), 1), n)
             out[name] = [allocation[(cursor + i) % n] for i in range(k)]
             cursor = (cursor + k) % n
+    taken = {node for nodes in out.values() for node in nodes}
+    for name in rest:  # none left is refused by validation (config.slurm_checks)
+        out[name] = [node for node in allocation if node not in taken] or allocation[-1:]
     for name, c in components.items():
         c = c if isinstance(c, Mapping) else {}
         if name in out:

@@ -39,10 +39,10 @@ def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
 
     # Placed again from the validated values: the loader places before `${NODES}` is interpolated. Only the
     # nodes components ask for can be shared: an allocation one longer than that is the same placement.
-    asked = sum(max(c.nodes or 0, 0) for c in cfg.components.values())
+    asked = sum(_counted(c.nodes) for c in cfg.components.values())
     size = min(cfg.slurm.nodes, asked + 1)
-    if size > MAX_PLACED:
-        return
+    if size > MAX_PLACED or (asked >= cfg.slurm.nodes and any(c.nodes == "rest" for c in cfg.components.values())):
+        return  # (a `rest` with no node left is reported by _nodes_fit)
     nodes_of = place({n: {"nodes": c.nodes, "colocate": c.colocate} for n, c in cfg.components.items()},
                      [f"node-{i}" for i in range(size)])
     need: dict[str, list[tuple[str, int]]] = {}
@@ -92,10 +92,24 @@ def _gpu_count_fits(cfg: Any, n: str, c: Any) -> Iterator[Found]:
                                           f"slurm.gpus_per_node: {cfg.slurm.gpus_per_node}", False)
 
 
+def _counted(nodes: int | str | None) -> int:
+    return nodes if isinstance(nodes, int) else 0
+
+
 def _nodes_fit(cfg: Any, n: str, c: Any) -> Iterator[Found]:
-    if c.nodes is not None and c.nodes > cfg.slurm.nodes:
+    if isinstance(c.nodes, int) and c.nodes > cfg.slurm.nodes:
         yield (("components", n, "nodes"), f"{c.nodes} nodes, but the allocation has slurm.nodes: {cfg.slurm.nodes}",
                False)
+    if c.nodes != "rest":
+        return
+    others = [m for m, o in cfg.components.items() if o.nodes == "rest"]
+    taken = sum(_counted(o.nodes) for o in cfg.components.values())
+    if others[0] != n:
+        yield (("components", n, "nodes"), f"{others[0]} already takes the rest of the nodes; give one of them a "
+                                           "number of nodes", False)
+    elif taken >= cfg.slurm.nodes:
+        yield (("components", n, "nodes"), f"`rest` leaves no node: the other components take {taken} of slurm.nodes: "
+                                           f"{cfg.slurm.nodes}; raise slurm.nodes", False)
 
 
 def _colocate_names_a_placed_component(cfg: Any, n: str, c: Any) -> Iterator[Found]:

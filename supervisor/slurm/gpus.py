@@ -25,6 +25,24 @@ from typing import Any
 from ..gpu.nvml import GpuSample, HostInfo, make_sampler
 
 INTERVAL_S = 2.0
+STEP_NAME = "rlsup:gpus"
+
+
+def leftovers(job_id: str) -> list[str]:
+    """Cancel the sampler steps a previous supervisor of this job left running (killed with ``kill -9``, its
+    steps' srun clients go on without a reader); the steps cancelled, as ``J.S``."""
+    from .jobs import SQUEUE_TIMEOUT_S, tool
+
+    try:
+        out = subprocess.run([tool("squeue"), "-h", "-s", "-j", job_id, "-o", "%i|%j"], capture_output=True,
+                             text=True, timeout=SQUEUE_TIMEOUT_S).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    steps = [sid for sid, _, name in (line.strip().partition("|") for line in out.splitlines()) if name == STEP_NAME]
+    if steps:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([tool("scancel"), *steps], capture_output=True, timeout=SQUEUE_TIMEOUT_S)
+    return steps
 
 
 class NodeSamplers:
@@ -40,10 +58,11 @@ class NodeSamplers:
         self._closed = False
         from .jobs import tool
 
+        leftovers(job_id)
         for node in self.nodes:
             argv = [tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
                     f"--gres=gpu:{gpus_per_node}" if gpus_per_node else "--gres=none", "--quiet",
-                    "--job-name=rlsup:gpus", sys.executable, "-m", "rlsup.supervisor.slurm.gpus",
+                    f"--job-name={STEP_NAME}", sys.executable, "-m", "rlsup.supervisor.slurm.gpus",
                     "--interval", str(interval)] + (["--sampler", spec] if spec else [])
             try:
                 p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -176,8 +176,16 @@ def test_supervisor_killed_inside_the_job_is_replaced_and_adopts_the_steps(slurm
     wait_for(lambda: _events(run, "started", "trainer"), 30, what="the trainer's start journalled")
     owner = json.loads((run / "rlsup.lock").read_text())
     steps_before = [s for s in slurm.cluster.steps(job) if s[1].startswith("rlsup:trainer")]
+
+    def samplers() -> set[str]:
+        return {s[0] for s in slurm.cluster.steps(job) if s[1] == "rlsup:gpus"}
+    samplers_before = wait_for(lambda: (lambda g: g if len(g) == 2 else None)(samplers()), 60,
+                               what="a GPU sampler step on each node")
     os.kill(owner["pid"], signal.SIGKILL)
     wait_for(lambda: _events(run, "adopted", "trainer"), 60, what="the new supervisor adopted the trainer")
+    # The new supervisor's own samplers, one per node; the old ones (no reader any more) cancelled.
+    wait_for(lambda: (lambda g: len(g) == 2 and not g & samplers_before)(samplers()), 60,
+             what=f"two new GPU sampler steps and none of {sorted(samplers_before)}")
     new_owner = json.loads((run / "rlsup.lock").read_text())
     assert new_owner["pid"] != owner["pid"]
     steps_after = [s for s in slurm.cluster.steps(job) if s[1].startswith("rlsup:trainer")]

@@ -126,6 +126,45 @@ def test_placement_takes_nodes_in_file_order_and_wraps():
     assert placement.place(comps, ["n1", "n2", "n3"])["b"] == ["n3"]
 
 
+def test_nodes_rest_takes_every_node_no_other_component_takes():
+    comps = {"head": {"nodes": 1}, "workers": {"nodes": "rest"}, "driver": {"colocate": "head"}, "x": {"nodes": 1}}
+    assert placement.place(comps, ["n1", "n2", "n3", "n4"]) == {
+        "head": ["n1"], "workers": ["n3", "n4"], "driver": ["n1"], "x": ["n2"]}
+
+
+REST = """\
+run_dir: {run}
+slurm: {{nodes: 2}}
+components:
+  head: {{nodes: 1, command: "true"}}
+  workers: {{nodes: rest, command: "true"}}
+"""
+
+
+def test_nodes_rest_that_leaves_no_node_or_is_asked_twice_is_refused_at_its_key(tmp_path):
+    assert _problems(tmp_path, REST.replace("nodes: 2", "nodes: 1")) == [
+        f"{tmp_path}/c.yaml:5:20: components.workers.nodes: `rest` leaves no node: the other components take 1 of "
+        "slurm.nodes: 1; raise slurm.nodes"]
+    twice = REST + '  more: {{nodes: rest, command: "true"}}\n'
+    assert _problems(tmp_path, twice) == [
+        f"{tmp_path}/c.yaml:6:17: components.more.nodes: workers already takes the rest of the nodes; give one of "
+        "them a number of nodes"]
+    assert _problems(tmp_path, REST.replace("rest", "all"))[0].startswith(f"{tmp_path}/c.yaml:5:20: "
+                                                                         "components.workers.nodes: ")
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 5])
+def test_the_verl_ray_slurm_presets_workers_take_every_node_but_the_heads(nodes):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "NODES": str(nodes), "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": f"g[1-{nodes}]"}
+    cfg = load_config(root / "configs" / "presets" / "verl-ray-slurm.yaml", environ=env)
+    assert cfg.placement["ray-head"] == ["g1"] and cfg.placement["trainer"] == ["g1"]
+    assert cfg.placement["ray-workers"] == [f"g{i}" for i in range(2, nodes + 1)]
+    assert f"trainer.nnodes={nodes}" in cfg.components["trainer"].command
+
+
 def test_the_batch_script_runs_the_supervisor_headless_and_resumes_after_a_requeue(tmp_path):
     cfg = load_config(_write(tmp_path, BASE), environ={})
     argv = jobs.sbatch_argv(cfg, cfg.run_dir, "/work")
