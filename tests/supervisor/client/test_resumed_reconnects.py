@@ -23,6 +23,10 @@ from tests.conftest import pid_alive, wait_for, write_config
 from tests.explorer.world import Follower
 from tests.faults.harness import Subscriber
 
+# A drop is a new supervisor starting (Python, the take-over) and each client's redial backoff (up to 10 s):
+# at a load average of 10 that has taken longer than 60 s.
+BACK = 120.0
+
 COUNTER = """
 name: resumed
 components:
@@ -101,12 +105,15 @@ def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, da
                 assert "ended" not in _statuses(sub), f"the session ended a live run after {how}: {sub.statuses}"
                 return _statuses(sub).count("attached") > n
 
-            wait_for(back, 60, what=f"the session back after {how}")
-            wait_for(lambda: fleet.pod.connection == "attached" and fleet.pod.server_hello().get("pid") == d.pid, 60,
-                     what=f"the fleet back after {how}")
-            wait_for(lambda: plain.reconnects() > lost[0] and follow.reconnects() > lost[1]
-                     and f"pid {d.pid}" in plain.out and f"pid {d.pid}" in follow.out, 60,
-                     what=f"the followers back after {how}, showing the new supervisor")
+            wait_for(back, BACK, what=f"the session back after {how}")
+            wait_for(lambda: fleet.pod.connection == "attached" and fleet.pod.server_hello().get("pid") == d.pid,
+                     BACK, what=f"the fleet back after {how}")
+            try:
+                wait_for(lambda: plain.reconnects() > lost[0] and follow.reconnects() > lost[1]
+                         and f"pid {d.pid}" in plain.out and f"pid {d.pid}" in follow.out, BACK)
+            except AssertionError:
+                raise AssertionError(f"the followers not back after {how}, showing the new supervisor (pid {d.pid}):\n"
+                                     f"attach --plain:\n{plain.out[-3000:]}\nevents -f:\n{follow.out[-3000:]}") from None
 
         for how in ("restart-supervisor", "kill -9", "restart-supervisor"):
             drop(how)
