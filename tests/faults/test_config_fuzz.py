@@ -231,19 +231,19 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
-@settings(FUZZ, max_examples=examples(1000))
+@settings(FUZZ, max_examples=examples(500))
 @given(data=st.binary(max_size=3000))
 def test_any_bytes_are_a_config_or_a_config_error(workdir: Path, data: bytes) -> None:
     _load(workdir / "bytes.yaml", data, workdir / "run")
 
 
-@settings(FUZZ, max_examples=examples(1000))
+@settings(FUZZ, max_examples=examples(500))
 @given(data=yamlish_text())
 def test_yaml_token_soup(workdir: Path, data: bytes) -> None:
     _load(workdir / "soup.yaml", data, workdir / "run")
 
 
-@settings(FUZZ, max_examples=examples(900))
+@settings(FUZZ, max_examples=examples(500))
 @given(data=config_documents())
 def test_schema_shaped_documents(workdir: Path, data: bytes) -> None:
     _load(workdir / "schema.yaml", data, workdir / "run")
