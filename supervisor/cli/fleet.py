@@ -71,6 +71,9 @@ def format_text(snap: Mapping[str, Any]) -> str:
     for f in snap.get("flags", []):
         lines.append(f"FLEET FLAG {f['type']}: {f['message']} ({', '.join(f['pods'])})")
     for p in snap.get("pods", []):
+        if p["connection"] == "no_run":  # a Slurm job not started, or cancelled before it started
+            lines.append(f"{p['label']:<16} {p['error']}")
+            continue
         if not p["connected"]:
             lines.append(f"{p['label']:<16} {p['connection']}: {p['error'] or ''}")
             continue
@@ -170,7 +173,7 @@ def _print_snapshot(args: argparse.Namespace, specs: list[PodSpec],
         print()
     else:
         print(format_text(snap))
-    return EXIT_OK if all(p["connected"] for p in snap["pods"]) else EXIT_FAILED
+    return EXIT_OK if all(p["connected"] or p["connection"] == "no_run" for p in snap["pods"]) else EXIT_FAILED
 
 
 def _fleet_tui(args: argparse.Namespace, specs: list[PodSpec], connector_for: Callable[[PodSpec], Connector]) -> int:

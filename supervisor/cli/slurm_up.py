@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -349,20 +350,31 @@ def slurm_fleet() -> tuple[list[Any], Any]:
     specs, how = [], {}
     for j in sorted(newest.values(), key=lambda j: int(j["job_id"])):
         label = f"{j['name'][len(jobs.JOB_PREFIX):]} #{j['job_id']} {j['state'].lower()}"
-        specs.append(PodSpec(host=j["batch_host"] or f"job {j['job_id']}", run_dir=j["run_dir"], label=label))
+        specs.append(PodSpec(host=j["batch_host"] or f"job {j['job_id']}", run_dir=j["run_dir"], label=label,
+                             no_run=_no_run(j), attach=f"rlsup attach --run-dir {shlex.quote(j['run_dir'])}"))
         how[label] = j
 
     def connector_for(spec: Any) -> Any:
         j = how[spec.label]
-        if j["state"] == "PENDING" or (not Path(j["run_dir"]).is_dir() and j["state"] not in ("RUNNING",)):
+        if spec.no_run or (not Path(j["run_dir"]).is_dir() and j["state"] not in ("RUNNING",)):
             async def pending() -> Any:
-                raise OSError(f"job {j['job_id']} {_state_line(j)}")
+                raise OSError(spec.no_run or f"job {j['job_id']} {_state_line(j)}")
             return pending
         if Path(j["run_dir"]).is_dir():  # this host sees the run dir: its socket, or the ended run's journal
             return command_connector(bridge_argv(j["run_dir"]), name="fleet")
         return srun_connector(j["job_id"], j["batch_host"], j["run_dir"], name="fleet")
 
     return specs, connector_for
+
+
+def _no_run(j: dict[str, Any]) -> str | None:
+    """Why a job of ``rlsup fleet --slurm`` has no run to show: not started yet, or ended before it started (no
+    journal in its run dir); None where it has one."""
+    if j["state"] in ("PENDING", "CONFIGURING"):
+        return f"job {j['job_id']} {_state_line(j)}: not started yet"
+    if j["state"] != "RUNNING" and not (Path(j["run_dir"]) / "events.jsonl").exists():
+        return f"job {j['job_id']} {j['state']} before it started: no run"
+    return None
 
 
 def follow_journal(job_id: str, run_dir: str) -> int:

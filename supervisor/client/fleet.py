@@ -53,6 +53,10 @@ class PodSpec:
     port: int | None = None
     run_dir: str | None = None
     label: str = ""
+    # A pod with no run to reach, and why (a Slurm job pending, or cancelled before it started): said instead of
+    # a connection error, and not a failure of the fleet.
+    no_run: str | None = None
+    attach: str | None = None  # the command that attaches to it, where that is not `rlsup attach HOST` (Slurm)
 
     def target_label(self) -> str:
         return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
@@ -60,6 +64,9 @@ class PodSpec:
     def attach_hint(self, *, identity: str | None = None, remote_cmd: str | None = None) -> str:
         """``rlsup attach`` to this pod, with the options the fleet reached it with (pastes as printed)."""
         from .ssh import attach_command
+
+        if self.attach is not None:
+            return self.attach
 
         return attach_command(self.target_label(), run_dir=self.run_dir, identity=identity, remote_cmd=remote_cmd)
 
@@ -313,8 +320,9 @@ class PodState:
         return {
             "label": s.label, "host": s.host, "user": s.user, "port": s.port, "run_dir": s.run_dir,
             "connected": self.connected,
-            "connection": "ended" if self.ended and self.error is None else self.connection,
-            "error": self.error, "ended": self.ended_json(),
+            "connection": "no_run" if s.no_run and not self.connected else (
+                "ended" if self.ended and self.error is None else self.connection),
+            "error": s.no_run if s.no_run and not self.connected else self.error, "ended": self.ended_json(),
             "run": v["run"] if v else None, "components": v["components"] if v else {},
             "gpus": v.get("gpus", []) if v else [],
         }

@@ -472,3 +472,14 @@ def test_a_job_that_can_never_start_is_said_plainly_not_waited_on(slurm, tmp_pat
     assert re.search(r"will never start: Partition(Config|NodeLimit) \(", out), out
     assert "rlsup down --run-dir run" in out, out
     assert slurm.rlsup("down", "--run-dir", f"{tmp_path}/run").returncode == 0
+    # `fleet --slurm` says plainly that it never started (not "reconnecting: connection closed by the
+    # supervisor"), gives a command that attaches, and does not count it as a pod it failed to reach.
+    fl = slurm.rlsup("fleet", "--slurm", "--json")
+    pods = json.loads(fl.stdout)["pods"]
+    mine = [p for p in pods if p["run_dir"] == f"{tmp_path}/run"]
+    assert len(mine) == 1 and mine[0]["connection"] == "no_run", mine
+    assert re.fullmatch(r"job \d+ CANCELLED before it started: no run", mine[0]["error"]), mine
+    assert mine[0]["attach"] == f"rlsup attach --run-dir {tmp_path}/run"
+    assert fl.returncode == (0 if all(p["connected"] or p["connection"] == "no_run" for p in pods) else 1)
+    text = slurm.rlsup("fleet", "--slurm").stdout
+    assert re.search(r"#\d+ cancelled +job \d+ CANCELLED before it started: no run", text), text
