@@ -140,8 +140,10 @@ def _with_the_runs_overrides(args: argparse.Namespace, cfg: Any, run_dir: Path) 
     if stored:
         cfg = load(args.config, args.run_dir, overrides)
         if isinstance(cfg, int):
-            say(f"rlsup: (the run in {run_dir_arg(run_dir).strip() or run_dir} keeps these overrides from its "
-                f"start: {' '.join(f'--set {o}' for o in stored)})", err=True)
+            from .daemon import display_path
+
+            say(f"rlsup: (the run in {display_path(run_dir)} keeps these overrides from its start: "
+                f"{' '.join(f'--set {o}' for o in stored)})", err=True)
             return cfg
     if args.overrides and not args.daemon_child:
         paths = RunPaths(run_dir)

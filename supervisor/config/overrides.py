@@ -69,7 +69,7 @@ def apply(data: dict[str, Any], override: Override) -> str | None:
             if child is None:
                 child = [] if isinstance(nxt, int) else {}
             elif not isinstance(child, dict | list):
-                return f"{here} is {type(child).__name__} {child!r} in the file, not a mapping or list"
+                return f"{here} is {_shown(child)} in the file, not a mapping or list"
             child = dict(child) if isinstance(child, dict) else list(child)
             node[str(part)] = child
         elif isinstance(node, list) and isinstance(part, int):
@@ -77,7 +77,7 @@ def apply(data: dict[str, Any], override: Override) -> str | None:
                 return f"{here}: the list has {len(node)} item{'s' if len(node) != 1 else ''} (from 0)"
             child = node[part]
             if not isinstance(child, dict | list):
-                return f"{here} is {type(child).__name__} {child!r} in the file, not a mapping or list"
+                return f"{here} is {_shown(child)} in the file, not a mapping or list"
             child = dict(child) if isinstance(child, dict) else list(child)
             node[part] = child
         else:
@@ -91,6 +91,11 @@ def apply(data: dict[str, Any], override: Override) -> str | None:
     else:
         return f"{'.'.join(map(str, override.path))}: not a key or index of what is there"
     return None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def applied(data: dict[str, Any], texts: Sequence[str]) -> tuple[dict[str, Any], list[tuple[str, str]],
