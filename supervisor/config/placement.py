@@ -17,6 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 PLACEHOLDER = "{name}-node-{i}"
+# Placeholders stand in for at most this many nodes (on a login node, where `${RLSUP_NODES_C}` only has to
+# look like what it will be): `slurm.nodes: ${N}` with N huge made a list of that many names (a config that
+# took all 24 GiB of memory, found by the config fuzzer). Inside the job the real node list is used.
+MAX_PLACEHOLDERS = 4096
 
 
 def env_name(component: str) -> str:
@@ -114,7 +118,7 @@ def allocation_nodes(slurm: Mapping[str, Any], environ: Mapping[str, str], run_n
     if environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"):
         return expand_hostlist(environ["SLURM_JOB_NODELIST"]), True
     count = _int(slurm.get("nodes"), 1) if isinstance(slurm, Mapping) else 1
-    return [PLACEHOLDER.format(name=run_name, i=i) for i in range(count)], False
+    return [PLACEHOLDER.format(name=run_name, i=i) for i in range(min(count, MAX_PLACEHOLDERS))], False
 
 
 ADDRS_ENV = "RLSUP_NODE_ADDRS"  # inside the job: "name=addr,..." (Slurm's NodeAddr of each node), set by `rlsup up`

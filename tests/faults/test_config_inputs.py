@@ -47,6 +47,22 @@ def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
 # ------------------------------------------------------------------------- YAML structure
 
 
+def test_a_huge_slurm_allocation_places_without_listing_its_nodes(tmp_path: Path) -> None:
+    """The config fuzzer's find (CI, twice: a timeout, then 23 GiB and the OOM killer): `slurm.nodes` of
+    321,893,302,317,415 made the login node's placeholders a list that long. In a process capped at 1 GiB."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    f = write(tmp_path, "slurm: {nodes: 321893302317415}\ncomponents:\n  head: {nodes: 1, command: 'true'}\n"
+                        "  workers: {nodes: rest, command: 'true'}\n")
+    r = subprocess.run([rlsup_script(), "check", str(f), "--run-dir", str(tmp_path / "run"), "--gpu", "none",
+                        "--min-free-gb", "0"], capture_output=True, text=True, preexec_fn=cap, timeout=120)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr, r.stderr[-2000:]
+    cfg = load_config(f, environ={}, run_dir=str(tmp_path / "run"))
+    assert len(cfg.placement["workers"]) == 4095 and cfg.placement["head"] == ["c-node-0"]
+
+
 def test_alias_bomb_is_refused_without_expanding(tmp_path: Path) -> None:
     # Run it in a process whose address space is capped at 1 GiB: expanding the bomb (as PyYAML and
     # the old loader did) dies of MemoryError there instead of eating the shared machine's memory.
