@@ -9,7 +9,6 @@ from typing import Any
 Path_ = tuple[str | int, ...]
 #: (key path, message, whether the position is the key's)
 Found = tuple[Path_, str, bool]
-MAX_PLACED = 4096  # nodes placed to find shared ones; a larger allocation is judged by Slurm alone
 
 
 def config_problems(cfg: Any) -> Iterator[Found]:
@@ -35,14 +34,16 @@ def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
     """Components whose ``nodes:`` add up to more than ``slurm.nodes`` share nodes (placement wraps around): where
     their GPU counts on a shared node exceed ``gpus_per_node``, the later step would wait for GPUs for ever
     while its component shows ``running`` with an empty log."""
-    from .placement import place
+    from .placement import MAX_PLACEHOLDERS, place
 
     # Placed again from the validated values: the loader places before `${NODES}` is interpolated. Only the
     # nodes components ask for can be shared: an allocation one longer than that is the same placement.
     asked = sum(_counted(c.nodes) for c in cfg.components.values())
     size = min(cfg.slurm.nodes, asked + 1)
-    if size > MAX_PLACED or (asked >= cfg.slurm.nodes and any(c.nodes == "rest" for c in cfg.components.values())):
-        return  # (a `rest` with no node left is reported by _nodes_fit)
+    if size > MAX_PLACEHOLDERS:
+        return  # components asking for that many nodes: Slurm alone judges
+    if asked >= cfg.slurm.nodes and any(c.nodes == "rest" for c in cfg.components.values()):
+        return  # a `rest` with no node left: reported by _nodes_fit
     nodes_of = place({n: {"nodes": c.nodes, "colocate": c.colocate} for n, c in cfg.components.items()},
                      [f"node-{i}" for i in range(size)])
     need: dict[str, list[tuple[str, int]]] = {}
