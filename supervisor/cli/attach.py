@@ -19,7 +19,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_FAILED, EXIT_OK, RUN_DIR_HELP, attach_hint, client_parser, formatter, resolve, say
+from .common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    RUN_DIR_HELP,
+    attach_hint,
+    client_parser,
+    formatter,
+    live_or_handed_over,
+    resolve,
+    say,
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -55,9 +65,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         paths = resolve(args, live=False)
         if isinstance(paths, int):
             return paths
-        from ..rundir.layout import is_locked
-
-        if is_locked(paths):
+        if live_or_handed_over(paths):
             return attach_local(paths.root, plain=args.plain)
         if not paths.events.exists():
             say(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); start "

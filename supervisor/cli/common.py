@@ -8,6 +8,7 @@ import json
 import os
 import signal as signal_mod
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,6 +112,28 @@ def _node_addresses() -> None:
 
     addrs = node_addresses(expand_hostlist(nodelist))
     os.environ[ADDRS_ENV] = ",".join(f"{n}={a}" for n, a in addrs.items())
+
+
+HANDOVER_WAIT_S = 60.0  # how long a client waits for the successor of a supervisor that handed the run over
+
+
+def live_or_handed_over(paths: Any, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Whether a supervisor owns the run dir, waiting for it where the run is being handed over (``rlsup
+    restart-supervisor``: the old supervisor has exited, the new one is starting). A follower started in that
+    moment would otherwise say the run has no supervisor and stop following a live run."""
+    from ..rundir.layout import is_locked
+    from ..rundir.replay import handing_over
+
+    if is_locked(paths):
+        return True
+    if not paths.events.exists() or not handing_over(paths.events, time.time(), HANDOVER_WAIT_S):
+        return False
+    deadline = time.monotonic() + HANDOVER_WAIT_S
+    while time.monotonic() < deadline:
+        sleep(0.2)
+        if is_locked(paths):
+            return True
+    return False
 
 
 def run_dir_arg(run_dir: Any) -> str:

@@ -17,6 +17,7 @@ from .common import (
     add_raw,
     client_call,
     client_parser,
+    live_or_handed_over,
     open_client,
     resolve,
     say,
@@ -278,7 +279,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     text = "".join((json.dumps(e) if args.json else human(e, width=width)) + "\n" for e in events)
     if not say(text, end="") or not args.follow:
         return EXIT_OK  # done, or the reader left (`rlsup events -f | head`)
-    if not _live(paths):
+    if not live_or_handed_over(paths):
         say("rlsup: no supervisor owns this run; nothing more to follow", err=True)
         return EXIT_OK
     from ..client.session import Session

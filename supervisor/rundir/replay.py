@@ -9,6 +9,7 @@ cannot contradict it.
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 from collections.abc import Iterable, Iterator
@@ -31,6 +32,15 @@ def read_records(path: Path, since_seq: int = 0) -> Iterator[Record]:
     """The journal's events with ``seq > since_seq`` as typed records (a torn line is skipped)."""
     for d in read_events(path, since_seq):
         yield parse(d)
+
+
+def handing_over(path: Path, now: float, within_s: float) -> bool:
+    """Whether the journal's newest event is a supervisor handing the run over (``rlsup restart-supervisor``:
+    ``supervisor_exited``, the components left running) less than ``within_s`` ago: its successor is starting,
+    though for a moment no supervisor holds the run dir."""
+    newest = collections.deque(read_events(path), maxlen=1)
+    return bool(newest) and newest[0].get("kind") == SupervisorExited.kind and (
+        now - float(newest[0].get("ts") or 0) < within_s)
 
 
 def read_saved(path: Path) -> dict[str, Any]:

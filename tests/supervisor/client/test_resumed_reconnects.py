@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rlsup.supervisor.client.fleet import Fleet, PodSpec
 from rlsup.supervisor.client.session import unix_connector
 from tests.conftest import pid_alive, wait_for, write_config
@@ -71,6 +73,7 @@ def _statuses(sub: Subscriber) -> list[str]:
     return [s for s, _ in sub.statuses]
 
 
+@pytest.mark.timeout(600)  # three drops, each up to BACK for every client to come back
 def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, daemon):
     d = daemon(write_config(tmp_path, COUNTER))
     d.wait_event(lambda e: e["kind"] == "started", what="counter started")
@@ -84,7 +87,9 @@ def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, da
     plain = Follower(d.run_dir, None, "attach", "--plain")
     follow = Follower(d.run_dir, None, "events", "-f")
     try:
-        wait_for(lambda: sub.attached and fleet.pod.connection == "attached", 30, what="the clients attached")
+        wait_for(lambda: sub.attached and fleet.pod.connection == "attached", BACK, what="the clients attached")
+        # The followers are processes (a Python start each): they have read the journal before the first drop.
+        wait_for(lambda: "(attempt 2" in plain.out and "(attempt 2" in follow.out, BACK, what="the followers started")
         # The replayed journal holds the first run's end, then the resumed run's start.
         assert [e["kind"] for e in sub.events if e["kind"] in ("run_started", "run_ended")][-2:] == \
             ["run_ended", "run_started"]
@@ -92,7 +97,6 @@ def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, da
         def drop(how: str) -> None:
             old = d.pid
             n = _statuses(sub).count("attached")
-            lost = (plain.reconnects(), follow.reconnects())
             if how == "restart-supervisor":
                 assert d.cli("restart-supervisor", timeout=60).returncode == 0
             else:
@@ -108,9 +112,8 @@ def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, da
             wait_for(back, BACK, what=f"the session back after {how}")
             wait_for(lambda: fleet.pod.connection == "attached" and fleet.pod.server_hello().get("pid") == d.pid,
                      BACK, what=f"the fleet back after {how}")
-            try:
-                wait_for(lambda: plain.reconnects() > lost[0] and follow.reconnects() > lost[1]
-                         and f"pid {d.pid}" in plain.out and f"pid {d.pid}" in follow.out, BACK)
+            try:  # (one that was still dialling when the drop came shows the new supervisor without a reconnect)
+                wait_for(lambda: f"pid {d.pid}" in plain.out and f"pid {d.pid}" in follow.out, BACK)
             except AssertionError:
                 raise AssertionError(f"the followers not back after {how}, showing the new supervisor (pid {d.pid}):\n"
                                      f"attach --plain:\n{plain.out[-3000:]}\nevents -f:\n{follow.out[-3000:]}") from None
@@ -121,6 +124,7 @@ def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, da
             assert not fleet.seen_ended and not fleet.pod.ended
             assert plain.proc.poll() is None and follow.proc.poll() is None, "a follower stopped following a live run"
         assert d.cli("status", "--json").returncode == 0
+        assert plain.reconnects() >= 2 and follow.reconnects() >= 2, (plain.out, follow.out)
 
         assert d.cli("down", timeout=60).returncode == 0  # now the run ends, and every client says so
         wait_for(lambda: "ended" in _statuses(sub), 30, what="the session's end")
