@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlsup.trainer import rollouts, steplog, waiting
+from rlsup.trainer import rollouts, steplog, stopping, waiting
 from rlsup.trainer.chaos import Chaos
 
 Update = Callable[[list[rollouts.Sample], dict[str, Any]], dict[str, float]]
@@ -42,8 +42,11 @@ class CheckpointAsked:
         """If asked, checkpoint step ``done`` (the last one trained) now."""
         if self.asked:
             self.asked = False
-            save(done)
-            steplog.log(f"Checkpoint of step {done} written on SIGUSR1 (asked to checkpoint now)")
+            # rlsup stops the trainer as soon as the checkpoint is there: the line must not be cut off
+            with stopping.held("a checkpoint asked for on SIGUSR1", "writing it and saying so"):
+                save(done)
+                steplog.log(f"Checkpoint of step {done} written on SIGUSR1 (asked to checkpoint now)")
+            stopping.exit_if_stopped()
 
 
 CHECKPOINT = CheckpointAsked()

@@ -22,7 +22,7 @@ A reload that breaks the engine (vLLM's failed ``reload_weights`` on a server th
 checkpoint whose shapes could not be checked) marks the dir ``REJECTED`` and has the server restarted
 (``restart_server``). Shapes are checked against what the server serves before anything is sent (see
 :meth:`WeightSync._check_shapes`). A SIGTERM during a push is held until the push is over
-(:func:`install_sigterm_exit`). Every reload is written in the reload record (:mod:`rlsup.trainer.reloads`) and
+(:mod:`rlsup.trainer.stopping`). Every reload is written in the reload record (:mod:`rlsup.trainer.reloads`) and
 tags the engine's weight version with the step where the engine has one.
 
 What each engine answers, read in the released wheels (the files inside ``vllm-X.whl`` /
@@ -68,7 +68,6 @@ tests/contract/servers.py answer exactly so:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import json
 import re
@@ -77,12 +76,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlsup.trainer import reloads, steplog
+from rlsup.trainer import reloads, steplog, stopping
 
 FLAG_PREFIX = "rlsup-flag:"
 
@@ -266,6 +265,9 @@ def _vllm_reload_calls(version: tuple[int, ...] | None, path: Path) -> list[tupl
     return [("reload_weights", {"weights_path": str(path)})]
 
 
+_FINISH_EXCHANGE = "finishing the exchange with the inference server so it is not left paused"
+
+
 class WeightSync:
     """Push published weights to a server and track what it serves (see the module docstring)."""
 
@@ -301,7 +303,7 @@ class WeightSync:
     def publish(self, step: int, path: Path) -> SyncResult:
         """Tell the server about ``path`` (weights of ``step``); write latest.json only if it loaded. A SIGTERM
         that arrives while the server is being paused or reloaded is held until the exchange is over (see
-        :func:`install_sigterm_exit`): the trainer then exits with the server running, not paused."""
+        :mod:`rlsup.trainer.stopping`): the trainer then exits with the server running, not paused."""
         self.published_step = step
         if not self.base or self.mode == "none":
             result = SyncResult(False, "no weight sync (--weight-sync none or no --server)")
@@ -316,7 +318,7 @@ class WeightSync:
         elif self.base and self.mode != "none":
             self._warn_once(result.detail)
         self._check_stale(step)
-        _exit_if_stopped()
+        stopping.exit_if_stopped()
         return result
 
     def _detect(self) -> None:
@@ -333,10 +335,10 @@ class WeightSync:
         self._record.begin(step)
         result: SyncResult | None = None
         try:
-            with _stop_deferred():
+            with stopping.held("a weight reload", _FINISH_EXCHANGE):
                 result = self._push(path, step)
             seen_up = self._answered or (self.engine is not None and self.engine.raw is not None)
-            if result.down and seen_up and not _stopping():  # it died or is being restarted
+            if result.down and seen_up and not stopping.stopping():  # it died or is being restarted
                 result = self._push_when_back(step, path, result)
             self._answered = self._answered or not result.down
             if result.broken:
@@ -366,7 +368,7 @@ class WeightSync:
             result = self._push_vllm(path, step) if kind == "vllm" else self._push_sglang(path, step)
             if result.loaded or result.broken or result.down or result.detail.startswith("unsupported"):
                 return result
-            if attempt < self.tries and not _stopping():
+            if attempt < self.tries and not stopping.stopping():
                 time.sleep(self.retry_s * attempt)
         return result
 
@@ -599,7 +601,7 @@ class WeightSync:
             return SyncResult(False, f"{result.detail}; it did not come back within {self.restart_timeout:g}s")
         self.engine = detect(str(self.base), self.mode)  # the restarted server may be another version
         steplog.log(f"Inference server back at {self.base}: {self.engine}; pushing weights step {step} again")
-        with _stop_deferred():
+        with stopping.held("a weight reload", _FINISH_EXCHANGE):
             again = self._push(path, step)
         return again if not again.down else SyncResult(False, f"{again.detail} (down again)", down=True)
 
@@ -636,7 +638,7 @@ class WeightSync:
         from rlsup.trainer import weights as weights_mod
 
         weights_mod.reject(path, result.detail)
-        if self.restart_server is None or _stopping():
+        if self.restart_server is None or stopping.stopping():
             print(flag_line("engine_broken",
                             f"{self.engine or self.base}: {result.detail}. The server must be restarted to serve "
                             f"the last good weights: `rlsup restart <inference component>` (pass the trainer "
@@ -722,56 +724,6 @@ def make_sync(args: Any) -> WeightSync:
     name = getattr(args, "restart_server", None)
     return WeightSync(args.server, args.weight_sync, Path(args.out) / "weights", stale_after=args.stale_after,
                       restart_server=rlsup_restart(name) if name else None)
-
-
-def install_sigterm_exit() -> None:
-    """Make SIGTERM (rlsup's stop) raise SystemExit in the main thread, so ``finally`` blocks run (Python's default
-    action kills the process without unwinding) -- except inside a pause/reload/resume exchange with the server,
-    where it is held until the exchange is over: raising inside ``/pause``'s drain skipped the ``/resume`` and left
-    vLLM paused for good. The process then exits 143 at the end of the push."""
-    import signal
-
-    def stop(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills
-        if _stop.deferring:  # inside a pause/reload/resume: end it first (_stop_deferred)
-            _stop.pending = signum
-            steplog.warn("SIGTERM during a weight reload: finishing the exchange with the inference server so it "
-                         "is not left paused, then exiting")
-            return
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-
-
-class _Stop:
-    deferring = False  # a pause/reload/resume exchange is under way
-    pending: int | None = None  # the signal that arrived meanwhile
-
-
-_stop = _Stop()
-
-
-@contextlib.contextmanager
-def _stop_deferred() -> Iterator[None]:
-    """A SIGTERM inside this block is held until it ends (:func:`install_sigterm_exit`): raising in the middle
-    of ``/pause`` (which waits for running requests) or of a reload would leave vLLM paused, or resumed onto
-    half-loaded weights. rlsup's stop timeout still bounds it (then SIGKILL: the orchestrator flags the server
-    left paused, :mod:`rlsup.trainer.reloads`)."""
-    _stop.deferring = True
-    try:
-        yield
-    finally:
-        _stop.deferring = False
-
-
-def _stopping() -> bool:
-    return _stop.pending is not None
-
-
-def _exit_if_stopped() -> None:
-    """Exit now for a SIGTERM held during a weight push (the push is over, latest.json written)."""
-    if _stop.pending is not None:
-        raise SystemExit(128 + _stop.pending)
 
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -25,7 +25,8 @@ from rlsup.trainer import checkpoint, grpo, loop, rollouts, steplog
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
 from rlsup.trainer.policy import Policy, PolicyConfig, encode, sequence_logprobs
-from rlsup.trainer.sync import install_sigterm_exit, make_sync
+from rlsup.trainer.stopping import install_sigterm_exit
+from rlsup.trainer.sync import make_sync
 
 
 def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[rollouts.Sample],
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="print 'rlsup-flag: weights_stale: ...' once the server is more than this many "
                          "steps behind the published weights")
     args = ap.parse_args(argv)
-    install_sigterm_exit()  # rlsup's stop must not leave a vLLM paused mid-reload: `finally` blocks run
+    install_sigterm_exit()  # `finally` blocks run; a weight reload or an asked-for checkpoint is finished first
     loop.CHECKPOINT.install()  # SIGUSR1: a checkpoint now (rlsup's preemption), not the default death
     if args.lr is None:
         args.lr = 1e-6 if args.model else 5e-3  # a pretrained LM wants a far smaller step

@@ -178,7 +178,8 @@ def test_sigterm_during_a_vllm_reload_resumes_the_server(tmp_path: Path) -> None
     script = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from rlsup.trainer.sync import WeightSync, install_sigterm_exit
+        from rlsup.trainer.stopping import install_sigterm_exit
+        from rlsup.trainer.sync import WeightSync
         install_sigterm_exit()
         WeightSync({s.url!r}, "vllm", Path({str(tmp_path / 'weights')!r})).publish(1, Path({str(_dir(tmp_path, 1))!r}))
     """)

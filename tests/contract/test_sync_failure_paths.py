@@ -49,7 +49,8 @@ def test_sigterm_inside_the_pause_drain_finishes_the_push_and_resumes(tmp_path: 
     one = _dir(tmp_path, 1)
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from rlsup.trainer.sync import WeightSync, install_sigterm_exit
+        from rlsup.trainer.stopping import install_sigterm_exit
+        from rlsup.trainer.sync import WeightSync
         install_sigterm_exit()
         WeightSync({s.url!r}, "vllm", Path({str(tmp_path / 'weights')!r})).publish(1, Path({str(one)!r}))
         print("not reached: the held SIGTERM ends the process after the push")

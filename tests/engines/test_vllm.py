@@ -43,7 +43,8 @@ TRAINER = """
 import sys
 from pathlib import Path
 from rlsup.trainer import sync, weights  # weights: torch, imported before the gate as a trainer has it
-from rlsup.trainer.sync import WeightSync, install_sigterm_exit, rlsup_restart
+from rlsup.trainer.stopping import install_sigterm_exit
+from rlsup.trainer.sync import WeightSync, rlsup_restart
 url, weights, run_dir, step, path, gate = sys.argv[1:]
 rpc = sync.WeightSync._collective_rpc
 def gated(self, method, *args):
