@@ -112,12 +112,18 @@ def cmd_up(args: argparse.Namespace) -> int:
         return cfg
     run_dir = Path(cfg.run_dir)
     if not args.daemon_child:  # a person's `rlsup up`, not the daemon that one of them started
-        settled = _before_start(args, cfg, run_dir)
+        settled = _before_start(args, run_dir)
         if settled is not None:
             return settled
     cfg = _with_the_runs_overrides(args, cfg, run_dir)
     if isinstance(cfg, int):
         return cfg
+    if not args.daemon_child:
+        if not args.skip_checks and not _fast_checks(cfg, args.config):
+            return EXIT_FAILED  # before --fresh moves anything: a refused start leaves the run dir as it was
+        kept = (_keep_aside(run_dir) if args.fresh else None) or _keep_overrides(args, run_dir)
+        if kept is not None:
+            return kept
     if getattr(cfg, "slurm", None) is not None and not os.environ.get("SLURM_JOB_ID") and not args.daemon_child:
         from .slurm_up import slurm_up  # a login node: submit the run's job and follow it
 
@@ -128,47 +134,49 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _with_the_runs_overrides(args: argparse.Namespace, cfg: Any, run_dir: Path) -> Any:
-    """The config with the overrides the run in ``run_dir`` keeps (a continued or taken-over run) and
-    then this command's ``--set``; those are kept with the run for every later reading of its config. An
-    exit code where they cannot be."""
+    """The config with the overrides the run in ``run_dir`` keeps (a continued or taken-over run, not one
+    started afresh) and then this command's ``--set``. An exit code where they no longer apply."""
+    stored = [] if args.fresh else stored_overrides(run_dir)
+    if not stored:
+        return cfg
+    from ..config.overrides import merged
+
+    cfg = load(args.config, args.run_dir, merged(stored, args.overrides))
+    if isinstance(cfg, int):
+        from .daemon import display_path
+
+        say(f"rlsup: (the run in {display_path(run_dir)} keeps these overrides from its start: "
+            f"{' '.join(f'--set {o}' for o in stored)})", err=True)
+    return cfg
+
+
+def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
+    """Keep this command's ``--set`` (after those the run keeps) with the run, for every later reading of
+    its config. An exit code where they cannot be kept."""
+    if not args.overrides:
+        return None
     from ..config.overrides import merged
     from ..rundir.journal import write_atomic
     from ..rundir.layout import RunPaths, UnsafeRunDir
 
-    stored = stored_overrides(run_dir)
-    overrides = merged(stored, args.overrides)
-    if stored:
-        cfg = load(args.config, args.run_dir, overrides)
-        if isinstance(cfg, int):
-            from .daemon import display_path
-
-            say(f"rlsup: (the run in {display_path(run_dir)} keeps these overrides from its start: "
-                f"{' '.join(f'--set {o}' for o in stored)})", err=True)
-            return cfg
-    if args.overrides and not args.daemon_child:
-        paths = RunPaths(run_dir)
-        try:
-            paths.create()
-            write_atomic(paths.overrides, json.dumps(overrides).encode())
-        except (UnsafeRunDir, OSError) as e:
-            say(f"rlsup: cannot keep the run's --set overrides in {paths.overrides}: {e}", err=True)
-            return EXIT_FAILED
-    return cfg
+    paths = RunPaths(run_dir)
+    try:
+        paths.create()
+        write_atomic(paths.overrides, json.dumps(merged(stored_overrides(run_dir), args.overrides)).encode())
+    except (UnsafeRunDir, OSError) as e:
+        say(f"rlsup: cannot keep the run's --set overrides in {paths.overrides}: {e}", err=True)
+        return EXIT_FAILED
+    return None
 
 
-def _before_start(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int | None:
-    """What `up` settles before it starts anything: a supervisor that already owns the run dir, an ended
-    run there (--resume or --fresh), the fast preflight. An exit code where `up` ends here, else None."""
+def _before_start(args: argparse.Namespace, run_dir: Path) -> int | None:
+    """What `up` settles before it reads the run's config: a supervisor that already owns the run dir, an
+    ended run there (--resume or --fresh). An exit code where `up` ends here, else None."""
     from ..rundir.layout import RunPaths, is_locked
 
     if is_locked(RunPaths(run_dir)):
         return _already_supervised(args, run_dir)
-    settled = _settle_ended_run(args, run_dir)
-    if settled is not None:
-        return settled
-    if not args.skip_checks and not _fast_checks(cfg, args.config):
-        return EXIT_FAILED  # before --fresh moves anything: a refused start leaves the run dir as it was
-    return _keep_aside(run_dir) if args.fresh else None
+    return _settle_ended_run(args, run_dir)
 
 
 def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:

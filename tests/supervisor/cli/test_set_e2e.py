@@ -74,3 +74,27 @@ def test_a_bad_set_is_an_error_at_it(tmp_path):
                 "be a valid integer") in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_a_continued_run_is_checked_with_the_overrides_it_keeps(tmp_path):
+    """`up --resume` runs the preflight on the config the run will use: the file with the run's kept
+    `--set`, not the file alone (whose command, here, does not exist)."""
+    cfg = write_config(tmp_path, """
+        name: kept
+        components:
+          echo:
+            command: ["/nonexistent/bin/trainer"]
+    """)
+    run_dir = tmp_path / "run"
+    up = ["up", str(cfg), "-d", "--run-dir", str(run_dir)]
+    fixed = ["--set", 'components.echo.command=["sh", "-c", "echo LR=1; exec sleep 1000"]']
+    refused = rlsup(*up, cwd=tmp_path)
+    assert refused.returncode == 1 and "/nonexistent/bin/trainer does not exist" in refused.stderr, refused.stderr
+    try:
+        assert rlsup(*up, *fixed, cwd=tmp_path).returncode == 0
+        assert rlsup("down", "--run-dir", str(run_dir), cwd=tmp_path).returncode == 0
+        again = rlsup(*up, "--resume", cwd=tmp_path)
+        assert again.returncode == 0, again.stdout + again.stderr
+        wait_for(lambda: (run_dir / "logs" / "echo.log").read_text().count("LR=1") == 2, what="the second attempt")
+    finally:
+        rlsup("down", "--run-dir", str(run_dir), cwd=tmp_path, timeout=60)
