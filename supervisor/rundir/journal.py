@@ -300,8 +300,8 @@ def with_suppress_unlink(path: Path) -> None:
         pass
 
 
-def last_seq(path: Path) -> int:
-    """The ``seq`` of the journal's last sound line (0: none); damaged lines at its end are passed over."""
+def last_event(path: Path) -> dict[str, Any] | None:
+    """The journal's last sound event, read from its tail (None: none); damaged lines at its end are passed over."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -309,15 +309,22 @@ def last_seq(path: Path) -> int:
             f.seek(max(0, size - 65536))
             tail = f.read().splitlines()
     except OSError:
-        return 0
+        return None
     for raw in reversed(tail):
         try:
-            seq = json.loads(raw)["seq"]
+            event = json.loads(raw)
+            seq = event["seq"]
         except (ValueError, KeyError, TypeError, IndexError):
             continue
         if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
-            return seq
-    return 0
+            return event
+    return None
+
+
+def last_seq(path: Path) -> int:
+    """The ``seq`` of the journal's last sound line (0: none); damaged lines at its end are passed over."""
+    event = last_event(path)
+    return event["seq"] if event else 0
 
 
 MAX_LINE = 16 << 20  # a journal line longer than this is damage (rlsup's longest events are kilobytes)

@@ -9,7 +9,6 @@ cannot contradict it.
 
 from __future__ import annotations
 
-import collections
 import copy
 import json
 from collections.abc import Iterable, Iterator
@@ -19,7 +18,7 @@ from typing import Any
 
 from ..records import state as state_mod
 from ..records.events import Record, RunEnded, RunStarted, SupervisorExited, parse
-from .journal import read_events
+from .journal import last_event, read_events
 from .layout import RunPaths
 
 # Gauges that state.json holds and the journal does not (progress is latest-wins, never journaled).
@@ -38,9 +37,9 @@ def handing_over(path: Path, now: float, within_s: float) -> bool:
     """Whether the journal's newest event is a supervisor handing the run over (``rlsup restart-supervisor``:
     ``supervisor_exited``, the components left running) less than ``within_s`` ago: its successor is starting,
     though for a moment no supervisor holds the run dir."""
-    newest = collections.deque(read_events(path), maxlen=1)
-    return bool(newest) and newest[0].get("kind") == SupervisorExited.kind and (
-        now - float(newest[0].get("ts") or 0) < within_s)
+    newest = last_event(path) or {}
+    ts = newest.get("ts")
+    return newest.get("kind") == SupervisorExited.kind and isinstance(ts, (int, float)) and now - ts < within_s
 
 
 def read_saved(path: Path) -> dict[str, Any]:
