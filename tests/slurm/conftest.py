@@ -89,6 +89,19 @@ class Slurm:
                 return field.split("=", 1)[1]
         return "GONE"
 
+    def explain(self, job: str, run_dir: Path) -> str:
+        """What a failed wait on a job needs to be understood from CI's log alone: the job as Slurm has it,
+        its batch output, the run's last events, and Slurm's own logs."""
+        parts = [self.cluster.run("scontrol", "show", "job", job, check=False).stdout]
+        for out in sorted(run_dir.glob("slurm-*.out")):
+            parts.append(f"--- {out.name}\n" + out.read_text(errors="replace")[-3000:])
+        journal = run_dir / "events.jsonl"
+        if journal.exists():
+            parts.append("--- events.jsonl (last 25)\n" + "\n".join(journal.read_text(errors="replace").splitlines()[-25:]))
+        for log in sorted((run_dir / "logs").glob("supervisor*.log")):
+            parts.append(f"--- {log.name}\n" + log.read_text(errors="replace")[-3000:])
+        return "\n".join(parts + [self.cluster.logs()])
+
     def cleanup(self) -> None:
         for p in self.procs:
             if p.poll() is None:

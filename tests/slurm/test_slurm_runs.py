@@ -445,9 +445,17 @@ def test_a_time_limit_warns_checkpoints_requeues_and_the_next_job_goes_on_from_t
     def started_again() -> bool:
         # Slurm holds a requeued job 120 s; let it go now (again until it takes: a REQUEUED job ignores it)
         slurm.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+        # A batch launch that failed on this test cluster's busy slurmd is requeued *held* by Slurm itself
+        # (Reason "launch failed requeued held"): not rlsup's doing; released as its admin would
+        if "launch failed requeued held" in slurm.cluster.run("scontrol", "show", "job", job, check=False).stdout:
+            print(f"job {job}: Slurm held it after a failed launch; releasing it")
+            slurm.cluster.run("scontrol", "release", job, check=False)
         return len(_events(run, "run_started")) >= 2
 
-    wait_for(started_again, 240, 2.0, what="the requeued job's supervisor")
+    try:
+        wait_for(started_again, 240, 2.0, what="the requeued job's supervisor")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{slurm.explain(job, run)}") from None
     resumed = wait_for(lambda: _events(run, "started", "trainer")[1:], 60, what="the trainer again")[0]
     assert resumed["resume"]["step"] == stood, resumed
     wait_for(lambda: f"starting at step {stood + 1}" in _log(run, "trainer"), 60, what="the trainer going on")
