@@ -2,7 +2,7 @@
 decisions (tests/sim/world.py), the promises checked after every step (tests/promises.py and the oracle
 below), a failing schedule shrunk by Hypothesis to a minimal one that replays as it is printed.
 
-``RLSUP_SIM_EXAMPLES=N`` sets how many schedules run (by default 200 in the fast tier, about 6 s, and 1,000
+``RLSUP_SIM_EXAMPLES=N`` sets how many schedules run (by default 200 in the fast tier, about 6 s, and 500
 in the whole suite); `.ci/run` runs 6,000 more and `.ci/sim.sh` alone 10,000. The schedules are derandomized: the same
 N always plays the same schedules, so a red run replays as it is. A failure prints the shrunk schedule as
 ``test_random_schedules_keep_every_promise(setup=Setup(...), schedule=[...])``: keep it in
@@ -25,7 +25,7 @@ from rlsup.supervisor.rundir.layout import RunPaths
 from tests import promises, tier
 from tests.sim.world import Setup, World
 
-EXAMPLES = int(os.environ.get("RLSUP_SIM_EXAMPLES") or (200 if tier.FAST else 1000))
+EXAMPLES = int(os.environ.get("RLSUP_SIM_EXAMPLES") or (200 if tier.FAST else 500))
 
 COMPONENT_FAULTS = {
     "trainer": ("crash", "oom", "hang", "exit0"),
