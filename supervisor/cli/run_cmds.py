@@ -490,7 +490,9 @@ def _stop_on_signals(run: Run, *, terminal: bool) -> Callable[[int], None]:
         if what == "notice" and hits["n"]:
             return
         hits["n"] += 1
-        if hits["n"] > 1:
+        if hits["n"] > 1 and all(c.current is None for c in run.components.values()):
+            say(f"rlsup: {name}: every component has already stopped; the run is ending")  # (Slurm's requeue)
+        elif hits["n"] > 1:
             say(f"rlsup: {name} again: killing what is left")
             for c in run.components.values():
                 c.kill_now()

@@ -92,9 +92,13 @@ def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
     if s.partition:
         out.append(f"--partition={s.partition}")
     if s.time:
-        # The warning before the time limit (to the batch shell, which passes it on): rlsup checkpoints and
-        # requeues the job itself, so a run longer than the partition's limit goes on across jobs.
-        out += [f"--time={s.time}", f"--signal=B:USR1@{s.warn_s()}"]
+        out.append(f"--time={s.time}")
+    if s.time or any(c.preempt is not None for c in cfg.components.values()):
+        # Slurm's notice, to the batch shell, which passes it on: before the time limit, and at a preemption
+        # where the cluster sends it then (``preempt_send_user_signal``; else every task gets SIGTERM at once,
+        # the trainer's included, and no checkpoint is asked for first). rlsup checkpoints and requeues the job
+        # itself, so a run longer than the partition's limit, or preempted, goes on in the next job.
+        out.append(f"--signal=B:USR1@{s.warn_s()}")
         if not s.requeue:
             out[out.index("--no-requeue")] = "--requeue"
     return out + list(s.sbatch_args)

@@ -53,6 +53,7 @@ class Cluster:
         self.gpus_per_node = gpus_per_node
         self.cpus = cpus
         self.partition = "rlsup"
+        self.urgent = "urgent"  # the same nodes at a higher priority tier: a job there preempts (requeues) ours
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.conf = root / "slurm.conf"
         self.munge_sock = root / "munge" / "munge.sock"
@@ -121,12 +122,19 @@ class Cluster:
             "JobCompType=jobcomp/none",
             "SlurmdParameters=config_overrides",
             "PropagateResourceLimits=NONE",
+            # Preemption as clusters with spot-like partitions have it: a job of a higher tier requeues ours
+            # after a grace time, and the job's own --signal is its notice (not SIGTERM to every task).
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=REQUEUE",
+            "SlurmctldParameters=preempt_send_user_signal",
         ]
         for n in self.nodes:
             lines.append(f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} "
                          f"Port={self.node_ports[n]} CPUs={self.cpus} Gres=gpu:{self.gpus_per_node} State=UNKNOWN")
         lines.append(f"PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE "
-                     "State=UP OverSubscribe=NO")
+                     "State=UP OverSubscribe=NO PriorityTier=1 PreemptMode=REQUEUE GraceTime=60")
+        lines.append(f"PartitionName={self.urgent} Nodes={','.join(self.nodes)} MaxTime=INFINITE State=UP "
+                     "OverSubscribe=NO PriorityTier=10 PreemptMode=OFF")
         self.conf.write_text("\n".join(x for x in lines if x) + "\n")
 
     def start(self, timeout: float = 60.0) -> Cluster:

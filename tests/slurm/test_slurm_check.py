@@ -22,7 +22,7 @@ def _check(slurm, tmp_path, block: str) -> tuple[int, str]:
 def test_check_refuses_what_the_cluster_can_never_give_and_passes_what_it_can(slurm, tmp_path):
     rc, out = _check(slurm, tmp_path, "{nodes: 2, partition: rlsupp}")
     assert rc == 1 and "run.yaml:3: error [slurm] partition 'rlsupp' does not exist on this cluster (did you mean " \
-                       "'rlsup'?); partitions: rlsup" in out and "fix: partition: rlsup" in out, out
+                       "'rlsup'?); partitions: rlsup, urgent" in out and "fix: partition: rlsup" in out, out
     rc, out = _check(slurm, tmp_path, "{nodes: 3}")
     assert rc == 1 and "slurm.nodes: 3, but partition 'rlsup' has 2 node(s)" in out and "fix: nodes: 2" in out, out
     rc, out = _check(slurm, tmp_path, "{nodes: 2, gpus_per_node: 4}")

@@ -462,6 +462,57 @@ def test_a_time_limit_warns_checkpoints_requeues_and_the_next_job_goes_on_from_t
     assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
 
 
+@pytest.mark.timeout(600)  # a grace time of 60 s, the preempting job, then the requeued one
+def test_a_preemption_by_a_higher_tier_job_checkpoints_in_the_grace_time_and_the_requeued_job_goes_on(slurm, tmp_path):
+    """issue 40, item 2: the cluster preempts (PreemptMode=REQUEUE, GraceTime=60, preempt_send_user_signal) our
+    job for one in a higher-tier partition. The job asked for Slurm's notice because its trainer has `preempt:`
+    (no time limit): the trainer checkpoints its step on SIGUSR1 inside the grace time, the run ends
+    *preempted*, and once the other job is done the requeued job continues from that step."""
+    run = tmp_path / "run"
+    ck = tmp_path / "ckpt"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {{nodes: 1}}
+        components:
+          trainer:
+            command: {PY} {SCRIPTS}/stepper.py --total 100000 --sleep 0.1 --ckpt {ck} --ckpt-every 1000
+            progress: {{preset: rlsup}}
+            resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
+            preempt: {{signal: SIGUSR1, wait: 30}}
+    """)
+    assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
+    job = slurm.job_of(run)
+    wait_for(lambda: "Step 20/" in _log(run, "trainer"), 120, what="the trainer past step 20")
+    urgent = slurm.cluster.run("sbatch", "--parsable", f"--partition={slurm.cluster.urgent}", "-N2", "--exclusive",
+                               "--output=/dev/null", "--wrap", "sleep 15").stdout.strip()
+    try:
+        ended = wait_for(lambda: _events(run, "run_ended"), 120, what="the run to end on the preemption")[-1]
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{slurm.explain(job, run)}") from None
+    assert ended["outcome"] == "preempted", ended
+    assert f"job {job} is being preempted" in ended["reason"], ended
+    stood = ended["checkpoints"]["trainer"]["step"]
+    assert stood > 20 and f"Checkpoint of step {stood} written on SIGUSR1" in _log(run, "trainer")
+    assert not [e for e in _events(run, "flag", "trainer") if e["type"] == "checkpoint_problem"]
+    # Slurm's SIGTERM to the requeued batch step comes after every component stopped: nothing to kill
+    assert "killing what is left" not in (run / f"slurm-{job}.out").read_text()
+    wait_for(lambda: slurm.job_state(urgent) in ("RUNNING", "COMPLETING", "COMPLETED", "GONE"), 120,
+             what="the preempting job to run")
+
+    def started_again() -> bool:
+        slurm.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+        return len(_events(run, "run_started")) >= 2
+
+    try:
+        wait_for(started_again, 240, 2.0, what="the requeued job's supervisor")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{slurm.explain(job, run)}") from None
+    resumed = wait_for(lambda: _events(run, "started", "trainer")[1:], 60, what="the trainer again")[0]
+    assert resumed["resume"]["step"] == stood, resumed
+    wait_for(lambda: f"starting at step {stood + 1}" in _log(run, "trainer"), 60, what="the trainer going on")
+    assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
+
+
 def test_a_job_that_can_never_start_is_said_plainly_not_waited_on(slurm, tmp_path):
     """issue 40: `slurm.nodes` beyond the partition pended for ever while `--headless` waited in silence. Last in
     the session with the other cancelled-before-it-started job: `fleet --slurm` lists such jobs (issue 40 item 5)."""

@@ -252,7 +252,20 @@ def test_a_time_limit_asks_for_slurms_warning_and_a_requeueable_job_and_the_shel
     untimed = load_config(_write(tmp_path, BASE.replace('  time: "24:00:00"\n', "").replace("requeue: true",
                                                                                              "requeue: false")), environ={})
     argv = jobs.sbatch_argv(untimed, untimed.run_dir, "/work")
-    assert not [a for a in argv if a.startswith("--signal")] and "--no-requeue" in argv
+    assert not [a for a in argv if a.startswith(("--signal", "--time"))] and "--no-requeue" in argv
+
+
+def test_a_component_that_keeps_its_work_on_notice_asks_for_slurms_notice_without_a_time_limit(tmp_path):
+    """A preemption sends the user signal only where the job asked for one (`preempt_send_user_signal`): with a
+    `preempt:` component the job asks for it, and is requeueable, though it has no time limit."""
+    text = BASE.replace('  time: "24:00:00"\n', "").replace("requeue: true", "requeue: false")
+    assert "preempt:" not in text
+    trainer = text.index("  trainer:\n") + len("  trainer:\n")
+    cfg = load_config(_write(tmp_path, text[:trainer] + "    preempt: {{signal: SIGUSR1, wait: 60}}\n" + text[trainer:]),
+                      environ={})
+    argv = jobs.sbatch_argv(cfg, cfg.run_dir, "/work")
+    assert "--signal=B:USR1@120" in argv and "--requeue" in argv and "--no-requeue" not in argv
+    assert not [a for a in argv if a.startswith("--time")]
 
 
 def test_inside_the_job_rlsup_head_is_the_node_address_that_reaches_it_and_the_names_stay_in_rlsup_nodes(tmp_path):
