@@ -24,6 +24,7 @@ from typing import Any
 from .common import EXIT_FAILED, EXIT_OK, run_dir_arg, say
 
 POLL_S = 1.0
+SCHEDULED_S = 10.0  # how long `up -d` waits for the scheduler's first look at the job (sched_interval)
 
 
 def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
@@ -43,8 +44,11 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
         say(f"rlsup: {e}", err=True)
         return EXIT_FAILED
     if args.detach:
-        j = _job(job_id)
+        j = _scheduled(job_id)
         say(f"  state:   {_state_line(j) if j else 'unknown (squeue does not list it)'}")
+        if j is not None and j["state"] == "PENDING" and jobs.never_clears(j.get("reason")):
+            _never_starts(job_id, j, run_dir)
+            return EXIT_FAILED
         _hints(job_id, run_dir)
         return EXIT_OK
     try:
@@ -140,8 +144,7 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
                     return f"job {job_id} ran again and has ended since; reading the rest of its run from {run_dir}"
                 return None
             if _requeued_since(j, before):
-                return (f"job {job_id} was requeued ({_state_line(j)}): the run goes on when Slurm starts it "
-                        "again; waiting for its supervisor")
+                return f"job {job_id} was requeued: the run goes on when Slurm starts it again"
             if loop.time() > deadline:
                 return None
             await asyncio.sleep(1.0)
@@ -188,6 +191,9 @@ def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], 
             j = await asyncio.get_running_loop().run_in_executor(None, jobs.job, job_id)
         except jobs.SlurmError:
             raise failed from None  # squeue cannot say whether the job ended: the session retries
+        if j is not None and j["state"] in jobs.ACTIVE and j["state"] != "RUNNING":
+            # said with every retry: Slurm's state now (a requeued job goes COMPLETING, PENDING, RUNNING)
+            raise ConnectionError(f"job {job_id} is {_state_line(j)}, not running yet") from None
         if (j is not None and j["state"] in jobs.ACTIVE) or not RunPaths(Path(run_dir)).events.exists():
             raise failed
         return await command_connector(bridge_argv(run_dir), name=name)()
@@ -240,13 +246,31 @@ def wait_running(job_id: str, run_dir: str, *, out: Any = None) -> dict[str, Any
             say(f"rlsup: job {job_id}: {line}")
             shown = line
         if j["state"] == "PENDING" and (why := jobs.never_clears(j.get("reason"))):
-            say(f"rlsup: job {job_id} will never start: {j.get('reason')} ({why}). Change the `slurm:` block of the "
-                f"config (`rlsup check CONFIG` says what the cluster allows), cancel the job with "
-                f"`rlsup down{run_dir_arg(run_dir)}`, then `rlsup up` again", err=True)
+            _never_starts(job_id, j, run_dir)
             return {**j, "never": why}
         if j["state"] == "RUNNING" and (supervisor_up(run_dir) or not _sees_run_dir(run_dir, j)):
             return j
         time.sleep(POLL_S)
+
+
+def _scheduled(job_id: str, within_s: float = SCHEDULED_S) -> dict[str, Any] | None:
+    """The job once Slurm's scheduler has looked at it (`up -d` says whether it can ever start): it runs, has
+    ended, or pends with a reason; as it is after ``within_s`` otherwise."""
+    deadline = time.monotonic() + within_s
+    while True:
+        j = _job(job_id)
+        if j is None or j["state"] != "PENDING" or j.get("reason") not in (None, "", "None") \
+                or time.monotonic() > deadline:
+            return j
+        time.sleep(POLL_S / 4)
+
+
+def _never_starts(job_id: str, j: dict[str, Any], run_dir: str) -> None:
+    from ..slurm import jobs
+
+    say(f"rlsup: job {job_id} will never start: {j.get('reason')} ({jobs.never_clears(j.get('reason'))}). Change the "
+        f"`slurm:` block of the config (`rlsup check CONFIG` says what the cluster allows), cancel the job with "
+        f"`rlsup down{run_dir_arg(run_dir)}`, then `rlsup up` again", err=True)
 
 
 def _sees_run_dir(run_dir: str, j: dict[str, Any]) -> bool:

@@ -524,6 +524,13 @@ def test_a_job_that_can_never_start_is_said_plainly_not_waited_on(slurm, tmp_pat
             nodes: 1
             command: {PY} -c "print(1)"
     """)
+    # `up -d` returns at once, but not with exit 0 and a "PENDING" that never clears
+    d = slurm.rlsup("up", str(cfg), "-d", "--skip-checks", "--run-dir", f"{tmp_path}/run_d", timeout=90)
+    out = d.stdout + d.stderr
+    assert d.returncode == 1 and re.search(r"will never start: Partition(Config|NodeLimit) \(", out), out
+    assert "rlsup down --run-dir run_d" in out, out
+    assert slurm.rlsup("down", "--run-dir", f"{tmp_path}/run_d").returncode == 0
+
     r = slurm.rlsup("up", str(cfg), "--headless", "--skip-checks", timeout=90)
     out = r.stdout + r.stderr
     assert r.returncode == 1 and "submitted batch job" in out, out
