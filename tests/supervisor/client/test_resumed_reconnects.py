@@ -175,6 +175,11 @@ def test_a_run_that_ended_while_the_link_was_down_is_shown_ended(tmp_path, daemo
         task = asyncio.ensure_future(s.run())
         await asyncio.wait_for(s.connected.wait(), 30)
         await asyncio.to_thread(wait_for, lambda: "started" in plain.out and "started" in follow.out, 30)
+        # Both are clients of the live supervisor, not only readers of its history (printed before a follower
+        # looks for a supervisor): an event after they started reaches them. A follower that looked after the
+        # kill below would rightly say that no supervisor owns the run, and end.
+        assert (await asyncio.to_thread(d.cli, "restart", "counter")).returncode == 0
+        await asyncio.to_thread(wait_for, lambda: "attempt 2" in plain.out and "attempt 2" in follow.out, 60)
         sup = d.pid
         os.kill(sup, signal.SIGKILL)
         await asyncio.to_thread(wait_for, lambda: not pid_alive(sup), 30)
