@@ -442,24 +442,7 @@ def test_a_time_limit_warns_checkpoints_requeues_and_the_next_job_goes_on_from_t
         e for e in _events(run, "flag", "trainer") if e["type"] == "checkpoint_problem"]
     wait_for(lambda: slurm.job_state(job) in ("PENDING", "REQUEUED"), 60, what="the job requeued")
 
-    def started_again() -> bool:
-        # Slurm holds a requeued job 120 s; let it go now (again until it takes: a REQUEUED job ignores it)
-        slurm.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
-        # A batch launch that failed on this test cluster's busy slurmd is requeued *held* by Slurm itself
-        # (Reason "launch failed requeued held"): not rlsup's doing; released as its admin would
-        if "launch failed requeued held" in slurm.cluster.run("scontrol", "show", "job", job, check=False).stdout:
-            print(f"job {job}: Slurm held it after a failed launch; releasing it")
-            slurm.cluster.run("scontrol", "release", job, check=False)
-        return len(_events(run, "run_started")) >= 2
-
-    try:
-        wait_for(started_again, 240, 2.0, what="the requeued job's supervisor")
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{slurm.explain(job, run)}") from None
-    resumed = wait_for(lambda: _events(run, "started", "trainer")[1:], 60, what="the trainer again")[0]
-    assert resumed["resume"]["step"] == stood, resumed
-    wait_for(lambda: f"starting at step {stood + 1}" in _log(run, "trainer"), 60, what="the trainer going on")
-    assert slurm.rlsup("down", "--run-dir", str(run)).returncode == 0
+    _requeued_job_goes_on_from(slurm, job, run, stood)
 
 
 @pytest.mark.timeout(600)  # a grace time of 60 s, the preempting job, then the requeued one
@@ -499,8 +482,20 @@ def test_a_preemption_by_a_higher_tier_job_checkpoints_in_the_grace_time_and_the
     wait_for(lambda: slurm.job_state(urgent) in ("RUNNING", "COMPLETING", "COMPLETED", "GONE"), 120,
              what="the preempting job to run")
 
+    _requeued_job_goes_on_from(slurm, job, run, stood)
+
+
+def _requeued_job_goes_on_from(slurm, job: str, run: Path, stood: int) -> None:
+    """The requeued job starts again (let go at once), its supervisor resumes the trainer from step ``stood``
+    and the trainer goes on from there; then `rlsup down`."""
     def started_again() -> bool:
+        # Slurm holds a requeued job 120 s; let it go now (again until it takes: a REQUEUED job ignores it)
         slurm.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+        # A batch launch that failed on this test cluster's busy slurmd is requeued *held* by Slurm itself
+        # (Reason "launch failed requeued held"): not rlsup's doing; released as its admin would
+        if "launch failed requeued held" in slurm.cluster.run("scontrol", "show", "job", job, check=False).stdout:
+            print(f"job {job}: Slurm held it after a failed launch; releasing it")
+            slurm.cluster.run("scontrol", "release", job, check=False)
         return len(_events(run, "run_started")) >= 2
 
     try:
