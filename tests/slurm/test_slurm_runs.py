@@ -419,27 +419,12 @@ def test_a_time_limit_warns_checkpoints_requeues_and_the_next_job_goes_on_from_t
     """issue 40, item 2: with `slurm.time`, rlsup asks Slurm for a warning before the limit
     (--signal=B:USR1@N); the batch shell passes it on; the trainer (`preempt: {signal: SIGUSR1}`) checkpoints
     its step, the run ends *preempted* and requeues its own job, and the requeued job continues from that step."""
-    run = tmp_path / "run"
-    ck = tmp_path / "ckpt"
-    cfg = write_config(tmp_path, f"""
-        run_dir: {run}
-        slurm: {{nodes: 1, time: "2", warn_before: 50}}  # Slurm warns up to a minute early
-        components:
-          trainer:
-            command: {PY} {SCRIPTS}/stepper.py --total 100000 --sleep 0.1 --ckpt {ck} --ckpt-every 1000
-            progress: {{preset: rlsup}}
-            resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
-            preempt: {{signal: SIGUSR1, wait: 30}}
-    """)
+    run, cfg = _checkpointing_trainer(tmp_path, '{nodes: 1, time: "2", warn_before: 50}')  # warned up to 1 min early
     assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
     job = slurm.job_of(run)
     ended = wait_for(lambda: _events(run, "run_ended"), 150, what="the run to end on Slurm's warning")[-1]
-    assert ended["outcome"] == "preempted", ended
     assert "time limit" in ended["reason"] and f"job {job} requeued" in ended["reason"], ended
-    stood = ended["checkpoints"]["trainer"]["step"]
-    assert stood > 0 and f"Checkpoint of step {stood} written on SIGUSR1" in _log(run, "trainer")
-    assert _events(run, "checkpoint_requested", "trainer") and not [
-        e for e in _events(run, "flag", "trainer") if e["type"] == "checkpoint_problem"]
+    stood = _checkpointed_at_the_notice(run, ended)
     wait_for(lambda: slurm.job_state(job) in ("PENDING", "REQUEUED"), 60, what="the job requeued")
 
     _requeued_job_goes_on_from(slurm, job, run, stood)
@@ -451,18 +436,7 @@ def test_a_preemption_by_a_higher_tier_job_checkpoints_in_the_grace_time_and_the
     job for one in a higher-tier partition. The job asked for Slurm's notice because its trainer has `preempt:`
     (no time limit): the trainer checkpoints its step on SIGUSR1 inside the grace time, the run ends
     *preempted*, and once the other job is done the requeued job continues from that step."""
-    run = tmp_path / "run"
-    ck = tmp_path / "ckpt"
-    cfg = write_config(tmp_path, f"""
-        run_dir: {run}
-        slurm: {{nodes: 1}}
-        components:
-          trainer:
-            command: {PY} {SCRIPTS}/stepper.py --total 100000 --sleep 0.1 --ckpt {ck} --ckpt-every 1000
-            progress: {{preset: rlsup}}
-            resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
-            preempt: {{signal: SIGUSR1, wait: 30}}
-    """)
+    run, cfg = _checkpointing_trainer(tmp_path, "{nodes: 1}")
     assert slurm.rlsup("up", str(cfg), "-d").returncode == 0
     job = slurm.job_of(run)
     wait_for(lambda: "Step 20/" in _log(run, "trainer"), 120, what="the trainer past step 20")
@@ -472,17 +446,43 @@ def test_a_preemption_by_a_higher_tier_job_checkpoints_in_the_grace_time_and_the
         ended = wait_for(lambda: _events(run, "run_ended"), 120, what="the run to end on the preemption")[-1]
     except AssertionError as e:
         raise AssertionError(f"{e}\n{slurm.explain(job, run)}") from None
-    assert ended["outcome"] == "preempted", ended
     assert f"job {job} is being preempted" in ended["reason"], ended
-    stood = ended["checkpoints"]["trainer"]["step"]
-    assert stood > 20 and f"Checkpoint of step {stood} written on SIGUSR1" in _log(run, "trainer")
-    assert not [e for e in _events(run, "flag", "trainer") if e["type"] == "checkpoint_problem"]
+    stood = _checkpointed_at_the_notice(run, ended)
+    assert stood > 20, stood
     # Slurm's SIGTERM to the requeued batch step comes after every component stopped: nothing to kill
     assert "killing what is left" not in (run / f"slurm-{job}.out").read_text()
     wait_for(lambda: slurm.job_state(urgent) in ("RUNNING", "COMPLETING", "COMPLETED", "GONE"), 120,
              what="the preempting job to run")
 
     _requeued_job_goes_on_from(slurm, job, run, stood)
+
+
+def _checkpointing_trainer(tmp_path: Path, slurm_block: str) -> tuple[Path, Path]:
+    """(run dir, config) of a one-node run whose trainer checkpoints on SIGUSR1 (`preempt:`) and resumes from
+    its newest checkpoint; ``slurm_block`` is the `slurm:` value in flow style."""
+    run = tmp_path / "run"
+    ck = tmp_path / "ckpt"
+    cfg = write_config(tmp_path, f"""
+        run_dir: {run}
+        slurm: {slurm_block}
+        components:
+          trainer:
+            command: {PY} {SCRIPTS}/stepper.py --total 100000 --sleep 0.1 --ckpt {ck} --ckpt-every 1000
+            progress: {{preset: rlsup}}
+            resume: {{checkpoints: {ck}, layout: glob, step_pattern: 'step_(\\d+)', args: ["--resume-step", "{{step}}"]}}
+            preempt: {{signal: SIGUSR1, wait: 30}}
+    """)
+    return run, cfg
+
+
+def _checkpointed_at_the_notice(run: Path, ended: dict) -> int:
+    """The run ended *preempted*, its trainer asked for and writing a checkpoint at the notice: that step."""
+    assert ended["outcome"] == "preempted", ended
+    stood = ended["checkpoints"]["trainer"]["step"]
+    assert stood > 0 and f"Checkpoint of step {stood} written on SIGUSR1" in _log(run, "trainer")
+    assert _events(run, "checkpoint_requested", "trainer") and not [
+        e for e in _events(run, "flag", "trainer") if e["type"] == "checkpoint_problem"]
+    return stood
 
 
 def _requeued_job_goes_on_from(slurm, job: str, run: Path, stood: int) -> None:
