@@ -14,9 +14,12 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlsup.trainer import atomic
-from rlsup.trainer.policy import Policy, save_weights
+
+if TYPE_CHECKING:  # the orchestrator reads published weights and imports no torch
+    from rlsup.trainer.policy import Policy
 
 MARKER = "STABLE"
 _STEP_DIR = re.compile(r"step_(\d+)\Z")
@@ -24,6 +27,8 @@ _STEP_DIR = re.compile(r"step_(\d+)\Z")
 
 def publish(weights_dir: Path, step: int, total: int, policy: Policy, keep: int = 3) -> Path:
     """Write ``weights_dir/step_{step}`` atomically, prune all but the newest ``keep``; return it."""
+    from rlsup.trainer.policy import save_weights
+
     return write(weights_dir, step, lambda d: save_weights(policy, d), {"step": step, "total": total}, keep)
 
 

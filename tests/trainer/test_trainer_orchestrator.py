@@ -89,3 +89,15 @@ def test_async_level_0_samples_with_the_weights_the_server_has_loaded(tmp_path: 
     samples, meta = rollouts.read_step(out, 2)
     assert len(samples) == 4
     assert meta["weights_step"] == 1, (tmp_path / "orch.log").read_text()
+
+
+def test_the_orchestrator_imports_no_torch() -> None:
+    """Every demo stack starts an orchestrator, and every one of its restarts starts it again: an import
+    of torch there costs about two seconds of CPU each time, for arithmetic on a few floats."""
+    import subprocess
+    import sys
+
+    code = "import sys, rlsup.trainer.orchestrator; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
