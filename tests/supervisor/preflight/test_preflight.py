@@ -546,3 +546,21 @@ def test_an_inference_engine_without_a_liveness_probe_is_warned_about(tmp_path):
     assert 'alive: {http: "http://127.0.0.1:8123/health", interval: 15, failures: 4, timeout: 30}' in f.fix
     assert '"http://127.0.0.1:31000/health"' in found["sglang"].fix  # from --port, without a ready URL
     assert exit_code(of(run_checks(cfg, fast=True), "alive", "warning")) == 0  # a warning: the run may start
+
+
+def test_a_config_with_nothing_to_say_is_parsed_once(tmp_path, monkeypatch):
+    """`up`'s preflight re-reads the YAML only for the line of a finding: 10,000 components cost seconds a parse."""
+    from rlsup.supervisor.preflight import checks
+
+    lines = "".join(f"  c{i}: {{command: [/bin/true], restart: {{policy: never}}}}\n" for i in range(50))
+    cfg = load_config(write(tmp_path, f"name: many\ncomponents:\n{lines}"))
+    parsed: list[str] = []
+    real = checks.load_yaml
+    monkeypatch.setattr(checks, "load_yaml", lambda text, file: parsed.append(file) or real(text, file))
+    assert [f for f in run_checks(cfg, fast=True) if f.severity != "info"] == []
+    assert parsed == []
+    (tmp_path / "afile").write_text("")
+    cfg = load_config(write(tmp_path, "components:\n  a: {command: [/bin/true], cwd: " + str(tmp_path / "afile") + "}\n"))
+    bad = [f for f in run_checks(cfg, fast=True) if f.severity == "error"]
+    assert bad and all(f.where == f"{cfg.source}:2" for f in bad if f.component == "a")
+    assert len(parsed) == 1  # once, however many findings
