@@ -499,9 +499,10 @@ class Run:
         self._wanted_stopped(out.reason)
         self._ended.set()
 
-    def _view(self) -> runstep.View:
+    def _view(self, active: int | None = None) -> runstep.View:
         return runstep.View(self._seen(), shutting_down=self._shutting_down, run_seq=self._run_seq,
-                            ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since)
+                            ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since,
+                            active=active)
 
     def _seen(self) -> runview.SeenNow:
         return runview.SeenNow(self.components, self.state["components"], self._final_at)
@@ -514,7 +515,8 @@ class Run:
         try:
             self._admit_pending()
             self._eval_scheduled = False
-            self._step(runstep.Settled())
+            active = sum(c.state in lc.ACTIVE for c in self.components.values())  # not a Seen of each
+            self._step(runstep.Settled(), self._view(active))
         finally:
             self._evaluate_cost = time.monotonic() - t0
             self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
