@@ -284,7 +284,10 @@ class AttemptProcesses:
             pids.update(shim.cgroup_pids(self.cgroup))
         # An empty cgroup may also mean that the child could not join it: look at the monitor's subtree then.
         if not self.monitor_gone and not pids:
-            pids.update(shim.descendants(self.monitor_pid, children_map() if children is None else children))
+            # (without a map: the monitor's own children files where the kernel has them, not all of /proc)
+            if children is None and not shim.HAS_CHILDREN_FILE:
+                children = children_map()
+            pids.update(shim.descendants(self.monitor_pid, children))
         pids.discard(self.monitor_pid)
         live = [p for p in pids if pid_alive(p)]
         for p in live:
