@@ -183,6 +183,7 @@ class _Ctx:
         self.modules: list[tuple[str, str, str, str | None, str]] = []
         self._doc: Any = None
         self._doc_read = False
+        self._run_env: dict[str, str] | None = None
 
     def _yaml(self) -> Any:
         """The config's YAML with its positions, parsed the first time a finding needs a line: a config
@@ -216,10 +217,12 @@ class _Ctx:
 
     def env_for(self, name: str, comp: Component) -> dict[str, str]:
         """The environment the supervisor gives ``name`` (component.py ``_env``), minus the attempt."""
-        env = dict(os.environ)
-        env.update(self.cfg.file_env)
-        env.update(self.cfg.env)
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self._run_env is None:  # the run's part once: os.environ decodes every variable at each copy
+            self._run_env = dict(os.environ)
+            self._run_env.update(self.cfg.file_env)
+            self._run_env.update(self.cfg.env)
+            self._run_env.setdefault("PYTHONUNBUFFERED", "1")
+        env = dict(self._run_env)
         env.update(comp.env)
         if comp.gpus is not None:
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
