@@ -704,9 +704,9 @@ def _name_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Probl
 
 
 def _depends_on_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
-    names = list(cfg.components)
     for dep in c.depends_on:
         if dep not in cfg.components:
+            names = list(cfg.components)  # only for the message: a list per component made the check quadratic
             close = difflib.get_close_matches(dep, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; components are: {', '.join(names)}"
             yield at(("components", n, "depends_on", dep), f"unknown dependency {dep!r}{hint}", key=True)

@@ -284,7 +284,10 @@ class AttemptProcesses:
             pids.update(shim.cgroup_pids(self.cgroup))
         # An empty cgroup may also mean that the child could not join it: look at the monitor's subtree then.
         if not self.monitor_gone and not pids:
-            pids.update(shim.descendants(self.monitor_pid, children_map() if children is None else children))
+            # (without a map: the monitor's own children files where the kernel has them, not all of /proc)
+            if children is None and not shim.HAS_CHILDREN_FILE:
+                children = children_map()
+            pids.update(shim.descendants(self.monitor_pid, children))
         pids.discard(self.monitor_pid)
         live = [p for p in pids if pid_alive(p)]
         for p in live:
@@ -351,20 +354,27 @@ class AttemptProcesses:
 
 
 CHILDREN_MAX_AGE_S = 0.2
+CHILDREN_SHARE = 0.1  # of the time, at most, spent reading /proc for children_map
 _children: tuple[float, dict[int, list[int]]] = (-1e9, {})
+_children_cost = 0.0  # seconds the last pass over /proc took
 
 
 def children_map(max_age: float = CHILDREN_MAX_AGE_S) -> dict[int, list[int]]:
-    """pid -> child pids of every process, from one pass over /proc reused for ``max_age`` seconds.
+    """pid -> child pids of every process, from one pass over /proc reused for ``max_age`` seconds, or
+    longer where a pass is slow (at most about a tenth of the time goes to passes).
 
     A run with a thousand components asks for its attempts' members a thousand times in a row (a
     stop of all of them, a resources sample); one pass over /proc per question made that quadratic
-    (minutes for 1,000 components). A process forked since the pass is found by the next one, and
+    (minutes for 1,000 components). Thousands of processes make one pass cost tens of milliseconds,
+    and thousands of components ending one after the other ask all the time: a pass every 0.2 s was
+    half of a core (issue 44 item 2). A process forked since the pass is found by the next one, and
     the monitor kills whatever is left of its subtree when it finishes."""
-    global _children
+    global _children, _children_cost
     now = time.monotonic()
-    if now - _children[0] > max_age:
-        _children = (now, shim._children_map())
+    if now - _children[0] > max(max_age, _children_cost / CHILDREN_SHARE):
+        fresh = shim._children_map()
+        done = time.monotonic()
+        _children, _children_cost = (done, fresh), done - now
     return _children[1]
 
 

@@ -106,9 +106,41 @@ def _children_map() -> dict[int, list[int]]:
     return out
 
 
+# /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): one process's children without a pass over /proc
+HAS_CHILDREN_FILE = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def children_of(pid: int) -> list[int] | None:
+    """The children of ``pid``, from its threads' ``children`` files: a few small reads, where a pass over
+    /proc reads every process's stat (thousands of monitors at once, each finishing: quadratic). None
+    where the kernel has no such file: the caller makes the pass."""
+    if not HAS_CHILDREN_FILE:
+        return None
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def descendants(root: int, children: dict[int, list[int]] | None = None) -> list[int]:
     """Every live descendant of ``root`` (orphans re-parent to a subreaper, so none escape it);
-    ``children`` is a parent -> children map already read from /proc, else it is read now."""
+    ``children`` is a parent -> children map already read from /proc, else each process's children
+    are read from its own ``children`` files (or, without them, one pass over /proc now)."""
+    if children is None and HAS_CHILDREN_FILE:
+        found, todo = [], [root]
+        while todo:
+            for c in children_of(todo.pop()) or ():
+                found.append(c)
+                todo.append(c)
+        return found
     if children is None:
         children = _children_map()
     out, frontier = [], [root]
@@ -867,7 +899,8 @@ def reap_children(keep: int | None = None) -> list[tuple[int, int]]:
     ``keep``. The monitor's loop and the supervisor's (:meth:`Run._reap`) both use it."""
     out: list[tuple[int, int]] = []
     if keep is not None:  # waitpid(-1) could reap it: each other child by its pid
-        for child in _children_map().get(os.getpid(), []):
+        mine = children_of(os.getpid())
+        for child in _children_map().get(os.getpid(), []) if mine is None else mine:
             if child == keep:
                 continue
             try:

@@ -182,19 +182,29 @@ class _Ctx:
         # (component, interpreter, module, cwd, why it is needed beyond the command itself)
         self.modules: list[tuple[str, str, str, str | None, str]] = []
         self._doc: Any = None
-        try:
-            if cfg.source:
-                self._doc = load_yaml(Path(cfg.source).read_text(encoding="utf-8"), cfg.source)
-        except Exception:  # positions are a nicety; the config was already validated
-            self._doc = None
+        self._doc_read = False
+        self._run_env: dict[str, str] | None = None
+
+    def _yaml(self) -> Any:
+        """The config's YAML with its positions, parsed the first time a finding needs a line: a config
+        with nothing to say is parsed once, by the loader (10,000 components: seconds each parse)."""
+        if not self._doc_read:
+            self._doc_read = True
+            try:
+                if self.cfg.source:
+                    self._doc = load_yaml(Path(self.cfg.source).read_text(encoding="utf-8"), self.cfg.source)
+            except Exception:  # positions are a nicety; the config was already validated
+                self._doc = None
+        return self._doc
 
     def where(self, path: Path_) -> str | None:
         """``FILE:LINE`` of the deepest key of ``path`` the YAML has (None for keys it lacks)."""
-        if self._doc is None:
+        doc = self._yaml()
+        if doc is None:
             return None
         p = tuple(path)
         while p:
-            pos = self._doc.key_marks.get(p) or self._doc.marks.get(p)
+            pos = doc.key_marks.get(p) or doc.marks.get(p)
             if pos is not None:
                 return f"{self.cfg.source}:{pos[0]}"
             p = p[:-1]
@@ -207,10 +217,12 @@ class _Ctx:
 
     def env_for(self, name: str, comp: Component) -> dict[str, str]:
         """The environment the supervisor gives ``name`` (component.py ``_env``), minus the attempt."""
-        env = dict(os.environ)
-        env.update(self.cfg.file_env)
-        env.update(self.cfg.env)
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self._run_env is None:  # the run's part once: os.environ decodes every variable at each copy
+            self._run_env = dict(os.environ)
+            self._run_env.update(self.cfg.file_env)
+            self._run_env.update(self.cfg.env)
+            self._run_env.setdefault("PYTHONUNBUFFERED", "1")
+        env = dict(self._run_env)
         env.update(comp.env)
         if comp.gpus is not None:
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")

@@ -289,16 +289,20 @@ class Outcome:
     how: str = "completed"  # the run's outcome (events.RUN_OUTCOMES)
 
 
-def outcome(cfg: Config, seen: Mapping[str, Seen]) -> Outcome | None:
+def outcome(cfg: Config, seen: Mapping[str, Seen], active: int | None = None) -> Outcome | None:
     """Whether the run has ended, and how; None while it goes on.
 
     It ends when a component with ``exit_on_end`` is completed or fatal, or when nothing is active
     any more (unless everything was stopped by hand: a start command may follow). The root is the
     first component whose failure made the others stop or never start, not the last one to end.
+    ``active``: how many components are in ``lc.ACTIVE``, where the caller counted them (then, while any
+    is, only the ``exit_on_end`` components are looked at: thousands of components, judged many times a
+    second while they start); None: counted here.
     """
-    trigger = next((n for n in cfg.topo_order()
-                    if cfg.components[n].exit_on_end and seen[n].state in ("completed", "fatal")), None)
+    trigger = _end_trigger(cfg, seen)
     if trigger is None:
+        if active:
+            return None
         states = [c.state for c in seen.values()]
         if any(s in lc.ACTIVE for s in states):
             return None
@@ -323,6 +327,15 @@ def outcome(cfg: Config, seen: Mapping[str, Seen]) -> Outcome | None:
     if len(victims) > MAX_NAMED:
         reason += f"; and {len(victims) - MAX_NAMED} more fatal"
     return Outcome(1, reason, root=root.name, root_reason=why, victims=victims, how="failed")
+
+
+def _end_trigger(cfg: Config, seen: Mapping[str, Seen]) -> str | None:
+    """The first component (in dependency order) with ``exit_on_end`` that is completed or fatal."""
+    ends = [n for n, c in cfg.components.items() if c.exit_on_end]
+    if len(ends) > 1:
+        order = {n: i for i, n in enumerate(cfg.topo_order())}
+        ends.sort(key=order.__getitem__)
+    return next((n for n in ends if seen[n].state in ("completed", "fatal")), None)
 
 
 def _named(names: Sequence[str]) -> str:

@@ -58,6 +58,7 @@ class View:
     flagged: frozenset[str] = frozenset()  # consumers with a dependency_down flag raised
     down_since: Mapping[str, float] = field(default_factory=dict)  # of the dependency watch
     down_for: Mapping[str, float] = field(default_factory=dict)
+    active: int | None = None  # components in lc.ACTIVE, where the run counted them (None: count from seen)
 
 
 # ---------------------------------------------------------------------- triggers
@@ -214,7 +215,7 @@ def _settled(view: View, t: Settled, now: float, cfg: Config) -> tuple[Effect, .
     """The run's end: once, never while it shuts down."""
     if view.shutting_down or view.ended:
         return ()
-    out = detectors.outcome(cfg, view.seen)
+    out = detectors.outcome(cfg, view.seen, active=view.active)
     return (End(out),) if out is not None else ()
 
 

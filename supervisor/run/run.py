@@ -39,7 +39,7 @@ from ..records.clock import Clock, SystemClock
 from ..records.version import VERSION
 from ..rules import detectors, runstep
 from ..rules import lifecycle as lc
-from ..rules.detectors import Outcome, Seen, next_tick, partner_up
+from ..rules.detectors import Outcome, next_tick, partner_up
 from ..rundir.journal import Journal, damage_notes, keep_spare_records
 from ..rundir.layout import RunLock, RunPaths
 from ..rundir.logs import RingBudget
@@ -499,15 +499,13 @@ class Run:
         self._wanted_stopped(out.reason)
         self._ended.set()
 
-    def _view(self) -> runstep.View:
+    def _view(self, active: int | None = None) -> runstep.View:
         return runstep.View(self._seen(), shutting_down=self._shutting_down, run_seq=self._run_seq,
-                            ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since)
+                            ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since,
+                            active=active)
 
-    def _seen(self) -> dict[str, Seen]:
-        return runview.seen_all(self.components, self.state["components"], self._final_at)
-
-    def _seen_one(self, n: str, c: Component) -> Seen:
-        return runview.seen_one(c, self.state["components"].get(n, {}), self._final_at.get(n))
+    def _seen(self) -> runview.SeenNow:
+        return runview.SeenNow(self.components, self.state["components"], self._final_at)
 
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
@@ -517,7 +515,8 @@ class Run:
         try:
             self._admit_pending()
             self._eval_scheduled = False
-            self._step(runstep.Settled())
+            active = sum(c.state in lc.ACTIVE for c in self.components.values())  # not a Seen of each
+            self._step(runstep.Settled(), self._view(active))
         finally:
             self._evaluate_cost = time.monotonic() - t0
             self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
@@ -528,21 +527,28 @@ class Run:
         if self._order is None:
             self._order = self.cfg.topo_order()
         for _ in range(len(self.components) + 2):
+            waiting = [n for n in self._order if self._may_admit(self.components[n])]
+            if not waiting:
+                break  # nothing to gate: no view of every component to build
             view = self._view()
             seen = view.seen
-            assert isinstance(seen, dict)
+            assert isinstance(seen, runview.SeenNow)
             moved = False
-            for n in self._order:
+            for n in waiting:
                 c = self.components[n]
-                if c.state != "pending" or c.life.want != "run" or c.life.spawning:
+                if not self._may_admit(c):
                     continue
                 before = (c.state, c.life.waiting)
                 self._step(runstep.Pending(n, again=n in self._again and c.life.attempt == self._again[n]), view)
                 if (c.state, c.life.waiting) != before:
                     moved = True
-                    seen[n] = self._seen_one(n, c)  # only it moved (its effects run later)
+                    seen.forget(n)  # only it moved (its effects run later)
             if not moved:
                 break
+
+    @staticmethod
+    def _may_admit(c: Component) -> bool:
+        return c.state == "pending" and c.life.want == "run" and not c.life.spawning
 
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""

@@ -8,7 +8,7 @@ pure rules take, so that the rules can be tested with a fake clock and no proces
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
@@ -28,9 +28,38 @@ def seen_one(c: Component, state: Mapping[str, Any], ended_at: float | None) -> 
                 step=c.progress.step, was_ready=c.life.ready_at is not None or state.get("ready_at") is not None)
 
 
-def seen_all(components: Mapping[str, Component], states: Mapping[str, Any],
-             final_at: Mapping[str, float]) -> dict[str, Seen]:
-    return {n: seen_one(c, states.get(n, {}), final_at.get(n)) for n, c in components.items()}
+class SeenNow(Mapping[str, Seen]):
+    """Every component as the run's rules may know it, each read the first time a rule asks for it (then
+    kept): gating a component without dependencies, or planning the tick, reads a few of thousands, not all.
+    ``forget(name)``: that component moved; the next look reads it again."""
+
+    def __init__(self, components: Mapping[str, Component], states: Mapping[str, Any],
+                 final_at: Mapping[str, float]):
+        self._components = components
+        self._states = states
+        self._final_at = final_at
+        self._read: dict[str, Seen] = {}
+        self.reads = 0  # how many components were read (for tests: the work this view did)
+
+    def __getitem__(self, name: str) -> Seen:
+        got = self._read.get(name)
+        if got is None:
+            c = self._components[name]
+            self.reads += 1
+            got = self._read[name] = seen_one(c, self._states.get(name, {}), self._final_at.get(name))
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._components)
+
+    def __len__(self) -> int:
+        return len(self._components)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._components
+
+    def forget(self, name: str) -> None:
+        self._read.pop(name, None)
 
 
 def _last_line(c: Component) -> str | None:

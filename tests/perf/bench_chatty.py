@@ -1,6 +1,7 @@
 """Many chatty components, side by side in one run (issue 20 item 2).
 
     python tests/perf/bench_chatty.py [--counts 50,200] [--seconds 30] [--rate 100] [--repeat 1]
+    python tests/perf/bench_chatty.py --counts 1000     # issue 44 item 2: all 1,000 started, the CPU
 
 N components each write RATE lines/s of ~100 bytes (one write(2) per line, on a fixed schedule;
 tests/perf/chatty.c, compiled on first use, or writer.py chatty without a C compiler or with
@@ -223,6 +224,7 @@ def main() -> None:
             c["rlsup_supervisor_threads"] = max(x["supervisor_threads"] for x in rl)
             c["rlsup_ring_matches_log"] = all(x.get("ring_matches_log") for x in rl)
             c["rlsup_threads_all_processes"] = max(x["rlsup_threads_all_processes"] for x in rl)
+            c["rlsup_monitors"] = min(x["monitors"] for x in rl)  # components started (one monitor each)
             if "supervisord" in runs:
                 sd = runs["supervisord"]
                 c["supervisord_cpu_pct"] = round(pk.med([x["cpu_pct"]["supervisord"] for x in sd]), 2)
@@ -240,6 +242,11 @@ def main() -> None:
     if "200" in counts:
         targets["200: rlsup CPU < 100% (headroom)"] = counts["200"]["rlsup_cpu_pct"] < 100.0
         targets["200: drain < 0.1 s"] = counts["200"]["rlsup_drain_max_s"] < 0.1
+    if "1000" in counts:  # issue 44 item 2: all started, CPU linear in components, ahead of supervisord
+        targets["1000: every component started"] = counts["1000"]["rlsup_monitors"] == 1000
+        if "supervisord_cpu_pct" in counts["1000"]:
+            targets["1000: rlsup CPU <= supervisord"] = (counts["1000"]["rlsup_cpu_pct"]
+                                                        <= counts["1000"]["supervisord_cpu_pct"])
     if len(thr) > 1:
         targets["threads not growing"] = len(set(thr.values())) == 1
     result["targets"] = targets

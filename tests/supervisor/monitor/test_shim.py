@@ -256,3 +256,27 @@ def test_an_exited_child_is_seen_without_being_reaped(tmp_path):
     assert shim.exit_fields(proc_state(pid)[1]) == {"exit_code": 3, "signal": None}
     assert os.waitpid(pid, 0) == (pid, 3 << 8)
     assert proc_state(pid) == ("", None)
+
+
+def test_descendants_are_found_without_a_pass_over_proc(monkeypatch):
+    """Each monitor finishing looked for its tree in all of /proc: thousands of monitors at once made that
+    quadratic (issue 44 item 2). Its own children files are read instead, where the kernel has them."""
+    if not shim.HAS_CHILDREN_FILE:
+        import pytest
+
+        pytest.skip("no /proc/PID/task/TID/children on this kernel")
+    p = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True)
+    try:
+        grandchildren = wait_for(lambda: (shim.children_of(p.pid) or None) if len(shim.children_of(p.pid) or []) == 2
+                                 else None, PATIENCE, what="the shell's two sleeps")
+
+        def no_pass() -> dict[int, list[int]]:
+            raise AssertionError("a pass over /proc")
+
+        monkeypatch.setattr(shim, "_children_map", no_pass)
+        found = shim.descendants(os.getpid())
+        assert p.pid in found and set(grandchildren) <= set(found)
+        assert shim.reap_children(keep=p.pid) == []  # nothing else of ours has exited; no pass either
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()

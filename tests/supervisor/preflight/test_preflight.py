@@ -546,3 +546,62 @@ def test_an_inference_engine_without_a_liveness_probe_is_warned_about(tmp_path):
     assert 'alive: {http: "http://127.0.0.1:8123/health", interval: 15, failures: 4, timeout: 30}' in f.fix
     assert '"http://127.0.0.1:31000/health"' in found["sglang"].fix  # from --port, without a ready URL
     assert exit_code(of(run_checks(cfg, fast=True), "alive", "warning")) == 0  # a warning: the run may start
+
+
+def test_a_config_with_nothing_to_say_is_parsed_once(tmp_path, monkeypatch):
+    """`up`'s preflight re-reads the YAML only for the line of a finding: 10,000 components cost seconds a parse."""
+    from rlsup.supervisor.preflight import checks
+
+    lines = "".join(f"  c{i}: {{command: [/bin/true], restart: {{policy: never}}}}\n" for i in range(50))
+    cfg = load_config(write(tmp_path, f"name: many\ncomponents:\n{lines}"))
+    parsed: list[str] = []
+    real = checks.load_yaml
+    monkeypatch.setattr(checks, "load_yaml", lambda text, file: parsed.append(file) or real(text, file))
+    assert [f for f in run_checks(cfg, fast=True) if f.severity != "info"] == []
+    assert parsed == []
+    (tmp_path / "afile").write_text("")
+    cfg = load_config(write(tmp_path, "components:\n  a: {command: [/bin/true], cwd: " + str(tmp_path / "afile") + "}\n"))
+    bad = [f for f in run_checks(cfg, fast=True) if f.severity == "error"]
+    assert bad and all(f.where == f"{cfg.source}:2" for f in bad if f.component == "a")
+    assert len(parsed) == 1  # once, however many findings
+
+
+def test_the_run_environment_is_read_once_not_once_per_component(tmp_path, monkeypatch):
+    """os.environ decodes every variable at each copy: two copies per component were most of `up`'s
+    preflight at thousands of components."""
+    from collections.abc import MutableMapping
+
+    from rlsup.supervisor.preflight import checks
+
+    class Counted(MutableMapping):  # type: ignore[type-arg]
+        """os.environ itself underneath (pytest writes to it meanwhile), its copies counted."""
+
+        copies = 0
+
+        def __init__(self, env):
+            self.env = env
+
+        def __setitem__(self, k, v):
+            self.env[k] = v
+
+        def __delitem__(self, k):
+            del self.env[k]
+
+        def keys(self):  # what dict(mapping) calls
+            Counted.copies += 1
+            return self.env.keys()
+
+        def __getitem__(self, k):
+            return self.env[k]
+
+        def __iter__(self):
+            return iter(self.env)
+
+        def __len__(self):
+            return len(self.env)
+
+    lines = "".join(f"  c{i}: {{command: 'echo $HOME', shell: true}}\n" for i in range(20))
+    cfg = load_config(write(tmp_path, f"name: many\ncomponents:\n{lines}"))
+    monkeypatch.setattr(checks.os, "environ", Counted(os.environ))
+    assert [f for f in run_checks(cfg, fast=True) if f.check == "env"] == []  # $HOME is set: no warning
+    assert Counted.copies == 1

@@ -118,3 +118,32 @@ def test_a_preemptions_wait_ends_on_a_newer_checkpoint_an_exit_or_its_bound():
     assert checkpoint_waited(now=101.0, before=None, latest=(3, 101.0), **kw) == "written"
     assert checkpoint_waited(now=160.0, before=(40, 5.0), latest=(40, 5.0), **kw) == "timed out"
     assert checkpoint_waited(now=101.0, before=None, latest=None, **{**kw, "exited": True}) == "exited"
+
+
+class _Counted(dict):  # type: ignore[type-arg]
+    """A view that counts the components read from it."""
+
+    reads = 0
+
+    def __getitem__(self, k):
+        self.reads += 1
+        return super().__getitem__(k)
+
+    def values(self):
+        self.reads += len(self)
+        return super().values()
+
+
+def test_while_the_run_counts_components_active_only_exit_on_end_ones_are_read(tmp_path):
+    """Thousands of components, judged many times a second while they start: not a read of each per judgement."""
+    cfg = stack(tmp_path)  # the trainer has exit_on_end
+    seen = _Counted({"inference": Seen("inference", "running", 1), "orchestrator": Seen("orchestrator", "running", 1),
+                     "trainer": Seen("trainer", "running", 1)})
+    assert detectors.outcome(cfg, seen, active=3) is None
+    assert seen.reads == 1
+    seen["trainer"] = Seen("trainer", "completed", 1)
+    out = detectors.outcome(cfg, seen, active=2)
+    assert out is not None and out.exit_code == 0 and "trainer completed" in out.reason
+    # Counted or not, the same verdicts.
+    done = {n: Seen(n, "completed", 1) for n in ("inference", "orchestrator", "trainer")}
+    assert detectors.outcome(cfg, done, active=0) == detectors.outcome(cfg, done)
