@@ -454,6 +454,8 @@ class Run:
             self._final_at.setdefault(comp.name, self.clock.monotonic())
         else:
             self._final_at.pop(comp.name, None)
+        if comp.state == "pending" and comp.life.attempt > 0:
+            self._admit_again(comp)
         if not self._eval_scheduled and self.loop is not None:
             self._eval_scheduled = True
             # One evaluation looks at every component; a burst of changes (a thousand components
@@ -543,6 +545,19 @@ class Run:
                     seen[n] = self._seen_one(n, c)  # only it moved (its effects run later)
             if not moved:
                 break
+
+    def _admit_again(self, comp: Component) -> None:
+        """A component pending again (its backoff is over, a restart asked for) is judged at once against
+        its own dependencies only: a restart must not wait for the next evaluation of the whole run (up to
+        :data:`EVALUATE_EVERY_S`); that batching is for a burst of first starts and ends."""
+        if comp.life.want != "run" or comp.life.spawning or self._shutting_down or self.loop is None:
+            return
+        names = [comp.name, *self.cfg.components[comp.name].depends_on]
+        seen = {n: self._seen_one(n, self.components[n]) for n in names}
+        view = runstep.View(seen, shutting_down=self._shutting_down, run_seq=self._run_seq,
+                            ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since)
+        n = comp.name
+        self._step(runstep.Pending(n, again=n in self._again and comp.life.attempt == self._again[n]), view)
 
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
