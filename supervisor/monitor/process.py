@@ -277,14 +277,17 @@ class AttemptProcesses:
 
     def members(self, children: dict[int, list[int]] | None = None) -> list[int]:
         """Every live process of the attempt (not the monitor itself). ``children`` is a pid ->
-        children map to use (default: :func:`children_map`, at most :data:`CHILDREN_MAX_AGE_S` old)."""
+        children map to use (default: the monitor's subtree from the kernel's lists of children,
+        :func:`.shim.children_of`, else :func:`children_map`, at most :data:`CHILDREN_MAX_AGE_S` old)."""
         pids: set[int] = set()
         if self.cgroup:
             # Every process the command started is in its cgroup, whatever it did: no need to walk /proc.
             pids.update(shim.cgroup_pids(self.cgroup))
         # An empty cgroup may also mean that the child could not join it: look at the monitor's subtree then.
         if not self.monitor_gone and not pids:
-            pids.update(shim.descendants(self.monitor_pid, children_map() if children is None else children))
+            if children is None and shim.children_of(self.monitor_pid) is None:
+                children = children_map()
+            pids.update(shim.descendants(self.monitor_pid, children))
         pids.discard(self.monitor_pid)
         live = [p for p in pids if pid_alive(p)]
         for p in live:

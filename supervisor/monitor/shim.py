@@ -106,14 +106,43 @@ def _children_map() -> dict[int, list[int]]:
     return out
 
 
+_proc_children: bool | None = None  # whether the kernel lists each task's children (/proc/PID/task/TID/children)
+
+
+def children_of(pid: int) -> list[int] | None:
+    """The children of ``pid`` from the kernel's own lists (``/proc/PID/task/*/children``, every thread's):
+    no pass over every process of the machine. None where the kernel keeps no such list (then
+    :func:`_children_map` is the way); [] for a process that is gone."""
+    global _proc_children
+    if _proc_children is None:
+        _proc_children = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+    if not _proc_children:
+        return None
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+    return out
+
+
 def descendants(root: int, children: dict[int, list[int]] | None = None) -> list[int]:
     """Every live descendant of ``root`` (orphans re-parent to a subreaper, so none escape it);
-    ``children`` is a parent -> children map already read from /proc, else it is read now."""
-    if children is None:
-        children = _children_map()
+    ``children`` is a parent -> children map already read from /proc, else each process's own list of
+    children is read (:func:`children_of`: only the subtree, not every process of the machine)."""
     out, frontier = [], [root]
+    if children is None and children_of(root) is None:
+        children = _children_map()
     while frontier:
-        for c in children.get(frontier.pop(), ()):
+        parent = frontier.pop()
+        kids = children.get(parent, ()) if children is not None else (children_of(parent) or ())
+        for c in kids:
             out.append(c)
             frontier.append(c)
     return out
@@ -867,7 +896,8 @@ def reap_children(keep: int | None = None) -> list[tuple[int, int]]:
     ``keep``. The monitor's loop and the supervisor's (:meth:`Run._reap`) both use it."""
     out: list[tuple[int, int]] = []
     if keep is not None:  # waitpid(-1) could reap it: each other child by its pid
-        for child in _children_map().get(os.getpid(), []):
+        mine = children_of(os.getpid())
+        for child in (_children_map().get(os.getpid(), []) if mine is None else mine):
             if child == keep:
                 continue
             try:
