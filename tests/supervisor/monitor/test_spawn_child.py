@@ -94,3 +94,27 @@ def test_what_posix_spawn_cannot_do_goes_the_fork_path(spec: dict) -> None:
     here = os.getcwd()
     assert _spawn(spec)[0] is None
     assert os.getcwd() == here
+
+
+def test_a_child_with_a_cgroup_is_born_in_it(tmp_path) -> None:
+    from rlsup.supervisor.monitor.process import Cgroups
+
+    cgroups = Cgroups.for_run(tmp_path)
+    if cgroups.base is None:
+        pytest.skip(f"no usable cgroups here: {cgroups.reason}")
+    cg = cgroups.for_attempt("c", 1)
+    assert cg is not None
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid, joined = shim._fork_into(cg)
+        if pid == 0:  # only exec: the child of a raw clone3
+            os.dup2(w, 1)
+            os.execv("/bin/cat", ["cat", "/proc/self/cgroup"])
+        os.close(w)
+        out = _read_all(r).decode()
+        os.waitpid(pid, 0)
+    finally:
+        os.close(r)
+        cgroups.remove_empty()
+    assert joined, "the child was not born in its cgroup (clone3 with CLONE_INTO_CGROUP)"
+    assert any(line.startswith("0::") and cg.endswith(line[3:]) for line in out.splitlines()), (out, cg)
