@@ -168,7 +168,13 @@ class Record:
         self._fd: int | None = None
 
     def create(self) -> None:
-        """Write the record under a temporary name, then rename it into place (atomic for readers).
+        """Write the record under a temporary name, then rename it into place (atomic for readers)."""
+        self.prepare()
+        self.commit()
+
+    def prepare(self) -> None:
+        """The record written and synced under a temporary name (:meth:`commit` renames it into place,
+        :meth:`discard` drops it).
 
         On a full disk a new file gets no blocks: the record is then written into one of the spare
         slots the supervisor keeps in ``monitors/`` (files of exactly :data:`RECORD_SIZE` bytes,
@@ -186,8 +192,24 @@ class Record:
             if e.errno not in NO_SPACE:
                 raise
             fd = self._from_spare(tmp, e)
-        os.rename(tmp, self.path)
         self._fd = fd
+
+    def commit(self) -> None:
+        """The prepared record renamed into place (the supervisor and the next one see it now)."""
+        os.rename(f"{self.path}.tmp.{os.getpid()}", self.path)
+
+    def discard(self) -> None:
+        """A prepared record that is not to be: its file and descriptor gone."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+        try:
+            os.unlink(f"{self.path}.tmp.{os.getpid()}")
+        except OSError:
+            pass
 
     def _from_spare(self, tmp: str, error: OSError) -> int:
         """Claim a spare slot (renaming it is atomic: two monitors never get the same one) and write the
@@ -734,14 +756,7 @@ def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None]) -> int:
         _exec_child({**spec, "cgroup": None} if joined else spec, out_w, err_w)
     os.close(out_w)
     os.close(err_w)
-    err = _read_to_eof(err_r).splitlines()  # EOF once the child exec'd (close-on-exec) or died
-    failure = next((ln[2:] for ln in err if ln.startswith(b"E ")), None)
-    if failure is not None:
-        os.waitpid(pid, 0)
-        report({"ok": False, **json.loads(failure)})
-        log.close()
-        return 1
-    rec = _create_record(spec, pid, started, started_mono, report)
+    rec, err = _record_once_execd(spec, pid, started, started_mono, err_r, log, report)
     if rec is None:
         return 1
     report({"ok": True, "pid": pid, "shim_pid": os.getpid(), "started": started, "started_mono": started_mono,
@@ -781,26 +796,51 @@ def _read_to_eof(fd: int) -> bytes:
     return data
 
 
-def _create_record(spec: dict, pid: int, started: float, started_mono: float,
-                   report: Callable[[dict[str, Any]], None]) -> Record | None:
-    """The attempt's record, created; None (the child killed, the starter told) if it cannot be written:
-    no record, no monitoring the next supervisor could adopt, so the attempt is refused."""
-    rec = Record(spec["record"], {
+def _record_once_execd(spec: dict, pid: int, started: float, started_mono: float, err_r: int, log: LogFile,
+                       report: Callable[[dict[str, Any]], None]) -> tuple[Record | None, list[bytes]]:
+    """The attempt's record, in place once the child exec'd, and what the child said on ``err_r`` (its
+    warnings); None (the starter told why) if the child could not start or the record cannot be written:
+    no record, no monitoring the next supervisor could adopt, so the attempt is refused (its child killed).
+    The record is written and synced while the child execs (the sync waits for the disk, the exec for a
+    CPU), and renamed into place once the exec is known to have succeeded."""
+    rec = _record(spec, pid, started, started_mono)
+    trouble: OSError | None = None
+    try:
+        rec.prepare()
+    except OSError as e:
+        trouble = e
+    err = _read_to_eof(err_r).splitlines()  # EOF once the child exec'd (close-on-exec) or died
+    failure = next((ln[2:] for ln in err if ln.startswith(b"E ")), None)
+    if failure is not None:
+        os.waitpid(pid, 0)
+        rec.discard()
+        report({"ok": False, **json.loads(failure)})
+        log.close()
+        return None, err
+    if trouble is None:
+        try:
+            rec.commit()
+        except OSError as e:
+            trouble = e
+    if trouble is not None:  # no record, no monitoring the next supervisor could adopt: the attempt is refused
+        rec.discard()
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        report({"ok": False, "errno": trouble.errno, "error": f"cannot write {spec['record']}: {trouble.strerror}",
+                "type": "RecordError"})
+        return None, err
+    return rec, err
+
+
+def _record(spec: dict, pid: int, started: float, started_mono: float) -> Record:
+    """The attempt's record (not written yet)."""
+    return Record(spec["record"], {
         "protocol": PROTOCOL, "component": spec["component"], "attempt": spec["attempt"], "run_dir": spec["run_dir"],
         "shim_pid": os.getpid(), "pid": pid, "cgroup": spec.get("cgroup"), "log": spec["log"]["path"],
         "started": started, "started_mono": started_mono, "status": "running", "exit_code": None,
         "signal": None, "ended": None, "ended_mono": None, "log_end": None, "log_error": None, "lost_bytes": 0,
         "log_ok": False,
     })
-    try:
-        rec.create()
-    except OSError as e:
-        os.killpg(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        report({"ok": False, "errno": e.errno, "error": f"cannot write {spec['record']}: {e.strerror}",
-                "type": "RecordError"})
-        return None
-    return rec
 
 
 class _Loop:

@@ -118,3 +118,25 @@ def test_a_child_with_a_cgroup_is_born_in_it(tmp_path) -> None:
         cgroups.remove_empty()
     assert joined, "the child was not born in its cgroup (clone3 with CLONE_INTO_CGROUP)"
     assert any(line.startswith("0::") and cg.endswith(line[3:]) for line in out.splitlines()), (out, cg)
+
+
+def test_the_record_is_in_place_when_the_start_is_answered_and_a_failed_start_leaves_none(tmp_path) -> None:
+    """The record is written while the child execs and renamed into place once it did."""
+    from tests.supervisor.monitor.test_shim import _spec, _start
+
+    spec = _spec(tmp_path, "import time; time.sleep(30)")
+    p, reply = _start(spec)
+    try:
+        assert reply["ok"]
+        rec = shim.read_record(spec["record"])
+        assert rec is not None and rec["pid"] == reply["pid"] and rec["status"] == "running"
+    finally:
+        os.kill(reply["shim_pid"], signal.SIGUSR1)
+        p.wait(30)
+    bad = _spec(tmp_path, "")
+    bad["argv"] = ["/nonexistent/cmd"]
+    bad["record"] = str(tmp_path / "monitors" / "c.2.json")
+    p2, reply2 = _start(bad)
+    assert reply2["ok"] is False and p2.wait(30) == 1
+    left = [n for n in os.listdir(tmp_path / "monitors") if not n.startswith(shim.SPARE_PREFIX)]
+    assert left == [], "a failed start left a record or its temporary file"
