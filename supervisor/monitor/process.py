@@ -277,7 +277,8 @@ class AttemptProcesses:
 
     def members(self, children: dict[int, list[int]] | None = None) -> list[int]:
         """Every live process of the attempt (not the monitor itself). ``children`` is a pid ->
-        children map to use (default: :func:`children_map`, at most :data:`CHILDREN_MAX_AGE_S` old)."""
+        children map to use (default: the monitor's subtree from the kernel's lists of children,
+        :func:`.shim.children_of`, else :func:`children_map`, at most :data:`CHILDREN_MAX_AGE_S` old)."""
         pids: set[int] = set()
         if self.cgroup:
             # Every process the command started is in its cgroup, whatever it did: no need to walk /proc.
@@ -343,6 +344,38 @@ class AttemptProcesses:
         if not alive:
             self.monitor_gone = True
         return alive
+
+    async def wait_monitor_gone(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the monitor to exit; whether it is gone.
+
+        A pidfd of its own on the loop (readable the moment the monitor exits, zombie or reaped), so the
+        next attempt starts as soon as this one's monitor is gone; a poll every 20 ms only where the
+        kernel has no pidfd. Its own descriptor, not :attr:`pidfd`: that one may be on the loop already
+        (the run's watch of the monitor), and a descriptor has one reader."""
+        if not self.monitor_alive():
+            return True
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.pidfd_open(self.monitor_pid)
+        except ProcessLookupError:
+            self.monitor_gone = True
+            return True
+        except (OSError, AttributeError):
+            deadline = time.monotonic() + timeout
+            while self.monitor_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            return not self.monitor_alive()
+        gone: asyncio.Future[None] = loop.create_future()
+        try:
+            loop.add_reader(fd, _set_once, gone)
+            if self.monitor_alive():  # it may have exited between the look and the pidfd
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(gone, timeout)
+        finally:
+            with contextlib.suppress(ValueError, OSError, RuntimeError):
+                loop.remove_reader(fd)
+            os.close(fd)
+        return not self.monitor_alive()
 
     def read_record(self) -> dict[str, Any] | None:
         return shim.read_record(str(self.record_path))

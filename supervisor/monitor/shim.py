@@ -171,7 +171,13 @@ class Record:
         self._fd: int | None = None
 
     def create(self) -> None:
-        """Write the record under a temporary name, then rename it into place (atomic for readers).
+        """Write the record under a temporary name, then rename it into place (atomic for readers)."""
+        self.prepare()
+        self.commit()
+
+    def prepare(self) -> None:
+        """The record written and synced under a temporary name (:meth:`commit` renames it into place,
+        :meth:`discard` drops it).
 
         On a full disk a new file gets no blocks: the record is then written into one of the spare
         slots the supervisor keeps in ``monitors/`` (files of exactly :data:`RECORD_SIZE` bytes,
@@ -189,8 +195,24 @@ class Record:
             if e.errno not in NO_SPACE:
                 raise
             fd = self._from_spare(tmp, e)
-        os.rename(tmp, self.path)
         self._fd = fd
+
+    def commit(self) -> None:
+        """The prepared record renamed into place (the supervisor and the next one see it now)."""
+        os.rename(f"{self.path}.tmp.{os.getpid()}", self.path)
+
+    def discard(self) -> None:
+        """A prepared record that is not to be: its file and descriptor gone."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+        try:
+            os.unlink(f"{self.path}.tmp.{os.getpid()}")
+        except OSError:
+            pass
 
     def _from_spare(self, tmp: str, error: OSError) -> int:
         """Claim a spare slot (renaming it is atomic: two monitors never get the same one) and write the
@@ -580,6 +602,90 @@ def _exec_child(spec: dict, out_w: int, err_w: int) -> None:
         os._exit(127)
 
 
+def _spawn_child(spec: dict, out_w: int) -> int | None:
+    """The component's command started with ``posix_spawn`` (vfork and exec: no copy of the monitor's
+    pages, no Python between the fork and the exec, ~1 ms where the fork path takes several): its pid.
+
+    The same child as :func:`_exec_child` makes: a session of its own, stdin from /dev/null, stdout and
+    stderr on ``out_w``, default signal dispositions and an empty mask, ``cwd``, the soft open-file limit,
+    the command looked up on the PATH of its own environment (as ``os.execvpe`` does). None where only
+    the fork path can do what the spec asks (a cgroup to join) or where the start would fail (no such
+    command, not executable, ...): the fork path then starts it, or says why not, as it always did."""
+    if spec.get("cgroup") or not hasattr(os, "posix_spawn") or not hasattr(os, "POSIX_SPAWN_DUP2"):
+        return None
+    argv, env = spec["argv"], spec["env"]
+    if spec.get("nofile"):  # the monitor's own soft limit (it needs a handful of descriptors): inherited
+        _limit_open_files(int(spec["nofile"]))
+    here = -1
+    try:
+        if spec.get("cwd"):  # the monitor's own cwd for the spawn (posix_spawn has no chdir), then back
+            here = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            os.chdir(spec["cwd"])
+        exe = _lookup(argv[0], env)
+        if exe is None:
+            return None
+        return os.posix_spawn(exe, argv, env, setsid=True, setsigmask=(), setsigdef=_CATCHABLE, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2)])
+    except (OSError, ValueError, TypeError, NotImplementedError):
+        return None
+    finally:
+        if here >= 0:
+            os.fchdir(here)
+            os.close(here)
+
+
+_CATCHABLE = [s for s in range(1, signal.NSIG) if s not in (signal.SIGKILL, signal.SIGSTOP)
+              and not signal.SIGRTMIN > s > 31]  # the C library's own real-time signals cannot be named
+
+
+def _lookup(name: str, env: dict) -> str | None:
+    """Where ``os.execvpe(name, argv, env)`` would find ``name`` (a path as given; else the first
+    executable file on the PATH of ``env``), relative to the current directory; None if nowhere."""
+    if os.path.dirname(name):
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    for d in os.get_exec_path(env):
+        full = os.path.join(d, name)
+        if os.path.isfile(full) and os.access(full, os.X_OK):
+            return full
+    return None
+
+
+CLONE_INTO_CGROUP = 0x200000000
+SYS_CLONE3 = 435  # the same number on every architecture that has it (x86-64 and the generic table)
+
+
+class _CloneArgs(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack", "stack_size", "tls", "set_tid",
+        "set_tid_size", "cgroup")]
+
+
+def _fork_into(cgroup: str | None) -> tuple[int, bool]:
+    """fork(), born in ``cgroup`` where the kernel can (clone3 with CLONE_INTO_CGROUP, Linux 5.7): a
+    process that writes itself into cgroup.procs waits for the cgroup's migration lock, several ms and
+    up to tens on a busy machine. (pid, whether it was born there); the child gets pid 0.
+
+    Only from a single-threaded monitor (before its pump thread starts): the child of a raw clone3
+    gets none of Python's after-fork care, and it only execs or exits."""
+    if cgroup and os.uname().machine in ("x86_64", "aarch64", "riscv64"):
+        fd = -1
+        try:
+            fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            args = _CloneArgs(flags=CLONE_INTO_CGROUP, exit_signal=signal.SIGCHLD, cgroup=fd)
+            syscall = ctypes.PyDLL(None, use_errno=True).syscall  # the GIL stays held across the clone
+            syscall.restype = ctypes.c_long
+            pid = syscall(SYS_CLONE3, ctypes.byref(args), ctypes.c_size_t(ctypes.sizeof(args)))
+            if pid >= 0:
+                return pid, True
+        except (OSError, AttributeError, ValueError):
+            pass
+        finally:
+            if fd >= 0:
+                os.close(fd)  # (in the child too: it execs with only what it needs)
+    return os.fork(), False
+
+
 def _join_cgroup(cgroup: str, err_w: int) -> None:
     """Move this process into the attempt's cgroup; a failure is a warning for the starter (``W`` line)."""
     try:
@@ -643,21 +749,17 @@ def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None]) -> int:
         pass  # a smaller pipe only costs throughput
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     started, started_mono = _now()
-    pid = os.fork()
+    pid = _spawn_child(spec, out_w)
+    joined = False
+    if pid is None:
+        pid, joined = _fork_into(spec.get("cgroup"))
     if pid == 0:
         os.close(out_r)
         os.close(err_r)
-        _exec_child(spec, out_w, err_w)
+        _exec_child({**spec, "cgroup": None} if joined else spec, out_w, err_w)
     os.close(out_w)
     os.close(err_w)
-    err = _read_to_eof(err_r).splitlines()  # EOF once the child exec'd (close-on-exec) or died
-    failure = next((ln[2:] for ln in err if ln.startswith(b"E ")), None)
-    if failure is not None:
-        os.waitpid(pid, 0)
-        report({"ok": False, **json.loads(failure)})
-        log.close()
-        return 1
-    rec = _create_record(spec, pid, started, started_mono, report)
+    rec, err = _record_once_execd(spec, pid, started, started_mono, err_r, log, report)
     if rec is None:
         return 1
     report({"ok": True, "pid": pid, "shim_pid": os.getpid(), "started": started, "started_mono": started_mono,
@@ -697,26 +799,51 @@ def _read_to_eof(fd: int) -> bytes:
     return data
 
 
-def _create_record(spec: dict, pid: int, started: float, started_mono: float,
-                   report: Callable[[dict[str, Any]], None]) -> Record | None:
-    """The attempt's record, created; None (the child killed, the starter told) if it cannot be written:
-    no record, no monitoring the next supervisor could adopt, so the attempt is refused."""
-    rec = Record(spec["record"], {
+def _record_once_execd(spec: dict, pid: int, started: float, started_mono: float, err_r: int, log: LogFile,
+                       report: Callable[[dict[str, Any]], None]) -> tuple[Record | None, list[bytes]]:
+    """The attempt's record, in place once the child exec'd, and what the child said on ``err_r`` (its
+    warnings); None (the starter told why) if the child could not start or the record cannot be written:
+    no record, no monitoring the next supervisor could adopt, so the attempt is refused (its child killed).
+    The record is written and synced while the child execs (the sync waits for the disk, the exec for a
+    CPU), and renamed into place once the exec is known to have succeeded."""
+    rec = _record(spec, pid, started, started_mono)
+    trouble: OSError | None = None
+    try:
+        rec.prepare()
+    except OSError as e:
+        trouble = e
+    err = _read_to_eof(err_r).splitlines()  # EOF once the child exec'd (close-on-exec) or died
+    failure = next((ln[2:] for ln in err if ln.startswith(b"E ")), None)
+    if failure is not None:
+        os.waitpid(pid, 0)
+        rec.discard()
+        report({"ok": False, **json.loads(failure)})
+        log.close()
+        return None, err
+    if trouble is None:
+        try:
+            rec.commit()
+        except OSError as e:
+            trouble = e
+    if trouble is not None:  # no record, no monitoring the next supervisor could adopt: the attempt is refused
+        rec.discard()
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        report({"ok": False, "errno": trouble.errno, "error": f"cannot write {spec['record']}: {trouble.strerror}",
+                "type": "RecordError"})
+        return None, err
+    return rec, err
+
+
+def _record(spec: dict, pid: int, started: float, started_mono: float) -> Record:
+    """The attempt's record (not written yet)."""
+    return Record(spec["record"], {
         "protocol": PROTOCOL, "component": spec["component"], "attempt": spec["attempt"], "run_dir": spec["run_dir"],
         "shim_pid": os.getpid(), "pid": pid, "cgroup": spec.get("cgroup"), "log": spec["log"]["path"],
         "started": started, "started_mono": started_mono, "status": "running", "exit_code": None,
         "signal": None, "ended": None, "ended_mono": None, "log_end": None, "log_error": None, "lost_bytes": 0,
         "log_ok": False,
     })
-    try:
-        rec.create()
-    except OSError as e:
-        os.killpg(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        report({"ok": False, "errno": e.errno, "error": f"cannot write {spec['record']}: {e.strerror}",
-                "type": "RecordError"})
-        return None
-    return rec
 
 
 class _Loop:
@@ -1014,6 +1141,10 @@ def zygote(sock_fd: int) -> int:
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(s, signal.SIG_IGN)
     sock = socket.socket(fileno=sock_fd)
+    try:
+        import resource  # noqa: F401 - imported once here, not in each monitor that limits its child's files
+    except ImportError:
+        pass
     try:
         import gc
 

@@ -617,9 +617,7 @@ class Component:
         if left:
             await self._end_leftovers(att, left)
         att.finish()
-        deadline = self.ctx.clock.monotonic() + MONITOR_GONE_S
-        while att.monitor_alive() and self.ctx.clock.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await att.wait_monitor_gone(MONITOR_GONE_S)
         # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
         # the end of the run names it instead of claiming that nothing is left.
         for p in set(left) | set(att.members_seen):

@@ -145,6 +145,8 @@ class Run:
         self._before: dict[str, Any] = {}  # a preemption: each asked component's newest checkpoint when asked
         self._requeue = False  # a preemption on Slurm's notice: requeue the job once the run has stopped
         self._sync_scheduled = False  # the journal's fsync of this turn of the loop is due
+        self._syncing: asyncio.Future[None] | None = None  # the journal's fsync in flight (in the pool)
+        self._sync_again = False  # events were written while it was: one more fsync once it is done
 
     # ------------------------------------------------------------------ before the loop
 
@@ -426,7 +428,8 @@ class Run:
 
     def _journal_event(self, e: dict[str, Any], *, sync: bool) -> None:
         """Write the event at once (a kill -9 of the supervisor loses nothing written); its fsync is shared by
-        every event of this turn of the loop (a restart journals four: one sync, not four)."""
+        every event of this turn of the loop (a restart journals four: one sync, not four), and runs in the
+        pool: the loop goes on meanwhile (a restart does not wait for the disk)."""
         assert self.journal is not None
         if not sync or self.loop is None or self.loop.is_closed():
             self.journal.append(e, sync=sync)
@@ -438,8 +441,25 @@ class Run:
 
     def _sync_journal(self) -> None:
         self._sync_scheduled = False
-        if self.journal is not None:
-            self.journal.flush(sync=True)
+        if self.journal is None:
+            return
+        self.journal.flush(sync=False)  # what waits for a disk that refused it, first
+        if self._syncing is not None:  # one fsync at a time: another once the one in flight is done
+            self._sync_again = True
+            return
+        assert self.loop is not None
+        try:
+            self._syncing = self.loop.run_in_executor(None, self.journal.sync)
+        except RuntimeError:  # the pool is shut down (the run is ending): here, then
+            self.journal.sync()
+            return
+        self._syncing.add_done_callback(self._journal_synced)
+
+    def _journal_synced(self, fut: asyncio.Future[None]) -> None:
+        self._syncing = None
+        if self._sync_again:
+            self._sync_again = False
+            self._sync_journal()
 
     def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -454,6 +474,8 @@ class Run:
             self._final_at.setdefault(comp.name, self.clock.monotonic())
         else:
             self._final_at.pop(comp.name, None)
+        if comp.state == "pending" and comp.life.attempt > 0:
+            self._admit_again(comp)
         if not self._eval_scheduled and self.loop is not None:
             self._eval_scheduled = True
             # One evaluation looks at every component; a burst of changes (a thousand components
@@ -549,6 +571,16 @@ class Run:
     @staticmethod
     def _may_admit(c: Component) -> bool:
         return c.state == "pending" and c.life.want == "run" and not c.life.spawning
+
+    def _admit_again(self, comp: Component) -> None:
+        """A component pending again (its backoff is over, a restart asked for) is judged at once against
+        its own dependencies only (the view reads what its gate looks at): a restart must not wait for the
+        next evaluation of the whole run (up to :data:`EVALUATE_EVERY_S`); that batching is for a burst of
+        first starts and ends."""
+        if comp.life.want != "run" or comp.life.spawning or self._shutting_down or self.loop is None:
+            return
+        n = comp.name
+        self._step(runstep.Pending(n, again=n in self._again and comp.life.attempt == self._again[n]), self._view())
 
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""

@@ -7,6 +7,7 @@ import ctypes
 import errno
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +108,7 @@ class Journal:
         self.reserve = reserve
         self._reserved_end = 0
         self._fd: int | None = None
+        self._closing = threading.Lock()  # a sync in another thread and close() never overlap (fd reuse)
         try:
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as e:
@@ -188,6 +190,17 @@ class Journal:
                 self.error = e
         return True
 
+    def sync(self) -> None:
+        """fsync what was written (not what is pending): safe to call from another thread than the writer's,
+        and after :meth:`close` (then it does nothing)."""
+        with self._closing:
+            if self._fd is None:
+                return
+            try:
+                os.fsync(self._fd)
+            except OSError as e:
+                self.error = e
+
     @property
     def pending(self) -> int:
         return len(self._pending)
@@ -198,14 +211,16 @@ class Journal:
         lost = len(self._pending)
         self.dropped += lost
         self._pending.clear()
-        if self._fd is None:
-            return lost
-        try:
-            os.fsync(self._fd)
-        except OSError:
-            pass
-        with contextlib.suppress(OSError):  # a failing disk may refuse even that
-            os.close(self._fd)
+        with self._closing:
+            if self._fd is None:
+                return lost
+            try:
+                os.fsync(self._fd)
+            except OSError:
+                pass
+            with contextlib.suppress(OSError):  # a failing disk may refuse even that
+                os.close(self._fd)
+            self._fd = None
         return lost
 
 
