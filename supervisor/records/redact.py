@@ -27,6 +27,7 @@ raises on odd input; non-strings pass through.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 import os
@@ -347,7 +348,9 @@ def _build(known: Sequence[str]) -> tuple[re.Pattern[str], dict[str, tuple[str, 
     return re.compile("|".join(f"{re.escape(a)}(?:{'|'.join(r)})" for a, r in branches.items())), groups
 
 
-_PATTERN_ONLY = _build(())
+@functools.cache
+def _pattern_only() -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
+    return _build(())
 
 
 def _disguises(s: str) -> set[str]:
@@ -373,7 +376,8 @@ class Redactor:
     """Masks known secret values and credential-looking text (see the module's docstring).
 
     Build it once per run (:meth:`for_run`); every method is cheap when there is nothing to mask
-    and safe to call from any thread (no mutable state after construction).
+    and safe to call from any thread (nothing changes after construction but the pattern, compiled once
+    when first needed).
     """
 
     def __init__(self, secrets: Iterable[str] = ()):
@@ -391,13 +395,19 @@ class Redactor:
             vals.update(_disguises(s))
         # Longest first: where two known values start at the same place, the longer one is masked.
         self.secrets: tuple[str, ...] = tuple(sorted(vals, key=len, reverse=True))
-        self._re, self._groups = _build(self.secrets) if self.secrets else _PATTERN_ONLY
         self._by_first: dict[str, list[str]] = {}
         self._by_last: dict[str, list[str]] = {}
         for v in self.secrets:
             self._by_first.setdefault(v[0], []).append(v)
             self._by_last.setdefault(v[-1], []).append(v)
         self._longest = max(map(len, self.secrets), default=0)
+
+    @functools.cached_property
+    def _compiled(self) -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
+        """The pattern and its groups, compiled the first time text is searched: a compile costs about
+        0.2 s of CPU, which a process that imports the redactor and masks nothing (``rlsup up`` before it
+        starts the supervisor, ``rlsup logs`` of a run without secrets on a terminal...) does not pay."""
+        return _build(self.secrets) if self.secrets else _pattern_only()
 
     @classmethod
     def for_run(cls, envs: Iterable[Mapping[str, str]] = (), argvs: Iterable[Sequence[str]] = (),
@@ -417,7 +427,7 @@ class Redactor:
     def _span(self, m: re.Match[str]) -> tuple[int, int] | None:
         """Where the secret of this match is in the searched text, or None if it is not one."""
         name = m.lastgroup
-        kind, back = self._groups[name] if name else ("", 0)
+        kind, back = self._compiled[1][name] if name else ("", 0)
         if kind == "known":
             return m.start() - back, m.end()
         if kind == "tok":
@@ -449,7 +459,7 @@ class Redactor:
         end of ``text`` (a string cut to a length elsewhere), see :meth:`_cut_spans`.
         """
         found: list[tuple[int, int]] = []
-        search = self._re.search
+        search = self._compiled[0].search
         pos = 0
         while (m := search(text, pos)) is not None:
             span = self._span(m)

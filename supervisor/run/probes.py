@@ -7,6 +7,7 @@ coroutine returning ``(ok, detail)`` and never raises for a failed check.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import ssl
 from collections.abc import Iterable
@@ -14,9 +15,15 @@ from urllib.parse import urlsplit
 
 from ..config.model import parse_hostport
 
-_SSL = ssl.create_default_context()
-_SSL.check_hostname = False
-_SSL.verify_mode = ssl.CERT_NONE  # health endpoints are local; a self-signed cert is not a failure
+
+@functools.cache
+def _ssl() -> ssl.SSLContext:
+    """For https probes, made at the first one (loading the CA store costs every supervisor's start tens of
+    ms otherwise). Health endpoints are local: a self-signed cert is not a failure."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 async def check_http(url: str, timeout: float) -> tuple[bool, str]:
@@ -28,7 +35,7 @@ async def check_http(url: str, timeout: float) -> tuple[bool, str]:
 
     async def talk() -> bytes:
         nonlocal writer
-        reader, writer = await asyncio.open_connection(host, port, ssl=_SSL if u.scheme == "https" else None)
+        reader, writer = await asyncio.open_connection(host, port, ssl=_ssl() if u.scheme == "https" else None)
         hosthdr = u.netloc.rsplit("@", 1)[-1]
         writer.write(f"GET {path} HTTP/1.1\r\nHost: {hosthdr}\r\nUser-Agent: rlsup-probe\r\n"
                      f"Accept: */*\r\nConnection: close\r\n\r\n".encode())

@@ -270,3 +270,26 @@ def test_batched_redaction_equals_line_by_line(lines: list[str]) -> None:
     assert (out is lines) == (out == lines) or not lines
     for line in out:
         assert "hunter22" not in line and RANDOM not in line
+
+
+def test_the_pattern_is_compiled_when_text_is_first_searched(monkeypatch) -> None:
+    """A compile costs about 0.2 s of CPU: the processes that import the redactor and never mask (the
+    foreground of `rlsup up`, most CLI commands) must not pay it; one that masks pays it once."""
+    import subprocess
+    import sys
+
+    from rlsup.supervisor.records import redact
+
+    built: list[tuple[str, ...]] = []
+    real = redact._build
+    monkeypatch.setattr(redact, "_build", lambda known: built.append(tuple(known)) or real(known))
+    r = redact.Redactor(["s3cr3t-value-for-the-test"])
+    assert built == []
+    assert "s3cr3t-value" not in r.redact_text("x s3cr3t-value-for-the-test y")
+    assert r.redact_text("again, nothing to mask") == "again, nothing to mask"
+    assert len(built) == 1
+
+    code = ("import rlsup.supervisor.cli.main, rlsup.supervisor.cli.ended, rlsup.supervisor.rundir.archive\n"
+            "from rlsup.supervisor.records import redact\nprint(redact._pattern_only.cache_info().currsize)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "0", out.stdout + out.stderr
