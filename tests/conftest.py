@@ -440,11 +440,13 @@ def pytest_configure(config):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto`` (pyproject's addopts): one worker a core (the cores this process may run on). Two a core kept
-    2 cores busy and cut the suite from 18 to 14 minutes, but at a load of 8-10 three tests that wait on real
-    processes failed in one run (a follower racing a hand-over, a chaos run's order of faults, a journey's
-    wait): fewer workers until those are sure at any load."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """``-n auto`` (pyproject's addopts): three workers for two cores (the cores this process may run on, and
+    half as many again). Most e2e tests spend much of their time waiting on real processes, so one worker a
+    core left the cores idle part of the time: on 2 idle cores the README's suite took 15:27 with two workers
+    and 11:24 with three (the budget is 12 minutes). Four workers on two cores made three tests that wait on
+    real processes fail at a load of 8-10, in an earlier state of the suite."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores + max(1, cores // 2)
 
 
 # A property test (Hypothesis) computes for as long as its examples take: a few seconds on an idle core,
