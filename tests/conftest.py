@@ -475,3 +475,15 @@ def pytest_collection_modifyitems(config, items):
                     break
         if hit:
             item.add_marker(e2e)
+    _heavy_files_first(items)
+
+
+def _heavy_files_first(items) -> None:
+    """Files with slow tests first, then those with other e2e tests, then the rest (each group in collection
+    order): ``--dist loadfile`` hands files out in this order, so the long ones start early and the many short
+    ones fill the gaps at the end, instead of a demo stack starting last and running alone."""
+    rank: dict[Path, int] = {}
+    for item in items:
+        r = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("e2e") else 2
+        rank[item.path] = min(r, rank.get(item.path, 2))
+    items.sort(key=lambda it: rank[it.path])
