@@ -22,7 +22,8 @@ components:
 def _said(d, attempt: int) -> str:
     """What attempt ``attempt`` of `echo` printed as its LR."""
     def said():
-        lines = [x for x in (d.run_dir / "logs" / "echo.log").read_text().splitlines() if x.startswith("LR=")]
+        log = d.run_dir / "logs" / "echo.log"  # a fresh run dir has none until the first attempt starts
+        lines = [x for x in log.read_text().splitlines() if x.startswith("LR=")] if log.exists() else []
         return lines[attempt - 1][3:] if len(lines) >= attempt else None
     return wait_for(said, what=f"attempt {attempt} of echo printing LR")
 
