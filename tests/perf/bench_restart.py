@@ -58,11 +58,7 @@ class Variant:
 
     def __init__(self, label: str, src: Path, work: Path):
         self.label = label
-        shim = work / f"shim-{label}" / "rlsup"
-        shim.mkdir(parents=True)
-        for d in ("supervisor", "tui", "trainer"):
-            (shim / d).symlink_to(src / d)
-        self.env = pk.env(PYTHONPATH=str(shim.parent))
+        self.env = pk.env(PYTHONPATH=pk.source_path(label, src, work))
         self.env.pop("RLSUP_RUN_DIR", None)
 
     def up(self, cfg: Path, run_dir: Path, out: Path) -> subprocess.Popen[bytes]:

@@ -44,6 +44,10 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import perfkit as pk  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 SIZE = (200, 50)
@@ -193,11 +197,7 @@ class Variant:
 
     def __init__(self, label: str, src: Path, work: Path):
         self.label = label
-        shim = work / f"shim-{label}" / "rlsup"
-        shim.mkdir(parents=True)
-        for d in ("supervisor", "tui", "trainer"):
-            (shim / d).symlink_to(src / d)
-        self.env = {**os.environ, "PYTHONPATH": str(shim.parent), "RLSUP_GPU_SAMPLER": "none",
+        self.env = {**os.environ, "PYTHONPATH": pk.source_path(label, src, work), "RLSUP_GPU_SAMPLER": "none",
                     "TERM": "xterm-256color", "PATH": os.path.dirname(PY) + os.pathsep + os.environ["PATH"]}
         self.env.pop("RLSUP_RUN_DIR", None)
 

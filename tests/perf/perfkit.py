@@ -43,6 +43,16 @@ def env(**extra: str) -> dict[str, str]:
     return e
 
 
+def source_path(label: str, src: Path, work: Path) -> str:
+    """A PYTHONPATH entry under which ``rlsup`` is the source tree ``src`` (its supervisor, tui and trainer
+    linked into a package of that name): how a benchmark runs another checkout beside this one."""
+    shim = work / f"shim-{label}" / "rlsup"
+    shim.mkdir(parents=True)
+    for d in ("supervisor", "tui", "trainer"):
+        (shim / d).symlink_to(src / d)
+    return str(shim.parent)
+
+
 def workdir(name: str, base: str | None = None) -> Path:
     """A fresh directory for one benchmark's run dirs and logs (all on the disk of ``base``)."""
     root = Path(base) if base else CACHE / "work"
