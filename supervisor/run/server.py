@@ -48,6 +48,7 @@ REPLY_WAIT_S = 60.0  # a client that reads none of its replies for this long is 
 MAX_LINES_PER_PUSH = 5000
 MAX_SNAPSHOT_LINES = 100_000
 RECENT_EVENTS = 20_000
+TRIM_AFTER_S = 1.0  # after a client leaves, the heap is given back to the OS this much later
 READ_CHUNK = 1 << 16
 
 
@@ -258,6 +259,8 @@ class ControlServer:
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
         self._dirty_logs: set[str] = set()
         self._flush_handle: asyncio.TimerHandle | None = None
+        self._trim_handle: asyncio.TimerHandle | None = None
+        self._dropped = False  # a client left while a trim was already due
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -296,6 +299,8 @@ class ControlServer:
         self.recent = deque([*old, *live], maxlen=RECENT_EVENTS)
 
     async def close(self) -> None:
+        if self._trim_handle is not None:
+            self._trim_handle.cancel()
         for c in list(self.conns):
             c.close()
         if self._server is not None:
@@ -316,12 +321,23 @@ class ControlServer:
         return max(MIN_CLIENT_BACKLOG, min(MAX_CLIENT_BACKLOG, TOTAL_BACKLOG // max(1, len(self.conns))))
 
     def drop(self, conn: Conn) -> None:
-        big = conn.buffered > HIGH_WATER
         conn.close()
         self.conns.discard(conn)
         self.view.watchers_changed()
-        if big or not self.conns:
-            asyncio.get_running_loop().call_soon(_trim_heap)
+        # The heap is trimmed a while after clients leave, not at once: a closed transport frees its
+        # backlog only once the write to the gone peer has failed, turns of the loop later.
+        if self._trim_handle is None:
+            self._trim_handle = asyncio.get_running_loop().call_later(TRIM_AFTER_S, self._trim)
+        else:
+            self._dropped = True
+
+    def _trim(self) -> None:
+        """Give the memory of departed clients back; again a while later while clients keep leaving."""
+        _trim_heap()
+        self._trim_handle = None
+        if self._dropped:
+            self._dropped = False
+            self._trim_handle = asyncio.get_running_loop().call_later(TRIM_AFTER_S, self._trim)
 
     # ------------------------------------------------------------------ from the supervisor
 
