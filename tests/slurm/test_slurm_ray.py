@@ -95,6 +95,7 @@ def test_ray_head_and_worker_as_components_a_dead_worker_node_is_seen_and_named(
           RAY_AUTH_MODE: token                 # Ray 2.60's default for a new cluster, made explicit
           RAY_AUTH_TOKEN_PATH: {token}         # the same token for head, worker, driver and rlsup's probe
           RAY_USAGE_STATS_ENABLED: "0"
+          RAY_health_check_period_ms: "1000"   # as the verl preset: a dead raylet is DEAD in ~5 s, not ~15 s
         components:
           ray-head:
             nodes: 1
