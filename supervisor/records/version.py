@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-VERSION = "0.2.0"
+VERSION = "0.3.0"
