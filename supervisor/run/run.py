@@ -48,9 +48,13 @@ from . import adoption, carryover, health, preemption, runview, shutdown
 from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .component import Component
 from .daemonlog import say
+from .ending import Ending
 from .filewatch import FileWatch, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
+from .journalsync import JournalSync
 from .monitorwatch import MonitorWatch
+from .pacing import EvaluationPacing
+from .past import Past
 from .runview import POSITIONS_WRITE_S
 from .stacks import HangGate, StackTaker
 from .stacks import reply as stack_reply
@@ -62,9 +66,6 @@ PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused 
 IO_THREADS = 2  # the loop's pool for blocking work
 IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
 PROGRESS_FLUSH_S = 0.25
-GPU_RELEASE_TIMEOUT_S = 30.0
-RESOURCES_SAMPLE_S = 5.0
-EVALUATE_EVERY_S = 0.05  # at most this often, the run re-judges every component (dependencies, the end)
 
 Subscriber = Callable[[dict[str, Any]], None]
 
@@ -75,7 +76,6 @@ class Run:
         self.paths = RunPaths(Path(cfg.run_dir))
         self._states = StateWriter(self.paths, partial(self.snapshot_state, with_positions=True), self.emit)
         self.clock: Clock = clock or SystemClock()
-        self.gpu_sampler = gpu_sampler
         self.serve = serve
         from ..records.redact import Redactor
 
@@ -100,39 +100,24 @@ class Run:
         self._stop_metrics: Callable[[], None] | None = None
         self.server: Any = None
         self.watches: Any = None
-        self.gpu_release_timeout = GPU_RELEASE_TIMEOUT_S
-        self.resources_sample_s = RESOURCES_SAMPLE_S
-        self.memory_detector: Callable[[], Any] | None = None  # MemoryGrowthDetector factory (tests tune it)
-        self.gpu_proc_lookup: Callable[[int], Any] | None = None  # gpu.proc_identity unless a test fakes NVML
         self.how = "new"
         self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self._ended: asyncio.Event | None = None
-        self._shutting_down = False
-        self._replayed: dict[str, Any] | None = None
-        self._journal_damage: list[str] = []
+        self._ending = Ending()  # decided, under way, a hand-over, a requeue after it
         self._disk_trouble: str | None = None  # why the run dir takes no writes (health.disk_trouble)
-        self._next_health = 0.0
-        self._saved: dict[str, Any] = {}
-        self._found = adoption.Found()  # what a previous supervisor left
+        self._past = Past()  # what the run dir held: what a previous supervisor left, its journal replayed
         self._monitor_watch = MonitorWatch()
         self._files: FileWatch | None = None
-        self._eval_scheduled = False
-        self._evaluated_at = -1e9
-        self._evaluate_cost = 0.0
+        self._pacing = EvaluationPacing(self._evaluate)  # when every component is judged again
         self._order: list[str] | None = None
         self._final_at: dict[str, float] = {}
         self._progress_pending: set[str] = set()
-        self._gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))
-        self._last_tick = 0.0
+        self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
         self._began = 0.0  # when run() began, in seconds since boot
-        self._awake_since = 0.0
-        self._last_resources = 0.0
-        self._positions_written = 0.0
         from .resources import ResourceSampling
 
-        self._resources = ResourceSampling()
+        self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
         from ..diagnosis import DependencyTracker
 
         self._dep_tracker = DependencyTracker(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
@@ -142,11 +127,7 @@ class Run:
         self._again: dict[str, int] = {}  # completed components a resumed run starts again: name -> attempts then
         self._stack_taker = StackTaker(self.paths.stacks)
         self._hang = HangGate(self._start_stacks, self._rejudge_stalls)  # a stall flag carries the stacks
-        self._before: dict[str, Any] = {}  # a preemption: each asked component's newest checkpoint when asked
-        self._requeue = False  # a preemption on Slurm's notice: requeue the job once the run has stopped
-        self._sync_scheduled = False  # the journal's fsync of this turn of the loop is due
-        self._syncing: asyncio.Future[None] | None = None  # the journal's fsync in flight (in the pool)
-        self._sync_again = False  # events were written while it was: one more fsync once it is done
+        self._journal_sync: JournalSync | None = None  # the journal's writes and shared fsyncs, once there is a loop
 
     # ------------------------------------------------------------------ before the loop
 
@@ -159,13 +140,13 @@ class Run:
         self.paths.create()
         self.lock.acquire({"config": self.cfg.source, "name": self.cfg.name, "version": VERSION})
         try:
-            self._found = adoption.find(self.paths, self.lock.previous)
+            found = adoption.find(self.paths, self.lock.previous)
         except IncompatibleMonitors:
             self.lock.release()
             raise
-        self._replayed, self._saved = carryover.replay(self.paths, self.cfg)
-        self._journal_damage = damage_notes()
-        return self._found.notes + self._journal_damage
+        replayed, saved = carryover.replay(self.paths, self.cfg)
+        self._past = Past(found, replayed, saved, damage_notes())
+        return found.notes + self._past.damage
 
     # ------------------------------------------------------------------ the loop
 
@@ -178,7 +159,7 @@ class Run:
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
         self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
-        self._ended = asyncio.Event()
+        self._ending.decided = decided = asyncio.Event()
         set_child_subreaper()
         self.nofile = raise_fd_limit()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
@@ -193,7 +174,7 @@ class Run:
         self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
                                 how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
-        for note in self._journal_damage:
+        for note in self._past.damage:
             self.emit(ev.FlagRaised(None, type="journal_damaged", message=note, action=(
                 "the damaged lines were skipped (a field of the wrong type: ignored); the rest of the run's "
                 "history was read")))
@@ -207,7 +188,7 @@ class Run:
         self.loop.set_exception_handler(self._loop_error)
         self._evaluate()
         try:
-            await self._ended.wait()
+            await decided.wait()
             await self._shutdown()
         finally:
             ticker.cancel()
@@ -219,12 +200,13 @@ class Run:
 
     def _build_components(self, names: list[str]) -> None:
         """The run's components, each going on with the life and gauges its run dir's past left it."""
-        self.state = self._replayed or state_mod.initial({}, names)
+        past = self._past
+        self.state = past.replayed or state_mod.initial({}, names)
         for n in names:
             self.state["components"].setdefault(n, state_mod.new_component())
         budget = RingBudget(self.cfg.ring_bytes)
-        saved = (self._saved.get("components") or {}) if self._saved else {}
-        self.how = carryover.how(bool(self._found.live), self._replayed is not None, self.how)
+        saved = past.saved_components
+        self.how = carryover.how(bool(past.found.live), past.replayed is not None, self.how)
         for n in names:
             prev = self.state["components"][n]
             life, again = carryover.life(n, prev, self.cfg, self.how)
@@ -273,39 +255,39 @@ class Run:
 
     def _begin_watching(self) -> None:
         """Files, GPUs and artefacts watched; the attempts a previous supervisor left adopted."""
-        if self._found.leftovers:
-            self.emit(ev.LeftoversEnded(None, **self._found.leftovers))
+        found = self._past.found
+        if found.leftovers:
+            self.emit(ev.LeftoversEnded(None, **found.leftovers))
         self._files = FileWatch(self.loop, self.paths, self.components, self._monitor_watch)
         self._files.start()
-        self._gpus.start(self._watched())
+        self.gpus.start(self._watched())
         from ..rundir.watches import Watches
 
         self.watches = Watches(self.components, self.loop)
         self.watches.start()
-        saved = (self._saved.get("components") or {}) if self._saved else {}
-        adoption.take_over(self._found, self.components, self.state, saved)
-        self._last_tick = self._awake_since = self.clock.monotonic()
+        adoption.take_over(found, self.components, self.state, self._past.saved_components)
+        self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
 
     @property
     def shutting_down(self) -> bool:
-        return self._shutting_down
+        return self._ending.stopping
 
     def request_shutdown(self, reason: str, by_user: bool = True, preempted: bool = False,
                          requeue: bool = False) -> None:
         """End the run: stopped by a person (``by_user``), failed, or ``preempted``: the platform takes the
         machine, and the components with ``preempt:`` are asked to checkpoint first (:mod:`.preemption`);
         ``requeue``: then the Slurm job that ``rlsup up`` submitted is requeued (Slurm's notice)."""
-        if self._ended is None or self._ended.is_set():
+        if self._ending.over:
             return
-        self._requeue = requeue
+        self._ending.requeue = requeue
         if by_user or preempted:
             self.exit_code = 0
         self.outcome = "preempted" if preempted else "stopped" if by_user else "failed"
         self.end_reason = reason
         if preempted:
-            self._before = preemption.baselines(self.components)
+            self._ending.before = preemption.baselines(self.components)
         self._wanted_stopped(reason)
-        self._ended.set()
+        self._ending.decide()
 
     def _why_stopping(self, reason: str) -> lc.Cause:
         by: lc.CauseBy = "preemption" if self.outcome == "preempted" else "shutdown"
@@ -319,29 +301,28 @@ class Run:
 
     def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float:
         return detectors.exit_hold(exit_code, signal,
-                                   shutting_down=self._shutting_down or self._ended is None or self._ended.is_set())
+                                   shutting_down=self._ending.stopping or self._ending.over)
 
     def handover(self, reason: str) -> list[int]:
         """Exit without touching the components (an upgrade in place): they run on under their
         monitors and the next supervisor adopts them. Returns the monitors' pids."""
         pids = [c.current.monitor_pid for c in self.components.values() if c.current is not None]
-        self._handover = True
+        self._ending.handover = True
         self.emit(ev.SupervisorExited(None, reason=reason, monitors=pids))
-        if self._ended is not None:
-            self._ended.set()
+        self._ending.decide()
         return pids
 
     async def _shutdown(self) -> None:
         """Stop components in reverse dependency order, in parallel waves (:mod:`.shutdown`); return
         when nothing of the run is left (or say what could not be ended)."""
-        if getattr(self, "_handover", False):
+        if self._ending.handover:
             self._write_state(force=True)
             return
-        self._shutting_down = True
+        self._ending.stopping = True
         why = self._why_stopping(self.end_reason)
         preempted = self.outcome == "preempted"
         if preempted:
-            await preemption.wait_for_checkpoints(self.components, self._before, self.clock, self.emit)
+            await preemption.wait_for_checkpoints(self.components, self._ending.before, self.clock, self.emit)
         await shutdown.stop_in_order(self.cfg, self.components, why)
         for c in self.components.values():
             await c.await_cleanups()
@@ -349,7 +330,7 @@ class Run:
         for c in self.components.values():
             c.flush_progress()
         checkpoints = await self.loop.run_in_executor(None, preemption.standing, self.cfg) if preempted else None
-        if self._requeue and (requeued := await self.loop.run_in_executor(None, preemption.requeue, self.slurm_launcher())):
+        if self._ending.requeue and (requeued := await self.loop.run_in_executor(None, preemption.requeue, self.slurm_launcher())):
             self.end_reason = f"{self.end_reason}; {requeued}"
         self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left,
                               outcome=self.outcome or ("completed" if self.exit_code == 0 else "failed"),
@@ -367,7 +348,7 @@ class Run:
     def _finish(self) -> None:
         if self._stop_metrics is not None:
             self._stop_metrics()
-        self._gpus.stop()
+        self.gpus.stop()
         self._stack_taker.close()
         if self.watches is not None:
             self.watches.stop()
@@ -409,7 +390,7 @@ class Run:
             if self.journal is not None:
                 self.journal.last_seq += 1
                 e["seq"] = self.journal.last_seq
-                self._journal_event(e, sync=event.kind != "command")
+                self._journal_written(e, sync=event.kind != "command")
         # A gauge (progress, GPUs, resources: several a second) is folded as the typed event it is; a
         # lifecycle event as the redacted dict the journal holds, parsed once.
         state_mod.apply(self.state, ev.parse(e) if lifecycle else ev.Record(e["ts"], e["seq"], event))
@@ -426,40 +407,15 @@ class Run:
                 self._triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
 
-    def _journal_event(self, e: dict[str, Any], *, sync: bool) -> None:
-        """Write the event at once (a kill -9 of the supervisor loses nothing written); its fsync is shared by
-        every event of this turn of the loop (a restart journals four: one sync, not four), and runs in the
-        pool: the loop goes on meanwhile (a restart does not wait for the disk)."""
+    def _journal_written(self, e: dict[str, Any], *, sync: bool) -> None:
+        """``e`` written to the journal (:mod:`.journalsync`: its fsync shared by this turn of the loop)."""
         assert self.journal is not None
-        if not sync or self.loop is None or self.loop.is_closed():
+        if self.loop is None:  # no loop yet: nothing to share an fsync with
             self.journal.append(e, sync=sync)
             return
-        self.journal.append(e, sync=False)
-        if not self._sync_scheduled:
-            self._sync_scheduled = True
-            self.loop.call_soon(self._sync_journal)
-
-    def _sync_journal(self) -> None:
-        self._sync_scheduled = False
-        if self.journal is None:
-            return
-        self.journal.flush(sync=False)  # what waits for a disk that refused it, first
-        if self._syncing is not None:  # one fsync at a time: another once the one in flight is done
-            self._sync_again = True
-            return
-        assert self.loop is not None
-        try:
-            self._syncing = self.loop.run_in_executor(None, self.journal.sync)
-        except RuntimeError:  # the pool is shut down (the run is ending): here, then
-            self.journal.sync()
-            return
-        self._syncing.add_done_callback(self._journal_synced)
-
-    def _journal_synced(self, fut: asyncio.Future[None]) -> None:
-        self._syncing = None
-        if self._sync_again:
-            self._sync_again = False
-            self._sync_journal()
+        if self._journal_sync is None or self._journal_sync.journal is not self.journal:
+            self._journal_sync = JournalSync(self.journal, self.loop)
+        self._journal_sync.append(e, sync=sync)
 
     def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -476,16 +432,8 @@ class Run:
             self._final_at.pop(comp.name, None)
         if comp.state == "pending" and comp.life.attempt > 0:
             self._admit_again(comp)
-        if not self._eval_scheduled and self.loop is not None:
-            self._eval_scheduled = True
-            # One evaluation looks at every component; a burst of changes (a thousand components
-            # starting or ending one after the other) is judged in batches, not once per change.
-            every = max(EVALUATE_EVERY_S, 5 * self._evaluate_cost)  # at most ~20% of the loop's time
-            wait = every - (self.loop.time() - self._evaluated_at)
-            if wait > 0:
-                self.loop.call_later(wait, self._evaluate)
-            else:
-                self.loop.call_soon(self._evaluate)
+        if self.loop is not None:
+            self._pacing.schedule(self.loop)  # judged in batches (:mod:`.pacing`), not once per change
 
     # ------------------------------------------------------------------ the run's step
 
@@ -513,17 +461,16 @@ class Run:
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
 
     def _end(self, out: Outcome) -> None:
-        assert self._ended is not None
         self.exit_code = out.exit_code
         self.outcome = out.how
         self.end_reason = out.reason
         self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
         self._wanted_stopped(out.reason)
-        self._ended.set()
+        self._ending.decide()
 
     def _view(self, active: int | None = None) -> runstep.View:
-        return runstep.View(self._seen(), shutting_down=self._shutting_down, run_seq=self._run_seq,
-                            ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since,
+        return runstep.View(self._seen(), shutting_down=self._ending.stopping, run_seq=self._run_seq,
+                            ended=self._ending.over, awake_since=self._ticker.awake_since,
                             active=active)
 
     def _seen(self) -> runview.SeenNow:
@@ -532,16 +479,15 @@ class Run:
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
         A loop, not recursion: a 2,000-long dependency chain must not exhaust the stack."""
-        self._eval_scheduled = False
+        self._pacing.scheduled = False
         t0 = time.monotonic()
         try:
             self._admit_pending()
-            self._eval_scheduled = False
+            self._pacing.scheduled = False
             active = sum(c.state in lc.ACTIVE for c in self.components.values())  # not a Seen of each
             self._step(runstep.Settled(), self._view(active))
         finally:
-            self._evaluate_cost = time.monotonic() - t0
-            self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
+            self._pacing.done(cost=time.monotonic() - t0, at=self.loop.time() if self.loop is not None else 0.0)
             self.poke_ticker()  # a state changed: a starting or failing component wants the 1 s tick
 
     def _admit_pending(self) -> None:
@@ -575,9 +521,9 @@ class Run:
     def _admit_again(self, comp: Component) -> None:
         """A component pending again (its backoff is over, a restart asked for) is judged at once against
         its own dependencies only (the view reads what its gate looks at): a restart must not wait for the
-        next evaluation of the whole run (up to :data:`EVALUATE_EVERY_S`); that batching is for a burst of
+        next evaluation of the whole run (up to :data:`.pacing.EVALUATE_EVERY_S`); that batching is for a burst of
         first starts and ends."""
-        if comp.life.want != "run" or comp.life.spawning or self._shutting_down or self.loop is None:
+        if comp.life.want != "run" or comp.life.spawning or self._ending.stopping or self.loop is None:
             return
         n = comp.name
         self._step(runstep.Pending(n, again=n in self._again and comp.life.attempt == self._again[n]), self._view())
@@ -646,7 +592,7 @@ class Run:
     def poke_ticker(self) -> None:
         """Something changed (a component's state, the clients watching): plan the next tick again,
         unless it is already due a second after the last one (it can come no sooner)."""
-        self._ticker.poke(self._last_tick + TICK_S)
+        self._ticker.poke(self._ticker.last + TICK_S)
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
@@ -654,35 +600,33 @@ class Run:
             self._dep_tracker.down_since()) or self._disk_trouble is not None
         due: list[float | None] = []
         if not busy:
-            busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._awake_since,
-                                         positions_written=self._positions_written,
-                                         resources_due=self._last_resources + self.resources_sample_s)
-        return next_tick(self._last_tick, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
+            busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._ticker.awake_since,
+                                         positions_written=self._ticker.positions_written,
+                                         resources_due=self.resources.due_at)
+        return next_tick(self._ticker.last, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
 
     def _tick(self, planned: float) -> None:
         now = self.clock.monotonic()
         if now - planned > PAUSE_DETECT_S:
-            self._awake_since = now  # we were paused: what happened meanwhile is not the components' fault
+            self._ticker.awake_since = now  # we were paused: what happened meanwhile is not the components' fault
             self.read_all_now()
-        self._last_tick = now
+        self._ticker.last = now
         self._reap()  # a safety net for a lost SIGCHLD
         self._check_stalls(now)
         self._check_dependencies(now)
-        if now - self._last_resources >= self.resources_sample_s and any(
-                c.current is not None for c in self.components.values()):
-            self._last_resources = now
+        if now >= self.resources.due_at and any(c.current is not None for c in self.components.values()):
             self._sample_resources(now)
         if self.journal is not None and self.journal.pending:
             self.journal.flush()
-        if now >= self._next_health:
-            self._next_health = now + health.sweep_every(sum(c.current is not None for c in self.components.values()))
+        if now >= self._ticker.health_due:
+            self._ticker.health_due = now + health.sweep_every(sum(c.current is not None for c in self.components.values()))
             self._check_health(now)
         moved = [c for c in self.components.values() if c.moved]
-        if moved and now - self._positions_written >= POSITIONS_WRITE_S:
+        if moved and now - self._ticker.positions_written >= POSITIONS_WRITE_S:
             # Log positions moved on: state.json, where the next supervisor starts reading, keeps up
             # every few seconds (what it re-reads after a crash is at most that much output, with the
             # same sequence numbers: nothing is seen twice by clients).
-            self._positions_written = now
+            self._ticker.positions_written = now
             for c in moved:
                 c.moved = False
             self._mark_state_dirty()
@@ -705,7 +649,7 @@ class Run:
 
     def watchers_changed(self) -> None:
         """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
-        self._gpus.watched(self._watched())
+        self.gpus.watched(self._watched())
 
     def _watched(self) -> bool:
         return self.server is not None and bool(self.server.conns)
@@ -726,7 +670,7 @@ class Run:
         watched = runview.stall_watched(self.components)
         if not watched:
             return runstep.View({})
-        return runstep.View(self._seen(), awake_since=self._awake_since, wall_time=time.time(), caught_up=caught_up,
+        return runstep.View(self._seen(), awake_since=self._ticker.awake_since, wall_time=time.time(), caught_up=caught_up,
                             stall={n: runview.stall_watch(c, self.components) for n, c in watched.items()})
 
     # ------------------------------------------------------------------ stacks (:mod:`.stacks`)
@@ -745,7 +689,7 @@ class Run:
         return asyncio.ensure_future(self._stack_taker.take(name, attempt, att.members(), why="stall"))
 
     def _rejudge_stalls(self) -> None:
-        if not self._shutting_down:
+        if not self._ending.stopping:
             self._check_stalls(self.clock.monotonic())
 
     async def stacks_of(self, comp: Component, why: str, native: bool = False) -> Stacks | None:
@@ -777,7 +721,7 @@ class Run:
 
     def _sample_resources(self, now: float) -> None:
         """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
-        for e in self._resources.sample(now, self.components, self.state.get("gpus") or [], self.memory_detector):
+        for e in self.resources.sample(now, self.components, self.state.get("gpus") or []):
             self.emit(e)
 
     # ------------------------------------------------------------------ GPUs (:mod:`.gpusampling`)
@@ -787,14 +731,14 @@ class Run:
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None:
         """Before a new attempt: the previous attempt's GPU memory released (:mod:`.gpurelease`)."""
-        if not comp.cfg.gpus or self.gpu_sampler is None:
+        if not comp.cfg.gpus or self.gpus.sampler is None:
             return
         from ..gpu.release import wait_gpu_release
 
-        await wait_gpu_release(comp.name, list(comp.cfg.gpus), self.gpu_sampler, prev=prev, run_pids=partial(owners, self.components),
-                               run_dir=str(self.paths.root), timeout=self.gpu_release_timeout, clock=self.clock,
-                               stop_wanted=lambda: comp.life.want == "stop", emit=self.emit,
-                               proc_lookup=self.gpu_proc_lookup)
+        g = self.gpus
+        await wait_gpu_release(comp.name, list(comp.cfg.gpus), g.sampler, prev=prev, run_pids=partial(owners, self.components),
+                               run_dir=str(self.paths.root), timeout=g.release_timeout, clock=self.clock,
+                               stop_wanted=lambda: comp.life.want == "stop", emit=self.emit, proc_lookup=g.proc_lookup)
 
     # ------------------------------------------------------------------ commands and clients
 
@@ -810,4 +754,5 @@ class Run:
     @property
     def ending(self) -> bool:
         """The run decided to end (it may still be stopping); not so for a hand-over."""
-        return self._ended is not None and self._ended.is_set() and not getattr(self, "_handover", False)
+        d = self._ending.decided
+        return d is not None and d.is_set() and not self._ending.handover
