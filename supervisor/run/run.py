@@ -49,17 +49,18 @@ from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .component import Component
 from .daemonlog import say
 from .ending import Ending
-from .filewatch import FileWatch, read_all
+from .filewatch import read_all
 from .gpusampling import GpuSampling, gpu_event, owners
 from .journalsync import JournalSync
-from .monitorwatch import MonitorWatch
 from .pacing import EvaluationPacing
 from .past import Past
 from .runview import POSITIONS_WRITE_S
+from .services import Services
 from .stacks import HangGate, StackTaker
 from .stacks import reply as stack_reply
 from .statewriter import StateWriter
 from .ticker import Ticker
+from .watching import Watching
 
 TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
@@ -96,18 +97,14 @@ class Run:
         self.root: dict[str, Any] | None = None
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
-        self.notifier: Any = None
-        self._stop_metrics: Callable[[], None] | None = None
-        self.server: Any = None
-        self.watches: Any = None
+        self._services = Services()  # notifications, the control socket, the metrics endpoint
         self.how = "new"
         self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._ending = Ending()  # decided, under way, a hand-over, a requeue after it
         self._disk_trouble: str | None = None  # why the run dir takes no writes (health.disk_trouble)
         self._past = Past()  # what the run dir held: what a previous supervisor left, its journal replayed
-        self._monitor_watch = MonitorWatch()
-        self._files: FileWatch | None = None
+        self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
         self._pacing = EvaluationPacing(self._evaluate)  # when every component is judged again
         self._order: list[str] | None = None
         self._final_at: dict[str, float] = {}
@@ -153,7 +150,7 @@ class Run:
     async def run(self) -> int:
         """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
         self.loop = asyncio.get_running_loop()
-        self._monitor_watch.loop = self.loop
+        self._watching.monitors.loop = self.loop
         self._began = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock of /proc/PID/stat's start time
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
@@ -192,9 +189,9 @@ class Run:
             await self._shutdown()
         finally:
             ticker.cancel()
-            if self.server is not None:
+            if self._services.server is not None:
                 await asyncio.sleep(0.1)  # let clients see run_ended before the socket goes away
-                await self.server.close()
+                await self._services.server.close()
             self._finish()
         return self.exit_code
 
@@ -222,15 +219,15 @@ class Run:
         if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
             from .notify import Notifier
 
-            self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
-                                     redactor=self.redactor)
+            self._services.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
+                                               redactor=self.redactor)
         self._serve_metrics()
         if self.serve and not self.refused:
             from .served import Served
             from .server import ControlServer
 
-            self.server = ControlServer(Served(self), self.paths.sock)
-            await self.server.start()
+            self._services.server = server = ControlServer(Served(self), self.paths.sock)
+            await server.start()
 
     def _serve_metrics(self) -> None:
         """The Prometheus endpoint, if the config asks: scrapes read the state on the loop's thread."""
@@ -247,7 +244,7 @@ class Run:
         def threadsafe() -> dict[str, Any]:
             return asyncio.run_coroutine_threadsafe(snap(), loop).result(timeout=10)
         try:
-            self._stop_metrics = serve(threadsafe, m.host, m.port)
+            self._services.stop_metrics = serve(threadsafe, m.host, m.port)
         except OSError as e:  # taken since `rlsup check`: the run goes on without it
             self.emit(ev.FlagRaised(None, type="metrics_unavailable", message=(
                 f"metrics endpoint {m.host}:{m.port} could not be opened: {e.strerror or e}"),
@@ -258,13 +255,8 @@ class Run:
         found = self._past.found
         if found.leftovers:
             self.emit(ev.LeftoversEnded(None, **found.leftovers))
-        self._files = FileWatch(self.loop, self.paths, self.components, self._monitor_watch)
-        self._files.start()
-        self.gpus.start(self._watched())
-        from ..rundir.watches import Watches
-
-        self.watches = Watches(self.components, self.loop)
-        self.watches.start()
+        self._watching.start(self.loop, self.paths, self.components)
+        self.gpus.start(self._services.watched)
         adoption.take_over(found, self.components, self.state, self._past.saved_components)
         self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
 
@@ -346,21 +338,16 @@ class Run:
                                 zygote=self.monitors.zygote_pid, began=self._began)
 
     def _finish(self) -> None:
-        if self._stop_metrics is not None:
-            self._stop_metrics()
+        self._services.close_metrics()
         self.gpus.stop()
         self._stack_taker.close()
-        if self.watches is not None:
-            self.watches.stop()
+        self._watching.stop_artefacts()
         for c in self.components.values():
             c.close()
         self._write_state(force=True)
         self.monitors.close()
-        if self._files is not None:
-            self._files.close()
-        self._monitor_watch.close()
-        if self.notifier is not None:
-            self.notifier.close(5.0)
+        self._watching.close()
+        self._services.close_notifier()
         if self.journal is not None and (lost := self.journal.close()):
             why = (f"{self._disk_trouble}" if self._disk_trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
@@ -401,8 +388,7 @@ class Run:
                 say(f"rlsup: subscriber failed: {exc!r}")
         if lifecycle:
             self._mark_state_dirty()
-            if self.notifier is not None:
-                self.notifier.handle(e)
+            self._services.notify(e)
             if isinstance(event, ev.RestartScheduled):
                 self._triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
@@ -559,10 +545,10 @@ class Run:
     # ------------------------------------------------------------------ monitors and log files
 
     def watch_monitor(self, comp: Component, att: AttemptProcesses) -> None:
-        self._monitor_watch.watch(comp, att)
+        self._watching.monitors.watch(comp, att)
 
     def unwatch_monitor(self, att: AttemptProcesses) -> None:
-        self._monitor_watch.unwatch(att)
+        self._watching.monitors.unwatch(att)
 
     def read_all_now(self) -> None:
         """Catch up with every log (before judging stalls, before diagnosis)."""
@@ -649,10 +635,7 @@ class Run:
 
     def watchers_changed(self) -> None:
         """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
-        self.gpus.watched(self._watched())
-
-    def _watched(self) -> bool:
-        return self.server is not None and bool(self.server.conns)
+        self.gpus.watched(self._services.watched)
 
     def _check_stalls(self, now: float) -> None:
         """The run's step on the stall watch; it asks for the logs to be read first before it calls
