@@ -48,6 +48,7 @@ from . import adoption, carryover, health, preemption, runview, shutdown
 from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .component import Component
 from .daemonlog import say
+from .dependencydown import DependencyDown
 from .ending import Ending
 from .filewatch import read_all
 from .gpusampling import GpuSampling, gpu_event, owners
@@ -115,10 +116,7 @@ class Run:
         from .resources import ResourceSampling
 
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
-        from ..diagnosis import DependencyTracker
-
-        self._dep_tracker = DependencyTracker(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
-        self._dep_flagged: set[str] = set()
+        self._deps = DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)  # dependency_down
         self._triggers: list[dict[str, Any]] = []  # journaled events other components react to
         self._run_seq: int | None = None  # the seq of this run's run_started (the cause of first starts)
         self._again: dict[str, int] = {}  # completed components a resumed run starts again: name -> attempts then
@@ -441,9 +439,9 @@ class Run:
             elif isinstance(fx, runstep.End):
                 self._end(fx.outcome)
             elif isinstance(fx, runstep.Flagged):
-                self._dep_flagged = set(fx.consumers)
+                self._deps.flagged = set(fx.consumers)
             elif isinstance(fx, runstep.Track):
-                act = self._dep_tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+                act = self._deps.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
 
     def _end(self, out: Outcome) -> None:
@@ -582,8 +580,8 @@ class Run:
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
-        busy = bool(self.journal is not None and self.journal.pending) or bool(self._dep_flagged) or bool(
-            self._dep_tracker.down_since()) or self._disk_trouble is not None
+        busy = bool(self.journal is not None and self.journal.pending) or self._deps.watched \
+            or self._disk_trouble is not None
         due: list[float | None] = []
         if not busy:
             busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._ticker.awake_since,
@@ -695,11 +693,12 @@ class Run:
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
         past the budget."""
         consumers = runview.consumers(self.components, self.state["components"])
-        down_since = self._dep_tracker.down_since()
-        if not consumers and not down_since and not self._dep_flagged:
+        deps = self._deps
+        down_since = deps.tracker.down_since()
+        if not consumers and not down_since and not deps.flagged:
             return
-        view = runstep.View(self._seen(), consumers=consumers, flagged=frozenset(self._dep_flagged),
-                            down_since=down_since, down_for={d: self._dep_tracker.down_for(d) or 0.0 for d in down_since})
+        view = runstep.View(self._seen(), consumers=consumers, flagged=frozenset(deps.flagged),
+                            down_since=down_since, down_for={d: deps.tracker.down_for(d) or 0.0 for d in down_since})
         self._step(runstep.DependencyTick(), view, now)
 
     def _sample_resources(self, now: float) -> None:
