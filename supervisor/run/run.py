@@ -60,6 +60,7 @@ from .services import Services
 from .stacks import HangGate, StackTaker
 from .stacks import reply as stack_reply
 from .statewriter import StateWriter
+from .stepmemory import StepMemory
 from .ticker import Ticker
 from .watching import Watching
 
@@ -107,8 +108,7 @@ class Run:
         self._past = Past()  # what the run dir held: what a previous supervisor left, its journal replayed
         self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
         self._pacing = EvaluationPacing(self._evaluate)  # when every component is judged again
-        self._order: list[str] | None = None
-        self._final_at: dict[str, float] = {}
+        self._memory = StepMemory()  # what the run's step reads beyond the components' lives
         self._progress_pending: set[str] = set()
         self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
@@ -117,9 +117,6 @@ class Run:
 
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
         self._deps = DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)  # dependency_down
-        self._triggers: list[dict[str, Any]] = []  # journaled events other components react to
-        self._run_seq: int | None = None  # the seq of this run's run_started (the cause of first starts)
-        self._again: dict[str, int] = {}  # completed components a resumed run starts again: name -> attempts then
         self._stack_taker = StackTaker(self.paths.stacks)
         self._hang = HangGate(self._start_stacks, self._rejudge_stalls)  # a stall flag carries the stacks
         self._journal_sync: JournalSync | None = None  # the journal's writes and shared fsyncs, once there is a loop
@@ -166,7 +163,7 @@ class Run:
         self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
         self._build_components(names)
         await self._open_services()
-        self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
+        self._memory.run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
                                 how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
         for note in self._past.damage:
@@ -206,7 +203,7 @@ class Run:
             prev = self.state["components"][n]
             life, again = carryover.life(n, prev, self.cfg, self.how)
             if again is not None:
-                self._again[n] = again  # its next start says so (until it has started)
+                self._memory.again[n] = again  # its next start says so (until it has started)
             sv = saved.get(n) or {}
             c = self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
                                                log_position=carryover.position(sv))
@@ -388,7 +385,7 @@ class Run:
             self._mark_state_dirty()
             self._services.notify(e)
             if isinstance(event, ev.RestartScheduled):
-                self._triggers.append(e)  # acted on once the step that emitted it is done (changed)
+                self._memory.triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
 
     def _journal_written(self, e: dict[str, Any], *, sync: bool) -> None:
@@ -408,12 +405,13 @@ class Run:
     # ------------------------------------------------------------------ what components ask of the run
 
     def changed(self, comp: Component) -> None:
-        while self._triggers:  # what the step just carried out set off elsewhere (restart_with)
-            self._step(runstep.Restarted(self._triggers.pop(0)))
+        memory = self._memory
+        while memory.triggers:  # what the step just carried out set off elsewhere (restart_with)
+            self._step(runstep.Restarted(memory.triggers.pop(0)))
         if comp.state in lc.FINAL:
-            self._final_at.setdefault(comp.name, self.clock.monotonic())
+            memory.final_at.setdefault(comp.name, self.clock.monotonic())
         else:
-            self._final_at.pop(comp.name, None)
+            memory.final_at.pop(comp.name, None)
         if comp.state == "pending" and comp.life.attempt > 0:
             self._admit_again(comp)
         if self.loop is not None:
@@ -453,12 +451,12 @@ class Run:
         self._ending.decide()
 
     def _view(self, active: int | None = None) -> runstep.View:
-        return runstep.View(self._seen(), shutting_down=self._ending.stopping, run_seq=self._run_seq,
+        return runstep.View(self._seen(), shutting_down=self._ending.stopping, run_seq=self._memory.run_seq,
                             ended=self._ending.over, awake_since=self._ticker.awake_since,
                             active=active)
 
     def _seen(self) -> runview.SeenNow:
-        return runview.SeenNow(self.components, self.state["components"], self._final_at)
+        return runview.SeenNow(self.components, self.state["components"], self._memory.final_at)
 
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
@@ -476,10 +474,11 @@ class Run:
 
     def _admit_pending(self) -> None:
         """Dependency gating, in dependency order, until a pass changes nothing."""
-        if self._order is None:
-            self._order = self.cfg.topo_order()
+        if self._memory.order is None:
+            self._memory.order = self.cfg.topo_order()
+        order = self._memory.order
         for _ in range(len(self.components) + 2):
-            waiting = [n for n in self._order if self._may_admit(self.components[n])]
+            waiting = [n for n in order if self._may_admit(self.components[n])]
             if not waiting:
                 break  # nothing to gate: no view of every component to build
             view = self._view()
@@ -491,7 +490,7 @@ class Run:
                 if not self._may_admit(c):
                     continue
                 before = (c.state, c.life.waiting)
-                self._step(runstep.Pending(n, again=n in self._again and c.life.attempt == self._again[n]), view)
+                self._step(runstep.Pending(n, again=self._memory.starts_again(n, c.life.attempt)), view)
                 if (c.state, c.life.waiting) != before:
                     moved = True
                     seen.forget(n)  # only it moved (its effects run later)
@@ -510,7 +509,7 @@ class Run:
         if comp.life.want != "run" or comp.life.spawning or self._ending.stopping or self.loop is None:
             return
         n = comp.name
-        self._step(runstep.Pending(n, again=n in self._again and comp.life.attempt == self._again[n]), self._view())
+        self._step(runstep.Pending(n, again=self._memory.starts_again(n, comp.life.attempt)), self._view())
 
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
