@@ -152,10 +152,10 @@ def attempt_marker(event: Record | Mapping[str, Any], timefmt: Callable[[float],
     parts = []
     if isinstance(e, ComponentStarted):
         parts.append(f"attempt {e.attempt or '?'}")
-        resume = e.resume or {}
-        if resume.get("step") is not None:
-            parts.append(f"resumed from step {resume['step']}")
-        elif resume:
+        resume = e.resume
+        if resume is not None and resume.step is not None:
+            parts.append(f"resumed from step {resume.step}")
+        elif resume is not None:
             parts.append("resumed from its checkpoint")
     elif isinstance(e, ComponentAdopted):
         parts.append(f"attempt {e.attempt or '?'} adopted by a new supervisor (pid {e.pid})")

@@ -296,7 +296,7 @@ class FailureScreen(_Closable):
             if failed is not None:
                 r, e = failed
                 final, le = le, {"exit_code": e.exit_code, "signal": e.signal, "uptime_s": e.uptime_s,
-                                 "step": e.step, "diagnosis": e.diagnosis, "ts": r.ts, "attempt": e.attempt}
+                                 "step": e.step, "diagnosis": e.diagnosis.to_dict() if e.diagnosis else None, "ts": r.ts, "attempt": e.attempt}
                 return le, final
         return le, None
 

@@ -30,7 +30,15 @@ from functools import partial
 from typing import Any
 
 from ..records import state as run_state
-from ..records.events import ComponentExited, ComponentSpawnFailed, Record, RunEnded, RunStarted, as_record
+from ..records.events import (
+    ComponentExited,
+    ComponentSpawnFailed,
+    Record,
+    RunEnded,
+    RunStarted,
+    as_record,
+    part_dict,
+)
 from .session import Connector, Session, SessionListener
 
 JSON_TIMEOUT_S = 15.0
@@ -121,7 +129,7 @@ def failure_in(rec: Record) -> Failure | None:
     e = rec.event
     if not isinstance(e, (ComponentExited, ComponentSpawnFailed)) or not e.component:
         return None
-    diag = e.diagnosis
+    diag = part_dict(rec, "diagnosis")
     if not diag or diag.get("category") in (None, "none"):
         return None
     exit_code, signal = (e.exit_code, e.signal) if isinstance(e, ComponentExited) else (None, None)

@@ -474,7 +474,7 @@ class _JournalFacts:
     def _exited(self, c: str, ts: float | None, e: ComponentExited, info: dict[str, Any]) -> None:
         info["exits"] += 1
         self.exited_last[c] = True
-        diag = e.diagnosis or {}
+        diag = e.diagnosis.to_dict() if e.diagnosis else {}
         cat = str(diag.get("category") or "unknown")
         if self.stopping.get(c) or cat in NOT_FAILURES:
             return

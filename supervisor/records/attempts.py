@@ -96,9 +96,8 @@ class Attempt:
 def _opened(rec: Record, e: ComponentStarted, number: int) -> Attempt:
     from .diagnosis import Diagnosis
 
-    resumed = (e.resume or {}).get("step")
     return Attempt(attempt=e.attempt or number, started_at=rec.ts, ended_at=None, ready=False, exit_code=None,
-                   signal=None, step=None, resumed_step=resumed if isinstance(resumed, int) else None,
+                   signal=None, step=None, resumed_step=e.resume.step if e.resume else None,
                    diagnosis=Diagnosis.from_dict({}), component=e.component or "", start=rec)
 
 
@@ -106,7 +105,7 @@ def _closed(a: Attempt, rec: Record, e: ComponentExited) -> Attempt:
     from .diagnosis import Diagnosis
 
     return replace(a, ended_at=rec.ts, exit_code=e.exit_code, signal=e.signal, step=e.step, exit=rec,
-                   diagnosis=Diagnosis.from_dict(e.diagnosis or {}))
+                   diagnosis=e.diagnosis or Diagnosis.from_dict({}))
 
 
 def _follow(a: Attempt, rec: Record) -> Attempt:

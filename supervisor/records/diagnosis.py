@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 CATEGORIES: tuple[str, ...] = (
     "cuda_oom",
@@ -27,6 +29,10 @@ CATEGORIES: tuple[str, ...] = (
 )
 
 
+KEYS: tuple[str, ...] = ("category", "summary", "exception", "location", "step", "evidence", "library_location",
+                         "hint")
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """What killed a component, as far as its exit status and log tail tell.
@@ -45,9 +51,11 @@ class Diagnosis:
     evidence: tuple[str, ...] = ()
     library_location: bool = False
     hint: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
-    def to_dict(self) -> dict:
-        return {
+    def to_dict(self) -> dict[str, Any]:
+        known = {
             "category": self.category,
             "summary": self.summary,
             "exception": self.exception,
@@ -57,6 +65,9 @@ class Diagnosis:
             "library_location": self.library_location,
             "hint": self.hint,
         }
+        if self.keys is None:
+            return {**known, **self.extra}
+        return {k: known[k] if k in known else self.extra.get(k) for k in self.keys}
 
     @property
     def exception_type(self) -> str | None:
@@ -72,9 +83,9 @@ class Diagnosis:
         return (self.category, self.exception_type, self.location)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Diagnosis:
+    def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
         """From the dict of an event (a journal line may be damaged: a value of the wrong type is read
-        as absent, never passed on)."""
+        as absent, never passed on), remembering its keys and what it had beyond the known ones."""
         exc, loc, step, evidence = (data.get(k) for k in ("exception", "location", "step", "evidence"))
         return cls(
             category=str(data.get("category") or "unknown"),
@@ -85,6 +96,8 @@ class Diagnosis:
             evidence=tuple(str(x) for x in evidence) if isinstance(evidence, list | tuple) else (),
             library_location=bool(data.get("library_location", False)),
             hint=str(data.get("hint") or ""),
+            extra={k: v for k, v in data.items() if k not in KEYS},
+            keys=tuple(data),
         )
 
 

@@ -19,12 +19,88 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar, Literal, cast
 
+from .diagnosis import Diagnosis
 from .phrases import describe_exit, fmt_duration
 
-__all__ = ["fmt_duration"]  # re-exported for older callers; the one definition is in phrases
+__all__ = ["Diagnosis", "fmt_duration"]  # fmt_duration re-exported for older callers; defined in phrases
+
+
+# ---------------------------------------------------------------------- what events carry inside them
+
+CauseBy = Literal["run", "user", "component", "exit", "spawn", "probe", "stall", "dependency", "pattern",
+                  "shutdown", "preemption"]
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a component was started, stopped, restarted or given up on: the one answer to "why"
+    (``started.cause``, ``restart_scheduled.cause``, ``stopping.cause``, ``checkpoint_requested.cause``,
+    ``fatal.why``).
+
+    ``by`` is who or what decided it: ``run`` (the run's own first start of it, its dependencies met),
+    ``user`` (a command), ``component`` (a command a component of the run sent, e.g. the trainer restarting
+    the inference server its reload broke), ``exit`` (the previous attempt's exit, judged by the restart policy),
+    ``spawn`` (it could not be started), ``probe`` (readiness timeout, failed liveness), ``stall``,
+    ``dependency`` (restart_with, dependency_down, a dead dependency), ``pattern`` (a crash pattern
+    such as repeated_error), ``shutdown`` or ``preemption`` (the platform takes the machine: a SIGTERM to the
+    supervisor, Slurm's preemption or time-limit notice). ``reason`` says it in words; ``seq`` is the journal seq of
+    the event that triggered it (a command, an exit, a flag). Inside one step the triggering event
+    may not have a seq yet: ``of`` names its kind and the driver fills ``seq`` in as it emits it.
+    ``component`` names the other component for ``dependency`` and ``component`` causes.
+    """
+
+    by: CauseBy
+    reason: str
+    seq: int | None = None
+    component: str | None = None
+    of: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"by": self.by, "reason": self.reason, "seq": self.seq}
+        if self.component is not None:
+            out["component"] = self.component
+        if self.of is not None and self.seq is None:
+            out["of"] = self.of  # the driver replaces it with the seq (lifecycle.fill_event)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Cause:
+        """From an event's dict (a value of the wrong type is read as absent)."""
+        by, reason, seq, comp, of = (d.get(k) for k in ("by", "reason", "seq", "component", "of"))
+        return cls(cast("CauseBy", by if isinstance(by, str) else "run"), reason if isinstance(reason, str) else "",
+                   seq if _is_int(seq) else None, comp if isinstance(comp, str) else None,
+                   of if isinstance(of, str) else None)
+
+    def filled(self, seqs: Mapping[str, int]) -> Cause:
+        """This cause with ``seq`` set from the seqs of the events just emitted (by kind)."""
+        if self.seq is None and self.of is not None and self.of in seqs:
+            return replace(self, seq=seqs[self.of], of=None)
+        return self
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where an attempt resumed from (``started.resume``): the checkpoint's step and its path."""
+
+    step: int | None
+    checkpoint: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "checkpoint": self.checkpoint}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Resume:
+        step, ck = d.get("step"), d.get("checkpoint")
+        return cls(step if _is_int(step) else None, ck if isinstance(ck, str) else None)
+
+
+# The typed records inside events, by the name their fields are annotated with: each has ``to_dict`` (what the
+# journal holds) and ``from_dict`` (what :func:`parse` reads back).
+PARTS: dict[str, type[Cause] | type[Resume] | type[Diagnosis]] = {
+    "Cause": Cause, "Resume": Resume, "Diagnosis": Diagnosis}
 
 
 @dataclass(frozen=True)
@@ -34,7 +110,12 @@ class Event:
     component: str | None
 
     def payload(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "component"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "component"}
+        for name in _PART_FIELDS.get(type(self), ()):
+            v = out[name]
+            if v is not None:
+                out[name] = v.to_dict()
+        return out
 
     def to_dict(self, *, ts: float, seq: int) -> dict[str, Any]:
         out: dict[str, Any] = {"ts": round(ts, 6), "seq": seq, "kind": self.kind, "component": self.component}
@@ -140,12 +221,12 @@ class ComponentStarted(Event):
     kind = "started"
     pid: int = 0
     attempt: int = 0
-    resume: dict[str, Any] | None = None  # {"step", "checkpoint"}
+    resume: Resume | None = None
     command: list[str] = field(default_factory=list)
     # With `resume` configured and no complete checkpoint: why each candidate was not used.
     checkpoints_rejected: list[dict[str, Any]] | None = None
     monitor_pid: int | None = None
-    cause: dict[str, Any] | None = None  # why this attempt: {"by", "reason", "seq"} (lifecycle.Cause)
+    cause: Cause | None = None  # why this attempt
     # Where this attempt's output begins: the sequence number of its first line in the component's line
     # stream (the ring, the TUI, `logs --attempt`) and the byte offset in the log file (by inode) its
     # monitor appended to. A verdict about the attempt reads from here on, never its predecessor's lines.
@@ -166,7 +247,7 @@ class ComponentSpawnFailed(Event):
     attempt: int = 0
     command: list[str] = field(default_factory=list)
     error: str = ""
-    diagnosis: dict[str, Any] | None = None
+    diagnosis: Diagnosis | None = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +273,7 @@ class ComponentExited(Event):
     signal: str | None = None
     uptime_s: float = 0.0
     step: int | None = None
-    diagnosis: dict[str, Any] | None = None
+    diagnosis: Diagnosis | None = None
     attempt: int = 0
 
 
@@ -202,7 +283,7 @@ class RestartScheduled(Event):
     delay_s: float = 0.0
     attempt: int = 0
     reason: str = ""
-    cause: dict[str, Any] | None = None
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
@@ -215,9 +296,9 @@ class ComponentFatal(Event):
     kind = "fatal"
     reason: str = ""
     cause: str | None = None  # the component whose failure this one follows from (a dead dependency)
-    # Why rlsup gave up, typed as every other cause ({"by", "reason", "seq"}, lifecycle.Cause). Named
-    # `why`, not `cause`, because `fatal.cause` is the dependency's name since 0.2 and stays so.
-    why: dict[str, Any] | None = None
+    # Why rlsup gave up, typed as every other cause. Named `why`, not `cause`, because `fatal.cause` is the
+    # dependency's name since 0.2 and stays so.
+    why: Cause | None = None
 
 
 @dataclass(frozen=True)
@@ -226,7 +307,7 @@ class ComponentStopping(Event):
     by: str = ""
     signal: str = ""
     reason: str | None = None
-    cause: dict[str, Any] | None = None
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
@@ -243,7 +324,7 @@ class CheckpointRequested(Event):
     kind = "checkpoint_requested"
     signal: str = ""
     wait_s: float = 0.0
-    cause: dict[str, Any] | None = None
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
@@ -394,6 +475,7 @@ def _is_number(v: Any) -> bool:
 _CHECKS: dict[str, _Check] = {
     "int": _is_int, "float": _is_number, "str": lambda v: isinstance(v, str),
     "list": lambda v: isinstance(v, list), "dict": lambda v: isinstance(v, dict),
+    **{name: (lambda v: isinstance(v, dict)) for name in PARTS},  # a typed record is a dict in JSON
 }
 
 
@@ -421,6 +503,30 @@ def _field_checks(cls: type[Event]) -> tuple[tuple[str, _Check], ...]:
 _FIELDS: dict[type[Event], tuple[tuple[str, _Check], ...]] = {cls: _field_checks(cls) for cls in EVENT_CLASSES}
 
 
+def _part_fields(cls: type[Event]) -> dict[str, type[Cause] | type[Resume] | type[Diagnosis]]:
+    """The fields of ``cls`` that hold a typed record (:data:`PARTS`), each with its class."""
+    out = {}
+    for f in fields(cls):
+        base = str(f.type).split("|")[0].strip()
+        if base in PARTS:
+            out[f.name] = PARTS[base]
+    return out
+
+
+_PART_FIELDS: dict[type[Event], dict[str, type[Cause] | type[Resume] | type[Diagnosis]]] = {
+    cls: parts for cls in EVENT_CLASSES if (parts := _part_fields(cls))}
+
+
+def _read_part(cls: type[Event], name: str, value: dict[str, Any], extra: dict[str, Any]) -> Any:
+    """The typed record of field ``name`` read from its dict. Where the record would not write that dict back
+    as it is (a damaged line, an older writer's shape), the dict is kept in ``extra`` too: the record's
+    :meth:`Record.to_dict` gives it back unchanged, in its place."""
+    part = _PART_FIELDS[cls][name].from_dict(value)
+    if list(part.to_dict().items()) != list(value.items()):
+        extra[name] = value
+    return part
+
+
 def parse(d: Mapping[str, Any]) -> Record:
     """The typed record of one event dict (a journal line, a socket message). Never raises: an
     unknown kind becomes an :class:`UnknownEvent`, unknown fields and values of the wrong type are
@@ -444,12 +550,25 @@ def parse(d: Mapping[str, Any]) -> Record:
     if issubclass(cls, Gauge):
         return Record(ts, seq, cls(component, data=rest), absent=frozenset(absent))
     kwargs: dict[str, Any] = {}
+    parts = _PART_FIELDS.get(cls, {})
     for name, fits in _FIELDS[cls]:
         if name not in rest:
             absent.add(name)
         elif fits(rest[name]):
-            kwargs[name] = rest.pop(name)
+            value = rest.pop(name)
+            kwargs[name] = _read_part(cls, name, value, rest) if name in parts and value is not None else value
     return Record(ts, seq, cls(component, **kwargs), rest, frozenset(absent))
+
+
+def part_dict(rec: Record, name: str) -> dict[str, Any] | None:
+    """The typed record in field ``name`` of ``rec``'s event (its ``cause``, ``resume``, ``diagnosis``...) as
+    the dict the line held: the record's own dict, or the line's where the record would not give it back as it
+    was (:func:`parse` keeps that one in ``extra``); None where the event has none."""
+    part = getattr(rec.event, name, None)
+    if part is None:
+        return None
+    raw = rec.extra.get(name)
+    return raw if isinstance(raw, dict) else part.to_dict()
 
 
 def misfits(d: Mapping[str, Any]) -> list[str]:
@@ -481,7 +600,7 @@ def _run_started(e: RunStarted) -> str:
 def _started(e: ComponentStarted) -> str:
     rej = e.checkpoints_rejected
     if e.resume:
-        extra = f", resuming from step {e.resume.get('step')}"
+        extra = f", resuming from step {e.resume.step}"
     elif rej:
         extra = (f", FROM SCRATCH: none of {len(rej)} checkpoint(s) is complete ("
                  + "; ".join(f"step {c.get('step')}: {c.get('reason')}" for c in rej[:3])
@@ -495,10 +614,10 @@ def _started(e: ComponentStarted) -> str:
 
 def _exited(e: ComponentExited) -> str:
     step = f" at step {e.step}" if e.step is not None else ""
-    diag = e.diagnosis or {}
-    summ = diag.get("summary")
+    diag = e.diagnosis
+    shown = diag is not None and diag.summary and diag.category != "none"
     return (f"{describe_exit(e.exit_code, e.signal)} after {fmt_duration(e.uptime_s)}{step}"
-            + (f": {summ}" if summ and diag.get("category") != "none" else ""))
+            + (f": {diag.summary}" if shown and diag is not None else ""))
 
 
 def _progress(e: ProgressUpdated) -> str:
@@ -550,7 +669,7 @@ _WORDS: dict[type[Event], Callable[[Any], str]] = {
     ComponentStopping: lambda e: f"stopping ({e.signal}, by {e.by}{f'; {e.reason}' if e.reason else ''})",
     ComponentStopped: lambda e: f"stopped (by {e.by})",
     CheckpointRequested: lambda e: (f"asked to checkpoint ({e.signal}; up to {fmt_duration(e.wait_s)} before it is "
-                                    "stopped): " + ((e.cause or {}).get("reason") or "preemption")),
+                                    "stopped): " + ((e.cause.reason if e.cause else "") or "preemption")),
     FlagRaised: lambda e: f"FLAG {e.type}: {e.message}{f' -> {e.action}' if e.action else ''}",
     FlagCleared: lambda e: f"flag {e.type} cleared: {e.message}",
     LeftoversEnded: lambda e: f"found {len(e.pids)} process(es) left by a previous supervisor: {e.action}",

@@ -125,19 +125,19 @@ def _pending(c: dict[str, Any], e: ev.ComponentPending, rec: ev.Record) -> None:
 
 def _started(c: dict[str, Any], e: ev.ComponentStarted, rec: ev.Record) -> None:
     c.update(state="starting", pid=e.pid, attempt=e.attempt or c["attempt"] + 1, started_at=rec.ts, ready_at=None,
-             waiting_for=[], reason=None, next_start_at=None, resume=e.resume, monitor_pid=e.monitor_pid,
-             cause=e.cause, config_hash=e.config_hash)
+             waiting_for=[], reason=None, next_start_at=None, resume=ev.part_dict(rec, "resume"),
+             monitor_pid=e.monitor_pid, cause=ev.part_dict(rec, "cause"), config_hash=e.config_hash)
     if e.log_seq is not None or e.log_offset is not None:
         # Where this attempt's output begins (a supervisor that takes the attempt over reads it here).
         c["attempt_log"] = {"seq": e.log_seq, "offset": e.log_offset, "ino": e.log_ino}
     if e.resume:
-        c["step"] = e.resume.get("step")
+        c["step"] = e.resume.step
 
 
 def _spawn_failed(c: dict[str, Any], e: ev.ComponentSpawnFailed, rec: ev.Record) -> None:
     c["attempt"] = e.attempt or c["attempt"]
     c["last_exit"] = {"exit_code": None, "signal": None, "uptime_s": 0.0, "step": None,
-                      "diagnosis": e.diagnosis, "ts": rec.ts, "error": e.error}
+                      "diagnosis": ev.part_dict(rec, "diagnosis"), "ts": rec.ts, "error": e.error}
     c["pid"] = None
 
 
@@ -152,7 +152,7 @@ def _ready(c: dict[str, Any], e: ev.ComponentReady, rec: ev.Record) -> None:
 
 def _exited(c: dict[str, Any], e: ev.ComponentExited, rec: ev.Record) -> None:
     c["last_exit"] = {"exit_code": e.exit_code, "signal": e.signal, "uptime_s": e.uptime_s, "step": e.step,
-                      "diagnosis": e.diagnosis, "ts": rec.ts}
+                      "diagnosis": ev.part_dict(rec, "diagnosis"), "ts": rec.ts}
     c.update(_GONE, monitor_pid=None)
 
 

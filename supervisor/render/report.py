@@ -320,7 +320,7 @@ def _attempt_row(a: Attempt) -> str:
     s = a.started
     e = a.exited
     res = s.resume if s else None
-    num = f"{a.attempt}" + (f" (resumed @ step {res.get('step')})" if res else "")
+    num = f"{a.attempt}" + (f" (resumed @ step {res.step})" if res else "")
     d = a.diagnosis
     diag = "-" if not e else ("ok" if d.category == "none" else f"{d.category}: {d.summary}")
     step = "-" if not e or e.step is None else e.step
@@ -497,12 +497,12 @@ def _checkpoints_section(st: dict[str, Any], attempts: dict[str, list[Attempt]],
             rows.append(f"- {n}: step {found[0]} at `{found[1]}` (found on disk)")
         elif resumes:
             r = resumes[-1]
-            rows.append(f"- {n}: last resumed from step {r.get('step')} (`{r.get('checkpoint')}`)")
+            rows.append(f"- {n}: last resumed from step {r.step} (`{r.checkpoint}`)")
         elif isinstance(comps_cfg.get(n), dict) and comps_cfg[n].get("resume"):
             rows.append(f"- {n}: none found")
         if resumes and (ck or found):
             r = resumes[-1]
-            rows.append(f"  - last resumed from step {r.get('step')} (`{r.get('checkpoint')}`)")
+            rows.append(f"  - last resumed from step {r.step} (`{r.checkpoint}`)")
     if not rows:
         return []
     return ["## Latest checkpoints", "", *rows, ""]

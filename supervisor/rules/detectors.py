@@ -1,7 +1,7 @@
 """The run's step: run-level decisions as pure functions of what was seen, the trigger, the time and the config.
 
 Each function here looks at a snapshot (:class:`Seen`, one per component) and returns what the
-lifecycle should be told (inputs, each with its typed :class:`~rlsup.supervisor.rules.lifecycle.Cause`)
+lifecycle should be told (inputs, each with its typed :class:`~rlsup.supervisor.records.events.Cause`)
 and what the journal should say (events), never acting itself: which pending component may start
 (dependency gating), which components follow a restart (``restart_with``), which one has stalled and
 on what evidence, how a dependency counts for ``dependency_down`` and whether its failure is

@@ -72,49 +72,11 @@ from ..config.model import Component as ComponentCfg
 from ..config.model import RestartCfg
 from ..diagnosis import AttemptRecord, Diagnosis, detect_attempt_patterns
 from ..records import events as ev
+from ..records.events import Cause, CauseBy, Resume
 from ..records.phrases import describe_exit
 from .policy import History, decide, is_success
 
-CauseBy = Literal["run", "user", "component", "exit", "spawn", "probe", "stall", "dependency", "pattern",
-                  "shutdown", "preemption"]
-
-
-@dataclass(frozen=True)
-class Cause:
-    """Why a component was started, stopped, restarted or given up on: the one answer to "why".
-
-    ``by`` is who or what decided it: ``run`` (the run's own first start of it, its dependencies met),
-    ``user`` (a command), ``component`` (a command a component of the run sent, e.g. the trainer restarting
-    the inference server its reload broke), ``exit`` (the previous attempt's exit, judged by the restart policy),
-    ``spawn`` (it could not be started), ``probe`` (readiness timeout, failed liveness), ``stall``,
-    ``dependency`` (restart_with, dependency_down, a dead dependency), ``pattern`` (a crash pattern
-    such as repeated_error), ``shutdown`` or ``preemption`` (the platform takes the machine: a SIGTERM to the
-    supervisor, Slurm's preemption or time-limit notice). ``reason`` says it in words; ``seq`` is the journal seq of
-    the event that triggered it (a command, an exit, a flag). Inside one step the triggering event
-    may not have a seq yet: ``of`` names its kind and the driver fills ``seq`` in as it emits it.
-    ``component`` names the other component for ``dependency`` and ``component`` causes.
-    """
-
-    by: CauseBy
-    reason: str
-    seq: int | None = None
-    component: str | None = None
-    of: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"by": self.by, "reason": self.reason, "seq": self.seq}
-        if self.component is not None:
-            out["component"] = self.component
-        if self.of is not None and self.seq is None:
-            out["of"] = self.of  # the driver replaces it with the seq (fill_seqs)
-        return out
-
-    def filled(self, seqs: dict[str, int]) -> Cause:
-        """This cause with ``seq`` set from the seqs of the events just emitted (by kind)."""
-        if self.seq is None and self.of is not None and self.of in seqs:
-            return replace(self, seq=seqs[self.of], of=None)
-        return self
-
+__all__ = ["Cause", "CauseBy", "Resume"]  # the typed records of events, here where the rules make them
 
 def fill_seqs(life: Life, seqs: dict[str, int]) -> Life:
     """``life`` with the causes it keeps pointing at events emitted in the step just carried out."""
@@ -126,15 +88,15 @@ def fill_seqs(life: Life, seqs: dict[str, int]) -> Life:
     return replace(life, start_cause=start, stop_cause=stop, gave_up=gave)
 
 
-def fill_event(cause: dict[str, Any] | None, seqs: dict[str, int]) -> dict[str, Any] | None:
-    """An event's cause with ``of`` resolved to the seq of the event of that kind emitted before it."""
-    if not cause or "of" not in cause:
-        return cause
-    out = dict(cause)
-    of = out.pop("of")
-    if out.get("seq") is None and of in seqs:
-        out["seq"] = seqs[of]
-    return out
+def fill_event(event: ev.Event, seqs: dict[str, int]) -> ev.Event:
+    """``event`` with its cause (``fatal.why``, every other event's ``cause``) pointing at the seq of the event
+    of the kind it names (``of``) emitted before it; ``of`` is dropped whether or not that event was emitted."""
+    name = "why" if isinstance(event, ev.ComponentFatal) else "cause"
+    cause = getattr(event, name, None)
+    if not isinstance(cause, Cause) or cause.of is None or cause.seq is not None:
+        return event
+    filled: dict[str, Any] = {name: replace(cause, seq=seqs.get(cause.of), of=None)}
+    return replace(event, **filled)
 
 
 State = Literal["pending", "starting", "running", "backoff", "stopping", "stopped", "completed", "fatal"]
@@ -223,7 +185,7 @@ class DepsBlocked:
 class Spawned:
     pid: int
     command: tuple[str, ...]
-    resume: dict[str, Any] | None = None
+    resume: Resume | None = None
     checkpoints_rejected: tuple[dict[str, Any], ...] | None = None
     monitor_pid: int | None = None
     started_at: float | None = None  # monotonic; the monitor's own reading of the start
@@ -239,7 +201,7 @@ class SpawnFailed:
     error: str
     deterministic: bool
     command: tuple[str, ...]
-    diagnosis: dict[str, Any] = field(default_factory=dict)
+    diagnosis: Diagnosis = field(default_factory=lambda: Diagnosis.from_dict({}))
 
 
 @dataclass(frozen=True)
@@ -276,7 +238,7 @@ class LivenessFailed:
 class Exited:
     exit_code: int | None
     signal: str | None
-    diagnosis: dict[str, Any]
+    diagnosis: Diagnosis
     step: int | None = None
     total: int | None = None
     at: float | None = None  # when it exited (monotonic, as its monitor recorded it); None: now
@@ -441,7 +403,7 @@ def _on_deps_blocked(life: Life, inp: DepsBlocked, now: float, rules: Rules) -> 
     if life.state != "pending" or life.want != "run" or life.spawning:
         return life, []
     why = Cause("dependency", inp.reason, component=inp.cause)
-    fx: list[Effect] = [Emit(ev.ComponentFatal(life.name, reason=inp.reason, cause=inp.cause, why=why.to_dict()))]
+    fx: list[Effect] = [Emit(ev.ComponentFatal(life.name, reason=inp.reason, cause=inp.cause, why=why))]
     return replace(life, state="fatal", cause=inp.cause, waiting=(), gave_up=why), fx
 
 
@@ -450,17 +412,17 @@ def _on_spawned(life: Life, inp: Spawned, now: float, rules: Rules) -> Outcome:
     restart came while it was being spawned."""
     started = inp.started_at if inp.started_at is not None else now
     life = replace(life, spawning=False, started_at=started, ready_at=None,
-                   resumed_from=(inp.resume or {}).get("step"))
+                   resumed_from=inp.resume.step if inp.resume else None)
     why = life.start_cause or Cause("run", FIRST_START)
     fx: list[Effect] = [Emit(ev.ComponentStarted(
         life.name, pid=inp.pid, attempt=life.attempt, resume=inp.resume, command=list(inp.command),
         checkpoints_rejected=list(inp.checkpoints_rejected) if inp.checkpoints_rejected else None,
-        monitor_pid=inp.monitor_pid, cause=why.to_dict(), log_seq=inp.log_seq, log_offset=inp.log_offset,
+        monitor_pid=inp.monitor_pid, cause=why, log_seq=inp.log_seq, log_offset=inp.log_offset,
         log_ino=inp.log_ino, config_hash=inp.config_hash, **(inp.slurm or {})))]
     life = replace(life, start_cause=None)
     if life.want == "stop" or life.then_start:  # stopped or restarted while it was being spawned
         fx.append(Emit(ev.ComponentStopping(life.name, by=life.stop_by or life.restart_by or "user",
-                                    signal=rules.stop_signal, cause=_dict(life.stop_cause))))
+                                    signal=rules.stop_signal, cause=life.stop_cause)))
         fx.append(Terminate(rules.stop_signal, rules.stop_timeout))
         return replace(life, state="stopping"), fx
     if rules.ready_probe is None:
@@ -497,7 +459,7 @@ def _on_spawn_failed(life: Life, inp: SpawnFailed, now: float, rules: Rules) -> 
         return replace(life, state="stopped", stop_by=None, then_start=False), fx
     why = Cause("spawn", inp.error, of="spawn_failed")
     if inp.deterministic:  # a missing command or working directory: restarting cannot help
-        fx.append(Emit(ev.ComponentFatal(life.name, reason=inp.error, why=why.to_dict())))
+        fx.append(Emit(ev.ComponentFatal(life.name, reason=inp.error, why=why)))
         return replace(life, state="fatal", then_start=False, gave_up=why), fx
     return _decide(life, now, rules, fx, success=False, how=inp.error, patterns=(), cause=why)
 
@@ -608,7 +570,7 @@ def _on_run_stopping(life: Life, inp: RunStopping, now: float, rules: Rules) -> 
         return life, []
     return replace(life, checkpoint_asked=now), [
         Emit(ev.CheckpointRequested(life.name, signal=rules.preempt_signal, wait_s=rules.preempt_wait,
-                                    cause=why.to_dict())),
+                                    cause=why)),
         Signal(rules.preempt_signal)]
 
 
@@ -680,7 +642,7 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
     record = AttemptRecord(
         attempt=life.attempt, started_at=started, ended_at=ended, ready=was_ready, exit_code=inp.exit_code,
         signal=inp.signal, step=inp.step, resumed_step=life.resumed_from,
-        diagnosis=Diagnosis.from_dict(inp.diagnosis or {}))
+        diagnosis=inp.diagnosis)
     history = (*life.history, record)[-HISTORY:]
     if healthy >= rules.restart.reset_after:  # a healthy stretch ended the previous episode
         life = replace(life, episode=frozenset())
@@ -699,8 +661,9 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         why = Cause("exit", how, of="exited")  # the exit judged a failure; "pattern" is for fatal crash patterns
     else:
         how = describe_exit(inp.exit_code, inp.signal)
-        summary = (inp.diagnosis or {}).get("summary")
-        shown = bool(summary) and (inp.diagnosis or {}).get("category") not in ("none", None)
+        d = inp.diagnosis
+        summary = d.summary
+        shown = bool(summary) and d.category != "none" and (d.keys is None or "category" in d.keys)
         words = (summary if summary.startswith(how) else f"{how}: {summary}") if shown and summary else how
         why = Cause("exit", words, of="exited")
     return _decide(replace(life, forced=None, stop_cause=None), now, rules, fx, success=success, how=how,
@@ -725,7 +688,7 @@ _HANDLERS: dict[type[Any], _Handler] = dict([
 def _begin_stop(life: Life, rules: Rules, fx: list[Effect], *, by: str, reason: str | None,
                 why: Cause) -> Outcome:
     """-> stopping: say who stops it and why, stop probing, and send the stop signal."""
-    fx.append(Emit(ev.ComponentStopping(life.name, by=by, signal=rules.stop_signal, reason=reason, cause=why.to_dict())))
+    fx.append(Emit(ev.ComponentStopping(life.name, by=by, signal=rules.stop_signal, reason=reason, cause=why)))
     fx += [StopProbes(), Terminate(rules.stop_signal, rules.stop_timeout)]
     return replace(life, state="stopping"), fx
 
@@ -747,10 +710,6 @@ def _arm_healthy(life: Life, rules: Rules, fx: list[Effect]) -> tuple[Life, list
     timer = life.timer + 1
     fx.append(SetTimer("healthy", rules.restart.reset_after, timer))
     return replace(life, timer=timer), fx
-
-
-def _dict(cause: Cause | None) -> dict[str, Any] | None:
-    return cause.to_dict() if cause is not None else None
 
 
 def _cause_of(by: str, words: str) -> Cause:
@@ -800,13 +759,13 @@ def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: 
     if decision.action == "restart":
         timer = life.timer + 1
         fx.append(Emit(ev.RestartScheduled(name, delay_s=decision.delay_s, attempt=life.attempt + 1,
-                                           reason=decision.reason, cause=why.to_dict())))
+                                           reason=decision.reason, cause=why)))
         fx.append(SetTimer("backoff", decision.delay_s, timer))
         return replace(life, state="backoff", timer=timer, start_cause=why), fx
     if decision.action == "complete":
         fx.append(Emit(ev.ComponentCompleted(name)))
         return replace(life, state="completed"), fx
-    fx.append(Emit(ev.ComponentFatal(name, reason=decision.reason, why=why.to_dict())))
+    fx.append(Emit(ev.ComponentFatal(name, reason=decision.reason, why=why)))
     return replace(life, state="fatal", gave_up=why), fx
 
 

@@ -18,7 +18,6 @@ import contextlib
 import os
 import re
 import signal as signal_mod
-from dataclasses import replace
 from typing import Any, Protocol
 
 from ..config import placement as slurm_placement
@@ -41,6 +40,7 @@ from ..monitor.process import (
 from ..monitor.shim import exit_fields
 from ..records import events as ev
 from ..records.clock import Clock
+from ..records.diagnosis import Diagnosis
 from ..records.phrases import describe_exit
 from ..records.progress import ProgressMatcher, ProgressTracker
 from ..rules import lifecycle as lc
@@ -184,11 +184,7 @@ class Component:
 
     def _emit(self, event: ev.Event, seqs: dict[str, int]) -> None:
         """Emit ``event`` with its cause pointing at the seq of the event it names (``of``), and note its own seq."""
-        field = "why" if isinstance(event, ev.ComponentFatal) else "cause"
-        cause = getattr(event, field, None)
-        if isinstance(cause, dict) and "of" in cause:
-            filled: dict[str, Any] = {field: lc.fill_event(cause, seqs)}  # `why` or `cause`, by the event's class
-            event = replace(event, **filled)
+        event = lc.fill_event(event, seqs)
         out = self.ctx.emit(event)
         if isinstance(out, dict) and isinstance(out.get("seq"), int):
             seqs[event.kind] = out["seq"]
@@ -297,7 +293,7 @@ class Component:
         for w in reply.get("warnings") or []:
             self.ctx.emit(ev.FlagRaised(self.name, type="tracking", message=w, evidence=[],
                                         action="processes are tracked through the monitor instead"))
-        resume = {"step": plan["step"], "checkpoint": plan["checkpoint"]} if plan.get("step") is not None else None
+        resume = lc.Resume(plan["step"], plan["checkpoint"]) if plan.get("step") is not None else None
         self.handle(lc.Spawned(att.pid, tuple(argv), resume=resume, monitor_pid=att.monitor_pid,
                                checkpoints_rejected=tuple(plan.get("rejected") or ()) or None,
                                started_at=att.started_mono, log_seq=start.seq, log_offset=start.offset,
@@ -319,7 +315,7 @@ class Component:
             what, det = f"cannot start {argv[0]!r}: {info.get('error')}", False
         diag = {"category": "unknown", "summary": what, "exception": f"{kind}: {info.get('error')}",
                 "location": None, "step": None, "evidence": [what]}
-        return lc.SpawnFailed(what, det, tuple(argv), diag)
+        return lc.SpawnFailed(what, det, tuple(argv), Diagnosis.from_dict(diag))
 
     # ------------------------------------------------------------------ probes
 
@@ -601,7 +597,7 @@ class Component:
             diag = {**diag, "evidence": [*(diag.get("evidence") or []), ex["unrecorded"]]}
         self.flush_progress()
         ended = ex.get("ended_mono")
-        self.handle(lc.Exited(ex.get("exit_code"), ex.get("signal"), diag, step=self.progress.step,
+        self.handle(lc.Exited(ex.get("exit_code"), ex.get("signal"), Diagnosis.from_dict(diag), step=self.progress.step,
                               total=self.progress.total, at=float(ended) if isinstance(ended, int | float) else None))
 
     async def _cleanup(self, att: AttemptProcesses) -> None:

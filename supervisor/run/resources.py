@@ -13,15 +13,30 @@ from typing import Any
 from ..monitor.process import usage
 from ..records import events as ev
 
+RESOURCES_SAMPLE_S = 5.0
+
 
 class ResourceSampling:
-    def __init__(self) -> None:
+    """The run's resource sampling: how often (``every_s``), when last (``last``, monotonic), each component's
+    previous CPU reading and memory-growth series; ``detector`` makes a series' detector (tests tune it)."""
+
+    def __init__(self, every_s: float = RESOURCES_SAMPLE_S) -> None:
+        self.every_s = every_s
+        self.last = 0.0
+        self.detector: Callable[[], Any] | None = None  # MemoryGrowthDetector unless set
         self._cpu_prev: dict[str, tuple[float, float]] = {}
         self._mem: dict[str, tuple[int | None, Any]] = {}
+
+    @property
+    def due_at(self) -> float:
+        """When the next sample is due (monotonic)."""
+        return self.last + self.every_s
 
     def sample(self, now: float, components: Mapping[str, Any], gpus: list[dict[str, Any]],
                detector: Callable[[], Any] | None = None) -> list[ev.Event]:
         """The events for one sample at monotonic ``now``: flags first, then the gauge."""
+        self.last = now
+        detector = detector or self.detector
         gpu_by = _gpu_mb_by_component(gpus)
         out: dict[str, Any] = {n: {"ring_lines": len(c.ring), "ring_mb": round(c.ring.bytes / 2**20, 2)}
                                for n, c in components.items()}

@@ -48,23 +48,27 @@ from . import adoption, carryover, health, preemption, runview, shutdown
 from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .component import Component
 from .daemonlog import say
-from .filewatch import FileWatch, read_all
+from .dependencydown import DependencyDown
+from .ending import Ending
+from .filewatch import read_all
 from .gpusampling import GpuSampling, gpu_event, owners
-from .monitorwatch import MonitorWatch
+from .journalsync import JournalSync
+from .pacing import EvaluationPacing
+from .past import Past
 from .runview import POSITIONS_WRITE_S
+from .services import Services
 from .stacks import HangGate, StackTaker
 from .stacks import reply as stack_reply
 from .statewriter import StateWriter
+from .stepmemory import StepMemory
 from .ticker import Ticker
+from .watching import Watching
 
 TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
 IO_THREADS = 2  # the loop's pool for blocking work
 IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
 PROGRESS_FLUSH_S = 0.25
-GPU_RELEASE_TIMEOUT_S = 30.0
-RESOURCES_SAMPLE_S = 5.0
-EVALUATE_EVERY_S = 0.05  # at most this often, the run re-judges every component (dependencies, the end)
 
 Subscriber = Callable[[dict[str, Any]], None]
 
@@ -75,7 +79,6 @@ class Run:
         self.paths = RunPaths(Path(cfg.run_dir))
         self._states = StateWriter(self.paths, partial(self.snapshot_state, with_positions=True), self.emit)
         self.clock: Clock = clock or SystemClock()
-        self.gpu_sampler = gpu_sampler
         self.serve = serve
         from ..records.redact import Redactor
 
@@ -96,57 +99,27 @@ class Run:
         self.root: dict[str, Any] | None = None
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
-        self.notifier: Any = None
-        self._stop_metrics: Callable[[], None] | None = None
-        self.server: Any = None
-        self.watches: Any = None
-        self.gpu_release_timeout = GPU_RELEASE_TIMEOUT_S
-        self.resources_sample_s = RESOURCES_SAMPLE_S
-        self.memory_detector: Callable[[], Any] | None = None  # MemoryGrowthDetector factory (tests tune it)
-        self.gpu_proc_lookup: Callable[[int], Any] | None = None  # gpu.proc_identity unless a test fakes NVML
+        self._services = Services()  # notifications, the control socket, the metrics endpoint
         self.how = "new"
         self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self._ended: asyncio.Event | None = None
-        self._shutting_down = False
-        self._replayed: dict[str, Any] | None = None
-        self._journal_damage: list[str] = []
+        self._ending = Ending()  # decided, under way, a hand-over, a requeue after it
         self._disk_trouble: str | None = None  # why the run dir takes no writes (health.disk_trouble)
-        self._next_health = 0.0
-        self._saved: dict[str, Any] = {}
-        self._found = adoption.Found()  # what a previous supervisor left
-        self._monitor_watch = MonitorWatch()
-        self._files: FileWatch | None = None
-        self._eval_scheduled = False
-        self._evaluated_at = -1e9
-        self._evaluate_cost = 0.0
-        self._order: list[str] | None = None
-        self._final_at: dict[str, float] = {}
+        self._past = Past()  # what the run dir held: what a previous supervisor left, its journal replayed
+        self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
+        self._pacing = EvaluationPacing(self._evaluate)  # when every component is judged again
+        self._memory = StepMemory()  # what the run's step reads beyond the components' lives
         self._progress_pending: set[str] = set()
-        self._gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))
-        self._last_tick = 0.0
+        self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
         self._began = 0.0  # when run() began, in seconds since boot
-        self._awake_since = 0.0
-        self._last_resources = 0.0
-        self._positions_written = 0.0
         from .resources import ResourceSampling
 
-        self._resources = ResourceSampling()
-        from ..diagnosis import DependencyTracker
-
-        self._dep_tracker = DependencyTracker(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
-        self._dep_flagged: set[str] = set()
-        self._triggers: list[dict[str, Any]] = []  # journaled events other components react to
-        self._run_seq: int | None = None  # the seq of this run's run_started (the cause of first starts)
-        self._again: dict[str, int] = {}  # completed components a resumed run starts again: name -> attempts then
+        self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
+        self._deps = DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)  # dependency_down
         self._stack_taker = StackTaker(self.paths.stacks)
         self._hang = HangGate(self._start_stacks, self._rejudge_stalls)  # a stall flag carries the stacks
-        self._before: dict[str, Any] = {}  # a preemption: each asked component's newest checkpoint when asked
-        self._requeue = False  # a preemption on Slurm's notice: requeue the job once the run has stopped
-        self._sync_scheduled = False  # the journal's fsync of this turn of the loop is due
-        self._syncing: asyncio.Future[None] | None = None  # the journal's fsync in flight (in the pool)
-        self._sync_again = False  # events were written while it was: one more fsync once it is done
+        self._journal_sync: JournalSync | None = None  # the journal's writes and shared fsyncs, once there is a loop
 
     # ------------------------------------------------------------------ before the loop
 
@@ -159,26 +132,26 @@ class Run:
         self.paths.create()
         self.lock.acquire({"config": self.cfg.source, "name": self.cfg.name, "version": VERSION})
         try:
-            self._found = adoption.find(self.paths, self.lock.previous)
+            found = adoption.find(self.paths, self.lock.previous)
         except IncompatibleMonitors:
             self.lock.release()
             raise
-        self._replayed, self._saved = carryover.replay(self.paths, self.cfg)
-        self._journal_damage = damage_notes()
-        return self._found.notes + self._journal_damage
+        replayed, saved = carryover.replay(self.paths, self.cfg)
+        self._past = Past(found, replayed, saved, damage_notes())
+        return found.notes + self._past.damage
 
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> int:
         """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
         self.loop = asyncio.get_running_loop()
-        self._monitor_watch.loop = self.loop
+        self._watching.monitors.loop = self.loop
         self._began = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock of /proc/PID/stat's start time
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
         self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
-        self._ended = asyncio.Event()
+        self._ending.decided = decided = asyncio.Event()
         set_child_subreaper()
         self.nofile = raise_fd_limit()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
@@ -190,10 +163,10 @@ class Run:
         self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
         self._build_components(names)
         await self._open_services()
-        self._run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
+        self._memory.run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
                                 how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
-        for note in self._journal_damage:
+        for note in self._past.damage:
             self.emit(ev.FlagRaised(None, type="journal_damaged", message=note, action=(
                 "the damaged lines were skipped (a field of the wrong type: ignored); the rest of the run's "
                 "history was read")))
@@ -207,29 +180,30 @@ class Run:
         self.loop.set_exception_handler(self._loop_error)
         self._evaluate()
         try:
-            await self._ended.wait()
+            await decided.wait()
             await self._shutdown()
         finally:
             ticker.cancel()
-            if self.server is not None:
+            if self._services.server is not None:
                 await asyncio.sleep(0.1)  # let clients see run_ended before the socket goes away
-                await self.server.close()
+                await self._services.server.close()
             self._finish()
         return self.exit_code
 
     def _build_components(self, names: list[str]) -> None:
         """The run's components, each going on with the life and gauges its run dir's past left it."""
-        self.state = self._replayed or state_mod.initial({}, names)
+        past = self._past
+        self.state = past.replayed or state_mod.initial({}, names)
         for n in names:
             self.state["components"].setdefault(n, state_mod.new_component())
         budget = RingBudget(self.cfg.ring_bytes)
-        saved = (self._saved.get("components") or {}) if self._saved else {}
-        self.how = carryover.how(bool(self._found.live), self._replayed is not None, self.how)
+        saved = past.saved_components
+        self.how = carryover.how(bool(past.found.live), past.replayed is not None, self.how)
         for n in names:
             prev = self.state["components"][n]
             life, again = carryover.life(n, prev, self.cfg, self.how)
             if again is not None:
-                self._again[n] = again  # its next start says so (until it has started)
+                self._memory.again[n] = again  # its next start says so (until it has started)
             sv = saved.get(n) or {}
             c = self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
                                                log_position=carryover.position(sv))
@@ -240,15 +214,15 @@ class Run:
         if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
             from .notify import Notifier
 
-            self.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
-                                     redactor=self.redactor)
+            self._services.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
+                                               redactor=self.redactor)
         self._serve_metrics()
         if self.serve and not self.refused:
             from .served import Served
             from .server import ControlServer
 
-            self.server = ControlServer(Served(self), self.paths.sock)
-            await self.server.start()
+            self._services.server = server = ControlServer(Served(self), self.paths.sock)
+            await server.start()
 
     def _serve_metrics(self) -> None:
         """The Prometheus endpoint, if the config asks: scrapes read the state on the loop's thread."""
@@ -265,7 +239,7 @@ class Run:
         def threadsafe() -> dict[str, Any]:
             return asyncio.run_coroutine_threadsafe(snap(), loop).result(timeout=10)
         try:
-            self._stop_metrics = serve(threadsafe, m.host, m.port)
+            self._services.stop_metrics = serve(threadsafe, m.host, m.port)
         except OSError as e:  # taken since `rlsup check`: the run goes on without it
             self.emit(ev.FlagRaised(None, type="metrics_unavailable", message=(
                 f"metrics endpoint {m.host}:{m.port} could not be opened: {e.strerror or e}"),
@@ -273,39 +247,34 @@ class Run:
 
     def _begin_watching(self) -> None:
         """Files, GPUs and artefacts watched; the attempts a previous supervisor left adopted."""
-        if self._found.leftovers:
-            self.emit(ev.LeftoversEnded(None, **self._found.leftovers))
-        self._files = FileWatch(self.loop, self.paths, self.components, self._monitor_watch)
-        self._files.start()
-        self._gpus.start(self._watched())
-        from ..rundir.watches import Watches
-
-        self.watches = Watches(self.components, self.loop)
-        self.watches.start()
-        saved = (self._saved.get("components") or {}) if self._saved else {}
-        adoption.take_over(self._found, self.components, self.state, saved)
-        self._last_tick = self._awake_since = self.clock.monotonic()
+        found = self._past.found
+        if found.leftovers:
+            self.emit(ev.LeftoversEnded(None, **found.leftovers))
+        self._watching.start(self.loop, self.paths, self.components)
+        self.gpus.start(self._services.watched)
+        adoption.take_over(found, self.components, self.state, self._past.saved_components)
+        self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
 
     @property
     def shutting_down(self) -> bool:
-        return self._shutting_down
+        return self._ending.stopping
 
     def request_shutdown(self, reason: str, by_user: bool = True, preempted: bool = False,
                          requeue: bool = False) -> None:
         """End the run: stopped by a person (``by_user``), failed, or ``preempted``: the platform takes the
         machine, and the components with ``preempt:`` are asked to checkpoint first (:mod:`.preemption`);
         ``requeue``: then the Slurm job that ``rlsup up`` submitted is requeued (Slurm's notice)."""
-        if self._ended is None or self._ended.is_set():
+        if self._ending.over:
             return
-        self._requeue = requeue
+        self._ending.requeue = requeue
         if by_user or preempted:
             self.exit_code = 0
         self.outcome = "preempted" if preempted else "stopped" if by_user else "failed"
         self.end_reason = reason
         if preempted:
-            self._before = preemption.baselines(self.components)
+            self._ending.before = preemption.baselines(self.components)
         self._wanted_stopped(reason)
-        self._ended.set()
+        self._ending.decide()
 
     def _why_stopping(self, reason: str) -> lc.Cause:
         by: lc.CauseBy = "preemption" if self.outcome == "preempted" else "shutdown"
@@ -319,29 +288,28 @@ class Run:
 
     def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float:
         return detectors.exit_hold(exit_code, signal,
-                                   shutting_down=self._shutting_down or self._ended is None or self._ended.is_set())
+                                   shutting_down=self._ending.stopping or self._ending.over)
 
     def handover(self, reason: str) -> list[int]:
         """Exit without touching the components (an upgrade in place): they run on under their
         monitors and the next supervisor adopts them. Returns the monitors' pids."""
         pids = [c.current.monitor_pid for c in self.components.values() if c.current is not None]
-        self._handover = True
+        self._ending.handover = True
         self.emit(ev.SupervisorExited(None, reason=reason, monitors=pids))
-        if self._ended is not None:
-            self._ended.set()
+        self._ending.decide()
         return pids
 
     async def _shutdown(self) -> None:
         """Stop components in reverse dependency order, in parallel waves (:mod:`.shutdown`); return
         when nothing of the run is left (or say what could not be ended)."""
-        if getattr(self, "_handover", False):
+        if self._ending.handover:
             self._write_state(force=True)
             return
-        self._shutting_down = True
+        self._ending.stopping = True
         why = self._why_stopping(self.end_reason)
         preempted = self.outcome == "preempted"
         if preempted:
-            await preemption.wait_for_checkpoints(self.components, self._before, self.clock, self.emit)
+            await preemption.wait_for_checkpoints(self.components, self._ending.before, self.clock, self.emit)
         await shutdown.stop_in_order(self.cfg, self.components, why)
         for c in self.components.values():
             await c.await_cleanups()
@@ -349,7 +317,7 @@ class Run:
         for c in self.components.values():
             c.flush_progress()
         checkpoints = await self.loop.run_in_executor(None, preemption.standing, self.cfg) if preempted else None
-        if self._requeue and (requeued := await self.loop.run_in_executor(None, preemption.requeue, self.slurm_launcher())):
+        if self._ending.requeue and (requeued := await self.loop.run_in_executor(None, preemption.requeue, self.slurm_launcher())):
             self.end_reason = f"{self.end_reason}; {requeued}"
         self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left,
                               outcome=self.outcome or ("completed" if self.exit_code == 0 else "failed"),
@@ -365,21 +333,16 @@ class Run:
                                 zygote=self.monitors.zygote_pid, began=self._began)
 
     def _finish(self) -> None:
-        if self._stop_metrics is not None:
-            self._stop_metrics()
-        self._gpus.stop()
+        self._services.close_metrics()
+        self.gpus.stop()
         self._stack_taker.close()
-        if self.watches is not None:
-            self.watches.stop()
+        self._watching.stop_artefacts()
         for c in self.components.values():
             c.close()
         self._write_state(force=True)
         self.monitors.close()
-        if self._files is not None:
-            self._files.close()
-        self._monitor_watch.close()
-        if self.notifier is not None:
-            self.notifier.close(5.0)
+        self._watching.close()
+        self._services.close_notifier()
         if self.journal is not None and (lost := self.journal.close()):
             why = (f"{self._disk_trouble}" if self._disk_trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
@@ -409,7 +372,7 @@ class Run:
             if self.journal is not None:
                 self.journal.last_seq += 1
                 e["seq"] = self.journal.last_seq
-                self._journal_event(e, sync=event.kind != "command")
+                self._journal_written(e, sync=event.kind != "command")
         # A gauge (progress, GPUs, resources: several a second) is folded as the typed event it is; a
         # lifecycle event as the redacted dict the journal holds, parsed once.
         state_mod.apply(self.state, ev.parse(e) if lifecycle else ev.Record(e["ts"], e["seq"], event))
@@ -420,46 +383,20 @@ class Run:
                 say(f"rlsup: subscriber failed: {exc!r}")
         if lifecycle:
             self._mark_state_dirty()
-            if self.notifier is not None:
-                self.notifier.handle(e)
+            self._services.notify(e)
             if isinstance(event, ev.RestartScheduled):
-                self._triggers.append(e)  # acted on once the step that emitted it is done (changed)
+                self._memory.triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
 
-    def _journal_event(self, e: dict[str, Any], *, sync: bool) -> None:
-        """Write the event at once (a kill -9 of the supervisor loses nothing written); its fsync is shared by
-        every event of this turn of the loop (a restart journals four: one sync, not four), and runs in the
-        pool: the loop goes on meanwhile (a restart does not wait for the disk)."""
+    def _journal_written(self, e: dict[str, Any], *, sync: bool) -> None:
+        """``e`` written to the journal (:mod:`.journalsync`: its fsync shared by this turn of the loop)."""
         assert self.journal is not None
-        if not sync or self.loop is None or self.loop.is_closed():
+        if self.loop is None:  # no loop yet: nothing to share an fsync with
             self.journal.append(e, sync=sync)
             return
-        self.journal.append(e, sync=False)
-        if not self._sync_scheduled:
-            self._sync_scheduled = True
-            self.loop.call_soon(self._sync_journal)
-
-    def _sync_journal(self) -> None:
-        self._sync_scheduled = False
-        if self.journal is None:
-            return
-        self.journal.flush(sync=False)  # what waits for a disk that refused it, first
-        if self._syncing is not None:  # one fsync at a time: another once the one in flight is done
-            self._sync_again = True
-            return
-        assert self.loop is not None
-        try:
-            self._syncing = self.loop.run_in_executor(None, self.journal.sync)
-        except RuntimeError:  # the pool is shut down (the run is ending): here, then
-            self.journal.sync()
-            return
-        self._syncing.add_done_callback(self._journal_synced)
-
-    def _journal_synced(self, fut: asyncio.Future[None]) -> None:
-        self._syncing = None
-        if self._sync_again:
-            self._sync_again = False
-            self._sync_journal()
+        if self._journal_sync is None or self._journal_sync.journal is not self.journal:
+            self._journal_sync = JournalSync(self.journal, self.loop)
+        self._journal_sync.append(e, sync=sync)
 
     def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -468,24 +405,17 @@ class Run:
     # ------------------------------------------------------------------ what components ask of the run
 
     def changed(self, comp: Component) -> None:
-        while self._triggers:  # what the step just carried out set off elsewhere (restart_with)
-            self._step(runstep.Restarted(self._triggers.pop(0)))
+        memory = self._memory
+        while memory.triggers:  # what the step just carried out set off elsewhere (restart_with)
+            self._step(runstep.Restarted(memory.triggers.pop(0)))
         if comp.state in lc.FINAL:
-            self._final_at.setdefault(comp.name, self.clock.monotonic())
+            memory.final_at.setdefault(comp.name, self.clock.monotonic())
         else:
-            self._final_at.pop(comp.name, None)
+            memory.final_at.pop(comp.name, None)
         if comp.state == "pending" and comp.life.attempt > 0:
             self._admit_again(comp)
-        if not self._eval_scheduled and self.loop is not None:
-            self._eval_scheduled = True
-            # One evaluation looks at every component; a burst of changes (a thousand components
-            # starting or ending one after the other) is judged in batches, not once per change.
-            every = max(EVALUATE_EVERY_S, 5 * self._evaluate_cost)  # at most ~20% of the loop's time
-            wait = every - (self.loop.time() - self._evaluated_at)
-            if wait > 0:
-                self.loop.call_later(wait, self._evaluate)
-            else:
-                self.loop.call_soon(self._evaluate)
+        if self.loop is not None:
+            self._pacing.schedule(self.loop)  # judged in batches (:mod:`.pacing`), not once per change
 
     # ------------------------------------------------------------------ the run's step
 
@@ -507,49 +437,48 @@ class Run:
             elif isinstance(fx, runstep.End):
                 self._end(fx.outcome)
             elif isinstance(fx, runstep.Flagged):
-                self._dep_flagged = set(fx.consumers)
+                self._deps.flagged = set(fx.consumers)
             elif isinstance(fx, runstep.Track):
-                act = self._dep_tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+                act = self._deps.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
 
     def _end(self, out: Outcome) -> None:
-        assert self._ended is not None
         self.exit_code = out.exit_code
         self.outcome = out.how
         self.end_reason = out.reason
         self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
         self._wanted_stopped(out.reason)
-        self._ended.set()
+        self._ending.decide()
 
     def _view(self, active: int | None = None) -> runstep.View:
-        return runstep.View(self._seen(), shutting_down=self._shutting_down, run_seq=self._run_seq,
-                            ended=self._ended is None or self._ended.is_set(), awake_since=self._awake_since,
+        return runstep.View(self._seen(), shutting_down=self._ending.stopping, run_seq=self._memory.run_seq,
+                            ended=self._ending.over, awake_since=self._ticker.awake_since,
                             active=active)
 
     def _seen(self) -> runview.SeenNow:
-        return runview.SeenNow(self.components, self.state["components"], self._final_at)
+        return runview.SeenNow(self.components, self.state["components"], self._memory.final_at)
 
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
         A loop, not recursion: a 2,000-long dependency chain must not exhaust the stack."""
-        self._eval_scheduled = False
+        self._pacing.scheduled = False
         t0 = time.monotonic()
         try:
             self._admit_pending()
-            self._eval_scheduled = False
+            self._pacing.scheduled = False
             active = sum(c.state in lc.ACTIVE for c in self.components.values())  # not a Seen of each
             self._step(runstep.Settled(), self._view(active))
         finally:
-            self._evaluate_cost = time.monotonic() - t0
-            self._evaluated_at = self.loop.time() if self.loop is not None else 0.0
+            self._pacing.done(cost=time.monotonic() - t0, at=self.loop.time() if self.loop is not None else 0.0)
             self.poke_ticker()  # a state changed: a starting or failing component wants the 1 s tick
 
     def _admit_pending(self) -> None:
         """Dependency gating, in dependency order, until a pass changes nothing."""
-        if self._order is None:
-            self._order = self.cfg.topo_order()
+        if self._memory.order is None:
+            self._memory.order = self.cfg.topo_order()
+        order = self._memory.order
         for _ in range(len(self.components) + 2):
-            waiting = [n for n in self._order if self._may_admit(self.components[n])]
+            waiting = [n for n in order if self._may_admit(self.components[n])]
             if not waiting:
                 break  # nothing to gate: no view of every component to build
             view = self._view()
@@ -561,7 +490,7 @@ class Run:
                 if not self._may_admit(c):
                     continue
                 before = (c.state, c.life.waiting)
-                self._step(runstep.Pending(n, again=n in self._again and c.life.attempt == self._again[n]), view)
+                self._step(runstep.Pending(n, again=self._memory.starts_again(n, c.life.attempt)), view)
                 if (c.state, c.life.waiting) != before:
                     moved = True
                     seen.forget(n)  # only it moved (its effects run later)
@@ -575,12 +504,12 @@ class Run:
     def _admit_again(self, comp: Component) -> None:
         """A component pending again (its backoff is over, a restart asked for) is judged at once against
         its own dependencies only (the view reads what its gate looks at): a restart must not wait for the
-        next evaluation of the whole run (up to :data:`EVALUATE_EVERY_S`); that batching is for a burst of
+        next evaluation of the whole run (up to :data:`.pacing.EVALUATE_EVERY_S`); that batching is for a burst of
         first starts and ends."""
-        if comp.life.want != "run" or comp.life.spawning or self._shutting_down or self.loop is None:
+        if comp.life.want != "run" or comp.life.spawning or self._ending.stopping or self.loop is None:
             return
         n = comp.name
-        self._step(runstep.Pending(n, again=n in self._again and comp.life.attempt == self._again[n]), self._view())
+        self._step(runstep.Pending(n, again=self._memory.starts_again(n, comp.life.attempt)), self._view())
 
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
@@ -613,10 +542,10 @@ class Run:
     # ------------------------------------------------------------------ monitors and log files
 
     def watch_monitor(self, comp: Component, att: AttemptProcesses) -> None:
-        self._monitor_watch.watch(comp, att)
+        self._watching.monitors.watch(comp, att)
 
     def unwatch_monitor(self, att: AttemptProcesses) -> None:
-        self._monitor_watch.unwatch(att)
+        self._watching.monitors.unwatch(att)
 
     def read_all_now(self) -> None:
         """Catch up with every log (before judging stalls, before diagnosis)."""
@@ -646,43 +575,41 @@ class Run:
     def poke_ticker(self) -> None:
         """Something changed (a component's state, the clients watching): plan the next tick again,
         unless it is already due a second after the last one (it can come no sooner)."""
-        self._ticker.poke(self._last_tick + TICK_S)
+        self._ticker.poke(self._ticker.last + TICK_S)
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
-        busy = bool(self.journal is not None and self.journal.pending) or bool(self._dep_flagged) or bool(
-            self._dep_tracker.down_since()) or self._disk_trouble is not None
+        busy = bool(self.journal is not None and self.journal.pending) or self._deps.watched \
+            or self._disk_trouble is not None
         due: list[float | None] = []
         if not busy:
-            busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._awake_since,
-                                         positions_written=self._positions_written,
-                                         resources_due=self._last_resources + self.resources_sample_s)
-        return next_tick(self._last_tick, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
+            busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._ticker.awake_since,
+                                         positions_written=self._ticker.positions_written,
+                                         resources_due=self.resources.due_at)
+        return next_tick(self._ticker.last, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
 
     def _tick(self, planned: float) -> None:
         now = self.clock.monotonic()
         if now - planned > PAUSE_DETECT_S:
-            self._awake_since = now  # we were paused: what happened meanwhile is not the components' fault
+            self._ticker.awake_since = now  # we were paused: what happened meanwhile is not the components' fault
             self.read_all_now()
-        self._last_tick = now
+        self._ticker.last = now
         self._reap()  # a safety net for a lost SIGCHLD
         self._check_stalls(now)
         self._check_dependencies(now)
-        if now - self._last_resources >= self.resources_sample_s and any(
-                c.current is not None for c in self.components.values()):
-            self._last_resources = now
+        if now >= self.resources.due_at and any(c.current is not None for c in self.components.values()):
             self._sample_resources(now)
         if self.journal is not None and self.journal.pending:
             self.journal.flush()
-        if now >= self._next_health:
-            self._next_health = now + health.sweep_every(sum(c.current is not None for c in self.components.values()))
+        if now >= self._ticker.health_due:
+            self._ticker.health_due = now + health.sweep_every(sum(c.current is not None for c in self.components.values()))
             self._check_health(now)
         moved = [c for c in self.components.values() if c.moved]
-        if moved and now - self._positions_written >= POSITIONS_WRITE_S:
+        if moved and now - self._ticker.positions_written >= POSITIONS_WRITE_S:
             # Log positions moved on: state.json, where the next supervisor starts reading, keeps up
             # every few seconds (what it re-reads after a crash is at most that much output, with the
             # same sequence numbers: nothing is seen twice by clients).
-            self._positions_written = now
+            self._ticker.positions_written = now
             for c in moved:
                 c.moved = False
             self._mark_state_dirty()
@@ -705,10 +632,7 @@ class Run:
 
     def watchers_changed(self) -> None:
         """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
-        self._gpus.watched(self._watched())
-
-    def _watched(self) -> bool:
-        return self.server is not None and bool(self.server.conns)
+        self.gpus.watched(self._services.watched)
 
     def _check_stalls(self, now: float) -> None:
         """The run's step on the stall watch; it asks for the logs to be read first before it calls
@@ -726,7 +650,7 @@ class Run:
         watched = runview.stall_watched(self.components)
         if not watched:
             return runstep.View({})
-        return runstep.View(self._seen(), awake_since=self._awake_since, wall_time=time.time(), caught_up=caught_up,
+        return runstep.View(self._seen(), awake_since=self._ticker.awake_since, wall_time=time.time(), caught_up=caught_up,
                             stall={n: runview.stall_watch(c, self.components) for n, c in watched.items()})
 
     # ------------------------------------------------------------------ stacks (:mod:`.stacks`)
@@ -745,7 +669,7 @@ class Run:
         return asyncio.ensure_future(self._stack_taker.take(name, attempt, att.members(), why="stall"))
 
     def _rejudge_stalls(self) -> None:
-        if not self._shutting_down:
+        if not self._ending.stopping:
             self._check_stalls(self.clock.monotonic())
 
     async def stacks_of(self, comp: Component, why: str, native: bool = False) -> Stacks | None:
@@ -768,16 +692,17 @@ class Run:
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
         past the budget."""
         consumers = runview.consumers(self.components, self.state["components"])
-        down_since = self._dep_tracker.down_since()
-        if not consumers and not down_since and not self._dep_flagged:
+        deps = self._deps
+        down_since = deps.tracker.down_since()
+        if not consumers and not down_since and not deps.flagged:
             return
-        view = runstep.View(self._seen(), consumers=consumers, flagged=frozenset(self._dep_flagged),
-                            down_since=down_since, down_for={d: self._dep_tracker.down_for(d) or 0.0 for d in down_since})
+        view = runstep.View(self._seen(), consumers=consumers, flagged=frozenset(deps.flagged),
+                            down_since=down_since, down_for={d: deps.tracker.down_for(d) or 0.0 for d in down_since})
         self._step(runstep.DependencyTick(), view, now)
 
     def _sample_resources(self, now: float) -> None:
         """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
-        for e in self._resources.sample(now, self.components, self.state.get("gpus") or [], self.memory_detector):
+        for e in self.resources.sample(now, self.components, self.state.get("gpus") or []):
             self.emit(e)
 
     # ------------------------------------------------------------------ GPUs (:mod:`.gpusampling`)
@@ -787,14 +712,14 @@ class Run:
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None:
         """Before a new attempt: the previous attempt's GPU memory released (:mod:`.gpurelease`)."""
-        if not comp.cfg.gpus or self.gpu_sampler is None:
+        if not comp.cfg.gpus or self.gpus.sampler is None:
             return
         from ..gpu.release import wait_gpu_release
 
-        await wait_gpu_release(comp.name, list(comp.cfg.gpus), self.gpu_sampler, prev=prev, run_pids=partial(owners, self.components),
-                               run_dir=str(self.paths.root), timeout=self.gpu_release_timeout, clock=self.clock,
-                               stop_wanted=lambda: comp.life.want == "stop", emit=self.emit,
-                               proc_lookup=self.gpu_proc_lookup)
+        g = self.gpus
+        await wait_gpu_release(comp.name, list(comp.cfg.gpus), g.sampler, prev=prev, run_pids=partial(owners, self.components),
+                               run_dir=str(self.paths.root), timeout=g.release_timeout, clock=self.clock,
+                               stop_wanted=lambda: comp.life.want == "stop", emit=self.emit, proc_lookup=g.proc_lookup)
 
     # ------------------------------------------------------------------ commands and clients
 
@@ -810,4 +735,5 @@ class Run:
     @property
     def ending(self) -> bool:
         """The run decided to end (it may still be stopping); not so for a hand-over."""
-        return self._ended is not None and self._ended.is_set() and not getattr(self, "_handover", False)
+        d = self._ending.decided
+        return d is not None and d.is_set() and not self._ending.handover

@@ -45,6 +45,7 @@ from ..monitor.process import (
     terminate_processes,
 )
 from ..records import events as ev
+from ..records.diagnosis import Diagnosis
 from ..rundir.journal import Journal, read_events
 from ..rundir.layout import RunLock, RunPaths, read_owner
 
@@ -155,7 +156,8 @@ def _end_attempt(paths: RunPaths, out: Teardown, att: AttemptProcesses, rec: dic
              "location": None, "step": None, "evidence": []} if running
             else _diagnose(paths, att.component, final))
     emit(ev.ComponentExited(att.component, exit_code=final.get("exit_code"), signal=final.get("signal"),
-                            uptime_s=round(uptime, 3), attempt=att.attempt, diagnosis=diag))
+                            uptime_s=round(uptime, 3), attempt=att.attempt,
+                            diagnosis=Diagnosis.from_dict(diag) if diag is not None else None))
     emit(ev.ComponentStopped(att.component, by="user"))  # final: a resumed run starts it again
     if running:
         out.stopped.append(f"{att.component} pid {att.pid} ({_how(final)})")

@@ -25,13 +25,13 @@ from __future__ import annotations
 import heapq
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.config.model import Config
-from rlsup.supervisor.diagnosis import diagnose
+from rlsup.supervisor.diagnosis import Diagnosis, diagnose
 from rlsup.supervisor.records import events as ev
 from rlsup.supervisor.records import state as state_mod
 from rlsup.supervisor.rules import detectors, runstep
@@ -358,11 +358,7 @@ class World:
 
     def _perform(self, name: str, e: lc.Effect, seqs: dict[str, int]) -> None:
         if isinstance(e, lc.Emit):
-            event = e.event
-            fld = "why" if isinstance(event, ev.ComponentFatal) else "cause"
-            cause = getattr(event, fld, None)
-            if isinstance(cause, dict) and "of" in cause:
-                event = replace(event, **{fld: lc.fill_event(cause, seqs)})
+            event = lc.fill_event(e.event, seqs)
             d = self.emit(event)
             seqs[event.kind] = d["seq"]
             if isinstance(event, ev.RestartScheduled):
@@ -397,7 +393,7 @@ class World:
         resume = None
         if name == "trainer" and self.ckpt is not None:
             step = resume_step if resume_step is not None else self.ckpt
-            resume = {"step": step, "checkpoint": f"ckpt/step_{step}"}
+            resume = lc.Resume(step, f"ckpt/step_{step}")
         elif name == "orchestrator":
             step = self.produced  # it goes on after the newest rollouts on disk
         p = Proc(name, attempt, self.pid, step=step, term=self.terms.get(name, "exit0"),
@@ -513,7 +509,7 @@ class World:
         else:  # as Component.diagnose: an attempt rlsup ended on its own verdict says so
             diag = diagnose(self._tail(name), exit_code=code, signal=sig, stopped_by=self.lives[name].forced).to_dict()
         progress = self.cfg.components[name].progress
-        self.handle(name, lc.Exited(code, sig, diag, step=p.step if progress else None,
+        self.handle(name, lc.Exited(code, sig, Diagnosis.from_dict(diag), step=p.step if progress else None,
                                     total=progress.total if progress else None))
 
     def _tail(self, name: str) -> list[str]:

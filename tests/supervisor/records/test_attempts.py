@@ -8,6 +8,7 @@ from pathlib import Path
 from rlsup.supervisor.diagnosis import AttemptRecord, detect_attempt_patterns
 from rlsup.supervisor.records import events as ev
 from rlsup.supervisor.records.attempts import from_records
+from rlsup.supervisor.records.diagnosis import Diagnosis
 from rlsup.supervisor.records.phrases import describe_exit
 from rlsup.supervisor.rundir.layout import RunPaths
 from rlsup.supervisor.rundir.replay import read_run
@@ -17,12 +18,13 @@ def _records() -> list[ev.Record]:
     es = [
         ev.RunStarted(None, name="r", components=["t"]),
         ev.ComponentStarted("t", pid=1, attempt=1, log_offset=0),
-        ev.ComponentExited("t", exit_code=1, uptime_s=2.0, diagnosis={"category": "python_exception",
-                                                                      "exception": "ValueError: bad"}),
+        ev.ComponentExited("t", exit_code=1, uptime_s=2.0, diagnosis=Diagnosis.from_dict({
+            "category": "python_exception", "exception": "ValueError: bad"})),
         ev.RestartScheduled("t", delay_s=1.0, attempt=2, reason="exit 1"),
         ev.ComponentStarted("t", pid=2, attempt=2, log_offset=10),
         ev.ComponentReady("t", probe="none"),
-        ev.ComponentExited("t", exit_code=None, signal="SIGKILL", uptime_s=1.4, diagnosis={"category": "killed"}),
+        ev.ComponentExited("t", exit_code=None, signal="SIGKILL", uptime_s=1.4,
+                           diagnosis=Diagnosis.from_dict({"category": "killed"})),
         ev.ComponentStopped("t", by="user"),
         ev.ComponentStarted("t", pid=3, attempt=3),
     ]

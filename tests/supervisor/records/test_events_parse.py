@@ -22,6 +22,17 @@ _BASE: dict[str, st.SearchStrategy[Any]] = {
     "list[dict[str, Any]]": st.lists(st.dictionaries(st.text(max_size=6), _json, max_size=3), max_size=3),
     "dict[str, Any]": st.dictionaries(st.text(max_size=6), _json, max_size=3),
 }
+_opt_int, _opt_text = st.none() | st.integers(0, 10**9), st.none() | st.text(max_size=8)
+_BASE.update({  # the typed records inside events, as the supervisor makes them
+    # `of` is written only while `seq` is unknown (the driver fills it in as it emits the event)
+    "Cause": st.builds(ev.Cause, st.sampled_from(["run", "user", "exit", "stall", "dependency"]),
+                       st.text(max_size=12), st.none(), _opt_text, _opt_text)
+    | st.builds(ev.Cause, st.sampled_from(["user", "exit"]), st.text(max_size=12), st.integers(0, 10**9), _opt_text),
+    "Resume": st.builds(ev.Resume, _opt_int, _opt_text),
+    "Diagnosis": st.builds(ev.Diagnosis, st.text(min_size=1, max_size=8), st.text(max_size=12), _opt_text, _opt_text,
+                           _opt_int, st.lists(st.text(max_size=6), max_size=3).map(tuple), st.booleans(),
+                           st.text(max_size=8)),
+})
 
 
 def _strategy(annotation: str) -> st.SearchStrategy[Any]:
@@ -95,7 +106,7 @@ def test_old_journal_lines_read_with_defaults() -> None:
 
 def test_describe_on_records_and_dicts_agree() -> None:
     e = ev.ComponentExited("t", exit_code=None, signal="SIGKILL", uptime_s=1.4, step=3,
-                           diagnosis={"category": "host_oom", "summary": "oom"}, attempt=2)
+                           diagnosis=ev.Diagnosis.from_dict({"category": "host_oom", "summary": "oom"}), attempt=2)
     d = e.to_dict(ts=1.0, seq=2)
     assert ev.describe(d) == ev.describe(ev.parse(d)) == "killed by SIGKILL after 1.4s at step 3: oom"
 

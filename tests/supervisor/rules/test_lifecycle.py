@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlsup.supervisor.config.model import RestartCfg
+from rlsup.supervisor.records.diagnosis import Diagnosis
 from rlsup.supervisor.rules import lifecycle as lc
 
 NO_DIAG = {"category": "none", "summary": "", "evidence": []}
@@ -38,9 +39,9 @@ class Sim:
             self.feed(lc.Ready())
 
     def exit(self, code=1, *, after=1.0, step=None, total=None, diag=None):
-        return self.feed(lc.Exited(code, None, diag or {"category": "python_exception", "summary": "boom",
-                                                         "exception": "ValueError", "location": "t.py:3",
-                                                         "evidence": ["ValueError: boom"]},
+        diag = diag or {"category": "python_exception", "summary": "boom", "exception": "ValueError",
+                        "location": "t.py:3", "evidence": ["ValueError: boom"]}
+        return self.feed(lc.Exited(code, None, Diagnosis.from_dict(diag),
                                    step=step, total=total), after=after)
 
 
@@ -330,7 +331,7 @@ def test_an_exit_judged_later_keeps_the_time_it_ended():
     s = Sim()
     s.start()
     started = s.now
-    s.feed(lc.Exited(0, None, {"category": "none"}, at=started + 2.0), after=3.0)
+    s.feed(lc.Exited(0, None, Diagnosis.from_dict({"category": "none"}), at=started + 2.0), after=3.0)
     assert s.events("exited")[-1].uptime_s == 2.0
 
 

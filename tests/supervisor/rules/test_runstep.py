@@ -134,13 +134,13 @@ def test_a_stall_restart_carries_a_stall_cause_pointing_at_its_flag():
     s.start()
     s.feed(lc.Stalled("no new step for 65s", ("last line: x",)))
     stopping = s.events("stopping")[-1]
-    assert stopping.cause == {"by": "stall", "reason": "no new step for 65s", "seq": None, "of": "flag"}
+    assert stopping.cause.to_dict() == {"by": "stall", "reason": "no new step for 65s", "seq": None, "of": "flag"}
     s.exit(None, after=1.0)
-    assert s.events("restart_scheduled")[-1].cause["by"] == "stall"
+    assert s.events("restart_scheduled")[-1].cause.by == "stall"
     s.feed(lc.BackoffElapsed(s.life.timer))
     s.feed(lc.DepsMet())
     s.feed(lc.Spawned(11, ("cmd",)))
-    assert s.events("started")[-1].cause["by"] == "stall"
+    assert s.events("started")[-1].cause.by == "stall"
 
 
 # ---------------------------------------------------------------------- first starts and causes in events
@@ -160,7 +160,7 @@ def test_a_first_start_says_the_run_started_it_once_its_dependencies_were_met():
     s = Sim()
     s.feed(lc.DepsMet(why))
     s.feed(lc.Spawned(5, ("cmd",)))
-    assert s.events("started")[-1].cause == why.to_dict()
+    assert s.events("started")[-1].cause.to_dict() == why.to_dict()
 
 
 def test_an_exit_is_the_cause_of_the_restart_and_of_the_next_start():
@@ -168,13 +168,13 @@ def test_an_exit_is_the_cause_of_the_restart_and_of_the_next_start():
     s.start()
     s.exit(1)
     rs = s.events("restart_scheduled")[-1]
-    assert rs.cause == {"by": "exit", "reason": "exit 1: boom", "seq": None, "of": "exited"}
+    assert rs.cause.to_dict() == {"by": "exit", "reason": "exit 1: boom", "seq": None, "of": "exited"}
     # The driver fills the seq of the exit in (fill_seqs): the next start carries it.
     s.life = lc.fill_seqs(s.life, {"exited": 12})
     s.feed(lc.BackoffElapsed(s.life.timer))
     s.feed(lc.DepsMet(lc.Cause("run", "ignored: not a first start")))
     s.feed(lc.Spawned(11, ("cmd",)))
-    assert s.events("started")[-1].cause == {"by": "exit", "reason": "exit 1: boom", "seq": 12}
+    assert s.events("started")[-1].cause.to_dict() == {"by": "exit", "reason": "exit 1: boom", "seq": 12}
 
 
 def test_a_user_restart_is_the_cause_of_the_stop_and_of_the_next_start():
@@ -182,10 +182,10 @@ def test_a_user_restart_is_the_cause_of_the_stop_and_of_the_next_start():
     s.start()
     why = lc.Cause("user", "`rlsup restart trainer` from user via cli", seq=30)
     s.feed(lc.Restart("user", reason="restart requested by user", cause=why))
-    assert s.events("stopping")[-1].cause == why.to_dict()
+    assert s.events("stopping")[-1].cause.to_dict() == why.to_dict()
     s.exit(None, after=1.0)
     s.feed(lc.Spawned(12, ("cmd",)))
-    assert s.events("started")[-1].cause == why.to_dict()
+    assert s.events("started")[-1].cause.to_dict() == why.to_dict()
 
 
 def test_a_crash_pattern_is_the_cause_of_fatal_and_fatal_cause_keeps_its_meaning():
@@ -196,29 +196,29 @@ def test_a_crash_pattern_is_the_cause_of_fatal_and_fatal_cause_keeps_its_meaning
         if s.life.state == "backoff":
             s.feed(lc.BackoffElapsed(s.life.timer))
     fatal = s.events("fatal")[-1]
-    assert fatal.why["by"] == "pattern" and fatal.why["reason"].startswith("repeated_error")
+    assert fatal.why.by == "pattern" and fatal.why.reason.startswith("repeated_error")
     assert fatal.cause is None  # `fatal.cause` stays the dependency's name (0.2), None here
     assert s.life.gave_up is not None and s.life.gave_up.by == "pattern"
     s2 = Sim()
     s2.feed(lc.DepsBlocked("dependency inference is fatal; trainer never started", "inference"))
     f2 = s2.events("fatal")[-1]
-    assert f2.cause == "inference" and f2.why["by"] == "dependency" and f2.why["component"] == "inference"
+    assert f2.cause == "inference" and f2.why.by == "dependency" and f2.why.component == "inference"
 
 
 def test_a_probe_failure_is_the_cause_of_its_restart():
     s = Sim(rules(ready_probe="http http://x", alive=True))
     s.start()
     s.feed(lc.LivenessFailed("liveness probe failed 3 times (refused)"))
-    assert s.events("stopping")[-1].cause["by"] == "probe"
+    assert s.events("stopping")[-1].cause.by == "probe"
     s.exit(None, after=1.0)
-    assert s.events("restart_scheduled")[-1].cause["by"] == "probe"
+    assert s.events("restart_scheduled")[-1].cause.by == "probe"
 
 
 def test_a_shutdown_is_the_cause_of_its_stop():
     s = Sim()
     s.start()
     s.feed(lc.Shutdown(lc.Cause("shutdown", "stopped by user (cli)", seq=99)))
-    assert s.events("stopping")[-1].cause == {"by": "shutdown", "reason": "stopped by user (cli)", "seq": 99}
+    assert s.events("stopping")[-1].cause.to_dict() == {"by": "shutdown", "reason": "stopped by user (cli)", "seq": 99}
 
 
 def test_consumers_failing_flags_once_the_dependency_stays_down_and_clears_when_it_is_back():

@@ -60,8 +60,8 @@ def test_leftover_gpu_holders_of_the_run_are_killed_outsiders_kept(tmp_path):
     try:
         fake = FakeSampler(1, processes={0: [GpuProcess(leftover.pid, 4000.0), GpuProcess(outsider.pid, 900.0)]})
         sup = Supervisor(load_config(str(cfg), run_dir=str(run_dir)), gpu_sampler=fake, serve=False)
-        sup.gpu_release_timeout = 1.5
-        sup.gpu_proc_lookup = _as_gpu_holder
+        sup.gpus.release_timeout = 1.5
+        sup.gpus.proc_lookup = _as_gpu_holder
         sup.prepare()
         # prepare() ends processes marked with this run dir that a dead supervisor left: start the
         # leftover's story after that, as a process of the previous attempt that NVML still lists.
@@ -100,8 +100,8 @@ def test_restart_waits_for_release_without_killing(tmp_path):
     """)
     fake = FakeSampler(1)
     sup = Supervisor(load_config(str(cfg), run_dir=str(run_dir)), gpu_sampler=fake, serve=False)
-    sup.gpu_release_timeout = 20
-    sup.gpu_proc_lookup = _as_gpu_holder
+    sup.gpus.release_timeout = 20
+    sup.gpus.proc_lookup = _as_gpu_holder
     sup.prepare()
     holder = _sleeper({"RLSUP_RUN_DIR": str(run_dir), "RLSUP_COMPONENT": "retired"})
     fake.set_processes(0, [GpuProcess(holder.pid, 2000.0)])
@@ -140,8 +140,8 @@ def test_memory_growth_of_a_real_process_is_flagged(tmp_path):
             progress: {preset: rlsup}
     """)
     sup = Supervisor(load_config(str(cfg), run_dir=str(tmp_path / "run")), serve=False)
-    sup.resources_sample_s = 0.5
-    sup.memory_detector = lambda: MemoryGrowthDetector(min_samples=6, min_growth_mb=150, window_s=60)
+    sup.resources.every_s = 0.5
+    sup.resources.detector = lambda: MemoryGrowthDetector(min_samples=6, min_growth_mb=150, window_s=60)
     sup.prepare()
     events = _run(sup, lambda e: e["kind"] == "flag" and e["type"] == "memory_growth", timeout=40)
     flags = [e for e in events if e["kind"] == "flag" and e["type"] == "memory_growth"]
