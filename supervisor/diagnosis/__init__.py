@@ -6,21 +6,73 @@ that touches the host, best effort.
 
 from __future__ import annotations
 
-from ..records.diagnosis import CATEGORIES, Diagnosis, HostEvidence
-from .dependency import (
-    CONNECTION_CATEGORIES,
-    DependencyFlag,
-    DependencyTracker,
-    connection_errors,
-    dependency_down,
-)
-from .engine import diagnose, find_step, normalize_signal
-from .host import parse_kernel_log, parse_memory_events, read_host_evidence
-from .memory import MemoryGrowthDetector, fit_growth
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..records.diagnosis import CATEGORIES, Diagnosis, HostEvidence
+    from .dependency import (
+        CONNECTION_CATEGORIES,
+        DependencyFlag,
+        DependencyTracker,
+        connection_errors,
+        dependency_down,
+    )
+    from .engine import diagnose, find_step, normalize_signal
+    from .host import parse_kernel_log, parse_memory_events, read_host_evidence
+    from .memory import MemoryGrowthDetector, fit_growth
+    from .offline import diagnose_command, diagnose_file, format_human, read_tail
+    from .patterns import AttemptRecord, Flag, detect_attempt_patterns
+    from .run import RunDiagnosis, RunFailure, RunSymptom, diagnose_run, format_run, is_run_dir
+
+# Imported at once: the function `normalize` shares its name with its module, which would otherwise
+# take its place here as soon as another module imported it (the start-up needs it anyway).
 from .normalize import clean_line, normalize, strip_prefixes
-from .offline import diagnose_command, diagnose_file, format_human, read_tail
-from .patterns import AttemptRecord, Flag, detect_attempt_patterns
-from .run import RunDiagnosis, RunFailure, RunSymptom, diagnose_run, format_run, is_run_dir
+
+# Each other name is imported from its module when first asked for (PEP 562): `rlsup up` needs a few of them to
+# start its components, and the rest (the exit diagnosis, its patterns and regexes) only once one exits.
+_WHERE = {
+    "CATEGORIES": "..records.diagnosis",
+    "Diagnosis": "..records.diagnosis",
+    "HostEvidence": "..records.diagnosis",
+    "CONNECTION_CATEGORIES": ".dependency",
+    "DependencyFlag": ".dependency",
+    "DependencyTracker": ".dependency",
+    "connection_errors": ".dependency",
+    "dependency_down": ".dependency",
+    "diagnose": ".engine",
+    "find_step": ".engine",
+    "normalize_signal": ".engine",
+    "parse_kernel_log": ".host",
+    "parse_memory_events": ".host",
+    "read_host_evidence": ".host",
+    "MemoryGrowthDetector": ".memory",
+    "fit_growth": ".memory",
+    "diagnose_command": ".offline",
+    "diagnose_file": ".offline",
+    "format_human": ".offline",
+    "read_tail": ".offline",
+    "AttemptRecord": ".patterns",
+    "Flag": ".patterns",
+    "detect_attempt_patterns": ".patterns",
+    "RunDiagnosis": ".run",
+    "RunFailure": ".run",
+    "RunSymptom": ".run",
+    "diagnose_run": ".run",
+    "format_run": ".run",
+    "is_run_dir": ".run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(mod, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CATEGORIES",

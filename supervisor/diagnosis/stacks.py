@@ -19,8 +19,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .tracebacks import is_user_frame
-
 MAX_SHORT_LINES = 6  # lines of the short form (a flag's evidence stays readable); the rest: "N more"
 
 
@@ -144,6 +142,8 @@ def where(t: Thread) -> str | None:
     if not py:
         return None
     inner = py[0]
+    from .tracebacks import is_user_frame  # here: the short form is wanted only once a stack was dumped
+
     user = next((f for f in py if is_user_frame(f.file)), None)
     at = user or inner
     return f"in {inner.name} at {at.short_file}:{at.line}"
@@ -152,6 +152,8 @@ def where(t: Thread) -> str | None:
 def _places(p: Proc) -> list[tuple[str, str]]:
     """(thread label, where) for the main thread, and for other threads in the user's own code (a worker
     thread that hangs while the main thread only joins it)."""
+    from .tracebacks import is_user_frame
+
     out: list[tuple[str, str]] = []
     for t in p.threads:
         w = where(t)

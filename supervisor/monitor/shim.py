@@ -1133,14 +1133,51 @@ def encode_request(spec: dict) -> tuple[bytes, bytes]:
     return struct.pack("!I", len(body)), body
 
 
+SPARE_AFTER_MS = 20  # the zygote forks its next spare monitor once no request came for this long
+
+
 def zygote(sock_fd: int) -> int:
     """Serve start requests on ``sock_fd``: fork a monitor for each (a fork of this small, idle
     interpreter costs far less time and memory than starting a new one). The monitor is forked
-    twice so that it re-parents to the supervisor (a child subreaper), not to the zygote."""
+    twice so that it re-parents to the supervisor (a child subreaper), not to the zygote.
+
+    So that a restart does not wait for those two forks, one monitor is forked ahead of need, a
+    *spare* (:func:`_spare`): a request is handed to it, and the next spare is forked once the zygote
+    has been idle for :data:`SPARE_AFTER_MS` (not while the monitor just handed a request starts its
+    command, nor during a burst of starts, which are served as before). A spare that cannot take a
+    request (it died) is replaced by the two forks."""
+    _zygote_setup()
+    sock = socket.socket(fileno=sock_fd)
+    idle = select.poll()
+    idle.register(sock.fileno(), select.POLLIN)
+    spare: socket.socket | None = None
+    while True:
+        if spare is None and not idle.poll(SPARE_AFTER_MS):
+            spare = _fork_spare(sock)
+        try:
+            got = _recv_msg(sock)
+        except (OSError, ValueError):
+            return 0
+        if got is None:
+            return 0  # the supervisor closed its end: its life is over, and so is ours (a spare sees EOF)
+        spec, fds = got
+        reply_fd = fds[0] if fds else -1
+        for extra in fds[1:]:
+            os.close(extra)
+        if spare is not None:
+            handed = _hand_to_spare(spare, spec, reply_fd)
+            spare.close()
+            spare = None
+            if handed:
+                os.close(reply_fd)
+                continue
+        _fork_monitor(sock, spec, reply_fd)
+
+
+def _zygote_setup() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(s, signal.SIG_IGN)
-    sock = socket.socket(fileno=sock_fd)
     try:
         import resource  # noqa: F401 - imported once here, not in each monitor that limits its child's files
     except ImportError:
@@ -1151,29 +1188,78 @@ def zygote(sock_fd: int) -> int:
         gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
     except (ImportError, AttributeError):
         pass
-    while True:
+
+
+def _fork_monitor(sock: socket.socket, spec: dict, reply_fd: int) -> None:
+    """A monitor for ``spec`` forked twice (it re-parents to the supervisor), which answers on ``reply_fd``."""
+    mid = os.fork()
+    if mid == 0:
         try:
-            got = _recv_msg(sock)
-        except (OSError, ValueError):
-            return 0
-        if got is None:
-            return 0  # the supervisor closed its end: its life is over, and so is ours
-        spec, fds = got
-        reply_fd = fds[0] if fds else -1
-        for extra in fds[1:]:
-            os.close(extra)
+            sock.close()
+            if os.fork() == 0:
+                os.setsid()
+                code = run_attempt(spec, _report_to(reply_fd))
+                os._exit(code)
+        finally:
+            os._exit(0)
+    os.close(reply_fd)
+    os.waitpid(mid, 0)
+
+
+def _fork_spare(sock: socket.socket) -> socket.socket | None:
+    """A monitor forked ahead of need (twice, like any other: it re-parents to the supervisor), waiting
+    for its request on a socket of its own; the zygote's end of that socket (None: no fork)."""
+    try:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    try:
         mid = os.fork()
-        if mid == 0:
-            try:
-                sock.close()
-                if os.fork() == 0:
-                    os.setsid()
-                    code = run_attempt(spec, _report_to(reply_fd))
-                    os._exit(code)
-            finally:
-                os._exit(0)
-        os.close(reply_fd)
-        os.waitpid(mid, 0)
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if mid == 0:
+        try:
+            sock.close()
+            ours.close()
+            if os.fork() == 0:
+                os.setsid()
+                os._exit(_spare(theirs))
+        finally:
+            os._exit(0)
+    theirs.close()
+    os.waitpid(mid, 0)
+    return ours
+
+
+def _spare(sock: socket.socket) -> int:
+    """A spare monitor: one request from the zygote, then the attempt as any monitor runs it; exits at
+    once, having started nothing, when the zygote is gone (EOF)."""
+    try:
+        got = _recv_msg(sock)
+    except (OSError, ValueError):
+        return 0
+    sock.close()
+    if got is None:
+        return 0
+    spec, fds = got
+    reply_fd = fds[0] if fds else -1
+    for extra in fds[1:]:
+        os.close(extra)
+    return run_attempt(spec, _report_to(reply_fd))
+
+
+def _hand_to_spare(spare: socket.socket, spec: dict, reply_fd: int) -> bool:
+    """Pass a request on to the spare, the reply descriptor with it; False if it could not take it."""
+    head, body = encode_request(spec)
+    try:
+        if socket.send_fds(spare, [head], [reply_fd]) != len(head):
+            return False
+        spare.sendall(body)
+    except OSError:
+        return False
+    return True
 
 
 def main(argv: list[str]) -> int:

@@ -315,6 +315,9 @@ def _branches() -> dict[str, list[str]]:
 
 
 _BRANCHES = _branches()
+# Every match of the pattern starts at one of these characters: a word without any cannot hold a secret
+# by pattern, and is passed over without compiling the pattern (about 0.15 s of CPU).
+_ANCHORS = frozenset(a[0] for a in _BRANCHES)
 
 # How often a character shows up in logs, roughly: lowercase letters by English frequency, then
 # digits, spaces and common punctuation. A known value is anchored on its least common character.
@@ -693,6 +696,8 @@ def argv_secrets(argv: Sequence[str]) -> set[str]:
     wherever they show up later (see :func:`_worth_masking_everywhere`)."""
     found: set[str] = set()
     for a, secret in _argv_marks([str(x) for x in argv]):
+        if secret is None and (len(a) < MIN_SECRET_LEN or _ANCHORS.isdisjoint(a)):
+            continue  # nothing the pattern can find in it (its every match starts at an anchor)
         for v in [secret] if secret is not None else _DEFAULT.secrets_in(a):
             if _worth_masking_everywhere(v):
                 found.add(v)

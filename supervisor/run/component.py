@@ -47,7 +47,7 @@ from ..rules import lifecycle as lc
 from ..rundir.layout import RunPaths
 from ..rundir.logs import LineNormaliser, LogFollower, LogRing, Position, RingBudget
 from ..slurm.launcher import SlurmLauncher
-from . import probes, rayprobe
+from . import probes
 from .health import stuck_reason
 
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
@@ -131,7 +131,11 @@ class Component:
         # earlier attempt's (a verdict about this attempt never reads it). None: no attempt yet.
         self.output_from: int | None = None
         self.launcher = SlurmLauncher.for_run(ctx.cfg)  # the launcher seam: None = a process of this machine
-        self.ray = rayprobe.RayTracker(cfg.probe.ray.url) if cfg.probe and cfg.probe.ray else None
+        self.ray: RayTracker | None = None
+        if cfg.probe and cfg.probe.ray:
+            from .rayprobe import RayTracker  # only with a Ray probe (it imports http.client and urllib)
+
+            self.ray = RayTracker(cfg.probe.ray.url)
         # A vLLM server: watched for its engine core's death, which its API server may outlive (diagnosis.engines)
         cmd = cfg.command if isinstance(cfg.command, str) else " ".join(cfg.command)
         self.vllm = engines.engine_of(cmd) == "vllm"
@@ -387,6 +391,8 @@ class Component:
         """One answer of Ray's state API: deaths first seen become flags at once."""
         w, cfg = self.ray, self.cfg.probe.ray if self.cfg.probe else None
         assert w is not None and cfg is not None
+        from . import rayprobe
+
         run = self.ctx.cfg
         token = rayprobe.auth_token({**os.environ, **run.file_env, **run.env, **self.cfg.env}, cfg.token_file)
         try:
