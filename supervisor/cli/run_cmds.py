@@ -578,9 +578,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
     async def fn(client: Any, paths: Any) -> int:
         printer = Printer()
-        snap = await client.subscribe(lambda m: printer.on_event(m["event"]) if m.get("type") == "event" else None,
-                                      lines=0, since=None)
-        printer.on_snapshot(snap, False)
+        await client.subscribe(lambda m: printer.on_event(m["event"]) if m.get("type") == "event" else None,
+                               lines=0, since=None, on_snapshot=lambda snap: printer.on_snapshot(snap, False))
         reply = await client.command("stop_all")
         if not reply.get("ok"):
             say(f"rlsup: {reply.get('error')}", err=True)

@@ -56,6 +56,7 @@ class Client:
         self.name = name
         self.server: dict[str, Any] = {}
         self.on_push: Push | None = None
+        self._held: list[dict[str, Any]] | None = None  # pushes that came while a subscribe's reply was in flight
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._reader_task: asyncio.Task[None] | None = None
@@ -102,13 +103,7 @@ class Client:
                     msg = protocol.decode(line)
                 except ProtocolError:
                     continue
-                rid = msg.get("id")
-                if rid is not None and "type" not in msg:
-                    fut = self._pending.pop(rid, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(msg)
-                elif self.on_push is not None:
-                    self.on_push(msg)
+                self._dispatch(msg)
         except (ConnectionError, OSError, asyncio.IncompleteReadError, ValueError) as e:
             # ValueError: a line over STREAM_LIMIT (asyncio's LimitOverrunError surfaces as it)
             self.close_reason = f"connection lost ({e})"
@@ -118,6 +113,18 @@ class Client:
                 if not fut.done():
                     fut.set_exception(ConnectionError(self.close_reason or "connection closed"))
             self._pending.clear()
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        """A reply to its request; a push to ``on_push``, or held while a subscribe's reply is taken in."""
+        rid = msg.get("id")
+        if rid is not None and "type" not in msg:
+            fut = self._pending.pop(rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+        elif self._held is not None:
+            self._held.append(msg)
+        elif self.on_push is not None:
+            self.on_push(msg)
 
     async def request(self, op: str, *, timeout: float | None = 30.0, check: bool = True,
                       **fields: Any) -> dict[str, Any]:
@@ -142,11 +149,25 @@ class Client:
         return await self.request("snapshot", lines=lines)
 
     async def subscribe(self, on_push: Push, *, lines: int = 1000, since: int | None = None,
-                        log_from: dict[str, int] | None = None, logs: bool = True) -> dict[str, Any]:
-        """Snapshot, then pushes to ``on_push``; ``logs=False`` leaves log lines out of the stream."""
-        self.on_push = on_push
-        return await self.request("subscribe", lines=lines, since=since, log_from=log_from or {}, logs=logs,
-                                  timeout=60.0)
+                        log_from: dict[str, int] | None = None, logs: bool = True,
+                        on_snapshot: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Snapshot, then pushes to ``on_push``; ``logs=False`` leaves log lines out of the stream.
+
+        The supervisor pushes right after its reply, often in the same read: ``on_snapshot`` takes the
+        snapshot in before any of those pushes reaches ``on_push`` (held until then), so that a client
+        never sees a pushed line or event ahead of the snapshot's older ones."""
+        self.on_push, self._held = None, []
+        try:
+            snap = await self.request("subscribe", lines=lines, since=since, log_from=log_from or {}, logs=logs,
+                                      timeout=60.0)
+            if on_snapshot is not None:
+                on_snapshot(snap)
+            held = self._held
+            for msg in held:
+                on_push(msg)
+        finally:
+            self.on_push, self._held = on_push, None
+        return snap
 
     async def logs(self, component: str, from_seq: int, limit: int = 5000) -> dict[str, Any]:
         return await self.request("logs", component=component, from_seq=from_seq, limit=limit)
@@ -299,8 +320,18 @@ class Session:
 
     async def _serve(self, client: Client) -> None:
         resumed = self.seq is not None
-        snap = await client.subscribe(self._push, lines=self.lines, since=self.seq, log_from=dict(self.log_next),
-                                      logs=self.logs)
+        await client.subscribe(self._push, lines=self.lines, since=self.seq, log_from=dict(self.log_next),
+                               logs=self.logs, on_snapshot=lambda snap: self._attached(client, snap, resumed))
+        closed = asyncio.ensure_future(client.closed.wait())
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({closed, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            stop.cancel()
+
+    def _attached(self, client: Client, snap: dict[str, Any], resumed: bool) -> None:
+        """The subscribe's snapshot taken in, before any push that followed it."""
         self.client = client
         self.server = client.server
         for e in snap.get("events", []):
@@ -314,13 +345,6 @@ class Session:
         self.listener.on_snapshot(snap, resumed)
         self.listener.on_connection("attached", client.server.get("host", ""))
         self.connected.set()
-        closed = asyncio.ensure_future(client.closed.wait())
-        stop = asyncio.ensure_future(self._stop.wait())
-        try:
-            await asyncio.wait({closed, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            closed.cancel()
-            stop.cancel()
 
     def _event(self, e: dict[str, Any]) -> None:
         rec = parse(e)  # the socket's edge: typed once, here

@@ -19,6 +19,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.faults import harness
 from tests.faults.harness import LIVENESS_S, assert_no_orphans, journal
 
@@ -61,6 +63,9 @@ def _fill(disk: Path) -> Path:
     return fill
 
 
+# Twenty restarts and a shutdown, each waited on: 23 s on 2 idle cores, over the suite's 120 s at a load
+# average of 10. A ceiling for a wedge, not a bound on speed.
+@pytest.mark.timeout(600)
 def test_sixteen_restarts_on_a_full_disk_then_down(fault_run, token, small_disk):
     run = fault_run(run_dir=small_disk / "run")
     run.write_config(CONFIG)
