@@ -162,8 +162,7 @@ class Client:
                                       timeout=60.0)
             if on_snapshot is not None:
                 on_snapshot(snap)
-            held = self._held
-            for msg in held:
+            for msg in self._held or ():
                 on_push(msg)
         finally:
             self.on_push, self._held = on_push, None
