@@ -12,7 +12,8 @@ What each example must be diagnosed as (the README's comment on its line says th
 
 - ``crash@N``: the trainer's exception (python_exception, ChaosCrash), resumed from a checkpoint;
 - ``hang@N``: the trainer hung (a stall no dependency explains), never the inference engine death
-  the demo also injects (``die@15s``) and that the run recovered from in seconds;
+  the demo also injects (``die@15s``) and that the run recovered from in seconds; the stall flag,
+  `rlsup why trainer` and `rlsup report` show the trainer's stack at the function it waits in;
 - ``exit0@N``: the trainer's false success.
 
 Self-contained: real `rlsup` processes, real demo stack, nothing faked.
@@ -212,3 +213,23 @@ def test_rlsup_diagnose_and_report_name_the_injected_fault(chaos_runs, index: in
         assert f"{run.component} hung" in summary, summary
     if run.kind == "exit0":
         assert "false success" in summary, summary
+
+
+@pytest.mark.timeout(300)
+def test_the_hang_example_shows_where_the_trainer_waits(chaos_runs) -> None:
+    """The README's ``hang@60`` example (headless): py-spy's stack of the hung trainer is in the stall flag's
+    evidence, in `rlsup why trainer` and in `rlsup report`, at the line of chaos.py where it sleeps."""
+    from rlsup.supervisor.run.stacks import find_py_spy
+
+    if find_py_spy() is None:
+        pytest.skip("py-spy is not installed (a dependency of rlsup)")
+    run = next(r for r in chaos_runs if r.kind == "hang" and r.mode == "headless")
+    chaos = (ROOT / "trainer" / "chaos.py").read_text().splitlines()
+    where = f"in _fire at chaos.py:{next(i + 1 for i, ln in enumerate(chaos) if 'time.sleep(3600)' in ln)}"
+    stall = next(e for e in events(run.run_dir) if e.get("kind") == "flag" and e.get("type") == "stall")
+    assert stall["component"] == "trainer"
+    assert any(x.startswith("stack: pid ") and x.endswith(where) for x in stall["evidence"]), stall["evidence"]
+    why = rlsup("why", "trainer", "--run-dir", str(run.run_dir))
+    assert where in why.stdout, why.stdout + why.stderr
+    report = rlsup("report", "--run-dir", str(run.run_dir)).stdout
+    assert where in report.split("### stall on trainer", 1)[1], report
