@@ -177,9 +177,9 @@ def test_the_demo_hang_shows_where_the_trainer_waits(tmp_path):
     try:
         def stall() -> dict | None:
             assert proc.poll() is None, "the demo ended before the hang"
-            from rlsup.supervisor.rundir.journal import read_events
+            from rlsup.supervisor.rundir.journal import read_records
 
-            events = list(read_events(run_dir / "events.jsonl")) if (run_dir / "events.jsonl").exists() else []
+            events = [r.to_dict() for r in read_records(run_dir / "events.jsonl")] if (run_dir / "events.jsonl").exists() else []
             return next((e for e in events if e.get("kind") == "flag" and e.get("type") == "stall"), None)
 
         f = wait_for(stall, 240, what="the trainer's stall flag")
