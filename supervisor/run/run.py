@@ -92,18 +92,13 @@ class Run:
         self.subscribers: list[Subscriber] = []
         self.line_listeners: list[Callable[[Component], None]] = []
         self.state: dict[str, Any] = {}
-        self.exit_code = 0
-        self.outcome = ""  # events.RUN_OUTCOMES, once the end is decided
-        self.end_reason = ""
-        self.refused = ""  # a check before any start failed (a node blind to the run dir): journal it, start nothing
-        self.root: dict[str, Any] | None = None
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
         self._services = Services()  # notifications, the control socket, the metrics endpoint
         self.how = "new"
         self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self._ending = Ending()  # decided, under way, a hand-over, a requeue after it
+        self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
         self._disk_trouble: str | None = None  # why the run dir takes no writes (health.disk_trouble)
         self._past = Past()  # what the run dir held: what a previous supervisor left, its journal replayed
         self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
@@ -151,7 +146,7 @@ class Run:
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
         self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
-        self._ending.decided = decided = asyncio.Event()
+        self.end.decided = decided = asyncio.Event()
         set_child_subreaper()
         self.nofile = raise_fd_limit()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
@@ -170,11 +165,10 @@ class Run:
             self.emit(ev.FlagRaised(None, type="journal_damaged", message=note, action=(
                 "the damaged lines were skipped (a field of the wrong type: ignored); the rest of the run's "
                 "history was read")))
-        if self.refused:
-            self.exit_code, self.end_reason = 1, self.refused
-            self.emit(ev.RunEnded(None, exit_code=1, reason=self.refused, outcome="failed"))
+        if self.end.refused:
+            self.emit(self.end.refuse())
             self._finish()
-            return self.exit_code
+            return self.end.exit_code
         self._begin_watching()
         ticker = asyncio.ensure_future(self._ticker.run())
         self.loop.set_exception_handler(self._loop_error)
@@ -188,7 +182,7 @@ class Run:
                 await asyncio.sleep(0.1)  # let clients see run_ended before the socket goes away
                 await self._services.server.close()
             self._finish()
-        return self.exit_code
+        return self.end.exit_code
 
     def _build_components(self, names: list[str]) -> None:
         """The run's components, each going on with the life and gauges its run dir's past left it."""
@@ -217,7 +211,7 @@ class Run:
             self._services.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
                                                redactor=self.redactor)
         self._serve_metrics()
-        if self.serve and not self.refused:
+        if self.serve and not self.end.refused:
             from .served import Served
             from .server import ControlServer
 
@@ -227,7 +221,7 @@ class Run:
     def _serve_metrics(self) -> None:
         """The Prometheus endpoint, if the config asks: scrapes read the state on the loop's thread."""
         m = self.cfg.metrics
-        if m is None or self.refused:
+        if m is None or self.end.refused:
             return
         from .prometheus import serve
 
@@ -257,59 +251,53 @@ class Run:
 
     @property
     def shutting_down(self) -> bool:
-        return self._ending.stopping
+        return self.end.stopping
 
     def request_shutdown(self, reason: str, by_user: bool = True, preempted: bool = False,
                          requeue: bool = False) -> None:
         """End the run: stopped by a person (``by_user``), failed, or ``preempted``: the platform takes the
         machine, and the components with ``preempt:`` are asked to checkpoint first (:mod:`.preemption`);
         ``requeue``: then the Slurm job that ``rlsup up`` submitted is requeued (Slurm's notice)."""
-        if self._ending.over:
+        if self.end.over:
             return
-        self._ending.requeue = requeue
-        if by_user or preempted:
-            self.exit_code = 0
-        self.outcome = "preempted" if preempted else "stopped" if by_user else "failed"
-        self.end_reason = reason
+        self.end.requeue = requeue
+        self.end.request(reason, by_user=by_user, preempted=preempted)
         if preempted:
-            self._ending.before = preemption.baselines(self.components)
+            self.end.before = preemption.baselines(self.components)
         self._wanted_stopped(reason)
-        self._ending.decide()
-
-    def _why_stopping(self, reason: str) -> lc.Cause:
-        by: lc.CauseBy = "preemption" if self.outcome == "preempted" else "shutdown"
-        return lc.Cause(by, f"the run is ending: {reason}" if reason else "the run is ending")
+        self.end.decide()
 
     def _wanted_stopped(self, reason: str) -> None:
         """From the moment the run's end is decided, every exit is a stop (its stop signal comes in turn)."""
-        why = self._why_stopping(reason)
+        why = self.end.cause(reason)
         for c in self.components.values():
             c.handle(lc.RunStopping(why))
 
     def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float:
         return detectors.exit_hold(exit_code, signal,
-                                   shutting_down=self._ending.stopping or self._ending.over)
+                                   shutting_down=self.end.stopping or self.end.over)
 
     def handover(self, reason: str) -> list[int]:
         """Exit without touching the components (an upgrade in place): they run on under their
         monitors and the next supervisor adopts them. Returns the monitors' pids."""
         pids = [c.current.monitor_pid for c in self.components.values() if c.current is not None]
-        self._ending.handover = True
+        self.end.handover = True
         self.emit(ev.SupervisorExited(None, reason=reason, monitors=pids))
-        self._ending.decide()
+        self.end.decide()
         return pids
 
     async def _shutdown(self) -> None:
         """Stop components in reverse dependency order, in parallel waves (:mod:`.shutdown`); return
         when nothing of the run is left (or say what could not be ended)."""
-        if self._ending.handover:
+        if self.end.handover:
             self._write_state(force=True)
             return
-        self._ending.stopping = True
-        why = self._why_stopping(self.end_reason)
-        preempted = self.outcome == "preempted"
+        end = self.end
+        end.stopping = True
+        why = end.cause(end.reason)
+        preempted = end.outcome == "preempted"
         if preempted:
-            await preemption.wait_for_checkpoints(self.components, self._ending.before, self.clock, self.emit)
+            await preemption.wait_for_checkpoints(self.components, end.before, self.clock, self.emit)
         await shutdown.stop_in_order(self.cfg, self.components, why)
         for c in self.components.values():
             await c.await_cleanups()
@@ -317,11 +305,9 @@ class Run:
         for c in self.components.values():
             c.flush_progress()
         checkpoints = await self.loop.run_in_executor(None, preemption.standing, self.cfg) if preempted else None
-        if self._ending.requeue and (requeued := await self.loop.run_in_executor(None, preemption.requeue, self.slurm_launcher())):
-            self.end_reason = f"{self.end_reason}; {requeued}"
-        self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left,
-                              outcome=self.outcome or ("completed" if self.exit_code == 0 else "failed"),
-                              checkpoints=checkpoints))
+        if end.requeue and (requeued := await self.loop.run_in_executor(None, preemption.requeue, self.slurm_launcher())):
+            end.reason = f"{end.reason}; {requeued}"
+        self.emit(end.run_ended(left, checkpoints))
 
     def slurm_launcher(self) -> Any:
         """The run's Slurm launcher (every component has the same one), or None on one machine."""
@@ -358,7 +344,7 @@ class Run:
         exc = context.get("exception")
         msg = "".join(traceback.format_exception(exc)).rstrip() if exc else context.get("message", "?")
         say(f"rlsup: internal error, shutting the run down:\n{msg}")
-        self.exit_code = 1
+        self.end.exit_code = 1
         self.request_shutdown(f"internal error: {exc!r}", by_user=False)
 
     # ------------------------------------------------------------------ events
@@ -443,16 +429,13 @@ class Run:
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
 
     def _end(self, out: Outcome) -> None:
-        self.exit_code = out.exit_code
-        self.outcome = out.how
-        self.end_reason = out.reason
-        self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
+        self.end.reached(out)
         self._wanted_stopped(out.reason)
-        self._ending.decide()
+        self.end.decide()
 
     def _view(self, active: int | None = None) -> runstep.View:
-        return runstep.View(self._seen(), shutting_down=self._ending.stopping, run_seq=self._memory.run_seq,
-                            ended=self._ending.over, awake_since=self._ticker.awake_since,
+        return runstep.View(self._seen(), shutting_down=self.end.stopping, run_seq=self._memory.run_seq,
+                            ended=self.end.over, awake_since=self._ticker.awake_since,
                             active=active)
 
     def _seen(self) -> runview.SeenNow:
@@ -506,7 +489,7 @@ class Run:
         its own dependencies only (the view reads what its gate looks at): a restart must not wait for the
         next evaluation of the whole run (up to :data:`.pacing.EVALUATE_EVERY_S`); that batching is for a burst of
         first starts and ends."""
-        if comp.life.want != "run" or comp.life.spawning or self._ending.stopping or self.loop is None:
+        if comp.life.want != "run" or comp.life.spawning or self.end.stopping or self.loop is None:
             return
         n = comp.name
         self._step(runstep.Pending(n, again=self._memory.starts_again(n, comp.life.attempt)), self._view())
@@ -669,7 +652,7 @@ class Run:
         return asyncio.ensure_future(self._stack_taker.take(name, attempt, att.members(), why="stall"))
 
     def _rejudge_stalls(self) -> None:
-        if not self._ending.stopping:
+        if not self.end.stopping:
             self._check_stalls(self.clock.monotonic())
 
     async def stacks_of(self, comp: Component, why: str, native: bool = False) -> Stacks | None:
@@ -735,5 +718,4 @@ class Run:
     @property
     def ending(self) -> bool:
         """The run decided to end (it may still be stopping); not so for a hand-over."""
-        d = self._ending.decided
-        return d is not None and d.is_set() and not self._ending.handover
+        return self.end.ended
