@@ -405,9 +405,7 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
         say(f"rlsup: {e}", err=True)
         return EXIT_USAGE
     sampler = per_node_gpus(cfg, sampler)  # a multi-node Slurm job: one sampler step per node
-    run = Run(cfg, gpu_sampler=sampler)
-    if resume:
-        run.how = "resumed"
+    run = Run(cfg, gpu_sampler=sampler, resume=resume)
     try:
         notes = run.prepare()
     except LockHeld as e:

@@ -57,7 +57,7 @@ from .pacing import EvaluationPacing
 from .past import Past
 from .runview import POSITIONS_WRITE_S
 from .services import Services
-from .stacks import HangGate, StackTaker
+from .stacks import HangGate
 from .stacks import reply as stack_reply
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
@@ -74,12 +74,12 @@ Subscriber = Callable[[dict[str, Any]], None]
 
 
 class Run:
-    def __init__(self, cfg: Config, *, clock: Clock | None = None, gpu_sampler: Any = None, serve: bool = True):
+    def __init__(self, cfg: Config, *, clock: Clock | None = None, gpu_sampler: Any = None, serve: bool = True,
+                 resume: bool = False):
         self.cfg = cfg
         self.paths = RunPaths(Path(cfg.run_dir))
         self._states = StateWriter(self.paths, partial(self.snapshot_state, with_positions=True), self.emit)
         self.clock: Clock = clock or SystemClock()
-        self.serve = serve
         from ..records.redact import Redactor
 
         # Secrets never reach an event, a client or a notification: by name and by value, from every
@@ -94,16 +94,16 @@ class Run:
         self.state: dict[str, Any] = {}
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
-        self._services = Services()  # notifications, the control socket, the metrics endpoint
-        self.how = "new"
+        self._services = Services(serve)  # notifications, the control socket, the metrics endpoint
         self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
-        self._disk_trouble: str | None = None  # why the run dir takes no writes (health.disk_trouble)
-        self._past = Past()  # what the run dir held: what a previous supervisor left, its journal replayed
+        # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
+        self._past = Past(asked="resumed" if resume else "new")
         self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
         self._pacing = EvaluationPacing(self._evaluate)  # when every component is judged again
-        self._memory = StepMemory()  # what the run's step reads beyond the components' lives
+        # what the run's step reads beyond the components' lives, dependency_down's episodes too
+        self._memory = StepMemory(DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic))
         self._progress_pending: set[str] = set()
         self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
@@ -111,9 +111,7 @@ class Run:
         from .resources import ResourceSampling
 
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
-        self._deps = DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)  # dependency_down
-        self._stack_taker = StackTaker(self.paths.stacks)
-        self._hang = HangGate(self._start_stacks, self._rejudge_stalls)  # a stall flag carries the stacks
+        self._hang = HangGate(self.paths.stacks, self._rejudge_stalls)  # a stall flag carries the stacks
         self._journal_sync: JournalSync | None = None  # the journal's writes and shared fsyncs, once there is a loop
 
     # ------------------------------------------------------------------ before the loop
@@ -132,7 +130,7 @@ class Run:
             self.lock.release()
             raise
         replayed, saved = carryover.replay(self.paths, self.cfg)
-        self._past = Past(found, replayed, saved, damage_notes())
+        self._past = Past(found, replayed, saved, damage_notes(), self._past.asked)
         return found.notes + self._past.damage
 
     # ------------------------------------------------------------------ the loop
@@ -160,7 +158,7 @@ class Run:
         await self._open_services()
         self._memory.run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
-                                how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
+                                how=self._past.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
         for note in self._past.damage:
             self.emit(ev.FlagRaised(None, type="journal_damaged", message=note, action=(
                 "the damaged lines were skipped (a field of the wrong type: ignored); the rest of the run's "
@@ -192,10 +190,9 @@ class Run:
             self.state["components"].setdefault(n, state_mod.new_component())
         budget = RingBudget(self.cfg.ring_bytes)
         saved = past.saved_components
-        self.how = carryover.how(bool(past.found.live), past.replayed is not None, self.how)
         for n in names:
             prev = self.state["components"][n]
-            life, again = carryover.life(n, prev, self.cfg, self.how)
+            life, again = carryover.life(n, prev, self.cfg, past.how)
             if again is not None:
                 self._memory.again[n] = again  # its next start says so (until it has started)
             sv = saved.get(n) or {}
@@ -211,7 +208,7 @@ class Run:
             self._services.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
                                                redactor=self.redactor)
         self._serve_metrics()
-        if self.serve and not self.end.refused:
+        if self._services.serve and not self.end.refused:
             from .served import Served
             from .server import ControlServer
 
@@ -321,7 +318,7 @@ class Run:
     def _finish(self) -> None:
         self._services.close_metrics()
         self.gpus.stop()
-        self._stack_taker.close()
+        self._hang.taker.close()
         self._watching.stop_artefacts()
         for c in self.components.values():
             c.close()
@@ -330,7 +327,7 @@ class Run:
         self._watching.close()
         self._services.close_notifier()
         if self.journal is not None and (lost := self.journal.close()):
-            why = (f"{self._disk_trouble}" if self._disk_trouble else
+            why = (f"{self._states.trouble}" if self._states.trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
             say(f"rlsup: {lost} events could not be written to {self.paths.events}: {why}")
         with contextlib.suppress(ValueError, RuntimeError):
@@ -423,9 +420,9 @@ class Run:
             elif isinstance(fx, runstep.End):
                 self._end(fx.outcome)
             elif isinstance(fx, runstep.Flagged):
-                self._deps.flagged = set(fx.consumers)
+                self._memory.deps.flagged = set(fx.consumers)
             elif isinstance(fx, runstep.Track):
-                act = self._deps.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+                act = self._memory.deps.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
 
     def _end(self, out: Outcome) -> None:
@@ -562,8 +559,8 @@ class Run:
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
-        busy = bool(self.journal is not None and self.journal.pending) or self._deps.watched \
-            or self._disk_trouble is not None
+        busy = bool(self.journal is not None and self.journal.pending) or self._memory.deps.watched \
+            or self._states.trouble is not None
         due: list[float | None] = []
         if not busy:
             busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._ticker.awake_since,
@@ -600,16 +597,7 @@ class Run:
     def _check_health(self, now: float) -> None:
         """The sweep of :mod:`.health`: the run dir's writability (flagged when it changes) and each live
         attempt's command and monitor as the kernel sees them."""
-        trouble = health.disk_trouble(self.paths.root, [self.journal.error if self.journal else None,
-                                                         self._states.error])
-        if trouble != self._disk_trouble:
-            was, self._disk_trouble = self._disk_trouble, trouble
-            if trouble is not None:
-                self.emit(ev.FlagRaised(None, type="disk_unwritable", message=trouble, evidence=[trouble],
-                                        action=health.FLAG_ACTION))
-            elif was is not None:
-                self.emit(ev.FlagCleared(None, type="disk_unwritable",
-                                         message=f"{self.paths.root} takes writes again; what waited was written"))
+        self._states.check_writable()
         for c in self.components.values():
             c.check_health(now)
 
@@ -643,13 +631,7 @@ class Run:
         c = self.components[name]
         if not isinstance(inp, lc.Stalled) or "stall" in c.life.episode or c.state != "running":
             return inp
-        return self._hang.hold(name, c.attempt, inp)
-
-    def _start_stacks(self, name: str, attempt: int) -> asyncio.Future[Any] | None:
-        att = self.components[name].current
-        if att is None or att.attempt != attempt or self.loop is None:
-            return None
-        return asyncio.ensure_future(self._stack_taker.take(name, attempt, att.members(), why="stall"))
+        return self._hang.hold(name, c.attempt, inp, c.current)
 
     def _rejudge_stalls(self) -> None:
         if not self.end.stopping:
@@ -660,7 +642,7 @@ class Run:
         att = comp.current
         if att is None:
             return None
-        return await self._stack_taker.take(comp.name, att.attempt, att.members(), why=why, native=native)
+        return await self._hang.taker.take(comp.name, att.attempt, att.members(), why=why, native=native)
 
     async def take_stacks(self, name: str, *, why: str, native: bool = False) -> dict[str, Any]:
         """``rlsup stack NAME``: the reply to the command (:func:`.stacks.reply`)."""
@@ -675,7 +657,7 @@ class Run:
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
         past the budget."""
         consumers = runview.consumers(self.components, self.state["components"])
-        deps = self._deps
+        deps = self._memory.deps
         down_since = deps.tracker.down_since()
         if not consumers and not down_since and not deps.flagged:
             return
