@@ -52,7 +52,6 @@ from .dependencydown import DependencyDown
 from .ending import Ending
 from .filewatch import read_all
 from .gpusampling import GpuSampling, gpu_event, owners
-from .journalsync import JournalSync
 from .pacing import EvaluationPacing
 from .past import Past
 from .runview import POSITIONS_WRITE_S
@@ -68,7 +67,6 @@ TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
 IO_THREADS = 2  # the loop's pool for blocking work
 IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
-PROGRESS_FLUSH_S = 0.25
 
 Subscriber = Callable[[dict[str, Any]], None]
 
@@ -101,10 +99,9 @@ class Run:
         # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
         self._past = Past(asked="resumed" if resume else "new")
         self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
-        self._pacing = EvaluationPacing(self._evaluate)  # when every component is judged again
+        self._pacing = EvaluationPacing(self._evaluate, self._flush_progress)  # when components are judged again
         # what the run's step reads beyond the components' lives, dependency_down's episodes too
         self._memory = StepMemory(DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic))
-        self._progress_pending: set[str] = set()
         self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
         self._began = 0.0  # when run() began, in seconds since boot
@@ -112,7 +109,6 @@ class Run:
 
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
         self._hang = HangGate(self.paths.stacks, self._rejudge_stalls)  # a stall flag carries the stacks
-        self._journal_sync: JournalSync | None = None  # the journal's writes and shared fsyncs, once there is a loop
 
     # ------------------------------------------------------------------ before the loop
 
@@ -148,8 +144,7 @@ class Run:
         set_child_subreaper()
         self.nofile = raise_fd_limit()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
-        self.journal = self._states.journal = Journal(self.paths.events)
-        self._states.loop = self.loop
+        self.journal = self._states.begin(self.loop, Journal(self.paths.events))
         names = self.cfg.topo_order()
         self._states.spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
         keep_spare_records(self.paths.monitors, self._states.spares_wanted)
@@ -355,7 +350,7 @@ class Run:
             if self.journal is not None:
                 self.journal.last_seq += 1
                 e["seq"] = self.journal.last_seq
-                self._journal_written(e, sync=event.kind != "command")
+                self._states.append(e, sync=event.kind != "command")
         # A gauge (progress, GPUs, resources: several a second) is folded as the typed event it is; a
         # lifecycle event as the redacted dict the journal holds, parsed once.
         state_mod.apply(self.state, ev.parse(e) if lifecycle else ev.Record(e["ts"], e["seq"], event))
@@ -370,16 +365,6 @@ class Run:
             if isinstance(event, ev.RestartScheduled):
                 self._memory.triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
-
-    def _journal_written(self, e: dict[str, Any], *, sync: bool) -> None:
-        """``e`` written to the journal (:mod:`.journalsync`: its fsync shared by this turn of the loop)."""
-        assert self.journal is not None
-        if self.loop is None:  # no loop yet: nothing to share an fsync with
-            self.journal.append(e, sync=sync)
-            return
-        if self._journal_sync is None or self._journal_sync.journal is not self.journal:
-            self._journal_sync = JournalSync(self.journal, self.loop)
-        self._journal_sync.append(e, sync=sync)
 
     def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -503,12 +488,9 @@ class Run:
             fn(comp)
 
     def progress_dirty(self, comp: Component) -> None:
-        if not self._progress_pending and self.loop is not None:
-            self.loop.call_later(PROGRESS_FLUSH_S, self._flush_progress)
-        self._progress_pending.add(comp.name)
+        self._pacing.progress_moved(comp.name, self.loop)
 
-    def _flush_progress(self) -> None:
-        names, self._progress_pending = self._progress_pending, set()
+    def _flush_progress(self, names: set[str]) -> None:
         for n in names:
             self.components[n].flush_progress()
         self._mark_state_dirty()

@@ -1,4 +1,6 @@
-"""state.json kept up to date: the run's state as of now, written in place, often but never too often.
+"""What the run writes into its run dir: each event into the journal at once (its fsync shared by the turn of the
+loop, :mod:`.journalsync`), and state.json kept up to date: the run's state as of now, written in place, often but
+never too often.
 
 A change marks the state dirty; the write follows at most twice a second and never takes more than
 about a tenth of the loop's time (a thousand components make one write cost tens of milliseconds).
@@ -20,6 +22,7 @@ from ..records import events as ev
 from ..rundir.journal import Journal, StateFile, keep_spare_records
 from ..rundir.layout import RunPaths
 from . import health
+from .journalsync import JournalSync
 
 STATE_WRITE_MIN_S = 0.5
 
@@ -48,6 +51,7 @@ class StateWriter:
         self.file = StateFile(paths.state)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.journal: Journal | None = None
+        self._sync: JournalSync | None = None  # the journal's shared fsyncs, once there is a loop
         self.spares_wanted = 2  # spare monitor records kept for a full disk
         self.dirty = False
         self._written_at = 0.0
@@ -55,6 +59,18 @@ class StateWriter:
         self._timer: asyncio.TimerHandle | None = None
         self.error: OSError | None = None  # the last write's, None once one worked
         self.trouble: str | None = None  # why the run dir takes no writes (health.disk_trouble)
+
+    def begin(self, loop: asyncio.AbstractEventLoop, journal: Journal) -> Journal:
+        """The run's loop has begun, and its journal is open."""
+        self.loop, self.journal, self._sync = loop, journal, JournalSync(journal, loop)
+        return journal
+
+    def append(self, e: dict[str, Any], *, sync: bool) -> None:
+        """``e`` written to the journal now; with ``sync``, its fsync follows in this turn of the loop."""
+        if self._sync is not None:
+            self._sync.append(e, sync=sync)
+        elif self.journal is not None:
+            self.journal.append(e, sync=sync)
 
     def mark_dirty(self) -> None:
         self.dirty = True
