@@ -30,8 +30,7 @@ from typing import Any
 
 from ..config.model import Config
 from ..diagnosis.stacks import Stacks
-from ..monitor import lastnet
-from ..monitor.process import AttemptProcesses, Cgroups, Monitors, raise_fd_limit, set_child_subreaper
+from ..monitor.process import AttemptProcesses
 from ..monitor.shim import reap_children
 from ..records import events as ev
 from ..records import state as state_mod
@@ -61,6 +60,7 @@ from .stacks import reply as stack_reply
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
 from .ticker import Ticker
+from .tracking import Tracking
 from .watching import Watching
 
 TICK_S = 1.0
@@ -84,8 +84,7 @@ class Run:
         # environment the components get and from their command lines.
         self.redactor = Redactor.for_run([os.environ, cfg.file_env, cfg.env, *(c.env for c in cfg.components.values())],
                                          [c.argv() for c in cfg.components.values()])
-        self.monitors = Monitors(self.paths.root)
-        self.cgroups: Cgroups | None = None
+        self.tracking = Tracking(self.paths.root)  # monitors, subreaper, cgroup, open files: what holds the processes
         self.components: dict[str, Component] = {}
         self.subscribers: list[Subscriber] = []
         self.line_listeners: list[Callable[[Component], None]] = []
@@ -93,7 +92,6 @@ class Run:
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
         self._services = Services(serve)  # notifications, the control socket, the metrics endpoint
-        self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
         # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
@@ -104,7 +102,6 @@ class Run:
         self._memory = StepMemory(DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic))
         self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
-        self._began = 0.0  # when run() began, in seconds since boot
         from .resources import ResourceSampling
 
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
@@ -135,25 +132,23 @@ class Run:
         """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
         self.loop = asyncio.get_running_loop()
         self._watching.monitors.loop = self.loop
-        self._began = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock of /proc/PID/stat's start time
+        self.tracking.take_hold()
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
         self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
         self.end.decided = decided = asyncio.Event()
-        set_child_subreaper()
-        self.nofile = raise_fd_limit()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
         self.journal = self._states.begin(self.loop, Journal(self.paths.events))
         names = self.cfg.topo_order()
         self._states.spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
         keep_spare_records(self.paths.monitors, self._states.spares_wanted)
-        self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
+        tracking = await self.tracking.begin(self.loop)
         self._build_components(names)
         await self._open_services()
         self._memory.run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
-                                how=self._past.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
+                                how=self._past.how, tracking=tracking, slurm=slurm_job_info(self.cfg))).get("seq")
         for note in self._past.damage:
             self.emit(ev.FlagRaised(None, type="journal_damaged", message=note, action=(
                 "the damaged lines were skipped (a field of the wrong type: ignored); the rest of the run's "
@@ -307,8 +302,7 @@ class Run:
 
     def _last_net(self) -> list[str]:
         """Nothing of this run may outlive it (:mod:`.lastnet`); returns what could not be ended."""
-        return lastnet.last_net(self.paths.root, [c.unended for c in self.components.values()], cgroups=self.cgroups,
-                                zygote=self.monitors.zygote_pid, began=self._began)
+        return self.tracking.last_net(c.unended for c in self.components.values())
 
     def _finish(self) -> None:
         self._services.close_metrics()
@@ -318,7 +312,7 @@ class Run:
         for c in self.components.values():
             c.close()
         self._write_state(force=True)
-        self.monitors.close()
+        self.tracking.monitors.close()
         self._watching.close()
         self._services.close_notifier()
         if self.journal is not None and (lost := self.journal.close()):
@@ -479,9 +473,6 @@ class Run:
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
         self._step(runstep.RestartCommand(name, cause))
-
-    def cgroup_for(self, comp: str, attempt: int) -> str | None:
-        return self.cgroups.for_attempt(comp, attempt) if self.cgroups is not None else None
 
     def lines_added(self, comp: Component) -> None:
         for fn in self.line_listeners:
