@@ -71,7 +71,7 @@ def explain(records: list[Record], name: str, attempt: int | None = None) -> dic
     if attempt is None:
         i = len(starts) - 1
     else:
-        i = next((k for k in range(len(starts) - 1, -1, -1) if _attempt(starts[k]) == attempt), -1)
+        i = next((k for k in range(len(starts) - 1, -1, -1) if _field(starts[k], "attempt") == attempt), -1)
         if i < 0:
             return None
     started = starts[i]
@@ -89,11 +89,11 @@ def explain(records: list[Record], name: str, attempt: int | None = None) -> dic
         then = next((r for r in mine if r.seq > exited.seq and isinstance(
             r.event, (ev.RestartScheduled, ev.ComponentCompleted, ev.ComponentFatal, ev.ComponentStopped))), None)
     adopted = [r for r in mine if isinstance(r.event, ev.ComponentAdopted)]
-    hangs = [r for r in mine if isinstance(r.event, ev.FlagRaised) and _field(r, "type") in HANG_FLAGS]
-    return {"component": name, "attempt": _attempt(started), "started": started,
+    hangs = [r for r in mine if isinstance(r.event, ev.FlagRaised) and r.event.type in HANG_FLAGS]
+    return {"component": name, "attempt": _field(started, "attempt"), "started": started,
             "cause": cause_of(started), "chain": chain, "adopted": adopted, "hangs": hangs,
             "stopping": stopping, "stop_chain": _chain(stopping, by_seq, records) if stopping else [],
-            "exited": exited, "then": then, "next_attempt": _attempt(following) if following else None}
+            "exited": exited, "then": then, "next_attempt": _field(following, "attempt") if following else None}
 
 
 def as_json(x: dict[str, Any]) -> dict[str, Any]:
@@ -108,10 +108,6 @@ def as_json(x: dict[str, Any]) -> dict[str, Any]:
 def _field(r: Record, name: str) -> Any:
     """Field ``name`` as the line held it (a typed record inside as its dict; None where it has none)."""
     return r.to_dict().get(name)
-
-
-def _attempt(r: Record) -> Any:
-    return _field(r, "attempt")
 
 
 def cause_of(r: Record) -> dict[str, Any] | None:
@@ -197,7 +193,8 @@ def _hang_lines(hangs: list[Record]) -> list[str]:
     out = []
     for e in hangs:
         out.append(f"  hung:     {_line(e)}")
-        out += [f"            {x}" for x in _field(e, "evidence") or [] if str(x).startswith("stack")]
+        evidence = e.event.evidence if isinstance(e.event, ev.FlagRaised) else []
+        out += [f"            {x}" for x in evidence if str(x).startswith("stack")]
     return out
 
 
@@ -262,7 +259,7 @@ def print_attempt_logs(paths: Any, name: str, attempt: int, lines: int) -> int:
         return EXIT_FAILED
     r = find(events, name, attempt)
     if r is None:
-        have = [str(_attempt(r)) for r in _starts(events, name)]
+        have = [str(_field(r, "attempt")) for r in _starts(events, name)]
         say(f"rlsup: {name} has no attempt {attempt} in the journal; attempts: {', '.join(have) or 'none'}", err=True)
         return EXIT_FAILED
     if r.start is None:
