@@ -96,7 +96,7 @@ def _print_ended(paths: Any) -> int:
     """`attach --plain` on an ended run: its journal as text, then how it ended (nothing more comes)."""
     from ..records.events import human, is_lifecycle
     from ..rundir.archive import Archive
-    from ..rundir.replay import read_records
+    from ..rundir.journal import read_records
 
     records = [r for r in read_records(paths.events) if is_lifecycle(r.kind)]
     width = max([12, *(len(r.component or "") for r in records)])

@@ -264,7 +264,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     import asyncio
 
     from ..records.events import Record, human, is_lifecycle
-    from ..rundir.journal import read_events
+    from ..rundir.journal import read_records
 
     paths = resolve(args, live=False)
     if isinstance(paths, int):
@@ -272,11 +272,11 @@ def cmd_events(args: argparse.Namespace) -> int:
     if not paths.events.exists():
         say(f"rlsup: no journal at {paths.events}", err=True)
         return EXIT_FAILED
-    events = list(read_events(paths.events))
+    records = list(read_records(paths.events))
     if args.lines is not None:
-        events = events[-args.lines:] if args.lines > 0 else []
-    width = max([12, *(len(e.get("component") or "") for e in events)])
-    text = "".join((json.dumps(e) if args.json else human(e, width=width)) + "\n" for e in events)
+        records = records[-args.lines:] if args.lines > 0 else []
+    width = max([12, *(len(r.component or "") for r in records)])
+    text = "".join((json.dumps(r.to_dict()) if args.json else human(r, width=width)) + "\n" for r in records)
     if not say(text, end="") or not args.follow:
         return EXIT_OK  # done, or the reader left (`rlsup events -f | head`)
     if not live_or_handed_over(paths):
@@ -298,7 +298,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         session = Session(connect, printer, lines=0)
-        session.seq = events[-1]["seq"] if events else 0
+        session.seq = records[-1].seq if records else 0
         return await until_interrupted(session)
 
     return asyncio.run(go())

@@ -103,18 +103,20 @@ def require_live(run_dir: Path) -> RunPaths:
 
 def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
     """How the run in ``paths`` ended, from the journal's last event, and where to look."""
-    from ..rundir.journal import read_events
+    from ..records.events import RunEnded
+    from ..rundir.journal import read_records
 
     last = None
     try:
-        for last in read_events(paths.events):  # noqa: B007
+        for last in read_records(paths.events):  # noqa: B007
             pass
     except OSError:
         return ""
     shown = display_path(paths.root)
-    if last is not None and last.get("kind") == "run_ended":
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.get("ts", 0)))
-        how = f"ended {when}: {last.get('reason')} (exit code {last.get('exit_code')})"
+    if last is not None and isinstance(last.event, RunEnded):
+        end = last.to_dict()  # as the line has it (an old one may lack a field)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(end.get("ts", 0)))
+        how = f"ended {when}: {end.get('reason')} (exit code {end.get('exit_code')})"
     else:
         how = "its supervisor is gone without ending it (killed?); `rlsup up CONFIG` takes the run dir over"
     which = f"the last run here ({shown})" if name_it else "the run"
@@ -244,16 +246,17 @@ def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float =
 
 def adopted_by(paths: RunPaths, pid: int) -> list[dict[str, Any]]:
     """The ``adopted`` events that the supervisor ``pid`` journaled (what it took over)."""
-    from ..rundir.journal import read_events
+    from ..records.events import ComponentAdopted, RunStarted
+    from ..rundir.journal import read_records
 
     mine = False
     out = []
     try:
-        for e in read_events(paths.events):
-            if e.get("kind") == "run_started":
-                mine = e.get("pid") == pid
-            elif mine and e.get("kind") == "adopted":
-                out.append(e)
+        for r in read_records(paths.events):
+            if isinstance(r.event, RunStarted):
+                mine = r.event.pid == pid
+            elif mine and isinstance(r.event, ComponentAdopted):
+                out.append(r.to_dict())
     except OSError:
         return []
     return out
@@ -261,16 +264,17 @@ def adopted_by(paths: RunPaths, pid: int) -> list[dict[str, Any]]:
 
 def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
     """The ``run_ended`` event that the supervisor ``pid`` wrote into the journal, if any."""
-    from ..rundir.journal import read_events
+    from ..records.events import RunEnded, RunStarted
+    from ..rundir.journal import read_records
 
     mine = False
     end = None
     try:
-        for e in read_events(paths.events):
-            if e.get("kind") == "run_started":
-                mine = e.get("pid") == pid
-            elif mine and e.get("kind") == "run_ended":
-                end = e
+        for r in read_records(paths.events):
+            if isinstance(r.event, RunStarted):
+                mine = r.event.pid == pid
+            elif mine and isinstance(r.event, RunEnded):
+                end = r.to_dict()
     except OSError:
         return None
     return end

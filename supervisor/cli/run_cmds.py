@@ -383,10 +383,10 @@ def run_headless(cfg: Any, *, show_logs: bool = False, gpu: str | None = None, d
     if show_logs:
         run.line_listeners.append(_line_printer(run, width))
     rc = asyncio.run(_supervise(run, daemon=daemon))
-    if getattr(run, "_handover", False):
+    if run.end.handover:
         say(f"rlsup: supervisor handed over; the components run on (logs and journal in {cfg.run_dir})")
         return EXIT_OK
-    say(f"rlsup: {run.end_reason or 'run ended'}; logs and journal in {cfg.run_dir}")
+    say(f"rlsup: {run.end.reason or 'run ended'}; logs and journal in {cfg.run_dir}")
     return rc
 
 
@@ -405,9 +405,7 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
         say(f"rlsup: {e}", err=True)
         return EXIT_USAGE
     sampler = per_node_gpus(cfg, sampler)  # a multi-node Slurm job: one sampler step per node
-    run = Run(cfg, gpu_sampler=sampler)
-    if resume:
-        run.how = "resumed"
+    run = Run(cfg, gpu_sampler=sampler, resume=resume)
     try:
         notes = run.prepare()
     except LockHeld as e:
@@ -424,7 +422,7 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
     blind = check_job(cfg)
     if blind is not None:
         say(f"rlsup: {blind}", err=True)
-        run.refused = blind
+        run.end.refused = blind
     return run
 
 

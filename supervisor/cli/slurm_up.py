@@ -154,14 +154,15 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
 
 def _restarts_of_run(journal: Path, seq: int | None) -> Any:
     """The job restart count of the run the session saw start last (None: unknown)."""
-    from ..rundir.journal import read_events
+    from ..records.events import RunStarted
+    from ..rundir.journal import read_records
 
     count = None
-    for e in read_events(journal):
-        if e.get("seq", 0) > (seq or 0):
+    for r in read_records(journal):
+        if r.seq > (seq or 0):
             break
-        if e.get("kind") == "run_started":
-            count = (e.get("slurm") or {}).get("restart_count")
+        if isinstance(r.event, RunStarted):
+            count = (r.event.slurm or {}).get("restart_count")
     return count
 
 
@@ -458,16 +459,17 @@ def why_ended(job_id: str, run_dir: str) -> list[str]:
     """Why the job's run failed, for a user who only saw the job end: the journal's ``run_ended`` of that
     job's supervisor, else the last lines of the batch step's output (the supervisor never journalled:
     a bad config, no Python on the node...); and where to look next."""
-    from ..rundir.journal import read_events
+    from ..records.events import RunEnded, RunStarted
+    from ..rundir.journal import read_records
 
     reason = None
     ours = False
     with contextlib.suppress(OSError, ValueError):
-        for e in read_events(Path(run_dir) / "events.jsonl"):
-            if e.get("kind") == "run_started":
-                ours = str((e.get("slurm") or {}).get("job_id")) == str(job_id)
-            elif e.get("kind") == "run_ended" and ours:
-                reason = e.get("reason")
+        for r in read_records(Path(run_dir) / "events.jsonl"):
+            if isinstance(r.event, RunStarted):
+                ours = str((r.event.slurm or {}).get("job_id")) == str(job_id)
+            elif isinstance(r.event, RunEnded) and ours:
+                reason = r.event.reason
     out_file = Path(run_dir) / f"slurm-{job_id}.out"
     lines = []
     if reason:

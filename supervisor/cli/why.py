@@ -15,6 +15,8 @@ import json
 import time
 from typing import Any
 
+from ..records import events as ev
+from ..records.events import Record, describe
 from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, client_parser, resolve, say
 
 MAX_HOPS = 20
@@ -47,57 +49,76 @@ def add_parsers(sub: Any) -> None:
     add_raw(w)
 
 
-def _events(paths: Any) -> list[dict[str, Any]] | None:
-    from ..rundir.journal import read_events
+def _events(paths: Any) -> list[Record] | None:
+    from ..rundir.journal import read_records
 
     if not paths.events.exists():
         say(f"rlsup: no journal at {paths.events}: not a run directory, or the run never started", err=True)
         return None
-    return list(read_events(paths.events))
+    return list(read_records(paths.events))
 
 
-def explain(events: list[dict[str, Any]], name: str, attempt: int | None = None) -> dict[str, Any] | None:
-    """The chain behind ``name``'s attempt ``attempt`` (default: the latest), from journal events."""
-    starts = [e for e in events if e.get("kind") == "started" and e.get("component") == name]
+def _starts(records: list[Record], name: str) -> list[Record]:
+    return [r for r in records if isinstance(r.event, ev.ComponentStarted) and r.component == name]
+
+
+def explain(records: list[Record], name: str, attempt: int | None = None) -> dict[str, Any] | None:
+    """The chain behind ``name``'s attempt ``attempt`` (default: the latest), from the journal's records;
+    events in it are records (:func:`as_json` gives the JSON of ``rlsup why --json``)."""
+    starts = _starts(records, name)
     if not starts:
         return None
     if attempt is None:
         i = len(starts) - 1
     else:
-        i = next((k for k in range(len(starts) - 1, -1, -1) if starts[k].get("attempt") == attempt), -1)
+        i = next((k for k in range(len(starts) - 1, -1, -1) if _field(starts[k], "attempt") == attempt), -1)
         if i < 0:
             return None
     started = starts[i]
     following = starts[i + 1] if i + 1 < len(starts) else None
-    by_seq = {e.get("seq"): e for e in events}
-    chain = _chain(started, by_seq, events)
+    by_seq = {r.seq: r for r in records}
+    chain = _chain(started, by_seq, records)
     # The attempt's own end: between its start and the next start of the component.
-    lo, hi = started.get("seq", 0), (following or {}).get("seq", float("inf"))
-    mine = [e for e in events if e.get("component") == name and lo < e.get("seq", 0) < hi]
-    exited = next((e for e in mine if e.get("kind") == "exited"), None)
-    stopping = next((e for e in mine if e.get("kind") == "stopping" and (exited is None or e["seq"] < exited["seq"])),
-                    None)
+    lo, hi = started.seq, following.seq if following else float("inf")
+    mine = [r for r in records if r.component == name and lo < r.seq < hi]
+    exited = next((r for r in mine if isinstance(r.event, ev.ComponentExited)), None)
+    stopping = next((r for r in mine if isinstance(r.event, ev.ComponentStopping)
+                     and (exited is None or r.seq < exited.seq)), None)
     then = None
     if exited is not None:
-        then = next((e for e in mine if e["seq"] > exited["seq"]
-                     and e.get("kind") in ("restart_scheduled", "completed", "fatal", "stopped")), None)
-    adopted = [e for e in mine if e.get("kind") == "adopted"]
-    hangs = [e for e in mine if e.get("kind") == "flag" and e.get("type") in HANG_FLAGS]
-    return {"component": name, "attempt": started.get("attempt"), "started": started,
-            "cause": started.get("cause"), "chain": chain, "adopted": adopted, "hangs": hangs,
-            "stopping": stopping, "stop_chain": _chain(stopping, by_seq, events) if stopping else [],
-            "exited": exited, "then": then, "next_attempt": (following or {}).get("attempt")}
+        then = next((r for r in mine if r.seq > exited.seq and isinstance(
+            r.event, (ev.RestartScheduled, ev.ComponentCompleted, ev.ComponentFatal, ev.ComponentStopped))), None)
+    adopted = [r for r in mine if isinstance(r.event, ev.ComponentAdopted)]
+    hangs = [r for r in mine if isinstance(r.event, ev.FlagRaised) and r.event.type in HANG_FLAGS]
+    return {"component": name, "attempt": _field(started, "attempt"), "started": started,
+            "cause": cause_of(started), "chain": chain, "adopted": adopted, "hangs": hangs,
+            "stopping": stopping, "stop_chain": _chain(stopping, by_seq, records) if stopping else [],
+            "exited": exited, "then": then, "next_attempt": _field(following, "attempt") if following else None}
 
 
-def cause_of(e: dict[str, Any]) -> dict[str, Any] | None:
-    c = e.get("why") if e.get("kind") == "fatal" else e.get("cause")
+def as_json(x: dict[str, Any]) -> dict[str, Any]:
+    """``x`` with its records as the journal's dicts."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, Record):
+            return v.to_dict()
+        return [plain(i) for i in v] if isinstance(v, list) else v
+    return {k: plain(v) for k, v in x.items()}
+
+
+def _field(r: Record, name: str) -> Any:
+    """Field ``name`` as the line held it (a typed record inside as its dict; None where it has none)."""
+    return r.to_dict().get(name)
+
+
+def cause_of(r: Record) -> dict[str, Any] | None:
+    c = _field(r, "why" if isinstance(r.event, ev.ComponentFatal) else "cause")
     return c if isinstance(c, dict) else None
 
 
-def _chain(e: dict[str, Any], by_seq: dict[Any, dict[str, Any]], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _chain(e: Record, by_seq: dict[int, Record], records: list[Record]) -> list[Record]:
     """The events a cause points at, one after the other, back to one that has no cause of its own."""
-    out: list[dict[str, Any]] = []
-    cur: dict[str, Any] | None = e
+    out: list[Record] = []
+    cur: Record | None = e
     for _ in range(MAX_HOPS):
         c = cause_of(cur) if cur is not None else None
         if c is None or c.get("seq") is None:
@@ -106,9 +127,9 @@ def _chain(e: dict[str, Any], by_seq: dict[Any, dict[str, Any]], events: list[di
         if nxt is None or nxt in out or nxt is e:
             break
         out.append(nxt)
-        if nxt.get("kind") == "exited":
+        if isinstance(nxt.event, ev.ComponentExited):
             # An exit rlsup or someone asked for: why that stop was asked for goes on the chain.
-            stop = _stop_before(nxt, events)
+            stop = _stop_before(nxt, records)
             if stop is None:
                 break
             out.append(stop)
@@ -118,27 +139,23 @@ def _chain(e: dict[str, Any], by_seq: dict[Any, dict[str, Any]], events: list[di
     return out
 
 
-def _stop_before(exited: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    name, seq = exited.get("component"), exited.get("seq", 0)
-    for e in reversed(events):
-        if e.get("component") != name or e.get("seq", 0) >= seq:
+def _stop_before(exited: Record, records: list[Record]) -> Record | None:
+    for r in reversed(records):
+        if r.component != exited.component or r.seq >= exited.seq:
             continue
-        if e.get("kind") == "stopping":
-            return e if cause_of(e) else None
-        if e.get("kind") in ("started", "adopted"):
+        if isinstance(r.event, ev.ComponentStopping):
+            return r if cause_of(r) else None
+        if isinstance(r.event, (ev.ComponentStarted, ev.ComponentAdopted)):
             return None
     return None
 
 
-def _when(e: dict[str, Any]) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("ts") or 0))
+def _when(r: Record) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.ts or 0))
 
 
-def _line(e: dict[str, Any]) -> str:
-    from ..records.events import describe
-
-    comp = e.get("component") or "rlsup"
-    return f"[seq {e.get('seq')}] {_when(e)} {comp}: {describe(e)}"
+def _line(r: Record) -> str:
+    return f"[seq {r.seq}] {_when(r)} {r.component or 'rlsup'}: {describe(r)}"
 
 
 def _cause_text(c: dict[str, Any] | None) -> str:
@@ -151,7 +168,7 @@ def _cause_text(c: dict[str, Any] | None) -> str:
 
 def format_why(x: dict[str, Any]) -> str:
     s = x["started"]
-    out = [f"{x['component']} attempt {x['attempt']}: started {_when(s)} (pid {s.get('pid')})",
+    out = [f"{x['component']} attempt {x['attempt']}: started {_when(s)} (pid {_field(s, 'pid')})",
            f"  why:      {_cause_text(x['cause'])}"]
     out += _chain_lines(x["chain"])
     out += [f"  taken over by a new supervisor: {_line(a)}" for a in x["adopted"]]
@@ -160,27 +177,28 @@ def format_why(x: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _chain_lines(chain: list[dict[str, Any]]) -> list[str]:
+def _chain_lines(chain: list[Record]) -> list[str]:
     """The events that led to the start, each with its own cause (an exit's cause is the exit itself)."""
     out = []
     for e in chain:
         out.append(f"    <- {_line(e)}")
         c = cause_of(e)
-        if c and e.get("kind") != "exited":
+        if c and not isinstance(e.event, ev.ComponentExited):
             out.append(f"       because {_cause_text(c)}")
     return out
 
 
-def _hang_lines(hangs: list[dict[str, Any]]) -> list[str]:
+def _hang_lines(hangs: list[Record]) -> list[str]:
     """A stall or a failed liveness probe of the attempt, with where its processes were (the stacks)."""
     out = []
     for e in hangs:
         out.append(f"  hung:     {_line(e)}")
-        out += [f"            {x}" for x in e.get("evidence") or [] if str(x).startswith("stack")]
+        evidence = e.event.evidence if isinstance(e.event, ev.FlagRaised) else []
+        out += [f"            {x}" for x in evidence if str(x).startswith("stack")]
     return out
 
 
-def _not_ended_lines(stopping: dict[str, Any] | None) -> list[str]:
+def _not_ended_lines(stopping: Record | None) -> list[str]:
     """An attempt whose end is not in the journal: being stopped (and why), or still running."""
     if stopping is None:
         return ["  ended:    not yet (running, or its end is not in the journal)"]
@@ -217,13 +235,13 @@ def cmd_why(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     x = explain(events, args.name, args.attempt)
     if x is None:
-        names = sorted({str(e.get("component")) for e in events if e.get("kind") == "started"})
+        names = sorted({str(r.component) for r in events if isinstance(r.event, ev.ComponentStarted)})
         which = f"attempt {args.attempt} of {args.name!r}" if args.attempt is not None else repr(args.name)
         say(f"rlsup: the journal has no start of {which}; started components: {', '.join(names) or 'none'}",
             err=True)
         return EXIT_USAGE if args.attempt is None and args.name not in names else EXIT_FAILED
     if args.json:
-        say(json.dumps(x, indent=2, default=str))
+        say(json.dumps(as_json(x), indent=2, default=str))
     else:
         say(format_why(x))
     return EXIT_OK
@@ -241,7 +259,7 @@ def print_attempt_logs(paths: Any, name: str, attempt: int, lines: int) -> int:
         return EXIT_FAILED
     r = find(events, name, attempt)
     if r is None:
-        have = [str(e.get("attempt")) for e in events if e.get("kind") == "started" and e.get("component") == name]
+        have = [str(_field(r, "attempt")) for r in _starts(events, name)]
         say(f"rlsup: {name} has no attempt {attempt} in the journal; attempts: {', '.join(have) or 'none'}", err=True)
         return EXIT_FAILED
     if r.start is None:
@@ -249,7 +267,7 @@ def print_attempt_logs(paths: Any, name: str, attempt: int, lines: int) -> int:
             f"rlsup 0.3); its output is in {paths.log(name)}", err=True)
         return EXIT_FAILED
     data, partial = read_bytes(paths.log(name), r.start, r.end)
-    config = next((e.get("config") for e in reversed(events) if e.get("kind") == "run_started"), None)
+    config = next((r.event.config for r in reversed(events) if isinstance(r.event, ev.RunStarted)), None)
     cfg_path = Path(config) if config else None
     red = redactor_for(read_config(cfg_path), cfg_path)
     out = red.redact_lines(lines_of(data))[-max(0, lines):] if lines else []

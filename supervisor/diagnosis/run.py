@@ -40,10 +40,9 @@ from ..records.events import (
     Record,
     RunEnded,
     RunStarted,
-    parse,
 )
 from ..records.phrases import fmt_duration
-from ..rundir.journal import DAMAGE, read_events
+from ..rundir.journal import DAMAGE, read_records
 from ..rundir.logs import log_chain
 from .engine import diagnose
 from .hints import NO_RECURRENCE
@@ -262,7 +261,7 @@ def _iso(ts: float | None) -> str | None:
 def read_journal(path: Path) -> tuple[list[Record], int]:
     """Events in order, as typed records, through the one journal reader (a damaged line is skipped,
     noted with its line number); how many lines were damaged."""
-    records = [parse(e) for e in read_events(path)]
+    records = list(read_records(path))
     return records, len(DAMAGE.get(str(path), {}))
 
 

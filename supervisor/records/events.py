@@ -436,6 +436,7 @@ class Record:
     event: Event
     extra: dict[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False)  # the parsed dict's, in its order
 
     @property
     def kind(self) -> str:
@@ -450,6 +451,8 @@ class Record:
         for name in self.absent:
             out.pop(name, None)
         out.update(self.extra)
+        if self.keys and tuple(out) != self.keys:  # a field this version lacks, in the middle: in its place again
+            out = {k: out[k] for k in self.keys if k in out} | out
         return out
 
 
@@ -531,7 +534,7 @@ def parse(d: Mapping[str, Any]) -> Record:
     """The typed record of one event dict (a journal line, a socket message). Never raises: an
     unknown kind becomes an :class:`UnknownEvent`, unknown fields and values of the wrong type are
     kept in ``extra``, missing fields (an old journal) take their defaults and are remembered as
-    ``absent``: ``parse(d).to_dict() == d`` for every dict an rlsup of any version wrote."""
+    ``absent``: ``parse(d).to_dict() == d``, keys in their order, for every dict an rlsup of any version wrote."""
     raw_ts, raw_seq, kind, comp = (d.get(k) for k in _ENVELOPE)
     ts = float(raw_ts) if isinstance(raw_ts, (int, float)) and not isinstance(raw_ts, bool) else 0.0
     seq = raw_seq if isinstance(raw_seq, int) and not isinstance(raw_seq, bool) else 0
@@ -541,14 +544,14 @@ def parse(d: Mapping[str, Any]) -> Record:
     cls = BY_KIND.get(kind) if isinstance(kind, str) else None
     if cls is None:
         return Record(ts, seq, UnknownEvent(component, name=str(kind) if kind is not None else "?", data=rest),
-                      absent=frozenset(absent))
+                      absent=frozenset(absent), keys=tuple(d))
     if issubclass(cls, ResourcesSampled):
         if "components" not in rest:
             absent.add("components")
         comps = rest.pop("components") if isinstance(rest.get("components"), dict) else {}
-        return Record(ts, seq, cls(component, data=comps), rest, frozenset(absent))
+        return Record(ts, seq, cls(component, data=comps), rest, frozenset(absent), tuple(d))
     if issubclass(cls, Gauge):
-        return Record(ts, seq, cls(component, data=rest), absent=frozenset(absent))
+        return Record(ts, seq, cls(component, data=rest), absent=frozenset(absent), keys=tuple(d))
     kwargs: dict[str, Any] = {}
     parts = _PART_FIELDS.get(cls, {})
     for name, fits in _FIELDS[cls]:
@@ -557,7 +560,7 @@ def parse(d: Mapping[str, Any]) -> Record:
         elif fits(rest[name]):
             value = rest.pop(name)
             kwargs[name] = _read_part(cls, name, value, rest) if name in parts and value is not None else value
-    return Record(ts, seq, cls(component, **kwargs), rest, frozenset(absent))
+    return Record(ts, seq, cls(component, **kwargs), rest, frozenset(absent), tuple(d))
 
 
 def part_dict(rec: Record, name: str) -> dict[str, Any] | None:

@@ -30,7 +30,6 @@ from ..monitor.process import (
     ENV_COMPONENT,
     ENV_RUN_DIR,
     AttemptProcesses,
-    Monitors,
     StartError,
     find_marked,
     kill_if_same,
@@ -49,6 +48,7 @@ from ..rundir.logs import LineNormaliser, LogFollower, LogRing, Position, RingBu
 from ..slurm.launcher import SlurmLauncher
 from . import probes
 from .health import stuck_reason
+from .tracking import Tracking
 
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
 BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
@@ -63,9 +63,8 @@ class Context(Protocol):
     cfg: Config
     paths: RunPaths
     clock: Clock
-    monitors: Monitors
+    tracking: Tracking  # the monitors, the cgroup, the open-file limit
     redactor: Any  # redact.Redactor: what clients may see of the output
-    nofile: int | None  # the open-file limit a component gets
 
     def emit(self, event: ev.Event) -> dict[str, Any]: ...
 
@@ -74,8 +73,6 @@ class Context(Protocol):
     def lines_added(self, comp: Component) -> None: ...
 
     def progress_dirty(self, comp: Component) -> None: ...
-
-    def cgroup_for(self, comp: str, attempt: int) -> str | None: ...
 
     def watch_monitor(self, comp: Component, attempt: AttemptProcesses) -> None: ...
 
@@ -257,7 +254,7 @@ class Component:
                            clean=self.ctx.partner_up(self) is None)
         argv = list(self.cfg.argv()) + list(plan.get("args") or [])
         launch = self.launcher.argv(self.name, e.attempt, argv) if self.launcher else argv
-        cgroup = self.ctx.cgroup_for(self.name, e.attempt)
+        cgroup = self.ctx.tracking.cgroup_for(self.name, e.attempt)
         spec = {
             "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),
             "argv": launch, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
@@ -265,7 +262,7 @@ class Component:
                     "backups": self.logs_cfg.backups},
             "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)),
             "cgroup": cgroup,
-            "nofile": self.ctx.nofile,
+            "nofile": self.ctx.tracking.nofile,
         }
         self.flags_this_attempt.clear()
         self._ready_seen.clear()
@@ -277,7 +274,7 @@ class Component:
         self.core_died = None
         start = self.position()
         try:
-            reply = await self.ctx.monitors.start(spec)
+            reply = await self.ctx.tracking.monitors.start(spec)
         except StartError as err:
             self.handle(self._spawn_failed(argv, err.info))
             return

@@ -30,8 +30,7 @@ from typing import Any
 
 from ..config.model import Config
 from ..diagnosis.stacks import Stacks
-from ..monitor import lastnet
-from ..monitor.process import AttemptProcesses, Cgroups, Monitors, raise_fd_limit, set_child_subreaper
+from ..monitor.process import AttemptProcesses
 from ..monitor.shim import reap_children
 from ..records import events as ev
 from ..records import state as state_mod
@@ -52,74 +51,61 @@ from .dependencydown import DependencyDown
 from .ending import Ending
 from .filewatch import read_all
 from .gpusampling import GpuSampling, gpu_event, owners
-from .journalsync import JournalSync
 from .pacing import EvaluationPacing
 from .past import Past
 from .runview import POSITIONS_WRITE_S
 from .services import Services
-from .stacks import HangGate, StackTaker
+from .stacks import HangGate
 from .stacks import reply as stack_reply
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
 from .ticker import Ticker
+from .tracking import Tracking
 from .watching import Watching
 
 TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
 IO_THREADS = 2  # the loop's pool for blocking work
 IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
-PROGRESS_FLUSH_S = 0.25
 
 Subscriber = Callable[[dict[str, Any]], None]
 
 
 class Run:
-    def __init__(self, cfg: Config, *, clock: Clock | None = None, gpu_sampler: Any = None, serve: bool = True):
+    def __init__(self, cfg: Config, *, clock: Clock | None = None, gpu_sampler: Any = None, serve: bool = True,
+                 resume: bool = False):
         self.cfg = cfg
         self.paths = RunPaths(Path(cfg.run_dir))
         self._states = StateWriter(self.paths, partial(self.snapshot_state, with_positions=True), self.emit)
         self.clock: Clock = clock or SystemClock()
-        self.serve = serve
         from ..records.redact import Redactor
 
         # Secrets never reach an event, a client or a notification: by name and by value, from every
         # environment the components get and from their command lines.
         self.redactor = Redactor.for_run([os.environ, cfg.file_env, cfg.env, *(c.env for c in cfg.components.values())],
                                          [c.argv() for c in cfg.components.values()])
-        self.monitors = Monitors(self.paths.root)
-        self.cgroups: Cgroups | None = None
+        self.tracking = Tracking(self.paths.root)  # monitors, subreaper, cgroup, open files: what holds the processes
         self.components: dict[str, Component] = {}
         self.subscribers: list[Subscriber] = []
         self.line_listeners: list[Callable[[Component], None]] = []
         self.state: dict[str, Any] = {}
-        self.exit_code = 0
-        self.outcome = ""  # events.RUN_OUTCOMES, once the end is decided
-        self.end_reason = ""
-        self.refused = ""  # a check before any start failed (a node blind to the run dir): journal it, start nothing
-        self.root: dict[str, Any] | None = None
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
-        self._services = Services()  # notifications, the control socket, the metrics endpoint
-        self.how = "new"
-        self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
+        self._services = Services(serve)  # notifications, the control socket, the metrics endpoint
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self._ending = Ending()  # decided, under way, a hand-over, a requeue after it
-        self._disk_trouble: str | None = None  # why the run dir takes no writes (health.disk_trouble)
-        self._past = Past()  # what the run dir held: what a previous supervisor left, its journal replayed
+        self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
+        # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
+        self._past = Past(asked="resumed" if resume else "new")
         self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
-        self._pacing = EvaluationPacing(self._evaluate)  # when every component is judged again
-        self._memory = StepMemory()  # what the run's step reads beyond the components' lives
-        self._progress_pending: set[str] = set()
+        self._pacing = EvaluationPacing(self._evaluate, self._flush_progress)  # when components are judged again
+        # what the run's step reads beyond the components' lives, dependency_down's episodes too
+        self._memory = StepMemory(DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic))
         self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
-        self._began = 0.0  # when run() began, in seconds since boot
         from .resources import ResourceSampling
 
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
-        self._deps = DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)  # dependency_down
-        self._stack_taker = StackTaker(self.paths.stacks)
-        self._hang = HangGate(self._start_stacks, self._rejudge_stalls)  # a stall flag carries the stacks
-        self._journal_sync: JournalSync | None = None  # the journal's writes and shared fsyncs, once there is a loop
+        self._hang = HangGate(self.paths.stacks, self._rejudge_stalls)  # a stall flag carries the stacks
 
     # ------------------------------------------------------------------ before the loop
 
@@ -137,7 +123,7 @@ class Run:
             self.lock.release()
             raise
         replayed, saved = carryover.replay(self.paths, self.cfg)
-        self._past = Past(found, replayed, saved, damage_notes())
+        self._past = Past(found, replayed, saved, damage_notes(), self._past.asked)
         return found.notes + self._past.damage
 
     # ------------------------------------------------------------------ the loop
@@ -146,35 +132,31 @@ class Run:
         """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
         self.loop = asyncio.get_running_loop()
         self._watching.monitors.loop = self.loop
-        self._began = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock of /proc/PID/stat's start time
+        self.tracking.take_hold()
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
         self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
-        self._ending.decided = decided = asyncio.Event()
-        set_child_subreaper()
-        self.nofile = raise_fd_limit()
+        self.end.decided = decided = asyncio.Event()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
-        self.journal = self._states.journal = Journal(self.paths.events)
-        self._states.loop = self.loop
+        self.journal = self._states.begin(self.loop, Journal(self.paths.events))
         names = self.cfg.topo_order()
         self._states.spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
         keep_spare_records(self.paths.monitors, self._states.spares_wanted)
-        self.cgroups = await self.loop.run_in_executor(None, Cgroups.for_run, self.paths.root)
+        tracking = await self.tracking.begin(self.loop)
         self._build_components(names)
         await self._open_services()
         self._memory.run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
-                                how=self.how, tracking=self.cgroups.describe(), slurm=slurm_job_info(self.cfg))).get("seq")
+                                how=self._past.how, tracking=tracking, slurm=slurm_job_info(self.cfg))).get("seq")
         for note in self._past.damage:
             self.emit(ev.FlagRaised(None, type="journal_damaged", message=note, action=(
                 "the damaged lines were skipped (a field of the wrong type: ignored); the rest of the run's "
                 "history was read")))
-        if self.refused:
-            self.exit_code, self.end_reason = 1, self.refused
-            self.emit(ev.RunEnded(None, exit_code=1, reason=self.refused, outcome="failed"))
+        if self.end.refused:
+            self.emit(self.end.refuse())
             self._finish()
-            return self.exit_code
+            return self.end.exit_code
         self._begin_watching()
         ticker = asyncio.ensure_future(self._ticker.run())
         self.loop.set_exception_handler(self._loop_error)
@@ -188,7 +170,7 @@ class Run:
                 await asyncio.sleep(0.1)  # let clients see run_ended before the socket goes away
                 await self._services.server.close()
             self._finish()
-        return self.exit_code
+        return self.end.exit_code
 
     def _build_components(self, names: list[str]) -> None:
         """The run's components, each going on with the life and gauges its run dir's past left it."""
@@ -198,10 +180,9 @@ class Run:
             self.state["components"].setdefault(n, state_mod.new_component())
         budget = RingBudget(self.cfg.ring_bytes)
         saved = past.saved_components
-        self.how = carryover.how(bool(past.found.live), past.replayed is not None, self.how)
         for n in names:
             prev = self.state["components"][n]
-            life, again = carryover.life(n, prev, self.cfg, self.how)
+            life, again = carryover.life(n, prev, self.cfg, past.how)
             if again is not None:
                 self._memory.again[n] = again  # its next start says so (until it has started)
             sv = saved.get(n) or {}
@@ -217,7 +198,7 @@ class Run:
             self._services.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
                                                redactor=self.redactor)
         self._serve_metrics()
-        if self.serve and not self.refused:
+        if self._services.serve and not self.end.refused:
             from .served import Served
             from .server import ControlServer
 
@@ -227,7 +208,7 @@ class Run:
     def _serve_metrics(self) -> None:
         """The Prometheus endpoint, if the config asks: scrapes read the state on the loop's thread."""
         m = self.cfg.metrics
-        if m is None or self.refused:
+        if m is None or self.end.refused:
             return
         from .prometheus import serve
 
@@ -257,59 +238,53 @@ class Run:
 
     @property
     def shutting_down(self) -> bool:
-        return self._ending.stopping
+        return self.end.stopping
 
     def request_shutdown(self, reason: str, by_user: bool = True, preempted: bool = False,
                          requeue: bool = False) -> None:
         """End the run: stopped by a person (``by_user``), failed, or ``preempted``: the platform takes the
         machine, and the components with ``preempt:`` are asked to checkpoint first (:mod:`.preemption`);
         ``requeue``: then the Slurm job that ``rlsup up`` submitted is requeued (Slurm's notice)."""
-        if self._ending.over:
+        if self.end.over:
             return
-        self._ending.requeue = requeue
-        if by_user or preempted:
-            self.exit_code = 0
-        self.outcome = "preempted" if preempted else "stopped" if by_user else "failed"
-        self.end_reason = reason
+        self.end.requeue = requeue
+        self.end.request(reason, by_user=by_user, preempted=preempted)
         if preempted:
-            self._ending.before = preemption.baselines(self.components)
+            self.end.before = preemption.baselines(self.components)
         self._wanted_stopped(reason)
-        self._ending.decide()
-
-    def _why_stopping(self, reason: str) -> lc.Cause:
-        by: lc.CauseBy = "preemption" if self.outcome == "preempted" else "shutdown"
-        return lc.Cause(by, f"the run is ending: {reason}" if reason else "the run is ending")
+        self.end.decide()
 
     def _wanted_stopped(self, reason: str) -> None:
         """From the moment the run's end is decided, every exit is a stop (its stop signal comes in turn)."""
-        why = self._why_stopping(reason)
+        why = self.end.cause(reason)
         for c in self.components.values():
             c.handle(lc.RunStopping(why))
 
     def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float:
         return detectors.exit_hold(exit_code, signal,
-                                   shutting_down=self._ending.stopping or self._ending.over)
+                                   shutting_down=self.end.stopping or self.end.over)
 
     def handover(self, reason: str) -> list[int]:
         """Exit without touching the components (an upgrade in place): they run on under their
         monitors and the next supervisor adopts them. Returns the monitors' pids."""
         pids = [c.current.monitor_pid for c in self.components.values() if c.current is not None]
-        self._ending.handover = True
+        self.end.handover = True
         self.emit(ev.SupervisorExited(None, reason=reason, monitors=pids))
-        self._ending.decide()
+        self.end.decide()
         return pids
 
     async def _shutdown(self) -> None:
         """Stop components in reverse dependency order, in parallel waves (:mod:`.shutdown`); return
         when nothing of the run is left (or say what could not be ended)."""
-        if self._ending.handover:
+        if self.end.handover:
             self._write_state(force=True)
             return
-        self._ending.stopping = True
-        why = self._why_stopping(self.end_reason)
-        preempted = self.outcome == "preempted"
+        end = self.end
+        end.stopping = True
+        why = end.cause(end.reason)
+        preempted = end.outcome == "preempted"
         if preempted:
-            await preemption.wait_for_checkpoints(self.components, self._ending.before, self.clock, self.emit)
+            await preemption.wait_for_checkpoints(self.components, end.before, self.clock, self.emit)
         await shutdown.stop_in_order(self.cfg, self.components, why)
         for c in self.components.values():
             await c.await_cleanups()
@@ -317,11 +292,9 @@ class Run:
         for c in self.components.values():
             c.flush_progress()
         checkpoints = await self.loop.run_in_executor(None, preemption.standing, self.cfg) if preempted else None
-        if self._ending.requeue and (requeued := await self.loop.run_in_executor(None, preemption.requeue, self.slurm_launcher())):
-            self.end_reason = f"{self.end_reason}; {requeued}"
-        self.emit(ev.RunEnded(None, exit_code=self.exit_code, reason=self.end_reason, root=self.root, left=left,
-                              outcome=self.outcome or ("completed" if self.exit_code == 0 else "failed"),
-                              checkpoints=checkpoints))
+        if end.requeue and (requeued := await self.loop.run_in_executor(None, preemption.requeue, self.slurm_launcher())):
+            end.reason = f"{end.reason}; {requeued}"
+        self.emit(end.run_ended(left, checkpoints))
 
     def slurm_launcher(self) -> Any:
         """The run's Slurm launcher (every component has the same one), or None on one machine."""
@@ -329,22 +302,21 @@ class Run:
 
     def _last_net(self) -> list[str]:
         """Nothing of this run may outlive it (:mod:`.lastnet`); returns what could not be ended."""
-        return lastnet.last_net(self.paths.root, [c.unended for c in self.components.values()], cgroups=self.cgroups,
-                                zygote=self.monitors.zygote_pid, began=self._began)
+        return self.tracking.last_net(c.unended for c in self.components.values())
 
     def _finish(self) -> None:
         self._services.close_metrics()
         self.gpus.stop()
-        self._stack_taker.close()
+        self._hang.taker.close()
         self._watching.stop_artefacts()
         for c in self.components.values():
             c.close()
         self._write_state(force=True)
-        self.monitors.close()
+        self.tracking.monitors.close()
         self._watching.close()
         self._services.close_notifier()
         if self.journal is not None and (lost := self.journal.close()):
-            why = (f"{self._disk_trouble}" if self._disk_trouble else
+            why = (f"{self._states.trouble}" if self._states.trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
             say(f"rlsup: {lost} events could not be written to {self.paths.events}: {why}")
         with contextlib.suppress(ValueError, RuntimeError):
@@ -358,7 +330,7 @@ class Run:
         exc = context.get("exception")
         msg = "".join(traceback.format_exception(exc)).rstrip() if exc else context.get("message", "?")
         say(f"rlsup: internal error, shutting the run down:\n{msg}")
-        self.exit_code = 1
+        self.end.exit_code = 1
         self.request_shutdown(f"internal error: {exc!r}", by_user=False)
 
     # ------------------------------------------------------------------ events
@@ -372,7 +344,7 @@ class Run:
             if self.journal is not None:
                 self.journal.last_seq += 1
                 e["seq"] = self.journal.last_seq
-                self._journal_written(e, sync=event.kind != "command")
+                self._states.append(e, sync=event.kind != "command")
         # A gauge (progress, GPUs, resources: several a second) is folded as the typed event it is; a
         # lifecycle event as the redacted dict the journal holds, parsed once.
         state_mod.apply(self.state, ev.parse(e) if lifecycle else ev.Record(e["ts"], e["seq"], event))
@@ -387,16 +359,6 @@ class Run:
             if isinstance(event, ev.RestartScheduled):
                 self._memory.triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
-
-    def _journal_written(self, e: dict[str, Any], *, sync: bool) -> None:
-        """``e`` written to the journal (:mod:`.journalsync`: its fsync shared by this turn of the loop)."""
-        assert self.journal is not None
-        if self.loop is None:  # no loop yet: nothing to share an fsync with
-            self.journal.append(e, sync=sync)
-            return
-        if self._journal_sync is None or self._journal_sync.journal is not self.journal:
-            self._journal_sync = JournalSync(self.journal, self.loop)
-        self._journal_sync.append(e, sync=sync)
 
     def threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -437,22 +399,19 @@ class Run:
             elif isinstance(fx, runstep.End):
                 self._end(fx.outcome)
             elif isinstance(fx, runstep.Flagged):
-                self._deps.flagged = set(fx.consumers)
+                self._memory.deps.flagged = set(fx.consumers)
             elif isinstance(fx, runstep.Track):
-                act = self._deps.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+                act = self._memory.deps.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
 
     def _end(self, out: Outcome) -> None:
-        self.exit_code = out.exit_code
-        self.outcome = out.how
-        self.end_reason = out.reason
-        self.root = {"component": out.root, "reason": out.root_reason} if out.root else None
+        self.end.reached(out)
         self._wanted_stopped(out.reason)
-        self._ending.decide()
+        self.end.decide()
 
     def _view(self, active: int | None = None) -> runstep.View:
-        return runstep.View(self._seen(), shutting_down=self._ending.stopping, run_seq=self._memory.run_seq,
-                            ended=self._ending.over, awake_since=self._ticker.awake_since,
+        return runstep.View(self._seen(), shutting_down=self.end.stopping, run_seq=self._memory.run_seq,
+                            ended=self.end.over, awake_since=self._ticker.awake_since,
                             active=active)
 
     def _seen(self) -> runview.SeenNow:
@@ -506,7 +465,7 @@ class Run:
         its own dependencies only (the view reads what its gate looks at): a restart must not wait for the
         next evaluation of the whole run (up to :data:`.pacing.EVALUATE_EVERY_S`); that batching is for a burst of
         first starts and ends."""
-        if comp.life.want != "run" or comp.life.spawning or self._ending.stopping or self.loop is None:
+        if comp.life.want != "run" or comp.life.spawning or self.end.stopping or self.loop is None:
             return
         n = comp.name
         self._step(runstep.Pending(n, again=self._memory.starts_again(n, comp.life.attempt)), self._view())
@@ -515,20 +474,14 @@ class Run:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
         self._step(runstep.RestartCommand(name, cause))
 
-    def cgroup_for(self, comp: str, attempt: int) -> str | None:
-        return self.cgroups.for_attempt(comp, attempt) if self.cgroups is not None else None
-
     def lines_added(self, comp: Component) -> None:
         for fn in self.line_listeners:
             fn(comp)
 
     def progress_dirty(self, comp: Component) -> None:
-        if not self._progress_pending and self.loop is not None:
-            self.loop.call_later(PROGRESS_FLUSH_S, self._flush_progress)
-        self._progress_pending.add(comp.name)
+        self._pacing.progress_moved(comp.name, self.loop)
 
-    def _flush_progress(self) -> None:
-        names, self._progress_pending = self._progress_pending, set()
+    def _flush_progress(self, names: set[str]) -> None:
         for n in names:
             self.components[n].flush_progress()
         self._mark_state_dirty()
@@ -579,8 +532,8 @@ class Run:
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
-        busy = bool(self.journal is not None and self.journal.pending) or self._deps.watched \
-            or self._disk_trouble is not None
+        busy = bool(self.journal is not None and self.journal.pending) or self._memory.deps.watched \
+            or self._states.trouble is not None
         due: list[float | None] = []
         if not busy:
             busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._ticker.awake_since,
@@ -617,16 +570,7 @@ class Run:
     def _check_health(self, now: float) -> None:
         """The sweep of :mod:`.health`: the run dir's writability (flagged when it changes) and each live
         attempt's command and monitor as the kernel sees them."""
-        trouble = health.disk_trouble(self.paths.root, [self.journal.error if self.journal else None,
-                                                         self._states.error])
-        if trouble != self._disk_trouble:
-            was, self._disk_trouble = self._disk_trouble, trouble
-            if trouble is not None:
-                self.emit(ev.FlagRaised(None, type="disk_unwritable", message=trouble, evidence=[trouble],
-                                        action=health.FLAG_ACTION))
-            elif was is not None:
-                self.emit(ev.FlagCleared(None, type="disk_unwritable",
-                                         message=f"{self.paths.root} takes writes again; what waited was written"))
+        self._states.check_writable()
         for c in self.components.values():
             c.check_health(now)
 
@@ -660,16 +604,10 @@ class Run:
         c = self.components[name]
         if not isinstance(inp, lc.Stalled) or "stall" in c.life.episode or c.state != "running":
             return inp
-        return self._hang.hold(name, c.attempt, inp)
-
-    def _start_stacks(self, name: str, attempt: int) -> asyncio.Future[Any] | None:
-        att = self.components[name].current
-        if att is None or att.attempt != attempt or self.loop is None:
-            return None
-        return asyncio.ensure_future(self._stack_taker.take(name, attempt, att.members(), why="stall"))
+        return self._hang.hold(name, c.attempt, inp, c.current)
 
     def _rejudge_stalls(self) -> None:
-        if not self._ending.stopping:
+        if not self.end.stopping:
             self._check_stalls(self.clock.monotonic())
 
     async def stacks_of(self, comp: Component, why: str, native: bool = False) -> Stacks | None:
@@ -677,7 +615,7 @@ class Run:
         att = comp.current
         if att is None:
             return None
-        return await self._stack_taker.take(comp.name, att.attempt, att.members(), why=why, native=native)
+        return await self._hang.taker.take(comp.name, att.attempt, att.members(), why=why, native=native)
 
     async def take_stacks(self, name: str, *, why: str, native: bool = False) -> dict[str, Any]:
         """``rlsup stack NAME``: the reply to the command (:func:`.stacks.reply`)."""
@@ -692,7 +630,7 @@ class Run:
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
         past the budget."""
         consumers = runview.consumers(self.components, self.state["components"])
-        deps = self._deps
+        deps = self._memory.deps
         down_since = deps.tracker.down_since()
         if not consumers and not down_since and not deps.flagged:
             return
@@ -735,5 +673,4 @@ class Run:
     @property
     def ending(self) -> bool:
         """The run decided to end (it may still be stopping); not so for a hand-over."""
-        d = self._ending.decided
-        return d is not None and d.is_set() and not self._ending.handover
+        return self.end.ended

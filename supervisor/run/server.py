@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..records import protocol
-from ..records.events import is_lifecycle
-from ..rundir.journal import read_events
+from ..records.events import Record, is_lifecycle
+from ..rundir.journal import read_records
 from ..rundir.layout import RunPaths, sock_address
 from ..rundir.logpages import MAX_PAGE, LogPages
 from ..rundir.logs import LogRing, Position
@@ -288,10 +288,10 @@ class ControlServer:
         path = self.view.paths.events
 
         def tail() -> list[dict[str, Any]]:
-            out: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
+            out: deque[Record] = deque(maxlen=RECENT_EVENTS)
             with contextlib.suppress(OSError):
-                out.extend(e for e in read_events(path) if is_lifecycle(e.get("kind", "")))
-            return list(out)
+                out.extend(r for r in read_records(path) if is_lifecycle(r.kind))
+            return [r.to_dict() for r in out]  # only the ones kept: the wire's dicts
 
         old = await asyncio.get_running_loop().run_in_executor(None, tail)
         last = old[-1].get("seq", 0) if old else 0
@@ -454,7 +454,8 @@ class ControlServer:
             out = [e for e in self.recent if e["seq"] > since]
         else:  # older than what we keep in memory: the journal has it
             path = self.view.paths.events
-            out = await asyncio.get_running_loop().run_in_executor(None, lambda: list(read_events(path, since)))
+            out = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: [r.to_dict() for r in read_records(path, since)])
         return out[-limit:] if limit else out
 
     def op_logs(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:

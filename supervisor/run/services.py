@@ -7,10 +7,11 @@ from typing import Any
 
 
 class Services:
-    """The run's notifier (None: none configured), its control server (None: not served) and what stops its
-    metrics endpoint (None: none open)."""
+    """The run's notifier (None: none configured), its control server (None: not served; ``serve``: whether the
+    run opens one) and what stops its metrics endpoint (None: none open)."""
 
-    def __init__(self) -> None:
+    def __init__(self, serve: bool = True) -> None:
+        self.serve = serve
         self.notifier: Any = None
         self.server: Any = None
         self.stop_metrics: Callable[[], None] | None = None

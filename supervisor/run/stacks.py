@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..diagnosis.stacks import Proc, Stacks, classify, full_dump, parse_dump, ptrace_hint, short_form
+from ..monitor.process import AttemptProcesses
 from ..rules import lifecycle as lc
 from ..rundir.journal import write_atomic
 from ..rundir.layout import UnsafeRunDir, check_owned_dir
@@ -149,24 +150,26 @@ class StackTaker:
 
 class HangGate:
     """The first ``Stalled`` of a stall episode waits for the component's stacks (:meth:`hold`); the run
-    judges the stall again once they are taken (``rejudge``), and the input that follows carries them."""
+    judges the stall again once they are taken (``rejudge``), and the input that follows carries them.
+    ``taker`` takes them (and those ``rlsup stack`` asks for)."""
 
-    def __init__(self, start: Callable[[str, int], asyncio.Future[Stacks] | None], rejudge: Callable[[], None]):
-        self._start = start  # (component, attempt) -> the capture under way (None: none can be taken)
+    def __init__(self, folder: Path, rejudge: Callable[[], None]):
+        self.taker = StackTaker(folder)
         self._rejudge = rejudge
         self._pending: dict[str, int] = {}  # component -> the attempt whose stacks are being taken
         self._ready: dict[tuple[str, int], tuple[str, ...]] = {}
 
-    def hold(self, name: str, attempt: int, inp: lc.Stalled) -> lc.Stalled | None:
-        """The input to feed now (the stacks added to its evidence), or None while they are being taken."""
+    def hold(self, name: str, attempt: int, inp: lc.Stalled, current: AttemptProcesses | None) -> lc.Stalled | None:
+        """The input to feed now (the stacks added to its evidence), or None while they are being taken.
+        ``current``: the component's attempt now (no stacks to take where it is not ``attempt``)."""
         lines = self._ready.pop((name, attempt), None)
         if lines is not None:
             return dataclasses.replace(inp, evidence=(*inp.evidence, *lines))
         if self._pending.get(name) == attempt:
             return None
-        fut = self._start(name, attempt)
-        if fut is None:
+        if current is None or current.attempt != attempt or not _on_a_loop():
             return inp
+        fut = asyncio.ensure_future(self.taker.take(name, attempt, current.members(), why="stall"))
         self._pending[name] = attempt
         fut.add_done_callback(lambda f: self._taken(name, attempt, f))
         return None
@@ -184,6 +187,14 @@ class HangGate:
         finally:
             # Not fed at once (progress came back, the attempt ended): these stacks are of no later stall.
             self._ready.pop((name, attempt), None)
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def reply(s: Stacks) -> dict[str, Any]:

@@ -1,9 +1,13 @@
-"""state.json kept up to date: the run's state as of now, written in place, often but never too often.
+"""What the run writes into its run dir: each event into the journal at once (its fsync shared by the turn of the
+loop, :mod:`.journalsync`), and state.json kept up to date: the run's state as of now, written in place, often but
+never too often.
 
 A change marks the state dirty; the write follows at most twice a second and never takes more than
 about a tenth of the loop's time (a thousand components make one write cost tens of milliseconds).
 Each write also retries what the journal could not write while the disk was full, says how many
-events were lost once it has room again, and puts back the spare monitor records a full disk used.
+events were lost once it has room again, and puts back the spare monitor records a full disk used. Whether the
+run dir takes writes at all (a read-only or failing file system) is checked on the run's health sweep
+(:meth:`StateWriter.check_writable`), flagged when it changes.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 from ..records import events as ev
 from ..rundir.journal import Journal, StateFile, keep_spare_records
 from ..rundir.layout import RunPaths
+from . import health
+from .journalsync import JournalSync
 
 STATE_WRITE_MIN_S = 0.5
 
@@ -45,12 +51,26 @@ class StateWriter:
         self.file = StateFile(paths.state)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.journal: Journal | None = None
+        self._sync: JournalSync | None = None  # the journal's shared fsyncs, once there is a loop
         self.spares_wanted = 2  # spare monitor records kept for a full disk
         self.dirty = False
         self._written_at = 0.0
         self._cost = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.error: OSError | None = None  # the last write's, None once one worked
+        self.trouble: str | None = None  # why the run dir takes no writes (health.disk_trouble)
+
+    def begin(self, loop: asyncio.AbstractEventLoop, journal: Journal) -> Journal:
+        """The run's loop has begun, and its journal is open."""
+        self.loop, self.journal, self._sync = loop, journal, JournalSync(journal, loop)
+        return journal
+
+    def append(self, e: dict[str, Any], *, sync: bool) -> None:
+        """``e`` written to the journal now; with ``sync``, its fsync follows in this turn of the loop."""
+        if self._sync is not None:
+            self._sync.append(e, sync=sync)
+        elif self.journal is not None:
+            self.journal.append(e, sync=sync)
 
     def mark_dirty(self) -> None:
         self.dirty = True
@@ -73,6 +93,19 @@ class StateWriter:
             self.error = e  # disk trouble is flagged (the monitors, the run's health sweep); state.json catches up later
         keep_spare_records(self.paths.monitors, self.spares_wanted)  # those used on a full disk, again
         self._cost = time.monotonic() - t0
+
+    def check_writable(self) -> None:
+        """Whether the run dir takes writes (:func:`health.disk_trouble`): flagged when that changes."""
+        trouble = health.disk_trouble(self.paths.root, [self.journal.error if self.journal else None, self.error])
+        if trouble == self.trouble:
+            return
+        was, self.trouble = self.trouble, trouble
+        if trouble is not None:
+            self.emit(ev.FlagRaised(None, type="disk_unwritable", message=trouble, evidence=[trouble],
+                                    action=health.FLAG_ACTION))
+        elif was is not None:
+            self.emit(ev.FlagCleared(None, type="disk_unwritable",
+                                     message=f"{self.paths.root} takes writes again; what waited was written"))
 
     def _catch_up_journal(self) -> None:
         """A disk that had no room may have room again: write what waited, and say what was lost."""

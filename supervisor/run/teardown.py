@@ -46,7 +46,7 @@ from ..monitor.process import (
 )
 from ..records import events as ev
 from ..records.diagnosis import Diagnosis
-from ..rundir.journal import Journal, read_events
+from ..rundir.journal import Journal, read_records
 from ..rundir.layout import RunLock, RunPaths, read_owner
 
 DEFAULT_STOP = (int(signal_mod.SIGTERM), 30.0)
@@ -74,9 +74,9 @@ def component_order(paths: RunPaths) -> list[str]:
     """The run's components in start (dependency) order, from its last ``run_started`` event."""
     names: list[str] = []
     with contextlib.suppress(OSError):
-        for e in read_events(paths.events):
-            if e.get("kind") == "run_started" and isinstance(e.get("components"), list):
-                names = [str(n) for n in e["components"]]
+        for r in read_records(paths.events):
+            if isinstance(r.event, ev.RunStarted) and "components" not in r.absent:
+                names = [str(n) for n in r.event.components]
     return names
 
 
@@ -204,12 +204,12 @@ def _end_leftovers(paths: RunPaths, out: Teardown, owned: set[int], say: Callabl
 
 
 def _ended_already(paths: RunPaths) -> bool:
-    last = None
+    last: ev.Event | None = None
     with contextlib.suppress(OSError):
-        for e in read_events(paths.events):
-            if e.get("kind") in ("run_started", "run_ended"):
-                last = e.get("kind")
-    return last == "run_ended"
+        for r in read_records(paths.events):
+            if isinstance(r.event, (ev.RunStarted, ev.RunEnded)):
+                last = r.event
+    return isinstance(last, ev.RunEnded)
 
 
 def _how(rec: dict[str, Any]) -> str:

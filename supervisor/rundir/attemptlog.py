@@ -42,7 +42,7 @@ def mark_of(e: ComponentStarted) -> Mark | None:
     return Mark(e.log_ino, e.log_offset)
 
 
-# What the journal holds: typed records (``replay.read_records``); a caller still holding the dicts
+# What the journal holds: typed records (``journal.read_records``); a caller still holding the dicts
 # gets them parsed here.
 Events = Iterable[Record | Mapping[str, Any]]
 

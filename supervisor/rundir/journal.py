@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..records.events import misfits
+from ..records.events import Record, misfits, parse
 
 # Space rlsup keeps allocated ahead of its own records, so that a disk a component filled still
 # takes the run's next events and state (what databases do with preallocated files): blocks
@@ -436,8 +436,10 @@ class _InOrder:
         return out
 
 
-def read_events(path: Path, since_seq: int = 0) -> Iterator[dict[str, Any]]:
-    """Events with ``seq > since_seq``, in order. A damaged line is one damaged line: not JSON, not an
+def read_records(path: Path, since_seq: int = 0) -> Iterator[Record]:
+    """The journal's events with ``seq > since_seq``, in order, as typed records (:func:`parse`; a
+    caller that passes one on as JSON, ``rlsup events --json`` or the server, uses
+    :meth:`Record.to_dict`, which gives the line's dict back). A damaged line is one damaged line: not JSON, not an
     object, invalid UTF-8, a NUL byte, over :data:`MAX_LINE`, an envelope (``seq``, ``kind``, ``ts``,
     ``component``) of the wrong type, or a ``seq`` that does not go up (a duplicate or a line out of
     order) is skipped; a field of the wrong type is dropped from its event. Each is noted in
@@ -463,9 +465,9 @@ def read_events(path: Path, since_seq: int = 0) -> Iterator[dict[str, Any]]:
                 e = {k: v for k, v in e.items() if k not in bad}
             out = order.take(n, e)
             if out is not None and out["seq"] > since_seq:
-                yield out
+                yield parse(out)
     if order.held is not None and order.held["seq"] > since_seq:
-        yield order.held
+        yield parse(order.held)
 
 
 def damage_notes() -> list[str]:

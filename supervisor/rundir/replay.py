@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..records import state as state_mod
 from ..records.events import Record, RunEnded, RunStarted, SupervisorExited, parse
-from .journal import last_event, read_events
+from .journal import last_event, read_records
 from .layout import RunPaths
 
 # Gauges that state.json holds and the journal does not (progress is latest-wins, never journaled).
@@ -27,19 +27,13 @@ GAUGE_KEYS = ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "
 HOST_KEYS = ("gpus", "host", "gpu_backend", "gpu_reason")
 
 
-def read_records(path: Path, since_seq: int = 0) -> Iterator[Record]:
-    """The journal's events with ``seq > since_seq`` as typed records (a torn line is skipped)."""
-    for d in read_events(path, since_seq):
-        yield parse(d)
-
-
 def handing_over(path: Path, now: float, within_s: float) -> bool:
     """Whether the journal's newest event is a supervisor handing the run over (``rlsup restart-supervisor``:
     ``supervisor_exited``, the components left running) less than ``within_s`` ago: its successor is starting,
     though for a moment no supervisor holds the run dir."""
-    newest = last_event(path) or {}
-    ts = newest.get("ts")
-    return newest.get("kind") == SupervisorExited.kind and isinstance(ts, (int, float)) and now - ts < within_s
+    newest = last_event(path)
+    rec = parse(newest) if newest is not None else None
+    return rec is not None and isinstance(rec.event, SupervisorExited) and now - rec.ts < within_s
 
 
 def read_saved(path: Path) -> dict[str, Any]:

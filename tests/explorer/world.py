@@ -121,10 +121,10 @@ class World:
             return subprocess.CompletedProcess(e.cmd, -1, str(e.stdout or ""), f"timed out after {timeout:g}s")
 
     def events(self) -> list[dict[str, Any]]:
-        from rlsup.supervisor.rundir.journal import read_events
+        from rlsup.supervisor.rundir.journal import read_records
 
         p = self.run_dir / "events.jsonl"
-        return list(read_events(p)) if p.exists() else []
+        return [r.to_dict() for r in read_records(p)] if p.exists() else []
 
     def supervisor_pid(self) -> int | None:
         from rlsup.supervisor.rundir.layout import RunPaths, is_locked, read_owner

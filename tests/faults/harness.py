@@ -232,9 +232,9 @@ class FaultRun:
         return int(json.loads((self.run_dir / "rlsup.lock").read_text())["pid"])
 
     def events(self) -> list[dict]:
-        from rlsup.supervisor.rundir.journal import read_events
+        from rlsup.supervisor.rundir.journal import read_records
 
-        return list(read_events(self.run_dir / "events.jsonl"))
+        return [r.to_dict() for r in read_records(self.run_dir / "events.jsonl")]
 
     def wait_event(self, pred, timeout: float = LIVENESS_S, what: str = "event", since: int = 0) -> dict:
         deadline = time.monotonic() + timeout

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from rlsup.supervisor.monitor.shim import RECORD_SIZE, SPARE_PREFIX, Record
-from rlsup.supervisor.rundir.journal import Journal, StateFile, keep_spare_records, read_events
+from rlsup.supervisor.rundir.journal import Journal, StateFile, keep_spare_records, read_records
 from tests.faults import harness
 
 small_disk = harness.small_disk
@@ -42,7 +42,7 @@ def test_the_journal_takes_events_on_a_full_disk_within_its_reserve(small_disk):
         j.append(_event(i), sync=False)
     assert j.pending == 0 and j.error is None
     assert j.close() == 0 and j.dropped == 0
-    assert [e["seq"] for e in read_events(small_disk / "events.jsonl")] == list(range(1, 801))
+    assert [r.seq for r in read_records(small_disk / "events.jsonl")] == list(range(1, 801))
 
 
 def test_without_room_what_is_lost_is_counted(small_disk):
@@ -53,7 +53,7 @@ def test_without_room_what_is_lost_is_counted(small_disk):
     j.MAX_PENDING = 50  # a disk full for very long: the oldest pending event goes, counted
     j.append(_event(201), sync=False)
     assert j.take_unsaid() == 1 and j.take_unsaid() == 0
-    assert list(read_events(small_disk / "events.jsonl")) == []
+    assert list(read_records(small_disk / "events.jsonl")) == []
     assert j.close() == 200 and j.dropped == 201  # the supervisor says so in supervisor.log
     raw = (small_disk / "events.jsonl").read_bytes()
     assert not raw or raw.endswith(b"\n")  # never a torn record

@@ -50,7 +50,7 @@ def _stub(cfg, stopped: list[str]):
     events: list = []
     stub = SimpleNamespace(cfg=cfg, components={n: Ended(n, stopped) for n in cfg.components}, exit_code=0,
                            end_reason="down", outcome="stopped", root=None, emit=events.append, _last_net=lambda: [],
-                           _write_state=lambda force=False: None, _ending=Ending())
+                           _write_state=lambda force=False: None, end=Ending())
     stub._wait_quiet = lambda c: Run._wait_quiet(stub, c) if hasattr(Run, "_wait_quiet") else None
     stub._why_stopping = lambda reason: Run._why_stopping(stub, reason)
     return stub, events

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlsup.supervisor.cli.why import explain, format_why
+from rlsup.supervisor.cli.why import as_json, explain, format_why
 from rlsup.supervisor.diagnosis.offline import diagnose_command
 from rlsup.supervisor.records.events import human
 from rlsup.supervisor.render.report import build_report
@@ -126,7 +126,8 @@ def damaged(draw: st.DrawFn, lines: list[bytes]) -> tuple[list[bytes], set[int]]
 def _read_everything(run_dir: Path) -> list[dict[str, Any]]:
     """Every reader of a run dir, as the commands call them; what the journal reader let through."""
     paths = RunPaths(run_dir)
-    events = list(journal.read_events(paths.events))
+    records = list(journal.read_records(paths.events))
+    events = [r.to_dict() for r in records]
     journal.last_seq(paths.events)
     rp = read_run(paths)
     rp.final_state()
@@ -139,10 +140,10 @@ def _read_everything(run_dir: Path) -> list[dict[str, Any]]:
     for e in events:
         human(e)
     for name in {e.get("component") for e in events if e.get("kind") == "started"}:
-        x = explain(events, str(name))
+        x = explain(records, str(name))
         if x is not None:
             format_why(x)
-            json.dumps(x, default=str)
+            json.dumps(as_json(x), default=str)
     out = io.StringIO()
     diagnose_command([str(run_dir)], True, out)
     diagnose_command([str(run_dir)], False, out)
@@ -198,3 +199,28 @@ def test_the_issues_line_is_skipped_counted_and_said_once(tmp_path: Path) -> Non
         assert "Traceback" not in p.stderr
         assert p.stderr.count("damaged line") == 1, (cmd, p.stderr)
         assert 'line 6: seq "x" is not a positive integer' in p.stderr, (cmd, p.stderr)
+
+
+def test_events_json_prints_each_line_as_it_was_in_its_key_order(tmp_path: Path) -> None:
+    """`rlsup events --json` gives each sound line back as the line had it, keys in its order: a field this
+    version has no name for (an older or newer writer's) stays where the line has it, not at the end; a field of
+    the wrong type is left out (said once on stderr), a damaged line skipped."""
+    rd = tmp_path / "run"
+    shutil.copytree(FIXTURES / "chaos", rd)
+    lines = (rd / "events.jsonl").read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    odd = {"ts": first["ts"] + 0.5, "seq": 0, "kind": "started", "component": "trainer", "pid": 7,
+           "gone_field": {"kept": [1, 2]}, "attempt": 9, "cause": {"reason": "old shape", "by": "user"}}
+    mistyped = {"ts": first["ts"] + 0.6, "seq": 0, "kind": "exited", "component": "trainer", "exit_code": "one",
+                "later": 1}
+    seqs = [json.loads(x)["seq"] for x in lines]
+    odd["seq"], mistyped["seq"] = max(seqs) + 1, max(seqs) + 2
+    lines += [json.dumps(odd).encode() + b"\n", b'{"torn": \n', json.dumps(mistyped).encode() + b"\n"]
+    (rd / "events.jsonl").write_bytes(b"".join(lines))
+    p = subprocess.run([sys.executable, "-m", "rlsup.supervisor.cli", "events", "--json", "--run-dir", str(rd)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    want = [json.dumps(json.loads(x)) for x in lines[:-3]] + [json.dumps(odd)]
+    want.append(json.dumps({k: v for k, v in mistyped.items() if k != "exit_code"}))
+    assert p.stdout.splitlines() == want
+    assert p.stderr.count("damaged line") == 1

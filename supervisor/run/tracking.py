@@ -1,0 +1,43 @@
+"""What holds the run's processes: their monitors (and the zygote that starts them), the supervisor as their
+subreaper, the run's cgroup (None: the subreaper alone), the open-file limit they get, and when the run began, so
+that its last net (:mod:`~rlsup.supervisor.monitor.lastnet`) ends whatever is left."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..monitor import lastnet
+from ..monitor.process import Cgroups, Monitors, raise_fd_limit, set_child_subreaper
+
+
+class Tracking:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.monitors = Monitors(root)
+        self.cgroups: Cgroups | None = None
+        self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
+        self.began = 0.0  # when the run began, in seconds since boot (the clock of /proc/PID/stat's start time)
+
+    def take_hold(self) -> None:
+        """The run begins: orphans of its processes come to the supervisor, which may open as many files as it
+        can."""
+        self.began = time.clock_gettime(time.CLOCK_BOOTTIME)
+        set_child_subreaper()
+        self.nofile = raise_fd_limit()
+
+    async def begin(self, loop: asyncio.AbstractEventLoop) -> str:
+        """The run's cgroup, made (or none); how its processes are tracked, in words (``run_started.tracking``)."""
+        self.cgroups = await loop.run_in_executor(None, Cgroups.for_run, self.root)
+        return self.cgroups.describe()
+
+    def cgroup_for(self, comp: str, attempt: int) -> str | None:
+        return self.cgroups.for_attempt(comp, attempt) if self.cgroups is not None else None
+
+    def last_net(self, unended: Iterable[Any]) -> list[str]:
+        """Nothing of this run may outlive it; returns what could not be ended."""
+        return lastnet.last_net(self.root, list(unended), cgroups=self.cgroups, zygote=self.monitors.zygote_pid,
+                                began=self.began)
