@@ -290,7 +290,7 @@ class ControlServer:
         def tail() -> list[dict[str, Any]]:
             out: deque[Record] = deque(maxlen=RECENT_EVENTS)
             with contextlib.suppress(OSError):
-                out.extend(r for r in read_records(path) if is_lifecycle(r.kind))
+                out.extend(read_records(path, kinds=is_lifecycle))
             return [r.to_dict() for r in out]  # only the ones kept: the wire's dicts
 
         old = await asyncio.get_running_loop().run_in_executor(None, tail)

@@ -9,7 +9,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -436,7 +436,7 @@ class _InOrder:
         return out
 
 
-def read_records(path: Path, since_seq: int = 0) -> Iterator[Record]:
+def read_records(path: Path, since_seq: int = 0, kinds: Callable[[str], bool] | None = None) -> Iterator[Record]:
     """The journal's events with ``seq > since_seq``, in order, as typed records (:func:`parse`; a
     caller that passes one on as JSON, ``rlsup events --json`` or the server, uses
     :meth:`Record.to_dict`, which gives the line's dict back). A damaged line is one damaged line: not JSON, not an
@@ -444,7 +444,9 @@ def read_records(path: Path, since_seq: int = 0) -> Iterator[Record]:
     ``component``) of the wrong type, or a ``seq`` that does not go up (a duplicate or a line out of
     order) is skipped; a field of the wrong type is dropped from its event. Each is noted in
     :data:`DAMAGE` with its line number. A line whose ``seq`` jumps above the next one's is the one
-    out of order (one line is held back to tell), so one bad ``seq`` costs one line, not the rest."""
+    out of order (one line is held back to tell), so one bad ``seq`` costs one line, not the rest.
+    ``kinds``, where given, chooses the events wanted by their ``kind`` before any is parsed (parsing is
+    most of a line's cost; the server wants only the lifecycle events of a long journal)."""
     try:
         f = open(path, "rb")
     except OSError:
@@ -464,10 +466,11 @@ def read_records(path: Path, since_seq: int = 0) -> Iterator[Record]:
                 damage[n] = "wrong type of " + ", ".join(f"{k} ({_short(e[k])})" for k in bad) + ": ignored"
                 e = {k: v for k, v in e.items() if k not in bad}
             out = order.take(n, e)
-            if out is not None and out["seq"] > since_seq:
+            if out is not None and out["seq"] > since_seq and (kinds is None or kinds(out.get("kind", ""))):
                 yield parse(out)
-    if order.held is not None and order.held["seq"] > since_seq:
-        yield parse(order.held)
+    held = order.held
+    if held is not None and held["seq"] > since_seq and (kinds is None or kinds(held.get("kind", ""))):
+        yield parse(held)
 
 
 def damage_notes() -> list[str]:

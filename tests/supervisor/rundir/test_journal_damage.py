@@ -224,3 +224,26 @@ def test_events_json_prints_each_line_as_it_was_in_its_key_order(tmp_path: Path)
     want.append(json.dumps({k: v for k, v in mistyped.items() if k != "exit_code"}))
     assert p.stdout.splitlines() == want
     assert p.stderr.count("damaged line") == 1
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
+def test_a_reader_that_chooses_kinds_gets_the_same_records_and_the_same_damage(run: Path, tmp_path: Path) -> None:
+    """``read_records(kinds=...)`` (the server's preload takes only lifecycle events, unparsed lines being most of
+    a long journal's cost) gives what reading all and keeping those kinds gives, with the same damage noted,
+    the line held back to judge its ``seq`` included."""
+    from rlsup.supervisor.records.events import is_lifecycle
+
+    lines = (run / "events.jsonl").read_bytes().splitlines(keepends=True)
+    lines.insert(3, b'{"seq":"x","kind":5}\n')
+    lines.insert(len(lines) // 2, lines[len(lines) // 3])  # a duplicate seq
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(lines))
+    journal.DAMAGE.pop(str(path), None)
+    every = [r.to_dict() for r in journal.read_records(path) if is_lifecycle(r.kind)]
+    damage = dict(journal.DAMAGE.pop(str(path)))
+    chosen = [r.to_dict() for r in journal.read_records(path, kinds=is_lifecycle)]
+    assert chosen == every and every
+    assert journal.DAMAGE.pop(str(path)) == damage and damage
+    since = every[len(every) // 2]["seq"]
+    assert [r.to_dict() for r in journal.read_records(path, since, kinds=is_lifecycle)] == \
+        [e for e in every if e["seq"] > since]
