@@ -997,28 +997,24 @@ def port_holder(port: int, run_dir: str | None = None) -> tuple[str, str | None]
     ``run_dir``, or of another run, whose run dir is then ``other`` (for a hint that names it)."""
     import psutil
 
-    try:
-        conns = psutil.net_connections(kind="inet")
-    except (psutil.Error, OSError):
+    pid = port_holder_pid(port)
+    if pid is None:
         return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            try:
-                p = psutil.Process(c.pid)
-                text = f"pid {c.pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
-            except psutil.Error:
-                return f"pid {c.pid}", None
-            try:
-                env = p.environ()
-            except (psutil.Error, OSError):
-                env = {}
-            theirs, component = env.get(ENV_RUN_DIR), env.get(ENV_COMPONENT)
-            if theirs and component:
-                if theirs == run_dir:
-                    return f"{text}, component {component} of this run", None
-                return f"{text}, component {component} of the run in {theirs}", theirs
-            return text, None
-    return None
+    try:
+        p = psutil.Process(pid)
+        text = f"pid {pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
+    except psutil.Error:
+        return f"pid {pid}", None
+    try:
+        env = p.environ()
+    except (psutil.Error, OSError):
+        env = {}
+    theirs, component = env.get(ENV_RUN_DIR), env.get(ENV_COMPONENT)
+    if theirs and component:
+        if theirs == run_dir:
+            return f"{text}, component {component} of this run", None
+        return f"{text}, component {component} of the run in {theirs}", theirs
+    return text, None
 
 
 def _bind_error(host: str, port: int) -> OSError | None:
