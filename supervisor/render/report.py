@@ -51,7 +51,7 @@ def build_report(run_dir: Path | str, *, now: float | None = None, env: Mapping[
     cfg_path = Path(config_path) if config_path else (Path(run["config"]) if run.get("config") else None)
     cfg = read_config(cfg_path)
     red = redactor_for(cfg, cfg_path, env)
-    md = _render(paths, rp.records, st, from_records(rp.records), cfg, cfg_path, now)
+    md = _render(paths, rp.records, st, from_records(rp.records), cfg, now)
     return red.redact_text(md)
 
 
@@ -183,7 +183,7 @@ def _summary(st: dict[str, Any], attempts: dict[str, list[Attempt]], waited: set
 
 
 def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts: dict[str, list[Attempt]],
-            cfg: dict[str, Any] | None, cfg_path: Path | None, now: float) -> str:
+            cfg: dict[str, Any] | None, now: float) -> str:
     run = st["run"]
     name = run.get("name") or paths.root.name
     out: list[str] = [f"# Incident report: {name}", ""]
@@ -223,7 +223,7 @@ def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts:
     out += _flags_section(events)
     out += _attempts_section(paths, st, attempts)
     out += _resources_section(st, attempts)
-    out += _checkpoints_section(st, attempts, cfg, cfg_path, paths)
+    out += _checkpoints_section(st, attempts, cfg, paths)
     out += _next_steps(st, attempts, events)
     out += _timeline(events, started_at)
     return "\n".join(out).rstrip() + "\n"
@@ -484,7 +484,7 @@ def _resources_section(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -
 
 
 def _checkpoints_section(st: dict[str, Any], attempts: dict[str, list[Attempt]], cfg: dict[str, Any] | None,
-                         cfg_path: Path | None, paths: RunPaths) -> list[str]:
+                         paths: RunPaths) -> list[str]:
     rows = []
     comps_cfg = (cfg or {}).get("components") or {}
     for n, c in st["components"].items():
