@@ -614,8 +614,6 @@ def _check_modules(ctx: _Ctx) -> None:
             proc, err = None, e.strerror or str(e)
         running.append((name, interp, mod, proc, err, why))
     deadline = time.monotonic() + MODULE_CHECK_TIMEOUT_S
-    from ..records.extras import install_hint, top_module
-
     for name, interp, mod, proc, err, why in running:
         path = ("components", name, "command")
         if proc is None:
@@ -630,25 +628,11 @@ def _check_modules(ctx: _Ctx) -> None:
                     "(importing its parent package is slow)",
                     f"run `{interp} -c 'import {mod}'` by hand, or use `rlsup check --smoke`", path)
             continue
-        if proc.returncode == 0:
-            continue
-        tail = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
         if proc.returncode == 3:
-            missing = top_module(mod)
-            hint = install_hint(mod)
-            ctx.add("error", "command", name,
-                    f"module {mod!r} is not importable by {interp}: package {missing!r} is not installed there"
-                    + (f" ({why})" if why else ""),
-                    (f"{hint} (into that environment: {interp} -m {hint})"
-                     if hint and hint.startswith("pip ") else hint) if hint else
-                    f"install it into that environment ({interp} -m pip install ...), put the component's "
-                    "cwd or PYTHONPATH where the package is, or run rlsup from the right virtualenv", path)
-        else:
-            last = tail[-1] if tail else f"exit code {proc.returncode}"
-            ctx.add("error", "command", name,
-                    f"looking up module {mod!r} in {interp} failed: {last}",
-                    "importing its parent package raises; run "
-                    f"`{interp} -c 'import {mod}'` to see the traceback", path)
+            _module_missing(ctx, name, interp, mod, why, top_found=False)
+        elif proc.returncode != 0:
+            tail = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
+            _lookup_failed(ctx, name, interp, mod, tail[-1] if tail else f"exit code {proc.returncode}")
 
 
 # The quick module check of `up`: one interpreter per (interpreter, cwd, Python path settings)
@@ -741,9 +725,13 @@ def _report_lookups(ctx: _Ctx, interp: str, wanted: list[tuple[str, str, str]],
         if verdict == "missing":
             _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
         elif verdict == "error":
-            ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: {detail}",
-                    f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the "
-                    "traceback", ("components", name, "command"))
+            _lookup_failed(ctx, name, interp, mod, detail)
+
+
+def _lookup_failed(ctx: _Ctx, name: str, interp: str, mod: str, detail: str) -> None:
+    ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: {detail}",
+            f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the traceback",
+            ("components", name, "command"))
 
 
 def _module_missing(ctx: _Ctx, name: str, interp: str, mod: str, why: str, *, top_found: bool) -> None:
