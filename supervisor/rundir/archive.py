@@ -18,6 +18,7 @@ from typing import Any
 
 from ..records import state as state_mod
 from ..records.events import RunEnded, run_outcome, standing
+from ..records.phrases import end_note
 from ..records.redact import Redactor, secret_values
 from ..records.version import VERSION
 from .layout import RunPaths
@@ -170,9 +171,8 @@ class Archive:
 
     def describe(self) -> str:
         run = self.state.get("run", {})
-        if run.get("ended_at"):
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["ended_at"]))
-            return f"ended at {when}: {run.get('end_reason')} (exit code {run.get('exit_code')})"
+        if (ended := end_note(run)) is not None:
+            return ended
         from .stranded import last_sign_of_life
 
         seen = last_sign_of_life(self.paths)
