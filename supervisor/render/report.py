@@ -9,7 +9,6 @@ environment, the config's ``env``/``env_file`` or a ``--token``-style argument a
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import time
 from collections import Counter
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from ..records.attempts import Attempt, from_records
-from ..records.diagnosis import Diagnosis
 from ..records.events import FlagCleared, FlagRaised, Record, describe, fmt_duration
 from ..rundir.archive import read_config, redactor_for
 from ..rundir.attemptlog import Mark
@@ -76,20 +74,6 @@ def _code(lines: list[str] | tuple[str, ...]) -> list[str]:
     return ["```", *body, "```"]
 
 
-def _short_loc(loc: str | None) -> str | None:
-    if not loc:
-        return None
-    path, _, line = loc.rpartition(":")
-    return f"{os.path.basename(path)}:{line}" if path else loc
-
-
-def _what(d: Diagnosis) -> str:
-    """'AttributeError at train.py:12' / 'cuda_oom' for one diagnosis."""
-    what = d.exception_type or d.category or "unknown failure"
-    loc = _short_loc(d.location)
-    return f"{what} at {loc}" if loc else what
-
-
 def _times(n: int) -> str:
     return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
@@ -100,7 +84,7 @@ def _failure_text(a: Attempt) -> str:
     if a.false_success is not None:
         return f"a false success ({a.false_success.message})"
     if d.exception or d.location:
-        return _what(d)
+        return d.what()
     if a.signal and d.category in ("killed", "unknown"):
         return a.signal
     if d.category == "unknown":
