@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -26,6 +27,11 @@ def fmt_dur(s: float | None) -> str:
         return "-"
     s = max(0.0, float(s))
     return f"{s:.0f}s" if s < 60 else fmt_duration(s)  # whole seconds: table cells stay narrow
+
+
+def local_hms(ts: float) -> str:
+    """A wall-clock time of this machine's day: ``"14:03:27"``."""
+    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
 def fmt_rate(rate: float | None) -> str:
