@@ -17,6 +17,7 @@ the supervisor resolves them (component ``cwd`` against the current directory, e
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import shlex
@@ -181,25 +182,22 @@ class _Ctx:
         self.findings: list[Finding] = []
         # (component, interpreter, module, cwd, why it is needed beyond the command itself)
         self.modules: list[tuple[str, str, str, str | None, str]] = []
-        self._doc: Any = None
-        self._doc_read = False
         self._run_env: dict[str, str] | None = None
 
+    @functools.cached_property
     def _yaml(self) -> Any:
         """The config's YAML with its positions, parsed the first time a finding needs a line: a config
         with nothing to say is parsed once, by the loader (10,000 components: seconds each parse)."""
-        if not self._doc_read:
-            self._doc_read = True
-            try:
-                if self.cfg.source:
-                    self._doc = load_yaml(Path(self.cfg.source).read_text(encoding="utf-8"), self.cfg.source)
-            except Exception:  # positions are a nicety; the config was already validated
-                self._doc = None
-        return self._doc
+        if not self.cfg.source:
+            return None
+        try:
+            return load_yaml(Path(self.cfg.source).read_text(encoding="utf-8"), self.cfg.source)
+        except Exception:  # positions are a nicety; the config was already validated
+            return None
 
     def where(self, path: Path_) -> str | None:
         """``FILE:LINE`` of the deepest key of ``path`` the YAML has (None for keys it lacks)."""
-        doc = self._yaml()
+        doc = self._yaml
         if doc is None:
             return None
         p = tuple(path)
