@@ -8,6 +8,7 @@ full TUI for it and comes back to the fleet afterwards.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -254,10 +255,8 @@ class FleetApp(App[str | None]):
             return
         self.dirty = False
         snap = self.fleet.snapshot()
-        try:
+        with contextlib.suppress(NoMatches):  # the app is closing: a last timer tick after some widgets went
             self._paint(snap)
-        except NoMatches:  # the app is closing: a last timer tick after some widgets went
-            pass
 
     def _paint(self, snap: dict) -> None:
         table = self.query_one(DataTable)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal as signal_mod
@@ -552,10 +553,8 @@ def _quiet_output_errors() -> None:
                 return len(text)
 
         def flush(self) -> None:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 self._s.flush()
-            except (OSError, ValueError):
-                pass
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._s, name)

@@ -22,6 +22,7 @@ its children enumerate devices the same way, i.e. with ``CUDA_DEVICE_ORDER=PCI_B
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -325,10 +326,8 @@ class NvmlSampler:
     def close(self) -> None:
         with self._lock:
             if self._nvml is not None:
-                try:
+                with contextlib.suppress(Exception):  # shutting down a broken driver is not worth an error
                     self._nvml.nvmlShutdown()
-                except Exception:  # shutting down a broken driver is not worth an error
-                    pass
             self._nvml = None
             self._handles.clear()
 

@@ -16,6 +16,7 @@ the supervisor resolves them (component ``cwd`` against the current directory, e
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -863,10 +864,8 @@ def _round_trip(directory: str) -> str | None:
         return f"cannot {step} in {directory}: {e.strerror or e}" + (
             " (read-only file system)" if e.errno == errno.EROFS else "")
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(probe)
-        except OSError:
-            pass
 
 
 def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
@@ -1262,18 +1261,14 @@ def _pid_text(pid: int, used_mb: float | None) -> str:
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     for sig in (signal_mod.SIGTERM, signal_mod.SIGKILL):
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, sig)
-        except OSError:
-            pass
         try:
             proc.wait(2.0 if sig == signal_mod.SIGTERM else 5.0)
             # The leader is gone; members that ignored SIGTERM still get the SIGKILL.
             if sig == signal_mod.SIGTERM:
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal_mod.SIGKILL)
-                except OSError:
-                    pass
             return
         except subprocess.TimeoutExpired:
             continue

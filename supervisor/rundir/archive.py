@@ -8,6 +8,7 @@ start again. :func:`how_it_ended` says in one line how the last run of a run dir
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -103,10 +104,8 @@ def _config_secrets(cfg: dict[str, Any] | None, cfg_path: Path | None) -> set[st
         from ..config.loader import parse_env_file
 
         p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
-        try:
+        with contextlib.suppress(Exception):
             envs.update(parse_env_file(p))
-        except Exception:
-            pass
     return secret_values(envs)
 
 
