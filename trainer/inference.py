@@ -16,6 +16,7 @@ and generates for everything pending in one batch.  Responses carry an extra ``w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import queue
 import threading
@@ -363,10 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         engine.set_policy(Policy(PolicyConfig()), 0)
         steplog.log(f"No published weights in {args.weights_dir}; serving the initial policy (seed {args.seed})")
     steplog.log("Ready")
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

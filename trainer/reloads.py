@@ -19,6 +19,7 @@ requests where the engine's reply does not name the weights (vLLM's ``/v1/comple
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -131,7 +132,6 @@ class Recorder:
     def _write(self, **changes: object) -> None:
         with self._lock:
             self.rec = replace(self.rec, seq=self.rec.seq + 1, beat=round(time.time(), 3), **changes)  # type: ignore[arg-type]
-            try:
+            # the record is advice to readers: a full disk must not fail a reload
+            with contextlib.suppress(OSError):
                 atomic.write_text(self.path, json.dumps(asdict(self.rec)))
-            except OSError:
-                pass  # the record is advice to readers: a full disk must not fail a reload

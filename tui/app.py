@@ -32,7 +32,7 @@ from rlsup.supervisor.records.events import ComponentAdopted, ComponentStarted, 
 from rlsup.supervisor.records.progress import current_rate
 from rlsup.supervisor.records.state import ACTIVE
 from rlsup.tui import actions
-from rlsup.tui.format import fmt_dur, fmt_rate
+from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
 from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
 from rlsup.tui.palette import KeyTableCommands
 from rlsup.tui.screens import (
@@ -93,10 +93,6 @@ def _component_clock(c: dict[str, Any], now: float) -> list[object]:
     mtimes = [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]
     parts.extend(fmt_dur(now - mtime) for mtime in mtimes if mtime)
     return parts
-
-
-def local_hms(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
 class SearchInput(Input):

@@ -38,7 +38,6 @@ def default_path(component: str, now: float | None = None) -> str:
 def write_excerpt(path: str, lines: list[str]) -> Path:
     """Write the lines (one per line) to ``path`` (``~`` expanded, parents created); the absolute path."""
     p = Path(path).expanduser()
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
+    p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return p.absolute()

@@ -8,7 +8,7 @@ full TUI for it and comes back to the fleet afterwards.
 
 from __future__ import annotations
 
-import time
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from rlsup.supervisor.client.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
-from rlsup.tui.format import fmt_dur, fmt_rate
+from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
 from rlsup.tui.screens import ConfirmScreen
 
 # The latest flag/diagnosis comes before the component states: on a narrow terminal the table
@@ -222,7 +222,7 @@ class FleetApp(App[str | None]):
     def __init__(self, fleet: Fleet, *, refresh_hz: float = 4.0, timefmt: Callable[[float], str] | None = None):
         super().__init__()
         self.fleet = fleet
-        self.timefmt = timefmt or _hms
+        self.timefmt = timefmt or local_hms
         self.refresh_hz = refresh_hz
         self.selected: set[str] = set()
         self.fleet.on_change = self._changed
@@ -255,10 +255,8 @@ class FleetApp(App[str | None]):
             return
         self.dirty = False
         snap = self.fleet.snapshot()
-        try:
+        with contextlib.suppress(NoMatches):  # the app is closing: a last timer tick after some widgets went
             self._paint(snap)
-        except NoMatches:  # the app is closing: a last timer tick after some widgets went
-            pass
 
     def _paint(self, snap: dict) -> None:
         table = self.query_one(DataTable)
@@ -381,10 +379,6 @@ class FleetApp(App[str | None]):
 
     def action_flags(self) -> None:
         self.push_screen(FleetFlagsScreen(self.fleet.flags(), self.timefmt, self.fleet.snapshot()["pods"]))
-
-
-def _hms(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
 def run_fleet_tui(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Any]) -> str | None:

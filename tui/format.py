@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -26,6 +27,11 @@ def fmt_dur(s: float | None) -> str:
         return "-"
     s = max(0.0, float(s))
     return f"{s:.0f}s" if s < 60 else fmt_duration(s)  # whole seconds: table cells stay narrow
+
+
+def local_hms(ts: float) -> str:
+    """A wall-clock time of this machine's day: ``"14:03:27"``."""
+    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
 def fmt_rate(rate: float | None) -> str:
@@ -121,14 +127,13 @@ def history_points(h: dict[str, Any] | None) -> list[Point]:
     return [(p[0], p[1]) for p in (h or {}).get("points") or [] if len(p) >= 2 and _finite(p[1])]
 
 
-def resample(points: Sequence[Point], n: int, x0: float | None = None, x1: float | None = None) -> list[float | None]:
-    """``n`` columns over ``[x0, x1]`` (default: the points' own range), each the mean of the
-    points that fall in it, None where none does. Points must be sorted by x."""
+def resample(points: Sequence[Point], n: int) -> list[float | None]:
+    """``n`` columns over the points' range, each the mean of the points that fall in it, None where
+    none does. Points must be sorted by x."""
     if n <= 0 or not points:
         return []
-    x0 = points[0][0] if x0 is None else x0
-    x1 = points[-1][0] if x1 is None else x1
-    span = x1 - x0
+    x0 = points[0][0]
+    span = points[-1][0] - x0
     sums = [0.0] * n
     counts = [0] * n
     for x, y in points:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -201,10 +202,9 @@ class RunModel:
     def on_event(self, event: Record | Mapping[str, Any]) -> None:
         rec = as_record(event)  # typed once, at the socket's edge (the session parses; a dict still is)
         if self.state is not None:
-            try:
+            # a shape this client does not know
+            with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
                 run_state.apply(self.state, rec)
-            except (KeyError, TypeError, ValueError, AttributeError):  # a shape this client does not know
-                pass
         if isinstance(rec.event, (GpuSampled, ResourcesSampled)):
             self.dirty |= GAUGE_AREAS
         elif isinstance(rec.event, ProgressUpdated):

@@ -117,7 +117,7 @@ def _node_addresses() -> None:
 HANDOVER_WAIT_S = 60.0  # how long a client waits for the successor of a supervisor that handed the run over
 
 
-def live_or_handed_over(paths: Any, sleep: Callable[[float], None] = time.sleep) -> bool:
+def live_or_handed_over(paths: Any) -> bool:
     """Whether a supervisor owns the run dir, waiting for it where the run is being handed over (``rlsup
     restart-supervisor``: the old supervisor has exited, the new one is starting). A follower started in that
     moment would otherwise say the run has no supervisor and stop following a live run."""
@@ -130,7 +130,7 @@ def live_or_handed_over(paths: Any, sleep: Callable[[float], None] = time.sleep)
         return False
     deadline = time.monotonic() + HANDOVER_WAIT_S
     while time.monotonic() < deadline:
-        sleep(0.2)
+        time.sleep(0.2)
         if is_locked(paths):
             return True
     return False

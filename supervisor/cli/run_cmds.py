@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal as signal_mod
@@ -550,10 +551,8 @@ def _quiet_output_errors() -> None:
                 return len(text)
 
         def flush(self) -> None:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 self._s.flush()
-            except (OSError, ValueError):
-                pass
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._s, name)
@@ -597,13 +596,7 @@ def cmd_down(args: argparse.Namespace) -> int:
             left.insert(0, "the supervisor still holds the run dir")
         elif sup_pid and pid_alive(sup_pid):
             left.insert(0, f"the supervisor (pid {sup_pid}) released the run dir but is still running")
-        if left:
-            say(f"rlsup: down, but {len(left)} thing(s) could not be ended:", err=True)
-            for what in left:
-                say(f"  {what}", err=True)
-            return EXIT_FAILED
-        say(f"rlsup: {paths.root} is down; no process of the run is left")
-        return EXIT_OK
+        return _said_down(paths, left)
 
     from .slurm_up import down_pending
 
@@ -676,13 +669,17 @@ def _down_without_supervisor(paths: Any) -> int:
         say(f"rlsup: ended {what}")
     if done.leftovers:
         say(f"rlsup: ended {len(done.leftovers)} process(es) of the run that no monitor owned")
-    left = done.left + leftovers(paths)
+    return _said_down(paths, done.left + leftovers(paths), " (written to its journal)")
+
+
+def _said_down(paths: Any, left: list[str], journal: str = "") -> int:
+    """What ``down`` could not end (EXIT_FAILED), or that the run is down."""
     if left:
         say(f"rlsup: down, but {len(left)} thing(s) could not be ended:", err=True)
         for what in left:
             say(f"  {what}", err=True)
         return EXIT_FAILED
-    say(f"rlsup: {paths.root} is down; no process of the run is left (written to its journal)")
+    say(f"rlsup: {paths.root} is down; no process of the run is left{journal}")
     return EXIT_OK
 
 

@@ -39,6 +39,7 @@ from ..records.events import (
     as_record,
     part_dict,
 )
+from ..records.phrases import end_note
 from .session import Connector, Session, SessionListener
 
 JSON_TIMEOUT_S = 15.0
@@ -160,15 +161,6 @@ def failures_in_state(state: Mapping[str, Any] | None) -> list[Failure]:
         if f is not None:
             out.append(f)
     return out
-
-
-def end_note(run: Mapping[str, Any]) -> str | None:
-    """``"ended at 2026-11-22 10:37:08: trainer fatal: ... (exit code 1)"`` for a run that ended
-    (the wording of ``rlsup bridge`` on an ended run), None for one that has not."""
-    if not run.get("ended_at"):
-        return None
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(run["ended_at"])))
-    return f"ended at {when}: {run.get('end_reason')} (exit code {run.get('exit_code')})"
 
 
 class PodState:

@@ -8,13 +8,12 @@ latest one, preferring a parsed traceback over a bare line of the same category.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..monitor.process import signal_name
-from ..records.diagnosis import Diagnosis, HostEvidence
+from ..records.diagnosis import Diagnosis, HostEvidence, short_location
 from .cut import CutTraceback, find_garbled
 from .hints import hint_for
 from .normalize import Line, normalize
@@ -233,7 +232,7 @@ def _crash_signal(sig: str, exit_code: int | None, best: _Candidate | None) -> _
     seg = best is not None and best.category == "segfault"
     loc = best.location if best and seg else None
     ev = best.evidence if best and seg else []
-    return _Candidate(-1, "segfault", PRIMARY, f"crashed with {sig}" + (f" in {_short(loc)}" if loc else ""),
+    return _Candidate(-1, "segfault", PRIMARY, f"crashed with {sig}" + (f" in {short_location(loc)}" if loc else ""),
                       None, loc, ev + [f"exit: {sig}" + (f" (exit code {exit_code})" if exit_code is not None else "")],
                       library=bool(best and seg and best.library))
 
@@ -370,7 +369,7 @@ def _locate_at_driver(c: _Candidate, ch: Chain, pch: Chain, pc: _Candidate) -> N
     if (pch.excs[-1].remote and pc.location and not pc.library and 0 <= ch.start - pch.end <= 8
             and not any(e.frames and e.user_location() for e in ch.excs)):
         c.location, c.library = pc.location, False
-        c.summary = _shorten(c.exception or c.summary) + f" at {_short(c.location)}"
+        c.summary = _shorten(c.exception or c.summary) + f" at {short_location(c.location)}"
 
 
 def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
@@ -388,7 +387,7 @@ def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
         evidence = [f'File "{f.file}", line {f.line}, in {f.func}' for f in cut.frames[-3:]]
         if cut.garbled:
             evidence = [norm[k].text.strip()[:200] for k in range(len(norm)) if cut.start <= norm[k].index <= cut.end][:3]
-        out.append(_Candidate(cut.end, "unknown", WRAPPER, what + (f" at {_short(loc)}" if loc else ""), None, loc,
+        out.append(_Candidate(cut.end, "unknown", WRAPPER, what + (f" at {short_location(loc)}" if loc else ""), None, loc,
                               evidence, rich=True, stream=cut.stream))
     return out
 
@@ -420,7 +419,7 @@ def _fatal_stack_candidates(tail: _Tail) -> list[_Candidate]:
         loc = fs.user_location()
         library = loc is None and fs.innermost() is not None
         loc = loc or fs.innermost()
-        summary = f"Fatal Python error: {fs.kind}" + (f" in {_short(loc)}" if loc else "")
+        summary = f"Fatal Python error: {fs.kind}" + (f" in {short_location(loc)}" if loc else "")
         out.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True, library=library))
         tail.covered.add(fs.index)
     return out + _timeout_dump_candidates(tail)
@@ -438,7 +437,7 @@ def _timeout_dump_candidates(tail: _Tail) -> list[_Candidate]:
         loc = fs.user_location()
         library = loc is None and fs.innermost() is not None
         loc = loc or fs.innermost()
-        summary = f"hung: faulthandler's {fs.kind} dump" + (f", waiting in {_short(loc)}" if loc else "")
+        summary = f"hung: faulthandler's {fs.kind} dump" + (f", waiting in {short_location(loc)}" if loc else "")
         out.append(_Candidate(fs.index, "watchdog_timeout", COLLATERAL, summary, None, loc, list(fs.lines),
                               rich=True, library=library))
     return out
@@ -571,7 +570,7 @@ def _signature_summary(name: str, text: str, loc: str | None, library: bool) -> 
     if name == "engine_dead" and TRACEBACK_HEADER.search(text):
         head = TRACEBACK_HEADER.sub("", text).rstrip(" :")
         return f"{head} (its traceback is cut off before the exception)" + (
-            f" at {_short(loc)}" if loc and not library else "")
+            f" at {short_location(loc)}" if loc and not library else "")
     if name == "collective_teardown":
         return f"NCCL's watchdog took the process down (a collective failed or timed out; the log does not say which): {text}"
     if name == "cuda_boilerplate":
@@ -754,7 +753,7 @@ def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:
     evidence.append(root.exception_line or root.text)
     evidence.extend(_following(norm, root))
     exc_text = root.text
-    summary = _shorten(exc_text) + (f" at {_short(loc)}" if loc and not library else "")
+    summary = _shorten(exc_text) + (f" at {short_location(loc)}" if loc and not library else "")
     wrapped = chain.excs[-1]
     if wrapped is not root:
         evidence.append(wrapped.exception_line or wrapped.text)
@@ -950,7 +949,7 @@ def _ray_task_candidate(norm: list[Line], k: int, ln: Line, text: str) -> _Candi
         cat, tier = "python_exception", PRIMARY
     user = [f for f in frames if is_user_frame(f.file)]
     loc = (user or frames)[-1].location if frames else None
-    where = f" at {_short(loc)}" if loc and user else ""
+    where = f" at {short_location(loc)}" if loc and user else ""
     head = f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: "
     if exc is not None:
         summary = head + _shorten(exc[1]) + where
@@ -980,7 +979,7 @@ def _describe_ray(c: _Candidate, norm: list[Line]) -> None:
     rd = describe_ray_death(texts, pos)
     if not (rd.exc_type or rd.why or rd.lines):
         return
-    where = f" at {_short(c.location)}" if c.location and not c.library else ""
+    where = f" at {short_location(c.location)}" if c.location and not c.library else ""
     c.summary = rd.summary() + where
     c.hint = rd.hint()
     frames = [e for e in c.evidence if e.startswith("File ")]
@@ -1091,13 +1090,6 @@ def _dedup(items: list[str]) -> list[str]:
             keys.append(key)
             out.append(it)
     return out
-
-
-def _short(loc: str | None) -> str:
-    if not loc:
-        return ""
-    path, _, line = loc.rpartition(":")
-    return f"{os.path.basename(path)}:{line}" if path else loc
 
 
 def _shorten(text: str) -> str:

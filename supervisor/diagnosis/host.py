@@ -109,10 +109,10 @@ def _cgroup_memory_events() -> int | None:
     return None
 
 
-def read_host_evidence(pid: int | None, *, extra_pids: Iterable[int] = ()) -> HostEvidence:
+def read_host_evidence(pid: int | None) -> HostEvidence:
     """Best effort; returns empty evidence when nothing is readable. Never raises."""
     try:
-        pids = {p for p in (pid, *extra_pids) if p is not None} or None
+        pids = {pid} if pid is not None else None
         text = _read_kmsg() or _read_dmesg() or ""
         ev = parse_kernel_log(text, pids) if text else HostEvidence()
         return HostEvidence(ev.kernel_lines, ev.oom_killed_pids, _cgroup_memory_events())

@@ -6,12 +6,10 @@ Time comes only from the records' own timestamps, so tests are exact. The caller
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..records.attempts import Attempt as AttemptRecord  # the one attempt model; the name stays for callers
-from ..records.diagnosis import Diagnosis
 
 __all__ = ["AttemptRecord", "Flag", "detect_attempt_patterns"]
 
@@ -55,14 +53,6 @@ def detect_attempt_patterns(
     return flags
 
 
-def _describe(d: Diagnosis) -> str:
-    what = d.exception_type or d.category
-    if d.location:
-        path, _, line = d.location.rpartition(":")
-        what += f" at {os.path.basename(path)}:{line}" if path else f" at {d.location}"
-    return what
-
-
 def _repeated_error(history: Sequence[AttemptRecord], need: int) -> Flag | None:
     last = history[-1]
     d = last.diagnosis
@@ -78,7 +68,7 @@ def _repeated_error(history: Sequence[AttemptRecord], need: int) -> Flag | None:
     if run < need:
         return None
     fatal = d.category not in _TRANSIENT
-    msg = f"{_describe(d)} on {run} consecutive attempts"
+    msg = f"{d.what()} on {run} consecutive attempts"
     if fatal:
         msg += "; a deterministic failure, automatic restarts stopped"
     evidence = (d.summary, *d.evidence)
@@ -125,7 +115,7 @@ def _step_crash(history: Sequence[AttemptRecord], window: int, need: int) -> Fla
     msg = f"crashed at {at} on {len(run)} consecutive attempts"
     if resumed:
         msg += f" (resumed from step {resumed[0] if len(set(resumed)) == 1 else ', '.join(map(str, resumed))})"
-    msg += f"; {_describe(last.diagnosis)}; automatic restarts stopped"
+    msg += f"; {last.diagnosis.what()}; automatic restarts stopped"
     evidence = (f"last lines before step {last.step}:", *last.diagnosis.evidence)
     return Flag("step_crash", msg, tuple(evidence[:12]), True)
 

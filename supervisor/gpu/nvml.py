@@ -22,6 +22,7 @@ its children enumerate devices the same way, i.e. with ``CUDA_DEVICE_ORDER=PCI_B
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -29,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Protocol
 
 import psutil
@@ -114,47 +115,18 @@ class GpuSample:
     host: HostInfo
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form; lists instead of tuples, keys named as the dataclass fields."""
-        return {
-            "ts": self.ts,
-            "backend": self.backend,
-            "reason": self.reason,
-            "gpus": [
-                {
-                    "index": g.index,
-                    "name": g.name,
-                    "uuid": g.uuid,
-                    "util_pct": g.util_pct,
-                    "mem_used_mb": g.mem_used_mb,
-                    "mem_total_mb": g.mem_total_mb,
-                    "temp_c": g.temp_c,
-                    "power_w": g.power_w,
-                    "power_limit_w": g.power_limit_w,
-                    "processes": [{"pid": p.pid, "used_mb": p.used_mb} for p in g.processes],
-                    "mig": [
-                        {
-                            "index": m.index,
-                            "uuid": m.uuid,
-                            "gpu_instance_id": m.gpu_instance_id,
-                            "compute_instance_id": m.compute_instance_id,
-                            "mem_used_mb": m.mem_used_mb,
-                            "mem_total_mb": m.mem_total_mb,
-                            "processes": [{"pid": p.pid, "used_mb": p.used_mb} for p in m.processes],
-                        }
-                        for m in g.mig
-                    ],
-                    **({"node": g.node} if g.node is not None else {}),
-                }
-                for g in self.gpus
-            ],
-            "host": {
-                "cpu_pct": self.host.cpu_pct,
-                "cpu_count": self.host.cpu_count,
-                "mem_used_mb": self.host.mem_used_mb,
-                "mem_total_mb": self.host.mem_total_mb,
-                "load1": self.host.load1,
-            },
-        }
+        """JSON-able form; lists instead of tuples, keys named as the dataclass fields (a GPU's ``node`` only
+        where it has one)."""
+        def plain(v: Any) -> Any:
+            if isinstance(v, tuple):
+                return [plain(x) for x in v]
+            if is_dataclass(v):
+                return {f.name: plain(getattr(v, f.name)) for f in fields(v)
+                        if not (f.name == "node" and v.node is None)}  # type: ignore[union-attr]
+            return v
+
+        d = plain(self)
+        return {k: d[k] for k in ("ts", "backend", "reason", "gpus", "host")}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> GpuSample:
@@ -354,10 +326,8 @@ class NvmlSampler:
     def close(self) -> None:
         with self._lock:
             if self._nvml is not None:
-                try:
+                with contextlib.suppress(Exception):  # shutting down a broken driver is not worth an error
                     self._nvml.nvmlShutdown()
-                except Exception:  # shutting down a broken driver is not worth an error
-                    pass
             self._nvml = None
             self._handles.clear()
 

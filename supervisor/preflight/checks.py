@@ -16,7 +16,9 @@ the supervisor resolves them (component ``cwd`` against the current directory, e
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import os
 import re
 import shlex
@@ -181,25 +183,22 @@ class _Ctx:
         self.findings: list[Finding] = []
         # (component, interpreter, module, cwd, why it is needed beyond the command itself)
         self.modules: list[tuple[str, str, str, str | None, str]] = []
-        self._doc: Any = None
-        self._doc_read = False
         self._run_env: dict[str, str] | None = None
 
+    @functools.cached_property
     def _yaml(self) -> Any:
         """The config's YAML with its positions, parsed the first time a finding needs a line: a config
         with nothing to say is parsed once, by the loader (10,000 components: seconds each parse)."""
-        if not self._doc_read:
-            self._doc_read = True
-            try:
-                if self.cfg.source:
-                    self._doc = load_yaml(Path(self.cfg.source).read_text(encoding="utf-8"), self.cfg.source)
-            except Exception:  # positions are a nicety; the config was already validated
-                self._doc = None
-        return self._doc
+        if not self.cfg.source:
+            return None
+        try:
+            return load_yaml(Path(self.cfg.source).read_text(encoding="utf-8"), self.cfg.source)
+        except Exception:  # positions are a nicety; the config was already validated
+            return None
 
     def where(self, path: Path_) -> str | None:
         """``FILE:LINE`` of the deepest key of ``path`` the YAML has (None for keys it lacks)."""
-        doc = self._yaml()
+        doc = self._yaml
         if doc is None:
             return None
         p = tuple(path)
@@ -614,8 +613,6 @@ def _check_modules(ctx: _Ctx) -> None:
             proc, err = None, e.strerror or str(e)
         running.append((name, interp, mod, proc, err, why))
     deadline = time.monotonic() + MODULE_CHECK_TIMEOUT_S
-    from ..records.extras import install_hint, top_module
-
     for name, interp, mod, proc, err, why in running:
         path = ("components", name, "command")
         if proc is None:
@@ -630,25 +627,11 @@ def _check_modules(ctx: _Ctx) -> None:
                     "(importing its parent package is slow)",
                     f"run `{interp} -c 'import {mod}'` by hand, or use `rlsup check --smoke`", path)
             continue
-        if proc.returncode == 0:
-            continue
-        tail = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
         if proc.returncode == 3:
-            missing = top_module(mod)
-            hint = install_hint(mod)
-            ctx.add("error", "command", name,
-                    f"module {mod!r} is not importable by {interp}: package {missing!r} is not installed there"
-                    + (f" ({why})" if why else ""),
-                    (f"{hint} (into that environment: {interp} -m {hint})"
-                     if hint and hint.startswith("pip ") else hint) if hint else
-                    f"install it into that environment ({interp} -m pip install ...), put the component's "
-                    "cwd or PYTHONPATH where the package is, or run rlsup from the right virtualenv", path)
-        else:
-            last = tail[-1] if tail else f"exit code {proc.returncode}"
-            ctx.add("error", "command", name,
-                    f"looking up module {mod!r} in {interp} failed: {last}",
-                    "importing its parent package raises; run "
-                    f"`{interp} -c 'import {mod}'` to see the traceback", path)
+            _module_missing(ctx, name, interp, mod, why, top_found=False)
+        elif proc.returncode != 0:
+            tail = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
+            _lookup_failed(ctx, name, interp, mod, tail[-1] if tail else f"exit code {proc.returncode}")
 
 
 # The quick module check of `up`: one interpreter per (interpreter, cwd, Python path settings)
@@ -741,9 +724,13 @@ def _report_lookups(ctx: _Ctx, interp: str, wanted: list[tuple[str, str, str]],
         if verdict == "missing":
             _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
         elif verdict == "error":
-            ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: {detail}",
-                    f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the "
-                    "traceback", ("components", name, "command"))
+            _lookup_failed(ctx, name, interp, mod, detail)
+
+
+def _lookup_failed(ctx: _Ctx, name: str, interp: str, mod: str, detail: str) -> None:
+    ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: {detail}",
+            f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the traceback",
+            ("components", name, "command"))
 
 
 def _module_missing(ctx: _Ctx, name: str, interp: str, mod: str, why: str, *, top_found: bool) -> None:
@@ -877,10 +864,8 @@ def _round_trip(directory: str) -> str | None:
         return f"cannot {step} in {directory}: {e.strerror or e}" + (
             " (read-only file system)" if e.errno == errno.EROFS else "")
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(probe)
-        except OSError:
-            pass
 
 
 def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
@@ -997,28 +982,24 @@ def port_holder(port: int, run_dir: str | None = None) -> tuple[str, str | None]
     ``run_dir``, or of another run, whose run dir is then ``other`` (for a hint that names it)."""
     import psutil
 
-    try:
-        conns = psutil.net_connections(kind="inet")
-    except (psutil.Error, OSError):
+    pid = port_holder_pid(port)
+    if pid is None:
         return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            try:
-                p = psutil.Process(c.pid)
-                text = f"pid {c.pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
-            except psutil.Error:
-                return f"pid {c.pid}", None
-            try:
-                env = p.environ()
-            except (psutil.Error, OSError):
-                env = {}
-            theirs, component = env.get(ENV_RUN_DIR), env.get(ENV_COMPONENT)
-            if theirs and component:
-                if theirs == run_dir:
-                    return f"{text}, component {component} of this run", None
-                return f"{text}, component {component} of the run in {theirs}", theirs
-            return text, None
-    return None
+    try:
+        p = psutil.Process(pid)
+        text = f"pid {pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
+    except psutil.Error:
+        return f"pid {pid}", None
+    try:
+        env = p.environ()
+    except (psutil.Error, OSError):
+        env = {}
+    theirs, component = env.get(ENV_RUN_DIR), env.get(ENV_COMPONENT)
+    if theirs and component:
+        if theirs == run_dir:
+            return f"{text}, component {component} of this run", None
+        return f"{text}, component {component} of the run in {theirs}", theirs
+    return text, None
 
 
 def _bind_error(host: str, port: int) -> OSError | None:
@@ -1280,18 +1261,14 @@ def _pid_text(pid: int, used_mb: float | None) -> str:
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     for sig in (signal_mod.SIGTERM, signal_mod.SIGKILL):
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, sig)
-        except OSError:
-            pass
         try:
             proc.wait(2.0 if sig == signal_mod.SIGTERM else 5.0)
             # The leader is gone; members that ignored SIGTERM still get the SIGKILL.
             if sig == signal_mod.SIGTERM:
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal_mod.SIGKILL)
-                except OSError:
-                    pass
             return
         except subprocess.TimeoutExpired:
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,14 @@ CATEGORIES: tuple[str, ...] = (
 
 KEYS: tuple[str, ...] = ("category", "summary", "exception", "location", "step", "evidence", "library_location",
                          "hint")
+
+
+def short_location(loc: str | None) -> str:
+    """``train.py:12`` for ``/src/train.py:12`` (the file's name and its line); "" when unknown."""
+    if not loc:
+        return ""
+    path, _, line = loc.rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else loc
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,12 @@ class Diagnosis:
             return None
         head = self.exception.split(":", 1)[0].strip()
         return head or None
+
+    def what(self) -> str:
+        """``AttributeError at train.py:12`` / ``cuda_oom``: the failure in a few words."""
+        what = self.exception_type or self.category or "unknown failure"
+        loc = short_location(self.location)
+        return f"{what} at {loc}" if loc else what
 
     def signature(self) -> tuple[str, str | None, str | None]:
         """(category, exception type, location): equal signatures on consecutive attempts mean

@@ -393,7 +393,6 @@ LIFECYCLE = frozenset(
         ComponentCompleted, ComponentFatal, ComponentStopping, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
         CheckpointRequested,
     ))
-GAUGES = frozenset({"progress", "gpu", "resources"})
 
 
 def is_lifecycle(kind: str) -> bool:

@@ -3,6 +3,10 @@ the journal, the CLI, the report and the TUI never disagree."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
+from typing import Any
+
 
 def fmt_duration(s: float | None) -> str:
     """``"4.2s"``, ``"3m05s"``, ``"2h07m"``, ``"3d04h"``; ``"?"`` when unknown."""
@@ -34,3 +38,12 @@ def describe_exit(exit_code: int | None, signal: str | None, *, bare_signal: boo
     if signal:
         return signal if bare_signal else f"killed by {signal}"
     return f"exit {exit_code}" if exit_code is not None else "exit ?"
+
+
+def end_note(run: Mapping[str, Any]) -> str | None:
+    """``"ended at 2026-11-22 10:37:08: trainer fatal: ... (exit code 1)"`` for a run that ended
+    (the wording of ``rlsup bridge`` on an ended run), None for one that has not."""
+    if not run.get("ended_at"):
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(run["ended_at"])))
+    return f"ended at {when}: {run.get('end_reason')} (exit code {run.get('exit_code')})"

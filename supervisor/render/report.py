@@ -9,7 +9,6 @@ environment, the config's ``env``/``env_file`` or a ``--token``-style argument a
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import time
 from collections import Counter
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from ..records.attempts import Attempt, from_records
-from ..records.diagnosis import Diagnosis
 from ..records.events import FlagCleared, FlagRaised, Record, describe, fmt_duration
 from ..rundir.archive import read_config, redactor_for
 from ..rundir.attemptlog import Mark
@@ -51,7 +49,7 @@ def build_report(run_dir: Path | str, *, now: float | None = None, env: Mapping[
     cfg_path = Path(config_path) if config_path else (Path(run["config"]) if run.get("config") else None)
     cfg = read_config(cfg_path)
     red = redactor_for(cfg, cfg_path, env)
-    md = _render(paths, rp.records, st, from_records(rp.records), cfg, cfg_path, now)
+    md = _render(paths, rp.records, st, from_records(rp.records), cfg, now)
     return red.redact_text(md)
 
 
@@ -76,20 +74,6 @@ def _code(lines: list[str] | tuple[str, ...]) -> list[str]:
     return ["```", *body, "```"]
 
 
-def _short_loc(loc: str | None) -> str | None:
-    if not loc:
-        return None
-    path, _, line = loc.rpartition(":")
-    return f"{os.path.basename(path)}:{line}" if path else loc
-
-
-def _what(d: Diagnosis) -> str:
-    """'AttributeError at train.py:12' / 'cuda_oom' for one diagnosis."""
-    what = d.exception_type or d.category or "unknown failure"
-    loc = _short_loc(d.location)
-    return f"{what} at {loc}" if loc else what
-
-
 def _times(n: int) -> str:
     return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
@@ -100,7 +84,7 @@ def _failure_text(a: Attempt) -> str:
     if a.false_success is not None:
         return f"a false success ({a.false_success.message})"
     if d.exception or d.location:
-        return _what(d)
+        return d.what()
     if a.signal and d.category in ("killed", "unknown"):
         return a.signal
     if d.category == "unknown":
@@ -183,7 +167,7 @@ def _summary(st: dict[str, Any], attempts: dict[str, list[Attempt]], waited: set
 
 
 def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts: dict[str, list[Attempt]],
-            cfg: dict[str, Any] | None, cfg_path: Path | None, now: float) -> str:
+            cfg: dict[str, Any] | None, now: float) -> str:
     run = st["run"]
     name = run.get("name") or paths.root.name
     out: list[str] = [f"# Incident report: {name}", ""]
@@ -223,7 +207,7 @@ def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts:
     out += _flags_section(events)
     out += _attempts_section(paths, st, attempts)
     out += _resources_section(st, attempts)
-    out += _checkpoints_section(st, attempts, cfg, cfg_path, paths)
+    out += _checkpoints_section(st, attempts, cfg, paths)
     out += _next_steps(st, attempts, events)
     out += _timeline(events, started_at)
     return "\n".join(out).rstrip() + "\n"
@@ -484,7 +468,7 @@ def _resources_section(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -
 
 
 def _checkpoints_section(st: dict[str, Any], attempts: dict[str, list[Attempt]], cfg: dict[str, Any] | None,
-                         cfg_path: Path | None, paths: RunPaths) -> list[str]:
+                         paths: RunPaths) -> list[str]:
     rows = []
     comps_cfg = (cfg or {}).get("components") or {}
     for n, c in st["components"].items():

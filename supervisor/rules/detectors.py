@@ -233,12 +233,11 @@ def stall_evidence(last_line: str | None, step: int | None, deps: Mapping[str, s
     return tuple(out)
 
 
-def stall_input(c: Seen, stall_after: float, idle: float, evidence: tuple[str, ...],
-                trigger_seq: int | None = None) -> lc.Stalled:
+def stall_input(c: Seen, stall_after: float, idle: float, evidence: tuple[str, ...]) -> lc.Stalled:
     """The lifecycle input for a stall of ``idle`` seconds, with its words and typed cause."""
     last = f"last step {c.step}" if c.step is not None else "no step yet"
     msg = f"no new step for {idle:.0f}s ({last}, stall_after {stall_after:g}s)"
-    return lc.Stalled(msg, evidence, cause=lc.Cause("stall", msg, seq=trigger_seq) if trigger_seq else None)
+    return lc.Stalled(msg, evidence)
 
 
 def stalled(c: Seen, stall_after: float | None, now: float, *, awake_since: float) -> float | None:

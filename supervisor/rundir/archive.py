@@ -8,6 +8,7 @@ start again. :func:`how_it_ended` says in one line how the last run of a run dir
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -18,6 +19,7 @@ from typing import Any
 
 from ..records import state as state_mod
 from ..records.events import RunEnded, run_outcome, standing
+from ..records.phrases import end_note
 from ..records.redact import Redactor, secret_values
 from ..records.version import VERSION
 from .layout import RunPaths
@@ -102,10 +104,8 @@ def _config_secrets(cfg: dict[str, Any] | None, cfg_path: Path | None) -> set[st
         from ..config.loader import parse_env_file
 
         p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
-        try:
+        with contextlib.suppress(Exception):
             envs.update(parse_env_file(p))
-        except Exception:
-            pass
     return secret_values(envs)
 
 
@@ -170,9 +170,8 @@ class Archive:
 
     def describe(self) -> str:
         run = self.state.get("run", {})
-        if run.get("ended_at"):
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["ended_at"]))
-            return f"ended at {when}: {run.get('end_reason')} (exit code {run.get('exit_code')})"
+        if (ended := end_note(run)) is not None:
+            return ended
         from .stranded import last_sign_of_life
 
         seen = last_sign_of_life(self.paths)

@@ -473,9 +473,9 @@ class _Scan:
         except OSError:
             return False
 
-    def result(self, latest: Checkpoint | None = None, *, use_newest: bool = True) -> Discovery:
+    def result(self, latest: Checkpoint | None = None) -> Discovery:
         cks = tuple(self.found[s] for s in sorted(self.found))
-        if latest is None and use_newest and cks:
+        if latest is None and cks:
             latest = cks[-1]
         cands = tuple(sorted(self.candidates, key=lambda c: (c.step, c.path, not c.complete)))
         return Discovery(latest, self.layout, cks, tuple(self.skipped), tuple(self.problems), cands)

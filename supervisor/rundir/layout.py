@@ -86,17 +86,13 @@ class RunPaths:
         parent = self.root.parent
         parent.mkdir(parents=True, exist_ok=True)
         check_parent(parent)
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(self.root, 0o700)
-        except FileExistsError:
-            pass
         check_owned_dir(self.root)
         os.chmod(self.root, 0o700, follow_symlinks=False)
         for sub in (self.logs, self.monitors):
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(sub, 0o700)
-            except FileExistsError:
-                pass
             check_owned_dir(sub)
         # Whoever could write here before it was tightened may have planted links or files.
         entries = [self.root / n for n in OWN_FILES]
