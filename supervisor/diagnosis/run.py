@@ -56,9 +56,6 @@ SYMPTOM_CATEGORIES = frozenset({
     "inference_engine_dead",
 })
 SYMPTOM_FLAGS = frozenset({"dependency_down", "stall", "repeated_error", "crash_loop"})
-# Flags that are a failure of the component itself: an exit 0 before the last step (a false success);
-# a hang (a stall no dependency explains: see _explained_stall).
-OWN_FLAGS = frozenset({"false_success", "stall"})
 OWN_DEATH = frozenset({"inference_engine_dead"})
 NOT_FAILURES = frozenset({"none"})
 # What the stack's own code or behaviour did (a bug, an OOM, a crash, a hang, a false success): a

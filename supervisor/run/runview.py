@@ -39,13 +39,11 @@ class SeenNow(Mapping[str, Seen]):
         self._states = states
         self._final_at = final_at
         self._read: dict[str, Seen] = {}
-        self.reads = 0  # how many components were read (for tests: the work this view did)
 
     def __getitem__(self, name: str) -> Seen:
         got = self._read.get(name)
         if got is None:
             c = self._components[name]
-            self.reads += 1
             got = self._read[name] = seen_one(c, self._states.get(name, {}), self._final_at.get(name))
         return got
 
