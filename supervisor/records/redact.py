@@ -378,14 +378,25 @@ def _pattern_only() -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
 # The ":" and "=" parts (without a known value's branch) can only match after one of the names below (each
 # of their branches looks behind for one, case-insensitively) or at a URL's "://": a text with neither, such
 # as "SIGINT received: the platform is taking the machine", is passed over without compiling them.
-_NEEDS_NAME_SOURCE = ("(?i:" + "|".join(re.escape(w.lstrip("^")) for w in ["authorization", "_key", *_ASSIGN_NAMES])
-                      + ")|://")
+_NAMES = [w.lstrip("^") for w in ["authorization", "_key", *_ASSIGN_NAMES]]
+_NEEDS_NAME_SOURCE = "(?i:" + "|".join(re.escape(w) for w in _NAMES) + ")|://"
+# The same test for ASCII text, where re's case-insensitive match is plain lower-casing: substrings (each
+# name that holds another left out: "secret" finds "secret_key"), about 1 us against the pattern's 20-60 us.
+_NAME_WORDS = tuple(sorted({w for w in _NAMES if not any(o != w and o in w for o in _NAMES)}))
 _NAME_ANCHORS = frozenset(":=")
 
 
 @functools.cache
 def _needs_name() -> re.Pattern[str]:
     return re.compile(_NEEDS_NAME_SOURCE)
+
+
+def _may_hold_name(text: str) -> bool:
+    """Whether a name the ":" and "=" parts look behind for (or a URL's "://") is in ``text``."""
+    if text.isascii():
+        low = text.lower()
+        return "://" in text or any(w in low for w in _NAME_WORDS)
+    return _needs_name().search(text) is not None  # other alphabets: re's own case folding (K, ſ)
 
 
 @functools.cache
@@ -468,7 +479,7 @@ class Redactor:
         for anchor, source in sources.items():
             if anchor not in text:
                 continue
-            if anchor in _NAME_ANCHORS and anchor not in known_anchors and not _needs_name().search(text):
+            if anchor in _NAME_ANCHORS and anchor not in known_anchors and not _may_hold_name(text):
                 continue
             out.append(_compile_part(source).search)
         return out

@@ -27,6 +27,8 @@ def _texts() -> list[str]:
     rng = random.Random(44)
     out = list(adv.BENIGN) + [line for line, _ in adv.LEAKS]
     out += [" ".join(argv) for argv, _ in adv.ARGV_LEAKS] + [" ".join(a) for a in adv.BENIGN_ARGV]
+    # other alphabets: re's case folding matches "pa\u017f\u017fword" (long s) and "api_\u212aey" (Kelvin sign)
+    out += ["pa\u017f\u017fword: abcdefgh12", "api_\u212aey=abcdefgh12", "\u00e9t\u00e9 token: abcdefgh12", "caf\u00e9: 1"]
     for template in adv.TEMPLATES:
         for s in ["hunter22-secret", "ghp_" + "aB3" * 10, "x" * 12, "s3cr3t:value=x", "tok:en=Val-9"]:
             out.append(adv._line(template, s))
@@ -51,7 +53,7 @@ def test_the_parts_find_what_the_whole_pattern_finds() -> None:
 
 
 @settings(max_examples=examples(500), deadline=None)
-@given(text=st.text(alphabet=string.ascii_letters[:8] + "AJByKEY_-:=/@ \t\"'tokenpassw", max_size=60))
+@given(text=st.text(alphabet=string.ascii_letters[:8] + "AJByKEY_-:=/@ \t\"'tokenpassw\u017f\u212a", max_size=60))
 def test_the_parts_find_what_the_whole_pattern_finds_property(text: str) -> None:
     for secrets in ([], KNOWN):
         parts, whole = _pair(secrets)
