@@ -373,7 +373,7 @@ def _pattern_only() -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
 # does (the same span, the same named groups): searching with the parts of the anchors a text holds, in
 # order of where they match, finds the same matches as searching with the whole. A short text (an event's
 # field, an argv word) then costs the compile of the parts it needs, about 3 ms for "-" or "_", not the
-# whole pattern's 70-80 ms (most of it the name trees of ":" and "="; see _NEEDS_NAME).
+# whole pattern's 70-80 ms (most of it the name trees of ":" and "="; see _may_hold_name).
 #
 # The ":" and "=" parts (without a known value's branch) can only match after one of the names below (each
 # of their branches looks behind for one, case-insensitively) or at a URL's "://": a text with neither, such
@@ -406,6 +406,7 @@ def _static_sources() -> tuple[dict[str, str], dict[str, tuple[str, int]], froze
 
 @functools.cache
 def _compile_part(source: str) -> re.Pattern[str]:
+    """A part without a known value's branch: the same for every redactor, compiled once per process."""
     return re.compile(source)
 
 
@@ -457,6 +458,7 @@ class Redactor:
             self._by_first.setdefault(v[0], []).append(v)
             self._by_last.setdefault(v[-1], []).append(v)
         self._longest = max(map(len, self.secrets), default=0)
+        self._own_parts: dict[str, re.Pattern[str]] = {}
 
     @functools.cached_property
     def _compiled(self) -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
@@ -471,7 +473,7 @@ class Redactor:
 
     def _searches(self, text: str, whole: bool) -> list[Callable[[str, int], re.Match[str] | None]]:
         """The compiled searches that can find a match in ``text``: the whole pattern, or the parts of the
-        anchors ``text`` holds (see _NEEDS_NAME_SOURCE)."""
+        anchors ``text`` holds (see _may_hold_name)."""
         if whole or "_compiled" in self.__dict__:
             return [self._compiled[0].search]
         sources, _, known_anchors = self._parts
@@ -481,7 +483,12 @@ class Redactor:
                 continue
             if anchor in _NAME_ANCHORS and anchor not in known_anchors and not _may_hold_name(text):
                 continue
-            out.append(_compile_part(source).search)
+            if anchor in known_anchors:  # this redactor's own (its known values): compiled for it alone
+                if (pat := self._own_parts.get(anchor)) is None:
+                    pat = self._own_parts[anchor] = re.compile(source)
+                out.append(pat.search)
+            else:
+                out.append(_compile_part(source).search)
         return out
 
     def _matches(self, text: str, whole: bool = False) -> Iterator[re.Match[str]]:
