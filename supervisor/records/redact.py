@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import base64
 import functools
+import heapq
 import json
 import math
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -254,6 +255,13 @@ def _name_tree(leaves: list[tuple[str, bool, str, str]], sep: str) -> str:
     return "(?:" + "|".join(by_conn) + ")"
 
 
+# Names whose value, after ":" or "=", is a secret ("^": the whole word only: db_pass=, PWD=, auth=, not
+# bypass=, compass=, oauth=).
+_ASSIGN_NAMES = ["api_key", "api-key", "apikey", "access_key", "access-key", "private_key", "private-key",
+                 "secret_key", "secret-key", "secret", "token", "password", "passwd", "passphrase",
+                 "credentials", "credential", "cookie", "_pat", "-pat", "^pass", "^pwd", "^auth", "^signature"]
+
+
 def _branches() -> dict[str, list[str]]:
     """Branches of the pattern by anchor character: {anchor: [what follows the anchor, ...]}."""
     out: dict[str, list[str]] = {}
@@ -291,11 +299,7 @@ def _branches() -> dict[str, list[str]]:
     # of writing it (NAME=, NAME"=, NAME'=, NAME =) gets its own, behind a small tree of one-character
     # tests (is the character before the separator one a name can end with; which connector; which
     # last letter), so that the common ":" of a timestamp or "INFO:" costs one test.
-    names = ["api_key", "api-key", "apikey", "access_key", "access-key", "private_key", "private-key",
-             "secret_key", "secret-key", "secret", "token", "password", "passwd", "passphrase",
-             "credentials", "credential", "cookie", "_pat", "-pat",
-             # whole words only: db_pass=, PWD=, auth= (not bypass=, compass=, oauth=)
-             "^pass", "^pwd", "^auth", "^signature"]
+    names = _ASSIGN_NAMES
     # A number after the name is a setting ("#token: 1234", "max_token=512"): ruled out here, where it
     # costs nothing, rather than in _span after a match.
     assign = r"""[ \t]*["']?(?!-?[0-9]+(?:\.[0-9]+)?(?:[\s"',;]|$))(?P<{}>[^\s"',;\x1b]{{4,}})"""
@@ -338,22 +342,72 @@ def _known_branch(value: str, index: int, groups: dict[str, tuple[str, int]]) ->
     return value[k], f"{look}{re.escape(value[k + 1:])}(?P<{name}>)"
 
 
-def _build(known: Sequence[str]) -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
+def _sources(known: Sequence[str]) -> tuple[dict[str, str], dict[str, tuple[str, int]], frozenset[str]]:
+    """The pattern's parts, one per anchor character ({anchor: source}), the groups, and the anchors that
+    carry a known value's branch."""
     groups = dict(_GROUPS)
     branches: dict[str, list[str]] = {}
     # Known values first and longest first (a secret containing another is masked whole).
     for i, v in enumerate(known):
         anchor, rest = _known_branch(v, i, groups)
         branches.setdefault(anchor, []).append(rest)
+    known_anchors = frozenset(branches)
     for anchor, rests in _BRANCHES.items():
         branches.setdefault(anchor, []).extend(rests)
+    return {a: f"{re.escape(a)}(?:{'|'.join(r)})" for a, r in branches.items()}, groups, known_anchors
+
+
+def _build(known: Sequence[str]) -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
+    sources, groups, _ = _sources(known)
     # One branch per anchor character: the engine tests each character once, then what follows.
-    return re.compile("|".join(f"{re.escape(a)}(?:{'|'.join(r)})" for a, r in branches.items())), groups
+    return re.compile("|".join(sources.values())), groups
 
 
 @functools.cache
 def _pattern_only() -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
     return _build(())
+
+
+# The pattern in parts. Every branch of the pattern starts with its anchor character, so at any place in a
+# text only the part of the anchor found there can match, and it matches there exactly as the whole pattern
+# does (the same span, the same named groups): searching with the parts of the anchors a text holds, in
+# order of where they match, finds the same matches as searching with the whole. A short text (an event's
+# field, an argv word) then costs the compile of the parts it needs, about 3 ms for "-" or "_", not the
+# whole pattern's 70-80 ms (most of it the name trees of ":" and "="; see _may_hold_name).
+#
+# The ":" and "=" parts (without a known value's branch) can only match after one of the names below (each
+# of their branches looks behind for one, case-insensitively) or at a URL's "://": a text with neither, such
+# as "SIGINT received: the platform is taking the machine", is passed over without compiling them.
+_NAMES = [w.lstrip("^") for w in ["authorization", "_key", *_ASSIGN_NAMES]]
+_NEEDS_NAME_SOURCE = "(?i:" + "|".join(re.escape(w) for w in _NAMES) + ")|://"
+# The same test for ASCII text, where re's case-insensitive match is plain lower-casing: substrings (each
+# name that holds another left out: "secret" finds "secret_key"), about 1 us against the pattern's 20-60 us.
+_NAME_WORDS = tuple(sorted({w for w in _NAMES if not any(o != w and o in w for o in _NAMES)}))
+_NAME_ANCHORS = frozenset(":=")
+
+
+@functools.cache
+def _needs_name() -> re.Pattern[str]:
+    return re.compile(_NEEDS_NAME_SOURCE)
+
+
+def _may_hold_name(text: str) -> bool:
+    """Whether a name the ":" and "=" parts look behind for (or a URL's "://") is in ``text``."""
+    if text.isascii():
+        low = text.lower()
+        return "://" in text or any(w in low for w in _NAME_WORDS)
+    return _needs_name().search(text) is not None  # other alphabets: re's own case folding (K, ſ)
+
+
+@functools.cache
+def _static_sources() -> tuple[dict[str, str], dict[str, tuple[str, int]], frozenset[str]]:
+    return _sources(())
+
+
+@functools.cache
+def _compile_part(source: str) -> re.Pattern[str]:
+    """A part without a known value's branch: the same for every redactor, compiled once per process."""
+    return re.compile(source)
 
 
 def _disguises(s: str) -> set[str]:
@@ -404,6 +458,7 @@ class Redactor:
             self._by_first.setdefault(v[0], []).append(v)
             self._by_last.setdefault(v[-1], []).append(v)
         self._longest = max(map(len, self.secrets), default=0)
+        self._own_parts: dict[str, re.Pattern[str]] = {}
 
     @functools.cached_property
     def _compiled(self) -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
@@ -411,6 +466,54 @@ class Redactor:
         0.2 s of CPU, which a process that imports the redactor and masks nothing (``rlsup up`` before it
         starts the supervisor, ``rlsup logs`` of a run without secrets on a terminal...) does not pay."""
         return _build(self.secrets) if self.secrets else _pattern_only()
+
+    @functools.cached_property
+    def _parts(self) -> tuple[dict[str, str], dict[str, tuple[str, int]], frozenset[str]]:
+        return _sources(self.secrets) if self.secrets else _static_sources()
+
+    def _searches(self, text: str, whole: bool) -> list[Callable[[str, int], re.Match[str] | None]]:
+        """The compiled searches that can find a match in ``text``: the whole pattern, or the parts of the
+        anchors ``text`` holds (see _may_hold_name)."""
+        if whole or "_compiled" in self.__dict__:
+            return [self._compiled[0].search]
+        sources, _, known_anchors = self._parts
+        out: list[Callable[[str, int], re.Match[str] | None]] = []
+        for anchor, source in sources.items():
+            if anchor not in text:
+                continue
+            if anchor in _NAME_ANCHORS and anchor not in known_anchors and not _may_hold_name(text):
+                continue
+            if anchor in known_anchors:  # this redactor's own (its known values): compiled for it alone
+                if (pat := self._own_parts.get(anchor)) is None:
+                    pat = self._own_parts[anchor] = re.compile(source)
+                out.append(pat.search)
+            else:
+                out.append(_compile_part(source).search)
+        return out
+
+    def _matches(self, text: str, whole: bool = False) -> Iterator[re.Match[str]]:
+        """Every match in ``text``, by where it starts, each searched for from the character after the
+        last one's start: the same sequence whether searched with the whole pattern or with its parts."""
+        searches = self._searches(text, whole)
+        if len(searches) == 1:
+            search = searches[0]
+            pos = 0
+            while (m := search(text, pos)) is not None:
+                yield m
+                pos = m.start() + 1
+            return
+        # Parts: the next match of each, earliest first. Two parts never match at one place (their first
+        # characters differ), so only the part just used has to search again.
+        heap = [(m.start(), i, m) for i, search in enumerate(searches) if (m := search(text, 0)) is not None]
+        heapq.heapify(heap)
+        while heap:
+            start, i, m = heap[0]
+            yield m
+            nxt = searches[i](text, start + 1)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt.start(), i, nxt))
 
     @classmethod
     def for_run(cls, envs: Iterable[Mapping[str, str]] = (), argvs: Iterable[Sequence[str]] = (),
@@ -430,7 +533,7 @@ class Redactor:
     def _span(self, m: re.Match[str]) -> tuple[int, int] | None:
         """Where the secret of this match is in the searched text, or None if it is not one."""
         name = m.lastgroup
-        kind, back = self._compiled[1][name] if name else ("", 0)
+        kind, back = self._parts[1][name] if name else ("", 0)
         if kind == "known":
             return m.start() - back, m.end()
         if kind == "tok":
@@ -451,7 +554,7 @@ class Redactor:
             return _userinfo_secret(v, start)
         return start, end  # sv, bv, av, cv
 
-    def _spans(self, text: str, edges: bool = False) -> list[tuple[int, int]]:
+    def _spans(self, text: str, edges: bool = False, whole: bool = False) -> list[tuple[int, int]]:
         """The secrets in ``text`` as (start, end), sorted, overlaps merged.
 
         The search goes on from the character after each match's anchor, not from the end of what it
@@ -459,16 +562,15 @@ class Redactor:
         (``https://TOKEN:x@h`` matches at the ":" before TOKEN and masks only ``x``; in
         ``-TOKENapi_key=x`` the option branch swallows TOKEN as part of an option name), and that
         other secret must be found too. ``edges``: also mask what is left of a known secret at either
-        end of ``text`` (a string cut to a length elsewhere), see :meth:`_cut_spans`.
+        end of ``text`` (a string cut to a length elsewhere), see :meth:`_cut_spans`. ``whole``: search
+        with the whole pattern (compiled once), as the log path does; otherwise with the parts the text
+        needs (see :meth:`_matches`), unless the whole is compiled already. The spans are the same.
         """
         found: list[tuple[int, int]] = []
-        search = self._compiled[0].search
-        pos = 0
-        while (m := search(text, pos)) is not None:
+        for m in self._matches(text, whole):
             span = self._span(m)
             if span is not None:
                 found.append(span)
-            pos = m.start() + 1
         if self.secrets and CUT in text:
             found += self._cut_spans(text)
         if edges and self.secrets:
@@ -567,7 +669,7 @@ class Redactor:
         if not lines:
             return lines
         joined = "\n".join(lines)
-        spans = self._spans(joined)
+        spans = self._spans(joined, whole=True)  # the log path: one scan with the whole pattern
         if not spans:
             return lines
         parts = self._apply(joined, spans).split("\n")

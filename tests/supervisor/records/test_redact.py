@@ -285,7 +285,10 @@ def test_the_pattern_is_compiled_when_text_is_first_searched(monkeypatch) -> Non
     monkeypatch.setattr(redact, "_build", lambda known: built.append(tuple(known)) or real(known))
     r = redact.Redactor(["s3cr3t-value-for-the-test"])
     assert built == []
-    assert "s3cr3t-value" not in r.redact_text("x s3cr3t-value-for-the-test y")
+    assert "s3cr3t-value" not in r.redact_text("x s3cr3t-value-for-the-test y")  # by the parts it needs
+    assert built == []
+    assert "s3cr3t-value" not in r.redact_lines(["x s3cr3t-value-for-the-test y"])[0]  # the log path: the whole
+    assert r.redact_lines(["again, nothing to mask"]) == ["again, nothing to mask"]
     assert r.redact_text("again, nothing to mask") == "again, nothing to mask"
     assert len(built) == 1
 
