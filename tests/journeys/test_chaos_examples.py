@@ -108,6 +108,13 @@ def wait_for(pred, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def hang_flag(evs: list[dict]) -> dict | None:
+    """The stall flag of the injected hang: its last line is the one chaos.py prints before it hangs. Not any stall
+    flag: on a loaded machine the trainer may also stall at its start, waiting for a slow inference server."""
+    return next((e for e in evs if e.get("kind") == "flag" and e.get("type") == "stall"
+                 and any("Entering barrier for step" in x for x in e.get("evidence") or [])), None)
+
+
 class Example:
     """One README example, started as the README says (plus the mode and the run dir)."""
 
@@ -133,8 +140,7 @@ class Example:
         hang hangs until someone stops it (the README's stall flag tells them to), here Ctrl-C for
         --headless and `rlsup down` for -d, once the stall flag is in the journal."""
         if self.kind == "hang":
-            wait_for(lambda: any(e.get("kind") == "flag" and e.get("type") == "stall" for e in events(self.run_dir)),
-                     240, f"{self.kind}: the stall flag")
+            wait_for(lambda: hang_flag(events(self.run_dir)), 240, f"{self.kind}: the stall flag of the hang")
             if self.mode == "headless":
                 self.proc.send_signal(signal.SIGINT)
             else:
@@ -226,8 +232,8 @@ def test_the_hang_example_shows_where_the_trainer_waits(chaos_runs) -> None:
     run = next(r for r in chaos_runs if r.kind == "hang" and r.mode == "headless")
     chaos = (ROOT / "trainer" / "chaos.py").read_text().splitlines()
     where = f"in _fire at chaos.py:{next(i + 1 for i, ln in enumerate(chaos) if 'time.sleep(3600)' in ln)}"
-    stall = next(e for e in events(run.run_dir) if e.get("kind") == "flag" and e.get("type") == "stall")
-    assert stall["component"] == "trainer"
+    stall = hang_flag(events(run.run_dir))
+    assert stall is not None and stall["component"] == "trainer"
     assert any(x.startswith("stack: pid ") and x.endswith(where) for x in stall["evidence"]), stall["evidence"]
     why = rlsup("why", "trainer", "--run-dir", str(run.run_dir))
     assert where in why.stdout, why.stdout + why.stderr

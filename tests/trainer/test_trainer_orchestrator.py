@@ -54,6 +54,7 @@ def test_what_the_server_reports_counts_too(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_async_level_0_samples_with_the_weights_the_server_has_loaded(tmp_path: Path) -> None:
     """Step 1's weights are published at once but reach the server only a second later (a slow
     reload): at async level 0, step 2 must be sampled with them, not with step 0's."""

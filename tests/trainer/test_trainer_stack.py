@@ -51,7 +51,8 @@ def _module(name: str, *args: str, log: Path | None = None) -> subprocess.Popen:
                             stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE, text=True)
 
 
-def _wait_healthy(base: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+def _wait_healthy(base: str, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Until the server answers /health (a ceiling, not a bound: importing torch took over 60 s at load 15)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, "server exited"
@@ -75,6 +76,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_server_api_batching_and_weight_update(tmp_path: Path) -> None:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -124,6 +126,7 @@ def test_server_api_batching_and_weight_update(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_three_processes_train_crash_and_resume(tmp_path: Path) -> None:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
