@@ -732,22 +732,32 @@ def _start_failure(e: BaseException) -> bytes:
     return ("E " + msg + "\n").encode()
 
 
-def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None]) -> int:
-    """Start ``spec['argv']`` and monitor it until told to finish. ``report(dict)`` answers the starter
-    once, with the child's pid or why it could not start."""
+def prepare_attempt() -> tuple[int, int, int, int, int]:
+    """What a monitor sets up before it knows its command: its signals (:func:`_take_signals`: the wakeup
+    pipe's read end), the pipe of the child's output and the pipe its start's errors come back on, as
+    ``(wake_r, out_r, out_w, err_r, err_w)``. A spare monitor does it while it waits for its request."""
     wake_r = _take_signals()
-    try:
-        log = LogFile(spec["log"]["path"], int(spec["log"]["max_bytes"]), int(spec["log"]["backups"]))
-    except OSError as e:
-        report({"ok": False, "errno": e.errno, "error": f"cannot open the log {spec['log']['path']}: {e.strerror}",
-                "type": "LogError"})
-        return 1
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     try:
         fcntl.fcntl(out_r, F_SETPIPE_SZ, PIPE_SIZE)
     except OSError:
         pass  # a smaller pipe only costs throughput
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    return wake_r, out_r, out_w, err_r, err_w
+
+
+def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None],
+                prepared: tuple[int, int, int, int, int] | None = None) -> int:
+    """Start ``spec['argv']`` and monitor it until told to finish. ``report(dict)`` answers the starter
+    once, with the child's pid or why it could not start. ``prepared``: :func:`prepare_attempt`'s, done
+    ahead (by a spare), else done now."""
+    wake_r, out_r, out_w, err_r, err_w = prepared or prepare_attempt()
+    try:
+        log = LogFile(spec["log"]["path"], int(spec["log"]["max_bytes"]), int(spec["log"]["backups"]))
+    except OSError as e:
+        report({"ok": False, "errno": e.errno, "error": f"cannot open the log {spec['log']['path']}: {e.strerror}",
+                "type": "LogError"})
+        return 1
     started, started_mono = _now()
     pid = _spawn_child(spec, out_w)
     joined = False
@@ -1235,7 +1245,8 @@ def _fork_spare(sock: socket.socket) -> socket.socket | None:
 
 def _spare(sock: socket.socket) -> int:
     """A spare monitor: one request from the zygote, then the attempt as any monitor runs it; exits at
-    once, having started nothing, when the zygote is gone (EOF)."""
+    once, having started nothing, when the zygote is gone (EOF). What does not depend on the request is set up while it waits."""
+    prepared = prepare_attempt()
     try:
         got = _recv_msg(sock)
     except (OSError, ValueError):
@@ -1247,7 +1258,7 @@ def _spare(sock: socket.socket) -> int:
     reply_fd = fds[0] if fds else -1
     for extra in fds[1:]:
         os.close(extra)
-    return run_attempt(spec, _report_to(reply_fd))
+    return run_attempt(spec, _report_to(reply_fd), prepared)
 
 
 def _hand_to_spare(spare: socket.socket, spec: dict, reply_fd: int) -> bool:

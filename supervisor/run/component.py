@@ -611,7 +611,7 @@ class Component:
             found = await asyncio.get_running_loop().run_in_executor(
                 None, find_marked, str(self.ctx.paths.root), self.name)
             left += [p.pid for p in found]
-        att.members()  # note the start time of whatever is still there
+            att.members()  # note the start time of whatever came meanwhile (members() notes what it finds)
         self.prev_pids = {att.pid: None, **att.members_seen}  # the root always (it may have died at once)
         if left:
             await self._end_leftovers(att, left)

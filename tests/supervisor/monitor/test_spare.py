@@ -80,3 +80,55 @@ def test_a_start_is_handed_to_the_spare_and_a_dead_spare_is_replaced(tmp_path, m
         await async_wait_for(lambda: not _spares(token, set()), PATIENCE, what="every monitor and the last spare gone")
 
     asyncio.run(scenario())
+
+
+def _signal_masks(pid: int) -> dict[str, int]:
+    with open(f"/proc/{pid}/status") as f:
+        return {k: int(v, 16) for k, _, v in (ln.partition(":\t") for ln in f) if k in ("SigIgn", "SigCgt")}
+
+
+def test_a_spare_sets_up_what_does_not_depend_on_its_request_while_it_waits(tmp_path, monkeypatch):
+    """A spare monitor takes its signals (the stray ones ignored, SIGCHLD and SIGUSR1 caught) and makes its pipes
+    before any request: a restart's start does not wait for that."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv(TOKEN_VAR, token)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "monitors").mkdir()
+
+    async def scenario() -> None:
+        m = Monitors(tmp_path)
+        shims: set[int] = set()
+        try:
+            r1 = await m.start(_spec(tmp_path, 1))
+            assert m.zygote_pid is not None
+            shims |= {m.zygote_pid, r1["shim_pid"]}
+            (spare,) = await async_wait_for(lambda: _spares(token, shims), PATIENCE, what="a spare")
+
+            def ready() -> dict[str, int] | None:
+                masks = _signal_masks(spare)  # set in the spare's first moments: looked at until they are
+                return masks if masks["SigCgt"] & (1 << (signal.SIGUSR1 - 1)) else None
+
+            masks = await async_wait_for(ready, PATIENCE, what="the spare's signals")
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                assert masks["SigIgn"] & (1 << (sig - 1)), sig
+            assert masks["SigCgt"] & (1 << (signal.SIGCHLD - 1))
+            zygote = _signal_masks(m.zygote_pid)
+            assert not zygote["SigCgt"] & (1 << (signal.SIGUSR1 - 1)), "the zygote's own are not the spare's"
+            pipes = [fd for fd in os.listdir(f"/proc/{spare}/fd")
+                     if os.readlink(f"/proc/{spare}/fd/{fd}").startswith("pipe:")]
+            assert len(pipes) >= 5, pipes  # the wakeup pipe's two ends, the output's two, the start errors' two
+            r2 = await m.start(_spec(tmp_path, 2))
+            assert r2["ok"] and r2["shim_pid"] == spare
+            shims.add(spare)
+            rec = await async_wait_for(
+                lambda: (x := shim.read_record(str(tmp_path / "monitors" / "c.2.json"))) and x["status"] == "exited"
+                and x, PATIENCE)
+            assert rec["exit_code"] == 0
+            assert "attempt 2" in (tmp_path / "logs" / "c.log").read_text()
+        finally:
+            for pid in shims - {m.zygote_pid}:
+                os.kill(pid, signal.SIGUSR1)
+            m.close()
+        await async_wait_for(lambda: not _spares(token, set()), PATIENCE, what="every monitor and the last spare gone")
+
+    asyncio.run(scenario())
