@@ -204,12 +204,20 @@ def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int
         return EXIT_FAILED
 
 
-async def until_interrupted(session: Any) -> int:
+def stop_on_interrupt(session: Any) -> None:
+    """From now on SIGINT and SIGTERM close ``session`` (one that has not run yet then never starts), as does a
+    reader gone from its output. Before anything is printed that a person may answer with Ctrl-C: until then
+    asyncio's own handler cancels the command's task, and a cancellation that lands as a request completes is
+    lost in Python 3.11's ``wait_for`` (a follower then never ends)."""
     loop = asyncio.get_running_loop()
     for s in (signal_mod.SIGINT, signal_mod.SIGTERM):
         loop.add_signal_handler(s, session.close)
     listener = getattr(session, "listener", None)
     if listener is not None and hasattr(listener, "on_broken"):
         listener.on_broken = session.close
+
+
+async def until_interrupted(session: Any) -> int:
+    stop_on_interrupt(session)
     await session.run()
     return EXIT_OK

@@ -21,6 +21,7 @@ from .common import (
     open_client,
     resolve,
     say,
+    stop_on_interrupt,
     until_interrupted,
 )
 
@@ -223,19 +224,22 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
         say(f"rlsup: no component {args.name!r}; components: {', '.join(comps)}", err=True)
         return EXIT_FAILED
     block = snap["logs"][args.name]
-    if not say("".join(line + "\n" for line in block["lines"]), end="") or not args.follow:
+    session = None
+    if args.follow:  # made, and Ctrl-C bound to it, before the tail is printed (a person answers the tail)
+        from .follow import Printer
+
+        printer = Printer(events=False, logs={args.name}, prefix_logs=False,
+                          log_file_hint={args.name: str(paths.log(args.name))})
+
+        async def connect() -> Any:
+            return await open_client(paths, "logs")
+
+        session = Session(connect, printer, lines=0)
+        session.log_next[args.name] = block["seq"] + len(block["lines"])
+        session.seq = snap.get("seq", 0)
+        stop_on_interrupt(session)
+    if not say("".join(line + "\n" for line in block["lines"]), end="") or session is None:
         return EXIT_OK  # done, or the reader left (`rlsup logs -f X | head`)
-    from .follow import Printer
-
-    printer = Printer(events=False, logs={args.name}, prefix_logs=False,
-                      log_file_hint={args.name: str(paths.log(args.name))})
-
-    async def connect() -> Any:
-        return await open_client(paths, "logs")
-
-    session = Session(connect, printer, lines=0)
-    session.log_next[args.name] = block["seq"] + len(block["lines"])
-    session.seq = snap.get("seq", 0)
     return await until_interrupted(session)
 
 
