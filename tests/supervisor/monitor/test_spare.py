@@ -4,6 +4,7 @@ and replaced by the two forks of old where it cannot take one (it died)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import uuid
@@ -38,32 +39,44 @@ def _spares(token: str, known: set[int]) -> list[int]:
     return out
 
 
-def test_a_start_is_handed_to_the_spare_and_a_dead_spare_is_replaced(tmp_path, monkeypatch):
+@contextlib.asynccontextmanager
+async def _zygote_with_spare(tmp_path, monkeypatch):
+    """A zygote that started attempt 1 and has forked its spare: (monitors, the pids of ours started so far,
+    the spare's pid, attempt 1's reply). Afterwards every monitor told to finish, the zygote closed, the spare
+    seen gone."""
     token = uuid.uuid4().hex
     monkeypatch.setenv(TOKEN_VAR, token)  # the zygote, its spare and its monitors inherit it
     (tmp_path / "logs").mkdir()
     (tmp_path / "monitors").mkdir()
+    m = Monitors(tmp_path)
+    shims: set[int] = set()
+    try:
+        r1 = await m.start(_spec(tmp_path, 1))
+        assert m.zygote_pid is not None
+        shims |= {m.zygote_pid, r1["shim_pid"]}
+        spare = await async_wait_for(lambda: _spares(token, shims), PATIENCE, what="a spare")
+        assert len(spare) == 1, spare
+        yield m, shims, spare[0], r1, token
+    finally:
+        for pid in shims - {m.zygote_pid}:
+            os.kill(pid, signal.SIGUSR1)
+        m.close()
+    # the zygote exits when its socket closes, and its spare when the zygote is gone
+    await async_wait_for(lambda: not _spares(token, set()), PATIENCE, what="every monitor and the last spare gone")
 
+
+def test_a_start_is_handed_to_the_spare_and_a_dead_spare_is_replaced(tmp_path, monkeypatch):
     async def scenario() -> None:
-        m = Monitors(tmp_path)
-        shims: set[int] = set()
-        try:
-            r1 = await m.start(_spec(tmp_path, 1))
-            assert m.zygote_pid is not None
-            shims |= {m.zygote_pid, r1["shim_pid"]}
-            spare = await async_wait_for(lambda: _spares(token, shims), PATIENCE, what="a spare")
-            assert len(spare) == 1, spare
-
+        async with _zygote_with_spare(tmp_path, monkeypatch) as (m, shims, spare, r1, token):
             r2 = await m.start(_spec(tmp_path, 2))
-            assert r2["ok"] and r2["shim_pid"] == spare[0], "the request went to the spare"
+            assert r2["ok"] and r2["shim_pid"] == spare, "the request went to the spare"
             shims.add(r2["shim_pid"])
-            spare = await async_wait_for(lambda: _spares(token, shims), PATIENCE, what="the next spare")
-            assert len(spare) == 1, spare
+            (spare,) = await async_wait_for(lambda: _spares(token, shims), PATIENCE, what="the next spare")
 
-            os.kill(spare[0], signal.SIGKILL)
+            os.kill(spare, signal.SIGKILL)
             await async_wait_for(lambda: not _spares(token, shims), PATIENCE, what="the spare gone")
             r3 = await m.start(_spec(tmp_path, 3))
-            assert r3["ok"] and r3["shim_pid"] != spare[0]
+            assert r3["ok"] and r3["shim_pid"] != spare
             shims.add(r3["shim_pid"])
             for n, r in ((1, r1), (2, r2), (3, r3)):
                 rec = await async_wait_for(
@@ -72,12 +85,6 @@ def test_a_start_is_handed_to_the_spare_and_a_dead_spare_is_replaced(tmp_path, m
                 assert rec["exit_code"] == 0 and rec["shim_pid"] == r["shim_pid"]
             assert sorted((tmp_path / "logs" / "c.log").read_text().split()) == sorted(
                 ["attempt"] * 3 + ["1", "2", "3"])  # each attempt's command ran
-        finally:
-            for pid in shims - {m.zygote_pid}:
-                os.kill(pid, signal.SIGUSR1)
-            m.close()
-        # the zygote exits when its socket closes, and its spare when the zygote is gone
-        await async_wait_for(lambda: not _spares(token, set()), PATIENCE, what="every monitor and the last spare gone")
 
     asyncio.run(scenario())
 
@@ -90,20 +97,8 @@ def _signal_masks(pid: int) -> dict[str, int]:
 def test_a_spare_sets_up_what_does_not_depend_on_its_request_while_it_waits(tmp_path, monkeypatch):
     """A spare monitor takes its signals (the stray ones ignored, SIGCHLD and SIGUSR1 caught) and makes its pipes
     before any request: a restart's start does not wait for that."""
-    token = uuid.uuid4().hex
-    monkeypatch.setenv(TOKEN_VAR, token)
-    (tmp_path / "logs").mkdir()
-    (tmp_path / "monitors").mkdir()
-
     async def scenario() -> None:
-        m = Monitors(tmp_path)
-        shims: set[int] = set()
-        try:
-            r1 = await m.start(_spec(tmp_path, 1))
-            assert m.zygote_pid is not None
-            shims |= {m.zygote_pid, r1["shim_pid"]}
-            (spare,) = await async_wait_for(lambda: _spares(token, shims), PATIENCE, what="a spare")
-
+        async with _zygote_with_spare(tmp_path, monkeypatch) as (m, shims, spare, _, _token):
             def ready() -> dict[str, int] | None:
                 masks = _signal_masks(spare)  # set in the spare's first moments: looked at until they are
                 return masks if masks["SigCgt"] & (1 << (signal.SIGUSR1 - 1)) else None
@@ -112,6 +107,7 @@ def test_a_spare_sets_up_what_does_not_depend_on_its_request_while_it_waits(tmp_
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 assert masks["SigIgn"] & (1 << (sig - 1)), sig
             assert masks["SigCgt"] & (1 << (signal.SIGCHLD - 1))
+            assert m.zygote_pid is not None
             zygote = _signal_masks(m.zygote_pid)
             assert not zygote["SigCgt"] & (1 << (signal.SIGUSR1 - 1)), "the zygote's own are not the spare's"
             pipes = [fd for fd in os.listdir(f"/proc/{spare}/fd")
@@ -125,10 +121,5 @@ def test_a_spare_sets_up_what_does_not_depend_on_its_request_while_it_waits(tmp_
                 and x, PATIENCE)
             assert rec["exit_code"] == 0
             assert "attempt 2" in (tmp_path / "logs" / "c.log").read_text()
-        finally:
-            for pid in shims - {m.zygote_pid}:
-                os.kill(pid, signal.SIGUSR1)
-            m.close()
-        await async_wait_for(lambda: not _spares(token, set()), PATIENCE, what="every monitor and the last spare gone")
 
     asyncio.run(scenario())
