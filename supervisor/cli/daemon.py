@@ -252,7 +252,7 @@ def adopted_by(paths: RunPaths, pid: int) -> list[dict[str, Any]]:
     mine = False
     out = []
     try:
-        for r in read_records(paths.events):
+        for r in read_records(paths.events, kinds={RunStarted.kind, ComponentAdopted.kind}.__contains__):
             if isinstance(r.event, RunStarted):
                 mine = r.event.pid == pid
             elif mine and isinstance(r.event, ComponentAdopted):
@@ -270,7 +270,7 @@ def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
     mine = False
     end = None
     try:
-        for r in read_records(paths.events):
+        for r in read_records(paths.events, kinds={RunStarted.kind, RunEnded.kind}.__contains__):
             if isinstance(r.event, RunStarted):
                 mine = r.event.pid == pid
             elif mine and isinstance(r.event, RunEnded):

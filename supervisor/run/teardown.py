@@ -74,7 +74,7 @@ def component_order(paths: RunPaths) -> list[str]:
     """The run's components in start (dependency) order, from its last ``run_started`` event."""
     names: list[str] = []
     with contextlib.suppress(OSError):
-        for r in read_records(paths.events):
+        for r in read_records(paths.events, kinds=ev.RunStarted.kind.__eq__):
             if isinstance(r.event, ev.RunStarted) and "components" not in r.absent:
                 names = [str(n) for n in r.event.components]
     return names
@@ -206,7 +206,7 @@ def _end_leftovers(paths: RunPaths, out: Teardown, owned: set[int], say: Callabl
 def _ended_already(paths: RunPaths) -> bool:
     last: ev.Event | None = None
     with contextlib.suppress(OSError):
-        for r in read_records(paths.events):
+        for r in read_records(paths.events, kinds={ev.RunStarted.kind, ev.RunEnded.kind}.__contains__):
             if isinstance(r.event, (ev.RunStarted, ev.RunEnded)):
                 last = r.event
     return isinstance(last, ev.RunEnded)
