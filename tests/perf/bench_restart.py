@@ -17,7 +17,9 @@ machine's load:
 - **start-up CPU**: three idle components (``sleep``) under ``rlsup up --headless``; the supervisor
   process's own CPU (utime+stime, 10 ms ticks) from its exec until the journal holds a ``started`` for
   all three (polled every 5 ms), and the wall time to that moment. supervisord 4.3.0 (``--no-supervisord``
-  skips it) beside it: its CPU once ``supervisorctl status`` shows the three RUNNING.
+  skips it) beside it: its CPU once ``supervisorctl status`` shows the three RUNNING. And the floor of
+  rlsup's stack: the CPU of a Python that only imports asyncio, yaml, pydantic and psutil (which rlsup
+  cannot start without), so the part that is rlsup's own shows.
 
 Targets (issue 44): exit -> next start median <= 10 ms at low load; start-up CPU <= 0.15 s for three
 components. Nothing here is a timed assertion. Results: tests/perf/results/restart.json.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -169,6 +172,19 @@ def measure_supervisord(work: Path, rnd: int) -> dict[str, float]:
     return {"cpu_s": cpu, "wall_s": wall}
 
 
+FLOOR = "import asyncio, yaml, pydantic, psutil"
+
+
+def measure_floor() -> float:
+    """CPU seconds of a Python that only imports the libraries rlsup's supervisor cannot start without."""
+    def spent() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+    before = spent()
+    subprocess.run([pk.PY, "-c", FLOOR], check=True, env=pk.env())
+    return spent() - before
+
+
 def pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
@@ -201,6 +217,7 @@ def main() -> None:
     restarts: dict[str, dict[str, list[float]]] = {v.label: {} for v in variants}
     startup: dict[str, list[dict[str, float]]] = {v.label: [] for v in variants}
     sv: list[dict[str, float]] = []
+    floor: list[float] = []
     try:
         for r in range(a.rounds):
             for v in (variants if r % 2 == 0 else variants[::-1]):
@@ -210,6 +227,7 @@ def main() -> None:
                 startup[v.label].append(measure_startup(v, work, r))
             if not a.no_supervisord:
                 sv.append(measure_supervisord(work, r))
+            floor.append(measure_floor())
     finally:
         load_after = pk.loadavg()
         if not os.environ.get("KEEP"):
@@ -239,6 +257,8 @@ def main() -> None:
                                  "startup_wall_s_p50": round(pk.med([x["wall_s"] for x in sv]), 3), "raw": sv}
         rows.append([f"supervisord {pk.SUPERVISORD_VERSION}", "", "", "", "", "",
                      result["supervisord"]["startup_cpu_s_p50"], result["supervisord"]["startup_wall_s_p50"]])
+    result["floor"] = {"what": FLOOR, "cpu_s_p50": round(pk.med(floor), 3), "raw": floor}
+    rows.append(["python + its libraries", "", "", "", "", "", result["floor"]["cpu_s_p50"], ""])
     print(pk.table(rows, ["variant", "restarts", "exit->start p50 ms", "p90 ms", "exit->scheduled p50",
                           "scheduled->start p50", "start-up CPU s (3)", "start-up wall s"]))
     print("targets: exit->start p50 <= 10 ms at low load; start-up CPU <= 0.15 s for three components")
