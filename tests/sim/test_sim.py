@@ -4,7 +4,8 @@ below), a failing schedule shrunk by Hypothesis to a minimal one that replays as
 
 ``RLSUP_SIM_EXAMPLES=N`` sets how many schedules run (by default 200 in the fast tier, about 6 s, and 500
 in the whole suite); `.ci/run` runs 6,000 more and `.ci/sim.sh` alone 10,000. The schedules are derandomized: the same
-N always plays the same schedules, so a red run replays as it is. A failure prints the shrunk schedule as
+N always plays the same schedules, so a red run replays as it is; ``RLSUP_SIM_SEED=K`` plays other schedules (a
+search beyond CI's, e.g. ``RLSUP_SIM_SEED=7 RLSUP_SIM_EXAMPLES=20000 .ci/sim.sh``). A failure prints the shrunk schedule as
 ``test_random_schedules_keep_every_promise(setup=Setup(...), schedule=[...])``: keep it in
 tests/sim/test_sim_regressions.py as ``run(Setup(...), [...])``.
 """
@@ -16,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from rlsup.supervisor.diagnosis import diagnose_run
@@ -26,6 +27,7 @@ from tests import promises, tier
 from tests.sim.world import Setup, World
 
 EXAMPLES = int(os.environ.get("RLSUP_SIM_EXAMPLES") or (200 if tier.FAST else 500))
+SEED = os.environ.get("RLSUP_SIM_SEED")
 
 COMPONENT_FAULTS = {
     "trainer": ("crash", "oom", "hang", "exit0"),
@@ -188,6 +190,7 @@ def _short(e: dict) -> str:
 @pytest.mark.timeout(1800)  # CPU-bound: about 40 ms a schedule on one idle core, many times that under load
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@(seed(int(SEED)) if SEED else lambda test: test)  # a seed overrides derandomize
 @given(setup=setups, schedule=st.lists(actions, min_size=1, max_size=8))
 def test_random_schedules_keep_every_promise(setup: Setup, schedule: list[tuple]) -> None:
     run(setup, schedule)
