@@ -410,6 +410,8 @@ class _JournalFacts:
     # dependency_down raised .. cleared
     dep_down: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
     stall_cleared: dict[str, list[float]] = field(default_factory=dict)  # progress resumed after a stall
+    # stopped on purpose (a person's `rlsup stop`, a shutdown) .. started again: its peers wait, they do not hang
+    held: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
 
     def comp(self, c: str) -> dict[str, Any]:
         return self.comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
@@ -439,6 +441,9 @@ class _JournalFacts:
         self.stopping[c] = False
         self.exited_last[c] = False
         self.attempt[c] = e.attempt or info["attempts"]  # (attempts count from 1: 0 is an old start without one)
+        spans = self.held.get(c)
+        if spans and spans[-1][1] is None and ts is not None:
+            spans[-1] = (spans[-1][0], ts)
 
     def _running_again(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
         """ready, completed, adopted."""
@@ -466,6 +471,8 @@ class _JournalFacts:
         """stopped, fatal."""
         info["state"] = e.kind
         self.exited_last[c] = True
+        if isinstance(e, ComponentStopped) and ts is not None:
+            self.held.setdefault(c, []).append((ts, None))
 
     def _exited(self, c: str, ts: float | None, e: ComponentExited, info: dict[str, Any]) -> None:
         info["exits"] += 1
@@ -598,7 +605,7 @@ def _judge_stall(f: RunFailure, facts: _JournalFacts) -> None:
     restarted = next((t for t in facts.back.get(f.component, []) if flagged is not None and t > flagged), None)
     f.recovered_ts = restarted
     f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
-        not _explained_stall(f, facts.failures, facts.dep_down)
+        not _explained_stall(f, facts.failures, facts.dep_down, facts.held)
     if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
         f.recovered_ts = cleared
 
@@ -650,10 +657,11 @@ def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], 
     return RunFailure(c, start, "stall", summary, "flag", att, diagnosis=diag)
 
 
-def _explained_stall(stall: RunFailure, failures: list[RunFailure],
-                     dep_down: dict[str, list[tuple[float, float | None]]]) -> bool:
+def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: dict[str, list[tuple[float, float | None]]],
+                     held: dict[str, list[tuple[float, float | None]]]) -> bool:
     """A stall some other failure explains: a dependency reported down, or another component down (failed
-    and not running again yet) at some moment between the stall's last step and the flag. A producer
+    and not running again yet, or stopped on purpose: a person's `rlsup stop trainer` starves the
+    orchestrator waiting for its weights) at some moment between the stall's last step and the flag. A producer
     usually dies a few seconds after its consumer's last step (the consumer had what it needed until
     then): its death explains the stall all the same. A stall that began after everything else had
     recovered, and during which nothing else failed, is a hang of its own."""
@@ -662,9 +670,9 @@ def _explained_stall(stall: RunFailure, failures: list[RunFailure],
         return True
     flagged = stall.diagnosis.get("flag_ts")
     until = float(flagged) if isinstance(flagged, float | int) else t
-    for a, b in dep_down.get(stall.component, []):
-        if a <= until and (b is None or b >= t):
-            return True
+    spans = dep_down.get(stall.component, []) + [s for c, ss in held.items() if c != stall.component for s in ss]
+    if any(a <= until and (b is None or b >= t) for a, b in spans):
+        return True
     waits_on = _waits_on(stall)
     for f in failures:
         if f is stall or f.component == stall.component or f.ts is None:

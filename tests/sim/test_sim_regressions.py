@@ -5,6 +5,7 @@ Each failed on the code before its fix (issue 38): the promise it broke is in it
 
 from __future__ import annotations
 
+from rlsup.supervisor.diagnosis import diagnose_run
 from rlsup.supervisor.rundir.archive import how_it_ended
 from rlsup.supervisor.rundir.layout import RunPaths
 from tests.sim.test_sim import run
@@ -111,3 +112,15 @@ def test_a_supervisor_restart_asked_as_the_run_ends_is_refused(tmp_path):
     reply = run_command(w, "handover", None)
     assert reply["ok"] is False and "is ending" in reply["error"], reply
     assert len(w.events()) == before and not w.truth.resumes
+
+
+def test_a_stall_while_a_person_had_stopped_its_producer_is_no_root_cause(tmp_path):
+    """RLSUP_SIM_SEED=29 found: `rlsup stop trainer` starved the orchestrator (flagged stalled, "Waiting for
+    trainer weights"); after `down` and `--resume` the trainer crashed once, was restarted and the run completed.
+    `rlsup diagnose` named the orchestrator's stall of the first run as the root cause: a wait on a stopped
+    producer was taken for a hang. The crash, the only fault, is the root cause."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("user", "stop", "trainer"), ("resume",), ("fault", "trainer", "crash", 1), ("down",), ("resume",)],
+            tmp_path)
+    rc = diagnose_run(w.flush()).root_cause
+    assert rc is not None and (rc.component, rc.category) == ("trainer", "python_exception"), rc

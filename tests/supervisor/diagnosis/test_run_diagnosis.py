@@ -12,6 +12,7 @@ from typing import Any
 
 from rlsup.supervisor.diagnosis import diagnose, diagnose_command, diagnose_run, format_run
 from rlsup.supervisor.diagnosis.offline import read_tail
+from rlsup.supervisor.diagnosis.run import waited
 from rlsup.supervisor.rundir.journal import Journal
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "diagnosis"
@@ -282,6 +283,30 @@ def test_a_stall_while_its_dependency_was_down_is_a_symptom(tmp_path: Path) -> N
     rd = diagnose_run(run.root)
     assert (rd.root_cause.component, rd.root_cause.category) == ("inference", "inference_engine_dead")
     assert any(s.component == "trainer" and s.category == "stall" for s in rd.symptoms)
+
+
+def test_a_stall_while_a_person_had_stopped_a_peer_is_a_wait_not_a_hang(tmp_path: Path) -> None:
+    """`rlsup stop inference` starves the trainer, which is flagged stalled; a crash of the trainer after the
+    engine is back is the run's root cause, not the wait (found by the simulator, tests/sim)."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", pid=1, run_dir=str(run.root), components=["inference", "trainer"])
+    run.start(T0 + 1, "inference")
+    run.emit(T0 + 3, "ready", "inference", probe="http")
+    run.start(T0 + 4, "trainer")
+    run.emit(T0 + 20, "command", "inference", command="stop", by="user")
+    run.emit(T0 + 20, "stopping", "inference", signal="SIGTERM", by="user")
+    run.exit(T0 + 21, "inference", 143, [])
+    run.emit(T0 + 21, "stopped", "inference", by="user")
+    _stall(run, T0 + 42)  # progress stopped at T0 + 22, while the engine was stopped
+    run.start(T0 + 60, "inference")
+    run.emit(T0 + 62, "ready", "inference", probe="http")
+    crash = ["Traceback (most recent call last):", '  File "/app/train.py", line 3, in <module>',
+             "ValueError: bad batch"]
+    run.log("trainer", crash)
+    run.exit(T0 + 80, "trainer", 1, crash)
+    rd = diagnose_run(run.root)
+    assert (rd.root_cause.component, rd.root_cause.category) == ("trainer", "python_exception"), rd.root_cause
+    assert waited(rd) == {"trainer"}
 
 
 def test_a_stall_that_cleared_by_itself_is_no_hang(tmp_path: Path) -> None:
