@@ -9,7 +9,7 @@ came from, which lets interleaved tracebacks of several ranks be read one rank a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Each pattern matches one prefix at the start of a line; group "stream" (when present) names the
 # process/rank the line came from. A single separating space is consumed so that the indentation
@@ -224,7 +224,7 @@ def _ipython_frames(out: list[Line]) -> list[Line]:
     res = list(out)
     for k, ln in enumerate(out):
         if _COLAB_FOLDED.match(ln.text):
-            res[k] = _with_text(ln, "")
+            res[k] = replace(ln, text="")
             continue
         m = _IPYTHON_FRAME.match(ln.text)
         if not m:
@@ -234,14 +234,10 @@ def _ipython_frames(out: list[Line]) -> list[Line]:
                 break
             mark = _IPYTHON_MARK.match(out[j].text)
             if mark:
-                res[k] = _with_text(ln, f'  File "{m.group("file")}", line {mark.group("line")}, in {m.group("func")}')
-                res[j] = _with_text(out[j], "    " + out[j].text)
+                res[k] = replace(ln, text=f'  File "{m.group("file")}", line {mark.group("line")}, in {m.group("func")}')
+                res[j] = replace(out[j], text="    " + out[j].text)
                 break
     return res
-
-
-def _with_text(ln: Line, text: str) -> Line:
-    return Line(ln.index, ln.stream, text, ln.prefixed)
 
 
 def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:

@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 
 MAX_SHORT_LINES = 6  # lines of the short form (a flag's evidence stays readable); the rest: "N more"
 
@@ -168,14 +169,10 @@ def _places(p: Proc) -> list[tuple[str, str]]:
 
 def _ranges(nums: Sequence[int]) -> str:
     out: list[str] = []
-    s = sorted(set(nums))
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
-            j += 1
-        out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
-        i = j + 1
+    # consecutive numbers share their distance from their position in the sorted list
+    for _, run in groupby(enumerate(sorted(set(nums))), lambda p: p[1] - p[0]):
+        first, *rest = (n for _, n in run)
+        out.append(f"{first}-{rest[-1]}" if rest else str(first))
     return ",".join(out)
 
 

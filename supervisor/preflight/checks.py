@@ -84,12 +84,6 @@ def exit_code(findings: Iterable[Finding]) -> int:
     return 1 if any(f.severity == "error" for f in findings) else 0
 
 
-def count(findings: Iterable[Finding]) -> tuple[int, int]:
-    """(errors, warnings)."""
-    fs = list(findings)
-    return sum(f.severity == "error" for f in fs), sum(f.severity == "warning" for f in fs)
-
-
 def format_findings(findings: Sequence[Finding], *, config_path: str, source: str | None = None) -> str:
     """A human listing: errors, then warnings, then info; each problem with its fix; last line
     ``N errors, M warnings``. ``where`` paths in ``source`` (the config's resolved path, by default
@@ -108,7 +102,7 @@ def format_findings(findings: Sequence[Finding], *, config_path: str, source: st
         lines.extend(f"    {m}" for m in msg_lines[1:])
         if f.fix and f.severity != "info":
             lines.append(f"    fix: {f.fix}")
-    n_err, n_warn = count(findings)
+    n_err, n_warn = (sum(f.severity == s for f in findings) for s in ("error", "warning"))
     lines.append(f"{n_err} error{'s' if n_err != 1 else ''}, {n_warn} warning{'s' if n_warn != 1 else ''}")
     return "\n".join(lines)
 
@@ -1171,7 +1165,6 @@ ENGINE_FRACTIONS: dict[str, tuple[str, str]] = {
     "--gpu-memory-utilization": ("vllm", "total"),
     "--gpu_memory_utilization": ("vllm", "total"),
 }
-_FRACTION_FLAGS = tuple(ENGINE_FRACTIONS)
 
 
 @dataclass(frozen=True)
@@ -1194,7 +1187,7 @@ def memory_ask(comp: Any) -> MemoryAsk | None:
         return None
     for argv in argvs:
         for i, a in enumerate(argv):
-            for flag in _FRACTION_FLAGS:
+            for flag in ENGINE_FRACTIONS:
                 value = a[len(flag) + 1:] if a.startswith(flag + "=") else (
                     argv[i + 1] if a == flag and i + 1 < len(argv) else None)
                 if value is None:
@@ -1260,18 +1253,15 @@ def _pid_text(pid: int, used_mb: float | None) -> str:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal_mod.SIGTERM, signal_mod.SIGKILL):
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(2.0 if sig == signal_mod.SIGTERM else 5.0)
-            # The leader is gone; members that ignored SIGTERM still get the SIGKILL.
-            if sig == signal_mod.SIGTERM:
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal_mod.SIGKILL)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal_mod.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(2.0)
+    # Whether or not the leader is gone, members that ignored SIGTERM still get the SIGKILL.
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal_mod.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5.0)
 
 
 def smoke_argv(comp: Component) -> list[str]:
