@@ -7,6 +7,7 @@ tracebacks of several ranks printed at once are not spliced together.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..monitor.process import signal_name
@@ -91,6 +92,13 @@ class Frame:
         return f"{self.file}:{self.line}"
 
 
+def locate(frames: Sequence[Frame]) -> tuple[str | None, bool]:
+    """(location, is library code) of ``frames`` (outermost first): the innermost user frame's, else the
+    innermost frame's."""
+    user = [f for f in frames if is_user_frame(f.file)]
+    return ((user or frames)[-1].location, not user) if frames else (None, False)
+
+
 @dataclass
 class Exc:
     """One exception of a traceback: its frames (outermost first) and the ``Type: message`` line."""
@@ -118,10 +126,7 @@ class Exc:
         return f"{self.type}: {self.message}" if self.message else self.type
 
     def user_location(self) -> str | None:
-        for fr in reversed(self.frames):
-            if is_user_frame(fr.file):
-                return fr.location
-        return None
+        return next((f.location for f in reversed(self.frames) if is_user_frame(f.file)), None)
 
     def innermost(self) -> str | None:
         return self.frames[-1].location if self.frames else None
@@ -159,15 +164,6 @@ class FatalStack:
     index: int
     lines: list[str]
 
-    def user_location(self) -> str | None:
-        for fr in self.frames:
-            if is_user_frame(fr.file):
-                return fr.location
-        return None
-
-    def innermost(self) -> str | None:
-        return self.frames[0].location if self.frames else None
-
 
 @dataclass
 class ElasticFailure:
@@ -183,13 +179,13 @@ class ElasticFailure:
     lines: list[str]
 
 
-_WRAP_MIN = 80
+WRAP_MIN = 80  # a terminal wraps long lines; shorter ones end where the program ended them
 
 
 def _continuation(lines: list[Line], k: int) -> str:
     """The line after lines[k] when a terminal wrapped lines[k] onto it: lines[k] is long and the
     next one starts no record of its own."""
-    if k + 1 >= len(lines) or len(lines[k].text) < _WRAP_MIN:
+    if k + 1 >= len(lines) or len(lines[k].text) < WRAP_MIN:
         return ""
     nxt = lines[k + 1]
     t = nxt.text.rstrip()
