@@ -47,6 +47,7 @@ from ..rundir.logs import log_chain
 from .engine import diagnose
 from .hints import NO_RECURRENCE
 from .normalize import clean_line
+from .offline import exception_and_location
 from .signatures import benign_veto, match_span
 from .stamps import LineClock
 
@@ -839,11 +840,7 @@ def waited(rd: RunDiagnosis) -> set[str]:
 
 def _diagnosis_lines(d: Diagnosis, rc: RunFailure) -> list[str]:
     """What the root cause's own diagnosis adds: its exception (where the summary does not hold it), where, what next, its evidence."""
-    out = []
-    if d.exception and " ".join(d.exception.split())[:200] not in rc.summary:
-        out.append(f"  exception: {d.exception[:300]}")
-    if d.location:
-        out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
+    out = exception_and_location(d, rc.summary)
     if d.hint:
         out.append(f"  next:      {d.hint}")
     out.extend(f"    | {ev[:300]}" for ev in d.evidence[:6])
