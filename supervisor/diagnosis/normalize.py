@@ -76,6 +76,7 @@ _PLAIN_PREFIXES = [
     re.compile(r"^\[[^\]]{1,80}\] "),
 ]
 
+_PREFIXES = _STREAM_PREFIXES + _PLAIN_PREFIXES
 _MAX_PASSES = 8
 _RANK_TAG = re.compile(r"\bRank (\d+)\]")
 # SGR colour codes whose ESC byte was lost on the way into an issue ("[36m(WorkerDict pid=1)[0m");
@@ -109,36 +110,24 @@ def strip_prefixes(raw: str) -> tuple[str, str]:
         text = _RAY_REPEATED.sub("", text)
     stream = ""
     for _ in range(_MAX_PASSES):
-        text, stream, by_stream = _strip_stream_prefixes(text, stream)
-        text, stream, plain = _strip_plain_prefixes(text, stream)
-        if not (by_stream or plain):
+        text, stream, changed = _strip_once(text, stream)
+        if not changed:
             break
     return stream, text
 
 
-def _strip_stream_prefixes(text: str, stream: str) -> tuple[str, str, bool]:
-    """One pass of the prefixes that name a stream (a Ray worker, a rank): (text, stream, whether any was removed)."""
+def _strip_once(text: str, stream: str) -> tuple[str, str, bool]:
+    """One pass of the prefixes that name a stream (a Ray worker, a rank), then of the plain ones
+    (timestamps, log levels), where a rank tag names the stream when nothing else did: (text, stream,
+    whether any was removed)."""
     changed = False
-    for pat in _STREAM_PREFIXES:
+    for pat in _PREFIXES:
         m = pat.match(text)
         if m and m.end() > 0:
-            s = m.groupdict().get("stream")
+            s = m.groupdict().get("stream")  # (only the stream prefixes have one)
             if s:
                 stream = s if not stream else f"{stream}/{s}"
-            text = text[m.end():]
-            changed = True
-    return text, stream, changed
-
-
-def _strip_plain_prefixes(text: str, stream: str) -> tuple[str, str, bool]:
-    """One pass of the plain prefixes (timestamps, log levels); a rank tag among them names the stream
-    when nothing else did: (text, stream, whether any was removed)."""
-    changed = False
-    for pat in _PLAIN_PREFIXES:
-        m = pat.match(text)
-        if m and m.end() > 0:
-            rank = _RANK_TAG.search(m.group(0))
-            if rank and not stream:
+            elif not stream and (rank := _RANK_TAG.search(m.group(0))):
                 stream = f"rank{rank.group(1)}"
             text = text[m.end():]
             changed = True

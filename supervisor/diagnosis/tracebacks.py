@@ -182,17 +182,20 @@ class ElasticFailure:
 WRAP_MIN = 80  # a terminal wraps long lines; shorter ones end where the program ended them
 
 
+def _carries_on(ln: Line) -> bool:
+    """``ln`` may carry on the line above it: it is not blank, not indented, and starts no record, traceback,
+    frame or chain of its own."""
+    t = ln.text.rstrip()
+    return not (not t.strip() or ln.prefixed or t[:1].isspace() or TRACEBACK_START.search(t) or TB_FRAME.match(t)
+                or CHAIN_CAUSE.match(t))
+
+
 def _continuation(lines: list[Line], k: int) -> str:
     """The line after lines[k] when a terminal wrapped lines[k] onto it: lines[k] is long and the
     next one starts no record of its own."""
-    if k + 1 >= len(lines) or len(lines[k].text) < WRAP_MIN:
+    if k + 1 >= len(lines) or len(lines[k].text) < WRAP_MIN or not _carries_on(lines[k + 1]):
         return ""
-    nxt = lines[k + 1]
-    t = nxt.text.rstrip()
-    if (not t.strip() or nxt.prefixed or TRACEBACK_START.search(t) or TB_FRAME.match(t) or CHAIN_CAUSE.match(t)
-            or t[:1].isspace()):
-        return ""
-    return t
+    return lines[k + 1].text.rstrip()
 
 
 _MESSAGE_MORE_LINES = 6
@@ -206,11 +209,9 @@ def _message_more(lines: list[Line], k: int) -> str:
     writer's record or another exception line."""
     out: list[str] = []
     for nxt in lines[k + 1: k + 1 + _MESSAGE_MORE_LINES]:
-        t = nxt.text.rstrip()
-        if (not t.strip() or nxt.prefixed or t[:1].isspace() or TRACEBACK_START.search(t) or TB_FRAME.match(t)
-                or CHAIN_CAUSE.match(t) or bare_exception(t.strip()) is not None):
+        if not _carries_on(nxt) or bare_exception(nxt.text.strip()) is not None:
             break
-        out.append(t.strip())
+        out.append(nxt.text.strip())
     return " ".join(out)
 
 
