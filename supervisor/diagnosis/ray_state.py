@@ -109,12 +109,10 @@ def _int(v: Any) -> int | None:
 
 def parse_nodes(payload: bytes | str | Mapping[str, Any]) -> list[RayNode]:
     """The nodes of ``GET /api/v0/nodes`` (detail or not)."""
-    out = []
-    for r in _rows(payload):
-        out.append(RayNode(node_id=str(r.get("node_id") or ""), ip=str(r.get("node_ip") or ""),
-                           name=str(r.get("node_name") or ""), is_head=bool(r.get("is_head_node")),
-                           state=str(r.get("state") or "UNKNOWN"), message=r.get("state_message") or None))
-    return out
+    return [RayNode(node_id=str(r.get("node_id") or ""), ip=str(r.get("node_ip") or ""),
+                    name=str(r.get("node_name") or ""), is_head=bool(r.get("is_head_node")),
+                    state=str(r.get("state") or "UNKNOWN"), message=r.get("state_message") or None)
+            for r in _rows(payload)]
 
 
 def _first_lines(text: str, n: int = 3) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import itertools
 import os
 import re
 import shlex
@@ -1137,15 +1138,13 @@ def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
 
 def _check_gpu_overlaps(ctx: _Ctx, wanted: dict[str, list[int]]) -> None:
     """Two components assigned the same GPU."""
-    names = list(wanted)
-    for a_i, a in enumerate(names):
-        for b in names[a_i + 1:]:
-            shared = sorted(set(wanted[a]) & set(wanted[b]))
-            if shared:
-                ctx.add("warning", "gpu", b,
-                        f"shares GPU {', '.join(map(str, shared))} with {a}",
-                        "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
-                        "or give each component its own GPUs", ("components", b, "gpus"))
+    for a, b in itertools.combinations(wanted, 2):
+        shared = sorted(set(wanted[a]) & set(wanted[b]))
+        if shared:
+            ctx.add("warning", "gpu", b,
+                    f"shares GPU {', '.join(map(str, shared))} with {a}",
+                    "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
+                    "or give each component its own GPUs", ("components", b, "gpus"))
 
 
 # The memory-fraction flags of the engines rlsup knows, and what the fraction is a fraction of.
@@ -1178,14 +1177,10 @@ class MemoryAsk:
     of: str
 
 
-def memory_ask(comp: Any) -> MemoryAsk | None:
+def memory_ask(comp: Component) -> MemoryAsk | None:
     """The memory fraction an inference server's command asks for, read from every argv it runs
     (list, string, ``exec ...`` or ``shell: true``); None when it names none (or an invalid one)."""
-    try:
-        argvs = command_argvs(comp)
-    except Exception:
-        return None
-    for argv in argvs:
+    for argv in command_argvs(comp):  # (never raises: a command shlex cannot split has no argv)
         for i, a in enumerate(argv):
             for flag in ENGINE_FRACTIONS:
                 value = a[len(flag) + 1:] if a.startswith(flag + "=") else (
