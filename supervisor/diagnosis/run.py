@@ -256,26 +256,14 @@ def _iso(ts: float | None) -> str | None:
 # reading
 
 
-def read_journal(path: Path) -> tuple[list[Record], int]:
-    """Events in order, as typed records, through the one journal reader (a damaged line is skipped,
-    noted with its line number); how many lines were damaged."""
-    records = list(read_records(path))
-    return records, len(DAMAGE.get(str(path), {}))
-
-
 def _when(r: Record) -> float | None:
     """A record's time; None where it had none (the parser gives such a record the time 0: no
     journal was written in 1970)."""
     return r.ts or None
 
 
-def log_files(logs: Path, name: str) -> list[Path]:
-    """NAME.log and its rotations, oldest first (NAME.log.3, NAME.log.2, NAME.log.1, NAME.log)."""
-    return [f.path for f in log_chain(logs / f"{name}.log")]
-
-
-def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES, window: tuple[float, float] | None = None) -> _LogScan:
-    """Every line of the newest ``budget`` bytes of a component's logs: the failure lines of each
+def scan_log(files: list[Path], window: tuple[float, float] | None) -> _LogScan:
+    """Every line of the newest LOG_SCAN_BYTES of a component's logs: the failure lines of each
     category (count, first and last time a line carries), the tail the exit diagnosis would read.
     ``window``: from when to when the journal says the component ran (places lines stamped with a time
     of day only; see stamps.py)."""
@@ -290,7 +278,7 @@ def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES, window: tuple[floa
         sizes.append(st.st_size)
         scan.mtime = st.st_mtime if scan.mtime is None else max(scan.mtime, st.st_mtime)
     # skip the oldest bytes beyond the budget
-    skip = max(0, sum(sizes) - budget)
+    skip = max(0, sum(sizes) - LOG_SCAN_BYTES)
     scan.truncated = skip > 0
     for p, size in zip(files, sizes, strict=True):
         if skip >= size:
@@ -364,7 +352,7 @@ def _count(scan: _LogScan, line: str) -> None:
 # the run
 
 
-def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagnosis:
+def diagnose_run(run_dir: Path) -> RunDiagnosis:
     """The root cause of the run in ``run_dir`` and the symptoms it caused: the journal's facts, each
     component's log, when each failure recovered, then the root cause and what followed it."""
     run_dir = Path(run_dir)
@@ -372,7 +360,7 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
     facts = _JournalFacts()
     for r in events:
         facts.read(r)
-    scans = _scan_logs(run_dir, events, facts, log_budget, notes)
+    scans = _scan_logs(run_dir, events, facts, notes)
     _place_recoveries(facts)
     failures = facts.failures
     failures.sort(key=lambda f: (f.ts is None, f.ts or 0.0))
@@ -384,10 +372,12 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
 
 
 def _journal_events(run_dir: Path) -> tuple[list[Record], list[str]]:
-    """The journal's events, and the notes on what it lacked."""
+    """The journal's events in order, as typed records, through the one journal reader (a damaged line is
+    skipped, noted with its line number), and the notes on what it lacked."""
     notes: list[str] = []
-    events, bad = read_journal(run_dir / "events.jsonl")
-    if bad:
+    path = run_dir / "events.jsonl"
+    events = list(read_records(path))
+    if bad := len(DAMAGE.get(str(path), {})):
         notes.append(f"{bad} journal line(s) were not events (damaged: torn, foreign or corrupt) and were skipped "
                      "or mended")
     if not events:
@@ -519,8 +509,7 @@ def _false_success(c: str, ts: float | None, msg: str, evidence: list[str], att:
                       own=True)
 
 
-def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, log_budget: int,
-               notes: list[str]) -> dict[str, _LogScan]:
+def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes: list[str]) -> dict[str, _LogScan]:
     """Every component's log: the components the journal names and any log in logs/. A log that ends
     in a failure the journal has no exit for becomes a failure of its own."""
     logs_dir = run_dir / "logs"
@@ -528,14 +517,15 @@ def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, log_bu
     lived, last_ts = _lifetimes(events)
     scans: dict[str, _LogScan] = {}
     for n in sorted(names):
-        files = log_files(logs_dir, n) if logs_dir.is_dir() else []
-        scan = scan_log(files, log_budget, (lived[n], last_ts) if n in lived and last_ts is not None else None)
+        # NAME.log and its rotations, oldest first (NAME.log.3, NAME.log.2, NAME.log.1, NAME.log)
+        files = [f.path for f in log_chain(logs_dir / f"{n}.log")] if logs_dir.is_dir() else []
+        scan = scan_log(files, (lived[n], last_ts) if n in lived and last_ts is not None else None)
         scans[n] = scan
         info = facts.comp(n)
         info["log_files"] = [Path(f).name for f in scan.files]
         info["log_lines_scanned"] = scan.lines
         if scan.truncated:
-            notes.append(f"{n}: only the newest {log_budget // (1024 * 1024)} MiB of its logs were scanned")
+            notes.append(f"{n}: only the newest {LOG_SCAN_BYTES // (1024 * 1024)} MiB of its logs were scanned")
         failure = _log_tail_failure(run_dir, events, facts, n, scan)
         if failure is not None:
             info["failures"] += 1
