@@ -17,9 +17,9 @@ def read_tail(path: str | Path, tail_lines: int = 2000) -> list[str]:
     return [clean_line(x) for x in last_lines(path, tail_lines)]
 
 
-def diagnose_file(path: str | Path, *, tail_lines: int = 2000) -> Diagnosis:
+def diagnose_file(path: str | Path) -> Diagnosis:
     """Diagnose a saved log offline (only the log is known: no exit code, no host evidence)."""
-    return diagnose(read_tail(path, tail_lines))
+    return diagnose(read_tail(path))
 
 
 def exception_and_location(d: Diagnosis, summary: str) -> list[str]:

@@ -677,7 +677,7 @@ def _waits_on(stall: RunFailure) -> set[str]:
     return set(re.findall(r"[\w-]+", m.group(1).lower())) if m else set()
 
 
-def _root(failures: list[RunFailure], journal: bool = True) -> RunFailure | None:
+def _root(failures: list[RunFailure], journal: bool) -> RunFailure | None:
     """The run's root cause: among the primary failures (those no other failure explains), one the
     run never recovered from, else one of the stack's own code or behaviour (a bug, an OOM, a hang, a
     false success), else a process death it recovered from; the first in time of that rank (a

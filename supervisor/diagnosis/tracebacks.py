@@ -274,7 +274,7 @@ class _TracebackReader:
                    continuation=_continuation(lines, j), message_more=_message_more(lines, j))
 
 
-def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | None, int]:
+def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int]:
     """Parse a traceback whose "Traceback ..." header is lines[i] (or, when ``header`` is False,
     whose first frame is lines[i]: a tail that begins mid-traceback). Returns (exception, next)."""
     tb = _TracebackReader(lines, i, header)
@@ -305,7 +305,7 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
     return None, j
 
 
-def find_chains(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
+def find_chains(lines: list[Line], cut: list[Exc]) -> list[Chain]:
     """Every traceback in the tail, grouped into chains, parsed per stream. A traceback cut off before
     its exception line (by the end of the tail or a paste), which no chain holds, goes to ``cut``."""
     by_stream: dict[str, list[Line]] = {}
@@ -318,7 +318,7 @@ def find_chains(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
     return chains
 
 
-def _chains_in(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
+def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
     chains: list[Chain] = []
     current: Chain | None = None
     linked = False  # the previous exception said "the above ... following exception"
@@ -365,13 +365,12 @@ def _chains_in(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
     return chains
 
 
-def _set_aside_if_cut(exc: Exc | None, remote_above: bool, cut: list[Exc] | None) -> Exc | None:
+def _set_aside_if_cut(exc: Exc | None, remote_above: bool, cut: list[Exc]) -> Exc | None:
     """A traceback cut off before its exception line joins no chain, except as the remote part of a
     Ray task error printed above it (where its frames say where the task failed): it goes to ``cut``."""
     if exc is None or not exc.partial or remote_above:
         return exc
-    if cut is not None:
-        cut.append(exc)
+    cut.append(exc)
     return None
 
 

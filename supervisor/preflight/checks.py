@@ -971,7 +971,7 @@ def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
     return None
 
 
-def port_holder(port: int, run_dir: str | None = None) -> tuple[str, str | None] | None:
+def port_holder(port: int, run_dir: str) -> tuple[str, str | None] | None:
     """``(pid N (name: cmdline), other)`` for a process listening on ``port`` when psutil can see it,
     else None. The text says when the holder is a component of an rlsup run (its marker env): of
     ``run_dir``, or of another run, whose run dir is then ``other`` (for a hint that names it)."""
