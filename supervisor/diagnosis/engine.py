@@ -201,11 +201,11 @@ def _host_oom(host: HostEvidence, pids_seen: tuple[int | None, ...], sig: str | 
     hit = (not pids) or bool(pids & set(host.oom_killed_pids))
     if not (hit and sig in (None, "SIGKILL")):
         return None
-    victims = sorted(host.oom_killed_pids & pids) if pids else sorted(host.oom_killed_pids)
-    who = f"pid {victims[0]}" if victims else "a process of this component"
+    # (never empty: the kernel killed one of pids, or, with no pid known, some process)
+    victim = min(pids & host.oom_killed_pids or host.oom_killed_pids)
     return Diagnosis(
         "host_oom",
-        f"killed by the kernel OOM killer ({who}): host memory exhausted",
+        f"killed by the kernel OOM killer (pid {victim}): host memory exhausted",
         None,
         best.location if best else None,
         last_step,
