@@ -366,7 +366,6 @@ def diagnose_run(run_dir: Path) -> RunDiagnosis:
     failures.sort(key=lambda f: (f.ts is None, f.ts or 0.0))
     root = _root(failures, journal=bool(events))
     symptoms = _symptoms(root, failures, scans) if root else []
-    _count_symptom_lines(facts.comps, scans)
     return RunDiagnosis(str(run_dir), facts.name, facts.started, facts.ended, root, symptoms, failures,
                         dict(sorted(facts.comps.items())), notes)
 
@@ -510,8 +509,9 @@ def _false_success(c: str, ts: float | None, msg: str, evidence: list[str], att:
 
 
 def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes: list[str]) -> dict[str, _LogScan]:
-    """Every component's log: the components the journal names and any log in logs/. A log that ends
-    in a failure the journal has no exit for becomes a failure of its own."""
+    """Every component's log: the components the journal names and any log in logs/, with its files and
+    how many lines of each failure kind it holds. A log that ends in a failure the journal has no exit for
+    becomes a failure of its own."""
     logs_dir = run_dir / "logs"
     names = set(facts.comps) | _log_names(logs_dir)
     lived, last_ts = _lifetimes(events)
@@ -524,6 +524,7 @@ def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes:
         info = facts.comp(n)
         info["log_files"] = [Path(f).name for f in scan.files]
         info["log_lines_scanned"] = scan.lines
+        info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scan.by_category.items())}
         if scan.truncated:
             notes.append(f"{n}: only the newest {LOG_SCAN_BYTES // (1024 * 1024)} MiB of its logs were scanned")
         failure = _log_tail_failure(run_dir, events, facts, n, scan)
@@ -592,14 +593,6 @@ def _judge_stall(f: RunFailure, facts: _JournalFacts) -> None:
         not _explained_stall(f, facts.failures, facts.dep_down)
     if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
         f.recovered_ts = cleared
-
-
-def _count_symptom_lines(comps: dict[str, dict[str, Any]], scans: dict[str, _LogScan]) -> None:
-    """Each component's log facts, and how many lines of each failure kind its log holds."""
-    for n, info in comps.items():
-        info.setdefault("log_files", [])
-        info.setdefault("log_lines_scanned", 0)
-        info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scans[n].by_category.items())} if n in scans else {}
 
 
 def _last_attempt_tail(run_dir: Path, events: list[Record], name: str, tail: list[str]) -> list[str]:
