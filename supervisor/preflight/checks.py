@@ -30,7 +30,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -75,9 +75,6 @@ class Finding:
     message: str
     fix: str
     where: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def exit_code(findings: Iterable[Finding]) -> int:
