@@ -152,14 +152,8 @@ def split_glued(raw: str) -> list[str]:
     if len(parts) == 1:
         return [raw]
     # split() with one group returns [before, bar, after, bar, after...]: keep each bar with its text
-    out: list[str] = []
-    cur = parts[0]
-    for k in range(1, len(parts), 2):
-        out.append(cur + parts[k])
-        cur = parts[k + 1]
-    if cur:
-        out.append(cur)
-    return out
+    out = [text + bar for text, bar in zip(parts[0::2], parts[1::2], strict=False)]
+    return out + [parts[-1]] if parts[-1] else out
 
 
 # rich's box-drawn traceback (rich.traceback, typer, accelerate's CLI): a frame is "│ PATH:LINE in FUNC │"
