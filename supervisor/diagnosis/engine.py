@@ -162,10 +162,7 @@ _PROGRESS_ONLY = re.compile(r"^\W*(?:step\b|\d+%\|)", re.I)
 
 def _last_words(norm: list[Line]) -> list[Line]:
     """The last line a process printed before it was killed that is not a mere step or progress line."""
-    for x in reversed(norm[-20:]):
-        if x.text.strip() and not _PROGRESS_ONLY.match(x.text):
-            return [x]
-    return []
+    return [x for x in reversed(norm[-20:]) if x.text.strip() and not _PROGRESS_ONLY.match(x.text)][:1]
 
 
 def _stopped_by_rlsup(norm: list[Line], reason: str, last_step: int | None) -> Diagnosis:
@@ -1042,10 +1039,7 @@ def _rank_tag(text: str) -> str:
 
 
 def _last_index(norm: list[Line], pat: re.Pattern[str]) -> int:
-    for ln in reversed(norm):
-        if pat.search(ln.text):
-            return ln.index
-    return -1
+    return next((ln.index for ln in reversed(norm) if pat.search(ln.text)), -1)
 
 
 def _tail_evidence(norm: list[Line], n: int = 5) -> list[str]:

@@ -91,14 +91,9 @@ class MemoryGrowthDetector:
         """Add one sample; a ``memory_growth`` flag the first time growth qualifies, else None."""
         if step is None:
             return None
-        out: Flag | None = None
-        for kind, mb in (("rss", rss_mb), ("gpu", gpu_mb)):
-            if mb is None:
-                continue
-            flag = self._observe_one(kind, ts, int(step), float(mb))
-            if out is None:
-                out = flag
-        return out
+        flags = [self._observe_one(kind, ts, int(step), float(mb))  # (each kind is observed)
+                 for kind, mb in (("rss", rss_mb), ("gpu", gpu_mb)) if mb is not None]
+        return next((f for f in flags if f is not None), None)
 
     def _observe_one(self, kind: str, ts: float, step: int, mb: float) -> Flag | None:
         series = self._series[kind]

@@ -945,10 +945,8 @@ def port_holder_pid(port: int) -> int | None:
         conns = psutil.net_connections(kind="inet")
     except (psutil.Error, OSError):
         return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            return int(c.pid)
-    return None
+    return next((int(c.pid) for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                 and c.pid), None)
 
 
 def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
