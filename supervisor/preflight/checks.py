@@ -355,8 +355,9 @@ def shell_commands(cmd: str) -> list[list[str]]:
         return []
     out: list[list[str]] = []
     after_cd = False
-    for words in _simple_commands(tokens):
-        if not words or words[0] in _COMPOUND or "(" in words or ")" in words:
+    # the simple commands: the tokens between control operators (``;``, ``&&``, ``|`` ...)
+    for words in (list(g) for is_control, g in itertools.groupby(tokens, _CONTROL.__contains__) if not is_control):
+        if words[0] in _COMPOUND or "(" in words or ")" in words:
             continue
         if words[0] in ("cd", "pushd", "popd"):
             after_cd = True
@@ -370,30 +371,14 @@ def shell_commands(cmd: str) -> list[list[str]]:
     return out
 
 
-def _simple_commands(tokens: list[str]) -> list[list[str]]:
-    """``tokens`` cut at every control operator (``;``, ``&&``, ``|`` ...)."""
-    current: list[str] = []
-    chunks: list[list[str]] = []
-    for tok in tokens:
-        if tok in _CONTROL:
-            chunks.append(current)
-            current = []
-        else:
-            current.append(tok)
-    chunks.append(current)
-    return chunks
-
-
 def _without_redirections(words: list[str]) -> list[str]:
     """``words`` less its redirections and their targets (``2>&1`` has none)."""
     argv: list[str] = []
-    skip = False
-    for w in words:
-        if skip:
-            skip = False
-            continue
+    rest = iter(words)
+    for w in rest:
         if w in ("<", ">", ">>", "<<", "<>", ">&", "<&") or re.fullmatch(r"\d*[<>]+&?\d*", w):
-            skip = not re.fullmatch(r"\d*[<>]&\d+", w)
+            if not re.fullmatch(r"\d*[<>]&\d+", w):
+                next(rest, None)  # its target
             continue
         argv.append(w)
     return argv
