@@ -437,22 +437,17 @@ def _python_target(argv: list[str]) -> tuple[str, str] | None:
     """For ``python [opts] -m MOD`` -> ("module", MOD); ``python [opts] FILE`` -> ("script", FILE)."""
     if not argv or not _PY_NAME.match(os.path.basename(argv[0])):
         return None
-    i = 1
-    while i < len(argv):
-        a = argv[i]
-        if a == "-m" and i + 1 < len(argv):
-            return ("module", argv[i + 1])
-        if a.startswith("-m") and len(a) > 2:
-            return ("module", a[2:])
-        if a == "-c" or a.startswith("-c") or a == "-":
+    rest = iter(argv[1:])
+    for a in rest:
+        if a.startswith("-m"):
+            mod = a[2:] if len(a) > 2 else next(rest, None)
+            return ("module", mod) if mod is not None else None
+        if a.startswith("-c") or a == "-":
             return None
         if a in _PY_OPTS_WITH_ARG:
-            i += 2
-            continue
-        if a.startswith("-"):
-            i += 1
-            continue
-        return ("script", a)
+            next(rest, None)  # its argument
+        elif not a.startswith("-"):
+            return ("script", a)
     return None
 
 
