@@ -149,7 +149,6 @@ class RunSymptom:
 class _LogScan:
     files: list[str] = field(default_factory=list)
     lines: int = 0
-    bytes: int = 0
     truncated: bool = False
     mtime: float | None = None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
@@ -294,7 +293,6 @@ def scan_log(files: list[Path], window: tuple[float, float] | None) -> _LogScan:
                 fh.readline()  # resume at a line boundary
                 skip = 0
             for raw in fh:
-                scan.bytes += len(raw)
                 line = clean_line(raw.decode("utf-8", errors="replace"))
                 scan.lines += 1
                 scan.tail.append(line)
