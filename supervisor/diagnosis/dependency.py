@@ -37,12 +37,8 @@ class DependencyFlag(Flag):
 
 def connection_errors(lines: Iterable[str]) -> list[str]:
     """The lines (rank prefixes stripped) that say a connection failed."""
-    out = []
-    for raw in lines:
-        line = strip_prefixes(raw.rstrip("\n"))[1]
-        if CONNECTION_RE.search(line):
-            out.append(line)
-    return out
+    stripped = (strip_prefixes(raw.rstrip("\n"))[1] for raw in lines)
+    return [line for line in stripped if CONNECTION_RE.search(line)]
 
 
 def dependency_down(

@@ -95,12 +95,7 @@ class RayDeath:
 
 def _split_causes(text: str) -> list[str]:
     parts = [p.strip() for p in _CAUSE_ITEM.split(text) if p.strip()]
-    out = []
-    for p in parts:
-        p = re.sub(r"^(?:or|and)\s+", "", p.rstrip(" ,;."))
-        p = re.sub(r",?\s+or$", "", p)
-        out.append(p)
-    return out
+    return [re.sub(r",?\s+or$", "", re.sub(r"^(?:or|and)\s+", "", p.rstrip(" ,;."))) for p in parts]
 
 
 def describe(lines: Sequence[str], upto: int) -> RayDeath:
