@@ -22,18 +22,10 @@ def diagnose_file(path: str | Path) -> Diagnosis:
     return diagnose(read_tail(path))
 
 
-def exception_and_location(d: Diagnosis, summary: str) -> list[str]:
-    """The lines that show a diagnosis' exception and location under ``summary``."""
-    out = []
-    # the exception once: not again under the summary that already quotes it whole
-    if d.exception and " ".join(d.exception.split())[:200] not in summary:
-        out.append(f"  exception: {d.exception[:300]}")
-    if d.location:
-        out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
-    return out
-
-
 def format_human(path: str, d: Diagnosis) -> str:
+    # (run.py imported only once a human form is wanted, as in diagnose_command)
+    from .run import exception_and_location
+
     out = [f"{path}: {d.category}", f"  {d.summary}", *exception_and_location(d, d.summary)]
     if d.step is not None:
         out.append(f"  step:      {d.step}")

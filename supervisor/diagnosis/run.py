@@ -47,7 +47,6 @@ from ..rundir.logs import log_chain
 from .engine import diagnose
 from .hints import NO_RECURRENCE
 from .normalize import clean_line
-from .offline import exception_and_location
 from .signatures import benign_veto, match_span
 from .stamps import LineClock
 
@@ -817,6 +816,18 @@ def waited(rd: RunDiagnosis) -> set[str]:
     """The components whose every stall another failure explains (they waited; they did not hang)."""
     stalls = [f for f in rd.failures if f.category == "stall" and f.source == "flag"]
     return {f.component for f in stalls} - {f.component for f in stalls if f.own}
+
+
+def exception_and_location(d: Diagnosis, summary: str) -> list[str]:
+    """The lines that show a diagnosis' exception and location under ``summary`` (here and in
+    ``rlsup diagnose FILE``'s human form)."""
+    out = []
+    # the exception once: not again under the summary that already quotes it whole
+    if d.exception and " ".join(d.exception.split())[:200] not in summary:
+        out.append(f"  exception: {d.exception[:300]}")
+    if d.location:
+        out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
+    return out
 
 
 def _diagnosis_lines(d: Diagnosis, rc: RunFailure) -> list[str]:
