@@ -728,10 +728,7 @@ def _failure_symptoms(root: RunFailure, failures: list[RunFailure], groups: dict
     for f in failures:
         if not _is_consequence(f, root):
             continue
-        key = (f.component, f.category)
-        s = groups.get(key)
-        if s is None:
-            s = groups[key] = RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts, f.summary)
+        s = groups.setdefault((f.component, f.category), RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts, f.summary))
         s.count += 1
         _widen(s, f.ts)
 
@@ -755,10 +752,7 @@ def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str,
             # not one that left it up (a hang, a false success): those are some other outage's
             if last is None and root.source == "flag":
                 continue
-            key = (n, cat)
-            s = groups.get(key)
-            if s is None:
-                s = groups[key] = RunSymptom(n, cat, 0, 0, first, last, samples[0] if samples else cat)
+            s = groups.setdefault((n, cat), RunSymptom(n, cat, 0, 0, first, last, samples[0] if samples else cat))
             s.log_lines += count
             s.samples = list(samples)
             _widen(s, first)
