@@ -808,9 +808,7 @@ def _named_wrappers(top: list[_Candidate]) -> list[_Candidate]:
         return top
     top = dead + [c for c in top if c.rich and c.category == dead[0].category]
     named_dead = max(dead, key=lambda c: c.index)
-    for c in top:
-        if c.rich:
-            named_dead.evidence = named_dead.evidence + c.evidence[:1]
+    named_dead.evidence = named_dead.evidence + [e for c in top if c.rich for e in c.evidence[:1]]
     return [named_dead]
 
 
@@ -872,8 +870,7 @@ def _rich_over_bare(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
         # "Worker proc VllmWorker-7 died unexpectedly" says which process died; vLLM's
         # EngineDeadError ("EngineCore encountered an issue. See stack trace above") only reports
         # that one did: the line names the failure, the wrapper is its evidence
-        for c in richer:
-            chosen.evidence = chosen.evidence + c.evidence[:1]
+        chosen.evidence = chosen.evidence + [e for c in richer for e in c.evidence[:1]]
         return chosen
     return _latest_instead(chosen, richer)
 
