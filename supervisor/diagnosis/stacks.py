@@ -105,23 +105,23 @@ def _frame(f: dict[str, object]) -> Frame:
     return Frame(str(f.get("name") or "?"), str(f.get("filename") or "?"), n, native=bool(f.get("module")) or n == 0)
 
 
-_DENIED = re.compile(r"Permission Denied|Operation not permitted|os error 1\)|os error 13\)|ptrace", re.I)
-_NOT_PYTHON = re.compile(r"Failed to find python version|Failed to find a python interpreter|"
-                         r"Failed to get python version", re.I)
-_GONE = re.compile(r"No such process|Failed to get process executable name|os error 3\)|No such file", re.I)
+# (what py-spy says when it printed no stacks, the problem, in words), the first that matches
+_PROBLEMS = (
+    (re.compile(r"Permission Denied|Operation not permitted|os error 1\)|os error 13\)|ptrace", re.I),
+     "denied", "no permission to read its memory (ptrace)"),
+    (re.compile(r"Failed to find python version|Failed to find a python interpreter|Failed to get python version", re.I),
+     "not_python", "not a Python process"),
+    (re.compile(r"No such process|Failed to get process executable name|os error 3\)|No such file", re.I),
+     "gone", "it ended meanwhile"),
+)
 
 
 def classify(stderr: str) -> tuple[str, str]:
     """(problem, words) for a py-spy that printed no stacks: ``denied`` (no ptrace permission),
     ``not_python``, ``gone`` (the process ended meanwhile) or ``failed``."""
+    known = next(((problem, words) for rx, problem, words in _PROBLEMS if rx.search(stderr)), None)
     first = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "no output")
-    if _DENIED.search(stderr):
-        return "denied", "no permission to read its memory (ptrace)"
-    if _NOT_PYTHON.search(stderr):
-        return "not_python", "not a Python process"
-    if _GONE.search(stderr):
-        return "gone", "it ended meanwhile"
-    return "failed", f"py-spy: {first[:200]}"
+    return known or ("failed", f"py-spy: {first[:200]}")
 
 
 def ptrace_hint(scope: str | None, root: bool) -> str:
