@@ -37,12 +37,8 @@ class DependencyFlag(Flag):
 
 def connection_errors(lines: Iterable[str]) -> list[str]:
     """The lines (rank prefixes stripped) that say a connection failed."""
-    out = []
-    for raw in lines:
-        line = strip_prefixes(raw.rstrip("\n"))[1]
-        if CONNECTION_RE.search(line):
-            out.append(line)
-    return out
+    stripped = (strip_prefixes(raw.rstrip("\n"))[1] for raw in lines)
+    return [line for line in stripped if CONNECTION_RE.search(line)]
 
 
 def dependency_down(
@@ -81,13 +77,7 @@ def dependency_down(
     what = f"{len(errs)} connection error line(s)" if errs else "exits diagnosed " + "/".join(sorted(set(cats)))
     msg = f"{component} cannot reach its dependency {', '.join(parts)}: {what}"
     # The most recent errors, deduplicated, say more than the first of hundreds of retries.
-    shown: list[str] = []
-    for line in reversed(errs):
-        if line not in shown:
-            shown.append(line)
-        if len(shown) >= MAX_EVIDENCE_LINES:
-            break
-    shown.reverse()
+    shown = list(dict.fromkeys(reversed(errs)))[:MAX_EVIDENCE_LINES][::-1]
     facts = [f"dependency {d}: state {deps[d]}" + (", probe failing" if probes_failing.get(d) else "")
              for d in down]
     names = " and ".join(down)

@@ -46,6 +46,7 @@ from .signatures import (
 )
 from .tracebacks import (
     FRAME,
+    WRAP_MIN,
     Chain,
     ElasticFailure,
     Exc,
@@ -56,6 +57,7 @@ from .tracebacks import (
     find_fatal_stacks,
     find_timeout_dumps,
     is_user_frame,
+    locate,
 )
 from .tracebacks import (
     TRACEBACK_START as TRACEBACK_HEADER,
@@ -160,10 +162,7 @@ _PROGRESS_ONLY = re.compile(r"^\W*(?:step\b|\d+%\|)", re.I)
 
 def _last_words(norm: list[Line]) -> list[Line]:
     """The last line a process printed before it was killed that is not a mere step or progress line."""
-    for x in reversed(norm[-20:]):
-        if x.text.strip() and not _PROGRESS_ONLY.match(x.text):
-            return [x]
-    return []
+    return [x for x in reversed(norm[-20:]) if x.text.strip() and not _PROGRESS_ONLY.match(x.text)][:1]
 
 
 def _stopped_by_rlsup(norm: list[Line], reason: str, last_step: int | None) -> Diagnosis:
@@ -199,11 +198,11 @@ def _host_oom(host: HostEvidence, pids_seen: tuple[int | None, ...], sig: str | 
     hit = (not pids) or bool(pids & set(host.oom_killed_pids))
     if not (hit and sig in (None, "SIGKILL")):
         return None
-    victims = sorted(host.oom_killed_pids & pids) if pids else sorted(host.oom_killed_pids)
-    who = f"pid {victims[0]}" if victims else "a process of this component"
+    # (never empty: the kernel killed one of pids, or, with no pid known, some process)
+    victim = min(pids & host.oom_killed_pids or host.oom_killed_pids)
     return Diagnosis(
         "host_oom",
-        f"killed by the kernel OOM killer ({who}): host memory exhausted",
+        f"killed by the kernel OOM killer (pid {victim}): host memory exhausted",
         None,
         best.location if best else None,
         last_step,
@@ -357,9 +356,7 @@ def _logged_and_carried_on(ch: Chain, norm: list[Line]) -> bool:
     record = norm[first - 1]
     if not (record.prefixed and record.stream == norm[first].stream and record.text.strip()):
         return False
-    after = find_step(norm[last + 1:])
-    before = find_step(norm[:first])
-    return after is not None and (before is None or after > before)
+    return _stepped_past(norm, first, last)
 
 
 def _locate_at_driver(c: _Candidate, ch: Chain, pch: Chain, pc: _Candidate) -> None:
@@ -395,7 +392,11 @@ def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
 def _progress_after(norm: list[Line], start: int, end: int) -> bool:
     """Training went on to a later step after lines start..end."""
     pos = {ln.index: k for k, ln in enumerate(norm)}
-    first, last = pos.get(start, 0), pos.get(end, len(norm) - 1)
+    return _stepped_past(norm, pos.get(start, 0), pos.get(end, len(norm) - 1))
+
+
+def _stepped_past(norm: list[Line], first: int, last: int) -> bool:
+    """Training went on to a later step after norm[first..last] (positions in ``norm``)."""
     after = find_step(norm[last + 1:])
     before = find_step(norm[:first])
     return after is not None and (before is None or after > before)
@@ -416,9 +417,7 @@ def _fatal_stack_candidates(tail: _Tail) -> list[_Candidate]:
     for fs in find_fatal_stacks(tail.norm):
         cat = "segfault" if "Segmentation" in fs.kind or "Bus error" in fs.kind else "fatal_python_error"
         tier = PRIMARY if cat == "segfault" else SIGNAL
-        loc = fs.user_location()
-        library = loc is None and fs.innermost() is not None
-        loc = loc or fs.innermost()
+        loc, library = locate(fs.frames[::-1])
         summary = f"Fatal Python error: {fs.kind}" + (f" in {short_location(loc)}" if loc else "")
         out.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True, library=library))
         tail.covered.add(fs.index)
@@ -434,17 +433,15 @@ def _timeout_dump_candidates(tail: _Tail) -> list[_Candidate]:
         tail.covered.add(fs.index)
         if fs.index < tail.recovered_after:
             continue
-        loc = fs.user_location()
-        library = loc is None and fs.innermost() is not None
-        loc = loc or fs.innermost()
+        loc, library = locate(fs.frames[::-1])
         summary = f"hung: faulthandler's {fs.kind} dump" + (f", waiting in {short_location(loc)}" if loc else "")
         out.append(_Candidate(fs.index, "watchdog_timeout", COLLATERAL, summary, None, loc, list(fs.lines),
                               rich=True, library=library))
     return out
 
 
-_ELASTIC_SIGNAL_CATEGORY = {"SIGKILL": "killed", "SIGTERM": "killed", "SIGSEGV": "segfault", "SIGBUS": "segfault",
-                            "SIGABRT": "fatal_python_error"}
+# what a death by each signal is, as a launcher or torchelastic reports it (any other: killed)
+_SIGNAL_CATEGORY = {"SIGSEGV": "segfault", "SIGBUS": "segfault", "SIGABRT": "fatal_python_error"}
 
 
 def _elastic_candidates(tail: _Tail) -> list[_Candidate]:
@@ -460,7 +457,7 @@ def _elastic_candidate(ef: ElasticFailure) -> _Candidate:
     if ef.local_rank is not None and ef.local_rank != ef.rank:
         who += f" (local_rank {ef.local_rank})"
     if ef.signal:
-        cat = _ELASTIC_SIGNAL_CATEGORY.get(ef.signal, "killed")
+        cat = _SIGNAL_CATEGORY.get(ef.signal, "killed")
         summary = f"{who} died of {ef.signal} (exitcode {ef.exitcode}, pid {ef.pid}) - torchrun root cause"
         return _Candidate(ef.index, cat, SIGNAL, summary, None, None, ef.lines, rich=True)
     if ef.traceback:
@@ -558,11 +555,7 @@ def _engine_dead_location(tail: _Tail, k: int, text: str) -> tuple[str | None, b
     if not (TRACEBACK_HEADER.search(text) or (
             k + 1 < len(norm) and TRACEBACK_HEADER.search(norm[k + 1].text) and norm[k + 1].index not in tail.covered)):
         return None, False
-    frames = _frames_after(norm, k)
-    if not frames:
-        return None, False
-    user = [f for f in frames if is_user_frame(f.file)]
-    return (user or frames)[-1].location, not user
+    return locate(_frames_after(norm, k))
 
 
 def _signature_summary(name: str, text: str, loc: str | None, library: bool) -> str:
@@ -624,14 +617,11 @@ def _drop_orderly_shutdown(cands: list[_Candidate], norm: list[Line]) -> list[_C
     return [c for c in cands if not (c.category == "inference_engine_dead" and c.index > asked)]
 
 
-_WRAP_MIN = 80  # a terminal wraps long lines; shorter ones end where the program ended them
-
-
 def _wrapped(norm: list[Line], k: int, text: str) -> str | None:
     """The line joined with the next one when a terminal wrapped it there ("... (4.26 GiB KV cach"
     + "e is needed, which is larger than ..."): a long line, followed by one of the same stream
     (or none) that starts no record of its own."""
-    if len(text) < _WRAP_MIN or k + 1 >= len(norm):
+    if len(text) < WRAP_MIN or k + 1 >= len(norm):
         return None
     nxt = norm[k + 1]
     cont = nxt.text.rstrip()
@@ -639,10 +629,6 @@ def _wrapped(norm: list[Line], k: int, text: str) -> str | None:
             or cont.lstrip().startswith(("File \"", "Traceback"))):
         return None
     return (norm[k].text + cont).strip()
-
-
-_LAUNCHER_SIGNAL_CATEGORY = {"SIGKILL": "killed", "SIGTERM": "killed", "SIGINT": "killed", "SIGSEGV": "segfault",
-                             "SIGBUS": "segfault", "SIGABRT": "fatal_python_error"}
 
 
 def _launcher_candidate(ln: Line, text: str) -> _Candidate | None:
@@ -657,7 +643,7 @@ def _launcher_candidate(ln: Line, text: str) -> _Candidate | None:
         shown = text if len(text) <= 200 else "... " + text[-160:]
         if code < 0:
             sig = signal_name(-code)
-            cat = _LAUNCHER_SIGNAL_CATEGORY.get(sig, "killed")
+            cat = _SIGNAL_CATEGORY.get(sig, "killed")
             return _Candidate(ln.index, cat, SIGNAL, f"a launched process died of {sig} (return code {code})",
                               None, None, [shown], rich=True)
         return _Candidate(ln.index, "unknown", WRAPPER, f"a launched process exited with return code {code}",
@@ -822,9 +808,7 @@ def _named_wrappers(top: list[_Candidate]) -> list[_Candidate]:
         return top
     top = dead + [c for c in top if c.rich and c.category == dead[0].category]
     named_dead = max(dead, key=lambda c: c.index)
-    for c in top:
-        if c.rich:
-            named_dead.evidence = named_dead.evidence + c.evidence[:1]
+    named_dead.evidence = named_dead.evidence + [e for c in top if c.rich for e in c.evidence[:1]]
     return [named_dead]
 
 
@@ -886,14 +870,9 @@ def _rich_over_bare(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
         # "Worker proc VllmWorker-7 died unexpectedly" says which process died; vLLM's
         # EngineDeadError ("EngineCore encountered an issue. See stack trace above") only reports
         # that one did: the line names the failure, the wrapper is its evidence
-        for c in richer:
-            chosen.evidence = chosen.evidence + c.evidence[:1]
+        chosen.evidence = chosen.evidence + [e for c in richer for e in c.evidence[:1]]
         return chosen
-    if not richer:
-        return chosen
-    r = max(richer, key=lambda c: c.index)
-    r.evidence = r.evidence + [chosen.evidence[0]] if chosen.evidence else r.evidence
-    return r
+    return _latest_instead(chosen, richer)
 
 
 # applied in this order to the latest candidate of the best tier
@@ -947,9 +926,8 @@ def _ray_task_candidate(norm: list[Line], k: int, ln: Line, text: str) -> _Candi
     cat, tier = classify_exception(exc[1] if exc else f"{cause}: ") if exc or cause else ("python_exception", PRIMARY)
     if tier == WRAPPER:
         cat, tier = "python_exception", PRIMARY
-    user = [f for f in frames if is_user_frame(f.file)]
-    loc = (user or frames)[-1].location if frames else None
-    where = f" at {short_location(loc)}" if loc and user else ""
+    loc, library = locate(frames)
+    where = f" at {short_location(loc)}" if loc and not library else ""
     head = f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: "
     if exc is not None:
         summary = head + _shorten(exc[1]) + where
@@ -957,7 +935,7 @@ def _ray_task_candidate(norm: list[Line], k: int, ln: Line, text: str) -> _Candi
         summary = head + (f"{cause} in " if cause else "") + "the traceback is cut off before its exception" + where
     evidence = [text] + [f'File "{f.file}", line {f.line}, in {f.func}' for f in frames[-3:]] + ([exc[1]] if exc else [])
     return _Candidate(exc[0] if exc else ln.index, cat, tier, summary, exc[1] if exc else None, loc, evidence,
-                      rich=True, library=bool(loc) and not user, stream=ln.stream)
+                      rich=True, library=library, stream=ln.stream)
 
 
 def _exception_after_frames(norm: list[Line], k: int) -> tuple[int, str] | None:
@@ -1058,10 +1036,7 @@ def _rank_tag(text: str) -> str:
 
 
 def _last_index(norm: list[Line], pat: re.Pattern[str]) -> int:
-    for ln in reversed(norm):
-        if pat.search(ln.text):
-            return ln.index
-    return -1
+    return next((ln.index for ln in reversed(norm) if pat.search(ln.text)), -1)
 
 
 def _tail_evidence(norm: list[Line], n: int = 5) -> list[str]:

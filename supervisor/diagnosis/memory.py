@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from .patterns import Flag
 
 _KINDS = {"rss": "host RSS", "gpu": "GPU memory"}
+_MAX_SAMPLES = 512  # per kind
 
 
 @dataclass(frozen=True)
@@ -66,17 +67,17 @@ class MemoryGrowthDetector:
     limit will be hit at the current rate.
     """
 
-    def __init__(self, *, min_samples: int = 8, min_growth_mb: float = 512.0, min_fraction: float = 0.2,
-                 window_s: float = 3600.0, min_r2: float = 0.8, min_rising: float = 0.7,
-                 max_samples: int = 512, rss_limit_mb: float | None = None, gpu_limit_mb: float | None = None):
+    min_fraction = 0.2  # growth relative to the first level
+    min_r2 = 0.8
+    min_rising = 0.7
+
+    def __init__(self, *, min_samples: int = 8, min_growth_mb: float = 512.0, window_s: float = 3600.0,
+                 rss_limit_mb: float | None = None, gpu_limit_mb: float | None = None):
         self.min_samples = min_samples
         self.min_growth_mb = min_growth_mb
-        self.min_fraction = min_fraction
         self.window_s = window_s
-        self.min_r2 = min_r2
-        self.min_rising = min_rising
         self.limits = {"rss": rss_limit_mb, "gpu": gpu_limit_mb}
-        self._series: dict[str, deque[_Sample]] = {k: deque(maxlen=max_samples) for k in _KINDS}
+        self._series: dict[str, deque[_Sample]] = {k: deque(maxlen=_MAX_SAMPLES) for k in _KINDS}
         # kind -> memory level when flagged (the episode is open while this is set)
         self._flagged: dict[str, float] = {}
 
@@ -90,14 +91,9 @@ class MemoryGrowthDetector:
         """Add one sample; a ``memory_growth`` flag the first time growth qualifies, else None."""
         if step is None:
             return None
-        out: Flag | None = None
-        for kind, mb in (("rss", rss_mb), ("gpu", gpu_mb)):
-            if mb is None:
-                continue
-            flag = self._observe_one(kind, ts, int(step), float(mb))
-            if out is None:
-                out = flag
-        return out
+        flags = [self._observe_one(kind, ts, int(step), float(mb))  # (each kind is observed)
+                 for kind, mb in (("rss", rss_mb), ("gpu", gpu_mb)) if mb is not None]
+        return next((f for f in flags if f is not None), None)
 
     def _observe_one(self, kind: str, ts: float, step: int, mb: float) -> Flag | None:
         series = self._series[kind]

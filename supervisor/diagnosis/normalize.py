@@ -9,7 +9,7 @@ came from, which lets interleaved tracebacks of several ranks be read one rank a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Each pattern matches one prefix at the start of a line; group "stream" (when present) names the
 # process/rank the line came from. A single separating space is consumed so that the indentation
@@ -76,6 +76,7 @@ _PLAIN_PREFIXES = [
     re.compile(r"^\[[^\]]{1,80}\] "),
 ]
 
+_PREFIXES = _STREAM_PREFIXES + _PLAIN_PREFIXES
 _MAX_PASSES = 8
 _RANK_TAG = re.compile(r"\bRank (\d+)\]")
 # SGR colour codes whose ESC byte was lost on the way into an issue ("[36m(WorkerDict pid=1)[0m");
@@ -109,36 +110,24 @@ def strip_prefixes(raw: str) -> tuple[str, str]:
         text = _RAY_REPEATED.sub("", text)
     stream = ""
     for _ in range(_MAX_PASSES):
-        text, stream, by_stream = _strip_stream_prefixes(text, stream)
-        text, stream, plain = _strip_plain_prefixes(text, stream)
-        if not (by_stream or plain):
+        text, stream, changed = _strip_once(text, stream)
+        if not changed:
             break
     return stream, text
 
 
-def _strip_stream_prefixes(text: str, stream: str) -> tuple[str, str, bool]:
-    """One pass of the prefixes that name a stream (a Ray worker, a rank): (text, stream, whether any was removed)."""
+def _strip_once(text: str, stream: str) -> tuple[str, str, bool]:
+    """One pass of the prefixes that name a stream (a Ray worker, a rank), then of the plain ones
+    (timestamps, log levels), where a rank tag names the stream when nothing else did: (text, stream,
+    whether any was removed)."""
     changed = False
-    for pat in _STREAM_PREFIXES:
+    for pat in _PREFIXES:
         m = pat.match(text)
         if m and m.end() > 0:
-            s = m.groupdict().get("stream")
+            s = m.groupdict().get("stream")  # (only the stream prefixes have one)
             if s:
                 stream = s if not stream else f"{stream}/{s}"
-            text = text[m.end():]
-            changed = True
-    return text, stream, changed
-
-
-def _strip_plain_prefixes(text: str, stream: str) -> tuple[str, str, bool]:
-    """One pass of the plain prefixes (timestamps, log levels); a rank tag among them names the stream
-    when nothing else did: (text, stream, whether any was removed)."""
-    changed = False
-    for pat in _PLAIN_PREFIXES:
-        m = pat.match(text)
-        if m and m.end() > 0:
-            rank = _RANK_TAG.search(m.group(0))
-            if rank and not stream:
+            elif not stream and (rank := _RANK_TAG.search(m.group(0))):
                 stream = f"rank{rank.group(1)}"
             text = text[m.end():]
             changed = True
@@ -163,14 +152,8 @@ def split_glued(raw: str) -> list[str]:
     if len(parts) == 1:
         return [raw]
     # split() with one group returns [before, bar, after, bar, after...]: keep each bar with its text
-    out: list[str] = []
-    cur = parts[0]
-    for k in range(1, len(parts), 2):
-        out.append(cur + parts[k])
-        cur = parts[k + 1]
-    if cur:
-        out.append(cur)
-    return out
+    out = [text + bar for text, bar in zip(parts[0::2], parts[1::2], strict=False)]
+    return out + [parts[-1]] if parts[-1] else out
 
 
 # rich's box-drawn traceback (rich.traceback, typer, accelerate's CLI): a frame is "│ PATH:LINE in FUNC │"
@@ -224,7 +207,7 @@ def _ipython_frames(out: list[Line]) -> list[Line]:
     res = list(out)
     for k, ln in enumerate(out):
         if _COLAB_FOLDED.match(ln.text):
-            res[k] = _with_text(ln, "")
+            res[k] = replace(ln, text="")
             continue
         m = _IPYTHON_FRAME.match(ln.text)
         if not m:
@@ -234,14 +217,10 @@ def _ipython_frames(out: list[Line]) -> list[Line]:
                 break
             mark = _IPYTHON_MARK.match(out[j].text)
             if mark:
-                res[k] = _with_text(ln, f'  File "{m.group("file")}", line {mark.group("line")}, in {m.group("func")}')
-                res[j] = _with_text(out[j], "    " + out[j].text)
+                res[k] = replace(ln, text=f'  File "{m.group("file")}", line {mark.group("line")}, in {m.group("func")}')
+                res[j] = replace(out[j], text="    " + out[j].text)
                 break
     return res
-
-
-def _with_text(ln: Line, text: str) -> Line:
-    return Line(ln.index, ln.stream, text, ln.prefixed)
 
 
 def normalize(lines: list[str] | tuple[str, ...]) -> list[Line]:

@@ -17,18 +17,16 @@ def read_tail(path: str | Path, tail_lines: int = 2000) -> list[str]:
     return [clean_line(x) for x in last_lines(path, tail_lines)]
 
 
-def diagnose_file(path: str | Path, *, tail_lines: int = 2000) -> Diagnosis:
+def diagnose_file(path: str | Path) -> Diagnosis:
     """Diagnose a saved log offline (only the log is known: no exit code, no host evidence)."""
-    return diagnose(read_tail(path, tail_lines))
+    return diagnose(read_tail(path))
 
 
 def format_human(path: str, d: Diagnosis) -> str:
-    out = [f"{path}: {d.category}", f"  {d.summary}"]
-    # the exception once: not again under the summary that already quotes it whole
-    if d.exception and " ".join(d.exception.split())[:200] not in d.summary:
-        out.append(f"  exception: {d.exception[:300]}")
-    if d.location:
-        out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
+    # (run.py imported only once a human form is wanted, as in diagnose_command)
+    from .run import exception_and_location
+
+    out = [f"{path}: {d.category}", f"  {d.summary}", *exception_and_location(d, d.summary)]
     if d.step is not None:
         out.append(f"  step:      {d.step}")
     if d.hint:
@@ -64,14 +62,11 @@ def diagnose_command(paths: list[str], as_json: bool, out: TextIO, err: TextIO |
             continue
         results[p] = d.to_dict()
         human.append(format_human(p, d))
-    if as_json:
-        if len(paths) == 1:
-            if results:
-                json.dump(next(iter(results.values())), out, indent=2)
-                out.write("\n")
-        else:
-            json.dump(results, out, indent=2)
-            out.write("\n")
-    else:
+    if not as_json:
         out.write("\n\n".join(human) + ("\n" if human else ""))
+        return rc
+    doc = next(iter(results.values()), None) if len(paths) == 1 else results  # one path: its result alone
+    if doc is not None:
+        json.dump(doc, out, indent=2)
+        out.write("\n")
     return rc

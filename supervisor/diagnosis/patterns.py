@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import takewhile
 
 from ..records.attempts import Attempt as AttemptRecord  # the one attempt model; the name stays for callers
 
@@ -41,16 +42,13 @@ def detect_attempt_patterns(
     """Flags for the latest attempt of ``history`` (oldest first). Empty history, no flags."""
     if not history:
         return []
-    flags: list[Flag] = []
-    for f in (
+    flags = (
         _repeated_error(history, repeat_count),
         _step_crash(history, step_window, repeat_count),
         _crash_loop(history, crash_loop_uptime_s, crash_loop_count),
         _false_success(history, total),
-    ):
-        if f is not None:
-            flags.append(f)
-    return flags
+    )
+    return [f for f in flags if f is not None]
 
 
 def _repeated_error(history: Sequence[AttemptRecord], need: int) -> Flag | None:
@@ -59,12 +57,7 @@ def _repeated_error(history: Sequence[AttemptRecord], need: int) -> Flag | None:
     if not last.failed or d.category in _NO_SIGNATURE:
         return None
     sig = d.signature()
-    run = 0
-    for rec in reversed(history):
-        if rec.failed and rec.diagnosis.signature() == sig:
-            run += 1
-        else:
-            break
+    run = len(list(takewhile(lambda rec: rec.failed and rec.diagnosis.signature() == sig, reversed(history))))
     if run < need:
         return None
     fatal = d.category not in _TRANSIENT
@@ -76,12 +69,7 @@ def _repeated_error(history: Sequence[AttemptRecord], need: int) -> Flag | None:
 
 
 def _crash_loop(history: Sequence[AttemptRecord], uptime_s: float, need: int) -> Flag | None:
-    loop: list[AttemptRecord] = []
-    for rec in reversed(history):
-        if not rec.ready or rec.uptime_s < uptime_s:
-            loop.append(rec)
-        else:
-            break
+    loop = list(takewhile(lambda rec: not rec.ready or rec.uptime_s < uptime_s, reversed(history)))
     if len(loop) < need:
         return None
     loop.reverse()
@@ -99,14 +87,11 @@ def _crash_loop(history: Sequence[AttemptRecord], uptime_s: float, need: int) ->
 
 def _step_crash(history: Sequence[AttemptRecord], window: int, need: int) -> Flag | None:
     last = history[-1]
-    if not last.failed or last.step is None:
+    at_step = last.step
+    if not last.failed or at_step is None:
         return None
-    run: list[AttemptRecord] = []
-    for rec in reversed(history):
-        if rec.failed and rec.step is not None and abs(rec.step - last.step) <= window:
-            run.append(rec)
-        else:
-            break
+    run = list(takewhile(lambda rec: rec.failed and rec.step is not None and abs(rec.step - at_step) <= window,
+                         reversed(history)))
     if len(run) < need:
         return None
     steps = sorted({r.step for r in run if r.step is not None})

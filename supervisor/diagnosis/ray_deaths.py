@@ -95,24 +95,17 @@ class RayDeath:
 
 def _split_causes(text: str) -> list[str]:
     parts = [p.strip() for p in _CAUSE_ITEM.split(text) if p.strip()]
-    out = []
-    for p in parts:
-        p = re.sub(r"^(?:or|and)\s+", "", p.rstrip(" ,;."))
-        p = re.sub(r",?\s+or$", "", p)
-        out.append(p)
-    return out
+    return [re.sub(r",?\s+or$", "", re.sub(r"^(?:or|and)\s+", "", p.rstrip(" ,;."))) for p in parts]
 
 
-def describe(lines: Sequence[str], upto: int | None = None) -> RayDeath:
+def describe(lines: Sequence[str], upto: int) -> RayDeath:
     """The last Ray death the lines (normalized text, oldest first) report, up to index ``upto``."""
-    every = list(lines)
-    texts = every if upto is None else every[: upto + 1]
     rd = RayDeath()
-    start = _block_start(texts)
+    start = _block_start(list(lines[: upto + 1]))
     if start is None:
         return rd
     # the block: the header and the field/reason lines under it (a few lines past the end scanned)
-    for t in every[start: start + 14]:
+    for t in lines[start: start + 14]:
         _read_block_line(rd, t)
     return rd
 
@@ -138,7 +131,12 @@ def _read_block_line(rd: RayDeath, t: str) -> None:
     if fm:
         rd.fields.setdefault(fm.group("key"), fm.group("value"))
         return
-    said += [read(rd, t) for read in _READERS]
+    for pat, attr, value in _FIRST_SAID:
+        m = pat.search(t)
+        if m and getattr(rd, attr) in (None, []):
+            setattr(rd, attr, value(m))
+        said.append(m is not None)
+    said.append(_read_unavailable(rd, t))
     _read_detail(rd, t)  # (a line with only the detail is not kept as evidence)
     if t.strip() and any(said):
         rd.lines.append(t.strip())
@@ -167,38 +165,10 @@ def _read_raylet_death(rd: RayDeath, t: str) -> bool:
     return True
 
 
-def _read_because(rd: RayDeath, t: str) -> bool:
-    bm = _BECAUSE.search(t)
-    if bm and rd.why is None:
-        rd.why = "its " + bm.group("why").removeprefix("its ").strip()
-    return bm is not None
-
-
-def _read_exit_type(rd: RayDeath, t: str) -> bool:
-    em = _EXIT_TYPE.search(t)
-    if em and rd.exit_type is None:
-        rd.exit_type = em.group("type").replace(" ", "")
-    return em is not None
-
-
 def _read_detail(rd: RayDeath, t: str) -> None:
     dm = _DETAIL.search(t)
     if dm and rd.detail is None:
         rd.detail = dm.group("detail")
-
-
-def _read_causes(rd: RayDeath, t: str) -> bool:
-    cm = _CAUSES.search(t)
-    if cm and not rd.causes:
-        rd.causes = _split_causes(cm.group("causes"))
-    return cm is not None
-
-
-def _read_node_reason(rd: RayDeath, t: str) -> bool:
-    nm = _NODE_REASON.search(t)
-    if nm and rd.node_reason is None:
-        rd.node_reason = nm.group("how").strip().rstrip(".")
-    return nm is not None
 
 
 def _read_unavailable(rd: RayDeath, t: str) -> bool:
@@ -208,6 +178,11 @@ def _read_unavailable(rd: RayDeath, t: str) -> bool:
     return um is not None
 
 
-# each reads one thing a line may say and whether it said it (all run on every line)
-_READERS: tuple[Callable[[RayDeath, str], bool], ...] = (
-    _read_because, _read_exit_type, _read_causes, _read_node_reason, _read_unavailable)
+# What a line may say of the death, read where it first says it (every line is tried against each):
+# (pattern, the RayDeath field it fills, the field's value)
+_FIRST_SAID: tuple[tuple[re.Pattern[str], str, Callable[[re.Match[str]], object]], ...] = (
+    (_BECAUSE, "why", lambda m: "its " + m.group("why").removeprefix("its ").strip()),
+    (_EXIT_TYPE, "exit_type", lambda m: m.group("type").replace(" ", "")),
+    (_CAUSES, "causes", lambda m: _split_causes(m.group("causes"))),
+    (_NODE_REASON, "node_reason", lambda m: m.group("how").strip().rstrip(".")),
+)

@@ -109,12 +109,10 @@ def _int(v: Any) -> int | None:
 
 def parse_nodes(payload: bytes | str | Mapping[str, Any]) -> list[RayNode]:
     """The nodes of ``GET /api/v0/nodes`` (detail or not)."""
-    out = []
-    for r in _rows(payload):
-        out.append(RayNode(node_id=str(r.get("node_id") or ""), ip=str(r.get("node_ip") or ""),
-                           name=str(r.get("node_name") or ""), is_head=bool(r.get("is_head_node")),
-                           state=str(r.get("state") or "UNKNOWN"), message=r.get("state_message") or None))
-    return out
+    return [RayNode(node_id=str(r.get("node_id") or ""), ip=str(r.get("node_ip") or ""),
+                    name=str(r.get("node_name") or ""), is_head=bool(r.get("is_head_node")),
+                    state=str(r.get("state") or "UNKNOWN"), message=r.get("state_message") or None)
+            for r in _rows(payload)]
 
 
 def _first_lines(text: str, n: int = 3) -> str:
@@ -202,22 +200,21 @@ def refine(diag: Mapping[str, Any], deaths: RayDeaths, nodes: Mapping[str, RayNo
     if not deaths:
         return out
     causes = deaths.causes()
-    dead_nodes = {n.node_id: n for n in deaths.nodes}
+    own = [a for a in causes if not a.consequential]  # deaths that are no other death's consequence
+    known = {**nodes, **{n.node_id: n for n in deaths.nodes}}
     out["ray"] = {"url": url, "dead_nodes": [n.to_dict() for n in deaths.nodes],
-                  "dead_actors": [{**a.to_dict(), "death": actor_death(a, {**nodes, **dead_nodes})} for a in causes]}
+                  "dead_actors": [{**a.to_dict(), "death": actor_death(a, known)} for a in causes]}
     lines = [f"{url}/api/v0/nodes: {n.death()}" for n in deaths.nodes]
-    lines += [f"{url}/api/v0/actors: {actor_death(a, {**nodes, **dead_nodes})}"
-              for a in causes if not a.consequential][:5]
+    lines += [f"{url}/api/v0/actors: {actor_death(a, known)}" for a in own][:5]
     out["evidence"] = list(diag.get("evidence") or []) + lines
-    first = next((a for a in causes if not a.consequential), None)
     cat = diag.get("category")
     exc = str(diag.get("exception") or "")
     ray_exc = any(x in exc for x in RAY_EXCEPTIONS)
     if cat in OUTRANKED or ray_exc:
-        if first is not None:
-            text = actor_death(first, {**nodes, **dead_nodes})
-            more = len([a for a in causes if not a.consequential]) - 1
-            out["summary"] = text + (f" (and {more} more actor{'s' if more > 1 else ''})" if more > 0 else "")
+        if own:
+            more = len(own) - 1
+            out["summary"] = actor_death(own[0], known) + (
+                f" (and {more} more actor{'s' if more > 1 else ''})" if more > 0 else "")
             out["category"] = "ray_actor_died"
         elif deaths.nodes:
             out["summary"] = f"{deaths.nodes[0].death()} (Ray's state API); the program ended after it"

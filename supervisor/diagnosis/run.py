@@ -148,7 +148,6 @@ class RunSymptom:
 class _LogScan:
     files: list[str] = field(default_factory=list)
     lines: int = 0
-    bytes: int = 0
     truncated: bool = False
     mtime: float | None = None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
@@ -255,26 +254,14 @@ def _iso(ts: float | None) -> str | None:
 # reading
 
 
-def read_journal(path: Path) -> tuple[list[Record], int]:
-    """Events in order, as typed records, through the one journal reader (a damaged line is skipped,
-    noted with its line number); how many lines were damaged."""
-    records = list(read_records(path))
-    return records, len(DAMAGE.get(str(path), {}))
-
-
 def _when(r: Record) -> float | None:
     """A record's time; None where it had none (the parser gives such a record the time 0: no
     journal was written in 1970)."""
     return r.ts or None
 
 
-def log_files(logs: Path, name: str) -> list[Path]:
-    """NAME.log and its rotations, oldest first (NAME.log.3, NAME.log.2, NAME.log.1, NAME.log)."""
-    return [f.path for f in log_chain(logs / f"{name}.log")]
-
-
-def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES, window: tuple[float, float] | None = None) -> _LogScan:
-    """Every line of the newest ``budget`` bytes of a component's logs: the failure lines of each
+def scan_log(files: list[Path], window: tuple[float, float] | None) -> _LogScan:
+    """Every line of the newest LOG_SCAN_BYTES of a component's logs: the failure lines of each
     category (count, first and last time a line carries), the tail the exit diagnosis would read.
     ``window``: from when to when the journal says the component ran (places lines stamped with a time
     of day only; see stamps.py)."""
@@ -289,7 +276,7 @@ def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES, window: tuple[floa
         sizes.append(st.st_size)
         scan.mtime = st.st_mtime if scan.mtime is None else max(scan.mtime, st.st_mtime)
     # skip the oldest bytes beyond the budget
-    skip = max(0, sum(sizes) - budget)
+    skip = max(0, sum(sizes) - LOG_SCAN_BYTES)
     scan.truncated = skip > 0
     for p, size in zip(files, sizes, strict=True):
         if skip >= size:
@@ -305,7 +292,6 @@ def scan_log(files: list[Path], budget: int = LOG_SCAN_BYTES, window: tuple[floa
                 fh.readline()  # resume at a line boundary
                 skip = 0
             for raw in fh:
-                scan.bytes += len(raw)
                 line = clean_line(raw.decode("utf-8", errors="replace"))
                 scan.lines += 1
                 scan.tail.append(line)
@@ -363,7 +349,7 @@ def _count(scan: _LogScan, line: str) -> None:
 # the run
 
 
-def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagnosis:
+def diagnose_run(run_dir: Path) -> RunDiagnosis:
     """The root cause of the run in ``run_dir`` and the symptoms it caused: the journal's facts, each
     component's log, when each failure recovered, then the root cause and what followed it."""
     run_dir = Path(run_dir)
@@ -371,22 +357,23 @@ def diagnose_run(run_dir: Path, *, log_budget: int = LOG_SCAN_BYTES) -> RunDiagn
     facts = _JournalFacts()
     for r in events:
         facts.read(r)
-    scans = _scan_logs(run_dir, events, facts, log_budget, notes)
+    scans = _scan_logs(run_dir, events, facts, notes)
     _place_recoveries(facts)
     failures = facts.failures
     failures.sort(key=lambda f: (f.ts is None, f.ts or 0.0))
     root = _root(failures, journal=bool(events))
     symptoms = _symptoms(root, failures, scans) if root else []
-    _count_symptom_lines(facts.comps, scans)
     return RunDiagnosis(str(run_dir), facts.name, facts.started, facts.ended, root, symptoms, failures,
                         dict(sorted(facts.comps.items())), notes)
 
 
 def _journal_events(run_dir: Path) -> tuple[list[Record], list[str]]:
-    """The journal's events, and the notes on what it lacked."""
+    """The journal's events in order, as typed records, through the one journal reader (a damaged line is
+    skipped, noted with its line number), and the notes on what it lacked."""
     notes: list[str] = []
-    events, bad = read_journal(run_dir / "events.jsonl")
-    if bad:
+    path = run_dir / "events.jsonl"
+    events = list(read_records(path))
+    if bad := len(DAMAGE.get(str(path), {})):
         notes.append(f"{bad} journal line(s) were not events (damaged: torn, foreign or corrupt) and were skipped "
                      "or mended")
     if not events:
@@ -525,23 +512,25 @@ def _false_success(c: str, ts: float | None, msg: str, evidence: list[str], att:
                       own=True)
 
 
-def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, log_budget: int,
-               notes: list[str]) -> dict[str, _LogScan]:
-    """Every component's log: the components the journal names and any log in logs/. A log that ends
-    in a failure the journal has no exit for becomes a failure of its own."""
+def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes: list[str]) -> dict[str, _LogScan]:
+    """Every component's log: the components the journal names and any log in logs/, with its files and
+    how many lines of each failure kind it holds. A log that ends in a failure the journal has no exit for
+    becomes a failure of its own."""
     logs_dir = run_dir / "logs"
     names = set(facts.comps) | _log_names(logs_dir)
     lived, last_ts = _lifetimes(events)
     scans: dict[str, _LogScan] = {}
     for n in sorted(names):
-        files = log_files(logs_dir, n) if logs_dir.is_dir() else []
-        scan = scan_log(files, log_budget, (lived[n], last_ts) if n in lived and last_ts is not None else None)
+        # NAME.log and its rotations, oldest first (NAME.log.3, NAME.log.2, NAME.log.1, NAME.log)
+        files = [f.path for f in log_chain(logs_dir / f"{n}.log")] if logs_dir.is_dir() else []
+        scan = scan_log(files, (lived[n], last_ts) if n in lived and last_ts is not None else None)
         scans[n] = scan
         info = facts.comp(n)
         info["log_files"] = [Path(f).name for f in scan.files]
         info["log_lines_scanned"] = scan.lines
+        info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scan.by_category.items())}
         if scan.truncated:
-            notes.append(f"{n}: only the newest {log_budget // (1024 * 1024)} MiB of its logs were scanned")
+            notes.append(f"{n}: only the newest {LOG_SCAN_BYTES // (1024 * 1024)} MiB of its logs were scanned")
         failure = _log_tail_failure(run_dir, events, facts, n, scan)
         if failure is not None:
             info["failures"] += 1
@@ -608,14 +597,6 @@ def _judge_stall(f: RunFailure, facts: _JournalFacts) -> None:
         not _explained_stall(f, facts.failures, facts.dep_down, facts.held)
     if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
         f.recovered_ts = cleared
-
-
-def _count_symptom_lines(comps: dict[str, dict[str, Any]], scans: dict[str, _LogScan]) -> None:
-    """Each component's log facts, and how many lines of each failure kind its log holds."""
-    for n, info in comps.items():
-        info.setdefault("log_files", [])
-        info.setdefault("log_lines_scanned", 0)
-        info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scans[n].by_category.items())} if n in scans else {}
 
 
 def _last_attempt_tail(run_dir: Path, events: list[Record], name: str, tail: list[str]) -> list[str]:
@@ -694,7 +675,7 @@ def _waits_on(stall: RunFailure) -> set[str]:
     return set(re.findall(r"[\w-]+", m.group(1).lower())) if m else set()
 
 
-def _root(failures: list[RunFailure], journal: bool = True) -> RunFailure | None:
+def _root(failures: list[RunFailure], journal: bool) -> RunFailure | None:
     """The run's root cause: among the primary failures (those no other failure explains), one the
     run never recovered from, else one of the stack's own code or behaviour (a bug, an OOM, a hang, a
     false success), else a process death it recovered from; the first in time of that rank (a
@@ -755,10 +736,7 @@ def _failure_symptoms(root: RunFailure, failures: list[RunFailure], groups: dict
     for f in failures:
         if not _is_consequence(f, root):
             continue
-        key = (f.component, f.category)
-        s = groups.get(key)
-        if s is None:
-            s = groups[key] = RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts, f.summary)
+        s = groups.setdefault((f.component, f.category), RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts, f.summary))
         s.count += 1
         _widen(s, f.ts)
 
@@ -782,10 +760,7 @@ def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str,
             # not one that left it up (a hang, a false success): those are some other outage's
             if last is None and root.source == "flag":
                 continue
-            key = (n, cat)
-            s = groups.get(key)
-            if s is None:
-                s = groups[key] = RunSymptom(n, cat, 0, 0, first, last, samples[0] if samples else cat)
+            s = groups.setdefault((n, cat), RunSymptom(n, cat, 0, 0, first, last, samples[0] if samples else cat))
             s.log_lines += count
             s.samples = list(samples)
             _widen(s, first)
@@ -845,13 +820,21 @@ def waited(rd: RunDiagnosis) -> set[str]:
     return {f.component for f in stalls} - {f.component for f in stalls if f.own}
 
 
-def _diagnosis_lines(d: Diagnosis, rc: RunFailure) -> list[str]:
-    """What the root cause's own diagnosis adds: its exception (where the summary does not hold it), where, what next, its evidence."""
+def exception_and_location(d: Diagnosis, summary: str) -> list[str]:
+    """The lines that show a diagnosis' exception and location under ``summary`` (here and in
+    ``rlsup diagnose FILE``'s human form)."""
     out = []
-    if d.exception and " ".join(d.exception.split())[:200] not in rc.summary:
+    # the exception once: not again under the summary that already quotes it whole
+    if d.exception and " ".join(d.exception.split())[:200] not in summary:
         out.append(f"  exception: {d.exception[:300]}")
     if d.location:
         out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
+    return out
+
+
+def _diagnosis_lines(d: Diagnosis, rc: RunFailure) -> list[str]:
+    """What the root cause's own diagnosis adds: its exception (where the summary does not hold it), where, what next, its evidence."""
+    out = exception_and_location(d, rc.summary)
     if d.hint:
         out.append(f"  next:      {d.hint}")
     out.extend(f"    | {ev[:300]}" for ev in d.evidence[:6])

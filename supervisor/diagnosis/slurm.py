@@ -25,8 +25,6 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-CATEGORIES = ("node_failure", "step_launch_failure", "time_limit", "oom_kill")
-
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("node_failure", re.compile(r"srun: error: Node failure on (?P<node>\S+)")),
     ("node_failure", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE")),
@@ -63,22 +61,12 @@ def scan(lines: Iterable[str]) -> dict[str, Any] | None:
         text = line.rstrip("\n")
         if "srun" not in text and "***" not in text and "oom" not in text.lower() and "Task launch" not in text:
             continue
-        if found is None:
-            for category, rx in _RULES:
-                m = rx.search(text)
-                if m:
-                    gd = m.groupdict()
-                    found = {"category": category, "node": gd.get("node"), "rank": gd.get("rank"),
-                             "evidence": [text]}
-                    break
-            else:
-                m = _TASK_END.search(text)
-                if m and first_end is None:
-                    first_end = {"node": m.group("node"), "rank": m.group("rank"), "line": text}
-        else:
-            m = _TASK_END.search(text)
-            if m and first_end is None:
-                first_end = {"node": m.group("node"), "rank": m.group("rank"), "line": text}
+        hit = next(((c, m) for c, rx in _RULES if (m := rx.search(text))), None) if found is None else None
+        if hit is not None:
+            gd = hit[1].groupdict()
+            found = {"category": hit[0], "node": gd.get("node"), "rank": gd.get("rank"), "evidence": [text]}
+        elif first_end is None and (m := _TASK_END.search(text)):
+            first_end = {"node": m.group("node"), "rank": m.group("rank"), "line": text}
     if found is None:
         return None
     if first_end is not None:

@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 
 MAX_SHORT_LINES = 6  # lines of the short form (a flag's evidence stays readable); the rest: "N more"
 
@@ -104,23 +105,23 @@ def _frame(f: dict[str, object]) -> Frame:
     return Frame(str(f.get("name") or "?"), str(f.get("filename") or "?"), n, native=bool(f.get("module")) or n == 0)
 
 
-_DENIED = re.compile(r"Permission Denied|Operation not permitted|os error 1\)|os error 13\)|ptrace", re.I)
-_NOT_PYTHON = re.compile(r"Failed to find python version|Failed to find a python interpreter|"
-                         r"Failed to get python version", re.I)
-_GONE = re.compile(r"No such process|Failed to get process executable name|os error 3\)|No such file", re.I)
+# (what py-spy says when it printed no stacks, the problem, in words), the first that matches
+_PROBLEMS = (
+    (re.compile(r"Permission Denied|Operation not permitted|os error 1\)|os error 13\)|ptrace", re.I),
+     "denied", "no permission to read its memory (ptrace)"),
+    (re.compile(r"Failed to find python version|Failed to find a python interpreter|Failed to get python version", re.I),
+     "not_python", "not a Python process"),
+    (re.compile(r"No such process|Failed to get process executable name|os error 3\)|No such file", re.I),
+     "gone", "it ended meanwhile"),
+)
 
 
 def classify(stderr: str) -> tuple[str, str]:
     """(problem, words) for a py-spy that printed no stacks: ``denied`` (no ptrace permission),
     ``not_python``, ``gone`` (the process ended meanwhile) or ``failed``."""
+    known = next(((problem, words) for rx, problem, words in _PROBLEMS if rx.search(stderr)), None)
     first = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "no output")
-    if _DENIED.search(stderr):
-        return "denied", "no permission to read its memory (ptrace)"
-    if _NOT_PYTHON.search(stderr):
-        return "not_python", "not a Python process"
-    if _GONE.search(stderr):
-        return "gone", "it ended meanwhile"
-    return "failed", f"py-spy: {first[:200]}"
+    return known or ("failed", f"py-spy: {first[:200]}")
 
 
 def ptrace_hint(scope: str | None, root: bool) -> str:
@@ -168,14 +169,10 @@ def _places(p: Proc) -> list[tuple[str, str]]:
 
 def _ranges(nums: Sequence[int]) -> str:
     out: list[str] = []
-    s = sorted(set(nums))
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
-            j += 1
-        out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
-        i = j + 1
+    # consecutive numbers share their distance from their position in the sorted list
+    for _, run in groupby(enumerate(sorted(set(nums))), lambda p: p[1] - p[0]):
+        first, *rest = (n for _, n in run)
+        out.append(f"{first}-{rest[-1]}" if rest else str(first))
     return ",".join(out)
 
 

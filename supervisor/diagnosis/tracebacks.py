@@ -7,6 +7,7 @@ tracebacks of several ranks printed at once are not spliced together.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..monitor.process import signal_name
@@ -91,6 +92,13 @@ class Frame:
         return f"{self.file}:{self.line}"
 
 
+def locate(frames: Sequence[Frame]) -> tuple[str | None, bool]:
+    """(location, is library code) of ``frames`` (outermost first): the innermost user frame's, else the
+    innermost frame's."""
+    user = [f for f in frames if is_user_frame(f.file)]
+    return ((user or frames)[-1].location, not user) if frames else (None, False)
+
+
 @dataclass
 class Exc:
     """One exception of a traceback: its frames (outermost first) and the ``Type: message`` line."""
@@ -118,10 +126,7 @@ class Exc:
         return f"{self.type}: {self.message}" if self.message else self.type
 
     def user_location(self) -> str | None:
-        for fr in reversed(self.frames):
-            if is_user_frame(fr.file):
-                return fr.location
-        return None
+        return next((f.location for f in reversed(self.frames) if is_user_frame(f.file)), None)
 
     def innermost(self) -> str | None:
         return self.frames[-1].location if self.frames else None
@@ -159,15 +164,6 @@ class FatalStack:
     index: int
     lines: list[str]
 
-    def user_location(self) -> str | None:
-        for fr in self.frames:
-            if is_user_frame(fr.file):
-                return fr.location
-        return None
-
-    def innermost(self) -> str | None:
-        return self.frames[0].location if self.frames else None
-
 
 @dataclass
 class ElasticFailure:
@@ -183,20 +179,23 @@ class ElasticFailure:
     lines: list[str]
 
 
-_WRAP_MIN = 80
+WRAP_MIN = 80  # a terminal wraps long lines; shorter ones end where the program ended them
+
+
+def _carries_on(ln: Line) -> bool:
+    """``ln`` may carry on the line above it: it is not blank, not indented, and starts no record, traceback,
+    frame or chain of its own."""
+    t = ln.text.rstrip()
+    return not (not t.strip() or ln.prefixed or t[:1].isspace() or TRACEBACK_START.search(t) or TB_FRAME.match(t)
+                or CHAIN_CAUSE.match(t))
 
 
 def _continuation(lines: list[Line], k: int) -> str:
     """The line after lines[k] when a terminal wrapped lines[k] onto it: lines[k] is long and the
     next one starts no record of its own."""
-    if k + 1 >= len(lines) or len(lines[k].text) < _WRAP_MIN:
+    if k + 1 >= len(lines) or len(lines[k].text) < WRAP_MIN or not _carries_on(lines[k + 1]):
         return ""
-    nxt = lines[k + 1]
-    t = nxt.text.rstrip()
-    if (not t.strip() or nxt.prefixed or TRACEBACK_START.search(t) or TB_FRAME.match(t) or CHAIN_CAUSE.match(t)
-            or t[:1].isspace()):
-        return ""
-    return t
+    return lines[k + 1].text.rstrip()
 
 
 _MESSAGE_MORE_LINES = 6
@@ -210,11 +209,9 @@ def _message_more(lines: list[Line], k: int) -> str:
     writer's record or another exception line."""
     out: list[str] = []
     for nxt in lines[k + 1: k + 1 + _MESSAGE_MORE_LINES]:
-        t = nxt.text.rstrip()
-        if (not t.strip() or nxt.prefixed or t[:1].isspace() or TRACEBACK_START.search(t) or TB_FRAME.match(t)
-                or CHAIN_CAUSE.match(t) or bare_exception(t.strip()) is not None):
+        if not _carries_on(nxt) or bare_exception(nxt.text.strip()) is not None:
             break
-        out.append(t.strip())
+        out.append(nxt.text.strip())
     return " ".join(out)
 
 
@@ -277,7 +274,7 @@ class _TracebackReader:
                    continuation=_continuation(lines, j), message_more=_message_more(lines, j))
 
 
-def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | None, int]:
+def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int]:
     """Parse a traceback whose "Traceback ..." header is lines[i] (or, when ``header`` is False,
     whose first frame is lines[i]: a tail that begins mid-traceback). Returns (exception, next)."""
     tb = _TracebackReader(lines, i, header)
@@ -308,7 +305,7 @@ def _parse_one(lines: list[Line], i: int, header: bool = True) -> tuple[Exc | No
     return None, j
 
 
-def find_chains(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
+def find_chains(lines: list[Line], cut: list[Exc]) -> list[Chain]:
     """Every traceback in the tail, grouped into chains, parsed per stream. A traceback cut off before
     its exception line (by the end of the tail or a paste), which no chain holds, goes to ``cut``."""
     by_stream: dict[str, list[Line]] = {}
@@ -321,7 +318,7 @@ def find_chains(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
     return chains
 
 
-def _chains_in(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
+def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
     chains: list[Chain] = []
     current: Chain | None = None
     linked = False  # the previous exception said "the above ... following exception"
@@ -368,13 +365,12 @@ def _chains_in(lines: list[Line], cut: list[Exc] | None = None) -> list[Chain]:
     return chains
 
 
-def _set_aside_if_cut(exc: Exc | None, remote_above: bool, cut: list[Exc] | None) -> Exc | None:
+def _set_aside_if_cut(exc: Exc | None, remote_above: bool, cut: list[Exc]) -> Exc | None:
     """A traceback cut off before its exception line joins no chain, except as the remote part of a
     Ray task error printed above it (where its frames say where the task failed): it goes to ``cut``."""
     if exc is None or not exc.partial or remote_above:
         return exc
-    if cut is not None:
-        cut.append(exc)
+    cut.append(exc)
     return None
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import itertools
 import os
 import re
 import shlex
@@ -29,7 +30,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -75,19 +76,10 @@ class Finding:
     fix: str
     where: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def exit_code(findings: Iterable[Finding]) -> int:
     """0 when nothing is an error (warnings allowed), else 1 (the CLI's EXIT_FAILED)."""
     return 1 if any(f.severity == "error" for f in findings) else 0
-
-
-def count(findings: Iterable[Finding]) -> tuple[int, int]:
-    """(errors, warnings)."""
-    fs = list(findings)
-    return sum(f.severity == "error" for f in fs), sum(f.severity == "warning" for f in fs)
 
 
 def format_findings(findings: Sequence[Finding], *, config_path: str, source: str | None = None) -> str:
@@ -108,7 +100,7 @@ def format_findings(findings: Sequence[Finding], *, config_path: str, source: st
         lines.extend(f"    {m}" for m in msg_lines[1:])
         if f.fix and f.severity != "info":
             lines.append(f"    fix: {f.fix}")
-    n_err, n_warn = count(findings)
+    n_err, n_warn = (sum(f.severity == s for f in findings) for s in ("error", "warning"))
     lines.append(f"{n_err} error{'s' if n_err != 1 else ''}, {n_warn} warning{'s' if n_warn != 1 else ''}")
     return "\n".join(lines)
 
@@ -363,8 +355,9 @@ def shell_commands(cmd: str) -> list[list[str]]:
         return []
     out: list[list[str]] = []
     after_cd = False
-    for words in _simple_commands(tokens):
-        if not words or words[0] in _COMPOUND or "(" in words or ")" in words:
+    # the simple commands: the tokens between control operators (``;``, ``&&``, ``|`` ...)
+    for words in (list(g) for is_control, g in itertools.groupby(tokens, _CONTROL.__contains__) if not is_control):
+        if words[0] in _COMPOUND or "(" in words or ")" in words:
             continue
         if words[0] in ("cd", "pushd", "popd"):
             after_cd = True
@@ -378,30 +371,14 @@ def shell_commands(cmd: str) -> list[list[str]]:
     return out
 
 
-def _simple_commands(tokens: list[str]) -> list[list[str]]:
-    """``tokens`` cut at every control operator (``;``, ``&&``, ``|`` ...)."""
-    current: list[str] = []
-    chunks: list[list[str]] = []
-    for tok in tokens:
-        if tok in _CONTROL:
-            chunks.append(current)
-            current = []
-        else:
-            current.append(tok)
-    chunks.append(current)
-    return chunks
-
-
 def _without_redirections(words: list[str]) -> list[str]:
     """``words`` less its redirections and their targets (``2>&1`` has none)."""
     argv: list[str] = []
-    skip = False
-    for w in words:
-        if skip:
-            skip = False
-            continue
+    rest = iter(words)
+    for w in rest:
         if w in ("<", ">", ">>", "<<", "<>", ">&", "<&") or re.fullmatch(r"\d*[<>]+&?\d*", w):
-            skip = not re.fullmatch(r"\d*[<>]&\d+", w)
+            if not re.fullmatch(r"\d*[<>]&\d+", w):
+                next(rest, None)  # its target
             continue
         argv.append(w)
     return argv
@@ -460,22 +437,17 @@ def _python_target(argv: list[str]) -> tuple[str, str] | None:
     """For ``python [opts] -m MOD`` -> ("module", MOD); ``python [opts] FILE`` -> ("script", FILE)."""
     if not argv or not _PY_NAME.match(os.path.basename(argv[0])):
         return None
-    i = 1
-    while i < len(argv):
-        a = argv[i]
-        if a == "-m" and i + 1 < len(argv):
-            return ("module", argv[i + 1])
-        if a.startswith("-m") and len(a) > 2:
-            return ("module", a[2:])
-        if a == "-c" or a.startswith("-c") or a == "-":
+    rest = iter(argv[1:])
+    for a in rest:
+        if a.startswith("-m"):
+            mod = a[2:] if len(a) > 2 else next(rest, None)
+            return ("module", mod) if mod is not None else None
+        if a.startswith("-c") or a == "-":
             return None
         if a in _PY_OPTS_WITH_ARG:
-            i += 2
-            continue
-        if a.startswith("-"):
-            i += 1
-            continue
-        return ("script", a)
+            next(rest, None)  # its argument
+        elif not a.startswith("-"):
+            return ("script", a)
     return None
 
 
@@ -953,10 +925,8 @@ def port_holder_pid(port: int) -> int | None:
         conns = psutil.net_connections(kind="inet")
     except (psutil.Error, OSError):
         return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            return int(c.pid)
-    return None
+    return next((int(c.pid) for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                 and c.pid), None)
 
 
 def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
@@ -976,7 +946,7 @@ def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
     return None
 
 
-def port_holder(port: int, run_dir: str | None = None) -> tuple[str, str | None] | None:
+def port_holder(port: int, run_dir: str) -> tuple[str, str | None] | None:
     """``(pid N (name: cmdline), other)`` for a process listening on ``port`` when psutil can see it,
     else None. The text says when the holder is a component of an rlsup run (its marker env): of
     ``run_dir``, or of another run, whose run dir is then ``other`` (for a hint that names it)."""
@@ -1143,15 +1113,13 @@ def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
 
 def _check_gpu_overlaps(ctx: _Ctx, wanted: dict[str, list[int]]) -> None:
     """Two components assigned the same GPU."""
-    names = list(wanted)
-    for a_i, a in enumerate(names):
-        for b in names[a_i + 1:]:
-            shared = sorted(set(wanted[a]) & set(wanted[b]))
-            if shared:
-                ctx.add("warning", "gpu", b,
-                        f"shares GPU {', '.join(map(str, shared))} with {a}",
-                        "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
-                        "or give each component its own GPUs", ("components", b, "gpus"))
+    for a, b in itertools.combinations(wanted, 2):
+        shared = sorted(set(wanted[a]) & set(wanted[b]))
+        if shared:
+            ctx.add("warning", "gpu", b,
+                    f"shares GPU {', '.join(map(str, shared))} with {a}",
+                    "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
+                    "or give each component its own GPUs", ("components", b, "gpus"))
 
 
 # The memory-fraction flags of the engines rlsup knows, and what the fraction is a fraction of.
@@ -1171,7 +1139,6 @@ ENGINE_FRACTIONS: dict[str, tuple[str, str]] = {
     "--gpu-memory-utilization": ("vllm", "total"),
     "--gpu_memory_utilization": ("vllm", "total"),
 }
-_FRACTION_FLAGS = tuple(ENGINE_FRACTIONS)
 
 
 @dataclass(frozen=True)
@@ -1185,16 +1152,12 @@ class MemoryAsk:
     of: str
 
 
-def memory_ask(comp: Any) -> MemoryAsk | None:
+def memory_ask(comp: Component) -> MemoryAsk | None:
     """The memory fraction an inference server's command asks for, read from every argv it runs
     (list, string, ``exec ...`` or ``shell: true``); None when it names none (or an invalid one)."""
-    try:
-        argvs = command_argvs(comp)
-    except Exception:
-        return None
-    for argv in argvs:
+    for argv in command_argvs(comp):  # (never raises: a command shlex cannot split has no argv)
         for i, a in enumerate(argv):
-            for flag in _FRACTION_FLAGS:
+            for flag in ENGINE_FRACTIONS:
                 value = a[len(flag) + 1:] if a.startswith(flag + "=") else (
                     argv[i + 1] if a == flag and i + 1 < len(argv) else None)
                 if value is None:
@@ -1260,18 +1223,15 @@ def _pid_text(pid: int, used_mb: float | None) -> str:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal_mod.SIGTERM, signal_mod.SIGKILL):
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(2.0 if sig == signal_mod.SIGTERM else 5.0)
-            # The leader is gone; members that ignored SIGTERM still get the SIGKILL.
-            if sig == signal_mod.SIGTERM:
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal_mod.SIGKILL)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal_mod.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(2.0)
+    # Whether or not the leader is gone, members that ignored SIGTERM still get the SIGKILL.
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal_mod.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5.0)
 
 
 def smoke_argv(comp: Component) -> list[str]:

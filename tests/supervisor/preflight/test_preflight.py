@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 import psutil
@@ -273,7 +274,7 @@ def _ro_dir_findings_as(uid: int | None, base: Path) -> list[dict]:
     ro.chmod(0o500)
     cfg = load_config(write(base, "run_dir: \"{tmp}/ro/run\"\ncomponents:\n  a: {command: 'true'}\n"))
     if uid is None:
-        return [f.to_dict() for f in run_checks(cfg, fast=True)]
+        return [asdict(f) for f in run_checks(cfg, fast=True)]
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
@@ -283,7 +284,7 @@ def _ro_dir_findings_as(uid: int | None, base: Path) -> list[dict]:
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-            out = json.dumps([f.to_dict() for f in run_checks(cfg, fast=True)]).encode()
+            out = json.dumps([asdict(f) for f in run_checks(cfg, fast=True)]).encode()
             os.write(w, out)
             code = 0
         finally:
