@@ -428,9 +428,7 @@ class _JournalFacts:
         self.stopping[c] = False
         self.exited_last[c] = False
         self.attempt[c] = e.attempt or info["attempts"]  # (attempts count from 1: 0 is an old start without one)
-        spans = self.held.get(c)
-        if spans and spans[-1][1] is None and ts is not None:
-            spans[-1] = (spans[-1][0], ts)
+        _close(self.held.get(c), ts)
 
     def _running_again(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
         """ready, completed, adopted."""
@@ -442,9 +440,7 @@ class _JournalFacts:
 
     def _flag_cleared(self, c: str, ts: float | None, e: FlagCleared, info: dict[str, Any]) -> None:
         if e.type == "dependency_down":
-            spans = self.dep_down.get(c) or []
-            if spans and spans[-1][1] is None and ts is not None:
-                spans[-1] = (spans[-1][0], ts)
+            _close(self.dep_down.get(c), ts)
         elif e.type == "stall" and ts is not None and e.by != "attempt_ended":
             self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
 
@@ -485,6 +481,12 @@ class _JournalFacts:
         elif ftype in SYMPTOM_FLAGS:
             self.failures.append(RunFailure(c, ts, ftype, message, "flag", self.attempt.get(c),
                                             diagnosis={"evidence": evidence}))
+
+
+def _close(spans: list[tuple[float, float | None]] | None, ts: float | None) -> None:
+    """Ends the open span of ``spans`` (from .. None) at ``ts``."""
+    if spans and spans[-1][1] is None and ts is not None:
+        spans[-1] = (spans[-1][0], ts)
 
 
 # A handler of one event class (its argument is of that class: the table is the type check).
