@@ -292,7 +292,8 @@ def outcome(cfg: Config, seen: Mapping[str, Seen], active: int | None = None) ->
     """Whether the run has ended, and how; None while it goes on.
 
     It ends when a component with ``exit_on_end`` is completed or fatal, or when nothing is active
-    any more (unless everything was stopped by hand: a start command may follow). The root is the
+    any more (unless everything was stopped by hand: a start command may follow). It failed where any
+    component is fatal, even where the ``exit_on_end`` one completed after that. The root is the
     first component whose failure made the others stop or never start, not the last one to end.
     ``active``: how many components are in ``lc.ACTIVE``, where the caller counted them (then, while any
     is, only the ``exit_on_end`` components are looked at: thousands of components, judged many times a
@@ -308,13 +309,19 @@ def outcome(cfg: Config, seen: Mapping[str, Seen], active: int | None = None) ->
         if all(s == "stopped" for s in states):
             return None
     failed = [c for c in seen.values() if c.state == "fatal"]
-    if trigger is not None and seen[trigger].state == "completed":
-        return Outcome(0, f"{trigger} completed (exit_on_end)")
-    if not failed:
-        stopped = [c.name for c in seen.values() if c.state == "stopped"]
-        if stopped:  # nothing left to run, but not because it all ran to its end
-            return Outcome(0, f"nothing left to run: {_named(stopped)} stopped, the rest completed", how="stopped")
-        return Outcome(0, "every component completed")
+    done = f"{trigger} completed (exit_on_end)" if trigger is not None and seen[trigger].state == "completed" else ""
+    if failed:  # even where the exit_on_end component completed after it: a component given up on is no completion
+        return _failed(failed, seen, done)
+    if done:
+        return Outcome(0, done)
+    stopped = [c.name for c in seen.values() if c.state == "stopped"]
+    if stopped:  # nothing left to run, but not because it all ran to its end
+        return Outcome(0, f"nothing left to run: {_named(stopped)} stopped, the rest completed", how="stopped")
+    return Outcome(0, "every component completed")
+
+
+def _failed(failed: Sequence[Seen], seen: Mapping[str, Seen], done: str) -> Outcome:
+    """A failed run's end: its root, what the root took with it, and what completed all the same (``done``)."""
     root = _root(failed, seen)
     victims = tuple(c.name for c in failed if c.name != root.name)
     why = root.reason or "fatal"
@@ -325,6 +332,7 @@ def outcome(cfg: Config, seen: Mapping[str, Seen], active: int | None = None) ->
             f" (dependency {cause})" if cause else "")
     if len(victims) > MAX_NAMED:
         reason += f"; and {len(victims) - MAX_NAMED} more fatal"
+    reason += f"; {done}" if done else ""
     return Outcome(1, reason, root=root.name, root_reason=why, victims=victims, how="failed")
 
 

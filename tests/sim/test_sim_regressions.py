@@ -124,3 +124,13 @@ def test_a_stall_while_a_person_had_stopped_its_producer_is_no_root_cause(tmp_pa
             tmp_path)
     rc = diagnose_run(w.flush()).root_cause
     assert rc is not None and (rc.component, rc.category) == ("trainer", "python_exception"), rc
+
+
+def test_a_run_whose_server_rlsup_gave_up_on_is_not_completed(tmp_path):
+    """RLSUP_SIM_SEED=29 found: the inference server died twice and went fatal (max_restarts=1); the orchestrator
+    and the trainer (exit_on_end) ran on to their end and the run ended "completed", exit code 0."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("wait", 0.5), ("wait", 15.0), ("fault", "inference", "die", 14), ("wait", 15.0),
+             ("fault", "inference", "die", 6)], tmp_path)
+    end = w.events()[-1]
+    assert (end["kind"], end["outcome"], end["exit_code"]) == ("run_ended", "failed", 1), end

@@ -46,6 +46,20 @@ def test_the_root_is_the_dependency_not_the_last_to_end(tmp_path):
     assert "trainer never started (dependency inference)" in out.reason
 
 
+def test_a_fatal_component_fails_the_run_even_where_the_exit_on_end_one_completed_after_it(tmp_path):
+    """RLSUP_SIM_SEED=29 found: the inference server died twice and rlsup gave up on it (max_restarts=1); the
+    orchestrator and the trainer still ran to their end, and the run said "completed" with exit code 0.
+    A component rlsup gave up on is never a completion (docs/lifecycle.md, promise 2)."""
+    cfg = stack(tmp_path)
+    seen = {"inference": Seen("inference", "fatal", 2, reason="exit 1; gave up after 1 restarts", ended_at=10.0),
+            "orchestrator": Seen("orchestrator", "completed", 1), "trainer": Seen("trainer", "completed", 1)}
+    out = detectors.outcome(cfg, seen)
+    assert out is not None and (out.how, out.exit_code, out.root) == ("failed", 1, "inference")
+    assert out.reason == "inference fatal: exit 1; gave up after 1 restarts; trainer completed (exit_on_end)"
+    seen["inference"] = Seen("inference", "running", 1)
+    assert detectors.outcome(cfg, seen) == detectors.Outcome(0, "trainer completed (exit_on_end)")
+
+
 def test_the_earliest_independent_failure_is_the_root(tmp_path):
     cfg = stack(tmp_path, exit_on_end=None)
     seen = {"inference": Seen("inference", "completed", 1),
