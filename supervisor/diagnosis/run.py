@@ -38,6 +38,7 @@ from ..records.events import (
     FlagCleared,
     FlagRaised,
     Record,
+    RestartScheduled,
     RunEnded,
     RunStarted,
 )
@@ -399,6 +400,12 @@ class _JournalFacts:
     stall_cleared: dict[str, list[float]] = field(default_factory=dict)  # progress resumed after a stall
     # stopped on purpose (a person's `rlsup stop`, a shutdown) .. started again: its peers wait, they do not hang
     held: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    # an exit nobody asked for, counted a failure until rlsup says what followed it: a restart or a fatal keeps
+    # it; a `stopped` withdraws it (a run's end under way, the platform's SIGTERM to every process at once: the
+    # exits come before the stop). An exit rlsup forced (`stopping` by rlsup: a liveness or readiness verdict)
+    # stays a failure.
+    unjudged: dict[str, RunFailure] = field(default_factory=dict)
+    exit_asked: set[str] = field(default_factory=set)  # a `stopping` came in this attempt
 
     def comp(self, c: str) -> dict[str, Any]:
         return self.comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
@@ -429,6 +436,8 @@ class _JournalFacts:
         self.exited_last[c] = False
         self.attempt[c] = e.attempt or info["attempts"]  # (attempts count from 1: 0 is an old start without one)
         _close(self.held.get(c), ts)
+        self.unjudged.pop(c, None)
+        self.exit_asked.discard(c)
 
     def _running_again(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
         """ready, completed, adopted."""
@@ -449,13 +458,22 @@ class _JournalFacts:
         # that failed: its exit is a failure, diagnosed from its log. A stall restart's failure is the stall flag.
         forced = e.by == "rlsup" and "stall" not in str(e.reason or "")
         self.stopping[c] = not forced
+        self.exit_asked.add(c)
 
     def _ended(self, c: str, ts: float | None, e: ComponentStopped | ComponentFatal, info: dict[str, Any]) -> None:
         """stopped, fatal."""
         info["state"] = e.kind
         self.exited_last[c] = True
-        if isinstance(e, ComponentStopped) and ts is not None:
-            self.held.setdefault(c, []).append((ts, None))
+        judged = self.unjudged.pop(c, None)
+        if isinstance(e, ComponentStopped):
+            if judged is not None:  # its exit was a stop, not a failure
+                self.failures.remove(judged)
+                info["failures"] -= 1
+            if ts is not None:
+                self.held.setdefault(c, []).append((ts, None))
+
+    def _judged(self, c: str, ts: float | None, e: RestartScheduled, info: dict[str, Any]) -> None:
+        self.unjudged.pop(c, None)  # the exit was a failure: it is restarted
 
     def _exited(self, c: str, ts: float | None, e: ComponentExited, info: dict[str, Any]) -> None:
         info["exits"] += 1
@@ -467,6 +485,8 @@ class _JournalFacts:
         info["failures"] += 1
         self.failures.append(RunFailure(
             c, ts, cat, str(diag.get("summary") or cat), "exit", self.attempt.get(c), e.exit_code, e.signal, diag))
+        if c not in self.exit_asked:
+            self.unjudged[c] = self.failures[-1]
 
     def _flag(self, c: str, ts: float | None, e: FlagRaised, info: dict[str, Any]) -> None:
         ftype = e.type or "flag"
@@ -499,7 +519,7 @@ _ON_EVENT: dict[type[Event], _OnEvent] = {
     FlagCleared: _JournalFacts._flag_cleared,
     ComponentStopping: _JournalFacts._stopping,
     ComponentStopped: _JournalFacts._ended, ComponentFatal: _JournalFacts._ended,
-    ComponentExited: _JournalFacts._exited,
+    ComponentExited: _JournalFacts._exited, RestartScheduled: _JournalFacts._judged,
     FlagRaised: _JournalFacts._flag,
 }
 

@@ -134,3 +134,14 @@ def test_a_run_whose_server_rlsup_gave_up_on_is_not_completed(tmp_path):
              ("fault", "inference", "die", 6)], tmp_path)
     end = w.events()[-1]
     assert (end["kind"], end["outcome"], end["exit_code"]) == ("run_ended", "failed", 1), end
+
+
+def test_exits_to_the_platforms_sigterm_are_no_failures_of_a_resumed_run(tmp_path):
+    """RLSUP_SIM_SEED=29 found: a preemption whose SIGTERM reached every process at once (the orchestrator exited
+    143 before rlsup's own stop, then `stopped` by preemption); the resumed run lost its inference server once
+    and completed. `rlsup diagnose` named the orchestrator's exit to the platform's SIGTERM the root cause."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("wait", 15.0), ("platform_sigterm", 0.0, True), ("fault", "inference", "die", 1), ("resume",)],
+            tmp_path)
+    rc = diagnose_run(w.flush()).root_cause
+    assert rc is not None and rc.component == "inference", rc

@@ -309,6 +309,25 @@ def test_a_stall_while_a_person_had_stopped_a_peer_is_a_wait_not_a_hang(tmp_path
     assert waited(rd) == {"trainer"}
 
 
+def test_an_exit_rlsup_then_records_as_a_stop_is_no_failure_but_a_forced_one_is(tmp_path: Path) -> None:
+    """The platform's SIGTERM reaches every process at once: the orchestrator exits 143 before rlsup's own stop
+    and rlsup records it `stopped` by preemption: no failure. A stop rlsup forced on its verdict (a failed
+    liveness probe: `stopping` by rlsup, then the exit, `stopped`, a new attempt) stays the trainer's failure."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", pid=1, run_dir=str(run.root), components=["orchestrator", "trainer"])
+    run.start(T0 + 1, "orchestrator")
+    run.start(T0 + 1, "trainer")
+    run.emit(T0 + 30, "stopping", "trainer", signal="SIGTERM", by="rlsup", reason="liveness probe failed 3 times")
+    run.exit(T0 + 31, "trainer", None, [], signal="SIGTERM")
+    run.emit(T0 + 31, "stopped", "trainer", by="rlsup")
+    run.start(T0 + 32, "trainer")
+    run.exit(T0 + 60, "orchestrator", 143, ["Terminated"])
+    run.emit(T0 + 60, "stopped", "orchestrator", by="preemption")
+    rd = diagnose_run(run.root)
+    assert [(f.component, f.attempt) for f in rd.failures] == [("trainer", 1)], rd.failures
+    assert rd.components["orchestrator"]["failures"] == 0
+
+
 def test_a_stall_that_cleared_by_itself_is_no_hang(tmp_path: Path) -> None:
     run = _demo_run(tmp_path)
     _stall(run, T0 + 50)
