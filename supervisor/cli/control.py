@@ -11,6 +11,7 @@ import functools
 import json
 from typing import Any
 
+from ..rundir.layout import is_locked
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -32,13 +33,13 @@ def add_parsers(sub: Any) -> None:
                        "exit with its diagnosis, flags, and GPUs. --json prints the shape documented in the README. "
                        "On a run that has ended, the final state is read from its run dir.", cmd_status)
     st.add_argument("--json", action="store_true", help="print JSON for scripts")
-    for name, what, fn in (
-            ("start", "start a stopped (or completed/fatal) component", cmd_start),
-            ("stop", "stop a component and keep it stopped (its tree: stop signal, then SIGKILL)", cmd_stop),
-            ("restart", "restart a component now (a fresh attempt; resumes if `resume` is set)", cmd_restart)):
+    for name, what in (
+            ("start", "start a stopped (or completed/fatal) component"),
+            ("stop", "stop a component and keep it stopped (its tree: stop signal, then SIGKILL)"),
+            ("restart", "restart a component now (a fresh attempt; resumes if `resume` is set)")):
         p = client_parser(sub, name, what, what[0].upper() + what[1:] + ". Run from inside a component of the "
                           "same run (its RLSUP_COMPONENT and RLSUP_RUN_DIR), the journal names that component as "
-                          "the sender, not the user.", fn)
+                          "the sender, not the user.", functools.partial(_command, command=name))
         p.add_argument("name", metavar="NAME", help="component name")
         p.add_argument("--reason", metavar="TEXT", default=None,
                        help="why, in words: kept in the journal with the command (`rlsup events`, `rlsup why`)")
@@ -68,19 +69,13 @@ def add_parsers(sub: Any) -> None:
         add_raw(p)
 
 
-def _live(paths: Any) -> bool:
-    from ..rundir.layout import is_locked
-
-    return is_locked(paths)
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     from ..render.status import format_status
 
     paths = resolve(args, live=False)
     if isinstance(paths, int):
         return paths
-    if not _live(paths):
+    if not is_locked(paths):
         if not paths.events.exists():
             say(f"rlsup: no run in {paths.root} (no events.jsonl); start one with `rlsup up CONFIG`", err=True)
             return EXIT_FAILED
@@ -124,7 +119,7 @@ def _command(args: argparse.Namespace, command: str, **cargs: Any) -> int:
     paths = resolve(args, live=False)
     if isinstance(paths, int):
         return paths
-    if not _live(paths) and paths.events.exists():
+    if not is_locked(paths) and paths.events.exists():
         from ..rundir.archive import Archive
 
         archive = Archive(paths.root)
@@ -156,18 +151,6 @@ def _sender(args: argparse.Namespace, root: Any) -> dict[str, Any]:
     return out
 
 
-def cmd_start(args: argparse.Namespace) -> int:
-    return _command(args, "start")
-
-
-def cmd_stop(args: argparse.Namespace) -> int:
-    return _command(args, "stop")
-
-
-def cmd_restart(args: argparse.Namespace) -> int:
-    return _command(args, "restart")
-
-
 def cmd_resume(args: argparse.Namespace) -> int:
     return _command(args, "resume", **({"step": args.step} if args.step is not None else {}))
 
@@ -180,7 +163,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return _which_component(paths)
     if args.attempt is not None:
         return _attempt_logs(args, paths)
-    if not _live(paths):
+    if not is_locked(paths):
         return _ended_run_logs(args, paths)
     return client_call(args, functools.partial(_live_logs, args))
 
