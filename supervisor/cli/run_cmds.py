@@ -270,17 +270,17 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     if end is not None:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
-        return _daemon_failed(run_dir, problem)
+        return _daemon_failed(run_dir, f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{daemon.DAEMON_LOG}:")
     if args.detach:
         return _say_detached(cfg, run_dir, proc.pid, hint)
     return _attach_started(run_dir, args.plain, hint)
 
 
-def _daemon_failed(run_dir: Path, problem: str) -> int:
-    """The daemon did not come up: say why, with the end of its own log."""
+def _daemon_failed(run_dir: Path, said: str) -> int:
+    """The daemon did not come up: say why (``said``), then the end of its own log."""
     from . import daemon
 
-    say(f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{daemon.DAEMON_LOG}:", err=True)
+    say(said, err=True)
     for line in daemon.log_tail(run_dir):
         say(f"  {line}", err=True)
     return EXIT_FAILED
@@ -288,11 +288,12 @@ def _daemon_failed(run_dir: Path, problem: str) -> int:
 
 def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     """`up -d`: the daemon serves; say what it took over and how to attach, see and stop it."""
+    from ..records.events import ComponentAdopted
     from ..rundir.layout import RunPaths
     from . import daemon
 
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
-    took = daemon.adopted_by(RunPaths(run_dir), pid)
+    took = daemon.journaled_by(RunPaths(run_dir), pid, ComponentAdopted.kind)
     if took:  # a run whose supervisor died: say that training was taken over, not restarted
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
     say(f"  run dir:  {daemon.display_path(run_dir)}")
@@ -758,11 +759,8 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     problem = daemon.wait_ready(proc, paths.root)
     if problem is not None:
-        say(f"rlsup: {problem}; the components keep running under their monitors. The end of "
-            f"{paths.root}/{daemon.DAEMON_LOG}:", err=True)
-        for line in daemon.log_tail(paths.root):
-            say(f"  {line}", err=True)
-        return EXIT_FAILED
+        return _daemon_failed(paths.root, f"rlsup: {problem}; the components keep running under their monitors. "
+                                          f"The end of {paths.root}/{daemon.DAEMON_LOG}:")
     say(f"rlsup: supervisor replaced (pid {old_pid} -> {daemon.owner_desc(paths.root)}); "
         f"{len(info['monitors'])} component(s) kept running")
     return EXIT_OK
