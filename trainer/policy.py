@@ -12,7 +12,6 @@ Weights on disk (a published weights dir or a checkpoint): ``model.pt`` (state d
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -132,20 +131,12 @@ def sequence_logprobs(
     return logp.gather(1, target.unsqueeze(1)).squeeze(1), entropy, torch.tensor(rows)
 
 
-def _fsync_write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def save_weights(policy: Policy, directory: Path) -> None:
-    """Write ``model.pt`` and ``config.json`` into ``directory`` (fsynced; the caller renames)."""
+    """Write ``model.pt`` and ``config.json`` into ``directory`` (the caller fsyncs and renames: a weights dir
+    or checkpoint is published by ``atomic.publish_dir``, which fsyncs every file first)."""
     directory.mkdir(parents=True, exist_ok=True)
     torch.save(policy.state_dict(), directory / "model.pt")
-    with open(directory / "model.pt", "rb+") as f:
-        os.fsync(f.fileno())
-    _fsync_write(directory / "config.json", json.dumps(asdict(policy.config)).encode())
+    (directory / "config.json").write_text(json.dumps(asdict(policy.config)))
 
 
 def load_weights(directory: Path) -> Policy:
