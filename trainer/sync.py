@@ -361,7 +361,7 @@ class WeightSync:
 
     # -- per engine
 
-    def _push(self, path: Path, step: int | None = None) -> SyncResult:
+    def _push(self, path: Path, step: int) -> SyncResult:
         assert self.engine is not None and self.base is not None
         kind = self.engine.kind if self.engine.kind != "unknown" else self.mode
         for attempt in range(1, self.tries + 1):
@@ -372,15 +372,13 @@ class WeightSync:
                 time.sleep(self.retry_s * attempt)
         return result
 
-    def _push_sglang(self, path: Path, step: int | None = None) -> SyncResult:
+    def _push_sglang(self, path: Path, step: int) -> SyncResult:
         """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info (/get_model_info before
         SGLang 0.5.6) says what it serves. SGLang waits for running requests before it reloads (its
         ``model_update_lock``), so no completion mixes weights; ``weight_version`` tags the step, which SGLang
         0.5.23 returns with every completion (``metadata.weight_versions``); older versions ignore the field."""
         self._record.reloading(paused=True)
-        body: dict[str, Any] = {"model_path": str(path)}
-        if step is not None:
-            body["weight_version"] = str(step)
+        body = {"model_path": str(path), "weight_version": str(step)}
         r = request("POST", f"{self.base}/update_weights_from_disk", body, self.timeout)
         if r.refused:
             return SyncResult(False, f"/update_weights_from_disk: the server is down ({_why(r)})", down=True)
@@ -417,7 +415,7 @@ class WeightSync:
                               down=True)
         return SyncResult(False, f"{what} {path}: no reply, the server went away ({_why(r)})", broken=True)
 
-    def _push_vllm(self, path: Path, step: int | None = None) -> SyncResult:
+    def _push_vllm(self, path: Path, step: int) -> SyncResult:
         """``/pause`` (letting running requests finish), the reload, the version tag, ``/resume``. ``/resume`` is
         sent whenever ``/pause`` was, even if the trainer is stopped half-way (SIGTERM inside the pause's drain),
         unless the reload broke the engine: a half-loaded engine must serve nothing until it is restarted."""
@@ -451,10 +449,10 @@ class WeightSync:
                 steps.append("left paused: the failed reload broke the engine")
         return SyncResult(True, "; ".join(steps), str(path), steps)
 
-    def _tag_vllm(self, step: int | None, steps: list[str]) -> None:
+    def _tag_vllm(self, step: int, steps: list[str]) -> None:
         """``POST /update_weight_version`` with the step, before ``/resume``: ``GET /weight_info`` then says which
         weights it serves (vLLM 0.32.0 has both routes; a 404 or 422 says this version has not)."""
-        if step is None or not self._version_api:
+        if not self._version_api:
             return
         r = request("POST", f"{self.base}/update_weight_version", {"new_version": str(step)}, timeout=60.0)
         self._version_api = r.ok or r.status not in (404, 405, 422)
@@ -519,12 +517,12 @@ class WeightSync:
                 time.sleep(self.retry_s * attempt)
                 continue
             if v is not None and v < (0, 26) and not isinstance(r.data, dict):
-                self._warn_loud(
+                self._warn_once(
                     f"vLLM {self.engine.raw if self.engine else ''} answers /reset_prefix_cache with an empty "
                     "200 whether or not it reset the cache (the reset fails while requests hold blocks"
                     + ("" if query else "; this version has no reset_running_requests") + "): prompts "
                     "sharing a prefix may be served from the OLD policy's KV cache after each reload. Use vLLM "
-                    ">= 0.26 (or >= 0.12 with /pause, which clears the cache once drained)")
+                    ">= 0.26 (or >= 0.12 with /pause, which clears the cache once drained)", lead="")
                 return "prefix cache reset requested (unconfirmed: empty 200 before vLLM 0.26)"
             return "prefix cache reset"
         self._warn_once("vLLM kept answering {\"success\": false} to /reset_prefix_cache (requests running): "
@@ -605,24 +603,23 @@ class WeightSync:
             again = self._push(path, step)
         return again if not again.down else SyncResult(False, f"{again.detail} (down again)", down=True)
 
+    def _health_until(self, done: Callable[[Reply], bool], within: float, every: float) -> bool:
+        """Ask ``/health`` every ``every`` s until ``done(reply)`` (True), at most ``within`` s (False)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if done(request("GET", f"{self.base}/health", timeout=5.0)):
+                return True
+            time.sleep(every)
+        return False
+
     def _gone(self, within: float) -> bool:
         """Whether the server stops answering ``/health`` 200 within ``within`` s (shutting down, restarted, its
         engine dead); False when it stays up (a reload that failed on a server that lives on)."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if not request("GET", f"{self.base}/health", timeout=5.0).ok:
-                return True
-            time.sleep(0.5)
-        return False
+        return self._health_until(lambda r: not r.ok, within, 0.5)
 
     def _wait_up(self) -> bool:
         """Until ``/health`` answers 200 (True), at most ``restart_timeout`` s (False)."""
-        deadline = time.monotonic() + self.restart_timeout
-        while time.monotonic() < deadline:
-            if request("GET", f"{self.base}/health", timeout=5.0).ok:
-                return True
-            time.sleep(1.0)
-        return False
+        return self._health_until(lambda r: r.ok, self.restart_timeout, 1.0)
 
     # -- a broken engine
 
@@ -661,21 +658,9 @@ class WeightSync:
     def _wait_restarted(self) -> None:
         """Until ``/health`` went away (the old server stopped) and then answers 200 again."""
         deadline = time.monotonic() + self.restart_timeout
-        gone = False
-        while time.monotonic() < deadline:
-            r = request("GET", f"{self.base}/health", timeout=5.0)
-            if r.status is None or not r.ok:
-                gone = True
-            elif gone:
-                return
-            time.sleep(1.0)
-        steplog.warn(f"the inference server at {self.base} did not come back within {self.restart_timeout:g}s")
-
-    def _warn_loud(self, text: str) -> None:
-        key = "loud:" + re.sub(r"\d+", "N", text)[:120]
-        if key not in self._warned:
-            self._warned.add(key)
-            steplog.warn(text)
+        if not (self._health_until(lambda r: not r.ok, self.restart_timeout, 1.0)
+                and self._health_until(lambda r: r.ok, deadline - time.monotonic(), 1.0)):
+            steplog.warn(f"the inference server at {self.base} did not come back within {self.restart_timeout:g}s")
 
     # -- staleness
 
@@ -691,11 +676,12 @@ class WeightSync:
                         "are off-policy: check the server's log, or restart it to load the newest weights"),
               file=self._out, flush=True)
 
-    def _warn_once(self, text: str) -> None:
-        key = re.sub(r"\d+", "N", text)[:120]
+    def _warn_once(self, text: str, lead: str = "inference server did not load the new weights: ") -> None:
+        """Warn ``lead + text`` once for every text that differs in more than its numbers."""
+        key = lead + re.sub(r"\d+", "N", text)[:120]
         if key not in self._warned:
             self._warned.add(key)
-            steplog.warn(f"inference server did not load the new weights: {text}")
+            steplog.warn(lead + text)
 
 
 def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], tuple[bool, str]]:
