@@ -94,17 +94,24 @@ def generate(
     out_top: list[list[list[tuple[int, float]]]] = [[] for _ in prompts]
     for _ in range(max_tokens):
         logp = scaled_log_softmax(policy(policy.windows(seqs)), temps)
-        sampled = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
-        greedy = logp.argmax(dim=-1)
-        chosen = torch.where(temps > 0, sampled, greedy)
-        chosen_lp = logp.gather(1, chosen.unsqueeze(1)).squeeze(1)
-        top_lp, top_id = logp.topk(min(5, logp.shape[1]), dim=-1)
-        for i, tok in enumerate(chosen.tolist()):
+        for i, (tok, lp, top) in enumerate(next_tokens(logp, temps, generator)):
             seqs[i].append(tok)
             out_ids[i].append(tok)
-            out_lp[i].append(float(chosen_lp[i]))
-            out_top[i].append(list(zip(top_id[i].tolist(), top_lp[i].tolist(), strict=True)))
+            out_lp[i].append(lp)
+            out_top[i].append(top)
     return out_ids, out_lp, out_top
+
+
+def next_tokens(logp: torch.Tensor, temps: torch.Tensor,
+                generator: torch.Generator | None) -> list[tuple[int, float, list[tuple[int, float]]]]:
+    """One token per row of ``logp`` [B, V] (log-probabilities at the rows' ``temps``): sampled (on the CPU, where
+    the generator is), greedy at temperature 0; each with its log-probability and the top-5 (id, logprob)."""
+    sampled = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(1).to(logp.device)
+    chosen = torch.where(temps > 0, sampled, logp.argmax(dim=-1))
+    chosen_lp = logp.gather(1, chosen.unsqueeze(1)).squeeze(1)
+    top_lp, top_id = logp.topk(min(5, logp.shape[1]), dim=-1)
+    return [(tok, lp, list(zip(ids, lps, strict=True))) for tok, lp, ids, lps
+            in zip(chosen.tolist(), chosen_lp.tolist(), top_id.tolist(), top_lp.tolist(), strict=True)]
 
 
 def sequence_logprobs(
