@@ -159,12 +159,9 @@ def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
     try:
         run_dir = resolve_run_dir(args.run_dir, ended_ok=not live)
         return require_live(run_dir) if live else RunPaths(run_dir)
-    except NoRun as e:
+    except (NoRun, AmbiguousRun) as e:
         say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
-    except AmbiguousRun as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_USAGE
+        return EXIT_USAGE if isinstance(e, AmbiguousRun) else EXIT_FAILED
 
 
 async def open_client(paths: Any, name: str) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..rundir.layout import RunPaths, is_locked
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -113,7 +114,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         return cfg
     run_dir = Path(cfg.run_dir)
     if not args.daemon_child:  # a person's `rlsup up`, not the daemon that one of them started
-        settled = _before_start(args, run_dir)
+        # A supervisor that already owns the run dir, an ended run there (--resume or --fresh): settled before
+        # the run's config is read (an exit code where `up` ends here).
+        settled = (_already_supervised(args, run_dir) if is_locked(RunPaths(run_dir))
+                   else _settle_ended_run(args, run_dir))
         if settled is not None:
             return settled
     cfg = _with_the_runs_overrides(args, cfg, run_dir)
@@ -158,7 +162,7 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
         return None
     from ..config.overrides import merged
     from ..rundir.journal import write_atomic
-    from ..rundir.layout import RunPaths, UnsafeRunDir
+    from ..rundir.layout import UnsafeRunDir
 
     paths = RunPaths(run_dir)
     try:
@@ -168,16 +172,6 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
         say(f"rlsup: cannot keep the run's --set overrides in {paths.overrides}: {e}", err=True)
         return EXIT_FAILED
     return None
-
-
-def _before_start(args: argparse.Namespace, run_dir: Path) -> int | None:
-    """What `up` settles before it reads the run's config: a supervisor that already owns the run dir, an
-    ended run there (--resume or --fresh). An exit code where `up` ends here, else None."""
-    from ..rundir.layout import RunPaths, is_locked
-
-    if is_locked(RunPaths(run_dir)):
-        return _already_supervised(args, run_dir)
-    return _settle_ended_run(args, run_dir)
 
 
 def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
@@ -242,7 +236,7 @@ def _keep_aside(run_dir: Path) -> int | None:
 def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     """Start the run's supervisor as a background daemon, wait until it serves, then say how to reach it
     (-d) or open the TUI on it."""
-    from ..rundir.layout import RunPaths, UnsafeRunDir
+    from ..rundir.layout import UnsafeRunDir
     from . import daemon
 
     extra = ["--gpu", args.gpu] if args.gpu else []
@@ -270,7 +264,8 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     if end is not None:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
-        return _daemon_failed(run_dir, f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{daemon.DAEMON_LOG}:")
+        return _daemon_failed(run_dir,
+                              f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{daemon.DAEMON_LOG}:")
     if args.detach:
         return _say_detached(cfg, run_dir, proc.pid, hint)
     return _attach_started(run_dir, args.plain, hint)
@@ -289,7 +284,6 @@ def _daemon_failed(run_dir: Path, said: str) -> int:
 def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     """`up -d`: the daemon serves; say what it took over and how to attach, see and stop it."""
     from ..records.events import ComponentAdopted
-    from ..rundir.layout import RunPaths
     from . import daemon
 
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
@@ -567,7 +561,6 @@ def _quiet_output_errors() -> None:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from ..monitor.process import pid_alive
-    from ..rundir.layout import is_locked
     from .follow import Printer
 
     orphan = _run_without_supervisor(args)
@@ -611,7 +604,6 @@ def _run_without_supervisor(args: argparse.Namespace) -> Any:
     """The run ``down`` means when no supervisor owns it but it may still have processes (its
     supervisor crashed or was killed); None when a supervisor owns it, or no such run is found (the
     usual path then says why)."""
-    from ..rundir.layout import RunPaths, is_locked
     from .daemon import live_runs, resolve_run_dir, stranded_runs
 
     if args.run_dir or os.environ.get("RLSUP_RUN_DIR"):
@@ -716,7 +708,7 @@ def _cmd(p: Any) -> str:
 
 
 def cmd_restart_supervisor(args: argparse.Namespace) -> int:
-    from ..rundir.layout import is_locked, read_owner
+    from ..rundir.layout import read_owner
     from . import daemon
 
     info: dict[str, Any] = {}
