@@ -395,9 +395,7 @@ class WeightSync:
             return SyncResult(False, f"unsupported: {self.base} has no /update_weights_from_disk ({_why(r)})")
         if not (r.ok and isinstance(r.data, dict) and r.data.get("success") is True):
             return SyncResult(False, f"/update_weights_from_disk did not load {path}: {_why(r)}")
-        version = self.engine.version if self.engine is not None and self.engine.kind == "sglang" else None
-        info = _sglang_info(str(self.base), "model_info", version, 30.0)
-        served = info.data.get("model_path") if info.ok and isinstance(info.data, dict) else None
+        served = self._sglang_model_path()
         if served is not None and Path(str(served)) != Path(path):
             return SyncResult(False, f"/update_weights_from_disk answered success but the server reports "
                                      f"model_path {served}, not {path}", str(served))
@@ -579,10 +577,14 @@ class WeightSync:
             data = r.data.get("data") if r.ok and isinstance(r.data, dict) else None
             root = data[0].get("root") if isinstance(data, list) and data and isinstance(data[0], dict) else None
             return root if isinstance(root, str) else None
+        got = self._sglang_model_path()
+        return got if isinstance(got, str) else None
+
+    def _sglang_model_path(self) -> Any:
+        """``model_path`` from SGLang's ``/model_info`` (``/get_model_info`` before 0.5.6): what it serves."""
         version = self.engine.version if self.engine is not None and self.engine.kind == "sglang" else None
         info = _sglang_info(str(self.base), "model_info", version, 30.0)
-        got = info.data.get("model_path") if info.ok and isinstance(info.data, dict) else None
-        return got if isinstance(got, str) else None
+        return info.data.get("model_path") if info.ok and isinstance(info.data, dict) else None
 
     # -- a server that is down
 

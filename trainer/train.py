@@ -34,11 +34,9 @@ def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[r
     """One GRPO update over ``samples`` in ``minibatches`` shuffled optimizer steps (torch RNG)."""
     prompts = [encode(s.prompt) for s in samples]
     completions = [encode(s.completion) for s in samples]
-    old = []
     for s, c in zip(samples, completions, strict=True):
         if len(s.logprobs) != len(c):
             raise ValueError(f"sample {s.prompt!r}: {len(s.logprobs)} logprobs for {len(c)} tokens")
-        old.append(s.logprobs)
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     totals = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "approx_kl": 0.0}
     policy.train()
@@ -46,7 +44,7 @@ def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[r
     for chunk in chunks:
         logp, entropy, rows = sequence_logprobs(
             policy, [prompts[i] for i in chunk], [completions[i] for i in chunk], temperature)
-        old_lp = torch.tensor([lp for i in chunk for lp in old[i]], dtype=torch.float32)
+        old_lp = torch.tensor([lp for i in chunk for lp in samples[i].logprobs], dtype=torch.float32)
         loss, stats = grpo.policy_loss(logp, old_lp, adv[chunk][rows], clip_eps)
         optimizer.zero_grad()
         loss.backward()
