@@ -23,20 +23,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_bytes(path: Path, data: bytes) -> None:
+def write_text(path: Path, text: str) -> None:
     """Write ``path`` so that readers see the old content or the new, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
-        f.write(data)
+        f.write(text.encode())
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode())
 
 
 def temp_dir_for(final: Path) -> Path:

@@ -103,21 +103,19 @@ def main(argv: list[str] | None = None) -> int:
         Chaos(args.chaos, args.out / "chaos", "trainer")
     except ValueError as exc:
         ap.error(str(exc))
+    if not (args.model and torch.cuda.is_available() and args.device != "cpu"):
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True)  # CPU (the tiny policy always): exact resume
     if args.model:
         from rlsup.trainer import hf as hf_mod  # imports transformers lazily
 
-        if not torch.cuda.is_available() or args.device == "cpu":
-            torch.set_num_threads(1)
-            torch.use_deterministic_algorithms(True)  # CPU: exact resume, as for the tiny policy
         return hf_mod.train_main(args)
     return train_tiny(args)
 
 
 def train_tiny(args: argparse.Namespace) -> int:
-    """The trainer loop for the tiny policy (no ``--model``), bit-identical on resume."""
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-
+    """The trainer loop for the tiny policy (no ``--model``), bit-identical on resume (``main`` made torch
+    single-threaded and deterministic)."""
     def make_optimizer(p: Policy) -> torch.optim.Optimizer:
         return torch.optim.Adam(p.parameters(), lr=args.lr)
 
