@@ -27,6 +27,7 @@ from .common import (
     client_parser,
     formatter,
     live_or_handed_over,
+    on_run,
     resolve,
     say,
 )
@@ -242,13 +243,11 @@ def serve_archive(run_dir: Path) -> Iterator[Path]:
             t.join(5)
 
 
-def cmd_bridge(args: argparse.Namespace) -> int:
+@on_run
+def cmd_bridge(args: argparse.Namespace, paths: Any) -> int:
     from ..client.bridge import relay
     from ..rundir.layout import is_locked
 
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
     if is_locked(paths):
         return relay(paths.sock)
     if not paths.events.exists():

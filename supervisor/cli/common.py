@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import signal as signal_mod
@@ -162,6 +163,17 @@ def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
     except (NoRun, AmbiguousRun) as e:
         say(f"rlsup: {e}", err=True)
         return EXIT_USAGE if isinstance(e, AmbiguousRun) else EXIT_FAILED
+
+
+def on_run(fn: Callable[..., int]) -> Callable[..., int]:
+    """The handler ``fn(args, paths, ...)`` of a command on the run it means, live or ended (:func:`resolve`); the
+    exit code :func:`resolve` gives where there is none."""
+    @functools.wraps(fn)
+    def handler(args: argparse.Namespace, *more: Any, **kw: Any) -> int:
+        paths = resolve(args, live=False)
+        return paths if isinstance(paths, int) else fn(args, paths, *more, **kw)
+
+    return handler
 
 
 async def open_client(paths: Any, name: str) -> Any:

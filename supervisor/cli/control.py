@@ -11,7 +11,7 @@ import functools
 import json
 from typing import Any
 
-from ..rundir.layout import is_locked
+from ..rundir.layout import RunPaths, is_locked
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -19,8 +19,8 @@ from .common import (
     client_call,
     client_parser,
     live_or_handed_over,
+    on_run,
     open_client,
-    resolve,
     say,
     stop_on_interrupt,
     until_interrupted,
@@ -69,12 +69,10 @@ def add_parsers(sub: Any) -> None:
         add_raw(p)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+@on_run
+def cmd_status(args: argparse.Namespace, paths: RunPaths) -> int:
     from ..render.status import format_status
 
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
     if not is_locked(paths):
         if not paths.events.exists():
             say(f"rlsup: no run in {paths.root} (no events.jsonl); start one with `rlsup up CONFIG`", err=True)
@@ -115,10 +113,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     return client_call(args, fn)
 
 
-def _command(args: argparse.Namespace, command: str, **cargs: Any) -> int:
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
+@on_run
+def _command(args: argparse.Namespace, paths: RunPaths, command: str, **cargs: Any) -> int:
     if not is_locked(paths) and paths.events.exists():
         from ..rundir.archive import Archive
 
@@ -155,10 +151,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _command(args, "resume", **({"step": args.step} if args.step is not None else {}))
 
 
-def cmd_logs(args: argparse.Namespace) -> int:
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
+@on_run
+def cmd_logs(args: argparse.Namespace, paths: RunPaths) -> int:
     if args.name is None:
         return _which_component(paths)
     if args.attempt is not None:
@@ -247,15 +241,13 @@ def _which_component(paths: Any) -> int:
     return EXIT_USAGE
 
 
-def cmd_events(args: argparse.Namespace) -> int:
+@on_run
+def cmd_events(args: argparse.Namespace, paths: RunPaths) -> int:
     import asyncio
 
     from ..records.events import Record, human, is_lifecycle
     from ..rundir.journal import read_records
 
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
     if not paths.events.exists():
         say(f"rlsup: no journal at {paths.events}", err=True)
         return EXIT_FAILED
