@@ -77,7 +77,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +252,6 @@ class SyncResult:
     loaded: bool
     detail: str
     server_model: str | None = None
-    steps: list[str] = field(default_factory=list)
     broken: bool = False  # the engine may serve wrong weights now: it must not be used until restarted
     down: bool = False  # nothing answered (connection refused): the server is down, the weights are not to blame
 
@@ -282,7 +281,6 @@ class WeightSync:
         self.tries, self.busy_tries, self.retry_s, self.timeout = tries, busy_tries, retry_s, timeout
         self.engine: Engine | None = None
         self.loaded_step: int | None = None
-        self.published_step: int | None = None
         self.flagged = False
         self._warned: set[str] = set()
         self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
@@ -304,7 +302,6 @@ class WeightSync:
         """Tell the server about ``path`` (weights of ``step``); write latest.json only if it loaded. A SIGTERM
         that arrives while the server is being paused or reloaded is held until the exchange is over (see
         :mod:`rlsup.trainer.stopping`): the trainer then exits with the server running, not paused."""
-        self.published_step = step
         if not self.base or self.mode == "none":
             result = SyncResult(False, "no weight sync (--weight-sync none or no --server)")
         else:
@@ -445,7 +442,7 @@ class WeightSync:
                 steps.append("resumed" if r.ok else f"/resume failed: {_why(r)}")
             elif asked:
                 steps.append("left paused: the failed reload broke the engine")
-        return SyncResult(True, "; ".join(steps), str(path), steps)
+        return SyncResult(True, "; ".join(steps), str(path))
 
     def _tag_vllm(self, step: int, steps: list[str]) -> None:
         """``POST /update_weight_version`` with the step, before ``/resume``: ``GET /weight_info`` then says which
@@ -462,7 +459,7 @@ class WeightSync:
         assert self.engine is not None
         p = request("POST", f"{self.base}/pause?{pause_query(self.engine.version)}", timeout=self.timeout)
         if p.refused:
-            return SyncResult(False, f"/pause: the server is down ({_why(p)})", steps=steps, down=True), False, False
+            return SyncResult(False, f"/pause: the server is down ({_why(p)})", down=True), False, False
         if p.ok:
             steps.append("paused (in-flight requests finished, caches cleared)")
             return None, True, True
@@ -475,11 +472,10 @@ class WeightSync:
         r = request("POST", f"{self.base}/collective_rpc", {"method": method, "kwargs": kwargs}, self.timeout)
         self._rpc_missing = r.status == 404
         if r.refused:  # it went away before this call: the reload never started
-            return SyncResult(False, f"/collective_rpc {method}: the server is down ({_why(r)})", steps=steps,
-                              down=True)
+            return SyncResult(False, f"/collective_rpc {method}: the server is down ({_why(r)})", down=True)
         if r.status == 404:
             return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
-                                     "VLLM_SERVER_DEV_MODE=1", steps=steps)
+                                     "VLLM_SERVER_DEV_MODE=1")
         if not r.ok and method == "reload_weights" and (
                 r.status is None or self._gone(within=30.0 if _engine_dead(r) else 1.5)):
             # No reply, or an error as the server goes away: a user's `rlsup restart` (or a crash) during the
@@ -492,9 +488,9 @@ class WeightSync:
             # that /health still calls healthy and that the next completion crashes or that serves
             # mixed weights. Never /resume it: it must be restarted.
             return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}; the engine's "
-                                     "weights are undefined now", steps=steps, broken=True)
+                                     "weights are undefined now", broken=True)
         if not r.ok:
-            return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}", steps=steps)
+            return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}")
         steps.append(f"{method}: {_why(r)}")
         return None
 

@@ -27,9 +27,9 @@ def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
 
 
-def client_parser(sub: Any, name: str, help: str, description: str, func: Callable[[argparse.Namespace], int],
-                  epilog: str = CLIENT_EPILOG) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help, description=description, formatter_class=formatter, epilog=epilog)
+def client_parser(sub: Any, name: str, help: str, description: str,
+                  func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help, description=description, formatter_class=formatter, epilog=CLIENT_EPILOG)
     p.add_argument("--run-dir", metavar="DIR", help=RUN_DIR_HELP)
     p.set_defaults(func=func)
     return p

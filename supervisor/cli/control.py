@@ -15,12 +15,14 @@ from ..rundir.layout import RunPaths, is_locked
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     add_raw,
     client_call,
     client_parser,
     live_or_handed_over,
     on_run,
     open_client,
+    run_dir_arg,
     say,
     stop_on_interrupt,
     until_interrupted,
@@ -169,7 +171,7 @@ def _attempt_logs(args: argparse.Namespace, paths: Any) -> int:
     if args.follow:
         say("rlsup: --attempt prints one attempt's output so far; to follow the live one, drop --attempt",
             err=True)
-        return 2
+        return EXIT_USAGE
     return print_attempt_logs(paths, args.name, args.attempt, args.lines)
 
 
@@ -223,15 +225,12 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
 def _which_component(paths: Any) -> int:
     """`rlsup logs` without NAME: say which names there are, as a command to paste."""
     from ..rundir.archive import replay
-    from .common import EXIT_USAGE
     from .daemon import display_path
 
     try:
         names = list(replay(paths)["components"]) if paths.events.exists() else []
     except OSError:
         names = []
-    from .common import run_dir_arg
-
     rd = run_dir_arg(paths.root)
     if not names:
         say(f"rlsup: which component? usage: rlsup logs NAME{rd} [-n N] [-f]", err=True)
