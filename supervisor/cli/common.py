@@ -221,9 +221,7 @@ def stop_on_interrupt(session: Any) -> None:
     loop = asyncio.get_running_loop()
     for s in (signal_mod.SIGINT, signal_mod.SIGTERM):
         loop.add_signal_handler(s, session.close)
-    listener = getattr(session, "listener", None)
-    if listener is not None and hasattr(listener, "on_broken"):
-        listener.on_broken = session.close
+    session.listener.on_broken = session.close  # a follow.Printer
 
 
 async def until_interrupted(session: Any) -> int:

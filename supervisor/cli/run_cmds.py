@@ -723,14 +723,13 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         info["monitors"] = reply.get("monitors") or []
         return EXIT_OK
 
-    paths_owner = None
     rc = client_call(args, fn)
     if rc != EXIT_OK:
         return rc
-    paths = info["paths"]
+    paths, hello = info["paths"], info["hello"] or {}
     paths_owner = read_owner(paths) or {}
-    old_pid = (info.get("hello") or {}).get("pid") or paths_owner.get("pid")
-    config = (info.get("hello") or {}).get("config") or paths_owner.get("config")
+    old_pid = hello.get("pid") or paths_owner.get("pid")
+    config = hello.get("config") or paths_owner.get("config")
     deadline = time.monotonic() + 30
     while is_locked(paths) and time.monotonic() < deadline:
         time.sleep(0.05)
