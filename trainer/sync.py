@@ -592,7 +592,7 @@ class WeightSync:
         often this one, and reloading the same weights is harmless."""
         steplog.warn(f"{result.detail}: the inference server is down while weights step {step} are pushed; "
                      f"waiting up to {self.restart_timeout:g}s for it to come back, then pushing them again")
-        self._record.waiting()
+        self._record.reloading(paused=True)  # the server is away: waited for, then pushed to again
         if not self._wait_up():
             return SyncResult(False, f"{result.detail}; it did not come back within {self.restart_timeout:g}s")
         self.engine = detect(str(self.base), self.mode)  # the restarted server may be another version
