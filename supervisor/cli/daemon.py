@@ -8,6 +8,7 @@ terminal, so closing the terminal, tmux or an SSH connection sends it nothing.
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import signal
 import subprocess
@@ -105,10 +106,8 @@ def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
     from ..records.events import RunEnded
     from ..rundir.journal import read_records
 
-    last = None
     try:
-        for last in read_records(paths.events):  # noqa: B007
-            pass
+        last = next(iter(collections.deque(read_records(paths.events), maxlen=1)), None)
     except OSError:
         return ""
     shown = display_path(paths.root)
