@@ -397,10 +397,8 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, sam
             loss, st = grpo.policy_loss(lp, old_lp, adv, clip_eps)
             share = lp.numel() / total
             (loss * share).backward()
-            stats["loss"] += loss.item() * share / len(chunks)
-            stats["entropy"] += ent.mean().item() * share / len(chunks)
-            stats["clip_frac"] += st["clip_frac"] * share / len(chunks)
-            stats["approx_kl"] += st["approx_kl"] * share / len(chunks)
+            for k, v in {"loss": loss.item(), "entropy": ent.mean().item(), **st}.items():
+                stats[k] += v * share / len(chunks)
         stats["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) / len(chunks)
         optimizer.step()
     return stats

@@ -50,11 +50,9 @@ def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[r
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step()
-        totals["loss"] += loss.item()
-        totals["entropy"] += entropy.mean().item()
-        totals["grad_norm"] += float(grad_norm)
-        totals["clip_frac"] += stats["clip_frac"]
-        totals["approx_kl"] += stats["approx_kl"]
+        for k, v in {"loss": loss.item(), "entropy": entropy.mean().item(), "grad_norm": float(grad_norm),
+                     **stats}.items():
+            totals[k] += v
     return {k: v / len(chunks) for k, v in totals.items()}
 
 
