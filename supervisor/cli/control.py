@@ -210,10 +210,7 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
         printer = Printer(events=False, logs={args.name}, prefix_logs=False,
                           log_file_hint={args.name: str(paths.log(args.name))})
 
-        async def connect() -> Any:
-            return await open_client(paths, "logs")
-
-        session = Session(connect, printer, lines=0)
+        session = Session(functools.partial(open_client, paths, "logs"), printer, lines=0)
         session.log_next[args.name] = block["seq"] + len(block["lines"])
         session.seq = snap.get("seq", 0)
         stop_on_interrupt(session)
@@ -271,11 +268,8 @@ def cmd_events(args: argparse.Namespace, paths: RunPaths) -> int:
     printer = (JsonPrinter if args.json else Printer)()
     printer.width = width
 
-    async def connect() -> Any:
-        return await open_client(paths, "events")
-
     async def go() -> int:
-        session = Session(connect, printer, lines=0)
+        session = Session(functools.partial(open_client, paths, "events"), printer, lines=0)
         session.seq = records[-1].seq if records else 0
         return await until_interrupted(session)
 
