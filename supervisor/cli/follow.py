@@ -14,11 +14,10 @@ class Printer:
     """Prints lifecycle events (and optionally log lines) as they arrive; tracks the run's end."""
 
     def __init__(self, *, out: TextIO | None = None, events: bool = True, logs: set[str] | None = None,
-                 prefix_logs: bool = True, log_file_hint: dict[str, str] | None = None):
+                 log_file_hint: dict[str, str] | None = None):
         self.out = out if out is not None else sys.stdout  # looked up now: main may have wrapped it
         self.events = events
         self.logs = logs or set()
-        self.prefix_logs = prefix_logs
         self.width = 12
         self.log_file_hint = log_file_hint or {}
         # The run's end as it came (a dict: `down` reads its `left`), None while it goes on.
@@ -67,10 +66,7 @@ class Printer:
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
         if component not in self.logs:
             return
-        if self.prefix_logs:
-            self._w("".join(f"{component:<{self.width}} | {line}\n" for line in lines))
-        else:
-            self._w("".join(line + "\n" for line in lines))
+        self._w("".join(line + "\n" for line in lines))
 
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
         if component in self.logs:
