@@ -45,12 +45,16 @@ def add_raw(p: argparse.ArgumentParser) -> None:
 
 
 def say(*parts: Any, err: bool = False, end: str = "\n") -> bool:
-    """Print, never raise: a closed pipe (``rlsup events | head``) or a full log file (the daemon's
+    """Print (see :func:`write`)."""
+    return write(sys.stderr if err else sys.stdout, " ".join(str(p) for p in parts) + end)
+
+
+def write(stream: Any, text: str) -> bool:
+    """Write and flush, never raise: a closed pipe (``rlsup events | head``) or a full log file (the daemon's
     ``supervisor.log`` on a full disk) must not turn into a traceback or stop anything. False when
     the reader went away (a follower then has no one to follow for)."""
-    stream = sys.stderr if err else sys.stdout
     try:
-        stream.write(" ".join(str(p) for p in parts) + end)
+        stream.write(text)
         stream.flush()
     except BrokenPipeError:
         _silence(stream)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from ..records.events import Record, RunEnded, RunStarted, as_record, human, is_lifecycle
+from .common import write
 
 
 class Printer:
@@ -27,18 +28,9 @@ class Printer:
     on_broken: Any = None  # called once when the reader of our output went away (`... | head`)
 
     def _w(self, text: str) -> None:
-        try:
-            self.out.write(text)
-            self.out.flush()
-        except BrokenPipeError:
-            from .common import _silence
-
-            _silence(self.out)
-            if self.on_broken is not None:
-                self.on_broken()
-                self.on_broken = None
-        except (OSError, ValueError):
-            pass
+        if not write(self.out, text) and self.on_broken is not None:
+            self.on_broken()
+            self.on_broken = None
 
     def on_connection(self, status: str, detail: str) -> None:
         prev, self.status = self.status, status
