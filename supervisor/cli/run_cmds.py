@@ -346,12 +346,10 @@ def _ask_ended(shown: str, ended: str) -> str | None:
     except (EOFError, KeyboardInterrupt):
         say("", err=True)
         return None
-    if answer in ("r", "resume"):
-        return "resume"
-    if answer in ("f", "fresh"):
-        return "fresh"
-    say("rlsup: nothing started", err=True)
-    return None
+    choice = {"r": "resume", "resume": "resume", "f": "fresh", "fresh": "fresh"}.get(answer)
+    if choice is None:
+        say("rlsup: nothing started", err=True)
+    return choice
 
 
 def _fast_checks(cfg: Any, path: str) -> bool:
