@@ -7,8 +7,12 @@ write, because ``rename`` within one filesystem is atomic and the data is on dis
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
+
+MARKER = "STABLE"  # written last into a published step dir (weights, checkpoints): everything else is there
+_STEP_DIR = re.compile(r"step_(\d+)\Z")
 
 
 def fsync_dir(path: Path) -> None:
@@ -19,20 +23,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_bytes(path: Path, data: bytes) -> None:
+def write_text(path: Path, text: str) -> None:
     """Write ``path`` so that readers see the old content or the new, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
-        f.write(data)
+        f.write(text.encode())
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode())
 
 
 def temp_dir_for(final: Path) -> Path:
@@ -43,6 +43,21 @@ def temp_dir_for(final: Path) -> Path:
         shutil.rmtree(tmp)
     tmp.mkdir()
     return tmp
+
+
+def steps(root: Path) -> list[int]:
+    """The N of every ``step_N`` entry of ``root``, ascending; none when ``root`` cannot be listed."""
+    try:
+        return sorted(int(m.group(1)) for p in Path(root).iterdir() if (m := _STEP_DIR.match(p.name)))
+    except OSError:
+        return []
+
+
+def prune(root: Path, found: list[int], keep: int, current: int) -> None:
+    """Remove ``root/step_N`` for all but the newest ``keep`` of the steps ``found``, never ``current``'s."""
+    for old in found[:-keep]:
+        if old != current:
+            shutil.rmtree(Path(root) / f"step_{old}", ignore_errors=True)
 
 
 def fsync_tree(directory: Path) -> None:

@@ -9,8 +9,6 @@ without the marker is never a valid checkpoint.
 from __future__ import annotations
 
 import random
-import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,7 @@ import torch
 from rlsup.trainer import atomic, steplog
 from rlsup.trainer.policy import Policy, load_weights, save_weights
 
-MARKER = "STABLE"
-_STEP_DIR = re.compile(r"step_(\d+)\Z")
+MARKER = atomic.MARKER
 
 
 def checkpoint_dir(out: Path, step: int) -> Path:
@@ -56,19 +53,13 @@ def write(out: Path, step: int, write_model: Callable[[Path], None], optimizer: 
     atomic.fsync_tree(tmp)
     (tmp / MARKER).write_text("")  # last: its presence means everything above is on disk
     atomic.publish_dir(tmp, final)
-    for old in complete_steps(out)[:-keep]:
-        if old != step:
-            shutil.rmtree(checkpoint_dir(out, old), ignore_errors=True)
+    atomic.prune(final.parent, complete_steps(out), keep, step)
     return final
 
 
 def complete_steps(out: Path) -> list[int]:
     """Steps with a complete (marked) checkpoint, ascending."""
-    root = Path(out) / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = (int(m.group(1)) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)))
-    return sorted(s for s in found if (checkpoint_dir(out, s) / MARKER).exists())
+    return [s for s in atomic.steps(Path(out) / "checkpoints") if (checkpoint_dir(out, s) / MARKER).exists()]
 
 
 def warn_if_unresumed(out: Path) -> None:

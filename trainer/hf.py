@@ -39,6 +39,7 @@ import torch
 from rlsup.trainer import atomic, grpo, loop, rollouts, steplog
 from rlsup.trainer import checkpoint as ckpt_mod
 from rlsup.trainer import weights as weights_mod
+from rlsup.trainer.policy import next_tokens, scaled_log_softmax
 from rlsup.trainer.task import Problem
 
 PROMPT_TEMPLATE = (
@@ -117,12 +118,6 @@ def load_problems(data: str, split: str = "train") -> list[Problem]:
     if not problems:
         raise ValueError(f"{data}: no problems")
     return problems
-
-
-def problems_for_step(problems: list[Problem], seed: int, step: int, count: int) -> list[Problem]:
-    """``count`` problems for ``step``: a pure function of ``(seed, step)``, as in ``task``."""
-    rng = random.Random(seed * 1_000_003 + step)
-    return [problems[rng.randrange(len(problems))] for _ in range(count)]
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -269,26 +264,20 @@ class HFGenerator:
             out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
                              past_key_values=past, use_cache=True)
             past = out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            t = torch.where(temps > 0, temps, torch.ones_like(temps)).unsqueeze(-1)
-            logp = torch.log_softmax(logits / t, dim=-1)
-            sampled = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(1).to(self.device)
-            chosen = torch.where(temps > 0, sampled, logp.argmax(-1))
-            chosen_lp = logp.gather(1, chosen.unsqueeze(1)).squeeze(1)
-            top_lp, top_id = logp.topk(min(5, logp.shape[1]), dim=-1)
-            for i, tok in enumerate(chosen.tolist()):
+            chosen = next_tokens(scaled_log_softmax(out.logits[:, -1, :].float(), temps), temps, generator)
+            for i, (tok, lp, top) in enumerate(chosen):
                 if done[i]:
                     continue
                 if tok in eos:
                     done[i], finish[i] = True, "stop"
                     continue
                 out_ids[i].append(tok)
-                out_lp[i].append(float(chosen_lp[i]))
-                out_top[i].append(list(zip(top_id[i].tolist(), top_lp[i].tolist(), strict=True)))
+                out_lp[i].append(lp)
+                out_top[i].append(top)
             if all(done):
                 break
-            step_ids = torch.where(torch.tensor(done, device=self.device), torch.full_like(chosen, pad),
-                                   chosen).unsqueeze(1)
+            step_ids = torch.tensor([[pad if d else c[0]] for d, c in zip(done, chosen, strict=True)],
+                                    device=self.device)
             mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], dim=1)
         return out_ids, out_lp, out_top, finish
 
@@ -363,8 +352,7 @@ def completion_logprobs(model: Any, batch: Batch, rows: list[int], temperature: 
     with ctx:
         logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
     # Only completion positions go through the (vocab-sized) log-softmax: prompts can be most tokens.
-    picked = logits[:, :-1][keep].float() / (temperature if temperature > 0 else 1.0)
-    logp_all = torch.log_softmax(picked, dim=-1)
+    logp_all = scaled_log_softmax(logits[:, :-1][keep].float(), temperature)
     logp = logp_all.gather(1, ids[:, 1:][keep].unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():  # logged only: keep it out of the autograd graph
         entropy = -(logp_all.exp() * logp_all).sum(-1)
@@ -409,10 +397,8 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, sam
             loss, st = grpo.policy_loss(lp, old_lp, adv, clip_eps)
             share = lp.numel() / total
             (loss * share).backward()
-            stats["loss"] += loss.item() * share / len(chunks)
-            stats["entropy"] += ent.mean().item() * share / len(chunks)
-            stats["clip_frac"] += st["clip_frac"] * share / len(chunks)
-            stats["approx_kl"] += st["approx_kl"] * share / len(chunks)
+            for k, v in {"loss": loss.item(), "entropy": ent.mean().item(), **st}.items():
+                stats[k] += v * share / len(chunks)
         stats["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) / len(chunks)
         optimizer.step()
     return stats

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -49,6 +50,10 @@ class Engine:
     def __init__(self, seed: int, total: int, hf: Any = None) -> None:
         # ``hf``: an ``rlsup.trainer.hf.HFGenerator`` serving a Hugging Face model; None: the tiny policy.
         self.hf = hf
+        # Text <-> token ids (``encode``, ``decode``, ``token``: one id's text): the HF model's tokenizer, or the
+        # tiny policy's one character per token.
+        self.tokens: Any = hf if hf is not None else SimpleNamespace(encode=encode, decode=decode,
+                                                                      token=VOCAB.__getitem__)
         self.policy: Any = None
         self.step = 0
         self.path: str | None = None  # the published dir loaded, None for the initial policy
@@ -59,15 +64,6 @@ class Engine:
         self.stats = {"requests": 0, "completions": 0, "tokens": 0, "batches": 0}
         self.reported = dict(self.stats)
         threading.Thread(target=self._worker, name="batcher", daemon=True).start()
-
-    def encode(self, text: str) -> list[int]:
-        return self.hf.encode(text) if self.hf is not None else encode(text)
-
-    def decode(self, ids: list[int]) -> str:
-        return self.hf.decode(ids) if self.hf is not None else decode(ids)
-
-    def token(self, tid: int) -> str:
-        return self.hf.token(tid) if self.hf is not None else VOCAB[tid]
 
     def set_policy(self, policy: Any, step: int, total: int | None = None) -> None:
         """Serve ``policy`` (the tiny ``Policy``, or the ``HFGenerator`` after its weights were loaded)."""
@@ -145,21 +141,21 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
     want_ids = bool(body.get("return_token_ids"))
     if n < 1 or max_tokens < 1 or temperature < 0:
         raise ValueError("n and max_tokens must be >= 1 and temperature >= 0")
-    encoded = [engine.encode(p) for p in prompts]
+    encoded = [engine.tokens.encode(p) for p in prompts]
     job = engine.submit(_Job(encoded, n, max_tokens, temperature))
     ids, lps, tops, step, finish = job.result
     choices = []
     for index, (row_ids, row_lps, row_top) in enumerate(zip(ids, lps, tops, strict=True)):
         extra = {"prompt_token_ids": list(encoded[index // n]), "token_ids": list(row_ids)} if want_ids else {}
-        text = engine.decode(row_ids)
+        text = engine.tokens.decode(row_ids)
         logprobs = None
         if top_k is not None:
-            tokens = [engine.token(i) for i in row_ids]
+            tokens = [engine.tokens.token(i) for i in row_ids]
             offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
             logprobs = {
                 "tokens": tokens,
                 "token_logprobs": row_lps,
-                "top_logprobs": [{engine.token(i): lp for i, lp in alts[: int(top_k)]} for alts in row_top]
+                "top_logprobs": [{engine.tokens.token(i): lp for i, lp in alts[: int(top_k)]} for alts in row_top]
                 if int(top_k) > 0 else None,
                 "text_offset": offsets,
             }

@@ -42,6 +42,7 @@ from rlsup.trainer import grpo, reloads, rollouts, steplog, task, waiting
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
 from rlsup.trainer.pausewatch import PauseWatch
+from rlsup.trainer.sync import request
 
 
 class ServerDown(Exception):
@@ -127,11 +128,8 @@ def reported_step(base: str) -> int | None:
     """The weights step the server says it serves: rlsup's server has ``weights_step`` in ``/health``
     (and loads the newest published weights when it restarts, which latest.json does not know);
     vLLM and SGLang report none (None)."""
-    try:
-        with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
-            step = json.loads(resp.read() or b"{}").get("weights_step")
-    except (OSError, ValueError, AttributeError, http.client.HTTPException):
-        return None
+    r = request("GET", f"{base}/health", timeout=2)
+    step = r.data.get("weights_step") if r.ok and isinstance(r.data, dict) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
@@ -167,12 +165,6 @@ def choice_fields(c: dict) -> dict:
         stop = None
     return {"prompt_ids": _ids(c.get("prompt_token_ids")), "completion_ids": _ids(c.get("token_ids")),
             "finish_reason": c.get("finish_reason"), "stop_reason": stop}
-
-
-def hf_problems(problems: list[task.Problem], seed: int, step: int, count: int) -> list[task.Problem]:
-    from rlsup.trainer import hf
-
-    return hf.problems_for_step(problems, seed, step, count)
 
 
 def response_label(r: dict) -> reloads.Label | None:
@@ -316,11 +308,6 @@ class Orchestrator:
                          "by how much)")
         self.server_lags = not caught_up
 
-    def problems(self, step: int) -> list[task.Problem]:
-        if self.gsm8k:
-            return hf_problems(self.gsm8k, self.args.seed, step, self.args.batch_size)
-        return task.problems_for_step(self.args.seed, step, self.args.batch_size)
-
     def request_body(self) -> dict:
         args = self.args
         body = {"model": self.model, "n": args.group_size, "max_tokens": args.max_tokens,
@@ -361,7 +348,7 @@ class Orchestrator:
         t0 = time.monotonic()
         self.await_weights(step)
         wait_s = time.monotonic() - t0
-        problems = self.problems(step)
+        problems = task.problems_for_step(args.seed, step, args.batch_size, self.gsm8k)
         t1 = time.monotonic()
         with self.watch:
             resp = complete(f"{self.base}/v1/completions", self.request_body(), [p.prompt for p in problems],

@@ -12,7 +12,6 @@ Weights on disk (a published weights dir or a checkpoint): ``model.pt`` (state d
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -95,17 +94,24 @@ def generate(
     out_top: list[list[list[tuple[int, float]]]] = [[] for _ in prompts]
     for _ in range(max_tokens):
         logp = scaled_log_softmax(policy(policy.windows(seqs)), temps)
-        sampled = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
-        greedy = logp.argmax(dim=-1)
-        chosen = torch.where(temps > 0, sampled, greedy)
-        chosen_lp = logp.gather(1, chosen.unsqueeze(1)).squeeze(1)
-        top_lp, top_id = logp.topk(min(5, logp.shape[1]), dim=-1)
-        for i, tok in enumerate(chosen.tolist()):
+        for i, (tok, lp, top) in enumerate(next_tokens(logp, temps, generator)):
             seqs[i].append(tok)
             out_ids[i].append(tok)
-            out_lp[i].append(float(chosen_lp[i]))
-            out_top[i].append(list(zip(top_id[i].tolist(), top_lp[i].tolist(), strict=True)))
+            out_lp[i].append(lp)
+            out_top[i].append(top)
     return out_ids, out_lp, out_top
+
+
+def next_tokens(logp: torch.Tensor, temps: torch.Tensor,
+                generator: torch.Generator | None) -> list[tuple[int, float, list[tuple[int, float]]]]:
+    """One token per row of ``logp`` [B, V] (log-probabilities at the rows' ``temps``): sampled (on the CPU, where
+    the generator is), greedy at temperature 0; each with its log-probability and the top-5 (id, logprob)."""
+    sampled = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(1).to(logp.device)
+    chosen = torch.where(temps > 0, sampled, logp.argmax(dim=-1))
+    chosen_lp = logp.gather(1, chosen.unsqueeze(1)).squeeze(1)
+    top_lp, top_id = logp.topk(min(5, logp.shape[1]), dim=-1)
+    return [(tok, lp, list(zip(ids, lps, strict=True))) for tok, lp, ids, lps
+            in zip(chosen.tolist(), chosen_lp.tolist(), top_id.tolist(), top_lp.tolist(), strict=True)]
 
 
 def sequence_logprobs(
@@ -132,20 +138,12 @@ def sequence_logprobs(
     return logp.gather(1, target.unsqueeze(1)).squeeze(1), entropy, torch.tensor(rows)
 
 
-def _fsync_write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def save_weights(policy: Policy, directory: Path) -> None:
-    """Write ``model.pt`` and ``config.json`` into ``directory`` (fsynced; the caller renames)."""
+    """Write ``model.pt`` and ``config.json`` into ``directory`` (the caller fsyncs and renames: a weights dir
+    or checkpoint is published by ``atomic.publish_dir``, which fsyncs every file first)."""
     directory.mkdir(parents=True, exist_ok=True)
     torch.save(policy.state_dict(), directory / "model.pt")
-    with open(directory / "model.pt", "rb+") as f:
-        os.fsync(f.fileno())
-    _fsync_write(directory / "config.json", json.dumps(asdict(policy.config)).encode())
+    (directory / "config.json").write_text(json.dumps(asdict(policy.config)))
 
 
 def load_weights(directory: Path) -> Policy:

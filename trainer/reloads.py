@@ -91,9 +91,9 @@ def from_versions(spans: object) -> Label | None:
 
 class Recorder:
     """The weight sync's side: :meth:`begin` before anything is sent to the server, :meth:`reloading` before
-    the reload itself (:meth:`reloaded_unpaused` after one without a pause, :meth:`waiting` while the server is
-    away), :meth:`end` once the server runs again. A heartbeat thread refreshes ``beat`` in
-    between; :meth:`end` (or the process's death) stops it."""
+    the reload itself and while the server is away (paused then: a restarted server changes weights between
+    requests; :meth:`reloaded_unpaused` after one without a pause), :meth:`end` once the server runs again. A
+    heartbeat thread refreshes ``beat`` in between; :meth:`end` (or the process's death) stops it."""
 
     def __init__(self, weights_dir: Path) -> None:
         self.path = Path(weights_dir) / NAME
@@ -112,10 +112,6 @@ class Recorder:
     def reloaded_unpaused(self) -> None:
         """The server answered a reload it carried out without a pause."""
         self._write(unpaused=self.rec.unpaused + 1)
-
-    def waiting(self) -> None:
-        """The server went away during the push: the trainer waits for it, and pushes again once it is back."""
-        self._write(state=RELOADING, paused=True)
 
     def end(self, step: int | None) -> None:
         """The server runs again, serving ``step`` (None: what it served before)."""

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rlsup.trainer import atomic
-
-_STEP_DIR = re.compile(r"step_(\d+)\Z")
 
 
 @dataclass
@@ -86,10 +83,7 @@ def _read_at(dir_fd: int, name: str) -> str:
 
 def published_steps(out: Path) -> list[int]:
     """Steps with a published rollout directory, ascending."""
-    root = Path(out) / "rollouts"
-    if not root.is_dir():
-        return []
-    return sorted(int(m.group(1)) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)))
+    return atomic.steps(Path(out) / "rollouts")
 
 
 def staleness(samples: list[Sample], step: int, fallback: int) -> dict[str, int]:

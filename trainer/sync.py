@@ -77,7 +77,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +252,6 @@ class SyncResult:
     loaded: bool
     detail: str
     server_model: str | None = None
-    steps: list[str] = field(default_factory=list)
     broken: bool = False  # the engine may serve wrong weights now: it must not be used until restarted
     down: bool = False  # nothing answered (connection refused): the server is down, the weights are not to blame
 
@@ -282,7 +281,6 @@ class WeightSync:
         self.tries, self.busy_tries, self.retry_s, self.timeout = tries, busy_tries, retry_s, timeout
         self.engine: Engine | None = None
         self.loaded_step: int | None = None
-        self.published_step: int | None = None
         self.flagged = False
         self._warned: set[str] = set()
         self._rpc_missing = False  # vLLM answered 404 to /collective_rpc: no dev mode (yet)
@@ -304,7 +302,6 @@ class WeightSync:
         """Tell the server about ``path`` (weights of ``step``); write latest.json only if it loaded. A SIGTERM
         that arrives while the server is being paused or reloaded is held until the exchange is over (see
         :mod:`rlsup.trainer.stopping`): the trainer then exits with the server running, not paused."""
-        self.published_step = step
         if not self.base or self.mode == "none":
             result = SyncResult(False, "no weight sync (--weight-sync none or no --server)")
         else:
@@ -361,7 +358,7 @@ class WeightSync:
 
     # -- per engine
 
-    def _push(self, path: Path, step: int | None = None) -> SyncResult:
+    def _push(self, path: Path, step: int) -> SyncResult:
         assert self.engine is not None and self.base is not None
         kind = self.engine.kind if self.engine.kind != "unknown" else self.mode
         for attempt in range(1, self.tries + 1):
@@ -372,15 +369,13 @@ class WeightSync:
                 time.sleep(self.retry_s * attempt)
         return result
 
-    def _push_sglang(self, path: Path, step: int | None = None) -> SyncResult:
+    def _push_sglang(self, path: Path, step: int) -> SyncResult:
         """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info (/get_model_info before
         SGLang 0.5.6) says what it serves. SGLang waits for running requests before it reloads (its
         ``model_update_lock``), so no completion mixes weights; ``weight_version`` tags the step, which SGLang
         0.5.23 returns with every completion (``metadata.weight_versions``); older versions ignore the field."""
         self._record.reloading(paused=True)
-        body: dict[str, Any] = {"model_path": str(path)}
-        if step is not None:
-            body["weight_version"] = str(step)
+        body = {"model_path": str(path), "weight_version": str(step)}
         r = request("POST", f"{self.base}/update_weights_from_disk", body, self.timeout)
         if r.refused:
             return SyncResult(False, f"/update_weights_from_disk: the server is down ({_why(r)})", down=True)
@@ -397,9 +392,7 @@ class WeightSync:
             return SyncResult(False, f"unsupported: {self.base} has no /update_weights_from_disk ({_why(r)})")
         if not (r.ok and isinstance(r.data, dict) and r.data.get("success") is True):
             return SyncResult(False, f"/update_weights_from_disk did not load {path}: {_why(r)}")
-        version = self.engine.version if self.engine is not None and self.engine.kind == "sglang" else None
-        info = _sglang_info(str(self.base), "model_info", version, 30.0)
-        served = info.data.get("model_path") if info.ok and isinstance(info.data, dict) else None
+        served = self._sglang_model_path()
         if served is not None and Path(str(served)) != Path(path):
             return SyncResult(False, f"/update_weights_from_disk answered success but the server reports "
                                      f"model_path {served}, not {path}", str(served))
@@ -417,7 +410,7 @@ class WeightSync:
                               down=True)
         return SyncResult(False, f"{what} {path}: no reply, the server went away ({_why(r)})", broken=True)
 
-    def _push_vllm(self, path: Path, step: int | None = None) -> SyncResult:
+    def _push_vllm(self, path: Path, step: int) -> SyncResult:
         """``/pause`` (letting running requests finish), the reload, the version tag, ``/resume``. ``/resume`` is
         sent whenever ``/pause`` was, even if the trainer is stopped half-way (SIGTERM inside the pause's drain),
         unless the reload broke the engine: a half-loaded engine must serve nothing until it is restarted."""
@@ -449,12 +442,12 @@ class WeightSync:
                 steps.append("resumed" if r.ok else f"/resume failed: {_why(r)}")
             elif asked:
                 steps.append("left paused: the failed reload broke the engine")
-        return SyncResult(True, "; ".join(steps), str(path), steps)
+        return SyncResult(True, "; ".join(steps), str(path))
 
-    def _tag_vllm(self, step: int | None, steps: list[str]) -> None:
+    def _tag_vllm(self, step: int, steps: list[str]) -> None:
         """``POST /update_weight_version`` with the step, before ``/resume``: ``GET /weight_info`` then says which
         weights it serves (vLLM 0.32.0 has both routes; a 404 or 422 says this version has not)."""
-        if step is None or not self._version_api:
+        if not self._version_api:
             return
         r = request("POST", f"{self.base}/update_weight_version", {"new_version": str(step)}, timeout=60.0)
         self._version_api = r.ok or r.status not in (404, 405, 422)
@@ -466,7 +459,7 @@ class WeightSync:
         assert self.engine is not None
         p = request("POST", f"{self.base}/pause?{pause_query(self.engine.version)}", timeout=self.timeout)
         if p.refused:
-            return SyncResult(False, f"/pause: the server is down ({_why(p)})", steps=steps, down=True), False, False
+            return SyncResult(False, f"/pause: the server is down ({_why(p)})", down=True), False, False
         if p.ok:
             steps.append("paused (in-flight requests finished, caches cleared)")
             return None, True, True
@@ -479,11 +472,10 @@ class WeightSync:
         r = request("POST", f"{self.base}/collective_rpc", {"method": method, "kwargs": kwargs}, self.timeout)
         self._rpc_missing = r.status == 404
         if r.refused:  # it went away before this call: the reload never started
-            return SyncResult(False, f"/collective_rpc {method}: the server is down ({_why(r)})", steps=steps,
-                              down=True)
+            return SyncResult(False, f"/collective_rpc {method}: the server is down ({_why(r)})", down=True)
         if r.status == 404:
             return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
-                                     "VLLM_SERVER_DEV_MODE=1", steps=steps)
+                                     "VLLM_SERVER_DEV_MODE=1")
         if not r.ok and method == "reload_weights" and (
                 r.status is None or self._gone(within=30.0 if _engine_dead(r) else 1.5)):
             # No reply, or an error as the server goes away: a user's `rlsup restart` (or a crash) during the
@@ -496,9 +488,9 @@ class WeightSync:
             # that /health still calls healthy and that the next completion crashes or that serves
             # mixed weights. Never /resume it: it must be restarted.
             return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}; the engine's "
-                                     "weights are undefined now", steps=steps, broken=True)
+                                     "weights are undefined now", broken=True)
         if not r.ok:
-            return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}", steps=steps)
+            return SyncResult(False, f"/collective_rpc {method} failed: {_why(r)}")
         steps.append(f"{method}: {_why(r)}")
         return None
 
@@ -519,12 +511,12 @@ class WeightSync:
                 time.sleep(self.retry_s * attempt)
                 continue
             if v is not None and v < (0, 26) and not isinstance(r.data, dict):
-                self._warn_loud(
+                self._warn_once(
                     f"vLLM {self.engine.raw if self.engine else ''} answers /reset_prefix_cache with an empty "
                     "200 whether or not it reset the cache (the reset fails while requests hold blocks"
                     + ("" if query else "; this version has no reset_running_requests") + "): prompts "
                     "sharing a prefix may be served from the OLD policy's KV cache after each reload. Use vLLM "
-                    ">= 0.26 (or >= 0.12 with /pause, which clears the cache once drained)")
+                    ">= 0.26 (or >= 0.12 with /pause, which clears the cache once drained)", lead="")
                 return "prefix cache reset requested (unconfirmed: empty 200 before vLLM 0.26)"
             return "prefix cache reset"
         self._warn_once("vLLM kept answering {\"success\": false} to /reset_prefix_cache (requests running): "
@@ -581,10 +573,14 @@ class WeightSync:
             data = r.data.get("data") if r.ok and isinstance(r.data, dict) else None
             root = data[0].get("root") if isinstance(data, list) and data and isinstance(data[0], dict) else None
             return root if isinstance(root, str) else None
+        got = self._sglang_model_path()
+        return got if isinstance(got, str) else None
+
+    def _sglang_model_path(self) -> Any:
+        """``model_path`` from SGLang's ``/model_info`` (``/get_model_info`` before 0.5.6): what it serves."""
         version = self.engine.version if self.engine is not None and self.engine.kind == "sglang" else None
         info = _sglang_info(str(self.base), "model_info", version, 30.0)
-        got = info.data.get("model_path") if info.ok and isinstance(info.data, dict) else None
-        return got if isinstance(got, str) else None
+        return info.data.get("model_path") if info.ok and isinstance(info.data, dict) else None
 
     # -- a server that is down
 
@@ -596,7 +592,7 @@ class WeightSync:
         often this one, and reloading the same weights is harmless."""
         steplog.warn(f"{result.detail}: the inference server is down while weights step {step} are pushed; "
                      f"waiting up to {self.restart_timeout:g}s for it to come back, then pushing them again")
-        self._record.waiting()
+        self._record.reloading(paused=True)  # the server is away: waited for, then pushed to again
         if not self._wait_up():
             return SyncResult(False, f"{result.detail}; it did not come back within {self.restart_timeout:g}s")
         self.engine = detect(str(self.base), self.mode)  # the restarted server may be another version
@@ -605,24 +601,23 @@ class WeightSync:
             again = self._push(path, step)
         return again if not again.down else SyncResult(False, f"{again.detail} (down again)", down=True)
 
+    def _health_until(self, done: Callable[[Reply], bool], within: float, every: float) -> bool:
+        """Ask ``/health`` every ``every`` s until ``done(reply)`` (True), at most ``within`` s (False)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if done(request("GET", f"{self.base}/health", timeout=5.0)):
+                return True
+            time.sleep(every)
+        return False
+
     def _gone(self, within: float) -> bool:
         """Whether the server stops answering ``/health`` 200 within ``within`` s (shutting down, restarted, its
         engine dead); False when it stays up (a reload that failed on a server that lives on)."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if not request("GET", f"{self.base}/health", timeout=5.0).ok:
-                return True
-            time.sleep(0.5)
-        return False
+        return self._health_until(lambda r: not r.ok, within, 0.5)
 
     def _wait_up(self) -> bool:
         """Until ``/health`` answers 200 (True), at most ``restart_timeout`` s (False)."""
-        deadline = time.monotonic() + self.restart_timeout
-        while time.monotonic() < deadline:
-            if request("GET", f"{self.base}/health", timeout=5.0).ok:
-                return True
-            time.sleep(1.0)
-        return False
+        return self._health_until(lambda r: r.ok, self.restart_timeout, 1.0)
 
     # -- a broken engine
 
@@ -661,21 +656,9 @@ class WeightSync:
     def _wait_restarted(self) -> None:
         """Until ``/health`` went away (the old server stopped) and then answers 200 again."""
         deadline = time.monotonic() + self.restart_timeout
-        gone = False
-        while time.monotonic() < deadline:
-            r = request("GET", f"{self.base}/health", timeout=5.0)
-            if r.status is None or not r.ok:
-                gone = True
-            elif gone:
-                return
-            time.sleep(1.0)
-        steplog.warn(f"the inference server at {self.base} did not come back within {self.restart_timeout:g}s")
-
-    def _warn_loud(self, text: str) -> None:
-        key = "loud:" + re.sub(r"\d+", "N", text)[:120]
-        if key not in self._warned:
-            self._warned.add(key)
-            steplog.warn(text)
+        if not (self._health_until(lambda r: not r.ok, self.restart_timeout, 1.0)
+                and self._health_until(lambda r: r.ok, deadline - time.monotonic(), 1.0)):
+            steplog.warn(f"the inference server at {self.base} did not come back within {self.restart_timeout:g}s")
 
     # -- staleness
 
@@ -691,11 +674,12 @@ class WeightSync:
                         "are off-policy: check the server's log, or restart it to load the newest weights"),
               file=self._out, flush=True)
 
-    def _warn_once(self, text: str) -> None:
-        key = re.sub(r"\d+", "N", text)[:120]
+    def _warn_once(self, text: str, lead: str = "inference server did not load the new weights: ") -> None:
+        """Warn ``lead + text`` once for every text that differs in more than its numbers."""
+        key = lead + re.sub(r"\d+", "N", text)[:120]
         if key not in self._warned:
             self._warned.add(key)
-            steplog.warn(f"inference server did not load the new weights: {text}")
+            steplog.warn(lead + text)
 
 
 def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], tuple[bool, str]]:

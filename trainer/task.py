@@ -20,15 +20,16 @@ class Problem:
     answer: str
 
 
-def all_problems(max_sum: int = MAX_SUM) -> list[Problem]:
+def all_problems() -> list[Problem]:
     """Every problem of the task, in a fixed order."""
-    return [Problem(f"{a}+{b}=", str(a + b)) for a in range(10) for b in range(10) if a + b <= max_sum]
+    return [Problem(f"{a}+{b}=", str(a + b)) for a in range(10) for b in range(10) if a + b <= MAX_SUM]
 
 
-def problems_for_step(seed: int, step: int, count: int, max_sum: int = MAX_SUM) -> list[Problem]:
-    """``count`` problems for ``step``, a pure function of ``(seed, step)``."""
+def problems_for_step(seed: int, step: int, count: int, pool: list[Problem] | None = None) -> list[Problem]:
+    """``count`` problems for ``step`` from ``pool`` (GSM8K's, :func:`rlsup.trainer.hf.load_problems`; default:
+    every problem of this task), a pure function of ``(seed, step)``."""
     rng = random.Random(seed * 1_000_003 + step)
-    pool = all_problems(max_sum)
+    pool = pool or all_problems()
     return [pool[rng.randrange(len(pool))] for _ in range(count)]
 
 

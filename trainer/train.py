@@ -34,11 +34,9 @@ def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[r
     """One GRPO update over ``samples`` in ``minibatches`` shuffled optimizer steps (torch RNG)."""
     prompts = [encode(s.prompt) for s in samples]
     completions = [encode(s.completion) for s in samples]
-    old = []
     for s, c in zip(samples, completions, strict=True):
         if len(s.logprobs) != len(c):
             raise ValueError(f"sample {s.prompt!r}: {len(s.logprobs)} logprobs for {len(c)} tokens")
-        old.append(s.logprobs)
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     totals = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "approx_kl": 0.0}
     policy.train()
@@ -46,17 +44,15 @@ def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[r
     for chunk in chunks:
         logp, entropy, rows = sequence_logprobs(
             policy, [prompts[i] for i in chunk], [completions[i] for i in chunk], temperature)
-        old_lp = torch.tensor([lp for i in chunk for lp in old[i]], dtype=torch.float32)
+        old_lp = torch.tensor([lp for i in chunk for lp in samples[i].logprobs], dtype=torch.float32)
         loss, stats = grpo.policy_loss(logp, old_lp, adv[chunk][rows], clip_eps)
         optimizer.zero_grad()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step()
-        totals["loss"] += loss.item()
-        totals["entropy"] += entropy.mean().item()
-        totals["grad_norm"] += float(grad_norm)
-        totals["clip_frac"] += stats["clip_frac"]
-        totals["approx_kl"] += stats["approx_kl"]
+        for k, v in {"loss": loss.item(), "entropy": entropy.mean().item(), "grad_norm": float(grad_norm),
+                     **stats}.items():
+            totals[k] += v
     return {k: v / len(chunks) for k, v in totals.items()}
 
 
@@ -105,21 +101,19 @@ def main(argv: list[str] | None = None) -> int:
         Chaos(args.chaos, args.out / "chaos", "trainer")
     except ValueError as exc:
         ap.error(str(exc))
+    if not (args.model and torch.cuda.is_available() and args.device != "cpu"):
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True)  # CPU (the tiny policy always): exact resume
     if args.model:
         from rlsup.trainer import hf as hf_mod  # imports transformers lazily
 
-        if not torch.cuda.is_available() or args.device == "cpu":
-            torch.set_num_threads(1)
-            torch.use_deterministic_algorithms(True)  # CPU: exact resume, as for the tiny policy
         return hf_mod.train_main(args)
     return train_tiny(args)
 
 
 def train_tiny(args: argparse.Namespace) -> int:
-    """The trainer loop for the tiny policy (no ``--model``), bit-identical on resume."""
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-
+    """The trainer loop for the tiny policy (no ``--model``), bit-identical on resume (``main`` made torch
+    single-threaded and deterministic)."""
     def make_optimizer(p: Policy) -> torch.optim.Optimizer:
         return torch.optim.Adam(p.parameters(), lr=args.lr)
 

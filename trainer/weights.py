@@ -10,8 +10,6 @@ newest complete step directory -- what the orchestrator paces itself by and what
 from __future__ import annotations
 
 import json
-import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,8 +19,7 @@ from rlsup.trainer import atomic
 if TYPE_CHECKING:  # the orchestrator reads published weights and imports no torch
     from rlsup.trainer.policy import Policy
 
-MARKER = "STABLE"
-_STEP_DIR = re.compile(r"step_(\d+)\Z")
+MARKER = atomic.MARKER
 
 
 def publish(weights_dir: Path, step: int, total: int, policy: Policy, keep: int = 3) -> Path:
@@ -43,10 +40,7 @@ def write(weights_dir: Path, step: int, write_model: Callable[[Path], None], met
     (tmp / "meta.json").write_text(json.dumps(meta))
     (tmp / MARKER).write_text("")
     atomic.publish_dir(tmp, final)
-    steps = sorted(int(m.group(1)) for p in Path(weights_dir).iterdir() if (m := _STEP_DIR.match(p.name)))
-    for old in steps[:-keep]:
-        if old != step:
-            shutil.rmtree(Path(weights_dir) / f"step_{old}", ignore_errors=True)
+    atomic.prune(weights_dir, atomic.steps(weights_dir), keep, step)
     return final
 
 
@@ -64,16 +58,8 @@ def published(weights_dir: Path) -> tuple[int, Path] | None:
 
 def _newest(weights_dir: Path, usable: Callable[[Path], bool]) -> tuple[int, Path] | None:
     """``(step, path)`` of the newest complete step dir that is ``usable``, or None."""
-    best: tuple[int, Path] | None = None
-    try:
-        entries = list(Path(weights_dir).iterdir())
-    except OSError:
-        return None
-    for p in entries:
-        m = _STEP_DIR.match(p.name)
-        if m and (p / MARKER).exists() and usable(p) and (best is None or int(m.group(1)) > best[0]):
-            best = (int(m.group(1)), p)
-    return best
+    dirs = ((step, Path(weights_dir) / f"step_{step}") for step in reversed(atomic.steps(weights_dir)))
+    return next(((step, p) for step, p in dirs if (p / MARKER).exists() and usable(p)), None)
 
 
 REJECTED = "REJECTED"  # written into a published dir an inference server failed to load (why, inside)

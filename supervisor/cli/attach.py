@@ -27,6 +27,7 @@ from .common import (
     client_parser,
     formatter,
     live_or_handed_over,
+    on_run,
     resolve,
     say,
 )
@@ -68,14 +69,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if live_or_handed_over(paths):
             return attach_local(paths.root, plain=args.plain)
         if not paths.events.exists():
-            say(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); start "
-                "one with `rlsup up CONFIG`", err=True)
-            return EXIT_FAILED
+            return _not_a_run(paths)
         if args.plain or not (sys.stdout.isatty() and sys.stdin.isatty()):
             return _print_ended(paths)
+        from ..client.session import unix_connector
+
         with serve_archive(paths.root) as sock:
-            return view_socket(sock, target=f"ended run {paths.root}", hint=f"rlsup attach --run-dir {paths.root}",
-                               plain=args.plain)
+            return view(unix_connector(sock, name="tui"), target=f"ended run {paths.root}",
+                        hint=f"rlsup attach --run-dir {paths.root}", plain=False)
     from ..client.ssh import SshError, SshTarget, ssh_connector
 
     try:
@@ -90,6 +91,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     hint = attach_command(args.target, run_dir=args.run_dir, identity=args.identity, remote_cmd=args.remote_cmd)
     return view(connect, target=args.target, hint=hint, plain=args.plain)
+
+
+def _not_a_run(paths: Any) -> int:
+    say(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); start one "
+        "with `rlsup up CONFIG`", err=True)
+    return EXIT_FAILED
 
 
 def _print_ended(paths: Any) -> int:
@@ -155,12 +162,6 @@ def _forward_term(run_dir: Path) -> Any:
                 err=True)
 
     return forward
-
-
-def view_socket(sock: Path, *, target: str, hint: str, plain: bool) -> int:
-    from ..client.session import unix_connector
-
-    return view(unix_connector(sock, name="tui" if not plain else "follow"), target=target, hint=hint, plain=plain)
 
 
 def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = None, on_term: Any = None) -> int:
@@ -242,18 +243,14 @@ def serve_archive(run_dir: Path) -> Iterator[Path]:
             t.join(5)
 
 
-def cmd_bridge(args: argparse.Namespace) -> int:
+@on_run
+def cmd_bridge(args: argparse.Namespace, paths: Any) -> int:
     from ..client.bridge import relay
     from ..rundir.layout import is_locked
 
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
     if is_locked(paths):
         return relay(paths.sock)
     if not paths.events.exists():
-        say(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); start one "
-            "with `rlsup up CONFIG`", err=True)
-        return EXIT_FAILED
+        return _not_a_run(paths)
     with serve_archive(paths.root) as sock:
         return relay(sock)

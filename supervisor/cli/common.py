@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import signal as signal_mod
@@ -26,9 +27,9 @@ def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
 
 
-def client_parser(sub: Any, name: str, help: str, description: str, func: Callable[[argparse.Namespace], int],
-                  epilog: str = CLIENT_EPILOG) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help, description=description, formatter_class=formatter, epilog=epilog)
+def client_parser(sub: Any, name: str, help: str, description: str,
+                  func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help, description=description, formatter_class=formatter, epilog=CLIENT_EPILOG)
     p.add_argument("--run-dir", metavar="DIR", help=RUN_DIR_HELP)
     p.set_defaults(func=func)
     return p
@@ -44,12 +45,16 @@ def add_raw(p: argparse.ArgumentParser) -> None:
 
 
 def say(*parts: Any, err: bool = False, end: str = "\n") -> bool:
-    """Print, never raise: a closed pipe (``rlsup events | head``) or a full log file (the daemon's
+    """Print (see :func:`write`)."""
+    return write(sys.stderr if err else sys.stdout, " ".join(str(p) for p in parts) + end)
+
+
+def write(stream: Any, text: str) -> bool:
+    """Write and flush, never raise: a closed pipe (``rlsup events | head``) or a full log file (the daemon's
     ``supervisor.log`` on a full disk) must not turn into a traceback or stop anything. False when
     the reader went away (a follower then has no one to follow for)."""
-    stream = sys.stderr if err else sys.stdout
     try:
-        stream.write(" ".join(str(p) for p in parts) + end)
+        stream.write(text)
         stream.flush()
     except BrokenPipeError:
         _silence(stream)
@@ -159,12 +164,20 @@ def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
     try:
         run_dir = resolve_run_dir(args.run_dir, ended_ok=not live)
         return require_live(run_dir) if live else RunPaths(run_dir)
-    except NoRun as e:
+    except (NoRun, AmbiguousRun) as e:
         say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
-    except AmbiguousRun as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_USAGE
+        return EXIT_USAGE if isinstance(e, AmbiguousRun) else EXIT_FAILED
+
+
+def on_run(fn: Callable[..., int]) -> Callable[..., int]:
+    """The handler ``fn(args, paths, ...)`` of a command on the run it means, live or ended (:func:`resolve`); the
+    exit code :func:`resolve` gives where there is none."""
+    @functools.wraps(fn)
+    def handler(args: argparse.Namespace, *more: Any, **kw: Any) -> int:
+        paths = resolve(args, live=False)
+        return paths if isinstance(paths, int) else fn(args, paths, *more, **kw)
+
+    return handler
 
 
 async def open_client(paths: Any, name: str) -> Any:
@@ -212,9 +225,7 @@ def stop_on_interrupt(session: Any) -> None:
     loop = asyncio.get_running_loop()
     for s in (signal_mod.SIGINT, signal_mod.SIGTERM):
         loop.add_signal_handler(s, session.close)
-    listener = getattr(session, "listener", None)
-    if listener is not None and hasattr(listener, "on_broken"):
-        listener.on_broken = session.close
+    session.listener.on_broken = session.close  # a follow.Printer
 
 
 async def until_interrupted(session: Any) -> int:

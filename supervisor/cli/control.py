@@ -11,15 +11,18 @@ import functools
 import json
 from typing import Any
 
+from ..rundir.layout import RunPaths, is_locked
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     add_raw,
     client_call,
     client_parser,
     live_or_handed_over,
+    on_run,
     open_client,
-    resolve,
+    run_dir_arg,
     say,
     stop_on_interrupt,
     until_interrupted,
@@ -32,13 +35,13 @@ def add_parsers(sub: Any) -> None:
                        "exit with its diagnosis, flags, and GPUs. --json prints the shape documented in the README. "
                        "On a run that has ended, the final state is read from its run dir.", cmd_status)
     st.add_argument("--json", action="store_true", help="print JSON for scripts")
-    for name, what, fn in (
-            ("start", "start a stopped (or completed/fatal) component", cmd_start),
-            ("stop", "stop a component and keep it stopped (its tree: stop signal, then SIGKILL)", cmd_stop),
-            ("restart", "restart a component now (a fresh attempt; resumes if `resume` is set)", cmd_restart)):
+    for name, what in (
+            ("start", "start a stopped (or completed/fatal) component"),
+            ("stop", "stop a component and keep it stopped (its tree: stop signal, then SIGKILL)"),
+            ("restart", "restart a component now (a fresh attempt; resumes if `resume` is set)")):
         p = client_parser(sub, name, what, what[0].upper() + what[1:] + ". Run from inside a component of the "
                           "same run (its RLSUP_COMPONENT and RLSUP_RUN_DIR), the journal names that component as "
-                          "the sender, not the user.", fn)
+                          "the sender, not the user.", functools.partial(_command, command=name))
         p.add_argument("name", metavar="NAME", help="component name")
         p.add_argument("--reason", metavar="TEXT", default=None,
                        help="why, in words: kept in the journal with the command (`rlsup events`, `rlsup why`)")
@@ -68,19 +71,11 @@ def add_parsers(sub: Any) -> None:
         add_raw(p)
 
 
-def _live(paths: Any) -> bool:
-    from ..rundir.layout import is_locked
-
-    return is_locked(paths)
-
-
-def cmd_status(args: argparse.Namespace) -> int:
+@on_run
+def cmd_status(args: argparse.Namespace, paths: RunPaths) -> int:
     from ..render.status import format_status
 
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
-    if not _live(paths):
+    if not is_locked(paths):
         if not paths.events.exists():
             say(f"rlsup: no run in {paths.root} (no events.jsonl); start one with `rlsup up CONFIG`", err=True)
             return EXIT_FAILED
@@ -120,11 +115,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     return client_call(args, fn)
 
 
-def _command(args: argparse.Namespace, command: str, **cargs: Any) -> int:
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
-    if not _live(paths) and paths.events.exists():
+@on_run
+def _command(args: argparse.Namespace, paths: RunPaths, command: str, **cargs: Any) -> int:
+    if not is_locked(paths) and paths.events.exists():
         from ..rundir.archive import Archive
 
         archive = Archive(paths.root)
@@ -156,31 +149,17 @@ def _sender(args: argparse.Namespace, root: Any) -> dict[str, Any]:
     return out
 
 
-def cmd_start(args: argparse.Namespace) -> int:
-    return _command(args, "start")
-
-
-def cmd_stop(args: argparse.Namespace) -> int:
-    return _command(args, "stop")
-
-
-def cmd_restart(args: argparse.Namespace) -> int:
-    return _command(args, "restart")
-
-
 def cmd_resume(args: argparse.Namespace) -> int:
     return _command(args, "resume", **({"step": args.step} if args.step is not None else {}))
 
 
-def cmd_logs(args: argparse.Namespace) -> int:
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
+@on_run
+def cmd_logs(args: argparse.Namespace, paths: RunPaths) -> int:
     if args.name is None:
         return _which_component(paths)
     if args.attempt is not None:
         return _attempt_logs(args, paths)
-    if not _live(paths):
+    if not is_locked(paths):
         return _ended_run_logs(args, paths)
     return client_call(args, functools.partial(_live_logs, args))
 
@@ -192,7 +171,7 @@ def _attempt_logs(args: argparse.Namespace, paths: Any) -> int:
     if args.follow:
         say("rlsup: --attempt prints one attempt's output so far; to follow the live one, drop --attempt",
             err=True)
-        return 2
+        return EXIT_USAGE
     return print_attempt_logs(paths, args.name, args.attempt, args.lines)
 
 
@@ -228,13 +207,9 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
     if args.follow:  # made, and Ctrl-C bound to it, before the tail is printed (a person answers the tail)
         from .follow import Printer
 
-        printer = Printer(events=False, logs={args.name}, prefix_logs=False,
-                          log_file_hint={args.name: str(paths.log(args.name))})
+        printer = Printer(events=False, logs={args.name}, log_file_hint={args.name: str(paths.log(args.name))})
 
-        async def connect() -> Any:
-            return await open_client(paths, "logs")
-
-        session = Session(connect, printer, lines=0)
+        session = Session(functools.partial(open_client, paths, "logs"), printer, lines=0)
         session.log_next[args.name] = block["seq"] + len(block["lines"])
         session.seq = snap.get("seq", 0)
         stop_on_interrupt(session)
@@ -246,15 +221,12 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
 def _which_component(paths: Any) -> int:
     """`rlsup logs` without NAME: say which names there are, as a command to paste."""
     from ..rundir.archive import replay
-    from .common import EXIT_USAGE
     from .daemon import display_path
 
     try:
         names = list(replay(paths)["components"]) if paths.events.exists() else []
     except OSError:
         names = []
-    from .common import run_dir_arg
-
     rd = run_dir_arg(paths.root)
     if not names:
         say(f"rlsup: which component? usage: rlsup logs NAME{rd} [-n N] [-f]", err=True)
@@ -264,15 +236,13 @@ def _which_component(paths: Any) -> int:
     return EXIT_USAGE
 
 
-def cmd_events(args: argparse.Namespace) -> int:
+@on_run
+def cmd_events(args: argparse.Namespace, paths: RunPaths) -> int:
     import asyncio
 
     from ..records.events import Record, human, is_lifecycle
     from ..rundir.journal import read_records
 
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
     if not paths.events.exists():
         say(f"rlsup: no journal at {paths.events}", err=True)
         return EXIT_FAILED
@@ -297,11 +267,8 @@ def cmd_events(args: argparse.Namespace) -> int:
     printer = (JsonPrinter if args.json else Printer)()
     printer.width = width
 
-    async def connect() -> Any:
-        return await open_client(paths, "events")
-
     async def go() -> int:
-        session = Session(connect, printer, lines=0)
+        session = Session(functools.partial(open_client, paths, "events"), printer, lines=0)
         session.seq = records[-1].seq if records else 0
         return await until_interrupted(session)
 

@@ -8,6 +8,7 @@ terminal, so closing the terminal, tmux or an SSH connection sends it nothing.
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import signal
 import subprocess
@@ -41,7 +42,7 @@ def live_runs(base: Path) -> list[Path]:
     return sorted(d for d in base.iterdir() if d.is_dir() and is_locked(RunPaths(d)))
 
 
-def resolve_run_dir(arg: str | None, *, cwd: Path | None = None, ended_ok: bool = False) -> Path:
+def resolve_run_dir(arg: str | None, *, ended_ok: bool = False) -> Path:
     """The run dir a client command talks to: ``--run-dir``, else ``$RLSUP_RUN_DIR``, else the
     single live run under ``./runs`` (with ``ended_ok``: else the most recently active run there)."""
     if arg:
@@ -49,17 +50,16 @@ def resolve_run_dir(arg: str | None, *, cwd: Path | None = None, ended_ok: bool 
     env = os.environ.get("RLSUP_RUN_DIR")
     if env:
         return Path(env)
-    base = (cwd or Path.cwd()) / "runs"
+    base = Path.cwd() / "runs"
     runs = live_runs(base)
-    if not runs and ended_ok:
-        journals = sorted(base.glob("*/events.jsonl"), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
-        if journals:
-            print(f"rlsup: no live run under {display_path(base)}; showing the most recently active one, "
-                  f"{display_path(journals[-1].parent)}", file=sys.stderr)
-            return journals[-1].parent
+    latest = _latest_run(base) if not runs else None
+    if latest is not None and ended_ok:
+        print(f"rlsup: no live run under {display_path(base)}; showing the most recently active one, "
+              f"{display_path(latest)}", file=sys.stderr)
+        return latest
     if not runs:
         raise NoRun(f"no supervisor is running under {display_path(base)}; start one with `rlsup up CONFIG`, "
-                    "or pass --run-dir DIR" + last_run_note(base))
+                    "or pass --run-dir DIR" + (_ended_note(RunPaths(latest), name_it=True) if latest else ""))
     if len(runs) > 1:
         names = "\n".join(f"  --run-dir {display_path(r)}" for r in runs)
         raise AmbiguousRun(f"{len(runs)} runs are live under {display_path(base)}; choose one:\n{names}")
@@ -106,10 +106,8 @@ def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
     from ..records.events import RunEnded
     from ..rundir.journal import read_records
 
-    last = None
     try:
-        for last in read_records(paths.events):  # noqa: B007
-            pass
+        last = next(iter(collections.deque(read_records(paths.events), maxlen=1)), None)
     except OSError:
         return ""
     shown = display_path(paths.root)
@@ -123,12 +121,10 @@ def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
     return f"; {which} {how}. See `rlsup events --run-dir {shown}` or `rlsup report --run-dir {shown}`"
 
 
-def last_run_note(base: Path) -> str:
-    """A note on the most recently active run under ``base``, if there is one."""
-    if not base.is_dir():
-        return ""
-    journals = sorted(base.glob("*/events.jsonl"), key=lambda p: p.stat().st_mtime)
-    return "" if not journals else _ended_note(RunPaths(journals[-1].parent), name_it=True)
+def _latest_run(base: Path) -> Path | None:
+    """The run dir under ``base`` whose journal was written last, if there is one."""
+    journals = sorted(base.glob("*/events.jsonl"), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
+    return journals[-1].parent if journals else None
 
 
 def display_path(p: Path) -> str:
@@ -186,36 +182,27 @@ class HeldInterrupt:
             self.check()
 
 
-def wait_ready(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float = READY_TIMEOUT_S,
-               check: Callable[[], None] = lambda: None) -> str | None:
+def wait_ready(proc: subprocess.Popen[bytes], run_dir: Path, check: Callable[[], None] = lambda: None) -> str | None:
     """Wait until the daemon answers on its socket. None when it does; else why not. ``check`` is
     called between tries (a held Ctrl-C raises there)."""
     paths = RunPaths(run_dir)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         check()
         if proc.poll() is not None:
             if is_locked(paths):
                 return None  # lost a start race: another supervisor owns the run; attach to it
             return f"the supervisor exited with code {proc.returncode} before it was ready"
-        if paths.sock.exists() and asyncio.run(_answers(paths.sock)):
+        if paths.sock.exists() and asyncio.run(_hello(paths.sock, 2.0)) is not None:
             return None
         time.sleep(0.05)
-    return f"the supervisor did not answer on {paths.sock} within {timeout:g}s"
+    return f"the supervisor did not answer on {paths.sock} within {READY_TIMEOUT_S:g}s"
 
 
-async def _answers(sock: Path) -> bool:
+async def _hello(sock: Path, timeout: float) -> dict[str, Any] | None:
+    """The supervisor's hello on ``sock``; None when it does not answer within ``timeout``."""
     try:
-        c = await Client.open_unix(sock, name="up", timeout=2.0)
-    except (NotRunning, OSError, asyncio.TimeoutError):
-        return False
-    await c.close()
-    return True
-
-
-async def _hello(sock: Path) -> dict[str, Any] | None:
-    try:
-        c = await Client.open_unix(sock, name="up", timeout=5.0)
+        c = await Client.open_unix(sock, name="up", timeout=timeout)
     except (NotRunning, OSError, asyncio.TimeoutError):
         return None
     try:
@@ -224,7 +211,7 @@ async def _hello(sock: Path) -> dict[str, Any] | None:
         await c.close()
 
 
-def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float = ENDING_TIMEOUT_S) -> dict[str, Any] | None:
+def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path) -> dict[str, Any] | None:
     """The ``run_ended`` event of a daemon that ended its run as it started (everything it was
     asked to continue had completed, or failed again at once); None while it supervises.
 
@@ -232,30 +219,31 @@ def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path, timeout: float =
     ``ending`` field of its hello already says whether that evaluation ended the run."""
     paths = RunPaths(run_dir)
     if proc.poll() is None:
-        hello = asyncio.run(_hello(paths.sock)) if paths.sock.exists() else None
+        hello = asyncio.run(_hello(paths.sock, 5.0)) if paths.sock.exists() else None
         if hello is not None and not hello.get("ending"):
             return None
         if hello is None and proc.poll() is None:
             return None  # it answered a moment ago: a hiccup is not an end
         try:
-            proc.wait(timeout)  # it is stopping what it had started: wait for its last word
+            proc.wait(ENDING_TIMEOUT_S)  # it is stopping what it had started: wait for its last word
         except subprocess.TimeoutExpired:
             return None
     return run_ended_by(paths, proc.pid)
 
 
-def adopted_by(paths: RunPaths, pid: int) -> list[dict[str, Any]]:
-    """The ``adopted`` events that the supervisor ``pid`` journaled (what it took over)."""
-    from ..records.events import ComponentAdopted, RunStarted
+def journaled_by(paths: RunPaths, pid: int, kind: str) -> list[dict[str, Any]]:
+    """The events of ``kind`` that the supervisor ``pid`` journaled (none when the journal cannot be read):
+    ``adopted``, what it took over; ``run_ended``, how it ended the run."""
+    from ..records.events import RunStarted
     from ..rundir.journal import read_records
 
     mine = False
     out = []
     try:
-        for r in read_records(paths.events, kinds={RunStarted.kind, ComponentAdopted.kind}.__contains__):
+        for r in read_records(paths.events, kinds={RunStarted.kind, kind}.__contains__):
             if isinstance(r.event, RunStarted):
                 mine = r.event.pid == pid
-            elif mine and isinstance(r.event, ComponentAdopted):
+            elif mine:
                 out.append(r.to_dict())
     except OSError:
         return []
@@ -264,26 +252,15 @@ def adopted_by(paths: RunPaths, pid: int) -> list[dict[str, Any]]:
 
 def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
     """The ``run_ended`` event that the supervisor ``pid`` wrote into the journal, if any."""
-    from ..records.events import RunEnded, RunStarted
-    from ..rundir.journal import read_records
+    from ..records.events import RunEnded
 
-    mine = False
-    end = None
+    return next(reversed(journaled_by(paths, pid, RunEnded.kind)), None)
+
+
+def log_tail(run_dir: Path) -> list[str]:
+    """The last 20 lines of the supervisor's own log (of its last 16 KiB); none when it cannot be read."""
     try:
-        for r in read_records(paths.events, kinds={RunStarted.kind, RunEnded.kind}.__contains__):
-            if isinstance(r.event, RunStarted):
-                mine = r.event.pid == pid
-            elif mine and isinstance(r.event, RunEnded):
-                end = r.to_dict()
-    except OSError:
-        return None
-    return end
-
-
-def log_tail(run_dir: Path, n: int = 20) -> list[str]:
-    """The last ``n`` lines of the supervisor's own log (of its last 16 KiB); none when it cannot be read."""
-    try:
-        return last_lines(Path(run_dir) / DAEMON_LOG, n, max_bytes=16384)
+        return last_lines(Path(run_dir) / DAEMON_LOG, 20, max_bytes=16384)
     except OSError:
         return []
 

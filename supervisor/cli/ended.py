@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -29,11 +30,6 @@ def keep_aside(run_dir: Path) -> Path | None:
         names = ", ".join(f"{r['component']} (pid {r['pid']})" for r in live)
         raise OSError(f"components of that run are still running under their monitors ({names}); "
                       "`rlsup up` without --fresh takes them over, and `rlsup down` then ends them")
-    n = 1
-    while True:
-        target = run_dir.with_name(f"{run_dir.name}.{n}")
-        if not os.path.lexists(target):
-            break
-        n += 1
+    target = next(t for n in itertools.count(1) if not os.path.lexists(t := run_dir.with_name(f"{run_dir.name}.{n}")))
     os.rename(run_dir, target)
     return target

@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub: Any) -> None:
-    add_fleet_parser(sub)
-
-
-def add_fleet_parser(sub: Any) -> None:
     """Register ``rlsup fleet`` on the CLI's subparsers (``cmd_fleet`` is its handler)."""
     p = sub.add_parser(
         "fleet", help="watch and steer the runs on many pods from one screen",
@@ -111,7 +107,7 @@ def _run_loop(coro: Any) -> Any:
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     """``rlsup fleet FLEET.yaml [--json]``."""
-    if getattr(args, "slurm", False):
+    if args.slurm:
         targets = _slurm_targets()
     elif args.fleet_file:
         targets = _file_targets(args)
@@ -164,7 +160,7 @@ def _file_targets(args: argparse.Namespace) -> Targets | int:
 def _print_snapshot(args: argparse.Namespace, specs: list[PodSpec],
                     connector_for: Callable[[PodSpec], Connector]) -> int:
     """--json, or a terminal that is not interactive: one snapshot of every pod, printed."""
-    snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=getattr(args, "timeout", JSON_TIMEOUT_S)))
+    snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=args.timeout))
     hints = {s.label: s.attach_hint(identity=args.identity, remote_cmd=args.remote_cmd) for s in specs}
     for pod in snap["pods"]:  # the command that opens this pod's TUI, as it can be pasted
         pod["attach"] = hints.get(pod["label"])

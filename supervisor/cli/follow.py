@@ -8,20 +8,17 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from ..records.events import Record, RunEnded, RunStarted, as_record, human, is_lifecycle
+from .common import write
 
 
 class Printer:
     """Prints lifecycle events (and optionally log lines) as they arrive; tracks the run's end."""
 
     def __init__(self, *, out: TextIO | None = None, events: bool = True, logs: set[str] | None = None,
-                 all_logs: bool = False, prefix_logs: bool = True, replay: bool = False,
                  log_file_hint: dict[str, str] | None = None):
         self.out = out if out is not None else sys.stdout  # looked up now: main may have wrapped it
         self.events = events
         self.logs = logs or set()
-        self.all_logs = all_logs
-        self.prefix_logs = prefix_logs
-        self.replay = replay  # print the events of the first snapshot too
         self.width = 12
         self.log_file_hint = log_file_hint or {}
         # The run's end as it came (a dict: `down` reads its `left`), None while it goes on.
@@ -31,18 +28,9 @@ class Printer:
     on_broken: Any = None  # called once when the reader of our output went away (`... | head`)
 
     def _w(self, text: str) -> None:
-        try:
-            self.out.write(text)
-            self.out.flush()
-        except BrokenPipeError:
-            from .common import _silence
-
-            _silence(self.out)
-            if self.on_broken is not None:
-                self.on_broken()
-                self.on_broken = None
-        except (OSError, ValueError):
-            pass
+        if not write(self.out, text) and self.on_broken is not None:
+            self.on_broken()
+            self.on_broken = None
 
     def on_connection(self, status: str, detail: str) -> None:
         prev, self.status = self.status, status
@@ -54,10 +42,6 @@ class Printer:
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         names = list(snapshot.get("state", {}).get("components", {}))
         self.width = max([12, *(len(n) for n in names)])
-        if resumed or not self.replay:
-            return
-        for e in snapshot.get("events", []):
-            self._event(as_record(e))
 
     def on_event(self, event: Record | Mapping[str, Any]) -> None:
         """A record from a :class:`~rlsup.supervisor.client.session.Session`; a raw subscription's dict is parsed."""
@@ -71,18 +55,12 @@ class Printer:
         if self.events and is_lifecycle(rec.kind):
             self._w(human(rec, width=self.width) + "\n")
 
-    def _wants(self, component: str) -> bool:
-        return self.all_logs or component in self.logs
-
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
-        if not self._wants(component):
+        if component not in self.logs:
             return
-        if self.prefix_logs:
-            self._w("".join(f"{component:<{self.width}} | {line}\n" for line in lines))
-        else:
-            self._w("".join(line + "\n" for line in lines))
+        self._w("".join(line + "\n" for line in lines))
 
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
-        if self._wants(component):
+        if component in self.logs:
             where = self.log_file_hint.get(component, "the log file")
             self._w(f"[rlsup: {to_seq - from_seq} lines of {component} not shown here; they are in {where}]\n")

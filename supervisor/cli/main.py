@@ -58,7 +58,7 @@ def _guard_terminal(args: argparse.Namespace) -> None:
     from ..render.terminal import EscapingStream
 
     tui = args.cmd in ("attach", "fleet", "bridge") or (
-        args.cmd == "up" and not (getattr(args, "headless", False) or getattr(args, "detach", False)))
+        args.cmd == "up" and not (args.headless or args.detach))
     if tui or getattr(args, "raw", False):
         return
     for name in ("stdout", "stderr"):

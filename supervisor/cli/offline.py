@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, formatter, load, say, set_option
+from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, formatter, load, on_run, say, set_option
 
 
 def add_parsers(sub: Any) -> None:
@@ -115,14 +115,11 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return int(diagnose_command(args.files, args.json, sys.stdout))
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+@on_run
+def cmd_report(args: argparse.Namespace, paths: Any) -> int:
     from ..render.report import build_report
     from ..rundir.journal import write_atomic
-    from .common import resolve
 
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
     try:
         text = build_report(paths.root)
     except FileNotFoundError as e:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..rundir.layout import RunPaths, is_locked
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -113,7 +114,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         return cfg
     run_dir = Path(cfg.run_dir)
     if not args.daemon_child:  # a person's `rlsup up`, not the daemon that one of them started
-        settled = _before_start(args, run_dir)
+        # A supervisor that already owns the run dir, an ended run there (--resume or --fresh): settled before
+        # the run's config is read (an exit code where `up` ends here).
+        settled = (_already_supervised(args, run_dir) if is_locked(RunPaths(run_dir))
+                   else _settle_ended_run(args, run_dir))
         if settled is not None:
             return settled
     cfg = _with_the_runs_overrides(args, cfg, run_dir)
@@ -158,7 +162,7 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
         return None
     from ..config.overrides import merged
     from ..rundir.journal import write_atomic
-    from ..rundir.layout import RunPaths, UnsafeRunDir
+    from ..rundir.layout import UnsafeRunDir
 
     paths = RunPaths(run_dir)
     try:
@@ -168,16 +172,6 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
         say(f"rlsup: cannot keep the run's --set overrides in {paths.overrides}: {e}", err=True)
         return EXIT_FAILED
     return None
-
-
-def _before_start(args: argparse.Namespace, run_dir: Path) -> int | None:
-    """What `up` settles before it reads the run's config: a supervisor that already owns the run dir, an
-    ended run there (--resume or --fresh). An exit code where `up` ends here, else None."""
-    from ..rundir.layout import RunPaths, is_locked
-
-    if is_locked(RunPaths(run_dir)):
-        return _already_supervised(args, run_dir)
-    return _settle_ended_run(args, run_dir)
 
 
 def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
@@ -242,7 +236,7 @@ def _keep_aside(run_dir: Path) -> int | None:
 def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     """Start the run's supervisor as a background daemon, wait until it serves, then say how to reach it
     (-d) or open the TUI on it."""
-    from ..rundir.layout import RunPaths, UnsafeRunDir
+    from ..rundir.layout import UnsafeRunDir
     from . import daemon
 
     extra = ["--gpu", args.gpu] if args.gpu else []
@@ -270,17 +264,18 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     if end is not None:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
-        return _daemon_failed(run_dir, problem)
+        return _daemon_failed(run_dir,
+                              f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{daemon.DAEMON_LOG}:")
     if args.detach:
         return _say_detached(cfg, run_dir, proc.pid, hint)
     return _attach_started(run_dir, args.plain, hint)
 
 
-def _daemon_failed(run_dir: Path, problem: str) -> int:
-    """The daemon did not come up: say why, with the end of its own log."""
+def _daemon_failed(run_dir: Path, said: str) -> int:
+    """The daemon did not come up: say why (``said``), then the end of its own log."""
     from . import daemon
 
-    say(f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{daemon.DAEMON_LOG}:", err=True)
+    say(said, err=True)
     for line in daemon.log_tail(run_dir):
         say(f"  {line}", err=True)
     return EXIT_FAILED
@@ -288,11 +283,11 @@ def _daemon_failed(run_dir: Path, problem: str) -> int:
 
 def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     """`up -d`: the daemon serves; say what it took over and how to attach, see and stop it."""
-    from ..rundir.layout import RunPaths
+    from ..records.events import ComponentAdopted
     from . import daemon
 
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
-    took = daemon.adopted_by(RunPaths(run_dir), pid)
+    took = daemon.journaled_by(RunPaths(run_dir), pid, ComponentAdopted.kind)
     if took:  # a run whose supervisor died: say that training was taken over, not restarted
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
     say(f"  run dir:  {daemon.display_path(run_dir)}")
@@ -351,12 +346,10 @@ def _ask_ended(shown: str, ended: str) -> str | None:
     except (EOFError, KeyboardInterrupt):
         say("", err=True)
         return None
-    if answer in ("r", "resume"):
-        return "resume"
-    if answer in ("f", "fresh"):
-        return "fresh"
-    say("rlsup: nothing started", err=True)
-    return None
+    choice = {"r": "resume", "resume": "resume", "f": "fresh", "fresh": "fresh"}.get(answer)
+    if choice is None:
+        say("rlsup: nothing started", err=True)
+    return choice
 
 
 def _fast_checks(cfg: Any, path: str) -> bool:
@@ -566,7 +559,6 @@ def _quiet_output_errors() -> None:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from ..monitor.process import pid_alive
-    from ..rundir.layout import is_locked
     from .follow import Printer
 
     orphan = _run_without_supervisor(args)
@@ -610,7 +602,6 @@ def _run_without_supervisor(args: argparse.Namespace) -> Any:
     """The run ``down`` means when no supervisor owns it but it may still have processes (its
     supervisor crashed or was killed); None when a supervisor owns it, or no such run is found (the
     usual path then says why)."""
-    from ..rundir.layout import RunPaths, is_locked
     from .daemon import live_runs, resolve_run_dir, stranded_runs
 
     if args.run_dir or os.environ.get("RLSUP_RUN_DIR"):
@@ -715,7 +706,7 @@ def _cmd(p: Any) -> str:
 
 
 def cmd_restart_supervisor(args: argparse.Namespace) -> int:
-    from ..rundir.layout import is_locked, read_owner
+    from ..rundir.layout import read_owner
     from . import daemon
 
     info: dict[str, Any] = {}
@@ -730,14 +721,13 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         info["monitors"] = reply.get("monitors") or []
         return EXIT_OK
 
-    paths_owner = None
     rc = client_call(args, fn)
     if rc != EXIT_OK:
         return rc
-    paths = info["paths"]
+    paths, hello = info["paths"], info["hello"] or {}
     paths_owner = read_owner(paths) or {}
-    old_pid = (info.get("hello") or {}).get("pid") or paths_owner.get("pid")
-    config = (info.get("hello") or {}).get("config") or paths_owner.get("config")
+    old_pid = hello.get("pid") or paths_owner.get("pid")
+    config = hello.get("config") or paths_owner.get("config")
     deadline = time.monotonic() + 30
     while is_locked(paths) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -758,11 +748,8 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     problem = daemon.wait_ready(proc, paths.root)
     if problem is not None:
-        say(f"rlsup: {problem}; the components keep running under their monitors. The end of "
-            f"{paths.root}/{daemon.DAEMON_LOG}:", err=True)
-        for line in daemon.log_tail(paths.root):
-            say(f"  {line}", err=True)
-        return EXIT_FAILED
+        return _daemon_failed(paths.root, f"rlsup: {problem}; the components keep running under their monitors. "
+                                          f"The end of {paths.root}/{daemon.DAEMON_LOG}:")
     say(f"rlsup: supervisor replaced (pid {old_pid} -> {daemon.owner_desc(paths.root)}); "
         f"{len(info['monitors'])} component(s) kept running")
     return EXIT_OK

@@ -35,10 +35,10 @@ def meaning(signum: int, *, at_terminal: bool) -> Meaning:
     return "preempt"
 
 
-def at_terminal(fd: int = 0) -> bool:
-    """Whether this process runs in the foreground of a terminal: where a SIGINT is someone's Ctrl-C."""
+def at_terminal() -> bool:
+    """Whether this process runs in the foreground of a terminal (on stdin): where a SIGINT is someone's Ctrl-C."""
     try:
-        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
     except OSError:
         return False
 

@@ -74,18 +74,12 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
 def down_pending(run_dir: str | None) -> int | None:
     """`rlsup down` of a run whose Slurm job has no supervisor yet (pending, or starting): cancel the
     job, as there is nothing to stop in order. None when that is not the case (the usual down follows)."""
-    import shutil
-
     from ..rundir.layout import RunPaths, is_locked
-
-    if not run_dir or shutil.which("squeue") is None or is_locked(RunPaths(Path(run_dir).resolve())):
-        return None
     from ..slurm import jobs
 
-    try:
-        j = jobs.job_of_run(str(Path(run_dir).resolve()))
-    except jobs.SlurmError:
+    if not run_dir or is_locked(RunPaths(Path(run_dir).resolve())):
         return None
+    j = run_job(Path(run_dir))
     if j is None or j["state"] not in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD"):
         return None
     if not jobs.cancel(j["job_id"]):
@@ -219,21 +213,13 @@ def run_job(run_dir: Path) -> dict[str, Any] | None:
 
 def supervisor_up(run_dir: str) -> bool:
     """Whether the run's supervisor answers on its socket (this host sees the run dir)."""
-    from ..rundir.layout import RunPaths, is_locked, sock_address
+    from ..rundir.layout import RunPaths, _answers, is_locked
 
     paths = RunPaths(Path(run_dir))
-    if not is_locked(paths) or not paths.sock.exists():
-        return False
-    try:
-        with sock_address(paths.sock) as addr, socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(2)
-            s.connect(addr)
-        return True
-    except OSError:
-        return False
+    return is_locked(paths) and paths.sock.exists() and _answers(paths.sock)
 
 
-def wait_running(job_id: str, run_dir: str, *, out: Any = None) -> dict[str, Any] | None:
+def wait_running(job_id: str, run_dir: str) -> dict[str, Any] | None:
     """Say the job's state while it waits; return it once its supervisor is up (or the job ended)."""
     from ..slurm import jobs
 
@@ -249,7 +235,7 @@ def wait_running(job_id: str, run_dir: str, *, out: Any = None) -> dict[str, Any
         if j["state"] == "PENDING" and (why := jobs.never_clears(j.get("reason"))):
             _never_starts(job_id, j, run_dir)
             return {**j, "never": why}
-        if j["state"] == "RUNNING" and (supervisor_up(run_dir) or not _sees_run_dir(run_dir, j)):
+        if j["state"] == "RUNNING" and (supervisor_up(run_dir) or not _sees_run_dir(run_dir)):
             return j
         time.sleep(POLL_S)
 
@@ -274,16 +260,12 @@ def _never_starts(job_id: str, j: dict[str, Any], run_dir: str) -> None:
         f"`rlsup down{run_dir_arg(run_dir)}`, then `rlsup up` again", err=True)
 
 
-def _sees_run_dir(run_dir: str, j: dict[str, Any]) -> bool:
+def _sees_run_dir(run_dir: str | os.PathLike[str]) -> bool:
     """Whether this host reaches the supervisor's socket in the run dir (it runs here, or the lock says
-    the same host); else the bridge goes through srun."""
-    from ..rundir.layout import RunPaths
+    the same host; a lock not written yet: wait for it); else the bridge goes through srun."""
+    from ..rundir.layout import RunPaths, read_owner
 
-    try:
-        owner = json.loads(RunPaths(Path(run_dir)).lock.read_text() or "{}")
-    except (OSError, ValueError):
-        return True  # not written yet: wait for it
-    return owner.get("host") in (None, socket.gethostname())
+    return (read_owner(RunPaths(Path(run_dir))) or {}).get("host") in (None, socket.gethostname())
 
 
 def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
@@ -292,7 +274,7 @@ def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
     from ..client.session import unix_connector
     from ..rundir.layout import RunPaths
 
-    if os.environ.get("RLSUP_SLURM_BRIDGE") != "srun" and _sees_run_dir(run_dir, j):
+    if os.environ.get("RLSUP_SLURM_BRIDGE") != "srun" and _sees_run_dir(run_dir):
         return unix_connector(RunPaths(Path(run_dir)).sock, name="tui"), f"job {j['job_id']} {run_dir}"
     return srun_connector(j["job_id"], j["batch_host"], run_dir), f"job {j['job_id']} on {j['batch_host']}"
 
@@ -342,16 +324,9 @@ def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -
     ``job``: the run's job where the caller has looked it up already (else squeue is asked here)."""
     import shutil
 
-    from ..rundir.layout import RunPaths
-
-    forced = os.environ.get("RLSUP_SLURM_BRIDGE") == "srun"
     if shutil.which("srun") is None or shutil.which("squeue") is None:
         return None
-    try:
-        owner = json.loads(RunPaths(Path(run_dir)).lock.read_text() or "{}")
-    except (OSError, ValueError):
-        owner = {}
-    if not forced and owner.get("host") in (None, socket.gethostname()):
+    if os.environ.get("RLSUP_SLURM_BRIDGE") != "srun" and _sees_run_dir(run_dir):
         return None
     j = job if job is not None else run_job(run_dir)
     if j is None or j["state"] != "RUNNING" or not j["batch_host"]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..records import events as ev
 from ..records.events import Record, describe
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, client_parser, resolve, say
+from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, client_parser, on_run, say
 
 MAX_HOPS = 20
 HANG_FLAGS = ("stall", "liveness_failed")  # flags whose evidence carries the stacks rlsup took (rlsup stack)
@@ -226,10 +226,8 @@ def _end_lines(x: dict[str, Any]) -> list[str]:
     return out
 
 
-def cmd_why(args: argparse.Namespace) -> int:
-    paths = resolve(args, live=False)
-    if isinstance(paths, int):
-        return paths
+@on_run
+def cmd_why(args: argparse.Namespace, paths: Any) -> int:
     events = _events(paths)
     if events is None:
         return EXIT_FAILED

@@ -17,7 +17,7 @@ pytest.importorskip("safetensors")
 from safetensors.torch import load_file  # noqa: E402
 
 from rlsup.supervisor.rundir.checkpoints import discover  # noqa: E402
-from rlsup.trainer import hf, rollouts, train  # noqa: E402
+from rlsup.trainer import hf, rollouts, task, train  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "gsm8k_tiny.jsonl"
 EOS = "<|endoftext|>"
@@ -75,7 +75,7 @@ def test_load_problems_from_jsonl(tmp_path: Path) -> None:
     assert len(problems) == 4
     assert problems[0].prompt.endswith("Answer:") and "Ana has 3 apples" in problems[0].prompt
     assert hf.final_number(problems[2].answer) == "300"
-    assert hf.problems_for_step(problems, 0, 5, 3) == hf.problems_for_step(problems, 0, 5, 3)
+    assert task.problems_for_step(0, 5, 3, problems) == task.problems_for_step(0, 5, 3, problems)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": "no final number"}\n')
     with pytest.raises(ValueError, match="no final number"):
@@ -107,7 +107,7 @@ def _write_rollouts(out: Path, steps: int) -> None:
     problems = hf.load_problems(str(FIXTURE))
     for step in range(1, steps + 1):
         samples = []
-        for gi, p in enumerate(hf.problems_for_step(problems, 0, step, 2)):
+        for gi, p in enumerate(task.problems_for_step(0, step, 2, problems)):
             want = hf.final_number(p.answer)
             texts = [f" so #### {want}", " #### 0", f" it is {want}", " I do not know"]
             rewards = [hf.reward(t, p.answer) for t in texts]
