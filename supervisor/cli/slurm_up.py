@@ -213,10 +213,10 @@ def run_job(run_dir: Path) -> dict[str, Any] | None:
 
 def supervisor_up(run_dir: str) -> bool:
     """Whether the run's supervisor answers on its socket (this host sees the run dir)."""
-    from ..rundir.layout import RunPaths, _answers, is_locked
+    from ..rundir.layout import RunPaths, is_locked, socket_answers
 
     paths = RunPaths(Path(run_dir))
-    return is_locked(paths) and paths.sock.exists() and _answers(paths.sock)
+    return is_locked(paths) and paths.sock.exists() and socket_answers(paths.sock)
 
 
 def wait_running(job_id: str, run_dir: str) -> dict[str, Any] | None:

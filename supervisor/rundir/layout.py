@@ -239,7 +239,7 @@ def is_locked(paths: RunPaths) -> bool:
     try:
         fd = os.open(paths.lock, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
-        return e.errno == errno.EIO and _answers(paths.sock)
+        return e.errno == errno.EIO and socket_answers(paths.sock)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -250,7 +250,7 @@ def is_locked(paths: RunPaths) -> bool:
         os.close(fd)
 
 
-def _answers(sock: Path) -> bool:
+def socket_answers(sock: Path) -> bool:
     """Whether something listens on the unix socket ``sock``."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(2.0)
