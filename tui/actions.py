@@ -154,7 +154,7 @@ def help_rows() -> list[tuple[str, str, str]]:
         key = (k.label, k.action.split("(")[0])
         if key not in seen:
             seen.add(key)
-            rows.append((k.label, k.help, WHERE.get(k.contexts, ", ".join(sorted(k.contexts)))))
+            rows.append((k.label, k.help, WHERE[k.contexts]))
     return rows
 
 
@@ -166,8 +166,7 @@ def palette_entries() -> list[tuple[str, str, str]]:
         if k.action in seen or (k.action.startswith("select(") and k.action != "select(0)"):
             continue
         seen.add(k.action)
-        label = "1-9" if k.action == "select(0)" else k.label
-        out.append((k.action, label, k.help))
+        out.append((k.action, k.label, k.help))
     return out
 
 

@@ -465,13 +465,11 @@ class Fleet:
         for p in self.pods:
             p.server_hello = partial(self._hello, p.label)
             p.after_snapshot = partial(self._after_snapshot, p.label)
-        self.version = 0  # bumped on every change; views repaint when it moves
         self._closed = False
         self._wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Future[None]] = set()
 
     def _changed(self) -> None:
-        self.version += 1
         if self.on_change is not None:
             self.on_change()
 

@@ -106,11 +106,10 @@ def _known_name(host: str, port: int) -> str:
 class _Policy:
     """Missing-host-key policy: refuse with the fingerprint, or accept and record it."""
 
-    def __init__(self, accept: bool, known_hosts: Path, label: str, accept_hint: str | None = None):
+    def __init__(self, accept: bool, known_hosts: Path, accept_hint: str):
         self.accept = accept
         self.known_hosts = known_hosts
-        self.label = label
-        self.accept_hint = accept_hint or f"rlsup attach {label} --accept-new-host-key"
+        self.accept_hint = accept_hint
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         fp = fingerprint(key)
@@ -129,7 +128,7 @@ class _Policy:
 class _Remote:
     """One SSH connection (possibly through jump hosts) that opens bridge channels."""
 
-    def __init__(self, target: SshTarget, accept_new_host_key: bool, accept_hint: str | None = None):
+    def __init__(self, target: SshTarget, accept_new_host_key: bool, accept_hint: str):
         self.target = target
         self.accept = accept_new_host_key
         self.accept_hint = accept_hint
@@ -174,8 +173,8 @@ class _Remote:
         host = cfg.get("hostname", t.host)
         port = int(t.port or cfg.get("port") or 22)
         user = t.user or cfg.get("user") or os.environ.get("USER") or None
-        keys = [k for k in ([t.identity] if t.identity else []) + list(cfg.get("identityfile") or [])]
-        keys = [os.path.expanduser(k) for k in keys if os.path.exists(os.path.expanduser(k))]
+        keys = [os.path.expanduser(k) for k in ([t.identity] if t.identity else []) + list(cfg.get("identityfile") or [])]
+        keys = [k for k in keys if os.path.exists(k)]
         known = _ssh_dir() / "known_hosts"
         client = paramiko.SSHClient()
         with contextlib.suppress(OSError):
@@ -187,7 +186,7 @@ class _Remote:
                 raise SshError(f"cannot read {known}: {e}") from None
         # paramiko calls the policy's missing_host_key and nothing else; _Policy does not subclass
         # paramiko.MissingHostKeyPolicy only so that paramiko is imported when a connection is made.
-        policy = _Policy(self.accept, known, self.target.label(), self.accept_hint)
+        policy = _Policy(self.accept, known, self.accept_hint)
         client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
         label = f"{user + '@' if user else ''}{host}:{port}"
         try:
