@@ -369,28 +369,26 @@ class Session:
             self.log_next[msg["component"]] = msg["to_seq"]
             self.listener.on_gap(msg["component"], msg["from_seq"], msg["to_seq"])
 
-    async def command(self, command: str, component: str | None = None, **args: Any) -> dict[str, Any]:
-        """Send a command on the live connection; a reply with ``ok: false`` says why it was not done."""
+    async def _ask(self, request: Callable[[Client], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """``request`` on the live connection; ``ok: false`` with a reason when the link is down or the
+        supervisor refuses."""
         if self.client is None:
             return {"ok": False, "error": "not connected to the supervisor (reconnecting)"}
         try:
-            return await self.client.command(command, component, **args)
-        except (ConnectionError, asyncio.TimeoutError) as e:
-            return {"ok": False, "error": f"connection lost before the answer ({e})"}
-
-    async def disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
-        """``log_read`` or ``log_search`` on the live connection; ``ok: false`` with a reason when
-        the link is down or the supervisor refuses."""
-        if self.client is None:
-            return {"ok": False, "error": "not connected to the supervisor (reconnecting)"}
-        try:
-            if op == "log_read":
-                return await self.client.log_read(component, **fields)
-            return await self.client.log_search(component, **fields)
+            return await request(self.client)
         except RequestFailed as e:
             return e.reply
         except (ConnectionError, asyncio.TimeoutError) as e:
             return {"ok": False, "error": f"connection lost before the answer ({e})"}
+
+    async def command(self, command: str, component: str | None = None, **args: Any) -> dict[str, Any]:
+        """Send a command on the live connection; a reply with ``ok: false`` says why it was not done."""
+        return await self._ask(lambda c: c.command(command, component, **args))
+
+    async def disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
+        """``log_read`` or ``log_search`` on the live connection."""
+        return await self._ask(lambda c: c.log_read(component, **fields) if op == "log_read"
+                               else c.log_search(component, **fields))
 
     def close(self) -> None:
         self._stop.set()
