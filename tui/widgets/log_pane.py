@@ -569,17 +569,9 @@ class LogView(Widget, can_focus=False):
 
     def show_match(self, query: str, seq: int) -> None:
         """Make line ``seq`` of the history window the current match of ``query``."""
-        if self.hist is None or not 0 <= seq - self.dropped < len(self.lines):
-            return
-        self.search_query = query.lower()
-        self.current = seq
-        i = seq - self.dropped
-        self.show_line(i)
-        if not self.wrap:
-            col = _cells(self.lines[i][: self.lines[i].lower().find(self.search_query)])
-            if not (self.xoff <= col < self.xoff + self.text_width - len(self.search_query)):
-                self.xoff = max(0, col - self.text_width // 3)
-        self._moved()
+        if self.hist is not None and 0 <= seq - self.dropped < len(self.lines):
+            self.search_query = query.lower()
+            self._show_found(seq - self.dropped, self.search_query)
 
     # copy mode ------------------------------------------------------------------------------
     @property
@@ -750,6 +742,14 @@ class PaneTitle(Widget):
         return Text(self.text, no_wrap=True, overflow="ellipsis", end="")
 
 
+class _PaneMessage(Message):
+    """A message about one :class:`LogPane` (``pane``)."""
+
+    def __init__(self, pane: LogPane):
+        super().__init__()
+        self.pane = pane
+
+
 class LogPane(Vertical, can_focus=True):
     """A title row (name, state, follow / "N new lines", wrap, search, copy mode) over a :class:`LogView`.
 
@@ -770,40 +770,25 @@ class LogPane(Vertical, can_focus=True):
     LogPane.selecting > PaneTitle { background: $primary; color: $text; text-style: bold; }
     """
 
-    class Clicked(Message):
-        def __init__(self, pane: LogPane):
-            super().__init__()
-            self.pane = pane
+    class Clicked(_PaneMessage):
+        """A click on the pane: the screen selects it."""
 
-    class ModeChanged(Message):
+    class ModeChanged(_PaneMessage):
         """Copy mode began or ended: the keys' context changed."""
 
-        def __init__(self, pane: LogPane):
-            super().__init__()
-            self.pane = pane
-
-    class SearchAsked(Message):
+    class SearchAsked(_PaneMessage):
         """``/``: open the search box for this log."""
 
-        def __init__(self, pane: LogPane):
-            super().__init__()
-            self.pane = pane
-
-    class FindOnDisk(Message):
+    class FindOnDisk(_PaneMessage):
         """``query`` is not in the lines held in ``direction``: look in the log file on disk."""
 
         def __init__(self, pane: LogPane, query: str, direction: int):
-            super().__init__()
-            self.pane = pane
+            super().__init__(pane)
             self.query = query
             self.direction = direction
 
-    class FirstPageNeeded(Message):
+    class FirstPageNeeded(_PaneMessage):
         """Home went to the first line held, and the log file has older ones: read its first page."""
-
-        def __init__(self, pane: LogPane):
-            super().__init__()
-            self.pane = pane
 
     def __init__(self, component: str, index: int, max_lines: int = 10_000,
                  clock: Callable[[], float] = time.time, **kw: Any) -> None:
