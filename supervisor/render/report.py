@@ -24,6 +24,7 @@ from ..rundir.layout import RunPaths, is_locked
 from ..rundir.logs import last_lines
 from ..rundir.replay import read_run
 from .advice import NEXT_STEPS
+from .status import step_text
 
 MAX_TIMELINE = 200
 MAX_EVIDENCE = 14
@@ -256,11 +257,8 @@ def _components_table(st: dict[str, Any], attempts: dict[str, list[Attempt]]) ->
            "| --- | --- | --- | --- | --- | --- |"]
     for n, c in st["components"].items():
         atts = attempts.get(n, [])
-        step = c.get("step")
-        total = c.get("total")
-        stp = "-" if step is None else (f"{step}/{total}" if total else str(step))
         lx = _exit_after(atts[-1]) if atts and atts[-1].ended else "-"
-        out.append(f"| {n} | {c.get('state')} | {len(atts)} | {sum(a.judged_failed for a in atts)} | {stp} "
+        out.append(f"| {n} | {c.get('state')} | {len(atts)} | {sum(a.judged_failed for a in atts)} | {step_text(c)} "
                    f"| {_cell(lx)} |")
     return out + [""]
 

@@ -22,6 +22,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from rlsup.supervisor.records.state import STATES
+from rlsup.supervisor.render.status import step_text
 from rlsup.tui.format import failure_cause, fmt_cpu, fmt_dur, fmt_mb, fmt_rate
 
 RESOURCES_MIN_WIDTH = 112
@@ -63,7 +64,7 @@ def row_cells(i: int, c: dict[str, Any], now: float) -> dict[str, str]:
         "#": str(i + 1) if i < 9 else " ", "state": state_txt, "pid": str(c.get("pid") or "-"),
         "uptime": fmt_dur(c.get("uptime_s")), "att/rst": f"{c.get('attempt', 0)}/{c.get('restarts', 0)}",
         "CPU": fmt_cpu(r.get("cpu_pct")), "RSS": fmt_mb(r.get("rss_mb")), "GPU mem": fmt_mb(r.get("gpu_mb")),
-        "step": "-" if c.get("step") is None else str(c["step"]) + (f"/{c['total']}" if c.get("total") else ""),
+        "step": step_text(c),
         "rate": fmt_rate(c.get("rate")), "ETA": fmt_dur(c.get("eta_s")),
         "last exit": last_exit_text(c.get("last_exit")),
         "flags": ("⚑ " + ",".join(f["type"] for f in flags)) if flags else "",
