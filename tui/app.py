@@ -346,8 +346,7 @@ class MainScreen(Screen):
                 return
             v.disk_first = reply["disk_first_seq"]
             if reply["lines"] and v.hist is None and v.top == 0:
-                v.show_disk(reply["seq"], reply["lines"], reply["disk_first_seq"], reply["disk_end_seq"],
-                            at="bottom", file=reply.get("file", ""))
+                v.show_disk(reply, at="bottom")
             pane.update_title()
             return
         if direction < 0:
@@ -381,8 +380,7 @@ class MainScreen(Screen):
         v.disk_first = reply["disk_first_seq"]
         first = v.window_first
         if reply["lines"] and (first is None or reply["seq"] < first):
-            v.show_disk(reply["seq"], reply["lines"], reply["disk_first_seq"], reply["disk_end_seq"], at="top",
-                        file=reply.get("file", ""))
+            v.show_disk(reply, at="top")
         pane.update_title()
 
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
@@ -688,8 +686,7 @@ class MainScreen(Screen):
             page = await self._disk("log_read", pane.component, from_seq=max(seq - PAGE // 2, reply["disk_first_seq"]),
                                     limit=PAGE)
             if page.get("ok") and page["lines"]:
-                v.show_disk(page["seq"], page["lines"], page["disk_first_seq"], page["disk_end_seq"], at=seq,
-                            file=page.get("file", ""))
+                v.show_disk(page, at=seq)
                 v.show_match(query, seq)
                 pane.update_title()
                 return

@@ -328,15 +328,14 @@ class FailureScreen(Closable):
         how = f"killed by {le['signal']}" if le.get("signal") else f"exit code {le.get('exit_code')}"
         when = f" at {fmt(le['ts'])}" if le.get("ts") else ""
         after = f" after {fmt_duration(le['uptime_s'])}" if le.get("uptime_s") is not None else ""
+        out.append("\n\nlast exit  ", style="bold")
         if final is not None:
             fwhen = f" at {fmt(final['ts'])}" if final.get("ts") else ""
-            out.append("\n\nlast exit  ", style="bold")
             out.append(f"exit code 0{fwhen}: it recovered; the failure before it:")
             out.append("\nfailure    ", style="bold")
             att = f" (attempt {le['attempt']})" if le.get("attempt") else ""
             out.append(f"{how}{when}{after}{att}")
         else:
-            out.append("\n\nlast exit  ", style="bold")
             out.append(f"{how}{when}{after}")
         rows = [("category", diag.get("category")), ("cause", failure_cause(diag)),
                 ("summary", diag.get("summary") if diag.get("summary") != failure_cause(diag) else None),

@@ -633,9 +633,9 @@ def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identit
 
 
 async def fleet_snapshot(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,
-                         timeout: float = JSON_TIMEOUT_S, **fleet_kw: Any) -> dict[str, Any]:
+                         timeout: float = JSON_TIMEOUT_S) -> dict[str, Any]:
     """Connect to every pod in parallel, wait until each answered (or ``timeout``), snapshot, close."""
-    fleet = Fleet(specs, connector_for, **fleet_kw)
+    fleet = Fleet(specs, connector_for)
     task = asyncio.ensure_future(fleet.run())
     try:
         await fleet.wait_settled(timeout)

@@ -163,15 +163,15 @@ class _Remote:
             sock = client.get_transport().open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0))
         self._open(self.target, cfg, sock)
 
-    def _dest(self, t: SshTarget) -> tuple[str, int]:
-        c = _lookup(t.host)
+    def _dest(self, t: SshTarget, cfg: dict[str, Any] | None = None) -> tuple[str, int]:
+        """Where ``t`` is: its host and port after ``~/.ssh/config`` (read unless given)."""
+        c = _lookup(t.host) if cfg is None else cfg
         return c.get("hostname", t.host), int(t.port or c.get("port") or 22)
 
     def _open(self, t: SshTarget, cfg: dict[str, Any], sock: Any) -> Any:
         import paramiko
 
-        host = cfg.get("hostname", t.host)
-        port = int(t.port or cfg.get("port") or 22)
+        host, port = self._dest(t, cfg)
         user = t.user or cfg.get("user") or os.environ.get("USER") or None
         keys = [os.path.expanduser(k) for k in ([t.identity] if t.identity else []) + list(cfg.get("identityfile") or [])]
         keys = [k for k in keys if os.path.exists(k)]

@@ -116,10 +116,13 @@ class ComponentTable(Widget):
         else:
             self.update()
 
+    def _key(self) -> tuple[Any, ...]:
+        """What is shown: the cells, the selection, the focus, the staleness."""
+        return tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused, self.stale
+
     def update(self) -> None:
-        """Repaint if anything shown (cells, selection, focus, staleness) differs from the last paint."""
-        key = (tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused, self.stale)
-        if key != self._shown:
+        """Repaint if anything shown differs from the last paint."""
+        if self._key() != self._shown:
             self.refresh()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
@@ -168,8 +171,7 @@ class ComponentTable(Widget):
                 line.append(self._fit(cells[c], w[c], c in RIGHT), style=style)
             line.pad_right(max(0, width - line.cell_len))
             out.append_text(line)
-        self._shown = (tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused,
-                       self.stale)
+        self._shown = self._key()
         return out
 
     @staticmethod

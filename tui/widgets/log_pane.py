@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.cells import cell_len, chop_cells, set_cell_size
@@ -153,9 +153,7 @@ class LogView(Widget, can_focus=False):
     # geometry -------------------------------------------------------------------------------
     @property
     def width(self) -> int:
-        if self._view_size is None:
-            return self.size.width
-        return self._view_size[0]
+        return (self._view_size or self.size)[0]
 
     @property
     def text_width(self) -> int:
@@ -164,9 +162,7 @@ class LogView(Widget, can_focus=False):
 
     @property
     def height(self) -> int:
-        if self._view_size is None:
-            return self.size.height
-        return self._view_size[1]
+        return (self._view_size or self.size)[1]
 
     def _line_rows(self, line: str, width: int) -> int:
         if width <= 0:
@@ -316,10 +312,10 @@ class LogView(Widget, can_focus=False):
             return 0
         return max(0, first - self.disk_first)
 
-    def show_disk(self, seq: int, lines: list[str], disk_first: int, disk_end: int, *, at: str | int = "top",
-                  file: str = "") -> None:
-        """Show ``lines`` (from ``seq`` on) read from disk in place of the view's lines: enter the
-        history window, or replace it. ``at``: "top", "bottom" or the seq to centre on."""
+    def show_disk(self, page: Mapping[str, Any], *, at: str | int) -> None:
+        """Show a page read from disk (a ``log_read`` reply: its ``lines`` from ``seq`` on) in place of the
+        view's lines: enter the history window, or replace it. ``at``: "top", "bottom" or the seq to centre on."""
+        seq, disk_first, disk_end, file = page["seq"], page["disk_first_seq"], page["disk_end_seq"], page.get("file", "")
         self.disk_first = disk_first
         if self.hist is None:
             live_seq = self.live_first if self.live_first is not None else disk_end
@@ -328,7 +324,7 @@ class LogView(Widget, can_focus=False):
         h = self.hist
         h.first, h.disk_first, h.disk_end, h.loading = seq, disk_first, max(h.disk_end, disk_end), False
         h.file = file or h.file
-        self.lines = clean_lines(list(lines))
+        self.lines = clean_lines(list(page["lines"]))
         self.dropped = seq
         self.marks = set()
         self.select_anchor = self.cursor = None
