@@ -168,9 +168,6 @@ class Client:
             self.on_push, self._held = on_push, None
         return snap
 
-    async def logs(self, component: str, from_seq: int, limit: int = 5000) -> dict[str, Any]:
-        return await self.request("logs", component=component, from_seq=from_seq, limit=limit)
-
     async def log_read(self, component: str, *, from_seq: int | None = None, before_seq: int | None = None,
                        limit: int = 2000) -> dict[str, Any]:
         """Lines of a component's log from disk (see ``log_read`` in :mod:`~rlsup.supervisor.records.protocol`)."""
