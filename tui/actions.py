@@ -124,25 +124,20 @@ for _k in KEYS:
     CONTEXTS[_name] = CONTEXTS.get(_name, frozenset()) | _k.contexts
 
 
-def bindings(log: bool = False) -> list[BindingType]:
+def bindings(log: bool = False, app: bool = False) -> list[BindingType]:
     """Textual bindings for the main screen, from :data:`KEYS` (app-wide rows and the log pane's
-    excluded); with ``log``, those of the log pane."""
+    excluded); with ``log``, those of the log pane; with ``app``, those the app holds for every
+    screen (Ctrl-C detaches from anywhere)."""
     seen: set[tuple[str, str]] = set()
     out: list[BindingType] = []
     for k in KEYS:
-        if k.app or k.log != log:
+        if k.app != app or k.log != log:
             continue
         show = k.footer and (k.label, k.action) not in seen
         seen.add((k.label, k.action))
         out.append(Binding(k.keys, k.action, k.description, show=show, key_display=k.label,
                            priority=k.priority))
     return out
-
-
-def app_bindings() -> list[BindingType]:
-    """Bindings the app holds for every screen (Ctrl-C detaches from anywhere)."""
-    return [Binding(k.keys, k.action, k.description, show=False, key_display=k.label, priority=k.priority)
-            for k in KEYS if k.app]
 
 
 def help_rows() -> list[tuple[str, str, str]]:

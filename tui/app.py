@@ -749,7 +749,7 @@ class RlsupApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "rlsup"
     COMMANDS = {KeyTableCommands}  # ctrl+p: the key table's actions (not Textual's theme/quit commands)
-    BINDINGS = actions.app_bindings()
+    BINDINGS = actions.bindings(app=True)
 
     def __init__(self, session_factory: SessionFactory, *, target: str = "", attach_hint: str = "",
                  clock: Callable[[], float] = time.time, timefmt: Callable[[float], str] = local_hms,
