@@ -28,6 +28,7 @@ import asyncio
 import bisect
 import time
 from collections.abc import Callable, Mapping
+from itertools import accumulate
 from typing import Any
 
 from rich.cells import cell_len, chop_cells, set_cell_size
@@ -174,12 +175,8 @@ class LogView(Widget, can_focus=False):
     def _valid_rows(self) -> list[int]:
         width = self.text_width
         if self._rows_width != width or len(self._rows) != len(self.lines) + 1:
-            rows = [0]
-            acc = 0
-            for line in self.lines:
-                acc += self._line_rows(line, width)
-                rows.append(acc)
-            self._rows, self._rows_width = rows, width
+            self._rows = list(accumulate((self._line_rows(line, width) for line in self.lines), initial=0))
+            self._rows_width = width
         return self._rows
 
     @property
@@ -232,10 +229,8 @@ class LogView(Widget, can_focus=False):
             self.marks.update(start + k for k, line in enumerate(new) if type(line) is Marker)
         new = clean_lines(new)
         if self.wrap and self._rows_width == self.text_width and len(self._rows) == len(self.lines) + 1:
-            rows, acc, width = self._rows, self._rows[-1], self._rows_width
-            for line in new:
-                acc += self._line_rows(line, width)
-                rows.append(acc)
+            rows, width = self._rows, self._rows_width  # extended in place from its last total (accumulate yields it first)
+            rows += accumulate((self._line_rows(line, width) for line in new), initial=rows.pop())
         self.lines.extend(new)
         self.widest = max(self.widest, max(map(len, new)))
         excess = len(self.lines) - self.max_lines
