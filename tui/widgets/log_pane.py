@@ -830,19 +830,13 @@ class LogPane(Vertical, can_focus=True):
         self.view.scroll_rows(1)
         self._acted()
 
-    def _page(self, direction: int) -> None:
+    def action_page(self, direction: int) -> None:
         v = self.view
         if v.selecting:
             v.move_cursor(direction * max(1, v.height - 1))
         else:
             v.page(direction)
         self._acted()
-
-    def action_page_up(self) -> None:
-        self._page(-1)
-
-    def action_page_down(self) -> None:
-        self._page(1)
 
     def action_log_top(self) -> None:
         v = self.view
@@ -862,16 +856,10 @@ class LogPane(Vertical, can_focus=True):
             v.set_follow(True)
         self._acted()
 
-    def _sideways(self, delta: int) -> None:
-        if not self.view.scroll_sideways(delta):
+    def action_sideways(self, direction: int) -> None:
+        if not self.view.scroll_sideways(direction * HSTEP):
             self.notify("wrap is on: every line is whole (w turns it off)", timeout=3)
         self._acted()
-
-    def action_scroll_left(self) -> None:
-        self._sideways(-HSTEP)
-
-    def action_scroll_right(self) -> None:
-        self._sideways(HSTEP)
 
     def action_follow(self) -> None:
         self.view.set_follow(not self.view.follow)
@@ -892,17 +880,12 @@ class LogPane(Vertical, can_focus=True):
             return
         self.post_message(self.FindOnDisk(self, query, direction))
 
-    def _repeat(self, direction: int) -> None:
+    def action_match(self, direction: int) -> None:
+        """The next (+1, newer) or previous (-1, older) match of the search."""
         if not self.view.search_query:
             self.notify("no search yet: press / first", severity="warning")
             return
         self.find(self.view.search_query, direction)
-
-    def action_next_match(self) -> None:
-        self._repeat(+1)
-
-    def action_prev_match(self) -> None:
-        self._repeat(-1)
 
     # copy mode ------------------------------------------------------------------------------
     def _mode_changed(self) -> None:
