@@ -235,13 +235,8 @@ def next_steps(name: str, diag: dict[str, Any], flags: list[dict[str, Any]]) -> 
     fields = {"name": name, "at": f" at {loc}" if loc else "", "loc": loc or "?"}
     for key in [diag.get("category"), *(f.get("type") for f in flags)]:
         advice = NEXT_STEPS.get(key or "")
-        if advice:
-            try:
-                text = advice.format(**fields)
-            except (KeyError, IndexError, ValueError):
-                text = advice
-            if text not in out:
-                out.append(text)
+        if advice and (text := advice.format(**fields)) not in out:
+            out.append(text)
     return out
 
 
