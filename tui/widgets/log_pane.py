@@ -66,8 +66,7 @@ class History:
     older output than the view holds. Indexes in the view are sequence numbers meanwhile; the live
     lines wait aside (and new ones gather, bounded) until the window reaches them again."""
 
-    def __init__(self, first: int, disk_first: int, disk_end: int, live_seq: int, saved: tuple[object, ...],
-                 file: str = ""):
+    def __init__(self, first: int, disk_first: int, disk_end: int, live_seq: int, saved: tuple[object, ...]):
         self.first = first  # seq of the window's first line
         self.disk_first = disk_first  # seq of the first line on disk (line 1)
         self.disk_end = disk_end  # seq after the last line on disk when last asked
@@ -76,7 +75,6 @@ class History:
         self.incoming: list[str] = []  # live lines that arrived meanwhile (at most max_lines)
         self.incoming_marked = False
         self.incoming_seq: int | None = None
-        self.file = file
         self.loading = False  # a page is on its way: no second request for the same edge
 
     def line_no(self, seq: int) -> int:
@@ -310,15 +308,14 @@ class LogView(Widget, can_focus=False):
     def show_disk(self, page: Mapping[str, Any], *, at: str | int) -> None:
         """Show a page read from disk (a ``log_read`` reply: its ``lines`` from ``seq`` on) in place of the
         view's lines: enter the history window, or replace it. ``at``: "top", "bottom" or the seq to centre on."""
-        seq, disk_first, disk_end, file = page["seq"], page["disk_first_seq"], page["disk_end_seq"], page.get("file", "")
+        seq, disk_first, disk_end = page["seq"], page["disk_first_seq"], page["disk_end_seq"]
         self.disk_first = disk_first
         if self.hist is None:
             live_seq = self.live_first if self.live_first is not None else disk_end
             saved = (self.lines, self.dropped, self.marks, self.top, self.follow, self.current, self.widest)
-            self.hist = History(seq, disk_first, disk_end, live_seq, saved, file)
+            self.hist = History(seq, disk_first, disk_end, live_seq, saved)
         h = self.hist
         h.first, h.disk_first, h.disk_end, h.loading = seq, disk_first, max(h.disk_end, disk_end), False
-        h.file = file or h.file
         self.lines = clean_lines(list(page["lines"]))
         self.dropped = seq
         self.marks = set()
@@ -448,9 +445,6 @@ class LogView(Widget, can_focus=False):
             self.leave_history()  # scrolled on past the last line read from disk: the live lines follow
         else:
             self._want_more(delta)
-
-    def page(self, direction: int) -> None:
-        self.scroll_rows(direction * max(1, self.height - 1))
 
     def home(self) -> None:
         self.follow = False
@@ -832,10 +826,11 @@ class LogPane(Vertical, can_focus=True):
 
     def action_page(self, direction: int) -> None:
         v = self.view
+        rows = direction * max(1, v.height - 1)
         if v.selecting:
-            v.move_cursor(direction * max(1, v.height - 1))
+            v.move_cursor(rows)
         else:
-            v.page(direction)
+            v.scroll_rows(rows)
         self._acted()
 
     def action_log_top(self) -> None:
