@@ -175,9 +175,7 @@ class PodState:
         self.spec = spec
         self.on_change = on_change
         self.connection = "connecting"
-        self.detail = ""
         self.error: str | None = None  # why it is not connected (None while attached)
-        self.attempts = 0  # failed connection attempts since the last success
         self.state: dict[str, Any] | None = None
         self.server: dict[str, Any] = {}
         self.failures: list[Failure] = []
@@ -213,9 +211,9 @@ class PodState:
 
     # SessionListener --------------------------------------------------------------------------
     def on_connection(self, status: str, detail: str) -> None:
-        self.connection, self.detail = status, detail
+        self.connection = status
         if status == "attached":
-            self.error, self.attempts = None, 0
+            self.error = None
         elif status == "ended":
             # The run ended while we watched and its supervisor went away: an answer, not an error.
             self.error = None
@@ -223,8 +221,6 @@ class PodState:
                 self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
         elif status in ("reconnecting", "closed") and detail:
             self.error = _RETRY_SUFFIX.sub("", detail)
-            if status == "reconnecting":
-                self.attempts += 1
         self._changed()
 
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
