@@ -234,8 +234,7 @@ class Session:
     """
 
     def __init__(self, connect: Connector, listener: SessionListener, *, lines: int = 1000,
-                 backoff: tuple[float, float] = (0.5, 10.0), give_up_after: float | None = None,
-                 logs: bool = True, goes_on: GoesOn | None = None):
+                 backoff: tuple[float, float] = (0.5, 10.0), logs: bool = True, goes_on: GoesOn | None = None):
         self.connect = connect
         # After the run ended: why it goes on all the same (a Slurm job requeued: the next supervisor
         # continues the run), or None. The session then waits for that supervisor instead of ending.
@@ -244,7 +243,6 @@ class Session:
         self.listener = listener
         self.lines = lines
         self.backoff = backoff
-        self.give_up_after = give_up_after
         self.client: Client | None = None
         self.seq: int | None = None
         self.log_next: dict[str, int] = {}
@@ -257,8 +255,6 @@ class Session:
         """Until :meth:`close`: connect, subscribe, deliver; reconnect when the link drops."""
         delay = self.backoff[0]
         first = True
-        lost_at: float | None = None
-        loop = asyncio.get_running_loop()
         waiting = ""  # what the session waits for, said with every retry (a requeued job)
         while not self._stop.is_set():
             self.listener.on_connection("connecting" if first else "reconnecting", waiting)
@@ -269,18 +265,13 @@ class Session:
             except Exception as e:  # refused, unreachable, auth: say why and retry
                 if self._final(e):
                     return
-                now = loop.time()
-                lost_at = lost_at or now
-                if self.give_up_after is not None and now - lost_at > self.give_up_after:
-                    self.listener.on_connection("closed", f"gave up: {e}")
-                    return
                 self.listener.on_connection("reconnecting", f"{waiting}; {e}; retrying in {delay:.1f}s" if waiting
                                             else f"{e}; retrying in {delay:.1f}s")
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, self.backoff[1]) * random.uniform(0.9, 1.1)
                 continue
-            first, waiting = False, ""
+            first, waiting, delay = False, "", self.backoff[0]  # connected: the next retry starts at the shortest wait
             try:
                 await self._serve(client)
             finally:
@@ -295,9 +286,7 @@ class Session:
                     self.listener.on_connection("ended", client.close_reason or "the run has ended")
                     return
                 self.run_ended, waiting = False, more
-                delay, lost_at = self.backoff[0], None  # no give-up clock: the job may pend for long
                 continue
-            delay, lost_at = self.backoff[0], loop.time()
             self.listener.on_connection("reconnecting", client.close_reason or "connection lost")
         self.listener.on_connection("closed", "")
 
