@@ -177,7 +177,6 @@ class PodState:
         self.connection = "connecting"
         self.error: str | None = None  # why it is not connected (None while attached)
         self.state: dict[str, Any] | None = None
-        self.server: dict[str, Any] = {}
         self.failures: list[Failure] = []
         self.ended_note: str | None = None  # set while the pod's run is known to have ended
         self.archived = False  # the last answer came from a run dir no supervisor owns (read-only)
@@ -449,14 +448,13 @@ class Fleet:
                  session_factory: SessionFactory = _default_session, clock: Callable[[], float] = time.time,
                  timefmt: Callable[[float], str] = _hhmm, on_change: Callable[[], None] | None = None,
                  ended_recheck_s: float = ENDED_RECHECK_S):
-        self.specs = list(specs)
         self.clock = clock
         self.timefmt = timefmt
         self.on_change = on_change
         self.session_factory = session_factory
         self.ended_recheck_s = ended_recheck_s
-        self.pods = [PodState(s, self._changed) for s in self.specs]
-        self.connectors = {s.label: connector_for(s) for s in self.specs}
+        self.pods = [PodState(s, self._changed) for s in specs]
+        self.connectors = {s.label: connector_for(s) for s in specs}
         self.sessions = {p.label: session_factory(self.connectors[p.label], p) for p in self.pods}
         for p in self.pods:
             p.server_hello = partial(self._hello, p.label)
