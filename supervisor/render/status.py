@@ -120,8 +120,8 @@ def _ended_lines(run: dict[str, Any]) -> list[str]:
             f"to go on from its checkpoints: {up} --resume{where}; to start anew: {up} --fresh{where}"]
 
 
-def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
-    now = time.time() if now is None else now
+def format_status(view: dict[str, Any]) -> str:
+    now = time.time()
     run = view.get("run", {})
     comps = view.get("components", {})
     out = [_header(run), *_table([_COLUMNS, *(_row(n, c, now) for n, c in comps.items())])]
