@@ -94,16 +94,13 @@ class Client:
 
     async def _read_loop(self) -> None:
         try:
-            while True:
-                line = await self.reader.readline()
-                if not line:
-                    self.close_reason = "connection closed by the supervisor"
-                    break
+            while line := await self.reader.readline():
                 try:
                     msg = protocol.decode(line)
                 except ProtocolError:
                     continue
                 self._dispatch(msg)
+            self.close_reason = "connection closed by the supervisor"
         except (ConnectionError, OSError, asyncio.IncompleteReadError, ValueError) as e:
             # ValueError: a line over STREAM_LIMIT (asyncio's LimitOverrunError surfaces as it)
             self.close_reason = f"connection lost ({e})"

@@ -234,10 +234,7 @@ class _Remote:
 
 def _chan_to_sock(chan: Any, sock: socket.socket, info: dict[str, Any]) -> None:
     try:
-        while True:
-            data = chan.recv(CHUNK)
-            if not data:
-                break
+        while data := chan.recv(CHUNK):
             sock.sendall(data)
     except OSError:
         pass
@@ -254,10 +251,7 @@ def _chan_to_sock(chan: Any, sock: socket.socket, info: dict[str, Any]) -> None:
 
 def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
     try:
-        while True:
-            data = sock.recv(CHUNK)
-            if not data:
-                break
+        while data := sock.recv(CHUNK):
             chan.sendall(data)
     except (OSError, EOFError):
         pass
