@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from rlsup.supervisor.client.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
-from rlsup.supervisor.render.status import step_text
+from rlsup.supervisor.render.bars import step_text
 from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
 from rlsup.tui.screens import Closable, confirm
 

@@ -30,8 +30,7 @@ from rlsup.supervisor.records.events import (
     fmt_duration,
 )
 from rlsup.supervisor.render.advice import NEXT_STEPS
-from rlsup.supervisor.render.bars import fmt_mem
-from rlsup.supervisor.render.status import step_text
+from rlsup.supervisor.render.bars import fmt_mem, step_text
 from rlsup.tui.actions import help_rows
 from rlsup.tui.format import failure_cause
 from rlsup.tui.widgets.chart import MetricChart
@@ -418,11 +417,8 @@ class ChartsScreen(Screen[None]):
     def on_resize(self, event: events.Resize) -> None:
         self._size_charts()
 
-    def _names(self) -> list[str]:
-        return list((self.rlapp.model.state or {}).get("components") or {})
-
     def action_next(self, step: int) -> None:
-        names = self._names()
+        names = self.rlapp.model.names()
         if names:
             i = names.index(self.component) if self.component in names else 0
             self.component = names[(i + step) % len(names)]

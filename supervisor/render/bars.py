@@ -1,14 +1,17 @@
-"""Text bars for gauges (GPU util/memory, host CPU/RAM), nvitop style.
+"""Text bars for gauges (GPU util/memory, host CPU/RAM), nvitop style, and the step count of a
+component's progress (:func:`step_text`, shared by ``rlsup status``, the report and the TUI).
 
 Pure functions of value and width, no textual/rich: the TUI renders the strings and maps
 :func:`level` to a CSS class (``ok``/``warn``/``crit``/``na``) so colours live in the .tcss theme.
-Every bar function returns exactly the width it was asked for (one cell per character; glyphs
-passed in must be single-cell).
+Every bar function returns exactly the width it was asked for (one cell per character; an empty
+glyph passed in must be single-cell).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 EIGHTHS = "▏▎▍▌▋▊▉"  # 1/8 .. 7/8 of a cell
 WARN_PCT, CRIT_PCT = 70, 90  # a gauge's "warn" and "crit" levels
@@ -88,6 +91,13 @@ def bar_line(label: str, used: float | None, total: float | None, width: int) ->
     if total is None or total <= 0:
         return _line(label, None, fmt_mem(used), width)
     return _line(label, 100.0 * used / total, f"{fmt_mem(used)}/{fmt_mem(total)}", width)
+
+
+def step_text(c: Mapping[str, Any]) -> str:
+    """A component's step, ``"57/200"`` with a total, ``"-"`` before any (the status, the report, the TUI)."""
+    if c.get("step") is None:
+        return "-"
+    return f"{c['step']}/{c['total']}" if c.get("total") else str(c["step"])
 
 
 def pct_line(label: str, pct: float | None, width: int) -> str:

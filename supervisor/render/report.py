@@ -24,7 +24,7 @@ from ..rundir.layout import RunPaths, is_locked
 from ..rundir.logs import last_lines
 from ..rundir.replay import read_run
 from .advice import NEXT_STEPS
-from .status import step_text
+from .bars import step_text
 
 MAX_TIMELINE = 200
 MAX_EVIDENCE = 14

@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from ..records.events import fmt_duration
-
-
-def step_text(c: Mapping[str, Any]) -> str:
-    """A component's step, ``"57/200"`` with a total, ``"-"`` before any (the status, the report, the TUI)."""
-    if c.get("step") is None:
-        return "-"
-    return f"{c['step']}/{c['total']}" if c.get("total") else str(c["step"])
+from .bars import step_text
 
 
 def _attempt(c: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from rlsup.supervisor.records.state import STATES
-from rlsup.supervisor.render.status import step_text
+from rlsup.supervisor.render.bars import step_text
 from rlsup.tui.format import failure_cause, fmt_cpu, fmt_dur, fmt_mb, fmt_rate
 
 RESOURCES_MIN_WIDTH = 112
