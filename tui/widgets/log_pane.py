@@ -293,11 +293,6 @@ class LogView(Widget, can_focus=False):
         return self.hist.first if self.hist is not None else self.live_first
 
     @property
-    def window_end(self) -> int | None:
-        """Sequence number after the last log line of the history window (None when live)."""
-        return self.hist.first + len(self.lines) if self.hist is not None else None
-
-    @property
     def older_on_disk(self) -> int:
         """Lines older than the view that only the log file holds (0 when unknown)."""
         first = self.window_first
@@ -440,8 +435,8 @@ class LogView(Widget, can_focus=False):
             self.follow = True
         self.top = top
         self._moved()
-        if self.hist is not None and delta > 0 and at_end and self.window_end is not None \
-                and self.window_end >= self.hist.live_seq:
+        h = self.hist
+        if h is not None and delta > 0 and at_end and h.first + len(self.lines) >= h.live_seq:
             self.leave_history()  # scrolled on past the last line read from disk: the live lines follow
         else:
             self._want_more(delta)
