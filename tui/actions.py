@@ -64,18 +64,18 @@ KEYS: tuple[Key, ...] = (
     Key("up,k", "↑/k", "scroll_up", "scroll", "scroll the log up a line (pauses follow)", contexts=frozenset({LOG}), log=True),
     Key("down,j", "↓/j", "scroll_down", "scroll", "scroll the log down a line (at the end: follow again)",
         footer=False, contexts=frozenset({LOG}), log=True),
-    Key("pageup,ctrl+b", "pgup/ctrl+b", "page_up", "page", "scroll the selected log up a page", footer=False, contexts=ANY, log=True),
-    Key("pagedown,ctrl+f", "pgdn/ctrl+f", "page_down", "page", "scroll the selected log down a page", footer=False,
+    Key("pageup,ctrl+b", "pgup/ctrl+b", "page(-1)", "page", "scroll the selected log up a page", footer=False, contexts=ANY, log=True),
+    Key("pagedown,ctrl+f", "pgdn/ctrl+f", "page(1)", "page", "scroll the selected log down a page", footer=False,
         contexts=ANY, log=True),
     Key("home,g", "home/g", "log_top", "top", "line 1 of the log, read from disk (pauses follow)", footer=False, contexts=ANY, log=True),
     Key("end,G", "end/G", "log_end", "end", "the newest line, following again", footer=False, contexts=ANY, log=True),
-    Key("left,h", "←/h", "scroll_left", "sideways", "scroll the log left (wrap off)", footer=False, contexts=ANY, log=True),
-    Key("right,l", "→/l", "scroll_right", "sideways", "scroll the log right (wrap off)", footer=False, contexts=ANY, log=True),
+    Key("left,h", "←/h", "sideways(-1)", "sideways", "scroll the log left (wrap off)", footer=False, contexts=ANY, log=True),
+    Key("right,l", "→/l", "sideways(1)", "sideways", "scroll the log right (wrap off)", footer=False, contexts=ANY, log=True),
     Key("f", "f", "follow", "follow", "follow the selected log on/off", log=True),
     Key("w", "w", "wrap", "wrap", "wrap long lines on/off (off: cut, scroll sideways with ←/→)", contexts=ANY, log=True),
     Key("slash", "/", "search", "search", "search the selected log; n / N: next / previous match", contexts=ANY, log=True),
-    Key("n", "n", "next_match", "next match", "next (newer) match of the search", footer=False, contexts=ANY, log=True),
-    Key("N", "N", "prev_match", "prev match", "previous (older) match of the search", footer=False, contexts=ANY, log=True),
+    Key("n", "n", "match(1)", "next match", "next (newer) match of the search", footer=False, contexts=ANY, log=True),
+    Key("N", "N", "match(-1)", "prev match", "previous (older) match of the search", footer=False, contexts=ANY, log=True),
     Key("z", "z", "zoom", "zoom", "zoom the selected log pane (again: back to all panes)"),
     # commands
     Key("r", "r", "restart", "restart", "restart the selected component (asks y/n)", command=True),
@@ -124,25 +124,20 @@ for _k in KEYS:
     CONTEXTS[_name] = CONTEXTS.get(_name, frozenset()) | _k.contexts
 
 
-def bindings(log: bool = False) -> list[BindingType]:
+def bindings(log: bool = False, app: bool = False) -> list[BindingType]:
     """Textual bindings for the main screen, from :data:`KEYS` (app-wide rows and the log pane's
-    excluded); with ``log``, those of the log pane."""
+    excluded); with ``log``, those of the log pane; with ``app``, those the app holds for every
+    screen (Ctrl-C detaches from anywhere)."""
     seen: set[tuple[str, str]] = set()
     out: list[BindingType] = []
     for k in KEYS:
-        if k.app or k.log != log:
+        if k.app != app or k.log != log:
             continue
         show = k.footer and (k.label, k.action) not in seen
         seen.add((k.label, k.action))
         out.append(Binding(k.keys, k.action, k.description, show=show, key_display=k.label,
                            priority=k.priority))
     return out
-
-
-def app_bindings() -> list[BindingType]:
-    """Bindings the app holds for every screen (Ctrl-C detaches from anywhere)."""
-    return [Binding(k.keys, k.action, k.description, show=False, key_display=k.label, priority=k.priority)
-            for k in KEYS if k.app]
 
 
 def help_rows() -> list[tuple[str, str, str]]:
@@ -154,7 +149,7 @@ def help_rows() -> list[tuple[str, str, str]]:
         key = (k.label, k.action.split("(")[0])
         if key not in seen:
             seen.add(key)
-            rows.append((k.label, k.help, WHERE.get(k.contexts, ", ".join(sorted(k.contexts)))))
+            rows.append((k.label, k.help, WHERE[k.contexts]))
     return rows
 
 
@@ -166,8 +161,7 @@ def palette_entries() -> list[tuple[str, str, str]]:
         if k.action in seen or (k.action.startswith("select(") and k.action != "select(0)"):
             continue
         seen.add(k.action)
-        label = "1-9" if k.action == "select(0)" else k.label
-        out.append((k.action, label, k.help))
+        out.append((k.action, k.label, k.help))
     return out
 
 

@@ -2,7 +2,7 @@
 
 The app is the session's listener. Session callbacks run on Textual's loop and only fold events
 into :class:`~rlsup.tui.model.RunModel`, buffer log lines and wake the flush timer; that one timer
-on the main screen (``tick_hz``, 20 by default) flushes every pane once per tick and repaints the
+on the main screen (:data:`TICK_HZ`) flushes every pane once per tick and repaints the
 state widgets whose data changed. With nothing pending it pauses itself, so an idle TUI does no
 periodic work beyond a once-a-second clock for uptimes. Commands go through ``session.command``;
 refusals show as notifications.
@@ -37,13 +37,13 @@ from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
 from rlsup.tui.palette import KeyTableCommands
 from rlsup.tui.screens import (
     ChartsScreen,
-    ConfirmScreen,
     FailureScreen,
     FlagsScreen,
     GpuScreen,
     HelpScreen,
     StacksScreen,
     TimelineScreen,
+    confirm,
 )
 from rlsup.tui.widgets.component_table import ComponentTable
 from rlsup.tui.widgets.flags import FlagsStrip
@@ -57,6 +57,7 @@ COMMAND_KEYS = {k: key for key in actions.KEYS if key.command for k in key.keys.
 PANE_MIN_WIDTH = 66  # columns per log pane before panes go side by side
 KEY_QUIET_S = 0.1  # after a key press, flooded panes wait this long before their next repaint
 GAUGE_MIN_S = 2.0  # GPU/host gauges and resource columns repaint at most this often (nvitop's interval)
+TICK_HZ = 20.0  # flushes of the panes and state widgets per second while anything is pending
 
 
 class SessionLike(Protocol):
@@ -93,6 +94,15 @@ def _component_clock(c: dict[str, Any], now: float) -> list[object]:
     mtimes = [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]
     parts.extend(fmt_dur(now - mtime) for mtime in mtimes if mtime)
     return parts
+
+
+async def _reply(request: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """The session's reply; a request that raised (the session answers refusals itself: a broken link) as a
+    refusal that says why, where the user looks."""
+    try:
+        return await request
+    except Exception as e:
+        return {"ok": False, "error": str(e) or type(e).__name__}
 
 
 class SearchInput(Input):
@@ -144,7 +154,7 @@ class MainScreen(Screen):
         yield FitFooter()
 
     def on_mount(self) -> None:
-        self._flush_timer = self.set_interval(1 / self.rlapp.tick_hz, self.flush)
+        self._flush_timer = self.set_interval(1 / TICK_HZ, self.flush)
         self.set_interval(1.0, self._tick_clock)
         self.flush()
 
@@ -305,10 +315,7 @@ class MainScreen(Screen):
         disk = getattr(self.rlapp.session, "disk", None)
         if disk is None:
             return {"ok": False, "error": "this session cannot read logs from disk"}
-        try:
-            return await disk(op, component, **fields)
-        except Exception as e:  # a broken link: say so where the user looks
-            return {"ok": False, "error": str(e) or type(e).__name__}
+        return await _reply(disk(op, component, **fields))
 
     async def _probe_disk(self, pane: LogPane) -> None:
         reply = await self._disk("log_read", pane.component, from_seq=None, limit=1)
@@ -339,8 +346,7 @@ class MainScreen(Screen):
                 return
             v.disk_first = reply["disk_first_seq"]
             if reply["lines"] and v.hist is None and v.top == 0:
-                v.show_disk(reply["seq"], reply["lines"], reply["disk_first_seq"], reply["disk_end_seq"],
-                            at="bottom", file=reply.get("file", ""))
+                v.show_disk(reply, at="bottom")
             pane.update_title()
             return
         if direction < 0:
@@ -374,8 +380,7 @@ class MainScreen(Screen):
         v.disk_first = reply["disk_first_seq"]
         first = v.window_first
         if reply["lines"] and (first is None or reply["seq"] < first):
-            v.show_disk(reply["seq"], reply["lines"], reply["disk_first_seq"], reply["disk_end_seq"], at="top",
-                        file=reply.get("file", ""))
+            v.show_disk(reply, at="top")
         pane.update_title()
 
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
@@ -580,10 +585,7 @@ class MainScreen(Screen):
     async def _send(self, command: str, component: str | None, on_ok: Callable[[], None] | None,
                     **args: Any) -> None:
         what = f"{command} {component}" if component else command
-        try:
-            reply = await self.rlapp.session.command(command, component, **args)
-        except Exception as e:  # the session answers refusals itself; this is a broken link
-            reply = {"ok": False, "error": str(e) or type(e).__name__}
+        reply = await _reply(self.rlapp.session.command(command, component, **args))
         if reply.get("ok"):
             self.notify(reply.get("message") or f"{what}: done", title=what)
             if on_ok:
@@ -591,18 +593,11 @@ class MainScreen(Screen):
         else:
             self.notify(reply.get("error") or "refused", title=f"{what} failed", severity="error", timeout=8)
 
-    def _confirm(self, question: str, then: Callable[[], Any]) -> None:
-        def answered(yes: bool | None) -> None:
-            if yes:
-                then()
-
-        self.app.push_screen(ConfirmScreen(question), answered)
-
     def action_restart(self) -> None:
         if (nc := self._component()) is None:
             return
         name, c = nc
-        self._confirm(f"Restart {name}? (it is {c.get('state', '?')}, pid {c.get('pid') or '-'})",
+        confirm(self.app, f"Restart {name}? (it is {c.get('state', '?')}, pid {c.get('pid') or '-'})",
                       lambda: self.send("restart", name))
 
     def action_resume(self) -> None:
@@ -611,14 +606,14 @@ class MainScreen(Screen):
         name, c = nc
         ck = c.get("checkpoint") or {}
         where = f"its latest checkpoint (step {ck['step']})" if ck.get("step") is not None else "its latest checkpoint"
-        self._confirm(f"Restart {name} from {where}?", lambda: self.send("resume", name))
+        confirm(self.app, f"Restart {name} from {where}?", lambda: self.send("resume", name))
 
     def action_stop_start(self) -> None:
         if (nc := self._component()) is None:
             return
         name, c = nc
         if c.get("state") in ACTIVE:
-            self._confirm(f"Stop {name}? (it is {c.get('state')})", lambda: self.send("stop", name))
+            confirm(self.app, f"Stop {name}? (it is {c.get('state')})", lambda: self.send("stop", name))
         else:
             self.send("start", name)
 
@@ -628,7 +623,7 @@ class MainScreen(Screen):
             self.rlapp.session.close()
             self.rlapp.exit(0)
 
-        self._confirm("Stop EVERY component and end the run?", lambda: self.send("stop_all", None, stopped))
+        confirm(self.app, "Stop EVERY component and end the run?", lambda: self.send("stop_all", None, stopped))
 
     def action_detach(self) -> None:
         hint = self.rlapp.attach_hint
@@ -691,8 +686,7 @@ class MainScreen(Screen):
             page = await self._disk("log_read", pane.component, from_seq=max(seq - PAGE // 2, reply["disk_first_seq"]),
                                     limit=PAGE)
             if page.get("ok") and page["lines"]:
-                v.show_disk(page["seq"], page["lines"], page["disk_first_seq"], page["disk_end_seq"], at=seq,
-                            file=page.get("file", ""))
+                v.show_disk(page, at=seq)
                 v.show_match(query, seq)
                 pane.update_title()
                 return
@@ -735,10 +729,7 @@ class MainScreen(Screen):
         self.run_worker(self._stacks(name), group="commands")
 
     async def _stacks(self, name: str) -> None:
-        try:
-            reply = await self.rlapp.session.command("stack", name)
-        except Exception as e:  # the session answers refusals itself; this is a broken link
-            reply = {"ok": False, "error": str(e) or type(e).__name__}
+        reply = await _reply(self.rlapp.session.command("stack", name))
         if not reply.get("lines"):
             self.notify(reply.get("error") or "refused", title=f"stack {name} failed", severity="error", timeout=8)
             return
@@ -758,17 +749,16 @@ class RlsupApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "rlsup"
     COMMANDS = {KeyTableCommands}  # ctrl+p: the key table's actions (not Textual's theme/quit commands)
-    BINDINGS = actions.app_bindings()
+    BINDINGS = actions.bindings(app=True)
 
     def __init__(self, session_factory: SessionFactory, *, target: str = "", attach_hint: str = "",
                  clock: Callable[[], float] = time.time, timefmt: Callable[[float], str] = local_hms,
-                 tick_hz: float = 20.0, max_lines: int = 10_000):
+                 max_lines: int = 10_000):
         super().__init__()
         self.target = target
         self.attach_hint = attach_hint
         self.clock = clock
         self.timefmt = timefmt
-        self.tick_hz = tick_hz
         self.max_lines = max_lines
         self.exit_message = ""
         self.model = RunModel(max_lines, clock)

@@ -29,10 +29,9 @@ def tmux_load_buffer(text: str, timeout: float = 5.0) -> str | None:
     return "" if r.returncode == 0 else (r.stderr.decode(errors="replace").strip() or f"exit {r.returncode}")
 
 
-def default_path(component: str, now: float | None = None) -> str:
+def default_path(component: str, now: float) -> str:
     """``rlsup-trainer-103708.log`` in the current directory."""
-    stamp = time.strftime("%H%M%S", time.localtime(now if now is not None else time.time()))
-    return f"rlsup-{component}-{stamp}.log"
+    return f"rlsup-{component}-{time.strftime('%H%M%S', time.localtime(now))}.log"
 
 
 def write_excerpt(path: str, lines: list[str]) -> Path:

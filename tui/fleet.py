@@ -15,15 +15,16 @@ from typing import Any
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from rlsup.supervisor.client.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
+from rlsup.supervisor.render.bars import step_text
 from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
-from rlsup.tui.screens import ConfirmScreen
+from rlsup.tui.screens import Closable, confirm
 
 # The latest flag/diagnosis comes before the component states: on a narrow terminal the table
 # scrolls sideways, and why a pod is unhappy matters more than the state of each component.
@@ -36,6 +37,7 @@ MAX_CELL = 56
 MAX_REASON = 30
 MAX_POD_PROBLEMS = 4  # per pod in the evidence screen (`v`), newest first
 MAX_NAME = 12
+REFRESH_HZ = 4.0  # repaints of the pod table per second (when anything changed)
 
 
 def _clip(s: str, n: int = MAX_CELL) -> str:
@@ -64,9 +66,7 @@ def pod_cells(pod: dict[str, Any], selected: bool) -> dict[str, Text | str]:
     main = main_component(comps)
     if main is not None:
         c = main[1]
-        if c.get("step") is not None:
-            step = f"{c['step']}" + (f"/{c['total']}" if c.get("total") else "")
-        rate, eta = fmt_rate(c.get("rate")), fmt_dur(c.get("eta_s"))
+        step, rate, eta = step_text(c), fmt_rate(c.get("rate")), fmt_dur(c.get("eta_s"))
     latest = latest_problem(pod)
     return {
         "sel": Text("●", style="bold cyan") if selected else " ", "pod": Text(pod["label"], style="bold"),
@@ -142,18 +142,17 @@ def pod_evidence(pod: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
     return [(n, what, lines) for _, n, what, lines in out]
 
 
-class FleetFlagsScreen(ModalScreen[None]):
+class FleetFlagsScreen(Closable):
     """Each fleet flag with the evidence from every pod it names, then each pod's own problems with
     their evidence (a failure on one pod only is no fleet flag, and its evidence matters as much)."""
 
     BINDINGS = [Binding("escape,q,v", "close", "close")]
 
-    def __init__(self, flags: list[dict[str, Any]], timefmt: Callable[[float], str],
-                 pods: list[dict[str, Any]] | None = None):
+    def __init__(self, flags: list[dict[str, Any]], timefmt: Callable[[float], str], pods: list[dict[str, Any]]):
         super().__init__()
         self.flags = flags
         self.timefmt = timefmt
-        self.pods = pods or []
+        self.pods = pods
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
@@ -165,11 +164,8 @@ class FleetFlagsScreen(ModalScreen[None]):
             text.append("no fleet flags: no failure is shared by two pods")
         for pod in self.pods:
             self._pod_problems(text, pod)
-        with Vertical(classes="dialog full"):
-            yield Static("[b]fleet flags and evidence per pod[/b]  (escape closes; enter on a pod opens it)",
-                         classes="hint")
-            with VerticalScroll():
-                yield Static(text)
+        yield from self.dialog("[b]fleet flags and evidence per pod[/b]  (escape closes; enter on a pod opens it)",
+                               text)
 
     def _flag(self, text: Text, f: dict[str, Any]) -> None:
         """A fleet flag, then the evidence from each pod it names."""
@@ -199,9 +195,6 @@ class FleetFlagsScreen(ModalScreen[None]):
             for line in lines[-8:]:
                 text.append(f"\n    │ {line}", style="dim")
 
-    def action_close(self) -> None:
-        self.dismiss(None)
-
 
 class FleetApp(App[str | None]):
     """The fleet view over a :class:`Fleet`; returns the label of the pod to open, or None."""
@@ -219,11 +212,10 @@ class FleetApp(App[str | None]):
         Binding("q", "quit_fleet", "quit"),
     ]
 
-    def __init__(self, fleet: Fleet, *, refresh_hz: float = 4.0, timefmt: Callable[[float], str] | None = None):
+    def __init__(self, fleet: Fleet, *, timefmt: Callable[[float], str] = local_hms):
         super().__init__()
         self.fleet = fleet
-        self.timefmt = timefmt or local_hms
-        self.refresh_hz = refresh_hz
+        self.timefmt = timefmt
         self.selected: set[str] = set()
         self.fleet.on_change = self._changed
         self.dirty = True
@@ -245,7 +237,7 @@ class FleetApp(App[str | None]):
             table.add_row(*([""] * len(COLUMNS)), key=p.label)
         table.focus()
         self.run_worker(self.fleet.run(), name="fleet", exit_on_error=False)
-        self.set_interval(1 / self.refresh_hz, self.repaint)
+        self.set_interval(1 / REFRESH_HZ, self.repaint)
         self.set_interval(1.0, self._changed)  # ETAs and reasons move without events
         self.repaint()
 
@@ -339,7 +331,7 @@ class FleetApp(App[str | None]):
 
         def picked(name: str | None) -> None:
             if name:
-                self._confirm(f"{verb} {name} on {self._who(labels)}?", lambda: self.send(labels, command, name))
+                confirm(self, f"{verb} {name} on {self._who(labels)}?", lambda: self.send(labels, command, name))
 
         self.push_screen(ComponentPicker(f"{verb} which component on {self._who(labels)}?", names, default), picked)
 
@@ -352,15 +344,8 @@ class FleetApp(App[str | None]):
     def action_down(self) -> None:
         labels = self.targets()
         if labels:
-            self._confirm(f"Stop EVERY component and end the run (rlsup down) on {self._who(labels)}?",
+            confirm(self, f"Stop EVERY component and end the run (rlsup down) on {self._who(labels)}?",
                           lambda: self.send(labels, "stop_all", None))
-
-    def _confirm(self, question: str, then: Callable[[], Any]) -> None:
-        def answered(yes: bool | None) -> None:
-            if yes:
-                then()
-
-        self.push_screen(ConfirmScreen(question), answered)
 
     def send(self, labels: list[str], command: str, component: str | None) -> None:
         self.run_worker(self._send(labels, command, component), group="commands")

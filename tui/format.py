@@ -146,10 +146,9 @@ def resample(points: Sequence[Point], n: int) -> list[float | None]:
 _BRAILLE_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))  # [row][column] within a cell
 
 
-def braille_chart(points: Sequence[Point], width: int, height: int, lo: float, hi: float,
-                  x0: float | None = None, x1: float | None = None) -> list[str]:
+def braille_chart(points: Sequence[Point], width: int, height: int, lo: float, hi: float) -> list[str]:
     """A line chart of ``points`` (sorted by x) in ``height`` rows of ``width`` braille cells
-    (2 x 4 dots each), y scaled to ``[lo, hi]``, x to ``[x0, x1]``.
+    (2 x 4 dots each), y scaled to ``[lo, hi]``, x from the first point's to the last's.
 
     Each dot column spans an equal share of the x range and is drawn from the lowest to the
     highest value that falls in it (so spikes survive the downsampling); neighbouring columns
@@ -159,9 +158,8 @@ def braille_chart(points: Sequence[Point], width: int, height: int, lo: float, h
         return []
     if not points:
         return [chr(0x2800) * width for _ in range(height)]
-    x0 = points[0][0] if x0 is None else x0
-    x1 = points[-1][0] if x1 is None else x1
-    columns = _dot_columns(points, width * 2, height * 4, x0, x1 - x0, lo, hi)
+    x0 = points[0][0]
+    columns = _dot_columns(points, width * 2, height * 4, x0, points[-1][0] - x0, lo, hi)
     grid = [[0] * width for _ in range(height)]
 
     def vline(c: int, a: int, b: int) -> None:

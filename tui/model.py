@@ -179,7 +179,6 @@ class RunModel:
         self.feed = LogFeed(log_limit)
         self.connection = "connecting"
         self.connection_detail = ""
-        self.server: dict[str, Any] = {}
         self.clock = clock
         self.data_at: float | None = None  # wall time the last snapshot or event arrived
         self.dirty: set[str] = set(AREAS)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual import events, on
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
@@ -29,7 +30,7 @@ from rlsup.supervisor.records.events import (
     fmt_duration,
 )
 from rlsup.supervisor.render.advice import NEXT_STEPS
-from rlsup.supervisor.render.bars import fmt_mem
+from rlsup.supervisor.render.bars import fmt_mem, step_text
 from rlsup.tui.actions import help_rows
 from rlsup.tui.format import failure_cause
 from rlsup.tui.widgets.chart import MetricChart
@@ -70,6 +71,15 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
+def confirm(app: App[Any], question: str, then: Callable[[], object]) -> None:
+    """Ask ``question`` with a :class:`ConfirmScreen`; ``then()`` on yes."""
+    def answered(yes: bool | None) -> None:
+        if yes:
+            then()
+
+    app.push_screen(ConfirmScreen(question), answered)
+
+
 class PathScreen(ModalScreen["str | None"]):
     """Asks for a file path (prefilled); enter answers it, escape cancels."""
 
@@ -95,15 +105,23 @@ class PathScreen(ModalScreen["str | None"]):
         self.dismiss(None)
 
 
-class _Closable(ModalScreen[None]):
+class Closable(ModalScreen[None]):
+    """A full-size dialog of text, a hint line over it; escape or q closes it."""
+
     BINDINGS = [Binding("escape,q", "close", "close")]
+
+    def dialog(self, hint: str, body: RenderableType, scroll_id: str | None = None) -> ComposeResult:
+        with Vertical(classes="dialog full"):
+            yield Static(hint, classes="hint")
+            with VerticalScroll(id=scroll_id):
+                yield Static(body)
 
     def action_close(self) -> None:
         self.dismiss(None)
 
 
-class HelpScreen(_Closable):
-    BINDINGS = [*_Closable.BINDINGS, Binding("question_mark", "close", "close")]
+class HelpScreen(Closable):
+    BINDINGS = [*Closable.BINDINGS, Binding("question_mark", "close", "close")]
 
     def compose(self) -> ComposeResult:
         t = Table(box=None, show_header=True, header_style="bold", padding=(0, 2), expand=True)
@@ -112,15 +130,12 @@ class HelpScreen(_Closable):
         t.add_column("where", style="dim", no_wrap=True)
         for keys, what, where in help_rows():
             t.add_row(keys, what, where)
-        with Vertical(classes="dialog full"):
-            yield Static("[b]keys[/b]  (escape closes; ctrl+p: every action by name)  ·  where: table = the component "
-                         "table has the arrows (default), log = the selected log has them (enter or z), copy mode = c",
-                         classes="hint")
-            with VerticalScroll():
-                yield Static(t)
+        yield from self.dialog("[b]keys[/b]  (escape closes; ctrl+p: every action by name)  ·  where: table = the "
+                               "component table has the arrows (default), log = the selected log has them (enter or "
+                               "z), copy mode = c", t)
 
 
-class TimelineScreen(_Closable):
+class TimelineScreen(Closable):
     """Every lifecycle event the client has seen, oldest first, scrolled to the newest."""
 
     def __init__(self, events: Iterable[Record], timefmt: Callable[[float], str]):
@@ -138,10 +153,7 @@ class TimelineScreen(_Closable):
             text.append(describe_any(e), style=_event_style(e))
         if not self.events:
             text.append("no events yet")
-        with Vertical(classes="dialog full"):
-            yield Static(f"[b]event timeline[/b]  ({len(self.events)} events; escape closes)", classes="hint")
-            with VerticalScroll(id="timeline"):
-                yield Static(text)
+        yield from self.dialog(f"[b]event timeline[/b]  ({len(self.events)} events; escape closes)", text, "timeline")
 
     def on_mount(self) -> None:
         self.query_one("#timeline", VerticalScroll).scroll_end(animate=False)
@@ -163,7 +175,7 @@ def _signalled(e: object) -> bool:
     return isinstance(e, UnknownEvent) and bool(e.data.get("signal"))
 
 
-class FlagsScreen(_Closable):
+class FlagsScreen(Closable):
     """Each active flag with its message, what rlsup did or suggests, and its evidence lines."""
 
     def __init__(self, flags: list[tuple[str, dict[str, Any]]], timefmt: Callable[[float], str]):
@@ -187,13 +199,10 @@ class FlagsScreen(_Closable):
                 text.append(f"\n    │ {ev}", style="dim")
         if not self.flags:
             text.append("no active flags")
-        with Vertical(classes="dialog full"):
-            yield Static("[b]flags and evidence[/b]  (escape closes)", classes="hint")
-            with VerticalScroll():
-                yield Static(text)
+        yield from self.dialog("[b]flags and evidence[/b]  (escape closes)", text)
 
 
-class StacksScreen(_Closable):
+class StacksScreen(Closable):
     """Where the selected component's processes are (``rlsup stack NAME``): the short form, each process, the
     full dump's path."""
 
@@ -213,11 +222,7 @@ class StacksScreen(_Closable):
             who = f"rank {p['rank']}" if p.get("rank") is not None else f"pid {p.get('pid')}"
             what = p.get("error") or f"{p.get('threads')} thread(s)"
             text.append(f"\n    │ {who} ({p.get('name')}, pid {p.get('pid')}): {what}", style="dim")
-        with Vertical(classes="dialog full"):
-            yield Static("[b]Python stacks[/b] (py-spy; the full dump is in the file named)  (escape closes)",
-                         classes="hint")
-            with VerticalScroll():
-                yield Static(text)
+        yield from self.dialog("[b]Python stacks[/b] (py-spy; the full dump is in the file named)  (escape closes)", text)
 
 
 def next_steps(name: str, diag: dict[str, Any], flags: list[dict[str, Any]]) -> list[str]:
@@ -229,13 +234,8 @@ def next_steps(name: str, diag: dict[str, Any], flags: list[dict[str, Any]]) -> 
     fields = {"name": name, "at": f" at {loc}" if loc else "", "loc": loc or "?"}
     for key in [diag.get("category"), *(f.get("type") for f in flags)]:
         advice = NEXT_STEPS.get(key or "")
-        if advice:
-            try:
-                text = advice.format(**fields)
-            except (KeyError, IndexError, ValueError):
-                text = advice
-            if text not in out:
-                out.append(text)
+        if advice and (text := advice.format(**fields)) not in out:
+            out.append(text)
     return out
 
 
@@ -257,7 +257,7 @@ def _section(out: Text, title: str, rows: list[tuple[str, str]]) -> None:
             out.append(text, style=style)
 
 
-class FailureScreen(_Closable):
+class FailureScreen(Closable):
     """Why the selected component failed: the diagnosis (category, cause, exception, user
     location, step), its evidence, what rlsup did about it, and what to do next."""
 
@@ -322,15 +322,14 @@ class FailureScreen(_Closable):
         how = f"killed by {le['signal']}" if le.get("signal") else f"exit code {le.get('exit_code')}"
         when = f" at {fmt(le['ts'])}" if le.get("ts") else ""
         after = f" after {fmt_duration(le['uptime_s'])}" if le.get("uptime_s") is not None else ""
+        out.append("\n\nlast exit  ", style="bold")
         if final is not None:
             fwhen = f" at {fmt(final['ts'])}" if final.get("ts") else ""
-            out.append("\n\nlast exit  ", style="bold")
             out.append(f"exit code 0{fwhen}: it recovered; the failure before it:")
             out.append("\nfailure    ", style="bold")
             att = f" (attempt {le['attempt']})" if le.get("attempt") else ""
             out.append(f"{how}{when}{after}{att}")
         else:
-            out.append("\n\nlast exit  ", style="bold")
             out.append(f"{how}{when}{after}")
         rows = [("category", diag.get("category")), ("cause", failure_cause(diag)),
                 ("summary", diag.get("summary") if diag.get("summary") != failure_cause(diag) else None),
@@ -358,13 +357,10 @@ class FailureScreen(_Closable):
                 out.append(f" -> {f['action']}", style="italic")
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog full"):
-            yield Static(f"[b]{self.component_name}: why it failed[/b]  (escape closes)", classes="hint")
-            with VerticalScroll():
-                yield Static(self.body(), id="failure")
+        yield from self.dialog(f"[b]{self.component_name}: why it failed[/b]  (escape closes)", self.body())
 
 
-class GpuScreen(_Closable):
+class GpuScreen(Closable):
     """Every GPU with every process on it and the component it belongs to."""
 
     def __init__(self, state: dict[str, Any]):
@@ -391,10 +387,7 @@ class GpuScreen(_Closable):
                 out.append("\n  no processes", style="dim")
         if not gpus:
             out.append(f"no GPUs: {self.state.get('gpu_reason') or 'none sampled yet'}")
-        with Vertical(classes="dialog full"):
-            yield Static("[b]processes on each GPU[/b]  (escape closes)", classes="hint")
-            with VerticalScroll():
-                yield Static(out)
+        yield from self.dialog("[b]processes on each GPU[/b]  (escape closes)", out)
 
 
 class ChartsScreen(Screen[None]):
@@ -424,11 +417,8 @@ class ChartsScreen(Screen[None]):
     def on_resize(self, event: events.Resize) -> None:
         self._size_charts()
 
-    def _names(self) -> list[str]:
-        return list((self.rlapp.model.state or {}).get("components") or {})
-
     def action_next(self, step: int) -> None:
-        names = self._names()
+        names = self.rlapp.model.names()
         if names:
             i = names.index(self.component) if self.component in names else 0
             self.component = names[(i + step) % len(names)]
@@ -447,9 +437,7 @@ class ChartsScreen(Screen[None]):
         if key == self._shown:
             return
         self._shown = key
-        step = c.get("step")
-        total = c.get("total")
-        where = f"step {step}" + (f"/{total}" if total else "") if step is not None else "no step seen yet"
+        where = f"step {step_text(c)}" if c.get("step") is not None else "no step seen yet"
         self.query_one("#charts-title", Static).update(
             f"[b]charts · {self.component}[/b]  {where}  ·  {len(metrics)} metric(s) over the whole run  "
             "(tab: next component · escape: back)")

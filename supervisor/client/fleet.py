@@ -175,11 +175,8 @@ class PodState:
         self.spec = spec
         self.on_change = on_change
         self.connection = "connecting"
-        self.detail = ""
         self.error: str | None = None  # why it is not connected (None while attached)
-        self.attempts = 0  # failed connection attempts since the last success
         self.state: dict[str, Any] | None = None
-        self.server: dict[str, Any] = {}
         self.failures: list[Failure] = []
         self.ended_note: str | None = None  # set while the pod's run is known to have ended
         self.archived = False  # the last answer came from a run dir no supervisor owns (read-only)
@@ -213,9 +210,9 @@ class PodState:
 
     # SessionListener --------------------------------------------------------------------------
     def on_connection(self, status: str, detail: str) -> None:
-        self.connection, self.detail = status, detail
+        self.connection = status
         if status == "attached":
-            self.error, self.attempts = None, 0
+            self.error = None
         elif status == "ended":
             # The run ended while we watched and its supervisor went away: an answer, not an error.
             self.error = None
@@ -223,8 +220,6 @@ class PodState:
                 self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
         elif status in ("reconnecting", "closed") and detail:
             self.error = _RETRY_SUFFIX.sub("", detail)
-            if status == "reconnecting":
-                self.attempts += 1
         self._changed()
 
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
@@ -453,25 +448,22 @@ class Fleet:
                  session_factory: SessionFactory = _default_session, clock: Callable[[], float] = time.time,
                  timefmt: Callable[[float], str] = _hhmm, on_change: Callable[[], None] | None = None,
                  ended_recheck_s: float = ENDED_RECHECK_S):
-        self.specs = list(specs)
         self.clock = clock
         self.timefmt = timefmt
         self.on_change = on_change
         self.session_factory = session_factory
         self.ended_recheck_s = ended_recheck_s
-        self.pods = [PodState(s, self._changed) for s in self.specs]
-        self.connectors = {s.label: connector_for(s) for s in self.specs}
+        self.pods = [PodState(s, self._changed) for s in specs]
+        self.connectors = {s.label: connector_for(s) for s in specs}
         self.sessions = {p.label: session_factory(self.connectors[p.label], p) for p in self.pods}
         for p in self.pods:
             p.server_hello = partial(self._hello, p.label)
             p.after_snapshot = partial(self._after_snapshot, p.label)
-        self.version = 0  # bumped on every change; views repaint when it moves
         self._closed = False
         self._wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Future[None]] = set()
 
     def _changed(self) -> None:
-        self.version += 1
         if self.on_change is not None:
             self.on_change()
 
@@ -635,9 +627,9 @@ def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identit
 
 
 async def fleet_snapshot(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,
-                         timeout: float = JSON_TIMEOUT_S, **fleet_kw: Any) -> dict[str, Any]:
+                         timeout: float = JSON_TIMEOUT_S) -> dict[str, Any]:
     """Connect to every pod in parallel, wait until each answered (or ``timeout``), snapshot, close."""
-    fleet = Fleet(specs, connector_for, **fleet_kw)
+    fleet = Fleet(specs, connector_for)
     task = asyncio.ensure_future(fleet.run())
     try:
         await fleet.wait_settled(timeout)

@@ -94,16 +94,13 @@ class Client:
 
     async def _read_loop(self) -> None:
         try:
-            while True:
-                line = await self.reader.readline()
-                if not line:
-                    self.close_reason = "connection closed by the supervisor"
-                    break
+            while line := await self.reader.readline():
                 try:
                     msg = protocol.decode(line)
                 except ProtocolError:
                     continue
                 self._dispatch(msg)
+            self.close_reason = "connection closed by the supervisor"
         except (ConnectionError, OSError, asyncio.IncompleteReadError, ValueError) as e:
             # ValueError: a line over STREAM_LIMIT (asyncio's LimitOverrunError surfaces as it)
             self.close_reason = f"connection lost ({e})"
@@ -167,9 +164,6 @@ class Client:
         finally:
             self.on_push, self._held = on_push, None
         return snap
-
-    async def logs(self, component: str, from_seq: int, limit: int = 5000) -> dict[str, Any]:
-        return await self.request("logs", component=component, from_seq=from_seq, limit=limit)
 
     async def log_read(self, component: str, *, from_seq: int | None = None, before_seq: int | None = None,
                        limit: int = 2000) -> dict[str, Any]:
@@ -237,8 +231,7 @@ class Session:
     """
 
     def __init__(self, connect: Connector, listener: SessionListener, *, lines: int = 1000,
-                 backoff: tuple[float, float] = (0.5, 10.0), give_up_after: float | None = None,
-                 logs: bool = True, goes_on: GoesOn | None = None):
+                 backoff: tuple[float, float] = (0.5, 10.0), logs: bool = True, goes_on: GoesOn | None = None):
         self.connect = connect
         # After the run ended: why it goes on all the same (a Slurm job requeued: the next supervisor
         # continues the run), or None. The session then waits for that supervisor instead of ending.
@@ -247,7 +240,6 @@ class Session:
         self.listener = listener
         self.lines = lines
         self.backoff = backoff
-        self.give_up_after = give_up_after
         self.client: Client | None = None
         self.seq: int | None = None
         self.log_next: dict[str, int] = {}
@@ -260,8 +252,6 @@ class Session:
         """Until :meth:`close`: connect, subscribe, deliver; reconnect when the link drops."""
         delay = self.backoff[0]
         first = True
-        lost_at: float | None = None
-        loop = asyncio.get_running_loop()
         waiting = ""  # what the session waits for, said with every retry (a requeued job)
         while not self._stop.is_set():
             self.listener.on_connection("connecting" if first else "reconnecting", waiting)
@@ -272,18 +262,13 @@ class Session:
             except Exception as e:  # refused, unreachable, auth: say why and retry
                 if self._final(e):
                     return
-                now = loop.time()
-                lost_at = lost_at or now
-                if self.give_up_after is not None and now - lost_at > self.give_up_after:
-                    self.listener.on_connection("closed", f"gave up: {e}")
-                    return
                 self.listener.on_connection("reconnecting", f"{waiting}; {e}; retrying in {delay:.1f}s" if waiting
                                             else f"{e}; retrying in {delay:.1f}s")
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, self.backoff[1]) * random.uniform(0.9, 1.1)
                 continue
-            first, waiting = False, ""
+            first, waiting, delay = False, "", self.backoff[0]  # connected: the next retry starts at the shortest wait
             try:
                 await self._serve(client)
             finally:
@@ -298,9 +283,7 @@ class Session:
                     self.listener.on_connection("ended", client.close_reason or "the run has ended")
                     return
                 self.run_ended, waiting = False, more
-                delay, lost_at = self.backoff[0], None  # no give-up clock: the job may pend for long
                 continue
-            delay, lost_at = self.backoff[0], loop.time()
             self.listener.on_connection("reconnecting", client.close_reason or "connection lost")
         self.listener.on_connection("closed", "")
 
@@ -369,28 +352,26 @@ class Session:
             self.log_next[msg["component"]] = msg["to_seq"]
             self.listener.on_gap(msg["component"], msg["from_seq"], msg["to_seq"])
 
-    async def command(self, command: str, component: str | None = None, **args: Any) -> dict[str, Any]:
-        """Send a command on the live connection; a reply with ``ok: false`` says why it was not done."""
+    async def _ask(self, request: Callable[[Client], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """``request`` on the live connection; ``ok: false`` with a reason when the link is down or the
+        supervisor refuses."""
         if self.client is None:
             return {"ok": False, "error": "not connected to the supervisor (reconnecting)"}
         try:
-            return await self.client.command(command, component, **args)
-        except (ConnectionError, asyncio.TimeoutError) as e:
-            return {"ok": False, "error": f"connection lost before the answer ({e})"}
-
-    async def disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
-        """``log_read`` or ``log_search`` on the live connection; ``ok: false`` with a reason when
-        the link is down or the supervisor refuses."""
-        if self.client is None:
-            return {"ok": False, "error": "not connected to the supervisor (reconnecting)"}
-        try:
-            if op == "log_read":
-                return await self.client.log_read(component, **fields)
-            return await self.client.log_search(component, **fields)
+            return await request(self.client)
         except RequestFailed as e:
             return e.reply
         except (ConnectionError, asyncio.TimeoutError) as e:
             return {"ok": False, "error": f"connection lost before the answer ({e})"}
+
+    async def command(self, command: str, component: str | None = None, **args: Any) -> dict[str, Any]:
+        """Send a command on the live connection; a reply with ``ok: false`` says why it was not done."""
+        return await self._ask(lambda c: c.command(command, component, **args))
+
+    async def disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
+        """``log_read`` or ``log_search`` on the live connection."""
+        return await self._ask(lambda c: c.log_read(component, **fields) if op == "log_read"
+                               else c.log_search(component, **fields))
 
     def close(self) -> None:
         self._stop.set()

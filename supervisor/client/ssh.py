@@ -106,11 +106,10 @@ def _known_name(host: str, port: int) -> str:
 class _Policy:
     """Missing-host-key policy: refuse with the fingerprint, or accept and record it."""
 
-    def __init__(self, accept: bool, known_hosts: Path, label: str, accept_hint: str | None = None):
+    def __init__(self, accept: bool, known_hosts: Path, accept_hint: str):
         self.accept = accept
         self.known_hosts = known_hosts
-        self.label = label
-        self.accept_hint = accept_hint or f"rlsup attach {label} --accept-new-host-key"
+        self.accept_hint = accept_hint
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         fp = fingerprint(key)
@@ -129,7 +128,7 @@ class _Policy:
 class _Remote:
     """One SSH connection (possibly through jump hosts) that opens bridge channels."""
 
-    def __init__(self, target: SshTarget, accept_new_host_key: bool, accept_hint: str | None = None):
+    def __init__(self, target: SshTarget, accept_new_host_key: bool, accept_hint: str):
         self.target = target
         self.accept = accept_new_host_key
         self.accept_hint = accept_hint
@@ -164,18 +163,18 @@ class _Remote:
             sock = client.get_transport().open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0))
         self._open(self.target, cfg, sock)
 
-    def _dest(self, t: SshTarget) -> tuple[str, int]:
-        c = _lookup(t.host)
+    def _dest(self, t: SshTarget, cfg: dict[str, Any] | None = None) -> tuple[str, int]:
+        """Where ``t`` is: its host and port after ``~/.ssh/config`` (read unless given)."""
+        c = _lookup(t.host) if cfg is None else cfg
         return c.get("hostname", t.host), int(t.port or c.get("port") or 22)
 
     def _open(self, t: SshTarget, cfg: dict[str, Any], sock: Any) -> Any:
         import paramiko
 
-        host = cfg.get("hostname", t.host)
-        port = int(t.port or cfg.get("port") or 22)
+        host, port = self._dest(t, cfg)
         user = t.user or cfg.get("user") or os.environ.get("USER") or None
-        keys = [k for k in ([t.identity] if t.identity else []) + list(cfg.get("identityfile") or [])]
-        keys = [os.path.expanduser(k) for k in keys if os.path.exists(os.path.expanduser(k))]
+        keys = [os.path.expanduser(k) for k in ([t.identity] if t.identity else []) + list(cfg.get("identityfile") or [])]
+        keys = [k for k in keys if os.path.exists(k)]
         known = _ssh_dir() / "known_hosts"
         client = paramiko.SSHClient()
         with contextlib.suppress(OSError):
@@ -187,7 +186,7 @@ class _Remote:
                 raise SshError(f"cannot read {known}: {e}") from None
         # paramiko calls the policy's missing_host_key and nothing else; _Policy does not subclass
         # paramiko.MissingHostKeyPolicy only so that paramiko is imported when a connection is made.
-        policy = _Policy(self.accept, known, self.target.label(), self.accept_hint)
+        policy = _Policy(self.accept, known, self.accept_hint)
         client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
         label = f"{user + '@' if user else ''}{host}:{port}"
         try:
@@ -235,10 +234,7 @@ class _Remote:
 
 def _chan_to_sock(chan: Any, sock: socket.socket, info: dict[str, Any]) -> None:
     try:
-        while True:
-            data = chan.recv(CHUNK)
-            if not data:
-                break
+        while data := chan.recv(CHUNK):
             sock.sendall(data)
     except OSError:
         pass
@@ -255,10 +251,7 @@ def _chan_to_sock(chan: Any, sock: socket.socket, info: dict[str, Any]) -> None:
 
 def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
     try:
-        while True:
-            data = sock.recv(CHUNK)
-            if not data:
-                break
+        while data := sock.recv(CHUNK):
             chan.sendall(data)
     except (OSError, EOFError):
         pass

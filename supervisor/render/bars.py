@@ -1,50 +1,53 @@
-"""Text bars for gauges (GPU util/memory, host CPU/RAM), nvitop style.
+"""Text bars for gauges (GPU util/memory, host CPU/RAM), nvitop style, and the step count of a
+component's progress (:func:`step_text`, shared by ``rlsup status``, the report and the TUI).
 
 Pure functions of value and width, no textual/rich: the TUI renders the strings and maps
 :func:`level` to a CSS class (``ok``/``warn``/``crit``/``na``) so colours live in the .tcss theme.
-Every bar function returns exactly the width it was asked for (one cell per character; glyphs
-passed in must be single-cell).
+Every bar function returns exactly the width it was asked for (one cell per character; an empty
+glyph passed in must be single-cell).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 EIGHTHS = "▏▎▍▌▋▊▉"  # 1/8 .. 7/8 of a cell
+WARN_PCT, CRIT_PCT = 70, 90  # a gauge's "warn" and "crit" levels
 
 
 def _valid(pct: float | None) -> bool:
     return pct is not None and not math.isnan(pct)
 
 
-def level(pct: float | None, warn: float = 70, crit: float = 90) -> str:
-    """Severity class of a percentage: "na" (unknown), "ok" (< warn), "warn" (< crit), "crit"."""
+def level(pct: float | None) -> str:
+    """Severity class of a percentage: "na" (unknown), "ok" (< WARN_PCT), "warn" (< CRIT_PCT), "crit"."""
     if pct is None or not _valid(pct):
         return "na"
-    if pct >= crit:
+    if pct >= CRIT_PCT:
         return "crit"
-    if pct >= warn:
+    if pct >= WARN_PCT:
         return "warn"
     return "ok"
 
 
-def bar(pct: float | None, width: int, *, full: str = "█", partial: str = EIGHTHS, empty: str = " ") -> str:
+def bar(pct: float | None, width: int, *, empty: str = " ") -> str:
     """A bar of exactly ``width`` cells filled to ``pct`` percent (clamped to 0..100).
 
-    ``partial`` holds the glyphs for partly filled cells, smallest first: with eighth blocks a cell
-    has 8 steps. Fill rounds down, so only 100% is a full bar. Unknown (None/NaN) is all ``empty``.
+    A partly filled cell is one of :data:`EIGHTHS`: a cell has 8 steps. Fill rounds down, so only
+    100% is a full bar. Unknown (None/NaN) is all ``empty``.
     """
     if width <= 0:
         return ""
     if pct is None or not _valid(pct):
         return empty * width
-    steps = len(partial) + 1
     frac = min(max(pct, 0.0), 100.0) / 100.0
-    n = int(frac * width * steps + 1e-9)  # epsilon: 50% of 10 cells is 40 eighths, not 39.999...
-    cells, rem = divmod(n, steps)
-    out = full * cells
+    n = int(frac * width * 8 + 1e-9)  # epsilon: 50% of 10 cells is 40 eighths, not 39.999...
+    cells, rem = divmod(n, 8)
+    out = "█" * cells
     if rem and cells < width:
-        out += partial[rem - 1]
+        out += EIGHTHS[rem - 1]
     return out + empty * (width - len(out))
 
 
@@ -58,13 +61,6 @@ def fmt_mem(mb: float | None) -> str:
     if round(gb, 1) < 1024:
         return f"{gb:.1f}G"
     return f"{gb / 1024:.1f}T"
-
-
-def _fmt_num(v: float, unit: str) -> str:
-    if unit == "MB":
-        return fmt_mem(v)
-    s = f"{v:.0f}" if abs(v) >= 10 or v == int(v) else f"{v:.1f}"
-    return s + unit
 
 
 def _fit(text: str, width: int) -> str:
@@ -84,22 +80,24 @@ def _line(label: str, pct: float | None, text: str, width: int) -> str:
     return head + bar(pct, bar_w) + tail
 
 
-def bar_line(label: str, used: float | None, total: float | None, width: int, unit: str = "") -> str:
-    """``"MEM ████▌      12.3G/80.0G"`` in exactly ``width`` cells.
+def bar_line(label: str, used: float | None, total: float | None, width: int) -> str:
+    """``"MEM ████▌      12.3G/80.0G"`` in exactly ``width`` cells, for MiB figures.
 
-    The bar shows used/total; the text shows both values with ``unit`` appended to the total
-    (``unit="MB"`` formats both with :func:`fmt_mem` instead). Unknown used -> "N/A" and an empty bar;
-    unknown total -> just the used value and an empty bar.
+    The bar shows used/total; the text shows both values (:func:`fmt_mem`). Unknown used -> "N/A"
+    and an empty bar; unknown total -> just the used value and an empty bar.
     """
     if used is None or (isinstance(used, float) and math.isnan(used)):
         return _line(label, None, "N/A", width)
     if total is None or total <= 0:
-        return _line(label, None, _fmt_num(used, unit), width)
-    if unit == "MB":
-        text = f"{fmt_mem(used)}/{fmt_mem(total)}"
-    else:
-        text = f"{_fmt_num(used, '')}/{_fmt_num(total, unit)}"
-    return _line(label, 100.0 * used / total, text, width)
+        return _line(label, None, fmt_mem(used), width)
+    return _line(label, 100.0 * used / total, f"{fmt_mem(used)}/{fmt_mem(total)}", width)
+
+
+def step_text(c: Mapping[str, Any]) -> str:
+    """A component's step, ``"57/200"`` with a total, ``"-"`` before any (the status, the report, the TUI)."""
+    if c.get("step") is None:
+        return "-"
+    return f"{c['step']}/{c['total']}" if c.get("total") else str(c["step"])
 
 
 def pct_line(label: str, pct: float | None, width: int) -> str:

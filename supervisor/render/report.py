@@ -24,6 +24,7 @@ from ..rundir.layout import RunPaths, is_locked
 from ..rundir.logs import last_lines
 from ..rundir.replay import read_run
 from .advice import NEXT_STEPS
+from .bars import step_text
 
 MAX_TIMELINE = 200
 MAX_EVIDENCE = 14
@@ -256,11 +257,8 @@ def _components_table(st: dict[str, Any], attempts: dict[str, list[Attempt]]) ->
            "| --- | --- | --- | --- | --- | --- |"]
     for n, c in st["components"].items():
         atts = attempts.get(n, [])
-        step = c.get("step")
-        total = c.get("total")
-        stp = "-" if step is None else (f"{step}/{total}" if total else str(step))
         lx = _exit_after(atts[-1]) if atts and atts[-1].ended else "-"
-        out.append(f"| {n} | {c.get('state')} | {len(atts)} | {sum(a.judged_failed for a in atts)} | {stp} "
+        out.append(f"| {n} | {c.get('state')} | {len(atts)} | {sum(a.judged_failed for a in atts)} | {step_text(c)} "
                    f"| {_cell(lx)} |")
     return out + [""]
 
@@ -352,8 +350,7 @@ def _failure_details(paths: RunPaths, name: str, atts: list[Attempt]) -> list[st
 def _failure_block(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
     """One failed attempt: its exit, diagnosis, what rlsup did next, and its evidence."""
     d = a.diagnosis
-    out = [_exit_after(a) + (f" at step {a.step}" if a.step is not None else ""), ""]
-    out[0] = f"**Attempt {a.attempt}**: " + out[0]
+    out = [f"**Attempt {a.attempt}**: {_exit_after(a)}" + (f" at step {a.step}" if a.step is not None else ""), ""]
     out.append(f"- Category: `{d.category}`")
     if d.summary:
         out.append(f"- Summary: {d.summary}")
@@ -554,12 +551,8 @@ def _next_steps(st: dict[str, Any], attempts: dict[str, list[Attempt]], events: 
     fatal = [n for n, c in st["components"].items() if c.get("state") == "fatal"]
     if not items and not fatal:
         return ["## Next steps", "", "Nothing failed that needs action.", ""]
-    out = ["## Next steps", "", *items]
-    for n in fatal:
-        if not attempts.get(n):
-            continue
-        out.append(f"- `rlsup start {n}` once the cause is fixed (it is fatal: rlsup will not restart it by itself).")
-    return out + [""]
+    return ["## Next steps", "", *items, *(f"- `rlsup start {n}` once the cause is fixed (it is fatal: rlsup will not "
+                                           "restart it by itself)." for n in fatal if attempts.get(n)), ""]
 
 
 def _timeline(events: list[Record], t0: float | None) -> list[str]:

@@ -6,12 +6,7 @@ import time
 from typing import Any
 
 from ..records.events import fmt_duration
-
-
-def _step(c: dict[str, Any]) -> str:
-    if c.get("step") is None:
-        return "-"
-    return f"{c['step']}/{c['total']}" if c.get("total") else str(c["step"])
+from .bars import step_text
 
 
 def _attempt(c: dict[str, Any]) -> str:
@@ -29,7 +24,7 @@ def _ckpt(c: dict[str, Any], now: float) -> str:
 
 def _header(run: dict[str, Any]) -> str:
     """The run's line: its supervisor (live, gone, or ended) and its run dir."""
-    up = fmt_duration(run.get("uptime_s")) if run.get("uptime_s") is not None else "?"
+    up = fmt_duration(run.get("uptime_s"))
     if run.get("supervisor_gone"):
         return (f"run {run.get('name')}  NO SUPERVISOR (pid {run.get('pid')} on {run.get('host')} is gone)  "
                 f"({run.get('run_dir')})")
@@ -55,7 +50,7 @@ def _row(name: str, c: dict[str, Any], now: float) -> tuple[str, ...]:
         state += f" ({max(0.0, c['next_start_at'] - now):.0f}s)"
     res = c.get("resources") or {}
     live = bool(c.get("pid"))  # CPU and RSS are of a live process only
-    return (name, state, str(c.get("pid") or "-"), _attempt(c), _dur(c.get("uptime_s")), _step(c),
+    return (name, state, str(c.get("pid") or "-"), _attempt(c), _dur(c.get("uptime_s")), step_text(c),
             f"{c['rate']:.2f}/s" if c.get("rate") else "-", _dur(c.get("eta_s")), _ckpt(c, now),
             _opt(res.get("cpu_pct") if live else None, "{:.0f}%"), _opt(res.get("rss_mb") if live else None,
                                                                          "{:.0f} MB"),
@@ -118,8 +113,8 @@ def _ended_lines(run: dict[str, Any]) -> list[str]:
             f"to go on from its checkpoints: {up} --resume{where}; to start anew: {up} --fresh{where}"]
 
 
-def format_status(view: dict[str, Any], *, now: float | None = None) -> str:
-    now = time.time() if now is None else now
+def format_status(view: dict[str, Any]) -> str:
+    now = time.time()
     run = view.get("run", {})
     comps = view.get("components", {})
     out = [_header(run), *_table([_COLUMNS, *(_row(n, c, now) for n, c in comps.items())])]

@@ -76,7 +76,7 @@ class MetricChart(Widget):
         out.append(span, style=note)
         plot_w = max(1, width - AXIS_W - 1)
         plot_h = max(1, height - 3)
-        rows = braille_chart(pts, plot_w, plot_h, lo, hi, x0, x1)
+        rows = braille_chart(pts, plot_w, plot_h, lo, hi)
         line = self.get_component_rich_style("chart--line")
         for r, row in enumerate(rows):
             if r == 0:

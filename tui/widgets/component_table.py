@@ -22,6 +22,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from rlsup.supervisor.records.state import STATES
+from rlsup.supervisor.render.bars import step_text
 from rlsup.tui.format import failure_cause, fmt_cpu, fmt_dur, fmt_mb, fmt_rate
 
 RESOURCES_MIN_WIDTH = 112
@@ -63,7 +64,7 @@ def row_cells(i: int, c: dict[str, Any], now: float) -> dict[str, str]:
         "#": str(i + 1) if i < 9 else " ", "state": state_txt, "pid": str(c.get("pid") or "-"),
         "uptime": fmt_dur(c.get("uptime_s")), "att/rst": f"{c.get('attempt', 0)}/{c.get('restarts', 0)}",
         "CPU": fmt_cpu(r.get("cpu_pct")), "RSS": fmt_mb(r.get("rss_mb")), "GPU mem": fmt_mb(r.get("gpu_mb")),
-        "step": "-" if c.get("step") is None else str(c["step"]) + (f"/{c['total']}" if c.get("total") else ""),
+        "step": step_text(c),
         "rate": fmt_rate(c.get("rate")), "ETA": fmt_dur(c.get("eta_s")),
         "last exit": last_exit_text(c.get("last_exit")),
         "flags": ("⚑ " + ",".join(f["type"] for f in flags)) if flags else "",
@@ -115,10 +116,13 @@ class ComponentTable(Widget):
         else:
             self.update()
 
+    def _key(self) -> tuple[Any, ...]:
+        """What is shown: the cells, the selection, the focus, the staleness."""
+        return tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused, self.stale
+
     def update(self) -> None:
-        """Repaint if anything shown (cells, selection, focus, staleness) differs from the last paint."""
-        key = (tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused, self.stale)
-        if key != self._shown:
+        """Repaint if anything shown differs from the last paint."""
+        if self._key() != self._shown:
             self.refresh()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
@@ -167,8 +171,7 @@ class ComponentTable(Widget):
                 line.append(self._fit(cells[c], w[c], c in RIGHT), style=style)
             line.pad_right(max(0, width - line.cell_len))
             out.append_text(line)
-        self._shown = (tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused,
-                       self.stale)
+        self._shown = self._key()
         return out
 
     @staticmethod

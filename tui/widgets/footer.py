@@ -30,13 +30,13 @@ def key_width(key: Widget) -> int:
     return cell_len(getattr(key, "key_display", "") or "") + cell_len(getattr(key, "description", "") or "") + GAP
 
 
-def fit(keys: list[Widget], width: int, keep: tuple[str, ...] = KEEP) -> list[Widget]:
-    """The keys to show in ``width`` cells: those in ``keep`` and, in order, as many others as fit whole."""
-    kept = [k for k in keys if getattr(k, "action", None) in keep]
+def fit(keys: list[Widget], width: int) -> list[Widget]:
+    """The keys to show in ``width`` cells: those in :data:`KEEP` and, in order, as many others as fit whole."""
+    kept = [k for k in keys if getattr(k, "action", None) in KEEP]
     room = width - sum(map(key_width, kept))
     out = []
     for k in keys:
-        if getattr(k, "action", None) in keep:
+        if getattr(k, "action", None) in KEEP:
             out.append(k)
             continue
         w = key_width(k)

@@ -117,7 +117,7 @@ class GpuPanel(Widget):
             out.append(" ")
             used, total = host.get("mem_used_mb"), host.get("mem_total_mb")
             mem_pct = 100.0 * used / total if used is not None and total else None
-            self._bar(out, bar_line("RAM", used, total, width - half - 1, unit="MB"), mem_pct)
+            self._bar(out, bar_line("RAM", used, total, width - half - 1), mem_pct)
         self._text = (width, out)
         return out
 
@@ -138,7 +138,7 @@ class GpuPanel(Widget):
             util_w = room * 2 // 5
             self._bar(out, pct_line("UTL", util, util_w), util)
             out.append(" ")
-            self._bar(out, bar_line("MEM", used, total, room - util_w - 1, unit="MB"), mem_pct)
+            self._bar(out, bar_line("MEM", used, total, room - util_w - 1), mem_pct)
         else:  # narrow: numbers first, one short bar
             text = f"{'N/A' if util is None else f'{util:.0f}%':>4} {fmt_mem(used)}/{fmt_mem(total)} "
             out.append(text)

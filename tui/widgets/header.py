@@ -51,10 +51,10 @@ class RunHeader(Widget):
     RunHeader > .header--stale { color: $warning; }
     """
 
-    def __init__(self, target: str = "", timefmt: Callable[[float], str] | None = None, **kw: Any) -> None:
+    def __init__(self, target: str, timefmt: Callable[[float], str], **kw: Any) -> None:
         super().__init__(**kw)
         self.target = target
-        self.timefmt = timefmt or (lambda ts: f"{ts:.0f}")
+        self.timefmt = timefmt
         self.run: dict[str, Any] = {}
         self.server: dict[str, Any] = {}
         self.connection = ("connecting", "")

@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from itertools import accumulate
 from typing import Any
 
 from rich.cells import cell_len, chop_cells, set_cell_size
@@ -65,8 +66,7 @@ class History:
     older output than the view holds. Indexes in the view are sequence numbers meanwhile; the live
     lines wait aside (and new ones gather, bounded) until the window reaches them again."""
 
-    def __init__(self, first: int, disk_first: int, disk_end: int, live_seq: int, saved: tuple[object, ...],
-                 file: str = ""):
+    def __init__(self, first: int, disk_first: int, disk_end: int, live_seq: int, saved: tuple[object, ...]):
         self.first = first  # seq of the window's first line
         self.disk_first = disk_first  # seq of the first line on disk (line 1)
         self.disk_end = disk_end  # seq after the last line on disk when last asked
@@ -75,7 +75,6 @@ class History:
         self.incoming: list[str] = []  # live lines that arrived meanwhile (at most max_lines)
         self.incoming_marked = False
         self.incoming_seq: int | None = None
-        self.file = file
         self.loading = False  # a page is on its way: no second request for the same edge
 
     def line_no(self, seq: int) -> int:
@@ -153,9 +152,7 @@ class LogView(Widget, can_focus=False):
     # geometry -------------------------------------------------------------------------------
     @property
     def width(self) -> int:
-        if self._view_size is None:
-            return self.size.width
-        return self._view_size[0]
+        return (self._view_size or self.size)[0]
 
     @property
     def text_width(self) -> int:
@@ -164,9 +161,7 @@ class LogView(Widget, can_focus=False):
 
     @property
     def height(self) -> int:
-        if self._view_size is None:
-            return self.size.height
-        return self._view_size[1]
+        return (self._view_size or self.size)[1]
 
     def _line_rows(self, line: str, width: int) -> int:
         if width <= 0:
@@ -178,12 +173,8 @@ class LogView(Widget, can_focus=False):
     def _valid_rows(self) -> list[int]:
         width = self.text_width
         if self._rows_width != width or len(self._rows) != len(self.lines) + 1:
-            rows = [0]
-            acc = 0
-            for line in self.lines:
-                acc += self._line_rows(line, width)
-                rows.append(acc)
-            self._rows, self._rows_width = rows, width
+            self._rows = list(accumulate((self._line_rows(line, width) for line in self.lines), initial=0))
+            self._rows_width = width
         return self._rows
 
     @property
@@ -236,10 +227,8 @@ class LogView(Widget, can_focus=False):
             self.marks.update(start + k for k, line in enumerate(new) if type(line) is Marker)
         new = clean_lines(new)
         if self.wrap and self._rows_width == self.text_width and len(self._rows) == len(self.lines) + 1:
-            rows, acc, width = self._rows, self._rows[-1], self._rows_width
-            for line in new:
-                acc += self._line_rows(line, width)
-                rows.append(acc)
+            rows, width = self._rows, self._rows_width  # extended in place from its last total (accumulate yields it first)
+            rows += accumulate((self._line_rows(line, width) for line in new), initial=rows.pop())
         self.lines.extend(new)
         self.widest = max(self.widest, max(map(len, new)))
         excess = len(self.lines) - self.max_lines
@@ -304,11 +293,6 @@ class LogView(Widget, can_focus=False):
         return self.hist.first if self.hist is not None else self.live_first
 
     @property
-    def window_end(self) -> int | None:
-        """Sequence number after the last log line of the history window (None when live)."""
-        return self.hist.first + len(self.lines) if self.hist is not None else None
-
-    @property
     def older_on_disk(self) -> int:
         """Lines older than the view that only the log file holds (0 when unknown)."""
         first = self.window_first
@@ -316,19 +300,18 @@ class LogView(Widget, can_focus=False):
             return 0
         return max(0, first - self.disk_first)
 
-    def show_disk(self, seq: int, lines: list[str], disk_first: int, disk_end: int, *, at: str | int = "top",
-                  file: str = "") -> None:
-        """Show ``lines`` (from ``seq`` on) read from disk in place of the view's lines: enter the
-        history window, or replace it. ``at``: "top", "bottom" or the seq to centre on."""
+    def show_disk(self, page: Mapping[str, Any], *, at: str | int) -> None:
+        """Show a page read from disk (a ``log_read`` reply: its ``lines`` from ``seq`` on) in place of the
+        view's lines: enter the history window, or replace it. ``at``: "top", "bottom" or the seq to centre on."""
+        seq, disk_first, disk_end = page["seq"], page["disk_first_seq"], page["disk_end_seq"]
         self.disk_first = disk_first
         if self.hist is None:
             live_seq = self.live_first if self.live_first is not None else disk_end
             saved = (self.lines, self.dropped, self.marks, self.top, self.follow, self.current, self.widest)
-            self.hist = History(seq, disk_first, disk_end, live_seq, saved, file)
+            self.hist = History(seq, disk_first, disk_end, live_seq, saved)
         h = self.hist
         h.first, h.disk_first, h.disk_end, h.loading = seq, disk_first, max(h.disk_end, disk_end), False
-        h.file = file or h.file
-        self.lines = clean_lines(list(lines))
+        self.lines = clean_lines(list(page["lines"]))
         self.dropped = seq
         self.marks = set()
         self.select_anchor = self.cursor = None
@@ -452,14 +435,11 @@ class LogView(Widget, can_focus=False):
             self.follow = True
         self.top = top
         self._moved()
-        if self.hist is not None and delta > 0 and at_end and self.window_end is not None \
-                and self.window_end >= self.hist.live_seq:
+        h = self.hist
+        if h is not None and delta > 0 and at_end and h.first + len(self.lines) >= h.live_seq:
             self.leave_history()  # scrolled on past the last line read from disk: the live lines follow
         else:
             self._want_more(delta)
-
-    def page(self, direction: int) -> None:
-        self.scroll_rows(direction * max(1, self.height - 1))
 
     def home(self) -> None:
         self.follow = False
@@ -569,17 +549,9 @@ class LogView(Widget, can_focus=False):
 
     def show_match(self, query: str, seq: int) -> None:
         """Make line ``seq`` of the history window the current match of ``query``."""
-        if self.hist is None or not 0 <= seq - self.dropped < len(self.lines):
-            return
-        self.search_query = query.lower()
-        self.current = seq
-        i = seq - self.dropped
-        self.show_line(i)
-        if not self.wrap:
-            col = _cells(self.lines[i][: self.lines[i].lower().find(self.search_query)])
-            if not (self.xoff <= col < self.xoff + self.text_width - len(self.search_query)):
-                self.xoff = max(0, col - self.text_width // 3)
-        self._moved()
+        if self.hist is not None and 0 <= seq - self.dropped < len(self.lines):
+            self.search_query = query.lower()
+            self._show_found(seq - self.dropped, self.search_query)
 
     # copy mode ------------------------------------------------------------------------------
     @property
@@ -750,6 +722,14 @@ class PaneTitle(Widget):
         return Text(self.text, no_wrap=True, overflow="ellipsis", end="")
 
 
+class _PaneMessage(Message):
+    """A message about one :class:`LogPane` (``pane``)."""
+
+    def __init__(self, pane: LogPane):
+        super().__init__()
+        self.pane = pane
+
+
 class LogPane(Vertical, can_focus=True):
     """A title row (name, state, follow / "N new lines", wrap, search, copy mode) over a :class:`LogView`.
 
@@ -770,40 +750,25 @@ class LogPane(Vertical, can_focus=True):
     LogPane.selecting > PaneTitle { background: $primary; color: $text; text-style: bold; }
     """
 
-    class Clicked(Message):
-        def __init__(self, pane: LogPane):
-            super().__init__()
-            self.pane = pane
+    class Clicked(_PaneMessage):
+        """A click on the pane: the screen selects it."""
 
-    class ModeChanged(Message):
+    class ModeChanged(_PaneMessage):
         """Copy mode began or ended: the keys' context changed."""
 
-        def __init__(self, pane: LogPane):
-            super().__init__()
-            self.pane = pane
-
-    class SearchAsked(Message):
+    class SearchAsked(_PaneMessage):
         """``/``: open the search box for this log."""
 
-        def __init__(self, pane: LogPane):
-            super().__init__()
-            self.pane = pane
-
-    class FindOnDisk(Message):
+    class FindOnDisk(_PaneMessage):
         """``query`` is not in the lines held in ``direction``: look in the log file on disk."""
 
         def __init__(self, pane: LogPane, query: str, direction: int):
-            super().__init__()
-            self.pane = pane
+            super().__init__(pane)
             self.query = query
             self.direction = direction
 
-    class FirstPageNeeded(Message):
+    class FirstPageNeeded(_PaneMessage):
         """Home went to the first line held, and the log file has older ones: read its first page."""
-
-        def __init__(self, pane: LogPane):
-            super().__init__()
-            self.pane = pane
 
     def __init__(self, component: str, index: int, max_lines: int = 10_000,
                  clock: Callable[[], float] = time.time, **kw: Any) -> None:
@@ -854,19 +819,14 @@ class LogPane(Vertical, can_focus=True):
         self.view.scroll_rows(1)
         self._acted()
 
-    def _page(self, direction: int) -> None:
+    def action_page(self, direction: int) -> None:
         v = self.view
+        rows = direction * max(1, v.height - 1)
         if v.selecting:
-            v.move_cursor(direction * max(1, v.height - 1))
+            v.move_cursor(rows)
         else:
-            v.page(direction)
+            v.scroll_rows(rows)
         self._acted()
-
-    def action_page_up(self) -> None:
-        self._page(-1)
-
-    def action_page_down(self) -> None:
-        self._page(1)
 
     def action_log_top(self) -> None:
         v = self.view
@@ -886,16 +846,10 @@ class LogPane(Vertical, can_focus=True):
             v.set_follow(True)
         self._acted()
 
-    def _sideways(self, delta: int) -> None:
-        if not self.view.scroll_sideways(delta):
+    def action_sideways(self, direction: int) -> None:
+        if not self.view.scroll_sideways(direction * HSTEP):
             self.notify("wrap is on: every line is whole (w turns it off)", timeout=3)
         self._acted()
-
-    def action_scroll_left(self) -> None:
-        self._sideways(-HSTEP)
-
-    def action_scroll_right(self) -> None:
-        self._sideways(HSTEP)
 
     def action_follow(self) -> None:
         self.view.set_follow(not self.view.follow)
@@ -916,17 +870,12 @@ class LogPane(Vertical, can_focus=True):
             return
         self.post_message(self.FindOnDisk(self, query, direction))
 
-    def _repeat(self, direction: int) -> None:
+    def action_match(self, direction: int) -> None:
+        """The next (+1, newer) or previous (-1, older) match of the search."""
         if not self.view.search_query:
             self.notify("no search yet: press / first", severity="warning")
             return
         self.find(self.view.search_query, direction)
-
-    def action_next_match(self) -> None:
-        self._repeat(+1)
-
-    def action_prev_match(self) -> None:
-        self._repeat(-1)
 
     # copy mode ------------------------------------------------------------------------------
     def _mode_changed(self) -> None:

@@ -69,14 +69,14 @@ def test_a_live_run_serves_its_whole_log_in_seq_order_joined_with_the_ring(tmp_p
         c = await Client.open_unix(d.sock, name="test")
         try:
             async def done():
-                r = await c.logs("writer", 0, 5000)
+                r = await c.request("logs", component="writer", from_seq=0, limit=5000)
                 return r["lines"] and r["lines"][-1] == "done"
 
             for _ in range(300):  # the supervisor follows the log across every rotation, to its end
                 if await done():
                     break
                 await asyncio.sleep(0.1)
-            ring = await c.logs("writer", 0, 5000)
+            ring = await c.request("logs", component="writer", from_seq=0, limit=5000)
             assert ring["lines"][-1] == "done", ring["lines"][-3:]
             first = ring["first_seq"]
             assert first > 10_000  # most of the log left the ring long ago
