@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .interpolate import expand
-from .model import NAME_RE, Component, Config, MiB, Path_
+from .model import NAME_RE, NOT_WRITTEN, Component, Config, MiB, Path_
 from .overrides import applied
 
 
@@ -432,7 +432,7 @@ def parse_env_file(path: Path) -> dict[str, str]:
 
 
 _EARLY_KEYS = ("name", "run_dir", "env_file")
-_INTERNAL_KEYS = ("source", "file_env", "placement")
+_INTERNAL_KEYS = tuple(k for k in NOT_WRITTEN if k in Config.model_fields)  # those of the top level
 
 
 def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
@@ -616,9 +616,6 @@ def _unwrap(ann: Any) -> Any:
     return ann
 
 
-_INTERNAL = {"source", "file_env", "placement", "gpu_count"}
-
-
 def _data_loc(loc: tuple[Any, ...], data: Any, missing: bool) -> Path_:
     """The part of a pydantic ``loc`` that is a path in the user's data.
 
@@ -649,7 +646,7 @@ def _pydantic_problems(e: ValidationError, doc: YamlDoc, file: str, data: Any, r
         if etype == "extra_forbidden" and loc:
             key = str(loc[-1])
             model = _model_at(root, loc)
-            known = [k for k in (model.model_fields if model else {}) if k not in _INTERNAL]
+            known = [k for k in (model.model_fields if model else {}) if k not in NOT_WRITTEN]
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else (f"; known keys: {', '.join(known)}" if known else "")
             line, col = doc.pos(loc, key=True)

@@ -14,12 +14,23 @@ import signal as signal_mod
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 Path_ = tuple[str | int, ...]
 Condition = Literal["started", "ready", "completed"]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MiB = 1024 * 1024
+# Fields rlsup sets itself (Config.source, file_env, placement; Component.gpu_count): refused in a file, left
+# out of the schema and of did-you-mean hints.
+NOT_WRITTEN = ("source", "file_env", "placement", "gpu_count")
 
 
 class _Model(BaseModel):
@@ -218,11 +229,17 @@ def _scalar_to_str(v: Any) -> Any:
     return v
 
 
+# An `env:` mapping (the run's, a component's): numbers and booleans written in it are the strings the
+# environment will hold.
+Env = Annotated[dict[str, str], BeforeValidator(
+    lambda v: {k: _scalar_to_str(x) for k, x in v.items()} if isinstance(v, dict) else v)]
+
+
 class Component(_Model):
     shell: bool = False  # before `command`: its validator reads it
     command: str | list[str]
     cwd: str | None = None
-    env: dict[str, str] = {}
+    env: Env = {}
     gpus: list[int] | None = None
     ready: ReadyProbe | None = None
     alive: AliveProbe | None = None
@@ -258,11 +275,6 @@ class Component(_Model):
             if isinstance(g, int) and not isinstance(g, bool):
                 v = {**v, "gpus": None, "gpu_count": g}
         return v
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_strings(cls, v: Any) -> Any:
-        return {k: _scalar_to_str(x) for k, x in v.items()} if isinstance(v, dict) else v
 
     @field_validator("depends_on", mode="before")
     @classmethod
@@ -376,7 +388,7 @@ class SlurmCfg(_Model):
 class Config(_Model):
     name: str
     run_dir: str
-    env: dict[str, str] = {}
+    env: Env = {}
     env_file: str | None = None
     components: dict[str, Component]
     notify: NotifyCfg | None = None
@@ -392,11 +404,6 @@ class Config(_Model):
     source: str = ""
     file_env: dict[str, str] = {}
     placement: dict[str, list[str]] = {}  # with `slurm:`: component -> its nodes (slurm.placement)
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_strings(cls, v: Any) -> Any:
-        return {k: _scalar_to_str(x) for k, x in v.items()} if isinstance(v, dict) else v
 
     @field_validator("components")
     @classmethod
