@@ -48,8 +48,7 @@ def leftovers(job_id: str) -> list[str]:
 class NodeSamplers:
     """A GpuSampler whose samples are the union of one sampler step per node."""
 
-    def __init__(self, job_id: str, nodes: Sequence[str], *, gpus_per_node: int = 0, interval: float = INTERVAL_S,
-                 spec: str | None = None):
+    def __init__(self, job_id: str, nodes: Sequence[str], *, gpus_per_node: int = 0):
         self.nodes = list(nodes)
         self.latest: dict[str, GpuSample] = {}
         self.errors: dict[str, str] = {}
@@ -63,7 +62,7 @@ class NodeSamplers:
             argv = [tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
                     f"--gres=gpu:{gpus_per_node}" if gpus_per_node else "--gres=none", "--quiet",
                     f"--job-name={STEP_NAME}", sys.executable, "-m", "rlsup.supervisor.slurm.gpus",
-                    "--interval", str(interval)] + (["--sampler", spec] if spec else [])
+                    "--interval", str(INTERVAL_S)]
             try:
                 p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
@@ -132,9 +131,8 @@ def main(argv: Sequence[str]) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m rlsup.supervisor.slurm.gpus")
     ap.add_argument("--interval", type=float, default=INTERVAL_S)
-    ap.add_argument("--sampler", default=None)
     a = ap.parse_args(list(argv))
-    sampler = make_sampler(a.sampler)
+    sampler = make_sampler()
     try:
         while True:
             sys.stdout.write(json.dumps(sampler.sample().to_dict()) + "\n")

@@ -104,16 +104,14 @@ def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
     return out + list(s.sbatch_args)
 
 
-def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None, cwd: str | None = None,
-           environ: Mapping[str, str] | None = None) -> str:
+def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None) -> str:
     """Submit the run's job; its id. Raises :class:`SlurmError` with sbatch's own message."""
     run_dir = cfg.run_dir
     Path(run_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     script = batch_script(config_path, run_dir, extra=extra)
-    argv = sbatch_argv(cfg, run_dir, cwd or os.getcwd())
+    argv = sbatch_argv(cfg, run_dir, os.getcwd())
     try:
-        p = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S,
-                           env=dict(os.environ if environ is None else environ))
+        p = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S)
     except FileNotFoundError:
         raise SlurmError("sbatch not found: run `rlsup up` on a Slurm login node (or remove the `slurm:` "
                          "block to run on this machine)") from None
@@ -209,6 +207,11 @@ def requeue(job_id: str) -> tuple[bool, str]:
     return p.returncode == 0, (p.stderr or p.stdout).strip()
 
 
+def key_values(line: str) -> dict[str, str]:
+    """The ``Key=Value`` fields of one line of ``scontrol ... -o`` (a value holds no space)."""
+    return dict(x.split("=", 1) for x in line.split() if "=" in x)
+
+
 def show_job(job_id: str) -> dict[str, str]:
     """``scontrol show job -o J`` as its ``Key=Value`` fields (empty when Slurm does not answer)."""
     try:
@@ -216,7 +219,7 @@ def show_job(job_id: str) -> dict[str, str]:
                            timeout=SQUEUE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return {}
-    return dict(f.split("=", 1) for f in p.stdout.split() if "=" in f) if p.returncode == 0 else {}
+    return key_values(p.stdout) if p.returncode == 0 else {}
 
 
 # Why a job pends that no waiting will clear (squeue's reason): the job must change, not the cluster's load.
@@ -251,7 +254,7 @@ def node_addresses(nodes: list[str]) -> dict[str, str]:
         return {}
     out = {}
     for line in p.stdout.splitlines() if p.returncode == 0 else ():
-        f = dict(x.split("=", 1) for x in line.split() if "=" in x)
+        f = key_values(line)
         if f.get("NodeName") and f.get("NodeAddr"):
             out[f["NodeName"]] = f["NodeAddr"]
     return out
