@@ -112,17 +112,14 @@ class NodeSamplers:
 
 def for_run(cfg: Any, sampler: Any, environ: Any = None) -> Any:
     """In a multi-node Slurm job: the per-node samplers instead of this node's own; else ``sampler``."""
-    env = os.environ if environ is None else environ
-    if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):
-        return sampler
-    from ..config.placement import expand_hostlist
+    from .launcher import running_job
 
-    nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
-    if len(nodes) < 2:
+    job = running_job(cfg, environ)
+    if job is None or len(job[1]) < 2:
         return sampler
     with contextlib.suppress(Exception):
         sampler.close()
-    return NodeSamplers(env["SLURM_JOB_ID"], nodes, gpus_per_node=cfg.slurm.gpus_per_node)
+    return NodeSamplers(*job, gpus_per_node=cfg.slurm.gpus_per_node)
 
 
 def main(argv: Sequence[str]) -> int:
