@@ -565,10 +565,6 @@ class FakeSampler:
             )
         return cls(count, model or "H100", **kwargs)
 
-    @property
-    def count(self) -> int:
-        return len(self._gpus)
-
     def set_util(self, index: int, pct: float | None) -> None:
         with self._lock:
             self._gpus[index].util_pct = pct
