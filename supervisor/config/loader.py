@@ -19,7 +19,6 @@ The same reading and error mapping serve other files the user writes (the fleet 
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .interpolate import expand
-from .model import NAME_RE, NOT_WRITTEN, Component, Config, MiB, Path_
+from .model import NAME_RE, NOT_WRITTEN, Component, Config, MiB, Path_, did_you_mean
 from .overrides import applied
 
 
@@ -647,8 +646,7 @@ def _pydantic_problems(e: ValidationError, doc: YamlDoc, file: str, data: Any, r
             key = str(loc[-1])
             model = _model_at(root, loc)
             known = [k for k in (model.model_fields if model else {}) if k not in NOT_WRITTEN]
-            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else (f"; known keys: {', '.join(known)}" if known else "")
+            hint = did_you_mean(key, known, "known keys")
             line, col = doc.pos(loc, key=True)
             out.append(Problem(file, line, col, loc if key_in_path else loc[:-1], f"unknown key {key!r}{hint}"))
             continue
@@ -703,9 +701,8 @@ def _name_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Probl
 def _depends_on_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
     for dep in c.depends_on:
         if dep not in cfg.components:
-            names = list(cfg.components)  # only for the message: a list per component made the check quadratic
-            close = difflib.get_close_matches(dep, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; components are: {', '.join(names)}"
+            # list(...) only for the message: a list per component made the check quadratic
+            hint = did_you_mean(dep, list(cfg.components), "components are")
             yield at(("components", n, "depends_on", dep), f"unknown dependency {dep!r}{hint}", key=True)
         elif dep == n:
             yield at(("components", n, "depends_on", dep), "a component cannot depend on itself", key=True)
@@ -716,8 +713,7 @@ def _restart_with_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterat
         if dep == n:  # it would follow its own restarts
             yield at(("components", n, "restart_with", i), "a component cannot restart with itself")
         elif dep not in cfg.components:
-            close = difflib.get_close_matches(dep, list(cfg.components), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(dep, list(cfg.components))
             yield at(("components", n, "restart_with", i), f"unknown component {dep!r}{hint}")
 
 
@@ -730,8 +726,7 @@ def _progress_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[P
     if c.progress.preset is None and c.progress.pattern is None:
         yield at(base, "progress needs `pattern` or `preset`")
     if c.progress.preset is not None and c.progress.preset not in preset_names():
-        close = difflib.get_close_matches(c.progress.preset, preset_names(), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; presets: {', '.join(preset_names())}"
+        hint = did_you_mean(c.progress.preset, preset_names(), "presets")
         yield at(base + ("preset",), f"unknown progress preset {c.progress.preset!r}{hint}")
 
 

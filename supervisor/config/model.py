@@ -6,12 +6,13 @@ key. Reading the file (YAML with positions, interpolation, limits) and turning e
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
 import shlex
 import signal as signal_mod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -436,6 +437,13 @@ class Config(_Model):
                     stack.pop()
                     done.append(n)
         return done
+
+
+def did_you_mean(word: str, names: Sequence[str], listed: str = "") -> str:
+    """``"; did you mean 'x'?"`` for the name of ``names`` closest to ``word``; else ``"; LISTED: a, b"`` (nothing
+    without ``listed`` or ``names``): the end of an unknown name's message."""
+    close = difflib.get_close_matches(word, names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else (f"; {listed}: {', '.join(names)}" if listed and names else "")
 
 
 def _parse_hostport(s: str) -> tuple[str, int] | None:
