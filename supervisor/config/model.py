@@ -333,22 +333,6 @@ class NotifyCfg(_Model):
 WARN_BEFORE_S = 120
 
 
-def time_limit_seconds(text: str | None) -> int | None:
-    """A Slurm time limit (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``, as sbatch(1)
-    reads them) in seconds; None for none or an unlimited one."""
-    if text is None or text.lower() in ("unlimited", "infinite"):
-        return None
-    days, sep, rest = text.partition("-")
-    if not sep:
-        days, rest = "0", text
-        parts = [int(x) for x in rest.split(":")]
-        mult = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
-    else:
-        parts = [int(x) for x in rest.split(":")]
-        mult = (3600, 60, 1)[:len(parts)]
-    return int(days) * 86400 + sum(p * m for p, m in zip(parts, mult, strict=True))
-
-
 SLURM_TIME_RE = re.compile(r"^(?:\d+-\d+(?::\d+){0,2}|\d+(?::\d+){0,2}|UNLIMITED|INFINITE|unlimited|infinite)$")
 
 
@@ -366,8 +350,17 @@ class SlurmCfg(_Model):
     warn_before: int | None = Field(None, gt=0)
 
     def time_limit_s(self) -> int | None:
-        """``time`` in seconds; None when it is unset or unlimited."""
-        return time_limit_seconds(self.time)
+        """``time`` (a Slurm time limit: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``, as
+        sbatch(1) reads them) in seconds; None when it is unset or unlimited."""
+        text = self.time
+        if text is None or text.lower() in ("unlimited", "infinite"):
+            return None
+        days, sep, rest = text.partition("-")
+        if not sep:
+            days, rest = "0", text
+        parts = [int(x) for x in rest.split(":")]
+        mult = (3600, 60, 1)[:len(parts)] if sep else {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+        return int(days) * 86400 + sum(p * m for p, m in zip(parts, mult, strict=True))
 
     def warn_s(self) -> int:
         """The warning's lead, in seconds (``warn_before``, else its default)."""

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .model import did_you_mean
+from .model import Path_, did_you_mean
 
-Path_ = tuple[str | int, ...]
 #: (key path, message, whether the position is the key's)
 Found = tuple[Path_, str, bool]
 
