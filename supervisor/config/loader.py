@@ -298,9 +298,9 @@ def _clip(s: str, n: int = 40) -> str:
     return repr(s) if len(s) <= n else repr(s[:n]) + f"... ({len(s):,} characters)"
 
 
-def _clip_repr(v: Any, n: int = 80) -> str:
+def _clip_repr(v: Any) -> str:
     r = repr(v)
-    return r if len(r) <= n else r[:n] + "..."
+    return r if len(r) <= 80 else r[:80] + "..."
 
 
 def _text_pos(text: str, index: int) -> tuple[int, int]:

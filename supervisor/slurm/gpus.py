@@ -110,11 +110,11 @@ class NodeSamplers:
                 p.wait(5)
 
 
-def for_run(cfg: Any, sampler: Any, environ: Any = None) -> Any:
+def for_run(cfg: Any, sampler: Any) -> Any:
     """In a multi-node Slurm job: the per-node samplers instead of this node's own; else ``sampler``."""
     from .launcher import running_job
 
-    job = running_job(cfg, environ)
+    job = running_job(cfg)
     if job is None or len(job[1]) < 2:
         return sampler
     with contextlib.suppress(Exception):

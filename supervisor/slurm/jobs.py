@@ -174,19 +174,17 @@ def job(job_id: str) -> dict[str, Any] | None:
     return None
 
 
-def runs(user: str | None = None) -> list[dict[str, Any]]:
-    """Every rlsup job of ``user`` (default: this user) that the controller still knows."""
-    if user is None:
-        import getpass
+def runs() -> list[dict[str, Any]]:
+    """Every rlsup job of this user that the controller still knows."""
+    import getpass
 
-        user = getpass.getuser()
-    return [describe(j) for j in squeue_json(user=user) if str(j.get("name") or "").startswith(JOB_PREFIX)]
+    return [describe(j) for j in squeue_json(user=getpass.getuser()) if str(j.get("name") or "").startswith(JOB_PREFIX)]
 
 
-def job_of_run(run_dir: str | os.PathLike[str], user: str | None = None) -> dict[str, Any] | None:
-    """The newest live job of a run dir, or None."""
+def job_of_run(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The newest live job of a run dir (this user's), or None."""
     want = os.path.abspath(run_dir)
-    found = [j for j in runs(user) if j["run_dir"] == want and j["state"] in ACTIVE]
+    found = [j for j in runs() if j["run_dir"] == want and j["state"] in ACTIVE]
     return max(found, key=lambda j: int(j["job_id"])) if found else None
 
 

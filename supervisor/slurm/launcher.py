@@ -96,12 +96,12 @@ class SlurmLauncher:
                 return sid
         return None
 
-    def wait_step(self, component: str, attempt: int, read_record: Any, timeout: float = STEP_WAIT_S) -> str | None:
-        """The attempt's step id once Slurm created it; None after ``timeout`` (its step still pending
+    def wait_step(self, component: str, attempt: int, read_record: Any) -> str | None:
+        """The attempt's step id once Slurm created it; None after :data:`STEP_WAIT_S` (its step still pending
         on resources) or once the attempt ended (``read_record()`` says exited)."""
         import time
 
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + STEP_WAIT_S
         while True:
             sid = self.step_of(component, attempt)
             if sid is not None or time.monotonic() >= deadline:
@@ -222,13 +222,12 @@ def running_job(cfg: Any, environ: Mapping[str, str] | None = None) -> tuple[str
     return env["SLURM_JOB_ID"], expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
 
 
-def slurm_job_info(cfg: Any, environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+def slurm_job_info(cfg: Any) -> dict[str, Any] | None:
     """What the journal records of the job this supervisor runs in (``run_started.slurm``)."""
-    env = os.environ if environ is None else environ
-    job = running_job(cfg, env)
+    job = running_job(cfg)
     if job is None:
         return None
-    return {"job_id": job[0], "nodes": job[1], "restart_count": int(env.get("SLURM_RESTART_COUNT") or 0),
+    return {"job_id": job[0], "nodes": job[1], "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
             "placement": dict(cfg.placement)}
 
 
