@@ -310,12 +310,12 @@ def _text_pos(text: str, index: int) -> tuple[int, int]:
     return text.count("\n", 0, index) + 1, index - line_start + 1
 
 
-def _read_capped(path: Path, what: str) -> bytes:
+def _read_capped(path: Path) -> bytes:
     """The file's bytes; OSError as open/read raise it, ValueError when it is over MAX_CONFIG_BYTES."""
     with open(path, "rb") as fh:  # also /dev/zero or a pipe: never read more than the cap
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{what} is larger than {MAX_CONFIG_BYTES // MiB} MiB: not a config")
+        raise ValueError(f"the file is larger than {MAX_CONFIG_BYTES // MiB} MiB: not a config")
     return data
 
 
@@ -398,7 +398,7 @@ def parse_env_file(path: Path) -> dict[str, str]:
     file = str(path)
     where: Path_ = ("env_file",)
     try:
-        data = _read_capped(path, "the file")
+        data = _read_capped(path)
     except ValueError as e:
         raise ConfigError([Problem(file, 1, 1, where, str(e))]) from None
     text = _decode(data, file, where)
@@ -485,7 +485,7 @@ def read_document(p: Path, file: str, what: str = "config", holds: str = "a `com
     """A file the user writes (``what``), parsed (capped in size, UTF-8, YAML), its top level a mapping
     (with ``holds``)."""
     try:
-        raw = _read_capped(p, "the file")
+        raw = _read_capped(p)
     except OSError as e:
         raise ConfigError([Problem(file, 1, 1, (), f"cannot read {what}: {e.strerror or e}")]) from None
     except ValueError as e:
