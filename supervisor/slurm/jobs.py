@@ -188,6 +188,16 @@ def job_of_run(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     return max(found, key=lambda j: int(j["job_id"])) if found else None
 
 
+def job_steps(job_id: str, timeout: float = SQUEUE_TIMEOUT_S) -> list[tuple[str, str]] | None:
+    """The job's steps as squeue lists them, ``(J.S, name)`` each; None where squeue does not answer."""
+    try:
+        out = subprocess.run([tool("squeue"), "-h", "-s", "-j", job_id, "-o", "%i|%j"], capture_output=True,
+                             text=True, timeout=timeout).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [(sid, name) for sid, _, name in (line.strip().partition("|") for line in out.splitlines())]
+
+
 def cancel(job_id: str) -> bool:
     try:
         return subprocess.run([tool("scancel"), job_id], capture_output=True, timeout=SQUEUE_TIMEOUT_S).returncode == 0

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config.placement import expand_hostlist
-from .jobs import tool
+from .jobs import job_steps, tool
 
 SCANCEL_TIMEOUT_S = 10.0
 STEP_WAIT_S = 5.0
@@ -83,18 +83,11 @@ class SlurmLauncher:
         key = (component, attempt)
         if key in self.steps:
             return self.steps[key]
-        try:
-            out = subprocess.run([tool("squeue"), "-h", "-s", "-j", self.job_id, "-o", "%i|%j"],
-                                 capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S).stdout
-        except (OSError, subprocess.SubprocessError):
-            return None
         want = step_name(component, attempt)
-        for line in out.splitlines():
-            sid, _, name = line.strip().partition("|")
-            if name == want:
-                self.steps[key] = sid
-                return sid
-        return None
+        sid = next((sid for sid, name in job_steps(self.job_id, SQUEUE_TIMEOUT_S) or () if name == want), None)
+        if sid is not None:
+            self.steps[key] = sid
+        return sid
 
     def wait_step(self, component: str, attempt: int, read_record: Any) -> str | None:
         """The attempt's step id once Slurm created it; None after :data:`STEP_WAIT_S` (its step still pending
