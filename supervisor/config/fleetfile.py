@@ -73,36 +73,35 @@ class FleetFile(BaseModel):
 
 def read_pods(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> list[Pod]:
     """The pods of a fleet file; raises :class:`~.loader.ConfigError` listing every problem."""
-    file = str(path)
-    doc = read_document(Path(path), file, "fleet file", "a `pods:` list")
+    doc = read_document(Path(path), str(path), "fleet file", "a `pods:` list")
     env = dict(os.environ if environ is None else environ)
     problems: list[Problem] = []
     data = dict(doc.data)
     if isinstance(data.get("pods"), list):
-        data["pods"] = [_expanded(raw, ("pods", i) if isinstance(raw, dict) else ("pods", i, "host"), env, doc, file,
+        data["pods"] = [_expanded(raw, ("pods", i) if isinstance(raw, dict) else ("pods", i, "host"), env, doc,
                                   problems) for i, raw in enumerate(data["pods"])]
-        problems.extend(_duplicate_labels(data["pods"], doc, file))
-    fleet = validated(FleetFile, data, doc, file, problems, key_in_path=True)
+        problems.extend(_duplicate_labels(data["pods"], doc))
+    fleet = validated(FleetFile, data, doc, problems, key_in_path=True)
     if problems or fleet is None:
         raise ConfigError(problems)
     return fleet.pods
 
 
-def _expanded(raw: Any, here: Path_, env: Mapping[str, str], doc: YamlDoc, file: str, problems: list[Problem]) -> Any:
+def _expanded(raw: Any, here: Path_, env: Mapping[str, str], doc: YamlDoc, problems: list[Problem]) -> Any:
     """One pod with ``${VAR}`` expanded in its strings; a string naming an unset variable stays as written."""
     if isinstance(raw, dict):
-        return {k: _expanded(v, (*here, str(k)), env, doc, file, problems) for k, v in raw.items()}
+        return {k: _expanded(v, (*here, str(k)), env, doc, problems) for k, v in raw.items()}
     if not isinstance(raw, str):
         return raw
     text, missing = interpolate(raw, env)
     if not missing:
         return text
-    problems.append(Problem(file, *doc.pos(here), here, f"undefined variable{'s' if len(missing) > 1 else ''} "
+    problems.append(doc.problem(here, f"undefined variable{'s' if len(missing) > 1 else ''} "
                                                         f"{', '.join(missing)} (set it, or write ${{VAR:-default}})"))
     return raw
 
 
-def _duplicate_labels(pods: list[Any], doc: YamlDoc, file: str) -> list[Problem]:
+def _duplicate_labels(pods: list[Any], doc: YamlDoc) -> list[Problem]:
     """Two pods of one label (a pod's label defaults to its host): the fleet could not tell them apart."""
     out: list[Problem] = []
     first: dict[str, int] = {}
@@ -114,7 +113,7 @@ def _duplicate_labels(pods: list[Any], doc: YamlDoc, file: str) -> list[Problem]
             continue
         if str(label) in first:
             where: Path_ = ("pods", i, "label" if named else "host")
-            out.append(Problem(file, *doc.pos(where), where, f"two pods named {str(label)!r} (first is "
+            out.append(doc.problem(where, f"two pods named {str(label)!r} (first is "
                                                              f"pods[{first[str(label)]}]); give each a distinct `label:`"))
         first.setdefault(str(label), i)
     return out

@@ -22,14 +22,9 @@ class _Var:
     raw: str  # the reference as written
 
 
-def _parse_refs(s: str, errors: list[str]) -> list[str | _Var]:
-    """``s`` split into literal text and variable references; bad references stay as text."""
-    return _RefParser(s, errors).parse()
-
-
 class _RefParser:
-    """The reader of :func:`_parse_refs`: literal text until the next ``$`` (or, inside a default, ``}``),
-    then one method per thing that can start there."""
+    """A string split into literal text and variable references (bad references stay as text): literal
+    text until the next ``$`` (or, inside a default, ``}``), then one method per thing that can start there."""
 
     def __init__(self, s: str, errors: list[str]) -> None:
         self.s, self.errors = s, errors
@@ -155,7 +150,7 @@ def expand(value: str, variables: Mapping[str, str]) -> tuple[str, list[str], li
     if "$" not in value:
         return value, [], []
     errors: list[str] = []
-    parts = _parse_refs(value, errors)
+    parts = _RefParser(value, errors).parse()
     missing: list[str] = []
     return _evaluate(parts, variables, missing), missing, errors
 

@@ -19,7 +19,6 @@ The same reading and error mapping serve other files the user writes (the fleet 
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .interpolate import expand
-from .model import NAME_RE, Component, Config, MiB, Path_
+from .model import NAME_RE, NOT_WRITTEN, Component, Config, MiB, Path_, did_you_mean
 from .overrides import applied
 
 
@@ -95,8 +94,9 @@ _SCALAR_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org
 class YamlDoc:
     """A document's data (keys are always the strings written) and where each value and key is."""
 
-    def __init__(self, data: Any = None) -> None:
-        self.data = data
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.data: Any = None
         self.marks: dict[Path_, tuple[int, int]] = {}  # value positions
         self.key_marks: dict[Path_, tuple[int, int]] = {}  # key positions
 
@@ -110,6 +110,10 @@ class YamlDoc:
                 return self.marks[p]
             p = p[:-1]
         return self.marks.get((), (1, 1))
+
+    def problem(self, path: Path_, message: str, *, key: bool = False, at: Path_ | None = None) -> Problem:
+        """A :class:`Problem` at ``path``, placed where the user wrote it (or where ``at`` is; its key with ``key``)."""
+        return Problem(self.file, *self.pos(path if at is None else at, key), path, message)
 
 
 class _YamlProblem(Exception):
@@ -185,11 +189,11 @@ class _Constructor:
     work by MAX_VALUES, both enforced while composing. ``record``: whether positions are recorded in
     ``doc`` (not below an alias or a merge, whose positions are where it is used)."""
 
-    def __init__(self, doc: YamlDoc, loader: yaml.SafeLoader, problems: list[Problem], file: str) -> None:
-        self.doc, self.loader, self.problems, self.file = doc, loader, problems, file
+    def __init__(self, doc: YamlDoc, loader: yaml.SafeLoader, problems: list[Problem]) -> None:
+        self.doc, self.loader, self.problems = doc, loader, problems
 
     def problem(self, node: yaml.Node, path: Path_, msg: str) -> None:
-        self.problems.append(Problem(self.file, *_mark(node.start_mark), path, msg))
+        self.problems.append(Problem(self.doc.file, *_mark(node.start_mark), path, msg))
 
     def build(self, node: yaml.Node, path: Path_, record: bool) -> Any:
         if record:
@@ -272,8 +276,8 @@ def load_yaml(text: str, file: str) -> YamlDoc:
         root = loader.get_single_node()
         if root is None:
             raise ConfigError([Problem(file, 1, 1, (), "the file is empty")])
-        doc = YamlDoc()
-        doc.data = _Constructor(doc, loader, problems, file).build(root, (), True)
+        doc = YamlDoc(file)
+        doc.data = _Constructor(doc, loader, problems).build(root, (), True)
     except _YamlProblem as e:
         raise ConfigError([Problem(file, e.line, e.col, (), e.message)]) from None
     except yaml.MarkedYAMLError as e:
@@ -299,9 +303,9 @@ def _clip(s: str, n: int = 40) -> str:
     return repr(s) if len(s) <= n else repr(s[:n]) + f"... ({len(s):,} characters)"
 
 
-def _clip_repr(v: Any, n: int = 80) -> str:
+def _clip_repr(v: Any) -> str:
     r = repr(v)
-    return r if len(r) <= n else r[:n] + "..."
+    return r if len(r) <= 80 else r[:80] + "..."
 
 
 def _text_pos(text: str, index: int) -> tuple[int, int]:
@@ -311,12 +315,12 @@ def _text_pos(text: str, index: int) -> tuple[int, int]:
     return text.count("\n", 0, index) + 1, index - line_start + 1
 
 
-def _read_capped(path: Path, what: str) -> bytes:
+def _read_capped(path: Path) -> bytes:
     """The file's bytes; OSError as open/read raise it, ValueError when it is over MAX_CONFIG_BYTES."""
     with open(path, "rb") as fh:  # also /dev/zero or a pipe: never read more than the cap
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{what} is larger than {MAX_CONFIG_BYTES // MiB} MiB: not a config")
+        raise ValueError(f"the file is larger than {MAX_CONFIG_BYTES // MiB} MiB: not a config")
     return data
 
 
@@ -332,31 +336,29 @@ def _decode(data: bytes, file: str, path: Path_ = ()) -> str:
 
 
 def _interpolate_tree(data: Any, path: Path_, variables: Mapping[str, str], doc: YamlDoc,
-                      problems: list[Problem], file: str) -> Any:
+                      problems: list[Problem]) -> Any:
     # Recursion is bounded by MAX_DEPTH, enforced when the YAML was read.
     if isinstance(data, str):
         out, missing, errors = expand(data, variables)
         if missing or errors:
-            line, col = doc.pos(path)
             for err in errors:
-                problems.append(Problem(file, line, col, path, err))
+                problems.append(doc.problem(path, err))
             for name in missing:
-                problems.append(Problem(file, line, col, path,
-                                        f"environment variable {name} is not set and has no default "
-                                        f"(set it, add it to env_file, or write ${{{name}:-default}})"))
+                problems.append(doc.problem(path, f"environment variable {name} is not set and has no default "
+                                                  f"(set it, add it to env_file, or write ${{{name}:-default}})"))
         return out
     if isinstance(data, dict):
-        return {k: _interpolate_tree(v, path + (str(k),), variables, doc, problems, file)
+        return {k: _interpolate_tree(v, path + (str(k),), variables, doc, problems)
                 for k, v in data.items()}
     if isinstance(data, list):
-        return [_interpolate_tree(v, path + (i,), variables, doc, problems, file) for i, v in enumerate(data)]
+        return [_interpolate_tree(v, path + (i,), variables, doc, problems) for i, v in enumerate(data)]
     return data
 
 
 _NUL_MSG = "contains a NUL byte, which no command, path or environment value can hold"
 
 
-def _os_problems(data: Any, path: Path_, doc: YamlDoc, file: str) -> Iterator[Problem]:
+def _os_problems(data: Any, path: Path_, doc: YamlDoc) -> Iterator[Problem]:
     """What the OS would refuse at spawn time, found now: NUL anywhere, bad environment names.
 
     Without this a NUL in a command, cwd or env value passes ``check`` and fails only when
@@ -364,12 +366,11 @@ def _os_problems(data: Any, path: Path_, doc: YamlDoc, file: str) -> Iterator[Pr
     """
     if isinstance(data, str):
         if "\x00" in data:
-            line, col = doc.pos(path)
-            yield Problem(file, line, col, path, _NUL_MSG)
+            yield doc.problem(path, _NUL_MSG)
         return
     if isinstance(data, list):
         for i, v in enumerate(data):
-            yield from _os_problems(v, path + (i,), doc, file)
+            yield from _os_problems(v, path + (i,), doc)
         return
     if not isinstance(data, dict):
         return
@@ -377,14 +378,11 @@ def _os_problems(data: Any, path: Path_, doc: YamlDoc, file: str) -> Iterator[Pr
     for k, v in data.items():
         kp = path + (str(k),)
         if isinstance(k, str) and "\x00" in k:
-            line, col = doc.pos(kp, key=True)
-            yield Problem(file, line, col, path, f"key {k!r} {_NUL_MSG}")
+            yield doc.problem(path, f"key {k!r} {_NUL_MSG}", key=True, at=kp)
         elif is_env and isinstance(k, str) and ("=" in k or not k):
-            line, col = doc.pos(kp, key=True)
-            yield Problem(file, line, col, path,
-                          f"environment variable name {k!r} " + ("contains '=', which ends a name in the "
-                                                                 "environment" if k else "is empty"))
-        yield from _os_problems(v, kp, doc, file)
+            yield doc.problem(path, f"environment variable name {k!r} " + (
+                "contains '=', which ends a name in the environment" if k else "is empty"), key=True, at=kp)
+        yield from _os_problems(v, kp, doc)
 
 
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
@@ -399,7 +397,7 @@ def parse_env_file(path: Path) -> dict[str, str]:
     file = str(path)
     where: Path_ = ("env_file",)
     try:
-        data = _read_capped(path, "the file")
+        data = _read_capped(path)
     except ValueError as e:
         raise ConfigError([Problem(file, 1, 1, where, str(e))]) from None
     text = _decode(data, file, where)
@@ -432,7 +430,7 @@ def parse_env_file(path: Path) -> dict[str, str]:
 
 
 _EARLY_KEYS = ("name", "run_dir", "env_file")
-_INTERNAL_KEYS = ("source", "file_env", "placement")
+_INTERNAL_KEYS = tuple(k for k in NOT_WRITTEN if k in Config.model_fields)  # those of the top level
 
 
 def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
@@ -448,7 +446,7 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
         doc.marks[o.path] = doc.key_marks[o.path] = (0, i)
     problems = [Problem(f"--set {text}", 0, 0, (), why) for text, why in bad]
     try:
-        return _load(p, file, doc, data, run_dir, env, problems)
+        return _load(p, doc, data, run_dir, env, problems)
     except ConfigError as e:
         if not done:
             raise
@@ -456,11 +454,11 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
                            if x.line == 0 and x.file == file else x for x in e.problems]) from None
 
 
-def _load(p: Path, file: str, doc: YamlDoc, data: dict[str, Any], run_dir: str | None, env: dict[str, str],
+def _load(p: Path, doc: YamlDoc, data: dict[str, Any], run_dir: str | None, env: dict[str, str],
           problems: list[Problem]) -> Config:
     # 1. name, run_dir, env_file first: other keys may refer to RLSUP_RUN_DIR and env_file's variables.
-    name = _interpolate_early(data, p, run_dir, env, doc, problems, file)
-    file_env = _env_file_variables(data, p, doc, problems, file)
+    name = _interpolate_early(data, p, run_dir, env, doc, problems)
+    file_env = _env_file_variables(data, p, doc, problems)
     variables = {**file_env, **env, "RLSUP_RUN_DIR": data["run_dir"], "RLSUP_NAME": str(name),
                  "RLSUP_CONFIG_DIR": str(p.parent.resolve())}
     placement, node_variables = _slurm_placement(data, env, str(name))
@@ -469,13 +467,13 @@ def _load(p: Path, file: str, doc: YamlDoc, data: dict[str, Any], run_dir: str |
     # 2. everything else.
     for key in list(data):
         if key not in _EARLY_KEYS:
-            data[key] = _interpolate_tree(data[key], (key,), variables, doc, problems, file)
-    problems.extend(_os_problems(data, (), doc, file))
+            data[key] = _interpolate_tree(data[key], (key,), variables, doc, problems)
+    problems.extend(_os_problems(data, (), doc))
     data["source"] = str(p.resolve())
     data["file_env"] = file_env
     data["placement"] = placement
-    problems.extend(_internal_key_problems(doc, file))
-    cfg = _validated(data, doc, file, problems)
+    problems.extend(_internal_key_problems(doc))
+    cfg = _validated(data, doc, problems)
     if problems:
         raise ConfigError(problems)
     assert cfg is not None
@@ -486,7 +484,7 @@ def read_document(p: Path, file: str, what: str = "config", holds: str = "a `com
     """A file the user writes (``what``), parsed (capped in size, UTF-8, YAML), its top level a mapping
     (with ``holds``)."""
     try:
-        raw = _read_capped(p, "the file")
+        raw = _read_capped(p)
     except OSError as e:
         raise ConfigError([Problem(file, 1, 1, (), f"cannot read {what}: {e.strerror or e}")]) from None
     except ValueError as e:
@@ -498,25 +496,22 @@ def read_document(p: Path, file: str, what: str = "config", holds: str = "a `com
 
 
 def _interpolate_early(data: dict[str, Any], p: Path, run_dir: str | None, env: dict[str, str], doc: YamlDoc,
-                       problems: list[Problem], file: str) -> Any:
+                       problems: list[Problem]) -> Any:
     """name, run_dir and env_file interpolated from the environment alone; the run's name (the file's
     stem by default) checked, and its run dir made absolute (``run_dir``: the caller's, which wins)."""
     for key in _EARLY_KEYS:
         if isinstance(data.get(key), str):
-            data[key] = _interpolate_tree(data[key], (key,), env, doc, problems, file)
+            data[key] = _interpolate_tree(data[key], (key,), env, doc, problems)
     name = data.get("name") if isinstance(data.get("name"), str) else p.stem
     data["name"] = name
     if not isinstance(name, str) or not NAME_RE.match(name):
-        line, col = doc.pos(("name",))
-        problems.append(Problem(file, line, col, ("name",),
-                                f"run name {name!r} must be letters, digits, '-', '_' or '.'"))
+        problems.append(doc.problem(("name",), f"run name {name!r} must be letters, digits, '-', '_' or '.'"))
     rd = run_dir or (data.get("run_dir") if isinstance(data.get("run_dir"), str) else None) or f"runs/{name}"
     data["run_dir"] = os.path.abspath(rd)
     return name
 
 
-def _env_file_variables(data: dict[str, Any], p: Path, doc: YamlDoc, problems: list[Problem],
-                        file: str) -> dict[str, str]:
+def _env_file_variables(data: dict[str, Any], p: Path, doc: YamlDoc, problems: list[Problem]) -> dict[str, str]:
     """The variables of env_file (relative to the config's directory when it is there), else none."""
     if not isinstance(data.get("env_file"), str) or "\x00" in data["env_file"]:  # NUL: reported later
         return {}
@@ -528,9 +523,7 @@ def _env_file_variables(data: dict[str, Any], p: Path, doc: YamlDoc, problems: l
     except ConfigError as e:
         problems.extend(e.problems)
     except OSError as e:  # also from exists(): a parent without search permission, a name too long
-        line, col = doc.pos(("env_file",))
-        problems.append(Problem(file, line, col, ("env_file",),
-                                f"cannot read env_file {str(ef)!r}: {e.strerror or e}"))
+        problems.append(doc.problem(("env_file",), f"cannot read env_file {str(ef)!r}: {e.strerror or e}"))
     return {}
 
 
@@ -547,35 +540,34 @@ def _slurm_placement(data: dict[str, Any], env: dict[str, str],
     return placement, slurm_placement.variables(placement, slurm_placement.node_addresses(env))
 
 
-def _internal_key_problems(doc: YamlDoc, file: str) -> list[Problem]:
+def _internal_key_problems(doc: YamlDoc) -> list[Problem]:
     """A key the user may not write: rlsup sets it itself (the first one found is reported)."""
     bad = next((k for k in _INTERNAL_KEYS if k in doc.data), None)
     if bad is None:
         return []
-    line, col = doc.pos((bad,), key=True)
-    return [Problem(file, line, col, (bad,), f"unknown key {bad!r}")]
+    return [doc.problem((bad,), f"unknown key {bad!r}", key=True)]
 
 
-def _validated(data: dict[str, Any], doc: YamlDoc, file: str, problems: list[Problem]) -> Config | None:
+def _validated(data: dict[str, Any], doc: YamlDoc, problems: list[Problem]) -> Config | None:
     """The config built by pydantic, then checked for what pydantic cannot see; problems added to
     ``problems`` (None where pydantic could not build it)."""
-    cfg = validated(Config, data, doc, file, problems)
+    cfg = validated(Config, data, doc, problems)
     if cfg is not None:
-        problems.extend(_semantic_problems(cfg, doc, file))
+        problems.extend(_semantic_problems(cfg, doc))
     return cfg
 
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def validated(model: type[M], data: Any, doc: YamlDoc, file: str, problems: list[Problem], *,
+def validated(model: type[M], data: Any, doc: YamlDoc, problems: list[Problem], *,
               key_in_path: bool = False) -> M | None:
     """``data`` as a ``model`` built by pydantic, or None with every reason added to ``problems`` at the
     position the user wrote it. ``key_in_path``: an unknown key's path ends with the key itself."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        problems.extend(_pydantic_problems(e, doc, file, data, model, key_in_path))
+        problems.extend(_pydantic_problems(e, doc, data, model, key_in_path))
         return None
 
 
@@ -616,9 +608,6 @@ def _unwrap(ann: Any) -> Any:
     return ann
 
 
-_INTERNAL = {"source", "file_env", "placement", "gpu_count"}
-
-
 def _data_loc(loc: tuple[Any, ...], data: Any, missing: bool) -> Path_:
     """The part of a pydantic ``loc`` that is a path in the user's data.
 
@@ -640,7 +629,7 @@ def _data_loc(loc: tuple[Any, ...], data: Any, missing: bool) -> Path_:
     return tuple(out)
 
 
-def _pydantic_problems(e: ValidationError, doc: YamlDoc, file: str, data: Any, root: type[BaseModel],
+def _pydantic_problems(e: ValidationError, doc: YamlDoc, data: Any, root: type[BaseModel],
                        key_in_path: bool) -> list[Problem]:
     out: list[Problem] = []
     for err in e.errors():
@@ -649,23 +638,19 @@ def _pydantic_problems(e: ValidationError, doc: YamlDoc, file: str, data: Any, r
         if etype == "extra_forbidden" and loc:
             key = str(loc[-1])
             model = _model_at(root, loc)
-            known = [k for k in (model.model_fields if model else {}) if k not in _INTERNAL]
-            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else (f"; known keys: {', '.join(known)}" if known else "")
-            line, col = doc.pos(loc, key=True)
-            out.append(Problem(file, line, col, loc if key_in_path else loc[:-1], f"unknown key {key!r}{hint}"))
+            known = [k for k in (model.model_fields if model else {}) if k not in NOT_WRITTEN]
+            hint = did_you_mean(key, known, "known keys")
+            out.append(doc.problem(loc if key_in_path else loc[:-1], f"unknown key {key!r}{hint}", key=True, at=loc))
             continue
         msg = err["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
         if etype == "missing" and loc:
-            line, col = doc.pos(loc[:-1])
-            out.append(Problem(file, line, col, loc[:-1], f"missing required key {loc[-1]!r}"))
+            out.append(doc.problem(loc[:-1], f"missing required key {loc[-1]!r}"))
             continue
         if "input" in err and etype not in ("model_type", "value_error") and not isinstance(err["input"], dict | list):
             msg += f" (got {_clip(err['input']) if isinstance(err['input'], str) else _clip_repr(err['input'])})"
-        line, col = doc.pos(loc)
-        out.append(Problem(file, line, col, loc, msg))
+        out.append(doc.problem(loc, msg))
     # One problem per position and message.
     uniq: dict[tuple[int, int, str], Problem] = {}
     for p in out:
@@ -673,21 +658,13 @@ def _pydantic_problems(e: ValidationError, doc: YamlDoc, file: str, data: Any, r
     return list(uniq.values())
 
 
-class _At:
-    """A :class:`Problem` at a path of the config, placed where the user wrote it."""
-
-    def __init__(self, doc: YamlDoc, file: str) -> None:
-        self.doc, self.file = doc, file
-
-    def __call__(self, path: Path_, msg: str, key: bool = False) -> Problem:
-        line, col = self.doc.pos(path, key=key)
-        return Problem(self.file, line, col, path, msg)
+_At = Callable[..., Problem]  # a config's YamlDoc.problem: a Problem at a path, placed where the user wrote it
 
 
-def _semantic_problems(cfg: Config, doc: YamlDoc, file: str) -> Iterator[Problem]:
+def _semantic_problems(cfg: Config, doc: YamlDoc) -> Iterator[Problem]:
     """What pydantic cannot see in one field: names, references between components, regular
     expressions, presets, GPU lists, the Slurm section, dependency cycles; each check in turn."""
-    at = _At(doc, file)
+    at = doc.problem
     for n, c in cfg.components.items():
         for check in _COMPONENT_CHECKS:
             yield from check(cfg, n, c, at)
@@ -695,7 +672,7 @@ def _semantic_problems(cfg: Config, doc: YamlDoc, file: str) -> Iterator[Problem
 
     for path, msg, key in config_problems(cfg):
         yield at(path, msg, key=key)
-    yield from _cycles(cfg, doc, file)
+    yield from _cycles(cfg, doc)
 
 
 def _name_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
@@ -706,9 +683,8 @@ def _name_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Probl
 def _depends_on_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
     for dep in c.depends_on:
         if dep not in cfg.components:
-            names = list(cfg.components)  # only for the message: a list per component made the check quadratic
-            close = difflib.get_close_matches(dep, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; components are: {', '.join(names)}"
+            # list(...) only for the message: a list per component made the check quadratic
+            hint = did_you_mean(dep, list(cfg.components), "components are")
             yield at(("components", n, "depends_on", dep), f"unknown dependency {dep!r}{hint}", key=True)
         elif dep == n:
             yield at(("components", n, "depends_on", dep), "a component cannot depend on itself", key=True)
@@ -719,8 +695,7 @@ def _restart_with_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterat
         if dep == n:  # it would follow its own restarts
             yield at(("components", n, "restart_with", i), "a component cannot restart with itself")
         elif dep not in cfg.components:
-            close = difflib.get_close_matches(dep, list(cfg.components), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(dep, list(cfg.components))
             yield at(("components", n, "restart_with", i), f"unknown component {dep!r}{hint}")
 
 
@@ -733,8 +708,7 @@ def _progress_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[P
     if c.progress.preset is None and c.progress.pattern is None:
         yield at(base, "progress needs `pattern` or `preset`")
     if c.progress.preset is not None and c.progress.preset not in preset_names():
-        close = difflib.get_close_matches(c.progress.preset, preset_names(), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; presets: {', '.join(preset_names())}"
+        hint = did_you_mean(c.progress.preset, preset_names(), "presets")
         yield at(base + ("preset",), f"unknown progress preset {c.progress.preset!r}{hint}")
 
 
@@ -783,7 +757,7 @@ _COMPONENT_CHECKS: tuple[Callable[[Config, str, Component, _At], Iterator[Proble
     _regex_problems, _gpus_problems)
 
 
-def _cycles(cfg: Config, doc: YamlDoc, file: str) -> Iterator[Problem]:
+def _cycles(cfg: Config, doc: YamlDoc) -> Iterator[Problem]:
     # Iterative depth-first search (white/grey/black), so a long chain cannot exhaust the stack.
     color: dict[str, int] = {}
     reported: set[frozenset[str]] = set()
@@ -803,9 +777,8 @@ def _cycles(cfg: Config, doc: YamlDoc, file: str) -> Iterator[Problem]:
                     cycle = path[index[d]:] + [d]
                     if frozenset(cycle) not in reported:
                         reported.add(frozenset(cycle))
-                        line, col = doc.pos(("components", n, "depends_on", d), key=True)
-                        yield Problem(file, line, col, ("components", n, "depends_on"),
-                                      f"dependency cycle: {_chain_str(cycle)}")
+                        yield doc.problem(("components", n, "depends_on"), f"dependency cycle: {_chain_str(cycle)}",
+                                          key=True, at=("components", n, "depends_on", d))
                 elif color.get(d) is None:
                     color[d] = 1
                     index[d] = len(path)

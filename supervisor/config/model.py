@@ -6,20 +6,32 @@ key. Reading the file (YAML with positions, interpolation, limits) and turning e
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
 import shlex
 import signal as signal_mod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 Path_ = tuple[str | int, ...]
 Condition = Literal["started", "ready", "completed"]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MiB = 1024 * 1024
+# Fields rlsup sets itself (Config.source, file_env, placement; Component.gpu_count): refused in a file, left
+# out of the schema and of did-you-mean hints.
+NOT_WRITTEN = ("source", "file_env", "placement", "gpu_count")
 
 
 class _Model(BaseModel):
@@ -218,11 +230,17 @@ def _scalar_to_str(v: Any) -> Any:
     return v
 
 
+# An `env:` mapping (the run's, a component's): numbers and booleans written in it are the strings the
+# environment will hold.
+Env = Annotated[dict[str, str], BeforeValidator(
+    lambda v: {k: _scalar_to_str(x) for k, x in v.items()} if isinstance(v, dict) else v)]
+
+
 class Component(_Model):
     shell: bool = False  # before `command`: its validator reads it
     command: str | list[str]
     cwd: str | None = None
-    env: dict[str, str] = {}
+    env: Env = {}
     gpus: list[int] | None = None
     ready: ReadyProbe | None = None
     alive: AliveProbe | None = None
@@ -258,11 +276,6 @@ class Component(_Model):
             if isinstance(g, int) and not isinstance(g, bool):
                 v = {**v, "gpus": None, "gpu_count": g}
         return v
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_strings(cls, v: Any) -> Any:
-        return {k: _scalar_to_str(x) for k, x in v.items()} if isinstance(v, dict) else v
 
     @field_validator("depends_on", mode="before")
     @classmethod
@@ -320,22 +333,6 @@ class NotifyCfg(_Model):
 WARN_BEFORE_S = 120
 
 
-def time_limit_seconds(text: str | None) -> int | None:
-    """A Slurm time limit (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``, as sbatch(1)
-    reads them) in seconds; None for none or an unlimited one."""
-    if text is None or text.lower() in ("unlimited", "infinite"):
-        return None
-    days, sep, rest = text.partition("-")
-    if not sep:
-        days, rest = "0", text
-        parts = [int(x) for x in rest.split(":")]
-        mult = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
-    else:
-        parts = [int(x) for x in rest.split(":")]
-        mult = (3600, 60, 1)[:len(parts)]
-    return int(days) * 86400 + sum(p * m for p, m in zip(parts, mult, strict=True))
-
-
 SLURM_TIME_RE = re.compile(r"^(?:\d+-\d+(?::\d+){0,2}|\d+(?::\d+){0,2}|UNLIMITED|INFINITE|unlimited|infinite)$")
 
 
@@ -353,8 +350,17 @@ class SlurmCfg(_Model):
     warn_before: int | None = Field(None, gt=0)
 
     def time_limit_s(self) -> int | None:
-        """``time`` in seconds; None when it is unset or unlimited."""
-        return time_limit_seconds(self.time)
+        """``time`` (a Slurm time limit: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``, as
+        sbatch(1) reads them) in seconds; None when it is unset or unlimited."""
+        text = self.time
+        if text is None or text.lower() in ("unlimited", "infinite"):
+            return None
+        days, sep, rest = text.partition("-")
+        if not sep:
+            days, rest = "0", text
+        parts = [int(x) for x in rest.split(":")]
+        mult = (3600, 60, 1)[:len(parts)] if sep else {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+        return int(days) * 86400 + sum(p * m for p, m in zip(parts, mult, strict=True))
 
     def warn_s(self) -> int:
         """The warning's lead, in seconds (``warn_before``, else its default)."""
@@ -376,7 +382,7 @@ class SlurmCfg(_Model):
 class Config(_Model):
     name: str
     run_dir: str
-    env: dict[str, str] = {}
+    env: Env = {}
     env_file: str | None = None
     components: dict[str, Component]
     notify: NotifyCfg | None = None
@@ -392,11 +398,6 @@ class Config(_Model):
     source: str = ""
     file_env: dict[str, str] = {}
     placement: dict[str, list[str]] = {}  # with `slurm:`: component -> its nodes (slurm.placement)
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_strings(cls, v: Any) -> Any:
-        return {k: _scalar_to_str(x) for k, x in v.items()} if isinstance(v, dict) else v
 
     @field_validator("components")
     @classmethod
@@ -429,6 +430,13 @@ class Config(_Model):
                     stack.pop()
                     done.append(n)
         return done
+
+
+def did_you_mean(word: str, names: Sequence[str], listed: str = "") -> str:
+    """``"; did you mean 'x'?"`` for the name of ``names`` closest to ``word``; else ``"; LISTED: a, b"`` (nothing
+    without ``listed`` or ``names``): the end of an unknown name's message."""
+    close = difflib.get_close_matches(word, names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else (f"; {listed}: {', '.join(names)}" if listed and names else "")
 
 
 def _parse_hostport(s: str) -> tuple[str, int] | None:

@@ -64,24 +64,22 @@ def apply(data: dict[str, Any], override: Override) -> str | None:
     for i, part in enumerate(override.path[:-1]):
         here = ".".join(map(str, override.path[: i + 1]))
         nxt = override.path[i + 1]
+        key: str | int
         if isinstance(node, dict):
-            child = node.get(str(part))
+            key = str(part)
+            child = node.get(key)
             if child is None:
                 child = [] if isinstance(nxt, int) else {}
-            elif not isinstance(child, dict | list):
-                return f"{here} is {_shown(child)} in the file, not a mapping or list"
-            child = dict(child) if isinstance(child, dict) else list(child)
-            node[str(part)] = child
         elif isinstance(node, list) and isinstance(part, int):
             if part >= len(node):
                 return f"{here}: the list has {len(node)} item{'s' if len(node) != 1 else ''} (from 0)"
-            child = node[part]
-            if not isinstance(child, dict | list):
-                return f"{here} is {_shown(child)} in the file, not a mapping or list"
-            child = dict(child) if isinstance(child, dict) else list(child)
-            node[part] = child
+            key, child = part, node[part]
         else:
             return f"{here.rpartition('.')[0]} is a list: index it with a number"
+        if not isinstance(child, dict | list):
+            return f"{here} is {_shown(child)} in the file, not a mapping or list"
+        child = dict(child) if isinstance(child, dict) else list(child)
+        node[key] = child
         node = child
     last = override.path[-1]
     if isinstance(node, dict):

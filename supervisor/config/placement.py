@@ -90,8 +90,8 @@ def place(components: Mapping[str, Any], allocation: list[str]) -> dict[str, lis
     cursor = 0
     n = len(allocation)
     rest = []
-    for name, c in components.items():
-        c = c if isinstance(c, Mapping) else {}
+    comps = {name: c if isinstance(c, Mapping) else {} for name, c in components.items()}
+    for name, c in comps.items():
         if c.get("nodes") == REST:
             rest.append(name)
         elif c.get("nodes") is not None:
@@ -101,8 +101,7 @@ def place(components: Mapping[str, Any], allocation: list[str]) -> dict[str, lis
     taken = {node for nodes in out.values() for node in nodes}
     for name in rest:  # none left is refused by validation (config.slurm_checks)
         out[name] = [node for node in allocation if node not in taken] or allocation[-1:]
-    for name, c in components.items():
-        c = c if isinstance(c, Mapping) else {}
+    for name, c in comps.items():
         if name in out:
             continue
         target = c.get("colocate")

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model import Config
+from .model import NOT_WRITTEN, Config
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _SCALARS = {"integer", "number", "boolean"}
 _INTERPOLATED = {"type": "string", "pattern": r"\$\{"}
-_NOT_WRITTEN = ("source", "file_env", "placement", "gpu_count")  # set by rlsup, refused in a file
 
 
 def config_schema() -> dict[str, Any]:
@@ -24,7 +23,7 @@ def config_schema() -> dict[str, Any]:
     s["required"] = [r for r in s.get("required", []) if r not in ("name", "run_dir")]
     s = _interpolable(s)
     for model in [s, *s.get("$defs", {}).values()]:
-        for key in _NOT_WRITTEN:
+        for key in NOT_WRITTEN:
             model.get("properties", {}).pop(key, None)
     gpus = s["$defs"]["Component"]["properties"].get("gpus")
     if gpus is not None:  # a list of indices on one machine, or a count per node with `slurm:`

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-Path_ = tuple[str | int, ...]
+from .model import Path_, did_you_mean
+
 #: (key path, message, whether the position is the key's)
 Found = tuple[Path_, str, bool]
 
@@ -117,15 +117,13 @@ def _colocate_names_a_placed_component(cfg: Any, n: str, c: Any) -> Iterator[Fou
     if c.colocate is None:
         return
     path: Path_ = ("components", n, "colocate")
-    names = list(cfg.components)
     if c.nodes is not None:
         yield (path, "`colocate` and `nodes` together: a colocated component runs on "
                      "the first node of the other one; drop one of them", True)
     elif c.colocate == n:
         yield (path, "a component cannot colocate with itself", False)
     elif c.colocate not in cfg.components:
-        close = difflib.get_close_matches(c.colocate, names, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; components are: {', '.join(names)}"
+        hint = did_you_mean(c.colocate, list(cfg.components), "components are")
         yield (path, f"unknown component {c.colocate!r}{hint}", False)
     elif cfg.components[c.colocate].nodes is None:
         yield (path, f"{c.colocate!r} has no `nodes:` of its own to colocate with "

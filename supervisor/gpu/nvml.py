@@ -507,7 +507,7 @@ class FakeSampler:
     """Deterministic GPUs for tests, demos and snapshots. Nothing varies unless you set it.
 
     ``mem_used_mb`` defaults to a small driver overhead plus the processes' memory, temperature and
-    power follow utilisation linearly. Host stats are :data:`FAKE_HOST` unless ``real_host=True``.
+    power follow utilisation linearly. Host stats are :data:`FAKE_HOST`.
     Setters are thread-safe, so a test can change processes while a :class:`SamplerThread` runs.
     """
 
@@ -522,8 +522,6 @@ class FakeSampler:
         mem_used_mb: float | Sequence[float | None] | None = None,
         processes: Mapping[int, Iterable[GpuProcess]] | None = None,
         clock: Callable[[], float] = time.time,
-        real_host: bool = False,
-        host: HostInfo = FAKE_HOST,
     ) -> None:
         if count < 0:
             raise ValueError("count must be >= 0")
@@ -533,8 +531,6 @@ class FakeSampler:
         )
         self._clock = clock
         self._lock = threading.Lock()
-        self._host_stats = HostStats() if real_host else None
-        self._host = host
         self._gpus = [
             _FakeGpu(util_pct=_pick(util_pct, i), mem_used_mb=_pick(mem_used_mb, i)) for i in range(count)
         ]
@@ -565,10 +561,6 @@ class FakeSampler:
             )
         return cls(count, model or "H100", **kwargs)
 
-    @property
-    def count(self) -> int:
-        return len(self._gpus)
-
     def set_util(self, index: int, pct: float | None) -> None:
         with self._lock:
             self._gpus[index].util_pct = pct
@@ -584,13 +576,12 @@ class FakeSampler:
     def sample(self) -> GpuSample:
         with self._lock:
             gpus = tuple(self._info(i, g) for i, g in enumerate(self._gpus))
-        host = self._host_stats.read() if self._host_stats is not None else self._host
         return GpuSample(
             ts=self._clock(),
             backend="fake",
             gpus=gpus,
             reason=None if gpus else "fake backend with no GPUs",
-            host=host,
+            host=FAKE_HOST,
         )
 
     def _info(self, index: int, g: _FakeGpu) -> GpuInfo:
@@ -877,7 +868,6 @@ class SamplerThread:
         interval: float = 1.0,
         *,
         close_sampler: bool = True,
-        name: str = "rlsup-gpu-sampler",
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
@@ -887,7 +877,7 @@ class SamplerThread:
         self._close_sampler = close_sampler
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by stop() and by a shorter interval
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name="rlsup-gpu-sampler", daemon=True)
         self.errors = 0
 
     @property

@@ -22,7 +22,7 @@ async def wait_gpu_release(name: str, gpus: list[int], sampler: Any, *, prev: di
                            run_pids: Callable[[], dict[int, str]], run_dir: str, timeout: float, clock: Clock,
                            stop_wanted: Callable[[], bool], emit: Callable[[ev.Event], Any],
                            proc_lookup: Callable[[int], Any] | None = None) -> None:
-    from .nvml import classify_holders
+    from .nvml import classify_holders, proc_identity
 
     loop = asyncio.get_running_loop()
     deadline = clock.monotonic() + timeout
@@ -32,7 +32,7 @@ async def wait_gpu_release(name: str, gpus: list[int], sampler: Any, *, prev: di
         except Exception:  # noqa: BLE001 - the sampler's failures are reported by its thread
             return
         held = classify_holders(sample, gpu_indices=gpus, run_pids=run_pids(), prev_pids=prev, run_dir=run_dir,
-                                **({"proc_lookup": proc_lookup} if proc_lookup else {}))
+                                proc_lookup=proc_lookup or proc_identity)
         if not held.waiting_on or stop_wanted():
             return
         if clock.monotonic() >= deadline:

@@ -64,16 +64,7 @@ class Diagnosis:
     keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        known = {
-            "category": self.category,
-            "summary": self.summary,
-            "exception": self.exception,
-            "location": self.location,
-            "step": self.step,
-            "evidence": list(self.evidence),
-            "library_location": self.library_location,
-            "hint": self.hint,
-        }
+        known = {k: getattr(self, k) for k in KEYS} | {"evidence": list(self.evidence)}
         if self.keys is None:
             return {**known, **self.extra}
         return {k: known[k] if k in known else self.extra.get(k) for k in self.keys}

@@ -386,17 +386,6 @@ class ResourcesSampled(Gauge):
         return {"components": dict(self.data)}
 
 
-LIFECYCLE = frozenset(
-    cls.kind for cls in (
-        RunStarted, RunEnded, SupervisorExited, LeftoversEnded, CommandReceived, ComponentPending,
-        ComponentStarted, ComponentSpawnFailed, ComponentAdopted, ComponentReady, ComponentExited, RestartScheduled,
-        ComponentCompleted, ComponentFatal, ComponentStopping, ComponentStopped, FlagRaised, FlagCleared, ArtefactsCleaned,
-        CheckpointRequested,
-    ))
-
-
-def is_lifecycle(kind: str) -> bool:
-    return kind in LIFECYCLE
 
 
 
@@ -462,6 +451,11 @@ EVENT_CLASSES: tuple[type[Event], ...] = (
     CheckpointRequested, ProgressUpdated, GpuSampled, ResourcesSampled,
 )
 BY_KIND: dict[str, type[Event]] = {cls.kind: cls for cls in EVENT_CLASSES}
+LIFECYCLE = frozenset(cls.kind for cls in EVENT_CLASSES if not cls.gauge)
+
+
+def is_lifecycle(kind: str) -> bool:
+    return kind in LIFECYCLE
 _ENVELOPE = ("ts", "seq", "kind", "component")
 _Check = Callable[[Any], bool]
 

@@ -65,7 +65,7 @@ def safe_name(name: str) -> str:
     return "m_" + out if out[0].isdigit() else out
 
 
-def _num(text: str | None) -> float | None:
+def number(text: str | None) -> float | None:
     if text is None:
         return None
     try:
@@ -190,11 +190,14 @@ PRESETS: dict[str, Preset] = {
 
 
 # --- reference parser ------------------------------------------------------------------------------
+# number, parse_dict and dict_number are shared by the supervisor's chunk-level matcher
+# (rlsup.supervisor.records.progress), so that both readers of these formats parse numbers and dict lines
+# the same way.
 
 _BARE_SPECIAL = re.compile(r"(:\s*)(-?(?:nan|inf))(?=\s*[,}])")
 
 
-def _parse_dict(text: str) -> dict | None:
+def parse_dict(text: str) -> dict | None:
     text = _BARE_SPECIAL.sub(r"\1'\2'", text)  # str({'loss': nan}) is not a literal
     for parse in (ast.literal_eval, json.loads):
         try:
@@ -205,18 +208,11 @@ def _parse_dict(text: str) -> dict | None:
     return None
 
 
-def _dict_number(v: object) -> float | None:
+def dict_number(v: object) -> float | None:
     if isinstance(v, bool):
         return None
     if isinstance(v, (int, float)):
         return float(v)
     if isinstance(v, str):
-        return _num(v.strip())
+        return number(v.strip())
     return None
-
-
-# Public names for the supervisor's chunk-level matcher (rlsup.supervisor.records.progress), so that both
-# readers of these formats parse numbers and dict lines the same way.
-parse_dict = _parse_dict
-dict_number = _dict_number
-number = _num

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .presets import dict_number, number, parse_dict
+from .presets import PRESETS, dict_number, number, parse_dict
 from .presets import safe_name as metric_name
 
 # How many observations per chunk get full metric extraction; a flood of step lines in one
@@ -32,8 +32,6 @@ HISTORY_WINDOW_S = 1.0
 
 
 def preset_names() -> tuple[str, ...]:
-    from .presets import PRESETS
-
     return tuple(PRESETS)
 
 
@@ -61,8 +59,6 @@ class ProgressMatcher:
         if pattern:
             self._ex.append(_Compiled(re.compile(pattern, re.MULTILINE), "regex", None))
         if preset:
-            from .presets import PRESETS
-
             for e in PRESETS[preset].extractors:
                 keys = re.compile(e.keys) if e.keys else None
                 self._ex.append(_Compiled(re.compile(e.pattern, re.MULTILINE), e.kind, keys))

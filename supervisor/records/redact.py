@@ -677,10 +677,6 @@ class Redactor:
             parts = [self.redact_text(x) for x in lines]
         return lines if parts == lines else parts  # "token: ***" masked again is unchanged
 
-    def redact(self, obj: Any) -> Any:
-        """:meth:`redact_obj` under a short name: any JSON-able value, redacted copy."""
-        return self.redact_obj(obj)
-
     # -------------------------------------------------------------------------- structures
 
     def redact_argv(self, argv: Iterable[str]) -> list[str]:

@@ -44,10 +44,11 @@ def gpus_of(gres: str) -> int:
 def parse(partitions_out: str, nodes_out: str) -> Cluster:
     """``scontrol show partition -o`` and ``sinfo -h -N -o '%N|%G'``, as a :class:`Cluster`."""
     from ..config.placement import expand_hostlist
+    from .jobs import key_values
 
     parts = {}
     for line in partitions_out.splitlines():
-        f = dict(x.split("=", 1) for x in line.split() if "=" in x)
+        f = key_values(line)
         if not f.get("PartitionName"):
             continue
         nodes = expand_hostlist(f["Nodes"]) if f.get("Nodes") and f["Nodes"] != "(null)" else []

@@ -31,14 +31,9 @@ STEP_NAME = "rlsup:gpus"
 def leftovers(job_id: str) -> list[str]:
     """Cancel the sampler steps a previous supervisor of this job left running (killed with ``kill -9``, its
     steps' srun clients go on without a reader); the steps cancelled, as ``J.S``."""
-    from .jobs import SQUEUE_TIMEOUT_S, tool
+    from .jobs import SQUEUE_TIMEOUT_S, job_steps, tool
 
-    try:
-        out = subprocess.run([tool("squeue"), "-h", "-s", "-j", job_id, "-o", "%i|%j"], capture_output=True,
-                             text=True, timeout=SQUEUE_TIMEOUT_S).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    steps = [sid for sid, _, name in (line.strip().partition("|") for line in out.splitlines()) if name == STEP_NAME]
+    steps = [sid for sid, name in job_steps(job_id) or () if name == STEP_NAME]
     if steps:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([tool("scancel"), *steps], capture_output=True, timeout=SQUEUE_TIMEOUT_S)
@@ -48,8 +43,7 @@ def leftovers(job_id: str) -> list[str]:
 class NodeSamplers:
     """A GpuSampler whose samples are the union of one sampler step per node."""
 
-    def __init__(self, job_id: str, nodes: Sequence[str], *, gpus_per_node: int = 0, interval: float = INTERVAL_S,
-                 spec: str | None = None):
+    def __init__(self, job_id: str, nodes: Sequence[str], *, gpus_per_node: int = 0):
         self.nodes = list(nodes)
         self.latest: dict[str, GpuSample] = {}
         self.errors: dict[str, str] = {}
@@ -63,7 +57,7 @@ class NodeSamplers:
             argv = [tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
                     f"--gres=gpu:{gpus_per_node}" if gpus_per_node else "--gres=none", "--quiet",
                     f"--job-name={STEP_NAME}", sys.executable, "-m", "rlsup.supervisor.slurm.gpus",
-                    "--interval", str(interval)] + (["--sampler", spec] if spec else [])
+                    "--interval", str(INTERVAL_S)]
             try:
                 p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
@@ -111,19 +105,16 @@ class NodeSamplers:
                 p.wait(5)
 
 
-def for_run(cfg: Any, sampler: Any, environ: Any = None) -> Any:
+def for_run(cfg: Any, sampler: Any) -> Any:
     """In a multi-node Slurm job: the per-node samplers instead of this node's own; else ``sampler``."""
-    env = os.environ if environ is None else environ
-    if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):
-        return sampler
-    from ..config.placement import expand_hostlist
+    from .launcher import running_job
 
-    nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
-    if len(nodes) < 2:
+    job = running_job(cfg)
+    if job is None or len(job[1]) < 2:
         return sampler
     with contextlib.suppress(Exception):
         sampler.close()
-    return NodeSamplers(env["SLURM_JOB_ID"], nodes, gpus_per_node=cfg.slurm.gpus_per_node)
+    return NodeSamplers(*job, gpus_per_node=cfg.slurm.gpus_per_node)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -132,9 +123,8 @@ def main(argv: Sequence[str]) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m rlsup.supervisor.slurm.gpus")
     ap.add_argument("--interval", type=float, default=INTERVAL_S)
-    ap.add_argument("--sampler", default=None)
     a = ap.parse_args(list(argv))
-    sampler = make_sampler(a.sampler)
+    sampler = make_sampler()
     try:
         while True:
             sys.stdout.write(json.dumps(sampler.sample().to_dict()) + "\n")

@@ -104,16 +104,14 @@ def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
     return out + list(s.sbatch_args)
 
 
-def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None, cwd: str | None = None,
-           environ: Mapping[str, str] | None = None) -> str:
+def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None) -> str:
     """Submit the run's job; its id. Raises :class:`SlurmError` with sbatch's own message."""
     run_dir = cfg.run_dir
     Path(run_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     script = batch_script(config_path, run_dir, extra=extra)
-    argv = sbatch_argv(cfg, run_dir, cwd or os.getcwd())
+    argv = sbatch_argv(cfg, run_dir, os.getcwd())
     try:
-        p = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S,
-                           env=dict(os.environ if environ is None else environ))
+        p = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S)
     except FileNotFoundError:
         raise SlurmError("sbatch not found: run `rlsup up` on a Slurm login node (or remove the `slurm:` "
                          "block to run on this machine)") from None
@@ -176,20 +174,28 @@ def job(job_id: str) -> dict[str, Any] | None:
     return None
 
 
-def runs(user: str | None = None) -> list[dict[str, Any]]:
-    """Every rlsup job of ``user`` (default: this user) that the controller still knows."""
-    if user is None:
-        import getpass
+def runs() -> list[dict[str, Any]]:
+    """Every rlsup job of this user that the controller still knows."""
+    import getpass
 
-        user = getpass.getuser()
-    return [describe(j) for j in squeue_json(user=user) if str(j.get("name") or "").startswith(JOB_PREFIX)]
+    return [describe(j) for j in squeue_json(user=getpass.getuser()) if str(j.get("name") or "").startswith(JOB_PREFIX)]
 
 
-def job_of_run(run_dir: str | os.PathLike[str], user: str | None = None) -> dict[str, Any] | None:
-    """The newest live job of a run dir, or None."""
+def job_of_run(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The newest live job of a run dir (this user's), or None."""
     want = os.path.abspath(run_dir)
-    found = [j for j in runs(user) if j["run_dir"] == want and j["state"] in ACTIVE]
+    found = [j for j in runs() if j["run_dir"] == want and j["state"] in ACTIVE]
     return max(found, key=lambda j: int(j["job_id"])) if found else None
+
+
+def job_steps(job_id: str, timeout: float = SQUEUE_TIMEOUT_S) -> list[tuple[str, str]] | None:
+    """The job's steps as squeue lists them, ``(J.S, name)`` each; None where squeue does not answer."""
+    try:
+        out = subprocess.run([tool("squeue"), "-h", "-s", "-j", job_id, "-o", "%i|%j"], capture_output=True,
+                             text=True, timeout=timeout).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [(sid, name) for sid, _, name in (line.strip().partition("|") for line in out.splitlines())]
 
 
 def cancel(job_id: str) -> bool:
@@ -209,6 +215,11 @@ def requeue(job_id: str) -> tuple[bool, str]:
     return p.returncode == 0, (p.stderr or p.stdout).strip()
 
 
+def key_values(line: str) -> dict[str, str]:
+    """The ``Key=Value`` fields of one line of ``scontrol ... -o`` (a value holds no space)."""
+    return dict(x.split("=", 1) for x in line.split() if "=" in x)
+
+
 def show_job(job_id: str) -> dict[str, str]:
     """``scontrol show job -o J`` as its ``Key=Value`` fields (empty when Slurm does not answer)."""
     try:
@@ -216,7 +227,7 @@ def show_job(job_id: str) -> dict[str, str]:
                            timeout=SQUEUE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return {}
-    return dict(f.split("=", 1) for f in p.stdout.split() if "=" in f) if p.returncode == 0 else {}
+    return key_values(p.stdout) if p.returncode == 0 else {}
 
 
 # Why a job pends that no waiting will clear (squeue's reason): the job must change, not the cluster's load.
@@ -251,7 +262,7 @@ def node_addresses(nodes: list[str]) -> dict[str, str]:
         return {}
     out = {}
     for line in p.stdout.splitlines() if p.returncode == 0 else ():
-        f = dict(x.split("=", 1) for x in line.split() if "=" in x)
+        f = key_values(line)
         if f.get("NodeName") and f.get("NodeAddr"):
             out[f["NodeName"]] = f["NodeAddr"]
     return out

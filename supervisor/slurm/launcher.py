@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal as signal_mod
 import subprocess
 from collections.abc import Mapping
 from typing import Any
 
 from ..config.placement import expand_hostlist
+from .jobs import job_steps, tool
 
 SCANCEL_TIMEOUT_S = 10.0
 STEP_WAIT_S = 5.0
@@ -35,10 +35,6 @@ SQUEUE_TIMEOUT_S = 10.0
 
 def step_name(component: str, attempt: int) -> str:
     return f"rlsup:{component}:{attempt}"
-
-
-def _tool(name: str) -> str:
-    return shutil.which(name) or name
 
 
 class SlurmLauncher:
@@ -57,10 +53,10 @@ class SlurmLauncher:
     def for_run(cls, cfg: Any, environ: Mapping[str, str] | None = None) -> SlurmLauncher | None:
         """The run's launcher: a ``slurm:`` block and an allocation to start steps in; else None
         (a plain process per attempt, as on one machine)."""
-        env = os.environ if environ is None else environ
-        if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):
+        job = running_job(cfg, environ)
+        if job is None:
             return None
-        return cls(env["SLURM_JOB_ID"], cfg.placement,
+        return cls(job[0], cfg.placement,
                    {n: c.gpu_count for n, c in cfg.components.items()}, requeue=cfg.slurm.requeue)
 
     # ------------------------------------------------------------------ launching
@@ -71,7 +67,7 @@ class SlurmLauncher:
     def argv(self, component: str, attempt: int, command: list[str]) -> list[str]:
         nodes = self.nodes(component)
         g = self.gpus.get(component)
-        out = [_tool("srun"), f"--jobid={self.job_id}", f"--job-name={step_name(component, attempt)}",
+        out = [tool("srun"), f"--jobid={self.job_id}", f"--job-name={step_name(component, attempt)}",
                f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1", "--exact",
                # A step takes every GPU of the job unless it names its own: `none` for a CPU component.
                f"--gres=gpu:{g}" if g else "--gres=none",
@@ -87,25 +83,18 @@ class SlurmLauncher:
         key = (component, attempt)
         if key in self.steps:
             return self.steps[key]
-        try:
-            out = subprocess.run([_tool("squeue"), "-h", "-s", "-j", self.job_id, "-o", "%i|%j"],
-                                 capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S).stdout
-        except (OSError, subprocess.SubprocessError):
-            return None
         want = step_name(component, attempt)
-        for line in out.splitlines():
-            sid, _, name = line.strip().partition("|")
-            if name == want:
-                self.steps[key] = sid
-                return sid
-        return None
+        sid = next((sid for sid, name in job_steps(self.job_id, SQUEUE_TIMEOUT_S) or () if name == want), None)
+        if sid is not None:
+            self.steps[key] = sid
+        return sid
 
-    def wait_step(self, component: str, attempt: int, read_record: Any, timeout: float = STEP_WAIT_S) -> str | None:
-        """The attempt's step id once Slurm created it; None after ``timeout`` (its step still pending
+    def wait_step(self, component: str, attempt: int, read_record: Any) -> str | None:
+        """The attempt's step id once Slurm created it; None after :data:`STEP_WAIT_S` (its step still pending
         on resources) or once the attempt ended (``read_record()`` says exited)."""
         import time
 
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + STEP_WAIT_S
         while True:
             sid = self.step_of(component, attempt)
             if sid is not None or time.monotonic() >= deadline:
@@ -121,13 +110,13 @@ class SlurmLauncher:
         if sid is None:
             return False  # no step (yet, or any more): what is left is the local srun client
         if signum == signal_mod.SIGKILL:
-            _run([_tool("scancel"), "--quiet", sid])
+            _run([tool("scancel"), "--quiet", sid])
             return False  # and the client too: its step is gone
         name = signal_mod.Signals(signum).name.removeprefix("SIG")
         # Whatever scancel answers, the srun client must not get the signal: it would cancel the step
         # without a grace period. (Slurm 22.05's scancel may exit non-zero, "Invalid job id specified",
         # after the tasks got the signal.) If the step ignores it, the stop timeout's SIGKILL follows.
-        _run([_tool("scancel"), "--quiet", f"--signal={name}", sid])
+        _run([tool("scancel"), "--quiet", f"--signal={name}", sid])
         sent = att.signalled.setdefault(signum, set())
         with contextlib.suppress(Exception):
             sent.update(att.members())
@@ -217,13 +206,22 @@ class SlurmLauncher:
 REQUEUE_AFTER_S = 1.0
 
 
-def slurm_job_info(cfg: Any, environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """What the journal records of the job this supervisor runs in (``run_started.slurm``)."""
+def running_job(cfg: Any, environ: Mapping[str, str] | None = None) -> tuple[str, list[str]] | None:
+    """The id and the nodes of the Slurm job a run with a ``slurm:`` block runs in; None outside a job (or
+    without the block)."""
     env = os.environ if environ is None else environ
     if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):
         return None
-    return {"job_id": env["SLURM_JOB_ID"], "nodes": job_nodes(env),
-            "restart_count": int(env.get("SLURM_RESTART_COUNT") or 0), "placement": dict(cfg.placement)}
+    return env["SLURM_JOB_ID"], expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
+
+
+def slurm_job_info(cfg: Any) -> dict[str, Any] | None:
+    """What the journal records of the job this supervisor runs in (``run_started.slurm``)."""
+    job = running_job(cfg)
+    if job is None:
+        return None
+    return {"job_id": job[0], "nodes": job[1], "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+            "placement": dict(cfg.placement)}
 
 
 def _run(argv: list[str]) -> bool:
@@ -231,7 +229,3 @@ def _run(argv: list[str]) -> bool:
         return subprocess.run(argv, capture_output=True, timeout=SCANCEL_TIMEOUT_S).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
-
-
-def job_nodes(environ: Mapping[str, str]) -> list[str]:
-    return expand_hostlist(environ.get("SLURM_JOB_NODELIST", ""))

@@ -18,7 +18,8 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 LOCAL = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "vfat", "exfat", "ramfs", "ntfs",
          "ntfs3", "reiserfs", "jfs", "squashfs", "devtmpfs"}
@@ -72,9 +73,11 @@ def node_hosts(partition: str | None = None) -> list[str] | None:
                 from ..config.placement import expand_hostlist
 
                 parts = expand_hostlist(field[len("Nodes="):])
+    from .jobs import key_values
+
     hosts = []
     for line in out.splitlines():
-        f = dict(x.split("=", 1) for x in line.split() if "=" in x)
+        f = key_values(line)
         if parts is not None and f.get("NodeName") not in parts:
             continue
         hosts.append(f.get("NodeHostName") or f.get("NodeHostname") or f.get("NodeName") or "")
@@ -149,14 +152,11 @@ def check_in_job(run_dir: str, job_id: str, nodes: list[str], timeout: float = 6
             os.unlink(marker)
 
 
-def check_job(cfg: object, environ: object = None) -> str | None:
+def check_job(cfg: Any, environ: Mapping[str, str] | None = None) -> str | None:
     """:func:`check_in_job` for a run in a Slurm job of two nodes or more (None elsewhere)."""
-    env = os.environ if environ is None else environ
-    if getattr(cfg, "slurm", None) is None or not env.get("SLURM_JOB_ID"):  # type: ignore[attr-defined]
-        return None
-    from ..config.placement import expand_hostlist
+    from .launcher import running_job
 
-    nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))  # type: ignore[attr-defined]
-    if len(nodes) < 2:
+    job = running_job(cfg, environ)
+    if job is None or len(job[1]) < 2:
         return None
-    return check_in_job(str(cfg.run_dir), env["SLURM_JOB_ID"], nodes)  # type: ignore[attr-defined,index]
+    return check_in_job(str(cfg.run_dir), *job)

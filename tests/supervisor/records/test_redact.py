@@ -224,7 +224,7 @@ def test_events_with_env_and_argv() -> None:
     assert out["command"] == ["python", "train.py", "--github-pat", MASK, "-k", MASK, "--steps", "100"]
     assert out["env"] == {"GITHUB_PAT": MASK, "SESSION_COOKIE": MASK, "HOME": "/root"}
     assert out["message"] == "clone with ***" and out["pid"] == 12
-    assert red.redact(started) == out
+    assert red.redact_obj(started) == out
     assert "abc123def456" not in repr(out) and RANDOM not in repr(out)
 
 
