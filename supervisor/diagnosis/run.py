@@ -400,10 +400,10 @@ class _JournalFacts:
     stall_cleared: dict[str, list[float]] = field(default_factory=dict)  # progress resumed after a stall
     # stopped on purpose (a person's `rlsup stop`, a shutdown) .. started again: its peers wait, they do not hang
     held: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
-    # an exit nobody asked for, counted a failure until rlsup says what followed it: a restart or a fatal keeps
-    # it; a `stopped` withdraws it (a run's end under way, the platform's SIGTERM to every process at once: the
-    # exits come before the stop). An exit rlsup forced (`stopping` by rlsup: a liveness or readiness verdict)
-    # stays a failure.
+    # a signal's kill nobody asked for, counted a failure until rlsup says what followed it: a restart or a fatal
+    # keeps it; a `stopped` withdraws it (a run's end under way, the platform's SIGTERM to every process at once:
+    # the kills come before the stop). An exit rlsup forced (`stopping` by rlsup: a liveness or readiness
+    # verdict) and a failure of its own (a crash, an engine's death) stay failures whatever followed.
     unjudged: dict[str, RunFailure] = field(default_factory=dict)
     exit_asked: set[str] = field(default_factory=set)  # a `stopping` came in this attempt
 
@@ -485,7 +485,7 @@ class _JournalFacts:
         info["failures"] += 1
         self.failures.append(RunFailure(
             c, ts, cat, str(diag.get("summary") or cat), "exit", self.attempt.get(c), e.exit_code, e.signal, diag))
-        if c not in self.exit_asked:
+        if cat == "killed" and c not in self.exit_asked:
             self.unjudged[c] = self.failures[-1]
 
     def _flag(self, c: str, ts: float | None, e: FlagRaised, info: dict[str, Any]) -> None:

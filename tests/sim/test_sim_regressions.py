@@ -145,3 +145,12 @@ def test_exits_to_the_platforms_sigterm_are_no_failures_of_a_resumed_run(tmp_pat
             tmp_path)
     rc = diagnose_run(w.flush()).root_cause
     assert rc is not None and rc.component == "inference", rc
+
+
+def test_an_engine_death_during_a_preemption_is_still_the_root_cause(tmp_path):
+    """RLSUP_SIM_SEED=29, after the fix above: the inference server died of an injected fault (exit 1) while a
+    preemption stopped the run, and rlsup recorded it `stopped`; only kills by a signal are read as the stop."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("wait", 3.0), ("platform_sigterm", 0.3, False), ("fault", "inference", "die", 1), ("resume",)], tmp_path)
+    rc = diagnose_run(w.flush()).root_cause
+    assert rc is not None and rc.component == "inference", rc
