@@ -8,7 +8,8 @@ from __future__ import annotations
 from rlsup.supervisor.diagnosis import diagnose_run
 from rlsup.supervisor.rundir.archive import how_it_ended
 from rlsup.supervisor.rundir.layout import RunPaths
-from tests.sim.test_sim import run
+from tests import promises
+from tests.sim.test_sim import _short, run
 from tests.sim.world import Setup
 
 
@@ -154,3 +155,15 @@ def test_an_engine_death_during_a_preemption_is_still_the_root_cause(tmp_path):
             [("wait", 3.0), ("platform_sigterm", 0.3, False), ("fault", "inference", "die", 1), ("resume",)], tmp_path)
     rc = diagnose_run(w.flush()).root_cause
     assert rc is not None and rc.component == "inference", rc
+
+
+def test_deaths_by_the_platforms_sigterm_before_the_supervisors_own_are_stops(tmp_path):
+    """RLSUP_SIM_SEED=29: the platform's SIGTERM reached the orchestrator and the trainer 0.3 s before the
+    supervisor; rlsup judged their deaths (exit 143) failures and scheduled restarts, then the preemption stopped
+    them, and `rlsup diagnose` of the resumed run blamed the orchestrator's death. A SIGTERM death is now held a
+    moment, like an exit 0 (rules.detectors.exit_hold): the preemption that follows makes it a stop."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("wait", 15.0), ("platform_sigterm", 0.3, True), ("fault", "inference", "die", 1), ("resume",)], tmp_path)
+    first = promises.runs(w.events())[0]
+    assert not [e for e in first if e["kind"] == "restart_scheduled"], [_short(e) for e in first]
+    assert diagnose_run(w.flush()).root_cause.component == "inference"

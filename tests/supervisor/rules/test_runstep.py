@@ -430,11 +430,15 @@ components:
     assert isinstance(blocked, lc.DepsBlocked) and "completed without ever becoming ready" in blocked.reason
 
 
-def test_an_exit_0_is_held_a_moment_unless_the_run_is_stopping():
+def test_an_exit_0_or_a_sigterm_death_is_held_a_moment_unless_the_run_is_stopping():
     assert detectors.exit_hold(0, None, shutting_down=False) == detectors.EXIT_HOLD_S > 0
     assert detectors.exit_hold(0, None, shutting_down=True) == 0
     assert detectors.exit_hold(1, None, shutting_down=False) == 0
     assert detectors.exit_hold(None, "SIGKILL", shutting_down=False) == 0
+    # the platform's SIGTERM reaches every process at once: seen first, a death by it is no failure to restart
+    assert detectors.exit_hold(None, "SIGTERM", shutting_down=False) == detectors.EXIT_HOLD_S
+    assert detectors.exit_hold(143, None, shutting_down=False) == detectors.EXIT_HOLD_S
+    assert detectors.exit_hold(143, None, shutting_down=True) == 0
 
 
 def test_a_run_with_nothing_left_but_stopped_components_is_stopped_not_completed():
