@@ -141,6 +141,8 @@ def the_root_cause_is_a_real_fault(w: World) -> list[str]:
                  for e in w.events())
     if not w.truth.injected or not failed or w.truth.user_stops or w.truth.run_stops:
         return []  # (a person's stop is a cause the oracle cannot weigh: a peer waiting on it stalls)
+    if all((c, a) in _ended_by_a_person(w) for c, _, a, _ in w.truth.injected):
+        return []  # each fault struck an attempt a person's restart was ending: its exit was the one asked for
     hangs = {c for c, k, _, _ in w.truth.injected if k == "hang"}
     if hangs and {c for c, _, _, _ in w.truth.injected} - hangs:
         return []  # a hang beside a fault elsewhere: which one starved the other is not the oracle's to say
@@ -159,6 +161,18 @@ def the_root_cause_is_a_real_fault(w: World) -> list[str]:
         if s.component == rc.component and s.category in later and s.count:
             out.append(f"independent faults linked: {s.component} {s.category} (a fault of a later attempt) listed "
                        f"as a consequence of {rc.component} {rc.category}, injected {w.truth.injected}")
+    return out
+
+
+def _ended_by_a_person(w: World) -> set[tuple[str, int | None]]:
+    """(component, attempt) of each attempt a person's stop or restart was ending (`stopping` by user)."""
+    attempt: dict[str, int | None] = {}
+    out = set()
+    for e in w.events():
+        if e.get("kind") in ("started", "adopted"):
+            attempt[e["component"]] = e.get("attempt")
+        elif e.get("kind") == "stopping" and e.get("by") == "user":
+            out.add((e["component"], attempt.get(e["component"])))
     return out
 
 

@@ -167,3 +167,12 @@ def test_deaths_by_the_platforms_sigterm_before_the_supervisors_own_are_stops(tm
     first = promises.runs(w.events())[0]
     assert not [e for e in first if e["kind"] == "restart_scheduled"], [_short(e) for e in first]
     assert diagnose_run(w.flush()).root_cause.component == "inference"
+
+
+def test_a_crash_as_a_persons_restart_ends_the_attempt_is_the_exit_asked_for(tmp_path):
+    """RLSUP_SIM_SEED=29 (the oracle's limit, not rlsup's): the orchestrator crashed as `rlsup restart
+    orchestrator` was ending its attempt; rlsup takes the exit for the one it asked for (a program may exit 1 on
+    SIGTERM), so `rlsup diagnose` names no root cause, and the oracle no longer asks for one."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("fault", "orchestrator", "crash", 1), ("wait", 3.0), ("user", "restart", "orchestrator")], tmp_path)
+    assert "restart_scheduled" not in _kinds(w, "orchestrator") and w.events()[-1]["outcome"] == "completed"
