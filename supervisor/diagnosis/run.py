@@ -663,8 +663,9 @@ def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], 
 def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: dict[str, list[tuple[float, float | None]]],
                      held: dict[str, list[tuple[float, float | None]]]) -> bool:
     """A stall some other failure explains: a dependency reported down, or another component down (failed
-    and not running again yet, or stopped on purpose: a person's `rlsup stop trainer` starves the
-    orchestrator waiting for its weights) at some moment between the stall's last step and the flag. A producer
+    and not running again yet) at some moment between the stall's last step and the flag, or a component
+    stopped on purpose and still stopped at the flag (a person's `rlsup stop trainer` starves the orchestrator
+    waiting for its weights). A producer
     usually dies a few seconds after its consumer's last step (the consumer had what it needed until
     then): its death explains the stall all the same. A stall that began after everything else had
     recovered, and during which nothing else failed, is a hang of its own."""
@@ -673,8 +674,10 @@ def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: di
         return True
     flagged = stall.diagnosis.get("flag_ts")
     until = float(flagged) if isinstance(flagged, float | int) else t
-    spans = dep_down.get(stall.component, []) + [s for c, ss in held.items() if c != stall.component for s in ss]
-    if any(a <= until and (b is None or b >= t) for a, b in spans):
+    if any(a <= until and (b is None or b >= t) for a, b in dep_down.get(stall.component, [])):
+        return True
+    # a peer a person stopped, still stopped when the stall was called (one back from a restart explains nothing)
+    if any(a <= until and (b is None or b >= until) for c, ss in held.items() if c != stall.component for a, b in ss):
         return True
     waits_on = _waits_on(stall)
     for f in failures:

@@ -176,3 +176,13 @@ def test_a_crash_as_a_persons_restart_ends_the_attempt_is_the_exit_asked_for(tmp
     w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
             [("fault", "orchestrator", "crash", 1), ("wait", 3.0), ("user", "restart", "orchestrator")], tmp_path)
     assert "restart_scheduled" not in _kinds(w, "orchestrator") and w.events()[-1]["outcome"] == "completed"
+
+
+def test_a_peer_back_from_a_persons_restart_explains_no_hang(tmp_path):
+    """RLSUP_SIM_SEED=29, after the first fix above: the orchestrator hung while a person restarted the trainer
+    (stopped, then started again at once); the trainer's moment of being stopped explained the hang away and
+    the trainer's own wait became the root cause. A stopped peer explains a stall only while it stays stopped."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("fault", "orchestrator", "hang", 1), ("wait", 3.0), ("user", "restart", "trainer")], tmp_path)
+    rc = diagnose_run(w.flush()).root_cause
+    assert rc is not None and (rc.component, rc.category) == ("orchestrator", "stall"), rc
