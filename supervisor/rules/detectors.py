@@ -103,13 +103,15 @@ def restart_trigger(e: Mapping[str, Any]) -> lc.Cause | None:
     return lc.Cause(c.get("by") or "exit", str(c.get("reason") or e.get("reason") or "an exit"), seq=e.get("seq"))
 
 
-def exit_hold(exit_code: int | None, signal: str | None, *, shutting_down: bool) -> float:
+def exit_hold(exit_code: int | None, signal: str | None, *, shutting_down: bool, forced: bool = False) -> float:
     """Seconds to wait before judging an exit (0: judge it now). An exit 0 or a death by SIGTERM (killed, or
     143 from a shell) nobody asked for is held :data:`EXIT_HOLD_S`: if the run is stopped meanwhile, it was the
     platform's stop reaching the component first, a stop: never a completion that a resumed run would skip,
-    nor a failure restarted and then blamed for the run."""
+    nor a failure restarted and then blamed for the run. ``forced``: rlsup itself ended the attempt (a failed
+    liveness probe, a readiness timeout): its SIGTERM, a failure judged at once."""
     sigterm = signal == "SIGTERM" or (exit_code == 128 + 15 and not signal)
-    return EXIT_HOLD_S if ((exit_code == 0 and not signal) or sigterm) and not shutting_down else 0.0
+    held = (exit_code == 0 and not signal) or (sigterm and not forced)
+    return EXIT_HOLD_S if held and not shutting_down else 0.0
 
 
 # A checkpoint as the preemption's wait compares them: (step, the newest mtime in it).

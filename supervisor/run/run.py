@@ -261,8 +261,8 @@ class Run:
             c.handle(lc.RunStopping(why))
 
     def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float:
-        return detectors.exit_hold(exit_code, signal,
-                                   shutting_down=self.end.stopping or self.end.over)
+        return detectors.exit_hold(exit_code, signal, shutting_down=self.end.stopping or self.end.over,
+                                   forced=comp.life.forced is not None)
 
     def handover(self, reason: str) -> list[int]:
         """Exit without touching the components (an upgrade in place): they run on under their

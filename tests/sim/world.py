@@ -490,7 +490,8 @@ class World:
         if not self.live:
             return  # nobody watches: the next supervisor reads the monitor's record (not simulated)
         if not self._asked(name):
-            hold = detectors.exit_hold(code, sig, shutting_down=self.shutting_down)
+            hold = detectors.exit_hold(code, sig, shutting_down=self.shutting_down,
+                                       forced=self.lives[name].forced is not None)
             if hold:
                 self.at(hold, "judge", name, p, code, sig)
                 return

@@ -439,6 +439,8 @@ def test_an_exit_0_or_a_sigterm_death_is_held_a_moment_unless_the_run_is_stoppin
     assert detectors.exit_hold(None, "SIGTERM", shutting_down=False) == detectors.EXIT_HOLD_S
     assert detectors.exit_hold(143, None, shutting_down=False) == detectors.EXIT_HOLD_S
     assert detectors.exit_hold(143, None, shutting_down=True) == 0
+    # rlsup's own SIGTERM (a failed liveness probe): a failure, judged at once
+    assert detectors.exit_hold(None, "SIGTERM", shutting_down=False, forced=True) == 0
 
 
 def test_a_run_with_nothing_left_but_stopped_components_is_stopped_not_completed():
