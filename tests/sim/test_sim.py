@@ -141,8 +141,8 @@ def the_root_cause_is_a_real_fault(w: World) -> list[str]:
                  for e in w.events())
     if not w.truth.injected or not failed or w.truth.user_stops or w.truth.run_stops:
         return []  # (a person's stop is a cause the oracle cannot weigh: a peer waiting on it stalls)
-    if all((c, a) in _ended_by_a_person(w) for c, _, a, _ in w.truth.injected):
-        return []  # each fault struck an attempt a person's restart was ending: its exit was the one asked for
+    if all((c, a) in _ended_by_a_stop(w) for c, _, a, _ in w.truth.injected):
+        return []  # each fault struck an attempt a stop was ending: its exit was the one asked for
     hangs = {c for c, k, _, _ in w.truth.injected if k == "hang"}
     if hangs and {c for c, _, _, _ in w.truth.injected} - hangs:
         return []  # a hang beside a fault elsewhere: which one starved the other is not the oracle's to say
@@ -164,15 +164,22 @@ def the_root_cause_is_a_real_fault(w: World) -> list[str]:
     return out
 
 
-def _ended_by_a_person(w: World) -> set[tuple[str, int | None]]:
-    """(component, attempt) of each attempt a person's stop or restart was ending (`stopping` by user)."""
+def _ended_by_a_stop(w: World) -> set[tuple[str, int | None]]:
+    """(component, attempt) of each attempt whose exit came while a stop that rlsup did not force on its own
+    verdict was ending it (`stopping` by a person or by the run's shutdown): rlsup takes that exit for the one
+    it asked for, as a program may exit 1 on SIGTERM (torchrun does)."""
     attempt: dict[str, int | None] = {}
+    asked: set[str] = set()
     out = set()
     for e in w.events():
+        c = e.get("component")
         if e.get("kind") in ("started", "adopted"):
-            attempt[e["component"]] = e.get("attempt")
-        elif e.get("kind") == "stopping" and e.get("by") == "user":
-            out.add((e["component"], attempt.get(e["component"])))
+            attempt[c] = e.get("attempt")
+            asked.discard(c)
+        elif e.get("kind") == "stopping" and e.get("by") != "rlsup":
+            asked.add(c)
+        elif e.get("kind") == "exited" and c in asked:
+            out.add((c, attempt.get(c)))
     return out
 
 

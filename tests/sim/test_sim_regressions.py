@@ -9,7 +9,7 @@ from rlsup.supervisor.diagnosis import diagnose_run
 from rlsup.supervisor.rundir.archive import how_it_ended
 from rlsup.supervisor.rundir.layout import RunPaths
 from tests import promises
-from tests.sim.test_sim import _short, run
+from tests.sim.test_sim import _short, run, the_root_cause_is_a_real_fault
 from tests.sim.world import Setup
 
 
@@ -186,3 +186,16 @@ def test_a_peer_back_from_a_persons_restart_explains_no_hang(tmp_path):
             [("fault", "orchestrator", "hang", 1), ("wait", 3.0), ("user", "restart", "trainer")], tmp_path)
     rc = diagnose_run(w.flush()).root_cause
     assert rc is not None and (rc.component, rc.category) == ("orchestrator", "stall"), rc
+
+
+def test_a_crash_as_the_runs_shutdown_ends_the_attempt_is_the_exit_asked_for(tmp_path):
+    """RLSUP_SIM_SEED=31 (the oracle's limit again, as with a person's restart above): the trainer crashed as
+    `rlsup down` was stopping it, then the resumed run completed. rlsup records the exit 1 as the stop it asked
+    for (torchrun exits 1 on SIGTERM), so `rlsup diagnose` names no root cause and the oracle asks for none."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("fault", "trainer", "crash", 1), ("wait", 3.0), ("down",), ("resume",)], tmp_path)
+    first = promises.runs(w.events())[0]
+    assert [_short(e) for e in first if e.get("component") == "trainer" and e["kind"] in ("exited", "stopped")] == [
+        "seq=13 kind=exited component=trainer attempt=1 exit_code=1", "seq=14 kind=stopped component=trainer by=shutdown"]
+    assert diagnose_run(w.flush()).root_cause is None and w.events()[-1]["outcome"] == "completed"
+    assert the_root_cause_is_a_real_fault(w) == []
