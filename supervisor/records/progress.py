@@ -35,8 +35,6 @@ def preset_names() -> tuple[str, ...]:
     return tuple(PRESETS)
 
 
-
-
 @dataclass(frozen=True)
 class Observation:
     step: int | None
@@ -70,10 +68,7 @@ class ProgressMatcher:
         """Observations in ``text`` (normalised lines joined by ``\\n``), in order of appearance."""
         found: list[tuple[int, Observation]] = []
         for ex in self._ex:
-            matches = list(ex.regex.finditer(text))
-            if not matches:
-                continue
-            for m in matches[-MAX_OBS_PER_CHUNK:]:
+            for m in list(ex.regex.finditer(text))[-MAX_OBS_PER_CHUNK:]:
                 obs = self._observe(ex, m, text)
                 if obs is not None:
                     found.append((m.start(), obs))
@@ -134,12 +129,7 @@ def _from_groups(m: re.Match[str]) -> tuple[int | None, int | None, dict[str, fl
 
 def _key_values(keys: re.Pattern[str], rest: str) -> dict[str, float]:
     """The metrics ``keys`` finds (groups ``key`` and ``value``) in the rest of the matched line."""
-    metrics: dict[str, float] = {}
-    for km in keys.finditer(rest):
-        f = number(km.group("value"))
-        if f is not None:
-            metrics[metric_name(km.group("key"))] = f
-    return metrics
+    return {metric_name(km.group("key")): f for km in keys.finditer(rest) if (f := number(km.group("value"))) is not None}
 
 
 def _round(v: float) -> float:

@@ -139,10 +139,6 @@ def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME_RE.search(name)) and not _NOT_SECRET_NAMES.match(name)
 
 
-def _is_weak_secret_name(name: str) -> bool:
-    return bool(_WEAK_SECRET_NAME_RE.search(name)) and not _NOT_SECRET_NAMES.match(name)
-
-
 def _is_setting(value: str) -> bool:
     """A value that is a setting or a number, not a secret, even under a credential-like name."""
     v = value.strip().strip("\"'")
@@ -166,7 +162,7 @@ def _is_secret_value(name: str, value: str) -> bool:
         return False
     if is_secret_name(name):
         return not _is_existing_path(value)
-    if _is_weak_secret_name(name):
+    if _WEAK_SECRET_NAME_RE.search(name) and not _NOT_SECRET_NAMES.match(name):
         return looks_like_credential(value)
     return _is_token(value)
 
@@ -175,14 +171,7 @@ def secret_values(env: Mapping[str, str]) -> set[str]:
     """The secret values of ``env``: values of credential-named variables (at least
     :data:`MIN_SECRET_LEN` long, not a boolean, small number or existing path), credential-shaped
     values of session-named ones, and any value with a known token prefix."""
-    out: set[str] = set()
-    for k, v in env.items():
-        if v is None:
-            continue
-        v = str(v)
-        if _is_secret_value(str(k), v):
-            out.add(v)
-    return out
+    return {str(v) for k, v in env.items() if v is not None and _is_secret_value(str(k), str(v))}
 
 
 # ------------------------------------------------------------------------------------ patterns
@@ -521,12 +510,7 @@ class Redactor:
         """A redactor for a run: the secrets of every environment (:func:`secret_values`) and every
         command line (:func:`argv_secrets`), so a token given as ``--github-pat X`` is masked also when
         the program later prints X on its own."""
-        found = set(extra)
-        for env in envs:
-            found |= secret_values(env)
-        for argv in argvs:
-            found |= argv_secrets(argv)
-        return cls(found)
+        return cls(set(extra).union(*map(secret_values, envs), *map(argv_secrets, argvs)))
 
     # -------------------------------------------------------------------------- text
 
@@ -614,23 +598,13 @@ class Redactor:
         out: list[tuple[int, int]] = []
         longest = self._longest
         for p in range(max(lo, hi - longest + 1), hi - MIN_FRAGMENT + 1) if end else ():  # longest piece first
-            k = hi - p
-            for v in self._by_first.get(text[p], ()):
-                if len(v) > k and text.startswith(v[:k], p):
-                    out.append((p, hi))
-                    break
-            else:
-                continue
-            break
-        if start:
-            for q in range(min(hi, lo + longest - 1) - 1, lo + MIN_FRAGMENT - 2, -1):
-                k = q + 1 - lo
-                for v in self._by_last.get(text[q], ()):
-                    if len(v) > k and text.startswith(v[-k:], lo):
-                        out.append((lo, q + 1))
-                        break
-                else:
-                    continue
+            if any(len(v) > hi - p and text.startswith(v[:hi - p], p) for v in self._by_first.get(text[p], ())):
+                out.append((p, hi))
+                break
+        for q in range(min(hi, lo + longest - 1) - 1, lo + MIN_FRAGMENT - 2, -1) if start else ():
+            k = q + 1 - lo
+            if any(len(v) > k and text.startswith(v[-k:], lo) for v in self._by_last.get(text[q], ())):
+                out.append((lo, q + 1))
                 break
         return out
 
@@ -683,15 +657,8 @@ class Redactor:
         """A copy of ``argv`` with secrets masked: the word after ``--api-key``/``--token``/``--github-pat``,
         ``--token=X``, a credential-looking word after a one-letter option, and known values and
         token formats anywhere."""
-        out: list[str] = []
-        for a, secret in _argv_marks([str(x) for x in argv]):
-            if secret is None:
-                out.append(self.redact_text(a))
-            elif secret == a:
-                out.append(MASK)
-            else:  # --token=X
-                out.append(a[: len(a) - len(secret)] + MASK)
-        return out
+        return [self.redact_text(a) if secret is None else MASK if secret == a else a[: len(a) - len(secret)] + MASK
+                for a, secret in _argv_marks([str(x) for x in argv])]  # the last: --token=X
 
     def redact_obj(self, obj: Any) -> Any:
         """A redacted copy of a JSON-able value (dict/list/tuple/str; other scalars as they are).
@@ -702,13 +669,8 @@ class Redactor:
         if isinstance(obj, str):
             return self.redact_text(obj, edges=True)  # an event's text may be cut to a length
         if isinstance(obj, Mapping):
-            out = {}
-            for k, v in obj.items():
-                if isinstance(v, str) and isinstance(k, str) and _env_value_is_secret(k, v):
-                    out[k] = MASK
-                else:
-                    out[k] = self.redact_obj(v)
-            return out
+            return {k: MASK if isinstance(v, str) and isinstance(k, str) and _env_value_is_secret(k, v)
+                    else self.redact_obj(v) for k, v in obj.items()}
         if isinstance(obj, list | tuple):
             if obj and all(isinstance(x, str) for x in obj) and any(x.startswith("-") for x in obj):
                 red: list[Any] = self.redact_argv(obj)

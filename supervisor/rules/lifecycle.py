@@ -66,7 +66,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from ..config.model import Component as ComponentCfg
 from ..config.model import RestartCfg
@@ -80,12 +80,9 @@ __all__ = ["Cause", "CauseBy", "Resume"]  # the typed records of events, here wh
 
 def fill_seqs(life: Life, seqs: dict[str, int]) -> Life:
     """``life`` with the causes it keeps pointing at events emitted in the step just carried out."""
-    start = life.start_cause.filled(seqs) if life.start_cause is not None else None
-    stop = life.stop_cause.filled(seqs) if life.stop_cause is not None else None
-    gave = life.gave_up.filled(seqs) if life.gave_up is not None else None
-    if start is life.start_cause and stop is life.stop_cause and gave is life.gave_up:
-        return life
-    return replace(life, start_cause=start, stop_cause=stop, gave_up=gave)
+    filled = {k: new for k in ("start_cause", "stop_cause", "gave_up")
+              if (old := getattr(life, k)) is not None and (new := old.filled(seqs)) is not old}
+    return replace(life, **filled) if filled else life
 
 
 def fill_event(event: ev.Event, seqs: dict[str, int]) -> ev.Event:
@@ -363,7 +360,6 @@ Effect = Emit | Spawn | Terminate | Signal | Probe | StopProbes | SetTimer | Cle
 
 
 Outcome = tuple[Life, list[Effect]]
-_In = TypeVar("_In")
 _Handler = Callable[[Life, Any, float, Rules], Outcome]  # Any: the input, of the class the table keys it by
 
 
@@ -425,10 +421,7 @@ def _on_spawned(life: Life, inp: Spawned, now: float, rules: Rules) -> Outcome:
                                     signal=rules.stop_signal, cause=life.stop_cause)))
         fx.append(Terminate(rules.stop_signal, rules.stop_timeout))
         return replace(life, state="stopping"), fx
-    if rules.ready_probe is None:
-        return _became_ready(life, now, rules, fx, "started (no readiness probe)")
-    fx.append(Probe("ready"))
-    return replace(life, state="starting"), fx
+    return _await_ready(life, now, rules, fx)
 
 
 def _on_adopted(life: Life, inp: Adopted, now: float, rules: Rules) -> Outcome:
@@ -439,14 +432,7 @@ def _on_adopted(life: Life, inp: Adopted, now: float, rules: Rules) -> Outcome:
     fx: list[Effect] = [Emit(ev.ComponentAdopted(
         life.name, pid=inp.pid, attempt=inp.attempt, monitor_pid=inp.monitor_pid,
         uptime_s=round(max(0.0, now - inp.started_at), 3), state=life.state))]
-    if inp.ready:
-        if rules.alive:
-            fx.append(Probe("alive"))
-        return _arm_healthy(life, rules, fx)
-    if rules.ready_probe is None:  # taken over before its start was recorded as ready: nothing to wait for
-        return _became_ready(life, now, rules, fx, "started (no readiness probe)")
-    fx.append(Probe("ready"))
-    return life, fx
+    return _became_ready(life, now, rules, fx, None) if inp.ready else _await_ready(life, now, rules, fx)
 
 
 def _on_spawn_failed(life: Life, inp: SpawnFailed, now: float, rules: Rules) -> Outcome:
@@ -670,19 +656,13 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
                    patterns=patterns, healthy=healthy, cause=why)
 
 
-def _on(cls: type[_In], handler: Callable[[Life, _In, float, Rules], Outcome]) -> tuple[type[Any], _Handler]:
-    """One row of :data:`_HANDLERS` (typed: the handler takes the class it is filed under)."""
-    return cls, handler
-
-
-_HANDLERS: dict[type[Any], _Handler] = dict([
-    _on(DepsMet, _on_deps_met), _on(DepsWaiting, _on_deps_waiting), _on(DepsBlocked, _on_deps_blocked),
-    _on(Spawned, _on_spawned), _on(SpawnFailed, _on_spawn_failed), _on(Adopted, _on_adopted),
-    _on(Ready, _on_ready), _on(ReadyTimedOut, _on_ready_timed_out), _on(LivenessFailed, _on_liveness_failed),
-    _on(Exited, _on_exited), _on(BackoffElapsed, _on_backoff_elapsed), _on(Healthy, _on_healthy),
-    _on(Stalled, _on_stalled), _on(Unstalled, _on_unstalled), _on(Stop, _on_stop), _on(Restart, _on_restart),
-    _on(Start, _on_start), _on(Shutdown, _on_shutdown), _on(RunStopping, _on_run_stopping),
-])
+_HANDLERS: dict[type[Any], _Handler] = {
+    DepsMet: _on_deps_met, DepsWaiting: _on_deps_waiting, DepsBlocked: _on_deps_blocked, Spawned: _on_spawned,
+    SpawnFailed: _on_spawn_failed, Adopted: _on_adopted, Ready: _on_ready, ReadyTimedOut: _on_ready_timed_out,
+    LivenessFailed: _on_liveness_failed, Exited: _on_exited, BackoffElapsed: _on_backoff_elapsed,
+    Healthy: _on_healthy, Stalled: _on_stalled, Unstalled: _on_unstalled, Stop: _on_stop, Restart: _on_restart,
+    Start: _on_start, Shutdown: _on_shutdown, RunStopping: _on_run_stopping,
+}
 
 
 def _begin_stop(life: Life, rules: Rules, fx: list[Effect], *, by: str, reason: str | None,
@@ -699,15 +679,20 @@ def _force_stop(life: Life, rules: Rules, fx: list[Effect], reason: str, why: Ca
     return replace(life, forced=reason, stop_cause=why), fx
 
 
-def _became_ready(life: Life, now: float, rules: Rules, fx: list[Effect], probe: str) -> tuple[Life, list[Effect]]:
-    fx.append(Emit(ev.ComponentReady(life.name, probe=probe)))
-    if rules.alive:
-        fx.append(Probe("alive"))
-    return _arm_healthy(replace(life, state="running", ready_at=now), rules, fx)
+def _await_ready(life: Life, now: float, rules: Rules, fx: list[Effect]) -> Outcome:
+    """Probe readiness; without a readiness probe (or taken over before it was recorded ready) it is ready now."""
+    if rules.ready_probe is None:
+        return _became_ready(life, now, rules, fx, "started (no readiness probe)")
+    return replace(life, state="starting"), [*fx, Probe("ready")]
 
 
-def _arm_healthy(life: Life, rules: Rules, fx: list[Effect]) -> tuple[Life, list[Effect]]:
+def _became_ready(life: Life, now: float, rules: Rules, fx: list[Effect], probe: str | None) -> Outcome:
+    """-> running: emit ready (``probe`` None: an adopted attempt, ready already), probe liveness, arm healthy."""
+    if probe is not None:
+        life = replace(life, state="running", ready_at=now)
+        fx.append(Emit(ev.ComponentReady(life.name, probe=probe)))
     timer = life.timer + 1
+    fx += [Probe("alive")] if rules.alive else []
     fx.append(SetTimer("healthy", rules.restart.reset_after, timer))
     return replace(life, timer=timer), fx
 
