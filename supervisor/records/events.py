@@ -613,11 +613,6 @@ def _progress(e: ProgressUpdated) -> str:
     return f"step {d.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")
 
 
-def _cleaned(e: ArtefactsCleaned) -> str:
-    return (f"removed {len(e.paths)} artefact(s) of steps after {e.step} before resuming: "
-            + ", ".join(e.paths[:5]) + (" ..." if len(e.paths) > 5 else ""))
-
-
 def standing(checkpoints: dict[str, Any] | None) -> str:
     """Where each resumable component of a preempted run stands (``run_ended.checkpoints``), in words:
     "; trainer at checkpoint step 37"; "" for none."""
@@ -657,7 +652,8 @@ _WORDS: dict[type[Event], Callable[[Any], str]] = {
     FlagCleared: lambda e: f"flag {e.type} cleared: {e.message}",
     LeftoversEnded: lambda e: f"found {len(e.pids)} process(es) left by a previous supervisor: {e.action}",
     ProgressUpdated: _progress,
-    ArtefactsCleaned: _cleaned,
+    ArtefactsCleaned: lambda e: (f"removed {len(e.paths)} artefact(s) of steps after {e.step} before resuming: "
+                                 + ", ".join(e.paths[:5]) + (" ..." if len(e.paths) > 5 else "")),
     CommandReceived: _command,
 }
 

@@ -86,9 +86,11 @@ class ProgressMatcher:
             step, metrics = found
         else:
             step, total, metrics = _from_groups(m)
-        if ex.keys is not None:
+        if ex.keys is not None:  # the metrics (groups key and value) in the rest of the matched line
             end = text.find("\n", m.end())
-            metrics.update(_key_values(ex.keys, text[m.end(): end if end >= 0 else len(text)]))
+            metrics.update({metric_name(km.group("key")): f
+                            for km in ex.keys.finditer(text[m.end(): end if end >= 0 else len(text)])
+                            if (f := number(km.group("value"))) is not None})
         if step is None and total is None and not metrics:
             return None
         return Observation(step, total, metrics)
@@ -125,11 +127,6 @@ def _from_groups(m: re.Match[str]) -> tuple[int | None, int | None, dict[str, fl
         elif (f := number(v)) is not None:
             metrics[metric_name(k)] = f
     return step, total, metrics
-
-
-def _key_values(keys: re.Pattern[str], rest: str) -> dict[str, float]:
-    """The metrics ``keys`` finds (groups ``key`` and ``value``) in the rest of the matched line."""
-    return {metric_name(km.group("key")): f for km in keys.finditer(rest) if (f := number(km.group("value"))) is not None}
 
 
 def _round(v: float) -> float:

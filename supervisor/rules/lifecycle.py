@@ -417,9 +417,9 @@ def _on_spawned(life: Life, inp: Spawned, now: float, rules: Rules) -> Outcome:
         log_ino=inp.log_ino, config_hash=inp.config_hash, **(inp.slurm or {})))]
     life = replace(life, start_cause=None)
     if life.want == "stop" or life.then_start:  # stopped or restarted while it was being spawned
-        fx.append(Emit(ev.ComponentStopping(life.name, by=life.stop_by or life.restart_by or "user",
-                                    signal=rules.stop_signal, cause=life.stop_cause)))
-        fx.append(Terminate(rules.stop_signal, rules.stop_timeout))
+        fx += [Emit(ev.ComponentStopping(life.name, by=life.stop_by or life.restart_by or "user",
+                                         signal=rules.stop_signal, cause=life.stop_cause)),
+               Terminate(rules.stop_signal, rules.stop_timeout)]
         return replace(life, state="stopping"), fx
     return _await_ready(life, now, rules, fx)
 
@@ -595,16 +595,15 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
     """The attempt ended: stopped (a stop), started again (a restart), else judged by the restart policy
     and the crash patterns of its history (-> backoff | completed | fatal)."""
     name = life.name
-    fx: list[Effect] = []
     # an exit judged later (exit_hold) ended when its monitor saw it (on the same clock, or it is not used)
     at_ok = inp.at is not None and inp.at <= now and (life.started_at is None or inp.at >= life.started_at)
     ended = inp.at if at_ok and inp.at is not None else now
     started = life.started_at if life.started_at is not None else ended
     uptime = max(0.0, ended - started)
     healthy = ended - life.ready_at if life.ready_at is not None else 0.0
-    fx.append(Emit(ev.ComponentExited(name, exit_code=inp.exit_code, signal=inp.signal, uptime_s=round(uptime, 3),
-                                      step=inp.step, diagnosis=inp.diagnosis, attempt=life.attempt)))
-    fx += [StopProbes(), Cleanup()]
+    fx: list[Effect] = [Emit(ev.ComponentExited(name, exit_code=inp.exit_code, signal=inp.signal,
+                                                uptime_s=round(uptime, 3), step=inp.step, diagnosis=inp.diagnosis,
+                                                attempt=life.attempt)), StopProbes(), Cleanup()]
     if "stall" in life.episode:  # a stall is of one attempt: it ends with it (restart, completion, crash)
         fx.append(Emit(ev.FlagCleared(name, type="stall", message=f"attempt {life.attempt} ended",
                                       by="attempt_ended")))
@@ -623,7 +622,6 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         return replace(life, state="starting", attempt=attempt, spawning=True, then_start=False, restart_by=None,
                        resume_step=None, policy=History(), episode=frozenset(), started_at=None, forced=None,
                        start_cause=life.start_cause or life.stop_cause, stop_cause=None), fx
-    forced_cause = life.stop_cause if life.forced is not None else None
 
     record = AttemptRecord(
         attempt=life.attempt, started_at=started, ended_at=ended, ready=was_ready, exit_code=inp.exit_code,
@@ -634,14 +632,12 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         life = replace(life, episode=frozenset())
     life = replace(life, history=history)
     patterns = detect_attempt_patterns(history, total=inp.total if inp.total is not None else rules.total)
+    false_success = next((f for f in patterns if f.type == "false_success"), None)
     if life.forced is not None:  # rlsup ended it: a failure already, whatever its exit code said
         patterns = [f for f in patterns if f.type != "false_success"]
-    false_success = next((f for f in patterns if f.type == "false_success"), None)
-    success = (life.forced is None and false_success is None
-               and is_success(rules.restart, inp.exit_code, inp.signal))
-    if life.forced is not None:
+        false_success = None
         how = life.forced
-        why = forced_cause or Cause("probe", how, of="exited")
+        why = life.stop_cause or Cause("probe", how, of="exited")
     elif false_success is not None:
         how = f"false_success: {false_success.message}"
         why = Cause("exit", how, of="exited")  # the exit judged a failure; "pattern" is for fatal crash patterns
@@ -652,6 +648,7 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         shown = bool(summary) and d.category != "none" and (d.keys is None or "category" in d.keys)
         words = (summary if summary.startswith(how) else f"{how}: {summary}") if shown and summary else how
         why = Cause("exit", words, of="exited")
+    success = life.forced is None and false_success is None and is_success(rules.restart, inp.exit_code, inp.signal)
     return _decide(replace(life, forced=None, stop_cause=None), now, rules, fx, success=success, how=how,
                    patterns=patterns, healthy=healthy, cause=why)
 
