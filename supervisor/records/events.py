@@ -622,12 +622,6 @@ def standing(checkpoints: dict[str, Any] | None) -> str:
                             f"{n} with no checkpoint" for n, c in checkpoints.items())
 
 
-def _command(e: CommandReceived) -> str:
-    via = f" via {e.client}" if e.client else ""
-    step = f" --step {e.step}" if e.step is not None else ""
-    return f"command {e.command}{step} from {e.by}{via}" + (f": {e.reason}" if e.reason else "")
-
-
 # One handler per class: what happened, in words (without time and component).
 _WORDS: dict[type[Event], Callable[[Any], str]] = {
     RunStarted: _run_started,
@@ -654,7 +648,8 @@ _WORDS: dict[type[Event], Callable[[Any], str]] = {
     ProgressUpdated: _progress,
     ArtefactsCleaned: lambda e: (f"removed {len(e.paths)} artefact(s) of steps after {e.step} before resuming: "
                                  + ", ".join(e.paths[:5]) + (" ..." if len(e.paths) > 5 else "")),
-    CommandReceived: _command,
+    CommandReceived: lambda e: (f"command {e.command}{f' --step {e.step}' if e.step is not None else ''} from {e.by}"
+                                f"{f' via {e.client}' if e.client else ''}" + (f": {e.reason}" if e.reason else "")),
 }
 
 

@@ -107,11 +107,6 @@ def _is_token(s: str) -> bool:
     return _classes(body) == 3 or (_classes(body) >= 2 and max(map(len, _ALNUM_RUN.findall(body)), default=0) >= 16)
 
 
-def _entropy(s: str) -> float:
-    n = len(s)
-    return -sum(c / n * math.log2(c / n) for c in Counter(s).values())
-
-
 def looks_like_credential(value: str) -> bool:
     """Whether ``value`` looks like a secret by itself: a known token format, or a random string.
 
@@ -127,7 +122,8 @@ def looks_like_credential(value: str) -> bool:
     if len(value) < 20 or not _CRED_CHARS.match(value) or _HEXISH.match(value):
         return False
     run = max(_ALNUM_RUN.findall(value), key=len, default="")
-    return len(run) >= 16 and _classes(run) == 3 and _entropy(run) >= 3.5
+    n = len(run)
+    return n >= 16 and _classes(run) == 3 and -sum(c / n * math.log2(c / n) for c in Counter(run).values()) >= 3.5
 
 
 # ------------------------------------------------------------------------------------ names
@@ -219,10 +215,6 @@ def _group(kind: str, back: int = 0) -> str:
     return name
 
 
-def _ci(word: str) -> str:
-    return f"(?i:{re.escape(word)})"
-
-
 def _name_tree(leaves: list[tuple[str, bool, str, str]], sep: str) -> str:
     """Lookbehinds that find which name (written NAME, NAME", NAME' or NAME followed by a space) ends
     right before ``sep``, each followed by its value pattern (a template for the group's name and
@@ -235,7 +227,7 @@ def _name_tree(leaves: list[tuple[str, bool, str, str]], sep: str) -> str:
         for word, cased, kind, then in leaves:
             # "^word": the whole word only (db_pass=, pass=, not bypass= or compass=)
             bare = word.lstrip("^")
-            name = ("(?<![A-Za-z0-9])" if word.startswith("^") else "") + (re.escape(bare) if cased else _ci(bare))
+            name = ("(?<![A-Za-z0-9])" if word.startswith("^") else "") + (re.escape(bare) if cased else f"(?i:{re.escape(bare)})")
             letter = word[-1] if cased else f"{word[-1].lower()}{word[-1].upper()}"
             by_letter.setdefault(letter, []).append(f"(?<={name}{c}{s}){then.format(_group(kind))}")
         letters = "".join(sorted(by_letter))
@@ -693,16 +685,12 @@ def _userinfo_secret(info: str, start: int) -> tuple[int, int] | None:
     it is a token (``https://TOKEN:x-oauth-basic@github.com``, ``https://TOKEN@host``); a plain user
     name (``git@``, ``admin:``) is not one, nor a port (``host:8080@``... is no userinfo)."""
     user, colon, password = info.partition(":")
-    token_user = _user_is_token(user)
+    # a token user: a known token shape, or 20 or more characters of token alphabet with a digit (user names are
+    # short words: git, postgres, oauth2)
+    token_user = _is_token(user) or (len(user) >= 20 and bool(_CRED_CHARS.match(user)) and any(map(str.isdigit, user)))
     if colon and password and not (password.isdigit() and len(password) <= 5):
         return (start if token_user else start + len(user) + 1), start + len(info)
     return (start, start + len(user)) if token_user else None
-
-
-def _user_is_token(user: str) -> bool:
-    """A URL's user part that is a credential: a known token shape, or 20 or more characters of token
-    alphabet with a digit (user names are short words: ``git``, ``postgres``, ``oauth2``)."""
-    return _is_token(user) or (len(user) >= 20 and bool(_CRED_CHARS.match(user)) and any(c.isdigit() for c in user))
 
 
 def _is_pathlike(v: str) -> bool:

@@ -132,11 +132,6 @@ def _spawn_failed(c: dict[str, Any], e: ev.ComponentSpawnFailed, rec: ev.Record)
     c["pid"] = None
 
 
-def _adopted(c: dict[str, Any], e: ev.ComponentAdopted, rec: ev.Record) -> None:
-    c.update(state=e.state, pid=e.pid, attempt=e.attempt or c["attempt"], monitor_pid=e.monitor_pid,
-             next_start_at=None, waiting_for=[], started_at=rec.ts - e.uptime_s)
-
-
 def _exited(c: dict[str, Any], e: ev.ComponentExited, rec: ev.Record) -> None:
     c["last_exit"] = {"exit_code": e.exit_code, "signal": e.signal, "uptime_s": e.uptime_s, "step": e.step,
                       "diagnosis": ev.part_dict(rec, "diagnosis"), "ts": rec.ts}
@@ -165,7 +160,10 @@ def _progress(c: dict[str, Any], e: ev.ProgressUpdated, rec: ev.Record) -> None:
 # makes the component known.
 _COMPONENT: dict[type[ev.Event], _Handler] = {
     ev.ComponentPending: lambda c, e, rec: c.update(state="pending", waiting_for=e.waiting_for, next_start_at=None),
-    ev.ComponentStarted: _started, ev.ComponentSpawnFailed: _spawn_failed, ev.ComponentAdopted: _adopted,
+    ev.ComponentStarted: _started, ev.ComponentSpawnFailed: _spawn_failed,
+    ev.ComponentAdopted: lambda c, e, rec: c.update(state=e.state, pid=e.pid, attempt=e.attempt or c["attempt"],
+                                                    monitor_pid=e.monitor_pid, next_start_at=None, waiting_for=[],
+                                                    started_at=rec.ts - e.uptime_s),
     ev.ComponentReady: lambda c, e, rec: c.update(state="running", ready_at=rec.ts),
     ev.ComponentExited: _exited,
     ev.RestartScheduled: lambda c, e, rec: c.update(state="backoff", restarts=c["restarts"] + 1, reason=e.reason,

@@ -714,7 +714,8 @@ def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: 
             healthy: float = 0.0, cause: Cause | None = None) -> tuple[Life, list[Effect]]:
     name = life.name
     decision, policy = decide(rules.restart, life.policy, success=success, how=how, healthy_s=healthy, now=now,
-                              u=_u(rules, life.attempt))
+                              u=int.from_bytes(hashlib.sha256(f"{rules.seed}:{life.attempt}".encode()).digest()[:8],
+                                               "big") / 2**64)  # the jitter draw: deterministic per attempt
     why = cause or Cause("exit", how, of="exited")
     fatal_pattern = next((f for f in patterns if f.fatal), None)
     if fatal_pattern is not None and decision.action == "restart":
@@ -750,8 +751,3 @@ def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: 
     fx.append(Emit(ev.ComponentFatal(name, reason=decision.reason, why=why)))
     return replace(life, state="fatal", gave_up=why), fx
 
-
-def _u(rules: Rules, attempt: int) -> float:
-    """The backoff jitter draw for ``attempt``: deterministic per component and attempt."""
-    h = hashlib.sha256(f"{rules.seed}:{attempt}".encode()).digest()
-    return int.from_bytes(h[:8], "big") / 2**64

@@ -194,10 +194,6 @@ def _restarted(view: View, t: Restarted, now: float, cfg: Config) -> tuple[Effec
     return () if why is None else _follow(view, cfg, str(t.event["component"]), why)
 
 
-def _restart_command(view: View, t: RestartCommand, now: float, cfg: Config) -> tuple[Effect, ...]:
-    return _follow(view, cfg, t.name, t.cause or lc.Cause("user", f"{t.name} was restarted"))
-
-
 def _follow(view: View, cfg: Config, leader: str, why: lc.Cause) -> tuple[Effect, ...]:
     return tuple(Feed(n, inp) for n, inp in detectors.followers(cfg, view.seen, leader, why))
 
@@ -278,6 +274,7 @@ def _dependency_verdict(view: View, t: DependencyVerdict, now: float, cfg: Confi
 
 
 _HANDLERS: dict[type[Any], Callable[[View, Any, float, Config], tuple[Effect, ...]]] = {
-    Restarted: _restarted, RestartCommand: _restart_command, Pending: _pending, Settled: _settled,
+    Restarted: _restarted, Pending: _pending, Settled: _settled,
+    RestartCommand: lambda view, t, now, cfg: _follow(view, cfg, t.name, t.cause or lc.Cause("user", f"{t.name} was restarted")),
     StallTick: _stall_tick, DependencyTick: _dependency_tick, DependencyVerdict: _dependency_verdict,
 }
