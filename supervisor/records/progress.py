@@ -78,14 +78,10 @@ class ProgressMatcher:
 
     @staticmethod
     def _observe(ex: _Compiled, m: re.Match[str], text: str) -> Observation | None:
-        step = total = None
-        if ex.kind == "pydict":
-            found = _from_dict(m.group("dict"))
-            if found is None:
-                return None
-            step, metrics = found
-        else:
-            step, total, metrics = _from_groups(m)
+        found = _from_dict(m.group("dict")) if ex.kind == "pydict" else _from_groups(m)
+        if found is None:
+            return None
+        step, total, metrics = found
         if ex.keys is not None:  # the metrics (groups key and value) in the rest of the matched line
             end = text.find("\n", m.end())
             metrics.update({metric_name(km.group("key")): f
@@ -96,8 +92,8 @@ class ProgressMatcher:
         return Observation(step, total, metrics)
 
 
-def _from_dict(text: str) -> tuple[int | None, dict[str, float]] | None:
-    """(step, metrics) from a printed Python dict (``{'loss': 0.5, 'step': 3}``); None if it is not one."""
+def _from_dict(text: str) -> tuple[int | None, None, dict[str, float]] | None:
+    """(step, no total, metrics) from a printed Python dict (``{'loss': 0.5, 'step': 3}``); None if it is not one."""
     d = parse_dict(text)
     if d is None:
         return None
@@ -110,7 +106,7 @@ def _from_dict(text: str) -> tuple[int | None, dict[str, float]] | None:
         f = dict_number(v)
         if f is not None:
             metrics[metric_name(str(k))] = f
-    return step, metrics
+    return step, None, metrics
 
 
 def _from_groups(m: re.Match[str]) -> tuple[int | None, int | None, dict[str, float]]:

@@ -742,14 +742,10 @@ def argv_secrets(argv: Sequence[str]) -> set[str]:
     """Secrets given on a command line, by position (what :meth:`Redactor.redact_argv` masks) or by
     pattern inside a word (``Authorization: Bearer X``), that are distinctive enough to be masked
     wherever they show up later (see :func:`_worth_masking_everywhere`)."""
-    found: set[str] = set()
-    for a, secret in _argv_marks([str(x) for x in argv]):
-        if secret is None and (len(a) < MIN_SECRET_LEN or _ANCHORS.isdisjoint(a)):
-            continue  # nothing the pattern can find in it (its every match starts at an anchor)
-        for v in [secret] if secret is not None else _DEFAULT.secrets_in(a):
-            if _worth_masking_everywhere(v):
-                found.add(v)
-    return found
+    return {v for a, secret in _argv_marks([str(x) for x in argv])
+            # a word without an anchor holds nothing the pattern can find (its every match starts at one)
+            if secret is not None or (len(a) >= MIN_SECRET_LEN and not _ANCHORS.isdisjoint(a))
+            for v in ([secret] if secret is not None else _DEFAULT.secrets_in(a)) if _worth_masking_everywhere(v)}
 
 
 _DEFAULT = Redactor()
