@@ -606,10 +606,11 @@ def _exited(e: ComponentExited) -> str:
 def _progress(e: ProgressUpdated) -> str:
     d = e.data
     total = f"/{d['total']}" if d.get("total") else ""
-    rate = f", {d['rate']:.2f} step/s" if d.get("rate") else ""
-    eta = f", ETA {fmt_duration(d['eta_s'])}" if d.get("eta_s") is not None else ""
-    metrics = d.get("metrics") or {}
-    shown = " ".join(f"{k} {v:.4g}" for k, v in list(metrics.items())[:4])
+    # a damaged line's values of the wrong type are left out, never raised on
+    rate = f", {d['rate']:.2f} step/s" if _is_number(d.get("rate")) and d["rate"] else ""
+    eta = f", ETA {fmt_duration(d['eta_s'])}" if _is_number(d.get("eta_s")) else ""
+    metrics = d["metrics"] if isinstance(d.get("metrics"), dict) else {}
+    shown = " ".join(f"{k} {v:.4g}" if _is_number(v) else f"{k} {v}" for k, v in list(metrics.items())[:4])
     return f"step {d.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")
 
 
