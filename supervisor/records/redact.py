@@ -227,7 +227,8 @@ def _name_tree(leaves: list[tuple[str, bool, str, str]], sep: str) -> str:
         for word, cased, kind, then in leaves:
             # "^word": the whole word only (db_pass=, pass=, not bypass= or compass=)
             bare = word.lstrip("^")
-            name = ("(?<![A-Za-z0-9])" if word.startswith("^") else "") + (re.escape(bare) if cased else f"(?i:{re.escape(bare)})")
+            name = (("(?<![A-Za-z0-9])" if word.startswith("^") else "")
+                    + (re.escape(bare) if cased else f"(?i:{re.escape(bare)})"))
             letter = word[-1] if cased else f"{word[-1].lower()}{word[-1].upper()}"
             by_letter.setdefault(letter, []).append(f"(?<={name}{c}{s}){then.format(_group(kind))}")
         letters = "".join(sorted(by_letter))

@@ -275,6 +275,7 @@ def _dependency_verdict(view: View, t: DependencyVerdict, now: float, cfg: Confi
 
 _HANDLERS: dict[type[Any], Callable[[View, Any, float, Config], tuple[Effect, ...]]] = {
     Restarted: _restarted, Pending: _pending, Settled: _settled,
-    RestartCommand: lambda view, t, now, cfg: _follow(view, cfg, t.name, t.cause or lc.Cause("user", f"{t.name} was restarted")),
+    RestartCommand: lambda view, t, now, cfg: _follow(view, cfg, t.name,
+                                                      t.cause or lc.Cause("user", f"{t.name} was restarted")),
     StallTick: _stall_tick, DependencyTick: _dependency_tick, DependencyVerdict: _dependency_verdict,
 }
