@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from .events import (
     ComponentCompleted,
@@ -19,14 +18,12 @@ from .events import (
     ComponentReady,
     ComponentStarted,
     ComponentStopped,
+    Diagnosis,
     FlagRaised,
     Record,
     RestartScheduled,
 )
 from .phrases import describe_exit
-
-if TYPE_CHECKING:
-    from .diagnosis import Diagnosis
 
 _OUTCOMES = (ComponentCompleted, ComponentFatal, ComponentStopped, RestartScheduled)  # what rlsup did after the exit
 
@@ -93,28 +90,14 @@ class Attempt:
         return describe_exit(self.exit_code, self.signal, bare_signal=bare_signal)
 
 
-def _opened(rec: Record, e: ComponentStarted, number: int) -> Attempt:
-    from .diagnosis import Diagnosis
-
-    return Attempt(attempt=e.attempt or number, started_at=rec.ts, ended_at=None, ready=False, exit_code=None,
-                   signal=None, step=None, resumed_step=e.resume.step if e.resume else None,
-                   diagnosis=Diagnosis.from_dict({}), component=e.component or "", start=rec)
-
-
-def _closed(a: Attempt, rec: Record, e: ComponentExited) -> Attempt:
-    from .diagnosis import Diagnosis
-
-    return replace(a, ended_at=rec.ts, exit_code=e.exit_code, signal=e.signal, step=e.step, exit=rec,
-                   diagnosis=e.diagnosis or Diagnosis.from_dict({}))
-
-
 def _follow(a: Attempt, rec: Record) -> Attempt:
     """``a`` with what ``rec`` (a record of its component after its start) says about it."""
     e = rec.event
     if isinstance(e, ComponentReady):
         return replace(a, ready=True, ready_at=rec.ts)
     if isinstance(e, ComponentExited):
-        return _closed(a, rec, e)
+        return replace(a, ended_at=rec.ts, exit_code=e.exit_code, signal=e.signal, step=e.step, exit=rec,
+                       diagnosis=e.diagnosis or Diagnosis.from_dict({}))
     if isinstance(e, _OUTCOMES) and a.ended and a.outcome is None:
         return replace(a, outcome=rec)
     if isinstance(e, FlagRaised):
@@ -130,8 +113,11 @@ def from_records(records: Iterable[Record]) -> dict[str, list[Attempt]]:
         if not name:
             continue
         atts = out.get(name)
-        if isinstance(rec.event, ComponentStarted):
-            out.setdefault(name, []).append(_opened(rec, rec.event, len(atts or []) + 1))
+        if isinstance(e := rec.event, ComponentStarted):
+            out.setdefault(name, []).append(Attempt(
+                attempt=e.attempt or len(atts or []) + 1, started_at=rec.ts, ended_at=None, ready=False,
+                exit_code=None, signal=None, step=None, resumed_step=e.resume.step if e.resume else None,
+                diagnosis=Diagnosis.from_dict({}), component=e.component or "", start=rec))
         elif atts:
             atts[-1] = _follow(atts[-1], rec)
     return out

@@ -72,10 +72,7 @@ class Diagnosis:
     @property
     def exception_type(self) -> str | None:
         """The exception's type as printed (``torch.OutOfMemoryError``), without its message."""
-        if not self.exception:
-            return None
-        head = self.exception.split(":", 1)[0].strip()
-        return head or None
+        return (self.exception.split(":", 1)[0].strip() or None) if self.exception else None
 
     def what(self) -> str:
         """``AttributeError at train.py:12`` / ``cuda_oom``: the failure in a few words."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, Literal, TypeGuard, cast
 
 from .diagnosis import Diagnosis
 from .phrases import describe_exit, fmt_duration
@@ -117,10 +117,13 @@ class Event:
                 out[name] = v.to_dict()
         return out
 
+    def kind_name(self) -> str:
+        """The kind it is journaled as (an :class:`UnknownEvent`'s own)."""
+        return self.kind
+
     def to_dict(self, *, ts: float, seq: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"ts": round(ts, 6), "seq": seq, "kind": self.kind, "component": self.component}
-        out.update(self.payload())
-        return out
+        return {"ts": round(ts, 6), "seq": seq, "kind": self.kind_name(), "component": self.component,
+                **self.payload()}
 
 
 # ---------------------------------------------------------------------- the run
@@ -386,10 +389,6 @@ class ResourcesSampled(Gauge):
         return {"components": dict(self.data)}
 
 
-
-
-
-
 # ---------------------------------------------------------------------- back from JSON: the parser at the edges
 
 
@@ -404,10 +403,8 @@ class UnknownEvent(Event):
     def payload(self) -> dict[str, Any]:
         return dict(self.data)
 
-    def to_dict(self, *, ts: float, seq: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"ts": round(ts, 6), "seq": seq, "kind": self.name, "component": self.component}
-        out.update(self.data)
-        return out
+    def kind_name(self) -> str:
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -428,7 +425,7 @@ class Record:
 
     @property
     def kind(self) -> str:
-        return self.event.name if isinstance(self.event, UnknownEvent) else self.event.kind
+        return self.event.kind_name()
 
     @property
     def component(self) -> str | None:
@@ -460,11 +457,11 @@ _ENVELOPE = ("ts", "seq", "kind", "component")
 _Check = Callable[[Any], bool]
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -492,25 +489,15 @@ def _check_for(annotation: str) -> _Check:
     return fits
 
 
-def _field_checks(cls: type[Event]) -> tuple[tuple[str, _Check], ...]:
-    return tuple((f.name, _check_for(str(f.type))) for f in fields(cls) if f.name != "component")
+_FIELDS: dict[type[Event], tuple[tuple[str, _Check], ...]] = {
+    cls: tuple((f.name, _check_for(str(f.type))) for f in fields(cls) if f.name != "component")
+    for cls in EVENT_CLASSES}
 
 
-_FIELDS: dict[type[Event], tuple[tuple[str, _Check], ...]] = {cls: _field_checks(cls) for cls in EVENT_CLASSES}
-
-
-def _part_fields(cls: type[Event]) -> dict[str, type[Cause] | type[Resume] | type[Diagnosis]]:
-    """The fields of ``cls`` that hold a typed record (:data:`PARTS`), each with its class."""
-    out = {}
-    for f in fields(cls):
-        base = str(f.type).split("|")[0].strip()
-        if base in PARTS:
-            out[f.name] = PARTS[base]
-    return out
-
-
+# The fields of each class that hold a typed record (:data:`PARTS`), each with its class.
 _PART_FIELDS: dict[type[Event], dict[str, type[Cause] | type[Resume] | type[Diagnosis]]] = {
-    cls: parts for cls in EVENT_CLASSES if (parts := _part_fields(cls))}
+    cls: parts for cls in EVENT_CLASSES
+    if (parts := {f.name: PARTS[b] for f in fields(cls) if (b := str(f.type).split("|")[0].strip()) in PARTS})}
 
 
 def _read_part(cls: type[Event], name: str, value: dict[str, Any], extra: dict[str, Any]) -> Any:
@@ -529,8 +516,8 @@ def parse(d: Mapping[str, Any]) -> Record:
     kept in ``extra``, missing fields (an old journal) take their defaults and are remembered as
     ``absent``: ``parse(d).to_dict() == d``, keys in their order, for every dict an rlsup of any version wrote."""
     raw_ts, raw_seq, kind, comp = (d.get(k) for k in _ENVELOPE)
-    ts = float(raw_ts) if isinstance(raw_ts, (int, float)) and not isinstance(raw_ts, bool) else 0.0
-    seq = raw_seq if isinstance(raw_seq, int) and not isinstance(raw_seq, bool) else 0
+    ts = float(raw_ts) if _is_number(raw_ts) else 0.0
+    seq = raw_seq if _is_int(raw_seq) else 0
     component = comp if comp is None or isinstance(comp, str) else str(comp)
     rest = {k: v for k, v in d.items() if k not in _ENVELOPE}
     absent = {k for k in ("ts", "seq", "component") if k not in d}
@@ -619,16 +606,12 @@ def _exited(e: ComponentExited) -> str:
 def _progress(e: ProgressUpdated) -> str:
     d = e.data
     total = f"/{d['total']}" if d.get("total") else ""
-    rate = f", {d['rate']:.2f} step/s" if d.get("rate") else ""
-    eta = f", ETA {fmt_duration(d['eta_s'])}" if d.get("eta_s") is not None else ""
-    metrics = d.get("metrics") or {}
-    shown = " ".join(f"{k} {v:.4g}" for k, v in list(metrics.items())[:4])
+    # a damaged line's values of the wrong type are left out, never raised on
+    rate = f", {d['rate']:.2f} step/s" if _is_number(d.get("rate")) and d["rate"] else ""
+    eta = f", ETA {fmt_duration(d['eta_s'])}" if _is_number(d.get("eta_s")) else ""
+    metrics = d["metrics"] if isinstance(d.get("metrics"), dict) else {}
+    shown = " ".join(f"{k} {v:.4g}" if _is_number(v) else f"{k} {v}" for k, v in list(metrics.items())[:4])
     return f"step {d.get('step')}{total}{rate}{eta}" + (f" | {shown}" if shown else "")
-
-
-def _cleaned(e: ArtefactsCleaned) -> str:
-    return (f"removed {len(e.paths)} artefact(s) of steps after {e.step} before resuming: "
-            + ", ".join(e.paths[:5]) + (" ..." if len(e.paths) > 5 else ""))
 
 
 def standing(checkpoints: dict[str, Any] | None) -> str:
@@ -638,12 +621,6 @@ def standing(checkpoints: dict[str, Any] | None) -> str:
         return ""
     return "; " + ", ".join(f"{n} at checkpoint step {c.get('step')}" if isinstance(c, dict) else
                             f"{n} with no checkpoint" for n, c in checkpoints.items())
-
-
-def _command(e: CommandReceived) -> str:
-    via = f" via {e.client}" if e.client else ""
-    step = f" --step {e.step}" if e.step is not None else ""
-    return f"command {e.command}{step} from {e.by}{via}" + (f": {e.reason}" if e.reason else "")
 
 
 # One handler per class: what happened, in words (without time and component).
@@ -670,8 +647,10 @@ _WORDS: dict[type[Event], Callable[[Any], str]] = {
     FlagCleared: lambda e: f"flag {e.type} cleared: {e.message}",
     LeftoversEnded: lambda e: f"found {len(e.pids)} process(es) left by a previous supervisor: {e.action}",
     ProgressUpdated: _progress,
-    ArtefactsCleaned: _cleaned,
-    CommandReceived: _command,
+    ArtefactsCleaned: lambda e: (f"removed {len(e.paths)} artefact(s) of steps after {e.step} before resuming: "
+                                 + ", ".join(e.paths[:5]) + (" ..." if len(e.paths) > 5 else "")),
+    CommandReceived: lambda e: (f"command {e.command}{f' --step {e.step}' if e.step is not None else ''} from {e.by}"
+                                f"{f' via {e.client}' if e.client else ''}" + (f": {e.reason}" if e.reason else "")),
 }
 
 

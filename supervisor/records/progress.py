@@ -35,8 +35,6 @@ def preset_names() -> tuple[str, ...]:
     return tuple(PRESETS)
 
 
-
-
 @dataclass(frozen=True)
 class Observation:
     step: int | None
@@ -70,10 +68,7 @@ class ProgressMatcher:
         """Observations in ``text`` (normalised lines joined by ``\\n``), in order of appearance."""
         found: list[tuple[int, Observation]] = []
         for ex in self._ex:
-            matches = list(ex.regex.finditer(text))
-            if not matches:
-                continue
-            for m in matches[-MAX_OBS_PER_CHUNK:]:
+            for m in list(ex.regex.finditer(text))[-MAX_OBS_PER_CHUNK:]:
                 obs = self._observe(ex, m, text)
                 if obs is not None:
                     found.append((m.start(), obs))
@@ -83,24 +78,22 @@ class ProgressMatcher:
 
     @staticmethod
     def _observe(ex: _Compiled, m: re.Match[str], text: str) -> Observation | None:
-        step = total = None
-        if ex.kind == "pydict":
-            found = _from_dict(m.group("dict"))
-            if found is None:
-                return None
-            step, metrics = found
-        else:
-            step, total, metrics = _from_groups(m)
-        if ex.keys is not None:
+        found = _from_dict(m.group("dict")) if ex.kind == "pydict" else _from_groups(m)
+        if found is None:
+            return None
+        step, total, metrics = found
+        if ex.keys is not None:  # the metrics (groups key and value) in the rest of the matched line
             end = text.find("\n", m.end())
-            metrics.update(_key_values(ex.keys, text[m.end(): end if end >= 0 else len(text)]))
+            metrics.update({metric_name(km.group("key")): f
+                            for km in ex.keys.finditer(text[m.end(): end if end >= 0 else len(text)])
+                            if (f := number(km.group("value"))) is not None})
         if step is None and total is None and not metrics:
             return None
         return Observation(step, total, metrics)
 
 
-def _from_dict(text: str) -> tuple[int | None, dict[str, float]] | None:
-    """(step, metrics) from a printed Python dict (``{'loss': 0.5, 'step': 3}``); None if it is not one."""
+def _from_dict(text: str) -> tuple[int | None, None, dict[str, float]] | None:
+    """(step, no total, metrics) from a printed Python dict (``{'loss': 0.5, 'step': 3}``); None if it is not one."""
     d = parse_dict(text)
     if d is None:
         return None
@@ -113,7 +106,7 @@ def _from_dict(text: str) -> tuple[int | None, dict[str, float]] | None:
         f = dict_number(v)
         if f is not None:
             metrics[metric_name(str(k))] = f
-    return step, metrics
+    return step, None, metrics
 
 
 def _from_groups(m: re.Match[str]) -> tuple[int | None, int | None, dict[str, float]]:
@@ -130,16 +123,6 @@ def _from_groups(m: re.Match[str]) -> tuple[int | None, int | None, dict[str, fl
         elif (f := number(v)) is not None:
             metrics[metric_name(k)] = f
     return step, total, metrics
-
-
-def _key_values(keys: re.Pattern[str], rest: str) -> dict[str, float]:
-    """The metrics ``keys`` finds (groups ``key`` and ``value``) in the rest of the matched line."""
-    metrics: dict[str, float] = {}
-    for km in keys.finditer(rest):
-        f = number(km.group("value"))
-        if f is not None:
-            metrics[metric_name(km.group("key"))] = f
-    return metrics
 
 
 def _round(v: float) -> float:

@@ -107,11 +107,6 @@ def _is_token(s: str) -> bool:
     return _classes(body) == 3 or (_classes(body) >= 2 and max(map(len, _ALNUM_RUN.findall(body)), default=0) >= 16)
 
 
-def _entropy(s: str) -> float:
-    n = len(s)
-    return -sum(c / n * math.log2(c / n) for c in Counter(s).values())
-
-
 def looks_like_credential(value: str) -> bool:
     """Whether ``value`` looks like a secret by itself: a known token format, or a random string.
 
@@ -127,7 +122,8 @@ def looks_like_credential(value: str) -> bool:
     if len(value) < 20 or not _CRED_CHARS.match(value) or _HEXISH.match(value):
         return False
     run = max(_ALNUM_RUN.findall(value), key=len, default="")
-    return len(run) >= 16 and _classes(run) == 3 and _entropy(run) >= 3.5
+    n = len(run)
+    return n >= 16 and _classes(run) == 3 and -sum(c / n * math.log2(c / n) for c in Counter(run).values()) >= 3.5
 
 
 # ------------------------------------------------------------------------------------ names
@@ -137,10 +133,6 @@ def is_secret_name(name: str) -> bool:
     """Whether an environment variable of this name holds a secret (HF_TOKEN, GITHUB_PAT and SESSION_COOKIE
     yes; TOKENIZERS_PARALLELISM, PATH and HF_TOKEN_PATH no)."""
     return bool(SECRET_NAME_RE.search(name)) and not _NOT_SECRET_NAMES.match(name)
-
-
-def _is_weak_secret_name(name: str) -> bool:
-    return bool(_WEAK_SECRET_NAME_RE.search(name)) and not _NOT_SECRET_NAMES.match(name)
 
 
 def _is_setting(value: str) -> bool:
@@ -166,7 +158,7 @@ def _is_secret_value(name: str, value: str) -> bool:
         return False
     if is_secret_name(name):
         return not _is_existing_path(value)
-    if _is_weak_secret_name(name):
+    if _WEAK_SECRET_NAME_RE.search(name) and not _NOT_SECRET_NAMES.match(name):
         return looks_like_credential(value)
     return _is_token(value)
 
@@ -175,14 +167,7 @@ def secret_values(env: Mapping[str, str]) -> set[str]:
     """The secret values of ``env``: values of credential-named variables (at least
     :data:`MIN_SECRET_LEN` long, not a boolean, small number or existing path), credential-shaped
     values of session-named ones, and any value with a known token prefix."""
-    out: set[str] = set()
-    for k, v in env.items():
-        if v is None:
-            continue
-        v = str(v)
-        if _is_secret_value(str(k), v):
-            out.add(v)
-    return out
+    return {str(v) for k, v in env.items() if v is not None and _is_secret_value(str(k), str(v))}
 
 
 # ------------------------------------------------------------------------------------ patterns
@@ -230,10 +215,6 @@ def _group(kind: str, back: int = 0) -> str:
     return name
 
 
-def _ci(word: str) -> str:
-    return f"(?i:{re.escape(word)})"
-
-
 def _name_tree(leaves: list[tuple[str, bool, str, str]], sep: str) -> str:
     """Lookbehinds that find which name (written NAME, NAME", NAME' or NAME followed by a space) ends
     right before ``sep``, each followed by its value pattern (a template for the group's name and
@@ -246,7 +227,8 @@ def _name_tree(leaves: list[tuple[str, bool, str, str]], sep: str) -> str:
         for word, cased, kind, then in leaves:
             # "^word": the whole word only (db_pass=, pass=, not bypass= or compass=)
             bare = word.lstrip("^")
-            name = ("(?<![A-Za-z0-9])" if word.startswith("^") else "") + (re.escape(bare) if cased else _ci(bare))
+            name = (("(?<![A-Za-z0-9])" if word.startswith("^") else "")
+                    + (re.escape(bare) if cased else f"(?i:{re.escape(bare)})"))
             letter = word[-1] if cased else f"{word[-1].lower()}{word[-1].upper()}"
             by_letter.setdefault(letter, []).append(f"(?<={name}{c}{s}){then.format(_group(kind))}")
         letters = "".join(sorted(by_letter))
@@ -521,12 +503,7 @@ class Redactor:
         """A redactor for a run: the secrets of every environment (:func:`secret_values`) and every
         command line (:func:`argv_secrets`), so a token given as ``--github-pat X`` is masked also when
         the program later prints X on its own."""
-        found = set(extra)
-        for env in envs:
-            found |= secret_values(env)
-        for argv in argvs:
-            found |= argv_secrets(argv)
-        return cls(found)
+        return cls(set(extra).union(*map(secret_values, envs), *map(argv_secrets, argvs)))
 
     # -------------------------------------------------------------------------- text
 
@@ -614,23 +591,13 @@ class Redactor:
         out: list[tuple[int, int]] = []
         longest = self._longest
         for p in range(max(lo, hi - longest + 1), hi - MIN_FRAGMENT + 1) if end else ():  # longest piece first
-            k = hi - p
-            for v in self._by_first.get(text[p], ()):
-                if len(v) > k and text.startswith(v[:k], p):
-                    out.append((p, hi))
-                    break
-            else:
-                continue
-            break
-        if start:
-            for q in range(min(hi, lo + longest - 1) - 1, lo + MIN_FRAGMENT - 2, -1):
-                k = q + 1 - lo
-                for v in self._by_last.get(text[q], ()):
-                    if len(v) > k and text.startswith(v[-k:], lo):
-                        out.append((lo, q + 1))
-                        break
-                else:
-                    continue
+            if any(len(v) > hi - p and text.startswith(v[:hi - p], p) for v in self._by_first.get(text[p], ())):
+                out.append((p, hi))
+                break
+        for q in range(min(hi, lo + longest - 1) - 1, lo + MIN_FRAGMENT - 2, -1) if start else ():
+            k = q + 1 - lo
+            if any(len(v) > k and text.startswith(v[-k:], lo) for v in self._by_last.get(text[q], ())):
+                out.append((lo, q + 1))
                 break
         return out
 
@@ -683,15 +650,8 @@ class Redactor:
         """A copy of ``argv`` with secrets masked: the word after ``--api-key``/``--token``/``--github-pat``,
         ``--token=X``, a credential-looking word after a one-letter option, and known values and
         token formats anywhere."""
-        out: list[str] = []
-        for a, secret in _argv_marks([str(x) for x in argv]):
-            if secret is None:
-                out.append(self.redact_text(a))
-            elif secret == a:
-                out.append(MASK)
-            else:  # --token=X
-                out.append(a[: len(a) - len(secret)] + MASK)
-        return out
+        return [self.redact_text(a) if secret is None else MASK if secret == a else a[: len(a) - len(secret)] + MASK
+                for a, secret in _argv_marks([str(x) for x in argv])]  # the last: --token=X
 
     def redact_obj(self, obj: Any) -> Any:
         """A redacted copy of a JSON-able value (dict/list/tuple/str; other scalars as they are).
@@ -702,13 +662,8 @@ class Redactor:
         if isinstance(obj, str):
             return self.redact_text(obj, edges=True)  # an event's text may be cut to a length
         if isinstance(obj, Mapping):
-            out = {}
-            for k, v in obj.items():
-                if isinstance(v, str) and isinstance(k, str) and _env_value_is_secret(k, v):
-                    out[k] = MASK
-                else:
-                    out[k] = self.redact_obj(v)
-            return out
+            return {k: MASK if isinstance(v, str) and isinstance(k, str) and _env_value_is_secret(k, v)
+                    else self.redact_obj(v) for k, v in obj.items()}
         if isinstance(obj, list | tuple):
             if obj and all(isinstance(x, str) for x in obj) and any(x.startswith("-") for x in obj):
                 red: list[Any] = self.redact_argv(obj)
@@ -731,16 +686,12 @@ def _userinfo_secret(info: str, start: int) -> tuple[int, int] | None:
     it is a token (``https://TOKEN:x-oauth-basic@github.com``, ``https://TOKEN@host``); a plain user
     name (``git@``, ``admin:``) is not one, nor a port (``host:8080@``... is no userinfo)."""
     user, colon, password = info.partition(":")
-    token_user = _user_is_token(user)
+    # a token user: a known token shape, or 20 or more characters of token alphabet with a digit (user names are
+    # short words: git, postgres, oauth2)
+    token_user = _is_token(user) or (len(user) >= 20 and bool(_CRED_CHARS.match(user)) and any(map(str.isdigit, user)))
     if colon and password and not (password.isdigit() and len(password) <= 5):
         return (start if token_user else start + len(user) + 1), start + len(info)
     return (start, start + len(user)) if token_user else None
-
-
-def _user_is_token(user: str) -> bool:
-    """A URL's user part that is a credential: a known token shape, or 20 or more characters of token
-    alphabet with a digit (user names are short words: ``git``, ``postgres``, ``oauth2``)."""
-    return _is_token(user) or (len(user) >= 20 and bool(_CRED_CHARS.match(user)) and any(c.isdigit() for c in user))
 
 
 def _is_pathlike(v: str) -> bool:
@@ -792,14 +743,10 @@ def argv_secrets(argv: Sequence[str]) -> set[str]:
     """Secrets given on a command line, by position (what :meth:`Redactor.redact_argv` masks) or by
     pattern inside a word (``Authorization: Bearer X``), that are distinctive enough to be masked
     wherever they show up later (see :func:`_worth_masking_everywhere`)."""
-    found: set[str] = set()
-    for a, secret in _argv_marks([str(x) for x in argv]):
-        if secret is None and (len(a) < MIN_SECRET_LEN or _ANCHORS.isdisjoint(a)):
-            continue  # nothing the pattern can find in it (its every match starts at an anchor)
-        for v in [secret] if secret is not None else _DEFAULT.secrets_in(a):
-            if _worth_masking_everywhere(v):
-                found.add(v)
-    return found
+    return {v for a, secret in _argv_marks([str(x) for x in argv])
+            # a word without an anchor holds nothing the pattern can find (its every match starts at one)
+            if secret is not None or (len(a) >= MIN_SECRET_LEN and not _ANCHORS.isdisjoint(a))
+            for v in ([secret] if secret is not None else _DEFAULT.secrets_in(a)) if _worth_masking_everywhere(v)}
 
 
 _DEFAULT = Redactor()

@@ -91,10 +91,6 @@ def _run_ended(state: dict[str, Any], e: ev.RunEnded, rec: ev.Record) -> None:
         c.update(rate=None, eta_s=None)
 
 
-def _handed_over(state: dict[str, Any], e: ev.SupervisorExited, rec: ev.Record) -> None:
-    state["run"]["handed_over"] = rec.ts
-
-
 def _resources(state: dict[str, Any], e: ev.ResourcesSampled, rec: ev.Record) -> None:
     for n, r in e.data.items():
         if n in state["components"] and state["components"][n].get("pid"):  # live processes only
@@ -102,25 +98,20 @@ def _resources(state: dict[str, Any], e: ev.ResourcesSampled, rec: ev.Record) ->
 
 
 def _gpu(state: dict[str, Any], e: ev.GpuSampled, rec: ev.Record) -> None:
-    state["gpus"] = e.data.get("gpus", [])
-    state["host"] = e.data.get("host")
-    state["gpu_backend"] = e.data.get("backend")
-    state["gpu_reason"] = e.data.get("reason")
+    d = e.data
+    state.update(gpus=d.get("gpus", []), host=d.get("host"), gpu_backend=d.get("backend"), gpu_reason=d.get("reason"))
 
 
-_RUN: dict[type[ev.Event], Callable[[dict[str, Any], Any, ev.Record], None]] = {
-    ev.RunStarted: _run_started, ev.RunEnded: _run_ended, ev.SupervisorExited: _handed_over,
-    ev.ResourcesSampled: _resources, ev.GpuSampled: _gpu,
+_Handler = Callable[[dict[str, Any], Any, ev.Record], None]
+_RUN: dict[type[ev.Event], _Handler] = {
+    ev.RunStarted: _run_started, ev.RunEnded: _run_ended, ev.ResourcesSampled: _resources, ev.GpuSampled: _gpu,
+    ev.SupervisorExited: lambda state, e, rec: state["run"].update(handed_over=rec.ts),
 }
 
 
 # ---------------------------------------------------------------------- a component's events
 
 _GONE = {"pid": None, "rate": None, "eta_s": None, "resources": None}  # a process that is no more
-
-
-def _pending(c: dict[str, Any], e: ev.ComponentPending, rec: ev.Record) -> None:
-    c.update(state="pending", waiting_for=e.waiting_for, next_start_at=None)
 
 
 def _started(c: dict[str, Any], e: ev.ComponentStarted, rec: ev.Record) -> None:
@@ -141,49 +132,16 @@ def _spawn_failed(c: dict[str, Any], e: ev.ComponentSpawnFailed, rec: ev.Record)
     c["pid"] = None
 
 
-def _adopted(c: dict[str, Any], e: ev.ComponentAdopted, rec: ev.Record) -> None:
-    c.update(state=e.state, pid=e.pid, attempt=e.attempt or c["attempt"], monitor_pid=e.monitor_pid,
-             next_start_at=None, waiting_for=[], started_at=rec.ts - e.uptime_s)
-
-
-def _ready(c: dict[str, Any], e: ev.ComponentReady, rec: ev.Record) -> None:
-    c.update(state="running", ready_at=rec.ts)
-
-
 def _exited(c: dict[str, Any], e: ev.ComponentExited, rec: ev.Record) -> None:
     c["last_exit"] = {"exit_code": e.exit_code, "signal": e.signal, "uptime_s": e.uptime_s, "step": e.step,
                       "diagnosis": ev.part_dict(rec, "diagnosis"), "ts": rec.ts}
     c.update(_GONE, monitor_pid=None)
 
 
-def _restart_scheduled(c: dict[str, Any], e: ev.RestartScheduled, rec: ev.Record) -> None:
-    c.update(state="backoff", restarts=c["restarts"] + 1, reason=e.reason, next_start_at=rec.ts + e.delay_s)
-
-
-def _completed(c: dict[str, Any], e: ev.ComponentCompleted, rec: ev.Record) -> None:
-    c.update(_GONE, state="completed")
-
-
-def _fatal(c: dict[str, Any], e: ev.ComponentFatal, rec: ev.Record) -> None:
-    c.update(_GONE, state="fatal", reason=e.reason)
-
-
-def _stopping(c: dict[str, Any], e: ev.ComponentStopping, rec: ev.Record) -> None:
-    c.update(state="stopping")
-
-
-def _stopped(c: dict[str, Any], e: ev.ComponentStopped, rec: ev.Record) -> None:
-    c.update(_GONE, state="stopped", next_start_at=None)
-
-
 def _flag(c: dict[str, Any], e: ev.FlagRaised, rec: ev.Record) -> None:
     flags = [f for f in c["flags"] if f.get("type") != e.type]
     flags.append({"type": e.type, "message": e.message, "evidence": e.evidence, "action": e.action, "ts": rec.ts})
     c["flags"] = flags[-MAX_FLAGS:]
-
-
-def _flag_cleared(c: dict[str, Any], e: ev.FlagCleared, rec: ev.Record) -> None:
-    c["flags"] = [f for f in c["flags"] if f.get("type") != e.type]
 
 
 _PROGRESS_KEYS = ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch",
@@ -200,11 +158,22 @@ def _progress(c: dict[str, Any], e: ev.ProgressUpdated, rec: ev.Record) -> None:
 
 # One handler per class; a component event of a kind not listed (a command, a newer kind) only
 # makes the component known.
-_COMPONENT: dict[type[ev.Event], Callable[[dict[str, Any], Any, ev.Record], None]] = {
-    ev.ComponentPending: _pending, ev.ComponentStarted: _started, ev.ComponentSpawnFailed: _spawn_failed, ev.ComponentAdopted: _adopted,
-    ev.ComponentReady: _ready, ev.ComponentExited: _exited, ev.RestartScheduled: _restart_scheduled,
-    ev.ComponentCompleted: _completed, ev.ComponentFatal: _fatal, ev.ComponentStopping: _stopping, ev.ComponentStopped: _stopped,
-    ev.FlagRaised: _flag, ev.FlagCleared: _flag_cleared, ev.ProgressUpdated: _progress,
+_COMPONENT: dict[type[ev.Event], _Handler] = {
+    ev.ComponentPending: lambda c, e, rec: c.update(state="pending", waiting_for=e.waiting_for, next_start_at=None),
+    ev.ComponentStarted: _started, ev.ComponentSpawnFailed: _spawn_failed,
+    ev.ComponentAdopted: lambda c, e, rec: c.update(state=e.state, pid=e.pid, attempt=e.attempt or c["attempt"],
+                                                    monitor_pid=e.monitor_pid, next_start_at=None, waiting_for=[],
+                                                    started_at=rec.ts - e.uptime_s),
+    ev.ComponentReady: lambda c, e, rec: c.update(state="running", ready_at=rec.ts),
+    ev.ComponentExited: _exited,
+    ev.RestartScheduled: lambda c, e, rec: c.update(state="backoff", restarts=c["restarts"] + 1, reason=e.reason,
+                                                    next_start_at=rec.ts + e.delay_s),
+    ev.ComponentCompleted: lambda c, e, rec: c.update(_GONE, state="completed"),
+    ev.ComponentFatal: lambda c, e, rec: c.update(_GONE, state="fatal", reason=e.reason),
+    ev.ComponentStopping: lambda c, e, rec: c.update(state="stopping"),
+    ev.ComponentStopped: lambda c, e, rec: c.update(_GONE, state="stopped", next_start_at=None),
+    ev.FlagRaised: _flag, ev.ProgressUpdated: _progress,
+    ev.FlagCleared: lambda c, e, rec: c.update(flags=[f for f in c["flags"] if f.get("type") != e.type]),
 }
 
 

@@ -304,14 +304,9 @@ def outcome(cfg: Config, seen: Mapping[str, Seen], active: int | None = None) ->
     second while they start); None: counted here.
     """
     trigger = _end_trigger(cfg, seen)
-    if trigger is None:
-        if active:
-            return None
-        states = [c.state for c in seen.values()]
-        if any(s in lc.ACTIVE for s in states):
-            return None
-        if all(s == "stopped" for s in states):
-            return None
+    if trigger is None and (active or any(c.state in lc.ACTIVE for c in seen.values())
+                            or all(c.state == "stopped" for c in seen.values())):
+        return None
     failed = [c for c in seen.values() if c.state == "fatal"]
     done = f"{trigger} completed (exit_on_end)" if trigger is not None and seen[trigger].state == "completed" else ""
     if failed:  # even where the exit_on_end component completed after it: a component given up on is no completion
@@ -371,7 +366,5 @@ def partner_up(name: str, components: dict[str, tuple[list[str], str]]) -> str |
     ``resume.clean`` must not run (the first of the two to start cleaned before either ran).
     ``components``: each one's ``restart_with`` list and state."""
     mine = components[name][0]
-    for other, (theirs, state) in components.items():
-        if other != name and state in ("starting", "running") and other in mine and name in theirs:
-            return other
-    return None
+    return next((other for other, (theirs, state) in components.items()
+                 if other != name and state in ("starting", "running") and other in mine and name in theirs), None)

@@ -66,7 +66,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from ..config.model import Component as ComponentCfg
 from ..config.model import RestartCfg
@@ -80,12 +80,9 @@ __all__ = ["Cause", "CauseBy", "Resume"]  # the typed records of events, here wh
 
 def fill_seqs(life: Life, seqs: dict[str, int]) -> Life:
     """``life`` with the causes it keeps pointing at events emitted in the step just carried out."""
-    start = life.start_cause.filled(seqs) if life.start_cause is not None else None
-    stop = life.stop_cause.filled(seqs) if life.stop_cause is not None else None
-    gave = life.gave_up.filled(seqs) if life.gave_up is not None else None
-    if start is life.start_cause and stop is life.stop_cause and gave is life.gave_up:
-        return life
-    return replace(life, start_cause=start, stop_cause=stop, gave_up=gave)
+    filled = {k: new for k in ("start_cause", "stop_cause", "gave_up")
+              if (old := getattr(life, k)) is not None and (new := old.filled(seqs)) is not old}
+    return replace(life, **filled) if filled else life
 
 
 def fill_event(event: ev.Event, seqs: dict[str, int]) -> ev.Event:
@@ -363,7 +360,6 @@ Effect = Emit | Spawn | Terminate | Signal | Probe | StopProbes | SetTimer | Cle
 
 
 Outcome = tuple[Life, list[Effect]]
-_In = TypeVar("_In")
 _Handler = Callable[[Life, Any, float, Rules], Outcome]  # Any: the input, of the class the table keys it by
 
 
@@ -421,14 +417,11 @@ def _on_spawned(life: Life, inp: Spawned, now: float, rules: Rules) -> Outcome:
         log_ino=inp.log_ino, config_hash=inp.config_hash, **(inp.slurm or {})))]
     life = replace(life, start_cause=None)
     if life.want == "stop" or life.then_start:  # stopped or restarted while it was being spawned
-        fx.append(Emit(ev.ComponentStopping(life.name, by=life.stop_by or life.restart_by or "user",
-                                    signal=rules.stop_signal, cause=life.stop_cause)))
-        fx.append(Terminate(rules.stop_signal, rules.stop_timeout))
+        fx += [Emit(ev.ComponentStopping(life.name, by=life.stop_by or life.restart_by or "user",
+                                         signal=rules.stop_signal, cause=life.stop_cause)),
+               Terminate(rules.stop_signal, rules.stop_timeout)]
         return replace(life, state="stopping"), fx
-    if rules.ready_probe is None:
-        return _became_ready(life, now, rules, fx, "started (no readiness probe)")
-    fx.append(Probe("ready"))
-    return replace(life, state="starting"), fx
+    return _await_ready(life, now, rules, fx)
 
 
 def _on_adopted(life: Life, inp: Adopted, now: float, rules: Rules) -> Outcome:
@@ -439,14 +432,7 @@ def _on_adopted(life: Life, inp: Adopted, now: float, rules: Rules) -> Outcome:
     fx: list[Effect] = [Emit(ev.ComponentAdopted(
         life.name, pid=inp.pid, attempt=inp.attempt, monitor_pid=inp.monitor_pid,
         uptime_s=round(max(0.0, now - inp.started_at), 3), state=life.state))]
-    if inp.ready:
-        if rules.alive:
-            fx.append(Probe("alive"))
-        return _arm_healthy(life, rules, fx)
-    if rules.ready_probe is None:  # taken over before its start was recorded as ready: nothing to wait for
-        return _became_ready(life, now, rules, fx, "started (no readiness probe)")
-    fx.append(Probe("ready"))
-    return life, fx
+    return _became_ready(life, now, rules, fx, None) if inp.ready else _await_ready(life, now, rules, fx)
 
 
 def _on_spawn_failed(life: Life, inp: SpawnFailed, now: float, rules: Rules) -> Outcome:
@@ -609,16 +595,15 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
     """The attempt ended: stopped (a stop), started again (a restart), else judged by the restart policy
     and the crash patterns of its history (-> backoff | completed | fatal)."""
     name = life.name
-    fx: list[Effect] = []
     # an exit judged later (exit_hold) ended when its monitor saw it (on the same clock, or it is not used)
     at_ok = inp.at is not None and inp.at <= now and (life.started_at is None or inp.at >= life.started_at)
     ended = inp.at if at_ok and inp.at is not None else now
     started = life.started_at if life.started_at is not None else ended
     uptime = max(0.0, ended - started)
     healthy = ended - life.ready_at if life.ready_at is not None else 0.0
-    fx.append(Emit(ev.ComponentExited(name, exit_code=inp.exit_code, signal=inp.signal, uptime_s=round(uptime, 3),
-                                      step=inp.step, diagnosis=inp.diagnosis, attempt=life.attempt)))
-    fx += [StopProbes(), Cleanup()]
+    fx: list[Effect] = [Emit(ev.ComponentExited(name, exit_code=inp.exit_code, signal=inp.signal,
+                                                uptime_s=round(uptime, 3), step=inp.step, diagnosis=inp.diagnosis,
+                                                attempt=life.attempt)), StopProbes(), Cleanup()]
     if "stall" in life.episode:  # a stall is of one attempt: it ends with it (restart, completion, crash)
         fx.append(Emit(ev.FlagCleared(name, type="stall", message=f"attempt {life.attempt} ended",
                                       by="attempt_ended")))
@@ -637,7 +622,6 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         return replace(life, state="starting", attempt=attempt, spawning=True, then_start=False, restart_by=None,
                        resume_step=None, policy=History(), episode=frozenset(), started_at=None, forced=None,
                        start_cause=life.start_cause or life.stop_cause, stop_cause=None), fx
-    forced_cause = life.stop_cause if life.forced is not None else None
 
     record = AttemptRecord(
         attempt=life.attempt, started_at=started, ended_at=ended, ready=was_ready, exit_code=inp.exit_code,
@@ -648,14 +632,12 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         life = replace(life, episode=frozenset())
     life = replace(life, history=history)
     patterns = detect_attempt_patterns(history, total=inp.total if inp.total is not None else rules.total)
+    false_success = next((f for f in patterns if f.type == "false_success"), None)
     if life.forced is not None:  # rlsup ended it: a failure already, whatever its exit code said
         patterns = [f for f in patterns if f.type != "false_success"]
-    false_success = next((f for f in patterns if f.type == "false_success"), None)
-    success = (life.forced is None and false_success is None
-               and is_success(rules.restart, inp.exit_code, inp.signal))
-    if life.forced is not None:
+        false_success = None
         how = life.forced
-        why = forced_cause or Cause("probe", how, of="exited")
+        why = life.stop_cause or Cause("probe", how, of="exited")
     elif false_success is not None:
         how = f"false_success: {false_success.message}"
         why = Cause("exit", how, of="exited")  # the exit judged a failure; "pattern" is for fatal crash patterns
@@ -666,23 +648,18 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         shown = bool(summary) and d.category != "none" and (d.keys is None or "category" in d.keys)
         words = (summary if summary.startswith(how) else f"{how}: {summary}") if shown and summary else how
         why = Cause("exit", words, of="exited")
+    success = life.forced is None and false_success is None and is_success(rules.restart, inp.exit_code, inp.signal)
     return _decide(replace(life, forced=None, stop_cause=None), now, rules, fx, success=success, how=how,
                    patterns=patterns, healthy=healthy, cause=why)
 
 
-def _on(cls: type[_In], handler: Callable[[Life, _In, float, Rules], Outcome]) -> tuple[type[Any], _Handler]:
-    """One row of :data:`_HANDLERS` (typed: the handler takes the class it is filed under)."""
-    return cls, handler
-
-
-_HANDLERS: dict[type[Any], _Handler] = dict([
-    _on(DepsMet, _on_deps_met), _on(DepsWaiting, _on_deps_waiting), _on(DepsBlocked, _on_deps_blocked),
-    _on(Spawned, _on_spawned), _on(SpawnFailed, _on_spawn_failed), _on(Adopted, _on_adopted),
-    _on(Ready, _on_ready), _on(ReadyTimedOut, _on_ready_timed_out), _on(LivenessFailed, _on_liveness_failed),
-    _on(Exited, _on_exited), _on(BackoffElapsed, _on_backoff_elapsed), _on(Healthy, _on_healthy),
-    _on(Stalled, _on_stalled), _on(Unstalled, _on_unstalled), _on(Stop, _on_stop), _on(Restart, _on_restart),
-    _on(Start, _on_start), _on(Shutdown, _on_shutdown), _on(RunStopping, _on_run_stopping),
-])
+_HANDLERS: dict[type[Any], _Handler] = {
+    DepsMet: _on_deps_met, DepsWaiting: _on_deps_waiting, DepsBlocked: _on_deps_blocked, Spawned: _on_spawned,
+    SpawnFailed: _on_spawn_failed, Adopted: _on_adopted, Ready: _on_ready, ReadyTimedOut: _on_ready_timed_out,
+    LivenessFailed: _on_liveness_failed, Exited: _on_exited, BackoffElapsed: _on_backoff_elapsed,
+    Healthy: _on_healthy, Stalled: _on_stalled, Unstalled: _on_unstalled, Stop: _on_stop, Restart: _on_restart,
+    Start: _on_start, Shutdown: _on_shutdown, RunStopping: _on_run_stopping,
+}
 
 
 def _begin_stop(life: Life, rules: Rules, fx: list[Effect], *, by: str, reason: str | None,
@@ -699,15 +676,20 @@ def _force_stop(life: Life, rules: Rules, fx: list[Effect], reason: str, why: Ca
     return replace(life, forced=reason, stop_cause=why), fx
 
 
-def _became_ready(life: Life, now: float, rules: Rules, fx: list[Effect], probe: str) -> tuple[Life, list[Effect]]:
-    fx.append(Emit(ev.ComponentReady(life.name, probe=probe)))
-    if rules.alive:
-        fx.append(Probe("alive"))
-    return _arm_healthy(replace(life, state="running", ready_at=now), rules, fx)
+def _await_ready(life: Life, now: float, rules: Rules, fx: list[Effect]) -> Outcome:
+    """Probe readiness; without a readiness probe (or taken over before it was recorded ready) it is ready now."""
+    if rules.ready_probe is None:
+        return _became_ready(life, now, rules, fx, "started (no readiness probe)")
+    return replace(life, state="starting"), [*fx, Probe("ready")]
 
 
-def _arm_healthy(life: Life, rules: Rules, fx: list[Effect]) -> tuple[Life, list[Effect]]:
+def _became_ready(life: Life, now: float, rules: Rules, fx: list[Effect], probe: str | None) -> Outcome:
+    """-> running: emit ready (``probe`` None: an adopted attempt, ready already), probe liveness, arm healthy."""
+    if probe is not None:
+        life = replace(life, state="running", ready_at=now)
+        fx.append(Emit(ev.ComponentReady(life.name, probe=probe)))
     timer = life.timer + 1
+    fx += [Probe("alive")] if rules.alive else []
     fx.append(SetTimer("healthy", rules.restart.reset_after, timer))
     return replace(life, timer=timer), fx
 
@@ -732,7 +714,8 @@ def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: 
             healthy: float = 0.0, cause: Cause | None = None) -> tuple[Life, list[Effect]]:
     name = life.name
     decision, policy = decide(rules.restart, life.policy, success=success, how=how, healthy_s=healthy, now=now,
-                              u=_u(rules, life.attempt))
+                              u=int.from_bytes(hashlib.sha256(f"{rules.seed}:{life.attempt}".encode()).digest()[:8],
+                                               "big") / 2**64)  # the jitter draw: deterministic per attempt
     why = cause or Cause("exit", how, of="exited")
     fatal_pattern = next((f for f in patterns if f.fatal), None)
     if fatal_pattern is not None and decision.action == "restart":
@@ -768,8 +751,3 @@ def _decide(life: Life, now: float, rules: Rules, fx: list[Effect], *, success: 
     fx.append(Emit(ev.ComponentFatal(name, reason=decision.reason, why=why)))
     return replace(life, state="fatal", gave_up=why), fx
 
-
-def _u(rules: Rules, attempt: int) -> float:
-    """The backoff jitter draw for ``attempt``: deterministic per component and attempt."""
-    h = hashlib.sha256(f"{rules.seed}:{attempt}".encode()).digest()
-    return int.from_bytes(h[:8], "big") / 2**64
