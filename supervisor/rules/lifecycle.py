@@ -66,7 +66,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ..config.model import Component as ComponentCfg
 from ..config.model import RestartCfg
@@ -360,6 +360,7 @@ Effect = Emit | Spawn | Terminate | Signal | Probe | StopProbes | SetTimer | Cle
 
 
 Outcome = tuple[Life, list[Effect]]
+_In = TypeVar("_In")
 _Handler = Callable[[Life, Any, float, Rules], Outcome]  # Any: the input, of the class the table keys it by
 
 
@@ -653,13 +654,19 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
                    patterns=patterns, healthy=healthy, cause=why)
 
 
-_HANDLERS: dict[type[Any], _Handler] = {
-    DepsMet: _on_deps_met, DepsWaiting: _on_deps_waiting, DepsBlocked: _on_deps_blocked, Spawned: _on_spawned,
-    SpawnFailed: _on_spawn_failed, Adopted: _on_adopted, Ready: _on_ready, ReadyTimedOut: _on_ready_timed_out,
-    LivenessFailed: _on_liveness_failed, Exited: _on_exited, BackoffElapsed: _on_backoff_elapsed,
-    Healthy: _on_healthy, Stalled: _on_stalled, Unstalled: _on_unstalled, Stop: _on_stop, Restart: _on_restart,
-    Start: _on_start, Shutdown: _on_shutdown, RunStopping: _on_run_stopping,
-}
+def _on(cls: type[_In], handler: Callable[[Life, _In, float, Rules], Outcome]) -> tuple[type[Any], _Handler]:
+    """One row of :data:`_HANDLERS` (typed: mypy checks that the handler takes the class it is filed under)."""
+    return cls, handler
+
+
+_HANDLERS: dict[type[Any], _Handler] = dict([
+    _on(DepsMet, _on_deps_met), _on(DepsWaiting, _on_deps_waiting), _on(DepsBlocked, _on_deps_blocked),
+    _on(Spawned, _on_spawned), _on(SpawnFailed, _on_spawn_failed), _on(Adopted, _on_adopted),
+    _on(Ready, _on_ready), _on(ReadyTimedOut, _on_ready_timed_out), _on(LivenessFailed, _on_liveness_failed),
+    _on(Exited, _on_exited), _on(BackoffElapsed, _on_backoff_elapsed), _on(Healthy, _on_healthy),
+    _on(Stalled, _on_stalled), _on(Unstalled, _on_unstalled), _on(Stop, _on_stop), _on(Restart, _on_restart),
+    _on(Start, _on_start), _on(Shutdown, _on_shutdown), _on(RunStopping, _on_run_stopping),
+])
 
 
 def _begin_stop(life: Life, rules: Rules, fx: list[Effect], *, by: str, reason: str | None,
