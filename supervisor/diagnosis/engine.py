@@ -213,44 +213,26 @@ def _host_oom(host: HostEvidence, pids_seen: tuple[int | None, ...], sig: str | 
 
 
 def _signal_verdict(sig: str, exit_code: int | None, best: _Candidate | None) -> _Candidate | None:
-    """The signal that ended the process, as the failure, where the log names nothing that outranks it."""
-    if sig in _CRASH_SIGNALS:
-        return _crash_signal(sig, exit_code, best)
-    if sig == "SIGABRT":
-        return _abort_signal(sig, best)
-    if sig in _KILL_SIGNALS:
-        return _kill_signal(sig, exit_code, best)
-    return None
-
-
-def _crash_signal(sig: str, exit_code: int | None, best: _Candidate | None) -> _Candidate | None:
-    """SIGSEGV and the like: a crash, unless the log names a native failure (a CUDA error, a fatal
-    Python error) that explains it."""
-    if best is not None and best.category in _NATIVE:
-        return None
-    seg = best is not None and best.category == "segfault"
-    loc = best.location if best and seg else None
-    ev = best.evidence if best and seg else []
-    return _Candidate(-1, "segfault", PRIMARY, f"crashed with {sig}" + (f" in {short_location(loc)}" if loc else ""),
-                      None, loc, ev + [f"exit: {sig}" + (f" (exit code {exit_code})" if exit_code is not None else "")],
-                      library=bool(best and seg and best.library))
-
-
-def _abort_signal(sig: str, best: _Candidate | None) -> _Candidate | None:
-    """SIGABRT: an abort, unless the log names a failure of a lower tier."""
-    if best is not None and best.tier <= SIGNAL:
-        return None
-    return _Candidate(-1, "fatal_python_error", SIGNAL, f"aborted ({sig})", None, None,
-                      (best.evidence if best else []) + [f"exit: {sig}"])
-
-
-def _kill_signal(sig: str, exit_code: int | None, best: _Candidate | None) -> _Candidate | None:
-    """A kill from outside: the cause, unless the log names a failure of its own (not a collateral or weak one)."""
-    if best is not None and best.tier <= COLLATERAL and not best.weak:
-        return None
-    if best is not None and best.evidence and _SLURM_WHY.search(best.evidence[0]):
-        return None  # Slurm says who sent it and why (a requeue, a preemption, the time limit, scancel)
+    """The signal that ended the process, as the failure, where the log names nothing that outranks it: a crash
+    (SIGSEGV and the like) unless the log names a native failure that explains it, an abort unless a failure of
+    a lower tier, a kill from outside unless a failure of its own (not a collateral or weak one) or Slurm's
+    word on who sent it and why (a requeue, a preemption, the time limit, scancel)."""
     code = f" (exit code {exit_code})" if exit_code is not None else ""
+    if sig in _CRASH_SIGNALS:
+        if best is not None and best.category in _NATIVE:
+            return None
+        seg = best if best is not None and best.category == "segfault" else None
+        loc = seg.location if seg else None
+        return _Candidate(-1, "segfault", PRIMARY, f"crashed with {sig}{_at(loc, ' in ')}", None, loc,
+                          (seg.evidence if seg else []) + [f"exit: {sig}{code}"], library=bool(seg and seg.library))
+    if sig == "SIGABRT":
+        if best is not None and best.tier <= SIGNAL:
+            return None
+        return _Candidate(-1, "fatal_python_error", SIGNAL, f"aborted ({sig})", None, None,
+                          (best.evidence if best else []) + [f"exit: {sig}"])
+    if sig not in _KILL_SIGNALS or (best is not None and (
+            (best.tier <= COLLATERAL and not best.weak) or (best.evidence and _SLURM_WHY.search(best.evidence[0])))):
+        return None
     return _Candidate(-1, "killed", SIGNAL, f"killed by {sig}{code}; no kernel OOM evidence",
                       None, None, [f"exit: {sig}{code}"])
 
@@ -384,7 +366,7 @@ def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
         evidence = [f'File "{f.file}", line {f.line}, in {f.func}' for f in cut.frames[-3:]]
         if cut.garbled:
             evidence = [norm[k].text.strip()[:200] for k in range(len(norm)) if cut.start <= norm[k].index <= cut.end][:3]
-        out.append(_Candidate(cut.end, "unknown", WRAPPER, what + (f" at {short_location(loc)}" if loc else ""), None, loc,
+        out.append(_Candidate(cut.end, "unknown", WRAPPER, what + _at(loc), None, loc,
                               evidence, rich=True, stream=cut.stream))
     return out
 
@@ -418,7 +400,7 @@ def _fatal_stack_candidates(tail: _Tail) -> list[_Candidate]:
         cat = "segfault" if "Segmentation" in fs.kind or "Bus error" in fs.kind else "fatal_python_error"
         tier = PRIMARY if cat == "segfault" else SIGNAL
         loc, library = locate(fs.frames[::-1])
-        summary = f"Fatal Python error: {fs.kind}" + (f" in {short_location(loc)}" if loc else "")
+        summary = f"Fatal Python error: {fs.kind}{_at(loc, ' in ')}"
         out.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True, library=library))
         tail.covered.add(fs.index)
     return out + _timeout_dump_candidates(tail)
@@ -434,7 +416,7 @@ def _timeout_dump_candidates(tail: _Tail) -> list[_Candidate]:
         if fs.index < tail.recovered_after:
             continue
         loc, library = locate(fs.frames[::-1])
-        summary = f"hung: faulthandler's {fs.kind} dump" + (f", waiting in {short_location(loc)}" if loc else "")
+        summary = f"hung: faulthandler's {fs.kind} dump{_at(loc, ', waiting in ')}"
         out.append(_Candidate(fs.index, "watchdog_timeout", COLLATERAL, summary, None, loc, list(fs.lines),
                               rich=True, library=library))
     return out
@@ -475,40 +457,29 @@ def _line_candidates(tail: _Tail) -> list[_Candidate]:
     a launcher's report, a known failure line (joined with its continuation where a terminal wrapped it)."""
     out: list[_Candidate] = []
     for k, ln in enumerate(tail.norm):
-        if ln.index in tail.covered:
-            continue
         text = ln.text.strip()
-        if not text:
-            continue
-        c = _ray_task_candidate(tail.norm, k, ln, text)
-        if c is None:
-            c = _line_candidate(tail, k, ln, text)
-        if c is not None:
-            out.append(c)
+        if ln.index not in tail.covered and text:
+            c = _ray_task_candidate(tail.norm, k, ln, text) or _line_candidate(tail, k, ln, text)
+            out += [c] if c is not None else []
     return out
 
 
 def _line_candidate(tail: _Tail, k: int, ln: Line, text: str) -> _Candidate | None:
     """A launcher's report or a known failure on this line, or on it joined with the next one where a
     terminal wrapped it."""
-    launcher = _launcher_candidate(ln, text)
-    hit = match_span(text) if launcher is None else None
-    if launcher is None and hit is None:
-        joined = _wrapped(tail.norm, k, text)
-        if joined is None:
+    for joined, t in enumerate((text, _wrapped(tail.norm, k, text))):
+        if t is None:
             return None
-        launcher = _launcher_candidate(ln, joined)
-        hit = match_span(joined) if launcher is None else None
-        if hit is not None and match_span(tail.norm[k + 1].text.strip()) is not None:
-            # the next line names a failure by itself: its own record, not the rest of this one
-            # (a long "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
-            return None
-        text = joined
-    if launcher is not None:
-        return launcher
-    if hit is None:
-        return None
-    return _signature_candidate(tail, k, ln, text, hit)
+        launcher = _launcher_candidate(ln, t)
+        if launcher is not None:
+            return launcher
+        hit = match_span(t)
+        if hit is not None:
+            # (joined: unless the next line names a failure by itself, its own record, not the rest of this one:
+            # a long "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
+            return None if joined and match_span(tail.norm[k + 1].text.strip()) else _signature_candidate(
+                tail, k, ln, t, hit)
+    return None
 
 
 def _signature_candidate(tail: _Tail, k: int, ln: Line, text: str, hit: tuple[Signature, int]) -> _Candidate | None:
@@ -562,8 +533,7 @@ def _signature_summary(name: str, text: str, loc: str | None, library: bool) -> 
     """The summary of a failure named by a line: the line itself, except where it is not the failure's words."""
     if name == "engine_dead" and TRACEBACK_HEADER.search(text):
         head = TRACEBACK_HEADER.sub("", text).rstrip(" :")
-        return f"{head} (its traceback is cut off before the exception)" + (
-            f" at {short_location(loc)}" if loc and not library else "")
+        return f"{head} (its traceback is cut off before the exception){_at(loc, library=library)}"
     if name == "collective_teardown":
         return f"NCCL's watchdog took the process down (a collective failed or timed out; the log does not say which): {text}"
     if name == "cuda_boilerplate":
@@ -739,7 +709,7 @@ def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:
     evidence.append(root.exception_line or root.text)
     evidence.extend(_following(norm, root))
     exc_text = root.text
-    summary = _shorten(exc_text) + (f" at {short_location(loc)}" if loc and not library else "")
+    summary = _shorten(exc_text) + _at(loc, library=library)
     wrapped = chain.excs[-1]
     if wrapped is not root:
         evidence.append(wrapped.exception_line or wrapped.text)
@@ -790,8 +760,10 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
     if best_tier == WRAPPER:
         top = _named_wrappers(top)
     chosen = max(top, key=lambda c: (c.index, c.rich))
-    for prefer in _PREFERENCES:
-        chosen = prefer(chosen, top)
+    for applies, says_more in _SAYS_MORE:
+        if applies(chosen):
+            chosen = _latest_instead(chosen, [c for c in top if says_more(c)])
+    chosen = _rich_over_bare(_said_over_vague(chosen, top), top)
     _count_and_corroborate(chosen, cands)
     return chosen
 
@@ -812,32 +784,21 @@ def _named_wrappers(top: list[_Candidate]) -> list[_Candidate]:
     return [named_dead]
 
 
-def _own_exception_over_job(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
-    """The shell reports a job the script ran that was killed (a Ray node started in the
-    background, a server); the exception the program printed at the same rank says what broke
-    for it, and where: that names the failure, the job's death is its evidence."""
-    if not chosen.job_report:
-        return chosen
-    return _latest_instead(chosen, [c for c in top if c.rich and c.exception and not c.job_report])
-
-
-def _slurm_reason_over_task_end(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
-    """srun's "task 0: Terminated" is how the task ended; slurmstepd's "CANCELLED AT ... DUE TO TIME
-    LIMIT" or srun's "Node failure on hq1" printed before it says why."""
-    if not (chosen.evidence and _SLURM_TASK_END.search(chosen.evidence[0])):
-        return chosen
-    return _latest_instead(chosen, [c for c in top if c.evidence and _SLURM_WHY.search(c.evidence[0])])
-
-
+# (does this rule apply to the chosen candidate, which candidates of its tier say more): the latest of those
+# in its place, carrying its first line as evidence
+_SAYS_MORE: tuple[tuple[Callable[[_Candidate], object], Callable[[_Candidate], object]], ...] = (
+    # the shell reports a job the script ran that was killed (a Ray node started in the background, a server);
+    # the exception the program printed says what broke for it, and where: the job's death is its evidence
+    (lambda ch: ch.job_report, lambda c: c.rich and c.exception and not c.job_report),
+    # srun's "task 0: Terminated" is how the task ended; slurmstepd's "CANCELLED AT ... DUE TO TIME LIMIT" or
+    # srun's "Node failure on hq1" printed before it says why
+    (lambda ch: ch.evidence and _SLURM_TASK_END.search(ch.evidence[0]),
+     lambda c: c.evidence and _SLURM_WHY.search(c.evidence[0])),
+    # the watchdog's "we are taking the entire process down" follows (or, since torch 2.3, precedes) the line
+    # that says what failed: a collective that timed out, an NCCL error
+    (lambda ch: ch.teardown, lambda c: not c.teardown and c.category in _COLLECTIVE_CAUSES),
+)
 _COLLECTIVE_CAUSES = {"nccl_timeout", "nccl_error", "watchdog_timeout", "distributed_timeout"}
-
-
-def _cause_over_teardown(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
-    """The watchdog's "we are taking the entire process down" follows (or, since torch 2.3, precedes) the line
-    that says what failed: a collective that timed out, an NCCL error."""
-    if not chosen.teardown:
-        return chosen
-    return _latest_instead(chosen, [c for c in top if not c.teardown and c.category in _COLLECTIVE_CAUSES])
 
 
 def _latest_instead(chosen: _Candidate, better: list[_Candidate]) -> _Candidate:
@@ -873,11 +834,6 @@ def _rich_over_bare(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
         chosen.evidence = chosen.evidence + [e for c in richer for e in c.evidence[:1]]
         return chosen
     return _latest_instead(chosen, richer)
-
-
-# applied in this order to the latest candidate of the best tier
-_PREFERENCES: tuple[Callable[[_Candidate, list[_Candidate]], _Candidate], ...] = (
-    _own_exception_over_job, _slurm_reason_over_task_end, _cause_over_teardown, _said_over_vague, _rich_over_bare)
 
 
 def _count_and_corroborate(chosen: _Candidate, cands: list[_Candidate]) -> None:
@@ -927,7 +883,7 @@ def _ray_task_candidate(norm: list[Line], k: int, ln: Line, text: str) -> _Candi
     if tier == WRAPPER:
         cat, tier = "python_exception", PRIMARY
     loc, library = locate(frames)
-    where = f" at {short_location(loc)}" if loc and not library else ""
+    where = _at(loc, library=library)
     head = f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: "
     if exc is not None:
         summary = head + _shorten(exc[1]) + where
@@ -957,7 +913,7 @@ def _describe_ray(c: _Candidate, norm: list[Line]) -> None:
     rd = describe_ray_death(texts, pos)
     if not (rd.exc_type or rd.why or rd.lines):
         return
-    where = f" at {short_location(c.location)}" if c.location and not c.library else ""
+    where = _at(c.location, library=c.library)
     c.summary = rd.summary() + where
     c.hint = rd.hint()
     frames = [e for e in c.evidence if e.startswith("File ")]
@@ -1065,6 +1021,11 @@ def _dedup(items: list[str]) -> list[str]:
             keys.append(key)
             out.append(it)
     return out
+
+
+def _at(loc: str | None, word: str = " at ", library: bool = False) -> str:
+    """" at FILE:LINE" for a location to show (none for one in library code where ``library`` says so)."""
+    return f"{word}{short_location(loc)}" if loc and not library else ""
 
 
 def _shorten(text: str) -> str:
