@@ -784,6 +784,7 @@ def _named_wrappers(top: list[_Candidate]) -> list[_Candidate]:
     return [named_dead]
 
 
+_COLLECTIVE_CAUSES = {"nccl_timeout", "nccl_error", "watchdog_timeout", "distributed_timeout"}
 # (does this rule apply to the chosen candidate, which candidates of its tier say more): the latest of those
 # in its place, carrying its first line as evidence
 _SAYS_MORE: tuple[tuple[Callable[[_Candidate], object], Callable[[_Candidate], object]], ...] = (
@@ -798,7 +799,6 @@ _SAYS_MORE: tuple[tuple[Callable[[_Candidate], object], Callable[[_Candidate], o
     # that says what failed: a collective that timed out, an NCCL error
     (lambda ch: ch.teardown, lambda c: not c.teardown and c.category in _COLLECTIVE_CAUSES),
 )
-_COLLECTIVE_CAUSES = {"nccl_timeout", "nccl_error", "watchdog_timeout", "distributed_timeout"}
 
 
 def _latest_instead(chosen: _Candidate, better: list[_Candidate]) -> _Candidate:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -391,7 +390,10 @@ class _JournalFacts:
     ended: float | None = None
     comps: dict[str, dict[str, Any]] = field(default_factory=dict)
     failures: list[RunFailure] = field(default_factory=list)
-    stopping: dict[str, bool] = field(default_factory=dict)  # a stop rlsup or the user asked for is under way
+    # a stop came in this attempt: True where rlsup or the user asked for it, False where rlsup forced it on its
+    # own verdict (a failed liveness probe, a readiness timeout: the attempt failed, its exit is a failure,
+    # diagnosed from its log; a stall restart's failure is the stall flag)
+    asked: dict[str, bool] = field(default_factory=dict)
     attempt: dict[str, int | None] = field(default_factory=dict)
     exited_last: dict[str, bool] = field(default_factory=dict)  # the journal's last word on it is an exit/stop
     back: dict[str, list[float]] = field(default_factory=dict)  # when each component was running again
@@ -405,7 +407,6 @@ class _JournalFacts:
     # the kills come before the stop). An exit rlsup forced (`stopping` by rlsup: a liveness or readiness
     # verdict) and a failure of its own (a crash, an engine's death) stay failures whatever followed.
     unjudged: dict[str, RunFailure] = field(default_factory=dict)
-    exit_asked: set[str] = field(default_factory=set)  # a `stopping` came in this attempt
 
     def comp(self, c: str) -> dict[str, Any]:
         return self.comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
@@ -424,44 +425,47 @@ class _JournalFacts:
             return
         if c is None:
             return
-        info = self.comp(c)
-        on_event = _ON_EVENT.get(type(e))
-        if on_event is not None:
-            on_event(self, c, ts, e, info)
+        self._component_event(c, ts, e, self.comp(c))
+
+    def _component_event(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
+        """What each event of a component says (other kinds only make the component known)."""
+        match e:
+            case ComponentStarted():
+                self._started(c, ts, e, info)
+            case ComponentReady() | ComponentCompleted() | ComponentAdopted():
+                self._running_again(c, ts, e, info)
+            case FlagCleared(type="dependency_down"):
+                _close(self.dep_down.get(c), ts)
+            case FlagCleared(type="stall") if ts is not None and e.by != "attempt_ended":
+                self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
+            case ComponentStopping():
+                self.asked[c] = not (e.by == "rlsup" and "stall" not in str(e.reason or ""))
+            case ComponentStopped() | ComponentFatal():
+                self._ended(c, ts, e, info)
+            case RestartScheduled():
+                self.unjudged.pop(c, None)  # the exit was a failure: it is restarted
+            case ComponentExited():
+                self._exited(c, ts, e, info)
+            case FlagRaised():
+                self._flag(c, ts, e)
 
     def _started(self, c: str, ts: float | None, e: ComponentStarted, info: dict[str, Any]) -> None:
         info["attempts"] += 1
         info["state"] = "running"
-        self.stopping[c] = False
         self.exited_last[c] = False
         self.attempt[c] = e.attempt or info["attempts"]  # (attempts count from 1: 0 is an old start without one)
         _close(self.held.get(c), ts)
         self.unjudged.pop(c, None)
-        self.exit_asked.discard(c)
+        self.asked.pop(c, None)
 
     def _running_again(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
-        """ready, completed, adopted."""
         if ts is not None:
             self.back.setdefault(c, []).append(ts)
         if isinstance(e, ComponentCompleted):
             info["state"] = "completed"
             self.exited_last[c] = True
 
-    def _flag_cleared(self, c: str, ts: float | None, e: FlagCleared, info: dict[str, Any]) -> None:
-        if e.type == "dependency_down":
-            _close(self.dep_down.get(c), ts)
-        elif e.type == "stall" and ts is not None and e.by != "attempt_ended":
-            self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
-
-    def _stopping(self, c: str, ts: float | None, e: ComponentStopping, info: dict[str, Any]) -> None:
-        # A stop rlsup forced on its own verdict (a failed liveness probe, a readiness timeout) ends an attempt
-        # that failed: its exit is a failure, diagnosed from its log. A stall restart's failure is the stall flag.
-        forced = e.by == "rlsup" and "stall" not in str(e.reason or "")
-        self.stopping[c] = not forced
-        self.exit_asked.add(c)
-
     def _ended(self, c: str, ts: float | None, e: ComponentStopped | ComponentFatal, info: dict[str, Any]) -> None:
-        """stopped, fatal."""
         info["state"] = e.kind
         self.exited_last[c] = True
         judged = self.unjudged.pop(c, None)
@@ -472,23 +476,20 @@ class _JournalFacts:
             if ts is not None:
                 self.held.setdefault(c, []).append((ts, None))
 
-    def _judged(self, c: str, ts: float | None, e: RestartScheduled, info: dict[str, Any]) -> None:
-        self.unjudged.pop(c, None)  # the exit was a failure: it is restarted
-
     def _exited(self, c: str, ts: float | None, e: ComponentExited, info: dict[str, Any]) -> None:
         info["exits"] += 1
         self.exited_last[c] = True
         diag = e.diagnosis.to_dict() if e.diagnosis else {}
         cat = str(diag.get("category") or "unknown")
-        if self.stopping.get(c) or cat in NOT_FAILURES:
+        if self.asked.get(c) or cat in NOT_FAILURES:
             return
         info["failures"] += 1
         self.failures.append(RunFailure(
             c, ts, cat, str(diag.get("summary") or cat), "exit", self.attempt.get(c), e.exit_code, e.signal, diag))
-        if cat == "killed" and c not in self.exit_asked:
+        if cat == "killed" and c not in self.asked:
             self.unjudged[c] = self.failures[-1]
 
-    def _flag(self, c: str, ts: float | None, e: FlagRaised, info: dict[str, Any]) -> None:
+    def _flag(self, c: str, ts: float | None, e: FlagRaised) -> None:
         ftype = e.type or "flag"
         evidence = [str(x) for x in e.evidence]
         message = e.message or ftype
@@ -507,21 +508,6 @@ def _close(spans: list[tuple[float, float | None]] | None, ts: float | None) -> 
     """Ends the open span of ``spans`` (from .. None) at ``ts``."""
     if spans and spans[-1][1] is None and ts is not None:
         spans[-1] = (spans[-1][0], ts)
-
-
-# A handler of one event class (its argument is of that class: the table is the type check).
-_OnEvent = Callable[[_JournalFacts, str, float | None, Any, dict[str, Any]], None]
-# what each event of a component says (other classes only make the component known)
-_ON_EVENT: dict[type[Event], _OnEvent] = {
-    ComponentStarted: _JournalFacts._started,
-    ComponentReady: _JournalFacts._running_again, ComponentCompleted: _JournalFacts._running_again,
-    ComponentAdopted: _JournalFacts._running_again,
-    FlagCleared: _JournalFacts._flag_cleared,
-    ComponentStopping: _JournalFacts._stopping,
-    ComponentStopped: _JournalFacts._ended, ComponentFatal: _JournalFacts._ended,
-    ComponentExited: _JournalFacts._exited, RestartScheduled: _JournalFacts._judged,
-    FlagRaised: _JournalFacts._flag,
-}
 
 
 def _false_success(c: str, ts: float | None, msg: str, evidence: list[str], att: int | None) -> RunFailure:

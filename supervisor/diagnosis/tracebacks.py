@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..monitor.process import signal_name
 from .normalize import Line
@@ -516,58 +517,29 @@ def find_elastic_failures(lines: list[Line]) -> list[ElasticFailure]:
     return out
 
 
-@dataclass
-class _RootCauseFields:
-    """The fields of a root-cause entry read so far."""
-
-    rank: int | None = None
-    local: int | None = None
-    code: int | None = None
-    pid: int | None = None
-    sig: str | None = None
-    tb: str | None = None
-
-    def read(self, key: str, val: str) -> None:
-        if key == "rank":
-            rm = _RANK.match(val)
-            if rm:
-                self.rank = int(rm.group("rank"))
-                self.local = int(rm.group("local")) if rm.group("local") else None
-        elif key == "exitcode":
-            em = _EXITCODE.match(val)
-            if em:
-                self.code = int(em.group("code"))
-                self.pid = int(em.group("pid")) if em.group("pid") else self.pid
-        elif key == "traceback":
-            self.read_traceback(val)
-
-    def read_traceback(self, val: str) -> None:
-        sm = _SIGNAL_TB.search(val)
-        if sm:
-            self.sig = sm.group("name")
-            self.pid = int(sm.group("pid"))
-        elif "To enable traceback" not in val:
-            self.tb = val
-
-
 def _root_cause_entry(lines: list[Line], i: int) -> ElasticFailure:
     """The entry under the "Root Cause (first observed failure):" line lines[i], up to the block's
     rule or the next rank's header."""
     ln = lines[i]
-    f = _RootCauseFields()
+    f: dict[str, Any] = dict.fromkeys(("rank", "local_rank", "exitcode", "pid", "signal", "traceback"))
     shown = [ln.text.strip()]
     for x in lines[i + 1: i + 40]:
-        t = x.text
-        rank_header = t.strip().startswith("[") and t.strip().endswith("]:")
-        if t.strip().startswith("===") or (rank_header and f.rank is not None):
+        t = x.text.strip()
+        rank_header = t.startswith("[") and t.endswith("]:")
+        if t.startswith("===") or (rank_header and f["rank"] is not None):
             break
-        fm = _FIELD.match(t)
-        if fm:
-            shown.append(t.strip())
-            f.read(fm.group("key"), fm.group("val").strip())
-        elif rank_header:
-            shown.append(t.strip())
-    sig = f.sig
-    if sig is None and f.code is not None and f.code < 0:
-        sig = signal_name(-f.code)
-    return ElasticFailure(f.rank, f.local, f.code, f.pid, sig, f.tb, ln.index, shown)
+        fm = _FIELD.match(x.text)
+        if fm or rank_header:
+            shown.append(t)
+        key, val = (fm.group("key"), fm.group("val").strip()) if fm else ("", "")
+        if key == "rank" and (m := _RANK.match(val)):
+            f["rank"], f["local_rank"] = int(m["rank"]), int(m["local"]) if m["local"] else None
+        elif key == "exitcode" and (m := _EXITCODE.match(val)):
+            f["exitcode"], f["pid"] = int(m["code"]), int(m["pid"]) if m["pid"] else f["pid"]
+        elif key == "traceback" and (m := _SIGNAL_TB.search(val)):
+            f["signal"], f["pid"] = m["name"], int(m["pid"])
+        elif key == "traceback" and "To enable traceback" not in val:
+            f["traceback"] = val
+    if f["signal"] is None and f["exitcode"] is not None and f["exitcode"] < 0:
+        f["signal"] = signal_name(-f["exitcode"])
+    return ElasticFailure(**f, index=ln.index, lines=shown)
