@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 
 from ..monitor.process import signal_name
 from ..records.diagnosis import Diagnosis, HostEvidence, short_location
-from .cut import CutTraceback, find_garbled
 from .hints import hint_for
 from .normalize import Line, normalize
 from .ray_deaths import describe as describe_ray_death
@@ -55,6 +54,7 @@ from .tracebacks import (
     find_chains,
     find_elastic_failures,
     find_fatal_stacks,
+    find_garbled,
     find_timeout_dumps,
     is_user_frame,
     locate,
@@ -348,7 +348,7 @@ def _locate_at_driver(c: _Candidate, ch: Chain, pch: Chain, pc: _Candidate) -> N
     if (pch.excs[-1].remote and pc.location and not pc.library and 0 <= ch.start - pch.end <= 8
             and not any(e.frames and e.user_location() for e in ch.excs)):
         c.location, c.library = pc.location, False
-        c.summary = _shorten(c.exception or c.summary) + f" at {short_location(c.location)}"
+        c.summary = _shorten(c.exception or c.summary) + _at(c.location)
 
 
 def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
@@ -358,7 +358,7 @@ def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
     made progress, is history."""
     norm = tail.norm
     out: list[_Candidate] = []
-    for cut in [CutTraceback.of(e) for e in tail.cut] + find_garbled(norm):
+    for cut in tail.cut + find_garbled(norm):
         if cut.funcs() & HANDLED_FUNCS or _progress_after(norm, cut.start, cut.end):
             continue
         loc = cut.user_location()

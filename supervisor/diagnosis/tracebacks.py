@@ -121,6 +121,8 @@ class Exc:
     continuation: str = ""
     # the lines after the exception line that continue its message (for classifying only)
     message_more: str = ""
+    # no traceback but frame pieces of several processes written into one pipe at once (see find_garbled)
+    garbled: bool = False
 
     @property
     def text(self) -> str:
@@ -401,6 +403,31 @@ class _Interleaved:
         exc.frames = first.frames + exc.frames
         exc.start = first.start
         return exc
+
+
+# a frame's pieces out of place: several processes' frames written into one line at once, by chunk
+# ('.../scheduler.py/sgl-workspace/...scheduler.py  File ", line  in , line   File run_event_loop"')
+_FRAME_PIECE = re.compile(r'File "|", line|\.py", line|\.py"')
+_GARBLED_MIN_PIECES = 2  # pieces on one line that no frame line holds
+_GARBLED_MIN_LINES = 2  # such lines near the end of a stream
+_GARBLED_SCAN = 20  # how far from a stream's end they are looked for
+
+
+def find_garbled(lines: list[Line]) -> list[Exc]:
+    """Per stream, frames garbled together at its end (the stream's last line holds frame pieces and
+    at least two lines near it are frame pieces run together): a traceback nobody can read, but one
+    that says the program failed, of a kind the log does not name."""
+    by_stream: dict[str, list[Line]] = {}
+    for ln in lines:
+        if ln.text.strip():
+            by_stream.setdefault(ln.stream, []).append(ln)
+    out: list[Exc] = []
+    for stream, sl in by_stream.items():
+        garbled = [ln for ln in sl[-_GARBLED_SCAN:]
+                   if not FRAME.match(ln.text) and len(_FRAME_PIECE.findall(ln.text)) >= _GARBLED_MIN_PIECES]
+        if len(garbled) >= _GARBLED_MIN_LINES and _FRAME_PIECE.search(sl[-1].text) and not FRAME.match(sl[-1].text):
+            out.append(Exc("", "", [], garbled[0].index, sl[-1].index, stream, partial=True, garbled=True))
+    return out
 
 
 _FATAL = re.compile(r"Fatal Python error: (?P<kind>[^\n]+?)\s*$")
