@@ -357,9 +357,10 @@ def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
     innermost user frame, the weakest there is. One the program handled, or after which training
     made progress, is history."""
     norm = tail.norm
+    pos = {ln.index: k for k, ln in enumerate(norm)}
     out: list[_Candidate] = []
     for cut in tail.cut + find_garbled(norm):
-        if cut.funcs() & HANDLED_FUNCS or _progress_after(norm, cut.start, cut.end):
+        if cut.funcs() & HANDLED_FUNCS or _stepped_past(norm, pos.get(cut.start, 0), pos.get(cut.end, len(norm) - 1)):
             continue
         loc = cut.user_location()
         what = "frames of a traceback garbled together" if cut.garbled else "a traceback cut off before its exception line"
@@ -369,12 +370,6 @@ def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
         out.append(_Candidate(cut.end, "unknown", WRAPPER, what + _at(loc), None, loc,
                               evidence, rich=True, stream=cut.stream))
     return out
-
-
-def _progress_after(norm: list[Line], start: int, end: int) -> bool:
-    """Training went on to a later step after lines start..end."""
-    pos = {ln.index: k for k, ln in enumerate(norm)}
-    return _stepped_past(norm, pos.get(start, 0), pos.get(end, len(norm) - 1))
 
 
 def _stepped_past(norm: list[Line], first: int, last: int) -> bool:
@@ -394,31 +389,25 @@ def _refusal_is_history(c: _Candidate, ch: Chain, tail: _Tail) -> bool:
 
 
 def _fatal_stack_candidates(tail: _Tail) -> list[_Candidate]:
-    """A candidate per faulthandler dump ("Fatal Python error: Segmentation fault" and its frames)."""
+    """A candidate per faulthandler dump: a fatal error's ("Fatal Python error: Segmentation fault" and its
+    frames), and a timeout's ("Timeout (0:00:03)!" and the threads' stacks: the program hung where its main
+    thread waited; one that training progress follows, a periodic ``dump_traceback_later(repeat=True)`` for
+    debugging, is history)."""
     out: list[_Candidate] = []
     for fs in find_fatal_stacks(tail.norm):
-        cat = "segfault" if "Segmentation" in fs.kind or "Bus error" in fs.kind else "fatal_python_error"
-        tier = PRIMARY if cat == "segfault" else SIGNAL
-        loc, library = locate(fs.frames[::-1])
-        summary = f"Fatal Python error: {fs.kind}{_at(loc, ' in ')}"
-        out.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True, library=library))
         tail.covered.add(fs.index)
-    return out + _timeout_dump_candidates(tail)
-
-
-def _timeout_dump_candidates(tail: _Tail) -> list[_Candidate]:
-    """A candidate per faulthandler timeout dump ("Timeout (0:00:03)!" and the threads' stacks): the
-    program hung where its main thread waited. A dump that training progress follows (a periodic
-    ``dump_traceback_later(repeat=True)`` for debugging) is history."""
-    out: list[_Candidate] = []
+        seg = "Segmentation" in fs.kind or "Bus error" in fs.kind
+        loc, library = locate(fs.frames[::-1])
+        out.append(_Candidate(fs.index, "segfault" if seg else "fatal_python_error", PRIMARY if seg else SIGNAL,
+                              f"Fatal Python error: {fs.kind}{_at(loc, ' in ')}", None, loc, list(fs.lines),
+                              rich=True, library=library))
     for fs in find_timeout_dumps(tail.norm):
         tail.covered.add(fs.index)
-        if fs.index < tail.recovered_after:
-            continue
-        loc, library = locate(fs.frames[::-1])
-        summary = f"hung: faulthandler's {fs.kind} dump{_at(loc, ', waiting in ')}"
-        out.append(_Candidate(fs.index, "watchdog_timeout", COLLATERAL, summary, None, loc, list(fs.lines),
-                              rich=True, library=library))
+        if fs.index >= tail.recovered_after:
+            loc, library = locate(fs.frames[::-1])
+            out.append(_Candidate(fs.index, "watchdog_timeout", COLLATERAL,
+                                  f"hung: faulthandler's {fs.kind} dump{_at(loc, ', waiting in ')}", None, loc,
+                                  list(fs.lines), rich=True, library=library))
     return out
 
 
@@ -995,9 +984,8 @@ def _last_index(norm: list[Line], pat: re.Pattern[str]) -> int:
     return next((ln.index for ln in reversed(norm) if pat.search(ln.text)), -1)
 
 
-def _tail_evidence(norm: list[Line], n: int = 5) -> list[str]:
-    out = [ln.text.strip() for ln in norm if ln.text.strip()]
-    return out[-n:]
+def _tail_evidence(norm: list[Line]) -> list[str]:
+    return [ln.text.strip() for ln in norm if ln.text.strip()][-5:]
 
 
 def _dedup(items: list[str]) -> list[str]:

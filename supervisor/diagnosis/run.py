@@ -310,8 +310,7 @@ def _place_partial_stamps(scan: _LogScan, window: tuple[float, float] | None) ->
             for naive in (lo, hi):
                 ts = resolve(kind, naive)
                 if ts is not None:
-                    entry[1] = ts if entry[1] is None else min(entry[1], ts)
-                    entry[2] = ts if entry[2] is None else max(entry[2], ts)
+                    entry[1:3] = _stretch(entry[1], entry[2], ts)
     if scan.last_partial is not None:
         scan.last_ts = resolve(*scan.last_partial)
 
@@ -335,8 +334,7 @@ def _count(scan: _LogScan, line: str) -> None:
     entry = scan.by_category.setdefault(sig.category, [0, None, None, [], {}])
     entry[0] += 1
     if ts is not None:
-        entry[1] = ts if entry[1] is None else min(entry[1], ts)
-        entry[2] = ts if entry[2] is None else max(entry[2], ts)
+        entry[1:3] = _stretch(entry[1], entry[2], ts)
     elif partial is not None:
         kind, naive = partial
         span = entry[4].setdefault(kind, [naive, naive])
@@ -548,13 +546,9 @@ def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes:
 
 def _log_names(logs_dir: Path) -> set[str]:
     """The components logs/ holds a log of (NAME.log or a rotation of it)."""
-    names: set[str] = set()
-    if logs_dir.is_dir():
-        for p in logs_dir.iterdir():
-            m = re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name)
-            if m:
-                names.add(m.group("n"))
-    return names
+    if not logs_dir.is_dir():
+        return set()
+    return {m.group("n") for p in logs_dir.iterdir() if (m := re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name))}
 
 
 def _lifetimes(events: list[Record]) -> tuple[dict[str, float], float | None]:
@@ -709,7 +703,12 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
     """Per component and kind, what followed the root cause: later failures and flags, and the
     symptom lines of the other components' logs."""
     groups: dict[tuple[str, str], RunSymptom] = {}
-    _failure_symptoms(root, failures, groups)
+    for f in failures:  # the later failures and flags it explains
+        if _is_consequence(f, root):
+            s = groups.setdefault((f.component, f.category), RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts,
+                                                                         f.summary))
+            s.count += 1
+            _widen(s, f.ts)
     _log_symptoms(root, failures, scans, groups)
     return sorted(groups.values(), key=lambda s: (s.first_ts is None, s.first_ts or 0.0, s.component, s.category))
 
@@ -742,16 +741,6 @@ def _after_recovery(f: RunFailure, root: RunFailure) -> bool:
     return not (isinstance(then, int) and isinstance(now, int) and now <= then)
 
 
-def _failure_symptoms(root: RunFailure, failures: list[RunFailure], groups: dict[tuple[str, str], RunSymptom]) -> None:
-    """The later failures and flags the root cause explains, counted per component and kind."""
-    for f in failures:
-        if not _is_consequence(f, root):
-            continue
-        s = groups.setdefault((f.component, f.category), RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts, f.summary))
-        s.count += 1
-        _widen(s, f.ts)
-
-
 def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan],
                   groups: dict[tuple[str, str], RunSymptom]) -> None:
     """The symptom lines of the other components' logs, counted per component and kind."""
@@ -781,8 +770,12 @@ def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str,
 def _widen(s: RunSymptom, ts: float | None) -> None:
     """Stretch the symptom's span to a time it was seen (None: a time not known)."""
     if ts is not None:
-        s.first_ts = ts if s.first_ts is None else min(s.first_ts, ts)
-        s.last_ts = ts if s.last_ts is None else max(s.last_ts, ts)
+        s.first_ts, s.last_ts = _stretch(s.first_ts, s.last_ts, ts)
+
+
+def _stretch(lo: float | None, hi: float | None, ts: float) -> tuple[float, float]:
+    """The span lo..hi (None: empty) stretched to hold ``ts``."""
+    return (ts if lo is None else min(lo, ts)), (ts if hi is None else max(hi, ts))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -810,8 +803,10 @@ def _root_cause_lines(rd: RunDiagnosis, rc: RunFailure) -> list[str]:
     out.append(f"  summary:   {rc.summary}")
     if rd.recurrences:
         out.append(f"  recurred:  {rd.recurrences} more time{'s' if rd.recurrences > 1 else ''} after restarts")
-    if rc.diagnosis:
-        out.extend(_diagnosis_lines(replace(Diagnosis.from_dict(rc.diagnosis), hint=root_hint(rd)), rc))
+    if rc.diagnosis:  # what its own diagnosis adds: the exception, where, what next, its evidence
+        d = replace(Diagnosis.from_dict(rc.diagnosis), hint=root_hint(rd))
+        out += exception_and_location(d, rc.summary) + ([f"  next:      {d.hint}"] if d.hint else [])
+        out.extend(f"    | {ev[:300]}" for ev in d.evidence[:6])
     return out
 
 
@@ -840,15 +835,6 @@ def exception_and_location(d: Diagnosis, summary: str) -> list[str]:
         out.append(f"  exception: {d.exception[:300]}")
     if d.location:
         out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
-    return out
-
-
-def _diagnosis_lines(d: Diagnosis, rc: RunFailure) -> list[str]:
-    """What the root cause's own diagnosis adds: its exception (where the summary does not hold it), where, what next, its evidence."""
-    out = exception_and_location(d, rc.summary)
-    if d.hint:
-        out.append(f"  next:      {d.hint}")
-    out.extend(f"    | {ev[:300]}" for ev in d.evidence[:6])
     return out
 
 
