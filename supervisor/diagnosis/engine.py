@@ -681,14 +681,9 @@ def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
     else:
         scope, first = excs, root
     order = ([first] if first is not None else []) + [e for e in reversed(scope) if e is not first]
-    for e in order:
-        loc = e.user_location()
-        if loc:
-            return loc, False
-    for e in order:
-        if e.innermost():
-            return e.innermost(), True
-    return None, False
+    user = next((loc for e in order if (loc := e.user_location())), None)
+    inner = None if user else next((loc for e in order if (loc := e.innermost())), None)
+    return (user, False) if user else (inner, inner is not None)
 
 
 def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:

@@ -218,15 +218,11 @@ class RunDiagnosis:
         rc = self.root_cause
         if rc is None:
             return []
-        seen: set[tuple[str, str]] = set()
-        out = []
+        out: dict[tuple[str, str], RunFailure] = {}  # the first of each component and kind
         for f in self.failures:
-            if f is rc or not f.primary or (f.component, f.category) in seen or (
-                    f.component == rc.component and not _after_recovery(f, rc)):
-                continue
-            seen.add((f.component, f.category))
-            out.append(f)
-        return out
+            if f is not rc and f.primary and (f.component != rc.component or _after_recovery(f, rc)):
+                out.setdefault((f.component, f.category), f)
+        return list(out.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -283,6 +283,12 @@ def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int
     tb = _TracebackReader(lines, i, header)
     j = i + 1 if header else i
     n = len(lines)
+
+    def cut_at(end: int, interrupted: bool = False) -> Exc:
+        """The traceback so far, cut off before its exception line at lines[end]."""
+        return Exc("", "", tb.frames, lines[i].index, lines[end].index, lines[i].stream, partial=True,
+                   interrupted=interrupted)
+
     while j < n:
         if tb.read_frame(j) or tb.skips(j):
             j += 1
@@ -291,21 +297,18 @@ def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int
             exc = tb.exception_at(j)
             if exc is None and TRACEBACK_START.search(lines[j].text):
                 # another process's traceback began in the middle of this one: kept, to join its rest
-                return Exc("", "", tb.frames, lines[i].index, lines[j - 1].index, lines[i].stream, "",
-                           partial=True, interrupted=True), j
+                return cut_at(j - 1, interrupted=True), j
             if exc is None and j == n - 1:
                 # the tail's last line, cut in the middle of a frame ('  F', 'File "/x/scheduler.py"'):
                 # the traceback was cut off there
-                return Exc("", "", tb.frames, lines[i].index, lines[j].index, lines[i].stream, "", partial=True), j
+                return cut_at(j), j
             # Something that isn't an exception line: give up on this traceback.
             return (exc, j + 1) if exc is not None else (None, j)
         # Text before any frame (e.g. "  <stack trace unavailable>")
         j += 1
         if j - i > 5:
             return None, j
-    if tb.frames:
-        return Exc("", "", tb.frames, lines[i].index, lines[n - 1].index, lines[i].stream, "", partial=True), j
-    return None, j
+    return (cut_at(n - 1) if tb.frames else None), j
 
 
 def find_chains(lines: list[Line], cut: list[Exc]) -> list[Chain]:
