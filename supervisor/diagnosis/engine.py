@@ -98,12 +98,8 @@ def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
     if signal:
         s = signal.upper()
         return s if s.startswith("SIG") else f"SIG{s}"
-    if exit_code is None:
-        return None
-    if exit_code < 0:
-        return signal_name(-exit_code)
-    if 128 < exit_code < 160:
-        return signal_name(exit_code - 128)
+    if exit_code is not None and (exit_code < 0 or 128 < exit_code < 160):
+        return signal_name(-exit_code if exit_code < 0 else exit_code - 128)
     return None
 
 
@@ -274,7 +270,6 @@ class _Tail:
     # tracebacks cut off before their exception line (no chain holds them)
     cut: list[Exc] = field(default_factory=list)
     elastic: list[ElasticFailure] = field(default_factory=list)
-    elastic_pids: list[int] = field(default_factory=list)
 
     def is_history(self, index: int) -> bool:
         """A retried error at this line is history: before the last recovery, or far from the end."""
@@ -293,7 +288,7 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     if tail.elastic:
         # torchelastic's block parsed whole names the rank: its bare "traceback : Signal 11" line is part of it
         cands = [c for c in cands if c.rich or not (c.evidence and _ELASTIC_SIGNAL_LINE.match(c.evidence[0]))]
-    return _drop_orderly_shutdown(cands, norm), tail.elastic_pids
+    return _drop_orderly_shutdown(cands, norm), [ef.pid for ef in tail.elastic if ef.pid is not None]
 
 
 def _chain_candidates(tail: _Tail) -> list[_Candidate]:
@@ -419,7 +414,6 @@ def _elastic_candidates(tail: _Tail) -> list[_Candidate]:
     """A candidate per torchelastic root-cause entry or agent report; their pids are kept for the
     host's OOM evidence."""
     tail.elastic = find_elastic_failures(tail.norm)
-    tail.elastic_pids.extend(ef.pid for ef in tail.elastic if ef.pid is not None)
     return [_elastic_candidate(ef) for ef in tail.elastic]
 
 
@@ -485,7 +479,7 @@ def _signature_candidate(tail: _Tail, k: int, ln: Line, text: str, hit: tuple[Si
         return None  # Slurm's daemons talking among themselves (srun gone after a requeue or a cancel)
     loc, library = _engine_dead_location(tail, k, text) if sig.name == "engine_dead" else (None, False)
     return _Candidate(ln.index, sig.category, sig.tier, _signature_summary(sig.name, text, loc, library), None, loc,
-                      [text], weak=sig.weak, stream=ln.stream or _rank_tag(text), library=library,
+                      [text], weak=sig.weak, stream=ln.stream or next((m[0] for m in _RANK_TAG.finditer(text)), ""), library=library,
                       job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text)),
                       teardown=sig.name == "collective_teardown")
 
@@ -968,11 +962,6 @@ _RANK_TAG = re.compile(r"\[(?:PG [^\]]*)?Rank \d+\]")
 
 def _digitless(text: str) -> str:
     return _DIGITS.sub("#", _RANK_TAG.sub("", text)).strip()
-
-
-def _rank_tag(text: str) -> str:
-    m = _RANK_TAG.search(text)
-    return m.group(0) if m else ""
 
 
 def _last_index(norm: list[Line], pat: re.Pattern[str]) -> int:
