@@ -317,11 +317,7 @@ def find_chains(lines: list[Line], cut: list[Exc]) -> list[Chain]:
     by_stream: dict[str, list[Line]] = {}
     for ln in lines:
         by_stream.setdefault(ln.stream, []).append(ln)
-    chains: list[Chain] = []
-    for stream_lines in by_stream.values():
-        chains.extend(_chains_in(stream_lines, cut))
-    chains.sort(key=lambda c: c.end)
-    return chains
+    return sorted((ch for sl in by_stream.values() for ch in _chains_in(sl, cut)), key=lambda c: c.end)
 
 
 def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
