@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import takewhile
 
 from ..monitor.process import signal_name
 from ..records.diagnosis import Diagnosis, HostEvidence, short_location
@@ -694,19 +695,11 @@ def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:
     return _Candidate(root.end, cat, tier, summary, exc_text, loc, evidence, rich=True, library=library)
 
 
-def _following(norm: list[Line], exc: Exc, limit: int = 2) -> list[str]:
-    """Lines after an exception line that continue its message (NCCL "Last error:", CUDA hints)."""
-    out: list[str] = []
-    for ln in norm[exc.end + 1: exc.end + 8]:
-        if ln.stream != exc.stream:
-            continue
-        t = ln.text.strip()
-        if not t or t.startswith(("Traceback", "File ", "The above", "During handling")):
-            break
-        out.append(t)
-        if len(out) >= limit:
-            break
-    return out
+def _following(norm: list[Line], exc: Exc) -> list[str]:
+    """Up to two lines after an exception line that continue its message (NCCL "Last error:", CUDA hints)."""
+    same = (ln.text.strip() for ln in norm[exc.end + 1: exc.end + 8] if ln.stream == exc.stream)
+    return list(takewhile(lambda t: t and not t.startswith(("Traceback", "File ", "The above", "During handling")),
+                          same))[:2]
 
 
 # bash's report of a job, naming its command: "./run.sh: line 30:  7946 Killed   setsid ray start ...",

@@ -218,10 +218,6 @@ def _message_more(lines: list[Line], k: int) -> str:
     return " ".join(out)
 
 
-def _indent(s: str) -> int:
-    return len(s) - len(s.lstrip(" "))
-
-
 class _TracebackReader:
     """The state of reading one traceback: its frames so far, their indentation, the lines since the last one."""
 
@@ -257,7 +253,7 @@ class _TracebackReader:
             return False
         if (self.lines[j].prefixed and not self.tb_prefixed) or _REPEATED.match(text):
             return True
-        deeper = _indent(text) > (self.frame_indent or 0)
+        deeper = len(text) - len(text.lstrip(" ")) > (self.frame_indent or 0)
         if self.frame_indent == 0 and self.after_frame == 0:
             deeper = True  # unindented paste: the line after a frame is its source line
         if deeper:
