@@ -656,16 +656,11 @@ def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: di
     if any(a <= until and (b is None or b >= until) for c, ss in held.items() if c != stall.component for a, b in ss):
         return True
     waits_on = _waits_on(stall)
-    for f in failures:
-        if f is stall or f.component == stall.component or f.ts is None:
-            continue
-        # another component's own stall explains this one only where this one's last line says it waits on it
-        # ("Waiting for trainer weights step 14"): two stalls side by side are otherwise two hangs
-        if f.source == "flag" and not (f.category == "stall" and f.component in waits_on):
-            continue
-        if f.ts <= until and (f.recovered_ts is None or f.recovered_ts >= t):
-            return True
-    return False
+    # another component's own stall explains this one only where this one's last line says it waits on it
+    # ("Waiting for trainer weights step 14"): two stalls side by side are otherwise two hangs
+    return any(f.ts <= until and (f.recovered_ts is None or f.recovered_ts >= t) for f in failures
+               if f is not stall and f.component != stall.component and f.ts is not None
+               and (f.source != "flag" or (f.category == "stall" and f.component in waits_on)))
 
 
 def _waits_on(stall: RunFailure) -> set[str]:
