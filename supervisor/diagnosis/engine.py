@@ -629,8 +629,7 @@ def _root_of(chain: Chain) -> tuple[Exc, str, int]:
     real = [s for s in scored if s[2] != WRAPPER]
     specific = [s for s in real if s[1] != "python_exception"]
     if specific:
-        best_tier = min(s[2] for s in specific)
-        return next(s for s in specific if s[2] == best_tier)
+        return min(specific, key=lambda s: s[2])  # (the first of the best tier)
     last = scored[-1]
     if last[2] != WRAPPER and not _generic_over_user(scored):
         # the same exception raised again across a process boundary (multiprocessing's pool re-raises the
@@ -640,10 +639,7 @@ def _root_of(chain: Chain) -> tuple[Exc, str, int]:
                 and x[0].user_location()]
         return same[0] if same else last
     earlier = [s for s in scored[:-1] if s[2] != WRAPPER]
-    if not earlier:
-        return last
-    with_user = [s for s in earlier if s[0].user_location()]
-    return (with_user or earlier)[-1]
+    return ([s for s in earlier if s[0].user_location()] or earlier or [last])[-1]
 
 
 _GENERIC = re.compile(r"(?:^|\.)(?:RuntimeError|Exception|Error)$")
@@ -652,12 +648,9 @@ _GENERIC = re.compile(r"(?:^|\.)(?:RuntimeError|Exception|Error)$")
 def _generic_over_user(scored: list[tuple[Exc, str, int]]) -> bool:
     """The last exception is a generic RuntimeError raised in library code on top of an earlier
     exception raised in user code: the earlier one is the meaningful one."""
-    if len(scored) < 2:
-        return False
     last, cat, _tier = scored[-1]
-    if cat != "python_exception" or not _GENERIC.search(last.type) or last.user_location():
-        return False
-    return any(e.user_location() and t != WRAPPER for e, _c, t in scored[:-1])
+    return (cat == "python_exception" and bool(_GENERIC.search(last.type)) and not last.user_location()
+            and any(e.user_location() and t != WRAPPER for e, _c, t in scored[:-1]))
 
 
 def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
