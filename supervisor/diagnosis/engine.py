@@ -847,12 +847,8 @@ def _ray_task_candidate(norm: list[Line], k: int, ln: Line, text: str) -> _Candi
     if tier == WRAPPER:
         cat, tier = "python_exception", PRIMARY
     loc, library = locate(frames)
-    where = _at(loc, library=library)
-    head = f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: "
-    if exc is not None:
-        summary = head + _shorten(exc[1]) + where
-    else:
-        summary = head + (f"{cause} in " if cause else "") + "the traceback is cut off before its exception" + where
+    what = _shorten(exc[1]) if exc else (f"{cause} in " if cause else "") + "the traceback is cut off before its exception"
+    summary = f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: {what}{_at(loc, library=library)}"
     evidence = [text] + [f'File "{f.file}", line {f.line}, in {f.func}' for f in frames[-3:]] + ([exc[1]] if exc else [])
     return _Candidate(exc[0] if exc else ln.index, cat, tier, summary, exc[1] if exc else None, loc, evidence,
                       rich=True, library=library, stream=ln.stream)
