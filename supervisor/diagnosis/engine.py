@@ -412,8 +412,7 @@ _SIGNAL_CATEGORY = {"SIGSEGV": "segfault", "SIGBUS": "segfault", "SIGABRT": "fat
 
 
 def _elastic_candidates(tail: _Tail) -> list[_Candidate]:
-    """A candidate per torchelastic root-cause entry or agent report; their pids are kept for the
-    host's OOM evidence."""
+    """A candidate per torchelastic root-cause entry or agent report (kept: their pids are host OOM evidence)."""
     tail.elastic = find_elastic_failures(tail.norm)
     return [_elastic_candidate(ef) for ef in tail.elastic]
 
@@ -449,8 +448,7 @@ def _line_candidates(tail: _Tail) -> list[_Candidate]:
 
 
 def _line_candidate(tail: _Tail, k: int, ln: Line, text: str) -> _Candidate | None:
-    """A launcher's report or a known failure on this line, or on it joined with the next one where a
-    terminal wrapped it."""
+    """A launcher's report or a known failure on this line, or on it joined with the next one it wrapped onto."""
     for joined, t in enumerate((text, _wrapped(tail.norm, k, text))):
         if t is None:
             return None
@@ -766,8 +764,7 @@ _SAYS_MORE: tuple[tuple[Callable[[_Candidate], object], Callable[[_Candidate], o
 
 
 def _latest_instead(chosen: _Candidate, better: list[_Candidate]) -> _Candidate:
-    """The last of ``better`` in place of ``chosen``, carrying ``chosen``'s first line as evidence;
-    ``chosen`` itself when there is none."""
+    """The last of ``better`` in place of ``chosen``, carrying its first line as evidence; else ``chosen``."""
     if not better:
         return chosen
     r = max(better, key=lambda c: c.index)

@@ -344,8 +344,7 @@ def _count(scan: _LogScan, line: str) -> None:
 
 
 def diagnose_run(run_dir: Path) -> RunDiagnosis:
-    """The root cause of the run in ``run_dir`` and the symptoms it caused: the journal's facts, each
-    component's log, when each failure recovered, then the root cause and what followed it."""
+    """The root cause of the run in ``run_dir`` and the symptoms it caused."""
     run_dir = Path(run_dir)
     events, notes = _journal_events(run_dir)
     facts = _JournalFacts()
@@ -569,7 +568,9 @@ def _log_tail_failure(run_dir: Path, events: list[Record], facts: _JournalFacts,
     d = diagnose(_last_attempt_tail(run_dir, events, n, list(scan.tail)))
     if d.category in NOT_FAILURES:
         return None
-    return RunFailure(n, _tail_time(scan) or scan.mtime, d.category, d.summary, "log", diagnosis=d.to_dict())
+    # when: the last stamped line among the tail the exit diagnosis read, else the log's last write
+    when = (scan.last_ts if scan.since_stamp < TAIL_LINES else None) or scan.mtime
+    return RunFailure(n, when, d.category, d.summary, "log", diagnosis=d.to_dict())
 
 
 def _place_recoveries(facts: _JournalFacts) -> None:
@@ -607,11 +608,6 @@ def _last_attempt_tail(run_dir: Path, events: list[Record], name: str, tail: lis
         return tail
     data, _partial = read_bytes(run_dir / "logs" / f"{name}.log", rs[-1].start, None, max_bytes=8 << 20)
     return [clean_line(x) for x in lines_of(data)[-TAIL_LINES:]]
-
-
-def _tail_time(scan: _LogScan) -> float | None:
-    """The time of the last stamped line among the tail the exit diagnosis reads."""
-    return scan.last_ts if scan.since_stamp < TAIL_LINES else None
 
 
 def _names_dependency(message: str, component: str) -> bool:
@@ -691,8 +687,7 @@ def _root(failures: list[RunFailure], journal: bool) -> RunFailure | None:
 
 
 def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan]) -> list[RunSymptom]:
-    """Per component and kind, what followed the root cause: later failures and flags, and the
-    symptom lines of the other components' logs."""
+    """Per component and kind, what followed the root cause: later failures and flags, other logs' symptom lines."""
     groups: dict[tuple[str, str], RunSymptom] = {}
     for f in failures:  # the later failures and flags it explains
         if _is_consequence(f, root):
