@@ -343,7 +343,11 @@ def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
         if is_header or TB_FRAME.match(text) or (CUT_FRAME.match(text) and not chains):
             exc, nxt = _parse_one(lines, i, header=is_header)
             exc = interleaved.parsed(exc, is_header, lines[i].index)
-            exc = _set_aside_if_cut(exc, linked and current is not None and current.excs[-1].remote, cut)
+            if exc is not None and exc.partial and not (linked and current is not None and current.excs[-1].remote):
+                # cut off before its exception line: it joins no chain, except as the remote part of a Ray task
+                # error printed above it (where its frames say where the task failed)
+                cut.append(exc)
+                exc = None
             if exc is not None:
                 current, linked = add(exc)
             else:
@@ -361,15 +365,6 @@ def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
             linked = False  # only "The above exception ..." (or Ray's remote part) links two tracebacks
         i += 1
     return chains
-
-
-def _set_aside_if_cut(exc: Exc | None, remote_above: bool, cut: list[Exc]) -> Exc | None:
-    """A traceback cut off before its exception line joins no chain, except as the remote part of a
-    Ray task error printed above it (where its frames say where the task failed): it goes to ``cut``."""
-    if exc is None or not exc.partial or remote_above:
-        return exc
-    cut.append(exc)
-    return None
 
 
 _REJOIN_LINES = 80  # how far below its first part the rest of an interrupted traceback may come
