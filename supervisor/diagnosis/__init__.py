@@ -30,37 +30,16 @@ from .normalize import clean_line, normalize, strip_prefixes
 
 # Each other name is imported from its module when first asked for (PEP 562): `rlsup up` needs a few of them to
 # start its components, and the rest (the exit diagnosis, its patterns and regexes) only once one exits.
-_WHERE = {
-    "CATEGORIES": "..records.diagnosis",
-    "Diagnosis": "..records.diagnosis",
-    "HostEvidence": "..records.diagnosis",
-    "CONNECTION_CATEGORIES": ".dependency",
-    "DependencyFlag": ".dependency",
-    "DependencyTracker": ".dependency",
-    "connection_errors": ".dependency",
-    "dependency_down": ".dependency",
-    "diagnose": ".engine",
-    "find_step": ".engine",
-    "normalize_signal": ".engine",
-    "parse_kernel_log": ".host",
-    "parse_memory_events": ".host",
-    "read_host_evidence": ".host",
-    "MemoryGrowthDetector": ".memory",
-    "fit_growth": ".memory",
-    "diagnose_command": ".offline",
-    "diagnose_file": ".offline",
-    "format_human": ".offline",
-    "read_tail": ".offline",
-    "AttemptRecord": ".patterns",
-    "Flag": ".patterns",
-    "detect_attempt_patterns": ".patterns",
-    "RunDiagnosis": ".run",
-    "RunFailure": ".run",
-    "RunSymptom": ".run",
-    "diagnose_run": ".run",
-    "format_run": ".run",
-    "is_run_dir": ".run",
-}
+_WHERE = {name: mod for mod, names in (
+    ("..records.diagnosis", "CATEGORIES Diagnosis HostEvidence"),
+    (".dependency", "CONNECTION_CATEGORIES DependencyFlag DependencyTracker connection_errors dependency_down"),
+    (".engine", "diagnose find_step normalize_signal"),
+    (".host", "parse_kernel_log parse_memory_events read_host_evidence"),
+    (".memory", "MemoryGrowthDetector fit_growth"),
+    (".offline", "diagnose_command diagnose_file format_human read_tail"),
+    (".patterns", "AttemptRecord Flag detect_attempt_patterns"),
+    (".run", "RunDiagnosis RunFailure RunSymptom diagnose_run format_run is_run_dir"),
+) for name in names.split()}
 
 
 def __getattr__(name: str) -> Any:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import takewhile
 
 from ..monitor.process import signal_name
 from ..records.diagnosis import Diagnosis, HostEvidence, short_location
-from .cut import CutTraceback, find_garbled
 from .hints import hint_for
 from .normalize import Line, normalize
 from .ray_deaths import describe as describe_ray_death
@@ -55,6 +55,7 @@ from .tracebacks import (
     find_chains,
     find_elastic_failures,
     find_fatal_stacks,
+    find_garbled,
     find_timeout_dumps,
     is_user_frame,
     locate,
@@ -98,12 +99,8 @@ def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
     if signal:
         s = signal.upper()
         return s if s.startswith("SIG") else f"SIG{s}"
-    if exit_code is None:
-        return None
-    if exit_code < 0:
-        return signal_name(-exit_code)
-    if 128 < exit_code < 160:
-        return signal_name(exit_code - 128)
+    if exit_code is not None and (exit_code < 0 or 128 < exit_code < 160):
+        return signal_name(-exit_code if exit_code < 0 else exit_code - 128)
     return None
 
 
@@ -213,44 +210,26 @@ def _host_oom(host: HostEvidence, pids_seen: tuple[int | None, ...], sig: str | 
 
 
 def _signal_verdict(sig: str, exit_code: int | None, best: _Candidate | None) -> _Candidate | None:
-    """The signal that ended the process, as the failure, where the log names nothing that outranks it."""
-    if sig in _CRASH_SIGNALS:
-        return _crash_signal(sig, exit_code, best)
-    if sig == "SIGABRT":
-        return _abort_signal(sig, best)
-    if sig in _KILL_SIGNALS:
-        return _kill_signal(sig, exit_code, best)
-    return None
-
-
-def _crash_signal(sig: str, exit_code: int | None, best: _Candidate | None) -> _Candidate | None:
-    """SIGSEGV and the like: a crash, unless the log names a native failure (a CUDA error, a fatal
-    Python error) that explains it."""
-    if best is not None and best.category in _NATIVE:
-        return None
-    seg = best is not None and best.category == "segfault"
-    loc = best.location if best and seg else None
-    ev = best.evidence if best and seg else []
-    return _Candidate(-1, "segfault", PRIMARY, f"crashed with {sig}" + (f" in {short_location(loc)}" if loc else ""),
-                      None, loc, ev + [f"exit: {sig}" + (f" (exit code {exit_code})" if exit_code is not None else "")],
-                      library=bool(best and seg and best.library))
-
-
-def _abort_signal(sig: str, best: _Candidate | None) -> _Candidate | None:
-    """SIGABRT: an abort, unless the log names a failure of a lower tier."""
-    if best is not None and best.tier <= SIGNAL:
-        return None
-    return _Candidate(-1, "fatal_python_error", SIGNAL, f"aborted ({sig})", None, None,
-                      (best.evidence if best else []) + [f"exit: {sig}"])
-
-
-def _kill_signal(sig: str, exit_code: int | None, best: _Candidate | None) -> _Candidate | None:
-    """A kill from outside: the cause, unless the log names a failure of its own (not a collateral or weak one)."""
-    if best is not None and best.tier <= COLLATERAL and not best.weak:
-        return None
-    if best is not None and best.evidence and _SLURM_WHY.search(best.evidence[0]):
-        return None  # Slurm says who sent it and why (a requeue, a preemption, the time limit, scancel)
+    """The signal that ended the process, as the failure, where the log names nothing that outranks it: a crash
+    (SIGSEGV and the like) unless the log names a native failure that explains it, an abort unless a failure of
+    a lower tier, a kill from outside unless a failure of its own (not a collateral or weak one) or Slurm's
+    word on who sent it and why (a requeue, a preemption, the time limit, scancel)."""
     code = f" (exit code {exit_code})" if exit_code is not None else ""
+    if sig in _CRASH_SIGNALS:
+        if best is not None and best.category in _NATIVE:
+            return None
+        seg = best if best is not None and best.category == "segfault" else None
+        loc = seg.location if seg else None
+        return _Candidate(-1, "segfault", PRIMARY, f"crashed with {sig}{_at(loc, ' in ')}", None, loc,
+                          (seg.evidence if seg else []) + [f"exit: {sig}{code}"], library=bool(seg and seg.library))
+    if sig == "SIGABRT":
+        if best is not None and best.tier <= SIGNAL:
+            return None
+        return _Candidate(-1, "fatal_python_error", SIGNAL, f"aborted ({sig})", None, None,
+                          (best.evidence if best else []) + [f"exit: {sig}"])
+    if sig not in _KILL_SIGNALS or (best is not None and (
+            (best.tier <= COLLATERAL and not best.weak) or (best.evidence and _SLURM_WHY.search(best.evidence[0])))):
+        return None
     return _Candidate(-1, "killed", SIGNAL, f"killed by {sig}{code}; no kernel OOM evidence",
                       None, None, [f"exit: {sig}{code}"])
 
@@ -292,7 +271,6 @@ class _Tail:
     # tracebacks cut off before their exception line (no chain holds them)
     cut: list[Exc] = field(default_factory=list)
     elastic: list[ElasticFailure] = field(default_factory=list)
-    elastic_pids: list[int] = field(default_factory=list)
 
     def is_history(self, index: int) -> bool:
         """A retried error at this line is history: before the last recovery, or far from the end."""
@@ -311,7 +289,7 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     if tail.elastic:
         # torchelastic's block parsed whole names the rank: its bare "traceback : Signal 11" line is part of it
         cands = [c for c in cands if c.rich or not (c.evidence and _ELASTIC_SIGNAL_LINE.match(c.evidence[0]))]
-    return _drop_orderly_shutdown(cands, norm), tail.elastic_pids
+    return _drop_orderly_shutdown(cands, norm), [ef.pid for ef in tail.elastic if ef.pid is not None]
 
 
 def _chain_candidates(tail: _Tail) -> list[_Candidate]:
@@ -366,7 +344,7 @@ def _locate_at_driver(c: _Candidate, ch: Chain, pch: Chain, pc: _Candidate) -> N
     if (pch.excs[-1].remote and pc.location and not pc.library and 0 <= ch.start - pch.end <= 8
             and not any(e.frames and e.user_location() for e in ch.excs)):
         c.location, c.library = pc.location, False
-        c.summary = _shorten(c.exception or c.summary) + f" at {short_location(c.location)}"
+        c.summary = _shorten(c.exception or c.summary) + _at(c.location)
 
 
 def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
@@ -375,24 +353,19 @@ def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
     innermost user frame, the weakest there is. One the program handled, or after which training
     made progress, is history."""
     norm = tail.norm
+    pos = {ln.index: k for k, ln in enumerate(norm)}
     out: list[_Candidate] = []
-    for cut in [CutTraceback.of(e) for e in tail.cut] + find_garbled(norm):
-        if cut.funcs() & HANDLED_FUNCS or _progress_after(norm, cut.start, cut.end):
+    for cut in tail.cut + find_garbled(norm):
+        if cut.funcs() & HANDLED_FUNCS or _stepped_past(norm, pos.get(cut.start, 0), pos.get(cut.end, len(norm) - 1)):
             continue
         loc = cut.user_location()
         what = "frames of a traceback garbled together" if cut.garbled else "a traceback cut off before its exception line"
         evidence = [f'File "{f.file}", line {f.line}, in {f.func}' for f in cut.frames[-3:]]
         if cut.garbled:
             evidence = [norm[k].text.strip()[:200] for k in range(len(norm)) if cut.start <= norm[k].index <= cut.end][:3]
-        out.append(_Candidate(cut.end, "unknown", WRAPPER, what + (f" at {short_location(loc)}" if loc else ""), None, loc,
+        out.append(_Candidate(cut.end, "unknown", WRAPPER, what + _at(loc), None, loc,
                               evidence, rich=True, stream=cut.stream))
     return out
-
-
-def _progress_after(norm: list[Line], start: int, end: int) -> bool:
-    """Training went on to a later step after lines start..end."""
-    pos = {ln.index: k for k, ln in enumerate(norm)}
-    return _stepped_past(norm, pos.get(start, 0), pos.get(end, len(norm) - 1))
 
 
 def _stepped_past(norm: list[Line], first: int, last: int) -> bool:
@@ -412,31 +385,25 @@ def _refusal_is_history(c: _Candidate, ch: Chain, tail: _Tail) -> bool:
 
 
 def _fatal_stack_candidates(tail: _Tail) -> list[_Candidate]:
-    """A candidate per faulthandler dump ("Fatal Python error: Segmentation fault" and its frames)."""
+    """A candidate per faulthandler dump: a fatal error's ("Fatal Python error: Segmentation fault" and its
+    frames), and a timeout's ("Timeout (0:00:03)!" and the threads' stacks: the program hung where its main
+    thread waited; one that training progress follows, a periodic ``dump_traceback_later(repeat=True)`` for
+    debugging, is history)."""
     out: list[_Candidate] = []
     for fs in find_fatal_stacks(tail.norm):
-        cat = "segfault" if "Segmentation" in fs.kind or "Bus error" in fs.kind else "fatal_python_error"
-        tier = PRIMARY if cat == "segfault" else SIGNAL
-        loc, library = locate(fs.frames[::-1])
-        summary = f"Fatal Python error: {fs.kind}" + (f" in {short_location(loc)}" if loc else "")
-        out.append(_Candidate(fs.index, cat, tier, summary, None, loc, list(fs.lines), rich=True, library=library))
         tail.covered.add(fs.index)
-    return out + _timeout_dump_candidates(tail)
-
-
-def _timeout_dump_candidates(tail: _Tail) -> list[_Candidate]:
-    """A candidate per faulthandler timeout dump ("Timeout (0:00:03)!" and the threads' stacks): the
-    program hung where its main thread waited. A dump that training progress follows (a periodic
-    ``dump_traceback_later(repeat=True)`` for debugging) is history."""
-    out: list[_Candidate] = []
+        seg = "Segmentation" in fs.kind or "Bus error" in fs.kind
+        loc, library = locate(fs.frames[::-1])
+        out.append(_Candidate(fs.index, "segfault" if seg else "fatal_python_error", PRIMARY if seg else SIGNAL,
+                              f"Fatal Python error: {fs.kind}{_at(loc, ' in ')}", None, loc, list(fs.lines),
+                              rich=True, library=library))
     for fs in find_timeout_dumps(tail.norm):
         tail.covered.add(fs.index)
-        if fs.index < tail.recovered_after:
-            continue
-        loc, library = locate(fs.frames[::-1])
-        summary = f"hung: faulthandler's {fs.kind} dump" + (f", waiting in {short_location(loc)}" if loc else "")
-        out.append(_Candidate(fs.index, "watchdog_timeout", COLLATERAL, summary, None, loc, list(fs.lines),
-                              rich=True, library=library))
+        if fs.index >= tail.recovered_after:
+            loc, library = locate(fs.frames[::-1])
+            out.append(_Candidate(fs.index, "watchdog_timeout", COLLATERAL,
+                                  f"hung: faulthandler's {fs.kind} dump{_at(loc, ', waiting in ')}", None, loc,
+                                  list(fs.lines), rich=True, library=library))
     return out
 
 
@@ -445,10 +412,8 @@ _SIGNAL_CATEGORY = {"SIGSEGV": "segfault", "SIGBUS": "segfault", "SIGABRT": "fat
 
 
 def _elastic_candidates(tail: _Tail) -> list[_Candidate]:
-    """A candidate per torchelastic root-cause entry or agent report; their pids are kept for the
-    host's OOM evidence."""
+    """A candidate per torchelastic root-cause entry or agent report (kept: their pids are host OOM evidence)."""
     tail.elastic = find_elastic_failures(tail.norm)
-    tail.elastic_pids.extend(ef.pid for ef in tail.elastic if ef.pid is not None)
     return [_elastic_candidate(ef) for ef in tail.elastic]
 
 
@@ -475,40 +440,28 @@ def _line_candidates(tail: _Tail) -> list[_Candidate]:
     a launcher's report, a known failure line (joined with its continuation where a terminal wrapped it)."""
     out: list[_Candidate] = []
     for k, ln in enumerate(tail.norm):
-        if ln.index in tail.covered:
-            continue
         text = ln.text.strip()
-        if not text:
-            continue
-        c = _ray_task_candidate(tail.norm, k, ln, text)
-        if c is None:
-            c = _line_candidate(tail, k, ln, text)
-        if c is not None:
-            out.append(c)
+        if ln.index not in tail.covered and text:
+            c = _ray_task_candidate(tail.norm, k, ln, text) or _line_candidate(tail, k, ln, text)
+            out += [c] if c is not None else []
     return out
 
 
 def _line_candidate(tail: _Tail, k: int, ln: Line, text: str) -> _Candidate | None:
-    """A launcher's report or a known failure on this line, or on it joined with the next one where a
-    terminal wrapped it."""
-    launcher = _launcher_candidate(ln, text)
-    hit = match_span(text) if launcher is None else None
-    if launcher is None and hit is None:
-        joined = _wrapped(tail.norm, k, text)
-        if joined is None:
+    """A launcher's report or a known failure on this line, or on it joined with the next one it wrapped onto."""
+    for joined, t in enumerate((text, _wrapped(tail.norm, k, text))):
+        if t is None:
             return None
-        launcher = _launcher_candidate(ln, joined)
-        hit = match_span(joined) if launcher is None else None
-        if hit is not None and match_span(tail.norm[k + 1].text.strip()) is not None:
-            # the next line names a failure by itself: its own record, not the rest of this one
-            # (a long "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
-            return None
-        text = joined
-    if launcher is not None:
-        return launcher
-    if hit is None:
-        return None
-    return _signature_candidate(tail, k, ln, text, hit)
+        launcher = _launcher_candidate(ln, t)
+        if launcher is not None:
+            return launcher
+        hit = match_span(t)
+        if hit is not None:
+            # (joined: unless the next line names a failure by itself, its own record, not the rest of this one:
+            # a long "Step 26/60 | ... load_ms 1.59" line followed by "ERROR Engine core proc ... died")
+            return None if joined and match_span(tail.norm[k + 1].text.strip()) else _signature_candidate(
+                tail, k, ln, t, hit)
+    return None
 
 
 def _signature_candidate(tail: _Tail, k: int, ln: Line, text: str, hit: tuple[Signature, int]) -> _Candidate | None:
@@ -525,7 +478,7 @@ def _signature_candidate(tail: _Tail, k: int, ln: Line, text: str, hit: tuple[Si
         return None  # Slurm's daemons talking among themselves (srun gone after a requeue or a cancel)
     loc, library = _engine_dead_location(tail, k, text) if sig.name == "engine_dead" else (None, False)
     return _Candidate(ln.index, sig.category, sig.tier, _signature_summary(sig.name, text, loc, library), None, loc,
-                      [text], weak=sig.weak, stream=ln.stream or _rank_tag(text), library=library,
+                      [text], weak=sig.weak, stream=ln.stream or next((m[0] for m in _RANK_TAG.finditer(text)), ""), library=library,
                       job_report=sig.name == "shell_killed" and bool(_JOB_REPORT.match(text)),
                       teardown=sig.name == "collective_teardown")
 
@@ -562,8 +515,7 @@ def _signature_summary(name: str, text: str, loc: str | None, library: bool) -> 
     """The summary of a failure named by a line: the line itself, except where it is not the failure's words."""
     if name == "engine_dead" and TRACEBACK_HEADER.search(text):
         head = TRACEBACK_HEADER.sub("", text).rstrip(" :")
-        return f"{head} (its traceback is cut off before the exception)" + (
-            f" at {short_location(loc)}" if loc and not library else "")
+        return f"{head} (its traceback is cut off before the exception){_at(loc, library=library)}"
     if name == "collective_teardown":
         return f"NCCL's watchdog took the process down (a collective failed or timed out; the log does not say which): {text}"
     if name == "cuda_boilerplate":
@@ -675,8 +627,7 @@ def _root_of(chain: Chain) -> tuple[Exc, str, int]:
     real = [s for s in scored if s[2] != WRAPPER]
     specific = [s for s in real if s[1] != "python_exception"]
     if specific:
-        best_tier = min(s[2] for s in specific)
-        return next(s for s in specific if s[2] == best_tier)
+        return min(specific, key=lambda s: s[2])  # (the first of the best tier)
     last = scored[-1]
     if last[2] != WRAPPER and not _generic_over_user(scored):
         # the same exception raised again across a process boundary (multiprocessing's pool re-raises the
@@ -686,10 +637,7 @@ def _root_of(chain: Chain) -> tuple[Exc, str, int]:
                 and x[0].user_location()]
         return same[0] if same else last
     earlier = [s for s in scored[:-1] if s[2] != WRAPPER]
-    if not earlier:
-        return last
-    with_user = [s for s in earlier if s[0].user_location()]
-    return (with_user or earlier)[-1]
+    return ([s for s in earlier if s[0].user_location()] or earlier or [last])[-1]
 
 
 _GENERIC = re.compile(r"(?:^|\.)(?:RuntimeError|Exception|Error)$")
@@ -698,12 +646,9 @@ _GENERIC = re.compile(r"(?:^|\.)(?:RuntimeError|Exception|Error)$")
 def _generic_over_user(scored: list[tuple[Exc, str, int]]) -> bool:
     """The last exception is a generic RuntimeError raised in library code on top of an earlier
     exception raised in user code: the earlier one is the meaningful one."""
-    if len(scored) < 2:
-        return False
     last, cat, _tier = scored[-1]
-    if cat != "python_exception" or not _GENERIC.search(last.type) or last.user_location():
-        return False
-    return any(e.user_location() and t != WRAPPER for e, _c, t in scored[:-1])
+    return (cat == "python_exception" and bool(_GENERIC.search(last.type)) and not last.user_location()
+            and any(e.user_location() and t != WRAPPER for e, _c, t in scored[:-1]))
 
 
 def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
@@ -722,14 +667,9 @@ def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
     else:
         scope, first = excs, root
     order = ([first] if first is not None else []) + [e for e in reversed(scope) if e is not first]
-    for e in order:
-        loc = e.user_location()
-        if loc:
-            return loc, False
-    for e in order:
-        if e.innermost():
-            return e.innermost(), True
-    return None, False
+    user = next((loc for e in order if (loc := e.user_location())), None)
+    inner = None if user else next((loc for e in order if (loc := e.innermost())), None)
+    return (user, False) if user else (inner, inner is not None)
 
 
 def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:
@@ -739,26 +679,18 @@ def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:
     evidence.append(root.exception_line or root.text)
     evidence.extend(_following(norm, root))
     exc_text = root.text
-    summary = _shorten(exc_text) + (f" at {short_location(loc)}" if loc and not library else "")
+    summary = _shorten(exc_text) + _at(loc, library=library)
     wrapped = chain.excs[-1]
     if wrapped is not root:
         evidence.append(wrapped.exception_line or wrapped.text)
     return _Candidate(root.end, cat, tier, summary, exc_text, loc, evidence, rich=True, library=library)
 
 
-def _following(norm: list[Line], exc: Exc, limit: int = 2) -> list[str]:
-    """Lines after an exception line that continue its message (NCCL "Last error:", CUDA hints)."""
-    out: list[str] = []
-    for ln in norm[exc.end + 1: exc.end + 8]:
-        if ln.stream != exc.stream:
-            continue
-        t = ln.text.strip()
-        if not t or t.startswith(("Traceback", "File ", "The above", "During handling")):
-            break
-        out.append(t)
-        if len(out) >= limit:
-            break
-    return out
+def _following(norm: list[Line], exc: Exc) -> list[str]:
+    """Up to two lines after an exception line that continue its message (NCCL "Last error:", CUDA hints)."""
+    same = (ln.text.strip() for ln in norm[exc.end + 1: exc.end + 8] if ln.stream == exc.stream)
+    return list(takewhile(lambda t: t and not t.startswith(("Traceback", "File ", "The above", "During handling")),
+                          same))[:2]
 
 
 # bash's report of a job, naming its command: "./run.sh: line 30:  7946 Killed   setsid ray start ...",
@@ -790,8 +722,10 @@ def _choose(cands: list[_Candidate]) -> _Candidate | None:
     if best_tier == WRAPPER:
         top = _named_wrappers(top)
     chosen = max(top, key=lambda c: (c.index, c.rich))
-    for prefer in _PREFERENCES:
-        chosen = prefer(chosen, top)
+    for applies, says_more in _SAYS_MORE:
+        if applies(chosen):
+            chosen = _latest_instead(chosen, [c for c in top if says_more(c)])
+    chosen = _rich_over_bare(_said_over_vague(chosen, top), top)
     _count_and_corroborate(chosen, cands)
     return chosen
 
@@ -812,37 +746,25 @@ def _named_wrappers(top: list[_Candidate]) -> list[_Candidate]:
     return [named_dead]
 
 
-def _own_exception_over_job(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
-    """The shell reports a job the script ran that was killed (a Ray node started in the
-    background, a server); the exception the program printed at the same rank says what broke
-    for it, and where: that names the failure, the job's death is its evidence."""
-    if not chosen.job_report:
-        return chosen
-    return _latest_instead(chosen, [c for c in top if c.rich and c.exception and not c.job_report])
-
-
-def _slurm_reason_over_task_end(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
-    """srun's "task 0: Terminated" is how the task ended; slurmstepd's "CANCELLED AT ... DUE TO TIME
-    LIMIT" or srun's "Node failure on hq1" printed before it says why."""
-    if not (chosen.evidence and _SLURM_TASK_END.search(chosen.evidence[0])):
-        return chosen
-    return _latest_instead(chosen, [c for c in top if c.evidence and _SLURM_WHY.search(c.evidence[0])])
-
-
 _COLLECTIVE_CAUSES = {"nccl_timeout", "nccl_error", "watchdog_timeout", "distributed_timeout"}
-
-
-def _cause_over_teardown(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
-    """The watchdog's "we are taking the entire process down" follows (or, since torch 2.3, precedes) the line
-    that says what failed: a collective that timed out, an NCCL error."""
-    if not chosen.teardown:
-        return chosen
-    return _latest_instead(chosen, [c for c in top if not c.teardown and c.category in _COLLECTIVE_CAUSES])
+# (does this rule apply to the chosen candidate, which candidates of its tier say more): the latest of those
+# in its place, carrying its first line as evidence
+_SAYS_MORE: tuple[tuple[Callable[[_Candidate], object], Callable[[_Candidate], object]], ...] = (
+    # the shell reports a job the script ran that was killed (a Ray node started in the background, a server);
+    # the exception the program printed says what broke for it, and where: the job's death is its evidence
+    (lambda ch: ch.job_report, lambda c: c.rich and c.exception and not c.job_report),
+    # srun's "task 0: Terminated" is how the task ended; slurmstepd's "CANCELLED AT ... DUE TO TIME LIMIT" or
+    # srun's "Node failure on hq1" printed before it says why
+    (lambda ch: ch.evidence and _SLURM_TASK_END.search(ch.evidence[0]),
+     lambda c: c.evidence and _SLURM_WHY.search(c.evidence[0])),
+    # the watchdog's "we are taking the entire process down" follows (or, since torch 2.3, precedes) the line
+    # that says what failed: a collective that timed out, an NCCL error
+    (lambda ch: ch.teardown, lambda c: not c.teardown and c.category in _COLLECTIVE_CAUSES),
+)
 
 
 def _latest_instead(chosen: _Candidate, better: list[_Candidate]) -> _Candidate:
-    """The last of ``better`` in place of ``chosen``, carrying ``chosen``'s first line as evidence;
-    ``chosen`` itself when there is none."""
+    """The last of ``better`` in place of ``chosen``, carrying its first line as evidence; else ``chosen``."""
     if not better:
         return chosen
     r = max(better, key=lambda c: c.index)
@@ -873,11 +795,6 @@ def _rich_over_bare(chosen: _Candidate, top: list[_Candidate]) -> _Candidate:
         chosen.evidence = chosen.evidence + [e for c in richer for e in c.evidence[:1]]
         return chosen
     return _latest_instead(chosen, richer)
-
-
-# applied in this order to the latest candidate of the best tier
-_PREFERENCES: tuple[Callable[[_Candidate, list[_Candidate]], _Candidate], ...] = (
-    _own_exception_over_job, _slurm_reason_over_task_end, _cause_over_teardown, _said_over_vague, _rich_over_bare)
 
 
 def _count_and_corroborate(chosen: _Candidate, cands: list[_Candidate]) -> None:
@@ -927,12 +844,8 @@ def _ray_task_candidate(norm: list[Line], k: int, ln: Line, text: str) -> _Candi
     if tier == WRAPPER:
         cat, tier = "python_exception", PRIMARY
     loc, library = locate(frames)
-    where = f" at {short_location(loc)}" if loc and not library else ""
-    head = f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: "
-    if exc is not None:
-        summary = head + _shorten(exc[1]) + where
-    else:
-        summary = head + (f"{cause} in " if cause else "") + "the traceback is cut off before its exception" + where
+    what = _shorten(exc[1]) if exc else (f"{cause} in " if cause else "") + "the traceback is cut off before its exception"
+    summary = f"Ray task ray::{m.group('task')}() (pid {m.group('pid')}) failed: {what}{_at(loc, library=library)}"
     evidence = [text] + [f'File "{f.file}", line {f.line}, in {f.func}' for f in frames[-3:]] + ([exc[1]] if exc else [])
     return _Candidate(exc[0] if exc else ln.index, cat, tier, summary, exc[1] if exc else None, loc, evidence,
                       rich=True, library=library, stream=ln.stream)
@@ -957,7 +870,7 @@ def _describe_ray(c: _Candidate, norm: list[Line]) -> None:
     rd = describe_ray_death(texts, pos)
     if not (rd.exc_type or rd.why or rd.lines):
         return
-    where = f" at {short_location(c.location)}" if c.location and not c.library else ""
+    where = _at(c.location, library=c.library)
     c.summary = rd.summary() + where
     c.hint = rd.hint()
     frames = [e for e in c.evidence if e.startswith("File ")]
@@ -1030,18 +943,12 @@ def _digitless(text: str) -> str:
     return _DIGITS.sub("#", _RANK_TAG.sub("", text)).strip()
 
 
-def _rank_tag(text: str) -> str:
-    m = _RANK_TAG.search(text)
-    return m.group(0) if m else ""
-
-
 def _last_index(norm: list[Line], pat: re.Pattern[str]) -> int:
     return next((ln.index for ln in reversed(norm) if pat.search(ln.text)), -1)
 
 
-def _tail_evidence(norm: list[Line], n: int = 5) -> list[str]:
-    out = [ln.text.strip() for ln in norm if ln.text.strip()]
-    return out[-n:]
+def _tail_evidence(norm: list[Line]) -> list[str]:
+    return [ln.text.strip() for ln in norm if ln.text.strip()][-5:]
 
 
 def _dedup(items: list[str]) -> list[str]:
@@ -1065,6 +972,11 @@ def _dedup(items: list[str]) -> list[str]:
             keys.append(key)
             out.append(it)
     return out
+
+
+def _at(loc: str | None, word: str = " at ", library: bool = False) -> str:
+    """" at FILE:LINE" for a location to show (none for one in library code where ``library`` says so)."""
+    return f"{word}{short_location(loc)}" if loc and not library else ""
 
 
 def _shorten(text: str) -> str:

@@ -98,8 +98,13 @@ class MemoryGrowthDetector:
     def _observe_one(self, kind: str, ts: float, step: int, mb: float) -> Flag | None:
         series = self._series[kind]
         self._record(kind, series, _Sample(ts, step, mb))
-        if kind in self._flagged:
-            self._end_episode_if_down(kind, series, mb)
+        if kind in self._flagged:  # a flagged growth: once memory came back down, the episode is over
+            peak = self._flagged[kind]
+            base = series[0].mb if series else peak
+            if mb < peak - max(self.min_growth_mb, (peak - base)) / 2:
+                del self._flagged[kind]
+                while len(series) > 1:  # and this is the new baseline
+                    series.popleft()
             return None
         found = self._steady_growth(series, mb)
         if found is None:
@@ -121,15 +126,6 @@ class MemoryGrowthDetector:
         while series and series[0].ts < sample.ts - self.window_s:
             series.popleft()
 
-    def _end_episode_if_down(self, kind: str, series: deque[_Sample], mb: float) -> None:
-        """A flagged growth: once memory came back down, the episode is over, and this is the new baseline."""
-        peak = self._flagged[kind]
-        base = series[0].mb if series else peak
-        if mb < peak - max(self.min_growth_mb, (peak - base)) / 2:
-            del self._flagged[kind]
-            while len(series) > 1:
-                series.popleft()
-
     def _steady_growth(self, series: deque[_Sample], mb: float) -> tuple[Fit, float] | None:
         """(the fit, the first level) where the window grew steadily enough to be a leak, still growing at the end."""
         if len(series) < self.min_samples:
@@ -139,18 +135,15 @@ class MemoryGrowthDetector:
         if fit is None or fit.slope <= 0:
             return None
         first = min(s.mb for s in list(series)[: max(1, len(series) // 4)])
-        if not self._grew_enough(fit, first, min(fit.growth_mb, mb - first)):
+        growth = min(fit.growth_mb, mb - first)  # steady (r², rising steps), large absolutely and relative to the start
+        if (fit.r2 < self.min_r2 or fit.rising_fraction < self.min_rising or growth < self.min_growth_mb
+                or first <= 0 or growth / first < self.min_fraction):
             return None
         # Still growing at the end: a cache that filled and then plateaued is not a leak.
         recent = fit_growth([(float(s.step), s.mb) for s in list(series)[-max(3, len(series) // 3):]])
         if recent is None or recent.slope < 0.5 * fit.slope:
             return None
         return fit, first
-
-    def _grew_enough(self, fit: Fit, first: float, growth: float) -> bool:
-        """The fit is steady (r², rising steps) and the growth large enough, absolutely and relative to the start."""
-        return not (fit.r2 < self.min_r2 or fit.rising_fraction < self.min_rising or growth < self.min_growth_mb
-                    or first <= 0 or growth / first < self.min_fraction)
 
     def _flag(self, kind: str, series: list[_Sample], fit: Fit, first: float) -> Flag:
         a, b = series[0], series[-1]

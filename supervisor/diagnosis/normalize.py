@@ -110,28 +110,22 @@ def strip_prefixes(raw: str) -> tuple[str, str]:
         text = _RAY_REPEATED.sub("", text)
     stream = ""
     for _ in range(_MAX_PASSES):
-        text, stream, changed = _strip_once(text, stream)
+        # each pass: the prefixes that name a stream (a Ray worker, a rank), then the plain ones (timestamps,
+        # log levels), where a rank tag names the stream when nothing else did
+        changed = False
+        for pat in _PREFIXES:
+            m = pat.match(text)
+            if m and m.end() > 0:
+                s = m.groupdict().get("stream")  # (only the stream prefixes have one)
+                if s:
+                    stream = s if not stream else f"{stream}/{s}"
+                elif not stream and (rank := _RANK_TAG.search(m.group(0))):
+                    stream = f"rank{rank.group(1)}"
+                text = text[m.end():]
+                changed = True
         if not changed:
             break
     return stream, text
-
-
-def _strip_once(text: str, stream: str) -> tuple[str, str, bool]:
-    """One pass of the prefixes that name a stream (a Ray worker, a rank), then of the plain ones
-    (timestamps, log levels), where a rank tag names the stream when nothing else did: (text, stream,
-    whether any was removed)."""
-    changed = False
-    for pat in _PREFIXES:
-        m = pat.match(text)
-        if m and m.end() > 0:
-            s = m.groupdict().get("stream")  # (only the stream prefixes have one)
-            if s:
-                stream = s if not stream else f"{stream}/{s}"
-            elif not stream and (rank := _RANK_TAG.search(m.group(0))):
-                stream = f"rank{rank.group(1)}"
-            text = text[m.end():]
-            changed = True
-    return text, stream, changed
 
 
 # A record another thread or stream wrote into the middle of a line, right after a number: two

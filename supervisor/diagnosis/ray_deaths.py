@@ -35,7 +35,7 @@ _CAUSES = re.compile(
 _RAYLET_DEATH = re.compile(r"A worker died or was killed while executing (?:a )?task")
 _WORKER_PID = re.compile(r"Worker PID: (?P<pid>\d+)")
 _WORKER_IP = re.compile(r"Worker IP address: (?P<ip>\S+)")
-_UNAVAILABLE = re.compile(r"The actor (?P<id>\w+) is unavailable")
+_UNAVAILABLE = re.compile(r"The actor (?P<actor_id>\w+) is unavailable")
 _NODE_REASON = re.compile(r"the actor's node was terminated (?P<how>[^\n]+)")
 _CAUSE_ITEM = re.compile(r"\(\d\)\s*")
 
@@ -125,8 +125,17 @@ def _block_start(texts: list[str]) -> int | None:
 
 def _read_block_line(rd: RayDeath, t: str) -> None:
     """What one line of the block says about the death; a line that says something of it is kept as
-    evidence (a field line only fills its field)."""
-    said = [_read_header(rd, t), _read_raylet_death(rd, t)]
+    evidence (a field line only fills its field, a line with only the detail is not kept)."""
+    said = False
+    if hm := _HEADER.search(t):
+        said = True
+        if rd.exc_type is None:
+            rd.exc_type = hm.group("type")
+            rd.kind = "task worker" if "WorkerCrashedError" in t else rd.kind
+    if _RAYLET_DEATH.search(t):  # the raylet's "A worker died ... while executing a task", with its pid and ip
+        said = True
+        rd.kind = "task worker" if rd.exc_type is None else rd.kind
+        _fill(rd, t, (_WORKER_PID, _WORKER_IP))
     fm = _FIELD.match(t)
     if fm:
         rd.fields.setdefault(fm.group("key"), fm.group("value"))
@@ -135,47 +144,21 @@ def _read_block_line(rd: RayDeath, t: str) -> None:
         m = pat.search(t)
         if m and getattr(rd, attr) in (None, []):
             setattr(rd, attr, value(m))
-        said.append(m is not None)
-    said.append(_read_unavailable(rd, t))
-    _read_detail(rd, t)  # (a line with only the detail is not kept as evidence)
-    if t.strip() and any(said):
+        said = said or m is not None
+    said = _fill(rd, t, (_UNAVAILABLE,)) or said
+    if rd.detail is None and (dm := _DETAIL.search(t)):
+        rd.detail = dm.group("detail")
+    if t.strip() and said:
         rd.lines.append(t.strip())
 
 
-def _read_header(rd: RayDeath, t: str) -> bool:
-    m = _HEADER.search(t)
-    if m and rd.exc_type is None:
-        rd.exc_type = m.group("type")
-        if "WorkerCrashedError" in t:
-            rd.kind = "task worker"
-    return m is not None
-
-
-def _read_raylet_death(rd: RayDeath, t: str) -> bool:
-    """The raylet's "A worker died or was killed while executing a task", with the worker's pid and ip."""
-    if not _RAYLET_DEATH.search(t):
-        return False
-    rd.kind = "task worker" if rd.exc_type is None else rd.kind
-    pm = _WORKER_PID.search(t)
-    if pm:
-        rd.fields.setdefault("pid", pm.group("pid"))
-    im = _WORKER_IP.search(t)
-    if im:
-        rd.fields.setdefault("ip", im.group("ip"))
-    return True
-
-
-def _read_detail(rd: RayDeath, t: str) -> None:
-    dm = _DETAIL.search(t)
-    if dm and rd.detail is None:
-        rd.detail = dm.group("detail")
-
-
-def _read_unavailable(rd: RayDeath, t: str) -> bool:
-    um = _UNAVAILABLE.search(t)
-    if um:
-        rd.fields.setdefault("actor_id", um.group("id"))
-    return um is not None
+def _fill(rd: RayDeath, t: str, pats: tuple[re.Pattern[str], ...]) -> bool:
+    """The fields the patterns (each with one named group, the field) find in the line, where not known yet."""
+    found = [m for p in pats if (m := p.search(t))]
+    for m in found:
+        key, value = next(iter(m.groupdict().items()))
+        rd.fields.setdefault(key, value)
+    return bool(found)
 
 
 # What a line may say of the death, read where it first says it (every line is tried against each):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # Deaths that follow from another: an actor whose owner (the driver) died goes down with it.
@@ -49,8 +49,7 @@ class RayNode:
         return f"{self.label()} is DEAD" + (f": {self.message}" if self.message else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "ip": self.ip, "name": self.name, "is_head": self.is_head,
-                "state": self.state, "message": self.message}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -219,15 +218,11 @@ class RunDiagnosis:
         rc = self.root_cause
         if rc is None:
             return []
-        seen: set[tuple[str, str]] = set()
-        out = []
+        out: dict[tuple[str, str], RunFailure] = {}  # the first of each component and kind
         for f in self.failures:
-            if f is rc or not f.primary or (f.component, f.category) in seen or (
-                    f.component == rc.component and not _after_recovery(f, rc)):
-                continue
-            seen.add((f.component, f.category))
-            out.append(f)
-        return out
+            if f is not rc and f.primary and (f.component != rc.component or _after_recovery(f, rc)):
+                out.setdefault((f.component, f.category), f)
+        return list(out.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -311,8 +306,7 @@ def _place_partial_stamps(scan: _LogScan, window: tuple[float, float] | None) ->
             for naive in (lo, hi):
                 ts = resolve(kind, naive)
                 if ts is not None:
-                    entry[1] = ts if entry[1] is None else min(entry[1], ts)
-                    entry[2] = ts if entry[2] is None else max(entry[2], ts)
+                    entry[1:3] = _stretch(entry[1], entry[2], ts)
     if scan.last_partial is not None:
         scan.last_ts = resolve(*scan.last_partial)
 
@@ -336,8 +330,7 @@ def _count(scan: _LogScan, line: str) -> None:
     entry = scan.by_category.setdefault(sig.category, [0, None, None, [], {}])
     entry[0] += 1
     if ts is not None:
-        entry[1] = ts if entry[1] is None else min(entry[1], ts)
-        entry[2] = ts if entry[2] is None else max(entry[2], ts)
+        entry[1:3] = _stretch(entry[1], entry[2], ts)
     elif partial is not None:
         kind, naive = partial
         span = entry[4].setdefault(kind, [naive, naive])
@@ -351,8 +344,7 @@ def _count(scan: _LogScan, line: str) -> None:
 
 
 def diagnose_run(run_dir: Path) -> RunDiagnosis:
-    """The root cause of the run in ``run_dir`` and the symptoms it caused: the journal's facts, each
-    component's log, when each failure recovered, then the root cause and what followed it."""
+    """The root cause of the run in ``run_dir`` and the symptoms it caused."""
     run_dir = Path(run_dir)
     events, notes = _journal_events(run_dir)
     facts = _JournalFacts()
@@ -391,7 +383,10 @@ class _JournalFacts:
     ended: float | None = None
     comps: dict[str, dict[str, Any]] = field(default_factory=dict)
     failures: list[RunFailure] = field(default_factory=list)
-    stopping: dict[str, bool] = field(default_factory=dict)  # a stop rlsup or the user asked for is under way
+    # a stop came in this attempt: True where rlsup or the user asked for it, False where rlsup forced it on its
+    # own verdict (a failed liveness probe, a readiness timeout: the attempt failed, its exit is a failure,
+    # diagnosed from its log; a stall restart's failure is the stall flag)
+    asked: dict[str, bool] = field(default_factory=dict)
     attempt: dict[str, int | None] = field(default_factory=dict)
     exited_last: dict[str, bool] = field(default_factory=dict)  # the journal's last word on it is an exit/stop
     back: dict[str, list[float]] = field(default_factory=dict)  # when each component was running again
@@ -405,7 +400,6 @@ class _JournalFacts:
     # the kills come before the stop). An exit rlsup forced (`stopping` by rlsup: a liveness or readiness
     # verdict) and a failure of its own (a crash, an engine's death) stay failures whatever followed.
     unjudged: dict[str, RunFailure] = field(default_factory=dict)
-    exit_asked: set[str] = field(default_factory=set)  # a `stopping` came in this attempt
 
     def comp(self, c: str) -> dict[str, Any]:
         return self.comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
@@ -424,44 +418,47 @@ class _JournalFacts:
             return
         if c is None:
             return
-        info = self.comp(c)
-        on_event = _ON_EVENT.get(type(e))
-        if on_event is not None:
-            on_event(self, c, ts, e, info)
+        self._component_event(c, ts, e, self.comp(c))
+
+    def _component_event(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
+        """What each event of a component says (other kinds only make the component known)."""
+        match e:
+            case ComponentStarted():
+                self._started(c, ts, e, info)
+            case ComponentReady() | ComponentCompleted() | ComponentAdopted():
+                self._running_again(c, ts, e, info)
+            case FlagCleared(type="dependency_down"):
+                _close(self.dep_down.get(c), ts)
+            case FlagCleared(type="stall") if ts is not None and e.by != "attempt_ended":
+                self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
+            case ComponentStopping():
+                self.asked[c] = not (e.by == "rlsup" and "stall" not in str(e.reason or ""))
+            case ComponentStopped() | ComponentFatal():
+                self._ended(c, ts, e, info)
+            case RestartScheduled():
+                self.unjudged.pop(c, None)  # the exit was a failure: it is restarted
+            case ComponentExited():
+                self._exited(c, ts, e, info)
+            case FlagRaised():
+                self._flag(c, ts, e)
 
     def _started(self, c: str, ts: float | None, e: ComponentStarted, info: dict[str, Any]) -> None:
         info["attempts"] += 1
         info["state"] = "running"
-        self.stopping[c] = False
         self.exited_last[c] = False
         self.attempt[c] = e.attempt or info["attempts"]  # (attempts count from 1: 0 is an old start without one)
         _close(self.held.get(c), ts)
         self.unjudged.pop(c, None)
-        self.exit_asked.discard(c)
+        self.asked.pop(c, None)
 
     def _running_again(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
-        """ready, completed, adopted."""
         if ts is not None:
             self.back.setdefault(c, []).append(ts)
         if isinstance(e, ComponentCompleted):
             info["state"] = "completed"
             self.exited_last[c] = True
 
-    def _flag_cleared(self, c: str, ts: float | None, e: FlagCleared, info: dict[str, Any]) -> None:
-        if e.type == "dependency_down":
-            _close(self.dep_down.get(c), ts)
-        elif e.type == "stall" and ts is not None and e.by != "attempt_ended":
-            self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
-
-    def _stopping(self, c: str, ts: float | None, e: ComponentStopping, info: dict[str, Any]) -> None:
-        # A stop rlsup forced on its own verdict (a failed liveness probe, a readiness timeout) ends an attempt
-        # that failed: its exit is a failure, diagnosed from its log. A stall restart's failure is the stall flag.
-        forced = e.by == "rlsup" and "stall" not in str(e.reason or "")
-        self.stopping[c] = not forced
-        self.exit_asked.add(c)
-
     def _ended(self, c: str, ts: float | None, e: ComponentStopped | ComponentFatal, info: dict[str, Any]) -> None:
-        """stopped, fatal."""
         info["state"] = e.kind
         self.exited_last[c] = True
         judged = self.unjudged.pop(c, None)
@@ -472,23 +469,20 @@ class _JournalFacts:
             if ts is not None:
                 self.held.setdefault(c, []).append((ts, None))
 
-    def _judged(self, c: str, ts: float | None, e: RestartScheduled, info: dict[str, Any]) -> None:
-        self.unjudged.pop(c, None)  # the exit was a failure: it is restarted
-
     def _exited(self, c: str, ts: float | None, e: ComponentExited, info: dict[str, Any]) -> None:
         info["exits"] += 1
         self.exited_last[c] = True
         diag = e.diagnosis.to_dict() if e.diagnosis else {}
         cat = str(diag.get("category") or "unknown")
-        if self.stopping.get(c) or cat in NOT_FAILURES:
+        if self.asked.get(c) or cat in NOT_FAILURES:
             return
         info["failures"] += 1
         self.failures.append(RunFailure(
             c, ts, cat, str(diag.get("summary") or cat), "exit", self.attempt.get(c), e.exit_code, e.signal, diag))
-        if cat == "killed" and c not in self.exit_asked:
+        if cat == "killed" and c not in self.asked:
             self.unjudged[c] = self.failures[-1]
 
-    def _flag(self, c: str, ts: float | None, e: FlagRaised, info: dict[str, Any]) -> None:
+    def _flag(self, c: str, ts: float | None, e: FlagRaised) -> None:
         ftype = e.type or "flag"
         evidence = [str(x) for x in e.evidence]
         message = e.message or ftype
@@ -507,21 +501,6 @@ def _close(spans: list[tuple[float, float | None]] | None, ts: float | None) -> 
     """Ends the open span of ``spans`` (from .. None) at ``ts``."""
     if spans and spans[-1][1] is None and ts is not None:
         spans[-1] = (spans[-1][0], ts)
-
-
-# A handler of one event class (its argument is of that class: the table is the type check).
-_OnEvent = Callable[[_JournalFacts, str, float | None, Any, dict[str, Any]], None]
-# what each event of a component says (other classes only make the component known)
-_ON_EVENT: dict[type[Event], _OnEvent] = {
-    ComponentStarted: _JournalFacts._started,
-    ComponentReady: _JournalFacts._running_again, ComponentCompleted: _JournalFacts._running_again,
-    ComponentAdopted: _JournalFacts._running_again,
-    FlagCleared: _JournalFacts._flag_cleared,
-    ComponentStopping: _JournalFacts._stopping,
-    ComponentStopped: _JournalFacts._ended, ComponentFatal: _JournalFacts._ended,
-    ComponentExited: _JournalFacts._exited, RestartScheduled: _JournalFacts._judged,
-    FlagRaised: _JournalFacts._flag,
-}
 
 
 def _false_success(c: str, ts: float | None, msg: str, evidence: list[str], att: int | None) -> RunFailure:
@@ -562,13 +541,9 @@ def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes:
 
 def _log_names(logs_dir: Path) -> set[str]:
     """The components logs/ holds a log of (NAME.log or a rotation of it)."""
-    names: set[str] = set()
-    if logs_dir.is_dir():
-        for p in logs_dir.iterdir():
-            m = re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name)
-            if m:
-                names.add(m.group("n"))
-    return names
+    if not logs_dir.is_dir():
+        return set()
+    return {m.group("n") for p in logs_dir.iterdir() if (m := re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name))}
 
 
 def _lifetimes(events: list[Record]) -> tuple[dict[str, float], float | None]:
@@ -593,7 +568,9 @@ def _log_tail_failure(run_dir: Path, events: list[Record], facts: _JournalFacts,
     d = diagnose(_last_attempt_tail(run_dir, events, n, list(scan.tail)))
     if d.category in NOT_FAILURES:
         return None
-    return RunFailure(n, _tail_time(scan) or scan.mtime, d.category, d.summary, "log", diagnosis=d.to_dict())
+    # when: the last stamped line among the tail the exit diagnosis read, else the log's last write
+    when = (scan.last_ts if scan.since_stamp < TAIL_LINES else None) or scan.mtime
+    return RunFailure(n, when, d.category, d.summary, "log", diagnosis=d.to_dict())
 
 
 def _place_recoveries(facts: _JournalFacts) -> None:
@@ -631,11 +608,6 @@ def _last_attempt_tail(run_dir: Path, events: list[Record], name: str, tail: lis
         return tail
     data, _partial = read_bytes(run_dir / "logs" / f"{name}.log", rs[-1].start, None, max_bytes=8 << 20)
     return [clean_line(x) for x in lines_of(data)[-TAIL_LINES:]]
-
-
-def _tail_time(scan: _LogScan) -> float | None:
-    """The time of the last stamped line among the tail the exit diagnosis reads."""
-    return scan.last_ts if scan.since_stamp < TAIL_LINES else None
 
 
 def _names_dependency(message: str, component: str) -> bool:
@@ -680,16 +652,11 @@ def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: di
     if any(a <= until and (b is None or b >= until) for c, ss in held.items() if c != stall.component for a, b in ss):
         return True
     waits_on = _waits_on(stall)
-    for f in failures:
-        if f is stall or f.component == stall.component or f.ts is None:
-            continue
-        # another component's own stall explains this one only where this one's last line says it waits on it
-        # ("Waiting for trainer weights step 14"): two stalls side by side are otherwise two hangs
-        if f.source == "flag" and not (f.category == "stall" and f.component in waits_on):
-            continue
-        if f.ts <= until and (f.recovered_ts is None or f.recovered_ts >= t):
-            return True
-    return False
+    # another component's own stall explains this one only where this one's last line says it waits on it
+    # ("Waiting for trainer weights step 14"): two stalls side by side are otherwise two hangs
+    return any(f.ts <= until and (f.recovered_ts is None or f.recovered_ts >= t) for f in failures
+               if f is not stall and f.component != stall.component and f.ts is not None
+               and (f.source != "flag" or (f.category == "stall" and f.component in waits_on)))
 
 
 def _waits_on(stall: RunFailure) -> set[str]:
@@ -720,10 +687,14 @@ def _root(failures: list[RunFailure], journal: bool) -> RunFailure | None:
 
 
 def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan]) -> list[RunSymptom]:
-    """Per component and kind, what followed the root cause: later failures and flags, and the
-    symptom lines of the other components' logs."""
+    """Per component and kind, what followed the root cause: later failures and flags, other logs' symptom lines."""
     groups: dict[tuple[str, str], RunSymptom] = {}
-    _failure_symptoms(root, failures, groups)
+    for f in failures:  # the later failures and flags it explains
+        if _is_consequence(f, root):
+            s = groups.setdefault((f.component, f.category), RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts,
+                                                                         f.summary))
+            s.count += 1
+            _widen(s, f.ts)
     _log_symptoms(root, failures, scans, groups)
     return sorted(groups.values(), key=lambda s: (s.first_ts is None, s.first_ts or 0.0, s.component, s.category))
 
@@ -756,16 +727,6 @@ def _after_recovery(f: RunFailure, root: RunFailure) -> bool:
     return not (isinstance(then, int) and isinstance(now, int) and now <= then)
 
 
-def _failure_symptoms(root: RunFailure, failures: list[RunFailure], groups: dict[tuple[str, str], RunSymptom]) -> None:
-    """The later failures and flags the root cause explains, counted per component and kind."""
-    for f in failures:
-        if not _is_consequence(f, root):
-            continue
-        s = groups.setdefault((f.component, f.category), RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts, f.summary))
-        s.count += 1
-        _widen(s, f.ts)
-
-
 def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan],
                   groups: dict[tuple[str, str], RunSymptom]) -> None:
     """The symptom lines of the other components' logs, counted per component and kind."""
@@ -795,8 +756,12 @@ def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str,
 def _widen(s: RunSymptom, ts: float | None) -> None:
     """Stretch the symptom's span to a time it was seen (None: a time not known)."""
     if ts is not None:
-        s.first_ts = ts if s.first_ts is None else min(s.first_ts, ts)
-        s.last_ts = ts if s.last_ts is None else max(s.last_ts, ts)
+        s.first_ts, s.last_ts = _stretch(s.first_ts, s.last_ts, ts)
+
+
+def _stretch(lo: float | None, hi: float | None, ts: float) -> tuple[float, float]:
+    """The span lo..hi (None: empty) stretched to hold ``ts``."""
+    return (ts if lo is None else min(lo, ts)), (ts if hi is None else max(hi, ts))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -824,8 +789,10 @@ def _root_cause_lines(rd: RunDiagnosis, rc: RunFailure) -> list[str]:
     out.append(f"  summary:   {rc.summary}")
     if rd.recurrences:
         out.append(f"  recurred:  {rd.recurrences} more time{'s' if rd.recurrences > 1 else ''} after restarts")
-    if rc.diagnosis:
-        out.extend(_diagnosis_lines(replace(Diagnosis.from_dict(rc.diagnosis), hint=root_hint(rd)), rc))
+    if rc.diagnosis:  # what its own diagnosis adds: the exception, where, what next, its evidence
+        d = replace(Diagnosis.from_dict(rc.diagnosis), hint=root_hint(rd))
+        out += exception_and_location(d, rc.summary) + ([f"  next:      {d.hint}"] if d.hint else [])
+        out.extend(f"    | {ev[:300]}" for ev in d.evidence[:6])
     return out
 
 
@@ -854,15 +821,6 @@ def exception_and_location(d: Diagnosis, summary: str) -> list[str]:
         out.append(f"  exception: {d.exception[:300]}")
     if d.location:
         out.append(f"  location:  {d.location}" + ("  (library code)" if d.library_location else ""))
-    return out
-
-
-def _diagnosis_lines(d: Diagnosis, rc: RunFailure) -> list[str]:
-    """What the root cause's own diagnosis adds: its exception (where the summary does not hold it), where, what next, its evidence."""
-    out = exception_and_location(d, rc.summary)
-    if d.hint:
-        out.append(f"  next:      {d.hint}")
-    out.extend(f"    | {ev[:300]}" for ev in d.evidence[:6])
     return out
 
 

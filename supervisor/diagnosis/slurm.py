@@ -83,9 +83,7 @@ def refine(diag: dict[str, Any], lines: Iterable[str]) -> dict[str, Any]:
         return diag
     if diag.get("category") not in _OVERRIDABLE:
         return {**diag, "slurm": hit}  # the program's own cause stays first; Slurm's is kept beside it
-    on = ""
-    if hit.get("node"):
-        on = f" on {hit['node']}" + (f" (rank {hit['rank']})" if hit.get("rank") else "")
+    on = f" on {hit['node']}" + (f" (rank {hit['rank']})" if hit.get("rank") else "") if hit.get("node") else ""
     summary = _SUMMARY[hit["category"]].format(on=on)
     return {**diag, "category": hit["category"], "summary": summary, "node": hit.get("node"),
             "rank": hit.get("rank"), "evidence": hit["evidence"] + list(diag.get("evidence") or [])[:5]}

@@ -56,9 +56,7 @@ def _iso_seconds(m: re.Match[str]) -> float | None:
         return None
     ts = dt.timestamp() + (float("0." + frac) if frac else 0.0)
     if tz and tz != "Z":
-        sign = 1 if tz[0] == "+" else -1
-        hh, mm = int(tz[1:3]), int(tz[-2:])
-        ts -= sign * (hh * 3600 + mm * 60)
+        ts -= (1 if tz[0] == "+" else -1) * (int(tz[1:3]) * 3600 + int(tz[-2:]) * 60)
     # a log line's time without a zone is read as UTC: its ordering matters, not its zone
     return ts
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..monitor.process import signal_name
 from .normalize import Line
@@ -120,6 +121,8 @@ class Exc:
     continuation: str = ""
     # the lines after the exception line that continue its message (for classifying only)
     message_more: str = ""
+    # no traceback but frame pieces of several processes written into one pipe at once (see find_garbled)
+    garbled: bool = False
 
     @property
     def text(self) -> str:
@@ -215,10 +218,6 @@ def _message_more(lines: list[Line], k: int) -> str:
     return " ".join(out)
 
 
-def _indent(s: str) -> int:
-    return len(s) - len(s.lstrip(" "))
-
-
 class _TracebackReader:
     """The state of reading one traceback: its frames so far, their indentation, the lines since the last one."""
 
@@ -254,7 +253,7 @@ class _TracebackReader:
             return False
         if (self.lines[j].prefixed and not self.tb_prefixed) or _REPEATED.match(text):
             return True
-        deeper = _indent(text) > (self.frame_indent or 0)
+        deeper = len(text) - len(text.lstrip(" ")) > (self.frame_indent or 0)
         if self.frame_indent == 0 and self.after_frame == 0:
             deeper = True  # unindented paste: the line after a frame is its source line
         if deeper:
@@ -280,6 +279,12 @@ def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int
     tb = _TracebackReader(lines, i, header)
     j = i + 1 if header else i
     n = len(lines)
+
+    def cut_at(end: int, interrupted: bool = False) -> Exc:
+        """The traceback so far, cut off before its exception line at lines[end]."""
+        return Exc("", "", tb.frames, lines[i].index, lines[end].index, lines[i].stream, partial=True,
+                   interrupted=interrupted)
+
     while j < n:
         if tb.read_frame(j) or tb.skips(j):
             j += 1
@@ -288,21 +293,18 @@ def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int
             exc = tb.exception_at(j)
             if exc is None and TRACEBACK_START.search(lines[j].text):
                 # another process's traceback began in the middle of this one: kept, to join its rest
-                return Exc("", "", tb.frames, lines[i].index, lines[j - 1].index, lines[i].stream, "",
-                           partial=True, interrupted=True), j
+                return cut_at(j - 1, interrupted=True), j
             if exc is None and j == n - 1:
                 # the tail's last line, cut in the middle of a frame ('  F', 'File "/x/scheduler.py"'):
                 # the traceback was cut off there
-                return Exc("", "", tb.frames, lines[i].index, lines[j].index, lines[i].stream, "", partial=True), j
+                return cut_at(j), j
             # Something that isn't an exception line: give up on this traceback.
             return (exc, j + 1) if exc is not None else (None, j)
         # Text before any frame (e.g. "  <stack trace unavailable>")
         j += 1
         if j - i > 5:
             return None, j
-    if tb.frames:
-        return Exc("", "", tb.frames, lines[i].index, lines[n - 1].index, lines[i].stream, "", partial=True), j
-    return None, j
+    return (cut_at(n - 1) if tb.frames else None), j
 
 
 def find_chains(lines: list[Line], cut: list[Exc]) -> list[Chain]:
@@ -311,11 +313,7 @@ def find_chains(lines: list[Line], cut: list[Exc]) -> list[Chain]:
     by_stream: dict[str, list[Line]] = {}
     for ln in lines:
         by_stream.setdefault(ln.stream, []).append(ln)
-    chains: list[Chain] = []
-    for stream_lines in by_stream.values():
-        chains.extend(_chains_in(stream_lines, cut))
-    chains.sort(key=lambda c: c.end)
-    return chains
+    return sorted((ch for sl in by_stream.values() for ch in _chains_in(sl, cut)), key=lambda c: c.end)
 
 
 def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
@@ -345,7 +343,11 @@ def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
         if is_header or TB_FRAME.match(text) or (CUT_FRAME.match(text) and not chains):
             exc, nxt = _parse_one(lines, i, header=is_header)
             exc = interleaved.parsed(exc, is_header, lines[i].index)
-            exc = _set_aside_if_cut(exc, linked and current is not None and current.excs[-1].remote, cut)
+            if exc is not None and exc.partial and not (linked and current is not None and current.excs[-1].remote):
+                # cut off before its exception line: it joins no chain, except as the remote part of a Ray task
+                # error printed above it (where its frames say where the task failed)
+                cut.append(exc)
+                exc = None
             if exc is not None:
                 current, linked = add(exc)
             else:
@@ -363,15 +365,6 @@ def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
             linked = False  # only "The above exception ..." (or Ray's remote part) links two tracebacks
         i += 1
     return chains
-
-
-def _set_aside_if_cut(exc: Exc | None, remote_above: bool, cut: list[Exc]) -> Exc | None:
-    """A traceback cut off before its exception line joins no chain, except as the remote part of a
-    Ray task error printed above it (where its frames say where the task failed): it goes to ``cut``."""
-    if exc is None or not exc.partial or remote_above:
-        return exc
-    cut.append(exc)
-    return None
 
 
 _REJOIN_LINES = 80  # how far below its first part the rest of an interrupted traceback may come
@@ -400,6 +393,31 @@ class _Interleaved:
         exc.frames = first.frames + exc.frames
         exc.start = first.start
         return exc
+
+
+# a frame's pieces out of place: several processes' frames written into one line at once, by chunk
+# ('.../scheduler.py/sgl-workspace/...scheduler.py  File ", line  in , line   File run_event_loop"')
+_FRAME_PIECE = re.compile(r'File "|", line|\.py", line|\.py"')
+_GARBLED_MIN_PIECES = 2  # pieces on one line that no frame line holds
+_GARBLED_MIN_LINES = 2  # such lines near the end of a stream
+_GARBLED_SCAN = 20  # how far from a stream's end they are looked for
+
+
+def find_garbled(lines: list[Line]) -> list[Exc]:
+    """Per stream, frames garbled together at its end (the stream's last line holds frame pieces and
+    at least two lines near it are frame pieces run together): a traceback nobody can read, but one
+    that says the program failed, of a kind the log does not name."""
+    by_stream: dict[str, list[Line]] = {}
+    for ln in lines:
+        if ln.text.strip():
+            by_stream.setdefault(ln.stream, []).append(ln)
+    out: list[Exc] = []
+    for stream, sl in by_stream.items():
+        garbled = [ln for ln in sl[-_GARBLED_SCAN:]
+                   if not FRAME.match(ln.text) and len(_FRAME_PIECE.findall(ln.text)) >= _GARBLED_MIN_PIECES]
+        if len(garbled) >= _GARBLED_MIN_LINES and _FRAME_PIECE.search(sl[-1].text) and not FRAME.match(sl[-1].text):
+            out.append(Exc("", "", [], garbled[0].index, sl[-1].index, stream, partial=True, garbled=True))
+    return out
 
 
 _FATAL = re.compile(r"Fatal Python error: (?P<kind>[^\n]+?)\s*$")
@@ -516,58 +534,29 @@ def find_elastic_failures(lines: list[Line]) -> list[ElasticFailure]:
     return out
 
 
-@dataclass
-class _RootCauseFields:
-    """The fields of a root-cause entry read so far."""
-
-    rank: int | None = None
-    local: int | None = None
-    code: int | None = None
-    pid: int | None = None
-    sig: str | None = None
-    tb: str | None = None
-
-    def read(self, key: str, val: str) -> None:
-        if key == "rank":
-            rm = _RANK.match(val)
-            if rm:
-                self.rank = int(rm.group("rank"))
-                self.local = int(rm.group("local")) if rm.group("local") else None
-        elif key == "exitcode":
-            em = _EXITCODE.match(val)
-            if em:
-                self.code = int(em.group("code"))
-                self.pid = int(em.group("pid")) if em.group("pid") else self.pid
-        elif key == "traceback":
-            self.read_traceback(val)
-
-    def read_traceback(self, val: str) -> None:
-        sm = _SIGNAL_TB.search(val)
-        if sm:
-            self.sig = sm.group("name")
-            self.pid = int(sm.group("pid"))
-        elif "To enable traceback" not in val:
-            self.tb = val
-
-
 def _root_cause_entry(lines: list[Line], i: int) -> ElasticFailure:
     """The entry under the "Root Cause (first observed failure):" line lines[i], up to the block's
     rule or the next rank's header."""
     ln = lines[i]
-    f = _RootCauseFields()
+    f: dict[str, Any] = dict.fromkeys(("rank", "local_rank", "exitcode", "pid", "signal", "traceback"))
     shown = [ln.text.strip()]
     for x in lines[i + 1: i + 40]:
-        t = x.text
-        rank_header = t.strip().startswith("[") and t.strip().endswith("]:")
-        if t.strip().startswith("===") or (rank_header and f.rank is not None):
+        t = x.text.strip()
+        rank_header = t.startswith("[") and t.endswith("]:")
+        if t.startswith("===") or (rank_header and f["rank"] is not None):
             break
-        fm = _FIELD.match(t)
-        if fm:
-            shown.append(t.strip())
-            f.read(fm.group("key"), fm.group("val").strip())
-        elif rank_header:
-            shown.append(t.strip())
-    sig = f.sig
-    if sig is None and f.code is not None and f.code < 0:
-        sig = signal_name(-f.code)
-    return ElasticFailure(f.rank, f.local, f.code, f.pid, sig, f.tb, ln.index, shown)
+        fm = _FIELD.match(x.text)
+        if fm or rank_header:
+            shown.append(t)
+        key, val = (fm.group("key"), fm.group("val").strip()) if fm else ("", "")
+        if key == "rank" and (m := _RANK.match(val)):
+            f["rank"], f["local_rank"] = int(m["rank"]), int(m["local"]) if m["local"] else None
+        elif key == "exitcode" and (m := _EXITCODE.match(val)):
+            f["exitcode"], f["pid"] = int(m["code"]), int(m["pid"]) if m["pid"] else f["pid"]
+        elif key == "traceback" and (m := _SIGNAL_TB.search(val)):
+            f["signal"], f["pid"] = m["name"], int(m["pid"])
+        elif key == "traceback" and "To enable traceback" not in val:
+            f["traceback"] = val
+    if f["signal"] is None and f["exitcode"] is not None and f["exitcode"] < 0:
+        f["signal"] = signal_name(-f["exitcode"])
+    return ElasticFailure(**f, index=ln.index, lines=shown)
