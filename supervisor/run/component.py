@@ -18,7 +18,7 @@ import contextlib
 import os
 import re
 import signal as signal_mod
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import placement as slurm_placement
 from ..config.model import Component as ComponentCfg
@@ -49,6 +49,9 @@ from ..slurm.launcher import SlurmLauncher
 from . import probes
 from .health import stuck_reason
 from .tracking import Tracking
+
+if TYPE_CHECKING:
+    from ..rundir.logpages import LogPages
 
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
 BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
@@ -137,6 +140,7 @@ class Component:
         cmd = cfg.command if isinstance(cfg.command, str) else " ".join(cfg.command)
         self.vllm = engines.engine_of(cmd) == "vllm"
         self.core_died: str | None = None  # the line in which this attempt said its engine core died
+        self._pages: LogPages | None = None
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -785,6 +789,14 @@ class Component:
 
     def tail(self, n: int) -> list[str]:
         return self.ring.tail(n)[1]
+
+    def log_pages(self) -> LogPages:
+        """Its log on disk, for clients paging older lines than the ring holds (opened at first use)."""
+        if self._pages is None:
+            from ..rundir.logpages import LogPages
+
+            self._pages = LogPages(self.ctx.paths.log(self.name), self.logs_cfg.line_cap)
+        return self._pages
 
     # ------------------------------------------------------------------ progress
 

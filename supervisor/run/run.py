@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.model import Config
 from ..diagnosis.stacks import Stacks
@@ -41,7 +41,7 @@ from ..rules import lifecycle as lc
 from ..rules.detectors import Outcome, next_tick, partner_up
 from ..rundir.journal import Journal, damage_notes, keep_spare_records
 from ..rundir.layout import RunLock, RunPaths
-from ..rundir.logs import RingBudget
+from ..rundir.logs import LogRing, Position, RingBudget
 from ..slurm.launcher import slurm_job_info
 from . import adoption, carryover, health, preemption, runview, shutdown
 from .adoption import IncompatibleMonitors as IncompatibleMonitors
@@ -62,6 +62,9 @@ from .stepmemory import StepMemory
 from .ticker import Ticker
 from .tracking import Tracking
 from .watching import Watching
+
+if TYPE_CHECKING:
+    from ..rundir.logpages import LogPages
 
 TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
@@ -138,7 +141,7 @@ class Run:
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
         self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
         self.end.decided = decided = asyncio.Event()
-        self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
+        self.loop.add_signal_handler(signal_mod.SIGCHLD, reap_children)  # monitors and the zygote
         self.journal = self._states.begin(self.loop, Journal(self.paths.events))
         names = self.cfg.topo_order()
         self._states.spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
@@ -199,10 +202,9 @@ class Run:
                                                redactor=self.redactor)
         self._serve_metrics()
         if self._services.serve and not self.end.refused:
-            from .served import Served
             from .server import ControlServer
 
-            self._services.server = server = ControlServer(Served(self), self.paths.sock)
+            self._services.server = server = ControlServer(self, self.paths.sock)
             await server.start()
 
     def _serve_metrics(self) -> None:
@@ -235,10 +237,6 @@ class Run:
         self.gpus.start(self._services.watched)
         adoption.take_over(found, self.components, self.state, self._past.saved_components)
         self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
-
-    @property
-    def shutting_down(self) -> bool:
-        return self.end.stopping
 
     def request_shutdown(self, reason: str, by_user: bool = True, preempted: bool = False,
                          requeue: bool = False) -> None:
@@ -277,7 +275,7 @@ class Run:
         """Stop components in reverse dependency order, in parallel waves (:mod:`.shutdown`); return
         when nothing of the run is left (or say what could not be ended)."""
         if self.end.handover:
-            self._write_state(force=True)
+            self._states.write(force=True)
             return
         end = self.end
         end.stopping = True
@@ -311,7 +309,7 @@ class Run:
         self._watching.stop_artefacts()
         for c in self.components.values():
             c.close()
-        self._write_state(force=True)
+        self._states.write(force=True)
         self.tracking.monitors.close()
         self._watching.close()
         self._services.close_notifier()
@@ -354,7 +352,7 @@ class Run:
             except Exception as exc:  # noqa: BLE001 - a broken client must not break supervision
                 say(f"rlsup: subscriber failed: {exc!r}")
         if lifecycle:
-            self._mark_state_dirty()
+            self._states.mark_dirty()
             self._services.notify(e)
             if isinstance(event, ev.RestartScheduled):
                 self._memory.triggers.append(e)  # acted on once the step that emitted it is done (changed)
@@ -484,7 +482,7 @@ class Run:
     def _flush_progress(self, names: set[str]) -> None:
         for n in names:
             self.components[n].flush_progress()
-        self._mark_state_dirty()
+        self._states.mark_dirty()
 
     def partner_up(self, comp: Component) -> str | None:
         """A component restarting together with ``comp`` that has already started again (see
@@ -500,21 +498,7 @@ class Run:
     def unwatch_monitor(self, att: AttemptProcesses) -> None:
         self._watching.monitors.unwatch(att)
 
-    def read_all_now(self) -> None:
-        """Catch up with every log (before judging stalls, before diagnosis)."""
-        read_all(self.components)
-
-    def _reap(self) -> None:
-        """Reap our children: monitors (re-parented to us, their subreaper) and the zygote."""
-        reap_children()
-
     # ------------------------------------------------------------------ state on disk (:mod:`.statewriter`)
-
-    def _mark_state_dirty(self) -> None:
-        self._states.mark_dirty()
-
-    def _write_state(self, force: bool = False) -> None:
-        self._states.write(force)
 
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
         out = state_mod.view(self.state, self.clock.time())
@@ -545,18 +529,21 @@ class Run:
         now = self.clock.monotonic()
         if now - planned > PAUSE_DETECT_S:
             self._ticker.awake_since = now  # we were paused: what happened meanwhile is not the components' fault
-            self.read_all_now()
+            read_all(self.components)
         self._ticker.last = now
-        self._reap()  # a safety net for a lost SIGCHLD
+        reap_children()  # a safety net for a lost SIGCHLD
         self._check_stalls(now)
         self._check_dependencies(now)
         if now >= self.resources.due_at and any(c.current is not None for c in self.components.values()):
-            self._sample_resources(now)
+            for e in self.resources.sample(now, self.components, self.state.get("gpus") or []):
+                self.emit(e)
         if self.journal is not None and self.journal.pending:
             self.journal.flush()
         if now >= self._ticker.health_due:
             self._ticker.health_due = now + health.sweep_every(sum(c.current is not None for c in self.components.values()))
-            self._check_health(now)
+            self._states.check_writable()  # the sweep of :mod:`.health`: the run dir, each live attempt
+            for c in self.components.values():
+                c.check_health(now)
         moved = [c for c in self.components.values() if c.moved]
         if moved and now - self._ticker.positions_written >= POSITIONS_WRITE_S:
             # Log positions moved on: state.json, where the next supervisor starts reading, keeps up
@@ -565,14 +552,7 @@ class Run:
             self._ticker.positions_written = now
             for c in moved:
                 c.moved = False
-            self._mark_state_dirty()
-
-    def _check_health(self, now: float) -> None:
-        """The sweep of :mod:`.health`: the run dir's writability (flagged when it changes) and each live
-        attempt's command and monitor as the kernel sees them."""
-        self._states.check_writable()
-        for c in self.components.values():
-            c.check_health(now)
+            self._states.mark_dirty()
 
     def watchers_changed(self) -> None:
         """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
@@ -586,7 +566,7 @@ class Run:
             return
         effects = runstep.step(view, runstep.StallTick(), now, self.cfg)
         if any(isinstance(fx, runstep.CatchUp) for fx in effects):
-            self.read_all_now()
+            read_all(self.components)
             effects = runstep.step(self._stall_view(caught_up=True), runstep.StallTick(), now, self.cfg)
         self._carry_out(effects, now)
 
@@ -638,11 +618,6 @@ class Run:
                             down_since=down_since, down_for={d: deps.tracker.down_for(d) or 0.0 for d in down_since})
         self._step(runstep.DependencyTick(), view, now)
 
-    def _sample_resources(self, now: float) -> None:
-        """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
-        for e in self.resources.sample(now, self.components, self.state.get("gpus") or []):
-            self.emit(e)
-
     # ------------------------------------------------------------------ GPUs (:mod:`.gpusampling`)
 
     def _gpu_sample(self, sample: Any) -> None:
@@ -674,3 +649,23 @@ class Run:
     def ending(self) -> bool:
         """The run decided to end (it may still be stopping); not so for a hand-over."""
         return self.end.ended
+
+    # ------------------------------------------------------------------ what the control server reads (server.RunView)
+
+    def rings(self) -> dict[str, LogRing]:
+        return {n: c.ring for n, c in self.components.items()}
+
+    @property
+    def journal_seq(self) -> int:
+        return self.journal.last_seq if self.journal else 0
+
+    def hello(self) -> dict[str, Any]:
+        # ``ending``: the run decided to end (it may still be stopping): `up` tells the user instead of
+        # claiming a run it "supervises in the background" that ended as it started.
+        return {"pid": os.getpid(), "host": self.state.get("run", {}).get("host") or socket.gethostname(),
+                "name": self.cfg.name, "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION,
+                "ended": False, "ending": self.ending}
+
+    def log_pages(self, name: str) -> tuple[LogPages, Position] | None:
+        c = self.components.get(name)
+        return None if c is None else (c.log_pages(), c.position())

@@ -209,46 +209,8 @@ class Conn:
         handler = _OPS.get(op) if isinstance(op, str) else None
         if handler is None:
             return protocol.error(rid, f"unknown op {op!r}; ops: {', '.join(protocol.OPS)}")
-        return await handler(self, rid, msg)
-
-    # One handler per op after hello: (connection, request id, request) -> reply.
-
-    async def _op_ping(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return protocol.ok(rid)
-
-    async def _op_snapshot(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_snapshot(rid, msg, None)
-
-    async def _op_subscribe(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_snapshot(rid, msg, self)
-
-    async def _op_logs(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return self.server.op_logs(rid, msg)
-
-    async def _op_events(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_events(rid, msg)
-
-    async def _op_log_read(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_log_read(rid, msg)
-
-    async def _op_log_search(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_log_search(rid, msg)
-
-    async def _op_command(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any] | None:
-        return self.server.op_command(self, rid, msg)
-
-
-#: The ops a client may send once it has said hello, each with its handler.
-_OPS: dict[str, Callable[[Conn, Any, dict[str, Any]], Awaitable[dict[str, Any] | None]]] = {
-    "ping": Conn._op_ping,
-    "snapshot": Conn._op_snapshot,
-    "subscribe": Conn._op_subscribe,
-    "logs": Conn._op_logs,
-    "events": Conn._op_events,
-    "log_read": Conn._op_log_read,
-    "log_search": Conn._op_log_search,
-    "command": Conn._op_command,
-}
+        reply = handler(self.server, self, rid, msg)
+        return await reply if inspect.isawaitable(reply) else reply
 
 
 class ControlServer:
@@ -538,3 +500,16 @@ class ControlServer:
             conn.send({"id": rid, **(await reply)})
         except Exception as e:  # noqa: BLE001 - a client's request must never end the run it asks about
             conn.send(protocol.error(rid, f"command failed in the supervisor: {e!r}"))
+
+
+#: The ops a client may send once it has said hello: (server, connection, request id, request) -> reply.
+_OPS: dict[str, Callable[[ControlServer, Conn, Any, dict[str, Any]], Any]] = {
+    "ping": lambda _s, _c, rid, _m: protocol.ok(rid),
+    "snapshot": lambda s, _c, rid, m: s.op_snapshot(rid, m, None),
+    "subscribe": lambda s, c, rid, m: s.op_snapshot(rid, m, c),
+    "logs": lambda s, _c, rid, m: s.op_logs(rid, m),
+    "events": lambda s, _c, rid, m: s.op_events(rid, m),
+    "log_read": lambda s, _c, rid, m: s.op_log_read(rid, m),
+    "log_search": lambda s, _c, rid, m: s.op_log_search(rid, m),
+    "command": ControlServer.op_command,
+}
