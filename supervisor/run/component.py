@@ -33,6 +33,7 @@ from ..monitor.process import (
     StartError,
     find_marked,
     kill_if_same,
+    pid_alive,
     proc_state,
     start_time,
 )
@@ -528,12 +529,10 @@ class Component:
             self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
                               "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
                               "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]})
-        elif self._asked(ex):
-            self._exited(ex, self._asked_for(ex))  # an exit we asked for is not a failure to diagnose
-        elif hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal")):
+        elif not self._asked(ex) and (hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal"))):
             self._task(self._held_exit(att, ex, hold))
         else:
-            self._diagnose_failure(att, ex)
+            self._judge_exit(att, ex)
 
     def _asked(self, ex: dict[str, Any]) -> bool:
         """A stop or restart we signalled for (not merely wanted: an exit before the run's ordered stop reached
@@ -545,8 +544,11 @@ class Component:
         """An exit 0, judged ``hold`` seconds later (rules.detectors.exit_hold): a stop
         of the run that came meanwhile makes it a stop."""
         await asyncio.sleep(hold)
+        self._judge_exit(att, ex)
+
+    def _judge_exit(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
         if self._asked(ex):
-            self._exited(ex, self._asked_for(ex))
+            self._exited(ex, self._asked_for(ex))  # an exit we asked for is not a failure to diagnose
         else:
             self._diagnose_failure(att, ex)
 
@@ -624,7 +626,7 @@ class Component:
         # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
         # the end of the run names it instead of claiming that nothing is left.
         for p in set(left) | set(att.members_seen):
-            if _alive(p):
+            if pid_alive(p):
                 self.unended[p] = att.members_seen.get(p)
         if att.monitor_alive():
             self.unended[att.monitor_pid] = None
@@ -648,7 +650,7 @@ class Component:
                 sent.add(p)
         clock = self.ctx.clock
         deadline = clock.monotonic() + self.cfg.stop.timeout
-        while clock.monotonic() < deadline and any(_alive(p) for p in left + att.members()):
+        while clock.monotonic() < deadline and any(pid_alive(p) for p in left + att.members()):
             await asyncio.sleep(0.05)
         att.signal(signal_mod.SIGKILL)
         for p in left:
@@ -830,10 +832,4 @@ class Component:
         for task in list(self._tasks):
             task.cancel()
         self.follower.close()
-
-
-def _alive(pid: int) -> bool:
-    from ..monitor.process import pid_alive
-
-    return pid_alive(pid)
 

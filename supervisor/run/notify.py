@@ -171,7 +171,7 @@ class Notifier:
             try:
                 with urllib.request.urlopen(req, timeout=self.webhook_timeout) as resp:
                     resp.read(65536)
-                self._recovered("webhook")
+                self._failing.discard("webhook")  # it works again: its next failure is reported
                 return True
             except urllib.error.HTTPError as e:
                 last = f"HTTP {e.code}"
@@ -211,7 +211,7 @@ class Notifier:
             tail = self.redactor.redact_text(lines[-1]) if lines else ""
             self._report("command", f"notify command exited {proc.returncode}" + (f": {tail}" if tail else ""))
             return False
-        self._recovered("command")
+        self._failing.discard("command")
         return True
 
     # ------------------------------------------------------------------ reporting
@@ -225,9 +225,6 @@ class Notifier:
             print(f"rlsup: notify: {msg} (further failures not reported until it works again)", file=out, flush=True)
         except (OSError, ValueError):
             pass
-
-    def _recovered(self, channel: str) -> None:
-        self._failing.discard(channel)
 
 
 def _host_of(url: str) -> str:

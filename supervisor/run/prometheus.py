@@ -8,6 +8,7 @@ two turns of the run's loop (bounded wait), and a failed scrape cannot touch the
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,7 +28,7 @@ def _num(v: Any) -> float | None:
 
 
 def _gauges() -> dict[str, GaugeMetricFamily]:
-    g = {k: GaugeMetricFamily(f"rlsup_component_{k}", h, labels=["component"]) for k, h in (
+    return {k: GaugeMetricFamily(f"rlsup_component_{k}", h, labels=["component"]) for k, h in (
         ("up_seconds", "Seconds since the current attempt started (0 when not running)"),
         ("last_exit_code", "Exit code of the last attempt (-signal when killed by one)"),
         ("step", "Latest training step parsed from the output"),
@@ -39,7 +40,6 @@ def _gauges() -> dict[str, GaugeMetricFamily]:
         ("cpu_ratio", "CPU use of the component's processes (1 = one core)"),
         ("log_bytes", "Bytes of the current log file read so far"),
     )}
-    return g
 
 
 def _component(n: str, c: dict[str, Any], g: dict[str, GaugeMetricFamily],
@@ -85,10 +85,7 @@ def families(state: dict[str, Any]) -> Iterator[Metric]:
             st.add_metric([n, s], 1.0 if c.get("state") == s else 0.0)
         attempts.add_metric([n], float(c.get("attempt") or 0))
         restarts.add_metric([n], float(c.get("restarts") or 0))
-        by_type: dict[str, int] = {}
-        for f in c.get("flags") or []:
-            by_type[str(f.get("type"))] = by_type.get(str(f.get("type")), 0) + 1
-        for t, k in sorted(by_type.items()):
+        for t, k in sorted(Counter(str(f.get("type")) for f in c.get("flags") or []).items()):
             flags.add_metric([n, t], float(k))
         _component(n, c, g, parsed)
     yield from (st, attempts, restarts, flags, *g.values(), *parsed.values())

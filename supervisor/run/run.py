@@ -47,12 +47,10 @@ from . import adoption, carryover, health, preemption, runview, shutdown
 from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .component import Component
 from .daemonlog import say
-from .dependencydown import DependencyDown
 from .ending import Ending
-from .filewatch import read_all
+from .filewatch import Watching, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
 from .pacing import EvaluationPacing
-from .past import Past
 from .runview import POSITIONS_WRITE_S
 from .services import Services
 from .stacks import HangGate
@@ -61,7 +59,6 @@ from .statewriter import StateWriter
 from .stepmemory import StepMemory
 from .ticker import Ticker
 from .tracking import Tracking
-from .watching import Watching
 
 if TYPE_CHECKING:
     from ..rundir.logpages import LogPages
@@ -98,11 +95,11 @@ class Run:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
         # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
-        self._past = Past(asked="resumed" if resume else "new")
+        self._past = carryover.Past(asked="resumed" if resume else "new")
         self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
         self._pacing = EvaluationPacing(self._evaluate, self._flush_progress)  # when components are judged again
         # what the run's step reads beyond the components' lives, dependency_down's episodes too
-        self._memory = StepMemory(DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic))
+        self._memory = StepMemory(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
         self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
         from .resources import ResourceSampling
@@ -126,7 +123,7 @@ class Run:
             self.lock.release()
             raise
         replayed, saved = carryover.replay(self.paths, self.cfg)
-        self._past = Past(found, replayed, saved, damage_notes(), self._past.asked)
+        self._past = carryover.Past(found, replayed, saved, damage_notes(), self._past.asked)
         return found.notes + self._past.damage
 
     # ------------------------------------------------------------------ the loop
@@ -397,9 +394,9 @@ class Run:
             elif isinstance(fx, runstep.End):
                 self._end(fx.outcome)
             elif isinstance(fx, runstep.Flagged):
-                self._memory.deps.flagged = set(fx.consumers)
+                self._memory.flagged = set(fx.consumers)
             elif isinstance(fx, runstep.Track):
-                act = self._memory.deps.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+                act = self._memory.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
 
     def _end(self, out: Outcome) -> None:
@@ -516,7 +513,7 @@ class Run:
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
-        busy = bool(self.journal is not None and self.journal.pending) or self._memory.deps.watched \
+        busy = bool(self.journal is not None and self.journal.pending) or self._memory.deps_watched \
             or self._states.trouble is not None
         due: list[float | None] = []
         if not busy:
@@ -610,7 +607,7 @@ class Run:
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
         past the budget."""
         consumers = runview.consumers(self.components, self.state["components"])
-        deps = self._memory.deps
+        deps = self._memory
         down_since = deps.tracker.down_since()
         if not consumers and not down_since and not deps.flagged:
             return

@@ -29,7 +29,6 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +144,7 @@ def _end_attempt(paths: RunPaths, out: Teardown, att: AttemptProcesses, rec: dic
         emit(ev.ComponentStopping(att.component, by="user", signal=signal_name(sig), reason=by))
         _stop_tree(att, sig, timeout, say)
     # The monitor records the exit, kills whatever is left of its tree, removes its record and exits.
-    _wait(partial(_exit_recorded, att), 5.0)
+    _wait(lambda: (att.read_record() or {}).get("status") == "exited" or not att.monitor_alive(), 5.0)
     final = att.read_record() or rec
     _finish_monitor(att, out)
     ended = float(final.get("ended") or time.time())
@@ -172,7 +171,7 @@ def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[s
     """Signal the attempt's process tree with ``sig``; SIGKILL what is left after ``timeout`` seconds."""
     att.members(children_map(max_age=0.0))  # remember each member's identity before signalling
     att.signal(sig)
-    _wait(partial(_tree_gone, att), timeout)
+    _wait(lambda: not att.members(children_map(max_age=0.0)), timeout)
     if att.members(children_map(max_age=0.0)):
         say(f"{att.component}: still running after {timeout:g}s; SIGKILL")
         att.signal(signal_mod.SIGKILL)
@@ -181,10 +180,13 @@ def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[s
 def _finish_monitor(att: AttemptProcesses, out: Teardown) -> None:
     """Tell the attempt's monitor to finish; SIGKILL it if it does not (noted in ``out.left`` if even that fails)."""
     att.finish()
-    if not _wait(partial(_monitor_gone, att), MONITOR_FINISH_S):
+    def gone() -> bool:
+        return not pid_alive(att.monitor_pid)
+
+    if not _wait(gone, MONITOR_FINISH_S):
         with contextlib.suppress(OSError):
             os.kill(att.monitor_pid, signal_mod.SIGKILL)
-        if not _wait(partial(_monitor_gone, att), 5.0):
+        if not _wait(gone, 5.0):
             out.left.append(f"monitor pid {att.monitor_pid} of {att.component}")
     out.finished_monitors.append(att.monitor_pid)
 
@@ -230,18 +232,6 @@ def _diagnose(paths: RunPaths, component: str, rec: dict[str, Any]) -> dict[str,
         return diagnose(lines, exit_code=rec.get("exit_code"), signal=rec.get("signal")).to_dict()
     except Exception:  # noqa: BLE001 - a diagnosis must never stop a teardown
         return None
-
-
-def _tree_gone(att: AttemptProcesses) -> bool:
-    return not att.members(children_map(max_age=0.0))
-
-
-def _exit_recorded(att: AttemptProcesses) -> bool:
-    return (att.read_record() or {}).get("status") == "exited" or not att.monitor_alive()
-
-
-def _monitor_gone(att: AttemptProcesses) -> bool:
-    return not pid_alive(att.monitor_pid)
 
 
 def _wait(pred: Callable[[], bool], timeout: float) -> bool:
