@@ -132,11 +132,12 @@ class Component:
         # earlier attempt's (a verdict about this attempt never reads it). None: no attempt yet.
         self.output_from: int | None = None
         self.launcher = SlurmLauncher.for_run(ctx.cfg)  # the launcher seam: None = a process of this machine
+        self._ray_cfg = cfg.probe.ray if cfg.probe else None
         self.ray: RayTracker | None = None
-        if cfg.probe and cfg.probe.ray:
+        if self._ray_cfg:
             from .rayprobe import RayTracker  # only with a Ray probe (it imports http.client and urllib)
 
-            self.ray = RayTracker(cfg.probe.ray.url)
+            self.ray = RayTracker(self._ray_cfg.url)
         # A vLLM server: watched for its engine core's death, which its API server may outlive (diagnosis.engines)
         cmd = cfg.command if isinstance(cfg.command, str) else " ".join(cfg.command)
         self.vllm = engines.engine_of(cmd) == "vllm"
@@ -231,9 +232,7 @@ class Component:
 
     def _env(self, attempt: int) -> dict[str, str]:
         run = self.ctx.cfg
-        env = dict(os.environ)
-        env.update(run.file_env)
-        env.update(run.env)
+        env = {**os.environ, **run.file_env, **run.env}
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.update(self.cfg.env)
         if self.cfg.gpus is not None:
@@ -391,7 +390,7 @@ class Component:
 
     async def _ray_look(self) -> None:
         """One answer of Ray's state API: deaths first seen become flags at once."""
-        w, cfg = self.ray, self.cfg.probe.ray if self.cfg.probe else None
+        w, cfg = self.ray, self._ray_cfg
         assert w is not None and cfg is not None
         from . import rayprobe
 
@@ -412,16 +411,15 @@ class Component:
             self.ctx.emit(ev.FlagRaised(self.name, type=kind, message=message, evidence=evidence, action=action))
 
     async def _ray_poll(self, att: AttemptProcesses) -> None:
-        cfg = self.cfg.probe.ray if self.cfg.probe else None
-        assert cfg is not None
+        assert self._ray_cfg is not None
         while self.current is att and att.exit is None:
             await self._ray_look()
-            await asyncio.sleep(cfg.interval)
+            await asyncio.sleep(self._ray_cfg.interval)
 
     async def _exited_after_ray(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         from ..diagnosis.ray_state import refine
 
-        cfg = self.cfg.probe.ray if self.cfg.probe else None
+        cfg = self._ray_cfg
         assert self.ray is not None and cfg is not None
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self._ray_look(), min(cfg.timeout, 5.0) * 2 + 1)

@@ -88,12 +88,9 @@ class Notifier:
 
     # ------------------------------------------------------------------ producer side (supervisor loop)
 
-    def wants(self, event: Mapping[str, Any]) -> bool:
-        return event.get("kind") in self.on
-
     def handle(self, event: Mapping[str, Any]) -> None:
         """Queue ``event`` for delivery if its kind is one of ``cfg.on``; returns at once."""
-        if self._thread is None or self._closing or not self.wants(event):
+        if self._thread is None or self._closing or event.get("kind") not in self.on:
             return
         item = dict(event)
         with self._cond:

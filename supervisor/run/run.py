@@ -302,7 +302,7 @@ class Run:
     def _finish(self) -> None:
         self._services.close_metrics()
         self.gpus.stop()
-        self._hang.taker.close()
+        self._hang.close()
         self._watching.stop_artefacts()
         for c in self.components.values():
             c.close()
@@ -592,7 +592,7 @@ class Run:
         att = comp.current
         if att is None:
             return None
-        return await self._hang.taker.take(comp.name, att.attempt, att.members(), why=why, native=native)
+        return await self._hang.take(comp.name, att.attempt, att.members(), why=why, native=native)
 
     async def take_stacks(self, name: str, *, why: str, native: bool = False) -> dict[str, Any]:
         """``rlsup stack NAME``: the reply to the command (:func:`.stacks.reply`)."""

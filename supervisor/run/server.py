@@ -411,8 +411,7 @@ class ControlServer:
     async def _events_since(self, since: int | None, limit: int | None) -> list[dict[str, Any]]:
         if since is None:
             out = list(self.recent)
-            return out[-limit:] if limit else out
-        if self.recent and self.recent[0]["seq"] <= since + 1:
+        elif self.recent and self.recent[0]["seq"] <= since + 1:
             out = [e for e in self.recent if e["seq"] > since]
         else:  # older than what we keep in memory: the journal has it
             path = self.view.paths.events

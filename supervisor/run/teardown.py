@@ -79,11 +79,6 @@ def component_order(paths: RunPaths) -> list[str]:
     return names
 
 
-def live_attempts(paths: RunPaths) -> list[tuple[AttemptProcesses, dict[str, Any]]]:
-    """The attempts of this run under live monitors (each proven by :func:`is_monitor_of`)."""
-    return [(attempt_from_record(rec, p), rec) for p, rec in records(paths.monitors) if is_monitor_of(rec, paths.root)]
-
-
 def end_run(paths: RunPaths, *, stops: dict[str, tuple[int, float]] | None = None,
             say: Callable[[str], object] = lambda _m: None, reason: str = "stopped by `rlsup down`") -> Teardown:
     """End every process of the run in ``paths`` while no supervisor owns it (raises
@@ -109,11 +104,11 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
         journal.last_seq += 1
         journal.append(event.to_dict(ts=time.time(), seq=journal.last_seq))
 
-    order = component_order(paths)
-    rank = {n: i for i, n in enumerate(order)}
-    attempts = live_attempts(paths)
-    # Reverse dependency order: consumers first, so none of them sees its dependency vanish first.
-    attempts.sort(key=lambda ar: -rank.get(ar[0].component, len(rank)))
+    rank = {n: i for i, n in enumerate(component_order(paths))}
+    # The attempts under live monitors of this run (each proven by is_monitor_of), in reverse dependency
+    # order: consumers first, so none of them sees its dependency vanish first.
+    attempts = sorted(((attempt_from_record(rec, p), rec) for p, rec in records(paths.monitors)
+                       if is_monitor_of(rec, paths.root)), key=lambda ar: -rank.get(ar[0].component, len(rank)))
     sup = (out.previous or {}).get("pid")
     by = f"rlsup down (supervisor pid {sup} gone)" if sup else "rlsup down (no supervisor)"
     for att, rec in attempts:
