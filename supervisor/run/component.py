@@ -68,7 +68,6 @@ class Context(Protocol):
     paths: RunPaths
     clock: Clock
     tracking: Tracking  # the monitors, the cgroup, the open-file limit
-    redactor: Any  # redact.Redactor: what clients may see of the output
 
     def emit(self, event: ev.Event) -> dict[str, Any]: ...
 

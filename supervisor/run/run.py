@@ -38,7 +38,7 @@ from ..records.clock import Clock, SystemClock
 from ..records.version import VERSION
 from ..rules import detectors, runstep
 from ..rules import lifecycle as lc
-from ..rules.detectors import Outcome, next_tick, partner_up
+from ..rules.detectors import next_tick, partner_up
 from ..rundir.journal import Journal, damage_notes, keep_spare_records
 from ..rundir.layout import RunLock, RunPaths
 from ..rundir.logs import LogRing, Position, RingBudget
@@ -50,14 +50,13 @@ from .daemonlog import say
 from .ending import Ending
 from .filewatch import Watching, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
-from .pacing import EvaluationPacing
 from .runview import POSITIONS_WRITE_S
 from .services import Services
 from .stacks import HangGate
 from .stacks import reply as stack_reply
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
-from .ticker import Ticker
+from .ticker import EvaluationPacing, Ticker
 from .tracking import Tracking
 
 if TYPE_CHECKING:
@@ -246,14 +245,14 @@ class Run:
         self.end.request(reason, by_user=by_user, preempted=preempted)
         if preempted:
             self.end.before = preemption.baselines(self.components)
-        self._wanted_stopped(reason)
-        self.end.decide()
+        self._decide_end(reason)
 
-    def _wanted_stopped(self, reason: str) -> None:
+    def _decide_end(self, reason: str) -> None:
         """From the moment the run's end is decided, every exit is a stop (its stop signal comes in turn)."""
         why = self.end.cause(reason)
         for c in self.components.values():
             c.handle(lc.RunStopping(why))
+        self.end.decide()
 
     def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float:
         return detectors.exit_hold(exit_code, signal, shutting_down=self.end.stopping or self.end.over,
@@ -372,7 +371,7 @@ class Run:
         if comp.state == "pending" and comp.life.attempt > 0:
             self._admit_again(comp)
         if self.loop is not None:
-            self._pacing.schedule(self.loop)  # judged in batches (:mod:`.pacing`), not once per change
+            self._pacing.schedule(self.loop)  # judged in batches (:class:`.ticker.EvaluationPacing`), not once per change
 
     # ------------------------------------------------------------------ the run's step
 
@@ -392,17 +391,13 @@ class Run:
                 for f in fx.then:
                     self.components[f.component].handle(runstep.with_seq(f.input, seq))
             elif isinstance(fx, runstep.End):
-                self._end(fx.outcome)
+                self.end.reached(fx.outcome)
+                self._decide_end(fx.outcome.reason)
             elif isinstance(fx, runstep.Flagged):
                 self._memory.flagged = set(fx.consumers)
             elif isinstance(fx, runstep.Track):
                 act = self._memory.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
-
-    def _end(self, out: Outcome) -> None:
-        self.end.reached(out)
-        self._wanted_stopped(out.reason)
-        self.end.decide()
 
     def _view(self, active: int | None = None) -> runstep.View:
         return runstep.View(self._seen(), shutting_down=self.end.stopping, run_seq=self._memory.run_seq,
@@ -428,9 +423,7 @@ class Run:
 
     def _admit_pending(self) -> None:
         """Dependency gating, in dependency order, until a pass changes nothing."""
-        if self._memory.order is None:
-            self._memory.order = self.cfg.topo_order()
-        order = self._memory.order
+        order = self._memory.order = self._memory.order or self.cfg.topo_order()
         for _ in range(len(self.components) + 2):
             waiting = [n for n in order if self._may_admit(self.components[n])]
             if not waiting:
@@ -458,12 +451,12 @@ class Run:
     def _admit_again(self, comp: Component) -> None:
         """A component pending again (its backoff is over, a restart asked for) is judged at once against
         its own dependencies only (the view reads what its gate looks at): a restart must not wait for the
-        next evaluation of the whole run (up to :data:`.pacing.EVALUATE_EVERY_S`); that batching is for a burst of
+        next evaluation of the whole run (up to :data:`.ticker.EVALUATE_EVERY_S`); that batching is for a burst of
         first starts and ends."""
         if comp.life.want != "run" or comp.life.spawning or self.end.stopping or self.loop is None:
             return
-        n = comp.name
-        self._step(runstep.Pending(n, again=self._memory.starts_again(n, comp.life.attempt)), self._view())
+        self._step(runstep.Pending(comp.name, again=self._memory.starts_again(comp.name, comp.life.attempt)),
+                   self._view())
 
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
