@@ -99,6 +99,11 @@ def _trim_heap() -> None:
         pass
 
 
+def _ints(msg: dict[str, Any], *keys: str) -> list[int | None]:
+    """The request's ``keys`` as integers (None where absent or null)."""
+    return [None if msg.get(k) is None else int(msg[k]) for k in keys]
+
+
 class Conn:
     """One connected client."""
 
@@ -446,11 +451,9 @@ class ControlServer:
             return got
         name, pages, anchor = got
         limit = max(1, min(int(msg.get("limit") or MAX_PAGE), MAX_PAGE))
-        before = msg.get("before_seq")
-        start_seq = msg.get("from_seq")
+        start_seq, before = _ints(msg, "from_seq", "before_seq")
         start, lines, first, end = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: pages.read(anchor, None if start_seq is None else int(start_seq), limit,
-                                     before_seq=None if before is None else int(before)))
+            None, lambda: pages.read(anchor, start_seq, limit, before_seq=before))
         ring = self.view.rings().get(name)
         return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), disk_first_seq=first,
                            disk_end_seq=end, ring_first_seq=ring.first_seq if ring is not None else end,
@@ -464,11 +467,9 @@ class ControlServer:
             return got
         name, pages, anchor = got
         query = str(msg.get("query") or "")
-        before, after = msg.get("before_seq"), msg.get("after_seq")
+        before, after = _ints(msg, "before_seq", "after_seq")
         found = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: pages.search(anchor, query, before_seq=None if before is None else int(before),
-                                       after_seq=None if after is None else int(after),
-                                       redact=self.view.redact_lines))
+            None, lambda: pages.search(anchor, query, before_seq=before, after_seq=after, redact=self.view.redact_lines))
         first, end = await asyncio.get_running_loop().run_in_executor(None, lambda: pages.bounds(anchor))
         return protocol.ok(rid, component=name, seq=found[0] if found else None, line=found[1] if found else None,
                            disk_first_seq=first, disk_end_seq=end)

@@ -69,14 +69,18 @@ class Teardown:
         return not (self.stopped or self.finished_monitors or self.leftovers or self.left)
 
 
-def component_order(paths: RunPaths) -> list[str]:
-    """The run's components in start (dependency) order, from its last ``run_started`` event."""
+def _history(paths: RunPaths) -> tuple[list[str], bool]:
+    """The run's components in start (dependency) order, from its last ``run_started`` event, and whether
+    a ``run_ended`` came after it."""
     names: list[str] = []
+    last: ev.Event | None = None
     with contextlib.suppress(OSError):
-        for r in read_records(paths.events, kinds=ev.RunStarted.kind.__eq__):
+        for r in read_records(paths.events, kinds={ev.RunStarted.kind, ev.RunEnded.kind}.__contains__):
             if isinstance(r.event, ev.RunStarted) and "components" not in r.absent:
                 names = [str(n) for n in r.event.components]
-    return names
+            if isinstance(r.event, (ev.RunStarted, ev.RunEnded)):
+                last = r.event
+    return names, isinstance(last, ev.RunEnded)
 
 
 def end_run(paths: RunPaths, *, stops: dict[str, tuple[int, float]] | None = None,
@@ -104,7 +108,8 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
         journal.last_seq += 1
         journal.append(event.to_dict(ts=time.time(), seq=journal.last_seq))
 
-    rank = {n: i for i, n in enumerate(component_order(paths))}
+    order, ended = _history(paths)  # read before this teardown journals anything
+    rank = {n: i for i, n in enumerate(order)}
     # The attempts under live monitors of this run (each proven by is_monitor_of), in reverse dependency
     # order: consumers first, so none of them sees its dependency vanish first.
     attempts = sorted(((attempt_from_record(rec, p), rec) for p, rec in records(paths.monitors)
@@ -118,7 +123,7 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
         if not is_monitor_of(rec, paths.root):
             with contextlib.suppress(OSError):
                 rp.unlink()
-    if not _ended_already(paths) or out.stopped or out.leftovers:
+    if not ended or out.stopped or out.leftovers:
         what = f"{len(out.stopped)} component(s)" + (f", {len(out.leftovers)} leftover process(es)"
                                                     if out.leftovers else "")
         emit(ev.RunEnded(None, exit_code=0, reason=f"{reason} on {socket.gethostname()} without a supervisor"
@@ -198,15 +203,6 @@ def _end_leftovers(paths: RunPaths, out: Teardown, owned: set[int], say: Callabl
     out.left += [f"pid {p.pid}, marked with this run" for p in survivors]
     emit(ev.LeftoversEnded(None, pids=out.leftovers, by=by, survivors=[p.pid for p in survivors],
                            action="ended them (SIGTERM, then SIGKILL after 10 s)"))
-
-
-def _ended_already(paths: RunPaths) -> bool:
-    last: ev.Event | None = None
-    with contextlib.suppress(OSError):
-        for r in read_records(paths.events, kinds={ev.RunStarted.kind, ev.RunEnded.kind}.__contains__):
-            if isinstance(r.event, (ev.RunStarted, ev.RunEnded)):
-                last = r.event
-    return isinstance(last, ev.RunEnded)
 
 
 def _how(rec: dict[str, Any]) -> str:
