@@ -240,10 +240,8 @@ class Component:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.cfg.gpus)
         # RLSUP_NODES_C, RLSUP_ADDRS_C, RLSUP_HEAD_C, RLSUP_NNODES_C
         env.update(slurm_placement.variables(run.placement, slurm_placement.node_addresses(os.environ)))
-        env[ENV_RUN_DIR] = str(self.ctx.paths.root)
-        env[ENV_COMPONENT] = self.name
-        env[ENV_ATTEMPT] = str(attempt)
-        env["RLSUP_NAME"] = run.name
+        env.update({ENV_RUN_DIR: str(self.ctx.paths.root), ENV_COMPONENT: self.name, ENV_ATTEMPT: str(attempt),
+                    "RLSUP_NAME": run.name})
         return env
 
     async def _spawn(self, e: lc.Spawn) -> None:
@@ -263,10 +261,8 @@ class Component:
             "argv": launch, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
             "log": {"path": str(self.ctx.paths.log(self.name)), "max_bytes": self.logs_cfg.max_bytes,
                     "backups": self.logs_cfg.backups},
-            "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)),
-            "cgroup": cgroup,
-            "nofile": self.ctx.tracking.nofile,
-        }
+            "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)), "cgroup": cgroup,
+            "nofile": self.ctx.tracking.nofile}
         self.flags_this_attempt.clear()
         self._ready_seen.clear()
         # Where this attempt's output begins: everything the previous attempt's monitor wrote is read
