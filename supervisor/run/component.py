@@ -782,9 +782,6 @@ class Component:
             self.handle(lc.LivenessFailed(
                 f"its engine core died and its API server was still up {engines.LINGER_S:g}s later", (line,)))
 
-    def tail(self, n: int) -> list[str]:
-        return self.ring.tail(n)[1]
-
     def log_pages(self) -> LogPages:
         """Its log on disk, for clients paging older lines than the ring holds (opened at first use)."""
         if self._pages is None:

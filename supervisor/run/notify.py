@@ -41,11 +41,6 @@ def event_text(event: Mapping[str, Any], run_name: str) -> str:
     return f"[rlsup {run_name}] {comp}: {describe(dict(event))}".replace("\n", " ")
 
 
-def _slack_escape(s: str) -> str:
-    # Slack treats &, < and > as control characters in message text.
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 class Notifier:
     """Delivers matching events of one run to ``cfg.webhook`` and/or ``cfg.command``.
 
@@ -148,7 +143,9 @@ class Notifier:
             text += f" ({dropped} earlier notification(s) dropped: queue full)"
         ok = True
         if self.cfg.webhook:
-            ok = self._post(self.cfg.webhook, {"text": _slack_escape(text), "event": safe, "run": self.run_name}) and ok
+            # Slack treats &, < and > as control characters in message text.
+            slack = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            ok = self._post(self.cfg.webhook, {"text": slack, "event": safe, "run": self.run_name}) and ok
         if self.cfg.command:
             ok = self._command(self.cfg.command, safe, text) and ok
         if ok:

@@ -99,7 +99,9 @@ class Run:
         self._pacing = EvaluationPacing(self._evaluate, self._flush_progress)  # when components are judged again
         # what the run's step reads beyond the components' lives, dependency_down's episodes too
         self._memory = StepMemory(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
-        self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
+        # the GPUs' samples (each process named by its component, on the loop) and their release
+        self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(
+            lambda: self.emit(gpu_event(s, owners(self.components)))))
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
         from .resources import ResourceSampling
 
@@ -419,7 +421,9 @@ class Run:
             self._step(runstep.Settled(), self._view(active))
         finally:
             self._pacing.done(cost=time.monotonic() - t0, at=self.loop.time() if self.loop is not None else 0.0)
-            self.poke_ticker()  # a state changed: a starting or failing component wants the 1 s tick
+            # A state changed (a starting or failing component wants the 1 s tick): the next tick planned again,
+            # unless it is already due a second after the last one (it can come no sooner).
+            self._ticker.poke(self._ticker.last + TICK_S)
 
     def _admit_pending(self) -> None:
         """Dependency gating, in dependency order, until a pass changes nothing."""
@@ -498,11 +502,6 @@ class Run:
         return out
 
     # ------------------------------------------------------------------ periodic work
-
-    def poke_ticker(self) -> None:
-        """Something changed (a component's state, the clients watching): plan the next tick again,
-        unless it is already due a second after the last one (it can come no sooner)."""
-        self._ticker.poke(self._ticker.last + TICK_S)
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
@@ -609,9 +608,6 @@ class Run:
         self._step(runstep.DependencyTick(), view, now)
 
     # ------------------------------------------------------------------ GPUs (:mod:`.gpusampling`)
-
-    def _gpu_sample(self, sample: Any) -> None:
-        self.emit(gpu_event(sample, owners(self.components)))
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None:
         """Before a new attempt: the previous attempt's GPU memory released (:mod:`.gpurelease`)."""

@@ -88,17 +88,6 @@ class RunView(Protocol):
         ...
 
 
-def _trim_heap() -> None:
-    """Give freed memory back to the OS (glibc keeps it otherwise): a thousand departed clients
-    must not leave the daemon at its peak size."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def _ints(msg: dict[str, Any], *keys: str) -> list[int | None]:
     """The request's ``keys`` as integers (None where absent or null)."""
     return [None if msg.get(k) is None else int(msg[k]) for k in keys]
@@ -299,8 +288,12 @@ class ControlServer:
             self._dropped = True
 
     def _trim(self) -> None:
-        """Give the memory of departed clients back; again a while later while clients keep leaving."""
-        _trim_heap()
+        """Give the memory of departed clients back to the OS (glibc keeps it otherwise: a thousand of them must
+        not leave the daemon at its peak size); again a while later while clients keep leaving."""
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None).malloc_trim(0)
         self._trim_handle = None
         if self._dropped:
             self._dropped = False
@@ -469,7 +462,8 @@ class ControlServer:
         query = str(msg.get("query") or "")
         before, after = _ints(msg, "before_seq", "after_seq")
         found = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: pages.search(anchor, query, before_seq=before, after_seq=after, redact=self.view.redact_lines))
+            None, lambda: pages.search(anchor, query, before_seq=before, after_seq=after,
+                                       redact=self.view.redact_lines))
         first, end = await asyncio.get_running_loop().run_in_executor(None, lambda: pages.bounds(anchor))
         return protocol.ok(rid, component=name, seq=found[0] if found else None, line=found[1] if found else None,
                            disk_first_seq=first, disk_end_seq=end)
