@@ -27,21 +27,6 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _gauges() -> dict[str, GaugeMetricFamily]:
-    return {k: GaugeMetricFamily(f"rlsup_component_{k}", h, labels=["component"]) for k, h in (
-        ("up_seconds", "Seconds since the current attempt started (0 when not running)"),
-        ("last_exit_code", "Exit code of the last attempt (-signal when killed by one)"),
-        ("step", "Latest training step parsed from the output"),
-        ("total_steps", "Total steps parsed from the output"),
-        ("steps_per_second", "Current step rate"),
-        ("eta_seconds", "Estimated seconds to the total"),
-        ("rss_bytes", "Resident memory of the component's processes"),
-        ("gpu_memory_bytes", "GPU memory used by the component's processes"),
-        ("cpu_ratio", "CPU use of the component's processes (1 = one core)"),
-        ("log_bytes", "Bytes of the current log file read so far"),
-    )}
-
-
 def _component(n: str, c: dict[str, Any], g: dict[str, GaugeMetricFamily],
                parsed: dict[str, GaugeMetricFamily]) -> None:
     ex = c.get("last_exit") or {}
@@ -78,7 +63,18 @@ def families(state: dict[str, Any]) -> Iterator[Metric]:
     restarts = CounterMetricFamily("rlsup_component_restarts", "Restarts after a failure", labels=["component"])
     flags = GaugeMetricFamily("rlsup_component_flags", "Flags raised and not cleared, by type",
                               labels=["component", "type"])
-    g = _gauges()
+    g = {k: GaugeMetricFamily(f"rlsup_component_{k}", h, labels=["component"]) for k, h in (
+        ("up_seconds", "Seconds since the current attempt started (0 when not running)"),
+        ("last_exit_code", "Exit code of the last attempt (-signal when killed by one)"),
+        ("step", "Latest training step parsed from the output"),
+        ("total_steps", "Total steps parsed from the output"),
+        ("steps_per_second", "Current step rate"),
+        ("eta_seconds", "Estimated seconds to the total"),
+        ("rss_bytes", "Resident memory of the component's processes"),
+        ("gpu_memory_bytes", "GPU memory used by the component's processes"),
+        ("cpu_ratio", "CPU use of the component's processes (1 = one core)"),
+        ("log_bytes", "Bytes of the current log file read so far"),
+    )}
     parsed: dict[str, GaugeMetricFamily] = {}
     for n, c in comps.items():
         for s in STATES:
