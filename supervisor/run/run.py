@@ -301,7 +301,9 @@ class Run:
         return self.tracking.last_net(c.unended for c in self.components.values())
 
     def _finish(self) -> None:
-        self._services.close_metrics()
+        services = self._services
+        if services.stop_metrics is not None:
+            services.stop_metrics()
         self.gpus.stop()
         self._hang.close()
         self._watching.stop_artefacts()
@@ -310,7 +312,8 @@ class Run:
         self._states.write(force=True)
         self.tracking.monitors.close()
         self._watching.close()
-        self._services.close_notifier()
+        if services.notifier is not None:
+            services.notifier.close(5.0)  # waits (up to 5 s) for the notifications under way
         if self.journal is not None and (lost := self.journal.close()):
             why = (f"{self._states.trouble}" if self._states.trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
