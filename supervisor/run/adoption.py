@@ -99,17 +99,14 @@ def take_over(found: Found, components: Mapping[str, Component], state: Mapping[
             continue
         att = attempt_from_record(rec, path)
         prev = state["components"][c.name]
-        c.adopt(att, rec, ready=_was_ready(prev), log_seq=_log_seq(prev, saved.get(c.name), att.attempt))
+        ready = prev.get("state") == "running" or (prev.get("ready_at") is not None and prev.get("state") != "starting")
+        c.adopt(att, rec, ready=ready, log_seq=_log_seq(prev, saved.get(c.name), att.attempt))
     for path, rec in found.live:
         if str(rec["component"]) not in components:
             attempt_from_record(rec, path).finish()
     for path, _rec in found.orphans:  # a monitor that died: its record is all that is left
         with contextlib.suppress(OSError):
             path.unlink()
-
-
-def _was_ready(prev: Mapping[str, Any]) -> bool:
-    return prev.get("state") == "running" or (prev.get("ready_at") is not None and prev.get("state") != "starting")
 
 
 def _log_seq(prev: Mapping[str, Any], saved: Any, attempt: int) -> int | None:

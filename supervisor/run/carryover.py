@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..config.model import Config
@@ -19,6 +20,7 @@ from ..rules import lifecycle as lc
 from ..rundir.layout import RunPaths
 from ..rundir.logs import Position
 from ..rundir.replay import read_run
+from .adoption import Found
 
 
 def replay(paths: RunPaths, cfg: Config) -> tuple[dict[str, Any] | None, dict[str, Any]]:
@@ -80,3 +82,27 @@ def restore_gauges(progress: ProgressTracker, saved: Mapping[str, Any], st: dict
         progress.metrics.update({k: v for k, v in saved["metrics"].items() if isinstance(v, int | float)})
         st["metrics"] = dict(progress.metrics)
         st["metric"] = saved.get("metric")
+
+
+@dataclass
+class Past:
+    """The run dir's past: what a previous supervisor left (``found``: attempts to adopt, leftovers), the
+    state its journal replays to (``replayed``; None: no journal yet), the state.json it saved (``saved``) and
+    the journal's damage (``damage``: a note for each kind of damaged line skipped); ``asked``: what the user
+    asked of it (``new``, or ``resumed``: `up --resume`)."""
+
+    found: Found = field(default_factory=Found)
+    replayed: dict[str, Any] | None = None
+    saved: dict[str, Any] = field(default_factory=dict)
+    damage: list[str] = field(default_factory=list)
+    asked: str = "new"
+
+    @property
+    def how(self) -> str:
+        """How this run relates to it (``run_started.how``: :func:`.carryover.how`)."""
+        return how(bool(self.found.live), self.replayed is not None, self.asked)
+
+    @property
+    def saved_components(self) -> dict[str, Any]:
+        """Each component's part of the saved state.json (its log position, gauges)."""
+        return (self.saved.get("components") or {}) if self.saved else {}

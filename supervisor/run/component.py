@@ -18,7 +18,7 @@ import contextlib
 import os
 import re
 import signal as signal_mod
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import placement as slurm_placement
 from ..config.model import Component as ComponentCfg
@@ -33,6 +33,7 @@ from ..monitor.process import (
     StartError,
     find_marked,
     kill_if_same,
+    pid_alive,
     proc_state,
     start_time,
 )
@@ -50,6 +51,9 @@ from . import probes
 from .health import stuck_reason
 from .tracking import Tracking
 
+if TYPE_CHECKING:
+    from ..rundir.logpages import LogPages
+
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
 BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
 FLAG_LINE = re.compile(r"^rlsup-flag: (?P<type>[a-z][a-z0-9_]{0,40}): (?P<message>.+)$", re.MULTILINE)
@@ -64,7 +68,6 @@ class Context(Protocol):
     paths: RunPaths
     clock: Clock
     tracking: Tracking  # the monitors, the cgroup, the open-file limit
-    redactor: Any  # redact.Redactor: what clients may see of the output
 
     def emit(self, event: ev.Event) -> dict[str, Any]: ...
 
@@ -128,15 +131,17 @@ class Component:
         # earlier attempt's (a verdict about this attempt never reads it). None: no attempt yet.
         self.output_from: int | None = None
         self.launcher = SlurmLauncher.for_run(ctx.cfg)  # the launcher seam: None = a process of this machine
+        self._ray_cfg = cfg.probe.ray if cfg.probe else None
         self.ray: RayTracker | None = None
-        if cfg.probe and cfg.probe.ray:
+        if self._ray_cfg:
             from .rayprobe import RayTracker  # only with a Ray probe (it imports http.client and urllib)
 
-            self.ray = RayTracker(cfg.probe.ray.url)
+            self.ray = RayTracker(self._ray_cfg.url)
         # A vLLM server: watched for its engine core's death, which its API server may outlive (diagnosis.engines)
         cmd = cfg.command if isinstance(cfg.command, str) else " ".join(cfg.command)
         self.vllm = engines.engine_of(cmd) == "vllm"
         self.core_died: str | None = None  # the line in which this attempt said its engine core died
+        self._pages: LogPages | None = None
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -226,9 +231,7 @@ class Component:
 
     def _env(self, attempt: int) -> dict[str, str]:
         run = self.ctx.cfg
-        env = dict(os.environ)
-        env.update(run.file_env)
-        env.update(run.env)
+        env = {**os.environ, **run.file_env, **run.env}
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.update(self.cfg.env)
         if self.cfg.gpus is not None:
@@ -237,10 +240,8 @@ class Component:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.cfg.gpus)
         # RLSUP_NODES_C, RLSUP_ADDRS_C, RLSUP_HEAD_C, RLSUP_NNODES_C
         env.update(slurm_placement.variables(run.placement, slurm_placement.node_addresses(os.environ)))
-        env[ENV_RUN_DIR] = str(self.ctx.paths.root)
-        env[ENV_COMPONENT] = self.name
-        env[ENV_ATTEMPT] = str(attempt)
-        env["RLSUP_NAME"] = run.name
+        env.update({ENV_RUN_DIR: str(self.ctx.paths.root), ENV_COMPONENT: self.name, ENV_ATTEMPT: str(attempt),
+                    "RLSUP_NAME": run.name})
         return env
 
     async def _spawn(self, e: lc.Spawn) -> None:
@@ -260,10 +261,8 @@ class Component:
             "argv": launch, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
             "log": {"path": str(self.ctx.paths.log(self.name)), "max_bytes": self.logs_cfg.max_bytes,
                     "backups": self.logs_cfg.backups},
-            "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)),
-            "cgroup": cgroup,
-            "nofile": self.ctx.tracking.nofile,
-        }
+            "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)), "cgroup": cgroup,
+            "nofile": self.ctx.tracking.nofile}
         self.flags_this_attempt.clear()
         self._ready_seen.clear()
         # Where this attempt's output begins: everything the previous attempt's monitor wrote is read
@@ -386,7 +385,7 @@ class Component:
 
     async def _ray_look(self) -> None:
         """One answer of Ray's state API: deaths first seen become flags at once."""
-        w, cfg = self.ray, self.cfg.probe.ray if self.cfg.probe else None
+        w, cfg = self.ray, self._ray_cfg
         assert w is not None and cfg is not None
         from . import rayprobe
 
@@ -407,16 +406,15 @@ class Component:
             self.ctx.emit(ev.FlagRaised(self.name, type=kind, message=message, evidence=evidence, action=action))
 
     async def _ray_poll(self, att: AttemptProcesses) -> None:
-        cfg = self.cfg.probe.ray if self.cfg.probe else None
-        assert cfg is not None
+        assert self._ray_cfg is not None
         while self.current is att and att.exit is None:
             await self._ray_look()
-            await asyncio.sleep(cfg.interval)
+            await asyncio.sleep(self._ray_cfg.interval)
 
     async def _exited_after_ray(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         from ..diagnosis.ray_state import refine
 
-        cfg = self.cfg.probe.ray if self.cfg.probe else None
+        cfg = self._ray_cfg
         assert self.ray is not None and cfg is not None
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self._ray_look(), min(cfg.timeout, 5.0) * 2 + 1)
@@ -524,12 +522,10 @@ class Component:
             self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
                               "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
                               "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]})
-        elif self._asked(ex):
-            self._exited(ex, self._asked_for(ex))  # an exit we asked for is not a failure to diagnose
-        elif hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal")):
+        elif not self._asked(ex) and (hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal"))):
             self._task(self._held_exit(att, ex, hold))
         else:
-            self._diagnose_failure(att, ex)
+            self._judge_exit(att, ex)
 
     def _asked(self, ex: dict[str, Any]) -> bool:
         """A stop or restart we signalled for (not merely wanted: an exit before the run's ordered stop reached
@@ -541,8 +537,11 @@ class Component:
         """An exit 0, judged ``hold`` seconds later (rules.detectors.exit_hold): a stop
         of the run that came meanwhile makes it a stop."""
         await asyncio.sleep(hold)
+        self._judge_exit(att, ex)
+
+    def _judge_exit(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
         if self._asked(ex):
-            self._exited(ex, self._asked_for(ex))
+            self._exited(ex, self._asked_for(ex))  # an exit we asked for is not a failure to diagnose
         else:
             self._diagnose_failure(att, ex)
 
@@ -620,7 +619,7 @@ class Component:
         # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
         # the end of the run names it instead of claiming that nothing is left.
         for p in set(left) | set(att.members_seen):
-            if _alive(p):
+            if pid_alive(p):
                 self.unended[p] = att.members_seen.get(p)
         if att.monitor_alive():
             self.unended[att.monitor_pid] = None
@@ -644,7 +643,7 @@ class Component:
                 sent.add(p)
         clock = self.ctx.clock
         deadline = clock.monotonic() + self.cfg.stop.timeout
-        while clock.monotonic() < deadline and any(_alive(p) for p in left + att.members()):
+        while clock.monotonic() < deadline and any(pid_alive(p) for p in left + att.members()):
             await asyncio.sleep(0.05)
         att.signal(signal_mod.SIGKILL)
         for p in left:
@@ -783,8 +782,13 @@ class Component:
             self.handle(lc.LivenessFailed(
                 f"its engine core died and its API server was still up {engines.LINGER_S:g}s later", (line,)))
 
-    def tail(self, n: int) -> list[str]:
-        return self.ring.tail(n)[1]
+    def log_pages(self) -> LogPages:
+        """Its log on disk, for clients paging older lines than the ring holds (opened at first use)."""
+        if self._pages is None:
+            from ..rundir.logpages import LogPages
+
+            self._pages = LogPages(self.ctx.paths.log(self.name), self.logs_cfg.line_cap)
+        return self._pages
 
     # ------------------------------------------------------------------ progress
 
@@ -818,10 +822,4 @@ class Component:
         for task in list(self._tasks):
             task.cancel()
         self.follower.close()
-
-
-def _alive(pid: int) -> bool:
-    from ..monitor.process import pid_alive
-
-    return pid_alive(pid)
 

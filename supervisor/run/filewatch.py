@@ -1,4 +1,5 @@
-"""Watching the run dir's files: component logs to read, monitor records that changed.
+"""Watching the run dir's files: component logs to read, monitor records that changed; :class:`Watching`, all the
+run's watches together.
 
 inotify on ``logs/`` and ``monitors/`` where it can (one read of the kernel's queue serves every
 component), polling every ``POLL_S`` where it cannot (``RLSUP_INOTIFY=off``, no inotify). After a
@@ -14,7 +15,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..rundir.inotify import IN_CLOSE_WRITE, IN_CREATE, IN_MODIFY, IN_MOVED_TO, IN_Q_OVERFLOW, Inotify
 from ..rundir.layout import RunPaths
@@ -113,15 +114,38 @@ class FileWatch:
         elif self._read_pending:
             self._read_logs()
 
-    def read_all_now(self) -> None:
-        """Catch up with every log (before judging stalls, before diagnosis)."""
-        read_all(self.components)
-
     def close(self) -> None:
         if self._inotify is not None:
             with contextlib.suppress(ValueError, RuntimeError):
                 self.loop.remove_reader(self._inotify.fd)
             self._inotify.close()
+
+
+class Watching:
+    """The run's watches: ``monitors`` from the start, ``files`` and ``artefacts`` once :meth:`start` ran."""
+
+    def __init__(self) -> None:
+        self.monitors = MonitorWatch()
+        self.files: FileWatch | None = None
+        self.artefacts: Any = None  # rundir.watches.Watches
+
+    def start(self, loop: asyncio.AbstractEventLoop, paths: RunPaths, components: Mapping[str, Component]) -> None:
+        self.files = FileWatch(loop, paths, components, self.monitors)
+        self.files.start()
+        from ..rundir.watches import Watches
+
+        self.artefacts = Watches(components, loop)
+        self.artefacts.start()
+
+    def stop_artefacts(self) -> None:
+        if self.artefacts is not None:
+            self.artefacts.stop()
+
+    def close(self) -> None:
+        """The log and record watches and the monitors' pidfds closed."""
+        if self.files is not None:
+            self.files.close()
+        self.monitors.close()
 
 
 def read_all(components: Mapping[str, Component]) -> None:

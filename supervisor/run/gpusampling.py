@@ -19,12 +19,7 @@ GPU_SAMPLE_IDLE_S = 10.0
 
 def owners(components: Mapping[str, Component]) -> dict[int, str]:
     """Every pid of the run's live attempts, with the component it belongs to."""
-    out: dict[int, str] = {}
-    for n, c in components.items():
-        if c.current is not None:
-            for pid in c.current.members():
-                out[pid] = n
-    return out
+    return {pid: n for n, c in components.items() if c.current is not None for pid in c.current.members()}
 
 
 def gpu_event(sample: Any, owned: Mapping[int, str]) -> ev.GpuSampled:

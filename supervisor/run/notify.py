@@ -41,11 +41,6 @@ def event_text(event: Mapping[str, Any], run_name: str) -> str:
     return f"[rlsup {run_name}] {comp}: {describe(dict(event))}".replace("\n", " ")
 
 
-def _slack_escape(s: str) -> str:
-    # Slack treats &, < and > as control characters in message text.
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 class Notifier:
     """Delivers matching events of one run to ``cfg.webhook`` and/or ``cfg.command``.
 
@@ -88,12 +83,9 @@ class Notifier:
 
     # ------------------------------------------------------------------ producer side (supervisor loop)
 
-    def wants(self, event: Mapping[str, Any]) -> bool:
-        return event.get("kind") in self.on
-
     def handle(self, event: Mapping[str, Any]) -> None:
         """Queue ``event`` for delivery if its kind is one of ``cfg.on``; returns at once."""
-        if self._thread is None or self._closing or not self.wants(event):
+        if self._thread is None or self._closing or event.get("kind") not in self.on:
             return
         item = dict(event)
         with self._cond:
@@ -151,7 +143,9 @@ class Notifier:
             text += f" ({dropped} earlier notification(s) dropped: queue full)"
         ok = True
         if self.cfg.webhook:
-            ok = self._post(self.cfg.webhook, {"text": _slack_escape(text), "event": safe, "run": self.run_name}) and ok
+            # Slack treats &, < and > as control characters in message text.
+            slack = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            ok = self._post(self.cfg.webhook, {"text": slack, "event": safe, "run": self.run_name}) and ok
         if self.cfg.command:
             ok = self._command(self.cfg.command, safe, text) and ok
         if ok:
@@ -171,7 +165,7 @@ class Notifier:
             try:
                 with urllib.request.urlopen(req, timeout=self.webhook_timeout) as resp:
                     resp.read(65536)
-                self._recovered("webhook")
+                self._failing.discard("webhook")  # it works again: its next failure is reported
                 return True
             except urllib.error.HTTPError as e:
                 last = f"HTTP {e.code}"
@@ -211,7 +205,7 @@ class Notifier:
             tail = self.redactor.redact_text(lines[-1]) if lines else ""
             self._report("command", f"notify command exited {proc.returncode}" + (f": {tail}" if tail else ""))
             return False
-        self._recovered("command")
+        self._failing.discard("command")
         return True
 
     # ------------------------------------------------------------------ reporting
@@ -225,9 +219,6 @@ class Notifier:
             print(f"rlsup: notify: {msg} (further failures not reported until it works again)", file=out, flush=True)
         except (OSError, ValueError):
             pass
-
-    def _recovered(self, channel: str) -> None:
-        self._failing.discard(channel)
 
 
 def _host_of(url: str) -> str:

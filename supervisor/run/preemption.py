@@ -16,29 +16,19 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..config.model import Component as ComponentCfg
 from ..config.model import Config
 from ..records import events as ev
 from ..records.clock import Clock
-from ..rules import lifecycle as lc
 from ..rules.detectors import Mark, checkpoint_waited
 from ..rundir.checkpoints import Checkpoint, discover
 
+if TYPE_CHECKING:
+    from .component import Component
+
 POLL_S = 0.2  # how often a checkpoint directory is looked at while the wait goes on
-
-
-class Asked(Protocol):
-    name: str
-    cfg: ComponentCfg
-    rules: lc.Rules
-
-    @property
-    def life(self) -> lc.Life: ...
-
-    @property
-    def current(self) -> Any: ...
 
 
 def newest(cfg: ComponentCfg, *, writer_alive: bool = True) -> Checkpoint | None:
@@ -56,13 +46,13 @@ def mark(ck: Checkpoint | None) -> Mark | None:
     return None if ck is None else (ck.step, ck.mtime)
 
 
-def baselines(components: Mapping[str, Asked]) -> dict[str, Mark | None]:
+def baselines(components: Mapping[str, Component]) -> dict[str, Mark | None]:
     """What each component that a preemption will ask to checkpoint has now (read before it is asked)."""
     return {n: mark(newest(c.cfg)) for n, c in components.items()
             if c.rules.preempt_signal is not None and c.current is not None}
 
 
-async def wait_for_checkpoints(components: Mapping[str, Asked], before: Mapping[str, Mark | None], clock: Clock,
+async def wait_for_checkpoints(components: Mapping[str, Component], before: Mapping[str, Mark | None], clock: Clock,
                                emit: Callable[[ev.Event], Any]) -> None:
     """Return once every component asked to checkpoint has written a new one, ended, or had its wait."""
     loop = asyncio.get_running_loop()
@@ -84,7 +74,7 @@ async def wait_for_checkpoints(components: Mapping[str, Asked], before: Mapping[
             await asyncio.sleep(POLL_S)
 
 
-def _no_checkpoint(c: Asked, verdict: str, before: Mark | None) -> ev.FlagRaised:
+def _no_checkpoint(c: Component, verdict: str, before: Mark | None) -> ev.FlagRaised:
     sig, wait = c.rules.preempt_signal, c.rules.preempt_wait
     stands = f"its newest checkpoint is step {before[0]}" if before else "it has no complete checkpoint"
     if verdict == "exited":

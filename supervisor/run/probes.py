@@ -75,13 +75,11 @@ async def check_file(path: str) -> tuple[bool, str]:
 
 
 async def check(kind: str, target: str, timeout: float) -> tuple[bool, str]:
-    if kind == "http":
-        return await check_http(target, timeout)
-    if kind == "tcp":
-        return await check_tcp(target, timeout)
     if kind == "file":
         return await check_file(target)
-    raise ValueError(f"not a polled probe: {kind}")
+    if kind not in ("http", "tcp"):
+        raise ValueError(f"not a polled probe: {kind}")
+    return await (check_http if kind == "http" else check_tcp)(target, timeout)
 
 
 def _port_of(target: str) -> int | None:

@@ -8,6 +8,7 @@ two turns of the run's loop (bounded wait), and a failed scrape cannot touch the
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,22 +25,6 @@ def metric_name(key: str) -> str:
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _gauges() -> dict[str, GaugeMetricFamily]:
-    g = {k: GaugeMetricFamily(f"rlsup_component_{k}", h, labels=["component"]) for k, h in (
-        ("up_seconds", "Seconds since the current attempt started (0 when not running)"),
-        ("last_exit_code", "Exit code of the last attempt (-signal when killed by one)"),
-        ("step", "Latest training step parsed from the output"),
-        ("total_steps", "Total steps parsed from the output"),
-        ("steps_per_second", "Current step rate"),
-        ("eta_seconds", "Estimated seconds to the total"),
-        ("rss_bytes", "Resident memory of the component's processes"),
-        ("gpu_memory_bytes", "GPU memory used by the component's processes"),
-        ("cpu_ratio", "CPU use of the component's processes (1 = one core)"),
-        ("log_bytes", "Bytes of the current log file read so far"),
-    )}
-    return g
 
 
 def _component(n: str, c: dict[str, Any], g: dict[str, GaugeMetricFamily],
@@ -78,17 +63,25 @@ def families(state: dict[str, Any]) -> Iterator[Metric]:
     restarts = CounterMetricFamily("rlsup_component_restarts", "Restarts after a failure", labels=["component"])
     flags = GaugeMetricFamily("rlsup_component_flags", "Flags raised and not cleared, by type",
                               labels=["component", "type"])
-    g = _gauges()
+    g = {k: GaugeMetricFamily(f"rlsup_component_{k}", h, labels=["component"]) for k, h in (
+        ("up_seconds", "Seconds since the current attempt started (0 when not running)"),
+        ("last_exit_code", "Exit code of the last attempt (-signal when killed by one)"),
+        ("step", "Latest training step parsed from the output"),
+        ("total_steps", "Total steps parsed from the output"),
+        ("steps_per_second", "Current step rate"),
+        ("eta_seconds", "Estimated seconds to the total"),
+        ("rss_bytes", "Resident memory of the component's processes"),
+        ("gpu_memory_bytes", "GPU memory used by the component's processes"),
+        ("cpu_ratio", "CPU use of the component's processes (1 = one core)"),
+        ("log_bytes", "Bytes of the current log file read so far"),
+    )}
     parsed: dict[str, GaugeMetricFamily] = {}
     for n, c in comps.items():
         for s in STATES:
             st.add_metric([n, s], 1.0 if c.get("state") == s else 0.0)
         attempts.add_metric([n], float(c.get("attempt") or 0))
         restarts.add_metric([n], float(c.get("restarts") or 0))
-        by_type: dict[str, int] = {}
-        for f in c.get("flags") or []:
-            by_type[str(f.get("type"))] = by_type.get(str(f.get("type")), 0) + 1
-        for t, k in sorted(by_type.items()):
+        for t, k in sorted(Counter(str(f.get("type")) for f in c.get("flags") or []).items()):
             flags.add_metric([n, t], float(k))
         _component(n, c, g, parsed)
     yield from (st, attempts, restarts, flags, *g.values(), *parsed.values())

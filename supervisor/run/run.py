@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.model import Config
 from ..diagnosis.stacks import Stacks
@@ -38,30 +38,29 @@ from ..records.clock import Clock, SystemClock
 from ..records.version import VERSION
 from ..rules import detectors, runstep
 from ..rules import lifecycle as lc
-from ..rules.detectors import Outcome, next_tick, partner_up
+from ..rules.detectors import next_tick, partner_up
 from ..rundir.journal import Journal, damage_notes, keep_spare_records
 from ..rundir.layout import RunLock, RunPaths
-from ..rundir.logs import RingBudget
+from ..rundir.logs import LogRing, Position, RingBudget
 from ..slurm.launcher import slurm_job_info
 from . import adoption, carryover, health, preemption, runview, shutdown
 from .adoption import IncompatibleMonitors as IncompatibleMonitors
 from .component import Component
 from .daemonlog import say
-from .dependencydown import DependencyDown
 from .ending import Ending
-from .filewatch import read_all
+from .filewatch import Watching, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
-from .pacing import EvaluationPacing
-from .past import Past
 from .runview import POSITIONS_WRITE_S
 from .services import Services
 from .stacks import HangGate
 from .stacks import reply as stack_reply
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
-from .ticker import Ticker
+from .ticker import EvaluationPacing, Ticker
 from .tracking import Tracking
-from .watching import Watching
+
+if TYPE_CHECKING:
+    from ..rundir.logpages import LogPages
 
 TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
@@ -95,12 +94,14 @@ class Run:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
         # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
-        self._past = Past(asked="resumed" if resume else "new")
+        self._past = carryover.Past(asked="resumed" if resume else "new")
         self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
         self._pacing = EvaluationPacing(self._evaluate, self._flush_progress)  # when components are judged again
         # what the run's step reads beyond the components' lives, dependency_down's episodes too
-        self._memory = StepMemory(DependencyDown(budget_s=cfg.dependency_budget, clock=self.clock.monotonic))
-        self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(self._gpu_sample, s))  # and the GPUs' release
+        self._memory = StepMemory(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
+        # the GPUs' samples (each process named by its component, on the loop) and their release
+        self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(
+            lambda: self.emit(gpu_event(s, owners(self.components)))))
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
         from .resources import ResourceSampling
 
@@ -123,7 +124,7 @@ class Run:
             self.lock.release()
             raise
         replayed, saved = carryover.replay(self.paths, self.cfg)
-        self._past = Past(found, replayed, saved, damage_notes(), self._past.asked)
+        self._past = carryover.Past(found, replayed, saved, damage_notes(), self._past.asked)
         return found.notes + self._past.damage
 
     # ------------------------------------------------------------------ the loop
@@ -138,7 +139,7 @@ class Run:
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
         self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
         self.end.decided = decided = asyncio.Event()
-        self.loop.add_signal_handler(signal_mod.SIGCHLD, self._reap)
+        self.loop.add_signal_handler(signal_mod.SIGCHLD, reap_children)  # monitors and the zygote
         self.journal = self._states.begin(self.loop, Journal(self.paths.events))
         names = self.cfg.topo_order()
         self._states.spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
@@ -199,10 +200,9 @@ class Run:
                                                redactor=self.redactor)
         self._serve_metrics()
         if self._services.serve and not self.end.refused:
-            from .served import Served
             from .server import ControlServer
 
-            self._services.server = server = ControlServer(Served(self), self.paths.sock)
+            self._services.server = server = ControlServer(self, self.paths.sock)
             await server.start()
 
     def _serve_metrics(self) -> None:
@@ -236,10 +236,6 @@ class Run:
         adoption.take_over(found, self.components, self.state, self._past.saved_components)
         self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
 
-    @property
-    def shutting_down(self) -> bool:
-        return self.end.stopping
-
     def request_shutdown(self, reason: str, by_user: bool = True, preempted: bool = False,
                          requeue: bool = False) -> None:
         """End the run: stopped by a person (``by_user``), failed, or ``preempted``: the platform takes the
@@ -251,14 +247,14 @@ class Run:
         self.end.request(reason, by_user=by_user, preempted=preempted)
         if preempted:
             self.end.before = preemption.baselines(self.components)
-        self._wanted_stopped(reason)
-        self.end.decide()
+        self._decide_end(reason)
 
-    def _wanted_stopped(self, reason: str) -> None:
+    def _decide_end(self, reason: str) -> None:
         """From the moment the run's end is decided, every exit is a stop (its stop signal comes in turn)."""
         why = self.end.cause(reason)
         for c in self.components.values():
             c.handle(lc.RunStopping(why))
+        self.end.decide()
 
     def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float:
         return detectors.exit_hold(exit_code, signal, shutting_down=self.end.stopping or self.end.over,
@@ -277,7 +273,7 @@ class Run:
         """Stop components in reverse dependency order, in parallel waves (:mod:`.shutdown`); return
         when nothing of the run is left (or say what could not be ended)."""
         if self.end.handover:
-            self._write_state(force=True)
+            self._states.write(force=True)
             return
         end = self.end
         end.stopping = True
@@ -305,16 +301,19 @@ class Run:
         return self.tracking.last_net(c.unended for c in self.components.values())
 
     def _finish(self) -> None:
-        self._services.close_metrics()
+        services = self._services
+        if services.stop_metrics is not None:
+            services.stop_metrics()
         self.gpus.stop()
-        self._hang.taker.close()
+        self._hang.close()
         self._watching.stop_artefacts()
         for c in self.components.values():
             c.close()
-        self._write_state(force=True)
+        self._states.write(force=True)
         self.tracking.monitors.close()
         self._watching.close()
-        self._services.close_notifier()
+        if services.notifier is not None:
+            services.notifier.close(5.0)  # waits (up to 5 s) for the notifications under way
         if self.journal is not None and (lost := self.journal.close()):
             why = (f"{self._states.trouble}" if self._states.trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
@@ -354,7 +353,7 @@ class Run:
             except Exception as exc:  # noqa: BLE001 - a broken client must not break supervision
                 say(f"rlsup: subscriber failed: {exc!r}")
         if lifecycle:
-            self._mark_state_dirty()
+            self._states.mark_dirty()
             self._services.notify(e)
             if isinstance(event, ev.RestartScheduled):
                 self._memory.triggers.append(e)  # acted on once the step that emitted it is done (changed)
@@ -377,7 +376,7 @@ class Run:
         if comp.state == "pending" and comp.life.attempt > 0:
             self._admit_again(comp)
         if self.loop is not None:
-            self._pacing.schedule(self.loop)  # judged in batches (:mod:`.pacing`), not once per change
+            self._pacing.schedule(self.loop)  # judged in batches (:class:`.ticker.EvaluationPacing`), not once per change
 
     # ------------------------------------------------------------------ the run's step
 
@@ -397,17 +396,13 @@ class Run:
                 for f in fx.then:
                     self.components[f.component].handle(runstep.with_seq(f.input, seq))
             elif isinstance(fx, runstep.End):
-                self._end(fx.outcome)
+                self.end.reached(fx.outcome)
+                self._decide_end(fx.outcome.reason)
             elif isinstance(fx, runstep.Flagged):
-                self._memory.deps.flagged = set(fx.consumers)
+                self._memory.flagged = set(fx.consumers)
             elif isinstance(fx, runstep.Track):
-                act = self._memory.deps.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+                act = self._memory.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
                 self._step(runstep.DependencyVerdict(fx.dep, act, fx.failing), now=now)
-
-    def _end(self, out: Outcome) -> None:
-        self.end.reached(out)
-        self._wanted_stopped(out.reason)
-        self.end.decide()
 
     def _view(self, active: int | None = None) -> runstep.View:
         return runstep.View(self._seen(), shutting_down=self.end.stopping, run_seq=self._memory.run_seq,
@@ -429,13 +424,13 @@ class Run:
             self._step(runstep.Settled(), self._view(active))
         finally:
             self._pacing.done(cost=time.monotonic() - t0, at=self.loop.time() if self.loop is not None else 0.0)
-            self.poke_ticker()  # a state changed: a starting or failing component wants the 1 s tick
+            # A state changed (a starting or failing component wants the 1 s tick): the next tick planned again,
+            # unless it is already due a second after the last one (it can come no sooner).
+            self._ticker.poke(self._ticker.last + TICK_S)
 
     def _admit_pending(self) -> None:
         """Dependency gating, in dependency order, until a pass changes nothing."""
-        if self._memory.order is None:
-            self._memory.order = self.cfg.topo_order()
-        order = self._memory.order
+        order = self._memory.order = self._memory.order or self.cfg.topo_order()
         for _ in range(len(self.components) + 2):
             waiting = [n for n in order if self._may_admit(self.components[n])]
             if not waiting:
@@ -463,12 +458,12 @@ class Run:
     def _admit_again(self, comp: Component) -> None:
         """A component pending again (its backoff is over, a restart asked for) is judged at once against
         its own dependencies only (the view reads what its gate looks at): a restart must not wait for the
-        next evaluation of the whole run (up to :data:`.pacing.EVALUATE_EVERY_S`); that batching is for a burst of
+        next evaluation of the whole run (up to :data:`.ticker.EVALUATE_EVERY_S`); that batching is for a burst of
         first starts and ends."""
         if comp.life.want != "run" or comp.life.spawning or self.end.stopping or self.loop is None:
             return
-        n = comp.name
-        self._step(runstep.Pending(n, again=self._memory.starts_again(n, comp.life.attempt)), self._view())
+        self._step(runstep.Pending(comp.name, again=self._memory.starts_again(comp.name, comp.life.attempt)),
+                   self._view())
 
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
@@ -484,7 +479,7 @@ class Run:
     def _flush_progress(self, names: set[str]) -> None:
         for n in names:
             self.components[n].flush_progress()
-        self._mark_state_dirty()
+        self._states.mark_dirty()
 
     def partner_up(self, comp: Component) -> str | None:
         """A component restarting together with ``comp`` that has already started again (see
@@ -500,21 +495,7 @@ class Run:
     def unwatch_monitor(self, att: AttemptProcesses) -> None:
         self._watching.monitors.unwatch(att)
 
-    def read_all_now(self) -> None:
-        """Catch up with every log (before judging stalls, before diagnosis)."""
-        read_all(self.components)
-
-    def _reap(self) -> None:
-        """Reap our children: monitors (re-parented to us, their subreaper) and the zygote."""
-        reap_children()
-
     # ------------------------------------------------------------------ state on disk (:mod:`.statewriter`)
-
-    def _mark_state_dirty(self) -> None:
-        self._states.mark_dirty()
-
-    def _write_state(self, force: bool = False) -> None:
-        self._states.write(force)
 
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
         out = state_mod.view(self.state, self.clock.time())
@@ -525,14 +506,9 @@ class Run:
 
     # ------------------------------------------------------------------ periodic work
 
-    def poke_ticker(self) -> None:
-        """Something changed (a component's state, the clients watching): plan the next tick again,
-        unless it is already due a second after the last one (it can come no sooner)."""
-        self._ticker.poke(self._ticker.last + TICK_S)
-
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
-        busy = bool(self.journal is not None and self.journal.pending) or self._memory.deps.watched \
+        busy = bool(self.journal is not None and self.journal.pending) or self._memory.deps_watched \
             or self._states.trouble is not None
         due: list[float | None] = []
         if not busy:
@@ -545,18 +521,21 @@ class Run:
         now = self.clock.monotonic()
         if now - planned > PAUSE_DETECT_S:
             self._ticker.awake_since = now  # we were paused: what happened meanwhile is not the components' fault
-            self.read_all_now()
+            read_all(self.components)
         self._ticker.last = now
-        self._reap()  # a safety net for a lost SIGCHLD
+        reap_children()  # a safety net for a lost SIGCHLD
         self._check_stalls(now)
         self._check_dependencies(now)
         if now >= self.resources.due_at and any(c.current is not None for c in self.components.values()):
-            self._sample_resources(now)
+            for e in self.resources.sample(now, self.components, self.state.get("gpus") or []):
+                self.emit(e)
         if self.journal is not None and self.journal.pending:
             self.journal.flush()
         if now >= self._ticker.health_due:
             self._ticker.health_due = now + health.sweep_every(sum(c.current is not None for c in self.components.values()))
-            self._check_health(now)
+            self._states.check_writable()  # the sweep of :mod:`.health`: the run dir, each live attempt
+            for c in self.components.values():
+                c.check_health(now)
         moved = [c for c in self.components.values() if c.moved]
         if moved and now - self._ticker.positions_written >= POSITIONS_WRITE_S:
             # Log positions moved on: state.json, where the next supervisor starts reading, keeps up
@@ -565,14 +544,7 @@ class Run:
             self._ticker.positions_written = now
             for c in moved:
                 c.moved = False
-            self._mark_state_dirty()
-
-    def _check_health(self, now: float) -> None:
-        """The sweep of :mod:`.health`: the run dir's writability (flagged when it changes) and each live
-        attempt's command and monitor as the kernel sees them."""
-        self._states.check_writable()
-        for c in self.components.values():
-            c.check_health(now)
+            self._states.mark_dirty()
 
     def watchers_changed(self) -> None:
         """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
@@ -586,7 +558,7 @@ class Run:
             return
         effects = runstep.step(view, runstep.StallTick(), now, self.cfg)
         if any(isinstance(fx, runstep.CatchUp) for fx in effects):
-            self.read_all_now()
+            read_all(self.components)
             effects = runstep.step(self._stall_view(caught_up=True), runstep.StallTick(), now, self.cfg)
         self._carry_out(effects, now)
 
@@ -615,7 +587,7 @@ class Run:
         att = comp.current
         if att is None:
             return None
-        return await self._hang.taker.take(comp.name, att.attempt, att.members(), why=why, native=native)
+        return await self._hang.take(comp.name, att.attempt, att.members(), why=why, native=native)
 
     async def take_stacks(self, name: str, *, why: str, native: bool = False) -> dict[str, Any]:
         """``rlsup stack NAME``: the reply to the command (:func:`.stacks.reply`)."""
@@ -630,7 +602,7 @@ class Run:
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
         past the budget."""
         consumers = runview.consumers(self.components, self.state["components"])
-        deps = self._memory.deps
+        deps = self._memory
         down_since = deps.tracker.down_since()
         if not consumers and not down_since and not deps.flagged:
             return
@@ -638,15 +610,7 @@ class Run:
                             down_since=down_since, down_for={d: deps.tracker.down_for(d) or 0.0 for d in down_since})
         self._step(runstep.DependencyTick(), view, now)
 
-    def _sample_resources(self, now: float) -> None:
-        """CPU, RSS and GPU memory per component (the ``resources`` gauge), and memory_growth."""
-        for e in self.resources.sample(now, self.components, self.state.get("gpus") or []):
-            self.emit(e)
-
     # ------------------------------------------------------------------ GPUs (:mod:`.gpusampling`)
-
-    def _gpu_sample(self, sample: Any) -> None:
-        self.emit(gpu_event(sample, owners(self.components)))
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None:
         """Before a new attempt: the previous attempt's GPU memory released (:mod:`.gpurelease`)."""
@@ -674,3 +638,23 @@ class Run:
     def ending(self) -> bool:
         """The run decided to end (it may still be stopping); not so for a hand-over."""
         return self.end.ended
+
+    # ------------------------------------------------------------------ what the control server reads (server.RunView)
+
+    def rings(self) -> dict[str, LogRing]:
+        return {n: c.ring for n, c in self.components.items()}
+
+    @property
+    def journal_seq(self) -> int:
+        return self.journal.last_seq if self.journal else 0
+
+    def hello(self) -> dict[str, Any]:
+        # ``ending``: the run decided to end (it may still be stopping): `up` tells the user instead of
+        # claiming a run it "supervises in the background" that ended as it started.
+        return {"pid": os.getpid(), "host": self.state.get("run", {}).get("host") or socket.gethostname(),
+                "name": self.cfg.name, "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION,
+                "ended": False, "ending": self.ending}
+
+    def log_pages(self, name: str) -> tuple[LogPages, Position] | None:
+        c = self.components.get(name)
+        return None if c is None else (c.log_pages(), c.position())

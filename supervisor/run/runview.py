@@ -60,12 +60,6 @@ class SeenNow(Mapping[str, Seen]):
         self._read.pop(name, None)
 
 
-def _last_line(c: Component) -> str | None:
-    """The attempt's last line (never an earlier attempt's), for a stall's evidence."""
-    last = c.attempt_tail(1)
-    return last[0] if last else None
-
-
 def stall_watch(c: Component, components: Mapping[str, Component]) -> runstep.StallView:
     """What the stall judgement may know of ``c``: its dependencies, the artefacts it and they
     write, and (read only when a stall is called) its attempt's last line."""
@@ -75,7 +69,7 @@ def stall_watch(c: Component, components: Mapping[str, Component]) -> runstep.St
         c.cfg.progress.stall_after, "stall" in c.life.episode,
         deps={d: components[d].state for d in c.cfg.depends_on},
         watches=[(path, o.name, w) for o in owners for path, w in o.watch_info.items()],
-        last_line=partial(_last_line, c))
+        last_line=lambda: next(iter(c.attempt_tail(1)), None))  # the attempt's, never an earlier one's
 
 
 def stall_watched(components: Mapping[str, Component]) -> dict[str, Component]:

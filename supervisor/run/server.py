@@ -88,15 +88,9 @@ class RunView(Protocol):
         ...
 
 
-def _trim_heap() -> None:
-    """Give freed memory back to the OS (glibc keeps it otherwise): a thousand departed clients
-    must not leave the daemon at its peak size."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+def _ints(msg: dict[str, Any], *keys: str) -> list[int | None]:
+    """The request's ``keys`` as integers (None where absent or null)."""
+    return [None if msg.get(k) is None else int(msg[k]) for k in keys]
 
 
 class Conn:
@@ -209,46 +203,8 @@ class Conn:
         handler = _OPS.get(op) if isinstance(op, str) else None
         if handler is None:
             return protocol.error(rid, f"unknown op {op!r}; ops: {', '.join(protocol.OPS)}")
-        return await handler(self, rid, msg)
-
-    # One handler per op after hello: (connection, request id, request) -> reply.
-
-    async def _op_ping(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return protocol.ok(rid)
-
-    async def _op_snapshot(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_snapshot(rid, msg, None)
-
-    async def _op_subscribe(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_snapshot(rid, msg, self)
-
-    async def _op_logs(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return self.server.op_logs(rid, msg)
-
-    async def _op_events(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_events(rid, msg)
-
-    async def _op_log_read(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_log_read(rid, msg)
-
-    async def _op_log_search(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
-        return await self.server.op_log_search(rid, msg)
-
-    async def _op_command(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any] | None:
-        return self.server.op_command(self, rid, msg)
-
-
-#: The ops a client may send once it has said hello, each with its handler.
-_OPS: dict[str, Callable[[Conn, Any, dict[str, Any]], Awaitable[dict[str, Any] | None]]] = {
-    "ping": Conn._op_ping,
-    "snapshot": Conn._op_snapshot,
-    "subscribe": Conn._op_subscribe,
-    "logs": Conn._op_logs,
-    "events": Conn._op_events,
-    "log_read": Conn._op_log_read,
-    "log_search": Conn._op_log_search,
-    "command": Conn._op_command,
-}
+        reply = handler(self.server, self, rid, msg)
+        return await reply if inspect.isawaitable(reply) else reply
 
 
 class ControlServer:
@@ -332,8 +288,12 @@ class ControlServer:
             self._dropped = True
 
     def _trim(self) -> None:
-        """Give the memory of departed clients back; again a while later while clients keep leaving."""
-        _trim_heap()
+        """Give the memory of departed clients back to the OS (glibc keeps it otherwise: a thousand of them must
+        not leave the daemon at its peak size); again a while later while clients keep leaving."""
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None).malloc_trim(0)
         self._trim_handle = None
         if self._dropped:
             self._dropped = False
@@ -449,8 +409,7 @@ class ControlServer:
     async def _events_since(self, since: int | None, limit: int | None) -> list[dict[str, Any]]:
         if since is None:
             out = list(self.recent)
-            return out[-limit:] if limit else out
-        if self.recent and self.recent[0]["seq"] <= since + 1:
+        elif self.recent and self.recent[0]["seq"] <= since + 1:
             out = [e for e in self.recent if e["seq"] > since]
         else:  # older than what we keep in memory: the journal has it
             path = self.view.paths.events
@@ -485,11 +444,9 @@ class ControlServer:
             return got
         name, pages, anchor = got
         limit = max(1, min(int(msg.get("limit") or MAX_PAGE), MAX_PAGE))
-        before = msg.get("before_seq")
-        start_seq = msg.get("from_seq")
+        start_seq, before = _ints(msg, "from_seq", "before_seq")
         start, lines, first, end = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: pages.read(anchor, None if start_seq is None else int(start_seq), limit,
-                                     before_seq=None if before is None else int(before)))
+            None, lambda: pages.read(anchor, start_seq, limit, before_seq=before))
         ring = self.view.rings().get(name)
         return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), disk_first_seq=first,
                            disk_end_seq=end, ring_first_seq=ring.first_seq if ring is not None else end,
@@ -503,10 +460,9 @@ class ControlServer:
             return got
         name, pages, anchor = got
         query = str(msg.get("query") or "")
-        before, after = msg.get("before_seq"), msg.get("after_seq")
+        before, after = _ints(msg, "before_seq", "after_seq")
         found = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: pages.search(anchor, query, before_seq=None if before is None else int(before),
-                                       after_seq=None if after is None else int(after),
+            None, lambda: pages.search(anchor, query, before_seq=before, after_seq=after,
                                        redact=self.view.redact_lines))
         first, end = await asyncio.get_running_loop().run_in_executor(None, lambda: pages.bounds(anchor))
         return protocol.ok(rid, component=name, seq=found[0] if found else None, line=found[1] if found else None,
@@ -538,3 +494,16 @@ class ControlServer:
             conn.send({"id": rid, **(await reply)})
         except Exception as e:  # noqa: BLE001 - a client's request must never end the run it asks about
             conn.send(protocol.error(rid, f"command failed in the supervisor: {e!r}"))
+
+
+#: The ops a client may send once it has said hello: (server, connection, request id, request) -> reply.
+_OPS: dict[str, Callable[[ControlServer, Conn, Any, dict[str, Any]], Any]] = {
+    "ping": lambda _s, _c, rid, _m: protocol.ok(rid),
+    "snapshot": lambda s, _c, rid, m: s.op_snapshot(rid, m, None),
+    "subscribe": lambda s, c, rid, m: s.op_snapshot(rid, m, c),
+    "logs": lambda s, _c, rid, m: s.op_logs(rid, m),
+    "events": lambda s, _c, rid, m: s.op_events(rid, m),
+    "log_read": lambda s, _c, rid, m: s.op_log_read(rid, m),
+    "log_search": lambda s, _c, rid, m: s.op_log_search(rid, m),
+    "command": ControlServer.op_command,
+}

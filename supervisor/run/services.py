@@ -24,12 +24,3 @@ class Services:
     def notify(self, e: dict[str, Any]) -> None:
         if self.notifier is not None:
             self.notifier.handle(e)
-
-    def close_metrics(self) -> None:
-        if self.stop_metrics is not None:
-            self.stop_metrics()
-
-    def close_notifier(self) -> None:
-        """Waits (up to 5 s) for the notifications under way."""
-        if self.notifier is not None:
-            self.notifier.close(5.0)

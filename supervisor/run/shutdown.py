@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from ..config.model import Config
 from ..rules import lifecycle as lc
 
+if TYPE_CHECKING:
+    from .component import Component
+
 ROUND_S = 0.02  # a round in which nothing became quiet waits this long before looking again
-
-
-class Stoppable(Protocol):
-    @property
-    def state(self) -> str: ...
-
-    @property
-    def busy(self) -> bool: ...
-
-    def handle(self, inp: lc.Input) -> None: ...
 
 
 class StopOrder:
@@ -51,7 +44,7 @@ class StopOrder:
         return freed
 
 
-async def stop_in_order(cfg: Config, components: Mapping[str, Stoppable], why: lc.Cause) -> None:
+async def stop_in_order(cfg: Config, components: Mapping[str, Component], why: lc.Cause) -> None:
     """Shut every component down, dependents before their dependencies; return once all are quiet
     (final, with no stop or cleanup under way)."""
     order = StopOrder(cfg, components)

@@ -1,6 +1,6 @@
 """Taking the Python stacks of a component's processes (py-spy), off the supervisor's loop.
 
-:class:`StackTaker` runs ``py-spy dump --json`` on every process of an attempt's tree (all ranks of a
+:meth:`HangGate.take` runs ``py-spy dump --json`` on every process of an attempt's tree (all ranks of a
 ``torchrun``, a launcher's children), in parallel, each bounded by :data:`STACK_TIMEOUT_S`, in a thread of
 its own: the loop never waits on it. The full dump goes to ``<run_dir>/stacks/``; what the stacks say is
 put in words by :mod:`rlsup.supervisor.diagnosis.stacks`.
@@ -122,39 +122,18 @@ def write_dump(folder: Path, s: Stacks, why: str, native: bool, now: float) -> S
     return dataclasses.replace(s, path=str(path))
 
 
-class StackTaker:
-    """Takes stacks in a thread of its own (one capture at a time; py-spy runs in parallel inside it)."""
+class HangGate:
+    """The first ``Stalled`` of a stall episode waits for the component's stacks (:meth:`hold`); the run
+    judges the stall again once they are taken (``rejudge``), and the input that follows carries them.
+    :meth:`take` takes them (and those ``rlsup stack`` asks for) in a thread of its own (one capture at a
+    time; py-spy runs in parallel inside it)."""
 
-    def __init__(self, folder: Path, *, timeout: float = STACK_TIMEOUT_S, clock: Callable[[], float] = time.time):
+    def __init__(self, folder: Path, rejudge: Callable[[], None], *, timeout: float = STACK_TIMEOUT_S,
+                 clock: Callable[[], float] = time.time):
         self.folder = folder
         self.timeout = timeout
         self.clock = clock
         self._pool: ThreadPoolExecutor | None = None
-
-    async def take(self, component: str, attempt: int, pids: Sequence[int], *, why: str,
-                   native: bool = False) -> Stacks:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlsup-stacks")
-        loop = asyncio.get_running_loop()
-
-        def work() -> Stacks:
-            s = take(component, attempt, pids, native=native, py_spy=find_py_spy(), timeout=self.timeout)
-            return write_dump(self.folder, s, why, native, self.clock())
-
-        return await loop.run_in_executor(self._pool, work)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-class HangGate:
-    """The first ``Stalled`` of a stall episode waits for the component's stacks (:meth:`hold`); the run
-    judges the stall again once they are taken (``rejudge``), and the input that follows carries them.
-    ``taker`` takes them (and those ``rlsup stack`` asks for)."""
-
-    def __init__(self, folder: Path, rejudge: Callable[[], None]):
-        self.taker = StackTaker(folder)
         self._rejudge = rejudge
         self._pending: dict[str, int] = {}  # component -> the attempt whose stacks are being taken
         self._ready: dict[tuple[str, int], tuple[str, ...]] = {}
@@ -169,7 +148,7 @@ class HangGate:
             return None
         if current is None or current.attempt != attempt or not _on_a_loop():
             return inp
-        fut = asyncio.ensure_future(self.taker.take(name, attempt, current.members(), why="stall"))
+        fut = asyncio.ensure_future(self.take(name, attempt, current.members(), why="stall"))
         self._pending[name] = attempt
         fut.add_done_callback(lambda f: self._taken(name, attempt, f))
         return None
@@ -187,6 +166,22 @@ class HangGate:
         finally:
             # Not fed at once (progress came back, the attempt ended): these stacks are of no later stall.
             self._ready.pop((name, attempt), None)
+
+
+    async def take(self, component: str, attempt: int, pids: Sequence[int], *, why: str,
+                   native: bool = False) -> Stacks:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlsup-stacks")
+
+        def work() -> Stacks:
+            s = take(component, attempt, pids, native=native, py_spy=find_py_spy(), timeout=self.timeout)
+            return write_dump(self.folder, s, why, native, self.clock())
+
+        return await asyncio.get_running_loop().run_in_executor(self._pool, work)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _on_a_loop() -> bool:

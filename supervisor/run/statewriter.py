@@ -1,5 +1,5 @@
 """What the run writes into its run dir: each event into the journal at once (its fsync shared by the turn of the
-loop, :mod:`.journalsync`), and state.json kept up to date: the run's state as of now, written in place, often but
+loop, :class:`JournalSync`), and state.json kept up to date: the run's state as of now, written in place, often but
 never too often.
 
 A change marks the state dirty; the write follows at most twice a second and never takes more than
@@ -22,9 +22,48 @@ from ..records import events as ev
 from ..rundir.journal import Journal, StateFile, keep_spare_records
 from ..rundir.layout import RunPaths
 from . import health
-from .journalsync import JournalSync
 
 STATE_WRITE_MIN_S = 0.5
+
+
+class JournalSync:
+    """The run's journal with its fsyncs: due this turn of the loop, in flight, wanted once more after it."""
+
+    def __init__(self, journal: Journal, loop: asyncio.AbstractEventLoop) -> None:
+        self.journal = journal
+        self.loop = loop
+        self._scheduled = False  # the fsync of this turn of the loop is due
+        self._syncing: asyncio.Future[None] | None = None  # the fsync in flight (in the pool)
+        self._again = False  # events were written while it was: one more fsync once it is done
+
+    def append(self, e: dict[str, Any], *, sync: bool) -> None:
+        """Write ``e``; with ``sync``, its fsync follows in this turn of the loop (shared, in the pool)."""
+        if not sync or self.loop.is_closed():
+            self.journal.append(e, sync=sync)
+            return
+        self.journal.append(e, sync=False)
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._sync)
+
+    def _sync(self) -> None:
+        self._scheduled = False
+        self.journal.flush(sync=False)  # what waits for a disk that refused it, first
+        if self._syncing is not None:  # one fsync at a time: another once the one in flight is done
+            self._again = True
+            return
+        try:
+            self._syncing = self.loop.run_in_executor(None, self.journal.sync)
+        except RuntimeError:  # the pool is shut down (the run is ending): here, then
+            self.journal.sync()
+            return
+        self._syncing.add_done_callback(self._synced)
+
+    def _synced(self, fut: asyncio.Future[None]) -> None:
+        self._syncing = None
+        if self._again:
+            self._again = False
+            self._sync()
 
 
 def encode(state: dict[str, Any]) -> bytes:

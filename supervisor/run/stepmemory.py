@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from .dependencydown import DependencyDown
+if TYPE_CHECKING:
+    from ..diagnosis import DependencyTracker
 
 
 class StepMemory:
@@ -12,11 +14,15 @@ class StepMemory:
     component reached a final state (monotonic); ``again``: the completed components a resumed run starts again,
     each with its attempt then (its next start says so, until it has started); ``triggers``: journaled events other
     components react to (``restart_scheduled``: restart_with), acted on once the step that emitted them is done;
-    ``order``: the components in dependency order, once asked for; ``deps``: the dependency_down detector's
-    episodes (:class:`~.dependencydown.DependencyDown`)."""
+    ``order``: the components in dependency order, once asked for. The run's side of ``dependency_down``:
+    ``tracker`` (:class:`~rlsup.supervisor.diagnosis.DependencyTracker`), each dependency's down episode and what
+    was done about it; ``flagged``: the consumers flagged as failing to reach a dependency that is down."""
 
-    def __init__(self, deps: DependencyDown) -> None:
-        self.deps = deps
+    def __init__(self, *, budget_s: float, clock: Callable[[], float]) -> None:
+        from ..diagnosis import DependencyTracker  # at first use, as the run always did
+
+        self.tracker: DependencyTracker = DependencyTracker(budget_s=budget_s, clock=clock)
+        self.flagged: set[str] = set()
         self.run_seq: int | None = None
         self.final_at: dict[str, float] = {}
         self.again: dict[str, int] = {}
@@ -26,3 +32,8 @@ class StepMemory:
     def starts_again(self, name: str, attempt: int) -> bool:
         """Whether ``name`` at ``attempt`` is a completed component that the resumed run starts again."""
         return name in self.again and attempt == self.again[name]
+
+    @property
+    def deps_watched(self) -> bool:
+        """Whether a dependency is down or a consumer flagged (the run ticks every second meanwhile)."""
+        return bool(self.flagged) or bool(self.tracker.down_since())

@@ -29,7 +29,6 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,19 +69,18 @@ class Teardown:
         return not (self.stopped or self.finished_monitors or self.leftovers or self.left)
 
 
-def component_order(paths: RunPaths) -> list[str]:
-    """The run's components in start (dependency) order, from its last ``run_started`` event."""
+def _history(paths: RunPaths) -> tuple[list[str], bool]:
+    """The run's components in start (dependency) order, from its last ``run_started`` event, and whether
+    a ``run_ended`` came after it."""
     names: list[str] = []
+    last: ev.Event | None = None
     with contextlib.suppress(OSError):
-        for r in read_records(paths.events, kinds=ev.RunStarted.kind.__eq__):
+        for r in read_records(paths.events, kinds={ev.RunStarted.kind, ev.RunEnded.kind}.__contains__):
             if isinstance(r.event, ev.RunStarted) and "components" not in r.absent:
                 names = [str(n) for n in r.event.components]
-    return names
-
-
-def live_attempts(paths: RunPaths) -> list[tuple[AttemptProcesses, dict[str, Any]]]:
-    """The attempts of this run under live monitors (each proven by :func:`is_monitor_of`)."""
-    return [(attempt_from_record(rec, p), rec) for p, rec in records(paths.monitors) if is_monitor_of(rec, paths.root)]
+            if isinstance(r.event, (ev.RunStarted, ev.RunEnded)):
+                last = r.event
+    return names, isinstance(last, ev.RunEnded)
 
 
 def end_run(paths: RunPaths, *, stops: dict[str, tuple[int, float]] | None = None,
@@ -110,11 +108,12 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
         journal.last_seq += 1
         journal.append(event.to_dict(ts=time.time(), seq=journal.last_seq))
 
-    order = component_order(paths)
+    order, ended = _history(paths)  # read before this teardown journals anything
     rank = {n: i for i, n in enumerate(order)}
-    attempts = live_attempts(paths)
-    # Reverse dependency order: consumers first, so none of them sees its dependency vanish first.
-    attempts.sort(key=lambda ar: -rank.get(ar[0].component, len(rank)))
+    # The attempts under live monitors of this run (each proven by is_monitor_of), in reverse dependency
+    # order: consumers first, so none of them sees its dependency vanish first.
+    attempts = sorted(((attempt_from_record(rec, p), rec) for p, rec in records(paths.monitors)
+                       if is_monitor_of(rec, paths.root)), key=lambda ar: -rank.get(ar[0].component, len(rank)))
     sup = (out.previous or {}).get("pid")
     by = f"rlsup down (supervisor pid {sup} gone)" if sup else "rlsup down (no supervisor)"
     for att, rec in attempts:
@@ -124,7 +123,7 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
         if not is_monitor_of(rec, paths.root):
             with contextlib.suppress(OSError):
                 rp.unlink()
-    if not _ended_already(paths) or out.stopped or out.leftovers:
+    if not ended or out.stopped or out.leftovers:
         what = f"{len(out.stopped)} component(s)" + (f", {len(out.leftovers)} leftover process(es)"
                                                     if out.leftovers else "")
         emit(ev.RunEnded(None, exit_code=0, reason=f"{reason} on {socket.gethostname()} without a supervisor"
@@ -145,7 +144,7 @@ def _end_attempt(paths: RunPaths, out: Teardown, att: AttemptProcesses, rec: dic
         emit(ev.ComponentStopping(att.component, by="user", signal=signal_name(sig), reason=by))
         _stop_tree(att, sig, timeout, say)
     # The monitor records the exit, kills whatever is left of its tree, removes its record and exits.
-    _wait(partial(_exit_recorded, att), 5.0)
+    _wait(lambda: (att.read_record() or {}).get("status") == "exited" or not att.monitor_alive(), 5.0)
     final = att.read_record() or rec
     _finish_monitor(att, out)
     ended = float(final.get("ended") or time.time())
@@ -172,7 +171,7 @@ def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[s
     """Signal the attempt's process tree with ``sig``; SIGKILL what is left after ``timeout`` seconds."""
     att.members(children_map(max_age=0.0))  # remember each member's identity before signalling
     att.signal(sig)
-    _wait(partial(_tree_gone, att), timeout)
+    _wait(lambda: not att.members(children_map(max_age=0.0)), timeout)
     if att.members(children_map(max_age=0.0)):
         say(f"{att.component}: still running after {timeout:g}s; SIGKILL")
         att.signal(signal_mod.SIGKILL)
@@ -181,10 +180,13 @@ def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[s
 def _finish_monitor(att: AttemptProcesses, out: Teardown) -> None:
     """Tell the attempt's monitor to finish; SIGKILL it if it does not (noted in ``out.left`` if even that fails)."""
     att.finish()
-    if not _wait(partial(_monitor_gone, att), MONITOR_FINISH_S):
+    def gone() -> bool:
+        return not pid_alive(att.monitor_pid)
+
+    if not _wait(gone, MONITOR_FINISH_S):
         with contextlib.suppress(OSError):
             os.kill(att.monitor_pid, signal_mod.SIGKILL)
-        if not _wait(partial(_monitor_gone, att), 5.0):
+        if not _wait(gone, 5.0):
             out.left.append(f"monitor pid {att.monitor_pid} of {att.component}")
     out.finished_monitors.append(att.monitor_pid)
 
@@ -201,15 +203,6 @@ def _end_leftovers(paths: RunPaths, out: Teardown, owned: set[int], say: Callabl
     out.left += [f"pid {p.pid}, marked with this run" for p in survivors]
     emit(ev.LeftoversEnded(None, pids=out.leftovers, by=by, survivors=[p.pid for p in survivors],
                            action="ended them (SIGTERM, then SIGKILL after 10 s)"))
-
-
-def _ended_already(paths: RunPaths) -> bool:
-    last: ev.Event | None = None
-    with contextlib.suppress(OSError):
-        for r in read_records(paths.events, kinds={ev.RunStarted.kind, ev.RunEnded.kind}.__contains__):
-            if isinstance(r.event, (ev.RunStarted, ev.RunEnded)):
-                last = r.event
-    return isinstance(last, ev.RunEnded)
 
 
 def _how(rec: dict[str, Any]) -> str:
@@ -230,18 +223,6 @@ def _diagnose(paths: RunPaths, component: str, rec: dict[str, Any]) -> dict[str,
         return diagnose(lines, exit_code=rec.get("exit_code"), signal=rec.get("signal")).to_dict()
     except Exception:  # noqa: BLE001 - a diagnosis must never stop a teardown
         return None
-
-
-def _tree_gone(att: AttemptProcesses) -> bool:
-    return not att.members(children_map(max_age=0.0))
-
-
-def _exit_recorded(att: AttemptProcesses) -> bool:
-    return (att.read_record() or {}).get("status") == "exited" or not att.monitor_alive()
-
-
-def _monitor_gone(att: AttemptProcesses) -> bool:
-    return not pid_alive(att.monitor_pid)
 
 
 def _wait(pred: Callable[[], bool], timeout: float) -> bool:

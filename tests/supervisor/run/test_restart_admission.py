@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from rlsup.supervisor.config.loader import load_config
-from rlsup.supervisor.run import pacing
+from rlsup.supervisor.run import ticker
 from rlsup.supervisor.run.run import Run
 from tests.conftest import write_config
 
@@ -32,7 +32,7 @@ def test_a_restart_does_not_wait_for_the_evaluation_of_the_run(tmp_path, monkeyp
         if e["kind"] == "started" and e["component"] == "a":
             started.append(e)
             # From a's first start on, the run's batched evaluation would come only an hour later.
-            monkeypatch.setattr(pacing, "EVALUATE_EVERY_S", 3600.0)
+            monkeypatch.setattr(ticker, "EVALUATE_EVERY_S", 3600.0)
             if len(started) == 3:
                 run.request_shutdown("test done")
 
