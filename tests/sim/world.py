@@ -589,7 +589,7 @@ class World:
         self.shutting_down = True
         self.shutdown_why = lc.Cause("preemption" if self.outcome == "preempted" else "shutdown", why)
         before = self._mark()  # preemption.baselines: read before anyone is asked
-        for n in self.names:  # Run._wanted_stopped
+        for n in self.names:  # Run._decide_end
             self.handle(n, lc.RunStopping(self.shutdown_why))
             asked = self.lives[n].checkpoint_asked
             if asked is not None:
@@ -597,7 +597,7 @@ class World:
                 p = self.procs.get(n)
                 if n == "trainer" and p is not None and not p.hung and not p.exiting:
                     self.truth.preempt_step = p.step
-        if self.preempting:  # Run._end: preemption.wait_for_checkpoints before the ordered stop
+        if self.preempting:  # Run._decide_end: preemption.wait_for_checkpoints before the ordered stop
             self._on_preempt_poll()
         else:
             self._first_wave()
