@@ -1,11 +1,6 @@
-"""``rlsup up CONFIG`` with a ``slurm:`` block, on a login node: submit the run's job, then follow it.
-
-The supervisor runs in the job's batch step (:func:`rlsup.supervisor.slurm.jobs.batch_script`); this
-side only submits, says the job's id and state while it is pending, and once the supervisor is up
-opens the TUI on it (the run dir's socket when this host sees it, else through
-``srun --jobid=J --overlap -w <batch host> rlsup bridge``), follows it as text (``--headless``: until the
-job ends, with the run's exit code), or prints how to reach it (``-d``).
-"""
+"""``rlsup up CONFIG`` with a ``slurm:`` block, on a login node: submit the run's job (its batch step runs the
+supervisor), then open the TUI on it (its socket, else ``srun --overlap ... rlsup bridge``), follow it as text
+(``--headless``, until the job ends) or say how to reach it (``-d``)."""
 
 from __future__ import annotations
 
@@ -110,16 +105,10 @@ def _state_line(j: dict[str, Any]) -> str:
 
 
 def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], settle_s: float = 30.0) -> Any:
-    """For a session on the run of job ``job_id`` in ``run_dir`` (``restarts``: the job's restart count when
-    the session began): once the run has ended, whether it goes on, that is whether Slurm requeued the job
-    (rlsup requeues it after a node failure, `slurm.requeue: true`). A message saying so, else None. The
-    batch step ends a moment after the run does, so the job is asked again for up to ``settle_s``.
-
-    The job's restart count is judged against that of the supervisor whose end the session saw (its
-    ``run_started``), so a session that followed the job across a requeue without seeing the first end
-    does not take the requeue it already followed for a new one. A job that has ended since but whose
-    journal holds more than the session saw (it was requeued, ran and ended while the session slept or
-    between two of its tries) goes on too: :func:`across_requeues` then reads the rest from the run dir."""
+    """A session's ``goes_on`` for job ``job_id`` (``restarts``: its restart count when the session began): a
+    message where Slurm requeued the job after the run ended (asked for up to ``settle_s``: the batch step ends
+    a moment after the run), judged against the restart count of the run the session saw start last; or where
+    the journal holds more than the session saw (the job ran again and ended meanwhile); else None."""
     from ..rundir.journal import last_seq
     from ..rundir.layout import RunPaths
     from ..slurm import jobs
@@ -151,13 +140,9 @@ def _restarts_of_run(journal: Path, seq: int | None) -> Any:
     from ..records.events import RunStarted
     from ..rundir.journal import read_records
 
-    count = None
-    for r in read_records(journal):
-        if r.seq > (seq or 0):
-            break
-        if isinstance(r.event, RunStarted):
-            count = (r.event.slurm or {}).get("restart_count")
-    return count
+    runs = [r.event for r in read_records(journal, kinds=RunStarted.kind.__eq__)
+            if r.seq <= (seq or 0) and isinstance(r.event, RunStarted)]
+    return (runs[-1].slurm or {}).get("restart_count") if runs else None
 
 
 def _requeued_since(j: dict[str, Any], before: Any) -> bool:
@@ -343,10 +328,7 @@ def slurm_fleet() -> tuple[list[Any], Any]:
     # One pod per run dir, its newest job: a run continued (`up --resume`) or started anew (`--fresh`)
     # in the same dir is a new job there, and every older one would show the same run dir again (twice
     # the same failure made a fleet flag "on 2/2 pods").
-    newest: dict[str, dict[str, Any]] = {}
-    for j in sorted(jobs.runs(), key=lambda j: int(j["job_id"])):
-        if j["run_dir"]:
-            newest[j["run_dir"]] = j
+    newest = {j["run_dir"]: j for j in sorted(jobs.runs(), key=lambda j: int(j["job_id"])) if j["run_dir"]}
     specs, how = [], {}
     for j in sorted(newest.values(), key=lambda j: int(j["job_id"])):
         label = f"{j['name'][len(jobs.JOB_PREFIX):]} #{j['job_id']} {j['state'].lower()}"
@@ -440,23 +422,18 @@ def why_ended(job_id: str, run_dir: str) -> list[str]:
     reason = None
     ours = False
     with contextlib.suppress(OSError, ValueError):
-        for r in read_records(Path(run_dir) / "events.jsonl"):
+        for r in read_records(Path(run_dir) / "events.jsonl", kinds={RunStarted.kind, RunEnded.kind}.__contains__):
             if isinstance(r.event, RunStarted):
                 ours = str((r.event.slurm or {}).get("job_id")) == str(job_id)
-            elif isinstance(r.event, RunEnded) and ours:
+            elif ours and isinstance(r.event, RunEnded):
                 reason = r.event.reason
     out_file = Path(run_dir) / f"slurm-{job_id}.out"
-    lines = []
-    if reason:
-        lines.append(f"  why:     {reason}")
-    else:
+    lines = [f"  why:     {reason}"] if reason else []
+    if not reason:
         with contextlib.suppress(OSError):
             tail = [x for x in out_file.read_text(errors="replace").splitlines() if x.strip()][-5:]
             lines += [f"  {out_file.name}: {x}" for x in tail]
-    rd = run_dir_arg(run_dir)
-    lines.append(f"  status:  rlsup status{rd}")
-    lines.append(f"  output:  {out_file}")
-    return lines
+    return [*lines, f"  status:  rlsup status{run_dir_arg(run_dir)}", f"  output:  {out_file}"]
 
 
 def _exit_code(job_id: str) -> int | None:

@@ -1,11 +1,6 @@
-"""SSH attach: a protocol connection to a remote run through ``rlsup bridge`` over paramiko.
-
-The channel is relayed to a local socketpair by two threads, so the asyncio :class:`Client` reads
-the remote supervisor exactly as it reads a local socket. Host keys are verified against
-``~/.ssh/known_hosts``; an unknown host is refused with its fingerprint unless the user accepts it.
-``~/.ssh/config`` supplies HostName, User, Port, IdentityFile, ProxyJump (one or more hops) and
-ProxyCommand; keys from the SSH agent are used.
-"""
+"""SSH attach: ``rlsup bridge`` run over paramiko, its channel relayed to a local socketpair by two threads so
+that the asyncio :class:`Client` reads it as a local socket. Host keys are checked against ``~/.ssh/known_hosts``
+(an unknown one refused with its fingerprint unless accepted); ``~/.ssh/config`` and the SSH agent are used."""
 
 from __future__ import annotations
 
@@ -264,8 +259,7 @@ def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
 
 def attach_command(target: str, *, run_dir: str | None = None, identity: str | None = None,
                    remote_cmd: str | None = None, extra: str = "") -> str:
-    """The ``rlsup attach`` command line that reaches the same run the same way, every option that
-    made it work included, quoted for a shell: a hint that pastes back as printed."""
+    """The ``rlsup attach`` command line that reaches the same run the same way, quoted to paste as printed."""
     parts = ["rlsup", "attach", shlex.quote(target)]
     if run_dir:
         parts += ["--run-dir", shlex.quote(run_dir)]
@@ -285,9 +279,8 @@ def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
 
 
 async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.socket, dict[str, Any]]:
-    """``rlsup bridge`` started on the remote: over the SSH connection while it lives, else over a new
-    one. The connection may look alive but be half dead after a cut (its peer process gone, TCP not
-    closed yet): a channel that does not open soon means dial afresh."""
+    """``rlsup bridge`` started on the remote: over the SSH connection while it lives (a channel that does not
+    open soon means it is half dead after a cut), else over a new one."""
     loop = asyncio.get_running_loop()
     opened: tuple[Any, socket.socket, dict[str, Any]] | None = None
     if remote.alive():
@@ -300,8 +293,7 @@ async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.so
 
 
 async def _bridge_failure(e: Exception, info: dict[str, Any], command: str, target: SshTarget) -> SshError:
-    """Why the bridge did not answer, from what the remote printed: a missing ``rlsup`` there says how to
-    point at it."""
+    """Why the bridge did not answer, from what the remote printed (a missing ``rlsup``: how to point at it)."""
     for _ in range(50):  # give the relay thread a moment to collect the remote's stderr
         if info.get("done"):
             break
@@ -316,10 +308,8 @@ async def _bridge_failure(e: Exception, info: dict[str, Any], command: str, targ
 
 def ssh_connector(target: SshTarget, *, run_dir: str | None = None, remote_cmd: str | None = None,
                   accept_new_host_key: bool = False, accept_hint: str | None = None) -> Connector:
-    """A :data:`~rlsup.supervisor.client.session.Connector` over SSH; reuses the SSH connection while it
-    lives and dials again after it drops (what :class:`Session` reconnects through). ``accept_hint``:
-    the command that trusts an unknown host key, as the user should paste it (default: ``rlsup
-    attach`` with this target's options)."""
+    """A :data:`~rlsup.supervisor.client.session.Connector` over SSH, reusing the SSH connection while it lives.
+    ``accept_hint``: the command that trusts an unknown host key (default: ``rlsup attach`` with its options)."""
     if accept_hint is None:
         accept_hint = attach_command(target.label(), run_dir=run_dir, identity=target.identity,
                                      remote_cmd=remote_cmd, extra="--accept-new-host-key")
