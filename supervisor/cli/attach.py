@@ -25,6 +25,7 @@ from .common import (
     RUN_DIR_HELP,
     attach_hint,
     client_parser,
+    fail,
     formatter,
     live_or_handed_over,
     on_run,
@@ -85,8 +86,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
                                 accept_new_host_key=args.accept_new_host_key)
         asyncio.run(_probe(connect))
     except SshError as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     from ..client.ssh import attach_command
 
     hint = attach_command(args.target, run_dir=args.run_dir, identity=args.identity, remote_cmd=args.remote_cmd)
@@ -109,8 +109,7 @@ def _print_ended(paths: Any) -> int:
     width = max([12, *(len(r.component or "") for r in records)])
     if not say("".join(human(r, width=width) + "\n" for r in records), end=""):
         return EXIT_OK
-    say(f"rlsup: this run has {Archive(paths.root).describe()}", err=True)
-    return EXIT_OK
+    return fail(f"rlsup: this run has {Archive(paths.root).describe()}", EXIT_OK)
 
 
 async def _probe(connect: Any) -> None:

@@ -49,6 +49,12 @@ def say(*parts: Any, err: bool = False, end: str = "\n") -> bool:
     return write(sys.stderr if err else sys.stdout, " ".join(str(p) for p in parts) + end)
 
 
+def fail(text: str, code: int = EXIT_FAILED) -> int:
+    """Say ``text`` on stderr; ``code``, for the command to return."""
+    say(text, err=True)
+    return code
+
+
 def write(stream: Any, text: str) -> bool:
     """Write and flush, never raise: a closed pipe (``rlsup events | head``) or a full log file (the daemon's
     ``supervisor.log`` on a full disk) must not turn into a traceback or stop anything. False when

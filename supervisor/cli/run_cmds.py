@@ -23,6 +23,7 @@ from .common import (
     attach_hint,
     client_call,
     client_parser,
+    fail,
     formatter,
     load,
     run_dir_arg,
@@ -169,8 +170,7 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
         paths.create()
         write_atomic(paths.overrides, json.dumps(merged(stored_overrides(run_dir), args.overrides)).encode())
     except (UnsafeRunDir, OSError) as e:
-        say(f"rlsup: cannot keep the run's --set overrides in {paths.overrides}: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: cannot keep the run's --set overrides in {paths.overrides}: {e}")
     return None
 
 
@@ -226,8 +226,7 @@ def _keep_aside(run_dir: Path) -> int | None:
     try:
         kept = keep_aside(run_dir)
     except OSError as e:
-        say(f"rlsup: cannot keep the previous run aside: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: cannot keep the previous run aside: {e}")
     if kept is not None:
         say(f"rlsup: the previous run is kept as {display_path(kept)}; starting a new run in {display_path(run_dir)}")
     return None
@@ -252,8 +251,7 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
         held.release()
     except (UnsafeRunDir, OSError) as e:
         held.release(check=False)
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     except KeyboardInterrupt:
         held.release(check=False)
         # The daemon is in its own session: the interrupt did not reach it. Say where the run is.
@@ -396,19 +394,16 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
     try:
         sampler = make_sampler(gpu)
     except ValueError as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_USAGE
+        return fail(f"rlsup: {e}", EXIT_USAGE)
     sampler = per_node_gpus(cfg, sampler)  # a multi-node Slurm job: one sampler step per node
     run = Run(cfg, gpu_sampler=sampler, resume=resume)
     try:
         notes = run.prepare()
     except LockHeld as e:
-        say(f"rlsup: {cfg.run_dir} is owned by a live supervisor (pid {e.owner.get('pid')}, "
-            f"host {e.owner.get('host')}). Stop it first, or use another --run-dir.", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {cfg.run_dir} is owned by a live supervisor (pid {e.owner.get('pid')}, "
+                    f"host {e.owner.get('host')}). Stop it first, or use another --run-dir.")
     except (UnsafeRunDir, IncompatibleMonitors) as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     for n in notes:
         say(f"rlsup: {n}")
     # In a multi-node Slurm job every node must see the run dir. Checked once the run dir is ours, so
@@ -571,8 +566,7 @@ def cmd_down(args: argparse.Namespace) -> int:
                                lines=0, since=None, on_snapshot=lambda snap: printer.on_snapshot(snap, False))
         reply = await client.command("stop_all")
         if not reply.get("ok"):
-            say(f"rlsup: {reply.get('error')}", err=True)
-            return EXIT_FAILED
+            return fail(f"rlsup: {reply.get('error')}")
         say(f"rlsup: {reply.get('message')}")
         await client.closed.wait()
         deadline = time.monotonic() + 30
@@ -716,8 +710,7 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         info["paths"] = paths
         reply = await client.command("handover")
         if not reply.get("ok"):
-            say(f"rlsup: {reply.get('error')}", err=True)
-            return EXIT_FAILED
+            return fail(f"rlsup: {reply.get('error')}")
         info["monitors"] = reply.get("monitors") or []
         return EXIT_OK
 
@@ -732,8 +725,7 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
     while is_locked(paths) and time.monotonic() < deadline:
         time.sleep(0.05)
     if is_locked(paths):
-        say("rlsup: the old supervisor did not exit within 30 s; nothing else was done", err=True)
-        return EXIT_FAILED
+        return fail("rlsup: the old supervisor did not exit within 30 s; nothing else was done")
     if not config or not os.path.exists(config):
         say(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one with "
             f"`rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)", err=True)

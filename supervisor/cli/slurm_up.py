@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_FAILED, EXIT_OK, run_dir_arg, say
+from .common import EXIT_FAILED, EXIT_OK, fail, run_dir_arg, say
 
 POLL_S = 1.0
 SCHEDULED_S = 10.0  # how long `up -d` waits for the scheduler's first look at the job (sched_interval)
@@ -36,8 +36,7 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
             job_id = jobs.submit(cfg, args.config, extra=extra)
             say(f"rlsup: submitted batch job {job_id} for {cfg.name} (run dir {run_dir})")
     except jobs.SlurmError as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     if args.detach:
         j = _scheduled(job_id)
         say(f"  state:   {_state_line(j) if j else 'unknown (squeue does not list it)'}")
