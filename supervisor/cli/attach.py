@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
-    EXIT_FAILED,
     EXIT_OK,
     RUN_DIR_HELP,
     attach_hint,
@@ -94,9 +93,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def _not_a_run(paths: Any) -> int:
-    say(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); start one "
-        "with `rlsup up CONFIG`", err=True)
-    return EXIT_FAILED
+    return fail(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); "
+                "start one with `rlsup up CONFIG`")
 
 
 def _print_ended(paths: Any) -> int:

@@ -166,9 +166,8 @@ def _attempt_logs(args: argparse.Namespace, paths: Any) -> int:
     from .why import print_attempt_logs
 
     if args.follow:
-        say("rlsup: --attempt prints one attempt's output so far; to follow the live one, drop --attempt",
-            err=True)
-        return EXIT_USAGE
+        return fail("rlsup: --attempt prints one attempt's output so far; to follow the live one, drop --attempt",
+                    EXIT_USAGE)
     return print_attempt_logs(paths, args.name, args.attempt, args.lines)
 
 

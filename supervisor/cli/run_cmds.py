@@ -180,14 +180,12 @@ def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
 
     shown = daemon.display_path(run_dir)
     if args.overrides:
-        say(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); --set changes a run "
-            "when it starts or is continued, not while it runs: `rlsup down`, then `rlsup up --resume --set ...`",
-            err=True)
-        return EXIT_USAGE
+        return fail(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); --set changes "
+                    "a run when it starts or is continued, not while it runs: `rlsup down`, then `rlsup up --resume "
+                    "--set ...`", EXIT_USAGE)
     if args.headless:
-        say(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); stop it first "
-            "(`rlsup down`) or use another --run-dir", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); stop it first "
+                    "(`rlsup down`) or use another --run-dir")
     say(f"rlsup: a supervisor is already running {shown} ({daemon.owner_desc(run_dir)}); "
         + ("nothing started" if args.detach else "attaching to it"), err=True)
     if args.detach:
@@ -255,10 +253,9 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     except KeyboardInterrupt:
         held.release(check=False)
         # The daemon is in its own session: the interrupt did not reach it. Say where the run is.
-        say(f"\nrlsup: interrupted while the supervisor started; the run goes on in the background.\n"
-            f"  attach: {hint}\n  status: rlsup status{run_dir_arg(run_dir)}\n  stop:   rlsup down{run_dir_arg(run_dir)}",
-            err=True)
-        return 130
+        return fail(f"\nrlsup: interrupted while the supervisor started; the run goes on in the background.\n"
+                    f"  attach: {hint}\n  status: rlsup status{run_dir_arg(run_dir)}\n"
+                    f"  stop:   rlsup down{run_dir_arg(run_dir)}", 130)
     if end is not None:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
@@ -304,9 +301,8 @@ def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
         return attach_local(run_dir, plain=plain, forward_term=True)
     except KeyboardInterrupt:
         # Before the TUI drew anything (or while it started): the run is in the daemon's hands.
-        say(f"\nrlsup: interrupted; the run goes on in the background ({daemon.owner_desc(run_dir)}).\n"
-            f"  attach: {hint}\n  stop:   rlsup down{run_dir_arg(run_dir)}", err=True)
-        return 130
+        return fail(f"\nrlsup: interrupted; the run goes on in the background ({daemon.owner_desc(run_dir)}).\n"
+                    f"  attach: {hint}\n  stop:   rlsup down{run_dir_arg(run_dir)}", 130)
 
 
 def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any]) -> int:
@@ -634,22 +630,19 @@ def _down_without_supervisor(paths: Any) -> int:
     shown = display_path(paths.root)
     ended = how_it_ended(paths)
     if ended is not None and not leftovers(paths):  # it ended by itself a moment ago, say: not a lost supervisor
-        say(f"rlsup: the run in {shown} has already ended ({ended}) and no process of it is left; nothing to stop",
-            err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: the run in {shown} has already ended ({ended}) and no process of it is left; "
+                    "nothing to stop")
     owner = read_owner(paths) or {}
     say(f"rlsup: no supervisor owns {shown} (supervisor pid {owner.get('pid', '?')} is gone); "
         "ending the run's processes without it")
     try:
         done = end_run(paths, stops=_stop_settings(paths), say=lambda m: say(f"rlsup: {m}"))
     except LockHeld as e:
-        say(f"rlsup: a supervisor (pid {e.owner.get('pid')}) took {shown} over meanwhile; run `rlsup down` again",
-            err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: a supervisor (pid {e.owner.get('pid')}) took {shown} over meanwhile; "
+                    "run `rlsup down` again")
     if done.nothing_found and not done.ended_run:
-        say(f"rlsup: no supervisor is running for {shown}, and no process of the run is left; nothing to stop",
-            err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: no supervisor is running for {shown}, and no process of the run is left; "
+                    "nothing to stop")
     for what in done.stopped:
         say(f"rlsup: ended {what}")
     if done.leftovers:
@@ -727,17 +720,15 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
     if is_locked(paths):
         return fail("rlsup: the old supervisor did not exit within 30 s; nothing else was done")
     if not config or not os.path.exists(config):
-        say(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one with "
-            f"`rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one "
+                    f"with `rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)")
     from ..rundir.layout import UnsafeRunDir
 
     try:
         proc = daemon.spawn(config, paths.root, [])
     except (UnsafeRunDir, OSError) as e:
-        say(f"rlsup: the old supervisor exited, but a new one cannot start: {e}; the components keep running under "
-            f"their monitors (`rlsup up CONFIG --run-dir {paths.root}` takes them over)", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: the old supervisor exited, but a new one cannot start: {e}; the components keep "
+                    f"running under their monitors (`rlsup up CONFIG --run-dir {paths.root}` takes them over)")
     problem = daemon.wait_ready(proc, paths.root)
     if problem is not None:
         return _daemon_failed(paths.root, f"rlsup: {problem}; the components keep running under their monitors. "

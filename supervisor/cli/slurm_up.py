@@ -77,8 +77,7 @@ def down_pending(run_dir: str | None) -> int | None:
     if j is None or j["state"] not in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD"):
         return None
     if not jobs.cancel(j["job_id"]):
-        say(f"rlsup: could not cancel job {j['job_id']} ({_state_line(j)}); try `scancel {j['job_id']}`", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: could not cancel job {j['job_id']} ({_state_line(j)}); try `scancel {j['job_id']}`")
     say(f"rlsup: job {j['job_id']} was {_state_line(j)}, nothing had started: cancelled it")
     return EXIT_OK
 
