@@ -1,9 +1,5 @@
-"""``rlsup attach`` and ``rlsup bridge``: a view of a run, live or ended, local or over SSH.
-
-An ended run (no supervisor owns its run dir) is served read-only from its journal, state and
-logs by an in-process control server over :class:`~rlsup.supervisor.rundir.archive.Archive`, so the TUI,
-the text follower, SSH attach and the fleet view all show it the way they show a live run.
-"""
+"""``rlsup attach`` and ``rlsup bridge``: a view of a run, live or ended (served read-only from its run dir by
+an in-process control server over an ``Archive``, so every view shows it as a live run), local or over SSH."""
 
 from __future__ import annotations
 
@@ -117,10 +113,8 @@ async def _probe(connect: Any) -> None:
 
 
 def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = False) -> int:
-    """The view of the run in ``run_dir`` on this machine. ``forward_term`` (the view `rlsup up` opens on the
-    supervisor it started): a SIGTERM to this process is passed on to the supervisor, and the view stays until
-    the run has ended: where `rlsup up` is a container's command, the platform's SIGTERM reaches it alone, and
-    the run must still hear it (a preemption) before the container goes."""
+    """The view of the run in ``run_dir`` on this machine. ``forward_term``: a SIGTERM here is passed on to the
+    supervisor (`rlsup up` as a container's command: the platform's preemption must reach the run)."""
     from ..client.session import unix_connector
     from ..rundir.layout import RunPaths
     from ..slurm.jobs import ACTIVE

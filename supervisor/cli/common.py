@@ -151,10 +151,7 @@ def run_dir_arg(run_dir: Any) -> str:
     """`` --run-dir X`` unless discovery would find this run without it."""
     from .daemon import display_path
 
-    default = Path.cwd() / "runs"
-    if Path(run_dir).parent == default:
-        return ""
-    return f" --run-dir {display_path(Path(run_dir))}"
+    return "" if Path(run_dir).parent == Path.cwd() / "runs" else f" --run-dir {display_path(Path(run_dir))}"
 
 
 def attach_hint(run_dir: Any) -> str:
@@ -190,10 +187,8 @@ async def open_client(paths: Any, name: str) -> Any:
     from ..client.session import local_connector
     from .slurm_up import remote_bridge
 
-    bridge = remote_bridge(paths.root, name)  # a supervisor in a Slurm job on another host: through srun
-    if bridge is not None:
-        return await bridge()
-    return await local_connector(paths.root, name)()
+    # a supervisor in a Slurm job on another host: through srun
+    return await (remote_bridge(paths.root, name) or local_connector(paths.root, name))()
 
 
 def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int]]) -> int:

@@ -1,8 +1,5 @@
-"""Client commands on one run: ``status``, ``start``/``stop``/``restart``/``resume``, ``logs``, ``events``.
-
-``status``, ``logs`` and ``events`` also read a run that has ended (no supervisor owns its run dir)
-from its journal, state and logs, and say so.
-"""
+"""Client commands on one run: ``status``, ``start``/``stop``/``restart``/``resume``, ``logs``, ``events``
+(``status``, ``logs`` and ``events`` also read an ended run from its run dir, and say so)."""
 
 from __future__ import annotations
 

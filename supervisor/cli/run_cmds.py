@@ -328,10 +328,9 @@ def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any])
 
 def _ask_ended(shown: str, ended: str) -> str | None:
     """"resume" / "fresh" from a person at a terminal; None (after saying why) without one."""
-    msg = (f"rlsup: {shown} holds a run that has ended: {ended}.\n"
-           f"  --resume  continue it from its checkpoints (the journal goes on)\n"
-           f"  --fresh   keep it (renamed with a numeric suffix) and start a new run")
-    say(msg, err=True)
+    say(f"rlsup: {shown} holds a run that has ended: {ended}.\n"
+        f"  --resume  continue it from its checkpoints (the journal goes on)\n"
+        f"  --fresh   keep it (renamed with a numeric suffix) and start a new run", err=True)
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         say("rlsup: not starting: pass --resume or --fresh", err=True)
         return None
@@ -479,9 +478,12 @@ def _stop_on_signals(run: Run, *, terminal: bool) -> Callable[[int], None]:
             say(f"rlsup: {name} again: killing what is left")
             for c in run.components.values():
                 c.kill_now()
-        elif what == "stop" or _requeued_job(run) is not None:
+        elif (requeued := _requeued_job(run)) is not None or what == "stop":
             say(f"rlsup: {name}: stopping every component (again to kill at once)")
-            run.request_shutdown(_shutdown_reason(run, name))
+            # After rlsup's own `scontrol requeue` the SIGTERM is Slurm ending the batch step: say so.
+            run.request_shutdown(f"{name} received" if requeued is None else
+                                 f"job {requeued.job_id} requeued after a node failure ({name} from Slurm); "
+                                 "this run goes on when Slurm starts the job again")
         else:
             say(f"rlsup: {name}: the machine is being taken; asking for checkpoints, then stopping every "
                 "component (again to kill at once)")
@@ -509,16 +511,6 @@ def _preempt(run: Run, name: str, *, notice: bool) -> None:
 def _requeued_job(run: Run) -> Any:
     """The launcher of a job that rlsup itself requeued after a node failure (its SIGTERM is that requeue's)."""
     return next((c.launcher for c in run.components.values() if getattr(c.launcher, "requeued", False)), None)
-
-
-def _shutdown_reason(run: Run, name: str) -> str:
-    """Why the run stops on signal ``name``. After rlsup's own `scontrol requeue` the SIGTERM is Slurm
-    ending the batch step: say so."""
-    requeued = _requeued_job(run)
-    if requeued is not None:
-        return (f"job {requeued.job_id} requeued after a node failure ({name} from Slurm); "
-                "this run goes on when Slurm starts the job again")
-    return f"{name} received"
 
 
 def _quiet_output_errors() -> None:
