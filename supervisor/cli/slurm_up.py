@@ -66,8 +66,7 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def down_pending(run_dir: str | None) -> int | None:
-    """`rlsup down` of a run whose Slurm job has no supervisor yet (pending, or starting): cancel the
-    job, as there is nothing to stop in order. None when that is not the case (the usual down follows)."""
+    """`rlsup down` of a run whose Slurm job has no supervisor yet: cancel the job (None: the usual down follows)."""
     from ..rundir.layout import RunPaths, is_locked
     from ..slurm import jobs
 
@@ -151,10 +150,8 @@ def _requeued_since(j: dict[str, Any], before: Any) -> bool:
 
 
 def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:
-    """``connect`` to the supervisor of job ``job_id``; where that fails because the job has ended, the run
-    read back from its run dir (``rlsup bridge``: its journal, state and logs), so a session that waited
-    for a requeued job's supervisor and missed all of it still gets every event after the last it saw,
-    the run's end among them, instead of waiting for good."""
+    """``connect`` to the supervisor of job ``job_id``; where the job has ended, the run read back from its run
+    dir (``rlsup bridge``), so that a session that missed a requeued job's whole run still sees it end."""
     from ..rundir.layout import RunPaths
     from ..slurm import jobs
 
@@ -224,8 +221,8 @@ def wait_running(job_id: str, run_dir: str) -> dict[str, Any] | None:
 
 
 def _scheduled(job_id: str, within_s: float = SCHEDULED_S) -> dict[str, Any] | None:
-    """The job once Slurm's scheduler has looked at it (`up -d` says whether it can ever start): it runs, has
-    ended, or pends with a reason; as it is after ``within_s`` otherwise."""
+    """The job once Slurm's scheduler has looked at it (it runs, has ended, or pends with a reason), or after
+    ``within_s``: `up -d` says whether it can ever start."""
     deadline = time.monotonic() + within_s
     while True:
         j = _job(job_id)
@@ -244,16 +241,14 @@ def _never_starts(job_id: str, j: dict[str, Any], run_dir: str) -> None:
 
 
 def _sees_run_dir(run_dir: str | os.PathLike[str]) -> bool:
-    """Whether this host reaches the supervisor's socket in the run dir (it runs here, or the lock says
-    the same host; a lock not written yet: wait for it); else the bridge goes through srun."""
+    """Whether this host reaches the supervisor's socket in the run dir (the lock says this host, or none yet)."""
     from ..rundir.layout import RunPaths, read_owner
 
     return (read_owner(RunPaths(Path(run_dir))) or {}).get("host") in (None, socket.gethostname())
 
 
 def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
-    """How to talk to the supervisor: its socket when this host sees it, else ``rlsup bridge`` as an
-    overlapping step on the batch host (for clusters that bar SSH to compute nodes)."""
+    """How to talk to the supervisor: its socket when this host sees it, else ``rlsup bridge`` through srun."""
     from ..client.session import unix_connector
     from ..rundir.layout import RunPaths
 
@@ -263,9 +258,8 @@ def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
 
 
 def srun_connector(job_id: str, host: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:
-    """``rlsup bridge`` as an overlapping step of job ``job_id`` on its batch host: the host the job has at
-    each connect (after a requeue its supervisor may run on another node), ``host`` where squeue cannot
-    say."""
+    """``rlsup bridge`` as an overlapping step of job ``job_id`` on its batch host at each connect (a requeue may
+    move it), ``host`` where squeue cannot say."""
     from ..slurm import jobs
 
     async def connect() -> Any:
@@ -303,8 +297,7 @@ def command_connector(argv: list[str], name: str = "tui") -> Any:
 
 def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -> Any:
     """A connector through ``srun ... rlsup bridge`` when the run's supervisor runs in a live Slurm job on
-    another host (its socket in the shared run dir cannot be reached from here); None otherwise.
-    ``job``: the run's job where the caller has looked it up already (else squeue is asked here)."""
+    another host; None otherwise. ``job``: the run's job where the caller has looked it up already."""
     import shutil
 
     if shutil.which("srun") is None or shutil.which("squeue") is None:
@@ -318,8 +311,8 @@ def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -
 
 
 def slurm_fleet() -> tuple[list[Any], Any]:
-    """`rlsup fleet --slurm`: every rlsup run of this user that squeue knows (live, pending, recently
-    ended) as fleet pods, each reached through its run dir when this host sees it, else through srun."""
+    """`rlsup fleet --slurm`: every rlsup run of this user that squeue knows as fleet pods, each reached through
+    its run dir when this host sees it, else through srun."""
     from ..client.fleet import PodSpec
     from ..slurm import jobs
 
@@ -348,8 +341,7 @@ def slurm_fleet() -> tuple[list[Any], Any]:
 
 
 def _no_run(j: dict[str, Any]) -> str | None:
-    """Why a job of ``rlsup fleet --slurm`` has no run to show: not started yet, or ended before it started (no
-    journal in its run dir); None where it has one."""
+    """Why a job of ``rlsup fleet --slurm`` has no run to show (not started yet, or ended before it started)."""
     if j["state"] in ("PENDING", "CONFIGURING"):
         return f"job {j['job_id']} {_state_line(j)}: not started yet"
     if j["state"] != "RUNNING" and not (Path(j["run_dir"]) / "events.jsonl").exists():
@@ -385,9 +377,8 @@ def follow_journal(job_id: str, run_dir: str) -> int:
                     say(human(e, width=12))
         j = _job(job_id)
         if j is not None and j["state"] in jobs.ACTIVE:
-            if last is None or last["state"] != j["state"]:
-                if last is not None:
-                    say(f"rlsup: job {job_id}: {_state_line(j)}")
+            if last is not None and last["state"] != j["state"]:
+                say(f"rlsup: job {job_id}: {_state_line(j)}")
             last, gone_at = j, None
         else:
             gone_at = gone_at or time.monotonic()
@@ -411,9 +402,8 @@ def _ended(job_id: str, run_dir: str, j: dict[str, Any] | None) -> int:
 
 
 def why_ended(job_id: str, run_dir: str) -> list[str]:
-    """Why the job's run failed, for a user who only saw the job end: the journal's ``run_ended`` of that
-    job's supervisor, else the last lines of the batch step's output (the supervisor never journalled:
-    a bad config, no Python on the node...); and where to look next."""
+    """Why the job's run failed: its supervisor's ``run_ended``, else the end of the batch step's output (it never
+    journalled: a bad config, no Python on the node...); and where to look next."""
     from ..records.events import RunEnded, RunStarted
     from ..rundir.journal import read_records
 
@@ -445,8 +435,6 @@ def _exit_code(job_id: str) -> int | None:
                              timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    m = re.search(r"\bExitCode=(\d+):(\d+)", out)
-    if not m:
+    if not (m := re.search(r"\bExitCode=(\d+):(\d+)", out)):
         return None
-    code, sig = int(m.group(1)), int(m.group(2))
-    return code if not sig else 128 + sig
+    return 128 + int(m.group(2)) if int(m.group(2)) else int(m.group(1))
