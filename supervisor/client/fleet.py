@@ -186,11 +186,9 @@ class PodState:
     # SessionListener --------------------------------------------------------------------------
     def on_connection(self, status: str, detail: str) -> None:
         self.connection = status
-        if status == "attached":
-            self.error = None
-        elif status == "ended":
-            # The run ended while we watched and its supervisor went away: an answer, not an error.
-            self.error = None
+        if status in ("attached", "ended"):
+            self.error = None  # "ended": the run ended while we watched and its supervisor went away: an answer
+        if status == "ended":
             if self.ended_note is None:
                 self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
         elif status in ("reconnecting", "closed") and detail:
@@ -198,16 +196,14 @@ class PodState:
         self._changed()
 
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
-        st = snapshot.get("state") or run_state.initial({}, [])
-        self.state = st
+        self.state = st = snapshot.get("state") or run_state.initial({}, [])
         self.add_failures(failures_in_state(st))
         hello = self.server_hello() or {}
         run = st.get("run") or {}
         self.archived = bool(hello.get("ended"))
-        if self.archived:
-            self.ended_note = str(hello.get("ended_note") or end_note(run) or "the run has ended")
-        else:  # a live supervisor: ended only if its run ended and it is still shutting down
-            self.ended_note = end_note(run)
+        # a live supervisor: ended only if its run ended and it is still shutting down
+        self.ended_note = str(hello.get("ended_note") or end_note(run) or "the run has ended") if self.archived \
+            else end_note(run)
         # Session delivers `attached` after the snapshot; a snapshot means the link works.
         self.connection, self.error = "attached", None
         if self.after_snapshot is not None:
@@ -272,10 +268,8 @@ class PodState:
         comps = (self.state or {}).get("components") or {}
         root = run.get("root") or {}
         component = root.get("component") if isinstance(root, dict) else None
-        diag = None
-        if component in comps:
-            d = (comps[component].get("last_exit") or {}).get("diagnosis") or {}
-            diag = d if d.get("category") not in (None, "none") else None
+        d = (comps[component].get("last_exit") or {}).get("diagnosis") or {} if component in comps else {}
+        diag = d if d.get("category") not in (None, "none") else None
         if diag is None and self.failures:
             component, diag = self.failures[-1].component, self.failures[-1].diagnosis
         return {"note": self.ended_note, "at": run.get("ended_at"), "exit_code": run.get("exit_code"),

@@ -44,16 +44,12 @@ class SshTarget:
     def parse(cls, spec: str, *, identity: str | None = None) -> SshTarget:
         """``[user@]host[:port]``; IPv6 as ``[::1]:2222``."""
         user, _, hostport = spec.rpartition("@")
-        port: int | None = None
         if hostport.startswith("["):
             host, _, rest = hostport[1:].partition("]")
-            if rest.startswith(":"):
-                port = _port(rest[1:], spec)
-        elif hostport.count(":") == 1:
-            host, _, p = hostport.partition(":")
-            port = _port(p, spec)
+            p = rest[1:] if rest.startswith(":") else None
         else:
-            host = hostport
+            host, _, p = hostport.partition(":") if hostport.count(":") == 1 else (hostport, "", None)
+        port = _port(p, spec) if p is not None else None
         if not host:
             raise SshError(f"bad target {spec!r}: expected [user@]host[:port]")
         return cls(host=host, user=user or None, port=port, identity=identity)
@@ -63,13 +59,10 @@ class SshTarget:
 
 
 def _port(text: str, spec: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise SshError(f"bad port in {spec!r}") from None
-    if not 0 < port < 65536:
-        raise SshError(f"bad port in {spec!r}")
-    return port
+    with contextlib.suppress(ValueError):
+        if 0 < (port := int(text)) < 65536:
+            return port
+    raise SshError(f"bad port in {spec!r}")
 
 
 def _ssh_dir() -> Path:
@@ -90,21 +83,20 @@ def _lookup(host: str) -> dict[str, Any]:
 
 
 def fingerprint(key: Any) -> str:
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
 def _known_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+@dataclass
 class _Policy:
     """Missing-host-key policy: refuse with the fingerprint, or accept and record it."""
 
-    def __init__(self, accept: bool, known_hosts: Path, accept_hint: str):
-        self.accept = accept
-        self.known_hosts = known_hosts
-        self.accept_hint = accept_hint
+    accept: bool
+    known_hosts: Path
+    accept_hint: str
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         fp = fingerprint(key)
@@ -272,10 +264,7 @@ def attach_command(target: str, *, run_dir: str | None = None, identity: str | N
 
 def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
     base = remote_cmd or os.environ.get("RLSUP_REMOTE_CMD") or "rlsup"
-    cmd = f"{base} bridge"
-    if run_dir:
-        cmd += f" --run-dir {shlex.quote(run_dir)}"
-    return cmd
+    return f"{base} bridge" + (f" --run-dir {shlex.quote(run_dir)}" if run_dir else "")
 
 
 async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.socket, dict[str, Any]]:
