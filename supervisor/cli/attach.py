@@ -73,7 +73,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         with serve_archive(paths.root) as sock:
             return view(unix_connector(sock, name="tui"), target=f"ended run {paths.root}",
                         hint=f"rlsup attach --run-dir {paths.root}", plain=False)
-    from ..client.ssh import SshError, SshTarget, ssh_connector
+    from ..client.ssh import SshError, SshTarget, attach_command, ssh_connector
 
     try:
         target = SshTarget.parse(args.target, identity=args.identity)
@@ -82,8 +82,6 @@ def cmd_attach(args: argparse.Namespace) -> int:
         asyncio.run(_probe(connect))
     except SshError as e:
         return fail(f"rlsup: {e}")
-    from ..client.ssh import attach_command
-
     hint = attach_command(args.target, run_dir=args.run_dir, identity=args.identity, remote_cmd=args.remote_cmd)
     return view(connect, target=args.target, hint=hint, plain=args.plain)
 

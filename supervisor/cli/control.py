@@ -81,12 +81,10 @@ def cmd_status(args: argparse.Namespace, paths: RunPaths) -> int:
         archive = Archive(paths.root)
         view = archive.snapshot_state()
         view["run"]["supervisor"] = None
-        gone = supervisor_gone(paths, view)
-        if gone is not None:
-            # Its supervisor died mid-way: no number here is live, and what runs is only what the
-            # monitors say runs now.
+        if (gone := supervisor_gone(paths, view)) is not None:
+            # Its supervisor died mid-way: no number here is live, and only what the monitors say runs runs.
             view["run"]["supervisor_gone"] = gone
-            running = {r["component"]: r for r in gone["still_running"] if r["alive"]}
+            running = {r["component"] for r in gone["still_running"] if r["alive"]}
             for name, c in view["components"].items():
                 c.update(rate=None, eta_s=None, resources=None)
                 if c.get("state") in ("starting", "running", "stopping") and name not in running:
@@ -94,17 +92,14 @@ def cmd_status(args: argparse.Namespace, paths: RunPaths) -> int:
         if args.json:
             say(json.dumps(view, indent=2, default=str))
         elif gone is not None:
-            say(format_status(view))
-            say("")
-            say("\n".join(describe_gone(gone)))
+            say(format_status(view) + "\n\n" + "\n".join(describe_gone(gone)))
         else:
             say(f"rlsup: no supervisor owns {paths.root}; the run has {archive.describe()}", err=True)
             say(format_status(view))
         return EXIT_OK
 
     async def fn(client: Any, paths: Any) -> int:
-        snap = await client.snapshot(lines=0)
-        view = snap["state"]
+        view = (await client.snapshot(lines=0))["state"]
         say(json.dumps(view, indent=2, default=str) if args.json else format_status(view))
         return EXIT_OK
 
@@ -116,8 +111,7 @@ def _command(args: argparse.Namespace, paths: RunPaths, command: str, **cargs: A
     if not is_locked(paths) and paths.events.exists():
         from ..rundir.archive import Archive
 
-        archive = Archive(paths.root)
-        return fail(f"rlsup: {archive.command(command)['error']}")
+        return fail(f"rlsup: {Archive(paths.root).command(command)['error']}")
 
     async def fn(client: Any, paths: Any) -> int:
         reply = await client.command(command, args.name, **cargs, **_sender(args, paths.root))
@@ -198,7 +192,6 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
         from .follow import Printer
 
         printer = Printer(events=False, logs={args.name}, log_file_hint={args.name: str(paths.log(args.name))})
-
         session = Session(functools.partial(open_client, paths, "logs"), printer, lines=0)
         session.log_next[args.name] = block["seq"] + len(block["lines"])
         session.seq = snap.get("seq", 0)

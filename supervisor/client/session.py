@@ -246,8 +246,8 @@ class Session:
             except Exception as e:  # refused, unreachable, auth: say why and retry
                 if self._final(e):
                     return
-                self.listener.on_connection("reconnecting", f"{waiting}; {e}; retrying in {delay:.1f}s" if waiting
-                                            else f"{e}; retrying in {delay:.1f}s")
+                self.listener.on_connection("reconnecting", f"{waiting}{'; ' if waiting else ''}{e}; "
+                                                            f"retrying in {delay:.1f}s")
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, self.backoff[1]) * random.uniform(0.9, 1.1)
