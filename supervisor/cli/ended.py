@@ -14,9 +14,7 @@ from ..rundir.layout import RunPaths
 def ended_run(run_dir: Path) -> str | None:
     """How the run in ``run_dir`` ended, or None if there is none that ended (new, or crashed mid-way)."""
     paths = RunPaths(run_dir)
-    if not paths.events.exists():
-        return None
-    return how_it_ended(paths)
+    return how_it_ended(paths) if paths.events.exists() else None
 
 
 def keep_aside(run_dir: Path) -> Path | None:

@@ -575,9 +575,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     from .slurm_up import down_pending
 
     pending = down_pending(args.run_dir)  # a Slurm job whose supervisor has not started yet: cancel it
-    if pending is not None:
-        return pending
-    return client_call(args, fn)
+    return pending if pending is not None else client_call(args, fn)
 
 
 def _run_without_supervisor(args: argparse.Namespace) -> Any:

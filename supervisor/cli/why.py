@@ -89,9 +89,7 @@ def explain(records: list[Record], name: str, attempt: int | None = None) -> dic
 def as_json(x: dict[str, Any]) -> dict[str, Any]:
     """``x`` with its records as the journal's dicts."""
     def plain(v: Any) -> Any:
-        if isinstance(v, Record):
-            return v.to_dict()
-        return [plain(i) for i in v] if isinstance(v, list) else v
+        return v.to_dict() if isinstance(v, Record) else ([plain(i) for i in v] if isinstance(v, list) else v)
     return {k: plain(v) for k, v in x.items()}
 
 

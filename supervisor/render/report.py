@@ -75,9 +75,7 @@ def _failure_text(a: Attempt) -> str:
         return d.what()
     if a.signal and d.category in ("killed", "unknown"):
         return a.signal
-    if d.category == "unknown":
-        return f"no recognised error (exit {a.exit_code})"
-    return d.category
+    return f"no recognised error (exit {a.exit_code})" if d.category == "unknown" else d.category
 
 
 def _hangs(name: str, atts: list[Attempt], waited: bool = False) -> str | None:

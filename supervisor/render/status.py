@@ -93,9 +93,7 @@ def _gpu_line(g: dict[str, Any]) -> str:
 def _gpu_lines(view: dict[str, Any]) -> list[str]:
     if gpus := view.get("gpus") or []:
         return ["", *(_gpu_line(g) for g in gpus)]
-    if view.get("gpu_reason"):
-        return ["", f"gpus: none ({view['gpu_reason']})"]
-    return []
+    return ["", f"gpus: none ({view['gpu_reason']})"] if view.get("gpu_reason") else []
 
 
 def _ended_lines(run: dict[str, Any]) -> list[str]:
