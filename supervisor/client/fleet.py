@@ -480,11 +480,9 @@ class Fleet:
             t.cancel()
         for s in self.sessions.values():
             s.close()
-        for c in self.connectors.values():
-            remote = getattr(c, "remote", None)
-            if remote is not None:
-                with contextlib.suppress(Exception):
-                    remote.close()
+        for remote in filter(None, (getattr(c, "remote", None) for c in self.connectors.values())):
+            with contextlib.suppress(Exception):
+                remote.close()
 
     async def wait_settled(self, timeout: float) -> bool:
         """Until every pod has an answer (attached, or failed once) or ``timeout``; True if all have."""
