@@ -185,10 +185,9 @@ def run_job(run_dir: Path) -> dict[str, Any] | None:
         return None
     from ..slurm import jobs
 
-    try:
+    with contextlib.suppress(jobs.SlurmError):
         return jobs.job_of_run(str(Path(run_dir).resolve()))
-    except jobs.SlurmError:
-        return None
+    return None
 
 
 def supervisor_up(run_dir: str) -> bool:

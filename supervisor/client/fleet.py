@@ -332,16 +332,14 @@ def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
         firsts = sorted(((min(f.ts for f in fs), label) for label, fs in by_pod.items()))
         first_ts = firsts[0][0]
         pods = [label for _, label in firsts]
-        evidence = []
-        for label in pods:
-            latest = max(by_pod[label], key=lambda f: f.ts)
-            d = latest.diagnosis
-            evidence.append({
-                "pod": label, "component": latest.component, "ts": latest.ts, "count": len(by_pod[label]),
-                "exit_code": latest.exit_code, "signal": latest.signal, "summary": d.get("summary"),
-                "step": d.get("step"), "location": d.get("location"), "evidence": list(d.get("evidence") or []),
-            })
-        base = max(by_pod[pods[0]], key=lambda f: f.ts).diagnosis
+        latest = {label: max(by_pod[label], key=lambda f: f.ts) for label in pods}
+        evidence = [{
+            "pod": label, "component": f.component, "ts": f.ts, "count": len(by_pod[label]),
+            "exit_code": f.exit_code, "signal": f.signal, "summary": f.diagnosis.get("summary"),
+            "step": f.diagnosis.get("step"), "location": f.diagnosis.get("location"),
+            "evidence": list(f.diagnosis.get("evidence") or []),
+        } for label, f in latest.items()]
+        base = latest[pods[0]].diagnosis
         diagnosis = {"category": sig[0], "exception": base.get("exception"), "location": sig[2],
                      "summary": base.get("summary")}
         flags.append({
