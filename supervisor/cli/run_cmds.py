@@ -127,8 +127,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if not args.daemon_child:
         if not args.skip_checks and not _fast_checks(cfg, args.config):
             return EXIT_FAILED  # before --fresh moves anything: a refused start leaves the run dir as it was
-        kept = (_keep_aside(run_dir) if args.fresh else None) or _keep_overrides(args, run_dir)
-        if kept is not None:
+        if (kept := (_keep_aside(run_dir) if args.fresh else None) or _keep_overrides(args, run_dir)) is not None:
             return kept
     if getattr(cfg, "slurm", None) is not None and not os.environ.get("SLURM_JOB_ID") and not args.daemon_child:
         from .slurm_up import slurm_up  # a login node: submit the run's job and follow it
@@ -282,8 +281,8 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     from . import daemon
 
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
-    took = daemon.journaled_by(RunPaths(run_dir), pid, ComponentAdopted.kind)
-    if took:  # a run whose supervisor died: say that training was taken over, not restarted
+    # a run whose supervisor died: say that training was taken over, not restarted
+    if took := daemon.journaled_by(RunPaths(run_dir), pid, ComponentAdopted.kind):
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
     say(f"  run dir:  {daemon.display_path(run_dir)}")
     say(f"  attach:   {hint}")
@@ -403,8 +402,7 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
         say(f"rlsup: {n}")
     # In a multi-node Slurm job every node must see the run dir. Checked once the run dir is ours, so
     # that a failure is journalled (`rlsup status` says why the run ended) and nothing is started.
-    blind = check_job(cfg)
-    if blind is not None:
+    if (blind := check_job(cfg)) is not None:
         say(f"rlsup: {blind}", err=True)
         run.end.refused = blind
     return run
@@ -544,8 +542,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     from ..monitor.process import pid_alive
     from .follow import Printer
 
-    orphan = _run_without_supervisor(args)
-    if orphan is not None:
+    if (orphan := _run_without_supervisor(args)) is not None:
         return _down_without_supervisor(orphan)
 
     async def fn(client: Any, paths: Any) -> int:
@@ -697,8 +694,7 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         info["monitors"] = reply.get("monitors") or []
         return EXIT_OK
 
-    rc = client_call(args, fn)
-    if rc != EXIT_OK:
+    if (rc := client_call(args, fn)) != EXIT_OK:
         return rc
     paths, hello = info["paths"], info["hello"] or {}
     paths_owner = read_owner(paths) or {}
@@ -719,8 +715,7 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
     except (UnsafeRunDir, OSError) as e:
         return fail(f"rlsup: the old supervisor exited, but a new one cannot start: {e}; the components keep "
                     f"running under their monitors (`rlsup up CONFIG --run-dir {paths.root}` takes them over)")
-    problem = daemon.wait_ready(proc, paths.root)
-    if problem is not None:
+    if (problem := daemon.wait_ready(proc, paths.root)) is not None:
         return _daemon_failed(paths.root, f"rlsup: {problem}; the components keep running under their monitors. "
                                           f"The end of {paths.root}/{daemon.DAEMON_LOG}:")
     say(f"rlsup: supervisor replaced (pid {old_pid} -> {daemon.owner_desc(paths.root)}); "

@@ -197,8 +197,7 @@ class _Remote:
         except (paramiko.SSHException, OSError, EOFError) as e:
             why = str(e).replace("[Errno None] ", "") or type(e).__name__  # paramiko's NoValidConnectionsError
             raise SshError(f"cannot connect to {label}: {why} (is sshd running there, and the port right?)") from None
-        tr = client.get_transport()
-        if tr is not None:
+        if (tr := client.get_transport()) is not None:
             tr.set_keepalive(KEEPALIVE_S)
         self.clients.append(client)
         return client
