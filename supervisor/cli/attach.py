@@ -1,9 +1,5 @@
-"""``rlsup attach`` and ``rlsup bridge``: a view of a run, live or ended, local or over SSH.
-
-An ended run (no supervisor owns its run dir) is served read-only from its journal, state and
-logs by an in-process control server over :class:`~rlsup.supervisor.rundir.archive.Archive`, so the TUI,
-the text follower, SSH attach and the fleet view all show it the way they show a live run.
-"""
+"""``rlsup attach`` and ``rlsup bridge``: a view of a run, live or ended (served read-only from its run dir by
+an in-process control server over an ``Archive``, so every view shows it as a live run), local or over SSH."""
 
 from __future__ import annotations
 
@@ -20,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
-    EXIT_FAILED,
     EXIT_OK,
     RUN_DIR_HELP,
     attach_hint,
     client_parser,
+    fail,
     formatter,
     live_or_handed_over,
     on_run,
@@ -77,7 +73,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         with serve_archive(paths.root) as sock:
             return view(unix_connector(sock, name="tui"), target=f"ended run {paths.root}",
                         hint=f"rlsup attach --run-dir {paths.root}", plain=False)
-    from ..client.ssh import SshError, SshTarget, ssh_connector
+    from ..client.ssh import SshError, SshTarget, attach_command, ssh_connector
 
     try:
         target = SshTarget.parse(args.target, identity=args.identity)
@@ -85,18 +81,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
                                 accept_new_host_key=args.accept_new_host_key)
         asyncio.run(_probe(connect))
     except SshError as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
-    from ..client.ssh import attach_command
-
+        return fail(f"rlsup: {e}")
     hint = attach_command(args.target, run_dir=args.run_dir, identity=args.identity, remote_cmd=args.remote_cmd)
     return view(connect, target=args.target, hint=hint, plain=args.plain)
 
 
 def _not_a_run(paths: Any) -> int:
-    say(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); start one "
-        "with `rlsup up CONFIG`", err=True)
-    return EXIT_FAILED
+    return fail(f"rlsup: no supervisor is running for {paths.root} (not a run directory: no events.jsonl); "
+                "start one with `rlsup up CONFIG`")
 
 
 def _print_ended(paths: Any) -> int:
@@ -109,8 +101,7 @@ def _print_ended(paths: Any) -> int:
     width = max([12, *(len(r.component or "") for r in records)])
     if not say("".join(human(r, width=width) + "\n" for r in records), end=""):
         return EXIT_OK
-    say(f"rlsup: this run has {Archive(paths.root).describe()}", err=True)
-    return EXIT_OK
+    return fail(f"rlsup: this run has {Archive(paths.root).describe()}", EXIT_OK)
 
 
 async def _probe(connect: Any) -> None:
@@ -120,10 +111,8 @@ async def _probe(connect: Any) -> None:
 
 
 def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = False) -> int:
-    """The view of the run in ``run_dir`` on this machine. ``forward_term`` (the view `rlsup up` opens on the
-    supervisor it started): a SIGTERM to this process is passed on to the supervisor, and the view stays until
-    the run has ended: where `rlsup up` is a container's command, the platform's SIGTERM reaches it alone, and
-    the run must still hear it (a preemption) before the container goes."""
+    """The view of the run in ``run_dir`` on this machine. ``forward_term``: a SIGTERM here is passed on to the
+    supervisor (`rlsup up` as a container's command: the platform's preemption must reach the run)."""
     from ..client.session import unix_connector
     from ..rundir.layout import RunPaths
     from ..slurm.jobs import ACTIVE

@@ -49,6 +49,12 @@ def say(*parts: Any, err: bool = False, end: str = "\n") -> bool:
     return write(sys.stderr if err else sys.stdout, " ".join(str(p) for p in parts) + end)
 
 
+def fail(text: str, code: int = EXIT_FAILED) -> int:
+    """Say ``text`` on stderr; ``code``, for the command to return."""
+    say(text, err=True)
+    return code
+
+
 def write(stream: Any, text: str) -> bool:
     """Write and flush, never raise: a closed pipe (``rlsup events | head``) or a full log file (the daemon's
     ``supervisor.log`` on a full disk) must not turn into a traceback or stop anything. False when
@@ -145,10 +151,7 @@ def run_dir_arg(run_dir: Any) -> str:
     """`` --run-dir X`` unless discovery would find this run without it."""
     from .daemon import display_path
 
-    default = Path.cwd() / "runs"
-    if Path(run_dir).parent == default:
-        return ""
-    return f" --run-dir {display_path(Path(run_dir))}"
+    return "" if Path(run_dir).parent == Path.cwd() / "runs" else f" --run-dir {display_path(Path(run_dir))}"
 
 
 def attach_hint(run_dir: Any) -> str:
@@ -184,10 +187,8 @@ async def open_client(paths: Any, name: str) -> Any:
     from ..client.session import local_connector
     from .slurm_up import remote_bridge
 
-    bridge = remote_bridge(paths.root, name)  # a supervisor in a Slurm job on another host: through srun
-    if bridge is not None:
-        return await bridge()
-    return await local_connector(paths.root, name)()
+    # a supervisor in a Slurm job on another host: through srun
+    return await (remote_bridge(paths.root, name) or local_connector(paths.root, name))()
 
 
 def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int]]) -> int:

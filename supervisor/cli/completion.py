@@ -1,12 +1,5 @@
-"""Shell completion for bash, zsh and fish (argcomplete): commands, options, and the component names of
-the runs this command would find.
-
-``rlsup completion SHELL`` prints the code a shell sources once (in ``~/.bashrc``, ``~/.zshrc`` or fish's
-``config.fish``); then each Tab runs ``rlsup`` with argcomplete's variables set, and :func:`complete` answers
-and exits before anything else happens. A NAME completes to the components of the run in ``--run-dir``
-(else ``$RLSUP_RUN_DIR``, else every run dir under ``./runs``), read from their ``state.json``: no socket,
-no supervisor needed, an ended run's names too. CONFIG completes to YAML files, ``--run-dir`` to folders.
-"""
+"""Shell completion for bash, zsh and fish (argcomplete): commands, options, YAML files, folders, and the
+component names of the runs a command would find (from their ``state.json``: no supervisor needed)."""
 
 from __future__ import annotations
 
@@ -52,12 +45,10 @@ def component_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> l
     names: set[str] = set()
     for d in dirs:
         try:
-            state = json.loads((d / "state.json").read_bytes())
-        except (OSError, ValueError):
+            comps = json.loads((d / "state.json").read_bytes()).get("components")
+        except (OSError, ValueError, AttributeError):  # unreadable, or not a JSON object
             continue
-        comps = state.get("components") if isinstance(state, dict) else None
-        if isinstance(comps, dict):
-            names.update(str(n) for n in comps)
+        names.update(map(str, comps if isinstance(comps, dict) else ()))
     return sorted(n for n in names if n.startswith(prefix))
 
 
@@ -70,18 +61,14 @@ def complete(parser: argparse.ArgumentParser) -> None:
     from argcomplete.completers import DirectoriesCompleter, FilesCompleter
 
     by_dest = {"name": component_names, "config": FilesCompleter(("yaml", "yml")), "run_dir": DirectoriesCompleter()}
-    for sub in _subparsers(parser):
-        for action in sub._actions:
-            if action.dest in by_dest:
-                action.completer = by_dest[action.dest]  # type: ignore[attr-defined]
+    for action in _actions(parser):
+        if action.dest in by_dest:
+            action.completer = by_dest[action.dest]  # type: ignore[attr-defined]
     argcomplete.autocomplete(parser)
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
-    out = [parser]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                out += _subparsers(sub)
-    return out
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Every action of ``parser`` and of its subparsers, at any depth."""
+    return [*parser._actions, *(a for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+                                for sub in action.choices.values() for a in _actions(sub))]
 

@@ -1,8 +1,5 @@
-"""Client commands on one run: ``status``, ``start``/``stop``/``restart``/``resume``, ``logs``, ``events``.
-
-``status``, ``logs`` and ``events`` also read a run that has ended (no supervisor owns its run dir)
-from its journal, state and logs, and say so.
-"""
+"""Client commands on one run: ``status``, ``start``/``stop``/``restart``/``resume``, ``logs``, ``events``
+(``status``, ``logs`` and ``events`` also read an ended run from its run dir, and say so)."""
 
 from __future__ import annotations
 
@@ -13,12 +10,12 @@ from typing import Any
 
 from ..rundir.layout import RunPaths, is_locked
 from .common import (
-    EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     add_raw,
     client_call,
     client_parser,
+    fail,
     live_or_handed_over,
     on_run,
     open_client,
@@ -77,20 +74,17 @@ def cmd_status(args: argparse.Namespace, paths: RunPaths) -> int:
 
     if not is_locked(paths):
         if not paths.events.exists():
-            say(f"rlsup: no run in {paths.root} (no events.jsonl); start one with `rlsup up CONFIG`", err=True)
-            return EXIT_FAILED
+            return fail(f"rlsup: no run in {paths.root} (no events.jsonl); start one with `rlsup up CONFIG`")
         from ..rundir.archive import Archive
         from ..rundir.stranded import describe_gone, supervisor_gone
 
         archive = Archive(paths.root)
         view = archive.snapshot_state()
         view["run"]["supervisor"] = None
-        gone = supervisor_gone(paths, view)
-        if gone is not None:
-            # Its supervisor died mid-way: no number here is live, and what runs is only what the
-            # monitors say runs now.
+        if (gone := supervisor_gone(paths, view)) is not None:
+            # Its supervisor died mid-way: no number here is live, and only what the monitors say runs runs.
             view["run"]["supervisor_gone"] = gone
-            running = {r["component"]: r for r in gone["still_running"] if r["alive"]}
+            running = {r["component"] for r in gone["still_running"] if r["alive"]}
             for name, c in view["components"].items():
                 c.update(rate=None, eta_s=None, resources=None)
                 if c.get("state") in ("starting", "running", "stopping") and name not in running:
@@ -98,17 +92,14 @@ def cmd_status(args: argparse.Namespace, paths: RunPaths) -> int:
         if args.json:
             say(json.dumps(view, indent=2, default=str))
         elif gone is not None:
-            say(format_status(view))
-            say("")
-            say("\n".join(describe_gone(gone)))
+            say(format_status(view) + "\n\n" + "\n".join(describe_gone(gone)))
         else:
             say(f"rlsup: no supervisor owns {paths.root}; the run has {archive.describe()}", err=True)
             say(format_status(view))
         return EXIT_OK
 
     async def fn(client: Any, paths: Any) -> int:
-        snap = await client.snapshot(lines=0)
-        view = snap["state"]
+        view = (await client.snapshot(lines=0))["state"]
         say(json.dumps(view, indent=2, default=str) if args.json else format_status(view))
         return EXIT_OK
 
@@ -120,17 +111,14 @@ def _command(args: argparse.Namespace, paths: RunPaths, command: str, **cargs: A
     if not is_locked(paths) and paths.events.exists():
         from ..rundir.archive import Archive
 
-        archive = Archive(paths.root)
-        say(f"rlsup: {archive.command(command)['error']}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {Archive(paths.root).command(command)['error']}")
 
     async def fn(client: Any, paths: Any) -> int:
         reply = await client.command(command, args.name, **cargs, **_sender(args, paths.root))
         if reply.get("ok"):
             say(f"rlsup: {reply.get('message', 'done')}")
             return EXIT_OK
-        say(f"rlsup: {reply.get('error', 'refused')}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {reply.get('error', 'refused')}")
 
     return client_call(args, fn)
 
@@ -169,9 +157,8 @@ def _attempt_logs(args: argparse.Namespace, paths: Any) -> int:
     from .why import print_attempt_logs
 
     if args.follow:
-        say("rlsup: --attempt prints one attempt's output so far; to follow the live one, drop --attempt",
-            err=True)
-        return EXIT_USAGE
+        return fail("rlsup: --attempt prints one attempt's output so far; to follow the live one, drop --attempt",
+                    EXIT_USAGE)
     return print_attempt_logs(paths, args.name, args.attempt, args.lines)
 
 
@@ -180,13 +167,11 @@ def _ended_run_logs(args: argparse.Namespace, paths: Any) -> int:
     from ..rundir.archive import Archive
 
     if not paths.events.exists():
-        say(f"rlsup: no run in {paths.root} (no events.jsonl)", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: no run in {paths.root} (no events.jsonl)")
     archive = Archive(paths.root)
     ring = archive.rings().get(args.name)
     if ring is None:
-        say(f"rlsup: no component {args.name!r}; components: {', '.join(archive.rings())}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: no component {args.name!r}; components: {', '.join(archive.rings())}")
     say("".join(line + "\n" for line in ring.tail(max(0, args.lines))[1]), end="")
     if args.follow:
         say(f"rlsup: the run has {archive.describe()}; nothing more to follow", err=True)
@@ -200,15 +185,13 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
     snap = await client.snapshot(lines=max(0, args.lines))
     comps = snap["state"]["components"]
     if args.name not in comps:
-        say(f"rlsup: no component {args.name!r}; components: {', '.join(comps)}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: no component {args.name!r}; components: {', '.join(comps)}")
     block = snap["logs"][args.name]
     session = None
     if args.follow:  # made, and Ctrl-C bound to it, before the tail is printed (a person answers the tail)
         from .follow import Printer
 
         printer = Printer(events=False, logs={args.name}, log_file_hint={args.name: str(paths.log(args.name))})
-
         session = Session(functools.partial(open_client, paths, "logs"), printer, lines=0)
         session.log_next[args.name] = block["seq"] + len(block["lines"])
         session.seq = snap.get("seq", 0)
@@ -229,11 +212,9 @@ def _which_component(paths: Any) -> int:
         names = []
     rd = run_dir_arg(paths.root)
     if not names:
-        say(f"rlsup: which component? usage: rlsup logs NAME{rd} [-n N] [-f]", err=True)
-        return EXIT_USAGE
+        return fail(f"rlsup: which component? usage: rlsup logs NAME{rd} [-n N] [-f]", EXIT_USAGE)
     say(f"rlsup: which component? {display_path(paths.root)} has: {', '.join(names)}", err=True)
-    say(f"  for example: rlsup logs {names[-1]}{rd} -n 20", err=True)
-    return EXIT_USAGE
+    return fail(f"  for example: rlsup logs {names[-1]}{rd} -n 20", EXIT_USAGE)
 
 
 @on_run
@@ -244,8 +225,7 @@ def cmd_events(args: argparse.Namespace, paths: RunPaths) -> int:
     from ..rundir.journal import read_records
 
     if not paths.events.exists():
-        say(f"rlsup: no journal at {paths.events}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: no journal at {paths.events}")
     records = list(read_records(paths.events))
     if args.lines is not None:
         records = records[-args.lines:] if args.lines > 0 else []
@@ -254,8 +234,7 @@ def cmd_events(args: argparse.Namespace, paths: RunPaths) -> int:
     if not say(text, end="") or not args.follow:
         return EXIT_OK  # done, or the reader left (`rlsup events -f | head`)
     if not live_or_handed_over(paths):
-        say("rlsup: no supervisor owns this run; nothing more to follow", err=True)
-        return EXIT_OK
+        return fail("rlsup: no supervisor owns this run; nothing more to follow", EXIT_OK)
     from ..client.session import Session
     from .follow import Printer
 

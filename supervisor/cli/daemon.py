@@ -1,9 +1,5 @@
-"""Starting the supervisor as a daemon, and finding the run a client command means.
-
-The daemon is ``rlsup up CONFIG --headless`` in its own session (``setsid``) with stdin from
-/dev/null and stdout/stderr appended to ``<run_dir>/supervisor.log``: it has no controlling
-terminal, so closing the terminal, tmux or an SSH connection sends it nothing.
-"""
+"""Starting the supervisor as a daemon (``rlsup up --headless`` in its own session, no terminal, output appended
+to ``<run_dir>/supervisor.log``), and finding the run a client command means."""
 
 from __future__ import annotations
 
@@ -37,9 +33,7 @@ class AmbiguousRun(Exception):
 
 
 def live_runs(base: Path) -> list[Path]:
-    if not base.is_dir():
-        return []
-    return sorted(d for d in base.iterdir() if d.is_dir() and is_locked(RunPaths(d)))
+    return sorted(d for d in base.iterdir() if d.is_dir() and is_locked(RunPaths(d))) if base.is_dir() else []
 
 
 def resolve_run_dir(arg: str | None, *, ended_ok: bool = False) -> Path:
@@ -47,8 +41,7 @@ def resolve_run_dir(arg: str | None, *, ended_ok: bool = False) -> Path:
     single live run under ``./runs`` (with ``ended_ok``: else the most recently active run there)."""
     if arg:
         return Path(arg).expanduser().absolute()
-    env = os.environ.get("RLSUP_RUN_DIR")
-    if env:
+    if env := os.environ.get("RLSUP_RUN_DIR"):
         return Path(env)
     base = Path.cwd() / "runs"
     runs = live_runs(base)
@@ -153,12 +146,8 @@ def spawn(config: str, run_dir: Path, extra: list[str]) -> subprocess.Popen[byte
 
 
 class HeldInterrupt:
-    """Ctrl-C while ``up`` starts a supervisor, held until ``check`` or ``release`` acts on it.
-
-    Python 3.11's ``asyncio.run`` turns SIGINT into a cancellation of its task, and a cancellation
-    that lands as ``wait_for`` completes is swallowed (fixed in 3.12): the probes of the starting
-    daemon lost the user's Ctrl-C now and then, and the TUI opened anyway. While held, SIGINT only
-    sets a flag (asyncio then leaves the handler alone)."""
+    """Ctrl-C while ``up`` starts a supervisor, held (a flag) until ``check`` or ``release`` acts on it: Python
+    3.11's ``asyncio.run`` swallows a cancellation that lands as ``wait_for`` completes, losing the Ctrl-C."""
 
     def __init__(self) -> None:
         self.got = False
@@ -212,11 +201,8 @@ async def _hello(sock: Path, timeout: float) -> dict[str, Any] | None:
 
 
 def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path) -> dict[str, Any] | None:
-    """The ``run_ended`` event of a daemon that ended its run as it started (everything it was
-    asked to continue had completed, or failed again at once); None while it supervises.
-
-    The supervisor answers its first client only after its first evaluation of the run, so the
-    ``ending`` field of its hello already says whether that evaluation ended the run."""
+    """The ``run_ended`` event of a daemon that ended its run as it started; None while it supervises (its
+    hello's ``ending`` says so: it answers only after its first evaluation of the run)."""
     paths = RunPaths(run_dir)
     if proc.poll() is None:
         hello = asyncio.run(_hello(paths.sock, 5.0)) if paths.sock.exists() else None

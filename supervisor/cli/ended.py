@@ -14,9 +14,7 @@ from ..rundir.layout import RunPaths
 def ended_run(run_dir: Path) -> str | None:
     """How the run in ``run_dir`` ended, or None if there is none that ended (new, or crashed mid-way)."""
     paths = RunPaths(run_dir)
-    if not paths.events.exists():
-        return None
-    return how_it_ended(paths)
+    return how_it_ended(paths) if paths.events.exists() else None
 
 
 def keep_aside(run_dir: Path) -> Path | None:
@@ -25,8 +23,7 @@ def keep_aside(run_dir: Path) -> Path | None:
     if not run_dir.exists():
         return None
     paths = RunPaths(run_dir)
-    live = [r for _, r in records(paths.monitors) if is_monitor_of(r, paths.root)]
-    if live:
+    if live := [r for _, r in records(paths.monitors) if is_monitor_of(r, paths.root)]:
         names = ", ".join(f"{r['component']} (pid {r['pid']})" for r in live)
         raise OSError(f"components of that run are still running under their monitors ({names}); "
                       "`rlsup up` without --fresh takes them over, and `rlsup down` then ends them")

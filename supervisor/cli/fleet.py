@@ -19,7 +19,7 @@ from ..client.fleet import (
     main_component,
     ssh_connectors,
 )
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 
 if TYPE_CHECKING:
     from ..client.fleet import PodSpec
@@ -63,9 +63,7 @@ def add_parsers(sub: Any) -> None:
 
 def format_text(snap: Mapping[str, Any]) -> str:
     """A plain table of the snapshot, for a terminal that is not interactive."""
-    lines = []
-    for f in snap.get("flags", []):
-        lines.append(f"FLEET FLAG {f['type']}: {f['message']} ({', '.join(f['pods'])})")
+    lines = [f"FLEET FLAG {f['type']}: {f['message']} ({', '.join(f['pods'])})" for f in snap.get("flags", [])]
     for p in snap.get("pods", []):
         if p["connection"] == "no_run":  # a Slurm job not started, or cancelled before it started
             lines.append(f"{p['label']:<16} {p['error']}")
@@ -79,8 +77,7 @@ def format_text(snap: Mapping[str, Any]) -> str:
         if main and main[1].get("step") is not None:
             prog = f" step {main[1]['step']}" + (f"/{main[1]['total']}" if main[1].get("total") else "")
         problem = latest_problem(p)
-        ended = p.get("ended")
-        if ended:  # the final state, read back from the pod's run dir
+        if ended := p.get("ended"):  # the final state, read back from the pod's run dir
             diag = ended.get("diagnosis") or {}
             why = f" | {ended.get('component')}: {diag.get('summary') or diag.get('category')}" if diag else (
                 f" | {problem}" if problem else "")
@@ -112,8 +109,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     elif args.fleet_file:
         targets = _file_targets(args)
     else:
-        print("rlsup fleet: give FLEET.yaml, or --slurm for your runs on the Slurm cluster", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("rlsup fleet: give FLEET.yaml, or --slurm for your runs on the Slurm cluster", EXIT_USAGE)
     if isinstance(targets, int):
         return targets
     specs, connector_for = targets
@@ -131,8 +127,7 @@ def _slurm_targets() -> Targets | int:
     try:
         return slurm_fleet()
     except SlurmError as e:
-        print(f"rlsup: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
 
 
 def _file_targets(args: argparse.Namespace) -> Targets | int:
@@ -144,17 +139,14 @@ def _file_targets(args: argparse.Namespace) -> Targets | int:
     try:
         specs = load_fleet(args.fleet_file)
     except ConfigError as e:
-        print(e.report(args.fleet_file), file=sys.stderr)
-        return EXIT_USAGE
+        return fail(e.report(args.fleet_file), EXIT_USAGE)
     again = ["rlsup", "fleet", shlex.quote(args.fleet_file)]
     if args.identity:
         again += ["-i", shlex.quote(args.identity)]
     if args.remote_cmd:
         again += ["--remote-cmd", shlex.quote(args.remote_cmd)]
-    connector_for = ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key,
-                                   identity=args.identity,
-                                   accept_hint=" ".join([*again, "--accept-new-host-key"]))
-    return specs, connector_for
+    return specs, ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key,
+                                 identity=args.identity, accept_hint=" ".join([*again, "--accept-new-host-key"]))
 
 
 def _print_snapshot(args: argparse.Namespace, specs: list[PodSpec],

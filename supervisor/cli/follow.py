@@ -56,9 +56,8 @@ class Printer:
             self._w(human(rec, width=self.width) + "\n")
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
-        if component not in self.logs:
-            return
-        self._w("".join(line + "\n" for line in lines))
+        if component in self.logs:
+            self._w("".join(line + "\n" for line in lines))
 
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
         if component in self.logs:

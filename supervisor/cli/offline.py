@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, formatter, load, on_run, say, set_option
+from .common import EXIT_OK, EXIT_USAGE, add_raw, fail, formatter, load, on_run, say, set_option
 
 
 def add_parsers(sub: Any) -> None:
@@ -96,8 +96,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         sampler = make_sampler(args.gpu)
     except ValueError as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_USAGE
+        return fail(f"rlsup: {e}", EXIT_USAGE)
     try:
         findings = run_checks(cfg, smoke=args.smoke, gpu_sampler=sampler, min_free_gb=args.min_free_gb,
                               smoke_timeout=args.smoke_timeout, on_progress=lambda m: say(f"rlsup: {m}", err=True))
@@ -123,8 +122,7 @@ def cmd_report(args: argparse.Namespace, paths: Any) -> int:
     try:
         text = build_report(paths.root)
     except FileNotFoundError as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     if args.output:
         write_atomic(Path(args.output), text.encode(), mode=0o644)
         say(f"rlsup: report written to {args.output}", err=True)

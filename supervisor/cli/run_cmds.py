@@ -23,6 +23,7 @@ from .common import (
     attach_hint,
     client_call,
     client_parser,
+    fail,
     formatter,
     load,
     run_dir_arg,
@@ -126,8 +127,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if not args.daemon_child:
         if not args.skip_checks and not _fast_checks(cfg, args.config):
             return EXIT_FAILED  # before --fresh moves anything: a refused start leaves the run dir as it was
-        kept = (_keep_aside(run_dir) if args.fresh else None) or _keep_overrides(args, run_dir)
-        if kept is not None:
+        if (kept := (_keep_aside(run_dir) if args.fresh else None) or _keep_overrides(args, run_dir)) is not None:
             return kept
     if getattr(cfg, "slurm", None) is not None and not os.environ.get("SLURM_JOB_ID") and not args.daemon_child:
         from .slurm_up import slurm_up  # a login node: submit the run's job and follow it
@@ -169,8 +169,7 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
         paths.create()
         write_atomic(paths.overrides, json.dumps(merged(stored_overrides(run_dir), args.overrides)).encode())
     except (UnsafeRunDir, OSError) as e:
-        say(f"rlsup: cannot keep the run's --set overrides in {paths.overrides}: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: cannot keep the run's --set overrides in {paths.overrides}: {e}")
     return None
 
 
@@ -180,14 +179,12 @@ def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
 
     shown = daemon.display_path(run_dir)
     if args.overrides:
-        say(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); --set changes a run "
-            "when it starts or is continued, not while it runs: `rlsup down`, then `rlsup up --resume --set ...`",
-            err=True)
-        return EXIT_USAGE
+        return fail(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); --set changes "
+                    "a run when it starts or is continued, not while it runs: `rlsup down`, then `rlsup up --resume "
+                    "--set ...`", EXIT_USAGE)
     if args.headless:
-        say(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); stop it first "
-            "(`rlsup down`) or use another --run-dir", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); stop it first "
+                    "(`rlsup down`) or use another --run-dir")
     say(f"rlsup: a supervisor is already running {shown} ({daemon.owner_desc(run_dir)}); "
         + ("nothing started" if args.detach else "attaching to it"), err=True)
     if args.detach:
@@ -226,8 +223,7 @@ def _keep_aside(run_dir: Path) -> int | None:
     try:
         kept = keep_aside(run_dir)
     except OSError as e:
-        say(f"rlsup: cannot keep the previous run aside: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: cannot keep the previous run aside: {e}")
     if kept is not None:
         say(f"rlsup: the previous run is kept as {display_path(kept)}; starting a new run in {display_path(run_dir)}")
     return None
@@ -252,15 +248,13 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
         held.release()
     except (UnsafeRunDir, OSError) as e:
         held.release(check=False)
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     except KeyboardInterrupt:
         held.release(check=False)
         # The daemon is in its own session: the interrupt did not reach it. Say where the run is.
-        say(f"\nrlsup: interrupted while the supervisor started; the run goes on in the background.\n"
-            f"  attach: {hint}\n  status: rlsup status{run_dir_arg(run_dir)}\n  stop:   rlsup down{run_dir_arg(run_dir)}",
-            err=True)
-        return 130
+        return fail(f"\nrlsup: interrupted while the supervisor started; the run goes on in the background.\n"
+                    f"  attach: {hint}\n  status: rlsup status{run_dir_arg(run_dir)}\n"
+                    f"  stop:   rlsup down{run_dir_arg(run_dir)}", 130)
     if end is not None:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
@@ -287,8 +281,8 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     from . import daemon
 
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
-    took = daemon.journaled_by(RunPaths(run_dir), pid, ComponentAdopted.kind)
-    if took:  # a run whose supervisor died: say that training was taken over, not restarted
+    # a run whose supervisor died: say that training was taken over, not restarted
+    if took := daemon.journaled_by(RunPaths(run_dir), pid, ComponentAdopted.kind):
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
     say(f"  run dir:  {daemon.display_path(run_dir)}")
     say(f"  attach:   {hint}")
@@ -306,9 +300,8 @@ def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
         return attach_local(run_dir, plain=plain, forward_term=True)
     except KeyboardInterrupt:
         # Before the TUI drew anything (or while it started): the run is in the daemon's hands.
-        say(f"\nrlsup: interrupted; the run goes on in the background ({daemon.owner_desc(run_dir)}).\n"
-            f"  attach: {hint}\n  stop:   rlsup down{run_dir_arg(run_dir)}", err=True)
-        return 130
+        return fail(f"\nrlsup: interrupted; the run goes on in the background ({daemon.owner_desc(run_dir)}).\n"
+                    f"  attach: {hint}\n  stop:   rlsup down{run_dir_arg(run_dir)}", 130)
 
 
 def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any]) -> int:
@@ -334,10 +327,9 @@ def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any])
 
 def _ask_ended(shown: str, ended: str) -> str | None:
     """"resume" / "fresh" from a person at a terminal; None (after saying why) without one."""
-    msg = (f"rlsup: {shown} holds a run that has ended: {ended}.\n"
-           f"  --resume  continue it from its checkpoints (the journal goes on)\n"
-           f"  --fresh   keep it (renamed with a numeric suffix) and start a new run")
-    say(msg, err=True)
+    say(f"rlsup: {shown} holds a run that has ended: {ended}.\n"
+        f"  --resume  continue it from its checkpoints (the journal goes on)\n"
+        f"  --fresh   keep it (renamed with a numeric suffix) and start a new run", err=True)
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         say("rlsup: not starting: pass --resume or --fresh", err=True)
         return None
@@ -396,25 +388,21 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
     try:
         sampler = make_sampler(gpu)
     except ValueError as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_USAGE
+        return fail(f"rlsup: {e}", EXIT_USAGE)
     sampler = per_node_gpus(cfg, sampler)  # a multi-node Slurm job: one sampler step per node
     run = Run(cfg, gpu_sampler=sampler, resume=resume)
     try:
         notes = run.prepare()
     except LockHeld as e:
-        say(f"rlsup: {cfg.run_dir} is owned by a live supervisor (pid {e.owner.get('pid')}, "
-            f"host {e.owner.get('host')}). Stop it first, or use another --run-dir.", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {cfg.run_dir} is owned by a live supervisor (pid {e.owner.get('pid')}, "
+                    f"host {e.owner.get('host')}). Stop it first, or use another --run-dir.")
     except (UnsafeRunDir, IncompatibleMonitors) as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     for n in notes:
         say(f"rlsup: {n}")
     # In a multi-node Slurm job every node must see the run dir. Checked once the run dir is ours, so
     # that a failure is journalled (`rlsup status` says why the run ended) and nothing is started.
-    blind = check_job(cfg)
-    if blind is not None:
+    if (blind := check_job(cfg)) is not None:
         say(f"rlsup: {blind}", err=True)
         run.end.refused = blind
     return run
@@ -488,9 +476,12 @@ def _stop_on_signals(run: Run, *, terminal: bool) -> Callable[[int], None]:
             say(f"rlsup: {name} again: killing what is left")
             for c in run.components.values():
                 c.kill_now()
-        elif what == "stop" or _requeued_job(run) is not None:
+        elif (requeued := _requeued_job(run)) is not None or what == "stop":
             say(f"rlsup: {name}: stopping every component (again to kill at once)")
-            run.request_shutdown(_shutdown_reason(run, name))
+            # After rlsup's own `scontrol requeue` the SIGTERM is Slurm ending the batch step: say so.
+            run.request_shutdown(f"{name} received" if requeued is None else
+                                 f"job {requeued.job_id} requeued after a node failure ({name} from Slurm); "
+                                 "this run goes on when Slurm starts the job again")
         else:
             say(f"rlsup: {name}: the machine is being taken; asking for checkpoints, then stopping every "
                 "component (again to kill at once)")
@@ -518,16 +509,6 @@ def _preempt(run: Run, name: str, *, notice: bool) -> None:
 def _requeued_job(run: Run) -> Any:
     """The launcher of a job that rlsup itself requeued after a node failure (its SIGTERM is that requeue's)."""
     return next((c.launcher for c in run.components.values() if getattr(c.launcher, "requeued", False)), None)
-
-
-def _shutdown_reason(run: Run, name: str) -> str:
-    """Why the run stops on signal ``name``. After rlsup's own `scontrol requeue` the SIGTERM is Slurm
-    ending the batch step: say so."""
-    requeued = _requeued_job(run)
-    if requeued is not None:
-        return (f"job {requeued.job_id} requeued after a node failure ({name} from Slurm); "
-                "this run goes on when Slurm starts the job again")
-    return f"{name} received"
 
 
 def _quiet_output_errors() -> None:
@@ -561,8 +542,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     from ..monitor.process import pid_alive
     from .follow import Printer
 
-    orphan = _run_without_supervisor(args)
-    if orphan is not None:
+    if (orphan := _run_without_supervisor(args)) is not None:
         return _down_without_supervisor(orphan)
 
     async def fn(client: Any, paths: Any) -> int:
@@ -571,8 +551,7 @@ def cmd_down(args: argparse.Namespace) -> int:
                                lines=0, since=None, on_snapshot=lambda snap: printer.on_snapshot(snap, False))
         reply = await client.command("stop_all")
         if not reply.get("ok"):
-            say(f"rlsup: {reply.get('error')}", err=True)
-            return EXIT_FAILED
+            return fail(f"rlsup: {reply.get('error')}")
         say(f"rlsup: {reply.get('message')}")
         await client.closed.wait()
         deadline = time.monotonic() + 30
@@ -593,9 +572,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     from .slurm_up import down_pending
 
     pending = down_pending(args.run_dir)  # a Slurm job whose supervisor has not started yet: cancel it
-    if pending is not None:
-        return pending
-    return client_call(args, fn)
+    return pending if pending is not None else client_call(args, fn)
 
 
 def _run_without_supervisor(args: argparse.Namespace) -> Any:
@@ -640,22 +617,19 @@ def _down_without_supervisor(paths: Any) -> int:
     shown = display_path(paths.root)
     ended = how_it_ended(paths)
     if ended is not None and not leftovers(paths):  # it ended by itself a moment ago, say: not a lost supervisor
-        say(f"rlsup: the run in {shown} has already ended ({ended}) and no process of it is left; nothing to stop",
-            err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: the run in {shown} has already ended ({ended}) and no process of it is left; "
+                    "nothing to stop")
     owner = read_owner(paths) or {}
     say(f"rlsup: no supervisor owns {shown} (supervisor pid {owner.get('pid', '?')} is gone); "
         "ending the run's processes without it")
     try:
         done = end_run(paths, stops=_stop_settings(paths), say=lambda m: say(f"rlsup: {m}"))
     except LockHeld as e:
-        say(f"rlsup: a supervisor (pid {e.owner.get('pid')}) took {shown} over meanwhile; run `rlsup down` again",
-            err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: a supervisor (pid {e.owner.get('pid')}) took {shown} over meanwhile; "
+                    "run `rlsup down` again")
     if done.nothing_found and not done.ended_run:
-        say(f"rlsup: no supervisor is running for {shown}, and no process of the run is left; nothing to stop",
-            err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: no supervisor is running for {shown}, and no process of the run is left; "
+                    "nothing to stop")
     for what in done.stopped:
         say(f"rlsup: ended {what}")
     if done.leftovers:
@@ -716,13 +690,11 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
         info["paths"] = paths
         reply = await client.command("handover")
         if not reply.get("ok"):
-            say(f"rlsup: {reply.get('error')}", err=True)
-            return EXIT_FAILED
+            return fail(f"rlsup: {reply.get('error')}")
         info["monitors"] = reply.get("monitors") or []
         return EXIT_OK
 
-    rc = client_call(args, fn)
-    if rc != EXIT_OK:
+    if (rc := client_call(args, fn)) != EXIT_OK:
         return rc
     paths, hello = info["paths"], info["hello"] or {}
     paths_owner = read_owner(paths) or {}
@@ -732,22 +704,18 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
     while is_locked(paths) and time.monotonic() < deadline:
         time.sleep(0.05)
     if is_locked(paths):
-        say("rlsup: the old supervisor did not exit within 30 s; nothing else was done", err=True)
-        return EXIT_FAILED
+        return fail("rlsup: the old supervisor did not exit within 30 s; nothing else was done")
     if not config or not os.path.exists(config):
-        say(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one with "
-            f"`rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one "
+                    f"with `rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)")
     from ..rundir.layout import UnsafeRunDir
 
     try:
         proc = daemon.spawn(config, paths.root, [])
     except (UnsafeRunDir, OSError) as e:
-        say(f"rlsup: the old supervisor exited, but a new one cannot start: {e}; the components keep running under "
-            f"their monitors (`rlsup up CONFIG --run-dir {paths.root}` takes them over)", err=True)
-        return EXIT_FAILED
-    problem = daemon.wait_ready(proc, paths.root)
-    if problem is not None:
+        return fail(f"rlsup: the old supervisor exited, but a new one cannot start: {e}; the components keep "
+                    f"running under their monitors (`rlsup up CONFIG --run-dir {paths.root}` takes them over)")
+    if (problem := daemon.wait_ready(proc, paths.root)) is not None:
         return _daemon_failed(paths.root, f"rlsup: {problem}; the components keep running under their monitors. "
                                           f"The end of {paths.root}/{daemon.DAEMON_LOG}:")
     say(f"rlsup: supervisor replaced (pid {old_pid} -> {daemon.owner_desc(paths.root)}); "

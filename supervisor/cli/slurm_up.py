@@ -1,11 +1,6 @@
-"""``rlsup up CONFIG`` with a ``slurm:`` block, on a login node: submit the run's job, then follow it.
-
-The supervisor runs in the job's batch step (:func:`rlsup.supervisor.slurm.jobs.batch_script`); this
-side only submits, says the job's id and state while it is pending, and once the supervisor is up
-opens the TUI on it (the run dir's socket when this host sees it, else through
-``srun --jobid=J --overlap -w <batch host> rlsup bridge``), follows it as text (``--headless``: until the
-job ends, with the run's exit code), or prints how to reach it (``-d``).
-"""
+"""``rlsup up CONFIG`` with a ``slurm:`` block, on a login node: submit the run's job (its batch step runs the
+supervisor), then open the TUI on it (its socket, else ``srun --overlap ... rlsup bridge``), follow it as text
+(``--headless``, until the job ends) or say how to reach it (``-d``)."""
 
 from __future__ import annotations
 
@@ -21,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_FAILED, EXIT_OK, run_dir_arg, say
+from .common import EXIT_FAILED, EXIT_OK, fail, run_dir_arg, say
 
 POLL_S = 1.0
 SCHEDULED_S = 10.0  # how long `up -d` waits for the scheduler's first look at the job (sched_interval)
@@ -41,8 +36,7 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
             job_id = jobs.submit(cfg, args.config, extra=extra)
             say(f"rlsup: submitted batch job {job_id} for {cfg.name} (run dir {run_dir})")
     except jobs.SlurmError as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     if args.detach:
         j = _scheduled(job_id)
         say(f"  state:   {_state_line(j) if j else 'unknown (squeue does not list it)'}")
@@ -72,8 +66,7 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def down_pending(run_dir: str | None) -> int | None:
-    """`rlsup down` of a run whose Slurm job has no supervisor yet (pending, or starting): cancel the
-    job, as there is nothing to stop in order. None when that is not the case (the usual down follows)."""
+    """`rlsup down` of a run whose Slurm job has no supervisor yet: cancel the job (None: the usual down follows)."""
     from ..rundir.layout import RunPaths, is_locked
     from ..slurm import jobs
 
@@ -83,8 +76,7 @@ def down_pending(run_dir: str | None) -> int | None:
     if j is None or j["state"] not in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD"):
         return None
     if not jobs.cancel(j["job_id"]):
-        say(f"rlsup: could not cancel job {j['job_id']} ({_state_line(j)}); try `scancel {j['job_id']}`", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: could not cancel job {j['job_id']} ({_state_line(j)}); try `scancel {j['job_id']}`")
     say(f"rlsup: job {j['job_id']} was {_state_line(j)}, nothing had started: cancelled it")
     return EXIT_OK
 
@@ -110,16 +102,10 @@ def _state_line(j: dict[str, Any]) -> str:
 
 
 def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], settle_s: float = 30.0) -> Any:
-    """For a session on the run of job ``job_id`` in ``run_dir`` (``restarts``: the job's restart count when
-    the session began): once the run has ended, whether it goes on, that is whether Slurm requeued the job
-    (rlsup requeues it after a node failure, `slurm.requeue: true`). A message saying so, else None. The
-    batch step ends a moment after the run does, so the job is asked again for up to ``settle_s``.
-
-    The job's restart count is judged against that of the supervisor whose end the session saw (its
-    ``run_started``), so a session that followed the job across a requeue without seeing the first end
-    does not take the requeue it already followed for a new one. A job that has ended since but whose
-    journal holds more than the session saw (it was requeued, ran and ended while the session slept or
-    between two of its tries) goes on too: :func:`across_requeues` then reads the rest from the run dir."""
+    """A session's ``goes_on`` for job ``job_id`` (``restarts``: its restart count when the session began): a
+    message where Slurm requeued the job after the run ended (asked for up to ``settle_s``: the batch step ends
+    a moment after the run), judged against the restart count of the run the session saw start last; or where
+    the journal holds more than the session saw (the job ran again and ended meanwhile); else None."""
     from ..rundir.journal import last_seq
     from ..rundir.layout import RunPaths
     from ..slurm import jobs
@@ -151,13 +137,9 @@ def _restarts_of_run(journal: Path, seq: int | None) -> Any:
     from ..records.events import RunStarted
     from ..rundir.journal import read_records
 
-    count = None
-    for r in read_records(journal):
-        if r.seq > (seq or 0):
-            break
-        if isinstance(r.event, RunStarted):
-            count = (r.event.slurm or {}).get("restart_count")
-    return count
+    runs = [r.event for r in read_records(journal, kinds=RunStarted.kind.__eq__)
+            if r.seq <= (seq or 0) and isinstance(r.event, RunStarted)]
+    return (runs[-1].slurm or {}).get("restart_count") if runs else None
 
 
 def _requeued_since(j: dict[str, Any], before: Any) -> bool:
@@ -168,10 +150,8 @@ def _requeued_since(j: dict[str, Any], before: Any) -> bool:
 
 
 def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:
-    """``connect`` to the supervisor of job ``job_id``; where that fails because the job has ended, the run
-    read back from its run dir (``rlsup bridge``: its journal, state and logs), so a session that waited
-    for a requeued job's supervisor and missed all of it still gets every event after the last it saw,
-    the run's end among them, instead of waiting for good."""
+    """``connect`` to the supervisor of job ``job_id``; where the job has ended, the run read back from its run
+    dir (``rlsup bridge``), so that a session that missed a requeued job's whole run still sees it end."""
     from ..rundir.layout import RunPaths
     from ..slurm import jobs
 
@@ -205,10 +185,9 @@ def run_job(run_dir: Path) -> dict[str, Any] | None:
         return None
     from ..slurm import jobs
 
-    try:
+    with contextlib.suppress(jobs.SlurmError):
         return jobs.job_of_run(str(Path(run_dir).resolve()))
-    except jobs.SlurmError:
-        return None
+    return None
 
 
 def supervisor_up(run_dir: str) -> bool:
@@ -241,8 +220,8 @@ def wait_running(job_id: str, run_dir: str) -> dict[str, Any] | None:
 
 
 def _scheduled(job_id: str, within_s: float = SCHEDULED_S) -> dict[str, Any] | None:
-    """The job once Slurm's scheduler has looked at it (`up -d` says whether it can ever start): it runs, has
-    ended, or pends with a reason; as it is after ``within_s`` otherwise."""
+    """The job once Slurm's scheduler has looked at it (it runs, has ended, or pends with a reason), or after
+    ``within_s``: `up -d` says whether it can ever start."""
     deadline = time.monotonic() + within_s
     while True:
         j = _job(job_id)
@@ -261,16 +240,14 @@ def _never_starts(job_id: str, j: dict[str, Any], run_dir: str) -> None:
 
 
 def _sees_run_dir(run_dir: str | os.PathLike[str]) -> bool:
-    """Whether this host reaches the supervisor's socket in the run dir (it runs here, or the lock says
-    the same host; a lock not written yet: wait for it); else the bridge goes through srun."""
+    """Whether this host reaches the supervisor's socket in the run dir (the lock says this host, or none yet)."""
     from ..rundir.layout import RunPaths, read_owner
 
     return (read_owner(RunPaths(Path(run_dir))) or {}).get("host") in (None, socket.gethostname())
 
 
 def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
-    """How to talk to the supervisor: its socket when this host sees it, else ``rlsup bridge`` as an
-    overlapping step on the batch host (for clusters that bar SSH to compute nodes)."""
+    """How to talk to the supervisor: its socket when this host sees it, else ``rlsup bridge`` through srun."""
     from ..client.session import unix_connector
     from ..rundir.layout import RunPaths
 
@@ -280,9 +257,8 @@ def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
 
 
 def srun_connector(job_id: str, host: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:
-    """``rlsup bridge`` as an overlapping step of job ``job_id`` on its batch host: the host the job has at
-    each connect (after a requeue its supervisor may run on another node), ``host`` where squeue cannot
-    say."""
+    """``rlsup bridge`` as an overlapping step of job ``job_id`` on its batch host at each connect (a requeue may
+    move it), ``host`` where squeue cannot say."""
     from ..slurm import jobs
 
     async def connect() -> Any:
@@ -320,8 +296,7 @@ def command_connector(argv: list[str], name: str = "tui") -> Any:
 
 def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -> Any:
     """A connector through ``srun ... rlsup bridge`` when the run's supervisor runs in a live Slurm job on
-    another host (its socket in the shared run dir cannot be reached from here); None otherwise.
-    ``job``: the run's job where the caller has looked it up already (else squeue is asked here)."""
+    another host; None otherwise. ``job``: the run's job where the caller has looked it up already."""
     import shutil
 
     if shutil.which("srun") is None or shutil.which("squeue") is None:
@@ -335,18 +310,15 @@ def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -
 
 
 def slurm_fleet() -> tuple[list[Any], Any]:
-    """`rlsup fleet --slurm`: every rlsup run of this user that squeue knows (live, pending, recently
-    ended) as fleet pods, each reached through its run dir when this host sees it, else through srun."""
+    """`rlsup fleet --slurm`: every rlsup run of this user that squeue knows as fleet pods, each reached through
+    its run dir when this host sees it, else through srun."""
     from ..client.fleet import PodSpec
     from ..slurm import jobs
 
     # One pod per run dir, its newest job: a run continued (`up --resume`) or started anew (`--fresh`)
     # in the same dir is a new job there, and every older one would show the same run dir again (twice
     # the same failure made a fleet flag "on 2/2 pods").
-    newest: dict[str, dict[str, Any]] = {}
-    for j in sorted(jobs.runs(), key=lambda j: int(j["job_id"])):
-        if j["run_dir"]:
-            newest[j["run_dir"]] = j
+    newest = {j["run_dir"]: j for j in sorted(jobs.runs(), key=lambda j: int(j["job_id"])) if j["run_dir"]}
     specs, how = [], {}
     for j in sorted(newest.values(), key=lambda j: int(j["job_id"])):
         label = f"{j['name'][len(jobs.JOB_PREFIX):]} #{j['job_id']} {j['state'].lower()}"
@@ -368,8 +340,7 @@ def slurm_fleet() -> tuple[list[Any], Any]:
 
 
 def _no_run(j: dict[str, Any]) -> str | None:
-    """Why a job of ``rlsup fleet --slurm`` has no run to show: not started yet, or ended before it started (no
-    journal in its run dir); None where it has one."""
+    """Why a job of ``rlsup fleet --slurm`` has no run to show (not started yet, or ended before it started)."""
     if j["state"] in ("PENDING", "CONFIGURING"):
         return f"job {j['job_id']} {_state_line(j)}: not started yet"
     if j["state"] != "RUNNING" and not (Path(j["run_dir"]) / "events.jsonl").exists():
@@ -405,9 +376,8 @@ def follow_journal(job_id: str, run_dir: str) -> int:
                     say(human(e, width=12))
         j = _job(job_id)
         if j is not None and j["state"] in jobs.ACTIVE:
-            if last is None or last["state"] != j["state"]:
-                if last is not None:
-                    say(f"rlsup: job {job_id}: {_state_line(j)}")
+            if last is not None and last["state"] != j["state"]:
+                say(f"rlsup: job {job_id}: {_state_line(j)}")
             last, gone_at = j, None
         else:
             gone_at = gone_at or time.monotonic()
@@ -431,32 +401,26 @@ def _ended(job_id: str, run_dir: str, j: dict[str, Any] | None) -> int:
 
 
 def why_ended(job_id: str, run_dir: str) -> list[str]:
-    """Why the job's run failed, for a user who only saw the job end: the journal's ``run_ended`` of that
-    job's supervisor, else the last lines of the batch step's output (the supervisor never journalled:
-    a bad config, no Python on the node...); and where to look next."""
+    """Why the job's run failed: its supervisor's ``run_ended``, else the end of the batch step's output (it never
+    journalled: a bad config, no Python on the node...); and where to look next."""
     from ..records.events import RunEnded, RunStarted
     from ..rundir.journal import read_records
 
     reason = None
     ours = False
     with contextlib.suppress(OSError, ValueError):
-        for r in read_records(Path(run_dir) / "events.jsonl"):
+        for r in read_records(Path(run_dir) / "events.jsonl", kinds={RunStarted.kind, RunEnded.kind}.__contains__):
             if isinstance(r.event, RunStarted):
                 ours = str((r.event.slurm or {}).get("job_id")) == str(job_id)
-            elif isinstance(r.event, RunEnded) and ours:
+            elif ours and isinstance(r.event, RunEnded):
                 reason = r.event.reason
     out_file = Path(run_dir) / f"slurm-{job_id}.out"
-    lines = []
-    if reason:
-        lines.append(f"  why:     {reason}")
-    else:
+    lines = [f"  why:     {reason}"] if reason else []
+    if not reason:
         with contextlib.suppress(OSError):
             tail = [x for x in out_file.read_text(errors="replace").splitlines() if x.strip()][-5:]
             lines += [f"  {out_file.name}: {x}" for x in tail]
-    rd = run_dir_arg(run_dir)
-    lines.append(f"  status:  rlsup status{rd}")
-    lines.append(f"  output:  {out_file}")
-    return lines
+    return [*lines, f"  status:  rlsup status{run_dir_arg(run_dir)}", f"  output:  {out_file}"]
 
 
 def _exit_code(job_id: str) -> int | None:
@@ -470,8 +434,6 @@ def _exit_code(job_id: str) -> int | None:
                              timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    m = re.search(r"\bExitCode=(\d+):(\d+)", out)
-    if not m:
+    if not (m := re.search(r"\bExitCode=(\d+):(\d+)", out)):
         return None
-    code, sig = int(m.group(1)), int(m.group(2))
-    return code if not sig else 128 + sig
+    return 128 + int(m.group(2)) if int(m.group(2)) else int(m.group(1))

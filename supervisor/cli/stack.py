@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from .common import EXIT_FAILED, EXIT_OK, client_call, client_parser, say
+from .common import EXIT_FAILED, EXIT_OK, client_call, client_parser, fail, say
 
 HELP = """\
 Take the Python stacks of every process of NAME's current attempt (all ranks of a torchrun, the
@@ -49,8 +49,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
             say(json.dumps(reply, indent=2, default=str))
             return EXIT_OK if reply.get("ok") else EXIT_FAILED
         if not reply.get("ok") and not reply.get("lines"):
-            say(f"rlsup: {reply.get('error', 'refused')}", err=True)
-            return EXIT_FAILED
+            return fail(f"rlsup: {reply.get('error', 'refused')}")
         say(f"{args.name} attempt {reply.get('attempt')}: {len(reply.get('processes') or [])} process(es)")
         for line in reply.get("lines") or []:
             say(f"  {line}")

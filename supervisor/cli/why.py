@@ -1,12 +1,6 @@
-"""``rlsup why NAME [--attempt N]``: why an attempt was started and, if it ended, how and what followed.
-
-Every ``started``, ``stopping``, ``restart_scheduled`` event carries a typed ``cause`` (``fatal`` its
-``why``): who or what decided it (``by``), in words (``reason``) and the journal ``seq`` of the event
-that triggered it. This command follows those links through the journal, across components
-(``restart_with`` points at the leader's restart, ``dependency_down`` at the dependency), so "why
-was attempt 7 started?" has one answer, on a live run and on one that ended long ago. Also home of
-``rlsup logs NAME --attempt N`` (one attempt's output, read by the range its ``started`` recorded).
-"""
+"""``rlsup why NAME [--attempt N]``: the chain of causes behind an attempt, followed through the journal by the
+``seq`` each event's ``cause`` (``fatal``: ``why``) points at, across components; and how it ended. Also home
+of ``rlsup logs NAME --attempt N``."""
 
 from __future__ import annotations
 
@@ -17,7 +11,7 @@ from typing import Any
 
 from ..records import events as ev
 from ..records.events import Record, describe
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, client_parser, on_run, say
+from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_raw, client_parser, fail, on_run, say
 
 MAX_HOPS = 20
 HANG_FLAGS = ("stall", "liveness_failed")  # flags whose evidence carries the stacks rlsup took (rlsup stack)
@@ -68,12 +62,10 @@ def explain(records: list[Record], name: str, attempt: int | None = None) -> dic
     starts = _starts(records, name)
     if not starts:
         return None
-    if attempt is None:
-        i = len(starts) - 1
-    else:
-        i = next((k for k in range(len(starts) - 1, -1, -1) if _field(starts[k], "attempt") == attempt), -1)
-        if i < 0:
-            return None
+    i = len(starts) - 1 if attempt is None else next(
+        (k for k in range(len(starts) - 1, -1, -1) if _field(starts[k], "attempt") == attempt), -1)
+    if i < 0:
+        return None
     started = starts[i]
     following = starts[i + 1] if i + 1 < len(starts) else None
     by_seq = {r.seq: r for r in records}
@@ -84,10 +76,8 @@ def explain(records: list[Record], name: str, attempt: int | None = None) -> dic
     exited = next((r for r in mine if isinstance(r.event, ev.ComponentExited)), None)
     stopping = next((r for r in mine if isinstance(r.event, ev.ComponentStopping)
                      and (exited is None or r.seq < exited.seq)), None)
-    then = None
-    if exited is not None:
-        then = next((r for r in mine if r.seq > exited.seq and isinstance(
-            r.event, (ev.RestartScheduled, ev.ComponentCompleted, ev.ComponentFatal, ev.ComponentStopped))), None)
+    then = None if exited is None else next((r for r in mine if r.seq > exited.seq and isinstance(
+        r.event, (ev.RestartScheduled, ev.ComponentCompleted, ev.ComponentFatal, ev.ComponentStopped))), None)
     adopted = [r for r in mine if isinstance(r.event, ev.ComponentAdopted)]
     hangs = [r for r in mine if isinstance(r.event, ev.FlagRaised) and r.event.type in HANG_FLAGS]
     return {"component": name, "attempt": _field(started, "attempt"), "started": started,
@@ -99,9 +89,7 @@ def explain(records: list[Record], name: str, attempt: int | None = None) -> dic
 def as_json(x: dict[str, Any]) -> dict[str, Any]:
     """``x`` with its records as the journal's dicts."""
     def plain(v: Any) -> Any:
-        if isinstance(v, Record):
-            return v.to_dict()
-        return [plain(i) for i in v] if isinstance(v, list) else v
+        return v.to_dict() if isinstance(v, Record) else ([plain(i) for i in v] if isinstance(v, list) else v)
     return {k: plain(v) for k, v in x.items()}
 
 
@@ -182,8 +170,7 @@ def _chain_lines(chain: list[Record]) -> list[str]:
     out = []
     for e in chain:
         out.append(f"    <- {_line(e)}")
-        c = cause_of(e)
-        if c and not isinstance(e.event, ev.ComponentExited):
+        if (c := cause_of(e)) and not isinstance(e.event, ev.ComponentExited):
             out.append(f"       because {_cause_text(c)}")
     return out
 
@@ -202,23 +189,19 @@ def _not_ended_lines(stopping: Record | None) -> list[str]:
     """An attempt whose end is not in the journal: being stopped (and why), or still running."""
     if stopping is None:
         return ["  ended:    not yet (running, or its end is not in the journal)"]
-    return [f"  stopping: {_line(stopping)}",
-            f"            because {_cause_text(cause_of(stopping))}"]
+    return [f"  stopping: {_line(stopping)}", f"            because {_cause_text(cause_of(stopping))}"]
 
 
 def _end_lines(x: dict[str, Any]) -> list[str]:
     """An attempt that ended: who stopped it (if anyone), its exit, what rlsup did then, the next attempt."""
     out = []
-    if x["stopping"] is not None:
-        out.append(f"  stopped:  {_line(x['stopping'])}")
-        out.append(f"            because {_cause_text(cause_of(x['stopping']))}")
-        out += [f"    <- {_line(e)}" for e in x["stop_chain"]]
+    if (s := x["stopping"]) is not None:
+        out += [f"  stopped:  {_line(s)}", f"            because {_cause_text(cause_of(s))}",
+                *(f"    <- {_line(e)}" for e in x["stop_chain"])]
     out.append(f"  ended:    {_line(x['exited'])}")
-    t = x["then"]
-    if t is not None:
+    if (t := x["then"]) is not None:
         out.append(f"  then:     {_line(t)}")
-        c = cause_of(t)
-        if c:
+        if c := cause_of(t):
             out.append(f"            because {_cause_text(c)}")
     if x["next_attempt"] is not None:
         out.append(f"  next:     attempt {x['next_attempt']} (`rlsup why {x['component']} --attempt "
@@ -238,10 +221,7 @@ def cmd_why(args: argparse.Namespace, paths: Any) -> int:
         say(f"rlsup: the journal has no start of {which}; started components: {', '.join(names) or 'none'}",
             err=True)
         return EXIT_USAGE if args.attempt is None and args.name not in names else EXIT_FAILED
-    if args.json:
-        say(json.dumps(as_json(x), indent=2, default=str))
-    else:
-        say(format_why(x))
+    say(json.dumps(as_json(x), indent=2, default=str) if args.json else format_why(x))
     return EXIT_OK
 
 
@@ -258,12 +238,10 @@ def print_attempt_logs(paths: Any, name: str, attempt: int, lines: int) -> int:
     r = find(events, name, attempt)
     if r is None:
         have = [str(_field(r, "attempt")) for r in _starts(events, name)]
-        say(f"rlsup: {name} has no attempt {attempt} in the journal; attempts: {', '.join(have) or 'none'}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {name} has no attempt {attempt} in the journal; attempts: {', '.join(have) or 'none'}")
     if r.start is None:
-        say(f"rlsup: attempt {attempt}'s start does not say where its output begins (a journal written before "
-            f"rlsup 0.3); its output is in {paths.log(name)}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: attempt {attempt}'s start does not say where its output begins (a journal written "
+                    f"before rlsup 0.3); its output is in {paths.log(name)}")
     data, partial = read_bytes(paths.log(name), r.start, r.end)
     config = next((r.event.config for r in reversed(events) if isinstance(r.event, ev.RunStarted)), None)
     cfg_path = Path(config) if config else None

@@ -1,18 +1,9 @@
-"""The fleet: many runs on many pods watched (and steered) from one place; headless.
+"""The fleet: many runs on many pods watched (and steered) from one place; headless (no textual).
 
-``rlsup fleet FLEET.yaml`` reads a list of pods (:func:`load_fleet`, errors as ``FILE:LINE:COL``),
-keeps one reconnecting :class:`~rlsup.supervisor.client.session.Session` per pod over SSH (:class:`Fleet`),
-folds each pod's events with the same reducer the supervisor runs (:class:`PodState`), and groups
-identical failures across pods into fleet flags (:func:`correlate`, a pure function). ``--json``
-prints one :meth:`Fleet.snapshot`; without it the Textual fleet screen (``rlsup.tui.fleet``) opens.
-
-A pod whose run has ended answers too (``rlsup bridge`` serves it read-only from its run dir): it
-shows its final state and the note of how it ended, and its failures take part in the grouping as a
-live pod's do. A pod's failures come from what it has on record, not from what the fleet happened to
-see while connected: each component's ``last_exit`` in the snapshot, the events the snapshot
-replays, and the pod's journal (read once per session), one failure per (component, attempt).
-
-Nothing here imports textual: the TUI is imported inside :func:`cmd_fleet` only.
+One reconnecting :class:`~rlsup.supervisor.client.session.Session` per pod (:class:`Fleet`), each pod's events
+folded as the supervisor folds them (:class:`PodState`), identical failures across pods grouped into fleet flags
+(:func:`correlate`). An ended pod answers too (``rlsup bridge`` serves it from disk); a pod's failures are what
+it has on record (``last_exit``, replayed events, its journal), one per (component, attempt).
 """
 
 from __future__ import annotations
@@ -76,7 +67,6 @@ class PodSpec:
 
         if self.attach is not None:
             return self.attach
-
         return attach_command(self.target_label(), run_dir=self.run_dir, identity=identity, remote_cmd=remote_cmd)
 
 
@@ -94,8 +84,7 @@ def load_fleet(path: str | os.PathLike[str], *, environ: Mapping[str, str] | Non
 
 @dataclass
 class Failure:
-    """One failed exit of a pod's component (from an ``exited``/``spawn_failed`` event or a
-    component's ``last_exit``). ``attempt`` is None where the record does not say."""
+    """One failed exit of a pod's component (``attempt`` None where the record does not say)."""
 
     component: str
     ts: float
@@ -105,13 +94,10 @@ class Failure:
     attempt: int | None = None
 
     def same_exit(self, other: Failure) -> bool:
-        """The same exit seen twice (as an event, in the journal, as ``last_exit``): the same
-        component and attempt, or, where an attempt is unknown, the same time."""
-        if self.component != other.component:
-            return False
+        """The same exit seen twice: the same component and attempt, or, where an attempt is unknown, time."""
         if self.attempt is not None and other.attempt is not None:
-            return self.attempt == other.attempt
-        return abs(self.ts - other.ts) < 1e-6
+            return self.component == other.component and self.attempt == other.attempt
+        return self.component == other.component and abs(self.ts - other.ts) < 1e-6
 
 
 def failure_of(component: str, exit_info: Mapping[str, Any], attempt: int | None = None) -> Failure | None:
@@ -119,8 +105,7 @@ def failure_of(component: str, exit_info: Mapping[str, Any], attempt: int | None
     diag = exit_info.get("diagnosis") or {}
     if not isinstance(diag, dict) or diag.get("category") in (None, "none"):
         return None
-    if attempt is None:
-        attempt = exit_info.get("attempt")
+    attempt = exit_info.get("attempt") if attempt is None else attempt
     return Failure(component, float(exit_info.get("ts") or 0.0), diag, exit_info.get("exit_code"),
                    exit_info.get("signal"), attempt if isinstance(attempt, int) and attempt > 0 else None)
 
@@ -143,33 +128,24 @@ def failures_in_events(events: Iterable[Record | Mapping[str, Any]]) -> list[Fai
 
 
 def failures_in_state(state: Mapping[str, Any] | None) -> list[Failure]:
-    """Each component's ``last_exit`` that is a failure, with the attempt it ended.
-
-    ``last_exit`` does not carry its attempt; it is the component's current attempt unless a newer
-    one started after the exit (attempts are numbered one after another, so then the one before).
-    """
+    """Each component's ``last_exit`` that is a failure, with the attempt it ended: the current one, or the
+    one before where a newer attempt started after the exit."""
     out = []
     for name, c in ((state or {}).get("components") or {}).items():
-        le = c.get("last_exit")
-        if not le:
+        if not (le := c.get("last_exit")):
             continue
         attempt = c.get("attempt") if isinstance(c.get("attempt"), int) else None
         started, ts = c.get("started_at"), le.get("ts")
         if attempt and started is not None and ts is not None and started > ts:
             attempt -= 1
-        f = failure_of(name, le, attempt or None)
-        if f is not None:
+        if (f := failure_of(name, le, attempt or None)) is not None:
             out.append(f)
     return out
 
 
 class PodState:
-    """What the fleet knows about one pod; the pod's :class:`Session` calls into it.
-
-    Folds events with :func:`rlsup.supervisor.records.state.apply`, remembers failed exits (for
-    correlation), whether the pod's run has ended, and the connection status with its reason.
-    Log lines are not kept.
-    """
+    """What the fleet knows about one pod (state, failed exits, its end, its connection; no log lines);
+    the pod's :class:`Session` calls into it."""
 
     def __init__(self, spec: PodSpec, on_change: Callable[[], None] | None = None):
         self.spec = spec
@@ -195,8 +171,7 @@ class PodState:
 
     @property
     def connected(self) -> bool:
-        """Answered: attached to a live supervisor, or the run has ended and its final state is
-        known (and the pod has not become unreachable since)."""
+        """Answered: attached to a live supervisor, or its run's final state is known (and it is reachable)."""
         return self.connection == "attached" or (self.ended and self.error is None)
 
     @property
@@ -211,11 +186,9 @@ class PodState:
     # SessionListener --------------------------------------------------------------------------
     def on_connection(self, status: str, detail: str) -> None:
         self.connection = status
-        if status == "attached":
-            self.error = None
-        elif status == "ended":
-            # The run ended while we watched and its supervisor went away: an answer, not an error.
-            self.error = None
+        if status in ("attached", "ended"):
+            self.error = None  # "ended": the run ended while we watched and its supervisor went away: an answer
+        if status == "ended":
             if self.ended_note is None:
                 self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
         elif status in ("reconnecting", "closed") and detail:
@@ -223,16 +196,14 @@ class PodState:
         self._changed()
 
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
-        st = snapshot.get("state") or run_state.initial({}, [])
-        self.state = st
+        self.state = st = snapshot.get("state") or run_state.initial({}, [])
         self.add_failures(failures_in_state(st))
         hello = self.server_hello() or {}
         run = st.get("run") or {}
         self.archived = bool(hello.get("ended"))
-        if self.archived:
-            self.ended_note = str(hello.get("ended_note") or end_note(run) or "the run has ended")
-        else:  # a live supervisor: ended only if its run ended and it is still shutting down
-            self.ended_note = end_note(run)
+        # a live supervisor: ended only if its run ended and it is still shutting down
+        self.ended_note = str(hello.get("ended_note") or end_note(run) or "the run has ended") if self.archived \
+            else end_note(run)
         # Session delivers `attached` after the snapshot; a snapshot means the link works.
         self.connection, self.error = "attached", None
         if self.after_snapshot is not None:
@@ -241,8 +212,7 @@ class PodState:
 
     def on_event(self, event: Record | dict[str, Any]) -> None:
         rec = as_record(event)  # parsed once, at the socket's edge
-        failure = failure_in(rec)
-        if failure is not None:
+        if (failure := failure_in(rec)) is not None:
             self.add_failures([failure])
         if self.state is not None:
             run_state.apply(self.state, rec)
@@ -291,18 +261,15 @@ class PodState:
 
     # views ------------------------------------------------------------------------------------
     def ended_json(self) -> dict[str, Any] | None:
-        """How the pod's run ended: the note, when, the exit code and reason, and the diagnosis of
-        the failure that ended it (the root component's last exit, else the pod's newest failure)."""
+        """How the pod's run ended, with the diagnosis of the root component's last exit (else the newest failure)."""
         if self.ended_note is None:
             return None
         run = (self.state or {}).get("run") or {}
         comps = (self.state or {}).get("components") or {}
         root = run.get("root") or {}
         component = root.get("component") if isinstance(root, dict) else None
-        diag = None
-        if component in comps:
-            d = (comps[component].get("last_exit") or {}).get("diagnosis") or {}
-            diag = d if d.get("category") not in (None, "none") else None
+        d = (comps[component].get("last_exit") or {}).get("diagnosis") or {} if component in comps else {}
+        diag = d if d.get("category") not in (None, "none") else None
         if diag is None and self.failures:
             component, diag = self.failures[-1].component, self.failures[-1].diagnosis
         return {"note": self.ended_note, "at": run.get("ended_at"), "exit_code": run.get("exit_code"),
@@ -328,11 +295,8 @@ class PodState:
 
 
 def signature(diag: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
-    """(category, exception type, file name:line): what makes two failures on two pods "the same".
-
-    The location keeps only the file's name: the same code checked out under different
-    directories on different pods is the same bug.
-    """
+    """(category, exception type, file name:line): what makes two failures on two pods "the same" (the file's
+    name only: the same code checked out under different directories is the same bug)."""
     from ..records.diagnosis import Diagnosis
 
     category, exc, loc = Diagnosis.from_dict(dict(diag)).signature()
@@ -351,19 +315,14 @@ def describe_signature(sig: tuple[str, str | None, str | None]) -> str:
 
 def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
               timefmt: Callable[[float], str] = _hhmm) -> list[dict[str, Any]]:
-    """Group identical failures (category + exception type + location) seen on two or more pods
-    into ``fleet_repeated_error`` flags, most widespread first.
-
-    ``pod_failures`` maps a pod's label to its failures (any order). Each flag names the pods in
-    the order they first failed, the first occurrence's time, and per-pod evidence (component,
-    time, exit, summary and evidence lines of that pod's latest failure with the signature).
-    A bare ``unknown`` (no exception, no location) shares nothing worth grouping and is skipped.
-    """
+    """Group identical failures (:func:`signature`) seen on two or more pods into ``fleet_repeated_error``
+    flags, most widespread first; pods in the order they first failed, each with its latest such failure as
+    evidence. A bare ``unknown`` (no exception, no location) shares nothing worth grouping."""
     groups: dict[tuple[str, str | None, str | None], dict[str, list[Failure]]] = {}
     for label, failures in pod_failures.items():
         for f in failures:
             sig = signature(f.diagnosis)
-            if sig[0] in ("none",) or (sig[0] == "unknown" and sig[1] is None and sig[2] is None):
+            if sig[0] == "none" or sig == ("unknown", None, None):
                 continue
             groups.setdefault(sig, {}).setdefault(label, []).append(f)
     flags: list[dict[str, Any]] = []
@@ -373,16 +332,14 @@ def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
         firsts = sorted(((min(f.ts for f in fs), label) for label, fs in by_pod.items()))
         first_ts = firsts[0][0]
         pods = [label for _, label in firsts]
-        evidence = []
-        for label in pods:
-            latest = max(by_pod[label], key=lambda f: f.ts)
-            d = latest.diagnosis
-            evidence.append({
-                "pod": label, "component": latest.component, "ts": latest.ts, "count": len(by_pod[label]),
-                "exit_code": latest.exit_code, "signal": latest.signal, "summary": d.get("summary"),
-                "step": d.get("step"), "location": d.get("location"), "evidence": list(d.get("evidence") or []),
-            })
-        base = max(by_pod[pods[0]], key=lambda f: f.ts).diagnosis
+        latest = {label: max(by_pod[label], key=lambda f: f.ts) for label in pods}
+        evidence = [{
+            "pod": label, "component": f.component, "ts": f.ts, "count": len(by_pod[label]),
+            "exit_code": f.exit_code, "signal": f.signal, "summary": f.diagnosis.get("summary"),
+            "step": f.diagnosis.get("step"), "location": f.diagnosis.get("location"),
+            "evidence": list(f.diagnosis.get("evidence") or []),
+        } for label, f in latest.items()]
+        base = latest[pods[0]].diagnosis
         diagnosis = {"category": sig[0], "exception": base.get("exception"), "location": sig[2],
                      "summary": base.get("summary")}
         flags.append({
@@ -399,11 +356,8 @@ def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
 
 
 class _DaemonThreadExecutor(concurrent.futures.ThreadPoolExecutor):
-    """Runs each blocking call (an SSH dial) on its own daemon thread.
-
-    A pod that black-holes SSH holds its thread for the connect timeout; with a bounded pool it
-    would delay every other pod's dial, and a joined pool would delay the exit of ``--json``.
-    """
+    """Runs each blocking call (an SSH dial) on its own daemon thread: a pod that black-holes SSH must not
+    delay the other pods' dials (a bounded pool) nor the exit of ``--json`` (a joined one)."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -432,17 +386,10 @@ def _default_session(connect: Connector, listener: SessionListener) -> Session:
 
 
 class Fleet:
-    """Every pod's :class:`PodState`, fed by one session per pod, all on one event loop.
-
-    ``connector_for(spec)`` gives each pod's :data:`Connector` (SSH in production);
-    ``session_factory(connect, listener)`` builds the session (tests pass a fake). ``on_change``
-    is called (on the loop) whenever any pod's state changes.
-
-    After a session's first snapshot the pod's journal is read once (``events`` since 0) for the
-    failures that ``last_exit`` no longer shows. A pod whose run has ended is served read-only and
-    sends nothing more, so its session is closed after that and the pod is looked at again every
-    :data:`ENDED_RECHECK_S` seconds (``rlsup up --resume`` there shows up as a live run).
-    """
+    """Every pod's :class:`PodState`, fed by one session per pod, all on one event loop; ``on_change`` is
+    called (on the loop) whenever any pod's state changes. After a session's first snapshot the pod's journal
+    is read once for its past failures; a pod whose run has ended is then let go and looked at again every
+    ``ended_recheck_s`` (a run resumed there shows up as live)."""
 
     def __init__(self, specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,
                  session_factory: SessionFactory = _default_session, clock: Callable[[], float] = time.time,
@@ -474,8 +421,7 @@ class Fleet:
         return getattr(self.sessions.get(label), "server", None) or {}
 
     def _after_snapshot(self, label: str, resumed: bool) -> None:
-        """Read the pod's journal for its past failures (once per session), then let go of a
-        read-only ended run."""
+        """Read the pod's journal for its past failures (once per session), then let go of an ended run."""
         session = self.sessions[label]
         client = getattr(session, "client", None)
         if resumed or client is None or not hasattr(client, "events"):
@@ -532,11 +478,9 @@ class Fleet:
             t.cancel()
         for s in self.sessions.values():
             s.close()
-        for c in self.connectors.values():
-            remote = getattr(c, "remote", None)
-            if remote is not None:
-                with contextlib.suppress(Exception):
-                    remote.close()
+        for remote in filter(None, (getattr(c, "remote", None) for c in self.connectors.values())):
+            with contextlib.suppress(Exception):
+                remote.close()
 
     async def wait_settled(self, timeout: float) -> bool:
         """Until every pod has an answer (attached, or failed once) or ``timeout``; True if all have."""
@@ -578,26 +522,18 @@ def gpu_summary(gpus: Sequence[Mapping[str, Any]] | None) -> str:
     if not gpus:
         return "-"
     utils = [u for g in gpus if isinstance(u := g.get("util_pct"), int | float)]
-    if not utils:
-        return f"{len(gpus)} GPU"
-    return f"{len(gpus)} GPU {sum(utils) / len(utils):.0f}%"
+    return f"{len(gpus)} GPU" + (f" {sum(utils) / len(utils):.0f}%" if utils else "")
 
 
 def main_component(components: Mapping[str, Mapping[str, Any]]) -> tuple[str, Mapping[str, Any]] | None:
     """The component whose progress stands for the pod: the one with a total, else a step, else the last."""
-    if not components:
-        return None
     items = list(components.items())
-    for want in ("total", "step"):
-        for name, c in reversed(items):
-            if c.get(want) is not None:
-                return name, c
-    return items[-1]
+    return next((i for want in ("total", "step") for i in reversed(items) if i[1].get(want) is not None),
+                items[-1] if items else None)
 
 
 def latest_problem(pod: Mapping[str, Any]) -> str:
-    """The newest flag (its type) and the newest failure diagnosis of a pod on one line:
-    ``"trainer step_crash · trainer: CUDA out of memory ..."``; ``""`` when there is neither."""
+    """The newest flag and the newest failure diagnosis of a pod: ``"trainer step_crash · trainer: CUDA ..."``."""
     flag: tuple[float, str] | None = None
     diag: tuple[float, str] | None = None
     for name, c in (pod.get("components") or {}).items():
@@ -614,8 +550,7 @@ def latest_problem(pod: Mapping[str, Any]) -> str:
 
 def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identity: str | None = None,
                    accept_hint: str | None = None) -> Callable[[PodSpec], Connector]:
-    """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does). ``accept_hint``: the
-    command that trusts an unknown host key (the fleet's own, with its options)."""
+    """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does)."""
     from .ssh import SshTarget, ssh_connector
 
     def make(spec: PodSpec) -> Connector:

@@ -1,9 +1,5 @@
-"""Clients of the control socket: one connection (:class:`Client`) and a reconnecting
-subscription (:class:`Session`) that the TUI, ``rlsup attach`` and the fleet view use.
-
-A :class:`Client` works on any pair of asyncio streams: a unix socket locally, or the local end
-of an SSH channel relayed by :mod:`rlsup.supervisor.client.ssh`. Nothing here imports textual.
-"""
+"""Clients of the control socket: one connection over any pair of asyncio streams (:class:`Client`) and a
+reconnecting subscription (:class:`Session`) that the TUI, ``rlsup attach`` and the fleet use. No textual."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ class NotRunning(Exception):
 
 
 class RunOver(NotRunning):
-    """No supervisor answers, none holds the run dir, and the run's journal says the run ended (a client
-    that lost its link before the end learns it from the journal: see :func:`local_connector`)."""
+    """No supervisor answers, none holds the run dir, and the run's journal says the run ended."""
 
     def __init__(self, message: str, journal: Path):
         super().__init__(message)
@@ -195,10 +190,7 @@ class Client:
 
 
 class SessionListener(Protocol):
-    """What a view (the TUI, a follower printing to a terminal) gets from a :class:`Session`.
-
-    Callbacks run on the session's event loop, in order; they must not block.
-    """
+    """What a view gets from a :class:`Session`: callbacks on the session's loop, in order, that must not block."""
 
     def on_connection(self, status: str, detail: str) -> None:
         """``connecting`` | ``attached`` | ``reconnecting`` | ``ended`` (the run is over) | ``closed``."""
@@ -207,9 +199,7 @@ class SessionListener(Protocol):
         """Full state after (re)connecting; ``resumed`` when it continues an earlier connection."""
 
     def on_event(self, event: Record) -> None:
-        """Lifecycle events (in seq order, none missed across reconnects) and gauges, each parsed
-        once on receipt (:func:`~rlsup.supervisor.records.events.parse`: a kind this client does not know
-        is an ``UnknownEvent``; ``Record.to_dict()`` gives the dict that came)."""
+        """Lifecycle events (in seq order, none missed across reconnects) and gauges, each parsed once."""
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None: ...
 
@@ -223,19 +213,13 @@ GoesOn = Callable[[int | None], Awaitable[str | None]]
 
 
 class Session:
-    """Keeps a subscription alive: reconnects with backoff and resyncs from sequence numbers.
-
-    ``connect`` opens a fresh, hello'd :class:`Client` (local socket or SSH). The session remembers
-    the last lifecycle ``seq`` and each component's next log line, so after a dropped link the
-    listener gets every missed lifecycle event and the log streams continue (or a gap is reported).
-    """
+    """Keeps a subscription alive: reconnects with backoff and resyncs from the last lifecycle ``seq`` and each
+    component's next log line, so that no lifecycle event is missed and the log streams continue (or gap)."""
 
     def __init__(self, connect: Connector, listener: SessionListener, *, lines: int = 1000,
                  backoff: tuple[float, float] = (0.5, 10.0), logs: bool = True, goes_on: GoesOn | None = None):
         self.connect = connect
-        # After the run ended: why it goes on all the same (a Slurm job requeued: the next supervisor
-        # continues the run), or None. The session then waits for that supervisor instead of ending.
-        self.goes_on = goes_on
+        self.goes_on = goes_on  # the session waits for the next supervisor instead of ending where it says
         self.logs = logs
         self.listener = listener
         self.lines = lines
@@ -262,8 +246,8 @@ class Session:
             except Exception as e:  # refused, unreachable, auth: say why and retry
                 if self._final(e):
                     return
-                self.listener.on_connection("reconnecting", f"{waiting}; {e}; retrying in {delay:.1f}s" if waiting
-                                            else f"{e}; retrying in {delay:.1f}s")
+                self.listener.on_connection("reconnecting", f"{waiting}{'; ' if waiting else ''}{e}; "
+                                                            f"retrying in {delay:.1f}s")
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, self.backoff[1]) * random.uniform(0.9, 1.1)
@@ -288,8 +272,7 @@ class Session:
         self.listener.on_connection("closed", "")
 
     def _final(self, e: Exception) -> bool:
-        """A connection refused for good: another protocol version; or the run ended while the link was
-        down (what the supervisor said after the link dropped, from its journal, then the end)."""
+        """A connection refused for good: another protocol version, or the run ended while the link was down."""
         if isinstance(e, VersionMismatch):
             self.listener.on_connection("closed", str(e))
             return True
@@ -353,8 +336,7 @@ class Session:
             self.listener.on_gap(msg["component"], msg["from_seq"], msg["to_seq"])
 
     async def _ask(self, request: Callable[[Client], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-        """``request`` on the live connection; ``ok: false`` with a reason when the link is down or the
-        supervisor refuses."""
+        """``request`` on the live connection; ``ok: false`` with a reason where it was not done."""
         if self.client is None:
             return {"ok": False, "error": "not connected to the supervisor (reconnecting)"}
         try:
@@ -385,10 +367,8 @@ def unix_connector(sock: str | Path, name: str = "client") -> Connector:
 
 
 def local_connector(run_dir: str | Path, name: str = "client") -> Connector:
-    """The run dir's socket; where no supervisor answers, none holds the run dir and the journal says the
-    run ended, :class:`RunOver` (``rlsup bridge`` does the same for a client over SSH: it serves the ended
-    run from disk). While no supervisor holds it and the run has not ended (its supervisor killed, a
-    take-over to come), the session keeps trying."""
+    """The run dir's socket; :class:`RunOver` where no supervisor holds the run dir and the journal says the
+    run ended (else a session keeps trying: a take-over may come)."""
     from ..rundir.layout import RunPaths, is_locked
 
     paths = RunPaths(Path(run_dir))
@@ -405,8 +385,8 @@ def local_connector(run_dir: str | Path, name: str = "client") -> Connector:
 
 
 def _journal(path: Path, having: bytes = b"") -> list[dict[str, Any]]:
-    """The journal's events (of the lines holding ``having``); torn or foreign lines skipped. Read here, not
-    through rundir.journal: the TUI reaches a run only through the client protocol and this module."""
+    """The journal's events (of the lines holding ``having``); torn or foreign lines skipped (not through
+    rundir.journal: the TUI reaches a run only through this module)."""
     import json
 
     out = []

@@ -1,11 +1,6 @@
-"""SSH attach: a protocol connection to a remote run through ``rlsup bridge`` over paramiko.
-
-The channel is relayed to a local socketpair by two threads, so the asyncio :class:`Client` reads
-the remote supervisor exactly as it reads a local socket. Host keys are verified against
-``~/.ssh/known_hosts``; an unknown host is refused with its fingerprint unless the user accepts it.
-``~/.ssh/config`` supplies HostName, User, Port, IdentityFile, ProxyJump (one or more hops) and
-ProxyCommand; keys from the SSH agent are used.
-"""
+"""SSH attach: ``rlsup bridge`` run over paramiko, its channel relayed to a local socketpair by two threads so
+that the asyncio :class:`Client` reads it as a local socket. Host keys are checked against ``~/.ssh/known_hosts``
+(an unknown one refused with its fingerprint unless accepted); ``~/.ssh/config`` and the SSH agent are used."""
 
 from __future__ import annotations
 
@@ -49,16 +44,12 @@ class SshTarget:
     def parse(cls, spec: str, *, identity: str | None = None) -> SshTarget:
         """``[user@]host[:port]``; IPv6 as ``[::1]:2222``."""
         user, _, hostport = spec.rpartition("@")
-        port: int | None = None
         if hostport.startswith("["):
             host, _, rest = hostport[1:].partition("]")
-            if rest.startswith(":"):
-                port = _port(rest[1:], spec)
-        elif hostport.count(":") == 1:
-            host, _, p = hostport.partition(":")
-            port = _port(p, spec)
+            p = rest[1:] if rest.startswith(":") else None
         else:
-            host = hostport
+            host, _, p = hostport.partition(":") if hostport.count(":") == 1 else (hostport, "", None)
+        port = _port(p, spec) if p is not None else None
         if not host:
             raise SshError(f"bad target {spec!r}: expected [user@]host[:port]")
         return cls(host=host, user=user or None, port=port, identity=identity)
@@ -68,13 +59,10 @@ class SshTarget:
 
 
 def _port(text: str, spec: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise SshError(f"bad port in {spec!r}") from None
-    if not 0 < port < 65536:
-        raise SshError(f"bad port in {spec!r}")
-    return port
+    with contextlib.suppress(ValueError):
+        if 0 < (port := int(text)) < 65536:
+            return port
+    raise SshError(f"bad port in {spec!r}")
 
 
 def _ssh_dir() -> Path:
@@ -95,21 +83,20 @@ def _lookup(host: str) -> dict[str, Any]:
 
 
 def fingerprint(key: Any) -> str:
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
 def _known_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+@dataclass
 class _Policy:
     """Missing-host-key policy: refuse with the fingerprint, or accept and record it."""
 
-    def __init__(self, accept: bool, known_hosts: Path, accept_hint: str):
-        self.accept = accept
-        self.known_hosts = known_hosts
-        self.accept_hint = accept_hint
+    accept: bool
+    known_hosts: Path
+    accept_hint: str
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         fp = fingerprint(key)
@@ -210,8 +197,7 @@ class _Remote:
         except (paramiko.SSHException, OSError, EOFError) as e:
             why = str(e).replace("[Errno None] ", "") or type(e).__name__  # paramiko's NoValidConnectionsError
             raise SshError(f"cannot connect to {label}: {why} (is sshd running there, and the port right?)") from None
-        tr = client.get_transport()
-        if tr is not None:
+        if (tr := client.get_transport()) is not None:
             tr.set_keepalive(KEEPALIVE_S)
         self.clients.append(client)
         return client
@@ -264,8 +250,7 @@ def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
 
 def attach_command(target: str, *, run_dir: str | None = None, identity: str | None = None,
                    remote_cmd: str | None = None, extra: str = "") -> str:
-    """The ``rlsup attach`` command line that reaches the same run the same way, every option that
-    made it work included, quoted for a shell: a hint that pastes back as printed."""
+    """The ``rlsup attach`` command line that reaches the same run the same way, quoted to paste as printed."""
     parts = ["rlsup", "attach", shlex.quote(target)]
     if run_dir:
         parts += ["--run-dir", shlex.quote(run_dir)]
@@ -278,16 +263,12 @@ def attach_command(target: str, *, run_dir: str | None = None, identity: str | N
 
 def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
     base = remote_cmd or os.environ.get("RLSUP_REMOTE_CMD") or "rlsup"
-    cmd = f"{base} bridge"
-    if run_dir:
-        cmd += f" --run-dir {shlex.quote(run_dir)}"
-    return cmd
+    return f"{base} bridge" + (f" --run-dir {shlex.quote(run_dir)}" if run_dir else "")
 
 
 async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.socket, dict[str, Any]]:
-    """``rlsup bridge`` started on the remote: over the SSH connection while it lives, else over a new
-    one. The connection may look alive but be half dead after a cut (its peer process gone, TCP not
-    closed yet): a channel that does not open soon means dial afresh."""
+    """``rlsup bridge`` started on the remote: over the SSH connection while it lives (a channel that does not
+    open soon means it is half dead after a cut), else over a new one."""
     loop = asyncio.get_running_loop()
     opened: tuple[Any, socket.socket, dict[str, Any]] | None = None
     if remote.alive():
@@ -300,8 +281,7 @@ async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.so
 
 
 async def _bridge_failure(e: Exception, info: dict[str, Any], command: str, target: SshTarget) -> SshError:
-    """Why the bridge did not answer, from what the remote printed: a missing ``rlsup`` there says how to
-    point at it."""
+    """Why the bridge did not answer, from what the remote printed (a missing ``rlsup``: how to point at it)."""
     for _ in range(50):  # give the relay thread a moment to collect the remote's stderr
         if info.get("done"):
             break
@@ -316,10 +296,8 @@ async def _bridge_failure(e: Exception, info: dict[str, Any], command: str, targ
 
 def ssh_connector(target: SshTarget, *, run_dir: str | None = None, remote_cmd: str | None = None,
                   accept_new_host_key: bool = False, accept_hint: str | None = None) -> Connector:
-    """A :data:`~rlsup.supervisor.client.session.Connector` over SSH; reuses the SSH connection while it
-    lives and dials again after it drops (what :class:`Session` reconnects through). ``accept_hint``:
-    the command that trusts an unknown host key, as the user should paste it (default: ``rlsup
-    attach`` with this target's options)."""
+    """A :data:`~rlsup.supervisor.client.session.Connector` over SSH, reusing the SSH connection while it lives.
+    ``accept_hint``: the command that trusts an unknown host key (default: ``rlsup attach`` with its options)."""
     if accept_hint is None:
         accept_hint = attach_command(target.label(), run_dir=run_dir, identity=target.identity,
                                      remote_cmd=remote_cmd, extra="--accept-new-host-key")

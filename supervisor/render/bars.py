@@ -1,11 +1,5 @@
-"""Text bars for gauges (GPU util/memory, host CPU/RAM), nvitop style, and the step count of a
-component's progress (:func:`step_text`, shared by ``rlsup status``, the report and the TUI).
-
-Pure functions of value and width, no textual/rich: the TUI renders the strings and maps
-:func:`level` to a CSS class (``ok``/``warn``/``crit``/``na``) so colours live in the .tcss theme.
-Every bar function returns exactly the width it was asked for (one cell per character; an empty
-glyph passed in must be single-cell).
-"""
+"""Text bars for gauges, nvitop style, and a component's step count: pure functions of value and width (no
+textual), each bar exactly as wide as asked; the TUI maps :func:`level` to a CSS class for colours."""
 
 from __future__ import annotations
 
@@ -25,19 +19,12 @@ def level(pct: float | None) -> str:
     """Severity class of a percentage: "na" (unknown), "ok" (< WARN_PCT), "warn" (< CRIT_PCT), "crit"."""
     if pct is None or not _valid(pct):
         return "na"
-    if pct >= CRIT_PCT:
-        return "crit"
-    if pct >= WARN_PCT:
-        return "warn"
-    return "ok"
+    return "crit" if pct >= CRIT_PCT else "warn" if pct >= WARN_PCT else "ok"
 
 
 def bar(pct: float | None, width: int, *, empty: str = " ") -> str:
-    """A bar of exactly ``width`` cells filled to ``pct`` percent (clamped to 0..100).
-
-    A partly filled cell is one of :data:`EIGHTHS`: a cell has 8 steps. Fill rounds down, so only
-    100% is a full bar. Unknown (None/NaN) is all ``empty``.
-    """
+    """A bar of exactly ``width`` cells filled to ``pct`` percent (clamped to 0..100), in eighths of a cell
+    (:data:`EIGHTHS`), rounded down: only 100% is full. Unknown (None/NaN) is all ``empty``."""
     if width <= 0:
         return ""
     if pct is None or not _valid(pct):
@@ -55,20 +42,14 @@ def fmt_mem(mb: float | None) -> str:
     """Compact size of a MiB figure: "512M", "1.2G", "79.6G", "1.5T"; "N/A" when unknown."""
     if mb is None or math.isnan(mb):
         return "N/A"
-    if round(mb) < 1024:
-        return f"{mb:.0f}M"
     gb = mb / 1024
-    if round(gb, 1) < 1024:
-        return f"{gb:.1f}G"
-    return f"{gb / 1024:.1f}T"
+    return f"{mb:.0f}M" if round(mb) < 1024 else f"{gb:.1f}G" if round(gb, 1) < 1024 else f"{gb / 1024:.1f}T"
 
 
 def _fit(text: str, width: int) -> str:
-    if width <= 0:
-        return ""
-    if len(text) > width:
-        return text[: width - 1] + "…" if width > 1 else text[:1]
-    return text.ljust(width)
+    if width <= 0 or len(text) <= width:
+        return text.ljust(width) if width > 0 else ""
+    return text[: width - 1] + "…" if width > 1 else text[:1]
 
 
 def _line(label: str, pct: float | None, text: str, width: int) -> str:
@@ -81,11 +62,8 @@ def _line(label: str, pct: float | None, text: str, width: int) -> str:
 
 
 def bar_line(label: str, used: float | None, total: float | None, width: int) -> str:
-    """``"MEM ████▌      12.3G/80.0G"`` in exactly ``width`` cells, for MiB figures.
-
-    The bar shows used/total; the text shows both values (:func:`fmt_mem`). Unknown used -> "N/A"
-    and an empty bar; unknown total -> just the used value and an empty bar.
-    """
+    """``"MEM ████▌      12.3G/80.0G"`` in exactly ``width`` cells, for MiB figures (unknown used: "N/A";
+    unknown total: the used value alone; either with an empty bar)."""
     if used is None or (isinstance(used, float) and math.isnan(used)):
         return _line(label, None, "N/A", width)
     if total is None or total <= 0:
@@ -95,9 +73,7 @@ def bar_line(label: str, used: float | None, total: float | None, width: int) ->
 
 def step_text(c: Mapping[str, Any]) -> str:
     """A component's step, ``"57/200"`` with a total, ``"-"`` before any (the status, the report, the TUI)."""
-    if c.get("step") is None:
-        return "-"
-    return f"{c['step']}/{c['total']}" if c.get("total") else str(c["step"])
+    return "-" if c.get("step") is None else f"{c['step']}/{c['total']}" if c.get("total") else str(c["step"])
 
 
 def pct_line(label: str, pct: float | None, width: int) -> str:

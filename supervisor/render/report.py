@@ -1,10 +1,5 @@
-"""``rlsup report``: a Markdown incident report of a run, from what the run left on disk.
-
-Reads only files (``events.jsonl``, ``state.json``, the logs, the config named in the journal), so
-it works on a live run and on one whose supervisor died long ago. The output is deterministic
-given ``now`` (times in UTC) and passes through :mod:`.redact` as a whole: no secret from the
-environment, the config's ``env``/``env_file`` or a ``--token``-style argument appears in it.
-"""
+"""``rlsup report``: a Markdown incident report of a run from its files alone (live or long dead), deterministic
+given ``now`` (times in UTC) and masked as a whole: no secret of the environment or the config appears in it."""
 
 from __future__ import annotations
 
@@ -33,13 +28,8 @@ LOG_TAIL_LINES = 12
 
 def build_report(run_dir: Path | str, *, now: float | None = None, env: Mapping[str, str] | None = None,
                  config_path: Path | str | None = None) -> str:
-    """The Markdown incident report of the run in ``run_dir``.
-
-    ``now`` (default: the clock) only matters for a run still going; ``env`` (default: this
-    process's environment) and the run's config (``config_path``, default the one named in the
-    journal, if it is still readable) supply the secret values to mask. Raises
-    ``FileNotFoundError`` when ``run_dir`` holds neither a journal nor a state file.
-    """
+    """The Markdown incident report of the run in ``run_dir``; ``env`` and the config (default: the one the
+    journal names) supply the secrets to mask. FileNotFoundError without a journal or a state file."""
     paths = RunPaths(Path(run_dir))
     if not paths.events.exists() and not paths.state.exists():
         raise FileNotFoundError(f"no events.jsonl or state.json in {paths.root}: not a run directory")
@@ -64,15 +54,12 @@ def _utc(ts: float | None, full: bool = False) -> str:
     return time.strftime(fmt, time.gmtime(ts))
 
 
-
-
 def _cell(s: Any) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
 def _code(lines: list[str] | tuple[str, ...]) -> list[str]:
-    body = [str(x).replace("```", "'''") for x in lines]
-    return ["```", *body, "```"]
+    return ["```", *(str(x).replace("```", "'''") for x in lines), "```"]
 
 
 def _times(n: int) -> str:
@@ -88,9 +75,7 @@ def _failure_text(a: Attempt) -> str:
         return d.what()
     if a.signal and d.category in ("killed", "unknown"):
         return a.signal
-    if d.category == "unknown":
-        return f"no recognised error (exit {a.exit_code})"
-    return d.category
+    return f"no recognised error (exit {a.exit_code})" if d.category == "unknown" else d.category
 
 
 def _hangs(name: str, atts: list[Attempt], waited: bool = False) -> str | None:
@@ -122,8 +107,7 @@ def _failures_text(name: str, failed: list[Attempt]) -> str:
 
 def _now_text(atts: list[Attempt], cstate: dict[str, Any]) -> str:
     """Where a component that failed stands now: given up, recovered, or its state."""
-    state = cstate.get("state")
-    if state == "fatal":
+    if (state := cstate.get("state")) == "fatal":
         reason = str(cstate.get("reason") or "")
         kind = reason.split(":", 1)[0] if ":" in reason[:40] else reason
         return "; stopped restarting" + (f" ({kind[:100]})" if kind else "")
@@ -136,31 +120,19 @@ def _component_summary(name: str, atts: list[Attempt], cstate: dict[str, Any], w
     failed = [a for a in atts if a.judged_failed]
     hung = _hangs(name, atts, waited)
     if not failed:
-        if hung is None:
-            return None
-        state = cstate.get("state")
-        return hung + (f"; now {state}" if state else "")
-    text = _failures_text(name, failed) + _now_text(atts, cstate)
-    if hung is not None:
-        text += f"; {hung}"
-    return text
+        return None if hung is None else hung + (f"; now {state}" if (state := cstate.get("state")) else "")
+    return _failures_text(name, failed) + _now_text(atts, cstate) + (f"; {hung}" if hung is not None else "")
 
 
 def _summary(st: dict[str, Any], attempts: dict[str, list[Attempt]], waited: set[str] | None = None) -> str:
-    parts = []
-    for name, atts in attempts.items():
-        s = _component_summary(name, atts, st["components"].get(name, {}), name in (waited or set()))
-        if s:
-            parts.append(s)
-    never = [n for n, c in st["components"].items()
-             if c.get("state") == "fatal" and not attempts.get(n)]
+    parts = [s for name, atts in attempts.items()
+             if (s := _component_summary(name, atts, st["components"].get(name, {}), name in (waited or set())))]
+    never = [n for n, c in st["components"].items() if c.get("state") == "fatal" and not attempts.get(n)]
     if never:
         parts.append(f"{', '.join(never)} never started (a dependency was fatal)")
     run = st["run"]
-    if run.get("ended_at"):
-        end = f"the run ended: {run.get('end_reason') or '?'} (exit code {run.get('exit_code')})"
-    else:
-        end = "the run is still going"
+    end = (f"the run ended: {run.get('end_reason') or '?'} (exit code {run.get('exit_code')})"
+           if run.get("ended_at") else "the run is still going")
     if not parts:
         return f"No component failed; {end}."
     text = "; ".join(parts) + f"; {end}."
@@ -215,8 +187,7 @@ def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts:
 
 
 def _root_cause_section(rd: Any) -> list[str]:
-    """The run's root cause across components, with the symptoms it caused elsewhere (``rd``: the run
-    diagnosis, or the error that kept it from being made)."""
+    """The run's root cause and the symptoms it caused elsewhere (``rd``: the run diagnosis, or why there is none)."""
     from ..diagnosis.run import root_hint
 
     if isinstance(rd, Exception):
@@ -229,9 +200,8 @@ def _root_cause_section(rd: Any) -> list[str]:
     text = f"**{rc.component}** failed{' first' if rd.root_first else ''}{when}{att}: {rc.summary}."
     if rd.recurrences:
         text += f" It failed the same way {_times(rd.recurrences)} more after restarts."
-    hint = root_hint(rd)
     out = ["## Root cause", "", text]
-    if hint:
+    if hint := root_hint(rd):
         out += ["", f"What to do: {hint}"]
     if rd.independent:
         out += ["", "Independently of it:", ""]
@@ -266,16 +236,14 @@ def _components_table(st: dict[str, Any], attempts: dict[str, list[Attempt]]) ->
 def _flag_entry(fs: list[Record]) -> list[str]:
     """One (component, type) of flags: the latest, which says the most; earlier ones counted."""
     rec = fs[-1]
-    f = rec.event
-    assert isinstance(f, FlagRaised)
+    assert isinstance(f := rec.event, FlagRaised)
     out = [f"### {f.type} on {rec.component or 'run'} at {_utc(rec.ts)}", ""]
     if len(fs) > 1:
         out += [f"_Raised {len(fs)} times, first at {_utc(fs[0].ts)}; the latest:_", ""]
     out += [f.message, ""]
     if f.action:
         out += [f"Action: {f.action}", ""]
-    ev = [str(x) for x in f.evidence][:MAX_EVIDENCE]
-    if ev:
+    if ev := [str(x) for x in f.evidence][:MAX_EVIDENCE]:
         out += _code(ev) + [""]
     return out
 
@@ -290,18 +258,14 @@ def _flags_section(events: list[Record]) -> list[str]:
     out = ["## Flags", ""]
     for fs in groups.values():
         out += _flag_entry(fs)
-    cleared = [(r, r.event) for r in events if isinstance(r.event, FlagCleared)]
-    for r, e in cleared:
-        out.append(f"- {_utc(r.ts)} {r.component}: {e.type} cleared ({e.message})")
-    if cleared:
-        out.append("")
-    return out
+    cleared = [f"- {_utc(r.ts)} {r.component}: {r.event.type} cleared ({r.event.message})"
+               for r in events if isinstance(r.event, FlagCleared)]
+    return out + cleared + ([""] if cleared else [])
 
 
 def _attempt_row(a: Attempt) -> str:
-    s = a.started
     e = a.exited
-    res = s.resume if s else None
+    res = a.started.resume if a.started else None
     num = f"{a.attempt}" + (f" (resumed @ step {res.step})" if res else "")
     d = a.diagnosis
     diag = "-" if not e else ("ok" if d.category == "none" else f"{d.category}: {d.summary}")
@@ -314,16 +278,13 @@ def _attempt_row(a: Attempt) -> str:
 def _attempts_section(paths: RunPaths, st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:
     out = ["## Attempts", ""]
     for name, atts in attempts.items():
-        c = st["components"].get(name, {})
-        out += [f"### {name} ({c.get('state')})", ""]
+        out += [f"### {name} ({st['components'].get(name, {}).get('state')})", ""]
         first = atts[0].started
         if first is not None and first.command:
             out += [f"Command: `{shlex.join(first.command)}`", ""]
         out += ["| # | started | ready | ended | uptime | exit | step | diagnosis |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-        out += [_attempt_row(a) for a in atts]
-        out.append("")
-        out += _failure_details(paths, name, atts)
+                "| --- | --- | --- | --- | --- | --- | --- | --- |", *map(_attempt_row, atts), "",
+                *_failure_details(paths, name, atts)]
     if len(out) == 2:
         out += ["No component was started.", ""]
     return out
@@ -350,8 +311,8 @@ def _failure_details(paths: RunPaths, name: str, atts: list[Attempt]) -> list[st
 def _failure_block(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
     """One failed attempt: its exit, diagnosis, what rlsup did next, and its evidence."""
     d = a.diagnosis
-    out = [f"**Attempt {a.attempt}**: {_exit_after(a)}" + (f" at step {a.step}" if a.step is not None else ""), ""]
-    out.append(f"- Category: `{d.category}`")
+    out = [f"**Attempt {a.attempt}**: {_exit_after(a)}" + (f" at step {a.step}" if a.step is not None else ""), "",
+           f"- Category: `{d.category}`"]
     if d.summary:
         out.append(f"- Summary: {d.summary}")
     if d.exception:
@@ -360,16 +321,12 @@ def _failure_block(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) 
         out.append(f"- Location: `{d.location}`")
     if a.outcome is not None:
         out.append(f"- Then: {describe(a.outcome)}")
-    res = a.exit.extra.get("resources") if a.exit is not None else None
-    if res:
+    if res := (a.exit.extra.get("resources") if a.exit is not None else None):
         out.append(f"- Resources at exit: {_resources_text(res)}")
     out.append("")
-    ev = list(d.evidence)[-MAX_EVIDENCE:]
-    if not ev:
-        ev = _attempt_tail(paths, name, atts, a)
-        if ev:
-            out += [f"No failure text was recognised; the last lines of attempt {a.attempt}'s output "
-                    f"(`rlsup logs {name} --attempt {a.attempt}`):", ""]
+    if not (ev := list(d.evidence)[-MAX_EVIDENCE:]) and (ev := _attempt_tail(paths, name, atts, a)):
+        out += [f"No failure text was recognised; the last lines of attempt {a.attempt}'s output "
+                f"(`rlsup logs {name} --attempt {a.attempt}`):", ""]
     if ev:
         out += _code(ev) + [""]
     return out
@@ -378,20 +335,16 @@ def _failure_block(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) 
 def _same_failure(a: Attempt, b: Attempt) -> bool:
     """Same category, exception and location, and the same last evidence line: the log tail of a
     crash loop accumulates, so whole evidence lists differ while the failure does not."""
-    da, db = a.diagnosis, b.diagnosis
-    if (da.category, da.exception, da.location) != (db.category, db.exception, db.location):
-        return False
-    last_a = da.evidence[-1] if da.evidence else None
-    last_b = db.evidence[-1] if db.evidence else None
-    return last_a == last_b and a.exit_text() == b.exit_text()
+    def key(x: Attempt) -> tuple[Any, ...]:
+        d = x.diagnosis
+        return d.category, d.exception, d.location, d.evidence[-1] if d.evidence else None, x.exit_text()
+    return key(a) == key(b)
 
 
 def _mark(a: Attempt) -> Mark | None:
     """Where attempt ``a``'s output begins in its log (None: a journal without ranges)."""
     s = a.started
-    if s is None or s.log_offset is None:
-        return None
-    return Mark(s.log_ino, s.log_offset)
+    return None if s is None or s.log_offset is None else Mark(s.log_ino, s.log_offset)
 
 
 def _attempt_tail(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
@@ -424,14 +377,10 @@ def _num(v: Any) -> str:
 
 
 def _resources_text(res: Mapping[str, Any]) -> str:
-    parts = []
-    for k, v in res.items():
-        if isinstance(v, float):
-            v = f"{v:.1f}"
-        if isinstance(v, (dict, list)):
-            v = json.dumps(v, default=str)[:200]
-        parts.append(f"{k} {v}")
-    return ", ".join(parts)
+    def text(v: Any) -> Any:
+        return f"{v:.1f}" if isinstance(v, float) else json.dumps(v, default=str)[:200] if isinstance(
+            v, (dict, list)) else v
+    return ", ".join(f"{k} {text(v)}" for k, v in res.items())
 
 
 def _resources_section(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -> list[str]:
@@ -439,15 +388,13 @@ def _resources_section(st: dict[str, Any], attempts: dict[str, list[Attempt]]) -
     per_crash = [(a, a.exit.extra["resources"]) for atts in attempts.values() for a in atts
                  if a.judged_failed and a.exit is not None and a.exit.extra.get("resources")]
     if per_crash:
-        out += ["Around each crash (from the `exited` events):", ""]
-        for a, res in per_crash:
-            out.append(f"- {a.component} attempt {a.attempt} at {_utc(a.ended_at)}: {_resources_text(res)}")
-        out.append("")
+        out += ["Around each crash (from the `exited` events):", "",
+                *(f"- {a.component} attempt {a.attempt} at {_utc(a.ended_at)}: {_resources_text(res)}"
+                  for a, res in per_crash), ""]
     host = st.get("host") or {}
     gpus = st.get("gpus") or []
     if not host and not gpus:
-        out += ["No resource figures were recorded (state.json has no host or GPU sample).", ""]
-        return out
+        return out + ["No resource figures were recorded (state.json has no host or GPU sample).", ""]
     out += ["Last sample in state.json (the end of the run, not the moment of each crash):", ""]
     if host:
         mem = (f"{host.get('mem_used_mb', 0) / 1024:.1f} / {host.get('mem_total_mb', 0) / 1024:.1f} GiB"
@@ -477,16 +424,12 @@ def _checkpoints_section(st: dict[str, Any], attempts: dict[str, list[Attempt]],
         elif found:
             rows.append(f"- {n}: step {found[0]} at `{found[1]}` (found on disk)")
         elif resumes:
-            r = resumes[-1]
-            rows.append(f"- {n}: last resumed from step {r.step} (`{r.checkpoint}`)")
+            rows.append(f"- {n}: last resumed from step {resumes[-1].step} (`{resumes[-1].checkpoint}`)")
         elif isinstance(comps_cfg.get(n), dict) and comps_cfg[n].get("resume"):
             rows.append(f"- {n}: none found")
         if resumes and (ck or found):
-            r = resumes[-1]
-            rows.append(f"  - last resumed from step {r.step} (`{r.checkpoint}`)")
-    if not rows:
-        return []
-    return ["## Latest checkpoints", "", *rows, ""]
+            rows.append(f"  - last resumed from step {resumes[-1].step} (`{resumes[-1].checkpoint}`)")
+    return ["## Latest checkpoints", "", *rows, ""] if rows else []
 
 
 def _discover(ccfg: Any, paths: RunPaths) -> tuple[int, str] | None:
@@ -506,9 +449,7 @@ def _discover(ccfg: Any, paths: RunPaths) -> tuple[int, str] | None:
         found = discover(root, r.get("layout") or "auto", step_pattern=r.get("step_pattern"))
     except Exception:
         return None
-    if found.latest is None:
-        return None
-    return found.latest.step, found.latest.path
+    return None if found.latest is None else (found.latest.step, found.latest.path)
 
 
 # A flag's advice covers the category's generic one (a repeated AttributeError needs one fix).
@@ -529,13 +470,11 @@ def _advice_keys(attempts: dict[str, list[Attempt]], events: list[Record]) -> li
         skip = set().union(*(_COVERED.get(k, set()) for k, n in flagged if n == name))
         keys += [(a.diagnosis.category, name, a.diagnosis.location) for a in atts
                  if a.judged_failed and a.diagnosis.category not in skip]
-    seen: set[tuple[str, str]] = set()
-    out = []
+    first: dict[tuple[str, str], str | None] = {}
     for key, name, loc in keys:
-        if key in NEXT_STEPS and (key, name) not in seen:
-            seen.add((key, name))
-            out.append((key, name, loc))
-    return out
+        if key in NEXT_STEPS:
+            first.setdefault((key, name), loc)
+    return [(key, name, loc) for (key, name), loc in first.items()]
 
 
 def _advice(st: dict[str, Any], atts: list[Attempt], key: str, name: str, loc: str | None) -> str:
@@ -558,12 +497,8 @@ def _next_steps(st: dict[str, Any], attempts: dict[str, list[Attempt]], events: 
 def _timeline(events: list[Record], t0: float | None) -> list[str]:
     rows = [r for r in events if r.kind not in ("progress", "gpu")]
     out = ["## Timeline", "", "| time (UTC) | +s | component | event |", "| --- | --- | --- | --- |"]
-    shown: list[Record | None] = list(rows)
-    cut = 0
-    if len(rows) > MAX_TIMELINE:
-        head = MAX_TIMELINE // 5
-        cut = len(rows) - MAX_TIMELINE
-        shown = [*rows[:head], None, *rows[head + cut:]]
+    cut, head = max(0, len(rows) - MAX_TIMELINE), MAX_TIMELINE // 5
+    shown: list[Record | None] = [*rows[:head], None, *rows[head + cut:]] if cut else list(rows)
     for r in shown:
         if r is None:
             out.append(f"| ... | | | {cut} more events in events.jsonl |")

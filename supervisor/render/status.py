@@ -24,15 +24,14 @@ def _ckpt(c: dict[str, Any], now: float) -> str:
 
 def _header(run: dict[str, Any]) -> str:
     """The run's line: its supervisor (live, gone, or ended) and its run dir."""
-    up = fmt_duration(run.get("uptime_s"))
+    up, who = fmt_duration(run.get("uptime_s")), f"pid {run.get('pid')} on {run.get('host')}"
     if run.get("supervisor_gone"):
-        return (f"run {run.get('name')}  NO SUPERVISOR (pid {run.get('pid')} on {run.get('host')} is gone)  "
-                f"({run.get('run_dir')})")
-    if run.get("ended_at") or ("supervisor" in run and run["supervisor"] is None):
-        return (f"run {run.get('name')}  ended, no supervisor (the last was pid {run.get('pid')} on "
-                f"{run.get('host')}, ran {up})  ({run.get('run_dir')})")
-    return (f"run {run.get('name')}  supervisor pid {run.get('pid')} on {run.get('host')}, up {up}  "
-            f"({run.get('run_dir')})")
+        what = f"NO SUPERVISOR ({who} is gone)"
+    elif run.get("ended_at") or ("supervisor" in run and run["supervisor"] is None):
+        what = f"ended, no supervisor (the last was {who}, ran {up})"
+    else:
+        what = f"supervisor {who}, up {up}"
+    return f"run {run.get('name')}  {what}  ({run.get('run_dir')})"
 
 
 _COLUMNS = ("COMPONENT", "STATE", "PID", "ATTEMPT", "UPTIME", "STEP", "RATE", "ETA", "CHECKPOINT", "CPU", "RSS",
@@ -73,8 +72,7 @@ def _component_notes(name: str, c: dict[str, Any]) -> list[str]:
         notes.append(f"{name}: waiting for {', '.join(c['waiting_for'])}")
     if c.get("state") == "fatal" and c.get("reason"):
         notes.append(f"{name}: FATAL: {c['reason']}")
-    ex = c.get("last_exit")
-    if ex:
+    if ex := c.get("last_exit"):
         how = f"killed by {ex['signal']}" if ex.get("signal") else f"exit code {ex.get('exit_code')}"
         d = ex.get("diagnosis") or {}
         summ = f": {d['summary']}" if d.get("summary") and d.get("category") != "none" else ""
@@ -93,12 +91,9 @@ def _gpu_line(g: dict[str, Any]) -> str:
 
 
 def _gpu_lines(view: dict[str, Any]) -> list[str]:
-    gpus = view.get("gpus") or []
-    if gpus:
+    if gpus := view.get("gpus") or []:
         return ["", *(_gpu_line(g) for g in gpus)]
-    if view.get("gpu_reason"):
-        return ["", f"gpus: none ({view['gpu_reason']})"]
-    return []
+    return ["", f"gpus: none ({view['gpu_reason']})"] if view.get("gpu_reason") else []
 
 
 def _ended_lines(run: dict[str, Any]) -> list[str]:
@@ -135,7 +130,6 @@ def _here(path: str | None) -> str | None:
     if not path:
         return None
     try:
-        shown = str(Path(path).relative_to(Path.cwd()))
+        return shlex.quote(str(Path(path).relative_to(Path.cwd())))
     except ValueError:
-        shown = str(path)
-    return shlex.quote(shown)
+        return shlex.quote(str(path))

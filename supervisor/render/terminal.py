@@ -1,15 +1,7 @@
-"""Text for a terminal: control characters shown, never obeyed.
-
-A component's output reaches the user's terminal through ``rlsup logs``, ``events``, ``why``, ``report``
-and ``diagnose``. Written as it is, ``ESC c`` would reset the terminal (a tmux pane loses its history),
-OSC 52 would set the clipboard, OSC 0/2 the title, ``ESC[?1049h`` switch to the alternate screen,
-``ESC[?2004h`` turn on bracketed paste, and backspaces or a carriage return would make ``SAFE`` show as
-``EVIL``. As ``less`` does (and ``cat -v``), every control character but tab and newline is written as
-visible text instead: C0 and DEL in caret notation (``^[`` for ESC, ``^H`` for backspace, ``^M`` for a
-carriage return, ``^?`` for DEL), the C1 controls (which some terminals obey as ESC sequences) and the
-bidirectional overrides (which reorder what is shown) as ``<U+XXXX>``. Only when writing to a terminal:
-a pipe or a file gets the text as it is (as ``less``, ``git`` and ``journalctl`` do); ``--raw`` asks for
-it on a terminal too. The log files themselves are never touched.
+"""Text for a terminal: control characters shown, never obeyed (``ESC c`` would reset it, OSC 52 set the
+clipboard, a carriage return make ``SAFE`` show as ``EVIL``). As ``less`` does, every control character but tab
+and newline is written visibly: C0 and DEL in caret notation (``^[``, ``^?``), C1 controls and bidirectional
+overrides as ``<U+XXXX>``. Only on a terminal (a pipe gets the text as it is; ``--raw`` asks for that too).
 """
 
 from __future__ import annotations
