@@ -47,22 +47,22 @@ class Key:
 
 KEYS: tuple[Key, ...] = (
     # selection and focus
-    Key("tab", "tab", "next_component", "next", "select the next component (shift+tab: previous)",
+    Key("tab", "tab", "cycle(1)", "next", "select the next component (shift+tab: previous)",
         footer=False, priority=True),
-    Key("shift+tab", "shift+tab", "prev_component", "prev", "select the previous component",
+    Key("shift+tab", "shift+tab", "cycle(-1)", "prev", "select the previous component",
         footer=False, priority=True),
     *(Key(str(i), "1-9", f"select({i - 1})", "select", "select component N (the # column)", footer=False)
       for i in range(1, 10)),
-    Key("up,k", "↑/k", "select_prev", "select", "select the previous component", contexts=frozenset({TABLE})),
-    Key("down,j", "↓/j", "select_next", "select", "select the next component", footer=False,
+    Key("up,k", "↑/k", "step(-1)", "select", "select the previous component", contexts=frozenset({TABLE})),
+    Key("down,j", "↓/j", "step(1)", "select", "select the next component", footer=False,
         contexts=frozenset({TABLE})),
     Key("enter", "enter", "focus_log", "log keys", "give the arrows and j/k to the selected log",
         contexts=frozenset({TABLE})),
     Key("escape", "esc", "focus_table", "table keys", "give the arrows and j/k back to the component table",
         contexts=frozenset({LOG})),
     # scrolling the selected log
-    Key("up,k", "↑/k", "scroll_up", "scroll", "scroll the log up a line (pauses follow)", contexts=frozenset({LOG}), log=True),
-    Key("down,j", "↓/j", "scroll_down", "scroll", "scroll the log down a line (at the end: follow again)",
+    Key("up,k", "↑/k", "scroll(-1)", "scroll", "scroll the log up a line (pauses follow)", contexts=frozenset({LOG}), log=True),
+    Key("down,j", "↓/j", "scroll(1)", "scroll", "scroll the log down a line (at the end: follow again)",
         footer=False, contexts=frozenset({LOG}), log=True),
     Key("pageup,ctrl+b", "pgup/ctrl+b", "page(-1)", "page", "scroll the selected log up a page", footer=False, contexts=ANY, log=True),
     Key("pagedown,ctrl+f", "pgdn/ctrl+f", "page(1)", "page", "scroll the selected log down a page", footer=False,
@@ -98,8 +98,8 @@ KEYS: tuple[Key, ...] = (
     Key("Q", "Q", "stop_all", "stop all", "stop every component and end the run (asks)", command=True),
     # copy mode (after the rows that share its keys, so the footer keeps their order)
     Key("c", "c", "copy_mode", "copy", "copy mode: select lines of the selected log for the clipboard or a file", log=True),
-    Key("up,k", "↑/k", "cursor_up", "extend", "move the end of the selection up", contexts=frozenset({SELECT}), log=True),
-    Key("down,j", "↓/j", "cursor_down", "extend", "move the end of the selection down", footer=False,
+    Key("up,k", "↑/k", "cursor(-1)", "extend", "move the end of the selection up", contexts=frozenset({SELECT}), log=True),
+    Key("down,j", "↓/j", "cursor(1)", "extend", "move the end of the selection down", footer=False,
         contexts=frozenset({SELECT}), log=True),
     Key("space", "space", "reanchor", "restart", "start the selection again at the cursor",
         contexts=frozenset({SELECT}), log=True),

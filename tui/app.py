@@ -195,25 +195,15 @@ class MainScreen(Screen):
 
     def _layout(self) -> None:
         w, h = self.size
-        names = list(self.panes)
+        self.query_one("#top", Vertical).display = not self.zoomed
+        for i, p in enumerate(self.panes.values()):
+            p.display = not self.zoomed or i == self.selected
+        n = 1 if self.zoomed else max(1, len(self.panes))
+        cols = max(1, min(n, w // PANE_MIN_WIDTH))
         logs = self.query_one("#logs", Grid)
-        top = self.query_one("#top", Vertical)
-        top.display = not self.zoomed
-        if self.zoomed:
-            for i, name in enumerate(names):
-                self.panes[name].display = i == self.selected
-            cols, rows = 1, 1
-        else:
-            for p in self.panes.values():
-                p.display = True
-            n = max(1, len(names))
-            cols = max(1, min(n, w // PANE_MIN_WIDTH))
-            rows = math.ceil(n / cols)
         logs.styles.grid_size_columns = cols
-        logs.styles.grid_size_rows = rows
-        gauges = self.query_one("#gauges", Horizontal)
-        wide = w >= 150
-        gauges.set_class(not wide, "stacked")
+        logs.styles.grid_size_rows = math.ceil(n / cols)
+        self.query_one("#gauges", Horizontal).set_class(w < 150, "stacked")
         self.set_class(h < 40, "compact")
         self._show_focus()
 
@@ -311,11 +301,14 @@ class MainScreen(Screen):
             self.run_worker(self._probe_disk(pane), group="disk")
 
     # reading older lines from disk ----------------------------------------------------------
-    async def _disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
+    async def _disk(self, op: str, component: str, *, warn: bool = False, **fields: Any) -> dict[str, Any]:
+        """A request for the log file on disk; with ``warn``, a refusal shows as a warning."""
         disk = getattr(self.rlapp.session, "disk", None)
-        if disk is None:
-            return {"ok": False, "error": "this session cannot read logs from disk"}
-        return await _reply(disk(op, component, **fields))
+        reply: dict[str, Any] = ({"ok": False, "error": "this session cannot read logs from disk"} if disk is None
+                 else await _reply(disk(op, component, **fields)))
+        if warn and not reply.get("ok"):
+            self.notify(reply.get("error") or "cannot read the log file", severity="warning")
+        return reply
 
     async def _probe_disk(self, pane: LogPane) -> None:
         reply = await self._disk("log_read", pane.component, from_seq=None, limit=1)
@@ -338,22 +331,20 @@ class MainScreen(Screen):
                 return
             v._asking = True  # type: ignore[attr-defined]
             try:
-                reply = await self._disk("log_read", pane.component, before_seq=first, limit=PAGE)
+                reply = await self._disk("log_read", pane.component, warn=True, before_seq=first, limit=PAGE)
             finally:
                 v._asking = False  # type: ignore[attr-defined]
             if not reply.get("ok"):
-                self.notify(reply.get("error") or "cannot read the log file", severity="warning")
                 return
             v.disk_first = reply["disk_first_seq"]
             if reply["lines"] and v.hist is None and v.top == 0:
                 v.show_disk(reply, at="bottom")
             pane.update_title()
             return
-        if direction < 0:
-            reply = await self._disk("log_read", pane.component, before_seq=h.first, limit=PAGE)
-        else:
-            end = h.first + len(v.lines)
-            reply = await self._disk("log_read", pane.component, from_seq=end, limit=min(PAGE, h.live_seq - end))
+        end = h.first + len(v.lines)
+        where: dict[str, Any] = {"before_seq": h.first} if direction < 0 else {"from_seq": end}
+        reply = await self._disk("log_read", pane.component, **where,
+                                 limit=PAGE if direction < 0 else min(PAGE, h.live_seq - end))
         if v.hist is not h:
             return  # left meanwhile
         if not reply.get("ok"):
@@ -373,9 +364,8 @@ class MainScreen(Screen):
     async def _disk_top(self, pane: LogPane) -> None:
         """Home: the first page of the log file (when the view does not hold line 1 already)."""
         v = pane.view
-        reply = await self._disk("log_read", pane.component, from_seq=None, limit=PAGE)
+        reply = await self._disk("log_read", pane.component, warn=True, from_seq=None, limit=PAGE)
         if not reply.get("ok"):
-            self.notify(reply.get("error") or "cannot read the log file", severity="warning")
             return
         v.disk_first = reply["disk_first_seq"]
         first = v.window_first
@@ -527,23 +517,15 @@ class MainScreen(Screen):
         else:
             self._show_focus()
 
-    def action_next_component(self) -> None:
-        self._select(self.selected + 1)
-
-    def action_prev_component(self) -> None:
-        self._select(self.selected - 1)
+    def action_cycle(self, step: int) -> None:
+        self._select(self.selected + step)
 
     def action_select(self, i: int) -> None:
-        if i < len(self.panes):
+        if 0 <= i < len(self.panes):
             self._select(i)
 
-    def action_select_prev(self) -> None:
-        if self.selected > 0:
-            self._select(self.selected - 1)
-
-    def action_select_next(self) -> None:
-        if self.selected < len(self.panes) - 1:
-            self._select(self.selected + 1)
+    def action_step(self, step: int) -> None:  # no wrapping around, unlike cycle (tab)
+        self.action_select(self.selected + step)
 
     def action_focus_log(self) -> None:
         if self.selected_pane() is not None:

@@ -52,12 +52,6 @@ CUT = "…"
 HSTEP = 8  # columns per sideways scroll step
 WHEEL = 3  # rows per mouse-wheel notch
 FLOOD_PAINT_TICKS = 4  # a pane scrolled by a flood repaints at most every this many flush ticks (5 Hz)
-
-
-def _cells(line: str) -> int:
-    return len(line) if line.isascii() else cell_len(line)
-
-
 PAGE = 2000  # lines per page read from disk
 
 
@@ -77,18 +71,13 @@ class History:
         self.incoming_seq: int | None = None
         self.loading = False  # a page is on its way: no second request for the same edge
 
-    def line_no(self, seq: int) -> int:
-        return seq - self.disk_first + 1
-
     def set_aside(self, new: list[str], marked: bool, seq: int | None, max_lines: int) -> None:
-        """Live lines that arrived while the window is shown: kept (the newest ``max_lines``) for
-        when the window reaches the live view again."""
+        """Keep live lines (the newest ``max_lines``) for when the window reaches the live view again."""
         if self.incoming_seq is None:
             self.incoming_seq = seq
         self.incoming.extend(new)
         self.incoming_marked |= marked
-        if len(self.incoming) > max_lines:
-            drop = len(self.incoming) - max_lines
+        if (drop := len(self.incoming) - max_lines) > 0:
             del self.incoming[:drop]
             if self.incoming_seq is not None:
                 self.incoming_seq += drop
@@ -277,14 +266,15 @@ class LogView(Widget, can_focus=False):
         if self.hist is not None:
             self.leave_history()
         self.live_first = None
-        self.dropped += len(self.lines)
-        self.lines = []
-        self.marks = set()
+        self._load([], self.dropped + len(self.lines), set())
+        self.refresh()
+
+    def _load(self, lines: list[str], dropped: int, marks: set[int], current: int | None = None) -> None:
+        """Replace the lines held (no selection, at the top)."""
+        self.lines, self.dropped, self.marks, self.current = lines, dropped, marks, current
         self._rows, self._rows_width = [0], -1
-        self.current = None
         self.select_anchor = self.cursor = None
         self.top = 0
-        self.refresh()
 
     # reading from disk --------------------------------------------------------------------
     @property
@@ -307,23 +297,16 @@ class LogView(Widget, can_focus=False):
         self.disk_first = disk_first
         if self.hist is None:
             live_seq = self.live_first if self.live_first is not None else disk_end
-            saved = (self.lines, self.dropped, self.marks, self.top, self.follow, self.current, self.widest)
+            saved = (self.lines, self.dropped, self.marks, self.current, self.widest)
             self.hist = History(seq, disk_first, disk_end, live_seq, saved)
         h = self.hist
         h.first, h.disk_first, h.disk_end, h.loading = seq, disk_first, max(h.disk_end, disk_end), False
-        self.lines = clean_lines(list(page["lines"]))
-        self.dropped = seq
-        self.marks = set()
-        self.select_anchor = self.cursor = None
-        self.current = None
+        self._load(clean_lines(list(page["lines"])), seq, set())
         self.follow = False
-        self._rows, self._rows_width = [0], -1
         self.widest = max([self.widest, *map(len, self.lines)]) if self.lines else self.widest
-        if at == "top":
-            self.top = 0
-        elif at == "bottom":
+        if at == "bottom":
             self.top = self.max_top
-        else:
+        elif at != "top":
             self.show_line(int(at) - seq)
         self._moved()
 
@@ -344,20 +327,15 @@ class LogView(Widget, can_focus=False):
             self._rows_width = -1
             self.top += self.row_of(len(new))
             h.first = self.dropped = seq
-            excess = len(self.lines) - self.max_lines
-            if excess > 0:
-                del self.lines[-excess:]
-                self._rows_width = -1
+            del self.lines[self.max_lines:]
         elif seq == h.first + len(self.lines):  # newer lines, below
             self.lines.extend(new)
             self._rows_width = -1
-            excess = len(self.lines) - self.max_lines
-            if excess > 0:
-                gone = self.row_of(excess)
+            if (excess := len(self.lines) - self.max_lines) > 0:
+                self.top = max(0, self.top - self.row_of(excess))
                 del self.lines[:excess]
-                self._rows_width = -1
                 h.first = self.dropped = h.first + excess
-                self.top = max(0, self.top - gone)
+        self._rows_width = -1
         self.top = min(self.top, self.max_top)
         self._moved()
 
@@ -367,10 +345,9 @@ class LogView(Widget, can_focus=False):
         h = self.hist
         if h is None:
             return
-        self.lines, self.dropped, self.marks, self.top, self.follow, self.current, self.widest = h.saved  # type: ignore[assignment]
+        lines, dropped, marks, current, self.widest = h.saved  # type: ignore[assignment]
+        self._load(lines, dropped, marks, current)  # type: ignore[arg-type]
         self.hist = None
-        self._rows, self._rows_width = [0], -1
-        self.select_anchor = self.cursor = None
         self.follow = follow
         if h.incoming:
             if len(h.incoming) >= self.max_lines:
@@ -384,11 +361,9 @@ class LogView(Widget, can_focus=False):
     def _want_more(self, delta: int) -> None:
         """After a move: ask for the next page from disk when the view nears an edge of what it holds."""
         h = self.hist
-        if h is None:
-            if delta < 0 and self.top == 0 and self.older_on_disk:
+        if h is None:  # (disk_first None: not asked yet, the supervisor knows)
+            if delta < 0 and self.top == 0 and (self.older_on_disk or (self.disk_first is None and self.live_first)):
                 self.post_message(self.NeedLines(self, -1))
-            elif delta < 0 and self.top == 0 and self.disk_first is None and self.live_first:
-                self.post_message(self.NeedLines(self, -1))  # not asked yet: the supervisor knows
             return
         if h.loading:
             return
@@ -412,10 +387,7 @@ class LogView(Widget, can_focus=False):
 
     def on_resize(self, event: events.Resize) -> None:
         self._view_size = (event.size.width, event.size.height)
-        if self.follow:
-            self.top = self.max_top
-        else:
-            self.top = min(self.top, self.max_top)
+        self.top = self.max_top if self.follow else min(self.top, self.max_top)
         self.refresh()
 
     # scrolling ------------------------------------------------------------------------------
@@ -506,10 +478,15 @@ class LogView(Widget, can_focus=False):
         q = query.lower()
         if not q:
             return None
-        n = len(self.lines)
-        start = self._search_start(q, direction)
+        lines, n = self.lines, len(self.lines)
+        # From the current match of the same query, else the copy-mode cursor, else past the newest (oldest) line.
+        if q == self.search_query and self.current is not None and 0 <= self.current - self.dropped < n:
+            start = self.current - self.dropped
+        elif self.cursor is not None:
+            start = self.cursor - self.dropped
+        else:
+            start = n if direction < 0 else -1
         self.search_query = q
-        lines = self.lines
         for k in range(1, n + 1):
             i = start + direction * k
             if not wrap and not 0 <= i < n:
@@ -523,16 +500,6 @@ class LogView(Widget, can_focus=False):
             self._moved()
         return None
 
-    def _search_start(self, q: str, direction: int) -> int:
-        """The local index a search steps from: the current match of the same query, else the
-        copy-mode cursor, else just past the newest (or oldest) line."""
-        n = len(self.lines)
-        if q == self.search_query and self.current is not None and 0 <= self.current - self.dropped < n:
-            return self.current - self.dropped
-        if self.cursor is not None:
-            return self.cursor - self.dropped
-        return n if direction < 0 else -1
-
     def _show_found(self, i: int, q: str) -> None:
         """Line ``i`` holds a match of ``q``: make it the current one, in view (its column too)."""
         line = self.lines[i]
@@ -542,7 +509,7 @@ class LogView(Widget, can_focus=False):
             self.cursor = self.current
         self.show_line(i)
         if not self.wrap:  # bring the match's column into view too
-            col = _cells(line[: line.lower().find(q)])
+            col = cell_len(line[: line.lower().find(q)])
             if not (self.xoff <= col < self.xoff + self.text_width - len(q)):
                 self.xoff = max(0, col - self.text_width // 3)
         self._moved()
@@ -639,14 +606,10 @@ class LogView(Widget, can_focus=False):
         hit = bool(q) and (q in line.lower() or self.current == absi)
         if not (selected or hit):
             if not self.wrap and not self.xoff:
-                if line.isascii():
-                    if len(line) <= tw:
-                        return self._row(line, tw - len(line), base, thumb, width)
-                    return self._row(line[: tw - 1] + CUT, 0, base, thumb, width)
-                cells = cell_len(line)
+                cells = len(line) if (asc := line.isascii()) else cell_len(line)
                 if cells <= tw:
                     return self._row(line, tw - cells, base, thumb, width)
-                return self._row(set_cell_size(line, tw - 1) + CUT, 0, base, thumb, width)
+                return self._row((line[: tw - 1] if asc else set_cell_size(line, tw - 1)) + CUT, 0, base, thumb, width)
             if self.wrap and line.isascii():
                 piece = line[sub * tw: (sub + 1) * tw]
                 return self._row(piece, tw - len(piece), base, thumb, width)
@@ -806,18 +769,11 @@ class LogPane(Vertical, can_focus=True):
         where = actions.CONTEXTS.get(action)
         return where is None or self.context in where
 
-    def _acted(self) -> None:
-        """The title, now: a key's effect shows in the frame right after it (the view's
-        Scrolled message would update it one message hop later)."""
+    # Each action retitles at once: the key's effect shows in the frame right after it (the view's
+    # Scrolled message would update the title one message hop later).
+    def action_scroll(self, delta: int) -> None:
+        self.view.scroll_rows(delta)
         self.update_title()
-
-    def action_scroll_up(self) -> None:
-        self.view.scroll_rows(-1)
-        self._acted()
-
-    def action_scroll_down(self) -> None:
-        self.view.scroll_rows(1)
-        self._acted()
 
     def action_page(self, direction: int) -> None:
         v = self.view
@@ -826,7 +782,7 @@ class LogPane(Vertical, can_focus=True):
             v.move_cursor(rows)
         else:
             v.scroll_rows(rows)
-        self._acted()
+        self.update_title()
 
     def action_log_top(self) -> None:
         v = self.view
@@ -836,7 +792,7 @@ class LogPane(Vertical, can_focus=True):
             v.home()  # at once within what the view holds; the file's first page follows
             if v.hist is None or v.hist.first > v.hist.disk_first:
                 self.post_message(self.FirstPageNeeded(self))
-        self._acted()
+        self.update_title()
 
     def action_log_end(self) -> None:
         v = self.view
@@ -844,20 +800,20 @@ class LogPane(Vertical, can_focus=True):
             v.cursor_to(len(v.lines) - 1)
         else:
             v.set_follow(True)
-        self._acted()
+        self.update_title()
 
     def action_sideways(self, direction: int) -> None:
         if not self.view.scroll_sideways(direction * HSTEP):
             self.notify("wrap is on: every line is whole (w turns it off)", timeout=3)
-        self._acted()
+        self.update_title()
 
     def action_follow(self) -> None:
         self.view.set_follow(not self.view.follow)
-        self._acted()
+        self.update_title()
 
     def action_wrap(self) -> None:
         self.view.set_wrap(not self.view.wrap)
-        self._acted()
+        self.update_title()
 
     # search ---------------------------------------------------------------------------------
     def action_search(self) -> None:
@@ -879,7 +835,7 @@ class LogPane(Vertical, can_focus=True):
 
     # copy mode ------------------------------------------------------------------------------
     def _mode_changed(self) -> None:
-        self._acted()
+        self.update_title()
         self.post_message(self.ModeChanged(self))
 
     def action_copy_mode(self) -> None:
@@ -889,17 +845,13 @@ class LogPane(Vertical, can_focus=True):
         self.view.start_select()
         self._mode_changed()
 
-    def action_cursor_up(self) -> None:
-        self.view.move_cursor(-1)
-        self._acted()
-
-    def action_cursor_down(self) -> None:
-        self.view.move_cursor(1)
-        self._acted()
+    def action_cursor(self, delta: int) -> None:
+        self.view.move_cursor(delta)
+        self.update_title()
 
     def action_reanchor(self) -> None:
         self.view.reanchor()
-        self._acted()
+        self.update_title()
 
     def action_cancel_copy(self) -> None:
         self.view.end_select()
@@ -919,13 +871,11 @@ class LogPane(Vertical, can_focus=True):
     async def _tmux_buffer(self, text: str, n: int) -> None:
         err = await asyncio.to_thread(clipboard.tmux_load_buffer, text)
         what = self._lines_of(n)
-        if err is None:
-            self.notify(f"{what} sent to the clipboard (OSC 52)", title="copied")
-        elif err == "":
-            self.notify(f"{what} on the clipboard and in tmux's paste buffer (prefix ])", title="copied")
+        if err:
+            self.notify(f"{what} sent with OSC 52; tmux load-buffer failed: {err}", title="copied", severity="warning")
         else:
-            self.notify(f"{what} sent with OSC 52; tmux load-buffer failed: {err}", title="copied",
-                        severity="warning")
+            self.notify(f"{what} sent to the clipboard (OSC 52)" if err is None
+                        else f"{what} on the clipboard and in tmux's paste buffer (prefix ])", title="copied")
 
     def action_save(self) -> None:
         lines = self.view.selection()
@@ -953,9 +903,9 @@ class LogPane(Vertical, can_focus=True):
             parts.append(f"COPY {n} line{'s' if n != 1 else ''}: ↑↓ extend · y copy · s save · esc")
         elif v.hist is not None:
             h = v.hist
-            total = h.disk_end - h.disk_first
-            a, b = h.line_no(h.first), h.line_no(h.first + len(v.lines) - 1)
-            parts.append(f"FROM DISK: lines {a:,}–{b:,} of {total:,}" + (" (loading…)" if h.loading else "")
+            a = h.first - h.disk_first + 1
+            parts.append(f"FROM DISK: lines {a:,}–{a + len(v.lines) - 1:,} of {h.disk_end - h.disk_first:,}"
+                         + (" (loading…)" if h.loading else "")
                          + " · End: live")
         elif v.follow:
             parts.append("follow")
