@@ -109,8 +109,7 @@ class SearchInput(Input):
     BINDINGS = [Binding("escape", "cancel", "close search", show=False)]
 
     def action_cancel(self) -> None:
-        self.value = ""
-        self.display = False
+        self.value, self.display = "", False
         if isinstance(self.screen, MainScreen):
             self.screen._focus_selected()  # the log keys go back to the selected log
 
@@ -121,11 +120,9 @@ class MainScreen(Screen):
 
     def __init__(self, rlapp: RlsupApp):
         super().__init__()
-        self.rlapp = rlapp
-        self.model = rlapp.model
+        self.rlapp, self.model = rlapp, rlapp.model
         self.panes: dict[str, LogPane] = {}
-        self.selected = 0
-        self.zoomed = False
+        self.selected, self.zoomed = 0, False
         self.log_focus = False  # arrows and j/k scroll the selected log instead of moving the selection
         self.flushes = 0
         self._flush_timer: Timer | None = None
@@ -258,8 +255,7 @@ class MainScreen(Screen):
                             timeout=10)
 
     def _gauges_due(self) -> None:
-        self._gauge_timer = None
-        self._gauges_at = 0.0
+        self._gauge_timer, self._gauges_at = None, 0.0
         self.wake()
 
     def _paint_panes(self, tick: int) -> bool:
@@ -737,12 +733,8 @@ class RlsupApp(App[int]):
                  clock: Callable[[], float] = time.time, timefmt: Callable[[float], str] = local_hms,
                  max_lines: int = 10_000):
         super().__init__()
-        self.target = target
-        self.attach_hint = attach_hint
-        self.clock = clock
-        self.timefmt = timefmt
-        self.max_lines = max_lines
-        self.exit_message = ""
+        self.target, self.attach_hint, self.clock, self.timefmt = target, attach_hint, clock, timefmt
+        self.max_lines, self.exit_message = max_lines, ""
         self.model = RunModel(max_lines, clock)
         self._last_connection = ""
         self.listener = Listener(self)
@@ -787,8 +779,7 @@ class Listener:
     """
 
     def __init__(self, app: RlsupApp):
-        self.app = app
-        self.model = app.model
+        self.app, self.model = app, app.model
 
     def _wake(self) -> None:
         main = getattr(self.app, "main", None)

@@ -150,9 +150,7 @@ class FleetFlagsScreen(Closable):
 
     def __init__(self, flags: list[dict[str, Any]], timefmt: Callable[[float], str], pods: list[dict[str, Any]]):
         super().__init__()
-        self.flags = flags
-        self.timefmt = timefmt
-        self.pods = pods
+        self.flags, self.timefmt, self.pods = flags, timefmt, pods
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
@@ -214,8 +212,7 @@ class FleetApp(App[str | None]):
 
     def __init__(self, fleet: Fleet, *, timefmt: Callable[[float], str] = local_hms):
         super().__init__()
-        self.fleet = fleet
-        self.timefmt = timefmt
+        self.fleet, self.timefmt = fleet, timefmt
         self.selected: set[str] = set()
         self.fleet.on_change = self._changed
         self.dirty = True

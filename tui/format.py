@@ -10,7 +10,6 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from rlsup.supervisor.records.events import fmt_duration
@@ -88,16 +87,9 @@ def sparkline(values: Sequence[float | None], width: int, lo: float | None = Non
         return " " * len(vals)
     lo = min(finite) if lo is None else min(lo, *finite)
     hi = max(finite) if hi is None else max(hi, *finite)
-    span = hi - lo
-    out = []
-    for v in vals:
-        if not _finite(v):
-            out.append(" ")
-        elif span == 0:
-            out.append(SPARK[len(SPARK) // 2])
-        else:
-            out.append(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1) + 0.5))])
-    return "".join(out)
+    span, top = hi - lo, len(SPARK) - 1
+    return "".join(" " if not _finite(v) else SPARK[len(SPARK) // 2] if span == 0
+                   else SPARK[min(top, int((v - lo) / span * top + 0.5))] for v in vals)
 
 
 def clean_lines(lines: list[str]) -> list[str]:
@@ -166,46 +158,39 @@ def braille_chart(points: Sequence[Point], width: int, height: int, lo: float, h
         for r in range(min(a, b), max(a, b) + 1):
             grid[r // 4][c // 2] |= _BRAILLE_BITS[r % 4][c % 2]
 
-    prev: tuple[int, _DotColumn] | None = None  # the previous column with data
+    prev: tuple[int, int] | None = None  # the previous column with data, and the row its line leaves at
     for c, col in enumerate(columns):
         if col is None:
             continue
+        low, high, first, last = col
         if prev is not None:
-            pc, start = prev[0], prev[1].last
+            pc, start = prev
             pr = start
             for k in range(pc + 1, c):  # interpolate across empty columns
-                r = round(start + (col.first - start) * (k - pc) / (c - pc))
+                r = round(start + (first - start) * (k - pc) / (c - pc))
                 vline(k, pr, r)
                 pr = r
-            vline(c, pr, col.first)
-        vline(c, col.high, col.low)
-        prev = (c, col)
+            vline(c, pr, first)
+        vline(c, high, low)
+        prev = (c, last)
     return ["".join(chr(0x2800 + b) for b in row) for row in grid]
 
 
-@dataclass
-class _DotColumn:
-    """The dot rows of the points that fall in one dot column (row 0 is the top)."""
-
-    low: int  # the lowest value's row (the largest row number)
-    high: int  # the highest value's
-    first: int  # the first point's, where the line comes in
-    last: int  # the last point's, where it leaves
-
-
 def _dot_columns(points: Sequence[Point], cols: int, rows: int, x0: float, xspan: float, lo: float,
-                 hi: float) -> list[_DotColumn | None]:
-    """Each dot column's points as rows (None: no point falls in it)."""
+                 hi: float) -> list[list[int] | None]:
+    """Each dot column's points as rows (row 0 is the top): ``[low, high, first, last]``, the lowest
+    value's row (the largest number), the highest's, where the line comes in and where it leaves;
+    None where no point falls."""
     yspan = hi - lo
-    out: list[_DotColumn | None] = [None] * cols
+    out: list[list[int] | None] = [None] * cols
     for x, y in points:
         c = 0 if xspan <= 0 else min(cols - 1, max(0, int((x - x0) / xspan * cols)))
         d = rows // 2 if yspan <= 0 else min(rows - 1, max(0, round((hi - y) / yspan * (rows - 1))))
         col = out[c]
         if col is None:
-            out[c] = _DotColumn(d, d, d, d)
+            out[c] = [d, d, d, d]
         else:
-            col.low, col.high, col.last = max(col.low, d), min(col.high, d), d
+            col[0], col[1], col[3] = max(col[0], d), min(col[1], d), d
     return out
 
 

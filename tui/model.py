@@ -178,8 +178,7 @@ class RunModel:
         self.timeline: collections.deque[Record] = collections.deque(maxlen=MAX_TIMELINE)
         self.feed = LogFeed(log_limit)
         self.connection = "connecting"
-        self.connection_detail = ""
-        self.clock = clock
+        self.connection_detail, self.clock = "", clock
         self.data_at: float | None = None  # wall time the last snapshot or event arrived
         self.dirty: set[str] = set(AREAS)
 

@@ -88,8 +88,7 @@ class PathScreen(ModalScreen["str | None"]):
 
     def __init__(self, question: str, default: str):
         super().__init__()
-        self.question = question
-        self.default = default
+        self.question, self.default = question, default
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide"):
@@ -180,8 +179,7 @@ class FlagsScreen(Closable):
 
     def __init__(self, flags: list[tuple[str, dict[str, Any]]], timefmt: Callable[[float], str]):
         super().__init__()
-        self.flags = flags
-        self.timefmt = timefmt
+        self.flags, self.timefmt = flags, timefmt
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
@@ -208,8 +206,7 @@ class StacksScreen(Closable):
 
     def __init__(self, name: str, reply: dict[str, Any]):
         super().__init__()
-        self.name_ = name
-        self.reply = reply
+        self.name_, self.reply = name, reply
 
     def compose(self) -> ComposeResult:
         r = self.reply
@@ -264,10 +261,7 @@ class FailureScreen(Closable):
     def __init__(self, name: str, component: dict[str, Any], events: list[Record],
                  run: dict[str, Any], timefmt: Callable[[float], str]):
         super().__init__()
-        self.component_name = name
-        self.component = component
-        self.events = events
-        self.run = run
+        self.component_name, self.component, self.events, self.run = name, component, events, run
         self.timefmt = timefmt
 
     def body(self) -> Text:
@@ -401,8 +395,7 @@ class ChartsScreen(Screen[None]):
 
     def __init__(self, rlapp: RlsupApp, name: str):
         super().__init__()
-        self.rlapp = rlapp
-        self.component = name
+        self.rlapp, self.component = rlapp, name
         self._shown: tuple[Any, ...] | None = None
 
     def compose(self) -> ComposeResult:

@@ -53,14 +53,12 @@ class RunHeader(Widget):
 
     def __init__(self, target: str, timefmt: Callable[[float], str], **kw: Any) -> None:
         super().__init__(**kw)
-        self.target = target
-        self.timefmt = timefmt
+        self.target, self.timefmt = target, timefmt
         self.run: dict[str, Any] = {}
         self.server: dict[str, Any] = {}
         self.connection = ("connecting", "")
         self.stale_since: float | None = None  # when the shown data last arrived, while it is stale
-        self.now = 0.0
-        self._shown = ""
+        self.now, self._shown = 0.0, ""
 
     def set_data(self, run: dict[str, Any], server: dict[str, Any], connection: tuple[str, str],
                  stale_since: float | None = None, now: float = 0.0) -> None:

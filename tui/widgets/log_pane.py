@@ -243,9 +243,7 @@ class LogView(Widget, can_focus=False):
             self.refresh(Region(max(0, self.width - 1), 0, 1, self.height))
         elif self.pending == "full":
             self.refresh()
-        self.pending = None
-        self.painted_tick = tick
-        self._new = 0
+        self.pending, self.painted_tick, self._new = None, tick, 0
 
     def _prune(self, n: int) -> None:
         if self.live_first is not None and self.hist is None:
@@ -347,8 +345,7 @@ class LogView(Widget, can_focus=False):
             return
         lines, dropped, marks, current, self.widest = h.saved  # type: ignore[assignment]
         self._load(lines, dropped, marks, current)  # type: ignore[arg-type]
-        self.hist = None
-        self.follow = follow
+        self.hist, self.follow = None, follow
         if h.incoming:
             if len(h.incoming) >= self.max_lines:
                 self.lines, self.marks = [], set()  # all superseded by newer lines
@@ -382,8 +379,7 @@ class LogView(Widget, can_focus=False):
 
         def __init__(self, view: LogView, direction: int):
             super().__init__()
-            self.view = view
-            self.direction = direction
+            self.view, self.direction = view, direction
 
     def on_resize(self, event: events.Resize) -> None:
         self._view_size = (event.size.width, event.size.height)
@@ -414,8 +410,7 @@ class LogView(Widget, can_focus=False):
             self._want_more(delta)
 
     def home(self) -> None:
-        self.follow = False
-        self.top = 0
+        self.follow, self.top = False, 0
         self._moved()
 
     def set_follow(self, on: bool) -> None:
@@ -440,8 +435,7 @@ class LogView(Widget, can_focus=False):
     def set_wrap(self, on: bool) -> None:
         """Wrap on or off, keeping the line at the top of the view at the top."""
         first, _ = self.locate(self.top) if self.lines else (0, 0)
-        self.wrap = on
-        self.xoff = 0
+        self.wrap, self.xoff = on, 0
         self._rows_width = -1
         self.top = self.max_top if self.follow else min(self.row_of(first), self.max_top)
         self._moved()
@@ -727,8 +721,7 @@ class LogPane(Vertical, can_focus=True):
 
         def __init__(self, pane: LogPane, query: str, direction: int):
             super().__init__(pane)
-            self.query = query
-            self.direction = direction
+            self.query, self.direction = query, direction
 
     class FirstPageNeeded(_PaneMessage):
         """Home went to the first line held, and the log file has older ones: read its first page."""
@@ -736,9 +729,7 @@ class LogPane(Vertical, can_focus=True):
     def __init__(self, component: str, index: int, max_lines: int = 10_000,
                  clock: Callable[[], float] = time.time, **kw: Any) -> None:
         super().__init__(**kw)
-        self.component = component
-        self.index = index
-        self.state = ""
+        self.component, self.index, self.state = component, index, ""
         self.clock = clock  # names the default file of a saved excerpt
         self.has_keys = False  # the screen gave this log the arrows and j/k (its "log" context)
         self.view = LogView(max_lines=max_lines)

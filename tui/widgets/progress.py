@@ -57,8 +57,7 @@ class ProgressPanel(Widget):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.components: dict[str, dict[str, Any]] = {}
-        self.now = 0.0
-        self.ended = False
+        self.now, self.ended = 0.0, False
         self.timefmt: Callable[[float], str] | None = None
         self._text: tuple[int, Text] | None = None  # (width, what render() returns)
 
@@ -66,8 +65,7 @@ class ProgressPanel(Widget):
                  timefmt: Callable[[float], str] | None = None) -> None:
         """Repaint only when the text shown changes (a layout pass only when its height does).
         On an ended run, artefacts show when they were written, with their age from now."""
-        self.components = components
-        self.now = now
+        self.components, self.now = components, now
         self.ended, self.timefmt = ended, timefmt
         old = self._text[1] if self._text else None
         self._text = None
