@@ -833,6 +833,4 @@ def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: 
     result = app.run()
     # Any way out but Q (q, ctrl+c, ctrl+q, a crash) leaves training running: say how to come back.
     print(app.exit_message or f"training continues; re-attach with: {attach_hint}")
-    if app.return_code:
-        return app.return_code
-    return result if isinstance(result, int) else 0
+    return app.return_code or (result if isinstance(result, int) else 0)

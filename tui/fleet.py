@@ -305,17 +305,10 @@ class FleetApp(App[str | None]):
         return f"{len(labels)} pod{'s' if len(labels) != 1 else ''} ({', '.join(labels)})"
 
     def _component_names(self, labels: list[str]) -> tuple[list[str], str | None]:
-        names: list[str] = []
-        newest: tuple[float, str] | None = None
-        for label in labels:
-            pod = self.fleet.pod(label)
-            for name in ((pod.state or {}).get("components") or {}):
-                if name not in names:
-                    names.append(name)
-            for f in pod.failures:
-                if newest is None or f.ts > newest[0]:
-                    newest = (f.ts, f.component)
-        return names, newest[1] if newest else None
+        pods = [self.fleet.pod(label) for label in labels]
+        names = list(dict.fromkeys(n for pod in pods for n in (pod.state or {}).get("components") or {}))
+        newest = max((f for pod in pods for f in pod.failures), key=lambda f: f.ts, default=None)
+        return names, newest.component if newest else None
 
     def _component_action(self, command: str, verb: str) -> None:
         labels = self.targets()

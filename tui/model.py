@@ -82,9 +82,7 @@ class LogFeed:
         if not w or w[0][0] > end:
             return lines
         out = list(lines)
-        k = 0
-        while k < len(w) and w[k][0] <= end:
-            k += 1
+        k = bisect.bisect_right(w, end, key=lambda sm: sm[0])
         for mseq, m in reversed(w[:k]):
             if mseq < seq and drop_before:
                 continue

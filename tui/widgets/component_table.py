@@ -134,10 +134,8 @@ class ComponentTable(Widget):
             self.post_message(self.Clicked(row))
 
     def _widths(self, cols: list[str], width: int) -> dict[str, int]:
-        w = {c: max([cell_len(c)] + [cell_len(cells[c]) for _, _, cells in self.rows]) for c in cols}
-        w["component"] = max(w["component"], 10)
-        w["state"] = max(w["state"], 9)
-        w["pid"] = max(w["pid"], 6)
+        least = {"component": 10, "state": 9, "pid": 6}
+        w = {c: max([least.get(c, 0), cell_len(c)] + [cell_len(cells[c]) for _, _, cells in self.rows]) for c in cols}
         fixed = sum(w[c] + 1 for c in cols if c not in ("last exit", "flags")) + 1
         room = max(10, width - fixed - 2)
         flags = min(w["flags"], max(6, room // 4))

@@ -14,9 +14,9 @@ from typing import Any
 
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
 
 from rlsup.supervisor.render.bars import bar, bar_line, fmt_mem, level, pct_line
+from rlsup.tui.widgets import TextPanel
 
 PROCESS_LINES_MAX_GPUS = 4
 
@@ -45,7 +45,8 @@ def owners(gpu: dict[str, Any]) -> str:
     return ", ".join(parts) or "idle"
 
 
-class GpuPanel(Widget):
+class GpuPanel(TextPanel):
+    MIN_WIDTH = 30
     COMPONENT_CLASSES = {"bar--ok", "bar--warn", "bar--crit", "bar--na", "gpu--reason", "gpu--label"}
     DEFAULT_CSS = """
     GpuPanel { height: auto; }
@@ -63,22 +64,13 @@ class GpuPanel(Widget):
         self.host: dict[str, Any] | None = None
         self.backend: str | None = None
         self.reason: str | None = None
-        self._text: tuple[int, Text] | None = None  # (width, what render() returns)
 
     def set_data(self, state: dict[str, Any]) -> None:
-        """Repaint only when the text shown changes (a layout pass only when its height does)."""
         self.gpus = state.get("gpus") or []
         self.host = state.get("host")
         self.backend = state.get("gpu_backend")
         self.reason = state.get("gpu_reason")
-        old = self._text[1] if self._text else None
-        self._text = None
-        new = self.render()
-        if old is None or new.plain != old.plain:
-            self.refresh(layout=old is None or new.plain.count("\n") != old.plain.count("\n"))
-
-    def on_resize(self) -> None:
-        self._text = None
+        self.show()
 
     @property
     def process_lines(self) -> bool:
@@ -88,10 +80,7 @@ class GpuPanel(Widget):
     def _bar(self, out: Text, text: str, pct: float | None) -> None:
         out.append(text, style=self.get_component_rich_style(f"bar--{level(pct)}"))
 
-    def render(self) -> Text:
-        width = max(self.size.width, 30)
-        if self._text is not None and self._text[0] == width:
-            return self._text[1]
+    def build(self, width: int) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis", end="")
         label = self.get_component_rich_style("gpu--label")
         node = None
@@ -118,7 +107,6 @@ class GpuPanel(Widget):
             used, total = host.get("mem_used_mb"), host.get("mem_total_mb")
             mem_pct = 100.0 * used / total if used is not None and total else None
             self._bar(out, bar_line("RAM", used, total, width - half - 1), mem_pct)
-        self._text = (width, out)
         return out
 
     def _gpu_line(self, out: Text, g: dict[str, Any], width: int, label: Style) -> None:
