@@ -1,19 +1,12 @@
 """The one table of keys. The main screen's bindings, its footer, the ``?`` help, the command
 palette and the README's key table all read it.
 
-Each row names the action it triggers and the contexts in which it acts. The action is a method
-(``action_<name>``) of the main screen, or, for the rows marked ``log`` (scrolling, search, copy
-mode: the keys that act on the selected log), of :class:`~rlsup.tui.widgets.log_pane.LogPane`: those
-are bound on the pane, which holds the focus while it is the selected one (as toolong's log view
-does), so Textual hands them to it before the screen. The contexts:
-
-- ``table``: the component table has the keys (the default): arrows and j/k move the selection;
-- ``log``: the selected log has them (``enter`` from the table, or a zoomed pane): arrows and j/k scroll;
-- ``select``: copy mode in the selected log (``c``): arrows and j/k move the end of the selection.
-
-One key may appear in several rows with disjoint contexts; the ``check_action`` of the screen and of
-the pane enable the row of the current context, so the footer shows what a key does right now (a
-pane's row disabled in the current context lets the key through to the screen's row).
+Each row names its action (a method of the main screen, or for ``log`` rows of the selected
+:class:`~rlsup.tui.widgets.log_pane.LogPane`, which holds the focus so Textual asks it first) and the
+contexts where it acts: ``table`` (the default: arrows and j/k move the selection), ``log`` (``enter``
+or a zoomed pane: they scroll the selected log) and ``select`` (copy mode, ``c``). One key may have
+rows in disjoint contexts; ``check_action`` enables the current context's row, so the footer shows
+what a key does now (a pane's disabled row lets the key through to the screen's).
 """
 
 from __future__ import annotations
@@ -143,26 +136,19 @@ def bindings(log: bool = False, app: bool = False) -> list[BindingType]:
 def help_rows() -> list[tuple[str, str, str]]:
     """(keys, what it does, where) for the help screen and the README, one row per distinct
     label and action."""
-    rows: list[tuple[str, str, str]] = []
-    seen: set[tuple[str, str]] = set()
+    rows: dict[tuple[str, str], tuple[str, str, str]] = {}
     for k in KEYS:
-        key = (k.label, k.action.split("(")[0])
-        if key not in seen:
-            seen.add(key)
-            rows.append((k.label, k.help, WHERE[k.contexts]))
-    return rows
+        rows.setdefault((k.label, k.action.split("(")[0]), (k.label, k.help, WHERE[k.contexts]))
+    return list(rows.values())
 
 
 def palette_entries() -> list[tuple[str, str, str]]:
     """(action, keys, help) for the command palette: every action of the table, once."""
-    out: list[tuple[str, str, str]] = []
-    seen: set[str] = set()
+    out: dict[str, tuple[str, str, str]] = {}
     for k in KEYS:
-        if k.action in seen or (k.action.startswith("select(") and k.action != "select(0)"):
-            continue
-        seen.add(k.action)
-        out.append((k.action, k.label, k.help))
-    return out
+        if not k.action.startswith("select(") or k.action == "select(0)":
+            out.setdefault(k.action, (k.action, k.label, k.help))
+    return list(out.values())
 
 
 def markdown_table() -> str:

@@ -1,15 +1,9 @@
 """The rlsup TUI: a view of one run and a command sender, never the owner of any process.
 
-The app is the session's listener. Session callbacks run on Textual's loop and only fold events
-into :class:`~rlsup.tui.model.RunModel`, buffer log lines and wake the flush timer; that one timer
-on the main screen (:data:`TICK_HZ`) flushes every pane once per tick and repaints the
-state widgets whose data changed. With nothing pending it pauses itself, so an idle TUI does no
-periodic work beyond a once-a-second clock for uptimes. Commands go through ``session.command``;
-refusals show as notifications.
-
-Keys come from :mod:`rlsup.tui.actions`. Where arrows and j/k act depends on the context: the
-component table (the default), the selected log (``enter``, or a zoomed pane) or copy mode (``c``);
-``check_action`` enables the row of the key table for the current context.
+Session callbacks only fold events into :class:`~rlsup.tui.model.RunModel`, buffer log lines and
+wake the one flush timer (:data:`TICK_HZ`), which pauses itself when nothing is pending, so an idle
+TUI does no periodic work beyond a once-a-second clock. Keys come from :mod:`rlsup.tui.actions`;
+``check_action`` enables the row of the key table for the current context (table, log, copy mode).
 """
 
 from __future__ import annotations

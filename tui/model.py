@@ -188,10 +188,7 @@ class RunModel:
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         self.state = snapshot.get("state") or run_state.initial({}, [])
         for name, block in (snapshot.get("logs") or {}).items():
-            if resumed:
-                self.feed.add(name, block.get("seq", 0), block.get("lines", []))
-            else:
-                self.feed.reset(name, block.get("seq", 0), block.get("lines", []))
+            (self.feed.add if resumed else self.feed.reset)(name, block.get("seq", 0), block.get("lines", []))
         self._touch()
         self.dirty |= AREAS
 
@@ -232,9 +229,7 @@ class RunModel:
 
     # views ----------------------------------------------------------------------------------
     def names(self) -> list[str]:
-        if self.state is None:
-            return []
-        return list(self.state.get("components", {}))
+        return list((self.state or {}).get("components", {}))
 
     def view(self, now: float) -> dict[str, Any] | None:
         """The state with ages derived as :func:`rlsup.supervisor.records.state.view` does, but copying

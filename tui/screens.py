@@ -160,18 +160,13 @@ class TimelineScreen(Closable):
 
 def _event_style(rec: Record) -> str:
     e = rec.event
-    if isinstance(e, (ComponentFatal, FlagRaised, ComponentSpawnFailed)) or _signalled(e) or (
+    # A signal named (an exit by one, a stop that sends one, an unknown kind with a ``signal`` field) is red.
+    signalled = (bool(e.signal) if isinstance(e, (ComponentExited, ComponentStopping))
+                 else isinstance(e, UnknownEvent) and bool(e.data.get("signal")))
+    if isinstance(e, (ComponentFatal, FlagRaised, ComponentSpawnFailed)) or signalled or (
             isinstance(e, ComponentExited) and e.exit_code not in (0, None)):
         return "bold red"
     return "green" if isinstance(e, (ComponentReady, ComponentCompleted)) else ""
-
-
-def _signalled(e: object) -> bool:
-    """An event that names a signal: an exit by one, a stop that sends one (or a kind this client
-    does not know, with a ``signal`` field)."""
-    if isinstance(e, (ComponentExited, ComponentStopping)):
-        return bool(e.signal)
-    return isinstance(e, UnknownEvent) and bool(e.data.get("signal"))
 
 
 class FlagsScreen(Closable):

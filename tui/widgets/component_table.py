@@ -1,12 +1,6 @@
-"""The component table: one row per component, state coloured through .tcss component classes.
-
-Columns drop out as the terminal narrows, in this order: step/rate/ETA (the progress panel shows
-them), then CPU/RSS/GPU memory. A click on a row selects that component.
-
-The cells are computed when the data arrives and the widget repaints only when one of them (or
-the selection) changed: the table is refreshed on every progress and resource sample, and most
-of those change nothing it shows. Columns are laid out here, not by a Rich table, whose column
-measurement costs more than the rest of the frame on an idle screen.
+"""The component table: one row per component; step/rate/ETA, then CPU/RSS/GPU memory drop out as
+the terminal narrows. It repaints only when a cell or the selection changed (most samples change
+nothing shown), and lays out its own columns: a Rich table's measuring costs more than the frame.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""GPU gauges (utilisation, memory, temperature, power, owning component), the processes on each
-GPU with the component they belong to, and host CPU/RAM bars.
-
-Without GPUs it says why (the sampler's reason, e.g. "no NVIDIA driver found") and the host bars
-stand in. Bars come from :mod:`rlsup.supervisor.render.bars`; their level (ok/warn/crit/na) picks a
-component class, so colours live in .tcss. With up to :data:`PROCESS_LINES_MAX_GPUS` GPUs each gets
-a line of its processes (``1101 trainer 20.0G · 9000 outside the run 512M``); with more, the GPU
-line names the owning components and ``p`` lists every process.
+"""GPU gauges (utilisation, memory, temperature, power, owners) and host CPU/RAM bars; without
+GPUs, the sampler's reason. With up to :data:`PROCESS_LINES_MAX_GPUS` GPUs each gets a line of its
+processes; with more, ``p`` lists them. A bar's level (ok/warn/crit/na) picks a component class.
 """
 
 from __future__ import annotations

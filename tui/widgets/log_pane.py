@@ -1,24 +1,12 @@
-"""One component's log: a bounded line buffer drawn with Textual's Line API.
+"""One component's log: a bounded line buffer drawn with Textual's Line API (follow, wrap or
+sideways scrolling, search, copy mode, restart markers drawn as a rule).
 
-Only the visible rows are rendered; lines are appended in batches (one call per flush tick, never
-one per line). The view keeps its own scroll position (``top``, in screen rows) and draws its own
-one-column scrollbar, so scrolling, wrapping and following cost no layout pass and use no
-private Textual API (a ScrollView's virtual size is a layout-triggering reactive, and updating
-its scrollbars without a layout needs private methods).
-
-- **follow**: the newest line stays in view; scrolling up pauses it, scrolling back onto the last
-  row (or End/G/f) resumes it, and the pane title counts the lines below the view meanwhile;
-- **wrap** on: long lines continue on the next rows; off: they are cut at the pane's width with a
-  marker and the view scrolls sideways (``xoff``);
-- **search** highlights every match and scrolls the current one into view (sideways too);
-- **copy mode**: a selection of whole lines between an anchor and a cursor, for the clipboard or a file;
-- **markers**: restart markers (:class:`rlsup.tui.model.Marker`) are drawn as a rule across the pane.
-
-Appending lines does not repaint by itself: it records what must be repainted (``pending``: the
-whole view, or only the scrollbar when the lines arrived below a paused view) and the screen's
-flush calls :meth:`LogView.paint`. A pane that a flood scrolls by more than its height between two
-paints is repainted at most every :data:`FLOOD_PAINT_TICKS` ticks (5 Hz at 20 Hz), the panes
-taking turns: every row of it changes each time, so it is unreadable at any rate, and at 20 Hz
+Only the visible rows are rendered; lines come in batches, one per flush tick. The view keeps its
+own scroll position (``top``, in screen rows) and draws its own scrollbar, so scrolling costs no
+layout pass and uses no private Textual API (a ScrollView's virtual size is a layout-triggering
+reactive). Appending only records what to repaint (``pending``); the screen's flush calls
+:meth:`LogView.paint`. A pane a flood scrolls by more than its height repaints at most every
+:data:`FLOOD_PAINT_TICKS` ticks, the panes taking turns: it is unreadable at any rate, and at 20 Hz
 three such panes cost ~350 KB/s of terminal output and most of the TUI's CPU.
 """
 
