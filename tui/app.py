@@ -712,11 +712,8 @@ class MainScreen(Screen):
 
 
 class RlsupApp(App[int]):
-    """The TUI over one :class:`Session` (or a fake with the same surface).
-
-    ``session_factory(listener)`` builds the session; ``clock`` and ``timefmt`` are injectable so
-    tests render the same screen every time.
-    """
+    """The TUI over the session ``session_factory(listener)`` builds; ``clock`` and ``timefmt`` are
+    injectable so tests render the same screen every time."""
 
     CSS_PATH = "app.tcss"
     TITLE = "rlsup"
@@ -765,12 +762,8 @@ class RlsupApp(App[int]):
 
 
 class Listener:
-    """The :class:`~rlsup.supervisor.client.session.SessionListener` the app hands its session.
-
-    A separate object because ``App.on_event`` is Textual's own dispatch method. Each callback is
-    cheap: it folds into the model or buffers lines, and wakes the flush timer; the timer does
-    the painting.
-    """
+    """The app's :class:`~rlsup.supervisor.client.session.SessionListener` (not the app: ``App.on_event``
+    is Textual's). Each callback only folds into the model and wakes the flush timer, which paints."""
 
     def __init__(self, app: RlsupApp):
         self.app, self.model = app, app.model
@@ -814,12 +807,8 @@ class Listener:
 
 def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str,
             goes_on: GoesOn | None = None) -> int:
-    """Open the TUI on a run; ``connect`` is a :data:`rlsup.supervisor.client.session.Connector`; ``goes_on``
-    as in :class:`~rlsup.supervisor.client.session.Session` (a requeued Slurm job: the TUI waits for it).
-
-    Returns 0 on ``q`` or Ctrl-C (detach: training continues) and after ``Q`` + confirm (stop
-    all); the reason is printed once the terminal is restored.
-    """
+    """Open the TUI on a run (``connect``, ``goes_on``: as for :class:`~rlsup.supervisor.client.session.Session`).
+    Returns 0 on detach (``q``, Ctrl-C) and after ``Q`` + confirm; the reason is printed once the terminal is back."""
     from rlsup.supervisor.client.session import Session
 
     app = RlsupApp(lambda listener: Session(connect, listener, goes_on=goes_on), target=target,

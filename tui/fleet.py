@@ -56,12 +56,8 @@ def pod_cells(pod: dict[str, Any], selected: bool) -> dict[str, Text | str]:
         reason = f": {_clip(pod['error'], MAX_REASON)}" if pod.get("error") else ""
         conn_text = Text(f"{conn}{reason}", style="bold red" if pod.get("error") else "yellow")
     comps = pod.get("components") or {}
-    comp_text = Text()
-    for i, (name, c) in enumerate(comps.items()):
-        if i:
-            comp_text.append(" ")
-        comp_text.append(f"{_clip(name, MAX_NAME)}:")
-        comp_text.append(str(c.get("state")), style=STATE_STYLE.get(str(c.get("state")), ""))
+    comp_text = Text(" ").join(Text.assemble(f"{_clip(name, MAX_NAME)}:", (str(c.get("state")),
+                                             STATE_STYLE.get(str(c.get("state")), ""))) for name, c in comps.items())
     step = rate = eta = "-"
     main = main_component(comps)
     if main is not None:

@@ -39,15 +39,10 @@ class Marker(str):
 
 
 class LogFeed:
-    """Pending log lines per component, between the socket and the panes.
-
-    Bounded: if the view stops flushing, only the newest ``limit`` lines per component are kept
-    and the rest become one "not shown" marker, so a frozen view cannot grow memory without end.
-
-    Restart markers (:class:`Marker`) are spliced into the lines: at their log sequence number
-    when the event gives one (``log_seq``: held back until the lines before it have arrived),
-    otherwise where the stream stands when the event arrives.
-    """
+    """Pending log lines per component, between the socket and the panes. Bounded: past ``limit``
+    lines per component the oldest become one "not shown" marker, so a frozen view cannot grow memory.
+    Restart markers (:class:`Marker`) go in at their ``log_seq`` (held back until the lines before it
+    arrived), else where the stream stands."""
 
     def __init__(self, limit: int = 10_000):
         self.limit = limit
@@ -92,8 +87,7 @@ class LogFeed:
         return out
 
     def add(self, component: str, seq: int, lines: list[str]) -> None:
-        first = component not in self.origin
-        if first:
+        if first := component not in self.origin:
             self.origin[component] = seq
         if component in self.waiting:
             lines = self._splice(component, seq, lines, drop_before=first)
@@ -151,11 +145,8 @@ def attempt_marker(event: Record | Mapping[str, Any], timefmt: Callable[[float],
     parts = []
     if isinstance(e, ComponentStarted):
         parts.append(f"attempt {e.attempt or '?'}")
-        resume = e.resume
-        if resume is not None and resume.step is not None:
-            parts.append(f"resumed from step {resume.step}")
-        elif resume is not None:
-            parts.append("resumed from its checkpoint")
+        if (resume := e.resume) is not None:
+            parts.append("resumed from its checkpoint" if resume.step is None else f"resumed from step {resume.step}")
     elif isinstance(e, ComponentAdopted):
         parts.append(f"attempt {e.attempt or '?'} adopted by a new supervisor (pid {e.pid})")
     else:

@@ -678,12 +678,9 @@ class _PaneMessage(Message):
 class LogPane(Vertical, can_focus=True):
     """A title row (name, state, follow / "N new lines", wrap, search, copy mode) over a :class:`LogView`.
 
-    The selected pane holds the focus, so the keys that act on a log (scrolling, search, copy mode:
-    the ``log`` rows of :mod:`rlsup.tui.actions`) are its bindings and actions, as toolong's log
-    view has them. Which of them act depends on the context: ``has_keys`` (the screen gave the
-    arrows and j/k to this log) and copy mode; a row disabled here lets its key through to the
-    screen. What needs the screen (the search box, the log file on disk, the focus look) is asked
-    for with a message.
+    The selected pane holds the focus and binds the ``log`` rows of :mod:`rlsup.tui.actions`; which act
+    depends on ``has_keys`` (the screen gave this log the arrows and j/k) and copy mode. What needs the
+    screen (the search box, the log file on disk, the focus look) is asked for with a message.
     """
 
     BINDINGS = actions.bindings(log=True)
