@@ -23,7 +23,7 @@ from textual.widgets.option_list import Option
 
 from rlsup.supervisor.client.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
 from rlsup.supervisor.render.bars import step_text
-from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
+from rlsup.tui.format import fmt_dur, fmt_rate, local_hms, separated
 from rlsup.tui.screens import Closable, confirm
 
 # The latest flag/diagnosis comes before the component states: on a narrow terminal the table
@@ -80,9 +80,7 @@ class FleetFlags(Static):
     def set_flags(self, flags: list[dict[str, Any]]) -> None:
         self.display = bool(flags)
         out = Text(overflow="ellipsis", end="")
-        for i, f in enumerate(flags):
-            if i:
-                out.append("\n")
+        for f in separated(out, flags, "\n"):
             out.append("⚑ ", style="bold red")
             out.append(str(f["type"]), style="bold red")
             out.append(f": {f['message']} ({', '.join(f['pods'])})")
@@ -150,9 +148,7 @@ class FleetFlagsScreen(Closable):
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
-        for i, f in enumerate(self.flags):
-            if i:
-                text.append("\n\n")
+        for f in separated(text, self.flags, "\n\n"):
             self._flag(text, f)
         if not self.flags:
             text.append("no fleet flags: no failure is shared by two pods")

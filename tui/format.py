@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Sequence
-from typing import Any, TypeGuard
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeGuard, TypeVar
 
 from rlsup.supervisor.records.events import fmt_duration
 
+T = TypeVar("T")
 SPARK = "▁▂▃▄▅▆▇█"
 # C0 controls except \t, plus DEL and the C1 range: never let a child's bytes drive the terminal.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -65,6 +66,14 @@ def fmt_mb(mb: float | None) -> str:
     if round(mb) < 1024:
         return f"{mb:.0f}M"
     return f"{mb / 1024:.1f}G"
+
+
+def separated(out: Any, items: Iterable[T], sep: str) -> Iterator[T]:
+    """``items``, appending ``sep`` to ``out`` (a :class:`rich.text.Text`) between two of them."""
+    for i, item in enumerate(items):
+        if i:
+            out.append(sep)
+        yield item
 
 
 def _finite(v: float | None) -> TypeGuard[float]:

@@ -32,7 +32,7 @@ from rlsup.supervisor.records.events import (
 from rlsup.supervisor.render.advice import NEXT_STEPS
 from rlsup.supervisor.render.bars import fmt_mem, step_text
 from rlsup.tui.actions import help_rows
-from rlsup.tui.format import failure_cause
+from rlsup.tui.format import failure_cause, separated
 from rlsup.tui.widgets.chart import MetricChart
 
 if TYPE_CHECKING:
@@ -144,9 +144,7 @@ class TimelineScreen(Closable):
 
     def compose(self) -> ComposeResult:
         text = Text(no_wrap=False, end="")
-        for i, e in enumerate(self.events):
-            if i:
-                text.append("\n")
+        for e in separated(text, self.events, "\n"):
             text.append(f"{self.timefmt(e.ts or 0)} ", style="dim")
             text.append(f"{(e.component or 'rlsup'):<13}", style="bold")
             text.append(describe_any(e), style=_event_style(e))
@@ -178,9 +176,7 @@ class FlagsScreen(Closable):
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
-        for i, (comp, f) in enumerate(self.flags):
-            if i:
-                text.append("\n\n")
+        for comp, f in separated(text, self.flags, "\n\n"):
             text.append(f"{comp} ", style="bold")
             text.append(str(f.get("type")), style="bold red")
             if f.get("ts"):
@@ -359,9 +355,7 @@ class GpuScreen(Closable):
     def compose(self) -> ComposeResult:
         out = Text(end="")
         gpus = self.state.get("gpus") or []
-        for i, g in enumerate(gpus):
-            if i:
-                out.append("\n\n")
+        for g in separated(out, gpus, "\n\n"):
             used, total = g.get("mem_used_mb"), g.get("mem_total_mb")
             util = g.get("util_pct")
             out.append(f"GPU {g.get('index', '?')} {g.get('name') or ''}", style="bold")

@@ -11,6 +11,7 @@ from rich.style import Style
 from rich.text import Text
 
 from rlsup.supervisor.render.bars import bar, bar_line, fmt_mem, level, pct_line
+from rlsup.tui.format import separated
 from rlsup.tui.widgets import TextPanel
 
 PROCESS_LINES_MAX_GPUS = 4
@@ -79,9 +80,7 @@ class GpuPanel(TextPanel):
         out = Text(no_wrap=True, overflow="ellipsis", end="")
         label = self.get_component_rich_style("gpu--label")
         node = None
-        for i, g in enumerate(self.gpus):
-            if i:
-                out.append("\n")
+        for g in separated(out, self.gpus, "\n"):
             if g.get("node") and g.get("node") != node:  # a multi-node run: the GPUs grouped by node
                 node = g["node"]
                 out.append(f"── {node}\n", style=label)

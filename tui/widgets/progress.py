@@ -13,7 +13,7 @@ from typing import Any
 from rich.text import Text
 
 from rlsup.supervisor.render.bars import bar
-from rlsup.tui.format import fmt_dur, fmt_num, fmt_rate, history_points, resample, sparkline
+from rlsup.tui.format import fmt_dur, fmt_num, fmt_rate, history_points, resample, separated, sparkline
 from rlsup.tui.widgets import TextPanel
 
 
@@ -90,9 +90,7 @@ class ProgressPanel(TextPanel):
     def build(self, width: int) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis", end="")
         dim = self.get_component_rich_style("progress--dim")
-        for i, (name, c) in enumerate(self.components.items()):
-            if i:
-                out.append("\n")
+        for name, c in separated(out, self.components.items(), "\n"):
             head = f"{name[:12]:<12} "
             step, total = c.get("step"), c.get("total")
             if step is None:
