@@ -211,10 +211,8 @@ class MainScreen(Screen):
         pending, resets, marked = self.model.feed.take()
         dirty = self.model.dirty
         if pending or resets:
-            names = self.model.names()
-            missing = [n for n in [*names, *pending] if n not in self.panes]
-            if missing:
-                self._add_panes(list(dict.fromkeys(missing)))
+            if missing := list(dict.fromkeys(n for n in [*self.model.names(), *pending] if n not in self.panes)):
+                self._add_panes(missing)
             firsts = self.model.feed.taken_first
             for name, lines in pending.items():
                 pane = self.panes[name]
@@ -259,10 +257,7 @@ class MainScreen(Screen):
         effect then carries nothing else, and the loop is free to make it."""
         quiet = time.monotonic() - self._last_key_t < KEY_QUIET_S
         flooded = []
-        for pane in self.panes.values():
-            v = pane.view
-            if v.pending is None:
-                continue
+        for v in (p.view for p in self.panes.values() if p.view.pending is not None):
             if v.flooding:
                 flooded.append(v)
             else:
@@ -278,12 +273,10 @@ class MainScreen(Screen):
         return len(due) < len(flooded) or len(due) > budget
 
     def _add_panes(self, names: list[str]) -> None:
-        new = []
         for name in names:
-            pane = LogPane(name, len(self.panes), max_lines=self.rlapp.max_lines, clock=self.rlapp.clock,
-                           id=f"pane-{len(self.panes)}")
-            self.panes[name] = pane
-            new.append(pane)
+            self.panes[name] = LogPane(name, len(self.panes), max_lines=self.rlapp.max_lines, clock=self.rlapp.clock,
+                                       id=f"pane-{len(self.panes)}")
+        new = [self.panes[name] for name in names]
         self.query_one("#logs", Grid).mount(*new)
         self._select(self.selected)
         self._layout()
@@ -791,8 +784,7 @@ class Listener:
                 self.model.state is not None or log_seq is not None):
             # Replayed before the first snapshot, a marker without a log position would land in
             # the wrong place: only live starts, or starts that say where their output begins.
-            text = attempt_marker(rec, self.app.timefmt)
-            if text:
+            if text := attempt_marker(rec, self.app.timefmt):
                 self.model.feed.mark(comp, log_seq, text)
         self._wake()
 

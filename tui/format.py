@@ -82,12 +82,8 @@ def _finite(v: float | None) -> TypeGuard[float]:
 
 def sparkline(values: Sequence[float | None], width: int, lo: float | None = None,
               hi: float | None = None) -> str:
-    """The last ``width`` values as block glyphs scaled between ``lo`` and ``hi`` (default: their
-    own min and max; pass the run's range for a scale that does not move).
-
-    Unknown values (None/NaN) are blanks; a flat series is a row of mid-height blocks.
-    Always exactly ``min(width, len(values))`` cells.
-    """
+    """The last ``width`` values as block glyphs scaled between ``lo`` and ``hi`` (default: their own
+    min and max), exactly ``min(width, len(values))`` cells; unknown values are blanks, a flat series mid-height."""
     if width <= 0:
         return ""
     vals = list(values)[-width:]
@@ -103,11 +99,8 @@ def sparkline(values: Sequence[float | None], width: int, lo: float | None = Non
 
 def clean_lines(lines: list[str]) -> list[str]:
     """Make a batch of log lines safe to paint: tabs expanded, control characters shown as ``\ufffd``.
-
-    Works on the whole batch at once because this runs for every line the supervisor sends:
-    clean text, the common case, is recognised by one C-level ``isprintable`` over the batch and
-    returned as is (a tab, an escape, a newline inside a line or a C1 control is not printable).
-    """
+    Clean text, the common case for every line sent, is recognised by one C-level ``isprintable``
+    over the whole batch and returned as is."""
     if not lines:
         return lines
     if "".join(lines).isprintable():
@@ -148,13 +141,9 @@ _BRAILLE_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))  # [row
 
 
 def braille_chart(points: Sequence[Point], width: int, height: int, lo: float, hi: float) -> list[str]:
-    """A line chart of ``points`` (sorted by x) in ``height`` rows of ``width`` braille cells
-    (2 x 4 dots each), y scaled to ``[lo, hi]``, x from the first point's to the last's.
-
-    Each dot column spans an equal share of the x range and is drawn from the lowest to the
-    highest value that falls in it (so spikes survive the downsampling); neighbouring columns
-    are joined, and columns with no point are interpolated, so the line is continuous.
-    """
+    """A line chart of ``points`` (sorted by x) in ``height`` rows of ``width`` braille cells, y scaled
+    to ``[lo, hi]``. Each dot column is drawn from the lowest to the highest value in it (spikes survive
+    the downsampling); columns are joined and gaps interpolated, so the line is continuous."""
     if width <= 0 or height <= 0:
         return []
     if not points:

@@ -157,10 +157,7 @@ def attempt_marker(event: Record | Mapping[str, Any], timefmt: Callable[[float],
 
 class RunModel:
     """The client's copy of the run: state folded with ``state.apply``, the timeline, the feed.
-
-    ``dirty`` names the areas of the screen whose data changed since the view last looked, so
-    a GPU sample repaints the GPU panel and not the table of components.
-    """
+    ``dirty`` names the screen areas whose data changed since the view last looked."""
 
     def __init__(self, log_limit: int = 10_000, clock: Callable[[], float] | None = None):
         self.state: dict[str, Any] | None = None

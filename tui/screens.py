@@ -374,10 +374,8 @@ class GpuScreen(Closable):
 
 
 class ChartsScreen(Screen[None]):
-    """Each progress metric of one component against step, for the whole run.
-
-    Reads the app's model once a second while open; tab / shift+tab switch the component.
-    """
+    """Each progress metric of one component against step, for the whole run (read from the app's
+    model once a second; tab / shift+tab switch the component)."""
 
     BINDINGS = [Binding("escape,q,m", "close", "back"), Binding("tab", "next(1)", "next component"),
                 Binding("shift+tab", "next(-1)", "previous")]
