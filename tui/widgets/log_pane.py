@@ -143,9 +143,7 @@ class LogView(Widget, can_focus=False):
     def _line_rows(self, line: str, width: int) -> int:
         if width <= 0:
             return 1
-        if line.isascii():
-            return max(1, -(-len(line) // width))
-        return max(1, len(chop_cells(line, width)))
+        return max(1, -(-len(line) // width) if line.isascii() else len(chop_cells(line, width)))
 
     def _valid_rows(self) -> list[int]:
         width = self.text_width
@@ -236,7 +234,7 @@ class LogView(Widget, can_focus=False):
     def _prune(self, n: int) -> None:
         if self.live_first is not None and self.hist is None:
             self.live_first += n - sum(1 for m in self.marks if m < self.dropped + n)
-        rows_gone = self.row_of(n) if self.wrap else n
+        rows_gone = self.row_of(n)  # n when wrap is off
         del self.lines[:n]
         if self.wrap and len(self._rows) > n:
             self._rows = [r - rows_gone for r in self._rows[n:]]
