@@ -110,9 +110,7 @@ LOG_ACTIONS = frozenset(k.action for k in KEYS if k.log)  # the actions of the s
 # action where it first meets one of its keys. So: action -> the first row that binds any of its keys.
 _FIRST_ROW = {key: i for i, k in reversed(list(enumerate(KEYS))) if not k.app for key in k.keys.split(",")}
 FOOTER_ORDER = {k.action: min(_FIRST_ROW[key] for key in k.keys.split(",")) for k in KEYS if not k.app}
-for _k in KEYS:
-    if _k.app:
-        continue
+for _k in (k for k in KEYS if not k.app):
     _name = _k.action.split("(")[0]
     CONTEXTS[_name] = CONTEXTS.get(_name, frozenset()) | _k.contexts
 
