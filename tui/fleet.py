@@ -231,8 +231,9 @@ class FleetApp(App[str | None]):
         self.repaint()
 
     # painting -----------------------------------------------------------------------------------
-    def repaint(self) -> None:
-        if not self.dirty:
+    def repaint(self, now: bool = False) -> None:
+        """Repaint if anything changed (``now``: whether or not)."""
+        if not (self.dirty or now):
             return
         self.dirty = False
         snap = self.fleet.snapshot()
@@ -274,14 +275,12 @@ class FleetApp(App[str | None]):
         table = self.query_one(DataTable)
         if table.cursor_row < len(self.fleet.pods) - 1:
             table.move_cursor(row=table.cursor_row + 1)
-        self.dirty = True
-        self.repaint()
+        self.repaint(now=True)
 
     def action_toggle_all(self) -> None:
         everyone = {p.label for p in self.fleet.pods}
         self.selected = set() if self.selected == everyone else everyone
-        self.dirty = True
-        self.repaint()
+        self.repaint(now=True)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         label = str(event.row_key.value)

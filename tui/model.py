@@ -79,9 +79,8 @@ class LogFeed:
         out = list(lines)
         k = bisect.bisect_right(w, end, key=lambda sm: sm[0])
         for mseq, m in reversed(w[:k]):
-            if mseq < seq and drop_before:
-                continue
-            out.insert(max(0, mseq - seq), m)
+            if not (drop_before and mseq < seq):
+                out.insert(max(0, mseq - seq), m)
         del w[:k]
         self.marked.add(component)
         return out
@@ -120,8 +119,7 @@ class LogFeed:
         newer = self.pending.get(component) if self.first_seq.get(component, -1) >= end else None
         self.pending[component] = self._splice(component, seq, list(lines), drop_before=True) + (newer or [])
         self.next_seq[component] = max(end, self.next_seq.get(component, end)) if newer else end
-        self.first_seq[component] = seq
-        self.origin[component] = seq
+        self.first_seq[component] = self.origin[component] = seq
         self.resets.add(component)
 
     def take(self) -> tuple[dict[str, list[str]], set[str], set[str]]:

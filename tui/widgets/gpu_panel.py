@@ -28,17 +28,13 @@ def processes_text(gpu: dict[str, Any]) -> str:
 
 def owners(gpu: dict[str, Any]) -> str:
     """``"trainer 12.1G, +1 other"``: run components using this GPU, then anything else."""
+    procs = gpu.get("processes") or []
     mem: dict[str, float] = {}
-    others = 0
-    for p in gpu.get("processes") or []:
+    for p in procs:
         if p.get("component"):
             mem[p["component"]] = mem.get(p["component"], 0) + (p.get("used_mb") or 0)
-        else:
-            others += 1
-    parts = [f"{c} {fmt_mem(m)}" for c, m in mem.items()]
-    if others:
-        parts.append(f"+{others} other")
-    return ", ".join(parts) or "idle"
+    others = sum(not p.get("component") for p in procs)
+    return ", ".join([f"{c} {fmt_mem(m)}" for c, m in mem.items()] + ([f"+{others} other"] if others else [])) or "idle"
 
 
 class GpuPanel(TextPanel):
