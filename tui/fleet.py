@@ -81,8 +81,7 @@ class FleetFlags(Static):
         self.display = bool(flags)
         out = Text(overflow="ellipsis", end="")
         for f in separated(out, flags, "\n"):
-            out.append("⚑ ", style="bold red")
-            out.append(str(f["type"]), style="bold red")
+            out.append("⚑ ", style="bold red").append(str(f["type"]), style="bold red")
             out.append(f": {f['message']} ({', '.join(f['pods'])})")
         if flags:
             out.append("   [v] evidence", style="dim")
@@ -132,8 +131,7 @@ def pod_evidence(pod: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
             how = f"killed by {ex['signal']}" if ex.get("signal") else f"exit {ex.get('exit_code')}"
             out.append((float(ex.get("ts") or 0), name, f"{how}: {d.get('summary') or d.get('category')}",
                         [str(x) for x in d.get("evidence") or []]))
-    out.sort(key=lambda x: -x[0])
-    return [(n, what, lines) for _, n, what, lines in out]
+    return [(n, what, lines) for _, n, what, lines in sorted(out, key=lambda x: -x[0])]
 
 
 class FleetFlagsScreen(Closable):
@@ -159,8 +157,7 @@ class FleetFlagsScreen(Closable):
 
     def _flag(self, text: Text, f: dict[str, Any]) -> None:
         """A fleet flag, then the evidence from each pod it names."""
-        text.append(str(f["type"]), style="bold red")
-        text.append(f"  {f['message']}")
+        text.append(str(f["type"]), style="bold red").append(f"  {f['message']}")
         for ev in f.get("evidence") or []:
             how = ev.get("signal") or f"exit {ev.get('exit_code')}"
             text.append(f"\n  {ev['pod']}", style="bold")

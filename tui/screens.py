@@ -177,8 +177,7 @@ class FlagsScreen(Closable):
     def compose(self) -> ComposeResult:
         text = Text(end="")
         for comp, f in separated(text, self.flags, "\n\n"):
-            text.append(f"{comp} ", style="bold")
-            text.append(str(f.get("type")), style="bold red")
+            text.append(f"{comp} ", style="bold").append(str(f.get("type")), style="bold red")
             if f.get("ts"):
                 text.append(f"  {self.timefmt(f['ts'])}", style="dim")
             text.append(f"\n  {f.get('message') or ''}")
@@ -334,8 +333,7 @@ class FailureScreen(Closable):
             return
         out.append("\n\nwhat rlsup did", style="bold")
         for e in mine:
-            out.append(f"\n  {fmt(e.ts or 0)}  ", style="dim")
-            out.append(describe_any(e), style=_event_style(e))
+            out.append(f"\n  {fmt(e.ts or 0)}  ", style="dim").append(describe_any(e), style=_event_style(e))
         for f in flags:
             out.append(f"\n  flag {f.get('type')}: {f.get('message') or ''}", style="red")
             if f.get("action"):

@@ -122,5 +122,4 @@ class GpuPanel(TextPanel):
             out.append(text)
             who_w = min(len(who), 16)
             self._bar(out, bar(mem_pct, max(0, width - len(head) - len(text) - len(tail) - who_w)), mem_pct)
-        out.append(tail)
-        out.append(who if len(who) <= who_w else who[: max(0, who_w - 1)] + "…", style=label)
+        out.append(tail).append(who if len(who) <= who_w else who[: max(0, who_w - 1)] + "…", style=label)

@@ -87,15 +87,13 @@ class RunHeader(Widget):
         else:
             label, cls = CONNECTION.get(status, (status, "conn--wait"))
         t = Text(no_wrap=True, overflow="ellipsis", end="")
-        t.append(" rlsup ", style="bold reverse")
-        t.append(" ")
+        t.append(" rlsup ", style="bold reverse").append(" ")
         t.append(name, style=self.get_component_rich_style("header--name"))
         if host:
             t.append(f" @ {host}")
         if run.get("uptime_s") is not None and not ended:
             t.append(f"  up {fmt_dur(run['uptime_s'])}")
-        t.append("  ")
-        t.append(label, style=self.get_component_rich_style(cls))
+        t.append("  ").append(label, style=self.get_component_rich_style(cls))
         stale = self._stale_text()
         if detail and status not in ("attached", "ended"):
             # The reason can be long (a socket path, an SSH error): it gives way so that "stale" stays

@@ -624,8 +624,7 @@ class LogView(Widget, can_focus=False):
         cells = strip.cell_length
         if self.wrap:
             if line.isascii():
-                start = sub * tw
-                end = start + tw
+                start, end = sub * tw, (sub + 1) * tw
             else:
                 chunks = chop_cells(line, tw)
                 start = sum(cell_len(c) for c in chunks[:sub])
@@ -637,12 +636,9 @@ class LogView(Widget, can_focus=False):
         left = x > 0 and cells > 0
         right = cells > x + tw
         cut = base + self._style("log-view--cut")
-        piece = strip.crop(x + (1 if left else 0), x + tw - (1 if right else 0))
-        segs = ([Segment(CUT, cut)] if left else []) + list(piece)
-        used = (1 if left else 0) + piece.cell_length
-        if right:
-            segs.append(Segment(CUT, cut))
-            used += 1
+        piece = strip.crop(x + left, x + tw - right)
+        used = left + piece.cell_length + right
+        segs = [Segment(CUT, cut)] * left + list(piece) + [Segment(CUT, cut)] * right
         segs += [Segment(" " * max(0, tw - used), pad), bar]
         return Strip(segs, tw + 1)
 

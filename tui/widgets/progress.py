@@ -94,8 +94,7 @@ class ProgressPanel(TextPanel):
             head = f"{name[:12]:<12} "
             step, total = c.get("step"), c.get("total")
             if step is None:
-                out.append(head)
-                out.append("no progress seen", style=dim)
+                out.append(head).append("no progress seen", style=dim)
                 continue
             counts = f" {step}/{total}" if total else f" step {step}"
             right = f"{counts} {fmt_rate(c.get('rate')):>8} ETA {fmt_dur(c.get('eta_s')):>6}"
