@@ -309,12 +309,9 @@ class FailureScreen(Closable):
         out.append("\n\nlast exit  ", style="bold")
         if final is not None:
             fwhen = f" at {fmt(final['ts'])}" if final.get("ts") else ""
-            out.append(f"exit code 0{fwhen}: it recovered; the failure before it:")
-            out.append("\nfailure    ", style="bold")
-            att = f" (attempt {le['attempt']})" if le.get("attempt") else ""
-            out.append(f"{how}{when}{after}{att}")
-        else:
-            out.append(f"{how}{when}{after}")
+            out.append(f"exit code 0{fwhen}: it recovered; the failure before it:").append("\nfailure    ", style="bold")
+        att = f" (attempt {le['attempt']})" if final is not None and le.get("attempt") else ""
+        out.append(f"{how}{when}{after}{att}")
         rows = [("category", diag.get("category")), ("cause", failure_cause(diag)),
                 ("summary", diag.get("summary") if diag.get("summary") != failure_cause(diag) else None),
                 ("exception", diag.get("exception")), ("location", diag.get("location")),

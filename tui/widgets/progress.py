@@ -115,8 +115,7 @@ class ProgressPanel(TextPanel):
             if tail:
                 out.append(tail, style=dim)
                 out.append(spark_of(c, mname, spark_w), style=self.get_component_rich_style("progress--spark"))
-            if art := self.artefacts(c):
-                out.append("\n" + " " * len(head) + art, style=dim)
-            if weights := weights_line(c.get("metrics") or {}):
-                out.append("\n" + " " * len(head) + weights, style=dim)
+            for extra in (self.artefacts(c), weights_line(c.get("metrics") or {})):
+                if extra:
+                    out.append("\n" + " " * len(head) + extra, style=dim)
         return out
