@@ -1,19 +1,12 @@
 """The one table of keys. The main screen's bindings, its footer, the ``?`` help, the command
 palette and the README's key table all read it.
 
-Each row names the action it triggers and the contexts in which it acts. The action is a method
-(``action_<name>``) of the main screen, or, for the rows marked ``log`` (scrolling, search, copy
-mode: the keys that act on the selected log), of :class:`~rlsup.tui.widgets.log_pane.LogPane`: those
-are bound on the pane, which holds the focus while it is the selected one (as toolong's log view
-does), so Textual hands them to it before the screen. The contexts:
-
-- ``table``: the component table has the keys (the default): arrows and j/k move the selection;
-- ``log``: the selected log has them (``enter`` from the table, or a zoomed pane): arrows and j/k scroll;
-- ``select``: copy mode in the selected log (``c``): arrows and j/k move the end of the selection.
-
-One key may appear in several rows with disjoint contexts; the ``check_action`` of the screen and of
-the pane enable the row of the current context, so the footer shows what a key does right now (a
-pane's row disabled in the current context lets the key through to the screen's row).
+Each row names its action (a method of the main screen, or for ``log`` rows of the selected
+:class:`~rlsup.tui.widgets.log_pane.LogPane`, which holds the focus so Textual asks it first) and the
+contexts where it acts: ``table`` (the default: arrows and j/k move the selection), ``log`` (``enter``
+or a zoomed pane: they scroll the selected log) and ``select`` (copy mode, ``c``). One key may have
+rows in disjoint contexts; ``check_action`` enables the current context's row, so the footer shows
+what a key does now (a pane's disabled row lets the key through to the screen's).
 """
 
 from __future__ import annotations
@@ -47,22 +40,22 @@ class Key:
 
 KEYS: tuple[Key, ...] = (
     # selection and focus
-    Key("tab", "tab", "next_component", "next", "select the next component (shift+tab: previous)",
+    Key("tab", "tab", "cycle(1)", "next", "select the next component (shift+tab: previous)",
         footer=False, priority=True),
-    Key("shift+tab", "shift+tab", "prev_component", "prev", "select the previous component",
+    Key("shift+tab", "shift+tab", "cycle(-1)", "prev", "select the previous component",
         footer=False, priority=True),
     *(Key(str(i), "1-9", f"select({i - 1})", "select", "select component N (the # column)", footer=False)
       for i in range(1, 10)),
-    Key("up,k", "↑/k", "select_prev", "select", "select the previous component", contexts=frozenset({TABLE})),
-    Key("down,j", "↓/j", "select_next", "select", "select the next component", footer=False,
+    Key("up,k", "↑/k", "step(-1)", "select", "select the previous component", contexts=frozenset({TABLE})),
+    Key("down,j", "↓/j", "step(1)", "select", "select the next component", footer=False,
         contexts=frozenset({TABLE})),
     Key("enter", "enter", "focus_log", "log keys", "give the arrows and j/k to the selected log",
         contexts=frozenset({TABLE})),
     Key("escape", "esc", "focus_table", "table keys", "give the arrows and j/k back to the component table",
         contexts=frozenset({LOG})),
     # scrolling the selected log
-    Key("up,k", "↑/k", "scroll_up", "scroll", "scroll the log up a line (pauses follow)", contexts=frozenset({LOG}), log=True),
-    Key("down,j", "↓/j", "scroll_down", "scroll", "scroll the log down a line (at the end: follow again)",
+    Key("up,k", "↑/k", "scroll(-1)", "scroll", "scroll the log up a line (pauses follow)", contexts=frozenset({LOG}), log=True),
+    Key("down,j", "↓/j", "scroll(1)", "scroll", "scroll the log down a line (at the end: follow again)",
         footer=False, contexts=frozenset({LOG}), log=True),
     Key("pageup,ctrl+b", "pgup/ctrl+b", "page(-1)", "page", "scroll the selected log up a page", footer=False, contexts=ANY, log=True),
     Key("pagedown,ctrl+f", "pgdn/ctrl+f", "page(1)", "page", "scroll the selected log down a page", footer=False,
@@ -98,8 +91,8 @@ KEYS: tuple[Key, ...] = (
     Key("Q", "Q", "stop_all", "stop all", "stop every component and end the run (asks)", command=True),
     # copy mode (after the rows that share its keys, so the footer keeps their order)
     Key("c", "c", "copy_mode", "copy", "copy mode: select lines of the selected log for the clipboard or a file", log=True),
-    Key("up,k", "↑/k", "cursor_up", "extend", "move the end of the selection up", contexts=frozenset({SELECT}), log=True),
-    Key("down,j", "↓/j", "cursor_down", "extend", "move the end of the selection down", footer=False,
+    Key("up,k", "↑/k", "cursor(-1)", "extend", "move the end of the selection up", contexts=frozenset({SELECT}), log=True),
+    Key("down,j", "↓/j", "cursor(1)", "extend", "move the end of the selection down", footer=False,
         contexts=frozenset({SELECT}), log=True),
     Key("space", "space", "reanchor", "restart", "start the selection again at the cursor",
         contexts=frozenset({SELECT}), log=True),
@@ -117,9 +110,7 @@ LOG_ACTIONS = frozenset(k.action for k in KEYS if k.log)  # the actions of the s
 # action where it first meets one of its keys. So: action -> the first row that binds any of its keys.
 _FIRST_ROW = {key: i for i, k in reversed(list(enumerate(KEYS))) if not k.app for key in k.keys.split(",")}
 FOOTER_ORDER = {k.action: min(_FIRST_ROW[key] for key in k.keys.split(",")) for k in KEYS if not k.app}
-for _k in KEYS:
-    if _k.app:
-        continue
+for _k in (k for k in KEYS if not k.app):
     _name = _k.action.split("(")[0]
     CONTEXTS[_name] = CONTEXTS.get(_name, frozenset()) | _k.contexts
 
@@ -143,26 +134,19 @@ def bindings(log: bool = False, app: bool = False) -> list[BindingType]:
 def help_rows() -> list[tuple[str, str, str]]:
     """(keys, what it does, where) for the help screen and the README, one row per distinct
     label and action."""
-    rows: list[tuple[str, str, str]] = []
-    seen: set[tuple[str, str]] = set()
+    rows: dict[tuple[str, str], tuple[str, str, str]] = {}
     for k in KEYS:
-        key = (k.label, k.action.split("(")[0])
-        if key not in seen:
-            seen.add(key)
-            rows.append((k.label, k.help, WHERE[k.contexts]))
-    return rows
+        rows.setdefault((k.label, k.action.split("(")[0]), (k.label, k.help, WHERE[k.contexts]))
+    return list(rows.values())
 
 
 def palette_entries() -> list[tuple[str, str, str]]:
     """(action, keys, help) for the command palette: every action of the table, once."""
-    out: list[tuple[str, str, str]] = []
-    seen: set[str] = set()
+    out: dict[str, tuple[str, str, str]] = {}
     for k in KEYS:
-        if k.action in seen or (k.action.startswith("select(") and k.action != "select(0)"):
-            continue
-        seen.add(k.action)
-        out.append((k.action, k.label, k.help))
-    return out
+        if not k.action.startswith("select(") or k.action == "select(0)":
+            out.setdefault(k.action, (k.action, k.label, k.help))
+    return list(out.values())
 
 
 def markdown_table() -> str:

@@ -1,15 +1,9 @@
 """The rlsup TUI: a view of one run and a command sender, never the owner of any process.
 
-The app is the session's listener. Session callbacks run on Textual's loop and only fold events
-into :class:`~rlsup.tui.model.RunModel`, buffer log lines and wake the flush timer; that one timer
-on the main screen (:data:`TICK_HZ`) flushes every pane once per tick and repaints the
-state widgets whose data changed. With nothing pending it pauses itself, so an idle TUI does no
-periodic work beyond a once-a-second clock for uptimes. Commands go through ``session.command``;
-refusals show as notifications.
-
-Keys come from :mod:`rlsup.tui.actions`. Where arrows and j/k act depends on the context: the
-component table (the default), the selected log (``enter``, or a zoomed pane) or copy mode (``c``);
-``check_action`` enables the row of the key table for the current context.
+Session callbacks only fold events into :class:`~rlsup.tui.model.RunModel`, buffer log lines and
+wake the one flush timer (:data:`TICK_HZ`), which pauses itself when nothing is pending, so an idle
+TUI does no periodic work beyond a once-a-second clock. Keys come from :mod:`rlsup.tui.actions`;
+``check_action`` enables the row of the key table for the current context (table, log, copy mode).
 """
 
 from __future__ import annotations
@@ -109,8 +103,7 @@ class SearchInput(Input):
     BINDINGS = [Binding("escape", "cancel", "close search", show=False)]
 
     def action_cancel(self) -> None:
-        self.value = ""
-        self.display = False
+        self.value, self.display = "", False
         if isinstance(self.screen, MainScreen):
             self.screen._focus_selected()  # the log keys go back to the selected log
 
@@ -121,11 +114,9 @@ class MainScreen(Screen):
 
     def __init__(self, rlapp: RlsupApp):
         super().__init__()
-        self.rlapp = rlapp
-        self.model = rlapp.model
+        self.rlapp, self.model = rlapp, rlapp.model
         self.panes: dict[str, LogPane] = {}
-        self.selected = 0
-        self.zoomed = False
+        self.selected, self.zoomed = 0, False
         self.log_focus = False  # arrows and j/k scroll the selected log instead of moving the selection
         self.flushes = 0
         self._flush_timer: Timer | None = None
@@ -195,25 +186,15 @@ class MainScreen(Screen):
 
     def _layout(self) -> None:
         w, h = self.size
-        names = list(self.panes)
+        self.query_one("#top", Vertical).display = not self.zoomed
+        for i, p in enumerate(self.panes.values()):
+            p.display = not self.zoomed or i == self.selected
+        n = 1 if self.zoomed else max(1, len(self.panes))
+        cols = max(1, min(n, w // PANE_MIN_WIDTH))
         logs = self.query_one("#logs", Grid)
-        top = self.query_one("#top", Vertical)
-        top.display = not self.zoomed
-        if self.zoomed:
-            for i, name in enumerate(names):
-                self.panes[name].display = i == self.selected
-            cols, rows = 1, 1
-        else:
-            for p in self.panes.values():
-                p.display = True
-            n = max(1, len(names))
-            cols = max(1, min(n, w // PANE_MIN_WIDTH))
-            rows = math.ceil(n / cols)
         logs.styles.grid_size_columns = cols
-        logs.styles.grid_size_rows = rows
-        gauges = self.query_one("#gauges", Horizontal)
-        wide = w >= 150
-        gauges.set_class(not wide, "stacked")
+        logs.styles.grid_size_rows = math.ceil(n / cols)
+        self.query_one("#gauges", Horizontal).set_class(w < 150, "stacked")
         self.set_class(h < 40, "compact")
         self._show_focus()
 
@@ -230,10 +211,8 @@ class MainScreen(Screen):
         pending, resets, marked = self.model.feed.take()
         dirty = self.model.dirty
         if pending or resets:
-            names = self.model.names()
-            missing = [n for n in [*names, *pending] if n not in self.panes]
-            if missing:
-                self._add_panes(list(dict.fromkeys(missing)))
+            if missing := list(dict.fromkeys(n for n in [*self.model.names(), *pending] if n not in self.panes)):
+                self._add_panes(missing)
             firsts = self.model.feed.taken_first
             for name, lines in pending.items():
                 pane = self.panes[name]
@@ -268,8 +247,7 @@ class MainScreen(Screen):
                             timeout=10)
 
     def _gauges_due(self) -> None:
-        self._gauge_timer = None
-        self._gauges_at = 0.0
+        self._gauge_timer, self._gauges_at = None, 0.0
         self.wake()
 
     def _paint_panes(self, tick: int) -> bool:
@@ -279,10 +257,7 @@ class MainScreen(Screen):
         effect then carries nothing else, and the loop is free to make it."""
         quiet = time.monotonic() - self._last_key_t < KEY_QUIET_S
         flooded = []
-        for pane in self.panes.values():
-            v = pane.view
-            if v.pending is None:
-                continue
+        for v in (p.view for p in self.panes.values() if p.view.pending is not None):
             if v.flooding:
                 flooded.append(v)
             else:
@@ -298,12 +273,10 @@ class MainScreen(Screen):
         return len(due) < len(flooded) or len(due) > budget
 
     def _add_panes(self, names: list[str]) -> None:
-        new = []
         for name in names:
-            pane = LogPane(name, len(self.panes), max_lines=self.rlapp.max_lines, clock=self.rlapp.clock,
-                           id=f"pane-{len(self.panes)}")
-            self.panes[name] = pane
-            new.append(pane)
+            self.panes[name] = LogPane(name, len(self.panes), max_lines=self.rlapp.max_lines, clock=self.rlapp.clock,
+                                       id=f"pane-{len(self.panes)}")
+        new = [self.panes[name] for name in names]
         self.query_one("#logs", Grid).mount(*new)
         self._select(self.selected)
         self._layout()
@@ -311,11 +284,14 @@ class MainScreen(Screen):
             self.run_worker(self._probe_disk(pane), group="disk")
 
     # reading older lines from disk ----------------------------------------------------------
-    async def _disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
+    async def _disk(self, op: str, component: str, *, warn: bool = False, **fields: Any) -> dict[str, Any]:
+        """A request for the log file on disk; with ``warn``, a refusal shows as a warning."""
         disk = getattr(self.rlapp.session, "disk", None)
-        if disk is None:
-            return {"ok": False, "error": "this session cannot read logs from disk"}
-        return await _reply(disk(op, component, **fields))
+        reply: dict[str, Any] = ({"ok": False, "error": "this session cannot read logs from disk"} if disk is None
+                 else await _reply(disk(op, component, **fields)))
+        if warn and not reply.get("ok"):
+            self.notify(reply.get("error") or "cannot read the log file", severity="warning")
+        return reply
 
     async def _probe_disk(self, pane: LogPane) -> None:
         reply = await self._disk("log_read", pane.component, from_seq=None, limit=1)
@@ -338,22 +314,20 @@ class MainScreen(Screen):
                 return
             v._asking = True  # type: ignore[attr-defined]
             try:
-                reply = await self._disk("log_read", pane.component, before_seq=first, limit=PAGE)
+                reply = await self._disk("log_read", pane.component, warn=True, before_seq=first, limit=PAGE)
             finally:
                 v._asking = False  # type: ignore[attr-defined]
             if not reply.get("ok"):
-                self.notify(reply.get("error") or "cannot read the log file", severity="warning")
                 return
             v.disk_first = reply["disk_first_seq"]
             if reply["lines"] and v.hist is None and v.top == 0:
                 v.show_disk(reply, at="bottom")
             pane.update_title()
             return
-        if direction < 0:
-            reply = await self._disk("log_read", pane.component, before_seq=h.first, limit=PAGE)
-        else:
-            end = h.first + len(v.lines)
-            reply = await self._disk("log_read", pane.component, from_seq=end, limit=min(PAGE, h.live_seq - end))
+        end = h.first + len(v.lines)
+        where: dict[str, Any] = {"before_seq": h.first} if direction < 0 else {"from_seq": end}
+        reply = await self._disk("log_read", pane.component, **where,
+                                 limit=PAGE if direction < 0 else min(PAGE, h.live_seq - end))
         if v.hist is not h:
             return  # left meanwhile
         if not reply.get("ok"):
@@ -373,9 +347,8 @@ class MainScreen(Screen):
     async def _disk_top(self, pane: LogPane) -> None:
         """Home: the first page of the log file (when the view does not hold line 1 already)."""
         v = pane.view
-        reply = await self._disk("log_read", pane.component, from_seq=None, limit=PAGE)
+        reply = await self._disk("log_read", pane.component, warn=True, from_seq=None, limit=PAGE)
         if not reply.get("ok"):
-            self.notify(reply.get("error") or "cannot read the log file", severity="warning")
             return
         v.disk_first = reply["disk_first_seq"]
         first = v.window_first
@@ -527,23 +500,15 @@ class MainScreen(Screen):
         else:
             self._show_focus()
 
-    def action_next_component(self) -> None:
-        self._select(self.selected + 1)
-
-    def action_prev_component(self) -> None:
-        self._select(self.selected - 1)
+    def action_cycle(self, step: int) -> None:
+        self._select(self.selected + step)
 
     def action_select(self, i: int) -> None:
-        if i < len(self.panes):
+        if 0 <= i < len(self.panes):
             self._select(i)
 
-    def action_select_prev(self) -> None:
-        if self.selected > 0:
-            self._select(self.selected - 1)
-
-    def action_select_next(self) -> None:
-        if self.selected < len(self.panes) - 1:
-            self._select(self.selected + 1)
+    def action_step(self, step: int) -> None:  # no wrapping around, unlike cycle (tab)
+        self.action_select(self.selected + step)
 
     def action_focus_log(self) -> None:
         if self.selected_pane() is not None:
@@ -740,11 +705,8 @@ class MainScreen(Screen):
 
 
 class RlsupApp(App[int]):
-    """The TUI over one :class:`Session` (or a fake with the same surface).
-
-    ``session_factory(listener)`` builds the session; ``clock`` and ``timefmt`` are injectable so
-    tests render the same screen every time.
-    """
+    """The TUI over the session ``session_factory(listener)`` builds; ``clock`` and ``timefmt`` are
+    injectable so tests render the same screen every time."""
 
     CSS_PATH = "app.tcss"
     TITLE = "rlsup"
@@ -755,12 +717,8 @@ class RlsupApp(App[int]):
                  clock: Callable[[], float] = time.time, timefmt: Callable[[float], str] = local_hms,
                  max_lines: int = 10_000):
         super().__init__()
-        self.target = target
-        self.attach_hint = attach_hint
-        self.clock = clock
-        self.timefmt = timefmt
-        self.max_lines = max_lines
-        self.exit_message = ""
+        self.target, self.attach_hint, self.clock, self.timefmt = target, attach_hint, clock, timefmt
+        self.max_lines, self.exit_message = max_lines, ""
         self.model = RunModel(max_lines, clock)
         self._last_connection = ""
         self.listener = Listener(self)
@@ -797,16 +755,11 @@ class RlsupApp(App[int]):
 
 
 class Listener:
-    """The :class:`~rlsup.supervisor.client.session.SessionListener` the app hands its session.
-
-    A separate object because ``App.on_event`` is Textual's own dispatch method. Each callback is
-    cheap: it folds into the model or buffers lines, and wakes the flush timer; the timer does
-    the painting.
-    """
+    """The app's :class:`~rlsup.supervisor.client.session.SessionListener` (not the app: ``App.on_event``
+    is Textual's). Each callback only folds into the model and wakes the flush timer, which paints."""
 
     def __init__(self, app: RlsupApp):
-        self.app = app
-        self.model = app.model
+        self.app, self.model = app, app.model
 
     def _wake(self) -> None:
         main = getattr(self.app, "main", None)
@@ -831,8 +784,7 @@ class Listener:
                 self.model.state is not None or log_seq is not None):
             # Replayed before the first snapshot, a marker without a log position would land in
             # the wrong place: only live starts, or starts that say where their output begins.
-            text = attempt_marker(rec, self.app.timefmt)
-            if text:
+            if text := attempt_marker(rec, self.app.timefmt):
                 self.model.feed.mark(comp, log_seq, text)
         self._wake()
 
@@ -847,12 +799,8 @@ class Listener:
 
 def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str,
             goes_on: GoesOn | None = None) -> int:
-    """Open the TUI on a run; ``connect`` is a :data:`rlsup.supervisor.client.session.Connector`; ``goes_on``
-    as in :class:`~rlsup.supervisor.client.session.Session` (a requeued Slurm job: the TUI waits for it).
-
-    Returns 0 on ``q`` or Ctrl-C (detach: training continues) and after ``Q`` + confirm (stop
-    all); the reason is printed once the terminal is restored.
-    """
+    """Open the TUI on a run (``connect``, ``goes_on``: as for :class:`~rlsup.supervisor.client.session.Session`).
+    Returns 0 on detach (``q``, Ctrl-C) and after ``Q`` + confirm; the reason is printed once the terminal is back."""
     from rlsup.supervisor.client.session import Session
 
     app = RlsupApp(lambda listener: Session(connect, listener, goes_on=goes_on), target=target,
@@ -860,6 +808,4 @@ def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: 
     result = app.run()
     # Any way out but Q (q, ctrl+c, ctrl+q, a crash) leaves training running: say how to come back.
     print(app.exit_message or f"training continues; re-attach with: {attach_hint}")
-    if app.return_code:
-        return app.return_code
-    return result if isinstance(result, int) else 0
+    return app.return_code or (result if isinstance(result, int) else 0)

@@ -23,7 +23,7 @@ from textual.widgets.option_list import Option
 
 from rlsup.supervisor.client.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
 from rlsup.supervisor.render.bars import step_text
-from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
+from rlsup.tui.format import fmt_dur, fmt_rate, local_hms, separated
 from rlsup.tui.screens import Closable, confirm
 
 # The latest flag/diagnosis comes before the component states: on a narrow terminal the table
@@ -56,12 +56,8 @@ def pod_cells(pod: dict[str, Any], selected: bool) -> dict[str, Text | str]:
         reason = f": {_clip(pod['error'], MAX_REASON)}" if pod.get("error") else ""
         conn_text = Text(f"{conn}{reason}", style="bold red" if pod.get("error") else "yellow")
     comps = pod.get("components") or {}
-    comp_text = Text()
-    for i, (name, c) in enumerate(comps.items()):
-        if i:
-            comp_text.append(" ")
-        comp_text.append(f"{_clip(name, MAX_NAME)}:")
-        comp_text.append(str(c.get("state")), style=STATE_STYLE.get(str(c.get("state")), ""))
+    comp_text = Text(" ").join(Text.assemble(f"{_clip(name, MAX_NAME)}:", (str(c.get("state")),
+                                             STATE_STYLE.get(str(c.get("state")), ""))) for name, c in comps.items())
     step = rate = eta = "-"
     main = main_component(comps)
     if main is not None:
@@ -84,11 +80,8 @@ class FleetFlags(Static):
     def set_flags(self, flags: list[dict[str, Any]]) -> None:
         self.display = bool(flags)
         out = Text(overflow="ellipsis", end="")
-        for i, f in enumerate(flags):
-            if i:
-                out.append("\n")
-            out.append("⚑ ", style="bold red")
-            out.append(str(f["type"]), style="bold red")
+        for f in separated(out, flags, "\n"):
+            out.append("⚑ ", style="bold red").append(str(f["type"]), style="bold red")
             out.append(f": {f['message']} ({', '.join(f['pods'])})")
         if flags:
             out.append("   [v] evidence", style="dim")
@@ -138,8 +131,7 @@ def pod_evidence(pod: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
             how = f"killed by {ex['signal']}" if ex.get("signal") else f"exit {ex.get('exit_code')}"
             out.append((float(ex.get("ts") or 0), name, f"{how}: {d.get('summary') or d.get('category')}",
                         [str(x) for x in d.get("evidence") or []]))
-    out.sort(key=lambda x: -x[0])
-    return [(n, what, lines) for _, n, what, lines in out]
+    return [(n, what, lines) for _, n, what, lines in sorted(out, key=lambda x: -x[0])]
 
 
 class FleetFlagsScreen(Closable):
@@ -150,15 +142,11 @@ class FleetFlagsScreen(Closable):
 
     def __init__(self, flags: list[dict[str, Any]], timefmt: Callable[[float], str], pods: list[dict[str, Any]]):
         super().__init__()
-        self.flags = flags
-        self.timefmt = timefmt
-        self.pods = pods
+        self.flags, self.timefmt, self.pods = flags, timefmt, pods
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
-        for i, f in enumerate(self.flags):
-            if i:
-                text.append("\n\n")
+        for f in separated(text, self.flags, "\n\n"):
             self._flag(text, f)
         if not self.flags:
             text.append("no fleet flags: no failure is shared by two pods")
@@ -169,8 +157,7 @@ class FleetFlagsScreen(Closable):
 
     def _flag(self, text: Text, f: dict[str, Any]) -> None:
         """A fleet flag, then the evidence from each pod it names."""
-        text.append(str(f["type"]), style="bold red")
-        text.append(f"  {f['message']}")
+        text.append(str(f["type"]), style="bold red").append(f"  {f['message']}")
         for ev in f.get("evidence") or []:
             how = ev.get("signal") or f"exit {ev.get('exit_code')}"
             text.append(f"\n  {ev['pod']}", style="bold")
@@ -214,8 +201,7 @@ class FleetApp(App[str | None]):
 
     def __init__(self, fleet: Fleet, *, timefmt: Callable[[float], str] = local_hms):
         super().__init__()
-        self.fleet = fleet
-        self.timefmt = timefmt
+        self.fleet, self.timefmt = fleet, timefmt
         self.selected: set[str] = set()
         self.fleet.on_change = self._changed
         self.dirty = True
@@ -242,8 +228,9 @@ class FleetApp(App[str | None]):
         self.repaint()
 
     # painting -----------------------------------------------------------------------------------
-    def repaint(self) -> None:
-        if not self.dirty:
+    def repaint(self, now: bool = False) -> None:
+        """Repaint if anything changed (``now``: whether or not)."""
+        if not (self.dirty or now):
             return
         self.dirty = False
         snap = self.fleet.snapshot()
@@ -285,14 +272,12 @@ class FleetApp(App[str | None]):
         table = self.query_one(DataTable)
         if table.cursor_row < len(self.fleet.pods) - 1:
             table.move_cursor(row=table.cursor_row + 1)
-        self.dirty = True
-        self.repaint()
+        self.repaint(now=True)
 
     def action_toggle_all(self) -> None:
         everyone = {p.label for p in self.fleet.pods}
         self.selected = set() if self.selected == everyone else everyone
-        self.dirty = True
-        self.repaint()
+        self.repaint(now=True)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         label = str(event.row_key.value)
@@ -308,17 +293,10 @@ class FleetApp(App[str | None]):
         return f"{len(labels)} pod{'s' if len(labels) != 1 else ''} ({', '.join(labels)})"
 
     def _component_names(self, labels: list[str]) -> tuple[list[str], str | None]:
-        names: list[str] = []
-        newest: tuple[float, str] | None = None
-        for label in labels:
-            pod = self.fleet.pod(label)
-            for name in ((pod.state or {}).get("components") or {}):
-                if name not in names:
-                    names.append(name)
-            for f in pod.failures:
-                if newest is None or f.ts > newest[0]:
-                    newest = (f.ts, f.component)
-        return names, newest[1] if newest else None
+        pods = [self.fleet.pod(label) for label in labels]
+        names = list(dict.fromkeys(n for pod in pods for n in (pod.state or {}).get("components") or {}))
+        newest = max((f for pod in pods for f in pod.failures), key=lambda f: f.ts, default=None)
+        return names, newest.component if newest else None
 
     def _component_action(self, command: str, verb: str) -> None:
         labels = self.targets()

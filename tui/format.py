@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, TypeGuard
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeGuard, TypeVar
 
 from rlsup.supervisor.records.events import fmt_duration
 
+T = TypeVar("T")
 SPARK = "▁▂▃▄▅▆▇█"
 # C0 controls except \t, plus DEL and the C1 range: never let a child's bytes drive the terminal.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -68,18 +68,22 @@ def fmt_mb(mb: float | None) -> str:
     return f"{mb / 1024:.1f}G"
 
 
+def separated(out: Any, items: Iterable[T], sep: str) -> Iterator[T]:
+    """``items``, appending ``sep`` to ``out`` (a :class:`rich.text.Text`) between two of them."""
+    for i, item in enumerate(items):
+        if i:
+            out.append(sep)
+        yield item
+
+
 def _finite(v: float | None) -> TypeGuard[float]:
     return v is not None and not math.isnan(v) and not math.isinf(v)
 
 
 def sparkline(values: Sequence[float | None], width: int, lo: float | None = None,
               hi: float | None = None) -> str:
-    """The last ``width`` values as block glyphs scaled between ``lo`` and ``hi`` (default: their
-    own min and max; pass the run's range for a scale that does not move).
-
-    Unknown values (None/NaN) are blanks; a flat series is a row of mid-height blocks.
-    Always exactly ``min(width, len(values))`` cells.
-    """
+    """The last ``width`` values as block glyphs scaled between ``lo`` and ``hi`` (default: their own
+    min and max), exactly ``min(width, len(values))`` cells; unknown values are blanks, a flat series mid-height."""
     if width <= 0:
         return ""
     vals = list(values)[-width:]
@@ -88,25 +92,15 @@ def sparkline(values: Sequence[float | None], width: int, lo: float | None = Non
         return " " * len(vals)
     lo = min(finite) if lo is None else min(lo, *finite)
     hi = max(finite) if hi is None else max(hi, *finite)
-    span = hi - lo
-    out = []
-    for v in vals:
-        if not _finite(v):
-            out.append(" ")
-        elif span == 0:
-            out.append(SPARK[len(SPARK) // 2])
-        else:
-            out.append(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1) + 0.5))])
-    return "".join(out)
+    span, top = hi - lo, len(SPARK) - 1
+    return "".join(" " if not _finite(v) else SPARK[len(SPARK) // 2] if span == 0
+                   else SPARK[min(top, int((v - lo) / span * top + 0.5))] for v in vals)
 
 
 def clean_lines(lines: list[str]) -> list[str]:
     """Make a batch of log lines safe to paint: tabs expanded, control characters shown as ``\ufffd``.
-
-    Works on the whole batch at once because this runs for every line the supervisor sends:
-    clean text, the common case, is recognised by one C-level ``isprintable`` over the batch and
-    returned as is (a tab, an escape, a newline inside a line or a C1 control is not printable).
-    """
+    Clean text, the common case for every line sent, is recognised by one C-level ``isprintable``
+    over the whole batch and returned as is."""
     if not lines:
         return lines
     if "".join(lines).isprintable():
@@ -147,13 +141,9 @@ _BRAILLE_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))  # [row
 
 
 def braille_chart(points: Sequence[Point], width: int, height: int, lo: float, hi: float) -> list[str]:
-    """A line chart of ``points`` (sorted by x) in ``height`` rows of ``width`` braille cells
-    (2 x 4 dots each), y scaled to ``[lo, hi]``, x from the first point's to the last's.
-
-    Each dot column spans an equal share of the x range and is drawn from the lowest to the
-    highest value that falls in it (so spikes survive the downsampling); neighbouring columns
-    are joined, and columns with no point are interpolated, so the line is continuous.
-    """
+    """A line chart of ``points`` (sorted by x) in ``height`` rows of ``width`` braille cells, y scaled
+    to ``[lo, hi]``. Each dot column is drawn from the lowest to the highest value in it (spikes survive
+    the downsampling); columns are joined and gaps interpolated, so the line is continuous."""
     if width <= 0 or height <= 0:
         return []
     if not points:
@@ -166,46 +156,39 @@ def braille_chart(points: Sequence[Point], width: int, height: int, lo: float, h
         for r in range(min(a, b), max(a, b) + 1):
             grid[r // 4][c // 2] |= _BRAILLE_BITS[r % 4][c % 2]
 
-    prev: tuple[int, _DotColumn] | None = None  # the previous column with data
+    prev: tuple[int, int] | None = None  # the previous column with data, and the row its line leaves at
     for c, col in enumerate(columns):
         if col is None:
             continue
+        low, high, first, last = col
         if prev is not None:
-            pc, start = prev[0], prev[1].last
+            pc, start = prev
             pr = start
             for k in range(pc + 1, c):  # interpolate across empty columns
-                r = round(start + (col.first - start) * (k - pc) / (c - pc))
+                r = round(start + (first - start) * (k - pc) / (c - pc))
                 vline(k, pr, r)
                 pr = r
-            vline(c, pr, col.first)
-        vline(c, col.high, col.low)
-        prev = (c, col)
+            vline(c, pr, first)
+        vline(c, high, low)
+        prev = (c, last)
     return ["".join(chr(0x2800 + b) for b in row) for row in grid]
 
 
-@dataclass
-class _DotColumn:
-    """The dot rows of the points that fall in one dot column (row 0 is the top)."""
-
-    low: int  # the lowest value's row (the largest row number)
-    high: int  # the highest value's
-    first: int  # the first point's, where the line comes in
-    last: int  # the last point's, where it leaves
-
-
 def _dot_columns(points: Sequence[Point], cols: int, rows: int, x0: float, xspan: float, lo: float,
-                 hi: float) -> list[_DotColumn | None]:
-    """Each dot column's points as rows (None: no point falls in it)."""
+                 hi: float) -> list[list[int] | None]:
+    """Each dot column's points as rows (row 0 is the top): ``[low, high, first, last]``, the lowest
+    value's row (the largest number), the highest's, where the line comes in and where it leaves;
+    None where no point falls."""
     yspan = hi - lo
-    out: list[_DotColumn | None] = [None] * cols
+    out: list[list[int] | None] = [None] * cols
     for x, y in points:
         c = 0 if xspan <= 0 else min(cols - 1, max(0, int((x - x0) / xspan * cols)))
         d = rows // 2 if yspan <= 0 else min(rows - 1, max(0, round((hi - y) / yspan * (rows - 1))))
         col = out[c]
         if col is None:
-            out[c] = _DotColumn(d, d, d, d)
+            out[c] = [d, d, d, d]
         else:
-            col.low, col.high, col.last = max(col.low, d), min(col.high, d), d
+            col[0], col[1], col[3] = max(col[0], d), min(col[1], d), d
     return out
 
 

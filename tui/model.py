@@ -39,15 +39,10 @@ class Marker(str):
 
 
 class LogFeed:
-    """Pending log lines per component, between the socket and the panes.
-
-    Bounded: if the view stops flushing, only the newest ``limit`` lines per component are kept
-    and the rest become one "not shown" marker, so a frozen view cannot grow memory without end.
-
-    Restart markers (:class:`Marker`) are spliced into the lines: at their log sequence number
-    when the event gives one (``log_seq``: held back until the lines before it have arrived),
-    otherwise where the stream stands when the event arrives.
-    """
+    """Pending log lines per component, between the socket and the panes. Bounded: past ``limit``
+    lines per component the oldest become one "not shown" marker, so a frozen view cannot grow memory.
+    Restart markers (:class:`Marker`) go in at their ``log_seq`` (held back until the lines before it
+    arrived), else where the stream stands."""
 
     def __init__(self, limit: int = 10_000):
         self.limit = limit
@@ -82,20 +77,16 @@ class LogFeed:
         if not w or w[0][0] > end:
             return lines
         out = list(lines)
-        k = 0
-        while k < len(w) and w[k][0] <= end:
-            k += 1
+        k = bisect.bisect_right(w, end, key=lambda sm: sm[0])
         for mseq, m in reversed(w[:k]):
-            if mseq < seq and drop_before:
-                continue
-            out.insert(max(0, mseq - seq), m)
+            if not (drop_before and mseq < seq):
+                out.insert(max(0, mseq - seq), m)
         del w[:k]
         self.marked.add(component)
         return out
 
     def add(self, component: str, seq: int, lines: list[str]) -> None:
-        first = component not in self.origin
-        if first:
+        if first := component not in self.origin:
             self.origin[component] = seq
         if component in self.waiting:
             lines = self._splice(component, seq, lines, drop_before=first)
@@ -128,8 +119,7 @@ class LogFeed:
         newer = self.pending.get(component) if self.first_seq.get(component, -1) >= end else None
         self.pending[component] = self._splice(component, seq, list(lines), drop_before=True) + (newer or [])
         self.next_seq[component] = max(end, self.next_seq.get(component, end)) if newer else end
-        self.first_seq[component] = seq
-        self.origin[component] = seq
+        self.first_seq[component] = self.origin[component] = seq
         self.resets.add(component)
 
     def take(self) -> tuple[dict[str, list[str]], set[str], set[str]]:
@@ -153,11 +143,8 @@ def attempt_marker(event: Record | Mapping[str, Any], timefmt: Callable[[float],
     parts = []
     if isinstance(e, ComponentStarted):
         parts.append(f"attempt {e.attempt or '?'}")
-        resume = e.resume
-        if resume is not None and resume.step is not None:
-            parts.append(f"resumed from step {resume.step}")
-        elif resume is not None:
-            parts.append("resumed from its checkpoint")
+        if (resume := e.resume) is not None:
+            parts.append("resumed from its checkpoint" if resume.step is None else f"resumed from step {resume.step}")
     elif isinstance(e, ComponentAdopted):
         parts.append(f"attempt {e.attempt or '?'} adopted by a new supervisor (pid {e.pid})")
     else:
@@ -168,18 +155,14 @@ def attempt_marker(event: Record | Mapping[str, Any], timefmt: Callable[[float],
 
 class RunModel:
     """The client's copy of the run: state folded with ``state.apply``, the timeline, the feed.
-
-    ``dirty`` names the areas of the screen whose data changed since the view last looked, so
-    a GPU sample repaints the GPU panel and not the table of components.
-    """
+    ``dirty`` names the screen areas whose data changed since the view last looked."""
 
     def __init__(self, log_limit: int = 10_000, clock: Callable[[], float] | None = None):
         self.state: dict[str, Any] | None = None
         self.timeline: collections.deque[Record] = collections.deque(maxlen=MAX_TIMELINE)
         self.feed = LogFeed(log_limit)
         self.connection = "connecting"
-        self.connection_detail = ""
-        self.clock = clock
+        self.connection_detail, self.clock = "", clock
         self.data_at: float | None = None  # wall time the last snapshot or event arrived
         self.dirty: set[str] = set(AREAS)
 
@@ -191,10 +174,7 @@ class RunModel:
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         self.state = snapshot.get("state") or run_state.initial({}, [])
         for name, block in (snapshot.get("logs") or {}).items():
-            if resumed:
-                self.feed.add(name, block.get("seq", 0), block.get("lines", []))
-            else:
-                self.feed.reset(name, block.get("seq", 0), block.get("lines", []))
+            (self.feed.add if resumed else self.feed.reset)(name, block.get("seq", 0), block.get("lines", []))
         self._touch()
         self.dirty |= AREAS
 
@@ -235,9 +215,7 @@ class RunModel:
 
     # views ----------------------------------------------------------------------------------
     def names(self) -> list[str]:
-        if self.state is None:
-            return []
-        return list(self.state.get("components", {}))
+        return list((self.state or {}).get("components", {}))
 
     def view(self, now: float) -> dict[str, Any] | None:
         """The state with ages derived as :func:`rlsup.supervisor.records.state.view` does, but copying

@@ -32,7 +32,7 @@ from rlsup.supervisor.records.events import (
 from rlsup.supervisor.render.advice import NEXT_STEPS
 from rlsup.supervisor.render.bars import fmt_mem, step_text
 from rlsup.tui.actions import help_rows
-from rlsup.tui.format import failure_cause
+from rlsup.tui.format import failure_cause, separated
 from rlsup.tui.widgets.chart import MetricChart
 
 if TYPE_CHECKING:
@@ -88,8 +88,7 @@ class PathScreen(ModalScreen["str | None"]):
 
     def __init__(self, question: str, default: str):
         super().__init__()
-        self.question = question
-        self.default = default
+        self.question, self.default = question, default
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide"):
@@ -145,9 +144,7 @@ class TimelineScreen(Closable):
 
     def compose(self) -> ComposeResult:
         text = Text(no_wrap=False, end="")
-        for i, e in enumerate(self.events):
-            if i:
-                text.append("\n")
+        for e in separated(text, self.events, "\n"):
             text.append(f"{self.timefmt(e.ts or 0)} ", style="dim")
             text.append(f"{(e.component or 'rlsup'):<13}", style="bold")
             text.append(describe_any(e), style=_event_style(e))
@@ -161,18 +158,13 @@ class TimelineScreen(Closable):
 
 def _event_style(rec: Record) -> str:
     e = rec.event
-    if isinstance(e, (ComponentFatal, FlagRaised, ComponentSpawnFailed)) or _signalled(e) or (
+    # A signal named (an exit by one, a stop that sends one, an unknown kind with a ``signal`` field) is red.
+    signalled = (bool(e.signal) if isinstance(e, (ComponentExited, ComponentStopping))
+                 else isinstance(e, UnknownEvent) and bool(e.data.get("signal")))
+    if isinstance(e, (ComponentFatal, FlagRaised, ComponentSpawnFailed)) or signalled or (
             isinstance(e, ComponentExited) and e.exit_code not in (0, None)):
         return "bold red"
     return "green" if isinstance(e, (ComponentReady, ComponentCompleted)) else ""
-
-
-def _signalled(e: object) -> bool:
-    """An event that names a signal: an exit by one, a stop that sends one (or a kind this client
-    does not know, with a ``signal`` field)."""
-    if isinstance(e, (ComponentExited, ComponentStopping)):
-        return bool(e.signal)
-    return isinstance(e, UnknownEvent) and bool(e.data.get("signal"))
 
 
 class FlagsScreen(Closable):
@@ -180,16 +172,12 @@ class FlagsScreen(Closable):
 
     def __init__(self, flags: list[tuple[str, dict[str, Any]]], timefmt: Callable[[float], str]):
         super().__init__()
-        self.flags = flags
-        self.timefmt = timefmt
+        self.flags, self.timefmt = flags, timefmt
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
-        for i, (comp, f) in enumerate(self.flags):
-            if i:
-                text.append("\n\n")
-            text.append(f"{comp} ", style="bold")
-            text.append(str(f.get("type")), style="bold red")
+        for comp, f in separated(text, self.flags, "\n\n"):
+            text.append(f"{comp} ", style="bold").append(str(f.get("type")), style="bold red")
             if f.get("ts"):
                 text.append(f"  {self.timefmt(f['ts'])}", style="dim")
             text.append(f"\n  {f.get('message') or ''}")
@@ -208,8 +196,7 @@ class StacksScreen(Closable):
 
     def __init__(self, name: str, reply: dict[str, Any]):
         super().__init__()
-        self.name_ = name
-        self.reply = reply
+        self.name_, self.reply = name, reply
 
     def compose(self) -> ComposeResult:
         r = self.reply
@@ -264,10 +251,7 @@ class FailureScreen(Closable):
     def __init__(self, name: str, component: dict[str, Any], events: list[Record],
                  run: dict[str, Any], timefmt: Callable[[float], str]):
         super().__init__()
-        self.component_name = name
-        self.component = component
-        self.events = events
-        self.run = run
+        self.component_name, self.component, self.events, self.run = name, component, events, run
         self.timefmt = timefmt
 
     def body(self) -> Text:
@@ -325,12 +309,9 @@ class FailureScreen(Closable):
         out.append("\n\nlast exit  ", style="bold")
         if final is not None:
             fwhen = f" at {fmt(final['ts'])}" if final.get("ts") else ""
-            out.append(f"exit code 0{fwhen}: it recovered; the failure before it:")
-            out.append("\nfailure    ", style="bold")
-            att = f" (attempt {le['attempt']})" if le.get("attempt") else ""
-            out.append(f"{how}{when}{after}{att}")
-        else:
-            out.append(f"{how}{when}{after}")
+            out.append(f"exit code 0{fwhen}: it recovered; the failure before it:").append("\nfailure    ", style="bold")
+        att = f" (attempt {le['attempt']})" if final is not None and le.get("attempt") else ""
+        out.append(f"{how}{when}{after}{att}")
         rows = [("category", diag.get("category")), ("cause", failure_cause(diag)),
                 ("summary", diag.get("summary") if diag.get("summary") != failure_cause(diag) else None),
                 ("exception", diag.get("exception")), ("location", diag.get("location")),
@@ -349,8 +330,7 @@ class FailureScreen(Closable):
             return
         out.append("\n\nwhat rlsup did", style="bold")
         for e in mine:
-            out.append(f"\n  {fmt(e.ts or 0)}  ", style="dim")
-            out.append(describe_any(e), style=_event_style(e))
+            out.append(f"\n  {fmt(e.ts or 0)}  ", style="dim").append(describe_any(e), style=_event_style(e))
         for f in flags:
             out.append(f"\n  flag {f.get('type')}: {f.get('message') or ''}", style="red")
             if f.get("action"):
@@ -370,9 +350,7 @@ class GpuScreen(Closable):
     def compose(self) -> ComposeResult:
         out = Text(end="")
         gpus = self.state.get("gpus") or []
-        for i, g in enumerate(gpus):
-            if i:
-                out.append("\n\n")
+        for g in separated(out, gpus, "\n\n"):
             used, total = g.get("mem_used_mb"), g.get("mem_total_mb")
             util = g.get("util_pct")
             out.append(f"GPU {g.get('index', '?')} {g.get('name') or ''}", style="bold")
@@ -391,18 +369,15 @@ class GpuScreen(Closable):
 
 
 class ChartsScreen(Screen[None]):
-    """Each progress metric of one component against step, for the whole run.
-
-    Reads the app's model once a second while open; tab / shift+tab switch the component.
-    """
+    """Each progress metric of one component against step, for the whole run (read from the app's
+    model once a second; tab / shift+tab switch the component)."""
 
     BINDINGS = [Binding("escape,q,m", "close", "back"), Binding("tab", "next(1)", "next component"),
                 Binding("shift+tab", "next(-1)", "previous")]
 
     def __init__(self, rlapp: RlsupApp, name: str):
         super().__init__()
-        self.rlapp = rlapp
-        self.component = name
+        self.rlapp, self.component = rlapp, name
         self._shown: tuple[Any, ...] | None = None
 
     def compose(self) -> ComposeResult:

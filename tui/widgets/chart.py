@@ -72,23 +72,15 @@ class MetricChart(Widget):
             span = f"  steps {int(x0)}–{int(x1)}, {len(pts)} points" + (f" of {every} steps" if every > 1 else "")
         else:
             span = f"  the last {len(pts)} values (this supervisor keeps no full-run history)"
-        out.append(f"  min {fmt_num(lo)}  max {fmt_num(hi)}", style=note)
-        out.append(span, style=note)
+        out.append(f"  min {fmt_num(lo)}  max {fmt_num(hi)}", style=note).append(span, style=note)
         plot_w = max(1, width - AXIS_W - 1)
         plot_h = max(1, height - 3)
         rows = braille_chart(pts, plot_w, plot_h, lo, hi)
         line = self.get_component_rich_style("chart--line")
+        ylabels = {plot_h // 2: fmt_num((hi + lo) / 2)} if plot_h >= 5 else {}
+        ylabels |= {plot_h - 1: fmt_num(lo), 0: fmt_num(hi)}  # the top row's wins on a one-row chart
         for r, row in enumerate(rows):
-            if r == 0:
-                label = fmt_num(hi)
-            elif r == plot_h - 1:
-                label = fmt_num(lo)
-            elif r == plot_h // 2 and plot_h >= 5:
-                label = fmt_num((hi + lo) / 2)
-            else:
-                label = ""
-            out.append(f"\n{label:>{AXIS_W - 1}} ┤", style=axis)
-            out.append(row, style=line)
+            out.append(f"\n{ylabels.get(r, ''):>{AXIS_W - 1}} ┤", style=axis).append(row, style=line)
         out.append("\n" + " " * (AXIS_W - 1) + " └" + "─" * plot_w, style=axis)
         left, right = f"{int(x0)}", f"{int(x1)}" + (" step" if by_step else "")
         mid = f"{int((x0 + x1) / 2)}" if plot_w > len(left) + len(right) + 12 else ""

@@ -1,12 +1,6 @@
-"""The component table: one row per component, state coloured through .tcss component classes.
-
-Columns drop out as the terminal narrows, in this order: step/rate/ETA (the progress panel shows
-them), then CPU/RSS/GPU memory. A click on a row selects that component.
-
-The cells are computed when the data arrives and the widget repaints only when one of them (or
-the selection) changed: the table is refreshed on every progress and resource sample, and most
-of those change nothing it shows. Columns are laid out here, not by a Rich table, whose column
-measurement costs more than the rest of the frame on an idle screen.
+"""The component table: one row per component; step/rate/ETA, then CPU/RSS/GPU memory drop out as
+the terminal narrows. It repaints only when a cell or the selection changed (most samples change
+nothing shown), and lays out its own columns: a Rich table's measuring costs more than the frame.
 """
 
 from __future__ import annotations
@@ -134,10 +128,8 @@ class ComponentTable(Widget):
             self.post_message(self.Clicked(row))
 
     def _widths(self, cols: list[str], width: int) -> dict[str, int]:
-        w = {c: max([cell_len(c)] + [cell_len(cells[c]) for _, _, cells in self.rows]) for c in cols}
-        w["component"] = max(w["component"], 10)
-        w["state"] = max(w["state"], 9)
-        w["pid"] = max(w["pid"], 6)
+        least = {"component": 10, "state": 9, "pid": 6}
+        w = {c: max([least.get(c, 0), cell_len(c)] + [cell_len(cells[c]) for _, _, cells in self.rows]) for c in cols}
         fixed = sum(w[c] + 1 for c in cols if c not in ("last exit", "flags")) + 1
         room = max(10, width - fixed - 2)
         flags = min(w["flags"], max(6, room // 4))

@@ -7,6 +7,8 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
+from rlsup.tui.format import separated
+
 
 class FlagsStrip(Widget):
     COMPONENT_CLASSES = {"flags--icon", "flags--type", "flags--hint"}
@@ -31,9 +33,7 @@ class FlagsStrip(Widget):
     def render(self) -> Text:
         out = Text(overflow="ellipsis", end="")
         out.append(" ⚑ ", style=self.get_component_rich_style("flags--icon"))
-        for i, (comp, f) in enumerate(self.flags):
-            if i:
-                out.append("  ·  ")
+        for comp, f in separated(out, self.flags, "  ·  "):
             out.append(f"{comp} ")
             out.append(str(f.get("type")), style=self.get_component_rich_style("flags--type"))
             out.append(f": {f.get('message') or ''}")

@@ -1,11 +1,6 @@
-"""GPU gauges (utilisation, memory, temperature, power, owning component), the processes on each
-GPU with the component they belong to, and host CPU/RAM bars.
-
-Without GPUs it says why (the sampler's reason, e.g. "no NVIDIA driver found") and the host bars
-stand in. Bars come from :mod:`rlsup.supervisor.render.bars`; their level (ok/warn/crit/na) picks a
-component class, so colours live in .tcss. With up to :data:`PROCESS_LINES_MAX_GPUS` GPUs each gets
-a line of its processes (``1101 trainer 20.0G · 9000 outside the run 512M``); with more, the GPU
-line names the owning components and ``p`` lists every process.
+"""GPU gauges (utilisation, memory, temperature, power, owners) and host CPU/RAM bars; without
+GPUs, the sampler's reason. With up to :data:`PROCESS_LINES_MAX_GPUS` GPUs each gets a line of its
+processes; with more, ``p`` lists them. A bar's level (ok/warn/crit/na) picks a component class.
 """
 
 from __future__ import annotations
@@ -14,9 +9,10 @@ from typing import Any
 
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
 
 from rlsup.supervisor.render.bars import bar, bar_line, fmt_mem, level, pct_line
+from rlsup.tui.format import separated
+from rlsup.tui.widgets import TextPanel
 
 PROCESS_LINES_MAX_GPUS = 4
 
@@ -32,20 +28,17 @@ def processes_text(gpu: dict[str, Any]) -> str:
 
 def owners(gpu: dict[str, Any]) -> str:
     """``"trainer 12.1G, +1 other"``: run components using this GPU, then anything else."""
+    procs = gpu.get("processes") or []
     mem: dict[str, float] = {}
-    others = 0
-    for p in gpu.get("processes") or []:
+    for p in procs:
         if p.get("component"):
             mem[p["component"]] = mem.get(p["component"], 0) + (p.get("used_mb") or 0)
-        else:
-            others += 1
-    parts = [f"{c} {fmt_mem(m)}" for c, m in mem.items()]
-    if others:
-        parts.append(f"+{others} other")
-    return ", ".join(parts) or "idle"
+    others = sum(not p.get("component") for p in procs)
+    return ", ".join([f"{c} {fmt_mem(m)}" for c, m in mem.items()] + ([f"+{others} other"] if others else [])) or "idle"
 
 
-class GpuPanel(Widget):
+class GpuPanel(TextPanel):
+    MIN_WIDTH = 30
     COMPONENT_CLASSES = {"bar--ok", "bar--warn", "bar--crit", "bar--na", "gpu--reason", "gpu--label"}
     DEFAULT_CSS = """
     GpuPanel { height: auto; }
@@ -63,22 +56,13 @@ class GpuPanel(Widget):
         self.host: dict[str, Any] | None = None
         self.backend: str | None = None
         self.reason: str | None = None
-        self._text: tuple[int, Text] | None = None  # (width, what render() returns)
 
     def set_data(self, state: dict[str, Any]) -> None:
-        """Repaint only when the text shown changes (a layout pass only when its height does)."""
         self.gpus = state.get("gpus") or []
         self.host = state.get("host")
         self.backend = state.get("gpu_backend")
         self.reason = state.get("gpu_reason")
-        old = self._text[1] if self._text else None
-        self._text = None
-        new = self.render()
-        if old is None or new.plain != old.plain:
-            self.refresh(layout=old is None or new.plain.count("\n") != old.plain.count("\n"))
-
-    def on_resize(self) -> None:
-        self._text = None
+        self.show()
 
     @property
     def process_lines(self) -> bool:
@@ -88,16 +72,11 @@ class GpuPanel(Widget):
     def _bar(self, out: Text, text: str, pct: float | None) -> None:
         out.append(text, style=self.get_component_rich_style(f"bar--{level(pct)}"))
 
-    def render(self) -> Text:
-        width = max(self.size.width, 30)
-        if self._text is not None and self._text[0] == width:
-            return self._text[1]
+    def build(self, width: int) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis", end="")
         label = self.get_component_rich_style("gpu--label")
         node = None
-        for i, g in enumerate(self.gpus):
-            if i:
-                out.append("\n")
+        for g in separated(out, self.gpus, "\n"):
             if g.get("node") and g.get("node") != node:  # a multi-node run: the GPUs grouped by node
                 node = g["node"]
                 out.append(f"── {node}\n", style=label)
@@ -118,7 +97,6 @@ class GpuPanel(Widget):
             used, total = host.get("mem_used_mb"), host.get("mem_total_mb")
             mem_pct = 100.0 * used / total if used is not None and total else None
             self._bar(out, bar_line("RAM", used, total, width - half - 1), mem_pct)
-        self._text = (width, out)
         return out
 
     def _gpu_line(self, out: Text, g: dict[str, Any], width: int, label: Style) -> None:
@@ -144,5 +122,4 @@ class GpuPanel(Widget):
             out.append(text)
             who_w = min(len(who), 16)
             self._bar(out, bar(mem_pct, max(0, width - len(head) - len(text) - len(tail) - who_w)), mem_pct)
-        out.append(tail)
-        out.append(who if len(who) <= who_w else who[: max(0, who_w - 1)] + "…", style=label)
+        out.append(tail).append(who if len(who) <= who_w else who[: max(0, who_w - 1)] + "…", style=label)

@@ -53,14 +53,12 @@ class RunHeader(Widget):
 
     def __init__(self, target: str, timefmt: Callable[[float], str], **kw: Any) -> None:
         super().__init__(**kw)
-        self.target = target
-        self.timefmt = timefmt
+        self.target, self.timefmt = target, timefmt
         self.run: dict[str, Any] = {}
         self.server: dict[str, Any] = {}
         self.connection = ("connecting", "")
         self.stale_since: float | None = None  # when the shown data last arrived, while it is stale
-        self.now = 0.0
-        self._shown = ""
+        self.now, self._shown = 0.0, ""
 
     def set_data(self, run: dict[str, Any], server: dict[str, Any], connection: tuple[str, str],
                  stale_since: float | None = None, now: float = 0.0) -> None:
@@ -89,15 +87,13 @@ class RunHeader(Widget):
         else:
             label, cls = CONNECTION.get(status, (status, "conn--wait"))
         t = Text(no_wrap=True, overflow="ellipsis", end="")
-        t.append(" rlsup ", style="bold reverse")
-        t.append(" ")
+        t.append(" rlsup ", style="bold reverse").append(" ")
         t.append(name, style=self.get_component_rich_style("header--name"))
         if host:
             t.append(f" @ {host}")
         if run.get("uptime_s") is not None and not ended:
             t.append(f"  up {fmt_dur(run['uptime_s'])}")
-        t.append("  ")
-        t.append(label, style=self.get_component_rich_style(cls))
+        t.append("  ").append(label, style=self.get_component_rich_style(cls))
         stale = self._stale_text()
         if detail and status not in ("attached", "ended"):
             # The reason can be long (a socket path, an SSH error): it gives way so that "stale" stays

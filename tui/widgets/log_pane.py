@@ -1,24 +1,12 @@
-"""One component's log: a bounded line buffer drawn with Textual's Line API.
+"""One component's log: a bounded line buffer drawn with Textual's Line API (follow, wrap or
+sideways scrolling, search, copy mode, restart markers drawn as a rule).
 
-Only the visible rows are rendered; lines are appended in batches (one call per flush tick, never
-one per line). The view keeps its own scroll position (``top``, in screen rows) and draws its own
-one-column scrollbar, so scrolling, wrapping and following cost no layout pass and use no
-private Textual API (a ScrollView's virtual size is a layout-triggering reactive, and updating
-its scrollbars without a layout needs private methods).
-
-- **follow**: the newest line stays in view; scrolling up pauses it, scrolling back onto the last
-  row (or End/G/f) resumes it, and the pane title counts the lines below the view meanwhile;
-- **wrap** on: long lines continue on the next rows; off: they are cut at the pane's width with a
-  marker and the view scrolls sideways (``xoff``);
-- **search** highlights every match and scrolls the current one into view (sideways too);
-- **copy mode**: a selection of whole lines between an anchor and a cursor, for the clipboard or a file;
-- **markers**: restart markers (:class:`rlsup.tui.model.Marker`) are drawn as a rule across the pane.
-
-Appending lines does not repaint by itself: it records what must be repainted (``pending``: the
-whole view, or only the scrollbar when the lines arrived below a paused view) and the screen's
-flush calls :meth:`LogView.paint`. A pane that a flood scrolls by more than its height between two
-paints is repainted at most every :data:`FLOOD_PAINT_TICKS` ticks (5 Hz at 20 Hz), the panes
-taking turns: every row of it changes each time, so it is unreadable at any rate, and at 20 Hz
+Only the visible rows are rendered; lines come in batches, one per flush tick. The view keeps its
+own scroll position (``top``, in screen rows) and draws its own scrollbar, so scrolling costs no
+layout pass and uses no private Textual API (a ScrollView's virtual size is a layout-triggering
+reactive). Appending only records what to repaint (``pending``); the screen's flush calls
+:meth:`LogView.paint`. A pane a flood scrolls by more than its height repaints at most every
+:data:`FLOOD_PAINT_TICKS` ticks, the panes taking turns: it is unreadable at any rate, and at 20 Hz
 three such panes cost ~350 KB/s of terminal output and most of the TUI's CPU.
 """
 
@@ -52,12 +40,6 @@ CUT = "…"
 HSTEP = 8  # columns per sideways scroll step
 WHEEL = 3  # rows per mouse-wheel notch
 FLOOD_PAINT_TICKS = 4  # a pane scrolled by a flood repaints at most every this many flush ticks (5 Hz)
-
-
-def _cells(line: str) -> int:
-    return len(line) if line.isascii() else cell_len(line)
-
-
 PAGE = 2000  # lines per page read from disk
 
 
@@ -77,18 +59,13 @@ class History:
         self.incoming_seq: int | None = None
         self.loading = False  # a page is on its way: no second request for the same edge
 
-    def line_no(self, seq: int) -> int:
-        return seq - self.disk_first + 1
-
     def set_aside(self, new: list[str], marked: bool, seq: int | None, max_lines: int) -> None:
-        """Live lines that arrived while the window is shown: kept (the newest ``max_lines``) for
-        when the window reaches the live view again."""
+        """Keep live lines (the newest ``max_lines``) for when the window reaches the live view again."""
         if self.incoming_seq is None:
             self.incoming_seq = seq
         self.incoming.extend(new)
         self.incoming_marked |= marked
-        if len(self.incoming) > max_lines:
-            drop = len(self.incoming) - max_lines
+        if (drop := len(self.incoming) - max_lines) > 0:
             del self.incoming[:drop]
             if self.incoming_seq is not None:
                 self.incoming_seq += drop
@@ -166,9 +143,7 @@ class LogView(Widget, can_focus=False):
     def _line_rows(self, line: str, width: int) -> int:
         if width <= 0:
             return 1
-        if line.isascii():
-            return max(1, -(-len(line) // width))
-        return max(1, len(chop_cells(line, width)))
+        return max(1, -(-len(line) // width) if line.isascii() else len(chop_cells(line, width)))
 
     def _valid_rows(self) -> list[int]:
         width = self.text_width
@@ -254,14 +229,12 @@ class LogView(Widget, can_focus=False):
             self.refresh(Region(max(0, self.width - 1), 0, 1, self.height))
         elif self.pending == "full":
             self.refresh()
-        self.pending = None
-        self.painted_tick = tick
-        self._new = 0
+        self.pending, self.painted_tick, self._new = None, tick, 0
 
     def _prune(self, n: int) -> None:
         if self.live_first is not None and self.hist is None:
             self.live_first += n - sum(1 for m in self.marks if m < self.dropped + n)
-        rows_gone = self.row_of(n) if self.wrap else n
+        rows_gone = self.row_of(n)  # n when wrap is off
         del self.lines[:n]
         if self.wrap and len(self._rows) > n:
             self._rows = [r - rows_gone for r in self._rows[n:]]
@@ -277,14 +250,15 @@ class LogView(Widget, can_focus=False):
         if self.hist is not None:
             self.leave_history()
         self.live_first = None
-        self.dropped += len(self.lines)
-        self.lines = []
-        self.marks = set()
+        self._load([], self.dropped + len(self.lines), set())
+        self.refresh()
+
+    def _load(self, lines: list[str], dropped: int, marks: set[int], current: int | None = None) -> None:
+        """Replace the lines held (no selection, at the top)."""
+        self.lines, self.dropped, self.marks, self.current = lines, dropped, marks, current
         self._rows, self._rows_width = [0], -1
-        self.current = None
         self.select_anchor = self.cursor = None
         self.top = 0
-        self.refresh()
 
     # reading from disk --------------------------------------------------------------------
     @property
@@ -307,23 +281,16 @@ class LogView(Widget, can_focus=False):
         self.disk_first = disk_first
         if self.hist is None:
             live_seq = self.live_first if self.live_first is not None else disk_end
-            saved = (self.lines, self.dropped, self.marks, self.top, self.follow, self.current, self.widest)
+            saved = (self.lines, self.dropped, self.marks, self.current, self.widest)
             self.hist = History(seq, disk_first, disk_end, live_seq, saved)
         h = self.hist
         h.first, h.disk_first, h.disk_end, h.loading = seq, disk_first, max(h.disk_end, disk_end), False
-        self.lines = clean_lines(list(page["lines"]))
-        self.dropped = seq
-        self.marks = set()
-        self.select_anchor = self.cursor = None
-        self.current = None
+        self._load(clean_lines(list(page["lines"])), seq, set())
         self.follow = False
-        self._rows, self._rows_width = [0], -1
         self.widest = max([self.widest, *map(len, self.lines)]) if self.lines else self.widest
-        if at == "top":
-            self.top = 0
-        elif at == "bottom":
+        if at == "bottom":
             self.top = self.max_top
-        else:
+        elif at != "top":
             self.show_line(int(at) - seq)
         self._moved()
 
@@ -344,20 +311,15 @@ class LogView(Widget, can_focus=False):
             self._rows_width = -1
             self.top += self.row_of(len(new))
             h.first = self.dropped = seq
-            excess = len(self.lines) - self.max_lines
-            if excess > 0:
-                del self.lines[-excess:]
-                self._rows_width = -1
+            del self.lines[self.max_lines:]
         elif seq == h.first + len(self.lines):  # newer lines, below
             self.lines.extend(new)
             self._rows_width = -1
-            excess = len(self.lines) - self.max_lines
-            if excess > 0:
-                gone = self.row_of(excess)
+            if (excess := len(self.lines) - self.max_lines) > 0:
+                self.top = max(0, self.top - self.row_of(excess))
                 del self.lines[:excess]
-                self._rows_width = -1
                 h.first = self.dropped = h.first + excess
-                self.top = max(0, self.top - gone)
+        self._rows_width = -1
         self.top = min(self.top, self.max_top)
         self._moved()
 
@@ -367,11 +329,9 @@ class LogView(Widget, can_focus=False):
         h = self.hist
         if h is None:
             return
-        self.lines, self.dropped, self.marks, self.top, self.follow, self.current, self.widest = h.saved  # type: ignore[assignment]
-        self.hist = None
-        self._rows, self._rows_width = [0], -1
-        self.select_anchor = self.cursor = None
-        self.follow = follow
+        lines, dropped, marks, current, self.widest = h.saved  # type: ignore[assignment]
+        self._load(lines, dropped, marks, current)  # type: ignore[arg-type]
+        self.hist, self.follow = None, follow
         if h.incoming:
             if len(h.incoming) >= self.max_lines:
                 self.lines, self.marks = [], set()  # all superseded by newer lines
@@ -384,11 +344,9 @@ class LogView(Widget, can_focus=False):
     def _want_more(self, delta: int) -> None:
         """After a move: ask for the next page from disk when the view nears an edge of what it holds."""
         h = self.hist
-        if h is None:
-            if delta < 0 and self.top == 0 and self.older_on_disk:
+        if h is None:  # (disk_first None: not asked yet, the supervisor knows)
+            if delta < 0 and self.top == 0 and (self.older_on_disk or (self.disk_first is None and self.live_first)):
                 self.post_message(self.NeedLines(self, -1))
-            elif delta < 0 and self.top == 0 and self.disk_first is None and self.live_first:
-                self.post_message(self.NeedLines(self, -1))  # not asked yet: the supervisor knows
             return
         if h.loading:
             return
@@ -407,15 +365,11 @@ class LogView(Widget, can_focus=False):
 
         def __init__(self, view: LogView, direction: int):
             super().__init__()
-            self.view = view
-            self.direction = direction
+            self.view, self.direction = view, direction
 
     def on_resize(self, event: events.Resize) -> None:
         self._view_size = (event.size.width, event.size.height)
-        if self.follow:
-            self.top = self.max_top
-        else:
-            self.top = min(self.top, self.max_top)
+        self.top = self.max_top if self.follow else min(self.top, self.max_top)
         self.refresh()
 
     # scrolling ------------------------------------------------------------------------------
@@ -442,8 +396,7 @@ class LogView(Widget, can_focus=False):
             self._want_more(delta)
 
     def home(self) -> None:
-        self.follow = False
-        self.top = 0
+        self.follow, self.top = False, 0
         self._moved()
 
     def set_follow(self, on: bool) -> None:
@@ -468,8 +421,7 @@ class LogView(Widget, can_focus=False):
     def set_wrap(self, on: bool) -> None:
         """Wrap on or off, keeping the line at the top of the view at the top."""
         first, _ = self.locate(self.top) if self.lines else (0, 0)
-        self.wrap = on
-        self.xoff = 0
+        self.wrap, self.xoff = on, 0
         self._rows_width = -1
         self.top = self.max_top if self.follow else min(self.row_of(first), self.max_top)
         self._moved()
@@ -506,10 +458,15 @@ class LogView(Widget, can_focus=False):
         q = query.lower()
         if not q:
             return None
-        n = len(self.lines)
-        start = self._search_start(q, direction)
+        lines, n = self.lines, len(self.lines)
+        # From the current match of the same query, else the copy-mode cursor, else past the newest (oldest) line.
+        if q == self.search_query and self.current is not None and 0 <= self.current - self.dropped < n:
+            start = self.current - self.dropped
+        elif self.cursor is not None:
+            start = self.cursor - self.dropped
+        else:
+            start = n if direction < 0 else -1
         self.search_query = q
-        lines = self.lines
         for k in range(1, n + 1):
             i = start + direction * k
             if not wrap and not 0 <= i < n:
@@ -523,16 +480,6 @@ class LogView(Widget, can_focus=False):
             self._moved()
         return None
 
-    def _search_start(self, q: str, direction: int) -> int:
-        """The local index a search steps from: the current match of the same query, else the
-        copy-mode cursor, else just past the newest (or oldest) line."""
-        n = len(self.lines)
-        if q == self.search_query and self.current is not None and 0 <= self.current - self.dropped < n:
-            return self.current - self.dropped
-        if self.cursor is not None:
-            return self.cursor - self.dropped
-        return n if direction < 0 else -1
-
     def _show_found(self, i: int, q: str) -> None:
         """Line ``i`` holds a match of ``q``: make it the current one, in view (its column too)."""
         line = self.lines[i]
@@ -542,7 +489,7 @@ class LogView(Widget, can_focus=False):
             self.cursor = self.current
         self.show_line(i)
         if not self.wrap:  # bring the match's column into view too
-            col = _cells(line[: line.lower().find(q)])
+            col = cell_len(line[: line.lower().find(q)])
             if not (self.xoff <= col < self.xoff + self.text_width - len(q)):
                 self.xoff = max(0, col - self.text_width // 3)
         self._moved()
@@ -639,14 +586,10 @@ class LogView(Widget, can_focus=False):
         hit = bool(q) and (q in line.lower() or self.current == absi)
         if not (selected or hit):
             if not self.wrap and not self.xoff:
-                if line.isascii():
-                    if len(line) <= tw:
-                        return self._row(line, tw - len(line), base, thumb, width)
-                    return self._row(line[: tw - 1] + CUT, 0, base, thumb, width)
-                cells = cell_len(line)
+                cells = len(line) if (asc := line.isascii()) else cell_len(line)
                 if cells <= tw:
                     return self._row(line, tw - cells, base, thumb, width)
-                return self._row(set_cell_size(line, tw - 1) + CUT, 0, base, thumb, width)
+                return self._row((line[: tw - 1] if asc else set_cell_size(line, tw - 1)) + CUT, 0, base, thumb, width)
             if self.wrap and line.isascii():
                 piece = line[sub * tw: (sub + 1) * tw]
                 return self._row(piece, tw - len(piece), base, thumb, width)
@@ -681,8 +624,7 @@ class LogView(Widget, can_focus=False):
         cells = strip.cell_length
         if self.wrap:
             if line.isascii():
-                start = sub * tw
-                end = start + tw
+                start, end = sub * tw, (sub + 1) * tw
             else:
                 chunks = chop_cells(line, tw)
                 start = sum(cell_len(c) for c in chunks[:sub])
@@ -694,12 +636,9 @@ class LogView(Widget, can_focus=False):
         left = x > 0 and cells > 0
         right = cells > x + tw
         cut = base + self._style("log-view--cut")
-        piece = strip.crop(x + (1 if left else 0), x + tw - (1 if right else 0))
-        segs = ([Segment(CUT, cut)] if left else []) + list(piece)
-        used = (1 if left else 0) + piece.cell_length
-        if right:
-            segs.append(Segment(CUT, cut))
-            used += 1
+        piece = strip.crop(x + left, x + tw - right)
+        used = left + piece.cell_length + right
+        segs = [Segment(CUT, cut)] * left + list(piece) + [Segment(CUT, cut)] * right
         segs += [Segment(" " * max(0, tw - used), pad), bar]
         return Strip(segs, tw + 1)
 
@@ -733,12 +672,9 @@ class _PaneMessage(Message):
 class LogPane(Vertical, can_focus=True):
     """A title row (name, state, follow / "N new lines", wrap, search, copy mode) over a :class:`LogView`.
 
-    The selected pane holds the focus, so the keys that act on a log (scrolling, search, copy mode:
-    the ``log`` rows of :mod:`rlsup.tui.actions`) are its bindings and actions, as toolong's log
-    view has them. Which of them act depends on the context: ``has_keys`` (the screen gave the
-    arrows and j/k to this log) and copy mode; a row disabled here lets its key through to the
-    screen. What needs the screen (the search box, the log file on disk, the focus look) is asked
-    for with a message.
+    The selected pane holds the focus and binds the ``log`` rows of :mod:`rlsup.tui.actions`; which act
+    depends on ``has_keys`` (the screen gave this log the arrows and j/k) and copy mode. What needs the
+    screen (the search box, the log file on disk, the focus look) is asked for with a message.
     """
 
     BINDINGS = actions.bindings(log=True)
@@ -764,8 +700,7 @@ class LogPane(Vertical, can_focus=True):
 
         def __init__(self, pane: LogPane, query: str, direction: int):
             super().__init__(pane)
-            self.query = query
-            self.direction = direction
+            self.query, self.direction = query, direction
 
     class FirstPageNeeded(_PaneMessage):
         """Home went to the first line held, and the log file has older ones: read its first page."""
@@ -773,9 +708,7 @@ class LogPane(Vertical, can_focus=True):
     def __init__(self, component: str, index: int, max_lines: int = 10_000,
                  clock: Callable[[], float] = time.time, **kw: Any) -> None:
         super().__init__(**kw)
-        self.component = component
-        self.index = index
-        self.state = ""
+        self.component, self.index, self.state = component, index, ""
         self.clock = clock  # names the default file of a saved excerpt
         self.has_keys = False  # the screen gave this log the arrows and j/k (its "log" context)
         self.view = LogView(max_lines=max_lines)
@@ -806,18 +739,11 @@ class LogPane(Vertical, can_focus=True):
         where = actions.CONTEXTS.get(action)
         return where is None or self.context in where
 
-    def _acted(self) -> None:
-        """The title, now: a key's effect shows in the frame right after it (the view's
-        Scrolled message would update it one message hop later)."""
+    # Each action retitles at once: the key's effect shows in the frame right after it (the view's
+    # Scrolled message would update the title one message hop later).
+    def action_scroll(self, delta: int) -> None:
+        self.view.scroll_rows(delta)
         self.update_title()
-
-    def action_scroll_up(self) -> None:
-        self.view.scroll_rows(-1)
-        self._acted()
-
-    def action_scroll_down(self) -> None:
-        self.view.scroll_rows(1)
-        self._acted()
 
     def action_page(self, direction: int) -> None:
         v = self.view
@@ -826,7 +752,7 @@ class LogPane(Vertical, can_focus=True):
             v.move_cursor(rows)
         else:
             v.scroll_rows(rows)
-        self._acted()
+        self.update_title()
 
     def action_log_top(self) -> None:
         v = self.view
@@ -836,7 +762,7 @@ class LogPane(Vertical, can_focus=True):
             v.home()  # at once within what the view holds; the file's first page follows
             if v.hist is None or v.hist.first > v.hist.disk_first:
                 self.post_message(self.FirstPageNeeded(self))
-        self._acted()
+        self.update_title()
 
     def action_log_end(self) -> None:
         v = self.view
@@ -844,20 +770,20 @@ class LogPane(Vertical, can_focus=True):
             v.cursor_to(len(v.lines) - 1)
         else:
             v.set_follow(True)
-        self._acted()
+        self.update_title()
 
     def action_sideways(self, direction: int) -> None:
         if not self.view.scroll_sideways(direction * HSTEP):
             self.notify("wrap is on: every line is whole (w turns it off)", timeout=3)
-        self._acted()
+        self.update_title()
 
     def action_follow(self) -> None:
         self.view.set_follow(not self.view.follow)
-        self._acted()
+        self.update_title()
 
     def action_wrap(self) -> None:
         self.view.set_wrap(not self.view.wrap)
-        self._acted()
+        self.update_title()
 
     # search ---------------------------------------------------------------------------------
     def action_search(self) -> None:
@@ -879,7 +805,7 @@ class LogPane(Vertical, can_focus=True):
 
     # copy mode ------------------------------------------------------------------------------
     def _mode_changed(self) -> None:
-        self._acted()
+        self.update_title()
         self.post_message(self.ModeChanged(self))
 
     def action_copy_mode(self) -> None:
@@ -889,17 +815,13 @@ class LogPane(Vertical, can_focus=True):
         self.view.start_select()
         self._mode_changed()
 
-    def action_cursor_up(self) -> None:
-        self.view.move_cursor(-1)
-        self._acted()
-
-    def action_cursor_down(self) -> None:
-        self.view.move_cursor(1)
-        self._acted()
+    def action_cursor(self, delta: int) -> None:
+        self.view.move_cursor(delta)
+        self.update_title()
 
     def action_reanchor(self) -> None:
         self.view.reanchor()
-        self._acted()
+        self.update_title()
 
     def action_cancel_copy(self) -> None:
         self.view.end_select()
@@ -919,13 +841,11 @@ class LogPane(Vertical, can_focus=True):
     async def _tmux_buffer(self, text: str, n: int) -> None:
         err = await asyncio.to_thread(clipboard.tmux_load_buffer, text)
         what = self._lines_of(n)
-        if err is None:
-            self.notify(f"{what} sent to the clipboard (OSC 52)", title="copied")
-        elif err == "":
-            self.notify(f"{what} on the clipboard and in tmux's paste buffer (prefix ])", title="copied")
+        if err:
+            self.notify(f"{what} sent with OSC 52; tmux load-buffer failed: {err}", title="copied", severity="warning")
         else:
-            self.notify(f"{what} sent with OSC 52; tmux load-buffer failed: {err}", title="copied",
-                        severity="warning")
+            self.notify(f"{what} sent to the clipboard (OSC 52)" if err is None
+                        else f"{what} on the clipboard and in tmux's paste buffer (prefix ])", title="copied")
 
     def action_save(self) -> None:
         lines = self.view.selection()
@@ -953,9 +873,9 @@ class LogPane(Vertical, can_focus=True):
             parts.append(f"COPY {n} line{'s' if n != 1 else ''}: ↑↓ extend · y copy · s save · esc")
         elif v.hist is not None:
             h = v.hist
-            total = h.disk_end - h.disk_first
-            a, b = h.line_no(h.first), h.line_no(h.first + len(v.lines) - 1)
-            parts.append(f"FROM DISK: lines {a:,}–{b:,} of {total:,}" + (" (loading…)" if h.loading else "")
+            a = h.first - h.disk_first + 1
+            parts.append(f"FROM DISK: lines {a:,}–{a + len(v.lines) - 1:,} of {h.disk_end - h.disk_first:,}"
+                         + (" (loading…)" if h.loading else "")
                          + " · End: live")
         elif v.follow:
             parts.append("follow")

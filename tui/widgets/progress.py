@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
-from textual.widget import Widget
 
 from rlsup.supervisor.render.bars import bar
-from rlsup.tui.format import fmt_dur, fmt_num, fmt_rate, history_points, resample, sparkline
+from rlsup.tui.format import fmt_dur, fmt_num, fmt_rate, history_points, resample, separated, sparkline
+from rlsup.tui.widgets import TextPanel
 
 
 def metric_of(c: dict[str, Any]) -> tuple[str | None, float | None]:
@@ -44,7 +44,8 @@ def weights_line(metrics: dict[str, Any]) -> str:
             f"{fmt_num(metrics.get('mixed_samples'))} mixed")
 
 
-class ProgressPanel(Widget):
+class ProgressPanel(TextPanel):
+    MIN_WIDTH = 20
     COMPONENT_CLASSES = {"progress--bar", "progress--done", "progress--spark", "progress--dim"}
     DEFAULT_CSS = """
     ProgressPanel { height: auto; }
@@ -57,23 +58,15 @@ class ProgressPanel(Widget):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.components: dict[str, dict[str, Any]] = {}
-        self.now = 0.0
-        self.ended = False
+        self.now, self.ended = 0.0, False
         self.timefmt: Callable[[float], str] | None = None
-        self._text: tuple[int, Text] | None = None  # (width, what render() returns)
 
     def set_data(self, components: dict[str, dict[str, Any]], now: float = 0.0, *, ended: bool = False,
                  timefmt: Callable[[float], str] | None = None) -> None:
-        """Repaint only when the text shown changes (a layout pass only when its height does).
-        On an ended run, artefacts show when they were written, with their age from now."""
-        self.components = components
-        self.now = now
+        """On an ended run, artefacts show when they were written, with their age from now."""
+        self.components, self.now = components, now
         self.ended, self.timefmt = ended, timefmt
-        old = self._text[1] if self._text else None
-        self._text = None
-        new = self.render()
-        if old is None or new.plain != old.plain:
-            self.refresh(layout=old is None or new.plain.count("\n") != old.plain.count("\n"))
+        self.show()
 
     def artefacts(self, c: dict[str, Any]) -> str:
         """``checkpoint step 120 (35s ago) · rollouts step 131 (2s ago)``: what is on disk, and how fresh."""
@@ -94,23 +87,14 @@ class ProgressPanel(Widget):
             return f" (written {self.timefmt(mtime)}, {fmt_dur(self.now - mtime)} ago)"
         return f" ({fmt_dur(self.now - mtime)} ago)"
 
-    def on_resize(self) -> None:
-        self._text = None
-
-    def render(self) -> Text:
-        width = max(self.size.width, 20)
-        if self._text is not None and self._text[0] == width:
-            return self._text[1]
+    def build(self, width: int) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis", end="")
         dim = self.get_component_rich_style("progress--dim")
-        for i, (name, c) in enumerate(self.components.items()):
-            if i:
-                out.append("\n")
+        for name, c in separated(out, self.components.items(), "\n"):
             head = f"{name[:12]:<12} "
             step, total = c.get("step"), c.get("total")
             if step is None:
-                out.append(head)
-                out.append("no progress seen", style=dim)
+                out.append(head).append("no progress seen", style=dim)
                 continue
             counts = f" {step}/{total}" if total else f" step {step}"
             right = f"{counts} {fmt_rate(c.get('rate')):>8} ETA {fmt_dur(c.get('eta_s')):>6}"
@@ -131,9 +115,7 @@ class ProgressPanel(Widget):
             if tail:
                 out.append(tail, style=dim)
                 out.append(spark_of(c, mname, spark_w), style=self.get_component_rich_style("progress--spark"))
-            if art := self.artefacts(c):
-                out.append("\n" + " " * len(head) + art, style=dim)
-            if weights := weights_line(c.get("metrics") or {}):
-                out.append("\n" + " " * len(head) + weights, style=dim)
-        self._text = (width, out)
+            for extra in (self.artefacts(c), weights_line(c.get("metrics") or {})):
+                if extra:
+                    out.append("\n" + " " * len(head) + extra, style=dim)
         return out
