@@ -101,6 +101,8 @@ def a_preemption_keeps_the_trainers_step(w: World) -> list[str]:
     if not w.ended or end is None or end.get("outcome") != "preempted" or w.truth.preempt_step is None:
         return []
     stands = ((end.get("checkpoints") or {}).get("trainer") or {}).get("step")
+    if stands is not None and stands >= w.truth.preempt_step:
+        return []  # (its periodic checkpoint may have come first: a newer one is what rlsup waits for)
     if w.truth.preempt_written is not None:
         if stands is None or stands < w.truth.preempt_written or w.truth.preempt_written < w.truth.preempt_step:
             return [f"a preemption lost work: the trainer was asked at step {w.truth.preempt_step}, wrote step "

@@ -9,7 +9,12 @@ from rlsup.supervisor.diagnosis import diagnose_run
 from rlsup.supervisor.rundir.archive import how_it_ended
 from rlsup.supervisor.rundir.layout import RunPaths
 from tests import promises
-from tests.sim.test_sim import _short, run, the_root_cause_is_a_real_fault
+from tests.sim.test_sim import (
+    _short,
+    a_preemption_keeps_the_trainers_step,
+    run,
+    the_root_cause_is_a_real_fault,
+)
 from tests.sim.world import Setup
 
 
@@ -199,3 +204,17 @@ def test_a_crash_as_the_runs_shutdown_ends_the_attempt_is_the_exit_asked_for(tmp
         "seq=13 kind=exited component=trainer attempt=1 exit_code=1", "seq=14 kind=stopped component=trainer by=shutdown"]
     assert diagnose_run(w.flush()).root_cause is None and w.events()[-1]["outcome"] == "completed"
     assert the_root_cause_is_a_real_fault(w) == []
+
+
+def test_a_periodic_checkpoint_newer_than_the_step_asked_ends_the_preemptions_wait(tmp_path):
+    """RLSUP_SIM_SEED=41 (the oracle's limit): the preemption asked the trainer to checkpoint at step 19; its
+    periodic checkpoint of step 20 landed 0.2 s later, before the one asked for; rlsup took it (newer than the
+    newest when it asked) and stopped the trainer, and the run ended standing at step 20. Nothing was lost: the
+    oracle now asks only that the run stand at the step asked or later."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("wait", 0.5), ("wait", 3.0), ("wait", 3.0), ("wait", 15.0), ("platform_sigterm", 0.8, False)], tmp_path)
+    end = w.events()[-1]
+    assert end["outcome"] == "preempted" and end["checkpoints"]["trainer"]["step"] == 20
+    assert w.truth.preempt_step == 19 and w.truth.preempt_written is None
+    assert not [e for e in w.events() if e["kind"] == "flag"]
+    assert a_preemption_keeps_the_trainers_step(w) == []
