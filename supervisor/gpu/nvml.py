@@ -219,9 +219,7 @@ class NoneSampler:
         self._host = HostStats()
 
     def sample(self) -> GpuSample:
-        return GpuSample(
-            ts=self._clock(), backend="none", gpus=(), reason=self.reason, host=self._host.read()
-        )
+        return GpuSample(ts=self._clock(), backend="none", gpus=(), reason=self.reason, host=self._host.read())
 
     def close(self) -> None:
         pass
@@ -346,7 +344,7 @@ class NvmlSampler:
 
     def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
         nv = self._nvml
-        merged: dict[int, float | None] = {}
+        found: list[GpuProcess] = []
         for fn, fallback in (
             ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
             ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
@@ -359,17 +357,9 @@ class NvmlSampler:
                 # with @throwOnVersionMismatch, which turns it into NVMLLibraryMismatchError (a plain
                 # Exception, not an NVMLError) -- either way the _v2 call is what works.
                 procs = self._q(fallback, handle) if type(exc).__name__ in _FALLBACK_ERRORS else None
-            for p in procs or ():
-                pid = getattr(p, "pid", None)
-                if pid is None:
-                    continue
-                used = getattr(p, "usedGpuMemory", None)
-                mb = used / _MIB if isinstance(used, (int, float)) else None
-                # A process with both a compute and a graphics context is listed twice; keep the
-                # larger figure rather than summing, since both report the same allocation.
-                prev = merged.get(int(pid))
-                merged[int(pid)] = mb if prev is None else (prev if mb is None else max(prev, mb))
-        return tuple(GpuProcess(pid, mb) for pid, mb in sorted(merged.items()))
+            found += [GpuProcess(int(p.pid), _num(getattr(p, "usedGpuMemory", None), _MIB))
+                      for p in procs or () if getattr(p, "pid", None) is not None]
+        return _merged(found)
 
     def _mig(self, handle: Any) -> tuple[MigInstance, ...]:
         """The MIG devices of a GPU in MIG mode; () when MIG is off or not supported."""
@@ -415,15 +405,8 @@ class NvmlSampler:
         if limit is None:
             limit = self._q("nvmlDeviceGetPowerManagementLimit", handle)
         mig = self._mig(handle)
-        processes = self._processes(handle)
-        if mig:  # a MIG device's processes hold memory of this GPU: hygiene and attribution must see them
-            merged = {p.pid: p for p in processes}
-            for m in mig:
-                for p in m.processes:
-                    prev = merged.get(p.pid)
-                    if prev is None or (prev.used_mb or 0.0) < (p.used_mb or 0.0):
-                        merged[p.pid] = p
-            processes = tuple(merged[k] for k in sorted(merged))
+        # a MIG device's processes hold memory of this GPU: hygiene and attribution must see them
+        processes = _merged([*self._processes(handle), *(p for m in mig for p in m.processes)])
         return GpuInfo(
             index=index,
             name=_text(name) or "N/A",
@@ -445,22 +428,26 @@ class NvmlSampler:
             if not self._ensure_init():
                 return GpuSample(ts=ts, backend="none", gpus=(), reason=self.reason, host=host)
             count = self._q("nvmlDeviceGetCount")
-            if count is None:
-                return GpuSample(
-                    ts=ts, backend="nvml", gpus=(), reason="NVML could not count GPUs", host=host
-                )
-            gpus = tuple(self._gpu(i) for i in range(int(count)))
-            reason = None if gpus else "NVML reports no GPUs"
+            gpus = tuple(self._gpu(i) for i in range(int(count or 0)))
+            reason = "NVML could not count GPUs" if count is None else None if gpus else "NVML reports no GPUs"
             return GpuSample(ts=ts, backend="nvml", gpus=gpus, reason=reason, host=host)
 
 
 _FALLBACK_ERRORS = ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
 
 
+def _merged(procs: Iterable[GpuProcess]) -> tuple[GpuProcess, ...]:
+    """One entry per pid, by pid. A process with both a compute and a graphics context (or on a MIG device and
+    its GPU) is listed twice; the larger figure is kept rather than summed, since both report one allocation."""
+    merged: dict[int, float | None] = {}
+    for p in procs:
+        prev = merged.get(p.pid)
+        merged[p.pid] = p.used_mb if prev is None else max(prev, p.used_mb or 0.0)
+    return tuple(GpuProcess(pid, mb) for pid, mb in sorted(merged.items()))
+
+
 def _text(v: Any) -> str | None:
-    if v is None:
-        return None
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+    return v.decode(errors="replace") if isinstance(v, bytes) else None if v is None else str(v)
 
 
 def _num(v: Any, divisor: float = 1.0) -> float | None:
@@ -828,13 +815,12 @@ def classify_holders(
         for pid, used in procs:
             kind, why, create_time = _judge_holder(pid, proc_lookup(pid), run_pids, prev_times, run_dir)
             kinds[kind].append(Holder(index, pid, used, why, create_time))
-    ours, live, foreign, unmappable = kinds["ours"], kinds["live"], kinds["foreign"], kinds["unmappable"]
-    note = _holders_note(ours, foreign, unmappable)
-    return Holders(tuple(ours), tuple(live), tuple(foreign), tuple(unmappable), note)
+    ours, live, foreign, unmappable = (tuple(hs) for hs in kinds.values())
+    return Holders(ours, live, foreign, unmappable, _holders_note(ours, foreign, unmappable))
 
 
-def _holders_note(ours: list[Holder], foreign: list[Holder], unmappable: list[Holder]) -> str:
-    def pids(hs: list[Holder]) -> str:
+def _holders_note(ours: tuple[Holder, ...], foreign: tuple[Holder, ...], unmappable: tuple[Holder, ...]) -> str:
+    def pids(hs: tuple[Holder, ...]) -> str:
         return ", ".join(str(h.pid) for h in hs[:6]) + (" ..." if len(hs) > 6 else "")
 
     parts = []
