@@ -196,10 +196,8 @@ def _sglang_info(base: str, name: str, version: tuple[int, ...] | None, timeout:
 
 
 def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
-    """The engine at ``base``. vLLM answers ``GET /version`` with ``{"version": "X.Y.Z"}`` (no dev mode
-    needed); SGLang has no ``/version`` route (404) and reports ``"version"`` in ``/server_info``
-    (0.5.6+) or ``/get_server_info``. ``hint`` (the trainer's --weight-sync) names the family when the
-    server cannot tell."""
+    """The engine at ``base`` (how each tells its version: the module docstring). ``hint`` (the trainer's
+    --weight-sync) names the family when the server cannot tell."""
     base = base.rstrip("/")
     v = request("GET", f"{base}/version", timeout=timeout)
     raw = v.data.get("version") if v.ok and isinstance(v.data, dict) else None
@@ -229,11 +227,9 @@ def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
 
 
 def pause_query(version: tuple[int, ...] | None) -> str:
-    """The query string of vLLM's ``POST /pause`` that lets in-flight requests finish (never abort them)
-    and clears the prefix cache: ``wait_for_inflight_requests=true`` before 0.16.0 (no ``mode`` there:
-    FastAPI ignores it and the default ABORTS every running request), ``mode=wait`` from 0.16.0 (where
-    ``wait_for_inflight_requests`` is deprecated, and gone by 0.33.0). Unknown version: both, which every
-    version reads as "wait" (unknown query parameters are ignored)."""
+    """The query string of vLLM's ``POST /pause`` that lets in-flight requests finish (never abort them: each
+    version's spelling, see the module docstring) and clears the prefix cache. Unknown version: both
+    spellings, which every version reads as "wait" (unknown query parameters are ignored)."""
     if version is None:
         return "mode=wait&wait_for_inflight_requests=true&clear_cache=true"
     if version < (0, 16):
@@ -370,10 +366,9 @@ class WeightSync:
         return result
 
     def _push_sglang(self, path: Path, step: int) -> SyncResult:
-        """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info (/get_model_info before
-        SGLang 0.5.6) says what it serves. SGLang waits for running requests before it reloads (its
-        ``model_update_lock``), so no completion mixes weights; ``weight_version`` tags the step, which SGLang
-        0.5.23 returns with every completion (``metadata.weight_versions``); older versions ignore the field."""
+        """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info says what it serves.
+        ``weight_version`` tags the step, which SGLang 0.5.23 returns with every completion
+        (``metadata.weight_versions``); older versions ignore the field."""
         self._record.reloading(paused=True)
         body = {"model_path": str(path), "weight_version": str(step)}
         r = request("POST", f"{self.base}/update_weights_from_disk", body, self.timeout)
@@ -497,10 +492,8 @@ class WeightSync:
     def _reset_prefix_cache(self) -> str:
         """Reset vLLM's prefix cache after a reload that was not paused (no /pause before 0.12.0, or /pause
         failed). From 0.12.0 ``reset_running_requests=true`` makes the reset happen even while requests run
-        (it preempts them; 0.32.0 vllm/entrypoints/serve/dev/cache/api_router.py ``reset_prefix_cache``,
-        v1/core/sched/scheduler.py ``reset_prefix_cache(reset_running_requests)``). Before 0.26.0 the route
-        answers an EMPTY 200 whatever happened: a reset that failed (it fails whenever requests hold
-        blocks) looks done, so that is said loudly once. From 0.26.0 ``{"success": false}`` is retried."""
+        (it preempts them; 0.32.0 vllm/entrypoints/serve/dev/cache/api_router.py ``reset_prefix_cache``). An
+        empty 200 (before 0.26.0) may hide a failed reset: said loudly once; ``{"success": false}`` is retried."""
         v = self.engine.version if self.engine is not None else None
         query = "" if v is not None and v < (0, 12) else "?reset_running_requests=true"
         for attempt in range(1, self.busy_tries + 1):

@@ -146,13 +146,8 @@ class GpuSample:
             )
             for g in d.get("gpus", ())
         )
-        return cls(
-            ts=float(d["ts"]),
-            backend=str(d["backend"]),
-            gpus=gpus,
-            reason=d.get("reason"),
-            host=HostInfo(**d["host"]),
-        )
+        return cls(ts=float(d["ts"]), backend=str(d["backend"]), gpus=gpus, reason=d.get("reason"),
+                   host=HostInfo(**d["host"]))
 
 
 class GpuSampler(Protocol):
@@ -186,9 +181,7 @@ class HostStats:
         last_busy, last_total = self._last
         self._last = (busy, total)
         d_total = total - last_total
-        if d_total <= 0:
-            return 0.0
-        return round(min(100.0, max(0.0, 100.0 * (busy - last_busy) / d_total)), 1)
+        return round(min(100.0, max(0.0, 100.0 * (busy - last_busy) / d_total)), 1) if d_total > 0 else 0.0
 
     def read(self) -> HostInfo:
         vm = psutil.virtual_memory()
@@ -196,13 +189,8 @@ class HostStats:
             load1 = os.getloadavg()[0]
         except (OSError, AttributeError):  # not every platform has a load average
             load1 = 0.0
-        return HostInfo(
-            cpu_pct=self.cpu_pct(),
-            cpu_count=psutil.cpu_count() or 1,
-            mem_used_mb=(vm.total - vm.available) / _MIB,
-            mem_total_mb=vm.total / _MIB,
-            load1=load1,
-        )
+        return HostInfo(cpu_pct=self.cpu_pct(), cpu_count=psutil.cpu_count() or 1,
+                        mem_used_mb=(vm.total - vm.available) / _MIB, mem_total_mb=vm.total / _MIB, load1=load1)
 
 
 # ---------------------------------------------------------------------------------------------- none
@@ -211,9 +199,7 @@ class HostStats:
 class NoneSampler:
     """No GPU backend: every sample has ``backend="none"``, no GPUs, ``reason``, and real host stats."""
 
-    def __init__(
-        self, reason: str = "GPU sampling disabled", *, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, reason: str = "GPU sampling disabled", *, clock: Callable[[], float] = time.time) -> None:
         self.reason = reason
         self._clock = clock
         self._host = HostStats()
@@ -242,9 +228,7 @@ def nvml_failure_reason(exc: BaseException) -> str:
         "NVMLLibraryMismatchError": "NVIDIA driver too old for this nvidia-ml-py (library version mismatch)",
         "NVMLError_GpuIsLost": "a GPU fell off the bus (GPU is lost)",
     }
-    if name in reasons:
-        return reasons[name]
-    return f"NVML unavailable: {name.removeprefix('NVMLError_') or 'error'}: {exc}"
+    return reasons.get(name) or f"NVML unavailable: {name.removeprefix('NVMLError_') or 'error'}: {exc}"
 
 
 class NVMLError_LibraryNotFound(Exception):  # noqa: N801 - pynvml's name: nvml_failure_reason goes by it
@@ -478,9 +462,7 @@ _SPEC_RE = re.compile(
 _MAX_FAKE_GPUS = 256
 
 # Fixed host figures so snapshot tests of the fake backend are byte-stable.
-FAKE_HOST = HostInfo(
-    cpu_pct=23.5, cpu_count=64, mem_used_mb=131072.0, mem_total_mb=2 * 1024 * 1024.0, load1=7.25
-)
+FAKE_HOST = HostInfo(cpu_pct=23.5, cpu_count=64, mem_used_mb=131072.0, mem_total_mb=2 * 1024 * 1024.0, load1=7.25)
 
 
 @dataclass
@@ -500,27 +482,17 @@ class FakeSampler:
 
     BASE_MEM_MB = 512.0
 
-    def __init__(
-        self,
-        count: int = 1,
-        model: str = "H100",
-        *,
-        util_pct: float | Sequence[float | None] = 0.0,
-        mem_used_mb: float | Sequence[float | None] | None = None,
-        processes: Mapping[int, Iterable[GpuProcess]] | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, count: int = 1, model: str = "H100", *, util_pct: float | Sequence[float | None] = 0.0,
+                 mem_used_mb: float | Sequence[float | None] | None = None,
+                 processes: Mapping[int, Iterable[GpuProcess]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         if count < 0:
             raise ValueError("count must be >= 0")
-        key = model.upper()
-        self.name, self.mem_total_mb, self.power_limit_w = _MODELS.get(
-            key, (f"NVIDIA {model}", 24576.0, 300.0)
-        )
+        self.name, self.mem_total_mb, self.power_limit_w = _MODELS.get(model.upper(),
+                                                                        (f"NVIDIA {model}", 24576.0, 300.0))
         self._clock = clock
         self._lock = threading.Lock()
-        self._gpus = [
-            _FakeGpu(util_pct=_pick(util_pct, i), mem_used_mb=_pick(mem_used_mb, i)) for i in range(count)
-        ]
+        self._gpus = [_FakeGpu(util_pct=_pick(util_pct, i), mem_used_mb=_pick(mem_used_mb, i)) for i in range(count)]
         for idx, procs in (processes or {}).items():
             self._gpus[idx].processes = list(procs)
 
@@ -543,9 +515,7 @@ class FakeSampler:
             raise ValueError(f"bad fake GPU spec {spec!r}: expected e.g. '8xH100', '2' or 'A40'")
         count = int(count_s) if count_s is not None else 1
         if count > _MAX_FAKE_GPUS:
-            raise ValueError(
-                f"bad fake GPU spec {spec!r}: at most {_MAX_FAKE_GPUS} GPUs (a model: '1x{count}')"
-            )
+            raise ValueError(f"bad fake GPU spec {spec!r}: at most {_MAX_FAKE_GPUS} GPUs (a model: '1x{count}')")
         return cls(count, model or "H100", **kwargs)
 
     def set_util(self, index: int, pct: float | None) -> None:
@@ -563,13 +533,8 @@ class FakeSampler:
     def sample(self) -> GpuSample:
         with self._lock:
             gpus = tuple(self._info(i, g) for i, g in enumerate(self._gpus))
-        return GpuSample(
-            ts=self._clock(),
-            backend="fake",
-            gpus=gpus,
-            reason=None if gpus else "fake backend with no GPUs",
-            host=FAKE_HOST,
-        )
+        return GpuSample(ts=self._clock(), backend="fake", gpus=gpus,
+                         reason=None if gpus else "fake backend with no GPUs", host=FAKE_HOST)
 
     def _info(self, index: int, g: _FakeGpu) -> GpuInfo:
         mem = g.mem_used_mb
@@ -847,18 +812,11 @@ class SamplerThread:
     the thread that used it when ``close_sampler`` is true. A wedged NVML call cannot hang shutdown:
     stop() gives up after ``timeout`` and the daemon thread dies with the process."""
 
-    def __init__(
-        self,
-        sampler: GpuSampler,
-        callback: Callable[[GpuSample], None],
-        interval: float = 1.0,
-        *,
-        close_sampler: bool = True,
-    ) -> None:
+    def __init__(self, sampler: GpuSampler, callback: Callable[[GpuSample], None], interval: float = 1.0, *,
+                 close_sampler: bool = True) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
-        self.sampler = sampler
-        self.callback = callback
+        self.sampler, self.callback = sampler, callback
         self._interval = interval
         self._close_sampler = close_sampler
         self._stop = threading.Event()
@@ -902,8 +860,7 @@ class SamplerThread:
             next_at = time.monotonic()
             while not self._stop.is_set():
                 try:
-                    s = self.sampler.sample()
-                    self.callback(s)
+                    self.callback(self.sampler.sample())
                 except Exception as exc:  # one bad tick must not end sampling for the run
                     self.errors += 1
                     log.warning("GPU sample failed: %r", exc)
