@@ -97,12 +97,8 @@ class Engine:
                 job.done.set()
 
     def _run(self, batch: list[_Job]) -> None:
-        rows: list[list[int]] = []
-        temps: list[float] = []
-        for job in batch:
-            for p in job.prompts:
-                rows.extend([p] * job.n)
-                temps.extend([job.temperature] * job.n)
+        rows = [p for job in batch for p in job.prompts for _ in range(job.n)]
+        temps = [job.temperature for job in batch for _ in range(len(job.prompts) * job.n)]
         max_tokens = max(job.max_tokens for job in batch)
         with self.lock:
             if self.hf is not None:

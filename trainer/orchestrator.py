@@ -372,10 +372,6 @@ def main(argv: list[str] | None = None) -> int:
     base = args.server.rstrip("/")
     try:
         chaos = Chaos(args.chaos, args.out / "chaos", "orchestrator")
-    except ValueError as exc:
-        ap.error(str(exc))
-
-    try:
         gsm8k, score = load_task(args)
     except ValueError as exc:
         ap.error(str(exc))
