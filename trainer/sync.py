@@ -528,11 +528,9 @@ class WeightSync:
         self._verified = None
         new = weights_mod.tensor_shapes(path)
         ref = self._served_shapes() if new is not None else None
-        if ref is None:
+        if new is None or ref is None or not weights_mod.comparable(new, ref[1]):
             return None  # nothing to compare: the server decides
         served, shapes = ref
-        if new is None or not weights_mod.comparable(new, shapes):
-            return None
         why = weights_mod.shape_difference(new, shapes, str(path), served)
         if why is None:
             self._verified = path
