@@ -693,14 +693,9 @@ class Holders:
 def _gpu_rows(processes: Any) -> list[tuple[int, list[tuple[int, float | None]]]]:
     """(index, [(pid, used_mb)]) from a GpuSample, GpuInfo items or ``GpuSample.to_dict()["gpus"]``."""
     gpus = processes.gpus if isinstance(processes, GpuSample) else processes
-    rows = []
-    for g in gpus or ():
-        if isinstance(g, GpuInfo):
-            rows.append((g.index, [(p.pid, p.used_mb) for p in g.processes]))
-        else:
-            rows.append((int(g.get("index", -1)), [(int(p["pid"]), p.get("used_mb"))
-                                                    for p in g.get("processes") or ()]))
-    return rows
+    return [(g.index, [(p.pid, p.used_mb) for p in g.processes]) if isinstance(g, GpuInfo)
+            else (int(g.get("index", -1)), [(int(p["pid"]), p.get("used_mb")) for p in g.get("processes") or ()])
+            for g in gpus or ()]
 
 
 _Verdict = tuple[str, str, float | None]
@@ -708,13 +703,8 @@ _Verdict = tuple[str, str, float | None]
 ours the create_time it was proven with."""
 
 
-def _judge_holder(
-    pid: int,
-    ident: ProcIdentity | None,
-    run_pids: Mapping[int, str],
-    prev_times: Mapping[int, float | None],
-    run_dir: str | None,
-) -> _Verdict:
+def _judge_holder(pid: int, ident: ProcIdentity | None, run_pids: Mapping[int, str],
+                  prev_times: Mapping[int, float | None], run_dir: str | None) -> _Verdict:
     """One holder judged by what can be seen of ``pid`` here (``ident``): the rules of :func:`classify_holders`."""
     if ident is None:
         return "unmappable", ("no such process here (another PID namespace, "
