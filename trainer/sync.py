@@ -562,9 +562,9 @@ class WeightSync:
         if self.engine is not None and self.engine.kind == "vllm":
             r = request("GET", f"{self.base}/v1/models", timeout=30.0)
             data = r.data.get("data") if r.ok and isinstance(r.data, dict) else None
-            root = data[0].get("root") if isinstance(data, list) and data and isinstance(data[0], dict) else None
-            return root if isinstance(root, str) else None
-        got = self._sglang_model_path()
+            got = data[0].get("root") if isinstance(data, list) and data and isinstance(data[0], dict) else None
+        else:
+            got = self._sglang_model_path()
         return got if isinstance(got, str) else None
 
     def _sglang_model_path(self) -> Any:
