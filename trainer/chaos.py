@@ -55,10 +55,7 @@ def parse(spec: str | None) -> list[Fault]:
         try:
             if not sep or kind not in STEP_KINDS | TIME_KINDS:
                 raise ValueError
-            if kind in TIME_KINDS:
-                at = float(when[:-1] if when.endswith("s") else when)
-            else:
-                at = int(when)
+            at = float(when.removesuffix("s")) if kind in TIME_KINDS else int(when)
             faults.append(Fault(kind, at, float(arg) if arg else None))
         except ValueError:
             raise ValueError(

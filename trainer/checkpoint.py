@@ -40,13 +40,8 @@ def write(out: Path, step: int, write_model: Callable[[Path], None], optimizer: 
     tmp = atomic.temp_dir_for(final)
     write_model(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    state = {
-        "step": step,
-        "next_step": step + 1,
-        "torch_rng": torch.get_rng_state(),
-        "python_rng": random.getstate(),
-        "args": args,
-    }
+    state = {"step": step, "next_step": step + 1, "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
+             "args": args}
     if cuda_rng:
         state["cuda_rng"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.save(state, tmp / "trainer_state.pt")

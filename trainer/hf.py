@@ -78,10 +78,6 @@ def reward(completion: str, answer: str) -> float:
     return 1.0 if want is not None and final_number(completion) == want else 0.0
 
 
-def format_prompt(question: str) -> str:
-    return PROMPT_TEMPLATE.format(question=question.strip())
-
-
 def load_problems(data: str, split: str = "train") -> list[Problem]:
     """Problems from a JSONL file (``question``/``answer`` per line) or a ``datasets`` name.
 
@@ -114,7 +110,7 @@ def load_problems(data: str, split: str = "train") -> list[Problem]:
             raise ValueError(f"{data}: row {i} lacks 'question' or 'answer' (keys: {sorted(row)})")
         if final_number(str(row["answer"])) is None:
             raise ValueError(f"{data}: row {i}: no final number in answer {row['answer']!r}")
-        problems.append(Problem(format_prompt(str(row["question"])), str(row["answer"])))
+        problems.append(Problem(PROMPT_TEMPLATE.format(question=str(row["question"]).strip()), str(row["answer"])))
     if not problems:
         raise ValueError(f"{data}: no problems")
     return problems
@@ -161,18 +157,6 @@ def chat_prompt(tokenizer: Any, prompt: str) -> str:
     return prompt
 
 
-def _write_config_dtype(directory: Path, dtype: torch.dtype) -> None:
-    """Make ``directory/config.json`` say ``dtype`` under both names: transformers >= 4.56 writes and
-    reads ``dtype``, older releases (which engines may pin) ``torch_dtype``. save_pretrained itself
-    writes the dtype of the live model's parameters (the fp32 master), whatever tensors it was given."""
-    path = Path(directory) / "config.json"
-    cfg = json.loads(path.read_text(encoding="utf-8"))
-    name = str(dtype).removeprefix("torch.")
-    cfg["dtype"] = name
-    cfg["torch_dtype"] = name
-    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
 def save_model_dir(model: Any, tokenizer: Any, directory: Path, dtype: torch.dtype | None = None) -> None:
     """``save_pretrained`` model (safetensors) and tokenizer into ``directory`` (not fsynced).
 
@@ -182,14 +166,16 @@ def save_model_dir(model: Any, tokenizer: Any, directory: Path, dtype: torch.dty
     master's own ``"dtype": "float32"`` next to bf16 tensors would make every restarted SGLang run the
     policy in fp16. (vLLM's _resolve_auto_dtype, vllm/config/model.py, takes the platform's first supported
     dtype instead: bfloat16 on compute capability >= 8.0, float16 below.) SGLang 0.5.23 reads the
-    config's ``dtype``, 0.4.6 ``torch_dtype``: both are written.
+    config's ``dtype``, 0.4.6 ``torch_dtype``: both are written (transformers >= 4.56 writes ``dtype``;
+    save_pretrained writes the dtype of the live model's parameters, the fp32 master, whatever it was given).
     """
-    state = None
-    if dtype is not None:
-        state = {k: v.detach().to(dtype) for k, v in model.state_dict().items()}
+    state = None if dtype is None else {k: v.detach().to(dtype) for k, v in model.state_dict().items()}
     model.save_pretrained(directory, safe_serialization=True, state_dict=state)
     if dtype is not None:
-        _write_config_dtype(Path(directory), dtype)
+        path = Path(directory) / "config.json"
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg["dtype"] = cfg["torch_dtype"] = str(dtype).removeprefix("torch.")
+        path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     tokenizer.save_pretrained(directory)
 
 
@@ -293,10 +279,6 @@ class Batch:
     starts: list[int]
 
 
-def _eos_or_pad(tokenizer: Any) -> int:
-    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.pad_token_id
-
-
 def completion_ids(tokenizer: Any, s: rollouts.Sample) -> list[int]:
     """The completion's token ids as trained: the ids the server sampled when the rollout has them
     (re-tokenising the text can give other ids than were sampled), else the text re-tokenised -- ending
@@ -306,10 +288,8 @@ def completion_ids(tokenizer: Any, s: rollouts.Sample) -> list[int]:
     appends the skipped stop token back; SGLang Req.output_ids_through_stop includes it), rlsup's server and
     every completion text leave it out. A stop string (``stop_reason`` a str) or a ``length`` finish adds
     nothing: no stop token was sampled."""
-    if s.completion_ids is not None:
-        ids = list(s.completion_ids)
-    else:
-        ids = tokenizer(s.completion, add_special_tokens=False)["input_ids"]
+    ids = list(s.completion_ids) if s.completion_ids is not None else tokenizer(s.completion,
+                                                                                add_special_tokens=False)["input_ids"]
     if s.finish_reason != "stop" or isinstance(s.stop_reason, str):
         return ids
     stop = s.stop_reason if isinstance(s.stop_reason, int) else tokenizer.eos_token_id
@@ -324,13 +304,11 @@ def tokenize_samples(tokenizer: Any, samples: list[rollouts.Sample], max_seq_len
     of a ``stop`` finish are used where the rollout has them (:func:`completion_ids`)."""
     seqs, starts = [], []
     for s in samples:
-        if s.prompt_ids is not None:
-            p = list(s.prompt_ids)
-        else:
-            p = tokenizer(s.prompt, add_special_tokens=False)["input_ids"]
+        p = list(s.prompt_ids) if s.prompt_ids is not None else tokenizer(s.prompt, add_special_tokens=False)["input_ids"]
         c = completion_ids(tokenizer, s)
         # An empty completion is the model stopping at once: score that EOS.
-        c = c[: max(1, max_seq_len - 1)] or [_eos_or_pad(tokenizer)]
+        c = c[: max(1, max_seq_len - 1)] or [tokenizer.pad_token_id if tokenizer.eos_token_id is None
+                                             else tokenizer.eos_token_id]
         p = p[-max(1, max_seq_len - len(c)):] if p else []
         seqs.append(p + c)
         starts.append(len(p))
@@ -404,24 +382,6 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, sam
     return stats
 
 
-def save_checkpoint(out: Path, step: int, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
-                    args: dict[str, Any], keep: int = 3) -> Path:
-    """``OUT/checkpoints/step_N/`` with ``model/``, ``optimizer.pt``, ``trainer_state.pt``, then STABLE."""
-
-    def write_model(d: Path) -> None:
-        save_model_dir(model, tokenizer, d / "model")
-        atomic.fsync_tree(d / "model")
-
-    return ckpt_mod.write(out, step, write_model, optimizer, args, keep, cuda_rng=True)
-
-
-def load_checkpoint(out: Path, step: int) -> tuple[Path, dict[str, Any]]:
-    """(model dir, trainer state) of a complete checkpoint; restores the RNG states."""
-    d, state = ckpt_mod.read(out, step)
-    ckpt_mod.restore_rng(state)
-    return d / "model", state
-
-
 def train_main(args: argparse.Namespace) -> int:
     """The trainer loop for ``--model`` (see the module docstring); ``args`` from ``train.main``."""
     from rlsup.trainer.sync import make_sync
@@ -436,8 +396,9 @@ def train_main(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     if args.resume_step is not None:
-        model_dir, state = load_checkpoint(args.out, args.resume_step)
-        source, start = str(model_dir), state["next_step"]
+        d, state = ckpt_mod.read(args.out, args.resume_step)
+        ckpt_mod.restore_rng(state)
+        source, start = str(d / "model"), state["next_step"]
     else:
         ckpt_mod.warn_if_unresumed(args.out)
         source, start, state = args.model, 1, None
@@ -448,7 +409,6 @@ def train_main(args: argparse.Namespace) -> int:
     model.config.use_cache = False
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     if state is not None:
-        d = ckpt_mod.checkpoint_dir(args.out, args.resume_step)
         optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True, map_location=device))
         steplog.log(f"Resumed from {d}; next step {start}")
     n_params = sum(p.numel() for p in model.parameters())
@@ -465,14 +425,19 @@ def train_main(args: argparse.Namespace) -> int:
             torch.cuda.reset_peak_memory_stats(device)
         stats = train_step(model, optimizer, tokenizer, samples, float(meta.get("temperature", 1.0)),
                            args.minibatches, args.micro_batch, args.max_seq_len, args.clip_eps, device, autocast)
-        return {"loss": stats["loss"], "entropy": stats["entropy"], "grad_norm": stats["grad_norm"],
-                "clip_frac": stats["clip_frac"], "trained": int(stats["trained"]), "tokens": int(stats["tokens"])}
+        return {**{k: stats[k] for k in ("loss", "entropy", "grad_norm", "clip_frac")},
+                "trained": int(stats["trained"]), "tokens": int(stats["tokens"])}
 
     def peak_memory() -> dict[str, float]:
         return {"peak_mem_gb": torch.cuda.max_memory_allocated(device) / 1e9} if cuda else {}
 
+    def write_model(d: Path) -> None:  # OUT/checkpoints/step_N/model/: an HF dir
+        save_model_dir(model, tokenizer, d / "model")
+        atomic.fsync_tree(d / "model")
+
     def save(step: int) -> None:
-        save_checkpoint(args.out, step, model, tokenizer, optimizer, loop.vars_for_checkpoint(args), args.keep_ckpts)
+        ckpt_mod.write(args.out, step, write_model, optimizer, loop.vars_for_checkpoint(args), args.keep_ckpts,
+                       cuda_rng=True)
 
     return loop.run(args, start, update, publish_and_tell, save, peak_memory)
 

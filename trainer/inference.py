@@ -97,12 +97,8 @@ class Engine:
                 job.done.set()
 
     def _run(self, batch: list[_Job]) -> None:
-        rows: list[list[int]] = []
-        temps: list[float] = []
-        for job in batch:
-            for p in job.prompts:
-                rows.extend([p] * job.n)
-                temps.extend([job.temperature] * job.n)
+        rows = [p for job in batch for p in job.prompts for _ in range(job.n)]
+        temps = [job.temperature for job in batch for _ in range(len(job.prompts) * job.n)]
         max_tokens = max(job.max_tokens for job in batch)
         with self.lock:
             if self.hf is not None:
@@ -113,16 +109,10 @@ class Engine:
             step = self.step
         at = 0
         for job in batch:
-            count = len(job.prompts) * job.n
-            job.result = (
-                [r[: job.max_tokens] for r in ids[at : at + count]],
-                [r[: job.max_tokens] for r in lps[at : at + count]],
-                [r[: job.max_tokens] for r in tops[at : at + count]],
-                step,
-                [f if len(r) <= job.max_tokens else "length"
-                 for f, r in zip(finish[at : at + count], ids[at : at + count], strict=True)],
-            )
-            at += count
+            mine, at = slice(at, at + len(job.prompts) * job.n), at + len(job.prompts) * job.n
+            job.result = (*([r[: job.max_tokens] for r in rows[mine]] for rows in (ids, lps, tops)), step,
+                          [f if len(r) <= job.max_tokens else "length"
+                           for f, r in zip(finish[mine], ids[mine], strict=True)])
         self.stats["batches"] += 1
         self.stats["requests"] += len(batch)
         self.stats["completions"] += len(rows)
@@ -161,8 +151,7 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
             }
         choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish[index],
                         "stop_reason": None, **extra})
-    prompt_tokens = sum(len(p) for p in encoded)
-    completion_tokens = sum(len(r) for r in ids)
+    prompt_tokens, completion_tokens = sum(len(p) for p in encoded), sum(len(r) for r in ids)
     return {
         "id": f"cmpl-{uuid.uuid4().hex[:16]}",
         "object": "text_completion",

@@ -99,27 +99,19 @@ def call_with_retry(url: str, payload: dict | None, what: str, give_up_after: fl
 
 def served_step(weights_dir: Path) -> int:
     """The weights step the server has loaded (``latest.json``), 0 before it loaded any of this run's."""
-    found = weights_mod.latest(weights_dir)
-    return found[0] if found else 0
+    return (weights_mod.latest(weights_dir) or (0,))[0]
 
 
 def published_step(weights_dir: Path) -> int:
     """The newest complete (``STABLE``) published weights step, 0 before any."""
-    found = weights_mod.published(weights_dir)
-    return found[0] if found else 0
+    return (weights_mod.published(weights_dir) or (0,))[0]
 
 
 def wait_for_weights(weights_dir: Path, needed: int) -> int:
     """Block until the published weights step is >= ``needed``; return it. Paced by what is published,
     not by what the server loaded: a server that cannot load weights must not stop the run."""
-    def check() -> int | None:
-        current = published_step(weights_dir)
-        return current if current >= needed else None
-
-    def say() -> None:
-        steplog.log(f"Waiting for trainer weights step {needed} (published: {published_step(weights_dir)})")
-
-    found = waiting.poll(check, say=say)
+    found = waiting.poll(lambda: c if (c := published_step(weights_dir)) >= needed else None, say=lambda: steplog.log(
+        f"Waiting for trainer weights step {needed} (published: {published_step(weights_dir)})"))
     assert found is not None  # no patience: poll returns only what it found
     return found
 
@@ -140,10 +132,9 @@ def wait_for_server(weights_dir: Path, needed: int, patience: float,
     then tells the server, then writes in latest.json what the server loaded: without this wait an
     orchestrator at async level 0 could sample step N+1 with step N-1's weights while the server was
     still loading step N."""
-    def check() -> bool | None:  # asks the server only when latest.json is behind
-        return True if served_step(weights_dir) >= needed or (reported() or 0) >= needed else None
-
-    return waiting.poll(check, patience=patience) is not None
+    # asks the server only when latest.json is behind
+    return waiting.poll(lambda: served_step(weights_dir) >= needed or (reported() or 0) >= needed or None,
+                        patience=patience) is not None
 
 
 def _ids(value: object) -> list[int] | None:
@@ -217,11 +208,8 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         replies = list(pool.map(lambda prompt: one({**body, "prompt": prompt}), prompts))
-    choices, usage = [], {"completion_tokens": 0}
-    for r in replies:
-        choices.extend(sorted(r["choices"], key=lambda c: c["index"]))
-        usage["completion_tokens"] += r.get("usage", {}).get("completion_tokens", 0)
-    return {"choices": choices, "usage": usage}
+    return {"choices": [c for r in replies for c in sorted(r["choices"], key=lambda c: c["index"])],
+            "usage": {"completion_tokens": sum(r.get("usage", {}).get("completion_tokens", 0) for r in replies)}}
 
 
 def load_task(args: argparse.Namespace) -> tuple[list[task.Problem], Callable[[str, str], float]]:
@@ -384,10 +372,6 @@ def main(argv: list[str] | None = None) -> int:
     base = args.server.rstrip("/")
     try:
         chaos = Chaos(args.chaos, args.out / "chaos", "orchestrator")
-    except ValueError as exc:
-        ap.error(str(exc))
-
-    try:
         gsm8k, score = load_task(args)
     except ValueError as exc:
         ap.error(str(exc))

@@ -89,17 +89,15 @@ def generate(
     """
     temps = torch.tensor(temperatures, dtype=torch.float32)
     seqs = [list(p) for p in prompts]
-    out_ids: list[list[int]] = [[] for _ in prompts]
     out_lp: list[list[float]] = [[] for _ in prompts]
     out_top: list[list[list[tuple[int, float]]]] = [[] for _ in prompts]
     for _ in range(max_tokens):
         logp = scaled_log_softmax(policy(policy.windows(seqs)), temps)
         for i, (tok, lp, top) in enumerate(next_tokens(logp, temps, generator)):
             seqs[i].append(tok)
-            out_ids[i].append(tok)
             out_lp[i].append(lp)
             out_top[i].append(top)
-    return out_ids, out_lp, out_top
+    return [s[len(p):] for s, p in zip(seqs, prompts, strict=True)], out_lp, out_top
 
 
 def next_tokens(logp: torch.Tensor, temps: torch.Tensor,
@@ -122,20 +120,13 @@ def sequence_logprobs(
     Returns ``(logprobs [N], entropy [N], row [N])`` flattened over all completion tokens, where
     ``row`` says which sequence each token belongs to.
     """
-    contexts: list[list[int]] = []
-    targets: list[int] = []
-    rows: list[int] = []
-    for r, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-        seq = list(prompt)
-        for tok in completion:
-            contexts.append(seq)
-            targets.append(tok)
-            rows.append(r)
-            seq = seq + [tok]
-    logp = scaled_log_softmax(policy(policy.windows(contexts)), temperature)
-    target = torch.tensor(targets, dtype=torch.long)
+    tokens = [(r, list(prompt) + completion[:k], tok)
+              for r, (prompt, completion) in enumerate(zip(prompts, completions, strict=True))
+              for k, tok in enumerate(completion)]
+    logp = scaled_log_softmax(policy(policy.windows([c for _, c, _ in tokens])), temperature)
+    target = torch.tensor([t for _, _, t in tokens], dtype=torch.long)
     entropy = -(logp.exp() * logp).sum(-1)
-    return logp.gather(1, target.unsqueeze(1)).squeeze(1), entropy, torch.tensor(rows)
+    return logp.gather(1, target.unsqueeze(1)).squeeze(1), entropy, torch.tensor([r for r, _, _ in tokens])
 
 
 def save_weights(policy: Policy, directory: Path) -> None:

@@ -50,11 +50,9 @@ def log_step(step: int, total: int, metrics: dict[str, float | int]) -> None:
 
 def log(message: str) -> None:
     """Print a free-form, timestamped log line to stdout (flushed)."""
-    stamp = time.strftime("%H:%M:%S")
-    print(f"{stamp} {message}", flush=True)
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
 def warn(message: str) -> None:
     """Print a warning line to stderr (flushed)."""
-    stamp = time.strftime("%H:%M:%S")
-    print(f"{stamp} WARNING {message}", file=sys.stderr, flush=True)
+    print(f"{time.strftime('%H:%M:%S')} WARNING {message}", file=sys.stderr, flush=True)

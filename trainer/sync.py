@@ -196,10 +196,8 @@ def _sglang_info(base: str, name: str, version: tuple[int, ...] | None, timeout:
 
 
 def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
-    """The engine at ``base``. vLLM answers ``GET /version`` with ``{"version": "X.Y.Z"}`` (no dev mode
-    needed); SGLang has no ``/version`` route (404) and reports ``"version"`` in ``/server_info``
-    (0.5.6+) or ``/get_server_info``. ``hint`` (the trainer's --weight-sync) names the family when the
-    server cannot tell."""
+    """The engine at ``base`` (how each tells its version: the module docstring). ``hint`` (the trainer's
+    --weight-sync) names the family when the server cannot tell."""
     base = base.rstrip("/")
     v = request("GET", f"{base}/version", timeout=timeout)
     raw = v.data.get("version") if v.ok and isinstance(v.data, dict) else None
@@ -229,11 +227,9 @@ def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
 
 
 def pause_query(version: tuple[int, ...] | None) -> str:
-    """The query string of vLLM's ``POST /pause`` that lets in-flight requests finish (never abort them)
-    and clears the prefix cache: ``wait_for_inflight_requests=true`` before 0.16.0 (no ``mode`` there:
-    FastAPI ignores it and the default ABORTS every running request), ``mode=wait`` from 0.16.0 (where
-    ``wait_for_inflight_requests`` is deprecated, and gone by 0.33.0). Unknown version: both, which every
-    version reads as "wait" (unknown query parameters are ignored)."""
+    """The query string of vLLM's ``POST /pause`` that lets in-flight requests finish (never abort them: each
+    version's spelling, see the module docstring) and clears the prefix cache. Unknown version: both
+    spellings, which every version reads as "wait" (unknown query parameters are ignored)."""
     if version is None:
         return "mode=wait&wait_for_inflight_requests=true&clear_cache=true"
     if version < (0, 16):
@@ -370,16 +366,15 @@ class WeightSync:
         return result
 
     def _push_sglang(self, path: Path, step: int) -> SyncResult:
-        """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info (/get_model_info before
-        SGLang 0.5.6) says what it serves. SGLang waits for running requests before it reloads (its
-        ``model_update_lock``), so no completion mixes weights; ``weight_version`` tags the step, which SGLang
-        0.5.23 returns with every completion (``metadata.weight_versions``); older versions ignore the field."""
+        """SGLang (and rlsup's server): /update_weights_from_disk, then /model_info says what it serves.
+        ``weight_version`` tags the step, which SGLang 0.5.23 returns with every completion
+        (``metadata.weight_versions``); older versions ignore the field."""
         self._record.reloading(paused=True)
         body = {"model_path": str(path), "weight_version": str(step)}
         r = request("POST", f"{self.base}/update_weights_from_disk", body, self.timeout)
         if r.refused:
             return SyncResult(False, f"/update_weights_from_disk: the server is down ({_why(r)})", down=True)
-        if r.status is None and self._was_up():
+        if r.status is None and self.engine is not None and self.engine.kind != "unknown":  # it answered before
             # SGLang 0.5.23 dies on a checkpoint it fails to load: its rollback reloads the NEW path again
             # (model_executor/model_runner_components/weight_updater.py WeightUpdater.update_weights_from_disk sets
             # model_config.model_path before loading; the except branch rebuilds the iterator from it), the
@@ -477,7 +472,7 @@ class WeightSync:
             return SyncResult(False, "unsupported: /collective_rpc is missing: start vLLM with "
                                      "VLLM_SERVER_DEV_MODE=1")
         if not r.ok and method == "reload_weights" and (
-                r.status is None or self._gone(within=30.0 if _engine_dead(r) else 1.5)):
+                r.status is None or self._health_until(False, 30.0 if _engine_dead(r) else 1.5, 0.5)):
             # No reply, or an error as the server goes away: a user's `rlsup restart` (or a crash) during the
             # reload. vLLM 0.32.0 answers the reload 500 as it shuts down ("EngineCore encountered an issue"), or
             # drops the connection, then stops answering; a reload that failed in a live worker leaves /health 200.
@@ -497,10 +492,8 @@ class WeightSync:
     def _reset_prefix_cache(self) -> str:
         """Reset vLLM's prefix cache after a reload that was not paused (no /pause before 0.12.0, or /pause
         failed). From 0.12.0 ``reset_running_requests=true`` makes the reset happen even while requests run
-        (it preempts them; 0.32.0 vllm/entrypoints/serve/dev/cache/api_router.py ``reset_prefix_cache``,
-        v1/core/sched/scheduler.py ``reset_prefix_cache(reset_running_requests)``). Before 0.26.0 the route
-        answers an EMPTY 200 whatever happened: a reset that failed (it fails whenever requests hold
-        blocks) looks done, so that is said loudly once. From 0.26.0 ``{"success": false}`` is retried."""
+        (it preempts them; 0.32.0 vllm/entrypoints/serve/dev/cache/api_router.py ``reset_prefix_cache``). An
+        empty 200 (before 0.26.0) may hide a failed reset: said loudly once; ``{"success": false}`` is retried."""
         v = self.engine.version if self.engine is not None else None
         query = "" if v is not None and v < (0, 12) else "?reset_running_requests=true"
         for attempt in range(1, self.busy_tries + 1):
@@ -535,11 +528,9 @@ class WeightSync:
         self._verified = None
         new = weights_mod.tensor_shapes(path)
         ref = self._served_shapes() if new is not None else None
-        if ref is None:
+        if new is None or ref is None or not weights_mod.comparable(new, ref[1]):
             return None  # nothing to compare: the server decides
         served, shapes = ref
-        if new is None or not weights_mod.comparable(new, shapes):
-            return None
         why = weights_mod.shape_difference(new, shapes, str(path), served)
         if why is None:
             self._verified = path
@@ -571,13 +562,13 @@ class WeightSync:
         if self.engine is not None and self.engine.kind == "vllm":
             r = request("GET", f"{self.base}/v1/models", timeout=30.0)
             data = r.data.get("data") if r.ok and isinstance(r.data, dict) else None
-            root = data[0].get("root") if isinstance(data, list) and data and isinstance(data[0], dict) else None
-            return root if isinstance(root, str) else None
-        got = self._sglang_model_path()
+            got = data[0].get("root") if isinstance(data, list) and data and isinstance(data[0], dict) else None
+        else:
+            got = self._sglang_model_path()
         return got if isinstance(got, str) else None
 
     def _sglang_model_path(self) -> Any:
-        """``model_path`` from SGLang's ``/model_info`` (``/get_model_info`` before 0.5.6): what it serves."""
+        """``model_path`` from SGLang's ``/model_info`` (``/get_model_info`` before 0.5.6)."""
         version = self.engine.version if self.engine is not None and self.engine.kind == "sglang" else None
         info = _sglang_info(str(self.base), "model_info", version, 30.0)
         return info.data.get("model_path") if info.ok and isinstance(info.data, dict) else None
@@ -593,7 +584,7 @@ class WeightSync:
         steplog.warn(f"{result.detail}: the inference server is down while weights step {step} are pushed; "
                      f"waiting up to {self.restart_timeout:g}s for it to come back, then pushing them again")
         self._record.reloading(paused=True)  # the server is away: waited for, then pushed to again
-        if not self._wait_up():
+        if not self._health_until(True, self.restart_timeout, 1.0):
             return SyncResult(False, f"{result.detail}; it did not come back within {self.restart_timeout:g}s")
         self.engine = detect(str(self.base), self.mode)  # the restarted server may be another version
         steplog.log(f"Inference server back at {self.base}: {self.engine}; pushing weights step {step} again")
@@ -601,29 +592,18 @@ class WeightSync:
             again = self._push(path, step)
         return again if not again.down else SyncResult(False, f"{again.detail} (down again)", down=True)
 
-    def _health_until(self, done: Callable[[Reply], bool], within: float, every: float) -> bool:
-        """Ask ``/health`` every ``every`` s until ``done(reply)`` (True), at most ``within`` s (False)."""
+    def _health_until(self, up: bool, within: float, every: float) -> bool:
+        """Ask ``/health`` every ``every`` s until it answers 200 (``up``) or stops doing so (not ``up``: shutting
+        down, restarted, its engine dead): True, or False after ``within`` s (a server that stays up after a
+        failed reload lives on)."""
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
-            if done(request("GET", f"{self.base}/health", timeout=5.0)):
+            if request("GET", f"{self.base}/health", timeout=5.0).ok == up:
                 return True
             time.sleep(every)
         return False
 
-    def _gone(self, within: float) -> bool:
-        """Whether the server stops answering ``/health`` 200 within ``within`` s (shutting down, restarted, its
-        engine dead); False when it stays up (a reload that failed on a server that lives on)."""
-        return self._health_until(lambda r: not r.ok, within, 0.5)
-
-    def _wait_up(self) -> bool:
-        """Until ``/health`` answers 200 (True), at most ``restart_timeout`` s (False)."""
-        return self._health_until(lambda r: r.ok, self.restart_timeout, 1.0)
-
     # -- a broken engine
-
-    def _was_up(self) -> bool:
-        """Whether the server answered before (so no reply now means it went away, not that it never was)."""
-        return self.engine is not None and self.engine.kind != "unknown"
 
     def _recover(self, path: Path, result: SyncResult) -> None:
         """A reload left the engine unusable (``result.broken``). Mark ``path`` rejected so no restarted
@@ -647,18 +627,14 @@ class WeightSync:
             print(flag_line("engine_broken", f"{self.engine or self.base}: {result.detail}; asking rlsup to restart "
                                              f"it failed ({said}): restart it by hand"), file=self._out, flush=True)
             return
-        self._wait_restarted()
+        deadline = time.monotonic() + self.restart_timeout  # until the old server stopped and the new one answers
+        if not (self._health_until(False, self.restart_timeout, 1.0)
+                and self._health_until(True, deadline - time.monotonic(), 1.0)):
+            steplog.warn(f"the inference server at {self.base} did not come back within {self.restart_timeout:g}s")
         self.engine = None  # detect again: the restarted server may be another version
         good = weights_mod.published_good(self.weights_dir)
         if good is not None:
             steplog.log(f"Inference server restarted; it loads {good[1]} (the newest good weights)")
-
-    def _wait_restarted(self) -> None:
-        """Until ``/health`` went away (the old server stopped) and then answers 200 again."""
-        deadline = time.monotonic() + self.restart_timeout
-        if not (self._health_until(lambda r: not r.ok, self.restart_timeout, 1.0)
-                and self._health_until(lambda r: r.ok, deadline - time.monotonic(), 1.0)):
-            steplog.warn(f"the inference server at {self.base} did not come back within {self.restart_timeout:g}s")
 
     # -- staleness
 

@@ -146,13 +146,8 @@ class GpuSample:
             )
             for g in d.get("gpus", ())
         )
-        return cls(
-            ts=float(d["ts"]),
-            backend=str(d["backend"]),
-            gpus=gpus,
-            reason=d.get("reason"),
-            host=HostInfo(**d["host"]),
-        )
+        return cls(ts=float(d["ts"]), backend=str(d["backend"]), gpus=gpus, reason=d.get("reason"),
+                   host=HostInfo(**d["host"]))
 
 
 class GpuSampler(Protocol):
@@ -186,9 +181,7 @@ class HostStats:
         last_busy, last_total = self._last
         self._last = (busy, total)
         d_total = total - last_total
-        if d_total <= 0:
-            return 0.0
-        return round(min(100.0, max(0.0, 100.0 * (busy - last_busy) / d_total)), 1)
+        return round(min(100.0, max(0.0, 100.0 * (busy - last_busy) / d_total)), 1) if d_total > 0 else 0.0
 
     def read(self) -> HostInfo:
         vm = psutil.virtual_memory()
@@ -196,13 +189,8 @@ class HostStats:
             load1 = os.getloadavg()[0]
         except (OSError, AttributeError):  # not every platform has a load average
             load1 = 0.0
-        return HostInfo(
-            cpu_pct=self.cpu_pct(),
-            cpu_count=psutil.cpu_count() or 1,
-            mem_used_mb=(vm.total - vm.available) / _MIB,
-            mem_total_mb=vm.total / _MIB,
-            load1=load1,
-        )
+        return HostInfo(cpu_pct=self.cpu_pct(), cpu_count=psutil.cpu_count() or 1,
+                        mem_used_mb=(vm.total - vm.available) / _MIB, mem_total_mb=vm.total / _MIB, load1=load1)
 
 
 # ---------------------------------------------------------------------------------------------- none
@@ -211,17 +199,13 @@ class HostStats:
 class NoneSampler:
     """No GPU backend: every sample has ``backend="none"``, no GPUs, ``reason``, and real host stats."""
 
-    def __init__(
-        self, reason: str = "GPU sampling disabled", *, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, reason: str = "GPU sampling disabled", *, clock: Callable[[], float] = time.time) -> None:
         self.reason = reason
         self._clock = clock
         self._host = HostStats()
 
     def sample(self) -> GpuSample:
-        return GpuSample(
-            ts=self._clock(), backend="none", gpus=(), reason=self.reason, host=self._host.read()
-        )
+        return GpuSample(ts=self._clock(), backend="none", gpus=(), reason=self.reason, host=self._host.read())
 
     def close(self) -> None:
         pass
@@ -244,9 +228,7 @@ def nvml_failure_reason(exc: BaseException) -> str:
         "NVMLLibraryMismatchError": "NVIDIA driver too old for this nvidia-ml-py (library version mismatch)",
         "NVMLError_GpuIsLost": "a GPU fell off the bus (GPU is lost)",
     }
-    if name in reasons:
-        return reasons[name]
-    return f"NVML unavailable: {name.removeprefix('NVMLError_') or 'error'}: {exc}"
+    return reasons.get(name) or f"NVML unavailable: {name.removeprefix('NVMLError_') or 'error'}: {exc}"
 
 
 class NVMLError_LibraryNotFound(Exception):  # noqa: N801 - pynvml's name: nvml_failure_reason goes by it
@@ -346,7 +328,7 @@ class NvmlSampler:
 
     def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
         nv = self._nvml
-        merged: dict[int, float | None] = {}
+        found: list[GpuProcess] = []
         for fn, fallback in (
             ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
             ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
@@ -359,17 +341,9 @@ class NvmlSampler:
                 # with @throwOnVersionMismatch, which turns it into NVMLLibraryMismatchError (a plain
                 # Exception, not an NVMLError) -- either way the _v2 call is what works.
                 procs = self._q(fallback, handle) if type(exc).__name__ in _FALLBACK_ERRORS else None
-            for p in procs or ():
-                pid = getattr(p, "pid", None)
-                if pid is None:
-                    continue
-                used = getattr(p, "usedGpuMemory", None)
-                mb = used / _MIB if isinstance(used, (int, float)) else None
-                # A process with both a compute and a graphics context is listed twice; keep the
-                # larger figure rather than summing, since both report the same allocation.
-                prev = merged.get(int(pid))
-                merged[int(pid)] = mb if prev is None else (prev if mb is None else max(prev, mb))
-        return tuple(GpuProcess(pid, mb) for pid, mb in sorted(merged.items()))
+            found += [GpuProcess(int(p.pid), _num(getattr(p, "usedGpuMemory", None), _MIB))
+                      for p in procs or () if getattr(p, "pid", None) is not None]
+        return _merged(found)
 
     def _mig(self, handle: Any) -> tuple[MigInstance, ...]:
         """The MIG devices of a GPU in MIG mode; () when MIG is off or not supported."""
@@ -415,15 +389,8 @@ class NvmlSampler:
         if limit is None:
             limit = self._q("nvmlDeviceGetPowerManagementLimit", handle)
         mig = self._mig(handle)
-        processes = self._processes(handle)
-        if mig:  # a MIG device's processes hold memory of this GPU: hygiene and attribution must see them
-            merged = {p.pid: p for p in processes}
-            for m in mig:
-                for p in m.processes:
-                    prev = merged.get(p.pid)
-                    if prev is None or (prev.used_mb or 0.0) < (p.used_mb or 0.0):
-                        merged[p.pid] = p
-            processes = tuple(merged[k] for k in sorted(merged))
+        # a MIG device's processes hold memory of this GPU: hygiene and attribution must see them
+        processes = _merged([*self._processes(handle), *(p for m in mig for p in m.processes)])
         return GpuInfo(
             index=index,
             name=_text(name) or "N/A",
@@ -445,22 +412,26 @@ class NvmlSampler:
             if not self._ensure_init():
                 return GpuSample(ts=ts, backend="none", gpus=(), reason=self.reason, host=host)
             count = self._q("nvmlDeviceGetCount")
-            if count is None:
-                return GpuSample(
-                    ts=ts, backend="nvml", gpus=(), reason="NVML could not count GPUs", host=host
-                )
-            gpus = tuple(self._gpu(i) for i in range(int(count)))
-            reason = None if gpus else "NVML reports no GPUs"
+            gpus = tuple(self._gpu(i) for i in range(int(count or 0)))
+            reason = "NVML could not count GPUs" if count is None else None if gpus else "NVML reports no GPUs"
             return GpuSample(ts=ts, backend="nvml", gpus=gpus, reason=reason, host=host)
 
 
 _FALLBACK_ERRORS = ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
 
 
+def _merged(procs: Iterable[GpuProcess]) -> tuple[GpuProcess, ...]:
+    """One entry per pid, by pid. A process with both a compute and a graphics context (or on a MIG device and
+    its GPU) is listed twice; the larger figure is kept rather than summed, since both report one allocation."""
+    merged: dict[int, float | None] = {}
+    for p in procs:
+        prev = merged.get(p.pid)
+        merged[p.pid] = p.used_mb if prev is None else max(prev, p.used_mb or 0.0)
+    return tuple(GpuProcess(pid, mb) for pid, mb in sorted(merged.items()))
+
+
 def _text(v: Any) -> str | None:
-    if v is None:
-        return None
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+    return v.decode(errors="replace") if isinstance(v, bytes) else None if v is None else str(v)
 
 
 def _num(v: Any, divisor: float = 1.0) -> float | None:
@@ -491,9 +462,7 @@ _SPEC_RE = re.compile(
 _MAX_FAKE_GPUS = 256
 
 # Fixed host figures so snapshot tests of the fake backend are byte-stable.
-FAKE_HOST = HostInfo(
-    cpu_pct=23.5, cpu_count=64, mem_used_mb=131072.0, mem_total_mb=2 * 1024 * 1024.0, load1=7.25
-)
+FAKE_HOST = HostInfo(cpu_pct=23.5, cpu_count=64, mem_used_mb=131072.0, mem_total_mb=2 * 1024 * 1024.0, load1=7.25)
 
 
 @dataclass
@@ -513,27 +482,17 @@ class FakeSampler:
 
     BASE_MEM_MB = 512.0
 
-    def __init__(
-        self,
-        count: int = 1,
-        model: str = "H100",
-        *,
-        util_pct: float | Sequence[float | None] = 0.0,
-        mem_used_mb: float | Sequence[float | None] | None = None,
-        processes: Mapping[int, Iterable[GpuProcess]] | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, count: int = 1, model: str = "H100", *, util_pct: float | Sequence[float | None] = 0.0,
+                 mem_used_mb: float | Sequence[float | None] | None = None,
+                 processes: Mapping[int, Iterable[GpuProcess]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         if count < 0:
             raise ValueError("count must be >= 0")
-        key = model.upper()
-        self.name, self.mem_total_mb, self.power_limit_w = _MODELS.get(
-            key, (f"NVIDIA {model}", 24576.0, 300.0)
-        )
+        self.name, self.mem_total_mb, self.power_limit_w = _MODELS.get(model.upper(),
+                                                                        (f"NVIDIA {model}", 24576.0, 300.0))
         self._clock = clock
         self._lock = threading.Lock()
-        self._gpus = [
-            _FakeGpu(util_pct=_pick(util_pct, i), mem_used_mb=_pick(mem_used_mb, i)) for i in range(count)
-        ]
+        self._gpus = [_FakeGpu(util_pct=_pick(util_pct, i), mem_used_mb=_pick(mem_used_mb, i)) for i in range(count)]
         for idx, procs in (processes or {}).items():
             self._gpus[idx].processes = list(procs)
 
@@ -556,9 +515,7 @@ class FakeSampler:
             raise ValueError(f"bad fake GPU spec {spec!r}: expected e.g. '8xH100', '2' or 'A40'")
         count = int(count_s) if count_s is not None else 1
         if count > _MAX_FAKE_GPUS:
-            raise ValueError(
-                f"bad fake GPU spec {spec!r}: at most {_MAX_FAKE_GPUS} GPUs (a model: '1x{count}')"
-            )
+            raise ValueError(f"bad fake GPU spec {spec!r}: at most {_MAX_FAKE_GPUS} GPUs (a model: '1x{count}')")
         return cls(count, model or "H100", **kwargs)
 
     def set_util(self, index: int, pct: float | None) -> None:
@@ -576,13 +533,8 @@ class FakeSampler:
     def sample(self) -> GpuSample:
         with self._lock:
             gpus = tuple(self._info(i, g) for i, g in enumerate(self._gpus))
-        return GpuSample(
-            ts=self._clock(),
-            backend="fake",
-            gpus=gpus,
-            reason=None if gpus else "fake backend with no GPUs",
-            host=FAKE_HOST,
-        )
+        return GpuSample(ts=self._clock(), backend="fake", gpus=gpus,
+                         reason=None if gpus else "fake backend with no GPUs", host=FAKE_HOST)
 
     def _info(self, index: int, g: _FakeGpu) -> GpuInfo:
         mem = g.mem_used_mb
@@ -741,14 +693,9 @@ class Holders:
 def _gpu_rows(processes: Any) -> list[tuple[int, list[tuple[int, float | None]]]]:
     """(index, [(pid, used_mb)]) from a GpuSample, GpuInfo items or ``GpuSample.to_dict()["gpus"]``."""
     gpus = processes.gpus if isinstance(processes, GpuSample) else processes
-    rows = []
-    for g in gpus or ():
-        if isinstance(g, GpuInfo):
-            rows.append((g.index, [(p.pid, p.used_mb) for p in g.processes]))
-        else:
-            rows.append((int(g.get("index", -1)), [(int(p["pid"]), p.get("used_mb"))
-                                                    for p in g.get("processes") or ()]))
-    return rows
+    return [(g.index, [(p.pid, p.used_mb) for p in g.processes]) if isinstance(g, GpuInfo)
+            else (int(g.get("index", -1)), [(int(p["pid"]), p.get("used_mb")) for p in g.get("processes") or ()])
+            for g in gpus or ()]
 
 
 _Verdict = tuple[str, str, float | None]
@@ -756,13 +703,8 @@ _Verdict = tuple[str, str, float | None]
 ours the create_time it was proven with."""
 
 
-def _judge_holder(
-    pid: int,
-    ident: ProcIdentity | None,
-    run_pids: Mapping[int, str],
-    prev_times: Mapping[int, float | None],
-    run_dir: str | None,
-) -> _Verdict:
+def _judge_holder(pid: int, ident: ProcIdentity | None, run_pids: Mapping[int, str],
+                  prev_times: Mapping[int, float | None], run_dir: str | None) -> _Verdict:
     """One holder judged by what can be seen of ``pid`` here (``ident``): the rules of :func:`classify_holders`."""
     if ident is None:
         return "unmappable", ("no such process here (another PID namespace, "
@@ -828,13 +770,12 @@ def classify_holders(
         for pid, used in procs:
             kind, why, create_time = _judge_holder(pid, proc_lookup(pid), run_pids, prev_times, run_dir)
             kinds[kind].append(Holder(index, pid, used, why, create_time))
-    ours, live, foreign, unmappable = kinds["ours"], kinds["live"], kinds["foreign"], kinds["unmappable"]
-    note = _holders_note(ours, foreign, unmappable)
-    return Holders(tuple(ours), tuple(live), tuple(foreign), tuple(unmappable), note)
+    ours, live, foreign, unmappable = (tuple(hs) for hs in kinds.values())
+    return Holders(ours, live, foreign, unmappable, _holders_note(ours, foreign, unmappable))
 
 
-def _holders_note(ours: list[Holder], foreign: list[Holder], unmappable: list[Holder]) -> str:
-    def pids(hs: list[Holder]) -> str:
+def _holders_note(ours: tuple[Holder, ...], foreign: tuple[Holder, ...], unmappable: tuple[Holder, ...]) -> str:
+    def pids(hs: tuple[Holder, ...]) -> str:
         return ", ".join(str(h.pid) for h in hs[:6]) + (" ..." if len(hs) > 6 else "")
 
     parts = []
@@ -861,18 +802,11 @@ class SamplerThread:
     the thread that used it when ``close_sampler`` is true. A wedged NVML call cannot hang shutdown:
     stop() gives up after ``timeout`` and the daemon thread dies with the process."""
 
-    def __init__(
-        self,
-        sampler: GpuSampler,
-        callback: Callable[[GpuSample], None],
-        interval: float = 1.0,
-        *,
-        close_sampler: bool = True,
-    ) -> None:
+    def __init__(self, sampler: GpuSampler, callback: Callable[[GpuSample], None], interval: float = 1.0, *,
+                 close_sampler: bool = True) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
-        self.sampler = sampler
-        self.callback = callback
+        self.sampler, self.callback = sampler, callback
         self._interval = interval
         self._close_sampler = close_sampler
         self._stop = threading.Event()
@@ -916,8 +850,7 @@ class SamplerThread:
             next_at = time.monotonic()
             while not self._stop.is_set():
                 try:
-                    s = self.sampler.sample()
-                    self.callback(s)
+                    self.callback(self.sampler.sample())
                 except Exception as exc:  # one bad tick must not end sampling for the run
                     self.errors += 1
                     log.warning("GPU sample failed: %r", exc)

@@ -38,10 +38,8 @@ async def wait_gpu_release(name: str, gpus: list[int], sampler: Any, *, prev: di
         if clock.monotonic() >= deadline:
             break
         await asyncio.sleep(0.5)
-    procs = []
-    for h in held.ours:  # only if still the process classified (its pid may have been reused since)
-        if (p := same_process(h.pid, h.create_time)) is not None:
-            procs.append(p)
+    # only if still the process classified (its pid may have been reused since)
+    procs = [p for h in held.ours if (p := same_process(h.pid, h.create_time)) is not None]
     survivors = await loop.run_in_executor(None, terminate_processes, procs, signal_mod.SIGKILL, 5.0)
     evidence = [f"gpu {h.gpu}: pid {h.pid} holds {h.used_mb or '?'} MiB ({h.why})"
                 for h in held.ours + held.unmappable]  # what was waited on; foreign holders are not ours to blame
