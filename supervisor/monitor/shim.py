@@ -82,7 +82,8 @@ def _now() -> tuple[float, float]:
     return time.time(), time.monotonic()
 
 
-def _set_subreaper() -> bool:
+def set_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process (Linux); False where unsupported."""
     try:
         return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
@@ -134,18 +135,12 @@ def descendants(root: int, children: dict[int, list[int]] | None = None) -> list
     """Every live descendant of ``root`` (orphans re-parent to a subreaper, so none escape it);
     ``children`` is a parent -> children map already read from /proc, else each process's children
     are read from its own ``children`` files (or, without them, one pass over /proc now)."""
-    if children is None and HAS_CHILDREN_FILE:
-        found, todo = [], [root]
-        while todo:
-            for c in children_of(todo.pop()) or ():
-                found.append(c)
-                todo.append(c)
-        return found
-    if children is None:
-        children = _children_map()
+    kids: Callable[[int], list[int] | None] = children_of
+    if children is not None or not HAS_CHILDREN_FILE:
+        kids = (_children_map() if children is None else children).get
     out, frontier = [], [root]
     while frontier:
-        for c in children.get(frontier.pop(), ()):
+        for c in kids(frontier.pop()) or ():
             out.append(c)
             frontier.append(c)
     return out
@@ -709,9 +704,7 @@ def _limit_open_files(nofile: int) -> None:
 def _default_signals() -> None:
     """A child starts with default dispositions and an empty mask, whatever the monitor or the
     supervisor ignored (a daemon ignores SIGHUP; that must not leak into the component)."""
-    for s in range(1, signal.NSIG):
-        if s in (signal.SIGKILL, signal.SIGSTOP):
-            continue
+    for s in _CATCHABLE:
         try:
             signal.signal(s, signal.SIG_DFL)
         except (OSError, ValueError, RuntimeError):
@@ -787,7 +780,7 @@ def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None],
 def _take_signals() -> int:
     """Become a subreaper that ignores stray signals and hears SIGCHLD and SIGUSR1 (finish) through
     :data:`_flags` and a wakeup pipe; the pipe's read end."""
-    _set_subreaper()
+    set_subreaper()
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTTIN, signal.SIGTTOU,
               signal.SIGQUIT):
         signal.signal(s, signal.SIG_IGN)
@@ -1116,14 +1109,17 @@ def _report_to(fd: int) -> Callable[[dict[str, Any]], None]:
     return report
 
 
-def _recv_msg(sock: socket.socket) -> tuple[dict, list[int]] | None:
-    """One request: a 4-byte length, the descriptors passed with it (SCM_RIGHTS), a JSON body."""
+def _recv_msg(sock: socket.socket) -> tuple[dict, int] | None:
+    """One request: a 4-byte length, the descriptors passed with it (SCM_RIGHTS: the reply fd, -1 for
+    none; any more are closed), a JSON body."""
     head, fds, _flags_, _addr = socket.recv_fds(sock, 4, 4)
     while head and len(head) < 4:
         more = sock.recv(4 - len(head))
         if not more:
             return None
         head += more
+    for extra in fds[1:]:
+        os.close(extra)
     if not head:
         return None
     (n,) = struct.unpack("!I", head)
@@ -1133,7 +1129,7 @@ def _recv_msg(sock: socket.socket) -> tuple[dict, list[int]] | None:
         if not chunk:
             return None
         body += chunk
-    return json.loads(body), list(fds)
+    return json.loads(body), (fds[0] if fds else -1)
 
 
 def encode_request(spec: dict) -> tuple[bytes, bytes]:
@@ -1170,10 +1166,7 @@ def zygote(sock_fd: int) -> int:
             return 0
         if got is None:
             return 0  # the supervisor closed its end: its life is over, and so is ours (a spare sees EOF)
-        spec, fds = got
-        reply_fd = fds[0] if fds else -1
-        for extra in fds[1:]:
-            os.close(extra)
+        spec, reply_fd = got
         if spare is not None:
             handed = _hand_to_spare(spare, spec, reply_fd)
             spare.close()
@@ -1200,46 +1193,42 @@ def _zygote_setup() -> None:
         pass
 
 
-def _fork_monitor(sock: socket.socket, spec: dict, reply_fd: int) -> None:
-    """A monitor for ``spec`` forked twice (it re-parents to the supervisor), which answers on ``reply_fd``."""
+def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[[], int]) -> None:
+    """Run ``body`` in a grandchild in a session of its own, ``closing`` closed there (forked twice, it
+    re-parents to the supervisor, a child subreaper, not to the zygote); returns once the middle one exits."""
     mid = os.fork()
     if mid == 0:
         try:
-            sock.close()
+            for s in closing:
+                s.close()
             if os.fork() == 0:
                 os.setsid()
-                code = run_attempt(spec, _report_to(reply_fd))
-                os._exit(code)
+                os._exit(body())
         finally:
             os._exit(0)
-    os.close(reply_fd)
     os.waitpid(mid, 0)
 
 
+def _fork_monitor(sock: socket.socket, spec: dict, reply_fd: int) -> None:
+    """A monitor for ``spec``, which answers on ``reply_fd``."""
+    _fork_twice((sock,), lambda: run_attempt(spec, _report_to(reply_fd)))
+    os.close(reply_fd)
+
+
 def _fork_spare(sock: socket.socket) -> socket.socket | None:
-    """A monitor forked ahead of need (twice, like any other: it re-parents to the supervisor), waiting
-    for its request on a socket of its own; the zygote's end of that socket (None: no fork)."""
+    """A monitor forked ahead of need (twice, like any other), waiting for its request on a socket of its
+    own; the zygote's end of that socket (None: no fork)."""
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     except OSError:
         return None
     try:
-        mid = os.fork()
+        _fork_twice((sock, ours), lambda: _spare(theirs))
     except OSError:
         ours.close()
-        theirs.close()
         return None
-    if mid == 0:
-        try:
-            sock.close()
-            ours.close()
-            if os.fork() == 0:
-                os.setsid()
-                os._exit(_spare(theirs))
-        finally:
-            os._exit(0)
-    theirs.close()
-    os.waitpid(mid, 0)
+    finally:
+        theirs.close()
     return ours
 
 
@@ -1254,10 +1243,7 @@ def _spare(sock: socket.socket) -> int:
     sock.close()
     if got is None:
         return 0
-    spec, fds = got
-    reply_fd = fds[0] if fds else -1
-    for extra in fds[1:]:
-        os.close(extra)
+    spec, reply_fd = got
     return run_attempt(spec, _report_to(reply_fd), prepared)
 
 

@@ -22,8 +22,9 @@ from ..records.events import RunEnded, run_outcome, standing
 from ..records.phrases import end_note
 from ..records.redact import Redactor, secret_values
 from ..records.version import VERSION
+from .attemptlog import lines_of
 from .layout import RunPaths
-from .logs import LineNormaliser, LogRing, Position
+from .logs import LogRing, Position
 from .replay import Replay, read_run
 
 TAIL_BYTES = 4 << 20  # of each component's log, read back into its ring
@@ -186,7 +187,6 @@ class Archive:
     def log_pages(self, name: str) -> tuple[Any, Any] | None:
         """The log on disk, tied to the ring's sequence numbers at the end of the last file."""
         from .logpages import LogPages
-        from .logs import Position
 
         ring = self._rings.get(name)
         if ring is None:
@@ -243,10 +243,7 @@ def _ring_from_log(path: Path, redactor: Redactor, saved: Position | None = None
         return LogRing(RING_LINES)
     if size > TAIL_BYTES:
         data = data[data.find(b"\n") + 1:]  # start at a line boundary
-    norm = LineNormaliser()
-    lines, _ = norm.feed(data)
-    tail, _ = norm.flush()
-    lines += tail
+    lines = lines_of(data)
     first = 0
     if after is not None and saved is not None:
         first = max(0, saved.seq + after - len(lines))

@@ -44,12 +44,7 @@ def _step_of(rx: re.Pattern[str], name: str) -> int | None:
     m = rx.search(name)
     if m is None:
         return None
-    if "step" in rx.groupindex:
-        text = m.group("step")
-    elif rx.groups:
-        text = m.group(1)
-    else:
-        text = m.group(0)
+    text = m.group("step" if "step" in rx.groupindex else 1 if rx.groups else 0)
     try:
         return int(text) if text is not None else None
     except ValueError:
