@@ -455,23 +455,6 @@ class Pump:
             if n < len(self.buf):
                 return moved
 
-    def _read_available(self, budget: int) -> list[bytes]:
-        out: list[bytes] = []
-        got = 0
-        while got < budget:
-            try:
-                data = os.read(self.fd, READ_SIZE)
-            except BlockingIOError:
-                break
-            except OSError:
-                data = b""
-            if not data:
-                self.eof = True
-                break
-            out.append(data)
-            got += len(data)
-        return out
-
     def write(self, data: bytes | memoryview) -> None:
         """Append ``data`` to the log. While the log refuses (a read-only or failing disk) the newest
         :data:`HOLD_MAX` bytes wait in memory and older ones are counted as lost (a full disk: all of
@@ -547,12 +530,19 @@ class Pump:
                 if not poller.poll(100):
                     continue
                 with self.lock:
-                    for data in self._read_available(READ_SIZE):
-                        if self.backlog_bytes + len(data) > self.max_pending:
-                            self.lost += len(data)
-                        else:
-                            self.backlog.append(data)
-                            self.backlog_bytes += len(data)
+                    try:
+                        data = os.read(self.fd, READ_SIZE)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        self.eof = True
+                    elif self.backlog_bytes + len(data) > self.max_pending:
+                        self.lost += len(data)
+                    else:
+                        self.backlog.append(data)
+                        self.backlog_bytes += len(data)
 
     def close(self) -> None:
         self._stop.set()
@@ -568,10 +558,7 @@ _flags = {"chld": False, "finish": False}
 
 
 def _on_signal(signum: int, frame: object) -> None:
-    if signum == signal.SIGCHLD:
-        _flags["chld"] = True
-    elif signum == signal.SIGUSR1:
-        _flags["finish"] = True
+    _flags["chld" if signum == signal.SIGCHLD else "finish"] = True  # SIGCHLD or SIGUSR1, the two it handles
 
 
 def _exec_child(spec: dict, out_w: int, err_w: int) -> None:
@@ -637,13 +624,8 @@ _CATCHABLE = [s for s in range(1, signal.NSIG) if s not in (signal.SIGKILL, sign
 def _lookup(name: str, env: dict) -> str | None:
     """Where ``os.execvpe(name, argv, env)`` would find ``name`` (a path as given; else the first
     executable file on the PATH of ``env``), relative to the current directory; None if nowhere."""
-    if os.path.dirname(name):
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    for d in os.get_exec_path(env):
-        full = os.path.join(d, name)
-        if os.path.isfile(full) and os.access(full, os.X_OK):
-            return full
-    return None
+    places = [name] if os.path.dirname(name) else [os.path.join(d, name) for d in os.get_exec_path(env)]
+    return next((p for p in places if os.path.isfile(p) and os.access(p, os.X_OK)), None)
 
 
 CLONE_INTO_CGROUP = 0x200000000
@@ -792,12 +774,7 @@ def _take_signals() -> int:
 
 
 def _read_to_eof(fd: int) -> bytes:
-    data = b""
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        data += chunk
+    data = b"".join(iter(lambda: os.read(fd, 65536), b""))
     os.close(fd)
     return data
 

@@ -9,7 +9,6 @@ start again. :func:`how_it_ended` says in one line how the last run of a run dir
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import socket
@@ -68,10 +67,8 @@ def how_it_ended(paths: RunPaths, rp: Replay | None = None) -> str | None:
 
 def _main_component(comps: dict[str, Any]) -> str | None:
     with_total = [n for n, c in comps.items() if c.get("total")]
-    if with_total:
-        return with_total[-1]
     with_step = [n for n, c in comps.items() if c.get("step") is not None]
-    return with_step[-1] if with_step else None
+    return next(reversed(with_total or with_step), None)
 
 
 def replay(paths: RunPaths) -> dict[str, Any]:
@@ -145,7 +142,7 @@ class Archive:
         cfg_path = Path(config) if config else None
         redactor = redactor_for(read_config(cfg_path), cfg_path)
         self._rings: dict[str, LogRing] = {}
-        ends = _saved_positions(self.paths)
+        ends = _saved_positions(rp.saved)
         for name in self.state["components"]:
             self._rings[name] = _ring_from_log(self.paths.log(name), redactor, ends.get(name))
         self._seq = rp.seq
@@ -210,14 +207,10 @@ class Archive:
                                       f"`rlsup up {config} --resume --run-dir {self.paths.root}` (or --fresh)"}
 
 
-def _saved_positions(paths: RunPaths) -> dict[str, Position]:
-    """Where the last supervisor had read each log to (``state.json``), by component."""
-    try:
-        saved = json.loads(paths.state.read_text())
-    except (OSError, ValueError):
-        return {}
+def _saved_positions(saved: dict[str, Any]) -> dict[str, Position]:
+    """Where the last supervisor had read each log to (``state.json``, as read), by component."""
     out = {}
-    for name, c in ((saved.get("components") or {}) if isinstance(saved, dict) else {}).items():
+    for name, c in (saved.get("components") or {}).items():
         pos = Position.from_dict((c or {}).get("log") if isinstance(c, dict) else None)
         if pos is not None and pos.ino is not None:
             out[name] = pos
