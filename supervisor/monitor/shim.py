@@ -78,6 +78,14 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _quiet(call: Callable[..., object], *args: object) -> None:
+    """``call(*args)``, an OSError ignored (what is being let go of may be gone already)."""
+    try:
+        call(*args)
+    except OSError:
+        pass
+
+
 def _now() -> tuple[float, float]:
     return time.time(), time.monotonic()
 
@@ -199,15 +207,9 @@ class Record:
     def discard(self) -> None:
         """A prepared record that is not to be: its file and descriptor gone."""
         if self._fd is not None:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
+            _quiet(os.close, self._fd)
             self._fd = None
-        try:
-            os.unlink(f"{self.path}.tmp.{os.getpid()}")
-        except OSError:
-            pass
+        _quiet(os.unlink, f"{self.path}.tmp.{os.getpid()}")
 
     def _from_spare(self, tmp: str, error: OSError) -> int:
         """Claim a spare slot (renaming it is atomic: two monitors never get the same one) and write the
@@ -275,17 +277,12 @@ def read_record(path: str) -> dict | None:
     """A record, or None if it is absent or being written (read again on the next change)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        raw = os.read(fd, RECORD_SIZE * 2)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
+        try:
+            raw = os.read(fd, RECORD_SIZE * 2)
+        finally:
+            os.close(fd)
         data = json.loads(raw)
-    except ValueError:
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -378,10 +375,7 @@ class LogFile:
         return {"ino": st.st_ino, "offset": st.st_size}
 
     def close(self) -> None:
-        try:
-            os.fsync(self.fd)
-        except OSError:
-            pass
+        _quiet(os.fsync, self.fd)
         os.close(self.fd)
 
 
@@ -713,10 +707,7 @@ def prepare_attempt() -> tuple[int, int, int, int, int]:
     ``(wake_r, out_r, out_w, err_r, err_w)``. A spare monitor does it while it waits for its request."""
     wake_r = _take_signals()
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    try:
-        fcntl.fcntl(out_r, F_SETPIPE_SZ, PIPE_SIZE)
-    except OSError:
-        pass  # a smaller pipe only costs throughput
+    _quiet(fcntl.fcntl, out_r, F_SETPIPE_SZ, PIPE_SIZE)  # a smaller pipe only costs throughput
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     return wake_r, out_r, out_w, err_r, err_w
 
@@ -1060,14 +1051,8 @@ def _kill_tree(pid: int, cgroup: str | None) -> None:
         except OSError:
             targets.update(cgroup_pids(cgroup))
     for p in targets:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+        _quiet(os.kill, p, signal.SIGKILL)
+    _quiet(os.killpg, pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------- how the supervisor starts monitors
@@ -1075,14 +1060,8 @@ def _kill_tree(pid: int, cgroup: str | None) -> None:
 
 def _report_to(fd: int) -> Callable[[dict[str, Any]], None]:
     def report(msg: dict[str, Any]) -> None:
-        try:
-            _write_all(fd, (json.dumps(msg) + "\n").encode())
-        except OSError:
-            pass  # the starter is gone; the record tells the next supervisor
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+        _quiet(_write_all, fd, (json.dumps(msg) + "\n").encode())  # no starter: the record tells the next supervisor
+        _quiet(os.close, fd)
     return report
 
 
@@ -1158,16 +1137,10 @@ def _zygote_setup() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(s, signal.SIG_IGN)
-    try:
-        import resource  # noqa: F401 - imported once here, not in each monitor that limits its child's files
-    except ImportError:
-        pass
-    try:
-        import gc
+    import gc
+    import resource  # noqa: F401 - imported once here, not in each monitor that limits its child's files
 
-        gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
-    except (ImportError, AttributeError):
-        pass
+    gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
 
 
 def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[[], int]) -> None:

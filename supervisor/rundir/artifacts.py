@@ -11,6 +11,7 @@ when it appeared; :mod:`.dirwatch` asks it again whenever the directory changes.
 from __future__ import annotations
 
 import glob as _glob
+import itertools
 import os
 import re
 import shutil
@@ -73,11 +74,7 @@ def _located(path: Path) -> Path:
 
 def _fixed_prefix(pattern: str) -> str:
     """The leading part of a glob without wildcards (a directory every match lies under)."""
-    parts = []
-    for part in Path(pattern).parts:
-        if _glob.has_magic(part):
-            break
-        parts.append(part)
+    parts = list(itertools.takewhile(lambda part: not _glob.has_magic(part), Path(pattern).parts))
     return os.path.join(*parts) if parts else ""
 
 
