@@ -38,22 +38,11 @@ import psutil
 
 from . import shim
 
-PR_SET_CHILD_SUBREAPER = 36
 ENV_RUN_DIR = "RLSUP_RUN_DIR"
 ENV_COMPONENT = "RLSUP_COMPONENT"
 ENV_ATTEMPT = "RLSUP_ATTEMPT"
 START_TIMEOUT_S = 30.0
 MAX_INFLIGHT_STARTS = 32
-
-
-def set_child_subreaper() -> bool:
-    """Make orphaned descendants re-parent to this process (Linux); False where unsupported."""
-    import ctypes
-
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def raise_fd_limit() -> int:
@@ -71,6 +60,7 @@ def raise_fd_limit() -> int:
 
 # The monitor's own (it is stdlib only and cannot import rlsup), also the supervisor's: one, not two.
 signal_name = shim.signal_name
+set_child_subreaper = shim.set_subreaper
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -86,18 +76,20 @@ def _read_proc(path: str) -> bytes:
         os.close(fd)
 
 
+def _stat_fields(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command name (field 3, the state, first); OSError when gone."""
+    stat = _read_proc(f"/proc/{pid}/stat")
+    return stat[stat.rfind(b")") + 2:].split()
+
+
 def usage(pid: int) -> tuple[float, int] | None:
     """(CPU seconds so far, resident bytes) of one process, straight from /proc (sampled every few
     seconds for every process of every component: psutil's objects cost more than the reading)."""
     try:
-        stat = _read_proc(f"/proc/{pid}/stat")
+        fields = _stat_fields(pid)
         statm = _read_proc(f"/proc/{pid}/statm")
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    try:
         return (int(fields[11]) + int(fields[12])) / _TICK, int(statm.split()[1]) * _PAGE
-    except (IndexError, ValueError):
+    except (OSError, IndexError, ValueError):
         return None
 
 
@@ -105,8 +97,7 @@ def started_since_boot(pid: int) -> float | None:
     """When ``pid`` started, in seconds since boot (the clock of ``time.CLOCK_BOOTTIME``; to one
     clock tick, unlike psutil's ``create_time``, which adds the boot time rounded to a second)."""
     try:
-        stat = _read_proc(f"/proc/{pid}/stat")
-        return int(stat[stat.rfind(b")") + 2:].split()[19]) / _TICK
+        return int(_stat_fields(pid)[19]) / _TICK
     except (OSError, IndexError, ValueError):
         return None
 
@@ -116,10 +107,9 @@ def proc_state(pid: int) -> tuple[str, int | None]:
     no such process) and, for a zombie, the exit status its parent has not reaped yet (waitpid form,
     /proc/PID/stat field 52)."""
     try:
-        stat = _read_proc(f"/proc/{pid}/stat")
+        fields = _stat_fields(pid)
     except OSError:
         return "", None
-    fields = stat[stat.rfind(b")") + 2:].split()
     state = fields[0].decode() if fields else ""
     if state != "Z" or len(fields) < 50:
         return state, None
@@ -419,12 +409,8 @@ def attempt_from_record(rec: dict[str, Any], path: Path) -> AttemptProcesses:
 
 def records(monitors_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Every readable monitor record of a run dir (``<component>.<attempt>.json``)."""
-    out = []
-    for p in sorted(monitors_dir.glob("*.json")):
-        rec = shim.read_record(str(p))
-        if rec is not None and {"component", "attempt", "shim_pid", "pid"} <= rec.keys():
-            out.append((p, rec))
-    return out
+    return [(p, rec) for p in sorted(monitors_dir.glob("*.json"))
+            if (rec := shim.read_record(str(p))) is not None and {"component", "attempt", "shim_pid", "pid"} <= rec.keys()]
 
 
 def is_monitor_of(rec: dict[str, Any], run_dir: Path) -> bool:

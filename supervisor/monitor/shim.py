@@ -78,11 +78,20 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _quiet(call: Callable[..., object], *args: object) -> None:
+    """``call(*args)``, an OSError ignored (what is being let go of may be gone already)."""
+    try:
+        call(*args)
+    except OSError:
+        pass
+
+
 def _now() -> tuple[float, float]:
     return time.time(), time.monotonic()
 
 
-def _set_subreaper() -> bool:
+def set_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process (Linux); False where unsupported."""
     try:
         return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
@@ -134,18 +143,12 @@ def descendants(root: int, children: dict[int, list[int]] | None = None) -> list
     """Every live descendant of ``root`` (orphans re-parent to a subreaper, so none escape it);
     ``children`` is a parent -> children map already read from /proc, else each process's children
     are read from its own ``children`` files (or, without them, one pass over /proc now)."""
-    if children is None and HAS_CHILDREN_FILE:
-        found, todo = [], [root]
-        while todo:
-            for c in children_of(todo.pop()) or ():
-                found.append(c)
-                todo.append(c)
-        return found
-    if children is None:
-        children = _children_map()
+    kids: Callable[[int], list[int] | None] = children_of
+    if children is not None or not HAS_CHILDREN_FILE:
+        kids = (_children_map() if children is None else children).get
     out, frontier = [], [root]
     while frontier:
-        for c in children.get(frontier.pop(), ()):
+        for c in kids(frontier.pop()) or ():
             out.append(c)
             frontier.append(c)
     return out
@@ -204,15 +207,9 @@ class Record:
     def discard(self) -> None:
         """A prepared record that is not to be: its file and descriptor gone."""
         if self._fd is not None:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
+            _quiet(os.close, self._fd)
             self._fd = None
-        try:
-            os.unlink(f"{self.path}.tmp.{os.getpid()}")
-        except OSError:
-            pass
+        _quiet(os.unlink, f"{self.path}.tmp.{os.getpid()}")
 
     def _from_spare(self, tmp: str, error: OSError) -> int:
         """Claim a spare slot (renaming it is atomic: two monitors never get the same one) and write the
@@ -280,17 +277,12 @@ def read_record(path: str) -> dict | None:
     """A record, or None if it is absent or being written (read again on the next change)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        raw = os.read(fd, RECORD_SIZE * 2)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
+        try:
+            raw = os.read(fd, RECORD_SIZE * 2)
+        finally:
+            os.close(fd)
         data = json.loads(raw)
-    except ValueError:
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -383,10 +375,7 @@ class LogFile:
         return {"ino": st.st_ino, "offset": st.st_size}
 
     def close(self) -> None:
-        try:
-            os.fsync(self.fd)
-        except OSError:
-            pass
+        _quiet(os.fsync, self.fd)
         os.close(self.fd)
 
 
@@ -459,23 +448,6 @@ class Pump:
                 moved += n
             if n < len(self.buf):
                 return moved
-
-    def _read_available(self, budget: int) -> list[bytes]:
-        out: list[bytes] = []
-        got = 0
-        while got < budget:
-            try:
-                data = os.read(self.fd, READ_SIZE)
-            except BlockingIOError:
-                break
-            except OSError:
-                data = b""
-            if not data:
-                self.eof = True
-                break
-            out.append(data)
-            got += len(data)
-        return out
 
     def write(self, data: bytes | memoryview) -> None:
         """Append ``data`` to the log. While the log refuses (a read-only or failing disk) the newest
@@ -552,12 +524,19 @@ class Pump:
                 if not poller.poll(100):
                     continue
                 with self.lock:
-                    for data in self._read_available(READ_SIZE):
-                        if self.backlog_bytes + len(data) > self.max_pending:
-                            self.lost += len(data)
-                        else:
-                            self.backlog.append(data)
-                            self.backlog_bytes += len(data)
+                    try:
+                        data = os.read(self.fd, READ_SIZE)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        self.eof = True
+                    elif self.backlog_bytes + len(data) > self.max_pending:
+                        self.lost += len(data)
+                    else:
+                        self.backlog.append(data)
+                        self.backlog_bytes += len(data)
 
     def close(self) -> None:
         self._stop.set()
@@ -573,10 +552,7 @@ _flags = {"chld": False, "finish": False}
 
 
 def _on_signal(signum: int, frame: object) -> None:
-    if signum == signal.SIGCHLD:
-        _flags["chld"] = True
-    elif signum == signal.SIGUSR1:
-        _flags["finish"] = True
+    _flags["chld" if signum == signal.SIGCHLD else "finish"] = True  # SIGCHLD or SIGUSR1, the two it handles
 
 
 def _exec_child(spec: dict, out_w: int, err_w: int) -> None:
@@ -642,13 +618,8 @@ _CATCHABLE = [s for s in range(1, signal.NSIG) if s not in (signal.SIGKILL, sign
 def _lookup(name: str, env: dict) -> str | None:
     """Where ``os.execvpe(name, argv, env)`` would find ``name`` (a path as given; else the first
     executable file on the PATH of ``env``), relative to the current directory; None if nowhere."""
-    if os.path.dirname(name):
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    for d in os.get_exec_path(env):
-        full = os.path.join(d, name)
-        if os.path.isfile(full) and os.access(full, os.X_OK):
-            return full
-    return None
+    places = [name] if os.path.dirname(name) else [os.path.join(d, name) for d in os.get_exec_path(env)]
+    return next((p for p in places if os.path.isfile(p) and os.access(p, os.X_OK)), None)
 
 
 CLONE_INTO_CGROUP = 0x200000000
@@ -709,9 +680,7 @@ def _limit_open_files(nofile: int) -> None:
 def _default_signals() -> None:
     """A child starts with default dispositions and an empty mask, whatever the monitor or the
     supervisor ignored (a daemon ignores SIGHUP; that must not leak into the component)."""
-    for s in range(1, signal.NSIG):
-        if s in (signal.SIGKILL, signal.SIGSTOP):
-            continue
+    for s in _CATCHABLE:
         try:
             signal.signal(s, signal.SIG_DFL)
         except (OSError, ValueError, RuntimeError):
@@ -738,10 +707,7 @@ def prepare_attempt() -> tuple[int, int, int, int, int]:
     ``(wake_r, out_r, out_w, err_r, err_w)``. A spare monitor does it while it waits for its request."""
     wake_r = _take_signals()
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    try:
-        fcntl.fcntl(out_r, F_SETPIPE_SZ, PIPE_SIZE)
-    except OSError:
-        pass  # a smaller pipe only costs throughput
+    _quiet(fcntl.fcntl, out_r, F_SETPIPE_SZ, PIPE_SIZE)  # a smaller pipe only costs throughput
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     return wake_r, out_r, out_w, err_r, err_w
 
@@ -787,7 +753,7 @@ def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None],
 def _take_signals() -> int:
     """Become a subreaper that ignores stray signals and hears SIGCHLD and SIGUSR1 (finish) through
     :data:`_flags` and a wakeup pipe; the pipe's read end."""
-    _set_subreaper()
+    set_subreaper()
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTTIN, signal.SIGTTOU,
               signal.SIGQUIT):
         signal.signal(s, signal.SIG_IGN)
@@ -799,12 +765,7 @@ def _take_signals() -> int:
 
 
 def _read_to_eof(fd: int) -> bytes:
-    data = b""
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        data += chunk
+    data = b"".join(iter(lambda: os.read(fd, 65536), b""))
     os.close(fd)
     return data
 
@@ -1090,14 +1051,8 @@ def _kill_tree(pid: int, cgroup: str | None) -> None:
         except OSError:
             targets.update(cgroup_pids(cgroup))
     for p in targets:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+        _quiet(os.kill, p, signal.SIGKILL)
+    _quiet(os.killpg, pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------- how the supervisor starts monitors
@@ -1105,25 +1060,22 @@ def _kill_tree(pid: int, cgroup: str | None) -> None:
 
 def _report_to(fd: int) -> Callable[[dict[str, Any]], None]:
     def report(msg: dict[str, Any]) -> None:
-        try:
-            _write_all(fd, (json.dumps(msg) + "\n").encode())
-        except OSError:
-            pass  # the starter is gone; the record tells the next supervisor
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+        _quiet(_write_all, fd, (json.dumps(msg) + "\n").encode())  # no starter: the record tells the next supervisor
+        _quiet(os.close, fd)
     return report
 
 
-def _recv_msg(sock: socket.socket) -> tuple[dict, list[int]] | None:
-    """One request: a 4-byte length, the descriptors passed with it (SCM_RIGHTS), a JSON body."""
+def _recv_msg(sock: socket.socket) -> tuple[dict, int] | None:
+    """One request: a 4-byte length, the descriptors passed with it (SCM_RIGHTS: the reply fd, -1 for
+    none; any more are closed), a JSON body."""
     head, fds, _flags_, _addr = socket.recv_fds(sock, 4, 4)
     while head and len(head) < 4:
         more = sock.recv(4 - len(head))
         if not more:
             return None
         head += more
+    for extra in fds[1:]:
+        os.close(extra)
     if not head:
         return None
     (n,) = struct.unpack("!I", head)
@@ -1133,7 +1085,7 @@ def _recv_msg(sock: socket.socket) -> tuple[dict, list[int]] | None:
         if not chunk:
             return None
         body += chunk
-    return json.loads(body), list(fds)
+    return json.loads(body), (fds[0] if fds else -1)
 
 
 def encode_request(spec: dict) -> tuple[bytes, bytes]:
@@ -1170,10 +1122,7 @@ def zygote(sock_fd: int) -> int:
             return 0
         if got is None:
             return 0  # the supervisor closed its end: its life is over, and so is ours (a spare sees EOF)
-        spec, fds = got
-        reply_fd = fds[0] if fds else -1
-        for extra in fds[1:]:
-            os.close(extra)
+        spec, reply_fd = got
         if spare is not None:
             handed = _hand_to_spare(spare, spec, reply_fd)
             spare.close()
@@ -1188,58 +1137,48 @@ def _zygote_setup() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(s, signal.SIG_IGN)
-    try:
-        import resource  # noqa: F401 - imported once here, not in each monitor that limits its child's files
-    except ImportError:
-        pass
-    try:
-        import gc
+    import gc
+    import resource  # noqa: F401 - imported once here, not in each monitor that limits its child's files
 
-        gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
-    except (ImportError, AttributeError):
-        pass
+    gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
 
 
-def _fork_monitor(sock: socket.socket, spec: dict, reply_fd: int) -> None:
-    """A monitor for ``spec`` forked twice (it re-parents to the supervisor), which answers on ``reply_fd``."""
+def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[[], int]) -> None:
+    """Run ``body`` in a grandchild in a session of its own, ``closing`` closed there (forked twice, it
+    re-parents to the supervisor, a child subreaper, not to the zygote); returns once the middle one exits."""
     mid = os.fork()
     if mid == 0:
         try:
-            sock.close()
+            for s in closing:
+                s.close()
             if os.fork() == 0:
                 os.setsid()
-                code = run_attempt(spec, _report_to(reply_fd))
-                os._exit(code)
+                os._exit(body())
         finally:
             os._exit(0)
-    os.close(reply_fd)
     os.waitpid(mid, 0)
 
 
+def _fork_monitor(sock: socket.socket, spec: dict, reply_fd: int) -> None:
+    """A monitor for ``spec``, which answers on ``reply_fd``."""
+    _fork_twice((sock,), lambda: run_attempt(spec, _report_to(reply_fd)))
+    os.close(reply_fd)
+
+
 def _fork_spare(sock: socket.socket) -> socket.socket | None:
-    """A monitor forked ahead of need (twice, like any other: it re-parents to the supervisor), waiting
-    for its request on a socket of its own; the zygote's end of that socket (None: no fork)."""
+    """A monitor forked ahead of need (twice, like any other), waiting for its request on a socket of its
+    own; the zygote's end of that socket (None: no fork)."""
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     except OSError:
         return None
     try:
-        mid = os.fork()
+        _fork_twice((sock, ours), lambda: _spare(theirs))
     except OSError:
         ours.close()
-        theirs.close()
         return None
-    if mid == 0:
-        try:
-            sock.close()
-            ours.close()
-            if os.fork() == 0:
-                os.setsid()
-                os._exit(_spare(theirs))
-        finally:
-            os._exit(0)
-    theirs.close()
-    os.waitpid(mid, 0)
+    finally:
+        theirs.close()
     return ours
 
 
@@ -1254,10 +1193,7 @@ def _spare(sock: socket.socket) -> int:
     sock.close()
     if got is None:
         return 0
-    spec, fds = got
-    reply_fd = fds[0] if fds else -1
-    for extra in fds[1:]:
-        os.close(extra)
+    spec, reply_fd = got
     return run_attempt(spec, _report_to(reply_fd), prepared)
 
 

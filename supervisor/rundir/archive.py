@@ -9,7 +9,6 @@ start again. :func:`how_it_ended` says in one line how the last run of a run dir
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import socket
@@ -22,8 +21,9 @@ from ..records.events import RunEnded, run_outcome, standing
 from ..records.phrases import end_note
 from ..records.redact import Redactor, secret_values
 from ..records.version import VERSION
+from .attemptlog import lines_of
 from .layout import RunPaths
-from .logs import LineNormaliser, LogRing, Position
+from .logs import LogRing, Position
 from .replay import Replay, read_run
 
 TAIL_BYTES = 4 << 20  # of each component's log, read back into its ring
@@ -67,10 +67,8 @@ def how_it_ended(paths: RunPaths, rp: Replay | None = None) -> str | None:
 
 def _main_component(comps: dict[str, Any]) -> str | None:
     with_total = [n for n, c in comps.items() if c.get("total")]
-    if with_total:
-        return with_total[-1]
     with_step = [n for n, c in comps.items() if c.get("step") is not None]
-    return with_step[-1] if with_step else None
+    return next(reversed(with_total or with_step), None)
 
 
 def replay(paths: RunPaths) -> dict[str, Any]:
@@ -144,7 +142,7 @@ class Archive:
         cfg_path = Path(config) if config else None
         redactor = redactor_for(read_config(cfg_path), cfg_path)
         self._rings: dict[str, LogRing] = {}
-        ends = _saved_positions(self.paths)
+        ends = _saved_positions(rp.saved)
         for name in self.state["components"]:
             self._rings[name] = _ring_from_log(self.paths.log(name), redactor, ends.get(name))
         self._seq = rp.seq
@@ -186,7 +184,6 @@ class Archive:
     def log_pages(self, name: str) -> tuple[Any, Any] | None:
         """The log on disk, tied to the ring's sequence numbers at the end of the last file."""
         from .logpages import LogPages
-        from .logs import Position
 
         ring = self._rings.get(name)
         if ring is None:
@@ -210,14 +207,10 @@ class Archive:
                                       f"`rlsup up {config} --resume --run-dir {self.paths.root}` (or --fresh)"}
 
 
-def _saved_positions(paths: RunPaths) -> dict[str, Position]:
-    """Where the last supervisor had read each log to (``state.json``), by component."""
-    try:
-        saved = json.loads(paths.state.read_text())
-    except (OSError, ValueError):
-        return {}
+def _saved_positions(saved: dict[str, Any]) -> dict[str, Position]:
+    """Where the last supervisor had read each log to (``state.json``, as read), by component."""
     out = {}
-    for name, c in ((saved.get("components") or {}) if isinstance(saved, dict) else {}).items():
+    for name, c in (saved.get("components") or {}).items():
         pos = Position.from_dict((c or {}).get("log") if isinstance(c, dict) else None)
         if pos is not None and pos.ino is not None:
             out[name] = pos
@@ -243,10 +236,7 @@ def _ring_from_log(path: Path, redactor: Redactor, saved: Position | None = None
         return LogRing(RING_LINES)
     if size > TAIL_BYTES:
         data = data[data.find(b"\n") + 1:]  # start at a line boundary
-    norm = LineNormaliser()
-    lines, _ = norm.feed(data)
-    tail, _ = norm.flush()
-    lines += tail
+    lines = lines_of(data)
     first = 0
     if after is not None and saved is not None:
         first = max(0, saved.seq + after - len(lines))

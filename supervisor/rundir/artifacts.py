@@ -11,6 +11,7 @@ when it appeared; :mod:`.dirwatch` asks it again whenever the directory changes.
 from __future__ import annotations
 
 import glob as _glob
+import itertools
 import os
 import re
 import shutil
@@ -44,12 +45,7 @@ def _step_of(rx: re.Pattern[str], name: str) -> int | None:
     m = rx.search(name)
     if m is None:
         return None
-    if "step" in rx.groupindex:
-        text = m.group("step")
-    elif rx.groups:
-        text = m.group(1)
-    else:
-        text = m.group(0)
+    text = m.group("step" if "step" in rx.groupindex else 1 if rx.groups else 0)
     try:
         return int(text) if text is not None else None
     except ValueError:
@@ -78,11 +74,7 @@ def _located(path: Path) -> Path:
 
 def _fixed_prefix(pattern: str) -> str:
     """The leading part of a glob without wildcards (a directory every match lies under)."""
-    parts = []
-    for part in Path(pattern).parts:
-        if _glob.has_magic(part):
-            break
-        parts.append(part)
+    parts = list(itertools.takewhile(lambda part: not _glob.has_magic(part), Path(pattern).parts))
     return os.path.join(*parts) if parts else ""
 
 

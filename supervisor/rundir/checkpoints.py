@@ -322,15 +322,9 @@ def content_problem(path: str | Path) -> str | None:
         if not (d / ".metadata").is_file():
             return f"{os.path.relpath(d, root)}/.metadata missing: the DCP save did not finish"
     indexed: set[Path] = set()
-    for idx in (p for p in files if p.name.endswith(".safetensors.index.json")):
-        why = _index_problem(idx, indexed)
-        if why:
-            return why
-    for p in files:
-        why = None if p in indexed else _file_problem(p)
-        if why:
-            return why
-    return None
+    indices = (_index_problem(p, indexed) for p in files if p.name.endswith(".safetensors.index.json"))
+    lone = (_file_problem(p) for p in files if p not in indexed)  # after the indices, which fill `indexed`
+    return next(filter(None, indices), None) or next(filter(None, lone), None)
 
 
 def _file_problem(p: Path) -> str | None:
@@ -412,12 +406,7 @@ class _Scan:
         return _age_reason(newest, self.now, self.settle_s) if self.writer_alive else None
 
     def marker_in(self, path: Path) -> str | None:
-        if not path.is_dir():
-            return None
-        for name in self.markers:
-            if (path / name).is_file():
-                return name
-        return None
+        return next((n for n in self.markers if (path / n).is_file()), None) if path.is_dir() else None
 
     def accept(
         self,
@@ -540,19 +529,14 @@ def _scan_prime(root: Path, scan: _Scan) -> Discovery:
     return scan.result()
 
 
-def _read_verl_tracker(path: Path) -> int:
-    text = path.read_text(encoding="utf-8", errors="strict")
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return int(first)  # ValueError on garbage or empty
-
-
 def _scan_verl(root: Path, scan: _Scan) -> Discovery:
     entries = _steps_in(root, _VERL_RE)
     tracker_path = root / _VERL_TRACKER
     tracked: int | None = None
     if tracker_path.is_file():
         try:
-            tracked = _read_verl_tracker(tracker_path)
+            text = tracker_path.read_text(encoding="utf-8", errors="strict").strip()
+            tracked = int(text.splitlines()[0] if text else "")  # ValueError on garbage or empty
         except (OSError, ValueError, IndexError, UnicodeDecodeError) as exc:
             if scan.fresh(tracker_path):  # verl rewrites it in place: empty for a moment
                 scan.skip(tracker_path, f"unreadable and modified just now ({_short(exc)}): being written")
@@ -576,9 +560,7 @@ def _scan_verl(root: Path, scan: _Scan) -> Discovery:
             # The tracker is written after the whole step directory: it vouches for steps <= it.
             scan.accept(step, path, marker=marker or _VERL_TRACKER, trusted=True)
         else:
-            scan.accept(
-                step, path, marker=marker, require_marker=None if marker else f"{_VERL_MARKER} missing"
-            )
+            scan.accept(step, path, marker=marker, require_marker=None if marker else f"{_VERL_MARKER} missing")
     return scan.result()
 
 
@@ -586,12 +568,8 @@ def _scan_hf(root: Path, scan: _Scan) -> Discovery:
     for step, path in _steps_in(root, _HF_RE):
         state = path / _HF_MARKER
         if is_temp_name(path.name) or not state.is_file():
-            scan.accept(
-                step,
-                path,
-                marker=None,
-                require_marker=None if is_temp_name(path.name) else f"{_HF_MARKER} missing",
-            )
+            scan.accept(step, path, marker=None,
+                        require_marker=None if is_temp_name(path.name) else f"{_HF_MARKER} missing")
             continue
         try:
             data = json.loads(state.read_text(encoding="utf-8"))
@@ -804,10 +782,6 @@ _SCANNERS: dict[str, Callable[[Path, _Scan], Discovery]] = {
 """The scan of each layout that needs nothing but the root; ``glob`` also needs its step pattern."""
 
 
-# The name the supervisor's side of issue 6 uses for a scan result.
-Found = Discovery
-
-
 def find(
     root: str | Path, layout: str = "auto", *, step: int | None = None, **kw: object
 ) -> Checkpoint | None:
@@ -839,3 +813,6 @@ def find_step(
 def resume_args(template: Sequence[str], ckpt: Checkpoint) -> list[str]:
     """``template`` with ``{step}`` and ``{checkpoint}`` replaced; other braces are left alone."""
     return [a.replace("{step}", str(ckpt.step)).replace("{checkpoint}", ckpt.path) for a in template]
+
+
+Found = Discovery  # the name the supervisor's side of issue 6 uses for a scan result

@@ -237,16 +237,11 @@ class _Scanner:
             if item is None:
                 return
             watch, done = item
-            try:
-                looked: Looked | None = _look(watch)
+            try:  # the newest step, and what to watch for it
+                looked: Looked | None = (scan_newest(watch.path, watch.rx), watch.identity())
             except Exception:  # noqa: BLE001 - reported as "nothing there"
                 looked = None
             try:
                 self.loop.call_soon_threadsafe(done, watch, looked)
             except RuntimeError:  # the loop is closed: the run is over
                 return
-
-
-def _look(watch: DirWatch) -> Looked:
-    """On the scanning thread: the newest step, and what to watch for it."""
-    return scan_newest(watch.path, watch.rx), watch.identity()

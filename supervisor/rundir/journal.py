@@ -55,9 +55,9 @@ def reserve_space(fd: int, offset: int, length: int) -> bool:
     return False
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write ``data`` so that readers see the old or the new file, never a torn one."""
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+def _write_new(tmp: Path, data: bytes, mode: int = 0o600) -> None:
+    """``tmp`` created (or truncated) holding ``data``, synced; removed again when that fails (a
+    half-written temporary file would hold the blocks it got)."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
         view = memoryview(data)
@@ -66,12 +66,20 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         os.fsync(fd)
     except BaseException:
         os.close(fd)
-        try:
-            os.unlink(tmp)  # a half-written temporary file would hold the blocks it got
-        except OSError:
-            pass
+        _unlink(tmp)
         raise
     os.close(fd)
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write ``data`` so that readers see the old or the new file, never a torn one."""
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    _write_new(tmp, data, mode)
     os.replace(tmp, path)
     try:
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
@@ -299,20 +307,13 @@ class StateFile:
                 os.close(fd)
             tmp = self.path.with_name(f".{self.path.name}.link.{os.getpid()}")
             try:
-                with_suppress_unlink(tmp)
+                _unlink(tmp)
                 os.link(slot, tmp)
                 os.replace(tmp, self.path)
                 return True
             except OSError:
-                with_suppress_unlink(tmp)
+                _unlink(tmp)
         return False
-
-
-def with_suppress_unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def last_event(path: Path) -> dict[str, Any] | None:
@@ -468,9 +469,9 @@ def read_records(path: Path, since_seq: int = 0, kinds: Callable[[str], bool] | 
             out = order.take(n, e)
             if out is not None and out["seq"] > since_seq and (kinds is None or kinds(out.get("kind", ""))):
                 yield parse(out)
-    held = order.held
-    if held is not None and held["seq"] > since_seq and (kinds is None or kinds(held.get("kind", ""))):
-        yield parse(held)
+    out = order.held
+    if out is not None and out["seq"] > since_seq and (kinds is None or kinds(out.get("kind", ""))):
+        yield parse(out)
 
 
 def damage_notes() -> list[str]:
@@ -504,18 +505,10 @@ def keep_spare_records(monitors: Path, want: int) -> int:
     while have < want:
         tmp = monitors / f".new-spare.{os.getpid()}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            try:
-                view = memoryview(b" " * (shim.RECORD_SIZE - 1) + b"\n")
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write_new(tmp, b" " * (shim.RECORD_SIZE - 1) + b"\n")
             os.rename(tmp, monitors / f"{shim.SPARE_PREFIX}{os.getpid()}.{time.monotonic_ns()}")
         except OSError:  # no room now: the next call tries again
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            _unlink(tmp)
             break
         have += 1
     return have

@@ -28,45 +28,31 @@ class UnsafeRunDir(Exception):
     """A run dir (or a path in it) that another user could read, write or redirect."""
 
 
+class _In:
+    """A read-only attribute of :class:`RunPaths`: the path of ``name`` in its run dir."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, paths: RunPaths, owner: object = None) -> Path:
+        return paths.root / self.name
+
+
 @dataclass
 class RunPaths:
     root: Path
 
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def events(self) -> Path:
-        return self.root / "events.jsonl"
-
-    @property
-    def state(self) -> Path:
-        return self.root / "state.json"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / LOCK_NAME
-
-    @property
-    def sock(self) -> Path:
-        return self.root / SOCK_NAME
-
-    @property
-    def monitors(self) -> Path:
-        return self.root / MONITORS
-
-    @property
-    def stacks(self) -> Path:
-        """Full dumps of components' Python stacks (``rlsup stack``, a stall, a hung liveness probe)."""
-        return self.root / "stacks"
-
-    @property
-    def overrides(self) -> Path:
-        """The ``--set`` overrides the run started (or was last continued) with: a JSON list of strings, each
-        ``KEY.PATH=VALUE`` as typed; every later reading of its config (a take-over, ``--resume``, a Slurm
-        requeue, ``rlsup down`` without a supervisor) applies them."""
-        return self.root / "overrides.json"
+    logs = _In("logs")
+    events = _In("events.jsonl")
+    state = _In("state.json")
+    lock = _In(LOCK_NAME)
+    sock = _In(SOCK_NAME)
+    monitors = _In(MONITORS)
+    stacks = _In("stacks")  # full dumps of components' Python stacks (`rlsup stack`, a stall, a hung liveness probe)
+    # The `--set` overrides the run started (or was last continued) with: a JSON list of strings, each
+    # KEY.PATH=VALUE as typed; every later reading of its config (a take-over, `--resume`, a Slurm requeue,
+    # `rlsup down` without a supervisor) applies them.
+    overrides = _In("overrides.json")
 
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"

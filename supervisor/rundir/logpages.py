@@ -208,38 +208,23 @@ class LogPages:
         if not q:
             return None
         first, end = self.bounds(anchor)
-        if before_seq is not None:
-            return self._search_older(anchor, q, first, min(before_seq, end), redact)
-        at = first if after_seq is None else max(first, after_seq + 1)
-        return self._search_newer(anchor, q, at, end, redact)
-
-    def _search_older(self, anchor: Position, q: str, first: int, stop: int,
-                      redact: Callable[[list[str]], list[str]] | None) -> tuple[int, str] | None:
-        """The newest line holding ``q`` (lower case) among lines ``first`` .. ``stop - 1``, a block at a time
-        from ``stop`` back."""
-        while stop > first:
-            start, lines, _, _ = self.read(anchor, None, SEARCH_BLOCK, before_seq=stop)
+        older = before_seq is not None
+        # Lines [lo, hi) are left to search, a block at a time: from hi back when older, else from lo on.
+        lo, hi = (first, min(before_seq, end)) if before_seq is not None else (
+            first if after_seq is None else max(first, after_seq + 1), end)
+        while lo < hi:
+            if older:
+                start, lines, _, _ = self.read(anchor, None, SEARCH_BLOCK, before_seq=hi)
+            else:
+                start, lines, _, _ = self.read(anchor, lo, SEARCH_BLOCK)
             if not lines:
                 return None
             lines = redact(lines) if redact is not None else lines
-            i = _find_line(lines, q, reversed(range(len(lines))))
+            order = range(len(lines))
+            i = _find_line(lines, q, reversed(order) if older else order)
             if i is not None:
                 return start + i, lines[i]
-            stop = start
-        return None
-
-    def _search_newer(self, anchor: Position, q: str, at: int, end: int,
-                      redact: Callable[[list[str]], list[str]] | None) -> tuple[int, str] | None:
-        """The oldest line holding ``q`` (lower case) among lines ``at`` .. ``end - 1``, a block at a time."""
-        while at < end:
-            start, lines, _, _ = self.read(anchor, at, SEARCH_BLOCK)
-            if not lines:
-                return None
-            lines = redact(lines) if redact is not None else lines
-            i = _find_line(lines, q, range(len(lines)))
-            if i is not None:
-                return start + i, lines[i]
-            at = start + len(lines)
+            lo, hi = (lo, start) if older else (start + len(lines), hi)
         return None
 
 

@@ -364,22 +364,19 @@ class LogFollower:
     def read_back(self, ino: int, offset: int, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` of the log just before ``offset`` of the file ``ino`` (what a new supervisor
         puts back in its ring so that a client reconnecting by sequence number misses nothing)."""
-        for p, i in self._chain():
-            if i != ino:
-                continue
-            try:
-                fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-            except OSError:
-                return b""
-            try:
-                start = max(0, offset - max_bytes)
-                data = os.pread(fd, offset - start, start)
-            finally:
-                os.close(fd)
-            if start > 0:
-                data = data[data.find(b"\n") + 1:]  # from a line boundary
-            return data
-        return b""
+        path = next((p for p, i in self._chain() if i == ino), None)
+        if path is None:
+            return b""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return b""
+        try:
+            start = max(0, offset - max_bytes)
+            data = os.pread(fd, offset - start, start)
+        finally:
+            os.close(fd)
+        return data[data.find(b"\n") + 1:] if start > 0 else data  # from a line boundary
 
     def read(self, limit: int = 4 << 20) -> bytes:
         """Up to ``limit`` new bytes (possibly from more than one file, in order)."""

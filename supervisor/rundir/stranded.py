@@ -54,7 +54,8 @@ def supervisor_gone(paths: RunPaths, state: dict[str, Any], *, cwd: Path | None 
         "still_running": still_running(paths),
         # `up` finds its run dir from the config, not from ./runs: name it, so the hint pastes as printed.
         "take_over": f"rlsup up {shown_cfg} --run-dir {_shown(paths.root, cwd)}",
-        "stop": f"rlsup down{_run_dir_arg(paths.root, cwd)}",
+        "stop": "rlsup down" + ("" if paths.root.parent == (cwd or Path.cwd()) / "runs"
+                                else f" --run-dir {_shown(paths.root, cwd)}"),
     }
 
 
@@ -90,9 +91,3 @@ def _shown(p: Path, cwd: Path | None) -> str:
         return str(p.relative_to(cwd or Path.cwd()))
     except ValueError:
         return str(p)
-
-
-def _run_dir_arg(run_dir: Path, cwd: Path | None) -> str:
-    if Path(run_dir).parent == (cwd or Path.cwd()) / "runs":
-        return ""
-    return f" --run-dir {_shown(Path(run_dir), cwd)}"

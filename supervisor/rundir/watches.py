@@ -47,19 +47,16 @@ class Watches:
         from .dirwatch import DirWatch
 
         def on_change(step: int | None, mtime: float | None) -> None:
-            self._changed(c, kind, path, step, mtime)
+            if kind == "watch":
+                c.watch_info[path] = {"step": step, "mtime": mtime}
+                c.progress_changed()
+            else:
+                asyncio.ensure_future(self._rediscover(c))
 
         try:
             self._watcher.add(DirWatch(path, pattern, on_change))
         except Exception as e:  # a broken watch must not stop supervision
             print(f"rlsup: cannot watch {path} for {c.name}: {e}", file=sys.stderr)
-
-    def _changed(self, c: Watched, kind: str, path: str, step: int | None, mtime: float | None) -> None:
-        if kind == "watch":
-            c.watch_info[path] = {"step": step, "mtime": mtime}
-            c.progress_changed()
-        else:
-            asyncio.ensure_future(self._rediscover(c))
 
     async def _rediscover(self, c: Watched) -> None:
         r = c.cfg.resume
