@@ -10,6 +10,7 @@ import os
 import resource
 import signal
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -104,20 +105,32 @@ def test_a_child_with_a_cgroup_is_born_in_it(tmp_path) -> None:
         pytest.skip(f"no usable cgroups here: {cgroups.reason}")
     cg = cgroups.for_attempt("c", 1)
     assert cg is not None
-    r, w = os.pipe2(os.O_CLOEXEC)
-    try:
-        pid, joined = shim._fork_into(cg)
-        if pid == 0:  # only exec: the child of a raw clone3
-            os.dup2(w, 1)
-            os.execv("/bin/cat", ["cat", "/proc/self/cgroup"])
-        os.close(w)
-        out = _read_all(r).decode()
-        os.waitpid(pid, 0)
+    try:  # the raw clone3 from a single-threaded Python, as the monitor makes it (pytest's worker has threads:
+        # the child of a raw clone3 gets no after-fork care and could wait for ever on a lock another thread held)
+        r = subprocess.run([sys.executable, "-c", _CLONE_INTO, cg], capture_output=True, text=True, timeout=60)
     finally:
-        os.close(r)
         cgroups.remove_empty()
+    assert r.returncode == 0, r.stderr
+    joined, out = json.loads(r.stdout.splitlines()[-1])
     assert joined, "the child was not born in its cgroup (clone3 with CLONE_INTO_CGROUP)"
     assert any(line.startswith("0::") and cg.endswith(line[3:]) for line in out.splitlines()), (out, cg)
+
+
+_CLONE_INTO = """
+import json, os, sys
+from rlsup.supervisor.monitor import shim
+r, w = os.pipe2(os.O_CLOEXEC)
+pid, joined = shim._fork_into(sys.argv[1])
+if pid == 0:  # only exec: the child of a raw clone3
+    os.dup2(w, 1)
+    os.execv("/bin/cat", ["cat", "/proc/self/cgroup"])
+os.close(w)
+out = b""
+while chunk := os.read(r, 65536):
+    out += chunk
+os.waitpid(pid, 0)
+print(json.dumps([joined, out.decode()]))
+"""
 
 
 def test_the_record_is_in_place_when_the_start_is_answered_and_a_failed_start_leaves_none(tmp_path) -> None:
