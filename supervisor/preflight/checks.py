@@ -146,8 +146,9 @@ def run_checks(
         _check_gpus(ctx, gpu_sampler)
     else:
         _check_modules_quick(ctx)
-    if smoke:
-        _run_smokes(ctx, smoke_timeout)
+    for name, comp in cfg.components.items() if smoke else ():
+        if comp.smoke is not None:
+            _run_smoke(ctx, name, comp, smoke_timeout)
     return ctx.findings
 
 
@@ -311,14 +312,10 @@ def _resolve_executable(exe: str, env: dict[str, str], cwd: str | None) -> tuple
     """(absolute path or None, why not). Mirrors execvpe under subprocess: a name with ``/`` is a
     path (relative to ``cwd``), a bare name is searched on the child's PATH."""
     if "/" in exe:
-        p = exe if os.path.isabs(exe) else os.path.join(cwd or os.getcwd(), exe)
-        if not os.path.exists(p):
-            return None, f"{os.path.abspath(p)} does not exist"
-        if os.path.isdir(p):
-            return None, f"{os.path.abspath(p)} is a directory"
-        if not os.access(p, os.X_OK):
-            return None, f"{os.path.abspath(p)} is not executable"
-        return os.path.abspath(p), ""
+        p = os.path.abspath(exe if os.path.isabs(exe) else os.path.join(cwd or os.getcwd(), exe))
+        why = ("does not exist" if not os.path.exists(p) else "is a directory" if os.path.isdir(p)
+               else "is not executable" if not os.access(p, os.X_OK) else "")
+        return (None, f"{p} {why}") if why else (p, "")
     path = env.get("PATH", os.defpath)
     found = shutil.which(exe, path=path)
     if found is None:
@@ -387,27 +384,12 @@ def _without_redirections(words: list[str]) -> list[str]:
 def _without_prefixes(argv: list[str]) -> list[str]:
     """``argv`` from its program word on: leading ``VAR=value`` words, ``exec``/``nohup``/``time`` ... and
     ``env`` (with their options) removed."""
-    while argv:
-        if _ASSIGN.match(argv[0]):
-            argv = argv[1:]
-        elif argv[0] in _PREFIX_WORDS:
-            argv = _after_prefix_options(argv[1:])
-        elif argv[0] == "env":
-            argv = _after_env_options(argv[1:])
-        else:
-            break
-    return argv
-
-
-def _after_prefix_options(argv: list[str]) -> list[str]:
-    while argv and argv[0].startswith("-"):  # exec -a NAME / time -p
-        argv = argv[2:] if argv[0] == "-a" else argv[1:]
-    return argv
-
-
-def _after_env_options(argv: list[str]) -> list[str]:
-    while argv and (_ASSIGN.match(argv[0]) or argv[0].startswith("-")):
-        argv = argv[2:] if argv[0] in ("-u", "--unset", "-C", "--chdir") else argv[1:]
+    while argv and (_ASSIGN.match(argv[0]) or argv[0] in _PREFIX_WORDS or argv[0] == "env"):
+        word, argv = argv[0], argv[1:]
+        while word in _PREFIX_WORDS and argv and argv[0].startswith("-"):  # exec -a NAME / time -p
+            argv = argv[2:] if argv[0] == "-a" else argv[1:]
+        while word == "env" and argv and (_ASSIGN.match(argv[0]) or argv[0].startswith("-")):
+            argv = argv[2:] if argv[0] in ("-u", "--unset", "-C", "--chdir") else argv[1:]
     return argv
 
 
@@ -515,10 +497,12 @@ def _check_command(ctx: _Ctx, name: str, comp: Component) -> None:
             return  # already an error; resolving a relative path against it would only repeat it
         found, why = _resolve_executable(exe, env, comp.cwd)
         if found is None:
+            from ..records.extras import install_hint
+
+            hint = install_hint(os.path.basename(exe)) if os.path.basename(exe) in _SCRIPT_MODULES else None
             ctx.add("error", "command", name, f"command cannot be run: {why}",
                     "install it (or activate the environment that has it before rlsup), fix the spelling, "
-                    "or give its full path; component env may set PATH"
-                    + (f"; {hint}" if (hint := _exe_hint(exe)) else ""), path)
+                    "or give its full path; component env may set PATH" + (f"; {hint}" if hint else ""), path)
         elif os.path.basename(exe) in _SCRIPT_MODULES:
             _note_script_modules(ctx, name, comp, argv, found)
         else:
@@ -531,9 +515,7 @@ def _note_script_modules(ctx: _Ctx, name: str, comp: Component, argv: list[str],
     base = os.path.basename(argv[0])
     interp = _shebang_interpreter(found)
     mods = _SUBCOMMAND_MODULES.get((base, argv[1] if len(argv) > 1 else ""), _SCRIPT_MODULES[base])
-    for mod in mods:
-        if interp:
-            ctx.modules.append((name, interp, mod, comp.cwd, f"`{base}` runs under {interp}"))
+    ctx.modules += [(name, interp, mod, comp.cwd, f"`{base}` runs under {interp}") for mod in mods if interp]
 
 
 def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str], found: str) -> None:
@@ -554,13 +536,6 @@ def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str],
         ctx.add("error", "command", name, f"python script {os.path.abspath(p)} does not exist",
                 "fix the script path (relative to the component's cwd) or set `cwd:`",
                 ("components", name, "command"))
-
-
-def _exe_hint(exe: str) -> str | None:
-    from ..records.extras import install_hint
-
-    base = os.path.basename(exe)
-    return install_hint(base) if base in _SCRIPT_MODULES else None
 
 
 def _check_modules(ctx: _Ctx) -> None:
@@ -617,7 +592,8 @@ _FIND_SPECS = (
     "    top = mod.split('.')[0]\n"
     "    try:\n"
     "        s = u.find_spec(top)\n"
-    "        if s is not None and mod != top:\n"
+    "        sub = s is not None and mod != top\n"
+    "        if sub:\n"
     "            parts, q = mod.split('.'), s\n"
     "            for i in range(2, len(parts) + 1):\n"
     "                loc = q.submodule_search_locations\n"
@@ -625,9 +601,7 @@ _FIND_SPECS = (
     "                if q is None:\n"
     "                    break\n"
     "            s = q or u.find_spec(mod)\n"
-    "            print('ok' if s is not None else 'missing', mod, 1, flush=True)\n"
-    "        else:\n"
-    "            print('ok' if s is not None else 'missing', mod, 0, flush=True)\n"
+    "        print('ok' if s is not None else 'missing', mod, int(sub), flush=True)\n"
     "    except ModuleNotFoundError:\n"
     "        print('missing', mod, 1, flush=True)\n"
     "    except BaseException as e:\n"
@@ -637,19 +611,19 @@ QUICK_MODULES_S = 5.0  # `up` waits at most this long; what is not known by then
 _PY_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "VIRTUAL_ENV")
 
 
-#: The module lookups of one interpreter in one cwd and Python environment: (interpreter, its env,
-#: [(component, module, why it is needed)]).
-_LookupGroup = tuple[str, dict[str, str], list[tuple[str, str, str]]]
-
-
 def _check_modules_quick(ctx: _Ctx) -> None:
     """``up``'s check that each ``python -m MOD`` (and each console script's package) is importable by
     the component's own interpreter: the wrong virtualenv is an error before anything starts,
     rather than a run that says it is supervising and is fatal a second later."""
-    if not ctx.modules:
-        return
+    # One lookup process per interpreter, cwd and Python variables: (interpreter, its env, [(component, module, why)]).
+    groups: dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]] = {}
+    for name, interp, mod, cwd, why in ctx.modules:
+        env = ctx.env_for(name, ctx.cfg.components[name])
+        group = groups.setdefault((interp, cwd, *(env.get(k) for k in _PY_PATH_VARS)), (interp, env, []))[2]
+        if (name, mod) not in ((n, m) for n, m, _ in group):
+            group.append((name, mod, why))
     procs = []
-    for (interp, cwd, *_), (_, env, wanted) in _lookup_groups(ctx).items():
+    for (interp, cwd, *_), (_, env, wanted) in groups.items():
         mods = list(dict.fromkeys(m for _, m, _ in wanted))
         try:
             proc = subprocess.Popen([interp, "-c", _FIND_SPECS, *mods], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -659,19 +633,13 @@ def _check_modules_quick(ctx: _Ctx) -> None:
         procs.append((interp, proc, wanted))
     deadline = time.monotonic() + QUICK_MODULES_S
     for interp, proc, wanted in procs:
-        _report_lookups(ctx, interp, wanted, _lookup_verdicts(proc, deadline))
-
-
-def _lookup_groups(ctx: _Ctx) -> dict[tuple[Any, ...], _LookupGroup]:
-    """The modules to look up, one group (one process) per interpreter, cwd and Python variables."""
-    groups: dict[tuple[Any, ...], _LookupGroup] = {}
-    for name, interp, mod, cwd, why in ctx.modules:
-        env = ctx.env_for(name, ctx.cfg.components[name])
-        key = (interp, cwd, *(env.get(k) for k in _PY_PATH_VARS))
-        entry = groups.setdefault(key, (interp, env, []))
-        if not any(n == name and m == mod for n, m, _ in entry[2]):
-            entry[2].append((name, mod, why))
-    return groups
+        found = _lookup_verdicts(proc, deadline)
+        for name, mod, why in wanted:
+            verdict, detail = found.get(mod, ("", ""))
+            if verdict == "missing":
+                _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
+            elif verdict == "error":
+                _lookup_failed(ctx, name, interp, mod, detail)
 
 
 def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> dict[str, tuple[str, str]]:
@@ -687,16 +655,6 @@ def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> dict[str
         mod, _, detail = rest.partition(" ")
         found[mod] = (verdict, detail)
     return found
-
-
-def _report_lookups(ctx: _Ctx, interp: str, wanted: list[tuple[str, str, str]],
-                    found: dict[str, tuple[str, str]]) -> None:
-    for name, mod, why in wanted:
-        verdict, detail = found.get(mod, ("", ""))
-        if verdict == "missing":
-            _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
-        elif verdict == "error":
-            _lookup_failed(ctx, name, interp, mod, detail)
 
 
 def _lookup_failed(ctx: _Ctx, name: str, interp: str, mod: str, detail: str) -> None:
@@ -779,26 +737,18 @@ def _check_shell_vars(ctx: _Ctx, name: str, comp: Component) -> None:
 # ------------------------------------------------------------------------------ writable dirs, disk
 
 
-@dataclass
-class _Out:
-    label: str
-    path: str
-    yaml_path: Path_ | None
-    component: str | None
-
-
-def _output_dirs(cfg: Config) -> list[_Out]:
-    outs = [_Out("run dir", cfg.run_dir, ("run_dir",), None)]
+def _output_dirs(cfg: Config) -> list[tuple[str, str, Path_, str | None]]:
+    """(label, path, yaml path, component) of every directory the run writes to."""
+    outs: list[tuple[str, str, Path_, str | None]] = [("run dir", cfg.run_dir, ("run_dir",), None)]
     for name, comp in cfg.components.items():
         if comp.resume is not None:
-            outs.append(_Out("checkpoint dir", comp.resume.checkpoints,
-                             ("components", name, "resume", "checkpoints"), name))
+            outs.append(("checkpoint dir", comp.resume.checkpoints, ("components", name, "resume", "checkpoints"), name))
         for i, w in enumerate(comp.watch):
             p = w.path
             glob_at = min((p.find(ch) for ch in "*?[" if ch in p), default=-1)
             if glob_at >= 0:
                 p = os.path.dirname(p[:glob_at]) or "."
-            outs.append(_Out("watched path", p, ("components", name, "watch", i, "path"), name))
+            outs.append(("watched path", p, ("components", name, "watch", i, "path"), name))
     return outs
 
 
@@ -843,32 +793,31 @@ def _round_trip(directory: str) -> str | None:
 def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
     by_fs: dict[int, tuple[str, list[str]]] = {}
     tested: dict[str, str | None] = {}
-    for out in _output_dirs(ctx.cfg):
-        target = os.path.abspath(out.path)
+    for label, out_path, yaml_path, component in _output_dirs(ctx.cfg):
+        target = os.path.abspath(out_path)
         anchor = _nearest_existing(target)
-        if anchor == target and os.path.exists(target) and not os.path.isdir(target):
-            ctx.add("error", "writable", out.component, f"{out.label} {target} exists and is not a directory",
-                    "move the file away or point the config elsewhere", out.yaml_path)
-            continue
-        if not os.path.isdir(anchor):
-            ctx.add("error", "writable", out.component,
-                    f"{out.label} {target} cannot be created: {anchor} is a file, not a directory",
-                    "move the file away or point the config elsewhere", out.yaml_path)
+        not_dir = (f"{label} {target} exists and is not a directory"
+                   if anchor == target and os.path.exists(target) and not os.path.isdir(target) else
+                   f"{label} {target} cannot be created: {anchor} is a file, not a directory"
+                   if not os.path.isdir(anchor) else None)
+        if not_dir:
+            ctx.add("error", "writable", component, not_dir, "move the file away or point the config elsewhere",
+                    yaml_path)
             continue
         if anchor not in tested:
             tested[anchor] = _round_trip(anchor)
         failed = tested[anchor]
         later = "" if anchor == target else f" (it does not exist yet; it will be created under {anchor})"
         if failed:
-            ctx.add("error", "writable", out.component, f"{out.label} {target} is not writable{later}: {failed}",
+            ctx.add("error", "writable", component, f"{label} {target} is not writable{later}: {failed}",
                     f"make {anchor} writable for this user (uid {os.geteuid()}), mount it read-write, "
-                    "or point the config elsewhere", out.yaml_path)
+                    "or point the config elsewhere", yaml_path)
             continue
         try:
             dev = os.stat(anchor).st_dev
         except OSError:
             continue
-        by_fs.setdefault(dev, (anchor, []))[1].append(f"{out.label}" + (f" of {out.component}" if out.component else ""))
+        by_fs.setdefault(dev, (anchor, []))[1].append(label + (f" of {component}" if component else ""))
     for anchor, users in by_fs.values():
         try:
             free = shutil.disk_usage(anchor).free
@@ -1049,13 +998,21 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
         return
     sample, reason = sampled
     if sample is None or (sample.backend == "none" and not sample.gpus):
-        _no_gpu_seen(ctx, wanted, reason if sample is None else (sample.reason or "no GPU backend"))
+        reason = reason if sample is None else (sample.reason or "no GPU backend")
+        for name in wanted:
+            ctx.add("warning", "gpu", name, f"names GPUs {wanted[name]} but no GPU can be seen here: {reason}",
+                    "run this check on the GPU machine; if it is one, install the NVIDIA driver / start the "
+                    "container with GPUs (--gpus all)", ("components", name, "gpus"))
         return
     gpus = {g.index: g for g in sample.gpus}
     for name, indices in wanted.items():
         for i in indices:
             _check_gpu(ctx, name, i, gpus)
-    _check_gpu_overlaps(ctx, wanted)
+    for a, b in itertools.combinations(wanted, 2):  # two components assigned the same GPU
+        if shared := sorted(set(wanted[a]) & set(wanted[b])):
+            ctx.add("warning", "gpu", b, f"shares GPU {', '.join(map(str, shared))} with {a}",
+                    "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
+                    "or give each component its own GPUs", ("components", b, "gpus"))
 
 
 def _sample_gpus(ctx: _Ctx, sampler: Any) -> tuple[GpuSample | None, str] | None:
@@ -1080,14 +1037,6 @@ def _sample_gpus(ctx: _Ctx, sampler: Any) -> tuple[GpuSample | None, str] | None
             sampler.close()
 
 
-def _no_gpu_seen(ctx: _Ctx, wanted: dict[str, list[int]], reason: str) -> None:
-    for name in wanted:
-        ctx.add("warning", "gpu", name,
-                f"names GPUs {wanted[name]} but no GPU can be seen here: {reason}",
-                "run this check on the GPU machine; if it is one, install the NVIDIA driver / start the "
-                "container with GPUs (--gpus all)", ("components", name, "gpus"))
-
-
 def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
     """GPU ``i`` of component ``name``: it exists, its memory suits the engine's fraction, it is free."""
     path = ("components", name, "gpus")
@@ -1098,7 +1047,8 @@ def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
                 f"GPU {i} does not exist: this machine has {len(gpus)} GPU(s) (indices {have})",
                 "fix `gpus:` (NVML indices, PCI bus order as in nvidia-smi)", path)
         return
-    free_txt = _gpu_free_text(g)
+    free_txt = ("free memory unknown (NVML did not report it)" if g.mem_total_mb is None or g.mem_used_mb is None
+                else f"{(g.mem_total_mb - g.mem_used_mb) / 1024:.1f} of {g.mem_total_mb / 1024:.1f} GiB free")
     ctx.add("info", "gpu", name, f"GPU {i} {g.name}: {free_txt}", "", path)
     _check_memory_fraction(ctx, name, g, path)
     holders = list(g.processes)
@@ -1109,17 +1059,6 @@ def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
         ctx.add("warning", "gpu", name,
                 f"GPU {i} is already in use ({used / 1024:.1f} GiB used) by {who}",
                 "stop those processes (leftovers of an earlier attempt?) or pick another GPU", path)
-
-
-def _check_gpu_overlaps(ctx: _Ctx, wanted: dict[str, list[int]]) -> None:
-    """Two components assigned the same GPU."""
-    for a, b in itertools.combinations(wanted, 2):
-        shared = sorted(set(wanted[a]) & set(wanted[b]))
-        if shared:
-            ctx.add("warning", "gpu", b,
-                    f"shares GPU {', '.join(map(str, shared))} with {a}",
-                    "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
-                    "or give each component its own GPUs", ("components", b, "gpus"))
 
 
 # The memory-fraction flags of the engines rlsup knows, and what the fraction is a fraction of.
@@ -1133,12 +1072,9 @@ def _check_gpu_overlaps(ctx: _Ctx, wanted: dict[str, list[int]]) -> None:
 #    requested_memory = total_memory * gpu_memory_utilization, and ValueError("Free memory on device ...
 #    on startup is less than desired GPU memory utilization ...") when free < requested
 #    (0.10.x-0.16.x and current main alike). TRL's `trl vllm-serve --gpu_memory_utilization` passes it on.
-ENGINE_FRACTIONS: dict[str, tuple[str, str]] = {
-    "--mem-fraction-static": ("sglang", "free"),
-    "--mem_fraction_static": ("sglang", "free"),
-    "--gpu-memory-utilization": ("vllm", "total"),
-    "--gpu_memory_utilization": ("vllm", "total"),
-}
+ENGINE_FRACTIONS: dict[str, tuple[str, str]] = {  # each flag spelled with - and with _
+    f: v for flag, v in (("--mem-fraction-static", ("sglang", "free")), ("--gpu-memory-utilization", ("vllm", "total")))
+    for f in (flag, "--" + flag[2:].replace("-", "_"))}
 
 
 @dataclass(frozen=True)
@@ -1201,13 +1137,6 @@ def _check_memory_fraction(ctx: _Ctx, name: str, g: Any, path: Path_) -> None:
                 "free the GPU first if the KV cache it would get is too small, or raise the fraction", path)
 
 
-def _gpu_free_text(g: Any) -> str:
-    if g.mem_total_mb is None or g.mem_used_mb is None:
-        return "free memory unknown (NVML did not report it)"
-    free = (g.mem_total_mb - g.mem_used_mb) / 1024
-    return f"{free:.1f} of {g.mem_total_mb / 1024:.1f} GiB free"
-
-
 def _pid_text(pid: int, used_mb: float | None) -> str:
     import psutil
 
@@ -1234,18 +1163,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(5.0)
 
 
-def smoke_argv(comp: Component) -> list[str]:
-    """The argv of ``comp.smoke``, built exactly like the component's own command (Component.argv)."""
-    assert comp.smoke is not None
-    return comp.model_copy(update={"command": comp.smoke}).argv()
-
-
-def _run_smokes(ctx: _Ctx, timeout: float) -> None:
-    for name, comp in ctx.cfg.components.items():
-        if comp.smoke is not None:
-            _run_smoke(ctx, name, comp, timeout)
-
-
 def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
     """Run ``comp``'s smoke command as the component would run (same cwd and env, ``RLSUP_SMOKE=1``)
     and judge it: it must exit 0 within ``timeout``."""
@@ -1257,7 +1174,7 @@ def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
                 "fix `cwd:` first", path)
         return
     try:
-        argv = smoke_argv(comp)
+        argv = comp.model_copy(update={"command": comp.smoke}).argv()  # built exactly like its command
     except ValueError as e:
         ctx.add("error", "smoke", name, f"smoke command cannot be split like a shell would: {e}",
                 "fix its quoting, or give it as a list", path)
