@@ -19,7 +19,6 @@ class _Var:
     name: str
     op: str  # "" | ":-" | "-"
     default: list[str | _Var]
-    raw: str  # the reference as written
 
 
 class _RefParser:
@@ -72,7 +71,7 @@ class _RefParser:
         """A ``}`` closes the innermost open default."""
         start, name, op, outer = self.stack.pop()
         self._flush()
-        var = _Var(name, op, self.cur, self.s[start:self.i + 1])
+        var = _Var(name, op, self.cur)
         self.cur = outer
         self.cur.append(var)
         self.i += 1
@@ -90,7 +89,7 @@ class _RefParser:
         end = m.end() if m else i + 2
         if m and s.startswith("}", end):
             self._flush()
-            self.cur.append(_Var(m.group(0), "", [], s[i:end + 1]))
+            self.cur.append(_Var(m.group(0), "", []))
             self.i = end + 1
             return True
         op = ":-" if s.startswith(":-", end) else "-" if s.startswith("-", end) else ""
@@ -122,10 +121,7 @@ class _RefParser:
 
 def _next_special(s: str, i: int) -> int:
     """Index of the next ``$`` or ``}`` at or after ``i`` (-1 if none): inside a default, ``}`` ends it."""
-    a, b = s.find("$", i), s.find("}", i)
-    if a < 0:
-        return b
-    return a if b < 0 or a < b else b
+    return min((j for j in (s.find("$", i), s.find("}", i)) if j >= 0), default=-1)
 
 
 def _evaluate(parts: list[str | _Var], variables: Mapping[str, str], missing: list[str]) -> str:

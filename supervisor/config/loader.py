@@ -22,7 +22,7 @@ import copy
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,14 +81,14 @@ _STR, _SEQ, _MAP, _MERGE, _TIMESTAMP, *_SCALAR_TAGS = (
     f"tag:yaml.org,2002:{t}" for t in ("str", "seq", "map", "merge", "timestamp", "bool", "int", "float", "null"))
 
 
+@dataclass(eq=False)
 class YamlDoc:
     """A document's data (keys are always the strings written) and where each value and key is."""
 
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.data: Any = None
-        self.marks: dict[Path_, tuple[int, int]] = {}  # value positions
-        self.key_marks: dict[Path_, tuple[int, int]] = {}  # key positions
+    file: str
+    data: Any = None
+    marks: dict[Path_, tuple[int, int]] = field(default_factory=dict)  # value positions
+    key_marks: dict[Path_, tuple[int, int]] = field(default_factory=dict)  # key positions
 
     def pos(self, path: Path_, key: bool = False) -> tuple[int, int]:
         table = self.key_marks if key else self.marks
@@ -270,7 +270,8 @@ def load_yaml(text: str, file: str) -> YamlDoc:
         msg = " ".join(x for x in (e.context, e.problem) if x) or str(e)
         raise ConfigError([Problem(file, line, col, (), f"YAML syntax error: {msg}")]) from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, most control codes)
-        line, col = _text_pos(text, e.position)
+        index = max(0, min(e.position, len(text)))
+        line, col = text.count("\n", 0, index) + 1, index - text.rfind("\n", 0, index)
         what = f"#x{e.character:04x}" if isinstance(e.character, int) else repr(e.character)
         raise ConfigError([Problem(file, line, col, (), f"YAML does not allow the character {what} "
                                                         "(a binary file?)")]) from None
@@ -293,13 +294,6 @@ def _clip_repr(v: Any) -> str:
     return r if len(r) <= 80 else r[:80] + "..."
 
 
-def _text_pos(text: str, index: int) -> tuple[int, int]:
-    """1-based line and column of ``text[index]``."""
-    index = max(0, min(index, len(text)))
-    line_start = text.rfind("\n", 0, index) + 1
-    return text.count("\n", 0, index) + 1, index - line_start + 1
-
-
 def _read_capped(path: Path, file: str, where: Path_ = ()) -> bytes:
     """The file's bytes; OSError as open/read raise it, ConfigError when it is over MAX_CONFIG_BYTES."""
     with open(path, "rb") as fh:  # also /dev/zero or a pipe: never read more than the cap
@@ -315,8 +309,7 @@ def _decode(data: bytes, file: str, path: Path_ = ()) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        line, col = data.count(b"\n", 0, e.start) + 1, e.start - data.rfind(b"\n", 0, e.start)
         raise ConfigError([Problem(file, line, col, path, f"not UTF-8 text (byte 0x{data[e.start]:02x}: {e.reason}): "
                                                           "is it a binary file?")]) from None
 

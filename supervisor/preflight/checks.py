@@ -191,13 +191,9 @@ class _Ctx:
 
     def where(self, path: Path_) -> str | None:
         """``FILE:LINE`` of the deepest key of ``path`` the YAML has (None for keys it lacks)."""
-        doc = self._yaml
-        if doc is None:
-            return None
-        p = tuple(path)
-        while p:
-            pos = doc.key_marks.get(p) or doc.marks.get(p)
-            if pos is not None:
+        doc, p = self._yaml, tuple(path)
+        while doc is not None and p:
+            if (pos := doc.key_marks.get(p) or doc.marks.get(p)) is not None:
                 return f"{self.cfg.source}:{pos[0]}"
             p = p[:-1]
         return None
@@ -843,8 +839,6 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
         for kind, probe in (("ready", comp.ready), ("alive", comp.alive)):
             if probe is None:
                 continue
-            host: str | None = None
-            port: int | None = None
             if probe.http is not None:
                 u = urlsplit(probe.http)
                 host = u.hostname or "127.0.0.1"
@@ -1232,10 +1226,7 @@ def _smoke_failed(ctx: _Ctx, name: str, rc: int, lines: list[str], tail: str, dt
     """A smoke command that exited non-zero (or was killed): the diagnosis of its output, and where to look."""
     from ..diagnosis import diagnose
 
-    code: int | None = rc
-    sig: str | None = None
-    if rc < 0:  # Popen's "killed by signal -rc"
-        code, sig = None, signal_name(-rc)
+    code, sig = (None, signal_name(-rc)) if rc < 0 else (rc, None)  # Popen's "killed by signal -rc"
     d = diagnose(lines, exit_code=code, signal=sig)
     parts = [f"smoke command failed ({'signal ' + sig if sig else f'exit code {rc}'}, after {dt:.1f}s): "
              f"{d.summary}"]

@@ -132,11 +132,7 @@ def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None) -> str
 
 def squeue_json(*, job: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
     """The jobs ``squeue --json`` reports (all states it still holds)."""
-    argv = [tool("squeue"), "--json"]
-    if job:
-        argv += ["--jobs", job]
-    if user:
-        argv += ["--users", user]
+    argv = [tool("squeue"), "--json", *(["--jobs", job] if job else []), *(["--users", user] if user else [])]
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as e:
