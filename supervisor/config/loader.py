@@ -190,7 +190,9 @@ class _Constructor:
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node, path)
         if isinstance(node, yaml.SequenceNode):
-            return self.sequence(node, path, record)
+            if node.tag != _SEQ:
+                self.problem(node, path, f"unsupported YAML tag {node.tag!r} on a list")
+            return [self.build(n, path + (i,), record) for i, n in enumerate(node.value)]
         assert isinstance(node, yaml.MappingNode)  # the composer makes nothing else
         return self.mapping(node, path, record)
 
@@ -208,11 +210,6 @@ class _Constructor:
                 return None
         self.problem(node, path, f"unsupported YAML tag {tag!r}")
         return None
-
-    def sequence(self, node: yaml.SequenceNode, path: Path_, record: bool) -> list[Any]:
-        if node.tag != _SEQ:
-            self.problem(node, path, f"unsupported YAML tag {node.tag!r} on a list")
-        return [self.build(n, path + (i,), record) for i, n in enumerate(node.value)]
 
     def mapping(self, node: yaml.MappingNode, path: Path_, record: bool) -> dict[str, Any]:
         if node.tag != _MAP:
