@@ -588,9 +588,7 @@ def _pydantic_problems(e: ValidationError, doc: YamlDoc, data: Any, root: type[B
             hint = did_you_mean(key, known, "known keys")
             out.append(doc.problem(loc if key_in_path else loc[:-1], f"unknown key {key!r}{hint}", key=True, at=loc))
             continue
-        msg = err["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+        msg = err["msg"].removeprefix("Value error, ")
         if etype == "missing" and loc:
             out.append(doc.problem(loc[:-1], f"missing required key {loc[-1]!r}"))
             continue

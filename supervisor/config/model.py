@@ -248,12 +248,8 @@ class Component(_Model):
     @field_validator("depends_on", mode="before")
     @classmethod
     def _deps_list(cls, v: Any) -> Any:
-        # `depends_on: [a, b]` means "started" for each.
-        if isinstance(v, list):
-            return {str(name): "started" for name in v}
-        if isinstance(v, str):
-            return {v: "started"}
-        return v
+        # `depends_on: [a, b]` (or one name) means "started" for each.
+        return {str(name): "started" for name in ([v] if isinstance(v, str) else v)} if isinstance(v, list | str) else v
 
     @field_validator("command")
     @classmethod

@@ -52,14 +52,11 @@ def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
                      [f"node-{i}" for i in range(size)])
     need: dict[str, list[tuple[str, int]]] = {}
     for n, nodes in nodes_of.items():
-        c = cfg.components.get(n)
-        count = (c.gpu_count if c is not None else None) or 0
+        count = cfg.components[n].gpu_count or 0
         for node in dict.fromkeys(nodes) if count else ():
             need.setdefault(node, []).append((n, count))
-    for node in need:
-        users = need[node]
-        total = sum(k for _, k in users)
-        if len(users) > 1 and total > cfg.slurm.gpus_per_node:
+    for users in need.values():
+        if len(users) > 1 and sum(k for _, k in users) > cfg.slurm.gpus_per_node:
             last = users[-1][0]
             who = " + ".join(f"{n} {k}" for n, k in users)
             yield (("components", last, "gpus"), f"{who} GPUs on one node of the allocation (they share it: `colocate:`, "

@@ -114,16 +114,9 @@ def _sort_key(f: Finding) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------------- driver
 
 
-def run_checks(
-    cfg: Config,
-    *,
-    smoke: bool = False,
-    fast: bool = False,
-    gpu_sampler: Any = None,
-    min_free_gb: float = 5.0,
-    smoke_timeout: float = 60.0,
-    on_progress: Callable[[str], object] | None = None,
-) -> list[Finding]:
+def run_checks(cfg: Config, *, smoke: bool = False, fast: bool = False, gpu_sampler: Any = None,
+               min_free_gb: float = 5.0, smoke_timeout: float = 60.0,
+               on_progress: Callable[[str], object] | None = None) -> list[Finding]:
     """Every check that applies to ``cfg``; see the module docstring for fast/full/smoke.
 
     ``gpu_sampler``: anything with ``sample()`` (a :class:`~rlsup.supervisor.gpu.nvml.FakeSampler` in
@@ -139,7 +132,6 @@ def run_checks(
         _check_liveness(ctx, name, comp)
     _check_outputs(ctx, min_free_gb)
     _check_ports(ctx)
-    _check_metrics_port(ctx)
     _check_slurm(ctx)
     if not fast:
         _check_modules(ctx)
@@ -484,34 +476,24 @@ def _needs(argv: list[str], module: str, cwd: str | None) -> list[tuple[str, str
 def _check_command(ctx: _Ctx, name: str, comp: Component) -> None:
     path = ("components", name, "command")
     env = ctx.env_for(name, comp)
-    argvs = command_argvs(comp)
-    if not argvs and not comp.shell:
-        return
-    for argv in argvs:
-        exe = argv[0]
+    for argv in command_argvs(comp):
+        exe, base = argv[0], os.path.basename(argv[0])
         if not _cwd_ok(comp) and "/" in exe:
             return  # already an error; resolving a relative path against it would only repeat it
         found, why = _resolve_executable(exe, env, comp.cwd)
         if found is None:
             from ..records.extras import install_hint
 
-            hint = install_hint(os.path.basename(exe)) if os.path.basename(exe) in _SCRIPT_MODULES else None
+            hint = install_hint(base) if base in _SCRIPT_MODULES else None
             ctx.add("error", "command", name, f"command cannot be run: {why}",
                     "install it (or activate the environment that has it before rlsup), fix the spelling, "
                     "or give its full path; component env may set PATH" + (f"; {hint}" if hint else ""), path)
-        elif os.path.basename(exe) in _SCRIPT_MODULES:
-            _note_script_modules(ctx, name, comp, argv, found)
+        elif base in _SCRIPT_MODULES:  # a known package's console script: its modules, under its shebang's python
+            interp = _shebang_interpreter(found)
+            mods = _SUBCOMMAND_MODULES.get((base, argv[1] if len(argv) > 1 else ""), _SCRIPT_MODULES[base])
+            ctx.modules += [(name, interp, mod, comp.cwd, f"`{base}` runs under {interp}") for mod in mods if interp]
         else:
             _check_python_target(ctx, name, comp, argv, found)
-
-
-def _note_script_modules(ctx: _Ctx, name: str, comp: Component, argv: list[str], found: str) -> None:
-    """A console script of a known package (``torchrun``, ``trl`` ...): the modules it imports, to be
-    looked up under the interpreter of its shebang."""
-    base = os.path.basename(argv[0])
-    interp = _shebang_interpreter(found)
-    mods = _SUBCOMMAND_MODULES.get((base, argv[1] if len(argv) > 1 else ""), _SCRIPT_MODULES[base])
-    ctx.modules += [(name, interp, mod, comp.cwd, f"`{base}` runs under {interp}") for mod in mods if interp]
 
 
 def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str], found: str) -> None:
@@ -521,9 +503,7 @@ def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str],
         return
     kind, what = target
     if kind != "script":
-        ctx.modules.append((name, found, what, comp.cwd, ""))
-        for mod, why in _needs(argv, what, comp.cwd):
-            ctx.modules.append((name, found, mod, comp.cwd, why))
+        ctx.modules += [(name, found, mod, comp.cwd, why) for mod, why in [(what, ""), *_needs(argv, what, comp.cwd)]]
         return
     if (not _cwd_ok(comp) or getattr(argv, "after_cd", False)) and not os.path.isabs(what):
         return
@@ -881,12 +861,8 @@ def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
 
     root = Path(run_dir)
     children = children_map(max_age=0.0)
-    for path, rec in records(root / "monitors"):
-        if not is_monitor_of(rec, root):
-            continue
-        if pid in attempt_from_record(rec, path).members(children):
-            return str(rec["component"])
-    return None
+    return next((str(rec["component"]) for path, rec in records(root / "monitors")
+                 if is_monitor_of(rec, root) and pid in attempt_from_record(rec, path).members(children)), None)
 
 
 def port_holder(port: int, run_dir: str) -> tuple[str, str | None] | None:
@@ -933,50 +909,35 @@ def _bind_error(host: str, port: int) -> OSError | None:
 
 
 def _check_ports(ctx: _Ctx) -> None:
-    for (host, port), users in _probe_ports(ctx.cfg).items():
-        err = _bind_error(host, port)
-        if err is None:
+    """Each local port a probe names, then `metrics: {port}` (the supervisor serves Prometheus there): in use now?"""
+    targets: list[tuple[str, int, str, str, str | None, Path_]] = [
+        (host, port, f"port {port} on {host} (probed by {', '.join(n for n, _ in users)})", "port", *users[0])
+        for (host, port), users in _probe_ports(ctx.cfg).items()]
+    if (m := ctx.cfg.metrics) is not None:
+        targets.append((m.host, m.port, f"metrics port {m.port} on {m.host}", "metrics", None, ("metrics", "port")))
+    for host, port, what, check, component, path in targets:
+        if (err := _bind_error(host, port)) is None:
             continue
-        names = ", ".join(n for n, _ in users)
-        if err.errno == errno.EADDRINUSE:
-            pid = port_holder_pid(port)
-            owner = adoptable_owner(pid, ctx.cfg.run_dir) if pid else None
-            if owner is not None:
-                # A run whose supervisor died: its components run on under their monitors, and
-                # holding their ports is what they should be doing. `up` takes them over.
-                ctx.add("info", "port", users[0][0],
-                        f"port {port} on {host} (probed by {names}) is held by pid {pid}, component {owner} of "
-                        "this run, still running under its monitor",
-                        "`rlsup up` takes it over (same pid); `rlsup down` ends it", users[0][1])
-                continue
-            holder = port_holder(port, ctx.cfg.run_dir)
-            who = f"held by {holder[0]}" if holder else "held by a process this user cannot see"
-            other = holder[1] if holder else None
-            fix = (f"that run uses it: stop it (`rlsup down --run-dir {shlex.quote(other)}`), or change the port in "
-                   "the command and the probe" if other else
-                   "stop that process (a leftover of an earlier run? `rlsup down`), or change the port "
-                   "in the command and the probe")
-            ctx.add("error", "port", users[0][0],
-                    f"port {port} on {host} (probed by {names}) is already in use: {who}", fix, users[0][1])
-        else:
-            ctx.add("warning", "port", users[0][0],
-                    f"cannot test port {port} on {host} (probed by {names}): {err.strerror or err}",
-                    "ports below 1024 need root; use a higher port", users[0][1])
-
-
-def _check_metrics_port(ctx: _Ctx) -> None:
-    """`metrics: {port}`: the supervisor serves Prometheus there; a port in use is said before the start."""
-    m = ctx.cfg.metrics
-    if m is None or (err := _bind_error(m.host, m.port)) is None:
-        return
-    if err.errno == errno.EADDRINUSE:
-        holder = port_holder(m.port, ctx.cfg.run_dir)
-        ctx.add("error", "metrics", None, f"metrics port {m.port} on {m.host} is already in use: "
-                f"{'held by ' + holder[0] if holder else 'held by a process this user cannot see'}",
-                "choose another `metrics: port:` (or stop what holds it)", ("metrics", "port"))
-    else:
-        ctx.add("warning", "metrics", None, f"cannot test metrics port {m.port} on {m.host}: {err.strerror or err}",
-                "ports below 1024 need root; use a higher port", ("metrics", "port"))
+        if err.errno != errno.EADDRINUSE:
+            ctx.add("warning", check, component, f"cannot test {what}: {err.strerror or err}",
+                    "ports below 1024 need root; use a higher port", path)
+            continue
+        pid = port_holder_pid(port) if check == "port" else None
+        if pid and (owner := adoptable_owner(pid, ctx.cfg.run_dir)) is not None:
+            # A run whose supervisor died: its components run on under their monitors, and
+            # holding their ports is what they should be doing. `up` takes them over.
+            ctx.add("info", check, component, f"{what} is held by pid {pid}, component {owner} of this run, still "
+                    "running under its monitor", "`rlsup up` takes it over (same pid); `rlsup down` ends it", path)
+            continue
+        holder = port_holder(port, ctx.cfg.run_dir)
+        other = holder[1] if holder and check == "port" else None
+        fix = ("choose another `metrics: port:` (or stop what holds it)" if check == "metrics" else
+               f"that run uses it: stop it (`rlsup down --run-dir {shlex.quote(other)}`), or change the port in "
+               "the command and the probe" if other else
+               "stop that process (a leftover of an earlier run? `rlsup down`), or change the port "
+               "in the command and the probe")
+        ctx.add("error", check, component, f"{what} is already in use: "
+                f"{'held by ' + holder[0] if holder else 'held by a process this user cannot see'}", fix, path)
 
 
 # ---------------------------------------------------------------------------------------------- GPUs
@@ -1175,8 +1136,7 @@ def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
         return
     shown = comp.smoke if isinstance(comp.smoke, str) else shlex.join(comp.smoke or [])
     ctx.progress(f"smoke {name}: {shown} (timeout {timeout:g}s)")
-    env = ctx.env_for(name, comp)
-    env["RLSUP_SMOKE"] = "1"
+    env = {**ctx.env_for(name, comp), "RLSUP_SMOKE": "1"}
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(argv, cwd=comp.cwd, env=env, stdin=subprocess.DEVNULL,

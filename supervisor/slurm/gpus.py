@@ -86,9 +86,8 @@ class NodeSamplers:
             errors = dict(self.errors)
         gpus = tuple(g for s in got for g in s.gpus)
         host = got[0].host if got else HostInfo(0.0, os.cpu_count() or 1, 0.0, 0.0, 0.0)
-        reason = None
-        if not gpus:
-            reason = "; ".join(errors.values()) or (got[0].reason if got else "waiting for the nodes' GPU samplers")
+        reason = None if gpus else (
+            "; ".join(errors.values()) or (got[0].reason if got else "waiting for the nodes' GPU samplers"))
         return GpuSample(ts=time.time(), backend=got[0].backend if got else "none", gpus=gpus, reason=reason,
                          host=host)
 

@@ -170,7 +170,13 @@ class SlurmLauncher:
                 evidence=list(diag.get("evidence") or [])[:5],
                 action=f"requeueing job {self.job_id} (slurm.requeue: true): Slurm starts it again when nodes "
                        "allow, and the next supervisor continues this run from the newest checkpoints"))
-            self._requeue_soon()
+            import asyncio
+
+            from .jobs import requeue
+
+            loop = asyncio.get_running_loop()
+            # A moment for the journal to take the events above: the requeue ends this batch step.
+            loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, requeue, self.job_id))
         return ex, diag
 
     def _lost_nodes(self, component: str, diag: dict[str, Any], job_nodes: str) -> dict[str, Any]:
@@ -191,15 +197,6 @@ class SlurmLauncher:
                            f"{self.job_id}: now {job_nodes}), so the step could not start there",
                 "evidence": [f"job {self.job_id} runs on {job_nodes}; {component}'s nodes are {','.join(mine)}",
                              *list(diag.get("evidence") or [])[:5]]}
-
-    def _requeue_soon(self) -> None:
-        import asyncio
-
-        from .jobs import requeue
-
-        loop = asyncio.get_running_loop()
-        # A moment for the journal to take the events above: the requeue ends this batch step.
-        loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, requeue, self.job_id))
 
 
 REQUEUE_AFTER_S = 1.0
