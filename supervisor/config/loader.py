@@ -225,10 +225,9 @@ class _Constructor:
             if k.tag == _MERGE and not getattr(k, "alias", False) and k.style is None:
                 merges.append(v)
                 continue
-            line = _mark(k.start_mark)[0]
             if k.value in seen:
                 self.problem(k, path, f"duplicate key {k.value!r} (first at line {seen[k.value]})")
-            seen[k.value] = line
+            seen[k.value] = _mark(k.start_mark)[0]
             if record:
                 self.doc.key_marks[path + (k.value,)] = _mark(k.start_mark)
             out[k.value] = self.build(v, path + (k.value,), record)
@@ -242,8 +241,7 @@ class _Constructor:
             if not isinstance(src, yaml.MappingNode):
                 self.problem(src, path, "`<<` merges a mapping (or a list of mappings) into this one")
                 continue
-            merged = self.build(src, path + ("<<",), False)
-            for key, value in merged.items():
+            for key, value in self.build(src, path + ("<<",), False).items():
                 if key not in out:
                     out[key] = value
                     if record:

@@ -519,24 +519,20 @@ def _check_modules(ctx: _Ctx) -> None:
     if not ctx.modules:
         return
     ctx.progress(f"checking {len(ctx.modules)} python module(s) in their interpreters")
-    running: list[tuple[str, str, str, subprocess.Popen[bytes] | None, str, str]] = []
-    seen: set[tuple[str, str, str]] = set()
+    running: dict[tuple[str, str, str], tuple[subprocess.Popen[bytes] | None, str, str]] = {}
     for name, interp, mod, cwd, why in ctx.modules:
-        if (name, interp, mod) in seen:
+        if (name, interp, mod) in running:
             continue
-        seen.add((name, interp, mod))
-        comp = ctx.cfg.components[name]
         try:
             proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [interp, "-c", _FIND_SPEC, mod], cwd=cwd, env=ctx.env_for(name, comp),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                start_new_session=True)
+                [interp, "-c", _FIND_SPEC, mod], cwd=cwd, env=ctx.env_for(name, ctx.cfg.components[name]),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
             err = ""
         except OSError as e:
             proc, err = None, e.strerror or str(e)
-        running.append((name, interp, mod, proc, err, why))
+        running[(name, interp, mod)] = (proc, err, why)
     deadline = time.monotonic() + MODULE_CHECK_TIMEOUT_S
-    for name, interp, mod, proc, err, why in running:
+    for (name, interp, mod), (proc, err, why) in running.items():
         path = ("components", name, "command")
         if proc is None:
             ctx.add("error", "command", name, f"cannot start {interp}: {err}", "fix the interpreter", path)
@@ -625,12 +621,8 @@ def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> dict[str
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         out, _ = proc.communicate()
-    found: dict[str, tuple[str, str]] = {}
-    for line in out.decode("utf-8", "replace").splitlines():
-        verdict, _, rest = line.partition(" ")
-        mod, _, detail = rest.partition(" ")
-        found[mod] = (verdict, detail)
-    return found
+    said = (line.partition(" ") for line in out.decode("utf-8", "replace").splitlines())
+    return {mod: (verdict, detail) for verdict, _, rest in said for mod, _, detail in [rest.partition(" ")]}
 
 
 def _lookup_failed(ctx: _Ctx, name: str, interp: str, mod: str, detail: str) -> None:

@@ -103,13 +103,9 @@ def _nodes(slurm: Any, part: Partition) -> list[Problem]:
 
 
 def _gpus(slurm: Any, part: Partition, gpus: Mapping[str, int]) -> list[Problem]:
-    if not slurm.gpus_per_node:
-        return []
     counts = sorted((gpus.get(n, 0) for n in part.nodes), reverse=True)
-    if not counts:
-        return []
     enough = sum(c >= slurm.gpus_per_node for c in counts)
-    if enough >= slurm.nodes:
+    if not slurm.gpus_per_node or not counts or enough >= slurm.nodes:
         return []
     most = counts[0]
     where = f"the nodes of partition {part.name!r} have at most {most} GPU(s)" if enough == 0 else (
