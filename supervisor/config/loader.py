@@ -404,8 +404,7 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
                 environ: Mapping[str, str] | None = None, overrides: Sequence[str] = ()) -> Config:
     """Read, interpolate and validate a config file, with ``overrides`` (``--set KEY.PATH=VALUE``,
     :mod:`.overrides`) applied. Raises ConfigError with every problem found."""
-    p = Path(path)
-    file = str(path)
+    p, file = Path(path), str(path)
     doc = read_document(p, file)
     env = dict(os.environ if environ is None else environ)
     data, bad, done = applied(doc.data, overrides)

@@ -86,8 +86,7 @@ def format_findings(findings: Sequence[Finding], *, config_path: str, source: st
     """A human listing: errors, then warnings, then info; each problem with its fix; last line
     ``N errors, M warnings``. ``where`` paths in ``source`` (the config's resolved path, by default
     ``config_path`` resolved) are shown as ``config_path``, the name the user typed."""
-    if source is None:
-        source = str(Path(config_path).resolve())
+    source = str(Path(config_path).resolve()) if source is None else source
     lines: list[str] = []
     for f in sorted(findings, key=_sort_key):
         where = f.where
@@ -198,12 +197,9 @@ class _Ctx:
     def env_for(self, name: str, comp: Component) -> dict[str, str]:
         """The environment the supervisor gives ``name`` (component.py ``_env``), minus the attempt."""
         if self._run_env is None:  # the run's part once: os.environ decodes every variable at each copy
-            self._run_env = dict(os.environ)
-            self._run_env.update(self.cfg.file_env)
-            self._run_env.update(self.cfg.env)
+            self._run_env = {**os.environ, **self.cfg.file_env, **self.cfg.env}
             self._run_env.setdefault("PYTHONUNBUFFERED", "1")
-        env = dict(self._run_env)
-        env.update(comp.env)
+        env = {**self._run_env, **comp.env}
         if comp.gpus is not None:
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in comp.gpus)
@@ -666,13 +662,11 @@ def _unset_shell_vars(cmd: str, env: dict[str, str]) -> list[str]:
     assigned = set(_ASSIGNED.findall(text)) | set(_LOOPVAR.findall(text))
     out: list[str] = []
     for m in _SHVAR.finditer(text):
-        var = m.group(1) or m.group(3)
-        mod = m.group(2) or ""
-        if mod[:1] in ("-", "=", "+", "?") or mod[:2] in (":-", ":=", ":+", ":?"):
-            continue  # has a default (or an explicit error message of its own)
-        if var in env or var in assigned or var in out:
-            continue
-        out.append(var)
+        var, mod = m.group(1) or m.group(3), m.group(2) or ""
+        # A default (or an explicit error message of its own) is enough.
+        has_default = mod[:1] in ("-", "=", "+", "?") or mod[:2] in (":-", ":=", ":+", ":?")
+        if not has_default and var not in env and var not in assigned and var not in out:
+            out.append(var)
     return out
 
 
@@ -687,19 +681,16 @@ def _check_shell_vars(ctx: _Ctx, name: str, comp: Component) -> None:
             for var in _unset_shell_vars(cmd, env):
                 ctx.add("warning", "env", name,
                         f"`{key}` uses ${var} (run by sh -c) but {var} is not set in its environment",
-                        f"export {var} before rlsup, add it to `env:`/env_file, or write ${{{var}:-default}}",
-                        path)
+                        f"export {var} before rlsup, add it to `env:`/env_file, or write ${{{var}:-default}}", path)
         else:
             try:
                 words = shlex.split(value) if isinstance(value, str) else list(value)
             except ValueError:
                 continue  # an unsplittable smoke command is reported when it is run
-            literal = sorted({m.group(1) or m.group(3) for w in words for m in _SHVAR.finditer(w)})
-            for var in literal:
+            for var in sorted({m.group(1) or m.group(3) for w in words for m in _SHVAR.finditer(w)}):
                 ctx.add("warning", "env", name,
                         f"`{key}` contains ${var}, which is passed literally: it runs without a shell",
-                        f"write ${{{var}}} (rlsup expands it when loading the config) or set `shell: true`",
-                        path)
+                        f"write ${{{var}}} (rlsup expands it when loading the config) or set `shell: true`", path)
 
 
 # ------------------------------------------------------------------------------ writable dirs, disk
@@ -998,10 +989,8 @@ def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
                 else f"{(g.mem_total_mb - g.mem_used_mb) / 1024:.1f} of {g.mem_total_mb / 1024:.1f} GiB free")
     ctx.add("info", "gpu", name, f"GPU {i} {g.name}: {free_txt}", "", path)
     _check_memory_fraction(ctx, name, g, path)
-    holders = list(g.processes)
-    used = g.mem_used_mb or 0.0
-    busy = bool(holders) or (g.mem_total_mb and used > 0.1 * g.mem_total_mb)
-    if busy:
+    holders, used = list(g.processes), g.mem_used_mb or 0.0
+    if holders or (g.mem_total_mb and used > 0.1 * g.mem_total_mb):
         who = ", ".join(_pid_text(p.pid, p.used_mb) for p in holders) or "processes NVML does not list"
         ctx.add("warning", "gpu", name,
                 f"GPU {i} is already in use ({used / 1024:.1f} GiB used) by {who}",
