@@ -39,9 +39,11 @@ def tool(name: str) -> str:
 
 
 def run(argv: list[str], timeout: float = SQUEUE_TIMEOUT_S) -> subprocess.CompletedProcess[str] | None:
-    """``argv`` (its program found by :func:`tool`) run to its end, output as text; None where it cannot run or end."""
+    """``argv`` (its program found by :func:`tool`) run to its end, output as text (bytes that are not UTF-8
+    replaced: never an error); None where it cannot run or end."""
     try:
-        return subprocess.run([tool(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=timeout)
+        return subprocess.run([tool(argv[0]), *argv[1:]], capture_output=True, text=True, errors="replace",
+                              timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return None
 
