@@ -9,17 +9,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from .interpolate import interpolate
 from .loader import ConfigError, Problem, YamlDoc, read_document, validated
-from .model import Path_
+from .model import Path_, _Model
 
 
-class Pod(BaseModel):
+class Pod(_Model):
     """One pod. ``host`` may be an ``~/.ssh/config`` alias; ``label`` defaults to the host (empty here)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     host: str
     user: str | None = None
     port: int | None = None
@@ -59,8 +58,7 @@ class Pod(BaseModel):
         return v
 
 
-class FleetFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class FleetFile(_Model):
     pods: list[Pod]
 
     @field_validator("pods", mode="before")

@@ -19,113 +19,74 @@ class _Var:
     name: str
     op: str  # "" | ":-" | "-"
     default: list[str | _Var]
-    raw: str  # the reference as written
 
 
 class _RefParser:
     """A string split into literal text and variable references (bad references stay as text): literal
-    text until the next ``$`` (or, inside a default, ``}``), then one method per thing that can start there."""
+    text until the next ``$`` (or, inside a default, ``}``), then what can start there."""
 
     def __init__(self, s: str, errors: list[str]) -> None:
-        self.s, self.errors = s, errors
-        self.parts: list[str | _Var] = []
+        self.s, self.errors, self.i = s, errors, 0
+        self.cur: list[str | _Var] = []
         # (start of the reference, name, op, parts collected so far) for each open ${NAME:-...
         self.stack: list[tuple[int, str, str, list[str | _Var]]] = []
-        self.cur = self.parts
-        self.buf: list[str] = []
-        self.i = 0
 
     def parse(self) -> list[str | _Var]:
         s = self.s
         while self.i < len(s):
-            j = s.find("$", self.i) if not self.stack else _next_special(s, self.i)
+            j = min((k for k in (s.find("$", self.i), s.find("}", self.i) if self.stack else -1) if k >= 0), default=-1)
             if j < 0:
-                self.buf.append(s[self.i:])
+                self.cur.append(s[self.i:])
                 break
-            self.buf.append(s[self.i:j])
+            self.cur.append(s[self.i:j])
             self.i = j
-            if s[j] == "}":
-                self._close_default()
-            elif not s.startswith("${", j):
-                self._dollar()
+            if s[j] == "}":  # closes the innermost open default
+                _, name, op, outer = self.stack.pop()
+                outer.append(_Var(name, op, self.cur))
+                self.cur, self.i = outer, j + 1
+            elif not s.startswith("${", j):  # $$ is a literal $; so is a $ that starts no reference
+                self.cur.append("$")
+                self.i += 2 if s.startswith("$$", j) else 1
             elif not self._reference():
                 return self._as_written()
         if self.stack:  # the string ended inside ${NAME:-...: keep that text as written
-            start = self.stack[0][0]
-            self.errors.append(f"unterminated variable reference {s[start:start + 40]!r}: no closing '}}' "
-                               "(write $$ for a literal $)")
+            self.errors.append(_unterminated(s[self.stack[0][0]:]))
             return self._as_written()
-        self._flush()
-        return self.parts
-
-    def _flush(self) -> None:
-        if self.buf:
-            self.cur.append("".join(self.buf))
-            self.buf.clear()
+        return self.cur
 
     def _as_written(self) -> list[str | _Var]:
         """What was read before the outermost open default, then the rest of ``s`` as it is written."""
         start, _, _, outer = self.stack[0]
         return [*outer, self.s[start:]]
 
-    def _close_default(self) -> None:
-        """A ``}`` closes the innermost open default."""
-        start, name, op, outer = self.stack.pop()
-        self._flush()
-        var = _Var(name, op, self.cur, self.s[start:self.i + 1])
-        self.cur = outer
-        self.cur.append(var)
-        self.i += 1
-
-    def _dollar(self) -> None:
-        """``$$`` is a literal ``$``; so is a ``$`` that starts no reference."""
-        self.buf.append("$")
-        self.i += 2 if self.s.startswith("$$", self.i) else 1
-
     def _reference(self) -> bool:
         """At ``${``: a reference, the start of one with a default, or a bad one (reported, kept as
         text). False where defaults nest too deep: the caller keeps the rest as written."""
         s, i = self.s, self.i
         m = _NAME_AT.match(s, i + 2)
-        end = m.end() if m else i + 2
-        if m and s.startswith("}", end):
-            self._flush()
-            self.cur.append(_Var(m.group(0), "", [], s[i:end + 1]))
-            self.i = end + 1
-            return True
+        name, end = (m.group(0), m.end()) if m else ("", i + 2)
         op = ":-" if s.startswith(":-", end) else "-" if s.startswith("-", end) else ""
-        if not (m and op):
-            self._bad_reference()
-            return True
-        if len(self.stack) >= MAX_EXPANSION_DEPTH:
+        if name and s.startswith("}", end):
+            self.cur.append(_Var(name, "", []))
+            self.i = end + 1
+        elif not (name and op):
+            close = s.find("}", i)
+            self.errors.append(_unterminated(s[i:]) if close < 0 else f"bad variable reference {s[i:close + 1]!r}: use "
+                               "${VAR}, ${VAR:-default} or ${VAR-default} (write $$ for a literal $)")
+            self.cur.append(s[i:i + 2])
+            self.i += 2
+        elif len(self.stack) >= MAX_EXPANSION_DEPTH:
             self.errors.append(f"variable defaults nested more than {MAX_EXPANSION_DEPTH} deep")
             return False
-        self._flush()
-        self.stack.append((i, m.group(0), op, self.cur))
-        self.cur = []
-        self.i = end + len(op)
+        else:
+            self.stack.append((i, name, op, self.cur))
+            self.cur = []
+            self.i = end + len(op)
         return True
 
-    def _bad_reference(self) -> None:
-        s, i = self.s, self.i
-        close = s.find("}", i)
-        shown = s[i:close + 1] if close >= 0 else s[i:i + 40]
-        if close < 0:
-            self.errors.append(f"unterminated variable reference {shown!r}: no closing '}}' "
-                               "(write $$ for a literal $)")
-        else:
-            self.errors.append(f"bad variable reference {shown!r}: use ${{VAR}}, ${{VAR:-default}} or "
-                               "${VAR-default} (write $$ for a literal $)")
-        self.buf.append(s[i:i + 2])
-        self.i += 2
 
-
-def _next_special(s: str, i: int) -> int:
-    """Index of the next ``$`` or ``}`` at or after ``i`` (-1 if none): inside a default, ``}`` ends it."""
-    a, b = s.find("$", i), s.find("}", i)
-    if a < 0:
-        return b
-    return a if b < 0 or a < b else b
+def _unterminated(rest: str) -> str:
+    return f"unterminated variable reference {rest[:40]!r}: no closing '}}' (write $$ for a literal $)"
 
 
 def _evaluate(parts: list[str | _Var], variables: Mapping[str, str], missing: list[str]) -> str:

@@ -22,7 +22,7 @@ import copy
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,36 +69,26 @@ def _path_str(path: Path_) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# YAML with positions.
-#
-# PyYAML composes the document (its parser and composer give every node its line and column); the
-# composer below adds rlsup's limits, each enforced at the event that breaks it, before anything is
-# expanded: nesting is capped (PyYAML's composer recurses once per level, so 5,000 nested brackets
-# would end in RecursionError), a recursive alias is refused where it is written, and the size the
-# document would have once every alias is expanded is counted as it is read, so an alias bomb is
-# refused without being expanded. Aliases stay shared nodes; the constructor below builds the data.
+# YAML with positions: PyYAML's composer, with rlsup's limits enforced at the event that breaks each,
+# before anything is expanded (its composer recurses once per level: 5,000 nested brackets would end
+# in RecursionError). Aliases stay shared nodes; the constructor below builds the data.
 
 MAX_CONFIG_BYTES = 16 * MiB  # a config (or env_file) larger than this is a mistake, not a config
 MAX_DEPTH = 100  # nesting levels, aliases expanded; the schema needs 6
 MAX_VALUES = 1_000_000  # values once every alias is expanded (10,000 components x 100 fit)
 
-_STR = "tag:yaml.org,2002:str"
-_SEQ = "tag:yaml.org,2002:seq"
-_MAP = "tag:yaml.org,2002:map"
-_MERGE = "tag:yaml.org,2002:merge"
-_TIMESTAMP = "tag:yaml.org,2002:timestamp"
-_SCALAR_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-                "tag:yaml.org,2002:null")
+_STR, _SEQ, _MAP, _MERGE, _TIMESTAMP, *_SCALAR_TAGS = (
+    f"tag:yaml.org,2002:{t}" for t in ("str", "seq", "map", "merge", "timestamp", "bool", "int", "float", "null"))
 
 
+@dataclass(eq=False)
 class YamlDoc:
     """A document's data (keys are always the strings written) and where each value and key is."""
 
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.data: Any = None
-        self.marks: dict[Path_, tuple[int, int]] = {}  # value positions
-        self.key_marks: dict[Path_, tuple[int, int]] = {}  # key positions
+    file: str
+    data: Any = None
+    marks: dict[Path_, tuple[int, int]] = field(default_factory=dict)  # value positions
+    key_marks: dict[Path_, tuple[int, int]] = field(default_factory=dict)  # key positions
 
     def pos(self, path: Path_, key: bool = False) -> tuple[int, int]:
         table = self.key_marks if key else self.marks
@@ -116,12 +106,6 @@ class YamlDoc:
         return Problem(self.file, *self.pos(path if at is None else at, key), path, message)
 
 
-class _YamlProblem(Exception):
-    def __init__(self, line: int, col: int, message: str):
-        super().__init__(message)
-        self.line, self.col, self.message = line, col, message
-
-
 def _mark(m: Any) -> tuple[int, int]:
     return (m.line + 1, m.column + 1) if m is not None else (1, 1)
 
@@ -137,10 +121,14 @@ class _Composer(yaml.SafeLoader):
     aliases are expanded) and ``height`` (collections nested in it, itself included); an alias is a
     copy of its node marked where the alias is written (``alias = True``), sharing its children."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, file: str) -> None:
         super().__init__(text)
+        self.file = file
         self.depth = 0  # collections open
         self.total = 0  # values read so far, aliases counted at their expanded size
+
+    def _refuse(self, line: int, col: int, message: str) -> None:
+        raise ConfigError([Problem(self.file, line, col, (), message)])
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         ev = self.peek_event()
@@ -149,10 +137,10 @@ class _Composer(yaml.SafeLoader):
             return self._alias(self.get_event(), line, col)
         nested = int(isinstance(ev, yaml.SequenceStartEvent | yaml.MappingStartEvent))
         if self.depth + nested > MAX_DEPTH:
-            raise _YamlProblem(line, col, f"nested more than {MAX_DEPTH} levels deep")
+            self._refuse(line, col, f"nested more than {MAX_DEPTH} levels deep")
         self.total += 1
         if self.total > MAX_VALUES:
-            raise _YamlProblem(line, col, f"the document holds more than {MAX_VALUES:,} values")
+            self._refuse(line, col, f"the document holds more than {MAX_VALUES:,} values")
         self.anchors.pop(ev.anchor, None)  # an anchor given again: aliases below name the new node
         self.depth += nested
         node: Any = super().compose_node(parent, index)
@@ -165,17 +153,16 @@ class _Composer(yaml.SafeLoader):
     def _alias(self, ev: yaml.AliasEvent, line: int, col: int) -> Any:
         target: Any = self.anchors.get(ev.anchor) if ev.anchor is not None else None
         if target is None:
-            raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} refers to no anchor &{ev.anchor} above it")
+            self._refuse(line, col, f"YAML alias *{ev.anchor} refers to no anchor &{ev.anchor} above it")
         if not hasattr(target, "size"):  # still open: the alias is inside it
-            raise _YamlProblem(line, col, f"YAML alias *{ev.anchor} is inside the node it refers to "
-                                          "(a recursive alias)")
+            self._refuse(line, col, f"YAML alias *{ev.anchor} is inside the node it refers to (a recursive alias)")
         self.total += target.size
         if self.total > MAX_VALUES:
-            raise _YamlProblem(line, col, f"the document expands to more than {MAX_VALUES:,} values through "
-                                          f"its aliases (at *{ev.anchor}): an alias bomb?")
+            self._refuse(line, col, f"the document expands to more than {MAX_VALUES:,} values through "
+                                    f"its aliases (at *{ev.anchor}): an alias bomb?")
         if self.depth + target.height > MAX_DEPTH:
-            raise _YamlProblem(line, col, f"nested more than {MAX_DEPTH} levels deep once its aliases are "
-                                          f"expanded (at *{ev.anchor})")
+            self._refuse(line, col, f"nested more than {MAX_DEPTH} levels deep once its aliases are "
+                                    f"expanded (at *{ev.anchor})")
         used = copy.copy(target)
         used.start_mark, used.alias = ev.start_mark, True
         return used
@@ -203,7 +190,9 @@ class _Constructor:
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node, path)
         if isinstance(node, yaml.SequenceNode):
-            return self.sequence(node, path, record)
+            if node.tag != _SEQ:
+                self.problem(node, path, f"unsupported YAML tag {node.tag!r} on a list")
+            return [self.build(n, path + (i,), record) for i, n in enumerate(node.value)]
         assert isinstance(node, yaml.MappingNode)  # the composer makes nothing else
         return self.mapping(node, path, record)
 
@@ -222,11 +211,6 @@ class _Constructor:
         self.problem(node, path, f"unsupported YAML tag {tag!r}")
         return None
 
-    def sequence(self, node: yaml.SequenceNode, path: Path_, record: bool) -> list[Any]:
-        if node.tag != _SEQ:
-            self.problem(node, path, f"unsupported YAML tag {node.tag!r} on a list")
-        return [self.build(n, path + (i,), record) for i, n in enumerate(node.value)]
-
     def mapping(self, node: yaml.MappingNode, path: Path_, record: bool) -> dict[str, Any]:
         if node.tag != _MAP:
             self.problem(node, path, f"unsupported YAML tag {node.tag!r} on a mapping")
@@ -241,10 +225,9 @@ class _Constructor:
             if k.tag == _MERGE and not getattr(k, "alias", False) and k.style is None:
                 merges.append(v)
                 continue
-            line = _mark(k.start_mark)[0]
             if k.value in seen:
                 self.problem(k, path, f"duplicate key {k.value!r} (first at line {seen[k.value]})")
-            seen[k.value] = line
+            seen[k.value] = _mark(k.start_mark)[0]
             if record:
                 self.doc.key_marks[path + (k.value,)] = _mark(k.start_mark)
             out[k.value] = self.build(v, path + (k.value,), record)
@@ -258,8 +241,7 @@ class _Constructor:
             if not isinstance(src, yaml.MappingNode):
                 self.problem(src, path, "`<<` merges a mapping (or a list of mappings) into this one")
                 continue
-            merged = self.build(src, path + ("<<",), False)
-            for key, value in merged.items():
+            for key, value in self.build(src, path + ("<<",), False).items():
                 if key not in out:
                     out[key] = value
                     if record:
@@ -272,20 +254,19 @@ def load_yaml(text: str, file: str) -> YamlDoc:
     problems: list[Problem] = []
     loader: _Composer | None = None
     try:
-        loader = _Composer(text)  # checks every character at once: may raise ReaderError
+        loader = _Composer(text, file)  # checks every character at once: may raise ReaderError
         root = loader.get_single_node()
         if root is None:
             raise ConfigError([Problem(file, 1, 1, (), "the file is empty")])
         doc = YamlDoc(file)
         doc.data = _Constructor(doc, loader, problems).build(root, (), True)
-    except _YamlProblem as e:
-        raise ConfigError([Problem(file, e.line, e.col, (), e.message)]) from None
     except yaml.MarkedYAMLError as e:
         line, col = _mark(e.problem_mark or e.context_mark)
         msg = " ".join(x for x in (e.context, e.problem) if x) or str(e)
         raise ConfigError([Problem(file, line, col, (), f"YAML syntax error: {msg}")]) from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, most control codes)
-        line, col = _text_pos(text, e.position)
+        index = max(0, min(e.position, len(text)))
+        line, col = text.count("\n", 0, index) + 1, index - text.rfind("\n", 0, index)
         what = f"#x{e.character:04x}" if isinstance(e.character, int) else repr(e.character)
         raise ConfigError([Problem(file, line, col, (), f"YAML does not allow the character {what} "
                                                         "(a binary file?)")]) from None
@@ -308,19 +289,13 @@ def _clip_repr(v: Any) -> str:
     return r if len(r) <= 80 else r[:80] + "..."
 
 
-def _text_pos(text: str, index: int) -> tuple[int, int]:
-    """1-based line and column of ``text[index]``."""
-    index = max(0, min(index, len(text)))
-    line_start = text.rfind("\n", 0, index) + 1
-    return text.count("\n", 0, index) + 1, index - line_start + 1
-
-
-def _read_capped(path: Path) -> bytes:
-    """The file's bytes; OSError as open/read raise it, ValueError when it is over MAX_CONFIG_BYTES."""
+def _read_capped(path: Path, file: str, where: Path_ = ()) -> bytes:
+    """The file's bytes; OSError as open/read raise it, ConfigError when it is over MAX_CONFIG_BYTES."""
     with open(path, "rb") as fh:  # also /dev/zero or a pipe: never read more than the cap
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"the file is larger than {MAX_CONFIG_BYTES // MiB} MiB: not a config")
+        raise ConfigError([Problem(file, 1, 1, where, f"the file is larger than {MAX_CONFIG_BYTES // MiB} MiB: "
+                                                      "not a config")])
     return data
 
 
@@ -329,8 +304,7 @@ def _decode(data: bytes, file: str, path: Path_ = ()) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        line, col = data.count(b"\n", 0, e.start) + 1, e.start - data.rfind(b"\n", 0, e.start)
         raise ConfigError([Problem(file, line, col, path, f"not UTF-8 text (byte 0x{data[e.start]:02x}: {e.reason}): "
                                                           "is it a binary file?")]) from None
 
@@ -340,12 +314,10 @@ def _interpolate_tree(data: Any, path: Path_, variables: Mapping[str, str], doc:
     # Recursion is bounded by MAX_DEPTH, enforced when the YAML was read.
     if isinstance(data, str):
         out, missing, errors = expand(data, variables)
-        if missing or errors:
-            for err in errors:
-                problems.append(doc.problem(path, err))
-            for name in missing:
-                problems.append(doc.problem(path, f"environment variable {name} is not set and has no default "
-                                                  f"(set it, add it to env_file, or write ${{{name}:-default}})"))
+        problems.extend(doc.problem(path, err) for err in errors)
+        problems.extend(doc.problem(path, f"environment variable {name} is not set and has no default "
+                                          f"(set it, add it to env_file, or write ${{{name}:-default}})")
+                        for name in missing)
         return out
     if isinstance(data, dict):
         return {k: _interpolate_tree(v, path + (str(k),), variables, doc, problems)
@@ -394,13 +366,8 @@ def parse_env_file(path: Path) -> dict[str, str]:
     Raises OSError when the file cannot be read, ConfigError for anything in it that is not
     such a line (binary content, non-UTF-8 bytes, a NUL byte), with the file's line and column.
     """
-    file = str(path)
-    where: Path_ = ("env_file",)
-    try:
-        data = _read_capped(path)
-    except ValueError as e:
-        raise ConfigError([Problem(file, 1, 1, where, str(e))]) from None
-    text = _decode(data, file, where)
+    file, where = str(path), ("env_file",)
+    text = _decode(_read_capped(path, file, where), file, where)
     out: dict[str, str] = {}
     problems: list[Problem] = []
     for i, raw in enumerate(text.split("\n"), 1):
@@ -437,8 +404,7 @@ def load_config(path: str | os.PathLike[str], *, run_dir: str | None = None,
                 environ: Mapping[str, str] | None = None, overrides: Sequence[str] = ()) -> Config:
     """Read, interpolate and validate a config file, with ``overrides`` (``--set KEY.PATH=VALUE``,
     :mod:`.overrides`) applied. Raises ConfigError with every problem found."""
-    p = Path(path)
-    file = str(path)
+    p, file = Path(path), str(path)
     doc = read_document(p, file)
     env = dict(os.environ if environ is None else environ)
     data, bad, done = applied(doc.data, overrides)
@@ -472,11 +438,14 @@ def _load(p: Path, doc: YamlDoc, data: dict[str, Any], run_dir: str | None, env:
     data["source"] = str(p.resolve())
     data["file_env"] = file_env
     data["placement"] = placement
-    problems.extend(_internal_key_problems(doc))
-    cfg = _validated(data, doc, problems)
-    if problems:
+    # A key the user may not write: rlsup sets it itself (the first one found is reported).
+    if (bad := next((k for k in _INTERNAL_KEYS if k in doc.data), None)) is not None:
+        problems.append(doc.problem((bad,), f"unknown key {bad!r}", key=True))
+    cfg = validated(Config, data, doc, problems)
+    if cfg is not None:  # then what pydantic cannot see
+        problems.extend(_semantic_problems(cfg, doc))
+    if problems or cfg is None:
         raise ConfigError(problems)
-    assert cfg is not None
     return cfg
 
 
@@ -484,11 +453,9 @@ def read_document(p: Path, file: str, what: str = "config", holds: str = "a `com
     """A file the user writes (``what``), parsed (capped in size, UTF-8, YAML), its top level a mapping
     (with ``holds``)."""
     try:
-        raw = _read_capped(p)
+        raw = _read_capped(p, file)
     except OSError as e:
         raise ConfigError([Problem(file, 1, 1, (), f"cannot read {what}: {e.strerror or e}")]) from None
-    except ValueError as e:
-        raise ConfigError([Problem(file, 1, 1, (), str(e))]) from None
     doc = load_yaml(_decode(raw, file), file)
     if not isinstance(doc.data, dict):
         raise ConfigError([Problem(file, 1, 1, (), f"the top level must be a mapping with {holds}")])
@@ -540,23 +507,6 @@ def _slurm_placement(data: dict[str, Any], env: dict[str, str],
     return placement, slurm_placement.variables(placement, slurm_placement.node_addresses(env))
 
 
-def _internal_key_problems(doc: YamlDoc) -> list[Problem]:
-    """A key the user may not write: rlsup sets it itself (the first one found is reported)."""
-    bad = next((k for k in _INTERNAL_KEYS if k in doc.data), None)
-    if bad is None:
-        return []
-    return [doc.problem((bad,), f"unknown key {bad!r}", key=True)]
-
-
-def _validated(data: dict[str, Any], doc: YamlDoc, problems: list[Problem]) -> Config | None:
-    """The config built by pydantic, then checked for what pydantic cannot see; problems added to
-    ``problems`` (None where pydantic could not build it)."""
-    cfg = validated(Config, data, doc, problems)
-    if cfg is not None:
-        problems.extend(_semantic_problems(cfg, doc))
-    return cfg
-
-
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -571,26 +521,23 @@ def validated(model: type[M], data: Any, doc: YamlDoc, problems: list[Problem], 
         return None
 
 
+def _is_model(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, BaseModel)
+
+
 def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model class that holds the last element of ``loc`` (for did-you-mean suggestions)."""
     model: Any = root
-    i = 0
-    parts = list(loc[:-1])
-    while i < len(parts):
-        part = parts[i]
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        f = model.model_fields.get(str(part))
+    parts = iter(loc[:-1])
+    for part in parts:
+        f = model.model_fields.get(str(part)) if _is_model(model) else None
         if f is None:
             return None
-        ann = f.annotation
-        inner = _unwrap(ann)
-        if isinstance(inner, tuple):  # dict/list container: skip its key/index
-            i += 1
-            inner = inner[0]
-        model = inner
-        i += 1
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+        model = _unwrap(f.annotation)
+        if isinstance(model, tuple):  # dict/list container: skip its key/index
+            model = model[0]
+            next(parts, None)
+    return model if _is_model(model) else None
 
 
 def _unwrap(ann: Any) -> Any:
@@ -600,12 +547,8 @@ def _unwrap(ann: Any) -> Any:
     args = typing.get_args(ann)
     if origin in (dict, list):
         return (_unwrap(args[-1]),)
-    if args:  # Optional / Union: first model member
-        for a in args:
-            u = _unwrap(a)
-            if isinstance(u, tuple) or (isinstance(u, type) and issubclass(u, BaseModel)):
-                return u
-    return ann
+    # Optional / Union: first model member
+    return next((u for u in map(_unwrap, args) if isinstance(u, tuple) or _is_model(u)), ann)
 
 
 def _data_loc(loc: tuple[Any, ...], data: Any, missing: bool) -> Path_:
@@ -642,9 +585,7 @@ def _pydantic_problems(e: ValidationError, doc: YamlDoc, data: Any, root: type[B
             hint = did_you_mean(key, known, "known keys")
             out.append(doc.problem(loc if key_in_path else loc[:-1], f"unknown key {key!r}{hint}", key=True, at=loc))
             continue
-        msg = err["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+        msg = err["msg"].removeprefix("Value error, ")
         if etype == "missing" and loc:
             out.append(doc.problem(loc[:-1], f"missing required key {loc[-1]!r}"))
             continue
@@ -658,16 +599,12 @@ def _pydantic_problems(e: ValidationError, doc: YamlDoc, data: Any, root: type[B
     return list(uniq.values())
 
 
-_At = Callable[..., Problem]  # a config's YamlDoc.problem: a Problem at a path, placed where the user wrote it
-
-
 def _semantic_problems(cfg: Config, doc: YamlDoc) -> Iterator[Problem]:
     """What pydantic cannot see in one field: names, references between components, regular
     expressions, presets, GPU lists, the Slurm section, dependency cycles; each check in turn."""
     at = doc.problem
     for n, c in cfg.components.items():
-        for check in _COMPONENT_CHECKS:
-            yield from check(cfg, n, c, at)
+        yield from _component_problems(cfg, n, c, at)
     from .slurm_checks import config_problems
 
     for path, msg, key in config_problems(cfg):
@@ -675,12 +612,10 @@ def _semantic_problems(cfg: Config, doc: YamlDoc) -> Iterator[Problem]:
     yield from _cycles(cfg, doc)
 
 
-def _name_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+def _component_problems(cfg: Config, n: str, c: Component, at: Callable[..., Problem]) -> Iterator[Problem]:
+    """The checks of one component, in the order their problems are reported (``at``: the doc's ``problem``)."""
     if not NAME_RE.match(n):
         yield at(("components", n), f"component name {n!r} must be letters, digits, '-', '_' or '.'", key=True)
-
-
-def _depends_on_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
     for dep in c.depends_on:
         if dep not in cfg.components:
             # list(...) only for the message: a list per component made the check quadratic
@@ -688,33 +623,31 @@ def _depends_on_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator
             yield at(("components", n, "depends_on", dep), f"unknown dependency {dep!r}{hint}", key=True)
         elif dep == n:
             yield at(("components", n, "depends_on", dep), "a component cannot depend on itself", key=True)
-
-
-def _restart_with_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
     for i, dep in enumerate(c.restart_with):
         if dep == n:  # it would follow its own restarts
             yield at(("components", n, "restart_with", i), "a component cannot restart with itself")
         elif dep not in cfg.components:
             hint = did_you_mean(dep, list(cfg.components))
             yield at(("components", n, "restart_with", i), f"unknown component {dep!r}{hint}")
+    yield from _value_problems(n, c, at)
 
 
-def _progress_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
+def _value_problems(n: str, c: Component, at: Callable[..., Problem]) -> Iterator[Problem]:
     from ..records.progress import preset_names
 
-    if not c.progress:
-        return
     base: Path_ = ("components", n, "progress")
-    if c.progress.preset is None and c.progress.pattern is None:
+    if c.progress and c.progress.preset is None and c.progress.pattern is None:
         yield at(base, "progress needs `pattern` or `preset`")
-    if c.progress.preset is not None and c.progress.preset not in preset_names():
+    if c.progress and c.progress.preset is not None and c.progress.preset not in preset_names():
         hint = did_you_mean(c.progress.preset, preset_names(), "presets")
         yield at(base + ("preset",), f"unknown progress preset {c.progress.preset!r}{hint}")
-
-
-def _clean_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
     for i, g in enumerate(c.resume.clean if c.resume else []):
         yield from (at(("components", n, "resume", "clean", i), m) for m in _clean_glob_problems(g))
+    yield from (at(path, why) for path, rx in _regexes(n, c) if (why := _regex_problem(path, rx)))
+    if c.gpus is not None and len(set(c.gpus)) != len(c.gpus):
+        yield at(("components", n, "gpus"), "a GPU index is listed twice")
+    if c.gpus is not None and any(g < 0 for g in c.gpus):
+        yield at(("components", n, "gpus"), "GPU indices are 0 or more")
 
 
 def _regexes(n: str, c: Component) -> Iterator[tuple[Path_, str]]:
@@ -730,31 +663,16 @@ def _regexes(n: str, c: Component) -> Iterator[tuple[Path_, str]]:
         yield base + ("watch", i, "pattern"), w.pattern
 
 
-def _regex_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
-    for path, rx in _regexes(n, c):
-        try:
-            compiled = re.compile(rx)
-        except re.error as e:
-            yield at(path, f"invalid regular expression: {e.msg} at position {e.pos} in {_clip(rx, 80)}")
-            continue
-        except RecursionError:  # Python's regex parser recurses once per nested group
-            yield at(path, f"regular expression nested too deeply to compile: {_clip(rx, 80)}")
-            continue
-        if path[-1] == "pattern" and path[-2] == "progress" and "step" not in compiled.groupindex:
-            yield at(path, "progress pattern needs a named group `step`, e.g. 'Step (?P<step>\\d+)'")
-
-
-def _gpus_problems(cfg: Config, n: str, c: Component, at: _At) -> Iterator[Problem]:
-    if c.gpus is not None and len(set(c.gpus)) != len(c.gpus):
-        yield at(("components", n, "gpus"), "a GPU index is listed twice")
-    if c.gpus is not None and any(g < 0 for g in c.gpus):
-        yield at(("components", n, "gpus"), "GPU indices are 0 or more")
-
-
-#: The checks of one component, in the order their problems are reported.
-_COMPONENT_CHECKS: tuple[Callable[[Config, str, Component, _At], Iterator[Problem]], ...] = (
-    _name_problems, _depends_on_problems, _restart_with_problems, _progress_problems, _clean_problems,
-    _regex_problems, _gpus_problems)
+def _regex_problem(path: Path_, rx: str) -> str | None:
+    try:
+        compiled = re.compile(rx)
+    except re.error as e:
+        return f"invalid regular expression: {e.msg} at position {e.pos} in {_clip(rx, 80)}"
+    except RecursionError:  # Python's regex parser recurses once per nested group
+        return f"regular expression nested too deeply to compile: {_clip(rx, 80)}"
+    if path[-1] == "pattern" and path[-2] == "progress" and "step" not in compiled.groupindex:
+        return "progress pattern needs a named group `step`, e.g. 'Step (?P<step>\\d+)'"
+    return None
 
 
 def _cycles(cfg: Config, doc: YamlDoc) -> Iterator[Problem]:

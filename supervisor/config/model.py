@@ -13,7 +13,7 @@ import re
 import shlex
 import signal as signal_mod
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -60,14 +60,9 @@ class RestartCfg(_Model):
 _NOT_STOP_SIGNALS = {"SIGSTOP"}
 
 
-def _signal_name(v: Any) -> str:
-    """The canonical name (``SIGTERM``) of a real signal given as a name (any case, with or
-    without ``SIG``) or a number; ValueError otherwise.
-
-    Only members of :class:`signal.Signals` count: the module also holds constants that are not
-    signals (``SIG_DFL`` = 0, ``SIG_IGN`` = 1, ``SIG_BLOCK`` = 0), which used to be accepted and sent
-    as signal 0 or SIGHUP.
-    """
+def _signal_name(v: Any, preempt: bool = False) -> str:
+    """The canonical name (``SIGTERM``) of a member of :class:`signal.Signals` (not ``SIG_DFL``/``SIG_IGN``) given as
+    a name (any case, with or without ``SIG``) or a number; ValueError otherwise (``preempt``: SIGKILL too)."""
     if isinstance(v, bool) or not isinstance(v, int | str):
         raise ValueError(f"a signal is a name such as SIGTERM or a number, got {v!r}")
     text = str(v).strip()
@@ -86,17 +81,15 @@ def _signal_name(v: Any) -> str:
     if sig.name in _NOT_STOP_SIGNALS:
         raise ValueError(f"{sig.name} suspends a process instead of ending it, so it cannot be a stop signal "
                          "(use SIGTERM, SIGINT, SIGQUIT, or SIGKILL for no grace period)")
+    if preempt and sig.name == "SIGKILL":
+        raise ValueError("SIGKILL ends a process before it can write anything: name the signal it checkpoints "
+                         "on (SIGUSR1, say)")
     return sig.name
 
 
 class StopCfg(_Model):
-    signal: str = "SIGTERM"
+    signal: Annotated[str, BeforeValidator(_signal_name)] = "SIGTERM"
     timeout: float = Field(30.0, ge=0)
-
-    @field_validator("signal", mode="before")
-    @classmethod
-    def _known_signal(cls, v: Any) -> str:
-        return _signal_name(v)
 
 
 class PreemptCfg(_Model):
@@ -104,65 +97,47 @@ class PreemptCfg(_Model):
     supervisor, Slurm's preemption or time-limit notice): ``signal`` asks it to write a checkpoint, and
     rlsup waits up to ``wait`` seconds for a new complete one (or its exit) before it stops it in order."""
 
-    signal: str = "SIGUSR1"
+    signal: Annotated[str, BeforeValidator(lambda v: _signal_name(v, preempt=True))] = "SIGUSR1"
     wait: float = Field(120.0, gt=0)
-
-    @field_validator("signal", mode="before")
-    @classmethod
-    def _known_signal(cls, v: Any) -> str:
-        name = _signal_name(v)
-        if name == "SIGKILL":
-            raise ValueError("SIGKILL ends a process before it can write anything: name the signal it checkpoints "
-                             "on (SIGUSR1, say)")
-        return name
 
 
 class _ProbeTarget(_Model):
+    """A probe of exactly one kind of those its class names (``_KINDS``)."""
+
+    _KINDS: ClassVar[tuple[str, ...]] = ("http", "tcp")
     http: str | None = None
     tcp: str | None = None
 
     def kind(self) -> str:
-        for k in ("http", "tcp", "log", "file"):
-            if getattr(self, k, None) is not None:
-                return k
-        raise AssertionError("validated probe without a kind")
+        return next(k for k in self._KINDS if getattr(self, k) is not None)
 
     def target(self) -> str:
         return str(getattr(self, self.kind()))
 
-
-def _one_kind(model: _ProbeTarget, kinds: tuple[str, ...]) -> _ProbeTarget:
-    given = [k for k in kinds if getattr(model, k, None) is not None]
-    if len(given) != 1:
-        raise ValueError(f"give exactly one of {', '.join(kinds)} (got {', '.join(given) or 'none'})")
-    if model.tcp is not None and not _parse_hostport(model.tcp):
-        raise ValueError(f"tcp probe must be host:port, got {model.tcp!r}")
-    if model.http is not None and not model.http.startswith(("http://", "https://")):
-        raise ValueError(f"http probe must be an http:// URL, got {model.http!r}")
-    return model
+    @model_validator(mode="after")
+    def _one_kind(self) -> Any:
+        given = [k for k in self._KINDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(self._KINDS)} (got {', '.join(given) or 'none'})")
+        if self.tcp is not None and not _parse_hostport(self.tcp):
+            raise ValueError(f"tcp probe must be host:port, got {self.tcp!r}")
+        if self.http is not None and not self.http.startswith(("http://", "https://")):
+            raise ValueError(f"http probe must be an http:// URL, got {self.http!r}")
+        return self
 
 
 class ReadyProbe(_ProbeTarget):
+    _KINDS = ("http", "tcp", "log", "file")
     log: str | None = None
     file: str | None = None
     timeout: float = Field(900.0, gt=0)
     interval: float = Field(1.0, gt=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> ReadyProbe:
-        _one_kind(self, ("http", "tcp", "log", "file"))
-        return self
 
 
 class AliveProbe(_ProbeTarget):
     interval: float = Field(10.0, gt=0)
     failures: int = Field(3, ge=1)
     timeout: float = Field(5.0, gt=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> AliveProbe:
-        _one_kind(self, ("http", "tcp"))
-        return self
 
 
 class RayProbeCfg(_Model):
@@ -222,18 +197,11 @@ class LogsCfg(_Model):
     line_cap: int = Field(8192, ge=80)
 
 
-def _scalar_to_str(v: Any) -> Any:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, int | float):
-        return str(v)
-    return v
-
-
 # An `env:` mapping (the run's, a component's): numbers and booleans written in it are the strings the
 # environment will hold.
-Env = Annotated[dict[str, str], BeforeValidator(
-    lambda v: {k: _scalar_to_str(x) for k, x in v.items()} if isinstance(v, dict) else v)]
+Env = Annotated[dict[str, str], BeforeValidator(lambda v: {
+    k: str(int(x)) if isinstance(x, bool) else str(x) if isinstance(x, int | float) else x for k, x in v.items()}
+    if isinstance(v, dict) else v)]
 
 
 class Component(_Model):
@@ -280,12 +248,8 @@ class Component(_Model):
     @field_validator("depends_on", mode="before")
     @classmethod
     def _deps_list(cls, v: Any) -> Any:
-        # `depends_on: [a, b]` means "started" for each.
-        if isinstance(v, list):
-            return {str(name): "started" for name in v}
-        if isinstance(v, str):
-            return {v: "started"}
-        return v
+        # `depends_on: [a, b]` (or one name) means "started" for each.
+        return {str(name): "started" for name in ([v] if isinstance(v, str) else v)} if isinstance(v, list | str) else v
 
     @field_validator("command")
     @classmethod
@@ -324,10 +288,7 @@ class NotifyCfg(_Model):
     webhook: str | None = None
     command: str | list[str] | None = None
     on: list[Literal["flag", "fatal", "completed", "exited", "restart_scheduled", "run_ended"]] = [
-        "flag",
-        "fatal",
-        "completed",
-    ]
+        "flag", "fatal", "completed"]
 
 
 WARN_BEFORE_S = 120

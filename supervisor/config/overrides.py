@@ -77,7 +77,9 @@ def apply(data: dict[str, Any], override: Override) -> str | None:
         else:
             return f"{here.rpartition('.')[0]} is a list: index it with a number"
         if not isinstance(child, dict | list):
-            return f"{here} is {_shown(child)} in the file, not a mapping or list"
+            text = repr(child)
+            return (f"{here} is {type(child).__name__} {text if len(text) <= 60 else text[:57] + '...'} in the file, "
+                    "not a mapping or list")
         child = dict(child) if isinstance(child, dict) else list(child)
         node[key] = child
         node = child
@@ -89,11 +91,6 @@ def apply(data: dict[str, Any], override: Override) -> str | None:
     else:
         return f"{'.'.join(map(str, override.path))}: not a key or index of what is there"
     return None
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def applied(data: dict[str, Any], texts: Sequence[str]) -> tuple[dict[str, Any], list[tuple[str, str]],

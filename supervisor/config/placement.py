@@ -30,29 +30,8 @@ def env_name(component: str) -> str:
 
 def expand_hostlist(expr: str) -> list[str]:
     """Slurm's compressed host list (``rn[1-3,7],gpu-[01-02]x``) as names, in order."""
-    out: list[str] = []
-    for part in _split_top(expr.strip()):
-        if part:
-            out.extend(_expand_one(part))
-    return out
-
-
-def _split_top(s: str) -> list[str]:
-    parts: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in s:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return parts
+    # The names between the commas outside brackets (an unclosed bracket runs to the end).
+    return [name for part in re.findall(r"(?:\[[^\]]*\]?|[^,\[])+", expr.strip()) for name in _expand_one(part)]
 
 
 def _expand_one(s: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from .model import Path_, did_you_mean
@@ -13,13 +13,17 @@ Found = tuple[Path_, str, bool]
 
 def config_problems(cfg: Any) -> Iterator[Found]:
     """(key path, message, whether the position is the key's) for each problem."""
-    checks = _WITHOUT_SLURM if cfg.slurm is None else _WITH_SLURM
     if cfg.slurm is not None:
         yield from _warning_before_the_limit(cfg.slurm)
         yield from _shared_nodes_have_the_gpus(cfg)
+    # The checks of one component, in the order their problems are reported.
     for n, c in cfg.components.items():
-        for check in checks:
-            yield from check(cfg, n, c)
+        if cfg.slurm is None:
+            yield from _placement_alone(n, c)
+        else:
+            yield from _gpus_are_a_count_that_fits(cfg, n, c)
+            yield from _nodes_fit(cfg, n, c)
+            yield from _colocate_names_a_placed_component(cfg, n, c)
 
 
 def _warning_before_the_limit(slurm: Any) -> Iterator[Found]:
@@ -48,14 +52,11 @@ def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
                      [f"node-{i}" for i in range(size)])
     need: dict[str, list[tuple[str, int]]] = {}
     for n, nodes in nodes_of.items():
-        c = cfg.components.get(n)
-        count = (c.gpu_count if c is not None else None) or 0
+        count = cfg.components[n].gpu_count or 0
         for node in dict.fromkeys(nodes) if count else ():
             need.setdefault(node, []).append((n, count))
-    for node in need:
-        users = need[node]
-        total = sum(k for _, k in users)
-        if len(users) > 1 and total > cfg.slurm.gpus_per_node:
+    for users in need.values():
+        if len(users) > 1 and sum(k for _, k in users) > cfg.slurm.gpus_per_node:
             last = users[-1][0]
             who = " + ".join(f"{n} {k}" for n, k in users)
             yield (("components", last, "gpus"), f"{who} GPUs on one node of the allocation (they share it: `colocate:`, "
@@ -64,31 +65,24 @@ def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
                    "slurm.nodes or lower a count", True)
 
 
-def _no_gpu_count_alone(cfg: Any, n: str, c: Any) -> Iterator[Found]:
+def _placement_alone(n: str, c: Any) -> Iterator[Found]:
+    """Without a `slurm:` block: no GPU count, no `nodes` or `colocate`."""
     if c.gpu_count is not None:
         yield (("components", n, "gpus"), "a GPU count needs a `slurm:` block (Slurm binds the GPUs); on one "
                                           "machine list the GPU indices, e.g. `gpus: [0, 1]`", False)
-
-
-def _no_placement_alone(cfg: Any, n: str, c: Any) -> Iterator[Found]:
     for key in ("nodes", "colocate"):
         if getattr(c, key) is not None:
             yield (("components", n, key), f"`{key}` places a component on nodes of a Slurm allocation: it needs "
                                            "a `slurm:` block (nodes, gpus_per_node, ...)", True)
 
 
-def _gpus_are_a_count(cfg: Any, n: str, c: Any) -> Iterator[Found]:
+def _gpus_are_a_count_that_fits(cfg: Any, n: str, c: Any) -> Iterator[Found]:
     if c.gpus is not None:
         yield (("components", n, "gpus"), "with a `slurm:` block, `gpus` is a count per node and Slurm picks the "
                                           f"GPUs: write `gpus: {len(c.gpus)}`", False)
-
-
-def _gpu_count_fits(cfg: Any, n: str, c: Any) -> Iterator[Found]:
-    if c.gpu_count is None:
-        return
-    if c.gpu_count < 0:
+    if c.gpu_count is not None and c.gpu_count < 0:
         yield (("components", n, "gpus"), "a GPU count is 0 or more", False)
-    elif c.gpu_count > cfg.slurm.gpus_per_node:
+    elif c.gpu_count is not None and c.gpu_count > cfg.slurm.gpus_per_node:
         yield (("components", n, "gpus"), f"{c.gpu_count} GPUs per node, but the allocation has "
                                           f"slurm.gpus_per_node: {cfg.slurm.gpus_per_node}", False)
 
@@ -128,10 +122,3 @@ def _colocate_names_a_placed_component(cfg: Any, n: str, c: Any) -> Iterator[Fou
     elif cfg.components[c.colocate].nodes is None:
         yield (path, f"{c.colocate!r} has no `nodes:` of its own to colocate with "
                      f"(give it `nodes: 1`)", False)
-
-
-_Check = Callable[[Any, str, Any], Iterator[Found]]
-#: The checks of one component, in the order their problems are reported, for a config without and
-#: with a `slurm:` block.
-_WITHOUT_SLURM: tuple[_Check, ...] = (_no_gpu_count_alone, _no_placement_alone)
-_WITH_SLURM: tuple[_Check, ...] = (_gpus_are_a_count, _gpu_count_fits, _nodes_fit, _colocate_names_a_placed_component)

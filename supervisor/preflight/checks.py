@@ -86,8 +86,7 @@ def format_findings(findings: Sequence[Finding], *, config_path: str, source: st
     """A human listing: errors, then warnings, then info; each problem with its fix; last line
     ``N errors, M warnings``. ``where`` paths in ``source`` (the config's resolved path, by default
     ``config_path`` resolved) are shown as ``config_path``, the name the user typed."""
-    if source is None:
-        source = str(Path(config_path).resolve())
+    source = str(Path(config_path).resolve()) if source is None else source
     lines: list[str] = []
     for f in sorted(findings, key=_sort_key):
         where = f.where
@@ -114,16 +113,9 @@ def _sort_key(f: Finding) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------------- driver
 
 
-def run_checks(
-    cfg: Config,
-    *,
-    smoke: bool = False,
-    fast: bool = False,
-    gpu_sampler: Any = None,
-    min_free_gb: float = 5.0,
-    smoke_timeout: float = 60.0,
-    on_progress: Callable[[str], object] | None = None,
-) -> list[Finding]:
+def run_checks(cfg: Config, *, smoke: bool = False, fast: bool = False, gpu_sampler: Any = None,
+               min_free_gb: float = 5.0, smoke_timeout: float = 60.0,
+               on_progress: Callable[[str], object] | None = None) -> list[Finding]:
     """Every check that applies to ``cfg``; see the module docstring for fast/full/smoke.
 
     ``gpu_sampler``: anything with ``sample()`` (a :class:`~rlsup.supervisor.gpu.nvml.FakeSampler` in
@@ -139,15 +131,15 @@ def run_checks(
         _check_liveness(ctx, name, comp)
     _check_outputs(ctx, min_free_gb)
     _check_ports(ctx)
-    _check_metrics_port(ctx)
     _check_slurm(ctx)
     if not fast:
         _check_modules(ctx)
         _check_gpus(ctx, gpu_sampler)
     else:
         _check_modules_quick(ctx)
-    if smoke:
-        _run_smokes(ctx, smoke_timeout)
+    for name, comp in cfg.components.items() if smoke else ():
+        if comp.smoke is not None:
+            _run_smoke(ctx, name, comp, smoke_timeout)
     return ctx.findings
 
 
@@ -190,13 +182,9 @@ class _Ctx:
 
     def where(self, path: Path_) -> str | None:
         """``FILE:LINE`` of the deepest key of ``path`` the YAML has (None for keys it lacks)."""
-        doc = self._yaml
-        if doc is None:
-            return None
-        p = tuple(path)
-        while p:
-            pos = doc.key_marks.get(p) or doc.marks.get(p)
-            if pos is not None:
+        doc, p = self._yaml, tuple(path)
+        while doc is not None and p:
+            if (pos := doc.key_marks.get(p) or doc.marks.get(p)) is not None:
                 return f"{self.cfg.source}:{pos[0]}"
             p = p[:-1]
         return None
@@ -209,12 +197,9 @@ class _Ctx:
     def env_for(self, name: str, comp: Component) -> dict[str, str]:
         """The environment the supervisor gives ``name`` (component.py ``_env``), minus the attempt."""
         if self._run_env is None:  # the run's part once: os.environ decodes every variable at each copy
-            self._run_env = dict(os.environ)
-            self._run_env.update(self.cfg.file_env)
-            self._run_env.update(self.cfg.env)
+            self._run_env = {**os.environ, **self.cfg.file_env, **self.cfg.env}
             self._run_env.setdefault("PYTHONUNBUFFERED", "1")
-        env = dict(self._run_env)
-        env.update(comp.env)
+        env = {**self._run_env, **comp.env}
         if comp.gpus is not None:
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in comp.gpus)
@@ -311,14 +296,10 @@ def _resolve_executable(exe: str, env: dict[str, str], cwd: str | None) -> tuple
     """(absolute path or None, why not). Mirrors execvpe under subprocess: a name with ``/`` is a
     path (relative to ``cwd``), a bare name is searched on the child's PATH."""
     if "/" in exe:
-        p = exe if os.path.isabs(exe) else os.path.join(cwd or os.getcwd(), exe)
-        if not os.path.exists(p):
-            return None, f"{os.path.abspath(p)} does not exist"
-        if os.path.isdir(p):
-            return None, f"{os.path.abspath(p)} is a directory"
-        if not os.access(p, os.X_OK):
-            return None, f"{os.path.abspath(p)} is not executable"
-        return os.path.abspath(p), ""
+        p = os.path.abspath(exe if os.path.isabs(exe) else os.path.join(cwd or os.getcwd(), exe))
+        why = ("does not exist" if not os.path.exists(p) else "is a directory" if os.path.isdir(p)
+               else "is not executable" if not os.access(p, os.X_OK) else "")
+        return (None, f"{p} {why}") if why else (p, "")
     path = env.get("PATH", os.defpath)
     found = shutil.which(exe, path=path)
     if found is None:
@@ -387,27 +368,12 @@ def _without_redirections(words: list[str]) -> list[str]:
 def _without_prefixes(argv: list[str]) -> list[str]:
     """``argv`` from its program word on: leading ``VAR=value`` words, ``exec``/``nohup``/``time`` ... and
     ``env`` (with their options) removed."""
-    while argv:
-        if _ASSIGN.match(argv[0]):
-            argv = argv[1:]
-        elif argv[0] in _PREFIX_WORDS:
-            argv = _after_prefix_options(argv[1:])
-        elif argv[0] == "env":
-            argv = _after_env_options(argv[1:])
-        else:
-            break
-    return argv
-
-
-def _after_prefix_options(argv: list[str]) -> list[str]:
-    while argv and argv[0].startswith("-"):  # exec -a NAME / time -p
-        argv = argv[2:] if argv[0] == "-a" else argv[1:]
-    return argv
-
-
-def _after_env_options(argv: list[str]) -> list[str]:
-    while argv and (_ASSIGN.match(argv[0]) or argv[0].startswith("-")):
-        argv = argv[2:] if argv[0] in ("-u", "--unset", "-C", "--chdir") else argv[1:]
+    while argv and (_ASSIGN.match(argv[0]) or argv[0] in _PREFIX_WORDS or argv[0] == "env"):
+        word, argv = argv[0], argv[1:]
+        while word in _PREFIX_WORDS and argv and argv[0].startswith("-"):  # exec -a NAME / time -p
+            argv = argv[2:] if argv[0] == "-a" else argv[1:]
+        while word == "env" and argv and (_ASSIGN.match(argv[0]) or argv[0].startswith("-")):
+            argv = argv[2:] if argv[0] in ("-u", "--unset", "-C", "--chdir") else argv[1:]
     return argv
 
 
@@ -506,34 +472,24 @@ def _needs(argv: list[str], module: str, cwd: str | None) -> list[tuple[str, str
 def _check_command(ctx: _Ctx, name: str, comp: Component) -> None:
     path = ("components", name, "command")
     env = ctx.env_for(name, comp)
-    argvs = command_argvs(comp)
-    if not argvs and not comp.shell:
-        return
-    for argv in argvs:
-        exe = argv[0]
+    for argv in command_argvs(comp):
+        exe, base = argv[0], os.path.basename(argv[0])
         if not _cwd_ok(comp) and "/" in exe:
             return  # already an error; resolving a relative path against it would only repeat it
         found, why = _resolve_executable(exe, env, comp.cwd)
         if found is None:
+            from ..records.extras import install_hint
+
+            hint = install_hint(base) if base in _SCRIPT_MODULES else None
             ctx.add("error", "command", name, f"command cannot be run: {why}",
                     "install it (or activate the environment that has it before rlsup), fix the spelling, "
-                    "or give its full path; component env may set PATH"
-                    + (f"; {hint}" if (hint := _exe_hint(exe)) else ""), path)
-        elif os.path.basename(exe) in _SCRIPT_MODULES:
-            _note_script_modules(ctx, name, comp, argv, found)
+                    "or give its full path; component env may set PATH" + (f"; {hint}" if hint else ""), path)
+        elif base in _SCRIPT_MODULES:  # a known package's console script: its modules, under its shebang's python
+            interp = _shebang_interpreter(found)
+            mods = _SUBCOMMAND_MODULES.get((base, argv[1] if len(argv) > 1 else ""), _SCRIPT_MODULES[base])
+            ctx.modules += [(name, interp, mod, comp.cwd, f"`{base}` runs under {interp}") for mod in mods if interp]
         else:
             _check_python_target(ctx, name, comp, argv, found)
-
-
-def _note_script_modules(ctx: _Ctx, name: str, comp: Component, argv: list[str], found: str) -> None:
-    """A console script of a known package (``torchrun``, ``trl`` ...): the modules it imports, to be
-    looked up under the interpreter of its shebang."""
-    base = os.path.basename(argv[0])
-    interp = _shebang_interpreter(found)
-    mods = _SUBCOMMAND_MODULES.get((base, argv[1] if len(argv) > 1 else ""), _SCRIPT_MODULES[base])
-    for mod in mods:
-        if interp:
-            ctx.modules.append((name, interp, mod, comp.cwd, f"`{base}` runs under {interp}"))
 
 
 def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str], found: str) -> None:
@@ -543,9 +499,7 @@ def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str],
         return
     kind, what = target
     if kind != "script":
-        ctx.modules.append((name, found, what, comp.cwd, ""))
-        for mod, why in _needs(argv, what, comp.cwd):
-            ctx.modules.append((name, found, mod, comp.cwd, why))
+        ctx.modules += [(name, found, mod, comp.cwd, why) for mod, why in [(what, ""), *_needs(argv, what, comp.cwd)]]
         return
     if (not _cwd_ok(comp) or getattr(argv, "after_cd", False)) and not os.path.isabs(what):
         return
@@ -556,36 +510,25 @@ def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str],
                 ("components", name, "command"))
 
 
-def _exe_hint(exe: str) -> str | None:
-    from ..records.extras import install_hint
-
-    base = os.path.basename(exe)
-    return install_hint(base) if base in _SCRIPT_MODULES else None
-
-
 def _check_modules(ctx: _Ctx) -> None:
     """``python -m MOD``: is MOD importable by that interpreter, in that cwd and environment?"""
     if not ctx.modules:
         return
     ctx.progress(f"checking {len(ctx.modules)} python module(s) in their interpreters")
-    running: list[tuple[str, str, str, subprocess.Popen[bytes] | None, str, str]] = []
-    seen: set[tuple[str, str, str]] = set()
+    running: dict[tuple[str, str, str], tuple[subprocess.Popen[bytes] | None, str, str]] = {}
     for name, interp, mod, cwd, why in ctx.modules:
-        if (name, interp, mod) in seen:
+        if (name, interp, mod) in running:
             continue
-        seen.add((name, interp, mod))
-        comp = ctx.cfg.components[name]
         try:
             proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [interp, "-c", _FIND_SPEC, mod], cwd=cwd, env=ctx.env_for(name, comp),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                start_new_session=True)
+                [interp, "-c", _FIND_SPEC, mod], cwd=cwd, env=ctx.env_for(name, ctx.cfg.components[name]),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
             err = ""
         except OSError as e:
             proc, err = None, e.strerror or str(e)
-        running.append((name, interp, mod, proc, err, why))
+        running[(name, interp, mod)] = (proc, err, why)
     deadline = time.monotonic() + MODULE_CHECK_TIMEOUT_S
-    for name, interp, mod, proc, err, why in running:
+    for (name, interp, mod), (proc, err, why) in running.items():
         path = ("components", name, "command")
         if proc is None:
             ctx.add("error", "command", name, f"cannot start {interp}: {err}", "fix the interpreter", path)
@@ -617,7 +560,8 @@ _FIND_SPECS = (
     "    top = mod.split('.')[0]\n"
     "    try:\n"
     "        s = u.find_spec(top)\n"
-    "        if s is not None and mod != top:\n"
+    "        sub = s is not None and mod != top\n"
+    "        if sub:\n"
     "            parts, q = mod.split('.'), s\n"
     "            for i in range(2, len(parts) + 1):\n"
     "                loc = q.submodule_search_locations\n"
@@ -625,9 +569,7 @@ _FIND_SPECS = (
     "                if q is None:\n"
     "                    break\n"
     "            s = q or u.find_spec(mod)\n"
-    "            print('ok' if s is not None else 'missing', mod, 1, flush=True)\n"
-    "        else:\n"
-    "            print('ok' if s is not None else 'missing', mod, 0, flush=True)\n"
+    "        print('ok' if s is not None else 'missing', mod, int(sub), flush=True)\n"
     "    except ModuleNotFoundError:\n"
     "        print('missing', mod, 1, flush=True)\n"
     "    except BaseException as e:\n"
@@ -637,19 +579,19 @@ QUICK_MODULES_S = 5.0  # `up` waits at most this long; what is not known by then
 _PY_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "VIRTUAL_ENV")
 
 
-#: The module lookups of one interpreter in one cwd and Python environment: (interpreter, its env,
-#: [(component, module, why it is needed)]).
-_LookupGroup = tuple[str, dict[str, str], list[tuple[str, str, str]]]
-
-
 def _check_modules_quick(ctx: _Ctx) -> None:
     """``up``'s check that each ``python -m MOD`` (and each console script's package) is importable by
     the component's own interpreter: the wrong virtualenv is an error before anything starts,
     rather than a run that says it is supervising and is fatal a second later."""
-    if not ctx.modules:
-        return
+    # One lookup process per interpreter, cwd and Python variables: (interpreter, its env, [(component, module, why)]).
+    groups: dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]] = {}
+    for name, interp, mod, cwd, why in ctx.modules:
+        env = ctx.env_for(name, ctx.cfg.components[name])
+        group = groups.setdefault((interp, cwd, *(env.get(k) for k in _PY_PATH_VARS)), (interp, env, []))[2]
+        if (name, mod) not in ((n, m) for n, m, _ in group):
+            group.append((name, mod, why))
     procs = []
-    for (interp, cwd, *_), (_, env, wanted) in _lookup_groups(ctx).items():
+    for (interp, cwd, *_), (_, env, wanted) in groups.items():
         mods = list(dict.fromkeys(m for _, m, _ in wanted))
         try:
             proc = subprocess.Popen([interp, "-c", _FIND_SPECS, *mods], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -659,19 +601,13 @@ def _check_modules_quick(ctx: _Ctx) -> None:
         procs.append((interp, proc, wanted))
     deadline = time.monotonic() + QUICK_MODULES_S
     for interp, proc, wanted in procs:
-        _report_lookups(ctx, interp, wanted, _lookup_verdicts(proc, deadline))
-
-
-def _lookup_groups(ctx: _Ctx) -> dict[tuple[Any, ...], _LookupGroup]:
-    """The modules to look up, one group (one process) per interpreter, cwd and Python variables."""
-    groups: dict[tuple[Any, ...], _LookupGroup] = {}
-    for name, interp, mod, cwd, why in ctx.modules:
-        env = ctx.env_for(name, ctx.cfg.components[name])
-        key = (interp, cwd, *(env.get(k) for k in _PY_PATH_VARS))
-        entry = groups.setdefault(key, (interp, env, []))
-        if not any(n == name and m == mod for n, m, _ in entry[2]):
-            entry[2].append((name, mod, why))
-    return groups
+        found = _lookup_verdicts(proc, deadline)
+        for name, mod, why in wanted:
+            verdict, detail = found.get(mod, ("", ""))
+            if verdict == "missing":
+                _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
+            elif verdict == "error":
+                _lookup_failed(ctx, name, interp, mod, detail)
 
 
 def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> dict[str, tuple[str, str]]:
@@ -681,22 +617,8 @@ def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> dict[str
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         out, _ = proc.communicate()
-    found: dict[str, tuple[str, str]] = {}
-    for line in out.decode("utf-8", "replace").splitlines():
-        verdict, _, rest = line.partition(" ")
-        mod, _, detail = rest.partition(" ")
-        found[mod] = (verdict, detail)
-    return found
-
-
-def _report_lookups(ctx: _Ctx, interp: str, wanted: list[tuple[str, str, str]],
-                    found: dict[str, tuple[str, str]]) -> None:
-    for name, mod, why in wanted:
-        verdict, detail = found.get(mod, ("", ""))
-        if verdict == "missing":
-            _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
-        elif verdict == "error":
-            _lookup_failed(ctx, name, interp, mod, detail)
+    said = (line.partition(" ") for line in out.decode("utf-8", "replace").splitlines())
+    return {mod: (verdict, detail) for verdict, _, rest in said for mod, _, detail in [rest.partition(" ")]}
 
 
 def _lookup_failed(ctx: _Ctx, name: str, interp: str, mod: str, detail: str) -> None:
@@ -740,13 +662,11 @@ def _unset_shell_vars(cmd: str, env: dict[str, str]) -> list[str]:
     assigned = set(_ASSIGNED.findall(text)) | set(_LOOPVAR.findall(text))
     out: list[str] = []
     for m in _SHVAR.finditer(text):
-        var = m.group(1) or m.group(3)
-        mod = m.group(2) or ""
-        if mod[:1] in ("-", "=", "+", "?") or mod[:2] in (":-", ":=", ":+", ":?"):
-            continue  # has a default (or an explicit error message of its own)
-        if var in env or var in assigned or var in out:
-            continue
-        out.append(var)
+        var, mod = m.group(1) or m.group(3), m.group(2) or ""
+        # A default (or an explicit error message of its own) is enough.
+        has_default = mod[:1] in ("-", "=", "+", "?") or mod[:2] in (":-", ":=", ":+", ":?")
+        if not has_default and var not in env and var not in assigned and var not in out:
+            out.append(var)
     return out
 
 
@@ -761,44 +681,33 @@ def _check_shell_vars(ctx: _Ctx, name: str, comp: Component) -> None:
             for var in _unset_shell_vars(cmd, env):
                 ctx.add("warning", "env", name,
                         f"`{key}` uses ${var} (run by sh -c) but {var} is not set in its environment",
-                        f"export {var} before rlsup, add it to `env:`/env_file, or write ${{{var}:-default}}",
-                        path)
+                        f"export {var} before rlsup, add it to `env:`/env_file, or write ${{{var}:-default}}", path)
         else:
             try:
                 words = shlex.split(value) if isinstance(value, str) else list(value)
             except ValueError:
                 continue  # an unsplittable smoke command is reported when it is run
-            literal = sorted({m.group(1) or m.group(3) for w in words for m in _SHVAR.finditer(w)})
-            for var in literal:
+            for var in sorted({m.group(1) or m.group(3) for w in words for m in _SHVAR.finditer(w)}):
                 ctx.add("warning", "env", name,
                         f"`{key}` contains ${var}, which is passed literally: it runs without a shell",
-                        f"write ${{{var}}} (rlsup expands it when loading the config) or set `shell: true`",
-                        path)
+                        f"write ${{{var}}} (rlsup expands it when loading the config) or set `shell: true`", path)
 
 
 # ------------------------------------------------------------------------------ writable dirs, disk
 
 
-@dataclass
-class _Out:
-    label: str
-    path: str
-    yaml_path: Path_ | None
-    component: str | None
-
-
-def _output_dirs(cfg: Config) -> list[_Out]:
-    outs = [_Out("run dir", cfg.run_dir, ("run_dir",), None)]
+def _output_dirs(cfg: Config) -> list[tuple[str, str, Path_, str | None]]:
+    """(label, path, yaml path, component) of every directory the run writes to."""
+    outs: list[tuple[str, str, Path_, str | None]] = [("run dir", cfg.run_dir, ("run_dir",), None)]
     for name, comp in cfg.components.items():
         if comp.resume is not None:
-            outs.append(_Out("checkpoint dir", comp.resume.checkpoints,
-                             ("components", name, "resume", "checkpoints"), name))
+            outs.append(("checkpoint dir", comp.resume.checkpoints, ("components", name, "resume", "checkpoints"), name))
         for i, w in enumerate(comp.watch):
             p = w.path
             glob_at = min((p.find(ch) for ch in "*?[" if ch in p), default=-1)
             if glob_at >= 0:
                 p = os.path.dirname(p[:glob_at]) or "."
-            outs.append(_Out("watched path", p, ("components", name, "watch", i, "path"), name))
+            outs.append(("watched path", p, ("components", name, "watch", i, "path"), name))
     return outs
 
 
@@ -843,32 +752,31 @@ def _round_trip(directory: str) -> str | None:
 def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
     by_fs: dict[int, tuple[str, list[str]]] = {}
     tested: dict[str, str | None] = {}
-    for out in _output_dirs(ctx.cfg):
-        target = os.path.abspath(out.path)
+    for label, out_path, yaml_path, component in _output_dirs(ctx.cfg):
+        target = os.path.abspath(out_path)
         anchor = _nearest_existing(target)
-        if anchor == target and os.path.exists(target) and not os.path.isdir(target):
-            ctx.add("error", "writable", out.component, f"{out.label} {target} exists and is not a directory",
-                    "move the file away or point the config elsewhere", out.yaml_path)
-            continue
-        if not os.path.isdir(anchor):
-            ctx.add("error", "writable", out.component,
-                    f"{out.label} {target} cannot be created: {anchor} is a file, not a directory",
-                    "move the file away or point the config elsewhere", out.yaml_path)
+        not_dir = (f"{label} {target} exists and is not a directory"
+                   if anchor == target and os.path.exists(target) and not os.path.isdir(target) else
+                   f"{label} {target} cannot be created: {anchor} is a file, not a directory"
+                   if not os.path.isdir(anchor) else None)
+        if not_dir:
+            ctx.add("error", "writable", component, not_dir, "move the file away or point the config elsewhere",
+                    yaml_path)
             continue
         if anchor not in tested:
             tested[anchor] = _round_trip(anchor)
         failed = tested[anchor]
         later = "" if anchor == target else f" (it does not exist yet; it will be created under {anchor})"
         if failed:
-            ctx.add("error", "writable", out.component, f"{out.label} {target} is not writable{later}: {failed}",
+            ctx.add("error", "writable", component, f"{label} {target} is not writable{later}: {failed}",
                     f"make {anchor} writable for this user (uid {os.geteuid()}), mount it read-write, "
-                    "or point the config elsewhere", out.yaml_path)
+                    "or point the config elsewhere", yaml_path)
             continue
         try:
             dev = os.stat(anchor).st_dev
         except OSError:
             continue
-        by_fs.setdefault(dev, (anchor, []))[1].append(f"{out.label}" + (f" of {out.component}" if out.component else ""))
+        by_fs.setdefault(dev, (anchor, []))[1].append(label + (f" of {component}" if component else ""))
     for anchor, users in by_fs.values():
         try:
             free = shutil.disk_usage(anchor).free
@@ -894,8 +802,6 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
         for kind, probe in (("ready", comp.ready), ("alive", comp.alive)):
             if probe is None:
                 continue
-            host: str | None = None
-            port: int | None = None
             if probe.http is not None:
                 u = urlsplit(probe.http)
                 host = u.hostname or "127.0.0.1"
@@ -938,12 +844,8 @@ def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
 
     root = Path(run_dir)
     children = children_map(max_age=0.0)
-    for path, rec in records(root / "monitors"):
-        if not is_monitor_of(rec, root):
-            continue
-        if pid in attempt_from_record(rec, path).members(children):
-            return str(rec["component"])
-    return None
+    return next((str(rec["component"]) for path, rec in records(root / "monitors")
+                 if is_monitor_of(rec, root) and pid in attempt_from_record(rec, path).members(children)), None)
 
 
 def port_holder(port: int, run_dir: str) -> tuple[str, str | None] | None:
@@ -990,50 +892,35 @@ def _bind_error(host: str, port: int) -> OSError | None:
 
 
 def _check_ports(ctx: _Ctx) -> None:
-    for (host, port), users in _probe_ports(ctx.cfg).items():
-        err = _bind_error(host, port)
-        if err is None:
+    """Each local port a probe names, then `metrics: {port}` (the supervisor serves Prometheus there): in use now?"""
+    targets: list[tuple[str, int, str, str, str | None, Path_]] = [
+        (host, port, f"port {port} on {host} (probed by {', '.join(n for n, _ in users)})", "port", *users[0])
+        for (host, port), users in _probe_ports(ctx.cfg).items()]
+    if (m := ctx.cfg.metrics) is not None:
+        targets.append((m.host, m.port, f"metrics port {m.port} on {m.host}", "metrics", None, ("metrics", "port")))
+    for host, port, what, check, component, path in targets:
+        if (err := _bind_error(host, port)) is None:
             continue
-        names = ", ".join(n for n, _ in users)
-        if err.errno == errno.EADDRINUSE:
-            pid = port_holder_pid(port)
-            owner = adoptable_owner(pid, ctx.cfg.run_dir) if pid else None
-            if owner is not None:
-                # A run whose supervisor died: its components run on under their monitors, and
-                # holding their ports is what they should be doing. `up` takes them over.
-                ctx.add("info", "port", users[0][0],
-                        f"port {port} on {host} (probed by {names}) is held by pid {pid}, component {owner} of "
-                        "this run, still running under its monitor",
-                        "`rlsup up` takes it over (same pid); `rlsup down` ends it", users[0][1])
-                continue
-            holder = port_holder(port, ctx.cfg.run_dir)
-            who = f"held by {holder[0]}" if holder else "held by a process this user cannot see"
-            other = holder[1] if holder else None
-            fix = (f"that run uses it: stop it (`rlsup down --run-dir {shlex.quote(other)}`), or change the port in "
-                   "the command and the probe" if other else
-                   "stop that process (a leftover of an earlier run? `rlsup down`), or change the port "
-                   "in the command and the probe")
-            ctx.add("error", "port", users[0][0],
-                    f"port {port} on {host} (probed by {names}) is already in use: {who}", fix, users[0][1])
-        else:
-            ctx.add("warning", "port", users[0][0],
-                    f"cannot test port {port} on {host} (probed by {names}): {err.strerror or err}",
-                    "ports below 1024 need root; use a higher port", users[0][1])
-
-
-def _check_metrics_port(ctx: _Ctx) -> None:
-    """`metrics: {port}`: the supervisor serves Prometheus there; a port in use is said before the start."""
-    m = ctx.cfg.metrics
-    if m is None or (err := _bind_error(m.host, m.port)) is None:
-        return
-    if err.errno == errno.EADDRINUSE:
-        holder = port_holder(m.port, ctx.cfg.run_dir)
-        ctx.add("error", "metrics", None, f"metrics port {m.port} on {m.host} is already in use: "
-                f"{'held by ' + holder[0] if holder else 'held by a process this user cannot see'}",
-                "choose another `metrics: port:` (or stop what holds it)", ("metrics", "port"))
-    else:
-        ctx.add("warning", "metrics", None, f"cannot test metrics port {m.port} on {m.host}: {err.strerror or err}",
-                "ports below 1024 need root; use a higher port", ("metrics", "port"))
+        if err.errno != errno.EADDRINUSE:
+            ctx.add("warning", check, component, f"cannot test {what}: {err.strerror or err}",
+                    "ports below 1024 need root; use a higher port", path)
+            continue
+        pid = port_holder_pid(port) if check == "port" else None
+        if pid and (owner := adoptable_owner(pid, ctx.cfg.run_dir)) is not None:
+            # A run whose supervisor died: its components run on under their monitors, and
+            # holding their ports is what they should be doing. `up` takes them over.
+            ctx.add("info", check, component, f"{what} is held by pid {pid}, component {owner} of this run, still "
+                    "running under its monitor", "`rlsup up` takes it over (same pid); `rlsup down` ends it", path)
+            continue
+        holder = port_holder(port, ctx.cfg.run_dir)
+        other = holder[1] if holder and check == "port" else None
+        fix = ("choose another `metrics: port:` (or stop what holds it)" if check == "metrics" else
+               f"that run uses it: stop it (`rlsup down --run-dir {shlex.quote(other)}`), or change the port in "
+               "the command and the probe" if other else
+               "stop that process (a leftover of an earlier run? `rlsup down`), or change the port "
+               "in the command and the probe")
+        ctx.add("error", check, component, f"{what} is already in use: "
+                f"{'held by ' + holder[0] if holder else 'held by a process this user cannot see'}", fix, path)
 
 
 # ---------------------------------------------------------------------------------------------- GPUs
@@ -1049,13 +936,21 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
         return
     sample, reason = sampled
     if sample is None or (sample.backend == "none" and not sample.gpus):
-        _no_gpu_seen(ctx, wanted, reason if sample is None else (sample.reason or "no GPU backend"))
+        reason = reason if sample is None else (sample.reason or "no GPU backend")
+        for name in wanted:
+            ctx.add("warning", "gpu", name, f"names GPUs {wanted[name]} but no GPU can be seen here: {reason}",
+                    "run this check on the GPU machine; if it is one, install the NVIDIA driver / start the "
+                    "container with GPUs (--gpus all)", ("components", name, "gpus"))
         return
     gpus = {g.index: g for g in sample.gpus}
     for name, indices in wanted.items():
         for i in indices:
             _check_gpu(ctx, name, i, gpus)
-    _check_gpu_overlaps(ctx, wanted)
+    for a, b in itertools.combinations(wanted, 2):  # two components assigned the same GPU
+        if shared := sorted(set(wanted[a]) & set(wanted[b])):
+            ctx.add("warning", "gpu", b, f"shares GPU {', '.join(map(str, shared))} with {a}",
+                    "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
+                    "or give each component its own GPUs", ("components", b, "gpus"))
 
 
 def _sample_gpus(ctx: _Ctx, sampler: Any) -> tuple[GpuSample | None, str] | None:
@@ -1080,14 +975,6 @@ def _sample_gpus(ctx: _Ctx, sampler: Any) -> tuple[GpuSample | None, str] | None
             sampler.close()
 
 
-def _no_gpu_seen(ctx: _Ctx, wanted: dict[str, list[int]], reason: str) -> None:
-    for name in wanted:
-        ctx.add("warning", "gpu", name,
-                f"names GPUs {wanted[name]} but no GPU can be seen here: {reason}",
-                "run this check on the GPU machine; if it is one, install the NVIDIA driver / start the "
-                "container with GPUs (--gpus all)", ("components", name, "gpus"))
-
-
 def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
     """GPU ``i`` of component ``name``: it exists, its memory suits the engine's fraction, it is free."""
     path = ("components", name, "gpus")
@@ -1098,28 +985,16 @@ def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
                 f"GPU {i} does not exist: this machine has {len(gpus)} GPU(s) (indices {have})",
                 "fix `gpus:` (NVML indices, PCI bus order as in nvidia-smi)", path)
         return
-    free_txt = _gpu_free_text(g)
+    free_txt = ("free memory unknown (NVML did not report it)" if g.mem_total_mb is None or g.mem_used_mb is None
+                else f"{(g.mem_total_mb - g.mem_used_mb) / 1024:.1f} of {g.mem_total_mb / 1024:.1f} GiB free")
     ctx.add("info", "gpu", name, f"GPU {i} {g.name}: {free_txt}", "", path)
     _check_memory_fraction(ctx, name, g, path)
-    holders = list(g.processes)
-    used = g.mem_used_mb or 0.0
-    busy = bool(holders) or (g.mem_total_mb and used > 0.1 * g.mem_total_mb)
-    if busy:
+    holders, used = list(g.processes), g.mem_used_mb or 0.0
+    if holders or (g.mem_total_mb and used > 0.1 * g.mem_total_mb):
         who = ", ".join(_pid_text(p.pid, p.used_mb) for p in holders) or "processes NVML does not list"
         ctx.add("warning", "gpu", name,
                 f"GPU {i} is already in use ({used / 1024:.1f} GiB used) by {who}",
                 "stop those processes (leftovers of an earlier attempt?) or pick another GPU", path)
-
-
-def _check_gpu_overlaps(ctx: _Ctx, wanted: dict[str, list[int]]) -> None:
-    """Two components assigned the same GPU."""
-    for a, b in itertools.combinations(wanted, 2):
-        shared = sorted(set(wanted[a]) & set(wanted[b]))
-        if shared:
-            ctx.add("warning", "gpu", b,
-                    f"shares GPU {', '.join(map(str, shared))} with {a}",
-                    "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
-                    "or give each component its own GPUs", ("components", b, "gpus"))
 
 
 # The memory-fraction flags of the engines rlsup knows, and what the fraction is a fraction of.
@@ -1133,12 +1008,9 @@ def _check_gpu_overlaps(ctx: _Ctx, wanted: dict[str, list[int]]) -> None:
 #    requested_memory = total_memory * gpu_memory_utilization, and ValueError("Free memory on device ...
 #    on startup is less than desired GPU memory utilization ...") when free < requested
 #    (0.10.x-0.16.x and current main alike). TRL's `trl vllm-serve --gpu_memory_utilization` passes it on.
-ENGINE_FRACTIONS: dict[str, tuple[str, str]] = {
-    "--mem-fraction-static": ("sglang", "free"),
-    "--mem_fraction_static": ("sglang", "free"),
-    "--gpu-memory-utilization": ("vllm", "total"),
-    "--gpu_memory_utilization": ("vllm", "total"),
-}
+ENGINE_FRACTIONS: dict[str, tuple[str, str]] = {  # each flag spelled with - and with _
+    f: v for flag, v in (("--mem-fraction-static", ("sglang", "free")), ("--gpu-memory-utilization", ("vllm", "total")))
+    for f in (flag, "--" + flag[2:].replace("-", "_"))}
 
 
 @dataclass(frozen=True)
@@ -1201,13 +1073,6 @@ def _check_memory_fraction(ctx: _Ctx, name: str, g: Any, path: Path_) -> None:
                 "free the GPU first if the KV cache it would get is too small, or raise the fraction", path)
 
 
-def _gpu_free_text(g: Any) -> str:
-    if g.mem_total_mb is None or g.mem_used_mb is None:
-        return "free memory unknown (NVML did not report it)"
-    free = (g.mem_total_mb - g.mem_used_mb) / 1024
-    return f"{free:.1f} of {g.mem_total_mb / 1024:.1f} GiB free"
-
-
 def _pid_text(pid: int, used_mb: float | None) -> str:
     import psutil
 
@@ -1234,18 +1099,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(5.0)
 
 
-def smoke_argv(comp: Component) -> list[str]:
-    """The argv of ``comp.smoke``, built exactly like the component's own command (Component.argv)."""
-    assert comp.smoke is not None
-    return comp.model_copy(update={"command": comp.smoke}).argv()
-
-
-def _run_smokes(ctx: _Ctx, timeout: float) -> None:
-    for name, comp in ctx.cfg.components.items():
-        if comp.smoke is not None:
-            _run_smoke(ctx, name, comp, timeout)
-
-
 def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
     """Run ``comp``'s smoke command as the component would run (same cwd and env, ``RLSUP_SMOKE=1``)
     and judge it: it must exit 0 within ``timeout``."""
@@ -1257,15 +1110,14 @@ def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
                 "fix `cwd:` first", path)
         return
     try:
-        argv = smoke_argv(comp)
+        argv = comp.model_copy(update={"command": comp.smoke}).argv()  # built exactly like its command
     except ValueError as e:
         ctx.add("error", "smoke", name, f"smoke command cannot be split like a shell would: {e}",
                 "fix its quoting, or give it as a list", path)
         return
     shown = comp.smoke if isinstance(comp.smoke, str) else shlex.join(comp.smoke or [])
     ctx.progress(f"smoke {name}: {shown} (timeout {timeout:g}s)")
-    env = ctx.env_for(name, comp)
-    env["RLSUP_SMOKE"] = "1"
+    env = {**ctx.env_for(name, comp), "RLSUP_SMOKE": "1"}
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(argv, cwd=comp.cwd, env=env, stdin=subprocess.DEVNULL,
@@ -1315,10 +1167,7 @@ def _smoke_failed(ctx: _Ctx, name: str, rc: int, lines: list[str], tail: str, dt
     """A smoke command that exited non-zero (or was killed): the diagnosis of its output, and where to look."""
     from ..diagnosis import diagnose
 
-    code: int | None = rc
-    sig: str | None = None
-    if rc < 0:  # Popen's "killed by signal -rc"
-        code, sig = None, signal_name(-rc)
+    code, sig = (None, signal_name(-rc)) if rc < 0 else (rc, None)  # Popen's "killed by signal -rc"
     d = diagnose(lines, exit_code=code, signal=sig)
     parts = [f"smoke command failed ({'signal ' + sig if sig else f'exit code {rc}'}, after {dt:.1f}s): "
              f"{d.summary}"]

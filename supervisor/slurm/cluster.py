@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,17 +63,11 @@ def parse(partitions_out: str, nodes_out: str) -> Cluster:
 
 def ask() -> Cluster | None:
     """The cluster as Slurm describes it; None where ``scontrol``/``sinfo`` are missing or do not answer."""
-    scontrol, sinfo = shutil.which("scontrol"), shutil.which("sinfo")
-    if not (scontrol and sinfo):
-        return None
-    try:
-        p = subprocess.run([scontrol, "show", "partition", "-o"], capture_output=True, text=True, timeout=TIMEOUT_S)
-        n = subprocess.run([sinfo, "-h", "-N", "-o", "%N|%G"], capture_output=True, text=True, timeout=TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if p.returncode != 0 or n.returncode != 0:
-        return None
-    return parse(p.stdout, n.stdout)
+    from .jobs import run
+
+    p = run(["scontrol", "show", "partition", "-o"], TIMEOUT_S)
+    n = run(["sinfo", "-h", "-N", "-o", "%N|%G"], TIMEOUT_S) if p is not None and p.returncode == 0 else None
+    return parse(p.stdout, n.stdout) if p is not None and n is not None and n.returncode == 0 else None
 
 
 Problem = tuple[tuple[str, ...], str, str]  # (key path, message, fix)
@@ -111,13 +103,9 @@ def _nodes(slurm: Any, part: Partition) -> list[Problem]:
 
 
 def _gpus(slurm: Any, part: Partition, gpus: Mapping[str, int]) -> list[Problem]:
-    if not slurm.gpus_per_node:
-        return []
     counts = sorted((gpus.get(n, 0) for n in part.nodes), reverse=True)
-    if not counts:
-        return []
     enough = sum(c >= slurm.gpus_per_node for c in counts)
-    if enough >= slurm.nodes:
+    if not slurm.gpus_per_node or not counts or enough >= slurm.nodes:
         return []
     most = counts[0]
     where = f"the nodes of partition {part.name!r} have at most {most} GPU(s)" if enough == 0 else (

@@ -31,12 +31,11 @@ STEP_NAME = "rlsup:gpus"
 def leftovers(job_id: str) -> list[str]:
     """Cancel the sampler steps a previous supervisor of this job left running (killed with ``kill -9``, its
     steps' srun clients go on without a reader); the steps cancelled, as ``J.S``."""
-    from .jobs import SQUEUE_TIMEOUT_S, job_steps, tool
+    from .jobs import job_steps, run
 
     steps = [sid for sid, name in job_steps(job_id) or () if name == STEP_NAME]
     if steps:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([tool("scancel"), *steps], capture_output=True, timeout=SQUEUE_TIMEOUT_S)
+        run(["scancel", *steps])
     return steps
 
 
@@ -87,9 +86,8 @@ class NodeSamplers:
             errors = dict(self.errors)
         gpus = tuple(g for s in got for g in s.gpus)
         host = got[0].host if got else HostInfo(0.0, os.cpu_count() or 1, 0.0, 0.0, 0.0)
-        reason = None
-        if not gpus:
-            reason = "; ".join(errors.values()) or (got[0].reason if got else "waiting for the nodes' GPU samplers")
+        reason = None if gpus else (
+            "; ".join(errors.values()) or (got[0].reason if got else "waiting for the nodes' GPU samplers"))
         return GpuSample(ts=time.time(), backend=got[0].backend if got else "none", gpus=gpus, reason=reason,
                          host=host)
 

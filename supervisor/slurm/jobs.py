@@ -38,6 +38,16 @@ def tool(name: str) -> str:
     return shutil.which(name) or name
 
 
+def run(argv: list[str], timeout: float = SQUEUE_TIMEOUT_S) -> subprocess.CompletedProcess[str] | None:
+    """``argv`` (its program found by :func:`tool`) run to its end, output as text (bytes that are not UTF-8
+    replaced: never an error); None where it cannot run or end."""
+    try:
+        return subprocess.run([tool(argv[0]), *argv[1:]], capture_output=True, text=True, errors="replace",
+                              timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def job_name(run_name: str) -> str:
     return f"{JOB_PREFIX}{run_name}"
 
@@ -124,11 +134,7 @@ def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None) -> str
 
 def squeue_json(*, job: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
     """The jobs ``squeue --json`` reports (all states it still holds)."""
-    argv = [tool("squeue"), "--json"]
-    if job:
-        argv += ["--jobs", job]
-    if user:
-        argv += ["--users", user]
+    argv = [tool("squeue"), "--json", *(["--jobs", job] if job else []), *(["--users", user] if user else [])]
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as e:
@@ -143,20 +149,15 @@ def squeue_json(*, job: str | None = None, user: str | None = None) -> list[dict
         raise SlurmError(f"squeue --json gave no JSON: {e}") from None
 
 
-def _state(j: Mapping[str, Any]) -> str:
-    s = j.get("job_state")
-    if isinstance(s, list):  # newer Slurm: a list of flags
-        s = s[0] if s else ""
-    return str(s or "")
-
-
 def describe(j: Mapping[str, Any]) -> dict[str, Any]:
     """The fields rlsup shows of a job, whatever squeue's JSON version spells them."""
-    comment = str(j.get("comment") or "")
+    comment, state = str(j.get("comment") or ""), j.get("job_state")
+    if isinstance(state, list):  # newer Slurm: a list of flags
+        state = state[0] if state else ""
     return {
         "job_id": str(j.get("job_id")),
         "name": str(j.get("name") or ""),
-        "state": _state(j),
+        "state": str(state or ""),
         "reason": str(j.get("state_reason") or ""),
         "nodes": str(j.get("nodes") or ""),
         "batch_host": str(j.get("batch_host") or ""),
@@ -168,10 +169,7 @@ def describe(j: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def job(job_id: str) -> dict[str, Any] | None:
-    for j in squeue_json(job=job_id):
-        if str(j.get("job_id")) == str(job_id):
-            return describe(j)
-    return None
+    return next((describe(j) for j in squeue_json(job=job_id) if str(j.get("job_id")) == str(job_id)), None)
 
 
 def runs() -> list[dict[str, Any]]:
@@ -190,19 +188,13 @@ def job_of_run(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def job_steps(job_id: str, timeout: float = SQUEUE_TIMEOUT_S) -> list[tuple[str, str]] | None:
     """The job's steps as squeue lists them, ``(J.S, name)`` each; None where squeue does not answer."""
-    try:
-        out = subprocess.run([tool("squeue"), "-h", "-s", "-j", job_id, "-o", "%i|%j"], capture_output=True,
-                             text=True, timeout=timeout).stdout
-    except (OSError, subprocess.SubprocessError):
+    if (p := run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], timeout)) is None:
         return None
-    return [(sid, name) for sid, _, name in (line.strip().partition("|") for line in out.splitlines())]
+    return [(sid, name) for sid, _, name in (line.strip().partition("|") for line in p.stdout.splitlines())]
 
 
 def cancel(job_id: str) -> bool:
-    try:
-        return subprocess.run([tool("scancel"), job_id], capture_output=True, timeout=SQUEUE_TIMEOUT_S).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+    return (p := run(["scancel", job_id])) is not None and p.returncode == 0
 
 
 def requeue(job_id: str) -> tuple[bool, str]:
@@ -222,12 +214,8 @@ def key_values(line: str) -> dict[str, str]:
 
 def show_job(job_id: str) -> dict[str, str]:
     """``scontrol show job -o J`` as its ``Key=Value`` fields (empty when Slurm does not answer)."""
-    try:
-        p = subprocess.run([tool("scontrol"), "show", "job", "-o", str(job_id)], capture_output=True, text=True,
-                           timeout=SQUEUE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return key_values(p.stdout) if p.returncode == 0 else {}
+    p = run(["scontrol", "show", "job", "-o", str(job_id)])
+    return key_values(p.stdout) if p is not None and p.returncode == 0 else {}
 
 
 # Why a job pends that no waiting will clear (squeue's reason): the job must change, not the cluster's load.
@@ -253,19 +241,9 @@ def never_clears(reason: str | None) -> str | None:
 def node_addresses(nodes: list[str]) -> dict[str, str]:
     """Node name -> Slurm's ``NodeAddr`` (what reaches it where names do not resolve); {} when Slurm does not
     answer. ``scontrol show node -o`` prints one ``Key=Value`` line per node."""
-    if not nodes:
-        return {}
-    try:
-        p = subprocess.run([tool("scontrol"), "show", "node", "-o", ",".join(nodes)], capture_output=True, text=True,
-                           timeout=SQUEUE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    out = {}
-    for line in p.stdout.splitlines() if p.returncode == 0 else ():
-        f = key_values(line)
-        if f.get("NodeName") and f.get("NodeAddr"):
-            out[f["NodeName"]] = f["NodeAddr"]
-    return out
+    p = run(["scontrol", "show", "node", "-o", ",".join(nodes)]) if nodes else None
+    fields = map(key_values, p.stdout.splitlines()) if p is not None and p.returncode == 0 else ()
+    return {f["NodeName"]: f["NodeAddr"] for f in fields if f.get("NodeName") and f.get("NodeAddr")}
 
 
 def notice_reason(job_id: str) -> str:

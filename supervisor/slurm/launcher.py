@@ -21,12 +21,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal as signal_mod
-import subprocess
 from collections.abc import Mapping
 from typing import Any
 
 from ..config.placement import expand_hostlist
-from .jobs import job_steps, tool
+from .jobs import job_steps, run, tool
 
 SCANCEL_TIMEOUT_S = 10.0
 STEP_WAIT_S = 5.0
@@ -110,13 +109,13 @@ class SlurmLauncher:
         if sid is None:
             return False  # no step (yet, or any more): what is left is the local srun client
         if signum == signal_mod.SIGKILL:
-            _run([tool("scancel"), "--quiet", sid])
+            run(["scancel", "--quiet", sid], SCANCEL_TIMEOUT_S)
             return False  # and the client too: its step is gone
         name = signal_mod.Signals(signum).name.removeprefix("SIG")
         # Whatever scancel answers, the srun client must not get the signal: it would cancel the step
         # without a grace period. (Slurm 22.05's scancel may exit non-zero, "Invalid job id specified",
         # after the tasks got the signal.) If the step ignores it, the stop timeout's SIGKILL follows.
-        _run([tool("scancel"), "--quiet", f"--signal={name}", sid])
+        run(["scancel", "--quiet", f"--signal={name}", sid], SCANCEL_TIMEOUT_S)
         sent = att.signalled.setdefault(signum, set())
         with contextlib.suppress(Exception):
             sent.update(att.members())
@@ -171,7 +170,13 @@ class SlurmLauncher:
                 evidence=list(diag.get("evidence") or [])[:5],
                 action=f"requeueing job {self.job_id} (slurm.requeue: true): Slurm starts it again when nodes "
                        "allow, and the next supervisor continues this run from the newest checkpoints"))
-            self._requeue_soon()
+            import asyncio
+
+            from .jobs import requeue
+
+            loop = asyncio.get_running_loop()
+            # A moment for the journal to take the events above: the requeue ends this batch step.
+            loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, requeue, self.job_id))
         return ex, diag
 
     def _lost_nodes(self, component: str, diag: dict[str, Any], job_nodes: str) -> dict[str, Any]:
@@ -193,15 +198,6 @@ class SlurmLauncher:
                 "evidence": [f"job {self.job_id} runs on {job_nodes}; {component}'s nodes are {','.join(mine)}",
                              *list(diag.get("evidence") or [])[:5]]}
 
-    def _requeue_soon(self) -> None:
-        import asyncio
-
-        from .jobs import requeue
-
-        loop = asyncio.get_running_loop()
-        # A moment for the journal to take the events above: the requeue ends this batch step.
-        loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, requeue, self.job_id))
-
 
 REQUEUE_AFTER_S = 1.0
 
@@ -222,10 +218,3 @@ def slurm_job_info(cfg: Any) -> dict[str, Any] | None:
         return None
     return {"job_id": job[0], "nodes": job[1], "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
             "placement": dict(cfg.placement)}
-
-
-def _run(argv: list[str]) -> bool:
-    try:
-        return subprocess.run(argv, capture_output=True, timeout=SCANCEL_TIMEOUT_S).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False

@@ -56,31 +56,16 @@ def filesystem(path: str, mountinfo: Iterable[str] | None = None) -> tuple[str, 
 
 def node_hosts(partition: str | None = None) -> list[str] | None:
     """NodeHostname of every node of the partition (None where scontrol cannot say)."""
-    argv = ["scontrol", "show", "node", "-o"]
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
+    from ..config.placement import expand_hostlist
+    from .jobs import key_values, run
+
+    if (out := run(["scontrol", "show", "node", "-o"], 20)) is None:
         return None
-    parts: list[str] | None = None
-    if partition:
-        try:
-            pout = subprocess.run(["scontrol", "show", "partition", "-o", partition], capture_output=True,
-                                  text=True, timeout=20).stdout
-        except (OSError, subprocess.SubprocessError):
-            pout = ""
-        for field in pout.split():
-            if field.startswith("Nodes="):
-                from ..config.placement import expand_hostlist
-
-                parts = expand_hostlist(field[len("Nodes="):])
-    from .jobs import key_values
-
-    hosts = []
-    for line in out.splitlines():
-        f = key_values(line)
-        if parts is not None and f.get("NodeName") not in parts:
-            continue
-        hosts.append(f.get("NodeHostName") or f.get("NodeHostname") or f.get("NodeName") or "")
+    p = run(["scontrol", "show", "partition", "-o", partition], 20) if partition else None
+    part = key_values(p.stdout) if p is not None else {}
+    parts = expand_hostlist(part["Nodes"]) if "Nodes" in part else None
+    hosts = [f.get("NodeHostName") or f.get("NodeHostname") or f.get("NodeName") or ""
+             for f in map(key_values, out.stdout.splitlines()) if parts is None or f.get("NodeName") in parts]
     return hosts or None
 
 
@@ -114,14 +99,9 @@ def probe_argv(job_id: str, nodes: list[str], marker: str) -> list[str]:
 
 def verdict(run_dir: str, nodes: list[str], stdout: str, returncode: int | None = 0, stderr: str = "") -> str | None:
     """The error from the probe's output (None: every node saw the marker)."""
-    seen: set[str] = set()
-    blind: set[str] = set()
-    for line in stdout.splitlines():
-        word, _, node = line.strip().partition(" ")
-        if word == "rlsup-sees" and node.strip():
-            seen.add(node.strip())
-        elif word == "rlsup-blind" and node.strip():
-            blind.add(node.strip())
+    said = [(word, node.strip()) for word, _, node in (line.strip().partition(" ") for line in stdout.splitlines())]
+    seen = {node for word, node in said if word == "rlsup-sees" and node}
+    blind = {node for word, node in said if word == "rlsup-blind" and node}
     if blind:
         return (f"the run dir {run_dir} is not visible on {', '.join(sorted(blind))}: put run_dir on the cluster's "
                 "shared filesystem (the journal, logs and checkpoints must be seen by every node)")
