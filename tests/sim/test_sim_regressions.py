@@ -218,3 +218,15 @@ def test_a_periodic_checkpoint_newer_than_the_step_asked_ends_the_preemptions_wa
     assert w.truth.preempt_step == 19 and w.truth.preempt_written is None
     assert not [e for e in w.events() if e["kind"] == "flag"]
     assert a_preemption_keeps_the_trainers_step(w) == []
+
+
+def test_a_trainer_resumed_from_its_last_step_ends_at_once(tmp_path):
+    """RLSUP_SIM_SEED=47 (the simulated world's limit, not rlsup's): the trainer crashed right after its last
+    step's checkpoint (step 30 of 30); the simulated trainer, resumed from step 30, waited for a batch 31 that
+    could never come (the orchestrator had completed), and the diagnosis rightly called that a hang. A trainer
+    resumed from its last step has nothing left to do: the demo's ends at once, and the simulated one now does."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("fault", "trainer", "crash", 14), ("wait", 15.0), ("fault", "trainer", "crash", 17)], tmp_path)
+    assert "completed" in _kinds(w, "trainer") and w.events()[-1]["outcome"] == "completed"
+    rc = diagnose_run(w.flush()).root_cause
+    assert rc is not None and (rc.component, rc.category) == ("trainer", "python_exception"), rc

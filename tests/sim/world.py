@@ -544,6 +544,9 @@ class World:
             return
         if name == "inference" or self.lives[name].state != "running":
             return
+        if p.step >= self.setup.total:  # resumed from its last step: nothing left to do (as the demo's trainer)
+            self.exit(name, 0, None, ["done"])
+            return
         if not self._can_step(name, p):  # what the demo's programs print while they wait
             self.log(name, "Waiting for training batch to arrive" if name == "trainer" else
                      f"Waiting for trainer weights step {p.step - 1} (published: {self.published})")
