@@ -670,7 +670,7 @@ class Holders:
     ``live``: processes of the run's current attempts (another component sharing the GPU): left alone
     and not waited for. ``foreign``: visible processes proven not to be this run's. ``unmappable``: pids
     that cannot be mapped to a process here (another PID namespace, gone, unreadable, or a visible pid
-    that holds no NVIDIA device). ``note``: one sentence for the event/flag.
+    that holds no NVIDIA device). ``note``: what the release wait never signals (the flag's action).
     """
 
     ours: tuple[Holder, ...]
@@ -771,24 +771,23 @@ def classify_holders(
             kind, why, create_time = _judge_holder(pid, proc_lookup(pid), run_pids, prev_times, run_dir)
             kinds[kind].append(Holder(index, pid, used, why, create_time))
     ours, live, foreign, unmappable = (tuple(hs) for hs in kinds.values())
-    return Holders(ours, live, foreign, unmappable, _holders_note(ours, foreign, unmappable))
+    return Holders(ours, live, foreign, unmappable, _holders_note(foreign, unmappable))
 
 
-def _holders_note(ours: tuple[Holder, ...], foreign: tuple[Holder, ...], unmappable: tuple[Holder, ...]) -> str:
+def _holders_note(foreign: tuple[Holder, ...], unmappable: tuple[Holder, ...]) -> str:
+    """What the release wait never signals, for the ``gpu_not_released`` flag's action (the run's own
+    leftovers are the action's first words: killed, or not)."""
     def pids(hs: tuple[Holder, ...]) -> str:
         return ", ".join(str(h.pid) for h in hs[:6]) + (" ..." if len(hs) > 6 else "")
 
     parts = []
-    if ours:
-        parts.append(f"{len(ours)} leftover process(es) of this run (pid {pids(ours)}) may be killed")
     if unmappable:
         parts.append(f"{len(unmappable)} pid(s) NVML reports cannot be mapped to a process here "
-                     f"(pid {pids(unmappable)}; in a container NVML reports host PIDs)")
+                     f"(pid {pids(unmappable)}; in a container NVML reports host PIDs): waited on by GPU memory "
+                     "alone, never signalled")
     if foreign:
-        parts.append(f"{len(foreign)} process(es) outside this run hold the GPU (pid {pids(foreign)})")
-    if foreign or unmappable:
-        parts.append("waiting on GPU memory alone; nothing unproven is signalled")
-    return "; ".join(parts) if parts else "no process holds these GPUs"
+        parts.append(f"{len(foreign)} process(es) outside this run hold the GPU (pid {pids(foreign)}): left alone")
+    return "; ".join(parts)
 
 
 # ------------------------------------------------------------------------------------------ thread

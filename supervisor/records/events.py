@@ -645,7 +645,10 @@ _WORDS: dict[type[Event], Callable[[Any], str]] = {
                                     "stopped): " + ((e.cause.reason if e.cause else "") or "preemption")),
     FlagRaised: lambda e: f"FLAG {e.type}: {e.message}{f' -> {e.action}' if e.action else ''}",
     FlagCleared: lambda e: f"flag {e.type} cleared: {e.message}",
-    LeftoversEnded: lambda e: f"found {len(e.pids)} process(es) left by a previous supervisor: {e.action}",
+    LeftoversEnded: lambda e: (f"{len(e.pids)} process(es) {e.by} left behind (pid "
+                               f"{', '.join(map(str, e.pids[:6]))}{' ...' if len(e.pids) > 6 else ''}): {e.action}"
+                               if e.component else
+                               f"ended {len(e.pids)} process(es) of the run that no monitor owned: {e.action}"),
     ProgressUpdated: _progress,
     ArtefactsCleaned: lambda e: (f"removed {len(e.paths)} artefact(s) of steps after {e.step} before resuming: "
                                  + ", ".join(e.paths[:5]) + (" ..." if len(e.paths) > 5 else "")),

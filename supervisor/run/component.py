@@ -41,7 +41,7 @@ from ..monitor.shim import exit_fields
 from ..records import events as ev
 from ..records.clock import Clock
 from ..records.diagnosis import Diagnosis
-from ..records.phrases import describe_exit
+from ..records.phrases import describe_exit, fmt_duration
 from ..records.progress import ProgressMatcher, ProgressTracker
 from ..rules import lifecycle as lc
 from ..rundir.layout import RunPaths
@@ -645,9 +645,14 @@ class Component:
         deadline = clock.monotonic() + self.cfg.stop.timeout
         while clock.monotonic() < deadline and any(pid_alive(p) for p in left + att.members()):
             await asyncio.sleep(0.05)
+        stubborn = sorted({p for p in left + att.members() if pid_alive(p)})
         att.signal(signal_mod.SIGKILL)
         for p in left:
             kill_if_same(p, born[p], signal_mod.SIGKILL)
+        if stubborn:  # the next attempt waited stop.timeout for them: say why, and which
+            self.ctx.emit(ev.LeftoversEnded(self.name, pids=stubborn, by=f"attempt {att.attempt}", action=(
+                f"still running {fmt_duration(self.cfg.stop.timeout)} after the attempt's command ended and "
+                f"{self.cfg.stop.signal} was sent (stop.timeout): killed with SIGKILL")))
 
     async def await_cleanups(self) -> None:
         while self._cleanups:

@@ -354,6 +354,8 @@ components:
                     it.fig("restart_with_escapee", t)
                 flags = [e for e in journal(run_dir2) if e.get("kind") == "flag" and e.get("type") == "gpu_not_released"]
                 alive = Path(f"/proc/{esc['pid']}").exists()
+                it.fig("leftovers_in_journal", [f"{e.get('by')}: pids {e.get('pids')}: {e.get('action')}"
+                                                for e in journal(run_dir2) if e.get("kind") == "leftovers"])
                 it.fig("escapee_alive_after_restart", alive)
                 it.fig("gpu_not_released_in_journal", [f"{f.get('message')} | {f.get('evidence')}" for f in flags]
                        or "none (the stop itself ended the escapee: nothing was left holding memory)")
@@ -466,7 +468,8 @@ def item_stack(it: Item, work: Path, gpu: dict[str, Any]) -> None:
                 with contextlib.suppress(Exception):
                     _svg(ansi, it.path("tui.svg"), f"rlsup on {gpu['name']}")
                 captured = True
-                panel = [ln.strip() for ln in text.splitlines() if "GPU" in ln or "gpu" in ln][:6]
+                lines = text.splitlines()  # the GPU panel: the card's line (°C) and its owners' (└)
+                panel = [re.sub(r"^.*?(?=\d+ \S+ +UTL|└)", "", ln).strip() for ln in lines if "°C" in ln or "└" in ln]
                 it.fig("tui_gpu_lines", panel)
             if (st.get("run") or {}).get("ended_at"):
                 break

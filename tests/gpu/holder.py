@@ -94,26 +94,35 @@ class _Host:
 
 
 def escapee(gib: float, path: str | None) -> None:
-    """Fork twice and setsid; the grandchild holds ``gib`` GiB until killed. Returns in the caller."""
+    """Fork twice and setsid; the grandchild execs a fresh holder of ``gib`` GiB (CUDA cannot be used in a
+    forked child of a process that has initialised it) that holds until killed. Returns in the caller once
+    the grandchild holds its memory."""
     r, w = os.pipe()
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
             os.close(r)
-            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                signal.signal(s, signal.SIG_IGN)
-            where = escape_cgroup()
-            torch = _Host() if os.environ.get("RLSUP_HOLDER_HOST") == "1" else __import__("torch")
-            keep = reserve(torch, gib)
-            log(path, what="escapee holds", gib=gib, cgroup=where, reserved_mb=torch.cuda.memory_reserved() / MIB)
-            os.write(w, b"x")
-            os.close(w)
-            while keep is not None:
-                time.sleep(3600)
+            os.set_inheritable(w, True)
+            os.execv(sys.executable, [sys.executable, __file__, "--as-escapee", str(gib), "--notify-fd", str(w),
+                                      *(["--escapee-log", path] if path else [])])
         os._exit(0)
     os.close(w)
     os.read(r, 1)  # the escapee holds its memory
     os.close(r)
+
+
+def as_escapee(gib: float, path: str | None, notify_fd: int) -> None:
+    """The grandchild itself: ignores the polite signals, leaves the attempt's cgroup, holds, says so."""
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    where = escape_cgroup()
+    torch = _Host() if os.environ.get("RLSUP_HOLDER_HOST") == "1" else __import__("torch")
+    keep = reserve(torch, gib)
+    log(path, what="escapee holds", gib=gib, cgroup=where, reserved_mb=torch.cuda.memory_reserved() / MIB)
+    os.write(notify_fd, b"x")
+    os.close(notify_fd)
+    while keep is not None:
+        time.sleep(3600)
 
 
 def main() -> int:
@@ -123,11 +132,16 @@ def main() -> int:
     ap.add_argument("--hold", type=float, default=None, help="GiB to take and keep")
     ap.add_argument("--escapee", type=float, default=None, help="GiB a grandchild left behind holds")
     ap.add_argument("--escapee-log", default=None)
+    ap.add_argument("--as-escapee", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--notify-fd", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--log", default=None)
     ap.add_argument("--gpu-memory-utilization", default=None, help="ignored: read by `rlsup check`")
     ap.add_argument("--signals-log", default=None,
                     help="a bystander: log every catchable signal to this file and carry on")
     args = ap.parse_args()
+    if args.as_escapee is not None:
+        as_escapee(args.as_escapee, args.escapee_log, args.notify_fd)
+        return 0
     if args.signals_log:
         def note(signum: int, _frame: object) -> None:
             with open(args.signals_log, "a") as f:

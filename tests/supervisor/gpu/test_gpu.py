@@ -793,7 +793,7 @@ def test_classify_holders_pid_namespace_waits_on_memory_never_kills(procs) -> No
     assert h.ours == ()
     assert [x.pid for x in h.live] == [live.pid]
     assert sorted(x.pid for x in h.unmappable) == sorted([stranger.pid, host_only_pid])
-    assert h.memory_only and "waiting on GPU memory alone" in h.note and "host PIDs" in h.note
+    assert h.memory_only and "by GPU memory alone, never signalled" in h.note and "host PIDs" in h.note
     by_pid = {x.pid: x.why for x in h.unmappable}
     assert "no NVIDIA device" in by_pid[stranger.pid] and "namespace" in by_pid[host_only_pid]
     assert stranger.poll() is None and live.poll() is None  # nothing was touched

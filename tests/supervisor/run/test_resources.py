@@ -76,6 +76,9 @@ def test_leftover_gpu_holders_of_the_run_are_killed_outsiders_kept(tmp_path):
         assert f"pid {leftover2.pid} holds 4000" in " ".join(f["evidence"])
         assert str(outsider.pid) not in " ".join(f["evidence"])
         assert "killed them" in f["action"]
+        # what was done, not what might be: the outsider left alone, the leftover not "may be killed"
+        assert f"outside this run hold the GPU (pid {outsider.pid}): left alone" in f["action"]
+        assert "may be killed" not in f["action"] and "waiting" not in f["action"]
         leftover2.wait(PATIENCE)
         assert not pid_alive(leftover2.pid)
         assert pid_alive(outsider.pid)  # never touch what is not ours

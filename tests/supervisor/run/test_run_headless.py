@@ -227,6 +227,39 @@ def test_leftover_descendants_are_ended_before_restart(tmp_path, headless):
     assert not any(pid_alive(p) for p in orphans)
 
 
+def test_a_leftover_that_ignores_the_stop_signal_is_killed_and_journaled_before_the_restart(tmp_path, headless):
+    """The root exits and leaves a setsid grandchild that ignores SIGTERM: the next attempt waits stop.timeout
+    for it, kills it, and the journal says so (a GPU run saw a silent 10 s gap here)."""
+    pidfile = tmp_path / "stubborn"
+    script = tmp_path / "leaver.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "code = 'import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nwhile True: time.sleep(1)'\n"
+        "g = subprocess.Popen([sys.executable, '-c', code], start_new_session=True)\n"
+        "time.sleep(0.5)\n"
+        f"open({str(pidfile)!r}, 'a').write(str(g.pid) + '\\n')\n"
+        "sys.exit(1)\n")
+    cfg = write_config(tmp_path, f"""
+        components:
+          w:
+            command: ["{{py}}", "{script}"]
+            restart: {{max_restarts: 1, backoff: {{initial: 0.1}}}}
+            stop: {{timeout: 1}}
+    """)
+    h = headless(cfg)
+    assert h.wait(30) == 1
+    stubborn = [int(x) for x in pidfile.read_text().split()]
+    assert not any(pid_alive(p) for p in stubborn)
+    ev = h.events()
+    left = [e for e in ev if e["kind"] == "leftovers"]
+    assert [(e["component"], e["by"], e["pids"]) for e in left] == [
+        ("w", "attempt 1", [stubborn[0]]), ("w", "attempt 2", [stubborn[1]])]
+    assert "killed with SIGKILL" in left[0]["action"] and "still running 1.0s" in left[0]["action"]
+    second = next(e for e in ev if e["kind"] == "started" and e["attempt"] == 2)
+    assert left[0]["seq"] < second["seq"]
+    assert f"1 process(es) attempt 1 left behind (pid {stubborn[0]})" in h.output
+
+
 def _sleeps_under(pid: int) -> int:
     """How many `sleep` processes the process tree of pid holds (itself included: a shell can exec
     its last command)."""
