@@ -60,7 +60,6 @@ def raise_fd_limit() -> int:
 
 # The monitor's own (it is stdlib only and cannot import rlsup), also the supervisor's: one, not two.
 signal_name = shim.signal_name
-set_child_subreaper = shim.set_subreaper
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

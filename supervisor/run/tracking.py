@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..monitor import lastnet
-from ..monitor.process import Cgroups, Monitors, raise_fd_limit, set_child_subreaper
+from ..monitor import lastnet, shim
+from ..monitor.process import Cgroups, Monitors, raise_fd_limit
 
 
 class Tracking:
@@ -26,7 +26,7 @@ class Tracking:
         """The run begins: orphans of its processes come to the supervisor, which may open as many files as it
         can."""
         self.began = time.clock_gettime(time.CLOCK_BOOTTIME)
-        set_child_subreaper()
+        shim.set_subreaper()
         self.nofile = raise_fd_limit()
 
     async def begin(self, loop: asyncio.AbstractEventLoop) -> str:
