@@ -116,6 +116,7 @@ def diagnose(
     pid: int | None = None,
     host: HostEvidence | None = None,
     stopped_by: str | None = None,
+    log_error: str | None = None,
 ) -> Diagnosis:
     """Diagnose one exit.
 
@@ -123,7 +124,9 @@ def diagnose(
     ``signal`` both None means only the log is known (offline). Exit code 0 is never a failure
     here (false success is a cross-attempt pattern). ``stopped_by``: rlsup's reason when rlsup itself
     ended the attempt (readiness timeout, failed liveness, stall restart): its signal and exit code are then
-    rlsup's doing, and the cause is what the log names. Never raises on odd input.
+    rlsup's doing, and the cause is what the log names. ``log_error``: why the component's log could not be written when it
+    exited (its monitor's word, ``ENOSPC: No space left on device``), so that an exit its output cannot
+    explain is not called unknown when that output was lost. Never raises on odd input.
     """
     norm = normalize(list(lines))
     last_step = step if step is not None else find_step(norm)
@@ -150,7 +153,7 @@ def diagnose(
     if best is not None and best.category == "ray_actor_died":
         _describe_ray(best, norm)
     if best is None:
-        return _nothing_found(norm, exit_code, sig, last_step)
+        return _nothing_found(norm, exit_code, sig, last_step, log_error)
     return _finish(best, last_step)
 
 
@@ -234,11 +237,20 @@ def _signal_verdict(sig: str, exit_code: int | None, best: _Candidate | None) ->
                       None, None, [f"exit: {sig}{code}"])
 
 
-def _nothing_found(norm: list[Line], exit_code: int | None, sig: str | None, last_step: int | None) -> Diagnosis:
-    """No failure in the log: none where only the log is known, else an unknown exit."""
+def _nothing_found(norm: list[Line], exit_code: int | None, sig: str | None, last_step: int | None,
+                   log_error: str | None = None) -> Diagnosis:
+    """No failure in the log: none where only the log is known, else an unknown exit; while the log could
+    not be written, what would have said why was lost: on a full disk (or quota) that is the likely cause."""
     if exit_code is None and sig is None:
         return Diagnosis("none", "no failure found in the log", step=last_step)
     what = f"exited with code {exit_code}" if exit_code is not None else f"ended by {sig}"
+    if log_error:
+        lost = f"its log could not be written ({log_error}), so the output that would say why was lost"
+        evidence = (f"log: {log_error}", *_tail_evidence(norm))
+        if log_error.startswith(("ENOSPC", "EDQUOT")):
+            return Diagnosis("disk_full", f"{what} on a full disk: {lost}", step=last_step, evidence=evidence,
+                             hint=hint_for("disk_full"))
+        return Diagnosis("unknown", f"{what}; {lost}", step=last_step, evidence=evidence, hint=hint_for("unknown"))
     return Diagnosis("unknown", f"{what}; no known failure in the last {len(norm)} lines",
                      step=last_step, evidence=tuple(_tail_evidence(norm)), hint=hint_for("unknown"))
 

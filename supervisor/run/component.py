@@ -673,7 +673,7 @@ class Component:
         # An attempt rlsup ended itself (readiness timeout, failed liveness, stall restart): the cause is what its
         # log names, with rlsup's reason, never the stop signal's "killed ... OOM killer" reading.
         d = diagnose(self.attempt_tail(1000), exit_code=exit_code, signal=signal, step=self.progress.step, pid=pid,
-                     host=host, stopped_by=self.life.forced)
+                     host=host, stopped_by=self.life.forced, log_error=self.log_error)
         return d.to_dict()
 
     def attempt_tail(self, n: int) -> list[str]:

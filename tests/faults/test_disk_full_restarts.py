@@ -172,3 +172,33 @@ def test_a_new_supervisor_adopts_the_run_on_a_full_disk(fault_run, token, small_
     events = journal(run.run_dir)
     assert [e["kind"] for e in events][-1] == "run_ended"
     assert sum(e["kind"] == "adopted" for e in events) == 2
+
+
+WRITER = """
+name: fullwriter
+components:
+  writer:  # writes its output files beside the run dir, as the demo's orchestrator writes rollouts
+    command: ["sh", "-c", "sleep 1; while printf '%4096s\\n' wrote && head -c 4096 /dev/zero >> {disk}/rollouts; do sleep 0.05; done; echo 'OSError: [Errno 28] No space left on device' >&2; exit 1"]
+    restart: {backoff: {initial: 0.2, max: 0.5}, max_restarts: 1000}
+"""
+
+
+def test_an_exit_on_a_full_disk_whose_output_was_lost_is_called_disk_full(fault_run, token, small_disk):
+    """A component's own writes fail on a full disk and it exits 1, saying why on stderr; the same disk holds
+    its log, so that line is lost. `rlsup why` names the full disk, not "no known failure" (the demo's
+    orchestrator on a 30 MB run dir, walked by hand)."""
+    run = fault_run(run_dir=small_disk / "run")
+    run.write_config(WRITER.replace("{disk}", str(small_disk)))
+    run.up("--skip-checks")
+    run.wait_event(lambda e: e["kind"] == "started" and e["component"] == "writer", what="writer started")
+    _fill(small_disk)
+    e = run.wait_event(lambda e: e["kind"] == "exited" and e["component"] == "writer"
+                       and e["diagnosis"]["category"] == "disk_full", what="an exit called disk_full")
+    assert "full disk" in e["diagnosis"]["summary"] and "ENOSPC" in e["diagnosis"]["summary"], e
+    why = run.cli("why", "writer", "--attempt", str(e["attempt"]))
+    assert why.returncode == 0, why.stdout + why.stderr
+    assert "on a full disk: its log could not be written (ENOSPC" in why.stdout, why.stdout
+    assert "no known failure" not in why.stdout
+    down = run.down(timeout=LIVENESS_S)  # the run may have ended already: disk_full twice is deterministic
+    assert down.returncode == 0 or "has already ended" in down.stdout, down.stdout + down.stderr
+    assert_no_orphans(token, run.run_dir)

@@ -296,3 +296,19 @@ def test_launcher_return_codes() -> None:
     # an error the child printed itself outranks the launcher's report of its exit
     log = fixture_lines("stream_writer_library_only.log") + fixture_lines("ds_return_code_1_after_checkpoint.log")
     assert diagnose(log, exit_code=1).category == "python_exception"
+
+
+def test_an_unexplained_exit_while_the_log_could_not_be_written_says_the_output_was_lost() -> None:
+    """The monitor could not write the log: on a full disk (ENOSPC, EDQUOT) that is the likely cause; on another
+    error the exit stays unknown but says why nothing explains it; a failure the log does show still wins."""
+    full = diagnose([], exit_code=1, log_error="ENOSPC: No space left on device")
+    assert full.category == "disk_full" and "on a full disk" in full.summary
+    assert full.evidence[0] == "log: ENOSPC: No space left on device" and full.hint
+    assert diagnose(["step 3"], exit_code=1, log_error="EDQUOT: Disk quota exceeded").category == "disk_full"
+    eio = diagnose(["step 3"], exit_code=1, log_error="EIO: Input/output error")
+    assert eio.category == "unknown" and "could not be written (EIO" in eio.summary
+    assert "no known failure" in diagnose(["step 3"], exit_code=1).summary
+    shown = diagnose(["RuntimeError: CUDA error: device-side assert triggered"], exit_code=1,
+                     log_error="ENOSPC: No space left on device")
+    assert shown.category != "disk_full"
+    assert diagnose([], exit_code=0, log_error="ENOSPC: No space left on device").category != "disk_full"
