@@ -381,6 +381,7 @@ class _JournalFacts:
     name: str | None = None
     started: float | None = None
     ended: float | None = None
+    seen: float | None = None  # the journal's last time: how long a stall still stood
     comps: dict[str, dict[str, Any]] = field(default_factory=dict)
     failures: list[RunFailure] = field(default_factory=list)
     # a stop came in this attempt: True where rlsup or the user asked for it, False where rlsup forced it on its
@@ -406,6 +407,7 @@ class _JournalFacts:
 
     def read(self, r: Record) -> None:
         e, c, ts = r.event, r.component, _when(r)
+        self.seen = ts if ts is not None and (self.seen is None or ts > self.seen) else self.seen
         if isinstance(e, RunStarted):
             self.name = e.name or self.name
             self.started = ts if self.started is None else self.started
@@ -592,8 +594,9 @@ def _judge_stall(f: RunFailure, facts: _JournalFacts) -> None:
     # running again means a new attempt after the flag, not the start of the attempt that stalled
     restarted = next((t for t in facts.back.get(f.component, []) if flagged is not None and t > flagged), None)
     f.recovered_ts = restarted
+    stood = min((x for x in (cleared, restarted) if x is not None), default=facts.ended or facts.seen)
     f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
-        not _explained_stall(f, facts.failures, facts.dep_down, facts.held)
+        not _explained_stall(f, facts.failures, facts.dep_down, facts.held, stood)
     if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
         f.recovered_ts = cleared
 
@@ -633,14 +636,16 @@ def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], 
 
 
 def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: dict[str, list[tuple[float, float | None]]],
-                     held: dict[str, list[tuple[float, float | None]]]) -> bool:
+                     held: dict[str, list[tuple[float, float | None]]], stood: float | None = None) -> bool:
     """A stall some other failure explains: a dependency reported down, or another component down (failed
     and not running again yet) at some moment between the stall's last step and the flag, or a component
     stopped on purpose and still stopped at the flag (a person's `rlsup stop trainer` starves the orchestrator
     waiting for its weights). A producer
     usually dies a few seconds after its consumer's last step (the consumer had what it needed until
     then): its death explains the stall all the same. A stall that began after everything else had
-    recovered, and during which nothing else failed, is a hang of its own."""
+    recovered, and during which nothing else failed, is a hang of its own; so is one that still stood (until
+    ``stood``: cleared, restarted, or the journal's end) twice its own ``stall_after`` after the failure that
+    would explain it had recovered: a component whose peer is back makes progress again."""
     t = stall.ts
     if t is None:
         return True
@@ -654,9 +659,11 @@ def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: di
     waits_on = _waits_on(stall)
     # another component's own stall explains this one only where this one's last line says it waits on it
     # ("Waiting for trainer weights step 14"): two stalls side by side are otherwise two hangs
+    grace = 2 * (until - t) if until > t else None  # stall_after, twice: the peer back, then a step's worth
     return any(f.ts <= until and (f.recovered_ts is None or f.recovered_ts >= t) for f in failures
                if f is not stall and f.component != stall.component and f.ts is not None
-               and (f.source != "flag" or (f.category == "stall" and f.component in waits_on)))
+               and (f.source != "flag" or (f.category == "stall" and f.component in waits_on))
+               and (f.recovered_ts is None or stood is None or grace is None or stood <= f.recovered_ts + grace))
 
 
 def _waits_on(stall: RunFailure) -> set[str]:

@@ -230,3 +230,17 @@ def test_a_trainer_resumed_from_its_last_step_ends_at_once(tmp_path):
     assert "completed" in _kinds(w, "trainer") and w.events()[-1]["outcome"] == "completed"
     rc = diagnose_run(w.flush()).root_cause
     assert rc is not None and (rc.component, rc.category) == ("trainer", "python_exception"), rc
+
+
+def test_a_stall_that_outlasts_its_peers_recovery_is_a_hang_of_its_own(tmp_path):
+    """RLSUP_SIM_SEED=59: the orchestrator hung at once; the inference server died 9 s later and was back within
+    a second; the orchestrator never moved again (ten minutes). Its stall was called explained by the inference
+    server's death (a producer's death explains a consumer's stall), so no hang was primary and the root cause
+    fell to the starving trainer's stall. A stall that still stands twice its stall_after after the failure that
+    would explain it had recovered is a hang of its own: the root cause is the orchestrator's."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("fault", "orchestrator", "hang", 1), ("fault", "inference", "die", 12), ("resume",),
+             ("fault", "inference", "hang", 6), ("user", "restart", "trainer")], tmp_path)
+    rc = diagnose_run(w.flush()).root_cause
+    assert rc is not None and (rc.component, rc.category) == ("orchestrator", "stall"), rc
+    assert the_root_cause_is_a_real_fault(w) == []
