@@ -107,8 +107,9 @@ def requeue(launcher: Any, environ: Mapping[str, str] | None = None) -> str | No
         return None
     from ..slurm.jobs import requeue as scontrol_requeue
 
-    ok, said = scontrol_requeue(launcher.job_id)
+    ok, said = scontrol_requeue(launcher.job_id)  # once the components' steps have ended in Slurm too
     if ok:
-        return f"job {launcher.job_id} requeued: the next supervisor continues the run from these checkpoints"
+        return (f"job {launcher.job_id} requeued{f' ({said})' if said else ''}: the next supervisor continues the "
+                "run from these checkpoints")
     return (f"job {launcher.job_id} could not be requeued ({said or 'scontrol requeue failed'}): "
             "`rlsup up` continues the run from these checkpoints")

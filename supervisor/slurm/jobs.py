@@ -16,7 +16,8 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -134,11 +135,9 @@ def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None) -> str
 
 def squeue_json(*, job: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
     """The jobs ``squeue --json`` reports (all states it still holds)."""
-    argv = [tool("squeue"), "--json", *(["--jobs", job] if job else []), *(["--users", user] if user else [])]
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise SlurmError(f"squeue failed: {e}") from None
+    p = run(["squeue", "--json", *(["--jobs", job] if job else []), *(["--users", user] if user else [])])
+    if p is None:
+        raise SlurmError(f"squeue failed: it could not be run, or did not answer within {SQUEUE_TIMEOUT_S:g}s")
     if p.returncode != 0:
         if job and "Invalid job id" in p.stderr:
             return []
@@ -187,24 +186,81 @@ def job_of_run(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 
 def job_steps(job_id: str, timeout: float = SQUEUE_TIMEOUT_S) -> list[tuple[str, str]] | None:
-    """The job's steps as squeue lists them, ``(J.S, name)`` each; None where squeue does not answer."""
-    if (p := run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], timeout)) is None:
+    """The job's steps as squeue lists them, ``(J.S, name)`` each; None where squeue does not answer (or fails:
+    its controller out of reach)."""
+    if (p := run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], timeout)) is None or p.returncode != 0:
         return None
-    return [(sid, name) for sid, _, name in (line.strip().partition("|") for line in p.stdout.splitlines())]
+    return [(sid, name) for sid, _, name in (line.strip().partition("|") for line in p.stdout.splitlines())
+            if sid]
 
 
 def cancel(job_id: str) -> bool:
     return (p := run(["scancel", job_id])) is not None and p.returncode == 0
 
 
-def requeue(job_id: str) -> tuple[bool, str]:
-    """Ask Slurm to requeue the job (the batch step ends; the job starts again when nodes allow)."""
-    try:
-        p = subprocess.run([tool("scontrol"), "requeue", job_id], capture_output=True, text=True,
-                           timeout=SQUEUE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError) as e:
-        return False, str(e)
-    return p.returncode == 0, (p.stderr or p.stdout).strip()
+# Steps that run until the batch step ends, by design: rlsup's GPU samplers and `rlsup attach`'s bridges
+# (``--overlap``). The requeue ends them with the batch step, as it always did; nothing to wait for.
+TO_THE_END = ("rlsup:gpus", "rlsup:bridge")
+STEPS_END_WAIT_S = 10.0
+STEPS_POLL_S = 0.25
+
+
+def in_the_way(listed: Iterable[tuple[str, str]], only: Collection[str] | None = None) -> list[str]:
+    """The steps of ``listed`` (:func:`job_steps`'s ``(J.S, name)``) that a requeue must wait for: those that
+    ``only`` names (by id or name) where given, else every step but the job's batch and extern steps
+    (``J.batch``, ``J.extern``) and the helpers in :data:`TO_THE_END`."""
+    if only is not None:
+        return [sid for sid, name in listed if sid in only or name in only]
+    return [sid for sid, name in listed
+            if sid.rpartition(".")[2] not in ("batch", "extern") and name not in TO_THE_END]
+
+
+def still_ending(left: Collection[str] | None, waited_s: float) -> str:
+    """The words for the steps still listed when the wait ran out ("" where none was; None: squeue never
+    answered)."""
+    if left is None:
+        return f"squeue did not list the job's steps within {waited_s:g} s"
+    if not left:
+        return ""
+    many = len(left) > 1
+    return f"step{'s' if many else ''} {', '.join(left)} {'were' if many else 'was'} still ending after {waited_s:g} s"
+
+
+def wait_steps_ended(job_id: str, *, only: Collection[str] | None = None, timeout: float = STEPS_END_WAIT_S,
+                     steps: Callable[[str, float], list[tuple[str, str]] | None] = job_steps,
+                     clock: Callable[[], float] = time.monotonic,
+                     sleep: Callable[[float], None] = time.sleep) -> list[str] | None:
+    """Wait (up to ``timeout``) until Slurm lists none of the job's steps :func:`in_the_way` of a requeue: a step
+    whose srun has ended may still be ending in its slurmstepd (measured: 2-3 s after rlsup's SIGKILL of a step
+    whose srun was gone), and the requeue would cut that end short. Returns the steps still listed when the
+    wait ran out ([] once none is; None where squeue never answered). ``steps`` is :func:`job_steps` (asked
+    again where squeue does not answer)."""
+    deadline = clock() + timeout
+    left: list[str] | None = None
+    while True:
+        listed = steps(job_id, max(1.0, deadline - clock()))
+        if listed is not None:
+            left = in_the_way(listed, only)
+            if not left:
+                return []
+        if clock() >= deadline:
+            return left
+        sleep(min(STEPS_POLL_S, max(0.0, deadline - clock())))
+
+
+def requeue(job_id: str, *, only: Collection[str] | None = None, wait_s: float | None = None) -> tuple[bool, str]:
+    """Ask Slurm to requeue the job (the batch step ends; the job starts again when nodes allow), once its
+    steps have ended (:func:`wait_steps_ended`, up to ``wait_s``: :data:`STEPS_END_WAIT_S` by default; ``only``:
+    those steps). ``(done, words)``: the words say what scontrol said where it failed, and which steps were
+    still ending where the wait ran out ("" when all is well)."""
+    wait_s = STEPS_END_WAIT_S if wait_s is None else wait_s
+    late = still_ending(wait_steps_ended(job_id, only=only, timeout=wait_s), wait_s)
+    p = run(["scontrol", "requeue", job_id])
+    if p is None:
+        said = f"scontrol requeue could not be run, or did not answer within {SQUEUE_TIMEOUT_S:g}s"
+    else:
+        said = "" if p.returncode == 0 else (p.stderr or p.stdout).strip()
+    return p is not None and p.returncode == 0, "; ".join(w for w in (said, late) if w)
 
 
 def key_values(line: str) -> dict[str, str]:

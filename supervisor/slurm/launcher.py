@@ -172,12 +172,27 @@ class SlurmLauncher:
                        "allow, and the next supervisor continues this run from the newest checkpoints"))
             import asyncio
 
-            from .jobs import requeue
-
             loop = asyncio.get_running_loop()
+            step = step_name(att.component, att.attempt)
             # A moment for the journal to take the events above: the requeue ends this batch step.
-            loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, requeue, self.job_id))
+            loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, self._requeue, comp, step, loop))
         return ex, diag
+
+    def _requeue(self, comp: Any, step: str, loop: Any) -> None:
+        """``scontrol requeue`` once the failed step has ended in Slurm too (:func:`.jobs.requeue`); where it
+        could not be requeued, or the step was still ending when the wait ran out, the journal says so."""
+        from ..records.events import FlagRaised
+        from .jobs import requeue
+
+        ok, said = requeue(self.job_id, only={step})
+        if ok and not said:
+            return
+        message = (f"job {self.job_id} requeued ({said})" if ok else
+                   f"job {self.job_id} could not be requeued ({said or 'scontrol requeue failed'})")
+        loop.call_soon_threadsafe(comp.ctx.emit, FlagRaised(
+            comp.name, type="requeue", message=message, evidence=[said],
+            action="the next supervisor continues this run" if ok else
+                   "`rlsup up` continues this run from its newest checkpoints"))
 
     def _lost_nodes(self, component: str, diag: dict[str, Any], job_nodes: str) -> dict[str, Any]:
         """A step that could not be created because the job no longer has one of its nodes: a node

@@ -8,6 +8,10 @@ not exist yet; it is created then, so a restarted attempt goes on). Checkpoints 
 ``DIR/step_K`` with a ``weights.bin`` (and the marker file if asked), written before the step line.
 SIGUSR1 (what rlsup sends on a preemption with ``preempt: {signal: SIGUSR1}``) checkpoints the last step done
 at once, with ``--ckpt``.
+
+``--linger S`` (in a Slurm step): on SIGTERM, the step's ``srun`` client is ended at once (SIGKILL: the
+supervisor sees the attempt end) while the task goes on for up to ``S`` seconds: the step is still ending in
+Slurm after its srun did (a real-Slurm CI run caught rlsup's requeue in that window).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ p.add_argument("--exit-at", type=int)
 p.add_argument("--exit-code", type=int, default=0)
 p.add_argument("--once")
 p.add_argument("--resume-step", type=int, default=0)
+p.add_argument("--linger", type=float, default=0.0)
 a = p.parse_args()
 
 
@@ -40,6 +45,29 @@ def checkpoint(step: int) -> None:
         open(os.path.join(d, a.ckpt_marker), "w").close()
 
 
+def srun_client() -> int | None:
+    """The pid of this step's srun client (on this host: the test cluster's nodes are one machine)."""
+    want = [f"--jobid={os.environ.get('SLURM_JOB_ID')}", f"--job-name={os.environ.get('SLURM_JOB_NAME')}"]
+    for d in os.listdir("/proc"):
+        try:
+            argv = open(f"/proc/{d}/cmdline", "rb").read().decode(errors="replace").split("\0")
+        except (OSError, ValueError):
+            continue
+        if d.isdigit() and argv and argv[0].endswith("srun") and all(w in argv for w in want):
+            return int(d)
+    return None
+
+
+def linger(*_: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if (pid := srun_client()) is not None:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(a.linger)
+    os._exit(0)
+
+
+if a.linger:
+    signal.signal(signal.SIGTERM, linger)
 done = a.resume_step
 asked = []
 signal.signal(signal.SIGUSR1, lambda *_: asked.append(1))
