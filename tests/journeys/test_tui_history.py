@@ -5,10 +5,12 @@ with send-keys, the screen read with capture-pane."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,10 @@ components:
   writer:
     command: ["{py}", "-u", "-c", "import sys, time\\nfor i in range(1, {n} + 1):\\n    sys.stdout.write(f'row {{i:06d}} of the writer\\\\n')\\nsys.stdout.flush()\\nprint('writer done', flush=True)\\ntime.sleep(3600)"]
 """
+
+# The pane's title row following its live lines (" 1 writer  running  follow  older lines on disk (Home)"); the
+# component table's row of the same component has no "follow", the footer's is "f follow".
+LIVE_TITLE = re.compile(r"^ 1 writer  \S+  follow(  |$)", re.M)
 
 pytestmark = [
     pytest.mark.slow,
@@ -56,15 +62,19 @@ class Tmux:
         return self("capture-pane", "-p", "-t", "t")
 
     def wait_screen(self, text: str, timeout: float = PATIENCE) -> str:
+        return self.wait_until(lambda screen: text in screen, f"{text!r} on the screen", timeout)
+
+    def wait_until(self, pred: Callable[[str], bool], what: str, timeout: float = PATIENCE) -> str:
+        """The first screen ``pred`` holds for (the last one seen in the error otherwise)."""
         last = ""
 
         def seen() -> bool:
             nonlocal last
             last = self.screen()
-            return text in last
+            return pred(last)
 
         try:
-            wait_for(seen, timeout, interval=0.2, what=f"{text!r} on the screen")
+            wait_for(seen, timeout, interval=0.2, what=what)
         except AssertionError as e:
             raise AssertionError(f"{e}\n--- screen ---\n{last}") from None
         return last
@@ -83,15 +93,19 @@ def _reach_line_one_and_search(tmux: Tmux) -> None:
     assert "row 000001 " not in screen
     tmux.keys("1", "Enter", "Home")
     screen = tmux.wait_screen("row 000001 of the writer")
-    assert "FROM DISK: lines 1–" in screen
+    assert "FROM DISK: lines 1–" in screen, screen
     tmux.keys("End")
-    tmux.wait_screen("follow")
+    # Back on the live lines, following: the pane's title says so (the footer's "f follow" is always
+    # there, so the word alone proves nothing), and the window read from disk is gone. The search
+    # below then starts from the live lines and must reach into the file.
+    tmux.wait_until(lambda s: "FROM DISK" not in s and "writer done" in s and LIVE_TITLE.search(s) is not None,
+                    "the pane back on its live lines, following")
     tmux.keys("/")
     tmux.wait_screen("search the selected log")
     tmux.keys("-l", "row 000077 ")
     tmux.keys("Enter")
     screen = tmux.wait_screen("row 000077 of the writer")
-    assert "FROM DISK" in screen
+    assert "FROM DISK" in screen, screen
 
 
 def test_reattach_home_reaches_line_one_and_search_finds_old_lines(tmp_path):
