@@ -8,6 +8,10 @@ save any work: it only held back the frame that answers a key press, by up to 16
 a flush had painted just before (measured in tmux: key to visible, tests/perf/bench_tui_keys.py).
 rlsup's own TUIs therefore run at a 240 fps cap. A ``TEXTUAL_FPS`` in the environment wins, and
 the value is set only while Textual reads it, so no child process inherits it.
+
+The screen's size. Textual asks ``shutil.get_terminal_size``, which believes ``COLUMNS`` and ``LINES`` before
+the terminal: exported by a shell profile (or by readline in whatever process started this one), they would
+pin the TUI at that size through every resize. :func:`sized_by_the_terminal` drops them first.
 """
 
 from __future__ import annotations
@@ -23,3 +27,11 @@ if "textual.constants" not in sys.modules and "TEXTUAL_FPS" not in os.environ:
         import textual.constants  # noqa: F401  (reads the cap now)
     finally:
         del os.environ["TEXTUAL_FPS"]
+
+
+def sized_by_the_terminal() -> None:
+    """Before a TUI runs on a terminal: its size is the terminal's, not a ``COLUMNS``/``LINES`` left in the
+    environment (see above)."""
+    if sys.stdout.isatty():
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)

@@ -25,7 +25,7 @@ from rlsup.supervisor.client.session import GoesOn
 from rlsup.supervisor.records.events import ComponentAdopted, ComponentStarted, Record, as_record
 from rlsup.supervisor.records.progress import current_rate
 from rlsup.supervisor.records.state import ACTIVE
-from rlsup.tui import actions
+from rlsup.tui import actions, sized_by_the_terminal
 from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
 from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
 from rlsup.tui.palette import KeyTableCommands
@@ -803,6 +803,7 @@ def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: 
     Returns 0 on detach (``q``, Ctrl-C) and after ``Q`` + confirm; the reason is printed once the terminal is back."""
     from rlsup.supervisor.client.session import Session
 
+    sized_by_the_terminal()
     app = RlsupApp(lambda listener: Session(connect, listener, goes_on=goes_on), target=target,
                    attach_hint=attach_hint)
     result = app.run()

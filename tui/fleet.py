@@ -23,6 +23,7 @@ from textual.widgets.option_list import Option
 
 from rlsup.supervisor.client.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
 from rlsup.supervisor.render.bars import step_text
+from rlsup.tui import sized_by_the_terminal
 from rlsup.tui.format import fmt_dur, fmt_rate, local_hms, separated
 from rlsup.tui.screens import Closable, confirm
 
@@ -346,6 +347,7 @@ class FleetApp(App[str | None]):
 
 def run_fleet_tui(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Any]) -> str | None:
     """Open the fleet screen; returns the label of the pod chosen with enter, or None on quit."""
+    sized_by_the_terminal()
     app = FleetApp(Fleet(specs, connector_for))
     result = app.run()
     app.fleet.close()

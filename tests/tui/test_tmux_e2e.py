@@ -85,11 +85,11 @@ class Tmux:
     def keys(self, *keys: str) -> None:
         self("send-keys", "-t", "t", *keys)
 
-    def start_up(self, cwd: Path, cfg: Path, run_dir: Path) -> None:
+    def start_up(self, cwd: Path, cfg: Path, run_dir: Path, extra: dict[str, str] | None = None) -> None:
         """`rlsup up CFG` in a 200x50 window; the shell then prints its exit code and stays."""
         env = cli_env({"TERM": "xterm-256color"})
-        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()
-                           if k in ("PATH", "RLSUP_GPU_SAMPLER", "HOME"))
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**env, **(extra or {})}.items()
+                           if k in ("PATH", "RLSUP_GPU_SAMPLER", "HOME", *(extra or {})))
         cmd = (f"cd {shlex.quote(str(cwd))} && env {exports} {shlex.quote(PY)} -m rlsup.supervisor.cli up "
                f"{shlex.quote(str(cfg))} --run-dir {shlex.quote(str(run_dir))}; echo RLSUP-TUI-EXIT=$?; sleep 600")
         self("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", cmd)
@@ -142,6 +142,30 @@ def test_restart_from_the_tui_then_detach(tmp_path):
         down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
     assert down.returncode == 0, down.stdout + down.stderr
     assert any(e["kind"] == "run_ended" for e in read_events(run_dir))
+
+
+def test_the_tui_takes_the_terminals_size_not_columns_and_lines_left_in_the_environment(tmp_path):
+    """COLUMNS/LINES exported by a shell profile (or by readline in the process that started tmux) pinned the
+    TUI at 80x24 in a 200x50 window, through every resize: Textual sizes its screen by shutil.get_terminal_size,
+    which believes them before the terminal."""
+    cfg = write_config(tmp_path, CONFIG)
+    run_dir = tmp_path / "run"
+    tmux = Tmux()
+
+    def widest() -> int:  # the footer's key bar spans the screen's width
+        return max((len(line.rstrip()) for line in tmux.screen().splitlines()), default=0)
+
+    try:
+        tmux.start_up(tmp_path, cfg, run_dir, {"COLUMNS": "80", "LINES": "24"})
+        tmux.wait_screen("sleeper", 60)
+        wait_for(lambda: widest() > 150, 30, 0.2, what="the TUI as wide as its 200-column window")
+        tmux("resize-window", "-t", "t", "-x", "120", "-y", "40")
+        wait_for(lambda: 100 < widest() <= 120, 30, 0.2, what="the TUI following the window to 120 columns")
+        assert len(tmux.screen().splitlines()) == 40
+    finally:
+        tmux.kill()
+        down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
+    assert down.returncode == 0, down.stdout + down.stderr
 
 
 LINES_CONFIG = """
