@@ -137,8 +137,8 @@ def the_run_never_waits_on_nothing(w: World) -> list[str]:
 
 def the_root_cause_is_a_real_fault(w: World) -> list[str]:
     """`rlsup diagnose` names as the root cause a fault that was injected (never the starvation or the
-    connection errors it caused downstream), and never shows a fault injected into a later attempt (after a
-    resume and healthy steps) as a consequence of an earlier one of the same component."""
+    connection errors it caused downstream), and never shows a fault injected into a later attempt (once that
+    attempt was up: ready) as a consequence of an earlier one of the same component."""
     failed = any(e.get("kind") in ("fatal", "flag") or (e.get("kind") == "exited" and e.get("exit_code") not in (0, 143))
                  for e in w.events())
     if not w.truth.injected or not failed or w.truth.user_stops or w.truth.run_stops:
@@ -156,9 +156,19 @@ def the_root_cause_is_a_real_fault(w: World) -> list[str]:
         return [f"root cause: none, injected {w.truth.injected}"]
     if rc.component not in {c for c, _ in injected} or (rc.category == "stall" and (rc.component, "hang") not in injected):
         out.append(f"root cause: {rc.component} {rc.category} ({rc.summary}), injected {w.truth.injected}")
-    own = [(a, k) for c, k, a, _ in w.truth.injected if c == rc.component]
-    first = min((a for a, _ in own), default=0)
-    later = {cat for a, k in own if a > first for cat in CATEGORIES[k]} - {rc.category}
+    own = [(a, k, t) for c, k, a, t in w.truth.injected if c == rc.component]
+    first = min((a for a, _, _ in own), default=0)
+    # a later attempt's fault counts as independent once that attempt was up (ready) before it struck: one that
+    # dies while it starts may well be what the earlier fault left behind (a port, GPU memory, a torn file)
+    ready_at: dict[tuple[str, int | None], float] = {}
+    attempt: dict[str, int | None] = {}
+    for e in w.events():
+        if e.get("kind") == "started":
+            attempt[e["component"]] = e.get("attempt")
+        elif e.get("kind") == "ready":
+            ready_at.setdefault((e["component"], attempt.get(e["component"])), e["ts"])
+    later = {cat for a, k, t in own if a > first and ready_at.get((rc.component, a), float("inf")) <= t
+             for cat in CATEGORIES[k]} - {rc.category}
     for s in rd.symptoms:
         if s.component == rc.component and s.category in later and s.count:
             out.append(f"independent faults linked: {s.component} {s.category} (a fault of a later attempt) listed "

@@ -244,3 +244,16 @@ def test_a_stall_that_outlasts_its_peers_recovery_is_a_hang_of_its_own(tmp_path)
     rc = diagnose_run(w.flush()).root_cause
     assert rc is not None and (rc.component, rc.category) == ("orchestrator", "stall"), rc
     assert the_root_cause_is_a_real_fault(w) == []
+
+
+def test_a_restart_that_dies_while_it_starts_may_be_what_the_first_fault_left(tmp_path):
+    """RLSUP_SIM_SEED=61 (the oracle's limit): the inference server hung, failed its liveness probe and was
+    restarted; the restart died a second later, before it was ever ready, and rlsup listed that death among the
+    first fault's consequences. The oracle had called any later attempt's fault independent; its promise is for
+    an attempt that was up (ready) when the fault struck: one that dies while it starts may be what the first
+    fault left behind (a port, GPU memory, a torn file), and rlsup cannot tell the two apart."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("wait", 15.0), ("fault", "inference", "hang", 1), ("wait", 15.0), ("fault", "inference", "die", 1)],
+            tmp_path)
+    assert [e["component"] for e in w.events() if e["kind"] == "ready"].count("inference") == 1  # attempt 2 never
+    assert the_root_cause_is_a_real_fault(w) == []
