@@ -724,14 +724,15 @@ def _is_consequence(f: RunFailure, root: RunFailure) -> bool:
 
 def _after_recovery(f: RunFailure, root: RunFailure) -> bool:
     """``f`` is a later failure of the root's own component, of another kind, after it was running again and
-    went past the step where the root cause struck (resumed, then healthy steps): a fault of its own, not
-    what the root cause left behind (a crash at step 30, resumed, then the OOM killer at step 80)."""
+    went past the step where the root cause struck (resumed, then healthy steps; where the root struck before any
+    step, as in a server that counts none, running again is enough): a fault of its own, not what the root cause
+    left behind (a crash at step 30, resumed, then the OOM killer at step 80)."""
     if f.component != root.component or f.category == root.category or root.recovered_ts is None:
         return False
     if f.ts is None or f.ts <= root.recovered_ts:
         return False
-    then, now = root.diagnosis.get("step"), f.diagnosis.get("step")
-    return not (isinstance(then, int) and isinstance(now, int) and now <= then)
+    then, now = root.diagnosis.get("step"), f.diagnosis.get("step")  # (step 0: no progress to go past)
+    return not (isinstance(then, int) and then > 0 and isinstance(now, int) and now <= then)
 
 
 def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan],

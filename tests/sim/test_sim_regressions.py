@@ -257,3 +257,18 @@ def test_a_restart_that_dies_while_it_starts_may_be_what_the_first_fault_left(tm
             tmp_path)
     assert [e["component"] for e in w.events() if e["kind"] == "ready"].count("inference") == 1  # attempt 2 never
     assert the_root_cause_is_a_real_fault(w) == []
+
+
+def test_a_server_up_again_that_dies_later_is_a_fault_of_its_own(tmp_path):
+    """RLSUP_SIM_SEED=61: the inference server hung and was ended by its liveness probe as the run was brought
+    down; ten minutes later `up --resume` brought it up (ready) and its engine died. That death was listed as a
+    consequence of the hang: a later failure of the same component counted as independent only once it had
+    gone past the step where the first one struck, and a server that counts no steps never does. Where the
+    first fault struck before any step, running again is enough."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("wait", 3.0), ("fault", "inference", "hang", 1), ("wait", 15.0), ("down",), ("resume",),
+             ("fault", "inference", "die", 2)], tmp_path)
+    rd = diagnose_run(w.flush())
+    assert rd.root_cause is not None and rd.root_cause.component == "inference"
+    assert not [s for s in rd.symptoms if s.category == "inference_engine_dead"], rd.symptoms
+    assert the_root_cause_is_a_real_fault(w) == []
