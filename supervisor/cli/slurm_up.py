@@ -268,7 +268,7 @@ def srun_connector(job_id: str, host: str, run_dir: str | os.PathLike[str], name
         where = now["batch_host"] if now is not None else host
         return await command_connector(
             [jobs.tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={where}",
-             "--gres=none", "--quiet", "--job-name=rlsup:bridge", *bridge_argv(run_dir)], name=name)()
+             "--gres=none", "--quiet", f"--job-name={jobs.BRIDGE_STEP}", *bridge_argv(run_dir)], name=name)()
 
     return connect
 

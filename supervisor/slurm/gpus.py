@@ -23,16 +23,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..gpu.nvml import GpuSample, HostInfo, make_sampler
+from .jobs import SAMPLER_STEP as STEP_NAME
+from .jobs import job_steps, run, tool
 
 INTERVAL_S = 2.0
-STEP_NAME = "rlsup:gpus"
 
 
 def leftovers(job_id: str) -> list[str]:
     """Cancel the sampler steps a previous supervisor of this job left running (killed with ``kill -9``, its
     steps' srun clients go on without a reader); the steps cancelled, as ``J.S``."""
-    from .jobs import job_steps, run
-
     steps = [sid for sid, name in job_steps(job_id) or () if name == STEP_NAME]
     if steps:
         run(["scancel", *steps])
@@ -49,8 +48,6 @@ class NodeSamplers:
         self._lock = threading.Lock()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._closed = False
-        from .jobs import tool
-
         leftovers(job_id)
         for node in self.nodes:
             argv = [tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",

@@ -200,7 +200,8 @@ def cancel(job_id: str) -> bool:
 
 # Steps that run until the batch step ends, by design: rlsup's GPU samplers and `rlsup attach`'s bridges
 # (``--overlap``). The requeue ends them with the batch step, as it always did; nothing to wait for.
-TO_THE_END = ("rlsup:gpus", "rlsup:bridge")
+SAMPLER_STEP, BRIDGE_STEP = "rlsup:gpus", "rlsup:bridge"
+TO_THE_END = (SAMPLER_STEP, BRIDGE_STEP)
 STEPS_END_WAIT_S = 10.0
 STEPS_POLL_S = 0.25
 

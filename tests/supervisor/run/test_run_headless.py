@@ -203,15 +203,16 @@ def test_tree_kill_sigterm_ignoring_child_and_setsid_grandchild(tmp_path, headle
     assert [e for e in ev if e["kind"] == "exited"][0]["signal"] == "SIGKILL"
 
 
-def test_leftover_descendants_are_ended_before_restart(tmp_path, headless):
-    """The root exits but leaves a setsid grandchild; the next attempt starts only once it is gone."""
-    pidfile = tmp_path / "orphan"
+def _leaver(tmp_path, grandchild: str):
+    """A component whose root starts a setsid grandchild running ``grandchild`` (Python), notes its pid, and exits
+    1 (one restart, stop.timeout 1 s): the config and the file of grandchild pids, one per attempt."""
+    pidfile = tmp_path / "grandchildren"
     script = tmp_path / "leaver.py"
     script.write_text(
         "import subprocess, sys, time\n"
-        "g = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'], start_new_session=True)\n"
-        f"open({str(pidfile)!r}, 'a').write(str(g.pid) + '\\n')\n"
+        f"g = subprocess.Popen([sys.executable, '-c', {grandchild!r}], start_new_session=True)\n"
         "time.sleep(0.5)\n"
+        f"open({str(pidfile)!r}, 'a').write(str(g.pid) + '\\n')\n"
         "sys.exit(1)\n")
     cfg = write_config(tmp_path, f"""
         components:
@@ -220,32 +221,25 @@ def test_leftover_descendants_are_ended_before_restart(tmp_path, headless):
             restart: {{max_restarts: 1, backoff: {{initial: 0.1}}}}
             stop: {{timeout: 1}}
     """)
+    return cfg, pidfile
+
+
+def test_leftover_descendants_are_ended_before_restart(tmp_path, headless):
+    """The root exits but leaves a setsid grandchild; the next attempt starts only once it is gone."""
+    cfg, pidfile = _leaver(tmp_path, "import time\nwhile True: time.sleep(1)")
     h = headless(cfg)
     assert h.wait(30) == 1
     orphans = [int(x) for x in pidfile.read_text().split()]
     assert len(orphans) == 2
     assert not any(pid_alive(p) for p in orphans)
+    assert not [e for e in h.events() if e["kind"] == "leftovers"]  # ended by the stop signal: nothing to say
 
 
 def test_a_leftover_that_ignores_the_stop_signal_is_killed_and_journaled_before_the_restart(tmp_path, headless):
     """The root exits and leaves a setsid grandchild that ignores SIGTERM: the next attempt waits stop.timeout
     for it, kills it, and the journal says so (a GPU run saw a silent 10 s gap here)."""
-    pidfile = tmp_path / "stubborn"
-    script = tmp_path / "leaver.py"
-    script.write_text(
-        "import subprocess, sys, time\n"
-        "code = 'import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nwhile True: time.sleep(1)'\n"
-        "g = subprocess.Popen([sys.executable, '-c', code], start_new_session=True)\n"
-        "time.sleep(0.5)\n"
-        f"open({str(pidfile)!r}, 'a').write(str(g.pid) + '\\n')\n"
-        "sys.exit(1)\n")
-    cfg = write_config(tmp_path, f"""
-        components:
-          w:
-            command: ["{{py}}", "{script}"]
-            restart: {{max_restarts: 1, backoff: {{initial: 0.1}}}}
-            stop: {{timeout: 1}}
-    """)
+    cfg, pidfile = _leaver(tmp_path, "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                     "while True: time.sleep(1)")
     h = headless(cfg)
     assert h.wait(30) == 1
     stubborn = [int(x) for x in pidfile.read_text().split()]
