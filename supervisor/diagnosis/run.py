@@ -411,6 +411,7 @@ class _JournalFacts:
         if isinstance(e, RunStarted):
             self.name = e.name or self.name
             self.started = ts if self.started is None else self.started
+            self.ended = None  # resumed: the run's end is this run's, not an earlier one's
             for n in e.components:
                 if isinstance(n, str):
                     self.comp(n)
@@ -468,8 +469,9 @@ class _JournalFacts:
             if judged is not None:  # its exit was a stop, not a failure
                 self.failures.remove(judged)
                 info["failures"] -= 1
-            if ts is not None:
-                self.held.setdefault(c, []).append((ts, None))
+            spans = self.held.setdefault(c, [])
+            if ts is not None and not (spans and spans[-1][1] is None):  # (stopped again, never started between)
+                spans.append((ts, None))
 
     def _exited(self, c: str, ts: float | None, e: ComponentExited, info: dict[str, Any]) -> None:
         info["exits"] += 1

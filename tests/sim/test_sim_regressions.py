@@ -272,3 +272,20 @@ def test_a_server_up_again_that_dies_later_is_a_fault_of_its_own(tmp_path):
     assert rd.root_cause is not None and rd.root_cause.component == "inference"
     assert not [s for s in rd.symptoms if s.category == "inference_engine_dead"], rd.symptoms
     assert the_root_cause_is_a_real_fault(w) == []
+
+
+def test_a_later_attempt_that_fails_before_the_first_faults_step_is_a_fault_of_its_own(tmp_path):
+    """RLSUP_SIM_SEED=83: the trainer crashed at step 4 and came back; the run was brought down, resumed and
+    brought down again before the trainer started; resumed once more, the trainer came back (ready) and hung. The
+    hang was called explained and listed as the crash's consequence: the second stop of a component already
+    stopped opened a second "stopped on purpose" span, and the `up --resume` start closed only the newer one, so
+    the trainer and the orchestrator counted as stopped by a person for ever (a peer stopped on purpose explains
+    a stall). The run diagnosis also kept the end of an earlier run as the end of the resumed one."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("fault", "trainer", "crash", 4), ("wait", 15.0), ("down",), ("resume",), ("down",),
+             ("fault", "trainer", "hang", 1), ("resume",)], tmp_path)
+    rd = diagnose_run(w.flush())
+    assert rd.root_cause is not None and (rd.root_cause.component, rd.root_cause.category) == ("trainer", "stall")
+    assert rd.root_cause.own and rd.ended_ts is None  # (the resumed run is live: it has not ended)
+    assert [(s.component, s.category) for s in rd.symptoms] == [("orchestrator", "stall")], rd.symptoms
+    assert the_root_cause_is_a_real_fault(w) == []
