@@ -53,37 +53,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "CATEGORIES",
-    "CONNECTION_CATEGORIES",
-    "DependencyFlag",
-    "DependencyTracker",
-    "MemoryGrowthDetector",
-    "RunDiagnosis",
-    "RunFailure",
-    "RunSymptom",
-    "connection_errors",
-    "dependency_down",
-    "fit_growth",
-    "AttemptRecord",
-    "Diagnosis",
-    "Flag",
-    "HostEvidence",
-    "clean_line",
-    "detect_attempt_patterns",
-    "diagnose",
-    "diagnose_command",
-    "diagnose_file",
-    "diagnose_run",
-    "format_run",
-    "is_run_dir",
-    "find_step",
-    "format_human",
-    "normalize",
-    "normalize_signal",
-    "parse_kernel_log",
-    "parse_memory_events",
-    "read_host_evidence",
-    "read_tail",
-    "strip_prefixes",
-]
+__all__ = [*_WHERE, "clean_line", "normalize", "strip_prefixes"]

@@ -11,6 +11,7 @@ a bigger batch) fits a line badly and is not flagged.
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass
 
@@ -37,22 +38,17 @@ class Fit:
 
 def fit_growth(points: list[tuple[float, float]]) -> Fit | None:
     """Least-squares fit of ``y`` (MB) against ``x`` (step); None when x does not vary."""
-    n = len(points)
-    if n < 2:
+    if len(points) < 2:
         return None
-    mx = sum(p[0] for p in points) / n
-    my = sum(p[1] for p in points) / n
-    sxx = sum((p[0] - mx) ** 2 for p in points)
-    if sxx == 0:
+    xs, ys = zip(*points)
+    try:
+        slope = statistics.linear_regression(xs, ys).slope
+    except statistics.StatisticsError:  # x does not vary
         return None
-    sxy = sum((p[0] - mx) * (p[1] - my) for p in points)
-    syy = sum((p[1] - my) ** 2 for p in points)
-    slope = sxy / sxx
-    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
-    xs = [p[0] for p in points]
+    r2 = statistics.correlation(xs, ys) ** 2 if len(set(ys)) > 1 else 0.0
     growth = slope * (max(xs) - min(xs))
     # Small dips (allocator noise) are tolerated: "not down" means within 1 % of the previous.
-    rising = sum(1 for a, b in zip(points, points[1:], strict=False) if b[1] >= a[1] * 0.99) / (n - 1)
+    rising = sum(1 for a, b in zip(points, points[1:], strict=False) if b[1] >= a[1] * 0.99) / (len(points) - 1)
     return Fit(slope, r2, growth, rising)
 
 

@@ -603,18 +603,8 @@ class Redactor:
 
     @staticmethod
     def _apply(text: str, spans: list[tuple[int, int]]) -> str:
-        parts: list[str] = []
-        last = 0
-        for start, end in spans:
-            parts.append(text[last:start])
-            parts.append(MASK)
-            last = end
-        parts.append(text[last:])
-        return "".join(parts)
-
-    def secrets_in(self, text: str) -> list[str]:
-        """The parts of ``text`` that :meth:`redact_text` masks, in order."""
-        return [text[a:b] for a, b in self._spans(text)] if isinstance(text, str) else []
+        bounds = [0, *(i for span in spans for i in span), len(text)]  # the kept pieces: bounds[k]..bounds[k + 1]
+        return MASK.join(text[bounds[k]:bounds[k + 1]] for k in range(0, len(bounds), 2))
 
     def redact_text(self, s: str, edges: bool = False) -> str:
         """``s`` with every known secret value and credential-looking part replaced by ``***``;
@@ -746,7 +736,7 @@ def argv_secrets(argv: Sequence[str]) -> set[str]:
     return {v for a, secret in _argv_marks([str(x) for x in argv])
             # a word without an anchor holds nothing the pattern can find (its every match starts at one)
             if secret is not None or (len(a) >= MIN_SECRET_LEN and not _ANCHORS.isdisjoint(a))
-            for v in ([secret] if secret is not None else _DEFAULT.secrets_in(a)) if _worth_masking_everywhere(v)}
+            for v in ([secret] if secret is not None else (a[x:y] for x, y in _DEFAULT._spans(a))) if _worth_masking_everywhere(v)}
 
 
 _DEFAULT = Redactor()
