@@ -365,12 +365,6 @@ _NEEDS_NAME_SOURCE = "(?i:" + "|".join(re.escape(w) for w in _NAMES) + ")|://"
 # The same test for ASCII text, where re's case-insensitive match is plain lower-casing: substrings (each
 # name that holds another left out: "secret" finds "secret_key"), about 1 us against the pattern's 20-60 us.
 _NAME_WORDS = tuple(sorted({w for w in _NAMES if not any(o != w and o in w for o in _NAMES)}))
-_NAME_ANCHORS = frozenset(":=")
-
-
-@functools.cache
-def _needs_name() -> re.Pattern[str]:
-    return re.compile(_NEEDS_NAME_SOURCE)
 
 
 def _may_hold_name(text: str) -> bool:
@@ -378,7 +372,7 @@ def _may_hold_name(text: str) -> bool:
     if text.isascii():
         low = text.lower()
         return "://" in text or any(w in low for w in _NAME_WORDS)
-    return _needs_name().search(text) is not None  # other alphabets: re's own case folding (K, ſ)
+    return _compile_part(_NEEDS_NAME_SOURCE).search(text) is not None  # other alphabets: re's own case folding (K, ſ)
 
 
 @functools.cache
@@ -388,7 +382,7 @@ def _static_sources() -> tuple[dict[str, str], dict[str, tuple[str, int]], froze
 
 @functools.cache
 def _compile_part(source: str) -> re.Pattern[str]:
-    """A part without a known value's branch: the same for every redactor, compiled once per process."""
+    """A pattern the same for every redactor (a part without a known value's branch), compiled once per process."""
     return re.compile(source)
 
 
@@ -463,7 +457,7 @@ class Redactor:
         for anchor, source in sources.items():
             if anchor not in text:
                 continue
-            if anchor in _NAME_ANCHORS and anchor not in known_anchors and not _may_hold_name(text):
+            if anchor in ":=" and anchor not in known_anchors and not _may_hold_name(text):
                 continue
             if anchor in known_anchors:  # this redactor's own (its known values): compiled for it alone
                 if (pat := self._own_parts.get(anchor)) is None:
