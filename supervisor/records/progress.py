@@ -32,10 +32,6 @@ HISTORY_METRICS = 8
 HISTORY_WINDOW_S = 1.0
 
 
-def preset_names() -> tuple[str, ...]:
-    return tuple(PRESETS)
-
-
 @dataclass(frozen=True)
 class Observation:
     step: int | None

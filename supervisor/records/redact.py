@@ -376,11 +376,6 @@ def _may_hold_name(text: str) -> bool:
 
 
 @functools.cache
-def _static_sources() -> tuple[dict[str, str], dict[str, tuple[str, int]], frozenset[str]]:
-    return _sources(())
-
-
-@functools.cache
 def _compile_part(source: str) -> re.Pattern[str]:
     """A pattern the same for every redactor (a part without a known value's branch), compiled once per process."""
     return re.compile(source)
@@ -445,7 +440,7 @@ class Redactor:
 
     @functools.cached_property
     def _parts(self) -> tuple[dict[str, str], dict[str, tuple[str, int]], frozenset[str]]:
-        return _sources(self.secrets) if self.secrets else _static_sources()
+        return _sources(self.secrets)
 
     def _searches(self, text: str, whole: bool) -> list[Callable[[str, int], re.Match[str] | None]]:
         """The compiled searches that can find a match in ``text``: the whole pattern, or the parts of the
