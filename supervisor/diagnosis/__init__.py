@@ -47,4 +47,26 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [*_WHERE, "clean_line", "normalize", "strip_prefixes"]
+__all__ = [
+    "CATEGORIES",
+    "DependencyTracker",
+    "MemoryGrowthDetector",
+    "dependency_down",
+    "AttemptRecord",
+    "Diagnosis",
+    "Flag",
+    "HostEvidence",
+    "clean_line",
+    "detect_attempt_patterns",
+    "diagnose",
+    "diagnose_command",
+    "diagnose_file",
+    "diagnose_run",
+    "format_run",
+    "normalize",
+    "normalize_signal",
+    "parse_kernel_log",
+    "parse_memory_events",
+    "read_host_evidence",
+    "strip_prefixes",
+]

@@ -40,7 +40,7 @@ def fit_growth(points: list[tuple[float, float]]) -> Fit | None:
     """Least-squares fit of ``y`` (MB) against ``x`` (step); None when x does not vary."""
     if len(points) < 2:
         return None
-    xs, ys = zip(*points)
+    xs, ys = zip(*points, strict=True)
     try:
         slope = statistics.linear_regression(xs, ys).slope
     except statistics.StatisticsError:  # x does not vary
