@@ -333,8 +333,7 @@ def _count(scan: _LogScan, line: str) -> None:
         entry[1:3] = _stretch(entry[1], entry[2], ts)
     elif partial is not None:
         kind, naive = partial
-        span = entry[4].setdefault(kind, [naive, naive])
-        span[0], span[1] = min(span[0], naive), max(span[1], naive)
+        entry[4][kind] = _stretch(*entry[4].get(kind, (None, None)), naive)
     if len(entry[3]) < MAX_SAMPLES:
         entry[3].append(text[:300])
 

@@ -145,12 +145,9 @@ def _is_setting(value: str) -> bool:
 
 def _is_existing_path(value: str) -> bool:
     # GOOGLE_APPLICATION_CREDENTIALS=/path/creds.json names where a secret is, not the secret.
-    if not value.startswith(("/", "~/", "./", "../")) or any(c.isspace() for c in value):
-        return False
-    try:
-        return os.path.exists(os.path.expanduser(value))
-    except (OSError, ValueError):
-        return False
+    # (os.path.exists answers False for a path it cannot check, a NUL byte included: it never raises)
+    return (_is_pathlike(value) and not any(c.isspace() for c in value)
+            and os.path.exists(os.path.expanduser(value)))
 
 
 def _is_secret_value(name: str, value: str) -> bool:
