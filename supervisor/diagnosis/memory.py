@@ -2,11 +2,9 @@
 
 Pure: the caller feeds samples (time, step, megabytes) and gets a :class:`~.patterns.Flag` once
 per episode. A leak shows as memory that grows *linearly with steps*: the detector fits a
-least-squares line of memory against step over a sliding time window and flags when the fit is
-good (r² high), the slope is positive, most consecutive samples go up or stay, the most recent
-third of the window still climbs at half the overall rate or more, and the total growth is large
-both in absolute (MB) and relative terms. A one-off jump (a cache warming up,
-a bigger batch) fits a line badly and is not flagged.
+least-squares line of memory against step over a sliding time window and flags a steady, large climb
+that goes on to the end (:meth:`MemoryGrowthDetector._steady_growth`). A one-off jump (a cache
+warming up, a bigger batch) fits a line badly and is not flagged.
 """
 
 from __future__ import annotations
@@ -126,8 +124,7 @@ class MemoryGrowthDetector:
         """(the fit, the first level) where the window grew steadily enough to be a leak, still growing at the end."""
         if len(series) < self.min_samples:
             return None
-        pts = [(float(s.step), s.mb) for s in series]
-        fit = fit_growth(pts)
+        fit = fit_growth([(float(s.step), s.mb) for s in series])
         if fit is None or fit.slope <= 0:
             return None
         first = min(s.mb for s in list(series)[: max(1, len(series) // 4)])

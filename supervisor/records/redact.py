@@ -6,9 +6,8 @@ What counts as a secret:
   ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*PASSWD*``, ``*CREDENTIAL*``, ``*AUTH*``,
   ``*COOKIE*``, a ``PAT`` word as in ``GITHUB_PAT``), and a high-entropy value of one named like a
   session (``SESSION_ID``);
-* **by value**: anything with a known token prefix (``hf_``, ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``,
-  ``github_pat_``, ``glpat-``, ``sk-``/``sk-ant-``/``sk-proj-``, ``xoxb-``/``xoxp-``..., ``AKIA``/``ASIA``,
-  ``AIza``, ``ya29.``, ``npm_``, ``pypi-``, JWTs ``eyJ...``), wherever it appears;
+* **by value**: anything with a known token prefix (:data:`_TOKEN_FORMATS`: ``hf_``, ``ghp_``, ``sk-``,
+  ``AKIA``, JWTs ``eyJ...`` and more), wherever it appears;
 * **by context**: what follows a credential-named option or assignment (``--api-key X``,
   ``--github-pat=X``, ``HF_TOKEN=X``, ``"password": "X"``), an ``Authorization``/``Cookie`` header,
   ``Bearer X``, URL userinfo (``https://user:X@host``), and after a one-letter option (``-k X``)
