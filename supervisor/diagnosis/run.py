@@ -333,7 +333,8 @@ def _count(scan: _LogScan, line: str) -> None:
         entry[1:3] = _stretch(entry[1], entry[2], ts)
     elif partial is not None:
         kind, naive = partial
-        entry[4][kind] = _stretch(*entry[4].get(kind, (None, None)), naive)
+        span = entry[4].setdefault(kind, [naive, naive])
+        span[0], span[1] = min(span[0], naive), max(span[1], naive)
     if len(entry[3]) < MAX_SAMPLES:
         entry[3].append(text[:300])
 
