@@ -558,8 +558,6 @@ def _locate_by_cut_traceback(cands: list[_Candidate], norm: list[Line], covered:
     traceback's innermost user frame is where the user's code met the failure."""
     cut = [(ln.index, k) for k, ln in enumerate(norm)
            if ln.index not in covered and TRACEBACK_START.match(ln.text.strip())]
-    if not cut:
-        return
     for c in cands:
         if c.rich or c.location is not None:
             continue
@@ -688,12 +686,11 @@ def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:
     evidence = [f'File "{f.file}", line {f.line}, in {f.func}' for f in root.frames[-3:]]
     evidence.append(root.exception_line or root.text)
     evidence.extend(_following(norm, root))
-    exc_text = root.text
-    summary = _shorten(exc_text) + _at(loc, library=library)
     wrapped = chain.excs[-1]
     if wrapped is not root:
         evidence.append(wrapped.exception_line or wrapped.text)
-    return _Candidate(root.end, cat, tier, summary, exc_text, loc, evidence, rich=True, library=library)
+    return _Candidate(root.end, cat, tier, _shorten(root.text) + _at(loc, library=library), root.text, loc, evidence,
+                      rich=True, library=library)
 
 
 def _following(norm: list[Line], exc: Exc) -> list[str]:
@@ -816,8 +813,7 @@ def _count_and_corroborate(chosen: _Candidate, cands: list[_Candidate]) -> None:
     chosen.streams = max(chosen.streams, len(streams))
     extra = [c.evidence[0] for c in cands if c is not chosen and not c.rich and c.category == chosen.category
              and c.evidence]
-    if extra:
-        chosen.evidence = chosen.evidence + extra[:3]
+    chosen.evidence = chosen.evidence + extra[:3]
 
 
 def _frames_after(norm: list[Line], k: int) -> list[Frame]:
@@ -875,13 +871,11 @@ def _exception_after_frames(norm: list[Line], k: int) -> tuple[int, str] | None:
 def _describe_ray(c: _Candidate, norm: list[Line]) -> None:
     """A Ray actor/worker death: name the actor and Ray's reason, list Ray's possible causes in the
     hint (never asserting one), and keep Ray's own lines in the evidence (see :mod:`.ray_deaths`)."""
-    texts = [ln.text for ln in norm]
     pos = next((k for k, ln in enumerate(norm) if ln.index == c.index), len(norm) - 1)
-    rd = describe_ray_death(texts, pos)
+    rd = describe_ray_death([ln.text for ln in norm], pos)
     if not (rd.exc_type or rd.why or rd.lines):
         return
-    where = _at(c.location, library=c.library)
-    c.summary = rd.summary() + where
+    c.summary = rd.summary() + _at(c.location, library=c.library)
     c.hint = rd.hint()
     frames = [e for e in c.evidence if e.startswith("File ")]
     rest = [e for e in c.evidence if not e.startswith("File ")]
