@@ -409,11 +409,8 @@ class Redactor:
         for s in secrets:
             if not isinstance(s, str) or len(s) < MIN_SECRET_LEN:
                 continue
-            vals.add(s)
-            # As it shows up in a URL (percent-encoded) or in JSON output (escaped), too.
-            for shown in (quote(s, safe=""), json.dumps(s, ensure_ascii=False)[1:-1]):
-                if shown != s:
-                    vals.add(shown)
+            # As it is, and as it shows up in a URL (percent-encoded) or in JSON output (escaped).
+            vals.update((s, quote(s, safe=""), json.dumps(s, ensure_ascii=False)[1:-1]))
             if "\n" in s:  # a PEM key in a variable: log lines show it one line at a time
                 vals.update(line.strip() for line in s.splitlines() if len(line.strip()) >= _MIN_PLAIN_LEN)
             vals.update(_disguises(s))
