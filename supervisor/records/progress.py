@@ -297,10 +297,7 @@ class ProgressTracker:
     _points: deque[tuple[float, int]] = field(default_factory=deque)
 
     def observe_all(self, obs: Iterable[Observation], now: float) -> bool:
-        changed = False
-        for o in obs:
-            changed |= self.observe(o, now)
-        return changed
+        return any([self.observe(o, now) for o in obs])  # (a list: every observation is applied)
 
     def observe(self, o: Observation, now: float) -> bool:
         changed = False
