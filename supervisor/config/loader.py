@@ -633,13 +633,13 @@ def _component_problems(cfg: Config, n: str, c: Component, at: Callable[..., Pro
 
 
 def _value_problems(n: str, c: Component, at: Callable[..., Problem]) -> Iterator[Problem]:
-    from ..records.progress import preset_names
+    from ..records.presets import PRESETS
 
     base: Path_ = ("components", n, "progress")
     if c.progress and c.progress.preset is None and c.progress.pattern is None:
         yield at(base, "progress needs `pattern` or `preset`")
-    if c.progress and c.progress.preset is not None and c.progress.preset not in preset_names():
-        hint = did_you_mean(c.progress.preset, preset_names(), "presets")
+    if c.progress and c.progress.preset is not None and c.progress.preset not in PRESETS:
+        hint = did_you_mean(c.progress.preset, list(PRESETS), "presets")
         yield at(base + ("preset",), f"unknown progress preset {c.progress.preset!r}{hint}")
     for i, g in enumerate(c.resume.clean if c.resume else []):
         yield from (at(("components", n, "resume", "clean", i), m) for m in _clean_glob_problems(g))

@@ -10,19 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..records.diagnosis import CATEGORIES, Diagnosis, HostEvidence
-    from .dependency import (
-        CONNECTION_CATEGORIES,
-        DependencyFlag,
-        DependencyTracker,
-        connection_errors,
-        dependency_down,
-    )
-    from .engine import diagnose, find_step, normalize_signal
+    from .dependency import DependencyTracker, dependency_down
+    from .engine import diagnose, normalize_signal
     from .host import parse_kernel_log, parse_memory_events, read_host_evidence
-    from .memory import MemoryGrowthDetector, fit_growth
-    from .offline import diagnose_command, diagnose_file, format_human, read_tail
+    from .memory import MemoryGrowthDetector
+    from .offline import diagnose_command, diagnose_file
     from .patterns import AttemptRecord, Flag, detect_attempt_patterns
-    from .run import RunDiagnosis, RunFailure, RunSymptom, diagnose_run, format_run, is_run_dir
+    from .run import diagnose_run, format_run
 
 # Imported at once: the function `normalize` shares its name with its module, which would otherwise
 # take its place here as soon as another module imported it (the start-up needs it anyway).
@@ -32,13 +26,13 @@ from .normalize import clean_line, normalize, strip_prefixes
 # start its components, and the rest (the exit diagnosis, its patterns and regexes) only once one exits.
 _WHERE = {name: mod for mod, names in (
     ("..records.diagnosis", "CATEGORIES Diagnosis HostEvidence"),
-    (".dependency", "CONNECTION_CATEGORIES DependencyFlag DependencyTracker connection_errors dependency_down"),
-    (".engine", "diagnose find_step normalize_signal"),
+    (".dependency", "DependencyTracker dependency_down"),
+    (".engine", "diagnose normalize_signal"),
     (".host", "parse_kernel_log parse_memory_events read_host_evidence"),
-    (".memory", "MemoryGrowthDetector fit_growth"),
-    (".offline", "diagnose_command diagnose_file format_human read_tail"),
+    (".memory", "MemoryGrowthDetector"),
+    (".offline", "diagnose_command diagnose_file"),
     (".patterns", "AttemptRecord Flag detect_attempt_patterns"),
-    (".run", "RunDiagnosis RunFailure RunSymptom diagnose_run format_run is_run_dir"),
+    (".run", "diagnose_run format_run"),
 ) for name in names.split()}
 
 
@@ -55,16 +49,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CATEGORIES",
-    "CONNECTION_CATEGORIES",
-    "DependencyFlag",
     "DependencyTracker",
     "MemoryGrowthDetector",
-    "RunDiagnosis",
-    "RunFailure",
-    "RunSymptom",
-    "connection_errors",
     "dependency_down",
-    "fit_growth",
     "AttemptRecord",
     "Diagnosis",
     "Flag",
@@ -76,14 +63,10 @@ __all__ = [
     "diagnose_file",
     "diagnose_run",
     "format_run",
-    "is_run_dir",
-    "find_step",
-    "format_human",
     "normalize",
     "normalize_signal",
     "parse_kernel_log",
     "parse_memory_events",
     "read_host_evidence",
-    "read_tail",
     "strip_prefixes",
 ]

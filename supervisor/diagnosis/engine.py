@@ -46,6 +46,7 @@ from .signatures import (
 )
 from .tracebacks import (
     FRAME,
+    TRACEBACK_START,
     WRAP_MIN,
     Chain,
     ElasticFailure,
@@ -59,9 +60,6 @@ from .tracebacks import (
     find_timeout_dumps,
     is_user_frame,
     locate,
-)
-from .tracebacks import (
-    TRACEBACK_START as TRACEBACK_HEADER,
 )
 
 MAX_EVIDENCE = 12
@@ -173,8 +171,8 @@ def _stopped_by_rlsup(norm: list[Line], reason: str, last_step: int | None) -> D
     best = _choose(_candidates(norm)[0])
     if best is not None and not best.vague:
         found = _finish(best, last_step)
-        return replace(found, summary=_one_line(f"{found.summary}; rlsup ended it: {reason}"))
-    return Diagnosis("killed", _one_line(f"ended by rlsup: {reason}"), step=last_step,
+        return replace(found, summary=_shorten(f"{found.summary}; rlsup ended it: {reason}"))
+    return Diagnosis("killed", _shorten(f"ended by rlsup: {reason}"), step=last_step,
                      evidence=tuple(_tail_evidence(norm)),
                      hint="rlsup stopped it for the reason above; the lines before the stop say why it got there.")
 
@@ -259,7 +257,7 @@ def _finish(c: _Candidate, step: int | None) -> Diagnosis:
     summary = c.summary
     if c.streams > 1:
         summary += f" (same error on {c.streams} ranks)"
-    summary = _one_line(summary)
+    summary = _shorten(summary)
     evidence = tuple(_dedup(c.evidence)[:MAX_EVIDENCE])
     hint = c.hint or hint_for(c.category, " ".join((c.exception or "", summary, *evidence)))
     return Diagnosis(c.category, summary, c.exception, c.location, step, evidence,
@@ -517,16 +515,16 @@ def _engine_dead_location(tail: _Tail, k: int, text: str) -> tuple[str | None, b
     line: "EngineCore failed to start.") with the traceback cut off or its frames unindented, so
     no traceback was parsed: its frames still say where the engine was. (location, is library code)"""
     norm = tail.norm
-    if not (TRACEBACK_HEADER.search(text) or (
-            k + 1 < len(norm) and TRACEBACK_HEADER.search(norm[k + 1].text) and norm[k + 1].index not in tail.covered)):
+    if not (TRACEBACK_START.search(text) or (
+            k + 1 < len(norm) and TRACEBACK_START.search(norm[k + 1].text) and norm[k + 1].index not in tail.covered)):
         return None, False
     return locate(_frames_after(norm, k))
 
 
 def _signature_summary(name: str, text: str, loc: str | None, library: bool) -> str:
     """The summary of a failure named by a line: the line itself, except where it is not the failure's words."""
-    if name == "engine_dead" and TRACEBACK_HEADER.search(text):
-        head = TRACEBACK_HEADER.sub("", text).rstrip(" :")
+    if name == "engine_dead" and TRACEBACK_START.search(text):
+        head = TRACEBACK_START.sub("", text).rstrip(" :")
         return f"{head} (its traceback is cut off before the exception){_at(loc, library=library)}"
     if name == "collective_teardown":
         return f"NCCL's watchdog took the process down (a collective failed or timed out; the log does not say which): {text}"
@@ -559,9 +557,7 @@ def _locate_by_cut_traceback(cands: list[_Candidate], norm: list[Line], covered:
     after it, a traceback cut off before its exception (the driver's, waiting in ``ray.get``): the
     traceback's innermost user frame is where the user's code met the failure."""
     cut = [(ln.index, k) for k, ln in enumerate(norm)
-           if ln.index not in covered and TRACEBACK_HEADER.match(ln.text.strip())]
-    if not cut:
-        return
+           if ln.index not in covered and TRACEBACK_START.match(ln.text.strip())]
     for c in cands:
         if c.rich or c.location is not None:
             continue
@@ -690,12 +686,11 @@ def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:
     evidence = [f'File "{f.file}", line {f.line}, in {f.func}' for f in root.frames[-3:]]
     evidence.append(root.exception_line or root.text)
     evidence.extend(_following(norm, root))
-    exc_text = root.text
-    summary = _shorten(exc_text) + _at(loc, library=library)
     wrapped = chain.excs[-1]
     if wrapped is not root:
         evidence.append(wrapped.exception_line or wrapped.text)
-    return _Candidate(root.end, cat, tier, summary, exc_text, loc, evidence, rich=True, library=library)
+    return _Candidate(root.end, cat, tier, _shorten(root.text) + _at(loc, library=library), root.text, loc, evidence,
+                      rich=True, library=library)
 
 
 def _following(norm: list[Line], exc: Exc) -> list[str]:
@@ -818,8 +813,7 @@ def _count_and_corroborate(chosen: _Candidate, cands: list[_Candidate]) -> None:
     chosen.streams = max(chosen.streams, len(streams))
     extra = [c.evidence[0] for c in cands if c is not chosen and not c.rich and c.category == chosen.category
              and c.evidence]
-    if extra:
-        chosen.evidence = chosen.evidence + extra[:3]
+    chosen.evidence = chosen.evidence + extra[:3]
 
 
 def _frames_after(norm: list[Line], k: int) -> list[Frame]:
@@ -834,7 +828,7 @@ def _frames_after(norm: list[Line], k: int) -> list[Frame]:
         if m:
             frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
             flat = not m.group("indent")
-        elif TRACEBACK_HEADER.search(ln.text) and not frames:
+        elif TRACEBACK_START.search(ln.text) and not frames:
             continue  # "EngineCore failed to start." then "Traceback (most recent call last):"
         elif not ln.text[:1].isspace() and not (flat and bare_exception(ln.text.strip()) is None):
             break
@@ -877,13 +871,11 @@ def _exception_after_frames(norm: list[Line], k: int) -> tuple[int, str] | None:
 def _describe_ray(c: _Candidate, norm: list[Line]) -> None:
     """A Ray actor/worker death: name the actor and Ray's reason, list Ray's possible causes in the
     hint (never asserting one), and keep Ray's own lines in the evidence (see :mod:`.ray_deaths`)."""
-    texts = [ln.text for ln in norm]
     pos = next((k for k, ln in enumerate(norm) if ln.index == c.index), len(norm) - 1)
-    rd = describe_ray_death(texts, pos)
+    rd = describe_ray_death([ln.text for ln in norm], pos)
     if not (rd.exc_type or rd.why or rd.lines):
         return
-    where = _at(c.location, library=c.library)
-    c.summary = rd.summary() + where
+    c.summary = rd.summary() + _at(c.location, library=c.library)
     c.hint = rd.hint()
     frames = [e for e in c.evidence if e.startswith("File ")]
     rest = [e for e in c.evidence if not e.startswith("File ")]
@@ -994,9 +986,5 @@ def _at(loc: str | None, word: str = " at ", library: bool = False) -> str:
 def _shorten(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _SUMMARY_MAX else text[: _SUMMARY_MAX - 3] + "..."
-
-
-def _one_line(text: str) -> str:
-    return _shorten(text.replace("\n", " "))
 
 

@@ -39,9 +39,6 @@ def engine_of(command: str) -> str | None:
 
 def core_died(text: str) -> str | None:
     """The line of ``text`` (one or more lines) in which a vLLM API server says its engine core died, or None."""
-    m = CORE_DIED.search(text)
-    if m is None:
+    if CORE_DIED.search(text) is None:  # (one scan of the whole text; lines only where it holds one)
         return None
-    start = text.rfind("\n", 0, m.start()) + 1
-    end = text.find("\n", m.end())
-    return text[start:end if end >= 0 else len(text)].strip()
+    return next(line.strip() for line in text.split("\n") if CORE_DIED.search(line))

@@ -73,7 +73,5 @@ def hint_for(category: str, text: str = "") -> str:
         how = install_hint(m.group(1))
         if how:
             return f"Install the missing package: {how}"
-    for cats, pat, hint in _BY_MESSAGE:
-        if category in cats and text and pat.search(text):
-            return hint
-    return _BY_CATEGORY.get(category, "")
+    return next((hint for cats, pat, hint in _BY_MESSAGE if category in cats and text and pat.search(text)),
+                _BY_CATEGORY.get(category, ""))

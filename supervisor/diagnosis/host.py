@@ -34,17 +34,12 @@ def parse_kernel_log(text: str, pids: Iterable[int] | None = None) -> HostEviden
     killed: set[int] = set()
     for raw in text.splitlines():
         line = _KMSG_HEADER.sub("", raw).strip()
-        for pat in (_KILLED, _OOM_KILL, _REAPED):
-            m = pat.search(line)
-            if not m:
-                continue
-            p = int(m.group("pid"))
-            if wanted is not None and p not in wanted:
-                break
-            if pat is not _REAPED:
-                killed.add(p)
-            lines.append(line)
-            break
+        m = next((m for pat in (_KILLED, _OOM_KILL, _REAPED) if (m := pat.search(line))), None)
+        if m is None or (wanted is not None and int(m["pid"]) not in wanted):
+            continue
+        if m.re is not _REAPED:
+            killed.add(int(m["pid"]))
+        lines.append(line)
     return HostEvidence(tuple(lines[-12:]), frozenset(killed), None)
 
 
@@ -96,17 +91,10 @@ def _read_dmesg() -> str | None:
 def _cgroup_memory_events() -> int | None:
     try:
         cg = Path("/proc/self/cgroup").read_text()
-    except OSError:
+        rel = next(line[3:].strip().lstrip("/") for line in cg.splitlines() if line.startswith("0::"))
+        return parse_memory_events((Path("/sys/fs/cgroup") / rel / "memory.events").read_text())
+    except (OSError, StopIteration):  # no cgroup v2 entry, or its memory.events unreadable
         return None
-    for line in cg.splitlines():
-        if line.startswith("0::"):
-            rel = line[3:].strip().lstrip("/")
-            path = Path("/sys/fs/cgroup") / rel / "memory.events"
-            try:
-                return parse_memory_events(path.read_text())
-            except OSError:
-                return None
-    return None
 
 
 def read_host_evidence(pid: int | None) -> HostEvidence:

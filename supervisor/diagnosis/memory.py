@@ -2,15 +2,14 @@
 
 Pure: the caller feeds samples (time, step, megabytes) and gets a :class:`~.patterns.Flag` once
 per episode. A leak shows as memory that grows *linearly with steps*: the detector fits a
-least-squares line of memory against step over a sliding time window and flags when the fit is
-good (r² high), the slope is positive, most consecutive samples go up or stay, the most recent
-third of the window still climbs at half the overall rate or more, and the total growth is large
-both in absolute (MB) and relative terms. A one-off jump (a cache warming up,
-a bigger batch) fits a line badly and is not flagged.
+least-squares line of memory against step over a sliding time window and flags a steady, large climb
+that goes on to the end (:meth:`MemoryGrowthDetector._steady_growth`). A one-off jump (a cache
+warming up, a bigger batch) fits a line badly and is not flagged.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass
 
@@ -37,22 +36,17 @@ class Fit:
 
 def fit_growth(points: list[tuple[float, float]]) -> Fit | None:
     """Least-squares fit of ``y`` (MB) against ``x`` (step); None when x does not vary."""
-    n = len(points)
-    if n < 2:
+    if len(points) < 2:
         return None
-    mx = sum(p[0] for p in points) / n
-    my = sum(p[1] for p in points) / n
-    sxx = sum((p[0] - mx) ** 2 for p in points)
-    if sxx == 0:
+    xs, ys = zip(*points, strict=True)
+    try:
+        slope = statistics.linear_regression(xs, ys).slope
+    except statistics.StatisticsError:  # x does not vary
         return None
-    sxy = sum((p[0] - mx) * (p[1] - my) for p in points)
-    syy = sum((p[1] - my) ** 2 for p in points)
-    slope = sxy / sxx
-    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
-    xs = [p[0] for p in points]
+    r2 = statistics.correlation(xs, ys) ** 2 if len(set(ys)) > 1 else 0.0
     growth = slope * (max(xs) - min(xs))
     # Small dips (allocator noise) are tolerated: "not down" means within 1 % of the previous.
-    rising = sum(1 for a, b in zip(points, points[1:], strict=False) if b[1] >= a[1] * 0.99) / (n - 1)
+    rising = sum(1 for a, b in zip(points, points[1:], strict=False) if b[1] >= a[1] * 0.99) / (len(points) - 1)
     return Fit(slope, r2, growth, rising)
 
 
@@ -130,8 +124,7 @@ class MemoryGrowthDetector:
         """(the fit, the first level) where the window grew steadily enough to be a leak, still growing at the end."""
         if len(series) < self.min_samples:
             return None
-        pts = [(float(s.step), s.mb) for s in series]
-        fit = fit_growth(pts)
+        fit = fit_growth([(float(s.step), s.mb) for s in series])
         if fit is None or fit.slope <= 0:
             return None
         first = min(s.mb for s in list(series)[: max(1, len(series) // 4)])

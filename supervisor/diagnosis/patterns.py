@@ -120,9 +120,9 @@ def _false_success(history: Sequence[AttemptRecord], total: int | None) -> Flag 
         # uvicorn shutdown: vllm/entrypoints/launcher.py terminate_if_errored; seen on 0.32.0): a server that
         # lost its engine did not complete, whatever its exit code says.
         msg = f"exited 0 after its inference engine died ({last.diagnosis.summary}): treated as a failure"
-        return Flag("false_success", msg, (last.diagnosis.summary, *last.diagnosis.evidence)[:12], False)
-    if total is None:
+    elif total is None:
         return None
-    seen = "no step" if last.step is None else f"step {last.step}"
-    msg = f"exited 0 at {seen} of {total}: not finished, treated as a failure"
+    else:
+        seen = "no step" if last.step is None else f"step {last.step}"
+        msg = f"exited 0 at {seen} of {total}: not finished, treated as a failure"
     return Flag("false_success", msg, (last.diagnosis.summary, *last.diagnosis.evidence)[:12], False)

@@ -56,8 +56,7 @@ class RayDeath:
 
     def who(self) -> str:
         f = self.fields
-        cls = f.get("class_name", "")
-        short = cls.rsplit(".", 1)[-1].rsplit(">.", 1)[-1] if cls else ""
+        short = f.get("class_name", "").rsplit(".", 1)[-1]  # the class, without its module
         bits = [b for b in (f"pid {f['pid']}" if "pid" in f else "", f.get("name", ""),
                             f"on {f['ip']}" if "ip" in f else "") if b]
         what = f"Ray {self.kind}" + (f" {short}" if short else "")

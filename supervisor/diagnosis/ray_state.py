@@ -114,11 +114,6 @@ def parse_nodes(payload: bytes | str | Mapping[str, Any]) -> list[RayNode]:
             for r in _rows(payload)]
 
 
-def _first_lines(text: str, n: int = 3) -> str:
-    lines = [x.strip() for x in str(text).splitlines() if x.strip()]
-    return " ".join(lines[:n])
-
-
 def parse_actors(payload: bytes | str | Mapping[str, Any]) -> list[RayActor]:
     """The actors of ``GET /api/v0/actors?detail=true`` (without ``detail`` there is no death cause)."""
     out = []
@@ -129,12 +124,13 @@ def parse_actors(payload: bytes | str | Mapping[str, Any]) -> list[RayActor]:
         ctx = cause.get(kind) if kind else None
         ctx = ctx if isinstance(ctx, Mapping) else {}
         error = ctx.get("error_message") or ctx.get("formatted_exception_string") or ctx.get("error_msg")
+        error = " ".join([x.strip() for x in str(error).splitlines() if x.strip()][:3]) if error else None  # first lines
         nd = ctx.get("node_death_info")
         out.append(RayActor(
             actor_id=str(r.get("actor_id") or ""), class_name=str(r.get("class_name") or ""),
             name=r.get("name") or None, state=str(r.get("state") or "UNKNOWN"), node_id=r.get("node_id") or None,
             pid=_int(r.get("pid")) or None, job_id=r.get("job_id") or None, cause_kind=kind,
-            reason=ctx.get("reason") or None, error=_first_lines(error) if error else None,
+            reason=ctx.get("reason") or None, error=error,
             node_death=dict(nd) if isinstance(nd, Mapping) else {}))
     return out
 

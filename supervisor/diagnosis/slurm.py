@@ -1,17 +1,10 @@
 """Slurm's own failure lines in a step's output, as diagnosis categories attributed to rank and node.
 
 A component that runs as an ``srun`` step (supervisor.slurm.launcher) has srun's and slurmstepd's
-messages in its log next to its own output. They name causes the program cannot print itself:
-
-- ``node_failure``: srun's ``Node failure on <nodes>`` (src/srun/srun_job.c / launch plugin:
-  ``error("Node failure on %s", msg->nodelist)``), slurmstepd's ``*** JOB J ON <node> CANCELLED AT ...
-  DUE TO NODE FAILURE ...***``, and a task launch that cannot reach the node's slurmd (``Task launch
-  for StepId=J.S failed on node <node>: Communication connection failure``);
-- ``step_launch_failure``: ``Task launch for StepId=J.S failed on node <node>: ...`` and
-  ``Unable to create step for job J: ...``;
-- ``time_limit``: ``*** STEP J.S ON <node> CANCELLED AT ... DUE TO TIME LIMIT ***`` (also JOB);
-- ``oom_kill``: ``Detected N oom_kill event(s) in StepId=J.S`` (cgroup memory limit) and srun's
-  ``<node>: task R: Out Of Memory``.
+messages in its log next to its own output. They name causes the program cannot print itself, in
+Slurm's own words (:data:`_RULES`; src/srun/srun_job.c, the launch plugin, slurmstepd): ``node_failure``
+(``Node failure on <nodes>``, a job cancelled DUE TO NODE FAILURE, a task launch that cannot reach the
+node's slurmd), ``step_launch_failure``, ``time_limit`` and ``oom_kill`` (the step's cgroup OOM killer).
 
 srun's ``<node>: task(s) R: <how>`` lines name which rank on which node ended first; that is the
 attribution kept in ``rank`` and ``node``. These refine the one-machine diagnosis (a task killed by

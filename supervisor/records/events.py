@@ -623,7 +623,7 @@ def standing(checkpoints: dict[str, Any] | None) -> str:
                             f"{n} with no checkpoint" for n, c in checkpoints.items())
 
 
-# One handler per class: what happened, in words (without time and component).
+# One handler per class: what happened, in words (without time and component); else the kind names it.
 _WORDS: dict[type[Event], Callable[[Any], str]] = {
     RunStarted: _run_started,
     RunEnded: lambda e: f"run ended: {e.reason} (exit code {e.exit_code})" + standing(e.checkpoints),
@@ -637,7 +637,6 @@ _WORDS: dict[type[Event], Callable[[Any], str]] = {
     ComponentReady: lambda e: f"ready ({e.probe})",
     ComponentExited: _exited,
     RestartScheduled: lambda e: f"restarting in {e.delay_s:.1f}s (attempt {e.attempt}; {e.reason})",
-    ComponentCompleted: lambda e: "completed",
     ComponentFatal: lambda e: f"FATAL: {e.reason}",
     ComponentStopping: lambda e: f"stopping ({e.signal}, by {e.by}{f'; {e.reason}' if e.reason else ''})",
     ComponentStopped: lambda e: f"stopped (by {e.by})",

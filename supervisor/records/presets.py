@@ -179,14 +179,7 @@ _TRL = Preset(
     ),
 )
 
-PRESETS: dict[str, Preset] = {
-    "rlsup": _RLSUP,
-    "prime-rl": _PRIME,
-    "areal": _AREAL,
-    "verl": _VERL,
-    "trl": _TRL,
-    "hf": _TRL,
-}
+PRESETS: dict[str, Preset] = {p.name: p for p in (_RLSUP, _PRIME, _AREAL, _VERL, _TRL)} | {"hf": _TRL}
 
 
 # --- reference parser ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ output, and the scan stays in C.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,10 +30,6 @@ MAX_OBS_PER_CHUNK = 64
 HISTORY_POINTS = 256
 HISTORY_METRICS = 8
 HISTORY_WINDOW_S = 1.0
-
-
-def preset_names() -> tuple[str, ...]:
-    return tuple(PRESETS)
 
 
 @dataclass(frozen=True)
@@ -153,9 +150,7 @@ class MetricHistory:
         every, steps = self.every, self.steps
         key = step // every
         if steps and steps[-1] > step:  # a rewind: the buckets from this step on are redone
-            cut = len(steps)
-            while cut and steps[cut - 1] // every >= key:
-                cut -= 1
+            cut = bisect_left(steps, key * every)
             del steps[cut:], self.sums[cut:], self.counts[cut:], self.touched[cut:]
         if steps and steps[-1] // every == key:
             steps[-1] = max(steps[-1], step)
@@ -185,9 +180,7 @@ class MetricHistory:
         (a suffix of the list, never empty when there are points)."""
         start = 0
         if since is not None and self.steps:
-            start = len(self.steps) - 1
-            while start and self.touched[start - 1] >= since:
-                start -= 1
+            start = min(bisect_left(self.touched, since), len(self.steps) - 1)
         return [[self.steps[i], _round(self.sums[i] / self.counts[i]), self.counts[i]]
                 for i in range(start, len(self.steps))]
 
@@ -242,20 +235,14 @@ def merge_history(stored: dict[str, dict[str, object]] | None,
     out = stored if stored is not None else {}
     for metric, d in delta.items():
         every = int(d.get("every") or 1)  # type: ignore[call-overload]
-        h = out.get(metric)
-        if h is None:
-            h = out[metric] = {"every": every, "points": []}
+        h = out.setdefault(metric, {"every": every, "points": []})
         pts: list[list[float]] = h["points"]  # type: ignore[assignment]
         if every > int(h.get("every") or 1):  # type: ignore[call-overload]
             pts = h["points"] = compact_points(pts, every)
         new = d.get("points")
         tail = [list(p) for p in new if isinstance(p, list | tuple)] if isinstance(new, list) else []
         if tail:
-            first = tail[0][0] // every
-            cut = len(pts)
-            while cut and pts[cut - 1][0] // every >= first:
-                cut -= 1
-            del pts[cut:]
+            del pts[bisect_left(pts, tail[0][0] // every * every, key=lambda p: p[0]):]
             pts.extend(tail)
             if len(pts) > 2 * HISTORY_POINTS:  # a producer that never compacts cannot grow this
                 pts = h["points"] = compact_points(pts, every * 2)
@@ -310,10 +297,7 @@ class ProgressTracker:
     _points: deque[tuple[float, int]] = field(default_factory=deque)
 
     def observe_all(self, obs: Iterable[Observation], now: float) -> bool:
-        changed = False
-        for o in obs:
-            changed |= self.observe(o, now)
-        return changed
+        return any([self.observe(o, now) for o in obs])  # (a list: every observation is applied)
 
     def observe(self, o: Observation, now: float) -> bool:
         changed = False
@@ -344,9 +328,7 @@ class ProgressTracker:
         self.metrics.update(metrics)
         at = self.step if self.step is not None else -1
         for k, v in metrics.items():
-            h = self.history.get(k)
-            if h is None:
-                h = self.history[k] = deque(maxlen=self.history_len)
+            h = self.history.setdefault(k, deque(maxlen=self.history_len))
             if h and h[-1][0] == at:
                 h[-1] = (at, v)
             else:

@@ -55,6 +55,7 @@ says what was done (``message``) or why not (``error``).
 from __future__ import annotations
 
 import json
+from itertools import accumulate
 from typing import Any
 
 VERSION = 1
@@ -99,11 +100,7 @@ def decode(line: bytes | str) -> dict[str, Any]:
 
 def _depth(raw: bytes) -> int:
     """How deeply ``raw`` nests brackets (strings are not parsed: an upper bound is enough here)."""
-    depth = deepest = 0
-    for b in raw.translate(None, delete=_NOT_BRACKETS):
-        depth += 1 if b in (0x5B, 0x7B) else -1
-        deepest = max(deepest, depth)
-    return deepest
+    return max(accumulate((1 if b in b"[{" else -1 for b in raw.translate(None, delete=_NOT_BRACKETS)), initial=0))
 
 
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")

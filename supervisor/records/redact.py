@@ -6,9 +6,8 @@ What counts as a secret:
   ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*PASSWD*``, ``*CREDENTIAL*``, ``*AUTH*``,
   ``*COOKIE*``, a ``PAT`` word as in ``GITHUB_PAT``), and a high-entropy value of one named like a
   session (``SESSION_ID``);
-* **by value**: anything with a known token prefix (``hf_``, ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``,
-  ``github_pat_``, ``glpat-``, ``sk-``/``sk-ant-``/``sk-proj-``, ``xoxb-``/``xoxp-``..., ``AKIA``/``ASIA``,
-  ``AIza``, ``ya29.``, ``npm_``, ``pypi-``, JWTs ``eyJ...``), wherever it appears;
+* **by value**: anything with a known token prefix (:data:`_TOKEN_FORMATS`: ``hf_``, ``ghp_``, ``sk-``,
+  ``AKIA``, JWTs ``eyJ...`` and more), wherever it appears;
 * **by context**: what follows a credential-named option or assignment (``--api-key X``,
   ``--github-pat=X``, ``HF_TOKEN=X``, ``"password": "X"``), an ``Authorization``/``Cookie`` header,
   ``Bearer X``, URL userinfo (``https://user:X@host``), and after a one-letter option (``-k X``)
@@ -145,12 +144,9 @@ def _is_setting(value: str) -> bool:
 
 def _is_existing_path(value: str) -> bool:
     # GOOGLE_APPLICATION_CREDENTIALS=/path/creds.json names where a secret is, not the secret.
-    if not value.startswith(("/", "~/", "./", "../")) or any(c.isspace() for c in value):
-        return False
-    try:
-        return os.path.exists(os.path.expanduser(value))
-    except (OSError, ValueError):
-        return False
+    # (os.path.exists answers False for a path it cannot check, a NUL byte included: it never raises)
+    return (_is_pathlike(value) and not any(c.isspace() for c in value)
+            and os.path.exists(os.path.expanduser(value)))
 
 
 def _is_secret_value(name: str, value: str) -> bool:
@@ -365,12 +361,6 @@ _NEEDS_NAME_SOURCE = "(?i:" + "|".join(re.escape(w) for w in _NAMES) + ")|://"
 # The same test for ASCII text, where re's case-insensitive match is plain lower-casing: substrings (each
 # name that holds another left out: "secret" finds "secret_key"), about 1 us against the pattern's 20-60 us.
 _NAME_WORDS = tuple(sorted({w for w in _NAMES if not any(o != w and o in w for o in _NAMES)}))
-_NAME_ANCHORS = frozenset(":=")
-
-
-@functools.cache
-def _needs_name() -> re.Pattern[str]:
-    return re.compile(_NEEDS_NAME_SOURCE)
 
 
 def _may_hold_name(text: str) -> bool:
@@ -378,17 +368,12 @@ def _may_hold_name(text: str) -> bool:
     if text.isascii():
         low = text.lower()
         return "://" in text or any(w in low for w in _NAME_WORDS)
-    return _needs_name().search(text) is not None  # other alphabets: re's own case folding (K, ſ)
-
-
-@functools.cache
-def _static_sources() -> tuple[dict[str, str], dict[str, tuple[str, int]], frozenset[str]]:
-    return _sources(())
+    return _compile_part(_NEEDS_NAME_SOURCE).search(text) is not None  # other alphabets: re's own case folding (K, ſ)
 
 
 @functools.cache
 def _compile_part(source: str) -> re.Pattern[str]:
-    """A part without a known value's branch: the same for every redactor, compiled once per process."""
+    """A pattern the same for every redactor (a part without a known value's branch), compiled once per process."""
     return re.compile(source)
 
 
@@ -424,11 +409,8 @@ class Redactor:
         for s in secrets:
             if not isinstance(s, str) or len(s) < MIN_SECRET_LEN:
                 continue
-            vals.add(s)
-            # As it shows up in a URL (percent-encoded) or in JSON output (escaped), too.
-            for shown in (quote(s, safe=""), json.dumps(s, ensure_ascii=False)[1:-1]):
-                if shown != s:
-                    vals.add(shown)
+            # As it is, and as it shows up in a URL (percent-encoded) or in JSON output (escaped).
+            vals.update((s, quote(s, safe=""), json.dumps(s, ensure_ascii=False)[1:-1]))
             if "\n" in s:  # a PEM key in a variable: log lines show it one line at a time
                 vals.update(line.strip() for line in s.splitlines() if len(line.strip()) >= _MIN_PLAIN_LEN)
             vals.update(_disguises(s))
@@ -451,7 +433,7 @@ class Redactor:
 
     @functools.cached_property
     def _parts(self) -> tuple[dict[str, str], dict[str, tuple[str, int]], frozenset[str]]:
-        return _sources(self.secrets) if self.secrets else _static_sources()
+        return _sources(self.secrets)
 
     def _searches(self, text: str, whole: bool) -> list[Callable[[str, int], re.Match[str] | None]]:
         """The compiled searches that can find a match in ``text``: the whole pattern, or the parts of the
@@ -463,7 +445,7 @@ class Redactor:
         for anchor, source in sources.items():
             if anchor not in text:
                 continue
-            if anchor in _NAME_ANCHORS and anchor not in known_anchors and not _may_hold_name(text):
+            if anchor in ":=" and anchor not in known_anchors and not _may_hold_name(text):
                 continue
             if anchor in known_anchors:  # this redactor's own (its known values): compiled for it alone
                 if (pat := self._own_parts.get(anchor)) is None:
@@ -603,18 +585,8 @@ class Redactor:
 
     @staticmethod
     def _apply(text: str, spans: list[tuple[int, int]]) -> str:
-        parts: list[str] = []
-        last = 0
-        for start, end in spans:
-            parts.append(text[last:start])
-            parts.append(MASK)
-            last = end
-        parts.append(text[last:])
-        return "".join(parts)
-
-    def secrets_in(self, text: str) -> list[str]:
-        """The parts of ``text`` that :meth:`redact_text` masks, in order."""
-        return [text[a:b] for a, b in self._spans(text)] if isinstance(text, str) else []
+        bounds = [0, *(i for span in spans for i in span), len(text)]  # the kept pieces: bounds[k]..bounds[k + 1]
+        return MASK.join(text[bounds[k]:bounds[k + 1]] for k in range(0, len(bounds), 2))
 
     def redact_text(self, s: str, edges: bool = False) -> str:
         """``s`` with every known secret value and credential-looking part replaced by ``***``;
@@ -746,7 +718,7 @@ def argv_secrets(argv: Sequence[str]) -> set[str]:
     return {v for a, secret in _argv_marks([str(x) for x in argv])
             # a word without an anchor holds nothing the pattern can find (its every match starts at one)
             if secret is not None or (len(a) >= MIN_SECRET_LEN and not _ANCHORS.isdisjoint(a))
-            for v in ([secret] if secret is not None else _DEFAULT.secrets_in(a)) if _worth_masking_everywhere(v)}
+            for v in ([secret] if secret is not None else (a[x:y] for x, y in _DEFAULT._spans(a))) if _worth_masking_everywhere(v)}
 
 
 _DEFAULT = Redactor()
