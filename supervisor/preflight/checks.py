@@ -49,17 +49,6 @@ MODULE_CHECK_TIMEOUT_S = 30.0
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "::", ""}
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 
-# Run in the component's interpreter, cwd and environment; sys.path[0] is the cwd, as for `python -m`.
-_FIND_SPEC = (
-    "import importlib.util,sys\n"
-    "try:\n"
-    "    s = importlib.util.find_spec(sys.argv[1])\n"
-    "except ModuleNotFoundError:\n"
-    "    s = None\n"
-    "sys.exit(0 if s is not None else 3)\n"
-)
-
-
 @dataclass(frozen=True)
 class Finding:
     """One problem (or, for ``info``, one fact worth showing) found by a check.
@@ -132,11 +121,9 @@ def run_checks(cfg: Config, *, smoke: bool = False, fast: bool = False, gpu_samp
     _check_outputs(ctx, min_free_gb)
     _check_ports(ctx)
     _check_slurm(ctx)
+    _check_modules(ctx, QUICK_MODULES_S if fast else MODULE_CHECK_TIMEOUT_S, full=not fast)
     if not fast:
-        _check_modules(ctx)
         _check_gpus(ctx, gpu_sampler)
-    else:
-        _check_modules_quick(ctx)
     for name, comp in cfg.components.items() if smoke else ():
         if comp.smoke is not None:
             _run_smoke(ctx, name, comp, smoke_timeout)
@@ -510,46 +497,7 @@ def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str],
                 ("components", name, "command"))
 
 
-def _check_modules(ctx: _Ctx) -> None:
-    """``python -m MOD``: is MOD importable by that interpreter, in that cwd and environment?"""
-    if not ctx.modules:
-        return
-    ctx.progress(f"checking {len(ctx.modules)} python module(s) in their interpreters")
-    running: dict[tuple[str, str, str], tuple[subprocess.Popen[bytes] | None, str, str]] = {}
-    for name, interp, mod, cwd, why in ctx.modules:
-        if (name, interp, mod) in running:
-            continue
-        try:
-            proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [interp, "-c", _FIND_SPEC, mod], cwd=cwd, env=ctx.env_for(name, ctx.cfg.components[name]),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-            err = ""
-        except OSError as e:
-            proc, err = None, e.strerror or str(e)
-        running[(name, interp, mod)] = (proc, err, why)
-    deadline = time.monotonic() + MODULE_CHECK_TIMEOUT_S
-    for (name, interp, mod), (proc, err, why) in running.items():
-        path = ("components", name, "command")
-        if proc is None:
-            ctx.add("error", "command", name, f"cannot start {interp}: {err}", "fix the interpreter", path)
-            continue
-        try:
-            _, stderr = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            ctx.add("warning", "command", name,
-                    f"could not tell within {MODULE_CHECK_TIMEOUT_S:g}s whether {interp} can import {mod!r} "
-                    "(importing its parent package is slow)",
-                    f"run `{interp} -c 'import {mod}'` by hand, or use `rlsup check --smoke`", path)
-            continue
-        if proc.returncode == 3:
-            _module_missing(ctx, name, interp, mod, why, top_found=False)
-        elif proc.returncode != 0:
-            tail = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
-            _lookup_failed(ctx, name, interp, mod, tail[-1] if tail else f"exit code {proc.returncode}")
-
-
-# The quick module check of `up`: one interpreter per (interpreter, cwd, Python path settings)
+# The module check: one interpreter per (interpreter, cwd, Python path settings)
 # looks up every module given on its argv and prints one line each as it goes ("ok M", "missing M
 # TOP-FOUND", "error M TEXT"). A package's submodule is first looked up in the package's folders
 # without importing the package (fast, no side effects); only where that finds nothing is the
@@ -579,10 +527,14 @@ QUICK_MODULES_S = 5.0  # `up` waits at most this long; what is not known by then
 _PY_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "VIRTUAL_ENV")
 
 
-def _check_modules_quick(ctx: _Ctx) -> None:
-    """``up``'s check that each ``python -m MOD`` (and each console script's package) is importable by
-    the component's own interpreter: the wrong virtualenv is an error before anything starts,
-    rather than a run that says it is supervising and is fatal a second later."""
+def _check_modules(ctx: _Ctx, wait_s: float, *, full: bool) -> None:
+    """Whether each ``python -m MOD`` (and each console script's package) is importable by the component's own
+    interpreter, in its cwd and environment: the wrong virtualenv is an error before anything starts, rather
+    than a run that says it is supervising and is fatal a second later. ``full`` (``rlsup check``) also reports
+    what could not be told (an interpreter that cannot start or crashes, no answer within ``wait_s``); ``up``
+    leaves that to the run."""
+    if full and ctx.modules:
+        ctx.progress(f"checking {len(ctx.modules)} python module(s) in their interpreters")
     # One lookup process per interpreter, cwd and Python variables: (interpreter, its env, [(component, module, why)]).
     groups: dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]] = {}
     for name, interp, mod, cwd, why in ctx.modules:
@@ -595,30 +547,44 @@ def _check_modules_quick(ctx: _Ctx) -> None:
         mods = list(dict.fromkeys(m for _, m, _ in wanted))
         try:
             proc = subprocess.Popen([interp, "-c", _FIND_SPECS, *mods], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError:
-            continue  # the command check already said why the interpreter cannot run
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:  # (`up`: the command check already said why the interpreter cannot run)
+            for name in dict.fromkeys(n for n, _, _ in wanted) if full else ():
+                ctx.add("error", "command", name, f"cannot start {interp}: {e.strerror or e}", "fix the interpreter",
+                        ("components", name, "command"))
+            continue
         procs.append((interp, proc, wanted))
-    deadline = time.monotonic() + QUICK_MODULES_S
+    deadline = time.monotonic() + wait_s
     for interp, proc, wanted in procs:
-        found = _lookup_verdicts(proc, deadline)
+        found, timed_out, stderr = _lookup_verdicts(proc, deadline)
         for name, mod, why in wanted:
             verdict, detail = found.get(mod, ("", ""))
             if verdict == "missing":
                 _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
-            elif verdict == "error":
-                _lookup_failed(ctx, name, interp, mod, detail)
+            elif verdict == "error" or (full and not verdict and not timed_out):
+                _lookup_failed(ctx, name, interp, mod, detail or stderr or f"exit code {proc.returncode}")
+            elif full and not verdict:
+                ctx.add("warning", "command", name,
+                        f"could not tell within {wait_s:g}s whether {interp} can import {mod!r} "
+                        "(importing its parent package is slow)",
+                        f"run `{interp} -c 'import {mod}'` by hand, or use `rlsup check --smoke`",
+                        ("components", name, "command"))
 
 
-def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> dict[str, tuple[str, str]]:
-    """module -> (verdict, detail) as the lookup process printed them by ``deadline`` (then it is killed)."""
+def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> tuple[dict[str, tuple[str, str]], bool, str]:
+    """module -> (verdict, detail) as the lookup process printed them by ``deadline`` (then it is killed), whether
+    it was, and the last line of its stderr."""
+    timed_out = False
     try:
-        out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
+        timed_out = True
         _kill_group(proc)
-        out, _ = proc.communicate()
+        out, err = proc.communicate()
     said = (line.partition(" ") for line in out.decode("utf-8", "replace").splitlines())
-    return {mod: (verdict, detail) for verdict, _, rest in said for mod, _, detail in [rest.partition(" ")]}
+    tail = [x for x in err.decode("utf-8", "replace").splitlines() if x.strip()]
+    verdicts = {mod: (verdict, detail) for verdict, _, rest in said for mod, _, detail in [rest.partition(" ")]}
+    return verdicts, timed_out, tail[-1] if tail else ""
 
 
 def _lookup_failed(ctx: _Ctx, name: str, interp: str, mod: str, detail: str) -> None:
