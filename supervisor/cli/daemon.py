@@ -19,7 +19,6 @@ from ..client.session import Client, NotRunning
 from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
 from ..rundir.logs import last_lines
 
-DAEMON_LOG = SUPERVISOR_LOG
 READY_TIMEOUT_S = 60.0
 ENDING_TIMEOUT_S = 300.0  # a run that ends at once still stops what it started (stop timeouts)
 
@@ -133,7 +132,7 @@ def spawn(config: str, run_dir: Path, extra: list[str]) -> subprocess.Popen[byte
     another user could influence."""
     paths = RunPaths(run_dir)
     paths.create()
-    log = os.open(paths.root / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
+    log = os.open(paths.root / SUPERVISOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
                   0o600)
     argv = [sys.executable, "-m", "rlsup.supervisor.cli", "up", str(Path(config).absolute()),
             "--run-dir", str(run_dir), "--headless", "--daemon-child", "--skip-checks", *extra]
@@ -246,7 +245,7 @@ def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
 def log_tail(run_dir: Path) -> list[str]:
     """The last 20 lines of the supervisor's own log (of its last 16 KiB); none when it cannot be read."""
     try:
-        return last_lines(Path(run_dir) / DAEMON_LOG, 20, max_bytes=16384)
+        return last_lines(Path(run_dir) / SUPERVISOR_LOG, 20, max_bytes=16384)
     except OSError:
         return []
 

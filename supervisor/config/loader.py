@@ -280,13 +280,11 @@ def load_yaml(text: str, file: str) -> YamlDoc:
     return doc
 
 
-def _clip(s: str, n: int = 40) -> str:
-    return repr(s) if len(s) <= n else repr(s[:n]) + f"... ({len(s):,} characters)"
-
-
-def _clip_repr(v: Any) -> str:
-    r = repr(v)
-    return r if len(r) <= 80 else r[:80] + "..."
+def _clip(v: Any, n: int = 40) -> str:
+    """A string's repr, its first ``n`` characters where longer; anything else's repr, its first 80 characters."""
+    if not isinstance(v, str):
+        return r if len(r := repr(v)) <= 80 else r[:80] + "..."
+    return repr(v) if len(v) <= n else repr(v[:n]) + f"... ({len(v):,} characters)"
 
 
 def _read_capped(path: Path, file: str, where: Path_ = ()) -> bytes:
@@ -590,7 +588,7 @@ def _pydantic_problems(e: ValidationError, doc: YamlDoc, data: Any, root: type[B
             out.append(doc.problem(loc[:-1], f"missing required key {loc[-1]!r}"))
             continue
         if "input" in err and etype not in ("model_type", "value_error") and not isinstance(err["input"], dict | list):
-            msg += f" (got {_clip(err['input']) if isinstance(err['input'], str) else _clip_repr(err['input'])})"
+            msg += f" (got {_clip(err['input'])})"
         out.append(doc.problem(loc, msg))
     # One problem per position and message.
     uniq: dict[tuple[int, int, str], Problem] = {}

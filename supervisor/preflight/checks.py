@@ -535,15 +535,8 @@ def _check_modules(ctx: _Ctx, wait_s: float, *, full: bool) -> None:
     leaves that to the run."""
     if full and ctx.modules:
         ctx.progress(f"checking {len(ctx.modules)} python module(s) in their interpreters")
-    # One lookup process per interpreter, cwd and Python variables: (interpreter, its env, [(component, module, why)]).
-    groups: dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]] = {}
-    for name, interp, mod, cwd, why in ctx.modules:
-        env = ctx.env_for(name, ctx.cfg.components[name])
-        group = groups.setdefault((interp, cwd, *(env.get(k) for k in _PY_PATH_VARS)), (interp, env, []))[2]
-        if (name, mod) not in ((n, m) for n, m, _ in group):
-            group.append((name, mod, why))
     procs = []
-    for (interp, cwd, *_), (_, env, wanted) in groups.items():
+    for (interp, cwd, *_), (_, env, wanted) in _lookup_groups(ctx).items():
         mods = list(dict.fromkeys(m for _, m, _ in wanted))
         try:
             proc = subprocess.Popen([interp, "-c", _FIND_SPECS, *mods], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -571,16 +564,22 @@ def _check_modules(ctx: _Ctx, wait_s: float, *, full: bool) -> None:
                         ("components", name, "command"))
 
 
+def _lookup_groups(ctx: _Ctx) -> dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]]:
+    """One lookup process per interpreter, cwd and Python variables: (interpreter, its env, [(component, module,
+    why)])."""
+    groups: dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]] = {}
+    for name, interp, mod, cwd, why in ctx.modules:
+        env = ctx.env_for(name, ctx.cfg.components[name])
+        group = groups.setdefault((interp, cwd, *(env.get(k) for k in _PY_PATH_VARS)), (interp, env, []))[2]
+        if (name, mod) not in ((n, m) for n, m, _ in group):
+            group.append((name, mod, why))
+    return groups
+
+
 def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> tuple[dict[str, tuple[str, str]], bool, str]:
     """module -> (verdict, detail) as the lookup process printed them by ``deadline`` (then it is killed), whether
     it was, and the last line of its stderr."""
-    timed_out = False
-    try:
-        out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        out, err = proc.communicate()
+    out, err, timed_out = _output(proc, max(0.1, deadline - time.monotonic()))
     said = (line.partition(" ") for line in out.decode("utf-8", "replace").splitlines())
     tail = [x for x in err.decode("utf-8", "replace").splitlines() if x.strip()]
     verdicts = {mod: (verdict, detail) for verdict, _, rest in said for mod, _, detail in [rest.partition(" ")]}
@@ -766,7 +765,7 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
     out: dict[tuple[str, int], list[tuple[str, Path_]]] = {}
     for name, comp in cfg.components.items():
         for kind, probe in (("ready", comp.ready), ("alive", comp.alive)):
-            if probe is None:
+            if probe is None or probe.kind() not in ("http", "tcp"):
                 continue
             if probe.http is not None:
                 u = urlsplit(probe.http)
@@ -775,12 +774,9 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
                     port = u.port or (443 if u.scheme == "https" else 80)
                 except ValueError:
                     continue
-                path: Path_ = ("components", name, kind, "http")
-            elif probe.tcp is not None:
-                host, port = parse_hostport(probe.tcp)
-                path = ("components", name, kind, "tcp")
             else:
-                continue
+                host, port = parse_hostport(probe.target())
+            path: Path_ = ("components", name, kind, probe.kind())
             if host not in LOCAL_HOSTS and host != socket.gethostname():
                 continue  # another machine's port is not ours to test
             key = ("::1" if host in ("::1", "::") else "127.0.0.1", port)
@@ -1092,7 +1088,7 @@ def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
         ctx.add("error", "smoke", name, f"smoke command cannot start: {argv[0]!r}: {e.strerror or e}",
                 "fix the smoke command (same PATH and cwd as the component)", path)
         return
-    out, timed_out = _smoke_output(proc, timeout)
+    out, _, timed_out = _output(proc, timeout)
     dt = time.monotonic() - t0
     lines = [clean_line(x) for x in out.decode("utf-8", "replace").splitlines()][-SMOKE_TAIL_LINES:]
     shown_lines = [x for x in lines if x.strip()][-SMOKE_SHOW_LINES:]
@@ -1113,20 +1109,20 @@ def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
     _smoke_failed(ctx, name, rc, lines, tail, dt)
 
 
-def _smoke_output(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bool]:
-    """The smoke command's output, and whether it ran past ``timeout`` (then its group is killed)."""
+def _output(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes, bool]:
+    """What ``proc`` printed (stdout, stderr), and whether it ran past ``timeout`` (then its group is killed)."""
     try:
-        out, _ = proc.communicate(timeout=timeout)
-        return out, False
+        out, err = proc.communicate(timeout=timeout)
+        return out, err or b"", False
     except subprocess.TimeoutExpired:
         _kill_group(proc)
     try:
-        out, _ = proc.communicate(timeout=5.0)
+        out, err = proc.communicate(timeout=5.0)
     except subprocess.TimeoutExpired:
         # A descendant left the group and still holds the pipe; give up on the rest of its output.
         proc.kill()
-        out = b""
-    return out, True
+        out, err = b"", b""
+    return out, err or b"", True
 
 
 def _smoke_failed(ctx: _Ctx, name: str, rc: int, lines: list[str], tail: str, dt: float) -> None:
