@@ -424,16 +424,10 @@ def why_ended(job_id: str, run_dir: str) -> list[str]:
 
 
 def _exit_code(job_id: str) -> int | None:
-    import re
-    import subprocess
+    """The job's exit code as scontrol says it (``ExitCode=CODE:SIGNAL``: 128+SIGNAL where a signal ended it)."""
+    from ..slurm.jobs import show_job
 
-    from ..slurm.jobs import tool
-
-    try:
-        out = subprocess.run([tool("scontrol"), "show", "job", "-o", job_id], capture_output=True, text=True,
-                             timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
+    code, _, sig = show_job(job_id).get("ExitCode", "").partition(":")
+    if not (code.isdigit() and sig.isdigit()):
         return None
-    if not (m := re.search(r"\bExitCode=(\d+):(\d+)", out)):
-        return None
-    return 128 + int(m.group(2)) if int(m.group(2)) else int(m.group(1))
+    return 128 + int(sig) if int(sig) else int(code)

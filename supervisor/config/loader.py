@@ -482,14 +482,20 @@ def _env_file_variables(data: dict[str, Any], p: Path, doc: YamlDoc, problems: l
         return {}
     ef = Path(data["env_file"])
     try:
-        if not ef.is_absolute() and (p.parent / ef).exists():
-            ef = p.parent / ef
+        ef = env_file_path(data["env_file"], p)
         return parse_env_file(ef)
     except ConfigError as e:
         problems.extend(e.problems)
     except OSError as e:  # also from exists(): a parent without search permission, a name too long
         problems.append(doc.problem(("env_file",), f"cannot read env_file {str(ef)!r}: {e.strerror or e}"))
     return {}
+
+
+def env_file_path(env_file: str, config: Path) -> Path:
+    """Where ``env_file`` is read from: next to the config where it is there, else as written (the current
+    directory). OSError where that cannot be told."""
+    p = Path(env_file)
+    return config.parent / p if not p.is_absolute() and (config.parent / p).exists() else p
 
 
 def _slurm_placement(data: dict[str, Any], env: dict[str, str],

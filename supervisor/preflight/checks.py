@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..config.loader import load_yaml
+from ..config.loader import env_file_path, load_yaml
 from ..config.model import Component, Config, Path_, parse_hostport
 from ..monitor.process import ENV_COMPONENT, ENV_RUN_DIR, signal_name
 
@@ -47,7 +47,6 @@ SMOKE_TAIL_LINES = 200  # what the diagnosis engine reads
 SMOKE_SHOW_LINES = 8  # what the finding shows
 MODULE_CHECK_TIMEOUT_S = 30.0
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "::", ""}
-_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 @dataclass(frozen=True)
 class Finding:
@@ -96,7 +95,7 @@ def format_findings(findings: Sequence[Finding], *, config_path: str, source: st
 def _sort_key(f: Finding) -> tuple[int, int]:
     """Errors, warnings, info; within each, in config order (run-wide findings last)."""
     line = f.where.rsplit(":", 1)[-1] if f.where else ""
-    return _ORDER.get(f.severity, 3), int(line) if line.isdigit() else 1 << 30
+    return ("error", "warning", "info", f.severity).index(f.severity), int(line) if line.isdigit() else 1 << 30
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -204,11 +203,8 @@ def _check_env_file(ctx: _Ctx) -> None:
     if not ef:
         return
     p = Path(ef)
-    if not p.is_absolute():
-        # Same resolution as load_config: next to the config if it is there, else the current dir.
-        near = Path(ctx.cfg.source).parent / p if ctx.cfg.source else p
-        p = near if near.exists() else p
     try:
+        p = env_file_path(ef, Path(ctx.cfg.source))
         with open(p, "rb") as fh:
             fh.read(1)
     except OSError as e:
@@ -435,15 +431,7 @@ def _needs(argv: list[str], module: str, cwd: str | None) -> list[tuple[str, str
     """(module, why) that a ``python -m MODULE ARGS`` of rlsup's own stack needs beyond MODULE itself."""
     out: list[tuple[str, str]] = []
     args = argv[argv.index(module) + 1:] if module in argv else []
-
-    def opt(flag: str) -> str | None:
-        for i, a in enumerate(args):
-            if a == flag and i + 1 < len(args):
-                return args[i + 1]
-            if a.startswith(flag + "="):
-                return a[len(flag) + 1:]
-        return None
-
+    opt = functools.partial(_opt, args)
     if module == "rlsup.trainer.orchestrator" and opt("--task") == "gsm8k":
         data = opt("--data")
         if data and not os.path.isfile(data if os.path.isabs(data) else os.path.join(cwd or os.getcwd(), data)):
@@ -677,13 +665,8 @@ def _output_dirs(cfg: Config) -> list[tuple[str, str, Path_, str | None]]:
 
 
 def _nearest_existing(path: str) -> str:
-    p = os.path.abspath(path)
-    while not os.path.lexists(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    return p
+    p = Path(os.path.abspath(path))
+    return str(next((q for q in (p, *p.parents) if os.path.lexists(q)), p.anchor))
 
 
 def _round_trip(directory: str) -> str | None:
@@ -990,18 +973,24 @@ def memory_ask(comp: Component) -> MemoryAsk | None:
     """The memory fraction an inference server's command asks for, read from every argv it runs
     (list, string, ``exec ...`` or ``shell: true``); None when it names none (or an invalid one)."""
     for argv in command_argvs(comp):  # (never raises: a command shlex cannot split has no argv)
-        for i, a in enumerate(argv):
-            for flag in ENGINE_FRACTIONS:
-                value = a[len(flag) + 1:] if a.startswith(flag + "=") else (
-                    argv[i + 1] if a == flag and i + 1 < len(argv) else None)
-                if value is None:
-                    continue
-                try:
-                    f = float(value)
-                except ValueError:
-                    return None
-                engine, of = ENGINE_FRACTIONS[flag]
-                return MemoryAsk(flag, f, engine, of) if 0 < f <= 1 else None
+        for flag, (engine, of) in ENGINE_FRACTIONS.items():
+            if (value := _opt(argv, flag)) is None:
+                continue
+            try:
+                f = float(value)
+            except ValueError:
+                return None
+            return MemoryAsk(flag, f, engine, of) if 0 < f <= 1 else None
+    return None
+
+
+def _opt(argv: list[str], flag: str) -> str | None:
+    """The value of the option ``flag`` in ``argv`` (``--flag VALUE`` or ``--flag=VALUE``), None without one."""
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1:]
     return None
 
 
