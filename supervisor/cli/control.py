@@ -15,6 +15,7 @@ from .common import (
     add_raw,
     client_call,
     client_parser,
+    display_path,
     fail,
     live_or_handed_over,
     on_run,
@@ -204,7 +205,6 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
 def _which_component(paths: Any) -> int:
     """`rlsup logs` without NAME: say which names there are, as a command to paste."""
     from ..rundir.archive import replay
-    from .daemon import display_path
 
     try:
         names = list(replay(paths)["components"]) if paths.events.exists() else []
