@@ -209,9 +209,9 @@ def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path) -> dict[str, Any
     return run_ended_by(paths, proc.pid)
 
 
-def journaled_by(paths: RunPaths, pid: int, kind: str) -> list[dict[str, Any]]:
-    """The events of ``kind`` that the supervisor ``pid`` journaled (none when the journal cannot be read):
-    ``adopted``, what it took over; ``run_ended``, how it ended the run."""
+def journaled_by(paths: RunPaths, kind: str, ours: Callable[[Any], bool]) -> list[dict[str, Any]]:
+    """The events of ``kind`` journaled in the runs whose ``run_started`` is ``ours`` (none when the journal
+    cannot be read): ``adopted``, what a supervisor took over; ``run_ended``, how it ended the run."""
     from ..records.events import RunStarted
     from ..rundir.journal import read_records
 
@@ -220,7 +220,7 @@ def journaled_by(paths: RunPaths, pid: int, kind: str) -> list[dict[str, Any]]:
     try:
         for r in read_records(paths.events, kinds={RunStarted.kind, kind}.__contains__):
             if isinstance(r.event, RunStarted):
-                mine = r.event.pid == pid
+                mine = ours(r.event)
             elif mine:
                 out.append(r.to_dict())
     except OSError:
@@ -232,7 +232,7 @@ def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
     """The ``run_ended`` event that the supervisor ``pid`` wrote into the journal, if any."""
     from ..records.events import RunEnded
 
-    return next(reversed(journaled_by(paths, pid, RunEnded.kind)), None)
+    return next(reversed(journaled_by(paths, RunEnded.kind, lambda started: started.pid == pid)), None)
 
 
 def log_tail(run_dir: Path) -> list[str]:

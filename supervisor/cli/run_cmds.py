@@ -290,7 +290,7 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
 
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
     # a run whose supervisor died: say that training was taken over, not restarted
-    if took := daemon.journaled_by(RunPaths(run_dir), pid, ComponentAdopted.kind):
+    if took := daemon.journaled_by(RunPaths(run_dir), ComponentAdopted.kind, lambda started: started.pid == pid):
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
     say(f"  run dir:  {display_path(run_dir)}")
     say(f"  attach:   {hint}")

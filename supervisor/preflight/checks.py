@@ -793,15 +793,12 @@ def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
                  if is_monitor_of(rec, root) and pid in attempt_from_record(rec, path).members(children)), None)
 
 
-def port_holder(port: int, run_dir: str) -> tuple[str, str | None] | None:
-    """``(pid N (name: cmdline), other)`` for a process listening on ``port`` when psutil can see it,
-    else None. The text says when the holder is a component of an rlsup run (its marker env): of
-    ``run_dir``, or of another run, whose run dir is then ``other`` (for a hint that names it)."""
+def port_holder(pid: int, run_dir: str) -> tuple[str, str | None]:
+    """``(pid N (name: cmdline), other)`` for the process ``pid`` that listens on a port. The text says when
+    it is a component of an rlsup run (its marker env): of ``run_dir``, or of another run, whose run dir is
+    then ``other`` (for a hint that names it)."""
     import psutil
 
-    pid = port_holder_pid(port)
-    if pid is None:
-        return None
     try:
         p = psutil.Process(pid)
         text = f"pid {pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
@@ -850,14 +847,14 @@ def _check_ports(ctx: _Ctx) -> None:
             ctx.add("warning", check, component, f"cannot test {what}: {err.strerror or err}",
                     "ports below 1024 need root; use a higher port", path)
             continue
-        pid = port_holder_pid(port) if check == "port" else None
-        if pid and (owner := adoptable_owner(pid, ctx.cfg.run_dir)) is not None:
+        pid = port_holder_pid(port)
+        if pid and check == "port" and (owner := adoptable_owner(pid, ctx.cfg.run_dir)) is not None:
             # A run whose supervisor died: its components run on under their monitors, and
             # holding their ports is what they should be doing. `up` takes them over.
             ctx.add("info", check, component, f"{what} is held by pid {pid}, component {owner} of this run, still "
                     "running under its monitor", "`rlsup up` takes it over (same pid); `rlsup down` ends it", path)
             continue
-        holder = port_holder(port, ctx.cfg.run_dir)
+        holder = port_holder(pid, ctx.cfg.run_dir) if pid else None
         other = holder[1] if holder and check == "port" else None
         fix = ("choose another `metrics: port:` (or stop what holds it)" if check == "metrics" else
                f"that run uses it: stop it (`rlsup down --run-dir {shlex.quote(other)}`), or change the port in "
