@@ -39,7 +39,7 @@ from ..config.model import Component, Config, Path_, parse_hostport
 from ..monitor.process import ENV_COMPONENT, ENV_RUN_DIR, signal_name
 
 if TYPE_CHECKING:
-    from ..gpu.nvml import GpuInfo, GpuSample
+    from ..gpu.nvml import GpuInfo
 
 Severity = Literal["error", "warning", "info"]
 GB = 1e9
@@ -106,8 +106,8 @@ def run_checks(cfg: Config, *, smoke: bool = False, fast: bool = False, gpu_samp
                on_progress: Callable[[str], object] | None = None) -> list[Finding]:
     """Every check that applies to ``cfg``; see the module docstring for fast/full/smoke.
 
-    ``gpu_sampler``: anything with ``sample()`` (a :class:`~rlsup.supervisor.gpu.nvml.FakeSampler` in
-    tests); None builds one with ``make_sampler()`` (honours ``RLSUP_GPU_SAMPLER``) and closes it.
+    ``gpu_sampler``: anything with ``sample()`` (``rlsup check``'s ``make_sampler()``, a
+    :class:`~rlsup.supervisor.gpu.nvml.FakeSampler` in tests); without one the GPUs are not checked.
     """
     ctx = _Ctx(cfg, on_progress or (lambda _msg: None))
     ctx.progress("checking commands, directories, ports and environment")
@@ -121,7 +121,7 @@ def run_checks(cfg: Config, *, smoke: bool = False, fast: bool = False, gpu_samp
     _check_ports(ctx)
     _check_slurm(ctx)
     _check_modules(ctx, QUICK_MODULES_S if fast else MODULE_CHECK_TIMEOUT_S, full=not fast)
-    if not fast:
+    if not fast and gpu_sampler is not None:
         _check_gpus(ctx, gpu_sampler)
     for name, comp in cfg.components.items() if smoke else ():
         if comp.smoke is not None:
@@ -873,10 +873,10 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
     if not wanted:
         return
     ctx.progress("checking GPUs")
-    sampled = _sample_gpus(ctx, sampler)
-    if sampled is None:
-        return
-    sample, reason = sampled
+    try:
+        sample, reason = sampler.sample(), ""
+    except Exception as e:  # the sampler promises not to raise; a third-party one might
+        sample, reason = None, f"sampling GPUs failed: {e}"
     if sample is None or (sample.backend == "none" and not sample.gpus):
         reason = reason if sample is None else (sample.reason or "no GPU backend")
         for name in wanted:
@@ -893,28 +893,6 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
             ctx.add("warning", "gpu", b, f"shares GPU {', '.join(map(str, shared))} with {a}",
                     "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
                     "or give each component its own GPUs", ("components", b, "gpus"))
-
-
-def _sample_gpus(ctx: _Ctx, sampler: Any) -> tuple[GpuSample | None, str] | None:
-    """One sample of this machine's GPUs (None and why where sampling failed); None (after a warning)
-    where no sampler could be built. ``sampler`` None: a sampler of its own, closed after."""
-    own = sampler is None
-    if own:
-        from ..gpu.nvml import make_sampler
-
-        try:
-            sampler = make_sampler()
-        except ValueError as e:
-            ctx.add("warning", "gpu", None, f"cannot build a GPU sampler: {e}",
-                    "fix RLSUP_GPU_SAMPLER (auto, nvml, none, fake:2xH100)")
-            return None
-    try:
-        return sampler.sample(), ""
-    except Exception as e:  # the sampler promises not to raise; a third-party one might
-        return None, f"sampling GPUs failed: {e}"
-    finally:
-        if own:
-            sampler.close()
 
 
 def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
