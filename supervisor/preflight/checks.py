@@ -699,7 +699,7 @@ def _round_trip(directory: str) -> str | None:
 
 def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
     by_fs: dict[int, tuple[str, list[str]]] = {}
-    tested: dict[str, str | None] = {}
+    round_trip = functools.cache(_round_trip)  # once per directory
     for label, out_path, yaml_path, component in _output_dirs(ctx.cfg):
         target = os.path.abspath(out_path)
         anchor = _nearest_existing(target)
@@ -711,9 +711,7 @@ def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
             ctx.add("error", "writable", component, not_dir, "move the file away or point the config elsewhere",
                     yaml_path)
             continue
-        if anchor not in tested:
-            tested[anchor] = _round_trip(anchor)
-        failed = tested[anchor]
+        failed = round_trip(anchor)
         later = "" if anchor == target else f" (it does not exist yet; it will be created under {anchor})"
         if failed:
             ctx.add("error", "writable", component, f"{label} {target} is not writable{later}: {failed}",
