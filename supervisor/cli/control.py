@@ -15,7 +15,6 @@ from .common import (
     add_raw,
     client_call,
     client_parser,
-    display_path,
     fail,
     live_or_handed_over,
     on_run,
@@ -205,6 +204,7 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
 def _which_component(paths: Any) -> int:
     """`rlsup logs` without NAME: say which names there are, as a command to paste."""
     from ..rundir.archive import replay
+    from .daemon import display_path
 
     try:
         names = list(replay(paths)["components"]) if paths.events.exists() else []

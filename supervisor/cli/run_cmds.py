@@ -24,7 +24,6 @@ from .common import (
     attach_hint,
     client_call,
     client_parser,
-    display_path,
     fail,
     formatter,
     load,
@@ -150,6 +149,8 @@ def _with_the_runs_overrides(args: argparse.Namespace, cfg: Any, run_dir: Path) 
 
     cfg = load(args.config, args.run_dir, merged(stored, args.overrides))
     if isinstance(cfg, int):
+        from .daemon import display_path
+
         say(f"rlsup: (the run in {display_path(run_dir)} keeps these overrides from its start: "
             f"{' '.join(f'--set {o}' for o in stored)})", err=True)
     return cfg
@@ -177,7 +178,7 @@ def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
     """A live supervisor owns the run dir: attach to it (nothing with -d; an error with --headless)."""
     from . import daemon
 
-    shown = display_path(run_dir)
+    shown = daemon.display_path(run_dir)
     if args.overrides:
         return fail(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); --set changes "
                     "a run when it starts or is continued, not while it runs: `rlsup down`, then `rlsup up --resume "
@@ -198,6 +199,7 @@ def _settle_ended_run(args: argparse.Namespace, run_dir: Path) -> int | None:
     """Whether an ended run in the run dir is resumed or kept aside (--fresh), as asked or as the person
     answers; sets ``args.resume``/``args.fresh``. An exit code where `up` ends here, else None."""
     from ..rundir.archive import how_it_ended
+    from .daemon import display_path
 
     paths = RunPaths(run_dir)
     ended = how_it_ended(paths) if paths.events.exists() else None  # None: a new run, or one that crashed mid-way
@@ -219,6 +221,7 @@ def _keep_aside(run_dir: Path) -> int | None:
     """--fresh: the previous run renamed aside (``DIR.N``, the first free N >= 1); an exit code if it cannot be
     (components of it still live under their monitors, say)."""
     from ..monitor.process import is_monitor_of, records
+    from .daemon import display_path
 
     if not run_dir.exists():
         return None
@@ -267,7 +270,7 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
         return _daemon_failed(run_dir,
-                              f"rlsup: {problem}; the end of {display_path(run_dir)}/{SUPERVISOR_LOG}:")
+                              f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{SUPERVISOR_LOG}:")
     if args.detach:
         return _say_detached(cfg, run_dir, proc.pid, hint)
     return _attach_started(run_dir, args.plain, hint)
@@ -292,7 +295,7 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     # a run whose supervisor died: say that training was taken over, not restarted
     if took := daemon.journaled_by(RunPaths(run_dir), ComponentAdopted.kind, lambda started: started.pid == pid):
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
-    say(f"  run dir:  {display_path(run_dir)}")
+    say(f"  run dir:  {daemon.display_path(run_dir)}")
     say(f"  attach:   {hint}")
     say(f"  status:   rlsup status{run_dir_arg(run_dir)}")
     say(f"  stop:     rlsup down{run_dir_arg(run_dir)}")
@@ -315,6 +318,8 @@ def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
 def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any]) -> int:
     """The supervisor ended the run as it started it: say so (and what next) instead of claiming a
     run that goes on in the background, or opening a view on a supervisor that is gone."""
+    from .daemon import display_path
+
     code = end.get("exit_code")
     rd = run_dir_arg(run_dir)
     say(f"rlsup: the run ended as soon as it started: {end.get('reason') or 'run ended'} (exit code {code})",
@@ -615,6 +620,7 @@ def _down_without_supervisor(paths: Any) -> int:
     from ..run.teardown import end_run
     from ..rundir.archive import how_it_ended
     from ..rundir.layout import LockHeld, read_owner
+    from .daemon import display_path
 
     shown = display_path(paths.root)
     ended = how_it_ended(paths)
