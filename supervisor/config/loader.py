@@ -680,38 +680,14 @@ def _regex_problem(path: Path_, rx: str) -> str | None:
 
 
 def _cycles(cfg: Config, doc: YamlDoc) -> Iterator[Problem]:
-    # Iterative depth-first search (white/grey/black), so a long chain cannot exhaust the stack.
-    color: dict[str, int] = {}
     reported: set[frozenset[str]] = set()
-    for root in cfg.components:
-        if root in color:
+    for path, start in cfg.walk_dependencies():
+        if start is None or frozenset(cycle := path[start:] + [path[start]]) in reported:
             continue
-        color[root] = 1
-        path = [root]
-        index = {root: 0}  # position of each grey node in `path`
-        iters = [iter(cfg.components[root].depends_on)]
-        while iters:
-            n = path[-1]
-            for d in iters[-1]:
-                if d not in cfg.components or d == n:
-                    continue
-                if color.get(d) == 1:
-                    cycle = path[index[d]:] + [d]
-                    if frozenset(cycle) not in reported:
-                        reported.add(frozenset(cycle))
-                        yield doc.problem(("components", n, "depends_on"), f"dependency cycle: {_chain_str(cycle)}",
-                                          key=True, at=("components", n, "depends_on", d))
-                elif color.get(d) is None:
-                    color[d] = 1
-                    index[d] = len(path)
-                    path.append(d)
-                    iters.append(iter(cfg.components[d].depends_on))
-                    break
-            else:
-                color[n] = 2
-                del index[n]
-                path.pop()
-                iters.pop()
+        reported.add(frozenset(cycle))
+        n = path[-1]
+        yield doc.problem(("components", n, "depends_on"), f"dependency cycle: {_chain_str(cycle)}", key=True,
+                          at=("components", n, "depends_on", path[start]))
 
 
 def _chain_str(names: list[str]) -> str:
