@@ -40,6 +40,15 @@ def write_config(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
     return p
 
 
+def interpolate(value: str, variables: dict[str, str]) -> tuple[str, list[str]]:
+    """``config.interpolate.expand`` without its syntax errors: (text, names that were missing); a malformed
+    reference is left as written."""
+    from rlsup.supervisor.config.interpolate import expand
+
+    text, missing, _ = expand(value, variables)
+    return text, missing
+
+
 class TornServer:
     """A real HTTP listener that reads each request whole, answers with ``reply`` (the first bytes of a
     reply, as a client reads them from a server killed mid-reply), then closes. ``requests`` counts them.

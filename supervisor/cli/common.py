@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RUN_DIR_HELP = "the run's directory (default: $RLSUP_RUN_DIR, else the single live run under ./runs)"
-CLIENT_EPILOG = ("exit codes: 0 done, 1 no supervisor is running or the command was refused, 2 usage error.")
 
 
 def formatter(prog: str) -> argparse.HelpFormatter:
@@ -29,19 +28,17 @@ def formatter(prog: str) -> argparse.HelpFormatter:
 
 def client_parser(sub: Any, name: str, help: str, description: str,
                   func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help, description=description, formatter_class=formatter, epilog=CLIENT_EPILOG)
+    p = sub.add_parser(name, help=help, description=description, formatter_class=formatter,
+                       epilog="exit codes: 0 done, 1 no supervisor is running or the command was refused, 2 usage error.")
     p.add_argument("--run-dir", metavar="DIR", help=RUN_DIR_HELP)
     p.set_defaults(func=func)
     return p
 
 
-RAW_HELP = ("print control characters as they are, also to a terminal (by default a terminal shows them "
-            "escaped, ^[ for ESC, as less does; a pipe always gets them as they are)")
-
-
 def add_raw(p: argparse.ArgumentParser) -> None:
     """``--raw``, for the commands that print a component's output (read by ``main._guard_terminal``)."""
-    p.add_argument("--raw", action="store_true", help=RAW_HELP)
+    p.add_argument("--raw", action="store_true", help="print control characters as they are, also to a terminal "
+                   "(by default a terminal shows them escaped, ^[ for ESC, as less does; a pipe always gets them as they are)")
 
 
 def say(*parts: Any, err: bool = False, end: str = "\n") -> bool:

@@ -19,7 +19,6 @@ from ..client.session import Client, NotRunning
 from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
 from ..rundir.logs import last_lines
 
-DAEMON_LOG = SUPERVISOR_LOG
 READY_TIMEOUT_S = 60.0
 ENDING_TIMEOUT_S = 300.0  # a run that ends at once still stops what it started (stop timeouts)
 
@@ -133,7 +132,7 @@ def spawn(config: str, run_dir: Path, extra: list[str]) -> subprocess.Popen[byte
     another user could influence."""
     paths = RunPaths(run_dir)
     paths.create()
-    log = os.open(paths.root / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
+    log = os.open(paths.root / SUPERVISOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
                   0o600)
     argv = [sys.executable, "-m", "rlsup.supervisor.cli", "up", str(Path(config).absolute()),
             "--run-dir", str(run_dir), "--headless", "--daemon-child", "--skip-checks", *extra]
@@ -217,9 +216,9 @@ def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path) -> dict[str, Any
     return run_ended_by(paths, proc.pid)
 
 
-def journaled_by(paths: RunPaths, pid: int, kind: str) -> list[dict[str, Any]]:
-    """The events of ``kind`` that the supervisor ``pid`` journaled (none when the journal cannot be read):
-    ``adopted``, what it took over; ``run_ended``, how it ended the run."""
+def journaled_by(paths: RunPaths, kind: str, ours: Callable[[Any], bool]) -> list[dict[str, Any]]:
+    """The events of ``kind`` journaled in the runs whose ``run_started`` is ``ours`` (none when the journal
+    cannot be read): ``adopted``, what a supervisor took over; ``run_ended``, how it ended the run."""
     from ..records.events import RunStarted
     from ..rundir.journal import read_records
 
@@ -228,7 +227,7 @@ def journaled_by(paths: RunPaths, pid: int, kind: str) -> list[dict[str, Any]]:
     try:
         for r in read_records(paths.events, kinds={RunStarted.kind, kind}.__contains__):
             if isinstance(r.event, RunStarted):
-                mine = r.event.pid == pid
+                mine = ours(r.event)
             elif mine:
                 out.append(r.to_dict())
     except OSError:
@@ -240,13 +239,13 @@ def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
     """The ``run_ended`` event that the supervisor ``pid`` wrote into the journal, if any."""
     from ..records.events import RunEnded
 
-    return next(reversed(journaled_by(paths, pid, RunEnded.kind)), None)
+    return next(reversed(journaled_by(paths, RunEnded.kind, lambda started: started.pid == pid)), None)
 
 
 def log_tail(run_dir: Path) -> list[str]:
     """The last 20 lines of the supervisor's own log (of its last 16 KiB); none when it cannot be read."""
     try:
-        return last_lines(Path(run_dir) / DAEMON_LOG, 20, max_bytes=16384)
+        return last_lines(Path(run_dir) / SUPERVISOR_LOG, 20, max_bytes=16384)
     except OSError:
         return []
 

@@ -77,13 +77,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     from ..config.schema import config_schema
 
-    text = json.dumps(config_schema(), indent=2) + "\n"
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-        say(f"rlsup: wrote the config schema to {args.output}", err=True)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _emit(json.dumps(config_schema(), indent=2) + "\n", args.output, "wrote the config schema to")
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -117,15 +111,21 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 @on_run
 def cmd_report(args: argparse.Namespace, paths: Any) -> int:
     from ..render.report import build_report
-    from ..rundir.journal import write_atomic
 
     try:
         text = build_report(paths.root)
     except FileNotFoundError as e:
         return fail(f"rlsup: {e}")
-    if args.output:
-        write_atomic(Path(args.output), text.encode(), mode=0o644)
-        say(f"rlsup: report written to {args.output}", err=True)
+    return _emit(text, args.output, "report written to")
+
+
+def _emit(text: str, output: str | None, said: str) -> int:
+    """``text`` to the file ``output`` (saying so on stderr), else to stdout."""
+    from ..rundir.journal import write_atomic
+
+    if output:
+        write_atomic(Path(output), text.encode(), mode=0o644)
+        say(f"rlsup: {said} {output}", err=True)
     else:
         say(text, end="")
     return EXIT_OK

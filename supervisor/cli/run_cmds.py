@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal as signal_mod
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rundir.layout import RunPaths, is_locked
+from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -197,10 +198,11 @@ def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
 def _settle_ended_run(args: argparse.Namespace, run_dir: Path) -> int | None:
     """Whether an ended run in the run dir is resumed or kept aside (--fresh), as asked or as the person
     answers; sets ``args.resume``/``args.fresh``. An exit code where `up` ends here, else None."""
+    from ..rundir.archive import how_it_ended
     from .daemon import display_path
-    from .ended import ended_run
 
-    ended = ended_run(run_dir)
+    paths = RunPaths(run_dir)
+    ended = how_it_ended(paths) if paths.events.exists() else None  # None: a new run, or one that crashed mid-way
     if ended is not None and ended.startswith("preempted") and not args.fresh:
         # The platform took the machine (a spot VM, a Slurm preemption): `rlsup up` as a spot job's command
         # picks the run up where its checkpoints stand, whatever the mode.
@@ -216,16 +218,25 @@ def _settle_ended_run(args: argparse.Namespace, run_dir: Path) -> int | None:
 
 
 def _keep_aside(run_dir: Path) -> int | None:
-    """--fresh: the previous run renamed aside (``DIR.N``); an exit code if it cannot be."""
+    """--fresh: the previous run renamed aside (``DIR.N``, the first free N >= 1); an exit code if it cannot be
+    (components of it still live under their monitors, say)."""
+    from ..monitor.process import is_monitor_of, records
     from .daemon import display_path
-    from .ended import keep_aside
 
+    if not run_dir.exists():
+        return None
+    paths = RunPaths(run_dir)
+    if live := [r for _, r in records(paths.monitors) if is_monitor_of(r, paths.root)]:
+        names = ", ".join(f"{r['component']} (pid {r['pid']})" for r in live)
+        return fail(f"rlsup: cannot keep the previous run aside: components of that run are still running under "
+                    f"their monitors ({names}); `rlsup up` without --fresh takes them over, and `rlsup down` then "
+                    "ends them")
+    kept = next(t for n in itertools.count(1) if not os.path.lexists(t := run_dir.with_name(f"{run_dir.name}.{n}")))
     try:
-        kept = keep_aside(run_dir)
+        os.rename(run_dir, kept)
     except OSError as e:
         return fail(f"rlsup: cannot keep the previous run aside: {e}")
-    if kept is not None:
-        say(f"rlsup: the previous run is kept as {display_path(kept)}; starting a new run in {display_path(run_dir)}")
+    say(f"rlsup: the previous run is kept as {display_path(kept)}; starting a new run in {display_path(run_dir)}")
     return None
 
 
@@ -259,7 +270,7 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
         return _daemon_failed(run_dir,
-                              f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{daemon.DAEMON_LOG}:")
+                              f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{SUPERVISOR_LOG}:")
     if args.detach:
         return _say_detached(cfg, run_dir, proc.pid, hint)
     return _attach_started(run_dir, args.plain, hint)
@@ -282,7 +293,7 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
 
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
     # a run whose supervisor died: say that training was taken over, not restarted
-    if took := daemon.journaled_by(RunPaths(run_dir), pid, ComponentAdopted.kind):
+    if took := daemon.journaled_by(RunPaths(run_dir), ComponentAdopted.kind, lambda started: started.pid == pid):
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
     say(f"  run dir:  {daemon.display_path(run_dir)}")
     say(f"  attach:   {hint}")
@@ -493,16 +504,13 @@ def _stop_on_signals(run: Run, *, terminal: bool) -> Callable[[int], None]:
 def _preempt(run: Run, name: str, *, notice: bool) -> None:
     """A preemption. Slurm's notice (SIGUSR1 in the job's batch step) is asked why (time limit, preemption),
     off the loop, and the job is requeued at the end."""
-    from . import signals
-
     launcher = run.slurm_launcher()
     if not (notice and launcher is not None):
-        run.request_shutdown(signals.preemption_reason(name), preempted=True)
+        run.request_shutdown(f"{name} received: the platform is taking the machine (preemption)", preempted=True)
         return
     from ..slurm.jobs import notice_reason
 
-    job = launcher.job_id
-    asyncio.get_running_loop().run_in_executor(None, notice_reason, job).add_done_callback(
+    asyncio.get_running_loop().run_in_executor(None, notice_reason, launcher.job_id).add_done_callback(
         lambda f: run.request_shutdown(f.result(), preempted=True, requeue=True))
 
 
@@ -717,7 +725,7 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
                     f"running under their monitors (`rlsup up CONFIG --run-dir {paths.root}` takes them over)")
     if (problem := daemon.wait_ready(proc, paths.root)) is not None:
         return _daemon_failed(paths.root, f"rlsup: {problem}; the components keep running under their monitors. "
-                                          f"The end of {paths.root}/{daemon.DAEMON_LOG}:")
+                                          f"The end of {paths.root}/{SUPERVISOR_LOG}:")
     say(f"rlsup: supervisor replaced (pid {old_pid} -> {daemon.owner_desc(paths.root)}); "
         f"{len(info['monitors'])} component(s) kept running")
     return EXIT_OK

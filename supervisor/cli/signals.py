@@ -29,7 +29,3 @@ def at_terminal() -> bool:
         return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
     except OSError:
         return False
-
-
-def preemption_reason(name: str) -> str:
-    return f"{name} received: the platform is taking the machine (preemption)"

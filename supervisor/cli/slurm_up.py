@@ -190,18 +190,13 @@ def run_job(run_dir: Path) -> dict[str, Any] | None:
     return None
 
 
-def supervisor_up(run_dir: str) -> bool:
-    """Whether the run's supervisor answers on its socket (this host sees the run dir)."""
-    from ..rundir.layout import RunPaths, is_locked, socket_answers
-
-    paths = RunPaths(Path(run_dir))
-    return is_locked(paths) and paths.sock.exists() and socket_answers(paths.sock)
-
-
 def wait_running(job_id: str, run_dir: str) -> dict[str, Any] | None:
-    """Say the job's state while it waits; return it once its supervisor is up (or the job ended)."""
+    """Say the job's state while it waits; return it once its supervisor answers on its socket (where this host
+    sees the run dir), or the job ended."""
+    from ..rundir.layout import RunPaths, is_locked, socket_answers
     from ..slurm import jobs
 
+    paths = RunPaths(Path(run_dir))
     shown = ""
     while True:
         j = _job(job_id)
@@ -214,7 +209,8 @@ def wait_running(job_id: str, run_dir: str) -> dict[str, Any] | None:
         if j["state"] == "PENDING" and (why := jobs.never_clears(j.get("reason"))):
             _never_starts(job_id, j, run_dir)
             return {**j, "never": why}
-        if j["state"] == "RUNNING" and (supervisor_up(run_dir) or not _sees_run_dir(run_dir)):
+        if j["state"] == "RUNNING" and (not _sees_run_dir(run_dir) or (is_locked(paths) and paths.sock.exists()
+                                                                     and socket_answers(paths.sock))):
             return j
         time.sleep(POLL_S)
 
@@ -403,17 +399,13 @@ def _ended(job_id: str, run_dir: str, j: dict[str, Any] | None) -> int:
 def why_ended(job_id: str, run_dir: str) -> list[str]:
     """Why the job's run failed: its supervisor's ``run_ended``, else the end of the batch step's output (it never
     journalled: a bad config, no Python on the node...); and where to look next."""
-    from ..records.events import RunEnded, RunStarted
-    from ..rundir.journal import read_records
+    from ..records.events import RunEnded
+    from ..rundir.layout import RunPaths
+    from .daemon import journaled_by
 
-    reason = None
-    ours = False
-    with contextlib.suppress(OSError, ValueError):
-        for r in read_records(Path(run_dir) / "events.jsonl", kinds={RunStarted.kind, RunEnded.kind}.__contains__):
-            if isinstance(r.event, RunStarted):
-                ours = str((r.event.slurm or {}).get("job_id")) == str(job_id)
-            elif ours and isinstance(r.event, RunEnded):
-                reason = r.event.reason
+    ended = journaled_by(RunPaths(Path(run_dir)), RunEnded.kind,
+                         lambda started: str((started.slurm or {}).get("job_id")) == str(job_id))
+    reason = ended[-1].get("reason") if ended else None
     out_file = Path(run_dir) / f"slurm-{job_id}.out"
     lines = [f"  why:     {reason}"] if reason else []
     if not reason:
@@ -424,16 +416,10 @@ def why_ended(job_id: str, run_dir: str) -> list[str]:
 
 
 def _exit_code(job_id: str) -> int | None:
-    import re
-    import subprocess
+    """The job's exit code as scontrol says it (``ExitCode=CODE:SIGNAL``: 128+SIGNAL where a signal ended it)."""
+    from ..slurm.jobs import show_job
 
-    from ..slurm.jobs import tool
-
-    try:
-        out = subprocess.run([tool("scontrol"), "show", "job", "-o", job_id], capture_output=True, text=True,
-                             timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
+    code, _, sig = show_job(job_id).get("ExitCode", "").partition(":")
+    if not (code.isdigit() and sig.isdigit()):
         return None
-    if not (m := re.search(r"\bExitCode=(\d+):(\d+)", out)):
-        return None
-    return 128 + int(m.group(2)) if int(m.group(2)) else int(m.group(1))
+    return 128 + int(sig) if int(sig) else int(code)

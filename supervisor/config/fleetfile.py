@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from .interpolate import interpolate
+from .interpolate import expand
 from .loader import ConfigError, Problem, YamlDoc, read_document, validated
 from .model import Path_, _Model
 
@@ -91,7 +91,7 @@ def _expanded(raw: Any, here: Path_, env: Mapping[str, str], doc: YamlDoc, probl
         return {k: _expanded(v, (*here, str(k)), env, doc, problems) for k, v in raw.items()}
     if not isinstance(raw, str):
         return raw
-    text, missing = interpolate(raw, env)
+    text, missing, _ = expand(raw, env)
     if not missing:
         return text
     problems.append(doc.problem(here, f"undefined variable{'s' if len(missing) > 1 else ''} "

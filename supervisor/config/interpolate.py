@@ -115,11 +115,3 @@ def expand(value: str, variables: Mapping[str, str]) -> tuple[str, list[str], li
     missing: list[str] = []
     return _evaluate(parts, variables, missing), missing, errors
 
-
-def interpolate(value: str, variables: Mapping[str, str]) -> tuple[str, list[str]]:
-    """Expand ``${VAR}``/``${VAR:-default}``/``$$``; return (text, names that were missing).
-
-    A malformed reference is left as written; :func:`expand` also reports it.
-    """
-    text, missing, _ = expand(value, variables)
-    return text, missing

@@ -280,13 +280,11 @@ def load_yaml(text: str, file: str) -> YamlDoc:
     return doc
 
 
-def _clip(s: str, n: int = 40) -> str:
-    return repr(s) if len(s) <= n else repr(s[:n]) + f"... ({len(s):,} characters)"
-
-
-def _clip_repr(v: Any) -> str:
-    r = repr(v)
-    return r if len(r) <= 80 else r[:80] + "..."
+def _clip(v: Any, n: int = 40) -> str:
+    """A string's repr, its first ``n`` characters where longer; anything else's repr, its first 80 characters."""
+    if not isinstance(v, str):
+        return r if len(r := repr(v)) <= 80 else r[:80] + "..."
+    return repr(v) if len(v) <= n else repr(v[:n]) + f"... ({len(v):,} characters)"
 
 
 def _read_capped(path: Path, file: str, where: Path_ = ()) -> bytes:
@@ -484,14 +482,20 @@ def _env_file_variables(data: dict[str, Any], p: Path, doc: YamlDoc, problems: l
         return {}
     ef = Path(data["env_file"])
     try:
-        if not ef.is_absolute() and (p.parent / ef).exists():
-            ef = p.parent / ef
+        ef = env_file_path(data["env_file"], p)
         return parse_env_file(ef)
     except ConfigError as e:
         problems.extend(e.problems)
     except OSError as e:  # also from exists(): a parent without search permission, a name too long
         problems.append(doc.problem(("env_file",), f"cannot read env_file {str(ef)!r}: {e.strerror or e}"))
     return {}
+
+
+def env_file_path(env_file: str, config: Path) -> Path:
+    """Where ``env_file`` is read from: next to the config where it is there, else as written (the current
+    directory). OSError where that cannot be told."""
+    p = Path(env_file)
+    return config.parent / p if not p.is_absolute() and (config.parent / p).exists() else p
 
 
 def _slurm_placement(data: dict[str, Any], env: dict[str, str],
@@ -590,7 +594,7 @@ def _pydantic_problems(e: ValidationError, doc: YamlDoc, data: Any, root: type[B
             out.append(doc.problem(loc[:-1], f"missing required key {loc[-1]!r}"))
             continue
         if "input" in err and etype not in ("model_type", "value_error") and not isinstance(err["input"], dict | list):
-            msg += f" (got {_clip(err['input']) if isinstance(err['input'], str) else _clip_repr(err['input'])})"
+            msg += f" (got {_clip(err['input'])})"
         out.append(doc.problem(loc, msg))
     # One problem per position and message.
     uniq: dict[tuple[int, int, str], Problem] = {}
@@ -676,38 +680,14 @@ def _regex_problem(path: Path_, rx: str) -> str | None:
 
 
 def _cycles(cfg: Config, doc: YamlDoc) -> Iterator[Problem]:
-    # Iterative depth-first search (white/grey/black), so a long chain cannot exhaust the stack.
-    color: dict[str, int] = {}
     reported: set[frozenset[str]] = set()
-    for root in cfg.components:
-        if root in color:
+    for path, start in cfg.walk_dependencies():
+        if start is None or frozenset(cycle := path[start:] + [path[start]]) in reported:
             continue
-        color[root] = 1
-        path = [root]
-        index = {root: 0}  # position of each grey node in `path`
-        iters = [iter(cfg.components[root].depends_on)]
-        while iters:
-            n = path[-1]
-            for d in iters[-1]:
-                if d not in cfg.components or d == n:
-                    continue
-                if color.get(d) == 1:
-                    cycle = path[index[d]:] + [d]
-                    if frozenset(cycle) not in reported:
-                        reported.add(frozenset(cycle))
-                        yield doc.problem(("components", n, "depends_on"), f"dependency cycle: {_chain_str(cycle)}",
-                                          key=True, at=("components", n, "depends_on", d))
-                elif color.get(d) is None:
-                    color[d] = 1
-                    index[d] = len(path)
-                    path.append(d)
-                    iters.append(iter(cfg.components[d].depends_on))
-                    break
-            else:
-                color[n] = 2
-                del index[n]
-                path.pop()
-                iters.pop()
+        reported.add(frozenset(cycle))
+        n = path[-1]
+        yield doc.problem(("components", n, "depends_on"), f"dependency cycle: {_chain_str(cycle)}", key=True,
+                          at=("components", n, "depends_on", path[start]))
 
 
 def _chain_str(names: list[str]) -> str:

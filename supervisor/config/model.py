@@ -12,7 +12,7 @@ import json
 import re
 import shlex
 import signal as signal_mod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -372,25 +372,31 @@ class Config(_Model):
 
     def topo_order(self) -> list[str]:
         """Components in dependency order (dependencies first; ties in file order)."""
-        # Iterative depth-first search: a 2,000-long dependency chain must not hit the recursion limit.
-        done: list[str] = []
-        seen: set[str] = set()
+        return [path[-1] for path, back in self.walk_dependencies() if back is None]
+
+    def walk_dependencies(self) -> Iterator[tuple[list[str], int | None]]:
+        """Depth-first over ``depends_on`` in file order, without recursion (a 2,000-long dependency chain must
+        not hit the recursion limit): ``(path, None)`` once the component ``path[-1]`` is done (after its
+        dependencies), ``(path, i)`` where ``path[-1]`` depends on ``path[i]``, further up it (a cycle)."""
+        done: set[str] = set()
         for root in self.components:
-            if root in seen:
+            if root in done:
                 continue
-            seen.add(root)
-            stack = [(root, iter(self.components[root].depends_on))]
-            while stack:
-                n, deps = stack[-1]
-                for d in deps:
-                    if d in self.components and d not in seen:
-                        seen.add(d)
-                        stack.append((d, iter(self.components[d].depends_on)))
+            path, at, deps = [root], {root: 0}, [iter(self.components[root].depends_on)]
+            while deps:
+                for d in deps[-1]:
+                    if d in at and d != path[-1]:
+                        yield path, at[d]
+                    elif d in self.components and d not in at and d not in done:
+                        at[d] = len(path)
+                        path.append(d)
+                        deps.append(iter(self.components[d].depends_on))
                         break
                 else:
-                    stack.pop()
-                    done.append(n)
-        return done
+                    yield path, None
+                    done.add(path[-1])
+                    del at[path.pop()]
+                    deps.pop()
 
 
 def did_you_mean(word: str, names: Sequence[str], listed: str = "") -> str:

@@ -38,17 +38,15 @@ def _expand_one(s: str) -> list[str]:
     m = re.search(r"\[([^\]]*)\]", s)
     if not m:
         return [s]
-    head, tail = s[:m.start()], s[m.end():]
-    out: list[str] = []
+    items: list[str] = []
     for rng in m.group(1).split(","):
         if "-" in rng:
             a, b = rng.split("-", 1)
             width = len(a) if a.startswith("0") else 0
-            for i in range(int(a), int(b) + 1):
-                out.extend(head + str(i).zfill(width) + rest for rest in _expand_one(tail))
+            items += [str(i).zfill(width) for i in range(int(a), int(b) + 1)]
         else:
-            out.extend(head + rng + rest for rest in _expand_one(tail))
-    return out
+            items.append(rng)
+    return [s[:m.start()] + x + rest for x in items for rest in _expand_one(s[m.end():])]
 
 
 def _int(v: Any, default: int) -> int:

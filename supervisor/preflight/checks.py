@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..config.loader import load_yaml
+from ..config.loader import env_file_path, load_yaml
 from ..config.model import Component, Config, Path_, parse_hostport
 from ..monitor.process import ENV_COMPONENT, ENV_RUN_DIR, signal_name
 
 if TYPE_CHECKING:
-    from ..gpu.nvml import GpuInfo, GpuSample
+    from ..gpu.nvml import GpuInfo
 
 Severity = Literal["error", "warning", "info"]
 GB = 1e9
@@ -47,18 +47,6 @@ SMOKE_TAIL_LINES = 200  # what the diagnosis engine reads
 SMOKE_SHOW_LINES = 8  # what the finding shows
 MODULE_CHECK_TIMEOUT_S = 30.0
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "::", ""}
-_ORDER = {"error": 0, "warning": 1, "info": 2}
-
-# Run in the component's interpreter, cwd and environment; sys.path[0] is the cwd, as for `python -m`.
-_FIND_SPEC = (
-    "import importlib.util,sys\n"
-    "try:\n"
-    "    s = importlib.util.find_spec(sys.argv[1])\n"
-    "except ModuleNotFoundError:\n"
-    "    s = None\n"
-    "sys.exit(0 if s is not None else 3)\n"
-)
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -107,7 +95,7 @@ def format_findings(findings: Sequence[Finding], *, config_path: str, source: st
 def _sort_key(f: Finding) -> tuple[int, int]:
     """Errors, warnings, info; within each, in config order (run-wide findings last)."""
     line = f.where.rsplit(":", 1)[-1] if f.where else ""
-    return _ORDER.get(f.severity, 3), int(line) if line.isdigit() else 1 << 30
+    return ("error", "warning", "info", f.severity).index(f.severity), int(line) if line.isdigit() else 1 << 30
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -118,8 +106,8 @@ def run_checks(cfg: Config, *, smoke: bool = False, fast: bool = False, gpu_samp
                on_progress: Callable[[str], object] | None = None) -> list[Finding]:
     """Every check that applies to ``cfg``; see the module docstring for fast/full/smoke.
 
-    ``gpu_sampler``: anything with ``sample()`` (a :class:`~rlsup.supervisor.gpu.nvml.FakeSampler` in
-    tests); None builds one with ``make_sampler()`` (honours ``RLSUP_GPU_SAMPLER``) and closes it.
+    ``gpu_sampler``: anything with ``sample()`` (``rlsup check``'s ``make_sampler()``, a
+    :class:`~rlsup.supervisor.gpu.nvml.FakeSampler` in tests); without one the GPUs are not checked.
     """
     ctx = _Ctx(cfg, on_progress or (lambda _msg: None))
     ctx.progress("checking commands, directories, ports and environment")
@@ -132,11 +120,9 @@ def run_checks(cfg: Config, *, smoke: bool = False, fast: bool = False, gpu_samp
     _check_outputs(ctx, min_free_gb)
     _check_ports(ctx)
     _check_slurm(ctx)
-    if not fast:
-        _check_modules(ctx)
+    _check_modules(ctx, QUICK_MODULES_S if fast else MODULE_CHECK_TIMEOUT_S, full=not fast)
+    if not fast and gpu_sampler is not None:
         _check_gpus(ctx, gpu_sampler)
-    else:
-        _check_modules_quick(ctx)
     for name, comp in cfg.components.items() if smoke else ():
         if comp.smoke is not None:
             _run_smoke(ctx, name, comp, smoke_timeout)
@@ -217,11 +203,8 @@ def _check_env_file(ctx: _Ctx) -> None:
     if not ef:
         return
     p = Path(ef)
-    if not p.is_absolute():
-        # Same resolution as load_config: next to the config if it is there, else the current dir.
-        near = Path(ctx.cfg.source).parent / p if ctx.cfg.source else p
-        p = near if near.exists() else p
     try:
+        p = env_file_path(ef, Path(ctx.cfg.source))
         with open(p, "rb") as fh:
             fh.read(1)
     except OSError as e:
@@ -448,15 +431,7 @@ def _needs(argv: list[str], module: str, cwd: str | None) -> list[tuple[str, str
     """(module, why) that a ``python -m MODULE ARGS`` of rlsup's own stack needs beyond MODULE itself."""
     out: list[tuple[str, str]] = []
     args = argv[argv.index(module) + 1:] if module in argv else []
-
-    def opt(flag: str) -> str | None:
-        for i, a in enumerate(args):
-            if a == flag and i + 1 < len(args):
-                return args[i + 1]
-            if a.startswith(flag + "="):
-                return a[len(flag) + 1:]
-        return None
-
+    opt = functools.partial(_opt, args)
     if module == "rlsup.trainer.orchestrator" and opt("--task") == "gsm8k":
         data = opt("--data")
         if data and not os.path.isfile(data if os.path.isabs(data) else os.path.join(cwd or os.getcwd(), data)):
@@ -510,46 +485,7 @@ def _check_python_target(ctx: _Ctx, name: str, comp: Component, argv: list[str],
                 ("components", name, "command"))
 
 
-def _check_modules(ctx: _Ctx) -> None:
-    """``python -m MOD``: is MOD importable by that interpreter, in that cwd and environment?"""
-    if not ctx.modules:
-        return
-    ctx.progress(f"checking {len(ctx.modules)} python module(s) in their interpreters")
-    running: dict[tuple[str, str, str], tuple[subprocess.Popen[bytes] | None, str, str]] = {}
-    for name, interp, mod, cwd, why in ctx.modules:
-        if (name, interp, mod) in running:
-            continue
-        try:
-            proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [interp, "-c", _FIND_SPEC, mod], cwd=cwd, env=ctx.env_for(name, ctx.cfg.components[name]),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-            err = ""
-        except OSError as e:
-            proc, err = None, e.strerror or str(e)
-        running[(name, interp, mod)] = (proc, err, why)
-    deadline = time.monotonic() + MODULE_CHECK_TIMEOUT_S
-    for (name, interp, mod), (proc, err, why) in running.items():
-        path = ("components", name, "command")
-        if proc is None:
-            ctx.add("error", "command", name, f"cannot start {interp}: {err}", "fix the interpreter", path)
-            continue
-        try:
-            _, stderr = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            ctx.add("warning", "command", name,
-                    f"could not tell within {MODULE_CHECK_TIMEOUT_S:g}s whether {interp} can import {mod!r} "
-                    "(importing its parent package is slow)",
-                    f"run `{interp} -c 'import {mod}'` by hand, or use `rlsup check --smoke`", path)
-            continue
-        if proc.returncode == 3:
-            _module_missing(ctx, name, interp, mod, why, top_found=False)
-        elif proc.returncode != 0:
-            tail = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
-            _lookup_failed(ctx, name, interp, mod, tail[-1] if tail else f"exit code {proc.returncode}")
-
-
-# The quick module check of `up`: one interpreter per (interpreter, cwd, Python path settings)
+# The module check: one interpreter per (interpreter, cwd, Python path settings)
 # looks up every module given on its argv and prints one line each as it goes ("ok M", "missing M
 # TOP-FOUND", "error M TEXT"). A package's submodule is first looked up in the package's folders
 # without importing the package (fast, no side effects); only where that finds nothing is the
@@ -579,46 +515,63 @@ QUICK_MODULES_S = 5.0  # `up` waits at most this long; what is not known by then
 _PY_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "VIRTUAL_ENV")
 
 
-def _check_modules_quick(ctx: _Ctx) -> None:
-    """``up``'s check that each ``python -m MOD`` (and each console script's package) is importable by
-    the component's own interpreter: the wrong virtualenv is an error before anything starts,
-    rather than a run that says it is supervising and is fatal a second later."""
-    # One lookup process per interpreter, cwd and Python variables: (interpreter, its env, [(component, module, why)]).
+def _check_modules(ctx: _Ctx, wait_s: float, *, full: bool) -> None:
+    """Whether each ``python -m MOD`` (and each console script's package) is importable by the component's own
+    interpreter, in its cwd and environment: the wrong virtualenv is an error before anything starts, rather
+    than a run that says it is supervising and is fatal a second later. ``full`` (``rlsup check``) also reports
+    what could not be told (an interpreter that cannot start or crashes, no answer within ``wait_s``); ``up``
+    leaves that to the run."""
+    if full and ctx.modules:
+        ctx.progress(f"checking {len(ctx.modules)} python module(s) in their interpreters")
+    procs = []
+    for (interp, cwd, *_), (_, env, wanted) in _lookup_groups(ctx).items():
+        mods = list(dict.fromkeys(m for _, m, _ in wanted))
+        try:
+            proc = subprocess.Popen([interp, "-c", _FIND_SPECS, *mods], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:  # (`up`: the command check already said why the interpreter cannot run)
+            for name in dict.fromkeys(n for n, _, _ in wanted) if full else ():
+                ctx.add("error", "command", name, f"cannot start {interp}: {e.strerror or e}", "fix the interpreter",
+                        ("components", name, "command"))
+            continue
+        procs.append((interp, proc, wanted))
+    deadline = time.monotonic() + wait_s
+    for interp, proc, wanted in procs:
+        found, timed_out, stderr = _lookup_verdicts(proc, deadline)
+        for name, mod, why in wanted:
+            verdict, detail = found.get(mod, ("", ""))
+            if verdict == "missing":
+                _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
+            elif verdict == "error" or (full and not verdict and not timed_out):
+                _lookup_failed(ctx, name, interp, mod, detail or stderr or f"exit code {proc.returncode}")
+            elif full and not verdict:
+                ctx.add("warning", "command", name,
+                        f"could not tell within {wait_s:g}s whether {interp} can import {mod!r} "
+                        "(importing its parent package is slow)",
+                        f"run `{interp} -c 'import {mod}'` by hand, or use `rlsup check --smoke`",
+                        ("components", name, "command"))
+
+
+def _lookup_groups(ctx: _Ctx) -> dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]]:
+    """One lookup process per interpreter, cwd and Python variables: (interpreter, its env, [(component, module,
+    why)])."""
     groups: dict[tuple[Any, ...], tuple[str, dict[str, str], list[tuple[str, str, str]]]] = {}
     for name, interp, mod, cwd, why in ctx.modules:
         env = ctx.env_for(name, ctx.cfg.components[name])
         group = groups.setdefault((interp, cwd, *(env.get(k) for k in _PY_PATH_VARS)), (interp, env, []))[2]
         if (name, mod) not in ((n, m) for n, m, _ in group):
             group.append((name, mod, why))
-    procs = []
-    for (interp, cwd, *_), (_, env, wanted) in groups.items():
-        mods = list(dict.fromkeys(m for _, m, _ in wanted))
-        try:
-            proc = subprocess.Popen([interp, "-c", _FIND_SPECS, *mods], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError:
-            continue  # the command check already said why the interpreter cannot run
-        procs.append((interp, proc, wanted))
-    deadline = time.monotonic() + QUICK_MODULES_S
-    for interp, proc, wanted in procs:
-        found = _lookup_verdicts(proc, deadline)
-        for name, mod, why in wanted:
-            verdict, detail = found.get(mod, ("", ""))
-            if verdict == "missing":
-                _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
-            elif verdict == "error":
-                _lookup_failed(ctx, name, interp, mod, detail)
+    return groups
 
 
-def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> dict[str, tuple[str, str]]:
-    """module -> (verdict, detail) as the lookup process printed them by ``deadline`` (then it is killed)."""
-    try:
-        out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, _ = proc.communicate()
+def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> tuple[dict[str, tuple[str, str]], bool, str]:
+    """module -> (verdict, detail) as the lookup process printed them by ``deadline`` (then it is killed), whether
+    it was, and the last line of its stderr."""
+    out, err, timed_out = _output(proc, max(0.1, deadline - time.monotonic()))
     said = (line.partition(" ") for line in out.decode("utf-8", "replace").splitlines())
-    return {mod: (verdict, detail) for verdict, _, rest in said for mod, _, detail in [rest.partition(" ")]}
+    tail = [x for x in err.decode("utf-8", "replace").splitlines() if x.strip()]
+    verdicts = {mod: (verdict, detail) for verdict, _, rest in said for mod, _, detail in [rest.partition(" ")]}
+    return verdicts, timed_out, tail[-1] if tail else ""
 
 
 def _lookup_failed(ctx: _Ctx, name: str, interp: str, mod: str, detail: str) -> None:
@@ -712,13 +665,8 @@ def _output_dirs(cfg: Config) -> list[tuple[str, str, Path_, str | None]]:
 
 
 def _nearest_existing(path: str) -> str:
-    p = os.path.abspath(path)
-    while not os.path.lexists(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    return p
+    p = Path(os.path.abspath(path))
+    return str(next((q for q in (p, *p.parents) if os.path.lexists(q)), p.anchor))
 
 
 def _round_trip(directory: str) -> str | None:
@@ -751,7 +699,7 @@ def _round_trip(directory: str) -> str | None:
 
 def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
     by_fs: dict[int, tuple[str, list[str]]] = {}
-    tested: dict[str, str | None] = {}
+    round_trip = functools.cache(_round_trip)  # once per directory
     for label, out_path, yaml_path, component in _output_dirs(ctx.cfg):
         target = os.path.abspath(out_path)
         anchor = _nearest_existing(target)
@@ -763,9 +711,7 @@ def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
             ctx.add("error", "writable", component, not_dir, "move the file away or point the config elsewhere",
                     yaml_path)
             continue
-        if anchor not in tested:
-            tested[anchor] = _round_trip(anchor)
-        failed = tested[anchor]
+        failed = round_trip(anchor)
         later = "" if anchor == target else f" (it does not exist yet; it will be created under {anchor})"
         if failed:
             ctx.add("error", "writable", component, f"{label} {target} is not writable{later}: {failed}",
@@ -800,7 +746,7 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
     out: dict[tuple[str, int], list[tuple[str, Path_]]] = {}
     for name, comp in cfg.components.items():
         for kind, probe in (("ready", comp.ready), ("alive", comp.alive)):
-            if probe is None:
+            if probe is None or probe.kind() not in ("http", "tcp"):
                 continue
             if probe.http is not None:
                 u = urlsplit(probe.http)
@@ -809,12 +755,9 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
                     port = u.port or (443 if u.scheme == "https" else 80)
                 except ValueError:
                     continue
-                path: Path_ = ("components", name, kind, "http")
-            elif probe.tcp is not None:
-                host, port = parse_hostport(probe.tcp)
-                path = ("components", name, kind, "tcp")
             else:
-                continue
+                host, port = parse_hostport(probe.target())
+            path: Path_ = ("components", name, kind, probe.kind())
             if host not in LOCAL_HOSTS and host != socket.gethostname():
                 continue  # another machine's port is not ours to test
             key = ("::1" if host in ("::1", "::") else "127.0.0.1", port)
@@ -848,15 +791,12 @@ def adoptable_owner(pid: int, run_dir: str | Path) -> str | None:
                  if is_monitor_of(rec, root) and pid in attempt_from_record(rec, path).members(children)), None)
 
 
-def port_holder(port: int, run_dir: str) -> tuple[str, str | None] | None:
-    """``(pid N (name: cmdline), other)`` for a process listening on ``port`` when psutil can see it,
-    else None. The text says when the holder is a component of an rlsup run (its marker env): of
-    ``run_dir``, or of another run, whose run dir is then ``other`` (for a hint that names it)."""
+def port_holder(pid: int, run_dir: str) -> tuple[str, str | None]:
+    """``(pid N (name: cmdline), other)`` for the process ``pid`` that listens on a port. The text says when
+    it is a component of an rlsup run (its marker env): of ``run_dir``, or of another run, whose run dir is
+    then ``other`` (for a hint that names it)."""
     import psutil
 
-    pid = port_holder_pid(port)
-    if pid is None:
-        return None
     try:
         p = psutil.Process(pid)
         text = f"pid {pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
@@ -905,14 +845,14 @@ def _check_ports(ctx: _Ctx) -> None:
             ctx.add("warning", check, component, f"cannot test {what}: {err.strerror or err}",
                     "ports below 1024 need root; use a higher port", path)
             continue
-        pid = port_holder_pid(port) if check == "port" else None
-        if pid and (owner := adoptable_owner(pid, ctx.cfg.run_dir)) is not None:
+        pid = port_holder_pid(port)
+        if pid and check == "port" and (owner := adoptable_owner(pid, ctx.cfg.run_dir)) is not None:
             # A run whose supervisor died: its components run on under their monitors, and
             # holding their ports is what they should be doing. `up` takes them over.
             ctx.add("info", check, component, f"{what} is held by pid {pid}, component {owner} of this run, still "
                     "running under its monitor", "`rlsup up` takes it over (same pid); `rlsup down` ends it", path)
             continue
-        holder = port_holder(port, ctx.cfg.run_dir)
+        holder = port_holder(pid, ctx.cfg.run_dir) if pid else None
         other = holder[1] if holder and check == "port" else None
         fix = ("choose another `metrics: port:` (or stop what holds it)" if check == "metrics" else
                f"that run uses it: stop it (`rlsup down --run-dir {shlex.quote(other)}`), or change the port in "
@@ -931,10 +871,10 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
     if not wanted:
         return
     ctx.progress("checking GPUs")
-    sampled = _sample_gpus(ctx, sampler)
-    if sampled is None:
-        return
-    sample, reason = sampled
+    try:
+        sample, reason = sampler.sample(), ""
+    except Exception as e:  # the sampler promises not to raise; a third-party one might
+        sample, reason = None, f"sampling GPUs failed: {e}"
     if sample is None or (sample.backend == "none" and not sample.gpus):
         reason = reason if sample is None else (sample.reason or "no GPU backend")
         for name in wanted:
@@ -951,28 +891,6 @@ def _check_gpus(ctx: _Ctx, sampler: Any) -> None:
             ctx.add("warning", "gpu", b, f"shares GPU {', '.join(map(str, shared))} with {a}",
                     "make sure both fit in its memory (e.g. lower the inference server's memory fraction), "
                     "or give each component its own GPUs", ("components", b, "gpus"))
-
-
-def _sample_gpus(ctx: _Ctx, sampler: Any) -> tuple[GpuSample | None, str] | None:
-    """One sample of this machine's GPUs (None and why where sampling failed); None (after a warning)
-    where no sampler could be built. ``sampler`` None: a sampler of its own, closed after."""
-    own = sampler is None
-    if own:
-        from ..gpu.nvml import make_sampler
-
-        try:
-            sampler = make_sampler()
-        except ValueError as e:
-            ctx.add("warning", "gpu", None, f"cannot build a GPU sampler: {e}",
-                    "fix RLSUP_GPU_SAMPLER (auto, nvml, none, fake:2xH100)")
-            return None
-    try:
-        return sampler.sample(), ""
-    except Exception as e:  # the sampler promises not to raise; a third-party one might
-        return None, f"sampling GPUs failed: {e}"
-    finally:
-        if own:
-            sampler.close()
 
 
 def _check_gpu(ctx: _Ctx, name: str, i: int, gpus: dict[int, GpuInfo]) -> None:
@@ -1028,18 +946,24 @@ def memory_ask(comp: Component) -> MemoryAsk | None:
     """The memory fraction an inference server's command asks for, read from every argv it runs
     (list, string, ``exec ...`` or ``shell: true``); None when it names none (or an invalid one)."""
     for argv in command_argvs(comp):  # (never raises: a command shlex cannot split has no argv)
-        for i, a in enumerate(argv):
-            for flag in ENGINE_FRACTIONS:
-                value = a[len(flag) + 1:] if a.startswith(flag + "=") else (
-                    argv[i + 1] if a == flag and i + 1 < len(argv) else None)
-                if value is None:
-                    continue
-                try:
-                    f = float(value)
-                except ValueError:
-                    return None
-                engine, of = ENGINE_FRACTIONS[flag]
-                return MemoryAsk(flag, f, engine, of) if 0 < f <= 1 else None
+        for flag, (engine, of) in ENGINE_FRACTIONS.items():
+            if (value := _opt(argv, flag)) is None:
+                continue
+            try:
+                f = float(value)
+            except ValueError:
+                return None
+            return MemoryAsk(flag, f, engine, of) if 0 < f <= 1 else None
+    return None
+
+
+def _opt(argv: list[str], flag: str) -> str | None:
+    """The value of the option ``flag`` in ``argv`` (``--flag VALUE`` or ``--flag=VALUE``), None without one."""
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1:]
     return None
 
 
@@ -1126,7 +1050,7 @@ def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
         ctx.add("error", "smoke", name, f"smoke command cannot start: {argv[0]!r}: {e.strerror or e}",
                 "fix the smoke command (same PATH and cwd as the component)", path)
         return
-    out, timed_out = _smoke_output(proc, timeout)
+    out, _, timed_out = _output(proc, timeout)
     dt = time.monotonic() - t0
     lines = [clean_line(x) for x in out.decode("utf-8", "replace").splitlines()][-SMOKE_TAIL_LINES:]
     shown_lines = [x for x in lines if x.strip()][-SMOKE_SHOW_LINES:]
@@ -1147,20 +1071,20 @@ def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
     _smoke_failed(ctx, name, rc, lines, tail, dt)
 
 
-def _smoke_output(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bool]:
-    """The smoke command's output, and whether it ran past ``timeout`` (then its group is killed)."""
+def _output(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes, bool]:
+    """What ``proc`` printed (stdout, stderr), and whether it ran past ``timeout`` (then its group is killed)."""
     try:
-        out, _ = proc.communicate(timeout=timeout)
-        return out, False
+        out, err = proc.communicate(timeout=timeout)
+        return out, err or b"", False
     except subprocess.TimeoutExpired:
         _kill_group(proc)
     try:
-        out, _ = proc.communicate(timeout=5.0)
+        out, err = proc.communicate(timeout=5.0)
     except subprocess.TimeoutExpired:
         # A descendant left the group and still holds the pipe; give up on the rest of its output.
         proc.kill()
-        out = b""
-    return out, True
+        out, err = b"", b""
+    return out, err or b"", True
 
 
 def _smoke_failed(ctx: _Ctx, name: str, rc: int, lines: list[str], tail: str, dt: float) -> None:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from rlsup.supervisor.config.interpolate import expand, interpolate
+from rlsup.supervisor.config.interpolate import expand
 from rlsup.supervisor.config.loader import MAX_DEPTH, ConfigError, load_config
+from tests.conftest import interpolate
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "config"

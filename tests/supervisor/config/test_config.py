@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlsup.supervisor.client.fleet import load_fleet
-from rlsup.supervisor.config.interpolate import interpolate
 from rlsup.supervisor.config.loader import ConfigError, load_config
+from tests.conftest import interpolate
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -292,7 +292,7 @@ def test_the_pattern_is_compiled_when_text_is_first_searched(monkeypatch) -> Non
     assert r.redact_text("again, nothing to mask") == "again, nothing to mask"
     assert len(built) == 1
 
-    code = ("import rlsup.supervisor.cli.main, rlsup.supervisor.cli.ended, rlsup.supervisor.rundir.archive\n"
+    code = ("import rlsup.supervisor.cli.main, rlsup.supervisor.cli.run_cmds, rlsup.supervisor.rundir.archive\n"
             "from rlsup.supervisor.records import redact\nprint(redact._pattern_only.cache_info().currsize)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "0", out.stdout + out.stderr
