@@ -53,6 +53,7 @@ from .tracking import Tracking
 
 if TYPE_CHECKING:
     from ..rundir.logpages import LogPages
+    from .filewatch import Watching
 
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
 BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
@@ -68,6 +69,7 @@ class Context(Protocol):
     paths: RunPaths
     clock: Clock
     tracking: Tracking  # the monitors, the cgroup, the open-file limit
+    watching: Watching  # the monitors' pidfds and records, the logs
 
     def emit(self, event: ev.Event) -> dict[str, Any]: ...
 
@@ -77,10 +79,6 @@ class Context(Protocol):
 
     def progress_dirty(self, comp: Component) -> None: ...
 
-    def watch_monitor(self, comp: Component, attempt: AttemptProcesses) -> None: ...
-
-    def unwatch_monitor(self, attempt: AttemptProcesses) -> None: ...
-
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
 
     def exit_hold(self, comp: Component, exit_code: int | None, signal: str | None) -> float: ...
@@ -88,7 +86,6 @@ class Context(Protocol):
     def partner_up(self, comp: Component) -> str | None: ...
 
     async def stacks_of(self, comp: Component, why: str, native: bool = False) -> Stacks | None: ...
-
 
 
 class Component:
@@ -104,10 +101,14 @@ class Component:
         start = log_position or Position()
         self.ring = LogRing(logs_cfg.ring_lines, budget, first_seq=start.seq)
         self.norm = LineNormaliser(logs_cfg.line_cap)
-        self.follower = LogFollower(ctx.paths.log(name), logs_cfg.backups, start if start.ino is not None else None)
-        if start.ino is None:
-            self._seek_to_end_of_log()
-        else:
+        path = ctx.paths.log(name)
+        recorded = start.ino is not None
+        if not recorded:  # no recorded position: what is in the log already belongs to earlier runs
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                start = Position(st.st_ino, st.st_size, start.seq)
+        self.follower = LogFollower(path, logs_cfg.backups, start if start.ino is not None else None)
+        if recorded:
             self._backfill(start)
         p = cfg.progress
         self.matcher = ProgressMatcher(p.pattern, p.preset) if p else ProgressMatcher()
@@ -267,8 +268,6 @@ class Component:
         self._ready_seen.clear()
         # Where this attempt's output begins: everything the previous attempt's monitor wrote is read
         # (it is gone: await_cleanups), so the next line in the log is the new attempt's first.
-        while self.read_output():
-            pass
         self.read_output(final=True)
         self.core_died = None
         start = self.position()
@@ -289,7 +288,7 @@ class Component:
         self.current = att
         self.output_from = start.seq
         self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
-        self.ctx.watch_monitor(self, att)
+        self.ctx.watching.monitors.watch(self, att)
         for w in reply.get("warnings") or []:
             self.ctx.emit(ev.FlagRaised(self.name, type="tracking", message=w, evidence=[],
                                         action="processes are tracked through the monitor instead"))
@@ -515,15 +514,13 @@ class Component:
                                          message=f"attempt {att.attempt} ended; its monitor is told to finish"))
         # Everything the monitor wrote before it recorded the exit, however far behind we are (a flood):
         # the step, the progress and the diagnosis must be those of the whole output.
-        while self.read_output():
-            pass
         self.read_output(final=True)
         if ex.get("monitor_died"):
             self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
                               "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
                               "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]})
         elif not self._asked(ex) and (hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal"))):
-            self._task(self._held_exit(att, ex, hold))
+            self._later(hold, self._judge_exit, att, ex)  # a stop of the run that comes meanwhile makes it a stop
         else:
             self._judge_exit(att, ex)
 
@@ -533,17 +530,15 @@ class Component:
         life = self.life
         return life.forced is None and ((life.want == "stop" and life.state == "stopping") or life.then_start)
 
-    async def _held_exit(self, att: AttemptProcesses, ex: dict[str, Any], hold: float) -> None:
-        """An exit 0, judged ``hold`` seconds later (rules.detectors.exit_hold): a stop
-        of the run that came meanwhile makes it a stop."""
-        await asyncio.sleep(hold)
-        self._judge_exit(att, ex)
-
     def _judge_exit(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
-        if self._asked(ex):
-            self._exited(ex, self._asked_for(ex))  # an exit we asked for is not a failure to diagnose
-        else:
+        if not self._asked(ex):
             self._diagnose_failure(att, ex)
+            return
+        # An exit we asked for is not a failure to diagnose: who asked, and how it ended.
+        how = describe_exit(ex.get("exit_code"), ex.get("signal"))
+        by = self.life.stop_by or self.life.restart_by or "user"
+        self._exited(ex, {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None,
+                          "location": None, "step": self.progress.step, "evidence": []})
 
     def _log_trouble(self, rec: dict[str, Any]) -> None:
         """The monitor's record says whether it can write the log: raise ``disk_full``, or clear it once a
@@ -559,13 +554,6 @@ class Component:
             self.log_error = None
             self.ctx.emit(ev.FlagCleared(self.name, type="disk_full",
                                          message=f"log writable again; {rec.get('lost_bytes', 0)} bytes were lost"))
-
-    def _asked_for(self, ex: dict[str, Any]) -> dict[str, Any]:
-        """The diagnosis of an exit that a stop or restart asked for: who, and how it ended."""
-        how = describe_exit(ex.get("exit_code"), ex.get("signal"))
-        by = self.life.stop_by or self.life.restart_by or "user"
-        return {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None, "location": None,
-                "step": self.progress.step, "evidence": []}
 
     def _diagnose_failure(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
         """An exit nobody asked for: diagnosed from the attempt's own output, refined by its launcher."""
@@ -625,7 +613,7 @@ class Component:
             self.unended[att.monitor_pid] = None
         self.read_output()
         att.remove_cgroup()
-        self.ctx.unwatch_monitor(att)
+        self.ctx.watching.monitors.unwatch(att)
         att.close()
 
     async def _end_leftovers(self, att: AttemptProcesses, left: list[int]) -> None:
@@ -688,22 +676,13 @@ class Component:
         self.output_from = log_seq if log_seq is not None else self.ring.next_seq
         att.launcher = self.launcher
         self.current = att
-        self.ctx.watch_monitor(self, att)
+        self.ctx.watching.monitors.watch(self, att)
         self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready))
         self._watch_ray(att)
         if rec.get("status") == "exited":
             self.monitor_changed(att)
 
     # ------------------------------------------------------------------ output
-
-    def _seek_to_end_of_log(self) -> None:
-        """No recorded position: what is in the log already belongs to earlier runs."""
-        path = self.ctx.paths.log(self.name)
-        try:
-            st = os.stat(path)
-        except OSError:
-            return
-        self.follower = LogFollower(path, self.logs_cfg.backups, Position(st.st_ino, st.st_size, self.ring.next_seq))
 
     def _backfill(self, at: Position) -> None:
         """A supervisor taking over: the lines just before the recorded position go back into the ring,
@@ -725,7 +704,10 @@ class Component:
         return Position(self.follower.ino, max(0, self.follower.offset - self.norm.held_bytes), self.ring.next_seq)
 
     def read_output(self, *, final: bool = False, budget: int = READ_BUDGET) -> bool:
-        """Read what the monitor wrote since last time; True if more is waiting."""
+        """Read what the monitor wrote since last time; True if more is waiting. ``final``: all of it, and
+        an unterminated last line as a line (the output has ended)."""
+        while final and self.read_output(budget=budget):
+            pass
         try:
             data = self.follower.read(budget)
         except OSError:  # a failing disk (EIO): nothing to read for now; the run's health sweep flags it
@@ -743,21 +725,19 @@ class Component:
         lines, text = self.norm.feed(chunk)
         if lines:
             self._lines(lines, text)
-        elif self.matcher and b"\r" in chunk:
+        elif self.matcher and b"\r" in chunk and (partial := self.norm.partial):
             # A progress bar redrawn with \r and no newline (tqdm): its latest state still counts.
-            partial = self.norm.partial
-            if partial:
-                obs = self.matcher.scan(partial)
-                if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic()):
-                    self.progress_changed()
+            self._scan(partial)
+
+    def _scan(self, text: str) -> None:
+        obs = self.matcher.scan(text)
+        if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic()):
+            self.progress_changed()
 
     def _lines(self, lines: list[str], text: str) -> None:
-        now = self.ctx.clock.monotonic()
         self.ring.extend(lines)  # raw: masked on the way out to a client (server), when someone reads them
         if self.matcher:
-            obs = self.matcher.scan(text)
-            if obs and self.progress.observe_all(obs, now):
-                self.progress_changed()
+            self._scan(text)
         if self._ready_log is not None and not self._ready_seen.is_set() and self._ready_log.search(text):
             self._ready_seen.set()
         if self.vllm and self.core_died is None and self.life.state == "running":
@@ -779,10 +759,9 @@ class Component:
         if line is None:
             return
         self.core_died = line
-        self._task(self._end_if_lingering(self.current, line))
+        self._later(engines.LINGER_S, self._end_if_lingering, self.current, line)
 
-    async def _end_if_lingering(self, att: AttemptProcesses | None, line: str) -> None:
-        await asyncio.sleep(engines.LINGER_S)
+    def _end_if_lingering(self, att: AttemptProcesses | None, line: str) -> None:
         if att is not None and self.current is att and self.life.state == "running":
             self.handle(lc.LivenessFailed(
                 f"its engine core died and its API server was still up {engines.LINGER_S:g}s later", (line,)))

@@ -70,13 +70,9 @@ async def check_tcp(target: str, timeout: float) -> tuple[bool, str]:
         return False, f"tcp {target}: {e.strerror or e}"
 
 
-async def check_file(path: str) -> tuple[bool, str]:
-    return (True, f"file {path} exists") if os.path.exists(path) else (False, f"file {path} does not exist")
-
-
 async def check(kind: str, target: str, timeout: float) -> tuple[bool, str]:
     if kind == "file":
-        return await check_file(target)
+        return (True, f"file {target} exists") if os.path.exists(target) else (False, f"file {target} does not exist")
     if kind not in ("http", "tcp"):
         raise ValueError(f"not a polled probe: {kind}")
     return await (check_http if kind == "http" else check_tcp)(target, timeout)

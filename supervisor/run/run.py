@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.model import Config
 from ..diagnosis.stacks import Stacks
-from ..monitor.process import AttemptProcesses
 from ..monitor.shim import reap_children
 from ..records import events as ev
 from ..records import state as state_mod
@@ -51,7 +50,6 @@ from .ending import Ending
 from .filewatch import Watching, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
 from .runview import POSITIONS_WRITE_S
-from .services import Services
 from .stacks import HangGate
 from .stacks import reply as stack_reply
 from .statewriter import StateWriter
@@ -61,6 +59,8 @@ from .tracking import Tracking
 
 if TYPE_CHECKING:
     from ..rundir.logpages import LogPages
+    from .notify import Notifier
+    from .server import ControlServer
 
 TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
@@ -90,12 +90,15 @@ class Run:
         self.state: dict[str, Any] = {}
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
-        self._services = Services(serve)  # notifications, the control socket, the metrics endpoint
+        self._serve = serve  # whether the run opens its control socket
+        self._notifier: Notifier | None = None
+        self._server: ControlServer | None = None
+        self._stop_metrics: Callable[[], None] | None = None
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
         # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
         self._past = carryover.Past(asked="resumed" if resume else "new")
-        self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
+        self.watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
         self._pacing = EvaluationPacing(self._evaluate, self._flush_progress)  # when components are judged again
         # what the run's step reads beyond the components' lives, dependency_down's episodes too
         self._memory = StepMemory(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
@@ -132,7 +135,7 @@ class Run:
     async def run(self) -> int:
         """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
         self.loop = asyncio.get_running_loop()
-        self._watching.monitors.loop = self.loop
+        self.watching.monitors.loop = self.loop
         self.tracking.take_hold()
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
@@ -167,9 +170,9 @@ class Run:
             await self._shutdown()
         finally:
             ticker.cancel()
-            if self._services.server is not None:
+            if self._server is not None:
                 await asyncio.sleep(0.1)  # let clients see run_ended before the socket goes away
-                await self._services.server.close()
+                await self._server.close()
             self._finish()
         return self.end.exit_code
 
@@ -177,18 +180,16 @@ class Run:
         """The run's components, each going on with the life and gauges its run dir's past left it."""
         past = self._past
         self.state = past.replayed or state_mod.initial({}, names)
-        for n in names:
-            self.state["components"].setdefault(n, state_mod.new_component())
         budget = RingBudget(self.cfg.ring_bytes)
         saved = past.saved_components
         for n in names:
-            prev = self.state["components"][n]
+            prev = self.state["components"].setdefault(n, state_mod.new_component())
             life, again = carryover.life(n, prev, self.cfg, past.how)
             if again is not None:
                 self._memory.again[n] = again  # its next start says so (until it has started)
             sv = saved.get(n) or {}
             c = self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
-                                               log_position=carryover.position(sv))
+                                               log_position=Position.from_dict(sv.get("log")))
             carryover.restore_gauges(c.progress, sv, prev, self.clock.monotonic())
 
     async def _open_services(self) -> None:
@@ -196,13 +197,13 @@ class Run:
         if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
             from .notify import Notifier
 
-            self._services.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
+            self._notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
                                                redactor=self.redactor)
         self._serve_metrics()
-        if self._services.serve and not self.end.refused:
+        if self._serve and not self.end.refused:
             from .server import ControlServer
 
-            self._services.server = server = ControlServer(self, self.paths.sock)
+            self._server = server = ControlServer(self, self.paths.sock)
             await server.start()
 
     def _serve_metrics(self) -> None:
@@ -220,7 +221,7 @@ class Run:
         def threadsafe() -> dict[str, Any]:
             return asyncio.run_coroutine_threadsafe(snap(), loop).result(timeout=10)
         try:
-            self._services.stop_metrics = serve(threadsafe, m.host, m.port)
+            self._stop_metrics = serve(threadsafe, m.host, m.port)
         except OSError as e:  # taken since `rlsup check`: the run goes on without it
             self.emit(ev.FlagRaised(None, type="metrics_unavailable", message=(
                 f"metrics endpoint {m.host}:{m.port} could not be opened: {e.strerror or e}"),
@@ -231,8 +232,8 @@ class Run:
         found = self._past.found
         if found.leftovers:
             self.emit(ev.LeftoversEnded(None, **found.leftovers))
-        self._watching.start(self.loop, self.paths, self.components)
-        self.gpus.start(self._services.watched)
+        self.watching.start(self.loop, self.paths, self.components)
+        self.gpus.start(self._watched)
         adoption.take_over(found, self.components, self.state, self._past.saved_components)
         self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
 
@@ -301,19 +302,18 @@ class Run:
         return self.tracking.last_net(c.unended for c in self.components.values())
 
     def _finish(self) -> None:
-        services = self._services
-        if services.stop_metrics is not None:
-            services.stop_metrics()
+        if self._stop_metrics is not None:
+            self._stop_metrics()
         self.gpus.stop()
         self._hang.close()
-        self._watching.stop_artefacts()
+        self.watching.stop_artefacts()
         for c in self.components.values():
             c.close()
         self._states.write(force=True)
         self.tracking.monitors.close()
-        self._watching.close()
-        if services.notifier is not None:
-            services.notifier.close(5.0)  # waits (up to 5 s) for the notifications under way
+        self.watching.close()
+        if self._notifier is not None:
+            self._notifier.close(5.0)  # waits (up to 5 s) for the notifications under way
         if self.journal is not None and (lost := self.journal.close()):
             why = (f"{self._states.trouble}" if self._states.trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
@@ -354,7 +354,8 @@ class Run:
                 say(f"rlsup: subscriber failed: {exc!r}")
         if lifecycle:
             self._states.mark_dirty()
-            self._services.notify(e)
+            if self._notifier is not None:
+                self._notifier.handle(e)
             if isinstance(event, ev.RestartScheduled):
                 self._memory.triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
@@ -487,14 +488,6 @@ class Run:
         near = [comp.name, *(n for n in comp.cfg.restart_with if n in self.components)]  # not every component
         return partner_up(comp.name, {n: (self.components[n].cfg.restart_with, self.components[n].state) for n in near})
 
-    # ------------------------------------------------------------------ monitors and log files
-
-    def watch_monitor(self, comp: Component, att: AttemptProcesses) -> None:
-        self._watching.monitors.watch(comp, att)
-
-    def unwatch_monitor(self, att: AttemptProcesses) -> None:
-        self._watching.monitors.unwatch(att)
-
     # ------------------------------------------------------------------ state on disk (:mod:`.statewriter`)
 
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
@@ -548,7 +541,12 @@ class Run:
 
     def watchers_changed(self) -> None:
         """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
-        self.gpus.watched(self._services.watched)
+        self.gpus.watched(self._watched)
+
+    @property
+    def _watched(self) -> bool:
+        """Whether a client is connected to the control socket now."""
+        return self._server is not None and bool(self._server.conns)
 
     def _check_stalls(self, now: float) -> None:
         """The run's step on the stall watch; it asks for the logs to be read first before it calls

@@ -20,8 +20,10 @@ its ``command`` entry point.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import inspect
+import itertools
 import os
 import socket
 from collections import deque
@@ -154,22 +156,19 @@ class Conn:
                 discarding = False  # the tail of an oversized message
                 continue
             if line.strip():
-                await self._request(line)
+                await self.handle(line)
+                if self.buffered > HIGH_WATER and not self.closed:
+                    # Back-pressure: no more replies until this client reads the ones it has.
+                    try:
+                        await asyncio.wait_for(self.writer.drain(), REPLY_WAIT_S)
+                    except (asyncio.TimeoutError, TimeoutError):
+                        self.give_up(f"not reading its replies ({self.buffered >> 10} KiB waiting)")
         if len(buf) > protocol.MAX_REQUEST_BYTES:
             if not discarding:
                 self.send(protocol.error(None, f"message larger than {protocol.MAX_REQUEST_BYTES} "
                                                "bytes; ignored"))
             discarding, buf = True, b""
         return buf, discarding
-
-    async def _request(self, line: bytes) -> None:
-        await self.handle(line)
-        if self.buffered > HIGH_WATER and not self.closed:
-            # Back-pressure: no more replies until this client reads the ones it has.
-            try:
-                await asyncio.wait_for(self.writer.drain(), REPLY_WAIT_S)
-            except (asyncio.TimeoutError, TimeoutError):
-                self.give_up(f"not reading its replies ({self.buffered >> 10} KiB waiting)")
 
     async def handle(self, line: bytes) -> None:
         try:
@@ -186,11 +185,9 @@ class Conn:
         except (KeyError, TypeError, ValueError) as e:
             self.send(protocol.error(rid, f"bad {op} request: {e!r}"))
         except Exception as e:  # noqa: BLE001 - a client's request must never end the run it asks about
-            import sys
             import traceback
 
-            print(f"rlsup: the {op} request of a client failed (the run goes on):", file=sys.stderr)
-            traceback.print_exc(file=sys.stderr)
+            say(f"rlsup: the {op} request of a client failed (the run goes on):\n{traceback.format_exc().rstrip()}")
             self.send(protocol.error(rid, f"{op} failed in the supervisor: {e!r} (see supervisor.log)"))
 
     async def _reply(self, op: Any, rid: Any, msg: dict[str, Any]) -> dict[str, Any] | None:
@@ -364,12 +361,7 @@ class ControlServer:
         start, lines = ring.since(want, MAX_LINES_PER_PUSH)
         room = self.backlog_limit() // 2
         if len(lines) > 100 and sum(map(len, lines)) > room:  # one push must not overshoot the limit
-            size = 0
-            for i, line in enumerate(lines):
-                size += len(line) + 4
-                if size > room:
-                    lines = lines[:max(1, i)]
-                    break
+            lines = lines[:max(1, bisect.bisect_right(list(itertools.accumulate(len(x) + 4 for x in lines)), room))]
         if lines:
             c.send({"type": "logs", "component": name, "seq": start, "lines": self.view.redact_lines(lines)})
         c.log_next[name] = start + len(lines)
@@ -430,7 +422,7 @@ class ControlServer:
 
     def _pages(self, rid: Any, msg: dict[str, Any]) -> tuple[str, LogPages, Position] | dict[str, Any]:
         name = str(msg["component"])
-        src = self.view.log_pages(name) if hasattr(self.view, "log_pages") else None
+        src = self.view.log_pages(name)
         if src is None:
             return protocol.error(rid, f"no component {name!r}" if name not in self.view.rings()
                                   else f"the log of {name} cannot be read from disk here")

@@ -180,13 +180,10 @@ def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[s
 def _finish_monitor(att: AttemptProcesses, out: Teardown) -> None:
     """Tell the attempt's monitor to finish; SIGKILL it if it does not (noted in ``out.left`` if even that fails)."""
     att.finish()
-    def gone() -> bool:
-        return not pid_alive(att.monitor_pid)
-
-    if not _wait(gone, MONITOR_FINISH_S):
+    if not _wait(lambda: not pid_alive(att.monitor_pid), MONITOR_FINISH_S):
         with contextlib.suppress(OSError):
             os.kill(att.monitor_pid, signal_mod.SIGKILL)
-        if not _wait(gone, 5.0):
+        if not _wait(lambda: not pid_alive(att.monitor_pid), 5.0):
             out.left.append(f"monitor pid {att.monitor_pid} of {att.component}")
     out.finished_monitors.append(att.monitor_pid)
 
