@@ -329,15 +329,14 @@ class Component:
         detail = ""
         while True:
             if kind == "log":
-                if self._ready_seen.is_set():
-                    break
+                ok = self._ready_seen.is_set()
             else:
                 ok, detail = await probes.check(kind, target, min(5.0, r.timeout))
                 # A Slurm step's processes are Slurm's (under slurmstepd, maybe on this node): not ours to match.
                 if ok and kind in ("http", "tcp") and self.launcher is None and not self._port_is_ours(target):
                     ok, detail = False, f"{target} answers, but not from a process of {self.name}"
-                if ok:
-                    break
+            if ok:
+                break
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 reason = (f"not ready within {r.timeout:g}s ({kind} {r.target()}"
@@ -354,10 +353,7 @@ class Component:
     def _port_is_ours(self, target: str) -> bool:
         """Whether the process listening on a probe's port belongs to this attempt. A busy port's
         holder must not make a component look ready (`--skip-checks` with a port in use)."""
-        att = self.current
-        if att is None:
-            return False
-        held = probes.held_by(target, att.members())
+        held = probes.held_by(target, self.current.members()) if self.current is not None else False
         return True if held is None else held  # None: cannot tell (no /proc access): trust the answer
 
     async def _liveness(self) -> None:
@@ -556,8 +552,16 @@ class Component:
                                          message=f"log writable again; {rec.get('lost_bytes', 0)} bytes were lost"))
 
     def _diagnose_failure(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
-        """An exit nobody asked for: diagnosed from the attempt's own output, refined by its launcher."""
-        diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
+        """An exit nobody asked for: diagnosed from its exit and the attempt's own output only (never lines an
+        earlier attempt printed; nothing printed: its exit and the host's evidence alone), refined by its launcher."""
+        from ..diagnosis import diagnose, read_host_evidence
+
+        code, sig = ex.get("exit_code"), ex.get("signal")
+        host = read_host_evidence(att.pid) if sig == "SIGKILL" and self.life.forced is None else None
+        # An attempt rlsup ended itself (readiness timeout, failed liveness, stall restart): the cause is what its
+        # log names, with rlsup's reason, never the stop signal's "killed ... OOM killer" reading.
+        diag = diagnose(self.attempt_tail(1000), exit_code=code, signal=sig, step=self.progress.step, pid=att.pid,
+                        host=host, stopped_by=self.life.forced, log_error=self.log_error).to_dict()
         if self.launcher is not None:
             diag = self.launcher.refine(diag, self.attempt_tail(400))
             if self.launcher.needs_job_nodes(diag):
@@ -650,19 +654,6 @@ class Component:
     def busy(self) -> bool:
         """Whether something of this component may still be alive (a process, a cleanup, a spawn)."""
         return self.current is not None or bool(self._cleanups) or self.life.spawning
-
-    def diagnose(self, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]:
-        """What ended the current attempt, from its exit and its own output only: lines an earlier attempt
-        printed are never read (an attempt that printed nothing is judged by its exit and the host's
-        evidence alone)."""
-        from ..diagnosis import diagnose, read_host_evidence
-
-        host = read_host_evidence(pid) if signal == "SIGKILL" and self.life.forced is None else None
-        # An attempt rlsup ended itself (readiness timeout, failed liveness, stall restart): the cause is what its
-        # log names, with rlsup's reason, never the stop signal's "killed ... OOM killer" reading.
-        d = diagnose(self.attempt_tail(1000), exit_code=exit_code, signal=signal, step=self.progress.step, pid=pid,
-                     host=host, stopped_by=self.life.forced, log_error=self.log_error)
-        return d.to_dict()
 
     def attempt_tail(self, n: int) -> list[str]:
         """The last ``n`` lines of the latest attempt's output (none of an earlier attempt's)."""

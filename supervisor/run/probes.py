@@ -7,6 +7,7 @@ coroutine returning ``(ok, detail)`` and never raises for a failed check.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import ssl
@@ -80,13 +81,10 @@ async def check(kind: str, target: str, timeout: float) -> tuple[bool, str]:
 
 def _port_of(target: str) -> int | None:
     """The TCP port of a probe target (``http://host:port/path`` or ``host:port``)."""
-    if "://" in target:
-        try:
+    try:
+        if "://" in target:
             u = urlsplit(target)
             return u.port or (443 if u.scheme == "https" else 80)
-        except ValueError:
-            return None
-    try:
         return int(target.rsplit(":", 1)[1])
     except (IndexError, ValueError):
         return None
@@ -111,17 +109,11 @@ def listening_inodes(port: int) -> set[int] | None:
 
 def socket_inodes(pid: int) -> set[int]:
     out: set[int] = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            out.add(int(link[8:-1]))
+    with contextlib.suppress(OSError):  # gone, or not ours to read
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                if (link := os.readlink(f"/proc/{pid}/fd/{fd}")).startswith("socket:["):
+                    out.add(int(link[8:-1]))
     return out
 
 

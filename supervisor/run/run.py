@@ -9,9 +9,6 @@ follows a restart, a stall, a dead dependency, the end and its root cause) by th
 :mod:`.filewatch`, monitors: :mod:`.monitorwatch`), feeds inputs and carries out the answers; the
 run dir's past is read by :mod:`.adoption` and :mod:`.carryover`, and the end is carried out by
 :mod:`.shutdown` and :mod:`.lastnet`.
-
-Components run under monitors that outlive the supervisor: a supervisor that crashed, was killed
-or is being upgraded leaves them running, and the next one on the same run dir *adopts* them.
 """
 
 from __future__ import annotations

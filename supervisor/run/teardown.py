@@ -224,9 +224,8 @@ def _diagnose(paths: RunPaths, component: str, rec: dict[str, Any]) -> dict[str,
 
 def _wait(pred: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while True:
-        if pred():
-            return True
+    while not pred():
         if time.monotonic() >= deadline:
             return False
         time.sleep(POLL_S)
+    return True
