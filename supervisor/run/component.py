@@ -256,7 +256,8 @@ class Component:
                            clean=self.ctx.partner_up(self) is None)
         argv = list(self.cfg.argv()) + list(plan.get("args") or [])
         launch = self.launcher.argv(self.name, e.attempt, argv) if self.launcher else argv
-        cgroup = self.ctx.tracking.cgroup_for(self.name, e.attempt)
+        cgroups = self.ctx.tracking.cgroups
+        cgroup = cgroups.for_attempt(self.name, e.attempt) if cgroups is not None else None
         spec = {
             "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),
             "argv": launch, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
@@ -610,9 +611,7 @@ class Component:
         await att.wait_monitor_gone(MONITOR_GONE_S)
         # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
         # the end of the run names it instead of claiming that nothing is left.
-        for p in set(left) | set(att.members_seen):
-            if pid_alive(p):
-                self.unended[p] = att.members_seen.get(p)
+        self.unended.update({p: att.members_seen.get(p) for p in {*left, *att.members_seen} if pid_alive(p)})
         if att.monitor_alive():
             self.unended[att.monitor_pid] = None
         self.read_output()
@@ -785,10 +784,8 @@ class Component:
         if isinstance(last, int | float):  # monotonic inside, wall time for people
             snap["last_step_at"] = round(self.ctx.clock.time() - (mono - last), 3)
         if self.life.state != "running":
-            snap["rate"] = None
-            snap["eta_s"] = None
-        snap["checkpoint"] = self.checkpoint_info
-        snap["watch"] = dict(self.watch_info)
+            snap.update(rate=None, eta_s=None)
+        snap.update(checkpoint=self.checkpoint_info, watch=dict(self.watch_info))
         return snap
 
     def close(self) -> None:

@@ -210,13 +210,11 @@ class Run:
             return
         from .prometheus import serve
 
-        loop = self.loop
-
         async def snap() -> dict[str, Any]:
             return self.snapshot_state(with_positions=True)
 
         def threadsafe() -> dict[str, Any]:
-            return asyncio.run_coroutine_threadsafe(snap(), loop).result(timeout=10)
+            return asyncio.run_coroutine_threadsafe(snap(), self.loop).result(timeout=10)
         try:
             self._stop_metrics = serve(threadsafe, m.host, m.port)
         except OSError as e:  # taken since `rlsup check`: the run goes on without it
@@ -498,8 +496,8 @@ class Run:
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
-        busy = bool(self.journal is not None and self.journal.pending) or self._memory.deps_watched \
-            or self._states.trouble is not None
+        busy = bool(self.journal is not None and self.journal.pending) or bool(self._memory.flagged) \
+            or bool(self._memory.tracker.down_since()) or self._states.trouble is not None
         due: list[float | None] = []
         if not busy:
             busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._ticker.awake_since,
@@ -629,11 +627,6 @@ class Run:
     def redact_lines(self, lines: list[str]) -> list[str]:
         return self.redactor.redact_lines(lines)
 
-    @property
-    def ending(self) -> bool:
-        """The run decided to end (it may still be stopping); not so for a hand-over."""
-        return self.end.ended
-
     # ------------------------------------------------------------------ what the control server reads (server.RunView)
 
     def rings(self) -> dict[str, LogRing]:
@@ -648,7 +641,7 @@ class Run:
         # claiming a run it "supervises in the background" that ended as it started.
         return {"pid": os.getpid(), "host": self.state.get("run", {}).get("host") or socket.gethostname(),
                 "name": self.cfg.name, "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION,
-                "ended": False, "ending": self.ending}
+                "ended": False, "ending": self.end.ended}
 
     def log_pages(self, name: str) -> tuple[LogPages, Position] | None:
         c = self.components.get(name)

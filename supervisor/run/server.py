@@ -384,8 +384,7 @@ class ControlServer:
         logs: dict[str, dict[str, Any]] = {}
         for name, ring in self.view.rings().items():
             if name in log_from:
-                start = max(int(log_from[name]), ring.first_seq)
-                start, lines = ring.since(start)
+                start, lines = ring.since(max(int(log_from[name]), ring.first_seq))
             else:
                 start, lines = ring.tail(n) if n else (ring.next_seq, [])
             logs[name] = {"seq": start, "lines": self.view.redact_lines(lines)}
@@ -415,8 +414,7 @@ class ControlServer:
         if ring is None:
             return protocol.error(rid, f"no component {name!r}")
         limit = max(1, min(int(msg.get("limit") or MAX_LINES_PER_PUSH), MAX_SNAPSHOT_LINES))
-        want = int(msg.get("from_seq", 0))
-        start, lines = ring.since(want, limit)
+        start, lines = ring.since(int(msg.get("from_seq", 0)), limit)
         return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), first_seq=ring.first_seq,
                            next_seq=ring.next_seq, file=str(self.view.paths.log(name)))
 

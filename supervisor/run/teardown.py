@@ -158,11 +158,9 @@ def _end_attempt(paths: RunPaths, out: Teardown, att: AttemptProcesses, rec: dic
                             uptime_s=round(uptime, 3), attempt=att.attempt,
                             diagnosis=Diagnosis.from_dict(diag) if diag is not None else None))
     emit(ev.ComponentStopped(att.component, by="user"))  # final: a resumed run starts it again
-    if running:
-        out.stopped.append(f"{att.component} pid {att.pid} ({_how(final)})")
-    else:
-        out.stopped.append(f"{att.component}: its monitor (pid {att.monitor_pid}; the component had "
-                           f"already ended: {_how(final)})")
+    out.stopped.append(f"{att.component} pid {att.pid} ({_how(final)})" if running else
+                       f"{att.component}: its monitor (pid {att.monitor_pid}; the component had already ended: "
+                       f"{_how(final)})")
     with contextlib.suppress(OSError):
         att.remove_cgroup()
 
