@@ -15,15 +15,12 @@ from typing import Any, Protocol
 from ..records import events as ev
 from ..rules import lifecycle as lc
 from .component import Component
-from .ending import Ending
 
 Reply = dict[str, Any]
 
 
 class Run(Protocol):
     """What a command may do to a run: emit, reach its components, follow restarts, end it."""
-
-    end: Ending  # end.ended: the run is ending (it may still be stopping); not so for a hand-over
 
     @property
     def components(self) -> Mapping[str, Component]: ...
@@ -33,6 +30,9 @@ class Run(Protocol):
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None: ...
 
     def request_shutdown(self, reason: str, by_user: bool = True) -> None: ...
+
+    @property
+    def ending(self) -> bool: ...
 
     def handover(self, reason: str) -> list[int]: ...
 
@@ -140,7 +140,7 @@ def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", clien
         run.request_shutdown(f"stopped by {by}" + (f" ({client})" if client else ""))
         return {"ok": True, "message": "stopping every component in reverse dependency order"}
     if cmd == "handover":
-        if run.end.ended:  # nothing to hand over: a new supervisor would only start and end the run again
+        if run.ending:  # nothing to hand over: a new supervisor would only start and end the run again
             return {"ok": False, "error": "the run is ending (or has ended): no new supervisor is needed; once it "
                                           "has ended, `rlsup up CONFIG --resume` continues it"}
         run.emit(ev.CommandReceived(None, command=cmd, by=by, client=client))
@@ -149,7 +149,7 @@ def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", clien
     fn = COMMANDS.get(cmd)
     if fn is None:
         return {"ok": False, "error": f"unknown command {cmd!r}"}
-    if cmd in STARTS and run.end.ended:
+    if cmd in STARTS and run.ending:
         return {"ok": False, "error": "the run is ending: nothing starts again in it; once it has ended, "
                                       "`rlsup up CONFIG --resume` continues it"}
     if name is None or name not in run.components:

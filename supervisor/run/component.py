@@ -53,7 +53,6 @@ from .tracking import Tracking
 
 if TYPE_CHECKING:
     from ..rundir.logpages import LogPages
-    from .filewatch import Watching
 
 READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
 BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
@@ -69,7 +68,6 @@ class Context(Protocol):
     paths: RunPaths
     clock: Clock
     tracking: Tracking  # the monitors, the cgroup, the open-file limit
-    watching: Watching  # the monitors' pidfds and records, the logs
 
     def emit(self, event: ev.Event) -> dict[str, Any]: ...
 
@@ -78,6 +76,10 @@ class Context(Protocol):
     def lines_added(self, comp: Component) -> None: ...
 
     def progress_dirty(self, comp: Component) -> None: ...
+
+    def watch_monitor(self, comp: Component, attempt: AttemptProcesses) -> None: ...
+
+    def unwatch_monitor(self, attempt: AttemptProcesses) -> None: ...
 
     async def wait_gpu_release(self, comp: Component, prev: dict[int, float | None]) -> None: ...
 
@@ -289,7 +291,7 @@ class Component:
         self.current = att
         self.output_from = start.seq
         self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
-        self.ctx.watching.monitors.watch(self, att)
+        self.ctx.watch_monitor(self, att)
         for w in reply.get("warnings") or []:
             self.ctx.emit(ev.FlagRaised(self.name, type="tracking", message=w, evidence=[],
                                         action="processes are tracked through the monitor instead"))
@@ -616,7 +618,7 @@ class Component:
             self.unended[att.monitor_pid] = None
         self.read_output()
         att.remove_cgroup()
-        self.ctx.watching.monitors.unwatch(att)
+        self.ctx.unwatch_monitor(att)
         att.close()
 
     async def _end_leftovers(self, att: AttemptProcesses, left: list[int]) -> None:
@@ -666,7 +668,7 @@ class Component:
         self.output_from = log_seq if log_seq is not None else self.ring.next_seq
         att.launcher = self.launcher
         self.current = att
-        self.ctx.watching.monitors.watch(self, att)
+        self.ctx.watch_monitor(self, att)
         self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready))
         self._watch_ray(att)
         if rec.get("status") == "exited":

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.model import Config
 from ..diagnosis.stacks import Stacks
+from ..monitor.process import AttemptProcesses
 from ..monitor.shim import reap_children
 from ..records import events as ev
 from ..records import state as state_mod
@@ -95,7 +96,7 @@ class Run:
         self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
         # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
         self._past = carryover.Past(asked="resumed" if resume else "new")
-        self.watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
+        self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
         self._pacing = EvaluationPacing(self._evaluate, self._flush_progress)  # when components are judged again
         # what the run's step reads beyond the components' lives, dependency_down's episodes too
         self._memory = StepMemory(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
@@ -132,7 +133,7 @@ class Run:
     async def run(self) -> int:
         """Supervise until the run ends (or :meth:`request_shutdown`); return the exit code."""
         self.loop = asyncio.get_running_loop()
-        self.watching.monitors.loop = self.loop
+        self._watching.monitors.loop = self.loop
         self.tracking.take_hold()
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
@@ -227,7 +228,7 @@ class Run:
         found = self._past.found
         if found.leftovers:
             self.emit(ev.LeftoversEnded(None, **found.leftovers))
-        self.watching.start(self.loop, self.paths, self.components)
+        self._watching.start(self.loop, self.paths, self.components)
         self.gpus.start(self._watched)
         adoption.take_over(found, self.components, self.state, self._past.saved_components)
         self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
@@ -301,12 +302,12 @@ class Run:
             self._stop_metrics()
         self.gpus.stop()
         self._hang.close()
-        self.watching.stop_artefacts()
+        self._watching.stop_artefacts()
         for c in self.components.values():
             c.close()
         self._states.write(force=True)
         self.tracking.monitors.close()
-        self.watching.close()
+        self._watching.close()
         if self._notifier is not None:
             self._notifier.close(5.0)  # waits (up to 5 s) for the notifications under way
         if self.journal is not None and (lost := self.journal.close()):
@@ -483,6 +484,14 @@ class Run:
         near = [comp.name, *(n for n in comp.cfg.restart_with if n in self.components)]  # not every component
         return partner_up(comp.name, {n: (self.components[n].cfg.restart_with, self.components[n].state) for n in near})
 
+    # ------------------------------------------------------------------ monitors and log files
+
+    def watch_monitor(self, comp: Component, att: AttemptProcesses) -> None:
+        self._watching.monitors.watch(comp, att)
+
+    def unwatch_monitor(self, att: AttemptProcesses) -> None:
+        self._watching.monitors.unwatch(att)
+
     # ------------------------------------------------------------------ state on disk (:mod:`.statewriter`)
 
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
@@ -627,6 +636,11 @@ class Run:
     def redact_lines(self, lines: list[str]) -> list[str]:
         return self.redactor.redact_lines(lines)
 
+    @property
+    def ending(self) -> bool:
+        """The run decided to end (it may still be stopping); not so for a hand-over."""
+        return self.end.ended
+
     # ------------------------------------------------------------------ what the control server reads (server.RunView)
 
     def rings(self) -> dict[str, LogRing]:
@@ -641,7 +655,7 @@ class Run:
         # claiming a run it "supervises in the background" that ended as it started.
         return {"pid": os.getpid(), "host": self.state.get("run", {}).get("host") or socket.gethostname(),
                 "name": self.cfg.name, "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION,
-                "ended": False, "ending": self.end.ended}
+                "ended": False, "ending": self.ending}
 
     def log_pages(self, name: str) -> tuple[LogPages, Position] | None:
         c = self.components.get(name)
