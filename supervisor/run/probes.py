@@ -12,6 +12,7 @@ import functools
 import os
 import ssl
 from collections.abc import Iterable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..config.model import parse_hostport
@@ -90,20 +91,15 @@ def _port_of(target: str) -> int | None:
         return None
 
 
-def listening_inodes(port: int) -> set[int] | None:
-    """Socket inodes listening on ``port`` (IPv4 and IPv6), or None if /proc cannot tell."""
-    found: set[int] | None = None
+def listening_inodes(port: int) -> set[int]:
+    """Socket inodes listening on ``port`` (IPv4 and IPv6); none where /proc cannot tell."""
+    found: set[int] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        found = found or set()
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                found.add(int(cols[9]))
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                cols = row.split()
+                if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    found.add(int(cols[9]))
     return found
 
 
