@@ -285,8 +285,7 @@ class Component:
         att.launcher = self.launcher
         slurm = None
         if self.launcher is not None:  # the step's id for the journal, once Slurm created it (bounded wait)
-            sid = await asyncio.get_running_loop().run_in_executor(
-                None, self.launcher.wait_step, self.name, e.attempt, att.read_record)
+            sid = await asyncio.to_thread(self.launcher.wait_step, self.name, e.attempt, att.read_record)
             slurm = {"nodes": self.launcher.nodes(self.name), "step_id": sid}
         self.current = att
         self.output_from = start.seq
@@ -390,8 +389,7 @@ class Component:
         run = self.ctx.cfg
         token = rayprobe.auth_token({**os.environ, **run.file_env, **run.env, **self.cfg.env}, cfg.token_file)
         try:
-            nodes, actors = await asyncio.get_running_loop().run_in_executor(
-                None, rayprobe.read_state, cfg.url, token, cfg.timeout)
+            nodes, actors = await asyncio.to_thread(rayprobe.read_state, cfg.url, token, cfg.timeout)
         except (OSError, ValueError) as e:
             # The head not up yet, or gone, is not news (the components' exits say which); an answer that
             # refuses the token or is not Ray's API is a probe that will never see anything: say so once.
@@ -585,7 +583,7 @@ class Component:
 
     async def _exited_after_job_nodes(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         assert self.launcher is not None
-        nodes = await asyncio.get_running_loop().run_in_executor(None, self.launcher.job_nodes)
+        nodes = await asyncio.to_thread(self.launcher.job_nodes)
         ex, diag = self.launcher.ended(self, att, ex, diag, job_nodes=nodes)
         self._judge_failure(att, ex, diag)
 
@@ -602,8 +600,7 @@ class Component:
         monitor finish and wait until it is gone."""
         left = att.members()
         if att.monitor_gone:  # its orphans re-parented to us: the markers still name them
-            found = await asyncio.get_running_loop().run_in_executor(
-                None, find_marked, str(self.ctx.paths.root), self.name)
+            found = await asyncio.to_thread(find_marked, str(self.ctx.paths.root), self.name)
             left += [p.pid for p in found]
             att.members()  # note the start time of whatever came meanwhile (members() notes what it finds)
         self.prev_pids = {att.pid: None, **att.members_seen}  # the root always (it may have died at once)

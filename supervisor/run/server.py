@@ -246,7 +246,7 @@ class ControlServer:
                 out.extend(read_records(path, kinds=is_lifecycle))
             return [r.to_dict() for r in out]  # only the ones kept: the wire's dicts
 
-        old = await asyncio.get_running_loop().run_in_executor(None, tail)
+        old = await asyncio.to_thread(tail)
         last = old[-1].get("seq", 0) if old else 0
         live = [e for e in self.recent if e.get("seq", 0) > last]  # emitted while the journal was read
         self.recent = deque([*old, *live], maxlen=RECENT_EVENTS)
@@ -404,8 +404,7 @@ class ControlServer:
             out = [e for e in self.recent if e["seq"] > since]
         else:  # older than what we keep in memory: the journal has it
             path = self.view.paths.events
-            out = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: [r.to_dict() for r in read_records(path, since)])
+            out = await asyncio.to_thread(lambda: [r.to_dict() for r in read_records(path, since)])
         return out[-limit:] if limit else out
 
     def op_logs(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
@@ -435,8 +434,7 @@ class ControlServer:
         name, pages, anchor = got
         limit = max(1, min(int(msg.get("limit") or MAX_PAGE), MAX_PAGE))
         start_seq, before = _ints(msg, "from_seq", "before_seq")
-        start, lines, first, end = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: pages.read(anchor, start_seq, limit, before_seq=before))
+        start, lines, first, end = await asyncio.to_thread(pages.read, anchor, start_seq, limit, before_seq=before)
         ring = self.view.rings().get(name)
         return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), disk_first_seq=first,
                            disk_end_seq=end, ring_first_seq=ring.first_seq if ring is not None else end,
@@ -451,10 +449,9 @@ class ControlServer:
         name, pages, anchor = got
         query = str(msg.get("query") or "")
         before, after = _ints(msg, "before_seq", "after_seq")
-        found = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: pages.search(anchor, query, before_seq=before, after_seq=after,
-                                       redact=self.view.redact_lines))
-        first, end = await asyncio.get_running_loop().run_in_executor(None, lambda: pages.bounds(anchor))
+        found = await asyncio.to_thread(pages.search, anchor, query, before_seq=before, after_seq=after,
+                                        redact=self.view.redact_lines)
+        first, end = await asyncio.to_thread(pages.bounds, anchor)
         return protocol.ok(rid, component=name, seq=found[0] if found else None, line=found[1] if found else None,
                            disk_first_seq=first, disk_end_seq=end)
 
