@@ -6,10 +6,10 @@ and what the journal should say (events), never acting itself: which pending com
 (dependency gating), which components follow a restart (``restart_with``), which one has stalled and
 on what evidence, how a dependency counts for ``dependency_down`` and whether its failure is
 deterministic (from the typed cause of its ``fatal``, never from the words of a reason), whether the
-run has ended and what its root cause is. The run calls them on changes and on its tick and carries
-out the answers (:class:`~rlsup.supervisor.run.run.Run` watches, feeds inputs, performs effects). The
-consumers' side of ``dependency_down`` and memory growth live in :mod:`~rlsup.supervisor.diagnosis`
-(also pure) and are wired the same way.
+run has ended and what its root cause is. The run's step (:mod:`.runstep`) calls them, and the run
+carries out what it answers (:class:`~rlsup.supervisor.run.run.Run` watches, feeds inputs, performs
+effects). The consumers' side of ``dependency_down`` and memory growth live in
+:mod:`~rlsup.supervisor.diagnosis` (also pure) and are wired the same way.
 """
 
 from __future__ import annotations
@@ -251,21 +251,15 @@ def stalled(c: Seen, stall_after: float | None, now: float, *, awake_since: floa
     supervisor itself last woke from a pause (SIGSTOP, a swap storm): what happened while it could
     not look is unknown, so it is not counted against the component.
     """
-    if not stall_after or c.state != "running":
-        return None
-    idle = now - _stall_clock_since(c, awake_since)
-    return idle if idle >= stall_after else None
+    due = stall_due(c, stall_after, awake_since=awake_since)
+    return None if due is None or now < due else now - due + (stall_after or 0.0)
 
 
 def stall_due(c: Seen, stall_after: float | None, *, awake_since: float) -> float | None:
     """When ``c`` will count as stalled unless a new step comes first (None: it cannot stall now)."""
     if not stall_after or c.state != "running":
         return None
-    return _stall_clock_since(c, awake_since) + stall_after
-
-
-def _stall_clock_since(c: Seen, awake_since: float) -> float:
-    return max(x for x in (c.last_step_at, c.ready_at, c.started_at, awake_since) if x is not None)
+    return max(x for x in (c.last_step_at, c.ready_at, c.started_at, awake_since) if x is not None) + stall_after
 
 
 def next_tick(last_tick: float, *, busy: bool, due: Sequence[float | None], tick_s: float, idle_max_s: float) -> float:

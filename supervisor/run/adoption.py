@@ -95,15 +95,13 @@ def take_over(found: Found, components: Mapping[str, Component], state: Mapping[
     components no longer in the config to finish (which ends them); forget the records of dead ones."""
     for path, rec in found.live:
         c = components.get(str(rec["component"]))
-        if c is None:
-            continue
         att = attempt_from_record(rec, path)
+        if c is None:  # no longer in the config: its monitor is told to finish (which ends it)
+            att.finish()
+            continue
         prev = state["components"][c.name]
         ready = prev.get("state") == "running" or (prev.get("ready_at") is not None and prev.get("state") != "starting")
         c.adopt(att, rec, ready=ready, log_seq=_log_seq(prev, saved.get(c.name), att.attempt))
-    for path, rec in found.live:
-        if str(rec["component"]) not in components:
-            attempt_from_record(rec, path).finish()
     for path, _rec in found.orphans:  # a monitor that died: its record is all that is left
         with contextlib.suppress(OSError):
             path.unlink()

@@ -18,7 +18,6 @@ from ..config.model import Config
 from ..records.progress import ProgressTracker
 from ..rules import lifecycle as lc
 from ..rundir.layout import RunPaths
-from ..rundir.logs import Position
 from ..rundir.replay import read_run
 from .adoption import Found
 
@@ -61,11 +60,6 @@ def life(name: str, prev: Mapping[str, Any], cfg: Config, how: str) -> tuple[lc.
     if any(f.get("type") == "stall" for f in prev.get("flags") or []) and how in ("adopted", "continued"):
         out = dataclasses.replace(out, episode=out.episode | {"stall"})  # the attempt goes on: so does its stall
     return out, again
-
-
-def position(saved: Mapping[str, Any]) -> Position | None:
-    """Where a component's log was read to, per ``state.json`` (None: not recorded)."""
-    return Position.from_dict(saved.get("log"))
 
 
 def restore_gauges(progress: ProgressTracker, saved: Mapping[str, Any], st: dict[str, Any], now: float) -> None:

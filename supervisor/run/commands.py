@@ -95,13 +95,10 @@ def parse_signal(text: object) -> signal_mod.Signals:
     ``SIG_BLOCK``: small integers that would send SIGHUP or SIGINT) and signal 0 are refused."""
     raw = str(text).strip()
     if raw.lstrip("+").isdigit():
-        num = int(raw)
-        if num in {int(s) for s in signal_mod.valid_signals()} and num > 0:
-            try:
-                return signal_mod.Signals(num)
-            except ValueError:
-                pass  # a real-time signal without a name
-        raise ValueError(f"no signal number {raw} on this system")
+        try:  # a named signal only (not 0, not a real-time signal without a name)
+            return signal_mod.Signals(int(raw))
+        except ValueError:
+            raise ValueError(f"no signal number {raw} on this system") from None
     name = raw.upper()
     name = name if name.startswith("SIG") else "SIG" + name
     member = signal_mod.Signals.__members__.get(name)

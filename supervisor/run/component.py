@@ -90,7 +90,6 @@ class Context(Protocol):
     async def stacks_of(self, comp: Component, why: str, native: bool = False) -> Stacks | None: ...
 
 
-
 class Component:
     def __init__(self, name: str, cfg: ComponentCfg, ctx: Context, *, budget: RingBudget | None = None,
                  life: lc.Life | None = None, log_position: Position | None = None):
@@ -104,10 +103,14 @@ class Component:
         start = log_position or Position()
         self.ring = LogRing(logs_cfg.ring_lines, budget, first_seq=start.seq)
         self.norm = LineNormaliser(logs_cfg.line_cap)
-        self.follower = LogFollower(ctx.paths.log(name), logs_cfg.backups, start if start.ino is not None else None)
-        if start.ino is None:
-            self._seek_to_end_of_log()
-        else:
+        path = ctx.paths.log(name)
+        recorded = start.ino is not None
+        if not recorded:  # no recorded position: what is in the log already belongs to earlier runs
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                start = Position(st.st_ino, st.st_size, start.seq)
+        self.follower = LogFollower(path, logs_cfg.backups, start if start.ino is not None else None)
+        if recorded:
             self._backfill(start)
         p = cfg.progress
         self.matcher = ProgressMatcher(p.pattern, p.preset) if p else ProgressMatcher()
@@ -255,7 +258,8 @@ class Component:
                            clean=self.ctx.partner_up(self) is None)
         argv = list(self.cfg.argv()) + list(plan.get("args") or [])
         launch = self.launcher.argv(self.name, e.attempt, argv) if self.launcher else argv
-        cgroup = self.ctx.tracking.cgroup_for(self.name, e.attempt)
+        cgroups = self.ctx.tracking.cgroups
+        cgroup = cgroups.for_attempt(self.name, e.attempt) if cgroups is not None else None
         spec = {
             "protocol": 1, "component": self.name, "attempt": e.attempt, "run_dir": str(self.ctx.paths.root),
             "argv": launch, "env": self._env(e.attempt), "cwd": self.cfg.cwd,
@@ -267,8 +271,6 @@ class Component:
         self._ready_seen.clear()
         # Where this attempt's output begins: everything the previous attempt's monitor wrote is read
         # (it is gone: await_cleanups), so the next line in the log is the new attempt's first.
-        while self.read_output():
-            pass
         self.read_output(final=True)
         self.core_died = None
         start = self.position()
@@ -283,8 +285,7 @@ class Component:
         att.launcher = self.launcher
         slurm = None
         if self.launcher is not None:  # the step's id for the journal, once Slurm created it (bounded wait)
-            sid = await asyncio.get_running_loop().run_in_executor(
-                None, self.launcher.wait_step, self.name, e.attempt, att.read_record)
+            sid = await asyncio.to_thread(self.launcher.wait_step, self.name, e.attempt, att.read_record)
             slurm = {"nodes": self.launcher.nodes(self.name), "step_id": sid}
         self.current = att
         self.output_from = start.seq
@@ -330,15 +331,14 @@ class Component:
         detail = ""
         while True:
             if kind == "log":
-                if self._ready_seen.is_set():
-                    break
+                ok = self._ready_seen.is_set()
             else:
                 ok, detail = await probes.check(kind, target, min(5.0, r.timeout))
                 # A Slurm step's processes are Slurm's (under slurmstepd, maybe on this node): not ours to match.
                 if ok and kind in ("http", "tcp") and self.launcher is None and not self._port_is_ours(target):
                     ok, detail = False, f"{target} answers, but not from a process of {self.name}"
-                if ok:
-                    break
+            if ok:
+                break
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 reason = (f"not ready within {r.timeout:g}s ({kind} {r.target()}"
@@ -355,10 +355,7 @@ class Component:
     def _port_is_ours(self, target: str) -> bool:
         """Whether the process listening on a probe's port belongs to this attempt. A busy port's
         holder must not make a component look ready (`--skip-checks` with a port in use)."""
-        att = self.current
-        if att is None:
-            return False
-        held = probes.held_by(target, att.members())
+        held = probes.held_by(target, self.current.members()) if self.current is not None else False
         return True if held is None else held  # None: cannot tell (no /proc access): trust the answer
 
     async def _liveness(self) -> None:
@@ -392,8 +389,7 @@ class Component:
         run = self.ctx.cfg
         token = rayprobe.auth_token({**os.environ, **run.file_env, **run.env, **self.cfg.env}, cfg.token_file)
         try:
-            nodes, actors = await asyncio.get_running_loop().run_in_executor(
-                None, rayprobe.read_state, cfg.url, token, cfg.timeout)
+            nodes, actors = await asyncio.to_thread(rayprobe.read_state, cfg.url, token, cfg.timeout)
         except (OSError, ValueError) as e:
             # The head not up yet, or gone, is not news (the components' exits say which); an answer that
             # refuses the token or is not Ray's API is a probe that will never see anything: say so once.
@@ -515,15 +511,13 @@ class Component:
                                          message=f"attempt {att.attempt} ended; its monitor is told to finish"))
         # Everything the monitor wrote before it recorded the exit, however far behind we are (a flood):
         # the step, the progress and the diagnosis must be those of the whole output.
-        while self.read_output():
-            pass
         self.read_output(final=True)
         if ex.get("monitor_died"):
             self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
                               "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
                               "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]})
         elif not self._asked(ex) and (hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal"))):
-            self._task(self._held_exit(att, ex, hold))
+            self._later(hold, self._judge_exit, att, ex)  # a stop of the run that comes meanwhile makes it a stop
         else:
             self._judge_exit(att, ex)
 
@@ -533,17 +527,15 @@ class Component:
         life = self.life
         return life.forced is None and ((life.want == "stop" and life.state == "stopping") or life.then_start)
 
-    async def _held_exit(self, att: AttemptProcesses, ex: dict[str, Any], hold: float) -> None:
-        """An exit 0, judged ``hold`` seconds later (rules.detectors.exit_hold): a stop
-        of the run that came meanwhile makes it a stop."""
-        await asyncio.sleep(hold)
-        self._judge_exit(att, ex)
-
     def _judge_exit(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
-        if self._asked(ex):
-            self._exited(ex, self._asked_for(ex))  # an exit we asked for is not a failure to diagnose
-        else:
+        if not self._asked(ex):
             self._diagnose_failure(att, ex)
+            return
+        # An exit we asked for is not a failure to diagnose: who asked, and how it ended.
+        how = describe_exit(ex.get("exit_code"), ex.get("signal"))
+        by = self.life.stop_by or self.life.restart_by or "user"
+        self._exited(ex, {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None,
+                          "location": None, "step": self.progress.step, "evidence": []})
 
     def _log_trouble(self, rec: dict[str, Any]) -> None:
         """The monitor's record says whether it can write the log: raise ``disk_full``, or clear it once a
@@ -560,16 +552,17 @@ class Component:
             self.ctx.emit(ev.FlagCleared(self.name, type="disk_full",
                                          message=f"log writable again; {rec.get('lost_bytes', 0)} bytes were lost"))
 
-    def _asked_for(self, ex: dict[str, Any]) -> dict[str, Any]:
-        """The diagnosis of an exit that a stop or restart asked for: who, and how it ended."""
-        how = describe_exit(ex.get("exit_code"), ex.get("signal"))
-        by = self.life.stop_by or self.life.restart_by or "user"
-        return {"category": "none", "summary": f"stopped by {by} ({how})", "exception": None, "location": None,
-                "step": self.progress.step, "evidence": []}
-
     def _diagnose_failure(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
-        """An exit nobody asked for: diagnosed from the attempt's own output, refined by its launcher."""
-        diag = self.diagnose(ex.get("exit_code"), ex.get("signal"), att.pid)
+        """An exit nobody asked for: diagnosed from its exit and the attempt's own output only (never lines an
+        earlier attempt printed; nothing printed: its exit and the host's evidence alone), refined by its launcher."""
+        from ..diagnosis import diagnose, read_host_evidence
+
+        code, sig = ex.get("exit_code"), ex.get("signal")
+        host = read_host_evidence(att.pid) if sig == "SIGKILL" and self.life.forced is None else None
+        # An attempt rlsup ended itself (readiness timeout, failed liveness, stall restart): the cause is what its
+        # log names, with rlsup's reason, never the stop signal's "killed ... OOM killer" reading.
+        diag = diagnose(self.attempt_tail(1000), exit_code=code, signal=sig, step=self.progress.step, pid=att.pid,
+                        host=host, stopped_by=self.life.forced, log_error=self.log_error).to_dict()
         if self.launcher is not None:
             diag = self.launcher.refine(diag, self.attempt_tail(400))
             if self.launcher.needs_job_nodes(diag):
@@ -590,7 +583,7 @@ class Component:
 
     async def _exited_after_job_nodes(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         assert self.launcher is not None
-        nodes = await asyncio.get_running_loop().run_in_executor(None, self.launcher.job_nodes)
+        nodes = await asyncio.to_thread(self.launcher.job_nodes)
         ex, diag = self.launcher.ended(self, att, ex, diag, job_nodes=nodes)
         self._judge_failure(att, ex, diag)
 
@@ -607,8 +600,7 @@ class Component:
         monitor finish and wait until it is gone."""
         left = att.members()
         if att.monitor_gone:  # its orphans re-parented to us: the markers still name them
-            found = await asyncio.get_running_loop().run_in_executor(
-                None, find_marked, str(self.ctx.paths.root), self.name)
+            found = await asyncio.to_thread(find_marked, str(self.ctx.paths.root), self.name)
             left += [p.pid for p in found]
             att.members()  # note the start time of whatever came meanwhile (members() notes what it finds)
         self.prev_pids = {att.pid: None, **att.members_seen}  # the root always (it may have died at once)
@@ -618,9 +610,7 @@ class Component:
         await att.wait_monitor_gone(MONITOR_GONE_S)
         # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
         # the end of the run names it instead of claiming that nothing is left.
-        for p in set(left) | set(att.members_seen):
-            if pid_alive(p):
-                self.unended[p] = att.members_seen.get(p)
+        self.unended.update({p: att.members_seen.get(p) for p in {*left, *att.members_seen} if pid_alive(p)})
         if att.monitor_alive():
             self.unended[att.monitor_pid] = None
         self.read_output()
@@ -663,19 +653,6 @@ class Component:
         """Whether something of this component may still be alive (a process, a cleanup, a spawn)."""
         return self.current is not None or bool(self._cleanups) or self.life.spawning
 
-    def diagnose(self, exit_code: int | None, signal: str | None, pid: int) -> dict[str, Any]:
-        """What ended the current attempt, from its exit and its own output only: lines an earlier attempt
-        printed are never read (an attempt that printed nothing is judged by its exit and the host's
-        evidence alone)."""
-        from ..diagnosis import diagnose, read_host_evidence
-
-        host = read_host_evidence(pid) if signal == "SIGKILL" and self.life.forced is None else None
-        # An attempt rlsup ended itself (readiness timeout, failed liveness, stall restart): the cause is what its
-        # log names, with rlsup's reason, never the stop signal's "killed ... OOM killer" reading.
-        d = diagnose(self.attempt_tail(1000), exit_code=exit_code, signal=signal, step=self.progress.step, pid=pid,
-                     host=host, stopped_by=self.life.forced, log_error=self.log_error)
-        return d.to_dict()
-
     def attempt_tail(self, n: int) -> list[str]:
         """The last ``n`` lines of the latest attempt's output (none of an earlier attempt's)."""
         start = max(self.ring.next_seq - n, self.output_from if self.output_from is not None else 0)
@@ -695,15 +672,6 @@ class Component:
             self.monitor_changed(att)
 
     # ------------------------------------------------------------------ output
-
-    def _seek_to_end_of_log(self) -> None:
-        """No recorded position: what is in the log already belongs to earlier runs."""
-        path = self.ctx.paths.log(self.name)
-        try:
-            st = os.stat(path)
-        except OSError:
-            return
-        self.follower = LogFollower(path, self.logs_cfg.backups, Position(st.st_ino, st.st_size, self.ring.next_seq))
 
     def _backfill(self, at: Position) -> None:
         """A supervisor taking over: the lines just before the recorded position go back into the ring,
@@ -725,7 +693,10 @@ class Component:
         return Position(self.follower.ino, max(0, self.follower.offset - self.norm.held_bytes), self.ring.next_seq)
 
     def read_output(self, *, final: bool = False, budget: int = READ_BUDGET) -> bool:
-        """Read what the monitor wrote since last time; True if more is waiting."""
+        """Read what the monitor wrote since last time; True if more is waiting. ``final``: all of it, and
+        an unterminated last line as a line (the output has ended)."""
+        while final and self.read_output(budget=budget):
+            pass
         try:
             data = self.follower.read(budget)
         except OSError:  # a failing disk (EIO): nothing to read for now; the run's health sweep flags it
@@ -743,21 +714,19 @@ class Component:
         lines, text = self.norm.feed(chunk)
         if lines:
             self._lines(lines, text)
-        elif self.matcher and b"\r" in chunk:
+        elif self.matcher and b"\r" in chunk and (partial := self.norm.partial):
             # A progress bar redrawn with \r and no newline (tqdm): its latest state still counts.
-            partial = self.norm.partial
-            if partial:
-                obs = self.matcher.scan(partial)
-                if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic()):
-                    self.progress_changed()
+            self._scan(partial)
+
+    def _scan(self, text: str) -> None:
+        obs = self.matcher.scan(text)
+        if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic()):
+            self.progress_changed()
 
     def _lines(self, lines: list[str], text: str) -> None:
-        now = self.ctx.clock.monotonic()
         self.ring.extend(lines)  # raw: masked on the way out to a client (server), when someone reads them
         if self.matcher:
-            obs = self.matcher.scan(text)
-            if obs and self.progress.observe_all(obs, now):
-                self.progress_changed()
+            self._scan(text)
         if self._ready_log is not None and not self._ready_seen.is_set() and self._ready_log.search(text):
             self._ready_seen.set()
         if self.vllm and self.core_died is None and self.life.state == "running":
@@ -779,10 +748,9 @@ class Component:
         if line is None:
             return
         self.core_died = line
-        self._task(self._end_if_lingering(self.current, line))
+        self._later(engines.LINGER_S, self._end_if_lingering, self.current, line)
 
-    async def _end_if_lingering(self, att: AttemptProcesses | None, line: str) -> None:
-        await asyncio.sleep(engines.LINGER_S)
+    def _end_if_lingering(self, att: AttemptProcesses | None, line: str) -> None:
         if att is not None and self.current is att and self.life.state == "running":
             self.handle(lc.LivenessFailed(
                 f"its engine core died and its API server was still up {engines.LINGER_S:g}s later", (line,)))
@@ -815,10 +783,8 @@ class Component:
         if isinstance(last, int | float):  # monotonic inside, wall time for people
             snap["last_step_at"] = round(self.ctx.clock.time() - (mono - last), 3)
         if self.life.state != "running":
-            snap["rate"] = None
-            snap["eta_s"] = None
-        snap["checkpoint"] = self.checkpoint_info
-        snap["watch"] = dict(self.watch_info)
+            snap.update(rate=None, eta_s=None)
+        snap.update(checkpoint=self.checkpoint_info, watch=dict(self.watch_info))
         return snap
 
     def close(self) -> None:

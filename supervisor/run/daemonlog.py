@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 
 def say(text: str) -> None:
     """Print to stderr; never raise (a full disk or a closed stream must not reach control flow)."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass

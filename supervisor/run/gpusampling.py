@@ -31,9 +31,6 @@ def gpu_event(sample: Any, owned: Mapping[int, str]) -> ev.GpuSampled:
     return ev.GpuSampled(None, {k: d.get(k) for k in ("gpus", "host", "backend", "reason")})
 
 
-GPU_RELEASE_TIMEOUT_S = 30.0
-
-
 class GpuSampling:
     """The run's GPU sampler (NVML, a fake, or None) and its thread; how long a restart waits for the previous
     attempt's GPU memory (``release_timeout``) and how a GPU process is identified (``proc_lookup``:
@@ -42,7 +39,7 @@ class GpuSampling:
     def __init__(self, sampler: Any, deliver: Callable[[Any], None]):
         self.sampler = sampler
         self.deliver = deliver  # called in the sampler's thread: hands the sample to the loop
-        self.release_timeout = GPU_RELEASE_TIMEOUT_S
+        self.release_timeout = 30.0
         self.proc_lookup: Callable[[int], Any] | None = None
         self._thread: Any = None
 

@@ -10,6 +10,7 @@ printed to stderr once per outage. Every event is redacted before it leaves.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -17,12 +18,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from ..config.model import NotifyCfg
@@ -35,12 +35,6 @@ COMMAND_TIMEOUT_S = 30.0
 BACKOFF_S: tuple[float, ...] = (1.0, 2.0, 4.0)
 
 
-def event_text(event: Mapping[str, Any], run_name: str) -> str:
-    """One line for a chat message: ``[rlsup demo] trainer: FATAL: ...``."""
-    comp = event.get("component") or "run"
-    return f"[rlsup {run_name}] {comp}: {describe(dict(event))}".replace("\n", " ")
-
-
 class Notifier:
     """Delivers matching events of one run to ``cfg.webhook`` and/or ``cfg.command``.
 
@@ -50,7 +44,7 @@ class Notifier:
     """
 
     def __init__(self, cfg: NotifyCfg, *, run_name: str, run_dir: str, env: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.time, max_queue: int = MAX_QUEUE,
+                 max_queue: int = MAX_QUEUE,
                  backoff: Sequence[float] = BACKOFF_S, webhook_timeout: float = WEBHOOK_TIMEOUT_S,
                  command_timeout: float = COMMAND_TIMEOUT_S, stderr: IO[str] | None = None,
                  redactor: Redactor | None = None):
@@ -58,7 +52,6 @@ class Notifier:
         self.run_name = run_name
         self.run_dir = run_dir
         self.env = dict(os.environ if env is None else env)
-        self.clock = clock
         self.on = frozenset(cfg.on)
         self.backoff = tuple(backoff)
         self.webhook_timeout = webhook_timeout
@@ -138,7 +131,9 @@ class Notifier:
 
     def _deliver(self, event: dict[str, Any], dropped: int) -> None:
         safe = self.redactor.redact_obj(event)
-        text = self.redactor.redact_text(event_text(safe, self.run_name))
+        # One line for a chat message: ``[rlsup demo] trainer: FATAL: ...``.
+        line = f"[rlsup {self.run_name}] {safe.get('component') or 'run'}: {describe(safe)}".replace("\n", " ")
+        text = self.redactor.redact_text(line)
         if dropped:
             text += f" ({dropped} earlier notification(s) dropped: queue full)"
         ok = True
@@ -193,10 +188,8 @@ class Notifier:
             _, err = proc.communicate(timeout=self.command_timeout)
         except subprocess.TimeoutExpired:
             # Its own session: end the whole group, not just the shell.
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
             proc.communicate()
             self._report("command", f"notify command timed out after {self.command_timeout:g} s")
             return False
@@ -214,11 +207,9 @@ class Notifier:
         if channel in self._failing:
             return
         self._failing.add(channel)
-        out = self.stderr or sys.stderr
-        try:
-            print(f"rlsup: notify: {msg} (further failures not reported until it works again)", file=out, flush=True)
-        except (OSError, ValueError):
-            pass
+        with contextlib.suppress(OSError, ValueError):
+            print(f"rlsup: notify: {msg} (further failures not reported until it works again)",
+                  file=self.stderr or sys.stderr, flush=True)
 
 
 def _host_of(url: str) -> str:

@@ -7,10 +7,12 @@ coroutine returning ``(ok, detail)`` and never raises for a failed check.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import ssl
 from collections.abc import Iterable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..config.model import parse_hostport
@@ -70,13 +72,9 @@ async def check_tcp(target: str, timeout: float) -> tuple[bool, str]:
         return False, f"tcp {target}: {e.strerror or e}"
 
 
-async def check_file(path: str) -> tuple[bool, str]:
-    return (True, f"file {path} exists") if os.path.exists(path) else (False, f"file {path} does not exist")
-
-
 async def check(kind: str, target: str, timeout: float) -> tuple[bool, str]:
     if kind == "file":
-        return await check_file(target)
+        return (True, f"file {target} exists") if os.path.exists(target) else (False, f"file {target} does not exist")
     if kind not in ("http", "tcp"):
         raise ValueError(f"not a polled probe: {kind}")
     return await (check_http if kind == "http" else check_tcp)(target, timeout)
@@ -84,48 +82,34 @@ async def check(kind: str, target: str, timeout: float) -> tuple[bool, str]:
 
 def _port_of(target: str) -> int | None:
     """The TCP port of a probe target (``http://host:port/path`` or ``host:port``)."""
-    if "://" in target:
-        try:
+    try:
+        if "://" in target:
             u = urlsplit(target)
             return u.port or (443 if u.scheme == "https" else 80)
-        except ValueError:
-            return None
-    try:
         return int(target.rsplit(":", 1)[1])
     except (IndexError, ValueError):
         return None
 
 
-def listening_inodes(port: int) -> set[int] | None:
-    """Socket inodes listening on ``port`` (IPv4 and IPv6), or None if /proc cannot tell."""
-    found: set[int] | None = None
+def listening_inodes(port: int) -> set[int]:
+    """Socket inodes listening on ``port`` (IPv4 and IPv6); none where /proc cannot tell."""
+    found: set[int] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        found = found or set()
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                found.add(int(cols[9]))
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                cols = row.split()
+                if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    found.add(int(cols[9]))
     return found
 
 
 def socket_inodes(pid: int) -> set[int]:
     out: set[int] = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            out.add(int(link[8:-1]))
+    with contextlib.suppress(OSError):  # gone, or not ours to read
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                if (link := os.readlink(f"/proc/{pid}/fd/{fd}")).startswith("socket:["):
+                    out.add(int(link[8:-1]))
     return out
 
 

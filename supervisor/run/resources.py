@@ -32,11 +32,9 @@ class ResourceSampling:
         """When the next sample is due (monotonic)."""
         return self.last + self.every_s
 
-    def sample(self, now: float, components: Mapping[str, Any], gpus: list[dict[str, Any]],
-               detector: Callable[[], Any] | None = None) -> list[ev.Event]:
+    def sample(self, now: float, components: Mapping[str, Any], gpus: list[dict[str, Any]]) -> list[ev.Event]:
         """The events for one sample at monotonic ``now``: flags first, then the gauge."""
         self.last = now
-        detector = detector or self.detector
         gpu_by = _gpu_mb_by_component(gpus)
         out: dict[str, Any] = {n: {"ring_lines": len(c.ring), "ring_mb": round(c.ring.bytes / 2**20, 2)}
                                for n, c in components.items()}
@@ -53,7 +51,7 @@ class ResourceSampling:
                 pct, rss_mb = self._cpu_and_rss(n, att, now)
             out[n].update(cpu_pct=pct, rss_mb=rss_mb, gpu_mb=gpu_by.get(n))
             if c.state == "running" and c.progress.step is not None:
-                flag = self._growth(n, c, detector).observe(now, c.progress.step, rss_mb, gpu_by.get(n))
+                flag = self._growth(n, c).observe(now, c.progress.step, rss_mb, gpu_by.get(n))
                 if flag is not None:
                     events.append(ev.FlagRaised(
                         n, type=flag.type, message=flag.message, evidence=list(flag.evidence),
@@ -75,13 +73,13 @@ class ResourceSampling:
         pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None
         return pct, round(rss / 2**20, 1)
 
-    def _growth(self, name: str, c: Any, detector: Callable[[], Any] | None) -> Any:
+    def _growth(self, name: str, c: Any) -> Any:
         """The memory-growth detector of the component's current attempt (a new attempt starts a new series)."""
         from ..diagnosis import MemoryGrowthDetector
 
         attempt, det = self._mem.get(name, (None, None))
         if det is None or attempt != c.attempt:
-            det = (detector or MemoryGrowthDetector)()
+            det = (self.detector or MemoryGrowthDetector)()
             self._mem[name] = (c.attempt, det)
         return det
 

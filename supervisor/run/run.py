@@ -9,9 +9,6 @@ follows a restart, a stall, a dead dependency, the end and its root cause) by th
 :mod:`.filewatch`, monitors: :mod:`.monitorwatch`), feeds inputs and carries out the answers; the
 run dir's past is read by :mod:`.adoption` and :mod:`.carryover`, and the end is carried out by
 :mod:`.shutdown` and :mod:`.lastnet`.
-
-Components run under monitors that outlive the supervisor: a supervisor that crashed, was killed
-or is being upgraded leaves them running, and the next one on the same run dir *adopts* them.
 """
 
 from __future__ import annotations
@@ -51,7 +48,6 @@ from .ending import Ending
 from .filewatch import Watching, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
 from .runview import POSITIONS_WRITE_S
-from .services import Services
 from .stacks import HangGate
 from .stacks import reply as stack_reply
 from .statewriter import StateWriter
@@ -61,6 +57,8 @@ from .tracking import Tracking
 
 if TYPE_CHECKING:
     from ..rundir.logpages import LogPages
+    from .notify import Notifier
+    from .server import ControlServer
 
 TICK_S = 1.0
 PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
@@ -90,7 +88,10 @@ class Run:
         self.state: dict[str, Any] = {}
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
-        self._services = Services(serve)  # notifications, the control socket, the metrics endpoint
+        self._serve = serve  # whether the run opens its control socket
+        self._notifier: Notifier | None = None
+        self._server: ControlServer | None = None
+        self._stop_metrics: Callable[[], None] | None = None
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
         # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
@@ -167,9 +168,9 @@ class Run:
             await self._shutdown()
         finally:
             ticker.cancel()
-            if self._services.server is not None:
+            if self._server is not None:
                 await asyncio.sleep(0.1)  # let clients see run_ended before the socket goes away
-                await self._services.server.close()
+                await self._server.close()
             self._finish()
         return self.end.exit_code
 
@@ -177,18 +178,16 @@ class Run:
         """The run's components, each going on with the life and gauges its run dir's past left it."""
         past = self._past
         self.state = past.replayed or state_mod.initial({}, names)
-        for n in names:
-            self.state["components"].setdefault(n, state_mod.new_component())
         budget = RingBudget(self.cfg.ring_bytes)
         saved = past.saved_components
         for n in names:
-            prev = self.state["components"][n]
+            prev = self.state["components"].setdefault(n, state_mod.new_component())
             life, again = carryover.life(n, prev, self.cfg, past.how)
             if again is not None:
                 self._memory.again[n] = again  # its next start says so (until it has started)
             sv = saved.get(n) or {}
             c = self.components[n] = Component(n, self.cfg.components[n], self, budget=budget, life=life,
-                                               log_position=carryover.position(sv))
+                                               log_position=Position.from_dict(sv.get("log")))
             carryover.restore_gauges(c.progress, sv, prev, self.clock.monotonic())
 
     async def _open_services(self) -> None:
@@ -196,13 +195,13 @@ class Run:
         if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
             from .notify import Notifier
 
-            self._services.notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
+            self._notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
                                                redactor=self.redactor)
         self._serve_metrics()
-        if self._services.serve and not self.end.refused:
+        if self._serve and not self.end.refused:
             from .server import ControlServer
 
-            self._services.server = server = ControlServer(self, self.paths.sock)
+            self._server = server = ControlServer(self, self.paths.sock)
             await server.start()
 
     def _serve_metrics(self) -> None:
@@ -212,15 +211,13 @@ class Run:
             return
         from .prometheus import serve
 
-        loop = self.loop
-
         async def snap() -> dict[str, Any]:
             return self.snapshot_state(with_positions=True)
 
         def threadsafe() -> dict[str, Any]:
-            return asyncio.run_coroutine_threadsafe(snap(), loop).result(timeout=10)
+            return asyncio.run_coroutine_threadsafe(snap(), self.loop).result(timeout=10)
         try:
-            self._services.stop_metrics = serve(threadsafe, m.host, m.port)
+            self._stop_metrics = serve(threadsafe, m.host, m.port)
         except OSError as e:  # taken since `rlsup check`: the run goes on without it
             self.emit(ev.FlagRaised(None, type="metrics_unavailable", message=(
                 f"metrics endpoint {m.host}:{m.port} could not be opened: {e.strerror or e}"),
@@ -232,7 +229,7 @@ class Run:
         if found.leftovers:
             self.emit(ev.LeftoversEnded(None, **found.leftovers))
         self._watching.start(self.loop, self.paths, self.components)
-        self.gpus.start(self._services.watched)
+        self.gpus.start(self._watched)
         adoption.take_over(found, self.components, self.state, self._past.saved_components)
         self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
 
@@ -301,9 +298,8 @@ class Run:
         return self.tracking.last_net(c.unended for c in self.components.values())
 
     def _finish(self) -> None:
-        services = self._services
-        if services.stop_metrics is not None:
-            services.stop_metrics()
+        if self._stop_metrics is not None:
+            self._stop_metrics()
         self.gpus.stop()
         self._hang.close()
         self._watching.stop_artefacts()
@@ -312,8 +308,8 @@ class Run:
         self._states.write(force=True)
         self.tracking.monitors.close()
         self._watching.close()
-        if services.notifier is not None:
-            services.notifier.close(5.0)  # waits (up to 5 s) for the notifications under way
+        if self._notifier is not None:
+            self._notifier.close(5.0)  # waits (up to 5 s) for the notifications under way
         if self.journal is not None and (lost := self.journal.close()):
             why = (f"{self._states.trouble}" if self._states.trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
@@ -354,7 +350,8 @@ class Run:
                 say(f"rlsup: subscriber failed: {exc!r}")
         if lifecycle:
             self._states.mark_dirty()
-            self._services.notify(e)
+            if self._notifier is not None:
+                self._notifier.handle(e)
             if isinstance(event, ev.RestartScheduled):
                 self._memory.triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
@@ -508,8 +505,8 @@ class Run:
 
     def _next_tick_at(self) -> float:
         now = self.clock.monotonic()
-        busy = bool(self.journal is not None and self.journal.pending) or self._memory.deps_watched \
-            or self._states.trouble is not None
+        busy = bool(self.journal is not None and self.journal.pending) or bool(self._memory.flagged) \
+            or bool(self._memory.tracker.down_since()) or self._states.trouble is not None
         due: list[float | None] = []
         if not busy:
             busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._ticker.awake_since,
@@ -548,7 +545,12 @@ class Run:
 
     def watchers_changed(self) -> None:
         """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
-        self.gpus.watched(self._services.watched)
+        self.gpus.watched(self._watched)
+
+    @property
+    def _watched(self) -> bool:
+        """Whether a client is connected to the control socket now."""
+        return self._server is not None and bool(self._server.conns)
 
     def _check_stalls(self, now: float) -> None:
         """The run's step on the stall watch; it asks for the logs to be read first before it calls

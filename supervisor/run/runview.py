@@ -79,21 +79,12 @@ def stall_watched(components: Mapping[str, Component]) -> dict[str, Component]:
 
 
 def consumers(components: Mapping[str, Component], states: Mapping[str, Any]) -> list[Consumer]:
-    """Every live component that depends on others, as dependency_down sees it."""
-    def category(n: str) -> str:
-        return str(((states[n].get("last_exit") or {}).get("diagnosis") or {}).get("category", ""))
-
-    return [Consumer(n, c.state, tuple(c.cfg.depends_on), category(n), partial(c.attempt_tail, 200))
+    """Every live component that depends on others, as dependency_down sees it (with its latest exit's category)."""
+    return [Consumer(n, c.state, tuple(c.cfg.depends_on),
+                     str(((states[n].get("last_exit") or {}).get("diagnosis") or {}).get("category", "")),
+                     partial(c.attempt_tail, 200))
             for n, c in components.items()
             if c.cfg.depends_on and c.state in ("starting", "running", "backoff", "pending")]
-
-
-def watched_every_second(c: Component, seen: Mapping[str, Seen], now: float) -> bool:
-    """Starting, in backoff, stopping, pending or stalled, or running on a dependency that is not
-    (dependency_down looks at its consumers every second)."""
-    if c.state not in ("running", "stopped", "fatal", "completed") or "stall" in c.life.episode:
-        return True
-    return c.state == "running" and any(dependency_state(seen[d], now) != "running" for d in c.cfg.depends_on)
 
 
 def tick_due(components: Mapping[str, Component], seen: Mapping[str, Seen], now: float, *, awake_since: float,
@@ -103,7 +94,10 @@ def tick_due(components: Mapping[str, Component], seen: Mapping[str, Seen], now:
     due: list[float | None] = []
     sampled = False
     for n, c in components.items():
-        if watched_every_second(c, seen, now):
+        # Starting, in backoff, stopping, pending or stalled, or running on a dependency that is not
+        # (dependency_down looks at its consumers every second).
+        if c.state not in ("running", "stopped", "fatal", "completed") or "stall" in c.life.episode or (
+                c.state == "running" and any(dependency_state(seen[d], now) != "running" for d in c.cfg.depends_on)):
             return True, []
         if c.state == "running" and c.cfg.progress and c.cfg.progress.stall_after:
             due.append(stall_due(seen[n], c.cfg.progress.stall_after, awake_since=awake_since))

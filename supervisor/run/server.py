@@ -20,8 +20,10 @@ its ``command`` entry point.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import inspect
+import itertools
 import os
 import socket
 from collections import deque
@@ -154,22 +156,19 @@ class Conn:
                 discarding = False  # the tail of an oversized message
                 continue
             if line.strip():
-                await self._request(line)
+                await self.handle(line)
+                if self.buffered > HIGH_WATER and not self.closed:
+                    # Back-pressure: no more replies until this client reads the ones it has.
+                    try:
+                        await asyncio.wait_for(self.writer.drain(), REPLY_WAIT_S)
+                    except (asyncio.TimeoutError, TimeoutError):
+                        self.give_up(f"not reading its replies ({self.buffered >> 10} KiB waiting)")
         if len(buf) > protocol.MAX_REQUEST_BYTES:
             if not discarding:
                 self.send(protocol.error(None, f"message larger than {protocol.MAX_REQUEST_BYTES} "
                                                "bytes; ignored"))
             discarding, buf = True, b""
         return buf, discarding
-
-    async def _request(self, line: bytes) -> None:
-        await self.handle(line)
-        if self.buffered > HIGH_WATER and not self.closed:
-            # Back-pressure: no more replies until this client reads the ones it has.
-            try:
-                await asyncio.wait_for(self.writer.drain(), REPLY_WAIT_S)
-            except (asyncio.TimeoutError, TimeoutError):
-                self.give_up(f"not reading its replies ({self.buffered >> 10} KiB waiting)")
 
     async def handle(self, line: bytes) -> None:
         try:
@@ -186,11 +185,9 @@ class Conn:
         except (KeyError, TypeError, ValueError) as e:
             self.send(protocol.error(rid, f"bad {op} request: {e!r}"))
         except Exception as e:  # noqa: BLE001 - a client's request must never end the run it asks about
-            import sys
             import traceback
 
-            print(f"rlsup: the {op} request of a client failed (the run goes on):", file=sys.stderr)
-            traceback.print_exc(file=sys.stderr)
+            say(f"rlsup: the {op} request of a client failed (the run goes on):\n{traceback.format_exc().rstrip()}")
             self.send(protocol.error(rid, f"{op} failed in the supervisor: {e!r} (see supervisor.log)"))
 
     async def _reply(self, op: Any, rid: Any, msg: dict[str, Any]) -> dict[str, Any] | None:
@@ -249,7 +246,7 @@ class ControlServer:
                 out.extend(read_records(path, kinds=is_lifecycle))
             return [r.to_dict() for r in out]  # only the ones kept: the wire's dicts
 
-        old = await asyncio.get_running_loop().run_in_executor(None, tail)
+        old = await asyncio.to_thread(tail)
         last = old[-1].get("seq", 0) if old else 0
         live = [e for e in self.recent if e.get("seq", 0) > last]  # emitted while the journal was read
         self.recent = deque([*old, *live], maxlen=RECENT_EVENTS)
@@ -364,12 +361,7 @@ class ControlServer:
         start, lines = ring.since(want, MAX_LINES_PER_PUSH)
         room = self.backlog_limit() // 2
         if len(lines) > 100 and sum(map(len, lines)) > room:  # one push must not overshoot the limit
-            size = 0
-            for i, line in enumerate(lines):
-                size += len(line) + 4
-                if size > room:
-                    lines = lines[:max(1, i)]
-                    break
+            lines = lines[:max(1, bisect.bisect_right(list(itertools.accumulate(len(x) + 4 for x in lines)), room))]
         if lines:
             c.send({"type": "logs", "component": name, "seq": start, "lines": self.view.redact_lines(lines)})
         c.log_next[name] = start + len(lines)
@@ -392,8 +384,7 @@ class ControlServer:
         logs: dict[str, dict[str, Any]] = {}
         for name, ring in self.view.rings().items():
             if name in log_from:
-                start = max(int(log_from[name]), ring.first_seq)
-                start, lines = ring.since(start)
+                start, lines = ring.since(max(int(log_from[name]), ring.first_seq))
             else:
                 start, lines = ring.tail(n) if n else (ring.next_seq, [])
             logs[name] = {"seq": start, "lines": self.view.redact_lines(lines)}
@@ -413,8 +404,7 @@ class ControlServer:
             out = [e for e in self.recent if e["seq"] > since]
         else:  # older than what we keep in memory: the journal has it
             path = self.view.paths.events
-            out = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: [r.to_dict() for r in read_records(path, since)])
+            out = await asyncio.to_thread(lambda: [r.to_dict() for r in read_records(path, since)])
         return out[-limit:] if limit else out
 
     def op_logs(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
@@ -423,14 +413,13 @@ class ControlServer:
         if ring is None:
             return protocol.error(rid, f"no component {name!r}")
         limit = max(1, min(int(msg.get("limit") or MAX_LINES_PER_PUSH), MAX_SNAPSHOT_LINES))
-        want = int(msg.get("from_seq", 0))
-        start, lines = ring.since(want, limit)
+        start, lines = ring.since(int(msg.get("from_seq", 0)), limit)
         return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), first_seq=ring.first_seq,
                            next_seq=ring.next_seq, file=str(self.view.paths.log(name)))
 
     def _pages(self, rid: Any, msg: dict[str, Any]) -> tuple[str, LogPages, Position] | dict[str, Any]:
         name = str(msg["component"])
-        src = self.view.log_pages(name) if hasattr(self.view, "log_pages") else None
+        src = self.view.log_pages(name)
         if src is None:
             return protocol.error(rid, f"no component {name!r}" if name not in self.view.rings()
                                   else f"the log of {name} cannot be read from disk here")
@@ -445,8 +434,7 @@ class ControlServer:
         name, pages, anchor = got
         limit = max(1, min(int(msg.get("limit") or MAX_PAGE), MAX_PAGE))
         start_seq, before = _ints(msg, "from_seq", "before_seq")
-        start, lines, first, end = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: pages.read(anchor, start_seq, limit, before_seq=before))
+        start, lines, first, end = await asyncio.to_thread(pages.read, anchor, start_seq, limit, before_seq=before)
         ring = self.view.rings().get(name)
         return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), disk_first_seq=first,
                            disk_end_seq=end, ring_first_seq=ring.first_seq if ring is not None else end,
@@ -461,10 +449,9 @@ class ControlServer:
         name, pages, anchor = got
         query = str(msg.get("query") or "")
         before, after = _ints(msg, "before_seq", "after_seq")
-        found = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: pages.search(anchor, query, before_seq=before, after_seq=after,
-                                       redact=self.view.redact_lines))
-        first, end = await asyncio.get_running_loop().run_in_executor(None, lambda: pages.bounds(anchor))
+        found = await asyncio.to_thread(pages.search, anchor, query, before_seq=before, after_seq=after,
+                                        redact=self.view.redact_lines)
+        first, end = await asyncio.to_thread(pages.bounds, anchor)
         return protocol.ok(rid, component=name, seq=found[0] if found else None, line=found[1] if found else None,
                            disk_first_seq=first, disk_end_seq=end)
 

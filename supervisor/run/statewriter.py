@@ -106,10 +106,8 @@ class StateWriter:
 
     def append(self, e: dict[str, Any], *, sync: bool) -> None:
         """``e`` written to the journal now; with ``sync``, its fsync follows in this turn of the loop."""
-        if self._sync is not None:
+        if self._sync is not None:  # with the journal (begin)
             self._sync.append(e, sync=sync)
-        elif self.journal is not None:
-            self.journal.append(e, sync=sync)
 
     def mark_dirty(self) -> None:
         self.dirty = True

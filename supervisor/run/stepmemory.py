@@ -32,8 +32,3 @@ class StepMemory:
     def starts_again(self, name: str, attempt: int) -> bool:
         """Whether ``name`` at ``attempt`` is a completed component that the resumed run starts again."""
         return name in self.again and attempt == self.again[name]
-
-    @property
-    def deps_watched(self) -> bool:
-        """Whether a dependency is down or a consumer flagged (the run ticks every second meanwhile)."""
-        return bool(self.flagged) or bool(self.tracker.down_since())

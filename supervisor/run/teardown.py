@@ -158,11 +158,9 @@ def _end_attempt(paths: RunPaths, out: Teardown, att: AttemptProcesses, rec: dic
                             uptime_s=round(uptime, 3), attempt=att.attempt,
                             diagnosis=Diagnosis.from_dict(diag) if diag is not None else None))
     emit(ev.ComponentStopped(att.component, by="user"))  # final: a resumed run starts it again
-    if running:
-        out.stopped.append(f"{att.component} pid {att.pid} ({_how(final)})")
-    else:
-        out.stopped.append(f"{att.component}: its monitor (pid {att.monitor_pid}; the component had "
-                           f"already ended: {_how(final)})")
+    out.stopped.append(f"{att.component} pid {att.pid} ({_how(final)})" if running else
+                       f"{att.component}: its monitor (pid {att.monitor_pid}; the component had already ended: "
+                       f"{_how(final)})")
     with contextlib.suppress(OSError):
         att.remove_cgroup()
 
@@ -180,13 +178,10 @@ def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[s
 def _finish_monitor(att: AttemptProcesses, out: Teardown) -> None:
     """Tell the attempt's monitor to finish; SIGKILL it if it does not (noted in ``out.left`` if even that fails)."""
     att.finish()
-    def gone() -> bool:
-        return not pid_alive(att.monitor_pid)
-
-    if not _wait(gone, MONITOR_FINISH_S):
+    if not _wait(lambda: not pid_alive(att.monitor_pid), MONITOR_FINISH_S):
         with contextlib.suppress(OSError):
             os.kill(att.monitor_pid, signal_mod.SIGKILL)
-        if not _wait(gone, 5.0):
+        if not _wait(lambda: not pid_alive(att.monitor_pid), 5.0):
             out.left.append(f"monitor pid {att.monitor_pid} of {att.component}")
     out.finished_monitors.append(att.monitor_pid)
 
@@ -227,9 +222,8 @@ def _diagnose(paths: RunPaths, component: str, rec: dict[str, Any]) -> dict[str,
 
 def _wait(pred: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while True:
-        if pred():
-            return True
+    while not pred():
         if time.monotonic() >= deadline:
             return False
         time.sleep(POLL_S)
+    return True

@@ -34,9 +34,6 @@ class Tracking:
         self.cgroups = await loop.run_in_executor(None, Cgroups.for_run, self.root)
         return self.cgroups.describe()
 
-    def cgroup_for(self, comp: str, attempt: int) -> str | None:
-        return self.cgroups.for_attempt(comp, attempt) if self.cgroups is not None else None
-
     def last_net(self, unended: Iterable[Any]) -> list[str]:
         """Nothing of this run may outlive it; returns what could not be ended."""
         return lastnet.last_net(self.root, list(unended), cgroups=self.cgroups, zygote=self.monitors.zygote_pid,
