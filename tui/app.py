@@ -535,13 +535,12 @@ class MainScreen(Screen):
             self._select(names.index(event.pane.component))
 
     # commands -------------------------------------------------------------------------------
-    def _component(self) -> tuple[str, dict[str, Any]] | None:
+    def _component(self) -> tuple[str | None, dict[str, Any]]:
+        """The selected component and its state; (None, {}) after saying there is none."""
         name = self.selected_name()
         if name is None:
             self.notify("no component to act on yet", severity="warning")
-            return None
-        state = self.model.state or {}
-        return name, state.get("components", {}).get(name, {})
+        return name, ((self.model.state or {}).get("components") or {}).get(name, {})
 
     def send(self, command: str, component: str | None, on_ok: Callable[[], None] | None = None,
              **args: Any) -> None:
@@ -559,24 +558,24 @@ class MainScreen(Screen):
             self.notify(reply.get("error") or "refused", title=f"{what} failed", severity="error", timeout=8)
 
     def action_restart(self) -> None:
-        if (nc := self._component()) is None:
+        name, c = self._component()
+        if name is None:
             return
-        name, c = nc
         confirm(self.app, f"Restart {name}? (it is {c.get('state', '?')}, pid {c.get('pid') or '-'})",
                       lambda: self.send("restart", name))
 
     def action_resume(self) -> None:
-        if (nc := self._component()) is None:
+        name, c = self._component()
+        if name is None:
             return
-        name, c = nc
         ck = c.get("checkpoint") or {}
         where = f"its latest checkpoint (step {ck['step']})" if ck.get("step") is not None else "its latest checkpoint"
         confirm(self.app, f"Restart {name} from {where}?", lambda: self.send("resume", name))
 
     def action_stop_start(self) -> None:
-        if (nc := self._component()) is None:
+        name, c = self._component()
+        if name is None:
             return
-        name, c = nc
         if c.get("state") in ACTIVE:
             confirm(self.app, f"Stop {name}? (it is {c.get('state')})", lambda: self.send("stop", name))
         else:
@@ -661,9 +660,9 @@ class MainScreen(Screen):
         pane.update_title()
 
     def action_details(self) -> None:
-        if (nc := self._component()) is None:
+        name, c = self._component()
+        if name is None:
             return
-        name, c = nc
         v = self.model.view(self.rlapp.clock()) or {}
         comp = (v.get("components") or {}).get(name, c)
         self.app.push_screen(FailureScreen(name, comp, list(self.model.timeline), v.get("run") or {},
@@ -687,9 +686,8 @@ class MainScreen(Screen):
         self.app.push_screen(FlagsScreen(flags, self.rlapp.timefmt))
 
     def action_stacks(self) -> None:
-        if (nc := self._component()) is None:
+        if (name := self._component()[0]) is None:
             return
-        name = nc[0]
         self.notify(f"taking the Python stacks of {name}'s processes (py-spy)", title=f"stack {name}")
         self.run_worker(self._stacks(name), group="commands")
 
@@ -789,11 +787,11 @@ class Listener:
         self._wake()
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
-        self.model.on_logs(component, seq, lines)
+        self.model.feed.add(component, seq, lines)
         self._wake()
 
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
-        self.model.on_gap(component, from_seq, to_seq)
+        self.model.feed.gap(component, from_seq, to_seq)
         self._wake()
 
 

@@ -193,12 +193,6 @@ class RunModel:
             self.dirty |= AREAS
         self._touch()
 
-    def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
-        self.feed.add(component, seq, lines)
-
-    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
-        self.feed.gap(component, from_seq, to_seq)
-
     def _touch(self) -> None:
         if self.clock is not None:
             self.data_at = self.clock()

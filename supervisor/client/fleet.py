@@ -115,11 +115,7 @@ def failure_in(rec: Record) -> Failure | None:
     e = rec.event
     if not isinstance(e, (ComponentExited, ComponentSpawnFailed)) or not e.component:
         return None
-    diag = part_dict(rec, "diagnosis")
-    if not diag or diag.get("category") in (None, "none"):
-        return None
-    exit_code, signal = (e.exit_code, e.signal) if isinstance(e, ComponentExited) else (None, None)
-    return Failure(e.component, rec.ts, diag, exit_code, signal, e.attempt if e.attempt > 0 else None)
+    return failure_of(e.component, {**e.payload(), "ts": rec.ts, "diagnosis": part_dict(rec, "diagnosis")})
 
 
 def failures_in_events(events: Iterable[Record | Mapping[str, Any]]) -> list[Failure]:
@@ -307,12 +303,6 @@ def _hhmm(ts: float) -> str:
     return time.strftime("%H:%M", time.localtime(ts))
 
 
-def describe_signature(sig: tuple[str, str | None, str | None]) -> str:
-    category, exc, loc = sig
-    what = exc or category
-    return f"{what} at {loc}" if loc else what
-
-
 def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
               timefmt: Callable[[float], str] = _hhmm) -> list[dict[str, Any]]:
     """Group identical failures (:func:`signature`) seen on two or more pods into ``fleet_repeated_error``
@@ -342,9 +332,11 @@ def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
         base = latest[pods[0]].diagnosis
         diagnosis = {"category": sig[0], "exception": base.get("exception"), "location": sig[2],
                      "summary": base.get("summary")}
+        what = sig[1] or sig[0]
         flags.append({
             "type": FLAG_TYPE,
-            "message": f"{describe_signature(sig)} on {len(pods)}/{n_pods} pods, first at {timefmt(first_ts)}",
+            "message": f"{what}{f' at {sig[2]}' if sig[2] else ''} on {len(pods)}/{n_pods} pods, first at "
+                       f"{timefmt(first_ts)}",
             "pods": pods, "diagnosis": diagnosis, "first_ts": first_ts, "evidence": evidence,
         })
     flags.sort(key=lambda f: (-len(f["pods"]), f["first_ts"]))

@@ -308,13 +308,11 @@ class LogView(Widget, can_focus=False):
         self.widest = max(self.widest, max(map(len, new)))
         if seq + len(new) == h.first:  # older lines, above
             self.lines[:0] = new
-            self._rows_width = -1
-            self.top += self.row_of(len(new))
+            self.top += self.row_of(len(new))  # (the rows are counted again: the lines changed)
             h.first = self.dropped = seq
             del self.lines[self.max_lines:]
         elif seq == h.first + len(self.lines):  # newer lines, below
             self.lines.extend(new)
-            self._rows_width = -1
             if (excess := len(self.lines) - self.max_lines) > 0:
                 self.top = max(0, self.top - self.row_of(excess))
                 del self.lines[:excess]
