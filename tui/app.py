@@ -643,7 +643,6 @@ class MainScreen(Screen):
                 v.leave_history()
                 v.current = None
                 if v.search(query, direction, wrap=False) is not None:
-                    pane.update_title()
                     return
         seq = reply.get("seq") if reply.get("ok") else None
         if seq is not None:
@@ -652,12 +651,10 @@ class MainScreen(Screen):
             if page.get("ok") and page["lines"]:
                 v.show_disk(page, at=seq)
                 v.show_match(query, seq)
-                pane.update_title()
                 return
         if v.search(query, direction) is None:  # wrap around within the lines held
             where = " (the whole log file too)" if reply.get("ok") else ""
             self.notify(f"not found in {pane.component}{where}: {query}", severity="warning")
-        pane.update_title()
 
     def action_details(self) -> None:
         name, c = self._component()
