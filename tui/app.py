@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from textual import events, on
@@ -22,12 +22,11 @@ from textual.timer import Timer
 from textual.widgets import Input
 
 from rlsup.supervisor.client.session import GoesOn
-from rlsup.supervisor.records.events import ComponentAdopted, ComponentStarted, Record, as_record
 from rlsup.supervisor.records.progress import current_rate
 from rlsup.supervisor.records.state import ACTIVE
 from rlsup.tui import actions, sized_by_the_terminal
 from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
-from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
+from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel
 from rlsup.tui.palette import KeyTableCommands
 from rlsup.tui.screens import (
     ChartsScreen,
@@ -714,10 +713,14 @@ class RlsupApp(App[int]):
         super().__init__()
         self.target, self.attach_hint, self.clock, self.timefmt = target, attach_hint, clock, timefmt
         self.max_lines, self.exit_message = max_lines, ""
-        self.model = RunModel(max_lines, clock)
+        self.model = self.listener = RunModel(max_lines, clock, timefmt)  # the session's listener
+        self.model.changed, self.model.connection_changed = self._wake, self.connection_changed
         self._last_connection = ""
-        self.listener = Listener(self)
         self.session = session_factory(self.listener)
+
+    def _wake(self) -> None:
+        if (main := getattr(self, "main", None)) is not None:
+            main.wake()
 
     def get_default_screen(self) -> Screen:
         self.main = MainScreen(self)
@@ -747,49 +750,6 @@ class RlsupApp(App[int]):
             elif status == "reconnecting" and self._last_connection == "attached":
                 self.notify(detail or "connection lost", title="reconnecting", severity="warning")
             self._last_connection = status
-
-
-class Listener:
-    """The app's :class:`~rlsup.supervisor.client.session.SessionListener` (not the app: ``App.on_event``
-    is Textual's). Each callback only folds into the model and wakes the flush timer, which paints."""
-
-    def __init__(self, app: RlsupApp):
-        self.app, self.model = app, app.model
-
-    def _wake(self) -> None:
-        main = getattr(self.app, "main", None)
-        if main is not None:
-            main.wake()
-
-    def on_connection(self, status: str, detail: str) -> None:
-        self.model.on_connection(status, detail)
-        self.app.connection_changed(status, detail)
-        self._wake()
-
-    def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
-        self.model.on_snapshot(snapshot, resumed)
-        self._wake()
-
-    def on_event(self, event: Record | Mapping[str, Any]) -> None:
-        rec = as_record(event)  # the session hands records; a test or an older caller, a dict
-        self.model.on_event(rec)
-        comp, e = rec.component, rec.event
-        log_seq = e.log_seq if isinstance(e, ComponentStarted) else None
-        if comp and isinstance(e, (ComponentStarted, ComponentAdopted)) and (
-                self.model.state is not None or log_seq is not None):
-            # Replayed before the first snapshot, a marker without a log position would land in
-            # the wrong place: only live starts, or starts that say where their output begins.
-            if text := attempt_marker(rec, self.app.timefmt):
-                self.model.feed.mark(comp, log_seq, text)
-        self._wake()
-
-    def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
-        self.model.feed.add(component, seq, lines)
-        self._wake()
-
-    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
-        self.model.feed.gap(component, from_seq, to_seq)
-        self._wake()
 
 
 def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str,
