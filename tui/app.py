@@ -280,7 +280,7 @@ class MainScreen(Screen):
         self._select(self.selected)
         self._layout()
         for pane in new:  # does the log file hold older lines than the view? (the title says so)
-            self.run_worker(self._probe_disk(pane), group="disk")
+            self.run_worker(self._read_page(pane, "", limit=1, from_seq=None), group="disk")
 
     # reading older lines from disk ----------------------------------------------------------
     async def _disk(self, op: str, component: str, *, warn: bool = False, **fields: Any) -> dict[str, Any]:
@@ -292,11 +292,20 @@ class MainScreen(Screen):
             self.notify(reply.get("error") or "cannot read the log file", severity="warning")
         return reply
 
-    async def _probe_disk(self, pane: LogPane) -> None:
-        reply = await self._disk("log_read", pane.component, from_seq=None, limit=1)
-        if reply.get("ok"):
-            pane.view.disk_first = reply["disk_first_seq"]
-            pane.update_title()
+    async def _read_page(self, pane: LogPane, at: str, limit: int = PAGE, **where: Any) -> None:
+        """A page of the log file (``where``): the view learns where the file begins, and with ``at`` opens its
+        history window on the page, if older than its lines ("top": Home; "bottom": the page above the live
+        lines, while the view is still at their top); a refusal then shows as a warning."""
+        v = pane.view
+        reply = await self._disk("log_read", pane.component, warn=bool(at), limit=limit, **where)
+        if not reply.get("ok"):
+            return
+        v.disk_first = reply["disk_first_seq"]
+        first = v.window_first
+        if at and reply["lines"] and (first is None or reply["seq"] < first) and (
+                at == "top" or (v.hist is None and v.top == 0)):
+            v.show_disk(reply, at=at)
+        pane.update_title()
 
     def on_log_view_need_lines(self, event: LogView.NeedLines) -> None:
         pane = next((p for p in self.panes.values() if p.view is event.view), None)
@@ -313,15 +322,9 @@ class MainScreen(Screen):
                 return
             v._asking = True  # type: ignore[attr-defined]
             try:
-                reply = await self._disk("log_read", pane.component, warn=True, before_seq=first, limit=PAGE)
+                await self._read_page(pane, "bottom", before_seq=first)
             finally:
                 v._asking = False  # type: ignore[attr-defined]
-            if not reply.get("ok"):
-                return
-            v.disk_first = reply["disk_first_seq"]
-            if reply["lines"] and v.hist is None and v.top == 0:
-                v.show_disk(reply, at="bottom")
-            pane.update_title()
             return
         end = h.first + len(v.lines)
         where: dict[str, Any] = {"before_seq": h.first} if direction < 0 else {"from_seq": end}
@@ -341,19 +344,7 @@ class MainScreen(Screen):
 
     @on(LogPane.FirstPageNeeded)
     def _first_page_needed(self, event: LogPane.FirstPageNeeded) -> None:
-        self.run_worker(self._disk_top(event.pane), group="disk")
-
-    async def _disk_top(self, pane: LogPane) -> None:
-        """Home: the first page of the log file (when the view does not hold line 1 already)."""
-        v = pane.view
-        reply = await self._disk("log_read", pane.component, warn=True, from_seq=None, limit=PAGE)
-        if not reply.get("ok"):
-            return
-        v.disk_first = reply["disk_first_seq"]
-        first = v.window_first
-        if reply["lines"] and (first is None or reply["seq"] < first):
-            v.show_disk(reply, at="top")
-        pane.update_title()
+        self.run_worker(self._read_page(event.pane, "top", from_seq=None), group="disk")  # Home: the file's first page
 
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
         now = self.rlapp.clock()
