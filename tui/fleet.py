@@ -59,16 +59,13 @@ def pod_cells(pod: dict[str, Any], selected: bool) -> dict[str, Text | str]:
     comps = pod.get("components") or {}
     comp_text = Text(" ").join(Text.assemble(f"{_clip(name, MAX_NAME)}:", (str(c.get("state")),
                                              STATE_STYLE.get(str(c.get("state")), ""))) for name, c in comps.items())
-    step = rate = eta = "-"
-    main = main_component(comps)
-    if main is not None:
-        c = main[1]
-        step, rate, eta = step_text(c), fmt_rate(c.get("rate")), fmt_dur(c.get("eta_s"))
+    main = (main_component(comps) or ("", {}))[1]  # no component: "-" for each
     latest = latest_problem(pod)
     return {
         "sel": Text("●", style="bold cyan") if selected else " ", "pod": Text(pod["label"], style="bold"),
         "conn": conn_text, "run": str((pod.get("run") or {}).get("name") or "-"), "comps": comp_text,
-        "step": step, "rate": rate, "eta": eta, "gpu": gpu_summary(pod.get("gpus")),
+        "step": step_text(main), "rate": fmt_rate(main.get("rate")), "eta": fmt_dur(main.get("eta_s")),
+        "gpu": gpu_summary(pod.get("gpus")),
         "latest": Text(_clip(latest), style="red") if latest else "",
     }
 

@@ -107,17 +107,12 @@ class ComponentTable(Widget):
                      for i, (name, c) in enumerate(components.items())]
         if rows_changed:
             self.refresh(layout=True)  # the height follows the number of rows, nothing else
-        else:
-            self.update()
+        elif self._key() != self._shown:  # most samples change nothing shown
+            self.refresh()
 
     def _key(self) -> tuple[Any, ...]:
         """What is shown: the cells, the selection, the focus, the staleness."""
         return tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused, self.stale
-
-    def update(self) -> None:
-        """Repaint if anything shown differs from the last paint."""
-        if self._key() != self._shown:
-            self.refresh()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.components) + 1

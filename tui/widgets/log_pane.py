@@ -645,10 +645,7 @@ class PaneTitle(Widget):
     """One row of text that repaints only when it changes (never a layout pass)."""
 
     DEFAULT_CSS = "PaneTitle { height: 1; }"
-
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.text = ""
+    text = ""
 
     def set_text(self, text: str) -> None:
         if text != self.text:
