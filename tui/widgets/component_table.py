@@ -90,14 +90,12 @@ class ComponentTable(Widget):
             super().__init__()
             self.index = index
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.components: dict[str, dict[str, Any]] = {}
-        self.rows: list[tuple[str, str, dict[str, str]]] = []  # (name, state, cells)
-        self.selected = 0
-        self.focused = True  # arrows move the selection here (not in the log)
-        self.stale = False
-        self._shown: tuple[Any, ...] | None = None
+    components: dict[str, dict[str, Any]] = {}
+    rows: list[tuple[str, str, dict[str, str]]] = []  # (name, state, cells)
+    selected = 0
+    focused = True  # arrows move the selection here (not in the log)
+    stale = False
+    _shown: tuple[Any, ...] | None = None
 
     def set_data(self, components: dict[str, dict[str, Any]], selected: int, now: float,
                  stale: bool = False) -> None:
