@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from textual import events, on
@@ -22,12 +22,11 @@ from textual.timer import Timer
 from textual.widgets import Input
 
 from rlsup.supervisor.client.session import GoesOn
-from rlsup.supervisor.records.events import ComponentAdopted, ComponentStarted, Record, as_record
 from rlsup.supervisor.records.progress import current_rate
 from rlsup.supervisor.records.state import ACTIVE
 from rlsup.tui import actions, sized_by_the_terminal
 from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
-from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel, attempt_marker
+from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel
 from rlsup.tui.palette import KeyTableCommands
 from rlsup.tui.screens import (
     ChartsScreen,
@@ -281,7 +280,7 @@ class MainScreen(Screen):
         self._select(self.selected)
         self._layout()
         for pane in new:  # does the log file hold older lines than the view? (the title says so)
-            self.run_worker(self._probe_disk(pane), group="disk")
+            self.run_worker(self._read_page(pane, "", limit=1, from_seq=None), group="disk")
 
     # reading older lines from disk ----------------------------------------------------------
     async def _disk(self, op: str, component: str, *, warn: bool = False, **fields: Any) -> dict[str, Any]:
@@ -293,11 +292,20 @@ class MainScreen(Screen):
             self.notify(reply.get("error") or "cannot read the log file", severity="warning")
         return reply
 
-    async def _probe_disk(self, pane: LogPane) -> None:
-        reply = await self._disk("log_read", pane.component, from_seq=None, limit=1)
-        if reply.get("ok"):
-            pane.view.disk_first = reply["disk_first_seq"]
-            pane.update_title()
+    async def _read_page(self, pane: LogPane, at: str, limit: int = PAGE, **where: Any) -> None:
+        """A page of the log file (``where``): the view learns where the file begins, and with ``at`` opens its
+        history window on the page, if older than its lines ("top": Home; "bottom": the page above the live
+        lines, while the view is still at their top); a refusal then shows as a warning."""
+        v = pane.view
+        reply = await self._disk("log_read", pane.component, warn=bool(at), limit=limit, **where)
+        if not reply.get("ok"):
+            return
+        v.disk_first = reply["disk_first_seq"]
+        first = v.window_first
+        if at and reply["lines"] and (first is None or reply["seq"] < first) and (
+                at == "top" or (v.hist is None and v.top == 0)):
+            v.show_disk(reply, at=at)
+        pane.update_title()
 
     def on_log_view_need_lines(self, event: LogView.NeedLines) -> None:
         pane = next((p for p in self.panes.values() if p.view is event.view), None)
@@ -314,15 +322,9 @@ class MainScreen(Screen):
                 return
             v._asking = True  # type: ignore[attr-defined]
             try:
-                reply = await self._disk("log_read", pane.component, warn=True, before_seq=first, limit=PAGE)
+                await self._read_page(pane, "bottom", before_seq=first)
             finally:
                 v._asking = False  # type: ignore[attr-defined]
-            if not reply.get("ok"):
-                return
-            v.disk_first = reply["disk_first_seq"]
-            if reply["lines"] and v.hist is None and v.top == 0:
-                v.show_disk(reply, at="bottom")
-            pane.update_title()
             return
         end = h.first + len(v.lines)
         where: dict[str, Any] = {"before_seq": h.first} if direction < 0 else {"from_seq": end}
@@ -342,19 +344,7 @@ class MainScreen(Screen):
 
     @on(LogPane.FirstPageNeeded)
     def _first_page_needed(self, event: LogPane.FirstPageNeeded) -> None:
-        self.run_worker(self._disk_top(event.pane), group="disk")
-
-    async def _disk_top(self, pane: LogPane) -> None:
-        """Home: the first page of the log file (when the view does not hold line 1 already)."""
-        v = pane.view
-        reply = await self._disk("log_read", pane.component, warn=True, from_seq=None, limit=PAGE)
-        if not reply.get("ok"):
-            return
-        v.disk_first = reply["disk_first_seq"]
-        first = v.window_first
-        if reply["lines"] and (first is None or reply["seq"] < first):
-            v.show_disk(reply, at="top")
-        pane.update_title()
+        self.run_worker(self._read_page(event.pane, "top", from_seq=None), group="disk")  # Home: the file's first page
 
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
         now = self.rlapp.clock()
@@ -535,13 +525,12 @@ class MainScreen(Screen):
             self._select(names.index(event.pane.component))
 
     # commands -------------------------------------------------------------------------------
-    def _component(self) -> tuple[str, dict[str, Any]] | None:
+    def _component(self) -> tuple[str | None, dict[str, Any]]:
+        """The selected component and its state; (None, {}) after saying there is none."""
         name = self.selected_name()
         if name is None:
             self.notify("no component to act on yet", severity="warning")
-            return None
-        state = self.model.state or {}
-        return name, state.get("components", {}).get(name, {})
+        return name, ((self.model.state or {}).get("components") or {}).get(name, {})
 
     def send(self, command: str, component: str | None, on_ok: Callable[[], None] | None = None,
              **args: Any) -> None:
@@ -559,24 +548,24 @@ class MainScreen(Screen):
             self.notify(reply.get("error") or "refused", title=f"{what} failed", severity="error", timeout=8)
 
     def action_restart(self) -> None:
-        if (nc := self._component()) is None:
+        name, c = self._component()
+        if name is None:
             return
-        name, c = nc
         confirm(self.app, f"Restart {name}? (it is {c.get('state', '?')}, pid {c.get('pid') or '-'})",
                       lambda: self.send("restart", name))
 
     def action_resume(self) -> None:
-        if (nc := self._component()) is None:
+        name, c = self._component()
+        if name is None:
             return
-        name, c = nc
         ck = c.get("checkpoint") or {}
         where = f"its latest checkpoint (step {ck['step']})" if ck.get("step") is not None else "its latest checkpoint"
         confirm(self.app, f"Restart {name} from {where}?", lambda: self.send("resume", name))
 
     def action_stop_start(self) -> None:
-        if (nc := self._component()) is None:
+        name, c = self._component()
+        if name is None:
             return
-        name, c = nc
         if c.get("state") in ACTIVE:
             confirm(self.app, f"Stop {name}? (it is {c.get('state')})", lambda: self.send("stop", name))
         else:
@@ -644,7 +633,6 @@ class MainScreen(Screen):
                 v.leave_history()
                 v.current = None
                 if v.search(query, direction, wrap=False) is not None:
-                    pane.update_title()
                     return
         seq = reply.get("seq") if reply.get("ok") else None
         if seq is not None:
@@ -653,17 +641,15 @@ class MainScreen(Screen):
             if page.get("ok") and page["lines"]:
                 v.show_disk(page, at=seq)
                 v.show_match(query, seq)
-                pane.update_title()
                 return
         if v.search(query, direction) is None:  # wrap around within the lines held
             where = " (the whole log file too)" if reply.get("ok") else ""
             self.notify(f"not found in {pane.component}{where}: {query}", severity="warning")
-        pane.update_title()
 
     def action_details(self) -> None:
-        if (nc := self._component()) is None:
+        name, c = self._component()
+        if name is None:
             return
-        name, c = nc
         v = self.model.view(self.rlapp.clock()) or {}
         comp = (v.get("components") or {}).get(name, c)
         self.app.push_screen(FailureScreen(name, comp, list(self.model.timeline), v.get("run") or {},
@@ -687,9 +673,8 @@ class MainScreen(Screen):
         self.app.push_screen(FlagsScreen(flags, self.rlapp.timefmt))
 
     def action_stacks(self) -> None:
-        if (nc := self._component()) is None:
+        if (name := self._component()[0]) is None:
             return
-        name = nc[0]
         self.notify(f"taking the Python stacks of {name}'s processes (py-spy)", title=f"stack {name}")
         self.run_worker(self._stacks(name), group="commands")
 
@@ -719,10 +704,14 @@ class RlsupApp(App[int]):
         super().__init__()
         self.target, self.attach_hint, self.clock, self.timefmt = target, attach_hint, clock, timefmt
         self.max_lines, self.exit_message = max_lines, ""
-        self.model = RunModel(max_lines, clock)
+        self.model = self.listener = RunModel(max_lines, clock, timefmt)  # the session's listener
+        self.model.changed, self.model.connection_changed = self._wake, self.connection_changed
         self._last_connection = ""
-        self.listener = Listener(self)
         self.session = session_factory(self.listener)
+
+    def _wake(self) -> None:
+        if (main := getattr(self, "main", None)) is not None:
+            main.wake()
 
     def get_default_screen(self) -> Screen:
         self.main = MainScreen(self)
@@ -752,49 +741,6 @@ class RlsupApp(App[int]):
             elif status == "reconnecting" and self._last_connection == "attached":
                 self.notify(detail or "connection lost", title="reconnecting", severity="warning")
             self._last_connection = status
-
-
-class Listener:
-    """The app's :class:`~rlsup.supervisor.client.session.SessionListener` (not the app: ``App.on_event``
-    is Textual's). Each callback only folds into the model and wakes the flush timer, which paints."""
-
-    def __init__(self, app: RlsupApp):
-        self.app, self.model = app, app.model
-
-    def _wake(self) -> None:
-        main = getattr(self.app, "main", None)
-        if main is not None:
-            main.wake()
-
-    def on_connection(self, status: str, detail: str) -> None:
-        self.model.on_connection(status, detail)
-        self.app.connection_changed(status, detail)
-        self._wake()
-
-    def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
-        self.model.on_snapshot(snapshot, resumed)
-        self._wake()
-
-    def on_event(self, event: Record | Mapping[str, Any]) -> None:
-        rec = as_record(event)  # the session hands records; a test or an older caller, a dict
-        self.model.on_event(rec)
-        comp, e = rec.component, rec.event
-        log_seq = e.log_seq if isinstance(e, ComponentStarted) else None
-        if comp and isinstance(e, (ComponentStarted, ComponentAdopted)) and (
-                self.model.state is not None or log_seq is not None):
-            # Replayed before the first snapshot, a marker without a log position would land in
-            # the wrong place: only live starts, or starts that say where their output begins.
-            if text := attempt_marker(rec, self.app.timefmt):
-                self.model.feed.mark(comp, log_seq, text)
-        self._wake()
-
-    def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
-        self.model.on_logs(component, seq, lines)
-        self._wake()
-
-    def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
-        self.model.on_gap(component, from_seq, to_seq)
-        self._wake()
 
 
 def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str,

@@ -59,16 +59,13 @@ def pod_cells(pod: dict[str, Any], selected: bool) -> dict[str, Text | str]:
     comps = pod.get("components") or {}
     comp_text = Text(" ").join(Text.assemble(f"{_clip(name, MAX_NAME)}:", (str(c.get("state")),
                                              STATE_STYLE.get(str(c.get("state")), ""))) for name, c in comps.items())
-    step = rate = eta = "-"
-    main = main_component(comps)
-    if main is not None:
-        c = main[1]
-        step, rate, eta = step_text(c), fmt_rate(c.get("rate")), fmt_dur(c.get("eta_s"))
+    main = (main_component(comps) or ("", {}))[1]  # no component: "-" for each
     latest = latest_problem(pod)
     return {
         "sel": Text("●", style="bold cyan") if selected else " ", "pod": Text(pod["label"], style="bold"),
         "conn": conn_text, "run": str((pod.get("run") or {}).get("name") or "-"), "comps": comp_text,
-        "step": step, "rate": rate, "eta": eta, "gpu": gpu_summary(pod.get("gpus")),
+        "step": step_text(main), "rate": fmt_rate(main.get("rate")), "eta": fmt_dur(main.get("eta_s")),
+        "gpu": gpu_summary(pod.get("gpus")),
         "latest": Text(_clip(latest), style="red") if latest else "",
     }
 
@@ -142,19 +139,15 @@ class FleetFlagsScreen(Closable):
     BINDINGS = [Binding("escape,q,v", "close", "close")]
 
     def __init__(self, flags: list[dict[str, Any]], timefmt: Callable[[float], str], pods: list[dict[str, Any]]):
-        super().__init__()
-        self.flags, self.timefmt, self.pods = flags, timefmt, pods
-
-    def compose(self) -> ComposeResult:
+        self.flags, self.timefmt = flags, timefmt
         text = Text(end="")
-        for f in separated(text, self.flags, "\n\n"):
+        for f in separated(text, flags, "\n\n"):
             self._flag(text, f)
-        if not self.flags:
+        if not flags:
             text.append("no fleet flags: no failure is shared by two pods")
-        for pod in self.pods:
+        for pod in pods:
             self._pod_problems(text, pod)
-        yield from self.dialog("[b]fleet flags and evidence per pod[/b]  (escape closes; enter on a pod opens it)",
-                               text)
+        super().__init__("[b]fleet flags and evidence per pod[/b]  (escape closes; enter on a pod opens it)", text)
 
     def _flag(self, text: Text, f: dict[str, Any]) -> None:
         """A fleet flag, then the evidence from each pod it names."""
@@ -193,8 +186,8 @@ class FleetApp(App[str | None]):
     BINDINGS = [
         Binding("space", "toggle_pod", "select"),
         Binding("a", "toggle_all", "select all"),
-        Binding("r", "restart", "restart"),
-        Binding("u", "resume", "resume"),
+        Binding("r", "component('restart', 'Restart')", "restart"),
+        Binding("u", "component('resume', 'Resume (from the latest checkpoint)')", "resume"),
         Binding("d", "down", "down"),
         Binding("v", "flags", "flags"),
         Binding("q", "quit_fleet", "quit"),
@@ -299,7 +292,8 @@ class FleetApp(App[str | None]):
         newest = max((f for pod in pods for f in pod.failures), key=lambda f: f.ts, default=None)
         return names, newest.component if newest else None
 
-    def _component_action(self, command: str, verb: str) -> None:
+    def action_component(self, command: str, verb: str) -> None:
+        """``command`` for one component (asked for) on the target pods, after a y/n."""
         labels = self.targets()
         if not labels:
             return
@@ -313,12 +307,6 @@ class FleetApp(App[str | None]):
                 confirm(self, f"{verb} {name} on {self._who(labels)}?", lambda: self.send(labels, command, name))
 
         self.push_screen(ComponentPicker(f"{verb} which component on {self._who(labels)}?", names, default), picked)
-
-    def action_restart(self) -> None:
-        self._component_action("restart", "Restart")
-
-    def action_resume(self) -> None:
-        self._component_action("resume", "Resume (from the latest checkpoint)")
 
     def action_down(self) -> None:
         labels = self.targets()

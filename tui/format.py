@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeGuard, TypeVar
 
 from rlsup.supervisor.records.events import fmt_duration
+from rlsup.supervisor.render.bars import fmt_mem
 
 T = TypeVar("T")
 SPARK = "▁▂▃▄▅▆▇█"
@@ -61,11 +62,7 @@ def fmt_cpu(pct: float | None) -> str:
 
 def fmt_mb(mb: float | None) -> str:
     """A size in MiB for a table cell: ``"512M"``, ``"1.2G"``; ``"-"`` when unknown."""
-    if mb is None or math.isnan(mb):
-        return "-"
-    if round(mb) < 1024:
-        return f"{mb:.0f}M"
-    return f"{mb / 1024:.1f}G"
+    return "-" if mb is None or math.isnan(mb) else fmt_mem(mb)
 
 
 def separated(out: Any, items: Iterable[T], sep: str) -> Iterator[T]:

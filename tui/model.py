@@ -155,9 +155,17 @@ def attempt_marker(event: Record | Mapping[str, Any], timefmt: Callable[[float],
 
 class RunModel:
     """The client's copy of the run: state folded with ``state.apply``, the timeline, the feed.
-    ``dirty`` names the screen areas whose data changed since the view last looked."""
+    ``dirty`` names the screen areas whose data changed since the view last looked.
 
-    def __init__(self, log_limit: int = 10_000, clock: Callable[[], float] | None = None):
+    It is the app's :class:`~rlsup.supervisor.client.session.SessionListener`: each callback only folds
+    into it and calls ``changed`` (the app wakes its flush timer, which paints); with ``timefmt``, a start
+    puts a restart marker in the component's log."""
+
+    def __init__(self, log_limit: int = 10_000, clock: Callable[[], float] | None = None,
+                 timefmt: Callable[[float], str] | None = None):
+        self.timefmt = timefmt
+        self.changed: Callable[[], None] = lambda: None
+        self.connection_changed: Callable[[str, str], None] = lambda status, detail: None
         self.state: dict[str, Any] | None = None
         self.timeline: collections.deque[Record] = collections.deque(maxlen=MAX_TIMELINE)
         self.feed = LogFeed(log_limit)
@@ -170,6 +178,8 @@ class RunModel:
     def on_connection(self, status: str, detail: str) -> None:
         self.connection, self.connection_detail = status, detail
         self.dirty |= AREAS  # stale or live: every area changes its look
+        self.connection_changed(status, detail)
+        self.changed()
 
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         self.state = snapshot.get("state") or run_state.initial({}, [])
@@ -177,6 +187,7 @@ class RunModel:
             (self.feed.add if resumed else self.feed.reset)(name, block.get("seq", 0), block.get("lines", []))
         self._touch()
         self.dirty |= AREAS
+        self.changed()
 
     def on_event(self, event: Record | Mapping[str, Any]) -> None:
         rec = as_record(event)  # typed once, at the socket's edge (the session parses; a dict still is)
@@ -192,12 +203,23 @@ class RunModel:
             self.timeline.append(rec)  # the timeline shows what came, as it came
             self.dirty |= AREAS
         self._touch()
+        comp, e = rec.component, rec.event
+        log_seq = e.log_seq if isinstance(e, ComponentStarted) else None
+        if self.timefmt and comp and isinstance(e, (ComponentStarted, ComponentAdopted)) and (
+                self.state is not None or log_seq is not None):
+            # Replayed before the first snapshot, a marker without a log position would land in
+            # the wrong place: only live starts, or starts that say where their output begins.
+            if text := attempt_marker(rec, self.timefmt):
+                self.feed.mark(comp, log_seq, text)
+        self.changed()
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
         self.feed.add(component, seq, lines)
+        self.changed()
 
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None:
         self.feed.gap(component, from_seq, to_seq)
+        self.changed()
 
     def _touch(self) -> None:
         if self.clock is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -14,28 +15,24 @@ if TYPE_CHECKING:
 
 
 class KeyTableCommands(Provider):
-    def _commands(self) -> list[tuple[str, str]]:
-        """(name shown, action) for every action; "select" once per component."""
+    def _commands(self) -> list[tuple[str, Callable[[], object]]]:
+        """(name shown, what runs it) for every action; "select" once per component."""
         app: RlsupApp = self.app  # type: ignore[assignment]
-        out = []
+        named = []
         for action, label, text in palette_entries():
             if action.startswith("select("):
-                for i, name in enumerate(app.main.names[:9]):
-                    out.append((f"select component {i + 1}: {name}  ({i + 1})", f"select({i})"))
-                continue
-            out.append((f"{text}  ({label})", action))
-        return out
-
-    def _run(self, action: str) -> None:
-        app: RlsupApp = self.app  # type: ignore[assignment]
-        app.call_later(app.main.run_from_palette, action)
+                named += [(f"select component {i + 1}: {name}  ({i + 1})", f"select({i})")
+                          for i, name in enumerate(app.main.names[:9])]
+            else:
+                named.append((f"{text}  ({label})", action))
+        return [(name, partial(app.call_later, app.main.run_from_palette, action)) for name, action in named]
 
     async def discover(self) -> Hits:
-        for name, action in self._commands():
-            yield DiscoveryHit(name, partial(self._run, action))
+        for name, run in self._commands():
+            yield DiscoveryHit(name, run)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for name, action in self._commands():
+        for name, run in self._commands():
             if (score := matcher.match(name)) > 0:
-                yield Hit(score, matcher.highlight(name), partial(self._run, action))
+                yield Hit(score, matcher.highlight(name), run)

@@ -105,15 +105,19 @@ class PathScreen(ModalScreen["str | None"]):
 
 
 class Closable(ModalScreen[None]):
-    """A full-size dialog of text, a hint line over it; escape or q closes it."""
+    """A full-size dialog of text (``body``), a hint line over it; escape or q closes it."""
 
     BINDINGS = [Binding("escape,q", "close", "close")]
 
-    def dialog(self, hint: str, body: RenderableType, scroll_id: str | None = None) -> ComposeResult:
+    def __init__(self, hint: str, body: RenderableType, scroll_id: str | None = None):
+        super().__init__()
+        self.hint, self.shown, self.scroll_id = hint, body, scroll_id
+
+    def compose(self) -> ComposeResult:
         with Vertical(classes="dialog full"):
-            yield Static(hint, classes="hint")
-            with VerticalScroll(id=scroll_id):
-                yield Static(body)
+            yield Static(self.hint, classes="hint")
+            with VerticalScroll(id=self.scroll_id):
+                yield Static(self.shown)
 
     def action_close(self) -> None:
         self.dismiss(None)
@@ -122,35 +126,31 @@ class Closable(ModalScreen[None]):
 class HelpScreen(Closable):
     BINDINGS = [*Closable.BINDINGS, Binding("question_mark", "close", "close")]
 
-    def compose(self) -> ComposeResult:
+    def __init__(self) -> None:
         t = Table(box=None, show_header=True, header_style="bold", padding=(0, 2), expand=True)
         t.add_column("key", style="bold", no_wrap=True)
         t.add_column("what it does", ratio=1)
         t.add_column("where", style="dim", no_wrap=True)
         for keys, what, where in help_rows():
             t.add_row(keys, what, where)
-        yield from self.dialog("[b]keys[/b]  (escape closes; ctrl+p: every action by name)  ·  where: table = the "
-                               "component table has the arrows (default), log = the selected log has them (enter or "
-                               "z), copy mode = c", t)
+        super().__init__("[b]keys[/b]  (escape closes; ctrl+p: every action by name)  ·  where: table = the "
+                         "component table has the arrows (default), log = the selected log has them (enter or "
+                         "z), copy mode = c", t)
 
 
 class TimelineScreen(Closable):
     """Every lifecycle event the client has seen, oldest first, scrolled to the newest."""
 
     def __init__(self, events: Iterable[Record], timefmt: Callable[[float], str]):
-        super().__init__()
-        self.events = list(events)
-        self.timefmt = timefmt
-
-    def compose(self) -> ComposeResult:
+        self.events = events = list(events)
         text = Text(no_wrap=False, end="")
-        for e in separated(text, self.events, "\n"):
-            text.append(f"{self.timefmt(e.ts or 0)} ", style="dim")
+        for e in separated(text, events, "\n"):
+            text.append(f"{timefmt(e.ts or 0)} ", style="dim")
             text.append(f"{(e.component or 'rlsup'):<13}", style="bold")
             text.append(describe_any(e), style=_event_style(e))
-        if not self.events:
+        if not events:
             text.append("no events yet")
-        yield from self.dialog(f"[b]event timeline[/b]  ({len(self.events)} events; escape closes)", text, "timeline")
+        super().__init__(f"[b]event timeline[/b]  ({len(events)} events; escape closes)", text, "timeline")
 
     def on_mount(self) -> None:
         self.query_one("#timeline", VerticalScroll).scroll_end(animate=False)
@@ -171,37 +171,29 @@ class FlagsScreen(Closable):
     """Each active flag with its message, what rlsup did or suggests, and its evidence lines."""
 
     def __init__(self, flags: list[tuple[str, dict[str, Any]]], timefmt: Callable[[float], str]):
-        super().__init__()
-        self.flags, self.timefmt = flags, timefmt
-
-    def compose(self) -> ComposeResult:
+        self.flags = flags
         text = Text(end="")
-        for comp, f in separated(text, self.flags, "\n\n"):
+        for comp, f in separated(text, flags, "\n\n"):
             text.append(f"{comp} ", style="bold").append(str(f.get("type")), style="bold red")
             if f.get("ts"):
-                text.append(f"  {self.timefmt(f['ts'])}", style="dim")
+                text.append(f"  {timefmt(f['ts'])}", style="dim")
             text.append(f"\n  {f.get('message') or ''}")
             if f.get("action"):
                 text.append(f"\n  action: {f['action']}", style="italic")
             for ev in f.get("evidence") or []:
                 text.append(f"\n    │ {ev}", style="dim")
-        if not self.flags:
+        if not flags:
             text.append("no active flags")
-        yield from self.dialog("[b]flags and evidence[/b]  (escape closes)", text)
+        super().__init__("[b]flags and evidence[/b]  (escape closes)", text)
 
 
 class StacksScreen(Closable):
     """Where the selected component's processes are (``rlsup stack NAME``): the short form, each process, the
     full dump's path."""
 
-    def __init__(self, name: str, reply: dict[str, Any]):
-        super().__init__()
-        self.name_, self.reply = name, reply
-
-    def compose(self) -> ComposeResult:
-        r = self.reply
+    def __init__(self, name: str, r: dict[str, Any]):
         text = Text(end="")
-        text.append(f"{self.name_} attempt {r.get('attempt')}", style="bold")
+        text.append(f"{name} attempt {r.get('attempt')}", style="bold")
         text.append(f"  {len(r.get('processes') or [])} process(es)\n", style="dim")
         for line in r.get("lines") or []:
             text.append(f"\n  {line}", style="dim" if line.startswith("stacks:") else "")
@@ -209,7 +201,7 @@ class StacksScreen(Closable):
             who = f"rank {p['rank']}" if p.get("rank") is not None else f"pid {p.get('pid')}"
             what = p.get("error") or f"{p.get('threads')} thread(s)"
             text.append(f"\n    │ {who} ({p.get('name')}, pid {p.get('pid')}): {what}", style="dim")
-        yield from self.dialog("[b]Python stacks[/b] (py-spy; the full dump is in the file named)  (escape closes)", text)
+        super().__init__("[b]Python stacks[/b] (py-spy; the full dump is in the file named)  (escape closes)", text)
 
 
 def next_steps(name: str, diag: dict[str, Any], flags: list[dict[str, Any]]) -> list[str]:
@@ -250,9 +242,9 @@ class FailureScreen(Closable):
 
     def __init__(self, name: str, component: dict[str, Any], events: list[Record],
                  run: dict[str, Any], timefmt: Callable[[float], str]):
-        super().__init__()
         self.component_name, self.component, self.events, self.run = name, component, events, run
         self.timefmt = timefmt
+        super().__init__(f"[b]{name}: why it failed[/b]  (escape closes)", self.body())
 
     def body(self) -> Text:
         c, name = self.component, self.component_name
@@ -279,9 +271,7 @@ class FailureScreen(Closable):
             failed = last_failure(self.events, self.component_name)
             if failed is not None:
                 r, e = failed
-                final, le = le, {"exit_code": e.exit_code, "signal": e.signal, "uptime_s": e.uptime_s,
-                                 "step": e.step, "diagnosis": e.diagnosis.to_dict() if e.diagnosis else None, "ts": r.ts, "attempt": e.attempt}
-                return le, final
+                return {**e.payload(), "ts": r.ts}, le
         return le, None
 
     def _head(self, out: Text) -> None:
@@ -336,20 +326,13 @@ class FailureScreen(Closable):
             if f.get("action"):
                 out.append(f" -> {f['action']}", style="italic")
 
-    def compose(self) -> ComposeResult:
-        yield from self.dialog(f"[b]{self.component_name}: why it failed[/b]  (escape closes)", self.body())
-
 
 class GpuScreen(Closable):
     """Every GPU with every process on it and the component it belongs to."""
 
     def __init__(self, state: dict[str, Any]):
-        super().__init__()
-        self.state = state
-
-    def compose(self) -> ComposeResult:
         out = Text(end="")
-        gpus = self.state.get("gpus") or []
+        gpus = state.get("gpus") or []
         for g in separated(out, gpus, "\n\n"):
             used, total = g.get("mem_used_mb"), g.get("mem_total_mb")
             util = g.get("util_pct")
@@ -364,8 +347,8 @@ class GpuScreen(Closable):
             if not procs:
                 out.append("\n  no processes", style="dim")
         if not gpus:
-            out.append(f"no GPUs: {self.state.get('gpu_reason') or 'none sampled yet'}")
-        yield from self.dialog("[b]processes on each GPU[/b]  (escape closes)", out)
+            out.append(f"no GPUs: {state.get('gpu_reason') or 'none sampled yet'}")
+        super().__init__("[b]processes on each GPU[/b]  (escape closes)", out)
 
 
 class ChartsScreen(Screen[None]):

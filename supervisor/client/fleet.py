@@ -115,11 +115,7 @@ def failure_in(rec: Record) -> Failure | None:
     e = rec.event
     if not isinstance(e, (ComponentExited, ComponentSpawnFailed)) or not e.component:
         return None
-    diag = part_dict(rec, "diagnosis")
-    if not diag or diag.get("category") in (None, "none"):
-        return None
-    exit_code, signal = (e.exit_code, e.signal) if isinstance(e, ComponentExited) else (None, None)
-    return Failure(e.component, rec.ts, diag, exit_code, signal, e.attempt if e.attempt > 0 else None)
+    return failure_of(e.component, {**e.payload(), "ts": rec.ts, "diagnosis": part_dict(rec, "diagnosis")})
 
 
 def failures_in_events(events: Iterable[Record | Mapping[str, Any]]) -> list[Failure]:
@@ -149,7 +145,7 @@ class PodState:
 
     def __init__(self, spec: PodSpec, on_change: Callable[[], None] | None = None):
         self.spec = spec
-        self.on_change = on_change
+        self.on_change = on_change or (lambda: None)
         self.connection = "connecting"
         self.error: str | None = None  # why it is not connected (None while attached)
         self.state: dict[str, Any] | None = None
@@ -159,7 +155,7 @@ class PodState:
         self.history_pending = False  # the pod's journal is being read for its past failures
         # Set by the Fleet: the hello of the pod's current connection, and a hook after each snapshot.
         self.server_hello: Callable[[], Mapping[str, Any]] = lambda: {}
-        self.after_snapshot: Callable[[bool], None] | None = None
+        self.after_snapshot: Callable[[bool], None] = lambda resumed: None
 
     @property
     def label(self) -> str:
@@ -179,10 +175,6 @@ class PodState:
         """Has an answer: a snapshot (and the journal's failures), or at least one failed connection attempt."""
         return (self.connected and self.state is not None and not self.history_pending) or self.error is not None
 
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
-
     # SessionListener --------------------------------------------------------------------------
     def on_connection(self, status: str, detail: str) -> None:
         self.connection = status
@@ -193,7 +185,7 @@ class PodState:
                 self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
         elif status in ("reconnecting", "closed") and detail:
             self.error = _RETRY_SUFFIX.sub("", detail)
-        self._changed()
+        self.on_change()
 
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         self.state = st = snapshot.get("state") or run_state.initial({}, [])
@@ -206,9 +198,8 @@ class PodState:
             else end_note(run)
         # Session delivers `attached` after the snapshot; a snapshot means the link works.
         self.connection, self.error = "attached", None
-        if self.after_snapshot is not None:
-            self.after_snapshot(resumed)
-        self._changed()
+        self.after_snapshot(resumed)
+        self.on_change()
 
     def on_event(self, event: Record | dict[str, Any]) -> None:
         rec = as_record(event)  # parsed once, at the socket's edge
@@ -220,7 +211,7 @@ class PodState:
                 self.ended_note = end_note(self.state.get("run") or {})
             elif isinstance(rec.event, RunStarted):
                 self.ended_note, self.archived = None, False
-        self._changed()
+        self.on_change()
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
         pass  # the fleet shows state, not logs; Enter on a pod opens its full TUI
@@ -232,7 +223,7 @@ class PodState:
         """The failures recorded in the pod's journal (read by the Fleet after a snapshot)."""
         self.add_failures(failures_in_events(events))
         self.history_pending = False
-        self._changed()
+        self.on_change()
 
     def add_failures(self, failures: Iterable[Failure]) -> None:
         """Remember failures, each exit once however many ways it was seen (:meth:`Failure.same_exit`)."""
@@ -307,12 +298,6 @@ def _hhmm(ts: float) -> str:
     return time.strftime("%H:%M", time.localtime(ts))
 
 
-def describe_signature(sig: tuple[str, str | None, str | None]) -> str:
-    category, exc, loc = sig
-    what = exc or category
-    return f"{what} at {loc}" if loc else what
-
-
 def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
               timefmt: Callable[[float], str] = _hhmm) -> list[dict[str, Any]]:
     """Group identical failures (:func:`signature`) seen on two or more pods into ``fleet_repeated_error``
@@ -342,9 +327,11 @@ def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
         base = latest[pods[0]].diagnosis
         diagnosis = {"category": sig[0], "exception": base.get("exception"), "location": sig[2],
                      "summary": base.get("summary")}
+        what = sig[1] or sig[0]
         flags.append({
             "type": FLAG_TYPE,
-            "message": f"{describe_signature(sig)} on {len(pods)}/{n_pods} pods, first at {timefmt(first_ts)}",
+            "message": f"{what}{f' at {sig[2]}' if sig[2] else ''} on {len(pods)}/{n_pods} pods, first at "
+                       f"{timefmt(first_ts)}",
             "pods": pods, "diagnosis": diagnosis, "first_ts": first_ts, "evidence": evidence,
         })
     flags.sort(key=lambda f: (-len(f["pods"]), f["first_ts"]))
@@ -397,10 +384,10 @@ class Fleet:
                  ended_recheck_s: float = ENDED_RECHECK_S):
         self.clock = clock
         self.timefmt = timefmt
-        self.on_change = on_change
+        self.on_change = on_change or (lambda: None)
         self.session_factory = session_factory
         self.ended_recheck_s = ended_recheck_s
-        self.pods = [PodState(s, self._changed) for s in specs]
+        self.pods = [PodState(s, lambda: self.on_change()) for s in specs]  # (FleetApp sets on_change later)
         self.connectors = {s.label: connector_for(s) for s in specs}
         self.sessions = {p.label: session_factory(self.connectors[p.label], p) for p in self.pods}
         for p in self.pods:
@@ -409,10 +396,6 @@ class Fleet:
         self._closed = False
         self._wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Future[None]] = set()
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
 
     def pod(self, label: str) -> PodState:
         return next(p for p in self.pods if p.label == label)

@@ -8,6 +8,7 @@ import contextlib
 import os
 import random
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -360,10 +361,7 @@ class Session:
 
 
 def unix_connector(sock: str | Path, name: str = "client") -> Connector:
-    async def connect() -> Client:
-        return await Client.open_unix(sock, name=name)
-
-    return connect
+    return partial(Client.open_unix, sock, name=name)
 
 
 def local_connector(run_dir: str | Path, name: str = "client") -> Connector:

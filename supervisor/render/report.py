@@ -313,12 +313,9 @@ def _failure_block(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) 
     d = a.diagnosis
     out = [f"**Attempt {a.attempt}**: {_exit_after(a)}" + (f" at step {a.step}" if a.step is not None else ""), "",
            f"- Category: `{d.category}`"]
-    if d.summary:
-        out.append(f"- Summary: {d.summary}")
-    if d.exception:
-        out.append(f"- Exception: `{_cell(d.exception)}`")
-    if d.location:
-        out.append(f"- Location: `{d.location}`")
+    out += [f"- {label}: {value}" for label, value in (
+        ("Summary", d.summary), ("Exception", d.exception and f"`{_cell(d.exception)}`"),
+        ("Location", d.location and f"`{d.location}`")) if value]
     if a.outcome is not None:
         out.append(f"- Then: {describe(a.outcome)}")
     if res := (a.exit.extra.get("resources") if a.exit is not None else None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..records.events import fmt_duration
@@ -38,8 +39,8 @@ _COLUMNS = ("COMPONENT", "STATE", "PID", "ATTEMPT", "UPTIME", "STEP", "RATE", "E
             "LOG RING")
 
 
-def _opt(v: Any, fmt: str) -> str:
-    return "-" if v is None else fmt.format(v)
+def _opt(v: Any, fmt: Callable[[Any], str]) -> str:
+    return "-" if v is None else fmt(v)
 
 
 def _row(name: str, c: dict[str, Any], now: float) -> tuple[str, ...]:
@@ -49,15 +50,10 @@ def _row(name: str, c: dict[str, Any], now: float) -> tuple[str, ...]:
         state += f" ({max(0.0, c['next_start_at'] - now):.0f}s)"
     res = c.get("resources") or {}
     live = bool(c.get("pid"))  # CPU and RSS are of a live process only
-    return (name, state, str(c.get("pid") or "-"), _attempt(c), _dur(c.get("uptime_s")), step_text(c),
-            f"{c['rate']:.2f}/s" if c.get("rate") else "-", _dur(c.get("eta_s")), _ckpt(c, now),
-            _opt(res.get("cpu_pct") if live else None, "{:.0f}%"), _opt(res.get("rss_mb") if live else None,
-                                                                         "{:.0f} MB"),
-            _opt(res.get("ring_mb"), "{:.1f} MB"))
-
-
-def _dur(s: float | None) -> str:
-    return fmt_duration(s) if s is not None else "-"
+    return (name, state, str(c.get("pid") or "-"), _attempt(c), _opt(c.get("uptime_s"), fmt_duration), step_text(c),
+            f"{c['rate']:.2f}/s" if c.get("rate") else "-", _opt(c.get("eta_s"), fmt_duration), _ckpt(c, now),
+            _opt(res.get("cpu_pct") if live else None, "{:.0f}%".format),
+            _opt(res.get("rss_mb") if live else None, "{:.0f} MB".format), _opt(res.get("ring_mb"), "{:.1f} MB".format))
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

@@ -62,10 +62,8 @@ class MetricChart(Widget):
             return out
         h = self.history or {}
         ys = [y for _, y in pts]
-        lo_h, hi_h = h.get("lo"), h.get("hi")
-        lo = lo_h if by_step and lo_h is not None else min(ys)
-        hi = hi_h if by_step and hi_h is not None else max(ys)
-        lo, hi = min(lo, *ys), max(hi, *ys)
+        lo = min(ys) if not by_step or h.get("lo") is None else min(h["lo"], *ys)
+        hi = max(ys) if not by_step or h.get("hi") is None else max(h["hi"], *ys)
         x0, x1 = pts[0][0], pts[-1][0]
         every = h.get("every") or 1
         if by_step:

@@ -90,14 +90,12 @@ class ComponentTable(Widget):
             super().__init__()
             self.index = index
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.components: dict[str, dict[str, Any]] = {}
-        self.rows: list[tuple[str, str, dict[str, str]]] = []  # (name, state, cells)
-        self.selected = 0
-        self.focused = True  # arrows move the selection here (not in the log)
-        self.stale = False
-        self._shown: tuple[Any, ...] | None = None
+    components: dict[str, dict[str, Any]] = {}
+    rows: list[tuple[str, str, dict[str, str]]] = []  # (name, state, cells)
+    selected = 0
+    focused = True  # arrows move the selection here (not in the log)
+    stale = False
+    _shown: tuple[Any, ...] | None = None
 
     def set_data(self, components: dict[str, dict[str, Any]], selected: int, now: float,
                  stale: bool = False) -> None:
@@ -107,17 +105,12 @@ class ComponentTable(Widget):
                      for i, (name, c) in enumerate(components.items())]
         if rows_changed:
             self.refresh(layout=True)  # the height follows the number of rows, nothing else
-        else:
-            self.update()
+        elif self._key() != self._shown:  # most samples change nothing shown
+            self.refresh()
 
     def _key(self) -> tuple[Any, ...]:
         """What is shown: the cells, the selection, the focus, the staleness."""
         return tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused, self.stale
-
-    def update(self) -> None:
-        """Repaint if anything shown differs from the last paint."""
-        if self._key() != self._shown:
-            self.refresh()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.components) + 1

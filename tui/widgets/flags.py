@@ -19,9 +19,7 @@ class FlagsStrip(Widget):
     FlagsStrip > .flags--hint { color: $text-muted; }
     """
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.flags: list[tuple[str, dict[str, Any]]] = []
+    flags: list[tuple[str, dict[str, Any]]] = []
 
     def set_data(self, flags: list[tuple[str, dict[str, Any]]]) -> None:
         if flags == self.flags and self.display == bool(flags):

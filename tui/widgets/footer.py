@@ -7,8 +7,6 @@ they are bound: Textual lists the focused widget's bindings first (the selected 
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
@@ -48,9 +46,7 @@ def fit(keys: list[Widget], width: int) -> list[Widget]:
 
 
 class FitFooter(Footer):
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self._fitted_width = 0
+    _fitted_width = 0
 
     def compose(self) -> ComposeResult:
         items = list(super().compose())

@@ -50,18 +50,11 @@ class GpuPanel(TextPanel):
     GpuPanel > .gpu--label { color: $text-muted; }
     """
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.gpus: list[dict[str, Any]] = []
-        self.host: dict[str, Any] | None = None
-        self.backend: str | None = None
-        self.reason: str | None = None
+    gpus: list[dict[str, Any]] = []
+    state: dict[str, Any] = {}  # the run's state: its gpus, host, gpu_backend and gpu_reason
 
     def set_data(self, state: dict[str, Any]) -> None:
-        self.gpus = state.get("gpus") or []
-        self.host = state.get("host")
-        self.backend = state.get("gpu_backend")
-        self.reason = state.get("gpu_reason")
+        self.state, self.gpus = state, state.get("gpus") or []
         self.show()
 
     @property
@@ -84,10 +77,10 @@ class GpuPanel(TextPanel):
             if self.process_lines:
                 out.append("\n  └ " + processes_text(g), style=label)
         if not self.gpus:
-            why = self.reason or ("waiting for the first GPU sample" if self.backend is None else "no GPUs")
+            why = self.state.get("gpu_reason") or (
+                "waiting for the first GPU sample" if self.state.get("gpu_backend") is None else "no GPUs")
             out.append(f"GPU: none — {why}", style=self.get_component_rich_style("gpu--reason"))
-        host = self.host
-        if host:
+        if host := self.state.get("host"):
             out.append("\n")
             half = (width - 1) // 2
             cpu = host.get("cpu_pct")

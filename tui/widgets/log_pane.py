@@ -85,9 +85,6 @@ class LogView(Widget, can_focus=False):
     LogView > .log-view--thumb { background: $scrollbar; }
     """
 
-    class Scrolled(Message):
-        """The view moved or changed mode; the pane title may need a new look."""
-
     def __init__(self, max_lines: int = 10_000, **kw: Any) -> None:
         super().__init__(**kw)
         self.max_lines = max_lines
@@ -107,6 +104,9 @@ class LogView(Widget, can_focus=False):
         self.hist: History | None = None  # reading older lines from disk (see History)
         self.live_first: int | None = None  # seq of the oldest live log line in the view (markers aside)
         self.disk_first: int | None = None  # seq of the first line on disk, once the supervisor said
+        # Called whenever the view moved or changed mode (the pane's title), at once: a key's effect on the
+        # title shows in the frame right after it.
+        self.retitle: Callable[[], None] = lambda: None
         self.pending: str | None = None  # what appended lines need repainted: "full", "bar" or nothing
         self.painted_tick = -FLOOD_PAINT_TICKS  # flush tick of the last paint of appended lines
         self._new = 0  # lines appended since that paint
@@ -308,13 +308,11 @@ class LogView(Widget, can_focus=False):
         self.widest = max(self.widest, max(map(len, new)))
         if seq + len(new) == h.first:  # older lines, above
             self.lines[:0] = new
-            self._rows_width = -1
-            self.top += self.row_of(len(new))
+            self.top += self.row_of(len(new))  # (the rows are counted again: the lines changed)
             h.first = self.dropped = seq
             del self.lines[self.max_lines:]
         elif seq == h.first + len(self.lines):  # newer lines, below
             self.lines.extend(new)
-            self._rows_width = -1
             if (excess := len(self.lines) - self.max_lines) > 0:
                 self.top = max(0, self.top - self.row_of(excess))
                 del self.lines[:excess]
@@ -377,7 +375,7 @@ class LogView(Widget, can_focus=False):
         self.refresh()
         self.pending = None  # a user's move repaints everything now
         self._new = 0
-        self.post_message(self.Scrolled())
+        self.retitle()
 
     def scroll_rows(self, delta: int) -> None:
         """Scroll by ``delta`` rows: up pauses follow, reaching the last row resumes it."""
@@ -408,7 +406,7 @@ class LogView(Widget, can_focus=False):
             self.top = self.max_top
             self._moved()
         else:  # nothing in view moves: only the title changes
-            self.post_message(self.Scrolled())
+            self.retitle()
 
     def scroll_sideways(self, delta: int) -> bool:
         """Scroll sideways by ``delta`` columns; False when wrap is on (nothing to scroll)."""
@@ -647,10 +645,7 @@ class PaneTitle(Widget):
     """One row of text that repaints only when it changes (never a layout pass)."""
 
     DEFAULT_CSS = "PaneTitle { height: 1; }"
-
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.text = ""
+    text = ""
 
     def set_text(self, text: str) -> None:
         if text != self.text:
@@ -712,6 +707,7 @@ class LogPane(Vertical, can_focus=True):
         self.clock = clock  # names the default file of a saved excerpt
         self.has_keys = False  # the screen gave this log the arrows and j/k (its "log" context)
         self.view = LogView(max_lines=max_lines)
+        self.view.retitle = self.update_title
         self.title = PaneTitle()
 
     def compose(self) -> ComposeResult:
@@ -724,10 +720,6 @@ class LogPane(Vertical, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         self.post_message(self.Clicked(self))
 
-    def on_log_view_scrolled(self, event: LogView.Scrolled) -> None:
-        event.stop()
-        self.update_title()
-
     # keys -----------------------------------------------------------------------------------
     @property
     def context(self) -> str:
@@ -739,11 +731,9 @@ class LogPane(Vertical, can_focus=True):
         where = actions.CONTEXTS.get(action)
         return where is None or self.context in where
 
-    # Each action retitles at once: the key's effect shows in the frame right after it (the view's
-    # Scrolled message would update the title one message hop later).
+    # The view retitles the pane after each move (LogView.retitle).
     def action_scroll(self, delta: int) -> None:
         self.view.scroll_rows(delta)
-        self.update_title()
 
     def action_page(self, direction: int) -> None:
         v = self.view
@@ -752,7 +742,6 @@ class LogPane(Vertical, can_focus=True):
             v.move_cursor(rows)
         else:
             v.scroll_rows(rows)
-        self.update_title()
 
     def action_log_top(self) -> None:
         v = self.view
@@ -762,7 +751,6 @@ class LogPane(Vertical, can_focus=True):
             v.home()  # at once within what the view holds; the file's first page follows
             if v.hist is None or v.hist.first > v.hist.disk_first:
                 self.post_message(self.FirstPageNeeded(self))
-        self.update_title()
 
     def action_log_end(self) -> None:
         v = self.view
@@ -770,20 +758,16 @@ class LogPane(Vertical, can_focus=True):
             v.cursor_to(len(v.lines) - 1)
         else:
             v.set_follow(True)
-        self.update_title()
 
     def action_sideways(self, direction: int) -> None:
         if not self.view.scroll_sideways(direction * HSTEP):
             self.notify("wrap is on: every line is whole (w turns it off)", timeout=3)
-        self.update_title()
 
     def action_follow(self) -> None:
         self.view.set_follow(not self.view.follow)
-        self.update_title()
 
     def action_wrap(self) -> None:
         self.view.set_wrap(not self.view.wrap)
-        self.update_title()
 
     # search ---------------------------------------------------------------------------------
     def action_search(self) -> None:
@@ -791,10 +775,8 @@ class LogPane(Vertical, can_focus=True):
 
     def find(self, query: str, direction: int) -> None:
         """Search the lines held first; past them, the screen looks in the log file on disk."""
-        if self.view.search(query, direction, wrap=False) is not None:
-            self.update_title()
-            return
-        self.post_message(self.FindOnDisk(self, query, direction))
+        if self.view.search(query, direction, wrap=False) is None:
+            self.post_message(self.FindOnDisk(self, query, direction))
 
     def action_match(self, direction: int) -> None:
         """The next (+1, newer) or previous (-1, older) match of the search."""
@@ -805,7 +787,6 @@ class LogPane(Vertical, can_focus=True):
 
     # copy mode ------------------------------------------------------------------------------
     def _mode_changed(self) -> None:
-        self.update_title()
         self.post_message(self.ModeChanged(self))
 
     def action_copy_mode(self) -> None:
@@ -817,11 +798,9 @@ class LogPane(Vertical, can_focus=True):
 
     def action_cursor(self, delta: int) -> None:
         self.view.move_cursor(delta)
-        self.update_title()
 
     def action_reanchor(self) -> None:
         self.view.reanchor()
-        self.update_title()
 
     def action_cancel_copy(self) -> None:
         self.view.end_select()

@@ -55,11 +55,9 @@ class ProgressPanel(TextPanel):
     ProgressPanel > .progress--dim { color: $text-muted; }
     """
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.components: dict[str, dict[str, Any]] = {}
-        self.now, self.ended = 0.0, False
-        self.timefmt: Callable[[float], str] | None = None
+    components: dict[str, dict[str, Any]] = {}
+    now, ended = 0.0, False
+    timefmt: Callable[[float], str] | None = None
 
     def set_data(self, components: dict[str, dict[str, Any]], now: float = 0.0, *, ended: bool = False,
                  timefmt: Callable[[float], str] | None = None) -> None:
