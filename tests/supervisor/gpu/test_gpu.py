@@ -16,7 +16,6 @@ import pytest
 from rlsup.supervisor.gpu import nvml as gpu
 from rlsup.supervisor.gpu.nvml import (
     FAKE_HOST,
-    FakeSampler,
     GpuProcess,
     GpuSample,
     NoneSampler,
@@ -25,6 +24,7 @@ from rlsup.supervisor.gpu.nvml import (
     make_sampler,
 )
 from tests.conftest import PATIENCE
+from tests.supervisor.gpu.fakes import FakeSampler
 
 # ------------------------------------------------------------------------------------- attribution
 # Pure functions of a sample and the run's process trees: which component uses which GPU, which holders
@@ -829,9 +829,9 @@ def test_classify_holders_only_proven_processes_are_ours(procs) -> None:  # type
         h2 = gpu.classify_holders(f.sample(), gpu_indices=[0], run_pids={},
                                   prev_pids={leftover.pid: created - 100.0}, proc_lookup=lookup)
         assert h2.ours == () and "reused" in h2.foreign[0].why
-        # a bare pid set and no marker to check: identity unproven -> unmappable, never ours
-        h3 = gpu.classify_holders(f.sample().to_dict()["gpus"], gpu_indices=[0], run_pids={},
-                                  prev_pids={leftover.pid}, proc_lookup=lookup)
+        # no start time and no marker to check: identity unproven -> unmappable, never ours
+        h3 = gpu.classify_holders(f.sample(), gpu_indices=[0], run_pids={},
+                                  prev_pids={leftover.pid: None}, proc_lookup=lookup)
         assert h3.ours == () and [x.pid for x in h3.unmappable] == [leftover.pid]
     finally:
         for p in (leftover, other_run):
