@@ -259,17 +259,13 @@ class Handler(BaseHTTPRequestHandler):
 def make_handler(engine: Engine, model: str) -> type[Handler]:
     """The handler class for a server of ``engine`` under the name ``model``."""
 
-    class Bound(Handler):
-        pass
-
-    Bound.engine, Bound.model, Bound.started = engine, model, int(time.time())
-    return Bound
+    return type("Bound", (Handler,), {"engine": engine, "model": model, "started": int(time.time())})
 
 
 def update_from_disk(engine: Engine, path: Path) -> str:
     """Load a published weights dir into ``engine`` and log the ``Step N/T`` line for it."""
     t0 = time.perf_counter()
-    meta = weights_mod.read_meta(path)
+    meta = json.loads((path / "meta.json").read_text())
     if engine.hf is not None:
         with engine.lock:  # no generation while the model is swapped
             engine.hf.load(path)

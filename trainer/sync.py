@@ -83,12 +83,10 @@ from typing import Any
 
 from rlsup.trainer import reloads, steplog, stopping
 
-FLAG_PREFIX = "rlsup-flag:"
 
-
-def flag_line(kind: str, message: str) -> str:
-    """The one-line form the supervisor reads: ``rlsup-flag: TYPE: MESSAGE`` (no newlines inside)."""
-    return f"{FLAG_PREFIX} {kind}: {' '.join(message.split())}"
+def flag(out: Any, kind: str, message: str) -> None:
+    """Print to ``out`` the line the supervisor reads: ``rlsup-flag: TYPE: MESSAGE`` (no newlines inside)."""
+    print(f"rlsup-flag: {kind}: {' '.join(message.split())}", file=out, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- HTTP
@@ -536,8 +534,7 @@ class WeightSync:
             self._verified = path
             return None
         weights_mod.reject(path, why)
-        print(flag_line("weights_rejected", f"not loading {path}: {why}; the server keeps serving {served}"),
-              file=self._out, flush=True)
+        flag(self._out, "weights_rejected", f"not loading {path}: {why}; the server keeps serving {served}")
         return SyncResult(False, f"rejected before loading: {why}")
 
     def _served_shapes(self) -> tuple[str, dict[str, list[int]]] | None:
@@ -614,18 +611,18 @@ class WeightSync:
 
         weights_mod.reject(path, result.detail)
         if self.restart_server is None or stopping.stopping():
-            print(flag_line("engine_broken",
-                            f"{self.engine or self.base}: {result.detail}. The server must be restarted to serve "
-                            f"the last good weights: `rlsup restart <inference component>` (pass the trainer "
-                            f"--restart-server NAME to do it automatically)"), file=self._out, flush=True)
+            flag(self._out, "engine_broken",
+                 f"{self.engine or self.base}: {result.detail}. The server must be restarted to serve the last good "
+                 "weights: `rlsup restart <inference component>` (pass the trainer --restart-server NAME to do it "
+                 "automatically)")
             return
         steplog.warn(f"{result.detail}: restarting the inference server (it loads the last good weights; "
                      f"{path.name} is marked {weights_mod.REJECTED})")
         ok, said = self.restart_server()
         steplog.log(f"restart of the inference server: {said}")
         if not ok:  # nothing will come back on its own: say so where rlsup shows it
-            print(flag_line("engine_broken", f"{self.engine or self.base}: {result.detail}; asking rlsup to restart "
-                                             f"it failed ({said}): restart it by hand"), file=self._out, flush=True)
+            flag(self._out, "engine_broken", f"{self.engine or self.base}: {result.detail}; asking rlsup to restart "
+                                             f"it failed ({said}): restart it by hand")
             return
         deadline = time.monotonic() + self.restart_timeout  # until the old server stopped and the new one answers
         if not (self._health_until(False, self.restart_timeout, 1.0)
@@ -644,11 +641,10 @@ class WeightSync:
             return
         self.flagged = True
         served = f"weights step {self.loaded_step}" if self.loaded_step is not None else "no weights published by this run"
-        print(flag_line("weights_stale",
-                        f"the inference server ({self.engine or self.base}) still serves {served} while step "
-                        f"{step} is published ({behind} steps behind, more than {self.stale_after}); rollouts "
-                        "are off-policy: check the server's log, or restart it to load the newest weights"),
-              file=self._out, flush=True)
+        flag(self._out, "weights_stale",
+             f"the inference server ({self.engine or self.base}) still serves {served} while step {step} is published "
+             f"({behind} steps behind, more than {self.stale_after}); rollouts are off-policy: check the server's log, "
+             "or restart it to load the newest weights")
 
     def _warn_once(self, text: str, lead: str = "inference server did not load the new weights: ") -> None:
         """Warn ``lead + text`` once for every text that differs in more than its numbers."""
