@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config.placement import expand_hostlist
+from ..diagnosis import slurm as diagnosis_slurm
 from .jobs import job_steps, run, tool
 
 SCANCEL_TIMEOUT_S = 10.0
@@ -123,13 +124,9 @@ class SlurmLauncher:
 
     # ------------------------------------------------------------------ a step's end
 
-    @staticmethod
-    def refine(diag: dict[str, Any], lines: list[str]) -> dict[str, Any]:
-        """Slurm's view of a step's end from its output (node failure, launch failure, time limit, oom_kill,
-        with rank and node): what :meth:`ended` takes."""
-        from ..diagnosis.slurm import refine
-
-        return refine(diag, lines)
+    # Slurm's view of a step's end from its output (node failure, launch failure, time limit, oom_kill, with
+    # rank and node): what :meth:`ended` takes.
+    refine = staticmethod(diagnosis_slurm.refine)
 
     @staticmethod
     def needs_job_nodes(diag: dict[str, Any]) -> bool:
