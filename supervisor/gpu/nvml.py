@@ -29,7 +29,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol
 
@@ -82,12 +82,6 @@ class GpuInfo:
     mig: tuple[MigInstance, ...] = ()
     node: str | None = None  # the Slurm node it is on (a multi-node run's per-node samplers); None: this host
 
-    @property
-    def mem_pct(self) -> float | None:
-        if self.mem_used_mb is None or not self.mem_total_mb:
-            return None
-        return 100.0 * self.mem_used_mb / self.mem_total_mb
-
 
 @dataclass(frozen=True)
 class HostInfo:
@@ -98,10 +92,6 @@ class HostInfo:
     mem_used_mb: float
     mem_total_mb: float
     load1: float
-
-    @property
-    def mem_pct(self) -> float:
-        return 100.0 * self.mem_used_mb / self.mem_total_mb if self.mem_total_mb else 0.0
 
 
 @dataclass(frozen=True)

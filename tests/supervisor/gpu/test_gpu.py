@@ -16,6 +16,7 @@ import pytest
 from rlsup.supervisor.gpu import nvml as gpu
 from rlsup.supervisor.gpu.nvml import (
     FAKE_HOST,
+    GpuInfo,
     GpuProcess,
     GpuSample,
     NoneSampler,
@@ -412,6 +413,11 @@ def test_nvml_init_retry_is_rate_limited(fake_nvml: dict[str, int], monkeypatch:
     assert sampler.sample().backend == "nvml"
 
 
+def mem_pct(g: GpuInfo) -> float | None:
+    """What the GPU panel shows as a GPU's memory use (tui/widgets/gpu_panel.py computes it from the dict form)."""
+    return None if g.mem_used_mb is None or not g.mem_total_mb else 100.0 * g.mem_used_mb / g.mem_total_mb
+
+
 @pytest.mark.parametrize(
     "exc",
     [
@@ -446,7 +452,7 @@ def test_nvml_failed_queries_become_none(
         None,
     ) * 7
     assert g.processes == ()
-    assert g.mem_pct is None
+    assert mem_pct(g) is None
 
 
 def test_nvml_power_limit_falls_back(fake_nvml: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
