@@ -390,9 +390,6 @@ def train_main(args: argparse.Namespace) -> int:
     cuda = device.type == "cuda"
     autocast = cuda if args.bf16 == "auto" else args.bf16 == "on"
     checkpointing = cuda if args.gradient_checkpointing == "auto" else args.gradient_checkpointing == "on"
-    # Published weights are bf16 on every device, config.json included: what SGLang/vLLM serve the
-    # policy in (--dtype auto reads it); the fp32 master weights stay in the checkpoints.
-    publish_dtype = torch.bfloat16
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     if args.resume_step is not None:
@@ -418,7 +415,9 @@ def train_main(args: argparse.Namespace) -> int:
     sync = make_sync(args)
 
     def publish_and_tell(step: int) -> None:
-        sync.publish(step, publish(args.out / "weights", step, args.steps, model, tokenizer, publish_dtype))
+        # Published weights are bf16 on every device, config.json included: what SGLang/vLLM serve the
+        # policy in (--dtype auto reads it); the fp32 master weights stay in the checkpoints.
+        sync.publish(step, publish(args.out / "weights", step, args.steps, model, tokenizer, torch.bfloat16))
 
     def update(samples: list[rollouts.Sample], meta: dict[str, Any]) -> dict[str, float]:
         if cuda:

@@ -278,13 +278,9 @@ def update_from_disk(engine: Engine, path: Path) -> str:
     # Request stats since the previous update: what the server did with the weights it replaced.
     s, prev = dict(engine.stats), engine.reported
     engine.reported = s
-    batches = s["batches"] - prev["batches"]
+    d = {k: s[k] - prev[k] for k in ("requests", "completions", "batches")}
     steplog.log_step(engine.step, engine.total, {
-        "requests": s["requests"] - prev["requests"],
-        "completions": s["completions"] - prev["completions"],
-        "batches": batches,
-        "requests_per_batch": (s["requests"] - prev["requests"]) / batches if batches else 0.0,
-        "load_ms": load_ms,
+        **d, "requests_per_batch": d["requests"] / d["batches"] if d["batches"] else 0.0, "load_ms": load_ms,
     })
     return f"loaded weights step {engine.step} from {path}"
 

@@ -29,6 +29,7 @@ sampled from, so they stay as on-policy as they were.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -74,9 +75,7 @@ def call_with_retry(url: str, payload: dict | None, what: str, give_up_after: fl
     """Retry while the server is unreachable, logging each failure; raise after ``give_up_after`` s."""
     start = time.monotonic()
     delay = 0.5
-    attempt = 0
-    while True:
-        attempt += 1
+    for attempt in itertools.count(1):
         try:
             return http_json(url, payload, timeout=timeout)
         except ServerDown as exc:

@@ -21,10 +21,8 @@ _DECIMALS = {"reward": 3, "accuracy": 3}
 
 
 def _number(name: str, value: float | int) -> str | None:
-    if isinstance(value, bool):
-        value = int(value)
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, int):  # a bool too: 1 or 0
+        return str(int(value))
     value = float(value)
     if not math.isfinite(value):
         return None

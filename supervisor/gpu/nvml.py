@@ -330,7 +330,8 @@ class NvmlSampler:
                 # raised NVMLError_FunctionNotFound; from 12.575 the unversioned wrappers are decorated
                 # with @throwOnVersionMismatch, which turns it into NVMLLibraryMismatchError (a plain
                 # Exception, not an NVMLError) -- either way the _v2 call is what works.
-                procs = self._q(fallback, handle) if type(exc).__name__ in _FALLBACK_ERRORS else None
+                mismatch = type(exc).__name__ in ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
+                procs = self._q(fallback, handle) if mismatch else None
             found += [GpuProcess(int(p.pid), _num(getattr(p, "usedGpuMemory", None), _MIB))
                       for p in procs or () if getattr(p, "pid", None) is not None]
         return _merged(found)
@@ -405,9 +406,6 @@ class NvmlSampler:
             gpus = tuple(self._gpu(i) for i in range(int(count or 0)))
             reason = "NVML could not count GPUs" if count is None else None if gpus else "NVML reports no GPUs"
             return GpuSample(ts=ts, backend="nvml", gpus=gpus, reason=reason, host=host)
-
-
-_FALLBACK_ERRORS = ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
 
 
 def _merged(procs: Iterable[GpuProcess]) -> tuple[GpuProcess, ...]:

@@ -28,9 +28,8 @@ from ..config.placement import expand_hostlist
 from ..diagnosis import slurm as diagnosis_slurm
 from .jobs import job_steps, run, tool
 
-SCANCEL_TIMEOUT_S = 10.0
+SLURM_TIMEOUT_S = 10.0  # for each squeue/scancel the launcher runs
 STEP_WAIT_S = 5.0
-SQUEUE_TIMEOUT_S = 10.0
 
 
 def step_name(component: str, attempt: int) -> str:
@@ -84,7 +83,7 @@ class SlurmLauncher:
         if key in self.steps:
             return self.steps[key]
         want = step_name(component, attempt)
-        sid = next((sid for sid, name in job_steps(self.job_id, SQUEUE_TIMEOUT_S) or () if name == want), None)
+        sid = next((sid for sid, name in job_steps(self.job_id, SLURM_TIMEOUT_S) or () if name == want), None)
         if sid is not None:
             self.steps[key] = sid
         return sid
@@ -110,13 +109,13 @@ class SlurmLauncher:
         if sid is None:
             return False  # no step (yet, or any more): what is left is the local srun client
         if signum == signal_mod.SIGKILL:
-            run(["scancel", "--quiet", sid], SCANCEL_TIMEOUT_S)
+            run(["scancel", "--quiet", sid], SLURM_TIMEOUT_S)
             return False  # and the client too: its step is gone
         name = signal_mod.Signals(signum).name.removeprefix("SIG")
         # Whatever scancel answers, the srun client must not get the signal: it would cancel the step
         # without a grace period. (Slurm 22.05's scancel may exit non-zero, "Invalid job id specified",
         # after the tasks got the signal.) If the step ignores it, the stop timeout's SIGKILL follows.
-        run(["scancel", "--quiet", f"--signal={name}", sid], SCANCEL_TIMEOUT_S)
+        run(["scancel", "--quiet", f"--signal={name}", sid], SLURM_TIMEOUT_S)
         sent = att.signalled.setdefault(signum, set())
         with contextlib.suppress(Exception):
             sent.update(att.members())
@@ -172,7 +171,7 @@ class SlurmLauncher:
             loop = asyncio.get_running_loop()
             step = step_name(att.component, att.attempt)
             # A moment for the journal to take the events above: the requeue ends this batch step.
-            loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, self._requeue, comp, step, loop))
+            loop.call_later(1.0, lambda: loop.run_in_executor(None, self._requeue, comp, step, loop))
         return ex, diag
 
     def _requeue(self, comp: Any, step: str, loop: Any) -> None:
@@ -209,9 +208,6 @@ class SlurmLauncher:
                            f"{self.job_id}: now {job_nodes}), so the step could not start there",
                 "evidence": [f"job {self.job_id} runs on {job_nodes}; {component}'s nodes are {','.join(mine)}",
                              *list(diag.get("evidence") or [])[:5]]}
-
-
-REQUEUE_AFTER_S = 1.0
 
 
 def running_job(cfg: Any, environ: Mapping[str, str] | None = None) -> tuple[str, list[str]] | None:
