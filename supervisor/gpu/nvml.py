@@ -369,30 +369,24 @@ class NvmlSampler:
             if handle is None:
                 return GpuInfo(index, "N/A", None, None, None, None, None, None, None, ())
             self._handles[index] = handle
-        nv = self._nvml
-        name = self._q("nvmlDeviceGetName", handle)
-        uuid = self._q("nvmlDeviceGetUUID", handle)
-        util = self._q("nvmlDeviceGetUtilizationRates", handle)
         mem = self._q("nvmlDeviceGetMemoryInfo", handle)
-        temp = self._q("nvmlDeviceGetTemperature", handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
-        power = self._q("nvmlDeviceGetPowerUsage", handle)
         limit = self._q("nvmlDeviceGetEnforcedPowerLimit", handle)
         if limit is None:
             limit = self._q("nvmlDeviceGetPowerManagementLimit", handle)
         mig = self._mig(handle)
-        # a MIG device's processes hold memory of this GPU: hygiene and attribution must see them
-        processes = _merged([*self._processes(handle), *(p for m in mig for p in m.processes)])
         return GpuInfo(
             index=index,
-            name=_text(name) or "N/A",
-            uuid=_text(uuid),
-            util_pct=_num(getattr(util, "gpu", None)),
+            name=_text(self._q("nvmlDeviceGetName", handle)) or "N/A",
+            uuid=_text(self._q("nvmlDeviceGetUUID", handle)),
+            util_pct=_num(getattr(self._q("nvmlDeviceGetUtilizationRates", handle), "gpu", None)),
             mem_used_mb=_num(getattr(mem, "used", None), _MIB),
             mem_total_mb=_num(getattr(mem, "total", None), _MIB),
-            temp_c=_num(temp),
-            power_w=_num(power, 1000.0),
+            temp_c=_num(self._q("nvmlDeviceGetTemperature", handle,
+                                getattr(self._nvml, "NVML_TEMPERATURE_GPU", 0))),
+            power_w=_num(self._q("nvmlDeviceGetPowerUsage", handle), 1000.0),
             power_limit_w=_num(limit, 1000.0),
-            processes=processes,
+            # a MIG device's processes hold memory of this GPU: hygiene and attribution must see them
+            processes=_merged([*self._processes(handle), *(p for m in mig for p in m.processes)]),
             mig=mig,
         )
 
