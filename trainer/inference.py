@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,12 +37,10 @@ from rlsup.trainer.chaos import Chaos
 from rlsup.trainer.policy import VOCAB, Policy, PolicyConfig, decode, encode, generate, load_weights
 
 
-class _Job:
+class _Job(Future):
     def __init__(self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float) -> None:
+        super().__init__()
         self.prompts, self.n, self.max_tokens, self.temperature = prompts, n, max_tokens, temperature
-        self.done = threading.Event()
-        self.result: tuple | None = None
-        self.error: Exception | None = None
 
 
 class Engine:
@@ -73,12 +72,9 @@ class Engine:
             if total:
                 self.total = total
 
-    def submit(self, job: _Job) -> _Job:
+    def submit(self, job: _Job) -> tuple:
         self.jobs.put(job)
-        job.done.wait()
-        if job.error is not None:
-            raise job.error
-        return job
+        return job.result()
 
     def _worker(self) -> None:
         while True:
@@ -92,9 +88,8 @@ class Engine:
                 self._run(batch)
             except Exception as exc:  # report to every waiting request, keep serving
                 for job in batch:
-                    job.error = exc
-            for job in batch:
-                job.done.set()
+                    if not job.done():
+                        job.set_exception(exc)
 
     def _run(self, batch: list[_Job]) -> None:
         rows = [p for job in batch for p in job.prompts for _ in range(job.n)]
@@ -110,9 +105,9 @@ class Engine:
         at = 0
         for job in batch:
             mine, at = slice(at, at + len(job.prompts) * job.n), at + len(job.prompts) * job.n
-            job.result = (*([r[: job.max_tokens] for r in rows[mine]] for rows in (ids, lps, tops)), step,
-                          [f if len(r) <= job.max_tokens else "length"
-                           for f, r in zip(finish[mine], ids[mine], strict=True)])
+            job.set_result((*([r[: job.max_tokens] for r in rows[mine]] for rows in (ids, lps, tops)), step,
+                            [f if len(r) <= job.max_tokens else "length"
+                             for f, r in zip(finish[mine], ids[mine], strict=True)]))
         self.stats["batches"] += 1
         self.stats["requests"] += len(batch)
         self.stats["completions"] += len(rows)
@@ -132,8 +127,7 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
     if n < 1 or max_tokens < 1 or temperature < 0:
         raise ValueError("n and max_tokens must be >= 1 and temperature >= 0")
     encoded = [engine.tokens.encode(p) for p in prompts]
-    job = engine.submit(_Job(encoded, n, max_tokens, temperature))
-    ids, lps, tops, step, finish = job.result
+    ids, lps, tops, step, finish = engine.submit(_Job(encoded, n, max_tokens, temperature))
     choices = []
     for index, (row_ids, row_lps, row_top) in enumerate(zip(ids, lps, tops, strict=True)):
         extra = {"prompt_token_ids": list(encoded[index // n]), "token_ids": list(row_ids)} if want_ids else {}
