@@ -30,7 +30,7 @@ import re
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +62,7 @@ def final_number(text: str) -> str | None:
     found = _NUMBER.findall(tail) if sep else _NUMBER.findall(head)
     if not found:
         return None
-    raw = (found[0] if sep else found[-1]).replace(",", "")
-    try:
-        value = Decimal(raw)
-    except InvalidOperation:
-        return None
+    value = Decimal((found[0] if sep else found[-1]).replace(",", ""))  # _NUMBER matches decimals only
     if value == value.to_integral_value():
         return str(int(value))
     return format(value.normalize(), "f")

@@ -202,7 +202,7 @@ def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
     if isinstance(raw, str) and raw.startswith("rlsup"):
         return Engine("rlsup", parse_version(raw.removeprefix("rlsup-")), raw)
     kind = hint if hint in ("sglang", "vllm") else "unknown"
-    if isinstance(raw, str):
+    if isinstance(raw, str) or (kind == "unknown" and raw):
         # Only vLLM answers GET /version (SGLang 0.4.6-0.5.23: 404). vLLM's dev mode ALSO serves
         # GET /server_info (0.32.0 vllm/entrypoints/serve/dev/server_info/api_router.py), so asking that
         # route first would take a vLLM for an SGLang (and a wrong --weight-sync hint would stick).
@@ -214,8 +214,6 @@ def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
             kind = "sglang"
             got = info.data.get("version")
             raw = got if isinstance(got, str) else raw
-    if kind == "vllm" or (kind == "unknown" and raw):
-        kind = "vllm"
     router = False
     if kind == "vllm":
         p = request("GET", f"{base}/is_paused", timeout=timeout)
