@@ -82,6 +82,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsup.trainer import reloads, steplog, stopping
+from rlsup.trainer import weights as weights_mod
 
 
 def flag(out: Any, kind: str, message: str) -> None:
@@ -339,8 +340,6 @@ class WeightSync:
     def _mark_loaded(self, step: int, path: Path, result: SyncResult) -> None:
         """latest.json: what the server serves now, with its tensor shapes (what the next publish is checked
         against, even once this dir is pruned)."""
-        from rlsup.trainer import weights as weights_mod
-
         self.loaded_step = step
         weights_mod.mark_latest(self.weights_dir, step, path, engine=str(self.engine),
                                 server_model=result.server_model, shapes=weights_mod.tensor_shapes(path))
@@ -519,8 +518,6 @@ class WeightSync:
         known from latest.json (its shapes are kept there, so a pruned dir still counts) or, before this run
         loaded anything, from the model the server reports it started with. The dir is marked REJECTED so no
         restarted server loads it either."""
-        from rlsup.trainer import weights as weights_mod
-
         self._verified = None
         new = weights_mod.tensor_shapes(path)
         ref = self._served_shapes() if new is not None else None
@@ -537,8 +534,6 @@ class WeightSync:
 
     def _served_shapes(self) -> tuple[str, dict[str, list[int]]] | None:
         """(what the server serves, in words; its tensor shapes), or None where they cannot be known."""
-        from rlsup.trainer import weights as weights_mod
-
         served = weights_mod.served(self.weights_dir)
         if served is not None:
             step, where, shapes = served
@@ -605,8 +600,6 @@ class WeightSync:
         server loads it (:func:`rlsup.trainer.weights.published_good`), then have the server restarted:
         it comes back with the last good weights. Without a way to restart it, it is flagged (and a
         vLLM stays paused, so nothing is generated from broken weights)."""
-        from rlsup.trainer import weights as weights_mod
-
         weights_mod.reject(path, result.detail)
         if self.restart_server is None or stopping.stopping():
             flag(self._out, "engine_broken",

@@ -18,15 +18,18 @@ Nothing here chooses nodes: the config names how many of the allocation's nodes 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal as signal_mod
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from ..config.placement import expand_hostlist
 from ..diagnosis import slurm as diagnosis_slurm
-from .jobs import job_steps, run, tool
+from ..records.events import FlagRaised
+from .jobs import SlurmError, job, job_steps, requeue, run, tool
 
 SLURM_TIMEOUT_S = 10.0  # for each squeue/scancel the launcher runs
 STEP_WAIT_S = 5.0
@@ -91,8 +94,6 @@ class SlurmLauncher:
     def wait_step(self, component: str, attempt: int, read_record: Any) -> str | None:
         """The attempt's step id once Slurm created it; None after :data:`STEP_WAIT_S` (its step still pending
         on resources) or once the attempt ended (``read_record()`` says exited)."""
-        import time
-
         deadline = time.monotonic() + STEP_WAIT_S
         while True:
             sid = self.step_of(component, attempt)
@@ -135,8 +136,6 @@ class SlurmLauncher:
 
     def job_nodes(self) -> str | None:
         """The job's node list as squeue has it now (a hostlist); None when unknown. Blocking."""
-        from .jobs import SlurmError, job
-
         try:
             now = job(self.job_id)
         except SlurmError:
@@ -149,8 +148,6 @@ class SlurmLauncher:
         (``job_nodes``: the job's node list, looked up where :meth:`needs_job_nodes` says so) is a node
         failure, and a node failure with ``requeue: true`` requeues the job, so that the next supervisor
         continues the run on healthy nodes."""
-        from ..records.events import FlagRaised
-
         self.steps.pop((att.component, att.attempt), None)
         cat = diag.get("category")
         if cat == "step_launch_failure" and job_nodes is not None:
@@ -166,8 +163,6 @@ class SlurmLauncher:
                 evidence=list(diag.get("evidence") or [])[:5],
                 action=f"requeueing job {self.job_id} (slurm.requeue: true): Slurm starts it again when nodes "
                        "allow, and the next supervisor continues this run from the newest checkpoints"))
-            import asyncio
-
             loop = asyncio.get_running_loop()
             step = step_name(att.component, att.attempt)
             # A moment for the journal to take the events above: the requeue ends this batch step.
@@ -177,9 +172,6 @@ class SlurmLauncher:
     def _requeue(self, comp: Any, step: str, loop: Any) -> None:
         """``scontrol requeue`` once the failed step has ended in Slurm too (:func:`.jobs.requeue`); where it
         could not be requeued, or the step was still ending when the wait ran out, the journal says so."""
-        from ..records.events import FlagRaised
-        from .jobs import requeue
-
         ok, said = requeue(self.job_id, only={step})
         if ok and not said:
             return

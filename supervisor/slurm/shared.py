@@ -21,6 +21,10 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..config.placement import expand_hostlist
+from .jobs import key_values, run
+from .launcher import running_job
+
 LOCAL = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "vfat", "exfat", "ramfs", "ntfs",
          "ntfs3", "reiserfs", "jfs", "squashfs", "devtmpfs"}
 
@@ -56,9 +60,6 @@ def filesystem(path: str, mountinfo: Iterable[str] | None = None) -> tuple[str, 
 
 def node_hosts(partition: str | None = None) -> list[str] | None:
     """NodeHostname of every node of the partition (None where scontrol cannot say)."""
-    from ..config.placement import expand_hostlist
-    from .jobs import key_values, run
-
     if (out := run(["scontrol", "show", "node", "-o"], 20)) is None:
         return None
     p = run(["scontrol", "show", "partition", "-o", partition], 20) if partition else None
@@ -134,8 +135,6 @@ def check_in_job(run_dir: str, job_id: str, nodes: list[str], timeout: float = 6
 
 def check_job(cfg: Any, environ: Mapping[str, str] | None = None) -> str | None:
     """:func:`check_in_job` for a run in a Slurm job of two nodes or more (None elsewhere)."""
-    from .launcher import running_job
-
     job = running_job(cfg, environ)
     if job is None or len(job[1]) < 2:
         return None
