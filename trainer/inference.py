@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -209,8 +210,6 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, {"status": "ok", "weights_step": self.engine.step, **self.engine.stats})
 
     def get_version(self) -> None:
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
             v = version("rlsup")
         except PackageNotFoundError:

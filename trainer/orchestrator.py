@@ -32,6 +32,7 @@ import argparse
 import itertools
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -194,8 +195,6 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
         resp = one({**body, "prompt": prompts})
         resp["choices"] = sorted(resp["choices"], key=lambda c: c["index"])
         return resp
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         replies = list(pool.map(lambda prompt: one({**body, "prompt": prompt}), prompts))
     return {"choices": [c for r in replies for c in sorted(r["choices"], key=lambda c: c["index"])],

@@ -71,10 +71,10 @@ import argparse
 import http.client
 import json
 import re
+import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -651,8 +651,6 @@ def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], tuple[
     this component as the sender, with the reason)."""
 
     def restart() -> tuple[bool, str]:
-        import subprocess
-
         cmd = [sys.executable, "-m", "rlsup.supervisor.cli", "restart", name,
                *(["--run-dir", str(run_dir)] if run_dir else []),
                "--reason", "a weight reload broke the engine: it comes back with the newest good weights"]

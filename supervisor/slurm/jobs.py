@@ -10,6 +10,7 @@ ends (completed, fatal, or stopped).
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shlex
@@ -173,8 +174,6 @@ def job(job_id: str) -> dict[str, Any] | None:
 
 def runs() -> list[dict[str, Any]]:
     """Every rlsup job of this user that the controller still knows."""
-    import getpass
-
     return [describe(j) for j in squeue_json(user=getpass.getuser()) if str(j.get("name") or "").startswith(JOB_PREFIX)]
 
 

@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import subprocess
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -117,8 +118,6 @@ def verdict(run_dir: str, nodes: list[str], stdout: str, returncode: int | None 
 def check_in_job(run_dir: str, job_id: str, nodes: list[str], timeout: float = 60.0) -> str | None:
     """Inside the job: does every node see the run dir? A marker file written here, looked for on each
     node by one overlapping step (:data:`PROBE`). The error, or None."""
-    import uuid
-
     marker = os.path.join(run_dir, f".rlsup-shared-{uuid.uuid4().hex[:12]}")
     try:
         with open(marker, "w") as f:
