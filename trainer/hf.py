@@ -230,17 +230,15 @@ class HFGenerator:
         eos = {self.tokenizer.eos_token_id, *(gen_eos if isinstance(gen_eos, list) else [gen_eos])}
         eos.discard(None)
         width = max(len(p) for p in prompts)
-        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
+        step_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         temps = torch.tensor(temperatures, dtype=torch.float32, device=self.device)
         n = len(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lp: list[list[float]] = [[] for _ in range(n)]
         out_top: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
-        finish = ["length"] * n
-        done = [False] * n
+        finish = ["length"] * n  # "stop": done
         past = None
-        step_ids = ids
         for _ in range(max_tokens):
             positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
             out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
@@ -248,17 +246,17 @@ class HFGenerator:
             past = out.past_key_values
             chosen = next_tokens(scaled_log_softmax(out.logits[:, -1, :].float(), temps), temps, generator)
             for i, (tok, lp, top) in enumerate(chosen):
-                if done[i]:
+                if finish[i] == "stop":
                     continue
                 if tok in eos:
-                    done[i], finish[i] = True, "stop"
+                    finish[i] = "stop"
                     continue
                 out_ids[i].append(tok)
                 out_lp[i].append(lp)
                 out_top[i].append(top)
-            if all(done):
+            if all(f == "stop" for f in finish):
                 break
-            step_ids = torch.tensor([[pad if d else c[0]] for d, c in zip(done, chosen, strict=True)],
+            step_ids = torch.tensor([[pad if f == "stop" else c[0]] for f, c in zip(finish, chosen, strict=True)],
                                     device=self.device)
             mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], dim=1)
         return out_ids, out_lp, out_top, finish

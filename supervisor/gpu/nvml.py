@@ -175,12 +175,9 @@ class HostStats:
 
     def read(self) -> HostInfo:
         vm = psutil.virtual_memory()
-        try:
-            load1 = os.getloadavg()[0]
-        except (OSError, AttributeError):  # not every platform has a load average
-            load1 = 0.0
         return HostInfo(cpu_pct=self.cpu_pct(), cpu_count=psutil.cpu_count() or 1,
-                        mem_used_mb=(vm.total - vm.available) / _MIB, mem_total_mb=vm.total / _MIB, load1=load1)
+                        mem_used_mb=(vm.total - vm.available) / _MIB, mem_total_mb=vm.total / _MIB,
+                        load1=psutil.getloadavg()[0])  # emulated where the OS has none
 
 
 # ---------------------------------------------------------------------------------------------- none
