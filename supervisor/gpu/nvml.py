@@ -445,14 +445,8 @@ FAKE_HOST = HostInfo(cpu_pct=23.5, cpu_count=64, mem_used_mb=131072.0, mem_total
 
 
 class FakeSampler:
-    """Deterministic GPUs for demos and snapshots: idle, no processes. Host stats are :data:`FAKE_HOST`.
-
-    :meth:`gpu` renders one GPU from its utilisation, memory (default: a small driver overhead plus the
-    processes' memory) and processes, temperature and power following utilisation linearly (the fake of the
-    tests sets those per GPU).
-    """
-
-    BASE_MEM_MB = 512.0
+    """Deterministic idle GPUs for demos and snapshots (no processes, 30 °C, a tenth of the power limit); host
+    stats are :data:`FAKE_HOST`."""
 
     def __init__(self, count: int = 1, model: str = "H100", *, clock: Callable[[], float] = time.time) -> None:
         if count < 0:
@@ -489,23 +483,10 @@ class FakeSampler:
         return GpuSample(ts=self._clock(), backend="fake", gpus=gpus,
                          reason=None if gpus else "fake backend with no GPUs", host=FAKE_HOST)
 
-    def gpu(self, index: int, util: float | None = 0.0, mem: float | None = None,
-            processes: Iterable[GpuProcess] = ()) -> GpuInfo:
-        procs = tuple(sorted(processes, key=lambda p: p.pid))
-        if mem is None:
-            mem = (self.BASE_MEM_MB + sum(p.used_mb or 0.0 for p in procs)) if procs else 0.0
-        return GpuInfo(
-            index=index,
-            name=self.name,
-            uuid=f"GPU-fake-{index:04d}",
-            util_pct=util,
-            mem_used_mb=min(mem, self.mem_total_mb),
-            mem_total_mb=self.mem_total_mb,
-            temp_c=None if util is None else round(30.0 + 0.5 * util, 1),
-            power_w=None if util is None else round(self.power_limit_w * (0.1 + 0.9 * util / 100.0), 1),
-            power_limit_w=self.power_limit_w,
-            processes=procs,
-        )
+    def gpu(self, index: int) -> GpuInfo:
+        return GpuInfo(index, self.name, f"GPU-fake-{index:04d}", util_pct=0.0, mem_used_mb=0.0,
+                       mem_total_mb=self.mem_total_mb, temp_c=30.0, power_w=round(self.power_limit_w * 0.1, 1),
+                       power_limit_w=self.power_limit_w)
 
     def close(self) -> None:
         pass

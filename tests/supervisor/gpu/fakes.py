@@ -4,6 +4,7 @@ change processes while a :class:`~rlsup.supervisor.gpu.nvml.SamplerThread` runs)
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -19,6 +20,8 @@ def _pick(v: float | Sequence[float | None] | None, i: int) -> float | None:
 
 
 class FakeSampler(nvml.FakeSampler):
+    BASE_MEM_MB = 512.0
+
     def __init__(self, count: int = 1, model: str = "H100", *, util_pct: float | Sequence[float | None] = 0.0,
                  mem_used_mb: float | Sequence[float | None] | None = None,
                  processes: Mapping[int, Iterable[GpuProcess]] | None = None, **kwargs: Any) -> None:
@@ -46,6 +49,13 @@ class FakeSampler(nvml.FakeSampler):
         with self._lock:
             return super().sample()
 
-    def gpu(self, index: int, util: float | None = 0.0, mem: float | None = None,
-            processes: Iterable[GpuProcess] = ()) -> GpuInfo:
-        return super().gpu(index, self.util[index], self.mem[index], self.procs[index])
+    def gpu(self, index: int) -> GpuInfo:
+        """Memory defaults to a small driver overhead plus the processes' memory; temperature and power follow
+        utilisation linearly."""
+        util, mem, procs = self.util[index], self.mem[index], tuple(sorted(self.procs[index], key=lambda p: p.pid))
+        if mem is None:
+            mem = (self.BASE_MEM_MB + sum(p.used_mb or 0.0 for p in procs)) if procs else 0.0
+        return dataclasses.replace(
+            super().gpu(index), util_pct=util, mem_used_mb=min(mem, self.mem_total_mb), processes=procs,
+            temp_c=None if util is None else round(30.0 + 0.5 * util, 1),
+            power_w=None if util is None else round(self.power_limit_w * (0.1 + 0.9 * util / 100.0), 1))
