@@ -30,17 +30,13 @@ LOCAL = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "vf
          "ntfs3", "reiserfs", "jfs", "squashfs", "devtmpfs"}
 
 
-def _nearest_existing(path: str) -> str:
-    p = os.path.abspath(path)
-    while not os.path.exists(p) and p != "/":
-        p = os.path.dirname(p)
-    return os.path.realpath(p)
-
-
 def filesystem(path: str, mountinfo: Iterable[str] | None = None) -> tuple[str, str]:
-    """(mount point, filesystem type) of ``path``."""
-    p = _nearest_existing(path) if mountinfo is None else os.path.abspath(path)
+    """(mount point, filesystem type) of ``path`` (its nearest existing ancestor on this machine)."""
+    p = os.path.abspath(path)
     if mountinfo is None:
+        while not os.path.exists(p) and p != "/":
+            p = os.path.dirname(p)
+        p = os.path.realpath(p)
         try:
             with open("/proc/self/mountinfo") as f:
                 mountinfo = f.read().splitlines()
