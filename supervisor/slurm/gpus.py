@@ -120,8 +120,7 @@ def main(argv: Sequence[str]) -> int:
     sampler = make_sampler()
     try:
         while True:
-            sys.stdout.write(json.dumps(sampler.sample().to_dict()) + "\n")
-            sys.stdout.flush()
+            print(json.dumps(sampler.sample().to_dict()), flush=True)
             time.sleep(a.interval)
     except (BrokenPipeError, KeyboardInterrupt):
         return 0

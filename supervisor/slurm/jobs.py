@@ -120,10 +120,9 @@ def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None) -> str
     """Submit the run's job; its id. Raises :class:`SlurmError` with sbatch's own message."""
     run_dir = cfg.run_dir
     Path(run_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    script = batch_script(config_path, run_dir, extra=extra)
-    argv = sbatch_argv(cfg, run_dir, os.getcwd())
     try:
-        p = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S)
+        p = subprocess.run(sbatch_argv(cfg, run_dir, os.getcwd()), capture_output=True, text=True,
+                           input=batch_script(config_path, run_dir, extra=extra), timeout=SBATCH_TIMEOUT_S)
     except FileNotFoundError:
         raise SlurmError("sbatch not found: run `rlsup up` on a Slurm login node (or remove the `slurm:` "
                          "block to run on this machine)") from None
