@@ -24,7 +24,7 @@ import torch
 from rlsup.trainer import checkpoint, grpo, loop, rollouts, steplog
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
-from rlsup.trainer.policy import Policy, PolicyConfig, encode, save_weights, sequence_logprobs
+from rlsup.trainer.policy import Policy, PolicyConfig, encode, sequence_logprobs
 from rlsup.trainer.stopping import install_sigterm_exit
 from rlsup.trainer.sync import make_sync
 
@@ -140,8 +140,7 @@ def train_tiny(args: argparse.Namespace) -> int:
         return {k: stats[k] for k in ("loss", "entropy", "grad_norm", "clip_frac")}
 
     def save(step: int) -> None:
-        checkpoint.write(args.out, step, lambda d: save_weights(policy, d), optimizer, loop.vars_for_checkpoint(args),
-                         args.keep_ckpts)
+        checkpoint.save(args.out, step, policy, optimizer, loop.vars_for_checkpoint(args), args.keep_ckpts)
 
     return loop.run(args, start, update, publish, save)
 
