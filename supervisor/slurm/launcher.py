@@ -55,10 +55,10 @@ class SlurmLauncher:
     def for_run(cls, cfg: Any, environ: Mapping[str, str] | None = None) -> SlurmLauncher | None:
         """The run's launcher: a ``slurm:`` block and an allocation to start steps in; else None
         (a plain process per attempt, as on one machine)."""
-        job = running_job(cfg, environ)
-        if job is None:
+        found = running_job(cfg, environ)
+        if found is None:
             return None
-        return cls(job[0], cfg.placement,
+        return cls(found[0], cfg.placement,
                    {n: c.gpu_count for n, c in cfg.components.items()}, requeue=cfg.slurm.requeue)
 
     # ------------------------------------------------------------------ launching
@@ -213,8 +213,8 @@ def running_job(cfg: Any, environ: Mapping[str, str] | None = None) -> tuple[str
 
 def slurm_job_info(cfg: Any) -> dict[str, Any] | None:
     """What the journal records of the job this supervisor runs in (``run_started.slurm``)."""
-    job = running_job(cfg)
-    if job is None:
+    found = running_job(cfg)
+    if found is None:
         return None
-    return {"job_id": job[0], "nodes": job[1], "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+    return {"job_id": found[0], "nodes": found[1], "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
             "placement": dict(cfg.placement)}
