@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 MARKER = "STABLE"  # written last into a published step dir (weights, checkpoints): everything else is there
-_STEP_DIR = re.compile(r"step_(\d+)\Z")
 
 
 def fsync_dir(path: Path) -> None:
@@ -48,7 +47,7 @@ def temp_dir_for(final: Path) -> Path:
 def steps(root: Path) -> list[int]:
     """The N of every ``step_N`` entry of ``root``, ascending; none when ``root`` cannot be listed."""
     try:
-        return sorted(int(m.group(1)) for p in Path(root).iterdir() if (m := _STEP_DIR.match(p.name)))
+        return sorted(int(m.group(1)) for p in Path(root).iterdir() if (m := re.match(r"step_(\d+)\Z", p.name)))
     except OSError:
         return []
 

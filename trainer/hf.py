@@ -30,7 +30,7 @@ import re
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +62,7 @@ def final_number(text: str) -> str | None:
     found = _NUMBER.findall(tail) if sep else _NUMBER.findall(head)
     if not found:
         return None
-    raw = (found[0] if sep else found[-1]).replace(",", "")
-    try:
-        value = Decimal(raw)
-    except InvalidOperation:
-        return None
+    value = Decimal((found[0] if sep else found[-1]).replace(",", ""))  # _NUMBER matches decimals only
     if value == value.to_integral_value():
         return str(int(value))
     return format(value.normalize(), "f")
@@ -234,17 +230,15 @@ class HFGenerator:
         eos = {self.tokenizer.eos_token_id, *(gen_eos if isinstance(gen_eos, list) else [gen_eos])}
         eos.discard(None)
         width = max(len(p) for p in prompts)
-        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
+        step_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         temps = torch.tensor(temperatures, dtype=torch.float32, device=self.device)
         n = len(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lp: list[list[float]] = [[] for _ in range(n)]
         out_top: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
-        finish = ["length"] * n
-        done = [False] * n
+        finish = ["length"] * n  # "stop": done
         past = None
-        step_ids = ids
         for _ in range(max_tokens):
             positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
             out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
@@ -252,17 +246,17 @@ class HFGenerator:
             past = out.past_key_values
             chosen = next_tokens(scaled_log_softmax(out.logits[:, -1, :].float(), temps), temps, generator)
             for i, (tok, lp, top) in enumerate(chosen):
-                if done[i]:
+                if finish[i] == "stop":
                     continue
                 if tok in eos:
-                    done[i], finish[i] = True, "stop"
+                    finish[i] = "stop"
                     continue
                 out_ids[i].append(tok)
                 out_lp[i].append(lp)
                 out_top[i].append(top)
-            if all(done):
+            if all(f == "stop" for f in finish):
                 break
-            step_ids = torch.tensor([[pad if d else c[0]] for d, c in zip(done, chosen, strict=True)],
+            step_ids = torch.tensor([[pad if f == "stop" else c[0]] for f, c in zip(finish, chosen, strict=True)],
                                     device=self.device)
             mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], dim=1)
         return out_ids, out_lp, out_top, finish
@@ -390,9 +384,6 @@ def train_main(args: argparse.Namespace) -> int:
     cuda = device.type == "cuda"
     autocast = cuda if args.bf16 == "auto" else args.bf16 == "on"
     checkpointing = cuda if args.gradient_checkpointing == "auto" else args.gradient_checkpointing == "on"
-    # Published weights are bf16 on every device, config.json included: what SGLang/vLLM serve the
-    # policy in (--dtype auto reads it); the fp32 master weights stay in the checkpoints.
-    publish_dtype = torch.bfloat16
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     if args.resume_step is not None:
@@ -418,7 +409,9 @@ def train_main(args: argparse.Namespace) -> int:
     sync = make_sync(args)
 
     def publish_and_tell(step: int) -> None:
-        sync.publish(step, publish(args.out / "weights", step, args.steps, model, tokenizer, publish_dtype))
+        # Published weights are bf16 on every device, config.json included: what SGLang/vLLM serve the
+        # policy in (--dtype auto reads it); the fp32 master weights stay in the checkpoints.
+        sync.publish(step, publish(args.out / "weights", step, args.steps, model, tokenizer, torch.bfloat16))
 
     def update(samples: list[rollouts.Sample], meta: dict[str, Any]) -> dict[str, float]:
         if cuda:

@@ -23,7 +23,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,12 +38,10 @@ from rlsup.trainer.chaos import Chaos
 from rlsup.trainer.policy import VOCAB, Policy, PolicyConfig, decode, encode, generate, load_weights
 
 
-class _Job:
+class _Job(Future):
     def __init__(self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float) -> None:
+        super().__init__()
         self.prompts, self.n, self.max_tokens, self.temperature = prompts, n, max_tokens, temperature
-        self.done = threading.Event()
-        self.result: tuple | None = None
-        self.error: Exception | None = None
 
 
 class Engine:
@@ -73,12 +73,9 @@ class Engine:
             if total:
                 self.total = total
 
-    def submit(self, job: _Job) -> _Job:
+    def submit(self, job: _Job) -> tuple:
         self.jobs.put(job)
-        job.done.wait()
-        if job.error is not None:
-            raise job.error
-        return job
+        return job.result()
 
     def _worker(self) -> None:
         while True:
@@ -92,9 +89,8 @@ class Engine:
                 self._run(batch)
             except Exception as exc:  # report to every waiting request, keep serving
                 for job in batch:
-                    job.error = exc
-            for job in batch:
-                job.done.set()
+                    if not job.done():
+                        job.set_exception(exc)
 
     def _run(self, batch: list[_Job]) -> None:
         rows = [p for job in batch for p in job.prompts for _ in range(job.n)]
@@ -110,9 +106,9 @@ class Engine:
         at = 0
         for job in batch:
             mine, at = slice(at, at + len(job.prompts) * job.n), at + len(job.prompts) * job.n
-            job.result = (*([r[: job.max_tokens] for r in rows[mine]] for rows in (ids, lps, tops)), step,
-                          [f if len(r) <= job.max_tokens else "length"
-                           for f, r in zip(finish[mine], ids[mine], strict=True)])
+            job.set_result((*([r[: job.max_tokens] for r in rows[mine]] for rows in (ids, lps, tops)), step,
+                            [f if len(r) <= job.max_tokens else "length"
+                             for f, r in zip(finish[mine], ids[mine], strict=True)]))
         self.stats["batches"] += 1
         self.stats["requests"] += len(batch)
         self.stats["completions"] += len(rows)
@@ -132,8 +128,7 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
     if n < 1 or max_tokens < 1 or temperature < 0:
         raise ValueError("n and max_tokens must be >= 1 and temperature >= 0")
     encoded = [engine.tokens.encode(p) for p in prompts]
-    job = engine.submit(_Job(encoded, n, max_tokens, temperature))
-    ids, lps, tops, step, finish = job.result
+    ids, lps, tops, step, finish = engine.submit(_Job(encoded, n, max_tokens, temperature))
     choices = []
     for index, (row_ids, row_lps, row_top) in enumerate(zip(ids, lps, tops, strict=True)):
         extra = {"prompt_token_ids": list(encoded[index // n]), "token_ids": list(row_ids)} if want_ids else {}
@@ -215,8 +210,6 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, {"status": "ok", "weights_step": self.engine.step, **self.engine.stats})
 
     def get_version(self) -> None:
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
             v = version("rlsup")
         except PackageNotFoundError:
@@ -259,17 +252,13 @@ class Handler(BaseHTTPRequestHandler):
 def make_handler(engine: Engine, model: str) -> type[Handler]:
     """The handler class for a server of ``engine`` under the name ``model``."""
 
-    class Bound(Handler):
-        pass
-
-    Bound.engine, Bound.model, Bound.started = engine, model, int(time.time())
-    return Bound
+    return type("Bound", (Handler,), {"engine": engine, "model": model, "started": int(time.time())})
 
 
 def update_from_disk(engine: Engine, path: Path) -> str:
     """Load a published weights dir into ``engine`` and log the ``Step N/T`` line for it."""
     t0 = time.perf_counter()
-    meta = weights_mod.read_meta(path)
+    meta = json.loads((path / "meta.json").read_text())
     if engine.hf is not None:
         with engine.lock:  # no generation while the model is swapped
             engine.hf.load(path)
@@ -282,13 +271,9 @@ def update_from_disk(engine: Engine, path: Path) -> str:
     # Request stats since the previous update: what the server did with the weights it replaced.
     s, prev = dict(engine.stats), engine.reported
     engine.reported = s
-    batches = s["batches"] - prev["batches"]
+    d = {k: s[k] - prev[k] for k in ("requests", "completions", "batches")}
     steplog.log_step(engine.step, engine.total, {
-        "requests": s["requests"] - prev["requests"],
-        "completions": s["completions"] - prev["completions"],
-        "batches": batches,
-        "requests_per_batch": (s["requests"] - prev["requests"]) / batches if batches else 0.0,
-        "load_ms": load_ms,
+        **d, "requests_per_batch": d["requests"] / d["batches"] if d["batches"] else 0.0, "load_ms": load_ms,
     })
     return f"loaded weights step {engine.step} from {path}"
 

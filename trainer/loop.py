@@ -75,7 +75,6 @@ def run(args: argparse.Namespace, start: int, update: Update, publish: Callable[
     ``update(samples, meta)`` trains on one step's rollouts and returns the metrics of the line
     (after ``reward``); ``after()`` those that end it (measured over the whole step)."""
     chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
-    CHECKPOINT.install()
     publish(start - 1)
     for step in range(start, args.steps + 1):
         chaos.step(step)

@@ -29,12 +29,10 @@ sampled from, so they stay as on-policy as they were.
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
+import itertools
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,7 +40,7 @@ from rlsup.trainer import grpo, reloads, rollouts, steplog, task, waiting
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
 from rlsup.trainer.pausewatch import PauseWatch
-from rlsup.trainer.sync import request
+from rlsup.trainer.sync import _why, request
 
 
 class ServerDown(Exception):
@@ -50,21 +48,16 @@ class ServerDown(Exception):
 
 
 def http_json(url: str, payload: dict | None = None, timeout: float = 60.0) -> dict:
-    """GET (``payload`` None) or POST JSON; raises ``ServerDown`` when the server can't be reached."""
-    data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code >= 500:
-            raise ServerDown(f"HTTP {exc.code} from {url}") from exc
-        raise
-    # A server that dies mid-reply raises http.client.IncompleteRead, which is no OSError.
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, http.client.HTTPException) as exc:
-        if isinstance(exc, http.client.HTTPException):
-            raise ServerDown(f"{url}: the reply broke off ({type(exc).__name__}: {exc})") from exc
-        raise ServerDown(f"{url}: {getattr(exc, 'reason', exc)}") from exc
+    """GET (``payload`` None) or POST JSON; raises ``ServerDown`` when the server can't be reached or fails
+    (5xx, or a reply that broke off), ``ValueError`` for any other reply that is not a JSON object."""
+    r = request("GET" if payload is None else "POST", url, payload, timeout)
+    if r.status is None:
+        raise ServerDown(r.error)
+    if r.status >= 500:
+        raise ServerDown(f"HTTP {r.status} from {url}")
+    if not (r.ok and isinstance(r.data, dict)):
+        raise ValueError(f"{url}: {_why(r)}")
+    return r.data
 
 
 def neutral_sampling(temperature: float) -> dict:
@@ -83,9 +76,7 @@ def call_with_retry(url: str, payload: dict | None, what: str, give_up_after: fl
     """Retry while the server is unreachable, logging each failure; raise after ``give_up_after`` s."""
     start = time.monotonic()
     delay = 0.5
-    attempt = 0
-    while True:
-        attempt += 1
+    for attempt in itertools.count(1):
         try:
             return http_json(url, payload, timeout=timeout)
         except ServerDown as exc:
@@ -204,8 +195,6 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
         resp = one({**body, "prompt": prompts})
         resp["choices"] = sorted(resp["choices"], key=lambda c: c["index"])
         return resp
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         replies = list(pool.map(lambda prompt: one({**body, "prompt": prompt}), prompts))
     return {"choices": [c for r in replies for c in sorted(r["choices"], key=lambda c: c["index"])],

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsup.trainer import reloads, steplog
-from rlsup.trainer.sync import flag_line, request
+from rlsup.trainer.sync import flag, request
 
 WAIT_S = 5.0  # requests outstanding this long before the server is asked whether it is paused
 EVERY_S = 2.0  # then asked this often
@@ -94,7 +94,7 @@ class PauseWatch:
         key = (rec.state, rec.to_step)
         if key not in self.flagged:
             self.flagged.add(key)
-            print(flag_line("engine_paused", message), file=self._out, flush=True)
+            flag(self._out, "engine_paused", message)
         if resume:
             done = request("POST", f"{self.base}/resume", timeout=60.0)
             steplog.warn(f"resumed the inference server left paused: {'done' if done.ok else done.error or done.status}")

@@ -16,19 +16,15 @@ import sys
 import time
 
 _NAME = re.compile(r"[a-z_]+\Z")
-# Per-metric precision; everything else gets 4 decimals.
-_DECIMALS = {"reward": 3, "accuracy": 3}
 
 
 def _number(name: str, value: float | int) -> str | None:
-    if isinstance(value, bool):
-        value = int(value)
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, int):  # a bool too: 1 or 0
+        return str(int(value))
     value = float(value)
     if not math.isfinite(value):
         return None
-    return f"{value:.{_DECIMALS.get(name, 4)}f}"
+    return f"{value:.{3 if name in ('reward', 'accuracy') else 4}f}"
 
 
 def format_step(step: int, total: int, metrics: dict[str, float | int]) -> str:

@@ -71,10 +71,10 @@ import argparse
 import http.client
 import json
 import re
+import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,13 +82,12 @@ from pathlib import Path
 from typing import Any
 
 from rlsup.trainer import reloads, steplog, stopping
+from rlsup.trainer import weights as weights_mod
 
-FLAG_PREFIX = "rlsup-flag:"
 
-
-def flag_line(kind: str, message: str) -> str:
-    """The one-line form the supervisor reads: ``rlsup-flag: TYPE: MESSAGE`` (no newlines inside)."""
-    return f"{FLAG_PREFIX} {kind}: {' '.join(message.split())}"
+def flag(out: Any, kind: str, message: str) -> None:
+    """Print to ``out`` the line the supervisor reads: ``rlsup-flag: TYPE: MESSAGE`` (no newlines inside)."""
+    print(f"rlsup-flag: {kind}: {' '.join(message.split())}", file=out, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- HTTP
@@ -204,7 +203,7 @@ def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
     if isinstance(raw, str) and raw.startswith("rlsup"):
         return Engine("rlsup", parse_version(raw.removeprefix("rlsup-")), raw)
     kind = hint if hint in ("sglang", "vllm") else "unknown"
-    if isinstance(raw, str):
+    if isinstance(raw, str) or (kind == "unknown" and raw):
         # Only vLLM answers GET /version (SGLang 0.4.6-0.5.23: 404). vLLM's dev mode ALSO serves
         # GET /server_info (0.32.0 vllm/entrypoints/serve/dev/server_info/api_router.py), so asking that
         # route first would take a vLLM for an SGLang (and a wrong --weight-sync hint would stick).
@@ -216,8 +215,6 @@ def detect(base: str, hint: str = "auto", timeout: float = 10.0) -> Engine:
             kind = "sglang"
             got = info.data.get("version")
             raw = got if isinstance(got, str) else raw
-    if kind == "vllm" or (kind == "unknown" and raw):
-        kind = "vllm"
     router = False
     if kind == "vllm":
         p = request("GET", f"{base}/is_paused", timeout=timeout)
@@ -343,8 +340,6 @@ class WeightSync:
     def _mark_loaded(self, step: int, path: Path, result: SyncResult) -> None:
         """latest.json: what the server serves now, with its tensor shapes (what the next publish is checked
         against, even once this dir is pruned)."""
-        from rlsup.trainer import weights as weights_mod
-
         self.loaded_step = step
         weights_mod.mark_latest(self.weights_dir, step, path, engine=str(self.engine),
                                 server_model=result.server_model, shapes=weights_mod.tensor_shapes(path))
@@ -523,8 +518,6 @@ class WeightSync:
         known from latest.json (its shapes are kept there, so a pruned dir still counts) or, before this run
         loaded anything, from the model the server reports it started with. The dir is marked REJECTED so no
         restarted server loads it either."""
-        from rlsup.trainer import weights as weights_mod
-
         self._verified = None
         new = weights_mod.tensor_shapes(path)
         ref = self._served_shapes() if new is not None else None
@@ -536,14 +529,11 @@ class WeightSync:
             self._verified = path
             return None
         weights_mod.reject(path, why)
-        print(flag_line("weights_rejected", f"not loading {path}: {why}; the server keeps serving {served}"),
-              file=self._out, flush=True)
+        flag(self._out, "weights_rejected", f"not loading {path}: {why}; the server keeps serving {served}")
         return SyncResult(False, f"rejected before loading: {why}")
 
     def _served_shapes(self) -> tuple[str, dict[str, list[int]]] | None:
         """(what the server serves, in words; its tensor shapes), or None where they cannot be known."""
-        from rlsup.trainer import weights as weights_mod
-
         served = weights_mod.served(self.weights_dir)
         if served is not None:
             step, where, shapes = served
@@ -610,22 +600,20 @@ class WeightSync:
         server loads it (:func:`rlsup.trainer.weights.published_good`), then have the server restarted:
         it comes back with the last good weights. Without a way to restart it, it is flagged (and a
         vLLM stays paused, so nothing is generated from broken weights)."""
-        from rlsup.trainer import weights as weights_mod
-
         weights_mod.reject(path, result.detail)
         if self.restart_server is None or stopping.stopping():
-            print(flag_line("engine_broken",
-                            f"{self.engine or self.base}: {result.detail}. The server must be restarted to serve "
-                            f"the last good weights: `rlsup restart <inference component>` (pass the trainer "
-                            f"--restart-server NAME to do it automatically)"), file=self._out, flush=True)
+            flag(self._out, "engine_broken",
+                 f"{self.engine or self.base}: {result.detail}. The server must be restarted to serve the last good "
+                 "weights: `rlsup restart <inference component>` (pass the trainer --restart-server NAME to do it "
+                 "automatically)")
             return
         steplog.warn(f"{result.detail}: restarting the inference server (it loads the last good weights; "
                      f"{path.name} is marked {weights_mod.REJECTED})")
         ok, said = self.restart_server()
         steplog.log(f"restart of the inference server: {said}")
         if not ok:  # nothing will come back on its own: say so where rlsup shows it
-            print(flag_line("engine_broken", f"{self.engine or self.base}: {result.detail}; asking rlsup to restart "
-                                             f"it failed ({said}): restart it by hand"), file=self._out, flush=True)
+            flag(self._out, "engine_broken", f"{self.engine or self.base}: {result.detail}; asking rlsup to restart "
+                                             f"it failed ({said}): restart it by hand")
             return
         deadline = time.monotonic() + self.restart_timeout  # until the old server stopped and the new one answers
         if not (self._health_until(False, self.restart_timeout, 1.0)
@@ -644,11 +632,10 @@ class WeightSync:
             return
         self.flagged = True
         served = f"weights step {self.loaded_step}" if self.loaded_step is not None else "no weights published by this run"
-        print(flag_line("weights_stale",
-                        f"the inference server ({self.engine or self.base}) still serves {served} while step "
-                        f"{step} is published ({behind} steps behind, more than {self.stale_after}); rollouts "
-                        "are off-policy: check the server's log, or restart it to load the newest weights"),
-              file=self._out, flush=True)
+        flag(self._out, "weights_stale",
+             f"the inference server ({self.engine or self.base}) still serves {served} while step {step} is published "
+             f"({behind} steps behind, more than {self.stale_after}); rollouts are off-policy: check the server's log, "
+             "or restart it to load the newest weights")
 
     def _warn_once(self, text: str, lead: str = "inference server did not load the new weights: ") -> None:
         """Warn ``lead + text`` once for every text that differs in more than its numbers."""
@@ -664,8 +651,6 @@ def rlsup_restart(name: str, run_dir: Path | None = None) -> Callable[[], tuple[
     this component as the sender, with the reason)."""
 
     def restart() -> tuple[bool, str]:
-        import subprocess
-
         cmd = [sys.executable, "-m", "rlsup.supervisor.cli", "restart", name,
                *(["--run-dir", str(run_dir)] if run_dir else []),
                "--reason", "a weight reload broke the engine: it comes back with the newest good weights"]

@@ -14,8 +14,6 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-FIRST_S = 0.02
-MAX_S = 0.05
 SAY_EVERY_S = 5.0
 
 
@@ -25,7 +23,7 @@ def poll(check: Callable[[], T | None], *, patience: float | None = None,
     ``patience`` seconds have passed (None: wait for ever). ``say`` runs at the first miss and
     every :data:`SAY_EVERY_S` after."""
     deadline = None if patience is None else time.monotonic() + patience
-    delay = FIRST_S
+    delay = 0.02
     said_at: float | None = None
     while True:
         found = check()
@@ -38,4 +36,4 @@ def poll(check: Callable[[], T | None], *, patience: float | None = None,
             say()
             said_at = now
         time.sleep(delay)
-        delay = min(delay * 1.5, MAX_S)
+        delay = min(delay * 1.5, 0.05)

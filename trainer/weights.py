@@ -9,6 +9,7 @@ newest complete step directory -- what the orchestrator paces itself by and what
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -68,11 +69,9 @@ REJECTED = "REJECTED"  # written into a published dir an inference server failed
 def reject(path: Path, why: str) -> None:
     """Mark ``path`` as weights a server could not load, so a restarted server skips it. A path that does not
     exist (a bad path) needs no mark."""
-    try:
-        if Path(path).is_dir():
+    if Path(path).is_dir():
+        with contextlib.suppress(OSError):
             atomic.write_text(Path(path) / REJECTED, why + "\n")
-    except OSError:
-        pass
 
 
 def tensor_shapes(path: Path) -> dict[str, list[int]] | None:
@@ -145,7 +144,3 @@ def served(weights_dir: Path) -> tuple[int, Path, dict[str, list[int]] | None] |
         return None
     shapes = data.get("shapes")
     return int(data["step"]), Path(data["path"]), shapes if isinstance(shapes, dict) else None
-
-
-def read_meta(path: Path) -> dict:
-    return json.loads((Path(path) / "meta.json").read_text())

@@ -8,7 +8,7 @@ Promises of this module:
   on ("no NVIDIA driver found (libnvidia-ml.so.1 not loadable)"). "No GPU" is a value, not an error.
 * Samples are frozen dataclasses with a JSON-able :meth:`GpuSample.to_dict` (what ``rlsup status
   --json`` puts under ``"gpus"``/``"host"``) and a matching :meth:`GpuSample.from_dict` for clients.
-* :class:`FakeSampler` (``fake:NxMODEL``) stands in for NVML in tests and demos.
+* :class:`FakeSampler` (``fake:NxMODEL``) stands in for NVML in demos (and, made settable, in tests).
 * :func:`classify_holders` decides, before anything is signalled, which GPU holders are *proven* to be
   this run's (only those may ever be killed) and which are foreign or cannot be mapped to a process
   here (NVML reports host PIDs inside a PID namespace): with any of the latter the supervisor waits on
@@ -29,8 +29,8 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol
 
 import psutil
@@ -82,12 +82,6 @@ class GpuInfo:
     mig: tuple[MigInstance, ...] = ()
     node: str | None = None  # the Slurm node it is on (a multi-node run's per-node samplers); None: this host
 
-    @property
-    def mem_pct(self) -> float | None:
-        if self.mem_used_mb is None or not self.mem_total_mb:
-            return None
-        return 100.0 * self.mem_used_mb / self.mem_total_mb
-
 
 @dataclass(frozen=True)
 class HostInfo:
@@ -98,10 +92,6 @@ class HostInfo:
     mem_used_mb: float
     mem_total_mb: float
     load1: float
-
-    @property
-    def mem_pct(self) -> float:
-        return 100.0 * self.mem_used_mb / self.mem_total_mb if self.mem_total_mb else 0.0
 
 
 @dataclass(frozen=True)
@@ -185,12 +175,9 @@ class HostStats:
 
     def read(self) -> HostInfo:
         vm = psutil.virtual_memory()
-        try:
-            load1 = os.getloadavg()[0]
-        except (OSError, AttributeError):  # not every platform has a load average
-            load1 = 0.0
         return HostInfo(cpu_pct=self.cpu_pct(), cpu_count=psutil.cpu_count() or 1,
-                        mem_used_mb=(vm.total - vm.available) / _MIB, mem_total_mb=vm.total / _MIB, load1=load1)
+                        mem_used_mb=(vm.total - vm.available) / _MIB, mem_total_mb=vm.total / _MIB,
+                        load1=psutil.getloadavg()[0])  # emulated where the OS has none
 
 
 # ---------------------------------------------------------------------------------------------- none
@@ -340,7 +327,8 @@ class NvmlSampler:
                 # raised NVMLError_FunctionNotFound; from 12.575 the unversioned wrappers are decorated
                 # with @throwOnVersionMismatch, which turns it into NVMLLibraryMismatchError (a plain
                 # Exception, not an NVMLError) -- either way the _v2 call is what works.
-                procs = self._q(fallback, handle) if type(exc).__name__ in _FALLBACK_ERRORS else None
+                mismatch = type(exc).__name__ in ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
+                procs = self._q(fallback, handle) if mismatch else None
             found += [GpuProcess(int(p.pid), _num(getattr(p, "usedGpuMemory", None), _MIB))
                       for p in procs or () if getattr(p, "pid", None) is not None]
         return _merged(found)
@@ -378,30 +366,24 @@ class NvmlSampler:
             if handle is None:
                 return GpuInfo(index, "N/A", None, None, None, None, None, None, None, ())
             self._handles[index] = handle
-        nv = self._nvml
-        name = self._q("nvmlDeviceGetName", handle)
-        uuid = self._q("nvmlDeviceGetUUID", handle)
-        util = self._q("nvmlDeviceGetUtilizationRates", handle)
         mem = self._q("nvmlDeviceGetMemoryInfo", handle)
-        temp = self._q("nvmlDeviceGetTemperature", handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
-        power = self._q("nvmlDeviceGetPowerUsage", handle)
         limit = self._q("nvmlDeviceGetEnforcedPowerLimit", handle)
         if limit is None:
             limit = self._q("nvmlDeviceGetPowerManagementLimit", handle)
         mig = self._mig(handle)
-        # a MIG device's processes hold memory of this GPU: hygiene and attribution must see them
-        processes = _merged([*self._processes(handle), *(p for m in mig for p in m.processes)])
         return GpuInfo(
             index=index,
-            name=_text(name) or "N/A",
-            uuid=_text(uuid),
-            util_pct=_num(getattr(util, "gpu", None)),
+            name=_text(self._q("nvmlDeviceGetName", handle)) or "N/A",
+            uuid=_text(self._q("nvmlDeviceGetUUID", handle)),
+            util_pct=_num(getattr(self._q("nvmlDeviceGetUtilizationRates", handle), "gpu", None)),
             mem_used_mb=_num(getattr(mem, "used", None), _MIB),
             mem_total_mb=_num(getattr(mem, "total", None), _MIB),
-            temp_c=_num(temp),
-            power_w=_num(power, 1000.0),
+            temp_c=_num(self._q("nvmlDeviceGetTemperature", handle,
+                                getattr(self._nvml, "NVML_TEMPERATURE_GPU", 0))),
+            power_w=_num(self._q("nvmlDeviceGetPowerUsage", handle), 1000.0),
             power_limit_w=_num(limit, 1000.0),
-            processes=processes,
+            # a MIG device's processes hold memory of this GPU: hygiene and attribution must see them
+            processes=_merged([*self._processes(handle), *(p for m in mig for p in m.processes)]),
             mig=mig,
         )
 
@@ -415,9 +397,6 @@ class NvmlSampler:
             gpus = tuple(self._gpu(i) for i in range(int(count or 0)))
             reason = "NVML could not count GPUs" if count is None else None if gpus else "NVML reports no GPUs"
             return GpuSample(ts=ts, backend="nvml", gpus=gpus, reason=reason, host=host)
-
-
-_FALLBACK_ERRORS = ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
 
 
 def _merged(procs: Iterable[GpuProcess]) -> tuple[GpuProcess, ...]:
@@ -465,36 +444,17 @@ _MAX_FAKE_GPUS = 256
 FAKE_HOST = HostInfo(cpu_pct=23.5, cpu_count=64, mem_used_mb=131072.0, mem_total_mb=2 * 1024 * 1024.0, load1=7.25)
 
 
-@dataclass
-class _FakeGpu:
-    util_pct: float | None = 0.0
-    mem_used_mb: float | None = None  # None: base + sum of processes
-    processes: list[GpuProcess] = field(default_factory=list)
-
-
 class FakeSampler:
-    """Deterministic GPUs for tests, demos and snapshots. Nothing varies unless you set it.
+    """Deterministic idle GPUs for demos and snapshots (no processes, 30 °C, a tenth of the power limit); host
+    stats are :data:`FAKE_HOST`."""
 
-    ``mem_used_mb`` defaults to a small driver overhead plus the processes' memory, temperature and
-    power follow utilisation linearly. Host stats are :data:`FAKE_HOST`.
-    Setters are thread-safe, so a test can change processes while a :class:`SamplerThread` runs.
-    """
-
-    BASE_MEM_MB = 512.0
-
-    def __init__(self, count: int = 1, model: str = "H100", *, util_pct: float | Sequence[float | None] = 0.0,
-                 mem_used_mb: float | Sequence[float | None] | None = None,
-                 processes: Mapping[int, Iterable[GpuProcess]] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, count: int = 1, model: str = "H100", *, clock: Callable[[], float] = time.time) -> None:
         if count < 0:
             raise ValueError("count must be >= 0")
         self.name, self.mem_total_mb, self.power_limit_w = _MODELS.get(model.upper(),
                                                                         (f"NVIDIA {model}", 24576.0, 300.0))
+        self.count = count
         self._clock = clock
-        self._lock = threading.Lock()
-        self._gpus = [_FakeGpu(util_pct=_pick(util_pct, i), mem_used_mb=_pick(mem_used_mb, i)) for i in range(count)]
-        for idx, procs in (processes or {}).items():
-            self._gpus[idx].processes = list(procs)
 
     @classmethod
     def from_spec(cls, spec: str, **kwargs: Any) -> FakeSampler:
@@ -518,50 +478,18 @@ class FakeSampler:
             raise ValueError(f"bad fake GPU spec {spec!r}: at most {_MAX_FAKE_GPUS} GPUs (a model: '1x{count}')")
         return cls(count, model or "H100", **kwargs)
 
-    def set_util(self, index: int, pct: float | None) -> None:
-        with self._lock:
-            self._gpus[index].util_pct = pct
-
-    def set_mem_used(self, index: int, mb: float | None) -> None:
-        with self._lock:
-            self._gpus[index].mem_used_mb = mb
-
-    def set_processes(self, index: int, processes: Iterable[GpuProcess]) -> None:
-        with self._lock:
-            self._gpus[index].processes = list(processes)
-
     def sample(self) -> GpuSample:
-        with self._lock:
-            gpus = tuple(self._info(i, g) for i, g in enumerate(self._gpus))
+        gpus = tuple(self.gpu(i) for i in range(self.count))
         return GpuSample(ts=self._clock(), backend="fake", gpus=gpus,
                          reason=None if gpus else "fake backend with no GPUs", host=FAKE_HOST)
 
-    def _info(self, index: int, g: _FakeGpu) -> GpuInfo:
-        mem = g.mem_used_mb
-        if mem is None:
-            mem = (self.BASE_MEM_MB + sum(p.used_mb or 0.0 for p in g.processes)) if g.processes else 0.0
-        util = g.util_pct
-        return GpuInfo(
-            index=index,
-            name=self.name,
-            uuid=f"GPU-fake-{index:04d}",
-            util_pct=util,
-            mem_used_mb=min(mem, self.mem_total_mb),
-            mem_total_mb=self.mem_total_mb,
-            temp_c=None if util is None else round(30.0 + 0.5 * util, 1),
-            power_w=None if util is None else round(self.power_limit_w * (0.1 + 0.9 * util / 100.0), 1),
-            power_limit_w=self.power_limit_w,
-            processes=tuple(sorted(g.processes, key=lambda p: p.pid)),
-        )
+    def gpu(self, index: int) -> GpuInfo:
+        return GpuInfo(index, self.name, f"GPU-fake-{index:04d}", util_pct=0.0, mem_used_mb=0.0,
+                       mem_total_mb=self.mem_total_mb, temp_c=30.0, power_w=round(self.power_limit_w * 0.1, 1),
+                       power_limit_w=self.power_limit_w)
 
     def close(self) -> None:
         pass
-
-
-def _pick(v: float | Sequence[float | None] | None, i: int) -> float | None:
-    if v is None or isinstance(v, (int, float)):
-        return None if v is None else float(v)
-    return v[i] if i < len(v) else None
 
 
 # ----------------------------------------------------------------------------------------- factory
@@ -690,14 +618,6 @@ class Holders:
         return self.ours + self.unmappable
 
 
-def _gpu_rows(processes: Any) -> list[tuple[int, list[tuple[int, float | None]]]]:
-    """(index, [(pid, used_mb)]) from a GpuSample, GpuInfo items or ``GpuSample.to_dict()["gpus"]``."""
-    gpus = processes.gpus if isinstance(processes, GpuSample) else processes
-    return [(g.index, [(p.pid, p.used_mb) for p in g.processes]) if isinstance(g, GpuInfo)
-            else (int(g.get("index", -1)), [(int(p["pid"]), p.get("used_mb")) for p in g.get("processes") or ()])
-            for g in gpus or ()]
-
-
 _Verdict = tuple[str, str, float | None]
 """How :func:`classify_holders` judged one holder: its kind (ours, live, foreign, unmappable), why, and for
 ours the create_time it was proven with."""
@@ -738,20 +658,19 @@ def _judge_previous(ident: ProcIdentity, want_t: float | None, marker_ours: bool
 
 
 def classify_holders(
-    processes: Any,
+    sample: GpuSample,
     *,
     gpu_indices: Collection[int],
     run_pids: Mapping[int, str],
-    prev_pids: Mapping[int, float | None] | Collection[int],
+    prev_pids: Mapping[int, float | None],
     proc_lookup: Callable[[int], ProcIdentity | None] = proc_identity,
     run_dir: str | None = None,
 ) -> Holders:
     """Which processes NVML lists on ``gpu_indices`` are provably this run's. Pure given ``proc_lookup``.
 
-    ``processes``: a :class:`GpuSample`, its ``gpus`` or ``to_dict()["gpus"]``. ``run_pids``: pid ->
-    component for every live member of the run's current process trees. ``prev_pids``: the previous
-    attempt's pids, as a mapping pid -> create_time when the supervisor recorded it (the identity check),
-    or a bare collection. ``run_dir``: the run's marker value (``RLSUP_RUN_DIR``).
+    ``run_pids``: pid -> component for every live member of the run's current process trees. ``prev_pids``:
+    the previous attempt's pids -> create_time where the supervisor recorded it (the identity check), else
+    None. ``run_dir``: the run's marker value (``RLSUP_RUN_DIR``).
 
     A holder is *ours* only when the pid is visible here, has an NVIDIA device mapped (or that cannot be
     read), and its identity is proven: a previous-attempt pid whose create_time matches, or whose run
@@ -759,17 +678,13 @@ def classify_holders(
     A pid not visible here -- NVML in a container reports host PIDs -- or a visible pid that maps no
     NVIDIA device (a different process that happens to have the host pid's number) is *unmappable*.
     """
-    wanted = {int(i) for i in gpu_indices}
-    prev_times: dict[int, float | None] = (
-        {int(k): v for k, v in prev_pids.items()} if isinstance(prev_pids, Mapping)
-        else {int(p): None for p in prev_pids})
     kinds: dict[str, list[Holder]] = {"ours": [], "live": [], "foreign": [], "unmappable": []}
-    for index, procs in _gpu_rows(processes):
-        if index not in wanted:
+    for g in sample.gpus:
+        if g.index not in gpu_indices:
             continue
-        for pid, used in procs:
-            kind, why, create_time = _judge_holder(pid, proc_lookup(pid), run_pids, prev_times, run_dir)
-            kinds[kind].append(Holder(index, pid, used, why, create_time))
+        for p in g.processes:
+            kind, why, create_time = _judge_holder(p.pid, proc_lookup(p.pid), run_pids, prev_pids, run_dir)
+            kinds[kind].append(Holder(g.index, p.pid, p.used_mb, why, create_time))
     ours, live, foreign, unmappable = (tuple(hs) for hs in kinds.values())
     return Holders(ours, live, foreign, unmappable, _holders_note(foreign, unmappable))
 

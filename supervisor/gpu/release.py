@@ -16,14 +16,13 @@ from typing import Any
 from ..monitor.process import same_process, terminate_processes
 from ..records import events as ev
 from ..records.clock import Clock
+from .nvml import classify_holders, proc_identity
 
 
 async def wait_gpu_release(name: str, gpus: list[int], sampler: Any, *, prev: dict[int, float | None],
                            run_pids: Callable[[], dict[int, str]], run_dir: str, timeout: float, clock: Clock,
                            stop_wanted: Callable[[], bool], emit: Callable[[ev.Event], Any],
                            proc_lookup: Callable[[int], Any] | None = None) -> None:
-    from .nvml import classify_holders, proc_identity
-
     loop = asyncio.get_running_loop()
     deadline = clock.monotonic() + timeout
     while True:

@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config.placement import expand_hostlist
+from .jobs import key_values, run
+
 TIMEOUT_S = 10.0
 _GPU_RE = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
 
@@ -41,9 +44,6 @@ def gpus_of(gres: str) -> int:
 
 def parse(partitions_out: str, nodes_out: str) -> Cluster:
     """``scontrol show partition -o`` and ``sinfo -h -N -o '%N|%G'``, as a :class:`Cluster`."""
-    from ..config.placement import expand_hostlist
-    from .jobs import key_values
-
     parts = {}
     for line in partitions_out.splitlines():
         f = key_values(line)
@@ -63,8 +63,6 @@ def parse(partitions_out: str, nodes_out: str) -> Cluster:
 
 def ask() -> Cluster | None:
     """The cluster as Slurm describes it; None where ``scontrol``/``sinfo`` are missing or do not answer."""
-    from .jobs import run
-
     p = run(["scontrol", "show", "partition", "-o"], TIMEOUT_S)
     n = run(["sinfo", "-h", "-N", "-o", "%N|%G"], TIMEOUT_S) if p is not None and p.returncode == 0 else None
     return parse(p.stdout, n.stdout) if p is not None and n is not None and n.returncode == 0 else None

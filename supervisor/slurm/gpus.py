@@ -11,6 +11,7 @@ Slurm confines devices.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -23,8 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..gpu.nvml import GpuSample, HostInfo, make_sampler
-from .jobs import SAMPLER_STEP as STEP_NAME
-from .jobs import job_steps, run, tool
+from .jobs import SAMPLER_STEP, job_steps, run, tool
 
 INTERVAL_S = 2.0
 
@@ -32,7 +32,7 @@ INTERVAL_S = 2.0
 def leftovers(job_id: str) -> list[str]:
     """Cancel the sampler steps a previous supervisor of this job left running (killed with ``kill -9``, its
     steps' srun clients go on without a reader); the steps cancelled, as ``J.S``."""
-    steps = [sid for sid, name in job_steps(job_id) or () if name == STEP_NAME]
+    steps = [sid for sid, name in job_steps(job_id) or () if name == SAMPLER_STEP]
     if steps:
         run(["scancel", *steps])
     return steps
@@ -52,7 +52,7 @@ class NodeSamplers:
         for node in self.nodes:
             argv = [tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
                     f"--gres=gpu:{gpus_per_node}" if gpus_per_node else "--gres=none", "--quiet",
-                    f"--job-name={STEP_NAME}", sys.executable, "-m", "rlsup.supervisor.slurm.gpus",
+                    f"--job-name={SAMPLER_STEP}", sys.executable, "-m", "rlsup.supervisor.slurm.gpus",
                     "--interval", str(INTERVAL_S)]
             try:
                 p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -114,16 +114,13 @@ def for_run(cfg: Any, sampler: Any) -> Any:
 
 def main(argv: Sequence[str]) -> int:
     """The sampler step: one JSON line per sample of this node, until srun ends it."""
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m rlsup.supervisor.slurm.gpus")
     ap.add_argument("--interval", type=float, default=INTERVAL_S)
     a = ap.parse_args(list(argv))
     sampler = make_sampler()
     try:
         while True:
-            sys.stdout.write(json.dumps(sampler.sample().to_dict()) + "\n")
-            sys.stdout.flush()
+            print(json.dumps(sampler.sample().to_dict()), flush=True)
             time.sleep(a.interval)
     except (BrokenPipeError, KeyboardInterrupt):
         return 0

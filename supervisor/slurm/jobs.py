@@ -10,6 +10,7 @@ ends (completed, fatal, or stopped).
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shlex
@@ -119,10 +120,9 @@ def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None) -> str
     """Submit the run's job; its id. Raises :class:`SlurmError` with sbatch's own message."""
     run_dir = cfg.run_dir
     Path(run_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    script = batch_script(config_path, run_dir, extra=extra)
-    argv = sbatch_argv(cfg, run_dir, os.getcwd())
     try:
-        p = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S)
+        p = subprocess.run(sbatch_argv(cfg, run_dir, os.getcwd()), capture_output=True, text=True,
+                           input=batch_script(config_path, run_dir, extra=extra), timeout=SBATCH_TIMEOUT_S)
     except FileNotFoundError:
         raise SlurmError("sbatch not found: run `rlsup up` on a Slurm login node (or remove the `slurm:` "
                          "block to run on this machine)") from None
@@ -173,8 +173,6 @@ def job(job_id: str) -> dict[str, Any] | None:
 
 def runs() -> list[dict[str, Any]]:
     """Every rlsup job of this user that the controller still knows."""
-    import getpass
-
     return [describe(j) for j in squeue_json(user=getpass.getuser()) if str(j.get("name") or "").startswith(JOB_PREFIX)]
 
 
@@ -269,12 +267,6 @@ def key_values(line: str) -> dict[str, str]:
     return dict(x.split("=", 1) for x in line.split() if "=" in x)
 
 
-def show_job(job_id: str) -> dict[str, str]:
-    """``scontrol show job -o J`` as its ``Key=Value`` fields (empty when Slurm does not answer)."""
-    p = run(["scontrol", "show", "job", "-o", str(job_id)])
-    return key_values(p.stdout) if p is not None and p.returncode == 0 else {}
-
-
 # Why a job pends that no waiting will clear (squeue's reason): the job must change, not the cluster's load.
 NEVER_CLEARS = {
     "PartitionNodeLimit": "it asks for more nodes than its partition has or allows a job",
@@ -307,7 +299,8 @@ def notice_reason(job_id: str) -> str:
     """Why Slurm sent the job its warning signal (``--signal=B:USR1@N``, which rlsup asks for): the job is
     being preempted (Slurm has set its ``PreemptTime``; ``preempt_send_user_signal`` sends the warning then), or
     its time limit is near. The words of the run's end."""
-    fields = show_job(job_id)
+    p = run(["scontrol", "show", "job", "-o", str(job_id)])
+    fields = key_values(p.stdout) if p is not None and p.returncode == 0 else {}
     if fields.get("PreemptTime", "None") not in ("None", "Unknown", ""):
         return f"job {job_id} is being preempted (Slurm's notice, SIGUSR1)"
     if fields.get("TimeLimit"):

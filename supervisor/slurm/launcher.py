@@ -18,18 +18,21 @@ Nothing here chooses nodes: the config names how many of the allocation's nodes 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal as signal_mod
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from ..config.placement import expand_hostlist
-from .jobs import job_steps, run, tool
+from ..diagnosis import slurm as diagnosis_slurm
+from ..records.events import FlagRaised
+from .jobs import SlurmError, job, job_steps, requeue, run, tool
 
-SCANCEL_TIMEOUT_S = 10.0
+SLURM_TIMEOUT_S = 10.0  # for each squeue/scancel the launcher runs
 STEP_WAIT_S = 5.0
-SQUEUE_TIMEOUT_S = 10.0
 
 
 def step_name(component: str, attempt: int) -> str:
@@ -52,10 +55,10 @@ class SlurmLauncher:
     def for_run(cls, cfg: Any, environ: Mapping[str, str] | None = None) -> SlurmLauncher | None:
         """The run's launcher: a ``slurm:`` block and an allocation to start steps in; else None
         (a plain process per attempt, as on one machine)."""
-        job = running_job(cfg, environ)
-        if job is None:
+        found = running_job(cfg, environ)
+        if found is None:
             return None
-        return cls(job[0], cfg.placement,
+        return cls(found[0], cfg.placement,
                    {n: c.gpu_count for n, c in cfg.components.items()}, requeue=cfg.slurm.requeue)
 
     # ------------------------------------------------------------------ launching
@@ -83,7 +86,7 @@ class SlurmLauncher:
         if key in self.steps:
             return self.steps[key]
         want = step_name(component, attempt)
-        sid = next((sid for sid, name in job_steps(self.job_id, SQUEUE_TIMEOUT_S) or () if name == want), None)
+        sid = next((sid for sid, name in job_steps(self.job_id, SLURM_TIMEOUT_S) or () if name == want), None)
         if sid is not None:
             self.steps[key] = sid
         return sid
@@ -91,8 +94,6 @@ class SlurmLauncher:
     def wait_step(self, component: str, attempt: int, read_record: Any) -> str | None:
         """The attempt's step id once Slurm created it; None after :data:`STEP_WAIT_S` (its step still pending
         on resources) or once the attempt ended (``read_record()`` says exited)."""
-        import time
-
         deadline = time.monotonic() + STEP_WAIT_S
         while True:
             sid = self.step_of(component, attempt)
@@ -109,13 +110,13 @@ class SlurmLauncher:
         if sid is None:
             return False  # no step (yet, or any more): what is left is the local srun client
         if signum == signal_mod.SIGKILL:
-            run(["scancel", "--quiet", sid], SCANCEL_TIMEOUT_S)
+            run(["scancel", "--quiet", sid], SLURM_TIMEOUT_S)
             return False  # and the client too: its step is gone
         name = signal_mod.Signals(signum).name.removeprefix("SIG")
         # Whatever scancel answers, the srun client must not get the signal: it would cancel the step
         # without a grace period. (Slurm 22.05's scancel may exit non-zero, "Invalid job id specified",
         # after the tasks got the signal.) If the step ignores it, the stop timeout's SIGKILL follows.
-        run(["scancel", "--quiet", f"--signal={name}", sid], SCANCEL_TIMEOUT_S)
+        run(["scancel", "--quiet", f"--signal={name}", sid], SLURM_TIMEOUT_S)
         sent = att.signalled.setdefault(signum, set())
         with contextlib.suppress(Exception):
             sent.update(att.members())
@@ -123,13 +124,9 @@ class SlurmLauncher:
 
     # ------------------------------------------------------------------ a step's end
 
-    @staticmethod
-    def refine(diag: dict[str, Any], lines: list[str]) -> dict[str, Any]:
-        """Slurm's view of a step's end from its output (node failure, launch failure, time limit, oom_kill,
-        with rank and node): what :meth:`ended` takes."""
-        from ..diagnosis.slurm import refine
-
-        return refine(diag, lines)
+    # Slurm's view of a step's end from its output (node failure, launch failure, time limit, oom_kill, with
+    # rank and node): what :meth:`ended` takes.
+    refine = staticmethod(diagnosis_slurm.refine)
 
     @staticmethod
     def needs_job_nodes(diag: dict[str, Any]) -> bool:
@@ -139,8 +136,6 @@ class SlurmLauncher:
 
     def job_nodes(self) -> str | None:
         """The job's node list as squeue has it now (a hostlist); None when unknown. Blocking."""
-        from .jobs import SlurmError, job
-
         try:
             now = job(self.job_id)
         except SlurmError:
@@ -153,8 +148,6 @@ class SlurmLauncher:
         (``job_nodes``: the job's node list, looked up where :meth:`needs_job_nodes` says so) is a node
         failure, and a node failure with ``requeue: true`` requeues the job, so that the next supervisor
         continues the run on healthy nodes."""
-        from ..records.events import FlagRaised
-
         self.steps.pop((att.component, att.attempt), None)
         cat = diag.get("category")
         if cat == "step_launch_failure" and job_nodes is not None:
@@ -170,20 +163,15 @@ class SlurmLauncher:
                 evidence=list(diag.get("evidence") or [])[:5],
                 action=f"requeueing job {self.job_id} (slurm.requeue: true): Slurm starts it again when nodes "
                        "allow, and the next supervisor continues this run from the newest checkpoints"))
-            import asyncio
-
             loop = asyncio.get_running_loop()
             step = step_name(att.component, att.attempt)
             # A moment for the journal to take the events above: the requeue ends this batch step.
-            loop.call_later(REQUEUE_AFTER_S, lambda: loop.run_in_executor(None, self._requeue, comp, step, loop))
+            loop.call_later(1.0, lambda: loop.run_in_executor(None, self._requeue, comp, step, loop))
         return ex, diag
 
     def _requeue(self, comp: Any, step: str, loop: Any) -> None:
         """``scontrol requeue`` once the failed step has ended in Slurm too (:func:`.jobs.requeue`); where it
         could not be requeued, or the step was still ending when the wait ran out, the journal says so."""
-        from ..records.events import FlagRaised
-        from .jobs import requeue
-
         ok, said = requeue(self.job_id, only={step})
         if ok and not said:
             return
@@ -214,9 +202,6 @@ class SlurmLauncher:
                              *list(diag.get("evidence") or [])[:5]]}
 
 
-REQUEUE_AFTER_S = 1.0
-
-
 def running_job(cfg: Any, environ: Mapping[str, str] | None = None) -> tuple[str, list[str]] | None:
     """The id and the nodes of the Slurm job a run with a ``slurm:`` block runs in; None outside a job (or
     without the block)."""
@@ -228,8 +213,8 @@ def running_job(cfg: Any, environ: Mapping[str, str] | None = None) -> tuple[str
 
 def slurm_job_info(cfg: Any) -> dict[str, Any] | None:
     """What the journal records of the job this supervisor runs in (``run_started.slurm``)."""
-    job = running_job(cfg)
-    if job is None:
+    found = running_job(cfg)
+    if found is None:
         return None
-    return {"job_id": job[0], "nodes": job[1], "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+    return {"job_id": found[0], "nodes": found[1], "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
             "placement": dict(cfg.placement)}

@@ -18,24 +18,25 @@ import os
 import shutil
 import socket
 import subprocess
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from ..config.placement import expand_hostlist
+from .jobs import key_values, run
+from .launcher import running_job
 
 LOCAL = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "vfat", "exfat", "ramfs", "ntfs",
          "ntfs3", "reiserfs", "jfs", "squashfs", "devtmpfs"}
 
 
-def _nearest_existing(path: str) -> str:
-    p = os.path.abspath(path)
-    while not os.path.exists(p) and p != "/":
-        p = os.path.dirname(p)
-    return os.path.realpath(p)
-
-
 def filesystem(path: str, mountinfo: Iterable[str] | None = None) -> tuple[str, str]:
-    """(mount point, filesystem type) of ``path``."""
-    p = _nearest_existing(path) if mountinfo is None else os.path.abspath(path)
+    """(mount point, filesystem type) of ``path`` (its nearest existing ancestor on this machine)."""
+    p = os.path.abspath(path)
     if mountinfo is None:
+        while not os.path.exists(p) and p != "/":
+            p = os.path.dirname(p)
+        p = os.path.realpath(p)
         try:
             with open("/proc/self/mountinfo") as f:
                 mountinfo = f.read().splitlines()
@@ -56,9 +57,6 @@ def filesystem(path: str, mountinfo: Iterable[str] | None = None) -> tuple[str, 
 
 def node_hosts(partition: str | None = None) -> list[str] | None:
     """NodeHostname of every node of the partition (None where scontrol cannot say)."""
-    from ..config.placement import expand_hostlist
-    from .jobs import key_values, run
-
     if (out := run(["scontrol", "show", "node", "-o"], 20)) is None:
         return None
     p = run(["scontrol", "show", "partition", "-o", partition], 20) if partition else None
@@ -116,8 +114,6 @@ def verdict(run_dir: str, nodes: list[str], stdout: str, returncode: int | None 
 def check_in_job(run_dir: str, job_id: str, nodes: list[str], timeout: float = 60.0) -> str | None:
     """Inside the job: does every node see the run dir? A marker file written here, looked for on each
     node by one overlapping step (:data:`PROBE`). The error, or None."""
-    import uuid
-
     marker = os.path.join(run_dir, f".rlsup-shared-{uuid.uuid4().hex[:12]}")
     try:
         with open(marker, "w") as f:
@@ -134,8 +130,6 @@ def check_in_job(run_dir: str, job_id: str, nodes: list[str], timeout: float = 6
 
 def check_job(cfg: Any, environ: Mapping[str, str] | None = None) -> str | None:
     """:func:`check_in_job` for a run in a Slurm job of two nodes or more (None elsewhere)."""
-    from .launcher import running_job
-
     job = running_job(cfg, environ)
     if job is None or len(job[1]) < 2:
         return None

@@ -16,7 +16,7 @@ import pytest
 from rlsup.supervisor.gpu import nvml as gpu
 from rlsup.supervisor.gpu.nvml import (
     FAKE_HOST,
-    FakeSampler,
+    GpuInfo,
     GpuProcess,
     GpuSample,
     NoneSampler,
@@ -25,6 +25,7 @@ from rlsup.supervisor.gpu.nvml import (
     make_sampler,
 )
 from tests.conftest import PATIENCE
+from tests.supervisor.gpu.fakes import FakeSampler
 
 # ------------------------------------------------------------------------------------- attribution
 # Pure functions of a sample and the run's process trees: which component uses which GPU, which holders
@@ -412,6 +413,11 @@ def test_nvml_init_retry_is_rate_limited(fake_nvml: dict[str, int], monkeypatch:
     assert sampler.sample().backend == "nvml"
 
 
+def mem_pct(g: GpuInfo) -> float | None:
+    """What the GPU panel shows as a GPU's memory use (tui/widgets/gpu_panel.py computes it from the dict form)."""
+    return None if g.mem_used_mb is None or not g.mem_total_mb else 100.0 * g.mem_used_mb / g.mem_total_mb
+
+
 @pytest.mark.parametrize(
     "exc",
     [
@@ -446,7 +452,7 @@ def test_nvml_failed_queries_become_none(
         None,
     ) * 7
     assert g.processes == ()
-    assert g.mem_pct is None
+    assert mem_pct(g) is None
 
 
 def test_nvml_power_limit_falls_back(fake_nvml: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -829,9 +835,9 @@ def test_classify_holders_only_proven_processes_are_ours(procs) -> None:  # type
         h2 = gpu.classify_holders(f.sample(), gpu_indices=[0], run_pids={},
                                   prev_pids={leftover.pid: created - 100.0}, proc_lookup=lookup)
         assert h2.ours == () and "reused" in h2.foreign[0].why
-        # a bare pid set and no marker to check: identity unproven -> unmappable, never ours
-        h3 = gpu.classify_holders(f.sample().to_dict()["gpus"], gpu_indices=[0], run_pids={},
-                                  prev_pids={leftover.pid}, proc_lookup=lookup)
+        # no start time and no marker to check: identity unproven -> unmappable, never ours
+        h3 = gpu.classify_holders(f.sample(), gpu_indices=[0], run_pids={},
+                                  prev_pids={leftover.pid: None}, proc_lookup=lookup)
         assert h3.ours == () and [x.pid for x in h3.unmappable] == [leftover.pid]
     finally:
         for p in (leftover, other_run):

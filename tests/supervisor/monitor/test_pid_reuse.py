@@ -11,9 +11,10 @@ import time
 import psutil
 
 from rlsup.supervisor.gpu import nvml as gpu
-from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess
+from rlsup.supervisor.gpu.nvml import GpuProcess
 from rlsup.supervisor.monitor.process import kill_if_same, same_process, start_time
 from tests.conftest import PATIENCE
+from tests.supervisor.gpu.fakes import FakeSampler
 
 
 def _sleeper() -> subprocess.Popen:

@@ -15,9 +15,10 @@ import psutil
 import pytest
 
 from rlsup.supervisor.config.loader import ConfigError, load_config
-from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess, NoneSampler
+from rlsup.supervisor.gpu.nvml import GpuProcess, NoneSampler
 from rlsup.supervisor.monitor.process import find_marked
 from rlsup.supervisor.preflight.checks import Finding, exit_code, format_findings, run_checks
+from tests.supervisor.gpu.fakes import FakeSampler
 
 FIXTURES = Path(__file__).parent.parent.parent / "fixtures" / "preflight"
 PY = sys.executable
@@ -418,7 +419,7 @@ def test_memory_fraction_follows_each_engines_semantics(tmp_path):
     before loading); vLLM's --gpu-memory-utilization is a fraction of total memory and vLLM refuses to
     start when less is free (vllm/v1/worker/gpu_worker.py Worker.init_device)."""
     from rlsup.supervisor.config.loader import load_config
-    from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess
+    from rlsup.supervisor.gpu.nvml import GpuProcess
     from rlsup.supervisor.preflight.checks import memory_ask, run_checks
 
     def memory_fraction(comp):

@@ -11,9 +11,10 @@ import subprocess
 import sys
 
 from rlsup.supervisor.config.loader import load_config
-from rlsup.supervisor.gpu.nvml import FakeSampler, GpuProcess, proc_identity
+from rlsup.supervisor.gpu.nvml import GpuProcess, proc_identity
 from rlsup.supervisor.run.run import Run as Supervisor
 from tests.conftest import PATIENCE, pid_alive, write_config
+from tests.supervisor.gpu.fakes import FakeSampler
 
 
 def _sleeper(env_extra: dict) -> subprocess.Popen:
