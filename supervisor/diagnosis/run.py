@@ -412,6 +412,9 @@ class _JournalFacts:
             self.name = e.name or self.name
             self.started = ts if self.started is None else self.started
             self.ended = None  # resumed: the run's end is this run's, not an earlier one's
+            if e.how != "adopted":  # started afresh: what the earlier run's flags said is over
+                for spans in self.dep_down.values():
+                    _close(spans, ts)
             for n in e.components:
                 if isinstance(n, str):
                     self.comp(n)
