@@ -782,37 +782,6 @@ _SCANNERS: dict[str, Callable[[Path, _Scan], Discovery]] = {
 """The scan of each layout that needs nothing but the root; ``glob`` also needs its step pattern."""
 
 
-def find(
-    root: str | Path, layout: str = "auto", *, step: int | None = None, **kw: object
-) -> Checkpoint | None:
-    """The latest complete checkpoint, or the complete one at exactly ``step``; None if there is none."""
-    found = discover(root, layout, **kw)  # type: ignore[arg-type]
-    if step is None:
-        return found.latest
-    return next((c for c in found.checkpoints if c.step == step), None)
-
-
-def list_checkpoints(
-    root: str | Path, layout: str = "auto", step_pattern: str | None = None, **kw: object
-) -> list[Checkpoint]:
-    """Every complete checkpoint under ``root``, ascending by step (what ``rlsup resume --step`` offers).
-
-    For AReaL this includes the weight-only ``epoch*globalstep*`` saves besides the recover point.
-    ``kw`` passes ``now``, ``settle_s`` and ``markers`` on to :func:`discover`.
-    """
-    return list(discover(root, layout, step_pattern, **kw).checkpoints)  # type: ignore[arg-type]
-
-
-def find_step(
-    root: str | Path, layout: str, step: int, step_pattern: str | None = None, **kw: object
-) -> Checkpoint | None:
-    """The complete checkpoint at exactly ``step`` (``rlsup resume NAME --step N``), or None."""
-    return next((c for c in list_checkpoints(root, layout, step_pattern, **kw) if c.step == step), None)
-
-
 def resume_args(template: Sequence[str], ckpt: Checkpoint) -> list[str]:
     """``template`` with ``{step}`` and ``{checkpoint}`` replaced; other braces are left alone."""
     return [a.replace("{step}", str(ckpt.step)).replace("{checkpoint}", ckpt.path) for a in template]
-
-
-Found = Discovery  # the name the supervisor's side of issue 6 uses for a scan result

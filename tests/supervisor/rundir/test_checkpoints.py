@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,14 +13,30 @@ from rlsup.supervisor.rundir.checkpoints import (
     LAYOUTS,
     Checkpoint,
     Discovery,
-    Found,
     discover,
-    find,
-    find_step,
     is_temp_name,
-    list_checkpoints,
     resume_args,
 )
+
+Found = Discovery  # the name the supervisor's side of issue 6 used for a scan result
+
+
+def find(root: str | Path, layout: str = "auto", *, step: int | None = None, **kw: Any) -> Checkpoint | None:
+    """The latest complete checkpoint, or the complete one at exactly ``step``; None if there is none."""
+    found = discover(root, layout, **kw)
+    return found.latest if step is None else next((c for c in found.checkpoints if c.step == step), None)
+
+
+def list_checkpoints(root: str | Path, layout: str = "auto", step_pattern: str | None = None,
+                     **kw: Any) -> list[Checkpoint]:
+    """Every complete checkpoint under ``root``, ascending by step."""
+    return list(discover(root, layout, step_pattern, **kw).checkpoints)
+
+
+def find_step(root: str | Path, layout: str, step: int, step_pattern: str | None = None,
+              **kw: Any) -> Checkpoint | None:
+    """The complete checkpoint at exactly ``step``, or None."""
+    return next((c for c in list_checkpoints(root, layout, step_pattern, **kw) if c.step == step), None)
 
 NOW = 1_700_000_000.0
 OLD = NOW - 3600.0
