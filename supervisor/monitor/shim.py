@@ -1067,25 +1067,27 @@ def _report_to(fd: int) -> Callable[[dict[str, Any]], None]:
 
 def _recv_msg(sock: socket.socket) -> tuple[dict, int] | None:
     """One request: a 4-byte length, the descriptors passed with it (SCM_RIGHTS: the reply fd, -1 for
-    none; any more are closed), a JSON body."""
-    head, fds, _flags_, _addr = socket.recv_fds(sock, 4, 4)
-    while head and len(head) < 4:
-        more = sock.recv(4 - len(head))
-        if not more:
+    none; any more are closed), a JSON body. None at EOF or on a broken request."""
+    try:
+        head, fds, _flags_, _addr = socket.recv_fds(sock, 4, 4)
+        for extra in fds[1:]:
+            os.close(extra)
+        head += _recv_exact(sock, 4 - len(head)) if head else b""
+        if len(head) < 4:
             return None
-        head += more
-    for extra in fds[1:]:
-        os.close(extra)
-    if not head:
+        (n,) = struct.unpack("!I", head)
+        body = _recv_exact(sock, n)
+        return (json.loads(body), (fds[0] if fds else -1)) if len(body) == n else None
+    except (OSError, ValueError):
         return None
-    (n,) = struct.unpack("!I", head)
-    body = b""
-    while len(body) < n:
-        chunk = sock.recv(min(n - len(body), 1 << 20))
-        if not chunk:
-            return None
-        body += chunk
-    return json.loads(body), (fds[0] if fds else -1)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock``, fewer only at EOF."""
+    data = b""
+    while len(data) < n and (chunk := sock.recv(min(n - len(data), 1 << 20))):
+        data += chunk
+    return data
 
 
 def encode_request(spec: dict) -> tuple[bytes, bytes]:
@@ -1116,10 +1118,7 @@ def zygote(sock_fd: int) -> int:
     while True:
         if spare is None and not idle.poll(SPARE_AFTER_MS):
             spare = _fork_spare(sock)
-        try:
-            got = _recv_msg(sock)
-        except (OSError, ValueError):
-            return 0
+        got = _recv_msg(sock)
         if got is None:
             return 0  # the supervisor closed its end: its life is over, and so is ours (a spare sees EOF)
         spec, reply_fd = got
@@ -1186,10 +1185,7 @@ def _spare(sock: socket.socket) -> int:
     """A spare monitor: one request from the zygote, then the attempt as any monitor runs it; exits at
     once, having started nothing, when the zygote is gone (EOF). What does not depend on the request is set up while it waits."""
     prepared = prepare_attempt()
-    try:
-        got = _recv_msg(sock)
-    except (OSError, ValueError):
-        return 0
+    got = _recv_msg(sock)
     sock.close()
     if got is None:
         return 0
