@@ -81,14 +81,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     _write_new(tmp, data, mode)
     os.replace(tmp, path)
-    try:
+    with contextlib.suppress(OSError):
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
-    except OSError:
-        pass
 
 
 class Journal:
@@ -154,10 +152,8 @@ class Journal:
             finally:
                 os.close(rfd)
             if last != b"\n":
-                try:
+                with contextlib.suppress(OSError):
                     os.write(self._fd, b"\n")
-                except OSError:
-                    pass
 
     def append(self, event: dict[str, Any], sync: bool = True) -> None:
         line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode()
@@ -181,10 +177,8 @@ class Journal:
                 self.error = e
                 return False
             if n != len(line):
-                try:
+                with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, size)
-                except OSError:
-                    pass
                 self.error = OSError(28, "short write (no space left on device?)")
                 return False
             self._pending.pop(0)
@@ -220,15 +214,12 @@ class Journal:
         self.dropped += lost
         self._pending.clear()
         with self._closing:
-            if self._fd is None:
-                return lost
-            try:
-                os.fsync(self._fd)
-            except OSError:
-                pass
-            with contextlib.suppress(OSError):  # a failing disk may refuse even that
-                os.close(self._fd)
-            self._fd = None
+            if self._fd is not None:
+                with contextlib.suppress(OSError):  # a failing disk may refuse even that
+                    os.fsync(self._fd)
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd = None
         return lost
 
 
@@ -286,11 +277,9 @@ class StateFile:
         for _ in range(2):
             slot = self.slots[self._next]
             self._next ^= 1
-            try:
+            with contextlib.suppress(OSError):
                 if os.path.samefile(slot, self.path):
                     continue  # the slot readers see now: never written in place
-            except OSError:
-                pass
             try:
                 fd = os.open(slot, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             except OSError:

@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import socket
+import stat as stat_mod
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,8 +105,6 @@ def check_parent(parent: Path) -> None:
 
 def check_owned_dir(path: Path) -> None:
     st = os.lstat(path)
-    import stat as stat_mod
-
     if stat_mod.S_ISLNK(st.st_mode):
         raise UnsafeRunDir(f"{path} is a symbolic link ({os.readlink(path)}); rlsup does not follow links in a "
                            "run dir: remove it or choose another run_dir")
@@ -121,8 +120,6 @@ def check_owned_dir(path: Path) -> None:
 
 def check_owned_entry(path: Path) -> None:
     """A file rlsup opens in a run dir: absent, or ours and not a link."""
-    import stat as stat_mod
-
     try:
         st = os.lstat(path)
     except FileNotFoundError:

@@ -64,10 +64,6 @@ class LogPages:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ layout
-    def _chain(self) -> list[tuple[Path, int]]:
-        """Existing files of the log, oldest first, with their inodes."""
-        return [(f.path, f.ino) for f in log_chain(self.path)]
-
     def _index(self, path: Path, ino: int, end: int) -> _FileIndex:
         ix = self._idx.get(ino)
         if ix is None or ix.size > end:
@@ -100,21 +96,15 @@ class LogPages:
     def _layout(self, anchor: Position) -> list[_Span]:
         """The files that hold the stream up to ``anchor``, oldest first (empty when the anchor's
         file is gone: nothing on disk can then be tied to sequence numbers)."""
-        chain = self._chain()
-        inos = [i for _, i in chain]
+        chain = log_chain(self.path)
+        inos = [f.ino for f in chain]
         if anchor.ino is None or anchor.ino not in inos:
             return []
         chain = chain[: inos.index(anchor.ino) + 1]
         spans = []
         first = 0
-        for k, (p, ino) in enumerate(chain):
-            if k == len(chain) - 1:
-                end = anchor.offset
-            else:
-                try:
-                    end = os.stat(p).st_size
-                except OSError:
-                    continue
+        for k, (p, ino, size) in enumerate(chain):
+            end = anchor.offset if k == len(chain) - 1 else size  # a rotated file never changes again
             ix = self._index(p, ino, end)
             end = min(end, ix.size)
             count = ix.total + (1 if end > 0 and ix.last != b"\n" else 0)
