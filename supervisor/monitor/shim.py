@@ -764,12 +764,6 @@ def _take_signals() -> int:
     return wake_r
 
 
-def _read_to_eof(fd: int) -> bytes:
-    data = b"".join(iter(lambda: os.read(fd, 65536), b""))
-    os.close(fd)
-    return data
-
-
 def _record_once_execd(spec: dict, pid: int, started: float, started_mono: float, err_r: int, log: LogFile,
                        report: Callable[[dict[str, Any]], None]) -> tuple[Record | None, list[bytes]]:
     """The attempt's record, in place once the child exec'd, and what the child said on ``err_r`` (its
@@ -777,13 +771,20 @@ def _record_once_execd(spec: dict, pid: int, started: float, started_mono: float
     no record, no monitoring the next supervisor could adopt, so the attempt is refused (its child killed).
     The record is written and synced while the child execs (the sync waits for the disk, the exec for a
     CPU), and renamed into place once the exec is known to have succeeded."""
-    rec = _record(spec, pid, started, started_mono)
+    rec = Record(spec["record"], {
+        "protocol": PROTOCOL, "component": spec["component"], "attempt": spec["attempt"], "run_dir": spec["run_dir"],
+        "shim_pid": os.getpid(), "pid": pid, "cgroup": spec.get("cgroup"), "log": spec["log"]["path"],
+        "started": started, "started_mono": started_mono, "status": "running", "exit_code": None,
+        "signal": None, "ended": None, "ended_mono": None, "log_end": None, "log_error": None, "lost_bytes": 0,
+        "log_ok": False,
+    })
     trouble: OSError | None = None
     try:
         rec.prepare()
     except OSError as e:
         trouble = e
-    err = _read_to_eof(err_r).splitlines()  # EOF once the child exec'd (close-on-exec) or died
+    err = b"".join(iter(lambda: os.read(err_r, 65536), b"")).splitlines()  # EOF once the child exec'd or died
+    os.close(err_r)
     failure = next((ln[2:] for ln in err if ln.startswith(b"E ")), None)
     if failure is not None:
         os.waitpid(pid, 0)
@@ -804,17 +805,6 @@ def _record_once_execd(spec: dict, pid: int, started: float, started_mono: float
                 "type": "RecordError"})
         return None, err
     return rec, err
-
-
-def _record(spec: dict, pid: int, started: float, started_mono: float) -> Record:
-    """The attempt's record (not written yet)."""
-    return Record(spec["record"], {
-        "protocol": PROTOCOL, "component": spec["component"], "attempt": spec["attempt"], "run_dir": spec["run_dir"],
-        "shim_pid": os.getpid(), "pid": pid, "cgroup": spec.get("cgroup"), "log": spec["log"]["path"],
-        "started": started, "started_mono": started_mono, "status": "running", "exit_code": None,
-        "signal": None, "ended": None, "ended_mono": None, "log_end": None, "log_error": None, "lost_bytes": 0,
-        "log_ok": False,
-    })
 
 
 class _Loop:
@@ -862,8 +852,9 @@ class _Loop:
                 self.on_children_exited()
             if self.status is not None and not self.recorded:
                 self.record_exit(self.status)
-            if _flags["finish"] and not self.finishing:
-                self.on_finish_request()
+            if _flags["finish"] and not self.finishing:  # SIGUSR1: end the tree, drain for at most FINISH_DRAIN_S
+                self.finishing = True
+                self.finish_deadline = time.monotonic() + FINISH_DRAIN_S
             if self.finishing and self.finish_round():
                 return
 
@@ -957,16 +948,8 @@ class _Loop:
 
     def reap(self) -> None:
         if not self.reaped:
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
+            _quiet(os.waitpid, self.pid, 0)
             self.reaped = True
-
-    def on_finish_request(self) -> None:
-        """SIGUSR1: end the attempt's tree, drain the pipe for at most FINISH_DRAIN_S, then exit."""
-        self.finishing = True
-        self.finish_deadline = time.monotonic() + FINISH_DRAIN_S
 
     def finish_round(self) -> bool:
         """End whatever is left (again each round: a process may have forked meanwhile); done once the
@@ -1122,14 +1105,13 @@ def zygote(sock_fd: int) -> int:
         if got is None:
             return 0  # the supervisor closed its end: its life is over, and so is ours (a spare sees EOF)
         spec, reply_fd = got
+        handed = spare is not None and _hand_to_spare(spare, spec, reply_fd)
         if spare is not None:
-            handed = _hand_to_spare(spare, spec, reply_fd)
             spare.close()
             spare = None
-            if handed:
-                os.close(reply_fd)
-                continue
-        _fork_monitor(sock, spec, reply_fd)
+        if not handed:
+            _fork_twice((sock,), lambda: run_attempt(spec, _report_to(reply_fd)))
+        os.close(reply_fd)
 
 
 def _zygote_setup() -> None:
@@ -1156,12 +1138,6 @@ def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[[], int]) -> 
         finally:
             os._exit(0)
     os.waitpid(mid, 0)
-
-
-def _fork_monitor(sock: socket.socket, spec: dict, reply_fd: int) -> None:
-    """A monitor for ``spec``, which answers on ``reply_fd``."""
-    _fork_twice((sock,), lambda: run_attempt(spec, _report_to(reply_fd)))
-    os.close(reply_fd)
 
 
 def _fork_spare(sock: socket.socket) -> socket.socket | None:
