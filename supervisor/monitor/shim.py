@@ -1110,7 +1110,7 @@ def zygote(sock_fd: int) -> int:
             spare.close()
             spare = None
         if not handed:
-            _fork_twice((sock,), lambda: run_attempt(spec, _report_to(reply_fd)))
+            _fork_twice((sock,), run_attempt, spec, _report_to(reply_fd))
         os.close(reply_fd)
 
 
@@ -1124,8 +1124,8 @@ def _zygote_setup() -> None:
     gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
 
 
-def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[[], int]) -> None:
-    """Run ``body`` in a grandchild in a session of its own, ``closing`` closed there (forked twice, it
+def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[..., int], *args: Any) -> None:
+    """Run ``body(*args)`` in a grandchild in a session of its own, ``closing`` closed there (forked twice, it
     re-parents to the supervisor, a child subreaper, not to the zygote); returns once the middle one exits."""
     mid = os.fork()
     if mid == 0:
@@ -1134,7 +1134,7 @@ def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[[], int]) -> 
                 s.close()
             if os.fork() == 0:
                 os.setsid()
-                os._exit(body())
+                os._exit(body(*args))
         finally:
             os._exit(0)
     os.waitpid(mid, 0)
@@ -1148,7 +1148,7 @@ def _fork_spare(sock: socket.socket) -> socket.socket | None:
     except OSError:
         return None
     try:
-        _fork_twice((sock, ours), lambda: _spare(theirs))
+        _fork_twice((sock, ours), _spare, theirs)
     except OSError:
         ours.close()
         return None
