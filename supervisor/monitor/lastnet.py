@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from . import shim
+from . import process, shim
 from .process import Cgroups, children_map, find_marked, pid_alive, started_since_boot, terminate_processes
 
 
@@ -44,12 +44,8 @@ def _orphans(zygote: int | None, began: float) -> dict[int, float | None]:
     out: dict[int, float | None] = {}
     for pid in children_map(max_age=0.0).get(os.getpid(), []):
         since_boot = started_since_boot(pid)
-        if pid == zygote or since_boot is None or since_boot < began:
-            continue
-        try:
-            out.setdefault(pid, psutil.Process(pid).create_time())
-        except psutil.Error:
-            continue
+        if pid != zygote and since_boot is not None and since_boot >= began and (started := process.start_time(pid)) is not None:
+            out.setdefault(pid, started)
     return out
 
 

@@ -272,10 +272,7 @@ class AttemptProcesses:
         live = [p for p in pids if pid_alive(p)]
         for p in live:
             if p not in self.members_seen:
-                try:
-                    self.members_seen[p] = psutil.Process(p).create_time()
-                except psutil.Error:
-                    self.members_seen[p] = None
+                self.members_seen[p] = start_time(p)
         return live
 
     def signal(self, signum: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import json
 import os
 import threading
@@ -24,7 +25,6 @@ STATE_HEADROOM = 64 << 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 UNWRITABLE = (errno.EROFS, errno.EIO)  # a file system turned read-only, or failing
 _FALLOC_FL_KEEP_SIZE = 1
-_libc: Any = None
 
 
 def has_room(folder: Path, size: int) -> bool:
@@ -39,20 +39,25 @@ def has_room(folder: Path, size: int) -> bool:
 def reserve_space(fd: int, offset: int, length: int) -> bool:
     """Allocate blocks for ``[offset, offset + length)`` without changing the file's size; False where
     the disk has no room or the file system cannot (then nothing is reserved)."""
-    global _libc
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-        except (OSError, AttributeError):
-            _libc = False
-    if not _libc:
+    fallocate = _fallocate()
+    if fallocate is None:
         return False
-    if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+    if fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
         return True
     if ctypes.get_errno() in (errno.EOPNOTSUPP, errno.ENOSYS):
         raise NotImplementedError("fallocate is not supported here")
     return False
+
+
+@functools.cache
+def _fallocate() -> Any:
+    """libc's ``fallocate``; None where there is none."""
+    try:
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return fallocate
 
 
 def _write_new(tmp: Path, data: bytes, mode: int = 0o600) -> None:
