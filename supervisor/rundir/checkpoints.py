@@ -395,12 +395,6 @@ class _Scan:
         if step is not None:
             self.candidates.append(Candidate(step, str(path), False, reason))
 
-    def add(self, step: int, path: Path, newest: float) -> None:
-        self.candidates.append(Candidate(step, str(path), True, ""))
-        prev = self.found.get(step)
-        if prev is None or newest > prev.mtime:
-            self.found[step] = Checkpoint(step, str(path), self.layout, newest)
-
     def age(self, newest: float) -> str | None:
         """The settle rule, which only means something while a writer may still be writing."""
         return _age_reason(newest, self.now, self.settle_s) if self.writer_alive else None
@@ -416,41 +410,38 @@ class _Scan:
         marker: str | None,
         require_marker: str | None = None,
         trusted: bool = False,
-    ) -> bool:
+    ) -> None:
         """Apply the common completeness rules; ``require_marker`` names what is missing, if any.
 
         ``marker`` is whatever says the content is whole (it lifts the temp-file-inside rule);
         ``trusted`` says it is an explicit completion marker written last, which also lifts the
         age rule.
         """
-        dead = "" if self.writer_alive else " (and nothing is writing it any more)"
-        if is_temp_name(path.name):
-            self.skip(path, f"temporary name {path.name!r}: " + (
-                "still being written" if self.writer_alive else "a save cut off when its writer died"), step)
-            return False
-        info = _tree_info(path)
-        if info.files == 0:
-            self.skip(path, "empty" + (" directory" if path.is_dir() else " file") + dead, step)
-            return False
-        if require_marker is not None:
-            self.skip(path, f"no completion marker: {require_marker}" + dead, step)
-            return False
-        if marker is None and info.temp is not None:
-            self.skip(path, f"contains temporary file {info.temp!r}: " + (
-                "still being written" if self.writer_alive else "left behind by a writer that died"), step)
-            return False
-        if not self.writer_alive and not trusted:
+        alive = self.writer_alive
+        dead = "" if alive else " (and nothing is writing it any more)"
+        info = None if is_temp_name(path.name) else _tree_info(path)
+        if info is None:
+            why: str | None = f"temporary name {path.name!r}: " + (
+                "still being written" if alive else "a save cut off when its writer died")
+        elif info.files == 0:
+            why = "empty" + (" directory" if path.is_dir() else " file") + dead
+        elif require_marker is not None:
+            why = f"no completion marker: {require_marker}" + dead
+        elif marker is None and info.temp is not None:
+            why = f"contains temporary file {info.temp!r}: " + (
+                "still being written" if alive else "left behind by a writer that died")
+        elif not alive and not trusted and (problem := content_problem(path)) is not None:
             # No marker vouches for it and age means nothing now: the files themselves must be whole.
-            why = content_problem(path)
-            if why is not None:
-                self.skip(path, f"incomplete: {why}", step)
-                return False
-        reason = None if trusted else self.age(info.newest)
-        if reason is not None:
-            self.skip(path, reason, step)
-            return False
-        self.add(step, path, info.newest)
-        return True
+            why = f"incomplete: {problem}"
+        else:
+            why = None if trusted else self.age(info.newest)
+        if why is not None or info is None:
+            self.skip(path, why or "", step)
+            return
+        self.candidates.append(Candidate(step, str(path), True, ""))
+        prev = self.found.get(step)
+        if prev is None or info.newest > prev.mtime:
+            self.found[step] = Checkpoint(step, str(path), self.layout, info.newest)
 
     def fresh(self, path: Path) -> bool:
         """True when ``path`` was modified within ``settle_s`` while a writer may still be at work: a
