@@ -321,22 +321,16 @@ class LogFile:
             if len(data) <= room:
                 self._append(data)
                 return
-            nl = data.rfind(b"\n", 0, room) if room > 0 else -1
-            if nl >= 0:  # the complete lines that still fit, then a new file
+            nl = data.rfind(b"\n", 0, room) if room > 0 else -1  # the complete lines that still fit
+            fresh_line = self.at_line_start and self.size
+            if nl < 0 and not fresh_line:  # else finish the line this file holds the start of
+                nl = data.find(b"\n")
+                nl = nl if nl < self.max_bytes else -1
+            # Up to that newline (nothing at a line start, or for a line longer than a whole file, which
+            # has to be split), then a new file.
+            if nl >= 0 or fresh_line or room <= 0:
                 self._append(data[:nl + 1])
                 data = data[nl + 1:]
-                self.rotate()
-                continue
-            if self.at_line_start and self.size:
-                self.rotate()
-                continue
-            nl = data.find(b"\n")
-            if 0 <= nl < self.max_bytes:  # finish the line this file holds the start of
-                self._append(data[:nl + 1])
-                data = data[nl + 1:]
-                self.rotate()
-                continue
-            if room <= 0:  # a line longer than a whole file: it has to be split
                 self.rotate()
                 continue
             self._append(data[:room])

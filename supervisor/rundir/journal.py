@@ -191,10 +191,7 @@ class Journal:
                 self._top_up(size + n)
         self.error = None
         if sync:
-            try:
-                os.fsync(self._fd)
-            except OSError as e:
-                self.error = e
+            self.sync()
         return True
 
     def sync(self) -> None:
