@@ -686,21 +686,16 @@ def _scan_glob(root: Path, scan: _Scan, pattern: str) -> Discovery:
     if rx.groups < 1:
         scan.problems.append(f"step_pattern {pattern!r} has no group for the step")
         return scan.result()
-    depth = pattern.count("/")
     candidates: list[tuple[int, Path]] = []
-    level = [root]
-    for _ in range(depth):
-        level = [Path(e.path) for d in level for e in _listdir(d) if e.is_dir()]
-    for d in level:
-        for e in _listdir(d):
-            rel = Path(e.path).relative_to(root).as_posix()
-            m = rx.fullmatch(rel)
-            if m is None or m.group(group) is None:
-                continue
-            try:
-                candidates.append((int(m.group(group)), Path(e.path)))
-            except ValueError:
-                scan.problems.append(f"{rel}: step group {m.group(group)!r} is not an integer")
+    for path in sorted(root.glob("*/" * pattern.count("/") + "*")):  # as deep as the pattern
+        rel = path.relative_to(root).as_posix()
+        m = rx.fullmatch(rel)
+        if m is None or m.group(group) is None:
+            continue
+        try:
+            candidates.append((int(m.group(group)), path))
+        except ValueError:
+            scan.problems.append(f"{rel}: step group {m.group(group)!r} is not an integer")
     marks = {p: scan.marker_in(p) for _, p in candidates}
     uses_markers = any(marks.values())
     for step, path in candidates:
