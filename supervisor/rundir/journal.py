@@ -400,32 +400,38 @@ def _decode(raw: bytes | None) -> tuple[dict[str, Any] | None, str | None]:
     return (None, problem) if problem else (e, None)
 
 
-class _InOrder:
-    """Lets events through in ``seq`` order, holding the latest one back until the next shows whether
-    its ``seq`` jumped (then it is the line out of order, not every line after it)."""
-
-    def __init__(self, damage: dict[int, str]):
-        self.damage = damage
-        self.held: dict[str, Any] | None = None
-        self.held_line = 0
-        self.before = 0  # the seq of the last event let through
-
-    def take(self, n: int, e: dict[str, Any]) -> dict[str, Any] | None:
-        """Line ``n``'s event in; the event that goes out now (None: none yet)."""
-        seq, held, out = e["seq"], self.held, None
+def _sound_events(f: Any, damage: dict[int, str]) -> Iterator[dict[str, Any]]:
+    """The events of the journal file ``f`` in ``seq`` order, each damaged line noted in ``damage``. The
+    latest event is held back until the next shows whether its ``seq`` jumped (then it is the line out
+    of order, not every line after it)."""
+    held: dict[str, Any] | None = None
+    held_line = before = 0  # ``before``: the seq of the last event let through
+    for n, raw in _lines(f):
+        if raw is not None and not raw.strip():
+            continue  # a blank line holds nothing to lose
+        e, problem = _decode(raw)
+        if e is None:
+            damage[n] = problem or "damaged"
+            continue
+        bad = misfits(e)
+        if bad:
+            damage[n] = "wrong type of " + ", ".join(f"{k} ({_short(e[k])})" for k in bad) + ": ignored"
+            e = {k: v for k, v in e.items() if k not in bad}
+        seq = e["seq"]
         if held is not None and seq > held["seq"]:
-            out, self.before = held, held["seq"]
+            yield held
+            before = held["seq"]
         elif held is not None and seq == held["seq"]:
-            self.damage[n] = f"seq {seq} again (line {self.held_line} has it): a duplicate"
-            return None
-        elif held is not None and seq > self.before:  # the held line's seq jumped: it is the one out of order
-            self.damage[self.held_line] = f"seq {held['seq']} is above the next line's ({seq}): out of order"
-        elif held is not None or seq <= self.before:
-            self.damage[n] = f"seq {seq} is not above the line before ({held['seq'] if held else self.before}): " \
-                             "out of order"
-            return None
-        self.held, self.held_line = e, n
-        return out
+            damage[n] = f"seq {seq} again (line {held_line} has it): a duplicate"
+            continue
+        elif held is not None and seq > before:  # the held line's seq jumped: it is the one out of order
+            damage[held_line] = f"seq {held['seq']} is above the next line's ({seq}): out of order"
+        elif held is not None or seq <= before:
+            damage[n] = f"seq {seq} is not above the line before ({held['seq'] if held else before}): out of order"
+            continue
+        held, held_line = e, n
+    if held is not None:
+        yield held
 
 
 def read_records(path: Path, since_seq: int = 0, kinds: Callable[[str], bool] | None = None) -> Iterator[Record]:
@@ -443,26 +449,10 @@ def read_records(path: Path, since_seq: int = 0, kinds: Callable[[str], bool] | 
         f = open(path, "rb")
     except OSError:
         return
-    damage = DAMAGE.setdefault(str(path), {})
-    order = _InOrder(damage)
     with f:
-        for n, raw in _lines(f):
-            if raw is not None and not raw.strip():
-                continue  # a blank line holds nothing to lose
-            e, problem = _decode(raw)
-            if e is None:
-                damage[n] = problem or "damaged"
-                continue
-            bad = misfits(e)
-            if bad:
-                damage[n] = "wrong type of " + ", ".join(f"{k} ({_short(e[k])})" for k in bad) + ": ignored"
-                e = {k: v for k, v in e.items() if k not in bad}
-            out = order.take(n, e)
-            if out is not None and out["seq"] > since_seq and (kinds is None or kinds(out.get("kind", ""))):
-                yield parse(out)
-    out = order.held
-    if out is not None and out["seq"] > since_seq and (kinds is None or kinds(out.get("kind", ""))):
-        yield parse(out)
+        for e in _sound_events(f, DAMAGE.setdefault(str(path), {})):
+            if e["seq"] > since_seq and (kinds is None or kinds(e.get("kind", ""))):
+                yield parse(e)
 
 
 def damage_notes() -> list[str]:
