@@ -141,10 +141,9 @@ class Archive:
         config = self.state.get("run", {}).get("config")
         cfg_path = Path(config) if config else None
         redactor = redactor_for(read_config(cfg_path), cfg_path)
-        self._rings: dict[str, LogRing] = {}
         ends = _saved_positions(rp.saved)
-        for name in self.state["components"]:
-            self._rings[name] = _ring_from_log(self.paths.log(name), redactor, ends.get(name))
+        self._rings = {name: _ring_from_log(self.paths.log(name), redactor, ends.get(name))
+                       for name in self.state["components"]}
         self._seq = rp.seq
 
     def snapshot_state(self) -> dict[str, Any]:
@@ -209,12 +208,8 @@ class Archive:
 
 def _saved_positions(saved: dict[str, Any]) -> dict[str, Position]:
     """Where the last supervisor had read each log to (``state.json``, as read), by component."""
-    out = {}
-    for name, c in (saved.get("components") or {}).items():
-        pos = Position.from_dict((c or {}).get("log") if isinstance(c, dict) else None)
-        if pos is not None and pos.ino is not None:
-            out[name] = pos
-    return out
+    return {name: pos for name, c in (saved.get("components") or {}).items()
+            if (pos := Position.from_dict(c.get("log") if isinstance(c, dict) else None)) and pos.ino is not None}
 
 
 def _ring_from_log(path: Path, redactor: Redactor, saved: Position | None = None) -> LogRing:

@@ -502,11 +502,8 @@ def _scan_prime(root: Path, scan: _Scan) -> Discovery:
         missing = None
         if marker is None and path.is_dir():
             comps = [c for c in _PRIME_COMPONENT_MARKERS if (path / c).is_dir()]
-            for comp in comps:
-                names = _PRIME_COMPONENT_MARKERS[comp]
-                if not any((path / comp / n).is_file() for n in names):
-                    missing = f"{comp}/{names[0]} missing"
-                    break
+            missing = next((f"{c}/{names[0]} missing" for c, names in _PRIME_COMPONENT_MARKERS.items()
+                            if c in comps and not any((path / c / n).is_file() for n in names)), None)
             if missing is None and comps and "trainer" not in comps:
                 missing = ("trainer/.metadata missing: only the orchestrator's part is here, and the "
                            "trainer fails on it with 'Checkpoint not found'")

@@ -85,18 +85,14 @@ class Replay:
         if not keep_rates:
             for c in st["components"].values():
                 c.update(rate=None, eta_s=None)
-        for k in HOST_KEYS:
-            if self.saved.get(k) is not None:
-                st[k] = self.saved[k]
+        st.update({k: self.saved[k] for k in HOST_KEYS if self.saved.get(k) is not None})
         return st
 
 
 def _merge_gauges(mine: dict[str, Any], saved: dict[str, Any], journaled: bool) -> None:
     """One component's gauges from ``state.json``; an exit seen later than the last state write
     still counts for the step. With no journal at all, ``state.json`` is all there is."""
-    for k in GAUGE_KEYS:
-        if saved.get(k) is not None:
-            mine[k] = saved[k]
+    mine.update({k: saved[k] for k in GAUGE_KEYS if saved.get(k) is not None})
     last_exit_step = (mine.get("last_exit") or {}).get("step")
     if last_exit_step is not None and (mine.get("step") is None or last_exit_step > mine["step"]):
         mine["step"] = last_exit_step
