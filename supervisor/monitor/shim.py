@@ -173,11 +173,6 @@ class Record:
         self.data = data
         self._fd: int | None = None
 
-    def create(self) -> None:
-        """Write the record under a temporary name, then rename it into place (atomic for readers)."""
-        self.prepare()
-        self.commit()
-
     def prepare(self) -> None:
         """The record written and synced under a temporary name (:meth:`commit` renames it into place,
         :meth:`discard` drops it).

@@ -203,10 +203,7 @@ class LogPages:
         lo, hi = (first, min(before_seq, end)) if before_seq is not None else (
             first if after_seq is None else max(first, after_seq + 1), end)
         while lo < hi:
-            if older:
-                start, lines, _, _ = self.read(anchor, None, SEARCH_BLOCK, before_seq=hi)
-            else:
-                start, lines, _, _ = self.read(anchor, lo, SEARCH_BLOCK)
+            start, lines, _, _ = self.read(anchor, None if older else lo, SEARCH_BLOCK, before_seq=hi if older else None)
             if not lines:
                 return None
             lines = redact(lines) if redact is not None else lines
