@@ -1,8 +1,7 @@
 """Run artefacts besides checkpoints: cleaning up future steps on resume, and watching step folders.
 
 ``clean_after`` removes what a resumed trainer would otherwise trip over (rollouts of steps after the
-resume step). It deletes only inside the ``allowed_roots`` the caller names (the run's configured
-directories), checks every path after resolving symlinks, and never follows a symlink while deleting.
+resume step), only inside the run's configured directories.
 
 ``scan_newest`` answers which step is the newest present in a directory (``rollouts/step_12``) and
 when it appeared; :mod:`.dirwatch` asks it again whenever the directory changes.

@@ -1,8 +1,7 @@
 """Latest-complete-checkpoint discovery for the checkpoint layouts of common RL stacks.
 
-Pure library: it only reads the file system (``os.scandir``/``stat``/small marker files) and never
-writes, so the supervisor can call it on every restart. Nothing here raises for a missing or odd
-directory; what could not be trusted is reported in ``Discovery.skipped`` and ``Discovery.problems``.
+It only reads the file system, never writes, so the supervisor can call it on every restart; what
+could not be trusted is reported in ``Discovery.skipped`` and ``Discovery.problems``.
 
 A checkpoint counts as *complete* when
 
@@ -52,7 +51,7 @@ Layouts (what each framework really writes; sources are the upstream files named
     areal/utils/recover.py ``RecoverInfo.dump``/``RecoverHandler.recover_info_path``,
     areal/utils/saver.py ``get_save_root``/``get_model_save_path``/``get_recover_checkpoint_path``).
     ``latest`` is the recover point from ``step_info.json`` (what AReaL itself resumes from), even if a
-    newer weight-only ``globalstep`` folder exists; those are listed in ``checkpoints`` for ``find``.
+    newer weight-only ``globalstep`` folder exists; those are listed in ``checkpoints``.
 ``glob``
     Any entry under the root whose name (or relative path, if the pattern contains ``/``) fully matches
     ``step_pattern``; the step is the named group ``step`` or else the first group.
@@ -63,13 +62,7 @@ Layouts (what each framework really writes; sources are the upstream files named
 **When nothing is writing** (``writer_alive=False``: the component's whole process tree is gone) age and
 settle time say nothing -- a checkpoint cut off by a crash an hour ago is as old as a finished one -- so
 completeness alone decides: the layout's marker where it has one, otherwise the file set itself
-(:func:`content_problem`): every shard a ``*.safetensors.index.json`` names exists with the size its
-safetensors header claims, every ``*.safetensors`` file is as long as its header says, every torch zip
-checkpoint (``*.pt``/``*.pth``/``*.bin``, torch.save's default format) has a readable central directory
-(written last), a DCP directory has its ``.metadata``, and no temporary file was left behind.
-
-Every step directory looked at is reported in ``Discovery.candidates`` (step, path, complete, reason), so
-a supervisor that starts from scratch can say why each candidate was rejected.
+(:func:`content_problem`).
 """
 
 from __future__ import annotations

@@ -262,18 +262,14 @@ class StateFile:
                 fd = os.open(slot, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             except OSError:
                 continue
-            try:
+            with contextlib.suppress(OSError, NotImplementedError):
                 have = os.fstat(fd).st_size
-                want = size + STATE_HEADROOM
                 if have < size:  # written bytes (spaces: a slot is valid JSON only once it holds a state)
-                    os.pwrite(fd, b" " * (want - have), have)
+                    os.pwrite(fd, b" " * (size + STATE_HEADROOM - have), have)
                     os.fsync(fd)
                 else:
                     reserve_space(fd, have, STATE_HEADROOM)
-            except (OSError, NotImplementedError):
-                pass
-            finally:
-                os.close(fd)
+            os.close(fd)
 
     def _write_slot(self, data: bytes) -> bool:
         for _ in range(2):
@@ -441,8 +437,7 @@ def read_records(path: Path, since_seq: int = 0, kinds: Callable[[str], bool] | 
     object, invalid UTF-8, a NUL byte, over :data:`MAX_LINE`, an envelope (``seq``, ``kind``, ``ts``,
     ``component``) of the wrong type, or a ``seq`` that does not go up (a duplicate or a line out of
     order) is skipped; a field of the wrong type is dropped from its event. Each is noted in
-    :data:`DAMAGE` with its line number. A line whose ``seq`` jumps above the next one's is the one
-    out of order (one line is held back to tell), so one bad ``seq`` costs one line, not the rest.
+    :data:`DAMAGE` with its line number; one bad ``seq`` costs one line, not the rest (:func:`_sound_events`).
     ``kinds``, where given, chooses the events wanted by their ``kind`` before any is parsed (parsing is
     most of a line's cost; the server wants only the lifecycle events of a long journal)."""
     try:
