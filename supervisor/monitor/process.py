@@ -590,14 +590,8 @@ def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable
             continue
         if env.get("SLURM_STEP_ID") is not None and (env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")) != mine:
             continue  # a task of a Slurm step (srun exports our markers): its srun, under a monitor, owns it
-        if component is not None and env.get(ENV_COMPONENT) != component:
-            continue
-        try:
-            if p.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except psutil.Error:
-            continue
-        out.append(p)
+        if (component is None or env.get(ENV_COMPONENT) == component) and pid_alive(p.pid):  # not a zombie
+            out.append(p)
     return out
 
 
