@@ -30,14 +30,6 @@ TAIL_BYTES = 4 << 20  # of each component's log, read back into its ring
 RING_LINES = 10_000
 
 
-def last_run(paths: RunPaths) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
-    """(the last ``run_started``, the ``run_ended`` after it or None, every event) of the journal, as
-    dicts (for callers outside the supervisor's typed core)."""
-    rp = read_run(paths)
-    start, end = rp.last_run
-    return (start.to_dict() if start else None, end.to_dict() if end else None, [r.to_dict() for r in rp.records])
-
-
 def how_it_ended(paths: RunPaths, rp: Replay | None = None) -> str | None:
     """``"completed at step 200/200 on 2026-11-22 10:37"``, ``"fatal at step 57 (trainer: ...)"``; None
     if the run dir holds no run that ended (a new dir, or a supervisor that died mid-way)."""
