@@ -63,11 +63,6 @@ def _main_component(comps: dict[str, Any]) -> str | None:
     return next(reversed(with_total or with_step), None)
 
 
-def replay(paths: RunPaths) -> dict[str, Any]:
-    """The run's final state (:meth:`rlsup.supervisor.rundir.replay.Replay.final_state`)."""
-    return read_run(paths).final_state()
-
-
 def read_config(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
