@@ -209,11 +209,16 @@ def _rewrite(fd: int, data: bytes) -> None:
 
 
 def read_owner(paths: RunPaths) -> dict[str, Any] | None:
+    return read_json_object(paths.lock)
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object the file at ``path`` holds; None when it is absent, unreadable or holds no object."""
     try:
-        data = json.loads(paths.lock.read_text() or "null")
-        return data if isinstance(data, dict) else None
+        data = json.loads(path.read_text(encoding="utf-8") or "null")
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def is_locked(paths: RunPaths) -> bool:

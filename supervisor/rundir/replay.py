@@ -10,7 +10,6 @@ cannot contradict it.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 from ..records import state as state_mod
 from ..records.events import Record, RunEnded, RunStarted, SupervisorExited, parse
 from .journal import last_event, read_records
-from .layout import RunPaths
+from .layout import RunPaths, read_json_object
 
 # Gauges that state.json holds and the journal does not (progress is latest-wins, never journaled).
 GAUGE_KEYS = ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch",
@@ -34,15 +33,6 @@ def handing_over(path: Path, now: float, within_s: float) -> bool:
     newest = last_event(path)
     rec = parse(newest) if newest is not None else None
     return rec is not None and isinstance(rec.event, SupervisorExited) and now - rec.ts < within_s
-
-
-def read_saved(path: Path) -> dict[str, Any]:
-    """``state.json`` as the last supervisor wrote it; ``{}`` when missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 @dataclass
@@ -103,7 +93,7 @@ def _merge_gauges(mine: dict[str, Any], saved: dict[str, Any], journaled: bool) 
 def read_run(paths: RunPaths, components: Iterable[str] | None = None) -> Replay:
     """Read ``paths``' journal once. The state starts from ``components`` (a config's order) or,
     without, the components and run fields of ``state.json``."""
-    saved = read_saved(paths.state)
+    saved = read_json_object(paths.state) or {}  # state.json as the last supervisor wrote it
     if components is None:
         saved_comps = saved.get("components")
         names = list(saved_comps) if isinstance(saved_comps, dict) else []
