@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records.events import Record, misfits, parse
+from .logs import _lines_backwards
 
 # Space rlsup keeps allocated ahead of its own records, so that a disk a component filled still
 # takes the run's next events and state (what databases do with preallocated files): blocks
@@ -305,22 +306,15 @@ class StateFile:
 
 def last_event(path: Path) -> dict[str, Any] | None:
     """The journal's last sound event, read from its tail (None: none); damaged lines at its end are passed over."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 65536))
-            tail = f.read().splitlines()
-    except OSError:
-        return None
-    for raw in reversed(tail):
-        try:
-            event = json.loads(raw)
-            seq = event["seq"]
-        except (ValueError, KeyError, TypeError, IndexError):
-            continue
-        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
-            return event
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        for raw in _lines_backwards(f, 65536):
+            try:
+                event = json.loads(raw)
+                seq = event["seq"]
+            except (ValueError, KeyError, TypeError, IndexError):
+                continue
+            if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+                return event
     return None
 
 
