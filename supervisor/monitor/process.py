@@ -1,9 +1,8 @@
 """The supervisor's side of process management: starting monitors, and one attempt's process tree.
 
-Each attempt runs under its own monitor (:mod:`~rlsup.supervisor.monitor.shim`). Monitors are forked from
-a *zygote*, a small stdlib-only interpreter started once per supervisor, because starting a fresh
-interpreter per component costs ~40 ms of CPU and ~4 MB each; a fork of the idle zygote costs a
-fraction of both. If the zygote cannot run, a monitor is started as its own interpreter.
+Each attempt runs under its own monitor (:mod:`~rlsup.supervisor.monitor.shim`), forked from the
+monitor *zygote* (:func:`~rlsup.supervisor.monitor.shim.zygote`), or started as its own interpreter
+where the zygote cannot run.
 
 An attempt's processes are found without trusting anything they could change: where the machine
 allows it, every attempt runs in a cgroup v2 of its own (``cgroup.procs`` lists every process

@@ -3,8 +3,7 @@
 ``clean_after`` removes what a resumed trainer would otherwise trip over (rollouts of steps after the
 resume step), only inside the run's configured directories.
 
-``scan_newest`` answers which step is the newest present in a directory (``rollouts/step_12``) and
-when it appeared; :mod:`.dirwatch` asks it again whenever the directory changes.
+``scan_newest`` is the newest step in a directory, asked again by :mod:`.dirwatch` on each change.
 """
 
 from __future__ import annotations

@@ -59,10 +59,8 @@ Layouts (what each framework really writes; sources are the upstream files named
     ``step_pattern`` given -> ``glob``; else the first of areal, verl, hf, prime-rl whose signature is
     present. Nothing recognisable (for example a run that has not saved yet) -> ``layout`` None.
 
-**When nothing is writing** (``writer_alive=False``: the component's whole process tree is gone) age and
-settle time say nothing -- a checkpoint cut off by a crash an hour ago is as old as a finished one -- so
-completeness alone decides: the layout's marker where it has one, otherwise the file set itself
-(:func:`content_problem`).
+**When nothing is writing** (:func:`discover`'s ``writer_alive=False``) age says nothing -- a checkpoint
+cut off by a crash an hour ago is as old as a finished one -- so completeness alone decides.
 """
 
 from __future__ import annotations

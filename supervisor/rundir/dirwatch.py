@@ -218,8 +218,7 @@ class DirWatches:
 
 def _scan_thread(loop: asyncio.AbstractEventLoop, todo: queue.SimpleQueue[DirWatch | None],
                  done: Callable[[DirWatch, Looked | None], None]) -> None:
-    """One daemon thread that looks at the watched directories, one at a time, and hands each answer
-    to the loop: a hung file system holds this thread, never the loop nor the process's exit."""
+    """The scanning thread (a daemon: a hung file system holds it, never the process's exit)."""
     while (watch := todo.get()) is not None:
         try:  # the newest step, and what to watch for it
             looked: Looked | None = (scan_newest(watch.path, watch.rx), watch.identity())

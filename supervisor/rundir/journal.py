@@ -102,10 +102,9 @@ class Journal:
     full disk) is cut back to the last complete record, and the event waits in memory (in order)
     until the disk takes it: the file never holds a torn line that later lines would be glued to.
 
-    :data:`JOURNAL_RESERVE` bytes past the end of the file stay allocated (topped up while the disk
-    has room), so the events of a run whose disk a component filled (restarts, stops, the end of
-    the run) are written all the same. Events that could not be kept at all (memory bound, or the
-    supervisor ending with the disk still full) are counted in ``dropped``.
+    :data:`JOURNAL_RESERVE` keeps taking the events of a run whose disk a component filled. Events that
+    could not be kept at all (memory bound, or the supervisor ending with the disk still full) are
+    counted in ``dropped``.
     """
 
     MAX_PENDING = 100_000
