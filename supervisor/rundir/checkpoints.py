@@ -437,12 +437,7 @@ class _Scan:
     def fresh(self, path: Path) -> bool:
         """True when ``path`` was modified within ``settle_s`` while a writer may still be at work: a
         marker file possibly mid-write. With no writer alive nothing is mid-write."""
-        if not self.writer_alive:
-            return False
-        try:
-            return _age_reason(path.stat().st_mtime, self.now, self.settle_s) is not None
-        except OSError:
-            return False
+        return self.age(_mtime(path)) is not None  # (an unreadable one is as old as can be)
 
     def result(self, latest: Checkpoint | None = None) -> Discovery:
         cks = tuple(self.found[s] for s in sorted(self.found))
@@ -575,12 +570,8 @@ def _scan_hf(root: Path, scan: _Scan) -> Discovery:
 def _areal_roots(root: Path) -> tuple[Path, list[Path]]:
     """(save_root holding recover_info, folders to scan for epoch*globalstep* saves)."""
     if (root / "recover_info").is_dir() or not (root.parent / "recover_info").is_dir():
-        save_root = root
-        folders = [root] + [Path(e.path) for e in _listdir(root) if e.is_dir() and e.name != "recover_info"]
-    else:  # root is a model-name folder such as .../trial/default
-        save_root = root.parent
-        folders = [root]
-    return save_root, folders
+        return root, [root] + [Path(e.path) for e in _listdir(root) if e.is_dir() and e.name != "recover_info"]
+    return root.parent, [root]  # root is a model-name folder such as .../trial/default
 
 
 def _scan_areal(root: Path, scan: _Scan) -> Discovery:

@@ -187,8 +187,7 @@ class Journal:
                 self.error = OSError(28, "short write (no space left on device?)")
                 return False
             self._pending.pop(0)
-            if size + n + self.reserve // 2 >= self._reserved_end:
-                self._top_up(size + n)
+            self._top_up(size + n)
         self.error = None
         if sync:
             self.sync()
