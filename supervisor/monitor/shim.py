@@ -6,18 +6,15 @@ holds no policy: restarts, probes, progress and diagnosis are the supervisor's. 
 - forks the component's command in a session of its own (its pid is its process group), with
   stdout and stderr on one pipe that only the monitor reads, so the child never depends on the
   supervisor being alive, awake or fast;
-- appends every byte of that pipe to ``logs/<component>.log``, rotating at line boundaries; a
-  guard thread keeps the pipe drained while a write is stalled, so a slow disk never blocks the
-  child (a full disk drops bytes, counted, and a marker line says how many once it has room again);
+- appends every byte of that pipe to ``logs/<component>.log``, rotating at line boundaries, and
+  never lets a slow or full disk block the child (:class:`Pump`);
 - is a child subreaper, so a grandchild that double-forks and calls setsid re-parents to it and
   stays findable; where the supervisor gave it a cgroup, the child runs in it;
 - reaps the child and records its exit in ``monitors/<component>.json``.
 
-The record is created atomically, then updated in place within its preallocated size, so an
-exit is recorded even when the disk is full. Signals: ``SIGUSR1`` means *finish*: kill whatever
-is left of the attempt's tree, drain the pipe, remove the record and exit. ``SIGTERM``,
-``SIGINT``, ``SIGHUP`` and ``SIGPIPE`` are ignored: the monitor must survive stray signals
-meant for a terminal or a process group.
+The record (:class:`Record`) is written even when the disk is full. Signals: ``SIGUSR1`` means
+*finish*: kill whatever is left of the attempt's tree, drain the pipe, remove the record and exit.
+Stray signals meant for a terminal or a process group are ignored (:func:`_take_signals`).
 
 Standard library only, and no import of rlsup: it runs as ``python -I -S shim.py`` (or is forked
 from the monitor zygote, :func:`zygote`) and keeps running the code it started with while rlsup

@@ -3,24 +3,17 @@
 It only reads the file system, never writes, so the supervisor can call it on every restart; what
 could not be trusted is reported in ``Discovery.skipped`` and ``Discovery.problems``.
 
-A checkpoint counts as *complete* when
+A checkpoint counts as *complete* when its name is not a temporary name (``*.tmp``, ``tmp-*``,
+``*.partial`` ...), it is not empty, holds no temporary file (unless a completion marker vouches for
+it), has the layout's completion marker where the layout has one, and is *settled*: a marker its writer
+wrote last vouches for it (prime-rl's ``STABLE``, HF's ``trainer_state.json``, verl's tracker, AReaL's
+``recover_info``: see the layouts below), or else nothing in it was modified within ``settle_s`` of ``now``.
 
-* its name is not a temporary name (``*.tmp``, ``tmp-*``, ``*.partial`` ...),
-* it is not empty and holds no temporary file (unless a completion marker vouches for it),
-* the layout's completion marker is there where the layout has one, and
-* it is *settled*: either an explicit completion marker vouches for it -- prime-rl's ``STABLE`` (or
-  another known marker file) at its top, a valid HF ``trainer_state.json``, verl's
-  ``latest_checkpointed_iteration.txt`` naming it or a later step, AReaL's ``recover_info`` files all
-  written after ``recover_checkpoint`` -- or, where nothing vouches for it (the ``glob`` layout, an
-  unmarked ``step_N``, verl's in-directory ``data.pt``, prime-rl per-component files, AReaL's
-  weight-only saves), nothing in it was modified within ``settle_s`` seconds of ``now``.
-
-A marker is written last by its writer, so it is authoritative: a checkpoint whose marker is there
-is used at once (a trainer that crashes right after saving resumes from that save, not the one
-before). The age rule is only the fallback for checkpoints nothing vouches for. A marker file that is
-itself unreadable (a half-written ``trainer_state.json``, tracker or ``step_info.json``) is
-reported in ``problems`` and not trusted -- unless it was modified within ``settle_s``, in which
-case it is taken to be mid-write and only listed in ``skipped``.
+A marker is authoritative: a checkpoint whose marker is there is used at once (a trainer that crashes
+right after saving resumes from that save, not the one before). A marker file that is itself unreadable
+(a half-written ``trainer_state.json``, tracker or ``step_info.json``) is reported in ``problems`` and
+not trusted -- unless it was modified within ``settle_s``: then it is taken to be mid-write and only
+listed in ``skipped``.
 
 Layouts (what each framework really writes; sources are the upstream files named below):
 

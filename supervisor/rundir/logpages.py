@@ -1,9 +1,8 @@
 """A component's whole log on disk, addressed by line sequence number: what a client pages through
 when it scrolls or searches past the lines it holds (the ring keeps only the newest ones).
 
-The monitor writes the log byte-exact and rotates it by renaming (``X.log`` -> ``X.log.1`` -> ...), so
-the files, oldest first, hold the stream in order, and a renamed file never changes again. Line
-numbers are counted from the oldest file that is left; they are tied to the stream's sequence
+The files of a log (:func:`~rlsup.supervisor.rundir.logs.log_chain`), oldest first, hold the stream in
+order. Line numbers are counted from the oldest file that is left; they are tied to the stream's sequence
 numbers by an *anchor*: the position (inode, byte offset, seq) up to which the supervisor has read,
 so line ``N - 1`` before the anchor is ``seq - 1`` and the disk meets the ring where the ring's
 lines were read. Lines before the stream's first one (output of earlier runs in the same log) get
