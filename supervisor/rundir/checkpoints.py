@@ -144,10 +144,6 @@ class Discovery:
     problems: tuple[str, ...]
     candidates: tuple[Candidate, ...] = ()
 
-    def rejected(self) -> list[Candidate]:
-        """The candidates that were not complete, with their reasons (for "starting from scratch because")."""
-        return [c for c in self.candidates if not c.complete]
-
 
 def is_temp_name(name: str) -> bool:
     """True for names writers use while a file or directory is not finished yet."""

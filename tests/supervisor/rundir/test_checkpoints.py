@@ -693,7 +693,7 @@ def test_writer_gone_old_but_cut_off_checkpoints_are_rejected_with_reasons(tmp_p
     assert steps(alive) == [1, 2, 3, 4]  # today's settle rule cannot tell
     gone = discover(ck, "glob", step_pattern=r"step_(\d+)", now=NOW + 7200, writer_alive=False)
     assert steps(gone) == [1] and gone.latest is not None and gone.latest.step == 1
-    why = {c.step: c.reason for c in gone.rejected()}
+    why = {c.step: c.reason for c in gone.candidates if not c.complete}  # the rejected ones
     assert set(why) == {2, 3, 4, 5}
     assert "cut off" in why[2] and shard.name in why[2]
     assert "missing (named by model.safetensors.index.json)" in why[3]
