@@ -174,9 +174,8 @@ class Record:
         """The record written and synced under a temporary name (:meth:`commit` renames it into place,
         :meth:`discard` drops it).
 
-        On a full disk a new file gets no blocks: the record is then written into one of the spare
-        slots the supervisor keeps in ``monitors/`` (files of exactly :data:`RECORD_SIZE` bytes,
-        written while there was room), rewritten in place: no new block is needed."""
+        On a full disk a new file gets no blocks: the record is then written in place into a spare slot
+        (:data:`SPARE_PREFIX`, files of exactly :data:`RECORD_SIZE` bytes written while there was room)."""
         tmp = f"{self.path}.tmp.{os.getpid()}"
         fd = -1
         try:
@@ -751,9 +750,8 @@ def _take_signals() -> int:
 def _record_once_execd(spec: dict, pid: int, started: float, started_mono: float, err_r: int, log: LogFile,
                        report: Callable[[dict[str, Any]], None]) -> tuple[Record | None, list[bytes]]:
     """The attempt's record, in place once the child exec'd, and what the child said on ``err_r`` (its
-    warnings); None (the starter told why) if the child could not start or the record cannot be written:
-    no record, no monitoring the next supervisor could adopt, so the attempt is refused (its child killed).
-    The record is written and synced while the child execs (the sync waits for the disk, the exec for a
+    warnings); None (the starter told why, the child killed) if the child could not start or the record
+    cannot be written. The record is written and synced while the child execs (the sync waits for the disk, the exec for a
     CPU), and renamed into place once the exec is known to have succeeded."""
     rec = Record(spec["record"], {
         "protocol": PROTOCOL, "component": spec["component"], "attempt": spec["attempt"], "run_dir": spec["run_dir"],

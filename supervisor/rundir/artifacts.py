@@ -168,11 +168,8 @@ def _delete(targets: list[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
 
 
 def _delete_one(located: Path) -> bool:
-    """Remove one entry without following it: True if removed, False if it was already gone.
-
-    A directory tree goes with :func:`_rmtree`; a file or a symlink (to anything) is unlinked, so a
-    link goes and never its target. Raises OSError saying what failed.
-    """
+    """Remove one entry without following it (a link goes, never its target): True if removed, False if
+    it was already gone. Raises OSError saying what failed."""
     try:
         st = located.lstat()
     except FileNotFoundError:
@@ -208,8 +205,7 @@ def scan_newest(
 ) -> tuple[int | None, float | None]:
     """(newest step, its mtime) among the entries of directory ``path``; (None, None) if none/missing.
 
-    The step is ``pattern`` searched in each entry name (named group ``step``, else the first group).
-    Hidden and temporary names (``.step_13.tmp-PID``, ``step_13.partial``) are not published steps and
+    The step is as :func:`_step_of` finds it in each entry name. Hidden and temporary names (``.step_13.tmp-PID``, ``step_13.partial``) are not published steps and
     are ignored. The mtime is the entry's own (``lstat``), i.e. when it appeared or last changed.
     """
     rx = compile_step_pattern(pattern) if isinstance(pattern, str) else pattern

@@ -60,7 +60,7 @@ def ranges(events: Events, name: str) -> list[Range]:
     starts = _starts(events, name)
     ends = [mark_of(e) for _, e in starts[1:]] + [None]  # each ends where the next begins
     return [Range(e.attempt or i + 1, mark_of(e), end, rec)
-            for i, ((rec, e), end) in enumerate(zip(starts, ends, strict=True))]
+            for i, ((rec, e), end) in enumerate(zip(starts, ends, strict=False))]
 
 
 def find(events: Events, name: str, attempt: int) -> Range | None:

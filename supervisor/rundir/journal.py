@@ -458,9 +458,8 @@ def damage_notes() -> list[str]:
 
 
 def keep_spare_records(monitors: Path, want: int) -> int:
-    """Keep ``want`` spare monitor-record slots in ``monitors/`` (up to the monitors' own cap), written
-    in full while the disk has room: a monitor that cannot create its record on a full disk writes it
-    into one in place (:meth:`shim.Record.prepare`). Returns how many spares there are."""
+    """Keep ``want`` spare monitor-record slots in ``monitors/`` (up to the monitors' own cap, for
+    :meth:`shim.Record.prepare` on a full disk), written while the disk has room; how many there are."""
     from ..monitor import shim
 
     want = min(want, shim.SPARE_SLOTS_MAX)
