@@ -241,10 +241,8 @@ class AttemptProcesses:
     def open_pidfd(self) -> int | None:
         """A pidfd for the monitor (readable once it exits); None where the kernel has none."""
         if self.pidfd is None:
-            try:
+            with contextlib.suppress(OSError, AttributeError):
                 self.pidfd = os.pidfd_open(self.monitor_pid)
-            except (OSError, AttributeError):
-                self.pidfd = None
         return self.pidfd
 
     def close(self) -> None:
@@ -401,8 +399,8 @@ def is_monitor_of(rec: dict[str, Any], run_dir: Path) -> bool:
     if pid <= 0 or not pid_alive(pid):
         return False
     try:
-        cmd = psutil.Process(pid).cmdline()
-        started = psutil.Process(pid).create_time()
+        p = psutil.Process(pid)
+        cmd, started = p.cmdline(), p.create_time()
     except psutil.Error:
         return False
     is_shim = any(a.endswith("shim.py") for a in cmd)

@@ -863,12 +863,9 @@ class _Loop:
             self.on_rest_over()
 
     def on_wakeup(self) -> None:
-        """A signal arrived (its flag is set): empty the wakeup pipe."""
-        try:
-            while os.read(self.wake_r, 512):
-                pass
-        except BlockingIOError:
-            pass
+        """A signal arrived (its flag is set): empty the wakeup pipe (one byte a signal; one read takes
+        all a pipe can hold)."""
+        _quiet(os.read, self.wake_r, 1 << 16)
 
     def on_rest_over(self) -> None:
         """Read what piled up straight away (no poll needed to learn it is there), and rest again if it

@@ -67,9 +67,7 @@ def read_config(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
-        from ..config.loader import (
-            load_yaml,  # bounded: an alias bomb in a run's config cannot blow up the report
-        )
+        from ..config.loader import load_yaml  # bounded: an alias bomb cannot blow up the report
 
         data = load_yaml(path.read_text(encoding="utf-8"), str(path)).data
     except Exception:  # an unreadable or broken config only costs us secrets and checkpoint lookups

@@ -539,12 +539,11 @@ def _scan_hf(root: Path, scan: _Scan) -> Discovery:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as exc:
-            rel = f"{path.name}/{_HF_MARKER}"
             if scan.fresh(state):  # save_to_json writes in place: truncated for a moment
                 scan.skip(path, f"{_HF_MARKER} unreadable and modified just now: still being written", step)
                 continue
             scan.problems.append(
-                f"{rel} is corrupt ({_short(exc)}); not trusted; {path.name} skipped, older "
+                f"{path.name}/{_HF_MARKER} is corrupt ({_short(exc)}); not trusted; {path.name} skipped, older "
                 "checkpoints are independent and still used"
             )
             scan.skip(path, f"{_HF_MARKER} is corrupt", step)

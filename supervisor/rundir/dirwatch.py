@@ -70,13 +70,11 @@ class DirWatch:
     def identity(self) -> Identity:
         """What to watch now: the directory and its parent (where its own removal or replacement shows),
         or else its nearest existing ancestor; and the directory's inode (a replacement is a new one)."""
-        try:
+        with contextlib.suppress(OSError):
             st = self.path.stat()
-        except OSError:
-            st = None
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            parent = self.path.parent
-            return ((self.path, parent) if parent != self.path else (self.path,)), (st.st_dev, st.st_ino)
+            if stat.S_ISDIR(st.st_mode):
+                parent = self.path.parent
+                return ((self.path, parent) if parent != self.path else (self.path,)), (st.st_dev, st.st_ino)
         anc = self.path.parent
         while not anc.is_dir() and anc != anc.parent:
             anc = anc.parent

@@ -186,9 +186,7 @@ class RunLock:
     def update(self, info: dict[str, Any]) -> None:
         if self._fd is None:
             return
-        cur = read_owner(self.paths) or {}
-        cur.update(info)
-        _rewrite(self._fd, json.dumps(cur).encode())
+        _rewrite(self._fd, json.dumps({**(read_owner(self.paths) or {}), **info}).encode())
 
     def release(self) -> None:
         if self._fd is not None:

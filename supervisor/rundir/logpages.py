@@ -155,9 +155,7 @@ class LogPages:
             k += 1
         if not raw:
             return []
-        norm = LineNormaliser(self.line_cap)
-        lines, _ = norm.feed(b"\n".join(raw) + b"\n")
-        return lines
+        return LineNormaliser(self.line_cap).feed(b"\n".join(raw) + b"\n")[0]
 
     def _raw(self, s: _Span, local: int, n: int) -> list[bytes]:
         ix = s.index

@@ -349,11 +349,10 @@ class LogFollower:
 
     def _open_ino(self, ino: int, offset: int) -> None:
         chain = log_chain(self.path, self.backups)
-        for f in chain:
-            if f.ino == ino:
-                self._open(f.path, offset)
-                return
-        if chain:  # the recorded file rotated out of existence: start at the oldest that is left
+        path = next((f.path for f in chain if f.ino == ino), None)
+        if path is not None:
+            self._open(path, offset)
+        elif chain:  # the recorded file rotated out of existence: start at the oldest that is left
             self.gaps += 1
             self._open(chain[0].path, 0)
 
