@@ -850,11 +850,7 @@ class _Loop:
                 self.on_rest_over()
                 return
             timeout = rest if timeout is None else min(rest, timeout)
-        try:
-            ready = self.poller.poll(timeout)
-        except InterruptedError:
-            ready = []
-        for fd, _ev in ready:
+        for fd, _ev in self.poller.poll(timeout):  # (retried by Python after a signal: its wakeup fd shows)
             if fd == self.wake_r:
                 self.on_wakeup()
             elif fd == self.out_r:

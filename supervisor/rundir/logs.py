@@ -165,13 +165,8 @@ class LogRing:
             self.budget.enforce()
 
     def evict(self, n: int) -> None:
-        n = min(n, len(self._lines))
-        if n <= 0:
-            return
-        freed = 0
         pop = self._lines.popleft
-        for _ in range(n):
-            freed += len(pop()) + LINE_OVERHEAD
+        freed = sum(len(pop()) + LINE_OVERHEAD for _ in range(min(n, len(self._lines))))
         self.bytes -= freed
         if self.budget is not None:
             self.budget.used -= freed
