@@ -24,11 +24,7 @@ def last_net(run_root: Path, unended: Iterable[Mapping[int, float | None]], *, c
     """Kill what is left of the run at ``run_root``; ``unended``: each component's processes its
     cleanup could not end (pid -> start time); ``began``: when the supervisor began, since boot."""
     left = find_marked(str(run_root))
-    candidates: dict[int, float | None] = {}
-    for u in unended:
-        candidates.update(u)
-    candidates.update(_orphans(zygote, began))
-    candidates.update(_in_cgroups(cgroups))
+    candidates = {pid: t for u in [*unended, _orphans(zygote, began), _in_cgroups(cgroups)] for pid, t in u.items()}
     pids = {p.pid for p in left}
     left += [p for pid, started in candidates.items() if pid not in pids and (p := _ours(pid, started)) is not None]
     survivors = terminate_processes(left, signal_mod.SIGKILL, 1.0) if left else []
@@ -52,10 +48,7 @@ def _orphans(zygote: int | None, began: float) -> dict[int, float | None]:
 def _in_cgroups(cgroups: Cgroups | None) -> dict[int, float | None]:
     if cgroups is None or cgroups.base is None:
         return {}
-    out: dict[int, float | None] = {}
-    for d in cgroups.base.glob("*"):
-        out.update(dict.fromkeys(shim.cgroup_pids(str(d))))
-    return out
+    return {pid: None for d in cgroups.base.glob("*") for pid in shim.cgroup_pids(str(d))}
 
 
 def _ours(pid: int, started: float | None) -> psutil.Process | None:

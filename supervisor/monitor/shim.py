@@ -1068,7 +1068,13 @@ def zygote(sock_fd: int) -> int:
     has been idle for :data:`SPARE_AFTER_MS` (not while the monitor just handed a request starts its
     command, nor during a burst of starts, which are served as before). A spare that cannot take a
     request (it died) is replaced by the two forks."""
-    _zygote_setup()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(s, signal.SIG_IGN)
+    import gc
+    import resource  # noqa: F401 - imported once here, not in each monitor that limits its child's files
+
+    gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
     sock = socket.socket(fileno=sock_fd)
     idle = select.poll()
     idle.register(sock.fileno(), select.POLLIN)
@@ -1087,16 +1093,6 @@ def zygote(sock_fd: int) -> int:
         if not handed:
             _fork_twice((sock,), run_attempt, spec, _report_to(reply_fd))
         os.close(reply_fd)
-
-
-def _zygote_setup() -> None:
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(s, signal.SIG_IGN)
-    import gc
-    import resource  # noqa: F401 - imported once here, not in each monitor that limits its child's files
-
-    gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
 
 
 def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[..., int], *args: Any) -> None:

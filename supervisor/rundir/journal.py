@@ -241,11 +241,10 @@ class StateFile:
         self._next = 0
 
     def write(self, data: bytes) -> None:
-        if not has_room(self.path.parent, 2 * len(data) + STATE_HEADROOM):
-            # Straight to a slot: trying a new file first would take blocks and give them back on
-            # failure, which a component filling the disk grabs at once.
-            if self._write_slot(data):
-                return
+        # Short of room, straight to a slot: trying a new file first would take blocks and give them back
+        # on failure, which a component filling the disk grabs at once.
+        if not has_room(self.path.parent, 2 * len(data) + STATE_HEADROOM) and self._write_slot(data):
+            return
         try:
             write_atomic(self.path, data)
         except OSError as e:
