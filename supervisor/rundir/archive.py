@@ -174,8 +174,7 @@ class Archive:
             return None
         path = self.paths.log(name)
         pages = self.__dict__.setdefault("_log_pages", {})
-        if name not in pages:
-            pages[name] = LogPages(path)  # kept: its index is built once per file
+        pages.setdefault(name, LogPages(path))  # kept: its index is built once per file
         try:
             st = os.stat(path)
         except OSError:

@@ -442,17 +442,9 @@ class _Scan:
 
 def _steps_in(root: Path, regex: re.Pattern[str], group: int = 1) -> list[tuple[int, Path]]:
     """(step, path) for entries of ``root`` whose name is ``regex`` possibly wrapped in a temp name."""
-    out = []
-    for e in _listdir(root):
-        m = regex.search(e.name)
-        if m is None:
-            continue
-        # exact name, or the exact name inside a temporary name (tmp-checkpoint-5, step_5.tmp)
-        core = m.group(0)
-        if e.name != core and not (is_temp_name(e.name) and core in e.name):
-            continue
-        out.append((int(m.group(group)), Path(e.path)))
-    return out
+    # exact name, or the exact name inside a temporary name (tmp-checkpoint-5, step_5.tmp)
+    return [(int(m.group(group)), Path(e.path)) for e in _listdir(root)
+            if (m := regex.search(e.name)) and (e.name == m.group(0) or is_temp_name(e.name))]
 
 
 def _scan_prime(root: Path, scan: _Scan) -> Discovery:
