@@ -667,11 +667,9 @@ def _scan_glob(root: Path, scan: _Scan, pattern: str) -> Discovery:
 
 def _detect(root: Path) -> str | None:
     names = [e.name for e in _listdir(root)]
-    if (root / "recover_info" / "step_info.json").exists() or (root.parent / "recover_info").is_dir():
-        return "areal"
-    if any(_AREAL_RE.fullmatch(n) for n in names) or any(
-        _AREAL_RE.fullmatch(e.name) for d in _listdir(root) if d.is_dir() for e in _listdir(Path(d.path))
-    ):
+    if ((root / "recover_info" / "step_info.json").exists() or (root.parent / "recover_info").is_dir()
+            or any(_AREAL_RE.fullmatch(n) for n in names)
+            or any(_AREAL_RE.fullmatch(e.name) for d in _listdir(root) if d.is_dir() for e in _listdir(Path(d.path)))):
         return "areal"
     if _VERL_TRACKER in names or _steps_in(root, _VERL_RE):
         return "verl"
