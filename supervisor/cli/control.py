@@ -203,11 +203,11 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
 
 def _which_component(paths: Any) -> int:
     """`rlsup logs` without NAME: say which names there are, as a command to paste."""
-    from ..rundir.archive import replay
+    from ..rundir.replay import read_run
     from .daemon import display_path
 
     try:
-        names = list(replay(paths)["components"]) if paths.events.exists() else []
+        names = list(read_run(paths).final_state()["components"]) if paths.events.exists() else []
     except OSError:
         names = []
     rd = run_dir_arg(paths.root)

@@ -62,7 +62,7 @@ def stranded_runs(base: Path) -> list[Path]:
     """Run dirs under ``base`` that no supervisor owns but that may still have processes: live
     monitors of the run, or a journal whose last run never ended (its supervisor died)."""
     from ..monitor.process import is_monitor_of, records
-    from ..rundir.archive import last_run
+    from ..rundir.replay import read_run
 
     if not base.is_dir():
         return []
@@ -75,7 +75,7 @@ def stranded_runs(base: Path) -> list[Path]:
             out.append(d)
             continue
         try:
-            start, end, _ = last_run(paths)
+            start, end = read_run(paths).last_run
         except OSError:
             continue
         if start is not None and end is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from . import shim
+from . import process, shim
 from .process import Cgroups, children_map, find_marked, pid_alive, started_since_boot, terminate_processes
 
 
@@ -24,11 +24,7 @@ def last_net(run_root: Path, unended: Iterable[Mapping[int, float | None]], *, c
     """Kill what is left of the run at ``run_root``; ``unended``: each component's processes its
     cleanup could not end (pid -> start time); ``began``: when the supervisor began, since boot."""
     left = find_marked(str(run_root))
-    candidates: dict[int, float | None] = {}
-    for u in unended:
-        candidates.update(u)
-    candidates.update(_orphans(zygote, began))
-    candidates.update(_in_cgroups(cgroups))
+    candidates = {pid: t for u in [*unended, _orphans(zygote, began), _in_cgroups(cgroups)] for pid, t in u.items()}
     pids = {p.pid for p in left}
     left += [p for pid, started in candidates.items() if pid not in pids and (p := _ours(pid, started)) is not None]
     survivors = terminate_processes(left, signal_mod.SIGKILL, 1.0) if left else []
@@ -44,22 +40,15 @@ def _orphans(zygote: int | None, began: float) -> dict[int, float | None]:
     out: dict[int, float | None] = {}
     for pid in children_map(max_age=0.0).get(os.getpid(), []):
         since_boot = started_since_boot(pid)
-        if pid == zygote or since_boot is None or since_boot < began:
-            continue
-        try:
-            out.setdefault(pid, psutil.Process(pid).create_time())
-        except psutil.Error:
-            continue
+        if pid != zygote and since_boot is not None and since_boot >= began and (started := process.start_time(pid)) is not None:
+            out.setdefault(pid, started)
     return out
 
 
 def _in_cgroups(cgroups: Cgroups | None) -> dict[int, float | None]:
     if cgroups is None or cgroups.base is None:
         return {}
-    out: dict[int, float | None] = {}
-    for d in cgroups.base.glob("*"):
-        out.update(dict.fromkeys(shim.cgroup_pids(str(d))))
-    return out
+    return {pid: None for d in cgroups.base.glob("*") for pid in shim.cgroup_pids(str(d))}
 
 
 def _ours(pid: int, started: float | None) -> psutil.Process | None:

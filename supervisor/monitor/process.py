@@ -1,9 +1,8 @@
 """The supervisor's side of process management: starting monitors, and one attempt's process tree.
 
-Each attempt runs under its own monitor (:mod:`~rlsup.supervisor.monitor.shim`). Monitors are forked from
-a *zygote*, a small stdlib-only interpreter started once per supervisor, because starting a fresh
-interpreter per component costs ~40 ms of CPU and ~4 MB each; a fork of the idle zygote costs a
-fraction of both. If the zygote cannot run, a monitor is started as its own interpreter.
+Each attempt runs under its own monitor (:mod:`~rlsup.supervisor.monitor.shim`), forked from the
+monitor *zygote* (:func:`~rlsup.supervisor.monitor.shim.zygote`), or started as its own interpreter
+where the zygote cannot run.
 
 An attempt's processes are found without trusting anything they could change: where the machine
 allows it, every attempt runs in a cgroup v2 of its own (``cgroup.procs`` lists every process
@@ -28,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -120,11 +119,7 @@ def proc_state(pid: int) -> tuple[str, int | None]:
 
 def pid_alive(pid: int) -> bool:
     """Alive and not a zombie."""
-    try:
-        stat = _read_proc(f"/proc/{pid}/stat")
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] not in (b"Z", b"X")
+    return proc_state(pid)[0] not in ("", "Z", "X")
 
 
 # ---------------------------------------------------------------------- cgroups
@@ -161,10 +156,9 @@ class Cgroups:
             if not (probe / "cgroup.kill").exists():
                 raise OSError(errno.ENOTSUP, "no cgroup.kill (kernel older than 5.14)")
         except OSError as e:
-            with contextlib.suppress(OSError):
-                probe.rmdir()
-            with contextlib.suppress(OSError):
-                base.rmdir()
+            for d in (probe, base):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
             return cls(None, f"cgroups under {base.parent} are not usable ({e.strerror})")
         with contextlib.suppress(OSError):
             probe.rmdir()
@@ -195,27 +189,22 @@ class Cgroups:
             self.base.rmdir()
 
 
-def _cgroup2_mount() -> str | None:
+def _proc_self(name: str, pick: Callable[[str], str | None]) -> str | None:
+    """The first thing ``pick`` finds in a line of ``/proc/self/<name>`` (None: nothing, or unreadable)."""
     try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                if right.split()[:1] == ["cgroup2"]:
-                    return left.split()[4]
+        with open(f"/proc/self/{name}") as f:
+            return next(filter(None, map(pick, f)), None)
     except OSError:
-        pass
-    return None
+        return None
+
+
+def _cgroup2_mount() -> str | None:
+    return _proc_self("mountinfo", lambda line: line.split()[4] if line.partition(" - ")[2].startswith("cgroup2 ")
+                      else None)
 
 
 def _own_cgroup() -> str | None:
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    return line[3:].strip()
-    except OSError:
-        pass
-    return None
+    return _proc_self("cgroup", lambda line: line[3:].strip() if line.startswith("0::") else None)
 
 
 # ---------------------------------------------------------------------- one attempt
@@ -252,10 +241,8 @@ class AttemptProcesses:
     def open_pidfd(self) -> int | None:
         """A pidfd for the monitor (readable once it exits); None where the kernel has none."""
         if self.pidfd is None:
-            try:
+            with contextlib.suppress(OSError, AttributeError):
                 self.pidfd = os.pidfd_open(self.monitor_pid)
-            except (OSError, AttributeError):
-                self.pidfd = None
         return self.pidfd
 
     def close(self) -> None:
@@ -282,10 +269,7 @@ class AttemptProcesses:
         live = [p for p in pids if pid_alive(p)]
         for p in live:
             if p not in self.members_seen:
-                try:
-                    self.members_seen[p] = psutil.Process(p).create_time()
-                except psutil.Error:
-                    self.members_seen[p] = None
+                self.members_seen[p] = start_time(p)
         return live
 
     def signal(self, signum: int) -> None:
@@ -327,12 +311,9 @@ class AttemptProcesses:
             pass
 
     def monitor_alive(self) -> bool:
-        if self.monitor_gone:
-            return False
-        alive = pid_alive(self.monitor_pid)
-        if not alive:
+        if not self.monitor_gone and not pid_alive(self.monitor_pid):
             self.monitor_gone = True
-        return alive
+        return not self.monitor_gone
 
     async def wait_monitor_gone(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the monitor to exit; whether it is gone.
@@ -418,8 +399,8 @@ def is_monitor_of(rec: dict[str, Any], run_dir: Path) -> bool:
     if pid <= 0 or not pid_alive(pid):
         return False
     try:
-        cmd = psutil.Process(pid).cmdline()
-        started = psutil.Process(pid).create_time()
+        p = psutil.Process(pid)
+        cmd, started = p.cmdline(), p.create_time()
     except psutil.Error:
         return False
     is_shim = any(a.endswith("shim.py") for a in cmd)
@@ -571,35 +552,14 @@ async def _send_request(loop: asyncio.AbstractEventLoop, sock: socket.socket, sp
 
 
 async def _read_line(fd: int) -> bytes:
-    loop = asyncio.get_running_loop()
-    buf = b""
-    done: asyncio.Future[None] = loop.create_future()
-    os.set_blocking(fd, False)
-
-    def readable() -> None:
-        nonlocal buf
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if not chunk or b"\n" in chunk:
-                buf += chunk
-                loop.remove_reader(fd)
-                if not done.done():
-                    done.set_result(None)
-                return
-            buf += chunk
-
-    loop.add_reader(fd, readable)
+    """The first line read from the pipe ``fd`` (without its newline; what came before EOF if none)."""
+    reader = asyncio.StreamReader()
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(fd), "rb", 0))
     try:
-        await done
+        return (await reader.readline()).rstrip(b"\n")
     finally:
-        with contextlib.suppress(ValueError, OSError):
-            loop.remove_reader(fd)
-    return buf.split(b"\n", 1)[0]
+        transport.close()
 
 
 # ---------------------------------------------------------------------- processes marked with a run
@@ -627,14 +587,8 @@ def find_marked(run_dir: str, component: str | None = None, *, exclude: Iterable
             continue
         if env.get("SLURM_STEP_ID") is not None and (env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")) != mine:
             continue  # a task of a Slurm step (srun exports our markers): its srun, under a monitor, owns it
-        if component is not None and env.get(ENV_COMPONENT) != component:
-            continue
-        try:
-            if p.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except psutil.Error:
-            continue
-        out.append(p)
+        if (component is None or env.get(ENV_COMPONENT) == component) and pid_alive(p.pid):  # not a zombie
+            out.append(p)
     return out
 
 

@@ -6,18 +6,15 @@ holds no policy: restarts, probes, progress and diagnosis are the supervisor's. 
 - forks the component's command in a session of its own (its pid is its process group), with
   stdout and stderr on one pipe that only the monitor reads, so the child never depends on the
   supervisor being alive, awake or fast;
-- appends every byte of that pipe to ``logs/<component>.log``, rotating at line boundaries; a
-  guard thread keeps the pipe drained while a write is stalled, so a slow disk never blocks the
-  child (a full disk drops bytes, counted, and a marker line says how many once it has room again);
+- appends every byte of that pipe to ``logs/<component>.log``, rotating at line boundaries, and
+  never lets a slow or full disk block the child (:class:`Pump`);
 - is a child subreaper, so a grandchild that double-forks and calls setsid re-parents to it and
   stays findable; where the supervisor gave it a cgroup, the child runs in it;
 - reaps the child and records its exit in ``monitors/<component>.json``.
 
-The record is created atomically, then updated in place within its preallocated size, so an
-exit is recorded even when the disk is full. Signals: ``SIGUSR1`` means *finish*: kill whatever
-is left of the attempt's tree, drain the pipe, remove the record and exit. ``SIGTERM``,
-``SIGINT``, ``SIGHUP`` and ``SIGPIPE`` are ignored: the monitor must survive stray signals
-meant for a terminal or a process group.
+The record (:class:`Record`) is written even when the disk is full. Signals: ``SIGUSR1`` means
+*finish*: kill whatever is left of the attempt's tree, drain the pipe, remove the record and exit.
+Stray signals meant for a terminal or a process group are ignored (:func:`_take_signals`).
 
 Standard library only, and no import of rlsup: it runs as ``python -I -S shim.py`` (or is forked
 from the monitor zygote, :func:`zygote`) and keeps running the code it started with while rlsup
@@ -173,18 +170,12 @@ class Record:
         self.data = data
         self._fd: int | None = None
 
-    def create(self) -> None:
-        """Write the record under a temporary name, then rename it into place (atomic for readers)."""
-        self.prepare()
-        self.commit()
-
     def prepare(self) -> None:
         """The record written and synced under a temporary name (:meth:`commit` renames it into place,
         :meth:`discard` drops it).
 
-        On a full disk a new file gets no blocks: the record is then written into one of the spare
-        slots the supervisor keeps in ``monitors/`` (files of exactly :data:`RECORD_SIZE` bytes,
-        written while there was room), rewritten in place: no new block is needed."""
+        On a full disk a new file gets no blocks: the record is then written in place into a spare slot
+        (:data:`SPARE_PREFIX`, files of exactly :data:`RECORD_SIZE` bytes written while there was room)."""
         tmp = f"{self.path}.tmp.{os.getpid()}"
         fd = -1
         try:
@@ -321,22 +312,16 @@ class LogFile:
             if len(data) <= room:
                 self._append(data)
                 return
-            nl = data.rfind(b"\n", 0, room) if room > 0 else -1
-            if nl >= 0:  # the complete lines that still fit, then a new file
+            nl = data.rfind(b"\n", 0, room) if room > 0 else -1  # the complete lines that still fit
+            fresh_line = self.at_line_start and self.size
+            if nl < 0 and not fresh_line:  # else finish the line this file holds the start of
+                nl = data.find(b"\n")
+                nl = nl if nl < self.max_bytes else -1
+            # Up to that newline (nothing at a line start, or for a line longer than a whole file, which
+            # has to be split), then a new file.
+            if nl >= 0 or fresh_line or room <= 0:
                 self._append(data[:nl + 1])
                 data = data[nl + 1:]
-                self.rotate()
-                continue
-            if self.at_line_start and self.size:
-                self.rotate()
-                continue
-            nl = data.find(b"\n")
-            if 0 <= nl < self.max_bytes:  # finish the line this file holds the start of
-                self._append(data[:nl + 1])
-                data = data[nl + 1:]
-                self.rotate()
-                continue
-            if room <= 0:  # a line longer than a whole file: it has to be split
                 self.rotate()
                 continue
             self._append(data[:room])
@@ -582,11 +567,9 @@ def _spawn_child(spec: dict, out_w: int) -> int | None:
     """The component's command started with ``posix_spawn`` (vfork and exec: no copy of the monitor's
     pages, no Python between the fork and the exec, ~1 ms where the fork path takes several): its pid.
 
-    The same child as :func:`_exec_child` makes: a session of its own, stdin from /dev/null, stdout and
-    stderr on ``out_w``, default signal dispositions and an empty mask, ``cwd``, the soft open-file limit,
-    the command looked up on the PATH of its own environment (as ``os.execvpe`` does). None where only
-    the fork path can do what the spec asks (a cgroup to join) or where the start would fail (no such
-    command, not executable, ...): the fork path then starts it, or says why not, as it always did."""
+    The same child as :func:`_exec_child` makes. None where only the fork path can do what the spec
+    asks (a cgroup to join) or where the start would fail (no such command, not executable, ...): the
+    fork path then starts it, or says why not."""
     if spec.get("cgroup") or not hasattr(os, "posix_spawn") or not hasattr(os, "POSIX_SPAWN_DUP2"):
         return None
     argv, env = spec["argv"], spec["env"]
@@ -764,26 +747,26 @@ def _take_signals() -> int:
     return wake_r
 
 
-def _read_to_eof(fd: int) -> bytes:
-    data = b"".join(iter(lambda: os.read(fd, 65536), b""))
-    os.close(fd)
-    return data
-
-
 def _record_once_execd(spec: dict, pid: int, started: float, started_mono: float, err_r: int, log: LogFile,
                        report: Callable[[dict[str, Any]], None]) -> tuple[Record | None, list[bytes]]:
     """The attempt's record, in place once the child exec'd, and what the child said on ``err_r`` (its
-    warnings); None (the starter told why) if the child could not start or the record cannot be written:
-    no record, no monitoring the next supervisor could adopt, so the attempt is refused (its child killed).
-    The record is written and synced while the child execs (the sync waits for the disk, the exec for a
+    warnings); None (the starter told why, the child killed) if the child could not start or the record
+    cannot be written. The record is written and synced while the child execs (the sync waits for the disk, the exec for a
     CPU), and renamed into place once the exec is known to have succeeded."""
-    rec = _record(spec, pid, started, started_mono)
+    rec = Record(spec["record"], {
+        "protocol": PROTOCOL, "component": spec["component"], "attempt": spec["attempt"], "run_dir": spec["run_dir"],
+        "shim_pid": os.getpid(), "pid": pid, "cgroup": spec.get("cgroup"), "log": spec["log"]["path"],
+        "started": started, "started_mono": started_mono, "status": "running", "exit_code": None,
+        "signal": None, "ended": None, "ended_mono": None, "log_end": None, "log_error": None, "lost_bytes": 0,
+        "log_ok": False,
+    })
     trouble: OSError | None = None
     try:
         rec.prepare()
     except OSError as e:
         trouble = e
-    err = _read_to_eof(err_r).splitlines()  # EOF once the child exec'd (close-on-exec) or died
+    err = b"".join(iter(lambda: os.read(err_r, 65536), b"")).splitlines()  # EOF once the child exec'd or died
+    os.close(err_r)
     failure = next((ln[2:] for ln in err if ln.startswith(b"E ")), None)
     if failure is not None:
         os.waitpid(pid, 0)
@@ -804,17 +787,6 @@ def _record_once_execd(spec: dict, pid: int, started: float, started_mono: float
                 "type": "RecordError"})
         return None, err
     return rec, err
-
-
-def _record(spec: dict, pid: int, started: float, started_mono: float) -> Record:
-    """The attempt's record (not written yet)."""
-    return Record(spec["record"], {
-        "protocol": PROTOCOL, "component": spec["component"], "attempt": spec["attempt"], "run_dir": spec["run_dir"],
-        "shim_pid": os.getpid(), "pid": pid, "cgroup": spec.get("cgroup"), "log": spec["log"]["path"],
-        "started": started, "started_mono": started_mono, "status": "running", "exit_code": None,
-        "signal": None, "ended": None, "ended_mono": None, "log_end": None, "log_error": None, "lost_bytes": 0,
-        "log_ok": False,
-    })
 
 
 class _Loop:
@@ -862,8 +834,9 @@ class _Loop:
                 self.on_children_exited()
             if self.status is not None and not self.recorded:
                 self.record_exit(self.status)
-            if _flags["finish"] and not self.finishing:
-                self.on_finish_request()
+            if _flags["finish"] and not self.finishing:  # SIGUSR1: end the tree, drain for at most FINISH_DRAIN_S
+                self.finishing = True
+                self.finish_deadline = time.monotonic() + FINISH_DRAIN_S
             if self.finishing and self.finish_round():
                 return
 
@@ -877,11 +850,7 @@ class _Loop:
                 self.on_rest_over()
                 return
             timeout = rest if timeout is None else min(rest, timeout)
-        try:
-            ready = self.poller.poll(timeout)
-        except InterruptedError:
-            ready = []
-        for fd, _ev in ready:
+        for fd, _ev in self.poller.poll(timeout):  # (retried by Python after a signal: its wakeup fd shows)
             if fd == self.wake_r:
                 self.on_wakeup()
             elif fd == self.out_r:
@@ -890,12 +859,9 @@ class _Loop:
             self.on_rest_over()
 
     def on_wakeup(self) -> None:
-        """A signal arrived (its flag is set): empty the wakeup pipe."""
-        try:
-            while os.read(self.wake_r, 512):
-                pass
-        except BlockingIOError:
-            pass
+        """A signal arrived (its flag is set): empty the wakeup pipe (one byte a signal; one read takes
+        all a pipe can hold)."""
+        _quiet(os.read, self.wake_r, 1 << 16)
 
     def on_rest_over(self) -> None:
         """Read what piled up straight away (no poll needed to learn it is there), and rest again if it
@@ -957,16 +923,8 @@ class _Loop:
 
     def reap(self) -> None:
         if not self.reaped:
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
+            _quiet(os.waitpid, self.pid, 0)
             self.reaped = True
-
-    def on_finish_request(self) -> None:
-        """SIGUSR1: end the attempt's tree, drain the pipe for at most FINISH_DRAIN_S, then exit."""
-        self.finishing = True
-        self.finish_deadline = time.monotonic() + FINISH_DRAIN_S
 
     def finish_round(self) -> bool:
         """End whatever is left (again each round: a process may have forked meanwhile); done once the
@@ -1067,25 +1025,27 @@ def _report_to(fd: int) -> Callable[[dict[str, Any]], None]:
 
 def _recv_msg(sock: socket.socket) -> tuple[dict, int] | None:
     """One request: a 4-byte length, the descriptors passed with it (SCM_RIGHTS: the reply fd, -1 for
-    none; any more are closed), a JSON body."""
-    head, fds, _flags_, _addr = socket.recv_fds(sock, 4, 4)
-    while head and len(head) < 4:
-        more = sock.recv(4 - len(head))
-        if not more:
+    none; any more are closed), a JSON body. None at EOF or on a broken request."""
+    try:
+        head, fds, _flags_, _addr = socket.recv_fds(sock, 4, 4)
+        for extra in fds[1:]:
+            os.close(extra)
+        head += _recv_exact(sock, 4 - len(head)) if head else b""
+        if len(head) < 4:
             return None
-        head += more
-    for extra in fds[1:]:
-        os.close(extra)
-    if not head:
+        (n,) = struct.unpack("!I", head)
+        body = _recv_exact(sock, n)
+        return (json.loads(body), (fds[0] if fds else -1)) if len(body) == n else None
+    except (OSError, ValueError):
         return None
-    (n,) = struct.unpack("!I", head)
-    body = b""
-    while len(body) < n:
-        chunk = sock.recv(min(n - len(body), 1 << 20))
-        if not chunk:
-            return None
-        body += chunk
-    return json.loads(body), (fds[0] if fds else -1)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock``, fewer only at EOF."""
+    data = b""
+    while len(data) < n and (chunk := sock.recv(min(n - len(data), 1 << 20))):
+        data += chunk
+    return data
 
 
 def encode_request(spec: dict) -> tuple[bytes, bytes]:
@@ -1100,7 +1060,7 @@ SPARE_AFTER_MS = 20  # the zygote forks its next spare monitor once no request c
 
 def zygote(sock_fd: int) -> int:
     """Serve start requests on ``sock_fd``: fork a monitor for each (a fork of this small, idle
-    interpreter costs far less time and memory than starting a new one). The monitor is forked
+    interpreter costs a fraction of the ~40 ms of CPU and ~4 MB a new one takes). The monitor is forked
     twice so that it re-parents to the supervisor (a child subreaper), not to the zygote.
 
     So that a restart does not wait for those two forks, one monitor is forked ahead of need, a
@@ -1108,32 +1068,6 @@ def zygote(sock_fd: int) -> int:
     has been idle for :data:`SPARE_AFTER_MS` (not while the monitor just handed a request starts its
     command, nor during a burst of starts, which are served as before). A spare that cannot take a
     request (it died) is replaced by the two forks."""
-    _zygote_setup()
-    sock = socket.socket(fileno=sock_fd)
-    idle = select.poll()
-    idle.register(sock.fileno(), select.POLLIN)
-    spare: socket.socket | None = None
-    while True:
-        if spare is None and not idle.poll(SPARE_AFTER_MS):
-            spare = _fork_spare(sock)
-        try:
-            got = _recv_msg(sock)
-        except (OSError, ValueError):
-            return 0
-        if got is None:
-            return 0  # the supervisor closed its end: its life is over, and so is ours (a spare sees EOF)
-        spec, reply_fd = got
-        if spare is not None:
-            handed = _hand_to_spare(spare, spec, reply_fd)
-            spare.close()
-            spare = None
-            if handed:
-                os.close(reply_fd)
-                continue
-        _fork_monitor(sock, spec, reply_fd)
-
-
-def _zygote_setup() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(s, signal.SIG_IGN)
@@ -1141,10 +1075,28 @@ def _zygote_setup() -> None:
     import resource  # noqa: F401 - imported once here, not in each monitor that limits its child's files
 
     gc.freeze()  # keep the forks' pages shared: collections would otherwise copy them
+    sock = socket.socket(fileno=sock_fd)
+    idle = select.poll()
+    idle.register(sock.fileno(), select.POLLIN)
+    spare: socket.socket | None = None
+    while True:
+        if spare is None and not idle.poll(SPARE_AFTER_MS):
+            spare = _fork_spare(sock)
+        got = _recv_msg(sock)
+        if got is None:
+            return 0  # the supervisor closed its end: its life is over, and so is ours (a spare sees EOF)
+        spec, reply_fd = got
+        handed = spare is not None and _hand_to_spare(spare, spec, reply_fd)
+        if spare is not None:
+            spare.close()
+            spare = None
+        if not handed:
+            _fork_twice((sock,), run_attempt, spec, _report_to(reply_fd))
+        os.close(reply_fd)
 
 
-def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[[], int]) -> None:
-    """Run ``body`` in a grandchild in a session of its own, ``closing`` closed there (forked twice, it
+def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[..., int], *args: Any) -> None:
+    """Run ``body(*args)`` in a grandchild in a session of its own, ``closing`` closed there (forked twice, it
     re-parents to the supervisor, a child subreaper, not to the zygote); returns once the middle one exits."""
     mid = os.fork()
     if mid == 0:
@@ -1153,16 +1105,10 @@ def _fork_twice(closing: tuple[socket.socket, ...], body: Callable[[], int]) -> 
                 s.close()
             if os.fork() == 0:
                 os.setsid()
-                os._exit(body())
+                os._exit(body(*args))
         finally:
             os._exit(0)
     os.waitpid(mid, 0)
-
-
-def _fork_monitor(sock: socket.socket, spec: dict, reply_fd: int) -> None:
-    """A monitor for ``spec``, which answers on ``reply_fd``."""
-    _fork_twice((sock,), lambda: run_attempt(spec, _report_to(reply_fd)))
-    os.close(reply_fd)
 
 
 def _fork_spare(sock: socket.socket) -> socket.socket | None:
@@ -1173,7 +1119,7 @@ def _fork_spare(sock: socket.socket) -> socket.socket | None:
     except OSError:
         return None
     try:
-        _fork_twice((sock, ours), lambda: _spare(theirs))
+        _fork_twice((sock, ours), _spare, theirs)
     except OSError:
         ours.close()
         return None
@@ -1186,10 +1132,7 @@ def _spare(sock: socket.socket) -> int:
     """A spare monitor: one request from the zygote, then the attempt as any monitor runs it; exits at
     once, having started nothing, when the zygote is gone (EOF). What does not depend on the request is set up while it waits."""
     prepared = prepare_attempt()
-    try:
-        got = _recv_msg(sock)
-    except (OSError, ValueError):
-        return 0
+    got = _recv_msg(sock)
     sock.close()
     if got is None:
         return 0

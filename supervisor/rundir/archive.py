@@ -30,14 +30,6 @@ TAIL_BYTES = 4 << 20  # of each component's log, read back into its ring
 RING_LINES = 10_000
 
 
-def last_run(paths: RunPaths) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
-    """(the last ``run_started``, the ``run_ended`` after it or None, every event) of the journal, as
-    dicts (for callers outside the supervisor's typed core)."""
-    rp = read_run(paths)
-    start, end = rp.last_run
-    return (start.to_dict() if start else None, end.to_dict() if end else None, [r.to_dict() for r in rp.records])
-
-
 def how_it_ended(paths: RunPaths, rp: Replay | None = None) -> str | None:
     """``"completed at step 200/200 on 2026-11-22 10:37"``, ``"fatal at step 57 (trainer: ...)"``; None
     if the run dir holds no run that ended (a new dir, or a supervisor that died mid-way)."""
@@ -71,18 +63,11 @@ def _main_component(comps: dict[str, Any]) -> str | None:
     return next(reversed(with_total or with_step), None)
 
 
-def replay(paths: RunPaths) -> dict[str, Any]:
-    """The run's final state (:meth:`rlsup.supervisor.rundir.replay.Replay.final_state`)."""
-    return read_run(paths).final_state()
-
-
 def read_config(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
-        from ..config.loader import (
-            load_yaml,  # bounded: an alias bomb in a run's config cannot blow up the report
-        )
+        from ..config.loader import load_yaml  # bounded: an alias bomb cannot blow up the report
 
         data = load_yaml(path.read_text(encoding="utf-8"), str(path)).data
     except Exception:  # an unreadable or broken config only costs us secrets and checkpoint lookups
@@ -141,10 +126,9 @@ class Archive:
         config = self.state.get("run", {}).get("config")
         cfg_path = Path(config) if config else None
         redactor = redactor_for(read_config(cfg_path), cfg_path)
-        self._rings: dict[str, LogRing] = {}
         ends = _saved_positions(rp.saved)
-        for name in self.state["components"]:
-            self._rings[name] = _ring_from_log(self.paths.log(name), redactor, ends.get(name))
+        self._rings = {name: _ring_from_log(self.paths.log(name), redactor, ends.get(name))
+                       for name in self.state["components"]}
         self._seq = rp.seq
 
     def snapshot_state(self) -> dict[str, Any]:
@@ -190,8 +174,7 @@ class Archive:
             return None
         path = self.paths.log(name)
         pages = self.__dict__.setdefault("_log_pages", {})
-        if name not in pages:
-            pages[name] = LogPages(path)  # kept: its index is built once per file
+        pages.setdefault(name, LogPages(path))  # kept: its index is built once per file
         try:
             st = os.stat(path)
         except OSError:
@@ -209,12 +192,8 @@ class Archive:
 
 def _saved_positions(saved: dict[str, Any]) -> dict[str, Position]:
     """Where the last supervisor had read each log to (``state.json``, as read), by component."""
-    out = {}
-    for name, c in (saved.get("components") or {}).items():
-        pos = Position.from_dict((c or {}).get("log") if isinstance(c, dict) else None)
-        if pos is not None and pos.ino is not None:
-            out[name] = pos
-    return out
+    return {name: pos for name, c in (saved.get("components") or {}).items()
+            if (pos := Position.from_dict(c.get("log") if isinstance(c, dict) else None)) and pos.ino is not None}
 
 
 def _ring_from_log(path: Path, redactor: Redactor, saved: Position | None = None) -> LogRing:

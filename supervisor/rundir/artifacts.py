@@ -1,11 +1,9 @@
 """Run artefacts besides checkpoints: cleaning up future steps on resume, and watching step folders.
 
 ``clean_after`` removes what a resumed trainer would otherwise trip over (rollouts of steps after the
-resume step). It deletes only inside the ``allowed_roots`` the caller names (the run's configured
-directories), checks every path after resolving symlinks, and never follows a symlink while deleting.
+resume step), only inside the run's configured directories.
 
-``scan_newest`` answers which step is the newest present in a directory (``rollouts/step_12``) and
-when it appeared; :mod:`.dirwatch` asks it again whenever the directory changes.
+``scan_newest`` is the newest step in a directory, asked again by :mod:`.dirwatch` on each change.
 """
 
 from __future__ import annotations
@@ -170,11 +168,8 @@ def _delete(targets: list[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
 
 
 def _delete_one(located: Path) -> bool:
-    """Remove one entry without following it: True if removed, False if it was already gone.
-
-    A directory tree goes with :func:`_rmtree`; a file or a symlink (to anything) is unlinked, so a
-    link goes and never its target. Raises OSError saying what failed.
-    """
+    """Remove one entry without following it (a link goes, never its target): True if removed, False if
+    it was already gone. Raises OSError saying what failed."""
     try:
         st = located.lstat()
     except FileNotFoundError:
@@ -210,8 +205,7 @@ def scan_newest(
 ) -> tuple[int | None, float | None]:
     """(newest step, its mtime) among the entries of directory ``path``; (None, None) if none/missing.
 
-    The step is ``pattern`` searched in each entry name (named group ``step``, else the first group).
-    Hidden and temporary names (``.step_13.tmp-PID``, ``step_13.partial``) are not published steps and
+    The step is as :func:`_step_of` finds it in each entry name. Hidden and temporary names (``.step_13.tmp-PID``, ``step_13.partial``) are not published steps and
     are ignored. The mtime is the entry's own (``lstat``), i.e. when it appeared or last changed.
     """
     rx = compile_step_pattern(pattern) if isinstance(pattern, str) else pattern

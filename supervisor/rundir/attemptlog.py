@@ -49,12 +49,8 @@ Events = Iterable[Record | Mapping[str, Any]]
 
 def _starts(events: Events, name: str) -> list[tuple[Record, ComponentStarted]]:
     """The ``started`` records of ``name``, in journal order."""
-    out = []
-    for e in events:
-        rec = as_record(e)
-        if isinstance(rec.event, ComponentStarted) and rec.event.component == name:
-            out.append((rec, rec.event))
-    return out
+    return [(r, r.event) for r in map(as_record, events)
+            if isinstance(r.event, ComponentStarted) and r.event.component == name]
 
 
 def ranges(events: Events, name: str) -> list[Range]:
@@ -62,11 +58,9 @@ def ranges(events: Events, name: str) -> list[Range]:
     attempt number of 0 is none: attempts count from 1, and an old start without one is numbered
     by its place.)"""
     starts = _starts(events, name)
-    out = []
-    for i, (rec, e) in enumerate(starts):
-        nxt = mark_of(starts[i + 1][1]) if i + 1 < len(starts) else None
-        out.append(Range(e.attempt or i + 1, mark_of(e), nxt, rec))
-    return out
+    ends = [mark_of(e) for _, e in starts[1:]] + [None]  # each ends where the next begins
+    return [Range(e.attempt or i + 1, mark_of(e), end, rec)
+            for i, ((rec, e), end) in enumerate(zip(starts, ends, strict=False))]
 
 
 def find(events: Events, name: str, attempt: int) -> Range | None:

@@ -1,27 +1,19 @@
 """Latest-complete-checkpoint discovery for the checkpoint layouts of common RL stacks.
 
-Pure library: it only reads the file system (``os.scandir``/``stat``/small marker files) and never
-writes, so the supervisor can call it on every restart. Nothing here raises for a missing or odd
-directory; what could not be trusted is reported in ``Discovery.skipped`` and ``Discovery.problems``.
+It only reads the file system, never writes, so the supervisor can call it on every restart; what
+could not be trusted is reported in ``Discovery.skipped`` and ``Discovery.problems``.
 
-A checkpoint counts as *complete* when
+A checkpoint counts as *complete* when its name is not a temporary name (``*.tmp``, ``tmp-*``,
+``*.partial`` ...), it is not empty, holds no temporary file (unless a completion marker vouches for
+it), has the layout's completion marker where the layout has one, and is *settled*: a marker its writer
+wrote last vouches for it (prime-rl's ``STABLE``, HF's ``trainer_state.json``, verl's tracker, AReaL's
+``recover_info``: see the layouts below), or else nothing in it was modified within ``settle_s`` of ``now``.
 
-* its name is not a temporary name (``*.tmp``, ``tmp-*``, ``*.partial`` ...),
-* it is not empty and holds no temporary file (unless a completion marker vouches for it),
-* the layout's completion marker is there where the layout has one, and
-* it is *settled*: either an explicit completion marker vouches for it -- prime-rl's ``STABLE`` (or
-  another known marker file) at its top, a valid HF ``trainer_state.json``, verl's
-  ``latest_checkpointed_iteration.txt`` naming it or a later step, AReaL's ``recover_info`` files all
-  written after ``recover_checkpoint`` -- or, where nothing vouches for it (the ``glob`` layout, an
-  unmarked ``step_N``, verl's in-directory ``data.pt``, prime-rl per-component files, AReaL's
-  weight-only saves), nothing in it was modified within ``settle_s`` seconds of ``now``.
-
-A marker is written last by its writer, so it is authoritative: a checkpoint whose marker is there
-is used at once (a trainer that crashes right after saving resumes from that save, not the one
-before). The age rule is only the fallback for checkpoints nothing vouches for. A marker file that is
-itself unreadable (a half-written ``trainer_state.json``, tracker or ``step_info.json``) is
-reported in ``problems`` and not trusted -- unless it was modified within ``settle_s``, in which
-case it is taken to be mid-write and only listed in ``skipped``.
+A marker is authoritative: a checkpoint whose marker is there is used at once (a trainer that crashes
+right after saving resumes from that save, not the one before). A marker file that is itself unreadable
+(a half-written ``trainer_state.json``, tracker or ``step_info.json``) is reported in ``problems`` and
+not trusted -- unless it was modified within ``settle_s``: then it is taken to be mid-write and only
+listed in ``skipped``.
 
 Layouts (what each framework really writes; sources are the upstream files named below):
 
@@ -52,7 +44,7 @@ Layouts (what each framework really writes; sources are the upstream files named
     areal/utils/recover.py ``RecoverInfo.dump``/``RecoverHandler.recover_info_path``,
     areal/utils/saver.py ``get_save_root``/``get_model_save_path``/``get_recover_checkpoint_path``).
     ``latest`` is the recover point from ``step_info.json`` (what AReaL itself resumes from), even if a
-    newer weight-only ``globalstep`` folder exists; those are listed in ``checkpoints`` for ``find``.
+    newer weight-only ``globalstep`` folder exists; those are listed in ``checkpoints``.
 ``glob``
     Any entry under the root whose name (or relative path, if the pattern contains ``/``) fully matches
     ``step_pattern``; the step is the named group ``step`` or else the first group.
@@ -60,16 +52,8 @@ Layouts (what each framework really writes; sources are the upstream files named
     ``step_pattern`` given -> ``glob``; else the first of areal, verl, hf, prime-rl whose signature is
     present. Nothing recognisable (for example a run that has not saved yet) -> ``layout`` None.
 
-**When nothing is writing** (``writer_alive=False``: the component's whole process tree is gone) age and
-settle time say nothing -- a checkpoint cut off by a crash an hour ago is as old as a finished one -- so
-completeness alone decides: the layout's marker where it has one, otherwise the file set itself
-(:func:`content_problem`): every shard a ``*.safetensors.index.json`` names exists with the size its
-safetensors header claims, every ``*.safetensors`` file is as long as its header says, every torch zip
-checkpoint (``*.pt``/``*.pth``/``*.bin``, torch.save's default format) has a readable central directory
-(written last), a DCP directory has its ``.metadata``, and no temporary file was left behind.
-
-Every step directory looked at is reported in ``Discovery.candidates`` (step, path, complete, reason), so
-a supervisor that starts from scratch can say why each candidate was rejected.
+**When nothing is writing** (:func:`discover`'s ``writer_alive=False``) age says nothing -- a checkpoint
+cut off by a crash an hour ago is as old as a finished one -- so completeness alone decides.
 """
 
 from __future__ import annotations
@@ -159,10 +143,6 @@ class Discovery:
     skipped: tuple[tuple[str, str], ...]
     problems: tuple[str, ...]
     candidates: tuple[Candidate, ...] = ()
-
-    def rejected(self) -> list[Candidate]:
-        """The candidates that were not complete, with their reasons (for "starting from scratch because")."""
-        return [c for c in self.candidates if not c.complete]
 
 
 def is_temp_name(name: str) -> bool:
@@ -395,12 +375,6 @@ class _Scan:
         if step is not None:
             self.candidates.append(Candidate(step, str(path), False, reason))
 
-    def add(self, step: int, path: Path, newest: float) -> None:
-        self.candidates.append(Candidate(step, str(path), True, ""))
-        prev = self.found.get(step)
-        if prev is None or newest > prev.mtime:
-            self.found[step] = Checkpoint(step, str(path), self.layout, newest)
-
     def age(self, newest: float) -> str | None:
         """The settle rule, which only means something while a writer may still be writing."""
         return _age_reason(newest, self.now, self.settle_s) if self.writer_alive else None
@@ -416,51 +390,43 @@ class _Scan:
         marker: str | None,
         require_marker: str | None = None,
         trusted: bool = False,
-    ) -> bool:
+    ) -> None:
         """Apply the common completeness rules; ``require_marker`` names what is missing, if any.
 
         ``marker`` is whatever says the content is whole (it lifts the temp-file-inside rule);
         ``trusted`` says it is an explicit completion marker written last, which also lifts the
         age rule.
         """
-        dead = "" if self.writer_alive else " (and nothing is writing it any more)"
-        if is_temp_name(path.name):
-            self.skip(path, f"temporary name {path.name!r}: " + (
-                "still being written" if self.writer_alive else "a save cut off when its writer died"), step)
-            return False
-        info = _tree_info(path)
-        if info.files == 0:
-            self.skip(path, "empty" + (" directory" if path.is_dir() else " file") + dead, step)
-            return False
-        if require_marker is not None:
-            self.skip(path, f"no completion marker: {require_marker}" + dead, step)
-            return False
-        if marker is None and info.temp is not None:
-            self.skip(path, f"contains temporary file {info.temp!r}: " + (
-                "still being written" if self.writer_alive else "left behind by a writer that died"), step)
-            return False
-        if not self.writer_alive and not trusted:
+        alive = self.writer_alive
+        dead = "" if alive else " (and nothing is writing it any more)"
+        info = None if is_temp_name(path.name) else _tree_info(path)
+        if info is None:
+            why: str | None = f"temporary name {path.name!r}: " + (
+                "still being written" if alive else "a save cut off when its writer died")
+        elif info.files == 0:
+            why = "empty" + (" directory" if path.is_dir() else " file") + dead
+        elif require_marker is not None:
+            why = f"no completion marker: {require_marker}" + dead
+        elif marker is None and info.temp is not None:
+            why = f"contains temporary file {info.temp!r}: " + (
+                "still being written" if alive else "left behind by a writer that died")
+        elif not alive and not trusted and (problem := content_problem(path)) is not None:
             # No marker vouches for it and age means nothing now: the files themselves must be whole.
-            why = content_problem(path)
-            if why is not None:
-                self.skip(path, f"incomplete: {why}", step)
-                return False
-        reason = None if trusted else self.age(info.newest)
-        if reason is not None:
-            self.skip(path, reason, step)
-            return False
-        self.add(step, path, info.newest)
-        return True
+            why = f"incomplete: {problem}"
+        else:
+            why = None if trusted else self.age(info.newest)
+        if why is not None or info is None:
+            self.skip(path, why or "", step)
+            return
+        self.candidates.append(Candidate(step, str(path), True, ""))
+        prev = self.found.get(step)
+        if prev is None or info.newest > prev.mtime:
+            self.found[step] = Checkpoint(step, str(path), self.layout, info.newest)
 
     def fresh(self, path: Path) -> bool:
         """True when ``path`` was modified within ``settle_s`` while a writer may still be at work: a
         marker file possibly mid-write. With no writer alive nothing is mid-write."""
-        if not self.writer_alive:
-            return False
-        try:
-            return _age_reason(path.stat().st_mtime, self.now, self.settle_s) is not None
-        except OSError:
-            return False
+        return self.age(_mtime(path)) is not None  # (an unreadable one is as old as can be)
 
     def result(self, latest: Checkpoint | None = None) -> Discovery:
         cks = tuple(self.found[s] for s in sorted(self.found))
@@ -476,17 +442,9 @@ class _Scan:
 
 def _steps_in(root: Path, regex: re.Pattern[str], group: int = 1) -> list[tuple[int, Path]]:
     """(step, path) for entries of ``root`` whose name is ``regex`` possibly wrapped in a temp name."""
-    out = []
-    for e in _listdir(root):
-        m = regex.search(e.name)
-        if m is None:
-            continue
-        # exact name, or the exact name inside a temporary name (tmp-checkpoint-5, step_5.tmp)
-        core = m.group(0)
-        if e.name != core and not (is_temp_name(e.name) and core in e.name):
-            continue
-        out.append((int(m.group(group)), Path(e.path)))
-    return out
+    # exact name, or the exact name inside a temporary name (tmp-checkpoint-5, step_5.tmp)
+    return [(int(m.group(group)), Path(e.path)) for e in _listdir(root)
+            if (m := regex.search(e.name)) and (e.name == m.group(0) or is_temp_name(e.name))]
 
 
 def _scan_prime(root: Path, scan: _Scan) -> Discovery:
@@ -511,11 +469,8 @@ def _scan_prime(root: Path, scan: _Scan) -> Discovery:
         missing = None
         if marker is None and path.is_dir():
             comps = [c for c in _PRIME_COMPONENT_MARKERS if (path / c).is_dir()]
-            for comp in comps:
-                names = _PRIME_COMPONENT_MARKERS[comp]
-                if not any((path / comp / n).is_file() for n in names):
-                    missing = f"{comp}/{names[0]} missing"
-                    break
+            missing = next((f"{c}/{names[0]} missing" for c, names in _PRIME_COMPONENT_MARKERS.items()
+                            if c in comps and not any((path / c / n).is_file() for n in names)), None)
             if missing is None and comps and "trainer" not in comps:
                 missing = ("trainer/.metadata missing: only the orchestrator's part is here, and the "
                            "trainer fails on it with 'Checkpoint not found'")
@@ -576,12 +531,11 @@ def _scan_hf(root: Path, scan: _Scan) -> Discovery:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as exc:
-            rel = f"{path.name}/{_HF_MARKER}"
             if scan.fresh(state):  # save_to_json writes in place: truncated for a moment
                 scan.skip(path, f"{_HF_MARKER} unreadable and modified just now: still being written", step)
                 continue
             scan.problems.append(
-                f"{rel} is corrupt ({_short(exc)}); not trusted; {path.name} skipped, older "
+                f"{path.name}/{_HF_MARKER} is corrupt ({_short(exc)}); not trusted; {path.name} skipped, older "
                 "checkpoints are independent and still used"
             )
             scan.skip(path, f"{_HF_MARKER} is corrupt", step)
@@ -596,12 +550,8 @@ def _scan_hf(root: Path, scan: _Scan) -> Discovery:
 def _areal_roots(root: Path) -> tuple[Path, list[Path]]:
     """(save_root holding recover_info, folders to scan for epoch*globalstep* saves)."""
     if (root / "recover_info").is_dir() or not (root.parent / "recover_info").is_dir():
-        save_root = root
-        folders = [root] + [Path(e.path) for e in _listdir(root) if e.is_dir() and e.name != "recover_info"]
-    else:  # root is a model-name folder such as .../trial/default
-        save_root = root.parent
-        folders = [root]
-    return save_root, folders
+        return root, [root] + [Path(e.path) for e in _listdir(root) if e.is_dir() and e.name != "recover_info"]
+    return root.parent, [root]  # root is a model-name folder such as .../trial/default
 
 
 def _scan_areal(root: Path, scan: _Scan) -> Discovery:
@@ -695,21 +645,16 @@ def _scan_glob(root: Path, scan: _Scan, pattern: str) -> Discovery:
     if rx.groups < 1:
         scan.problems.append(f"step_pattern {pattern!r} has no group for the step")
         return scan.result()
-    depth = pattern.count("/")
     candidates: list[tuple[int, Path]] = []
-    level = [root]
-    for _ in range(depth):
-        level = [Path(e.path) for d in level for e in _listdir(d) if e.is_dir()]
-    for d in level:
-        for e in _listdir(d):
-            rel = Path(e.path).relative_to(root).as_posix()
-            m = rx.fullmatch(rel)
-            if m is None or m.group(group) is None:
-                continue
-            try:
-                candidates.append((int(m.group(group)), Path(e.path)))
-            except ValueError:
-                scan.problems.append(f"{rel}: step group {m.group(group)!r} is not an integer")
+    for path in sorted(root.glob("*/" * pattern.count("/") + "*")):  # as deep as the pattern
+        rel = path.relative_to(root).as_posix()
+        m = rx.fullmatch(rel)
+        if m is None or m.group(group) is None:
+            continue
+        try:
+            candidates.append((int(m.group(group)), path))
+        except ValueError:
+            scan.problems.append(f"{rel}: step group {m.group(group)!r} is not an integer")
     marks = {p: scan.marker_in(p) for _, p in candidates}
     uses_markers = any(marks.values())
     for step, path in candidates:
@@ -722,11 +667,9 @@ def _scan_glob(root: Path, scan: _Scan, pattern: str) -> Discovery:
 
 def _detect(root: Path) -> str | None:
     names = [e.name for e in _listdir(root)]
-    if (root / "recover_info" / "step_info.json").exists() or (root.parent / "recover_info").is_dir():
-        return "areal"
-    if any(_AREAL_RE.fullmatch(n) for n in names) or any(
-        _AREAL_RE.fullmatch(e.name) for d in _listdir(root) if d.is_dir() for e in _listdir(Path(d.path))
-    ):
+    if ((root / "recover_info" / "step_info.json").exists() or (root.parent / "recover_info").is_dir()
+            or any(_AREAL_RE.fullmatch(n) for n in names)
+            or any(_AREAL_RE.fullmatch(e.name) for d in _listdir(root) if d.is_dir() for e in _listdir(Path(d.path)))):
         return "areal"
     if _VERL_TRACKER in names or _steps_in(root, _VERL_RE):
         return "verl"
@@ -782,37 +725,6 @@ _SCANNERS: dict[str, Callable[[Path, _Scan], Discovery]] = {
 """The scan of each layout that needs nothing but the root; ``glob`` also needs its step pattern."""
 
 
-def find(
-    root: str | Path, layout: str = "auto", *, step: int | None = None, **kw: object
-) -> Checkpoint | None:
-    """The latest complete checkpoint, or the complete one at exactly ``step``; None if there is none."""
-    found = discover(root, layout, **kw)  # type: ignore[arg-type]
-    if step is None:
-        return found.latest
-    return next((c for c in found.checkpoints if c.step == step), None)
-
-
-def list_checkpoints(
-    root: str | Path, layout: str = "auto", step_pattern: str | None = None, **kw: object
-) -> list[Checkpoint]:
-    """Every complete checkpoint under ``root``, ascending by step (what ``rlsup resume --step`` offers).
-
-    For AReaL this includes the weight-only ``epoch*globalstep*`` saves besides the recover point.
-    ``kw`` passes ``now``, ``settle_s`` and ``markers`` on to :func:`discover`.
-    """
-    return list(discover(root, layout, step_pattern, **kw).checkpoints)  # type: ignore[arg-type]
-
-
-def find_step(
-    root: str | Path, layout: str, step: int, step_pattern: str | None = None, **kw: object
-) -> Checkpoint | None:
-    """The complete checkpoint at exactly ``step`` (``rlsup resume NAME --step N``), or None."""
-    return next((c for c in list_checkpoints(root, layout, step_pattern, **kw) if c.step == step), None)
-
-
 def resume_args(template: Sequence[str], ckpt: Checkpoint) -> list[str]:
     """``template`` with ``{step}`` and ``{checkpoint}`` replaced; other braces are left alone."""
     return [a.replace("{step}", str(ckpt.step)).replace("{checkpoint}", ckpt.path) for a in template]
-
-
-Found = Discovery  # the name the supervisor's side of issue 6 uses for a scan result

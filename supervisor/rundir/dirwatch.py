@@ -70,13 +70,11 @@ class DirWatch:
     def identity(self) -> Identity:
         """What to watch now: the directory and its parent (where its own removal or replacement shows),
         or else its nearest existing ancestor; and the directory's inode (a replacement is a new one)."""
-        try:
+        with contextlib.suppress(OSError):
             st = self.path.stat()
-        except OSError:
-            st = None
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            parent = self.path.parent
-            return ((self.path, parent) if parent != self.path else (self.path,)), (st.st_dev, st.st_ino)
+            if stat.S_ISDIR(st.st_mode):
+                parent = self.path.parent
+                return ((self.path, parent) if parent != self.path else (self.path,)), (st.st_dev, st.st_ino)
         anc = self.path.parent
         while not anc.is_dir() and anc != anc.parent:
             anc = anc.parent
@@ -110,7 +108,7 @@ class DirWatches:
         self.watches: list[DirWatch] = []
         self._ino: Inotify | None = None
         self._ino_error: str | None = None
-        self._scanner: _Scanner | None = None
+        self._queue: queue.SimpleQueue[DirWatch | None] | None = None  # the scanning thread's, once it runs
         self._due: dict[int, asyncio.TimerHandle] = {}  # id(watch) -> its debounced scan
         self._scanning: set[int] = set()
         self._again: set[int] = set()  # changed while being scanned: scan once more after
@@ -133,8 +131,8 @@ class DirWatches:
                 self.loop.remove_reader(self._ino.fd)
             self._ino.close()
             self._ino = None
-        if self._scanner is not None:
-            self._scanner.close()
+        if self._queue is not None:
+            self._queue.put(None)
 
     # -- inotify
 
@@ -191,9 +189,11 @@ class DirWatches:
         key = id(watch)
         self._due.pop(key, None)
         self._scanning.add(key)
-        if self._scanner is None:
-            self._scanner = _Scanner(self.loop)
-        self._scanner.submit(watch, self._scanned)
+        if self._queue is None:
+            self._queue = queue.SimpleQueue()
+            threading.Thread(target=_scan_thread, args=(self.loop, self._queue, self._scanned), name="rlsup-dirscan",
+                             daemon=True).start()
+        self._queue.put(watch)
 
     def _scanned(self, watch: DirWatch, looked: Looked | None) -> None:
         key = id(watch)
@@ -214,34 +214,15 @@ class DirWatches:
             self._scan_soon(watch, POLL_S)
 
 
-class _Scanner:
-    """One daemon thread that looks at the watched directories, one at a time, and hands each answer
-    to the loop: a hung file system holds this thread, never the loop nor the process's exit."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
-        self.queue: queue.SimpleQueue[tuple[DirWatch, Callable[[DirWatch, Looked | None], None]] | None] = \
-            queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name="rlsup-dirscan", daemon=True)
-        self.thread.start()
-
-    def submit(self, watch: DirWatch, done: Callable[[DirWatch, Looked | None], None]) -> None:
-        self.queue.put((watch, done))
-
-    def close(self) -> None:
-        self.queue.put(None)
-
-    def _run(self) -> None:
-        while True:
-            item = self.queue.get()
-            if item is None:
-                return
-            watch, done = item
-            try:  # the newest step, and what to watch for it
-                looked: Looked | None = (scan_newest(watch.path, watch.rx), watch.identity())
-            except Exception:  # noqa: BLE001 - reported as "nothing there"
-                looked = None
-            try:
-                self.loop.call_soon_threadsafe(done, watch, looked)
-            except RuntimeError:  # the loop is closed: the run is over
-                return
+def _scan_thread(loop: asyncio.AbstractEventLoop, todo: queue.SimpleQueue[DirWatch | None],
+                 done: Callable[[DirWatch, Looked | None], None]) -> None:
+    """The scanning thread (a daemon: a hung file system holds it, never the process's exit)."""
+    while (watch := todo.get()) is not None:
+        try:  # the newest step, and what to watch for it
+            looked: Looked | None = (scan_newest(watch.path, watch.rx), watch.identity())
+        except Exception:  # noqa: BLE001 - reported as "nothing there"
+            looked = None
+        try:
+            loop.call_soon_threadsafe(done, watch, looked)
+        except RuntimeError:  # the loop is closed: the run is over
+            return

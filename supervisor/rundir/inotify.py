@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import struct
 from collections.abc import Iterator
@@ -29,14 +30,9 @@ IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")
 
-_libc = None
-
-
+@functools.cache
 def _lib() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    return _libc
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
 class Inotify:

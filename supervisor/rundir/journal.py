@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import json
 import os
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records.events import Record, misfits, parse
+from .logs import _lines_backwards
 
 # Space rlsup keeps allocated ahead of its own records, so that a disk a component filled still
 # takes the run's next events and state (what databases do with preallocated files): blocks
@@ -24,7 +26,6 @@ STATE_HEADROOM = 64 << 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 UNWRITABLE = (errno.EROFS, errno.EIO)  # a file system turned read-only, or failing
 _FALLOC_FL_KEEP_SIZE = 1
-_libc: Any = None
 
 
 def has_room(folder: Path, size: int) -> bool:
@@ -39,20 +40,25 @@ def has_room(folder: Path, size: int) -> bool:
 def reserve_space(fd: int, offset: int, length: int) -> bool:
     """Allocate blocks for ``[offset, offset + length)`` without changing the file's size; False where
     the disk has no room or the file system cannot (then nothing is reserved)."""
-    global _libc
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-        except (OSError, AttributeError):
-            _libc = False
-    if not _libc:
+    fallocate = _fallocate()
+    if fallocate is None:
         return False
-    if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+    if fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
         return True
     if ctypes.get_errno() in (errno.EOPNOTSUPP, errno.ENOSYS):
         raise NotImplementedError("fallocate is not supported here")
     return False
+
+
+@functools.cache
+def _fallocate() -> Any:
+    """libc's ``fallocate``; None where there is none."""
+    try:
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return fallocate
 
 
 def _write_new(tmp: Path, data: bytes, mode: int = 0o600) -> None:
@@ -81,14 +87,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     _write_new(tmp, data, mode)
     os.replace(tmp, path)
-    try:
+    with contextlib.suppress(OSError):
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
-    except OSError:
-        pass
 
 
 class Journal:
@@ -98,10 +102,9 @@ class Journal:
     full disk) is cut back to the last complete record, and the event waits in memory (in order)
     until the disk takes it: the file never holds a torn line that later lines would be glued to.
 
-    :data:`JOURNAL_RESERVE` bytes past the end of the file stay allocated (topped up while the disk
-    has room), so the events of a run whose disk a component filled (restarts, stops, the end of
-    the run) are written all the same. Events that could not be kept at all (memory bound, or the
-    supervisor ending with the disk still full) are counted in ``dropped``.
+    :data:`JOURNAL_RESERVE` keeps taking the events of a run whose disk a component filled. Events that
+    could not be kept at all (memory bound, or the supervisor ending with the disk still full) are
+    counted in ``dropped``.
     """
 
     MAX_PENDING = 100_000
@@ -154,10 +157,8 @@ class Journal:
             finally:
                 os.close(rfd)
             if last != b"\n":
-                try:
+                with contextlib.suppress(OSError):
                     os.write(self._fd, b"\n")
-                except OSError:
-                    pass
 
     def append(self, event: dict[str, Any], sync: bool = True) -> None:
         line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode()
@@ -181,21 +182,15 @@ class Journal:
                 self.error = e
                 return False
             if n != len(line):
-                try:
+                with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, size)
-                except OSError:
-                    pass
                 self.error = OSError(28, "short write (no space left on device?)")
                 return False
             self._pending.pop(0)
-            if size + n + self.reserve // 2 >= self._reserved_end:
-                self._top_up(size + n)
+            self._top_up(size + n)
         self.error = None
         if sync:
-            try:
-                os.fsync(self._fd)
-            except OSError as e:
-                self.error = e
+            self.sync()
         return True
 
     def sync(self) -> None:
@@ -220,15 +215,12 @@ class Journal:
         self.dropped += lost
         self._pending.clear()
         with self._closing:
-            if self._fd is None:
-                return lost
-            try:
-                os.fsync(self._fd)
-            except OSError:
-                pass
-            with contextlib.suppress(OSError):  # a failing disk may refuse even that
-                os.close(self._fd)
-            self._fd = None
+            if self._fd is not None:
+                with contextlib.suppress(OSError):  # a failing disk may refuse even that
+                    os.fsync(self._fd)
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd = None
         return lost
 
 
@@ -249,11 +241,10 @@ class StateFile:
         self._next = 0
 
     def write(self, data: bytes) -> None:
-        if not has_room(self.path.parent, 2 * len(data) + STATE_HEADROOM):
-            # Straight to a slot: trying a new file first would take blocks and give them back on
-            # failure, which a component filling the disk grabs at once.
-            if self._write_slot(data):
-                return
+        # Short of room, straight to a slot: trying a new file first would take blocks and give them back
+        # on failure, which a component filling the disk grabs at once.
+        if not has_room(self.path.parent, 2 * len(data) + STATE_HEADROOM) and self._write_slot(data):
+            return
         try:
             write_atomic(self.path, data)
         except OSError as e:
@@ -269,28 +260,22 @@ class StateFile:
                 fd = os.open(slot, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             except OSError:
                 continue
-            try:
+            with contextlib.suppress(OSError, NotImplementedError):
                 have = os.fstat(fd).st_size
-                want = size + STATE_HEADROOM
                 if have < size:  # written bytes (spaces: a slot is valid JSON only once it holds a state)
-                    os.pwrite(fd, b" " * (want - have), have)
+                    os.pwrite(fd, b" " * (size + STATE_HEADROOM - have), have)
                     os.fsync(fd)
                 else:
                     reserve_space(fd, have, STATE_HEADROOM)
-            except (OSError, NotImplementedError):
-                pass
-            finally:
-                os.close(fd)
+            os.close(fd)
 
     def _write_slot(self, data: bytes) -> bool:
         for _ in range(2):
             slot = self.slots[self._next]
             self._next ^= 1
-            try:
+            with contextlib.suppress(OSError):
                 if os.path.samefile(slot, self.path):
                     continue  # the slot readers see now: never written in place
-            except OSError:
-                pass
             try:
                 fd = os.open(slot, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             except OSError:
@@ -318,22 +303,15 @@ class StateFile:
 
 def last_event(path: Path) -> dict[str, Any] | None:
     """The journal's last sound event, read from its tail (None: none); damaged lines at its end are passed over."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 65536))
-            tail = f.read().splitlines()
-    except OSError:
-        return None
-    for raw in reversed(tail):
-        try:
-            event = json.loads(raw)
-            seq = event["seq"]
-        except (ValueError, KeyError, TypeError, IndexError):
-            continue
-        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
-            return event
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        for raw in _lines_backwards(f, 65536):
+            try:
+                event = json.loads(raw)
+                seq = event["seq"]
+            except (ValueError, KeyError, TypeError, IndexError):
+                continue
+            if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+                return event
     return None
 
 
@@ -409,32 +387,38 @@ def _decode(raw: bytes | None) -> tuple[dict[str, Any] | None, str | None]:
     return (None, problem) if problem else (e, None)
 
 
-class _InOrder:
-    """Lets events through in ``seq`` order, holding the latest one back until the next shows whether
-    its ``seq`` jumped (then it is the line out of order, not every line after it)."""
-
-    def __init__(self, damage: dict[int, str]):
-        self.damage = damage
-        self.held: dict[str, Any] | None = None
-        self.held_line = 0
-        self.before = 0  # the seq of the last event let through
-
-    def take(self, n: int, e: dict[str, Any]) -> dict[str, Any] | None:
-        """Line ``n``'s event in; the event that goes out now (None: none yet)."""
-        seq, held, out = e["seq"], self.held, None
+def _sound_events(f: Any, damage: dict[int, str]) -> Iterator[dict[str, Any]]:
+    """The events of the journal file ``f`` in ``seq`` order, each damaged line noted in ``damage``. The
+    latest event is held back until the next shows whether its ``seq`` jumped (then it is the line out
+    of order, not every line after it)."""
+    held: dict[str, Any] | None = None
+    held_line = before = 0  # ``before``: the seq of the last event let through
+    for n, raw in _lines(f):
+        if raw is not None and not raw.strip():
+            continue  # a blank line holds nothing to lose
+        e, problem = _decode(raw)
+        if e is None:
+            damage[n] = problem or "damaged"
+            continue
+        bad = misfits(e)
+        if bad:
+            damage[n] = "wrong type of " + ", ".join(f"{k} ({_short(e[k])})" for k in bad) + ": ignored"
+            e = {k: v for k, v in e.items() if k not in bad}
+        seq = e["seq"]
         if held is not None and seq > held["seq"]:
-            out, self.before = held, held["seq"]
+            yield held
+            before = held["seq"]
         elif held is not None and seq == held["seq"]:
-            self.damage[n] = f"seq {seq} again (line {self.held_line} has it): a duplicate"
-            return None
-        elif held is not None and seq > self.before:  # the held line's seq jumped: it is the one out of order
-            self.damage[self.held_line] = f"seq {held['seq']} is above the next line's ({seq}): out of order"
-        elif held is not None or seq <= self.before:
-            self.damage[n] = f"seq {seq} is not above the line before ({held['seq'] if held else self.before}): " \
-                             "out of order"
-            return None
-        self.held, self.held_line = e, n
-        return out
+            damage[n] = f"seq {seq} again (line {held_line} has it): a duplicate"
+            continue
+        elif held is not None and seq > before:  # the held line's seq jumped: it is the one out of order
+            damage[held_line] = f"seq {held['seq']} is above the next line's ({seq}): out of order"
+        elif held is not None or seq <= before:
+            damage[n] = f"seq {seq} is not above the line before ({held['seq'] if held else before}): out of order"
+            continue
+        held, held_line = e, n
+    if held is not None:
+        yield held
 
 
 def read_records(path: Path, since_seq: int = 0, kinds: Callable[[str], bool] | None = None) -> Iterator[Record]:
@@ -444,34 +428,17 @@ def read_records(path: Path, since_seq: int = 0, kinds: Callable[[str], bool] | 
     object, invalid UTF-8, a NUL byte, over :data:`MAX_LINE`, an envelope (``seq``, ``kind``, ``ts``,
     ``component``) of the wrong type, or a ``seq`` that does not go up (a duplicate or a line out of
     order) is skipped; a field of the wrong type is dropped from its event. Each is noted in
-    :data:`DAMAGE` with its line number. A line whose ``seq`` jumps above the next one's is the one
-    out of order (one line is held back to tell), so one bad ``seq`` costs one line, not the rest.
+    :data:`DAMAGE` with its line number; one bad ``seq`` costs one line, not the rest (:func:`_sound_events`).
     ``kinds``, where given, chooses the events wanted by their ``kind`` before any is parsed (parsing is
     most of a line's cost; the server wants only the lifecycle events of a long journal)."""
     try:
         f = open(path, "rb")
     except OSError:
         return
-    damage = DAMAGE.setdefault(str(path), {})
-    order = _InOrder(damage)
     with f:
-        for n, raw in _lines(f):
-            if raw is not None and not raw.strip():
-                continue  # a blank line holds nothing to lose
-            e, problem = _decode(raw)
-            if e is None:
-                damage[n] = problem or "damaged"
-                continue
-            bad = misfits(e)
-            if bad:
-                damage[n] = "wrong type of " + ", ".join(f"{k} ({_short(e[k])})" for k in bad) + ": ignored"
-                e = {k: v for k, v in e.items() if k not in bad}
-            out = order.take(n, e)
-            if out is not None and out["seq"] > since_seq and (kinds is None or kinds(out.get("kind", ""))):
-                yield parse(out)
-    out = order.held
-    if out is not None and out["seq"] > since_seq and (kinds is None or kinds(out.get("kind", ""))):
-        yield parse(out)
+        for e in _sound_events(f, DAMAGE.setdefault(str(path), {})):
+            if e["seq"] > since_seq and (kinds is None or kinds(e.get("kind", ""))):
+                yield parse(e)
 
 
 def damage_notes() -> list[str]:
@@ -490,9 +457,8 @@ def damage_notes() -> list[str]:
 
 
 def keep_spare_records(monitors: Path, want: int) -> int:
-    """Keep ``want`` spare monitor-record slots in ``monitors/`` (up to the monitors' own cap), written
-    in full while the disk has room: a monitor that cannot create its record on a full disk writes it
-    into one in place (:meth:`shim.Record.create`). Returns how many spares there are."""
+    """Keep ``want`` spare monitor-record slots in ``monitors/`` (up to the monitors' own cap, for
+    :meth:`shim.Record.prepare` on a full disk), written while the disk has room; how many there are."""
     from ..monitor import shim
 
     want = min(want, shim.SPARE_SLOTS_MAX)

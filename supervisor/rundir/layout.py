@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import socket
+import stat as stat_mod
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,8 +105,6 @@ def check_parent(parent: Path) -> None:
 
 def check_owned_dir(path: Path) -> None:
     st = os.lstat(path)
-    import stat as stat_mod
-
     if stat_mod.S_ISLNK(st.st_mode):
         raise UnsafeRunDir(f"{path} is a symbolic link ({os.readlink(path)}); rlsup does not follow links in a "
                            "run dir: remove it or choose another run_dir")
@@ -121,8 +120,6 @@ def check_owned_dir(path: Path) -> None:
 
 def check_owned_entry(path: Path) -> None:
     """A file rlsup opens in a run dir: absent, or ours and not a link."""
-    import stat as stat_mod
-
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -189,9 +186,7 @@ class RunLock:
     def update(self, info: dict[str, Any]) -> None:
         if self._fd is None:
             return
-        cur = read_owner(self.paths) or {}
-        cur.update(info)
-        _rewrite(self._fd, json.dumps(cur).encode())
+        _rewrite(self._fd, json.dumps({**(read_owner(self.paths) or {}), **info}).encode())
 
     def release(self) -> None:
         if self._fd is not None:
@@ -212,11 +207,16 @@ def _rewrite(fd: int, data: bytes) -> None:
 
 
 def read_owner(paths: RunPaths) -> dict[str, Any] | None:
+    return read_json_object(paths.lock)
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object the file at ``path`` holds; None when it is absent, unreadable or holds no object."""
     try:
-        data = json.loads(paths.lock.read_text() or "null")
-        return data if isinstance(data, dict) else None
+        data = json.loads(path.read_text(encoding="utf-8") or "null")
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def is_locked(paths: RunPaths) -> bool:

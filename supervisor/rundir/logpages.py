@@ -1,9 +1,8 @@
 """A component's whole log on disk, addressed by line sequence number: what a client pages through
 when it scrolls or searches past the lines it holds (the ring keeps only the newest ones).
 
-The monitor writes the log byte-exact and rotates it by renaming (``X.log`` -> ``X.log.1`` -> ...), so
-the files, oldest first, hold the stream in order, and a renamed file never changes again. Line
-numbers are counted from the oldest file that is left; they are tied to the stream's sequence
+The files of a log (:func:`~rlsup.supervisor.rundir.logs.log_chain`), oldest first, hold the stream in
+order. Line numbers are counted from the oldest file that is left; they are tied to the stream's sequence
 numbers by an *anchor*: the position (inode, byte offset, seq) up to which the supervisor has read,
 so line ``N - 1`` before the anchor is ``seq - 1`` and the disk meets the ring where the ring's
 lines were read. Lines before the stream's first one (output of earlier runs in the same log) get
@@ -64,10 +63,6 @@ class LogPages:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ layout
-    def _chain(self) -> list[tuple[Path, int]]:
-        """Existing files of the log, oldest first, with their inodes."""
-        return [(f.path, f.ino) for f in log_chain(self.path)]
-
     def _index(self, path: Path, ino: int, end: int) -> _FileIndex:
         ix = self._idx.get(ino)
         if ix is None or ix.size > end:
@@ -100,21 +95,15 @@ class LogPages:
     def _layout(self, anchor: Position) -> list[_Span]:
         """The files that hold the stream up to ``anchor``, oldest first (empty when the anchor's
         file is gone: nothing on disk can then be tied to sequence numbers)."""
-        chain = self._chain()
-        inos = [i for _, i in chain]
+        chain = log_chain(self.path)
+        inos = [f.ino for f in chain]
         if anchor.ino is None or anchor.ino not in inos:
             return []
         chain = chain[: inos.index(anchor.ino) + 1]
         spans = []
         first = 0
-        for k, (p, ino) in enumerate(chain):
-            if k == len(chain) - 1:
-                end = anchor.offset
-            else:
-                try:
-                    end = os.stat(p).st_size
-                except OSError:
-                    continue
+        for k, (p, ino, size) in enumerate(chain):
+            end = anchor.offset if k == len(chain) - 1 else size  # a rotated file never changes again
             ix = self._index(p, ino, end)
             end = min(end, ix.size)
             count = ix.total + (1 if end > 0 and ix.last != b"\n" else 0)
@@ -166,9 +155,7 @@ class LogPages:
             k += 1
         if not raw:
             return []
-        norm = LineNormaliser(self.line_cap)
-        lines, _ = norm.feed(b"\n".join(raw) + b"\n")
-        return lines
+        return LineNormaliser(self.line_cap).feed(b"\n".join(raw) + b"\n")[0]
 
     def _raw(self, s: _Span, local: int, n: int) -> list[bytes]:
         ix = s.index
@@ -213,10 +200,7 @@ class LogPages:
         lo, hi = (first, min(before_seq, end)) if before_seq is not None else (
             first if after_seq is None else max(first, after_seq + 1), end)
         while lo < hi:
-            if older:
-                start, lines, _, _ = self.read(anchor, None, SEARCH_BLOCK, before_seq=hi)
-            else:
-                start, lines, _, _ = self.read(anchor, lo, SEARCH_BLOCK)
+            start, lines, _, _ = self.read(anchor, None if older else lo, SEARCH_BLOCK, before_seq=hi if older else None)
             if not lines:
                 return None
             lines = redact(lines) if redact is not None else lines

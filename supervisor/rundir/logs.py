@@ -165,13 +165,8 @@ class LogRing:
             self.budget.enforce()
 
     def evict(self, n: int) -> None:
-        n = min(n, len(self._lines))
-        if n <= 0:
-            return
-        freed = 0
         pop = self._lines.popleft
-        for _ in range(n):
-            freed += len(pop()) + LINE_OVERHEAD
+        freed = sum(len(pop()) + LINE_OVERHEAD for _ in range(min(n, len(self._lines))))
         self.bytes -= freed
         if self.budget is not None:
             self.budget.used -= freed
@@ -337,10 +332,6 @@ class LogFollower:
         if start is not None and start.ino is not None:
             self._open_ino(start.ino, start.offset)
 
-    def _chain(self) -> list[tuple[Path, int]]:
-        """Existing log files, oldest first, with their inodes."""
-        return [(f.path, f.ino) for f in log_chain(self.path, self.backups)]
-
     def _open(self, p: Path, offset: int) -> bool:
         try:
             fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -352,19 +343,18 @@ class LogFollower:
         return True
 
     def _open_ino(self, ino: int, offset: int) -> None:
-        chain = self._chain()
-        for p, i in chain:
-            if i == ino:
-                self._open(p, offset)
-                return
-        if chain:  # the recorded file rotated out of existence: start at the oldest that is left
+        chain = log_chain(self.path, self.backups)
+        path = next((f.path for f in chain if f.ino == ino), None)
+        if path is not None:
+            self._open(path, offset)
+        elif chain:  # the recorded file rotated out of existence: start at the oldest that is left
             self.gaps += 1
-            self._open(chain[0][0], 0)
+            self._open(chain[0].path, 0)
 
     def read_back(self, ino: int, offset: int, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` of the log just before ``offset`` of the file ``ino`` (what a new supervisor
         puts back in its ring so that a client reconnecting by sequence number misses nothing)."""
-        path = next((p for p, i in self._chain() if i == ino), None)
+        path = next((f.path for f in log_chain(self.path, self.backups) if f.ino == ino), None)
         if path is None:
             return b""
         try:
@@ -424,13 +414,13 @@ class LogFollower:
 
     def _next_file(self) -> Path | None:
         """The log file after ours in the chain; the oldest left (counted as a gap) if ours is gone."""
-        chain = self._chain()
-        inos = [i for _, i in chain]
+        chain = log_chain(self.path, self.backups)
+        inos = [f.ino for f in chain]
         if self.ino in inos:
             k = inos.index(self.ino) + 1
-            return chain[k][0] if k < len(chain) else None
+            return chain[k].path if k < len(chain) else None
         self.gaps += 1
-        return chain[0][0] if chain else None
+        return chain[0].path if chain else None
 
     def close(self) -> None:
         if self.fd is not None:

@@ -10,7 +10,6 @@ cannot contradict it.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 from ..records import state as state_mod
 from ..records.events import Record, RunEnded, RunStarted, SupervisorExited, parse
 from .journal import last_event, read_records
-from .layout import RunPaths
+from .layout import RunPaths, read_json_object
 
 # Gauges that state.json holds and the journal does not (progress is latest-wins, never journaled).
 GAUGE_KEYS = ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch",
@@ -34,15 +33,6 @@ def handing_over(path: Path, now: float, within_s: float) -> bool:
     newest = last_event(path)
     rec = parse(newest) if newest is not None else None
     return rec is not None and isinstance(rec.event, SupervisorExited) and now - rec.ts < within_s
-
-
-def read_saved(path: Path) -> dict[str, Any]:
-    """``state.json`` as the last supervisor wrote it; ``{}`` when missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 @dataclass
@@ -85,18 +75,14 @@ class Replay:
         if not keep_rates:
             for c in st["components"].values():
                 c.update(rate=None, eta_s=None)
-        for k in HOST_KEYS:
-            if self.saved.get(k) is not None:
-                st[k] = self.saved[k]
+        st.update({k: self.saved[k] for k in HOST_KEYS if self.saved.get(k) is not None})
         return st
 
 
 def _merge_gauges(mine: dict[str, Any], saved: dict[str, Any], journaled: bool) -> None:
     """One component's gauges from ``state.json``; an exit seen later than the last state write
     still counts for the step. With no journal at all, ``state.json`` is all there is."""
-    for k in GAUGE_KEYS:
-        if saved.get(k) is not None:
-            mine[k] = saved[k]
+    mine.update({k: saved[k] for k in GAUGE_KEYS if saved.get(k) is not None})
     last_exit_step = (mine.get("last_exit") or {}).get("step")
     if last_exit_step is not None and (mine.get("step") is None or last_exit_step > mine["step"]):
         mine["step"] = last_exit_step
@@ -107,7 +93,7 @@ def _merge_gauges(mine: dict[str, Any], saved: dict[str, Any], journaled: bool) 
 def read_run(paths: RunPaths, components: Iterable[str] | None = None) -> Replay:
     """Read ``paths``' journal once. The state starts from ``components`` (a config's order) or,
     without, the components and run fields of ``state.json``."""
-    saved = read_saved(paths.state)
+    saved = read_json_object(paths.state) or {}  # state.json as the last supervisor wrote it
     if components is None:
         saved_comps = saved.get("components")
         names = list(saved_comps) if isinstance(saved_comps, dict) else []

@@ -1,9 +1,8 @@
 """Live artefact and checkpoint watches for every component (``watch:`` entries, ``resume.checkpoints``).
 
-Every directory is watched on the supervisor's loop (:mod:`.dirwatch`: one inotify descriptor, no
-thread per directory, no polling); a change is recorded on the component and folded into its next
-progress event: ``watch: {path: {step, mtime}}`` and ``checkpoint: {step, path,
-mtime}`` (the latest *complete* checkpoint, re-discovered on each change).
+Every directory is watched on the supervisor's loop (:mod:`.dirwatch`); a change is recorded on the
+component and folded into its next progress event: ``watch: {path: {step, mtime}}`` and ``checkpoint:
+{step, path, mtime}`` (the latest *complete* checkpoint, re-discovered on each change).
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ def test_a_record_is_created_in_a_spare_slot_on_a_full_disk_and_becomes_one_agai
     _fill(small_disk)
     assert keep_spare_records(mon, 6) == 3  # no room: nothing tried
     rec = Record(str(mon / "trainer.6.json"), {"component": "trainer", "attempt": 6, "status": "running"})
-    rec.create()
+    rec.prepare()
+    rec.commit()
     assert json.loads((mon / "trainer.6.json").read_text())["attempt"] == 6
     assert os.path.getsize(mon / "trainer.6.json") == RECORD_SIZE
     assert rec.update(status="exited", exit_code=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,14 +13,30 @@ from rlsup.supervisor.rundir.checkpoints import (
     LAYOUTS,
     Checkpoint,
     Discovery,
-    Found,
     discover,
-    find,
-    find_step,
     is_temp_name,
-    list_checkpoints,
     resume_args,
 )
+
+Found = Discovery  # the name the supervisor's side of issue 6 used for a scan result
+
+
+def find(root: str | Path, layout: str = "auto", *, step: int | None = None, **kw: Any) -> Checkpoint | None:
+    """The latest complete checkpoint, or the complete one at exactly ``step``; None if there is none."""
+    found = discover(root, layout, **kw)
+    return found.latest if step is None else next((c for c in found.checkpoints if c.step == step), None)
+
+
+def list_checkpoints(root: str | Path, layout: str = "auto", step_pattern: str | None = None,
+                     **kw: Any) -> list[Checkpoint]:
+    """Every complete checkpoint under ``root``, ascending by step."""
+    return list(discover(root, layout, step_pattern, **kw).checkpoints)
+
+
+def find_step(root: str | Path, layout: str, step: int, step_pattern: str | None = None,
+              **kw: Any) -> Checkpoint | None:
+    """The complete checkpoint at exactly ``step``, or None."""
+    return next((c for c in list_checkpoints(root, layout, step_pattern, **kw) if c.step == step), None)
 
 NOW = 1_700_000_000.0
 OLD = NOW - 3600.0
@@ -676,7 +693,7 @@ def test_writer_gone_old_but_cut_off_checkpoints_are_rejected_with_reasons(tmp_p
     assert steps(alive) == [1, 2, 3, 4]  # today's settle rule cannot tell
     gone = discover(ck, "glob", step_pattern=r"step_(\d+)", now=NOW + 7200, writer_alive=False)
     assert steps(gone) == [1] and gone.latest is not None and gone.latest.step == 1
-    why = {c.step: c.reason for c in gone.rejected()}
+    why = {c.step: c.reason for c in gone.candidates if not c.complete}  # the rejected ones
     assert set(why) == {2, 3, 4, 5}
     assert "cut off" in why[2] and shard.name in why[2]
     assert "missing (named by model.safetensors.index.json)" in why[3]
