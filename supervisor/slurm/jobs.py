@@ -295,12 +295,17 @@ def node_addresses(nodes: list[str]) -> dict[str, str]:
     return {f["NodeName"]: f["NodeAddr"] for f in fields if f.get("NodeName") and f.get("NodeAddr")}
 
 
+def show_job(job_id: str) -> dict[str, str]:
+    """``scontrol show job -o J`` as its ``Key=Value`` fields (empty when Slurm does not answer)."""
+    p = run(["scontrol", "show", "job", "-o", str(job_id)])
+    return key_values(p.stdout) if p is not None and p.returncode == 0 else {}
+
+
 def notice_reason(job_id: str) -> str:
     """Why Slurm sent the job its warning signal (``--signal=B:USR1@N``, which rlsup asks for): the job is
     being preempted (Slurm has set its ``PreemptTime``; ``preempt_send_user_signal`` sends the warning then), or
     its time limit is near. The words of the run's end."""
-    p = run(["scontrol", "show", "job", "-o", str(job_id)])
-    fields = key_values(p.stdout) if p is not None and p.returncode == 0 else {}
+    fields = show_job(job_id)
     if fields.get("PreemptTime", "None") not in ("None", "Unknown", ""):
         return f"job {job_id} is being preempted (Slurm's notice, SIGUSR1)"
     if fields.get("TimeLimit"):
