@@ -227,3 +227,24 @@ def _short(e: dict) -> str:
 @given(setup=setups, schedule=st.lists(actions, min_size=1, max_size=8))
 def test_random_schedules_keep_every_promise(setup: Setup, schedule: list[tuple]) -> None:
     run(setup, schedule)
+
+
+def test_consumers_of_a_dead_server_show_dependency_down():
+    """The world models dependency_down: consumers print connection refused while the server has no process;
+    a server rlsup gave up on is started again for them (and their flags clear once it is back); one a person
+    stopped is not, and its consumers are stopped once it has been down for the budget."""
+    w = run(Setup(max_restarts=1), [("wait", 3.0), ("fault", "inference", "die", 5), ("wait", 45.0),
+                                    ("fault", "inference", "die", 5), ("wait", 45.0)])
+    ev = w.events()
+    assert {e["component"] for e in ev if e["kind"] == "flag" and e.get("type") == "dependency_down"} == {
+        "orchestrator", "trainer"}
+    assert any(e["kind"] == "command" and e.get("client") == "dependency_down" for e in ev)
+    assert {e["component"] for e in ev if e["kind"] == "flag_cleared" and e.get("type") == "dependency_down"} == {
+        "orchestrator", "trainer"}
+    assert ev[-1]["kind"] == "run_ended" and ev[-1]["outcome"] == "completed"
+    w = run(Setup(), [("wait", 15.0), ("user", "stop", "inference"), ("wait", 45.0)] + [("wait", 45.0)] * 3)
+    ev = w.events()
+    assert not any(e["kind"] == "command" and e.get("client") == "dependency_down" for e in ev)
+    assert [e["component"] for e in ev if e["kind"] == "stopped" and e.get("by") == "dependency_down"] == [
+        "orchestrator", "trainer"]
+    assert any("Connection refused" in x for x in w.logs["orchestrator"])

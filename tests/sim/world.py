@@ -1,7 +1,8 @@
 """A deterministic run: rlsup's real decisions driven by simulated processes on a simulated clock.
 
 What is real: the lifecycle (:func:`rules.lifecycle.step`), the run's step (:func:`rules.runstep.step`:
-dependency gating, the end and its root, stalls, restart_with), the order of a shutdown
+dependency gating, the end and its root, stalls, restart_with, dependency_down with its watch
+(:class:`diagnosis.DependencyTracker`) as run/run.py keeps it), the order of a shutdown
 (:class:`run.shutdown.StopOrder`), what a resumed run carries over (:func:`run.carryover.life`), the
 journal's events as the supervisor writes them (``Event.to_dict``, causes filled with seqs), the state
 reducer (:func:`records.state.apply`), the exit diagnosis of each attempt's own output
@@ -9,7 +10,8 @@ reducer (:func:`records.state.apply`), the exit diagnosis of each attempt's own 
 cause (:func:`diagnosis.diagnose_run`) and how the run ended (:func:`rundir.archive.how_it_ended`).
 
 What is simulated: processes (a trainer that steps while its producer and the inference server live,
-and checkpoints on SIGUSR1, an orchestrator that produces, an inference server), their faults, the
+and checkpoints on SIGUSR1, an orchestrator that produces, an inference server; the consumers print the
+connection errors real clients print while the server has no process), their faults, the
 signals they get and how they answer them, readiness, the monitors' exit records, the supervisor's own
 signals (a platform's SIGTERM: a preemption, which asks the trainer to checkpoint first and waits for it
 as run/preemption.py does; a Slurm requeue that signals every process at once; a person's Ctrl-C),
@@ -31,7 +33,7 @@ from typing import Any
 
 from rlsup.supervisor.config.loader import load_config
 from rlsup.supervisor.config.model import Config
-from rlsup.supervisor.diagnosis import Diagnosis, diagnose
+from rlsup.supervisor.diagnosis import DependencyTracker, Diagnosis, diagnose
 from rlsup.supervisor.records import events as ev
 from rlsup.supervisor.records import state as state_mod
 from rlsup.supervisor.rules import detectors, runstep
@@ -45,6 +47,18 @@ TICK_S = 1.0
 CKPT_EVERY = 10
 CKPT_WRITE_S = 0.5  # how long the trainer takes to write the checkpoint SIGUSR1 asks for
 POLL_S = 0.2  # run/preemption.py's look at the checkpoints while it waits
+DEPENDENCY_BUDGET_S = 120  # the config's dependency_budget: short enough for a schedule to outlast it
+ATTEMPT_TAIL = 200  # runview.consumers: the lines of the latest attempt dependency_down reads
+
+# What a consumer prints on each try while the inference server has no process (nothing listens on its port).
+REFUSED = {
+    "orchestrator": "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=8000): Max retries "
+                    "exceeded with url: /v1/chat/completions (Caused by NewConnectionError('<urllib3.connection."
+                    "HTTPConnection object at 0x7f3a2c1d5e50>: Failed to establish a new connection: [Errno 111] "
+                    "Connection refused'))",
+    "trainer": "ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', 8000) while updating the "
+               "inference server's weights; retrying in 1s",
+}
 
 # What each simulated program prints for a fault (its log's last lines; the real exit diagnosis reads them).
 FAULT_LINES = {
@@ -92,6 +106,7 @@ class Truth:
 
 CONFIG = """
 name: sim
+dependency_budget: {budget}
 components:
 {prep}  inference:
     command: sim-inference
@@ -147,6 +162,7 @@ def write_config(d: Path, s: Setup) -> Config:
     orch = {"inference": "ready", **prep_dep}
     trainer = {s.trainer_on: "ready" if s.trainer_on == "inference" else "started", **prep_dep}
     text = CONFIG.format(prep=PREP.format() if s.prep else "", max_restarts=s.max_restarts, total=s.total,
+                         budget=DEPENDENCY_BUDGET_S,
                          orch_deps=json.dumps(orch), trainer_deps=json.dumps(trainer))
     (d / "run.yaml").write_text(text)
     return load_config(str(d / "run.yaml"), run_dir=str(d / "run"))
@@ -185,6 +201,7 @@ class World:
         self.queue: list[tuple[float, int, str, tuple[Any, ...]]] = []
         self.journal: list[dict[str, Any]] = []
         self.logs: dict[str, list[str]] = {}
+        self.output_from: dict[str, int] = {}  # where each component's latest attempt's lines begin (its log's index)
         self.truth = Truth()
         self.procs: dict[str, Proc | None] = {}
         self.lives: dict[str, lc.Life] = {}
@@ -210,6 +227,9 @@ class World:
         self._pending_quiet: list[str] = []
         self.shutdown_why: lc.Cause | None = None
         self.preempting: dict[str, tuple[float, Any]] = {}  # asked to checkpoint: name -> (asked at, mark before)
+        # dependency_down, the run's side (run/stepmemory.py): the watch of each dependency, the consumers flagged
+        self.tracker = DependencyTracker(budget_s=self.cfg.dependency_budget, clock=lambda: self.now)
+        self.flagged: frozenset[str] = frozenset()
         self.state: dict[str, Any] = {}
         self.violations: list[str] = []
         self.start_run("new")
@@ -282,6 +302,8 @@ class World:
         self.live, self.ended, self.shutting_down = True, False, False
         self.end_reason, self.exit_code, self.outcome, self.root_failure = "", 0, "", None
         self.preempting = {}
+        self.tracker = DependencyTracker(budget_s=self.cfg.dependency_budget, clock=lambda: self.now)  # a new StepMemory
+        self.flagged = frozenset()
         self.truth.preempt_step = self.truth.preempt_written = None
         self.final_at = {n: self.now for n, life in self.lives.items() if life.state in lc.FINAL}
         self.stop_order = None
@@ -320,6 +342,11 @@ class World:
                                {"component": out.root, "reason": out.root_reason} if out.root else None)
             elif isinstance(fx, runstep.CatchUp):
                 self.run_step(runstep.StallTick(), self.view(caught_up=True, stall=self._stall_watches()))
+            elif isinstance(fx, runstep.Flagged):
+                self.flagged = fx.consumers
+            elif isinstance(fx, runstep.Track):  # as Run._carry_out: the watch's answer is the run's next step
+                act = self.tracker.observe(fx.dep, down=fx.down, consumers_failing=bool(fx.failing))
+                self.run_step(runstep.DependencyVerdict(fx.dep, act, fx.failing))
 
     def evaluate(self) -> None:
         """What the run does after every change: gate pending components, then judge the end."""
@@ -401,6 +428,7 @@ class World:
         self.plans[name] = {}
         self.procs[name] = p
         self.last_step_at[name] = self.now
+        self.output_from[name] = len(self.logs.get(name, []))
         self.log(name, f"attempt {attempt} of {name} starts" + (f"; resumed from step {step}" if resume else ""))
         self.handle(name, lc.Spawned(p.pid, (f"sim-{name}",), resume=resume, started_at=self.now,
                                      log_offset=self.log_size(name)))
@@ -522,8 +550,32 @@ class World:
         for n in self.names:
             self._advance(n)
         self.run_step(runstep.StallTick(), self.view(caught_up=True, stall=self._stall_watches()))
+        self._check_dependencies()
         if not self.ended:
             self.at(TICK_S, "tick")
+
+    def _check_dependencies(self) -> None:
+        """dependency_down, as Run._check_dependencies: the consumers (runview.consumers), the watch's episodes."""
+        if not self.live:
+            return
+        consumers = [detectors.Consumer(
+            n, life.state, tuple(self.cfg.components[n].depends_on),
+            str(((self.state["components"][n].get("last_exit") or {}).get("diagnosis") or {}).get("category", "")),
+            lambda n=n: self._attempt_tail(n))
+            for n, life in self.lives.items()
+            if self.cfg.components[n].depends_on and life.state in ("starting", "running", "backoff", "pending")]
+        down_since = self.tracker.down_since()
+        if not consumers and not down_since and not self.flagged:
+            return
+        view = runstep.View(self.seen(), consumers=consumers, flagged=self.flagged, down_since=down_since,
+                            down_for={d: self.tracker.down_for(d) or 0.0 for d in down_since})
+        self.run_step(runstep.DependencyTick(), view)
+
+    def _attempt_tail(self, name: str) -> list[str]:
+        """The last lines of ``name``'s latest attempt (none of an earlier attempt's), as Component.attempt_tail."""
+        lines = self.logs.get(name, [])
+        start = max(len(lines) - ATTEMPT_TAIL, self.output_from.get(name, len(lines)))
+        return [x.split(" ", 1)[1] for x in lines[start:]]
 
     def _can_step(self, name: str, p: Proc) -> bool:
         """What ``name`` needs for its next step: the inference server up; the orchestrator at most two steps
@@ -548,8 +600,12 @@ class World:
             self.exit(name, 0, None, ["done"])
             return
         if not self._can_step(name, p):  # what the demo's programs print while they wait
-            self.log(name, "Waiting for training batch to arrive" if name == "trainer" else
-                     f"Waiting for trainer weights step {p.step - 1} (published: {self.published})")
+            inf = self.procs.get("inference")
+            if inf is None or inf.exiting:  # nothing listens on the server's port: each try is refused
+                self.log(name, REFUSED[name])
+            else:
+                self.log(name, "Waiting for training batch to arrive" if name == "trainer" else
+                         f"Waiting for trainer weights step {p.step - 1} (published: {self.published})")
             return
         p.step += 1
         self.last_step_at[name] = self.now
