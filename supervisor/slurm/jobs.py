@@ -267,12 +267,6 @@ def key_values(line: str) -> dict[str, str]:
     return dict(x.split("=", 1) for x in line.split() if "=" in x)
 
 
-def show_job(job_id: str) -> dict[str, str]:
-    """``scontrol show job -o J`` as its ``Key=Value`` fields (empty when Slurm does not answer)."""
-    p = run(["scontrol", "show", "job", "-o", str(job_id)])
-    return key_values(p.stdout) if p is not None and p.returncode == 0 else {}
-
-
 # Why a job pends that no waiting will clear (squeue's reason): the job must change, not the cluster's load.
 NEVER_CLEARS = {
     "PartitionNodeLimit": "it asks for more nodes than its partition has or allows a job",
