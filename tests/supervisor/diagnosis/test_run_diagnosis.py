@@ -258,12 +258,8 @@ def _stall(run: Run, ts: float) -> None:
              action="none (watching)")
 
 
-def test_a_dependency_down_of_a_run_brought_down_explains_nothing_after_the_resume(tmp_path: Path) -> None:
-    """The README's path in sequence: the inference server died for good, the trainer flagged it
-    (dependency_down), the user ran `rlsup down` and later `rlsup up --resume`; the trainer then hung with its
-    server up. The earlier run's flag was never cleared (its run ended with it raised), so it explained every
-    later stall of the trainer, and the hang was listed as the server's consequence. A new start of the run
-    (anything but an adoption, where the components kept running) ends what the earlier run's flags said."""
+def _server_dead_trainer_flagged(tmp_path: Path) -> Run:
+    """The inference server dead for good at T0 + 60; the trainer's dependency_down flag raised at T0 + 70."""
     run = Run(tmp_path / "run")
     run.emit(T0, "run_started", None, name="r", components=["inference", "trainer"], how="new")
     run.start(T0, "inference")
@@ -275,6 +271,16 @@ def test_a_dependency_down_of_a_run_brought_down_explains_nothing_after_the_resu
     run.emit(T0 + 60, "fatal", "inference", reason="exit 1; gave up after 0 restarts")
     run.emit(T0 + 70, "flag", "trainer", type="dependency_down", message="inference is down",
              evidence=["inference exited with code 1"], action="waiting")
+    return run
+
+
+def test_a_dependency_down_of_a_run_brought_down_explains_nothing_after_the_resume(tmp_path: Path) -> None:
+    """The README's path in sequence: the inference server died for good, the trainer flagged it
+    (dependency_down), the user ran `rlsup down` and later `rlsup up --resume`; the trainer then hung with its
+    server up. The earlier run's flag was never cleared (its run ended with it raised), so it explained every
+    later stall of the trainer, and the hang was listed as the server's consequence. A new start of the run
+    (anything but an adoption, where the components kept running) ends what the earlier run's flags said."""
+    run = _server_dead_trainer_flagged(tmp_path)
     run.emit(T0 + 90, "stopping", "trainer", signal="SIGTERM", by="shutdown")
     run.exit(T0 + 90, "trainer", None, [], signal="SIGTERM")
     run.emit(T0 + 90, "stopped", "trainer", by="shutdown")
@@ -293,17 +299,7 @@ def test_a_dependency_down_of_a_run_brought_down_explains_nothing_after_the_resu
 def test_a_dependency_down_still_raised_when_the_run_was_adopted_still_explains(tmp_path: Path) -> None:
     """The other side: a supervisor that took its run over (adopted: the components kept running) keeps what
     the flags said; the trainer starving on a dead server is a symptom of that death, not a hang."""
-    run = Run(tmp_path / "run")
-    run.emit(T0, "run_started", None, name="r", components=["inference", "trainer"], how="new")
-    run.start(T0, "inference")
-    run.emit(T0 + 5, "ready", "inference", probe="http")
-    run.start(T0 + 5, "trainer")
-    dead = ["ERROR Engine core proc EngineCore_0 died unexpectedly, shutting down client."]
-    run.log("inference", dead)
-    run.exit(T0 + 60, "inference", 1, dead)
-    run.emit(T0 + 60, "fatal", "inference", reason="exit 1; gave up after 0 restarts")
-    run.emit(T0 + 70, "flag", "trainer", type="dependency_down", message="inference is down",
-             evidence=["inference exited with code 1"], action="waiting")
+    run = _server_dead_trainer_flagged(tmp_path)
     run.emit(T0 + 80, "run_started", None, name="r", components=["inference", "trainer"], how="adopted")
     _stall(run, T0 + 120)
     rd = diagnose_run(run.root)
