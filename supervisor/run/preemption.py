@@ -103,9 +103,11 @@ def requeue(launcher: Any, environ: Mapping[str, str] | None = None) -> str | No
     """In a job that ``rlsup up`` submitted (its batch script sets ``RLSUP_SLURM_BATCH``), ask Slurm to requeue
     it: the next supervisor continues the run. Words for the run's end reason; None outside such a job."""
     env = os.environ if environ is None else environ
-    if launcher is None or env.get("RLSUP_SLURM_BATCH") != "1":
-        return None
+    from ..slurm.jobs import ENV_BATCH
     from ..slurm.jobs import requeue as scontrol_requeue
+
+    if launcher is None or env.get(ENV_BATCH) != "1":
+        return None
 
     ok, said = scontrol_requeue(launcher.job_id)  # once the components' steps have ended in Slurm too
     if ok:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records.events import Record, misfits, parse
-from .logs import _lines_backwards
+from .logs import lines_backwards
 
 # Space rlsup keeps allocated ahead of its own records, so that a disk a component filled still
 # takes the run's next events and state (what databases do with preallocated files): blocks
@@ -304,7 +304,7 @@ class StateFile:
 def last_event(path: Path) -> dict[str, Any] | None:
     """The journal's last sound event, read from its tail (None: none); damaged lines at its end are passed over."""
     with contextlib.suppress(OSError), open(path, "rb") as f:
-        for raw in _lines_backwards(f, 65536):
+        for raw in lines_backwards(f, 65536):
             try:
                 event = json.loads(raw)
                 seq = event["seq"]

@@ -250,7 +250,7 @@ def last_lines(path: str | Path, n: int, *, max_bytes: int | None = None, skip_b
     if n <= 0:
         return out
     with open(path, "rb") as fh:
-        for raw in _lines_backwards(fh, max_bytes):
+        for raw in lines_backwards(fh, max_bytes):
             line = raw.decode("utf-8", "replace")
             if skip_blank and not line.strip():
                 continue
@@ -261,7 +261,7 @@ def last_lines(path: str | Path, n: int, *, max_bytes: int | None = None, skip_b
     return out
 
 
-def _lines_backwards(fh: BinaryIO, max_bytes: int | None) -> Iterator[bytes]:
+def lines_backwards(fh: BinaryIO, max_bytes: int | None) -> Iterator[bytes]:
     """The lines of ``fh`` without their ``\n``, the last first, read a block at a time from its end
     (only from its last ``max_bytes`` when given)."""
     pos = fh.seek(0, os.SEEK_END)
