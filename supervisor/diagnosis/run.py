@@ -171,6 +171,8 @@ class RunDiagnosis:
     failures: list[RunFailure]
     components: dict[str, dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    # flags that waited on what a person stopped (a consumer of a stopped server, a stall it starved): no failures
+    waits: list[RunFailure] = field(default_factory=list)
 
     @property
     def recurrences(self) -> int:
@@ -237,6 +239,7 @@ class RunDiagnosis:
             "failures": [f.to_dict() for f in self.failures],
             "components": self.components,
             "notes": self.notes,
+            "waits": [f.to_dict() for f in self.waits],
         }
 
 
@@ -357,7 +360,7 @@ def diagnose_run(run_dir: Path) -> RunDiagnosis:
     root = _root(failures, journal=bool(events))
     symptoms = _symptoms(root, failures, scans) if root else []
     return RunDiagnosis(str(run_dir), facts.name, facts.started, facts.ended, root, symptoms, failures,
-                        dict(sorted(facts.comps.items())), notes)
+                        dict(sorted(facts.comps.items())), notes, facts.waits)
 
 
 def _journal_events(run_dir: Path) -> tuple[list[Record], list[str]]:
@@ -384,6 +387,7 @@ class _JournalFacts:
     seen: float | None = None  # the journal's last time: how long a stall still stood
     comps: dict[str, dict[str, Any]] = field(default_factory=dict)
     failures: list[RunFailure] = field(default_factory=list)
+    waits: list[RunFailure] = field(default_factory=list)  # flags that waited on what a person stopped
     # a stop came in this attempt: True where rlsup or the user asked for it, False where rlsup forced it on its
     # own verdict (a failed liveness probe, a readiness timeout: the attempt failed, its exit is a failure,
     # diagnosed from its log; a stall restart's failure is the stall flag)
@@ -391,8 +395,12 @@ class _JournalFacts:
     attempt: dict[str, int | None] = field(default_factory=dict)
     exited_last: dict[str, bool] = field(default_factory=dict)  # the journal's last word on it is an exit/stop
     back: dict[str, list[float]] = field(default_factory=dict)  # when each component was running again
-    # dependency_down raised .. cleared
+    # dependency_down raised .. cleared: for a dependency that failed, and for one a person stopped (``waiting``:
+    # the consumer waits on that person, no failure)
     dep_down: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    waiting: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    # the components a person stopped or restarted (`stopping` by the user or a shutdown), not running again yet
+    let_down: set[str] = field(default_factory=set)
     stall_cleared: dict[str, list[float]] = field(default_factory=dict)  # progress resumed after a stall
     # stopped on purpose (a person's `rlsup stop`, a shutdown) .. started again: its peers wait, they do not hang
     held: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
@@ -413,7 +421,7 @@ class _JournalFacts:
             self.started = ts if self.started is None else self.started
             self.ended = None  # resumed: the run's end is this run's, not an earlier one's
             if e.how != "adopted":  # started afresh: what the earlier run's flags said is over
-                for spans in self.dep_down.values():
+                for spans in (*self.dep_down.values(), *self.waiting.values()):
                     _close(spans, ts)
             for n in e.components:
                 if isinstance(n, str):
@@ -435,10 +443,11 @@ class _JournalFacts:
                 self._running_again(c, ts, e, info)
             case FlagCleared(type="dependency_down"):
                 _close(self.dep_down.get(c), ts)
+                _close(self.waiting.get(c), ts)
             case FlagCleared(type="stall") if ts is not None and e.by != "attempt_ended":
                 self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
             case ComponentStopping():
-                self.asked[c] = not (e.by == "rlsup" and "stall" not in str(e.reason or ""))
+                self._stopping(c, e)
             case ComponentStopped() | ComponentFatal():
                 self._ended(c, ts, e, info)
             case RestartScheduled():
@@ -447,6 +456,11 @@ class _JournalFacts:
                 self._exited(c, ts, e, info)
             case FlagRaised():
                 self._flag(c, ts, e)
+
+    def _stopping(self, c: str, e: ComponentStopping) -> None:
+        self.asked[c] = not (e.by == "rlsup" and "stall" not in str(e.reason or ""))
+        if e.by in ("user", "shutdown", "preemption"):  # (a person, the run's end, the platform: not a verdict)
+            self.let_down.add(c)
 
     def _started(self, c: str, ts: float | None, e: ComponentStarted, info: dict[str, Any]) -> None:
         info["attempts"] += 1
@@ -458,6 +472,7 @@ class _JournalFacts:
         self.asked.pop(c, None)
 
     def _running_again(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
+        self.let_down.discard(c)
         if ts is not None:
             self.back.setdefault(c, []).append(ts)
         if isinstance(e, ComponentCompleted):
@@ -484,6 +499,7 @@ class _JournalFacts:
         if self.asked.get(c) or cat in NOT_FAILURES:
             return
         info["failures"] += 1
+        self.let_down.discard(c)  # (restarted by a person, it failed on its own)
         self.failures.append(RunFailure(
             c, ts, cat, str(diag.get("summary") or cat), "exit", self.attempt.get(c), e.exit_code, e.signal, diag))
         if cat == "killed" and c not in self.asked:
@@ -493,15 +509,19 @@ class _JournalFacts:
         ftype = e.type or "flag"
         evidence = [str(x) for x in e.evidence]
         message = e.message or ftype
+        # a consumer of a server a person stopped waits for that person to start it again, and so does the
+        # server's own flag (its consumers stopped after the budget): no failure
+        named = (_dependencies_named(message) or set()) if ftype == "dependency_down" else set()
+        waits = ftype == "dependency_down" and (c in self.let_down or bool(named) and named <= self.let_down)
         if ftype == "dependency_down" and ts is not None:
-            self.dep_down.setdefault(c, []).append((ts, None))
+            (self.waiting if waits else self.dep_down).setdefault(c, []).append((ts, None))
         if ftype == "stall":
             self.failures.append(_stall_failure(c, ts, message, evidence, self.attempt.get(c)))
         elif ftype == "false_success":
             self.failures.append(_false_success(c, ts, message, evidence, self.attempt.get(c)))
         elif ftype in SYMPTOM_FLAGS:
-            self.failures.append(RunFailure(c, ts, ftype, message, "flag", self.attempt.get(c),
-                                            diagnosis={"evidence": evidence}))
+            (self.waits if waits else self.failures).append(
+                RunFailure(c, ts, ftype, message, "flag", self.attempt.get(c), diagnosis={"evidence": evidence}))
 
 
 def _close(spans: list[tuple[float, float | None]] | None, ts: float | None) -> None:
@@ -581,18 +601,22 @@ def _log_tail_failure(run_dir: Path, events: list[Record], facts: _JournalFacts,
 
 
 def _place_recoveries(facts: _JournalFacts) -> None:
-    """When each failure's component was running again; then whether each stall was a hang of its own."""
+    """When each failure's component was running again; then whether each stall was a hang of its own, and
+    which were no failure at all (they waited on what a person stopped)."""
     for f in facts.failures:
         if f.ts is not None:
             f.recovered_ts = next((t for t in facts.back.get(f.component, []) if t > f.ts), None)
-    for f in facts.failures:
-        if f.category == "stall" and f.source == "flag":
-            _judge_stall(f, facts)
+    waited = [f for f in facts.failures if f.category == "stall" and f.source == "flag" and _judge_stall(f, facts)]
+    for f in waited:
+        facts.failures.remove(f)
+        facts.waits.append(f)
 
 
-def _judge_stall(f: RunFailure, facts: _JournalFacts) -> None:
+def _judge_stall(f: RunFailure, facts: _JournalFacts) -> bool:
     """A stall that cleared by itself (progress resumed, no restart) was a slow stretch, not a hang;
-    one that never cleared, or ended in a restart, is a hang unless something explains it."""
+    one that never cleared, or ended in a restart, is a hang unless something explains it. True: only what a
+    person stopped explains it (a peer stopped, a server stopped that its dependency_down flag waited on): the
+    component waited, it did not fail."""
     flagged = f.diagnosis.get("flag_ts") if isinstance(f.diagnosis.get("flag_ts"), float | int) else f.ts
     cleared = next((t for t in facts.stall_cleared.get(f.component, []) if flagged is not None and t >= flagged),
                    None)
@@ -600,10 +624,13 @@ def _judge_stall(f: RunFailure, facts: _JournalFacts) -> None:
     restarted = next((t for t in facts.back.get(f.component, []) if flagged is not None and t > flagged), None)
     f.recovered_ts = restarted
     stood = min((x for x in (cleared, restarted) if x is not None), default=facts.ended or facts.seen)
+    by_failure = _explained_stall(f, facts.failures, facts.dep_down, {}, stood)
+    by_person = _explained_stall(f, [], facts.waiting, facts.held, stood)
     f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
-        not _explained_stall(f, facts.failures, facts.dep_down, facts.held, stood)
+        not by_failure and not by_person
     if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
         f.recovered_ts = cleared
+    return by_person and not by_failure
 
 
 def _last_attempt_tail(run_dir: Path, events: list[Record], name: str, tail: list[str]) -> list[str]:
@@ -621,10 +648,19 @@ def _last_attempt_tail(run_dir: Path, events: list[Record], name: str, tail: lis
 def _names_dependency(message: str, component: str) -> bool:
     """A dependency_down flag's message names the dependency that was down ("trainer cannot reach its
     dependency inference ...", "inference is down")."""
-    m = re.search(r"\bdependenc(?:y|ies) ([\w.\-, ]+?)(?: \(|:|$)", message)
-    if m:
-        return component in re.split(r"[,\s]+", m.group(1))
+    named = _dependencies_named(message)
+    if named is not None:
+        return component in named
     return re.search(rf"(?<![\w-]){re.escape(component)}(?![\w-])", message) is not None
+
+
+def _dependencies_named(message: str) -> set[str] | None:
+    """The dependencies a dependency_down flag's message says were down ("trainer cannot reach its dependency
+    inference (stopped), rm (backoff, down for 2m): ..." -> {inference, rm}); None: not a message of that form."""
+    m = re.search(r"\bdependenc(?:y|ies) (.+?)(?::|$)", message)
+    if not m:
+        return None
+    return {n for n in re.split(r",\s*", re.sub(r"\s*\([^)]*\)", "", m.group(1))) if n}
 
 
 def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], att: int | None) -> RunFailure:
@@ -820,8 +856,9 @@ def root_hint(rd: RunDiagnosis) -> str:
 
 
 def waited(rd: RunDiagnosis) -> set[str]:
-    """The components whose every stall another failure explains (they waited; they did not hang)."""
-    stalls = [f for f in rd.failures if f.category == "stall" and f.source == "flag"]
+    """The components whose every stall another failure or a person's stop explains (they waited; they did not
+    hang)."""
+    stalls = [f for f in rd.failures + rd.waits if f.category == "stall" and f.source == "flag"]
     return {f.component for f in stalls} - {f.component for f in stalls if f.own}
 
 

@@ -75,6 +75,7 @@ def check(w: World, *, final: bool) -> None:
     if final:
         broken += the_run_never_waits_on_nothing(w)
         broken += the_root_cause_is_a_real_fault(w)
+        broken += a_run_no_fault_struck_has_no_failures(w)
         broken += how_it_ended_is_true(w)
     assert not broken, "\n".join(broken) + "\n\njournal:\n" + "\n".join(_short(e) for e in w.events())
 
@@ -174,6 +175,15 @@ def the_root_cause_is_a_real_fault(w: World) -> list[str]:
             out.append(f"independent faults linked: {s.component} {s.category} (a fault of a later attempt) listed "
                        f"as a consequence of {rc.component} {rc.category}, injected {w.truth.injected}")
     return out
+
+
+def a_run_no_fault_struck_has_no_failures(w: World) -> list[str]:
+    """`rlsup diagnose` lists no failure in a run no fault struck (none injected, no exit to the platform's
+    SIGTERM): what a person's stops and restarts starved waited, it did not fail (the fault explorer's promise)."""
+    if w.truth.injected or w.truth.platform_exits:
+        return []
+    rd = diagnose_run(w.flush())
+    return [f"diagnose lists failures in a run no fault struck: {rd.verdict}"] if rd.failures else []
 
 
 def _ended_by_a_stop(w: World) -> set[tuple[str, int | None]]:

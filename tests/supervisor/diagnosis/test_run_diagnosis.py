@@ -358,6 +358,80 @@ def test_a_stall_while_a_person_had_stopped_a_peer_is_a_wait_not_a_hang(tmp_path
     assert waited(rd) == {"trainer"}
 
 
+def _consumers_of_a_stopped_server(tmp_path: Path, how: str) -> Run:
+    """`rlsup stop inference` (or, with ``how="crash"``, the server's own death); the orchestrator and the
+    trainer flag dependency_down on it, the trainer is flagged stalled, then `rlsup stop orchestrator`."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", pid=1, run_dir=str(run.root),
+             components=["inference", "orchestrator", "trainer"])
+    for c, at in (("inference", 1), ("orchestrator", 4), ("trainer", 4)):
+        run.start(T0 + at, c)
+        run.emit(T0 + at + 1, "ready", c, probe="http")
+    if how == "crash":
+        dead = ["ERROR Engine core proc EngineCore_0 died unexpectedly, shutting down client."]
+        run.log("inference", dead)
+        run.exit(T0 + 20, "inference", 1, dead)
+        run.emit(T0 + 20, "fatal", "inference", reason="exit 1; gave up after 0 restarts")
+    else:
+        run.emit(T0 + 20, "stopping", "inference", signal="SIGTERM", by="user")
+        run.exit(T0 + 20, "inference", None, [], signal="SIGTERM")
+        run.emit(T0 + 20, "stopped", "inference", by="user")
+    for c in ("orchestrator", "trainer"):
+        run.emit(T0 + 21, "flag", c, type="dependency_down",
+                 message=f"{c} cannot reach its dependency inference (stopped): 1 connection error line(s)",
+                 evidence=["inference server not reachable", "dependency inference: state stopped"], action="")
+    run.emit(T0 + 41, "flag", "trainer", type="stall", message="no new step for 20s (last step 8, stall_after 20s)",
+             evidence=["last line: /update_weights_from_disk: the server is down"], action="none (watching)")
+    run.emit(T0 + 42, "stopping", "orchestrator", signal="SIGTERM", by="user")
+    run.exit(T0 + 42, "orchestrator", None, [], signal="SIGTERM")
+    run.emit(T0 + 42, "stopped", "orchestrator", by="user")
+    return run
+
+
+def test_consumers_of_a_server_a_person_stopped_wait_they_do_not_fail(tmp_path: Path) -> None:
+    """The fault explorer (RLSUP_EXPLORE_SEED=86): `rlsup stop inference`, then `rlsup stop orchestrator`, then
+    `rlsup down`. The consumers' dependency_down flags and the trainer's stall starved by the stop were listed
+    as failures, the first of them as the root cause of a run nothing harmed. They wait on a person: no failure,
+    listed as waits; the trainer waited, it did not hang."""
+    rd = diagnose_run(_consumers_of_a_stopped_server(tmp_path, "stop").root)
+    assert rd.failures == [] and rd.root_cause is None, rd.verdict
+    assert sorted((f.component, f.category) for f in rd.waits) == [
+        ("orchestrator", "dependency_down"), ("trainer", "dependency_down"), ("trainer", "stall")]
+    assert waited(rd) == {"trainer"}
+    assert rd.to_dict()["waits"][0]["category"] == "dependency_down"
+
+
+def test_consumers_of_a_server_that_died_fail_with_it(tmp_path: Path) -> None:
+    """The other side: the same flags on a server that died are its symptoms, the death the root cause."""
+    rd = diagnose_run(_consumers_of_a_stopped_server(tmp_path, "crash").root)
+    assert rd.root_cause is not None and rd.root_cause.component == "inference", rd.verdict
+    assert {(s.component, s.category) for s in rd.symptoms} >= {
+        ("orchestrator", "dependency_down"), ("trainer", "dependency_down"), ("trainer", "stall")}
+    assert rd.waits == []
+
+
+def test_a_dependency_flag_on_a_server_a_person_restarts_waits_until_it_is_ready(tmp_path: Path) -> None:
+    """`rlsup restart inference`: the consumers' refused connections while it comes back wait on that person;
+    a flag after it was ready again (its next death) is a failure."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", components=["inference", "trainer"])
+    run.start(T0, "inference")
+    run.emit(T0 + 3, "ready", "inference", probe="http")
+    run.start(T0 + 3, "trainer")
+    run.emit(T0 + 10, "stopping", "inference", signal="SIGTERM", by="user")
+    run.exit(T0 + 10, "inference", None, [], signal="SIGTERM")
+    run.start(T0 + 11, "inference")
+    flag = {"type": "dependency_down", "message": "trainer cannot reach its dependency inference (starting): "
+            "1 connection error line(s)", "evidence": [], "action": ""}
+    run.emit(T0 + 12, "flag", "trainer", **flag)
+    run.emit(T0 + 20, "ready", "inference", probe="http")
+    run.emit(T0 + 21, "flag_cleared", "trainer", type="dependency_down", message="inference is back")
+    run.emit(T0 + 40, "flag", "trainer", **flag)  # (no death recorded: the flag alone)
+    rd = diagnose_run(run.root)
+    assert [(f.component, f.ts) for f in rd.waits] == [("trainer", T0 + 12)]
+    assert [(f.component, f.category, f.ts) for f in rd.failures] == [("trainer", "dependency_down", T0 + 40)]
+
+
 def test_an_exit_rlsup_then_records_as_a_stop_is_no_failure_but_a_forced_one_is(tmp_path: Path) -> None:
     """The platform's SIGTERM reaches every process at once: the orchestrator exits 143 before rlsup's own stop
     and rlsup records it `stopped` by preemption: no failure. A stop rlsup forced on its verdict (a failed
