@@ -253,9 +253,15 @@ class Session:
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, self.backoff[1]) * random.uniform(0.9, 1.1)
                 continue
-            first, waiting, delay = False, "", self.backoff[0]  # connected: the next retry starts at the shortest wait
+            first, waiting = False, ""
             try:
                 await self._serve(client)
+                delay = self.backoff[0]  # it was attached: the next retry starts at the shortest wait
+            except OSError as e:  # (ConnectionError, TimeoutError) gone before the subscribe's answer: a kill -9
+                client.close_reason = client.close_reason or f"connection lost ({e})"
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                delay = min(delay * 2, self.backoff[1])
             finally:
                 self.connected.clear()
                 self.client = None
