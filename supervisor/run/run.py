@@ -495,6 +495,9 @@ class Run:
     # ------------------------------------------------------------------ state on disk (:mod:`.statewriter`)
 
     def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]:
+        if with_positions:  # the step saved must be the one the lines up to the saved position say: a supervisor
+            for c in self.components.values():  # taking over reads on from there, not again (explorer seed 90)
+                c.flush_progress()
         out = state_mod.view(self.state, self.clock.time())
         if with_positions:
             for n, c in self.components.items():
