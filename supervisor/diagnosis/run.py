@@ -459,7 +459,10 @@ class _JournalFacts:
 
     def _stopping(self, c: str, e: ComponentStopping) -> None:
         self.asked[c] = not (e.by == "rlsup" and "stall" not in str(e.reason or ""))
-        if e.by in ("user", "shutdown", "preemption"):  # (a person, the run's end, the platform: not a verdict)
+        # a person, the run's end, the platform (not a verdict); or the budget's stop of a consumer that waited on
+        # what a person stopped: its own consumers wait on that person too
+        waited = (spans := self.waiting.get(c)) and spans[-1][1] is None
+        if e.by in ("user", "shutdown", "preemption") or e.by == "dependency_down" and waited:
             self.let_down.add(c)
 
     def _started(self, c: str, ts: float | None, e: ComponentStarted, info: dict[str, Any]) -> None:

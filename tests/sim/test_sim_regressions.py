@@ -12,6 +12,7 @@ from tests import promises
 from tests.sim.test_sim import (
     _short,
     a_preemption_keeps_the_trainers_step,
+    a_run_no_fault_struck_has_no_failures,
     run,
     the_root_cause_is_a_real_fault,
 )
@@ -289,3 +290,17 @@ def test_a_later_attempt_that_fails_before_the_first_faults_step_is_a_fault_of_i
     assert rd.root_cause.own and rd.ended_ts is None  # (the resumed run is live: it has not ended)
     assert [(s.component, s.category) for s in rd.symptoms] == [("orchestrator", "stall")], rd.symptoms
     assert the_root_cause_is_a_real_fault(w) == []
+
+
+def test_the_consumers_of_a_server_a_person_stopped_wait_down_the_chain(tmp_path):
+    """RLSUP_SIM_SEED=202 (the promise that a run no fault struck lists no failure, added after the fault
+    explorer's seed 86): `rlsup stop inference`; the orchestrator waited on it (dependency_down) until the budget
+    stopped it; the trainer, which depends on the orchestrator, then flagged the orchestrator down, and that flag
+    was named the root cause. A consumer the budget stopped while it waited on a person's stop is let down by
+    that person too: its own consumers wait."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="orchestrator"),
+            [("wait", 15.0), ("user", "stop", "inference")], tmp_path)
+    rd = diagnose_run(w.flush())
+    assert rd.failures == [] and rd.root_cause is None, rd.verdict
+    assert ("trainer", "dependency_down") in [(f.component, f.category) for f in rd.waits]
+    assert a_run_no_fault_struck_has_no_failures(w) == []
