@@ -168,6 +168,9 @@ class Consumer:
     last_category: str = ""  # of its latest exit
     # The latest attempt's own output, its tail; a function, read only when a dependency is down.
     lines: Callable[[], Sequence[str]] = tuple
+    # The dependencies it needs no more of than their start or their end (not ``ready``): one of those that
+    # completed (a download, a conversion, a producer done with its work) is done, not down.
+    ends_ok: frozenset[str] = frozenset()
 
 
 def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], now: float, *, flagged: frozenset[str],
@@ -185,7 +188,8 @@ def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], n
     for c in consumers:
         if not c.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
             continue
-        deps = {d: dependency_state(seen[d], now, stable_s) for d in c.depends_on}
+        deps = {d: dependency_state(seen[d], now, stable_s) for d in c.depends_on
+                if not (d in c.ends_ok and seen[d].state == "completed")}
         if all(st == "running" for st in deps.values()):
             if c.name in now_flagged:
                 now_flagged.discard(c.name)

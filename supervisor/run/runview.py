@@ -82,7 +82,7 @@ def consumers(components: Mapping[str, Component], states: Mapping[str, Any]) ->
     """Every live component that depends on others, as dependency_down sees it (with its latest exit's category)."""
     return [Consumer(n, c.state, tuple(c.cfg.depends_on),
                      str(((states[n].get("last_exit") or {}).get("diagnosis") or {}).get("category", "")),
-                     partial(c.attempt_tail, 200))
+                     partial(c.attempt_tail, 200), frozenset(d for d, cond in c.cfg.depends_on.items() if cond != "ready"))
             for n, c in components.items()
             if c.cfg.depends_on and c.state in ("starting", "running", "backoff", "pending")]
 

@@ -304,3 +304,13 @@ def test_the_consumers_of_a_server_a_person_stopped_wait_down_the_chain(tmp_path
     assert rd.failures == [] and rd.root_cause is None, rd.verdict
     assert ("trainer", "dependency_down") in [(f.component, f.category) for f in rd.waits]
     assert a_run_no_fault_struck_has_no_failures(w) == []
+
+
+def test_a_one_shot_step_that_completed_is_not_restarted_for_a_server_a_person_stopped(tmp_path):
+    """RLSUP_SIM_SEED=202: `prep` (a one-shot the orchestrator needs started) had completed; `rlsup stop
+    inference`; the consumers' refused connections were laid on prep too: rlsup started the completed prep
+    again for them, flagged it down past the budget, and `diagnose` listed failures in a run no fault struck."""
+    w = run(Setup(total=30, max_restarts=1, prep="started", trainer_on="inference"),
+            [("wait", 15.0), ("user", "stop", "inference")], tmp_path)
+    assert _kinds(w, "prep") == ["started", "ready", "exited", "completed"], _kinds(w, "prep")
+    assert a_run_no_fault_struck_has_no_failures(w) == []

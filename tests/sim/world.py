@@ -561,7 +561,8 @@ class World:
         consumers = [detectors.Consumer(
             n, life.state, tuple(self.cfg.components[n].depends_on),
             str(((self.state["components"][n].get("last_exit") or {}).get("diagnosis") or {}).get("category", "")),
-            lambda n=n: self._attempt_tail(n))
+            lambda n=n: self._attempt_tail(n),
+            frozenset(d for d, cond in self.cfg.components[n].depends_on.items() if cond != "ready"))
             for n, life in self.lives.items()
             if self.cfg.components[n].depends_on and life.state in ("starting", "running", "backoff", "pending")]
         down_since = self.tracker.down_since()

@@ -245,6 +245,26 @@ def test_consumers_failing_flags_once_the_dependency_stays_down_and_clears_when_
                                        **kw)[0] == {}
 
 
+def test_a_dependency_done_with_its_work_is_not_down():
+    """RLSUP_SIM_SEED=202: a one-shot `prep` the orchestrator needed only started had completed; when a person
+    stopped the inference server, the orchestrator's refused connections were laid on prep too, rlsup restarted
+    the completed prep for them and later flagged it down past the budget. A dependency needed only started or
+    completed that completed is done; one needed ready (a server) that completed is down."""
+    now = 500.0
+    refused = ("ConnectionRefusedError: [Errno 111] Connection refused",)
+    seen = {"inference": Seen("inference", "stopped", 1), "prep": Seen("prep", "completed", 1),
+            "orchestrator": Seen("orchestrator", "running", 1)}
+    orch = detectors.Consumer("orchestrator", "running", ("inference", "prep"), "", lambda: refused,
+                              ends_ok=frozenset({"prep"}))
+    kw = dict(down_since={"inference": now - 30}, budget=600, flag_after_s=15, down_for={"inference": 30.0})
+    failing, events, _ = detectors.consumers_failing([orch], seen, now, flagged=frozenset(), **kw)
+    assert failing == {"inference": ["orchestrator"]}
+    assert "prep" not in events[0].message, events[0].message
+    server = dataclasses.replace(orch, ends_ok=frozenset())  # prep needed ready: a server that ended is down
+    assert detectors.consumers_failing([server], seen, now, flagged=frozenset(), **kw)[0] == {
+        "inference": ["orchestrator"], "prep": ["orchestrator"]}
+
+
 def test_partner_up_only_for_a_mutual_restart_with_pair_that_started_again():
     from rlsup.supervisor.rules.detectors import partner_up
 
