@@ -399,11 +399,10 @@ class _JournalFacts:
     # the consumer waits on that person, no failure)
     dep_down: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
     waiting: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
-    # the components a person stopped or restarted (`stopping` by the user or a shutdown), not running again yet
-    let_down: set[str] = field(default_factory=set)
     stall_cleared: dict[str, list[float]] = field(default_factory=dict)  # progress resumed after a stall
-    # stopped on purpose (a person's `rlsup stop`, a shutdown) .. started again: its peers wait, they do not hang
-    held: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    # stopped or restarted on purpose (a person's `rlsup stop`/`restart`, a shutdown, the platform; a stop that
+    # ends it for good) .. running again (ready) or failed: its peers wait, they do not hang
+    let_down: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
     # a signal's kill nobody asked for, counted a failure until rlsup says what followed it: a restart or a fatal
     # keeps it; a `stopped` withdraws it (a run's end under way, the platform's SIGTERM to every process at once:
     # the kills come before the stop). An exit rlsup forced (`stopping` by rlsup: a liveness or readiness
@@ -447,7 +446,7 @@ class _JournalFacts:
             case FlagCleared(type="stall") if ts is not None and e.by != "attempt_ended":
                 self.stall_cleared.setdefault(c, []).append(ts)  # (the attempt's end is not progress resumed)
             case ComponentStopping():
-                self._stopping(c, e)
+                self._stopping(c, ts, e)
             case ComponentStopped() | ComponentFatal():
                 self._ended(c, ts, e, info)
             case RestartScheduled():
@@ -457,25 +456,23 @@ class _JournalFacts:
             case FlagRaised():
                 self._flag(c, ts, e)
 
-    def _stopping(self, c: str, e: ComponentStopping) -> None:
+    def _stopping(self, c: str, ts: float | None, e: ComponentStopping) -> None:
         self.asked[c] = not (e.by == "rlsup" and "stall" not in str(e.reason or ""))
         # a person, the run's end, the platform (not a verdict); or the budget's stop of a consumer that waited on
         # what a person stopped: its own consumers wait on that person too
-        waited = (spans := self.waiting.get(c)) and spans[-1][1] is None
-        if e.by in ("user", "shutdown", "preemption") or e.by == "dependency_down" and waited:
-            self.let_down.add(c)
+        if e.by in ("user", "shutdown", "preemption") or e.by == "dependency_down" and _is_open(self.waiting, c):
+            _open(self.let_down, c, ts)
 
     def _started(self, c: str, ts: float | None, e: ComponentStarted, info: dict[str, Any]) -> None:
         info["attempts"] += 1
         info["state"] = "running"
         self.exited_last[c] = False
         self.attempt[c] = e.attempt or info["attempts"]  # (attempts count from 1: 0 is an old start without one)
-        _close(self.held.get(c), ts)
         self.unjudged.pop(c, None)
         self.asked.pop(c, None)
 
     def _running_again(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
-        self.let_down.discard(c)
+        _close(self.let_down.get(c), ts)
         if ts is not None:
             self.back.setdefault(c, []).append(ts)
         if isinstance(e, ComponentCompleted):
@@ -490,9 +487,7 @@ class _JournalFacts:
             if judged is not None:  # its exit was a stop, not a failure
                 self.failures.remove(judged)
                 info["failures"] -= 1
-            spans = self.held.setdefault(c, [])
-            if ts is not None and not (spans and spans[-1][1] is None):  # (stopped again, never started between)
-                spans.append((ts, None))
+            _open(self.let_down, c, ts)
 
     def _exited(self, c: str, ts: float | None, e: ComponentExited, info: dict[str, Any]) -> None:
         info["exits"] += 1
@@ -502,7 +497,7 @@ class _JournalFacts:
         if self.asked.get(c) or cat in NOT_FAILURES:
             return
         info["failures"] += 1
-        self.let_down.discard(c)  # (restarted by a person, it failed on its own)
+        _close(self.let_down.get(c), ts)  # (restarted by a person, it failed on its own)
         self.failures.append(RunFailure(
             c, ts, cat, str(diag.get("summary") or cat), "exit", self.attempt.get(c), e.exit_code, e.signal, diag))
         if cat == "killed" and c not in self.asked:
@@ -515,7 +510,8 @@ class _JournalFacts:
         # a consumer of a server a person stopped waits for that person to start it again, and so does the
         # server's own flag (its consumers stopped after the budget): no failure
         named = (_dependencies_named(message) or set()) if ftype == "dependency_down" else set()
-        waits = ftype == "dependency_down" and (c in self.let_down or bool(named) and named <= self.let_down)
+        down = {d for d in self.let_down if _is_open(self.let_down, d)}
+        waits = ftype == "dependency_down" and (c in down or bool(named) and named <= down)
         if ftype == "dependency_down" and ts is not None:
             (self.waiting if waits else self.dep_down).setdefault(c, []).append((ts, None))
         if ftype == "stall":
@@ -525,6 +521,17 @@ class _JournalFacts:
         elif ftype in SYMPTOM_FLAGS:
             (self.waits if waits else self.failures).append(
                 RunFailure(c, ts, ftype, message, "flag", self.attempt.get(c), diagnosis={"evidence": evidence}))
+
+
+def _open(spans: dict[str, list[tuple[float, float | None]]], c: str, ts: float | None) -> None:
+    """Opens a span of ``c`` at ``ts`` unless one is open (stopped again, never running between)."""
+    if ts is not None and not _is_open(spans, c):
+        spans.setdefault(c, []).append((ts, None))
+
+
+def _is_open(spans: dict[str, list[tuple[float, float | None]]], c: str) -> bool:
+    ss = spans.get(c)
+    return bool(ss) and ss is not None and ss[-1][1] is None
 
 
 def _close(spans: list[tuple[float, float | None]] | None, ts: float | None) -> None:
@@ -628,7 +635,7 @@ def _judge_stall(f: RunFailure, facts: _JournalFacts) -> bool:
     f.recovered_ts = restarted
     stood = min((x for x in (cleared, restarted) if x is not None), default=facts.ended or facts.seen)
     by_failure = _explained_stall(f, facts.failures, facts.dep_down, {}, stood)
-    by_person = _explained_stall(f, [], facts.waiting, facts.held, stood)
+    by_person = _explained_stall(f, [], facts.waiting, facts.let_down, stood)
     f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
         not by_failure and not by_person
     if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
@@ -680,11 +687,11 @@ def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], 
 
 
 def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: dict[str, list[tuple[float, float | None]]],
-                     held: dict[str, list[tuple[float, float | None]]], stood: float | None = None) -> bool:
+                     let_down: dict[str, list[tuple[float, float | None]]], stood: float | None = None) -> bool:
     """A stall some other failure explains: a dependency reported down, or another component down (failed
     and not running again yet) at some moment between the stall's last step and the flag, or a component
-    stopped on purpose and still stopped at the flag (a person's `rlsup stop trainer` starves the orchestrator
-    waiting for its weights). A producer
+    stopped or restarted on purpose and not running again at the flag (a person's `rlsup stop trainer` starves
+    the orchestrator waiting for its weights). A producer
     usually dies a few seconds after its consumer's last step (the consumer had what it needed until
     then): its death explains the stall all the same. A stall that began after everything else had
     recovered, and during which nothing else failed, is a hang of its own; so is one that still stood (until
@@ -697,8 +704,8 @@ def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: di
     until = float(flagged) if isinstance(flagged, float | int) else t
     if any(a <= until and (b is None or b >= t) for a, b in dep_down.get(stall.component, [])):
         return True
-    # a peer a person stopped, still stopped when the stall was called (one back from a restart explains nothing)
-    if any(a <= until and (b is None or b >= until) for c, ss in held.items() if c != stall.component for a, b in ss):
+    # a peer let down on purpose, still down when the stall was called (one back from a restart explains nothing)
+    if any(a <= until and (b is None or b >= until) for c, ss in let_down.items() if c != stall.component for a, b in ss):
         return True
     waits_on = _waits_on(stall)
     # another component's own stall explains this one only where this one's last line says it waits on it

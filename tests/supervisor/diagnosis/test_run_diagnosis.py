@@ -432,6 +432,27 @@ def test_a_dependency_flag_on_a_server_a_person_restarts_waits_until_it_is_ready
     assert [(f.component, f.category, f.ts) for f in rd.failures] == [("trainer", "dependency_down", T0 + 40)]
 
 
+def test_a_stall_while_a_person_restarts_a_slow_server_is_a_wait_until_it_is_ready(tmp_path: Path) -> None:
+    """`rlsup restart inference`: the server takes two minutes to load (ready at T0 + 140) and the trainer, quiet
+    while it waits, is flagged stalled at T0 + 60: a wait on that person, no hang. Once the server is ready
+    again, a stall is the trainer's own."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", components=["inference", "trainer"])
+    run.start(T0, "inference")
+    run.emit(T0 + 3, "ready", "inference", probe="http")
+    run.start(T0 + 3, "trainer")
+    run.emit(T0 + 20, "stopping", "inference", signal="SIGTERM", by="user", reason="restart requested by user")
+    run.exit(T0 + 21, "inference", None, [], signal="SIGTERM")
+    run.start(T0 + 21, "inference")
+    _stall(run, T0 + 60)
+    run.emit(T0 + 140, "ready", "inference", probe="http")
+    rd = diagnose_run(run.root)
+    assert rd.failures == [] and waited(rd) == {"trainer"}, rd.verdict
+    _stall(run, T0 + 300)  # its last step at T0 + 280, the server ready since T0 + 140
+    rd = diagnose_run(run.root)
+    assert rd.root_cause is not None and (rd.root_cause.component, rd.root_cause.ts) == ("trainer", T0 + 280)
+
+
 def test_an_exit_rlsup_then_records_as_a_stop_is_no_failure_but_a_forced_one_is(tmp_path: Path) -> None:
     """The platform's SIGTERM reaches every process at once: the orchestrator exits 143 before rlsup's own stop
     and rlsup records it `stopped` by preemption: no failure. A stop rlsup forced on its verdict (a failed
