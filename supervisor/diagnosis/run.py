@@ -530,8 +530,8 @@ def _open(spans: dict[str, list[tuple[float, float | None]]], c: str, ts: float 
 
 
 def _is_open(spans: dict[str, list[tuple[float, float | None]]], c: str) -> bool:
-    ss = spans.get(c)
-    return bool(ss) and ss is not None and ss[-1][1] is None
+    ss = spans.get(c) or []
+    return bool(ss) and ss[-1][1] is None
 
 
 def _close(spans: list[tuple[float, float | None]] | None, ts: float | None) -> None:
