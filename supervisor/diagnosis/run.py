@@ -196,7 +196,9 @@ class RunDiagnosis:
     def verdict(self) -> str:
         rc = self.root_cause
         if rc is None:
-            return "no failure found in the journal or the logs"
+            waited = sorted({f.component for f in self.waits})
+            return "no failure found in the journal or the logs" + (
+                f"; {', '.join(waited)} waited on what was stopped or restarted on purpose" if waited else "")
         when = f" at {_iso(rc.ts)}" if rc.ts is not None else ""
         first = f"{rc.component} failed{' first' if self.root_first else ''}{when}: {rc.summary}"
         failed = sorted({s.component for s in self.symptoms if s.component != rc.component and s.count})

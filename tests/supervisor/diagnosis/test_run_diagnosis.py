@@ -399,6 +399,8 @@ def test_consumers_of_a_server_a_person_stopped_wait_they_do_not_fail(tmp_path: 
         ("orchestrator", "dependency_down"), ("trainer", "dependency_down"), ("trainer", "stall")]
     assert waited(rd) == {"trainer"}
     assert rd.to_dict()["waits"][0]["category"] == "dependency_down"
+    assert rd.verdict == ("no failure found in the journal or the logs; orchestrator, trainer waited on what was "
+                          "stopped or restarted on purpose")
 
 
 def test_consumers_of_a_server_that_died_fail_with_it(tmp_path: Path) -> None:
