@@ -168,8 +168,7 @@ class Consumer:
     last_category: str = ""  # of its latest exit
     # The latest attempt's own output, its tail; a function, read only when a dependency is down.
     lines: Callable[[], Sequence[str]] = tuple
-    # The dependencies it needs no more of than their start or their end (not ``ready``): one of those that
-    # completed (a download, a conversion, a producer done with its work) is done, not down.
+    # The dependencies it needs no more of than their start or their end (not ``ready``): see :func:`_done`.
     ends_ok: frozenset[str] = frozenset()
 
 
@@ -188,8 +187,9 @@ def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], n
     for c in consumers:
         if not c.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
             continue
+        mine = seen[c.name].started_at if c.name in seen else None
         deps = {d: dependency_state(seen[d], now, stable_s) for d in c.depends_on
-                if not (d in c.ends_ok and seen[d].state == "completed")}
+                if not _done(seen[d], d in c.ends_ok, mine)}
         if all(st == "running" for st in deps.values()):
             if c.name in now_flagged:
                 now_flagged.discard(c.name)
@@ -209,6 +209,13 @@ def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], n
                                         evidence=list(flag.evidence),
                                         action=dependency_action(c.name, seen[lasting[0]], budget)))
     return failing, events, frozenset(now_flagged)
+
+
+def _done(d: Seen, ends_ok: bool, since: float | None) -> bool:
+    """A dependency that completed is done, not down, where its consumer needs no more of it than its start or
+    its end (``ends_ok``), or where it had completed before the consumer's attempt began (``since``; an ended_at
+    of None: in an earlier run): it is not what the consumer fails to reach."""
+    return d.state == "completed" and (ends_ok or since is not None and (d.ended_at is None or d.ended_at <= since))
 
 
 def restart_dependency(d: Seen, consumers: Sequence[str], trigger_seq: int | None) -> lc.Start | None:

@@ -310,7 +310,9 @@ def test_a_one_shot_step_that_completed_is_not_restarted_for_a_server_a_person_s
     """RLSUP_SIM_SEED=202: `prep` (a one-shot the orchestrator needs started) had completed; `rlsup stop
     inference`; the consumers' refused connections were laid on prep too: rlsup started the completed prep
     again for them, flagged it down past the budget, and `diagnose` listed failures in a run no fault struck."""
-    w = run(Setup(total=30, max_restarts=1, prep="started", trainer_on="inference"),
-            [("wait", 15.0), ("user", "stop", "inference")], tmp_path)
-    assert _kinds(w, "prep") == ["started", "ready", "exited", "completed"], _kinds(w, "prep")
-    assert a_run_no_fault_struck_has_no_failures(w) == []
+    for cond in ("started", "ready"):  # (RLSUP_SIM_SEED=204: needed ready, it had completed before they started)
+        (tmp_path / cond).mkdir()
+        w = run(Setup(total=30, max_restarts=1, prep=cond, trainer_on="inference"),
+                [("wait", 15.0), ("user", "stop", "inference")], tmp_path / cond)
+        assert _kinds(w, "prep") == ["started", "ready", "exited", "completed"], _kinds(w, "prep")
+        assert a_run_no_fault_struck_has_no_failures(w) == []

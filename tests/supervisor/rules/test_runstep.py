@@ -248,8 +248,9 @@ def test_consumers_failing_flags_once_the_dependency_stays_down_and_clears_when_
 def test_a_dependency_done_with_its_work_is_not_down():
     """RLSUP_SIM_SEED=202: a one-shot `prep` the orchestrator needed only started had completed; when a person
     stopped the inference server, the orchestrator's refused connections were laid on prep too, rlsup restarted
-    the completed prep for them and later flagged it down past the budget. A dependency needed only started or
-    completed that completed is done; one needed ready (a server) that completed is down."""
+    the completed prep for them and later flagged it down past the budget (RLSUP_SIM_SEED=204: the same with prep
+    needed ready). A dependency that completed is done where it is needed only started or completed, or where it
+    completed before the consumer's attempt began; a server that exits 0 under its running consumer is down."""
     now = 500.0
     refused = ("ConnectionRefusedError: [Errno 111] Connection refused",)
     seen = {"inference": Seen("inference", "stopped", 1), "prep": Seen("prep", "completed", 1),
@@ -260,9 +261,16 @@ def test_a_dependency_done_with_its_work_is_not_down():
     failing, events, _ = detectors.consumers_failing([orch], seen, now, flagged=frozenset(), **kw)
     assert failing == {"inference": ["orchestrator"]}
     assert "prep" not in events[0].message, events[0].message
-    server = dataclasses.replace(orch, ends_ok=frozenset())  # prep needed ready: a server that ended is down
+    # needed ready (a server), it is down if it ended while the consumer's attempt ran, done if it had ended before
+    server = dataclasses.replace(orch, ends_ok=frozenset())
+    seen["orchestrator"] = Seen("orchestrator", "running", 1, started_at=100.0)
+    seen["prep"] = Seen("prep", "completed", 1, ended_at=200.0)
     assert detectors.consumers_failing([server], seen, now, flagged=frozenset(), **kw)[0] == {
         "inference": ["orchestrator"], "prep": ["orchestrator"]}
+    for before in (Seen("prep", "completed", 1, ended_at=90.0), Seen("prep", "completed", 1)):  # (None: a run ago)
+        seen["prep"] = before
+        assert detectors.consumers_failing([server], seen, now, flagged=frozenset(), **kw)[0] == {
+            "inference": ["orchestrator"]}
 
 
 def test_partner_up_only_for_a_mutual_restart_with_pair_that_started_again():
