@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..monitor import shim
 from ..records.events import Record, misfits, parse
 from .logs import lines_backwards
 
@@ -66,9 +67,7 @@ def _write_new(tmp: Path, data: bytes, mode: int = 0o600) -> None:
     half-written temporary file would hold the blocks it got)."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        shim.write_all(fd, data)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -459,8 +458,6 @@ def damage_notes() -> list[str]:
 def keep_spare_records(monitors: Path, want: int) -> int:
     """Keep ``want`` spare monitor-record slots in ``monitors/`` (up to the monitors' own cap, for
     :meth:`shim.Record.prepare` on a full disk), written while the disk has room; how many there are."""
-    from ..monitor import shim
-
     want = min(want, shim.SPARE_SLOTS_MAX)
     try:
         have = sum(n.startswith(shim.SPARE_PREFIX) for n in os.listdir(monitors))

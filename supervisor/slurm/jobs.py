@@ -50,10 +50,6 @@ def run(argv: list[str], timeout: float = SQUEUE_TIMEOUT_S) -> subprocess.Comple
         return None
 
 
-def job_name(run_name: str) -> str:
-    return f"{JOB_PREFIX}{run_name}"
-
-
 def batch_script(config: str, run_dir: str, *, python: str | None = None, extra: list[str] | None = None) -> str:
     """The job's batch script: the supervisor, headless, on the first node, in the shared run dir.
     A requeued job (``SLURM_RESTART_COUNT`` > 0) continues the same run: same journal, resume from
@@ -93,7 +89,7 @@ def batch_script(config: str, run_dir: str, *, python: str | None = None, extra:
 
 def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
     s = cfg.slurm
-    out = [tool("sbatch"), "--parsable", f"--job-name={job_name(cfg.name)}", f"--nodes={s.nodes}",
+    out = [tool("sbatch"), "--parsable", f"--job-name={JOB_PREFIX}{cfg.name}", f"--nodes={s.nodes}",
            "--ntasks-per-node=1", "--exclusive",
            # A lost node must not end the job under the supervisor: rlsup sees it (srun's "Node failure
            # on X") and, with requeue: true, requeues the job itself.
