@@ -538,12 +538,10 @@ class Redactor:
             found += self._edge_spans(text, 0, len(text))
         if len(found) < 2:
             return found
-        found.sort()
-        spans = [found[0]]
-        for start, end in found[1:]:
-            if start <= spans[-1][1]:  # overlapping secrets: mask their union once
-                if end > spans[-1][1]:
-                    spans[-1] = (spans[-1][0], end)
+        spans: list[tuple[int, int]] = []
+        for start, end in sorted(found):
+            if spans and start <= spans[-1][1]:  # overlapping secrets: mask their union once
+                spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
             else:
                 spans.append((start, end))
         return spans

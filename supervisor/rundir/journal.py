@@ -301,15 +301,12 @@ class StateFile:
 
 
 def last_event(path: Path) -> dict[str, Any] | None:
-    """The journal's last sound event, read from its tail (None: none); damaged lines at its end are passed over."""
+    """The journal's last sound event (as :func:`read_records` judges a line), read from its tail (None: none);
+    damaged lines at its end are passed over."""
     with contextlib.suppress(OSError), open(path, "rb") as f:
         for raw in lines_backwards(f, 65536):
-            try:
-                event = json.loads(raw)
-                seq = event["seq"]
-            except (ValueError, KeyError, TypeError, IndexError):
-                continue
-            if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+            event, _ = _decode(raw)
+            if event is not None:
                 return event
     return None
 
@@ -356,12 +353,7 @@ def _short(v: Any) -> str:
 
 def _lines(f: Any) -> Iterator[tuple[int, bytes | None]]:
     """(line number, bytes) of each line; None for a line over :data:`MAX_LINE` (read past, not kept)."""
-    n = 0
-    while True:
-        raw = f.readline(MAX_LINE + 1)
-        if not raw:
-            return
-        n += 1
+    for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
         if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
             while raw and not raw.endswith(b"\n"):
                 raw = f.readline(MAX_LINE)
