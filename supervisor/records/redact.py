@@ -480,12 +480,11 @@ class Redactor:
                 heapq.heapreplace(heap, (nxt.start(), i, nxt))
 
     @classmethod
-    def for_run(cls, envs: Iterable[Mapping[str, str]] = (), argvs: Iterable[Sequence[str]] = (),
-                extra: Iterable[str] = ()) -> Redactor:
+    def for_run(cls, envs: Iterable[Mapping[str, str]] = (), argvs: Iterable[Sequence[str]] = ()) -> Redactor:
         """A redactor for a run: the secrets of every environment (:func:`secret_values`) and every
         command line (:func:`argv_secrets`), so a token given as ``--github-pat X`` is masked also when
         the program later prints X on its own."""
-        return cls(set(extra).union(*map(secret_values, envs), *map(argv_secrets, argvs)))
+        return cls(set().union(*map(secret_values, envs), *map(argv_secrets, argvs)))
 
     # -------------------------------------------------------------------------- text
 
