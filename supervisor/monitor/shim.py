@@ -854,17 +854,12 @@ class _Loop:
                 return
             timeout = rest if timeout is None else min(rest, timeout)
         for fd, _ev in self.poller.poll(timeout):  # (retried by Python after a signal: its wakeup fd shows)
-            if fd == self.wake_r:
-                self.on_wakeup()
+            if fd == self.wake_r:  # a signal arrived (its flag is set): one byte a signal, one read takes them all
+                _quiet(os.read, self.wake_r, 1 << 16)
             elif fd == self.out_r:
                 self.rest_after(self.drain())
         if self.resting_until and time.monotonic() >= self.resting_until:
             self.on_rest_over()
-
-    def on_wakeup(self) -> None:
-        """A signal arrived (its flag is set): empty the wakeup pipe (one byte a signal; one read takes
-        all a pipe can hold)."""
-        _quiet(os.read, self.wake_r, 1 << 16)
 
     def on_rest_over(self) -> None:
         """Read what piled up straight away (no poll needed to learn it is there), and rest again if it
