@@ -35,6 +35,8 @@ from typing import Any, Protocol
 
 import psutil
 
+from ..monitor.process import ENV_COMPONENT, ENV_RUN_DIR
+
 log = logging.getLogger(__name__)
 
 ENV_VAR = "RLSUP_GPU_SAMPLER"
@@ -316,10 +318,7 @@ class NvmlSampler:
     def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
         nv = self._nvml
         found: list[GpuProcess] = []
-        for fn, fallback in (
-            ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
-            ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
-        ):
+        for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
             try:
                 procs = getattr(nv, fn)(handle)
             except Exception as exc:
@@ -328,7 +327,7 @@ class NvmlSampler:
                 # with @throwOnVersionMismatch, which turns it into NVMLLibraryMismatchError (a plain
                 # Exception, not an NVMLError) -- either way the _v2 call is what works.
                 mismatch = type(exc).__name__ in ("NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
-                procs = self._q(fallback, handle) if mismatch else None
+                procs = self._q(f"{fn}_v2", handle) if mismatch else None
             found += [GpuProcess(int(p.pid), _num(getattr(p, "usedGpuMemory", None), _MIB))
                       for p in procs or () if getattr(p, "pid", None) is not None]
         return _merged(found)
@@ -464,9 +463,7 @@ class FakeSampler:
         ("B200", "RTX6000"); anything else raises ValueError so typos do not become fake GPUs.
         """
         m = _SPEC_RE.match(spec)
-        if not m:
-            raise ValueError(f"bad fake GPU spec {spec!r}: expected e.g. '8xH100', '2' or 'A40'")
-        count_s, model = m.group(1), m.group(2)
+        count_s, model = m.groups() if m else (None, None)  # no match: neither, refused below
         if count_s is None and model is not None and model.isdigit():
             count_s, model = model, None
         if (count_s is None and model is None) or (
@@ -529,9 +526,6 @@ def make_sampler(spec: str | None = None) -> GpuSampler:
 
 # ------------------------------------------------------------------------------------ GPU hygiene
 
-RUN_DIR_MARKER = "RLSUP_RUN_DIR"  # what process.py puts in every child's environment
-COMPONENT_MARKER = "RLSUP_COMPONENT"  # ... with this one: $RLSUP_RUN_DIR alone is a user's shell or client
-
 
 @dataclass(frozen=True)
 class ProcIdentity:
@@ -562,7 +556,7 @@ def proc_identity(pid: int) -> ProcIdentity | None:
         name, created = "?", None
     try:
         env = p.environ()
-        run_dir: str | None = env.get(RUN_DIR_MARKER) if env.get(COMPONENT_MARKER) else None
+        run_dir: str | None = env.get(ENV_RUN_DIR) if env.get(ENV_COMPONENT) else None  # both, as find_marked
         # Empty while the kernel is between a new program's name and its environment (mid-exec),
         # and for a zombie: nothing can be told from it, which is not the same as "not the run's".
         readable = bool(env)
@@ -746,9 +740,6 @@ class SamplerThread:
     def start(self) -> SamplerThread:
         self._thread.start()
         return self
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
 
     def stop(self, timeout: float = 2.0) -> bool:
         """Ask the thread to finish and join it; True when it has ended within ``timeout``."""

@@ -55,13 +55,12 @@ def _ours(pid: int, started: float | None) -> psutil.Process | None:
     """The live process ``pid`` if it is still the one seen (not ourselves, not a reused pid)."""
     if pid == os.getpid() or not pid_alive(pid):
         return None
+    if started is not None:
+        return process.same_process(pid, started)  # None where the pid was reused: not ours
     try:
-        p = psutil.Process(pid)
-        if started is not None and abs(p.create_time() - started) > 0.01:
-            return None  # the pid was reused: not ours
+        return psutil.Process(pid)
     except psutil.Error:
         return None
-    return p
 
 
 def _describe(p: psutil.Process) -> str:

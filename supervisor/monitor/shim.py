@@ -69,7 +69,7 @@ FINISH_DRAIN_S = 2.0
 # ---------------------------------------------------------------------- small helpers
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -180,7 +180,7 @@ class Record:
         fd = -1
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            _write_all(fd, self._encode())
+            write_all(fd, self._encode())
             os.fsync(fd)
         except OSError as e:
             if fd >= 0:
@@ -355,8 +355,11 @@ class LogFile:
         self.size = 0
         self.at_line_start = True
 
-    def position(self) -> dict:
-        st = os.fstat(self.fd)
+    def position(self) -> dict | None:
+        try:
+            st = os.fstat(self.fd)
+        except OSError:
+            return None
         return {"ino": st.st_ino, "offset": st.st_size}
 
     def close(self) -> None:
@@ -851,17 +854,12 @@ class _Loop:
                 return
             timeout = rest if timeout is None else min(rest, timeout)
         for fd, _ev in self.poller.poll(timeout):  # (retried by Python after a signal: its wakeup fd shows)
-            if fd == self.wake_r:
-                self.on_wakeup()
+            if fd == self.wake_r:  # a signal arrived (its flag is set): one byte a signal, one read takes them all
+                _quiet(os.read, self.wake_r, 1 << 16)
             elif fd == self.out_r:
                 self.rest_after(self.drain())
         if self.resting_until and time.monotonic() >= self.resting_until:
             self.on_rest_over()
-
-    def on_wakeup(self) -> None:
-        """A signal arrived (its flag is set): empty the wakeup pipe (one byte a signal; one read takes
-        all a pipe can hold)."""
-        _quiet(os.read, self.wake_r, 1 << 16)
 
     def on_rest_over(self) -> None:
         """Read what piled up straight away (no poll needed to learn it is there), and rest again if it
@@ -917,7 +915,7 @@ class _Loop:
         """Write the exit into the record (tried again each round while the disk refuses)."""
         self.drain()  # what the child wrote just before it died, written before the exit is recorded
         self.recorded = self.rec.update(status="exited", **exit_fields(status), ended=self.ended,
-                                        ended_mono=self.ended_mono, log_end=_position(self.log))
+                                        ended_mono=self.ended_mono, log_end=self.log.position())
         if self.recorded:
             self.reap()
 
@@ -992,13 +990,6 @@ def exit_fields(status: int) -> dict:
     return {"exit_code": None, "signal": signal_name(-code)}
 
 
-def _position(log: LogFile) -> dict | None:
-    try:
-        return log.position()
-    except OSError:
-        return None
-
-
 def _kill_tree(pid: int, cgroup: str | None) -> None:
     """SIGKILL every process of the attempt (the cgroup's members, and our descendants)."""
     targets = set(descendants(os.getpid()))
@@ -1018,7 +1009,7 @@ def _kill_tree(pid: int, cgroup: str | None) -> None:
 
 def _report_to(fd: int) -> Callable[[dict[str, Any]], None]:
     def report(msg: dict[str, Any]) -> None:
-        _quiet(_write_all, fd, (json.dumps(msg) + "\n").encode())  # no starter: the record tells the next supervisor
+        _quiet(write_all, fd, (json.dumps(msg) + "\n").encode())  # no starter: the record tells the next supervisor
         _quiet(os.close, fd)
     return report
 

@@ -480,12 +480,11 @@ class Redactor:
                 heapq.heapreplace(heap, (nxt.start(), i, nxt))
 
     @classmethod
-    def for_run(cls, envs: Iterable[Mapping[str, str]] = (), argvs: Iterable[Sequence[str]] = (),
-                extra: Iterable[str] = ()) -> Redactor:
+    def for_run(cls, envs: Iterable[Mapping[str, str]] = (), argvs: Iterable[Sequence[str]] = ()) -> Redactor:
         """A redactor for a run: the secrets of every environment (:func:`secret_values`) and every
         command line (:func:`argv_secrets`), so a token given as ``--github-pat X`` is masked also when
         the program later prints X on its own."""
-        return cls(set(extra).union(*map(secret_values, envs), *map(argv_secrets, argvs)))
+        return cls(set().union(*map(secret_values, envs), *map(argv_secrets, argvs)))
 
     # -------------------------------------------------------------------------- text
 
@@ -538,12 +537,10 @@ class Redactor:
             found += self._edge_spans(text, 0, len(text))
         if len(found) < 2:
             return found
-        found.sort()
-        spans = [found[0]]
-        for start, end in found[1:]:
-            if start <= spans[-1][1]:  # overlapping secrets: mask their union once
-                if end > spans[-1][1]:
-                    spans[-1] = (spans[-1][0], end)
+        spans: list[tuple[int, int]] = []
+        for start, end in sorted(found):
+            if spans and start <= spans[-1][1]:  # overlapping secrets: mask their union once
+                spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
             else:
                 spans.append((start, end))
         return spans

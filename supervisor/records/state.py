@@ -144,12 +144,12 @@ def _flag(c: dict[str, Any], e: ev.FlagRaised, rec: ev.Record) -> None:
     c["flags"] = flags[-MAX_FLAGS:]
 
 
-_PROGRESS_KEYS = ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch",
+PROGRESS_KEYS = ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch",
                   "last_step_at")
 
 
 def _progress(c: dict[str, Any], e: ev.ProgressUpdated, rec: ev.Record) -> None:
-    c.update({k: e.data[k] for k in _PROGRESS_KEYS if k in e.data})
+    c.update({k: e.data[k] for k in PROGRESS_KEYS if k in e.data})
     if c["state"] != "running":  # rate and ETA are for running components only
         c.update(rate=None, eta_s=None)
     if e.data.get("history"):

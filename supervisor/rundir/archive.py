@@ -19,7 +19,7 @@ from typing import Any
 from ..records import state as state_mod
 from ..records.events import RunEnded, run_outcome, standing
 from ..records.phrases import end_note
-from ..records.redact import Redactor, secret_values
+from ..records.redact import Redactor
 from ..records.version import VERSION
 from .attemptlog import lines_of
 from .layout import RunPaths
@@ -75,9 +75,9 @@ def read_config(path: Path | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _config_secrets(cfg: dict[str, Any] | None, cfg_path: Path | None) -> set[str]:
+def _config_env(cfg: dict[str, Any] | None, cfg_path: Path | None) -> dict[str, str]:
     if not cfg:
-        return set()
+        return {}
     envs: dict[str, str] = {}
     for scope in [cfg, *((cfg.get("components") or {}).values())]:
         if isinstance(scope, dict) and isinstance(scope.get("env"), dict):
@@ -89,7 +89,7 @@ def _config_secrets(cfg: dict[str, Any] | None, cfg_path: Path | None) -> set[st
         p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
         with contextlib.suppress(Exception):
             envs.update(parse_env_file(p))
-    return secret_values(envs)
+    return envs
 
 
 def _config_argvs(cfg: dict[str, Any] | None) -> list[list[str]]:
@@ -109,8 +109,7 @@ def _config_argvs(cfg: dict[str, Any] | None) -> list[list[str]]:
 
 def redactor_for(cfg: dict[str, Any] | None, cfg_path: Path | None, env: Any = None) -> Redactor:
     """The masking a run had: secrets of its environment, its config's env and env_file, its commands."""
-    return Redactor.for_run([dict(os.environ if env is None else env)], _config_argvs(cfg),
-                            extra=_config_secrets(cfg, cfg_path))
+    return Redactor.for_run([dict(os.environ if env is None else env), _config_env(cfg, cfg_path)], _config_argvs(cfg))
 
 
 class Archive:

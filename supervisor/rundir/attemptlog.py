@@ -47,17 +47,12 @@ def mark_of(e: ComponentStarted) -> Mark | None:
 Events = Iterable[Record | Mapping[str, Any]]
 
 
-def _starts(events: Events, name: str) -> list[tuple[Record, ComponentStarted]]:
-    """The ``started`` records of ``name``, in journal order."""
-    return [(r, r.event) for r in map(as_record, events)
-            if isinstance(r.event, ComponentStarted) and r.event.component == name]
-
-
 def ranges(events: Events, name: str) -> list[Range]:
     """Every attempt of ``name`` the journal started, oldest first, with its output range. (An
     attempt number of 0 is none: attempts count from 1, and an old start without one is numbered
     by its place.)"""
-    starts = _starts(events, name)
+    starts = [(r, r.event) for r in map(as_record, events)
+              if isinstance(r.event, ComponentStarted) and r.event.component == name]
     ends = [mark_of(e) for _, e in starts[1:]] + [None]  # each ends where the next begins
     return [Range(e.attempt or i + 1, mark_of(e), end, rec)
             for i, ((rec, e), end) in enumerate(zip(starts, ends, strict=False))]

@@ -213,15 +213,6 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _age_reason(newest: float, now: float, settle_s: float) -> str | None:
-    age = now - newest
-    if age < 0:
-        return f"still being written: modified {-age:.1f} s in the future (clock skew?)"
-    if age < settle_s:
-        return f"still being written: modified {age:.1f} s ago"
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # file-set completeness (what decides when no writer is alive)
 
@@ -377,7 +368,12 @@ class _Scan:
 
     def age(self, newest: float) -> str | None:
         """The settle rule, which only means something while a writer may still be writing."""
-        return _age_reason(newest, self.now, self.settle_s) if self.writer_alive else None
+        age = self.now - newest
+        if not self.writer_alive:
+            return None
+        if age < 0:
+            return f"still being written: modified {-age:.1f} s in the future (clock skew?)"
+        return f"still being written: modified {age:.1f} s ago" if age < self.settle_s else None
 
     def marker_in(self, path: Path) -> str | None:
         return next((n for n in self.markers if (path / n).is_file()), None) if path.is_dir() else None

@@ -26,32 +26,30 @@ IN_DELETE = 0x00000200
 IN_DELETE_SELF = 0x00000400
 IN_MOVE_SELF = 0x00000800
 IN_Q_OVERFLOW = 0x00004000
-IN_NONBLOCK = os.O_NONBLOCK
-IN_CLOEXEC = os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")
+
 
 @functools.cache
 def _lib() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
+def _checked(result: int, call: str) -> int:
+    """A libc call's result; OSError with its errno where it failed."""
+    if result < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{call}: {os.strerror(e)}")
+    return result
+
+
 class Inotify:
     def __init__(self) -> None:
-        lib = _lib()
-        fd = lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if fd < 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"inotify_init1: {os.strerror(e)}")
-        self.fd = fd
+        self.fd = _checked(_lib().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC), "inotify_init1")
         self.paths: dict[int, str] = {}
 
-    def watch(self, path: str, mask: int) -> int:
-        wd = _lib().inotify_add_watch(self.fd, os.fsencode(path), mask)
-        if wd < 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"inotify_add_watch {path}: {os.strerror(e)}")
+    def watch(self, path: str, mask: int) -> None:
+        wd = _checked(_lib().inotify_add_watch(self.fd, os.fsencode(path), mask), f"inotify_add_watch {path}")
         self.paths[wd] = path
-        return wd
 
     def read(self) -> Iterator[tuple[str, int, bytes]]:
         """(watched directory, mask, file name as bytes) for every pending event; nothing if none is

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..monitor import shim
 from ..records.events import Record, misfits, parse
 from .logs import lines_backwards
 
@@ -66,9 +67,7 @@ def _write_new(tmp: Path, data: bytes, mode: int = 0o600) -> None:
     half-written temporary file would hold the blocks it got)."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        shim.write_all(fd, data)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -302,15 +301,12 @@ class StateFile:
 
 
 def last_event(path: Path) -> dict[str, Any] | None:
-    """The journal's last sound event, read from its tail (None: none); damaged lines at its end are passed over."""
+    """The journal's last sound event (as :func:`read_records` judges a line), read from its tail (None: none);
+    damaged lines at its end are passed over."""
     with contextlib.suppress(OSError), open(path, "rb") as f:
         for raw in lines_backwards(f, 65536):
-            try:
-                event = json.loads(raw)
-                seq = event["seq"]
-            except (ValueError, KeyError, TypeError, IndexError):
-                continue
-            if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+            event, _ = _decode(raw)
+            if event is not None:
                 return event
     return None
 
@@ -357,12 +353,7 @@ def _short(v: Any) -> str:
 
 def _lines(f: Any) -> Iterator[tuple[int, bytes | None]]:
     """(line number, bytes) of each line; None for a line over :data:`MAX_LINE` (read past, not kept)."""
-    n = 0
-    while True:
-        raw = f.readline(MAX_LINE + 1)
-        if not raw:
-            return
-        n += 1
+    for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
         if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
             while raw and not raw.endswith(b"\n"):
                 raw = f.readline(MAX_LINE)
@@ -459,8 +450,6 @@ def damage_notes() -> list[str]:
 def keep_spare_records(monitors: Path, want: int) -> int:
     """Keep ``want`` spare monitor-record slots in ``monitors/`` (up to the monitors' own cap, for
     :meth:`shim.Record.prepare` on a full disk), written while the disk has room; how many there are."""
-    from ..monitor import shim
-
     want = min(want, shim.SPARE_SLOTS_MAX)
     try:
         have = sum(n.startswith(shim.SPARE_PREFIX) for n in os.listdir(monitors))

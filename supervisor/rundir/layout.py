@@ -17,7 +17,6 @@ from typing import Any
 
 LOCK_NAME = "rlsup.lock"
 SOCK_NAME = "rlsup.sock"
-MONITORS = "monitors"
 SUPERVISOR_LOG = "supervisor.log"  # the daemon's stdout and stderr
 # Files rlsup itself opens in a run dir; none may be a link or belong to another user (nor may
 # anything in logs/ or monitors/, nor the temporary files of atomic writes).
@@ -48,7 +47,7 @@ class RunPaths:
     state = _In("state.json")
     lock = _In(LOCK_NAME)
     sock = _In(SOCK_NAME)
-    monitors = _In(MONITORS)
+    monitors = _In("monitors")
     stacks = _In("stacks")  # full dumps of components' Python stacks (`rlsup stack`, a stall, a hung liveness probe)
     # The `--set` overrides the run started (or was last continued) with: a JSON list of strings, each
     # KEY.PATH=VALUE as typed; every later reading of its config (a take-over, `--resume`, a Slurm requeue,

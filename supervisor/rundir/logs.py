@@ -10,6 +10,7 @@ line string itself. Rings are bounded in lines and, across the run, in bytes (:c
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import re
@@ -214,16 +215,13 @@ def log_chain(path: Path, backups: int | None = None) -> list[LogFile]:
     Files that vanish while they are listed are left out."""
     name = path.name
     numbered = []
-    try:
-        with os.scandir(path.parent) as entries:
-            for entry in entries:
-                n, suffix = entry.name, entry.name[len(name) + 1:]
-                if n.startswith(name + ".") and suffix.isascii() and suffix.isdigit():  # not '²': int() refuses it
-                    k = int(suffix)
-                    if backups is None or 0 < k <= backups:
-                        numbered.append((k, Path(entry.path)))
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), os.scandir(path.parent) as entries:
+        for entry in entries:
+            suffix = entry.name[len(name) + 1:]
+            if entry.name.startswith(name + ".") and suffix.isascii() and suffix.isdigit():  # not '²': int() refuses it
+                k = int(suffix)
+                if backups is None or 0 < k <= backups:
+                    numbered.append((k, Path(entry.path)))
     out = []
     for _k, p in sorted(numbered, reverse=True) + [(0, path)]:
         try:

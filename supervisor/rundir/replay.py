@@ -21,8 +21,7 @@ from .journal import last_event, read_records
 from .layout import RunPaths, read_json_object
 
 # Gauges that state.json holds and the journal does not (progress is latest-wins, never journaled).
-GAUGE_KEYS = ("step", "total", "rate", "eta_s", "metrics", "metric", "series", "checkpoint", "watch",
-              "last_step_at", "resources", "history")
+GAUGE_KEYS = (*state_mod.PROGRESS_KEYS, "resources", "history")
 HOST_KEYS = ("gpus", "host", "gpu_backend", "gpu_reason")
 
 

@@ -29,33 +29,30 @@ def plan_resume(name: str, cfg: ComponentCfg, step: int | None, run_root: Path,
         return {}
     from .checkpoints import discover, resume_args
 
+    def problem(message: str, evidence: list[str], action: str) -> None:
+        emit(ev.FlagRaised(name, type="checkpoint_problem", message=message, evidence=evidence, action=action))
+
     try:
         found = discover(r.checkpoints, r.layout, step_pattern=r.step_pattern, writer_alive=False)
     except (OSError, ValueError) as e:
-        emit(ev.FlagRaised(name, type="checkpoint_problem", message=f"cannot read {r.checkpoints}: {e}",
-                           evidence=[r.checkpoints], action="starting without a checkpoint"))
+        problem(f"cannot read {r.checkpoints}: {e}", [r.checkpoints], "starting without a checkpoint")
         return {"rejected": [{"step": None, "path": r.checkpoints, "reason": str(e)}]}
     rejected = [{"step": c.step, "path": c.path, "reason": c.reason} for c in found.candidates if not c.complete]
-    for problem in found.problems:
-        emit(ev.FlagRaised(name, type="checkpoint_problem", message=problem, evidence=[r.checkpoints],
-                           action="not trusted; resuming from the newest checkpoint that is complete"))
+    for said in found.problems:
+        problem(said, [r.checkpoints], "not trusted; resuming from the newest checkpoint that is complete")
     ck = found.latest
     if step is not None:
         ck = next((x for x in found.checkpoints if x.step == step), None)
         if ck is None:
             steps = ", ".join(str(x.step) for x in found.checkpoints) or "none"
-            emit(ev.FlagRaised(name, type="checkpoint_problem", message=f"no complete checkpoint at step {step}",
-                               evidence=[f"complete checkpoints in {r.checkpoints}: {steps}"],
-                               action="started from the latest complete checkpoint instead"))
+            problem(f"no complete checkpoint at step {step}", [f"complete checkpoints in {r.checkpoints}: {steps}"],
+                    "started from the latest complete checkpoint instead")
             ck = found.latest
     if ck is None:
         if found.candidates:
-            emit(ev.FlagRaised(
-                name, type="checkpoint_problem",
-                message=f"none of {len(rejected)} checkpoint(s) in {r.checkpoints} is complete; starting "
-                        "from scratch",
-                evidence=[f"{c['path']}: {c['reason']}" for c in rejected][:20],
-                action="starting without a checkpoint; `rlsup resume NAME --step N` picks one by hand"))
+            problem(f"none of {len(rejected)} checkpoint(s) in {r.checkpoints} is complete; starting from scratch",
+                    [f"{c['path']}: {c['reason']}" for c in rejected][:20],
+                    "starting without a checkpoint; `rlsup resume NAME --step N` picks one by hand")
         return {"rejected": rejected}
     if r.clean and clean:  # not when a partner restarting with it already cleaned and started
         clean_future(name, cfg, ck.step, run_root, emit)

@@ -50,10 +50,6 @@ def run(argv: list[str], timeout: float = SQUEUE_TIMEOUT_S) -> subprocess.Comple
         return None
 
 
-def job_name(run_name: str) -> str:
-    return f"{JOB_PREFIX}{run_name}"
-
-
 def batch_script(config: str, run_dir: str, *, python: str | None = None, extra: list[str] | None = None) -> str:
     """The job's batch script: the supervisor, headless, on the first node, in the shared run dir.
     A requeued job (``SLURM_RESTART_COUNT`` > 0) continues the same run: same journal, resume from
@@ -93,26 +89,26 @@ def batch_script(config: str, run_dir: str, *, python: str | None = None, extra:
 
 def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
     s = cfg.slurm
-    out = [tool("sbatch"), "--parsable", f"--job-name={job_name(cfg.name)}", f"--nodes={s.nodes}",
+    # Slurm's notice, to the batch shell, which passes it on: before the time limit, and at a preemption
+    # where the cluster sends it then (``preempt_send_user_signal``; else every task gets SIGTERM at once,
+    # the trainer's included, and no checkpoint is asked for first). rlsup checkpoints and requeues the job
+    # itself, so a run longer than the partition's limit, or preempted, goes on in the next job.
+    notice = s.time or any(c.preempt is not None for c in cfg.components.values())
+    out = [tool("sbatch"), "--parsable", f"--job-name={JOB_PREFIX}{cfg.name}", f"--nodes={s.nodes}",
            "--ntasks-per-node=1", "--exclusive",
            # A lost node must not end the job under the supervisor: rlsup sees it (srun's "Node failure
            # on X") and, with requeue: true, requeues the job itself.
            "--no-kill", f"--comment={COMMENT_PREFIX}{run_dir}", f"--chdir={cwd}",
-           f"--output={run_dir}/slurm-%j.out", "--open-mode=append", "--requeue" if s.requeue else "--no-requeue"]
+           f"--output={run_dir}/slurm-%j.out", "--open-mode=append",
+           "--requeue" if s.requeue or notice else "--no-requeue"]
     if s.gpus_per_node:
         out.append(f"--gres=gpu:{s.gpus_per_node}")
     if s.partition:
         out.append(f"--partition={s.partition}")
     if s.time:
         out.append(f"--time={s.time}")
-    if s.time or any(c.preempt is not None for c in cfg.components.values()):
-        # Slurm's notice, to the batch shell, which passes it on: before the time limit, and at a preemption
-        # where the cluster sends it then (``preempt_send_user_signal``; else every task gets SIGTERM at once,
-        # the trainer's included, and no checkpoint is asked for first). rlsup checkpoints and requeues the job
-        # itself, so a run longer than the partition's limit, or preempted, goes on in the next job.
+    if notice:
         out.append(f"--signal=B:USR1@{s.warn_s()}")
-        if not s.requeue:
-            out[out.index("--no-requeue")] = "--requeue"
     return out + list(s.sbatch_args)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import uuid
@@ -23,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..config.placement import expand_hostlist
-from .jobs import key_values, run
+from .jobs import key_values, run, tool
 from .launcher import running_job
 
 LOCAL = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "vfat", "exfat", "ramfs", "ntfs",
@@ -90,7 +89,7 @@ PROBE = 'if test -e "$1"; then echo "rlsup-sees $SLURMD_NODENAME"; else echo "rl
 
 def probe_argv(job_id: str, nodes: list[str], marker: str) -> list[str]:
     """One overlapping step, one task per node of the job, that looks for ``marker``."""
-    return [shutil.which("srun") or "srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}",
+    return [tool("srun"), f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}",
             f"--ntasks={len(nodes)}", "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--gres=none",
             "--quiet", "--job-name=rlsup:shared-check", "sh", "-c", PROBE, "sh", marker]
 
