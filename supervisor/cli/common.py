@@ -14,9 +14,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..client.session import NotRunning, RequestFailed, local_connector
+from ..records.protocol import ProtocolError
+from ..rundir.layout import RunPaths, is_locked
+
 if TYPE_CHECKING:
     from ..config.model import Config
-    from ..rundir.layout import RunPaths
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RUN_DIR_HELP = "the run's directory (default: $RLSUP_RUN_DIR, else the single live run under ./runs)"
@@ -99,8 +102,6 @@ def set_option(parser: argparse.ArgumentParser) -> None:
 
 def stored_overrides(run_dir: str | Path) -> list[str]:
     """The ``--set`` overrides a run dir's run started or was last continued with (none if unreadable)."""
-    from ..rundir.layout import RunPaths
-
     try:
         got = json.loads(RunPaths(Path(run_dir)).overrides.read_bytes())
     except (OSError, ValueError):
@@ -129,7 +130,6 @@ def live_or_handed_over(paths: Any) -> bool:
     """Whether a supervisor owns the run dir, waiting for it where the run is being handed over (``rlsup
     restart-supervisor``: the old supervisor has exited, the new one is starting). A follower started in that
     moment would otherwise say the run has no supervisor and stop following a live run."""
-    from ..rundir.layout import is_locked
     from ..rundir.replay import handing_over
 
     if is_locked(paths):
@@ -144,10 +144,16 @@ def live_or_handed_over(paths: Any) -> bool:
     return False
 
 
+def display_path(p: Path) -> str:
+    """``p`` relative to the working directory when it is below it (shorter to copy)."""
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
 def run_dir_arg(run_dir: Any) -> str:
     """`` --run-dir X`` unless discovery would find this run without it."""
-    from .daemon import display_path
-
     return "" if Path(run_dir).parent == Path.cwd() / "runs" else f" --run-dir {display_path(Path(run_dir))}"
 
 
@@ -158,7 +164,6 @@ def attach_hint(run_dir: Any) -> str:
 def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
     """The run a client command means (``--run-dir``, ``$RLSUP_RUN_DIR``, the single run under
     ./runs), or an exit code after saying why there is none. ``live``: a supervisor must own it."""
-    from ..rundir.layout import RunPaths
     from .daemon import AmbiguousRun, NoRun, require_live, resolve_run_dir
 
     try:
@@ -181,7 +186,6 @@ def on_run(fn: Callable[..., int]) -> Callable[..., int]:
 
 
 async def open_client(paths: Any, name: str) -> Any:
-    from ..client.session import local_connector
     from .slurm_up import remote_bridge
 
     # a supervisor in a Slurm job on another host: through srun
@@ -190,9 +194,6 @@ async def open_client(paths: Any, name: str) -> Any:
 
 def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int]]) -> int:
     """Run ``fn(client, paths)`` against the live run; connection problems become exit 1."""
-    from ..client.session import NotRunning, RequestFailed
-    from ..records.protocol import ProtocolError
-
     paths = resolve(args, live=True)
     if isinstance(paths, int):
         return paths

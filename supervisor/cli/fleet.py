@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -132,8 +133,6 @@ def _slurm_targets() -> Targets | int:
 
 def _file_targets(args: argparse.Namespace) -> Targets | int:
     """The pods of FLEET.yaml, reached over SSH (exit code 2 on a fleet file error)."""
-    import shlex
-
     from ..config.loader import ConfigError
 
     try:

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked
+from ..records.events import ComponentAdopted, human
+from ..rundir.layout import SUPERVISOR_LOG, LockHeld, RunPaths, UnsafeRunDir, is_locked, read_owner
+from . import daemon, signals
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -24,6 +26,7 @@ from .common import (
     attach_hint,
     client_call,
     client_parser,
+    display_path,
     fail,
     formatter,
     load,
@@ -32,6 +35,7 @@ from .common import (
     set_option,
     stored_overrides,
 )
+from .follow import Printer
 
 if TYPE_CHECKING:
     from ..run.run import Run
@@ -149,8 +153,6 @@ def _with_the_runs_overrides(args: argparse.Namespace, cfg: Any, run_dir: Path) 
 
     cfg = load(args.config, args.run_dir, merged(stored, args.overrides))
     if isinstance(cfg, int):
-        from .daemon import display_path
-
         say(f"rlsup: (the run in {display_path(run_dir)} keeps these overrides from its start: "
             f"{' '.join(f'--set {o}' for o in stored)})", err=True)
     return cfg
@@ -163,7 +165,6 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
         return None
     from ..config.overrides import merged
     from ..rundir.journal import write_atomic
-    from ..rundir.layout import UnsafeRunDir
 
     paths = RunPaths(run_dir)
     try:
@@ -176,8 +177,6 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
 
 def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
     """A live supervisor owns the run dir: attach to it (nothing with -d; an error with --headless)."""
-    from . import daemon
-
     shown = daemon.display_path(run_dir)
     if args.overrides:
         return fail(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); --set changes "
@@ -199,7 +198,6 @@ def _settle_ended_run(args: argparse.Namespace, run_dir: Path) -> int | None:
     """Whether an ended run in the run dir is resumed or kept aside (--fresh), as asked or as the person
     answers; sets ``args.resume``/``args.fresh``. An exit code where `up` ends here, else None."""
     from ..rundir.archive import how_it_ended
-    from .daemon import display_path
 
     paths = RunPaths(run_dir)
     ended = how_it_ended(paths) if paths.events.exists() else None  # None: a new run, or one that crashed mid-way
@@ -221,7 +219,6 @@ def _keep_aside(run_dir: Path) -> int | None:
     """--fresh: the previous run renamed aside (``DIR.N``, the first free N >= 1); an exit code if it cannot be
     (components of it still live under their monitors, say)."""
     from ..monitor.process import is_monitor_of, records
-    from .daemon import display_path
 
     if not run_dir.exists():
         return None
@@ -243,9 +240,6 @@ def _keep_aside(run_dir: Path) -> int | None:
 def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     """Start the run's supervisor as a background daemon, wait until it serves, then say how to reach it
     (-d) or open the TUI on it."""
-    from ..rundir.layout import UnsafeRunDir
-    from . import daemon
-
     extra = ["--gpu", args.gpu] if args.gpu else []
     if args.resume:  # the daemon decides what a resumed run restarts: it must know it is one
         extra.append("--resume")
@@ -278,8 +272,6 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
 
 def _daemon_failed(run_dir: Path, said: str) -> int:
     """The daemon did not come up: say why (``said``), then the end of its own log."""
-    from . import daemon
-
     say(said, err=True)
     for line in daemon.log_tail(run_dir):
         say(f"  {line}", err=True)
@@ -288,9 +280,6 @@ def _daemon_failed(run_dir: Path, said: str) -> int:
 
 def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     """`up -d`: the daemon serves; say what it took over and how to attach, see and stop it."""
-    from ..records.events import ComponentAdopted
-    from . import daemon
-
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
     # a run whose supervisor died: say that training was taken over, not restarted
     if took := daemon.journaled_by(RunPaths(run_dir), ComponentAdopted.kind, lambda started: started.pid == pid):
@@ -304,7 +293,6 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
 
 def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
     """Open the TUI (or --plain text) on the daemon just started; an interrupt leaves the run going."""
-    from . import daemon
     from .attach import attach_local
 
     try:
@@ -318,8 +306,6 @@ def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
 def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any]) -> int:
     """The supervisor ended the run as it started it: say so (and what next) instead of claiming a
     run that goes on in the background, or opening a view on a supervisor that is gone."""
-    from .daemon import display_path
-
     code = end.get("exit_code")
     rd = run_dir_arg(run_dir)
     say(f"rlsup: the run ended as soon as it started: {end.get('reason') or 'run ended'} (exit code {code})",
@@ -392,7 +378,6 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
     whose nodes do not all see the run dir gets a run that is refused, so that the journal says why."""
     from ..gpu.nvml import make_sampler
     from ..run.run import IncompatibleMonitors, Run
-    from ..rundir.layout import LockHeld, UnsafeRunDir
     from ..slurm.gpus import for_run as per_node_gpus
     from ..slurm.shared import check_job
 
@@ -422,8 +407,6 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
 def _event_printer(run: Run, width: int) -> Callable[[dict[str, Any]], None]:
     """--headless: one line per event; GPU samples left out, progress once per component every
     ``PROGRESS_EVERY_S`` (enough to see learning happen) and only while it runs."""
-    from ..records.events import human
-
     last_progress: dict[str, float] = {}
 
     def printer(e: dict[str, Any]) -> None:
@@ -456,8 +439,6 @@ def _line_printer(run: Run, width: int) -> Callable[[Any], None]:
 async def _supervise(run: Run, *, daemon: bool) -> int:
     """Run until the end. A signal asks for an orderly end (:mod:`.signals` says which: a person's stop, or a
     preemption that asks for checkpoints first); a second one kills what is left."""
-    from . import signals
-
     loop = asyncio.get_running_loop()
     on_signal = _stop_on_signals(run, terminal=not daemon and signals.at_terminal())
     for s in signals.HANDLED:
@@ -471,8 +452,6 @@ async def _supervise(run: Run, *, daemon: bool) -> int:
 def _stop_on_signals(run: Run, *, terminal: bool) -> Callable[[int], None]:
     """The handler of the signals that end a headless run: the first stops every component in order (a
     preemption asks for checkpoints first), the next kills what is left at once; a repeated notice is nothing."""
-    from . import signals
-
     hits = {"n": 0}
 
     def on_signal(signum: int) -> None:
@@ -548,7 +527,6 @@ def _quiet_output_errors() -> None:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from ..monitor.process import pid_alive
-    from .follow import Printer
 
     if (orphan := _run_without_supervisor(args)) is not None:
         return _down_without_supervisor(orphan)
@@ -602,7 +580,6 @@ def _run_without_supervisor(args: argparse.Namespace) -> Any:
 def _stop_settings(paths: Any) -> dict[str, tuple[int, float]]:
     """component -> (stop signal, timeout) from the run's config, where it can still be read."""
     from ..config.loader import ConfigError, load_config
-    from ..rundir.layout import read_owner
 
     config = (read_owner(paths) or {}).get("config")
     if not config or not os.path.exists(config):
@@ -619,8 +596,6 @@ def _down_without_supervisor(paths: Any) -> int:
     :mod:`rlsup.supervisor.run.teardown`), in order, and journal it."""
     from ..run.teardown import end_run
     from ..rundir.archive import how_it_ended
-    from ..rundir.layout import LockHeld, read_owner
-    from .daemon import display_path
 
     shown = display_path(paths.root)
     ended = how_it_ended(paths)
@@ -688,9 +663,6 @@ def _cmd(p: Any) -> str:
 
 
 def cmd_restart_supervisor(args: argparse.Namespace) -> int:
-    from ..rundir.layout import read_owner
-    from . import daemon
-
     info: dict[str, Any] = {}
 
     async def fn(client: Any, paths: Any) -> int:
@@ -716,7 +688,6 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
     if not config or not os.path.exists(config):
         return fail(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one "
                     f"with `rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)")
-    from ..rundir.layout import UnsafeRunDir
 
     try:
         proc = daemon.spawn(config, paths.root, [])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -545,8 +546,6 @@ def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | 
 
 
 def _unwrap(ann: Any) -> Any:
-    import typing
-
     origin = typing.get_origin(ann)
     args = typing.get_args(ann)
     if origin in (dict, list):

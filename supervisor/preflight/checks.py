@@ -34,9 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import psutil
+
 from ..config.loader import env_file_path, load_yaml
 from ..config.model import Component, Config, Path_, parse_hostport
 from ..monitor.process import ENV_COMPONENT, ENV_RUN_DIR, signal_name
+from ..records.extras import install_hint, top_module
 
 if TYPE_CHECKING:
     from ..gpu.nvml import GpuInfo
@@ -265,11 +268,6 @@ def _check_cwd(ctx: _Ctx, name: str, comp: Component) -> None:
 
 # ------------------------------------------------------------------------------------------ commands
 
-_SHELL_WORDS = {
-    "cd", "export", "exec", "set", "unset", "source", ".", "eval", "if", "for", "while", "until", "case",
-    "{", "(", "!", "true", "false", "echo", "printf", "test", "[", "[[", "trap", "wait", "ulimit",
-    "umask", "sleep", "read", "exit", "return", "time", "command", "env", "nohup",
-}
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PY_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 _PY_OPTS_WITH_ARG = {"-W", "-X", "-Q"}
@@ -294,7 +292,9 @@ _CONTROL = {";", "&&", "||", "|", "&", ";;", "|&"}
 _COMPOUND = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
              "{", "}", "(", ")", "function", "select", "!", "[[", "]]"}
 _PREFIX_WORDS = {"exec", "command", "nohup", "time", "builtin"}
-_BUILTINS = _SHELL_WORDS - _PREFIX_WORDS - {"env"}
+_BUILTINS = {"cd", "export", "set", "unset", "source", ".", "eval", "if", "for", "while", "until", "case", "{", "(",
+             "!", "true", "false", "echo", "printf", "test", "[", "[[", "trap", "wait", "ulimit", "umask", "sleep",
+             "read", "exit", "return"}
 
 
 class _Argv(list[str]):
@@ -453,8 +453,6 @@ def _check_command(ctx: _Ctx, name: str, comp: Component) -> None:
             return  # already an error; resolving a relative path against it would only repeat it
         found, why = _resolve_executable(exe, env, comp.cwd)
         if found is None:
-            from ..records.extras import install_hint
-
             hint = install_hint(base) if base in _SCRIPT_MODULES else None
             ctx.add("error", "command", name, f"command cannot be run: {why}",
                     "install it (or activate the environment that has it before rlsup), fix the spelling, "
@@ -543,7 +541,10 @@ def _check_modules(ctx: _Ctx, wait_s: float, *, full: bool) -> None:
             if verdict == "missing":
                 _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
             elif verdict == "error" or (full and not verdict and not timed_out):
-                _lookup_failed(ctx, name, interp, mod, detail or stderr or f"exit code {proc.returncode}")
+                ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: "
+                        f"{detail or stderr or f'exit code {proc.returncode}'}",
+                        f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the traceback",
+                        ("components", name, "command"))
             elif full and not verdict:
                 ctx.add("warning", "command", name,
                         f"could not tell within {wait_s:g}s whether {interp} can import {mod!r} "
@@ -574,15 +575,7 @@ def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> tuple[di
     return verdicts, timed_out, tail[-1] if tail else ""
 
 
-def _lookup_failed(ctx: _Ctx, name: str, interp: str, mod: str, detail: str) -> None:
-    ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: {detail}",
-            f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the traceback",
-            ("components", name, "command"))
-
-
 def _module_missing(ctx: _Ctx, name: str, interp: str, mod: str, why: str, *, top_found: bool) -> None:
-    from ..records.extras import install_hint, top_module
-
     path = ("components", name, "command")
     top = top_module(mod)
     if top_found:
@@ -768,8 +761,6 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
 
 def port_holder_pid(port: int) -> int | None:
     """The pid of a process listening on ``port`` when psutil can see it."""
-    import psutil
-
     try:
         conns = psutil.net_connections(kind="inet")
     except (psutil.Error, OSError):
@@ -795,8 +786,6 @@ def port_holder(pid: int, run_dir: str) -> tuple[str, str | None]:
     """``(pid N (name: cmdline), other)`` for the process ``pid`` that listens on a port. The text says when
     it is a component of an rlsup run (its marker env): of ``run_dir``, or of another run, whose run dir is
     then ``other`` (for a hint that names it)."""
-    import psutil
-
     try:
         p = psutil.Process(pid)
         text = f"pid {pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
@@ -998,8 +987,6 @@ def _check_memory_fraction(ctx: _Ctx, name: str, g: Any, path: Path_) -> None:
 
 
 def _pid_text(pid: int, used_mb: float | None) -> str:
-    import psutil
-
     try:
         name = psutil.Process(pid).name()
     except psutil.Error:
