@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -72,12 +73,10 @@ def write(stream: Any, text: str) -> bool:
 
 def _silence(stream: Any) -> None:
     """After a broken pipe: point the stream at /dev/null so the interpreter's exit flush is quiet."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, stream.fileno())
         os.close(null)
-    except (OSError, ValueError):
-        pass
 
 
 def load(path: str, run_dir: str | None, overrides: Sequence[str] = ()) -> Config | int:
@@ -102,11 +101,10 @@ def set_option(parser: argparse.ArgumentParser) -> None:
 
 def stored_overrides(run_dir: str | Path) -> list[str]:
     """The ``--set`` overrides a run dir's run started or was last continued with (none if unreadable)."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         got = json.loads(RunPaths(Path(run_dir)).overrides.read_bytes())
-    except (OSError, ValueError):
-        return []
-    return [str(x) for x in got] if isinstance(got, list) else []
+        return [str(x) for x in got] if isinstance(got, list) else []
+    return []
 
 
 def _node_addresses() -> None:

@@ -190,7 +190,6 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
     block = snap["logs"][args.name]
     session = None
     if args.follow:  # made, and Ctrl-C bound to it, before the tail is printed (a person answers the tail)
-
         printer = Printer(events=False, logs={args.name}, log_file_hint={args.name: str(paths.log(args.name))})
         session = Session(functools.partial(open_client, paths, "logs"), printer, lines=0)
         session.log_next[args.name] = block["seq"] + len(block["lines"])

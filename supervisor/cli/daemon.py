@@ -4,6 +4,7 @@ to ``<run_dir>/supervisor.log``), and finding the run a client command means."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -231,10 +232,9 @@ def log_tail(run_dir: Path) -> list[str]:
     """The last 20 lines of the supervisor's own log (of its last 16 KiB); none when it cannot be read."""
     from ..rundir.logs import last_lines
 
-    try:
+    with contextlib.suppress(OSError):
         return last_lines(Path(run_dir) / SUPERVISOR_LOG, 20, max_bytes=16384)
-    except OSError:
-        return []
+    return []
 
 
 def owner_desc(run_dir: Path) -> str:

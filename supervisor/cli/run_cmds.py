@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..records.events import ComponentAdopted, human
 from ..rundir.layout import SUPERVISOR_LOG, LockHeld, RunPaths, UnsafeRunDir, is_locked, read_owner
 from . import daemon, signals
+from .attach import attach_local
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -35,6 +36,7 @@ from .common import (
     set_option,
     stored_overrides,
 )
+from .daemon import live_runs, resolve_run_dir, stranded_runs
 from .follow import Printer
 
 if TYPE_CHECKING:
@@ -177,7 +179,7 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
 
 def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
     """A live supervisor owns the run dir: attach to it (nothing with -d; an error with --headless)."""
-    shown = daemon.display_path(run_dir)
+    shown = display_path(run_dir)
     if args.overrides:
         return fail(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); --set changes "
                     "a run when it starts or is continued, not while it runs: `rlsup down`, then `rlsup up --resume "
@@ -189,8 +191,6 @@ def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
         + ("nothing started" if args.detach else "attaching to it"), err=True)
     if args.detach:
         return EXIT_OK
-    from .attach import attach_local
-
     return attach_local(run_dir, plain=args.plain)
 
 
@@ -264,7 +264,7 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
         return _daemon_failed(run_dir,
-                              f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{SUPERVISOR_LOG}:")
+                              f"rlsup: {problem}; the end of {display_path(run_dir)}/{SUPERVISOR_LOG}:")
     if args.detach:
         return _say_detached(cfg, run_dir, proc.pid, hint)
     return _attach_started(run_dir, args.plain, hint)
@@ -284,7 +284,7 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     # a run whose supervisor died: say that training was taken over, not restarted
     if took := daemon.journaled_by(RunPaths(run_dir), ComponentAdopted.kind, lambda started: started.pid == pid):
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
-    say(f"  run dir:  {daemon.display_path(run_dir)}")
+    say(f"  run dir:  {display_path(run_dir)}")
     say(f"  attach:   {hint}")
     say(f"  status:   rlsup status{run_dir_arg(run_dir)}")
     say(f"  stop:     rlsup down{run_dir_arg(run_dir)}")
@@ -293,8 +293,6 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
 
 def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
     """Open the TUI (or --plain text) on the daemon just started; an interrupt leaves the run going."""
-    from .attach import attach_local
-
     try:
         return attach_local(run_dir, plain=plain, forward_term=True)
     except KeyboardInterrupt:
@@ -565,8 +563,6 @@ def _run_without_supervisor(args: argparse.Namespace) -> Any:
     """The run ``down`` means when no supervisor owns it but it may still have processes (its
     supervisor crashed or was killed); None when a supervisor owns it, or no such run is found (the
     usual path then says why)."""
-    from .daemon import live_runs, resolve_run_dir, stranded_runs
-
     if args.run_dir or os.environ.get("RLSUP_RUN_DIR"):
         paths = RunPaths(resolve_run_dir(args.run_dir))
         return paths if paths.events.exists() and not is_locked(paths) else None

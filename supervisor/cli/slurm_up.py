@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..client.session import Client
 from ..records.events import RunEnded, RunStarted, human
 from ..rundir.layout import RunPaths, is_locked, read_owner, socket_answers
 from ..slurm import jobs
 from .common import EXIT_FAILED, EXIT_OK, fail, run_dir_arg, say
+from .daemon import journaled_by
 
 POLL_S = 1.0
 SCHEDULED_S = 10.0  # how long `up -d` waits for the scheduler's first look at the job (sched_interval)
@@ -242,8 +244,6 @@ def bridge_argv(run_dir: str | os.PathLike[str]) -> list[str]:
 
 def command_connector(argv: list[str], name: str = "tui") -> Any:
     """A connection through ``rlsup bridge`` run by ``argv`` (its stdin and stdout are the stream)."""
-    from ..client.session import Client
-
     async def connect() -> Client:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
@@ -359,8 +359,6 @@ def _ended(job_id: str, run_dir: str, j: dict[str, Any] | None) -> int:
 def why_ended(job_id: str, run_dir: str) -> list[str]:
     """Why the job's run failed: its supervisor's ``run_ended``, else the end of the batch step's output (it never
     journalled: a bad config, no Python on the node...); and where to look next."""
-    from .daemon import journaled_by
-
     ended = journaled_by(RunPaths(Path(run_dir)), RunEnded.kind,
                          lambda started: str((started.slurm or {}).get("job_id")) == str(job_id))
     reason = ended[-1].get("reason") if ended else None
@@ -375,9 +373,7 @@ def why_ended(job_id: str, run_dir: str) -> list[str]:
 
 def _exit_code(job_id: str) -> int | None:
     """The job's exit code as scontrol says it (``ExitCode=CODE:SIGNAL``: 128+SIGNAL where a signal ended it)."""
-    from ..slurm.jobs import show_job
-
-    code, _, sig = show_job(job_id).get("ExitCode", "").partition(":")
+    code, _, sig = jobs.show_job(job_id).get("ExitCode", "").partition(":")
     if not (code.isdigit() and sig.isdigit()):
         return None
     return 128 + int(sig) if int(sig) else int(code)

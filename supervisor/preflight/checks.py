@@ -252,18 +252,14 @@ def _cwd_ok(comp: Component) -> bool:
 def _check_cwd(ctx: _Ctx, name: str, comp: Component) -> None:
     if comp.cwd is None:
         return
-    path = ("components", name, "cwd")
     absolute = os.path.abspath(comp.cwd)
-    if not os.path.exists(comp.cwd):
-        ctx.add("error", "cwd", name, f"working directory {absolute} does not exist",
-                f"create it (mkdir -p {shlex.quote(absolute)}) or fix `cwd:` (relative paths are "
-                f"relative to where rlsup runs: {os.getcwd()})", path)
-    elif not os.path.isdir(comp.cwd):
-        ctx.add("error", "cwd", name, f"working directory {absolute} is not a directory",
-                "point `cwd:` at a directory", path)
-    elif not os.access(comp.cwd, os.X_OK):
-        ctx.add("error", "cwd", name, f"working directory {absolute} cannot be entered (no search permission)",
-                f"chmod u+x {shlex.quote(absolute)}, or run as its owner", path)
+    why, fix = (("does not exist", f"create it (mkdir -p {shlex.quote(absolute)}) or fix `cwd:` (relative paths are "
+                 f"relative to where rlsup runs: {os.getcwd()})") if not os.path.exists(comp.cwd) else
+                ("is not a directory", "point `cwd:` at a directory") if not os.path.isdir(comp.cwd) else
+                ("cannot be entered (no search permission)", f"chmod u+x {shlex.quote(absolute)}, or run as its owner")
+                if not os.access(comp.cwd, os.X_OK) else ("", ""))
+    if why:
+        ctx.add("error", "cwd", name, f"working directory {absolute} {why}", fix, ("components", name, "cwd"))
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -414,11 +410,9 @@ _SUBCOMMAND_MODULES: dict[tuple[str, str], tuple[str, ...]] = {("trl", "vllm-ser
 
 def _shebang_interpreter(path: str) -> str | None:
     """The python a console script runs under (its ``#!`` line), when it is one."""
-    try:
-        with open(path, "rb") as fh:
-            first = fh.readline(512).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
+    first = ""
+    with contextlib.suppress(OSError), open(path, "rb") as fh:
+        first = fh.readline(512).decode("utf-8", "replace").strip()
     if not first.startswith("#!"):
         return None
     parts = first[2:].split()
@@ -576,22 +570,15 @@ def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> tuple[di
 
 
 def _module_missing(ctx: _Ctx, name: str, interp: str, mod: str, why: str, *, top_found: bool) -> None:
-    path = ("components", name, "command")
-    top = top_module(mod)
-    if top_found:
-        ctx.add("error", "command", name,
-                f"module {mod!r} is not importable by {interp}: {top!r} is installed there, but has no {mod!r}"
-                + (f" ({why})" if why else ""),
-                f"check the module's name, or install the version of {top!r} that has it into that "
-                f"environment ({interp} -m pip install ...)", path)
-        return
-    hint = install_hint(mod)
-    ctx.add("error", "command", name,
-            f"module {mod!r} is not importable by {interp}: package {top!r} is not installed there"
-            + (f" ({why})" if why else ""),
-            (f"{hint} (into that environment: {interp} -m {hint})" if hint and hint.startswith("pip ") else hint)
-            if hint else f"install it into that environment ({interp} -m pip install ...), put the component's "
-            "cwd or PYTHONPATH where the package is, or run rlsup from the right virtualenv", path)
+    top, hint = top_module(mod), install_hint(mod)
+    fix = (f"check the module's name, or install the version of {top!r} that has it into that environment "
+           f"({interp} -m pip install ...)" if top_found else
+           (f"{hint} (into that environment: {interp} -m {hint})" if hint.startswith("pip ") else hint) if hint else
+           f"install it into that environment ({interp} -m pip install ...), put the component's cwd or PYTHONPATH "
+           "where the package is, or run rlsup from the right virtualenv")
+    what = f"{top!r} is installed there, but has no {mod!r}" if top_found else f"package {top!r} is not installed there"
+    ctx.add("error", "command", name, f"module {mod!r} is not importable by {interp}: {what}"
+            + (f" ({why})" if why else ""), fix, ("components", name, "command"))
 
 
 # -------------------------------------------------------------------------------------- shell vars
