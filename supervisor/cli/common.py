@@ -26,8 +26,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RUN_DIR_HELP = "the run's directory (default: $RLSUP_RUN_DIR, else the single live run under ./runs)"
 
 
-def formatter(prog: str) -> argparse.HelpFormatter:
-    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+formatter = functools.partial(argparse.RawDescriptionHelpFormatter, max_help_position=32)
 
 
 def client_parser(sub: Any, name: str, help: str, description: str,

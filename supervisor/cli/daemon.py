@@ -141,10 +141,7 @@ class HeldInterrupt:
         self.got = False
         self._old: Any = None
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._on)
-
-    def _on(self, signum: int, frame: Any) -> None:
-        self.got = True
+            self._old = signal.signal(signal.SIGINT, lambda _signum, _frame: setattr(self, "got", True))
 
     def check(self) -> None:
         if self.got:

@@ -35,6 +35,7 @@ from .common import (
     say,
     set_option,
     stored_overrides,
+    write,
 )
 from .daemon import live_runs, resolve_run_dir, stranded_runs
 from .follow import Printer
@@ -504,10 +505,8 @@ def _quiet_output_errors() -> None:
             self._s = stream
 
         def write(self, text: str) -> int:
-            try:
-                return int(self._s.write(text))
-            except (OSError, ValueError):
-                return len(text)
+            write(self._s, text)
+            return len(text)
 
         def flush(self) -> None:
             with contextlib.suppress(OSError, ValueError):

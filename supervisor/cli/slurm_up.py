@@ -316,12 +316,10 @@ def follow_journal(job_id: str, run_dir: str) -> int:
     gone_at = None
     last: dict[str, Any] | None = None
     while True:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-        except OSError:
-            data = b""
+        data = b""
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
         offset += len(data)
         buf += data
         *lines, buf = buf.split(b"\n")

@@ -129,14 +129,9 @@ def _chain(e: Record, by_seq: dict[int, Record], records: list[Record]) -> list[
 
 
 def _stop_before(exited: Record, records: list[Record]) -> Record | None:
-    for r in reversed(records):
-        if r.component != exited.component or r.seq >= exited.seq:
-            continue
-        if isinstance(r.event, ev.ComponentStopping):
-            return r if cause_of(r) else None
-        if isinstance(r.event, (ev.ComponentStarted, ev.ComponentAdopted)):
-            return None
-    return None
+    r = next((r for r in reversed(records) if r.component == exited.component and r.seq < exited.seq and isinstance(
+        r.event, (ev.ComponentStopping, ev.ComponentStarted, ev.ComponentAdopted))), None)  # back to its start
+    return r if r is not None and isinstance(r.event, ev.ComponentStopping) and cause_of(r) else None
 
 
 def _when(r: Record) -> str:

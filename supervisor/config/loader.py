@@ -98,10 +98,8 @@ class YamlDoc:
         table = self.key_marks if key else self.marks
         p = tuple(path)
         while p:
-            if p in table:
-                return table[p]
-            if p in self.marks:
-                return self.marks[p]
+            if (pos := table.get(p) or self.marks.get(p)) is not None:
+                return pos
             p = p[:-1]
         return self.marks.get((), (1, 1))
 

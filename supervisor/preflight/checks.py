@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import psutil
 
@@ -137,13 +137,11 @@ def _check_slurm(ctx: _Ctx) -> None:
     slurm = ctx.cfg.slurm
     if slurm is None:
         return
-    from ..slurm.shared import problem
+    from ..slurm import cluster, shared
 
-    found = problem(ctx.cfg.run_dir, slurm.partition)
+    found = shared.problem(ctx.cfg.run_dir, slurm.partition)
     if found is not None:
         ctx.add("error", "slurm", None, found[0], found[1], ("run_dir",))
-    from ..slurm import cluster
-
     known = cluster.ask()  # what the cluster has (nothing is said where Slurm does not answer)
     for path, message, fix in cluster.problems(slurm, known) if known is not None else ():
         ctx.add("error", "slurm", None, message, fix, path)
@@ -778,10 +776,9 @@ def port_holder(pid: int, run_dir: str) -> tuple[str, str | None]:
         text = f"pid {pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
     except psutil.Error:
         return f"pid {pid}", None
-    try:
+    env: dict[str, str] = {}
+    with contextlib.suppress(psutil.Error, OSError):
         env = p.environ()
-    except (psutil.Error, OSError):
-        env = {}
     theirs, component = env.get(ENV_RUN_DIR), env.get(ENV_COMPONENT)
     if theirs and component:
         if theirs == run_dir:
@@ -907,8 +904,7 @@ ENGINE_FRACTIONS: dict[str, tuple[str, str]] = {  # each flag spelled with - and
     for f in (flag, "--" + flag[2:].replace("-", "_"))}
 
 
-@dataclass(frozen=True)
-class MemoryAsk:
+class MemoryAsk(NamedTuple):
     """An inference server's memory fraction: its flag, value, engine, and whether it is a fraction of
     the ``total`` memory (vLLM) or of the memory ``free`` at start (SGLang)."""
 
@@ -974,10 +970,9 @@ def _check_memory_fraction(ctx: _Ctx, name: str, g: Any, path: Path_) -> None:
 
 
 def _pid_text(pid: int, used_mb: float | None) -> str:
-    try:
+    name = "?"
+    with contextlib.suppress(psutil.Error):
         name = psutil.Process(pid).name()
-    except psutil.Error:
-        name = "?"
     mem = f", {used_mb / 1024:.1f} GiB" if used_mb else ""
     return f"pid {pid} ({name}{mem})"
 
@@ -986,15 +981,12 @@ def _pid_text(pid: int, used_mb: float | None) -> str:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal_mod.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(2.0)
-    # Whether or not the leader is gone, members that ignored SIGTERM still get the SIGKILL.
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal_mod.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(5.0)
+    # Whether or not the leader is gone after the SIGTERM, members that ignored it still get the SIGKILL.
+    for sig, wait_s in ((signal_mod.SIGTERM, 2.0), (signal_mod.SIGKILL, 5.0)):
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(wait_s)
 
 
 def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
