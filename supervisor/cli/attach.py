@@ -21,13 +21,13 @@ from ..rundir.layout import RunPaths, is_locked, read_owner
 from .common import (
     EXIT_OK,
     RUN_DIR_HELP,
-    attach_hint,
     client_parser,
     fail,
     formatter,
     live_or_handed_over,
     on_run,
     resolve,
+    run_dir_arg,
     say,
 )
 
@@ -121,7 +121,7 @@ def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = Fals
     from .slurm_up import across_requeues, remote_bridge, requeue_watch, run_job
 
     name = "tui" if not plain else "follow"
-    target, hint = f"local {run_dir}", attach_hint(run_dir)
+    target, hint = f"local {run_dir}", f"rlsup attach{run_dir_arg(run_dir)}"
     on_term = _forward_term(Path(run_dir)) if forward_term else None
     job = job or run_job(Path(run_dir))  # one squeue for both: the job's run goes on after a requeue, wait for it
     if not job or job["state"] not in ACTIVE:

@@ -87,8 +87,7 @@ def load(path: str, run_dir: str | None, overrides: Sequence[str] = ()) -> Confi
     try:
         return load_config(path, run_dir=run_dir, overrides=overrides)
     except ConfigError as e:
-        say(e.report(path), err=True)
-        return EXIT_USAGE
+        return fail(e.report(path), EXIT_USAGE)
 
 
 def set_option(parser: argparse.ArgumentParser) -> None:
@@ -154,10 +153,6 @@ def run_dir_arg(run_dir: Any) -> str:
     return "" if Path(run_dir).parent == Path.cwd() / "runs" else f" --run-dir {display_path(Path(run_dir))}"
 
 
-def attach_hint(run_dir: Any) -> str:
-    return f"rlsup attach{run_dir_arg(run_dir)}"
-
-
 def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
     """The run a client command means (``--run-dir``, ``$RLSUP_RUN_DIR``, the single run under
     ./runs), or an exit code after saying why there is none. ``live``: a supervisor must own it."""
@@ -167,8 +162,7 @@ def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
         run_dir = resolve_run_dir(args.run_dir, ended_ok=not live)
         return require_live(run_dir) if live else RunPaths(run_dir)
     except (NoRun, AmbiguousRun) as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_USAGE if isinstance(e, AmbiguousRun) else EXIT_FAILED
+        return fail(f"rlsup: {e}", EXIT_USAGE if isinstance(e, AmbiguousRun) else EXIT_FAILED)
 
 
 def on_run(fn: Callable[..., int]) -> Callable[..., int]:
@@ -205,12 +199,10 @@ def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int
     try:
         return asyncio.run(go())
     except (NotRunning, ProtocolError, RequestFailed, ConnectionError) as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     except (asyncio.TimeoutError, TimeoutError):
-        say(f"rlsup: the supervisor of {paths.root} did not answer in time (very busy, or stopped with SIGSTOP?); "
-            "try again", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: the supervisor of {paths.root} did not answer in time (very busy, or stopped with "
+                    "SIGSTOP?); try again")
 
 
 def stop_on_interrupt(session: Any) -> None:

@@ -24,7 +24,6 @@ from .common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
-    attach_hint,
     client_call,
     client_parser,
     display_path,
@@ -241,10 +240,9 @@ def _keep_aside(run_dir: Path) -> int | None:
 def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     """Start the run's supervisor as a background daemon, wait until it serves, then say how to reach it
     (-d) or open the TUI on it."""
-    extra = ["--gpu", args.gpu] if args.gpu else []
-    if args.resume:  # the daemon decides what a resumed run restarts: it must know it is one
-        extra.append("--resume")
-    hint = attach_hint(run_dir)
+    # the daemon decides what a resumed run restarts: it must know it is one
+    extra = (["--resume"] if args.resume else []) + (["--gpu", args.gpu] if args.gpu else [])
+    hint = f"rlsup attach{run_dir_arg(run_dir)}"
     held = daemon.HeldInterrupt()
     try:
         proc = daemon.spawn(args.config, run_dir, extra)
@@ -317,8 +315,7 @@ def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any])
             err=True)
     elif code != 0:
         say(f"  why:     rlsup diagnose {display_path(run_dir)}\n  journal: rlsup events{rd}", err=True)
-    say(f"  status:  rlsup status{rd}", err=True)
-    return EXIT_OK if code == 0 else EXIT_FAILED
+    return fail(f"  status:  rlsup status{rd}", EXIT_OK if code == 0 else EXIT_FAILED)
 
 
 def _ask_ended(shown: str, ended: str) -> str | None:

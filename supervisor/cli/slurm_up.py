@@ -171,7 +171,6 @@ def run_job(run_dir: Path) -> dict[str, Any] | None:
     squeue failed)."""
     if shutil.which("squeue") is None:
         return None
-
     with contextlib.suppress(jobs.SlurmError):
         return jobs.job_of_run(str(Path(run_dir).resolve()))
     return None

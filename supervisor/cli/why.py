@@ -194,9 +194,8 @@ def cmd_why(args: argparse.Namespace, paths: Any) -> int:
     if x is None:
         names = sorted({str(r.component) for r in events if isinstance(r.event, ev.ComponentStarted)})
         which = f"attempt {args.attempt} of {args.name!r}" if args.attempt is not None else repr(args.name)
-        say(f"rlsup: the journal has no start of {which}; started components: {', '.join(names) or 'none'}",
-            err=True)
-        return EXIT_USAGE if args.attempt is None and args.name not in names else EXIT_FAILED
+        return fail(f"rlsup: the journal has no start of {which}; started components: {', '.join(names) or 'none'}",
+                    EXIT_USAGE if args.attempt is None and args.name not in names else EXIT_FAILED)
     say(json.dumps(as_json(x), indent=2, default=str) if args.json else format_why(x))
     return EXIT_OK
 
