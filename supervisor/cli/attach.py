@@ -71,7 +71,6 @@ def cmd_attach(args: argparse.Namespace) -> int:
             return _not_a_run(paths)
         if args.plain or not (sys.stdout.isatty() and sys.stdin.isatty()):
             return _print_ended(paths)
-
         with serve_archive(paths.root) as sock:
             return view(unix_connector(sock, name="tui"), target=f"ended run {paths.root}",
                         hint=f"rlsup attach --run-dir {paths.root}", plain=False)

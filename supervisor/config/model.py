@@ -412,7 +412,6 @@ def _parse_hostport(s: str) -> tuple[str, int] | None:
 
 
 def parse_hostport(s: str) -> tuple[str, int]:
-    hp = _parse_hostport(s)
-    if hp is None:
+    if (hp := _parse_hostport(s)) is None:
         raise ValueError(f"not host:port: {s!r}")
     return hp
