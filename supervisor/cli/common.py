@@ -140,16 +140,10 @@ def live_or_handed_over(paths: Any) -> bool:
     return False
 
 
-def display_path(p: Path) -> str:
-    """``p`` relative to the working directory when it is below it (shorter to copy)."""
-    try:
-        return str(p.relative_to(Path.cwd()))
-    except ValueError:
-        return str(p)
-
-
 def run_dir_arg(run_dir: Any) -> str:
     """`` --run-dir X`` unless discovery would find this run without it."""
+    from .daemon import display_path
+
     return "" if Path(run_dir).parent == Path.cwd() / "runs" else f" --run-dir {display_path(Path(run_dir))}"
 
 

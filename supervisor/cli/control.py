@@ -18,7 +18,6 @@ from .common import (
     add_raw,
     client_call,
     client_parser,
-    display_path,
     fail,
     live_or_handed_over,
     on_run,
@@ -28,6 +27,7 @@ from .common import (
     stop_on_interrupt,
     until_interrupted,
 )
+from .daemon import display_path
 from .follow import Printer
 
 

@@ -18,7 +18,6 @@ from typing import Any
 from ..client.session import Client, NotRunning
 from ..records.events import RunEnded, RunStarted
 from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
-from .common import display_path
 
 READY_TIMEOUT_S = 60.0
 ENDING_TIMEOUT_S = 300.0  # a run that ends at once still stops what it started (stop timeouts)
@@ -114,6 +113,14 @@ def _latest_run(base: Path) -> Path | None:
     """The run dir under ``base`` whose journal was written last, if there is one."""
     journals = sorted(base.glob("*/events.jsonl"), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
     return journals[-1].parent if journals else None
+
+
+def display_path(p: Path) -> str:
+    """``p`` relative to the working directory when it is below it (shorter to copy)."""
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
 
 
 def spawn(config: str, run_dir: Path, extra: list[str]) -> subprocess.Popen[bytes]:

@@ -26,7 +26,6 @@ from .common import (
     EXIT_USAGE,
     client_call,
     client_parser,
-    display_path,
     fail,
     formatter,
     load,
@@ -36,7 +35,7 @@ from .common import (
     stored_overrides,
     write,
 )
-from .daemon import live_runs, resolve_run_dir, stranded_runs
+from .daemon import display_path, live_runs, resolve_run_dir, stranded_runs
 from .follow import Printer
 
 if TYPE_CHECKING:
