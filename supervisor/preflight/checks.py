@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -719,8 +720,6 @@ def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
 
 def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
     """(host, port) of every local http/tcp probe -> [(component, yaml path)]."""
-    from urllib.parse import urlsplit
-
     out: dict[tuple[str, int], list[tuple[str, Path_]]] = {}
     for name, comp in cfg.components.items():
         for kind, probe in (("ready", comp.ready), ("alive", comp.alive)):
