@@ -627,11 +627,9 @@ def leftovers(paths: Any) -> list[str]:
     from ..monitor.process import find_marked, is_monitor_of, records
     from ..monitor.shim import cgroup_pids
 
-    out = []
-    seen: set[int] = set()
-    for p in find_marked(str(paths.root)):
-        seen.add(p.pid)
-        out.append(f"pid {p.pid} ({_cmd(p)}), marked with this run")
+    marked = find_marked(str(paths.root))
+    seen = {p.pid for p in marked}
+    out = [f"pid {p.pid} ({_cmd(p)}), marked with this run" for p in marked]
     for _, rec in records(paths.monitors):
         if is_monitor_of(rec, paths.root):
             out.append(f"monitor pid {rec['shim_pid']} of {rec['component']} (attempt {rec['attempt']})")
