@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal as signal_mod
 import sys
 import tempfile
@@ -15,16 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..client.session import Session, local_connector, unix_connector
+from ..rundir.layout import RunPaths, is_locked, read_owner
 from .common import (
     EXIT_OK,
     RUN_DIR_HELP,
-    attach_hint,
     client_parser,
     fail,
     formatter,
     live_or_handed_over,
     on_run,
     resolve,
+    run_dir_arg,
     say,
 )
 
@@ -68,8 +71,6 @@ def cmd_attach(args: argparse.Namespace) -> int:
             return _not_a_run(paths)
         if args.plain or not (sys.stdout.isatty() and sys.stdin.isatty()):
             return _print_ended(paths)
-        from ..client.session import unix_connector
-
         with serve_archive(paths.root) as sock:
             return view(unix_connector(sock, name="tui"), target=f"ended run {paths.root}",
                         hint=f"rlsup attach --run-dir {paths.root}", plain=False)
@@ -110,25 +111,22 @@ async def _probe(connect: Any) -> None:
     await client.close()
 
 
-def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = False) -> int:
+def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = False,
+                 job: dict[str, Any] | None = None) -> int:
     """The view of the run in ``run_dir`` on this machine. ``forward_term``: a SIGTERM here is passed on to the
-    supervisor (`rlsup up` as a container's command: the platform's preemption must reach the run)."""
-    from ..client.session import unix_connector
-    from ..rundir.layout import RunPaths
+    supervisor (`rlsup up` as a container's command: the platform's preemption must reach the run); ``job``: the
+    run's Slurm job where the caller has looked it up already."""
     from ..slurm.jobs import ACTIVE
     from .slurm_up import across_requeues, remote_bridge, requeue_watch, run_job
 
     name = "tui" if not plain else "follow"
-    target, hint = f"local {run_dir}", attach_hint(run_dir)
+    target, hint = f"local {run_dir}", f"rlsup attach{run_dir_arg(run_dir)}"
     on_term = _forward_term(Path(run_dir)) if forward_term else None
-    job = run_job(Path(run_dir))  # one squeue for both: the job's run goes on after a requeue, wait for it
+    job = job or run_job(Path(run_dir))  # one squeue for both: the job's run goes on after a requeue, wait for it
     if not job or job["state"] not in ACTIVE:
-        from ..client.session import local_connector
-
         return view(local_connector(run_dir, name), target=target, hint=hint, plain=plain, on_term=on_term)
-    bridge = remote_bridge(Path(run_dir), name, job)
-    if bridge is not None:  # its supervisor runs in a Slurm job on another host: through srun
-        target = f"{run_dir} (Slurm job)"
+    bridge = remote_bridge(Path(run_dir), name, job)  # its supervisor in a Slurm job on another host: through srun
+    target = f"job {job['job_id']} {run_dir}" + (f" on {job['batch_host']}" if bridge is not None else "")
     connect = across_requeues(bridge or unix_connector(RunPaths(Path(run_dir)).sock, name=name), job["job_id"],
                               run_dir, name)
     return view(connect, target=target, hint=hint, plain=plain,
@@ -137,10 +135,6 @@ def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = Fals
 
 def _forward_term(run_dir: Path) -> Any:
     """Pass a SIGTERM on to the run's supervisor (its pid from the run dir's lock)."""
-    import os
-
-    from ..rundir.layout import RunPaths, read_owner
-
     pid = int((read_owner(RunPaths(run_dir)) or {}).get("pid") or 0)
 
     def forward() -> None:
@@ -170,7 +164,6 @@ def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = No
 
 
 async def _follow_plain(connect: Any, hint: str, goes_on: Any = None, on_term: Any = None) -> int:
-    from ..client.session import Session
     from .follow import Printer
 
     loop = asyncio.get_running_loop()
@@ -235,7 +228,6 @@ def serve_archive(run_dir: Path) -> Iterator[Path]:
 @on_run
 def cmd_bridge(args: argparse.Namespace, paths: Any) -> int:
     from ..client.bridge import relay
-    from ..rundir.layout import is_locked
 
     if is_locked(paths):
         return relay(paths.sock)

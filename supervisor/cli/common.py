@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -14,16 +15,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..client.session import NotRunning, RequestFailed, local_connector
+from ..records.protocol import ProtocolError
+from ..rundir.layout import RunPaths, is_locked
+
 if TYPE_CHECKING:
     from ..config.model import Config
-    from ..rundir.layout import RunPaths
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RUN_DIR_HELP = "the run's directory (default: $RLSUP_RUN_DIR, else the single live run under ./runs)"
 
 
-def formatter(prog: str) -> argparse.HelpFormatter:
-    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+formatter = functools.partial(argparse.RawDescriptionHelpFormatter, max_help_position=32)
 
 
 def client_parser(sub: Any, name: str, help: str, description: str,
@@ -69,12 +72,10 @@ def write(stream: Any, text: str) -> bool:
 
 def _silence(stream: Any) -> None:
     """After a broken pipe: point the stream at /dev/null so the interpreter's exit flush is quiet."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, stream.fileno())
         os.close(null)
-    except (OSError, ValueError):
-        pass
 
 
 def load(path: str, run_dir: str | None, overrides: Sequence[str] = ()) -> Config | int:
@@ -86,8 +87,7 @@ def load(path: str, run_dir: str | None, overrides: Sequence[str] = ()) -> Confi
     try:
         return load_config(path, run_dir=run_dir, overrides=overrides)
     except ConfigError as e:
-        say(e.report(path), err=True)
-        return EXIT_USAGE
+        return fail(e.report(path), EXIT_USAGE)
 
 
 def set_option(parser: argparse.ArgumentParser) -> None:
@@ -99,13 +99,10 @@ def set_option(parser: argparse.ArgumentParser) -> None:
 
 def stored_overrides(run_dir: str | Path) -> list[str]:
     """The ``--set`` overrides a run dir's run started or was last continued with (none if unreadable)."""
-    from ..rundir.layout import RunPaths
-
-    try:
+    with contextlib.suppress(OSError, ValueError):
         got = json.loads(RunPaths(Path(run_dir)).overrides.read_bytes())
-    except (OSError, ValueError):
-        return []
-    return [str(x) for x in got] if isinstance(got, list) else []
+        return [str(x) for x in got] if isinstance(got, list) else []
+    return []
 
 
 def _node_addresses() -> None:
@@ -129,7 +126,6 @@ def live_or_handed_over(paths: Any) -> bool:
     """Whether a supervisor owns the run dir, waiting for it where the run is being handed over (``rlsup
     restart-supervisor``: the old supervisor has exited, the new one is starting). A follower started in that
     moment would otherwise say the run has no supervisor and stop following a live run."""
-    from ..rundir.layout import is_locked
     from ..rundir.replay import handing_over
 
     if is_locked(paths):
@@ -151,22 +147,16 @@ def run_dir_arg(run_dir: Any) -> str:
     return "" if Path(run_dir).parent == Path.cwd() / "runs" else f" --run-dir {display_path(Path(run_dir))}"
 
 
-def attach_hint(run_dir: Any) -> str:
-    return f"rlsup attach{run_dir_arg(run_dir)}"
-
-
 def resolve(args: argparse.Namespace, *, live: bool) -> RunPaths | int:
     """The run a client command means (``--run-dir``, ``$RLSUP_RUN_DIR``, the single run under
     ./runs), or an exit code after saying why there is none. ``live``: a supervisor must own it."""
-    from ..rundir.layout import RunPaths
     from .daemon import AmbiguousRun, NoRun, require_live, resolve_run_dir
 
     try:
         run_dir = resolve_run_dir(args.run_dir, ended_ok=not live)
         return require_live(run_dir) if live else RunPaths(run_dir)
     except (NoRun, AmbiguousRun) as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_USAGE if isinstance(e, AmbiguousRun) else EXIT_FAILED
+        return fail(f"rlsup: {e}", EXIT_USAGE if isinstance(e, AmbiguousRun) else EXIT_FAILED)
 
 
 def on_run(fn: Callable[..., int]) -> Callable[..., int]:
@@ -181,7 +171,6 @@ def on_run(fn: Callable[..., int]) -> Callable[..., int]:
 
 
 async def open_client(paths: Any, name: str) -> Any:
-    from ..client.session import local_connector
     from .slurm_up import remote_bridge
 
     # a supervisor in a Slurm job on another host: through srun
@@ -190,9 +179,6 @@ async def open_client(paths: Any, name: str) -> Any:
 
 def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int]]) -> int:
     """Run ``fn(client, paths)`` against the live run; connection problems become exit 1."""
-    from ..client.session import NotRunning, RequestFailed
-    from ..records.protocol import ProtocolError
-
     paths = resolve(args, live=True)
     if isinstance(paths, int):
         return paths
@@ -207,12 +193,10 @@ def client_call(args: argparse.Namespace, fn: Callable[[Any, Any], Awaitable[int
     try:
         return asyncio.run(go())
     except (NotRunning, ProtocolError, RequestFailed, ConnectionError) as e:
-        say(f"rlsup: {e}", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: {e}")
     except (asyncio.TimeoutError, TimeoutError):
-        say(f"rlsup: the supervisor of {paths.root} did not answer in time (very busy, or stopped with SIGSTOP?); "
-            "try again", err=True)
-        return EXIT_FAILED
+        return fail(f"rlsup: the supervisor of {paths.root} did not answer in time (very busy, or stopped with "
+                    "SIGSTOP?); try again")
 
 
 def stop_on_interrupt(session: Any) -> None:

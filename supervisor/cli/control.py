@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import json
+import os
 from typing import Any
 
+from ..client.session import Session
 from ..rundir.layout import RunPaths, is_locked
 from .common import (
     EXIT_OK,
@@ -24,6 +27,8 @@ from .common import (
     stop_on_interrupt,
     until_interrupted,
 )
+from .daemon import display_path
+from .follow import Printer
 
 
 def add_parsers(sub: Any) -> None:
@@ -126,8 +131,6 @@ def _command(args: argparse.Namespace, paths: RunPaths, command: str, **cargs: A
 def _sender(args: argparse.Namespace, root: Any) -> dict[str, Any]:
     """What a command sends besides itself: ``--reason``, and the component it runs in when it runs inside one
     (``RLSUP_COMPONENT``, set by rlsup) of the run at ``root`` (the supervisor checks the name)."""
-    import os
-
     from ..monitor.process import ENV_COMPONENT, ENV_RUN_DIR
 
     out: dict[str, Any] = {"reason": args.reason} if getattr(args, "reason", None) else {}
@@ -180,8 +183,6 @@ def _ended_run_logs(args: argparse.Namespace, paths: Any) -> int:
 
 async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
     """`rlsup logs NAME [-f]` from the run's supervisor: its tail, then (with -f) every new line."""
-    from ..client.session import Session
-
     snap = await client.snapshot(lines=max(0, args.lines))
     comps = snap["state"]["components"]
     if args.name not in comps:
@@ -189,8 +190,6 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
     block = snap["logs"][args.name]
     session = None
     if args.follow:  # made, and Ctrl-C bound to it, before the tail is printed (a person answers the tail)
-        from .follow import Printer
-
         printer = Printer(events=False, logs={args.name}, log_file_hint={args.name: str(paths.log(args.name))})
         session = Session(functools.partial(open_client, paths, "logs"), printer, lines=0)
         session.log_next[args.name] = block["seq"] + len(block["lines"])
@@ -204,7 +203,6 @@ async def _live_logs(args: argparse.Namespace, client: Any, paths: Any) -> int:
 def _which_component(paths: Any) -> int:
     """`rlsup logs` without NAME: say which names there are, as a command to paste."""
     from ..rundir.replay import read_run
-    from .daemon import display_path
 
     try:
         names = list(read_run(paths).final_state()["components"]) if paths.events.exists() else []
@@ -219,8 +217,6 @@ def _which_component(paths: Any) -> int:
 
 @on_run
 def cmd_events(args: argparse.Namespace, paths: RunPaths) -> int:
-    import asyncio
-
     from ..records.events import Record, human, is_lifecycle
     from ..rundir.journal import read_records
 
@@ -235,8 +231,6 @@ def cmd_events(args: argparse.Namespace, paths: RunPaths) -> int:
         return EXIT_OK  # done, or the reader left (`rlsup events -f | head`)
     if not live_or_handed_over(paths):
         return fail("rlsup: no supervisor owns this run; nothing more to follow", EXIT_OK)
-    from ..client.session import Session
-    from .follow import Printer
 
     class JsonPrinter(Printer):
         def _event(self, rec: Record) -> None:

@@ -4,7 +4,7 @@ to ``<run_dir>/supervisor.log``), and finding the run a client command means."""
 from __future__ import annotations
 
 import asyncio
-import collections
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..client.session import Client, NotRunning
+from ..records.events import RunEnded, RunStarted
 from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
-from ..rundir.logs import last_lines
 
 READY_TIMEOUT_S = 60.0
 ENDING_TIMEOUT_S = 300.0  # a run that ends at once still stops what it started (stop timeouts)
@@ -95,16 +95,12 @@ def require_live(run_dir: Path) -> RunPaths:
 
 def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
     """How the run in ``paths`` ended, from the journal's last event, and where to look."""
-    from ..records.events import RunEnded
-    from ..rundir.journal import read_records
+    from ..rundir.journal import last_event
 
-    try:
-        last = next(iter(collections.deque(read_records(paths.events), maxlen=1)), None)
-    except OSError:
+    if not paths.events.exists():
         return ""
     shown = display_path(paths.root)
-    if last is not None and isinstance(last.event, RunEnded):
-        end = last.to_dict()  # as the line has it (an old one may lack a field)
+    if (end := last_event(paths.events)) is not None and end.get("kind") == RunEnded.kind:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(end.get("ts", 0)))
         how = f"ended {when}: {end.get('reason')} (exit code {end.get('exit_code')})"
     else:
@@ -152,10 +148,7 @@ class HeldInterrupt:
         self.got = False
         self._old: Any = None
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._on)
-
-    def _on(self, signum: int, frame: Any) -> None:
-        self.got = True
+            self._old = signal.signal(signal.SIGINT, lambda _signum, _frame: setattr(self, "got", True))
 
     def check(self) -> None:
         if self.got:
@@ -219,7 +212,6 @@ def ended_at_once(proc: subprocess.Popen[bytes], run_dir: Path) -> dict[str, Any
 def journaled_by(paths: RunPaths, kind: str, ours: Callable[[Any], bool]) -> list[dict[str, Any]]:
     """The events of ``kind`` journaled in the runs whose ``run_started`` is ``ours`` (none when the journal
     cannot be read): ``adopted``, what a supervisor took over; ``run_ended``, how it ended the run."""
-    from ..records.events import RunStarted
     from ..rundir.journal import read_records
 
     mine = False
@@ -237,17 +229,16 @@ def journaled_by(paths: RunPaths, kind: str, ours: Callable[[Any], bool]) -> lis
 
 def run_ended_by(paths: RunPaths, pid: int) -> dict[str, Any] | None:
     """The ``run_ended`` event that the supervisor ``pid`` wrote into the journal, if any."""
-    from ..records.events import RunEnded
-
     return next(reversed(journaled_by(paths, RunEnded.kind, lambda started: started.pid == pid)), None)
 
 
 def log_tail(run_dir: Path) -> list[str]:
     """The last 20 lines of the supervisor's own log (of its last 16 KiB); none when it cannot be read."""
-    try:
+    from ..rundir.logs import last_lines
+
+    with contextlib.suppress(OSError):
         return last_lines(Path(run_dir) / SUPERVISOR_LOG, 20, max_bytes=16384)
-    except OSError:
-        return []
+    return []
 
 
 def owner_desc(run_dir: Path) -> str:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -132,8 +133,6 @@ def _slurm_targets() -> Targets | int:
 
 def _file_targets(args: argparse.Namespace) -> Targets | int:
     """The pods of FLEET.yaml, reached over SSH (exit code 2 on a fleet file error)."""
-    import shlex
-
     from ..config.loader import ConfigError
 
     try:
@@ -156,11 +155,7 @@ def _print_snapshot(args: argparse.Namespace, specs: list[PodSpec],
     hints = {s.label: s.attach_hint(identity=args.identity, remote_cmd=args.remote_cmd) for s in specs}
     for pod in snap["pods"]:  # the command that opens this pod's TUI, as it can be pasted
         pod["attach"] = hints.get(pod["label"])
-    if args.json:
-        json.dump(snap, sys.stdout, indent=1, default=str)
-        print()
-    else:
-        print(format_text(snap))
+    print(json.dumps(snap, indent=1, default=str) if args.json else format_text(snap))
     return EXIT_OK if all(p["connected"] or p["connection"] == "no_run" for p in snap["pods"]) else EXIT_FAILED
 
 

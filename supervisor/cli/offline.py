@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -73,8 +74,6 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    import json
-
     from ..config.schema import config_schema
 
     return _emit(json.dumps(config_schema(), indent=2) + "\n", args.output, "wrote the config schema to")

@@ -16,12 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked
+from ..records.events import ComponentAdopted, human
+from ..rundir.layout import SUPERVISOR_LOG, LockHeld, RunPaths, UnsafeRunDir, is_locked, read_owner
+from . import daemon, signals
+from .attach import attach_local
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
-    attach_hint,
     client_call,
     client_parser,
     fail,
@@ -31,7 +33,10 @@ from .common import (
     say,
     set_option,
     stored_overrides,
+    write,
 )
+from .daemon import display_path, live_runs, resolve_run_dir, stranded_runs
+from .follow import Printer
 
 if TYPE_CHECKING:
     from ..run.run import Run
@@ -149,8 +154,6 @@ def _with_the_runs_overrides(args: argparse.Namespace, cfg: Any, run_dir: Path) 
 
     cfg = load(args.config, args.run_dir, merged(stored, args.overrides))
     if isinstance(cfg, int):
-        from .daemon import display_path
-
         say(f"rlsup: (the run in {display_path(run_dir)} keeps these overrides from its start: "
             f"{' '.join(f'--set {o}' for o in stored)})", err=True)
     return cfg
@@ -163,7 +166,6 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
         return None
     from ..config.overrides import merged
     from ..rundir.journal import write_atomic
-    from ..rundir.layout import UnsafeRunDir
 
     paths = RunPaths(run_dir)
     try:
@@ -176,9 +178,7 @@ def _keep_overrides(args: argparse.Namespace, run_dir: Path) -> int | None:
 
 def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
     """A live supervisor owns the run dir: attach to it (nothing with -d; an error with --headless)."""
-    from . import daemon
-
-    shown = daemon.display_path(run_dir)
+    shown = display_path(run_dir)
     if args.overrides:
         return fail(f"rlsup: {shown} is owned by a live supervisor ({daemon.owner_desc(run_dir)}); --set changes "
                     "a run when it starts or is continued, not while it runs: `rlsup down`, then `rlsup up --resume "
@@ -190,8 +190,6 @@ def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
         + ("nothing started" if args.detach else "attaching to it"), err=True)
     if args.detach:
         return EXIT_OK
-    from .attach import attach_local
-
     return attach_local(run_dir, plain=args.plain)
 
 
@@ -199,7 +197,6 @@ def _settle_ended_run(args: argparse.Namespace, run_dir: Path) -> int | None:
     """Whether an ended run in the run dir is resumed or kept aside (--fresh), as asked or as the person
     answers; sets ``args.resume``/``args.fresh``. An exit code where `up` ends here, else None."""
     from ..rundir.archive import how_it_ended
-    from .daemon import display_path
 
     paths = RunPaths(run_dir)
     ended = how_it_ended(paths) if paths.events.exists() else None  # None: a new run, or one that crashed mid-way
@@ -221,7 +218,6 @@ def _keep_aside(run_dir: Path) -> int | None:
     """--fresh: the previous run renamed aside (``DIR.N``, the first free N >= 1); an exit code if it cannot be
     (components of it still live under their monitors, say)."""
     from ..monitor.process import is_monitor_of, records
-    from .daemon import display_path
 
     if not run_dir.exists():
         return None
@@ -243,13 +239,9 @@ def _keep_aside(run_dir: Path) -> int | None:
 def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     """Start the run's supervisor as a background daemon, wait until it serves, then say how to reach it
     (-d) or open the TUI on it."""
-    from ..rundir.layout import UnsafeRunDir
-    from . import daemon
-
-    extra = ["--gpu", args.gpu] if args.gpu else []
-    if args.resume:  # the daemon decides what a resumed run restarts: it must know it is one
-        extra.append("--resume")
-    hint = attach_hint(run_dir)
+    # the daemon decides what a resumed run restarts: it must know it is one
+    extra = (["--resume"] if args.resume else []) + (["--gpu", args.gpu] if args.gpu else [])
+    hint = f"rlsup attach{run_dir_arg(run_dir)}"
     held = daemon.HeldInterrupt()
     try:
         proc = daemon.spawn(args.config, run_dir, extra)
@@ -270,7 +262,7 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
         return _ended_at_once(args, run_dir, end)
     if problem is not None:
         return _daemon_failed(run_dir,
-                              f"rlsup: {problem}; the end of {daemon.display_path(run_dir)}/{SUPERVISOR_LOG}:")
+                              f"rlsup: {problem}; the end of {display_path(run_dir)}/{SUPERVISOR_LOG}:")
     if args.detach:
         return _say_detached(cfg, run_dir, proc.pid, hint)
     return _attach_started(run_dir, args.plain, hint)
@@ -278,8 +270,6 @@ def _start_daemon(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
 
 def _daemon_failed(run_dir: Path, said: str) -> int:
     """The daemon did not come up: say why (``said``), then the end of its own log."""
-    from . import daemon
-
     say(said, err=True)
     for line in daemon.log_tail(run_dir):
         say(f"  {line}", err=True)
@@ -288,14 +278,11 @@ def _daemon_failed(run_dir: Path, said: str) -> int:
 
 def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     """`up -d`: the daemon serves; say what it took over and how to attach, see and stop it."""
-    from ..records.events import ComponentAdopted
-    from . import daemon
-
     say(f"rlsup: supervising {cfg.name} in the background ({daemon.owner_desc(run_dir)})")
     # a run whose supervisor died: say that training was taken over, not restarted
     if took := daemon.journaled_by(RunPaths(run_dir), ComponentAdopted.kind, lambda started: started.pid == pid):
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
-    say(f"  run dir:  {daemon.display_path(run_dir)}")
+    say(f"  run dir:  {display_path(run_dir)}")
     say(f"  attach:   {hint}")
     say(f"  status:   rlsup status{run_dir_arg(run_dir)}")
     say(f"  stop:     rlsup down{run_dir_arg(run_dir)}")
@@ -304,9 +291,6 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
 
 def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
     """Open the TUI (or --plain text) on the daemon just started; an interrupt leaves the run going."""
-    from . import daemon
-    from .attach import attach_local
-
     try:
         return attach_local(run_dir, plain=plain, forward_term=True)
     except KeyboardInterrupt:
@@ -318,8 +302,6 @@ def _attach_started(run_dir: Path, plain: bool, hint: str) -> int:
 def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any]) -> int:
     """The supervisor ended the run as it started it: say so (and what next) instead of claiming a
     run that goes on in the background, or opening a view on a supervisor that is gone."""
-    from .daemon import display_path
-
     code = end.get("exit_code")
     rd = run_dir_arg(run_dir)
     say(f"rlsup: the run ended as soon as it started: {end.get('reason') or 'run ended'} (exit code {code})",
@@ -332,8 +314,7 @@ def _ended_at_once(args: argparse.Namespace, run_dir: Path, end: dict[str, Any])
             err=True)
     elif code != 0:
         say(f"  why:     rlsup diagnose {display_path(run_dir)}\n  journal: rlsup events{rd}", err=True)
-    say(f"  status:  rlsup status{rd}", err=True)
-    return EXIT_OK if code == 0 else EXIT_FAILED
+    return fail(f"  status:  rlsup status{rd}", EXIT_OK if code == 0 else EXIT_FAILED)
 
 
 def _ask_ended(shown: str, ended: str) -> str | None:
@@ -392,7 +373,6 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
     whose nodes do not all see the run dir gets a run that is refused, so that the journal says why."""
     from ..gpu.nvml import make_sampler
     from ..run.run import IncompatibleMonitors, Run
-    from ..rundir.layout import LockHeld, UnsafeRunDir
     from ..slurm.gpus import for_run as per_node_gpus
     from ..slurm.shared import check_job
 
@@ -422,8 +402,6 @@ def _prepared_run(cfg: Any, *, gpu: str | None, resume: bool) -> Run | int:
 def _event_printer(run: Run, width: int) -> Callable[[dict[str, Any]], None]:
     """--headless: one line per event; GPU samples left out, progress once per component every
     ``PROGRESS_EVERY_S`` (enough to see learning happen) and only while it runs."""
-    from ..records.events import human
-
     last_progress: dict[str, float] = {}
 
     def printer(e: dict[str, Any]) -> None:
@@ -456,8 +434,6 @@ def _line_printer(run: Run, width: int) -> Callable[[Any], None]:
 async def _supervise(run: Run, *, daemon: bool) -> int:
     """Run until the end. A signal asks for an orderly end (:mod:`.signals` says which: a person's stop, or a
     preemption that asks for checkpoints first); a second one kills what is left."""
-    from . import signals
-
     loop = asyncio.get_running_loop()
     on_signal = _stop_on_signals(run, terminal=not daemon and signals.at_terminal())
     for s in signals.HANDLED:
@@ -471,8 +447,6 @@ async def _supervise(run: Run, *, daemon: bool) -> int:
 def _stop_on_signals(run: Run, *, terminal: bool) -> Callable[[int], None]:
     """The handler of the signals that end a headless run: the first stops every component in order (a
     preemption asks for checkpoints first), the next kills what is left at once; a repeated notice is nothing."""
-    from . import signals
-
     hits = {"n": 0}
 
     def on_signal(signum: int) -> None:
@@ -527,10 +501,8 @@ def _quiet_output_errors() -> None:
             self._s = stream
 
         def write(self, text: str) -> int:
-            try:
-                return int(self._s.write(text))
-            except (OSError, ValueError):
-                return len(text)
+            write(self._s, text)
+            return len(text)
 
         def flush(self) -> None:
             with contextlib.suppress(OSError, ValueError):
@@ -548,7 +520,6 @@ def _quiet_output_errors() -> None:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from ..monitor.process import pid_alive
-    from .follow import Printer
 
     if (orphan := _run_without_supervisor(args)) is not None:
         return _down_without_supervisor(orphan)
@@ -587,8 +558,6 @@ def _run_without_supervisor(args: argparse.Namespace) -> Any:
     """The run ``down`` means when no supervisor owns it but it may still have processes (its
     supervisor crashed or was killed); None when a supervisor owns it, or no such run is found (the
     usual path then says why)."""
-    from .daemon import live_runs, resolve_run_dir, stranded_runs
-
     if args.run_dir or os.environ.get("RLSUP_RUN_DIR"):
         paths = RunPaths(resolve_run_dir(args.run_dir))
         return paths if paths.events.exists() and not is_locked(paths) else None
@@ -602,7 +571,6 @@ def _run_without_supervisor(args: argparse.Namespace) -> Any:
 def _stop_settings(paths: Any) -> dict[str, tuple[int, float]]:
     """component -> (stop signal, timeout) from the run's config, where it can still be read."""
     from ..config.loader import ConfigError, load_config
-    from ..rundir.layout import read_owner
 
     config = (read_owner(paths) or {}).get("config")
     if not config or not os.path.exists(config):
@@ -619,8 +587,6 @@ def _down_without_supervisor(paths: Any) -> int:
     :mod:`rlsup.supervisor.run.teardown`), in order, and journal it."""
     from ..run.teardown import end_run
     from ..rundir.archive import how_it_ended
-    from ..rundir.layout import LockHeld, read_owner
-    from .daemon import display_path
 
     shown = display_path(paths.root)
     ended = how_it_ended(paths)
@@ -661,11 +627,9 @@ def leftovers(paths: Any) -> list[str]:
     from ..monitor.process import find_marked, is_monitor_of, records
     from ..monitor.shim import cgroup_pids
 
-    out = []
-    seen: set[int] = set()
-    for p in find_marked(str(paths.root)):
-        seen.add(p.pid)
-        out.append(f"pid {p.pid} ({_cmd(p)}), marked with this run")
+    marked = find_marked(str(paths.root))
+    seen = {p.pid for p in marked}
+    out = [f"pid {p.pid} ({_cmd(p)}), marked with this run" for p in marked]
     for _, rec in records(paths.monitors):
         if is_monitor_of(rec, paths.root):
             out.append(f"monitor pid {rec['shim_pid']} of {rec['component']} (attempt {rec['attempt']})")
@@ -688,9 +652,6 @@ def _cmd(p: Any) -> str:
 
 
 def cmd_restart_supervisor(args: argparse.Namespace) -> int:
-    from ..rundir.layout import read_owner
-    from . import daemon
-
     info: dict[str, Any] = {}
 
     async def fn(client: Any, paths: Any) -> int:
@@ -716,7 +677,6 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
     if not config or not os.path.exists(config):
         return fail(f"rlsup: the old supervisor exited, but its config ({config}) is gone: start the new one "
                     f"with `rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)")
-    from ..rundir.layout import UnsafeRunDir
 
     try:
         proc = daemon.spawn(config, paths.root, [])

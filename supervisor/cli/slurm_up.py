@@ -10,21 +10,25 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ..client.session import Client
+from ..records.events import RunEnded, RunStarted, human
+from ..rundir.layout import RunPaths, is_locked, read_owner, socket_answers
+from ..slurm import jobs
 from .common import EXIT_FAILED, EXIT_OK, fail, run_dir_arg, say
+from .daemon import journaled_by
 
 POLL_S = 1.0
 SCHEDULED_S = 10.0  # how long `up -d` waits for the scheduler's first look at the job (sched_interval)
 
 
 def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
-    from ..slurm import jobs
-
     run_dir = cfg.run_dir
     try:
         live = jobs.job_of_run(run_dir)
@@ -53,12 +57,9 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
             return _ended(job_id, run_dir, j)
         if args.headless:
             return follow_journal(job_id, run_dir)
-        from .attach import view
+        from .attach import attach_local
 
-        connect, target = connector(j, run_dir)
-        return view(across_requeues(connect, job_id, run_dir, "tui" if not args.plain else "follow"), target=target,
-                    hint=f"rlsup attach{run_dir_arg(run_dir)}", plain=args.plain,
-                    goes_on=requeue_watch(job_id, j.get("restarts"), run_dir))
+        return attach_local(run_dir, plain=args.plain, job=j)
     except KeyboardInterrupt:
         say("\nrlsup: interrupted; the job goes on.", err=True)
         _hints(job_id, run_dir)
@@ -67,9 +68,6 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
 
 def down_pending(run_dir: str | None) -> int | None:
     """`rlsup down` of a run whose Slurm job has no supervisor yet: cancel the job (None: the usual down follows)."""
-    from ..rundir.layout import RunPaths, is_locked
-    from ..slurm import jobs
-
     if not run_dir or is_locked(RunPaths(Path(run_dir).resolve())):
         return None
     j = run_job(Path(run_dir))
@@ -88,8 +86,6 @@ def _hints(job_id: str, run_dir: str) -> None:
 
 
 def _job(job_id: str) -> dict[str, Any] | None:
-    from ..slurm import jobs
-
     with contextlib.suppress(jobs.SlurmError):
         return jobs.job(job_id)
     return None
@@ -107,8 +103,6 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
     a moment after the run), judged against the restart count of the run the session saw start last; or where
     the journal holds more than the session saw (the job ran again and ended meanwhile); else None."""
     from ..rundir.journal import last_seq
-    from ..rundir.layout import RunPaths
-    from ..slurm import jobs
 
     journal = RunPaths(Path(run_dir)).events
 
@@ -134,7 +128,6 @@ def requeue_watch(job_id: str, restarts: Any, run_dir: str | os.PathLike[str], s
 
 def _restarts_of_run(journal: Path, seq: int | None) -> Any:
     """The job restart count of the run the session saw start last (None: unknown)."""
-    from ..records.events import RunStarted
     from ..rundir.journal import read_records
 
     runs = [r.event for r in read_records(journal, kinds=RunStarted.kind.__eq__)
@@ -152,9 +145,6 @@ def _requeued_since(j: dict[str, Any], before: Any) -> bool:
 def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:
     """``connect`` to the supervisor of job ``job_id``; where the job has ended, the run read back from its run
     dir (``rlsup bridge``), so that a session that missed a requeued job's whole run still sees it end."""
-    from ..rundir.layout import RunPaths
-    from ..slurm import jobs
-
     async def connect_() -> Any:
         try:
             return await connect()
@@ -179,12 +169,8 @@ def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], 
 def run_job(run_dir: Path) -> dict[str, Any] | None:
     """The Slurm job whose run dir is ``run_dir`` (``squeue --json``), or None (no squeue here, none, or
     squeue failed)."""
-    import shutil
-
     if shutil.which("squeue") is None:
         return None
-    from ..slurm import jobs
-
     with contextlib.suppress(jobs.SlurmError):
         return jobs.job_of_run(str(Path(run_dir).resolve()))
     return None
@@ -193,9 +179,6 @@ def run_job(run_dir: Path) -> dict[str, Any] | None:
 def wait_running(job_id: str, run_dir: str) -> dict[str, Any] | None:
     """Say the job's state while it waits; return it once its supervisor answers on its socket (where this host
     sees the run dir), or the job ended."""
-    from ..rundir.layout import RunPaths, is_locked, socket_answers
-    from ..slurm import jobs
-
     paths = RunPaths(Path(run_dir))
     shown = ""
     while True:
@@ -228,8 +211,6 @@ def _scheduled(job_id: str, within_s: float = SCHEDULED_S) -> dict[str, Any] | N
 
 
 def _never_starts(job_id: str, j: dict[str, Any], run_dir: str) -> None:
-    from ..slurm import jobs
-
     say(f"rlsup: job {job_id} will never start: {j.get('reason')} ({jobs.never_clears(j.get('reason'))}). Change the "
         f"`slurm:` block of the config (`rlsup check CONFIG` says what the cluster allows), cancel the job with "
         f"`rlsup down{run_dir_arg(run_dir)}`, then `rlsup up` again", err=True)
@@ -237,26 +218,12 @@ def _never_starts(job_id: str, j: dict[str, Any], run_dir: str) -> None:
 
 def _sees_run_dir(run_dir: str | os.PathLike[str]) -> bool:
     """Whether this host reaches the supervisor's socket in the run dir (the lock says this host, or none yet)."""
-    from ..rundir.layout import RunPaths, read_owner
-
     return (read_owner(RunPaths(Path(run_dir))) or {}).get("host") in (None, socket.gethostname())
-
-
-def connector(j: dict[str, Any], run_dir: str) -> tuple[Any, str]:
-    """How to talk to the supervisor: its socket when this host sees it, else ``rlsup bridge`` through srun."""
-    from ..client.session import unix_connector
-    from ..rundir.layout import RunPaths
-
-    if os.environ.get("RLSUP_SLURM_BRIDGE") != "srun" and _sees_run_dir(run_dir):
-        return unix_connector(RunPaths(Path(run_dir)).sock, name="tui"), f"job {j['job_id']} {run_dir}"
-    return srun_connector(j["job_id"], j["batch_host"], run_dir), f"job {j['job_id']} on {j['batch_host']}"
 
 
 def srun_connector(job_id: str, host: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:
     """``rlsup bridge`` as an overlapping step of job ``job_id`` on its batch host at each connect (a requeue may
     move it), ``host`` where squeue cannot say."""
-    from ..slurm import jobs
-
     async def connect() -> Any:
         now = await asyncio.get_running_loop().run_in_executor(None, _job, job_id)
         if now is not None and (now["state"] != "RUNNING" or not now["batch_host"]):
@@ -276,8 +243,6 @@ def bridge_argv(run_dir: str | os.PathLike[str]) -> list[str]:
 
 def command_connector(argv: list[str], name: str = "tui") -> Any:
     """A connection through ``rlsup bridge`` run by ``argv`` (its stdin and stdout are the stream)."""
-    from ..client.session import Client
-
     async def connect() -> Client:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
@@ -293,8 +258,6 @@ def command_connector(argv: list[str], name: str = "tui") -> Any:
 def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -> Any:
     """A connector through ``srun ... rlsup bridge`` when the run's supervisor runs in a live Slurm job on
     another host; None otherwise. ``job``: the run's job where the caller has looked it up already."""
-    import shutil
-
     if shutil.which("srun") is None or shutil.which("squeue") is None:
         return None
     if os.environ.get("RLSUP_SLURM_BRIDGE") != "srun" and _sees_run_dir(run_dir):
@@ -309,7 +272,6 @@ def slurm_fleet() -> tuple[list[Any], Any]:
     """`rlsup fleet --slurm`: every rlsup run of this user that squeue knows as fleet pods, each reached through
     its run dir when this host sees it, else through srun."""
     from ..client.fleet import PodSpec
-    from ..slurm import jobs
 
     # One pod per run dir, its newest job: a run continued (`up --resume`) or started anew (`--fresh`)
     # in the same dir is a new job there, and every older one would show the same run dir again (twice
@@ -347,21 +309,16 @@ def _no_run(j: dict[str, Any]) -> str | None:
 def follow_journal(job_id: str, run_dir: str) -> int:
     """Print the run's events as they are journalled until the job ends (a requeue included: the
     journal goes on); the run's exit code."""
-    from ..records.events import human
-    from ..slurm import jobs
-
     path = Path(run_dir) / "events.jsonl"
     offset = path.stat().st_size if path.exists() else 0
     buf = b""
     gone_at = None
     last: dict[str, Any] | None = None
     while True:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-        except OSError:
-            data = b""
+        data = b""
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
         offset += len(data)
         buf += data
         *lines, buf = buf.split(b"\n")
@@ -399,10 +356,6 @@ def _ended(job_id: str, run_dir: str, j: dict[str, Any] | None) -> int:
 def why_ended(job_id: str, run_dir: str) -> list[str]:
     """Why the job's run failed: its supervisor's ``run_ended``, else the end of the batch step's output (it never
     journalled: a bad config, no Python on the node...); and where to look next."""
-    from ..records.events import RunEnded
-    from ..rundir.layout import RunPaths
-    from .daemon import journaled_by
-
     ended = journaled_by(RunPaths(Path(run_dir)), RunEnded.kind,
                          lambda started: str((started.slurm or {}).get("job_id")) == str(job_id))
     reason = ended[-1].get("reason") if ended else None
@@ -417,9 +370,7 @@ def why_ended(job_id: str, run_dir: str) -> list[str]:
 
 def _exit_code(job_id: str) -> int | None:
     """The job's exit code as scontrol says it (``ExitCode=CODE:SIGNAL``: 128+SIGNAL where a signal ended it)."""
-    from ..slurm.jobs import show_job
-
-    code, _, sig = show_job(job_id).get("ExitCode", "").partition(":")
+    code, _, sig = jobs.show_job(job_id).get("ExitCode", "").partition(":")
     if not (code.isdigit() and sig.isdigit()):
         return None
     return 128 + int(sig) if int(sig) else int(code)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from ..records import events as ev
@@ -128,14 +129,9 @@ def _chain(e: Record, by_seq: dict[int, Record], records: list[Record]) -> list[
 
 
 def _stop_before(exited: Record, records: list[Record]) -> Record | None:
-    for r in reversed(records):
-        if r.component != exited.component or r.seq >= exited.seq:
-            continue
-        if isinstance(r.event, ev.ComponentStopping):
-            return r if cause_of(r) else None
-        if isinstance(r.event, (ev.ComponentStarted, ev.ComponentAdopted)):
-            return None
-    return None
+    r = next((r for r in reversed(records) if r.component == exited.component and r.seq < exited.seq and isinstance(
+        r.event, (ev.ComponentStopping, ev.ComponentStarted, ev.ComponentAdopted))), None)  # back to its start
+    return r if r is not None and isinstance(r.event, ev.ComponentStopping) and cause_of(r) else None
 
 
 def _when(r: Record) -> str:
@@ -154,59 +150,39 @@ def _cause_text(c: dict[str, Any] | None) -> str:
     return f"{who}{comp}: {c.get('reason')}"
 
 
+def _because(c: dict[str, Any] | None) -> str:
+    return f"            because {_cause_text(c)}"
+
+
 def format_why(x: dict[str, Any]) -> str:
     s = x["started"]
     out = [f"{x['component']} attempt {x['attempt']}: started {_when(s)} (pid {_field(s, 'pid')})",
            f"  why:      {_cause_text(x['cause'])}"]
-    out += _chain_lines(x["chain"])
-    out += [f"  taken over by a new supervisor: {_line(a)}" for a in x["adopted"]]
-    out += _hang_lines(x.get("hangs") or [])
-    out += _end_lines(x) if x["exited"] is not None else _not_ended_lines(x["stopping"])
-    return "\n".join(out)
-
-
-def _chain_lines(chain: list[Record]) -> list[str]:
-    """The events that led to the start, each with its own cause (an exit's cause is the exit itself)."""
-    out = []
-    for e in chain:
+    for e in x["chain"]:  # the events that led to the start, each with its own cause (an exit's is the exit)
         out.append(f"    <- {_line(e)}")
         if (c := cause_of(e)) and not isinstance(e.event, ev.ComponentExited):
             out.append(f"       because {_cause_text(c)}")
-    return out
-
-
-def _hang_lines(hangs: list[Record]) -> list[str]:
-    """A stall or a failed liveness probe of the attempt, with where its processes were (the stacks)."""
-    out = []
-    for e in hangs:
+    out += [f"  taken over by a new supervisor: {_line(a)}" for a in x["adopted"]]
+    for e in x.get("hangs") or []:  # a stall or a failed liveness probe, with where its processes were
         out.append(f"  hung:     {_line(e)}")
-        evidence = e.event.evidence if isinstance(e.event, ev.FlagRaised) else []
-        out += [f"            {x}" for x in evidence if str(x).startswith("stack")]
-    return out
-
-
-def _not_ended_lines(stopping: Record | None) -> list[str]:
-    """An attempt whose end is not in the journal: being stopped (and why), or still running."""
-    if stopping is None:
-        return ["  ended:    not yet (running, or its end is not in the journal)"]
-    return [f"  stopping: {_line(stopping)}", f"            because {_cause_text(cause_of(stopping))}"]
-
-
-def _end_lines(x: dict[str, Any]) -> list[str]:
-    """An attempt that ended: who stopped it (if anyone), its exit, what rlsup did then, the next attempt."""
-    out = []
-    if (s := x["stopping"]) is not None:
-        out += [f"  stopped:  {_line(s)}", f"            because {_cause_text(cause_of(s))}",
-                *(f"    <- {_line(e)}" for e in x["stop_chain"])]
+        out += [f"            {y}" for y in (e.event.evidence if isinstance(e.event, ev.FlagRaised) else [])
+                if str(y).startswith("stack")]
+    stop = x["stopping"]
+    if x["exited"] is None:  # being stopped (and why), or still running
+        out += [f"  stopping: {_line(stop)}", _because(cause_of(stop))] if stop is not None else [
+            "  ended:    not yet (running, or its end is not in the journal)"]
+        return "\n".join(out)
+    if stop is not None:
+        out += [f"  stopped:  {_line(stop)}", _because(cause_of(stop)), *(f"    <- {_line(e)}" for e in x["stop_chain"])]
     out.append(f"  ended:    {_line(x['exited'])}")
     if (t := x["then"]) is not None:
         out.append(f"  then:     {_line(t)}")
         if c := cause_of(t):
-            out.append(f"            because {_cause_text(c)}")
+            out.append(_because(c))
     if x["next_attempt"] is not None:
         out.append(f"  next:     attempt {x['next_attempt']} (`rlsup why {x['component']} --attempt "
                    f"{x['next_attempt']}`)")
-    return out
+    return "\n".join(out)
 
 
 @on_run
@@ -218,17 +194,14 @@ def cmd_why(args: argparse.Namespace, paths: Any) -> int:
     if x is None:
         names = sorted({str(r.component) for r in events if isinstance(r.event, ev.ComponentStarted)})
         which = f"attempt {args.attempt} of {args.name!r}" if args.attempt is not None else repr(args.name)
-        say(f"rlsup: the journal has no start of {which}; started components: {', '.join(names) or 'none'}",
-            err=True)
-        return EXIT_USAGE if args.attempt is None and args.name not in names else EXIT_FAILED
+        return fail(f"rlsup: the journal has no start of {which}; started components: {', '.join(names) or 'none'}",
+                    EXIT_USAGE if args.attempt is None and args.name not in names else EXIT_FAILED)
     say(json.dumps(as_json(x), indent=2, default=str) if args.json else format_why(x))
     return EXIT_OK
 
 
 def print_attempt_logs(paths: Any, name: str, attempt: int, lines: int) -> int:
     """``rlsup logs NAME --attempt N``: the last ``lines`` lines of that attempt's own output, masked."""
-    from pathlib import Path
-
     from ..rundir.archive import read_config, redactor_for
     from ..rundir.attemptlog import find, lines_of, read_bytes
 

@@ -5,7 +5,7 @@ message``). ``${VAR}`` expands in string values."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -99,9 +99,8 @@ def _expanded(raw: Any, here: Path_, env: Mapping[str, str], doc: YamlDoc, probl
     return raw
 
 
-def _duplicate_labels(pods: list[Any], doc: YamlDoc) -> list[Problem]:
+def _duplicate_labels(pods: list[Any], doc: YamlDoc) -> Iterator[Problem]:
     """Two pods of one label (a pod's label defaults to its host): the fleet could not tell them apart."""
-    out: list[Problem] = []
     first: dict[str, int] = {}
     for i, raw in enumerate(pods):
         pod = {"host": raw} if isinstance(raw, str) else raw if isinstance(raw, dict) else {}
@@ -111,7 +110,6 @@ def _duplicate_labels(pods: list[Any], doc: YamlDoc) -> list[Problem]:
             continue
         if str(label) in first:
             where: Path_ = ("pods", i, "label" if named else "host")
-            out.append(doc.problem(where, f"two pods named {str(label)!r} (first is "
-                                                             f"pods[{first[str(label)]}]); give each a distinct `label:`"))
+            yield doc.problem(where, f"two pods named {str(label)!r} (first is pods[{first[str(label)]}]); give each "
+                                     "a distinct `label:`")
         first.setdefault(str(label), i)
-    return out

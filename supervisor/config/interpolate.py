@@ -21,68 +21,45 @@ class _Var:
     default: list[str | _Var]
 
 
-class _RefParser:
-    """A string split into literal text and variable references (bad references stay as text): literal
-    text until the next ``$`` (or, inside a default, ``}``), then what can start there."""
-
-    def __init__(self, s: str, errors: list[str]) -> None:
-        self.s, self.errors, self.i = s, errors, 0
-        self.cur: list[str | _Var] = []
-        # (start of the reference, name, op, parts collected so far) for each open ${NAME:-...
-        self.stack: list[tuple[int, str, str, list[str | _Var]]] = []
-
-    def parse(self) -> list[str | _Var]:
-        s = self.s
-        while self.i < len(s):
-            j = min((k for k in (s.find("$", self.i), s.find("}", self.i) if self.stack else -1) if k >= 0), default=-1)
-            if j < 0:
-                self.cur.append(s[self.i:])
-                break
-            self.cur.append(s[self.i:j])
-            self.i = j
-            if s[j] == "}":  # closes the innermost open default
-                _, name, op, outer = self.stack.pop()
-                outer.append(_Var(name, op, self.cur))
-                self.cur, self.i = outer, j + 1
-            elif not s.startswith("${", j):  # $$ is a literal $; so is a $ that starts no reference
-                self.cur.append("$")
-                self.i += 2 if s.startswith("$$", j) else 1
-            elif not self._reference():
-                return self._as_written()
-        if self.stack:  # the string ended inside ${NAME:-...: keep that text as written
-            self.errors.append(_unterminated(s[self.stack[0][0]:]))
-            return self._as_written()
-        return self.cur
-
-    def _as_written(self) -> list[str | _Var]:
-        """What was read before the outermost open default, then the rest of ``s`` as it is written."""
-        start, _, _, outer = self.stack[0]
-        return [*outer, self.s[start:]]
-
-    def _reference(self) -> bool:
-        """At ``${``: a reference, the start of one with a default, or a bad one (reported, kept as
-        text). False where defaults nest too deep: the caller keeps the rest as written."""
-        s, i = self.s, self.i
-        m = _NAME_AT.match(s, i + 2)
-        name, end = (m.group(0), m.end()) if m else ("", i + 2)
+def _parse(s: str, i: int, depth: int, errors: list[str]) -> tuple[list[str | _Var], int] | str:
+    """The parts of ``s`` from ``i`` to its end (``depth`` 0) or to the ``}`` that closes a default, and the index
+    after them: literal text until the next ``$`` (in a default, or ``}``), then what can start there (bad
+    references are reported and stay as text). Where a default never closes or defaults nest too deep, "open" or
+    "deep": the outermost reference keeps the rest of ``s`` as written."""
+    parts: list[str | _Var] = []
+    while (j := min((k for k in (s.find("$", i), s.find("}", i) if depth else -1) if k >= 0), default=-1)) >= 0:
+        parts.append(s[i:j])
+        if s[j] == "}":  # closes this default
+            return parts, j + 1
+        if not s.startswith("${", j):  # $$ is a literal $; so is a $ that starts no reference
+            parts.append("$")
+            i = j + (2 if s.startswith("$$", j) else 1)
+            continue
+        m = _NAME_AT.match(s, j + 2)
+        name, end = (m.group(0), m.end()) if m else ("", j + 2)
         op = ":-" if s.startswith(":-", end) else "-" if s.startswith("-", end) else ""
         if name and s.startswith("}", end):
-            self.cur.append(_Var(name, "", []))
-            self.i = end + 1
+            parts.append(_Var(name, "", []))
+            i = end + 1
         elif not (name and op):
-            close = s.find("}", i)
-            self.errors.append(_unterminated(s[i:]) if close < 0 else f"bad variable reference {s[i:close + 1]!r}: use "
-                               "${VAR}, ${VAR:-default} or ${VAR-default} (write $$ for a literal $)")
-            self.cur.append(s[i:i + 2])
-            self.i += 2
-        elif len(self.stack) >= MAX_EXPANSION_DEPTH:
-            self.errors.append(f"variable defaults nested more than {MAX_EXPANSION_DEPTH} deep")
-            return False
+            close = s.find("}", j)
+            errors.append(_unterminated(s[j:]) if close < 0 else f"bad variable reference {s[j:close + 1]!r}: use "
+                          "${VAR}, ${VAR:-default} or ${VAR-default} (write $$ for a literal $)")
+            parts.append("${")
+            i = j + 2
+        elif depth >= MAX_EXPANSION_DEPTH:
+            errors.append(f"variable defaults nested more than {MAX_EXPANSION_DEPTH} deep")
+            return "deep"
+        elif isinstance(inner := _parse(s, end + len(op), depth + 1, errors), str):
+            if depth:
+                return inner
+            if inner == "open":
+                errors.append(_unterminated(s[j:]))
+            return [*parts, s[j:]], len(s)
         else:
-            self.stack.append((i, name, op, self.cur))
-            self.cur = []
-            self.i = end + len(op)
-        return True
+            parts.append(_Var(name, op, inner[0]))
+            i = inner[1]
+    return "open" if depth else ([*parts, s[i:]], len(s))
 
 
 def _unterminated(rest: str) -> str:
@@ -111,7 +88,8 @@ def expand(value: str, variables: Mapping[str, str]) -> tuple[str, list[str], li
     if "$" not in value:
         return value, [], []
     errors: list[str] = []
-    parts = _RefParser(value, errors).parse()
+    parts = _parse(value, 0, 0, errors)
     missing: list[str] = []
-    return _evaluate(parts, variables, missing), missing, errors
+    assert not isinstance(parts, str)  # (only a default is open or too deep)
+    return _evaluate(parts[0], variables, missing), missing, errors
 

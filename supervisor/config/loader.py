@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +30,12 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from ..records.presets import PRESETS
+from . import placement as slurm_placement
 from .interpolate import expand
 from .model import NAME_RE, NOT_WRITTEN, Component, Config, MiB, Path_, did_you_mean
 from .overrides import applied
+from .slurm_checks import config_problems
 
 
 @dataclass(frozen=True)
@@ -94,10 +98,8 @@ class YamlDoc:
         table = self.key_marks if key else self.marks
         p = tuple(path)
         while p:
-            if p in table:
-                return table[p]
-            if p in self.marks:
-                return self.marks[p]
+            if (pos := table.get(p) or self.marks.get(p)) is not None:
+                return pos
             p = p[:-1]
         return self.marks.get((), (1, 1))
 
@@ -504,7 +506,6 @@ def _slurm_placement(data: dict[str, Any], env: dict[str, str],
     known inside the job (placeholders on a login node). Nothing for a run without Slurm."""
     if not (isinstance(data.get("slurm"), dict) and isinstance(data.get("components"), dict)):
         return {}, {}
-    from . import placement as slurm_placement
 
     alloc, _ = slurm_placement.allocation_nodes(data["slurm"], env, name)
     placement = slurm_placement.place(data["components"], alloc)
@@ -545,8 +546,6 @@ def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | 
 
 
 def _unwrap(ann: Any) -> Any:
-    import typing
-
     origin = typing.get_origin(ann)
     args = typing.get_args(ann)
     if origin in (dict, list):
@@ -609,7 +608,6 @@ def _semantic_problems(cfg: Config, doc: YamlDoc) -> Iterator[Problem]:
     at = doc.problem
     for n, c in cfg.components.items():
         yield from _component_problems(cfg, n, c, at)
-    from .slurm_checks import config_problems
 
     for path, msg, key in config_problems(cfg):
         yield at(path, msg, key=key)
@@ -637,8 +635,6 @@ def _component_problems(cfg: Config, n: str, c: Component, at: Callable[..., Pro
 
 
 def _value_problems(n: str, c: Component, at: Callable[..., Problem]) -> Iterator[Problem]:
-    from ..records.presets import PRESETS
-
     base: Path_ = ("components", n, "progress")
     if c.progress and c.progress.preset is None and c.progress.pattern is None:
         yield at(base, "progress needs `pattern` or `preset`")

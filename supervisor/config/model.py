@@ -316,9 +316,7 @@ class SlurmCfg(_Model):
         text = self.time
         if text is None or text.lower() in ("unlimited", "infinite"):
             return None
-        days, sep, rest = text.partition("-")
-        if not sep:
-            days, rest = "0", text
+        days, sep, rest = text.partition("-") if "-" in text else ("0", "", text)
         parts = [int(x) for x in rest.split(":")]
         mult = (3600, 60, 1)[:len(parts)] if sep else {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
         return int(days) * 86400 + sum(p * m for p, m in zip(parts, mult, strict=True))
@@ -414,7 +412,6 @@ def _parse_hostport(s: str) -> tuple[str, int] | None:
 
 
 def parse_hostport(s: str) -> tuple[str, int]:
-    hp = _parse_hostport(s)
-    if hp is None:
+    if (hp := _parse_hostport(s)) is None:
         raise ValueError(f"not host:port: {s!r}")
     return hp

@@ -67,8 +67,7 @@ def apply(data: dict[str, Any], override: Override) -> str | None:
         key: str | int
         if isinstance(node, dict):
             key = str(part)
-            child = node.get(key)
-            if child is None:
+            if (child := node.get(key)) is None:
                 child = [] if isinstance(nxt, int) else {}
         elif isinstance(node, list) and isinstance(part, int):
             if part >= len(node):

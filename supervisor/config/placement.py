@@ -79,13 +79,9 @@ def place(components: Mapping[str, Any], allocation: list[str]) -> dict[str, lis
     for name in rest:  # none left is refused by validation (config.slurm_checks)
         out[name] = [node for node in allocation if node not in taken] or allocation[-1:]
     for name, c in comps.items():
-        if name in out:
-            continue
-        target = c.get("colocate")
-        if isinstance(target, str) and target in out:
-            out[name] = out[target][:1]
-        else:
-            out[name] = allocation[:1]
+        if name not in out:
+            target = c.get("colocate")
+            out[name] = out[target][:1] if isinstance(target, str) and target in out else allocation[:1]
     return out
 
 

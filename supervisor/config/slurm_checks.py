@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .model import Path_, did_you_mean
+from .placement import MAX_PLACEHOLDERS, place
 
 #: (key path, message, whether the position is the key's)
 Found = tuple[Path_, str, bool]
@@ -38,8 +39,6 @@ def _shared_nodes_have_the_gpus(cfg: Any) -> Iterator[Found]:
     """Components whose ``nodes:`` add up to more than ``slurm.nodes`` share nodes (placement wraps around): where
     their GPU counts on a shared node exceed ``gpus_per_node``, the later step would wait for GPUs for ever
     while its component shows ``running`` with an empty log."""
-    from .placement import MAX_PLACEHOLDERS, place
-
     # Placed again from the validated values: the loader places before `${NODES}` is interpolated. Only the
     # nodes components ask for can be shared: an allocation one longer than that is the same placement.
     asked = sum(_counted(c.nodes) for c in cfg.components.values())

@@ -32,11 +32,15 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from urllib.parse import urlsplit
+
+import psutil
 
 from ..config.loader import env_file_path, load_yaml
 from ..config.model import Component, Config, Path_, parse_hostport
 from ..monitor.process import ENV_COMPONENT, ENV_RUN_DIR, signal_name
+from ..records.extras import install_hint, top_module
 
 if TYPE_CHECKING:
     from ..gpu.nvml import GpuInfo
@@ -134,13 +138,11 @@ def _check_slurm(ctx: _Ctx) -> None:
     slurm = ctx.cfg.slurm
     if slurm is None:
         return
-    from ..slurm.shared import problem
+    from ..slurm import cluster, shared
 
-    found = problem(ctx.cfg.run_dir, slurm.partition)
+    found = shared.problem(ctx.cfg.run_dir, slurm.partition)
     if found is not None:
         ctx.add("error", "slurm", None, found[0], found[1], ("run_dir",))
-    from ..slurm import cluster
-
     known = cluster.ask()  # what the cluster has (nothing is said where Slurm does not answer)
     for path, message, fix in cluster.problems(slurm, known) if known is not None else ():
         ctx.add("error", "slurm", None, message, fix, path)
@@ -249,27 +251,18 @@ def _cwd_ok(comp: Component) -> bool:
 def _check_cwd(ctx: _Ctx, name: str, comp: Component) -> None:
     if comp.cwd is None:
         return
-    path = ("components", name, "cwd")
     absolute = os.path.abspath(comp.cwd)
-    if not os.path.exists(comp.cwd):
-        ctx.add("error", "cwd", name, f"working directory {absolute} does not exist",
-                f"create it (mkdir -p {shlex.quote(absolute)}) or fix `cwd:` (relative paths are "
-                f"relative to where rlsup runs: {os.getcwd()})", path)
-    elif not os.path.isdir(comp.cwd):
-        ctx.add("error", "cwd", name, f"working directory {absolute} is not a directory",
-                "point `cwd:` at a directory", path)
-    elif not os.access(comp.cwd, os.X_OK):
-        ctx.add("error", "cwd", name, f"working directory {absolute} cannot be entered (no search permission)",
-                f"chmod u+x {shlex.quote(absolute)}, or run as its owner", path)
+    why, fix = (("does not exist", f"create it (mkdir -p {shlex.quote(absolute)}) or fix `cwd:` (relative paths are "
+                 f"relative to where rlsup runs: {os.getcwd()})") if not os.path.exists(comp.cwd) else
+                ("is not a directory", "point `cwd:` at a directory") if not os.path.isdir(comp.cwd) else
+                ("cannot be entered (no search permission)", f"chmod u+x {shlex.quote(absolute)}, or run as its owner")
+                if not os.access(comp.cwd, os.X_OK) else ("", ""))
+    if why:
+        ctx.add("error", "cwd", name, f"working directory {absolute} {why}", fix, ("components", name, "cwd"))
 
 
 # ------------------------------------------------------------------------------------------ commands
 
-_SHELL_WORDS = {
-    "cd", "export", "exec", "set", "unset", "source", ".", "eval", "if", "for", "while", "until", "case",
-    "{", "(", "!", "true", "false", "echo", "printf", "test", "[", "[[", "trap", "wait", "ulimit",
-    "umask", "sleep", "read", "exit", "return", "time", "command", "env", "nohup",
-}
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PY_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 _PY_OPTS_WITH_ARG = {"-W", "-X", "-Q"}
@@ -294,7 +287,9 @@ _CONTROL = {";", "&&", "||", "|", "&", ";;", "|&"}
 _COMPOUND = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
              "{", "}", "(", ")", "function", "select", "!", "[[", "]]"}
 _PREFIX_WORDS = {"exec", "command", "nohup", "time", "builtin"}
-_BUILTINS = _SHELL_WORDS - _PREFIX_WORDS - {"env"}
+_BUILTINS = {"cd", "export", "set", "unset", "source", ".", "eval", "if", "for", "while", "until", "case", "{", "(",
+             "!", "true", "false", "echo", "printf", "test", "[", "[[", "trap", "wait", "ulimit", "umask", "sleep",
+             "read", "exit", "return"}
 
 
 class _Argv(list[str]):
@@ -414,11 +409,9 @@ _SUBCOMMAND_MODULES: dict[tuple[str, str], tuple[str, ...]] = {("trl", "vllm-ser
 
 def _shebang_interpreter(path: str) -> str | None:
     """The python a console script runs under (its ``#!`` line), when it is one."""
-    try:
-        with open(path, "rb") as fh:
-            first = fh.readline(512).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
+    first = ""
+    with contextlib.suppress(OSError), open(path, "rb") as fh:
+        first = fh.readline(512).decode("utf-8", "replace").strip()
     if not first.startswith("#!"):
         return None
     parts = first[2:].split()
@@ -453,8 +446,6 @@ def _check_command(ctx: _Ctx, name: str, comp: Component) -> None:
             return  # already an error; resolving a relative path against it would only repeat it
         found, why = _resolve_executable(exe, env, comp.cwd)
         if found is None:
-            from ..records.extras import install_hint
-
             hint = install_hint(base) if base in _SCRIPT_MODULES else None
             ctx.add("error", "command", name, f"command cannot be run: {why}",
                     "install it (or activate the environment that has it before rlsup), fix the spelling, "
@@ -543,7 +534,10 @@ def _check_modules(ctx: _Ctx, wait_s: float, *, full: bool) -> None:
             if verdict == "missing":
                 _module_missing(ctx, name, interp, mod, why, top_found=detail == "1")
             elif verdict == "error" or (full and not verdict and not timed_out):
-                _lookup_failed(ctx, name, interp, mod, detail or stderr or f"exit code {proc.returncode}")
+                ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: "
+                        f"{detail or stderr or f'exit code {proc.returncode}'}",
+                        f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the traceback",
+                        ("components", name, "command"))
             elif full and not verdict:
                 ctx.add("warning", "command", name,
                         f"could not tell within {wait_s:g}s whether {interp} can import {mod!r} "
@@ -574,31 +568,16 @@ def _lookup_verdicts(proc: subprocess.Popen[bytes], deadline: float) -> tuple[di
     return verdicts, timed_out, tail[-1] if tail else ""
 
 
-def _lookup_failed(ctx: _Ctx, name: str, interp: str, mod: str, detail: str) -> None:
-    ctx.add("error", "command", name, f"looking up module {mod!r} in {interp} failed: {detail}",
-            f"importing its parent package raises; run `{interp} -c 'import {mod}'` to see the traceback",
-            ("components", name, "command"))
-
-
 def _module_missing(ctx: _Ctx, name: str, interp: str, mod: str, why: str, *, top_found: bool) -> None:
-    from ..records.extras import install_hint, top_module
-
-    path = ("components", name, "command")
-    top = top_module(mod)
-    if top_found:
-        ctx.add("error", "command", name,
-                f"module {mod!r} is not importable by {interp}: {top!r} is installed there, but has no {mod!r}"
-                + (f" ({why})" if why else ""),
-                f"check the module's name, or install the version of {top!r} that has it into that "
-                f"environment ({interp} -m pip install ...)", path)
-        return
-    hint = install_hint(mod)
-    ctx.add("error", "command", name,
-            f"module {mod!r} is not importable by {interp}: package {top!r} is not installed there"
-            + (f" ({why})" if why else ""),
-            (f"{hint} (into that environment: {interp} -m {hint})" if hint and hint.startswith("pip ") else hint)
-            if hint else f"install it into that environment ({interp} -m pip install ...), put the component's "
-            "cwd or PYTHONPATH where the package is, or run rlsup from the right virtualenv", path)
+    top, hint = top_module(mod), install_hint(mod)
+    fix = (f"check the module's name, or install the version of {top!r} that has it into that environment "
+           f"({interp} -m pip install ...)" if top_found else
+           (f"{hint} (into that environment: {interp} -m {hint})" if hint.startswith("pip ") else hint) if hint else
+           f"install it into that environment ({interp} -m pip install ...), put the component's cwd or PYTHONPATH "
+           "where the package is, or run rlsup from the right virtualenv")
+    what = f"{top!r} is installed there, but has no {mod!r}" if top_found else f"package {top!r} is not installed there"
+    ctx.add("error", "command", name, f"module {mod!r} is not importable by {interp}: {what}"
+            + (f" ({why})" if why else ""), fix, ("components", name, "command"))
 
 
 # -------------------------------------------------------------------------------------- shell vars
@@ -741,8 +720,6 @@ def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
 
 def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
     """(host, port) of every local http/tcp probe -> [(component, yaml path)]."""
-    from urllib.parse import urlsplit
-
     out: dict[tuple[str, int], list[tuple[str, Path_]]] = {}
     for name, comp in cfg.components.items():
         for kind, probe in (("ready", comp.ready), ("alive", comp.alive)):
@@ -768,8 +745,6 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
 
 def port_holder_pid(port: int) -> int | None:
     """The pid of a process listening on ``port`` when psutil can see it."""
-    import psutil
-
     try:
         conns = psutil.net_connections(kind="inet")
     except (psutil.Error, OSError):
@@ -795,17 +770,14 @@ def port_holder(pid: int, run_dir: str) -> tuple[str, str | None]:
     """``(pid N (name: cmdline), other)`` for the process ``pid`` that listens on a port. The text says when
     it is a component of an rlsup run (its marker env): of ``run_dir``, or of another run, whose run dir is
     then ``other`` (for a hint that names it)."""
-    import psutil
-
     try:
         p = psutil.Process(pid)
         text = f"pid {pid} ({p.name()}: {' '.join(p.cmdline())[:120]})"
     except psutil.Error:
         return f"pid {pid}", None
-    try:
+    env: dict[str, str] = {}
+    with contextlib.suppress(psutil.Error, OSError):
         env = p.environ()
-    except (psutil.Error, OSError):
-        env = {}
     theirs, component = env.get(ENV_RUN_DIR), env.get(ENV_COMPONENT)
     if theirs and component:
         if theirs == run_dir:
@@ -931,8 +903,7 @@ ENGINE_FRACTIONS: dict[str, tuple[str, str]] = {  # each flag spelled with - and
     for f in (flag, "--" + flag[2:].replace("-", "_"))}
 
 
-@dataclass(frozen=True)
-class MemoryAsk:
+class MemoryAsk(NamedTuple):
     """An inference server's memory fraction: its flag, value, engine, and whether it is a fraction of
     the ``total`` memory (vLLM) or of the memory ``free`` at start (SGLang)."""
 
@@ -998,12 +969,9 @@ def _check_memory_fraction(ctx: _Ctx, name: str, g: Any, path: Path_) -> None:
 
 
 def _pid_text(pid: int, used_mb: float | None) -> str:
-    import psutil
-
-    try:
+    name = "?"
+    with contextlib.suppress(psutil.Error):
         name = psutil.Process(pid).name()
-    except psutil.Error:
-        name = "?"
     mem = f", {used_mb / 1024:.1f} GiB" if used_mb else ""
     return f"pid {pid} ({name}{mem})"
 
@@ -1012,15 +980,12 @@ def _pid_text(pid: int, used_mb: float | None) -> str:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal_mod.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(2.0)
-    # Whether or not the leader is gone, members that ignored SIGTERM still get the SIGKILL.
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal_mod.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(5.0)
+    # Whether or not the leader is gone after the SIGTERM, members that ignored it still get the SIGKILL.
+    for sig, wait_s in ((signal_mod.SIGTERM, 2.0), (signal_mod.SIGKILL, 5.0)):
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(wait_s)
 
 
 def _run_smoke(ctx: _Ctx, name: str, comp: Component, timeout: float) -> None:
