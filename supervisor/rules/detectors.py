@@ -27,7 +27,6 @@ MAX_NAMED = 5  # components named in a run's end reason; the rest are counted
 # preemption, a VM's shutdown) signals every process at once, and a program that exits 0 on SIGTERM can be
 # seen to end before the supervisor's own SIGTERM is handled.
 EXIT_HOLD_S = 1.0
-DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
 
 
 @dataclass(frozen=True)
@@ -131,10 +130,10 @@ def checkpoint_waited(*, asked_at: float, wait: float, now: float, before: Mark 
     return "timed out" if now - asked_at >= wait else None
 
 
-def dependency_state(d: Seen, now: float, stable_s: float = DEPENDENCY_STABLE_S) -> str:
-    """A dependency's state for dependency_down: ``running`` only once it has stayed up ``stable_s``,
-    so a server that dies seconds after each start is still down (no restart flapping)."""
-    if d.state == "running" and d.ready_at is not None and now - d.ready_at < stable_s:
+def dependency_state(d: Seen, now: float) -> str:
+    """A dependency's state for dependency_down: ``running`` only once it has stayed up 10 s, so a server
+    that dies seconds after each start is still down (no restart flapping)."""
+    if d.state == "running" and d.ready_at is not None and now - d.ready_at < 10.0:
         return "starting"
     return d.state
 
@@ -172,8 +171,7 @@ class Consumer:
 
 def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], now: float, *, flagged: frozenset[str],
                       down_since: Mapping[str, float], down_for: Mapping[str, float], budget: float,
-                      flag_after_s: float, stable_s: float = DEPENDENCY_STABLE_S,
-                      ) -> tuple[dict[str, list[str]], list[ev.Event], frozenset[str]]:
+                      flag_after_s: float) -> tuple[dict[str, list[str]], list[ev.Event], frozenset[str]]:
     """dependency_down, the consumers' side: which dependencies consumers are failing to reach (dependency ->
     consumers), the flags to raise or clear, and the consumers flagged now. A consumer is flagged once
     the dependency is final or has been down ``flag_after_s`` (a restart of a few seconds is not news)."""
@@ -185,7 +183,7 @@ def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], n
     for c in consumers:
         if not c.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
             continue
-        deps = {d: dependency_state(seen[d], now, stable_s) for d in c.depends_on}
+        deps = {d: dependency_state(seen[d], now) for d in c.depends_on}
         if all(st == "running" for st in deps.values()):
             if c.name in now_flagged:
                 now_flagged.discard(c.name)

@@ -100,7 +100,6 @@ State = Literal["pending", "starting", "running", "backoff", "stopping", "stoppe
 FINAL: frozenset[str] = frozenset({"stopped", "completed", "fatal"})
 ACTIVE: frozenset[str] = frozenset({"pending", "starting", "running", "backoff", "stopping"})
 EPISODE_FLAGS = frozenset({"crash_loop", "repeated_error", "step_crash", "stall"})
-HISTORY = 20
 
 
 @dataclass(frozen=True)
@@ -628,7 +627,7 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         attempt=life.attempt, started_at=started, ended_at=ended, ready=was_ready, exit_code=inp.exit_code,
         signal=inp.signal, step=inp.step, resumed_step=life.resumed_from,
         diagnosis=inp.diagnosis)
-    history = (*life.history, record)[-HISTORY:]
+    history = (*life.history, record)[-20:]  # what the crash patterns look at
     if healthy >= rules.restart.reset_after:  # a healthy stretch ended the previous episode
         life = replace(life, episode=frozenset())
     life = replace(life, history=history)

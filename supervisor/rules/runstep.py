@@ -25,9 +25,6 @@ from . import detectors
 from . import lifecycle as lc
 from .detectors import Consumer, Outcome, Seen
 
-DEPENDENCY_FLAG_AFTER_S = 15.0  # a dependency restarting for less than this is not flagged
-
-
 # ---------------------------------------------------------------------- what the run has seen
 
 
@@ -260,7 +257,7 @@ def _dependency_tick(view: View, t: DependencyTick, now: float, cfg: Config) -> 
         return ()
     failing, events, flagged = detectors.consumers_failing(
         view.consumers, view.seen, now, flagged=view.flagged, down_since=view.down_since, down_for=view.down_for,
-        budget=cfg.dependency_budget, flag_after_s=DEPENDENCY_FLAG_AFTER_S, stable_s=detectors.DEPENDENCY_STABLE_S)
+        budget=cfg.dependency_budget, flag_after_s=15.0)  # a dependency restarting for less is not flagged
     out: list[Effect] = [Flagged(flagged)]
     out += [Say(e) for e in events]
     for d in sorted(set(view.down_since) | set(failing)):

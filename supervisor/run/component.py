@@ -54,11 +54,7 @@ from .tracking import Tracking
 if TYPE_CHECKING:
     from ..rundir.logpages import LogPages
 
-READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
-BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
 FLAG_LINE = re.compile(r"^rlsup-flag: (?P<type>[a-z][a-z0-9_]{0,40}): (?P<message>.+)$", re.MULTILINE)
-FLAG_LINE_MARK = "rlsup-flag: "
-MONITOR_GONE_S = 10.0
 
 
 class Context(Protocol):
@@ -607,7 +603,7 @@ class Component:
         if left:
             await self._end_leftovers(att, left)
         att.finish()
-        await att.wait_monitor_gone(MONITOR_GONE_S)
+        await att.wait_monitor_gone(10.0)
         # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
         # the end of the run names it instead of claiming that nothing is left.
         self.unended.update({p: att.members_seen.get(p) for p in {*left, *att.members_seen} if pid_alive(p)})
@@ -678,7 +674,7 @@ class Component:
         with the sequence numbers they had, so a client that reconnects by seq misses none of them (its
         previous supervisor may have read them without having sent them)."""
         assert at.ino is not None
-        data = self.follower.read_back(at.ino, at.offset, BACKFILL_BYTES)
+        data = self.follower.read_back(at.ino, at.offset, 4 << 20)
         if not data:
             return
         norm = LineNormaliser(self.logs_cfg.line_cap)
@@ -692,9 +688,10 @@ class Component:
         """Where the next supervisor should start reading: the start of the line not yet complete."""
         return Position(self.follower.ino, max(0, self.follower.offset - self.norm.held_bytes), self.ring.next_seq)
 
-    def read_output(self, *, final: bool = False, budget: int = READ_BUDGET) -> bool:
-        """Read what the monitor wrote since last time; True if more is waiting. ``final``: all of it, and
-        an unterminated last line as a line (the output has ended)."""
+    def read_output(self, *, final: bool = False, budget: int = 4 << 20) -> bool:
+        """Read what the monitor wrote since last time, at most ``budget`` bytes (the rest waits for the next
+        round); True if more is waiting. ``final``: all of it, and an unterminated last line as a line (the output
+        has ended)."""
         while final and self.read_output(budget=budget):
             pass
         try:
@@ -731,7 +728,7 @@ class Component:
             self._ready_seen.set()
         if self.vllm and self.core_died is None and self.life.state == "running":
             self._watch_core(text)
-        if FLAG_LINE_MARK in text:
+        if "rlsup-flag: " in text:  # the regex only where it can match
             for m in FLAG_LINE.finditer(text):
                 t = m.group("type")
                 if t in self.flags_this_attempt:

@@ -28,8 +28,6 @@ from ..rundir.checkpoints import Checkpoint, discover
 if TYPE_CHECKING:
     from .component import Component
 
-POLL_S = 0.2  # how often a checkpoint directory is looked at while the wait goes on
-
 
 def newest(cfg: ComponentCfg, *, writer_alive: bool = True) -> Checkpoint | None:
     """The component's newest complete checkpoint (None without ``resume:``, or none complete)."""
@@ -71,7 +69,7 @@ async def wait_for_checkpoints(components: Mapping[str, Component], before: Mapp
             if verdict != "written":
                 emit(_no_checkpoint(c, verdict, before.get(n)))
         if waiting:
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(0.2)  # each checkpoint directory looked at again
 
 
 def _no_checkpoint(c: Component, verdict: str, before: Mark | None) -> ev.FlagRaised:

@@ -37,11 +37,6 @@ from ..diagnosis.ray_state import (
     parse_nodes,
 )
 
-NODES_PATH = "/api/v0/nodes?detail=true&limit=10000"
-DEAD_ACTORS_PATH = ("/api/v0/actors?detail=true&limit=10000"
-                    "&filter_keys=state&filter_predicates=%3D&filter_values=DEAD")
-MAX_BODY = 32 << 20
-
 
 def auth_token(env: Mapping[str, str], token_file: str | None = None) -> str | None:
     """The token Ray's own clients would send (None: the cluster runs without token auth)."""
@@ -67,7 +62,7 @@ def get_json(url: str, token: str | None, timeout: float) -> Any:
                                                **({"Authorization": f"Bearer {token}"} if token else {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (a URL from the user's config)
-            body = resp.read(MAX_BODY)
+            body = resp.read(32 << 20)
     except urllib.error.HTTPError as e:
         hint = " (token auth: set RAY_AUTH_TOKEN or probe.ray.token_file)" if e.code in (401, 403) else ""
         raise OSError(f"GET {url}: HTTP {e.code}{hint}") from None
@@ -84,8 +79,9 @@ def get_json(url: str, token: str | None, timeout: float) -> Any:
 def read_state(base: str, token: str | None, timeout: float) -> tuple[list[RayNode], list[RayActor]]:
     """Ray's nodes and its dead actors (with their death causes)."""
     base = base.rstrip("/")
-    nodes = parse_nodes(get_json(base + NODES_PATH, token, timeout))
-    actors = parse_actors(get_json(base + DEAD_ACTORS_PATH, token, timeout))
+    nodes = parse_nodes(get_json(base + "/api/v0/nodes?detail=true&limit=10000", token, timeout))
+    actors = parse_actors(get_json(base + "/api/v0/actors?detail=true&limit=10000&filter_keys=state"
+                                   "&filter_predicates=%3D&filter_values=DEAD", token, timeout))
     return nodes, actors
 
 

@@ -49,7 +49,6 @@ from .filewatch import Watching, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
 from .runview import POSITIONS_WRITE_S
 from .stacks import HangGate
-from .stacks import reply as stack_reply
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
 from .ticker import EvaluationPacing, Ticker
@@ -61,9 +60,6 @@ if TYPE_CHECKING:
     from .server import ControlServer
 
 TICK_S = 1.0
-PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
-IO_THREADS = 2  # the loop's pool for blocking work
-IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
 
 Subscriber = Callable[[dict[str, Any]], None]
 
@@ -138,7 +134,7 @@ class Run:
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
-        self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
+        self.loop.set_default_executor(ThreadPoolExecutor(2, thread_name_prefix="rlsup-io"))
         self.end.decided = decided = asyncio.Event()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, reap_children)  # monitors and the zygote
         self.journal = self._states.begin(self.loop, Journal(self.paths.events))
@@ -515,11 +511,11 @@ class Run:
             busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._ticker.awake_since,
                                          positions_written=self._ticker.positions_written,
                                          resources_due=self.resources.due_at)
-        return next_tick(self._ticker.last, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
+        return next_tick(self._ticker.last, busy=busy, due=due, tick_s=TICK_S, idle_max_s=30.0)  # the reap safety net
 
     def _tick(self, planned: float) -> None:
         now = self.clock.monotonic()
-        if now - planned > PAUSE_DETECT_S:
+        if now - planned > 5.0:  # this late: the supervisor itself was paused (SIGSTOP, swap)
             self._ticker.awake_since = now  # we were paused: what happened meanwhile is not the components' fault
             read_all(self.components)
         self._ticker.last = now
@@ -593,14 +589,6 @@ class Run:
         if att is None:
             return None
         return await self._hang.take(comp.name, att.attempt, att.members(), why=why, native=native)
-
-    async def take_stacks(self, name: str, *, why: str, native: bool = False) -> dict[str, Any]:
-        """``rlsup stack NAME``: the reply to the command (:func:`.stacks.reply`)."""
-        c = self.components[name]
-        s = await self.stacks_of(c, why, native)
-        if s is None:
-            return {"ok": False, "error": f"{name} is {c.state}: it has no process to take the stacks of"}
-        return stack_reply(s)
 
     def _check_dependencies(self, now: float) -> None:
         """dependency_down: consumers failing to reach a dependency that is down. The run's step says
