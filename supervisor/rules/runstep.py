@@ -180,8 +180,9 @@ def with_seq(inp: lc.Input, seq: int | None) -> lc.Input:
 def step(view: View, trigger: Trigger, now: float, cfg: Config) -> tuple[Effect, ...]:
     """What the run does about ``trigger``, given ``view`` at monotonic time ``now``."""
     match trigger:  # one handler per trigger class; mypy checks each arm's type and that none is missing
-        case Restarted():
-            return _restarted(view, trigger, now, cfg)
+        case Restarted():  # restart_with: a journaled restart takes its followers along, with its cause
+            why = detectors.restart_trigger(trigger.event)
+            return () if why is None else _follow(view, cfg, str(trigger.event["component"]), why)
         case RestartCommand():
             return _follow(view, cfg, trigger.name, trigger.cause or lc.Cause("user", f"{trigger.name} was restarted"))
         case Pending():
@@ -201,12 +202,6 @@ def step(view: View, trigger: Trigger, now: float, cfg: Config) -> tuple[Effect,
 def _not_a_trigger(t: NoReturn) -> NoReturn:
     """Where mypy proves no trigger class was left out (a new one without an arm fails the type check)."""
     raise TypeError(f"not a run trigger: {t!r}")
-
-
-def _restarted(view: View, t: Restarted, now: float, cfg: Config) -> tuple[Effect, ...]:
-    """restart_with: a journaled restart takes its followers along, with its cause."""
-    why = detectors.restart_trigger(t.event)
-    return () if why is None else _follow(view, cfg, str(t.event["component"]), why)
 
 
 def _follow(view: View, cfg: Config, leader: str, why: lc.Cause) -> tuple[Effect, ...]:

@@ -768,10 +768,8 @@ class Component:
             self.ctx.progress_dirty(self)
 
     def flush_progress(self) -> None:
-        if self._progress_dirty:
-            self.ctx.emit(ev.ProgressUpdated(self.name, self.progress_event()))
-
-    def progress_event(self) -> dict[str, Any]:
+        if not self._progress_dirty:
+            return
         self._progress_dirty = False
         metric = self.cfg.progress.metric if self.cfg.progress else None
         mono = self.ctx.clock.monotonic()
@@ -782,7 +780,7 @@ class Component:
         if self.life.state != "running":
             snap.update(rate=None, eta_s=None)
         snap.update(checkpoint=self.checkpoint_info, watch=dict(self.watch_info))
-        return snap
+        self.ctx.emit(ev.ProgressUpdated(self.name, snap))
 
     def close(self) -> None:
         for t in self._timers:

@@ -115,19 +115,15 @@ class RayTracker:
     def flags(self, fresh: RayDeaths) -> list[tuple[str, str, list[str], str]]:
         """(type, message, evidence, action) of a flag per death worth one (not an actor that died
         only because its owner did: that is the owner's death, told elsewhere)."""
-        out = []
-        for n in fresh.nodes:
-            out.append(("ray_node_died", n.death(), [f"GET {self.url}/api/v0/nodes: {n.node_id} state DEAD"
-                                                    + (f" ({n.message})" if n.message else "")],
-                        "the actors on that node are lost; the component that runs its raylet ends with it"))
-        for a in fresh.actors:
-            if a.consequential:
-                continue
-            out.append(("ray_actor_died", actor_death(a, self.nodes),
-                        [f"GET {self.url}/api/v0/actors: {a.actor_id} DEAD ({a.reason or a.cause_kind or '?'})"
-                         + (f": {a.error}" if a.error else "")],
-                        "Ray's own death cause; a driver waiting on this actor fails or hangs"))
-        return out
+        return [("ray_node_died", n.death(), [f"GET {self.url}/api/v0/nodes: {n.node_id} state DEAD"
+                                              + (f" ({n.message})" if n.message else "")],
+                 "the actors on that node are lost; the component that runs its raylet ends with it")
+                for n in fresh.nodes] + [
+                ("ray_actor_died", actor_death(a, self.nodes),
+                 [f"GET {self.url}/api/v0/actors: {a.actor_id} DEAD ({a.reason or a.cause_kind or '?'})"
+                  + (f": {a.error}" if a.error else "")],
+                 "Ray's own death cause; a driver waiting on this actor fails or hangs")
+                for a in fresh.actors if not a.consequential]
 
 
 def misconfigured(err: Exception) -> bool:

@@ -27,7 +27,6 @@ class ResourceSampling:
 
     @property
     def due_at(self) -> float:
-        """When the next sample is due (monotonic)."""
         return self.last + self.every_s
 
     def sample(self, now: float, components: Mapping[str, Any], gpus: list[dict[str, Any]]) -> list[ev.Event]:

@@ -47,6 +47,7 @@ from .daemonlog import say
 from .ending import Ending
 from .filewatch import Watching, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
+from .resources import ResourceSampling
 from .runview import POSITIONS_WRITE_S
 from .stacks import HangGate
 from .statewriter import StateWriter
@@ -100,8 +101,6 @@ class Run:
         self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(
             lambda: self.emit(gpu_event(s, owners(self.components)))))
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
-        from .resources import ResourceSampling
-
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
         self._hang = HangGate(self.paths.stacks, self._rejudge_stalls)  # a stall flag carries the stacks
 
@@ -290,7 +289,6 @@ class Run:
         return next((c.launcher for c in self.components.values() if c.launcher is not None), None)
 
     def _last_net(self) -> list[str]:
-        """Nothing of this run may outlive it (:mod:`.lastnet`); returns what could not be ended."""
         return self.tracking.last_net(c.unended for c in self.components.values())
 
     def _finish(self) -> None:
@@ -543,12 +541,10 @@ class Run:
             self._states.mark_dirty()
 
     def watchers_changed(self) -> None:
-        """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
         self.gpus.watched(self._watched)
 
     @property
     def _watched(self) -> bool:
-        """Whether a client is connected to the control socket now."""
         return self._server is not None and bool(self._server.conns)
 
     def _check_stalls(self, now: float) -> None:
@@ -629,7 +625,6 @@ class Run:
 
     @property
     def ending(self) -> bool:
-        """The run decided to end (it may still be stopping); not so for a hand-over."""
         return self.end.ended
 
     # ------------------------------------------------------------------ what the control server reads (server.RunView)

@@ -120,10 +120,8 @@ def write_dump(folder: Path, s: Stacks, why: str, native: bool, now: float) -> S
 
 
 class HangGate:
-    """The first ``Stalled`` of a stall episode waits for the component's stacks (:meth:`hold`); the run
-    judges the stall again once they are taken (``rejudge``), and the input that follows carries them.
-    :meth:`take` takes them (and those ``rlsup stack`` asks for) in a thread of its own (one capture at a
-    time; py-spy runs in parallel inside it)."""
+    """The stall gate: :meth:`hold` until :meth:`take` has the stacks (also ``rlsup stack``'s: one capture at a
+    time in a thread of its own), then ``rejudge``: the run judges the stall again."""
 
     def __init__(self, folder: Path, rejudge: Callable[[], None]):
         self.folder = folder

@@ -153,8 +153,7 @@ def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[s
     """Signal the attempt's process tree with ``sig``; SIGKILL what is left after ``timeout`` seconds."""
     att.members(children_map(max_age=0.0))  # remember each member's identity before signalling
     att.signal(sig)
-    _wait(lambda: not att.members(children_map(max_age=0.0)), timeout)
-    if att.members(children_map(max_age=0.0)):
+    if not _wait(lambda: not att.members(children_map(max_age=0.0)), timeout):
         say(f"{att.component}: still running after {timeout:g}s; SIGKILL")
         att.signal(signal_mod.SIGKILL)
 
