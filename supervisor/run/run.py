@@ -550,10 +550,7 @@ class Run:
     def _check_stalls(self, now: float) -> None:
         """The run's step on the stall watch; it asks for the logs to be read first before it calls
         a stall (the steps a component wrote while we were paused or busy are in its log)."""
-        view = self._stall_view(caught_up=False)
-        if not view.stall:
-            return
-        effects = runstep.step(view, runstep.StallTick(), now, self.cfg)
+        effects = runstep.step(self._stall_view(caught_up=False), runstep.StallTick(), now, self.cfg)
         if any(isinstance(fx, runstep.CatchUp) for fx in effects):
             read_all(self.components)
             effects = runstep.step(self._stall_view(caught_up=True), runstep.StallTick(), now, self.cfg)
@@ -561,8 +558,6 @@ class Run:
 
     def _stall_view(self, caught_up: bool) -> runstep.View:
         watched = runview.stall_watched(self.components)
-        if not watched:
-            return runstep.View({})
         return runstep.View(self._seen(), awake_since=self._ticker.awake_since, wall_time=time.time(), caught_up=caught_up,
                             stall={n: runview.stall_watch(c, self.components) for n, c in watched.items()})
 
@@ -593,8 +588,6 @@ class Run:
         consumers = runview.consumers(self.components, self.state["components"])
         deps = self._memory
         down_since = deps.tracker.down_since()
-        if not consumers and not down_since and not deps.flagged:
-            return
         view = runstep.View(self._seen(), consumers=consumers, flagged=frozenset(deps.flagged),
                             down_since=down_since, down_for={d: deps.tracker.down_for(d) or 0.0 for d in down_since})
         self._step(runstep.DependencyTick(), view, now)

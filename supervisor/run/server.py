@@ -70,21 +70,17 @@ class RunView(Protocol):
     def redact_lines(self, lines: list[str]) -> list[str]:
         """Log lines as a client may see them (secrets masked): rings keep raw lines, masked only on
         the way out, so output that no client reads costs no masking."""
-        ...
 
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
                 **args: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """The reply, or an awaitable one (``stack``: taken off the loop)."""
-        ...
 
     def watchers_changed(self) -> None:
         """A client connected or left (the run samples GPUs more often while someone looks)."""
-        ...
 
     def log_pages(self, name: str) -> tuple[LogPages, Position] | None:
         """The component's log on disk and the position up to which the ring has read it (the
         anchor that ties line numbers on disk to sequence numbers); None for no such component."""
-        ...
 
 
 def _ints(msg: dict[str, Any], *keys: str) -> list[int | None]:
