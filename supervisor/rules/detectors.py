@@ -6,10 +6,7 @@ and what the journal should say (events), never acting itself: which pending com
 (dependency gating), which components follow a restart (``restart_with``), which one has stalled and
 on what evidence, how a dependency counts for ``dependency_down`` and whether its failure is
 deterministic (from the typed cause of its ``fatal``, never from the words of a reason), whether the
-run has ended and what its root cause is. The run's step (:mod:`.runstep`) calls them, and the run
-carries out what it answers (:class:`~rlsup.supervisor.run.run.Run` watches, feeds inputs, performs
-effects). The consumers' side of ``dependency_down`` and memory growth live in
-:mod:`~rlsup.supervisor.diagnosis` (also pure) and are wired the same way.
+run has ended and what its root cause is. The run's step (:mod:`.runstep`) calls them.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import contextlib
 import os
 import re
 import signal as signal_mod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import placement as slurm_placement
@@ -64,12 +65,11 @@ class Context(Protocol):
     paths: RunPaths
     clock: Clock
     tracking: Tracking  # the monitors, the cgroup, the open-file limit
+    line_listeners: list[Callable[[Component], None]]  # told of each component's new lines
 
     def emit(self, event: ev.Event) -> dict[str, Any]: ...
 
     def changed(self, comp: Component) -> None: ...
-
-    def lines_added(self, comp: Component) -> None: ...
 
     def progress_dirty(self, comp: Component) -> None: ...
 
@@ -736,7 +736,8 @@ class Component:
                 self.flags_this_attempt.add(t)
                 self.ctx.emit(ev.FlagRaised(self.name, type=t, message=m.group("message").strip(),
                                             evidence=[m.group(0)], action=f"reported by {self.name} itself"))
-        self.ctx.lines_added(self)
+        for fn in self.ctx.line_listeners:
+            fn(self)
 
     def _watch_core(self, text: str) -> None:
         """A vLLM server that says its engine core died: ended as a failure if it is still running

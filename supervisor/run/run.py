@@ -296,7 +296,8 @@ class Run:
             self._stop_metrics()
         self.gpus.stop()
         self._hang.close()
-        self._watching.stop_artefacts()
+        if self._watching.artefacts is not None:
+            self._watching.artefacts.stop()
         for c in self.components.values():
             c.close()
         self._states.write(force=True)
@@ -459,10 +460,6 @@ class Run:
     def follow_restart(self, name: str, cause: lc.Cause | None = None) -> None:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
         self._step(runstep.RestartCommand(name, cause))
-
-    def lines_added(self, comp: Component) -> None:
-        for fn in self.line_listeners:
-            fn(comp)
 
     def progress_dirty(self, comp: Component) -> None:
         self._pacing.progress_moved(comp.name, self.loop)
