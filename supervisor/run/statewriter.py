@@ -67,8 +67,7 @@ class StateWriter:
     def append(self, e: dict[str, Any], *, sync: bool) -> None:
         """``e`` written to the journal now; with ``sync``, its fsync follows in this turn of the loop (shared, in
         the pool)."""
-        if self.journal is None or self.loop is None:  # no journal before begin
-            return
+        assert self.journal is not None and self.loop is not None  # the run emits to the journal once begun
         if not sync or self.loop.is_closed():
             self.journal.append(e, sync=sync)
             return
