@@ -213,8 +213,7 @@ class ControlServer:
     async def start(self) -> None:
         """Listen on the run's socket (mode 0600); the caller holds the run lock, so a leftover
         socket file belongs to a dead supervisor and is replaced."""
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        self.path.unlink(missing_ok=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # no window in which the socket is reachable by others
         try:
