@@ -6,10 +6,7 @@ and what the journal should say (events), never acting itself: which pending com
 (dependency gating), which components follow a restart (``restart_with``), which one has stalled and
 on what evidence, how a dependency counts for ``dependency_down`` and whether its failure is
 deterministic (from the typed cause of its ``fatal``, never from the words of a reason), whether the
-run has ended and what its root cause is. The run's step (:mod:`.runstep`) calls them, and the run
-carries out what it answers (:class:`~rlsup.supervisor.run.run.Run` watches, feeds inputs, performs
-effects). The consumers' side of ``dependency_down`` and memory growth live in
-:mod:`~rlsup.supervisor.diagnosis` (also pure) and are wired the same way.
+run has ended and what its root cause is. The run's step (:mod:`.runstep`) calls them.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ MAX_NAMED = 5  # components named in a run's end reason; the rest are counted
 # preemption, a VM's shutdown) signals every process at once, and a program that exits 0 on SIGTERM can be
 # seen to end before the supervisor's own SIGTERM is handled.
 EXIT_HOLD_S = 1.0
-DEPENDENCY_STABLE_S = 10.0  # up this long before a dependency counts as back
 
 
 @dataclass(frozen=True)
@@ -131,10 +127,10 @@ def checkpoint_waited(*, asked_at: float, wait: float, now: float, before: Mark 
     return "timed out" if now - asked_at >= wait else None
 
 
-def dependency_state(d: Seen, now: float, stable_s: float = DEPENDENCY_STABLE_S) -> str:
-    """A dependency's state for dependency_down: ``running`` only once it has stayed up ``stable_s``,
-    so a server that dies seconds after each start is still down (no restart flapping)."""
-    if d.state == "running" and d.ready_at is not None and now - d.ready_at < stable_s:
+def dependency_state(d: Seen, now: float) -> str:
+    """A dependency's state for dependency_down: ``running`` only once it has stayed up 10 s, so a server
+    that dies seconds after each start is still down (no restart flapping)."""
+    if d.state == "running" and d.ready_at is not None and now - d.ready_at < 10.0:
         return "starting"
     return d.state
 
@@ -174,8 +170,7 @@ class Consumer:
 
 def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], now: float, *, flagged: frozenset[str],
                       down_since: Mapping[str, float], down_for: Mapping[str, float], budget: float,
-                      flag_after_s: float, stable_s: float = DEPENDENCY_STABLE_S,
-                      ) -> tuple[dict[str, list[str]], list[ev.Event], frozenset[str]]:
+                      flag_after_s: float) -> tuple[dict[str, list[str]], list[ev.Event], frozenset[str]]:
     """dependency_down, the consumers' side: which dependencies consumers are failing to reach (dependency ->
     consumers), the flags to raise or clear, and the consumers flagged now. A consumer is flagged once
     the dependency is final or has been down ``flag_after_s`` (a restart of a few seconds is not news)."""
@@ -188,8 +183,7 @@ def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], n
         if not c.depends_on or c.state not in ("starting", "running", "backoff", "pending"):
             continue
         mine = seen[c.name].started_at if c.name in seen else None
-        deps = {d: dependency_state(seen[d], now, stable_s) for d in c.depends_on
-                if not _done(seen[d], d in c.ends_ok, mine)}
+        deps = {d: dependency_state(seen[d], now) for d in c.depends_on if not _done(seen[d], d in c.ends_ok, mine)}
         if all(st == "running" for st in deps.values()):
             if c.name in now_flagged:
                 now_flagged.discard(c.name)

@@ -100,7 +100,6 @@ State = Literal["pending", "starting", "running", "backoff", "stopping", "stoppe
 FINAL: frozenset[str] = frozenset({"stopped", "completed", "fatal"})
 ACTIVE: frozenset[str] = frozenset({"pending", "starting", "running", "backoff", "stopping"})
 EPISODE_FLAGS = frozenset({"crash_loop", "repeated_error", "step_crash", "stall"})
-HISTORY = 20
 
 
 @dataclass(frozen=True)
@@ -210,7 +209,6 @@ class Adopted:
     monitor_pid: int
     started_at: float  # monotonic, as the monitor recorded it
     ready: bool
-    resumed_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -221,14 +219,12 @@ class Ready:
 @dataclass(frozen=True)
 class ReadyTimedOut:
     reason: str
-    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
 class LivenessFailed:
     reason: str
     evidence: tuple[str, ...] = ()
-    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
@@ -255,7 +251,6 @@ class Healthy:
 class Stalled:
     message: str
     evidence: tuple[str, ...] = ()
-    cause: Cause | None = None
 
 
 @dataclass(frozen=True)
@@ -280,7 +275,6 @@ class Restart:
 @dataclass(frozen=True)
 class Start:
     by: str
-    step: int | None = None
     cause: Cause | None = None
 
 
@@ -429,7 +423,7 @@ def _on_adopted(life: Life, inp: Adopted, now: float, rules: Rules) -> Outcome:
     """A new supervisor took over a running attempt: running if it was ready, else starting."""
     life = replace(life, state="running" if inp.ready else "starting", attempt=inp.attempt, spawning=False,
                    started_at=inp.started_at, ready_at=now if inp.ready else None, want="run",
-                   resumed_from=inp.resumed_from)
+                   resumed_from=None)
     fx: list[Effect] = [Emit(ev.ComponentAdopted(
         life.name, pid=inp.pid, attempt=inp.attempt, monitor_pid=inp.monitor_pid,
         uptime_s=round(max(0.0, now - inp.started_at), 3), state=life.state))]
@@ -462,7 +456,7 @@ def _on_ready_timed_out(life: Life, inp: ReadyTimedOut, now: float, rules: Rules
     """starting -> stopping: never ready in time, a failure whatever its exit."""
     if life.state != "starting":
         return life, []
-    return _force_stop(life, rules, [], inp.reason, inp.cause or Cause("probe", inp.reason, of="stopping"))
+    return _force_stop(life, rules, [], inp.reason, Cause("probe", inp.reason, of="stopping"))
 
 
 def _on_liveness_failed(life: Life, inp: LivenessFailed, now: float, rules: Rules) -> Outcome:
@@ -471,7 +465,7 @@ def _on_liveness_failed(life: Life, inp: LivenessFailed, now: float, rules: Rule
         return life, []
     fx: list[Effect] = [Emit(ev.FlagRaised(life.name, type="liveness_failed", message=inp.reason,
                                            evidence=list(inp.evidence), action="restarting the component"))]
-    return _force_stop(life, rules, fx, inp.reason, inp.cause or Cause("probe", inp.reason, of="flag"))
+    return _force_stop(life, rules, fx, inp.reason, Cause("probe", inp.reason, of="flag"))
 
 
 def _on_stalled(life: Life, inp: Stalled, now: float, rules: Rules) -> Outcome:
@@ -489,7 +483,7 @@ def _on_stalled(life: Life, inp: Stalled, now: float, rules: Rules) -> Outcome:
         life = replace(life, episode=life.episode | {"stall"})
     if not restart:
         return life, fx
-    why = inp.cause or Cause("stall", inp.message, of="flag" if flagged else "stopping")
+    why = Cause("stall", inp.message, of="flag" if flagged else "stopping")
     return _force_stop(life, rules, fx, f"stall: {inp.message}", why)
 
 
@@ -585,9 +579,9 @@ def _on_start(life: Life, inp: Start, now: float, rules: Rules) -> Outcome:
     if life.run_stopping:
         return life, []
     if life.state in FINAL:
-        return _fresh_start(life, inp.step, why), []
+        return _fresh_start(life, None, why), []
     if life.state == "backoff":
-        return replace(life, state="pending", timer=life.timer + 1, resume_step=inp.step, waiting=(),
+        return replace(life, state="pending", timer=life.timer + 1, resume_step=None, waiting=(),
                        start_cause=why), []
     return life, []
 
@@ -628,7 +622,7 @@ def _on_exited(life: Life, inp: Exited, now: float, rules: Rules) -> Outcome:
         attempt=life.attempt, started_at=started, ended_at=ended, ready=was_ready, exit_code=inp.exit_code,
         signal=inp.signal, step=inp.step, resumed_step=life.resumed_from,
         diagnosis=inp.diagnosis)
-    history = (*life.history, record)[-HISTORY:]
+    history = (*life.history, record)[-20:]  # what the crash patterns look at
     if healthy >= rules.restart.reset_after:  # a healthy stretch ended the previous episode
         life = replace(life, episode=frozenset())
     life = replace(life, history=history)

@@ -25,9 +25,6 @@ from . import detectors
 from . import lifecycle as lc
 from .detectors import Consumer, Outcome, Seen
 
-DEPENDENCY_FLAG_AFTER_S = 15.0  # a dependency restarting for less than this is not flagged
-
-
 # ---------------------------------------------------------------------- what the run has seen
 
 
@@ -183,8 +180,9 @@ def with_seq(inp: lc.Input, seq: int | None) -> lc.Input:
 def step(view: View, trigger: Trigger, now: float, cfg: Config) -> tuple[Effect, ...]:
     """What the run does about ``trigger``, given ``view`` at monotonic time ``now``."""
     match trigger:  # one handler per trigger class; mypy checks each arm's type and that none is missing
-        case Restarted():
-            return _restarted(view, trigger, now, cfg)
+        case Restarted():  # restart_with: a journaled restart takes its followers along, with its cause
+            why = detectors.restart_trigger(trigger.event)
+            return () if why is None else _follow(view, cfg, str(trigger.event["component"]), why)
         case RestartCommand():
             return _follow(view, cfg, trigger.name, trigger.cause or lc.Cause("user", f"{trigger.name} was restarted"))
         case Pending():
@@ -204,12 +202,6 @@ def step(view: View, trigger: Trigger, now: float, cfg: Config) -> tuple[Effect,
 def _not_a_trigger(t: NoReturn) -> NoReturn:
     """Where mypy proves no trigger class was left out (a new one without an arm fails the type check)."""
     raise TypeError(f"not a run trigger: {t!r}")
-
-
-def _restarted(view: View, t: Restarted, now: float, cfg: Config) -> tuple[Effect, ...]:
-    """restart_with: a journaled restart takes its followers along, with its cause."""
-    why = detectors.restart_trigger(t.event)
-    return () if why is None else _follow(view, cfg, str(t.event["component"]), why)
 
 
 def _follow(view: View, cfg: Config, leader: str, why: lc.Cause) -> tuple[Effect, ...]:
@@ -260,7 +252,7 @@ def _dependency_tick(view: View, t: DependencyTick, now: float, cfg: Config) -> 
         return ()
     failing, events, flagged = detectors.consumers_failing(
         view.consumers, view.seen, now, flagged=view.flagged, down_since=view.down_since, down_for=view.down_for,
-        budget=cfg.dependency_budget, flag_after_s=DEPENDENCY_FLAG_AFTER_S, stable_s=detectors.DEPENDENCY_STABLE_S)
+        budget=cfg.dependency_budget, flag_after_s=15.0)  # a dependency restarting for less is not flagged
     out: list[Effect] = [Flagged(flagged)]
     out += [Say(e) for e in events]
     for d in sorted(set(view.down_since) | set(failing)):

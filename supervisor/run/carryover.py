@@ -26,8 +26,6 @@ def replay(paths: RunPaths, cfg: Config) -> tuple[dict[str, Any] | None, dict[st
     """The previous state of this run dir (the journal folded through the reducer; None if it has no
     events) and the last ``state.json`` (``{}`` if unreadable): the one replay of a run dir
     (:func:`.replay.read_run`), as the report and the archive read it."""
-    if not paths.events.exists():
-        return None, {}
     rp = read_run(paths, cfg.topo_order())
     if not rp.records:
         return None, {}
@@ -99,4 +97,4 @@ class Past:
     @property
     def saved_components(self) -> dict[str, Any]:
         """Each component's part of the saved state.json (its log position, gauges)."""
-        return (self.saved.get("components") or {}) if self.saved else {}
+        return self.saved.get("components") or {}

@@ -12,9 +12,11 @@ import signal as signal_mod
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from ..diagnosis.stacks import Stacks
 from ..records import events as ev
 from ..rules import lifecycle as lc
 from .component import Component
+from .stacks import reply
 
 Reply = dict[str, Any]
 
@@ -36,7 +38,7 @@ class Run(Protocol):
 
     def handover(self, reason: str) -> list[int]: ...
 
-    def take_stacks(self, name: str, *, why: str, native: bool = False) -> Awaitable[Reply]: ...
+    async def stacks_of(self, comp: Component, why: str, native: bool = False) -> Stacks | None: ...
 
 
 def _stop(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
@@ -121,12 +123,15 @@ def _signal(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
     return {"ok": True, "message": f"sent {sig.name} to {name}'s process tree"}
 
 
-def _stack(run: Run, name: str, by: str, args: dict[str, Any]) -> Awaitable[Reply]:
+async def _stack(run: Run, name: str, by: str, args: dict[str, Any]) -> Reply:
     """``rlsup stack NAME``: the Python stacks of its processes, taken off the loop (the reply comes later)."""
-    return run.take_stacks(name, why=f"asked by {by}", native=bool(args.get("native")))
+    c = run.components[name]
+    s = await run.stacks_of(c, f"asked by {by}", bool(args.get("native")))
+    if s is None:
+        return {"ok": False, "error": f"{name} is {c.state}: it has no process to take the stacks of"}
+    return reply(s)
 
 
-STARTS = ("start", "restart", "resume")  # refused once the run is ending
 COMMANDS: dict[str, Callable[[Run, str, str, dict[str, Any]], Reply | Awaitable[Reply]]] = {
     "start": _start, "stop": _stop, "restart": _restart, "resume": _resume, "signal": _signal, "stack": _stack,
 }
@@ -149,7 +154,7 @@ def run_command(run: Run, cmd: str, name: str | None, *, by: str = "user", clien
     fn = COMMANDS.get(cmd)
     if fn is None:
         return {"ok": False, "error": f"unknown command {cmd!r}"}
-    if cmd in STARTS and run.ending:
+    if cmd in ("start", "restart", "resume") and run.ending:
         return {"ok": False, "error": "the run is ending: nothing starts again in it; once it has ended, "
                                       "`rlsup up CONFIG --resume` continues it"}
     if name is None or name not in run.components:

@@ -18,6 +18,7 @@ import contextlib
 import os
 import re
 import signal as signal_mod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import placement as slurm_placement
@@ -54,11 +55,7 @@ from .tracking import Tracking
 if TYPE_CHECKING:
     from ..rundir.logpages import LogPages
 
-READ_BUDGET = 4 << 20  # bytes read per wakeup per component; the rest waits for the next round
-BACKFILL_BYTES = 4 << 20  # of log put back into the ring by a supervisor that takes over
 FLAG_LINE = re.compile(r"^rlsup-flag: (?P<type>[a-z][a-z0-9_]{0,40}): (?P<message>.+)$", re.MULTILINE)
-FLAG_LINE_MARK = "rlsup-flag: "
-MONITOR_GONE_S = 10.0
 
 
 class Context(Protocol):
@@ -68,12 +65,11 @@ class Context(Protocol):
     paths: RunPaths
     clock: Clock
     tracking: Tracking  # the monitors, the cgroup, the open-file limit
+    line_listeners: list[Callable[[Component], None]]  # told of each component's new lines
 
     def emit(self, event: ev.Event) -> dict[str, Any]: ...
 
     def changed(self, comp: Component) -> None: ...
-
-    def lines_added(self, comp: Component) -> None: ...
 
     def progress_dirty(self, comp: Component) -> None: ...
 
@@ -607,7 +603,7 @@ class Component:
         if left:
             await self._end_leftovers(att, left)
         att.finish()
-        await att.wait_monitor_gone(MONITOR_GONE_S)
+        await att.wait_monitor_gone(10.0)
         # What even SIGKILL did not end (a frozen or uninterruptible process) is remembered, so that
         # the end of the run names it instead of claiming that nothing is left.
         self.unended.update({p: att.members_seen.get(p) for p in {*left, *att.members_seen} if pid_alive(p)})
@@ -678,7 +674,7 @@ class Component:
         with the sequence numbers they had, so a client that reconnects by seq misses none of them (its
         previous supervisor may have read them without having sent them)."""
         assert at.ino is not None
-        data = self.follower.read_back(at.ino, at.offset, BACKFILL_BYTES)
+        data = self.follower.read_back(at.ino, at.offset, 4 << 20)
         if not data:
             return
         norm = LineNormaliser(self.logs_cfg.line_cap)
@@ -692,9 +688,10 @@ class Component:
         """Where the next supervisor should start reading: the start of the line not yet complete."""
         return Position(self.follower.ino, max(0, self.follower.offset - self.norm.held_bytes), self.ring.next_seq)
 
-    def read_output(self, *, final: bool = False, budget: int = READ_BUDGET) -> bool:
-        """Read what the monitor wrote since last time; True if more is waiting. ``final``: all of it, and
-        an unterminated last line as a line (the output has ended)."""
+    def read_output(self, *, final: bool = False, budget: int = 4 << 20) -> bool:
+        """Read what the monitor wrote since last time, at most ``budget`` bytes (the rest waits for the next
+        round); True if more is waiting. ``final``: all of it, and an unterminated last line as a line (the output
+        has ended)."""
         while final and self.read_output(budget=budget):
             pass
         try:
@@ -731,7 +728,7 @@ class Component:
             self._ready_seen.set()
         if self.vllm and self.core_died is None and self.life.state == "running":
             self._watch_core(text)
-        if FLAG_LINE_MARK in text:
+        if "rlsup-flag: " in text:  # the regex only where it can match
             for m in FLAG_LINE.finditer(text):
                 t = m.group("type")
                 if t in self.flags_this_attempt:
@@ -739,7 +736,8 @@ class Component:
                 self.flags_this_attempt.add(t)
                 self.ctx.emit(ev.FlagRaised(self.name, type=t, message=m.group("message").strip(),
                                             evidence=[m.group(0)], action=f"reported by {self.name} itself"))
-        self.ctx.lines_added(self)
+        for fn in self.ctx.line_listeners:
+            fn(self)
 
     def _watch_core(self, text: str) -> None:
         """A vLLM server that says its engine core died: ended as a failure if it is still running
@@ -771,10 +769,8 @@ class Component:
             self.ctx.progress_dirty(self)
 
     def flush_progress(self) -> None:
-        if self._progress_dirty:
-            self.ctx.emit(ev.ProgressUpdated(self.name, self.progress_event()))
-
-    def progress_event(self) -> dict[str, Any]:
+        if not self._progress_dirty:
+            return
         self._progress_dirty = False
         metric = self.cfg.progress.metric if self.cfg.progress else None
         mono = self.ctx.clock.monotonic()
@@ -785,7 +781,7 @@ class Component:
         if self.life.state != "running":
             snap.update(rate=None, eta_s=None)
         snap.update(checkpoint=self.checkpoint_info, watch=dict(self.watch_info))
-        return snap
+        self.ctx.emit(ev.ProgressUpdated(self.name, snap))
 
     def close(self) -> None:
         for t in self._timers:

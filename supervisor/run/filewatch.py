@@ -137,10 +137,6 @@ class Watching:
         self.artefacts = Watches(components, loop)
         self.artefacts.start()
 
-    def stop_artefacts(self) -> None:
-        if self.artefacts is not None:
-            self.artefacts.stop()
-
     def close(self) -> None:
         """The log and record watches and the monitors' pidfds closed."""
         if self.files is not None:

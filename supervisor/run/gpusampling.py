@@ -14,7 +14,6 @@ from ..records import events as ev
 from .component import Component
 
 GPU_SAMPLE_S = 1.0
-GPU_SAMPLE_IDLE_S = 10.0
 
 
 def owners(components: Mapping[str, Component]) -> dict[int, str]:
@@ -55,7 +54,7 @@ class GpuSampling:
     def watched(self, yes: bool) -> None:
         """A client came or went: GPU bars every second while anyone looks."""
         if self._thread is not None:
-            self._thread.interval = GPU_SAMPLE_S if yes else GPU_SAMPLE_IDLE_S
+            self._thread.interval = GPU_SAMPLE_S if yes else 10.0
 
     def stop(self) -> None:
         if self._thread is not None:

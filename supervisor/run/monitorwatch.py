@@ -43,10 +43,8 @@ class MonitorWatch:
         """Forget an attempt's monitor before its pidfd is closed (a reused fd number must not be taken
         for it later)."""
         self._by_record.pop(att.record_path.name, None)
-        fd = att.pidfd
-        if fd is not None and fd in self._by_pidfd:
-            del self._by_pidfd[fd]
-            self._remove_reader(fd)
+        if att.pidfd is not None and self._by_pidfd.pop(att.pidfd, None) is not None:
+            self._remove_reader(att.pidfd)
 
     def _exited(self, fd: int) -> None:
         comp, att = self._by_pidfd.pop(fd)

@@ -29,11 +29,6 @@ from ..config.model import NotifyCfg
 from ..records.events import describe
 from ..records.redact import Redactor
 
-MAX_QUEUE = 100
-WEBHOOK_TIMEOUT_S = 10.0
-COMMAND_TIMEOUT_S = 30.0
-BACKOFF_S: tuple[float, ...] = (1.0, 2.0, 4.0)
-
 
 class Notifier:
     """Delivers matching events of one run to ``cfg.webhook`` and/or ``cfg.command``.
@@ -44,10 +39,8 @@ class Notifier:
     """
 
     def __init__(self, cfg: NotifyCfg, *, run_name: str, run_dir: str, env: Mapping[str, str] | None = None,
-                 max_queue: int = MAX_QUEUE,
-                 backoff: Sequence[float] = BACKOFF_S, webhook_timeout: float = WEBHOOK_TIMEOUT_S,
-                 command_timeout: float = COMMAND_TIMEOUT_S, stderr: IO[str] | None = None,
-                 redactor: Redactor | None = None):
+                 max_queue: int = 100, backoff: Sequence[float] = (1.0, 2.0, 4.0), webhook_timeout: float = 10.0,
+                 command_timeout: float = 30.0, stderr: IO[str] | None = None, redactor: Redactor | None = None):
         self.cfg = cfg
         self.run_name = run_name
         self.run_dir = run_dir
@@ -80,13 +73,12 @@ class Notifier:
         """Queue ``event`` for delivery if its kind is one of ``cfg.on``; returns at once."""
         if self._thread is None or self._closing or event.get("kind") not in self.on:
             return
-        item = dict(event)
         with self._cond:
             if len(self._queue) >= self.max_queue:
                 self._queue.popleft()
                 self.dropped += 1
                 self._dropped_unreported += 1
-            self._queue.append(item)
+            self._queue.append(dict(event))
             self._cond.notify()
 
     def pending(self) -> int:

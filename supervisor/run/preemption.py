@@ -28,8 +28,6 @@ from ..rundir.checkpoints import Checkpoint, discover
 if TYPE_CHECKING:
     from .component import Component
 
-POLL_S = 0.2  # how often a checkpoint directory is looked at while the wait goes on
-
 
 def newest(cfg: ComponentCfg, *, writer_alive: bool = True) -> Checkpoint | None:
     """The component's newest complete checkpoint (None without ``resume:``, or none complete)."""
@@ -55,14 +53,13 @@ def baselines(components: Mapping[str, Component]) -> dict[str, Mark | None]:
 async def wait_for_checkpoints(components: Mapping[str, Component], before: Mapping[str, Mark | None], clock: Clock,
                                emit: Callable[[ev.Event], Any]) -> None:
     """Return once every component asked to checkpoint has written a new one, ended, or had its wait."""
-    loop = asyncio.get_running_loop()
     waiting = {n: c for n, c in components.items() if c.life.checkpoint_asked is not None}
     while waiting:
         now = clock.monotonic()
         for n, c in list(waiting.items()):
             asked = c.life.checkpoint_asked
             assert asked is not None
-            latest = mark(await loop.run_in_executor(None, newest, c.cfg))
+            latest = mark(await asyncio.to_thread(newest, c.cfg))
             verdict = checkpoint_waited(asked_at=asked, wait=c.rules.preempt_wait, now=now, before=before.get(n),
                                         latest=latest, exited=c.current is None)
             if verdict is None:
@@ -71,7 +68,7 @@ async def wait_for_checkpoints(components: Mapping[str, Component], before: Mapp
             if verdict != "written":
                 emit(_no_checkpoint(c, verdict, before.get(n)))
         if waiting:
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(0.2)  # each checkpoint directory looked at again
 
 
 def _no_checkpoint(c: Component, verdict: str, before: Mark | None) -> ev.FlagRaised:

@@ -75,8 +75,6 @@ async def check_tcp(target: str, timeout: float) -> tuple[bool, str]:
 async def check(kind: str, target: str, timeout: float) -> tuple[bool, str]:
     if kind == "file":
         return (True, f"file {target} exists") if os.path.exists(target) else (False, f"file {target} does not exist")
-    if kind not in ("http", "tcp"):
-        raise ValueError(f"not a polled probe: {kind}")
     return await (check_http if kind == "http" else check_tcp)(target, timeout)
 
 

@@ -37,11 +37,6 @@ from ..diagnosis.ray_state import (
     parse_nodes,
 )
 
-NODES_PATH = "/api/v0/nodes?detail=true&limit=10000"
-DEAD_ACTORS_PATH = ("/api/v0/actors?detail=true&limit=10000"
-                    "&filter_keys=state&filter_predicates=%3D&filter_values=DEAD")
-MAX_BODY = 32 << 20
-
 
 def auth_token(env: Mapping[str, str], token_file: str | None = None) -> str | None:
     """The token Ray's own clients would send (None: the cluster runs without token auth)."""
@@ -67,7 +62,7 @@ def get_json(url: str, token: str | None, timeout: float) -> Any:
                                                **({"Authorization": f"Bearer {token}"} if token else {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (a URL from the user's config)
-            body = resp.read(MAX_BODY)
+            body = resp.read(32 << 20)
     except urllib.error.HTTPError as e:
         hint = " (token auth: set RAY_AUTH_TOKEN or probe.ray.token_file)" if e.code in (401, 403) else ""
         raise OSError(f"GET {url}: HTTP {e.code}{hint}") from None
@@ -84,8 +79,9 @@ def get_json(url: str, token: str | None, timeout: float) -> Any:
 def read_state(base: str, token: str | None, timeout: float) -> tuple[list[RayNode], list[RayActor]]:
     """Ray's nodes and its dead actors (with their death causes)."""
     base = base.rstrip("/")
-    nodes = parse_nodes(get_json(base + NODES_PATH, token, timeout))
-    actors = parse_actors(get_json(base + DEAD_ACTORS_PATH, token, timeout))
+    nodes = parse_nodes(get_json(base + "/api/v0/nodes?detail=true&limit=10000", token, timeout))
+    actors = parse_actors(get_json(base + "/api/v0/actors?detail=true&limit=10000&filter_keys=state"
+                                   "&filter_predicates=%3D&filter_values=DEAD", token, timeout))
     return nodes, actors
 
 
@@ -119,19 +115,15 @@ class RayTracker:
     def flags(self, fresh: RayDeaths) -> list[tuple[str, str, list[str], str]]:
         """(type, message, evidence, action) of a flag per death worth one (not an actor that died
         only because its owner did: that is the owner's death, told elsewhere)."""
-        out = []
-        for n in fresh.nodes:
-            out.append(("ray_node_died", n.death(), [f"GET {self.url}/api/v0/nodes: {n.node_id} state DEAD"
-                                                    + (f" ({n.message})" if n.message else "")],
-                        "the actors on that node are lost; the component that runs its raylet ends with it"))
-        for a in fresh.actors:
-            if a.consequential:
-                continue
-            out.append(("ray_actor_died", actor_death(a, self.nodes),
-                        [f"GET {self.url}/api/v0/actors: {a.actor_id} DEAD ({a.reason or a.cause_kind or '?'})"
-                         + (f": {a.error}" if a.error else "")],
-                        "Ray's own death cause; a driver waiting on this actor fails or hangs"))
-        return out
+        return [("ray_node_died", n.death(), [f"GET {self.url}/api/v0/nodes: {n.node_id} state DEAD"
+                                              + (f" ({n.message})" if n.message else "")],
+                 "the actors on that node are lost; the component that runs its raylet ends with it")
+                for n in fresh.nodes] + [
+                ("ray_actor_died", actor_death(a, self.nodes),
+                 [f"GET {self.url}/api/v0/actors: {a.actor_id} DEAD ({a.reason or a.cause_kind or '?'})"
+                  + (f": {a.error}" if a.error else "")],
+                 "Ray's own death cause; a driver waiting on this actor fails or hangs")
+                for a in fresh.actors if not a.consequential]
 
 
 def misconfigured(err: Exception) -> bool:

@@ -13,15 +13,13 @@ from typing import Any
 from ..monitor.process import usage
 from ..records import events as ev
 
-RESOURCES_SAMPLE_S = 5.0
-
 
 class ResourceSampling:
     """The run's resource sampling: how often (``every_s``), when last (``last``, monotonic), each component's
     previous CPU reading and memory-growth series; ``detector`` makes a series' detector (tests tune it)."""
 
-    def __init__(self, every_s: float = RESOURCES_SAMPLE_S) -> None:
-        self.every_s = every_s
+    def __init__(self) -> None:
+        self.every_s = 5.0
         self.last = 0.0
         self.detector: Callable[[], Any] | None = None  # MemoryGrowthDetector unless set
         self._cpu_prev: dict[str, tuple[float, float]] = {}
@@ -29,7 +27,6 @@ class ResourceSampling:
 
     @property
     def due_at(self) -> float:
-        """When the next sample is due (monotonic)."""
         return self.last + self.every_s
 
     def sample(self, now: float, components: Mapping[str, Any], gpus: list[dict[str, Any]]) -> list[ev.Event]:

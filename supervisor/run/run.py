@@ -47,9 +47,9 @@ from .daemonlog import say
 from .ending import Ending
 from .filewatch import Watching, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
+from .resources import ResourceSampling
 from .runview import POSITIONS_WRITE_S
 from .stacks import HangGate
-from .stacks import reply as stack_reply
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
 from .ticker import EvaluationPacing, Ticker
@@ -61,9 +61,6 @@ if TYPE_CHECKING:
     from .server import ControlServer
 
 TICK_S = 1.0
-PAUSE_DETECT_S = 5.0  # a tick this late means the supervisor itself was paused (SIGSTOP, swap)
-IO_THREADS = 2  # the loop's pool for blocking work
-IDLE_TICK_MAX_S = 30.0  # the longest an idle run goes without a tick (the reap safety net)
 
 Subscriber = Callable[[dict[str, Any]], None]
 
@@ -104,8 +101,6 @@ class Run:
         self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(
             lambda: self.emit(gpu_event(s, owners(self.components)))))
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
-        from .resources import ResourceSampling
-
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
         self._hang = HangGate(self.paths.stacks, self._rejudge_stalls)  # a stall flag carries the stacks
 
@@ -138,7 +133,7 @@ class Run:
         # Blocking work (a walk of /proc for a stopped component's leftovers, a GPU sample before a
         # restart) goes to a pool of fixed size: the supervisor's threads do not grow with its
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
-        self.loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, thread_name_prefix="rlsup-io"))
+        self.loop.set_default_executor(ThreadPoolExecutor(2, thread_name_prefix="rlsup-io"))
         self.end.decided = decided = asyncio.Event()
         self.loop.add_signal_handler(signal_mod.SIGCHLD, reap_children)  # monitors and the zygote
         self.journal = self._states.begin(self.loop, Journal(self.paths.events))
@@ -294,7 +289,6 @@ class Run:
         return next((c.launcher for c in self.components.values() if c.launcher is not None), None)
 
     def _last_net(self) -> list[str]:
-        """Nothing of this run may outlive it (:mod:`.lastnet`); returns what could not be ended."""
         return self.tracking.last_net(c.unended for c in self.components.values())
 
     def _finish(self) -> None:
@@ -302,7 +296,8 @@ class Run:
             self._stop_metrics()
         self.gpus.stop()
         self._hang.close()
-        self._watching.stop_artefacts()
+        if self._watching.artefacts is not None:
+            self._watching.artefacts.stop()
         for c in self.components.values():
             c.close()
         self._states.write(force=True)
@@ -466,10 +461,6 @@ class Run:
         """Restart the components that asked (``restart_with``) to follow ``name``'s restarts."""
         self._step(runstep.RestartCommand(name, cause))
 
-    def lines_added(self, comp: Component) -> None:
-        for fn in self.line_listeners:
-            fn(comp)
-
     def progress_dirty(self, comp: Component) -> None:
         self._pacing.progress_moved(comp.name, self.loop)
 
@@ -515,11 +506,11 @@ class Run:
             busy, due = runview.tick_due(self.components, self._seen(), now, awake_since=self._ticker.awake_since,
                                          positions_written=self._ticker.positions_written,
                                          resources_due=self.resources.due_at)
-        return next_tick(self._ticker.last, busy=busy, due=due, tick_s=TICK_S, idle_max_s=IDLE_TICK_MAX_S)
+        return next_tick(self._ticker.last, busy=busy, due=due, tick_s=TICK_S, idle_max_s=30.0)  # the reap safety net
 
     def _tick(self, planned: float) -> None:
         now = self.clock.monotonic()
-        if now - planned > PAUSE_DETECT_S:
+        if now - planned > 5.0:  # this late: the supervisor itself was paused (SIGSTOP, swap)
             self._ticker.awake_since = now  # we were paused: what happened meanwhile is not the components' fault
             read_all(self.components)
         self._ticker.last = now
@@ -547,21 +538,16 @@ class Run:
             self._states.mark_dirty()
 
     def watchers_changed(self) -> None:
-        """A client came or went: GPU bars every second while anyone looks, every few seconds otherwise."""
         self.gpus.watched(self._watched)
 
     @property
     def _watched(self) -> bool:
-        """Whether a client is connected to the control socket now."""
         return self._server is not None and bool(self._server.conns)
 
     def _check_stalls(self, now: float) -> None:
         """The run's step on the stall watch; it asks for the logs to be read first before it calls
         a stall (the steps a component wrote while we were paused or busy are in its log)."""
-        view = self._stall_view(caught_up=False)
-        if not view.stall:
-            return
-        effects = runstep.step(view, runstep.StallTick(), now, self.cfg)
+        effects = runstep.step(self._stall_view(caught_up=False), runstep.StallTick(), now, self.cfg)
         if any(isinstance(fx, runstep.CatchUp) for fx in effects):
             read_all(self.components)
             effects = runstep.step(self._stall_view(caught_up=True), runstep.StallTick(), now, self.cfg)
@@ -569,8 +555,6 @@ class Run:
 
     def _stall_view(self, caught_up: bool) -> runstep.View:
         watched = runview.stall_watched(self.components)
-        if not watched:
-            return runstep.View({})
         return runstep.View(self._seen(), awake_since=self._ticker.awake_since, wall_time=time.time(), caught_up=caught_up,
                             stall={n: runview.stall_watch(c, self.components) for n, c in watched.items()})
 
@@ -594,14 +578,6 @@ class Run:
             return None
         return await self._hang.take(comp.name, att.attempt, att.members(), why=why, native=native)
 
-    async def take_stacks(self, name: str, *, why: str, native: bool = False) -> dict[str, Any]:
-        """``rlsup stack NAME``: the reply to the command (:func:`.stacks.reply`)."""
-        c = self.components[name]
-        s = await self.stacks_of(c, why, native)
-        if s is None:
-            return {"ok": False, "error": f"{name} is {c.state}: it has no process to take the stacks of"}
-        return stack_reply(s)
-
     def _check_dependencies(self, now: float) -> None:
         """dependency_down: consumers failing to reach a dependency that is down. The run's step says
         whether to restart the dependency (not its victims), or to stop the consumers if it stays down
@@ -609,8 +585,6 @@ class Run:
         consumers = runview.consumers(self.components, self.state["components"])
         deps = self._memory
         down_since = deps.tracker.down_since()
-        if not consumers and not down_since and not deps.flagged:
-            return
         view = runstep.View(self._seen(), consumers=consumers, flagged=frozenset(deps.flagged),
                             down_since=down_since, down_for={d: deps.tracker.down_for(d) or 0.0 for d in down_since})
         self._step(runstep.DependencyTick(), view, now)
@@ -641,7 +615,6 @@ class Run:
 
     @property
     def ending(self) -> bool:
-        """The run decided to end (it may still be stopping); not so for a hand-over."""
         return self.end.ended
 
     # ------------------------------------------------------------------ what the control server reads (server.RunView)

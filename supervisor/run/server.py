@@ -39,19 +39,16 @@ from ..rundir.logpages import MAX_PAGE, LogPages
 from ..rundir.logs import LogRing, Position
 from .daemonlog import say
 
-FLUSH_S = 0.05
 HIGH_WATER = 1 << 20  # bytes queued to a client above which no more log lines are sent to it
 MAX_CLIENT_BACKLOG = 32 << 20  # bytes queued to one client at which it is given up on
 # ... unless many clients share the run: all of them together may hold TOTAL_BACKLOG, each at least
 # MIN_CLIENT_BACKLOG (a thousand subscribers that never read took the daemon to 1.6 GB otherwise).
 TOTAL_BACKLOG = 128 << 20
 MIN_CLIENT_BACKLOG = 256 << 10
-REPLY_WAIT_S = 60.0  # a client that reads none of its replies for this long is disconnected
 MAX_LINES_PER_PUSH = 5000
 MAX_SNAPSHOT_LINES = 100_000
 RECENT_EVENTS = 20_000
 TRIM_AFTER_S = 1.0  # after a client leaves, the heap is given back to the OS this much later
-READ_CHUNK = 1 << 16
 
 
 class RunView(Protocol):
@@ -73,21 +70,17 @@ class RunView(Protocol):
     def redact_lines(self, lines: list[str]) -> list[str]:
         """Log lines as a client may see them (secrets masked): rings keep raw lines, masked only on
         the way out, so output that no client reads costs no masking."""
-        ...
 
     def command(self, cmd: str, name: str | None = None, by: str = "user", client: str | None = None,
                 **args: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """The reply, or an awaitable one (``stack``: taken off the loop)."""
-        ...
 
     def watchers_changed(self) -> None:
         """A client connected or left (the run samples GPUs more often while someone looks)."""
-        ...
 
     def log_pages(self, name: str) -> tuple[LogPages, Position] | None:
         """The component's log on disk and the position up to which the ring has read it (the
         anchor that ties line numbers on disk to sequence numbers); None for no such component."""
-        ...
 
 
 def _ints(msg: dict[str, Any], *keys: str) -> list[int | None]:
@@ -138,7 +131,7 @@ class Conn:
         discarding = False
         try:
             while not self.closed:
-                chunk = await self.reader.read(READ_CHUNK)
+                chunk = await self.reader.read(1 << 16)
                 if not chunk:
                     break
                 buf, discarding = await self._lines(buf + chunk, discarding)
@@ -160,7 +153,7 @@ class Conn:
                 if self.buffered > HIGH_WATER and not self.closed:
                     # Back-pressure: no more replies until this client reads the ones it has.
                     try:
-                        await asyncio.wait_for(self.writer.drain(), REPLY_WAIT_S)
+                        await asyncio.wait_for(self.writer.drain(), 60.0)
                     except (asyncio.TimeoutError, TimeoutError):
                         self.give_up(f"not reading its replies ({self.buffered >> 10} KiB waiting)")
         if len(buf) > protocol.MAX_REQUEST_BYTES:
@@ -220,8 +213,7 @@ class ControlServer:
     async def start(self) -> None:
         """Listen on the run's socket (mode 0600); the caller holds the run lock, so a leftover
         socket file belongs to a dead supervisor and is replaced."""
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        self.path.unlink(missing_ok=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # no window in which the socket is reachable by others
         try:
@@ -319,7 +311,7 @@ class ControlServer:
 
     def _schedule(self) -> None:
         if self._flush_handle is None and self.conns:
-            self._flush_handle = asyncio.get_running_loop().call_later(FLUSH_S, self._flush)
+            self._flush_handle = asyncio.get_running_loop().call_later(0.05, self._flush)  # 20 Hz
 
     def _flush(self) -> None:
         self._flush_handle = None

@@ -18,8 +18,6 @@ from ..rules import lifecycle as lc
 if TYPE_CHECKING:
     from .component import Component
 
-ROUND_S = 0.02  # a round in which nothing became quiet waits this long before looking again
-
 
 class StopOrder:
     """Which components may be stopped now: those whose dependents are all quiet."""
@@ -63,5 +61,5 @@ async def stop_in_order(cfg: Config, components: Mapping[str, Component], why: l
         for n in freed:
             components[n].handle(lc.Shutdown(why))
         if not freed and still:
-            await asyncio.sleep(ROUND_S)
+            await asyncio.sleep(0.02)  # nothing became quiet: look again a little later
         stopping = still + freed

@@ -32,8 +32,6 @@ from ..rundir.journal import write_atomic
 from ..rundir.layout import UnsafeRunDir, check_owned_dir
 
 STACK_TIMEOUT_S = 10.0  # per process: py-spy pauses it for milliseconds; more means it cannot read it
-PARALLEL = 4  # py-spy processes at once
-MAX_PROCS = 256  # processes of one tree whose stacks are taken
 
 
 def find_py_spy() -> str | None:
@@ -60,17 +58,17 @@ def _proc_info(pid: int) -> tuple[str, int | None]:
     return name, int(rank) if rank.isdigit() else None
 
 
-def dump_one(py_spy: str, pid: int, *, native: bool, timeout: float) -> Proc:
+def dump_one(py_spy: str, pid: int, *, native: bool) -> Proc:
     """One process's threads, or why py-spy could not read them. Its exit status is not read: the
     supervisor reaps every child (its subreaper role), so success is JSON on stdout."""
     name, rank = _proc_info(pid)
     argv = [py_spy, "dump", "--json", "--pid", str(pid), *(["--native"] if native else [])]
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=STACK_TIMEOUT_S, stdin=subprocess.DEVNULL,
                            env={**os.environ, "RUST_BACKTRACE": "0"}, check=False)
     except subprocess.TimeoutExpired:
         return Proc(pid, name, rank, problem="timeout",
-                    error=f"py-spy did not answer within {timeout:g}s (the process is stopped or in "
+                    error=f"py-spy did not answer within {STACK_TIMEOUT_S:g}s (the process is stopped or in "
                           "uninterruptible sleep?)")
     except OSError as e:
         return Proc(pid, name, rank, problem="failed", error=f"cannot run {py_spy}: {e.strerror or e}")
@@ -82,16 +80,15 @@ def dump_one(py_spy: str, pid: int, *, native: bool, timeout: float) -> Proc:
 
 
 def take(component: str, attempt: int, pids: Sequence[int], *, native: bool = False,
-         py_spy: str | None = None, timeout: float = STACK_TIMEOUT_S) -> Stacks:
+         py_spy: str | None = None) -> Stacks:
     """The stacks of ``pids`` (blocking: run it in a thread)."""
     if py_spy is None:
         return Stacks(component, attempt, error=f"py-spy is not installed: `{sys.executable} -m pip install "
                                                  "py-spy` (or set RLSUP_PY_SPY to one)")
     if not pids:
         return Stacks(component, attempt, error=f"no process of {component} is running")
-    with ThreadPoolExecutor(min(PARALLEL, len(pids)), thread_name_prefix="rlsup-py-spy") as pool:
-        procs = tuple(pool.map(lambda p: dump_one(py_spy, p, native=native, timeout=timeout),
-                               sorted(pids)[:MAX_PROCS]))
+    with ThreadPoolExecutor(min(4, len(pids)), thread_name_prefix="rlsup-py-spy") as pool:  # 4 py-spy at once
+        procs = tuple(pool.map(lambda p: dump_one(py_spy, p, native=native), sorted(pids)[:256]))  # 256 at most
     hints: tuple[str, ...] = ()
     if any(p.problem == "denied" for p in procs):
         try:
@@ -123,16 +120,11 @@ def write_dump(folder: Path, s: Stacks, why: str, native: bool, now: float) -> S
 
 
 class HangGate:
-    """The first ``Stalled`` of a stall episode waits for the component's stacks (:meth:`hold`); the run
-    judges the stall again once they are taken (``rejudge``), and the input that follows carries them.
-    :meth:`take` takes them (and those ``rlsup stack`` asks for) in a thread of its own (one capture at a
-    time; py-spy runs in parallel inside it)."""
+    """The stall gate: :meth:`hold` until :meth:`take` has the stacks (also ``rlsup stack``'s: one capture at a
+    time in a thread of its own), then ``rejudge``: the run judges the stall again."""
 
-    def __init__(self, folder: Path, rejudge: Callable[[], None], *, timeout: float = STACK_TIMEOUT_S,
-                 clock: Callable[[], float] = time.time):
+    def __init__(self, folder: Path, rejudge: Callable[[], None]):
         self.folder = folder
-        self.timeout = timeout
-        self.clock = clock
         self._pool: ThreadPoolExecutor | None = None
         self._rejudge = rejudge
         self._pending: dict[str, int] = {}  # component -> the attempt whose stacks are being taken
@@ -167,15 +159,14 @@ class HangGate:
             # Not fed at once (progress came back, the attempt ended): these stacks are of no later stall.
             self._ready.pop((name, attempt), None)
 
-
     async def take(self, component: str, attempt: int, pids: Sequence[int], *, why: str,
                    native: bool = False) -> Stacks:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlsup-stacks")
 
         def work() -> Stacks:
-            s = take(component, attempt, pids, native=native, py_spy=find_py_spy(), timeout=self.timeout)
-            return write_dump(self.folder, s, why, native, self.clock())
+            s = take(component, attempt, pids, native=native, py_spy=find_py_spy())
+            return write_dump(self.folder, s, why, native, time.time())
 
         return await asyncio.get_running_loop().run_in_executor(self._pool, work)
 

@@ -1,5 +1,5 @@
 """What the run writes into its run dir: each event into the journal at once (its fsync shared by the turn of the
-loop, :class:`JournalSync`), and state.json kept up to date: the run's state as of now, written in place, often but
+loop), and state.json kept up to date: the run's state as of now, written in place, often but
 never too often.
 
 A change marks the state dirty; the write follows at most twice a second and never takes more than
@@ -22,48 +22,6 @@ from ..records import events as ev
 from ..rundir.journal import Journal, StateFile, keep_spare_records
 from ..rundir.layout import RunPaths
 from . import health
-
-STATE_WRITE_MIN_S = 0.5
-
-
-class JournalSync:
-    """The run's journal with its fsyncs: due this turn of the loop, in flight, wanted once more after it."""
-
-    def __init__(self, journal: Journal, loop: asyncio.AbstractEventLoop) -> None:
-        self.journal = journal
-        self.loop = loop
-        self._scheduled = False  # the fsync of this turn of the loop is due
-        self._syncing: asyncio.Future[None] | None = None  # the fsync in flight (in the pool)
-        self._again = False  # events were written while it was: one more fsync once it is done
-
-    def append(self, e: dict[str, Any], *, sync: bool) -> None:
-        """Write ``e``; with ``sync``, its fsync follows in this turn of the loop (shared, in the pool)."""
-        if not sync or self.loop.is_closed():
-            self.journal.append(e, sync=sync)
-            return
-        self.journal.append(e, sync=False)
-        if not self._scheduled:
-            self._scheduled = True
-            self.loop.call_soon(self._sync)
-
-    def _sync(self) -> None:
-        self._scheduled = False
-        self.journal.flush(sync=False)  # what waits for a disk that refused it, first
-        if self._syncing is not None:  # one fsync at a time: another once the one in flight is done
-            self._again = True
-            return
-        try:
-            self._syncing = self.loop.run_in_executor(None, self.journal.sync)
-        except RuntimeError:  # the pool is shut down (the run is ending): here, then
-            self.journal.sync()
-            return
-        self._syncing.add_done_callback(self._synced)
-
-    def _synced(self, fut: asyncio.Future[None]) -> None:
-        self._syncing = None
-        if self._again:
-            self._again = False
-            self._sync()
 
 
 def encode(state: dict[str, Any]) -> bytes:
@@ -90,7 +48,9 @@ class StateWriter:
         self.file = StateFile(paths.state)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.journal: Journal | None = None
-        self._sync: JournalSync | None = None  # the journal's shared fsyncs, once there is a loop
+        self._sync_due = False  # the journal's fsync of this turn of the loop is due
+        self._syncing: asyncio.Future[None] | None = None  # the fsync in flight (in the pool)
+        self._sync_again = False  # events were written while it was: one more fsync once it is done
         self.spares_wanted = 2  # spare monitor records kept for a full disk
         self.dirty = False
         self._written_at = 0.0
@@ -101,18 +61,45 @@ class StateWriter:
 
     def begin(self, loop: asyncio.AbstractEventLoop, journal: Journal) -> Journal:
         """The run's loop has begun, and its journal is open."""
-        self.loop, self.journal, self._sync = loop, journal, JournalSync(journal, loop)
+        self.loop, self.journal = loop, journal
         return journal
 
     def append(self, e: dict[str, Any], *, sync: bool) -> None:
-        """``e`` written to the journal now; with ``sync``, its fsync follows in this turn of the loop."""
-        if self._sync is not None:  # with the journal (begin)
-            self._sync.append(e, sync=sync)
+        """``e`` written to the journal now; with ``sync``, its fsync follows in this turn of the loop (shared, in
+        the pool)."""
+        assert self.journal is not None and self.loop is not None  # the run emits to the journal once begun
+        if not sync or self.loop.is_closed():
+            self.journal.append(e, sync=sync)
+            return
+        self.journal.append(e, sync=False)
+        if not self._sync_due:
+            self._sync_due = True
+            self.loop.call_soon(self._sync)
+
+    def _sync(self) -> None:
+        assert self.journal is not None and self.loop is not None
+        self._sync_due = False
+        self.journal.flush(sync=False)  # what waits for a disk that refused it, first
+        if self._syncing is not None:  # one fsync at a time: another once the one in flight is done
+            self._sync_again = True
+            return
+        try:
+            self._syncing = self.loop.run_in_executor(None, self.journal.sync)
+        except RuntimeError:  # the pool is shut down (the run is ending): here, then
+            self.journal.sync()
+            return
+        self._syncing.add_done_callback(self._synced)
+
+    def _synced(self, fut: asyncio.Future[None]) -> None:
+        self._syncing = None
+        if self._sync_again:
+            self._sync_again = False
+            self._sync()
 
     def mark_dirty(self) -> None:
         self.dirty = True
         if self._timer is None and self.loop is not None:
-            every = max(STATE_WRITE_MIN_S, 10 * self._cost)
+            every = max(0.5, 10 * self._cost)
             delay = max(0.0, every - (time.monotonic() - self._written_at))
             self._timer = self.loop.call_later(delay, self.write)
 

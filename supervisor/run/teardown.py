@@ -45,12 +45,9 @@ from ..monitor.process import (
 )
 from ..records import events as ev
 from ..records.diagnosis import Diagnosis
-from ..rundir.journal import Journal, read_records
+from ..rundir.journal import Journal
 from ..rundir.layout import RunLock, RunPaths, read_owner
-
-DEFAULT_STOP = (int(signal_mod.SIGTERM), 30.0)
-MONITOR_FINISH_S = 10.0  # a monitor drains its pipe for at most 2 s when told to finish
-POLL_S = 0.05
+from ..rundir.replay import read_run
 
 
 @dataclass
@@ -67,20 +64,6 @@ class Teardown:
     @property
     def nothing_found(self) -> bool:
         return not (self.stopped or self.finished_monitors or self.leftovers or self.left)
-
-
-def _history(paths: RunPaths) -> tuple[list[str], bool]:
-    """The run's components in start (dependency) order, from its last ``run_started`` event, and whether
-    a ``run_ended`` came after it."""
-    names: list[str] = []
-    last: ev.Event | None = None
-    with contextlib.suppress(OSError):
-        for r in read_records(paths.events, kinds={ev.RunStarted.kind, ev.RunEnded.kind}.__contains__):
-            if isinstance(r.event, ev.RunStarted) and "components" not in r.absent:
-                names = [str(n) for n in r.event.components]
-            if isinstance(r.event, (ev.RunStarted, ev.RunEnded)):
-                last = r.event
-    return names, isinstance(last, ev.RunEnded)
 
 
 def end_run(paths: RunPaths, *, stops: dict[str, tuple[int, float]] | None = None,
@@ -108,7 +91,8 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
         journal.last_seq += 1
         journal.append(event.to_dict(ts=time.time(), seq=journal.last_seq))
 
-    order, ended = _history(paths)  # read before this teardown journals anything
+    start, end = read_run(paths).last_run  # read before this teardown journals anything
+    order = start.event.components if start is not None and isinstance(start.event, ev.RunStarted) else []
     rank = {n: i for i, n in enumerate(order)}
     # The attempts under live monitors of this run (each proven by is_monitor_of), in reverse dependency
     # order: consumers first, so none of them sees its dependency vanish first.
@@ -123,7 +107,7 @@ def _end(paths: RunPaths, out: Teardown, stops: dict[str, tuple[int, float]], sa
         if not is_monitor_of(rec, paths.root):
             with contextlib.suppress(OSError):
                 rp.unlink()
-    if not ended or out.stopped or out.leftovers:
+    if end is None or out.stopped or out.leftovers:
         what = f"{len(out.stopped)} component(s)" + (f", {len(out.leftovers)} leftover process(es)"
                                                     if out.leftovers else "")
         emit(ev.RunEnded(None, exit_code=0, reason=f"{reason} on {socket.gethostname()} without a supervisor"
@@ -139,7 +123,7 @@ def _end_attempt(paths: RunPaths, out: Teardown, att: AttemptProcesses, rec: dic
     supervisor would have (an exit we asked for is no failure; one nobody watched is diagnosed)."""
     running = rec.get("status") != "exited" and att.pid and pid_alive(att.pid)
     if running:
-        sig, timeout = stops.get(att.component, DEFAULT_STOP)
+        sig, timeout = stops.get(att.component, (signal_mod.SIGTERM, 30.0))
         say(f"stopping {att.component} (pid {att.pid}, attempt {att.attempt}) with {signal_name(sig)}")
         emit(ev.ComponentStopping(att.component, by="user", signal=signal_name(sig), reason=by))
         _stop_tree(att, sig, timeout, say)
@@ -169,8 +153,7 @@ def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[s
     """Signal the attempt's process tree with ``sig``; SIGKILL what is left after ``timeout`` seconds."""
     att.members(children_map(max_age=0.0))  # remember each member's identity before signalling
     att.signal(sig)
-    _wait(lambda: not att.members(children_map(max_age=0.0)), timeout)
-    if att.members(children_map(max_age=0.0)):
+    if not _wait(lambda: not att.members(children_map(max_age=0.0)), timeout):
         say(f"{att.component}: still running after {timeout:g}s; SIGKILL")
         att.signal(signal_mod.SIGKILL)
 
@@ -178,7 +161,7 @@ def _stop_tree(att: AttemptProcesses, sig: int, timeout: float, say: Callable[[s
 def _finish_monitor(att: AttemptProcesses, out: Teardown) -> None:
     """Tell the attempt's monitor to finish; SIGKILL it if it does not (noted in ``out.left`` if even that fails)."""
     att.finish()
-    if not _wait(lambda: not pid_alive(att.monitor_pid), MONITOR_FINISH_S):
+    if not _wait(lambda: not pid_alive(att.monitor_pid), 10.0):  # a monitor told to finish drains for 2 s at most
         with contextlib.suppress(OSError):
             os.kill(att.monitor_pid, signal_mod.SIGKILL)
         if not _wait(lambda: not pid_alive(att.monitor_pid), 5.0):
@@ -225,5 +208,5 @@ def _wait(pred: Callable[[], bool], timeout: float) -> bool:
     while not pred():
         if time.monotonic() >= deadline:
             return False
-        time.sleep(POLL_S)
+        time.sleep(0.05)
     return True
