@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from textual import events, on
 from textual.app import App, ComposeResult
@@ -21,7 +21,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input
 
-from rlsup.supervisor.client.session import GoesOn
+from rlsup.supervisor.client.fleet import answer
+from rlsup.supervisor.client.session import GoesOn, Session
 from rlsup.supervisor.records.progress import current_rate
 from rlsup.supervisor.records.state import ACTIVE
 from rlsup.tui import actions, sized_by_the_terminal
@@ -53,21 +54,6 @@ GAUGE_MIN_S = 2.0  # GPU/host gauges and resource columns repaint at most this o
 TICK_HZ = 20.0  # flushes of the panes and state widgets per second while anything is pending
 
 
-class SessionLike(Protocol):
-    """What the app needs from :class:`rlsup.supervisor.client.session.Session` (tests pass a fake)."""
-
-    server: dict[str, Any]
-
-    async def run(self) -> None: ...
-
-    async def command(self, command: str, component: str | None = None, **args: Any) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
-
-
-SessionFactory = Callable[[Any], SessionLike]
-
-
 def _component_clock(c: dict[str, Any], now: float) -> list[object]:
     """The times one component's row and panels show that move with the clock alone: its uptime,
     the backoff countdown, a decaying rate, how long a stall has lasted, the age of its checkpoint
@@ -87,15 +73,6 @@ def _component_clock(c: dict[str, Any], now: float) -> list[object]:
     mtimes = [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]
     parts.extend(fmt_dur(now - mtime) for mtime in mtimes if mtime)
     return parts
-
-
-async def _reply(request: Awaitable[dict[str, Any]]) -> dict[str, Any]:
-    """The session's reply; a request that raised (the session answers refusals itself: a broken link) as a
-    refusal that says why, where the user looks."""
-    try:
-        return await request
-    except Exception as e:
-        return {"ok": False, "error": str(e) or type(e).__name__}
 
 
 class SearchInput(Input):
@@ -287,7 +264,7 @@ class MainScreen(Screen):
         """A request for the log file on disk; with ``warn``, a refusal shows as a warning."""
         disk = getattr(self.rlapp.session, "disk", None)
         reply: dict[str, Any] = ({"ok": False, "error": "this session cannot read logs from disk"} if disk is None
-                 else await _reply(disk(op, component, **fields)))
+                 else await answer(disk(op, component, **fields)))
         if warn and not reply.get("ok"):
             self.notify(reply.get("error") or "cannot read the log file", severity="warning")
         return reply
@@ -539,7 +516,7 @@ class MainScreen(Screen):
     async def _send(self, command: str, component: str | None, on_ok: Callable[[], None] | None,
                     **args: Any) -> None:
         what = f"{command} {component}" if component else command
-        reply = await _reply(self.rlapp.session.command(command, component, **args))
+        reply = await answer(self.rlapp.session.command(command, component, **args))
         if reply.get("ok"):
             self.notify(reply.get("message") or f"{what}: done", title=what)
             if on_ok:
@@ -679,7 +656,7 @@ class MainScreen(Screen):
         self.run_worker(self._stacks(name), group="commands")
 
     async def _stacks(self, name: str) -> None:
-        reply = await _reply(self.rlapp.session.command("stack", name))
+        reply = await answer(self.rlapp.session.command("stack", name))
         if not reply.get("lines"):
             self.notify(reply.get("error") or "refused", title=f"stack {name} failed", severity="error", timeout=8)
             return
@@ -698,7 +675,7 @@ class RlsupApp(App[int]):
     COMMANDS = {KeyTableCommands}  # ctrl+p: the key table's actions (not Textual's theme/quit commands)
     BINDINGS = actions.bindings(app=True)
 
-    def __init__(self, session_factory: SessionFactory, *, target: str = "", attach_hint: str = "",
+    def __init__(self, session_factory: Callable[[RunModel], Session], *, target: str = "", attach_hint: str = "",
                  clock: Callable[[], float] = time.time, timefmt: Callable[[float], str] = local_hms,
                  max_lines: int = 10_000):
         super().__init__()
@@ -747,8 +724,6 @@ def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: 
             goes_on: GoesOn | None = None) -> int:
     """Open the TUI on a run (``connect``, ``goes_on``: as for :class:`~rlsup.supervisor.client.session.Session`).
     Returns 0 on detach (``q``, Ctrl-C) and after ``Q`` + confirm; the reason is printed once the terminal is back."""
-    from rlsup.supervisor.client.session import Session
-
     sized_by_the_terminal()
     app = RlsupApp(lambda listener: Session(connect, listener, goes_on=goes_on), target=target,
                    attach_hint=attach_hint)

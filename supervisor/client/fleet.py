@@ -15,7 +15,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -32,6 +32,7 @@ from ..records.events import (
 )
 from ..records.phrases import end_note
 from .session import Connector, Session, SessionListener
+from .ssh import SshTarget, attach_command, ssh_connector
 
 JSON_TIMEOUT_S = 15.0
 FLAG_TYPE = "fleet_repeated_error"
@@ -59,12 +60,10 @@ class PodSpec:
     attach: str | None = None  # the command that attaches to it, where that is not `rlsup attach HOST` (Slurm)
 
     def target_label(self) -> str:
-        return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
+        return SshTarget(self.host, self.user, self.port).label()
 
     def attach_hint(self, *, identity: str | None = None, remote_cmd: str | None = None) -> str:
         """``rlsup attach`` to this pod, with the options the fleet reached it with (pastes as printed)."""
-        from .ssh import attach_command
-
         if self.attach is not None:
             return self.attach
         return attach_command(self.target_label(), run_dir=self.run_dir, identity=identity, remote_cmd=remote_cmd)
@@ -153,9 +152,11 @@ class PodState:
         self.ended_note: str | None = None  # set while the pod's run is known to have ended
         self.archived = False  # the last answer came from a run dir no supervisor owns (read-only)
         self.history_pending = False  # the pod's journal is being read for its past failures
-        # Set by the Fleet: the hello of the pod's current connection, and a hook after each snapshot.
-        self.server_hello: Callable[[], Mapping[str, Any]] = lambda: {}
-        self.after_snapshot: Callable[[bool], None] = lambda resumed: None
+        self.session: Any = None  # the pod's current Session (set by the Fleet): its hello, its journal
+        self.history_task: asyncio.Future[None] | None = None
+
+    def server_hello(self) -> Mapping[str, Any]:
+        return getattr(self.session, "server", None) or {}
 
     @property
     def label(self) -> str:
@@ -198,7 +199,11 @@ class PodState:
             else end_note(run)
         # Session delivers `attached` after the snapshot; a snapshot means the link works.
         self.connection, self.error = "attached", None
-        self.after_snapshot(resumed)
+        client = getattr(self.session, "client", None)
+        # A reconnect replays what it missed; a session without a client has no journal to ask.
+        if not resumed and client is not None and hasattr(client, "events"):
+            self.history_pending = True
+            self.history_task = asyncio.ensure_future(self._load_history(self.session, client))
         self.on_change()
 
     def on_event(self, event: Record | dict[str, Any]) -> None:
@@ -220,10 +225,22 @@ class PodState:
         pass
 
     def add_history(self, events: Iterable[Record | Mapping[str, Any]]) -> None:
-        """The failures recorded in the pod's journal (read by the Fleet after a snapshot)."""
+        """The failures recorded in the pod's journal (read after a session's first snapshot)."""
         self.add_failures(failures_in_events(events))
         self.history_pending = False
         self.on_change()
+
+    async def _load_history(self, session: Any, client: Any) -> None:
+        """Read the pod's journal for its past failures, then let go of an ended run."""
+        events: list[dict[str, Any]] = []
+        try:
+            events = await client.events(since=0, limit=HISTORY_EVENTS)
+        except Exception:  # the link dropped or an older supervisor: last exits and replayed events still count
+            pass
+        finally:
+            self.add_history(events)
+            if self.archived:
+                session.close()  # an ended run read from disk sends nothing more; Fleet.run looks again later
 
     def add_failures(self, failures: Iterable[Failure]) -> None:
         """Remember failures, each exit once however many ways it was seen (:meth:`Failure.same_exit`)."""
@@ -342,6 +359,14 @@ def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
 # The fleet: one Session per pod, run in parallel.
 
 
+async def answer(request: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """A request's reply; one that raised (a broken link, a session bug) as a refusal that says why."""
+    try:
+        return await request
+    except Exception as e:
+        return {"ok": False, "error": str(e) or type(e).__name__}
+
+
 class _DaemonThreadExecutor(concurrent.futures.ThreadPoolExecutor):
     """Runs each blocking call (an SSH dial) on its own daemon thread: a pod that black-holes SSH must not
     delay the other pods' dials (a bounded pool) nor the exit of ``--json`` (a joined one)."""
@@ -367,9 +392,8 @@ class _DaemonThreadExecutor(concurrent.futures.ThreadPoolExecutor):
 SessionFactory = Callable[[Connector, SessionListener], Any]
 
 
-def _default_session(connect: Connector, listener: SessionListener) -> Session:
-    # lines=0: the fleet shows no logs; backoff grows to 30 s for pods that stay unreachable.
-    return Session(connect, listener, lines=0, backoff=(1.0, 30.0), logs=False)  # rows need no log lines
+# lines=0, logs=False: the fleet's rows need no log lines; backoff grows to 30 s for pods that stay unreachable.
+_default_session: SessionFactory = partial(Session, lines=0, backoff=(1.0, 30.0), logs=False)
 
 
 class Fleet:
@@ -389,42 +413,17 @@ class Fleet:
         self.ended_recheck_s = ended_recheck_s
         self.pods = [PodState(s, lambda: self.on_change()) for s in specs]  # (FleetApp sets on_change later)
         self.connectors = {s.label: connector_for(s) for s in specs}
-        self.sessions = {p.label: session_factory(self.connectors[p.label], p) for p in self.pods}
         for p in self.pods:
-            p.server_hello = partial(self._hello, p.label)
-            p.after_snapshot = partial(self._after_snapshot, p.label)
+            p.session = session_factory(self.connectors[p.label], p)
         self._closed = False
         self._wake: asyncio.Event | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
+
+    @property
+    def sessions(self) -> dict[str, Any]:
+        return {p.label: p.session for p in self.pods}
 
     def pod(self, label: str) -> PodState:
         return next(p for p in self.pods if p.label == label)
-
-    def _hello(self, label: str) -> Mapping[str, Any]:
-        return getattr(self.sessions.get(label), "server", None) or {}
-
-    def _after_snapshot(self, label: str, resumed: bool) -> None:
-        """Read the pod's journal for its past failures (once per session), then let go of an ended run."""
-        session = self.sessions[label]
-        client = getattr(session, "client", None)
-        if resumed or client is None or not hasattr(client, "events"):
-            return  # a reconnect replays what it missed; a session without a client has no journal to ask
-        pod = self.pod(label)
-        pod.history_pending = True
-        task = asyncio.ensure_future(self._load_history(pod, session, client))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _load_history(self, pod: PodState, session: Any, client: Any) -> None:
-        events: list[dict[str, Any]] = []
-        try:
-            events = await client.events(since=0, limit=HISTORY_EVENTS)
-        except Exception:  # the link dropped or an older supervisor: last exits and replayed events still count
-            pass
-        finally:
-            pod.add_history(events)
-            if pod.archived:
-                session.close()  # an ended run read from disk sends nothing more; Fleet.run looks again later
 
     async def run(self) -> None:
         """Run every pod's session until :meth:`close`; one pod failing never stops the others."""
@@ -433,11 +432,10 @@ class Fleet:
         if self._closed:
             self._wake.set()
 
-        async def one(label: str) -> None:
-            pod = self.pod(label)
+        async def one(pod: PodState) -> None:
             while True:
                 try:
-                    await self.sessions[label].run()
+                    await pod.session.run()
                 except Exception as e:  # a session bug on one pod must not take the fleet down
                     pod.on_connection("closed", f"session failed: {e}")
                     return
@@ -449,18 +447,18 @@ class Fleet:
                     await asyncio.wait_for(self._wake.wait(), self.ended_recheck_s)
                 if self._closed:
                     return
-                self.sessions[label] = self.session_factory(self.connectors[label], pod)
+                pod.session = self.session_factory(self.connectors[pod.label], pod)
 
-        await asyncio.gather(*(one(p.label) for p in self.pods))
+        await asyncio.gather(*map(one, self.pods))
 
     def close(self) -> None:
         self._closed = True
         if self._wake is not None:
             self._wake.set()
-        for t in list(self._tasks):
-            t.cancel()
-        for s in self.sessions.values():
-            s.close()
+        for p in self.pods:
+            if p.history_task is not None:
+                p.history_task.cancel()
+            p.session.close()
         for remote in filter(None, (getattr(c, "remote", None) for c in self.connectors.values())):
             with contextlib.suppress(Exception):
                 remote.close()
@@ -478,13 +476,8 @@ class Fleet:
     async def command(self, labels: Sequence[str], command: str, component: str | None = None,
                       **args: Any) -> dict[str, dict[str, Any]]:
         """Send one command to several pods at once; each pod's reply (``ok`` + message/error)."""
-        async def one(label: str) -> dict[str, Any]:
-            try:
-                return await self.sessions[label].command(command, component, **args)
-            except Exception as e:
-                return {"ok": False, "error": str(e) or type(e).__name__}
-
-        replies = await asyncio.gather(*(one(label) for label in labels))
+        replies = await asyncio.gather(*(answer(self.pod(label).session.command(command, component, **args))
+                                         for label in labels))
         return dict(zip(labels, replies, strict=True))
 
     def flags(self) -> list[dict[str, Any]]:
@@ -534,8 +527,6 @@ def latest_problem(pod: Mapping[str, Any]) -> str:
 def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identity: str | None = None,
                    accept_hint: str | None = None) -> Callable[[PodSpec], Connector]:
     """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does)."""
-    from .ssh import SshTarget, ssh_connector
-
     def make(spec: PodSpec) -> Connector:
         return ssh_connector(SshTarget(host=spec.host, user=spec.user, port=spec.port, identity=identity),
                              run_dir=spec.run_dir, remote_cmd=remote_cmd, accept_new_host_key=accept_new_host_key,

@@ -12,7 +12,7 @@ import os
 import shlex
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +82,13 @@ def _lookup(host: str) -> dict[str, Any]:
     return dict(cfg.lookup(host))
 
 
+def _dest(t: SshTarget, cfg: dict[str, Any]) -> tuple[str, int]:
+    """Where ``t`` is: its host and port after its ``~/.ssh/config`` entry ``cfg``."""
+    return cfg.get("hostname", t.host), int(t.port or cfg.get("port") or 22)
+
+
 def fingerprint(key: Any) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
-
-
-def _known_name(host: str, port: int) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
 
 
 @dataclass
@@ -112,14 +113,14 @@ class _Policy:
             f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
+@dataclass
 class _Remote:
     """One SSH connection (possibly through jump hosts) that opens bridge channels."""
 
-    def __init__(self, target: SshTarget, accept_new_host_key: bool, accept_hint: str):
-        self.target = target
-        self.accept = accept_new_host_key
-        self.accept_hint = accept_hint
-        self.clients: list[Any] = []  # paramiko.SSHClient, jump hosts first
+    target: SshTarget
+    accept: bool  # an unknown host key is accepted (and recorded)
+    accept_hint: str
+    clients: list[Any] = field(default_factory=list)  # paramiko.SSHClient, jump hosts first
 
     def alive(self) -> bool:
         if not self.clients:
@@ -136,29 +137,22 @@ class _Remote:
     def connect(self) -> None:
         self.close()
         cfg = _lookup(self.target.host)
-        hops = [h for h in (cfg.get("proxyjump") or "").split(",") if h and h.lower() != "none"]
+        hops = [SshTarget.parse(h) for h in (cfg.get("proxyjump") or "").split(",") if h and h.lower() != "none"]
         sock: Any = None
         if not hops and cfg.get("proxycommand") and cfg["proxycommand"].lower() != "none":
             import paramiko
 
             sock = paramiko.ProxyCommand(cfg["proxycommand"])
-        for hop in hops:
-            t = SshTarget.parse(hop)
-            hcfg = _lookup(t.host)
-            client = self._open(t, hcfg, sock)
-            host, port = self._dest(self.target if hop is hops[-1] else SshTarget.parse(hops[hops.index(hop) + 1]))
-            sock = client.get_transport().open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0))
+        for hop, after in zip(hops, [*hops[1:], self.target], strict=True):
+            client = self._open(hop, _lookup(hop.host), sock)
+            sock = client.get_transport().open_channel("direct-tcpip", _dest(after, _lookup(after.host)),
+                                                       ("127.0.0.1", 0))
         self._open(self.target, cfg, sock)
-
-    def _dest(self, t: SshTarget, cfg: dict[str, Any] | None = None) -> tuple[str, int]:
-        """Where ``t`` is: its host and port after ``~/.ssh/config`` (read unless given)."""
-        c = _lookup(t.host) if cfg is None else cfg
-        return c.get("hostname", t.host), int(t.port or c.get("port") or 22)
 
     def _open(self, t: SshTarget, cfg: dict[str, Any], sock: Any) -> Any:
         import paramiko
 
-        host, port = self._dest(t, cfg)
+        host, port = _dest(t, cfg)
         user = t.user or cfg.get("user") or os.environ.get("USER") or None
         keys = [os.path.expanduser(k) for k in ([t.identity] if t.identity else []) + list(cfg.get("identityfile") or [])]
         keys = [k for k in keys if os.path.exists(k)]
@@ -190,7 +184,7 @@ class _Remote:
                 f"the host key of {host} has CHANGED (got {fingerprint(e.key)}, expected "
                 f"{fingerprint(e.expected_key)}). This can mean someone is intercepting the connection, or the "
                 f"machine was reinstalled. If you trust it, remove the old key with "
-                f"`ssh-keygen -R {_known_name(host, port)}` and attach again.") from None
+                f"`ssh-keygen -R {host if port == 22 else f'[{host}]:{port}'}` and attach again.") from None
         except paramiko.AuthenticationException as e:
             raise SshError(f"authentication to {label} failed ({e}); check the user, your keys "
                            "(-i FILE, IdentityFile in ~/.ssh/config) and the SSH agent") from None
@@ -211,7 +205,7 @@ class _Remote:
         except Exception as e:
             raise SshError(f"cannot start `{command}` on {self.target.label()}: {e}") from None
         local, remote_end = socket.socketpair()
-        info: dict[str, Any] = {"stderr": b"", "exit": None}
+        info: dict[str, Any] = {"stderr": b"", "exit": None, "done": threading.Event()}
         threading.Thread(target=_chan_to_sock, args=(chan, remote_end, info), daemon=True,
                          name="rlsup-ssh-in").start()
         threading.Thread(target=_sock_to_chan, args=(remote_end, chan), daemon=True, name="rlsup-ssh-out").start()
@@ -232,7 +226,7 @@ def _chan_to_sock(chan: Any, sock: socket.socket, info: dict[str, Any]) -> None:
                 info["exit"] = chan.recv_exit_status()
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)
-        info["done"] = True
+        info["done"].set()
 
 
 def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
@@ -282,10 +276,7 @@ async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.so
 
 async def _bridge_failure(e: Exception, info: dict[str, Any], command: str, target: SshTarget) -> SshError:
     """Why the bridge did not answer, from what the remote printed (a missing ``rlsup``: how to point at it)."""
-    for _ in range(50):  # give the relay thread a moment to collect the remote's stderr
-        if info.get("done"):
-            break
-        await asyncio.sleep(0.02)
+    await asyncio.to_thread(info["done"].wait, 1.0)  # a moment for the relay thread to collect the remote's stderr
     err = info["stderr"].decode("utf-8", "replace").strip()
     code = info.get("exit")
     if code in (126, 127) or "not found" in err or "No such file or directory" in err:
