@@ -510,18 +510,14 @@ def main_component(components: Mapping[str, Mapping[str, Any]]) -> tuple[str, Ma
 
 def latest_problem(pod: Mapping[str, Any]) -> str:
     """The newest flag and the newest failure diagnosis of a pod: ``"trainer step_crash · trainer: CUDA ..."``."""
-    flag: tuple[float, str] | None = None
-    diag: tuple[float, str] | None = None
-    for name, c in (pod.get("components") or {}).items():
-        for f in c.get("flags") or []:
-            cand = (float(f.get("ts") or 0), f"{name} {f.get('type')}")
-            flag = cand if flag is None or cand[0] >= flag[0] else flag
-        le = c.get("last_exit") or {}
-        d = le.get("diagnosis") or {}
-        if d.get("category") not in (None, "none"):
-            cand = (float(le.get("ts") or 0), f"{name}: {d.get('summary') or d.get('category')}")
-            diag = cand if diag is None or cand[0] > diag[0] else diag
-    return " · ".join(x[1] for x in (flag, diag) if x is not None)
+    comps = (pod.get("components") or {}).items()
+    flags = [(float(f.get("ts") or 0), f"{name} {f.get('type')}") for name, c in comps for f in c.get("flags") or []]
+    exits = [(name, le, le.get("diagnosis") or {}) for name, c in comps if (le := c.get("last_exit") or {})]
+    diags = [(float(le.get("ts") or 0), f"{name}: {d.get('summary') or d.get('category')}")
+             for name, le, d in exits if d.get("category") not in (None, "none")]
+    # the newest of each; of equals, the last flag and the first diagnosis
+    newest = (max(reversed(flags), key=lambda x: x[0], default=None), max(diags, key=lambda x: x[0], default=None))
+    return " · ".join(x[1] for x in newest if x is not None)
 
 
 def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identity: str | None = None,

@@ -11,7 +11,7 @@ from rich.style import Style
 from rich.text import Text
 
 from rlsup.supervisor.render.bars import bar, bar_line, fmt_mem, level, pct_line
-from rlsup.tui.format import separated
+from rlsup.tui.format import clip, separated
 from rlsup.tui.widgets import TextPanel
 
 PROCESS_LINES_MAX_GPUS = 4
@@ -115,4 +115,4 @@ class GpuPanel(TextPanel):
             out.append(text)
             who_w = min(len(who), 16)
             self._bar(out, bar(mem_pct, max(0, width - len(head) - len(text) - len(tail) - who_w)), mem_pct)
-        out.append(tail).append(who if len(who) <= who_w else who[: max(0, who_w - 1)] + "…", style=label)
+        out.append(tail).append(clip(who, who_w), style=label)

@@ -786,15 +786,12 @@ class LogPane(Vertical, can_focus=True):
         self.find(self.view.search_query, direction)
 
     # copy mode ------------------------------------------------------------------------------
-    def _mode_changed(self) -> None:
-        self.post_message(self.ModeChanged(self))
-
     def action_copy_mode(self) -> None:
         if not self.view.lines:
             self.notify("nothing to copy yet", severity="warning")
             return
         self.view.start_select()
-        self._mode_changed()
+        self.post_message(self.ModeChanged(self))
 
     def action_cursor(self, delta: int) -> None:
         self.view.move_cursor(delta)
@@ -804,7 +801,7 @@ class LogPane(Vertical, can_focus=True):
 
     def action_cancel_copy(self) -> None:
         self.view.end_select()
-        self._mode_changed()
+        self.post_message(self.ModeChanged(self))
 
     def _lines_of(self, n: int) -> str:
         return f"{n} line{'s' if n != 1 else ''} of {self.component}"
@@ -813,8 +810,7 @@ class LogPane(Vertical, can_focus=True):
         lines = self.view.selection()
         text = "\n".join(lines) + "\n"
         self.app.copy_to_clipboard(text)  # OSC 52: reaches the local terminal through SSH
-        self.view.end_select()
-        self._mode_changed()
+        self.action_cancel_copy()
         self.run_worker(self._tmux_buffer(text, len(lines)), group="clipboard")
 
     async def _tmux_buffer(self, text: str, n: int) -> None:
@@ -837,8 +833,7 @@ class LogPane(Vertical, can_focus=True):
             except OSError as e:
                 self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=8)
                 return
-            self.view.end_select()
-            self._mode_changed()
+            self.action_cancel_copy()
             self.notify(f"{self._lines_of(len(lines))} written to {where}", title="saved")
 
         self.app.push_screen(PathScreen(f"Write {len(lines)} line(s) of {self.component} to:",
