@@ -241,8 +241,7 @@ class MainScreen(Screen):
         pane.update_title()
 
     def on_log_view_need_lines(self, event: LogView.NeedLines) -> None:
-        pane = next((p for p in self.panes.values() if p.view is event.view), None)
-        if pane is not None:
+        if isinstance(pane := event.view.parent, LogPane):
             self.run_worker(self._page(pane, event.direction), group="disk")
 
     async def _page(self, pane: LogPane, direction: int) -> None:
@@ -558,8 +557,8 @@ class MainScreen(Screen):
             page = await self._disk("log_read", pane.component, from_seq=max(seq - PAGE // 2, reply["disk_first_seq"]),
                                     limit=PAGE)
             if page.get("ok") and page["lines"]:
-                v.show_disk(page, at=seq)
-                v.show_match(query, seq)
+                v.show_disk(page, at="top")
+                v.show_match(query, seq)  # (in view)
                 return
         if v.search(query, direction) is None:  # wrap around within the lines held
             where = " (the whole log file too)" if reply.get("ok") else ""
@@ -643,8 +642,7 @@ class RlsupApp(App[int]):
         try:
             await self.session.run()
         except Exception as e:  # never take the screen down with it: say so in the header
-            self.model.on_connection("closed", f"session failed: {e}")
-            self.main.wake()
+            self.model.on_connection("closed", f"session failed: {e}")  # (which wakes the screen)
 
     def action_detach(self) -> None:
         """Ctrl-C, on any screen: detach, as ``q`` does (never Textual's "press ctrl+q" toast)."""

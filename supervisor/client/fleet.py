@@ -92,12 +92,6 @@ class Failure:
     signal: str | None = None
     attempt: int | None = None
 
-    def same_exit(self, other: Failure) -> bool:
-        """The same exit seen twice: the same component and attempt, or, where an attempt is unknown, time."""
-        if self.attempt is not None and other.attempt is not None:
-            return self.component == other.component and self.attempt == other.attempt
-        return self.component == other.component and abs(self.ts - other.ts) < 1e-6
-
 
 def failure_of(component: str, exit_info: Mapping[str, Any], attempt: int | None = None) -> Failure | None:
     """The failure an exit record stands for, or None for a clean exit or a requested stop."""
@@ -243,7 +237,8 @@ class PodState:
                 session.close()  # an ended run read from disk sends nothing more; Fleet.run looks again later
 
     def add_failures(self, failures: Iterable[Failure]) -> None:
-        """Remember failures, each exit once however many ways it was seen (:meth:`Failure.same_exit`)."""
+        """Remember failures, each exit once however many ways it was seen: the same component and attempt, or,
+        where an attempt is unknown, the same component and time."""
         known = self.failures
         # Indexed, as a journal read back can hold thousands of exits.
         by_attempt = {(f.component, f.attempt): i for i, f in enumerate(known) if f.attempt is not None}
@@ -251,13 +246,14 @@ class PodState:
         for n, f in enumerate(known):
             by_ts.setdefault((f.component, round(f.ts, 6)), []).append(n)
         for f in failures:
+            at = (f.component, round(f.ts, 6))
             i = by_attempt.get((f.component, f.attempt)) if f.attempt is not None else None
             if i is None:
-                i = next((j for j in by_ts.get((f.component, round(f.ts, 6)), ()) if known[j].same_exit(f)), None)
+                i = next((j for j in by_ts.get(at, ()) if None in (known[j].attempt, f.attempt)), None)
             if i is None:
                 known.append(f)
                 i = len(known) - 1
-                by_ts.setdefault((f.component, round(f.ts, 6)), []).append(i)
+                by_ts.setdefault(at, []).append(i)
             elif known[i].attempt is not None or f.attempt is None:
                 continue
             else:

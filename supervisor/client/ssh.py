@@ -143,7 +143,7 @@ class _Remote:
             import paramiko
 
             sock = paramiko.ProxyCommand(cfg["proxycommand"])
-        for hop, after in zip(hops, [*hops[1:], self.target], strict=True):
+        for hop, after in zip(hops, [*hops[1:], self.target], strict=False):
             client = self._open(hop, _lookup(hop.host), sock)
             sock = client.get_transport().open_channel("direct-tcpip", _dest(after, _lookup(after.host)),
                                                        ("127.0.0.1", 0))

@@ -8,6 +8,7 @@ import shlex
 import time
 from collections import Counter
 from collections.abc import Mapping
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -293,13 +294,7 @@ def _attempts_section(paths: RunPaths, st: dict[str, Any], attempts: dict[str, l
 def _failure_details(paths: RunPaths, name: str, atts: list[Attempt]) -> list[str]:
     """Each failed attempt's exit and diagnosis; runs of the same failure collapse to one line."""
     out: list[str] = []
-    groups: list[list[Attempt]] = []  # consecutive failed attempts with the same failure
-    for a in (a for a in atts if a.judged_failed):
-        if groups and _same_failure(groups[-1][0], a):
-            groups[-1].append(a)
-        else:
-            groups.append([a])
-    for first, *same in groups:
+    for _, (first, *same) in groupby((a for a in atts if a.judged_failed), key=_failure_key):
         out += _failure_block(paths, name, atts, first)
         if same:
             nums = f"{same[0].attempt}" if len(same) == 1 else f"{same[0].attempt}-{same[-1].attempt}"
@@ -329,13 +324,11 @@ def _failure_block(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) 
     return out
 
 
-def _same_failure(a: Attempt, b: Attempt) -> bool:
-    """Same category, exception and location, and the same last evidence line: the log tail of a
-    crash loop accumulates, so whole evidence lists differ while the failure does not."""
-    def key(x: Attempt) -> tuple[Any, ...]:
-        d = x.diagnosis
-        return d.category, d.exception, d.location, d.evidence[-1] if d.evidence else None, x.exit_text()
-    return key(a) == key(b)
+def _failure_key(a: Attempt) -> tuple[Any, ...]:
+    """What makes two failures the same: category, exception and location, and the last evidence line (the
+    log tail of a crash loop accumulates, so whole evidence lists differ while the failure does not)."""
+    d = a.diagnosis
+    return d.category, d.exception, d.location, d.evidence[-1] if d.evidence else None, a.exit_text()
 
 
 def _mark(a: Attempt) -> Mark | None:

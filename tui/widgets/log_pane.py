@@ -274,9 +274,9 @@ class LogView(Widget, can_focus=False):
             return 0
         return max(0, first - self.disk_first)
 
-    def show_disk(self, page: Mapping[str, Any], *, at: str | int) -> None:
+    def show_disk(self, page: Mapping[str, Any], *, at: str) -> None:
         """Show a page read from disk (a ``log_read`` reply: its ``lines`` from ``seq`` on) in place of the
-        view's lines: enter the history window, or replace it. ``at``: "top", "bottom" or the seq to centre on."""
+        view's lines: enter the history window, or replace it; at its "top" or its "bottom"."""
         seq, disk_first, disk_end = page["seq"], page["disk_first_seq"], page["disk_end_seq"]
         self.disk_first = disk_first
         if self.hist is None:
@@ -290,8 +290,6 @@ class LogView(Widget, can_focus=False):
         self.widest = max([self.widest, *map(len, self.lines)]) if self.lines else self.widest
         if at == "bottom":
             self.top = self.max_top
-        elif at != "top":
-            self.show_line(int(at) - seq)
         self._moved()
 
     def add_disk(self, seq: int, lines: list[str], disk_end: int) -> None:
