@@ -89,10 +89,8 @@ class MainScreen(Screen):
                 yield GpuPanel(id="gpu")
             yield FlagsStrip(id="flags")
         yield Grid(id="logs")
-        search = SearchInput(placeholder="search the selected log: enter finds the newest match, escape closes",
-                             id="search")
-        search.display = False
-        yield search
+        yield SearchInput(placeholder="search the selected log: enter finds the newest match, escape closes",
+                          id="search")
         yield FitFooter()
 
     def on_mount(self) -> None:
@@ -242,7 +240,8 @@ class MainScreen(Screen):
 
     def on_log_view_need_lines(self, event: LogView.NeedLines) -> None:
         if isinstance(pane := event.view.parent, LogPane):
-            self.run_worker(self._page(pane, event.direction), group="disk")
+            self.run_worker(self._read_page(pane, "top", from_seq=None) if event.direction == 0  # Home
+                            else self._page(pane, event.direction), group="disk")
 
     async def _page(self, pane: LogPane, direction: int) -> None:
         """The page of the log file before (or after) what the pane holds."""
@@ -258,8 +257,8 @@ class MainScreen(Screen):
             finally:
                 v._asking = False  # type: ignore[attr-defined]
             return
-        end = h.first + len(v.lines)
-        where: dict[str, Any] = {"before_seq": h.first} if direction < 0 else {"from_seq": end}
+        end = v.dropped + len(v.lines)
+        where: dict[str, Any] = {"before_seq": v.dropped} if direction < 0 else {"from_seq": end}
         reply = await self._disk("log_read", pane.component, **where,
                                  limit=PAGE if direction < 0 else min(PAGE, h.live_seq - end))
         if v.hist is not h:
@@ -273,10 +272,6 @@ class MainScreen(Screen):
                 lines = lines[: max(0, h.live_seq - reply["seq"])]
             v.add_disk(reply["seq"], lines, reply["disk_end_seq"])
         pane.update_title()
-
-    @on(LogPane.FirstPageNeeded)
-    def _first_page_needed(self, event: LogPane.FirstPageNeeded) -> None:
-        self.run_worker(self._read_page(event.pane, "top", from_seq=None), group="disk")  # Home: the file's first page
 
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
         """Repaint the areas whose data changed; every one when the data turned stale or fresh (their look changes)."""
@@ -294,8 +289,7 @@ class MainScreen(Screen):
         comps = v.get("components") or {}
         stale = self.model.stale
         if "run" in areas:
-            server = getattr(self.rlapp.session, "server", None) or {}
-            self.query_one(RunHeader).set_data(v.get("run") or {}, server,
+            self.query_one(RunHeader).set_data(v.get("run") or {}, self.rlapp.session.server,
                                                (self.model.connection, self.model.connection_detail),
                                                self.model.data_at if stale else None, now)
         if areas & GAUGE_AREAS:
@@ -523,13 +517,10 @@ class MainScreen(Screen):
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self, event: Input.Submitted) -> None:
-        box = self.query_one("#search", SearchInput)
-        box.display = False
+        event.input.display = False
         self._focus_selected()
-        pane = self.selected_pane()
-        if pane is None or not event.value:
-            return
-        pane.find(event.value, -1)
+        if (pane := self.selected_pane()) is not None and event.value:
+            pane.find(event.value, -1)
 
     @on(LogPane.FindOnDisk)
     def _find_past_held_lines(self, event: LogPane.FindOnDisk) -> None:
@@ -544,7 +535,7 @@ class MainScreen(Screen):
             reply = await self._disk("log_search", pane.component, query=query, before_seq=first)
         elif direction > 0 and h is not None:
             reply = await self._disk("log_search", pane.component, query=query,
-                                     after_seq=h.first + len(v.lines) - 1)
+                                     after_seq=v.dropped + len(v.lines) - 1)
             if reply.get("seq") is not None and reply["seq"] >= h.live_seq:
                 reply = {}  # in the live lines: found there below
             if reply.get("seq") is None:

@@ -260,8 +260,7 @@ class FleetApp(App[str | None]):
             return
         self.selected ^= {label}
         table = self.query_one(DataTable)
-        if table.cursor_row < len(self.fleet.pods) - 1:
-            table.move_cursor(row=table.cursor_row + 1)
+        table.move_cursor(row=table.cursor_row + 1)  # (clamped to the last row)
         self.repaint(now=True)
 
     def action_toggle_all(self) -> None:

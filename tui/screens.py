@@ -39,17 +39,13 @@ if TYPE_CHECKING:
     from rlsup.tui.app import RlsupApp
 
 
-
-_ENVELOPE = ("ts", "seq", "kind", "component")
-
-
 def describe_any(rec: Record) -> str:
     """:func:`describe`, and for a kind this client does not know, its fields as ``key=value``."""
     text = describe(rec)
     kind = rec.kind or "?"
     if text != kind:
         return text
-    extra = [f"{k}={v}" for k, v in rec.to_dict().items() if k not in _ENVELOPE]
+    extra = [f"{k}={v}" for k, v in rec.to_dict().items() if k not in ("ts", "seq", "kind", "component")]
     return f"{kind}" + (": " + ", ".join(extra) if extra else "")
 
 

@@ -175,9 +175,8 @@ class PodState:
         self.connection = status
         if status in ("attached", "ended"):
             self.error = None  # "ended": the run ended while we watched and its supervisor went away: an answer
-        if status == "ended":
-            if self.ended_note is None:
-                self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
+        if status == "ended" and self.ended_note is None:
+            self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
         elif status in ("reconnecting", "closed") and detail:
             self.error = _RETRY_SUFFIX.sub("", detail)
         self.on_change()
@@ -519,12 +518,9 @@ def latest_problem(pod: Mapping[str, Any]) -> str:
 def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identity: str | None = None,
                    accept_hint: str | None = None) -> Callable[[PodSpec], Connector]:
     """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does)."""
-    def make(spec: PodSpec) -> Connector:
-        return ssh_connector(SshTarget(host=spec.host, user=spec.user, port=spec.port, identity=identity),
-                             run_dir=spec.run_dir, remote_cmd=remote_cmd, accept_new_host_key=accept_new_host_key,
-                             accept_hint=accept_hint)
-
-    return make
+    return lambda spec: ssh_connector(SshTarget(host=spec.host, user=spec.user, port=spec.port, identity=identity),
+                                      run_dir=spec.run_dir, remote_cmd=remote_cmd,
+                                      accept_new_host_key=accept_new_host_key, accept_hint=accept_hint)
 
 
 async def fleet_snapshot(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,

@@ -92,28 +92,6 @@ def fingerprint(key: Any) -> str:
 
 
 @dataclass
-class _Policy:
-    """Missing-host-key policy: refuse with the fingerprint, or accept and record it."""
-
-    accept: bool
-    known_hosts: Path
-    accept_hint: str
-
-    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-        fp = fingerprint(key)
-        if not self.accept:
-            raise HostKeyUnknown(
-                f"the host key of {hostname} is not known (not in {self.known_hosts}).\n"
-                f"  {key.get_name()} key fingerprint is {fp}.\n"
-                f"  If that is the right host, accept it once with: {self.accept_hint}\n"
-                f"  (or connect with `ssh` and answer yes), then attach again.")
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.known_hosts, "a") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-
-
-@dataclass
 class _Remote:
     """One SSH connection (possibly through jump hosts) that opens bridge channels."""
 
@@ -133,6 +111,20 @@ class _Remote:
             with contextlib.suppress(Exception):
                 c.close()
         self.clients = []
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        """As paramiko's missing-host-key policy: refuse with the fingerprint, or accept and record it."""
+        known_hosts = _ssh_dir() / "known_hosts"
+        if not self.accept:
+            raise HostKeyUnknown(
+                f"the host key of {hostname} is not known (not in {known_hosts}).\n"
+                f"  {key.get_name()} key fingerprint is {fingerprint(key)}.\n"
+                f"  If that is the right host, accept it once with: {self.accept_hint}\n"
+                f"  (or connect with `ssh` and answer yes), then attach again.")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(known_hosts, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
     def connect(self) -> None:
         self.close()
@@ -165,10 +157,9 @@ class _Remote:
                 client.load_host_keys(str(known))
             except Exception as e:
                 raise SshError(f"cannot read {known}: {e}") from None
-        # paramiko calls the policy's missing_host_key and nothing else; _Policy does not subclass
+        # paramiko calls the policy's missing_host_key and nothing else; this class does not subclass
         # paramiko.MissingHostKeyPolicy only so that paramiko is imported when a connection is made.
-        policy = _Policy(self.accept, known, self.accept_hint)
-        client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
+        client.set_missing_host_key_policy(self)  # type: ignore[arg-type]
         label = f"{user + '@' if user else ''}{host}:{port}"
         try:
             # key_filename: "the filename, or list of filenames" (paramiko/client.py, SSHClient.connect);
@@ -245,13 +236,8 @@ def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
 def attach_command(target: str, *, run_dir: str | None = None, identity: str | None = None,
                    remote_cmd: str | None = None, extra: str = "") -> str:
     """The ``rlsup attach`` command line that reaches the same run the same way, quoted to paste as printed."""
-    parts = ["rlsup", "attach", shlex.quote(target)]
-    if run_dir:
-        parts += ["--run-dir", shlex.quote(run_dir)]
-    if identity:
-        parts += ["-i", shlex.quote(identity)]
-    if remote_cmd:
-        parts += ["--remote-cmd", shlex.quote(remote_cmd)]
+    options = (("--run-dir", run_dir), ("-i", identity), ("--remote-cmd", remote_cmd))
+    parts = ["rlsup", "attach", shlex.quote(target), *(f"{o} {shlex.quote(v)}" for o, v in options if v)]
     return " ".join(parts) + (f" {extra}" if extra else "")
 
 
@@ -263,14 +249,13 @@ def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
 async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.socket, dict[str, Any]]:
     """``rlsup bridge`` started on the remote: over the SSH connection while it lives (a channel that does not
     open soon means it is half dead after a cut), else over a new one."""
-    loop = asyncio.get_running_loop()
     opened: tuple[Any, socket.socket, dict[str, Any]] | None = None
     if remote.alive():
         with contextlib.suppress(SshError):
-            opened = await loop.run_in_executor(None, remote.open_bridge, command, REUSE_TIMEOUT_S)
+            opened = await asyncio.to_thread(remote.open_bridge, command, REUSE_TIMEOUT_S)
     if opened is None:
-        await loop.run_in_executor(None, remote.connect)
-        opened = await loop.run_in_executor(None, remote.open_bridge, command)
+        await asyncio.to_thread(remote.connect)
+        opened = await asyncio.to_thread(remote.open_bridge, command)
     return opened
 
 

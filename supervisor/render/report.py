@@ -12,10 +12,12 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from ..diagnosis.run import diagnose_run, root_hint, waited
 from ..records.attempts import Attempt, from_records
 from ..records.events import FlagCleared, FlagRaised, Record, describe, fmt_duration
 from ..rundir.archive import read_config, redactor_for
-from ..rundir.attemptlog import Mark
+from ..rundir.attemptlog import Mark, lines_of, read_bytes
+from ..rundir.checkpoints import discover
 from ..rundir.layout import RunPaths, is_locked
 from ..rundir.logs import last_lines
 from ..rundir.replay import read_run
@@ -167,8 +169,6 @@ def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts:
         f"- Host: {run.get('host') or '?'}; supervisor pid {run.get('pid') or '?'}; rlsup {run.get('version') or '?'}",
         "",
     ]
-    from ..diagnosis.run import diagnose_run, waited
-
     try:
         rd: Any = diagnose_run(paths.root)
     except (OSError, ValueError) as e:
@@ -189,8 +189,6 @@ def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts:
 
 def _root_cause_section(rd: Any) -> list[str]:
     """The run's root cause and the symptoms it caused elsewhere (``rd``: the run diagnosis, or why there is none)."""
-    from ..diagnosis.run import root_hint
-
     if isinstance(rd, Exception):
         return ["## Root cause", "", f"Could not read the run for a root cause: {rd}", ""]
     rc = rd.root_cause
@@ -340,8 +338,6 @@ def _mark(a: Attempt) -> Mark | None:
 def _attempt_tail(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
     """The last lines of attempt ``a``'s own output (never another attempt's), by the range its
     ``started`` event recorded; journals without ranges: the log's tail, for the latest attempt only."""
-    from ..rundir.attemptlog import lines_of, read_bytes
-
     start = _mark(a)
     if start is None:
         return _log_tail(paths, name) if a is atts[-1] else []
@@ -434,8 +430,6 @@ def _discover(ccfg: Any, paths: RunPaths) -> tuple[int, str] | None:
     if "${" in root:
         return None
     try:
-        from ..rundir.checkpoints import discover
-
         found = discover(root, r.get("layout") or "auto", step_pattern=r.get("step_pattern"))
     except Exception:
         return None
