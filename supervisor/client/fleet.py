@@ -184,7 +184,7 @@ class PodState:
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         self.state = st = snapshot.get("state") or run_state.initial({}, [])
         self.add_failures(failures_in_state(st))
-        hello = self.server_hello() or {}
+        hello = self.server_hello()
         run = st.get("run") or {}
         self.archived = bool(hello.get("ended"))
         # a live supervisor: ended only if its run ended and it is still shutting down
