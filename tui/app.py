@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from textual import events, on
 from textual.app import App, ComposeResult
@@ -21,11 +21,11 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input
 
-from rlsup.supervisor.client.session import GoesOn
-from rlsup.supervisor.records.progress import current_rate
+from rlsup.supervisor.client.fleet import answer
+from rlsup.supervisor.client.session import GoesOn, Session
 from rlsup.supervisor.records.state import ACTIVE
 from rlsup.tui import actions, sized_by_the_terminal
-from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
+from rlsup.tui.format import local_hms
 from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel
 from rlsup.tui.palette import KeyTableCommands
 from rlsup.tui.screens import (
@@ -53,51 +53,6 @@ GAUGE_MIN_S = 2.0  # GPU/host gauges and resource columns repaint at most this o
 TICK_HZ = 20.0  # flushes of the panes and state widgets per second while anything is pending
 
 
-class SessionLike(Protocol):
-    """What the app needs from :class:`rlsup.supervisor.client.session.Session` (tests pass a fake)."""
-
-    server: dict[str, Any]
-
-    async def run(self) -> None: ...
-
-    async def command(self, command: str, component: str | None = None, **args: Any) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
-
-
-SessionFactory = Callable[[Any], SessionLike]
-
-
-def _component_clock(c: dict[str, Any], now: float) -> list[object]:
-    """The times one component's row and panels show that move with the clock alone: its uptime,
-    the backoff countdown, a decaying rate, how long a stall has lasted, the age of its checkpoint
-    and watched files."""
-    parts: list[object] = []
-    if c.get("state") in ("starting", "running", "stopping") and c.get("started_at"):
-        parts.append(fmt_dur(now - c["started_at"]))
-    if c.get("state") == "backoff" and c.get("next_start_at"):
-        parts.append(round(max(0.0, c["next_start_at"] - now)))
-    if c.get("rate") is not None:  # a decaying rate moves with no event (a steady one does not)
-        rate, eta = current_rate(c.get("rate"), c.get("eta_s"), c.get("last_step_at"), c.get("step"),
-                                 c.get("total"), now)
-        if rate != c.get("rate"):
-            parts.append((fmt_rate(rate), fmt_dur(eta)))
-    if c.get("last_step_at") and any(f.get("type") == "stall" for f in c.get("flags") or []):
-        parts.append(fmt_dur(now - c["last_step_at"]))  # how long the stall has lasted
-    mtimes = [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]
-    parts.extend(fmt_dur(now - mtime) for mtime in mtimes if mtime)
-    return parts
-
-
-async def _reply(request: Awaitable[dict[str, Any]]) -> dict[str, Any]:
-    """The session's reply; a request that raised (the session answers refusals itself: a broken link) as a
-    refusal that says why, where the user looks."""
-    try:
-        return await request
-    except Exception as e:
-        return {"ok": False, "error": str(e) or type(e).__name__}
-
-
 class SearchInput(Input):
     BINDINGS = [Binding("escape", "cancel", "close search", show=False)]
 
@@ -120,12 +75,9 @@ class MainScreen(Screen):
         self.flushes = 0
         self._flush_timer: Timer | None = None
         self._shown_stale: bool | None = None
-        self._clock_sig: tuple[object, ...] = ()
-        self._refreshed_at = 0.0  # monotonic time of the last state refresh an event brought
         self._last_key_t = 0.0  # monotonic time of the last key press (not `_key_at`: Textual calls `_key_<name>` on the "at" key)
         self._gauges_at = 0.0  # monotonic time the gauges were last repainted
         self._gauge_timer: Timer | None = None
-        self._clock_refresh = False
 
     # layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -137,10 +89,8 @@ class MainScreen(Screen):
                 yield GpuPanel(id="gpu")
             yield FlagsStrip(id="flags")
         yield Grid(id="logs")
-        search = SearchInput(placeholder="search the selected log: enter finds the newest match, escape closes",
-                             id="search")
-        search.display = False
-        yield search
+        yield SearchInput(placeholder="search the selected log: enter finds the newest match, escape closes",
+                          id="search")
         yield FitFooter()
 
     def on_mount(self) -> None:
@@ -154,31 +104,12 @@ class MainScreen(Screen):
             self._flush_timer.resume()
 
     def _tick_clock(self) -> None:
-        """Once a second: repaint what shows a time (uptimes, countdowns, ages) only when its
-        text changed (after an hour, uptimes move once a minute), so an idle screen stays idle.
-        Every state refresh an event brings does the same check (the GPU sample brings one every
-        GAUGE_MIN_S), so while events come the tick does nothing and they share one frame."""
-        if time.monotonic() - self._refreshed_at < GAUGE_MIN_S + 0.5:
-            return  # events (at least the gauges' turn) come often enough to carry the clock
-        sig = self._clock_signature(self.rlapp.clock())
-        if sig != self._clock_sig:
-            self.model.dirty |= {"run", "table", "progress"}
-            self._clock_refresh = True
-            self.wake()
-
-    def _clock_signature(self, now: float) -> tuple[object, ...]:
-        st = self.model.state
-        if st is None:
-            return ()
-        parts: list[object] = []
-        run = st.get("run") or {}
-        if run.get("started_at") and not run.get("ended_at"):
-            parts.append(fmt_dur(now - run["started_at"]))
-        for c in (st.get("components") or {}).values():
-            parts.extend(_component_clock(c, now))
-        if self.model.stale and self.model.data_at:
-            parts.append(fmt_dur(now - self.model.data_at))
-        return tuple(parts)
+        """Once a second, the areas that show a time (uptimes, countdowns, a decaying rate, ages): each widget
+        repaints only when its text changed (after an hour, uptimes move once a minute), so an idle screen
+        stays idle."""
+        if self.model.state is not None:
+            now = self.rlapp.clock()
+            self._paint_areas({"run", "table", "progress"}, self.model.view(now) or {}, now)
 
     def on_resize(self, event: events.Resize) -> None:
         self._layout()
@@ -287,7 +218,7 @@ class MainScreen(Screen):
         """A request for the log file on disk; with ``warn``, a refusal shows as a warning."""
         disk = getattr(self.rlapp.session, "disk", None)
         reply: dict[str, Any] = ({"ok": False, "error": "this session cannot read logs from disk"} if disk is None
-                 else await _reply(disk(op, component, **fields)))
+                 else await answer(disk(op, component, **fields)))
         if warn and not reply.get("ok"):
             self.notify(reply.get("error") or "cannot read the log file", severity="warning")
         return reply
@@ -308,9 +239,9 @@ class MainScreen(Screen):
         pane.update_title()
 
     def on_log_view_need_lines(self, event: LogView.NeedLines) -> None:
-        pane = next((p for p in self.panes.values() if p.view is event.view), None)
-        if pane is not None:
-            self.run_worker(self._page(pane, event.direction), group="disk")
+        if isinstance(pane := event.view.parent, LogPane):
+            self.run_worker(self._read_page(pane, "top", from_seq=None) if event.direction == 0  # Home
+                            else self._page(pane, event.direction), group="disk")
 
     async def _page(self, pane: LogPane, direction: int) -> None:
         """The page of the log file before (or after) what the pane holds."""
@@ -326,8 +257,8 @@ class MainScreen(Screen):
             finally:
                 v._asking = False  # type: ignore[attr-defined]
             return
-        end = h.first + len(v.lines)
-        where: dict[str, Any] = {"before_seq": h.first} if direction < 0 else {"from_seq": end}
+        end = v.dropped + len(v.lines)
+        where: dict[str, Any] = {"before_seq": v.dropped} if direction < 0 else {"from_seq": end}
         reply = await self._disk("log_read", pane.component, **where,
                                  limit=PAGE if direction < 0 else min(PAGE, h.live_seq - end))
         if v.hist is not h:
@@ -342,42 +273,23 @@ class MainScreen(Screen):
             v.add_disk(reply["seq"], lines, reply["disk_end_seq"])
         pane.update_title()
 
-    @on(LogPane.FirstPageNeeded)
-    def _first_page_needed(self, event: LogPane.FirstPageNeeded) -> None:
-        self.run_worker(self._read_page(event.pane, "top", from_seq=None), group="disk")  # Home: the file's first page
-
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
+        """Repaint the areas whose data changed; every one when the data turned stale or fresh (their look changes)."""
         now = self.rlapp.clock()
-        if not self._clock_refresh:
-            self._refreshed_at = time.monotonic()  # a refresh an event brought, not the clock
-        self._clock_refresh = False
-        v = self.model.view(now)
-        areas = self._areas_due(areas, now)
-        self._paint_areas(areas, v or {}, now)
-        if self.model.ended:
-            self.refresh_bindings()  # command keys go grey: an ended run is read-only
-
-    def _areas_due(self, areas: set[str] | frozenset[str], now: float) -> set[str]:
-        """The areas to repaint: those whose data changed; every one when the data turned stale or
-        fresh (their look changes); those that show a time when a shown time moved."""
         stale = self.model.stale
         if stale != self._shown_stale:
             self._shown_stale = stale
             self.query_one("#top", Vertical).set_class(stale, "-stale")
             areas = AREAS
-        due = set(areas)
-        sig = self._clock_signature(now)
-        if sig != self._clock_sig:  # a shown time moved: repaint it with this refresh
-            self._clock_sig = sig
-            due |= {"run", "table", "progress"}
-        return due
+        self._paint_areas(areas, self.model.view(now) or {}, now)
+        if self.model.ended:
+            self.refresh_bindings()  # command keys go grey: an ended run is read-only
 
-    def _paint_areas(self, areas: set[str], v: dict[str, Any], now: float) -> None:
+    def _paint_areas(self, areas: set[str] | frozenset[str], v: dict[str, Any], now: float) -> None:
         comps = v.get("components") or {}
         stale = self.model.stale
         if "run" in areas:
-            server = getattr(self.rlapp.session, "server", None) or {}
-            self.query_one(RunHeader).set_data(v.get("run") or {}, server,
+            self.query_one(RunHeader).set_data(v.get("run") or {}, self.rlapp.session.server,
                                                (self.model.connection, self.model.connection_detail),
                                                self.model.data_at if stale else None, now)
         if areas & GAUGE_AREAS:
@@ -539,7 +451,7 @@ class MainScreen(Screen):
     async def _send(self, command: str, component: str | None, on_ok: Callable[[], None] | None,
                     **args: Any) -> None:
         what = f"{command} {component}" if component else command
-        reply = await _reply(self.rlapp.session.command(command, component, **args))
+        reply = await answer(self.rlapp.session.command(command, component, **args))
         if reply.get("ok"):
             self.notify(reply.get("message") or f"{what}: done", title=what)
             if on_ok:
@@ -605,13 +517,10 @@ class MainScreen(Screen):
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self, event: Input.Submitted) -> None:
-        box = self.query_one("#search", SearchInput)
-        box.display = False
+        event.input.display = False
         self._focus_selected()
-        pane = self.selected_pane()
-        if pane is None or not event.value:
-            return
-        pane.find(event.value, -1)
+        if (pane := self.selected_pane()) is not None and event.value:
+            pane.find(event.value, -1)
 
     @on(LogPane.FindOnDisk)
     def _find_past_held_lines(self, event: LogPane.FindOnDisk) -> None:
@@ -626,7 +535,7 @@ class MainScreen(Screen):
             reply = await self._disk("log_search", pane.component, query=query, before_seq=first)
         elif direction > 0 and h is not None:
             reply = await self._disk("log_search", pane.component, query=query,
-                                     after_seq=h.first + len(v.lines) - 1)
+                                     after_seq=v.dropped + len(v.lines) - 1)
             if reply.get("seq") is not None and reply["seq"] >= h.live_seq:
                 reply = {}  # in the live lines: found there below
             if reply.get("seq") is None:
@@ -639,8 +548,8 @@ class MainScreen(Screen):
             page = await self._disk("log_read", pane.component, from_seq=max(seq - PAGE // 2, reply["disk_first_seq"]),
                                     limit=PAGE)
             if page.get("ok") and page["lines"]:
-                v.show_disk(page, at=seq)
-                v.show_match(query, seq)
+                v.show_disk(page, at="top")
+                v.show_match(query, seq)  # (in view)
                 return
         if v.search(query, direction) is None:  # wrap around within the lines held
             where = " (the whole log file too)" if reply.get("ok") else ""
@@ -679,7 +588,7 @@ class MainScreen(Screen):
         self.run_worker(self._stacks(name), group="commands")
 
     async def _stacks(self, name: str) -> None:
-        reply = await _reply(self.rlapp.session.command("stack", name))
+        reply = await answer(self.rlapp.session.command("stack", name))
         if not reply.get("lines"):
             self.notify(reply.get("error") or "refused", title=f"stack {name} failed", severity="error", timeout=8)
             return
@@ -698,7 +607,7 @@ class RlsupApp(App[int]):
     COMMANDS = {KeyTableCommands}  # ctrl+p: the key table's actions (not Textual's theme/quit commands)
     BINDINGS = actions.bindings(app=True)
 
-    def __init__(self, session_factory: SessionFactory, *, target: str = "", attach_hint: str = "",
+    def __init__(self, session_factory: Callable[[RunModel], Session], *, target: str = "", attach_hint: str = "",
                  clock: Callable[[], float] = time.time, timefmt: Callable[[float], str] = local_hms,
                  max_lines: int = 10_000):
         super().__init__()
@@ -724,8 +633,7 @@ class RlsupApp(App[int]):
         try:
             await self.session.run()
         except Exception as e:  # never take the screen down with it: say so in the header
-            self.model.on_connection("closed", f"session failed: {e}")
-            self.main.wake()
+            self.model.on_connection("closed", f"session failed: {e}")  # (which wakes the screen)
 
     def action_detach(self) -> None:
         """Ctrl-C, on any screen: detach, as ``q`` does (never Textual's "press ctrl+q" toast)."""
@@ -747,8 +655,6 @@ def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: 
             goes_on: GoesOn | None = None) -> int:
     """Open the TUI on a run (``connect``, ``goes_on``: as for :class:`~rlsup.supervisor.client.session.Session`).
     Returns 0 on detach (``q``, Ctrl-C) and after ``Q`` + confirm; the reason is printed once the terminal is back."""
-    from rlsup.supervisor.client.session import Session
-
     sized_by_the_terminal()
     app = RlsupApp(lambda listener: Session(connect, listener, goes_on=goes_on), target=target,
                    attach_hint=attach_hint)

@@ -24,7 +24,7 @@ from textual.widgets.option_list import Option
 from rlsup.supervisor.client.fleet import Fleet, PodSpec, gpu_summary, latest_problem, main_component
 from rlsup.supervisor.render.bars import step_text
 from rlsup.tui import sized_by_the_terminal
-from rlsup.tui.format import fmt_dur, fmt_rate, local_hms, separated
+from rlsup.tui.format import clip, fmt_dur, fmt_rate, local_hms, separated
 from rlsup.tui.screens import Closable, confirm
 
 # The latest flag/diagnosis comes before the component states: on a narrow terminal the table
@@ -41,23 +41,19 @@ MAX_NAME = 12
 REFRESH_HZ = 4.0  # repaints of the pod table per second (when anything changed)
 
 
-def _clip(s: str, n: int = MAX_CELL) -> str:
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
 def pod_cells(pod: dict[str, Any], selected: bool) -> dict[str, Text | str]:
     """The table cells of one pod (its ``rlsup fleet --json`` entry); pure, so tests can read it."""
     conn = pod["connection"]
     ended = pod.get("ended")
     if ended:  # "ended at 2026-11-22 10:37:08: trainer fatal: ... (exit code 1)", read from the pod's run dir
-        conn_text = Text(_clip(str(ended.get("note") or "ended"), 2 * MAX_REASON), style="yellow")
+        conn_text = Text(clip(str(ended.get("note") or "ended"), 2 * MAX_REASON), style="yellow")
     elif pod["connected"]:
         conn_text = Text("connected", style="green")
     else:
-        reason = f": {_clip(pod['error'], MAX_REASON)}" if pod.get("error") else ""
+        reason = f": {clip(pod['error'], MAX_REASON)}" if pod.get("error") else ""
         conn_text = Text(f"{conn}{reason}", style="bold red" if pod.get("error") else "yellow")
     comps = pod.get("components") or {}
-    comp_text = Text(" ").join(Text.assemble(f"{_clip(name, MAX_NAME)}:", (str(c.get("state")),
+    comp_text = Text(" ").join(Text.assemble(f"{clip(name, MAX_NAME)}:", (str(c.get("state")),
                                              STATE_STYLE.get(str(c.get("state")), ""))) for name, c in comps.items())
     main = (main_component(comps) or ("", {}))[1]  # no component: "-" for each
     latest = latest_problem(pod)
@@ -66,7 +62,7 @@ def pod_cells(pod: dict[str, Any], selected: bool) -> dict[str, Text | str]:
         "conn": conn_text, "run": str((pod.get("run") or {}).get("name") or "-"), "comps": comp_text,
         "step": step_text(main), "rate": fmt_rate(main.get("rate")), "eta": fmt_dur(main.get("eta_s")),
         "gpu": gpu_summary(pod.get("gpus")),
-        "latest": Text(_clip(latest), style="red") if latest else "",
+        "latest": Text(clip(latest, MAX_CELL), style="red") if latest else "",
     }
 
 
@@ -264,8 +260,7 @@ class FleetApp(App[str | None]):
             return
         self.selected ^= {label}
         table = self.query_one(DataTable)
-        if table.cursor_row < len(self.fleet.pods) - 1:
-            table.move_cursor(row=table.cursor_row + 1)
+        table.move_cursor(row=table.cursor_row + 1)  # (clamped to the last row)
         self.repaint(now=True)
 
     def action_toggle_all(self) -> None:

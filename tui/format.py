@@ -65,6 +65,11 @@ def fmt_mb(mb: float | None) -> str:
     return "-" if mb is None or math.isnan(mb) else fmt_mem(mb)
 
 
+def clip(s: str, n: int) -> str:
+    """``s`` in at most ``n`` characters: cut, with an ellipsis last, where it is longer."""
+    return s if len(s) <= n else s[: max(0, n - 1)] + "…"
+
+
 def separated(out: Any, items: Iterable[T], sep: str) -> Iterator[T]:
     """``items``, appending ``sep`` to ``out`` (a :class:`rich.text.Text`) between two of them."""
     for i, item in enumerate(items):

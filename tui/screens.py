@@ -39,17 +39,13 @@ if TYPE_CHECKING:
     from rlsup.tui.app import RlsupApp
 
 
-
-_ENVELOPE = ("ts", "seq", "kind", "component")
-
-
 def describe_any(rec: Record) -> str:
     """:func:`describe`, and for a kind this client does not know, its fields as ``key=value``."""
     text = describe(rec)
     kind = rec.kind or "?"
     if text != kind:
         return text
-    extra = [f"{k}={v}" for k, v in rec.to_dict().items() if k not in _ENVELOPE]
+    extra = [f"{k}={v}" for k, v in rec.to_dict().items() if k not in ("ts", "seq", "kind", "component")]
     return f"{kind}" + (": " + ", ".join(extra) if extra else "")
 
 
@@ -218,16 +214,6 @@ def next_steps(name: str, diag: dict[str, Any], flags: list[dict[str, Any]]) -> 
     return out
 
 
-def last_failure(events: list[Record], name: str) -> tuple[Record, ComponentExited] | None:
-    """The latest ``exited`` record of ``name`` that was a failure (a non-zero code or a signal)."""
-    for r in reversed(events):
-        e = r.event
-        if r.component == name and isinstance(e, ComponentExited) and (
-                e.signal or e.exit_code not in (0, None)):
-            return r, e
-    return None
-
-
 def _section(out: Text, title: str, rows: list[tuple[str, str]]) -> None:
     """A titled section of ``(text, style)`` rows; nothing at all without rows."""
     if rows:
@@ -268,10 +254,11 @@ class FailureScreen(Closable):
         failure: the failure is what this screen explains."""
         le = self.component.get("last_exit") or {}
         if le and not le.get("signal") and le.get("exit_code") == 0:
-            failed = last_failure(self.events, self.component_name)
-            if failed is not None:
-                r, e = failed
-                return {**e.payload(), "ts": r.ts}, le
+            for r in reversed(self.events):  # its latest failed exit (a non-zero code or a signal)
+                e = r.event
+                if r.component == self.component_name and isinstance(e, ComponentExited) and (
+                        e.signal or e.exit_code not in (0, None)):
+                    return {**e.payload(), "ts": r.ts}, le
         return le, None
 
     def _head(self, out: Text) -> None:

@@ -15,7 +15,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -32,6 +32,7 @@ from ..records.events import (
 )
 from ..records.phrases import end_note
 from .session import Connector, Session, SessionListener
+from .ssh import SshTarget, attach_command, ssh_connector
 
 JSON_TIMEOUT_S = 15.0
 FLAG_TYPE = "fleet_repeated_error"
@@ -59,12 +60,10 @@ class PodSpec:
     attach: str | None = None  # the command that attaches to it, where that is not `rlsup attach HOST` (Slurm)
 
     def target_label(self) -> str:
-        return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
+        return SshTarget(self.host, self.user, self.port).label()
 
     def attach_hint(self, *, identity: str | None = None, remote_cmd: str | None = None) -> str:
         """``rlsup attach`` to this pod, with the options the fleet reached it with (pastes as printed)."""
-        from .ssh import attach_command
-
         if self.attach is not None:
             return self.attach
         return attach_command(self.target_label(), run_dir=self.run_dir, identity=identity, remote_cmd=remote_cmd)
@@ -92,12 +91,6 @@ class Failure:
     exit_code: int | None = None
     signal: str | None = None
     attempt: int | None = None
-
-    def same_exit(self, other: Failure) -> bool:
-        """The same exit seen twice: the same component and attempt, or, where an attempt is unknown, time."""
-        if self.attempt is not None and other.attempt is not None:
-            return self.component == other.component and self.attempt == other.attempt
-        return self.component == other.component and abs(self.ts - other.ts) < 1e-6
 
 
 def failure_of(component: str, exit_info: Mapping[str, Any], attempt: int | None = None) -> Failure | None:
@@ -153,9 +146,11 @@ class PodState:
         self.ended_note: str | None = None  # set while the pod's run is known to have ended
         self.archived = False  # the last answer came from a run dir no supervisor owns (read-only)
         self.history_pending = False  # the pod's journal is being read for its past failures
-        # Set by the Fleet: the hello of the pod's current connection, and a hook after each snapshot.
-        self.server_hello: Callable[[], Mapping[str, Any]] = lambda: {}
-        self.after_snapshot: Callable[[bool], None] = lambda resumed: None
+        self.session: Any = None  # the pod's current Session (set by the Fleet): its hello, its journal
+        self.history_task: asyncio.Future[None] | None = None
+
+    def server_hello(self) -> Mapping[str, Any]:
+        return getattr(self.session, "server", None) or {}
 
     @property
     def label(self) -> str:
@@ -180,9 +175,8 @@ class PodState:
         self.connection = status
         if status in ("attached", "ended"):
             self.error = None  # "ended": the run ended while we watched and its supervisor went away: an answer
-        if status == "ended":
-            if self.ended_note is None:
-                self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
+        if status == "ended" and self.ended_note is None:
+            self.ended_note = end_note((self.state or {}).get("run") or {}) or detail or "the run has ended"
         elif status in ("reconnecting", "closed") and detail:
             self.error = _RETRY_SUFFIX.sub("", detail)
         self.on_change()
@@ -190,7 +184,7 @@ class PodState:
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         self.state = st = snapshot.get("state") or run_state.initial({}, [])
         self.add_failures(failures_in_state(st))
-        hello = self.server_hello() or {}
+        hello = self.server_hello()
         run = st.get("run") or {}
         self.archived = bool(hello.get("ended"))
         # a live supervisor: ended only if its run ended and it is still shutting down
@@ -198,7 +192,11 @@ class PodState:
             else end_note(run)
         # Session delivers `attached` after the snapshot; a snapshot means the link works.
         self.connection, self.error = "attached", None
-        self.after_snapshot(resumed)
+        client = getattr(self.session, "client", None)
+        # A reconnect replays what it missed; a session without a client has no journal to ask.
+        if not resumed and client is not None and hasattr(client, "events"):
+            self.history_pending = True
+            self.history_task = asyncio.ensure_future(self._load_history(self.session, client))
         self.on_change()
 
     def on_event(self, event: Record | dict[str, Any]) -> None:
@@ -220,13 +218,26 @@ class PodState:
         pass
 
     def add_history(self, events: Iterable[Record | Mapping[str, Any]]) -> None:
-        """The failures recorded in the pod's journal (read by the Fleet after a snapshot)."""
+        """The failures recorded in the pod's journal (read after a session's first snapshot)."""
         self.add_failures(failures_in_events(events))
         self.history_pending = False
         self.on_change()
 
+    async def _load_history(self, session: Any, client: Any) -> None:
+        """Read the pod's journal for its past failures, then let go of an ended run."""
+        events: list[dict[str, Any]] = []
+        try:
+            events = await client.events(since=0, limit=HISTORY_EVENTS)
+        except Exception:  # the link dropped or an older supervisor: last exits and replayed events still count
+            pass
+        finally:
+            self.add_history(events)
+            if self.archived:
+                session.close()  # an ended run read from disk sends nothing more; Fleet.run looks again later
+
     def add_failures(self, failures: Iterable[Failure]) -> None:
-        """Remember failures, each exit once however many ways it was seen (:meth:`Failure.same_exit`)."""
+        """Remember failures, each exit once however many ways it was seen: the same component and attempt, or,
+        where an attempt is unknown, the same component and time."""
         known = self.failures
         # Indexed, as a journal read back can hold thousands of exits.
         by_attempt = {(f.component, f.attempt): i for i, f in enumerate(known) if f.attempt is not None}
@@ -234,13 +245,14 @@ class PodState:
         for n, f in enumerate(known):
             by_ts.setdefault((f.component, round(f.ts, 6)), []).append(n)
         for f in failures:
+            at = (f.component, round(f.ts, 6))
             i = by_attempt.get((f.component, f.attempt)) if f.attempt is not None else None
             if i is None:
-                i = next((j for j in by_ts.get((f.component, round(f.ts, 6)), ()) if known[j].same_exit(f)), None)
+                i = next((j for j in by_ts.get(at, ()) if None in (known[j].attempt, f.attempt)), None)
             if i is None:
                 known.append(f)
                 i = len(known) - 1
-                by_ts.setdefault((f.component, round(f.ts, 6)), []).append(i)
+                by_ts.setdefault(at, []).append(i)
             elif known[i].attempt is not None or f.attempt is None:
                 continue
             else:
@@ -342,6 +354,14 @@ def correlate(pod_failures: Mapping[str, Iterable[Failure]], n_pods: int, *,
 # The fleet: one Session per pod, run in parallel.
 
 
+async def answer(request: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """A request's reply; one that raised (a broken link, a session bug) as a refusal that says why."""
+    try:
+        return await request
+    except Exception as e:
+        return {"ok": False, "error": str(e) or type(e).__name__}
+
+
 class _DaemonThreadExecutor(concurrent.futures.ThreadPoolExecutor):
     """Runs each blocking call (an SSH dial) on its own daemon thread: a pod that black-holes SSH must not
     delay the other pods' dials (a bounded pool) nor the exit of ``--json`` (a joined one)."""
@@ -367,9 +387,8 @@ class _DaemonThreadExecutor(concurrent.futures.ThreadPoolExecutor):
 SessionFactory = Callable[[Connector, SessionListener], Any]
 
 
-def _default_session(connect: Connector, listener: SessionListener) -> Session:
-    # lines=0: the fleet shows no logs; backoff grows to 30 s for pods that stay unreachable.
-    return Session(connect, listener, lines=0, backoff=(1.0, 30.0), logs=False)  # rows need no log lines
+# lines=0, logs=False: the fleet's rows need no log lines; backoff grows to 30 s for pods that stay unreachable.
+_default_session: SessionFactory = partial(Session, lines=0, backoff=(1.0, 30.0), logs=False)
 
 
 class Fleet:
@@ -389,42 +408,17 @@ class Fleet:
         self.ended_recheck_s = ended_recheck_s
         self.pods = [PodState(s, lambda: self.on_change()) for s in specs]  # (FleetApp sets on_change later)
         self.connectors = {s.label: connector_for(s) for s in specs}
-        self.sessions = {p.label: session_factory(self.connectors[p.label], p) for p in self.pods}
         for p in self.pods:
-            p.server_hello = partial(self._hello, p.label)
-            p.after_snapshot = partial(self._after_snapshot, p.label)
+            p.session = session_factory(self.connectors[p.label], p)
         self._closed = False
         self._wake: asyncio.Event | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
+
+    @property
+    def sessions(self) -> dict[str, Any]:
+        return {p.label: p.session for p in self.pods}
 
     def pod(self, label: str) -> PodState:
         return next(p for p in self.pods if p.label == label)
-
-    def _hello(self, label: str) -> Mapping[str, Any]:
-        return getattr(self.sessions.get(label), "server", None) or {}
-
-    def _after_snapshot(self, label: str, resumed: bool) -> None:
-        """Read the pod's journal for its past failures (once per session), then let go of an ended run."""
-        session = self.sessions[label]
-        client = getattr(session, "client", None)
-        if resumed or client is None or not hasattr(client, "events"):
-            return  # a reconnect replays what it missed; a session without a client has no journal to ask
-        pod = self.pod(label)
-        pod.history_pending = True
-        task = asyncio.ensure_future(self._load_history(pod, session, client))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _load_history(self, pod: PodState, session: Any, client: Any) -> None:
-        events: list[dict[str, Any]] = []
-        try:
-            events = await client.events(since=0, limit=HISTORY_EVENTS)
-        except Exception:  # the link dropped or an older supervisor: last exits and replayed events still count
-            pass
-        finally:
-            pod.add_history(events)
-            if pod.archived:
-                session.close()  # an ended run read from disk sends nothing more; Fleet.run looks again later
 
     async def run(self) -> None:
         """Run every pod's session until :meth:`close`; one pod failing never stops the others."""
@@ -433,11 +427,10 @@ class Fleet:
         if self._closed:
             self._wake.set()
 
-        async def one(label: str) -> None:
-            pod = self.pod(label)
+        async def one(pod: PodState) -> None:
             while True:
                 try:
-                    await self.sessions[label].run()
+                    await pod.session.run()
                 except Exception as e:  # a session bug on one pod must not take the fleet down
                     pod.on_connection("closed", f"session failed: {e}")
                     return
@@ -449,18 +442,18 @@ class Fleet:
                     await asyncio.wait_for(self._wake.wait(), self.ended_recheck_s)
                 if self._closed:
                     return
-                self.sessions[label] = self.session_factory(self.connectors[label], pod)
+                pod.session = self.session_factory(self.connectors[pod.label], pod)
 
-        await asyncio.gather(*(one(p.label) for p in self.pods))
+        await asyncio.gather(*map(one, self.pods))
 
     def close(self) -> None:
         self._closed = True
         if self._wake is not None:
             self._wake.set()
-        for t in list(self._tasks):
-            t.cancel()
-        for s in self.sessions.values():
-            s.close()
+        for p in self.pods:
+            if p.history_task is not None:
+                p.history_task.cancel()
+            p.session.close()
         for remote in filter(None, (getattr(c, "remote", None) for c in self.connectors.values())):
             with contextlib.suppress(Exception):
                 remote.close()
@@ -478,13 +471,8 @@ class Fleet:
     async def command(self, labels: Sequence[str], command: str, component: str | None = None,
                       **args: Any) -> dict[str, dict[str, Any]]:
         """Send one command to several pods at once; each pod's reply (``ok`` + message/error)."""
-        async def one(label: str) -> dict[str, Any]:
-            try:
-                return await self.sessions[label].command(command, component, **args)
-            except Exception as e:
-                return {"ok": False, "error": str(e) or type(e).__name__}
-
-        replies = await asyncio.gather(*(one(label) for label in labels))
+        replies = await asyncio.gather(*(answer(self.pod(label).session.command(command, component, **args))
+                                         for label in labels))
         return dict(zip(labels, replies, strict=True))
 
     def flags(self) -> list[dict[str, Any]]:
@@ -517,31 +505,22 @@ def main_component(components: Mapping[str, Mapping[str, Any]]) -> tuple[str, Ma
 
 def latest_problem(pod: Mapping[str, Any]) -> str:
     """The newest flag and the newest failure diagnosis of a pod: ``"trainer step_crash · trainer: CUDA ..."``."""
-    flag: tuple[float, str] | None = None
-    diag: tuple[float, str] | None = None
-    for name, c in (pod.get("components") or {}).items():
-        for f in c.get("flags") or []:
-            cand = (float(f.get("ts") or 0), f"{name} {f.get('type')}")
-            flag = cand if flag is None or cand[0] >= flag[0] else flag
-        le = c.get("last_exit") or {}
-        d = le.get("diagnosis") or {}
-        if d.get("category") not in (None, "none"):
-            cand = (float(le.get("ts") or 0), f"{name}: {d.get('summary') or d.get('category')}")
-            diag = cand if diag is None or cand[0] > diag[0] else diag
-    return " · ".join(x[1] for x in (flag, diag) if x is not None)
+    comps = (pod.get("components") or {}).items()
+    flags = [(float(f.get("ts") or 0), f"{name} {f.get('type')}") for name, c in comps for f in c.get("flags") or []]
+    exits = [(name, le, le.get("diagnosis") or {}) for name, c in comps if (le := c.get("last_exit") or {})]
+    diags = [(float(le.get("ts") or 0), f"{name}: {d.get('summary') or d.get('category')}")
+             for name, le, d in exits if d.get("category") not in (None, "none")]
+    # the newest of each; of equals, the last flag and the first diagnosis
+    newest = (max(reversed(flags), key=lambda x: x[0], default=None), max(diags, key=lambda x: x[0], default=None))
+    return " · ".join(x[1] for x in newest if x is not None)
 
 
 def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identity: str | None = None,
                    accept_hint: str | None = None) -> Callable[[PodSpec], Connector]:
     """Each pod's SSH connector (``rlsup bridge`` on the pod, as attach does)."""
-    from .ssh import SshTarget, ssh_connector
-
-    def make(spec: PodSpec) -> Connector:
-        return ssh_connector(SshTarget(host=spec.host, user=spec.user, port=spec.port, identity=identity),
-                             run_dir=spec.run_dir, remote_cmd=remote_cmd, accept_new_host_key=accept_new_host_key,
-                             accept_hint=accept_hint)
-
-    return make
+    return lambda spec: ssh_connector(SshTarget(host=spec.host, user=spec.user, port=spec.port, identity=identity),
+                                      run_dir=spec.run_dir, remote_cmd=remote_cmd,
+                                      accept_new_host_key=accept_new_host_key, accept_hint=accept_hint)
 
 
 async def fleet_snapshot(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,

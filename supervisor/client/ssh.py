@@ -12,7 +12,7 @@ import os
 import shlex
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,44 +82,23 @@ def _lookup(host: str) -> dict[str, Any]:
     return dict(cfg.lookup(host))
 
 
+def _dest(t: SshTarget, cfg: dict[str, Any]) -> tuple[str, int]:
+    """Where ``t`` is: its host and port after its ``~/.ssh/config`` entry ``cfg``."""
+    return cfg.get("hostname", t.host), int(t.port or cfg.get("port") or 22)
+
+
 def fingerprint(key: Any) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
-def _known_name(host: str, port: int) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
-
-
 @dataclass
-class _Policy:
-    """Missing-host-key policy: refuse with the fingerprint, or accept and record it."""
-
-    accept: bool
-    known_hosts: Path
-    accept_hint: str
-
-    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-        fp = fingerprint(key)
-        if not self.accept:
-            raise HostKeyUnknown(
-                f"the host key of {hostname} is not known (not in {self.known_hosts}).\n"
-                f"  {key.get_name()} key fingerprint is {fp}.\n"
-                f"  If that is the right host, accept it once with: {self.accept_hint}\n"
-                f"  (or connect with `ssh` and answer yes), then attach again.")
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.known_hosts, "a") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-
-
 class _Remote:
     """One SSH connection (possibly through jump hosts) that opens bridge channels."""
 
-    def __init__(self, target: SshTarget, accept_new_host_key: bool, accept_hint: str):
-        self.target = target
-        self.accept = accept_new_host_key
-        self.accept_hint = accept_hint
-        self.clients: list[Any] = []  # paramiko.SSHClient, jump hosts first
+    target: SshTarget
+    accept: bool  # an unknown host key is accepted (and recorded)
+    accept_hint: str
+    clients: list[Any] = field(default_factory=list)  # paramiko.SSHClient, jump hosts first
 
     def alive(self) -> bool:
         if not self.clients:
@@ -133,32 +112,39 @@ class _Remote:
                 c.close()
         self.clients = []
 
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        """As paramiko's missing-host-key policy: refuse with the fingerprint, or accept and record it."""
+        known_hosts = _ssh_dir() / "known_hosts"
+        if not self.accept:
+            raise HostKeyUnknown(
+                f"the host key of {hostname} is not known (not in {known_hosts}).\n"
+                f"  {key.get_name()} key fingerprint is {fingerprint(key)}.\n"
+                f"  If that is the right host, accept it once with: {self.accept_hint}\n"
+                f"  (or connect with `ssh` and answer yes), then attach again.")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(known_hosts, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
     def connect(self) -> None:
         self.close()
         cfg = _lookup(self.target.host)
-        hops = [h for h in (cfg.get("proxyjump") or "").split(",") if h and h.lower() != "none"]
+        hops = [SshTarget.parse(h) for h in (cfg.get("proxyjump") or "").split(",") if h and h.lower() != "none"]
         sock: Any = None
         if not hops and cfg.get("proxycommand") and cfg["proxycommand"].lower() != "none":
             import paramiko
 
             sock = paramiko.ProxyCommand(cfg["proxycommand"])
-        for hop in hops:
-            t = SshTarget.parse(hop)
-            hcfg = _lookup(t.host)
-            client = self._open(t, hcfg, sock)
-            host, port = self._dest(self.target if hop is hops[-1] else SshTarget.parse(hops[hops.index(hop) + 1]))
-            sock = client.get_transport().open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0))
+        for hop, after in zip(hops, [*hops[1:], self.target], strict=False):
+            client = self._open(hop, _lookup(hop.host), sock)
+            sock = client.get_transport().open_channel("direct-tcpip", _dest(after, _lookup(after.host)),
+                                                       ("127.0.0.1", 0))
         self._open(self.target, cfg, sock)
-
-    def _dest(self, t: SshTarget, cfg: dict[str, Any] | None = None) -> tuple[str, int]:
-        """Where ``t`` is: its host and port after ``~/.ssh/config`` (read unless given)."""
-        c = _lookup(t.host) if cfg is None else cfg
-        return c.get("hostname", t.host), int(t.port or c.get("port") or 22)
 
     def _open(self, t: SshTarget, cfg: dict[str, Any], sock: Any) -> Any:
         import paramiko
 
-        host, port = self._dest(t, cfg)
+        host, port = _dest(t, cfg)
         user = t.user or cfg.get("user") or os.environ.get("USER") or None
         keys = [os.path.expanduser(k) for k in ([t.identity] if t.identity else []) + list(cfg.get("identityfile") or [])]
         keys = [k for k in keys if os.path.exists(k)]
@@ -171,10 +157,9 @@ class _Remote:
                 client.load_host_keys(str(known))
             except Exception as e:
                 raise SshError(f"cannot read {known}: {e}") from None
-        # paramiko calls the policy's missing_host_key and nothing else; _Policy does not subclass
+        # paramiko calls the policy's missing_host_key and nothing else; this class does not subclass
         # paramiko.MissingHostKeyPolicy only so that paramiko is imported when a connection is made.
-        policy = _Policy(self.accept, known, self.accept_hint)
-        client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
+        client.set_missing_host_key_policy(self)  # type: ignore[arg-type]
         label = f"{user + '@' if user else ''}{host}:{port}"
         try:
             # key_filename: "the filename, or list of filenames" (paramiko/client.py, SSHClient.connect);
@@ -190,7 +175,7 @@ class _Remote:
                 f"the host key of {host} has CHANGED (got {fingerprint(e.key)}, expected "
                 f"{fingerprint(e.expected_key)}). This can mean someone is intercepting the connection, or the "
                 f"machine was reinstalled. If you trust it, remove the old key with "
-                f"`ssh-keygen -R {_known_name(host, port)}` and attach again.") from None
+                f"`ssh-keygen -R {host if port == 22 else f'[{host}]:{port}'}` and attach again.") from None
         except paramiko.AuthenticationException as e:
             raise SshError(f"authentication to {label} failed ({e}); check the user, your keys "
                            "(-i FILE, IdentityFile in ~/.ssh/config) and the SSH agent") from None
@@ -211,7 +196,7 @@ class _Remote:
         except Exception as e:
             raise SshError(f"cannot start `{command}` on {self.target.label()}: {e}") from None
         local, remote_end = socket.socketpair()
-        info: dict[str, Any] = {"stderr": b"", "exit": None}
+        info: dict[str, Any] = {"stderr": b"", "exit": None, "done": threading.Event()}
         threading.Thread(target=_chan_to_sock, args=(chan, remote_end, info), daemon=True,
                          name="rlsup-ssh-in").start()
         threading.Thread(target=_sock_to_chan, args=(remote_end, chan), daemon=True, name="rlsup-ssh-out").start()
@@ -232,7 +217,7 @@ def _chan_to_sock(chan: Any, sock: socket.socket, info: dict[str, Any]) -> None:
                 info["exit"] = chan.recv_exit_status()
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)
-        info["done"] = True
+        info["done"].set()
 
 
 def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
@@ -251,13 +236,8 @@ def _sock_to_chan(sock: socket.socket, chan: Any) -> None:
 def attach_command(target: str, *, run_dir: str | None = None, identity: str | None = None,
                    remote_cmd: str | None = None, extra: str = "") -> str:
     """The ``rlsup attach`` command line that reaches the same run the same way, quoted to paste as printed."""
-    parts = ["rlsup", "attach", shlex.quote(target)]
-    if run_dir:
-        parts += ["--run-dir", shlex.quote(run_dir)]
-    if identity:
-        parts += ["-i", shlex.quote(identity)]
-    if remote_cmd:
-        parts += ["--remote-cmd", shlex.quote(remote_cmd)]
+    options = (("--run-dir", run_dir), ("-i", identity), ("--remote-cmd", remote_cmd))
+    parts = ["rlsup", "attach", shlex.quote(target), *(f"{o} {shlex.quote(v)}" for o, v in options if v)]
     return " ".join(parts) + (f" {extra}" if extra else "")
 
 
@@ -269,23 +249,19 @@ def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
 async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.socket, dict[str, Any]]:
     """``rlsup bridge`` started on the remote: over the SSH connection while it lives (a channel that does not
     open soon means it is half dead after a cut), else over a new one."""
-    loop = asyncio.get_running_loop()
     opened: tuple[Any, socket.socket, dict[str, Any]] | None = None
     if remote.alive():
         with contextlib.suppress(SshError):
-            opened = await loop.run_in_executor(None, remote.open_bridge, command, REUSE_TIMEOUT_S)
+            opened = await asyncio.to_thread(remote.open_bridge, command, REUSE_TIMEOUT_S)
     if opened is None:
-        await loop.run_in_executor(None, remote.connect)
-        opened = await loop.run_in_executor(None, remote.open_bridge, command)
+        await asyncio.to_thread(remote.connect)
+        opened = await asyncio.to_thread(remote.open_bridge, command)
     return opened
 
 
 async def _bridge_failure(e: Exception, info: dict[str, Any], command: str, target: SshTarget) -> SshError:
     """Why the bridge did not answer, from what the remote printed (a missing ``rlsup``: how to point at it)."""
-    for _ in range(50):  # give the relay thread a moment to collect the remote's stderr
-        if info.get("done"):
-            break
-        await asyncio.sleep(0.02)
+    await asyncio.to_thread(info["done"].wait, 1.0)  # a moment for the relay thread to collect the remote's stderr
     err = info["stderr"].decode("utf-8", "replace").strip()
     code = info.get("exit")
     if code in (126, 127) or "not found" in err or "No such file or directory" in err:

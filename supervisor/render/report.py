@@ -8,13 +8,16 @@ import shlex
 import time
 from collections import Counter
 from collections.abc import Mapping
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from ..diagnosis.run import diagnose_run, root_hint, waited
 from ..records.attempts import Attempt, from_records
 from ..records.events import FlagCleared, FlagRaised, Record, describe, fmt_duration
 from ..rundir.archive import read_config, redactor_for
-from ..rundir.attemptlog import Mark
+from ..rundir.attemptlog import Mark, lines_of, read_bytes
+from ..rundir.checkpoints import discover
 from ..rundir.layout import RunPaths, is_locked
 from ..rundir.logs import last_lines
 from ..rundir.replay import read_run
@@ -166,8 +169,6 @@ def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts:
         f"- Host: {run.get('host') or '?'}; supervisor pid {run.get('pid') or '?'}; rlsup {run.get('version') or '?'}",
         "",
     ]
-    from ..diagnosis.run import diagnose_run, waited
-
     try:
         rd: Any = diagnose_run(paths.root)
     except (OSError, ValueError) as e:
@@ -188,8 +189,6 @@ def _render(paths: RunPaths, events: list[Record], st: dict[str, Any], attempts:
 
 def _root_cause_section(rd: Any) -> list[str]:
     """The run's root cause and the symptoms it caused elsewhere (``rd``: the run diagnosis, or why there is none)."""
-    from ..diagnosis.run import root_hint
-
     if isinstance(rd, Exception):
         return ["## Root cause", "", f"Could not read the run for a root cause: {rd}", ""]
     rc = rd.root_cause
@@ -293,13 +292,7 @@ def _attempts_section(paths: RunPaths, st: dict[str, Any], attempts: dict[str, l
 def _failure_details(paths: RunPaths, name: str, atts: list[Attempt]) -> list[str]:
     """Each failed attempt's exit and diagnosis; runs of the same failure collapse to one line."""
     out: list[str] = []
-    groups: list[list[Attempt]] = []  # consecutive failed attempts with the same failure
-    for a in (a for a in atts if a.judged_failed):
-        if groups and _same_failure(groups[-1][0], a):
-            groups[-1].append(a)
-        else:
-            groups.append([a])
-    for first, *same in groups:
+    for _, (first, *same) in groupby((a for a in atts if a.judged_failed), key=_failure_key):
         out += _failure_block(paths, name, atts, first)
         if same:
             nums = f"{same[0].attempt}" if len(same) == 1 else f"{same[0].attempt}-{same[-1].attempt}"
@@ -329,13 +322,11 @@ def _failure_block(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) 
     return out
 
 
-def _same_failure(a: Attempt, b: Attempt) -> bool:
-    """Same category, exception and location, and the same last evidence line: the log tail of a
-    crash loop accumulates, so whole evidence lists differ while the failure does not."""
-    def key(x: Attempt) -> tuple[Any, ...]:
-        d = x.diagnosis
-        return d.category, d.exception, d.location, d.evidence[-1] if d.evidence else None, x.exit_text()
-    return key(a) == key(b)
+def _failure_key(a: Attempt) -> tuple[Any, ...]:
+    """What makes two failures the same: category, exception and location, and the last evidence line (the
+    log tail of a crash loop accumulates, so whole evidence lists differ while the failure does not)."""
+    d = a.diagnosis
+    return d.category, d.exception, d.location, d.evidence[-1] if d.evidence else None, a.exit_text()
 
 
 def _mark(a: Attempt) -> Mark | None:
@@ -347,8 +338,6 @@ def _mark(a: Attempt) -> Mark | None:
 def _attempt_tail(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
     """The last lines of attempt ``a``'s own output (never another attempt's), by the range its
     ``started`` event recorded; journals without ranges: the log's tail, for the latest attempt only."""
-    from ..rundir.attemptlog import lines_of, read_bytes
-
     start = _mark(a)
     if start is None:
         return _log_tail(paths, name) if a is atts[-1] else []
@@ -441,8 +430,6 @@ def _discover(ccfg: Any, paths: RunPaths) -> tuple[int, str] | None:
     if "${" in root:
         return None
     try:
-        from ..rundir.checkpoints import discover
-
         found = discover(root, r.get("layout") or "auto", step_pattern=r.get("step_pattern"))
     except Exception:
         return None

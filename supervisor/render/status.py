@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..records.events import fmt_duration
@@ -98,7 +100,7 @@ def _ended_lines(run: dict[str, Any]) -> list[str]:
         return []
     # `up` finds its run dir from the config and the working directory: name both, so the
     # commands paste as printed from anywhere.
-    up = f"rlsup up {_here(run.get('config')) or 'CONFIG'}"
+    up = f"rlsup up {_here(run['config']) if run.get('config') else 'CONFIG'}"
     where = f" --run-dir {_here(run['run_dir'])}" if run.get("run_dir") else ""
     return ["", f"run ended: {run.get('end_reason')} (exit code {run.get('exit_code')})",
             f"to go on from its checkpoints: {up} --resume{where}; to start anew: {up} --fresh{where}"]
@@ -118,13 +120,8 @@ def format_status(view: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _here(path: str | None) -> str | None:
+def _here(path: str) -> str:
     """``path`` relative to the working directory when below it (shorter to paste), quoted for a shell."""
-    import shlex
-    from pathlib import Path
-
-    if not path:
-        return None
     try:
         return shlex.quote(str(Path(path).relative_to(Path.cwd())))
     except ValueError:

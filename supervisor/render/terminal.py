@@ -11,8 +11,7 @@ from typing import Any, TextIO
 
 _TABLE: dict[int, str] = {c: "^" + chr(c + 64) for c in range(0x20) if c not in (0x09, 0x0A)}
 _TABLE[0x7F] = "^?"
-_TABLE.update({c: f"<U+{c:04X}>" for c in range(0x80, 0xA0)})
-_TABLE.update({c: f"<U+{c:04X}>" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+_TABLE.update({c: f"<U+{c:04X}>" for c in (*range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 _ANY = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(_TABLE)) + "]")
 
 

@@ -90,7 +90,6 @@ class ComponentTable(Widget):
             super().__init__()
             self.index = index
 
-    components: dict[str, dict[str, Any]] = {}
     rows: list[tuple[str, str, dict[str, str]]] = []  # (name, state, cells)
     selected = 0
     focused = True  # arrows move the selection here (not in the log)
@@ -99,8 +98,8 @@ class ComponentTable(Widget):
 
     def set_data(self, components: dict[str, dict[str, Any]], selected: int, now: float,
                  stale: bool = False) -> None:
-        rows_changed = len(components) != len(self.components)
-        self.components, self.selected, self.stale = components, selected, stale
+        rows_changed = len(components) != len(self.rows)
+        self.selected, self.stale = selected, stale
         self.rows = [(name, c.get("state", "?"), {"component": name, **row_cells(i, c, now)})
                      for i, (name, c) in enumerate(components.items())]
         if rows_changed:
@@ -113,11 +112,11 @@ class ComponentTable(Widget):
         return tuple((n, s, tuple(c.values())) for n, s, c in self.rows), self.selected, self.focused, self.stale
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self.components) + 1
+        return len(self.rows) + 1
 
     def on_click(self, event: events.Click) -> None:
         row = event.y - 1  # under the header row
-        if 0 <= row < len(self.components):
+        if 0 <= row < len(self.rows):
             self.post_message(self.Clicked(row))
 
     def _widths(self, cols: list[str], width: int) -> dict[str, int]:

@@ -7,6 +7,8 @@ they are bound: Textual lists the focused widget's bindings first (the selected 
 
 from __future__ import annotations
 
+from itertools import accumulate, takewhile
+
 from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
@@ -31,18 +33,10 @@ def key_width(key: Widget) -> int:
 def fit(keys: list[Widget], width: int) -> list[Widget]:
     """The keys to show in ``width`` cells: those in :data:`KEEP` and, in order, as many others as fit whole."""
     kept = [k for k in keys if getattr(k, "action", None) in KEEP]
+    others = [k for k in keys if k not in kept]
     room = width - sum(map(key_width, kept))
-    out = []
-    for k in keys:
-        if getattr(k, "action", None) in KEEP:
-            out.append(k)
-            continue
-        w = key_width(k)
-        if w > room:
-            break
-        room -= w
-        out.append(k)
-    return out + [k for k in kept if k not in out]
+    fitting = others[: sum(1 for _ in takewhile(lambda used: used <= room, accumulate(map(key_width, others))))]
+    return [k for k in keys if k in kept or k in fitting]
 
 
 class FitFooter(Footer):

@@ -11,7 +11,7 @@ from rich.style import Style
 from rich.text import Text
 
 from rlsup.supervisor.render.bars import bar, bar_line, fmt_mem, level, pct_line
-from rlsup.tui.format import separated
+from rlsup.tui.format import clip, separated
 from rlsup.tui.widgets import TextPanel
 
 PROCESS_LINES_MAX_GPUS = 4
@@ -50,17 +50,11 @@ class GpuPanel(TextPanel):
     GpuPanel > .gpu--label { color: $text-muted; }
     """
 
-    gpus: list[dict[str, Any]] = []
     state: dict[str, Any] = {}  # the run's state: its gpus, host, gpu_backend and gpu_reason
 
     def set_data(self, state: dict[str, Any]) -> None:
-        self.state, self.gpus = state, state.get("gpus") or []
+        self.state = state
         self.show()
-
-    @property
-    def process_lines(self) -> bool:
-        # Not for a multi-node run's GPUs: a line per node heads them instead (their pids are other hosts').
-        return 0 < len(self.gpus) <= PROCESS_LINES_MAX_GPUS and not any(g.get("node") for g in self.gpus)
 
     def _bar(self, out: Text, text: str, pct: float | None) -> None:
         out.append(text, style=self.get_component_rich_style(f"bar--{level(pct)}"))
@@ -68,15 +62,18 @@ class GpuPanel(TextPanel):
     def build(self, width: int) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis", end="")
         label = self.get_component_rich_style("gpu--label")
+        gpus = self.state.get("gpus") or []
+        # Not for a multi-node run's GPUs: a line per node heads them instead (their pids are other hosts').
+        process_lines = len(gpus) <= PROCESS_LINES_MAX_GPUS and not any(g.get("node") for g in gpus)
         node = None
-        for g in separated(out, self.gpus, "\n"):
+        for g in separated(out, gpus, "\n"):
             if g.get("node") and g.get("node") != node:  # a multi-node run: the GPUs grouped by node
                 node = g["node"]
                 out.append(f"── {node}\n", style=label)
             self._gpu_line(out, g, width, label)
-            if self.process_lines:
+            if process_lines:
                 out.append("\n  └ " + processes_text(g), style=label)
-        if not self.gpus:
+        if not gpus:
             why = self.state.get("gpu_reason") or (
                 "waiting for the first GPU sample" if self.state.get("gpu_backend") is None else "no GPUs")
             out.append(f"GPU: none — {why}", style=self.get_component_rich_style("gpu--reason"))
@@ -115,4 +112,4 @@ class GpuPanel(TextPanel):
             out.append(text)
             who_w = min(len(who), 16)
             self._bar(out, bar(mem_pct, max(0, width - len(head) - len(text) - len(tail) - who_w)), mem_pct)
-        out.append(tail).append(who if len(who) <= who_w else who[: max(0, who_w - 1)] + "…", style=label)
+        out.append(tail).append(clip(who, who_w), style=label)

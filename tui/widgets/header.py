@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from rlsup.tui.format import fmt_dur
+from rlsup.tui.format import clip, fmt_dur
 
 DETAIL_MAX = 48  # characters of a connection error shown in the header (the toast has it whole)
 CONNECTION = {
@@ -31,13 +31,6 @@ def ended_text(run: dict[str, Any], timefmt: Callable[[float], str]) -> str:
         who = f"{root['component']}: " if root.get("component") else ""
         out += f" (root cause: {who}{root.get('reason') or '?'})"
     return out
-
-
-def _cut_detail(detail: str, room: int) -> str:
-    """``detail`` cut to ``room`` cells with an ellipsis; nothing when too little room is left for it to say anything."""
-    if len(detail) <= room:
-        return detail
-    return detail[: room - 1] + "…" if room >= 12 else ""
 
 
 class RunHeader(Widget):
@@ -97,8 +90,9 @@ class RunHeader(Widget):
         stale = self._stale_text()
         if detail and status not in ("attached", "ended"):
             # The reason can be long (a socket path, an SSH error): it gives way so that "stale" stays
-            # in view (the toast has it whole).
-            detail = _cut_detail(detail, min(DETAIL_MAX, (self.size.width or 200) - t.cell_len - len(stale) - 3))
+            # in view (the toast has it whole), and goes where too little room is left for it to say anything.
+            room = min(DETAIL_MAX, (self.size.width or 200) - t.cell_len - len(stale) - 3)
+            detail = clip(detail, room) if len(detail) <= room or room >= 12 else ""
             if detail:
                 t.append(f" ({detail})")
         if stale:

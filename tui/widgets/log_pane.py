@@ -45,11 +45,11 @@ PAGE = 2000  # lines per page read from disk
 
 class History:
     """A window over the log file on disk, shown instead of the live lines while the user reads
-    older output than the view holds. Indexes in the view are sequence numbers meanwhile; the live
-    lines wait aside (and new ones gather, bounded) until the window reaches them again."""
+    older output than the view holds. Indexes in the view are sequence numbers meanwhile (``dropped``: the
+    window's first line); the live lines wait aside (and new ones gather, bounded) until the window reaches
+    them again."""
 
-    def __init__(self, first: int, disk_first: int, disk_end: int, live_seq: int, saved: tuple[object, ...]):
-        self.first = first  # seq of the window's first line
+    def __init__(self, disk_first: int, disk_end: int, live_seq: int, saved: tuple[object, ...]):
         self.disk_first = disk_first  # seq of the first line on disk (line 1)
         self.disk_end = disk_end  # seq after the last line on disk when last asked
         self.live_seq = live_seq  # seq of the first live line: where the window joins the live view
@@ -264,7 +264,7 @@ class LogView(Widget, can_focus=False):
     @property
     def window_first(self) -> int | None:
         """Sequence number of the first log line in view (history window or live lines)."""
-        return self.hist.first if self.hist is not None else self.live_first
+        return self.dropped if self.hist is not None else self.live_first
 
     @property
     def older_on_disk(self) -> int:
@@ -274,24 +274,22 @@ class LogView(Widget, can_focus=False):
             return 0
         return max(0, first - self.disk_first)
 
-    def show_disk(self, page: Mapping[str, Any], *, at: str | int) -> None:
+    def show_disk(self, page: Mapping[str, Any], *, at: str) -> None:
         """Show a page read from disk (a ``log_read`` reply: its ``lines`` from ``seq`` on) in place of the
-        view's lines: enter the history window, or replace it. ``at``: "top", "bottom" or the seq to centre on."""
+        view's lines: enter the history window, or replace it; at its "top" or its "bottom"."""
         seq, disk_first, disk_end = page["seq"], page["disk_first_seq"], page["disk_end_seq"]
         self.disk_first = disk_first
         if self.hist is None:
             live_seq = self.live_first if self.live_first is not None else disk_end
             saved = (self.lines, self.dropped, self.marks, self.current, self.widest)
-            self.hist = History(seq, disk_first, disk_end, live_seq, saved)
+            self.hist = History(disk_first, disk_end, live_seq, saved)
         h = self.hist
-        h.first, h.disk_first, h.disk_end, h.loading = seq, disk_first, max(h.disk_end, disk_end), False
+        h.disk_first, h.disk_end, h.loading = disk_first, max(h.disk_end, disk_end), False
         self._load(clean_lines(list(page["lines"])), seq, set())
         self.follow = False
         self.widest = max([self.widest, *map(len, self.lines)]) if self.lines else self.widest
         if at == "bottom":
             self.top = self.max_top
-        elif at != "top":
-            self.show_line(int(at) - seq)
         self._moved()
 
     def add_disk(self, seq: int, lines: list[str], disk_end: int) -> None:
@@ -306,17 +304,17 @@ class LogView(Widget, can_focus=False):
             return
         new = clean_lines(list(lines))
         self.widest = max(self.widest, max(map(len, new)))
-        if seq + len(new) == h.first:  # older lines, above
+        if seq + len(new) == self.dropped:  # older lines, above
             self.lines[:0] = new
             self.top += self.row_of(len(new))  # (the rows are counted again: the lines changed)
-            h.first = self.dropped = seq
+            self.dropped = seq
             del self.lines[self.max_lines:]
-        elif seq == h.first + len(self.lines):  # newer lines, below
+        elif seq == self.dropped + len(self.lines):  # newer lines, below
             self.lines.extend(new)
             if (excess := len(self.lines) - self.max_lines) > 0:
                 self.top = max(0, self.top - self.row_of(excess))
                 del self.lines[:excess]
-                h.first = self.dropped = h.first + excess
+                self.dropped += excess
         self._rows_width = -1
         self.top = min(self.top, self.max_top)
         self._moved()
@@ -348,18 +346,19 @@ class LogView(Widget, can_focus=False):
             return
         if h.loading:
             return
-        if delta < 0 and self.top < self.height and h.first > h.disk_first:
+        if delta < 0 and self.top < self.height and self.dropped > h.disk_first:
             h.loading = True
             self.post_message(self.NeedLines(self, -1))
         elif delta > 0 and self.top + 2 * self.height >= self.total_rows:
-            if h.first + len(self.lines) < h.live_seq:
+            if self.dropped + len(self.lines) < h.live_seq:
                 h.loading = True
                 self.post_message(self.NeedLines(self, 1))
             elif self.top >= self.max_top:
                 self.leave_history()
 
     class NeedLines(Message):
-        """The view moved near an edge of the lines it holds: the screen reads a page from disk."""
+        """The view moved near an edge of the lines it holds (``direction`` -1 or 1), or Home went to the first line
+        held and the log file has older ones (0): the screen reads a page from disk (for 0, the file's first)."""
 
         def __init__(self, view: LogView, direction: int):
             super().__init__()
@@ -388,7 +387,7 @@ class LogView(Widget, can_focus=False):
         self.top = top
         self._moved()
         h = self.hist
-        if h is not None and delta > 0 and at_end and h.first + len(self.lines) >= h.live_seq:
+        if h is not None and delta > 0 and at_end and self.dropped + len(self.lines) >= h.live_seq:
             self.leave_history()  # scrolled on past the last line read from disk: the live lines follow
         else:
             self._want_more(delta)
@@ -528,10 +527,6 @@ class LogView(Widget, can_focus=False):
         self.show_line(i, center=False)
         self._moved()
 
-    def cursor_to(self, i: int) -> None:
-        if self.cursor is not None and self.lines:
-            self.move_cursor(i - (self.cursor - self.dropped))
-
     def selection(self) -> list[str]:
         """The selected lines, oldest first (what has left the buffer meanwhile is not there)."""
         if self.select_anchor is None or self.cursor is None:
@@ -621,12 +616,9 @@ class LogView(Widget, can_focus=False):
         strip = Strip(list(text.render(self.app.console)))
         cells = strip.cell_length
         if self.wrap:
-            if line.isascii():
-                start, end = sub * tw, (sub + 1) * tw
-            else:
-                chunks = chop_cells(line, tw)
-                start = sum(cell_len(c) for c in chunks[:sub])
-                end = start + (cell_len(chunks[sub]) if sub < len(chunks) else 0)
+            chunks = chop_cells(line, tw)
+            start = sum(cell_len(c) for c in chunks[:sub])
+            end = start + (cell_len(chunks[sub]) if sub < len(chunks) else 0)
             piece = strip.crop(start, end)
             segs = list(piece) + [Segment(" " * (tw - piece.cell_length), pad), bar]
             return Strip(segs, tw + 1)
@@ -697,9 +689,6 @@ class LogPane(Vertical, can_focus=True):
             super().__init__(pane)
             self.query, self.direction = query, direction
 
-    class FirstPageNeeded(_PaneMessage):
-        """Home went to the first line held, and the log file has older ones: read its first page."""
-
     def __init__(self, component: str, index: int, max_lines: int = 10_000,
                  clock: Callable[[], float] = time.time, **kw: Any) -> None:
         super().__init__(**kw)
@@ -746,16 +735,16 @@ class LogPane(Vertical, can_focus=True):
     def action_log_top(self) -> None:
         v = self.view
         if v.selecting:
-            v.cursor_to(0)
+            v.move_cursor(-len(v.lines))  # (to the first line held)
         else:
             v.home()  # at once within what the view holds; the file's first page follows
-            if v.hist is None or v.hist.first > v.hist.disk_first:
-                self.post_message(self.FirstPageNeeded(self))
+            if v.hist is None or v.dropped > v.hist.disk_first:
+                v.post_message(v.NeedLines(v, 0))
 
     def action_log_end(self) -> None:
         v = self.view
         if v.selecting:
-            v.cursor_to(len(v.lines) - 1)
+            v.move_cursor(len(v.lines))  # (to the last)
         else:
             v.set_follow(True)
 
@@ -786,15 +775,12 @@ class LogPane(Vertical, can_focus=True):
         self.find(self.view.search_query, direction)
 
     # copy mode ------------------------------------------------------------------------------
-    def _mode_changed(self) -> None:
-        self.post_message(self.ModeChanged(self))
-
     def action_copy_mode(self) -> None:
         if not self.view.lines:
             self.notify("nothing to copy yet", severity="warning")
             return
         self.view.start_select()
-        self._mode_changed()
+        self.post_message(self.ModeChanged(self))
 
     def action_cursor(self, delta: int) -> None:
         self.view.move_cursor(delta)
@@ -804,7 +790,7 @@ class LogPane(Vertical, can_focus=True):
 
     def action_cancel_copy(self) -> None:
         self.view.end_select()
-        self._mode_changed()
+        self.post_message(self.ModeChanged(self))
 
     def _lines_of(self, n: int) -> str:
         return f"{n} line{'s' if n != 1 else ''} of {self.component}"
@@ -813,8 +799,7 @@ class LogPane(Vertical, can_focus=True):
         lines = self.view.selection()
         text = "\n".join(lines) + "\n"
         self.app.copy_to_clipboard(text)  # OSC 52: reaches the local terminal through SSH
-        self.view.end_select()
-        self._mode_changed()
+        self.action_cancel_copy()
         self.run_worker(self._tmux_buffer(text, len(lines)), group="clipboard")
 
     async def _tmux_buffer(self, text: str, n: int) -> None:
@@ -837,8 +822,7 @@ class LogPane(Vertical, can_focus=True):
             except OSError as e:
                 self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=8)
                 return
-            self.view.end_select()
-            self._mode_changed()
+            self.action_cancel_copy()
             self.notify(f"{self._lines_of(len(lines))} written to {where}", title="saved")
 
         self.app.push_screen(PathScreen(f"Write {len(lines)} line(s) of {self.component} to:",
@@ -852,7 +836,7 @@ class LogPane(Vertical, can_focus=True):
             parts.append(f"COPY {n} line{'s' if n != 1 else ''}: ↑↓ extend · y copy · s save · esc")
         elif v.hist is not None:
             h = v.hist
-            a = h.first - h.disk_first + 1
+            a = v.dropped - h.disk_first + 1
             parts.append(f"FROM DISK: lines {a:,}–{a + len(v.lines) - 1:,} of {h.disk_end - h.disk_first:,}"
                          + (" (loading…)" if h.loading else "")
                          + " · End: live")
