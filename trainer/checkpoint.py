@@ -16,19 +16,13 @@ from typing import Any
 import torch
 
 from rlsup.trainer import atomic, steplog
-from rlsup.trainer.policy import Policy, load_weights, save_weights
+from rlsup.trainer.policy import Policy, load_weights
 
 MARKER = atomic.MARKER
 
 
 def checkpoint_dir(out: Path, step: int) -> Path:
     return Path(out) / "checkpoints" / f"step_{step}"
-
-
-def save(out: Path, step: int, policy: Policy, optimizer: torch.optim.Optimizer, args: dict[str, Any],
-         keep: int = 3) -> Path:
-    """Checkpoint after training step ``step``; keeps the newest ``keep`` checkpoints."""
-    return write(out, step, lambda d: save_weights(policy, d), optimizer, args, keep)
 
 
 def write(out: Path, step: int, write_model: Callable[[Path], None], optimizer: torch.optim.Optimizer,

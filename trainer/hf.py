@@ -339,15 +339,15 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, sam
     micro-batches of ``micro_batch`` sequences; the loss is the token mean over the minibatch.
     Samples with zero advantage carry no gradient and are skipped."""
     use = [i for i, s in enumerate(samples) if s.advantage != 0.0]
-    stats = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
-             "trained": float(len(use)), "tokens": 0.0}
+    stats: dict[str, float] = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "trained": len(use),
+                               "tokens": 0}
     if not use:
         return stats
     batch = tokenize_samples(tokenizer, [samples[i] for i in use], max_seq_len)
     adv_all = [samples[i].advantage for i in use]
     pad = tokenizer.pad_token_id
     n_tok = [len(s) - max(b, 1) for s, b in zip(batch.input_ids, batch.starts, strict=True)]
-    stats["tokens"] = float(sum(n_tok))
+    stats["tokens"] = sum(n_tok)
     old: list[torch.Tensor] = [torch.empty(0)] * len(use)
     model.eval()
     with torch.no_grad():
@@ -378,8 +378,6 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, sam
 
 def train_main(args: argparse.Namespace) -> int:
     """The trainer loop for ``--model`` (see the module docstring); ``args`` from ``train.main``."""
-    from rlsup.trainer.sync import make_sync
-
     device = pick_device(args.device)
     cuda = device.type == "cuda"
     autocast = cuda if args.bf16 == "auto" else args.bf16 == "on"
@@ -406,20 +404,17 @@ def train_main(args: argparse.Namespace) -> int:
     steplog.log(f"Model {args.model} ({n_params / 1e6:.1f}M parameters) on {device}; bf16 autocast {autocast}, "
                 f"gradient checkpointing {checkpointing}, micro-batch {args.micro_batch}, "
                 f"max-seq-len {args.max_seq_len}")
-    sync = make_sync(args)
 
-    def publish_and_tell(step: int) -> None:
+    def publish_weights(step: int) -> Path:
         # Published weights are bf16 on every device, config.json included: what SGLang/vLLM serve the
         # policy in (--dtype auto reads it); the fp32 master weights stay in the checkpoints.
-        sync.publish(step, publish(args.out / "weights", step, args.steps, model, tokenizer, torch.bfloat16))
+        return publish(args.out / "weights", step, args.steps, model, tokenizer, torch.bfloat16)
 
-    def update(samples: list[rollouts.Sample], meta: dict[str, Any]) -> dict[str, float]:
+    def update(samples: list[rollouts.Sample], temperature: float) -> dict[str, float]:
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
-        stats = train_step(model, optimizer, tokenizer, samples, float(meta.get("temperature", 1.0)),
-                           args.minibatches, args.micro_batch, args.max_seq_len, args.clip_eps, device, autocast)
-        return {**{k: stats[k] for k in ("loss", "entropy", "grad_norm", "clip_frac")},
-                "trained": int(stats["trained"]), "tokens": int(stats["tokens"])}
+        return train_step(model, optimizer, tokenizer, samples, temperature, args.minibatches, args.micro_batch,
+                          args.max_seq_len, args.clip_eps, device, autocast)
 
     def peak_memory() -> dict[str, float]:
         return {"peak_mem_gb": torch.cuda.max_memory_allocated(device) / 1e9} if cuda else {}
@@ -428,11 +423,7 @@ def train_main(args: argparse.Namespace) -> int:
         save_model_dir(model, tokenizer, d / "model")
         atomic.fsync_tree(d / "model")
 
-    def save(step: int) -> None:
-        ckpt_mod.write(args.out, step, write_model, optimizer, loop.vars_for_checkpoint(args), args.keep_ckpts,
-                       cuda_rng=True)
-
-    return loop.run(args, start, update, publish_and_tell, save, peak_memory)
+    return loop.run(args, start, update, publish_weights, write_model, optimizer, peak_memory, cuda_rng=True)
 
 
 # ------------------------------------------------------------------------------------------- CLI

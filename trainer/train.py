@@ -17,16 +17,14 @@ from __future__ import annotations
 import argparse
 import random
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from rlsup.trainer import checkpoint, grpo, loop, rollouts, steplog
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
-from rlsup.trainer.policy import Policy, PolicyConfig, encode, sequence_logprobs
+from rlsup.trainer.policy import Policy, PolicyConfig, encode, save_weights, sequence_logprobs
 from rlsup.trainer.stopping import install_sigterm_exit
-from rlsup.trainer.sync import make_sync
 
 
 def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[rollouts.Sample],
@@ -38,7 +36,7 @@ def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[r
         if len(s.logprobs) != len(c):
             raise ValueError(f"sample {s.prompt!r}: {len(s.logprobs)} logprobs for {len(c)} tokens")
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-    totals = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "approx_kl": 0.0}
+    totals = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0}
     policy.train()
     chunks = [c.tolist() for c in torch.randperm(len(samples)).chunk(minibatches)]
     for chunk in chunks:
@@ -128,21 +126,11 @@ def train_tiny(args: argparse.Namespace) -> int:
         policy = Policy(PolicyConfig())
         optimizer = make_optimizer(policy)
         start = 1
-    sync = make_sync(args)
-
-    def publish(step: int) -> None:
-        path = weights_mod.publish(args.out / "weights", step, args.steps, policy)
-        sync.publish(step, path)  # writes latest.json only once the server has loaded it
-
-    def update(samples: list[rollouts.Sample], meta: dict[str, Any]) -> dict[str, float]:
-        stats = train_step(policy, optimizer, samples, float(meta.get("temperature", 1.0)),
-                           args.minibatches, args.clip_eps)
-        return {k: stats[k] for k in ("loss", "entropy", "grad_norm", "clip_frac")}
-
-    def save(step: int) -> None:
-        checkpoint.save(args.out, step, policy, optimizer, loop.vars_for_checkpoint(args), args.keep_ckpts)
-
-    return loop.run(args, start, update, publish, save)
+    return loop.run(args, start,
+                    lambda samples, temperature: train_step(policy, optimizer, samples, temperature,
+                                                            args.minibatches, args.clip_eps),
+                    lambda step: weights_mod.publish(args.out / "weights", step, args.steps, policy),
+                    lambda d: save_weights(policy, d), optimizer)
 
 
 if __name__ == "__main__":
