@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import sys
 from contextlib import nullcontext
@@ -189,7 +188,7 @@ def latest_model_path(weights_dir: Path, default: str) -> str:
     Not ``latest.json``: that records what the server had loaded, which lags when it was stale. A dir marked
     ``REJECTED`` (a reload of it broke or killed the server, see ``rlsup.trainer.sync``) is skipped: loading it
     again would kill the restarted server too."""
-    found = weights_mod.published_good(weights_dir)
+    found = weights_mod.published(weights_dir, good=True)
     if found is not None and (found[1] / "config.json").exists():
         return str(found[1])
     return default
@@ -382,24 +381,15 @@ def train_main(args: argparse.Namespace) -> int:
     cuda = device.type == "cuda"
     autocast = cuda if args.bf16 == "auto" else args.bf16 == "on"
     checkpointing = cuda if args.gradient_checkpointing == "auto" else args.gradient_checkpointing == "on"
-    torch.manual_seed(args.seed)
-    random.seed(args.seed)
-    if args.resume_step is not None:
-        d, state = ckpt_mod.read(args.out, args.resume_step)
-        ckpt_mod.restore_rng(state)
-        source, start = str(d / "model"), state["next_step"]
-    else:
-        ckpt_mod.warn_if_unresumed(args.out)
-        source, start, state = args.model, 1, None
+    d, state = ckpt_mod.begin(args)
+    source = str(d / "model") if d else args.model
     tokenizer = load_tokenizer(source)
     model = load_model(source, device, torch.float32)  # fp32 master weights; bf16 via autocast
     if checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = False
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    if state is not None:
-        optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True, map_location=device))
-        steplog.log(f"Resumed from {d}; next step {start}")
+    start = ckpt_mod.restore(d, state, optimizer)
     n_params = sum(p.numel() for p in model.parameters())
     steplog.log(f"Model {args.model} ({n_params / 1e6:.1f}M parameters) on {device}; bf16 autocast {autocast}, "
                 f"gradient checkpointing {checkpointing}, micro-batch {args.micro_batch}, "

@@ -181,12 +181,11 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, code: int, message: str) -> None:
         self._send(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
 
+    def _no_route(self, body: dict | None = None) -> None:
+        self._error(404, f"no route {self.path}")
+
     def do_GET(self) -> None:
-        route = self.GET.get(self.path)
-        if route is None:
-            self._error(404, f"no route {self.path}")
-        else:
-            route(self)
+        self.GET.get(self.path, Handler._no_route)(self)
 
     def do_POST(self) -> None:
         try:
@@ -195,11 +194,7 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, json.JSONDecodeError) as exc:
             self._error(400, f"bad JSON body: {exc}")
             return
-        route = self.POST.get(self.path)
-        if route is None:
-            self._error(404, f"no route {self.path}")
-        else:
-            route(self, body)
+        self.POST.get(self.path, Handler._no_route)(self, body)
 
     # GET routes -----------------------------------------------------------------------------------
     def get_health(self) -> None:

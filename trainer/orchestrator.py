@@ -98,13 +98,11 @@ def published_step(weights_dir: Path) -> int:
     return (weights_mod.published(weights_dir) or (0,))[0]
 
 
-def wait_for_weights(weights_dir: Path, needed: int) -> int:
-    """Block until the published weights step is >= ``needed``; return it. Paced by what is published,
-    not by what the server loaded: a server that cannot load weights must not stop the run."""
-    found = waiting.poll(lambda: c if (c := published_step(weights_dir)) >= needed else None, say=lambda: steplog.log(
+def wait_for_weights(weights_dir: Path, needed: int) -> None:
+    """Block until the published weights step is >= ``needed``. Paced by what is published, not by what the
+    server loaded: a server that cannot load weights must not stop the run."""
+    waiting.poll(lambda: published_step(weights_dir) >= needed or None, say=lambda: steplog.log(
         f"Waiting for trainer weights step {needed} (published: {published_step(weights_dir)})"))
-    assert found is not None  # no patience: poll returns only what it found
-    return found
 
 
 def reported_step(base: str) -> int | None:

@@ -15,15 +15,14 @@ steps or while waiting for a batch) and training goes on: ``preempt: {signal: SI
 from __future__ import annotations
 
 import argparse
-import random
 from pathlib import Path
 
 import torch
 
-from rlsup.trainer import checkpoint, grpo, loop, rollouts, steplog
+from rlsup.trainer import checkpoint, grpo, loop, rollouts
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
-from rlsup.trainer.policy import Policy, PolicyConfig, encode, save_weights, sequence_logprobs
+from rlsup.trainer.policy import Policy, PolicyConfig, encode, load_weights, save_weights, sequence_logprobs
 from rlsup.trainer.stopping import install_sigterm_exit
 
 
@@ -112,20 +111,10 @@ def main(argv: list[str] | None = None) -> int:
 def train_tiny(args: argparse.Namespace) -> int:
     """The trainer loop for the tiny policy (no ``--model``), bit-identical on resume (``main`` made torch
     single-threaded and deterministic)."""
-    def make_optimizer(p: Policy) -> torch.optim.Optimizer:
-        return torch.optim.Adam(p.parameters(), lr=args.lr)
-
-    if args.resume_step is not None:
-        policy, optimizer, state = checkpoint.load(args.out, args.resume_step, make_optimizer)
-        start = state["next_step"]
-        steplog.log(f"Resumed from {checkpoint.checkpoint_dir(args.out, args.resume_step)}; next step {start}")
-    else:
-        checkpoint.warn_if_unresumed(args.out)
-        torch.manual_seed(args.seed)  # same seed as the server's initial policy
-        random.seed(args.seed)
-        policy = Policy(PolicyConfig())
-        optimizer = make_optimizer(policy)
-        start = 1
+    d, state = checkpoint.begin(args)  # seeded as the server's initial policy is
+    policy = load_weights(d) if d else Policy(PolicyConfig())
+    optimizer = torch.optim.Adam(policy.parameters(), lr=args.lr)
+    start = checkpoint.restore(d, state, optimizer)
     return loop.run(args, start,
                     lambda samples, temperature: train_step(policy, optimizer, samples, temperature,
                                                             args.minibatches, args.clip_eps),
