@@ -27,9 +27,9 @@ def checkpoint_dir(out: Path, step: int) -> Path:
 
 def write(out: Path, step: int, write_model: Callable[[Path], None], optimizer: torch.optim.Optimizer,
           args: dict[str, Any], keep: int = 3, cuda_rng: bool = False) -> Path:
-    """The checkpoint of step ``step`` for any policy: ``write_model(dir)`` writes (and fsyncs, below
-    ``dir``) the model; the optimizer, the trainer state (``cuda_rng``: with the CUDA RNG states too) and
-    the marker follow, then the dir appears atomically and all but the newest ``keep`` go."""
+    """The checkpoint of step ``step`` for any policy: ``write_model(dir)`` writes the model; the optimizer, the
+    trainer state (``cuda_rng``: with the CUDA RNG states too) and the marker follow, then the dir appears
+    atomically and all but the newest ``keep`` go."""
     final = checkpoint_dir(out, step)
     tmp = atomic.temp_dir_for(final)
     write_model(tmp)
@@ -39,8 +39,7 @@ def write(out: Path, step: int, write_model: Callable[[Path], None], optimizer: 
     if cuda_rng:
         state["cuda_rng"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.save(state, tmp / "trainer_state.pt")
-    atomic.fsync_tree(tmp)
-    (tmp / MARKER).write_text("")  # last: its presence means everything above is on disk
+    (tmp / MARKER).write_text("")  # last, and all is fsynced before the dir appears
     atomic.publish_dir(tmp, final)
     atomic.prune(final.parent, complete_steps(out), keep, step)
     return final

@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from rlsup.trainer import atomic, grpo, loop, rollouts, steplog
 from rlsup.trainer import checkpoint as ckpt_mod
+from rlsup.trainer import grpo, loop, rollouts, steplog
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.policy import next_tokens, scaled_log_softmax
 from rlsup.trainer.task import Problem
@@ -172,13 +172,6 @@ def save_model_dir(model: Any, tokenizer: Any, directory: Path, dtype: torch.dty
         cfg["dtype"] = cfg["torch_dtype"] = str(dtype).removeprefix("torch.")
         path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     tokenizer.save_pretrained(directory)
-
-
-def publish(weights_dir: Path, step: int, total: int, model: Any, tokenizer: Any,
-            dtype: torch.dtype | None = None, keep: int = 3) -> Path:
-    """Write ``weights_dir/step_{step}`` (HF dir + meta.json + STABLE) atomically; prune to ``keep``."""
-    return weights_mod.write(weights_dir, step, lambda d: save_model_dir(model, tokenizer, d, dtype),
-                             {"step": step, "total": total, "format": "hf"}, keep)
 
 
 def latest_model_path(weights_dir: Path, default: str) -> str:
@@ -395,10 +388,12 @@ def train_main(args: argparse.Namespace) -> int:
                 f"gradient checkpointing {checkpointing}, micro-batch {args.micro_batch}, "
                 f"max-seq-len {args.max_seq_len}")
 
-    def publish_weights(step: int) -> Path:
+    def publish_weights(step: int) -> Path:  # an HF dir + meta.json + STABLE
         # Published weights are bf16 on every device, config.json included: what SGLang/vLLM serve the
         # policy in (--dtype auto reads it); the fp32 master weights stay in the checkpoints.
-        return publish(args.out / "weights", step, args.steps, model, tokenizer, torch.bfloat16)
+        return weights_mod.write(args.out / "weights", step,
+                                 lambda d: save_model_dir(model, tokenizer, d, torch.bfloat16),
+                                 {"step": step, "total": args.steps, "format": "hf"})
 
     def update(samples: list[rollouts.Sample], temperature: float) -> dict[str, float]:
         if cuda:
@@ -409,11 +404,9 @@ def train_main(args: argparse.Namespace) -> int:
     def peak_memory() -> dict[str, float]:
         return {"peak_mem_gb": torch.cuda.max_memory_allocated(device) / 1e9} if cuda else {}
 
-    def write_model(d: Path) -> None:  # OUT/checkpoints/step_N/model/: an HF dir
-        save_model_dir(model, tokenizer, d / "model")
-        atomic.fsync_tree(d / "model")
-
-    return loop.run(args, start, update, publish_weights, write_model, optimizer, peak_memory, cuda_rng=True)
+    return loop.run(args, start, update, publish_weights,
+                    lambda d: save_model_dir(model, tokenizer, d / "model"),  # OUT/checkpoints/step_N/model/: an HF dir
+                    optimizer, peak_memory, cuda_rng=True)
 
 
 # ------------------------------------------------------------------------------------------- CLI

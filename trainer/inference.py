@@ -159,7 +159,7 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
 
 
 class Handler(BaseHTTPRequestHandler):
-    """One request (http.server makes an instance per request); :func:`make_handler` binds the engine.
+    """One request (http.server makes an instance per request); ``main`` binds the engine in a subclass.
     One method per route, found in :attr:`GET` / :attr:`POST` by path."""
 
     protocol_version = "HTTP/1.1"
@@ -243,12 +243,6 @@ class Handler(BaseHTTPRequestHandler):
         "/v1/completions": post_completions, "/update_weights_from_disk": post_update_weights}
 
 
-def make_handler(engine: Engine, model: str) -> type[Handler]:
-    """The handler class for a server of ``engine`` under the name ``model``."""
-
-    return type("Bound", (Handler,), {"engine": engine, "model": model, "started": int(time.time())})
-
-
 def update_from_disk(engine: Engine, path: Path) -> str:
     """Load a published weights dir into ``engine`` and log the ``Step N/T`` line for it."""
     t0 = time.perf_counter()
@@ -313,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(args.seed)  # the trainer initialises with the same seed: same step-0 policy
         model = Tiny(Policy(PolicyConfig()))
     engine = Engine(args.seed, args.total_steps, model)
-    server = Server((args.host, args.port), make_handler(engine, args.model_name))
+    bound = {"engine": engine, "model": args.model_name, "started": int(time.time())}
+    server = Server((args.host, args.port), type("Bound", (Handler,), bound))
     steplog.log(f"Listening on http://{args.host}:{args.port} (model {args.model_name})")
     chaos.start_timers()
 
