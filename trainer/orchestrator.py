@@ -177,7 +177,7 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
     with at most K in flight (bounded load on a real engine, and SGLang/vLLM batch them anyway).
     Each choice gets ``weights``, the :class:`~rlsup.trainer.reloads.Label` of the weights that made it: the
     reply's own where it names them (:func:`response_label`), else the reload record of ``weights_dir`` read
-    before the request and after its reply. ``usage`` is summed.
+    before the request and after its reply. Returns ``choices`` and ``usage.completion_tokens``, summed.
     """
     def one(payload: dict) -> dict:
         before = reload_record(weights_dir)
@@ -189,12 +189,9 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
             c.setdefault("prompt_token_ids", r.get("prompt_token_ids"))  # vLLM: on each choice already
         return r
 
-    if concurrency <= 0:
-        resp = one({**body, "prompt": prompts})
-        resp["choices"] = sorted(resp["choices"], key=lambda c: c["index"])
-        return resp
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        replies = list(pool.map(lambda prompt: one({**body, "prompt": prompt}), prompts))
+    payloads = [{**body, "prompt": prompts}] if concurrency <= 0 else [{**body, "prompt": p} for p in prompts]
+    with ThreadPoolExecutor(max_workers=max(concurrency, 1)) as pool:
+        replies = list(pool.map(one, payloads))
     return {"choices": [c for r in replies for c in sorted(r["choices"], key=lambda c: c["index"])],
             "usage": {"completion_tokens": sum(r.get("usage", {}).get("completion_tokens", 0) for r in replies)}}
 
