@@ -191,7 +191,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-        except (ValueError, json.JSONDecodeError) as exc:
+        except ValueError as exc:  # json.JSONDecodeError too
             self._error(400, f"bad JSON body: {exc}")
             return
         self.POST.get(self.path, Handler._no_route)(self, body)

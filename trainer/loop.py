@@ -28,8 +28,7 @@ from rlsup.trainer.sync import make_sync
 class CheckpointAsked:
     """SIGUSR1 received: checkpoint the last step done at the next safe point (:meth:`honour`)."""
 
-    def __init__(self) -> None:
-        self.asked = False
+    asked = False
 
     def install(self) -> None:
         """From the start: a SIGUSR1 before the loop runs (the model still loading) must not kill the process."""
@@ -52,7 +51,7 @@ class CheckpointAsked:
 CHECKPOINT = CheckpointAsked()
 
 
-def wait_for_batch(out: Path, step: int, between: Callable[[], None] = lambda: None) -> tuple[list[rollouts.Sample], dict]:
+def wait_for_batch(out: Path, step: int, between: Callable[[], None]) -> tuple[list[rollouts.Sample], dict]:
     """Block until step ``step``'s rollouts are published; log the wait every few seconds. ``between`` runs
     before each look (a checkpoint asked for meanwhile is written there)."""
     def look() -> tuple[list[rollouts.Sample], dict] | None:

@@ -124,10 +124,9 @@ def request(method: str, url: str, body: dict | None = None, timeout: float = 60
             raw = exc.read()
         except (OSError, http.client.HTTPException):
             raw = b""
-    # http.client.HTTPException is no OSError: a server that dies mid-reply raises IncompleteRead (a body
-    # shorter than its Content-Length) or RemoteDisconnected/BadStatusLine from resp.read() or urlopen.
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError,
-            http.client.HTTPException) as exc:
+    # URLError is an OSError, http.client.HTTPException is not: a server that dies mid-reply raises IncompleteRead
+    # (a body shorter than its Content-Length) or RemoteDisconnected/BadStatusLine from resp.read() or urlopen.
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(exc, http.client.HTTPException):
             reason = f"the reply broke off ({type(exc).__name__}: {exc})"
