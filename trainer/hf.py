@@ -6,9 +6,8 @@ orchestrator runs ``--task gsm8k``.  ``transformers`` and ``safetensors`` are im
 
 What it promises:
 
-* **Data.** :func:`load_problems` reads a JSONL file of ``{"question", "answer"}`` objects whose
-  answer ends in ``#### N`` (GSM8K's format), or a ``datasets`` name such as ``openai/gsm8k:main``.
-  :func:`reward` is 1.0 exactly when the completion's final number equals the answer's.
+* **Data.** :func:`load_problems` reads GSM8K's format (a JSONL file or a ``datasets`` name); :func:`reward`
+  is 1.0 exactly when the completion's final number equals the answer's.
 * **Training.** :func:`train_main` runs the same loop as the tiny trainer (wait for
   ``OUT/rollouts/step_N``, clipped GRPO update, publish, checkpoint, ``Step N/T`` line) on an
   ``AutoModelForCausalLM``: fp32 master weights with bf16 autocast and gradient checkpointing on

@@ -76,10 +76,6 @@ class Engine:
         self.reported = dict(self.stats)
         threading.Thread(target=self._worker, name="batcher", daemon=True).start()
 
-    def submit(self, job: _Job) -> tuple:
-        self.jobs.put(job)
-        return job.result()
-
     def _worker(self) -> None:
         while True:
             batch = [self.jobs.get()]
@@ -127,7 +123,9 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
     if n < 1 or max_tokens < 1 or temperature < 0:
         raise ValueError("n and max_tokens must be >= 1 and temperature >= 0")
     encoded = [engine.model.encode(p) for p in prompts]
-    ids, lps, tops, step, finish = engine.submit(_Job(encoded, n, max_tokens, temperature))
+    job = _Job(encoded, n, max_tokens, temperature)
+    engine.jobs.put(job)  # the worker thread batches it with what else is waiting
+    ids, lps, tops, step, finish = job.result()
     choices = []
     for index, (row_ids, row_lps, row_top) in enumerate(zip(ids, lps, tops, strict=True)):
         extra = {"prompt_token_ids": list(encoded[index // n]), "token_ids": list(row_ids)} if want_ids else {}

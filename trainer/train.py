@@ -2,14 +2,10 @@
 
     python -m rlsup.trainer.train --out OUT --steps 200 --server http://127.0.0.1:8731
 
-For each step N it waits for ``OUT/rollouts/step_N`` (logging ``Waiting for training batch to
-arrive`` every few seconds), does a clipped policy-gradient update, publishes ``OUT/weights/step_N``,
-tells the server (``rlsup.trainer.sync``: SGLang's ``/update_weights_from_disk`` or vLLM's reload, by
-the server's version), and records in ``OUT/weights/latest.json`` what the server loaded.
-Every ``--ckpt-every`` steps (and at the last) it writes ``OUT/checkpoints/step_N`` (see
-``checkpoint``); ``--resume-step N`` continues from it bit-identically on CPU given the same
-rollouts, which the orchestrator keeps. SIGUSR1 writes a checkpoint of the last step done at once (between
-steps or while waiting for a batch) and training goes on: ``preempt: {signal: SIGUSR1}`` in rlsup's config.
+Each step (``rlsup.trainer.loop``, SIGUSR1 included) waits for ``OUT/rollouts/step_N``, does a clipped
+policy-gradient update, publishes ``OUT/weights/step_N`` and tells the server (``rlsup.trainer.sync``); every
+``--ckpt-every`` steps it writes ``OUT/checkpoints/step_N``, from which ``--resume-step N`` continues
+bit-identically on CPU given the same rollouts, which the orchestrator keeps.
 """
 
 from __future__ import annotations
