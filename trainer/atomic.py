@@ -60,10 +60,13 @@ def prune(root: Path, found: list[int], keep: int, current: int) -> None:
 
 
 def fsync_tree(directory: Path) -> None:
-    for p in directory.iterdir():
+    """fsync every file and directory below ``directory``, and ``directory`` itself."""
+    for p in directory.rglob("*"):
         if p.is_file():
             with open(p, "rb") as f:
                 os.fsync(f.fileno())
+        elif p.is_dir():
+            fsync_dir(p)
     fsync_dir(directory)
 
 

@@ -72,12 +72,9 @@ class Chaos:
         self.state_dir = Path(state_dir)
         self.component = component
 
-    def _marker(self, fault: Fault) -> Path:
-        return self.state_dir / f"{self.component}-{fault.name}"
-
     def _arm_once(self, fault: Fault) -> bool:
         """True if ``fault`` has not fired in this run dir yet; records it as fired."""
-        marker = self._marker(fault)
+        marker = self.state_dir / f"{self.component}-{fault.name}"
         if marker.exists():
             return False
         atomic.write_text(marker, f"{time.time()}\n")
@@ -92,9 +89,9 @@ class Chaos:
                 _fire(fault, step)
 
     def start_timers(self) -> None:
-        """Start the time faults (``die@Ns``) as daemon timers counted from now."""
+        """Start the time faults (``die@Ns``) as daemon timers counted from now (one that fired is disarmed)."""
         for fault in self.faults:
-            if fault.kind == "die" and not self._marker(fault).exists():
+            if fault.kind == "die":
                 t = threading.Timer(fault.at, self._die, args=(fault,))
                 t.daemon = True
                 t.start()

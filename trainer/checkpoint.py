@@ -8,6 +8,7 @@ without the marker is never a valid checkpoint.
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,6 @@ from typing import Any
 import torch
 
 from rlsup.trainer import atomic, steplog
-from rlsup.trainer.policy import Policy, load_weights, save_weights
 
 MARKER = atomic.MARKER
 
@@ -25,17 +25,11 @@ def checkpoint_dir(out: Path, step: int) -> Path:
     return Path(out) / "checkpoints" / f"step_{step}"
 
 
-def save(out: Path, step: int, policy: Policy, optimizer: torch.optim.Optimizer, args: dict[str, Any],
-         keep: int = 3) -> Path:
-    """Checkpoint after training step ``step``; keeps the newest ``keep`` checkpoints."""
-    return write(out, step, lambda d: save_weights(policy, d), optimizer, args, keep)
-
-
 def write(out: Path, step: int, write_model: Callable[[Path], None], optimizer: torch.optim.Optimizer,
           args: dict[str, Any], keep: int = 3, cuda_rng: bool = False) -> Path:
-    """The checkpoint of step ``step`` for any policy: ``write_model(dir)`` writes (and fsyncs, below
-    ``dir``) the model; the optimizer, the trainer state (``cuda_rng``: with the CUDA RNG states too) and
-    the marker follow, then the dir appears atomically and all but the newest ``keep`` go."""
+    """The checkpoint of step ``step`` for any policy: ``write_model(dir)`` writes the model; the optimizer, the
+    trainer state (``cuda_rng``: with the CUDA RNG states too) and the marker follow, then the dir appears
+    atomically and all but the newest ``keep`` go."""
     final = checkpoint_dir(out, step)
     tmp = atomic.temp_dir_for(final)
     write_model(tmp)
@@ -45,8 +39,7 @@ def write(out: Path, step: int, write_model: Callable[[Path], None], optimizer: 
     if cuda_rng:
         state["cuda_rng"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.save(state, tmp / "trainer_state.pt")
-    atomic.fsync_tree(tmp)
-    (tmp / MARKER).write_text("")  # last: its presence means everything above is on disk
+    (tmp / MARKER).write_text("")  # last, and all is fsynced before the dir appears
     atomic.publish_dir(tmp, final)
     atomic.prune(final.parent, complete_steps(out), keep, step)
     return final
@@ -57,11 +50,17 @@ def complete_steps(out: Path) -> list[int]:
     return [s for s in atomic.steps(Path(out) / "checkpoints") if (checkpoint_dir(out, s) / MARKER).exists()]
 
 
-def warn_if_unresumed(out: Path) -> None:
-    """A fresh start where complete checkpoints exist: say how to continue that run instead."""
-    if done := complete_steps(out):
-        steplog.warn(f"starting from scratch although {out}/checkpoints has step_{done[-1]}; "
+def begin(args: argparse.Namespace) -> tuple[Path | None, dict[str, Any] | None]:
+    """Seed torch and Python with ``--seed``; (dir, trainer state) of the ``--resume-step`` checkpoint, else
+    (None, None) -- saying how to continue instead where complete checkpoints exist."""
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    if args.resume_step is not None:
+        return read(args.out, args.resume_step)
+    if done := complete_steps(args.out):
+        steplog.warn(f"starting from scratch although {args.out}/checkpoints has step_{done[-1]}; "
                      f"pass --resume-step {done[-1]} to continue that run")
+    return None, None
 
 
 def read(out: Path, step: int) -> tuple[Path, dict[str, Any]]:
@@ -73,21 +72,15 @@ def read(out: Path, step: int) -> tuple[Path, dict[str, Any]]:
     return d, torch.load(d / "trainer_state.pt", weights_only=False)
 
 
-def restore_rng(state: dict[str, Any]) -> None:
-    """Put back the RNG states a checkpoint saved (CUDA's too where it has them): after building the
-    model, whose initialisation draws from them."""
+def restore(d: Path | None, state: dict[str, Any] | None, optimizer: torch.optim.Optimizer) -> int:
+    """The first step to train; for a resume (:func:`begin`'s checkpoint) the optimizer's and the RNGs' states
+    (CUDA's too where saved) put back, after the model was built: its initialisation draws from the RNGs."""
+    if d is None or state is None:
+        return 1
+    optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True, map_location="cpu"))
     torch.set_rng_state(state["torch_rng"])
     if state.get("cuda_rng") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
     random.setstate(state["python_rng"])
-
-
-def load(out: Path, step: int, optimizer_factory) -> tuple[Policy, torch.optim.Optimizer, dict[str, Any]]:
-    """Restore policy, optimizer (built by ``optimizer_factory(policy)``) and RNG states; return the
-    trainer state dict.  Raises ``FileNotFoundError`` for a missing or incomplete checkpoint."""
-    d, state = read(out, step)
-    policy = load_weights(d)
-    optimizer = optimizer_factory(policy)
-    optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True))
-    restore_rng(state)
-    return policy, optimizer, state
+    steplog.log(f"Resumed from {d}; next step {state['next_step']}")
+    return state["next_step"]

@@ -14,11 +14,9 @@ if TYPE_CHECKING:
 
 
 def group_advantages(rewards: list[list[float]], normalize_std: bool = True, eps: float = 1e-6) -> list[list[float]]:
-    """Advantage of each sample relative to its group (the completions of one prompt).
-
-    ``A_i = (r_i - mean(r)) / (std(r) + eps)`` (population std) or, with ``normalize_std=False``,
-    ``r_i - mean(r)``.  A group whose rewards are all equal carries no signal: all zeros.
-    """
+    """Advantage of each sample relative to its group (the completions of one prompt): ``A_i = (r_i - mean(r))
+    / (std(r) + eps)`` (population std), or ``r_i - mean(r)`` without ``normalize_std``; all zeros for a group
+    of equal rewards (no signal)."""
     out: list[list[float]] = []
     for group in rewards:
         mean = math.fsum(group) / len(group)
@@ -50,5 +48,4 @@ def policy_loss(
     loss = -torch.minimum(unclipped, clipped).mean()
     with torch.no_grad():
         clip_frac = ((ratio - 1.0).abs() > clip_eps).float().mean().item()
-        approx_kl = (old_logprobs - logprobs).mean().item()
-    return loss, {"clip_frac": clip_frac, "approx_kl": approx_kl}
+    return loss, {"clip_frac": clip_frac}

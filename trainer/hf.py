@@ -6,9 +6,8 @@ orchestrator runs ``--task gsm8k``.  ``transformers`` and ``safetensors`` are im
 
 What it promises:
 
-* **Data.** :func:`load_problems` reads a JSONL file of ``{"question", "answer"}`` objects whose
-  answer ends in ``#### N`` (GSM8K's format), or a ``datasets`` name such as ``openai/gsm8k:main``.
-  :func:`reward` is 1.0 exactly when the completion's final number equals the answer's.
+* **Data.** :func:`load_problems` reads GSM8K's format (a JSONL file or a ``datasets`` name); :func:`reward`
+  is 1.0 exactly when the completion's final number equals the answer's.
 * **Training.** :func:`train_main` runs the same loop as the tiny trainer (wait for
   ``OUT/rollouts/step_N``, clipped GRPO update, publish, checkpoint, ``Step N/T`` line) on an
   ``AutoModelForCausalLM``: fp32 master weights with bf16 autocast and gradient checkpointing on
@@ -25,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import sys
 from contextlib import nullcontext
@@ -36,8 +34,8 @@ from typing import Any
 
 import torch
 
-from rlsup.trainer import atomic, grpo, loop, rollouts, steplog
 from rlsup.trainer import checkpoint as ckpt_mod
+from rlsup.trainer import grpo, loop, rollouts, steplog
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.policy import next_tokens, scaled_log_softmax
 from rlsup.trainer.task import Problem
@@ -175,13 +173,6 @@ def save_model_dir(model: Any, tokenizer: Any, directory: Path, dtype: torch.dty
     tokenizer.save_pretrained(directory)
 
 
-def publish(weights_dir: Path, step: int, total: int, model: Any, tokenizer: Any,
-            dtype: torch.dtype | None = None, keep: int = 3) -> Path:
-    """Write ``weights_dir/step_{step}`` (HF dir + meta.json + STABLE) atomically; prune to ``keep``."""
-    return weights_mod.write(weights_dir, step, lambda d: save_model_dir(model, tokenizer, d, dtype),
-                             {"step": step, "total": total, "format": "hf"}, keep)
-
-
 def latest_model_path(weights_dir: Path, default: str) -> str:
     """The newest complete published weights dir that no server rejected, else ``default`` (what a restarted
     server loads).
@@ -189,7 +180,7 @@ def latest_model_path(weights_dir: Path, default: str) -> str:
     Not ``latest.json``: that records what the server had loaded, which lags when it was stale. A dir marked
     ``REJECTED`` (a reload of it broke or killed the server, see ``rlsup.trainer.sync``) is skipped: loading it
     again would kill the restarted server too."""
-    found = weights_mod.published_good(weights_dir)
+    found = weights_mod.published(weights_dir, good=True)
     if found is not None and (found[1] / "config.json").exists():
         return str(found[1])
     return default
@@ -339,15 +330,15 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, sam
     micro-batches of ``micro_batch`` sequences; the loss is the token mean over the minibatch.
     Samples with zero advantage carry no gradient and are skipped."""
     use = [i for i, s in enumerate(samples) if s.advantage != 0.0]
-    stats = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
-             "trained": float(len(use)), "tokens": 0.0}
+    stats: dict[str, float] = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "trained": len(use),
+                               "tokens": 0}
     if not use:
         return stats
     batch = tokenize_samples(tokenizer, [samples[i] for i in use], max_seq_len)
     adv_all = [samples[i].advantage for i in use]
     pad = tokenizer.pad_token_id
     n_tok = [len(s) - max(b, 1) for s, b in zip(batch.input_ids, batch.starts, strict=True)]
-    stats["tokens"] = float(sum(n_tok))
+    stats["tokens"] = sum(n_tok)
     old: list[torch.Tensor] = [torch.empty(0)] * len(use)
     model.eval()
     with torch.no_grad():
@@ -378,61 +369,43 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, sam
 
 def train_main(args: argparse.Namespace) -> int:
     """The trainer loop for ``--model`` (see the module docstring); ``args`` from ``train.main``."""
-    from rlsup.trainer.sync import make_sync
-
     device = pick_device(args.device)
     cuda = device.type == "cuda"
     autocast = cuda if args.bf16 == "auto" else args.bf16 == "on"
     checkpointing = cuda if args.gradient_checkpointing == "auto" else args.gradient_checkpointing == "on"
-    torch.manual_seed(args.seed)
-    random.seed(args.seed)
-    if args.resume_step is not None:
-        d, state = ckpt_mod.read(args.out, args.resume_step)
-        ckpt_mod.restore_rng(state)
-        source, start = str(d / "model"), state["next_step"]
-    else:
-        ckpt_mod.warn_if_unresumed(args.out)
-        source, start, state = args.model, 1, None
+    d, state = ckpt_mod.begin(args)
+    source = str(d / "model") if d else args.model
     tokenizer = load_tokenizer(source)
     model = load_model(source, device, torch.float32)  # fp32 master weights; bf16 via autocast
     if checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = False
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    if state is not None:
-        optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True, map_location=device))
-        steplog.log(f"Resumed from {d}; next step {start}")
+    start = ckpt_mod.restore(d, state, optimizer)
     n_params = sum(p.numel() for p in model.parameters())
     steplog.log(f"Model {args.model} ({n_params / 1e6:.1f}M parameters) on {device}; bf16 autocast {autocast}, "
                 f"gradient checkpointing {checkpointing}, micro-batch {args.micro_batch}, "
                 f"max-seq-len {args.max_seq_len}")
-    sync = make_sync(args)
 
-    def publish_and_tell(step: int) -> None:
+    def publish_weights(step: int) -> Path:  # an HF dir + meta.json + STABLE
         # Published weights are bf16 on every device, config.json included: what SGLang/vLLM serve the
         # policy in (--dtype auto reads it); the fp32 master weights stay in the checkpoints.
-        sync.publish(step, publish(args.out / "weights", step, args.steps, model, tokenizer, torch.bfloat16))
+        return weights_mod.write(args.out / "weights", step,
+                                 lambda d: save_model_dir(model, tokenizer, d, torch.bfloat16),
+                                 {"step": step, "total": args.steps, "format": "hf"})
 
-    def update(samples: list[rollouts.Sample], meta: dict[str, Any]) -> dict[str, float]:
+    def update(samples: list[rollouts.Sample], temperature: float) -> dict[str, float]:
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
-        stats = train_step(model, optimizer, tokenizer, samples, float(meta.get("temperature", 1.0)),
-                           args.minibatches, args.micro_batch, args.max_seq_len, args.clip_eps, device, autocast)
-        return {**{k: stats[k] for k in ("loss", "entropy", "grad_norm", "clip_frac")},
-                "trained": int(stats["trained"]), "tokens": int(stats["tokens"])}
+        return train_step(model, optimizer, tokenizer, samples, temperature, args.minibatches, args.micro_batch,
+                          args.max_seq_len, args.clip_eps, device, autocast)
 
     def peak_memory() -> dict[str, float]:
         return {"peak_mem_gb": torch.cuda.max_memory_allocated(device) / 1e9} if cuda else {}
 
-    def write_model(d: Path) -> None:  # OUT/checkpoints/step_N/model/: an HF dir
-        save_model_dir(model, tokenizer, d / "model")
-        atomic.fsync_tree(d / "model")
-
-    def save(step: int) -> None:
-        ckpt_mod.write(args.out, step, write_model, optimizer, loop.vars_for_checkpoint(args), args.keep_ckpts,
-                       cuda_rng=True)
-
-    return loop.run(args, start, update, publish_and_tell, save, peak_memory)
+    return loop.run(args, start, update, publish_weights,
+                    lambda d: save_model_dir(model, tokenizer, d / "model"),  # OUT/checkpoints/step_N/model/: an HF dir
+                    optimizer, peak_memory, cuda_rng=True)
 
 
 # ------------------------------------------------------------------------------------------- CLI

@@ -27,7 +27,6 @@ from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -44,17 +43,29 @@ class _Job(Future):
         self.prompts, self.n, self.max_tokens, self.temperature = prompts, n, max_tokens, temperature
 
 
-class Engine:
-    """Holds the policy and batches generation for concurrent requests on one worker thread."""
+class Tiny:
+    """The tiny policy behind :class:`rlsup.trainer.hf.HFGenerator`'s interface (one token per character)."""
 
-    def __init__(self, seed: int, total: int, hf: Any = None) -> None:
-        # ``hf``: an ``rlsup.trainer.hf.HFGenerator`` serving a Hugging Face model; None: the tiny policy.
-        self.hf = hf
-        # Text <-> token ids (``encode``, ``decode``, ``token``: one id's text): the HF model's tokenizer, or the
-        # tiny policy's one character per token.
-        self.tokens: Any = hf if hf is not None else SimpleNamespace(encode=encode, decode=decode,
-                                                                      token=VOCAB.__getitem__)
-        self.policy: Any = None
+    encode = staticmethod(encode)
+    decode = staticmethod(decode)
+    token = staticmethod(VOCAB.__getitem__)
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy.eval()
+
+    def load(self, path: Path) -> None:
+        self.policy = load_weights(path).eval()
+
+    def generate(self, rows: list[list[int]], max_tokens: int, temps: list[float], generator: torch.Generator):
+        return (*generate(self.policy, rows, max_tokens, temps, generator), ["length"] * len(rows))
+
+
+class Engine:
+    """Holds the model and batches generation for concurrent requests on one worker thread."""
+
+    def __init__(self, seed: int, total: int, model: Any) -> None:
+        self.model = model  # a Tiny or an HFGenerator: text <-> token ids, generate, load
+        self.ready = False  # weights loaded: /health and completions answer
         self.step = 0
         self.path: str | None = None  # the published dir loaded, None for the initial policy
         self.total = total
@@ -64,18 +75,6 @@ class Engine:
         self.stats = {"requests": 0, "completions": 0, "tokens": 0, "batches": 0}
         self.reported = dict(self.stats)
         threading.Thread(target=self._worker, name="batcher", daemon=True).start()
-
-    def set_policy(self, policy: Any, step: int, total: int | None = None) -> None:
-        """Serve ``policy`` (the tiny ``Policy``, or the ``HFGenerator`` after its weights were loaded)."""
-        with self.lock:
-            self.policy = policy.eval() if isinstance(policy, Policy) else policy
-            self.step = step
-            if total:
-                self.total = total
-
-    def submit(self, job: _Job) -> tuple:
-        self.jobs.put(job)
-        return job.result()
 
     def _worker(self) -> None:
         while True:
@@ -97,11 +96,7 @@ class Engine:
         temps = [job.temperature for job in batch for _ in range(len(job.prompts) * job.n)]
         max_tokens = max(job.max_tokens for job in batch)
         with self.lock:
-            if self.hf is not None:
-                ids, lps, tops, finish = self.hf.generate(rows, max_tokens, temps, self.generator)
-            else:
-                ids, lps, tops = generate(self.policy, rows, max_tokens, temps, self.generator)
-                finish = ["length"] * len(rows)
+            ids, lps, tops, finish = self.model.generate(rows, max_tokens, temps, self.generator)
             step = self.step
         at = 0
         for job in batch:
@@ -127,20 +122,22 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
     want_ids = bool(body.get("return_token_ids"))
     if n < 1 or max_tokens < 1 or temperature < 0:
         raise ValueError("n and max_tokens must be >= 1 and temperature >= 0")
-    encoded = [engine.tokens.encode(p) for p in prompts]
-    ids, lps, tops, step, finish = engine.submit(_Job(encoded, n, max_tokens, temperature))
+    encoded = [engine.model.encode(p) for p in prompts]
+    job = _Job(encoded, n, max_tokens, temperature)
+    engine.jobs.put(job)  # the worker thread batches it with what else is waiting
+    ids, lps, tops, step, finish = job.result()
     choices = []
     for index, (row_ids, row_lps, row_top) in enumerate(zip(ids, lps, tops, strict=True)):
         extra = {"prompt_token_ids": list(encoded[index // n]), "token_ids": list(row_ids)} if want_ids else {}
-        text = engine.tokens.decode(row_ids)
+        text = engine.model.decode(row_ids)
         logprobs = None
         if top_k is not None:
-            tokens = [engine.tokens.token(i) for i in row_ids]
+            tokens = [engine.model.token(i) for i in row_ids]
             offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
             logprobs = {
                 "tokens": tokens,
                 "token_logprobs": row_lps,
-                "top_logprobs": [{engine.tokens.token(i): lp for i, lp in alts[: int(top_k)]} for alts in row_top]
+                "top_logprobs": [{engine.model.token(i): lp for i, lp in alts[: int(top_k)]} for alts in row_top]
                 if int(top_k) > 0 else None,
                 "text_offset": offsets,
             }
@@ -160,7 +157,7 @@ def _completion_response(engine: Engine, model: str, body: dict) -> dict:
 
 
 class Handler(BaseHTTPRequestHandler):
-    """One request (http.server makes an instance per request); :func:`make_handler` binds the engine.
+    """One request (http.server makes an instance per request); ``main`` binds the engine in a subclass.
     One method per route, found in :attr:`GET` / :attr:`POST` by path."""
 
     protocol_version = "HTTP/1.1"
@@ -182,29 +179,24 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, code: int, message: str) -> None:
         self._send(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
 
+    def _no_route(self, body: dict | None = None) -> None:
+        self._error(404, f"no route {self.path}")
+
     def do_GET(self) -> None:
-        route = self.GET.get(self.path)
-        if route is None:
-            self._error(404, f"no route {self.path}")
-        else:
-            route(self)
+        self.GET.get(self.path, Handler._no_route)(self)
 
     def do_POST(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-        except (ValueError, json.JSONDecodeError) as exc:
+        except ValueError as exc:  # json.JSONDecodeError too
             self._error(400, f"bad JSON body: {exc}")
             return
-        route = self.POST.get(self.path)
-        if route is None:
-            self._error(404, f"no route {self.path}")
-        else:
-            route(self, body)
+        self.POST.get(self.path, Handler._no_route)(self, body)
 
     # GET routes -----------------------------------------------------------------------------------
     def get_health(self) -> None:
-        if self.engine.policy is None:
+        if not self.engine.ready:
             self._error(503, "weights not loaded yet")
         else:
             self._send(200, {"status": "ok", "weights_step": self.engine.step, **self.engine.stats})
@@ -226,7 +218,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # POST routes --------------------------------------------------------------------------------
     def post_completions(self, body: dict) -> None:
-        if self.engine.policy is None:
+        if not self.engine.ready:
             self._error(503, "weights not loaded yet")
             return
         try:
@@ -249,24 +241,16 @@ class Handler(BaseHTTPRequestHandler):
         "/v1/completions": post_completions, "/update_weights_from_disk": post_update_weights}
 
 
-def make_handler(engine: Engine, model: str) -> type[Handler]:
-    """The handler class for a server of ``engine`` under the name ``model``."""
-
-    return type("Bound", (Handler,), {"engine": engine, "model": model, "started": int(time.time())})
-
-
 def update_from_disk(engine: Engine, path: Path) -> str:
     """Load a published weights dir into ``engine`` and log the ``Step N/T`` line for it."""
     t0 = time.perf_counter()
     meta = json.loads((path / "meta.json").read_text())
-    if engine.hf is not None:
-        with engine.lock:  # no generation while the model is swapped
-            engine.hf.load(path)
-        policy: Any = engine.hf
-    else:
-        policy = load_weights(path)
-    engine.set_policy(policy, int(meta["step"]), int(meta.get("total") or 0))
-    engine.path = str(path)
+    with engine.lock:  # no generation while the model is swapped
+        engine.model.load(path)
+        engine.step = int(meta["step"])
+        engine.path = str(path)
+        engine.ready = True
+        engine.total = int(meta.get("total") or 0) or engine.total
     load_ms = (time.perf_counter() - t0) * 1000
     # Request stats since the previous update: what the server did with the weights it replaced.
     s, prev = dict(engine.stats), engine.reported
@@ -311,28 +295,28 @@ def main(argv: list[str] | None = None) -> int:
         chaos = Chaos(args.chaos, args.chaos_dir or args.weights_dir.parent / "chaos", "inference")
     except ValueError as exc:
         ap.error(str(exc))
-    hf = None
     if args.model:
         from rlsup.trainer.hf import HFGenerator, latest_model_path
 
         source = latest_model_path(args.weights_dir, args.model)
         steplog.log(f"Loading {source}")
-        hf = HFGenerator(source, args.device)
-    engine = Engine(args.seed, args.total_steps, hf)
-    server = Server((args.host, args.port), make_handler(engine, args.model_name))
+        model: Any = HFGenerator(source, args.device)
+    else:
+        torch.manual_seed(args.seed)  # the trainer initialises with the same seed: same step-0 policy
+        model = Tiny(Policy(PolicyConfig()))
+    engine = Engine(args.seed, args.total_steps, model)
+    bound = {"engine": engine, "model": args.model_name, "started": int(time.time())}
+    server = Server((args.host, args.port), type("Bound", (Handler,), bound))
     steplog.log(f"Listening on http://{args.host}:{args.port} (model {args.model_name})")
     chaos.start_timers()
 
     found = weights_mod.published(args.weights_dir)  # the newest published, not what was loaded last
     if found is not None:
         steplog.log(update_from_disk(engine, found[1]))
-    elif hf is not None:
-        engine.set_policy(hf, 0)
-        steplog.log(f"No published weights in {args.weights_dir}; serving {args.model}")
     else:
-        torch.manual_seed(args.seed)  # the trainer initialises with the same seed: same step-0 policy
-        engine.set_policy(Policy(PolicyConfig()), 0)
-        steplog.log(f"No published weights in {args.weights_dir}; serving the initial policy (seed {args.seed})")
+        engine.ready = True
+        steplog.log(f"No published weights in {args.weights_dir}; serving "
+                    f"{args.model or f'the initial policy (seed {args.seed})'}")
     steplog.log("Ready")
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()

@@ -17,19 +17,18 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from rlsup.trainer import rollouts, steplog, stopping, waiting
+import torch
+
+from rlsup.trainer import checkpoint, rollouts, steplog, stopping, waiting
 from rlsup.trainer.chaos import Chaos
-
-Update = Callable[[list[rollouts.Sample], dict[str, Any]], dict[str, float]]
+from rlsup.trainer.sync import make_sync
 
 
 class CheckpointAsked:
     """SIGUSR1 received: checkpoint the last step done at the next safe point (:meth:`honour`)."""
 
-    def __init__(self) -> None:
-        self.asked = False
+    asked = False
 
     def install(self) -> None:
         """From the start: a SIGUSR1 before the loop runs (the model still loading) must not kill the process."""
@@ -52,7 +51,7 @@ class CheckpointAsked:
 CHECKPOINT = CheckpointAsked()
 
 
-def wait_for_batch(out: Path, step: int, between: Callable[[], None] = lambda: None) -> tuple[list[rollouts.Sample], dict]:
+def wait_for_batch(out: Path, step: int, between: Callable[[], None]) -> tuple[list[rollouts.Sample], dict]:
     """Block until step ``step``'s rollouts are published; log the wait every few seconds. ``between`` runs
     before each look (a checkpoint asked for meanwhile is written there)."""
     def look() -> tuple[list[rollouts.Sample], dict] | None:
@@ -64,17 +63,24 @@ def wait_for_batch(out: Path, step: int, between: Callable[[], None] = lambda: N
     return found
 
 
-def vars_for_checkpoint(args: argparse.Namespace) -> dict:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-
-
-def run(args: argparse.Namespace, start: int, update: Update, publish: Callable[[int], None],
-        save: Callable[[int], None], after: Callable[[], dict[str, float]] = dict) -> int:
+def run(args: argparse.Namespace, start: int, update: Callable[[list[rollouts.Sample], float], dict[str, float]],
+        write_weights: Callable[[int], Path], write_model: Callable[[Path], None], optimizer: torch.optim.Optimizer,
+        after: Callable[[], dict[str, float]] = dict, cuda_rng: bool = False) -> int:
     """Train steps ``start``..``args.steps``, having published the weights of ``start - 1``.
 
-    ``update(samples, meta)`` trains on one step's rollouts and returns the metrics of the line
-    (after ``reward``); ``after()`` those that end it (measured over the whole step)."""
+    ``update(samples, temperature)`` trains on one step's rollouts and returns the metrics of the line (after
+    ``reward``); ``after()`` those that end it (measured over the whole step). ``write_weights(step)`` publishes
+    a weights dir, ``write_model(dir)`` writes the model of a checkpoint (:func:`checkpoint.write`)."""
     chaos = Chaos(args.chaos, args.out / "chaos", "trainer")
+    sync = make_sync(args)
+    run_args = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+    def publish(step: int) -> None:
+        sync.publish(step, write_weights(step))  # writes latest.json only once the server has loaded it
+
+    def save(step: int) -> None:
+        checkpoint.write(args.out, step, write_model, optimizer, run_args, args.keep_ckpts, cuda_rng)
+
     publish(start - 1)
     for step in range(start, args.steps + 1):
         chaos.step(step)
@@ -82,7 +88,7 @@ def run(args: argparse.Namespace, start: int, update: Update, publish: Callable[
         samples, meta = wait_for_batch(args.out, step, lambda step=step: CHECKPOINT.honour(step - 1, save))
         wait_s = time.monotonic() - t0
         t1 = time.monotonic()
-        stats = update(samples, meta)
+        stats = update(samples, float(meta.get("temperature", 1.0)))
         train_s = time.monotonic() - t1
         publish(step)
         if step % args.ckpt_every == 0 or step == args.steps:

@@ -98,13 +98,11 @@ def published_step(weights_dir: Path) -> int:
     return (weights_mod.published(weights_dir) or (0,))[0]
 
 
-def wait_for_weights(weights_dir: Path, needed: int) -> int:
-    """Block until the published weights step is >= ``needed``; return it. Paced by what is published,
-    not by what the server loaded: a server that cannot load weights must not stop the run."""
-    found = waiting.poll(lambda: c if (c := published_step(weights_dir)) >= needed else None, say=lambda: steplog.log(
+def wait_for_weights(weights_dir: Path, needed: int) -> None:
+    """Block until the published weights step is >= ``needed``. Paced by what is published, not by what the
+    server loaded: a server that cannot load weights must not stop the run."""
+    waiting.poll(lambda: published_step(weights_dir) >= needed or None, say=lambda: steplog.log(
         f"Waiting for trainer weights step {needed} (published: {published_step(weights_dir)})"))
-    assert found is not None  # no patience: poll returns only what it found
-    return found
 
 
 def reported_step(base: str) -> int | None:
@@ -179,7 +177,7 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
     with at most K in flight (bounded load on a real engine, and SGLang/vLLM batch them anyway).
     Each choice gets ``weights``, the :class:`~rlsup.trainer.reloads.Label` of the weights that made it: the
     reply's own where it names them (:func:`response_label`), else the reload record of ``weights_dir`` read
-    before the request and after its reply. ``usage`` is summed.
+    before the request and after its reply. Returns ``choices`` and ``usage.completion_tokens``, summed.
     """
     def one(payload: dict) -> dict:
         before = reload_record(weights_dir)
@@ -191,12 +189,9 @@ def complete(url: str, body: dict, prompts: list[str], concurrency: int, what: s
             c.setdefault("prompt_token_ids", r.get("prompt_token_ids"))  # vLLM: on each choice already
         return r
 
-    if concurrency <= 0:
-        resp = one({**body, "prompt": prompts})
-        resp["choices"] = sorted(resp["choices"], key=lambda c: c["index"])
-        return resp
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        replies = list(pool.map(lambda prompt: one({**body, "prompt": prompt}), prompts))
+    payloads = [{**body, "prompt": prompts}] if concurrency <= 0 else [{**body, "prompt": p} for p in prompts]
+    with ThreadPoolExecutor(max_workers=max(concurrency, 1)) as pool:
+        replies = list(pool.map(one, payloads))
     return {"choices": [c for r in replies for c in sorted(r["choices"], key=lambda c: c["index"])],
             "usage": {"completion_tokens": sum(r.get("usage", {}).get("completion_tokens", 0) for r in replies)}}
 
@@ -214,39 +209,6 @@ def load_task(args: argparse.Namespace) -> tuple[list[task.Problem], Callable[[s
         problems = [task.Problem(hf.chat_prompt(tok, p.prompt), p.answer) for p in problems]
     steplog.log(f"GSM8K task: {len(problems)} problems from {args.data}")
     return problems, hf.reward
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", required=True, help="base URL of an OpenAI-compatible server")
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--batch-size", type=int, default=64, help="prompts per step")
-    ap.add_argument("--group-size", type=int, default=16, help="completions per prompt")
-    ap.add_argument("--max-tokens", type=int, default=1)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--async-level", type=int, default=1)
-    ap.add_argument("--server-wait", type=float, default=60.0,
-                    help="seconds to wait, after the weights a step needs are published, for the server to load "
-                         "them (only while it has kept up: one that lags is not waited for again until it catches "
-                         "up, and one that never loaded any is never waited for)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model", default=None, help="model name; default: the first from /v1/models")
-    ap.add_argument("--give-up-after", type=float, default=300.0,
-                    help="seconds the server may stay unreachable before this process fails")
-    ap.add_argument("--chaos", default=None, help="crash@N,hang@N,oom@N,exit0@N,slow@N")
-    ap.add_argument("--task", choices=("add", "gsm8k"), default="add",
-                    help="add: the synthetic digit task; gsm8k: problems from --data, final-number reward")
-    ap.add_argument("--data", default=None, help="gsm8k: JSONL file (question/answer) or a datasets name")
-    ap.add_argument("--split", default="train", help="gsm8k: datasets split")
-    ap.add_argument("--tokenizer", default=None,
-                    help="gsm8k: wrap prompts in this tokenizer's chat template (needs transformers)")
-    ap.add_argument("--stop", action="append", default=None, help="stop string sent with requests (repeatable)")
-    ap.add_argument("--concurrency", type=int, default=0,
-                    help="0: one request per step with every prompt; K: one request per prompt, K in flight")
-    ap.add_argument("--request-timeout", type=float, default=60.0,
-                    help="seconds one completion request may take (long generations need more)")
-    return ap
 
 
 @dataclass
@@ -295,15 +257,15 @@ class Orchestrator:
             body["stop"] = args.stop
         return body
 
-    def samples(self, problems: list[task.Problem], choices: list[dict],
-                rewards: list[list[float]]) -> list[rollouts.Sample]:
+    def samples(self, problems: list[task.Problem], choices: list[dict]) -> list[rollouts.Sample]:
         """The scored choices with their group-relative advantages (choices ordered prompt-major)."""
         g = self.args.group_size
+        groups = [(p, choices[i * g:(i + 1) * g]) for i, p in enumerate(problems)]
+        rewards = [[self.score(c["text"], p.answer) for c in group] for p, group in groups]
         advantages = grpo.group_advantages(rewards)
         out = []
-        for i, p in enumerate(problems):
-            for j in range(g):
-                c = choices[i * g + j]
+        for i, (p, group) in enumerate(groups):
+            for j, c in enumerate(group):
                 lp = c["logprobs"] or {}
                 w: reloads.Label = c.get("weights") or reloads.Label(served_step(self.weights_dir))
                 out.append(rollouts.Sample(
@@ -332,19 +294,14 @@ class Orchestrator:
                             args.concurrency, f"step {step}", args.give_up_after, args.request_timeout,
                             self.weights_dir)
         gen_s = time.monotonic() - t1
-        choices = resp["choices"]
-        g = args.group_size
-        rewards = [[self.score(choices[i * g + j]["text"], p.answer) for j in range(g)]
-                   for i, p in enumerate(problems)]
-        samples = self.samples(problems, choices, rewards)
+        samples = self.samples(problems, resp["choices"])
         sampled_with = min(s.weights_step or 0 for s in samples)
         rollouts.write_step(args.out, step, samples, {
             "temperature": args.temperature, "weights_step": sampled_with, "model": self.model})
-        flat = [r for group in rewards for r in group]
         tokens = resp.get("usage", {}).get("completion_tokens", 0)
         steplog.log_step(step, args.steps, {
-            "reward": sum(flat) / len(flat),
-            "solved_groups": sum(1 for grp in rewards if max(grp) > 0) / len(rewards),
+            "reward": sum(s.reward for s in samples) / len(samples),
+            "solved_groups": len({s.group for s in samples if s.reward > 0}) / len(problems),
             "weights_step": sampled_with,
             **rollouts.staleness(samples, step, sampled_with),
             "wait_s": wait_s,
@@ -354,7 +311,35 @@ class Orchestrator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", required=True, help="base URL of an OpenAI-compatible server")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch-size", type=int, default=64, help="prompts per step")
+    ap.add_argument("--group-size", type=int, default=16, help="completions per prompt")
+    ap.add_argument("--max-tokens", type=int, default=1)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--async-level", type=int, default=1)
+    ap.add_argument("--server-wait", type=float, default=60.0,
+                    help="seconds to wait, after the weights a step needs are published, for the server to load "
+                         "them (only while it has kept up: one that lags is not waited for again until it catches "
+                         "up, and one that never loaded any is never waited for)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default=None, help="model name; default: the first from /v1/models")
+    ap.add_argument("--give-up-after", type=float, default=300.0,
+                    help="seconds the server may stay unreachable before this process fails")
+    ap.add_argument("--chaos", default=None, help="crash@N,hang@N,oom@N,exit0@N,slow@N")
+    ap.add_argument("--task", choices=("add", "gsm8k"), default="add",
+                    help="add: the synthetic digit task; gsm8k: problems from --data, final-number reward")
+    ap.add_argument("--data", default=None, help="gsm8k: JSONL file (question/answer) or a datasets name")
+    ap.add_argument("--split", default="train", help="gsm8k: datasets split")
+    ap.add_argument("--tokenizer", default=None,
+                    help="gsm8k: wrap prompts in this tokenizer's chat template (needs transformers)")
+    ap.add_argument("--stop", action="append", default=None, help="stop string sent with requests (repeatable)")
+    ap.add_argument("--concurrency", type=int, default=0,
+                    help="0: one request per step with every prompt; K: one request per prompt, K in flight")
+    ap.add_argument("--request-timeout", type=float, default=60.0,
+                    help="seconds one completion request may take (long generations need more)")
     args = ap.parse_args(argv)
     if args.task == "gsm8k" and not args.data:
         ap.error("--task gsm8k needs --data")

@@ -67,11 +67,9 @@ class Policy(nn.Module):
 
 def scaled_log_softmax(logits: torch.Tensor, temperature: float | torch.Tensor) -> torch.Tensor:
     """Log-probabilities of the sampling distribution at ``temperature`` (0 means greedy, scored at 1)."""
-    if isinstance(temperature, torch.Tensor):
-        t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).unsqueeze(-1)
-    else:
-        t = temperature if temperature > 0 else 1.0
-    return torch.log_softmax(logits / t, dim=-1)
+    t = torch.as_tensor(temperature, dtype=logits.dtype)  # a float: a CPU scalar, which divides as the number did
+    t = torch.where(t > 0, t, torch.ones_like(t))
+    return torch.log_softmax(logits / (t.unsqueeze(-1) if t.ndim else t), dim=-1)
 
 
 @torch.no_grad()

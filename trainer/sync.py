@@ -124,10 +124,9 @@ def request(method: str, url: str, body: dict | None = None, timeout: float = 60
             raw = exc.read()
         except (OSError, http.client.HTTPException):
             raw = b""
-    # http.client.HTTPException is no OSError: a server that dies mid-reply raises IncompleteRead (a body
-    # shorter than its Content-Length) or RemoteDisconnected/BadStatusLine from resp.read() or urlopen.
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError,
-            http.client.HTTPException) as exc:
+    # URLError is an OSError, http.client.HTTPException is not: a server that dies mid-reply raises IncompleteRead
+    # (a body shorter than its Content-Length) or RemoteDisconnected/BadStatusLine from resp.read() or urlopen.
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(exc, http.client.HTTPException):
             reason = f"the reply broke off ({type(exc).__name__}: {exc})"
@@ -597,7 +596,7 @@ class WeightSync:
 
     def _recover(self, path: Path, result: SyncResult) -> None:
         """A reload left the engine unusable (``result.broken``). Mark ``path`` rejected so no restarted
-        server loads it (:func:`rlsup.trainer.weights.published_good`), then have the server restarted:
+        server loads it (:func:`rlsup.trainer.weights.published`), then have the server restarted:
         it comes back with the last good weights. Without a way to restart it, it is flagged (and a
         vLLM stays paused, so nothing is generated from broken weights)."""
         weights_mod.reject(path, result.detail)
@@ -620,7 +619,7 @@ class WeightSync:
                 and self._health_until(True, deadline - time.monotonic(), 1.0)):
             steplog.warn(f"the inference server at {self.base} did not come back within {self.restart_timeout:g}s")
         self.engine = None  # detect again: the restarted server may be another version
-        good = weights_mod.published_good(self.weights_dir)
+        good = weights_mod.published(self.weights_dir, good=True)
         if good is not None:
             steplog.log(f"Inference server restarted; it loads {good[1]} (the newest good weights)")
 

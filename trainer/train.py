@@ -2,31 +2,24 @@
 
     python -m rlsup.trainer.train --out OUT --steps 200 --server http://127.0.0.1:8731
 
-For each step N it waits for ``OUT/rollouts/step_N`` (logging ``Waiting for training batch to
-arrive`` every few seconds), does a clipped policy-gradient update, publishes ``OUT/weights/step_N``,
-tells the server (``rlsup.trainer.sync``: SGLang's ``/update_weights_from_disk`` or vLLM's reload, by
-the server's version), and records in ``OUT/weights/latest.json`` what the server loaded.
-Every ``--ckpt-every`` steps (and at the last) it writes ``OUT/checkpoints/step_N`` (see
-``checkpoint``); ``--resume-step N`` continues from it bit-identically on CPU given the same
-rollouts, which the orchestrator keeps. SIGUSR1 writes a checkpoint of the last step done at once (between
-steps or while waiting for a batch) and training goes on: ``preempt: {signal: SIGUSR1}`` in rlsup's config.
+Each step (``rlsup.trainer.loop``, SIGUSR1 included) waits for ``OUT/rollouts/step_N``, does a clipped
+policy-gradient update, publishes ``OUT/weights/step_N`` and tells the server (``rlsup.trainer.sync``); every
+``--ckpt-every`` steps it writes ``OUT/checkpoints/step_N``, from which ``--resume-step N`` continues
+bit-identically on CPU given the same rollouts, which the orchestrator keeps.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from rlsup.trainer import checkpoint, grpo, loop, rollouts, steplog
+from rlsup.trainer import checkpoint, grpo, loop, rollouts
 from rlsup.trainer import weights as weights_mod
 from rlsup.trainer.chaos import Chaos
-from rlsup.trainer.policy import Policy, PolicyConfig, encode, sequence_logprobs
+from rlsup.trainer.policy import Policy, PolicyConfig, encode, load_weights, save_weights, sequence_logprobs
 from rlsup.trainer.stopping import install_sigterm_exit
-from rlsup.trainer.sync import make_sync
 
 
 def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[rollouts.Sample],
@@ -38,7 +31,7 @@ def train_step(policy: Policy, optimizer: torch.optim.Optimizer, samples: list[r
         if len(s.logprobs) != len(c):
             raise ValueError(f"sample {s.prompt!r}: {len(s.logprobs)} logprobs for {len(c)} tokens")
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-    totals = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "approx_kl": 0.0}
+    totals = {"loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_frac": 0.0}
     policy.train()
     chunks = [c.tolist() for c in torch.randperm(len(samples)).chunk(minibatches)]
     for chunk in chunks:
@@ -114,35 +107,15 @@ def main(argv: list[str] | None = None) -> int:
 def train_tiny(args: argparse.Namespace) -> int:
     """The trainer loop for the tiny policy (no ``--model``), bit-identical on resume (``main`` made torch
     single-threaded and deterministic)."""
-    def make_optimizer(p: Policy) -> torch.optim.Optimizer:
-        return torch.optim.Adam(p.parameters(), lr=args.lr)
-
-    if args.resume_step is not None:
-        policy, optimizer, state = checkpoint.load(args.out, args.resume_step, make_optimizer)
-        start = state["next_step"]
-        steplog.log(f"Resumed from {checkpoint.checkpoint_dir(args.out, args.resume_step)}; next step {start}")
-    else:
-        checkpoint.warn_if_unresumed(args.out)
-        torch.manual_seed(args.seed)  # same seed as the server's initial policy
-        random.seed(args.seed)
-        policy = Policy(PolicyConfig())
-        optimizer = make_optimizer(policy)
-        start = 1
-    sync = make_sync(args)
-
-    def publish(step: int) -> None:
-        path = weights_mod.publish(args.out / "weights", step, args.steps, policy)
-        sync.publish(step, path)  # writes latest.json only once the server has loaded it
-
-    def update(samples: list[rollouts.Sample], meta: dict[str, Any]) -> dict[str, float]:
-        stats = train_step(policy, optimizer, samples, float(meta.get("temperature", 1.0)),
-                           args.minibatches, args.clip_eps)
-        return {k: stats[k] for k in ("loss", "entropy", "grad_norm", "clip_frac")}
-
-    def save(step: int) -> None:
-        checkpoint.save(args.out, step, policy, optimizer, loop.vars_for_checkpoint(args), args.keep_ckpts)
-
-    return loop.run(args, start, update, publish, save)
+    d, state = checkpoint.begin(args)  # seeded as the server's initial policy is
+    policy = load_weights(d) if d else Policy(PolicyConfig())
+    optimizer = torch.optim.Adam(policy.parameters(), lr=args.lr)
+    start = checkpoint.restore(d, state, optimizer)
+    return loop.run(args, start,
+                    lambda samples, temperature: train_step(policy, optimizer, samples, temperature,
+                                                            args.minibatches, args.clip_eps),
+                    lambda step: weights_mod.publish(args.out / "weights", step, args.steps, policy),
+                    lambda d: save_weights(policy, d), optimizer)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the orchestrator reads published weights and imports no tor
     from rlsup.trainer.policy import Policy
 
 MARKER = atomic.MARKER
+REJECTED = "REJECTED"  # written into a published dir an inference server failed to load (why, inside)
 
 
 def publish(weights_dir: Path, step: int, total: int, policy: Policy, keep: int = 3) -> Path:
@@ -52,18 +53,14 @@ def mark_latest(weights_dir: Path, step: int, path: Path, **extra: object) -> No
                                                                        if v is not None}}))
 
 
-def published(weights_dir: Path) -> tuple[int, Path] | None:
-    """``(step, path)`` of the newest complete (``STABLE``) published weights dir, or None."""
-    return _newest(weights_dir, lambda p: True)
-
-
-def _newest(weights_dir: Path, usable: Callable[[Path], bool]) -> tuple[int, Path] | None:
-    """``(step, path)`` of the newest complete step dir that is ``usable``, or None."""
-    dirs = ((step, Path(weights_dir) / f"step_{step}") for step in reversed(atomic.steps(weights_dir)))
-    return next(((step, p) for step, p in dirs if (p / MARKER).exists() and usable(p)), None)
-
-
-REJECTED = "REJECTED"  # written into a published dir an inference server failed to load (why, inside)
+def published(weights_dir: Path, good: bool = False) -> tuple[int, Path] | None:
+    """``(step, path)`` of the newest complete (``STABLE``) published weights dir, or None. ``good``: skipping
+    dirs marked :data:`REJECTED` (what a restarted server should load)."""
+    for step in reversed(atomic.steps(weights_dir)):
+        path = Path(weights_dir) / f"step_{step}"
+        if (path / MARKER).exists() and not (good and (path / REJECTED).exists()):
+            return step, path
+    return None
 
 
 def reject(path: Path, why: str) -> None:
@@ -122,11 +119,6 @@ def model_dir(model: str) -> Path | None:
         return Path(snapshot_download(model, local_files_only=True, allow_patterns=["*.safetensors"]))
     except Exception:  # not installed, not a hub name, not cached: nothing to compare against
         return None
-
-
-def published_good(weights_dir: Path) -> tuple[int, Path] | None:
-    """Like :func:`published`, skipping dirs marked :data:`REJECTED`: what a restarted server should load."""
-    return _newest(weights_dir, lambda p: not (p / REJECTED).exists())
 
 
 def latest(weights_dir: Path) -> tuple[int, Path] | None:

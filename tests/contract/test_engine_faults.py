@@ -82,7 +82,7 @@ def test_failed_vllm_reload_is_never_resumed_and_the_server_is_restarted(tmp_pat
             time.sleep(0.3)
             s.broken = s.dead = s.paused = False  # ... and started again, serving the last good weights
             s.resumed.set()
-            s.serving = s.config_model = weights_mod.published_good(tmp_path / "weights")[1].as_posix()
+            s.serving = s.config_model = weights_mod.published(tmp_path / "weights", good=True)[1].as_posix()
         threading.Thread(target=back, daemon=True).start()
         return True, "restarted"
 
@@ -98,7 +98,7 @@ def test_failed_vllm_reload_is_never_resumed_and_the_server_is_restarted(tmp_pat
         assert sum(c.startswith("POST /collective_rpc") for c in calls) == 2, "a broken engine was reloaded again"
         assert restarts == ["inference"]
         assert (bad / weights_mod.REJECTED).exists()
-        assert weights_mod.published_good(tmp_path / "weights") == (1, good)
+        assert weights_mod.published(tmp_path / "weights", good=True) == (1, good)
         assert s.serving == str(good)
         assert json.loads((tmp_path / "weights" / "latest.json").read_text())["step"] == 1
         assert ws.publish(3, _dir(tmp_path, 3)).loaded  # detected again and reloaded after the restart
@@ -132,7 +132,7 @@ def test_sglang_dying_on_a_wrong_shape_checkpoint_is_restarted_without_it(tmp_pa
         def back() -> None:
             time.sleep(0.3)
             s.dead = False
-            s.config_model = s.serving = str(weights_mod.published_good(tmp_path / "weights")[1])
+            s.config_model = s.serving = str(weights_mod.published(tmp_path / "weights", good=True)[1])
         threading.Thread(target=back, daemon=True).start()
         return True, "restarted"
 
@@ -218,7 +218,7 @@ def test_wrong_shape_checkpoint_is_refused_before_the_server_sees_it(tmp_path: P
             assert len(s.calls) == n, "the server was asked to load it"
             assert (wide / weights_mod.REJECTED).exists() and not s.dead
             assert out.getvalue().startswith("rlsup-flag: weights_rejected: ")
-            assert weights_mod.published_good(tmp_path / kind / "weights") == (1, good)
+            assert weights_mod.published(tmp_path / kind / "weights", good=True) == (1, good)
         finally:
             s.close()
 

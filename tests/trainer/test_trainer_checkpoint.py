@@ -68,4 +68,4 @@ def test_training_changes_weights_and_incomplete_checkpoint_is_refused(tmp_path:
     (checkpoint.checkpoint_dir(tmp_path, 2) / checkpoint.MARKER).unlink()
     assert checkpoint.complete_steps(tmp_path) == [1]
     with pytest.raises(FileNotFoundError, match="STABLE"):
-        checkpoint.load(tmp_path, 2, lambda p: torch.optim.Adam(p.parameters()))
+        checkpoint.read(tmp_path, 2)

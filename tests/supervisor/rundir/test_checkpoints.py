@@ -471,13 +471,13 @@ def test_reference_trainer_checkpoint_is_accepted_at_once(tmp_path: Path) -> Non
     renamed. A crash right after save must resume from that save, so no settle delay applies."""
     torch = pytest.importorskip("torch")
     from rlsup.trainer import checkpoint as ref
-    from rlsup.trainer.policy import Policy
+    from rlsup.trainer.policy import Policy, save_weights
 
     policy = Policy()
     opt = torch.optim.SGD(policy.parameters(), lr=0.1)
     out = tmp_path / "out"
-    ref.save(out, 2, policy, opt, {"steps": 4})
-    ref.save(out, 4, policy, opt, {"steps": 4})
+    ref.write(out, 2, lambda d: save_weights(policy, d), opt, {"steps": 4})
+    ref.write(out, 4, lambda d: save_weights(policy, d), opt, {"steps": 4})
     # a save interrupted before its rename: the staging dir is left behind
     stale = out / "checkpoints" / f".step_6.tmp-{os.getpid()}"
     stale.mkdir()
