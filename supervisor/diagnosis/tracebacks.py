@@ -7,7 +7,7 @@ tracebacks of several ranks printed at once are not spliced together.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +115,7 @@ class Exc:
     # part of a Ray task error, for its location)
     partial: bool = False
     # another traceback's header came before this one's exception line: two processes printed
-    # theirs at once, and this one's rest follows the other one (see _chains_in)
+    # theirs at once, and this one's rest follows the other one (see _rejoin)
     interrupted: bool = False
     # the next line when a terminal wrapped the exception line onto it (for classifying only)
     continuation: str = ""
@@ -320,7 +320,7 @@ def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
     chains: list[Chain] = []
     current: Chain | None = None
     linked = False  # the previous exception said "the above ... following exception"
-    interleaved = _Interleaved()
+    first_part: Exc | None = None  # a traceback another one's header cut into, waiting for its rest
 
     def add(exc: Exc) -> tuple[Chain, bool]:
         """Put ``exc`` on the chain it continues, or start a chain; whether the next one links to it
@@ -342,7 +342,7 @@ def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
         is_header = bool(TRACEBACK_START.search(text))
         if is_header or TB_FRAME.match(text) or (CUT_FRAME.match(text) and not chains):
             exc, nxt = _parse_one(lines, i, header=is_header)
-            exc = interleaved.parsed(exc, is_header, lines[i].index)
+            exc, first_part = _rejoin(exc, is_header, lines[i].index, first_part)
             if exc is not None and exc.partial and not (linked and current is not None and current.excs[-1].remote):
                 # cut off before its exception line: it joins no chain, except as the remote part of a Ray task
                 # error printed above it (where its frames say where the task failed)
@@ -370,29 +370,19 @@ def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
 _REJOIN_LINES = 80  # how far below its first part the rest of an interrupted traceback may come
 
 
-class _Interleaved:
-    """Two processes printed the same traceback at once, unprefixed: the first one's header and
-    frames, the second one whole, then the first one's remaining frames and exception line with no
-    header. The remaining part is joined to its first part (where the user's frames are); too far
-    below it, it stays a traceback of its own."""
-
-    def __init__(self) -> None:
-        self.first: Exc | None = None  # the first part of a traceback another one's header cut into
-
-    def parsed(self, exc: Exc | None, header: bool, start: int) -> Exc | None:
-        """The traceback just parsed (starting at line ``start``) as it reads once rejoined; None for a
-        first part, kept until its rest comes."""
-        if exc is None:
-            return None
-        if exc.interrupted:
-            self.first = exc
-            return None
-        first, self.first = self.first, (None if not header else self.first)
-        if header or first is None or start - first.end > _REJOIN_LINES:
-            return exc
-        exc.frames = first.frames + exc.frames
-        exc.start = first.start
-        return exc
+def _rejoin(exc: Exc | None, header: bool, start: int, first: Exc | None) -> tuple[Exc | None, Exc | None]:
+    """Two processes printed the same traceback at once, unprefixed: the first one's header and frames,
+    the second one whole, then the first one's remaining frames and exception line with no header. The
+    remaining part is joined to its first part ``first`` (where the user's frames are); too far below it, it
+    stays a traceback of its own. Returns the traceback just parsed (starting at line ``start``) as it reads
+    once rejoined (None for a first part, kept until its rest comes), and the first part still waiting."""
+    if exc is None or exc.interrupted:
+        return None, exc if exc is not None else first
+    if header or first is None or start - first.end > _REJOIN_LINES:
+        return exc, first if header else None
+    exc.frames = first.frames + exc.frames
+    exc.start = first.start
+    return exc, None
 
 
 # a frame's pieces out of place: several processes' frames written into one line at once, by chunk
@@ -426,82 +416,57 @@ _STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?
 
 _CRASHED_THREAD = re.compile(r"^(?:Stack|Current thread 0x[0-9a-f]+) \(most recent call first\):\s*$")
 _FATAL_SCAN_LINES = 200  # faulthandler lists every thread; the crashed one may come last
-
-
-def find_fatal_stacks(lines: list[Line]) -> list[FatalStack]:
-    """faulthandler dumps: the kind ("Segmentation fault", "Aborted") and the frames of the thread
-    that crashed ("Current thread ..." or "Stack ..."); other threads' stacks are not the crash site."""
-    out: list[FatalStack] = []
-    for i, ln in enumerate(lines):
-        m = _FATAL.search(ln.text)
-        if m:
-            frames, shown = _crashed_thread(lines, i)
-            out.append(FatalStack(m.group("kind"), frames, ln.index, shown))
-    return out
-
-
-def _crashed_thread(lines: list[Line], i: int) -> tuple[list[Frame], list[str]]:
-    """The frames of the crashed thread in the dump that lines[i] heads, and the lines shown for it
-    (its header and first frames): up to the next dump, the next thread's stack or the end of the
-    crashed one."""
-    ln = lines[i]
-    frames: list[Frame] = []
-    shown = [ln.text.strip()]
-    in_crashed = False
-    same_stream = (x for x in lines[i + 1: i + _FATAL_SCAN_LINES] if x.stream == ln.stream)
-    for x in same_stream:
-        t = x.text
-        if _FATAL.search(t) or (STACK_START.match(t.strip()) and frames):
-            break
-        if STACK_START.match(t.strip()):
-            in_crashed = bool(_CRASHED_THREAD.match(t.strip()))
-            continue
-        fm = _STACK_FRAME.match(t)
-        if fm and in_crashed:
-            frames.append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
-            if len(shown) < 6:
-                shown.append(t.strip())
-        elif not fm and t.strip() and frames:
-            break
-    return frames, shown
-
-
 # faulthandler.dump_traceback_later()'s dump when its timer ran out: "Timeout (0:00:03)!" and then every
 # thread's stack ("Thread 0x... (most recent call first):"), none of them the current one: the program
 # hung (with exit=True faulthandler then ends it).
 _TIMEOUT_DUMP = re.compile(r"^Timeout \((?P<after>\d+:\d\d:\d\d(?:\.\d+)?)\)!\s*$")
 
 
+def find_fatal_stacks(lines: list[Line]) -> list[FatalStack]:
+    """faulthandler dumps: the kind ("Segmentation fault", "Aborted") and the frames of the thread
+    that crashed ("Current thread ..." or "Stack ..."); other threads' stacks are not the crash site."""
+    return _find_dumps(lines, _FATAL, lambda m: m["kind"],
+                       lambda threads: next((f for head, f in threads if _CRASHED_THREAD.match(head)), []))
+
+
 def find_timeout_dumps(lines: list[Line]) -> list[FatalStack]:
     """faulthandler's timeout dumps: the kind ("Timeout (0:00:03)") and the frames of the thread that
     waited. faulthandler lists the newest thread first; the main thread (its outermost frame
     ``<module>``), listed last, is where the program waited, else the last thread listed."""
+
+    def waited(threads: list[tuple[str, list[Frame]]]) -> list[Frame]:
+        main = [f for _head, f in threads if f and f[-1].func == "<module>"]
+        return (main or [f for _head, f in threads] or [[]])[-1]
+
+    return _find_dumps(lines, _TIMEOUT_DUMP, lambda m: f"Timeout ({m['after']})", waited)
+
+
+def _find_dumps(lines: list[Line], head: re.Pattern[str], kind: Callable[[re.Match[str]], str],
+                pick: Callable[[list[tuple[str, list[Frame]]]], list[Frame]]) -> list[FatalStack]:
+    """A stack per dump whose first line ``head`` matches: the frames ``pick`` takes of its threads', and
+    the lines shown for it (its first line and first frames)."""
     out: list[FatalStack] = []
     for i, ln in enumerate(lines):
-        m = _TIMEOUT_DUMP.match(ln.text.strip())
-        if m:
-            threads = _thread_stacks(lines, i)
-            main = [t for t in threads if t and t[-1].func == "<module>"]
-            frames = (main or threads or [[]])[-1]
+        if m := head.search(ln.text.strip()):
+            frames = pick(_thread_stacks(lines, i))
             shown = [ln.text.strip()] + [f'File "{f.file}", line {f.line} in {f.func}' for f in frames[:5]]
-            out.append(FatalStack(f"Timeout ({m.group('after')})", frames, ln.index, shown))
+            out.append(FatalStack(kind(m), frames, ln.index, shown))
     return out
 
 
-def _thread_stacks(lines: list[Line], i: int) -> list[list[Frame]]:
-    """Each thread's frames (most recent first) in the dump that lines[i] heads, up to the first line of
-    the same stream that is neither a thread's header, a frame nor blank."""
-    threads: list[list[Frame]] = []
+def _thread_stacks(lines: list[Line], i: int) -> list[tuple[str, list[Frame]]]:
+    """Each thread's header and frames (most recent first) in the dump that lines[i] heads, up to the next
+    dump or, once a thread began, the first line of the same stream that is neither a thread's header, a frame
+    nor blank (what comes before the first thread, "Python runtime state: initialized", is skipped)."""
+    threads: list[tuple[str, list[Frame]]] = []
     for x in (x for x in lines[i + 1: i + _FATAL_SCAN_LINES] if x.stream == lines[i].stream):
-        t = x.text
-        if STACK_START.match(t.strip()):
-            threads.append([])
-            continue
-        fm = _STACK_FRAME.match(t)
-        if fm and threads:
-            threads[-1].append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
-        elif t.strip() and t.strip() != "...":  # "  ..." where faulthandler cut a deep stack
-            break
+        t = x.text.strip()
+        if STACK_START.match(t):
+            threads.append((t, []))
+        elif (fm := _STACK_FRAME.match(x.text)) and threads:
+            threads[-1][1].append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
+        elif _FATAL.search(t) or _TIMEOUT_DUMP.match(t) or (threads and t and t != "..."):
+            break  # ("  ..." where faulthandler cut a deep stack)
     return threads
 
 
