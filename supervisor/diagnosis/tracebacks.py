@@ -218,93 +218,59 @@ def _message_more(lines: list[Line], k: int) -> str:
     return " ".join(out)
 
 
-class _TracebackReader:
-    """The state of reading one traceback: its frames so far, their indentation, the lines since the last one."""
-
-    def __init__(self, lines: list[Line], i: int, header: bool) -> None:
-        self.lines, self.i, self.header = lines, i, header
-        # Python writes a traceback's lines without a log prefix (or all with the same logger's): a
-        # prefixed record between its frames is another writer's line interleaved, not part of it.
-        self.tb_prefixed = lines[i].prefixed
-        self.frames: list[Frame] = []
-        self.frame_indent: int | None = None
-        self.after_frame = 0  # lines seen since the last frame line
-
-    def read_frame(self, j: int) -> bool:
-        """lines[j] is a frame line (or, at the start of a tail that begins mid-traceback, a cut one): kept."""
-        text = self.lines[j].text
-        m = FRAME.match(text) or (CUT_FRAME.match(text) if j == self.i and not self.header else None)
-        if not m:
-            return False
-        self.frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
-        if self.frame_indent is None:
-            self.frame_indent = len(m.group("indent"))
-        self.after_frame = 0
-        return True
-
-    def skips(self, j: int) -> bool:
-        """lines[j] is part of the traceback but no frame or exception: a blank line, another writer's
-        record between frames, a "[Previous line repeated 996 more times]" (a RecursionError's frames),
-        a frame's source line."""
-        text = self.lines[j].text
-        if not text.strip():
-            return True  # blank lines inside a traceback are rare; tolerate them
-        if not self.frames:
-            return False
-        if (self.lines[j].prefixed and not self.tb_prefixed) or _REPEATED.match(text):
-            return True
-        deeper = len(text) - len(text.lstrip(" ")) > (self.frame_indent or 0)
-        if self.frame_indent == 0 and self.after_frame == 0:
-            deeper = True  # unindented paste: the line after a frame is its source line
-        if deeper:
-            self.after_frame += 1
-        return deeper
-
-    def exception_at(self, j: int) -> Exc | None:
-        """The exception line that ends the traceback at lines[j], if it is one."""
-        lines = self.lines
-        text = lines[j].text
-        em = EXCEPTION_LINE.match(text.strip())
-        if not (em and _looks_like_exception(em.group("type"))):
-            return None
-        typ = em.group("type")
-        msg = (em.group("msg") or "").strip()
-        return Exc(typ, msg, self.frames, lines[self.i].index, lines[j].index, lines[self.i].stream, text.strip(),
-                   continuation=_continuation(lines, j), message_more=_message_more(lines, j))
-
-
 def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int]:
     """Parse a traceback whose "Traceback ..." header is lines[i] (or, when ``header`` is False,
     whose first frame is lines[i]: a tail that begins mid-traceback). Returns (exception, next)."""
-    tb = _TracebackReader(lines, i, header)
-    j = i + 1 if header else i
+    # Python writes a traceback's lines without a log prefix (or all with the same logger's): a
+    # prefixed record between its frames is another writer's line interleaved, not part of it.
+    tb_prefixed = lines[i].prefixed
+    frames: list[Frame] = []
+    frame_indent = 0  # the first frame's
+    after_frame = 0  # lines seen since the last frame line
     n = len(lines)
 
     def cut_at(end: int, interrupted: bool = False) -> Exc:
         """The traceback so far, cut off before its exception line at lines[end]."""
-        return Exc("", "", tb.frames, lines[i].index, lines[end].index, lines[i].stream, partial=True,
+        return Exc("", "", frames, lines[i].index, lines[end].index, lines[i].stream, partial=True,
                    interrupted=interrupted)
 
-    while j < n:
-        if tb.read_frame(j) or tb.skips(j):
-            j += 1
+    for j in range(i + 1 if header else i, n):
+        text = lines[j].text
+        # a frame line (or, at the start of a tail that begins mid-traceback, a cut one)
+        m = FRAME.match(text) or (CUT_FRAME.match(text) if j == i and not header else None)
+        if m:
+            frame_indent = frame_indent if frames else len(m.group("indent"))
+            frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
+            after_frame = 0
             continue
-        if tb.frames:
-            exc = tb.exception_at(j)
-            if exc is None and TRACEBACK_START.search(lines[j].text):
+        if not text.strip():
+            continue  # blank lines inside a traceback are rare; tolerate them
+        if frames:
+            # another writer's record between frames, a "[Previous line repeated 996 more times]" (a
+            # RecursionError's frames): part of the traceback
+            if (lines[j].prefixed and not tb_prefixed) or _REPEATED.match(text):
+                continue
+            # a frame's source line (in an unindented paste: the line after a frame)
+            if len(text) - len(text.lstrip(" ")) > frame_indent or (frame_indent == 0 and after_frame == 0):
+                after_frame += 1
+                continue
+            em = EXCEPTION_LINE.match(text.strip())
+            if em and _looks_like_exception(em.group("type")):
+                return Exc(em.group("type"), (em.group("msg") or "").strip(), frames, lines[i].index, lines[j].index,
+                           lines[i].stream, text.strip(), continuation=_continuation(lines, j),
+                           message_more=_message_more(lines, j)), j + 1
+            if TRACEBACK_START.search(text):
                 # another process's traceback began in the middle of this one: kept, to join its rest
                 return cut_at(j - 1, interrupted=True), j
-            if exc is None and j == n - 1:
+            if j == n - 1:
                 # the tail's last line, cut in the middle of a frame ('  F', 'File "/x/scheduler.py"'):
                 # the traceback was cut off there
                 return cut_at(j), j
-            # Something that isn't an exception line: give up on this traceback.
-            return (exc, j + 1) if exc is not None else (None, j)
+            return None, j  # something that isn't an exception line: give up on this traceback
         # Text before any frame (e.g. "  <stack trace unavailable>")
-        j += 1
-        if j - i > 5:
-            return None, j
-    return (cut_at(n - 1) if tb.frames else None), j
+        if j + 1 - i > 5:
+            return None, j + 1
+    return (cut_at(n - 1) if frames else None), n
 
 
 def find_chains(lines: list[Line], cut: list[Exc]) -> list[Chain]:
