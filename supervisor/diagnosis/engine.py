@@ -291,9 +291,9 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     """Every failure the tail names, found by each finder in turn (parsed tracebacks first: the
     lines they cover are not read again as bare lines), and the pids torchrun reported for its ranks."""
     tail = _Tail(norm, max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0])))
-    cands: list[_Candidate] = []
-    for finder in _FINDERS:
-        cands.extend(finder(tail))
+    # in this order: the lines a traceback or a faulthandler stack covers are not read again as bare lines
+    cands = [*_chain_candidates(tail), *_cut_traceback_candidates(tail), *_fatal_stack_candidates(tail),
+             *_elastic_candidates(tail), *_line_candidates(tail)]
     _locate_by_cut_traceback(cands, norm, tail.covered)
     cands.extend(_fatal_message_candidate(tail))
     if tail.elastic:
@@ -544,12 +544,6 @@ def _fatal_message_candidate(tail: _Tail) -> list[_Candidate]:
         return []  # (Slurm's daemons' "slurmstepd: error: ..." is no word of the program's)
     return [_Candidate(last.index, "unknown", WRAPPER, last.text.strip(), None, None, [last.text.strip()],
                        vague=True, stream=last.stream)]
-
-
-_CandidateFinder = Callable[[_Tail], list[_Candidate]]
-# in this order: the lines a traceback or a faulthandler stack covers are not read again as bare lines
-_FINDERS: tuple[_CandidateFinder, ...] = (_chain_candidates, _cut_traceback_candidates, _fatal_stack_candidates,
-                                          _elastic_candidates, _line_candidates)
 
 
 def _locate_by_cut_traceback(cands: list[_Candidate], norm: list[Line], covered: set[int]) -> None:
@@ -920,12 +914,8 @@ def _step_field(t: str) -> tuple[int, bool] | None:
     checkpoint folder's (the last of STEP_PATTERNS)."""
     for k, pat in enumerate(STEP_PATTERNS):
         ms = list(pat.finditer(t))
-        if ms:
-            try:
-                value = int(ms[-1].group(1))
-            except ValueError:
-                continue
-            return value, k == len(STEP_PATTERNS) - 1
+        if ms:  # (each pattern's group is digits)
+            return int(ms[-1].group(1)), k == len(STEP_PATTERNS) - 1
     return None
 
 

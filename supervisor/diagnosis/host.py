@@ -22,6 +22,7 @@ _OOM_KILL = re.compile(r"oom-kill:.*?\bpid=(?P<pid>\d+)")
 _REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+)")
 # /dev/kmsg records are "prio,seq,usec,flags;message"
 _KMSG_HEADER = re.compile(r"^\d+,\d+,\d+,[^;]*;")
+_OOM_KILL_COUNT = re.compile(r"^\s*oom_kill\s+(\d+)\s*$", re.M)
 
 
 def parse_kernel_log(text: str, pids: Iterable[int] | None = None) -> HostEvidence:
@@ -45,14 +46,8 @@ def parse_kernel_log(text: str, pids: Iterable[int] | None = None) -> HostEviden
 
 def parse_memory_events(text: str) -> int | None:
     """The ``oom_kill`` counter of a cgroup v2 memory.events file."""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "oom_kill":
-            try:
-                return int(parts[1])
-            except ValueError:
-                return None
-    return None
+    m = _OOM_KILL_COUNT.search(text)
+    return int(m[1]) if m else None
 
 
 def _read_kmsg(max_bytes: int = 4 << 20) -> str | None:
