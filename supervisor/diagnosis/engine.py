@@ -63,7 +63,6 @@ from .tracebacks import (
 )
 
 MAX_EVIDENCE = 12
-_SUMMARY_MAX = 240
 # A retried connection error this far from the end of the tail is history, not the cause.
 _WEAK_RECENT_LINES = 50
 
@@ -100,9 +99,6 @@ def normalize_signal(exit_code: int | None, signal: str | None) -> str | None:
     if exit_code is not None and (exit_code < 0 or 128 < exit_code < 160):
         return signal_name(-exit_code if exit_code < 0 else exit_code - 128)
     return None
-
-
-ENGINE_DEATH_TAIL = 200  # lines before an exit 0 searched for an inference engine's death
 
 
 def diagnose(
@@ -182,8 +178,7 @@ def _clean_exit(norm: list[Line], last_step: int | None) -> Diagnosis:
     "EngineCore encountered an issue" / EngineDeadError and then shuts uvicorn down cleanly, exit 0
     (vllm/entrypoints/launcher.py terminate_if_errored). Looked for near the end only, so a client that
     once logged such a line from a server's reply and later finished is not taken for a dead engine."""
-    tail = norm[-ENGINE_DEATH_TAIL:]
-    dead = [c for c in _candidates(tail)[0] if c.category == "inference_engine_dead"]
+    dead = [c for c in _candidates(norm[-200:])[0] if c.category == "inference_engine_dead"]
     if dead:
         return _finish(max(dead, key=lambda c: c.index), last_step)
     return Diagnosis("none", "exited normally (exit code 0)", step=last_step)
@@ -370,9 +365,8 @@ def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
             continue
         loc = cut.user_location()
         what = "frames of a traceback garbled together" if cut.garbled else "a traceback cut off before its exception line"
-        evidence = [f'File "{f.file}", line {f.line}, in {f.func}' for f in cut.frames[-3:]]
-        if cut.garbled:
-            evidence = [norm[k].text.strip()[:200] for k in range(len(norm)) if cut.start <= norm[k].index <= cut.end][:3]
+        evidence = ([ln.text.strip()[:200] for ln in norm if cut.start <= ln.index <= cut.end][:3] if cut.garbled
+                    else [f'File "{f.file}", line {f.line}, in {f.func}' for f in cut.frames[-3:]])
         out.append(_Candidate(cut.end, "unknown", WRAPPER, what + _at(loc), None, loc,
                               evidence, rich=True, stream=cut.stream))
     return out
@@ -975,6 +969,6 @@ def _at(loc: str | None, word: str = " at ", library: bool = False) -> str:
 
 def _shorten(text: str) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= _SUMMARY_MAX else text[: _SUMMARY_MAX - 3] + "..."
+    return text if len(text) <= 240 else text[:237] + "..."
 
 

@@ -54,9 +54,8 @@ _BY_CATEGORY: dict[str, str] = {
 }
 # Said instead of "it will recur on restart until fixed" of a failure that did not recur after its restart.
 NO_RECURRENCE = {
-    "A bug or bad input at the location shown; it will recur on restart until fixed.":
-        "A bug or bad input at the location shown; it did not recur after the restart (a rare path, or input "
-        "that was not met again): fix it before it does.",
+    _BY_CATEGORY["python_exception"]: "A bug or bad input at the location shown; it did not recur after the restart "
+                                      "(a rare path, or input that was not met again): fix it before it does.",
 }
 
 

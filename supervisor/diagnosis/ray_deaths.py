@@ -112,14 +112,9 @@ def describe(lines: Sequence[str], upto: int) -> RayDeath:
 def _block_start(texts: list[str]) -> int | None:
     """Where the last header (ActorDiedError, WorkerCrashedError ...) or raylet death line is, else the
     last line that says why an actor died."""
-    start = None
-    for k in range(len(texts) - 1, -1, -1):
-        t = texts[k]
-        if _HEADER.search(t) or _RAYLET_DEATH.search(t):
-            return k
-        if _BECAUSE.search(t):
-            start = k
-    return start
+    head = next((k for k in range(len(texts) - 1, -1, -1) if _HEADER.search(texts[k]) or _RAYLET_DEATH.search(texts[k])),
+                None)
+    return head if head is not None else next((k for k, t in enumerate(texts) if _BECAUSE.search(t)), None)
 
 
 def _read_block_line(rd: RayDeath, t: str) -> None:

@@ -228,12 +228,6 @@ def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int
     frame_indent = 0  # the first frame's
     after_frame = 0  # lines seen since the last frame line
     n = len(lines)
-
-    def cut_at(end: int, interrupted: bool = False) -> Exc:
-        """The traceback so far, cut off before its exception line at lines[end]."""
-        return Exc("", "", frames, lines[i].index, lines[end].index, lines[i].stream, partial=True,
-                   interrupted=interrupted)
-
     for j in range(i + 1 if header else i, n):
         text = lines[j].text
         # a frame line (or, at the start of a tail that begins mid-traceback, a cut one)
@@ -254,23 +248,34 @@ def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int
             if len(text) - len(text.lstrip(" ")) > frame_indent or (frame_indent == 0 and after_frame == 0):
                 after_frame += 1
                 continue
-            em = EXCEPTION_LINE.match(text.strip())
-            if em and _looks_like_exception(em.group("type")):
-                return Exc(em.group("type"), (em.group("msg") or "").strip(), frames, lines[i].index, lines[j].index,
-                           lines[i].stream, text.strip(), continuation=_continuation(lines, j),
-                           message_more=_message_more(lines, j)), j + 1
-            if TRACEBACK_START.search(text):
-                # another process's traceback began in the middle of this one: kept, to join its rest
-                return cut_at(j - 1, interrupted=True), j
-            if j == n - 1:
-                # the tail's last line, cut in the middle of a frame ('  F', 'File "/x/scheduler.py"'):
-                # the traceback was cut off there
-                return cut_at(j), j
-            return None, j  # something that isn't an exception line: give up on this traceback
+            return _after_frames(lines, i, j, frames)
         # Text before any frame (e.g. "  <stack trace unavailable>")
         if j + 1 - i > 5:
             return None, j + 1
-    return (cut_at(n - 1) if frames else None), n
+    return (_cut(lines, i, n - 1, frames) if frames else None), n
+
+
+def _after_frames(lines: list[Line], i: int, j: int, frames: list[Frame]) -> tuple[Exc | None, int]:
+    """(exception, next) of the traceback that lines[i] heads, whose frames end before lines[j]."""
+    text = lines[j].text
+    em = EXCEPTION_LINE.match(text.strip())
+    if em and _looks_like_exception(em.group("type")):
+        return Exc(em.group("type"), (em.group("msg") or "").strip(), frames, lines[i].index, lines[j].index,
+                   lines[i].stream, text.strip(), continuation=_continuation(lines, j),
+                   message_more=_message_more(lines, j)), j + 1
+    if TRACEBACK_START.search(text):
+        # another process's traceback began in the middle of this one: kept, to join its rest
+        return _cut(lines, i, j - 1, frames, interrupted=True), j
+    if j == len(lines) - 1:
+        # the tail's last line, cut in the middle of a frame ('  F', 'File "/x/scheduler.py"'):
+        # the traceback was cut off there
+        return _cut(lines, i, j, frames), j
+    return None, j  # something that isn't an exception line: give up on this traceback
+
+
+def _cut(lines: list[Line], i: int, end: int, frames: list[Frame], interrupted: bool = False) -> Exc:
+    """The traceback that lines[i] heads, cut off before its exception line at lines[end]."""
+    return Exc("", "", frames, lines[i].index, lines[end].index, lines[i].stream, partial=True, interrupted=interrupted)
 
 
 def find_chains(lines: list[Line], cut: list[Exc]) -> list[Chain]:
