@@ -178,7 +178,8 @@ def _clean_exit(norm: list[Line], last_step: int | None) -> Diagnosis:
     "EngineCore encountered an issue" / EngineDeadError and then shuts uvicorn down cleanly, exit 0
     (vllm/entrypoints/launcher.py terminate_if_errored). Looked for near the end only, so a client that
     once logged such a line from a server's reply and later finished is not taken for a dead engine."""
-    dead = [c for c in _candidates(norm[-200:])[0] if c.category == "inference_engine_dead"]
+    tail = [replace(ln, index=k) for k, ln in enumerate(norm[-200:])]  # (a line's index is its position)
+    dead = [c for c in _candidates(tail)[0] if c.category == "inference_engine_dead"]
     if dead:
         return _finish(max(dead, key=lambda c: c.index), last_step)
     return Diagnosis("none", "exited normally (exit code 0)", step=last_step)
@@ -323,8 +324,7 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
 def _after_a_pointer(norm: list[Line], start: int) -> bool:
     """The traceback comes right after a record that says a process died and its error is printed above
     (SGLang's "Rank 0 scheduler is dead. Please check if there are relevant logs." before its EOFError)."""
-    k = next((k for k, ln in enumerate(norm) if ln.index == start), None)
-    return k is not None and any(POINTS_ABOVE.search(ln.text) for ln in norm[max(0, k - 3):k])
+    return any(POINTS_ABOVE.search(ln.text) for ln in norm[max(0, start - 3):start])
 
 
 def _logged_and_carried_on(ch: Chain, norm: list[Line]) -> bool:
@@ -332,9 +332,8 @@ def _logged_and_carried_on(ch: Chain, norm: list[Line]) -> bool:
     ``exc_info=True``: the record's line, then the traceback's own lines unprefixed) and after which
     training went on to a later step: the program handled it. A rank's crash does not count: its
     peers wait for it at the next collective and complete no later step."""
-    pos = {ln.index: k for k, ln in enumerate(norm)}
-    first, last = pos.get(ch.start), pos.get(ch.end)
-    if first is None or last is None or first == 0 or norm[first].prefixed:
+    first, last = ch.start, ch.end
+    if first == 0 or norm[first].prefixed:
         return False
     record = norm[first - 1]
     if not (record.prefixed and record.stream == norm[first].stream and record.text.strip()):
@@ -358,14 +357,13 @@ def _cut_traceback_candidates(tail: _Tail) -> list[_Candidate]:
     innermost user frame, the weakest there is. One the program handled, or after which training
     made progress, is history."""
     norm = tail.norm
-    pos = {ln.index: k for k, ln in enumerate(norm)}
     out: list[_Candidate] = []
     for cut in tail.cut + find_garbled(norm):
-        if cut.funcs() & HANDLED_FUNCS or _stepped_past(norm, pos.get(cut.start, 0), pos.get(cut.end, len(norm) - 1)):
+        if cut.funcs() & HANDLED_FUNCS or _stepped_past(norm, cut.start, cut.end):
             continue
         loc = cut.user_location()
         what = "frames of a traceback garbled together" if cut.garbled else "a traceback cut off before its exception line"
-        evidence = ([ln.text.strip()[:200] for ln in norm if cut.start <= ln.index <= cut.end][:3] if cut.garbled
+        evidence = ([ln.text.strip()[:200] for ln in norm[cut.start: cut.end + 1]][:3] if cut.garbled
                     else [f'File "{f.file}", line {f.line}, in {f.func}' for f in cut.frames[-3:]])
         out.append(_Candidate(cut.end, "unknown", WRAPPER, what + _at(loc), None, loc,
                               evidence, rich=True, stream=cut.stream))
@@ -544,13 +542,10 @@ def _locate_by_cut_traceback(cands: list[_Candidate], norm: list[Line], covered:
     """A failure named by a bare line (NCCL's "NCCL WARN init.cc:1815 -> 5" in a Ray actor's output) and,
     after it, a traceback cut off before its exception (the driver's, waiting in ``ray.get``): the
     traceback's innermost user frame is where the user's code met the failure."""
-    cut = [(ln.index, k) for k, ln in enumerate(norm)
-           if ln.index not in covered and TRACEBACK_START.match(ln.text.strip())]
+    cut = [ln.index for ln in norm if ln.index not in covered and TRACEBACK_START.match(ln.text.strip())]
     for c in cands:
-        if c.rich or c.location is not None:
-            continue
-        after = next((k for i, k in cut if i > c.index), None)
-        if after is None:
+        after = next((k for k in cut if k > c.index), None)
+        if c.rich or c.location is not None or after is None:
             continue
         user = [f for f in _frames_after(norm, after) if is_user_frame(f.file)]
         if user:
@@ -859,8 +854,7 @@ def _exception_after_frames(norm: list[Line], k: int) -> tuple[int, str] | None:
 def _describe_ray(c: _Candidate, norm: list[Line]) -> None:
     """A Ray actor/worker death: name the actor and Ray's reason, list Ray's possible causes in the
     hint (never asserting one), and keep Ray's own lines in the evidence (see :mod:`.ray_deaths`)."""
-    pos = next((k for k, ln in enumerate(norm) if ln.index == c.index), len(norm) - 1)
-    rd = describe_ray_death([ln.text for ln in norm], pos)
+    rd = describe_ray_death([ln.text for ln in norm], c.index)
     if not (rd.exc_type or rd.why or rd.lines):
         return
     c.summary = rd.summary() + _at(c.location, library=c.library)
