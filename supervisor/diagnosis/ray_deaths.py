@@ -54,15 +54,12 @@ class RayDeath:
     node_reason: str | None = None
     lines: list[str] = field(default_factory=list)
 
-    def who(self) -> str:
+    def summary(self) -> str:
         f = self.fields
         short = f.get("class_name", "").rsplit(".", 1)[-1]  # the class, without its module
         bits = [b for b in (f"pid {f['pid']}" if "pid" in f else "", f.get("name", ""),
                             f"on {f['ip']}" if "ip" in f else "") if b]
-        what = f"Ray {self.kind}" + (f" {short}" if short else "")
-        return what + (f" ({', '.join(bits)})" if bits else "")
-
-    def summary(self) -> str:
+        who = f"Ray {self.kind}" + (f" {short}" if short else "") + (f" ({', '.join(bits)})" if bits else "")
         reason = self.why or ("it became unreachable" if self.exc_type and "Unavailable" in self.exc_type
                               else "its worker process died")
         extra = []
@@ -74,7 +71,7 @@ class RayDeath:
             extra.append(self.detail)
         tail = f" ({'; '.join(extra)})" if extra else ""
         unknown = not self.node_reason and (self.why is None or "worker process" in self.why)
-        return f"{self.who()} died: {reason}{tail}" + ("; Ray does not say why" if unknown else "")
+        return f"{who} died: {reason}{tail}" + ("; Ray does not say why" if unknown else "")
 
     def hint(self) -> str:
         where = "that worker's log (`ray logs worker-*` or the session's logs/ folder on its node)"

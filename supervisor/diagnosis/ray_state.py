@@ -41,15 +41,10 @@ class RayNode:
     def short(self) -> str:
         return self.node_id[:8]
 
-    def label(self) -> str:
-        where = self.ip + (f", {self.name}" if self.name and self.name != self.ip else "")
-        return f"Ray {'head ' if self.is_head else ''}node {self.short} ({where})"
-
     def death(self) -> str:
-        return f"{self.label()} is DEAD" + (f": {self.message}" if self.message else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        where = self.ip + (f", {self.name}" if self.name and self.name != self.ip else "")
+        return f"Ray {'head ' if self.is_head else ''}node {self.short} ({where}) is DEAD" + (
+            f": {self.message}" if self.message else "")
 
 
 @dataclass(frozen=True)
@@ -76,10 +71,6 @@ class RayActor:
             bits.append(f"pid {self.pid}")
         who = self.name or self.class_name or self.actor_id[:12]
         return f"Ray actor {who}" + (f" ({', '.join(bits)})" if bits else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"actor_id": self.actor_id, "class_name": self.class_name, "name": self.name, "pid": self.pid,
-                "node_id": self.node_id, "job_id": self.job_id, "reason": self.reason, "error": self.error}
 
 
 def _rows(payload: bytes | str | Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -197,8 +188,10 @@ def refine(diag: Mapping[str, Any], deaths: RayDeaths, nodes: Mapping[str, RayNo
     causes = deaths.causes()
     own = [a for a in causes if not a.consequential]  # deaths that are no other death's consequence
     known = {**nodes, **{n.node_id: n for n in deaths.nodes}}
-    out["ray"] = {"url": url, "dead_nodes": [n.to_dict() for n in deaths.nodes],
-                  "dead_actors": [{**a.to_dict(), "death": actor_death(a, known)} for a in causes]}
+    out["ray"] = {"url": url, "dead_nodes": [asdict(n) for n in deaths.nodes],
+                  "dead_actors": [{"actor_id": a.actor_id, "class_name": a.class_name, "name": a.name, "pid": a.pid,
+                                   "node_id": a.node_id, "job_id": a.job_id, "reason": a.reason, "error": a.error,
+                                   "death": actor_death(a, known)} for a in causes]}
     lines = [f"{url}/api/v0/nodes: {n.death()}" for n in deaths.nodes]
     lines += [f"{url}/api/v0/actors: {actor_death(a, known)}" for a in own][:5]
     out["evidence"] = list(diag.get("evidence") or []) + lines
