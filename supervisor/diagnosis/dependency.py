@@ -1,10 +1,6 @@
 """dependency_down: a consumer failing to reach a dependency that is down; restart the dependency.
 
-Pure. :func:`dependency_down` decides, from a consumer's diagnosis categories and recent log
-lines plus its dependencies' states and probe results, whether the consumer's trouble is a dead
-dependency; :class:`DependencyTracker` tracks how long each dependency has been down and says
-what to do: restart the dependency first, stop its consumers once it has stayed down past a
-budget (rather than letting them retry for hours).
+Pure: :func:`dependency_down` decides, :class:`DependencyTracker` says what to do about it over time.
 """
 
 from __future__ import annotations

@@ -287,7 +287,6 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     """Every failure the tail names, found by each finder in turn (parsed tracebacks first: the
     lines they cover are not read again as bare lines), and the pids torchrun reported for its ranks."""
     tail = _Tail(norm, max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0])))
-    # in this order: the lines a traceback or a faulthandler stack covers are not read again as bare lines
     cands = [*_chain_candidates(tail), *_cut_traceback_candidates(tail), *_fatal_stack_candidates(tail),
              *_elastic_candidates(tail), *_line_candidates(tail)]
     _locate_by_cut_traceback(cands, norm, tail.covered)

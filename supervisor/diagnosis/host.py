@@ -1,9 +1,4 @@
-"""Host evidence: did the kernel's OOM killer take the process?
-
-:func:`parse_kernel_log` is a pure function of text (testable without root);
-:func:`read_host_evidence` reads /dev/kmsg or ``dmesg`` and the cgroup v2 ``memory.events``
-best-effort and never raises.
-"""
+"""Host evidence: did the kernel's OOM killer take the process? (the parsers are pure: testable without root)"""
 
 from __future__ import annotations
 
@@ -93,7 +88,8 @@ def _cgroup_memory_events() -> int | None:
 
 
 def read_host_evidence(pid: int | None) -> HostEvidence:
-    """Best effort; returns empty evidence when nothing is readable. Never raises."""
+    """The OOM kills /dev/kmsg (or ``dmesg``) names and this cgroup's ``oom_kill`` count, best effort: empty
+    evidence when nothing is readable. Never raises."""
     try:
         pids = {pid} if pid is not None else None
         text = _read_kmsg() or _read_dmesg() or ""

@@ -2,9 +2,7 @@
 
 A component that runs as an ``srun`` step (supervisor.slurm.launcher) has srun's and slurmstepd's
 messages in its log next to its own output. They name causes the program cannot print itself, in
-Slurm's own words (:data:`_RULES`; src/srun/srun_job.c, the launch plugin, slurmstepd): ``node_failure``
-(``Node failure on <nodes>``, a job cancelled DUE TO NODE FAILURE, a task launch that cannot reach the
-node's slurmd), ``step_launch_failure``, ``time_limit`` and ``oom_kill`` (the step's cgroup OOM killer).
+Slurm's own words (:data:`_RULES`; src/srun/srun_job.c, the launch plugin, slurmstepd).
 
 srun's ``<node>: task(s) R: <how>`` lines name which rank on which node ended first; that is the
 attribution kept in ``rank`` and ``node``. These refine the one-machine diagnosis (a task killed by

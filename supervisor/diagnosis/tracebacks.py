@@ -426,9 +426,8 @@ def _find_dumps(lines: list[Line], head: re.Pattern[str], kind: Callable[[re.Mat
 
 
 def _thread_stacks(lines: list[Line], i: int) -> list[tuple[str, list[Frame]]]:
-    """Each thread's header and frames (most recent first) in the dump that lines[i] heads, up to the next
-    dump or, once a thread began, the first line of the same stream that is neither a thread's header, a frame
-    nor blank (what comes before the first thread, "Python runtime state: initialized", is skipped)."""
+    """Each thread's header and frames (most recent first) in the dump that lines[i] heads, up to the next dump or,
+    after a thread's header, the first line of its stream that is no header, frame or blank."""
     threads: list[tuple[str, list[Frame]]] = []
     for x in (x for x in lines[i + 1: i + _FATAL_SCAN_LINES] if x.stream == lines[i].stream):
         t = x.text.strip()
