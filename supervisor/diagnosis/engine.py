@@ -241,10 +241,9 @@ def _nothing_found(norm: list[Line], exit_code: int | None, sig: str | None, las
     if log_error:
         lost = f"its log could not be written ({log_error}), so the output that would say why was lost"
         evidence = (f"log: {log_error}", *_tail_evidence(norm))
-        if log_error.startswith(("ENOSPC", "EDQUOT")):
-            return Diagnosis("disk_full", f"{what} on a full disk: {lost}", step=last_step, evidence=evidence,
-                             hint=hint_for("disk_full"))
-        return Diagnosis("unknown", f"{what}; {lost}", step=last_step, evidence=evidence, hint=hint_for("unknown"))
+        full = log_error.startswith(("ENOSPC", "EDQUOT"))
+        cat, summary = ("disk_full", f"{what} on a full disk: {lost}") if full else ("unknown", f"{what}; {lost}")
+        return Diagnosis(cat, summary, step=last_step, evidence=evidence, hint=hint_for(cat))
     return Diagnosis("unknown", f"{what}; no known failure in the last {len(norm)} lines",
                      step=last_step, evidence=tuple(_tail_evidence(norm)), hint=hint_for("unknown"))
 
@@ -308,7 +307,6 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
         if any(e.funcs() & HANDLED_FUNCS for e in ch.excs) or _logged_and_carried_on(ch, norm):
             continue  # logged and carried on from
         c = _chain_candidate(ch, norm)
-        c.stream = stream
         if _after_a_pointer(norm, ch.start):
             c.tier = WRAPPER
         if c.library and prev is not None:
@@ -672,7 +670,7 @@ def _chain_candidate(chain: Chain, norm: list[Line]) -> _Candidate:
     if wrapped is not root:
         evidence.append(wrapped.exception_line or wrapped.text)
     return _Candidate(root.end, cat, tier, _shorten(root.text) + _at(loc, library=library), root.text, loc, evidence,
-                      rich=True, library=library)
+                      rich=True, library=library, stream=chain.excs[0].stream)
 
 
 def _following(norm: list[Line], exc: Exc) -> list[str]:

@@ -72,8 +72,7 @@ def _partial(text: str, at: int) -> tuple[str, float] | None:
             dt = datetime(_LEAP_YEAR, int(mo), int(d), int(h), int(mi), int(s), tzinfo=timezone.utc)
         except ValueError:
             return None
-        start = datetime(_LEAP_YEAR, 1, 1, tzinfo=timezone.utc)
-        return DATED, (dt - start).total_seconds() + (float("0." + frac) if frac else 0.0)
+        return DATED, (dt - datetime(_LEAP_YEAR, 1, 1, tzinfo=timezone.utc)).total_seconds() + (float("0." + frac) if frac else 0.0)
     m = _TIME_OF_DAY.match(text)
     if m:
         h, mi, s, frac = m.groups()
