@@ -124,7 +124,7 @@ class DependencyTracker:
         if now - since >= self.budget_s and "stop_consumers" not in acted:
             acted.add("stop_consumers")
             return "stop_consumers"
-        if consumers_failing and "restart_dependency" not in acted and "stop_consumers" not in acted:
+        if consumers_failing and not acted:
             acted.add("restart_dependency")
             return "restart_dependency"
         return None

@@ -63,8 +63,6 @@ from .tracebacks import (
 )
 
 MAX_EVIDENCE = 12
-# A retried connection error this far from the end of the tail is history, not the cause.
-_WEAK_RECENT_LINES = 50
 
 _NATIVE = {"segfault", "fatal_python_error", "cuda_error", "nccl_error", "nccl_timeout", "watchdog_timeout"}
 _KILL_SIGNALS = {"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGUSR1", "SIGUSR2"}
@@ -278,8 +276,8 @@ class _Tail:
     elastic: list[ElasticFailure] = field(default_factory=list)
 
     def is_history(self, index: int) -> bool:
-        """A retried error at this line is history: before the last recovery, or far from the end."""
-        return index < self.recovered_after or index < len(self.norm) - _WEAK_RECENT_LINES
+        """A retried error at this line is history: before the last recovery, or 50 lines or more from the end."""
+        return index < self.recovered_after or index < len(self.norm) - 50
 
 
 def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
@@ -485,14 +483,13 @@ def _signature_candidate(tail: _Tail, k: int, ln: Line, text: str, hit: tuple[Si
 # Ray's note that it retries the task a worker died in ("Task RewardWorker.score failed. There are 1
 # retries remaining, so the task will be retried. Error: The actor is temporarily unavailable ...")
 RAY_TASK_RETRIED = re.compile(r"\b[1-9]\d* retries remaining, so the task will be retried")
-_RAY_RETRY_NEAR = 3  # lines after a worker's death that Ray's retry note may come
 
 
 def _ray_retried(norm: list[Line], k: int) -> bool:
     """A Ray worker that died (norm[k]) in a task Ray then retried, after which the driver went on
     printing: Ray handled the death; a retry that failed too raises at the driver, or dies again with
     no retries left."""
-    notice = next((j for j in range(k + 1, min(k + 1 + _RAY_RETRY_NEAR, len(norm)))
+    notice = next((j for j in range(k + 1, min(k + 4, len(norm)))  # (Ray's note comes within 3 lines)
                    if RAY_TASK_RETRIED.search(norm[j].text)), None)
     if notice is None:
         return False
@@ -612,8 +609,7 @@ def _root_of(chain: Chain) -> tuple[Exc, str, int]:
         if e.funcs() & SYMPTOM_FUNCS:
             tier = WRAPPER
         scored.append((e, cat, tier))
-    real = [s for s in scored if s[2] != WRAPPER]
-    specific = [s for s in real if s[1] != "python_exception"]
+    specific = [s for s in scored if s[2] != WRAPPER and s[1] != "python_exception"]
     if specific:
         return min(specific, key=lambda s: s[2])  # (the first of the best tier)
     last = scored[-1]

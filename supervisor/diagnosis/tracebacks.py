@@ -201,17 +201,16 @@ def _continuation(lines: list[Line], k: int) -> str:
     return lines[k + 1].text.rstrip()
 
 
-_MESSAGE_MORE_LINES = 6
 _REPEATED = re.compile(r"^\s*\[Previous line repeated \d+ more times?\]\s*$")
 
 
 def _message_more(lines: list[Line], k: int) -> str:
-    """The lines after an exception line that carry on its message: torch's multi-line
+    """Up to six lines after an exception line that carry on its message: torch's multi-line
     RuntimeErrors ("port: 29500" / "name: EADDRINUSE"), a message a page or a logger wrapped at a
     word boundary. They stop at a blank line, a traceback, a frame, an indented line, another
     writer's record or another exception line."""
     out: list[str] = []
-    for nxt in lines[k + 1: k + 1 + _MESSAGE_MORE_LINES]:
+    for nxt in lines[k + 1: k + 7]:
         if not _carries_on(nxt) or bare_exception(nxt.text.strip()) is not None:
             break
         out.append(nxt.text.strip())
@@ -338,18 +337,17 @@ def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
     return chains
 
 
-_REJOIN_LINES = 80  # how far below its first part the rest of an interrupted traceback may come
 
 
 def _rejoin(exc: Exc | None, header: bool, start: int, first: Exc | None) -> tuple[Exc | None, Exc | None]:
     """Two processes printed the same traceback at once, unprefixed: the first one's header and frames,
     the second one whole, then the first one's remaining frames and exception line with no header. The
-    remaining part is joined to its first part ``first`` (where the user's frames are); too far below it, it
-    stays a traceback of its own. Returns the traceback just parsed (starting at line ``start``) as it reads
+    remaining part is joined to its first part ``first`` (where the user's frames are); more than 80 lines
+    below it, it stays a traceback of its own. Returns the traceback just parsed (starting at line ``start``) as it reads
     once rejoined (None for a first part, kept until its rest comes), and the first part still waiting."""
     if exc is None or exc.interrupted:
         return None, exc if exc is not None else first
-    if header or first is None or start - first.end > _REJOIN_LINES:
+    if header or first is None or start - first.end > 80:
         return exc, first if header else None
     exc.frames = first.frames + exc.frames
     exc.start = first.start
@@ -359,9 +357,6 @@ def _rejoin(exc: Exc | None, header: bool, start: int, first: Exc | None) -> tup
 # a frame's pieces out of place: several processes' frames written into one line at once, by chunk
 # ('.../scheduler.py/sgl-workspace/...scheduler.py  File ", line  in , line   File run_event_loop"')
 _FRAME_PIECE = re.compile(r'File "|", line|\.py", line|\.py"')
-_GARBLED_MIN_PIECES = 2  # pieces on one line that no frame line holds
-_GARBLED_MIN_LINES = 2  # such lines near the end of a stream
-_GARBLED_SCAN = 20  # how far from a stream's end they are looked for
 
 
 def find_garbled(lines: list[Line]) -> list[Exc]:
@@ -374,9 +369,9 @@ def find_garbled(lines: list[Line]) -> list[Exc]:
             by_stream.setdefault(ln.stream, []).append(ln)
     out: list[Exc] = []
     for stream, sl in by_stream.items():
-        garbled = [ln for ln in sl[-_GARBLED_SCAN:]
-                   if not FRAME.match(ln.text) and len(_FRAME_PIECE.findall(ln.text)) >= _GARBLED_MIN_PIECES]
-        if len(garbled) >= _GARBLED_MIN_LINES and _FRAME_PIECE.search(sl[-1].text) and not FRAME.match(sl[-1].text):
+        # lines of the stream's last 20 holding two pieces or more that no frame line holds
+        garbled = [ln for ln in sl[-20:] if not FRAME.match(ln.text) and len(_FRAME_PIECE.findall(ln.text)) >= 2]
+        if len(garbled) >= 2 and _FRAME_PIECE.search(sl[-1].text) and not FRAME.match(sl[-1].text):
             out.append(Exc("", "", [], garbled[0].index, sl[-1].index, stream, partial=True, garbled=True))
     return out
 
@@ -386,7 +381,6 @@ _STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?
 
 
 _CRASHED_THREAD = re.compile(r"^(?:Stack|Current thread 0x[0-9a-f]+) \(most recent call first\):\s*$")
-_FATAL_SCAN_LINES = 200  # faulthandler lists every thread; the crashed one may come last
 # faulthandler.dump_traceback_later()'s dump when its timer ran out: "Timeout (0:00:03)!" and then every
 # thread's stack ("Thread 0x... (most recent call first):"), none of them the current one: the program
 # hung (with exit=True faulthandler then ends it).
@@ -429,7 +423,8 @@ def _thread_stacks(lines: list[Line], i: int) -> list[tuple[str, list[Frame]]]:
     """Each thread's header and frames (most recent first) in the dump that lines[i] heads, up to the next dump or,
     after a thread's header, the first line of its stream that is no header, frame or blank."""
     threads: list[tuple[str, list[Frame]]] = []
-    for x in (x for x in lines[i + 1: i + _FATAL_SCAN_LINES] if x.stream == lines[i].stream):
+    # (200 lines: faulthandler lists every thread, and the crashed one may come last)
+    for x in (x for x in lines[i + 1: i + 200] if x.stream == lines[i].stream):
         t = x.text.strip()
         if STACK_START.match(t):
             threads.append((t, []))
