@@ -490,9 +490,7 @@ def _ray_retried(norm: list[Line], k: int) -> bool:
     printing: Ray handled the death; a retry that failed too raises at the driver, or dies again with
     no retries left."""
     notice = next((j for j in range(k + 1, min(k + 4, len(norm)))  # (Ray's note comes within 3 lines)
-                   if RAY_TASK_RETRIED.search(norm[j].text)), None)
-    if notice is None:
-        return False
+                   if RAY_TASK_RETRIED.search(norm[j].text)), len(norm))
     return any(not ln.prefixed and ln.stream == "" and ln.text.strip() for ln in norm[notice + 1:])
 
 

@@ -99,9 +99,8 @@ class LineClock:
         at = hms.start()
         ts = None
         if at > 12 or not _TIME_OF_DAY.match(text):  # a time of day that starts the line is its stamp
-            iso = _ISO.match(text, at - 11) if at >= 11 else None  # "YYYY-MM-DD " before it
-            if iso is None:
-                iso = _ISO.search(text, at)  # a time of day in the message before a dated stamp (rare)
+            # "YYYY-MM-DD " before it, else a time of day in the message before a dated stamp (rare)
+            iso = (_ISO.match(text, at - 11) if at >= 11 else None) or _ISO.search(text, at)
             ts = _iso_seconds(iso) if iso else None
         if ts is not None:
             return ts, None
