@@ -263,17 +263,16 @@ def _finish(c: _Candidate, step: int | None) -> Diagnosis:
 
 @dataclass
 class _Tail:
-    """What the candidate finders share about one tail: its lines, the lines a parsed traceback or
-    stack already accounts for, when the last recovery was, and torchrun's reports."""
+    """What the candidate finders share about one tail."""
 
     norm: list[Line]
     # a retried connection error before the dependency was back, or before training made progress
     # again, is history
     recovered_after: int
-    covered: set[int] = field(default_factory=set)
+    covered: set[int] = field(default_factory=set)  # lines a parsed traceback or stack accounts for
     # tracebacks cut off before their exception line (no chain holds them)
     cut: list[Exc] = field(default_factory=list)
-    elastic: list[ElasticFailure] = field(default_factory=list)
+    elastic: list[ElasticFailure] = field(default_factory=list)  # torchrun's reports
 
     def is_history(self, index: int) -> bool:
         """A retried error at this line is history: before the last recovery, or 50 lines or more from the end."""

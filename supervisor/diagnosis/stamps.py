@@ -121,11 +121,9 @@ class LineClock:
 
     def resolver(self, anchor: float | None,
                  window: tuple[float, float] | None = None) -> Callable[[str, float], float | None]:
-        """A function (kind, naive) -> unix seconds, placing each kind's last stamp at the latest local
-        time with its time of day (month-day) at or before ``anchor`` + slack; None without an anchor.
-        With ``window`` (when the journal says the writer lived), a kind whose first or last stamp lands
-        outside it is not placed at all: stamps that contradict the journal (another zone, a log copied
-        in from elsewhere) are no evidence of when anything happened."""
+        """A function (kind, naive) -> unix seconds, placed as the module says; None without an anchor, and
+        for a kind whose first or last stamp lands outside ``window`` (when the journal says the writer lived):
+        stamps that contradict the journal (another zone, a log copied in) are no evidence."""
         placed: dict[str, float] = {}
         if anchor is not None:
             for kind, (_n, _secs, last) in self._runs.items():
