@@ -195,16 +195,11 @@ def refine(diag: Mapping[str, Any], deaths: RayDeaths, nodes: Mapping[str, RayNo
     lines = [f"{url}/api/v0/nodes: {n.death()}" for n in deaths.nodes]
     lines += [f"{url}/api/v0/actors: {actor_death(a, known)}" for a in own][:5]
     out["evidence"] = list(diag.get("evidence") or []) + lines
-    cat = diag.get("category")
     exc = str(diag.get("exception") or "")
-    ray_exc = any(x in exc for x in RAY_EXCEPTIONS)
-    if cat in OUTRANKED or ray_exc:
-        if own:
-            more = len(own) - 1
-            out["summary"] = actor_death(own[0], known) + (
-                f" (and {more} more actor{'s' if more > 1 else ''})" if more > 0 else "")
-            out["category"] = "ray_actor_died"
-        elif deaths.nodes:
-            out["summary"] = f"{deaths.nodes[0].death()} (Ray's state API); the program ended after it"
-            out["category"] = "ray_actor_died"
+    if (own or deaths.nodes) and (diag.get("category") in OUTRANKED or any(x in exc for x in RAY_EXCEPTIONS)):
+        more = len(own) - 1
+        many = f" (and {more} more actor{'s' if more > 1 else ''})" if more > 0 else ""
+        out["category"] = "ray_actor_died"
+        out["summary"] = (actor_death(own[0], known) + many if own
+                          else f"{deaths.nodes[0].death()} (Ray's state API); the program ended after it")
     return out
