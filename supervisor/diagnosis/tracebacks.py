@@ -413,15 +413,16 @@ def _find_dumps(lines: list[Line], head: re.Pattern[str], kind: Callable[[re.Mat
     out: list[FatalStack] = []
     for i, ln in enumerate(lines):
         if m := head.search(ln.text.strip()):
-            frames = pick(_thread_stacks(lines, i))
+            frames = pick(_thread_stacks(lines, i, head is _FATAL))
             shown = [ln.text.strip()] + [f'File "{f.file}", line {f.line} in {f.func}' for f in frames[:5]]
             out.append(FatalStack(kind(m), frames, ln.index, shown))
     return out
 
 
-def _thread_stacks(lines: list[Line], i: int) -> list[tuple[str, list[Frame]]]:
+def _thread_stacks(lines: list[Line], i: int, crash: bool) -> list[tuple[str, list[Frame]]]:
     """Each thread's header and frames (most recent first) in the dump that lines[i] heads, up to the next dump or,
-    after a thread's header, the first line of its stream that is no header, frame or blank."""
+    after a thread's header, the first line of its stream that is no header, frame or blank; in a crash's dump,
+    such a line (another writer's, interleaved) ends it only after the crashed thread's frames."""
     threads: list[tuple[str, list[Frame]]] = []
     # (200 lines: faulthandler lists every thread, and the crashed one may come last)
     for x in (x for x in lines[i + 1: i + 200] if x.stream == lines[i].stream):
@@ -430,8 +431,11 @@ def _thread_stacks(lines: list[Line], i: int) -> list[tuple[str, list[Frame]]]:
             threads.append((t, []))
         elif (fm := _STACK_FRAME.match(x.text)) and threads:
             threads[-1][1].append(Frame(fm.group("file"), int(fm.group("line")), fm.group("func")))
-        elif _FATAL.search(t) or _TIMEOUT_DUMP.match(t) or (threads and t and t != "..."):
-            break  # ("  ..." where faulthandler cut a deep stack)
+        elif _FATAL.search(t) or _TIMEOUT_DUMP.match(t):
+            break
+        elif threads and t and t != "..." and (  # ("  ..." where faulthandler cut a deep stack)
+                not crash or threads[-1][1] and _CRASHED_THREAD.match(threads[-1][0])):
+            break
     return threads
 
 

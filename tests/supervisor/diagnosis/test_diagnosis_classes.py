@@ -218,6 +218,18 @@ def test_faulthandler_location_is_the_crashed_thread_not_another() -> None:
     assert (d.category, d.location) == ("segfault", None)
 
 
+
+def test_a_line_another_writer_put_between_a_crash_dumps_threads_does_not_end_it() -> None:
+    """faulthandler writes thread by thread while other threads may still print: a line of theirs between
+    another thread's stack and the crashed thread's is no end of the dump (a timeout dump, listed while the
+    program goes on, ends at such a line)."""
+    lines = ["Fatal Python error: Segmentation fault", "", "Thread 0x00007f01 (most recent call first):",
+             '  File "/app/loader.py", line 7 in run', "INFO step 12 done",
+             "Current thread 0x00007f02 (most recent call first):", '  File "/app/train.py", line 31 in forward',
+             '  File "/app/train.py", line 50 in <module>']
+    assert diagnose(lines, exit_code=-11).location == "/app/train.py:31"
+
+
 # ---------------------------------------------------------------- lines
 
 
