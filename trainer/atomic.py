@@ -26,11 +26,15 @@ def write_text(path: Path, text: str) -> None:
     """Write ``path`` so that readers see the old content or the new, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(text.encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(text.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # (a full disk: no half-written sibling left behind)
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

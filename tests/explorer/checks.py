@@ -169,7 +169,7 @@ def diagnosis(world: World) -> list[str]:
     except ValueError:
         return [f"rlsup diagnose --json printed no JSON: {r.stdout[:300]!r}"]
     failed = {f.get("component") for f in d.get("failures") or []}
-    fired = sorted(p.name for p in (world.run_dir / "work" / "chaos").glob("*-*@*"))
+    fired = sorted(p.name for p in (world.run_dir / "work" / "chaos").glob("[!.]*-*@*"))  # (not a .tmp sibling)
     out = [f"the chaos fault {m} fired, but diagnose lists no failure of {m.split('-')[0]} (failures: "
            f"{sorted(failed)}; verdict: {d.get('verdict')})"
            for m in fired if m.split("-", 1)[1].split("@")[0] in FAILING_CHAOS and m.split("-")[0] not in failed

@@ -72,3 +72,24 @@ def test_exit0_and_die_and_hang(tmp_path: Path) -> None:
         hang.wait()
     # all three were recorded, so a restarted process gets past them
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x-die@0.3s", "x-exit0@2", "x-hang@1"]
+
+
+def test_a_marker_the_full_disk_refused_leaves_no_half_written_sibling(tmp_path, monkeypatch):
+    """RLSUP_EXPLORE_SEED=146: the disk filled while the inference server armed its die@10s fault; the marker's
+    write failed (the fault did not fire) and left `.inference-die@10s.tmp-PID` in work/chaos, which the explorer
+    read as the fault having fired. A write the disk refuses leaves the old file and nothing beside it."""
+    import errno
+
+    from rlsup.trainer import atomic
+
+    marker = tmp_path / "chaos" / "inference-die@10s"
+    atomic.write_text(marker, "old\n")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        atomic.write_text(marker, "new\n")
+    monkeypatch.undo()
+    assert [p.name for p in marker.parent.iterdir()] == ["inference-die@10s"] and marker.read_text() == "old\n"
