@@ -572,7 +572,9 @@ def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes:
         if scan.truncated:
             notes.append(f"{n}: only the newest {LOG_SCAN_BYTES // (1024 * 1024)} MiB of its logs were scanned")
         failure = _log_tail_failure(run_dir, events, facts, n, scan)
-        if failure is not None:
+        if failure is not None and failure.category in SYMPTOM_CATEGORIES and _is_open(facts.waiting, n):
+            facts.waits.append(failure)  # (live: its refused connections wait on a server a person stopped)
+        elif failure is not None:
             info["failures"] += 1
             facts.failures.append(failure)
     return scans

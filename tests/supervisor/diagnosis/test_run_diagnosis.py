@@ -403,6 +403,28 @@ def test_consumers_of_a_server_a_person_stopped_wait_they_do_not_fail(tmp_path: 
                           "stopped or restarted on purpose")
 
 
+def test_a_live_consumer_whose_log_ends_in_refused_connections_to_a_stopped_server_waits(tmp_path: Path) -> None:
+    """Walking the README's path: `rlsup stop inference` on the live demo, then `rlsup diagnose runs/demo` while
+    the trainer, still running, logged its refused pushes: the log's tail (no exit recorded) was named the
+    root cause. A running consumer whose dependency_down flag waits on a person waits in its log too."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", components=["inference", "trainer"])
+    run.start(T0, "inference")
+    run.emit(T0 + 3, "ready", "inference", probe="http")
+    run.start(T0 + 3, "trainer")
+    run.emit(T0 + 20, "stopping", "inference", signal="SIGTERM", by="user")
+    run.exit(T0 + 20, "inference", None, [], signal="SIGTERM")
+    run.emit(T0 + 20, "stopped", "inference", by="user")
+    run.log("trainer", ["Step 12/400 | reward 0.7", "/update_weights_from_disk: the server is down "
+                        "(http://127.0.0.1:8731/update_weights_from_disk: [Errno 111] Connection refused)"])
+    run.emit(T0 + 21, "flag", "trainer", type="dependency_down", evidence=[], action="",
+             message="trainer cannot reach its dependency inference (stopped): 1 connection error line(s)")
+    rd = diagnose_run(run.root)
+    assert rd.failures == [] and rd.root_cause is None, rd.verdict
+    assert [(f.component, f.category, f.source) for f in rd.waits] == [
+        ("trainer", "dependency_down", "flag"), ("trainer", "connection_refused", "log")]
+
+
 def test_consumers_of_a_server_that_died_fail_with_it(tmp_path: Path) -> None:
     """The other side: the same flags on a server that died are its symptoms, the death the root cause."""
     rd = diagnose_run(_consumers_of_a_stopped_server(tmp_path, "crash").root)
