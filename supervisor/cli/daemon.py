@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -123,19 +124,20 @@ def display_path(p: Path) -> str:
         return str(p)
 
 
-def spawn(config: str, run_dir: Path, extra: list[str]) -> subprocess.Popen[bytes]:
-    """Start the daemon; raises ``rundir.UnsafeRunDir`` (before starting anything) for a run dir
-    another user could influence."""
+def spawn(config: str, run_dir: Path, extra: list[str], *, env: dict[str, str] | None = None,
+          cwd: str | None = None) -> subprocess.Popen[bytes]:
+    """Start the daemon (in ``env`` and ``cwd``, by default this process's); raises ``rundir.UnsafeRunDir``
+    (before starting anything) for a run dir another user could influence."""
     paths = RunPaths(run_dir)
     paths.create()
     log = os.open(paths.root / SUPERVISOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
                   0o600)
     argv = [sys.executable, "-m", "rlsup.supervisor.cli", "up", str(Path(config).absolute()),
             "--run-dir", str(run_dir), "--headless", "--daemon-child", "--skip-checks", *extra]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                close_fds=True, env=env)
+                                close_fds=True, env=dict(os.environ if env is None else env, PYTHONUNBUFFERED="1"),
+                                cwd=cwd)
     finally:
         os.close(log)
 
@@ -161,6 +163,17 @@ class HeldInterrupt:
             self._old = None
         if check:
             self.check()
+
+
+def started_with(pid: int, host: str | None) -> tuple[dict[str, str] | None, str | None]:
+    """The environment and working directory the supervisor ``pid`` on ``host`` was started with, where it is an
+    rlsup process of this host that /proc shows (None for what it does not say)."""
+    with contextlib.suppress(OSError):
+        if host == socket.gethostname() and b"rlsup" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+            env = {k: v for k, _, v in (os.fsdecode(x).partition("=") for x in raw.split(b"\0") if b"=" in x)}
+            return env, os.readlink(f"/proc/{pid}/cwd")
+    return None, None
 
 
 def wait_ready(proc: subprocess.Popen[bytes], run_dir: Path, check: Callable[[], None] = lambda: None) -> str | None:

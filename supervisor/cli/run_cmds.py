@@ -657,6 +657,11 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
     async def fn(client: Any, paths: Any) -> int:
         info["hello"] = client.server
         info["paths"] = paths
+        # the successor reads the config as its predecessor did, whichever terminal asks: the same ${VAR}s, the
+        # same relative paths (a component's next start keeps its command)
+        pid = client.server.get("pid")
+        info["env"], info["cwd"] = daemon.started_with(pid, client.server.get("host")) if isinstance(pid, int) \
+            else (None, None)
         reply = await client.command("handover")
         if not reply.get("ok"):
             return fail(f"rlsup: {reply.get('error')}")
@@ -679,7 +684,7 @@ def cmd_restart_supervisor(args: argparse.Namespace) -> int:
                     f"with `rlsup up CONFIG --run-dir {paths.root}` (it takes the running components over)")
 
     try:
-        proc = daemon.spawn(config, paths.root, [])
+        proc = daemon.spawn(config, paths.root, [], env=info["env"], cwd=info["cwd"])
     except (UnsafeRunDir, OSError) as e:
         return fail(f"rlsup: the old supervisor exited, but a new one cannot start: {e}; the components keep "
                     f"running under their monitors (`rlsup up CONFIG --run-dir {paths.root}` takes them over)")

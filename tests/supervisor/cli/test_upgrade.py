@@ -11,7 +11,7 @@ import signal
 import time
 
 from rlsup.supervisor.client.session import Session, unix_connector
-from tests.conftest import PATIENCE, async_wait_for, pid_alive, wait_for, write_config
+from tests.conftest import PATIENCE, async_wait_for, pid_alive, rlsup, wait_for, write_config
 
 COUNTER = """
 name: up
@@ -134,3 +134,29 @@ def test_what_completed_before_a_supervisor_died_is_not_started_again(tmp_path, 
     assert st["prepare"]["state"] == "completed" and st["counter"]["state"] == "running"
     runs = [e["how"] for e in d.events() if e["kind"] == "run_started"]
     assert runs == ["new", "adopted"]
+
+
+def test_the_new_supervisor_reads_the_config_in_its_predecessors_environment(tmp_path, daemon):
+    """Walking the README's path: `rlsup up configs/demo.yaml -d` with RLSUP_DEMO_PORT and RLSUP_DEMO_STEPS set,
+    `rlsup restart-supervisor` from another terminal without them, then `rlsup resume trainer`: the trainer came
+    back with `--steps 200` and port 8731, the defaults: the new supervisor had read the config in the
+    environment (and the directory) of whoever asked for it. It reads it in its predecessor's."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "greeting").write_text("hello\n")
+    cfg = write_config(tmp_path, """
+        components:
+          echo:
+            command: ["/bin/sh", "-c", "echo steps=${STEPS:-200} $(cat data/greeting); exec sleep 600"]
+    """)
+    d = daemon(cfg, env={"STEPS": "3000"})
+    d.wait_event(lambda e: e["kind"] == "started", what="echo started")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = rlsup("restart-supervisor", "--run-dir", str(d.run_dir), cwd=elsewhere, env={"STEPS": "7"}, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = rlsup("restart", "echo", "--run-dir", str(d.run_dir), cwd=elsewhere, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d.wait_event(lambda e: e["kind"] == "started" and e.get("attempt") == 2, what="echo started again")
+    log = d.run_dir / "logs" / "echo.log"
+    wait_for(lambda: log.read_text().count("steps=") == 2, PATIENCE, what="the second attempt's line")
+    assert log.read_text().splitlines()[-1] == "steps=3000 hello", log.read_text()
