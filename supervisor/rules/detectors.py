@@ -207,9 +207,10 @@ def consumers_failing(consumers: Sequence[Consumer], seen: Mapping[str, Seen], n
 
 def _done(d: Seen, ends_ok: bool, since: float | None) -> bool:
     """A dependency that completed is done, not down, where its consumer needs no more of it than its start or
-    its end (``ends_ok``), or where it had completed before the consumer's attempt began (``since``; an ended_at
-    of None: in an earlier run): it is not what the consumer fails to reach."""
-    return d.state == "completed" and (ends_ok or since is not None and (d.ended_at is None or d.ended_at <= since))
+    its end (``ends_ok``), or where it had completed before the consumer's attempt began (``since``) or before
+    this supervisor (an ended_at of None: a resumed run's consumers, pending, show their last run's lines): it
+    is not what the consumer fails to reach."""
+    return d.state == "completed" and (ends_ok or d.ended_at is None or since is not None and d.ended_at <= since)
 
 
 def restart_dependency(d: Seen, consumers: Sequence[str], trigger_seq: int | None) -> lc.Start | None:

@@ -316,3 +316,12 @@ def test_a_one_shot_step_that_completed_is_not_restarted_for_a_server_a_person_s
                 [("wait", 15.0), ("user", "stop", "inference")], tmp_path / cond)
         assert _kinds(w, "prep") == ["started", "ready", "exited", "completed"], _kinds(w, "prep")
         assert a_run_no_fault_struck_has_no_failures(w) == []
+
+
+def test_a_one_shot_step_that_completed_in_the_earlier_run_is_not_restarted_for_the_resumed_one(tmp_path):
+    """RLSUP_SIM_SEED=210: after `rlsup stop inference` and the budget's stop of its consumers, `up --resume`;
+    the consumers, pending while the server started, still showed their last run's refused connections, and the
+    prep step that had completed in the earlier run was started again for them."""
+    w = run(Setup(total=30, max_restarts=1, prep="ready", trainer_on="inference"),
+            [("wait", 15.0), ("user", "stop", "inference"), ("resume",)], tmp_path)
+    assert _kinds(w, "prep").count("started") == 1, _kinds(w, "prep")

@@ -305,7 +305,7 @@ class World:
         self.tracker = DependencyTracker(budget_s=self.cfg.dependency_budget, clock=lambda: self.now)  # a new StepMemory
         self.flagged = frozenset()
         self.truth.preempt_step = self.truth.preempt_written = None
-        self.final_at = {n: self.now for n, life in self.lives.items() if life.state in lc.FINAL}
+        self.final_at = {}  # a new StepMemory: what ended in an earlier run has no time of its own (Run.changed)
         self.stop_order = None
         d = self.emit(ev.RunStarted(None, name=self.cfg.name, pid=1, host="sim", version="sim", how=how,
                                     components=list(self.names)))
