@@ -358,6 +358,16 @@ def test_a_stall_while_a_person_had_stopped_a_peer_is_a_wait_not_a_hang(tmp_path
     assert waited(rd) == {"trainer"}
 
 
+def _serving(tmp_path: Path) -> Run:
+    """The inference server ready at T0 + 3, the trainer started then."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", components=["inference", "trainer"])
+    run.start(T0, "inference")
+    run.emit(T0 + 3, "ready", "inference", probe="http")
+    run.start(T0 + 3, "trainer")
+    return run
+
+
 def _consumers_of_a_stopped_server(tmp_path: Path, how: str) -> Run:
     """`rlsup stop inference` (or, with ``how="crash"``, the server's own death); the orchestrator and the
     trainer flag dependency_down on it, the trainer is flagged stalled, then `rlsup stop orchestrator`."""
@@ -407,11 +417,7 @@ def test_a_live_consumer_whose_log_ends_in_refused_connections_to_a_stopped_serv
     """Walking the README's path: `rlsup stop inference` on the live demo, then `rlsup diagnose runs/demo` while
     the trainer, still running, logged its refused pushes: the log's tail (no exit recorded) was named the
     root cause. A running consumer whose dependency_down flag waits on a person waits in its log too."""
-    run = Run(tmp_path / "run")
-    run.emit(T0, "run_started", None, name="demo", components=["inference", "trainer"])
-    run.start(T0, "inference")
-    run.emit(T0 + 3, "ready", "inference", probe="http")
-    run.start(T0 + 3, "trainer")
+    run = _serving(tmp_path)
     run.emit(T0 + 20, "stopping", "inference", signal="SIGTERM", by="user")
     run.exit(T0 + 20, "inference", None, [], signal="SIGTERM")
     run.emit(T0 + 20, "stopped", "inference", by="user")
@@ -437,11 +443,7 @@ def test_consumers_of_a_server_that_died_fail_with_it(tmp_path: Path) -> None:
 def test_a_dependency_flag_on_a_server_a_person_restarts_waits_until_it_is_ready(tmp_path: Path) -> None:
     """`rlsup restart inference`: the consumers' refused connections while it comes back wait on that person;
     a flag after it was ready again (its next death) is a failure."""
-    run = Run(tmp_path / "run")
-    run.emit(T0, "run_started", None, name="demo", components=["inference", "trainer"])
-    run.start(T0, "inference")
-    run.emit(T0 + 3, "ready", "inference", probe="http")
-    run.start(T0 + 3, "trainer")
+    run = _serving(tmp_path)
     run.emit(T0 + 10, "stopping", "inference", signal="SIGTERM", by="user")
     run.exit(T0 + 10, "inference", None, [], signal="SIGTERM")
     run.start(T0 + 11, "inference")
@@ -460,11 +462,7 @@ def test_a_stall_while_a_person_restarts_a_slow_server_is_a_wait_until_it_is_rea
     """`rlsup restart inference`: the server takes two minutes to load (ready at T0 + 140) and the trainer, quiet
     while it waits, is flagged stalled at T0 + 60: a wait on that person, no hang. Once the server is ready
     again, a stall is the trainer's own."""
-    run = Run(tmp_path / "run")
-    run.emit(T0, "run_started", None, name="demo", components=["inference", "trainer"])
-    run.start(T0, "inference")
-    run.emit(T0 + 3, "ready", "inference", probe="http")
-    run.start(T0 + 3, "trainer")
+    run = _serving(tmp_path)
     run.emit(T0 + 20, "stopping", "inference", signal="SIGTERM", by="user", reason="restart requested by user")
     run.exit(T0 + 21, "inference", None, [], signal="SIGTERM")
     run.start(T0 + 21, "inference")
