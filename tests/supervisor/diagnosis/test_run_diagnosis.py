@@ -234,13 +234,19 @@ def test_an_engine_that_died_at_its_own_exit_is_a_root_cause(tmp_path: Path) -> 
     assert (rd.root_cause.component, rd.root_cause.category) == ("inference", "inference_engine_dead")
 
 
-def _demo_run(tmp_path: Path) -> Run:
-    """configs/demo-chaos.yaml's shape: the inference server dies 20 s in and is back 4 s later."""
+def _serving(tmp_path: Path, name: str = "demo") -> Run:
+    """The inference server ready at T0 + 3, the trainer started then."""
     run = Run(tmp_path / "run")
-    run.emit(T0, "run_started", None, name="demo-chaos", components=["inference", "trainer"])
+    run.emit(T0, "run_started", None, name=name, components=["inference", "trainer"])
     run.start(T0, "inference")
     run.emit(T0 + 3, "ready", "inference", probe="http")
     run.start(T0 + 3, "trainer")
+    return run
+
+
+def _demo_run(tmp_path: Path) -> Run:
+    """configs/demo-chaos.yaml's shape: the inference server dies 20 s in and is back 4 s later."""
+    run = _serving(tmp_path, "demo-chaos")
     run.emit(T0 + 3, "ready", "trainer", probe="started (no readiness probe)")
     dead = ["Step 26/60 | requests 1 | completions 1024 | batches 1 | requests_per_batch 1.0000 | load_ms 1.5911",
             "ERROR Engine core proc EngineCore_0 died unexpectedly, shutting down client. (chaos die@15s)"]
@@ -356,16 +362,6 @@ def test_a_stall_while_a_person_had_stopped_a_peer_is_a_wait_not_a_hang(tmp_path
     rd = diagnose_run(run.root)
     assert (rd.root_cause.component, rd.root_cause.category) == ("trainer", "python_exception"), rd.root_cause
     assert waited(rd) == {"trainer"}
-
-
-def _serving(tmp_path: Path) -> Run:
-    """The inference server ready at T0 + 3, the trainer started then."""
-    run = Run(tmp_path / "run")
-    run.emit(T0, "run_started", None, name="demo", components=["inference", "trainer"])
-    run.start(T0, "inference")
-    run.emit(T0 + 3, "ready", "inference", probe="http")
-    run.start(T0 + 3, "trainer")
-    return run
 
 
 def _consumers_of_a_stopped_server(tmp_path: Path, how: str) -> Run:
