@@ -23,9 +23,10 @@ from textual.widgets import Input
 
 from rlsup.supervisor.client.fleet import answer
 from rlsup.supervisor.client.session import GoesOn, Session
+from rlsup.supervisor.records.progress import current_rate
 from rlsup.supervisor.records.state import ACTIVE
 from rlsup.tui import actions, sized_by_the_terminal
-from rlsup.tui.format import local_hms
+from rlsup.tui.format import fmt_dur, fmt_rate, local_hms
 from rlsup.tui.model import AREAS, GAUGE_AREAS, RunModel
 from rlsup.tui.palette import KeyTableCommands
 from rlsup.tui.screens import (
@@ -53,6 +54,27 @@ GAUGE_MIN_S = 2.0  # GPU/host gauges and resource columns repaint at most this o
 TICK_HZ = 20.0  # flushes of the panes and state widgets per second while anything is pending
 
 
+def _component_clock(c: dict[str, Any], now: float) -> list[object]:
+    """The times one component's row and panels show that move with the clock alone: its uptime,
+    the backoff countdown, a decaying rate, how long a stall has lasted, the age of its checkpoint
+    and watched files."""
+    parts: list[object] = []
+    if c.get("state") in ("starting", "running", "stopping") and c.get("started_at"):
+        parts.append(fmt_dur(now - c["started_at"]))
+    if c.get("state") == "backoff" and c.get("next_start_at"):
+        parts.append(round(max(0.0, c["next_start_at"] - now)))
+    if c.get("rate") is not None:  # a decaying rate moves with no event (a steady one does not)
+        rate, eta = current_rate(c.get("rate"), c.get("eta_s"), c.get("last_step_at"), c.get("step"),
+                                 c.get("total"), now)
+        if rate != c.get("rate"):
+            parts.append((fmt_rate(rate), fmt_dur(eta)))
+    if c.get("last_step_at") and any(f.get("type") == "stall" for f in c.get("flags") or []):
+        parts.append(fmt_dur(now - c["last_step_at"]))  # how long the stall has lasted
+    mtimes = [(c.get("checkpoint") or {}).get("mtime"), *(w.get("mtime") for w in (c.get("watch") or {}).values())]
+    parts.extend(fmt_dur(now - mtime) for mtime in mtimes if mtime)
+    return parts
+
+
 class SearchInput(Input):
     BINDINGS = [Binding("escape", "cancel", "close search", show=False)]
 
@@ -75,9 +97,12 @@ class MainScreen(Screen):
         self.flushes = 0
         self._flush_timer: Timer | None = None
         self._shown_stale: bool | None = None
+        self._clock_sig: tuple[object, ...] = ()
+        self._refreshed_at = 0.0  # monotonic time of the last state refresh an event brought
         self._last_key_t = 0.0  # monotonic time of the last key press (not `_key_at`: Textual calls `_key_<name>` on the "at" key)
         self._gauges_at = 0.0  # monotonic time the gauges were last repainted
         self._gauge_timer: Timer | None = None
+        self._clock_refresh = False
 
     # layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -104,12 +129,31 @@ class MainScreen(Screen):
             self._flush_timer.resume()
 
     def _tick_clock(self) -> None:
-        """Once a second, the areas that show a time (uptimes, countdowns, a decaying rate, ages): each widget
-        repaints only when its text changed (after an hour, uptimes move once a minute), so an idle screen
-        stays idle."""
-        if self.model.state is not None:
-            now = self.rlapp.clock()
-            self._paint_areas({"run", "table", "progress"}, self.model.view(now) or {}, now)
+        """Once a second: repaint what shows a time (uptimes, countdowns, ages) only when its
+        text changed (after an hour, uptimes move once a minute), so an idle screen stays idle.
+        Every state refresh an event brings does the same check (the GPU sample brings one every
+        GAUGE_MIN_S), so while events come the tick does nothing and they share one frame."""
+        if time.monotonic() - self._refreshed_at < GAUGE_MIN_S + 0.5:
+            return  # events (at least the gauges' turn) come often enough to carry the clock
+        sig = self._clock_signature(self.rlapp.clock())
+        if sig != self._clock_sig:
+            self.model.dirty |= {"run", "table", "progress"}
+            self._clock_refresh = True
+            self.wake()
+
+    def _clock_signature(self, now: float) -> tuple[object, ...]:
+        st = self.model.state
+        if st is None:
+            return ()
+        parts: list[object] = []
+        run = st.get("run") or {}
+        if run.get("started_at") and not run.get("ended_at"):
+            parts.append(fmt_dur(now - run["started_at"]))
+        for c in (st.get("components") or {}).values():
+            parts.extend(_component_clock(c, now))
+        if self.model.stale and self.model.data_at:
+            parts.append(fmt_dur(now - self.model.data_at))
+        return tuple(parts)
 
     def on_resize(self, event: events.Resize) -> None:
         self._layout()
@@ -274,18 +318,32 @@ class MainScreen(Screen):
         pane.update_title()
 
     def refresh_state(self, areas: set[str] | frozenset[str] = AREAS) -> None:
-        """Repaint the areas whose data changed; every one when the data turned stale or fresh (their look changes)."""
         now = self.rlapp.clock()
+        if not self._clock_refresh:
+            self._refreshed_at = time.monotonic()  # a refresh an event brought, not the clock
+        self._clock_refresh = False
+        v = self.model.view(now)
+        areas = self._areas_due(areas, now)
+        self._paint_areas(areas, v or {}, now)
+        if self.model.ended:
+            self.refresh_bindings()  # command keys go grey: an ended run is read-only
+
+    def _areas_due(self, areas: set[str] | frozenset[str], now: float) -> set[str]:
+        """The areas to repaint: those whose data changed; every one when the data turned stale or
+        fresh (their look changes); those that show a time when a shown time moved."""
         stale = self.model.stale
         if stale != self._shown_stale:
             self._shown_stale = stale
             self.query_one("#top", Vertical).set_class(stale, "-stale")
             areas = AREAS
-        self._paint_areas(areas, self.model.view(now) or {}, now)
-        if self.model.ended:
-            self.refresh_bindings()  # command keys go grey: an ended run is read-only
+        due = set(areas)
+        sig = self._clock_signature(now)
+        if sig != self._clock_sig:  # a shown time moved: repaint it with this refresh
+            self._clock_sig = sig
+            due |= {"run", "table", "progress"}
+        return due
 
-    def _paint_areas(self, areas: set[str] | frozenset[str], v: dict[str, Any], now: float) -> None:
+    def _paint_areas(self, areas: set[str], v: dict[str, Any], now: float) -> None:
         comps = v.get("components") or {}
         stale = self.model.stale
         if "run" in areas:
