@@ -167,12 +167,13 @@ class HeldInterrupt:
 
 def started_with(pid: int, host: str | None) -> tuple[dict[str, str] | None, str | None]:
     """The environment and working directory the supervisor ``pid`` on ``host`` was started with, where it is an
-    rlsup process of this host that /proc shows (None for what it does not say)."""
-    with contextlib.suppress(OSError):
-        if host == socket.gethostname() and b"rlsup" in Path(f"/proc/{pid}/cmdline").read_bytes():
-            raw = Path(f"/proc/{pid}/environ").read_bytes()
-            env = {k: v for k, _, v in (os.fsdecode(x).partition("=") for x in raw.split(b"\0") if b"=" in x)}
-            return env, os.readlink(f"/proc/{pid}/cwd")
+    rlsup process of this host (None for what cannot be read)."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error, OSError):
+        p = psutil.Process(pid)
+        if host == socket.gethostname() and any("rlsup" in a for a in p.cmdline()):
+            return p.environ(), p.cwd()
     return None, None
 
 
