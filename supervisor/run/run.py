@@ -49,6 +49,7 @@ from .filewatch import Watching, read_all
 from .gpusampling import GpuSampling, gpu_event, owners
 from .resources import ResourceSampling
 from .runview import POSITIONS_WRITE_S
+from .services import Services
 from .stacks import HangGate
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
@@ -57,8 +58,6 @@ from .tracking import Tracking
 
 if TYPE_CHECKING:
     from ..rundir.logpages import LogPages
-    from .notify import Notifier
-    from .server import ControlServer
 
 TICK_S = 1.0
 
@@ -85,10 +84,7 @@ class Run:
         self.state: dict[str, Any] = {}
         self.lock = RunLock(self.paths)
         self.journal: Journal | None = None
-        self._serve = serve  # whether the run opens its control socket
-        self._notifier: Notifier | None = None
-        self._server: ControlServer | None = None
-        self._stop_metrics: Callable[[], None] | None = None
+        self.services = Services(serve)  # notifications, the control socket, the metrics endpoint
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.end = Ending()  # decided, under way, a hand-over, a requeue after it; how it ended (run_ended)
         # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
@@ -142,7 +138,7 @@ class Run:
         keep_spare_records(self.paths.monitors, self._states.spares_wanted)
         tracking = await self.tracking.begin(self.loop)
         self._build_components(names)
-        await self._open_services()
+        await self.services.open(self)
         self._memory.run_seq = self.emit(ev.RunStarted(None, name=self.cfg.name, run_dir=str(self.paths.root), config=self.cfg.source,
                                 pid=os.getpid(), host=socket.gethostname(), version=VERSION, components=names,
                                 how=self._past.how, tracking=tracking, slurm=slurm_job_info(self.cfg))).get("seq")
@@ -163,9 +159,7 @@ class Run:
             await self._shutdown()
         finally:
             ticker.cancel()
-            if self._server is not None:
-                await asyncio.sleep(0.1)  # let clients see run_ended before the socket goes away
-                await self._server.close()
+            await self.services.close_socket()
             self._finish()
         return self.end.exit_code
 
@@ -185,46 +179,13 @@ class Run:
                                                log_position=Position.from_dict(sv.get("log")))
             carryover.restore_gauges(c.progress, sv, prev, self.clock.monotonic())
 
-    async def _open_services(self) -> None:
-        """Notifications and the control socket (not for a run refused before any start)."""
-        if self.cfg.notify is not None and (self.cfg.notify.webhook or self.cfg.notify.command):
-            from .notify import Notifier
-
-            self._notifier = Notifier(self.cfg.notify, run_name=self.cfg.name, run_dir=str(self.paths.root),
-                                               redactor=self.redactor)
-        self._serve_metrics()
-        if self._serve and not self.end.refused:
-            from .server import ControlServer
-
-            self._server = server = ControlServer(self, self.paths.sock)
-            await server.start()
-
-    def _serve_metrics(self) -> None:
-        """The Prometheus endpoint, if the config asks: scrapes read the state on the loop's thread."""
-        m = self.cfg.metrics
-        if m is None or self.end.refused:
-            return
-        from .prometheus import serve
-
-        async def snap() -> dict[str, Any]:
-            return self.snapshot_state(with_positions=True)
-
-        def threadsafe() -> dict[str, Any]:
-            return asyncio.run_coroutine_threadsafe(snap(), self.loop).result(timeout=10)
-        try:
-            self._stop_metrics = serve(threadsafe, m.host, m.port)
-        except OSError as e:  # taken since `rlsup check`: the run goes on without it
-            self.emit(ev.FlagRaised(None, type="metrics_unavailable", message=(
-                f"metrics endpoint {m.host}:{m.port} could not be opened: {e.strerror or e}"),
-                action="set another `metrics: port:` in the config"))
-
     def _begin_watching(self) -> None:
         """Files, GPUs and artefacts watched; the attempts a previous supervisor left adopted."""
         found = self._past.found
         if found.leftovers:
             self.emit(ev.LeftoversEnded(None, **found.leftovers))
         self._watching.start(self.loop, self.paths, self.components)
-        self.gpus.start(self._watched)
+        self.gpus.start(self.services.watched)
         adoption.take_over(found, self.components, self.state, self._past.saved_components)
         self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
 
@@ -292,8 +253,6 @@ class Run:
         return self.tracking.last_net(c.unended for c in self.components.values())
 
     def _finish(self) -> None:
-        if self._stop_metrics is not None:
-            self._stop_metrics()
         self.gpus.stop()
         self._hang.close()
         if self._watching.artefacts is not None:
@@ -303,8 +262,7 @@ class Run:
         self._states.write(force=True)
         self.tracking.monitors.close()
         self._watching.close()
-        if self._notifier is not None:
-            self._notifier.close(5.0)  # waits (up to 5 s) for the notifications under way
+        self.services.close()
         if self.journal is not None and (lost := self.journal.close()):
             why = (f"{self._states.trouble}" if self._states.trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
@@ -345,8 +303,8 @@ class Run:
                 say(f"rlsup: subscriber failed: {exc!r}")
         if lifecycle:
             self._states.mark_dirty()
-            if self._notifier is not None:
-                self._notifier.handle(e)
+            if self.services.notifier is not None:
+                self.services.notifier.handle(e)
             if isinstance(event, ev.RestartScheduled):
                 self._memory.triggers.append(e)  # acted on once the step that emitted it is done (changed)
         return e
@@ -538,11 +496,7 @@ class Run:
             self._states.mark_dirty()
 
     def watchers_changed(self) -> None:
-        self.gpus.watched(self._watched)
-
-    @property
-    def _watched(self) -> bool:
-        return self._server is not None and bool(self._server.conns)
+        self.gpus.watched(self.services.watched)
 
     def _check_stalls(self, now: float) -> None:
         """The run's step on the stall watch; it asks for the logs to be read first before it calls
