@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..config.model import Config
 from ..records import events as ev
+from ..records.redact import Redactor
+from .ending import Ending
+from .server import RunView
 
 if TYPE_CHECKING:
     from .notify import Notifier
-    from .run import Run
     from .server import ControlServer
+
+
+class Offering(RunView, Protocol):
+    """What the services see of the run: what its control server sees, and what it is configured with."""
+
+    cfg: Config
+    redactor: Redactor
+    end: Ending
+    loop: asyncio.AbstractEventLoop
+
+    def emit(self, event: ev.Event) -> dict[str, Any]: ...
+
+    def snapshot_state(self, with_positions: bool = False) -> dict[str, Any]: ...
 
 
 class Services:
@@ -23,7 +39,7 @@ class Services:
         self.server: ControlServer | None = None
         self.stop_metrics: Callable[[], None] | None = None
 
-    async def open(self, run: Run) -> None:
+    async def open(self, run: Offering) -> None:
         cfg = run.cfg
         if cfg.notify is not None and (cfg.notify.webhook or cfg.notify.command):
             from .notify import Notifier
@@ -40,7 +56,7 @@ class Services:
             self.server = server = ControlServer(run, run.paths.sock)
             await server.start()
 
-    def _serve_metrics(self, run: Run) -> None:
+    def _serve_metrics(self, run: Offering) -> None:
         """Scrapes read the state on the loop's thread."""
         from .prometheus import serve
 
