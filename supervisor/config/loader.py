@@ -289,24 +289,20 @@ def _clip(v: Any, n: int = 40) -> str:
     return repr(v) if len(v) <= n else repr(v[:n]) + f"... ({len(v):,} characters)"
 
 
-def _read_capped(path: Path, file: str, where: Path_ = ()) -> bytes:
-    """The file's bytes; OSError as open/read raise it, ConfigError when it is over MAX_CONFIG_BYTES."""
+def _read_text(path: Path, file: str, where: Path_ = ()) -> str:
+    """The file's text; OSError as open/read raise it, ConfigError when it is over MAX_CONFIG_BYTES or not
+    UTF-8 (at the first byte that is not)."""
     with open(path, "rb") as fh:  # also /dev/zero or a pipe: never read more than the cap
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError([Problem(file, 1, 1, where, f"the file is larger than {MAX_CONFIG_BYTES // MiB} MiB: "
                                                       "not a config")])
-    return data
-
-
-def _decode(data: bytes, file: str, path: Path_ = ()) -> str:
-    """``data`` as UTF-8, or a ConfigError at the first byte that is not."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line, col = data.count(b"\n", 0, e.start) + 1, e.start - data.rfind(b"\n", 0, e.start)
-        raise ConfigError([Problem(file, line, col, path, f"not UTF-8 text (byte 0x{data[e.start]:02x}: {e.reason}): "
-                                                          "is it a binary file?")]) from None
+        raise ConfigError([Problem(file, line, col, where, f"not UTF-8 text (byte 0x{data[e.start]:02x}: {e.reason}): "
+                                                           "is it a binary file?")]) from None
 
 
 def _interpolate_tree(data: Any, path: Path_, variables: Mapping[str, str], doc: YamlDoc,
@@ -367,7 +363,7 @@ def parse_env_file(path: Path) -> dict[str, str]:
     such a line (binary content, non-UTF-8 bytes, a NUL byte), with the file's line and column.
     """
     file, where = str(path), ("env_file",)
-    text = _decode(_read_capped(path, file, where), file, where)
+    text = _read_text(path, file, where)
     out: dict[str, str] = {}
     problems: list[Problem] = []
     for i, raw in enumerate(text.split("\n"), 1):
@@ -453,10 +449,10 @@ def read_document(p: Path, file: str, what: str = "config", holds: str = "a `com
     """A file the user writes (``what``), parsed (capped in size, UTF-8, YAML), its top level a mapping
     (with ``holds``)."""
     try:
-        raw = _read_capped(p, file)
+        text = _read_text(p, file)
     except OSError as e:
         raise ConfigError([Problem(file, 1, 1, (), f"cannot read {what}: {e.strerror or e}")]) from None
-    doc = load_yaml(_decode(raw, file), file)
+    doc = load_yaml(text, file)
     if not isinstance(doc.data, dict):
         raise ConfigError([Problem(file, 1, 1, (), f"the top level must be a mapping with {holds}")])
     return doc
