@@ -172,11 +172,9 @@ class _Composer(yaml.SafeLoader):
 
 class _Constructor:
     """Plain Python data from the node graph, one method per node kind; every mapping key is the string
-    the user wrote. Keys stay as written because YAML 1.1 reads ``on``, ``off``, ``yes`` and ``no`` as
-    booleans, which would turn notify's ``on:`` into ``True``; rlsup's keys are names, never booleans.
-    Values keep YAML's types (``exit_on_end: yes`` is true). Recursion is bounded by MAX_DEPTH and the
-    work by MAX_VALUES, both enforced while composing. ``record``: whether positions are recorded in
-    ``doc`` (not below an alias or a merge, whose positions are where it is used)."""
+    the user wrote (YAML 1.1 would turn notify's ``on:`` into ``True``), values keep YAML's types
+    (``exit_on_end: yes`` is true). Recursion and work are bounded while composing. ``record``: whether
+    positions are recorded in ``doc`` (not below an alias or a merge, whose positions are where it is used)."""
 
     def __init__(self, doc: YamlDoc, loader: yaml.SafeLoader, problems: list[Problem]) -> None:
         self.doc, self.loader, self.problems = doc, loader, problems
@@ -421,9 +419,9 @@ def _load(p: Path, doc: YamlDoc, data: dict[str, Any], run_dir: str | None, env:
     # 1. name, run_dir, env_file first: other keys may refer to RLSUP_RUN_DIR and env_file's variables.
     name = _interpolate_early(data, p, run_dir, env, doc, problems)
     file_env = _env_file_variables(data, p, doc, problems)
-    variables = {**file_env, **env, "RLSUP_RUN_DIR": data["run_dir"], "RLSUP_NAME": str(name),
+    variables = {**file_env, **env, "RLSUP_RUN_DIR": data["run_dir"], "RLSUP_NAME": name,
                  "RLSUP_CONFIG_DIR": str(p.parent.resolve())}
-    placement, node_variables = _slurm_placement(data, env, str(name))
+    placement, node_variables = _slurm_placement(data, env, name)
     variables.update(node_variables)
 
     # 2. everything else.
@@ -459,15 +457,14 @@ def read_document(p: Path, file: str, what: str = "config", holds: str = "a `com
 
 
 def _interpolate_early(data: dict[str, Any], p: Path, run_dir: str | None, env: dict[str, str], doc: YamlDoc,
-                       problems: list[Problem]) -> Any:
+                       problems: list[Problem]) -> str:
     """name, run_dir and env_file interpolated from the environment alone; the run's name (the file's
     stem by default) checked, and its run dir made absolute (``run_dir``: the caller's, which wins)."""
     for key in _EARLY_KEYS:
         if isinstance(data.get(key), str):
             data[key] = _interpolate_tree(data[key], (key,), env, doc, problems)
-    name = data.get("name") if isinstance(data.get("name"), str) else p.stem
-    data["name"] = name
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    name = data["name"] = data["name"] if isinstance(data.get("name"), str) else p.stem
+    if not NAME_RE.match(name):
         problems.append(doc.problem(("name",), f"run name {name!r} must be letters, digits, '-', '_' or '.'"))
     rd = run_dir or (data.get("run_dir") if isinstance(data.get("run_dir"), str) else None) or f"runs/{name}"
     data["run_dir"] = os.path.abspath(rd)

@@ -101,7 +101,7 @@ class Resume:
 # journal holds) and ``from_dict`` (what :func:`parse` reads back).
 PartClass = type[Cause] | type[Resume] | type[Diagnosis]
 PARTS: dict[str, PartClass] = {"Cause": Cause, "Resume": Resume, "Diagnosis": Diagnosis}
-_PART_TYPES = (Cause, Resume, Diagnosis)
+_PART_TYPES = tuple(PARTS.values())
 
 
 @dataclass(frozen=True)

@@ -319,9 +319,8 @@ class ProgressTracker:
         for k, v in metrics.items():
             h = self.history.setdefault(k, deque(maxlen=self.history_len))
             if h and h[-1][0] == at:
-                h[-1] = (at, v)
-            else:
-                h.append((at, v))
+                h.pop()
+            h.append((at, v))
             if self.step is not None:
                 fh = self.full_history.get(k)
                 if fh is None and len(self.full_history) < HISTORY_METRICS:

@@ -500,8 +500,7 @@ class Redactor:
         ``-TOKENapi_key=x`` the option branch swallows TOKEN as part of an option name), and that
         other secret must be found too. ``edges``: also mask what is left of a known secret at either
         end of ``text`` (a string cut to a length elsewhere), see :meth:`_cut_spans`. ``whole``: search
-        with the whole pattern (compiled once), as the log path does; otherwise with the parts the text
-        needs (see :meth:`_matches`), unless the whole is compiled already. The spans are the same.
+        with the whole pattern, as the log path does (see :meth:`_searches`); the spans are the same.
         """
         found = [span for m in self._matches(text, whole) if (span := self._span(m)) is not None]
         if self.secrets and CUT in text:
