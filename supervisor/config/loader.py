@@ -172,11 +172,9 @@ class _Composer(yaml.SafeLoader):
 
 class _Constructor:
     """Plain Python data from the node graph, one method per node kind; every mapping key is the string
-    the user wrote. Keys stay as written because YAML 1.1 reads ``on``, ``off``, ``yes`` and ``no`` as
-    booleans, which would turn notify's ``on:`` into ``True``; rlsup's keys are names, never booleans.
-    Values keep YAML's types (``exit_on_end: yes`` is true). Recursion is bounded by MAX_DEPTH and the
-    work by MAX_VALUES, both enforced while composing. ``record``: whether positions are recorded in
-    ``doc`` (not below an alias or a merge, whose positions are where it is used)."""
+    the user wrote (YAML 1.1 would turn notify's ``on:`` into ``True``), values keep YAML's types
+    (``exit_on_end: yes`` is true). Recursion and work are bounded while composing. ``record``: whether
+    positions are recorded in ``doc`` (not below an alias or a merge, whose positions are where it is used)."""
 
     def __init__(self, doc: YamlDoc, loader: yaml.SafeLoader, problems: list[Problem]) -> None:
         self.doc, self.loader, self.problems = doc, loader, problems
@@ -289,24 +287,20 @@ def _clip(v: Any, n: int = 40) -> str:
     return repr(v) if len(v) <= n else repr(v[:n]) + f"... ({len(v):,} characters)"
 
 
-def _read_capped(path: Path, file: str, where: Path_ = ()) -> bytes:
-    """The file's bytes; OSError as open/read raise it, ConfigError when it is over MAX_CONFIG_BYTES."""
+def _read_text(path: Path, file: str, where: Path_ = ()) -> str:
+    """The file's text; OSError as open/read raise it, ConfigError when it is over MAX_CONFIG_BYTES or not
+    UTF-8 (at the first byte that is not)."""
     with open(path, "rb") as fh:  # also /dev/zero or a pipe: never read more than the cap
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError([Problem(file, 1, 1, where, f"the file is larger than {MAX_CONFIG_BYTES // MiB} MiB: "
                                                       "not a config")])
-    return data
-
-
-def _decode(data: bytes, file: str, path: Path_ = ()) -> str:
-    """``data`` as UTF-8, or a ConfigError at the first byte that is not."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line, col = data.count(b"\n", 0, e.start) + 1, e.start - data.rfind(b"\n", 0, e.start)
-        raise ConfigError([Problem(file, line, col, path, f"not UTF-8 text (byte 0x{data[e.start]:02x}: {e.reason}): "
-                                                          "is it a binary file?")]) from None
+        raise ConfigError([Problem(file, line, col, where, f"not UTF-8 text (byte 0x{data[e.start]:02x}: {e.reason}): "
+                                                           "is it a binary file?")]) from None
 
 
 def _interpolate_tree(data: Any, path: Path_, variables: Mapping[str, str], doc: YamlDoc,
@@ -367,7 +361,7 @@ def parse_env_file(path: Path) -> dict[str, str]:
     such a line (binary content, non-UTF-8 bytes, a NUL byte), with the file's line and column.
     """
     file, where = str(path), ("env_file",)
-    text = _decode(_read_capped(path, file, where), file, where)
+    text = _read_text(path, file, where)
     out: dict[str, str] = {}
     problems: list[Problem] = []
     for i, raw in enumerate(text.split("\n"), 1):
@@ -425,9 +419,9 @@ def _load(p: Path, doc: YamlDoc, data: dict[str, Any], run_dir: str | None, env:
     # 1. name, run_dir, env_file first: other keys may refer to RLSUP_RUN_DIR and env_file's variables.
     name = _interpolate_early(data, p, run_dir, env, doc, problems)
     file_env = _env_file_variables(data, p, doc, problems)
-    variables = {**file_env, **env, "RLSUP_RUN_DIR": data["run_dir"], "RLSUP_NAME": str(name),
+    variables = {**file_env, **env, "RLSUP_RUN_DIR": data["run_dir"], "RLSUP_NAME": name,
                  "RLSUP_CONFIG_DIR": str(p.parent.resolve())}
-    placement, node_variables = _slurm_placement(data, env, str(name))
+    placement, node_variables = _slurm_placement(data, env, name)
     variables.update(node_variables)
 
     # 2. everything else.
@@ -453,25 +447,24 @@ def read_document(p: Path, file: str, what: str = "config", holds: str = "a `com
     """A file the user writes (``what``), parsed (capped in size, UTF-8, YAML), its top level a mapping
     (with ``holds``)."""
     try:
-        raw = _read_capped(p, file)
+        text = _read_text(p, file)
     except OSError as e:
         raise ConfigError([Problem(file, 1, 1, (), f"cannot read {what}: {e.strerror or e}")]) from None
-    doc = load_yaml(_decode(raw, file), file)
+    doc = load_yaml(text, file)
     if not isinstance(doc.data, dict):
         raise ConfigError([Problem(file, 1, 1, (), f"the top level must be a mapping with {holds}")])
     return doc
 
 
 def _interpolate_early(data: dict[str, Any], p: Path, run_dir: str | None, env: dict[str, str], doc: YamlDoc,
-                       problems: list[Problem]) -> Any:
+                       problems: list[Problem]) -> str:
     """name, run_dir and env_file interpolated from the environment alone; the run's name (the file's
     stem by default) checked, and its run dir made absolute (``run_dir``: the caller's, which wins)."""
     for key in _EARLY_KEYS:
         if isinstance(data.get(key), str):
             data[key] = _interpolate_tree(data[key], (key,), env, doc, problems)
-    name = data.get("name") if isinstance(data.get("name"), str) else p.stem
-    data["name"] = name
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    name = data["name"] = data["name"] if isinstance(data.get("name"), str) else p.stem
+    if not NAME_RE.match(name):
         problems.append(doc.problem(("name",), f"run name {name!r} must be letters, digits, '-', '_' or '.'"))
     rd = run_dir or (data.get("run_dir") if isinstance(data.get("run_dir"), str) else None) or f"runs/{name}"
     data["run_dir"] = os.path.abspath(rd)

@@ -40,7 +40,6 @@ def _interpolable(node: Any) -> Any:
         return node
     out = {k: _interpolable(v) for k, v in node.items()}
     if out.get("type") in _SCALARS:
-        keep = {k: v for k, v in out.items() if k not in ("default", "title", "description")}
-        rest = {k: v for k, v in out.items() if k in ("default", "title", "description")}
-        return {"anyOf": [keep, _INTERPOLATED], **rest}
+        rest = {k: out.pop(k) for k in list(out) if k in ("default", "title", "description")}
+        return {"anyOf": [out, _INTERPOLATED], **rest}
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 CATEGORIES: tuple[str, ...] = (
@@ -28,10 +28,6 @@ CATEGORIES: tuple[str, ...] = (
     "unknown",
     "none",
 )
-
-
-KEYS: tuple[str, ...] = ("category", "summary", "exception", "location", "step", "evidence", "library_location",
-                         "hint")
 
 
 def short_location(loc: str | None) -> str:
@@ -102,6 +98,9 @@ class Diagnosis:
             extra={k: v for k, v in data.items() if k not in KEYS},
             keys=tuple(data),
         )
+
+
+KEYS: tuple[str, ...] = tuple(f.name for f in fields(Diagnosis) if f.name not in ("extra", "keys"))
 
 
 @dataclass(frozen=True)

@@ -99,8 +99,9 @@ class Resume:
 
 # The typed records inside events, by the name their fields are annotated with: each has ``to_dict`` (what the
 # journal holds) and ``from_dict`` (what :func:`parse` reads back).
-PARTS: dict[str, type[Cause] | type[Resume] | type[Diagnosis]] = {
-    "Cause": Cause, "Resume": Resume, "Diagnosis": Diagnosis}
+PartClass = type[Cause] | type[Resume] | type[Diagnosis]
+PARTS: dict[str, PartClass] = {"Cause": Cause, "Resume": Resume, "Diagnosis": Diagnosis}
+_PART_TYPES = tuple(PARTS.values())
 
 
 @dataclass(frozen=True)
@@ -110,12 +111,8 @@ class Event:
     component: str | None
 
     def payload(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "component"}
-        for name in _PART_FIELDS.get(type(self), ()):
-            v = out[name]
-            if v is not None:
-                out[name] = v.to_dict()
-        return out
+        return {f.name: v.to_dict() if isinstance(v := getattr(self, f.name), _PART_TYPES) else v
+                for f in fields(self) if f.name != "component"}
 
     def kind_name(self) -> str:
         """The kind it is journaled as (an :class:`UnknownEvent`'s own)."""
@@ -489,22 +486,18 @@ def _check_for(annotation: str) -> _Check:
     return fits
 
 
-_FIELDS: dict[type[Event], tuple[tuple[str, _Check], ...]] = {
-    cls: tuple((f.name, _check_for(str(f.type))) for f in fields(cls) if f.name != "component")
+# Each class's fields: name, whether a JSON value fits it, and the class of the typed record it holds (:data:`PARTS`).
+_FIELDS: dict[type[Event], tuple[tuple[str, _Check, PartClass | None], ...]] = {
+    cls: tuple((f.name, _check_for(str(f.type)), PARTS.get(str(f.type).split("|")[0].strip()))
+               for f in fields(cls) if f.name != "component")
     for cls in EVENT_CLASSES}
 
 
-# The fields of each class that hold a typed record (:data:`PARTS`), each with its class.
-_PART_FIELDS: dict[type[Event], dict[str, type[Cause] | type[Resume] | type[Diagnosis]]] = {
-    cls: parts for cls in EVENT_CLASSES
-    if (parts := {f.name: PARTS[b] for f in fields(cls) if (b := str(f.type).split("|")[0].strip()) in PARTS})}
-
-
-def _read_part(cls: type[Event], name: str, value: dict[str, Any], extra: dict[str, Any]) -> Any:
+def _read_part(part_cls: PartClass, name: str, value: dict[str, Any], extra: dict[str, Any]) -> Any:
     """The typed record of field ``name`` read from its dict. Where the record would not write that dict back
     as it is (a damaged line, an older writer's shape), the dict is kept in ``extra`` too: the record's
     :meth:`Record.to_dict` gives it back unchanged, in its place."""
-    part = _PART_FIELDS[cls][name].from_dict(value)
+    part = part_cls.from_dict(value)
     if list(part.to_dict().items()) != list(value.items()):
         extra[name] = value
     return part
@@ -533,13 +526,12 @@ def parse(d: Mapping[str, Any]) -> Record:
     if issubclass(cls, Gauge):
         return Record(ts, seq, cls(component, data=rest), absent=frozenset(absent), keys=tuple(d))
     kwargs: dict[str, Any] = {}
-    parts = _PART_FIELDS.get(cls, {})
-    for name, fits in _FIELDS[cls]:
+    for name, fits, part in _FIELDS[cls]:
         if name not in rest:
             absent.add(name)
         elif fits(rest[name]):
             value = rest.pop(name)
-            kwargs[name] = _read_part(cls, name, value, rest) if name in parts and value is not None else value
+            kwargs[name] = _read_part(part, name, value, rest) if part is not None and value is not None else value
     return Record(ts, seq, cls(component, **kwargs), rest, frozenset(absent), tuple(d))
 
 
@@ -561,7 +553,7 @@ def misfits(d: Mapping[str, Any]) -> list[str]:
     cls = BY_KIND.get(kind) if isinstance(kind, str) else None
     if cls is None or issubclass(cls, Gauge):
         return []
-    return [name for name, fits in _FIELDS[cls] if name in d and not fits(d[name])]
+    return [name for name, fits, _ in _FIELDS[cls] if name in d and not fits(d[name])]
 
 
 def as_record(e: Record | Mapping[str, Any]) -> Record:

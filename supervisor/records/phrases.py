@@ -12,8 +12,7 @@ def fmt_duration(s: float | None) -> str:
     """``"4.2s"``, ``"3m05s"``, ``"2h07m"``, ``"3d04h"``; ``"?"`` when unknown."""
     if s is None:
         return "?"
-    if s < 0:
-        s = 0.0
+    s = max(s, 0.0)
     if s < 60:
         return f"{s:.1f}s"
     if s < 3600:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .presets import PRESETS, dict_number, number, parse_dict
+from .presets import PRESETS, Extractor, dict_number, number, parse_dict
 from .presets import safe_name as metric_name
 
 # How many observations per chunk get full metric extraction; a flood of step lines in one
@@ -50,27 +50,18 @@ class ProgressMatcher:
     """Compiled extractors for one component (a preset, a custom pattern, or both)."""
 
     def __init__(self, pattern: str | None = None, preset: str | None = None):
-        self._ex: list[_Compiled] = []
-        if pattern:
-            self._ex.append(_Compiled(re.compile(pattern, re.MULTILINE), "regex", None))
-        if preset:
-            for e in PRESETS[preset].extractors:
-                keys = re.compile(e.keys) if e.keys else None
-                self._ex.append(_Compiled(re.compile(e.pattern, re.MULTILINE), e.kind, keys))
+        wanted = ([Extractor(pattern)] if pattern else []) + list(PRESETS[preset].extractors if preset else ())
+        self._ex = [_Compiled(re.compile(e.pattern, re.MULTILINE), e.kind, re.compile(e.keys) if e.keys else None)
+                    for e in wanted]
 
     def __bool__(self) -> bool:
         return bool(self._ex)
 
     def scan(self, text: str) -> list[Observation]:
         """Observations in ``text`` (normalised lines joined by ``\\n``), in order of appearance."""
-        found: list[tuple[int, Observation]] = []
-        for ex in self._ex:
-            for m in list(ex.regex.finditer(text))[-MAX_OBS_PER_CHUNK:]:
-                obs = self._observe(ex, m, text)
-                if obs is not None:
-                    found.append((m.start(), obs))
-        if len(found) > 1:
-            found.sort(key=lambda x: x[0])
+        found = [(m.start(), obs) for ex in self._ex for m in list(ex.regex.finditer(text))[-MAX_OBS_PER_CHUNK:]
+                 if (obs := self._observe(ex, m, text)) is not None]
+        found.sort(key=lambda x: x[0])
         return [o for _, o in found]
 
     @staticmethod
@@ -168,12 +159,14 @@ class MetricHistory:
         self.hi = value if self.hi is None else max(self.hi, value)
 
     def _halve(self, now: float) -> None:
-        pts = compact_points(self.points(), self.every * 2)
         self.every *= 2
+        self._load(compact_points(self.points(), self.every), now)  # every bucket changed: the next event has all
+
+    def _load(self, pts: Sequence[Sequence[float]], now: float) -> None:
         self.steps = [int(p[0]) for p in pts]  # steps and counts are ints in the float lists
-        self.sums = [p[1] * p[2] for p in pts]
+        self.sums = [float(p[1]) * int(p[2]) for p in pts]
         self.counts = [int(p[2]) for p in pts]
-        self.touched = [now] * len(pts)  # every bucket changed: the next event carries them all
+        self.touched = [now] * len(pts)
 
     def points(self, since: float | None = None) -> list[list[float]]:
         """``[[step, mean, count], ...]``: all of them, or those that changed at ``since`` or later
@@ -193,12 +186,8 @@ class MetricHistory:
         h = cls()
         every, points = d.get("every"), d.get("points")
         h.every = max(1, int(every)) if isinstance(every, int | float | str) and every else 1
-        for p in (points if isinstance(points, list) else [])[-HISTORY_POINTS:]:
-            if isinstance(p, list | tuple) and len(p) >= 3:
-                h.steps.append(int(p[0]))
-                h.sums.append(float(p[1]) * int(p[2]))
-                h.counts.append(int(p[2]))
-                h.touched.append(0.0)
+        h._load([p for p in (points if isinstance(points, list) else [])[-HISTORY_POINTS:]
+                 if isinstance(p, list | tuple) and len(p) >= 3], 0.0)
         lo, hi = d.get("lo"), d.get("hi")
         h.lo = lo if isinstance(lo, int | float) else None
         h.hi = hi if isinstance(hi, int | float) else None
@@ -330,9 +319,8 @@ class ProgressTracker:
         for k, v in metrics.items():
             h = self.history.setdefault(k, deque(maxlen=self.history_len))
             if h and h[-1][0] == at:
-                h[-1] = (at, v)
-            else:
-                h.append((at, v))
+                h.pop()
+            h.append((at, v))
             if self.step is not None:
                 fh = self.full_history.get(k)
                 if fh is None and len(self.full_history) < HISTORY_METRICS:

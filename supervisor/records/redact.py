@@ -142,18 +142,14 @@ def _is_setting(value: str) -> bool:
     return bool(re.fullmatch(r"-?\d{1,7}(?:\.\d+)?", v))  # a count, a port, a step; not a PIN worth it
 
 
-def _is_existing_path(value: str) -> bool:
-    # GOOGLE_APPLICATION_CREDENTIALS=/path/creds.json names where a secret is, not the secret.
-    # (os.path.exists answers False for a path it cannot check, a NUL byte included: it never raises)
-    return (_is_pathlike(value) and not any(c.isspace() for c in value)
-            and os.path.exists(os.path.expanduser(value)))
-
-
 def _is_secret_value(name: str, value: str) -> bool:
     if len(value) < MIN_SECRET_LEN or _is_setting(value):
         return False
     if is_secret_name(name):
-        return not _is_existing_path(value)
+        # GOOGLE_APPLICATION_CREDENTIALS=/path/creds.json names where a secret is, not the secret.
+        # (os.path.exists answers False for a path it cannot check, a NUL byte included: it never raises)
+        return not (_is_pathlike(value) and not any(c.isspace() for c in value)
+                    and os.path.exists(os.path.expanduser(value)))
     if _WEAK_SECRET_NAME_RE.search(name) and not _NOT_SECRET_NAMES.match(name):
         return looks_like_credential(value)
     return _is_token(value)
@@ -335,14 +331,13 @@ def _sources(known: Sequence[str]) -> tuple[dict[str, str], dict[str, tuple[str,
     return {a: f"{re.escape(a)}(?:{'|'.join(r)})" for a, r in branches.items()}, groups, known_anchors
 
 
-def _build(known: Sequence[str]) -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
-    sources, groups, _ = _sources(known)
+def _build(known: Sequence[str]) -> re.Pattern[str]:
     # One branch per anchor character: the engine tests each character once, then what follows.
-    return re.compile("|".join(sources.values())), groups
+    return re.compile("|".join(_sources(known)[0].values()))
 
 
 @functools.cache
-def _pattern_only() -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
+def _pattern_only() -> re.Pattern[str]:
     return _build(())
 
 
@@ -425,8 +420,8 @@ class Redactor:
         self._own_parts: dict[str, re.Pattern[str]] = {}
 
     @functools.cached_property
-    def _compiled(self) -> tuple[re.Pattern[str], dict[str, tuple[str, int]]]:
-        """The pattern and its groups, compiled the first time text is searched: a compile costs about
+    def _compiled(self) -> re.Pattern[str]:
+        """The pattern, compiled the first time text is searched: a compile costs about
         0.2 s of CPU, which a process that imports the redactor and masks nothing (``rlsup up`` before it
         starts the supervisor, ``rlsup logs`` of a run without secrets on a terminal...) does not pay."""
         return _build(self.secrets) if self.secrets else _pattern_only()
@@ -439,35 +434,19 @@ class Redactor:
         """The compiled searches that can find a match in ``text``: the whole pattern, or the parts of the
         anchors ``text`` holds (see _may_hold_name)."""
         if whole or "_compiled" in self.__dict__:
-            return [self._compiled[0].search]
+            return [self._compiled.search]
         sources, _, known_anchors = self._parts
-        out: list[Callable[[str, int], re.Match[str] | None]] = []
-        for anchor, source in sources.items():
-            if anchor not in text:
-                continue
-            if anchor in ":=" and anchor not in known_anchors and not _may_hold_name(text):
-                continue
-            if anchor in known_anchors:  # this redactor's own (its known values): compiled for it alone
-                if (pat := self._own_parts.get(anchor)) is None:
-                    pat = self._own_parts[anchor] = re.compile(source)
-                out.append(pat.search)
-            else:
-                out.append(_compile_part(source).search)
-        return out
+        own = self._own_parts  # the parts with this redactor's own known values: compiled for it alone
+        return [(own.get(a) or own.setdefault(a, re.compile(s)) if a in known_anchors else _compile_part(s)).search
+                for a, s in sources.items()
+                if a in text and (a not in ":=" or a in known_anchors or _may_hold_name(text))]
 
     def _matches(self, text: str, whole: bool = False) -> Iterator[re.Match[str]]:
         """Every match in ``text``, by where it starts, each searched for from the character after the
         last one's start: the same sequence whether searched with the whole pattern or with its parts."""
         searches = self._searches(text, whole)
-        if len(searches) == 1:
-            search = searches[0]
-            pos = 0
-            while (m := search(text, pos)) is not None:
-                yield m
-                pos = m.start() + 1
-            return
-        # Parts: the next match of each, earliest first. Two parts never match at one place (their first
-        # characters differ), so only the part just used has to search again.
+        # The next match of each search, earliest first. Two parts never match at one place (their first
+        # characters differ), so only the search just used has to search again.
         heap = [(m.start(), i, m) for i, search in enumerate(searches) if (m := search(text, 0)) is not None]
         heapq.heapify(heap)
         while heap:
@@ -521,14 +500,9 @@ class Redactor:
         ``-TOKENapi_key=x`` the option branch swallows TOKEN as part of an option name), and that
         other secret must be found too. ``edges``: also mask what is left of a known secret at either
         end of ``text`` (a string cut to a length elsewhere), see :meth:`_cut_spans`. ``whole``: search
-        with the whole pattern (compiled once), as the log path does; otherwise with the parts the text
-        needs (see :meth:`_matches`), unless the whole is compiled already. The spans are the same.
+        with the whole pattern, as the log path does (see :meth:`_searches`); the spans are the same.
         """
-        found: list[tuple[int, int]] = []
-        for m in self._matches(text, whole):
-            span = self._span(m)
-            if span is not None:
-                found.append(span)
+        found = [span for m in self._matches(text, whole) if (span := self._span(m)) is not None]
         if self.secrets and CUT in text:
             found += self._cut_spans(text)
         if edges and self.secrets:

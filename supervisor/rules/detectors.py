@@ -82,13 +82,10 @@ def gate(name: str, cfg: Config, seen: Mapping[str, Seen]) -> lc.DepsMet | lc.De
 def followers(cfg: Config, seen: Mapping[str, Seen], leader: str, trigger: lc.Cause) -> list[tuple[str, lc.Restart]]:
     """``restart_with``: the components that restart because ``leader`` restarts (a running or starting
     one only: one in backoff or final is left as it is), each with the leader's restart as its cause."""
-    out = []
-    for n, c in cfg.components.items():
-        if leader in c.restart_with and seen[n].state in ("starting", "running"):
-            why = lc.Cause("dependency", f"{leader} restarts (restart_with: {leader}); it was restarted because "
-                                         f"{trigger.by}: {trigger.reason}", seq=trigger.seq, component=leader)
-            out.append((n, lc.Restart(f"restart_with {leader}", reason=f"{leader} restarts", cause=why)))
-    return out
+    why = lc.Cause("dependency", f"{leader} restarts (restart_with: {leader}); it was restarted because "
+                                 f"{trigger.by}: {trigger.reason}", seq=trigger.seq, component=leader)
+    return [(n, lc.Restart(f"restart_with {leader}", reason=f"{leader} restarts", cause=why))
+            for n, c in cfg.components.items() if leader in c.restart_with and seen[n].state in ("starting", "running")]
 
 
 def restart_trigger(e: Mapping[str, Any]) -> lc.Cause | None:

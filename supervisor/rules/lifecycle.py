@@ -74,9 +74,10 @@ from ..diagnosis import AttemptRecord, Diagnosis, detect_attempt_patterns
 from ..records import events as ev
 from ..records.events import Cause, CauseBy, Resume
 from ..records.phrases import describe_exit
+from ..records.state import ACTIVE, FINAL
 from .policy import History, decide, is_success
 
-__all__ = ["Cause", "CauseBy", "Resume"]  # the typed records of events, here where the rules make them
+__all__ = ["ACTIVE", "FINAL", "Cause", "CauseBy", "Resume"]  # the typed records of events, here where the rules make them
 
 def fill_seqs(life: Life, seqs: dict[str, int]) -> Life:
     """``life`` with the causes it keeps pointing at events emitted in the step just carried out."""
@@ -97,8 +98,6 @@ def fill_event(event: ev.Event, seqs: dict[str, int]) -> ev.Event:
 
 
 State = Literal["pending", "starting", "running", "backoff", "stopping", "stopped", "completed", "fatal"]
-FINAL: frozenset[str] = frozenset({"stopped", "completed", "fatal"})
-ACTIVE: frozenset[str] = frozenset({"pending", "starting", "running", "backoff", "stopping"})
 EPISODE_FLAGS = frozenset({"crash_loop", "repeated_error", "step_crash", "stall"})
 
 

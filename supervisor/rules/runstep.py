@@ -1,13 +1,7 @@
 """The run's step: one pure function from what the run has seen and a trigger to what the run does next.
 
-:func:`step` takes a :class:`View` (a frozen snapshot of the run: one :class:`~.detectors.Seen` per
-component, the run's own flags and the clocks), a trigger (a typed input: a journaled restart, a
-restart command, a pending component to judge, a change to judge the end on, a tick for stalls, a
-tick for dependency_down, a dependency watch's verdict) and the config, and returns the effects to
-carry out: lifecycle inputs to feed (:class:`Feed`), events to journal with the inputs that take
-their seq as cause (:class:`Say`), the run's end (:class:`End`), and the few things only the run
-can do (catch up with the logs before calling a stall, tell a dependency watch what it saw,
-remember which consumers are flagged). It never acts, reads a file or looks at a clock: the rules
+:func:`step` takes a :class:`View` (a frozen snapshot of the run), a :data:`Trigger` and the config, and
+returns the :data:`Effect` s to carry out. It never acts, reads a file or looks at a clock: the rules
 themselves are in :mod:`~rlsup.supervisor.rules.detectors`, and :class:`~rlsup.supervisor.run.run.Run`
 builds the view, calls the step and carries out the answer. So every run-level rule is tested with
 a fake clock and no process (tests/supervisor/rules/test_runstep.py), as the lifecycle's are.
