@@ -15,6 +15,7 @@ unreadable logs (they are reported in ``notes``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections import deque
@@ -43,7 +44,7 @@ from ..records.events import (
 )
 from ..records.phrases import fmt_duration
 from ..rundir.journal import DAMAGE, read_records
-from ..rundir.logs import log_chain
+from ..rundir.logs import LogFile, log_chain
 from .engine import diagnose
 from .hints import NO_RECURRENCE
 from .normalize import clean_line
@@ -255,36 +256,25 @@ def _iso(ts: float | None) -> str | None:
 # reading
 
 
-def _when(r: Record) -> float | None:
-    """A record's time; None where it had none (the parser gives such a record the time 0: no
-    journal was written in 1970)."""
-    return r.ts or None
-
-
-def scan_log(files: list[Path], window: tuple[float, float] | None) -> _LogScan:
-    """Every line of the newest LOG_SCAN_BYTES of a component's logs: the failure lines of each
-    category (count, first and last time a line carries), the tail the exit diagnosis would read.
-    ``window``: from when to when the journal says the component ran (places lines stamped with a time
-    of day only; see stamps.py)."""
-    scan = _LogScan(files=[str(p) for p in files])
-    sizes = []
-    for p in files:
-        try:
-            st = p.stat()
-        except OSError:
-            sizes.append(0)
-            continue
-        sizes.append(st.st_size)
-        scan.mtime = st.st_mtime if scan.mtime is None else max(scan.mtime, st.st_mtime)
+def scan_log(files: list[LogFile], window: tuple[float, float] | None) -> _LogScan:
+    """Every line of the newest LOG_SCAN_BYTES of a component's logs (``log_chain``'s files, with their sizes):
+    the failure lines of each category (count, first and last time a line carries), the tail the exit diagnosis
+    would read. ``window``: from when to when the journal says the component ran (places lines stamped with a
+    time of day only; see stamps.py)."""
+    scan = _LogScan(files=[str(f.path) for f in files])
+    for f in files:
+        with contextlib.suppress(OSError):
+            mtime = f.path.stat().st_mtime
+            scan.mtime = mtime if scan.mtime is None else max(scan.mtime, mtime)
     # skip the oldest bytes beyond the budget
-    skip = max(0, sum(sizes) - LOG_SCAN_BYTES)
+    skip = max(0, sum(f.size for f in files) - LOG_SCAN_BYTES)
     scan.truncated = skip > 0
-    for p, size in zip(files, sizes, strict=True):
-        if skip >= size:
-            skip -= size
+    for f in files:
+        if skip >= f.size:
+            skip -= f.size
             continue
         try:
-            fh = open(p, "rb")
+            fh = open(f.path, "rb")
         except OSError:
             continue
         with fh:
@@ -386,7 +376,8 @@ class _JournalFacts:
     name: str | None = None
     started: float | None = None
     ended: float | None = None
-    seen: float | None = None  # the journal's last time: how long a stall still stood
+    seen: float | None = None  # the journal's last time: how long a stall still stood, what a log can cover
+    lived: dict[str, float] = field(default_factory=dict)  # when each component first started
     comps: dict[str, dict[str, Any]] = field(default_factory=dict)
     failures: list[RunFailure] = field(default_factory=list)
     waits: list[RunFailure] = field(default_factory=list)  # flags that waited on what a person stopped
@@ -415,7 +406,8 @@ class _JournalFacts:
         return self.comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
 
     def read(self, r: Record) -> None:
-        e, c, ts = r.event, r.component, _when(r)
+        # (a record without a time: the parser gives it the time 0, and no journal was written in 1970)
+        e, c, ts = r.event, r.component, r.ts or None
         self.seen = ts if ts is not None and (self.seen is None or ts > self.seen) else self.seen
         if isinstance(e, RunStarted):
             self.name = e.name or self.name
@@ -468,6 +460,8 @@ class _JournalFacts:
     def _started(self, c: str, ts: float | None, e: ComponentStarted, info: dict[str, Any]) -> None:
         info["attempts"] += 1
         info["state"] = "running"
+        if ts is not None:
+            self.lived.setdefault(c, ts)
         self.exited_last[c] = False
         self.attempt[c] = e.attempt or info["attempts"]  # (attempts count from 1: 0 is an old start without one)
         self.unjudged.pop(c, None)
@@ -558,12 +552,11 @@ def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes:
     becomes a failure of its own."""
     logs_dir = run_dir / "logs"
     names = set(facts.comps) | _log_names(logs_dir)
-    lived, last_ts = _lifetimes(events)
     scans: dict[str, _LogScan] = {}
     for n in sorted(names):
         # NAME.log and its rotations, oldest first (NAME.log.3, NAME.log.2, NAME.log.1, NAME.log)
-        files = [f.path for f in log_chain(logs_dir / f"{n}.log")] if logs_dir.is_dir() else []
-        scan = scan_log(files, (lived[n], last_ts) if n in lived and last_ts is not None else None)
+        files = log_chain(logs_dir / f"{n}.log") if logs_dir.is_dir() else []
+        scan = scan_log(files, (facts.lived[n], facts.seen) if n in facts.lived and facts.seen is not None else None)
         scans[n] = scan
         info = facts.comp(n)
         info["log_files"] = [Path(f).name for f in scan.files]
@@ -585,17 +578,6 @@ def _log_names(logs_dir: Path) -> set[str]:
     if not logs_dir.is_dir():
         return set()
     return {m.group("n") for p in logs_dir.iterdir() if (m := re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name))}
-
-
-def _lifetimes(events: list[Record]) -> tuple[dict[str, float], float | None]:
-    """When the journal says each component first ran, and its last word: the time its log can cover."""
-    lived: dict[str, float] = {}
-    for r in events:
-        ts = _when(r)
-        if isinstance(r.event, ComponentStarted) and r.component is not None and ts is not None:
-            lived.setdefault(r.component, ts)
-    last_ts = max((ts for r in events if (ts := _when(r)) is not None), default=None)
-    return lived, last_ts
 
 
 def _log_tail_failure(run_dir: Path, events: list[Record], facts: _JournalFacts, n: str,
