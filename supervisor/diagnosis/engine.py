@@ -272,7 +272,7 @@ class _Tail:
     covered: set[int] = field(default_factory=set)  # lines a parsed traceback or stack accounts for
     # tracebacks cut off before their exception line (no chain holds them)
     cut: list[Exc] = field(default_factory=list)
-    elastic: list[ElasticFailure] = field(default_factory=list)  # torchrun's reports
+    elastic: list[ElasticFailure] = field(default_factory=list)  # torchrun's reports (their pids: host OOM evidence)
 
     def is_history(self, index: int) -> bool:
         """A retried error at this line is history: before the last recovery, or 50 lines or more from the end."""
@@ -282,9 +282,10 @@ class _Tail:
 def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     """Every failure the tail names, found by each finder in turn (parsed tracebacks first: the
     lines they cover are not read again as bare lines), and the pids torchrun reported for its ranks."""
-    tail = _Tail(norm, max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0])))
+    tail = _Tail(norm, max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0])),
+                 elastic=find_elastic_failures(norm))
     cands = [*_chain_candidates(tail), *_cut_traceback_candidates(tail), *_fatal_stack_candidates(tail),
-             *_elastic_candidates(tail), *_line_candidates(tail)]
+             *map(_elastic_candidate, tail.elastic), *_line_candidates(tail)]
     _locate_by_cut_traceback(cands, norm, tail.covered)
     cands.extend(_fatal_message_candidate(tail))
     if tail.elastic:
@@ -304,7 +305,9 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
         if any(e.funcs() & HANDLED_FUNCS for e in ch.excs) or _logged_and_carried_on(ch, norm):
             continue  # logged and carried on from
         c = _chain_candidate(ch, norm)
-        if _after_a_pointer(norm, ch.start):
+        # right after a record that says a process died and its error is printed above (SGLang's "Rank 0
+        # scheduler is dead. Please check if there are relevant logs." before its EOFError): a pointer
+        if any(POINTS_ABOVE.search(ln.text) for ln in norm[max(0, ch.start - 3):ch.start]):
             c.tier = WRAPPER
         if c.library and prev is not None:
             _locate_at_driver(c, ch, *prev)
@@ -313,12 +316,6 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
             continue
         out.append(c)
     return out
-
-
-def _after_a_pointer(norm: list[Line], start: int) -> bool:
-    """The traceback comes right after a record that says a process died and its error is printed above
-    (SGLang's "Rank 0 scheduler is dead. Please check if there are relevant logs." before its EOFError)."""
-    return any(POINTS_ABOVE.search(ln.text) for ln in norm[max(0, start - 3):start])
 
 
 def _logged_and_carried_on(ch: Chain, norm: list[Line]) -> bool:
@@ -407,13 +404,8 @@ def _fatal_stack_candidates(tail: _Tail) -> list[_Candidate]:
 _SIGNAL_CATEGORY = {"SIGSEGV": "segfault", "SIGBUS": "segfault", "SIGABRT": "fatal_python_error"}
 
 
-def _elastic_candidates(tail: _Tail) -> list[_Candidate]:
-    """A candidate per torchelastic root-cause entry or agent report (kept: their pids are host OOM evidence)."""
-    tail.elastic = find_elastic_failures(tail.norm)
-    return [_elastic_candidate(ef) for ef in tail.elastic]
-
-
 def _elastic_candidate(ef: ElasticFailure) -> _Candidate:
+    """The candidate of a torchelastic root-cause entry or agent report."""
     who = f"rank {ef.rank}" if ef.rank is not None else "a rank"
     if ef.local_rank is not None and ef.local_rank != ef.rank:
         who += f" (local_rank {ef.local_rank})"

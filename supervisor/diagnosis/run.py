@@ -308,9 +308,6 @@ def _place_partial_stamps(scan: _LogScan, window: tuple[float, float] | None) ->
 
 def _count(scan: _LogScan, line: str) -> None:
     text = line.strip()
-    if not text:
-        scan.since_stamp += 1
-        return
     ts, partial = scan.clock.read(text)
     if ts is not None or partial is not None:
         scan.last_ts, scan.last_partial, scan.since_stamp = ts, partial, 0
@@ -722,8 +719,7 @@ def _root(failures: list[RunFailure], journal: bool) -> RunFailure | None:
             if journal and f.recovered_ts is None and f.source != "log":
                 return 0
             return 1 if f.category in OWN_FAILURES else 2
-        best = min(rank(f) for f in primary)
-        pick = next(f for f in primary if rank(f) == best)
+        pick = min(primary, key=rank)  # (the first of the best rank)
         # the same failure of the same component earlier (then recovered): count from there
         return next((f for f in primary if f.component == pick.component and f.category == pick.category), pick)
     timed = [f for f in failures if f.source != "flag"]
