@@ -641,7 +641,7 @@ def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
         scope, first = excs, root
     order = ([first] if first is not None else []) + [e for e in reversed(scope) if e is not first]
     user = next((loc for e in order if (loc := e.user_location())), None)
-    inner = None if user else next((loc for e in order if (loc := e.innermost())), None)
+    inner = None if user else next((e.frames[-1].location for e in order if e.frames), None)
     return (user, False) if user else (inner, inner is not None)
 
 

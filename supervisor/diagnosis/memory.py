@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from .patterns import Flag
 
 _KINDS = {"rss": "host RSS", "gpu": "GPU memory"}
-_MAX_SAMPLES = 512  # per kind
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ class MemoryGrowthDetector:
         self.min_growth_mb = min_growth_mb
         self.window_s = window_s
         self.limits = {"rss": rss_limit_mb, "gpu": gpu_limit_mb}
-        self._series: dict[str, deque[_Sample]] = {k: deque(maxlen=_MAX_SAMPLES) for k in _KINDS}
+        self._series: dict[str, deque[_Sample]] = {k: deque(maxlen=512) for k in _KINDS}
         # kind -> memory level when flagged (the episode is open while this is set)
         self._flagged: dict[str, float] = {}
 

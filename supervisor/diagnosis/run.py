@@ -66,11 +66,9 @@ OWN_FAILURES = frozenset({
     "python_exception", "cuda_oom", "host_oom", "cuda_error", "segfault", "fatal_python_error", "disk_full",
     "port_in_use", "inference_memory_config", "ray_actor_died", "false_success", "stall",
 })
-_STALL_FOR = re.compile(r"no new step for (\d+(?:\.\d+)?)s")
 
 TAIL_LINES = 2000  # what the exit diagnosis reads
 LOG_SCAN_BYTES = 64 * 1024 * 1024  # per component, newest first: enough for days of symptoms
-MAX_SAMPLES = 3
 
 
 @dataclass
@@ -327,7 +325,7 @@ def _count(scan: _LogScan, line: str) -> None:
         kind, naive = partial
         span = entry[4].setdefault(kind, [naive, naive])
         span[0], span[1] = min(span[0], naive), max(span[1], naive)
-    if len(entry[3]) < MAX_SAMPLES:
+    if len(entry[3]) < 3:  # samples
         entry[3].append(text[:300])
 
 
@@ -552,7 +550,7 @@ def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes:
     scans: dict[str, _LogScan] = {}
     for n in sorted(names):
         # NAME.log and its rotations, oldest first (NAME.log.3, NAME.log.2, NAME.log.1, NAME.log)
-        files = log_chain(logs_dir / f"{n}.log") if logs_dir.is_dir() else []
+        files = log_chain(logs_dir / f"{n}.log")
         scan = scan_log(files, (facts.lived[n], facts.seen) if n in facts.lived and facts.seen is not None else None)
         scans[n] = scan
         info = facts.comp(n)
@@ -659,7 +657,7 @@ def _dependencies_named(message: str) -> set[str] | None:
 def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], att: int | None) -> RunFailure:
     """A stall flag as a failure, placed when the component stopped making progress (the flag comes
     ``stall_after`` seconds later) and described by the last line it printed."""
-    m = _STALL_FOR.search(message)
+    m = re.search(r"no new step for (\d+(?:\.\d+)?)s", message)
     start = ts - float(m.group(1)) if ts is not None and m else ts
     last = next((x.split(":", 1)[1].strip() for x in evidence if x.startswith("last line:")), None)
     summary = f"hung: {message}" + (f"; its last line: {last}" if last else "")
