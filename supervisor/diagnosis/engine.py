@@ -139,8 +139,10 @@ def diagnose(
     if sig is not None:
         by_signal = _signal_verdict(sig, exit_code, best)
         if by_signal is not None:
-            if by_signal.category == "killed":  # what it was doing when killed ("Allocating 61.5 GiB ...")
-                by_signal.evidence[:0] = [f"last line: {x.text}" for x in _last_words(norm)]
+            if by_signal.category == "killed":  # what it was doing when killed ("Allocating 61.5 GiB ..."): its
+                # last line that is not a mere step or progress line
+                last = [x for x in reversed(norm[-20:]) if x.text.strip() and not _PROGRESS_ONLY.match(x.text)][:1]
+                by_signal.evidence[:0] = [f"last line: {x.text}" for x in last]
             return _finish(by_signal, last_step)
     if best is not None and best.category == "ray_actor_died":
         _describe_ray(best, norm)
@@ -150,11 +152,6 @@ def diagnose(
 
 
 _PROGRESS_ONLY = re.compile(r"^\W*(?:step\b|\d+%\|)", re.I)
-
-
-def _last_words(norm: list[Line]) -> list[Line]:
-    """The last line a process printed before it was killed that is not a mere step or progress line."""
-    return [x for x in reversed(norm[-20:]) if x.text.strip() and not _PROGRESS_ONLY.match(x.text)][:1]
 
 
 def _stopped_by_rlsup(norm: list[Line], reason: str, last_step: int | None) -> Diagnosis:
