@@ -20,9 +20,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Deaths that follow from another: an actor whose owner (the driver) died goes down with it.
-CONSEQUENTIAL_REASONS = frozenset({"OWNER_DIED"})
-
 
 class RayApiError(ValueError):
     """The answer is not the state API's envelope, or Ray says the call failed."""
@@ -63,7 +60,8 @@ class RayActor:
 
     @property
     def consequential(self) -> bool:
-        return self.reason in CONSEQUENTIAL_REASONS
+        """A death that follows from another: an actor whose owner (the driver) died goes down with it."""
+        return self.reason == "OWNER_DIED"
 
     def label(self) -> str:
         bits = [self.class_name] if self.name and self.class_name else []

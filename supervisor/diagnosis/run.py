@@ -58,7 +58,6 @@ SYMPTOM_CATEGORIES = frozenset({
 })
 SYMPTOM_FLAGS = frozenset({"dependency_down", "stall", "repeated_error", "crash_loop"})
 OWN_DEATH = frozenset({"inference_engine_dead"})
-NOT_FAILURES = frozenset({"none"})
 # What the stack's own code or behaviour did (a bug, an OOM, a crash, a hang, a false success): a
 # root cause of this kind outranks a process death the run shrugged off (a kill, an engine that
 # died and was back in seconds), whatever came first.
@@ -297,9 +296,7 @@ def _place_partial_stamps(scan: _LogScan, window: tuple[float, float] | None) ->
     for entry in scan.by_category.values():
         for kind, (lo, hi) in entry[4].items():
             for naive in (lo, hi):
-                ts = resolve(kind, naive)
-                if ts is not None:
-                    entry[1:3] = _stretch(entry[1], entry[2], ts)
+                entry[1:3] = _stretch(entry[1], entry[2], resolve(kind, naive))
     if scan.last_partial is not None:
         scan.last_ts = resolve(*scan.last_partial)
 
@@ -485,7 +482,7 @@ class _JournalFacts:
         self.exited_last[c] = True
         diag = e.diagnosis.to_dict() if e.diagnosis else {}
         cat = str(diag.get("category") or "unknown")
-        if self.asked.get(c) or cat in NOT_FAILURES:
+        if self.asked.get(c) or cat == "none":
             return
         info["failures"] += 1
         _close(self.let_down.get(c), ts)  # (restarted by a person, it failed on its own)
@@ -584,7 +581,7 @@ def _log_tail_failure(run_dir: Path, events: list[Record], facts: _JournalFacts,
             or not scan.tail):
         return None
     d = diagnose(_last_attempt_tail(run_dir, events, n, list(scan.tail)))
-    if d.category in NOT_FAILURES:
+    if d.category == "none":
         return None
     # when: the last stamped line among the tail the exit diagnosis read, else the log's last write
     when = (scan.last_ts if scan.since_stamp < TAIL_LINES else None) or scan.mtime
@@ -732,7 +729,7 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
             s = groups.setdefault((f.component, f.category), RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts,
                                                                          f.summary))
             s.count += 1
-            _widen(s, f.ts)
+            s.first_ts, s.last_ts = _stretch(s.first_ts, s.last_ts, f.ts)
     _log_symptoms(root, failures, scans, groups)
     return sorted(groups.values(), key=lambda s: (s.first_ts is None, s.first_ts or 0.0, s.component, s.category))
 
@@ -788,18 +785,14 @@ def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str,
             s = groups.setdefault((n, cat), RunSymptom(n, cat, 0, 0, first, last, samples[0] if samples else cat))
             s.log_lines += count
             s.samples = list(samples)
-            _widen(s, first)
-            _widen(s, last)
+            for ts in (first, last):
+                s.first_ts, s.last_ts = _stretch(s.first_ts, s.last_ts, ts)
 
 
-def _widen(s: RunSymptom, ts: float | None) -> None:
-    """Stretch the symptom's span to a time it was seen (None: a time not known)."""
-    if ts is not None:
-        s.first_ts, s.last_ts = _stretch(s.first_ts, s.last_ts, ts)
-
-
-def _stretch(lo: float | None, hi: float | None, ts: float) -> tuple[float, float]:
-    """The span lo..hi (None: empty) stretched to hold ``ts``."""
+def _stretch(lo: float | None, hi: float | None, ts: float | None) -> tuple[float | None, float | None]:
+    """The span lo..hi (None: empty) stretched to hold ``ts`` (None: a time not known)."""
+    if ts is None:
+        return lo, hi
     return (ts if lo is None else min(lo, ts)), (ts if hi is None else max(hi, ts))
 
 
