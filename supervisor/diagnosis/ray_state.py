@@ -130,8 +130,7 @@ def actor_death(actor: RayActor, nodes: Mapping[str, RayNode]) -> str:
     if actor.reason == "NODE_DIED" or (node is not None and node.state == "DEAD" and not actor.consequential):
         where = node.death() if node is not None else f"Ray node {(actor.node_id or '?')[:8]}"
         return f"{actor.label()} died: its node died ({where})"
-    why = actor.error or (actor.reason or "Ray gives no cause")
-    return f"{actor.label()} died: {why}"
+    return f"{actor.label()} died: {actor.error or actor.reason or 'Ray gives no cause'}"
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,6 @@ class RunSymptom:
 
 @dataclass
 class _LogScan:
-    files: list[str] = field(default_factory=list)
     lines: int = 0
     truncated: bool = False
     mtime: float | None = None
@@ -258,7 +257,7 @@ def scan_log(files: list[LogFile], window: tuple[float, float] | None) -> _LogSc
     the failure lines of each category (count, first and last time a line carries), the tail the exit diagnosis
     would read. ``window``: from when to when the journal says the component ran (places lines stamped with a
     time of day only; see stamps.py)."""
-    scan = _LogScan(files=[str(f.path) for f in files])
+    scan = _LogScan()
     for f in files:
         with contextlib.suppress(OSError):
             mtime = f.path.stat().st_mtime
@@ -551,7 +550,7 @@ def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes:
         scan = scan_log(files, (facts.lived[n], facts.seen) if n in facts.lived and facts.seen is not None else None)
         scans[n] = scan
         info = facts.comp(n)
-        info["log_files"] = [Path(f).name for f in scan.files]
+        info["log_files"] = [f.path.name for f in files]
         info["log_lines_scanned"] = scan.lines
         info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scan.by_category.items())}
         if scan.truncated:
