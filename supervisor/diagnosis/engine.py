@@ -269,7 +269,6 @@ class _Tail:
     covered: set[int] = field(default_factory=set)  # lines a parsed traceback or stack accounts for
     # tracebacks cut off before their exception line (no chain holds them)
     cut: list[Exc] = field(default_factory=list)
-    elastic: list[ElasticFailure] = field(default_factory=list)  # torchrun's reports (their pids: host OOM evidence)
 
     def is_history(self, index: int) -> bool:
         """A retried error at this line is history: before the last recovery, or 50 lines or more from the end."""
@@ -279,16 +278,16 @@ class _Tail:
 def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     """Every failure the tail names, found by each finder in turn (parsed tracebacks first: the
     lines they cover are not read again as bare lines), and the pids torchrun reported for its ranks."""
-    tail = _Tail(norm, max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0])),
-                 elastic=find_elastic_failures(norm))
+    tail = _Tail(norm, max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0])))
+    elastic = find_elastic_failures(norm)  # torchrun's reports (their pids: host OOM evidence)
     cands = [*_chain_candidates(tail), *_cut_traceback_candidates(tail), *_fatal_stack_candidates(tail),
-             *map(_elastic_candidate, tail.elastic), *_line_candidates(tail)]
+             *map(_elastic_candidate, elastic), *_line_candidates(tail)]
     _locate_by_cut_traceback(cands, norm, tail.covered)
     cands.extend(_fatal_message_candidate(tail))
-    if tail.elastic:
+    if elastic:
         # torchelastic's block parsed whole names the rank: its bare "traceback : Signal 11" line is part of it
         cands = [c for c in cands if c.rich or not (c.evidence and _ELASTIC_SIGNAL_LINE.match(c.evidence[0]))]
-    return _drop_orderly_shutdown(cands, norm), [ef.pid for ef in tail.elastic if ef.pid is not None]
+    return _drop_orderly_shutdown(cands, norm), [ef.pid for ef in elastic if ef.pid is not None]
 
 
 def _chain_candidates(tail: _Tail) -> list[_Candidate]:
