@@ -244,10 +244,7 @@ def _nothing_found(norm: list[Line], exit_code: int | None, sig: str | None, las
 
 
 def _finish(c: _Candidate, step: int | None) -> Diagnosis:
-    summary = c.summary
-    if c.streams > 1:
-        summary += f" (same error on {c.streams} ranks)"
-    summary = _shorten(summary)
+    summary = _shorten(c.summary + (f" (same error on {c.streams} ranks)" if c.streams > 1 else ""))
     evidence = tuple(_dedup(c.evidence)[:MAX_EVIDENCE])
     hint = c.hint or hint_for(c.category, " ".join((c.exception or "", summary, *evidence)))
     return Diagnosis(c.category, summary, c.exception, c.location, step, evidence,
@@ -422,13 +419,8 @@ def _elastic_candidate(ef: ElasticFailure) -> _Candidate:
 def _line_candidates(tail: _Tail) -> list[_Candidate]:
     """A candidate per line no traceback or stack covers that names a failure: a Ray task's header,
     a launcher's report, a known failure line (joined with its continuation where a terminal wrapped it)."""
-    out: list[_Candidate] = []
-    for k, ln in enumerate(tail.norm):
-        text = ln.text.strip()
-        if ln.index not in tail.covered and text:
-            c = _ray_task_candidate(tail.norm, k, ln, text) or _line_candidate(tail, k, ln, text)
-            out += [c] if c is not None else []
-    return out
+    return [c for k, ln in enumerate(tail.norm) if ln.index not in tail.covered and (text := ln.text.strip())
+            and (c := _ray_task_candidate(tail.norm, k, ln, text) or _line_candidate(tail, k, ln, text))]
 
 
 def _line_candidate(tail: _Tail, k: int, ln: Line, text: str) -> _Candidate | None:

@@ -197,10 +197,9 @@ class RunDiagnosis:
             return "no failure found in the journal or the logs" + (
                 f"; {', '.join(waited)} waited on what was stopped or restarted on purpose" if waited else "")
         when = f" at {_iso(rc.ts)}" if rc.ts is not None else ""
-        first = f"{rc.component} failed{' first' if self.root_first else ''}{when}: {rc.summary}"
+        text = f"{rc.component} failed{' first' if self.root_first else ''}{when}: {rc.summary}"
         failed = sorted({s.component for s in self.symptoms if s.component != rc.component and s.count})
         logged = sorted({s.component for s in self.symptoms if s.component != rc.component} - set(failed))
-        text = first
         if failed:
             text += f"; then {', '.join(failed)} failed as a consequence"
         if logged:

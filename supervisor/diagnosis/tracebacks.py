@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 from ..monitor.process import signal_name
@@ -200,12 +201,8 @@ def _message_more(lines: list[Line], k: int) -> str:
     RuntimeErrors ("port: 29500" / "name: EADDRINUSE"), a message a page or a logger wrapped at a
     word boundary. They stop at a blank line, a traceback, a frame, an indented line, another
     writer's record or another exception line."""
-    out: list[str] = []
-    for nxt in lines[k + 1: k + 7]:
-        if not _carries_on(nxt) or bare_exception(nxt.text.strip()) is not None:
-            break
-        out.append(nxt.text.strip())
-    return " ".join(out)
+    more = takewhile(lambda x: _carries_on(x) and bare_exception(x.text.strip()) is None, lines[k + 1: k + 7])
+    return " ".join(x.text.strip() for x in more)
 
 
 def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int]:
