@@ -293,8 +293,7 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
     out: list[_Candidate] = []
     prev: tuple[Chain, _Candidate] | None = None
     for ch in find_chains(norm, tail.cut):
-        stream = ch.excs[0].stream
-        tail.covered.update(ln.index for ln in norm[ch.start: ch.end + 1] if ln.stream == stream)
+        tail.covered.update(ln.index for ln in norm[ch.start: ch.end + 1] if ln.stream == ch.excs[0].stream)
         if any(e.funcs() & HANDLED_FUNCS for e in ch.excs) or _logged_and_carried_on(ch, norm):
             continue  # logged and carried on from
         c = _chain_candidate(ch, norm)

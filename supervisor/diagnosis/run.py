@@ -409,13 +409,10 @@ class _JournalFacts:
             for n in e.components:
                 if isinstance(n, str):
                     self.comp(n)
-            return
-        if isinstance(e, RunEnded):
+        elif isinstance(e, RunEnded):
             self.ended = ts
-            return
-        if c is None:
-            return
-        self._component_event(c, ts, e, self.comp(c))
+        elif c is not None:
+            self._component_event(c, ts, e, self.comp(c))
 
     def _component_event(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
         """What each event of a component says (other kinds only make the component known)."""
