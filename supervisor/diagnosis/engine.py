@@ -184,8 +184,7 @@ def _host_oom(host: HostEvidence, pids_seen: tuple[int | None, ...], sig: str | 
               last_step: int | None) -> Diagnosis | None:
     """Host evidence: the kernel killed this process (or a rank torchrun reported dead) for memory."""
     pids = {p for p in pids_seen if p is not None}
-    hit = (not pids) or bool(pids & set(host.oom_killed_pids))
-    if not (hit and sig in (None, "SIGKILL")):
+    if sig not in (None, "SIGKILL") or (pids and not pids & host.oom_killed_pids):
         return None
     # (never empty: the kernel killed one of pids, or, with no pid known, some process)
     victim = min(pids & host.oom_killed_pids or host.oom_killed_pids)

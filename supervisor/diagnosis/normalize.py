@@ -142,8 +142,6 @@ def split_glued(raw: str) -> list[str]:
     if "|" not in raw or "/" not in raw:
         return [raw]
     parts = _GLUED_AFTER_BAR.split(raw)
-    if len(parts) == 1:
-        return [raw]
     # split() with one group returns [before, bar, after, bar, after...]: keep each bar with its text
     out = [text + bar for text, bar in zip(parts[0::2], parts[1::2], strict=False)]
     return out + [parts[-1]] if parts[-1] else out
