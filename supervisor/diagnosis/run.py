@@ -518,7 +518,6 @@ def _is_open(spans: dict[str, list[tuple[float, float | None]]], c: str) -> bool
 
 
 def _close(spans: list[tuple[float, float | None]] | None, ts: float | None) -> None:
-    """Ends the open span of ``spans`` (from .. None) at ``ts``."""
     if spans and spans[-1][1] is None and ts is not None:
         spans[-1] = (spans[-1][0], ts)
 
@@ -605,14 +604,12 @@ def _judge_stall(f: RunFailure, facts: _JournalFacts) -> bool:
                    None)
     # running again means a new attempt after the flag, not the start of the attempt that stalled
     restarted = next((t for t in facts.back.get(f.component, []) if flagged is not None and t > flagged), None)
-    f.recovered_ts = restarted
-    stood = min((x for x in (cleared, restarted) if x is not None), default=facts.ended or facts.seen)
+    f.recovered_ts = min((x for x in (cleared, restarted) if x is not None), default=None)
+    stood = f.recovered_ts if f.recovered_ts is not None else facts.ended or facts.seen
     by_failure = _explained_stall(f, facts.failures, facts.dep_down, {}, stood)
     by_person = _explained_stall(f, [], facts.waiting, facts.let_down, stood)
     f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
         not by_failure and not by_person
-    if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
-        f.recovered_ts = cleared
     return by_person and not by_failure
 
 

@@ -247,8 +247,7 @@ def _after_frames(lines: list[Line], i: int, j: int, frames: list[Frame]) -> tup
     text = lines[j].text
     em = EXCEPTION_LINE.match(text.strip())
     typ = em.group("type") if em else ""
-    # "ValueError", "ray.exceptions.RayTaskError(OSError)", "torch.OutOfMemoryError" - but not "Message"
-    # (logging's own error report) or "File"
+    # "ValueError", "ray.exceptions.RayTaskError(OSError)", "torch.OutOfMemoryError"; not "Message" (logging's), "File"
     if em and (_EXC_NAME.search(typ) or ("." in typ.split("(", 1)[0] and typ[:1].isalpha())):
         return Exc(em.group("type"), (em.group("msg") or "").strip(), frames, lines[i].index, lines[j].index,
                    lines[i].stream, text.strip(), continuation=_continuation(lines, j),
