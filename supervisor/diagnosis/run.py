@@ -728,11 +728,10 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
 
 def _is_consequence(f: RunFailure, root: RunFailure) -> bool:
     """A failure or flag at or after the root cause that the root cause explains."""
-    t0 = root.ts
     # a stall is dated back to its last step, which may come before the failure that starved it: it counts
     # from when it was called
     ts = f.diagnosis.get("flag_ts", f.ts) if f.category == "stall" and f.source == "flag" else f.ts
-    if f is root or (t0 is not None and isinstance(ts, float | int) and ts < t0):
+    if f is root or (root.ts is not None and isinstance(ts, float | int) and ts < root.ts):
         return False
     if f.component == root.component and f.category == root.category:
         return False  # the same failure again after a restart: counted as a recurrence
@@ -758,7 +757,6 @@ def _after_recovery(f: RunFailure, root: RunFailure) -> bool:
 def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan],
                   groups: dict[tuple[str, str], RunSymptom]) -> None:
     """The symptom lines of the other components' logs, counted per component and kind."""
-    t0 = root.ts
     # what each other component failed of by itself: its own lines of that kind are not symptoms
     own = {(f.component, f.category) for f in failures if f.primary and f.component != root.component}
     for n, scan in scans.items():
@@ -768,7 +766,7 @@ def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str,
             if cat not in SYMPTOM_CATEGORIES or (n, cat) in own:
                 continue
             # lines known to predate the root cause are a startup wait, not its consequence
-            if t0 is not None and last is not None and last < t0:
+            if root.ts is not None and last is not None and last < root.ts:
                 continue
             # lines that carry no time follow a root cause that took its component down (an exit),
             # not one that left it up (a hang, a false success): those are some other outage's
