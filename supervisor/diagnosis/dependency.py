@@ -14,13 +14,11 @@ from ..records.phrases import fmt_duration
 from .normalize import strip_prefixes
 from .patterns import Flag
 
-CONNECTION_CATEGORIES = frozenset({"connection_refused", "inference_engine_dead"})
 CONNECTION_RE = re.compile(
     r"ConnectionRefusedError|Connection refused|Cannot connect to host|ServerDisconnected(?:Error)?"
     r"|Failed to establish a new connection|ConnectionResetError|Connection reset by peer"
     r"|RemoteDisconnected|ClientConnectorError|ConnectError|Max retries exceeded with url"
     r"|EngineDeadError|Server disconnected|\[Errno 111\]|\[Errno 104\]")
-MAX_EVIDENCE_LINES = 6
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ def dependency_down(
     URL, a third-party service): None.
     """
     probes_failing = probes_failing or {}
-    cats = [c for c in categories if c in CONNECTION_CATEGORIES]
+    cats = [c for c in categories if c in ("connection_refused", "inference_engine_dead")]
     errs = connection_errors(lines)
     if not cats and not errs:
         return None
@@ -73,7 +71,7 @@ def dependency_down(
     what = f"{len(errs)} connection error line(s)" if errs else "exits diagnosed " + "/".join(sorted(set(cats)))
     msg = f"{component} cannot reach its dependency {', '.join(parts)}: {what}"
     # The most recent errors, deduplicated, say more than the first of hundreds of retries.
-    shown = list(dict.fromkeys(reversed(errs)))[:MAX_EVIDENCE_LINES][::-1]
+    shown = list(dict.fromkeys(reversed(errs)))[:6][::-1]
     facts = [f"dependency {d}: state {deps[d]}" + (", probe failing" if probes_failing.get(d) else "")
              for d in down]
     names = " and ".join(down)

@@ -139,8 +139,10 @@ def diagnose(
     if sig is not None:
         by_signal = _signal_verdict(sig, exit_code, best)
         if by_signal is not None:
-            if by_signal.category == "killed":  # what it was doing when killed ("Allocating 61.5 GiB ...")
-                by_signal.evidence[:0] = [f"last line: {x.text}" for x in _last_words(norm)]
+            if by_signal.category == "killed":  # what it was doing when killed ("Allocating 61.5 GiB ..."): its
+                # last line that is not a mere step or progress line
+                last = [x for x in reversed(norm[-20:]) if x.text.strip() and not _PROGRESS_ONLY.match(x.text)][:1]
+                by_signal.evidence[:0] = [f"last line: {x.text}" for x in last]
             return _finish(by_signal, last_step)
     if best is not None and best.category == "ray_actor_died":
         _describe_ray(best, norm)
@@ -150,11 +152,6 @@ def diagnose(
 
 
 _PROGRESS_ONLY = re.compile(r"^\W*(?:step\b|\d+%\|)", re.I)
-
-
-def _last_words(norm: list[Line]) -> list[Line]:
-    """The last line a process printed before it was killed that is not a mere step or progress line."""
-    return [x for x in reversed(norm[-20:]) if x.text.strip() and not _PROGRESS_ONLY.match(x.text)][:1]
 
 
 def _stopped_by_rlsup(norm: list[Line], reason: str, last_step: int | None) -> Diagnosis:
@@ -187,8 +184,7 @@ def _host_oom(host: HostEvidence, pids_seen: tuple[int | None, ...], sig: str | 
               last_step: int | None) -> Diagnosis | None:
     """Host evidence: the kernel killed this process (or a rank torchrun reported dead) for memory."""
     pids = {p for p in pids_seen if p is not None}
-    hit = (not pids) or bool(pids & set(host.oom_killed_pids))
-    if not (hit and sig in (None, "SIGKILL")):
+    if sig not in (None, "SIGKILL") or (pids and not pids & host.oom_killed_pids):
         return None
     # (never empty: the kernel killed one of pids, or, with no pid known, some process)
     victim = min(pids & host.oom_killed_pids or host.oom_killed_pids)
@@ -247,10 +243,7 @@ def _nothing_found(norm: list[Line], exit_code: int | None, sig: str | None, las
 
 
 def _finish(c: _Candidate, step: int | None) -> Diagnosis:
-    summary = c.summary
-    if c.streams > 1:
-        summary += f" (same error on {c.streams} ranks)"
-    summary = _shorten(summary)
+    summary = _shorten(c.summary + (f" (same error on {c.streams} ranks)" if c.streams > 1 else ""))
     evidence = tuple(_dedup(c.evidence)[:MAX_EVIDENCE])
     hint = c.hint or hint_for(c.category, " ".join((c.exception or "", summary, *evidence)))
     return Diagnosis(c.category, summary, c.exception, c.location, step, evidence,
@@ -272,7 +265,6 @@ class _Tail:
     covered: set[int] = field(default_factory=set)  # lines a parsed traceback or stack accounts for
     # tracebacks cut off before their exception line (no chain holds them)
     cut: list[Exc] = field(default_factory=list)
-    elastic: list[ElasticFailure] = field(default_factory=list)  # torchrun's reports
 
     def is_history(self, index: int) -> bool:
         """A retried error at this line is history: before the last recovery, or 50 lines or more from the end."""
@@ -283,14 +275,15 @@ def _candidates(norm: list[Line]) -> tuple[list[_Candidate], list[int]]:
     """Every failure the tail names, found by each finder in turn (parsed tracebacks first: the
     lines they cover are not read again as bare lines), and the pids torchrun reported for its ranks."""
     tail = _Tail(norm, max(_last_index(norm, RECOVERED), _last_index(norm, STEP_PATTERNS[0])))
+    elastic = find_elastic_failures(norm)  # torchrun's reports (their pids: host OOM evidence)
     cands = [*_chain_candidates(tail), *_cut_traceback_candidates(tail), *_fatal_stack_candidates(tail),
-             *_elastic_candidates(tail), *_line_candidates(tail)]
+             *map(_elastic_candidate, elastic), *_line_candidates(tail)]
     _locate_by_cut_traceback(cands, norm, tail.covered)
     cands.extend(_fatal_message_candidate(tail))
-    if tail.elastic:
+    if elastic:
         # torchelastic's block parsed whole names the rank: its bare "traceback : Signal 11" line is part of it
         cands = [c for c in cands if c.rich or not (c.evidence and _ELASTIC_SIGNAL_LINE.match(c.evidence[0]))]
-    return _drop_orderly_shutdown(cands, norm), [ef.pid for ef in tail.elastic if ef.pid is not None]
+    return _drop_orderly_shutdown(cands, norm), [ef.pid for ef in elastic if ef.pid is not None]
 
 
 def _chain_candidates(tail: _Tail) -> list[_Candidate]:
@@ -299,12 +292,13 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
     out: list[_Candidate] = []
     prev: tuple[Chain, _Candidate] | None = None
     for ch in find_chains(norm, tail.cut):
-        stream = ch.excs[0].stream
-        tail.covered.update(ln.index for ln in norm[ch.start: ch.end + 1] if ln.stream == stream)
+        tail.covered.update(ln.index for ln in norm[ch.start: ch.end + 1] if ln.stream == ch.excs[0].stream)
         if any(e.funcs() & HANDLED_FUNCS for e in ch.excs) or _logged_and_carried_on(ch, norm):
             continue  # logged and carried on from
         c = _chain_candidate(ch, norm)
-        if _after_a_pointer(norm, ch.start):
+        # right after a record that says a process died and its error is printed above (SGLang's "Rank 0
+        # scheduler is dead. Please check if there are relevant logs." before its EOFError): a pointer
+        if any(POINTS_ABOVE.search(ln.text) for ln in norm[max(0, ch.start - 3):ch.start]):
             c.tier = WRAPPER
         if c.library and prev is not None:
             _locate_at_driver(c, ch, *prev)
@@ -313,12 +307,6 @@ def _chain_candidates(tail: _Tail) -> list[_Candidate]:
             continue
         out.append(c)
     return out
-
-
-def _after_a_pointer(norm: list[Line], start: int) -> bool:
-    """The traceback comes right after a record that says a process died and its error is printed above
-    (SGLang's "Rank 0 scheduler is dead. Please check if there are relevant logs." before its EOFError)."""
-    return any(POINTS_ABOVE.search(ln.text) for ln in norm[max(0, start - 3):start])
 
 
 def _logged_and_carried_on(ch: Chain, norm: list[Line]) -> bool:
@@ -407,13 +395,8 @@ def _fatal_stack_candidates(tail: _Tail) -> list[_Candidate]:
 _SIGNAL_CATEGORY = {"SIGSEGV": "segfault", "SIGBUS": "segfault", "SIGABRT": "fatal_python_error"}
 
 
-def _elastic_candidates(tail: _Tail) -> list[_Candidate]:
-    """A candidate per torchelastic root-cause entry or agent report (kept: their pids are host OOM evidence)."""
-    tail.elastic = find_elastic_failures(tail.norm)
-    return [_elastic_candidate(ef) for ef in tail.elastic]
-
-
 def _elastic_candidate(ef: ElasticFailure) -> _Candidate:
+    """The candidate of a torchelastic root-cause entry or agent report."""
     who = f"rank {ef.rank}" if ef.rank is not None else "a rank"
     if ef.local_rank is not None and ef.local_rank != ef.rank:
         who += f" (local_rank {ef.local_rank})"
@@ -434,13 +417,8 @@ def _elastic_candidate(ef: ElasticFailure) -> _Candidate:
 def _line_candidates(tail: _Tail) -> list[_Candidate]:
     """A candidate per line no traceback or stack covers that names a failure: a Ray task's header,
     a launcher's report, a known failure line (joined with its continuation where a terminal wrapped it)."""
-    out: list[_Candidate] = []
-    for k, ln in enumerate(tail.norm):
-        text = ln.text.strip()
-        if ln.index not in tail.covered and text:
-            c = _ray_task_candidate(tail.norm, k, ln, text) or _line_candidate(tail, k, ln, text)
-            out += [c] if c is not None else []
-    return out
+    return [c for k, ln in enumerate(tail.norm) if ln.index not in tail.covered and (text := ln.text.strip())
+            and (c := _ray_task_candidate(tail.norm, k, ln, text) or _line_candidate(tail, k, ln, text))]
 
 
 def _line_candidate(tail: _Tail, k: int, ln: Line, text: str) -> _Candidate | None:
@@ -649,7 +627,7 @@ def _chain_location(chain: Chain, root: Exc) -> tuple[str | None, bool]:
         scope, first = excs, root
     order = ([first] if first is not None else []) + [e for e in reversed(scope) if e is not first]
     user = next((loc for e in order if (loc := e.user_location())), None)
-    inner = None if user else next((loc for e in order if (loc := e.innermost())), None)
+    inner = None if user else next((e.frames[-1].location for e in order if e.frames), None)
     return (user, False) if user else (inner, inner is not None)
 
 

@@ -65,12 +65,11 @@ _MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 def hint_for(category: str, text: str = "") -> str:
     if category == "none":
         return ""
-    m = _MISSING_MODULE.search(text) if text else None
+    m = _MISSING_MODULE.search(text)
     if m:  # the package, and the rlsup extra that installs it where there is one
         from ..records.extras import install_hint
 
-        how = install_hint(m.group(1))
-        if how:
+        if how := install_hint(m.group(1)):
             return f"Install the missing package: {how}"
     return next((hint for cats, pat, hint in _BY_MESSAGE if category in cats and text and pat.search(text)),
                 _BY_CATEGORY.get(category, ""))

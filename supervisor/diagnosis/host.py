@@ -91,9 +91,7 @@ def read_host_evidence(pid: int | None) -> HostEvidence:
     """The OOM kills /dev/kmsg (or ``dmesg``) names and this cgroup's ``oom_kill`` count, best effort: empty
     evidence when nothing is readable. Never raises."""
     try:
-        pids = {pid} if pid is not None else None
-        text = _read_kmsg() or _read_dmesg() or ""
-        ev = parse_kernel_log(text, pids) if text else HostEvidence()
+        ev = parse_kernel_log(_read_kmsg() or _read_dmesg() or "", {pid} if pid is not None else None)
         return HostEvidence(ev.kernel_lines, ev.oom_killed_pids, _cgroup_memory_events())
     except Exception:  # noqa: BLE001 - evidence is optional; a diagnosis must never fail on it
         return HostEvidence()

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from .patterns import Flag
 
 _KINDS = {"rss": "host RSS", "gpu": "GPU memory"}
-_MAX_SAMPLES = 512  # per kind
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ class MemoryGrowthDetector:
     ``observe`` is called with each new sample (typically once per step or per GPU sample);
     samples older than ``window_s`` (by their own ``ts``) are dropped. An episode ends when the
     memory falls back below the level at which it was flagged minus half the growth (the
-    process restarted or freed it), or on :meth:`reset` (call it when a new attempt starts).
+    process restarted or freed it); a new attempt gets a new detector (run/resources.py).
     ``rss_limit_mb``/``gpu_limit_mb`` (host RAM, GPU total) let the message say when the
     limit will be hit at the current rate.
     """
@@ -71,15 +70,9 @@ class MemoryGrowthDetector:
         self.min_growth_mb = min_growth_mb
         self.window_s = window_s
         self.limits = {"rss": rss_limit_mb, "gpu": gpu_limit_mb}
-        self._series: dict[str, deque[_Sample]] = {k: deque(maxlen=_MAX_SAMPLES) for k in _KINDS}
+        self._series: dict[str, deque[_Sample]] = {k: deque(maxlen=512) for k in _KINDS}
         # kind -> memory level when flagged (the episode is open while this is set)
         self._flagged: dict[str, float] = {}
-
-    def reset(self) -> None:
-        """Forget every sample and open episode (a new attempt of the component)."""
-        for s in self._series.values():
-            s.clear()
-        self._flagged.clear()
 
     def observe(self, ts: float, step: int | None, rss_mb: float | None, gpu_mb: float | None = None) -> Flag | None:
         """Add one sample; a ``memory_growth`` flag the first time growth qualifies, else None."""

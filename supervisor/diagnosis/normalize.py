@@ -77,7 +77,6 @@ _PLAIN_PREFIXES = [
 ]
 
 _PREFIXES = _STREAM_PREFIXES + _PLAIN_PREFIXES
-_MAX_PASSES = 8
 _RANK_TAG = re.compile(r"\bRank (\d+)\]")
 # SGR colour codes whose ESC byte was lost on the way into an issue ("[36m(WorkerDict pid=1)[0m");
 # with the ESC they are removed before diagnosis (clean_line, logs).
@@ -109,7 +108,7 @@ def strip_prefixes(raw: str) -> tuple[str, str]:
     if text.endswith("cluster]"):
         text = _RAY_REPEATED.sub("", text)
     stream = ""
-    for _ in range(_MAX_PASSES):
+    for _ in range(8):  # (nested prefixes: a few passes at most)
         # each pass: the prefixes that name a stream (a Ray worker, a rank), then the plain ones (timestamps,
         # log levels), where a rank tag names the stream when nothing else did
         changed = False
@@ -143,8 +142,6 @@ def split_glued(raw: str) -> list[str]:
     if "|" not in raw or "/" not in raw:
         return [raw]
     parts = _GLUED_AFTER_BAR.split(raw)
-    if len(parts) == 1:
-        return [raw]
     # split() with one group returns [before, bar, after, bar, after...]: keep each bar with its text
     out = [text + bar for text, bar in zip(parts[0::2], parts[1::2], strict=False)]
     return out + [parts[-1]] if parts[-1] else out

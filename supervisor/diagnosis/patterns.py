@@ -64,8 +64,7 @@ def _repeated_error(history: Sequence[AttemptRecord], need: int) -> Flag | None:
     msg = f"{d.what()} on {run} consecutive attempts"
     if fatal:
         msg += "; a deterministic failure, automatic restarts stopped"
-    evidence = (d.summary, *d.evidence)
-    return Flag("repeated_error", msg, tuple(evidence[:12]), fatal)
+    return Flag("repeated_error", msg, (d.summary, *d.evidence)[:12], fatal)
 
 
 def _crash_loop(history: Sequence[AttemptRecord], uptime_s: float, need: int) -> Flag | None:
@@ -75,8 +74,7 @@ def _crash_loop(history: Sequence[AttemptRecord], uptime_s: float, need: int) ->
     loop.reverse()
     starts = [r.started_at for r in loop]
     period = (starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) > 1 else loop[-1].uptime_s
-    never_ready = all(not r.ready for r in loop)
-    why = "before becoming ready" if never_ready else f"within {uptime_s:g} s of starting"
+    why = "before becoming ready" if not any(r.ready for r in loop) else f"within {uptime_s:g} s of starting"
     msg = (f"{len(loop)} consecutive attempts died {why} (restarting every ~{period:.0f} s); "
            f"latest: {loop[-1].diagnosis.summary}")
     evidence = tuple(
@@ -101,8 +99,7 @@ def _step_crash(history: Sequence[AttemptRecord], window: int, need: int) -> Fla
     if resumed:
         msg += f" (resumed from step {resumed[0] if len(set(resumed)) == 1 else ', '.join(map(str, resumed))})"
     msg += f"; {last.diagnosis.what()}; automatic restarts stopped"
-    evidence = (f"last lines before step {last.step}:", *last.diagnosis.evidence)
-    return Flag("step_crash", msg, tuple(evidence[:12]), True)
+    return Flag("step_crash", msg, (f"last lines before step {last.step}:", *last.diagnosis.evidence)[:12], True)
 
 
 def _false_success(history: Sequence[AttemptRecord], total: int | None) -> Flag | None:

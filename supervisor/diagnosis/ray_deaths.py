@@ -98,10 +98,8 @@ def describe(lines: Sequence[str], upto: int) -> RayDeath:
     """The last Ray death the lines (normalized text, oldest first) report, up to index ``upto``."""
     rd = RayDeath()
     start = _block_start(list(lines[: upto + 1]))
-    if start is None:
-        return rd
     # the block: the header and the field/reason lines under it (a few lines past the end scanned)
-    for t in lines[start: start + 14]:
+    for t in lines[start: start + 14] if start is not None else ():
         _read_block_line(rd, t)
     return rd
 

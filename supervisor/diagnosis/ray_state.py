@@ -20,9 +20,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Deaths that follow from another: an actor whose owner (the driver) died goes down with it.
-CONSEQUENTIAL_REASONS = frozenset({"OWNER_DIED"})
-
 
 class RayApiError(ValueError):
     """The answer is not the state API's envelope, or Ray says the call failed."""
@@ -63,7 +60,8 @@ class RayActor:
 
     @property
     def consequential(self) -> bool:
-        return self.reason in CONSEQUENTIAL_REASONS
+        """A death that follows from another: an actor whose owner (the driver) died goes down with it."""
+        return self.reason == "OWNER_DIED"
 
     def label(self) -> str:
         bits = [self.class_name] if self.name and self.class_name else []
@@ -132,8 +130,7 @@ def actor_death(actor: RayActor, nodes: Mapping[str, RayNode]) -> str:
     if actor.reason == "NODE_DIED" or (node is not None and node.state == "DEAD" and not actor.consequential):
         where = node.death() if node is not None else f"Ray node {(actor.node_id or '?')[:8]}"
         return f"{actor.label()} died: its node died ({where})"
-    why = actor.error or (actor.reason or "Ray gives no cause")
-    return f"{actor.label()} died: {why}"
+    return f"{actor.label()} died: {actor.error or actor.reason or 'Ray gives no cause'}"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ unreadable logs (they are reported in ``notes``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections import deque
@@ -43,7 +44,7 @@ from ..records.events import (
 )
 from ..records.phrases import fmt_duration
 from ..rundir.journal import DAMAGE, read_records
-from ..rundir.logs import log_chain
+from ..rundir.logs import LogFile, log_chain
 from .engine import diagnose
 from .hints import NO_RECURRENCE
 from .normalize import clean_line
@@ -57,7 +58,6 @@ SYMPTOM_CATEGORIES = frozenset({
 })
 SYMPTOM_FLAGS = frozenset({"dependency_down", "stall", "repeated_error", "crash_loop"})
 OWN_DEATH = frozenset({"inference_engine_dead"})
-NOT_FAILURES = frozenset({"none"})
 # What the stack's own code or behaviour did (a bug, an OOM, a crash, a hang, a false success): a
 # root cause of this kind outranks a process death the run shrugged off (a kill, an engine that
 # died and was back in seconds), whatever came first.
@@ -65,11 +65,9 @@ OWN_FAILURES = frozenset({
     "python_exception", "cuda_oom", "host_oom", "cuda_error", "segfault", "fatal_python_error", "disk_full",
     "port_in_use", "inference_memory_config", "ray_actor_died", "false_success", "stall",
 })
-_STALL_FOR = re.compile(r"no new step for (\d+(?:\.\d+)?)s")
 
 TAIL_LINES = 2000  # what the exit diagnosis reads
 LOG_SCAN_BYTES = 64 * 1024 * 1024  # per component, newest first: enough for days of symptoms
-MAX_SAMPLES = 3
 
 
 @dataclass
@@ -146,7 +144,6 @@ class RunSymptom:
 
 @dataclass
 class _LogScan:
-    files: list[str] = field(default_factory=list)
     lines: int = 0
     truncated: bool = False
     mtime: float | None = None
@@ -200,10 +197,9 @@ class RunDiagnosis:
             return "no failure found in the journal or the logs" + (
                 f"; {', '.join(waited)} waited on what was stopped or restarted on purpose" if waited else "")
         when = f" at {_iso(rc.ts)}" if rc.ts is not None else ""
-        first = f"{rc.component} failed{' first' if self.root_first else ''}{when}: {rc.summary}"
+        text = f"{rc.component} failed{' first' if self.root_first else ''}{when}: {rc.summary}"
         failed = sorted({s.component for s in self.symptoms if s.component != rc.component and s.count})
         logged = sorted({s.component for s in self.symptoms if s.component != rc.component} - set(failed))
-        text = first
         if failed:
             text += f"; then {', '.join(failed)} failed as a consequence"
         if logged:
@@ -255,36 +251,25 @@ def _iso(ts: float | None) -> str | None:
 # reading
 
 
-def _when(r: Record) -> float | None:
-    """A record's time; None where it had none (the parser gives such a record the time 0: no
-    journal was written in 1970)."""
-    return r.ts or None
-
-
-def scan_log(files: list[Path], window: tuple[float, float] | None) -> _LogScan:
-    """Every line of the newest LOG_SCAN_BYTES of a component's logs: the failure lines of each
-    category (count, first and last time a line carries), the tail the exit diagnosis would read.
-    ``window``: from when to when the journal says the component ran (places lines stamped with a time
-    of day only; see stamps.py)."""
-    scan = _LogScan(files=[str(p) for p in files])
-    sizes = []
-    for p in files:
-        try:
-            st = p.stat()
-        except OSError:
-            sizes.append(0)
-            continue
-        sizes.append(st.st_size)
-        scan.mtime = st.st_mtime if scan.mtime is None else max(scan.mtime, st.st_mtime)
+def scan_log(files: list[LogFile], window: tuple[float, float] | None) -> _LogScan:
+    """Every line of the newest LOG_SCAN_BYTES of a component's logs (``log_chain``'s files, with their sizes):
+    the failure lines of each category (count, first and last time a line carries), the tail the exit diagnosis
+    would read. ``window``: from when to when the journal says the component ran (places lines stamped with a
+    time of day only; see stamps.py)."""
+    scan = _LogScan()
+    for f in files:
+        with contextlib.suppress(OSError):
+            mtime = f.path.stat().st_mtime
+            scan.mtime = mtime if scan.mtime is None else max(scan.mtime, mtime)
     # skip the oldest bytes beyond the budget
-    skip = max(0, sum(sizes) - LOG_SCAN_BYTES)
+    skip = max(0, sum(f.size for f in files) - LOG_SCAN_BYTES)
     scan.truncated = skip > 0
-    for p, size in zip(files, sizes, strict=True):
-        if skip >= size:
-            skip -= size
+    for f in files:
+        if skip >= f.size:
+            skip -= f.size
             continue
         try:
-            fh = open(p, "rb")
+            fh = open(f.path, "rb")
         except OSError:
             continue
         with fh:
@@ -309,18 +294,13 @@ def _place_partial_stamps(scan: _LogScan, window: tuple[float, float] | None) ->
     for entry in scan.by_category.values():
         for kind, (lo, hi) in entry[4].items():
             for naive in (lo, hi):
-                ts = resolve(kind, naive)
-                if ts is not None:
-                    entry[1:3] = _stretch(entry[1], entry[2], ts)
+                entry[1:3] = _stretch(entry[1], entry[2], resolve(kind, naive))
     if scan.last_partial is not None:
         scan.last_ts = resolve(*scan.last_partial)
 
 
 def _count(scan: _LogScan, line: str) -> None:
     text = line.strip()
-    if not text:
-        scan.since_stamp += 1
-        return
     ts, partial = scan.clock.read(text)
     if ts is not None or partial is not None:
         scan.last_ts, scan.last_partial, scan.since_stamp = ts, partial, 0
@@ -340,7 +320,7 @@ def _count(scan: _LogScan, line: str) -> None:
         kind, naive = partial
         span = entry[4].setdefault(kind, [naive, naive])
         span[0], span[1] = min(span[0], naive), max(span[1], naive)
-    if len(entry[3]) < MAX_SAMPLES:
+    if len(entry[3]) < 3:  # samples
         entry[3].append(text[:300])
 
 
@@ -386,7 +366,8 @@ class _JournalFacts:
     name: str | None = None
     started: float | None = None
     ended: float | None = None
-    seen: float | None = None  # the journal's last time: how long a stall still stood
+    seen: float | None = None  # the journal's last time: how long a stall still stood, what a log can cover
+    lived: dict[str, float] = field(default_factory=dict)  # when each component first started
     comps: dict[str, dict[str, Any]] = field(default_factory=dict)
     failures: list[RunFailure] = field(default_factory=list)
     waits: list[RunFailure] = field(default_factory=list)  # flags that waited on what a person stopped
@@ -415,7 +396,8 @@ class _JournalFacts:
         return self.comps.setdefault(c, {"attempts": 0, "exits": 0, "failures": 0, "state": None})
 
     def read(self, r: Record) -> None:
-        e, c, ts = r.event, r.component, _when(r)
+        # (a record without a time: the parser gives it the time 0, and no journal was written in 1970)
+        e, c, ts = r.event, r.component, r.ts or None
         self.seen = ts if ts is not None and (self.seen is None or ts > self.seen) else self.seen
         if isinstance(e, RunStarted):
             self.name = e.name or self.name
@@ -427,13 +409,10 @@ class _JournalFacts:
             for n in e.components:
                 if isinstance(n, str):
                     self.comp(n)
-            return
-        if isinstance(e, RunEnded):
+        elif isinstance(e, RunEnded):
             self.ended = ts
-            return
-        if c is None:
-            return
-        self._component_event(c, ts, e, self.comp(c))
+        elif c is not None:
+            self._component_event(c, ts, e, self.comp(c))
 
     def _component_event(self, c: str, ts: float | None, e: Event, info: dict[str, Any]) -> None:
         """What each event of a component says (other kinds only make the component known)."""
@@ -468,6 +447,8 @@ class _JournalFacts:
     def _started(self, c: str, ts: float | None, e: ComponentStarted, info: dict[str, Any]) -> None:
         info["attempts"] += 1
         info["state"] = "running"
+        if ts is not None:
+            self.lived.setdefault(c, ts)
         self.exited_last[c] = False
         self.attempt[c] = e.attempt or info["attempts"]  # (attempts count from 1: 0 is an old start without one)
         self.unjudged.pop(c, None)
@@ -496,7 +477,7 @@ class _JournalFacts:
         self.exited_last[c] = True
         diag = e.diagnosis.to_dict() if e.diagnosis else {}
         cat = str(diag.get("category") or "unknown")
-        if self.asked.get(c) or cat in NOT_FAILURES:
+        if self.asked.get(c) or cat == "none":
             return
         info["failures"] += 1
         _close(self.let_down.get(c), ts)  # (restarted by a person, it failed on its own)
@@ -537,7 +518,6 @@ def _is_open(spans: dict[str, list[tuple[float, float | None]]], c: str) -> bool
 
 
 def _close(spans: list[tuple[float, float | None]] | None, ts: float | None) -> None:
-    """Ends the open span of ``spans`` (from .. None) at ``ts``."""
     if spans and spans[-1][1] is None and ts is not None:
         spans[-1] = (spans[-1][0], ts)
 
@@ -558,15 +538,14 @@ def _scan_logs(run_dir: Path, events: list[Record], facts: _JournalFacts, notes:
     becomes a failure of its own."""
     logs_dir = run_dir / "logs"
     names = set(facts.comps) | _log_names(logs_dir)
-    lived, last_ts = _lifetimes(events)
     scans: dict[str, _LogScan] = {}
     for n in sorted(names):
         # NAME.log and its rotations, oldest first (NAME.log.3, NAME.log.2, NAME.log.1, NAME.log)
-        files = [f.path for f in log_chain(logs_dir / f"{n}.log")] if logs_dir.is_dir() else []
-        scan = scan_log(files, (lived[n], last_ts) if n in lived and last_ts is not None else None)
+        files = log_chain(logs_dir / f"{n}.log")
+        scan = scan_log(files, (facts.lived[n], facts.seen) if n in facts.lived and facts.seen is not None else None)
         scans[n] = scan
         info = facts.comp(n)
-        info["log_files"] = [Path(f).name for f in scan.files]
+        info["log_files"] = [f.path.name for f in files]
         info["log_lines_scanned"] = scan.lines
         info["symptom_log_lines"] = {cat: v[0] for cat, v in sorted(scan.by_category.items())}
         if scan.truncated:
@@ -587,17 +566,6 @@ def _log_names(logs_dir: Path) -> set[str]:
     return {m.group("n") for p in logs_dir.iterdir() if (m := re.match(r"^(?P<n>.+?)\.log(?:\.\d+)?$", p.name))}
 
 
-def _lifetimes(events: list[Record]) -> tuple[dict[str, float], float | None]:
-    """When the journal says each component first ran, and its last word: the time its log can cover."""
-    lived: dict[str, float] = {}
-    for r in events:
-        ts = _when(r)
-        if isinstance(r.event, ComponentStarted) and r.component is not None and ts is not None:
-            lived.setdefault(r.component, ts)
-    last_ts = max((ts for r in events if (ts := _when(r)) is not None), default=None)
-    return lived, last_ts
-
-
 def _log_tail_failure(run_dir: Path, events: list[Record], facts: _JournalFacts, n: str,
                       scan: _LogScan) -> RunFailure | None:
     """A log that ends in a failure the journal has no exit for (a journal lost, a process that
@@ -607,7 +575,7 @@ def _log_tail_failure(run_dir: Path, events: list[Record], facts: _JournalFacts,
             or not scan.tail):
         return None
     d = diagnose(_last_attempt_tail(run_dir, events, n, list(scan.tail)))
-    if d.category in NOT_FAILURES:
+    if d.category == "none":
         return None
     # when: the last stamped line among the tail the exit diagnosis read, else the log's last write
     when = (scan.last_ts if scan.since_stamp < TAIL_LINES else None) or scan.mtime
@@ -636,14 +604,12 @@ def _judge_stall(f: RunFailure, facts: _JournalFacts) -> bool:
                    None)
     # running again means a new attempt after the flag, not the start of the attempt that stalled
     restarted = next((t for t in facts.back.get(f.component, []) if flagged is not None and t > flagged), None)
-    f.recovered_ts = restarted
-    stood = min((x for x in (cleared, restarted) if x is not None), default=facts.ended or facts.seen)
+    f.recovered_ts = min((x for x in (cleared, restarted) if x is not None), default=None)
+    stood = f.recovered_ts if f.recovered_ts is not None else facts.ended or facts.seen
     by_failure = _explained_stall(f, facts.failures, facts.dep_down, {}, stood)
     by_person = _explained_stall(f, [], facts.waiting, facts.let_down, stood)
     f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
         not by_failure and not by_person
-    if cleared is not None and (f.recovered_ts is None or cleared < f.recovered_ts):
-        f.recovered_ts = cleared
     return by_person and not by_failure
 
 
@@ -680,7 +646,7 @@ def _dependencies_named(message: str) -> set[str] | None:
 def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], att: int | None) -> RunFailure:
     """A stall flag as a failure, placed when the component stopped making progress (the flag comes
     ``stall_after`` seconds later) and described by the last line it printed."""
-    m = _STALL_FOR.search(message)
+    m = re.search(r"no new step for (\d+(?:\.\d+)?)s", message)
     start = ts - float(m.group(1)) if ts is not None and m else ts
     last = next((x.split(":", 1)[1].strip() for x in evidence if x.startswith("last line:")), None)
     summary = f"hung: {message}" + (f"; its last line: {last}" if last else "")
@@ -740,8 +706,7 @@ def _root(failures: list[RunFailure], journal: bool) -> RunFailure | None:
             if journal and f.recovered_ts is None and f.source != "log":
                 return 0
             return 1 if f.category in OWN_FAILURES else 2
-        best = min(rank(f) for f in primary)
-        pick = next(f for f in primary if rank(f) == best)
+        pick = min(primary, key=rank)  # (the first of the best rank)
         # the same failure of the same component earlier (then recovered): count from there
         return next((f for f in primary if f.component == pick.component and f.category == pick.category), pick)
     timed = [f for f in failures if f.source != "flag"]
@@ -756,18 +721,17 @@ def _symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _Lo
             s = groups.setdefault((f.component, f.category), RunSymptom(f.component, f.category, 0, 0, f.ts, f.ts,
                                                                          f.summary))
             s.count += 1
-            _widen(s, f.ts)
+            s.first_ts, s.last_ts = _stretch(s.first_ts, s.last_ts, f.ts)
     _log_symptoms(root, failures, scans, groups)
     return sorted(groups.values(), key=lambda s: (s.first_ts is None, s.first_ts or 0.0, s.component, s.category))
 
 
 def _is_consequence(f: RunFailure, root: RunFailure) -> bool:
     """A failure or flag at or after the root cause that the root cause explains."""
-    t0 = root.ts
     # a stall is dated back to its last step, which may come before the failure that starved it: it counts
     # from when it was called
     ts = f.diagnosis.get("flag_ts", f.ts) if f.category == "stall" and f.source == "flag" else f.ts
-    if f is root or (t0 is not None and isinstance(ts, float | int) and ts < t0):
+    if f is root or (root.ts is not None and isinstance(ts, float | int) and ts < root.ts):
         return False
     if f.component == root.component and f.category == root.category:
         return False  # the same failure again after a restart: counted as a recurrence
@@ -793,7 +757,6 @@ def _after_recovery(f: RunFailure, root: RunFailure) -> bool:
 def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str, _LogScan],
                   groups: dict[tuple[str, str], RunSymptom]) -> None:
     """The symptom lines of the other components' logs, counted per component and kind."""
-    t0 = root.ts
     # what each other component failed of by itself: its own lines of that kind are not symptoms
     own = {(f.component, f.category) for f in failures if f.primary and f.component != root.component}
     for n, scan in scans.items():
@@ -803,7 +766,7 @@ def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str,
             if cat not in SYMPTOM_CATEGORIES or (n, cat) in own:
                 continue
             # lines known to predate the root cause are a startup wait, not its consequence
-            if t0 is not None and last is not None and last < t0:
+            if root.ts is not None and last is not None and last < root.ts:
                 continue
             # lines that carry no time follow a root cause that took its component down (an exit),
             # not one that left it up (a hang, a false success): those are some other outage's
@@ -812,18 +775,14 @@ def _log_symptoms(root: RunFailure, failures: list[RunFailure], scans: dict[str,
             s = groups.setdefault((n, cat), RunSymptom(n, cat, 0, 0, first, last, samples[0] if samples else cat))
             s.log_lines += count
             s.samples = list(samples)
-            _widen(s, first)
-            _widen(s, last)
+            for ts in (first, last):
+                s.first_ts, s.last_ts = _stretch(s.first_ts, s.last_ts, ts)
 
 
-def _widen(s: RunSymptom, ts: float | None) -> None:
-    """Stretch the symptom's span to a time it was seen (None: a time not known)."""
-    if ts is not None:
-        s.first_ts, s.last_ts = _stretch(s.first_ts, s.last_ts, ts)
-
-
-def _stretch(lo: float | None, hi: float | None, ts: float) -> tuple[float, float]:
-    """The span lo..hi (None: empty) stretched to hold ``ts``."""
+def _stretch(lo: float | None, hi: float | None, ts: float | None) -> tuple[float | None, float | None]:
+    """The span lo..hi (None: empty) stretched to hold ``ts`` (None: a time not known)."""
+    if ts is None:
+        return lo, hi
     return (ts if lo is None else min(lo, ts)), (ts if hi is None else max(hi, ts))
 
 

@@ -97,13 +97,11 @@ class LineClock:
         if hms is None:
             return None, None
         at = hms.start()
-        ts = None
         if at > 12 or not _TIME_OF_DAY.match(text):  # a time of day that starts the line is its stamp
             # "YYYY-MM-DD " before it, else a time of day in the message before a dated stamp (rare)
             iso = (_ISO.match(text, at - 11) if at >= 11 else None) or _ISO.search(text, at)
-            ts = _iso_seconds(iso) if iso else None
-        if ts is not None:
-            return ts, None
+            if iso and (ts := _iso_seconds(iso)) is not None:
+                return ts, None
         p = _partial(text, at)
         if p is None:
             return None, None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 from ..monitor.process import signal_name
@@ -57,12 +58,6 @@ def bare_exception(text: str) -> tuple[str, str] | None:
     if typ == "Error" or not _BARE_EXC_TYPE.match(typ):
         return None
     return typ, msg.strip()
-
-
-def _looks_like_exception(typ: str) -> bool:
-    """"ValueError", "ray.exceptions.RayTaskError(OSError)", "torch.OutOfMemoryError" - but not
-    "Message" (logging's own error report) or "File"."""
-    return bool(_EXC_NAME.search(typ)) or ("." in typ.split("(", 1)[0] and typ[:1].isalpha())
 
 
 # Frames from these places are library code, not the user's. A file in a bin/ folder is library
@@ -130,9 +125,6 @@ class Exc:
 
     def user_location(self) -> str | None:
         return next((f.location for f in reversed(self.frames) if is_user_frame(f.file)), None)
-
-    def innermost(self) -> str | None:
-        return self.frames[-1].location if self.frames else None
 
     @property
     def remote(self) -> bool:
@@ -209,12 +201,8 @@ def _message_more(lines: list[Line], k: int) -> str:
     RuntimeErrors ("port: 29500" / "name: EADDRINUSE"), a message a page or a logger wrapped at a
     word boundary. They stop at a blank line, a traceback, a frame, an indented line, another
     writer's record or another exception line."""
-    out: list[str] = []
-    for nxt in lines[k + 1: k + 7]:
-        if not _carries_on(nxt) or bare_exception(nxt.text.strip()) is not None:
-            break
-        out.append(nxt.text.strip())
-    return " ".join(out)
+    more = takewhile(lambda x: _carries_on(x) and bare_exception(x.text.strip()) is None, lines[k + 1: k + 7])
+    return " ".join(x.text.strip() for x in more)
 
 
 def _parse_one(lines: list[Line], i: int, header: bool) -> tuple[Exc | None, int]:
@@ -258,7 +246,9 @@ def _after_frames(lines: list[Line], i: int, j: int, frames: list[Frame]) -> tup
     """(exception, next) of the traceback that lines[i] heads, whose frames end before lines[j]."""
     text = lines[j].text
     em = EXCEPTION_LINE.match(text.strip())
-    if em and _looks_like_exception(em.group("type")):
+    typ = em.group("type") if em else ""
+    # "ValueError", "ray.exceptions.RayTaskError(OSError)", "torch.OutOfMemoryError"; not "Message" (logging's), "File"
+    if em and (_EXC_NAME.search(typ) or ("." in typ.split("(", 1)[0] and typ[:1].isalpha())):
         return Exc(em.group("type"), (em.group("msg") or "").strip(), frames, lines[i].index, lines[j].index,
                    lines[i].stream, text.strip(), continuation=_continuation(lines, j),
                    message_more=_message_more(lines, j)), j + 1
@@ -287,39 +277,38 @@ def find_chains(lines: list[Line], cut: list[Exc]) -> list[Chain]:
 
 
 def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
-    chains: list[Chain] = []
-    current: Chain | None = None
+    chains: list[Chain] = []  # the last one is the current one
     linked = False  # the previous exception said "the above ... following exception"
     first_part: Exc | None = None  # a traceback another one's header cut into, waiting for its rest
 
-    def add(exc: Exc) -> tuple[Chain, bool]:
+    def add(exc: Exc) -> bool:
         """Put ``exc`` on the chain it continues, or start a chain; whether the next one links to it
         (Ray prints the remote task's traceback right under RayTaskError(X): one chain)."""
-        if linked and current is not None:
-            current.excs.append(exc)
-            return current, exc.remote
-        chains.append(Chain([exc]))
-        return chains[-1], exc.remote
+        if linked and chains:
+            chains[-1].excs.append(exc)
+        else:
+            chains.append(Chain([exc]))
+        return exc.remote
 
     i = 0
     n = len(lines)
     while i < n:
         text = lines[i].text
         if CHAIN_CAUSE.match(text):
-            linked = current is not None
+            linked = bool(chains)
             i += 1
             continue
         is_header = bool(TRACEBACK_START.search(text))
         if is_header or TB_FRAME.match(text) or (CUT_FRAME.match(text) and not chains):
             exc, nxt = _parse_one(lines, i, header=is_header)
             exc, first_part = _rejoin(exc, is_header, lines[i].index, first_part)
-            if exc is not None and exc.partial and not (linked and current is not None and current.excs[-1].remote):
+            if exc is not None and exc.partial and not (linked and chains and chains[-1].excs[-1].remote):
                 # cut off before its exception line: it joins no chain, except as the remote part of a Ray task
                 # error printed above it (where its frames say where the task failed)
                 cut.append(exc)
                 exc = None
             if exc is not None:
-                current, linked = add(exc)
+                linked = add(exc)
             else:
                 linked = False
             i = max(nxt, i + 1)
@@ -328,15 +317,13 @@ def _chains_in(lines: list[Line], cut: list[Exc]) -> list[Chain]:
         if bare is not None:
             exc = Exc(bare[0], bare[1], [], lines[i].index, lines[i].index, lines[i].stream, text.strip(),
                       continuation=_continuation(lines, i), message_more=_message_more(lines, i))
-            current, linked = add(exc)
+            linked = add(exc)
             i += 1
             continue
         if text.strip():
             linked = False  # only "The above exception ..." (or Ray's remote part) links two tracebacks
         i += 1
     return chains
-
-
 
 
 def _rejoin(exc: Exc | None, header: bool, start: int, first: Exc | None) -> tuple[Exc | None, Exc | None]:
