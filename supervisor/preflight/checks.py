@@ -50,7 +50,6 @@ GB = 1e9
 SMOKE_TAIL_LINES = 200  # what the diagnosis engine reads
 SMOKE_SHOW_LINES = 8  # what the finding shows
 MODULE_CHECK_TIMEOUT_S = 30.0
-LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "::", ""}
 
 @dataclass(frozen=True)
 class Finding:
@@ -265,7 +264,6 @@ def _check_cwd(ctx: _Ctx, name: str, comp: Component) -> None:
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PY_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
-_PY_OPTS_WITH_ARG = {"-W", "-X", "-Q"}
 
 
 def _resolve_executable(exe: str, env: dict[str, str], cwd: str | None) -> tuple[str | None, str]:
@@ -388,7 +386,7 @@ def _python_target(argv: list[str]) -> tuple[str, str] | None:
             return ("module", mod) if mod is not None else None
         if a.startswith("-c") or a == "-":
             return None
-        if a in _PY_OPTS_WITH_ARG:
+        if a in ("-W", "-X", "-Q"):
             next(rest, None)  # its argument
         elif not a.startswith("-"):
             return ("script", a)
@@ -735,7 +733,7 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
             else:
                 host, port = parse_hostport(probe.target())
             path: Path_ = ("components", name, kind, probe.kind())
-            if host not in LOCAL_HOSTS and host != socket.gethostname():
+            if host not in ("localhost", "127.0.0.1", "0.0.0.0", "::1", "::", "", socket.gethostname()):
                 continue  # another machine's port is not ours to test
             key = ("::1" if host in ("::1", "::") else "127.0.0.1", port)
             if not any(n == name for n, _ in out.get(key, [])):
@@ -1060,12 +1058,8 @@ def _smoke_failed(ctx: _Ctx, name: str, rc: int, lines: list[str], tail: str, dt
     d = diagnose(lines, exit_code=code, signal=sig)
     parts = [f"smoke command failed ({'signal ' + sig if sig else f'exit code {rc}'}, after {dt:.1f}s): "
              f"{d.summary}"]
-    if d.exception:
-        parts.append(f"exception: {d.exception[:300]}")
-    if d.location:
-        parts.append(f"location: {d.location}")
-    if tail:
-        parts.append("last lines:\n" + tail)
+    parts += [p for p in (d.exception and f"exception: {d.exception[:300]}", d.location and f"location: {d.location}",
+                          tail and f"last lines:\n{tail}") if p]
     fix = (f"fix {d.location} and run `rlsup check --smoke` again" if d.location
            else "run the smoke command by hand in the component's cwd to see the whole output")
     ctx.add("error", "smoke", name, "\n".join(parts), fix, ("components", name, "smoke"))
