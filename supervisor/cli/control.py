@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from ..client.session import Session
+from ..render.status import display_path
 from ..rundir.layout import RunPaths, is_locked
 from .common import (
     EXIT_OK,
@@ -27,7 +28,6 @@ from .common import (
     stop_on_interrupt,
     until_interrupted,
 )
-from .daemon import display_path
 from .follow import Printer
 
 

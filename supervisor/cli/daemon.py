@@ -18,6 +18,7 @@ from typing import Any
 
 from ..client.session import Client, NotRunning
 from ..records.events import RunEnded, RunStarted
+from ..render.status import display_path
 from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
 
 READY_TIMEOUT_S = 60.0
@@ -110,14 +111,6 @@ def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
         how = "its supervisor is gone without ending it (killed?); `rlsup up CONFIG` takes the run dir over"
     which = f"the last run here ({shown})" if name_it else "the run"
     return f"; {which} {how}. See `rlsup events --run-dir {shown}` or `rlsup report --run-dir {shown}`"
-
-
-def display_path(p: Path) -> str:
-    """``p`` relative to the working directory when it is below it (shorter to copy)."""
-    try:
-        return str(p.relative_to(Path.cwd()))
-    except ValueError:
-        return str(p)
 
 
 def spawn(config: str, run_dir: Path, extra: list[str], *, env: dict[str, str] | None = None,

@@ -120,9 +120,13 @@ def format_status(view: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _here(path: str) -> str:
-    """``path`` relative to the working directory when below it (shorter to paste), quoted for a shell."""
+def display_path(p: Path) -> str:
+    """``p`` relative to the working directory when it is below it (shorter to copy)."""
     try:
-        return shlex.quote(str(Path(path).relative_to(Path.cwd())))
+        return str(p.relative_to(Path.cwd()))
     except ValueError:
-        return shlex.quote(str(path))
+        return str(p)
+
+
+def _here(path: str) -> str:
+    return shlex.quote(display_path(Path(path)))  # to paste into a shell
