@@ -641,11 +641,6 @@ def _output_dirs(cfg: Config) -> list[tuple[str, str, Path_, str | None]]:
     return outs
 
 
-def _nearest_existing(path: str) -> str:
-    p = Path(os.path.abspath(path))
-    return str(next((q for q in (p, *p.parents) if os.path.lexists(q)), p.anchor))
-
-
 def _round_trip(directory: str) -> str | None:
     """Create, write, fsync, re-read and delete a probe file in ``directory``; None, or what failed."""
     probe = os.path.join(directory, f".rlsup-check-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -679,7 +674,7 @@ def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
     round_trip = functools.cache(_round_trip)  # once per directory
     for label, out_path, yaml_path, component in _output_dirs(ctx.cfg):
         target = os.path.abspath(out_path)
-        anchor = _nearest_existing(target)
+        anchor = str(next((p for p in (Path(target), *Path(target).parents) if os.path.lexists(p)), "/"))
         not_dir = (f"{label} {target} exists and is not a directory"
                    if anchor == target and os.path.exists(target) and not os.path.isdir(target) else
                    f"{label} {target} cannot be created: {anchor} is a file, not a directory"
