@@ -224,9 +224,8 @@ class PodState:
         """Read the pod's journal for its past failures, then let go of an ended run."""
         events: list[dict[str, Any]] = []
         try:
-            events = await client.events(since=0, limit=HISTORY_EVENTS)
-        except Exception:  # the link dropped or an older supervisor: last exits and replayed events still count
-            pass
+            with contextlib.suppress(Exception):  # a dropped link, an older supervisor: the last exits still count
+                events = await client.events(since=0, limit=HISTORY_EVENTS)
         finally:
             self.add_history(events)
             if self.archived:

@@ -393,15 +393,10 @@ def _python_target(argv: list[str]) -> tuple[str, str] | None:
     return None
 
 
-# Console scripts whose interpreter (their shebang) must be able to import these modules, and the
-# subcommands that need more: `trl vllm-serve` runs vLLM inside TRL's process.
+# Console scripts whose interpreter (their shebang) must be able to import these modules (most: their own
+# package), and the subcommands that need more: `trl vllm-serve` runs vLLM inside TRL's process.
 _SCRIPT_MODULES: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm",),
-    "sglang": ("sglang",),
-    "trl": ("trl",),
-    "accelerate": ("accelerate",),
-    "torchrun": ("torch",),
-}
+    **{script: (script,) for script in ("vllm", "sglang", "trl", "accelerate")}, "torchrun": ("torch",)}
 _SUBCOMMAND_MODULES: dict[tuple[str, str], tuple[str, ...]] = {("trl", "vllm-serve"): ("trl", "vllm")}
 
 
