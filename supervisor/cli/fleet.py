@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub: Any) -> None:
-    """Register ``rlsup fleet`` on the CLI's subparsers (``cmd_fleet`` is its handler)."""
     p = sub.add_parser(
         "fleet", help="watch and steer the runs on many pods from one screen",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -103,7 +102,6 @@ def _run_loop(coro: Any) -> Any:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    """``rlsup fleet FLEET.yaml [--json]``."""
     if args.slurm:
         targets = _slurm_targets()
     elif args.fleet_file:
