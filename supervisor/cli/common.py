@@ -142,7 +142,7 @@ def live_or_handed_over(paths: Any) -> bool:
 
 def run_dir_arg(run_dir: Any) -> str:
     """`` --run-dir X`` unless discovery would find this run without it."""
-    from .daemon import display_path
+    from ..render.status import display_path
 
     return "" if Path(run_dir).parent == Path.cwd() / "runs" else f" --run-dir {display_path(Path(run_dir))}"
 

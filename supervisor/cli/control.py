@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from ..client.session import Session
+from ..render.status import display_path
 from ..rundir.layout import RunPaths, is_locked
 from .common import (
     EXIT_OK,
@@ -27,7 +28,6 @@ from .common import (
     stop_on_interrupt,
     until_interrupted,
 )
-from .daemon import display_path
 from .follow import Printer
 
 
@@ -217,7 +217,7 @@ def _which_component(paths: Any) -> int:
 
 @on_run
 def cmd_events(args: argparse.Namespace, paths: RunPaths) -> int:
-    from ..records.events import Record, human, is_lifecycle
+    from ..records.events import human
     from ..rundir.journal import read_records
 
     if not paths.events.exists():
@@ -232,12 +232,7 @@ def cmd_events(args: argparse.Namespace, paths: RunPaths) -> int:
     if not live_or_handed_over(paths):
         return fail("rlsup: no supervisor owns this run; nothing more to follow", EXIT_OK)
 
-    class JsonPrinter(Printer):
-        def _event(self, rec: Record) -> None:
-            if is_lifecycle(rec.kind):
-                self._w(json.dumps(rec.to_dict()) + "\n")  # the dict the supervisor sent
-
-    printer = (JsonPrinter if args.json else Printer)()
+    printer = Printer(as_json=args.json)
     printer.width = width
 
     async def go() -> int:

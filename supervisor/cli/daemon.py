@@ -18,6 +18,7 @@ from typing import Any
 
 from ..client.session import Client, NotRunning
 from ..records.events import RunEnded, RunStarted
+from ..render.status import display_path
 from ..rundir.layout import SUPERVISOR_LOG, RunPaths, is_locked, read_owner
 
 READY_TIMEOUT_S = 60.0
@@ -45,7 +46,9 @@ def resolve_run_dir(arg: str | None, *, ended_ok: bool = False) -> Path:
         return Path(env)
     base = Path.cwd() / "runs"
     runs = live_runs(base)
-    latest = _latest_run(base) if not runs else None
+    # without a live run: the run dir whose journal was written last
+    journals = sorted(base.glob("*/events.jsonl"), key=lambda p: p.stat().st_mtime) if not runs and base.is_dir() else []
+    latest = journals[-1].parent if journals else None
     if latest is not None and ended_ok:
         print(f"rlsup: no live run under {display_path(base)}; showing the most recently active one, "
               f"{display_path(latest)}", file=sys.stderr)
@@ -108,20 +111,6 @@ def _ended_note(paths: RunPaths, *, name_it: bool = False) -> str:
         how = "its supervisor is gone without ending it (killed?); `rlsup up CONFIG` takes the run dir over"
     which = f"the last run here ({shown})" if name_it else "the run"
     return f"; {which} {how}. See `rlsup events --run-dir {shown}` or `rlsup report --run-dir {shown}`"
-
-
-def _latest_run(base: Path) -> Path | None:
-    """The run dir under ``base`` whose journal was written last, if there is one."""
-    journals = sorted(base.glob("*/events.jsonl"), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
-    return journals[-1].parent if journals else None
-
-
-def display_path(p: Path) -> str:
-    """``p`` relative to the working directory when it is below it (shorter to copy)."""
-    try:
-        return str(p.relative_to(Path.cwd()))
-    except ValueError:
-        return str(p)
 
 
 def spawn(config: str, run_dir: Path, extra: list[str], *, env: dict[str, str] | None = None,

@@ -20,6 +20,7 @@ from ..client.fleet import (
     main_component,
     ssh_connectors,
 )
+from ..render.bars import step_text
 from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub: Any) -> None:
-    """Register ``rlsup fleet`` on the CLI's subparsers (``cmd_fleet`` is its handler)."""
     p = sub.add_parser(
         "fleet", help="watch and steer the runs on many pods from one screen",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -74,9 +74,7 @@ def format_text(snap: Mapping[str, Any]) -> str:
             continue
         comps = " ".join(f"{n}={c.get('state')}" for n, c in p["components"].items())
         main = main_component(p["components"])
-        prog = ""
-        if main and main[1].get("step") is not None:
-            prog = f" step {main[1]['step']}" + (f"/{main[1]['total']}" if main[1].get("total") else "")
+        prog = f" step {step_text(main[1])}" if main and main[1].get("step") is not None else ""
         problem = latest_problem(p)
         if ended := p.get("ended"):  # the final state, read back from the pod's run dir
             diag = ended.get("diagnosis") or {}
@@ -104,7 +102,6 @@ def _run_loop(coro: Any) -> Any:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    """``rlsup fleet FLEET.yaml [--json]``."""
     if args.slurm:
         targets = _slurm_targets()
     elif args.fleet_file:
@@ -139,11 +136,8 @@ def _file_targets(args: argparse.Namespace) -> Targets | int:
         specs = load_fleet(args.fleet_file)
     except ConfigError as e:
         return fail(e.report(args.fleet_file), EXIT_USAGE)
-    again = ["rlsup", "fleet", shlex.quote(args.fleet_file)]
-    if args.identity:
-        again += ["-i", shlex.quote(args.identity)]
-    if args.remote_cmd:
-        again += ["--remote-cmd", shlex.quote(args.remote_cmd)]
+    options = (("-i", args.identity), ("--remote-cmd", args.remote_cmd))
+    again = ["rlsup", "fleet", shlex.quote(args.fleet_file), *(f"{o} {shlex.quote(v)}" for o, v in options if v)]
     return specs, ssh_connectors(remote_cmd=args.remote_cmd, accept_new_host_key=args.accept_new_host_key,
                                  identity=args.identity, accept_hint=" ".join([*again, "--accept-new-host-key"]))
 

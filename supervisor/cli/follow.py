@@ -3,6 +3,7 @@ plain-terminal attach. Each is a :class:`~rlsup.supervisor.client.session.Sessio
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -12,12 +13,14 @@ from .common import write
 
 
 class Printer:
-    """Prints lifecycle events (and optionally log lines) as they arrive; tracks the run's end."""
+    """Prints lifecycle events (one line each, or with ``as_json`` the journal's JSON) and optionally log lines
+    as they arrive; tracks the run's end."""
 
     def __init__(self, *, out: TextIO | None = None, events: bool = True, logs: set[str] | None = None,
-                 log_file_hint: dict[str, str] | None = None):
+                 log_file_hint: dict[str, str] | None = None, as_json: bool = False):
         self.out = out if out is not None else sys.stdout  # looked up now: main may have wrapped it
         self.events = events
+        self.as_json = as_json
         self.logs = logs or set()
         self.width = 12
         self.log_file_hint = log_file_hint or {}
@@ -45,15 +48,13 @@ class Printer:
 
     def on_event(self, event: Record | Mapping[str, Any]) -> None:
         """A record from a :class:`~rlsup.supervisor.client.session.Session`; a raw subscription's dict is parsed."""
-        self._event(as_record(event))
-
-    def _event(self, rec: Record) -> None:
+        rec = as_record(event)
         if isinstance(rec.event, RunEnded):
             self.ended = rec.to_dict()
         elif isinstance(rec.event, RunStarted):  # the run goes on (resumed, or its requeued job started again)
             self.ended = None
         if self.events and is_lifecycle(rec.kind):
-            self._w(human(rec, width=self.width) + "\n")
+            self._w((json.dumps(rec.to_dict()) if self.as_json else human(rec, width=self.width)) + "\n")
 
     def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
         if component in self.logs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 
@@ -62,13 +63,9 @@ def _guard_terminal(args: argparse.Namespace) -> None:
     if tui or getattr(args, "raw", False):
         return
     for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        try:
-            tty = stream.isatty()
-        except (AttributeError, ValueError):
-            tty = False
-        if tty:
-            setattr(sys, name, EscapingStream(stream))
+        with contextlib.suppress(AttributeError, ValueError):  # a stream without isatty, or a closed one
+            if (stream := getattr(sys, name)).isatty():
+                setattr(sys, name, EscapingStream(stream))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

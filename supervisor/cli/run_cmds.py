@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..records.events import ComponentAdopted, human
+from ..render.status import display_path
 from ..rundir.layout import SUPERVISOR_LOG, LockHeld, RunPaths, UnsafeRunDir, is_locked, read_owner
 from . import daemon, signals
 from .attach import attach_local
@@ -35,7 +36,7 @@ from .common import (
     stored_overrides,
     write,
 )
-from .daemon import display_path, live_runs, resolve_run_dir, stranded_runs
+from .daemon import live_runs, resolve_run_dir, stranded_runs
 from .follow import Printer
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ def slurm_up(args: argparse.Namespace, cfg: Any) -> int:
     if args.detach:
         j = _scheduled(job_id)
         say(f"  state:   {_state_line(j) if j else 'unknown (squeue does not list it)'}")
-        if j is not None and j["state"] == "PENDING" and jobs.never_clears(j.get("reason")):
+        if j is not None and j["state"] == "PENDING" and jobs.NEVER_CLEARS.get(j.get("reason", "")):
             _never_starts(job_id, j, run_dir)
             return EXIT_FAILED
         _hints(job_id, run_dir)
@@ -189,7 +189,7 @@ def wait_running(job_id: str, run_dir: str) -> dict[str, Any] | None:
         if line != shown:
             say(f"rlsup: job {job_id}: {line}")
             shown = line
-        if j["state"] == "PENDING" and (why := jobs.never_clears(j.get("reason"))):
+        if j["state"] == "PENDING" and (why := jobs.NEVER_CLEARS.get(j.get("reason", ""))):
             _never_starts(job_id, j, run_dir)
             return {**j, "never": why}
         if j["state"] == "RUNNING" and (not _sees_run_dir(run_dir) or (is_locked(paths) and paths.sock.exists()
@@ -211,7 +211,8 @@ def _scheduled(job_id: str, within_s: float = SCHEDULED_S) -> dict[str, Any] | N
 
 
 def _never_starts(job_id: str, j: dict[str, Any], run_dir: str) -> None:
-    say(f"rlsup: job {job_id} will never start: {j.get('reason')} ({jobs.never_clears(j.get('reason'))}). Change the "
+    reason = j.get("reason", "")
+    say(f"rlsup: job {job_id} will never start: {reason} ({jobs.NEVER_CLEARS.get(reason)}). Change the "
         f"`slurm:` block of the config (`rlsup check CONFIG` says what the cluster allows), cancel the job with "
         f"`rlsup down{run_dir_arg(run_dir)}`, then `rlsup up` again", err=True)
 

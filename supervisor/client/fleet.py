@@ -149,9 +149,6 @@ class PodState:
         self.session: Any = None  # the pod's current Session (set by the Fleet): its hello, its journal
         self.history_task: asyncio.Future[None] | None = None
 
-    def server_hello(self) -> Mapping[str, Any]:
-        return getattr(self.session, "server", None) or {}
-
     @property
     def label(self) -> str:
         return self.spec.label
@@ -184,7 +181,7 @@ class PodState:
     def on_snapshot(self, snapshot: dict[str, Any], resumed: bool) -> None:
         self.state = st = snapshot.get("state") or run_state.initial({}, [])
         self.add_failures(failures_in_state(st))
-        hello = self.server_hello()
+        hello = getattr(self.session, "server", None) or {}
         run = st.get("run") or {}
         self.archived = bool(hello.get("ended"))
         # a live supervisor: ended only if its run ended and it is still shutting down
@@ -227,9 +224,8 @@ class PodState:
         """Read the pod's journal for its past failures, then let go of an ended run."""
         events: list[dict[str, Any]] = []
         try:
-            events = await client.events(since=0, limit=HISTORY_EVENTS)
-        except Exception:  # the link dropped or an older supervisor: last exits and replayed events still count
-            pass
+            with contextlib.suppress(Exception):  # a dropped link, an older supervisor: the last exits still count
+                events = await client.events(since=0, limit=HISTORY_EVENTS)
         finally:
             self.add_history(events)
             if self.archived:
@@ -412,10 +408,6 @@ class Fleet:
             p.session = session_factory(self.connectors[p.label], p)
         self._closed = False
         self._wake: asyncio.Event | None = None
-
-    @property
-    def sessions(self) -> dict[str, Any]:
-        return {p.label: p.session for p in self.pods}
 
     def pod(self, label: str) -> PodState:
         return next(p for p in self.pods if p.label == label)

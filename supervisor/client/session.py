@@ -359,8 +359,7 @@ class Session:
 
     async def disk(self, op: str, component: str, **fields: Any) -> dict[str, Any]:
         """``log_read`` or ``log_search`` on the live connection."""
-        return await self._ask(lambda c: c.log_read(component, **fields) if op == "log_read"
-                               else c.log_search(component, **fields))
+        return await self._ask(lambda c: getattr(c, op)(component, **fields))
 
     def close(self) -> None:
         self._stop.set()

@@ -241,11 +241,6 @@ def attach_command(target: str, *, run_dir: str | None = None, identity: str | N
     return " ".join(parts) + (f" {extra}" if extra else "")
 
 
-def bridge_command(remote_cmd: str | None, run_dir: str | None) -> str:
-    base = remote_cmd or os.environ.get("RLSUP_REMOTE_CMD") or "rlsup"
-    return f"{base} bridge" + (f" --run-dir {shlex.quote(run_dir)}" if run_dir else "")
-
-
 async def _bridge_channel(remote: _Remote, command: str) -> tuple[Any, socket.socket, dict[str, Any]]:
     """``rlsup bridge`` started on the remote: over the SSH connection while it lives (a channel that does not
     open soon means it is half dead after a cut), else over a new one."""
@@ -278,7 +273,8 @@ def ssh_connector(target: SshTarget, *, run_dir: str | None = None, remote_cmd: 
         accept_hint = attach_command(target.label(), run_dir=run_dir, identity=target.identity,
                                      remote_cmd=remote_cmd, extra="--accept-new-host-key")
     remote = _Remote(target, accept_new_host_key, accept_hint)
-    command = bridge_command(remote_cmd, run_dir)
+    command = f"{remote_cmd or os.environ.get('RLSUP_REMOTE_CMD') or 'rlsup'} bridge" + (
+        f" --run-dir {shlex.quote(run_dir)}" if run_dir else "")
     lock = asyncio.Lock()
 
     async def connect() -> Client:

@@ -50,7 +50,6 @@ GB = 1e9
 SMOKE_TAIL_LINES = 200  # what the diagnosis engine reads
 SMOKE_SHOW_LINES = 8  # what the finding shows
 MODULE_CHECK_TIMEOUT_S = 30.0
-LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "::", ""}
 
 @dataclass(frozen=True)
 class Finding:
@@ -265,7 +264,6 @@ def _check_cwd(ctx: _Ctx, name: str, comp: Component) -> None:
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PY_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
-_PY_OPTS_WITH_ARG = {"-W", "-X", "-Q"}
 
 
 def _resolve_executable(exe: str, env: dict[str, str], cwd: str | None) -> tuple[str | None, str]:
@@ -388,22 +386,17 @@ def _python_target(argv: list[str]) -> tuple[str, str] | None:
             return ("module", mod) if mod is not None else None
         if a.startswith("-c") or a == "-":
             return None
-        if a in _PY_OPTS_WITH_ARG:
+        if a in ("-W", "-X", "-Q"):
             next(rest, None)  # its argument
         elif not a.startswith("-"):
             return ("script", a)
     return None
 
 
-# Console scripts whose interpreter (their shebang) must be able to import these modules, and the
-# subcommands that need more: `trl vllm-serve` runs vLLM inside TRL's process.
+# Console scripts whose interpreter (their shebang) must be able to import these modules (most: their own
+# package), and the subcommands that need more: `trl vllm-serve` runs vLLM inside TRL's process.
 _SCRIPT_MODULES: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm",),
-    "sglang": ("sglang",),
-    "trl": ("trl",),
-    "accelerate": ("accelerate",),
-    "torchrun": ("torch",),
-}
+    **{script: (script,) for script in ("vllm", "sglang", "trl", "accelerate")}, "torchrun": ("torch",)}
 _SUBCOMMAND_MODULES: dict[tuple[str, str], tuple[str, ...]] = {("trl", "vllm-serve"): ("trl", "vllm")}
 
 
@@ -643,11 +636,6 @@ def _output_dirs(cfg: Config) -> list[tuple[str, str, Path_, str | None]]:
     return outs
 
 
-def _nearest_existing(path: str) -> str:
-    p = Path(os.path.abspath(path))
-    return str(next((q for q in (p, *p.parents) if os.path.lexists(q)), p.anchor))
-
-
 def _round_trip(directory: str) -> str | None:
     """Create, write, fsync, re-read and delete a probe file in ``directory``; None, or what failed."""
     probe = os.path.join(directory, f".rlsup-check-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -681,7 +669,7 @@ def _check_outputs(ctx: _Ctx, min_free_gb: float) -> None:
     round_trip = functools.cache(_round_trip)  # once per directory
     for label, out_path, yaml_path, component in _output_dirs(ctx.cfg):
         target = os.path.abspath(out_path)
-        anchor = _nearest_existing(target)
+        anchor = str(next((p for p in (Path(target), *Path(target).parents) if os.path.lexists(p)), "/"))
         not_dir = (f"{label} {target} exists and is not a directory"
                    if anchor == target and os.path.exists(target) and not os.path.isdir(target) else
                    f"{label} {target} cannot be created: {anchor} is a file, not a directory"
@@ -735,7 +723,7 @@ def _probe_ports(cfg: Config) -> dict[tuple[str, int], list[tuple[str, Path_]]]:
             else:
                 host, port = parse_hostport(probe.target())
             path: Path_ = ("components", name, kind, probe.kind())
-            if host not in LOCAL_HOSTS and host != socket.gethostname():
+            if host not in ("localhost", "127.0.0.1", "0.0.0.0", "::1", "::", "", socket.gethostname()):
                 continue  # another machine's port is not ours to test
             key = ("::1" if host in ("::1", "::") else "127.0.0.1", port)
             if not any(n == name for n, _ in out.get(key, [])):
@@ -1060,12 +1048,8 @@ def _smoke_failed(ctx: _Ctx, name: str, rc: int, lines: list[str], tail: str, dt
     d = diagnose(lines, exit_code=code, signal=sig)
     parts = [f"smoke command failed ({'signal ' + sig if sig else f'exit code {rc}'}, after {dt:.1f}s): "
              f"{d.summary}"]
-    if d.exception:
-        parts.append(f"exception: {d.exception[:300]}")
-    if d.location:
-        parts.append(f"location: {d.location}")
-    if tail:
-        parts.append("last lines:\n" + tail)
+    parts += [p for p in (d.exception and f"exception: {d.exception[:300]}", d.location and f"location: {d.location}",
+                          tail and f"last lines:\n{tail}") if p]
     fix = (f"fix {d.location} and run `rlsup check --smoke` again" if d.location
            else "run the smoke command by hand in the component's cwd to see the whole output")
     ctx.add("error", "smoke", name, "\n".join(parts), fix, ("components", name, "smoke"))

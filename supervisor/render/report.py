@@ -16,7 +16,7 @@ from ..diagnosis.run import diagnose_run, root_hint, waited
 from ..records.attempts import Attempt, from_records
 from ..records.events import FlagCleared, FlagRaised, Record, describe, fmt_duration
 from ..rundir.archive import read_config, redactor_for
-from ..rundir.attemptlog import Mark, lines_of, read_bytes
+from ..rundir.attemptlog import lines_of, mark_of, read_bytes
 from ..rundir.checkpoints import discover
 from ..rundir.layout import RunPaths, is_locked
 from ..rundir.logs import last_lines
@@ -329,21 +329,14 @@ def _failure_key(a: Attempt) -> tuple[Any, ...]:
     return d.category, d.exception, d.location, d.evidence[-1] if d.evidence else None, a.exit_text()
 
 
-def _mark(a: Attempt) -> Mark | None:
-    """Where attempt ``a``'s output begins in its log (None: a journal without ranges)."""
-    s = a.started
-    return None if s is None or s.log_offset is None else Mark(s.log_ino, s.log_offset)
-
-
 def _attempt_tail(paths: RunPaths, name: str, atts: list[Attempt], a: Attempt) -> list[str]:
     """The last lines of attempt ``a``'s own output (never another attempt's), by the range its
     ``started`` event recorded; journals without ranges: the log's tail, for the latest attempt only."""
-    start = _mark(a)
+    k = atts.index(a)
+    start, *end = [mark_of(x.started) if x.started else None for x in atts[k:k + 2]]  # its start, the next's
     if start is None:
         return _log_tail(paths, name) if a is atts[-1] else []
-    k = atts.index(a)
-    end = _mark(atts[k + 1]) if k + 1 < len(atts) else None
-    data, _partial = read_bytes(paths.log(name), start, end, max_bytes=16384)
+    data, _partial = read_bytes(paths.log(name), start, end[0] if end else None, max_bytes=16384)
     return [ln for ln in lines_of(data) if ln.strip()][-LOG_TAIL_LINES:]
 
 

@@ -58,11 +58,6 @@ def _row(name: str, c: dict[str, Any], now: float) -> tuple[str, ...]:
             _opt(res.get("rss_mb") if live else None, "{:.0f} MB".format), _opt(res.get("ring_mb"), "{:.1f} MB".format))
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-
-
 def _component_notes(name: str, c: dict[str, Any]) -> list[str]:
     """What a component waits for, why it is fatal, its last exit and its flags."""
     notes = []
@@ -110,7 +105,9 @@ def format_status(view: dict[str, Any]) -> str:
     now = time.time()
     run = view.get("run", {})
     comps = view.get("components", {})
-    out = [_header(run), *_table([_COLUMNS, *(_row(n, c, now) for n, c in comps.items())])]
+    rows = [_COLUMNS, *(_row(n, c, now) for n, c in comps.items())]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+    out = [_header(run), *("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows)]
     notes = [f"run: FLAG {f.get('type')}: {f.get('message')}" + (f" -> {f['action']}" if f.get("action") else "")
              for f in run.get("flags") or []]
     notes += [note for n, c in comps.items() for note in _component_notes(n, c)]
@@ -120,9 +117,13 @@ def format_status(view: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _here(path: str) -> str:
-    """``path`` relative to the working directory when below it (shorter to paste), quoted for a shell."""
+def display_path(p: Path) -> str:
+    """``p`` relative to the working directory when it is below it (shorter to copy)."""
     try:
-        return shlex.quote(str(Path(path).relative_to(Path.cwd())))
+        return str(p.relative_to(Path.cwd()))
     except ValueError:
-        return shlex.quote(str(path))
+        return str(p)
+
+
+def _here(path: str) -> str:
+    return shlex.quote(display_path(Path(path)))  # to paste into a shell

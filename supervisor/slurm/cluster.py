@@ -19,7 +19,7 @@ from ..config.placement import expand_hostlist
 from .jobs import key_values, run
 
 TIMEOUT_S = 10.0
-_GPU_RE = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
+_GPU_RE = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")  # the GPUs of a gres: gpu:2, gpu:a100:8(S:0-1), gpu:4,shard:8
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,6 @@ class Cluster:
     gpus: dict[str, int] = field(default_factory=dict)  # node -> GPUs (its gres)
 
 
-def gpus_of(gres: str) -> int:
-    """GPUs in a gres string (``gpu:2``, ``gpu:a100:8(S:0-1)``, ``gpu:4,shard:8``); 0 without any."""
-    return sum(int(m.group(1)) for m in _GPU_RE.finditer(gres))
-
-
 def parse(partitions_out: str, nodes_out: str) -> Cluster:
     """``scontrol show partition -o`` and ``sinfo -h -N -o '%N|%G'``, as a :class:`Cluster`."""
     parts = {}
@@ -57,7 +52,7 @@ def parse(partitions_out: str, nodes_out: str) -> Cluster:
     for line in nodes_out.splitlines():
         node, _, gres = line.strip().partition("|")
         if node:
-            gpus[node] = max(gpus.get(node, 0), gpus_of(gres))
+            gpus[node] = max(gpus.get(node, 0), sum(int(m.group(1)) for m in _GPU_RE.finditer(gres)))
     return Cluster(parts, gpus)
 
 

@@ -101,15 +101,9 @@ def sbatch_argv(cfg: Any, run_dir: str, cwd: str) -> list[str]:
            "--no-kill", f"--comment={COMMENT_PREFIX}{run_dir}", f"--chdir={cwd}",
            f"--output={run_dir}/slurm-%j.out", "--open-mode=append",
            "--requeue" if s.requeue or notice else "--no-requeue"]
-    if s.gpus_per_node:
-        out.append(f"--gres=gpu:{s.gpus_per_node}")
-    if s.partition:
-        out.append(f"--partition={s.partition}")
-    if s.time:
-        out.append(f"--time={s.time}")
-    if notice:
-        out.append(f"--signal=B:USR1@{s.warn_s()}")
-    return out + list(s.sbatch_args)
+    optional = (("gres", s.gpus_per_node and f"gpu:{s.gpus_per_node}"), ("partition", s.partition),
+                ("time", s.time), ("signal", notice and f"B:USR1@{s.warn_s()}"))
+    return out + [f"--{option}={value}" for option, value in optional if value] + list(s.sbatch_args)
 
 
 def submit(cfg: Any, config_path: str, *, extra: list[str] | None = None) -> str:
@@ -276,11 +270,6 @@ NEVER_CLEARS = {
     "InvalidAccount": "its account is not valid",
     "InvalidQOS": "its QOS is not valid",
 }
-
-
-def never_clears(reason: str | None) -> str | None:
-    """Why a pending job with squeue's ``reason`` can never start (None: it may, given time)."""
-    return NEVER_CLEARS.get(reason or "")
 
 
 def node_addresses(nodes: list[str]) -> dict[str, str]:

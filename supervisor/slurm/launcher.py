@@ -99,8 +99,7 @@ class SlurmLauncher:
             sid = self.step_of(component, attempt)
             if sid is not None or time.monotonic() >= deadline:
                 return sid
-            rec = read_record() or {}
-            if rec.get("status") == "exited":
+            if (read_record() or {}).get("status") == "exited":
                 return None
             time.sleep(0.1)
 
@@ -189,8 +188,6 @@ class SlurmLauncher:
         Requested node configuration is not available``, the words of a step that asks for more than
         its nodes have, too: only the job's node list tells the two apart)."""
         mine = self.nodes(component)
-        if not mine:
-            return diag
         lost = [n for n in mine if n not in expand_hostlist(job_nodes)]
         if not lost:
             return diag

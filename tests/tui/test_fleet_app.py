@@ -76,7 +76,7 @@ async def started(pilot) -> FleetApp:
 
 
 def sent(app: FleetApp) -> dict[str, list]:
-    return {label: s.commands for label, s in app.fleet.sessions.items() if s.commands}
+    return {p.label: p.session.commands for p in app.fleet.pods if p.session.commands}
 
 
 def row(app: FleetApp, label: str) -> list[str]:
@@ -174,7 +174,7 @@ async def test_enter_opens_the_pod_and_v_shows_evidence_per_pod():
         await pilot.press("escape", "down", "down", "enter")
         await pilot.pause()
     assert app.return_value == "llama-1b"
-    assert all(s._stop.is_set() for s in app.fleet.sessions.values())  # every session closed
+    assert all(s._stop.is_set() for s in (p.session for p in app.fleet.pods))  # every session closed
 
 
 def test_pod_cells_of_a_pod_never_connected():

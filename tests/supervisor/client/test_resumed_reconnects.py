@@ -110,7 +110,7 @@ def test_every_client_rides_through_the_link_drops_of_a_resumed_run(tmp_path, da
                 return _statuses(sub).count("attached") > n
 
             wait_for(back, BACK, what=f"the session back after {how}")
-            wait_for(lambda: fleet.pod.connection == "attached" and fleet.pod.server_hello().get("pid") == d.pid,
+            wait_for(lambda: fleet.pod.connection == "attached" and fleet.pod.session.server.get("pid") == d.pid,
                      BACK, what=f"the fleet back after {how}")
             try:  # (one that was still dialling when the drop came shows the new supervisor without a reconnect)
                 wait_for(lambda: f"pid {d.pid}" in plain.out and f"pid {d.pid}" in follow.out, BACK)
