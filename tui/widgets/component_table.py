@@ -124,9 +124,8 @@ class ComponentTable(Widget):
         w = {c: max([least.get(c, 0), cell_len(c)] + [cell_len(cells[c]) for _, _, cells in self.rows]) for c in cols}
         fixed = sum(w[c] + 1 for c in cols if c not in ("last exit", "flags")) + 1
         room = max(10, width - fixed - 2)
-        flags = min(w["flags"], max(6, room // 4))
-        w["flags"] = flags
-        w["last exit"] = max(5, room - flags)
+        w["flags"] = min(w["flags"], max(6, room // 4))
+        w["last exit"] = max(5, room - w["flags"])
         return w
 
     def render(self) -> Text:
