@@ -46,9 +46,8 @@ def columns(width: int) -> list[str]:
 
 def row_cells(i: int, c: dict[str, Any], now: float) -> dict[str, str]:
     """Every cell of one component's row, as text."""
-    state = c.get("state", "?")
-    state_txt = state
-    if state == "backoff" and c.get("next_start_at"):
+    state_txt = c.get("state", "?")
+    if state_txt == "backoff" and c.get("next_start_at"):
         state_txt += f" {max(0.0, c['next_start_at'] - now):.0f}s"
     if c.get("waiting_for"):
         state_txt += " (waits " + ",".join(c["waiting_for"]) + ")"
