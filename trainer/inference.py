@@ -16,6 +16,7 @@ and generates for everything pending in one batch.  Responses carry an extra ``w
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import queue
@@ -72,7 +73,7 @@ class Engine:
         self.lock = threading.Lock()  # policy swap vs. generation
         self.jobs: queue.Queue[_Job] = queue.Queue()
         self.generator = torch.Generator().manual_seed(seed)
-        self.stats = {"requests": 0, "completions": 0, "tokens": 0, "batches": 0}
+        self.stats = collections.Counter(requests=0, completions=0, tokens=0, batches=0)
         self.reported = dict(self.stats)
         threading.Thread(target=self._worker, name="batcher", daemon=True).start()
 
@@ -104,10 +105,7 @@ class Engine:
             job.set_result((*([r[: job.max_tokens] for r in rows[mine]] for rows in (ids, lps, tops)), step,
                             [f if len(r) <= job.max_tokens else "length"
                              for f, r in zip(finish[mine], ids[mine], strict=True)]))
-        self.stats["batches"] += 1
-        self.stats["requests"] += len(batch)
-        self.stats["completions"] += len(rows)
-        self.stats["tokens"] += len(rows) * max_tokens
+        self.stats.update(batches=1, requests=len(batch), completions=len(rows), tokens=len(rows) * max_tokens)
 
 
 def _completion_response(engine: Engine, model: str, body: dict) -> dict:

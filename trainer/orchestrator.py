@@ -98,13 +98,6 @@ def published_step(weights_dir: Path) -> int:
     return (weights_mod.published(weights_dir) or (0,))[0]
 
 
-def wait_for_weights(weights_dir: Path, needed: int) -> None:
-    """Block until the published weights step is >= ``needed``. Paced by what is published, not by what the
-    server loaded: a server that cannot load weights must not stop the run."""
-    waiting.poll(lambda: published_step(weights_dir) >= needed or None, say=lambda: steplog.log(
-        f"Waiting for trainer weights step {needed} (published: {published_step(weights_dir)})"))
-
-
 def reported_step(base: str) -> int | None:
     """The weights step the server says it serves: rlsup's server has ``weights_step`` in ``/health``
     (and loads the newest published weights when it restarts, which latest.json does not know);
@@ -235,7 +228,9 @@ class Orchestrator:
         """Wait for the weights ``step`` may sample with (async level), and for the server to load them
         while it keeps up."""
         needed = step - 1 - self.args.async_level
-        wait_for_weights(self.weights_dir, needed)
+        # Paced by what is published, not by what the server loaded: one that cannot load must not stop the run.
+        waiting.poll(lambda: published_step(self.weights_dir) >= needed or None, say=lambda: steplog.log(
+            f"Waiting for trainer weights step {needed} (published: {published_step(self.weights_dir)})"))
         if weights_mod.latest(self.weights_dir) is None:  # the server loads what is published
             return
         caught_up = wait_for_server(self.weights_dir, needed, 0.0 if self.server_lags else self.args.server_wait,

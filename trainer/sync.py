@@ -302,10 +302,9 @@ class WeightSync:
             result = self._check_shapes(path) or self._push_recorded(step, path)
             if result.loaded:  # the trainer's log says when each step reached the server, and how long it took
                 steplog.log(f"Inference server loaded weights step {step} ({path}) in {time.monotonic() - t0:.1f}s")
-        if result.loaded:
-            self._mark_loaded(step, path, result)
-        elif self.base and self.mode != "none":
-            self._warn_once(result.detail)
+                self._mark_loaded(step, path, result)
+            else:
+                self._warn_once(result.detail)
         self._check_stale(step)
         stopping.exit_if_stopped()
         return result

@@ -114,7 +114,8 @@ def train_tiny(args: argparse.Namespace) -> int:
     return loop.run(args, start,
                     lambda samples, temperature: train_step(policy, optimizer, samples, temperature,
                                                             args.minibatches, args.clip_eps),
-                    lambda step: weights_mod.publish(args.out / "weights", step, args.steps, policy),
+                    lambda step: weights_mod.write(args.out / "weights", step, lambda d: save_weights(policy, d),
+                                                   {"step": step, "total": args.steps}),
                     lambda d: save_weights(policy, d), optimizer)
 
 

@@ -13,22 +13,11 @@ import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rlsup.trainer import atomic
 
-if TYPE_CHECKING:  # the orchestrator reads published weights and imports no torch
-    from rlsup.trainer.policy import Policy
-
 MARKER = atomic.MARKER
 REJECTED = "REJECTED"  # written into a published dir an inference server failed to load (why, inside)
-
-
-def publish(weights_dir: Path, step: int, total: int, policy: Policy, keep: int = 3) -> Path:
-    """Write ``weights_dir/step_{step}`` atomically, prune all but the newest ``keep``; return it."""
-    from rlsup.trainer.policy import save_weights
-
-    return write(weights_dir, step, lambda d: save_weights(policy, d), {"step": step, "total": total}, keep)
 
 
 def write(weights_dir: Path, step: int, write_model: Callable[[Path], None], meta: dict[str, object],

@@ -75,6 +75,17 @@ def _component_clock(c: dict[str, Any], now: float) -> list[object]:
     return parts
 
 
+def _on_selected(act: Callable[[MainScreen, str, dict[str, Any]], None]) -> Callable[[MainScreen], None]:
+    """An action on the selected component, given its name and state (with none yet: saying so)."""
+    def run(screen: MainScreen) -> None:
+        if (name := screen.selected_name()) is None:
+            screen.notify("no component to act on yet", severity="warning")
+        else:
+            act(screen, name, ((screen.model.state or {}).get("components") or {}).get(name, {}))
+
+    return run
+
+
 class SearchInput(Input):
     BINDINGS = [Binding("escape", "cancel", "close search", show=False)]
 
@@ -431,12 +442,8 @@ class MainScreen(Screen):
         self._show_focus()
 
     # selection ------------------------------------------------------------------------------
-    @property
-    def names(self) -> list[str]:
-        return list(self.panes)
-
     def selected_name(self) -> str | None:
-        names = self.names
+        names = list(self.panes)
         return names[self.selected] if 0 <= self.selected < len(names) else None
 
     def selected_pane(self) -> LogPane | None:
@@ -489,19 +496,12 @@ class MainScreen(Screen):
 
     @on(LogPane.Clicked)
     def _pane_clicked(self, event: LogPane.Clicked) -> None:
-        names = self.names
+        names = list(self.panes)
         if event.pane.component in names:
             self.log_focus = True
             self._select(names.index(event.pane.component))
 
     # commands -------------------------------------------------------------------------------
-    def _component(self) -> tuple[str | None, dict[str, Any]]:
-        """The selected component and its state; (None, {}) after saying there is none."""
-        name = self.selected_name()
-        if name is None:
-            self.notify("no component to act on yet", severity="warning")
-        return name, ((self.model.state or {}).get("components") or {}).get(name, {})
-
     def send(self, command: str, component: str | None, on_ok: Callable[[], None] | None = None,
              **args: Any) -> None:
         self.run_worker(self._send(command, component, on_ok, **args), group="commands")
@@ -517,25 +517,19 @@ class MainScreen(Screen):
         else:
             self.notify(reply.get("error") or "refused", title=f"{what} failed", severity="error", timeout=8)
 
-    def action_restart(self) -> None:
-        name, c = self._component()
-        if name is None:
-            return
+    @_on_selected
+    def action_restart(self, name: str, c: dict[str, Any]) -> None:
         confirm(self.app, f"Restart {name}? (it is {c.get('state', '?')}, pid {c.get('pid') or '-'})",
                       lambda: self.send("restart", name))
 
-    def action_resume(self) -> None:
-        name, c = self._component()
-        if name is None:
-            return
+    @_on_selected
+    def action_resume(self, name: str, c: dict[str, Any]) -> None:
         ck = c.get("checkpoint") or {}
         where = f"its latest checkpoint (step {ck['step']})" if ck.get("step") is not None else "its latest checkpoint"
         confirm(self.app, f"Restart {name} from {where}?", lambda: self.send("resume", name))
 
-    def action_stop_start(self) -> None:
-        name, c = self._component()
-        if name is None:
-            return
+    @_on_selected
+    def action_stop_start(self, name: str, c: dict[str, Any]) -> None:
         if c.get("state") in ACTIVE:
             confirm(self.app, f"Stop {name}? (it is {c.get('state')})", lambda: self.send("stop", name))
         else:
@@ -613,19 +607,15 @@ class MainScreen(Screen):
             where = " (the whole log file too)" if reply.get("ok") else ""
             self.notify(f"not found in {pane.component}{where}: {query}", severity="warning")
 
-    def action_details(self) -> None:
-        name, c = self._component()
-        if name is None:
-            return
+    @_on_selected
+    def action_details(self, name: str, c: dict[str, Any]) -> None:
         v = self.model.view(self.rlapp.clock()) or {}
         comp = (v.get("components") or {}).get(name, c)
         self.app.push_screen(FailureScreen(name, comp, list(self.model.timeline), v.get("run") or {},
                                            self.rlapp.timefmt))
 
-    def action_charts(self) -> None:
-        if (name := self.selected_name()) is None:
-            self.notify("no component yet", severity="warning")
-            return
+    @_on_selected
+    def action_charts(self, name: str, c: dict[str, Any]) -> None:
         self.app.push_screen(ChartsScreen(self.rlapp, name))
 
     def action_gpu_processes(self) -> None:
@@ -639,9 +629,8 @@ class MainScreen(Screen):
         flags = sorted(self.model.flags(self.rlapp.clock()), key=lambda nf: nf[0] != sel)
         self.app.push_screen(FlagsScreen(flags, self.rlapp.timefmt))
 
-    def action_stacks(self) -> None:
-        if (name := self._component()[0]) is None:
-            return
+    @_on_selected
+    def action_stacks(self, name: str, c: dict[str, Any]) -> None:
         self.notify(f"taking the Python stacks of {name}'s processes (py-spy)", title=f"stack {name}")
         self.run_worker(self._stacks(name), group="commands")
 

@@ -85,7 +85,7 @@ class FleetFlags(Static):
 class ComponentPicker(ModalScreen[str | None]):
     """Which component a fleet action applies to; enter picks, escape cancels."""
 
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    BINDINGS = [Binding("escape", "dismiss", "cancel")]
 
     def __init__(self, question: str, names: Sequence[str], default: str | None = None):
         super().__init__()
@@ -106,9 +106,6 @@ class ComponentPicker(ModalScreen[str | None]):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 def pod_evidence(pod: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
@@ -132,7 +129,7 @@ class FleetFlagsScreen(Closable):
     """Each fleet flag with the evidence from every pod it names, then each pod's own problems with
     their evidence (a failure on one pod only is no fleet flag, and its evidence matters as much)."""
 
-    BINDINGS = [Binding("escape,q,v", "close", "close")]
+    BINDINGS = [Binding("escape,q,v", "dismiss", "close")]
 
     def __init__(self, flags: list[dict[str, Any]], timefmt: Callable[[float], str], pods: list[dict[str, Any]]):
         self.flags, self.timefmt = flags, timefmt
@@ -224,21 +221,18 @@ class FleetApp(App[str | None]):
             return
         self.dirty = False
         snap = self.fleet.snapshot()
-        with contextlib.suppress(NoMatches):  # the app is closing: a last timer tick after some widgets went
-            self._paint(snap)
-
-    def _paint(self, snap: dict) -> None:
-        table = self.query_one(DataTable)
-        for pod in snap["pods"]:
-            for key, value in pod_cells(pod, pod["label"] in self.selected).items():
-                table.update_cell(pod["label"], key, value, update_width=True)
         n = len(snap["pods"])
         up = sum(p["connected"] for p in snap["pods"])
         sel = f" · {len(self.selected)} selected" if self.selected else ""
-        self.query_one("#fleet-header", Static).update(
-            Text.assemble(("rlsup fleet", "bold"), f" · {n} pods · ", (f"{up} connected", "green" if up == n else "yellow"),
-                          sel, ("   enter: open pod · space: select · r/u/d: act on selected (or the row)", "dim")))
-        self.query_one(FleetFlags).set_flags(snap["flags"])
+        with contextlib.suppress(NoMatches):  # the app is closing: a last timer tick after some widgets went
+            table = self.query_one(DataTable)
+            for pod in snap["pods"]:
+                for key, value in pod_cells(pod, pod["label"] in self.selected).items():
+                    table.update_cell(pod["label"], key, value, update_width=True)
+            self.query_one("#fleet-header", Static).update(Text.assemble(
+                ("rlsup fleet", "bold"), f" · {n} pods · ", (f"{up} connected", "green" if up == n else "yellow"),
+                sel, ("   enter: open pod · space: select · r/u/d: act on selected (or the row)", "dim")))
+            self.query_one(FleetFlags).set_flags(snap["flags"])
 
     # selection ----------------------------------------------------------------------------------
     def cursor_label(self) -> str | None:
@@ -281,18 +275,14 @@ class FleetApp(App[str | None]):
     def _who(self, labels: list[str]) -> str:
         return f"{len(labels)} pod{'s' if len(labels) != 1 else ''} ({', '.join(labels)})"
 
-    def _component_names(self, labels: list[str]) -> tuple[list[str], str | None]:
-        pods = [self.fleet.pod(label) for label in labels]
-        names = list(dict.fromkeys(n for pod in pods for n in (pod.state or {}).get("components") or {}))
-        newest = max((f for pod in pods for f in pod.failures), key=lambda f: f.ts, default=None)
-        return names, newest.component if newest else None
-
     def action_component(self, command: str, verb: str) -> None:
         """``command`` for one component (asked for) on the target pods, after a y/n."""
         labels = self.targets()
         if not labels:
             return
-        names, default = self._component_names(labels)
+        pods = [self.fleet.pod(label) for label in labels]
+        names = list(dict.fromkeys(n for pod in pods for n in (pod.state or {}).get("components") or {}))
+        newest = max((f for pod in pods for f in pod.failures), key=lambda f: f.ts, default=None)  # picked first
         if not names:
             self.notify("no component known on those pods yet (not connected?)", severity="warning")
             return
@@ -301,7 +291,8 @@ class FleetApp(App[str | None]):
             if name:
                 confirm(self, f"{verb} {name} on {self._who(labels)}?", lambda: self.send(labels, command, name))
 
-        self.push_screen(ComponentPicker(f"{verb} which component on {self._who(labels)}?", names, default), picked)
+        self.push_screen(ComponentPicker(f"{verb} which component on {self._who(labels)}?", names,
+                                         newest.component if newest else None), picked)
 
     def action_down(self) -> None:
         labels = self.targets()

@@ -22,7 +22,7 @@ class KeyTableCommands(Provider):
         for action, label, text in palette_entries():
             if action.startswith("select("):
                 named += [(f"select component {i + 1}: {name}  ({i + 1})", f"select({i})")
-                          for i, name in enumerate(app.main.names[:9])]
+                          for i, name in enumerate(list(app.main.panes)[:9])]
             else:
                 named.append((f"{text}  ({label})", action))
         return [(name, partial(app.call_later, app.main.run_from_palette, action)) for name, action in named]

@@ -52,7 +52,7 @@ def describe_any(rec: Record) -> str:
 class ConfirmScreen(ModalScreen[bool]):
     """Asks a yes/no question; ``y`` (or enter) answers yes, ``n`` or escape answers no."""
 
-    BINDINGS = [Binding("y,enter", "answer(True)", "yes"), Binding("n,escape", "answer(False)", "no")]
+    BINDINGS = [Binding("y,enter", "dismiss(True)", "yes"), Binding("n,escape", "dismiss(False)", "no")]
 
     def __init__(self, question: str):
         super().__init__()
@@ -63,23 +63,16 @@ class ConfirmScreen(ModalScreen[bool]):
             yield Static(self.question, classes="question", markup=False)
             yield Static("[b]y[/b] yes    [b]n[/b] no", classes="hint")
 
-    def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
 
-
-def confirm(app: App[Any], question: str, then: Callable[[], object]) -> None:
+def confirm(app: App[Any], question: str, then: Callable[[], None]) -> None:
     """Ask ``question`` with a :class:`ConfirmScreen`; ``then()`` on yes."""
-    def answered(yes: bool | None) -> None:
-        if yes:
-            then()
-
-    app.push_screen(ConfirmScreen(question), answered)
+    app.push_screen(ConfirmScreen(question), lambda yes: then() if yes else None)
 
 
 class PathScreen(ModalScreen["str | None"]):
     """Asks for a file path (prefilled); enter answers it, escape cancels."""
 
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    BINDINGS = [Binding("escape", "dismiss", "cancel")]
     AUTO_FOCUS = "#path"  # typing goes to the path from the first key
 
     def __init__(self, question: str, default: str):
@@ -96,14 +89,11 @@ class PathScreen(ModalScreen["str | None"]):
     def _submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
 
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
 
 class Closable(ModalScreen[None]):
     """A full-size dialog of text (``body``), a hint line over it; escape or q closes it."""
 
-    BINDINGS = [Binding("escape,q", "close", "close")]
+    BINDINGS = [Binding("escape,q", "dismiss", "close")]
 
     def __init__(self, hint: str, body: RenderableType, scroll_id: str | None = None):
         super().__init__()
@@ -115,12 +105,9 @@ class Closable(ModalScreen[None]):
             with VerticalScroll(id=self.scroll_id):
                 yield Static(self.shown)
 
-    def action_close(self) -> None:
-        self.dismiss(None)
-
 
 class HelpScreen(Closable):
-    BINDINGS = [*Closable.BINDINGS, Binding("question_mark", "close", "close")]
+    BINDINGS = [*Closable.BINDINGS, Binding("question_mark", "dismiss", "close")]
 
     def __init__(self) -> None:
         t = Table(box=None, show_header=True, header_style="bold", padding=(0, 2), expand=True)
@@ -342,7 +329,7 @@ class ChartsScreen(Screen[None]):
     """Each progress metric of one component against step, for the whole run (read from the app's
     model once a second; tab / shift+tab switch the component)."""
 
-    BINDINGS = [Binding("escape,q,m", "close", "back"), Binding("tab", "next(1)", "next component"),
+    BINDINGS = [Binding("escape,q,m", "dismiss", "back"), Binding("tab", "next(1)", "next component"),
                 Binding("shift+tab", "next(-1)", "previous")]
 
     def __init__(self, rlapp: RlsupApp, name: str):
@@ -368,9 +355,6 @@ class ChartsScreen(Screen[None]):
             i = names.index(self.component) if self.component in names else 0
             self.component = names[(i + step) % len(names)]
             self.update_charts()
-
-    def action_close(self) -> None:
-        self.dismiss(None)
 
     def update_charts(self) -> None:
         c = ((self.rlapp.model.state or {}).get("components") or {}).get(self.component) or {}

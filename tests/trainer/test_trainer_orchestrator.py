@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_trainer_stack import _free_port, _module, _post, _stop, _wait_healthy
+from test_trainer_stack import _free_port, _module, _post, _stop, _wait_healthy, publish
 
 from rlsup.trainer import orchestrator, rollouts, weights
 from rlsup.trainer.policy import Policy
@@ -67,7 +67,7 @@ def test_async_level_0_samples_with_the_weights_the_server_has_loaded(tmp_path: 
     orch = None
     try:
         _wait_healthy(base, server)
-        p0 = weights.publish(wdir, 0, 2, Policy())
+        p0 = publish(wdir, 0, 2, Policy())
         assert _post(f"{base}/update_weights_from_disk", {"model_path": str(p0)})[0] == 200
         weights.mark_latest(wdir, 0, p0)
         orch = _module("orchestrator", "--server", base, "--out", str(out), "--steps", "2", "--async-level", "0",
@@ -77,7 +77,7 @@ def test_async_level_0_samples_with_the_weights_the_server_has_loaded(tmp_path: 
             assert orch.poll() is None, (tmp_path / "orch.log").read_text()
             assert time.monotonic() < deadline, "no rollouts for step 1"
             time.sleep(0.05)
-        p1 = weights.publish(wdir, 1, 2, Policy())  # published: the orchestrator's first gate opens now
+        p1 = publish(wdir, 1, 2, Policy())  # published: the orchestrator's first gate opens now
         time.sleep(1.0)  # ... while the server is still loading them
         assert _post(f"{base}/update_weights_from_disk", {"model_path": str(p1)})[0] == 200
         weights.mark_latest(wdir, 1, p1)

@@ -17,9 +17,14 @@ import pytest
 import torch
 
 from rlsup.trainer import weights
-from rlsup.trainer.policy import Policy
+from rlsup.trainer.policy import Policy, save_weights
 
 STEP_LINE = re.compile(r"^Step (\d+)/(\d+)( \| [a-z_]+ -?\d+(\.\d+)?)+$")
+
+
+def publish(weights_dir: Path, step: int, total: int, policy: Policy) -> Path:
+    """The tiny policy's weights dir of ``step``, as the trainer publishes it."""
+    return weights.write(weights_dir, step, lambda d: save_weights(policy, d), {"step": step, "total": total})
 
 
 def _free_port() -> int:
@@ -112,7 +117,7 @@ def test_server_api_batching_and_weight_update(tmp_path: Path) -> None:
 
         assert _post(f"{base}/v1/completions", {"prompt": "a+b="})[0] == 400
         torch.manual_seed(5)
-        path = weights.publish(tmp_path / "weights", 7, 20, Policy())
+        path = publish(tmp_path / "weights", 7, 20, Policy())
         status, body = _post(f"{base}/update_weights_from_disk", {"model_path": str(path)})
         assert status == 200 and body["success"] is True
         assert _get(f"{base}/health")[1]["weights_step"] == 7

@@ -38,19 +38,14 @@ class MetricChart(Widget):
         self.history, self.series, self.value = history, series, value
         self.refresh()
 
-    def points(self) -> tuple[list[tuple[float, float]], bool]:
-        """(x, y) points and whether x is the step (False: the recent series by index)."""
-        pts = history_points(self.history)
-        if pts:
-            return pts, True
-        series = [v for v in self.series or [] if v is not None]
-        return [(float(i), float(v)) for i, v in enumerate(series)], False
-
     def render(self) -> Text:
         width = self.size.width - 2  # padding
         height = self.size.height
         out = Text(no_wrap=True, overflow="crop", end="")
-        pts, by_step = self.points()
+        pts = history_points(self.history)
+        by_step = bool(pts)  # x is the step (else the recent series by index)
+        if not by_step:
+            pts = [(float(i), float(y)) for i, y in enumerate(y for y in self.series or [] if y is not None)]
         title = self.get_component_rich_style("chart--title")
         axis = self.get_component_rich_style("chart--axis")
         note = self.get_component_rich_style("chart--note")

@@ -46,9 +46,8 @@ def columns(width: int) -> list[str]:
 
 def row_cells(i: int, c: dict[str, Any], now: float) -> dict[str, str]:
     """Every cell of one component's row, as text."""
-    state = c.get("state", "?")
-    state_txt = state
-    if state == "backoff" and c.get("next_start_at"):
+    state_txt = c.get("state", "?")
+    if state_txt == "backoff" and c.get("next_start_at"):
         state_txt += f" {max(0.0, c['next_start_at'] - now):.0f}s"
     if c.get("waiting_for"):
         state_txt += " (waits " + ",".join(c["waiting_for"]) + ")"
@@ -124,9 +123,8 @@ class ComponentTable(Widget):
         w = {c: max([least.get(c, 0), cell_len(c)] + [cell_len(cells[c]) for _, _, cells in self.rows]) for c in cols}
         fixed = sum(w[c] + 1 for c in cols if c not in ("last exit", "flags")) + 1
         room = max(10, width - fixed - 2)
-        flags = min(w["flags"], max(6, room // 4))
-        w["flags"] = flags
-        w["last exit"] = max(5, room - flags)
+        w["flags"] = min(w["flags"], max(6, room // 4))
+        w["last exit"] = max(5, room - w["flags"])
         return w
 
     def render(self) -> Text:

@@ -17,12 +17,6 @@ from rlsup.tui.format import fmt_dur, fmt_num, fmt_rate, history_points, resampl
 from rlsup.tui.widgets import TextPanel
 
 
-def metric_of(c: dict[str, Any]) -> tuple[str | None, float | None]:
-    metrics = c.get("metrics") or {}
-    name = c.get("metric") or next(iter(metrics), None)
-    return name, metrics.get(name) if name else None
-
-
 def spark_of(c: dict[str, Any], metric: str | None, width: int) -> str:
     """The metric's sparkline: the whole run on its own range when the history is there, else
     the recent ``series`` (an older supervisor)."""
@@ -96,9 +90,10 @@ class ProgressPanel(TextPanel):
                 continue
             counts = f" {step}/{total}" if total else f" step {step}"
             right = f"{counts} {fmt_rate(c.get('rate')):>8} ETA {fmt_dur(c.get('eta_s')):>6}"
-            mname, mval = metric_of(c)
+            metrics = c.get("metrics") or {}
+            mname = c.get("metric") or next(iter(metrics), None)
             spark_w = min(24, max(0, width // 5))  # fixed per width, so bars line up across rows
-            tail = f"  {mname[:8]:>8} {fmt_num(mval):<7}" if mname else " " * 18
+            tail = f"  {mname[:8]:>8} {fmt_num(metrics.get(mname)):<7}" if mname else " " * 18
             bar_w = width - len(head) - len(right) - len(tail) - spark_w
             if bar_w < 6:  # narrow: the numbers matter more than the sparkline
                 tail, spark_w = "", 0
@@ -113,7 +108,7 @@ class ProgressPanel(TextPanel):
             if tail:
                 out.append(tail, style=dim)
                 out.append(spark_of(c, mname, spark_w), style=self.get_component_rich_style("progress--spark"))
-            for extra in (self.artefacts(c), weights_line(c.get("metrics") or {})):
+            for extra in (self.artefacts(c), weights_line(metrics)):
                 if extra:
                     out.append("\n" + " " * len(head) + extra, style=dim)
         return out
