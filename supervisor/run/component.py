@@ -45,6 +45,7 @@ from ..records.diagnosis import Diagnosis
 from ..records.phrases import describe_exit, fmt_duration
 from ..records.progress import ProgressMatcher, ProgressTracker
 from ..rules import lifecycle as lc
+from ..rundir.attemptlog import lines_of
 from ..rundir.layout import RunPaths
 from ..rundir.logs import LineNormaliser, LogFollower, LogRing, Position, RingBudget
 from ..slurm.launcher import SlurmLauncher
@@ -382,8 +383,7 @@ class Component:
         assert w is not None and cfg is not None
         from . import rayprobe
 
-        run = self.ctx.cfg
-        token = rayprobe.auth_token({**os.environ, **run.file_env, **run.env, **self.cfg.env}, cfg.token_file)
+        token = rayprobe.auth_token(self._env(self.attempt), cfg.token_file)
         try:
             nodes, actors = await asyncio.to_thread(rayprobe.read_state, cfg.url, token, cfg.timeout)
         except (OSError, ValueError) as e:
@@ -677,10 +677,8 @@ class Component:
         data = self.follower.read_back(at.ino, at.offset, 4 << 20)
         if not data:
             return
-        norm = LineNormaliser(self.logs_cfg.line_cap)
-        lines, _ = norm.feed(data)
-        tail, _ = norm.flush()  # an unterminated last line was shown as a line when its attempt ended
-        lines = (lines + tail)[-min(self.ring.maxlen, at.seq):] if at.seq > 0 else []
+        # (an unterminated last line was shown as a line when its attempt ended)
+        lines = lines_of(data, self.logs_cfg.line_cap)[-min(self.ring.maxlen, at.seq):] if at.seq > 0 else []
         self.ring.reset(at.seq - len(lines))
         self.ring.extend(lines)
 
