@@ -95,8 +95,7 @@ class Component:
         self.ctx = ctx
         self.rules = lc.Rules.of(name, cfg)
         self.life = life or lc.Life(name)
-        logs_cfg = ctx.cfg.logs_for(name)
-        self.logs_cfg = logs_cfg
+        self.logs_cfg = logs_cfg = ctx.cfg.logs_for(name)
         start = log_position or Position()
         self.ring = LogRing(logs_cfg.ring_lines, budget, first_seq=start.seq)
         self.norm = LineNormaliser(logs_cfg.line_cap)

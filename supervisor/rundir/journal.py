@@ -354,12 +354,10 @@ def _short(v: Any) -> str:
 def _lines(f: Any) -> Iterator[tuple[int, bytes | None]]:
     """(line number, bytes) of each line; None for a line over :data:`MAX_LINE` (read past, not kept)."""
     for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
-        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-            while raw and not raw.endswith(b"\n"):
-                raw = f.readline(MAX_LINE)
-            yield n, None
-            continue
-        yield n, raw
+        too_long = len(raw) > MAX_LINE and not raw.endswith(b"\n")
+        while too_long and raw and not raw.endswith(b"\n"):  # the rest of it, read past
+            raw = f.readline(MAX_LINE)
+        yield n, None if too_long else raw
 
 
 def _decode(raw: bytes | None) -> tuple[dict[str, Any] | None, str | None]:
