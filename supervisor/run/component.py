@@ -491,11 +491,9 @@ class Component:
             self.monitor_changed(att)
             return
         why = "its monitor could not record it (the run dir cannot be written, or the monitor is stopped)"
-        if status is not None:
-            ex = {**exit_fields(status), "ended_mono": None, "unrecorded": f"exit status read from the kernel: {why}"}
-        else:
-            ex = {"exit_code": None, "signal": None, "ended_mono": None, "unrecorded": f"exit status unknown: {why}"}
-        self._take_exit(att, ex)
+        known = exit_fields(status) if status is not None else {"exit_code": None, "signal": None}
+        how = "read from the kernel" if status is not None else "unknown"
+        self._take_exit(att, {**known, "ended_mono": None, "unrecorded": f"exit status {how}: {why}"})
 
     def _take_exit(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
         """The attempt's exit, judged: asked for, a failure to diagnose, or the monitor's death."""
