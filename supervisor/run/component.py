@@ -167,7 +167,6 @@ class Component:
             self.ctx.changed(self)
 
     def _perform(self, e: lc.Effect, seqs: dict[str, int]) -> None:
-        """Carry out one effect of a lifecycle step."""
         if isinstance(e, lc.Emit):
             self._emit(e.event, seqs)
         elif isinstance(e, lc.Spawn):

@@ -215,9 +215,7 @@ def _ring_from_log(path: Path, redactor: Redactor, saved: Position | None = None
     if size > TAIL_BYTES:
         data = data[data.find(b"\n") + 1:]  # start at a line boundary
     lines = lines_of(data)
-    first = 0
-    if after is not None and saved is not None:
-        first = max(0, saved.seq + after - len(lines))
+    first = max(0, saved.seq + after - len(lines)) if after is not None and saved is not None else 0
     ring = LogRing(RING_LINES, first_seq=first)
     ring.extend(redactor.redact_lines(lines))
     return ring

@@ -444,10 +444,7 @@ def _steps_in(root: Path, regex: re.Pattern[str], group: int = 1) -> list[tuple[
 
 
 def _scan_prime(root: Path, scan: _Scan) -> Discovery:
-    base = root
-    if not _steps_in(root, _PRIME_RE) and (root / "checkpoints").is_dir():
-        base = root / "checkpoints"
-    entries = _steps_in(base, _PRIME_RE)
+    entries = _steps_in(root, _PRIME_RE) or _steps_in(root / "checkpoints", _PRIME_RE)
     marks = {p: scan.marker_in(p) for _, p in entries}
     # Once any checkpoint here carries a marker, the writer uses markers: one without is unfinished.
     uses_markers = any(marks.values())
