@@ -401,7 +401,7 @@ class Component:
             await self._ray_look()
             await asyncio.sleep(self._ray_cfg.interval)
 
-    async def _exited_after_ray(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+    async def _exited_after_ray(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         from ..diagnosis.ray_state import refine
 
         cfg = self._ray_cfg
@@ -508,19 +508,19 @@ class Component:
             self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
                               "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
                               "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]})
-        elif not self._asked(ex) and (hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal"))):
+        elif not self._asked() and (hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal"))):
             self._later(hold, self._judge_exit, att, ex)  # a stop of the run that comes meanwhile makes it a stop
         else:
             self._judge_exit(att, ex)
 
-    def _asked(self, ex: dict[str, Any]) -> bool:
+    def _asked(self) -> bool:
         """A stop or restart we signalled for (not merely wanted: an exit before the run's ordered stop reached
         it is diagnosed as it is, and is still a stop)."""
         life = self.life
         return life.forced is None and ((life.want == "stop" and life.state == "stopping") or life.then_start)
 
     def _judge_exit(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
-        if not self._asked(ex):
+        if not self._asked():
             self._diagnose_failure(att, ex)
             return
         # An exit we asked for is not a failure to diagnose: who asked, and how it ended.
@@ -562,14 +562,14 @@ class Component:
                 self._task(self._exited_after_job_nodes(att, ex, diag))
                 return
             ex, diag = self.launcher.ended(self, att, ex, diag)
-        self._judge_failure(att, ex, diag)
+        self._judge_failure(ex, diag)
 
-    def _judge_failure(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+    def _judge_failure(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         """The exit of an attempt nobody asked to stop, once diagnosed (and refined by the launcher)."""
         if self.ray is not None and not (self.life.forced is not None and diag.get("category") == "killed"):
             # Ray's state API once more before the exit is judged: the actor whose loss ended the
             # driver was declared dead a moment ago (bounded: the exit waits seconds at most).
-            self._task(self._exited_after_ray(att, ex, diag))
+            self._task(self._exited_after_ray(ex, diag))
             return
         self._exited(ex, diag)
 
@@ -577,7 +577,7 @@ class Component:
         assert self.launcher is not None
         nodes = await asyncio.to_thread(self.launcher.job_nodes)
         ex, diag = self.launcher.ended(self, att, ex, diag, job_nodes=nodes)
-        self._judge_failure(att, ex, diag)
+        self._judge_failure(ex, diag)
 
     def _exited(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         if ex.get("unrecorded"):  # how rlsup knows (or does not know) how it ended

@@ -59,7 +59,6 @@ class DirWatch:
 
     def __init__(self, path: str | Path, pattern: str = r"(?P<step>\d+)", on_change: OnChange | None = None):
         self.path = Path(path).expanduser().absolute()
-        self.pattern = pattern
         self.rx = compile_step_pattern(pattern)
         self.on_change = on_change
         self.newest: tuple[int | None, float | None] = (None, None)
