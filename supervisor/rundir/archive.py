@@ -86,9 +86,8 @@ def _config_env(cfg: dict[str, Any] | None, cfg_path: Path | None) -> dict[str, 
     if isinstance(ef, str) and cfg_path is not None:
         from ..config.loader import parse_env_file
 
-        p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
         with contextlib.suppress(Exception):
-            envs.update(parse_env_file(p))
+            envs.update(parse_env_file(cfg_path.parent / ef))  # (an absolute env_file stays itself)
     return envs
 
 
