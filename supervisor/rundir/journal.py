@@ -100,10 +100,8 @@ class Journal:
     Every event is one whole line written by one ``write``. A write that fails or comes up short (a
     full disk) is cut back to the last complete record, and the event waits in memory (in order)
     until the disk takes it: the file never holds a torn line that later lines would be glued to.
-
-    :data:`JOURNAL_RESERVE` keeps taking the events of a run whose disk a component filled. Events that
-    could not be kept at all (memory bound, or the supervisor ending with the disk still full) are
-    counted in ``dropped``.
+    Events that could not be kept at all (memory bound, or the supervisor ending with the disk still
+    full; :data:`JOURNAL_RESERVE` makes that rare) are counted in ``dropped``.
     """
 
     MAX_PENDING = 100_000
