@@ -285,12 +285,8 @@ class AttemptProcesses:
             with contextlib.suppress(OSError), open(os.path.join(self.cgroup, "cgroup.kill"), "w") as f:
                 f.write("1")
         for p in self.members():
-            try:
-                in_group = os.getpgid(p) == self.pid
-            except OSError:
-                in_group = False
-            if not in_group:  # the group got it from killpg
-                with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # (gone meanwhile)
+                if os.getpgid(p) != self.pid:  # the group got it from killpg
                     os.kill(p, signum)
             sent.add(p)
 

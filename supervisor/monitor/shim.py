@@ -172,10 +172,8 @@ class Record:
 
     def prepare(self) -> None:
         """The record written and synced under a temporary name (:meth:`commit` renames it into place,
-        :meth:`discard` drops it).
-
-        On a full disk a new file gets no blocks: the record is then written in place into a spare slot
-        (:data:`SPARE_PREFIX`, files of exactly :data:`RECORD_SIZE` bytes written while there was room)."""
+        :meth:`discard` drops it); on a full disk, where a new file gets no blocks, written in place into a
+        spare slot (:data:`SPARE_PREFIX`, :data:`RECORD_SIZE` bytes written while there was room)."""
         tmp = f"{self.path}.tmp.{os.getpid()}"
         fd = -1
         try:

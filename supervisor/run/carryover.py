@@ -37,9 +37,7 @@ def how(adopting: bool, replayed: bool, asked: str) -> str:
     ``continued`` (its supervisor died mid-way), else what was asked (``new``, ``resumed``)."""
     if adopting:
         return "adopted"
-    if replayed and asked == "new":
-        return "continued"
-    return asked
+    return "continued" if replayed and asked == "new" else asked
 
 
 def life(name: str, prev: Mapping[str, Any], cfg: Config, how: str) -> tuple[lc.Life, int | None]:

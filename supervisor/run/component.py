@@ -45,6 +45,7 @@ from ..records.diagnosis import Diagnosis
 from ..records.phrases import describe_exit, fmt_duration
 from ..records.progress import ProgressMatcher, ProgressTracker
 from ..rules import lifecycle as lc
+from ..rundir.attemptlog import lines_of
 from ..rundir.layout import RunPaths
 from ..rundir.logs import LineNormaliser, LogFollower, LogRing, Position, RingBudget
 from ..slurm.launcher import SlurmLauncher
@@ -94,8 +95,7 @@ class Component:
         self.ctx = ctx
         self.rules = lc.Rules.of(name, cfg)
         self.life = life or lc.Life(name)
-        logs_cfg = ctx.cfg.logs_for(name)
-        self.logs_cfg = logs_cfg
+        self.logs_cfg = logs_cfg = ctx.cfg.logs_for(name)
         start = log_position or Position()
         self.ring = LogRing(logs_cfg.ring_lines, budget, first_seq=start.seq)
         self.norm = LineNormaliser(logs_cfg.line_cap)
@@ -167,7 +167,6 @@ class Component:
             self.ctx.changed(self)
 
     def _perform(self, e: lc.Effect, seqs: dict[str, int]) -> None:
-        """Carry out one effect of a lifecycle step."""
         if isinstance(e, lc.Emit):
             self._emit(e.event, seqs)
         elif isinstance(e, lc.Spawn):
@@ -382,8 +381,7 @@ class Component:
         assert w is not None and cfg is not None
         from . import rayprobe
 
-        run = self.ctx.cfg
-        token = rayprobe.auth_token({**os.environ, **run.file_env, **run.env, **self.cfg.env}, cfg.token_file)
+        token = rayprobe.auth_token(self._env(self.attempt), cfg.token_file)
         try:
             nodes, actors = await asyncio.to_thread(rayprobe.read_state, cfg.url, token, cfg.timeout)
         except (OSError, ValueError) as e:
@@ -403,7 +401,7 @@ class Component:
             await self._ray_look()
             await asyncio.sleep(self._ray_cfg.interval)
 
-    async def _exited_after_ray(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+    async def _exited_after_ray(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         from ..diagnosis.ray_state import refine
 
         cfg = self._ray_cfg
@@ -492,11 +490,9 @@ class Component:
             self.monitor_changed(att)
             return
         why = "its monitor could not record it (the run dir cannot be written, or the monitor is stopped)"
-        if status is not None:
-            ex = {**exit_fields(status), "ended_mono": None, "unrecorded": f"exit status read from the kernel: {why}"}
-        else:
-            ex = {"exit_code": None, "signal": None, "ended_mono": None, "unrecorded": f"exit status unknown: {why}"}
-        self._take_exit(att, ex)
+        known = exit_fields(status) if status is not None else {"exit_code": None, "signal": None}
+        how = "read from the kernel" if status is not None else "unknown"
+        self._take_exit(att, {**known, "ended_mono": None, "unrecorded": f"exit status {how}: {why}"})
 
     def _take_exit(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
         """The attempt's exit, judged: asked for, a failure to diagnose, or the monitor's death."""
@@ -512,19 +508,19 @@ class Component:
             self._exited(ex, {"category": "unknown", "step": self.progress.step, "location": None, "exception": None,
                               "summary": f"its monitor (pid {att.monitor_pid}) died; the exit status is unknown",
                               "evidence": [f"monitor pid {att.monitor_pid} is gone and left no exit record"]})
-        elif not self._asked(ex) and (hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal"))):
+        elif not self._asked() and (hold := self.ctx.exit_hold(self, ex.get("exit_code"), ex.get("signal"))):
             self._later(hold, self._judge_exit, att, ex)  # a stop of the run that comes meanwhile makes it a stop
         else:
             self._judge_exit(att, ex)
 
-    def _asked(self, ex: dict[str, Any]) -> bool:
+    def _asked(self) -> bool:
         """A stop or restart we signalled for (not merely wanted: an exit before the run's ordered stop reached
         it is diagnosed as it is, and is still a stop)."""
         life = self.life
         return life.forced is None and ((life.want == "stop" and life.state == "stopping") or life.then_start)
 
     def _judge_exit(self, att: AttemptProcesses, ex: dict[str, Any]) -> None:
-        if not self._asked(ex):
+        if not self._asked():
             self._diagnose_failure(att, ex)
             return
         # An exit we asked for is not a failure to diagnose: who asked, and how it ended.
@@ -566,14 +562,14 @@ class Component:
                 self._task(self._exited_after_job_nodes(att, ex, diag))
                 return
             ex, diag = self.launcher.ended(self, att, ex, diag)
-        self._judge_failure(att, ex, diag)
+        self._judge_failure(ex, diag)
 
-    def _judge_failure(self, att: AttemptProcesses, ex: dict[str, Any], diag: dict[str, Any]) -> None:
+    def _judge_failure(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         """The exit of an attempt nobody asked to stop, once diagnosed (and refined by the launcher)."""
         if self.ray is not None and not (self.life.forced is not None and diag.get("category") == "killed"):
             # Ray's state API once more before the exit is judged: the actor whose loss ended the
             # driver was declared dead a moment ago (bounded: the exit waits seconds at most).
-            self._task(self._exited_after_ray(att, ex, diag))
+            self._task(self._exited_after_ray(ex, diag))
             return
         self._exited(ex, diag)
 
@@ -581,7 +577,7 @@ class Component:
         assert self.launcher is not None
         nodes = await asyncio.to_thread(self.launcher.job_nodes)
         ex, diag = self.launcher.ended(self, att, ex, diag, job_nodes=nodes)
-        self._judge_failure(att, ex, diag)
+        self._judge_failure(ex, diag)
 
     def _exited(self, ex: dict[str, Any], diag: dict[str, Any]) -> None:
         if ex.get("unrecorded"):  # how rlsup knows (or does not know) how it ended
@@ -677,10 +673,8 @@ class Component:
         data = self.follower.read_back(at.ino, at.offset, 4 << 20)
         if not data:
             return
-        norm = LineNormaliser(self.logs_cfg.line_cap)
-        lines, _ = norm.feed(data)
-        tail, _ = norm.flush()  # an unterminated last line was shown as a line when its attempt ended
-        lines = (lines + tail)[-min(self.ring.maxlen, at.seq):] if at.seq > 0 else []
+        # (an unterminated last line was shown as a line when its attempt ended)
+        lines = lines_of(data, self.logs_cfg.line_cap)[-min(self.ring.maxlen, at.seq):] if at.seq > 0 else []
         self.ring.reset(at.seq - len(lines))
         self.ring.extend(lines)
 

@@ -44,8 +44,6 @@ class FileWatch:
 
     def start(self) -> None:
         try:
-            if os.environ.get("RLSUP_INOTIFY", "auto") == "off":
-                raise OSError("disabled by RLSUP_INOTIFY=off")
             ino = Inotify()
             ino.watch(str(self.paths.logs), IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE)
             ino.watch(str(self.paths.monitors), IN_MODIFY | IN_MOVED_TO | IN_CLOSE_WRITE)

@@ -30,13 +30,9 @@ def sweep_every(live: int) -> float:
 def stuck_reason(state: str, d_for: float) -> str | None:
     """Why a monitor in /proc state ``state`` (in uninterruptible sleep for ``d_for`` seconds) reads
     nothing; None when it can."""
-    if state == "T":
-        return "is stopped (SIGSTOP)"
-    if state == "t":
-        return "is stopped by a debugger"
     if state == "D" and d_for >= WEDGED_S:
         return f"has been in uninterruptible sleep for {d_for:.0f} s (a hung disk or network file system?)"
-    return None
+    return {"T": "is stopped (SIGSTOP)", "t": "is stopped by a debugger"}.get(state)
 
 
 def disk_trouble(root: Path, errors: Iterable[OSError | None]) -> str | None:

@@ -55,10 +55,8 @@ class MonitorWatch:
             comp.monitor_changed(att, gone=True)
 
     def record_changed(self, name: str) -> None:
-        hit = self._by_record.get(name)
-        if hit is not None:
-            comp, att = hit
-            comp.monitor_changed(att)
+        if (hit := self._by_record.get(name)) is not None:
+            hit[0].monitor_changed(hit[1])
 
     def close(self) -> None:
         for fd in list(self._by_pidfd):

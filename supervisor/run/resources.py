@@ -59,12 +59,8 @@ class ResourceSampling:
 
     def _cpu_and_rss(self, name: str, att: Any, now: float) -> tuple[float | None, float]:
         """(CPU percent since the last sample, None at the first; RSS in MB) of the attempt's processes."""
-        rss, cpu = 0, 0.0
-        for pid in att.members():
-            got = usage(pid)
-            if got is not None:
-                cpu += got[0]
-                rss += got[1]
+        used = [u for pid in att.members() if (u := usage(pid)) is not None]
+        cpu, rss = sum(u[0] for u in used), sum(u[1] for u in used)
         prev = self._cpu_prev.get(name)
         self._cpu_prev[name] = (now, cpu)
         pct = round(max(0.0, (cpu - prev[1]) / (now - prev[0]) * 100), 1) if prev and now > prev[0] else None

@@ -409,21 +409,20 @@ class ControlServer:
         return protocol.ok(rid, component=name, seq=start, lines=self.view.redact_lines(lines), first_seq=ring.first_seq,
                            next_seq=ring.next_seq, file=str(self.view.paths.log(name)))
 
-    def _pages(self, rid: Any, msg: dict[str, Any]) -> tuple[str, LogPages, Position] | dict[str, Any]:
+    async def on_disk(self, rid: Any, msg: dict[str, Any],
+                      op: Callable[..., Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """``op(rid, msg, name, pages, anchor)`` on the component's log on disk, or why it cannot be read."""
         name = str(msg["component"])
         src = self.view.log_pages(name)
         if src is None:
             return protocol.error(rid, f"no component {name!r}" if name not in self.view.rings()
                                   else f"the log of {name} cannot be read from disk here")
-        return name, src[0], src[1]
+        return await op(rid, msg, name, *src)
 
-    async def op_log_read(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+    async def op_log_read(self, rid: Any, msg: dict[str, Any], name: str, pages: LogPages,
+                          anchor: Position) -> dict[str, Any]:
         """Lines of a component's log from disk by sequence number, whatever the ring still holds:
         ``from_seq`` (absent or null: the first line on disk) or ``before_seq``, ``limit`` lines."""
-        got = self._pages(rid, msg)
-        if isinstance(got, dict):
-            return got
-        name, pages, anchor = got
         limit = max(1, min(int(msg.get("limit") or MAX_PAGE), MAX_PAGE))
         start_seq, before = _ints(msg, "from_seq", "before_seq")
         start, lines, first, end = await asyncio.to_thread(pages.read, anchor, start_seq, limit, before_seq=before)
@@ -432,13 +431,10 @@ class ControlServer:
                            disk_end_seq=end, ring_first_seq=ring.first_seq if ring is not None else end,
                            file=str(pages.path))
 
-    async def op_log_search(self, rid: Any, msg: dict[str, Any]) -> dict[str, Any]:
+    async def op_log_search(self, rid: Any, msg: dict[str, Any], name: str, pages: LogPages,
+                            anchor: Position) -> dict[str, Any]:
         """The nearest line of a component's log on disk holding ``query`` (case-insensitive),
         before ``before_seq`` or after ``after_seq``: ``{"seq", "line"}`` (both null: none)."""
-        got = self._pages(rid, msg)
-        if isinstance(got, dict):
-            return got
-        name, pages, anchor = got
         query = str(msg.get("query") or "")
         before, after = _ints(msg, "before_seq", "after_seq")
         found = await asyncio.to_thread(pages.search, anchor, query, before_seq=before, after_seq=after,
@@ -482,7 +478,7 @@ _OPS: dict[str, Callable[[ControlServer, Conn, Any, dict[str, Any]], Any]] = {
     "subscribe": lambda s, c, rid, m: s.op_snapshot(rid, m, c),
     "logs": lambda s, _c, rid, m: s.op_logs(rid, m),
     "events": lambda s, _c, rid, m: s.op_events(rid, m),
-    "log_read": lambda s, _c, rid, m: s.op_log_read(rid, m),
-    "log_search": lambda s, _c, rid, m: s.op_log_search(rid, m),
+    "log_read": lambda s, _c, rid, m: s.on_disk(rid, m, s.op_log_read),
+    "log_search": lambda s, _c, rid, m: s.on_disk(rid, m, s.op_log_search),
     "command": ControlServer.op_command,
 }

@@ -96,11 +96,7 @@ class EvaluationPacing:
             return
         self.scheduled = True
         every = max(EVALUATE_EVERY_S, 5 * self._cost)  # at most ~20% of the loop's time
-        wait = every - (loop.time() - self._at)
-        if wait > 0:
-            loop.call_later(wait, self.evaluate)
-        else:
-            loop.call_soon(self.evaluate)
+        loop.call_later(max(0.0, every - (loop.time() - self._at)), self.evaluate)
 
     def done(self, *, cost: float, at: float) -> None:
         """An evaluation ended at loop time ``at``, after ``cost`` seconds."""

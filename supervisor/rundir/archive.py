@@ -86,9 +86,8 @@ def _config_env(cfg: dict[str, Any] | None, cfg_path: Path | None) -> dict[str, 
     if isinstance(ef, str) and cfg_path is not None:
         from ..config.loader import parse_env_file
 
-        p = Path(ef) if os.path.isabs(ef) else cfg_path.parent / ef
         with contextlib.suppress(Exception):
-            envs.update(parse_env_file(p))
+            envs.update(parse_env_file(cfg_path.parent / ef))  # (an absolute env_file stays itself)
     return envs
 
 
@@ -215,9 +214,7 @@ def _ring_from_log(path: Path, redactor: Redactor, saved: Position | None = None
     if size > TAIL_BYTES:
         data = data[data.find(b"\n") + 1:]  # start at a line boundary
     lines = lines_of(data)
-    first = 0
-    if after is not None and saved is not None:
-        first = max(0, saved.seq + after - len(lines))
+    first = max(0, saved.seq + after - len(lines)) if after is not None and saved is not None else 0
     ring = LogRing(RING_LINES, first_seq=first)
     ring.extend(redactor.redact_lines(lines))
     return ring

@@ -37,9 +37,7 @@ class Range:
 
 
 def mark_of(e: ComponentStarted) -> Mark | None:
-    if e.log_offset is None:
-        return None
-    return Mark(e.log_ino, e.log_offset)
+    return None if e.log_offset is None else Mark(e.log_ino, e.log_offset)
 
 
 # What the journal holds: typed records (``journal.read_records``); a caller still holding the dicts

@@ -65,7 +65,7 @@ import struct
 import time
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 LAYOUTS = ("auto", "areal", "prime-rl", "verl", "hf", "glob")
@@ -346,20 +346,19 @@ def _index_problem(idx: Path, indexed: set[Path]) -> str | None:
     return None
 
 
+@dataclass
 class _Scan:
     """Accumulates the outcome of one discover() call."""
 
-    def __init__(self, layout: str, now: float, settle_s: float, markers: Sequence[str],
-                 writer_alive: bool = True) -> None:
-        self.layout = layout
-        self.now = now
-        self.settle_s = settle_s
-        self.markers = tuple(markers)
-        self.writer_alive = writer_alive
-        self.found: dict[int, Checkpoint] = {}
-        self.skipped: list[tuple[str, str]] = []
-        self.problems: list[str] = []
-        self.candidates: list[Candidate] = []
+    layout: str
+    now: float
+    settle_s: float
+    markers: tuple[str, ...]
+    writer_alive: bool = True
+    found: dict[int, Checkpoint] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
 
     def skip(self, path: Path, reason: str, step: int | None = None) -> None:
         self.skipped.append((str(path), reason))
@@ -444,10 +443,7 @@ def _steps_in(root: Path, regex: re.Pattern[str], group: int = 1) -> list[tuple[
 
 
 def _scan_prime(root: Path, scan: _Scan) -> Discovery:
-    base = root
-    if not _steps_in(root, _PRIME_RE) and (root / "checkpoints").is_dir():
-        base = root / "checkpoints"
-    entries = _steps_in(base, _PRIME_RE)
+    entries = _steps_in(root, _PRIME_RE) or _steps_in(root / "checkpoints", _PRIME_RE)
     marks = {p: scan.marker_in(p) for _, p in entries}
     # Once any checkpoint here carries a marker, the writer uses markers: one without is unfinished.
     uses_markers = any(marks.values())

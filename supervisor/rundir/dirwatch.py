@@ -59,7 +59,6 @@ class DirWatch:
 
     def __init__(self, path: str | Path, pattern: str = r"(?P<step>\d+)", on_change: OnChange | None = None):
         self.path = Path(path).expanduser().absolute()
-        self.pattern = pattern
         self.rx = compile_step_pattern(pattern)
         self.on_change = on_change
         self.newest: tuple[int | None, float | None] = (None, None)
@@ -139,8 +138,6 @@ class DirWatches:
     def _inotify(self) -> Inotify | None:
         if self._ino is None and self._ino_error is None:
             try:
-                if os.environ.get("RLSUP_INOTIFY", "auto") == "off":
-                    raise OSError("disabled by RLSUP_INOTIFY=off")
                 self._ino = Inotify()
             except OSError as e:
                 self._ino_error = str(e)
@@ -165,13 +162,9 @@ class DirWatches:
 
     def _on_events(self) -> None:
         assert self._ino is not None
-        hit: set[int] = set()
-        for directory, mask, name in self._ino.read():
-            for w in self.watches:
-                if id(w) not in hit and (mask & IN_Q_OVERFLOW or w.concerns(directory, name)):
-                    hit.add(id(w))
+        events = list(self._ino.read())
         for w in self.watches:
-            if id(w) in hit:
+            if any(mask & IN_Q_OVERFLOW or w.concerns(directory, name) for directory, mask, name in events):
                 self._scan_soon(w, DEBOUNCE_S)
 
     # -- scans

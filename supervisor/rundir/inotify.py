@@ -3,8 +3,8 @@
 The supervisor learns of new log output and of monitor records changing from two directory
 watches (``logs/`` and ``monitors/``), however many components there are, and without polling;
 the directories it watches for steps and checkpoints share a second descriptor (:mod:`.dirwatch`).
-Where inotify is missing or its limits are reached, :class:`Inotify` raises ``OSError`` and the
-caller polls instead.
+Where inotify is missing, its limits are reached or ``RLSUP_INOTIFY=off``, :class:`Inotify` raises
+``OSError`` and the caller polls instead.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def _checked(result: int, call: str) -> int:
 
 class Inotify:
     def __init__(self) -> None:
+        if os.environ.get("RLSUP_INOTIFY", "auto") == "off":
+            raise OSError("disabled by RLSUP_INOTIFY=off")
         self.fd = _checked(_lib().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC), "inotify_init1")
         self.paths: dict[int, str] = {}
 

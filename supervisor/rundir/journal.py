@@ -100,10 +100,8 @@ class Journal:
     Every event is one whole line written by one ``write``. A write that fails or comes up short (a
     full disk) is cut back to the last complete record, and the event waits in memory (in order)
     until the disk takes it: the file never holds a torn line that later lines would be glued to.
-
-    :data:`JOURNAL_RESERVE` keeps taking the events of a run whose disk a component filled. Events that
-    could not be kept at all (memory bound, or the supervisor ending with the disk still full) are
-    counted in ``dropped``.
+    Events that could not be kept at all (memory bound, or the supervisor ending with the disk still
+    full; :data:`JOURNAL_RESERVE` makes that rare) are counted in ``dropped``.
     """
 
     MAX_PENDING = 100_000
@@ -354,12 +352,10 @@ def _short(v: Any) -> str:
 def _lines(f: Any) -> Iterator[tuple[int, bytes | None]]:
     """(line number, bytes) of each line; None for a line over :data:`MAX_LINE` (read past, not kept)."""
     for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
-        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-            while raw and not raw.endswith(b"\n"):
-                raw = f.readline(MAX_LINE)
-            yield n, None
-            continue
-        yield n, raw
+        too_long = len(raw) > MAX_LINE and not raw.endswith(b"\n")
+        while too_long and raw and not raw.endswith(b"\n"):  # the rest of it, read past
+            raw = f.readline(MAX_LINE)
+        yield n, None if too_long else raw
 
 
 def _decode(raw: bytes | None) -> tuple[dict[str, Any] | None, str | None]:

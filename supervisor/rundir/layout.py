@@ -76,14 +76,13 @@ class RunPaths:
             os.mkdir(self.root, 0o700)
         check_owned_dir(self.root)
         os.chmod(self.root, 0o700, follow_symlinks=False)
-        for sub in (self.logs, self.monitors):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(sub, 0o700)
-            check_owned_dir(sub)
         # Whoever could write here before it was tightened may have planted links or files.
         entries = [self.root / n for n in OWN_FILES]
         entries += [self.root / n for n in os.listdir(self.root) if n.startswith(".") and ".tmp." in n]
         for sub in (self.logs, self.monitors):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(sub, 0o700)
+            check_owned_dir(sub)
             entries += [sub / n for n in os.listdir(sub)]
         for p in entries:
             check_owned_entry(p)

@@ -376,20 +376,18 @@ class LogFollower:
             assert self.fd is not None
             want = min(limit - got, 1 << 20)
             chunk = os.pread(self.fd, want, self.offset)
-            if chunk:
-                parts.append(chunk)
-                got += len(chunk)
-                self.offset += len(chunk)
-                if len(chunk) == want:
-                    continue
+            parts.append(chunk)
+            got += len(chunk)
+            self.offset += len(chunk)
+            if len(chunk) == want:
+                continue
             # At the end of our file (a short read is the end too): if it is still X.log, that is all for now.
             if not self._rotated():
                 break
             tail = os.pread(self.fd, 1 << 30, self.offset)  # final now: the monitor moved on
-            if tail:
-                parts.append(tail)
-                got += len(tail)
-                self.offset += len(tail)
+            parts.append(tail)
+            got += len(tail)
+            self.offset += len(tail)
             nxt = self._next_file()
             if nxt is None or not self._open(nxt, 0):
                 break

@@ -1,8 +1,7 @@
 """Where a component's next attempt starts: the checkpoint it resumes from, and what that says.
 
-A service the component calls itself when it spawns (not a trip through the run and back): it reads the
-checkpoint directory and returns the plan and the events to journal (``checkpoint_problem`` flags, the
-``cleaned`` artefacts of ``resume.clean``); it decides nothing about the lifecycle and emits nothing.
+Called by the component itself when it spawns (not a trip through the run and back); it decides nothing
+about the lifecycle.
 """
 
 from __future__ import annotations
