@@ -8,6 +8,7 @@ two turns of the run's loop (bounded wait), and a failed scrape cannot touch the
 from __future__ import annotations
 
 import re
+import signal
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,8 +32,8 @@ def _component(n: str, c: dict[str, Any], g: dict[str, GaugeMetricFamily],
                parsed: dict[str, GaugeMetricFamily]) -> None:
     ex = c.get("last_exit") or {}
     code = _num(ex.get("exit_code"))
-    if code is None and _num(ex.get("signal")) is not None:
-        code = -float(ex["signal"])
+    if code is None and ex.get("signal") in signal.Signals.__members__:  # the journal names it: SIGKILL
+        code = -float(signal.Signals[ex["signal"]])
     res = c.get("resources") or {}
     mb = 1024.0 * 1024.0
     values = {

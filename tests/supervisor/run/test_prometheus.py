@@ -6,17 +6,20 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from supervisor.records import events as ev
 from supervisor.records import state as state_mod
 from supervisor.run.prometheus import StateCollector, metric_name
 
 
 def _state() -> dict:
     s = state_mod.initial({"name": "r"}, ["trainer", "infer"])
+    # its last attempt killed by a signal, folded from the event as the journal holds it (the signal by name)
+    state_mod.apply(s, ev.parse(ev.ComponentExited("trainer", signal="SIGKILL", attempt=2).to_dict(ts=90.0, seq=1)))
     t = s["components"]["trainer"]
     t.update(state="running", attempt=3, restarts=2, started_at=100.0, step=40, total=100, rate=2.0, eta_s=30.0,
              metrics={"reward": 0.5, "loss/policy": 1.25, "note": "text"},
              resources={"cpu_pct": 150.0, "rss_mb": 2.0, "gpu_mb": 1.0},
-             last_exit={"exit_code": None, "signal": 9}, log={"offset": 4096},
+             log={"offset": 4096},
              flags=[{"type": "stall"}, {"type": "stall"}, {"type": "oom"}])
     s["gpus"] = [{"index": 0, "util_pct": 50.0, "mem_used_mb": 3.0, "mem_total_mb": 8.0}]
     return state_mod.view(s, 110.0)
