@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..records.events import ComponentAdopted, human
+from ..records.events import CONFIG_CHANGED, ComponentAdopted, human
 from ..render.status import display_path
 from ..rundir.layout import SUPERVISOR_LOG, LockHeld, RunPaths, UnsafeRunDir, is_locked, read_owner
 from . import daemon, signals
@@ -283,6 +283,9 @@ def _say_detached(cfg: Any, run_dir: Path, pid: int, hint: str) -> int:
     # a run whose supervisor died: say that training was taken over, not restarted
     if took := daemon.journaled_by(RunPaths(run_dir), ComponentAdopted.kind, lambda started: started.pid == pid):
         say("  took over: " + ", ".join(f"{e['component']} pid {e['pid']}" for e in took))
+        for e in took:
+            if e.get("config_changed"):
+                say(f"  {e['component']}: {CONFIG_CHANGED}")
     say(f"  run dir:  {display_path(run_dir)}")
     say(f"  attach:   {hint}")
     say(f"  status:   rlsup status{run_dir_arg(run_dir)}")

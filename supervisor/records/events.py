@@ -258,6 +258,7 @@ class ComponentAdopted(Event):
     monitor_pid: int = 0
     uptime_s: float = 0.0
     state: str = "running"
+    config_changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -615,6 +616,9 @@ def standing(checkpoints: dict[str, Any] | None) -> str:
                             f"{n} with no checkpoint" for n, c in checkpoints.items())
 
 
+# An adopted attempt runs what the config asked when it started; the config since asks otherwise.
+CONFIG_CHANGED = "its config changed since this attempt started: its next start runs the config as it is now"
+
 # One handler per class: what happened, in words (without time and component); else the kind names it.
 _WORDS: dict[type[Event], Callable[[Any], str]] = {
     RunStarted: _run_started,
@@ -625,7 +629,7 @@ _WORDS: dict[type[Event], Callable[[Any], str]] = {
     ComponentStarted: _started,
     ComponentSpawnFailed: lambda e: f"could not start (attempt {e.attempt}): {e.error}",
     ComponentAdopted: lambda e: (f"taken over: pid {e.pid} (attempt {e.attempt}, up {fmt_duration(e.uptime_s)}, "
-                                 f"monitor pid {e.monitor_pid})"),
+                                 f"monitor pid {e.monitor_pid})" + (f"; {CONFIG_CHANGED}" if e.config_changed else "")),
     ComponentReady: lambda e: f"ready ({e.probe})",
     ComponentExited: _exited,
     RestartScheduled: lambda e: f"restarting in {e.delay_s:.1f}s (attempt {e.attempt}; {e.reason})",

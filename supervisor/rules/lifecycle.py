@@ -208,6 +208,7 @@ class Adopted:
     monitor_pid: int
     started_at: float  # monotonic, as the monitor recorded it
     ready: bool
+    config_changed: bool = False  # the config asks another command than the attempt runs (its next start runs it)
 
 
 @dataclass(frozen=True)
@@ -425,7 +426,7 @@ def _on_adopted(life: Life, inp: Adopted, now: float, rules: Rules) -> Outcome:
                    resumed_from=None)
     fx: list[Effect] = [Emit(ev.ComponentAdopted(
         life.name, pid=inp.pid, attempt=inp.attempt, monitor_pid=inp.monitor_pid,
-        uptime_s=round(max(0.0, now - inp.started_at), 3), state=life.state))]
+        uptime_s=round(max(0.0, now - inp.started_at), 3), state=life.state, config_changed=inp.config_changed))]
     return _became_ready(life, now, rules, fx, None) if inp.ready else _await_ready(life, now, rules, fx)
 
 

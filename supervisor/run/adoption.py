@@ -101,7 +101,8 @@ def take_over(found: Found, components: Mapping[str, Component], state: Mapping[
             continue
         prev = state["components"][c.name]
         ready = prev.get("state") == "running" or (prev.get("ready_at") is not None and prev.get("state") != "starting")
-        c.adopt(att, rec, ready=ready, log_seq=_log_seq(prev, saved.get(c.name), att.attempt))
+        c.adopt(att, rec, ready=ready, log_seq=_log_seq(prev, saved.get(c.name), att.attempt),
+                config_hash=prev.get("config_hash"))
     for path, _rec in found.orphans:  # a monitor that died: its record is all that is left
         with contextlib.suppress(OSError):
             path.unlink()

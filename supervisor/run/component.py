@@ -650,15 +650,18 @@ class Component:
         start = max(self.ring.next_seq - n, self.output_from if self.output_from is not None else 0)
         return self.ring.since(start)[1] if start < self.ring.next_seq else []
 
-    def adopt(self, att: AttemptProcesses, rec: dict[str, Any], ready: bool, log_seq: int | None = None) -> None:
+    def adopt(self, att: AttemptProcesses, rec: dict[str, Any], ready: bool, log_seq: int | None = None,
+              config_hash: str | None = None) -> None:
         """Take over an attempt that kept running under its monitor while no supervisor was alive.
         ``log_seq``: where its output begins, as its ``started`` event recorded it (None: unknown, so
-        only what this supervisor reads from now on counts as its own)."""
+        only what this supervisor reads from now on counts as its own); ``config_hash``: what the config
+        asked it to run then (None: unknown)."""
         self.output_from = log_seq if log_seq is not None else self.ring.next_seq
         att.launcher = self.launcher
         self.current = att
         self.ctx.watch_monitor(self, att)
-        self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready))
+        changed = config_hash not in (None, self.cfg.fingerprint(self.ctx.cfg.env))
+        self.handle(lc.Adopted(att.pid, att.attempt, att.monitor_pid, att.started_mono, ready, changed))
         self._watch_ray(att)
         if rec.get("status") == "exited":
             self.monitor_changed(att)

@@ -179,11 +179,16 @@ def test_a_killed_supervisor_is_replaced_and_its_components_adopted(tmp_path, da
     size = log.stat().st_size
     wait_for(lambda: log.stat().st_size > size + 20, what="the ticker to go on writing with no supervisor")
     assert all(pid_alive(e["pid"]) for e in started.values())
+    # the user edits the sleeper's command while no supervisor runs: the adopted attempt runs the old one
+    cfg.write_text(cfg.read_text().replace("time.sleep(1000)", "time.sleep(999)"))
     d2 = daemon(cfg, run_dir=d.run_dir)
     assert d2.pid != old
     for n, e in started.items():
         adopted = d2.wait_event(lambda x, n=n: x["kind"] == "adopted" and x["component"] == n, what=f"{n} adopted")
         assert adopted["pid"] == e["pid"] and adopted["attempt"] == e["attempt"]
+        assert adopted["config_changed"] is (n == "sleeper")
+    said = "sleeper: its config changed since this attempt started: its next start runs the config as it is now"
+    assert said in d2.up.stdout and "ticker: its config" not in d2.up.stdout, d2.up.stdout
     assert not any(e["kind"] == "leftovers" for e in d2.events())
     st = d2.cli("status", "--json")
     comps = json.loads(st.stdout)["components"]
