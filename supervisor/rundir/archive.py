@@ -75,19 +75,20 @@ def read_config(path: Path | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _config_env(cfg: dict[str, Any] | None, cfg_path: Path | None) -> dict[str, str]:
+def _config_envs(cfg: dict[str, Any] | None, cfg_path: Path | None) -> list[dict[str, str]]:
+    """The environments the config sets, each apart: the run's, each component's, its env_file (two
+    components may give one name two secrets)."""
     if not cfg:
-        return {}
-    envs: dict[str, str] = {}
-    for scope in [cfg, *((cfg.get("components") or {}).values())]:
-        if isinstance(scope, dict) and isinstance(scope.get("env"), dict):
-            envs.update({str(k): str(v) for k, v in scope["env"].items() if v is not None})
+        return []
+    envs = [{str(k): str(v) for k, v in scope["env"].items() if v is not None}
+            for scope in [cfg, *((cfg.get("components") or {}).values())]
+            if isinstance(scope, dict) and isinstance(scope.get("env"), dict)]
     ef = cfg.get("env_file")
     if isinstance(ef, str) and cfg_path is not None:
         from ..config.loader import parse_env_file
 
         with contextlib.suppress(Exception):
-            envs.update(parse_env_file(cfg_path.parent / ef))  # (an absolute env_file stays itself)
+            envs.append(parse_env_file(cfg_path.parent / ef))  # (an absolute env_file stays itself)
     return envs
 
 
@@ -108,7 +109,8 @@ def _config_argvs(cfg: dict[str, Any] | None) -> list[list[str]]:
 
 def redactor_for(cfg: dict[str, Any] | None, cfg_path: Path | None, env: Any = None) -> Redactor:
     """The masking a run had: secrets of its environment, its config's env and env_file, its commands."""
-    return Redactor.for_run([dict(os.environ if env is None else env), _config_env(cfg, cfg_path)], _config_argvs(cfg))
+    return Redactor.for_run([dict(os.environ if env is None else env), *_config_envs(cfg, cfg_path)],
+                            _config_argvs(cfg))
 
 
 class Archive:

@@ -70,6 +70,26 @@ def test_no_secret_in_report(tmp_path: Path) -> None:
     assert "sk-test-123456" not in md2 and WANDB_KEY in md2
 
 
+def test_one_name_two_secrets_both_masked(tmp_path: Path) -> None:
+    """The run's env and a component's give WANDB_API_KEY two values: each run masked both, so does the report."""
+    run = copy_run(tmp_path, "repeated")
+    other = "wk-live-5e6f7a8b9c"
+    cfg = run / "config.yaml"
+    cfg.write_text(cfg.read_text().replace('command: python server.py',
+                                           'command: python server.py\n    env: {WANDB_API_KEY: %s}' % other))
+
+    def leak(events: list[dict]) -> list[dict]:
+        for e in events:
+            if e["kind"] == "exited" and e["component"] == "trainer":
+                e["diagnosis"]["evidence"] += [f"run key {WANDB_KEY}", f"server key {other}"]
+        return events
+
+    rewrite_events(run, leak)
+    md = build_report(run, now=0, env={}, config_path=cfg)
+    assert "run key ***" in md and "server key ***" in md
+    assert WANDB_KEY not in md and other not in md
+
+
 def test_chaos_run_recovered_everywhere() -> None:
     md = build_report(FIX / "chaos", now=0, env={}, config_path=FIX / "missing.yaml")
     assert ("Inference crashed once with inference_engine_dead; recovered; orchestrator was killed once by "
