@@ -257,7 +257,9 @@ def _dependency_tick(view: View, t: DependencyTick, now: float, cfg: Config) -> 
 
 def _dependency_verdict(view: View, t: DependencyVerdict, now: float, cfg: Config) -> tuple[Effect, ...]:
     """dependency_down's remedies: restart a dead dependency (never one that fails deterministically),
-    and past the budget stop its consumers instead of letting them retry for hours."""
+    and past the budget stop its consumers instead of letting them retry for hours; nothing once the run ends."""
+    if view.shutting_down or view.ended:
+        return ()
     d = view.seen[t.dep]
     if t.act == "restart_dependency":
         start = detectors.restart_dependency(d, list(t.failing), None)

@@ -76,7 +76,7 @@ def test_one_name_two_secrets_both_masked(tmp_path: Path) -> None:
     other = "wk-live-5e6f7a8b9c"
     cfg = run / "config.yaml"
     cfg.write_text(cfg.read_text().replace('command: python server.py',
-                                           'command: python server.py\n    env: {WANDB_API_KEY: %s}' % other))
+                                           f'command: python server.py\n    env: {{WANDB_API_KEY: {other}}}'))
 
     def leak(events: list[dict]) -> list[dict]:
         for e in events:

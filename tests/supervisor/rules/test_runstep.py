@@ -409,6 +409,18 @@ def test_step_dependency_verdict_past_the_budget_stops_only_active_consumers():
     assert runstep.step(view, runstep.DependencyVerdict("inference", None), 1200.0, cfg) == ()
 
 
+def test_step_dependency_verdict_acts_on_nothing_while_the_run_shuts_down():
+    """No start command for a dead dependency and no budget flag once the run's end is under way (the lifecycle
+    would refuse the start, but the journal would say rlsup asked for it)."""
+    cfg = _cfg(CFG)
+    view = _dep_view(Seen("inference", "fatal", 3, gave_up_by="exit"), 700.0)
+    for act in ("restart_dependency", "stop_consumers"):
+        verdict = runstep.DependencyVerdict("inference", act, ("orchestrator",))
+        assert runstep.step(view, verdict, 1200.0, cfg)  # a run going on acts
+        assert runstep.step(dataclasses.replace(view, shutting_down=True), verdict, 1200.0, cfg) == ()
+        assert runstep.step(dataclasses.replace(view, ended=True), verdict, 1200.0, cfg) == ()
+
+
 def test_shutdown_order_stops_dependents_first():
     from rlsup.supervisor.run.shutdown import StopOrder
 
