@@ -464,7 +464,7 @@ def _is_number(v: Any) -> TypeGuard[int | float]:
 
 
 _CHECKS: dict[str, _Check] = {
-    "int": _is_int, "float": _is_number, "str": lambda v: isinstance(v, str),
+    "int": _is_int, "float": _is_number, "str": lambda v: isinstance(v, str), "bool": lambda v: isinstance(v, bool),
     "list": lambda v: isinstance(v, list), "dict": lambda v: isinstance(v, dict),
     **{name: (lambda v: isinstance(v, dict)) for name in PARTS},  # a typed record is a dict in JSON
 }

@@ -16,7 +16,7 @@ _json_scalar = st.none() | st.booleans() | st.integers(-10**9, 10**9) | st.text(
 _json = st.recursive(_json_scalar, lambda inner: st.lists(inner, max_size=3)
                      | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
 _BASE: dict[str, st.SearchStrategy[Any]] = {
-    "int": st.integers(-10**9, 10**9), "float": st.floats(allow_nan=False, allow_infinity=False),
+    "int": st.integers(-10**9, 10**9), "bool": st.booleans(), "float": st.floats(allow_nan=False, allow_infinity=False),
     "str": st.text(max_size=12), "list[str]": st.lists(st.text(max_size=6), max_size=3),
     "list[int]": st.lists(st.integers(0, 10**6), max_size=3),
     "list[dict[str, Any]]": st.lists(st.dictionaries(st.text(max_size=6), _json, max_size=3), max_size=3),
