@@ -90,13 +90,14 @@ class Run:
         # what the run dir held: what a previous supervisor left, its journal replayed; what the user asked of it
         self._past = carryover.Past(asked="resumed" if resume else "new")
         self._watching = Watching()  # monitors (pidfds), logs and records (inotify), artefacts
-        self._pacing = EvaluationPacing(self._evaluate, self._flush_progress)  # when components are judged again
         # what the run's step reads beyond the components' lives, dependency_down's episodes too
         self._memory = StepMemory(budget_s=cfg.dependency_budget, clock=self.clock.monotonic)
         # the GPUs' samples (each process named by its component, on the loop) and their release
         self.gpus = GpuSampling(gpu_sampler, lambda s: self.threadsafe(
             lambda: self.emit(gpu_event(s, owners(self.components)))))
-        self._ticker = Ticker(self.clock, self._next_tick_at, self._tick)  # the run's periodic checks
+        # the run's periodic checks, and when components are judged again
+        self._ticker = Ticker(self.clock, self._next_tick_at, self._tick,
+                              EvaluationPacing(self._evaluate, self._flush_progress))
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
         self._hang = HangGate(self.paths.stacks, self._rejudge_stalls)  # a stall flag carries the stacks
 
@@ -326,7 +327,7 @@ class Run:
         if comp.state == "pending" and comp.life.attempt > 0:
             self._admit_again(comp)
         if self.loop is not None:
-            self._pacing.schedule(self.loop)  # judged in batches (:class:`.ticker.EvaluationPacing`), not once per change
+            self._ticker.pacing.schedule(self.loop)  # judged in batches (:class:`.ticker.EvaluationPacing`), not once per change
 
     # ------------------------------------------------------------------ the run's step
 
@@ -365,15 +366,15 @@ class Run:
     def _evaluate(self) -> None:
         """Tell pending components whether they may start, until nothing changes; then check the end.
         A loop, not recursion: a 2,000-long dependency chain must not exhaust the stack."""
-        self._pacing.scheduled = False
+        self._ticker.pacing.scheduled = False
         t0 = time.monotonic()
         try:
             self._admit_pending()
-            self._pacing.scheduled = False
+            self._ticker.pacing.scheduled = False
             active = sum(c.state in lc.ACTIVE for c in self.components.values())  # not a Seen of each
             self._step(runstep.Settled(), self._view(active))
         finally:
-            self._pacing.done(cost=time.monotonic() - t0, at=self.loop.time() if self.loop is not None else 0.0)
+            self._ticker.pacing.done(cost=time.monotonic() - t0, at=self.loop.time() if self.loop is not None else 0.0)
             # A state changed (a starting or failing component wants the 1 s tick): the next tick planned again,
             # unless it is already due a second after the last one (it can come no sooner).
             self._ticker.poke(self._ticker.last + TICK_S)
@@ -420,7 +421,7 @@ class Run:
         self._step(runstep.RestartCommand(name, cause))
 
     def progress_dirty(self, comp: Component) -> None:
-        self._pacing.progress_moved(comp.name, self.loop)
+        self._ticker.pacing.progress_moved(comp.name, self.loop)
 
     def _flush_progress(self, names: set[str]) -> None:
         for n in names:

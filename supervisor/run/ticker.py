@@ -27,10 +27,12 @@ class Ticker:
     """The tick's plan and nap, and the times (the clock's monotonic) the run's tick keeps: when it last ran
     (``last``), since when the supervisor has been awake (``awake_since``: a pause of its own is not the
     components' fault), when its health sweep is due next (``health_due``) and when log positions were last
-    written (``positions_written``)."""
+    written (``positions_written``); the pace of the run's evaluations (``pacing``)."""
 
-    def __init__(self, clock: Clock, plan: Callable[[], float], tick: Callable[[float], None]):
+    def __init__(self, clock: Clock, plan: Callable[[], float], tick: Callable[[float], None],
+                 pacing: EvaluationPacing):
         self.clock = clock
+        self.pacing = pacing
         self.plan = plan  # when the next tick is due (the clock's monotonic time)
         self.tick = tick  # called with the time it was planned for
         self.nap_until = 0.0  # when the ticker plans to wake
