@@ -616,8 +616,9 @@ def standing(checkpoints: dict[str, Any] | None) -> str:
                             f"{n} with no checkpoint" for n, c in checkpoints.items())
 
 
-# An adopted attempt runs what the config asked when it started; the config since asks otherwise.
-CONFIG_CHANGED = "its config changed since this attempt started: its next start runs the config as it is now"
+# An adopted attempt runs what the config asked when it started; the config, read again, asks otherwise.
+CONFIG_CHANGED = ("the config as read now (the file, a ${VAR}) asks another command, cwd or env than this attempt "
+                  "runs: its next start runs it")
 
 # One handler per class: what happened, in words (without time and component); else the kind names it.
 _WORDS: dict[type[Event], Callable[[Any], str]] = {

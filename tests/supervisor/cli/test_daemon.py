@@ -187,8 +187,9 @@ def test_a_killed_supervisor_is_replaced_and_its_components_adopted(tmp_path, da
         adopted = d2.wait_event(lambda x, n=n: x["kind"] == "adopted" and x["component"] == n, what=f"{n} adopted")
         assert adopted["pid"] == e["pid"] and adopted["attempt"] == e["attempt"]
         assert adopted["config_changed"] is (n == "sleeper")
-    said = "sleeper: its config changed since this attempt started: its next start runs the config as it is now"
-    assert said in d2.up.stdout and "ticker: its config" not in d2.up.stdout, d2.up.stdout
+    said = ("sleeper: the config as read now (the file, a ${VAR}) asks another command, cwd or env than this attempt "
+            "runs: its next start runs it")
+    assert said in d2.up.stdout and "ticker: the config" not in d2.up.stdout, d2.up.stdout
     assert not any(e["kind"] == "leftovers" for e in d2.events())
     st = d2.cli("status", "--json")
     comps = json.loads(st.stdout)["components"]
