@@ -200,5 +200,5 @@ def test_an_exit_on_a_full_disk_whose_output_was_lost_is_called_disk_full(fault_
     assert "on a full disk: its log could not be written (ENOSPC" in why.stdout, why.stdout
     assert "no known failure" not in why.stdout
     down = run.down(timeout=LIVENESS_S)  # the run may have ended already: disk_full twice is deterministic
-    assert down.returncode == 0 or "has already ended" in down.stdout, down.stdout + down.stderr
+    assert down.returncode == 0 or "has already ended" in down.stderr, down.stdout + down.stderr
     assert_no_orphans(token, run.run_dir)
