@@ -269,6 +269,9 @@ class Component:
         self.read_output(final=True)
         self.core_died = None
         start = self.position()
+        # The new attempt's progress from here: its lines may be read while its start is awaited (it may print
+        # its steps and exit before the monitor's reply reaches a loaded supervisor).
+        self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
         try:
             reply = await self.ctx.tracking.monitors.start(spec)
         except StartError as err:
@@ -284,7 +287,6 @@ class Component:
             slurm = {"nodes": self.launcher.nodes(self.name), "step_id": sid}
         self.current = att
         self.output_from = start.seq
-        self.progress.reset_to(plan.get("step"), self.ctx.clock.monotonic())
         self.ctx.watch_monitor(self, att)
         for w in reply.get("warnings") or []:
             self.ctx.emit(ev.FlagRaised(self.name, type="tracking", message=w, evidence=[],

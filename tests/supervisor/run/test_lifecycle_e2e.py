@@ -385,3 +385,44 @@ def test_deadlines_do_not_move_with_the_wall_clock(tmp_path):
     # the readiness deadline kept to monotonic time despite the wall clock's jump: the run ended on it
     assert not [e for e in seen if "test timeout" in json.dumps(e)], seen
 
+
+
+def test_output_read_while_the_start_is_awaited_belongs_to_the_new_attempt(tmp_path):
+    """A loaded machine, made certain: the attempt prints its steps and exits while the supervisor still awaits
+    its monitor's reply, and the log watch reads those lines meanwhile. They are the new attempt's: its exit is
+    judged at step 3 of 10 (the progress was reset after the await and the exit read as at no step)."""
+    from rlsup.supervisor.config.loader import load_config
+    from rlsup.supervisor.run.run import Run
+
+    cfg = write_config(tmp_path, """
+        components:
+          trainer:
+            command: ["{py}", "-u", "-c", "for i in range(1, 4): print(f'Step {i}/10 | loss 0.5')"]
+            progress: {preset: rlsup}
+            restart: {policy: never}
+    """)
+    run = Run(load_config(str(cfg), run_dir=str(tmp_path / "run")), serve=False)
+    run.prepare()
+    seen: list[dict] = []
+    run.subscribers.append(seen.append)
+    monitors = run.tracking.monitors
+    real_start = monitors.start
+
+    async def start_then_read(spec):
+        reply = await real_start(spec)
+        log = run.paths.log("trainer")
+        deadline = time.monotonic() + PATIENCE
+        while b"Step 3/10" not in (log.read_bytes() if log.exists() else b"") and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        run.components["trainer"].read_output()  # what the log watch does while the reply is awaited
+        return reply
+
+    monitors.start = start_then_read
+
+    async def main() -> int:
+        asyncio.get_running_loop().call_later(PATIENCE, run.request_shutdown, "test timeout")
+        return await run.run()
+
+    asyncio.run(main())
+    flags = [e for e in seen if e["kind"] == "flag" and e["type"] == "false_success"]
+    assert flags and "step 3 of 10" in flags[0]["message"], flags
