@@ -56,6 +56,7 @@ from .tracking import Tracking
 if TYPE_CHECKING:
     from ..rundir.logpages import LogPages
 
+READ_PIECE = 1 << 20  # bytes read and handled at a time: a piece stays in the CPU's cache (4 MiB at once cost more)
 FLAG_LINE = re.compile(r"^rlsup-flag: (?P<type>[a-z][a-z0-9_]{0,40}): (?P<message>.+)$", re.MULTILINE)
 
 
@@ -693,23 +694,31 @@ class Component:
         has ended)."""
         while final and self.read_output(budget=budget):
             pass
-        try:
-            data = self.follower.read(budget)
-        except OSError:  # a failing disk (EIO): nothing to read for now; the run's health sweep flags it
-            data = b""
-        if data:
-            self.moved = True  # the recorded log position must catch up (state.json)
-            self._ingest(data)
+        got = 0
+        while got < budget:
+            want = min(READ_PIECE, budget - got)
+            try:
+                data = self.follower.read(want)
+            except OSError:  # a failing disk (EIO): nothing to read for now; the run's health sweep flags it
+                break
+            if data:
+                self.moved = True  # the recorded log position must catch up (state.json)
+                self._ingest(data)
+                got += len(data)
+            if len(data) < want:  # its end, for now
+                break
         if final:
             lines, text = self.norm.flush()
             if lines:
-                self._lines(lines, text)
-        return len(data) >= budget
+                self.ring.extend(lines)
+                self._lines(text)
+        return got >= budget
 
     def _ingest(self, chunk: bytes) -> None:
-        lines, text = self.norm.feed(chunk)
-        if lines:
-            self._lines(lines, text)
+        text, n, lines = self.norm.feed_text(chunk)
+        if n:
+            self.ring.add_text(text, n, lines)
+            self._lines(text)
         elif self.matcher and b"\r" in chunk and (partial := self.norm.partial):
             # A progress bar redrawn with \r and no newline (tqdm): its latest state still counts.
             self._scan(partial)
@@ -719,8 +728,8 @@ class Component:
         if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic()):
             self.progress_changed()
 
-    def _lines(self, lines: list[str], text: str) -> None:
-        self.ring.extend(lines)  # raw: masked on the way out to a client (server), when someone reads them
+    def _lines(self, text: str) -> None:
+        """New lines, in the ring already (raw: masked on the way out to a client, when someone reads them)."""
         if self.matcher:
             self._scan(text)
         if self._ready_log is not None and not self._ready_seen.is_set() and self._ready_log.search(text):

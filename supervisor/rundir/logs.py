@@ -46,26 +46,38 @@ class LineNormaliser:
 
     def feed(self, chunk: bytes) -> tuple[list[str], str]:
         """Return (complete lines, their text joined by newlines) for one chunk."""
+        text, n, lines = self.feed_text(chunk)
+        return (lines if lines is not None else text[:-1].split("\n")) if n else [], text
+
+    def feed_text(self, chunk: bytes) -> tuple[str, int, list[str] | None]:
+        """For one chunk: the text of its complete lines (each ended by a newline), how many, and the lines as
+        strings where they had to be made (a line capped, or marked as cut), else None: a flood's chunk stays one
+        string until somebody reads its lines."""
         nl = chunk.rfind(b"\n")
         if nl < 0:
             self._hold(chunk)
-            return [], ""
-        data = self._pending + chunk[: nl + 1] if self._pending else chunk[: nl + 1]
+            return "", 0, None
+        whole = memoryview(chunk)[: nl + 1]
+        data = self._pending + whole if self._pending else whole
         dropped = self._pending_dropped
         self._pending, self._pending_dropped = b"", 0
         self._hold(chunk[nl + 1:])
-        text = data.decode("utf-8", "replace")
+        text = raw = str(data, "utf-8", "replace")
         if "\x1b" in text:
             text = ANSI_RE.sub("", text)
         if "\r" in text:
             text = "\n".join(fold_cr(x) if "\r" in x else x for x in text[:-1].split("\n")) + "\n"
+        # (the held tail has no newline, so the chunk has all of the text's unless ANSI or \r changed it)
+        n = _newlines(chunk) if text is raw else text.count("\n")
+        if not dropped and (len(text) <= self.line_cap or _no_line_over(text, self.line_cap)):
+            return text, n, None
         lines = text[:-1].split("\n")
         if dropped:
             lines[0] += TRUNC_MARK.format(n=dropped)
         if len(text) > self.line_cap and max(map(len, lines)) > self.line_cap:
             lines = [self._cap(x) for x in lines]
             text = "\n".join(lines) + "\n"
-        return lines, text
+        return text, n, lines
 
     def _hold(self, tail: bytes) -> None:
         if not tail:
@@ -104,6 +116,21 @@ class LineNormaliser:
         return self.feed(b"\n")
 
 
+def _newlines(data: bytes) -> int:
+    """How many newlines ``data`` holds: a ``replace`` finds them with memchr, several times faster than ``count``,
+    which compares byte by byte."""
+    return len(data) - len(data.replace(b"\n", b""))
+
+
+def _no_line_over(text: str, cap: int) -> bool:
+    """Whether no line of ``text`` is longer than ``cap`` characters, known without splitting it: every aligned
+    stretch of ``cap // 2`` characters holds a newline (a longer line would hold a whole stretch without one). A
+    stretch without one may still be part of a short enough line: then this says False, and the caller splits."""
+    step = max(1, cap // 2)
+    find = text.find
+    return all(find("\n", p, p + step) >= 0 for p in range(0, len(text) - step + 1, step))
+
+
 LINE_OVERHEAD = 57  # bytes a short str and its deque slot cost beyond the characters (CPython, 64-bit)
 
 
@@ -139,11 +166,23 @@ class RingBudget:
             big.evict(max(1, len(big) // 16))
 
 
+CHUNK_LINES = 256  # a batch of fewer lines is made strings and joins the ring's newest list
+
+
 class LogRing:
-    """Bounded ring of normalised lines; line ``i`` of the stream has sequence number ``i``."""
+    """Bounded ring of normalised lines; line ``i`` of the stream has sequence number ``i``.
+
+    Lines are kept in the batches they came in, so that adding and evicting cost per batch, not per line: a batch of
+    :data:`CHUNK_LINES` or more as its text, split into lines only when somebody reads them, a shorter one as
+    strings in the newest list. Whole batches are dropped; the oldest is cut at an offset. A text is counted in
+    :attr:`bytes` whole until it goes or is split (its memory goes back only then)."""
 
     def __init__(self, maxlen: int = 10_000, budget: RingBudget | None = None, first_seq: int = 0):
-        self._lines: deque[str] = deque()
+        self._chunks: deque[list[str] | str] = deque()
+        self._counts: deque[int] = deque()  # lines in each chunk, those evicted from the oldest included
+        self._sizes: deque[int] = deque()  # the bytes each chunk is counted for
+        self._head = 0  # lines of the oldest chunk already evicted
+        self._len = 0
         self.maxlen = maxlen
         self.next_seq = first_seq
         self.bytes = 0
@@ -152,53 +191,119 @@ class LogRing:
             budget.rings.append(self)
 
     def extend(self, lines: list[str]) -> None:
-        add = sum(map(len, lines)) + LINE_OVERHEAD * len(lines)
-        self._lines.extend(lines)
-        self.next_seq += len(lines)
-        self.bytes += add
-        if self.budget is not None:
-            self.budget.used += add
-            self.budget.grew(self)
-        over = len(self._lines) - self.maxlen
+        if lines:
+            self._add(lines, len(lines), sum(map(len, lines)) + LINE_OVERHEAD * len(lines))
+
+    def add_text(self, text: str, n: int, lines: list[str] | None = None) -> None:
+        """Add the ``n`` lines of ``text`` (each ended by a newline), or ``lines`` when they are made already."""
+        if not n:
+            return
+        if lines is not None or n < CHUNK_LINES:
+            self.extend(lines if lines is not None else text[:-1].split("\n"))
+        else:
+            self._add(text, n, len(text) + LINE_OVERHEAD)
+
+    def _add(self, chunk: list[str] | str, n: int, size: int) -> None:
+        last = self._chunks[-1] if self._chunks else None
+        if isinstance(chunk, list) and isinstance(last, list) and len(last) < CHUNK_LINES:
+            last.extend(chunk)
+            self._counts[-1] += n
+            self._sizes[-1] += size
+        else:
+            self._chunks.append(list(chunk) if isinstance(chunk, list) else chunk)  # the caller's list stays theirs
+            self._counts.append(n)
+            self._sizes.append(size)
+        self._len += n
+        self.next_seq += n
+        self._grow(size)
+        over = self._len - self.maxlen
         if over > 0:
             self.evict(over)
         if self.budget is not None and self.budget.used > self.budget.total:
             self.budget.enforce()
 
-    def evict(self, n: int) -> None:
-        pop = self._lines.popleft
-        freed = sum(len(pop()) + LINE_OVERHEAD for _ in range(min(n, len(self._lines))))
-        self.bytes -= freed
+    def _grow(self, size: int) -> None:
+        self.bytes += size
         if self.budget is not None:
-            self.budget.used -= freed
+            self.budget.used += size
+            if size > 0:
+                self.budget.grew(self)
+
+    def evict(self, n: int) -> None:
+        """Drop the oldest ``n`` lines."""
+        n = min(n, self._len)
+        freed = 0
+        while n > 0:
+            first = self._chunks[0]
+            left = self._counts[0] - self._head
+            if n >= left:
+                self._chunks.popleft()
+                self._counts.popleft()
+                freed += self._sizes.popleft()
+                self._head = 0
+                self._len -= left
+                n -= left
+                continue
+            if isinstance(first, list):
+                cut = sum(map(len, first[self._head:self._head + n])) + LINE_OVERHEAD * n
+                self._sizes[0] -= cut
+                freed += cut
+            self._head += n
+            self._len -= n
+            n = 0
+            if isinstance(first, list) and self._head >= CHUNK_LINES and 2 * self._head >= len(first):
+                del first[:self._head]  # their memory goes back now, not when the rest of the chunk does
+                self._counts[0] -= self._head
+                self._head = 0
+        self._grow(-freed)
 
     def reset(self, first_seq: int) -> None:
-        self.evict(len(self._lines))
+        self.evict(self._len)
         self.next_seq = first_seq
 
     @property
     def first_seq(self) -> int:
-        return self.next_seq - len(self._lines)
+        return self.next_seq - self._len
 
     def since(self, seq: int, limit: int | None = None) -> tuple[int, list[str]]:
         """Lines from ``seq`` on (or from the oldest kept, if ``seq`` fell out of the ring)."""
         start = max(seq, self.first_seq)
-        skip = start - self.first_seq
-        n = len(self._lines) - skip
-        if limit is not None:
-            n = min(n, limit)
-        if n <= 0:
-            return self.next_seq, []
-        if skip == 0 and n == len(self._lines):
-            return start, list(self._lines)
-        lines = self._lines
-        return start, [lines[skip + i] for i in range(n)] if n < 256 else list(lines)[skip: skip + n]
+        n = self.next_seq - start if limit is None else min(self.next_seq - start, limit)
+        out: list[str] = []
+        pos = self._head + start - self.first_seq
+        for i, count in enumerate(self._counts):
+            if len(out) >= n:
+                break
+            if pos >= count:
+                pos -= count
+                continue
+            want = min(count - pos, n - len(out))
+            chunk = self._chunks[i]
+            if isinstance(chunk, str) and pos + want == count:  # its last lines (a reader keeping up): those alone
+                out += chunk.rsplit("\n", want + 1)[-want - 1:-1]
+            else:
+                out += self._split(i)[pos:pos + want]
+            pos = 0
+        return (start, out) if out else (self.next_seq, out)
+
+    def _split(self, i: int) -> list[str]:
+        """Chunk ``i`` as lines (a text is split once, and counted as its lines from then on)."""
+        chunk = self._chunks[i]
+        if isinstance(chunk, list):
+            return chunk
+        lines = chunk[:-1].split("\n")
+        self._chunks[i] = lines
+        kept = lines[self._head:] if i == 0 else lines
+        size = sum(map(len, kept)) + LINE_OVERHEAD * len(kept)
+        self._grow(size - self._sizes[i])
+        self._sizes[i] = size
+        return lines
 
     def tail(self, n: int) -> tuple[int, list[str]]:
         return self.since(self.next_seq - n)
 
     def __len__(self) -> int:
-        return len(self._lines)
+        return self._len
 
 
 class LogFile(NamedTuple):

@@ -26,8 +26,13 @@ CPU seconds per run show where the time goes: the writer's (its own rusage), cat
 (its process over the run), rlsup's supervisor (read from its zombie) and monitor (the CPU of the
 supervisor's reaped children less the writer's).
 
-Targets: lines: rlsup <= 1.21x cat and <= 1.10x file; blocks, biglines: rlsup <= 1.2x cat and
-<= supervisord. Results: tests/perf/results/flood.json.
+The supervisor's CPU over the data alone (CPU/sv) is its run time (schedstat) from the last moment its
+component's log was empty to the moment state.json records every byte read, the writer kept alive
+until then, against supervisord's over its whole run of the writer.
+
+Targets (issue 44): the capture (writer's lifetime) <= 1.1x cat on every workload; the supervisor's
+CPU over the data <= 1.5x supervisord's on the line flood and the blocks; the line flood <= 1.10x
+file, blocks and big lines <= supervisord (earlier issues). Results: tests/perf/results/flood.json.
 """
 
 from __future__ import annotations
@@ -98,8 +103,8 @@ def digest(path: Path) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def argv(wl: dict[str, Any], stamp: Path) -> list[str]:
-    return [pk.PY, str(pk.WRITER), wl["mode"], str(wl["n"]), str(stamp), str(SETTLE)]
+def argv(wl: dict[str, Any], stamp: Path, until: Path | None = None) -> list[str]:
+    return [pk.PY, str(pk.WRITER), wl["mode"], str(wl["n"]), str(stamp), str(SETTLE), *([str(until)] if until else [])]
 
 
 def read_stamp(stamp: Path) -> tuple[float, float]:
@@ -142,13 +147,34 @@ def run_cat(wl, d: Path, exp) -> dict[str, Any]:
 
 
 def run_rlsup(wl, d: Path, exp, i: int, paused: bool = False) -> dict[str, Any]:
-    stamp = d / "stamp"
+    stamp, until = d / "stamp", d / "until"
     stamp.unlink(missing_ok=True)
-    comp = {"argv": argv(wl, stamp), "env": wl["env"]}
+    until.unlink(missing_ok=True)
+    comp = {"argv": argv(wl, stamp, None if paused else until), "env": wl["env"]}
     if wl.get("progress"):
         comp["progress"] = wl["progress"]
     run = pk.RlsupRun(d, f"r{i}{'p' if paused else ''}", {"w": comp}, skip_checks=False)
     run.start()
+    log = run.run_dir / "logs" / "w.log"
+    data_cpu = None
+    if not paused:
+        # The supervisor's CPU over the data alone: from the last moment its component's log was still empty (the
+        # writer rests SETTLE s first) to the moment state.json says every byte is read; the writer stays alive
+        # until then, so that neither the start-up nor the handling of its exit is counted.
+        c0 = None
+        while not stamp.exists():
+            try:
+                if log.stat().st_size > 0:
+                    break
+            except OSError:
+                pass
+            c0 = pk.cpu_sched_s(run.pid)
+            time.sleep(0.001)
+        pk.wait_for(lambda: (run.state().get("components", {}).get("w", {}).get("log") or {}).get("offset") == exp[0],
+                    120, every=0.01, what="the supervisor to read the whole log")
+        if c0 is not None:
+            data_cpu = round(pk.cpu_sched_s(run.pid) - c0, 4)
+        until.touch()
     if paused:
         # Diagnostic: the supervisor stopped while the writer writes, so only the monitor moves the
         # bytes (it needs no supervisor): what the data path costs the writer without the supervisor's
@@ -173,9 +199,10 @@ def run_rlsup(wl, d: Path, exp, i: int, paused: bool = False) -> dict[str, Any]:
     res: dict[str, Any] = {"writer_s": ws, "whole_s": whole, "rc": rc,
                            "cpu_s": {"writer": wcpu, "supervisor": cpu["self_s"],
                                      "monitor": round(max(0.0, cpu["children_s"] - wcpu), 3)}}
+    if data_cpu is not None:
+        res["cpu_s"]["supervisor_data"] = data_cpu
     if paused and monitor:
         res["monitor_exact"] = monitor
-    log = run.run_dir / "logs" / "w.log"
     got = digest(log)
     res["bytes_ok"] = got == exp
     if not res["bytes_ok"]:
@@ -192,7 +219,7 @@ def run_supervisord(wl, d: Path, exp, sv: pk.Supervisord, stamp: Path) -> dict[s
     stamp.unlink(missing_ok=True)
     log = sv.logs["w"]
     log.unlink(missing_ok=True)
-    c0 = pk.cpu_ticks_s(sv.pid)
+    c0 = pk.cpu_sched_s(sv.pid)
     t0 = time.perf_counter()
     r = sv.ctl("start", "w")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -203,7 +230,7 @@ def run_supervisord(wl, d: Path, exp, sv: pk.Supervisord, stamp: Path) -> dict[s
         pk.wait_for(lambda: log.stat().st_size >= exp[0], 30, every=0.02, what="supervisord's log")
     except TimeoutError:
         pass
-    c1 = pk.cpu_ticks_s(sv.pid)
+    c1 = pk.cpu_sched_s(sv.pid)
     got = digest(log)
     ws, wcpu = read_stamp(stamp)
     res = {"writer_s": ws, "whole_s": whole, "bytes_ok": got == exp,
@@ -291,17 +318,23 @@ def main() -> None:
                 w["supervisord_vs_cat"] = round(m["supervisord"] / m["cat"], 3)
                 w["supervisord_vs_file"] = round(m["supervisord"] / m["file"], 3)
                 w["rlsup_vs_supervisord"] = round(m["rlsup"] / m["supervisord"], 3)
+            if "supervisord" in m and "supervisor_data" in w["median_cpu_s"]["rlsup"]:
+                w["rlsup_data_cpu_vs_supervisord"] = round(
+                    w["median_cpu_s"]["rlsup"]["supervisor_data"] / max(w["median_cpu_s"]["supervisord"]["supervisord"], 1e-3), 3)
+            # Issue 44: the capture within 1.1x of a pipe into cat; the supervisor's CPU over the data at most 1.5x
+            # supervisord's (on the line flood and the blocks). Earlier: the line flood within 1.10x of a file.
+            w["targets"] = {"rlsup_vs_cat <= 1.1": w["rlsup_vs_cat"] <= 1.1}
             if name == "lines":
                 w["final_step_ok"] = all(x.get("final_step_ok") for x in runs["rlsup"])
-                w["targets"] = {"rlsup_vs_cat <= 1.21": w["rlsup_vs_cat"] <= 1.21,
-                                "rlsup_vs_file <= 1.10": w["rlsup_vs_file"] <= 1.10}
-            else:
-                w["targets"] = {"rlsup_vs_cat <= 1.2": w["rlsup_vs_cat"] <= 1.2}
-                if "supervisord" in m:
-                    w["targets"]["rlsup <= supervisord"] = m["rlsup"] <= m["supervisord"]
+                w["targets"]["rlsup_vs_file <= 1.10"] = w["rlsup_vs_file"] <= 1.10
+            elif "supervisord" in m:
+                w["targets"]["rlsup <= supervisord"] = m["rlsup"] <= m["supervisord"]
+            if "rlsup_data_cpu_vs_supervisord" in w and name in ("lines", "blocks"):
+                w["targets"]["supervisor CPU <= 1.5x supervisord"] = w["rlsup_data_cpu_vs_supervisord"] <= 1.5
             result["workloads"][name] = w
             rows.append([name, *(f"{m[s]:.3f}" for s in setups), w["rlsup_vs_cat"], w["rlsup_vs_file"],
                          w.get("supervisord_vs_cat", "-"), w.get("rlsup_vs_supervisord", "-"),
+                         w.get("rlsup_data_cpu_vs_supervisord", "-"),
                          "ok" if all(w["bytes_ok"].values()) else "WRONG",
                          ", ".join(f"{k}: {pk.verdict(v)}" for k, v in w["targets"].items())])
             pk.rmtree(d)
@@ -311,7 +344,7 @@ def main() -> None:
     path = pk.save("flood", result, a.out)
     print()
     print(pk.table(rows, ["workload", *(f"{s} s" for s in setups), "rlsup/cat", "rlsup/file", "sv/cat",
-                          "rlsup/sv", "bytes", "targets"]))
+                          "rlsup/sv", "CPU/sv", "bytes", "targets"]))
     for name, w in result["workloads"].items():
         extra = f", final step ok: {w['final_step_ok']}" if "final_step_ok" in w else ""
         print(f"{name}: whole `rlsup up` {w['rlsup_whole_command_s']:.3f}s vs whole `writer > file` "
@@ -319,7 +352,8 @@ def main() -> None:
         print("    CPU s (medians): " + "; ".join(
             f"{s}: " + ", ".join(f"{k} {v:.3f}" for k, v in c.items()) for s, c in w["median_cpu_s"].items()))
         print(f"    rlsup beyond an empty run: supervisor {w['rlsup_supervisor_data_cpu_s']:.3f}s, "
-              f"monitor {w['rlsup_monitor_data_cpu_s']:.3f}s")
+              f"monitor {w['rlsup_monitor_data_cpu_s']:.3f}s; the supervisor over the data alone (schedstat, from the "
+              f"writer's first byte to the last byte read): {w['median_cpu_s']['rlsup'].get('supervisor_data', '-')}s")
         if "rlsup_paused" in w["runs"]:
             ex = [x["monitor_exact"] for x in w["runs"]["rlsup_paused"] if x.get("monitor_exact")]
             cats = w["runs"]["cat"]

@@ -1,6 +1,6 @@
 """The workloads the benchmarks run, the same script under every supervisor (and alone).
 
-    writer.py lines N STAMP SETTLE          N lines of 90 bytes, one write per line when unbuffered
+    writer.py lines N STAMP SETTLE [UNTIL]  N lines of 90 bytes, one write per line when unbuffered
                                             (every 1000th a progress line), as tests/scripts/flood.py
     writer.py blocks N STAMP SETTLE         N blocks of 64 KiB (512 lines of 128 bytes), one write each
     writer.py biglines N STAMP SETTLE       N lines of 1 MiB (newline included), one write each
@@ -13,6 +13,8 @@
                                             SECONDS after the start time; the count goes to STAMP
     writer.py idle                          sleeps
 
+With UNTIL, the writer stays alive after its stamp until the file UNTIL exists (at most 120 s), so that a
+benchmark can read its supervisor's CPU once the supervisor has caught up and before the exit is handled.
 STAMP receives JSON: the writer's own lifetime (first write to the last write returned), measured
 with perf_counter after SETTLE seconds of rest, so interpreter start-up and the supervisor's own
 start-up work are outside the timed part in every setup alike; and the writer's CPU (cpu_s).
@@ -99,6 +101,10 @@ def main(argv: list[str]) -> None:
                 _write_all(bigline(i))
         t1 = time.perf_counter()
         _stamp(stamp, seconds=t1 - t0)
+        if len(argv) > 5:
+            give_up = time.monotonic() + 120
+            while not os.path.exists(argv[5]) and time.monotonic() < give_up:
+                time.sleep(0.01)
     elif mode == "chatty":
         name, rate, seconds, go, hold = argv[2], float(argv[3]), float(argv[4]), argv[5], float(argv[6])
         start = wait_go(go)

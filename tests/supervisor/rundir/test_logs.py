@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+from collections import deque
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from rlsup.supervisor.monitor.shim import LogFile
-from rlsup.supervisor.rundir.logs import LineNormaliser, LogFollower, LogRing, Position, RingBudget, fold_cr
+from rlsup.supervisor.rundir.logs import (
+    CHUNK_LINES,
+    LINE_OVERHEAD,
+    LineNormaliser,
+    LogFollower,
+    LogRing,
+    Position,
+    RingBudget,
+    fold_cr,
+)
 
 
 def test_ansi_stripped_cr_folded_utf8_replaced():
@@ -188,3 +202,78 @@ def test_budget_over_many_rings_evicts_the_largest_and_keeps_the_quiet_tails():
         ring.extend(["y" * 1000] * 30)
     assert budget.used <= budget.total
     assert len(chatty) > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("extend"), st.integers(0, 700)),
+    st.tuples(st.just("text"), st.integers(0, 900)),
+    st.tuples(st.just("evict"), st.integers(0, 900)),
+    st.tuples(st.just("since"), st.integers(-5, 3000), st.integers(0, 600)),
+), max_size=40), st.integers(1, 800))
+def test_the_ring_in_batches_keeps_what_a_line_by_line_ring_keeps(ops, maxlen) -> None:
+    """Batches kept as lists or as their text, dropped whole and cut at an offset: the same lines and sequence
+    numbers as one line at a time in a deque, whatever the order of adds (short ones joining the newest list, long
+    texts split only when read), evictions and reads; bytes exact while every batch is a list."""
+    ring, ref, seq, texts = LogRing(maxlen), deque[str](), 0, False
+    for op, *args in ops:
+        if op in ("extend", "text"):
+            batch = [f"{seq + i}:" + "x" * (i % 7) for i in range(args[0])]
+            if op == "extend":
+                ring.extend(batch)
+            else:
+                ring.add_text("".join(x + "\n" for x in batch), len(batch))
+                texts = texts or len(batch) >= CHUNK_LINES
+            seq += len(batch)
+            ref.extend(batch)
+            while len(ref) > maxlen:
+                ref.popleft()
+        elif op == "evict":
+            ring.evict(args[0])
+            for _ in range(min(args[0], len(ref))):
+                ref.popleft()
+        else:
+            a, b = args
+            first = seq - len(ref)
+            start = max(a, first)
+            want = list(ref)[start - first:][:b]
+            assert ring.since(a, b) == ((start, want) if want else (seq, []))
+        assert (len(ring), ring.next_seq, ring.first_seq) == (len(ref), seq, seq - len(ref))
+        if not texts:
+            assert ring.bytes == sum(len(x) + LINE_OVERHEAD for x in ref)
+        assert ring.bytes >= 0 and (ring.bytes > 0) == bool(ref)
+    assert ring.since(0) == ((seq - len(ref), list(ref)) if ref else (seq, []))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(st.sampled_from("ab é\x1b[m\r"), max_size=40), max_size=300), st.integers(0, 80),
+       st.sampled_from([16, 64, 8192]))
+def test_a_chunk_as_text_gives_the_lines_of_the_chunk_split(lines, cut, cap) -> None:
+    """``feed_text`` leaves a chunk one string where it can: its text and count, split, are the lines ``feed``
+    makes, capped lines, ANSI, ``\\r`` and a line held over (cut, when longer than four caps) included."""
+    data = "".join(x + "\n" for x in lines).encode() + b"tail \x1b[1m"
+    split, lazy = LineNormaliser(cap), LineNormaliser(cap)
+    for n in (split, lazy):
+        n.feed(b"held over " * cut)
+    want, want_text = split.feed(data)
+    text, n, made = lazy.feed_text(data)
+    assert text == want_text and n == len(want) == text.count("\n")
+    assert (made if made is not None else text[:-1].split("\n") if n else []) == want
+    assert lazy.partial == split.partial and lazy.held_bytes == split.held_bytes
+
+
+def test_a_flood_chunk_is_no_strings_until_read_and_its_newest_lines_are_read_alone() -> None:
+    """A chunk of a million lines goes into the ring as one string (no list of lines is made for it); reading its
+    last lines splits off those alone, and the ring then still holds the text."""
+    text = "".join(f"line {i}\n" for i in range(1_000_000))
+    norm = LineNormaliser()
+    got, n, made = norm.feed_text(text.encode())
+    assert (got, n, made) == (text, 1_000_000, None)
+    ring = LogRing(10_000)
+    ring.add_text(got, n)
+    assert len(ring) == 10_000 and ring.first_seq == 990_000
+    assert isinstance(ring._chunks[0], str)
+    assert ring.tail(2) == (999_998, ["line 999998", "line 999999"])
+    assert isinstance(ring._chunks[0], str)
+    assert ring.since(990_000, 1) == (990_000, ["line 990000"])
+    assert isinstance(ring._chunks[0], list) and ring.bytes < 10_000 * (LINE_OVERHEAD + 12)
