@@ -245,6 +245,12 @@ class Component(_Model):
                 v = {**v, "gpus": None, "gpu_count": g}
         return v
 
+    @field_validator("restart", mode="before")
+    @classmethod
+    def _restart_policy(cls, v: Any) -> Any:
+        # `restart: never` is short for `restart: {policy: never}` (as docker compose writes it).
+        return {"policy": v} if isinstance(v, str) else v
+
     @field_validator("depends_on", mode="before")
     @classmethod
     def _deps_list(cls, v: Any) -> Any:

@@ -25,9 +25,18 @@ def config_schema() -> dict[str, Any]:
     for model in [s, *s.get("$defs", {}).values()]:
         for key in NOT_WRITTEN:
             model.get("properties", {}).pop(key, None)
-    gpus = s["$defs"]["Component"]["properties"].get("gpus")
+    props = s["$defs"]["Component"]["properties"]
+    gpus = props.get("gpus")
     if gpus is not None:  # a list of indices on one machine, or a count per node with `slurm:`
         gpus["anyOf"] = [{"type": "integer", "minimum": 0}, _INTERPOLATED, *gpus.get("anyOf", [])]
+    # The short forms: `restart: never` (the policy alone), `depends_on: [a, b]` or `depends_on: a` ("started"),
+    # as if/then/else so that an editor names what is wrong in the form written, not "none of the given schemas".
+    policy = s["$defs"]["RestartCfg"]["properties"]["policy"]
+    props["restart"] = {"if": {"type": "string"}, "then": {"enum": policy["enum"]},
+                        "else": {"$ref": props["restart"].pop("$ref")}, **props["restart"]}
+    deps = {k: props["depends_on"].pop(k) for k in ("type", "additionalProperties")}
+    props["depends_on"].update({"if": {"type": ["array", "string"]}, "then": {"items": {"type": "string"}},
+                                "else": deps})
     return {"$schema": DIALECT, "title": "rlsup config", **{k: v for k, v in s.items() if k != "title"},
             "description": "An rlsup run: its components and how to supervise them (docs/config.md)."}
 

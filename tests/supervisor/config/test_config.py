@@ -94,6 +94,16 @@ def test_wrong_types(tmp_path):
     assert any(":5:11: components.a.gpus" in o for o in out)
 
 
+def test_a_restart_policy_alone_is_short_for_its_block(tmp_path):
+    """`restart: never` (as docker compose writes it) is `restart: {policy: never}`; a policy that is none of the
+    three is named with its line."""
+    cfg = load(tmp_path, "components:\n  a:\n    command: 'true'\n    restart: never\n")
+    assert cfg.components["a"].restart.policy == "never" and cfg.components["a"].restart.max_restarts == 10
+    out = problems(tmp_path, "components:\n  a:\n    command: 'true'\n    restart: sometimes\n")
+    assert any(o.startswith(f"{tmp_path}/c.yaml:4:") and "components.a.restart: " in o and "'never' (got 'sometimes')" in o
+               for o in out), out
+
+
 def test_unknown_dependency_and_cycle(tmp_path):
     out = problems(tmp_path, """\
 components:

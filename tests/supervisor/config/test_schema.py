@@ -40,6 +40,11 @@ def test_the_schema_flags_what_rlsup_check_would_refuse(validator):
     assert any("comand" in m for m in errors({"components": {"t": {"comand": "x"}}}))  # a typo'd key
     assert not errors({"components": {"t": {"command": "x", "stop": {"timeout": "${STOP_S:-30}"}}}})
     assert errors({"components": {"t": {"command": "x"}}, "placement": {"t": ["n1"]}})  # rlsup's own field
+    # the short forms the loader takes: the restart policy alone, dependencies as a list or one name
+    assert not errors({"components": {"t": {"command": "x", "restart": "never", "depends_on": ["a", "b"]},
+                                      "u": {"command": "y", "depends_on": "t"}}})
+    assert errors({"components": {"t": {"command": "x", "restart": "sometimes"}}})
+    assert errors({"components": {"t": {"command": "x", "depends_on": {"a": "alive"}}}})
 
 
 def test_schema_output_file(tmp_path):
