@@ -24,6 +24,7 @@ from .monitorwatch import MonitorWatch
 
 if TYPE_CHECKING:
     from .component import Component
+    from .ticker import Lateness
 
 POLL_S = 0.5  # where inotify is unavailable
 READ_PAUSE_S = 0.015
@@ -31,8 +32,9 @@ READ_PAUSE_S = 0.015
 
 class FileWatch:
     def __init__(self, loop: asyncio.AbstractEventLoop, paths: RunPaths, components: Mapping[str, Component],
-                 monitors: MonitorWatch):
+                 monitors: MonitorWatch, late: Lateness | None = None):
         self.loop = loop
+        self.late = late  # told how late each round of reads after a pause ran
         self.paths = paths
         self.components = components
         self.monitors = monitors
@@ -102,9 +104,11 @@ class FileWatch:
             self._read_paused = True
             if self._inotify is not None:  # events queue in the kernel meanwhile: one read gets them all
                 self.loop.remove_reader(self._inotify.fd)
-            self.loop.call_later(READ_PAUSE_S, self._resume_reading)
+            self.loop.call_later(READ_PAUSE_S, self._resume_reading, self.loop.time() + READ_PAUSE_S)
 
-    def _resume_reading(self) -> None:
+    def _resume_reading(self, due: float) -> None:
+        if self.late is not None:
+            self.late.ran(self.loop.time() - due)
         self._read_paused = False
         if self._inotify is not None and self._inotify.fd >= 0:
             self.loop.add_reader(self._inotify.fd, self._on_inotify)
@@ -127,8 +131,9 @@ class Watching:
         self.files: FileWatch | None = None
         self.artefacts: Any = None  # rundir.watches.Watches
 
-    def start(self, loop: asyncio.AbstractEventLoop, paths: RunPaths, components: Mapping[str, Component]) -> None:
-        self.files = FileWatch(loop, paths, components, self.monitors)
+    def start(self, loop: asyncio.AbstractEventLoop, paths: RunPaths, components: Mapping[str, Component],
+              late: Lateness | None = None) -> None:
+        self.files = FileWatch(loop, paths, components, self.monitors, late)
         self.files.start()
         from ..rundir.watches import Watches
 

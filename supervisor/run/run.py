@@ -185,7 +185,7 @@ class Run:
         found = self._past.found
         if found.leftovers:
             self.emit(ev.LeftoversEnded(None, **found.leftovers))
-        self._watching.start(self.loop, self.paths, self.components)
+        self._watching.start(self.loop, self.paths, self.components, self._ticker.late)
         self.gpus.start(self.services.watched)
         adoption.take_over(found, self.components, self.state, self._past.saved_components)
         self._ticker.last = self._ticker.awake_since = self.clock.monotonic()
@@ -452,6 +452,8 @@ class Run:
         if with_positions:
             for n, c in self.components.items():
                 out["components"][n]["log"] = c.position().to_dict()
+        else:  # what a client asks of the live run (status --json): the supervisor's own lag too
+            out["run"]["ticks"] = self._ticker.late.summary()
         return out
 
     # ------------------------------------------------------------------ periodic work

@@ -10,29 +10,67 @@ end): one evaluation looks at every component, so a burst of changes (a thousand
 ending one after the other) is judged in batches, not once per change, and evaluations take at most about
 a fifth of the loop's time. The components' progress is batched the same way: folded into the state every
 :data:`PROGRESS_FLUSH_S`, not once per line that moved it.
+
+How late (:class:`Lateness`): each of that scheduled work (the tick, an evaluation, a round of log reads after its
+pause) says how long after its due time it ran; over the last :data:`LATE_OVER_S` that is the supervisor's own lag,
+which ``rlsup status --json`` shows as ``run.ticks`` (a component's output waits for the supervisor that long).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 from collections.abc import Callable
 
 from ..records.clock import Clock
 
 EVALUATE_EVERY_S = 0.05  # at most this often, the run re-judges every component (dependencies, the end)
 PROGRESS_FLUSH_S = 0.25
+LATE_OVER_S = 30.0  # run.ticks: the lateness of what ran over the last this many seconds
+LATE_KEPT = 4096  # at most this many of them (a round of log reads runs up to ~60 times a second)
+
+
+class Lateness:
+    """How late the run's scheduled work ran against its due time, the last :data:`LATE_KEPT` times."""
+
+    def __init__(self) -> None:
+        self._ran: deque[tuple[float, float]] = deque(maxlen=LATE_KEPT)  # (when, seconds late)
+
+    def ran(self, late: float) -> None:
+        """Something due ran ``late`` seconds after its due time (on its own clock; below zero: on time)."""
+        self._ran.append((time.monotonic(), max(0.0, late)))
+
+    def summary(self) -> dict[str, float | int]:
+        """Over the last :data:`LATE_OVER_S`: how many ran, and the median, 90th percentile and most late (ms)."""
+        since = time.monotonic() - LATE_OVER_S
+        return late_summary([late for at, late in self._ran if at >= since])
+
+
+def late_summary(late: list[float]) -> dict[str, float | int]:
+    """``{"count", "over_s", "late_p50_ms", "late_p90_ms", "late_max_ms"}`` of ``late`` (seconds; 0s when empty)."""
+    xs = sorted(late)
+    n = len(xs)
+
+    def ms(x: float) -> float:
+        return round(1000.0 * x, 1)
+
+    return {"count": n, "over_s": LATE_OVER_S, "late_p50_ms": ms(xs[n // 2]) if n else 0.0,
+            "late_p90_ms": ms(xs[min(n - 1, n * 9 // 10)]) if n else 0.0, "late_max_ms": ms(xs[-1]) if n else 0.0}
 
 
 class Ticker:
     """The tick's plan and nap, and the times (the clock's monotonic) the run's tick keeps: when it last ran
     (``last``), since when the supervisor has been awake (``awake_since``: a pause of its own is not the
     components' fault), when its health sweep is due next (``health_due``) and when log positions were last
-    written (``positions_written``); the pace of the run's evaluations (``pacing``)."""
+    written (``positions_written``); the pace of the run's evaluations (``pacing``); how late it all ran
+    (``late``, shared with the pacing and the log reads)."""
 
     def __init__(self, clock: Clock, plan: Callable[[], float], tick: Callable[[float], None],
                  pacing: EvaluationPacing):
         self.clock = clock
         self.pacing = pacing
+        self.late = pacing.late
         self.plan = plan  # when the next tick is due (the clock's monotonic time)
         self.tick = tick  # called with the time it was planned for
         self.nap_until = 0.0  # when the ticker plans to wake
@@ -47,8 +85,10 @@ class Ticker:
             planned = self.plan()
             wait = planned - self.clock.monotonic()
             self.nap_until = planned
-            if wait > 0 and await self._sleep(wait):
-                continue  # woken early by a change: plan again
+            if wait > 0:
+                if await self._sleep(wait):
+                    continue  # woken early by a change: plan again
+                self.late.ran(self.clock.monotonic() - planned)  # (not a tick planned again into the past)
             self.tick(planned)
 
     async def _sleep(self, seconds: float) -> bool:
@@ -76,6 +116,7 @@ class EvaluationPacing:
 
     def __init__(self, evaluate: Callable[[], None], flush_progress: Callable[[set[str]], None]) -> None:
         self.evaluate = evaluate
+        self.late = Lateness()
         self.scheduled = False
         self._at = -1e9  # the loop's time when the last evaluation ended
         self._cost = 0.0  # the seconds it took
@@ -98,7 +139,12 @@ class EvaluationPacing:
             return
         self.scheduled = True
         every = max(EVALUATE_EVERY_S, 5 * self._cost)  # at most ~20% of the loop's time
-        loop.call_later(max(0.0, every - (loop.time() - self._at)), self.evaluate)
+        delay = max(0.0, every - (loop.time() - self._at))
+        loop.call_later(delay, self._evaluate, loop.time() + delay, loop)
+
+    def _evaluate(self, due: float, loop: asyncio.AbstractEventLoop) -> None:
+        self.late.ran(loop.time() - due)
+        self.evaluate()
 
     def done(self, *, cost: float, at: float) -> None:
         """An evaluation ended at loop time ``at``, after ``cost`` seconds."""

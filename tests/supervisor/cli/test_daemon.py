@@ -48,6 +48,8 @@ def test_up_detached_then_clients(tmp_path, daemon):
     assert js["components"]["ticker"]["attempt"] == 1
     wait_for(lambda: (json.loads(d.cli("status", "--json").stdout)["components"]["ticker"]["step"] or 0) > 3,
              what="progress in status")
+    ticks = json.loads(d.cli("status", "--json").stdout)["run"]["ticks"]  # the supervisor's own lag (issue 44.2)
+    assert ticks["count"] > 0 and ticks["late_max_ms"] >= ticks["late_p90_ms"] >= ticks["late_p50_ms"] >= 0
 
     logs = d.cli("logs", "ticker", "-n", "5")
     assert logs.returncode == 0
