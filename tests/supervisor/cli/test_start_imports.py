@@ -2,7 +2,7 @@
 
 The supervisor's start is mostly imports; the modules below are used later or by other commands (the fleet
 client and SSH, the archive's readers, the exit diagnosis, py-spy's stacks, the metrics and notifications, the
-checks, the report), so each is imported when first used. A real `rlsup up --headless` (what `up -d`'s daemon
+checks, the report, the escaping of a terminal's output), so each is imported when first used. A real `rlsup up --headless` (what `up -d`'s daemon
 runs, and the look at an existing run dir that the daemon leaves to the command that started it) is started in a
 child that reports its sys.modules once the journal holds a `started` for each component. Not timed: the CPU
 it takes is measured by tests/perf/bench_restart.py.
@@ -19,7 +19,7 @@ from pathlib import Path
 DEFERRED = [f"rlsup.supervisor.{m}" for m in (
     "client.fleet", "client.ssh", "client.bridge", "rundir.archive", "rundir.stranded", "diagnosis.stacks",
     "diagnosis.engine", "diagnosis.run", "diagnosis.host", "preflight.checks", "render.report", "run.prometheus",
-    "run.notify", "run.commands", "run.teardown", "config.schema", "cli.slurm_up",
+    "run.notify", "run.commands", "run.teardown", "config.schema", "cli.slurm_up", "render.terminal",
 )] + ["textual", "rich", "pynvml"]
 
 # Runs the CLI in this interpreter; a thread waits for three `started` in the journal, prints sys.modules, and
