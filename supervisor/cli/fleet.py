@@ -11,15 +11,6 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..client.fleet import (
-    JSON_TIMEOUT_S,
-    fleet_snapshot,
-    gpu_summary,
-    latest_problem,
-    load_fleet,
-    main_component,
-    ssh_connectors,
-)
 from ..render.bars import step_text
 from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 
@@ -29,6 +20,11 @@ if TYPE_CHECKING:
 
     #: The pods to watch and how to reach each one.
     Targets = tuple[list[PodSpec], Callable[[PodSpec], Connector]]
+
+
+#: --json: how long the pods have to answer. The fleet client (and the SSH and state modules under it) is imported
+#: by the fleet command only, not by every other command that builds this parser.
+JSON_TIMEOUT_S = 15.0
 
 
 def add_parsers(sub: Any) -> None:
@@ -64,6 +60,8 @@ def add_parsers(sub: Any) -> None:
 
 def format_text(snap: Mapping[str, Any]) -> str:
     """A plain table of the snapshot, for a terminal that is not interactive."""
+    from ..client.fleet import gpu_summary, latest_problem, main_component
+
     lines = [f"FLEET FLAG {f['type']}: {f['message']} ({', '.join(f['pods'])})" for f in snap.get("flags", [])]
     for p in snap.get("pods", []):
         if p["connection"] == "no_run":  # a Slurm job not started, or cancelled before it started
@@ -130,6 +128,7 @@ def _slurm_targets() -> Targets | int:
 
 def _file_targets(args: argparse.Namespace) -> Targets | int:
     """The pods of FLEET.yaml, reached over SSH (exit code 2 on a fleet file error)."""
+    from ..client.fleet import load_fleet, ssh_connectors
     from ..config.loader import ConfigError
 
     try:
@@ -145,6 +144,8 @@ def _file_targets(args: argparse.Namespace) -> Targets | int:
 def _print_snapshot(args: argparse.Namespace, specs: list[PodSpec],
                     connector_for: Callable[[PodSpec], Connector]) -> int:
     """--json, or a terminal that is not interactive: one snapshot of every pod, printed."""
+    from ..client.fleet import fleet_snapshot
+
     snap = _run_loop(fleet_snapshot(specs, connector_for, timeout=args.timeout))
     hints = {s.label: s.attach_hint(identity=args.identity, remote_cmd=args.remote_cmd) for s in specs}
     for pod in snap["pods"]:  # the command that opens this pod's TUI, as it can be pasted

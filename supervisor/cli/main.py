@@ -56,15 +56,15 @@ def _guard_terminal(args: argparse.Namespace) -> None:
     """On a terminal, what rlsup prints shows control characters instead of obeying them (a component's
     ``ESC c`` must not reset the user's terminal); ``--raw`` and pipes get the text as it is. Not for the
     commands that may start the TUI (it owns the terminal) or relay the protocol."""
-    from ..render.terminal import EscapingStream
-
     tui = args.cmd in ("attach", "fleet", "bridge") or (
         args.cmd == "up" and not (args.headless or args.detach))
     if tui or getattr(args, "raw", False):
         return
     for name in ("stdout", "stderr"):
         with contextlib.suppress(AttributeError, ValueError):  # a stream without isatty, or a closed one
-            if (stream := getattr(sys, name)).isatty():
+            if (stream := getattr(sys, name)).isatty():  # imported for a terminal only: not a daemon's, not a pipe
+                from ..render.terminal import EscapingStream
+
                 setattr(sys, name, EscapingStream(stream))
 
 

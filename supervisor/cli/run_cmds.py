@@ -197,10 +197,12 @@ def _already_supervised(args: argparse.Namespace, run_dir: Path) -> int:
 def _settle_ended_run(args: argparse.Namespace, run_dir: Path) -> int | None:
     """Whether an ended run in the run dir is resumed or kept aside (--fresh), as asked or as the person
     answers; sets ``args.resume``/``args.fresh``. An exit code where `up` ends here, else None."""
-    from ..rundir.archive import how_it_ended
-
     paths = RunPaths(run_dir)
-    ended = how_it_ended(paths) if paths.events.exists() else None  # None: a new run, or one that crashed mid-way
+    ended = None  # a new run, or one that crashed mid-way
+    if paths.events.exists():
+        from ..rundir.archive import how_it_ended
+
+        ended = how_it_ended(paths)
     if ended is not None and ended.startswith("preempted") and not args.fresh:
         # The platform took the machine (a spot VM, a Slurm preemption): `rlsup up` as a spot job's command
         # picks the run up where its checkpoints stand, whatever the mode.

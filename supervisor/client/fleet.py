@@ -34,7 +34,6 @@ from ..records.phrases import end_note
 from .session import Connector, Session, SessionListener
 from .ssh import SshTarget, attach_command, ssh_connector
 
-JSON_TIMEOUT_S = 15.0
 FLAG_TYPE = "fleet_repeated_error"
 MAX_FAILURES = 200  # failures remembered per pod (only signatures matter; the newest win)
 HISTORY_EVENTS = 5000  # the newest journal events read from each pod for its past failures
@@ -516,7 +515,7 @@ def ssh_connectors(*, remote_cmd: str | None, accept_new_host_key: bool, identit
 
 
 async def fleet_snapshot(specs: Sequence[PodSpec], connector_for: Callable[[PodSpec], Connector], *,
-                         timeout: float = JSON_TIMEOUT_S) -> dict[str, Any]:
+                         timeout: float) -> dict[str, Any]:
     """Connect to every pod in parallel, wait until each answered (or ``timeout``), snapshot, close."""
     fleet = Fleet(specs, connector_for)
     task = asyncio.ensure_future(fleet.run())

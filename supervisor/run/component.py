@@ -25,7 +25,6 @@ from ..config import placement as slurm_placement
 from ..config.model import Component as ComponentCfg
 from ..config.model import Config
 from ..diagnosis import engines
-from ..diagnosis.stacks import Stacks, short_form
 from ..monitor.process import (
     ENV_ATTEMPT,
     ENV_COMPONENT,
@@ -54,6 +53,7 @@ from .health import stuck_reason
 from .tracking import Tracking
 
 if TYPE_CHECKING:
+    from ..diagnosis.stacks import Stacks
     from ..rundir.logpages import LogPages
 
 READ_PIECE = 1 << 20  # bytes read and handled at a time: a piece stays in the CPU's cache (4 MiB at once cost more)
@@ -357,6 +357,8 @@ class Component:
         return True if held is None else held  # None: cannot tell (no /proc access): trust the answer
 
     async def _liveness(self) -> None:
+        from ..diagnosis.stacks import short_form
+
         a = self.cfg.alive
         assert a is not None
         fails = 0

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config.model import Config
-from ..diagnosis.stacks import Stacks
 from ..monitor.process import AttemptProcesses
 from ..monitor.shim import reap_children
 from ..records import events as ev
@@ -57,6 +56,7 @@ from .ticker import EvaluationPacing, Ticker
 from .tracking import Tracking
 
 if TYPE_CHECKING:
+    from ..diagnosis.stacks import Stacks
     from ..rundir.logpages import LogPages
 
 TICK_S = 1.0
