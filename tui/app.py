@@ -642,7 +642,11 @@ class MainScreen(Screen):
         self.app.push_screen(StacksScreen(name, reply))
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen())
+        """The key table, built once: it never changes, and building it (a Rich table of every key) held the
+        first frame of each opening for 40-60 ms under a log flood; reopened, it is laid out and drawn already."""
+        if not self.app.is_screen_installed("help"):
+            self.app.install_screen(HelpScreen(), "help")
+        self.app.push_screen("help")
 
 
 class RlsupApp(App[int]):

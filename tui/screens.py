@@ -120,6 +120,9 @@ class HelpScreen(Closable):
                          "component table has the arrows (default), log = the selected log has them (enter or "
                          "z), copy mode = c", t)
 
+    def on_screen_resume(self) -> None:
+        self.query_one(VerticalScroll).scroll_home(animate=False)  # (kept between openings: from the top each time)
+
 
 class TimelineScreen(Closable):
     """Every lifecycle event the client has seen, oldest first, scrolled to the newest."""

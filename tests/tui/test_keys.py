@@ -686,3 +686,24 @@ async def test_no_attribute_of_the_app_or_a_widget_is_mistaken_for_a_key_handler
         bad = {f"{type(p).__name__}.{attr}": v for p in pumps for attr, v in _dispatch_targets(p).items()
                if not callable(v)}
         assert bad == {}
+
+
+@run_async
+async def test_help_opens_at_the_top_every_time_and_is_built_once():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=(120, 24)) as pilot:
+        await started(pilot)
+        await pilot.press("question_mark")
+        help_screen = app.screen
+        assert isinstance(help_screen, HelpScreen)
+        scroll = help_screen.query_one("VerticalScroll")
+        scroll.scroll_end(animate=False)
+        await pilot.pause(0.1)
+        assert scroll.scroll_y > 0
+        await pilot.press("question_mark")  # ? closes it too
+        assert isinstance(app.screen, MainScreen)
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert app.screen is help_screen and help_screen.query_one("VerticalScroll").scroll_y == 0
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)

@@ -102,3 +102,35 @@ async def test_d_on_a_component_that_recovered_shows_the_crash():
         body = app.screen.body().plain
         assert "exit code 1" in body and "CUDA out of memory" in body
         assert "it recovered" in body
+
+
+def footer_keys(app) -> dict[str, tuple[str, bool]]:
+    """The footer's keys as shown: label -> (description, greyed)."""
+    return {k.key_display: (k.description, k.has_class("-disabled")) for k in app.main.query("FooterKey")}
+
+
+@run_async
+async def test_the_footer_shows_the_keys_of_the_context_and_greys_commands_when_the_run_ends():
+    # Keys are updated in place (Textual's footer remounted them all on every focus change, which under a
+    # log flood held zoom and pane switches for 65-450 ms); what they show must follow all the same.
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=(200, 50)) as pilot:
+        await started(pilot)
+        await pilot.pause(0.1)
+        table, widgets = footer_keys(app), list(app.main.query("FooterKey"))
+        assert table["↑/k"] == ("select", False) and table["enter"] == ("log keys", False), table
+        assert table["r"] == ("restart", False)
+        await pilot.press("z")  # zoomed: the arrows scroll the log
+        await pilot.pause(0.1)
+        zoomed = footer_keys(app)
+        assert zoomed["↑/k"] == ("scroll", False) and zoomed["esc"] == ("table keys", False), zoomed
+        assert "enter" not in zoomed
+        assert list(app.main.query("FooterKey")) == widgets  # the same widgets, not remounted
+        await pilot.press("tab", "z")
+        await pilot.pause(0.1)
+        assert footer_keys(app) == table
+        app.session.event("run_ended", None, ts=NOW, exit_code=0, reason="all components completed")
+        await pilot.pause(0.2)
+        ended = footer_keys(app)
+        assert ended["r"] == ("restart", True) and ended["Q"] == ("stop all", True), ended
+        assert ended["z"] == ("zoom", False)

@@ -3,7 +3,13 @@ Textual's footer cuts the last one mid-word. Keys that do not fit whole are left
 of the key table); ``?`` (help, which lists every key) always stays, as does the palette key.
 
 The keys keep the order they had while the screen held every row (``actions.FOOTER_ORDER``), wherever
-they are bound: Textual lists the focused widget's bindings first (the selected log pane's)."""
+they are bound: Textual lists the focused widget's bindings first (the selected log pane's).
+
+Textual's footer remounts every key (~20 widgets, each restyled twice) whenever the screen's bindings may
+have changed: on every focus change and context switch, often twice a key (zoom, a pane switch, enter,
+escape). Under a log flood that took 65-450 ms, and it could run before the frame showing the key's
+effect. This one updates the keys in place, only those that changed (the table's keys and the log's
+differ in a few labels), and remounts them only when their number changes."""
 
 from __future__ import annotations
 
@@ -59,3 +65,25 @@ class FitFooter(Footer):
     def on_resize(self, event: events.Resize) -> None:
         if event.size.width != self._fitted_width:
             self.refresh(recompose=True)
+
+    async def recompose(self) -> None:
+        shown = [w for w in self.children if _is_key(w)]
+        new = list(self.compose()) if shown and len(shown) == len(self.children) else []
+        if not new or len(new) != len(shown) or not all(map(_is_key, new)):
+            await super().recompose()
+            return
+        for old, key in zip(shown, new, strict=True):
+            if _fields(old) != _fields(key):
+                wider = key_width(old) != key_width(key)
+                for name in _FIELDS:
+                    setattr(old, name, getattr(key, name))
+                old.set_class(key.has_class("-disabled"), "-disabled")  # (greyed: an ended run's commands)
+                old.refresh(layout=wider)
+
+
+_FIELDS = ("key", "key_display", "description", "action", "_disabled")
+
+
+def _fields(key: Widget) -> tuple[object, ...]:
+    """What a footer key shows and does (its fields, as Textual's FooterKey holds them)."""
+    return tuple(getattr(key, name, None) for name in _FIELDS)
