@@ -163,7 +163,7 @@ class RingBudget:
                 continue
             if len(big) <= 1:
                 return
-            big.evict(max(1, len(big) // 16))
+            big.evict(max(1, len(big) // 16), free=True)
 
 
 CHUNK_LINES = 256  # a batch of fewer lines is made strings and joins the ring's newest list
@@ -175,7 +175,8 @@ class LogRing:
     Lines are kept in the batches they came in, so that adding and evicting cost per batch, not per line: a batch of
     :data:`CHUNK_LINES` or more as its text, split into lines only when somebody reads them, a shorter one as
     strings in the newest list. Whole batches are dropped; the oldest is cut at an offset. A text is counted in
-    :attr:`bytes` whole until it goes or is split (its memory goes back only then)."""
+    :attr:`bytes` whole until it goes or is split (its memory goes back only then); where the run's byte budget is
+    half used, batches come as lines, so that the budget frees exactly the oldest."""
 
     def __init__(self, maxlen: int = 10_000, budget: RingBudget | None = None, first_seq: int = 0):
         self._chunks: deque[list[str] | str] = deque()
@@ -198,7 +199,8 @@ class LogRing:
         """Add the ``n`` lines of ``text`` (each ended by a newline), or ``lines`` when they are made already."""
         if not n:
             return
-        if lines is not None or n < CHUNK_LINES:
+        roomy = self.budget is None or self.budget.used + len(text) <= self.budget.total // 2
+        if lines is not None or n < CHUNK_LINES or not roomy:  # short, made, or memory tight: exact lines
             self.extend(lines if lines is not None else text[:-1].split("\n"))
         else:
             self._add(text, n, len(text) + LINE_OVERHEAD)
@@ -229,11 +231,14 @@ class LogRing:
             if size > 0:
                 self.budget.grew(self)
 
-    def evict(self, n: int) -> None:
-        """Drop the oldest ``n`` lines."""
+    def evict(self, n: int, free: bool = False) -> None:
+        """Drop the oldest ``n`` lines; with ``free``, a text they are part of is split so that their memory goes
+        now (the byte budget's need), not when the rest of it goes."""
         n = min(n, self._len)
         freed = 0
         while n > 0:
+            if free and isinstance(self._chunks[0], str) and n < self._counts[0] - self._head:
+                self._split(0)
             first = self._chunks[0]
             left = self._counts[0] - self._head
             if n >= left:
@@ -251,7 +256,7 @@ class LogRing:
             self._head += n
             self._len -= n
             n = 0
-            if isinstance(first, list) and self._head >= CHUNK_LINES and 2 * self._head >= len(first):
+            if isinstance(first, list) and self._head >= CHUNK_LINES:
                 del first[:self._head]  # their memory goes back now, not when the rest of the chunk does
                 self._counts[0] -= self._head
                 self._head = 0
@@ -284,6 +289,8 @@ class LogRing:
             else:
                 out += self._split(i)[pos:pos + want]
             pos = 0
+        if self.budget is not None and self.budget.used > self.budget.total:  # split lines can cost more
+            self.budget.enforce()
         return (start, out) if out else (self.next_seq, out)
 
     def _split(self, i: int) -> list[str]:

@@ -277,3 +277,34 @@ def test_a_flood_chunk_is_no_strings_until_read_and_its_newest_lines_are_read_al
     assert isinstance(ring._chunks[0], str)
     assert ring.since(990_000, 1) == (990_000, ["line 990000"])
     assert isinstance(ring._chunks[0], list) and ring.bytes < 10_000 * (LINE_OVERHEAD + 12)
+
+
+def test_the_byte_budget_frees_a_text_exactly_and_keeps_its_newest_lines() -> None:
+    """A ring whose lines are one text (a flood, while the budget had room), then over a budget that shrank: the
+    budget splits the text and drops exactly the oldest lines it must, not the whole text but one line; a ring's
+    own length bound cuts a text at an offset and counts it whole until it goes."""
+    budget = RingBudget(10**9)
+    ring = LogRing(10_000, budget)
+    ring.add_text("".join(f"{i:099d}\n" for i in range(700)), 700)
+    assert isinstance(ring._chunks[0], str) and ring.bytes == 700 * 100 + LINE_OVERHEAD
+    ring.evict(100)
+    assert len(ring) == 600 and ring.bytes == 700 * 100 + LINE_OVERHEAD  # the text is still there, whole
+    budget.total = 60_000
+    budget.enforce()
+    assert budget.used <= 60_000 and ring.bytes == budget.used == sum(99 + LINE_OVERHEAD for _ in range(len(ring)))
+    assert 300 < len(ring) < 400 and ring.tail(1) == (699, [f"{699:099d}"])
+    # with the budget half used, a long batch comes in as lines, so that it can be freed line by line
+    other = LogRing(10_000, budget)
+    other.add_text("".join(f"{i}\n" for i in range(300)), 300)
+    assert isinstance(other._chunks[0], list)
+
+
+def test_evicted_lines_of_a_batch_are_let_go_once_a_chunk_of_them_is() -> None:
+    """Lines evicted from the oldest batch stay referenced only until CHUNK_LINES of them are (the budget counts
+    them gone at once: 200 components with full rings measured 105 MB of RSS against 88 MB while they stayed)."""
+    ring = LogRing(10_000)
+    ring.extend([f"l{i}" for i in range(1000)])
+    ring.evict(CHUNK_LINES - 1)
+    assert len(ring._chunks[0]) == 1000
+    ring.evict(1)
+    assert len(ring._chunks[0]) == 1000 - CHUNK_LINES and ring.since(0) == (CHUNK_LINES, [f"l{i}" for i in range(CHUNK_LINES, 1000)])
