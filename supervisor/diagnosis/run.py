@@ -381,6 +381,7 @@ class _JournalFacts:
     # dependency_down raised .. cleared: for a dependency that failed, and for one a person stopped (``waiting``:
     # the consumer waits on that person, no failure)
     dep_down: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    dep_named: dict[str, list[set[str]]] = field(default_factory=dict)  # the dependencies each dep_down span names
     waiting: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
     stall_cleared: dict[str, list[float]] = field(default_factory=dict)  # progress resumed after a stall
     # stopped or restarted on purpose (a person's `rlsup stop`/`restart`, a shutdown, the platform; a stop that
@@ -497,6 +498,8 @@ class _JournalFacts:
         waits = ftype == "dependency_down" and (c in down or bool(named) and named <= down)
         if ftype == "dependency_down" and ts is not None:
             (self.waiting if waits else self.dep_down).setdefault(c, []).append((ts, None))
+            if not waits:
+                self.dep_named.setdefault(c, []).append(named)
         if ftype == "stall":
             self.failures.append(_stall_failure(c, ts, message, evidence, self.attempt.get(c)))
         elif ftype == "false_success":
@@ -606,7 +609,7 @@ def _judge_stall(f: RunFailure, facts: _JournalFacts) -> bool:
     restarted = next((t for t in facts.back.get(f.component, []) if flagged is not None and t > flagged), None)
     f.recovered_ts = min((x for x in (cleared, restarted) if x is not None), default=None)
     stood = f.recovered_ts if f.recovered_ts is not None else facts.ended or facts.seen
-    by_failure = _explained_stall(f, facts.failures, facts.dep_down, {}, stood)
+    by_failure = _explained_stall(f, facts.failures, _down_at(f, facts), {}, stood)
     by_person = _explained_stall(f, [], facts.waiting, facts.let_down, stood)
     f.own = not (cleared is not None and (restarted is None or cleared <= restarted)) and \
         not by_failure and not by_person
@@ -654,6 +657,28 @@ def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], 
             "hint": "It stopped making progress without exiting: its last line says where it waits; "
                     "`progress.on_stall: restart` restarts a stalled component."}
     return RunFailure(c, start, "stall", summary, "flag", att, diagnosis=diag)
+
+
+def _down_at(stall: RunFailure, facts: _JournalFacts) -> dict[str, list[tuple[float, float | None]]]:
+    """The stalled component's dependency_down spans that can explain its stall: not one whose every named
+    dependency had failed and was running again before the stall's last step, and did not fail again before the
+    flag (the component stepped with its dependencies back; the flag only cleared later, as it does when a
+    loaded supervisor reads the component's connection errors late)."""
+    c, t = stall.component, stall.ts
+    flagged = stall.diagnosis.get("flag_ts")
+    until = float(flagged) if isinstance(flagged, float | int) else t
+    if t is None or until is None:
+        return facts.dep_down
+
+    def back_before(d: str) -> bool:
+        fails = [f.ts for f in facts.failures if f.component == d and f.ts is not None]
+        last = max((x for x in fails if x <= t), default=None)
+        return last is not None and any(last <= x <= t for x in facts.back.get(d, [])) and \
+            not any(t < x <= until for x in fails)
+
+    spans = [s for s, named in zip(facts.dep_down.get(c, []), facts.dep_named.get(c, []), strict=False)
+             if not (named and all(map(back_before, named)))]
+    return {**facts.dep_down, c: spans}
 
 
 def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: dict[str, list[tuple[float, float | None]]],

@@ -302,6 +302,34 @@ def test_a_dependency_down_of_a_run_brought_down_explains_nothing_after_the_resu
     assert [(f.component, f.category) for f in rd.independent] == [("inference", "inference_engine_dead")]
 
 
+def test_a_dependency_down_that_cleared_after_the_last_step_does_not_make_a_later_hang_its_consequence(
+        tmp_path: Path) -> None:
+    """The README's hang@60 example at a load average of ~400 (`.ci/run`, 2026-11-30): the engine died and was
+    back 4 s later; the loaded supervisor flagged the trainer's refused connections 10 s after that and cleared
+    the flag a second later, just after the trainer's last step; the trainer then hung at its step 60. It stepped
+    with its server back, so the flag explains nothing of the hang: two faults, not one and its consequence."""
+    run = _demo_run(tmp_path)  # the engine dead at T0 + 20, ready again at T0 + 24
+    run.emit(T0 + 34, "flag", "trainer", type="dependency_down",
+             message="trainer cannot reach its dependency inference (starting, down for 14.0s): 3 connection error "
+                     "line(s)", evidence=["ConnectionRefusedError"], action="none (watching)")
+    run.emit(T0 + 35, "flag_cleared", "trainer", type="dependency_down", message="its dependencies are up again")
+    _stall(run, T0 + 54.7)  # its last step at T0 + 34.7: the server had been back for 10 s
+    rd = diagnose_run(run.root)
+    rc = rd.root_cause
+    assert rc is not None and (rc.component, rc.category) == ("trainer", "stall"), rd.verdict
+    assert [(f.component, f.category) for f in rd.independent] == [("inference", "inference_engine_dead")]
+    # the other side: the same flag with the trainer's last step while the server was down explains the stall
+    run2 = _demo_run(tmp_path / "2")
+    run2.emit(T0 + 22, "flag", "trainer", type="dependency_down",
+              message="trainer cannot reach its dependency inference (starting, down for 2.0s): 3 connection error "
+                      "line(s)", evidence=["ConnectionRefusedError"], action="none (watching)")
+    run2.emit(T0 + 35, "flag_cleared", "trainer", type="dependency_down", message="its dependencies are up again")
+    _stall(run2, T0 + 42)  # its last step at T0 + 22, the server down
+    rd2 = diagnose_run(run2.root)
+    assert rd2.root_cause is not None and rd2.root_cause.component == "inference", rd2.verdict
+    assert ("trainer", "stall") in [(s.component, s.category) for s in rd2.symptoms]
+
+
 def test_a_dependency_down_still_raised_when_the_run_was_adopted_still_explains(tmp_path: Path) -> None:
     """The other side: a supervisor that took its run over (adopted: the components kept running) keeps what
     the flags said; the trainer starving on a dead server is a symptom of that death, not a hang."""
