@@ -699,15 +699,18 @@ class RlsupApp(App[int]):
                             title="run ended", timeout=10)
             elif status == "reconnecting" and self._last_connection == "attached":
                 self.notify(detail or "connection lost", title="reconnecting", severity="warning")
+            elif status == "reconnecting" and self._last_connection == "ended":  # `rlsup up --resume` elsewhere
+                self.notify(detail, title="run resumed", timeout=10)
             self._last_connection = status
 
 
 def run_tui(connect: Callable[[], Awaitable[Any]], *, target: str, attach_hint: str,
-            goes_on: GoesOn | None = None) -> int:
-    """Open the TUI on a run (``connect``, ``goes_on``: as for :class:`~rlsup.supervisor.client.session.Session`).
-    Returns 0 on detach (``q``, Ctrl-C) and after ``Q`` + confirm; the reason is printed once the terminal is back."""
+            goes_on: GoesOn | None = None, reopen_s: float | None = None) -> int:
+    """Open the TUI on a run (``connect``, ``goes_on``, ``reopen_s``: as for
+    :class:`~rlsup.supervisor.client.session.Session`). Returns 0 on detach (``q``, Ctrl-C) and after ``Q`` +
+    confirm; the reason is printed once the terminal is back."""
     sized_by_the_terminal()
-    app = RlsupApp(lambda listener: Session(connect, listener, goes_on=goes_on), target=target,
+    app = RlsupApp(lambda listener: Session(connect, listener, goes_on=goes_on, reopen_s=reopen_s), target=target,
                    attach_hint=attach_hint)
     result = app.run()
     # Any way out but Q (q, ctrl+c, ctrl+q, a crash) leaves training running: say how to come back.

@@ -31,6 +31,11 @@ from .common import (
     say,
 )
 
+# After the run ended, how often a TUI looks for a supervisor that resumed it (`rlsup up CONFIG --resume` from
+# another shell): here a failed dial of a socket and a stat of the journal; over SSH a connection and a Python start.
+REOPEN_LOCAL_S = 2.0
+REOPEN_SSH_S = 30.0
+
 
 def add_parsers(sub: Any) -> None:
     att = sub.add_parser(
@@ -84,7 +89,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     except SshError as e:
         return fail(f"rlsup: {e}")
     hint = attach_command(args.target, run_dir=args.run_dir, identity=args.identity, remote_cmd=args.remote_cmd)
-    return view(connect, target=args.target, hint=hint, plain=args.plain)
+    return view(connect, target=args.target, hint=hint, plain=args.plain, reopen_s=REOPEN_SSH_S)
 
 
 def _not_a_run(paths: Any) -> int:
@@ -124,7 +129,8 @@ def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = Fals
     on_term = _forward_term(Path(run_dir)) if forward_term else None
     job = job or run_job(Path(run_dir))  # one squeue for both: the job's run goes on after a requeue, wait for it
     if not job or job["state"] not in ACTIVE:
-        return view(local_connector(run_dir, name), target=target, hint=hint, plain=plain, on_term=on_term)
+        return view(local_connector(run_dir, name), target=target, hint=hint, plain=plain, on_term=on_term,
+                    reopen_s=REOPEN_LOCAL_S)
     bridge = remote_bridge(Path(run_dir), name, job)  # its supervisor in a Slurm job on another host: through srun
     target = f"job {job['job_id']} {run_dir}" + (f" on {job['batch_host']}" if bridge is not None else "")
     connect = across_requeues(bridge or unix_connector(RunPaths(Path(run_dir)).sock, name=name), job["job_id"],
@@ -147,9 +153,11 @@ def _forward_term(run_dir: Path) -> Any:
     return forward
 
 
-def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = None, on_term: Any = None) -> int:
+def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = None, on_term: Any = None,
+         reopen_s: float | None = None) -> int:
     """The TUI on a connection, or a text follower (``--plain``, or stdout is not a terminal).
     ``goes_on``: see :class:`~rlsup.supervisor.client.session.Session` (a requeued Slurm job's run goes on);
+    ``reopen_s``: how often the TUI looks for a new supervisor after the run ended (a follower ends with it);
     ``on_term``: what a SIGTERM does instead of closing the view (:func:`attach_local`)."""
     if not plain and sys.stdout.isatty() and sys.stdin.isatty():
         try:
@@ -159,7 +167,7 @@ def view(connect: Any, *, target: str, hint: str, plain: bool, goes_on: Any = No
         else:
             if on_term is not None:
                 signal_mod.signal(signal_mod.SIGTERM, lambda _s, _f: on_term())
-            return int(run_tui(connect, target=target, attach_hint=hint, goes_on=goes_on))
+            return int(run_tui(connect, target=target, attach_hint=hint, goes_on=goes_on, reopen_s=reopen_s))
     return asyncio.run(_follow_plain(connect, hint, goes_on, on_term))
 
 

@@ -159,10 +159,12 @@ def _fleet_tui(args: argparse.Namespace, specs: list[PodSpec], connector_for: Ca
     from rlsup.tui.app import run_tui
     from rlsup.tui.fleet import run_fleet_tui
 
+    from .attach import REOPEN_SSH_S
+
     while True:
         chosen = run_fleet_tui(specs, connector_for)
         if chosen is None:
             return EXIT_OK
         spec = next(s for s in specs if s.label == chosen)
         run_tui(connector_for(spec), target=f"{spec.label} ({spec.target_label()})",
-                attach_hint=spec.attach_hint(identity=args.identity, remote_cmd=args.remote_cmd))
+                attach_hint=spec.attach_hint(identity=args.identity, remote_cmd=args.remote_cmd), reopen_s=REOPEN_SSH_S)

@@ -218,9 +218,13 @@ class Session:
     component's next log line, so that no lifecycle event is missed and the log streams continue (or gap)."""
 
     def __init__(self, connect: Connector, listener: SessionListener, *, lines: int = 1000,
-                 backoff: tuple[float, float] = (0.5, 10.0), logs: bool = True, goes_on: GoesOn | None = None):
+                 backoff: tuple[float, float] = (0.5, 10.0), logs: bool = True, goes_on: GoesOn | None = None,
+                 reopen_s: float | None = None):
         self.connect = connect
         self.goes_on = goes_on  # the session waits for the next supervisor instead of ending where it says
+        # After the end, dial again every reopen_s seconds: a run resumed later (`rlsup up CONFIG --resume`
+        # from another shell) is attached to again; None: the session ends with the run (followers, scripts).
+        self.reopen_s = reopen_s
         self.logs = logs
         self.listener = listener
         self.lines = lines
@@ -238,57 +242,89 @@ class Session:
         delay = self.backoff[0]
         first = True
         waiting = ""  # what the session waits for, said with every retry (a requeued job)
+        client: Client | None = None  # dialled already: a supervisor that came after the end
         while not self._stop.is_set():
-            self.listener.on_connection("connecting" if first else "reconnecting", waiting)
-            try:
-                client = await self.connect()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # refused, unreachable, auth: say why and retry
-                if self._final(e):
-                    return
-                self.listener.on_connection("reconnecting", f"{waiting}{'; ' if waiting else ''}{e}; "
-                                                            f"retrying in {delay:.1f}s")
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), delay)
-                delay = min(delay * 2, self.backoff[1]) * random.uniform(0.9, 1.1)
-                continue
+            if client is None:
+                self.listener.on_connection("connecting" if first else "reconnecting", waiting)
+                try:
+                    if (client := await self._dial()) is None:
+                        return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # refused, unreachable, auth: say why and retry
+                    self.listener.on_connection("reconnecting", f"{waiting}{'; ' if waiting else ''}{e}; "
+                                                                f"retrying in {delay:.1f}s")
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), delay)
+                    delay = min(delay * 2, self.backoff[1]) * random.uniform(0.9, 1.1)
+                    continue
             first, waiting = False, ""
-            try:
-                await self._serve(client)
-                delay = self.backoff[0]  # it was attached: the next retry starts at the shortest wait
-            except OSError as e:  # (ConnectionError, TimeoutError) gone before the subscribe's answer: a kill -9
-                client.close_reason = client.close_reason or f"connection lost ({e})"
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), delay)
-                delay = min(delay * 2, self.backoff[1])
-            finally:
-                self.connected.clear()
-                self.client = None
-                await client.close()
+            delay = await self._attend(client, delay)
+            why, client = client.close_reason, None
             if self._stop.is_set():
                 break
             if self.run_ended:
                 more = await self.goes_on(self.seq) if self.goes_on is not None else None
                 if more is None:
-                    self.listener.on_connection("ended", client.close_reason or "the run has ended")
-                    return
+                    if (client := await self._after_end(why or "the run has ended")) is None:
+                        return
+                    continue
                 self.run_ended, waiting = False, more
                 continue
-            self.listener.on_connection("reconnecting", client.close_reason or "connection lost")
+            self.listener.on_connection("reconnecting", why or "connection lost")
         self.listener.on_connection("closed", "")
 
-    def _final(self, e: Exception) -> bool:
-        """A connection refused for good: another protocol version, or the run ended while the link was down."""
-        if isinstance(e, VersionMismatch):
+    async def _attend(self, client: Client, delay: float) -> float:
+        """Serve ``client`` until the link drops or the session is closed; the wait before the next dial."""
+        try:
+            await self._serve(client)
+            return self.backoff[0]  # it was attached: the next retry starts at the shortest wait
+        except OSError as e:  # (ConnectionError, TimeoutError) gone before the subscribe's answer: a kill -9
+            client.close_reason = client.close_reason or f"connection lost ({e})"
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            return min(delay * 2, self.backoff[1])
+        finally:
+            self.connected.clear()
+            self.client = None
+            await client.close()
+
+    async def _dial(self) -> Client | None:
+        """A connection; None where the session is over: refused for good (another protocol version), or the
+        run ended while the link was down (and, with ``reopen_s``, the session was closed before it resumed)."""
+        try:
+            return await self.connect()
+        except VersionMismatch as e:
             self.listener.on_connection("closed", str(e))
-            return True
-        if isinstance(e, RunOver):
+            return None
+        except RunOver as e:
             for event in e.events_since(self.seq or 0):
                 self._event(event)
-            self.listener.on_connection("ended", str(e))
-            return True
-        return False
+            return await self._after_end(str(e))
+
+    async def _after_end(self, why: str) -> Client | None:
+        """Say the run ended; with ``reopen_s``, then dial now and then until the supervisor of a live run
+        answers (the run was resumed) and return that connection; None once the session is closed."""
+        self.listener.on_connection("ended", why)
+        while self.reopen_s is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.reopen_s)
+            if self._stop.is_set():
+                break
+            try:
+                client = await self.connect()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # still ended, or the new supervisor not listening yet
+                continue
+            if client.server.get("ended"):  # the run read back from its run dir (`rlsup bridge`): still ended
+                await client.close()
+                continue
+            self.run_ended = False
+            self.listener.on_connection("reconnecting", f"the run goes on: a new supervisor (pid "
+                                                        f"{client.server.get('pid', '?')}) holds it")
+            return client
+        return None
 
     async def _serve(self, client: Client) -> None:
         resumed = self.seq is not None
@@ -375,13 +411,23 @@ def local_connector(run_dir: str | Path, name: str = "client") -> Connector:
     from ..rundir.layout import RunPaths, is_locked
 
     paths = RunPaths(Path(run_dir))
+    ended_at: list[tuple[int, int]] = []  # the journal's size and mtime when it last said the run ended
 
     async def connect() -> Client:
         try:
             return await Client.open_unix(paths.sock, name=name)
         except NotRunning as e:
-            if is_locked(paths) or not _journal_ended(paths.events):
+            try:
+                st = os.stat(paths.events)
+                seen = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                seen = (-1, -1)
+            # Dialled every few seconds after the end (Session.reopen_s): the journal unchanged since it said
+            # so, the run is still over, and neither the lock (a new supervisor must find it free) nor the
+            # journal is read again.
+            if seen not in ended_at and (is_locked(paths) or not _journal_ended(paths.events)):
                 raise
+            ended_at[:] = [seen]
             raise RunOver(f"{e}; the run has ended", paths.events) from None
 
     return connect

@@ -252,3 +252,36 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
         out.unlink(missing_ok=True)
         down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
     assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_a_tui_left_open_through_down_comes_back_when_the_run_is_resumed(tmp_path):
+    """`rlsup up CONFIG` in tmux; `rlsup down` from another shell: the TUI says the run ended, read-only. Then
+    `rlsup up CONFIG -d --resume` from that shell: the TUI attaches to the new supervisor by itself, its
+    command keys work again (it stayed "run ended · read-only" while the resumed run trained)."""
+    cfg = write_config(tmp_path, CONFIG)
+    run_dir = tmp_path / "run"
+    tmux = Tmux()
+    try:
+        tmux.start_up(tmp_path, cfg, run_dir)
+        wait_for(lambda: "running" in tmux.screen() and "sleeper up" in tmux.screen(), 60, 0.2,
+                 what="both components running in the TUI")
+        down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
+        assert down.returncode == 0, down.stdout + down.stderr
+        tmux.wait_screen("run ended · read-only", 30)
+
+        up = rlsup("up", str(cfg), "--run-dir", str(run_dir), "-d", "--resume", timeout=60)
+        assert up.returncode == 0, up.stdout + up.stderr
+        tmux.wait_screen("● attached", 60)  # (it looks every 2 s)
+        tmux.wait_gone("run ended")
+        tmux.wait_screen("2/0", 30)  # the att/rst column: the resumed run's second attempt of each
+        tmux.keys("1", "r")
+        tmux.wait_screen("Restart ticker?")  # not "r: not possible" (an ended run is read-only)
+        tmux.keys("y")
+        wait_for(lambda: any(e["kind"] == "started" and e["component"] == "ticker" and e.get("attempt") == 3
+                             for e in read_events(run_dir)), 30, 0.2, what="ticker attempt 3 in the journal")
+        tmux.keys("q")
+        tmux.wait_screen("RLSUP-TUI-EXIT=0")
+    finally:
+        tmux.kill()
+        down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
+    assert down.returncode == 0, down.stdout + down.stderr

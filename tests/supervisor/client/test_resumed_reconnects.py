@@ -197,3 +197,39 @@ def test_a_run_that_ended_while_the_link_was_down_is_shown_ended(tmp_path, daemo
     for out in (out_plain, out_follow):
         assert "run ended: stopped by `rlsup down`" in out, out
     assert "detached; training continues" not in out_plain
+
+
+def test_a_session_that_looks_again_attaches_to_the_run_resumed_after_its_end(tmp_path, daemon):
+    """A TUI left open through `rlsup down`: its session (``reopen_s``) says the run ended, then attaches to the
+    supervisor that `up --resume` starts later, and the resumed run's events come after the end's, none twice.
+    A session without it (a follower, a script) ends with the run, as before."""
+    from rlsup.supervisor.client.session import Session, local_connector
+
+    d = daemon(write_config(tmp_path, COUNTER))
+    d.wait_event(lambda e: e["kind"] == "started", what="counter started")
+    looks, ends = Recorder(), Recorder()
+
+    async def scenario() -> None:
+        s = Session(local_connector(d.run_dir, "test"), looks, lines=0, backoff=(0.1, 0.5), reopen_s=0.2)
+        once = Session(local_connector(d.run_dir, "test"), ends, lines=0, backoff=(0.1, 0.5))
+        task, task_once = asyncio.ensure_future(s.run()), asyncio.ensure_future(once.run())
+        await asyncio.wait_for(asyncio.gather(s.connected.wait(), once.connected.wait()), 30)
+        assert (await asyncio.to_thread(d.cli, "down", timeout=60)).returncode == 0
+        await asyncio.wait_for(task_once, 30)  # ends with the run
+        await asyncio.to_thread(wait_for, lambda: "ended" in looks.statuses, 30, what="the end said")
+        await asyncio.sleep(1.0)  # it keeps looking: several dials of a run dir nobody holds
+        assert not task.done() and looks.statuses[-1] == "ended", looks.statuses
+        r = await asyncio.to_thread(d.cli, "up", str(d.config), "-d", "--resume", timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        await asyncio.wait_for(s.connected.wait(), BACK)
+        await asyncio.to_thread(wait_for, lambda: looks.kinds.count("started") >= 2, 30,
+                                what="the resumed attempt's start")
+        s.close()
+        await asyncio.wait_for(task, 30)
+
+    asyncio.run(scenario())
+    after = looks.statuses[looks.statuses.index("ended"):]
+    assert after[:3] == ["ended", "reconnecting", "attached"], looks.statuses
+    runs = [k for k in looks.kinds if k in ("run_started", "run_ended")]
+    assert runs[-2:] == ["run_ended", "run_started"] and runs.count("run_ended") == 1, looks.kinds
+    assert ends.statuses[-1] == "ended", ends.statuses

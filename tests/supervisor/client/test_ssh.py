@@ -159,3 +159,41 @@ def test_cli_attach_localhost_over_ssh(ssh_home, run):
     assert "run sshrun started" in out and "sleeper" in out
     assert "training continues" in err and "rlsup attach localhost" in err
     wait_for(lambda: run.cli("status").returncode == 0, what="run still alive after detach")
+
+
+def test_a_session_over_ssh_attaches_to_the_run_resumed_after_its_end(ssh_home, run):
+    """A TUI over SSH left open through `rlsup down`: while the run is over, each dial reaches `rlsup bridge`
+    serving the ended run from its run dir (still ended, dropped); once `up --resume` ran there, the session
+    attaches to the new supervisor."""
+    ssh_home.trust()
+    ssh = ssh_connector(SshTarget.parse("testpod"), run_dir=str(run.run_dir), remote_cmd=REMOTE)
+    dials: list[bool] = []  # each connection's server: an ended run read back (True) or a live supervisor
+
+    async def connect():
+        client = await ssh()
+        dials.append(bool(client.server.get("ended")))
+        return client
+
+    async def scenario():
+        rec = Recorder()
+        s = Session(connect, rec, lines=0, backoff=(0.2, 1.0), reopen_s=0.5)
+        task = asyncio.ensure_future(s.run())
+        await asyncio.wait_for(s.connected.wait(), 20)
+        assert (await asyncio.to_thread(run.cli, "down", timeout=60)).returncode == 0
+        await async_wait_for(lambda: rec.status and rec.status[-1][0] == "ended", PATIENCE, what="the end")
+        await async_wait_for(lambda: True in dials, PATIENCE, what="a dial that found the run ended")
+        assert not task.done() and rec.status[-1][0] == "ended", rec.status  # and it was dropped
+        r = await asyncio.to_thread(run.cli, "up", str(run.config), "-d", "--resume", timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        await async_wait_for(lambda: s.connected.is_set() and sum(
+            e.get("kind") == "started" and e.get("component") == "sleeper" for e in rec.events) >= 2, 60,
+            what="attached to the resumed run, its sleeper started again")
+        s.close()
+        await task
+        return rec
+
+    rec = asyncio.run(scenario())
+    statuses = [st for st, _ in rec.status]
+    assert statuses[statuses.index("ended"):][:3] == ["ended", "reconnecting", "attached"], rec.status
+    assert [e["kind"] for e in rec.events if e["kind"] in ("run_started", "run_ended")][-2:] == \
+        ["run_ended", "run_started"]
