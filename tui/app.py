@@ -697,10 +697,10 @@ class RlsupApp(App[int]):
                 where = f"; its logs and journal stay in {run['run_dir']}" if run.get("run_dir") else ""
                 self.notify((ended_text(run, self.timefmt) or "the supervisor ended the run") + where,
                             title="run ended", timeout=10)
+            elif status == "reconnecting" and self.model.ended:  # `rlsup up --resume` from another shell
+                self.notify(detail, title="the run goes on", timeout=10)
             elif status == "reconnecting" and self._last_connection == "attached":
                 self.notify(detail or "connection lost", title="reconnecting", severity="warning")
-            elif status == "reconnecting" and self._last_connection == "ended":  # `rlsup up --resume` elsewhere
-                self.notify(detail, title="run resumed", timeout=10)
             self._last_connection = status
 
 

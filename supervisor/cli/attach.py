@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..client.session import Session, local_connector, unix_connector
-from ..rundir.layout import RunPaths, is_locked, read_owner
+from ..client.session import NotRunning, Session, local_connector, unix_connector
+from ..rundir.layout import RunPaths, is_locked, read_owner, socket_answers
 from .common import (
     EXIT_OK,
     RUN_DIR_HELP,
@@ -77,8 +77,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if args.plain or not (sys.stdout.isatty() and sys.stdin.isatty()):
             return _print_ended(paths)
         with serve_archive(paths.root) as sock:
-            return view(unix_connector(sock, name="tui"), target=f"ended run {paths.root}",
-                        hint=f"rlsup attach --run-dir {paths.root}", plain=False)
+            return view(_live_or(paths, unix_connector(sock, name="tui")), target=f"ended run {paths.root}",
+                        hint=f"rlsup attach --run-dir {paths.root}", plain=False, reopen_s=REOPEN_LOCAL_S)
     from ..client.ssh import SshError, SshTarget, attach_command, ssh_connector
 
     try:
@@ -90,6 +90,19 @@ def cmd_attach(args: argparse.Namespace) -> int:
         return fail(f"rlsup: {e}")
     hint = attach_command(args.target, run_dir=args.run_dir, identity=args.identity, remote_cmd=args.remote_cmd)
     return view(connect, target=args.target, hint=hint, plain=args.plain, reopen_s=REOPEN_SSH_S)
+
+
+def _live_or(paths: RunPaths, archive: Any) -> Any:
+    """Connect to the run's supervisor, where one answers (the run was resumed), else to ``archive``."""
+    live = unix_connector(paths.sock, name="tui")
+
+    async def connect() -> Any:
+        try:
+            return await live()
+        except NotRunning:
+            return await archive()
+
+    return connect
 
 
 def _not_a_run(paths: Any) -> int:
@@ -203,9 +216,16 @@ async def _follow_plain(connect: Any, hint: str, goes_on: Any = None, on_term: A
 
 @contextlib.contextmanager
 def serve_archive(run_dir: Path) -> Iterator[Path]:
-    """A read-only control server for an ended run, on a private socket, for as long as the block runs."""
+    """A read-only control server for an ended run, on a private socket, for as long as the block runs, or
+    until the run is resumed (a supervisor answers on the run dir's socket): then every connection ends,
+    and a view that looks again (:data:`REOPEN_LOCAL_S`) goes over to the live run."""
     from ..run.server import ControlServer
     from ..rundir.archive import Archive
+
+    async def close_on_resume() -> None:
+        while not socket_answers(RunPaths(run_dir).sock):
+            await asyncio.sleep(REOPEN_LOCAL_S)
+        await server.close()
 
     archive = Archive(run_dir)
     with tempfile.TemporaryDirectory(prefix="rlsup-archive-") as tmp:
@@ -217,6 +237,7 @@ def serve_archive(run_dir: Path) -> Iterator[Path]:
         def serve() -> None:
             asyncio.set_event_loop(loop)
             loop.run_until_complete(server.start())
+            loop.create_task(close_on_resume())
             ready.set()
             loop.run_forever()
 

@@ -303,28 +303,37 @@ class Session:
             return await self._after_end(str(e))
 
     async def _after_end(self, why: str) -> Client | None:
-        """Say the run ended; with ``reopen_s``, then dial now and then until the supervisor of a live run
-        answers (the run was resumed) and return that connection; None once the session is closed."""
-        self.listener.on_connection("ended", why)
-        while self.reopen_s is not None:
+        """Say the run ended; with ``reopen_s``, look at once and then every ``reopen_s`` for the supervisor of
+        a live run (the run was resumed) and return its connection; None once the session is closed."""
+        said = False
+        while self.reopen_s is not None and not self._stop.is_set():
+            if (client := await self._live()) is not None:
+                self.run_ended = False
+                self.listener.on_connection("reconnecting", f"the run goes on: a new supervisor (pid "
+                                                            f"{client.server.get('pid', '?')}) holds it")
+                return client
+            if not said:
+                self.listener.on_connection("ended", why)
+                said = True
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.reopen_s)
-            if self._stop.is_set():
-                break
-            try:
-                client = await self.connect()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # still ended, or the new supervisor not listening yet
-                continue
-            if client.server.get("ended"):  # the run read back from its run dir (`rlsup bridge`): still ended
-                await client.close()
-                continue
-            self.run_ended = False
-            self.listener.on_connection("reconnecting", f"the run goes on: a new supervisor (pid "
-                                                        f"{client.server.get('pid', '?')}) holds it")
-            return client
+        if not said:
+            self.listener.on_connection("ended", why)
         return None
+
+    async def _live(self) -> Client | None:
+        """A connection to the supervisor of a live run, or None: the run is still over (or read back from its
+        run dir, as ``rlsup bridge`` serves an ended run), or the new supervisor is not listening yet."""
+        try:
+            client = await self.connect()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return None
+        if client.server.get("ended"):
+            await client.close()
+            return None
+        return client
 
     async def _serve(self, client: Client) -> None:
         resumed = self.seq is not None

@@ -85,13 +85,16 @@ class Tmux:
     def keys(self, *keys: str) -> None:
         self("send-keys", "-t", "t", *keys)
 
-    def start_up(self, cwd: Path, cfg: Path, run_dir: Path, extra: dict[str, str] | None = None) -> None:
-        """`rlsup up CFG` in a 200x50 window; the shell then prints its exit code and stays."""
+    def start_up(self, cwd: Path, cfg: Path, run_dir: Path, extra: dict[str, str] | None = None,
+                 command: tuple[str, ...] = ("up",)) -> None:
+        """`rlsup up CFG` (or ``command`` without CFG) in a 200x50 window; the shell then prints its exit code
+        and stays."""
         env = cli_env({"TERM": "xterm-256color"})
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**env, **(extra or {})}.items()
                            if k in ("PATH", "RLSUP_GPU_SAMPLER", "HOME", *(extra or {})))
-        cmd = (f"cd {shlex.quote(str(cwd))} && env {exports} {shlex.quote(PY)} -m rlsup.supervisor.cli up "
-               f"{shlex.quote(str(cfg))} --run-dir {shlex.quote(str(run_dir))}; echo RLSUP-TUI-EXIT=$?; sleep 600")
+        args = [*command, *([str(cfg)] if command == ("up",) else []), "--run-dir", str(run_dir)]
+        cmd = (f"cd {shlex.quote(str(cwd))} && env {exports} {shlex.quote(PY)} -m rlsup.supervisor.cli "
+               f"{shlex.join(args)}; echo RLSUP-TUI-EXIT=$?; sleep 600")
         self("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", cmd)
         self("set-option", "-t", "t", "status", "off")
         self("set-option", "-s", "escape-time", "0")  # a lone Escape, not the start of alt+key
@@ -254,19 +257,29 @@ def test_scroll_a_log_by_keyboard_and_copy_an_excerpt(tmp_path):
     assert down.returncode == 0, down.stdout + down.stderr
 
 
-def test_a_tui_left_open_through_down_comes_back_when_the_run_is_resumed(tmp_path):
-    """`rlsup up CONFIG` in tmux; `rlsup down` from another shell: the TUI says the run ended, read-only. Then
-    `rlsup up CONFIG -d --resume` from that shell: the TUI attaches to the new supervisor by itself, its
-    command keys work again (it stayed "run ended · read-only" while the resumed run trained)."""
+@pytest.mark.parametrize("opened", ["before the end", "after the end"])
+def test_a_tui_on_an_ended_run_comes_back_when_the_run_is_resumed(tmp_path, opened):
+    """`rlsup up CONFIG` in tmux, then `rlsup down` from another shell (or `rlsup attach` opened after it): the
+    TUI says the run ended, read-only. Then `rlsup up CONFIG -d --resume` from that shell: the TUI attaches to
+    the new supervisor by itself, its command keys work again (it stayed "run ended · read-only" while the
+    resumed run trained)."""
     cfg = write_config(tmp_path, CONFIG)
     run_dir = tmp_path / "run"
     tmux = Tmux()
     try:
-        tmux.start_up(tmp_path, cfg, run_dir)
-        wait_for(lambda: "running" in tmux.screen() and "sleeper up" in tmux.screen(), 60, 0.2,
-                 what="both components running in the TUI")
+        if opened == "before the end":
+            tmux.start_up(tmp_path, cfg, run_dir)
+            wait_for(lambda: "running" in tmux.screen() and "sleeper up" in tmux.screen(), 60, 0.2,
+                     what="both components running in the TUI")
+        else:
+            up = rlsup("up", str(cfg), "--run-dir", str(run_dir), "-d", timeout=60)
+            assert up.returncode == 0, up.stdout + up.stderr
+            wait_for(lambda: "sleeper up" in (run_dir / "logs" / "sleeper.log").read_text()
+                     if (run_dir / "logs" / "sleeper.log").exists() else False, 60, 0.2, what="the sleeper up")
         down = rlsup("down", "--run-dir", str(run_dir), timeout=60)
         assert down.returncode == 0, down.stdout + down.stderr
+        if opened == "after the end":
+            tmux.start_up(tmp_path, cfg, run_dir, command=("attach",))  # read from the run dir
         tmux.wait_screen("run ended · read-only", 30)
 
         up = rlsup("up", str(cfg), "--run-dir", str(run_dir), "-d", "--resume", timeout=60)
