@@ -97,7 +97,7 @@ class Run:
             lambda: self.emit(gpu_event(s, owners(self.components)))))
         # the run's periodic checks, and when components are judged again
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick,
-                              EvaluationPacing(self._evaluate, self._flush_progress))
+                              EvaluationPacing(self._evaluate, self._flush_progress, self.clock))
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
         self._hang: HangGate | None = None  # a stall flag carries the stacks: made at the first (:meth:`_gate`)
 
