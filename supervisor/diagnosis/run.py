@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..records.diagnosis import Diagnosis
 from ..records.events import (
@@ -359,6 +359,17 @@ def _journal_events(run_dir: Path) -> tuple[list[Record], list[str]]:
     return events, notes
 
 
+class Span(NamedTuple):
+    """From ``start`` to ``end`` (None: still open): a flag raised .. cleared, a component down .. back."""
+
+    start: float
+    end: float | None = None
+    names: frozenset[str] = frozenset()  # the dependencies a dependency_down flag named
+
+
+Spans = dict[str, list[Span]]  # per component
+
+
 @dataclass
 class _JournalFacts:
     """What the journal says about the run and each component, read event by event."""
@@ -380,13 +391,12 @@ class _JournalFacts:
     back: dict[str, list[float]] = field(default_factory=dict)  # when each component was running again
     # dependency_down raised .. cleared: for a dependency that failed, and for one a person stopped (``waiting``:
     # the consumer waits on that person, no failure)
-    dep_down: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
-    dep_named: dict[str, list[set[str]]] = field(default_factory=dict)  # the dependencies each dep_down span names
-    waiting: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    dep_down: Spans = field(default_factory=dict)
+    waiting: Spans = field(default_factory=dict)
     stall_cleared: dict[str, list[float]] = field(default_factory=dict)  # progress resumed after a stall
     # stopped or restarted on purpose (a person's `rlsup stop`/`restart`, a shutdown, the platform; a stop that
     # ends it for good) .. running again (ready) or failed: its peers wait, they do not hang
-    let_down: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    let_down: Spans = field(default_factory=dict)
     # a signal's kill nobody asked for, counted a failure until rlsup says what followed it: a restart or a fatal
     # keeps it; a `stopped` withdraws it (a run's end under way, the platform's SIGTERM to every process at once:
     # the kills come before the stop). An exit rlsup forced (`stopping` by rlsup: a liveness or readiness
@@ -497,9 +507,7 @@ class _JournalFacts:
         down = {d for d in self.let_down if _is_open(self.let_down, d)}
         waits = ftype == "dependency_down" and (c in down or bool(named) and named <= down)
         if ftype == "dependency_down" and ts is not None:
-            (self.waiting if waits else self.dep_down).setdefault(c, []).append((ts, None))
-            if not waits:
-                self.dep_named.setdefault(c, []).append(named)
+            (self.waiting if waits else self.dep_down).setdefault(c, []).append(Span(ts, names=frozenset(named)))
         if ftype == "stall":
             self.failures.append(_stall_failure(c, ts, message, evidence, self.attempt.get(c)))
         elif ftype == "false_success":
@@ -509,20 +517,20 @@ class _JournalFacts:
                 RunFailure(c, ts, ftype, message, "flag", self.attempt.get(c), diagnosis={"evidence": evidence}))
 
 
-def _open(spans: dict[str, list[tuple[float, float | None]]], c: str, ts: float | None) -> None:
+def _open(spans: Spans, c: str, ts: float | None) -> None:
     """Opens a span of ``c`` at ``ts`` unless one is open (stopped again, never running between)."""
     if ts is not None and not _is_open(spans, c):
-        spans.setdefault(c, []).append((ts, None))
+        spans.setdefault(c, []).append(Span(ts))
 
 
-def _is_open(spans: dict[str, list[tuple[float, float | None]]], c: str) -> bool:
+def _is_open(spans: Spans, c: str) -> bool:
     ss = spans.get(c) or []
-    return bool(ss) and ss[-1][1] is None
+    return bool(ss) and ss[-1].end is None
 
 
-def _close(spans: list[tuple[float, float | None]] | None, ts: float | None) -> None:
-    if spans and spans[-1][1] is None and ts is not None:
-        spans[-1] = (spans[-1][0], ts)
+def _close(spans: list[Span] | None, ts: float | None) -> None:
+    if spans and spans[-1].end is None and ts is not None:
+        spans[-1] = spans[-1]._replace(end=ts)
 
 
 def _false_success(c: str, ts: float | None, msg: str, evidence: list[str], att: int | None) -> RunFailure:
@@ -659,7 +667,7 @@ def _stall_failure(c: str, ts: float | None, message: str, evidence: list[str], 
     return RunFailure(c, start, "stall", summary, "flag", att, diagnosis=diag)
 
 
-def _down_at(stall: RunFailure, facts: _JournalFacts) -> dict[str, list[tuple[float, float | None]]]:
+def _down_at(stall: RunFailure, facts: _JournalFacts) -> Spans:
     """The stalled component's dependency_down spans that can explain its stall: not one whose every named
     dependency had failed and was running again before the stall's last step, and did not fail again before the
     flag (the component stepped with its dependencies back; the flag only cleared later, as it does when a
@@ -676,13 +684,12 @@ def _down_at(stall: RunFailure, facts: _JournalFacts) -> dict[str, list[tuple[fl
         return last is not None and any(last <= x <= t for x in facts.back.get(d, [])) and \
             not any(t < x <= until for x in fails)
 
-    spans = [s for s, named in zip(facts.dep_down.get(c, []), facts.dep_named.get(c, []), strict=False)
-             if not (named and all(map(back_before, named)))]
+    spans = [s for s in facts.dep_down.get(c, []) if not (s.names and all(map(back_before, s.names)))]
     return {**facts.dep_down, c: spans}
 
 
-def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: dict[str, list[tuple[float, float | None]]],
-                     let_down: dict[str, list[tuple[float, float | None]]], stood: float | None = None) -> bool:
+def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: Spans, let_down: Spans,
+                     stood: float | None = None) -> bool:
     """A stall some other failure explains: a dependency reported down, or another component down (failed
     and not running again yet) at some moment between the stall's last step and the flag, or a component
     stopped or restarted on purpose and not running again at the flag (a person's `rlsup stop trainer` starves
@@ -697,10 +704,11 @@ def _explained_stall(stall: RunFailure, failures: list[RunFailure], dep_down: di
         return True
     flagged = stall.diagnosis.get("flag_ts")
     until = float(flagged) if isinstance(flagged, float | int) else t
-    if any(a <= until and (b is None or b >= t) for a, b in dep_down.get(stall.component, [])):
+    if any(s.start <= until and (s.end is None or s.end >= t) for s in dep_down.get(stall.component, [])):
         return True
     # a peer let down on purpose, still down when the stall was called (one back from a restart explains nothing)
-    if any(a <= until and (b is None or b >= until) for c, ss in let_down.items() if c != stall.component for a, b in ss):
+    if any(s.start <= until and (s.end is None or s.end >= until)
+           for c, ss in let_down.items() if c != stall.component for s in ss):
         return True
     waits_on = _waits_on(stall)
     # another component's own stall explains this one only where this one's last line says it waits on it

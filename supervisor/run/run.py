@@ -49,7 +49,6 @@ from .gpusampling import GpuSampling, gpu_event, owners
 from .resources import ResourceSampling
 from .runview import POSITIONS_WRITE_S
 from .services import Services
-from .stacks import HangGate
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
 from .ticker import EvaluationPacing, Ticker
@@ -58,6 +57,7 @@ from .tracking import Tracking
 if TYPE_CHECKING:
     from ..diagnosis.stacks import Stacks
     from ..rundir.logpages import LogPages
+    from .stacks import HangGate
 
 TICK_S = 1.0
 
@@ -97,9 +97,9 @@ class Run:
             lambda: self.emit(gpu_event(s, owners(self.components)))))
         # the run's periodic checks, and when components are judged again
         self._ticker = Ticker(self.clock, self._next_tick_at, self._tick,
-                              EvaluationPacing(self._evaluate, self._flush_progress))
+                              EvaluationPacing(self._evaluate, self._flush_progress, self.clock))
         self.resources = ResourceSampling()  # CPU, RSS and GPU memory per component; memory_growth
-        self._hang = HangGate(self.paths.stacks, self._rejudge_stalls)  # a stall flag carries the stacks
+        self._hang: HangGate | None = None  # a stall flag carries the stacks: made at the first (:meth:`_gate`)
 
     # ------------------------------------------------------------------ before the loop
 
@@ -255,7 +255,8 @@ class Run:
 
     def _finish(self) -> None:
         self.gpus.stop()
-        self._hang.close()
+        if self._hang is not None:
+            self._hang.close()
         if self._watching.artefacts is not None:
             self._watching.artefacts.stop()
         for c in self.components.values():
@@ -522,7 +523,15 @@ class Run:
         c = self.components[name]
         if not isinstance(inp, lc.Stalled) or "stall" in c.life.episode or c.state != "running":
             return inp
-        return self._hang.hold(name, c.attempt, inp, c.current)
+        return self._gate().hold(name, c.attempt, inp, c.current)
+
+    def _gate(self) -> HangGate:
+        """The stall gate, made when stacks are first wanted: py-spy's side (:mod:`.stacks`) is no start-up import."""
+        if self._hang is None:
+            from .stacks import HangGate
+
+            self._hang = HangGate(self.paths.stacks, self._rejudge_stalls)
+        return self._hang
 
     def _rejudge_stalls(self) -> None:
         if not self.end.stopping:
@@ -533,7 +542,7 @@ class Run:
         att = comp.current
         if att is None:
             return None
-        return await self._hang.take(comp.name, att.attempt, att.members(), why=why, native=native)
+        return await self._gate().take(comp.name, att.attempt, att.members(), why=why, native=native)
 
     def _check_dependencies(self, now: float) -> None:
         """dependency_down: consumers failing to reach a dependency that is down. The run's step says

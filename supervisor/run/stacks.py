@@ -23,15 +23,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..diagnosis.stacks import Proc, Stacks, classify, full_dump, parse_dump, ptrace_hint, short_form
 from ..monitor.process import AttemptProcesses
 from ..rules import lifecycle as lc
 from ..rundir.journal import write_atomic
 from ..rundir.layout import UnsafeRunDir, check_owned_dir
-
-if TYPE_CHECKING:  # the stacks' words (diagnosis.stacks) imported when stacks are first taken, not at the start
-    from ..diagnosis.stacks import Proc, Stacks
 
 STACK_TIMEOUT_S = 10.0  # per process: py-spy pauses it for milliseconds; more means it cannot read it
 
@@ -63,8 +61,6 @@ def _proc_info(pid: int) -> tuple[str, int | None]:
 def dump_one(py_spy: str, pid: int, *, native: bool) -> Proc:
     """One process's threads, or why py-spy could not read them. Its exit status is not read: the
     supervisor reaps every child (its subreaper role), so success is JSON on stdout."""
-    from ..diagnosis.stacks import Proc, classify, parse_dump
-
     name, rank = _proc_info(pid)
     argv = [py_spy, "dump", "--json", "--pid", str(pid), *(["--native"] if native else [])]
     try:
@@ -86,8 +82,6 @@ def dump_one(py_spy: str, pid: int, *, native: bool) -> Proc:
 def take(component: str, attempt: int, pids: Sequence[int], *, native: bool = False,
          py_spy: str | None = None) -> Stacks:
     """The stacks of ``pids`` (blocking: run it in a thread)."""
-    from ..diagnosis.stacks import Stacks, ptrace_hint
-
     if py_spy is None:
         return Stacks(component, attempt, error=f"py-spy is not installed: `{sys.executable} -m pip install "
                                                  "py-spy` (or set RLSUP_PY_SPY to one)")
@@ -108,8 +102,6 @@ def take(component: str, attempt: int, pids: Sequence[int], *, native: bool = Fa
 def write_dump(folder: Path, s: Stacks, why: str, native: bool, now: float) -> Stacks:
     """The full dump written to ``folder/<component>.<attempt>.<UTC time>.txt`` (0600); the stacks with its path
     (unchanged if it cannot be written: the short form is still worth having)."""
-    from ..diagnosis.stacks import full_dump
-
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     header = [f"# rlsup: stacks of {s.component} attempt {s.attempt} ({why}), {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(now))}",
               f"# py-spy dump{' --native' if native else ''}; innermost frame first"]
@@ -154,8 +146,6 @@ class HangGate:
         return None
 
     def _taken(self, name: str, attempt: int, fut: asyncio.Future[Stacks]) -> None:
-        from ..diagnosis.stacks import short_form
-
         if self._pending.get(name) == attempt:
             del self._pending[name]
         if fut.cancelled():
@@ -195,8 +185,6 @@ def _on_a_loop() -> bool:
 
 def reply(s: Stacks) -> dict[str, Any]:
     """What ``rlsup stack`` is answered: the short form, the dump's path, and each process in brief."""
-    from ..diagnosis.stacks import short_form
-
     return {"ok": s.error is None, "component": s.component, "attempt": s.attempt, "lines": short_form(s),
             "path": s.path, **({"error": s.error} if s.error else {}),
             "processes": [{"pid": p.pid, "name": p.name, "rank": p.rank, "threads": len(p.threads),

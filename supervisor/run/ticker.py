@@ -19,7 +19,6 @@ which ``rlsup status --json`` shows as ``run.ticks`` (a component's output waits
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
 
@@ -32,18 +31,20 @@ LATE_KEPT = 4096  # at most this many of them (a round of log reads runs up to ~
 
 
 class Lateness:
-    """How late the run's scheduled work ran against its due time, the last :data:`LATE_KEPT` times."""
+    """How late the run's scheduled work ran against its due time, the last :data:`LATE_KEPT` times (``clock``: the
+    run's, whose monotonic time says when each ran)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self._ran: deque[tuple[float, float]] = deque(maxlen=LATE_KEPT)  # (when, seconds late)
 
     def ran(self, late: float) -> None:
         """Something due ran ``late`` seconds after its due time (on its own clock; below zero: on time)."""
-        self._ran.append((time.monotonic(), max(0.0, late)))
+        self._ran.append((self.clock.monotonic(), max(0.0, late)))
 
     def summary(self) -> dict[str, float | int]:
         """Over the last :data:`LATE_OVER_S`: how many ran, and the median, 90th percentile and most late (ms)."""
-        since = time.monotonic() - LATE_OVER_S
+        since = self.clock.monotonic() - LATE_OVER_S
         return late_summary([late for at, late in self._ran if at >= since])
 
 
@@ -112,11 +113,12 @@ class Ticker:
 
 class EvaluationPacing:
     """Whether an evaluation is planned, and when the last one ended and what it cost; the components whose
-    progress waits to be folded in (``flush_progress`` folds them)."""
+    progress waits to be folded in (``flush_progress`` folds them); how late the run's work ran (``late``, on the
+    run's ``clock``)."""
 
-    def __init__(self, evaluate: Callable[[], None], flush_progress: Callable[[set[str]], None]) -> None:
+    def __init__(self, evaluate: Callable[[], None], flush_progress: Callable[[set[str]], None], clock: Clock) -> None:
         self.evaluate = evaluate
-        self.late = Lateness()
+        self.late = Lateness(clock)
         self.scheduled = False
         self._at = -1e9  # the loop's time when the last evaluation ended
         self._cost = 0.0  # the seconds it took

@@ -258,17 +258,6 @@ def main() -> None:
                               "workloads": {}}
     rows = []
     try:
-        # The fixed cost of an rlsup run (start-up, checks, shutdown) with a writer that writes nothing:
-        # subtracted from the supervisor's CPU per workload to show its data path alone.
-        d0 = base / "empty"
-        d0.mkdir()
-        empty = [run_rlsup({"mode": "blocks", "n": 0, "env": {}}, d0, (0, hashlib.sha256().hexdigest()), i)
-                 for i in range(max(1, min(3, a.repeat)))]
-        fixed = {"whole_s": round(pk.med([x["whole_s"] for x in empty]), 3),
-                 "supervisor_cpu_s": round(pk.med([x["cpu_s"]["supervisor"] for x in empty]), 3),
-                 "monitor_cpu_s": round(pk.med([x["cpu_s"]["monitor"] for x in empty]), 3)}
-        result["rlsup_empty_run"] = fixed
-        print(f"  empty rlsup run (fixed cost): {fixed}", flush=True)
         for name in a.only.split(","):
             wl = workloads(a.lines)[name]
             d = base / name
@@ -305,8 +294,6 @@ def main() -> None:
                  "bytes_ok": {s: all(x["bytes_ok"] for x in runs[s]) for s in setups}}
             w["median_cpu_s"] = {s: {k: round(pk.med([x["cpu_s"][k] for x in runs[s]]), 3) for k in runs[s][0]["cpu_s"]}
                                  for s in setups}
-            w["rlsup_supervisor_data_cpu_s"] = round(w["median_cpu_s"]["rlsup"]["supervisor"] - fixed["supervisor_cpu_s"], 3)
-            w["rlsup_monitor_data_cpu_s"] = round(w["median_cpu_s"]["rlsup"]["monitor"] - fixed["monitor_cpu_s"], 3)
             w["rlsup_vs_cat"] = round(m["rlsup"] / m["cat"], 3)
             w["rlsup_vs_file"] = round(m["rlsup"] / m["file"], 3)
             w["cat_vs_file"] = round(m["cat"] / m["file"], 3)
@@ -351,9 +338,8 @@ def main() -> None:
               f"{w['file_whole_process_s']:.3f}s{extra}")
         print("    CPU s (medians): " + "; ".join(
             f"{s}: " + ", ".join(f"{k} {v:.3f}" for k, v in c.items()) for s, c in w["median_cpu_s"].items()))
-        print(f"    rlsup beyond an empty run: supervisor {w['rlsup_supervisor_data_cpu_s']:.3f}s, "
-              f"monitor {w['rlsup_monitor_data_cpu_s']:.3f}s; the supervisor over the data alone (schedstat, from the "
-              f"writer's first byte to the last byte read): {w['median_cpu_s']['rlsup'].get('supervisor_data', '-')}s")
+        print(f"    the supervisor over the data alone (schedstat, from the writer's first byte to the last byte read): "
+              f"{w['median_cpu_s']['rlsup'].get('supervisor_data', '-')}s")
         if "rlsup_paused" in w["runs"]:
             ex = [x["monitor_exact"] for x in w["runs"]["rlsup_paused"] if x.get("monitor_exact")]
             cats = w["runs"]["cat"]
@@ -362,7 +348,6 @@ def main() -> None:
                       f"minor faults {int(pk.med([x['minflt'] for x in ex]))}; cat: CPU "
                       f"{pk.med([x['cat']['cpu_s'] for x in cats]):.3f}s, minor faults "
                       f"{int(pk.med([x['cat']['minflt'] for x in cats]))}")
-    print(f"empty rlsup run: {result['rlsup_empty_run']}")
     print(f"load average before {result['load_before']}, after {result['load_after']}; "
           f"{result['machine']['cores']} cores; {path}")
 

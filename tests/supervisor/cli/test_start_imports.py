@@ -19,7 +19,7 @@ from pathlib import Path
 DEFERRED = [f"rlsup.supervisor.{m}" for m in (
     "client.fleet", "client.ssh", "client.bridge", "rundir.archive", "rundir.stranded", "diagnosis.stacks",
     "diagnosis.engine", "diagnosis.run", "diagnosis.host", "preflight.checks", "render.report", "run.prometheus",
-    "run.notify", "run.commands", "run.teardown", "config.schema", "cli.slurm_up", "render.terminal",
+    "run.notify", "run.commands", "run.teardown", "run.stacks", "config.schema", "cli.slurm_up", "render.terminal",
 )] + ["textual", "rich", "pynvml"]
 
 # Runs the CLI in this interpreter; a thread waits for three `started` in the journal, prints sys.modules, and

@@ -22,16 +22,41 @@ def test_late_summary_gives_the_median_the_90th_percentile_and_the_most_late_in_
                                 "late_max_ms": 0.0}
 
 
-def test_lateness_counts_what_ran_over_the_last_window_only_and_early_as_on_time(monkeypatch) -> None:
-    now = [1000.0]
-    monkeypatch.setattr(ticker.time, "monotonic", lambda: now[0])
-    late = Lateness()
+class FakeClock:
+    """Time only the test moves."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_lateness_counts_what_ran_over_the_last_window_of_its_clock_only_and_early_as_on_time() -> None:
+    clock = FakeClock()
+    late = Lateness(clock)
     late.ran(2.0)  # long ago
-    now[0] += ticker.LATE_OVER_S + 1
+    clock.now += ticker.LATE_OVER_S + 1
     late.ran(0.010)
     late.ran(-0.5)  # ran before it was due: on time
     s = late.summary()
     assert s["count"] == 2 and s["late_max_ms"] == 10.0 and s["late_p50_ms"] == 10.0
+    clock.now += ticker.LATE_OVER_S + 1  # the run's clock moved on, however little the machine's did
+    assert late.summary()["count"] == 0
+
+
+def test_the_run_gives_its_lateness_the_run_clock(tmp_path) -> None:
+    from rlsup.supervisor.config.loader import load_config
+    from rlsup.supervisor.run.run import Run
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: t\ncomponents:\n  a:\n    command: [\"true\"]\n")
+    clock = FakeClock()
+    run = Run(load_config(str(cfg), run_dir=str(tmp_path / "run")), clock=clock, serve=False)
+    assert run._ticker.late.clock is clock
 
 
 class JumpingClock:
@@ -62,7 +87,7 @@ def test_a_tick_planned_again_into_the_past_is_not_counted_late() -> None:
             return clock.monotonic() + 0.001
         return clock.monotonic() + 3600.0
 
-    pacing = EvaluationPacing(lambda: None, lambda names: None)
+    pacing = EvaluationPacing(lambda: None, lambda names: None, clock)
     t = Ticker(clock, plan, ticks.append, pacing)
 
     async def main() -> None:
@@ -78,7 +103,7 @@ def test_a_tick_planned_again_into_the_past_is_not_counted_late() -> None:
 
 def test_an_evaluation_says_how_late_it_ran() -> None:
     evaluated: list[int] = []
-    pacing = EvaluationPacing(lambda: evaluated.append(1), lambda names: None)
+    pacing = EvaluationPacing(lambda: evaluated.append(1), lambda names: None, JumpingClock())
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -92,7 +117,8 @@ def test_an_evaluation_says_how_late_it_ran() -> None:
 
 @pytest.mark.parametrize("late", [0.0, 0.25])
 def test_the_shared_lateness_is_the_tickers(late: float) -> None:
-    pacing = EvaluationPacing(lambda: None, lambda names: None)
-    t = Ticker(JumpingClock(), lambda: 0.0, lambda planned: None, pacing)
+    clock = JumpingClock()
+    pacing = EvaluationPacing(lambda: None, lambda names: None, clock)
+    t = Ticker(clock, lambda: 0.0, lambda planned: None, pacing)
     t.late.ran(late)
     assert pacing.late.summary()["late_max_ms"] == 1000 * late
