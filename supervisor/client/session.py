@@ -336,6 +336,9 @@ class Session:
         return client
 
     async def _serve(self, client: Client) -> None:
+        was, now = self.server.get("journal"), client.server.get("journal")
+        if was and now and was != now:  # a run started anew in the run dir (`up --fresh`): from its beginning
+            self.seq, self.log_next = None, {}
         resumed = self.seq is not None
         await client.subscribe(self._push, lines=self.lines, since=self.seq, log_from=dict(self.log_next),
                                logs=self.logs, on_snapshot=lambda snap: self._attached(client, snap, resumed))

@@ -35,7 +35,7 @@ from ..records.version import VERSION
 from ..rules import detectors, runstep
 from ..rules import lifecycle as lc
 from ..rules.detectors import next_tick, partner_up
-from ..rundir.journal import Journal, damage_notes, keep_spare_records
+from ..rundir.journal import Journal, damage_notes, journal_id, keep_spare_records
 from ..rundir.layout import RunLock, RunPaths
 from ..rundir.logs import LogRing, Position, RingBudget
 from ..slurm.launcher import slurm_job_info
@@ -597,7 +597,7 @@ class Run:
         # claiming a run it "supervises in the background" that ended as it started.
         return {"pid": os.getpid(), "host": self.state.get("run", {}).get("host") or socket.gethostname(),
                 "name": self.cfg.name, "run_dir": str(self.paths.root), "config": self.cfg.source, "rlsup": VERSION,
-                "ended": False, "ending": self.ending}
+                "ended": False, "ending": self.ending, "journal": journal_id(self.paths.events)}
 
     def log_pages(self, name: str) -> tuple[LogPages, Position] | None:
         c = self.components.get(name)

@@ -22,6 +22,7 @@ from ..records.phrases import end_note
 from ..records.redact import Redactor
 from ..records.version import VERSION
 from .attemptlog import lines_of
+from .journal import journal_id
 from .layout import RunPaths
 from .logs import LogRing, Position
 from .replay import Replay, read_run
@@ -148,7 +149,7 @@ class Archive:
         run = self.state.get("run", {})
         return {"pid": os.getpid(), "host": run.get("host") or socket.gethostname(), "name": run.get("name"),
                 "run_dir": str(self.paths.root), "config": run.get("config"), "rlsup": VERSION, "ended": True,
-                "ended_note": self.describe()}
+                "ended_note": self.describe(), "journal": journal_id(self.paths.events)}
 
     def describe(self) -> str:
         run = self.state.get("run", {})

@@ -309,6 +309,17 @@ def last_event(path: Path) -> dict[str, Any] | None:
     return None
 
 
+def journal_id(path: Path) -> str | None:
+    """Which journal this is (its file's device and inode): the same for every supervisor of a run (a resume,
+    a take-over, a requeue append to it), another for a run started anew there (``--fresh`` moves the old run
+    dir aside). None where it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{st.st_dev:x}:{st.st_ino:x}"
+
+
 def last_seq(path: Path) -> int:
     """The ``seq`` of the journal's last sound line (0: none); damaged lines at its end are passed over."""
     event = last_event(path)

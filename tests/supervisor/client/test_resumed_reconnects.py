@@ -145,16 +145,22 @@ class Recorder:
     def __init__(self) -> None:
         self.statuses: list[str] = []
         self.kinds: list[str] = []
+        self.resumed: list[bool] = []  # each snapshot's
+        self.lines: list[str] = []
 
     def on_connection(self, status: str, detail: str) -> None:
         self.statuses.append(status)
 
-    def on_snapshot(self, snapshot: dict, resumed: bool) -> None: ...
+    def on_snapshot(self, snapshot: dict, resumed: bool) -> None:
+        self.resumed.append(resumed)
+        for block in (snapshot.get("logs") or {}).values():
+            self.lines += block["lines"]
 
     def on_event(self, event: Any) -> None:
         self.kinds.append(event.kind)
 
-    def on_logs(self, component: str, seq: int, lines: list[str]) -> None: ...
+    def on_logs(self, component: str, seq: int, lines: list[str]) -> None:
+        self.lines += lines
 
     def on_gap(self, component: str, from_seq: int, to_seq: int) -> None: ...
 
@@ -233,3 +239,34 @@ def test_a_session_that_looks_again_attaches_to_the_run_resumed_after_its_end(tm
     runs = [k for k in looks.kinds if k in ("run_started", "run_ended")]
     assert runs[-2:] == ["run_ended", "run_started"] and runs.count("run_ended") == 1, looks.kinds
     assert ends.statuses[-1] == "ended", ends.statuses
+
+
+def test_a_session_that_looks_again_starts_over_with_a_run_started_anew(tmp_path, daemon):
+    """After the end, `rlsup up CONFIG --fresh` keeps the old run aside and starts another in the run dir: a
+    session that looks again takes it from its beginning (its journal's and logs' numbers start again), not
+    from where the old run's left off (it showed none of the new run's events, nor its first lines)."""
+    from rlsup.supervisor.client.session import Session, local_connector
+
+    d = daemon(write_config(tmp_path, COUNTER))
+    d.wait_event(lambda e: e["kind"] == "started", what="counter started")
+    log = d.run_dir / "logs" / "counter.log"
+    wait_for(lambda: log.exists() and "n 40" in log.read_text(), 60, what="an old run longer than the new one's start")
+    rec = Recorder()
+
+    async def scenario() -> None:
+        s = Session(local_connector(d.run_dir, "test"), rec, lines=0, backoff=(0.1, 0.5), reopen_s=0.2)
+        task = asyncio.ensure_future(s.run())
+        await asyncio.wait_for(s.connected.wait(), 30)
+        assert (await asyncio.to_thread(d.cli, "down", timeout=60)).returncode == 0
+        await asyncio.to_thread(wait_for, lambda: "ended" in rec.statuses, 30, what="the end said")
+        r = await asyncio.to_thread(d.cli, "up", str(d.config), "-d", "--fresh", timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        await asyncio.to_thread(wait_for, lambda: "n 3" in rec.lines and rec.kinds.count("started") >= 2, BACK,
+                                what="the new run's start and first lines")
+        s.close()
+        await asyncio.wait_for(task, 30)
+
+    asyncio.run(scenario())
+    assert rec.resumed == [False, False], rec.resumed  # the second snapshot begins the new run
+    after = rec.kinds[rec.kinds.index("run_ended"):]
+    assert "run_started" in after, rec.kinds
