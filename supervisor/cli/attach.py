@@ -153,15 +153,18 @@ def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = Fals
 
 
 def _forward_term(run_dir: Path) -> Any:
-    """Pass a SIGTERM on to the run's supervisor (its pid from the run dir's lock)."""
-    pid = int((read_owner(RunPaths(run_dir)) or {}).get("pid") or 0)
+    """Pass a SIGTERM on to the run's supervisor (its pid from the run dir's lock when the signal comes: the view
+    outlives a supervisor taken over, or ended and resumed)."""
 
     def forward() -> None:
+        pid = int((read_owner(RunPaths(run_dir)) or {}).get("pid") or 0) if is_locked(RunPaths(run_dir)) else 0
         if pid > 0:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal_mod.SIGTERM)
             say(f"rlsup: SIGTERM passed on to the supervisor (pid {pid}): checkpointing and stopping the run",
                 err=True)
+        else:
+            say("rlsup: SIGTERM: no supervisor holds the run to pass it on to", err=True)
 
     return forward
 
