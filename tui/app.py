@@ -228,7 +228,7 @@ class MainScreen(Screen):
                 how = ended_text(run, self.rlapp.timefmt) or "the run has ended"
                 config = run.get("config") or "CONFIG"
                 self.notify(f"{how}. An ended run is read-only; to run it again: rlsup up {config} --resume "
-                            "(or --fresh to start over)", title=f"{key.description}: not possible", severity="warning",
+                            "(or --fresh to start over) from another shell: this view follows it", title=f"{key.description}: not possible", severity="warning",
                             timeout=10)
 
     def _gauges_due(self) -> None:

@@ -45,7 +45,9 @@ def add_parsers(sub: Any) -> None:
             [user@]host[:port]: connect over SSH (paramiko; ~/.ssh/config, keys and the SSH agent are
             used), run `rlsup bridge` there and render the TUI here: only events cross the network.
             The link is re-established with backoff if it drops, without losing lifecycle events.
-            A run that has ended is shown read-only from its journal, state and logs.
+            A run that has ended is shown read-only from its journal, state and logs, until
+            it is resumed (`rlsup up CONFIG --resume` from another shell): the TUI then attaches
+            to the new supervisor by itself.
 
             Host keys are checked against ~/.ssh/known_hosts; an unknown host is refused with its
             fingerprint (--accept-new-host-key to trust it and record it)."""),
