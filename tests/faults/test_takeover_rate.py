@@ -4,7 +4,7 @@ counted as steps made at the moment it reads them.
 ``kill -9`` of the supervisor while the trainer steps fast, a few seconds without one while its monitor
 keeps writing the log, then ``rlsup up -d`` again: the new supervisor adopts the trainer and reads the
 lines it missed in one go. Those lines were written over the seconds it was away; counted as if made when
-read, a trainer making 2 steps/s showed 45-240 steps/s and an ETA of minutes for hours. The same after a
+read, a trainer making 2 steps/s showed 45-78 steps/s and an ETA of minutes for hours. The same after a
 SIGSTOP of the supervisor (~140 steps/s for 10). Every rate the supervisor reports is compared with the rate
 the trainer's own clock gives (it prints its time with each step): no timing of ours is asserted, so the
 machine's load moves the figures, not the verdict.
@@ -119,7 +119,7 @@ def test_rate_after_a_take_over_is_not_inflated_by_the_lines_caught_up_on(fault_
            backlog_steps=first - saved, load=os.getloadavg()[0])
     # Each rate is over the window of points read since the take-over: the first, over two of them, moves with
     # how late each was read (the machine's load); the median of the first five much less. The burst, counted,
-    # made them 20-120x the trainer's rate.
+    # made them 20-40x the trainer's rate.
     rates = [r for _, r in reported]
     assert statistics.median(rates) <= 3 * real and max(rates) <= 10 * real, (
         f"steps/s reported after the take-over (adopted {adopted['ts']:.3f}), the trainer's own rate {real:.2f}: "
