@@ -272,7 +272,10 @@ class ProgressTracker:
     """Latest step, total, metrics, and a rate over recent step changes.
 
     Pure: every method takes ``now`` from the caller's clock. A lower step than the last one
-    (a resume from a checkpoint, or a fresh start) restarts the rate window.
+    (a resume from a checkpoint, or a fresh start) restarts the rate window. The window holds one
+    point per read (``now``, the latest step), never a step whose time is not known: the steps a
+    read brings come out over the time since the read before it, and a backlog's over a time
+    nobody saw (see :meth:`observe_all`).
     """
 
     total: int | None = None
@@ -285,10 +288,31 @@ class ProgressTracker:
     full_history: dict[str, MetricHistory] = field(default_factory=dict)
     _points: deque[tuple[float, int]] = field(default_factory=deque)
 
-    def observe_all(self, obs: Iterable[Observation], now: float) -> bool:
-        return any([self.observe(o, now) for o in obs])  # (a list: every observation is applied)
+    def observe_all(self, obs: Iterable[Observation], now: float, *, timed: bool = True) -> bool:
+        """Observations read together at ``now``, in order; True if anything changed. Their steps make one
+        point of the rate window, the last step at ``now``: the read saw them at once, so ``now`` is the time
+        of none but the last, and a point for each put many steps at one instant (hundreds of steps/s).
+        ``timed=False``: their steps count but make no point: a backlog, written at times unknown before
+        ``now`` (what a supervisor taking over catches up on, a read that left more waiting), or a piece of
+        a read that :meth:`stamp` gives its one point at its end."""
+        step = self.step
+        changed = any([self._apply(o, now) for o in obs])  # (a list: every observation is applied)
+        if timed and self.step != step:
+            self.stamp(now)
+        return changed
+
+    def stamp(self, now: float) -> None:
+        """The current step joins the rate window at ``now``: the time it was read, the end of the read that
+        brought it, when that read found the output written since the read before."""
+        if self.step is not None:
+            self._points.append((now, self.step))
+            while len(self._points) > self.window:
+                self._points.popleft()
 
     def observe(self, o: Observation, now: float) -> bool:
+        return self.observe_all((o,), now)
+
+    def _apply(self, o: Observation, now: float) -> bool:
         changed = False
         if o.total is not None and o.total != self.total:
             self.total = o.total
@@ -307,9 +331,6 @@ class ProgressTracker:
             self._points.clear()
         self.step = step
         self.last_change_at = now
-        self._points.append((now, step))
-        while len(self._points) > self.window:
-            self._points.popleft()
 
     def _new_metrics(self, metrics: dict[str, float], now: float) -> None:
         """Metric values at the current step: the latest, the recent series, and (once there is a step)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..config.model import Config
-from ..records.progress import ProgressTracker
+from ..records.progress import Observation, ProgressTracker
 from ..rules import lifecycle as lc
 from ..rundir.layout import RunPaths
 from ..rundir.replay import read_run
@@ -63,8 +63,8 @@ def restore_gauges(progress: ProgressTracker, saved: Mapping[str, Any], st: dict
     its entry in the run's state, which shows them."""
     if saved.get("total") is not None and progress.total is None:
         progress.total = int(saved["total"])
-    if saved.get("step") is not None:  # an adopted attempt's progress continues from here
-        progress.reset_to(int(saved["step"]), now)
+    if saved.get("step") is not None:  # an adopted attempt's progress continues from here, reached at a time
+        progress.observe_all([Observation(int(saved["step"]), None, {})], now, timed=False)  # unknown: no rate
     if isinstance(saved.get("history"), dict) and saved["history"]:  # the charts go on with the whole run
         progress.seed_history(saved["history"])
         st["history"] = {k: h.wire() for k, h in progress.full_history.items()}

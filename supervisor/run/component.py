@@ -126,6 +126,10 @@ class Component:
         self.checkpoint_info: dict[str, Any] | None = None
         self.flags_this_attempt: set[str] = set()
         self.moved = False
+        # Whether the last read reached the log's end: the lines of the next read were written since, so their
+        # steps carry its time; until then (a supervisor taking over, a read that left more waiting) they are a
+        # backlog written at times unknown (ProgressTracker.observe_all).
+        self._caught_up = False
         self.log_error: str | None = None
         # The seq of the first line of the latest attempt's output: what is before it in the ring is an
         # earlier attempt's (a verdict about this attempt never reads it). None: no attempt yet.
@@ -696,7 +700,8 @@ class Component:
         has ended)."""
         while final and self.read_output(budget=budget):
             pass
-        got = 0
+        step = self.progress.step
+        got, at_end = 0, False
         while got < budget:
             want = min(READ_PIECE, budget - got)
             try:
@@ -708,12 +713,18 @@ class Component:
                 self._ingest(data)
                 got += len(data)
             if len(data) < want:  # its end, for now
+                at_end = True
                 break
         if final:
             lines, text = self.norm.flush()
             if lines:
                 self.ring.extend(lines)
                 self._lines(text)
+        # Its steps counted as they were read (state.json's step keeps up with its log position); the read's
+        # last step makes a point of the rate when the lines were written since the read before.
+        if self._caught_up and at_end and self.progress.step != step:
+            self.progress.stamp(self.ctx.clock.monotonic())
+        self._caught_up = at_end
         return got >= budget
 
     def _ingest(self, chunk: bytes) -> None:
@@ -727,7 +738,7 @@ class Component:
 
     def _scan(self, text: str) -> None:
         obs = self.matcher.scan(text)
-        if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic()):
+        if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic(), timed=False):
             self.progress_changed()
 
     def _lines(self, text: str) -> None:
