@@ -19,6 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
+from tests.conftest import wait_for
 from tests.faults import harness
 from tests.faults.harness import LIVENESS_S, Subscriber, alive, figure
 
@@ -44,14 +45,8 @@ components:
 """
 
 
-def _wait(pred, what: str, timeout: float = LIVENESS_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+def _wait(pred, what: str) -> None:
+    wait_for(pred, LIVENESS_S, 0.1, what=what)
 
 
 def _own_times(run_dir: Path) -> dict[int, float]:
