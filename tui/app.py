@@ -44,7 +44,7 @@ from rlsup.tui.widgets.flags import FlagsStrip
 from rlsup.tui.widgets.footer import FitFooter
 from rlsup.tui.widgets.gpu_panel import GpuPanel
 from rlsup.tui.widgets.header import RunHeader, ended_text
-from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, PAGE, LogPane, LogView
+from rlsup.tui.widgets.log_pane import FLOOD_PAINT_TICKS, PAGE, LogGrid, LogPane, LogView
 from rlsup.tui.widgets.progress import ProgressPanel
 
 COMMAND_KEYS = {k: key for key in actions.KEYS if key.command for k in key.keys.split(",")}
@@ -124,7 +124,7 @@ class MainScreen(Screen):
                 yield ProgressPanel(id="progress")
                 yield GpuPanel(id="gpu")
             yield FlagsStrip(id="flags")
-        yield Grid(id="logs")
+        yield LogGrid(id="logs")
         yield SearchInput(placeholder="search the selected log: enter finds the newest match, escape closes",
                           id="search")
         yield FitFooter()
@@ -419,7 +419,7 @@ class MainScreen(Screen):
         ctx = self.context
         for j, p in enumerate(self.panes.values()):
             p.has_keys = j == self.selected and (self.log_focus or self.zoomed)
-            p.set_class(j == self.selected and ctx != actions.TABLE, "focused")
+            p.set_look(focused=j == self.selected and ctx != actions.TABLE)
         self._focus_selected()
         table = self.query_one(ComponentTable)
         focused = ctx == actions.TABLE
@@ -458,7 +458,7 @@ class MainScreen(Screen):
             old.view.end_select()
         self.selected = i % len(self.panes)
         for j, p in enumerate(self.panes.values()):
-            p.set_class(j == self.selected, "selected")
+            p.set_look(selected=j == self.selected)
         table = self.query_one(ComponentTable)
         table.selected = self.selected
         table.refresh()

@@ -7,6 +7,8 @@ import fake
 import pytest
 from fake import notes, run_async, started
 from rich.segment import Segment
+from textual.geometry import Region
+from textual.strip import Strip
 
 from rlsup.tui import actions
 from rlsup.tui.app import MainScreen, RlsupApp
@@ -189,6 +191,57 @@ async def test_zoom_shows_only_the_selected_pane():
         await pilot.press("z")
         await pilot.pause()
         assert all(p.display for p in screen.panes.values())
+
+
+@run_async
+async def test_the_frame_answering_a_zoom_shows_the_newest_lines_at_the_new_height(monkeypatch):
+    """The first paint of the zoomed log is at its new height, newest line on its last row: the view kept the
+    old height's scroll position until Textual's resize event, after that frame (its lower rows blank), and the
+    log was painted twice."""
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        await pilot.press("2")
+        view = screen.panes["orchestrator"].view
+        app.session.logs("orchestrator", [f"line {i:04d}" for i in range(200)], seq=40)
+        await pilot.pause(0.15)
+        small, paints = view.size.height, []
+
+        def render_lines(crop: Region, real=view.render_lines) -> list[Strip]:
+            strips = real(crop)
+            paints.append(["".join(s.text for s in strip) for strip in strips])
+            return strips
+
+        monkeypatch.setattr(view, "render_lines", render_lines)
+        await pilot.press("z")
+        await pilot.pause()
+        first = next(rows for rows in paints if len(rows) > small)
+        assert [row[:9] for row in first] == [f"line {i:04d}" for i in range(200 - len(first), 200)]
+        assert len(first) == view.size.height
+
+
+@run_async
+async def test_tab_while_zoomed_shows_the_next_pane_with_the_selected_look():
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        await pilot.press("z")
+        await pilot.pause()
+        first, second = screen.panes["inference"], screen.panes["orchestrator"]
+        look = first.title.styles.background  # selected and focused
+        await pilot.press("tab")
+        await pilot.pause()
+        assert [n for n, p in screen.panes.items() if p.display] == ["orchestrator"]
+        assert screen.focused is second and second.has_class("selected", "focused")
+        assert not first.has_class("selected") and not first.has_class("focused")
+        assert second.title.styles.background == look != first.title.styles.background
+        await pilot.press("shift+tab")
+        await pilot.pause()
+        assert [n for n, p in screen.panes.items() if p.display] == ["inference"]
+        assert screen.focused is first and first.title.styles.background == look != second.title.styles.background
+        await pilot.press("z")
+        await pilot.pause()
+        assert all(p.display for p in screen.panes.values()) and screen.query_one("#top").display
 
 
 @run_async
