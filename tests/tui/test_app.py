@@ -3,6 +3,8 @@ finds and highlights, q detaches without stopping anything, the log path is batc
 
 from __future__ import annotations
 
+import gc
+
 import fake
 import pytest
 from fake import notes, run_async, started
@@ -11,7 +13,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 
 from rlsup.tui import actions
-from rlsup.tui.app import MainScreen, RlsupApp
+from rlsup.tui.app import MainScreen, RlsupApp, run_tui
 from rlsup.tui.screens import ConfirmScreen, FlagsScreen, HelpScreen, TimelineScreen
 from rlsup.tui.widgets.log_pane import LogPane
 
@@ -218,6 +220,30 @@ async def test_the_frame_answering_a_zoom_shows_the_newest_lines_at_the_new_heig
         first = next(rows for rows in paints if len(rows) > small)
         assert [row[:9] for row in first] == [f"line {i:04d}" for i in range(200 - len(first), 200)]
         assert len(first) == view.size.height
+
+
+@run_async
+async def test_the_heap_is_frozen_once_the_first_snapshot_shows():
+    """What start-up built leaves Python's garbage collections (a full one took 20-35 ms under a flood and
+    landed in key frames); test apps, which come and go, do not freeze theirs."""
+    assert gc.get_freeze_count() == 0
+    app = fake.make_app(fake.normal_run(), freeze_heap=True)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await started(pilot)
+            await pilot.pause()
+            assert gc.get_freeze_count() > 0
+            assert not app.freeze_heap  # once
+    finally:
+        gc.unfreeze()
+
+
+def test_run_tui_freezes_its_heap(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(RlsupApp, "run", lambda self: seen.append(self.freeze_heap) or 0)
+    assert run_tui(lambda: None, target="local runs/demo", attach_hint="rlsup attach") == 0
+    assert seen == [True]
+    assert fake.make_app(None).freeze_heap is False
 
 
 @run_async
