@@ -11,6 +11,7 @@ from fake import notes, run_async, started
 from rich.segment import Segment
 from textual.geometry import Region
 from textual.strip import Strip
+from textual.widget import Widget
 
 from rlsup.tui import actions
 from rlsup.tui.app import MainScreen, RlsupApp, run_tui
@@ -193,6 +194,24 @@ async def test_zoom_shows_only_the_selected_pane():
         await pilot.press("z")
         await pilot.pause()
         assert all(p.display for p in screen.panes.values())
+
+
+@run_async
+async def test_a_log_view_paints_what_textuals_style_cache_painted():
+    """LogView draws its rows without Textual's style cache: the same segments, the app's line filters applied,
+    whole or cut to a column (the scrollbar's repaint), with a search highlight and a paused view's thumb."""
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        view = screen.panes["trainer"].view
+        app.session.logs("trainer", [f"step {i} " + "é" * (i % 3) + "x" * (i % 90) for i in range(400)], seq=40)
+        await pilot.pause(0.2)
+        view.search_query = "step 39"
+        view.scroll_rows(-7)
+        w, h = view.size
+        for crop in (Region(0, 0, w, h), Region(w - 1, 0, 1, h), Region(3, 2, w - 9, h - 4)):
+            view._styles_cache.clear()
+            assert view.render_lines(crop) == Widget.render_lines(view, crop)
 
 
 @run_async
