@@ -197,6 +197,28 @@ async def test_zoom_shows_only_the_selected_pane():
 
 
 @run_async
+async def test_panes_a_zoom_hides_are_not_repainted_and_show_their_newest_lines_when_shown(monkeypatch):
+    """A hidden pane's repaint made Textual arrange the whole screen again, ten times a second under a flood:
+    it waits until shown, and the layout that shows it paints the lines that came meanwhile."""
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        await pilot.press("2", "z")
+        await pilot.pause()
+        hidden = screen.panes["trainer"].view
+        refreshes = []
+        monkeypatch.setattr(hidden, "refresh", lambda *a, **k: refreshes.append(a))
+        app.session.logs("trainer", [f"late {i:03d}" for i in range(300)], seq=40)
+        await pilot.pause(0.3)
+        assert refreshes == []
+        monkeypatch.undo()
+        await pilot.press("z")
+        await pilot.pause()
+        rows = ["".join(s.text for s in strip) for strip in hidden.render_lines(Region(0, 0, *hidden.size))]
+        assert rows[-1].startswith("late 299")
+
+
+@run_async
 async def test_a_log_view_paints_what_textuals_style_cache_painted():
     """LogView draws its rows without Textual's style cache: the same segments, the app's line filters applied,
     whole or cut to a column (the scrollbar's repaint), with a search highlight and a paused view's thumb."""
