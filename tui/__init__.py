@@ -12,10 +12,18 @@ the value is set only while Textual reads it, so no child process inherits it.
 The screen's size. Textual asks ``shutil.get_terminal_size``, which believes ``COLUMNS`` and ``LINES`` before
 the terminal: exported by a shell profile (or by readline in whatever process started this one), they would
 pin the TUI at that size through every resize. :func:`sized_by_the_terminal` drops them first.
+
+The heap. Python's oldest-generation garbage collection walks every object tracked since start-up: Textual,
+Rich and their modules, classes and stylesheet, ~65,000 objects in the TUI, 20-35 ms a collection on this
+project's 2-core machine. Under a log flood Textual makes thousands of short-lived cycles a second (each
+strip and its caches), so one came every few seconds, and landed in a quarter of the frames answering an
+unzoom (headless, 200x50, three logs fed 8,000 lines/s each). :func:`freeze_heap`, once the first screen is
+up, moves what is alive then out of the collector's sight (``gc.freeze``): a full collection then takes ~4 ms.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -35,3 +43,10 @@ def sized_by_the_terminal() -> None:
     if sys.stdout.isatty():
         for name in ("COLUMNS", "LINES"):
             os.environ.pop(name, None)
+
+
+def freeze_heap() -> None:
+    """Collect, then leave every object alive now out of future collections (see above): what start-up built
+    lives as long as the TUI, and a cycle among those that dies later is never freed (a bounded leak)."""
+    gc.collect()
+    gc.freeze()

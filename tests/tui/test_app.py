@@ -3,15 +3,18 @@ finds and highlights, q detaches without stopping anything, the log path is batc
 
 from __future__ import annotations
 
+import gc
+
 import fake
 import pytest
 from fake import notes, run_async, started
 from rich.segment import Segment
 from textual.geometry import Region
 from textual.strip import Strip
+from textual.widget import Widget
 
 from rlsup.tui import actions
-from rlsup.tui.app import MainScreen, RlsupApp
+from rlsup.tui.app import MainScreen, RlsupApp, run_tui
 from rlsup.tui.screens import ConfirmScreen, FlagsScreen, HelpScreen, TimelineScreen
 from rlsup.tui.widgets.log_pane import LogPane
 
@@ -194,6 +197,46 @@ async def test_zoom_shows_only_the_selected_pane():
 
 
 @run_async
+async def test_panes_a_zoom_hides_are_not_repainted_and_show_their_newest_lines_when_shown(monkeypatch):
+    """A hidden pane's repaint made Textual arrange the whole screen again, ten times a second under a flood:
+    it waits until shown, and the layout that shows it paints the lines that came meanwhile."""
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        await pilot.press("2", "z")
+        await pilot.pause()
+        hidden = screen.panes["trainer"].view
+        refreshes = []
+        monkeypatch.setattr(hidden, "refresh", lambda *a, **k: refreshes.append(a))
+        app.session.logs("trainer", [f"late {i:03d}" for i in range(300)], seq=40)
+        await pilot.pause(0.3)
+        assert refreshes == []
+        monkeypatch.undo()
+        await pilot.press("z")
+        await pilot.pause()
+        rows = ["".join(s.text for s in strip) for strip in hidden.render_lines(Region(0, 0, *hidden.size))]
+        assert rows[-1].startswith("late 299")
+
+
+@run_async
+async def test_a_log_view_paints_what_textuals_style_cache_painted():
+    """LogView draws its rows without Textual's style cache: the same segments, the app's line filters applied,
+    whole or cut to a column (the scrollbar's repaint), with a search highlight and a paused view's thumb."""
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await started(pilot)
+        view = screen.panes["trainer"].view
+        app.session.logs("trainer", [f"step {i} " + "é" * (i % 3) + "x" * (i % 90) for i in range(400)], seq=40)
+        await pilot.pause(0.2)
+        view.search_query = "step 39"
+        view.scroll_rows(-7)
+        w, h = view.size
+        for crop in (Region(0, 0, w, h), Region(w - 1, 0, 1, h), Region(3, 2, w - 9, h - 4)):
+            view._styles_cache.clear()
+            assert view.render_lines(crop) == Widget.render_lines(view, crop)
+
+
+@run_async
 async def test_the_frame_answering_a_zoom_shows_the_newest_lines_at_the_new_height(monkeypatch):
     """The first paint of the zoomed log is at its new height, newest line on its last row: the view kept the
     old height's scroll position until Textual's resize event, after that frame (its lower rows blank), and the
@@ -218,6 +261,30 @@ async def test_the_frame_answering_a_zoom_shows_the_newest_lines_at_the_new_heig
         first = next(rows for rows in paints if len(rows) > small)
         assert [row[:9] for row in first] == [f"line {i:04d}" for i in range(200 - len(first), 200)]
         assert len(first) == view.size.height
+
+
+@run_async
+async def test_the_heap_is_frozen_once_the_first_snapshot_shows():
+    """What start-up built leaves Python's garbage collections (a full one took 20-35 ms under a flood and
+    landed in key frames); test apps, which come and go, do not freeze theirs."""
+    assert gc.get_freeze_count() == 0
+    app = fake.make_app(fake.normal_run(), freeze_heap=True)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await started(pilot)
+            await pilot.pause()
+            assert gc.get_freeze_count() > 0
+            assert not app.freeze_heap  # once
+    finally:
+        gc.unfreeze()
+
+
+def test_run_tui_freezes_its_heap(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(RlsupApp, "run", lambda self: seen.append(self.freeze_heap) or 0)
+    assert run_tui(lambda: None, target="local runs/demo", attach_hint="rlsup attach") == 0
+    assert seen == [True]
+    assert fake.make_app(None).freeze_heap is False
 
 
 @run_async

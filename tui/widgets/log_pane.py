@@ -365,8 +365,19 @@ class LogView(Widget, can_focus=False):
             self.view, self.direction = view, direction
 
     def render_lines(self, crop: Region) -> list[Strip]:
+        """The rows in ``crop``, drawn directly, not through Textual's style cache: a log view has no border,
+        padding, tint or opacity for it to add, and it copied each row into a new strip first (three fourths of
+        a view's paint: 0.55 of 0.7 ms at 66x37). The app's line filters apply as there."""
         self._fit()
-        return super().render_lines(crop)
+        filters, background = self.app.get_line_filters(), self.background_colors[1]
+        strips = []
+        for y in crop.line_range:
+            strip = self.render_line(y)
+            for line_filter in filters:
+                strip = strip.apply_filter(line_filter, background)
+            strips.append(strip)
+        x1, x2 = crop.column_span
+        return strips if (x1, x2) == (0, self.width) else [strip.crop(x1, x2) for strip in strips]
 
     def on_resize(self, event: events.Resize) -> None:
         if self._fit():  # (the frame at the new size has taken it already, unless none was painted yet)
