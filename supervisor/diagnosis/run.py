@@ -599,10 +599,13 @@ def _place_recoveries(facts: _JournalFacts) -> None:
     for f in facts.failures:
         if f.ts is not None:
             f.recovered_ts = next((t for t in facts.back.get(f.component, []) if t > f.ts), None)
-    waited = [f for f in facts.failures if f.category == "stall" and f.source == "flag" and _judge_stall(f, facts)]
-    for f in waited:
-        facts.failures.remove(f)
-        facts.waits.append(f)
+    # In the journal's order, each wait out of the failures as soon as it is judged one: a stall that only waited on
+    # what a person stopped explains no later stall as a failure (the trainer starved by a stopped orchestrator,
+    # then the orchestrator waiting for the trainer's weights after a resume with the trainer stopped)
+    for f in [f for f in facts.failures if f.category == "stall" and f.source == "flag"]:
+        if _judge_stall(f, facts):
+            facts.failures.remove(f)
+            facts.waits.append(f)
 
 
 def _judge_stall(f: RunFailure, facts: _JournalFacts) -> bool:

@@ -325,3 +325,17 @@ def test_a_one_shot_step_that_completed_in_the_earlier_run_is_not_restarted_for_
     w = run(Setup(total=30, max_restarts=1, prep="ready", trainer_on="inference"),
             [("wait", 15.0), ("user", "stop", "inference"), ("resume",)], tmp_path)
     assert _kinds(w, "prep").count("started") == 1, _kinds(w, "prep")
+
+
+def test_a_stall_that_only_waited_explains_no_later_stall_as_a_failure(tmp_path):
+    """RLSUP_SIM_SEED=401 found: `rlsup stop orchestrator` starved the trainer (a wait), then after two resumes
+    with the trainer stopped while pending the orchestrator waited for its weights and was flagged stalled.
+    `rlsup diagnose` called that the run's root cause ("orchestrator failed first: hung") in a run no fault
+    struck: the trainer's stall, itself a wait, still counted as a failure that explained the orchestrator's
+    stall, so the orchestrator's was not filed as a wait either."""
+    w = run(Setup(total=30, max_restarts=1, prep=None, trainer_on="inference"),
+            [("user", "stop", "orchestrator"), ("resume",), ("down",), ("resume",), ("user", "stop", "trainer")],
+            tmp_path)
+    rd = diagnose_run(w.flush())
+    assert rd.root_cause is None and not rd.failures, rd.verdict
+    assert {f.component for f in rd.waits} == {"trainer", "orchestrator"}, rd.verdict
