@@ -288,18 +288,12 @@ class ProgressTracker:
     full_history: dict[str, MetricHistory] = field(default_factory=dict)
     _points: deque[tuple[float, int]] = field(default_factory=deque)
 
-    def observe_all(self, obs: Iterable[Observation], now: float, *, timed: bool = True) -> bool:
-        """Observations read together at ``now``, in order; True if anything changed. Their steps make one
-        point of the rate window, the last step at ``now``: the read saw them at once, so ``now`` is the time
-        of none but the last, and a point for each put many steps at one instant (hundreds of steps/s).
-        ``timed=False``: their steps count but make no point: a backlog, written at times unknown before
-        ``now`` (what a supervisor taking over catches up on, a read that left more waiting), or a piece of
-        a read that :meth:`stamp` gives its one point at its end."""
-        step = self.step
-        changed = any([self._apply(o, now) for o in obs])  # (a list: every observation is applied)
-        if timed and self.step != step:
-            self.stamp(now)
-        return changed
+    def observe_all(self, obs: Iterable[Observation], now: float) -> bool:
+        """Observations read together at ``now``, in order; True if anything changed. Their steps count but
+        make no point of the rate window: the read saw them at once, so ``now`` is the time of none but the
+        last, and of none at all for a backlog written at times unknown (what a supervisor taking over catches
+        up on, a read that left more waiting). The reader gives a read its one point (:meth:`stamp`)."""
+        return any([self._apply(o, now) for o in obs])  # (a list: every observation is applied)
 
     def stamp(self, now: float) -> None:
         """The current step joins the rate window at ``now``: the time it was read, the end of the read that
@@ -310,7 +304,12 @@ class ProgressTracker:
                 self._points.popleft()
 
     def observe(self, o: Observation, now: float) -> bool:
-        return self.observe_all((o,), now)
+        """One observation read as it came: it counts and, a new step, makes a point at ``now``."""
+        step = self.step
+        changed = self.observe_all((o,), now)
+        if self.step != step:
+            self.stamp(now)
+        return changed
 
     def _apply(self, o: Observation, now: float) -> bool:
         changed = False

@@ -64,7 +64,7 @@ def restore_gauges(progress: ProgressTracker, saved: Mapping[str, Any], st: dict
     if saved.get("total") is not None and progress.total is None:
         progress.total = int(saved["total"])
     if saved.get("step") is not None:  # an adopted attempt's progress continues from here, reached at a time
-        progress.observe_all([Observation(int(saved["step"]), None, {})], now, timed=False)  # unknown: no rate
+        progress.observe_all([Observation(int(saved["step"]), None, {})], now)  # unknown: no rate
     if isinstance(saved.get("history"), dict) and saved["history"]:  # the charts go on with the whole run
         progress.seed_history(saved["history"])
         st["history"] = {k: h.wire() for k, h in progress.full_history.items()}

@@ -738,7 +738,7 @@ class Component:
 
     def _scan(self, text: str) -> None:
         obs = self.matcher.scan(text)
-        if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic(), timed=False):
+        if obs and self.progress.observe_all(obs, self.ctx.clock.monotonic()):
             self.progress_changed()
 
     def _lines(self, text: str) -> None:

@@ -120,7 +120,8 @@ def test_a_restored_step_is_no_point_of_the_rate():
     restore_gauges(t, {"step": 100, "total": 1000}, {}, now=5.0)
     assert (t.step, t.total, t.rate) == (100, 1000, None)
     t.observe(Observation(None, None, {"loss": 0.5}), now=5.05)  # read as it came, but no step: still no point
-    t.observe_all([Observation(s, None, {}) for s in range(101, 151)], now=5.1)  # read at once: one point
+    t.observe_all([Observation(s, None, {}) for s in range(101, 151)], now=5.1)
+    t.stamp(5.1)  # read at once: one point, at the read's end
     assert t.rate is None
     t.observe(Observation(151, None, {}), now=5.6)
     assert t.rate == pytest.approx(2.0)
