@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from rich.console import RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual import events, on
@@ -106,7 +108,35 @@ class Closable(ModalScreen[None]):
                 yield Static(self.shown)
 
 
+class RenderedOnce:
+    """``inner`` rendered once per width. Textual renders a Static to learn its height, then again to paint it,
+    and again at a width less a scrollbar's once it overflows: four renders of the help's key table (10-20 ms
+    each) held the first frame of its first opening."""
+
+    def __init__(self, inner: RenderableType) -> None:
+        self.inner = inner
+        self._lines: dict[int, list[list[Segment]]] = {}
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = self._lines.get(options.max_width)
+        if lines is None:
+            if len(self._lines) > 3:  # (a terminal resized again and again)
+                self._lines.clear()
+            lines = self._lines[options.max_width] = console.render_lines(self.inner, options.update(height=None),
+                                                                           pad=False)
+        new_line = Segment.line()
+        for line in lines:
+            yield from line
+            yield new_line
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.inner)
+
+
 class HelpScreen(Closable):
+    """The key table. Its scroll keeps a scrollbar's gutter whether the table overflows or not: one width to
+    render it at."""
+
     BINDINGS = [*Closable.BINDINGS, Binding("question_mark", "dismiss", "close")]
 
     def __init__(self) -> None:
@@ -118,7 +148,7 @@ class HelpScreen(Closable):
             t.add_row(keys, what, where)
         super().__init__("[b]keys[/b]  (escape closes; ctrl+p: every action by name)  ·  where: table = the "
                          "component table has the arrows (default), log = the selected log has them (enter or "
-                         "z), copy mode = c", t)
+                         "z), copy mode = c", RenderedOnce(t), "help")
 
     def on_screen_resume(self) -> None:
         self.query_one(VerticalScroll).scroll_home(animate=False)  # (kept between openings: from the top each time)

@@ -469,6 +469,24 @@ async def test_unknown_and_new_event_kinds_render_generically():
 
 
 @run_async
+async def test_the_help_table_is_rendered_once_for_its_first_opening(monkeypatch):
+    """Its four renders (a height, a paint, both again less a scrollbar) held the first opening's frame."""
+    from rich.table import Table
+
+    widths: list[int] = []
+    render = Table._render
+    monkeypatch.setattr(Table, "_render", lambda self, console, options, w: (widths.append(options.max_width),
+                                                                             render(self, console, options, w))[1])
+    app = fake.make_app(fake.normal_run())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)  # (its look: tests/tui/test_snapshots.py)
+        assert len(widths) == 1, widths
+
+
+@run_async
 async def test_ctrl_c_detaches_like_q_from_any_screen():
     app = fake.make_app(fake.normal_run())
     async with app.run_test(size=SIZE) as pilot:
