@@ -9,7 +9,7 @@ tests/perf/chatty.c, compiled on first use, or writer.py chatty without a C comp
 `END NAME COUNT t=WALLTIME` and stay alive (so an exit cannot hurry the reading of the last line).
 Each count runs under rlsup (`rlsup up --headless`) and under supervisord 4.3.0, alternated.
 
-- CPU over the writing window (utime+stime from /proc, percent of one core), the writers excluded:
+- CPU over the writing window (run time from schedstat, percent of one core), the writers excluded:
   rlsup = the supervisor + every monitor + the monitor zygote (also reported separately);
   supervisord = its own process (its children are the writers). The writers' CPU is reported for
   context only.
@@ -81,25 +81,31 @@ def runqueue_wait_s(pid: int) -> float:
 
 
 def window(go: Path, seconds: float, sample_pids, early: float = 0.0) -> tuple[dict[str, Any], float]:
-    """Start everyone at once and sample CPU at the start and the end of the writing window (``early``
-    seconds before its end: the drain's watch begins then). Also: the share of the window the supervisor
-    (the first of ``sample_pids``; its main thread) spent runnable but waiting for a CPU (``waiting_pct``)."""
+    """Start everyone at once and sample CPU around the writing window (ending ``early`` seconds before its
+    end: the drain's watch begins then). Also: the share of the window the supervisor (the first of
+    ``sample_pids``; its main thread) spent runnable but waiting for a CPU (``waiting_pct``).
+
+    CPU is each task's run time from schedstat (nanoseconds: /proc/PID/stat counts whole ticks, which loses up
+    to 10 ms a process, 10 s over 1,000 writers). The first sample is taken before the go, while everyone
+    idles: at 1,000 components the machine is saturated once the writers start and this process waits its turn
+    too; sampled after the go, it read the writers' CPU only once they were done (0.0%)."""
+    pids = sample_pids()
+    main = next(iter(pids.values()))[0]
+    c0 = {k: pk.cpu_many(v, pk.cpu_sched_s) for k, v in pids.items()}
     start = time.time() + 1.0
     go.write_text(f"{start:.6f}\n")
     time.sleep(max(0.0, start - time.time()))
-    pids = sample_pids()
-    main = next(iter(pids.values()))[0]
     t0, w0 = time.monotonic(), runqueue_wait_s(main)
-    c0 = {k: pk.cpu_many(v) for k, v in pids.items()}
     time.sleep(max(0.0, start + seconds - early - time.time()))
     w1, tw = runqueue_wait_s(main), time.monotonic()
-    c1 = {k: pk.cpu_many(v) for k, v in pids.items()}
-    dt = time.monotonic() - t0
+    c1 = {k: pk.cpu_many(v, pk.cpu_sched_s) for k, v in pids.items()}
+    dt = tw - t0
     cpu = {}
     for k in pids:
         cpu[k] = sum(c1[k][p] - c0[k][p] for p in c1[k] if p in c0[k])
     out = {k: round(100.0 * v / dt, 2) for k, v in cpu.items()}
     out["waiting_pct"] = round(100.0 * (w1 - w0) / (tw - t0), 1)
+    out["sampled_after_s"] = round(time.monotonic() - tw, 2)  # how long reading every process's CPU took
     return out, start + seconds
 
 
