@@ -6,6 +6,7 @@
 # never pulls a CUDA build), reused while its spec file matches. The tests are tests/presets/
 # test_entry_points.py: they take each preset's command from the preset file itself and assert the line
 # or file that shows how far it got (see docs/frameworks.md, "Launched for real").
+#   .ci/presets.sh install   only builds the venvs (.ci/run starts this in the background at once)
 # prime-rl is not on PyPI and GitHub is out of reach: its pinned source ships in the repository
 # (tests/presets/prime-rl/, unpacked here; RLSUP_PRIME_RL_SRC=/path/to/a checkout at 559b447 overrides it).
 set -euo pipefail
@@ -59,7 +60,6 @@ rm -rf "$probe"
 # (GPU only; TRL 1.9.0 supports vLLM 0.17.0 - 0.25.1). rlsup goes in too, without dependencies: the
 # preset's trainer command runs `python -m rlsup.trainer.sync close-communicator` in the trainer's python.
 venv trl 1.9.0 "torch==2.13.0" trl==1.9.0 fastapi pydantic "aiohttp>=3.13.3" requests uvicorn || failed+=(trl)
-[ -f "$CACHE/trl-1.9.0/spec" ] && "$CACHE/trl-1.9.0/bin/pip" install -q --no-deps -e . >/dev/null
 
 # verl v0.7.0: the wheel with its own requirements; transformers, numpy, pyarrow and datasets pinned to
 # what verl 0.7.0 imports (it needs transformers < 5: AutoModelForVision2Seq; numpy < 2, which pyarrow
@@ -108,6 +108,13 @@ else
 fi
 
 echo "== presets: installs done after $(( $(date +%s) - t_stage )) s"
+if [ "${1:-}" = install ]; then  # (.ci/run builds the venvs in the background first; the stage reuses them)
+    [ ${#failed[@]} -eq 0 ] || { echo "== presets: install FAILED: ${failed[*]}" >&2; exit 1; }
+    exit 0
+fi
+# rlsup itself into TRL's venv (here, not in the background install: it builds in this checkout, as the README's
+# own install does meanwhile)
+[ -f "$CACHE/trl-1.9.0/spec" ] && "$CACHE/trl-1.9.0/bin/pip" install -q --no-deps -e . >/dev/null
 . .venv/bin/activate 2>/dev/null || true
 RLSUP_PRESET_VENVS="$CACHE" RLSUP_PRIME_RL_SRC="$PRIME_SRC" python -m pytest -n 0 -q -rs tests/presets/test_entry_points.py || failed+=(tests)
 echo "== presets: stage took $(( $(date +%s) - t_stage )) s"
