@@ -474,9 +474,9 @@ async def test_the_help_table_is_rendered_once_for_its_first_opening(monkeypatch
     from rich.table import Table
 
     widths: list[int] = []
-    render = Table._render
-    monkeypatch.setattr(Table, "_render", lambda self, console, options, w: (widths.append(options.max_width),
-                                                                             render(self, console, options, w))[1])
+    render = Table.__rich_console__
+    monkeypatch.setattr(Table, "__rich_console__", lambda self, console, options: (widths.append(options.max_width),
+                                                                                   render(self, console, options))[1])
     app = fake.make_app(fake.normal_run())
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
