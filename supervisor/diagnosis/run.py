@@ -58,6 +58,8 @@ SYMPTOM_CATEGORIES = frozenset({
 })
 SYMPTOM_FLAGS = frozenset({"dependency_down", "stall", "repeated_error", "crash_loop"})
 OWN_DEATH = frozenset({"inference_engine_dead"})
+# The host's, not a component's: another component failing of the same kind at or after it met the same cause
+HOST_CAUSES = frozenset({"disk_full"})
 # What the stack's own code or behaviour did (a bug, an OOM, a crash, a hang, a false success): a
 # root cause of this kind outranks a process death the run shrugged off (a kill, an engine that
 # died and was back in seconds), whatever came first.
@@ -220,7 +222,8 @@ class RunDiagnosis:
             return []
         out: dict[tuple[str, str], RunFailure] = {}  # the first of each component and kind
         for f in self.failures:
-            if f is not rc and f.primary and (f.component != rc.component or _after_recovery(f, rc)):
+            if f is not rc and f.primary and not _same_host_cause(f, rc) and (
+                    f.component != rc.component or _after_recovery(f, rc)):
                 out.setdefault((f.component, f.category), f)
         return list(out.values())
 
@@ -771,10 +774,19 @@ def _is_consequence(f: RunFailure, root: RunFailure) -> bool:
         return False
     if f.component == root.component and f.category == root.category:
         return False  # the same failure again after a restart: counted as a recurrence
+    if _same_host_cause(f, root):
+        return True  # the same full disk, met by another component
     if f.primary and (f.component != root.component or _after_recovery(f, root)):
         return False  # a failure of its own (RunDiagnosis.independent), not a consequence
     # another dependency was down: a consequence of that one's failure
     return f.category != "dependency_down" or _names_dependency(f.summary, root.component)
+
+
+def _same_host_cause(f: RunFailure, root: RunFailure) -> bool:
+    """``f``, another component's failure at or after the root cause, is of the host's kind the root cause is
+    (:data:`HOST_CAUSES`): the same cause met again, not a fault of its own."""
+    return (f.component != root.component and f.category == root.category and root.category in HOST_CAUSES
+            and (root.ts is None or f.ts is None or f.ts >= root.ts))
 
 
 def _after_recovery(f: RunFailure, root: RunFailure) -> bool:

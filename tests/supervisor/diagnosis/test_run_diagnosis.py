@@ -655,6 +655,29 @@ def test_a_producers_disk_full_death_after_its_consumers_last_step_is_the_root_c
     assert "independently" not in rd.verdict and "(recovered)" not in rd.verdict
 
 
+def test_a_second_component_out_of_the_same_full_disk_is_a_consequence_not_an_independent_fault(
+        tmp_path: Path) -> None:
+    """Walked with the demo on a 40 MB run dir filled mid-run: the orchestrator's write, then the trainer's a
+    second later, both ENOSPC. `rlsup diagnose` named the orchestrator and then "independently, trainer: OSError
+    [Errno 28]": one full disk read as two faults. A full disk is the host's, not a component's."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", components=["orchestrator", "trainer"])
+    run.start(T0, "orchestrator")
+    run.start(T0, "trainer")
+    def enospc(where: str) -> list[str]:
+        return ["Traceback (most recent call last):", f'  File "/w/{where}.py", line 50, in write',
+                "    f.write(data)", "OSError: [Errno 28] No space left on device"]
+    run.log("orchestrator", enospc("rollouts"))
+    run.exit(T0 + 12, "orchestrator", 1, enospc("rollouts"))
+    run.log("trainer", enospc("atomic"))
+    run.exit(T0 + 13, "trainer", 1, enospc("atomic"))
+    rd = diagnose_run(run.root)
+    assert rd.root_cause is not None and (rd.root_cause.component, rd.root_cause.category) == (
+        "orchestrator", "disk_full"), format_run(rd)
+    assert ("trainer", "disk_full") in [(s.component, s.category) for s in rd.symptoms], rd.symptoms
+    assert "independently" not in rd.verdict and "trainer failed as a consequence" in rd.verdict, rd.verdict
+
+
 def test_a_fault_after_a_resume_and_healthy_steps_is_independent_of_the_one_before(tmp_path: Path) -> None:
     """crash@30, resumed, then the OOM killer at step 80: two faults, not one and its consequence; the kill
     shows the line before it."""
