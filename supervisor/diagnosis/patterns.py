@@ -62,8 +62,9 @@ def _repeated_error(history: Sequence[AttemptRecord], need: int) -> Flag | None:
         return None
     fatal = d.category not in _TRANSIENT
     msg = f"{d.what()} on {run} consecutive attempts"
-    if fatal:
-        msg += "; a deterministic failure, automatic restarts stopped"
+    if fatal:  # (a full disk repeats because the disk stays full, not because the code is wrong)
+        msg += ("; the disk is still full: automatic restarts stopped" if d.category == "disk_full"
+                else "; a deterministic failure, automatic restarts stopped")
     return Flag("repeated_error", msg, (d.summary, *d.evidence)[:12], fatal)
 
 

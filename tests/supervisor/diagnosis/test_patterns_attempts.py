@@ -40,6 +40,17 @@ def test_repeated_error_is_fatal_on_second_identical_failure() -> None:
     assert ATTR.summary in f.evidence
 
 
+def test_a_full_disk_twice_stops_restarts_without_calling_itself_deterministic() -> None:
+    """Walked with the demo on a run dir filled mid-run: the orchestrator's two ENOSPC exits stopped it as
+    "a deterministic failure", which sends a user to the code; the disk is what stays full."""
+    enospc = Diagnosis("disk_full", "OSError: [Errno 28] No space left on device at rollouts.py:50",
+                       "OSError: [Errno 28] No space left on device", "/w/rollouts.py:50")
+    h = [rec(1, 0, 10, enospc), rec(2, 11, 0.3, enospc)]
+    f = next(f for f in detect_attempt_patterns(h, total=None) if f.type == "repeated_error")
+    assert f.fatal and "deterministic" not in f.message, f.message
+    assert f.message.endswith("the disk is still full: automatic restarts stopped"), f.message
+
+
 def test_repeated_error_needs_consecutive_same_signature() -> None:
     other = Diagnosis("python_exception", "s", "AttributeError: other message", "/w/train.py:99")
     h = [rec(1, 0, 100, ATTR), rec(2, 110, 100, other), rec(3, 220, 100, ATTR)]
