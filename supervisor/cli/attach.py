@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import signal as signal_mod
 import sys
 import tempfile
@@ -35,6 +36,7 @@ from .common import (
 # another shell): here a failed dial of a socket and a stat of the journal; over SSH a connection and a Python start.
 REOPEN_LOCAL_S = 2.0
 REOPEN_SSH_S = 30.0
+REOPEN_SLURM_S = 5.0  # a squeue each time (`rlsup up CONFIG --resume` submits a new job)
 
 
 def add_parsers(sub: Any) -> None:
@@ -80,7 +82,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
             return _print_ended(paths)
         with serve_archive(paths.root) as sock:
             return view(_live_or(paths, unix_connector(sock, name="tui")), target=f"ended run {paths.root}",
-                        hint=f"rlsup attach --run-dir {paths.root}", plain=False, reopen_s=REOPEN_LOCAL_S)
+                        hint=f"rlsup attach --run-dir {paths.root}", plain=False,
+                        reopen_s=REOPEN_SLURM_S if shutil.which("squeue") else REOPEN_LOCAL_S)
     from ..client.ssh import SshError, SshTarget, attach_command, ssh_connector
 
     try:
@@ -95,10 +98,16 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def _live_or(paths: RunPaths, archive: Any) -> Any:
-    """Connect to the run's supervisor, where one answers (the run was resumed), else to ``archive``."""
+    """Connect to the run's supervisor, where one answers (the run was resumed: on this host, or in a Slurm job
+    on another, through srun), else to ``archive``."""
+    from .slurm_up import remote_bridge
+
     live = unix_connector(paths.sock, name="tui")
 
     async def connect() -> Any:
+        bridge = await asyncio.get_running_loop().run_in_executor(None, remote_bridge, paths.root, "tui")
+        if bridge is not None:
+            return await bridge()
         try:
             return await live()
         except NotRunning:
@@ -137,7 +146,7 @@ def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = Fals
     supervisor (`rlsup up` as a container's command: the platform's preemption must reach the run); ``job``: the
     run's Slurm job where the caller has looked it up already."""
     from ..slurm.jobs import ACTIVE
-    from .slurm_up import across_requeues, remote_bridge, requeue_watch, run_job
+    from .slurm_up import JobLink, remote_bridge, run_job
 
     name = "tui" if not plain else "follow"
     target, hint = f"local {run_dir}", f"rlsup attach{run_dir_arg(run_dir)}"
@@ -146,12 +155,10 @@ def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = Fals
     if not job or job["state"] not in ACTIVE:
         return view(local_connector(run_dir, name), target=target, hint=hint, plain=plain, on_term=on_term,
                     reopen_s=REOPEN_LOCAL_S)
+    link = JobLink(job, run_dir, name)
     bridge = remote_bridge(Path(run_dir), name, job)  # its supervisor in a Slurm job on another host: through srun
     target = f"job {job['job_id']} {run_dir}" + (f" on {job['batch_host']}" if bridge is not None else "")
-    connect = across_requeues(bridge or unix_connector(RunPaths(Path(run_dir)).sock, name=name), job["job_id"],
-                              run_dir, name)
-    return view(connect, target=target, hint=hint, plain=plain,
-                goes_on=requeue_watch(job["job_id"], job.get("restarts"), run_dir))
+    return view(link.connect, target=target, hint=hint, plain=plain, goes_on=link.goes_on, reopen_s=REOPEN_SLURM_S)
 
 
 def _forward_term(run_dir: Path) -> Any:

@@ -14,10 +14,11 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from ..client.session import Client
+from ..client.session import Client, RunOver, unix_connector
 from ..records.events import RunEnded, RunStarted, human
 from ..rundir.layout import RunPaths, is_locked, read_owner, socket_answers
 from ..slurm import jobs
@@ -142,28 +143,62 @@ def _requeued_since(j: dict[str, Any], before: Any) -> bool:
     return (isinstance(now, int) and isinstance(before, int) and now > before) or j["state"].startswith("REQUEUE")
 
 
-def across_requeues(connect: Any, job_id: str, run_dir: str | os.PathLike[str], name: str = "tui") -> Any:
-    """``connect`` to the supervisor of job ``job_id``; where the job has ended, the run read back from its run
-    dir (``rlsup bridge``), so that a session that missed a requeued job's whole run still sees it end."""
-    async def connect_() -> Any:
+class JobLink:
+    """How a view reaches the run in ``run_dir`` whose supervisor runs in a Slurm job (``job``, as squeue lists
+    it): that job's supervisor, across its requeues (every try while it waits says Slurm's state then: a
+    requeued job goes COMPLETING, PENDING, RUNNING); once the job has ended, a later job of the same run dir
+    (`rlsup up CONFIG --resume` from another shell submits one), else the run read back from its run dir
+    (``rlsup bridge``), so that a session that missed a requeued job's whole run still sees it end.
+    ``direct``: the connector to a job's supervisor (default: its socket where this host sees the run dir,
+    else ``srun ... rlsup bridge`` on the job's batch host)."""
+
+    def __init__(self, job: dict[str, Any], run_dir: str | os.PathLike[str], name: str = "tui",
+                 direct: Callable[[dict[str, Any]], Any] | None = None):
+        self.job = job
+        self.run_dir = Path(run_dir)
+        self.name = name
+        self.direct = direct or self._direct
+        self._served: tuple[int, int] | None = None  # the journal's size and mtime when last read back
+
+    def _direct(self, j: dict[str, Any]) -> Any:
+        if _through_srun(self.run_dir):  # (a squeue at each try: the job's state and batch host now)
+            return srun_connector(j["job_id"], j.get("batch_host") or "", self.run_dir.resolve(), self.name)
+        return unix_connector(RunPaths(self.run_dir).sock, name=self.name)
+
+    async def connect(self) -> Client:
+        job_id = self.job["job_id"]
         try:
-            return await connect()
+            return cast(Client, await self.direct(self.job)())
         except asyncio.CancelledError:
             raise
         except Exception as e:
             failed = e
+        loop = asyncio.get_running_loop()
         try:
-            j = await asyncio.get_running_loop().run_in_executor(None, jobs.job, job_id)
+            j = await loop.run_in_executor(None, jobs.job, job_id)
         except jobs.SlurmError:
             raise failed from None  # squeue cannot say whether the job ended: the session retries
-        if j is not None and j["state"] in jobs.ACTIVE and j["state"] != "RUNNING":
-            # said with every retry: Slurm's state now (a requeued job goes COMPLETING, PENDING, RUNNING)
-            raise ConnectionError(f"job {job_id} is {_state_line(j)}, not running yet") from None
-        if (j is not None and j["state"] in jobs.ACTIVE) or not RunPaths(Path(run_dir)).events.exists():
+        if j is not None and j["state"] in jobs.ACTIVE:
+            self.job = j  # where it runs now: a requeue may move its batch host
+            if j["state"] != "RUNNING":
+                raise ConnectionError(f"job {job_id} is {_state_line(j)}, not running yet") from None
             raise failed
-        return await command_connector(bridge_argv(run_dir), name=name)()
+        later = await loop.run_in_executor(None, run_job, self.run_dir)
+        if later is not None and later["job_id"] != job_id:
+            self.job = later  # the run goes on in a new job: its supervisor from now on
+            return await self.connect()
+        journal = RunPaths(self.run_dir).events
+        if not journal.exists():
+            raise failed
+        st = journal.stat()
+        if (st.st_size, st.st_mtime_ns) == self._served:  # dialled again after the end: nothing new to read back
+            raise RunOver(f"job {job_id} has ended; the run has ended", journal) from None
+        self._served = (st.st_size, st.st_mtime_ns)
+        return cast(Client, await command_connector(bridge_argv(self.run_dir), name=self.name)())
 
-    return connect_
+    async def goes_on(self, seq: int | None) -> str | None:
+        """The session's ``goes_on`` (:func:`requeue_watch`) for the job the link is on now."""
+        return await requeue_watch(self.job["job_id"], self.job.get("restarts"), self.run_dir)(seq)
 
 
 def run_job(run_dir: Path) -> dict[str, Any] | None:
@@ -217,6 +252,13 @@ def _never_starts(job_id: str, j: dict[str, Any], run_dir: str) -> None:
         f"`rlsup down{run_dir_arg(run_dir)}`, then `rlsup up` again", err=True)
 
 
+def _through_srun(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether the run's supervisor is reached through srun from here: Slurm's tools are here and its socket is
+    another host's (or ``RLSUP_SLURM_BRIDGE=srun``)."""
+    return (shutil.which("srun") is not None and shutil.which("squeue") is not None
+            and (os.environ.get("RLSUP_SLURM_BRIDGE") == "srun" or not _sees_run_dir(run_dir)))
+
+
 def _sees_run_dir(run_dir: str | os.PathLike[str]) -> bool:
     """Whether this host reaches the supervisor's socket in the run dir (the lock says this host, or none yet)."""
     return (read_owner(RunPaths(Path(run_dir))) or {}).get("host") in (None, socket.gethostname())
@@ -259,9 +301,7 @@ def command_connector(argv: list[str], name: str = "tui") -> Any:
 def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -> Any:
     """A connector through ``srun ... rlsup bridge`` when the run's supervisor runs in a live Slurm job on
     another host; None otherwise. ``job``: the run's job where the caller has looked it up already."""
-    if shutil.which("srun") is None or shutil.which("squeue") is None:
-        return None
-    if os.environ.get("RLSUP_SLURM_BRIDGE") != "srun" and _sees_run_dir(run_dir):
+    if not _through_srun(run_dir):
         return None
     j = job if job is not None else run_job(run_dir)
     if j is None or j["state"] != "RUNNING" or not j["batch_host"]:
