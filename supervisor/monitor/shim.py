@@ -59,11 +59,23 @@ MAX_PENDING = 256 << 20  # bytes waiting for a slow disk before output is droppe
 # takes it again; older bytes beyond it are counted as lost (on a full disk, all of it: see Pump.write).
 HOLD_MAX = 4 << 20
 GUARD_S = 1.0  # how often the guard looks for a stalled write
-SMALL_READ = 64 << 10  # a read smaller than this rests the pipe for REST_S before the next
+SMALL_READ = 64 << 10  # a read smaller than this rests the pipe (see rest_for) before the next
 RATE_WINDOW_S = 1.0  # the recent output rate that decides whether resting is safe
 REST_S = 0.06  # with the supervisor's 15 ms read pause: output reaches clients within ~0.1 s
+REST_MAX_S = 1.0
+WAKEUPS_PER_CORE_S = 500  # what chatty monitors may cost: a wakeup takes 65-230 us of CPU on a busy VM
+F_GETPIPE_SZ = 1032
 STALL_S = 0.5  # a write this slow counts as stalled: the guard takes over draining the pipe
 FINISH_DRAIN_S = 2.0
+
+
+def rest_for(monitors: int, cores: int) -> float:
+    """How long a chatty component's monitor rests between reads where the run has ``monitors`` of them on
+    ``cores`` CPUs: REST_S, until their wakeups (each a Python process woken: 65-230 us of CPU where
+    hundreds run, tests/perf/bench_chatty.py) would pass WAKEUPS_PER_CORE_S a core; then longer, up to
+    REST_MAX_S. A thousand chatty components on 2 cores rest 1 s: at 60 ms their monitors took a core and
+    left the supervisor waiting for a CPU; their output reaches clients up to a rest later."""
+    return min(REST_MAX_S, max(REST_S, monitors / (WAKEUPS_PER_CORE_S * max(1, cores))))
 
 
 # ---------------------------------------------------------------------- small helpers
@@ -727,7 +739,7 @@ def run_attempt(spec: dict, report: Callable[[dict[str, Any]], None],
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    watch = _Loop(pid, spec.get("cgroup"), out_r, wake_r, log, rec)
+    watch = _Loop(pid, spec.get("cgroup"), out_r, wake_r, log, rec, float(spec.get("rest_s") or REST_S))
     watch.run()
     watch.pump.close()
     rec.remove()
@@ -799,9 +811,10 @@ class _Loop:
 
     __slots__ = ("pid", "cgroup", "out_r", "wake_r", "log", "rec", "pump", "poller", "pipe_open", "status",
                  "ended", "ended_mono", "recorded", "reaped", "finishing", "finish_deadline", "resting_until",
-                 "last_read", "recent")
+                 "last_read", "recent", "rest_s", "restable")
 
-    def __init__(self, pid: int, cgroup: str | None, out_r: int, wake_r: int, log: LogFile, rec: Record):
+    def __init__(self, pid: int, cgroup: str | None, out_r: int, wake_r: int, log: LogFile, rec: Record,
+                 rest_s: float = REST_S):
         self.pid = pid
         self.cgroup = cgroup
         self.out_r = out_r
@@ -825,6 +838,11 @@ class _Loop:
         self.resting_until = 0.0  # after a small read: leave the pipe alone until then (signals still wake us)
         self.last_read = 0.0
         self.recent = 0.0  # bytes read, decaying with a time constant of RATE_WINDOW_S: the recent rate * window
+        self.rest_s = rest_s
+        try:  # a rest may fill 1/16 of the pipe the kernel gave (F_SETPIPE_SZ may have been refused)
+            self.restable = fcntl.fcntl(out_r, F_GETPIPE_SZ) // 16
+        except OSError:
+            self.restable = (64 << 10) // 16
 
     def run(self) -> None:
         """Until told to finish and done finishing."""
@@ -876,10 +894,10 @@ class _Loop:
         now = time.monotonic()
         dt, self.last_read = now - self.last_read, now
         self.recent = self.recent * math.exp(-dt / RATE_WINDOW_S) + n
-        if (self.pipe_open and 0 < n < SMALL_READ and dt < REST_S + 0.02
-                and self.recent / RATE_WINDOW_S * REST_S < PIPE_SIZE // 16):
+        if (self.pipe_open and 0 < n < SMALL_READ and dt < self.rest_s + 0.02
+                and self.recent / RATE_WINDOW_S * self.rest_s < self.restable):
             self.poller.unregister(self.out_r)
-            self.resting_until = now + REST_S
+            self.resting_until = now + self.rest_s
 
     def drain(self) -> int:
         """Move what the pipe holds to the log; the bytes moved."""

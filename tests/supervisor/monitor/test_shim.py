@@ -281,3 +281,38 @@ def test_descendants_are_found_without_a_pass_over_proc(monkeypatch):
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+def test_many_chatty_monitors_on_few_cores_rest_longer_between_reads():
+    assert shim.rest_for(3, 2) == shim.REST_S  # an RL stack: output reaches clients within ~0.1 s
+    assert shim.rest_for(200, 2) == 0.2 and shim.rest_for(200, 16) == shim.REST_S
+    assert shim.rest_for(1000, 2) == shim.REST_MAX_S and shim.rest_for(10_000, 1) == shim.REST_MAX_S
+    assert shim.rest_for(1000, 0) == shim.REST_MAX_S  # (no core count: one)
+
+
+def _wakeups(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_a_monitor_told_to_rest_longer_wakes_that_much_less_and_loses_nothing(tmp_path):
+    """Two monitors side by side on the same chatty child (a line every 10 ms for 2.5 s), one with the rest
+    a run of a thousand components gets: it wakes a fraction as often (each wakeup of a Python process is what
+    a thousand of them cost), and its log is as whole."""
+    code = "import time\nfor i in range(250):\n    print(i, flush=True)\n    time.sleep(0.01)\n"
+    runs = {}
+    for name, rest in (("short", None), ("long", shim.REST_MAX_S)):
+        d = tmp_path / name
+        d.mkdir()
+        spec = _spec(d, code, **({"rest_s": rest} if rest else {}))
+        runs[name] = (spec, *_start(spec))
+    started = {name: _wakeups(reply["shim_pid"]) for name, (_s, _p, reply) in runs.items()}  # its start's own
+    ended = {}
+    for name, (spec, _p, reply) in runs.items():
+        wait_for(lambda rec=spec["record"]: (r := shim.read_record(rec)) and r["status"] == "exited", 30)
+        ended[name] = _wakeups(reply["shim_pid"]) - started[name]
+        os.kill(reply["shim_pid"], signal.SIGUSR1)
+    for name, (_s, p, _r) in runs.items():
+        p.wait(PATIENCE)
+        assert (tmp_path / name / "logs" / "c.log").read_text().split() == [str(i) for i in range(250)]
+    assert ended["long"] * 2 < ended["short"], ended  # (each count has its exit's few besides the rests)
