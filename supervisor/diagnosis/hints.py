@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import re
 
+# A write the disk refused without an errno: torch's zip writer ("PytorchStreamWriter failed writing file ...:
+# file write failed", "unexpected pos X vs Y" at the end of the file) and C++ streams ("basic_ios::clear: iostream
+# error"), as real logs of full disks and quotas show them (pytorch/pytorch#156955, verl-project/verl#3346).
+WRITE_FAILED = re.compile(r"PytorchStreamWriter failed writing file|file write failed|unexpected pos \d+ vs \d+"
+                          r"|basic_ios::clear: iostream error")
+
 # Specific wordings whose remedy differs from their category's.
 _BY_MESSAGE: tuple[tuple[frozenset[str], re.Pattern[str], str], ...] = (
     (frozenset({"inference_memory_config"}), re.compile(r"Free memory on device .* is less than desired GPU memory utilization"),
@@ -12,7 +18,7 @@ _BY_MESSAGE: tuple[tuple[frozenset[str], re.Pattern[str], str], ...] = (
     (frozenset({"inference_memory_config"}), re.compile(r"KV cache|cache blocks|mem-fraction-static|max_total_num_tokens"),
      "The KV cache does not fit: raise --gpu-memory-utilization (SGLang --mem-fraction-static) or lower "
      "--max-model-len."),
-    (frozenset({"python_exception", "disk_full"}), re.compile(r"PytorchStreamWriter failed writing file|file write failed"),
+    (frozenset({"python_exception", "disk_full"}), WRITE_FAILED,
      "Writing the checkpoint failed: check free space and quota on the output disk."),
     (frozenset({"disk_full"}), re.compile(r"/dev/shm"),
      "Shared memory (/dev/shm) is full: give the container a larger --shm-size."),

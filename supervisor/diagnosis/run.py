@@ -46,7 +46,7 @@ from ..records.phrases import fmt_duration
 from ..rundir.journal import DAMAGE, read_records
 from ..rundir.logs import LogFile, log_chain
 from .engine import diagnose
-from .hints import NO_RECURRENCE
+from .hints import NO_RECURRENCE, WRITE_FAILED
 from .normalize import clean_line
 from .signatures import benign_veto, match_span
 from .stamps import LineClock
@@ -784,8 +784,11 @@ def _is_consequence(f: RunFailure, root: RunFailure) -> bool:
 
 def _same_host_cause(f: RunFailure, root: RunFailure) -> bool:
     """``f``, another component's failure at or after the root cause, is of the host's kind the root cause is
-    (:data:`HOST_CAUSES`): the same cause met again, not a fault of its own."""
-    return (f.component != root.component and f.category == root.category and root.category in HOST_CAUSES
+    (:data:`HOST_CAUSES`): the same cause met again, not a fault of its own. After a full disk, that includes a
+    write that failed without saying why (:data:`~.hints.WRITE_FAILED`: torch's checkpoint writer)."""
+    same = f.category == root.category or (root.category == "disk_full" and f.category == "python_exception"
+                                           and WRITE_FAILED.search(f.summary) is not None)
+    return (f.component != root.component and same and root.category in HOST_CAUSES
             and (root.ts is None or f.ts is None or f.ts >= root.ts))
 
 

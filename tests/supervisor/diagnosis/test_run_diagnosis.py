@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rlsup.supervisor.diagnosis import diagnose, diagnose_command, diagnose_run, format_run
 from rlsup.supervisor.diagnosis.offline import read_tail
 from rlsup.supervisor.diagnosis.run import waited
@@ -676,6 +678,44 @@ def test_a_second_component_out_of_the_same_full_disk_is_a_consequence_not_an_in
         "orchestrator", "disk_full"), format_run(rd)
     assert ("trainer", "disk_full") in [(s.component, s.category) for s in rd.symptoms], rd.symptoms
     assert "independently" not in rd.verdict and "trainer failed as a consequence" in rd.verdict, rd.verdict
+
+
+@pytest.mark.parametrize("said", [
+    "RuntimeError: [enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file data.pkl: "
+    "file write failed",
+    "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 832 vs 726",
+])
+def test_a_checkpoint_write_failing_after_another_component_filled_the_disk_is_a_consequence(
+        tmp_path: Path, said: str) -> None:
+    """The orchestrator dies of ENOSPC; a second later the trainer's torch.save fails in torch's words, which name
+    no errno (the wordings of real full disks: pytorch/pytorch#156955, verl-project/verl#3346). It was listed
+    "independently, trainer: RuntimeError ...": the same full disk read as two faults."""
+    run = Run(tmp_path / "run")
+    run.emit(T0, "run_started", None, name="demo", components=["orchestrator", "trainer"])
+    run.start(T0, "orchestrator")
+    run.start(T0, "trainer")
+    enospc = ["Traceback (most recent call last):", '  File "/w/rollouts.py", line 50, in write', "    f.write(data)",
+              "OSError: [Errno 28] No space left on device"]
+    run.log("orchestrator", enospc)
+    run.exit(T0 + 12, "orchestrator", 1, enospc)
+    save = ["Traceback (most recent call last):", '  File "/w/train.py", line 90, in save',
+            "    torch.save(state, path)", '  File "/v/torch/serialization.py", line 866, in _save',
+            "    zip_file.write_record('data.pkl', data_value, len(data_value))", said]
+    run.log("trainer", save)
+    run.exit(T0 + 13, "trainer", 1, save)
+    rd = diagnose_run(run.root)
+    assert rd.root_cause is not None and (rd.root_cause.component, rd.root_cause.category) == (
+        "orchestrator", "disk_full"), format_run(rd)
+    assert "independently" not in rd.verdict and "trainer failed as a consequence" in rd.verdict, rd.verdict
+    # alone (no full disk before it), the same failure is the trainer's own, with the disk named in its hint
+    alone = Run(tmp_path / "alone")
+    alone.emit(T0, "run_started", None, name="demo", components=["trainer"])
+    alone.start(T0, "trainer")
+    alone.log("trainer", save)
+    alone.exit(T0 + 13, "trainer", 1, save)
+    rd = diagnose_run(alone.root)
+    assert rd.root_cause is not None and rd.root_cause.component == "trainer", format_run(rd)
+    assert "free space and quota" in format_run(rd), format_run(rd)
 
 
 def test_a_fault_after_a_resume_and_healthy_steps_is_independent_of_the_one_before(tmp_path: Path) -> None:
