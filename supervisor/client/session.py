@@ -78,8 +78,14 @@ class Client:
 
     async def start(self, timeout: float = 10.0) -> dict[str, Any]:
         self._reader_task = asyncio.ensure_future(self._read_loop())
-        reply = await self.request("hello", version=protocol.VERSION, client=self.name, timeout=timeout,
-                                   check=False)
+        try:
+            reply = await self.request("hello", version=protocol.VERSION, client=self.name, timeout=timeout,
+                                       check=False)
+        except BaseException as e:  # not left reading a link nobody uses (a reconnecting session dials again)
+            await self.close()
+            if isinstance(e, asyncio.TimeoutError):  # accepted, not answered: a stopped or overloaded supervisor
+                raise asyncio.TimeoutError(f"no answer from the supervisor within {timeout:g}s") from None
+            raise
         if not reply.get("ok"):
             await self.close()
             if "version" in (reply.get("error") or ""):
