@@ -14,9 +14,7 @@ run dir's past is read by :mod:`.adoption` and :mod:`.carryover`, and the end is
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal as signal_mod
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -132,7 +130,10 @@ class Run:
         # components (asyncio's own default grows to min(32, cores + 4) in a burst of stops).
         self.loop.set_default_executor(ThreadPoolExecutor(2, thread_name_prefix="rlsup-io"))
         self.end.decided = decided = asyncio.Event()
-        self.loop.add_signal_handler(signal_mod.SIGCHLD, reap_children)  # monitors and the zygote
+        # No SIGCHLD handler: the monitors are reaped when their pidfds say they exited (MonitorWatch), anything
+        # else each tick. A handler wrote a byte to asyncio's wakeup socket per child exit; a thousand monitors
+        # ending at once filled it, and CPython's signal handler then takes a lock that is not signal-safe: the
+        # supervisor deadlocked for good (seen at `rlsup down` of 1,000 components).
         self.journal = self._states.begin(self.loop, Journal(self.paths.events))
         names = self.cfg.topo_order()
         self._states.spares_wanted = 2 * len(names) + 2  # every component's next record, twice, on a full disk
@@ -269,8 +270,6 @@ class Run:
             why = (f"{self._states.trouble}" if self._states.trouble else
                    "the disk stayed full past the run's reserved space (state.json has the run's final state)")
             say(f"rlsup: {lost} events could not be written to {self.paths.events}: {why}")
-        with contextlib.suppress(ValueError, RuntimeError):
-            self.loop.remove_signal_handler(signal_mod.SIGCHLD)
         self.lock.release()
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -476,7 +475,7 @@ class Run:
             self._ticker.awake_since = now  # we were paused: what happened meanwhile is not the components' fault
             read_all(self.components)
         self._ticker.last = now
-        reap_children()  # a safety net for a lost SIGCHLD
+        reap_children()  # the zygote, and orphans re-parented to us (the subreaper)
         self._check_stalls(now)
         self._check_dependencies(now)
         if now >= self.resources.due_at and any(c.current is not None for c in self.components.values()):
