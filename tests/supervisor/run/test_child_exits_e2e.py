@@ -44,13 +44,16 @@ def test_a_hundred_and_fifty_children_ending_at_once_are_reaped_and_the_supervis
     wait = f"import os, time\\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\\n"
     comps = "".join(f'\n  c{i}:\n    command: ["{PY}", "-c", "{wait}"]\n    restart: {{policy: never}}'
                     for i in range(N))
-    cfg = write_config(tmp_path, "name: many\ncomponents:" + comps)
+    keep = f'\n  keep:\n    command: ["{PY}", "-c", "import time; time.sleep(600)"]'  # the run goes on
+    cfg = write_config(tmp_path, "name: many\ncomponents:" + comps + keep)
     d = daemon(cfg)
-    wait_for(lambda: sum(e["kind"] == "started" for e in d.events()) == N, 120, 0.2, what=f"{N} started")
+    wait_for(lambda: sum(e["kind"] == "started" for e in d.events()) == N + 1, 120, 0.2, what=f"{N} started")
     assert not _catches(d.pid, signal.SIGCHLD)  # no byte on asyncio's wakeup socket per child exit
     go.touch()  # every component exits at once, then its monitor
     wait_for(lambda: sum(e["kind"] == "exited" for e in d.events()) == N, 120, 0.2, what=f"{N} exits")
     st = d.cli("status", "--json", timeout=30)
     assert st.returncode == 0, st.stdout + st.stderr
-    assert {c["state"] for c in json.loads(st.stdout)["components"].values()} == {"completed"}
+    states = {name: c["state"] for name, c in json.loads(st.stdout)["components"].items()}
+    assert states.pop("keep") == "running"
+    assert set(states.values()) == {"completed"}
     wait_for(lambda: not _zombies_of(d.pid), 60, 0.2, what="every monitor reaped")
