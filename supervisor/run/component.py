@@ -37,7 +37,7 @@ from ..monitor.process import (
     proc_state,
     start_time,
 )
-from ..monitor.shim import exit_fields, rest_for
+from ..monitor.shim import exit_fields
 from ..records import events as ev
 from ..records.clock import Clock
 from ..records.diagnosis import Diagnosis
@@ -266,9 +266,7 @@ class Component:
             "log": {"path": str(self.ctx.paths.log(self.name)), "max_bytes": self.logs_cfg.max_bytes,
                     "backups": self.logs_cfg.backups},
             "record": str(self.ctx.paths.monitor_record(self.name, e.attempt)), "cgroup": cgroup,
-            "nofile": self.ctx.tracking.nofile,
-            # many chatty monitors on few cores rest longer between reads (their wakeups would take the CPUs)
-            "rest_s": rest_for(len(self.ctx.cfg.components), len(os.sched_getaffinity(0)))}
+            "nofile": self.ctx.tracking.nofile, "rest_s": self.ctx.tracking.monitor_rest_s}
         self.flags_this_attempt.clear()
         self._ready_seen.clear()
         # Where this attempt's output begins: everything the previous attempt's monitor wrote is read

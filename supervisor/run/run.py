@@ -75,7 +75,8 @@ class Run:
         # environment the components get and from their command lines.
         self.redactor = Redactor.for_run([os.environ, cfg.file_env, cfg.env, *(c.env for c in cfg.components.values())],
                                          [c.argv() for c in cfg.components.values()])
-        self.tracking = Tracking(self.paths.root)  # monitors, subreaper, cgroup, open files: what holds the processes
+        # monitors, subreaper, cgroup, open files: what holds the processes
+        self.tracking = Tracking(self.paths.root, len(cfg.components))
         self.components: dict[str, Component] = {}
         self.subscribers: list[Subscriber] = []
         self.line_listeners: list[Callable[[Component], None]] = []

@@ -1,10 +1,12 @@
 """What holds the run's processes: their monitors (and the zygote that starts them), the supervisor as their
-subreaper, the run's cgroup (None: the subreaper alone), the open-file limit they get, and when the run began, so
-that its last net (:mod:`~rlsup.supervisor.monitor.lastnet`) ends whatever is left."""
+subreaper, the run's cgroup (None: the subreaper alone), the open-file limit they get, how long their monitors
+rest between reads, and when the run began, so that its last net (:mod:`~rlsup.supervisor.monitor.lastnet`)
+ends whatever is left."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,8 +17,11 @@ from ..monitor.process import Cgroups, Monitors, raise_fd_limit
 
 
 class Tracking:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, components: int = 1) -> None:
         self.root = root
+        # how long a monitor rests between small reads: many chatty monitors on few cores rest longer (their
+        # wakeups would take the CPUs); the run's component count and this process's CPUs, once a run
+        self.monitor_rest_s = shim.rest_for(components, len(os.sched_getaffinity(0)))
         self.monitors = Monitors(root)
         self.cgroups: Cgroups | None = None
         self.nofile: int | None = None  # the open-file limit components get (the supervisor raises its own)
