@@ -146,7 +146,7 @@ def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = Fals
     supervisor (`rlsup up` as a container's command: the platform's preemption must reach the run); ``job``: the
     run's Slurm job where the caller has looked it up already."""
     from ..slurm.jobs import ACTIVE
-    from .slurm_up import JobLink, remote_bridge, run_job
+    from .slurm_up import JobLink, run_job, through_srun
 
     name = "tui" if not plain else "follow"
     target, hint = f"local {run_dir}", f"rlsup attach{run_dir_arg(run_dir)}"
@@ -155,9 +155,9 @@ def attach_local(run_dir: Any, *, plain: bool = False, forward_term: bool = Fals
     if not job or job["state"] not in ACTIVE:
         return view(local_connector(run_dir, name), target=target, hint=hint, plain=plain, on_term=on_term,
                     reopen_s=REOPEN_LOCAL_S)
-    link = JobLink(job, run_dir, name)
-    bridge = remote_bridge(Path(run_dir), name, job)  # its supervisor in a Slurm job on another host: through srun
-    target = f"job {job['job_id']} {run_dir}" + (f" on {job['batch_host']}" if bridge is not None else "")
+    link = JobLink(job, run_dir, name)  # its supervisor in a Slurm job, on another host through srun
+    on = job["state"] == "RUNNING" and job["batch_host"] and through_srun(run_dir)
+    target = f"job {job['job_id']} {run_dir}" + (f" on {job['batch_host']}" if on else "")
     return view(link.connect, target=target, hint=hint, plain=plain, goes_on=link.goes_on, reopen_s=REOPEN_SLURM_S)
 
 

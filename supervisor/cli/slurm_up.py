@@ -161,7 +161,7 @@ class JobLink:
         self._served: tuple[int, int] | None = None  # the journal's size and mtime when last read back
 
     def _direct(self, j: dict[str, Any]) -> Any:
-        if _through_srun(self.run_dir):  # (a squeue at each try: the job's state and batch host now)
+        if through_srun(self.run_dir):  # (a squeue at each try: the job's state and batch host now)
             return srun_connector(j["job_id"], j.get("batch_host") or "", self.run_dir.resolve(), self.name)
         return unix_connector(RunPaths(self.run_dir).sock, name=self.name)
 
@@ -252,7 +252,7 @@ def _never_starts(job_id: str, j: dict[str, Any], run_dir: str) -> None:
         f"`rlsup down{run_dir_arg(run_dir)}`, then `rlsup up` again", err=True)
 
 
-def _through_srun(run_dir: str | os.PathLike[str]) -> bool:
+def through_srun(run_dir: str | os.PathLike[str]) -> bool:
     """Whether the run's supervisor is reached through srun from here: Slurm's tools are here and its socket is
     another host's (or ``RLSUP_SLURM_BRIDGE=srun``)."""
     return (shutil.which("srun") is not None and shutil.which("squeue") is not None
@@ -301,7 +301,7 @@ def command_connector(argv: list[str], name: str = "tui") -> Any:
 def remote_bridge(run_dir: Path, name: str, job: dict[str, Any] | None = None) -> Any:
     """A connector through ``srun ... rlsup bridge`` when the run's supervisor runs in a live Slurm job on
     another host; None otherwise. ``job``: the run's job where the caller has looked it up already."""
-    if not _through_srun(run_dir):
+    if not through_srun(run_dir):
         return None
     j = job if job is not None else run_job(run_dir)
     if j is None or j["state"] != "RUNNING" or not j["batch_host"]:
