@@ -209,7 +209,7 @@ FAILING_CHAOS = ("crash", "oom", "exit0", "die")
 
 
 def after_step(world: World) -> list[str]:
-    return journal(world) + clients_stayed(world) + world.lingered + status_answers(world)
+    return journal(world) + clients_stayed(world) + world.broken + status_answers(world)
 
 
 def at_end(world: World) -> list[str]:

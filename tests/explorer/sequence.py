@@ -24,6 +24,7 @@ KINDS: dict[str, tuple[int, str]] = {
     "sigstop_supervisor": (2, "supervisor"),  # the supervisor paused `arg` seconds
     "disk_full": (2, "disk"),           # the run dir's file system full for `arg` seconds (tmpfs only)
     "client_drop": (2, "client"),       # the attached client killed, a new one attached
+    "preempt": (2, "supervisor"),       # SIGTERM to the supervisor (the platform takes the machine), then `up -d`
     # user actions
     "restart": (3, "component"),
     "stop": (2, "component"),           # `rlsup stop`, and later a `start` (drawn as its own action)

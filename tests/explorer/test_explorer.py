@@ -65,7 +65,9 @@ def _report(seq: Sequence, world: World, violations: list[str]) -> str:
         f"replay: RLSUP_EXPLORE_SEED={seq.seed} python -m pytest -n 0 tests/explorer/test_explorer.py",
         "violations:", *(f"  - {v}" for v in violations),
         "what was done:", *(f"  {line}" for line in world.log),
-        f"run dir: {world.run_dir}",
+        "what the clients printed last:",
+        *(f"  client {n}: {' | '.join(f.out.strip().splitlines()[-8:])}" for n, f in enumerate(world.followers, 1)),
+        f"run dir: {world.run_dir}" + (f" (copied to {world.tmp / 'run'})" if world.disk is not None else ""),
     ])
 
 
@@ -99,11 +101,15 @@ def test_a_seeded_sequence_of_real_faults_keeps_the_promises(seed, tmp_path, tok
     if disk is None and any(a.kind == "disk_full" for a in seq.actions):
         pytest.skip(f"{seq.describe()}: cannot mount a tmpfs here for its full disk")
     world = World(tmp_path, seq, token, disk)
+    violations = ["the sequence did not finish"]
     try:
         violations = _explore(world)
     finally:
         world.teardown()
         if disk is not None:
+            if violations:  # what the run wrote outlives the tmpfs, for the report's reader
+                shutil.copytree(world.run_dir, tmp_path / "run", ignore=shutil.ignore_patterns("*.sock"),
+                                dirs_exist_ok=True)
             _umount(disk)
     print("\n".join(world.log))
     assert not violations, _report(seq, world, violations)

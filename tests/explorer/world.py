@@ -22,7 +22,7 @@ from typing import Any
 
 from tests.conftest import PY, cli_env, free_port
 from tests.explorer.sequence import Action, Sequence
-from tests.faults.harness import TOKEN_VAR, alive
+from tests.faults.harness import TOKEN_VAR, alive, processes_with
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "demo-chaos.yaml"
@@ -101,7 +101,9 @@ class World:
         shutil.copy(CONFIG, self.config)
         self.env = {TOKEN_VAR: token, "RLSUP_DEMO_PORT": str(free_port()), **seq.env()}
         self.followers: list[Follower] = []
-        self.lingered: list[str] = []  # clients still following after the run ended (and before a resume)
+        # promises seen broken while acting: a client still following after the run ended (before it was
+        # resumed), a preemption that did not end the run preempted or was not continued from its checkpoint
+        self.broken: list[str] = []
         self.harmed: list[str] = []  # the faults that reached a process of the run ("kill9 trainer", "disk_full")
         self.log: list[str] = []
         self.t0 = time.monotonic()
@@ -326,10 +328,51 @@ class World:
         r = self.down()
         for n, f in enumerate(self.followers, 1):
             if not f.killed and f.finish(CEILING_S) is None:
-                self.lingered.append(f"client {n} (attach --plain) still following {CEILING_S:g}s after `rlsup down` "
-                                     f"ended the run: {f.out.strip().splitlines()[-3:]}")
+                self.broken.append(f"client {n} (attach --plain) still following {CEILING_S:g}s after `rlsup down` "
+                                   f"ended the run: {f.out.strip().splitlines()[-3:]}")
         up = self.up("--resume")
         return f"down -> {r.returncode}; up --resume -> {up.returncode} {(up.stdout + up.stderr).strip()[-300:]}"
+
+    def _do_preempt(self, action: Action) -> str:
+        """The platform takes the machine: SIGTERM to the supervisor itself (a spot VM's shutdown, `docker stop`).
+        The run checkpoints the trainer (`preempt:`), ends `preempted` with no process left and every client
+        ended with it; the README's plain `rlsup up CONFIG -d` then continues the trainer from where it stood."""
+        pid = self.supervisor_pid()
+        if pid is None or self.ended():
+            return "skipped: no live run"
+        comps = (self.state().get("components") or {}).items()
+        settled = {n for n, c in comps if c.get("state") in ("completed", "fatal")}  # the run may be ending
+        os.kill(pid, signal.SIGTERM)
+        self.harmed.append("preempted")
+        if not wait(lambda: not alive(pid), 3 * CEILING_S, 0.1):
+            self.broken.append(f"the supervisor (pid {pid}) still runs {3 * CEILING_S:g}s after a SIGTERM")
+            return f"pid {pid}: did not end"
+        end = next((e for e in reversed(self.events()) if e["kind"] == "run_ended"), {})
+        if end.get("outcome") != "preempted" and not settled:
+            self.broken.append(f"a SIGTERM to the supervisor of a live run ended it {end.get('outcome')!r}, not "
+                               f"'preempted': {end}")
+        left = wait(lambda: not processes_with(self.token), CEILING_S, 0.2)
+        if not left:
+            self.broken.append(f"processes of the run outlived its preemption: {processes_with(self.token)}")
+        for n, f in enumerate(self.followers, 1):
+            if not f.killed and f.finish(CEILING_S) is None:
+                self.broken.append(f"client {n} (attach --plain) still following {CEILING_S:g}s after the run ended "
+                                   f"preempted: {f.out.strip().splitlines()[-3:]}")
+        stood = ((end.get("checkpoints") or {}).get("trainer") or {}).get("step")
+        since = end.get("seq", 0)
+        up = self.up()  # the README's command as it is, no flag: a preempted run is continued
+        said = f"pid {pid} ended {end.get('outcome')} (trainer at {stood}); up -d -> {up.returncode}"
+        if up.returncode != 0 or "continuing the run" not in up.stdout + up.stderr:
+            self.broken.append(f"plain `rlsup up -d` after a preemption did not continue the run (exit "
+                               f"{up.returncode}): {(up.stdout + up.stderr).strip()[-500:]}")
+            return said
+        if stood is not None and "trainer" not in settled:
+            first = wait(lambda: next((e for e in self.events() if e["seq"] > since and e["kind"] == "started"
+                                       and e.get("component") == "trainer"), None), CEILING_S)
+            if first is not None and (first.get("resume") or {}).get("step") != stood:
+                self.broken.append(f"the trainer stood at step {stood} when the run was preempted, but the "
+                                   f"continued run started it with resume {first.get('resume')}")
+        return said
 
     def finish(self) -> str:
         """The sequence's end "finish": let the run end by itself (it may not: a hang, a stopped trainer)."""
