@@ -96,7 +96,12 @@ def test_orchestrator_and_trainer_against_the_real_engine(kind: str, tmp_path: P
     else:
         _sglang_death(run, death, narrow, inf_exits[0], logs["inference"])
     assert len(run.component_events("inference", "ready")) >= 2
-    assert len(run.component_events("orchestrator", "started")) >= 2, "the orchestrator was not restarted with it"
+    # (seen once in CI, vLLM, passed on its rerun: the orchestrator started once; what it did then is printed)
+    followed = [(e["seq"], e.get("component"), e["kind"], e.get("reason") or e.get("exit_code"))
+                for e in run.events() if e.get("component") in ("inference", "orchestrator")
+                and e["kind"] not in ("gauges", "progress", "flag")]
+    assert len(run.component_events("orchestrator", "started")) >= 2, \
+        ("the orchestrator was not restarted with it", followed, tails)
     assert not list(run.weights.glob("*/REJECTED")), "good weights marked REJECTED: " + tails
 
     # The orchestrator sampled from the engine: rollouts with the engine's own token ids, for every step, each
