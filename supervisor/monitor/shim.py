@@ -966,7 +966,7 @@ def exit_status(pid: int) -> int | None:
 
 def reap_children(keep: int | None = None) -> list[tuple[int, int]]:
     """Reap every child that has exited, without blocking: their (pid, waitpid status) pairs; all but
-    ``keep``. The monitor's loop and the supervisor's (on SIGCHLD and each tick) both use it."""
+    ``keep``. The monitor's loop and the supervisor's (when a monitor's pidfd fires, and each tick) both use it."""
     out: list[tuple[int, int]] = []
     if keep is not None:  # waitpid(-1) could reap it: each other child by its pid
         mine = children_of(os.getpid())

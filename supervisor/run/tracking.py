@@ -17,7 +17,7 @@ from ..monitor.process import Cgroups, Monitors, raise_fd_limit
 
 
 class Tracking:
-    def __init__(self, root: Path, components: int = 1) -> None:
+    def __init__(self, root: Path, components: int) -> None:
         self.root = root
         # how long a monitor rests between small reads: many chatty monitors on few cores rest longer (their
         # wakeups would take the CPUs); the run's component count and this process's CPUs, once a run

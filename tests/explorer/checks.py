@@ -147,10 +147,7 @@ def after_down(world: World) -> list[str]:
     if not left:
         out.append(f"processes of the run outlived `rlsup down`: {processes_with(world.token)}; "
                    f"cgroup members: {cgroup_members(world.run_dir)}")
-    for n, f in enumerate(world.followers, 1):
-        if not f.killed and f.finish(CEILING_S) is None:
-            out.append(f"client {n} (attach --plain) still running after the run ended: "
-                       f"{f.out.strip().splitlines()[-3:]}")
+    out += world.still_following("`rlsup down` ended the run")
     r = world.cli("status", "--json")
     comps = json.loads(r.stdout)["components"] if r.returncode == 0 else {}
     out += [f"{name} is `{c['state']}` after `rlsup down`" for name, c in comps.items() if c["state"] not in SETTLED]

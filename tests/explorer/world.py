@@ -185,6 +185,13 @@ class World:
         self.say(f"rlsup down -> {r.returncode}: {(r.stdout + r.stderr).strip().splitlines()[-1:]}")
         return r
 
+    def still_following(self, after: str) -> list[str]:
+        """The clients (not dropped by the harness) still following ``CEILING_S`` after ``after``: each ends with
+        the run it follows."""
+        return [f"client {n} (attach --plain) still following {CEILING_S:g}s after {after}: "
+                f"{f.out.strip().splitlines()[-3:]}"
+                for n, f in enumerate(self.followers, 1) if not f.killed and f.finish(CEILING_S) is None]
+
     def teardown(self) -> None:
         """Whatever happened: free the disk, end the followers, SIGKILL every process with the token."""
         from tests.faults.harness import FaultRun
@@ -326,10 +333,7 @@ class World:
 
     def _do_down_resume(self, action: Action) -> str:
         r = self.down()
-        for n, f in enumerate(self.followers, 1):
-            if not f.killed and f.finish(CEILING_S) is None:
-                self.broken.append(f"client {n} (attach --plain) still following {CEILING_S:g}s after `rlsup down` "
-                                   f"ended the run: {f.out.strip().splitlines()[-3:]}")
+        self.broken += self.still_following("`rlsup down` ended the run")
         up = self.up("--resume")
         return f"down -> {r.returncode}; up --resume -> {up.returncode} {(up.stdout + up.stderr).strip()[-300:]}"
 
@@ -354,10 +358,7 @@ class World:
         left = wait(lambda: not processes_with(self.token), CEILING_S, 0.2)
         if not left:
             self.broken.append(f"processes of the run outlived its preemption: {processes_with(self.token)}")
-        for n, f in enumerate(self.followers, 1):
-            if not f.killed and f.finish(CEILING_S) is None:
-                self.broken.append(f"client {n} (attach --plain) still following {CEILING_S:g}s after the run ended "
-                                   f"preempted: {f.out.strip().splitlines()[-3:]}")
+        self.broken += self.still_following("the run ended preempted")
         stood = ((end.get("checkpoints") or {}).get("trainer") or {}).get("step")
         since = end.get("seq", 0)
         up = self.up()  # the README's command as it is, no flag: a preempted run is continued
