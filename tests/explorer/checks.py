@@ -179,20 +179,37 @@ def diagnosis(world: World) -> list[str]:
     return out
 
 
+ENDING = ("shutdown", "preemption")  # what a run's own end stops its components by
+
+
+def _ending(e: dict) -> bool:
+    """``e`` says the run's end is under way: `rlsup down`'s command, or a stop or checkpoint request caused by
+    the end (a preemption asks for checkpoints before it stops anything)."""
+    return ((e.get("kind") == "command" and e.get("command") == "stop_all")
+            or e.get("by") in ENDING or (e.get("cause") or {}).get("by") in ENDING)
+
+
 def _died_while_stopped(world: World, marker: str) -> bool:
-    """Whether the fault ``marker`` fired while rlsup was stopping its component (a `down`, a restart), or its
-    process, on its way out, was ended by the signal of a preemption's checkpoint request: the exit that
-    followed it is then a stop, rightly not a failure. Seen at a load of 10: a die@16s fired 14 ms after the
-    SIGTERM of `rlsup down`; and an exit0@6 whose interpreter, finalising (its handlers back to the default),
-    was killed by the preemption's SIGUSR1 260 ms later. The marker holds the time it fired."""
+    """Whether the fault ``marker`` fired while rlsup was stopping its component (a `down`, a restart) or ending
+    the run, or its process, on its way out, was ended by the signal of a checkpoint request: the exit that
+    followed it is then a stop, rightly not a failure. Seen: a die@16s fired 14 ms after the SIGTERM of `rlsup
+    down` (load 10); an exit0@6 whose interpreter, finalising (its handlers back to the default), was killed by
+    the preemption's SIGUSR1 260 ms later; an orchestrator's exit0@18 that fired 5 ms after a preemption had
+    asked the trainer for its checkpoint (its exit then counted as stopped by the preemption). The marker holds
+    the time it fired."""
     component = marker.split("-")[0]
     try:
         fired_at = float((world.run_dir / "work" / "chaos" / marker).read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return False
     began = stopping = None
+    ending = False  # the run's end under way when the fault fired
     asked: set[str] = set()  # the signals of the checkpoints asked for since it started
     for e in world.events():
+        if e.get("kind") == "run_started" and e["ts"] <= fired_at:
+            ending = False
+        elif _ending(e) and e["ts"] <= fired_at:
+            ending = True
         if e.get("component") != component:
             continue
         if e.get("kind") in ("started", "adopted") and e["ts"] <= fired_at:
@@ -202,7 +219,7 @@ def _died_while_stopped(world: World, marker: str) -> bool:
         elif e.get("kind") == "checkpoint_requested" and began is not None:
             asked.add(e.get("signal") or "")
         elif e.get("kind") == "exited" and e["ts"] >= fired_at:
-            return stopping is not None or e.get("signal") in asked
+            return stopping is not None or ending or e.get("signal") in asked
     return False
 
 
