@@ -12,7 +12,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from ..monitor.process import AttemptProcesses, pid_alive
-from ..monitor.shim import reap_children
+from .tracking import reap_held
 
 if TYPE_CHECKING:
     from .component import Component
@@ -50,7 +50,7 @@ class MonitorWatch:
     def _exited(self, fd: int) -> None:
         comp, att = self._by_pidfd.pop(fd)
         self._remove_reader(fd)
-        reap_children()  # the monitor (our child: we are its subreaper), and whoever else has ended
+        reap_held(att.monitor_pid)  # the monitor (our child: we are its subreaper), and whoever else has ended
         att.monitor_gone = True
         self._by_record.pop(att.record_path.name, None)
         if att.exit is None:

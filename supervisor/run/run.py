@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.model import Config
 from ..monitor.process import AttemptProcesses
-from ..monitor.shim import reap_children
 from ..records import events as ev
 from ..records import state as state_mod
 from ..records.clock import Clock, SystemClock
@@ -50,7 +49,7 @@ from .services import Services
 from .statewriter import StateWriter
 from .stepmemory import StepMemory
 from .ticker import EvaluationPacing, Ticker
-from .tracking import Tracking
+from .tracking import Tracking, reap_held
 
 if TYPE_CHECKING:
     from ..diagnosis.stacks import Stacks
@@ -476,7 +475,7 @@ class Run:
             self._ticker.awake_since = now  # we were paused: what happened meanwhile is not the components' fault
             read_all(self.components)
         self._ticker.last = now
-        reap_children()  # the zygote, and orphans re-parented to us (the subreaper)
+        reap_held()  # the zygote, the monitors and orphans re-parented to us (the subreaper)
         self._check_stalls(now)
         self._check_dependencies(now)
         if now >= self.resources.due_at and any(c.current is not None for c in self.components.values()):

@@ -6,6 +6,7 @@ ends whatever is left."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Iterable
@@ -43,3 +44,24 @@ class Tracking:
         """Nothing of this run may outlive it; returns what could not be ended."""
         return lastnet.last_net(self.root, list(unended), cgroups=self.cgroups, zygote=self.monitors.zygote_pid,
                                 began=self.began)
+
+
+_WNOTHREAD = 0x20000000  # <linux/wait.h>: wait for the calling thread's own children only
+
+
+def reap_held(pid: int | None = None) -> None:
+    """Reap what has ended of the processes the run holds: ``pid`` (a monitor whose pidfd fired: it may be the
+    child of the worker thread that started it) and each exited child of the calling thread, the loop's, where
+    the kernel puts the zygote, the monitors and every orphan re-parented to the supervisor (the subreaper).
+    Never a plain ``waitpid(-1)``: a subprocess a worker thread started (a notify command, py-spy, squeue,
+    scancel) is waited for by that thread, which would find its exit status gone and read a failure as 0."""
+    if pid is not None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    while True:
+        try:
+            got, _ = os.waitpid(-1, os.WNOHANG | _WNOTHREAD)
+        except ChildProcessError:
+            return
+        if got == 0:
+            return
