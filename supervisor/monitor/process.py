@@ -122,6 +122,17 @@ def pid_alive(pid: int) -> bool:
     return proc_state(pid)[0] not in ("", "Z", "X")
 
 
+def handles_signal(pid: int, signum: int) -> bool | None:
+    """Whether ``pid`` has a handler for ``signum`` or ignores it now (/proc/PID/status: SigCgt, SigIgn); False:
+    the signal's default action applies; None: not known (gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            masks = [int(v, 16) for k, _, v in (line.partition(b":") for line in f) if k in (b"SigCgt", b"SigIgn")]
+    except (OSError, ValueError):
+        return None
+    return bool((masks[0] | masks[1]) >> (signum - 1) & 1) if len(masks) == 2 else None
+
+
 # ---------------------------------------------------------------------- cgroups
 
 

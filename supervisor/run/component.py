@@ -32,6 +32,7 @@ from ..monitor.process import (
     AttemptProcesses,
     StartError,
     find_marked,
+    handles_signal,
     kill_if_same,
     pid_alive,
     proc_state,
@@ -115,6 +116,8 @@ class Component:
         self._ready_log = re.compile(cfg.ready.log, re.MULTILINE) if cfg.ready and cfg.ready.log else None
         self._ready_seen = asyncio.Event()
         self.current: AttemptProcesses | None = None  # the attempt whose process may be alive
+        # its command had no handler for the checkpoint signal a preemption sent it (its default action ended it)
+        self.unhandled_checkpoint_signal = False
         self._probes: list[asyncio.Task[None]] = []
         self._cleanups: set[asyncio.Task[None]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -178,9 +181,8 @@ class Component:
             self._task(self._spawn(e))
         elif isinstance(e, lc.Terminate):
             self._terminate(e.signal, e.timeout)
-        elif isinstance(e, lc.Signal):
-            if self.current is not None:
-                self.current.signal(getattr(signal_mod, e.signal))
+        elif isinstance(e, lc.Signal) and self.current is not None:
+            self._ask_checkpoint(self.current, getattr(signal_mod, e.signal))
         elif isinstance(e, lc.Probe):
             self._probes.append(self._task(self._readiness() if e.kind == "ready" else self._liveness()))
         elif isinstance(e, lc.StopProbes):
@@ -190,6 +192,13 @@ class Component:
             self._later(e.delay, self.handle, inp)
         elif isinstance(e, lc.Cleanup):
             self._clean_up_current()
+
+    def _ask_checkpoint(self, att: AttemptProcesses, signum: int) -> None:
+        """A preemption's request to checkpoint; whether the command could hear it is noted first (a Slurm step's
+        pid here is srun's: not noted)."""
+        if att.launcher is None:
+            self.unhandled_checkpoint_signal = handles_signal(att.pid, signum) is False
+        att.signal(signum)
 
     def _emit(self, event: ev.Event, seqs: dict[str, int]) -> None:
         """Emit ``event`` with its cause pointing at the seq of the event it names (``of``), and note its own seq."""

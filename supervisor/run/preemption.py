@@ -74,14 +74,17 @@ async def wait_for_checkpoints(components: Mapping[str, Component], before: Mapp
 def _no_checkpoint(c: Component, verdict: str, before: Mark | None) -> ev.FlagRaised:
     sig, wait = c.rules.preempt_signal, c.rules.preempt_wait
     stands = f"its newest checkpoint is step {before[0]}" if before else "it has no complete checkpoint"
-    if verdict == "exited":
+    if verdict == "exited" and c.unhandled_checkpoint_signal:
+        message = (f"{c.name} had no handler for {sig} when the preemption sent it, so {sig} ended it at once, without "
+                   f"a new checkpoint ({stands}); set `preempt.signal` to the signal it checkpoints on")
+    elif verdict == "exited":
         message = (f"{c.name} ended after {sig} without writing a new checkpoint ({stands}); is {sig} the signal it "
                    f"checkpoints on? (`preempt.signal`)")
     else:
         message = f"{c.name} wrote no new checkpoint within {wait:g}s of {sig} ({stands})"
     where = f"step {before[0]}" if before else "the start"
     return ev.FlagRaised(c.name, type="checkpoint_problem", message=message, evidence=[message],
-                         action=f"stopping it now; the run continues from {where}"
+                         action=("" if verdict == "exited" else "stopping it now; ") + f"the run continues from {where}"
                                 + ("" if verdict == "exited" else f" (`preempt.wait` longer than {wait:g}s gives it more time)"))
 
 

@@ -80,3 +80,24 @@ def test_a_sigterm_to_a_detached_supervisor_checkpoints_and_plain_up_d_continues
     w.running(NAMES)
     _continued_from(w, stood)
     w.sh("rlsup down", check=True)
+
+
+def test_a_preempt_signal_the_trainer_does_not_handle_is_named_as_such(workdir):
+    """The most common mistake with `preempt:`: a signal the trainer has no handler for. Its default action ends the
+    trainer the moment it is sent; the flag says so, instead of asking whether it is the right signal."""
+    w = workdir
+    up = readme_command("rlsup up configs/demo.yaml") + " -d --set components.trainer.preempt.signal=SIGUSR2"
+    w.sh(up, check=True)
+    w.running(NAMES)
+    log = w.run_dir() / "logs" / "trainer.log"
+    wait_for(lambda: int((re.findall(r"^Step (\d+)/", log.read_text(), re.M) or ["0"])[-1]) >= 3, 120, 0.1,
+             what="the trainer past step 3")
+    os.kill(w.supervisor_pid(), signal.SIGTERM)
+    end = w.wait_event(lambda e: e.get("kind") == "run_ended", what="the run's end")
+    assert end["outcome"] == "preempted", end
+    trainer_exit = [e for e in w.events() if e["kind"] == "exited" and e.get("component") == "trainer"][-1]
+    assert trainer_exit.get("signal") == "SIGUSR2", trainer_exit
+    flag = next(e for e in w.events() if e["kind"] == "flag" and e.get("type") == "checkpoint_problem")
+    assert "had no handler for SIGUSR2" in flag["message"], flag
+    assert "set `preempt.signal` to the signal it checkpoints on" in flag["message"], flag
+    assert not flag["action"].startswith("stopping it"), flag  # it had ended already
