@@ -244,8 +244,9 @@ class World:
         wait(there, ceiling, 0.5)
 
     def _target(self, component: str) -> tuple[int, int] | None:
-        """Wait for ``component`` to run (the run may end first, or it may not come back)."""
-        return wait(lambda: None if not self.live() else self.processes(component), CEILING_S)
+        """Wait for ``component`` to run (the run may end first: no wait then, or it may not come back)."""
+        got = wait(lambda: "over" if not self.live() else self.processes(component), CEILING_S)
+        return None if got == "over" else got
 
     def _signal_component(self, action: Action, sig: int, monitor: bool = False) -> str:
         assert action.target is not None
