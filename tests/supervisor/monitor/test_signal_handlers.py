@@ -9,8 +9,10 @@ import sys
 
 from rlsup.supervisor.monitor.process import handles_signal
 
+# SIGHUP set back to its default: under `nohup` (CI's `setsid nohup .ci/run`) the child inherits it ignored
 _CHILD = ("import signal, sys, time; signal.signal(signal.SIGUSR1, lambda *a: None); "
-          "signal.signal(signal.SIGUSR2, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)")
+          "signal.signal(signal.SIGUSR2, signal.SIG_IGN); signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+          "print('ready', flush=True); time.sleep(60)")
 
 
 def test_a_handler_or_ignoring_is_seen_and_a_default_action_is_not():
