@@ -15,19 +15,40 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
+import socket
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, read_events, wait_for, write_config
+from tests.conftest import read_events, wait_for, write_config
 
 RAY_VENV = Path(os.environ.get("RLSUP_RAY_VENV") or Path.home() / ".cache" / "rlsup-ci" / "ray-2.60.0")
 DRIVER = Path(__file__).parent / "ray_driver.py"
+
+
+def _ports(n: int) -> list[int]:
+    """``n`` distinct free ports between Ray's worker ports (10002-19999) and the kernel's ephemeral range: while the
+    head starts, Ray's own processes take ephemeral ports, and one took the client server's port chosen from that
+    range (CI, 2026-12-01: "Failed to bind to address 127.0.0.1:42801", the head in a restart loop)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        top = int(f.read().split()[0])
+    out: list[int] = []
+    for port in random.sample(range(20000, top), 500):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        out.append(port)
+        if len(out) == n:
+            return out
+    raise AssertionError(f"no {n} free ports in 20000-{top}")
 
 
 def _events(run: Path, kind: str, comp: str | None = None) -> list[dict]:
@@ -83,8 +104,7 @@ def test_ray_head_and_worker_as_components_a_dead_worker_node_is_seen_and_named(
     ck = tmp_path / "ckpt"
     token = tmp_path / "ray_token"
     token.write_text(secrets.token_hex(32))
-    gcs, dash, client = free_port(), free_port(), free_port()
-    agent1, agent2 = free_port(), free_port()
+    gcs, dash, client, agent1, agent2 = _ports(5)
     ray = RAY_VENV / "bin" / "ray"
     common = (f"--num-cpus 1 --num-gpus 0 --object-store-memory 100000000 --temp-dir {ray_tmp} "
               "--include-log-monitor false --disable-usage-stats")
