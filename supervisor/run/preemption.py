@@ -82,10 +82,10 @@ def _no_checkpoint(c: Component, verdict: str, before: Mark | None) -> ev.FlagRa
                    f"checkpoints on? (`preempt.signal`)")
     else:
         message = f"{c.name} wrote no new checkpoint within {wait:g}s of {sig} ({stands})"
-    where = f"step {before[0]}" if before else "the start"
-    return ev.FlagRaised(c.name, type="checkpoint_problem", message=message, evidence=[message],
-                         action=("" if verdict == "exited" else "stopping it now; ") + f"the run continues from {where}"
-                                + ("" if verdict == "exited" else f" (`preempt.wait` longer than {wait:g}s gives it more time)"))
+    goes_on = f"the run continues from {f'step {before[0]}' if before else 'the start'}"
+    action = goes_on if verdict == "exited" else \
+        f"stopping it now; {goes_on} (`preempt.wait` longer than {wait:g}s gives it more time)"
+    return ev.FlagRaised(c.name, type="checkpoint_problem", message=message, evidence=[message], action=action)
 
 
 def standing(cfg: Config) -> dict[str, Any] | None:
